@@ -1,0 +1,94 @@
+"""CompiledModel: everything the runtime needs, and nothing it must recompute."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from aioge.compiler.kernel import KernelDesc
+from aioge.compiler.memory import MemoryPlan
+from aioge.compiler.streams import StreamPlan
+from aioge.ir.graph import Graph
+
+__all__ = ["CompileStats", "CompiledModel", "NodePlan", "versions"]
+
+
+def versions() -> dict[str, str]:
+    """The versions a compiled artefact is made under; any difference makes it stale."""
+    from aioge import __version__
+
+    return {"aioge": __version__, "numpy": np.__version__, "python": platform.python_version()}
+
+
+@dataclass(slots=True)
+class CompileStats:
+    kernels_compiled: int = 0
+    kernel_cache_hits: int = 0
+    graph_cache_hit: bool = False
+    compile_seconds: float = 0.0
+    passes_applied: list[str] = field(default_factory=list)
+    nodes_before_passes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    """One node as the runtime sees it."""
+
+    index: int
+    name: str
+    op_type: str
+    engine: str
+    stream: int
+    kernel: KernelDesc
+
+
+@dataclass(slots=True)
+class CompiledModel:
+    """A compiled graph: the optimised graph, per-node engine/stream/kernel, stream and memory plans."""
+
+    graph: Graph  # specialised and optimised; nodes in execution order
+    nodes: tuple[NodePlan, ...]
+    streams: StreamPlan
+    memory: MemoryPlan
+    fingerprint: str  # of the source graph the user added
+    signature: tuple[tuple[str, tuple[int, ...]], ...]  # the input shapes it is specialised for
+    options: Mapping[str, str]
+    versions: Mapping[str, str] = field(default_factory=versions)
+    stats: CompileStats = field(default_factory=CompileStats)
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.memory.arena_bytes
+
+    def node(self, name: str) -> NodePlan:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def summary(self) -> dict[str, Any]:
+        """Counts per engine and stream, memory figures and compile statistics, as plain data."""
+        per_engine: dict[str, int] = {}
+        for n in self.nodes:
+            per_engine[n.engine] = per_engine.get(n.engine, 0) + 1
+        return {
+            "graph": self.graph.name,
+            "nodes": len(self.nodes),
+            "nodes_per_engine": per_engine,
+            "streams": [{"id": s.id, "engine": s.engine, "nodes": len(s.nodes)} for s in self.streams.streams],
+            "events": len(self.streams.events),
+            "arena_bytes": self.memory.arena_bytes,
+            "lower_bound_bytes": self.memory.lower_bound_bytes,
+            "no_reuse_bytes": self.memory.no_reuse_bytes,
+            "stats": {
+                "kernels_compiled": self.stats.kernels_compiled,
+                "kernel_cache_hits": self.stats.kernel_cache_hits,
+                "graph_cache_hit": self.stats.graph_cache_hit,
+                "compile_seconds": round(self.stats.compile_seconds, 6),
+                "passes_applied": list(self.stats.passes_applied),
+            },
+            "versions": dict(self.versions),
+        }

@@ -1,0 +1,133 @@
+"""Specialisation: a copy of a graph with its symbolic input dims fixed and every desc re-inferred.
+
+Compilation always works on a specialised copy (the user's graph is never edited). Small
+values that shape inference needs (``Shape`` of a static tensor, arithmetic on shape
+constants) are evaluated on the way, for inference only; folding them into constants is
+the ConstantFolding pass's job.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from aioge.errors import FeedError, GraphError
+from aioge.ir.desc import TensorDesc, is_static
+from aioge.ir.graph import Graph, Value, ValueKind
+from aioge.ops import infer_node
+from aioge.ops.registry import get_schema
+
+__all__ = ["input_signature", "specialize"]
+
+# Values at most this many elements are evaluated at compile time when their inputs are known.
+_KNOWN_VALUE_LIMIT = 4096
+# Ops whose output depends only on the shape of their input, so a static desc is enough.
+_SHAPE_ONLY = frozenset({"Shape", "Size"})
+
+
+def input_signature(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The concrete input shapes a compile is specialised for, checked against the graph.
+
+    Raises:
+        FeedError: an input is missing, or a shape disagrees with the graph's static dims
+            (or binds one symbol to two sizes).
+    """
+    out = []
+    symbols: dict[str, int] = {}
+    for v in graph.inputs:
+        if v.name not in shapes:
+            if not is_static(v.shape):
+                raise FeedError(f"input {v.name!r} has dynamic shape {v.shape}; give its shape", graph=graph.name, input=v.name)
+            out.append((v.name, tuple(int(d) for d in v.shape)))  # type: ignore[union-attr]
+            continue
+        shape = tuple(int(d) for d in shapes[v.name])
+        _match(graph.name, v, shape, symbols)
+        out.append((v.name, shape))
+    return tuple(out)
+
+
+def _match(graph: str, v: Value, shape: tuple[int, ...], symbols: dict[str, int]) -> None:
+    want = v.shape
+    if want is None:
+        return
+    if len(want) != len(shape):
+        raise FeedError(f"input {v.name!r} expects {v.desc}, got shape {shape}", graph=graph, input=v.name)
+    for w, got in zip(want, shape):
+        if isinstance(w, int) and w != got:
+            raise FeedError(f"input {v.name!r} expects {v.desc}, got shape {shape}", graph=graph, input=v.name)
+        if isinstance(w, str) and w != "?":
+            if symbols.setdefault(w, got) != got:
+                raise FeedError(
+                    f"input {v.name!r}: dimension {w!r} is {symbols[w]} in another input, {got} here",
+                    graph=graph,
+                    input=v.name,
+                )
+
+
+def specialize(graph: Graph, signature: Sequence[tuple[str, tuple[int, ...]]]) -> Graph:
+    """Return a copy of ``graph`` with inputs of the given shapes and re-inferred descs.
+
+    Raises:
+        GraphError: the graph is malformed, or an op rejects the shapes it now sees.
+    """
+    graph.validate()
+    shapes = dict(signature)
+    new = Graph(graph.name)
+    mapping: dict[int, Value] = {}
+    known: dict[int, np.ndarray] = {}
+    for v in graph.inputs:
+        mapping[id(v)] = new.input(v.name, shapes.get(v.name, v.shape), v.dtype)  # type: ignore[arg-type]
+    for v in graph.constants.values():
+        c = new.constant(v.data, v.name)
+        mapping[id(v)] = c
+        known[id(c)] = c.data  # type: ignore[assignment]
+    for v in graph.variables.values():
+        mapping[id(v)] = new.variable(v.name, v.data)
+    for node in graph.topological_order():
+        schema = get_schema(node.op_type, node.domain)
+        inputs = [None if x is None else mapping[id(x)] for x in node.inputs]
+        in_descs = [None if x is None else x.desc for x in inputs]
+        in_values = [None if x is None else known.get(id(x)) for x in inputs]
+        descs = infer_node(schema, in_descs, in_values, node.attrs, len(node.outputs), graph.name, node.name)
+        copy = new.add_node(
+            node.op_type, inputs, node.attrs, descs, name=node.name,
+            output_names=[o.name for o in node.outputs], domain=node.domain,
+        )
+        for old, out in zip(node.outputs, copy.outputs):
+            mapping[id(old)] = out
+        _evaluate_known(copy, schema, inputs, known)
+    new.output(*(mapping[id(v)] for v in graph.outputs))
+    return new
+
+
+def _evaluate_known(node, schema, inputs: list[Value | None], known: dict[int, np.ndarray]) -> None:  # type: ignore[no-untyped-def]
+    """Evaluate a node whose inputs are known and whose outputs are small, for inference."""
+    if not all(o.desc.static and o.desc.size <= _KNOWN_VALUE_LIMIT for o in node.outputs):
+        return
+    args: list[np.ndarray] = []
+    for x in inputs:
+        if x is None:
+            args.append(None)  # type: ignore[arg-type]
+        elif id(x) in known:
+            args.append(known[id(x)])
+        elif node.op_type in _SHAPE_ONLY and x.desc.static:
+            args.append(np.broadcast_to(np.zeros((), dtype=_np(x.desc)), x.desc.shape))
+        else:
+            return
+    if node.op_type in ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"):
+        return
+    impl = schema.impls[0]
+    try:
+        results = impl.build(node.attrs, {}, [None if x is None else x.desc for x in inputs], [o.desc for o in node.outputs])(args, None)
+    except Exception as exc:  # a kernel that fails here fails again at run time with node context
+        raise GraphError(f"{node.op_type} failed on constant inputs: {exc}", graph=node.graph.name, node=node.name) from None
+    for out, res in zip(node.outputs, results):
+        known[id(out)] = np.asarray(res)
+
+
+def _np(desc: TensorDesc) -> np.dtype:
+    from aioge.ir.desc import numpy_dtype
+
+    return numpy_dtype(desc.dtype)
+

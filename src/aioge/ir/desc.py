@@ -1,0 +1,121 @@
+"""Tensor descriptions: shape, dtype and format of a value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+__all__ = ["DTYPES", "Dim", "TensorDesc", "canonical_dtype", "is_static"]
+
+# A dimension is a non-negative int, or a symbol (str) that a feed or shapes= fixes later.
+Dim = int | str
+
+# Every dtype a tensor may have, by its numpy name. Kept explicit: the cache decoders use
+# the same allow-list, so a file can never name a dtype that would surprise numpy.
+DTYPES: tuple[str, ...] = (
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+    "complex64",
+    "complex128",
+    "str",
+)
+
+
+def canonical_dtype(dtype: object) -> str:
+    """Return the canonical dtype name for anything numpy understands as a dtype.
+
+    Raises:
+        ValueError: the dtype is not one aioge supports.
+    """
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return dtype
+    try:
+        dt = np.dtype(dtype)  # type: ignore[call-overload]
+    except TypeError as exc:
+        raise ValueError(f"not a dtype: {dtype!r}") from exc
+    name = "str" if dt.kind in "UO" else dt.name
+    if name not in DTYPES:
+        raise ValueError(f"unsupported dtype {dt.name!r}; supported: {', '.join(DTYPES)}")
+    return name
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """Return the numpy dtype for a canonical dtype name."""
+    return np.dtype(object) if name == "str" else np.dtype(name)
+
+
+def is_static(shape: tuple[Dim, ...] | None) -> bool:
+    """True when the shape is known and every dimension is an int."""
+    return shape is not None and all(isinstance(d, int) for d in shape)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorDesc:
+    """Shape, dtype and format of a tensor.
+
+    ``shape`` is None when even the rank is unknown (a data-dependent output before it is
+    computed); a dimension may be a symbol (``"N"``) until feeds fix it.
+    """
+
+    shape: tuple[Dim, ...] | None
+    dtype: str
+    format: str = "ND"
+
+    @staticmethod
+    def of(shape: Iterable[Dim] | None, dtype: object, format: str = "ND") -> TensorDesc:
+        """Build a desc, normalising the shape to a tuple and the dtype to its canonical name."""
+        if shape is not None:
+            dims: list[Dim] = []
+            for d in shape:
+                if isinstance(d, (int, np.integer)) and not isinstance(d, bool):
+                    if d < 0:
+                        raise ValueError(f"negative dimension {d} in shape {tuple(shape)}")
+                    dims.append(int(d))
+                elif isinstance(d, str) or d is None:
+                    dims.append(d if isinstance(d, str) else "?")
+                else:
+                    raise ValueError(f"bad dimension {d!r}")
+            shape = tuple(dims)
+        return TensorDesc(shape, canonical_dtype(dtype), format)
+
+    @property
+    def static(self) -> bool:
+        """True when the shape is fully known."""
+        return is_static(self.shape)
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements; only for static shapes."""
+        assert self.shape is not None
+        n = 1
+        for d in self.shape:
+            n *= int(d)
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of a dense tensor of this desc; only for static shapes of fixed-size dtypes."""
+        return self.size * numpy_dtype(self.dtype).itemsize
+
+    def with_shape(self, shape: Iterable[Dim] | None) -> TensorDesc:
+        return TensorDesc.of(shape, self.dtype, self.format)
+
+    def __str__(self) -> str:
+        dims = "?" if self.shape is None else "x".join(str(d) for d in self.shape) or "scalar"
+        return f"{self.dtype}[{dims}]"

@@ -1,0 +1,94 @@
+"""The structural fingerprint of a graph: stable across processes and machines.
+
+Built from named parts (JAX's habit): the signature (inputs and outputs by name and desc),
+the constants (desc and a sha256 of the bytes), the variables, and the nodes in topological
+order with their op type, attributes and which values they read. Value and node names of
+intermediates are left out: renaming an intermediate does not change what a graph computes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import numpy as np
+
+if TYPE_CHECKING:
+    from aioge.ir.graph import Graph
+
+__all__ = ["array_digest", "canonical_attr", "fingerprint_parts", "graph_fingerprint"]
+
+log = logging.getLogger(__name__)
+
+
+def array_digest(array: np.ndarray) -> str:
+    """sha256 over an array's dtype, shape and bytes (C order)."""
+    h = hashlib.sha256()
+    h.update(f"{array.dtype.str}|{array.shape}|".encode())
+    if array.dtype.kind in "OU":
+        h.update(repr(array.tolist()).encode())
+    else:
+        h.update(np.ascontiguousarray(array).tobytes())
+    return h.hexdigest()
+
+
+def canonical_attr(value: Any) -> Any:
+    """Turn an attribute value into plain msgpack-able data with a stable encoding."""
+    if isinstance(value, np.ndarray):
+        return ["tensor", value.dtype.str, list(value.shape), array_digest(value)]
+    if isinstance(value, (list, tuple)):
+        return [canonical_attr(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return [[k, canonical_attr(value[k])] for k in sorted(value)]
+    return value
+
+
+def _desc(v: Any) -> list[Any]:
+    shape = None if v.desc.shape is None else list(v.desc.shape)
+    return [shape, v.desc.dtype, v.desc.format]
+
+
+def fingerprint_parts(graph: Graph) -> dict[str, bytes]:
+    """Return the fingerprint's named parts, each as canonical msgpack bytes."""
+    ids: dict[int, str] = {}
+    for v in graph.inputs:
+        ids[id(v)] = "in:" + v.name
+    for v in graph.constants.values():
+        ids[id(v)] = "const:" + v.name
+    for v in graph.variables.values():
+        ids[id(v)] = "var:" + v.name
+    nodes = []
+    for i, node in enumerate(graph.topological_order()):
+        for j, out in enumerate(node.outputs):
+            ids[id(out)] = f"n{i}:{j}"
+        nodes.append(
+            [
+                node.domain,
+                node.op_type,
+                [[k, canonical_attr(node.attrs[k])] for k in sorted(node.attrs)],
+                [None if v is None else ids[id(v)] for v in node.inputs],
+                [_desc(o) for o in node.outputs],
+            ]
+        )
+    parts = {
+        "inputs": [[v.name, _desc(v)] for v in graph.inputs],
+        "constants": sorted([v.name, _desc(v), array_digest(v.data)] for v in graph.constants.values()),
+        "variables": sorted([v.name, _desc(v), array_digest(v.data)] for v in graph.variables.values()),
+        "nodes": nodes,
+        "outputs": [[v.name, ids.get(id(v))] for v in graph.outputs],
+    }
+    return {k: msgpack.packb(p, use_bin_type=True) for k, p in parts.items()}
+
+
+def graph_fingerprint(graph: Graph) -> str:
+    """Hex sha256 of the graph's structure; identical across processes for the same graph."""
+    h = hashlib.sha256(b"aioge-graph-v1")
+    for name, blob in fingerprint_parts(graph).items():
+        part = hashlib.sha256(blob).hexdigest()
+        log.debug("fingerprint %s: part %s = %s", graph.name, name, part[:16])
+        h.update(name.encode() + b"=" + part.encode())
+    return h.hexdigest()

@@ -1,0 +1,1 @@
+"""numpy kernel implementations, one module per op family."""

@@ -1,0 +1,63 @@
+"""The few ways a numpy function becomes a bound kernel (``RunFn``)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from aioge.ir.desc import TensorDesc
+from aioge.ops.schema import KernelImpl, RunFn
+
+__all__ = ["into", "returning", "ufunc_impl"]
+
+
+def into(outs: Sequence[np.ndarray] | None, results: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
+    """Put results into preallocated outputs when there are some; return what the node produced."""
+    if outs is None:
+        return results
+    for out, res in zip(outs, results):
+        if res is not out:
+            np.copyto(out, res, casting="unsafe")
+    return outs
+
+
+def returning(
+    name: str,
+    fn: Callable[..., Any],
+    *,
+    applies: Callable[[Sequence[TensorDesc], Mapping[str, Any]], bool] | None = None,
+) -> KernelImpl:
+    """An implementation from ``fn(*inputs, **attrs)`` that returns its result(s).
+
+    The result is copied into a preallocated output when there is one. Use it for ops numpy
+    cannot compute in place.
+    """
+
+    def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
+        kw = dict(attrs)
+
+        def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+            res = fn(*inputs, **kw)
+            return into(outputs, res if isinstance(res, tuple) else (res,))
+
+        return run
+
+    if applies is None:
+        return KernelImpl(name, build)
+    return KernelImpl(name, build, applies)
+
+
+def ufunc_impl(name: str, ufunc: Callable[..., Any]) -> KernelImpl:
+    """An implementation that calls a numpy ufunc with ``out=`` straight into the arena."""
+
+    def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
+        def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+            if outputs is None:
+                return (np.asarray(ufunc(*inputs)),)
+            ufunc(*inputs, out=outputs[0])
+            return outputs
+
+        return run
+
+    return KernelImpl(name, build)

@@ -1,0 +1,86 @@
+"""Elementwise kernels: arithmetic, activations and the math functions numpy lacks (erf)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["clip", "div", "erf", "gelu", "hard_sigmoid", "leaky_relu", "pow_", "relu", "sigmoid"]
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def erf(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """The error function, to float64 accuracy: a Maclaurin series below |x| = 3, the
+    asymptotic series of erfc above (where erf is 1 to within 2.2e-5)."""
+    x64 = np.asarray(x, dtype=np.float64)
+    a = np.abs(x64)
+    small = np.minimum(a, 3.0)
+    x2 = small * small
+    term = small.copy()
+    total = small.copy()
+    for n in range(1, 60):
+        term *= -x2 / n
+        total += term / (2 * n + 1)
+    series = total * _TWO_OVER_SQRT_PI
+    big = np.maximum(a, 3.0)
+    inv2 = 1.0 / (2.0 * big * big)
+    tail = 1.0 - inv2 + 3.0 * inv2**2 - 15.0 * inv2**3 + 105.0 * inv2**4
+    erfc_big = np.exp(-big * big) / (big * math.sqrt(math.pi)) * tail
+    res = np.where(a < 3.0, series, 1.0 - erfc_big) * np.sign(x64)
+    if out is None:
+        return res.astype(np.asarray(x).dtype, copy=False)
+    np.copyto(out, res, casting="unsafe")
+    return out
+
+
+def relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    return np.maximum(x, np.zeros((), x.dtype), out=out)
+
+
+def leaky_relu(x: np.ndarray, alpha: float, out: np.ndarray | None = None) -> np.ndarray:
+    return np.where(x >= 0, x, x * np.asarray(alpha, x.dtype)).astype(x.dtype, copy=False)
+
+
+def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    # Split by sign so exp never overflows: sigmoid(x) = e^x / (1 + e^x) for x < 0.
+    e = np.exp(-np.abs(x))
+    pos = 1.0 / (1.0 + e)
+    return np.where(x >= 0, pos, e * pos).astype(x.dtype, copy=False)
+
+
+def hard_sigmoid(x: np.ndarray, alpha: float, beta: float) -> np.ndarray:
+    return np.clip(x * np.asarray(alpha, x.dtype) + np.asarray(beta, x.dtype), 0, 1).astype(x.dtype, copy=False)
+
+
+def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
+        return (0.5 * x * (1.0 + np.tanh(inner))).astype(x.dtype, copy=False)
+    return (0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))).astype(x.dtype, copy=False)
+
+
+def clip(x: np.ndarray, lo: np.ndarray | None = None, hi: np.ndarray | None = None) -> np.ndarray:
+    out = x
+    if lo is not None and lo.size:
+        out = np.maximum(out, lo.astype(x.dtype))
+    if hi is not None and hi.size:
+        out = np.minimum(out, hi.astype(x.dtype))
+    return np.array(out, dtype=x.dtype, copy=out is x)
+
+
+def div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ONNX Div: true division for floats, truncation toward zero for integers."""
+    if a.dtype.kind in "iu":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.trunc(np.divide(a, b, dtype=np.float64))
+        return q.astype(a.dtype)
+    return np.divide(a, b)
+
+
+def pow_(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ONNX Pow: the result has the base's dtype, whatever the exponent's."""
+    if a.dtype.kind in "iu":
+        return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+    return np.power(a, b.astype(a.dtype)).astype(a.dtype, copy=False)

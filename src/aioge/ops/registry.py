@@ -1,0 +1,48 @@
+"""The registry: one constant table of every op schema, built from the family modules."""
+
+from __future__ import annotations
+
+import re
+from types import MappingProxyType
+from typing import Mapping
+
+from aioge.ops import elementwise
+from aioge.ops.schema import OpSchema
+
+__all__ = ["REGISTRY", "builder_name", "get_schema"]
+
+_FAMILIES = (elementwise,)
+
+
+def _table() -> Mapping[tuple[str, str], OpSchema]:
+    table: dict[tuple[str, str], OpSchema] = {}
+    for family in _FAMILIES:
+        for schema in family.SCHEMAS:
+            key = (schema.domain, schema.name)
+            if key in table:
+                raise RuntimeError(f"op {schema.name!r} is declared twice")
+            table[key] = schema
+    return MappingProxyType(table)
+
+
+REGISTRY: Mapping[tuple[str, str], OpSchema] = _table()
+
+
+def get_schema(op_type: str, domain: str = "") -> OpSchema:
+    """Return the schema of an op type.
+
+    Raises:
+        KeyError: no such op.
+    """
+    if domain == "ai.onnx":
+        domain = ""
+    return REGISTRY[(domain, op_type)]
+
+
+def builder_name(schema: OpSchema) -> str:
+    """The ``aioge.ops`` function name of an op: its declared builder, or snake_case of its name."""
+    if schema.builder:
+        return schema.builder
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", schema.name)
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", s)
+    return s.lower()

@@ -1,0 +1,200 @@
+"""Op schemas: what an op is called, its attributes, shape inference, engines and kernels.
+
+One ``OpSchema`` holds everything about an op type, declared next to its family's kernels
+(``aioge/ops/<family>.py``). The registry (``aioge.ops.registry``) is the constant table of
+all of them; nothing registers itself at import time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from aioge.engines import Engine
+from aioge.ir.desc import Dim, TensorDesc
+
+__all__ = [
+    "ALL_ENGINES",
+    "CPU_ONLY",
+    "Attr",
+    "InferContext",
+    "InferError",
+    "KernelImpl",
+    "OpSchema",
+    "REQUIRED",
+    "RunFn",
+    "VECTOR_ENGINES",
+]
+
+ALL_ENGINES = frozenset({Engine.AICORE, Engine.AIVEC, Engine.AICPU})
+VECTOR_ENGINES = frozenset({Engine.AIVEC, Engine.AICPU})
+CPU_ONLY = frozenset({Engine.AICPU})
+_FLOATS = frozenset({"float16", "float32", "float64"})
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+# A bound kernel: reads ``inputs``; writes into ``outputs`` when given (preallocated arena
+# views of the inferred shapes) and returns them; otherwise returns fresh arrays.
+RunFn = Callable[[Sequence[np.ndarray], "Sequence[np.ndarray] | None"], Sequence[np.ndarray]]
+
+
+class InferError(ValueError):
+    """Raised by shape inference; the caller wraps it in a GraphError naming the node."""
+
+
+_KINDS: dict[str, Callable[[Any], bool]] = {
+    "int": lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "ints": lambda v: isinstance(v, (list, tuple)) and all(_KINDS["int"](x) for x in v),
+    "floats": lambda v: isinstance(v, (list, tuple)) and all(_KINDS["float"](x) for x in v),
+    "strings": lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v),
+    "tensor": lambda v: isinstance(v, np.ndarray),
+    "dtype": lambda v: True,
+    "any": lambda v: True,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Attr:
+    """One attribute: its kind, default (or REQUIRED), allowed choices and an extra check."""
+
+    kind: str
+    default: Any = None
+    choices: tuple[Any, ...] | None = None
+    check: Callable[[Any], str | None] | None = None  # returns the reason it is invalid, or None
+
+    def normalise(self, value: Any) -> Any:
+        """Return the value in canonical form (ints as int, lists as tuples).
+
+        Raises:
+            ValueError: the value is of the wrong kind or not allowed.
+        """
+        if not _KINDS[self.kind](value):
+            raise ValueError(f"expected {self.kind}, got {value!r}")
+        if self.kind == "int":
+            value = int(value)
+        elif self.kind == "float":
+            value = float(value)
+        elif self.kind == "ints":
+            value = tuple(int(v) for v in value)
+        elif self.kind == "floats":
+            value = tuple(float(v) for v in value)
+        elif self.kind == "strings":
+            value = tuple(value)
+        elif self.kind == "dtype":
+            from aioge.ir.desc import canonical_dtype
+
+            value = canonical_dtype(value)
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"expected one of {list(self.choices)}, got {value!r}")
+        if self.check is not None:
+            reason = self.check(value)
+            if reason:
+                raise ValueError(reason)
+        return value
+
+
+@dataclass(slots=True)
+class InferContext:
+    """What shape inference sees of a node: input descs, known input values, attributes."""
+
+    inputs: Sequence[TensorDesc | None]
+    values: Sequence[np.ndarray | None]
+    attrs: Mapping[str, Any]
+    num_outputs: int
+
+    def shape(self, i: int) -> tuple[Dim, ...] | None:
+        d = self.inputs[i] if i < len(self.inputs) else None
+        return None if d is None else d.shape
+
+    def dtype(self, i: int) -> str:
+        d = self.inputs[i]
+        if d is None:
+            raise InferError(f"input {i} is required")
+        return d.dtype
+
+    def value(self, i: int) -> np.ndarray | None:
+        return self.values[i] if i < len(self.values) else None
+
+    def has(self, i: int) -> bool:
+        return i < len(self.inputs) and self.inputs[i] is not None
+
+
+@dataclass(frozen=True, slots=True)
+class KernelImpl:
+    """One implementation of an op.
+
+    ``build(attrs, params, in_descs, out_descs)`` binds it to a node and returns the run
+    function; it runs at load time, never per call. ``applies`` says whether it can run a
+    given signature; ``candidates`` lists the tuning parameter sets to try (one empty set
+    when there is nothing to tune).
+    """
+
+    name: str
+    build: Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[TensorDesc], Sequence[TensorDesc]], RunFn]
+    applies: Callable[[Sequence[TensorDesc], Mapping[str, Any]], bool] = lambda descs, attrs: True
+    candidates: Callable[[Sequence[TensorDesc], Mapping[str, Any]], list[dict[str, Any]]] = lambda d, a: [{}]
+
+
+@dataclass(frozen=True, slots=True)
+class OpSchema:
+    """Everything about one op type."""
+
+    name: str
+    infer: Callable[[InferContext], list[TensorDesc]]
+    impls: tuple[KernelImpl, ...]
+    engines: frozenset[Engine]
+    attrs: Mapping[str, Attr] = field(default_factory=dict)
+    inputs: tuple[int, int] = (1, 1)  # min, max; max -1 = variadic
+    outputs: tuple[int, int] = (1, 1)
+    domain: str = ""
+    family: str = ""
+    elementwise: bool = False
+    builder: str | None = None  # the aioge.ops function name; default: snake_case of the name
+    doc: str = ""
+    version: int = 1  # bump when a kernel's numerics change: it is part of every kernel key
+    float_only: bool = True  # AiCore and AiVec take only float tensors; other dtypes go to AiCpu
+
+    def engines_for(self, in_descs: Sequence[TensorDesc | None]) -> frozenset[Engine]:
+        """The engines that can run this op on inputs of these descs."""
+        if self.float_only and any(d is not None and d.dtype not in _FLOATS for d in in_descs):
+            return self.engines & CPU_ONLY
+        return self.engines
+
+    def normalise_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate attributes and fill in defaults.
+
+        Raises:
+            ValueError: an unknown attribute, a missing required one, or a bad value
+                (the message names the attribute).
+        """
+        unknown = sorted(set(attrs) - set(self.attrs))
+        if unknown:
+            raise ValueError(f"unknown attribute(s) {unknown} for {self.name}; known: {sorted(self.attrs)}")
+        out: dict[str, Any] = {}
+        for key, spec in self.attrs.items():
+            if key in attrs and attrs[key] is not None:
+                try:
+                    out[key] = spec.normalise(attrs[key])
+                except ValueError as exc:
+                    raise ValueError(f"attribute {key!r} of {self.name}: {exc}") from None
+            elif spec.default is REQUIRED:
+                raise ValueError(f"attribute {key!r} of {self.name} is required")
+            elif spec.default is not None:
+                out[key] = spec.default
+        return out
+
+    def impl(self, name: str) -> KernelImpl:
+        for impl in self.impls:
+            if impl.name == name:
+                return impl
+        raise KeyError(f"{self.name} has no implementation {name!r}")

@@ -1,0 +1,315 @@
+"""Every option aioge understands, in one table: key, ir_option alias, level, default, env fallback.
+
+Keys are GE's strings; GE's ``ir_option`` names are accepted as aliases; keys aioge adds are
+spelled ``aioge.*``. Values are strings, as in GE, and are checked when given: an unknown
+key, a bad value or a key given at the wrong level raises ``OptionError`` naming the key,
+the value and what is allowed. Environment variables are read when a session resolves its
+options, never at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from aioge.engines import Engine, engine_names, parse_engine
+from aioge.errors import OptionError
+
+__all__ = [
+    "OPTIONS",
+    "CompileOptions",
+    "OptionSpec",
+    "canonical_key",
+    "check_options",
+    "resolve_options",
+]
+
+SESSION = "session"
+GRAPH = "graph"
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSpec:
+    """One option: its GE key, ir_option alias, the levels it may be given at, and its parser."""
+
+    key: str
+    alias: str | None
+    levels: frozenset[str]
+    default: str
+    parse: Callable[[str], Any]  # str -> typed value; raises ValueError("what is allowed")
+    field: str  # the CompileOptions field it sets
+    env: str | None = None  # environment fallback, read at resolve time
+    doc: str = ""
+
+
+# -- parsers: each raises ValueError whose text says what is allowed -------------------
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(v: str) -> str:
+        if v not in allowed:
+            raise ValueError(f"allowed values: {', '.join(allowed)}")
+        return v
+
+    return parse
+
+
+def _flag01(v: str) -> bool:
+    if v not in ("0", "1"):
+        raise ValueError("allowed values: 0, 1")
+    return v == "1"
+
+
+def _bool(v: str) -> bool:
+    if v.lower() not in ("true", "false", "1", "0"):
+        raise ValueError("allowed values: true, false (or 1, 0)")
+    return v.lower() in ("true", "1")
+
+
+def _int_range(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(v: str) -> int:
+        if not re.fullmatch(r"-?[0-9]+", v.strip()) or not lo <= int(v) <= hi:
+            raise ValueError(f"an integer from {lo} to {hi}")
+        return int(v)
+
+    return parse
+
+
+def _engines(v: str) -> frozenset[Engine]:
+    if not v:
+        return frozenset()
+    out = set()
+    for name in v.split("|"):
+        try:
+            out.add(parse_engine(name))
+        except KeyError:
+            raise ValueError(
+                f"'|'-separated engine names out of {', '.join(engine_names())}; {name!r} is not one"
+            ) from None
+    return frozenset(out)
+
+
+def _stream_max(v: str) -> Mapping[Engine, int]:
+    out: dict[Engine, int] = {}
+    for item in filter(None, v.split(",")):
+        name, sep, num = item.partition(":")
+        if not sep or not re.fullmatch(r"[0-9]+", num) or not 1 <= int(num) <= 64:
+            raise ValueError(f"'Engine:N,...' with N from 1 to 64, e.g. AiCore:4,AiVec:2,AiCpu:1; bad item {item!r}")
+        try:
+            out[parse_engine(name)] = int(num)
+        except KeyError:
+            raise ValueError(f"engine names out of {', '.join(engine_names())}; {name!r} is not one") from None
+    return MappingProxyType(out)
+
+
+# Characters GE allows in op_compiler_cache_dir: a-z A-Z 0-9 _ - . and CJK, plus the path separator.
+_CACHE_DIR_RE = re.compile(r"[A-Za-z0-9_\-./\u4e00-\u9fff\u3400-\u4dbf]*")
+
+
+def _cache_dir(v: str) -> str:
+    if not _CACHE_DIR_RE.fullmatch(v):
+        bad = sorted({c for c in v if not _CACHE_DIR_RE.fullmatch(c)})
+        raise ValueError(f"a path of the characters a-z A-Z 0-9 _ - . / and CJK characters; {bad} are not allowed")
+    return v
+
+
+def _path(v: str) -> str:
+    if "\x00" in v:
+        raise ValueError("a path without NUL characters")
+    return v
+
+
+_GRAPH_KEY_RE = re.compile(r"[A-Za-z0-9_\-]{1,128}")
+
+
+def _graph_key(v: str) -> str:
+    if v and not _GRAPH_KEY_RE.fullmatch(v):
+        raise ValueError("1 to 128 characters out of A-Z a-z 0-9 _ - (it becomes part of file names)")
+    return v
+
+
+def _switch(v: str) -> Mapping[str, bool]:
+    from aioge.passes import pass_names
+
+    names = pass_names()
+    out: dict[str, bool] = {}
+    for item in filter(None, (s.strip() for s in v.split(";"))):
+        name, sep, state = item.partition(":")
+        if not sep or state not in ("on", "off"):
+            raise ValueError(f"'Pass:on;Pass:off'; bad item {item!r}")
+        if name not in names:
+            raise ValueError(f"unknown pass {name!r}; passes: {', '.join(names) or '(none)'}")
+        out[name] = state == "on"
+    return MappingProxyType(out)
+
+
+def _positive_float(v: str) -> float:
+    try:
+        x = float(v)
+    except ValueError:
+        raise ValueError("a positive number of milliseconds") from None
+    if not 0 < x <= 600_000:
+        raise ValueError("a positive number of milliseconds, at most 600000")
+    return x
+
+
+_S = frozenset({SESSION})
+_G = frozenset({GRAPH})
+_SG = frozenset({SESSION, GRAPH})
+
+_TABLE: tuple[OptionSpec, ...] = (
+    OptionSpec("ge.exec.exclude_engines", "EXCLUDE_ENGINES", _SG, "", _engines, "exclude_engines",
+               doc="engines not to use, '|'-separated out of AiCore, AiVec (AiVector), AiCpu"),
+    OptionSpec("ge.op_compiler_cache_mode", "OP_COMPILER_CACHE_MODE", _SG, "enable",
+               _choice("enable", "force", "disable"), "op_cache_mode",
+               doc="kernel cache: enable reuses, force recompiles and replaces, disable neither reads nor writes"),
+    OptionSpec("ge.op_compiler_cache_dir", "OP_COMPILER_CACHE_DIR", _S, "", _cache_dir, "op_cache_dir",
+               env="ASCEND_CACHE_PATH", doc="kernel cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data)"),
+    OptionSpec("ge.optimizationSwitch", "OPTIMIZATION_SWITCH", _SG, "", _switch, "optimization_switch",
+               doc="'Pass:on;Pass:off' to switch graph passes (see `aioge passes`)"),
+    OptionSpec("ge.graph_compiler_cache_dir", None, _S, "", _path, "graph_cache_dir",
+               doc="directory of the compiled-graph cache; must exist; needs ge.graph_key too"),
+    OptionSpec("ge.graph_key", None, _G, "", _graph_key, "graph_key",
+               doc="the graph's name in the graph cache: 1-128 of A-Z a-z 0-9 _ -"),
+    OptionSpec("ge.externalWeight", "EXTERNAL_WEIGHT", _SG, "0", _flag01, "external_weight",
+               doc="1: keep constants in files under weight/ beside the compiled model"),
+    OptionSpec("op_debug_level", "OP_DEBUG_LEVEL", _S, "0", _int_range(0, 4), "op_debug_level",
+               doc="not 0: kernels check their outputs for NaN/Inf and the kernel cache is bypassed"),
+    OptionSpec("op_debug_config", "OP_DEBUG_CONFIG", _S, "", _path, "op_debug_config",
+               doc="path of an op debug config file (op_debug_list=OpA,OpB limits it to those ops)"),
+    OptionSpec("ge.streamMaxParallelNum", "STREAM_MAX_PARALLEL_NUM", _SG, "AiCore:4,AiVec:2,AiCpu:1",
+               _stream_max, "stream_max_parallel", doc="streams per engine, 'AiCore:4,AiVec:2,AiCpu:1'"),
+    OptionSpec("ge.enableSingleStream", "ENABLE_SINGLE_STREAM", _SG, "false", _bool, "single_stream",
+               doc="true: every node on one stream"),
+    OptionSpec("ge.exec.disableReuseMemory", "DISABLE_REUSE_MEMORY", _SG, "0", _flag01, "disable_reuse_memory",
+               doc="1: every tensor gets its own arena region"),
+    OptionSpec("ge.socVersion", "SOC_VERSION", _S, "AiogeSim", _graph_key, "soc_version",
+               doc="the simulated chip; kernels are cached per soc"),
+    OptionSpec("aioge.tune_mode", None, _SG, "tune", _choice("tune", "heuristic"), "tune_mode",
+               doc="tune: time candidate kernels on the real shapes; heuristic: pick by rule, no timing"),
+    OptionSpec("aioge.tune_budget_ms", None, _SG, "200", _positive_float, "tune_budget_ms",
+               doc="time budget for tuning one op"),
+    OptionSpec("aioge.exec_mode", None, _SG, "sink", _choice("sink", "host"), "exec_mode",
+               doc="sink: each stream runs in its worker; host: ops dispatched one by one from the loop"),
+    OptionSpec("aioge.graph_cache_check", None, _SG, "fingerprint", _choice("fingerprint", "key"),
+               "graph_cache_check", doc="fingerprint: reload only an identical graph; key: trust graph_key alone (GE)"),
+    OptionSpec("aioge.cache_shared", None, _S, "0", _flag01, "cache_shared",
+               doc="1: cache files are group-writable and files of other owners are trusted"),
+)
+
+OPTIONS: Mapping[str, OptionSpec] = MappingProxyType({s.key: s for s in _TABLE})
+_ALIASES: Mapping[str, str] = MappingProxyType({s.alias: s.key for s in _TABLE if s.alias})
+
+
+@dataclass(frozen=True, slots=True)
+class CompileOptions:
+    """Options resolved for one graph: session and graph levels merged, env fallbacks read, typed."""
+
+    exclude_engines: frozenset[Engine] = frozenset()
+    op_cache_mode: str = "enable"
+    op_cache_dir: str = ""
+    optimization_switch: Mapping[str, bool] = field(default_factory=dict)
+    graph_cache_dir: str = ""
+    graph_key: str = ""
+    external_weight: bool = False
+    op_debug_level: int = 0
+    op_debug_config: str = ""
+    stream_max_parallel: Mapping[Engine, int] = field(default_factory=dict)
+    single_stream: bool = False
+    disable_reuse_memory: bool = False
+    soc_version: str = "AiogeSim"
+    tune_mode: str = "tune"
+    tune_budget_ms: float = 200.0
+    exec_mode: str = "sink"
+    graph_cache_check: str = "fingerprint"
+    cache_shared: bool = False
+    raw: Mapping[str, str] = field(default_factory=dict)  # the effective string values, by GE key
+
+    def streams_for(self, engine: Engine) -> int:
+        """How many streams ``engine`` may use."""
+        if self.single_stream:
+            return 1
+        return self.stream_max_parallel.get(engine, 1)
+
+
+def canonical_key(key: str) -> str:
+    """The GE key for a key or ir_option alias.
+
+    Raises:
+        OptionError: not a known option.
+    """
+    if key in OPTIONS:
+        return key
+    if key in _ALIASES:
+        return _ALIASES[key]
+    known = ", ".join(sorted(OPTIONS))
+    raise OptionError(key, "", f"unknown option; known options: {known} (and their ir_option aliases)")
+
+
+def check_options(options: Mapping[str, object] | None, level: str) -> dict[str, str]:
+    """Validate options given at ``level`` ("session" or "graph") and return them by GE key.
+
+    Raises:
+        OptionError: unknown key, non-string or invalid value, wrong level, or a key given
+            twice (under its key and its alias).
+    """
+    out: dict[str, str] = {}
+    for key, value in (options or {}).items():
+        if not isinstance(key, str):
+            raise OptionError(repr(key), value, "option keys are strings")
+        canon = canonical_key(key)
+        spec = OPTIONS[canon]
+        if not isinstance(value, str):
+            raise OptionError(key, value, f"option values are strings, as in GE (got {type(value).__name__})")
+        if level not in spec.levels:
+            where = " or ".join(sorted(spec.levels))
+            raise OptionError(key, value, f"this option is set at {where} level, not {level} level")
+        if canon in out:
+            raise OptionError(key, value, f"given twice (as {canon} and its alias {spec.alias})")
+        try:
+            spec.parse(value)
+        except ValueError as exc:
+            raise OptionError(key, value, str(exc)) from None
+        out[canon] = value
+    return out
+
+
+def resolve_options(
+    session: Mapping[str, str],
+    graph: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> CompileOptions:
+    """Merge checked session and graph options (the graph's win; optimizationSwitch merges
+    per pass), fill env fallbacks and defaults, and return them typed.
+
+    Raises:
+        OptionError: an environment fallback holds an invalid value.
+    """
+    env = os.environ if env is None else env
+    merged: dict[str, str] = dict(session)
+    for key, value in (graph or {}).items():
+        if key == "ge.optimizationSwitch" and key in merged:
+            combined = dict(_switch(merged[key]))
+            combined.update(_switch(value))
+            value = ";".join(f"{k}:{'on' if v else 'off'}" for k, v in combined.items())
+        merged[key] = value
+    values: dict[str, Any] = {}
+    raw: dict[str, str] = {}
+    for spec in _TABLE:
+        text = merged.get(spec.key)
+        if text is None and spec.env and env.get(spec.env):
+            text = env[spec.env]
+            try:
+                spec.parse(text)
+            except ValueError as exc:
+                raise OptionError(spec.env, text, f"environment fallback for {spec.key}: {exc}") from None
+        if text is None:
+            text = spec.default
+        values[spec.field] = spec.parse(text)
+        raw[spec.key] = text
+    known = {f.name for f in fields(CompileOptions)}
+    assert set(values) <= known
+    return CompileOptions(**values, raw=MappingProxyType(raw))

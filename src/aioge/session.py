@@ -1,0 +1,265 @@
+"""Session: the public face. Add graphs, build them, run them, concurrently and off the event loop."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Mapping
+
+import anyio
+import numpy as np
+
+from aioge.compiler.graph import compile_graph
+from aioge.compiler.model import CompiledModel
+from aioge.compiler.specialize import input_signature
+from aioge.errors import FeedError, GraphError
+from aioge.ir.desc import is_static, numpy_dtype
+from aioge.ir.graph import Graph
+from aioge.options import CompileOptions, check_options, resolve_options
+from aioge.runtime.executor import Executable, TraceSpan
+
+__all__ = ["Session"]
+
+log = logging.getLogger(__name__)
+
+Signature = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+@dataclass(slots=True)
+class _GraphEntry:
+    graph_id: int
+    graph: Graph
+    options: dict[str, str]
+    resolved: CompileOptions
+    builds: dict[Signature, Executable] = field(default_factory=dict)
+    lock: anyio.Lock | None = None
+    last: Signature | None = None
+
+
+class Session:
+    """A GE-style session: graphs by id, compiled once per input signature, run many times.
+
+    ``async with aioge.Session({"ge.exec.exclude_engines": "AiCpu"}) as s: ...``. Options are
+    GE's string options, checked here (``OptionError`` on a bad one).
+    """
+
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        self._options = check_options(options, "session")
+        resolve_options(self._options)  # env fallbacks are checked now, so a bad one fails early
+        self._graphs: dict[int, _GraphEntry] = {}
+        self._anonymous: dict[int, tuple[Graph, int]] = {}
+        self._variables: dict[str, np.ndarray] = {}
+        self._cpu: anyio.CapacityLimiter | None = None
+        self._threads: anyio.CapacityLimiter | None = None
+        self._runs: anyio.CapacityLimiter | None = None
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def __aenter__(self) -> Session:
+        self._limiters()
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Drop every graph and its compiled models."""
+        self._graphs.clear()
+        self._anonymous.clear()
+        self._closed = True
+
+    def _limiters(self) -> tuple[anyio.CapacityLimiter, anyio.CapacityLimiter, anyio.CapacityLimiter]:
+        if self._cpu is None:
+            cores = os.cpu_count() or 2
+            self._cpu = anyio.CapacityLimiter(cores)  # compile work
+            self._runs = anyio.CapacityLimiter(cores)  # concurrent runs executing kernels
+            # Stream workers of admitted runs: enough that every stream of every admitted run has its thread
+            # (a stream waiting on an event must never hold the token its producer needs).
+            self._threads = anyio.CapacityLimiter(cores * 16)
+        assert self._runs is not None and self._threads is not None
+        return self._cpu, self._runs, self._threads
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise GraphError("the session is closed")
+
+    # -- graphs -----------------------------------------------------------------------
+
+    async def add_graph(self, graph_id: int, graph: Graph, options: Mapping[str, str] | None = None) -> None:
+        """Register ``graph`` under ``graph_id`` with graph-level options.
+
+        Raises:
+            OptionError: a bad graph option. GraphError: the id is taken, or the graph is
+            malformed, or its variables clash with the session's.
+        """
+        self._check_open()
+        if not isinstance(graph, Graph):
+            raise GraphError(f"add_graph expects an aioge.Graph, got {type(graph).__name__}")
+        if graph_id in self._graphs:
+            raise GraphError(f"graph id {graph_id} is already added; remove_graph it first", graph=graph.name)
+        checked = check_options(options, "graph")
+        resolved = resolve_options(self._options, checked)
+        await anyio.to_thread.run_sync(graph.validate)
+        self._adopt_variables(graph)
+        self._graphs[graph_id] = _GraphEntry(graph_id, graph, checked, resolved, lock=anyio.Lock())
+
+    async def remove_graph(self, graph_id: int) -> None:
+        """Forget a graph and its compiled models.
+
+        Raises:
+            GraphError: no such graph id.
+        """
+        self._entry(graph_id)
+        del self._graphs[graph_id]
+
+    async def build_graph(self, graph_id: int, shapes: Mapping[str, Any] | None = None) -> CompiledModel:
+        """Compile the graph for the given input shapes (default: its static input shapes).
+
+        ``shapes`` maps input names to shapes or to example arrays. Returns the compiled model.
+
+        Raises:
+            FeedError: a dynamic input without a shape. GraphError, CompileError: as compile_graph.
+        """
+        entry = self._entry(graph_id)
+        given = {k: (np.shape(v) if not isinstance(v, (tuple, list)) else tuple(v)) for k, v in (shapes or {}).items()}
+        unknown = sorted(set(given) - {v.name for v in entry.graph.inputs})
+        if unknown:
+            raise FeedError(f"shapes given for unknown inputs {unknown}", graph=entry.graph.name, input=unknown[0])
+        signature = input_signature(entry.graph, given)
+        return (await self._executable(entry, signature)).model
+
+    async def run_graph(
+        self, graph_id: int, feeds: Mapping[str, Any], *, trace: str | os.PathLike[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Run a graph on ``feeds`` (input name -> array); returns outputs by name.
+
+        Compiles first if these input shapes have not been compiled yet.
+
+        Raises:
+            FeedError: a missing, extra or mis-shaped/typed feed. ExecutionError: a kernel failed.
+        """
+        entry = self._entry(graph_id)
+        arrays, signature = self._check_feeds(entry.graph, feeds)
+        exe = await self._executable(entry, signature)
+        _, runs, threads = self._limiters()
+        spans: list[TraceSpan] | None = [] if trace is not None else None
+        async with runs:
+            start = anyio.current_time()
+            outputs = await exe.run(arrays, mode=entry.resolved.exec_mode, thread_limiter=threads, trace=spans)
+        if trace is not None and spans is not None:
+            from aioge.runtime.trace import write_trace
+
+            await anyio.to_thread.run_sync(write_trace, os.fspath(trace), exe.model, spans, start)
+        return outputs
+
+    async def run(self, graph: Graph, feeds: Mapping[str, Any], options: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+        """Run a graph object directly: added (with ``options``) and built on first sight."""
+        self._check_open()
+        known = self._anonymous.get(id(graph))
+        if known is None or known[0] is not graph:
+            graph_id = -1 - len(self._anonymous)
+            while graph_id in self._graphs:
+                graph_id -= 1
+            await self.add_graph(graph_id, graph, options)
+            self._anonymous[id(graph)] = (graph, graph_id)
+        else:
+            graph_id = known[1]
+        return await self.run_graph(graph_id, feeds)
+
+    def compiled(self, graph_id: int) -> CompiledModel:
+        """The compiled model of the graph's latest build.
+
+        Raises:
+            GraphError: no such graph, or it has not been built yet.
+        """
+        entry = self._entry(graph_id)
+        if entry.last is None:
+            raise GraphError(f"graph id {graph_id} has not been built yet", graph=entry.graph.name)
+        return entry.builds[entry.last].model
+
+    def executable(self, graph_id: int) -> Executable:
+        """The bound executable of the graph's latest build (for pools and statistics)."""
+        entry = self._entry(graph_id)
+        if entry.last is None:
+            raise GraphError(f"graph id {graph_id} has not been built yet", graph=entry.graph.name)
+        return entry.builds[entry.last]
+
+    def variable(self, name: str) -> np.ndarray:
+        """A copy of a variable's current value.
+
+        Raises:
+            GraphError: no such variable in this session.
+        """
+        try:
+            return self._variables[name].copy()
+        except KeyError:
+            raise GraphError(f"no variable named {name!r} in this session; known: {sorted(self._variables)}") from None
+
+    # -- internals --------------------------------------------------------------------
+
+    def _entry(self, graph_id: int) -> _GraphEntry:
+        self._check_open()
+        try:
+            return self._graphs[graph_id]
+        except KeyError:
+            raise GraphError(f"no graph with id {graph_id} in this session; added: {sorted(self._graphs)}") from None
+
+    def _adopt_variables(self, graph: Graph) -> None:
+        for name, v in graph.variables.items():
+            have = self._variables.get(name)
+            if have is None:
+                self._variables[name] = np.array(v.data, copy=True)
+            elif have.shape != v.data.shape or have.dtype != v.data.dtype:  # type: ignore[union-attr]
+                raise GraphError(
+                    f"variable {name!r} is {have.dtype}{list(have.shape)} in this session, "
+                    f"{v.desc} in this graph",
+                    graph=graph.name,
+                )
+
+    async def _executable(self, entry: _GraphEntry, signature: Signature) -> Executable:
+        exe = entry.builds.get(signature)
+        if exe is not None:
+            entry.last = signature
+            return exe
+        assert entry.lock is not None
+        async with entry.lock:  # one compile per graph and signature; waiters get the result
+            exe = entry.builds.get(signature)
+            if exe is None:
+                cpu, _, _ = self._limiters()
+                model = await compile_graph(entry.graph, signature, entry.resolved, limiter=cpu)
+                exe = Executable(model, self._variables)
+                entry.builds[signature] = exe
+            entry.last = signature
+            return exe
+
+    def _check_feeds(self, graph: Graph, feeds: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], Signature]:
+        if not isinstance(feeds, Mapping):
+            raise FeedError(f"feeds must be a mapping of input name to array, got {type(feeds).__name__}", graph=graph.name)
+        names = [v.name for v in graph.inputs]
+        missing = [n for n in names if n not in feeds]
+        extra = sorted(set(feeds) - set(names))
+        if missing:
+            descs = ", ".join(f"{n}: {graph.value(n).desc}" for n in missing)
+            raise FeedError(f"missing feeds for inputs {descs}", graph=graph.name, input=missing[0])
+        if extra:
+            raise FeedError(f"feeds for unknown inputs {extra}; inputs are {names}", graph=graph.name, input=extra[0])
+        arrays: dict[str, np.ndarray] = {}
+        for v in graph.inputs:
+            x = feeds[v.name]
+            want = numpy_dtype(v.dtype)
+            if not isinstance(x, np.ndarray):
+                try:
+                    x = np.asarray(x, dtype=want)
+                except (TypeError, ValueError) as exc:
+                    raise FeedError(f"input {v.name!r} expects {v.desc}: {exc}", graph=graph.name, input=v.name) from None
+            if x.dtype != want and not (v.dtype == "str" and x.dtype.kind in "UO"):
+                raise FeedError(f"input {v.name!r} expects {v.desc}, got dtype {x.dtype}", graph=graph.name, input=v.name)
+            arrays[v.name] = x
+        shapes = {n: a.shape for n, a in arrays.items()}
+        signature = input_signature(graph, shapes)
+        if not all(is_static(s) for _, s in signature):  # pragma: no cover - feeds are always concrete
+            raise FeedError("feeds must have concrete shapes", graph=graph.name)
+        return arrays, signature
