@@ -7,11 +7,12 @@ from types import MappingProxyType
 from typing import Mapping
 
 from aioge.ops import elementwise
+from aioge.ops import activation, algebra, compare, image, index, math, norm, reduce_extra, window
 from aioge.ops.schema import OpSchema
 
 __all__ = ["REGISTRY", "builder_name", "get_schema"]
 
-_FAMILIES = (elementwise,)
+_FAMILIES = (elementwise, activation, algebra, compare, image, index, math, norm, reduce_extra, window)
 
 
 def _table() -> Mapping[tuple[str, str], OpSchema]:

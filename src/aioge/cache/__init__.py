@@ -1,0 +1,1 @@
+"""The disk caches: kernels (kernel_cache/) and compiled graphs (.idx/.om/.rdcpkt/weight/)."""

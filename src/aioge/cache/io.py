@@ -1,0 +1,292 @@
+"""File I/O for every cache file, in one place: atomic writes, bounded reads, the safe codec.
+
+Every file aioge writes to a cache is an *envelope*::
+
+    MAGIC (8 bytes) | header length (4 bytes, little endian) | header (msgpack) | payload
+
+The header holds the format version, the kind of file, the aioge/numpy/Python versions it
+was made under, the payload's length and its sha256. ``open_envelope`` checks all of them
+and raises ``CacheError`` on any mismatch, so a truncated, corrupt, foreign or stale file
+is a miss, never a crash and never a silently stale result.
+
+Payloads are msgpack with arrays as an ExtType (dtype from an allow-list, shape, bytes whose
+length is checked against dtype and shape). Decoding is bounded: ``max_buffer_size`` and
+per-container limits are set and ``strict_map_key`` is on. Nothing read is ever executed.
+
+Writes publish atomically: temp file in the same directory, fsync, ``os.replace``, fsync of
+the directory. Async callers make one worker-thread hop per file (aiofiles' executor on
+asyncio, anyio's worker threads on other backends).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import secrets
+import struct
+from typing import Any, Mapping
+
+import anyio
+import msgpack
+import numpy as np
+import sniffio
+
+from aioge.errors import CacheError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAX_FILE_BYTES",
+    "make_envelope",
+    "open_envelope",
+    "pack",
+    "read_bytes",
+    "read_bytes_sync",
+    "unpack",
+    "write_atomic",
+    "write_atomic_sync",
+]
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"AIOGE\x00\x01\x00"
+FORMAT_VERSION = 1
+MAX_FILE_BYTES = 8 << 30  # no cache file aioge writes is larger; a larger one is not ours
+MAX_HEADER_BYTES = 64 << 10
+_ARRAY_EXT = 1
+_ARRAY_DTYPES = frozenset(
+    {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
+     "complex64", "complex128"}
+)
+_MAX_DIMS = 32
+
+
+# -- the codec ------------------------------------------------------------------------
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.name not in _ARRAY_DTYPES:
+            raise TypeError(f"cannot store arrays of dtype {obj.dtype}")
+        body = msgpack.packb([obj.dtype.name, list(obj.shape), np.ascontiguousarray(obj).tobytes()], use_bin_type=True)
+        return msgpack.ExtType(_ARRAY_EXT, body)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (tuple, frozenset, set)):
+        return list(obj)
+    raise TypeError(f"cannot store {type(obj).__name__}")
+
+
+def pack(obj: Any) -> bytes:
+    """Encode plain data (dicts, lists, str, bytes, numbers, None, numpy arrays) as msgpack.
+
+    Raises:
+        TypeError: something that is not plain data.
+    """
+    return msgpack.packb(obj, default=_default, use_bin_type=True)
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code != _ARRAY_EXT:
+        raise ValueError(f"unknown msgpack extension type {code}")
+    dtype, shape, raw = _bounded_unpack(data, None)
+    if not isinstance(dtype, str) or dtype not in _ARRAY_DTYPES:
+        raise ValueError(f"array dtype {dtype!r} is not allowed")
+    if not isinstance(shape, list) or len(shape) > _MAX_DIMS or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise ValueError(f"bad array shape {shape!r}")
+    if not isinstance(raw, bytes):
+        raise ValueError("array data is not bytes")
+    count = 1
+    for d in shape:
+        count *= d
+    if count * np.dtype(dtype).itemsize != len(raw):
+        raise ValueError(f"array of {dtype}{shape} needs {count * np.dtype(dtype).itemsize} bytes, has {len(raw)}")
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def _bounded_unpack(data: bytes, ext_hook: Any) -> Any:
+    """One msgpack object from exactly ``data``; no container or string may claim more than the data holds."""
+    kwargs: dict[str, Any] = {"raw": False, "strict_map_key": True, "max_buffer_size": max(len(data), 1)}
+    if ext_hook is not None:
+        kwargs["ext_hook"] = ext_hook
+    unpacker = msgpack.Unpacker(**kwargs)
+    unpacker.feed(data)
+    obj = unpacker.unpack()
+    if unpacker.tell() != len(data):
+        raise ValueError(f"{len(data) - unpacker.tell()} bytes of trailing data")
+    return obj
+
+
+def unpack(data: bytes, *, what: str = "cache data") -> Any:
+    """Decode msgpack written by ``pack``, with bounds; arrays come back read-only.
+
+    Raises:
+        CacheError: malformed, hostile or unknown content.
+    """
+    try:
+        return _bounded_unpack(data, _ext_hook)
+    except CacheError:
+        raise
+    except Exception as exc:  # msgpack raises several unrelated types (ValueError, StackError, ExtraData, ...)
+        raise CacheError(f"cannot decode {what}: {type(exc).__name__}: {exc}") from None
+
+
+# -- envelopes ------------------------------------------------------------------------
+
+
+def _versions() -> dict[str, str]:
+    from aioge.compiler.model import versions
+
+    return versions()
+
+
+def make_envelope(kind: str, payload: bytes, extra: Mapping[str, Any] | None = None) -> bytes:
+    """Wrap a payload with the magic, format, versions and checksum header."""
+    header = {
+        "format": FORMAT_VERSION,
+        "kind": kind,
+        "versions": _versions(),
+        "size": len(payload),
+        "sha256": hashlib.sha256(payload).hexdigest(),
+        **(dict(extra) if extra else {}),
+    }
+    blob = msgpack.packb(header, use_bin_type=True)
+    return MAGIC + struct.pack("<I", len(blob)) + blob + payload
+
+
+def open_envelope(data: bytes, kind: str, *, path: str | None = None, check_versions: bool = True) -> tuple[dict[str, Any], bytes]:
+    """Check an envelope and return (header, payload).
+
+    Raises:
+        CacheError: not an aioge file, another kind, another format or versions,
+            truncated, or a checksum mismatch.
+    """
+    if len(data) < len(MAGIC) + 4 or not data.startswith(MAGIC):
+        raise CacheError("not an aioge cache file (bad magic)", path=path)
+    (hlen,) = struct.unpack_from("<I", data, len(MAGIC))
+    start = len(MAGIC) + 4
+    if hlen > MAX_HEADER_BYTES or start + hlen > len(data):
+        raise CacheError(f"truncated or corrupt header (declared {hlen} bytes)", path=path)
+    try:
+        header = _bounded_unpack(data[start : start + hlen], None)
+    except Exception as exc:
+        raise CacheError(f"corrupt header: {type(exc).__name__}", path=path) from None
+    if not isinstance(header, dict):
+        raise CacheError("corrupt header: not a map", path=path)
+    if header.get("format") != FORMAT_VERSION:
+        raise CacheError(f"format {header.get('format')!r}, this aioge reads {FORMAT_VERSION}", path=path)
+    if header.get("kind") != kind:
+        raise CacheError(f"a {header.get('kind')!r} file where a {kind!r} file was expected", path=path)
+    if check_versions and header.get("versions") != _versions():
+        raise CacheError(f"made under {header.get('versions')}, this is {_versions()}", path=path)
+    payload = data[start + hlen :]
+    if header.get("size") != len(payload):
+        raise CacheError(f"truncated: payload has {len(payload)} bytes, header says {header.get('size')}", path=path)
+    if header.get("sha256") != hashlib.sha256(payload).hexdigest():
+        raise CacheError("checksum mismatch (corrupt file)", path=path)
+    return header, payload
+
+
+# -- files ----------------------------------------------------------------------------
+
+
+def write_atomic_sync(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600) -> None:
+    """Publish ``data`` at ``path`` atomically: a reader sees the old file or the new one, whole.
+
+    Raises:
+        OSError: the directory is not writable, the disk is full, ... (nothing half-written remains).
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(tmp)
+        raise
+    os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def read_bytes_sync(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """Read a whole file, refusing one larger than ``max_bytes`` before reading it.
+
+    Raises:
+        FileNotFoundError: no such file. CacheError: too large or not a regular file.
+    """
+    path = os.fspath(path)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        st = os.fstat(fd)
+        if not _is_regular(st.st_mode):
+            raise CacheError("not a regular file", path=path)
+        if st.st_size > max_bytes:
+            raise CacheError(f"{st.st_size} bytes, more than the {max_bytes} a cache file may have", path=path)
+        chunks = []
+        remaining = st.st_size
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+async def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600, limiter: anyio.CapacityLimiter | None = None) -> None:
+    """``write_atomic_sync`` off the event loop, in one worker-thread hop."""
+    await _hop(functools.partial(write_atomic_sync, mode=mode), path, data, limiter=limiter)
+
+
+async def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES, limiter: anyio.CapacityLimiter | None = None) -> bytes:
+    """``read_bytes_sync`` off the event loop, in one worker-thread hop."""
+    return await _hop(functools.partial(read_bytes_sync, max_bytes=max_bytes), path, limiter=limiter)
+
+
+async def _hop(fn: Any, *args: Any, limiter: anyio.CapacityLimiter | None) -> Any:
+    # aiofiles is asyncio-only: use its executor hop there, anyio's worker threads elsewhere.
+    if limiter is None and sniffio.current_async_library() == "asyncio":
+        import aiofiles.os
+
+        return await aiofiles.os.wrap(fn)(*args)
+    return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
+
+
+def _is_regular(mode: int) -> bool:
+    import stat
+
+    return stat.S_ISREG(mode)
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on directories; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,165 @@
+"""Image and tensor-layout kernels: Pad, DepthToSpace, SpaceToDepth, CenterCropPad and Col2Im.
+
+``pad_widths`` and ``col2im_positions`` are shared with shape inference (``aioge.ops.image``)
+so a kernel always produces the shape inference promised.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Sequence
+
+import numpy as np
+
+__all__ = [
+    "center_crop_pad",
+    "col2im",
+    "col2im_positions",
+    "depth_to_space",
+    "pad",
+    "pad_widths",
+    "space_to_depth",
+]
+
+
+def pad_widths(rank: int, pads: Sequence[int], axes: Sequence[int] | None) -> list[tuple[int, int]]:
+    """(begin, end) padding of every axis from ONNX's [begins..., ends...] over ``axes``.
+
+    Raises:
+        ValueError: pads is not twice as long as the axes, or an axis is out of range.
+    """
+    ax = list(range(rank)) if axes is None else list(axes)
+    if len(pads) != 2 * len(ax):
+        raise ValueError(f"pads has {len(pads)} values for {len(ax)} axes (2 per axis expected)")
+    widths = [(0, 0)] * rank
+    for i, a in enumerate(ax):
+        if not -rank <= a < rank:
+            raise ValueError(f"axis {a} is out of range for rank {rank}")
+        widths[a % rank] = (int(pads[i]), int(pads[len(ax) + i]))
+    return widths
+
+
+def pad(
+    data: np.ndarray,
+    pads: np.ndarray,
+    constant_value: np.ndarray | None = None,
+    axes: np.ndarray | None = None,
+    mode: str = "constant",
+) -> np.ndarray:
+    """ONNX Pad: constant, reflect, edge or wrap padding; negative pads crop first.
+
+    Raises:
+        ValueError: bad pads or axes, or reflect/wrap/edge padding of an empty axis.
+    """
+    ax = None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+    widths = pad_widths(data.ndim, [int(p) for p in np.asarray(pads).reshape(-1)], ax)
+    # Negative pads remove elements: crop those first, then pad by what is left.
+    crop = tuple(slice(max(-b, 0), d - max(-e, 0)) for (b, e), d in zip(widths, data.shape))
+    x = data[crop]
+    grow = [(max(b, 0), max(e, 0)) for b, e in widths]
+    if mode == "constant":
+        value = 0 if constant_value is None or np.asarray(constant_value).size == 0 else np.asarray(constant_value).reshape(-1)[0]
+        return np.pad(x, grow, mode="constant", constant_values=value)
+    if any(g != (0, 0) and d == 0 for g, d in zip(grow, x.shape)):
+        raise ValueError(f"cannot {mode}-pad an empty axis of shape {x.shape}")
+    return np.pad(x, grow, mode=mode)
+
+
+def depth_to_space(x: np.ndarray, blocksize: int, mode: str = "DCR") -> np.ndarray:
+    """Move blocks of channels into the spatial dimensions (DCR or CRD channel order)."""
+    n, c, h, w = x.shape
+    b = blocksize
+    if mode == "DCR":
+        t = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        t = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return t.reshape(n, c // (b * b), h * b, w * b)
+
+
+def space_to_depth(x: np.ndarray, blocksize: int, mode: str = "DCR") -> np.ndarray:
+    """Move blocks of the spatial dimensions into channels (the inverse of DepthToSpace)."""
+    n, c, h, w = x.shape
+    b = blocksize
+    t = x.reshape(n, c, h // b, b, w // b, b)
+    t = t.transpose(0, 3, 5, 1, 2, 4) if mode == "DCR" else t.transpose(0, 1, 3, 5, 2, 4)
+    return t.reshape(n, c * b * b, h // b, w // b)
+
+
+def center_crop_pad(x: np.ndarray, shape: np.ndarray, axes: Sequence[int] | None = None) -> np.ndarray:
+    """Crop or zero-pad each axis in ``axes`` to ``shape``, keeping the centre."""
+    target = [int(v) for v in np.asarray(shape).reshape(-1)]
+    ax = list(range(x.ndim)) if axes is None else [a % x.ndim for a in axes]
+    if len(target) != len(ax):
+        raise ValueError(f"shape has {len(target)} values for {len(ax)} axes")
+    out_shape = list(x.shape)
+    src = [slice(None)] * x.ndim
+    dst = [slice(None)] * x.ndim
+    for a, want in zip(ax, target):
+        have = x.shape[a]
+        out_shape[a] = want
+        if want < have:
+            start = (have - want) // 2
+            src[a] = slice(start, start + want)
+        elif want > have:
+            start = (want - have) // 2
+            dst[a] = slice(start, start + have)
+    out = np.zeros(out_shape, x.dtype)
+    out[tuple(dst)] = x[tuple(src)]
+    return out
+
+
+def col2im_positions(
+    image: Sequence[int], block: Sequence[int], dilations: Sequence[int], pads: Sequence[int], strides: Sequence[int]
+) -> list[int]:
+    """How many block positions Col2Im slides along each spatial dimension.
+
+    Raises:
+        ValueError: a dilated block does not fit in the padded image.
+    """
+    n = len(image)
+    out = []
+    for i in range(n):
+        span = dilations[i] * (block[i] - 1) + 1
+        room = image[i] + pads[i] + pads[i + n] - span
+        if room < 0:
+            raise ValueError(f"block {list(block)} does not fit image {list(image)} with pads {list(pads)}")
+        out.append(room // strides[i] + 1)
+    return out
+
+
+def col2im(
+    x: np.ndarray,
+    image_shape: np.ndarray,
+    block_shape: np.ndarray,
+    dilations: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    strides: Sequence[int] | None = None,
+) -> np.ndarray:
+    """Sum columns of blocks back into images: (N, C * prod(block), L) -> (N, C, *image).
+
+    One strided add per block offset (a few dozen at most), each over every position.
+
+    Raises:
+        ValueError: the column count L does not match the block positions.
+    """
+    image = [int(v) for v in np.asarray(image_shape).reshape(-1)]
+    block = [int(v) for v in np.asarray(block_shape).reshape(-1)]
+    nd = len(image)
+    dil = list(dilations or [1] * nd)
+    pad_ = list(pads or [0] * (2 * nd))
+    stride = list(strides or [1] * nd)
+    positions = col2im_positions(image, block, dil, pad_, stride)
+    n, cb, length = x.shape
+    kk = int(np.prod(block))
+    if cb % kk or length != int(np.prod(positions)):
+        raise ValueError(f"input of shape {x.shape} does not match blocks {block} over {positions} positions")
+    c = cb // kk
+    cols = x.reshape(n, c, *block, *positions)
+    padded = np.zeros((n, c, *(image[i] + pad_[i] + pad_[i + nd] for i in range(nd))), x.dtype)
+    for offset in itertools.product(*(range(b) for b in block)):
+        where = tuple(
+            slice(offset[i] * dil[i], offset[i] * dil[i] + stride[i] * (positions[i] - 1) + 1, stride[i]) for i in range(nd)
+        )
+        padded[(slice(None), slice(None), *where)] += cols[(slice(None), slice(None), *offset)]
+    crop = tuple(slice(pad_[i], pad_[i] + image[i]) for i in range(nd))
+    return padded[(slice(None), slice(None), *crop)]

@@ -1,0 +1,97 @@
+"""cache.io: atomic writes, bounded reads, envelopes and the safe codec."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from aioge.cache import io
+from aioge.errors import CacheError
+
+pytestmark = pytest.mark.anyio
+
+
+def test_pack_roundtrip_with_arrays() -> None:
+    obj = {"a": [1, 2.5, "x", None, b"raw"], "w": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.array([True, False])}
+    back = io.unpack(io.pack(obj))
+    np.testing.assert_array_equal(back["w"], obj["w"])
+    assert back["w"].dtype == np.float32 and back["b"].dtype == bool and back["a"] == obj["a"]
+
+
+def test_unpack_rejects_hostile_arrays() -> None:
+    import msgpack
+
+    bad_size = msgpack.ExtType(1, msgpack.packb(["float32", [1000000], b"1234"], use_bin_type=True))
+    with pytest.raises(CacheError, match="needs 4000000 bytes"):
+        io.unpack(msgpack.packb(bad_size))
+    bad_dtype = msgpack.ExtType(1, msgpack.packb(["object", [1], b"x"], use_bin_type=True))
+    with pytest.raises(CacheError, match="not allowed"):
+        io.unpack(msgpack.packb(bad_dtype))
+    with pytest.raises(CacheError, match="unknown msgpack extension"):
+        io.unpack(msgpack.packb(msgpack.ExtType(7, b"")))
+    deep = b"\x91" * 100000 + b"\xc0"  # 100k nested one-element arrays
+    with pytest.raises(CacheError):
+        io.unpack(deep)
+    huge_len = b"\xdb\xff\xff\xff\xff"  # str32 declaring 4 GiB, with no bytes behind it
+    with pytest.raises(CacheError):
+        io.unpack(huge_len)
+
+
+def test_envelope_detects_every_kind_of_damage() -> None:
+    env = io.make_envelope("kernel", b"payload-bytes")
+    header, payload = io.open_envelope(env, "kernel")
+    assert payload == b"payload-bytes" and header["kind"] == "kernel"
+    with pytest.raises(CacheError, match="bad magic"):
+        io.open_envelope(b"garbage" * 10, "kernel")
+    with pytest.raises(CacheError, match="truncated"):
+        io.open_envelope(env[:-3], "kernel")
+    flipped = bytearray(env)
+    flipped[-2] ^= 0x40
+    with pytest.raises(CacheError, match="checksum"):
+        io.open_envelope(bytes(flipped), "kernel")
+    with pytest.raises(CacheError, match="'kernel' file where a 'om' file"):
+        io.open_envelope(env, "om")
+
+
+def test_envelope_from_other_versions_is_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = io.make_envelope("kernel", b"x")
+    monkeypatch.setattr(io, "_versions", lambda: {"aioge": "9.9", "numpy": "0", "python": "0"})
+    with pytest.raises(CacheError, match="made under"):
+        io.open_envelope(env, "kernel")
+
+
+async def test_atomic_write_and_bounded_read(tmp_path) -> None:
+    path = tmp_path / "f.bin"
+    await io.write_atomic(path, b"hello")
+    assert await io.read_bytes(path) == b"hello"
+    assert oct(os.stat(path).st_mode & 0o777) == oct(0o600)
+    await io.write_atomic(path, b"world!")
+    assert path.read_bytes() == b"world!"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]  # no temp files left
+    with pytest.raises(CacheError, match="more than"):
+        await io.read_bytes(path, max_bytes=3)
+
+
+def test_failed_write_leaves_nothing(tmp_path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    os.chmod(ro, 0o500)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as a user who can write read-only dirs")
+        with pytest.raises(OSError):
+            io.write_atomic_sync(ro / "x", b"data")
+        assert list(ro.iterdir()) == []
+    finally:
+        os.chmod(ro, 0o700)
+
+
+def test_symlinks_are_not_followed_on_read(tmp_path) -> None:
+    target = tmp_path / "target"
+    target.write_bytes(b"secret")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(OSError):
+        io.read_bytes_sync(link)
