@@ -28,7 +28,7 @@ def _ref(x: np.ndarray) -> np.ndarray:
 
 
 async def test_add_build_run_remove() -> None:
-    async with aioge.Session() as s:
+    async with aioge.Session({"ge.optimizationSwitch": "ElementwiseFusionPass:off"}) as s:
         await s.add_graph(1, _graph())
         model = await s.build_graph(1, {"x": (4, 8)})
         assert {n.op_type for n in model.nodes} >= {"Tanh", "Sigmoid", "Relu"}
@@ -37,7 +37,7 @@ async def test_add_build_run_remove() -> None:
         out = await s.run_graph(1, {"x": x})
         np.testing.assert_allclose(out["y"], _ref(x), rtol=1e-6, atol=1e-6)
         stats = s.compiled(1).stats
-        assert stats.kernels_compiled == len(model.nodes) and stats.compile_seconds > 0
+        assert stats.kernels_compiled + stats.kernel_cache_hits == len(model.nodes) and stats.compile_seconds > 0
         await s.remove_graph(1)
         with pytest.raises(GraphError, match="no graph with id 1"):
             await s.run_graph(1, {"x": x})

@@ -127,7 +127,331 @@ def _add_options(sub: Any) -> None:
     p.set_defaults(func=cmd_options)
 
 
-_COMMANDS: list[Callable[[Any], None]] = [_add_demo, _add_passes, _add_options]
+# -- compiled models: aioge compile / run / info / cache show-index (GE's ATC) -------------
+
+
+def _load_source(spec: str, shapes: dict[str, tuple[int, ...]]) -> tuple[Any, dict[str, np.ndarray], Any]:
+    """``(graph, feeds, reference)`` from MODEL.onnx, or GRAPH.py[:function] whose function
+    (default ``build``) returns a Graph or ``(graph, feeds, reference)``."""
+    import importlib.util
+
+    import aioge
+    from aioge.errors import AiogeError
+
+    if spec.endswith(".onnx"):
+        try:
+            graph = aioge.load_onnx(spec, shapes=shapes or None)
+        except ImportError as exc:
+            raise AiogeError(f"{spec}: this aioge has no ONNX frontend ({exc})") from None
+        return graph, {}, None
+    if ".py:" in spec:
+        stem, func = spec.split(".py:", 1)
+        path = stem + ".py"
+    else:
+        path, func = spec, "build"
+    if not path.endswith(".py") or not os.path.isfile(path):
+        raise AiogeError(f"{spec}: expected MODEL.onnx, GRAPH.py[:function] or OUT.om (an existing file)")
+    # The user names this script on the command line to build their graph, as with `python GRAPH.py`.
+    module_spec = importlib.util.spec_from_file_location("_aioge_user_graph", path)
+    if module_spec is None or module_spec.loader is None:
+        raise AiogeError(f"{path}: cannot import")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    build = getattr(module, func, None)
+    if not callable(build):
+        raise AiogeError(f"{path}: has no function {func}() returning a Graph")
+    made = build()
+    graph, feeds, ref = (made, {}, None) if isinstance(made, aioge.Graph) else (tuple(made) + (None, None))[:3]
+    if not isinstance(graph, aioge.Graph):
+        raise AiogeError(f"{path}: {func}() returned {type(graph).__name__}, not a Graph")
+    return graph, dict(feeds or {}), ref
+
+
+def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """``name:1,3,224,224`` items (also ATC's ``a:1,3;b:2``) as a dict."""
+    from aioge.errors import AiogeError
+
+    out: dict[str, tuple[int, ...]] = {}
+    for item in (x for chunk in items or [] for x in chunk.split(";") if x):
+        name, sep, dims = item.rpartition(":")
+        try:
+            if not sep or not name:
+                raise ValueError
+            out[name] = tuple(int(d) for d in dims.split(",") if d.strip()) if dims.strip() else ()
+        except ValueError:
+            raise AiogeError(f"--input-shape {item!r}: expected NAME:D1,D2,... (e.g. image:1,3,224,224)") from None
+    return out
+
+
+def _model_options(args: argparse.Namespace) -> dict[str, str]:
+    from aioge.errors import AiogeError
+
+    options = {}
+    if getattr(args, "exclude_engines", None):
+        options["ge.exec.exclude_engines"] = args.exclude_engines
+    if getattr(args, "optimization_switch", None):
+        options["ge.optimizationSwitch"] = args.optimization_switch
+    for item in getattr(args, "option", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise AiogeError(f"--option {item!r}: expected KEY=VALUE")
+        options[key] = value
+    return options
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    """Compile MODEL.onnx or GRAPH.py offline into an .om (GE's ATC)."""
+    import aioge
+    from aioge.compiler.serialize import save_model
+    from aioge.errors import AiogeError
+
+    shapes = _parse_shapes(args.input_shape)
+    graph, _, _ = _load_source(args.model, shapes)
+
+    async def go() -> Any:
+        async with aioge.Session(_model_options(args)) as s:
+            await s.add_graph(1, graph)
+            model = await s.build_graph(1, shapes)
+            await save_model(args.output, model, external=args.external_weight)
+            return model
+
+    Path(args.output).resolve().parent.mkdir(parents=True, exist_ok=True)
+    try:
+        model = anyio.run(go)
+    except OSError as exc:
+        raise AiogeError(f"{args.output}: cannot write: {exc}") from None
+    summary = model.summary()
+    weights = f"external under {Path(args.output).resolve().parent / 'weight'}" if args.external_weight else "inline"
+    print(f"compiled {args.model} -> {args.output}: {summary['nodes']} nodes {summary['nodes_per_engine']}, "
+          f"{len(summary['streams'])} streams, arena {summary['arena_bytes']} B, weights {weights}, "
+          f"{1e3 * model.stats.compile_seconds:.1f} ms")
+    return 0
+
+
+def _random_feed(name: str, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
+    from aioge.errors import AiogeError
+
+    if dtype.startswith(("float", "complex")):
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.startswith(("int", "uint")):
+        return rng.integers(0, 10, size=shape).astype(dtype)
+    raise AiogeError(f"input {name!r} ({dtype}) cannot be generated; give it with --input {name}=FILE.npy")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run OUT.om, MODEL.onnx or GRAPH.py on inputs from .npy files (missing ones random, seed 0)."""
+    import aioge
+    from aioge.compiler.specialize import input_signature
+    from aioge.errors import AiogeError
+
+    given: dict[str, np.ndarray] = {}
+    for item in args.input or []:
+        name, sep, file = item.partition("=")
+        if not sep:
+            raise AiogeError(f"--input {item!r}: expected NAME=FILE.npy")
+        try:
+            given[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise AiogeError(f"--input {name}: cannot read {file}: {exc}") from None
+    shapes = _parse_shapes(args.input_shape)
+
+    async def go() -> tuple[dict[str, np.ndarray], Any, dict[str, np.ndarray]]:
+        async with aioge.Session(_model_options(args)) as s:
+            ref = None
+            if args.model.endswith(".om"):
+                gid = await s.load_model(args.model)
+                graph, defaults = s.compiled(gid).graph, {}
+            else:
+                graph, defaults, ref = _load_source(args.model, shapes)
+                gid = 1
+                await s.add_graph(gid, graph)
+            known = {**shapes, **{k: v.shape for k, v in given.items()}}
+            signature = dict(input_signature(graph, {k: v for k, v in known.items() if graph.has_value(k)}))
+            rng = np.random.default_rng(0)
+            feeds = {}
+            for v in graph.inputs:
+                if v.name in given:
+                    feeds[v.name] = given[v.name]
+                elif v.name in defaults:
+                    feeds[v.name] = np.asarray(defaults[v.name])
+                    print(f"input {v.name}: from the builder's example feeds {list(feeds[v.name].shape)}")
+                else:
+                    feeds[v.name] = _random_feed(v.name, signature[v.name], v.dtype, rng)
+                    print(f"input {v.name}: not given, random {v.dtype}{list(signature[v.name])} (seed 0)")
+            outputs = await s.run_graph(gid, feeds, trace=args.trace)
+            return outputs, ref, feeds
+
+    outputs, ref, feeds = anyio.run(go)
+    out_dir = Path(args.output_dir) if args.output_dir else None
+    for name, a in outputs.items():
+        stats = ""
+        if a.size and a.dtype.kind in "biuf":
+            stats = f" min {a.min():.6g} max {a.max():.6g} mean {a.astype(np.float64).mean():.6g}"
+        print(f"output {name}: {a.dtype}{list(a.shape)}{stats}")
+        if out_dir is not None:
+            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "output"
+            try:
+                out_dir.mkdir(parents=True, exist_ok=True)
+                np.save(out_dir / f"{safe}.npy", a, allow_pickle=False)
+            except OSError as exc:
+                raise AiogeError(f"--output-dir {out_dir}: cannot write {safe}.npy: {exc}") from None
+    if ref is not None:
+        expected = ref(feeds)
+        err = max((float(np.max(np.abs(outputs[k] - expected[k]))) for k in expected if k in outputs), default=0.0)
+        print(f"max |aioge - reference| = {err:.3e}")
+    if args.trace:
+        print(f"trace: {args.trace}")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """Print an .om's summary: nodes per engine and stream, arena bytes, versions."""
+    from aioge.cache import io
+    from aioge.compiler.serialize import decode_meta, decode_model
+    from aioge.errors import ModelFormatError
+
+    try:
+        data = io.read_bytes_sync(args.model)
+    except OSError as exc:
+        raise ModelFormatError(f"cannot read: {exc.strerror}", path=args.model) from None
+    meta = decode_meta(data, path=args.model)
+    model = decode_model(data, path=args.model)
+    summary = model.summary()
+    summary.pop("stats")
+    info = {**summary, "file": args.model, "fingerprint": meta["fingerprint"], "signature": meta["signature"],
+            "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(meta["created"])),
+            "weights": "external" if meta["external"] else "inline", "compile": meta["stats"], "options": meta["options"]}
+    if args.json:
+        print(_json(info))
+        return 0
+    print(f"{args.model}: graph {info['graph']!r}, {info['nodes']} nodes, compiled {info['created']}")
+    print(f"  inputs: {', '.join(f'{n}{s}' for n, s in info['signature'])}")
+    print(f"  nodes per engine: {info['nodes_per_engine']}")
+    for st in info["streams"]:
+        print(f"  stream {st['id']} ({st['engine']}): {st['nodes']} nodes")
+    print(f"  events: {info['events']}; arena {info['arena_bytes']} B (lower bound {info['lower_bound_bytes']}, "
+          f"no reuse {info['no_reuse_bytes']}); weights {info['weights']}")
+    print(f"  versions: {', '.join(f'{k} {v}' for k, v in info['versions'].items())}")
+    return 0
+
+
+def cmd_show_index(args: argparse.Namespace) -> int:
+    """Print a graph cache index (<key>.idx) as JSON."""
+    from aioge.cache.graph_cache import read_index
+
+    print(_json(read_index(args.file)))
+    return 0
+
+
+def _cache_commands(sub: Any) -> Any:
+    """The ``aioge cache`` subcommand group, made once; every cache command adds itself to it."""
+    group = getattr(sub, "_aioge_cache_group", None)
+    if group is None:
+        p = sub.add_parser("cache", help="inspect the disk caches")
+        group = p.add_subparsers(dest="cache_command", metavar="CACHE_COMMAND")
+        sub._aioge_cache_group = group
+    return group
+
+
+def _add_model_commands(sub: Any) -> None:
+    def common(p: Any) -> None:
+        p.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape (repeatable)")
+        p.add_argument("--exclude-engines", metavar="E1|E2", help="engines not to use (ge.exec.exclude_engines)")
+        p.add_argument("--optimization-switch", metavar="PASS:off;...", help="switch passes (ge.optimizationSwitch)")
+        p.add_argument("--option", action="append", metavar="KEY=VALUE", help="any other option (repeatable)")
+
+    p = sub.add_parser("compile", help="compile MODEL.onnx or GRAPH.py offline into an .om (GE's ATC)")
+    p.add_argument("model", help="MODEL.onnx, or GRAPH.py[:function] returning a Graph (default function build)")
+    p.add_argument("-o", "--output", required=True, help="the .om to write")
+    p.add_argument("--external-weight", action="store_true", help="constants in weight/ beside the .om (ge.externalWeight=1)")
+    common(p)
+    p.set_defaults(func=cmd_compile)
+    p = sub.add_parser("run", help="run an .om (or MODEL.onnx, GRAPH.py) on inputs from .npy files")
+    p.add_argument("model", help="OUT.om, MODEL.onnx or GRAPH.py[:function]")
+    p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable); missing ones are random")
+    p.add_argument("--output-dir", help="save every output as NAME.npy here")
+    p.add_argument("--trace", help="write a Chrome trace of the run here")
+    common(p)
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("info", help="print an .om's summary: nodes per engine and stream, arena bytes, versions")
+    p.add_argument("model", help="the .om")
+    p.add_argument("--json", action="store_true", help="as JSON")
+    p.set_defaults(func=cmd_info)
+    p = _cache_commands(sub).add_parser("show-index", help="print a graph cache index (<key>.idx) as JSON")
+    p.add_argument("file", help="the .idx file")
+    p.set_defaults(func=cmd_show_index)
+
+
+# -- the kernel cache: aioge cache stats / prune / clear --------------------------------------
+
+
+def cmd_cache_stats(args: argparse.Namespace) -> int:
+    """Entries and bytes per soc, recorded hits/misses/compiles, the limits and their sources."""
+    from aioge.cache.kernel_cache import cache_report
+
+    report = cache_report(args.dir)
+    if args.json:
+        print(_json(report))
+        return 0
+    lim = report["limits"]
+    print(f"kernel cache: {report['kernel_cache']}")
+    print(f"  max_op_cache_size: {lim['max_op_cache_size_mb']} MB ({lim['max_source']})"
+          f"{'  (aging off)' if not lim['aging'] else ''}")
+    print(f"  remain_cache_size_ratio: {lim['remain_cache_size_ratio']}% ({lim['ratio_source']})")
+    if not report["socs"]:
+        print("  no kernels cached")
+    for s in report["socs"]:
+        print(f"  {s['soc']}: {s['entries']} entries, {s['bytes']} bytes ({s['current_generation_entries']} in generation "
+              f"{s['generation']}); hits {s['hits']}, misses {s['misses']}, compiles {s['compiles']}, invalid {s['invalid']}")
+    return 0
+
+
+def cmd_cache_prune(args: argparse.Namespace) -> int:
+    """Age every soc folder now (entries idle 30 minutes, least recently used first)."""
+    from aioge.cache.kernel_cache import cache_for_dir
+
+    caches = cache_for_dir(args.dir, args.soc)
+    for cache in caches:
+        r = cache.age_sync()
+        print(f"{cache.soc_dir}: removed {len(r.removed)} entries, {r.bytes_before} -> {r.bytes_after} bytes"
+              f"{' (' + r.skipped_reason + ')' if r.skipped_reason else ''}")
+    if not caches:
+        print("no kernel cache folders")
+    return 0
+
+
+def cmd_cache_clear(args: argparse.Namespace) -> int:
+    """Delete aioge's kernel cache files (every soc, or --soc); files aioge did not write stay."""
+    from aioge.cache.kernel_cache import cache_for_dir
+
+    caches = cache_for_dir(args.dir, args.soc)
+    for cache in caches:
+        print(f"{cache.soc_dir}: removed {cache.clear_sync()} files")
+    if not caches:
+        print("no kernel cache folders")
+    return 0
+
+
+def _add_kernel_cache_commands(sub: Any) -> None:
+    group = _cache_commands(sub)
+    where = "cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data)"
+    p = group.add_parser("stats", help="kernel cache entries, bytes, hits/misses/compiles and limits")
+    p.add_argument("--dir", help=where)
+    p.add_argument("--json", action="store_true", help="as JSON")
+    p.set_defaults(func=cmd_cache_stats)
+    p = group.add_parser("prune", help="age the kernel cache now")
+    p.add_argument("--dir", help=where)
+    p.add_argument("--soc", help="only this soc folder")
+    p.set_defaults(func=cmd_cache_prune)
+    p = group.add_parser("clear", help="delete aioge's kernel cache entries")
+    p.add_argument("--dir", help=where)
+    p.add_argument("--soc", help="only this soc folder")
+    p.set_defaults(func=cmd_cache_clear)
+
+
+_COMMANDS: list[Callable[[Any], None]] = [_add_demo, _add_passes, _add_options, _add_model_commands, _add_kernel_cache_commands]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,8 @@ from typing import Any, Mapping
 import anyio
 import numpy as np
 
+from aioge.cache import graph_cache
+from aioge.cache.kernel_cache import KernelCache
 from aioge.compiler.graph import compile_graph
 from aioge.compiler.model import CompiledModel
 from aioge.compiler.specialize import input_signature
@@ -18,7 +20,9 @@ from aioge.errors import FeedError, GraphError
 from aioge.ir.desc import is_static, numpy_dtype
 from aioge.ir.graph import Graph
 from aioge.options import CompileOptions, check_options, resolve_options
+from aioge.runtime.blas import configure_blas
 from aioge.runtime.executor import Executable, TraceSpan
+from aioge.runtime.workers import EngineWorkers
 
 __all__ = ["Session"]
 
@@ -36,6 +40,7 @@ class _GraphEntry:
     builds: dict[Signature, Executable] = field(default_factory=dict)
     lock: anyio.Lock | None = None
     last: Signature | None = None
+    graph_cache: graph_cache.GraphCache | None = None  # when ge.graph_compiler_cache_dir and ge.graph_key are set
 
 
 class Session:
@@ -47,19 +52,23 @@ class Session:
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
         self._options = check_options(options, "session")
-        resolve_options(self._options)  # env fallbacks are checked now, so a bad one fails early
+        resolved = resolve_options(self._options)  # env fallbacks are checked now, so a bad one fails early
+        # The session owns its kernel cache: dir (option > ASCEND_CACHE_PATH > ~/atc_data), soc, single flights.
+        self.kernel_cache = KernelCache.from_options(resolved)
         self._graphs: dict[int, _GraphEntry] = {}
         self._anonymous: dict[int, tuple[Graph, int]] = {}
         self._variables: dict[str, np.ndarray] = {}
         self._cpu: anyio.CapacityLimiter | None = None
         self._threads: anyio.CapacityLimiter | None = None
         self._runs: anyio.CapacityLimiter | None = None
+        self._workers: EngineWorkers | None = None  # the engines' lanes, started with the session
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------
 
     async def __aenter__(self) -> Session:
         self._limiters()
+        await self._start()
         return self
 
     async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
@@ -70,17 +79,28 @@ class Session:
         self._graphs.clear()
         self._anonymous.clear()
         self._closed = True
+        workers, self._workers = self._workers, None
+        if workers is not None:  # lanes finish what is queued, then stop; joining blocks, so off the loop
+            await anyio.to_thread.run_sync(workers.close)
 
     def _limiters(self) -> tuple[anyio.CapacityLimiter, anyio.CapacityLimiter, anyio.CapacityLimiter]:
         if self._cpu is None:
             cores = os.cpu_count() or 2
             self._cpu = anyio.CapacityLimiter(cores)  # compile work
             self._runs = anyio.CapacityLimiter(cores)  # concurrent runs executing kernels
-            # Stream workers of admitted runs: enough that every stream of every admitted run has its thread
-            # (a stream waiting on an event must never hold the token its producer needs).
+            # Spare thread hops of the session (runs themselves execute on the engine lanes of EngineWorkers).
             self._threads = anyio.CapacityLimiter(cores * 16)
         assert self._runs is not None and self._threads is not None
         return self._cpu, self._runs, self._threads
+
+    async def _start(self) -> EngineWorkers:
+        """The engine workers, started on first use; BLAS threads are set once before any kernel runs."""
+        if self._workers is None:
+            # Several lanes run kernels at once (streams, concurrent runs): one BLAS thread each.
+            await anyio.to_thread.run_sync(configure_blas, 1)
+            if self._workers is None:
+                self._workers = EngineWorkers()
+        return self._workers
 
     def _check_open(self) -> None:
         if self._closed:
@@ -93,7 +113,8 @@ class Session:
 
         Raises:
             OptionError: a bad graph option. GraphError: the id is taken, or the graph is
-            malformed, or its variables clash with the session's.
+            malformed, or its variables clash with the session's. CompileError (E13026): the
+            graph cache is on and its directory does not exist.
         """
         self._check_open()
         if not isinstance(graph, Graph):
@@ -103,8 +124,9 @@ class Session:
         checked = check_options(options, "graph")
         resolved = resolve_options(self._options, checked)
         await anyio.to_thread.run_sync(graph.validate)
+        cache = await anyio.to_thread.run_sync(graph_cache.cache_for, resolved, graph.name)
         self._adopt_variables(graph)
-        self._graphs[graph_id] = _GraphEntry(graph_id, graph, checked, resolved, lock=anyio.Lock())
+        self._graphs[graph_id] = _GraphEntry(graph_id, graph, checked, resolved, lock=anyio.Lock(), graph_cache=cache)
 
     async def remove_graph(self, graph_id: int) -> None:
         """Forget a graph and its compiled models.
@@ -144,11 +166,12 @@ class Session:
         entry = self._entry(graph_id)
         arrays, signature = self._check_feeds(entry.graph, feeds)
         exe = await self._executable(entry, signature)
-        _, runs, threads = self._limiters()
+        _, runs, _ = self._limiters()
+        workers = await self._start()
         spans: list[TraceSpan] | None = [] if trace is not None else None
         async with runs:
             start = anyio.current_time()
-            outputs = await exe.run(arrays, mode=entry.resolved.exec_mode, thread_limiter=threads, trace=spans)
+            outputs = await exe.run(arrays, mode=entry.resolved.exec_mode, workers=workers, trace=spans)
         if trace is not None and spans is not None:
             from aioge.runtime.trace import write_trace
 
@@ -168,6 +191,37 @@ class Session:
         else:
             graph_id = known[1]
         return await self.run_graph(graph_id, feeds)
+
+    async def load_model(self, path: str | os.PathLike[str], graph_id: int | None = None) -> int:
+        """Load a compiled model (an ``.om`` from ``aioge compile``) and register it as a graph.
+
+        Returns its graph id (``graph_id``, or else the smallest free positive id); run it with
+        ``run_graph`` on inputs of the shapes it was compiled for. The file is read and checked
+        in one worker thread.
+
+        Raises:
+            ModelFormatError: the file is missing, corrupt, foreign or stale. GraphError: the id
+            is taken, or the model's variables clash with the session's.
+        """
+        from aioge.compiler.serialize import load_model
+
+        self._check_open()
+        if graph_id is not None and graph_id in self._graphs:
+            raise GraphError(f"graph id {graph_id} is already added; remove_graph it first")
+        model = await load_model(path)
+        if graph_id is None:
+            graph_id = 1
+            while graph_id in self._graphs:
+                graph_id += 1
+        elif graph_id in self._graphs:
+            raise GraphError(f"graph id {graph_id} is already added; remove_graph it first", graph=model.graph.name)
+        self._adopt_variables(model.graph)
+        entry = _GraphEntry(graph_id, model.graph, {}, resolve_options(self._options), lock=anyio.Lock())
+        signature = tuple((name, tuple(shape)) for name, shape in model.signature)
+        entry.builds[signature] = Executable(model, self._variables)
+        entry.last = signature
+        self._graphs[graph_id] = entry
+        return graph_id
 
     def compiled(self, graph_id: int) -> CompiledModel:
         """The compiled model of the graph's latest build.
@@ -229,7 +283,16 @@ class Session:
             exe = entry.builds.get(signature)
             if exe is None:
                 cpu, _, _ = self._limiters()
-                model = await compile_graph(entry.graph, signature, entry.resolved, limiter=cpu)
+
+                async def compile_now() -> CompiledModel:
+                    return await compile_graph(
+                        entry.graph, signature, entry.resolved, limiter=cpu, kernel_cache=self.kernel_cache
+                    )
+
+                if entry.graph_cache is not None:
+                    model = await graph_cache.load_or_compile(entry.graph_cache, entry.graph, signature, entry.resolved, compile_now)
+                else:
+                    model = await compile_now()
                 exe = Executable(model, self._variables)
                 entry.builds[signature] = exe
             entry.last = signature

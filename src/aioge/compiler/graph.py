@@ -4,23 +4,50 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
 
 import anyio
 
+from aioge.compiler.kernel import KernelDesc
 from aioge.compiler.memory import plan_memory
 from aioge.compiler.model import CompiledModel, CompileStats, NodePlan
-from aioge.compiler.ops import compile_kernels_heuristic
+from aioge.compiler.ops import (
+    CachePolicy,
+    KernelJob,
+    KernelStep,
+    cache_policy,
+    compile_kernels,
+    compile_kernels_sync,
+    kernel_jobs,
+    read_debug_config,
+)
 from aioge.compiler.specialize import specialize
 from aioge.compiler.streams import plan_streams
+from aioge.engines import Engine
 from aioge.engines.assign import assign_engines
 from aioge.ir.graph import Graph
 from aioge.options import CompileOptions
 from aioge.passes import run_passes
 
+if TYPE_CHECKING:
+    from aioge.cache.kernel_cache import KernelCache
+
 __all__ = ["compile_graph", "compile_graph_sync"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Front:
+    """The graph after the first steps: specialised, optimised, engines assigned, kernels keyed."""
+
+    graph: Graph
+    fingerprint: str
+    stats: CompileStats
+    engines: dict[str, Engine]
+    jobs: list[KernelJob]
+    policy: CachePolicy
 
 
 async def compile_graph(
@@ -29,26 +56,58 @@ async def compile_graph(
     options: CompileOptions,
     *,
     limiter: anyio.CapacityLimiter | None = None,
+    kernel_cache: KernelCache | None = None,
 ) -> CompiledModel:
     """Compile ``graph`` for the given input shapes, off the event loop.
+
+    Specialise, passes and engines run in one worker thread; the node kernels then compile
+    concurrently (once per key, through ``kernel_cache`` when given), each in a worker thread
+    under ``limiter``; streams and memory are planned in a worker thread while the kernel
+    cache does its bookkeeping (statistics, op_cache.ini, aging) beside it.
 
     Raises:
         GraphError: the graph is malformed or rejects the shapes.
         CompileError: no engine or kernel for some nodes.
+        OptionError: ``op_debug_config`` names a file that cannot be read.
     """
-    return await anyio.to_thread.run_sync(compile_graph_sync, graph, tuple(signature), options, limiter=limiter)
+    start = time.perf_counter()
+    signature = tuple(signature)
+    front = await anyio.to_thread.run_sync(_front, graph, signature, options, limiter=limiter)
+    step = await compile_kernels(front.jobs, options, cache=kernel_cache, policy=front.policy, limiter=limiter)
+    async with anyio.create_task_group() as tg:
+        if step.bookkeeping is not None:
+            tg.start_soon(step.bookkeeping)
+        model = await anyio.to_thread.run_sync(_back, front, step.kernels, signature, options, limiter=limiter)
+    _count(model.stats, step)
+    model.stats.compile_seconds = time.perf_counter() - start
+    return model
 
 
 def compile_graph_sync(graph: Graph, signature: Sequence[tuple[str, tuple[int, ...]]], options: CompileOptions) -> CompiledModel:
-    """The blocking form of ``compile_graph``."""
+    """The blocking form of ``compile_graph``, without a kernel cache."""
     start = time.perf_counter()
+    front = _front(graph, tuple(signature), options)
+    kernels = compile_kernels_sync(front.jobs, options)
+    model = _back(front, kernels, tuple(signature), options)
+    model.stats.kernels_compiled = len({k.key for k in kernels.values()})
+    model.stats.kernel_cache_hits = 0
+    model.stats.compile_seconds = time.perf_counter() - start
+    return model
+
+
+def _front(graph: Graph, signature: tuple[tuple[str, tuple[int, ...]], ...], options: CompileOptions) -> _Front:
     fingerprint = graph.fingerprint()
     g = specialize(graph, signature)
     stats = CompileStats(nodes_before_passes=len(g.nodes))
     stats.passes_applied = run_passes(g, options.optimization_switch)
     engines = assign_engines(g, options.exclude_engines)
-    kernels = compile_kernels_heuristic(g, engines, options)
-    stats.kernels_compiled = len(kernels)
+    debug = read_debug_config(options.op_debug_config)
+    jobs = kernel_jobs(g, engines, options, debug)
+    return _Front(g, fingerprint, stats, engines, jobs, cache_policy(options, debug))
+
+
+def _back(front: _Front, kernels: dict[str, KernelDesc], signature: tuple[tuple[str, tuple[int, ...]], ...], options: CompileOptions) -> CompiledModel:
+    g, engines = front.graph, front.engines
     order, streams = plan_streams(g, g.topological_order(), engines, options)
     memory = plan_memory(g, order, streams, reuse=not options.disable_reuse_memory)
     g.nodes[:] = order
@@ -56,6 +115,11 @@ def compile_graph_sync(graph: Graph, signature: Sequence[tuple[str, tuple[int, .
         NodePlan(i, n.name, n.op_type, engines[n.name].value, streams.node_stream[i], kernels[n.name])
         for i, n in enumerate(order)
     )
-    stats.compile_seconds = time.perf_counter() - start
     log.info("compiled %s: %d nodes, %d streams, arena %d bytes", g.name, len(nodes), streams.num_streams, memory.arena_bytes)
-    return CompiledModel(g, nodes, streams, memory, fingerprint, tuple(signature), dict(options.raw), stats=stats)
+    return CompiledModel(g, nodes, streams, memory, front.fingerprint, signature, dict(options.raw), stats=front.stats)
+
+
+def _count(stats: CompileStats, step: KernelStep) -> None:
+    # A kernel got from a concurrent compile of the same key was not compiled here: a hit.
+    stats.kernels_compiled = step.compiled
+    stats.kernel_cache_hits = step.hits + step.shared

@@ -14,7 +14,7 @@ import numpy as np
 
 from aioge.errors import FeedError, GraphError
 from aioge.ir.desc import TensorDesc, is_static
-from aioge.ir.graph import Graph, Value, ValueKind
+from aioge.ir.graph import Graph, Value
 from aioge.ops import infer_node
 from aioge.ops.registry import get_schema
 

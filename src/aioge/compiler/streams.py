@@ -1,19 +1,23 @@
 """The stream planner: nodes onto streams, with events on cross-stream edges.
 
-Each engine has up to ``ge.streamMaxParallelNum`` streams. A node continues the stream of
-one of its producers on the same engine when that stream is free at that point (a chain
-stays on one stream); otherwise it opens a new stream of its engine, up to the cap, and
-then wraps to the least-loaded one. Nodes are visited in list-scheduling order: among the
-ready nodes the one with the longest remaining path goes first, so the critical path is
-laid first and independent branches spread over streams. Every data edge between streams
-becomes an event (record after the producer, wait before the consumer); events implied by
-others (the consumer already waits, transitively, for a later node of that stream) are
-dropped.
+Nodes are placed by list scheduling (HEFT without insertion): in decreasing order of their
+upward rank (the longest remaining path, in estimated microseconds), each node goes to the
+stream of its engine on which it would finish earliest, counting a cross-stream event as
+``SYNC_COST_US``. A chain therefore stays on one stream (its predecessor's stream is free the
+moment the predecessor ends, any other stream pays the event), independent branches open
+new streams while that finishes them sooner, and tiny ops never split (the event costs more
+than the overlap wins). Each engine has at most ``ge.streamMaxParallelNum`` streams;
+``ge.enableSingleStream=true`` puts every node on one stream.
+
+Every data edge between streams becomes an event (record after the producer, wait before the
+consumer), minus those the consumer already waits for transitively (vector clocks). The
+execution order is the simulated start order: each stream's nodes, and every event's
+producer, come before their consumers in it, so no stream can wait for a node that waits for
+it — plans cannot deadlock.
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -21,13 +25,20 @@ from aioge.engines import Engine
 from aioge.ir.graph import Graph, Node
 from aioge.options import CompileOptions
 
-__all__ = ["Event", "Stream", "StreamPlan", "happens_before", "plan_streams"]
+__all__ = ["SYNC_COST_US", "Event", "Stream", "StreamPlan", "happens_before", "node_cost", "plan_streams", "predecessors"]
+
+# What a cross-stream event costs on this runtime: a worker thread waking another (measured
+# about 10-40 us on the 2-core CI machine). Overlap smaller than this is not worth a stream.
+SYNC_COST_US = 30.0
+
+_MATMUL_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "FusedGemm"})
+_CONV_OPS = frozenset({"Conv", "FusedConv", "ConvTranspose"})
 
 
 @dataclass(frozen=True, slots=True)
 class Stream:
     id: int
-    engine: str
+    engine: str  # whose worker pool runs it (for a single mixed stream: the best engine among its nodes)
     nodes: tuple[int, ...]  # node indices in execution order
 
 
@@ -51,143 +62,177 @@ class StreamPlan:
         return len(self.streams)
 
     def waits(self, node: int) -> list[Event]:
+        """The events node ``node`` waits for before it starts."""
         return [e for e in self.events if e.consumer == node]
+
+    def records(self, node: int) -> list[Event]:
+        """The events node ``node`` records when it ends."""
+        return [e for e in self.events if e.producer == node]
 
 
 def plan_streams(graph: Graph, order: Sequence[Node], engines: Mapping[str, Engine], options: CompileOptions) -> tuple[list[Node], StreamPlan]:
-    """Lay the nodes onto streams; returns the execution order and the plan."""
-    index = {id(n): i for i, n in enumerate(order)}
-    preds: list[list[int]] = [sorted({index[id(v.producer)] for v in n.inputs if v is not None and v.producer is not None}) for n in order]
-    succs: list[list[int]] = [[] for _ in order]
+    """Lay the nodes onto streams.
+
+    ``order`` is any topological order of ``graph``'s nodes; ``engines`` maps node names to
+    their engines. Returns the execution order (a topological order consistent with every
+    stream) and the plan, whose node indices refer to that execution order.
+    """
+    n = len(order)
+    preds = predecessors(order)
+    succs: list[list[int]] = [[] for _ in range(n)]
     for i, ps in enumerate(preds):
         for p in ps:
             succs[p].append(i)
-    cost = [_cost(n) for n in order]
-    rank = [0.0] * len(order)  # longest remaining path, including the node itself
-    for i in reversed(range(len(order))):
+    cost = [node_cost(node) for node in order]
+    rank = [0.0] * n
+    for i in reversed(range(n)):  # order is topological, so successors are done first
         rank[i] = cost[i] + max((rank[s] for s in succs[i]), default=0.0)
 
-    # List scheduling by rank: a topological order that lays the critical path first.
-    indeg = [len(p) for p in preds]
-    heap = [(-rank[i], i) for i in range(len(order)) if indeg[i] == 0]
-    heapq.heapify(heap)
-    sched: list[int] = []
-    while heap:
-        _, i = heapq.heappop(heap)
-        sched.append(i)
-        for s in succs[i]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(heap, (-rank[s], s))
-
-    anc = [0] * len(order)  # bitset of ancestors, by original index (preds come first)
-    for i in range(len(order)):
-        for p in preds[i]:
-            anc[i] |= anc[p] | (1 << p)
-    streams: list[tuple[Engine, list[int]]] = []
+    node_engine = [engines[node.name] for node in order]
+    stream_engine: list[Engine] = []
+    stream_nodes: list[list[int]] = []
+    ready: list[float] = []  # when each stream's last node ends
     per_engine: dict[Engine, list[int]] = {}
-    load: list[float] = []
-    stream_of = [-1] * len(order)
-    tail_of: dict[int, int] = {}  # stream -> last node laid on it
-    for i in sched:
-        engine = engines[order[i].name]
-        cap = options.streams_for(engine)
-        chosen = -1
-        for p in sorted(preds[i], key=lambda p: -rank[p]):
-            s = stream_of[p]
-            if streams[s][0] is engine and tail_of.get(s) == p:
-                chosen = s
-                break
-        if chosen < 0:
-            mine = per_engine.setdefault(engine, [])
-            # A stream whose last node is an ancestor of this one is free: continuing it loses no overlap.
-            free = [s for s in mine if (anc[i] >> tail_of[s]) & 1]
-            if free:
-                chosen = max(free, key=lambda s: tail_of[s])
-            elif len(mine) < cap:
-                chosen = len(streams)
-                streams.append((engine, []))
-                load.append(0.0)
-                mine.append(chosen)
-            else:
-                chosen = min(mine, key=lambda s: load[s])
-        stream_of[i] = chosen
-        streams[chosen][1].append(i)
-        load[chosen] += cost[i]
-        tail_of[chosen] = i
+    stream_of = [-1] * n
+    start = [0.0] * n
+    finish = [0.0] * n
+    # Upward rank strictly decreases along every edge (costs are positive): a topological order.
+    for i in sorted(range(n), key=lambda i: (-rank[i], i)):
+        engine = node_engine[i]
+        if options.single_stream:
+            candidates = [0] if stream_nodes else [-1]
+        else:
+            candidates = list(per_engine.get(engine, ()))
+            if len(candidates) < options.streams_for(engine):
+                candidates.append(-1)  # a new stream
+        best: tuple[float, int, int, int, float] | None = None
+        for s in candidates:
+            est = ready[s] if s >= 0 else 0.0
+            holds_pred = 0
+            for p in preds[i]:
+                if stream_of[p] == s:
+                    holds_pred = 1
+                    est = max(est, finish[p])
+                else:
+                    est = max(est, finish[p] + SYNC_COST_US)
+            # Earliest finish first; then a stream that holds a predecessor (fewer events),
+            # then an existing stream over a new one, then the lower id.
+            key = (est + cost[i], -holds_pred, 1 if s < 0 else 0, s, est)
+            if best is None or key < best:
+                best = key
+        assert best is not None
+        s = best[3]
+        if s < 0:
+            s = len(stream_nodes)
+            stream_engine.append(engine)
+            stream_nodes.append([])
+            ready.append(0.0)
+            per_engine.setdefault(engine, []).append(s)
+        finish[i] = best[0]
+        start[i] = best[4]
+        stream_of[i] = s
+        stream_nodes[s].append(i)
+        ready[s] = finish[i]
+        if options.single_stream and engine.priority < stream_engine[s].priority:
+            stream_engine[s] = engine
 
-    # Renumber nodes in schedule order so indices follow execution order.
+    # Execution order: simulated start time. A node starts after its predecessors end and
+    # after the previous node of its stream ends, so this is topological and stream-consistent.
+    sched = sorted(range(n), key=lambda i: (start[i], -rank[i], i))
     new_index = {old: k for k, old in enumerate(sched)}
-    exec_order = [order[i] for i in sched]
-    node_stream = tuple(stream_of[i] for i in sched)
-    plan_streams_ = tuple(Stream(s, e.value, tuple(new_index[i] for i in nodes)) for s, (e, nodes) in enumerate(streams))
+    # Streams numbered by their first node, so stream 0 runs the first node.
+    stream_ids = {s: k for k, s in enumerate(sorted(range(len(stream_nodes)), key=lambda s: new_index[stream_nodes[s][0]]))}
+    streams = [Stream(0, "", ())] * len(stream_nodes)
+    for s, nodes in enumerate(stream_nodes):
+        streams[stream_ids[s]] = Stream(stream_ids[s], stream_engine[s].value, tuple(sorted(new_index[i] for i in nodes)))
+    node_stream = tuple(stream_ids[stream_of[old]] for old in sched)
     new_preds = [[new_index[p] for p in preds[old]] for old in sched]
-    events = _events(new_preds, node_stream, plan_streams_)
-    return exec_order, StreamPlan(plan_streams_, node_stream, tuple(events))
+    events = _events(new_preds, node_stream, len(streams))
+    return [order[i] for i in sched], StreamPlan(tuple(streams), node_stream, tuple(events))
 
 
-def _cost(node: Node) -> float:
-    """A rough cost for list scheduling: output elements, times the reduction size for matmul/conv."""
-    total = 0.0
-    for out in node.outputs:
-        if out.desc.static:
-            total += out.desc.size
-    if node.op_type in ("Conv", "MatMul", "Gemm", "FusedConv", "FusedGemm", "FusedMatMul") and node.inputs[1] is not None:
-        w = node.inputs[1].desc
-        if w.static and w.shape:
-            k = 1
-            for d in (w.shape[1:] if node.op_type.endswith("Conv") else w.shape[:1]):
-                k *= int(d)
-            total *= max(k, 1)
-    return total + 1.0
+def predecessors(order: Sequence[Node]) -> list[list[int]]:
+    """For each node of ``order``, the sorted indices of the nodes producing its inputs."""
+    index = {id(node): i for i, node in enumerate(order)}
+    return [
+        sorted({index[id(v.producer)] for v in node.inputs if v is not None and v.producer is not None and id(v.producer) in index})
+        for node in order
+    ]
 
 
-def _events(preds: list[list[int]], node_stream: Sequence[int], streams: Sequence[Stream]) -> list[Event]:
-    """One event per cross-stream edge, minus those implied by stream order and other events."""
+def node_cost(node: Node) -> float:
+    """A rough estimate of a node's run time in microseconds, for list scheduling.
+
+    A fixed dispatch cost, memory traffic over its static inputs and outputs, and the
+    multiply-adds of matrix products and convolutions.
+    """
+    elements = 0
+    for v in (*node.inputs, *node.outputs):
+        if v is not None and v.desc.static:
+            elements += v.desc.size
+    flops = 0
+    if node.op_type in _MATMUL_OPS or node.op_type in _CONV_OPS:
+        out = node.outputs[0].desc
+        w = node.inputs[1].desc if len(node.inputs) > 1 and node.inputs[1] is not None else None
+        if out.static and w is not None and w.static and w.shape:
+            if node.op_type in _CONV_OPS:
+                k = 1
+                for d in w.shape[1:]:
+                    k *= int(d)
+            elif node.op_type in ("Gemm", "FusedGemm") and node.attrs.get("transB"):
+                k = int(w.shape[-1])
+            else:
+                k = int(w.shape[0]) if len(w.shape) == 2 else int(w.shape[-2])
+            flops = 2 * out.size * k
+    # About 1 ns per element moved and 10 GFLOP/s per worker.
+    return 1.0 + elements * 1e-3 + flops * 1e-4
+
+
+def _events(preds: Sequence[Sequence[int]], node_stream: Sequence[int], num_streams: int) -> list[Event]:
+    """One event per cross-stream edge, minus those implied by stream order and other events.
+
+    ``known[i][s]`` (a vector clock) is the last position on stream ``s`` that node ``i`` is
+    known to follow. Predecessors are tried latest first: a later one may imply an earlier
+    one, never the reverse, so every event kept is needed.
+    """
     n = len(preds)
-    position = {}
-    for s in streams:
-        for k, i in enumerate(s.nodes):
-            position[i] = k
-    # known[i][s] = the latest position on stream s that node i is known to follow.
-    known: list[dict[int, int]] = [dict() for _ in range(n)]
+    position = [0] * n
+    count = [0] * num_streams
+    for i in range(n):
+        position[i] = count[node_stream[i]]
+        count[node_stream[i]] += 1
+    known: list[list[int]] = [[]] * n
+    last_on: list[int] = [-1] * num_streams
     events: list[Event] = []
-    prev_on_stream: dict[int, int] = {}
     for i in range(n):
         s = node_stream[i]
-        k = known[i]
-        if s in prev_on_stream:
-            for st, pos in known[prev_on_stream[s]].items():
-                if pos > k.get(st, -1):
-                    k[st] = pos
-        k[s] = position[i]
+        prev = last_on[s]
+        k = list(known[prev]) if prev >= 0 else [-1] * num_streams
         for p in sorted(preds[i], reverse=True):
             ps = node_stream[p]
-            if ps == s or k.get(ps, -1) >= position[p]:
+            if ps == s or k[ps] >= position[p]:
                 continue
             events.append(Event(len(events), p, i))
-            for st, pos in known[p].items():
-                if pos > k.get(st, -1):
-                    k[st] = pos
-        prev_on_stream[s] = i
+            k = [max(a, b) for a, b in zip(k, known[p])]
+        k[s] = position[i]
+        known[i] = k
+        last_on[s] = i
     return events
 
 
 def happens_before(plan: StreamPlan, n: int) -> list[int]:
-    """For each node, a bitset (int) of the nodes that finish before it starts, under the plan."""
+    """For each node, a bitset (int) of the nodes that end before it starts, under the plan."""
     before = [0] * n
-    prev_on_stream: dict[int, int] = {}
+    last_on: dict[int, int] = {}
     waits: dict[int, list[int]] = {}
     for e in plan.events:
         waits.setdefault(e.consumer, []).append(e.producer)
     for i in range(n):
         s = plan.node_stream[i]
         bits = 0
-        if s in prev_on_stream:
-            p = prev_on_stream[s]
-            bits |= before[p] | (1 << p)
-        for p in waits.get(i, ()):
-            bits |= before[p] | (1 << p)
+        for p in (last_on.get(s, -1), *waits.get(i, ())):
+            if p >= 0:
+                bits |= before[p] | (1 << p)
         before[i] = bits
-        prev_on_stream[s] = i
+        last_on[s] = i
     return before

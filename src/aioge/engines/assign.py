@@ -21,20 +21,22 @@ def assign_engines(graph: Graph, excluded: Iterable[Engine] = ()) -> dict[str, E
     """
     excluded = frozenset(excluded)
     out: dict[str, Engine] = {}
-    orphans: list[str] = []
+    orphans: list[tuple[str, str]] = []  # node name, "op type; runs on ..."
     for node in graph.nodes:
         schema = get_schema(node.op_type, node.domain)
-        engine = select_engine(schema.engines_for([v.desc if v is not None else None for v in node.inputs]), excluded)
+        supported = schema.engines_for([v.desc if v is not None else None for v in node.inputs])
+        engine = select_engine(supported, excluded)
         if engine is None:
-            orphans.append(f"{node.name} ({node.op_type})")
+            able = ", ".join(e.value for e in sorted(supported, key=lambda e: e.priority)) or "no engine"
+            orphans.append((node.name, f"{node.op_type}; runs on {able}"))
         else:
             out[node.name] = engine
     if orphans:
         names = ", ".join(sorted(e.value for e in excluded)) or "none"
         raise CompileError(
-            f"no engine left for {len(orphans)} node(s): {', '.join(orphans)}; excluded engines: {names}",
+            f"no engine left for {len(orphans)} node(s): {', '.join(f'{n} ({t})' for n, t in orphans)}; excluded engines: {names}",
             graph=graph.name,
-            nodes=[o.split(" ")[0] for o in orphans],
+            nodes=[n for n, _ in orphans],
             code="EZ3003",
         )
     return out

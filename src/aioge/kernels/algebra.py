@@ -112,7 +112,8 @@ def build_einsum(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
         res = np.einsum(equation, *xs, optimize=path if len(xs) > 1 else False)
         res = np.asarray(res, dtype=xs[0].dtype)
         if outputs is None:
-            return (res,)
+            # A one-operand einsum (a transpose, a diagonal) may be a view of its input.
+            return (res.copy() if any(np.may_share_memory(res, x) for x in xs) else res,)
         np.copyto(outputs[0], res)
         return outputs
 

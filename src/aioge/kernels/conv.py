@@ -1,5 +1,5 @@
 """Windowed kernels: convolution (im2col + one batched matmul, or a loop over kernel taps)
-and max / average pooling (a loop over kernel taps on strided views).
+and max / average pooling (separable: one strided pass per kernel row, column, ...).
 
 The loops here run over kernel taps (at most a few dozen) or never; each step is one numpy
 call over whole tensors. ``window_geometry`` is shared with shape inference, so the shapes a
@@ -38,10 +38,11 @@ def window_geometry(
     """Return ``(pads_begin, pads_end, out_spatial)`` of a sliding window, as ONNX defines it.
 
     ``pads`` is ONNX's ``[x1_begin, x2_begin, ..., x1_end, x2_end, ...]`` (used for NOTSET).
-    With ``ceil_mode`` a last window that would start in the end padding is dropped.
+    With ``ceil_mode`` a last window that would start in the end padding is dropped. As in
+    the spec's formula, an input one stride short of the dilated kernel gives size 0.
 
     Raises:
-        ValueError: the (padded) input is smaller than the dilated kernel.
+        ValueError: the (padded) input is smaller than the dilated kernel by a stride or more.
     """
     n = len(spatial)
     begin: list[int] = []
@@ -58,13 +59,13 @@ def window_geometry(
         else:
             b, e = (pads[i], pads[i + n]) if auto_pad == "NOTSET" else (0, 0)
             room = size + b + e - span
-            if room < 0:
+            o = (-(-room // s) if ceil_mode else room // s) + 1
+            if ceil_mode and o > 0 and (o - 1) * s >= size + b:
+                o -= 1
+            if o < 0:
                 raise ValueError(
                     f"spatial axis {i}: input {size} + pads ({b}, {e}) is smaller than the dilated kernel {span}"
                 )
-            o = (-(-room // s) if ceil_mode else room // s) + 1
-            if ceil_mode and (o - 1) * s >= size + b:
-                o -= 1
         begin.append(b)
         end.append(e)
         out.append(o)
@@ -85,8 +86,11 @@ def _padded(
     """x with its spatial axes (all but the first two) padded by ``fill``, or x itself."""
     if not any(begin) and not any(end):
         return x
-    width = [(0, 0), (0, 0), *zip(begin, end)]
-    return np.pad(x, width, mode="constant", constant_values=fill)
+    # np.pad is several times slower than filling a new array and copying the interior in
+    shape = (*x.shape[:2], *(n + b + e for n, b, e in zip(x.shape[2:], begin, end)))
+    xp = np.full(shape, fill, dtype=x.dtype)
+    xp[(slice(None), slice(None), *(slice(b, b + n) for b, n in zip(begin, x.shape[2:])))] = x
+    return xp
 
 
 def _extend(begin: Sequence[int], end: Sequence[int], spatial: Sequence[int], out: Sequence[int],
@@ -155,6 +159,8 @@ def build_conv_im2col(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
         b = inputs[2] if len(inputs) > 2 else None
         plan = _ConvPlan(attrs, x, w)
         y = _conv_output(plan, outputs, x.dtype)
+        if y.size == 0:
+            return (y,)
         g = plan.group
         cg, mg = plan.c // g, plan.m // g
         taps = int(np.prod(plan.kernel, dtype=np.int64))
@@ -199,6 +205,8 @@ def build_conv_taps(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: An
         b = inputs[2] if len(inputs) > 2 else None
         plan = _ConvPlan(attrs, x, w)
         y = _conv_output(plan, outputs, x.dtype)
+        if y.size == 0:
+            return (y,)
         g = plan.group
         cg, mg = plan.c // g, plan.m // g
         d = len(plan.kernel)
@@ -243,7 +251,10 @@ def _lowest(dtype: np.dtype) -> Any:
 
 
 def build_max_pool(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
-    """MaxPool: the running maximum over kernel taps of a -inf padded input."""
+    """MaxPool: the maximum over each window of a -inf padded input, axis by axis; with a
+    second output, a loop over kernel taps that also tracks where each maximum came from."""
+    with_indices = len(outs) > 1
+    column_major = bool(attrs.get("storage_order", 0))
 
     def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         x = inputs[0]
@@ -251,17 +262,54 @@ def build_max_pool(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any
         end = _extend(begin, end, x.shape[2:], out, kernel, strides, dilations)
         xp = _padded(x, begin, end, _lowest(x.dtype))
         y = np.empty((*x.shape[:2], *out), x.dtype) if outputs is None else outputs[0]
-        taps = _taps(kernel, dilations)
-        np.copyto(y, _tap(xp, taps[0][1], strides, out))
-        for _, offset in taps[1:]:
-            np.maximum(y, _tap(xp, offset, strides, out), out=y)
-        return (y,)
+        if not with_indices:
+            if y.size:
+                _separable(np.maximum, xp, kernel, strides, dilations, out, y)
+            return (y,)
+        idx = np.empty(y.shape, np.int64) if outputs is None else outputs[1]
+        if y.size:
+            _max_and_argmax(x, xp, kernel, strides, dilations, begin, out, y, idx, column_major)
+        return (y, idx)
 
     return run
 
 
+def _max_and_argmax(
+    x: np.ndarray, xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+    begin: Sequence[int], out: Sequence[int], y: np.ndarray, idx: np.ndarray, column_major: bool,
+) -> None:
+    """y = window maxima, idx = ONNX's flat index of each into x (the first one on ties):
+    (n * C + c) * prod(spatial) + the spatial offset, row-major or (storage_order 1) column-major."""
+    spatial = x.shape[2:]
+    d = len(spatial)
+    size = int(np.prod(spatial, dtype=np.int64))
+    order = list(reversed(range(d))) if column_major else list(range(d))
+    elem = [0] * d
+    step = 1
+    for a in reversed(order):
+        elem[a] = step
+        step *= spatial[a]
+    base = (np.arange(x.shape[0] * x.shape[1], dtype=np.int64) * size).reshape(x.shape[0], x.shape[1], *([1] * d))
+    coords = [np.arange(out[a], dtype=np.int64) * strides[a] - begin[a] for a in range(d)]
+    better = np.empty(y.shape, np.bool_)
+    for t, (_, offset) in enumerate(_taps(kernel, dilations)):
+        v = _tap(xp, offset, strides, out)
+        flat = base
+        for a in range(d):
+            shape = [1] * (d + 2)
+            shape[2 + a] = out[a]
+            flat = flat + ((coords[a] + offset[a]) * elem[a]).reshape(shape)
+        if t == 0:
+            np.copyto(y, v)
+            np.copyto(idx, flat)
+            continue
+        np.greater(v, y, out=better)
+        np.copyto(y, v, where=better)
+        np.copyto(idx, np.broadcast_to(flat, idx.shape), where=better)
+
+
 def build_average_pool(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
-    """AveragePool: the sum over kernel taps of a zero padded input, divided by the number of
+    """AveragePool: the window sums of a zero padded input (axis by axis), divided by the number of
     window cells inside the input (or inside input + pads with ``count_include_pad``)."""
     include_pad = bool(attrs.get("count_include_pad", 0))
 
@@ -272,15 +320,42 @@ def build_average_pool(attrs: Mapping[str, Any], params: Mapping[str, Any], ins:
         grown = _extend(begin, end, spatial, out, kernel, strides, dilations)
         xp = _padded(x, begin, grown, 0)
         y = np.empty((*x.shape[:2], *out), x.dtype) if outputs is None else outputs[0]
-        taps = _taps(kernel, dilations)
-        np.copyto(y, _tap(xp, taps[0][1], strides, out))
-        for _, offset in taps[1:]:
-            np.add(y, _tap(xp, offset, strides, out), out=y)
+        if y.size == 0:
+            return (y,)
+        _separable(np.add, xp, kernel, strides, dilations, out, y)
         count = _window_counts(spatial, kernel, strides, dilations, begin, end, out, include_pad)
         np.divide(y, count.astype(x.dtype), out=y)
         return (y,)
 
     return run
+
+
+def _separable(
+    ufunc: np.ufunc, xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+    out: Sequence[int], y: np.ndarray,
+) -> None:
+    """Reduce every window of xp into y, one spatial axis at a time.
+
+    Max and sum over a box are separable, so this costs sum(kernel) passes instead of
+    prod(kernel), and the first passes step over whole rows (contiguous runs).
+    """
+    r = xp
+    d = len(kernel)
+    for ax in range(d):
+        axis = 2 + ax
+        shape = list(r.shape)
+        shape[axis] = out[ax]
+        target = y if ax == d - 1 else np.empty(shape, r.dtype)
+        for j in range(kernel[ax]):
+            index = [slice(None)] * r.ndim
+            start = j * dilations[ax]
+            index[axis] = slice(start, start + (out[ax] - 1) * strides[ax] + 1, strides[ax])
+            part = r[tuple(index)]
+            if j == 0:
+                np.copyto(target, part)
+            else:
+                ufunc(target, part, out=target)
+        r = target
 
 
 def _window_counts(

@@ -73,7 +73,7 @@ def depth_to_space(x: np.ndarray, blocksize: int, mode: str = "DCR") -> np.ndarr
         t = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
     else:
         t = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
-    return t.reshape(n, c // (b * b), h * b, w * b)
+    return _fresh(t.reshape(n, c // (b * b), h * b, w * b), x)
 
 
 def space_to_depth(x: np.ndarray, blocksize: int, mode: str = "DCR") -> np.ndarray:
@@ -82,7 +82,12 @@ def space_to_depth(x: np.ndarray, blocksize: int, mode: str = "DCR") -> np.ndarr
     b = blocksize
     t = x.reshape(n, c, h // b, b, w // b, b)
     t = t.transpose(0, 3, 5, 1, 2, 4) if mode == "DCR" else t.transpose(0, 1, 3, 5, 2, 4)
-    return t.reshape(n, c * b * b, h // b, w // b)
+    return _fresh(t.reshape(n, c * b * b, h // b, w // b), x)
+
+
+def _fresh(y: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """y, copied when it is still a view of x (blocksize 1 moves nothing)."""
+    return y.copy() if np.may_share_memory(y, x) else y
 
 
 def center_crop_pad(x: np.ndarray, shape: np.ndarray, axes: Sequence[int] | None = None) -> np.ndarray:

@@ -137,12 +137,13 @@ def scatter_elements(
     idx = _wrap(indices, data.shape[axis])
     _check_range(idx, data.shape[axis], "ScatterElements index")
     out = data.copy()
-    if reduction == "none":
-        np.put_along_axis(out, idx, updates, axis=axis)
-        return out
+    # indices may be smaller than data along the other axes, so index with open grids
     loc = list(np.indices(idx.shape, sparse=True))
     loc[axis] = idx
-    _REDUCTIONS[reduction].at(out, tuple(loc), updates)
+    if reduction == "none":
+        out[tuple(loc)] = updates
+    else:
+        _REDUCTIONS[reduction].at(out, tuple(loc), updates)
     return out
 
 

@@ -69,9 +69,20 @@ def build_matmul(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
 
     def run(inputs: Inputs, outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         a, b = inputs[0], inputs[1]
+        if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:
+            # (..., m, k) @ (k, n) is one (prod(...) * m, k) @ (k, n) GEMM, not a loop of small ones
+            y = _out(outputs, 0, (*a.shape[:-1], b.shape[1]), np.result_type(a, b))
+            if y.flags.c_contiguous:
+                np.matmul(a.reshape(-1, a.shape[-1]), b, out=y.reshape(-1, b.shape[1]))
+            else:
+                np.copyto(y, np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(y.shape))
+            return (y,)
         if outputs is None:
-            return (np.matmul(a, b),)
-        np.matmul(a, b, out=outputs[0])
+            return (np.asarray(np.matmul(a, b)),)
+        if outputs[0].ndim == 0:  # vector . vector: numpy cannot write a 0-d out=
+            outputs[0][()] = np.matmul(a, b)
+        else:
+            np.matmul(a, b, out=outputs[0])
         return outputs
 
     return run
@@ -139,15 +150,19 @@ def build_layer_norm(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: A
         # stash_type 1: statistics in (at least) float32, so float16 inputs stay accurate
         work = x.astype(np.promote_types(x.dtype, np.float32) if stash_f32 else x.dtype, copy=False)
         mean = work.mean(axis=axes, keepdims=True)
-        centred = work - mean
-        var = np.mean(np.square(centred), axis=axes, keepdims=True)
-        inv = 1.0 / np.sqrt(var + np.asarray(eps, var.dtype))
         y = _out(outputs, 0, x.shape, x.dtype)
-        np.multiply(centred, inv, out=centred)
+        # centre in the output buffer when it has the working precision: one temporary fewer
+        centred = y if y.dtype == work.dtype else np.empty(work.shape, work.dtype)
+        np.subtract(work, mean, out=centred)
+        sq = np.square(centred)
+        var = sq.mean(axis=axes, keepdims=True)
+        inv = 1.0 / np.sqrt(var + np.asarray(eps, var.dtype))
+        centred *= inv
         centred *= scale
         if bias is not None:
             centred += bias
-        np.copyto(y, centred, casting="unsafe")
+        if centred is not y:
+            np.copyto(y, centred, casting="unsafe")
         stats_dtype = np.float32 if stash_f32 else x.dtype
         results = [y]
         for i, stat in enumerate((mean, inv)[: n_out - 1], start=1):

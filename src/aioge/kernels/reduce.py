@@ -35,6 +35,8 @@ def reduce_axes(rank: int, axes: Sequence[int] | None, noop_with_empty_axes: boo
 
 def _identity_fill(dtype: np.dtype, reducer: str) -> Any:
     """What a reduction over zero elements gives (ONNX: the reduction's identity)."""
+    if dtype.kind == "b" and reducer in ("max", "min"):
+        return reducer == "min"  # max is any() (False over nothing), min is all() (True)
     if reducer == "max":
         return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
     if reducer == "min":

@@ -43,7 +43,8 @@ def _reduce(kind: str, x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> 
             return np.log(np.sum(x, axis=axes, keepdims=keepdims))
     # log-sum-exp, shifted by the maximum so exp never overflows.
     if x.size == 0:
-        return np.log(np.sum(np.exp(x), axis=axes, keepdims=keepdims))
+        with np.errstate(divide="ignore"):  # log(0) = -inf, the log-sum-exp of nothing
+            return np.log(np.sum(np.exp(x), axis=axes, keepdims=keepdims))
     m = np.max(x, axis=axes, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
     s = np.sum(np.exp(x - m), axis=axes, keepdims=True)

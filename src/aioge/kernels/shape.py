@@ -95,10 +95,8 @@ def reshape_shape(in_shape: Sequence[Dim], target: Sequence[int], allowzero: boo
         return None if infer_at is not None else tuple(out)
     if infer_at is not None:
         if out_size == 0:
-            if in_size != 0:
-                raise ValueError(f"cannot reshape {tuple(in_shape)} into {list(target)}: -1 next to a 0 dimension")
-            out[infer_at] = 0
-        elif in_size % out_size:
+            raise ValueError(f"cannot reshape {tuple(in_shape)} into {list(target)}: -1 is ambiguous next to a 0 dimension")
+        if in_size % out_size:
             raise ValueError(f"cannot reshape {tuple(in_shape)} ({in_size} elements) into {list(target)}")
         else:
             out[infer_at] = in_size // out_size

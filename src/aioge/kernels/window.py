@@ -1,9 +1,11 @@
-"""Windowed kernels beyond Conv and the basic pools: ConvTranspose, LpPool and MaxUnpool.
+"""Windowed kernels beyond Conv and the basic pools: ConvTranspose, DeformConv, LpPool and
+MaxUnpool.
 
 ConvTranspose is one matrix product per group (every input pixel times every kernel tap)
 followed by one strided add per kernel tap into the output canvas (col2im). LpPool sums
 |x|**p over kernel taps of a zero-padded input. The loops run over kernel taps (a few
-dozen at most) or groups, never over elements. ``conv_transpose_geometry`` and
+dozen at most) or groups, never over elements. DeformConv samples every kernel tap
+bilinearly at its learned offset (zero outside the image), then contracts like im2col. ``conv_transpose_geometry`` and
 ``unpool_shape`` are shared with shape inference.
 """
 
@@ -16,7 +18,7 @@ import numpy as np
 
 from aioge.kernels.conv import window_geometry
 
-__all__ = ["conv_transpose", "conv_transpose_geometry", "lp_pool", "max_unpool", "unpool_shape"]
+__all__ = ["conv_transpose", "conv_transpose_geometry", "deform_conv", "lp_pool", "max_unpool", "unpool_shape"]
 
 
 def conv_transpose_geometry(
@@ -166,3 +168,62 @@ def max_unpool(x: np.ndarray, indices: np.ndarray, output_shape: np.ndarray | No
     res = np.zeros(shape, x.dtype)
     res[tuple(slice(0, i) for i in inferred)] = y
     return res
+
+
+def _bilinear_zero(xg: np.ndarray, y: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Sample xg (N, G, C, H, W) at float positions y, x (N, G, ...) -> (N, G, ..., C); 0 outside."""
+    n, g, _, h, w = xg.shape
+    y0, x0 = np.floor(y).astype(np.int64), np.floor(x).astype(np.int64)
+    ly, lx = y - y0, x - x0
+    bi = np.arange(n).reshape((n,) + (1,) * (y.ndim - 1))
+    gi = np.arange(g).reshape((1, g) + (1,) * (y.ndim - 2))
+    out = 0.0
+    for dy, wy in ((0, 1 - ly), (1, ly)):
+        for dx, wx in ((0, 1 - lx), (1, lx)):
+            yy, xx = y0 + dy, x0 + dx
+            ok = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+            vals = xg[bi, gi, :, np.clip(yy, 0, h - 1), np.clip(xx, 0, w - 1)]
+            out = out + vals * (wy * wx * ok)[..., None]
+    return np.asarray(out)
+
+
+def deform_conv(
+    x: np.ndarray, w: np.ndarray, offset: np.ndarray, b: np.ndarray | None = None, mask: np.ndarray | None = None,
+    **attrs: Any,
+) -> np.ndarray:
+    """ONNX DeformConv (2-D): each kernel tap reads the input at its position plus a learned
+    offset (bilinearly, zero outside), scaled by the mask, then a grouped convolution sum.
+
+    Raises:
+        ValueError: shapes inconsistent with the groups, offset groups or output size.
+    """
+    if x.ndim != 4:
+        raise ValueError(f"DeformConv supports 2-D inputs (N, C, H, W), got shape {x.shape}")
+    n, c, h, wd = x.shape
+    oc, cg = w.shape[:2]
+    kh, kw = (list(attrs.get("kernel_shape") or w.shape[2:]))
+    group, og = int(attrs.get("group", 1)), int(attrs.get("offset_group", 1))
+    sh, sw = list(attrs.get("strides") or [1, 1])
+    dh, dw = list(attrs.get("dilations") or [1, 1])
+    pads = list(attrs.get("pads") or [0, 0, 0, 0])
+    oh, ow = offset.shape[2:]
+    if c != cg * group or oc % group or c % og or offset.shape[1] != og * kh * kw * 2:
+        raise ValueError(f"DeformConv shapes do not fit: X {x.shape}, W {w.shape}, offset {offset.shape}, "
+                         f"group={group}, offset_group={og}")
+    off = offset.astype(np.float64).reshape(n, og, kh, kw, 2, oh, ow)
+    m = np.ones((n, og, kh, kw, oh, ow)) if mask is None else mask.astype(np.float64).reshape(n, og, kh, kw, oh, ow)
+    xg = x.astype(np.float64).reshape(n, og, c // og, h, wd)
+    base_h = (-pads[0] + sh * np.arange(oh))[:, None]  # (oh, 1)
+    base_w = (-pads[1] + sw * np.arange(ow))[None, :]  # (1, ow)
+    cols = np.empty((n, c, kh * kw, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            ys = base_h + i * dh + off[:, :, i, j, 0]  # (N, og, oh, ow)
+            xs = base_w + j * dw + off[:, :, i, j, 1]
+            sampled = _bilinear_zero(xg, ys, xs) * m[:, :, i, j][..., None]  # (N, og, oh, ow, C/og)
+            cols[:, :, i * kw + j] = np.moveaxis(sampled, -1, 2).reshape(n, c, oh, ow)
+    cols = cols.reshape(n, group, cg * kh * kw, oh * ow)
+    y = np.matmul(w.astype(np.float64).reshape(group, oc // group, cg * kh * kw), cols).reshape(n, oc, oh, ow)
+    if b is not None:
+        y = y + b.astype(np.float64).reshape(1, -1, 1, 1)
+    return y.astype(x.dtype)

@@ -75,7 +75,8 @@ def _infer_range(ctx: InferContext) -> list[TensorDesc]:
         if ctx.dtype(i) != dtype:
             raise InferError(f"{what} must have start's dtype {dtype}, got {ctx.dtype(i)}")
         s = ctx.shape(i)
-        if s is not None and len(s) != 0:
+        # a one-element 1-D tensor is taken as the scalar (onnxruntime and the reference accept it)
+        if s is not None and not (len(s) == 0 or tuple(s) == (1,)):
             raise InferError(f"{what} must be a scalar, got shape {s}")
     values = [ctx.value(i) for i in range(3)]
     if any(v is None for v in values):

@@ -28,7 +28,12 @@ def _binary(name: str, impl: KernelImpl, doc: str) -> OpSchema:
 
 
 def _fn(name: str, fn: Callable[..., Any]) -> KernelImpl:
-    return returning(name, fn)
+    def arrays(*inputs: Any, **attrs: Any) -> Any:
+        # numpy turns 0-d results into scalars; kernels must return arrays
+        res = fn(*inputs, **attrs)
+        return tuple(np.asarray(r) for r in res) if isinstance(res, tuple) else np.asarray(res)
+
+    return returning(name, arrays)
 
 
 def _infer_pow(ctx: InferContext) -> list[TensorDesc]:
@@ -122,5 +127,5 @@ SCHEMAS: tuple[OpSchema, ...] = (
         {"to": Attr("dtype", REQUIRED), "saturate": Attr("int", 1)},
         family="elementwise", elementwise=True, doc="convert to another dtype", float_only=False,
     ),
-    _unary("Identity", _fn("numpy", lambda x: x), "a copy of x", engines=ALL_ENGINES),
+    _unary("Identity", _fn("numpy", np.copy), "a copy of x", engines=ALL_ENGINES),
 )

@@ -15,6 +15,7 @@ import numpy as np
 from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import index as k
 from aioge.kernels.base import returning
+from aioge.kernels.optional_outputs import returning_some
 from aioge.ops.infer import infer_like_input, normalise_axis
 from aioge.ops.schema import CPU_ONLY, Attr, InferContext, InferError, OpSchema
 
@@ -235,8 +236,11 @@ SCHEMAS: tuple[OpSchema, ...] = (
     _op("Trilu", _infer_trilu, k.trilu, "upper or lower triangle of the last two dimensions from diagonal k",
         {"upper": Attr("int", 1, (0, 1))}, (1, 2)),
     _op("Compress", _infer_compress, k.compress, "slices along axis where condition holds", {"axis": Attr("int")}, (2, 2)),
-    _op("Unique", _infer_unique, k.unique, "unique values or slices, first indices, inverse indices, counts",
-        {"axis": Attr("int"), "sorted": Attr("int", 1, (0, 1))}, outputs=(1, 4)),
+    OpSchema(
+        "Unique", _infer_unique, (returning_some("numpy", k.unique),), CPU_ONLY,
+        {"axis": Attr("int"), "sorted": Attr("int", 1, (0, 1))}, outputs=(1, 4),
+        family="index", doc="unique values or slices, first indices, inverse indices, counts", float_only=False,
+    ),
     _op("ReverseSequence", _infer_reverse_sequence, k.reverse_sequence, "each batch entry's leading time steps reversed",
         {"batch_axis": Attr("int", 1), "time_axis": Attr("int", 0)}, (2, 2)),
     _op("TensorScatter", _infer_tensor_scatter, k.tensor_scatter, "a cache with updates written from per-batch indices",

@@ -6,13 +6,44 @@ import re
 from types import MappingProxyType
 from typing import Mapping
 
-from aioge.ops import elementwise
-from aioge.ops import activation, algebra, compare, image, index, math, norm, reduce_extra, window
+from aioge.ops import (
+    activation,
+    algebra,
+    attention,
+    compare,
+    conv,
+    convert,
+    detection,
+    elementwise,
+    fused,
+    image,
+    index,
+    loss,
+    math,
+    ml,
+    nn,
+    norm,
+    optional,
+    quant_linalg,
+    recurrent,
+    reduce,
+    reduce_extra,
+    shape,
+    signal,
+    strings,
+    training,
+    window,
+)
 from aioge.ops.schema import OpSchema
 
 __all__ = ["REGISTRY", "builder_name", "get_schema"]
 
-_FAMILIES = (elementwise, activation, algebra, compare, image, index, math, norm, reduce_extra, window)
+_FAMILIES = (
+    elementwise, nn, conv, shape, reduce,
+    activation, algebra, attention, compare, convert, image, index, loss, math, norm, recurrent, reduce_extra, signal, window,
+    quant_linalg, training, detection, strings, ml, optional,
+    fused,
+)
 
 
 def _table() -> Mapping[tuple[str, str], OpSchema]:

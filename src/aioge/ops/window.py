@@ -1,5 +1,5 @@
-"""Windowed ops beyond Conv and the basic pools: ConvTranspose, LpPool, GlobalMaxPool and
-MaxUnpool.
+"""Windowed ops beyond Conv and the basic pools: ConvTranspose, DeformConv, LpPool,
+GlobalMaxPool and MaxUnpool.
 
 ConvTranspose is a matrix product plus a scatter-add, so every engine takes it (float
 inputs); the pools are vector work; MaxUnpool scatters by index on AiCpu.
@@ -67,6 +67,18 @@ def _infer_conv_transpose(ctx: InferContext) -> list[TensorDesc]:
     return [TensorDesc((x[0], int(w[1]) * group, *out), dtype)]
 
 
+def _infer_deform_conv(ctx: InferContext) -> list[TensorDesc]:
+    dtype = ctx.dtype(0)
+    if dtype not in _FLOATS:
+        raise InferError(f"X must be a float tensor, got {dtype}")
+    x, w, off = ctx.shape(0), ctx.shape(1), ctx.shape(2)
+    if x is None or w is None or off is None:
+        return [TensorDesc(None, dtype)]
+    if len(x) != 4 or len(w) != 4 or len(off) != 4:
+        raise InferError(f"DeformConv supports 2-D inputs: X, W and offset must be 4-D, got {x}, {w}, {off}")
+    return [TensorDesc((x[0], w[0], off[2], off[3]), dtype)]
+
+
 def _infer_lp_pool(ctx: InferContext) -> list[TensorDesc]:
     if ctx.dtype(0) not in _FLOATS:
         raise InferError(f"input must be a float tensor, got {ctx.dtype(0)}")
@@ -125,6 +137,12 @@ SCHEMAS: tuple[OpSchema, ...] = (
         {**_WINDOW, "group": Attr("int", 1), "kernel_shape": Attr("ints"), "output_padding": Attr("ints"),
          "output_shape": Attr("ints")},
         (2, 3), family="window", doc="transposed convolution (any spatial rank; groups, strides, dilations, pads)",
+    ),
+    OpSchema(
+        "DeformConv", _infer_deform_conv, (returning("numpy", k.deform_conv),), ALL_ENGINES,
+        {"dilations": Attr("ints"), "group": Attr("int", 1), "kernel_shape": Attr("ints"), "offset_group": Attr("int", 1),
+         "pads": Attr("ints"), "strides": Attr("ints")},
+        (3, 5), family="window", doc="deformable 2-D convolution: kernel taps at learned offsets, optionally masked",
     ),
     OpSchema(
         "LpPool", _infer_lp_pool, (returning("numpy", k.lp_pool),), VECTOR_ENGINES,

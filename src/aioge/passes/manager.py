@@ -1,4 +1,11 @@
-"""The pass table and the manager that runs it to a fixed point."""
+"""The pass table and the manager that runs it to a fixed point.
+
+``PASSES`` is the fixed order: clean-ups and folding first (they expose patterns), then the
+pattern fusions from the most specific to the most general, elementwise fusion last (it
+would otherwise swallow the activations and bias adds the specific fusions want). The
+table repeats until a whole round changes nothing, because a fusion can expose a fold or a
+common subexpression and the other way round.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +13,9 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from aioge.errors import CompileError, GraphError
 from aioge.ir.graph import Graph
-from aioge.passes import cleanup
+from aioge.passes import batchnorm, cleanup, cse, elementwise, fold, linear, patterns
 
 __all__ = ["PASSES", "GraphPass", "pass_names", "run_passes"]
 
@@ -25,8 +33,30 @@ class GraphPass:
 
 
 PASSES: tuple[GraphPass, ...] = (
-    GraphPass("IdentityRemovalPass", True, "remove Identity and inference-mode Dropout nodes", cleanup.remove_identity),
+    GraphPass("ConstantFoldingPass", True, "evaluate nodes whose inputs are known (incl. static Shape chains) into constants",
+              fold.constant_folding),
+    GraphPass("IdentityRemovalPass", True, "remove Identity, inference-mode Dropout and same-type Cast nodes",
+              cleanup.remove_identity),
+    GraphPass("CommonSubexpressionEliminationPass", True, "merge equal constants and nodes computing the same thing",
+              cse.common_subexpressions),
     GraphPass("DeadCodeEliminationPass", True, "remove nodes whose outputs reach no graph output", cleanup.dead_code),
+    GraphPass("GeluFusionPass", True, "replace the decomposed erf Gelu (Div, Erf, Add, Mul, Mul) by one Gelu",
+              patterns.fuse_gelu),
+    GraphPass("LayerNormFusionPass", True,
+              "replace the decomposed LayerNorm (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div[, Mul, Add]) by one",
+              patterns.fuse_layer_norm),
+    GraphPass("ConvBatchNormFusionPass", True,
+              "fold BatchNormalization and per-channel Mul into the weights of the Conv or Gemm before it",
+              batchnorm.fold_batch_norm),
+    GraphPass("TransposeMatMulFusionPass", True, "fold last-two-axes Transposes into MatMul/Gemm as transA/transB",
+              linear.fold_transposes),
+    GraphPass("MatMulAddFusionPass", True, "rewrite MatMul + Add on matrices as Gemm", linear.fuse_matmul_add),
+    GraphPass("BiasAddFusionPass", True, "fold a bias Add into the Conv bias or the Gemm C before it", linear.fuse_bias_add),
+    GraphPass("ActivationFusionPass", True,
+              "fuse Relu/LeakyRelu/Clip/Sigmoid/HardSigmoid/Tanh/Gelu into the Conv, Gemm or MatMul before it",
+              linear.fuse_activation),
+    GraphPass("ElementwiseFusionPass", True, "fuse chains of elementwise ops into one blocked FusedElementwise kernel",
+              elementwise.fuse_elementwise),
 )
 
 _MAX_ROUNDS = 8
@@ -40,18 +70,39 @@ def pass_names() -> tuple[str, ...]:
 def run_passes(graph: Graph, switch: Mapping[str, bool]) -> list[str]:
     """Run the enabled passes in order, repeating the table until no pass changes the graph.
 
-    Returns the names of the passes that changed something, in the order they first did.
+    ``switch`` maps pass names to on/off (``ge.optimizationSwitch``); a pass not named runs
+    when its default is on. Returns the names of the passes that changed something, in the
+    order they first did.
+
+    Raises:
+        CompileError: a pass left the graph malformed or renamed an output (a bug in that
+            pass; the message names it).
     """
     enabled = [p for p in PASSES if switch.get(p.name, p.default)]
+    outputs = [v.name for v in graph.outputs]
     applied: list[str] = []
-    for _ in range(_MAX_ROUNDS):
+    before = len(graph.nodes)
+    for round_ in range(_MAX_ROUNDS):
         changed = False
         for p in enabled:
-            if p.run(graph):
-                changed = True
-                if p.name not in applied:
-                    applied.append(p.name)
-                log.debug("pass %s changed graph %s", p.name, graph.name)
+            if not p.run(graph):
+                continue
+            changed = True
+            if p.name not in applied:
+                applied.append(p.name)
+            log.debug("pass %s changed graph %s (round %d, %d nodes)", p.name, graph.name, round_, len(graph.nodes))
+            _check(graph, p.name, outputs)
         if not changed:
             break
+    log.debug("passes on graph %s: %d -> %d nodes, applied %s", graph.name, before, len(graph.nodes), applied)
     return applied
+
+
+def _check(graph: Graph, name: str, outputs: list[str]) -> None:
+    try:
+        graph.validate()
+    except GraphError as exc:
+        raise CompileError(f"pass {name} left the graph malformed: {exc}", graph=graph.name) from exc
+    now = [v.name for v in graph.outputs]
+    if now != outputs:
+        raise CompileError(f"pass {name} changed the graph outputs from {outputs} to {now}", graph=graph.name)

@@ -1,33 +1,37 @@
-"""The executor: binds a CompiledModel's kernels once, then runs it many times.
+"""The executor: binds a CompiledModel's kernels once, then runs it many times, concurrently.
 
-Sink mode (default, GE's model sinking): each stream's whole op list runs inside one
-worker thread; cross-stream events are thread-level ``threading.Event``s; the event loop is
-touched once per run. Host mode: ops are dispatched one by one from the event loop, each
-in a worker thread, in execution order.
+Sink mode (default, GE's model sinking): each stream's whole program runs inside one lane
+(worker thread) of its engine; cross-stream events are ``threading.Event``s; the event loop
+is touched once per run, when the last stream ends. Host mode: the loop dispatches ops one
+by one (one dispatcher task per stream, events as anyio events), each op on its stream's lane,
+for tracing and stepping.
 
-A run takes an execution context (the arena and its views) from the model's pool and gives
-it back when it ends, so concurrent runs never share live buffers and steady-state runs
-allocate nothing but their outputs (and tensors whose shapes are only known at run time).
+A run takes an execution context (the arena, its views and the bound steps) from the
+model's pool and gives it back when it ends, so concurrent runs never share live buffers and
+steady-state runs allocate nothing but their outputs (and tensors whose shapes are only known
+at run time). Cancelling a run stops every stream between ops and waits until none of them
+touches the arena before the context goes back to the pool. A kernel error fails that run
+only, with an ``ExecutionError`` naming the node and its engine.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
-import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Mapping
 
 import anyio
-import anyio.from_thread
 import numpy as np
 
 from aioge.compiler.model import CompiledModel
-from aioge.errors import ExecutionError
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import ValueKind
 from aioge.ops.registry import get_schema
-from aioge.ops.schema import RunFn
+from aioge.runtime.context import Context, Layout, Program, Step
+from aioge.runtime.workers import Completion, EngineWorkers, Lane
 
 __all__ = ["Executable", "TraceSpan"]
 
@@ -42,94 +46,69 @@ class TraceSpan:
     end: float
 
 
-@dataclass(slots=True)
-class _Step:
-    index: int
-    name: str
-    op_type: str
-    engine: str
-    run: RunFn
-    inputs: tuple[int, ...]  # env slots; -1 for an absent optional input
-    outputs: tuple[int, ...]
-    waits: tuple[int, ...]  # event ids
-    records: tuple[int, ...]
-
-
-@dataclass(slots=True)
-class _Context:
-    arena: np.ndarray
-    env: list[Any]  # slot -> array (constants and arena views prefilled)
-
-
-@dataclass(slots=True)
-class _RunState:
-    events: list[threading.Event]
-    abort: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-    spans: list[TraceSpan] | None = None
-
-
 class Executable:
     """A compiled model bound to kernels, ready to run concurrently."""
 
     def __init__(self, model: CompiledModel, variables: Mapping[str, np.ndarray] | None = None) -> None:
         self.model = model
         g = model.graph
-        self._slot: dict[str, int] = {}
+        slot: dict[str, int] = {}
         for v in g.values():
-            self._slot[v.name] = len(self._slot)
-        self._nslots = len(self._slot)
-        self._constants = {self._slot[v.name]: v.data for v in g.constants.values()}
-        self._variables = dict(variables or {})
-        self._var_slots = {self._slot[name]: name for name in g.variables}
-        self._inputs = [(v.name, self._slot[v.name], v.desc) for v in g.inputs]
-        self._outputs = [(v.name, self._slot[v.name]) for v in g.outputs]
+            slot[v.name] = len(slot)
+        self._variables: Mapping[str, np.ndarray] = variables if variables is not None else {}
+        self._inputs = [(v.name, slot[v.name]) for v in g.inputs]
+        self._var_slots = [(name, slot[name]) for name in g.variables]
+        self._outputs = [(v.name, slot[v.name], v.kind is ValueKind.INTERMEDIATE) for v in g.outputs]
         offsets = model.memory.offsets()
-        self._views: list[tuple[int, int, int, tuple[int, ...], np.dtype]] = []
-        for name, (offset, nbytes) in offsets.items():
+        views = []
+        for name, (offset, _) in offsets.items():
             desc = g.value(name).desc
-            self._views.append((self._slot[name], offset, nbytes, tuple(int(d) for d in desc.shape), numpy_dtype(desc.dtype)))  # type: ignore[union-attr]
-        planned = {self._slot[name] for name in offsets}
+            views.append((slot[name], offset, tuple(int(d) for d in desc.shape), numpy_dtype(desc.dtype)))  # type: ignore[union-attr]
         waits: dict[int, list[int]] = {}
         records: dict[int, list[int]] = {}
         for e in model.streams.events:
             waits.setdefault(e.consumer, []).append(e.id)
             records.setdefault(e.producer, []).append(e.id)
-        self._steps: list[_Step] = []
         by_name = {n.name: n for n in g.nodes}
+        steps = []
+        unplanned: set[int] = set()
         for plan in model.nodes:
             node = by_name[plan.name]
-            schema = get_schema(node.op_type, node.domain)
-            impl = schema.impl(plan.kernel.impl)
+            impl = get_schema(node.op_type, node.domain).impl(plan.kernel.impl)
             run = impl.build(
                 node.attrs, plan.kernel.params,
                 [v.desc if v is not None else None for v in node.inputs], [o.desc for o in node.outputs],
             )
-            outs = tuple(self._slot[o.name] for o in node.outputs)
-            self._steps.append(
-                _Step(
-                    plan.index, plan.name, plan.op_type, plan.engine, run,
-                    tuple(self._slot[v.name] if v is not None else -1 for v in node.inputs),
-                    outs if all(s in planned for s in outs) else tuple(-1 - s for s in outs),
-                    tuple(waits.get(plan.index, ())), tuple(records.get(plan.index, ())),
-                )
-            )
-        self._streams = [[self._steps[i] for i in s.nodes] for s in model.streams.streams]
-        self._pool: list[_Context] = []
+            outs = tuple(slot[o.name] for o in node.outputs)
+            planned = all(o.name in offsets for o in node.outputs)
+            if not planned:
+                unplanned.update(outs)
+            steps.append(Step(
+                plan.index, plan.name, plan.op_type, plan.engine, plan.stream, run,
+                tuple(slot[v.name] if v is not None else -1 for v in node.inputs), outs, planned,
+                tuple(waits.get(plan.index, ())), tuple(records.get(plan.index, ())),
+            ))
+        self._layout = Layout(
+            g.name, len(slot), model.memory.arena_bytes,
+            {slot[v.name]: v.data for v in g.constants.values()},  # type: ignore[misc]
+            tuple(views),
+            frozenset(unplanned | {s for _, s in self._inputs} | {s for _, s in self._var_slots}),
+            tuple(steps),
+            tuple(s.nodes for s in model.streams.streams),
+            len(model.streams.events),
+            (),  # poison ranges: computed on first use (tests only)
+        )
+        # Each stream runs on a distinct lane of its engine: (engine, j) = the j-th stream of it.
+        self._lane_of: list[tuple[str, int]] = []
+        self._lane_counts: dict[str, int] = {}
+        for s in model.streams.streams:
+            j = self._lane_counts.get(s.engine, 0)
+            self._lane_of.append((s.engine, j))
+            self._lane_counts[s.engine] = j + 1
+        self._pool: list[Context] = []
         self._contexts_made = 0
 
     # -- contexts ---------------------------------------------------------------------
-
-    def _new_context(self) -> _Context:
-        arena = np.empty(max(self.model.memory.arena_bytes, 1), dtype=np.uint8)
-        env: list[Any] = [None] * self._nslots
-        for slot, data in self._constants.items():
-            env[slot] = data
-        for slot, offset, nbytes, shape, dtype in self._views:
-            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-            env[slot] = arena[offset : offset + count * dtype.itemsize].view(dtype).reshape(shape)
-        self._contexts_made += 1
-        return _Context(arena, env)
 
     @property
     def contexts_made(self) -> int:
@@ -138,7 +117,22 @@ class Executable:
 
     @property
     def pool_size(self) -> int:
+        """How many contexts are idle in the pool."""
         return len(self._pool)
+
+    def _acquire(self, poison: bool) -> Context:
+        if poison and not self._layout.poison:
+            self._layout = _with_poison(self._layout, self.model)
+            self._pool.clear()  # contexts made before hold the old layout
+        if self._pool:
+            return self._pool.pop()
+        self._contexts_made += 1
+        return Context(self._layout)
+
+    def _release(self, ctx: Context) -> None:
+        ctx.unbind()
+        if ctx.layout is self._layout:
+            self._pool.append(ctx)
 
     # -- running ----------------------------------------------------------------------
 
@@ -146,96 +140,160 @@ class Executable:
         self,
         feeds: Mapping[str, np.ndarray],
         *,
+        workers: EngineWorkers,
         mode: str = "sink",
-        thread_limiter: anyio.CapacityLimiter | None = None,
         trace: list[TraceSpan] | None = None,
-        poison: Callable[[np.ndarray, int], None] | None = None,
+        poison: bool = False,
     ) -> dict[str, np.ndarray]:
         """Run once on checked feeds; returns the outputs by name (fresh arrays the caller owns).
+
+        ``trace`` collects one span per node. ``poison`` fills the arena bytes each node
+        reuses with NaN right before the node writes them, the test that reuse is safe.
 
         Raises:
             ExecutionError: a kernel failed (names node, op type and engine).
         """
-        ctx = self._pool.pop() if self._pool else self._new_context()
-        env = list(ctx.env)
-        for name, slot, _ in self._inputs:
-            env[slot] = feeds[name]
-        for slot, name in self._var_slots.items():
-            env[slot] = self._variables[name]
-        state = _RunState([threading.Event() for _ in self.model.streams.events], spans=trace)
+        ctx = self._acquire(poison)
         try:
+            values: dict[int, Any] = {s: feeds[name] for name, s in self._inputs}
+            for name, s in self._var_slots:
+                values[s] = self._variables[name]
+            ctx.bind(values)
+            lanes = workers.lanes(self._lane_counts)
+            lane_list = [lanes[engine][j] for engine, j in self._lane_of]
             if mode == "host":
-                for step in sorted((s for st in self._streams for s in st), key=lambda s: s.index):
-                    await anyio.to_thread.run_sync(self._run_steps, [step], env, state, False, poison, limiter=thread_limiter)
-            elif len(self._streams) == 1:
-                await anyio.to_thread.run_sync(self._run_steps, self._streams[0], env, state, True, poison, limiter=thread_limiter)
+                await self._run_host(ctx, workers, lane_list, trace, poison)
             else:
-                async with anyio.create_task_group() as tg:
-                    for steps in self._streams:
-                        tg.start_soon(self._run_stream_thread, steps, env, state, poison, thread_limiter)
-            if state.error is not None:
-                raise state.error
-            return self._collect(env, ctx)
+                await self._run_sink(ctx, workers, lane_list, trace, poison)
+            if ctx.error is not None:
+                raise ctx.error
+            return self._collect(ctx, feeds)
         finally:
-            # Every worker has returned (to_thread is shielded), so no thread touches the arena.
-            self._pool.append(ctx)
+            # Every stream has ended (waited for even under cancellation): no worker touches the arena.
+            self._release(ctx)
 
-    async def _run_stream_thread(self, steps: list[_Step], env: list[Any], state: _RunState, poison: Any, limiter: Any) -> None:
-        await anyio.to_thread.run_sync(self._run_steps, steps, env, state, True, poison, limiter=limiter)
-
-    def _run_steps(self, steps: Sequence[_Step], env: list[Any], state: _RunState, check: bool, poison: Any) -> None:
-        """Run a stream's steps in order inside one worker thread."""
-        events = state.events
-        spans = state.spans
-        graph = self.model.graph.name
+    async def _run_sink(self, ctx: Context, workers: EngineWorkers, lanes: list[Lane], trace: list[TraceSpan] | None, poison: bool) -> None:
+        programs = ctx.programs(poison)
+        done = Completion(len(programs))
+        items = []
+        for s, program in enumerate(programs):
+            # A context per stream: numpy's errstate and other context variables of the caller
+            # apply inside the worker, as they do inside anyio's to_thread.
+            items.append((lanes[s], partial(contextvars.copy_context().run, _run_program, ctx, program, s, trace, done)))
+        workers.enqueue(items)
         try:
-            for step in steps:
-                for e in step.waits:
-                    events[e].wait()
-                if state.abort.is_set():
-                    return
-                if check:
-                    anyio.from_thread.check_cancelled()
-                ins = [env[s] if s >= 0 else None for s in step.inputs]
-                planned = step.outputs[0] >= 0 if step.outputs else True
-                outs = [env[s] for s in step.outputs] if planned else None
-                t0 = time.perf_counter() if spans is not None else 0.0
-                try:
-                    results = step.run(ins, outs)
-                except Exception as exc:
-                    raise ExecutionError(
-                        f"{type(exc).__name__}: {exc}", graph=graph, node=step.name, op_type=step.op_type, engine=step.engine
-                    ) from exc
-                if spans is not None:
-                    spans.append(TraceSpan(step.index, self.model.nodes[step.index].stream, t0, time.perf_counter()))
-                if not planned:
-                    for s, r in zip(step.outputs, results):
-                        env[-1 - s] = r
-                if poison is not None:
-                    poison(env, step.index)
-                for e in step.records:
-                    events[e].set()
-        except BaseException as exc:
-            if state.error is None and isinstance(exc, Exception):
-                state.error = exc
-            state.abort.set()
-            for ev in events:
-                ev.set()
-            if not isinstance(exc, Exception):
-                raise
+            await done.wait()
+        except BaseException:
+            ctx.cancel()
+            await done.wait_shielded()
+            raise
 
-    def _collect(self, env: list[Any], ctx: _Context) -> dict[str, np.ndarray]:
+    async def _run_host(self, ctx: Context, workers: EngineWorkers, lanes: list[Lane], trace: list[TraceSpan] | None, poison: bool) -> None:
+        events = [anyio.Event() for _ in ctx.events]
+        async with anyio.create_task_group() as tg:
+            for s, steps in enumerate(self._layout.streams):
+                tg.start_soon(self._host_stream, ctx, workers, lanes[s], steps, events, trace, poison, tg.cancel_scope)
+
+    async def _host_stream(
+        self, ctx: Context, workers: EngineWorkers, lane: Lane, steps: tuple[int, ...], events: list[anyio.Event],
+        trace: list[TraceSpan] | None, poison: bool, scope: anyio.CancelScope,
+    ) -> None:
+        for i in steps:
+            step = self._layout.steps[i]
+            for e in step.waits:
+                await events[e].wait()
+            done = Completion(1)
+            fns = [*ctx.poison_fills(i), ctx.calls[i]] if poison else [ctx.calls[i]]
+            workers.enqueue([(lane, partial(contextvars.copy_context().run, _run_op, ctx, fns, i, step.stream, trace, done))])
+            try:
+                await done.wait()
+            except BaseException:
+                await done.wait_shielded()
+                raise
+            if ctx.error is not None:
+                scope.cancel()  # the other streams stop at their next op; the error is raised by run()
+                return
+            for e in step.records:
+                events[e].set()
+
+    def _collect(self, ctx: Context, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         arena = ctx.arena
-        foreign = [a for a in self._variables.values()]
-        for name, slot in self._outputs:
-            a = np.asarray(env[slot])
-            if (
-                not a.flags.writeable
-                or np.may_share_memory(a, arena)
-                or any(np.may_share_memory(a, f) for f in foreign)
-                or self.model.graph.value(name).kind is not ValueKind.INTERMEDIATE
-            ):
+        foreign = [*self._variables.values(), *feeds.values()]
+        for name, slot, intermediate in self._outputs:
+            a = np.asarray(ctx.env[slot])
+            # Copy what the caller must not share: the arena, constants, variables, its own feeds.
+            if not intermediate or not a.flags.writeable or np.may_share_memory(a, arena) or any(np.may_share_memory(a, f) for f in foreign):
                 a = a.copy()
             out[name] = a
         return out
+
+
+def _run_program(ctx: Context, program: Program, stream: int, trace: list[TraceSpan] | None, done: Completion) -> None:
+    """Run one stream's program inside its lane; errors abort the run, never the lane."""
+    fns, meta = program
+    abort = ctx.abort
+    k = 0
+    try:
+        if trace is None:
+            for k, f in enumerate(fns):  # noqa: B007 - k names the failing entry in the handler
+                if abort[0]:
+                    break
+                f()
+        else:
+            clock = time.perf_counter
+            for k, f in enumerate(fns):
+                if abort[0]:
+                    break
+                node = meta[k]
+                if node >= 0:
+                    t0 = clock()
+                    f()
+                    trace.append(TraceSpan(node, stream, t0, clock()))
+                else:
+                    f()
+    except BaseException as exc:  # reported to the run, which raises it
+        node = meta[k]
+        ctx.fail(exc, node if node >= 0 else -1 - node)
+    finally:
+        done.tick()
+
+
+def _run_op(ctx: Context, fns: list[Any], node: int, stream: int, trace: list[TraceSpan] | None, done: Completion) -> None:
+    """Run one op (and its poison fills) inside its lane, for host mode."""
+    try:
+        if not ctx.abort[0]:
+            t0 = time.perf_counter()
+            for f in fns:
+                f()
+            if trace is not None:
+                trace.append(TraceSpan(node, stream, t0, time.perf_counter()))
+    except BaseException as exc:  # reported to the run, which raises it
+        ctx.fail(exc, node)
+    finally:
+        done.tick()
+
+
+def _with_poison(layout: Layout, model: CompiledModel) -> Layout:
+    """The layout with, per step, the arena bytes its outputs take over from earlier tensors."""
+    from dataclasses import replace
+
+    buffers = sorted(model.memory.buffers, key=lambda b: b.producer)
+    ranges: list[list[tuple[int, int]]] = [[] for _ in layout.steps]
+    for k, b in enumerate(buffers):
+        for a in buffers[:k]:
+            if a.producer == b.producer:
+                continue
+            lo, hi = max(a.offset, b.offset), min(a.offset + a.nbytes, b.offset + b.nbytes)
+            if lo < hi:
+                ranges[b.producer].append((lo, hi))
+    merged: list[tuple[tuple[int, int], ...]] = []
+    for rs in ranges:
+        out: list[tuple[int, int]] = []
+        for lo, hi in sorted(rs):
+            if out and lo <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], hi))
+            else:
+                out.append((lo, hi))
+        merged.append(tuple(out))
+    return replace(layout, poison=tuple(merged))

@@ -1,0 +1,271 @@
+"""Runtime benchmark: memory plans, single- vs multi-stream, per-node dispatch overhead.
+
+    .venv/bin/python bench/bench_runtime.py [--reps N] [--quick]
+
+1. Memory: arena / lower bound / no-reuse bytes for the builder models and (if the ONNX
+   frontend is available) the onnx wheel's ``backend/test/data/light/*.onnx`` models.
+2. Streams: a graph of 4 independent heavy branches (matmul chains, and Inception-like conv
+   branches) run single-stream (``ge.enableSingleStream=true``) and multi-stream; medians and
+   the speed-up. BLAS is at one thread per lane, as sessions set it; a single-stream row with
+   BLAS at every core is printed beside it for an honest comparison.
+3. Dispatch: a chain of 1,000 tiny Adds ([1, 16] float32) in sink and host mode, beside a
+   plain Python loop of the same numpy calls and beside onnxruntime on the same chain.
+
+Medians over repetitions; ratios against the first row of each table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import time
+from typing import Any, Awaitable, Callable
+
+import anyio
+import numpy as np
+
+import aioge
+from aioge import ops
+from aioge.compiler.graph import compile_graph_sync
+from aioge.compiler.model import CompiledModel
+from aioge.examples import EXAMPLES
+from aioge.ir.graph import Graph
+from aioge.options import check_options, resolve_options
+
+HEURISTIC = {"aioge.tune_mode": "heuristic"}
+
+
+def _compile(g: Graph, **options: str) -> CompiledModel:
+    opts = resolve_options(check_options({**HEURISTIC, **options}, "session"))
+    signature = tuple((v.name, tuple(int(d) for d in v.shape)) for v in g.inputs)  # type: ignore[union-attr]
+    return compile_graph_sync(g, signature, opts)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:9.2f}"
+
+
+# -- 1. memory ---------------------------------------------------------------------------
+
+
+def _light_models() -> list[str]:
+    import onnx
+
+    root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    return sorted(glob.glob(os.path.join(root, "*.onnx")))
+
+
+def bench_memory() -> None:
+    print("== memory: arena vs lower bound (MiB) ==")
+    print(f"{'model':24s} {'streams':>7s} {'arena':>9s} {'bound':>9s} {'no-reuse':>9s} {'arena/bound':>11s} {'no-reuse/arena':>14s}  strategy")
+    graphs: list[tuple[str, Callable[[], Graph]]] = [(name, lambda b=b: b()[0]) for name, b in EXAMPLES.items()]
+    loader = getattr(aioge, "load_onnx", None)
+    models = _light_models()
+    for path in models:
+        graphs.append((os.path.basename(path)[:-5], lambda p=path: loader(p)))  # type: ignore[misc]
+    for name, build in graphs:
+        for label, options in (("", {}), (" (1 stream)", {"ge.enableSingleStream": "true"})):
+            try:
+                model = _compile(build(), **options)
+            except Exception as exc:  # a model the frontend or kernels cannot take yet: say so, go on
+                print(f"{name + label:24s} skipped: {type(exc).__name__}: {str(exc)[:90]}")
+                break
+            m = model.memory
+            ratio = m.arena_bytes / m.lower_bound_bytes if m.lower_bound_bytes else 1.0
+            spread = m.no_reuse_bytes / m.arena_bytes if m.arena_bytes else 1.0
+            print(
+                f"{name + label:24s} {model.streams.num_streams:7d} {_mib(m.arena_bytes)} {_mib(m.lower_bound_bytes)} "
+                f"{_mib(m.no_reuse_bytes)} {ratio:11.3f} {spread:14.2f}  {m.strategy}"
+            )
+    if not models:
+        print("(no light/ models in the onnx wheel)")
+
+
+# -- 2. streams --------------------------------------------------------------------------
+
+
+def _matmul_branches(n: int, depth: int) -> tuple[Graph, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(0)
+    g = Graph("matmul4")
+    x = g.input("x", (n, n))
+    tails = []
+    for _ in range(4):
+        h = x
+        for _ in range(depth):
+            h = ops.tanh(ops.matmul(h, g.constant((rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32))))
+        tails.append(h)
+    g.output(ops.concat(*tails, axis=1), names=["y"])
+    return g, {"x": rng.standard_normal((n, n)).astype(np.float32)}
+
+
+def _conv_branches(c: int, hw: int) -> tuple[Graph, dict[str, np.ndarray]]:
+    """An Inception module: 1x1 | 1x1-3x3 | 1x1-3x3-3x3 | pool-1x1, concatenated."""
+    rng = np.random.default_rng(1)
+    g = Graph("inception4")
+    x = g.input("x", (1, c, hw, hw))
+
+    def conv(h: Any, cin: int, cout: int, k: int) -> Any:
+        w = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+        return ops.relu(ops.conv2d(h, g.constant(w), g.constant(np.zeros(cout, np.float32)), pads=(k // 2,) * 4))
+
+    b1 = conv(x, c, c, 1)
+    b2 = conv(conv(x, c, c, 1), c, c, 3)
+    b3 = conv(conv(conv(x, c, c, 1), c, c, 3), c, c, 3)
+    b4 = conv(ops.max_pool(x, kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1)), c, c, 1)
+    g.output(ops.concat(b1, b2, b3, b4, axis=1), names=["y"])
+    return g, {"x": rng.standard_normal((1, c, hw, hw)).astype(np.float32)}
+
+
+async def _time_runs(options: dict[str, str], g: Graph, feeds: dict[str, np.ndarray], reps: int) -> tuple[float, dict[str, np.ndarray], int]:
+    async with aioge.Session({**HEURISTIC, **options}) as s:
+        await s.add_graph(1, g)
+        out = await s.run_graph(1, feeds)
+        for _ in range(2):
+            await s.run_graph(1, feeds)
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            await s.run_graph(1, feeds)
+            times.append(time.perf_counter() - t)
+        return statistics.median(times), out, s.compiled(1).streams.num_streams
+
+
+def bench_streams(reps: int, quick: bool) -> None:
+    from threadpoolctl import threadpool_limits
+
+    print("\n== streams: 4 independent heavy branches (median ms per run) ==")
+    cases = [
+        ("matmul 4x3 @384", *_matmul_branches(256 if quick else 384, 3)),
+        ("inception c=64 28x28", *_conv_branches(64, 28)),
+    ]
+    for name, g, feeds in cases:
+        single, ref, ns = anyio.run(_time_runs, {"ge.enableSingleStream": "true"}, g, feeds, reps)
+        multi, out, nm = anyio.run(_time_runs, {}, g, feeds, reps)
+        np.testing.assert_allclose(out["y"], ref["y"], rtol=1e-4, atol=1e-5)
+        # The same single-stream run with BLAS free to use every core (main thread, nothing else running).
+        with threadpool_limits(limits=os.cpu_count() or 2, user_api="blas"):
+            wide, _, _ = anyio.run(_time_runs, {"ge.enableSingleStream": "true"}, g, feeds, reps)
+        print(f"{name}: single-stream ({ns} stream, BLAS 1 thread) {single * 1e3:8.2f} ms")
+        print(f"{name}: single-stream ({ns} stream, BLAS {os.cpu_count()} threads) {wide * 1e3:7.2f} ms   x{single / wide:5.2f} vs single")
+        print(f"{name}: multi-stream  ({nm} streams, BLAS 1 thread) {multi * 1e3:7.2f} ms   x{single / multi:5.2f} vs single, x{wide / multi:5.2f} vs single at {os.cpu_count()} BLAS threads")
+
+
+# -- 3. dispatch overhead ----------------------------------------------------------------
+
+
+def _add_chain(n: int) -> tuple[Graph, np.ndarray, np.ndarray]:
+    g = Graph(f"adds{n}")
+    x = g.input("x", (1, 16))
+    c = np.full((1, 16), 0.5, np.float32)
+    h = x
+    for _ in range(n):
+        h = ops.add(h, g.constant(c))
+    g.output(h, names=["y"])
+    return g, np.zeros((1, 16), np.float32), c
+
+
+def _median(fn: Callable[[], object], reps: int) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+async def _median_async(fn: Callable[[], Awaitable[object]], reps: int) -> float:
+    await fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        await fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+async def _aioge_chain(n: int, mode: str, reps: int) -> float:
+    g, x, _ = _add_chain(n)
+    # Fusion would turn the chain into one node: off, so every Add is dispatched.
+    options = {**HEURISTIC, "aioge.exec_mode": mode, "ge.optimizationSwitch": "ElementwiseFusionPass:off;ConstantFoldingPass:off"}
+    async with aioge.Session(options) as s:
+        await s.add_graph(1, g)
+        model = await s.build_graph(1)
+        assert len(model.nodes) == n, len(model.nodes)
+        out = await s.run_graph(1, {"x": x})
+        np.testing.assert_allclose(out["y"], np.full((1, 16), 0.5 * n, np.float32))
+        return await _median_async(lambda: s.run_graph(1, {"x": x}), reps)
+
+
+def _ort_chain(n: int, reps: int) -> float | None:
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    c = np.full((1, 16), 0.5, np.float32)
+    nodes = [helper.make_node("Add", ["x" if k == 0 else f"h{k}", "c"], [f"h{k + 1}" if k < n - 1 else "y"]) for k in range(n)]
+    graph = helper.make_graph(
+        nodes, "adds", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [numpy_helper.from_array(c, "c")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feed = {"x": np.zeros((1, 16), np.float32)}
+    return _median(lambda: sess.run(None, feed), reps)
+
+
+def bench_dispatch(reps: int) -> None:
+    print("\n== dispatch: chain of tiny Adds [1,16] float32 (median us) ==")
+    c = np.full((1, 16), 0.5, np.float32)
+
+    def plain(n: int) -> Callable[[], object]:
+        def loop() -> object:
+            y = np.zeros((1, 16), np.float32)
+            for _ in range(n):
+                y = np.add(y, c)
+            return y
+
+        return loop
+
+    rows: list[tuple[str, float, float]] = []
+    for name, run in (
+        ("plain numpy loop", lambda n: _median(plain(n), reps * 4)),
+        ("onnxruntime", lambda n: _ort_chain(n, reps * 4)),
+        ("aioge sink", lambda n: anyio.run(_aioge_chain, n, "sink", reps * 2)),
+        ("aioge host", lambda n: anyio.run(_aioge_chain, n, "host", max(3, reps // 4))),
+    ):
+        one, many = run(1), run(1000)
+        if one is None or many is None:
+            print(f"{name:18s} unavailable")
+            continue
+        rows.append((name, one, many))
+    base = rows[0][2]
+    print(f"{'':18s} {'1 node':>10s} {'1000 nodes':>11s} {'us/node':>9s} {'marginal':>9s} {'vs numpy':>9s}")
+    for name, one, many in rows:
+        print(f"{name:18s} {one * 1e6:10.1f} {many * 1e6:11.1f} {many * 1e3:9.3f} {(many - one) / 999 * 1e6:9.3f} {many / base:9.2f}x")
+    ort = next((r for r in rows if r[0] == "onnxruntime"), None)
+    sink = next((r for r in rows if r[0] == "aioge sink"), None)
+    if ort and sink:
+        print(f"aioge sink per node / onnxruntime per node: {sink[2] / ort[2]:.2f}x (target: sink under 1.5 us per node)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="smaller shapes")
+    args = parser.parse_args()
+    print(f"cores: {os.cpu_count()}, numpy {np.__version__}")
+    bench_memory()
+    bench_streams(args.reps, args.quick)
+    bench_dispatch(args.reps)
+
+
+if __name__ == "__main__":
+    main()

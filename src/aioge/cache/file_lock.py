@@ -1,0 +1,84 @@
+"""A cross-process file lock for async code, as an optimisation only.
+
+``async_file_lock(path)`` polls a non-blocking ``filelock.FileLock`` (flock on Unix) from a
+worker thread, backing off between tries, so the event loop never blocks and no abandoned
+thread can end up holding a lock nobody releases. Correctness never depends on it: every
+cache entry is published atomically and validates itself, so when the lock cannot be had
+(a read-only directory, an NFS mount that refuses flock, a holder that takes too long) the
+caller goes on without it and at worst compiles the same thing twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import AsyncIterator
+
+import anyio
+from filelock import FileLock, Timeout
+
+__all__ = ["async_file_lock"]
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.asynccontextmanager
+async def async_file_lock(
+    path: str | os.PathLike[str],
+    *,
+    timeout: float = 120.0,
+    poll: float = 0.005,
+    max_poll: float = 0.1,
+    mode: int = 0o600,
+) -> AsyncIterator[bool]:
+    """Hold the lock file ``path`` for the body; yields True when held, False when the body
+    runs without it (lock unavailable, or not acquired within ``timeout`` seconds).
+
+    The lock's directory must exist. Cancelling the wait leaves the lock free.
+    """
+    # A new object per acquisition, not thread-local: acquire and release may run on
+    # different worker threads, and a shared thread_local=False object would be reentrant.
+    lock = FileLock(os.fspath(path), timeout=0, thread_local=False, mode=mode)
+    held = False
+    delay = poll
+    try:
+        with anyio.move_on_after(timeout):
+            while True:
+                try:
+                    await anyio.to_thread.run_sync(_try_acquire, lock)
+                    held = True
+                    break
+                except Timeout:
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, max_poll)
+                except OSError as exc:
+                    log.debug("no lock %s (%s); going on without it", path, exc)
+                    break
+    except BaseException:
+        # Cancelled: a try that succeeded in its thread just before must not keep the lock.
+        if lock.is_locked:
+            lock.release(force=True)
+        raise
+    if not held and lock.is_locked:
+        lock.release(force=True)
+        held = False
+    if not held:
+        log.debug("going on without lock %s", path)
+    try:
+        yield held
+    finally:
+        if held:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(_release, lock)
+
+
+def _try_acquire(lock: FileLock) -> None:
+    lock.acquire(timeout=0)
+
+
+def _release(lock: FileLock) -> None:
+    try:
+        lock.release()
+    except OSError as exc:  # pragma: no cover - the file system went away; the lock dies with the fd
+        log.debug("releasing %s: %s", lock.lock_file, exc)

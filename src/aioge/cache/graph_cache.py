@@ -1,0 +1,506 @@
+"""The graph compile cache, with GE's semantics (``ge.graph_compiler_cache_dir`` + ``ge.graph_key``).
+
+On when the session's cache dir and the graph's key are both non-empty; the dir must
+already exist (E13026). Files, as GE names them, in that dir:
+
+- ``<key>.idx``: the index, a ``cache.io`` envelope of kind ``"idx"`` around msgpack
+  ``{"cache_file_list": [entry, ...]}``. Each entry has GE's ``cache_file_name``,
+  ``graph_key`` and ``var_desc_file_name`` plus what aioge checks: the source graph's
+  ``fingerprint``, the ``signature`` (input shapes), the ``options`` that shape a compile,
+  ``versions``, ``code`` (digest of aioge's code), ``om_sha256``, ``created``.
+- ``<key>_<YYYYMMDDhhmmss>[_n].om``: a compiled model (``compiler.serialize``); the name is
+  claimed with O_EXCL, so two writers never share one.
+- ``<key>_<ts>.rdcpkt``: the variable descs (names, shapes, dtypes, formats) before and
+  after compile, only when the graph has variables.
+- ``weight/weight_<sha256>``: external constants (``ge.externalWeight=1``), deduplicated.
+- ``<key>.lock``: a file lock held over load-or-compile-and-save, so that of several
+  processes the first compiles and the others load. It is an optimisation only: an entry's
+  files are published before the entry, the index is replaced atomically by a
+  read-modify-write that appends and re-checks, so writers that race without the lock
+  still leave a valid index whose every entry names whole, self-checking files.
+
+Matching: every entry with the key is tried in order. An entry hits when its versions and
+code digest, its fingerprint (skipped with ``aioge.graph_cache_check=key``, which trusts
+the key as GE does), its signature, its compile options and its variable descs match, and
+the loaded model fits the graph. Otherwise the graph is recompiled, a warning names the
+key and why, and a new entry is appended. A corrupt or truncated ``.om`` is dropped from
+the index; a corrupt index is replaced by one rebuilt from the valid ``.om`` files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import stat
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Sequence
+
+import anyio
+
+from aioge.cache import io
+from aioge.cache.file_lock import async_file_lock
+from aioge.compiler import serialize
+from aioge.compiler.model import CompiledModel, versions
+from aioge.errors import CacheError, CompileError, OptionError
+from aioge.ir.graph import Graph
+from aioge.options import CompileOptions
+
+__all__ = [
+    "IDX_KIND",
+    "RDCPKT_KIND",
+    "GraphCache",
+    "Lookup",
+    "cache_for",
+    "check_cache_dir",
+    "load_or_compile",
+    "read_index",
+]
+
+log = logging.getLogger(__name__)
+
+IDX_KIND = "idx"
+RDCPKT_KIND = "rdcpkt"
+_KEY_RE = re.compile(r"[A-Za-z0-9_\-]{1,128}")
+_MAX_INDEX_BYTES = 64 << 20
+_LOCK_TIMEOUT = 900.0  # seconds to wait for another process's compile before compiling anyway
+_PUBLISH_TRIES = 5
+# Options that say where and how to cache or run, not what a compile produces.
+_NOT_COMPILE_OPTIONS = frozenset({
+    "ge.graph_compiler_cache_dir", "ge.graph_key", "ge.externalWeight", "ge.op_compiler_cache_dir",
+    "ge.op_compiler_cache_mode", "aioge.graph_cache_check", "aioge.cache_shared", "aioge.exec_mode",
+})
+_ENTRY_STR_FIELDS = ("cache_file_name", "graph_key", "var_desc_file_name", "fingerprint", "code", "om_sha256")
+
+Signature = Sequence[tuple[str, tuple[int, ...]]]
+
+
+def check_cache_dir(directory: str, graph: str | None = None) -> str:
+    """The absolute cache dir, checked to exist (GE: E13026).
+
+    Raises:
+        CompileError: the directory does not exist or is not a directory.
+    """
+    path = os.path.abspath(directory)
+    if not os.path.isdir(path):
+        reason = "the cache directory does not exist" if not os.path.exists(path) else "it is not a directory"
+        raise CompileError(
+            f"Input path {directory!r} (ge.graph_compiler_cache_dir) is invalid. Reason: {reason}; create it first",
+            graph=graph, code="E13026",
+        )
+    return path
+
+
+def cache_for(options: CompileOptions, graph: str | None = None) -> GraphCache | None:
+    """The graph cache the options ask for, or None when it is off (dir or key empty).
+
+    Raises:
+        CompileError: E13026, the dir does not exist. OptionError: an unsafe key.
+    """
+    if not options.graph_cache_dir or not options.graph_key:
+        return None
+    return GraphCache(
+        check_cache_dir(options.graph_cache_dir, graph), options.graph_key,
+        check=options.graph_cache_check, external_weight=options.external_weight, shared=options.cache_shared,
+    )
+
+
+@dataclass(slots=True)
+class Lookup:
+    """What a lookup found: the model on a hit, and entries found broken (to drop on save)."""
+
+    model: CompiledModel | None
+    drop: list[str] = field(default_factory=list)
+    fingerprint: str | None = None
+
+
+class GraphCache:
+    """One graph key's entries in one cache directory."""
+
+    def __init__(self, directory: str, key: str, *, check: str = "fingerprint", external_weight: bool = False, shared: bool = False) -> None:
+        if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
+            raise OptionError("ge.graph_key", key, "1 to 128 characters out of A-Z a-z 0-9 _ - (it becomes part of file names)")
+        self.dir = os.path.abspath(directory)
+        self.key = key
+        self.check = check
+        self.external_weight = external_weight
+        self.shared = shared
+        self.mode = 0o660 if shared else 0o600
+        self._om_re = re.compile(rf"{re.escape(key)}_[0-9]{{14}}(?:_[0-9]+)?\.om")
+
+    @property
+    def index_path(self) -> str:
+        return os.path.join(self.dir, f"{self.key}.idx")
+
+    @property
+    def lock_path(self) -> str:
+        return os.path.join(self.dir, f"{self.key}.lock")
+
+    def _path(self, name: str) -> str:
+        if os.path.basename(name) != name or name in ("", ".", ".."):
+            raise CacheError(f"index names {name!r}, which is not a bare file name", path=self.index_path)
+        return os.path.join(self.dir, name)
+
+    # -- the lock -----------------------------------------------------------------------
+
+    def locked(self) -> contextlib.AbstractAsyncContextManager[bool]:
+        """Hold ``<key>.lock`` (``cache.file_lock``: polled, never blocking the loop).
+
+        Yields whether the lock is held: on an error or after a long wait it is not, and
+        the caller goes on without it (correctness never depends on it).
+        """
+        return async_file_lock(self.lock_path, timeout=_LOCK_TIMEOUT, mode=self.mode)
+
+    # -- the index ------------------------------------------------------------------------
+
+    def read_index_sync(self) -> tuple[list[dict[str, Any]], bool]:
+        """The index's entries and whether the file was intact.
+
+        A missing index is empty and intact. A corrupt, truncated or untrusted one is
+        logged and rebuilt from the valid ``.om`` files of the key (not intact); an entry
+        that is malformed is left out (not intact).
+        """
+        try:
+            data = self._read_trusted(self.index_path, _MAX_INDEX_BYTES)
+        except FileNotFoundError:
+            return [], True
+        except (OSError, CacheError) as exc:
+            log.warning("graph cache %r: index unreadable (%s); rebuilding it from the .om files", self.key, exc)
+            return self._recover_entries(), False
+        try:
+            entries, intact = _parse_index(data, self.index_path)
+        except CacheError as exc:
+            log.warning("graph cache %r: index is broken (%s); rebuilding it from the .om files", self.key, exc)
+            return self._recover_entries(), False
+        if not intact:
+            log.warning("graph cache %r: index %s holds malformed entries; keeping the %d valid ones", self.key, self.index_path, len(entries))
+        return entries, intact
+
+    def _publish_index(self, entries: list[dict[str, Any]]) -> None:
+        payload = io.pack({"cache_file_list": entries})
+        io.write_atomic_sync(self.index_path, io.make_envelope(IDX_KIND, payload), mode=self.mode)
+
+    def _recover_entries(self) -> list[dict[str, Any]]:
+        """Entries for the valid ``.om`` files of this key, oldest first."""
+        out = []
+        try:
+            names = sorted(n for n in os.listdir(self.dir) if self._om_re.fullmatch(n))
+        except OSError:
+            return []
+        for name in names:
+            path = os.path.join(self.dir, name)
+            try:
+                meta = serialize.decode_meta(self._read_trusted(path), path=path, check_versions=False)
+            except (OSError, CacheError) as exc:
+                log.info("graph cache %r: %s is not a valid model (%s)", self.key, name, exc)
+                continue
+            rdc = name[: -len(".om")] + ".rdcpkt"
+            out.append(self._entry(name, rdc if os.path.exists(self._path(rdc)) else "", meta))
+        out.sort(key=lambda e: e["created"])
+        return out
+
+    def _entry(self, om: str, rdc: str, meta: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "cache_file_name": om,
+            "graph_key": self.key,
+            "var_desc_file_name": rdc,
+            "fingerprint": meta["fingerprint"],
+            "signature": meta["signature"],
+            "options": _compile_options(meta["options"]),
+            "versions": meta["versions"],
+            "code": meta["code"],
+            "om_sha256": meta["sha256"],
+            "external_weight": meta["external"],
+            "created": meta["created"],
+        }
+
+    def _read_trusted(self, path: str, max_bytes: int = io.MAX_FILE_BYTES) -> bytes:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise CacheError("not a regular file", path=path)
+        if not self.shared and st.st_uid != os.getuid():
+            # An OSError, not a CacheError: the file is not ours to judge (or delete), only to skip.
+            raise PermissionError(f"{path}: owned by uid {st.st_uid}, not this user (set aioge.cache_shared=1 to trust it)")
+        return io.read_bytes_sync(path, max_bytes=max_bytes)
+
+    # -- lookup -------------------------------------------------------------------------
+
+    def lookup_sync(self, graph: Graph, signature: Signature, options: CompileOptions) -> Lookup:
+        """Find and load a matching entry (blocking; run it in a worker thread).
+
+        Returns a ``Lookup`` whose model (on a hit) has ``stats.graph_cache_hit`` set.
+        """
+        start = time.perf_counter()
+        check_cache_dir(self.dir, graph.name)
+        entries, intact = self.read_index_sync()
+        if not intact:
+            self._try_publish(entries)
+        mine = [e for e in entries if e["graph_key"] == self.key]
+        result = Lookup(None)
+        if not mine:
+            log.info("graph cache %r: no entry; compiling", self.key)
+            return result
+        if self.check == "fingerprint":
+            result.fingerprint = graph.fingerprint()
+        want = {
+            "versions": versions(),
+            "code": serialize.code_digest(),
+            "signature": [[n, list(s)] for n, s in signature],
+            "options": _compile_options(options.raw),
+        }
+        current_vars = _var_descs(graph)
+        reasons: list[str] = []
+        only_shapes = True
+        for e in mine:
+            why = _mismatch(e, want, result.fingerprint)
+            if why is None:
+                why = self._var_mismatch(e, current_vars)
+            if why is None:
+                model, why, broken = self._load_entry(e, graph, signature, result.fingerprint)
+                if model is not None:
+                    model.stats.graph_cache_hit = True
+                    model.stats.compile_seconds = time.perf_counter() - start
+                    log.info("graph cache %r: loaded %s in %.1f ms", self.key, e["cache_file_name"], 1e3 * model.stats.compile_seconds)
+                    result.model = model
+                    return result
+                if broken:
+                    result.drop.append(e["cache_file_name"])
+            assert why is not None
+            only_shapes &= why.startswith("signature")
+            reasons.append(f"{e['cache_file_name']}: {why}")
+        level = logging.INFO if only_shapes else logging.WARNING
+        log.log(level, "graph cache %r: none of %d entries fits graph %r; recompiling (%s)", self.key, len(mine), graph.name, "; ".join(reasons))
+        return result
+
+    def _var_mismatch(self, e: dict[str, Any], current: list[list[Any]]) -> str | None:
+        name = e["var_desc_file_name"]
+        if not name:
+            return None if not current else f"the graph has variables {[v[0] for v in current]}, the entry none"
+        path = self._path(name)
+        try:
+            _, payload = io.open_envelope(self._read_trusted(path), RDCPKT_KIND, path=path, check_versions=False)
+            descs = io.unpack(payload, what="variable descs")
+            before, after = descs["before"], descs["after"]
+        except (OSError, CacheError, KeyError, TypeError) as exc:
+            return f"variable descs unreadable ({exc})"
+        if current in (before, after):
+            return None
+        return f"variable descs differ (cached {before}, graph has {current})"
+
+    def _load_entry(self, e: dict[str, Any], graph: Graph, signature: Signature, fingerprint: str | None) -> tuple[CompiledModel | None, str | None, bool]:
+        """(model, why not, broken): broken means the entry's files are gone or corrupt."""
+        path = self._path(e["cache_file_name"])
+        try:
+            data = self._read_trusted(path)
+            model = serialize.decode_model(
+                data, path=path, weight_dir=os.path.join(self.dir, serialize.WEIGHT_DIR),
+                require_owner=not self.shared, expect_sha256=e["om_sha256"],
+            )
+        except FileNotFoundError as exc:
+            return None, f"file missing ({exc.filename})", True
+        except OSError as exc:
+            return None, f"unreadable ({exc})", False
+        except CacheError as exc:
+            log.warning("graph cache %r: %s", self.key, exc)
+            return None, f"corrupt ({exc})", True
+        why = _fits(model, graph, signature, fingerprint)
+        return (None, why, False) if why else (model, None, False)
+
+    # -- save ---------------------------------------------------------------------------
+
+    def save_sync(self, model: CompiledModel, graph: Graph, drop: Sequence[str] = ()) -> dict[str, Any]:
+        """Publish ``model`` as a new entry (blocking): files first, then the index.
+
+        Entries named in ``drop`` (found broken) leave the index and their files are removed.
+        Returns the new entry.
+
+        Raises:
+            OSError, ModelFormatError: the files could not be written (nothing is published).
+        """
+        om = self._claim_name()
+        stem = om[: -len(".om")]
+        rdc = f"{stem}.rdcpkt" if graph.variables else ""
+        try:
+            if rdc:
+                descs = {"graph_key": self.key, "before": _var_descs(graph), "after": _var_descs(model.graph)}
+                io.write_atomic_sync(self._path(rdc), io.make_envelope(RDCPKT_KIND, io.pack(descs)), mode=self.mode)
+            sha = serialize.save_model_sync(self._path(om), model, external=self.external_weight, mode=self.mode)
+        except BaseException:
+            for name in (om, rdc):
+                if name:
+                    _unlink(self._path(name))
+            raise
+        meta = {
+            "fingerprint": model.fingerprint, "signature": [[n, list(s)] for n, s in model.signature],
+            "options": dict(model.options), "versions": dict(model.versions), "code": serialize.code_digest(),
+            "sha256": sha, "external": self.external_weight, "created": time.time(),
+        }
+        entry = self._entry(om, rdc, meta)
+        self._append(entry, drop)
+        log.info("graph cache %r: saved %s", self.key, om)
+        return entry
+
+    def _claim_name(self) -> str:
+        stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
+        for n in range(10_000):
+            name = f"{self.key}_{stamp}.om" if n == 0 else f"{self.key}_{stamp}_{n}.om"
+            try:
+                fd = os.open(self._path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), self.mode)
+            except FileExistsError:
+                continue
+            os.close(fd)
+            return name
+        raise CacheError(f"no free model file name for key {self.key!r} at {stamp}", path=self.dir)
+
+    def _append(self, entry: dict[str, Any], drop: Sequence[str]) -> None:
+        """Read-modify-write the index, then re-read it: a writer racing without the lock
+        may have replaced it, in which case the merge is redone."""
+        gone = set(drop)
+        for _ in range(_PUBLISH_TRIES):
+            entries, _ = self.read_index_sync()
+            kept = [e for e in entries if e["cache_file_name"] not in gone and e["cache_file_name"] != entry["cache_file_name"]]
+            self._publish_index([*kept, entry])
+            back, _ = self.read_index_sync()
+            if any(e["cache_file_name"] == entry["cache_file_name"] for e in back):
+                break
+        else:
+            log.warning("graph cache %r: index kept being replaced; entry %s is not in it", self.key, entry["cache_file_name"])
+        for e in entries:
+            if e["cache_file_name"] in gone:
+                for name in (e["cache_file_name"], e["var_desc_file_name"]):
+                    if name:
+                        _unlink(self._path(name))
+
+    def _try_publish(self, entries: list[dict[str, Any]]) -> None:
+        try:
+            self._publish_index(entries)
+        except OSError as exc:
+            log.warning("graph cache %r: cannot rewrite the index (%s)", self.key, exc)
+
+
+# -- matching helpers -----------------------------------------------------------------
+
+
+def _compile_options(raw: Any) -> dict[str, str]:
+    return {k: v for k, v in dict(raw).items() if k not in _NOT_COMPILE_OPTIONS}
+
+
+def _var_descs(graph: Graph) -> list[list[Any]]:
+    return [[v.name, None if v.desc.shape is None else list(v.desc.shape), v.desc.dtype, v.desc.format]
+            for v in sorted(graph.variables.values(), key=lambda v: v.name)]
+
+
+def _mismatch(e: dict[str, Any], want: dict[str, Any], fingerprint: str | None) -> str | None:
+    if e["versions"] != want["versions"]:
+        return f"versions differ (cached {e['versions']}, this is {want['versions']})"
+    if e["code"] != want["code"]:
+        return "made by another build of aioge's code"
+    if fingerprint is not None and e["fingerprint"] != fingerprint:
+        return "the graph changed (fingerprint differs)"
+    if e["signature"] != want["signature"]:
+        return f"signature differs (cached {e['signature']})"
+    if e["options"] != want["options"]:
+        diff = sorted(k for k in set(e["options"]) | set(want["options"]) if e["options"].get(k) != want["options"].get(k))
+        return f"compile options differ: {diff}"
+    return None
+
+
+def _fits(model: CompiledModel, graph: Graph, signature: Signature, fingerprint: str | None) -> str | None:
+    """Why a loaded model cannot serve ``graph`` (None if it can): the runtime binds by these names."""
+    if fingerprint is not None and model.fingerprint != fingerprint:
+        return "the model's fingerprint differs from its entry's"
+    if tuple(model.signature) != tuple(signature):
+        return "the model's signature differs from its entry's"
+    if [(v.name, v.dtype) for v in model.graph.inputs] != [(v.name, v.dtype) for v in graph.inputs]:
+        return "inputs differ"
+    if [v.name for v in model.graph.outputs] != [v.name for v in graph.outputs]:
+        return "outputs differ"
+    for name, v in model.graph.variables.items():
+        mine = graph.variables.get(name)
+        if mine is None or mine.desc.shape != v.desc.shape or mine.desc.dtype != v.desc.dtype:
+            return f"variable {name!r} differs"
+    return None
+
+
+def _parse_index(data: bytes, path: str) -> tuple[list[dict[str, Any]], bool]:
+    _, payload = io.open_envelope(data, IDX_KIND, path=path, check_versions=False)
+    obj = io.unpack(payload, what="graph cache index")
+    if not isinstance(obj, dict) or not isinstance(obj.get("cache_file_list"), list):
+        raise CacheError("index has no cache_file_list", path=path)
+    entries = [e for e in obj["cache_file_list"] if _valid_entry(e)]
+    return entries, len(entries) == len(obj["cache_file_list"])
+
+
+def _valid_entry(e: Any) -> bool:
+    if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in _ENTRY_STR_FIELDS):
+        return False
+    name = e["cache_file_name"]
+    return (
+        bool(name) and os.path.basename(name) == name and os.path.basename(e["var_desc_file_name"]) == e["var_desc_file_name"]
+        and isinstance(e.get("signature"), list) and isinstance(e.get("options"), dict)
+        and isinstance(e.get("versions"), dict) and isinstance(e.get("created"), (int, float))
+    )
+
+
+def read_index(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """An index file's content as plain data (for ``aioge cache show-index``).
+
+    Raises:
+        CacheError: unreadable, corrupt or not an index.
+    """
+    path = os.fspath(path)
+    try:
+        data = io.read_bytes_sync(path, max_bytes=_MAX_INDEX_BYTES)
+    except OSError as exc:
+        raise CacheError(f"cannot read: {exc.strerror}", path=path) from None
+    _, payload = io.open_envelope(data, IDX_KIND, path=path, check_versions=False)
+    obj = io.unpack(payload, what="graph cache index")
+    if not isinstance(obj, dict):
+        raise CacheError("not an index", path=path)
+    return obj
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.info("cannot remove %s: %s", path, exc)
+
+
+# -- the session's entry point ----------------------------------------------------------
+
+
+async def load_or_compile(
+    cache: GraphCache,
+    graph: Graph,
+    signature: Signature,
+    options: CompileOptions,
+    compile: Callable[[], Awaitable[CompiledModel]],
+    *,
+    limiter: anyio.CapacityLimiter | None = None,
+) -> CompiledModel:
+    """Load the compiled model from the cache, or ``await compile()`` and save it.
+
+    The whole lookup (index, fingerprint, model and weights) is one worker-thread hop, the
+    save another; ``<key>.lock`` is held over both so that concurrent processes compile once.
+
+    Raises:
+        CompileError: E13026 (the dir vanished), or whatever ``compile`` raises. A cache
+        that cannot be read or written is logged and never fails the build.
+    """
+    # Checked before locking: taking the lock would create the directory.
+    await anyio.to_thread.run_sync(check_cache_dir, cache.dir, graph.name)
+    async with cache.locked():
+        found = await anyio.to_thread.run_sync(cache.lookup_sync, graph, signature, options, limiter=limiter)
+        if found.model is not None:
+            return found.model
+        model = await compile()
+        try:
+            await anyio.to_thread.run_sync(cache.save_sync, model, graph, found.drop, limiter=limiter)
+        except (OSError, CacheError) as exc:
+            log.warning("graph cache %r: could not save the compiled model (%s)", cache.key, exc)
+        return model

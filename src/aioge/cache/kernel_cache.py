@@ -1,0 +1,570 @@
+"""The kernel disk cache: ``<root>/kernel_cache/<soc>/``, one self-validating file per kernel.
+
+An entry is an envelope (``cache.io``: magic, format, versions, sha256) of kind
+``aioge-kernel`` whose header echoes the kernel key and whose payload is the ``KernelDesc``
+as msgpack: data, never code. It is published atomically; a truncated, corrupt, foreign or
+stale file is a miss and one warning, never a crash.
+
+``force`` mode does not delete files another compile may be reading (GE's ``force`` does,
+and breaks parallel compiles sharing the dir). It starts a new *generation*: a random token
+published atomically in ``generation.aiog``. Entry names carry their generation
+(``<key>.g<gen>.aiok``), so a compile that started under the old generation keeps reading
+its entries, while every compile that starts later misses them. Dead generations go the way
+of all idle entries: aging removes them (first) once they are idle for 30 minutes.
+
+Access times are tracked explicitly: a hit sets the entry's *mtime* to the cache clock's
+now (``os.utime``; the clock is injectable). The OS's own atime cannot be trusted either way
+(noatime mounts never update it, relatime ones update it on some reads behind our back);
+an entry is written once, so its mtime is free to record its last use. With
+``max_op_cache_size=-1`` hits leave it alone, as in GE. Hit, miss and compile counts are kept per soc in
+``stats.aios``, updated atomically once per graph compile. Aging and the ``aioge cache``
+tools delete only files aioge wrote: entry names that match and start with aioge's magic.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import anyio
+from filelock import FileLock, Timeout
+
+from aioge.cache.file_lock import async_file_lock
+from aioge.cache.io import MAGIC, make_envelope, open_envelope, pack, read_bytes_sync, unpack, write_atomic_sync
+from aioge.cache.kernel_limits import AGING_IDLE_SECONDS, CacheLimits, read_limits, resolve_cache_root, write_default_ini
+from aioge.compiler.kernel import KernelDesc, desc_from_plain, desc_to_plain
+from aioge.compiler.singleflight import SingleFlight
+from aioge.errors import CacheError
+
+__all__ = ["AgingReport", "CacheView", "KernelCache", "LoadResult", "SocSummary", "cache_for_dir", "cache_report"]
+
+log = logging.getLogger(__name__)
+
+ENTRY_KIND = "aioge-kernel"
+STATS_KIND = "aioge-kernel-stats"
+GEN_KIND = "aioge-kernel-generation"
+GEN_FILE = "generation.aiog"
+STATS_FILE = "stats.aios"
+LOCK_DIR = ".locks"
+AGING_LOCK = "op_cache_file_del.lock"  # GE's name for the aging lock
+_ENTRY_RE = re.compile(r"(?P<key>[a-z0-9_]+_[0-9a-f]{64})\.g(?P<gen>[0-9a-f]{1,32})\.aiok")
+_LOCK_RE = re.compile(r"[0-9a-f]{32}\.lock")
+_TMP_RE = re.compile(r"\.(?:[a-z0-9_]+_[0-9a-f]{64}\.g[0-9a-f]{1,32}\.aiok|generation\.aiog|stats\.aios)\.[0-9]+\.[0-9a-f]{8}\.tmp")
+_MAX_ENTRY_BYTES = 1 << 20  # a kernel desc is a few hundred bytes; a bigger file is not ours
+_STALE_TMP_SECONDS = 600.0
+_ROOT_GEN = "0"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheView:
+    """What one graph compile sees of the cache: the generation it reads and writes, and
+    whether hits refresh access times (not when aging is off)."""
+
+    generation: str
+    touch: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    desc: KernelDesc | None
+    status: str  # "hit", "absent" or "invalid"
+
+
+@dataclass(slots=True)
+class AgingReport:
+    """What one aging pass found and did."""
+
+    limits: CacheLimits
+    scanned: bool = False
+    bytes_before: int = 0
+    bytes_after: int = 0
+    removed: list[str] = field(default_factory=list)
+    skipped_reason: str = ""
+
+
+@dataclass(slots=True)
+class SocSummary:
+    """One soc folder, for ``aioge cache stats``."""
+
+    soc: str
+    entries: int
+    bytes: int
+    current_entries: int
+    generation: str
+    hits: int
+    misses: int
+    compiles: int
+    invalid: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One entry file as a scan saw it."""
+
+    path: Path
+    key: str
+    generation: str
+    size: int
+    atime: float  # last use, as recorded in the file's mtime
+    atime_ns: int
+
+
+class KernelCache:
+    """A session's kernel cache: the root dir, the soc, the in-process single flights.
+
+    Create it from a session's resolved options (``from_options``); the compile mode
+    (enable, force, disable) is per graph and given per compile. Directories are created on
+    the first write, so a disabled cache never touches the disk.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        soc: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        shared: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.root = Path(root)
+        self.kernel_dir = self.root / "kernel_cache"
+        self.soc = soc
+        self.soc_dir = self.kernel_dir / soc
+        self.env: Mapping[str, str] = dict(os.environ if env is None else env)
+        self.shared = shared
+        self.clock = clock
+        self.flights: SingleFlight[Any, Any] = SingleFlight()
+        self._warned: set[str] = set()
+        self._io: anyio.CapacityLimiter | None = None
+        self._file_mode = 0o664 if shared else 0o600
+        self._dir_mode = 0o775 if shared else 0o700
+
+    @classmethod
+    def from_options(cls, options: Any, env: Mapping[str, str] | None = None, **kwargs: Any) -> KernelCache:
+        """The cache a session with these resolved ``CompileOptions`` uses (dir: option >
+        ``$ASCEND_CACHE_PATH`` > ``$HOME/atc_data``; env read now, not at import)."""
+        env = dict(os.environ if env is None else env)
+        root = resolve_cache_root(options.op_cache_dir, env)
+        return cls(root, options.soc_version, env=env, shared=options.cache_shared, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"KernelCache({str(self.soc_dir)!r})"
+
+    # -- paths ------------------------------------------------------------------------
+
+    def entry_path(self, key: str, generation: str) -> Path:
+        """Where the entry of ``key`` in ``generation`` lives."""
+        return self.soc_dir / f"{key}.g{generation}.aiok"
+
+    def lock_path(self, key: str, generation: str) -> Path:
+        import hashlib
+
+        return self.soc_dir / LOCK_DIR / (hashlib.sha256(f"{generation}/{key}".encode()).hexdigest()[:32] + ".lock")
+
+    def limits(self) -> CacheLimits:
+        """The limits in force now (the ini is re-read: a user may edit it between compiles)."""
+        return read_limits(self.kernel_dir, self.env)
+
+    # -- one compile's view -----------------------------------------------------------
+
+    async def open_view(self, *, force: bool) -> CacheView:
+        """The generation a compile works in: a fresh one for ``force`` (published for every
+        later compile), else the current one. Raises nothing: a broken generation file is the
+        root generation, with a warning."""
+        return await self._hop(self.open_view_sync, force)
+
+    def open_view_sync(self, force: bool) -> CacheView:
+        touch = self.limits().aging
+        if force:
+            generation = secrets.token_hex(8)
+            try:
+                self._ensure_dirs()
+                data = make_envelope(GEN_KIND, pack({"generation": generation}))
+                write_atomic_sync(self.soc_dir / GEN_FILE, data, mode=self._file_mode)
+                log.info("%s: force mode, new kernel cache generation %s", self.soc_dir, generation)
+            except OSError as exc:
+                self._warn_once("generation", f"kernel cache {self.soc_dir}: cannot start a new generation ({exc})")
+            return CacheView(generation, touch)
+        return CacheView(self.generation_sync(), touch)
+
+    def generation_sync(self) -> str:
+        """The current generation (``"0"`` until a force compile starts one)."""
+        path = self.soc_dir / GEN_FILE
+        try:
+            _, payload = open_envelope(read_bytes_sync(path, max_bytes=4096), GEN_KIND, path=str(path), check_versions=False)
+            gen = unpack(payload, what="generation").get("generation")
+            if not isinstance(gen, str) or not re.fullmatch(r"[0-9a-f]{1,32}", gen):
+                raise CacheError(f"bad generation {gen!r}", path=str(path))
+            return gen
+        except FileNotFoundError:
+            return _ROOT_GEN
+        except (CacheError, OSError, AttributeError) as exc:
+            self._warn_once(str(path), f"kernel cache generation file unusable, using the root generation: {exc}")
+            return _ROOT_GEN
+
+    # -- entries ----------------------------------------------------------------------
+
+    async def load(self, key: str, view: CacheView) -> LoadResult:
+        """Look ``key`` up in the view's generation (one worker-thread hop). Never raises."""
+        return await self._hop(self.load_sync, key, view)
+
+    def load_sync(self, key: str, view: CacheView) -> LoadResult:
+        path = self.entry_path(key, view.generation)
+        try:
+            if not self.shared and hasattr(os, "getuid"):
+                st = os.stat(path)
+                if st.st_uid != os.getuid():
+                    raise CacheError(f"owned by uid {st.st_uid}, not this user (set aioge.cache_shared=1 to trust it)")
+            data = read_bytes_sync(path, max_bytes=_MAX_ENTRY_BYTES)
+            header, payload = open_envelope(data, ENTRY_KIND, path=str(path))
+            if header.get("key") != key:
+                raise CacheError(f"holds key {header.get('key')!r}, not {key!r}", path=str(path))
+            desc = desc_from_plain(unpack(payload, what="kernel desc"))
+            if desc.key != key:
+                raise CacheError(f"describes kernel {desc.key!r}, not {key!r}", path=str(path))
+        except FileNotFoundError:
+            return LoadResult(None, "absent")
+        except (CacheError, ValueError, OSError) as exc:
+            self._warn_once(str(path), f"kernel cache entry unusable, recompiling: {exc}")
+            return LoadResult(None, "invalid")
+        if view.touch:
+            self._touch(path)
+        return LoadResult(desc, "hit")
+
+    async def store(self, desc: KernelDesc, view: CacheView) -> int:
+        """Publish a compiled kernel atomically; returns the bytes written (0 when the dir is
+        not writable, with one warning). Never raises."""
+        return await self._hop(self.store_sync, desc, view)
+
+    def store_sync(self, desc: KernelDesc, view: CacheView) -> int:
+        path = self.entry_path(desc.key, view.generation)
+        data = make_envelope(ENTRY_KIND, pack(desc_to_plain(desc)), {"key": desc.key, "generation": view.generation})
+        try:
+            self._ensure_dirs()
+            write_atomic_sync(path, data, mode=self._file_mode)
+        except OSError as exc:
+            self._warn_once(f"store:{self.soc_dir}", f"kernel cache {self.soc_dir} is not writable, kernels are not cached: {exc}")
+            return 0
+        self._touch(path)
+        return len(data)
+
+    def key_lock(self, key: str, view: CacheView) -> Any:
+        """An async context manager holding the cross-process lock of ``key`` (an optimisation:
+        yields False and goes on without it when the lock cannot be had)."""
+        try:
+            self._ensure_dirs()
+        except OSError:
+            pass  # async_file_lock yields False when the lock file cannot be made
+        return async_file_lock(self.lock_path(key, view.generation), mode=self._file_mode)
+
+    # -- after a compile --------------------------------------------------------------
+
+    async def after_compile(self, *, hits: int, misses: int, compiles: int, invalid: int, written: int) -> AgingReport | None:
+        """Record a compile's statistics, write ``op_cache.ini`` if it is missing, and age the
+        soc folder if it is over the limit. Runs in a worker thread beside the rest of the
+        compile; never raises (a failure is a warning: the cache must not fail a compile)."""
+        return await self._hop(self.after_compile_sync, hits, misses, compiles, invalid, written)
+
+    def after_compile_sync(self, hits: int, misses: int, compiles: int, invalid: int, written: int) -> AgingReport | None:
+        try:
+            estimate = self.record_stats_sync(hits=hits, misses=misses, compiles=compiles, invalid=invalid, written=written)
+            if written:
+                write_default_ini(self.kernel_dir, mode=self._file_mode)
+            return self.age_sync(estimate=estimate)
+        except OSError as exc:
+            self._warn_once(f"after:{self.soc_dir}", f"kernel cache {self.soc_dir}: bookkeeping failed: {exc}")
+            return None
+
+    def read_stats_sync(self) -> dict[str, int]:
+        """The soc folder's recorded counters (zeros when there is no usable stats file)."""
+        path = self.soc_dir / STATS_FILE
+        zero = {"hits": 0, "misses": 0, "compiles": 0, "invalid": 0, "bytes_estimate": 0}
+        try:
+            _, payload = open_envelope(read_bytes_sync(path, max_bytes=4096), STATS_KIND, path=str(path), check_versions=False)
+            data = unpack(payload, what="kernel cache statistics")
+        except FileNotFoundError:
+            return zero
+        except (CacheError, OSError) as exc:
+            self._warn_once(str(path), f"kernel cache statistics unusable, starting from zero: {exc}")
+            return zero
+        if not isinstance(data, dict):
+            return zero
+        return {k: int(data[k]) if isinstance(data.get(k), int) and not isinstance(data.get(k), bool) else 0 for k in zero}
+
+    def record_stats_sync(self, *, hits: int = 0, misses: int = 0, compiles: int = 0, invalid: int = 0,
+                          written: int = 0, bytes_exact: int | None = None) -> int:
+        """Add to the soc folder's counters (read-modify-write under a lock, published
+        atomically) and return the folder's estimated size in bytes."""
+        self._ensure_dirs()
+        with _held(self.soc_dir / LOCK_DIR / "stats.lock", self._file_mode):
+            stats = self.read_stats_sync()
+            stats["hits"] += hits
+            stats["misses"] += misses
+            stats["compiles"] += compiles
+            stats["invalid"] += invalid
+            stats["bytes_estimate"] = bytes_exact if bytes_exact is not None else stats["bytes_estimate"] + written
+            write_atomic_sync(self.soc_dir / STATS_FILE, make_envelope(STATS_KIND, pack(stats)), mode=self._file_mode)
+        return stats["bytes_estimate"]
+
+    # -- aging ------------------------------------------------------------------------
+
+    def age_sync(self, *, estimate: int | None = None, now: float | None = None) -> AgingReport:
+        """Age the soc folder as GE does: when it holds more than ``max_op_cache_size``,
+        remove entries not accessed for 30 minutes, least recently used first (entries of
+        dead generations before current ones), until it holds at most
+        ``remain_cache_size_ratio``% of the maximum. ``estimate`` (the recorded size) lets a
+        folder that is clearly under the limit skip the directory scan."""
+        limits = self.limits()
+        report = AgingReport(limits)
+        if not limits.aging:
+            report.skipped_reason = "aging is off (max_op_cache_size=-1)"
+            return report
+        if estimate is not None and estimate <= limits.max_bytes:
+            report.skipped_reason = "under the limit"
+            return report
+        if not self.soc_dir.is_dir():
+            report.skipped_reason = "no soc folder"
+            return report
+        now = self.clock() if now is None else now
+        current = self.generation_sync()
+        entries = self._scan()
+        report.scanned = True
+        report.bytes_before = report.bytes_after = sum(e.size for e in entries)
+        if report.bytes_before <= limits.max_bytes:
+            report.skipped_reason = "under the limit"
+            self._exact_size(report.bytes_after)
+            return report
+        try:
+            with _held(self.soc_dir / LOCK_DIR / AGING_LOCK, self._file_mode, wait=0.0) as held:
+                if not held:
+                    report.skipped_reason = "another process is aging this folder"
+                    return report
+                dead = sorted((e for e in entries if e.generation != current), key=lambda e: e.atime)
+                live = sorted((e for e in entries if e.generation == current), key=lambda e: e.atime)
+                for group in (dead, live):
+                    for e in group:
+                        if report.bytes_after <= limits.remain_bytes:
+                            break
+                        if now - e.atime < AGING_IDLE_SECONDS:
+                            break  # sorted by access time: everything after it is recent too
+                        if self._remove_entry(e):
+                            report.removed.append(e.path.name)
+                            report.bytes_after -= e.size
+        finally:
+            self._exact_size(report.bytes_after)
+        if report.removed:
+            log.info("kernel cache %s: aged %d entries, %d -> %d bytes (limit %d MB, keep %d%%)", self.soc_dir,
+                     len(report.removed), report.bytes_before, report.bytes_after, limits.max_mb, limits.ratio)
+        return report
+
+    def _exact_size(self, size: int) -> None:
+        try:
+            self.record_stats_sync(bytes_exact=size)
+        except OSError:
+            pass  # only the size estimate is lost; the next compile rescans
+
+    # -- tools ------------------------------------------------------------------------
+
+    def summary_sync(self) -> SocSummary:
+        """Entries, bytes and recorded counters of this soc folder."""
+        entries = self._scan() if self.soc_dir.is_dir() else []
+        gen = self.generation_sync()
+        stats = self.read_stats_sync()
+        return SocSummary(
+            self.soc, len(entries), sum(e.size for e in entries), sum(e.generation == gen for e in entries), gen,
+            stats["hits"], stats["misses"], stats["compiles"], stats["invalid"],
+        )
+
+    def clear_sync(self) -> int:
+        """Delete aioge's files in this soc folder (entries, generation, statistics, locks,
+        stale temp files); anything else stays. Returns the number of files removed."""
+        if not self.soc_dir.is_dir():
+            return 0
+        removed = sum(self._remove_entry(e) for e in self._scan())
+        for name in (GEN_FILE, STATS_FILE):
+            removed += _remove_if_ours(self.soc_dir / name)
+        now = time.time()
+        for p in self.soc_dir.iterdir():
+            if _TMP_RE.fullmatch(p.name):
+                try:
+                    if now - p.stat().st_mtime > _STALE_TMP_SECONDS:  # a fresh one may be a write in flight
+                        p.unlink()
+                        removed += 1
+                except OSError:
+                    pass
+        locks = self.soc_dir / LOCK_DIR
+        if locks.is_dir():
+            for p in locks.iterdir():
+                if _LOCK_RE.fullmatch(p.name) or p.name in ("stats.lock", AGING_LOCK):
+                    removed += _remove_lock_file(p)
+            _rmdir_quietly(locks)
+        _rmdir_quietly(self.soc_dir)
+        return removed
+
+    # -- internals --------------------------------------------------------------------
+
+    def _scan(self) -> list[_Entry]:
+        out = []
+        try:
+            it = os.scandir(self.soc_dir)
+        except OSError:
+            return out
+        with it:
+            for d in it:
+                m = _ENTRY_RE.fullmatch(d.name)
+                if m is None:
+                    continue
+                try:
+                    st = d.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    out.append(_Entry(Path(d.path), m["key"], m["gen"], st.st_size, st.st_mtime, st.st_mtime_ns))
+        return out
+
+    def _remove_entry(self, e: _Entry) -> bool:
+        """Remove an entry if it is still the one scanned (its access time unchanged) and ours."""
+        try:
+            st = os.stat(e.path, follow_symlinks=False)
+            if st.st_mtime_ns != e.atime_ns:
+                return False  # used since the scan: it stays
+        except OSError:
+            return False
+        if not _remove_if_ours(e.path):
+            return False
+        _remove_lock_file(self.lock_path(e.key, e.generation))
+        return True
+
+    def _touch(self, path: Path) -> None:
+        try:
+            st = os.stat(path)
+            os.utime(path, ns=(st.st_atime_ns, int(self.clock() * 1e9)))
+        except OSError:
+            pass  # another user's file in a shared cache: its access time is theirs to keep
+
+    def _ensure_dirs(self) -> None:
+        lock_dir = self.soc_dir / LOCK_DIR
+        if not lock_dir.is_dir():
+            os.makedirs(lock_dir, mode=self._dir_mode, exist_ok=True)
+
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning("%s", message)
+
+    async def _hop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._io is None:
+            self._io = anyio.CapacityLimiter(16)  # file I/O: its own budget, not the CPU's
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._io)
+
+
+# -- files ------------------------------------------------------------------------------
+
+
+class _held:
+    """Hold a lock file for a block (sync, in a worker thread); ``as`` gives whether it is held.
+    Used for short critical sections only, with a bounded wait; without the lock the block
+    still runs when ``wait`` > 0 (bookkeeping), and is told so when ``wait`` == 0 (aging)."""
+
+    def __init__(self, path: Path, mode: int, wait: float = 2.0) -> None:
+        self._lock = FileLock(str(path), timeout=wait, thread_local=False, mode=mode)
+        self._held = False
+
+    def __enter__(self) -> bool:
+        try:
+            self._lock.acquire()
+            self._held = True
+        except (Timeout, OSError):
+            self._held = False
+        return self._held
+
+    def __exit__(self, *exc: object) -> None:
+        if self._held:
+            self._lock.release()
+
+
+def _remove_if_ours(path: Path) -> bool:
+    """Unlink ``path`` only if it is a regular file that starts with aioge's magic."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or os.read(fd, len(MAGIC)) != MAGIC:
+            return False
+    finally:
+        os.close(fd)
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+
+
+def _remove_lock_file(path: Path) -> int:
+    """Remove a lock file nobody holds (take it without waiting, unlink, release)."""
+    lock = FileLock(str(path), timeout=0, thread_local=False)
+    try:
+        lock.acquire()
+    except (Timeout, OSError):
+        return 0
+    try:
+        os.unlink(path)
+        return 1
+    except OSError:
+        return 0
+    finally:
+        lock.release()
+
+
+def _rmdir_quietly(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass  # not empty: it holds files aioge did not write
+
+
+def cache_for_dir(root: str | os.PathLike[str] | None, soc: str | None = None, *, env: Mapping[str, str] | None = None) -> list[KernelCache]:
+    """The kernel caches under a root (``--dir``, else ``$ASCEND_CACHE_PATH``, else
+    ``$HOME/atc_data``): one per soc folder, or just ``soc``'s. For the ``aioge cache`` tools."""
+    env = dict(os.environ if env is None else env)
+    base = resolve_cache_root(os.fspath(root) if root else "", env)
+    kernel_dir = base / "kernel_cache"
+    if soc is not None:
+        return [KernelCache(base, soc, env=env)]
+    if not kernel_dir.is_dir():
+        return []
+    return [KernelCache(base, p.name, env=env) for p in sorted(kernel_dir.iterdir()) if p.is_dir()]
+
+
+def cache_report(root: str | os.PathLike[str] | None, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``aioge cache stats`` as plain data: the root, the effective limits with their sources,
+    and per soc folder its entries, bytes and recorded counters."""
+    env = dict(os.environ if env is None else env)
+    base = resolve_cache_root(os.fspath(root) if root else "", env)
+    limits = read_limits(base / "kernel_cache", env)
+    socs = []
+    for cache in cache_for_dir(base, env=env):
+        s = cache.summary_sync()
+        socs.append({
+            "soc": s.soc, "entries": s.entries, "bytes": s.bytes, "generation": s.generation,
+            "current_generation_entries": s.current_entries, "hits": s.hits, "misses": s.misses,
+            "compiles": s.compiles, "invalid": s.invalid,
+        })
+    return {
+        "root": str(base),
+        "kernel_cache": str(base / "kernel_cache"),
+        "limits": {
+            "max_op_cache_size_mb": limits.max_mb, "max_source": limits.max_source,
+            "remain_cache_size_ratio": limits.ratio, "ratio_source": limits.ratio_source,
+            "aging": limits.aging, "idle_seconds": AGING_IDLE_SECONDS,
+        },
+        "socs": socs,
+    }

@@ -1,0 +1,244 @@
+"""The generic codec of the plan dataclasses: values <-> plain msgpack data, with a type table.
+
+Plans (``NodePlan``, ``KernelDesc``, ``StreamPlan``, ``MemoryPlan``, ...) are encoded from
+their ``dataclasses.fields``, so fields the planners add travel without changes here. The
+type table holds every dataclass and enum defined in the plan modules, by ``module.Name``:
+a file can only name those. Decoding checks the field set against this aioge's, each value
+against its field's annotation, and every tag; anything else is a ``ModelFormatError``.
+``layout_digest`` hashes the fields (names and types) so a file written under another
+layout is stale as a whole.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import enum
+import functools
+import hashlib
+import types
+import typing
+from typing import Any, Mapping
+
+import numpy as np
+
+from aioge.errors import ModelFormatError
+from aioge.ir.desc import DTYPES
+
+__all__ = ["ARRAY_DTYPES", "build_dataclass", "decode_value", "encode_value", "layout_digest"]
+
+# Tags of the generic encoding. Every mapping is encoded as a tagged map, so a plain dict in
+# the decoded data is always a tag and never ambiguous. ("~w" and "~b" are serialize's.)
+_T_TUPLE, _T_MAP, _T_DC, _T_ENUM, _T_NP, T_STRS, _T_BIGINT, _T_SET = ("~t", "~m", "~dc", "~e", "~np", "~sa", "~bi", "~fs")
+_MSGPACK_INT = (-(1 << 63), (1 << 64) - 1)
+ARRAY_DTYPES = frozenset(DTYPES) - {"str"}
+_ARRAY_DTYPES = ARRAY_DTYPES
+
+
+# -- the type table -------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _types() -> tuple[dict[str, type], dict[type, str], dict[str, type[enum.Enum]], str]:
+    """Dataclasses and enums an .om may name (by ``module.Name``), and a digest of their layout."""
+    from aioge import engines
+    from aioge.compiler import kernel, memory, model, streams
+    from aioge.ir import graph as ir_graph
+
+    classes: dict[str, type] = {}
+    enums: dict[str, type[enum.Enum]] = {}
+    for mod in (kernel, streams, memory, model, engines, ir_graph):
+        short = mod.__name__.rsplit(".", 1)[-1]
+        for name, obj in vars(mod).items():
+            if not isinstance(obj, type) or obj.__module__ != mod.__name__:
+                continue
+            if dataclasses.is_dataclass(obj) and obj is not model.CompiledModel:
+                classes[f"{short}.{name}"] = obj
+            elif issubclass(obj, enum.Enum):
+                enums[f"{short}.{name}"] = obj
+    names = {cls: key for key, cls in classes.items()}
+    h = hashlib.sha256(b"aioge-om-layout-v1")
+    for key in sorted(classes):
+        for f in dataclasses.fields(classes[key]):
+            h.update(f"{key}.{f.name}:{f.type}|".encode())
+    for f in dataclasses.fields(model.CompiledModel):
+        h.update(f"CompiledModel.{f.name}:{f.type}|".encode())
+    for key in sorted(enums):
+        h.update(f"{key}={[m.value for m in enums[key]]}|".encode())
+    return classes, names, enums, h.hexdigest()
+
+
+def layout_digest() -> str:
+    """A digest of every field (name and type) of the plan dataclasses an .om stores."""
+    return _types()[3]
+
+
+# -- generic values ---------------------------------------------------------------------
+
+
+def encode_value(v: Any) -> Any:
+    """Plain msgpack data for a value: scalars, arrays, tuples, lists, mappings, dataclasses, enums."""
+    if v is None or isinstance(v, (bool, str, bytes, float)):
+        return v
+    if isinstance(v, int):
+        return v if _MSGPACK_INT[0] <= v <= _MSGPACK_INT[1] else {_T_BIGINT: str(v)}
+    if isinstance(v, enum.Enum):
+        enums = _types()[2]
+        for key, cls in enums.items():
+            if type(v) is cls:
+                return {_T_ENUM: [key, v.value]}
+        raise TypeError(f"cannot store enum {type(v).__name__}")
+    if isinstance(v, np.ndarray):
+        if v.dtype.name in _ARRAY_DTYPES:
+            return v
+        if v.dtype.kind in "UO":
+            return {T_STRS: [list(v.shape), [str(s) for s in v.reshape(-1).tolist()]]}
+        raise TypeError(f"cannot store arrays of dtype {v.dtype}")
+    if isinstance(v, np.generic):
+        if v.dtype.name not in _ARRAY_DTYPES:
+            raise TypeError(f"cannot store numpy scalars of dtype {v.dtype}")
+        return {_T_NP: [v.dtype.name, v.item()]}
+    if isinstance(v, tuple):
+        return {_T_TUPLE: [encode_value(x) for x in v]}
+    if isinstance(v, list):
+        return [encode_value(x) for x in v]
+    if isinstance(v, (set, frozenset)):
+        return {_T_SET: sorted((encode_value(x) for x in v), key=repr)}
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        key = _types()[1].get(type(v))
+        if key is None:
+            raise TypeError(f"cannot store dataclass {type(v).__name__}: not a plan type")
+        return {_T_DC: [key, {f.name: encode_value(getattr(v, f.name)) for f in dataclasses.fields(v)}]}
+    if isinstance(v, Mapping):
+        return {_T_MAP: [[encode_value(k), encode_value(x)] for k, x in v.items()]}
+    raise TypeError(f"cannot store {type(v).__name__}")
+
+
+def decode_value(v: Any) -> Any:
+    """The inverse of ``_enc``.
+
+    Raises:
+        ModelFormatError: an unknown tag, dataclass or enum, or fields that do not match.
+    """
+    if isinstance(v, list):
+        return [decode_value(x) for x in v]
+    if not isinstance(v, dict):
+        return v  # scalars, bytes and arrays (already decoded, read-only, by cache.io)
+    if len(v) != 1:
+        raise ModelFormatError(f"malformed value: a map with keys {sorted(v)[:5]}")
+    ((tag, body),) = v.items()
+    if tag == _T_TUPLE:
+        return tuple(decode_value(x) for x in _as_list(body, tag))
+    if tag == _T_MAP:
+        out = {}
+        for item in _as_list(body, tag):
+            pair = _as_list(item, tag)
+            if len(pair) != 2:
+                raise ModelFormatError("malformed map item")
+            key = decode_value(pair[0])
+            if isinstance(key, (list, dict, np.ndarray)):
+                raise ModelFormatError(f"unhashable map key of type {type(key).__name__}")
+            out[key] = decode_value(pair[1])
+        return out
+    if tag == _T_DC:
+        key, fields = _as_list(body, tag)
+        cls = _types()[0].get(key) if isinstance(key, str) else None
+        if cls is None or not isinstance(fields, dict):
+            raise ModelFormatError(f"unknown plan type {key!r}")
+        return build_dataclass(cls, key, {k: decode_value(x) for k, x in fields.items()})
+    if tag == _T_ENUM:
+        key, value = _as_list(body, tag)
+        cls_e = _types()[2].get(key) if isinstance(key, str) else None
+        if cls_e is None:
+            raise ModelFormatError(f"unknown enum {key!r}")
+        try:
+            return cls_e(value)
+        except ValueError:
+            raise ModelFormatError(f"{key} has no member {value!r}") from None
+    if tag == _T_NP:
+        dtype, value = _as_list(body, tag)
+        if dtype not in _ARRAY_DTYPES or not isinstance(value, (bool, int, float, complex)):
+            raise ModelFormatError(f"bad numpy scalar {dtype!r}")
+        return np.dtype(dtype).type(value)
+    if tag == T_STRS:
+        return _str_array(body)
+    if tag == _T_BIGINT:
+        if not isinstance(body, str) or len(body) > 4096:
+            raise ModelFormatError("bad big integer")
+        return int(body)
+    if tag == _T_SET:
+        return frozenset(decode_value(x) for x in _as_list(body, tag))
+    raise ModelFormatError(f"unknown tag {tag!r}")
+
+
+def _as_list(body: Any, tag: str) -> list[Any]:
+    if not isinstance(body, list):
+        raise ModelFormatError(f"malformed {tag} value: {type(body).__name__}")
+    return body
+
+
+def build_dataclass(cls: type, key: str, values: dict[str, Any]) -> Any:
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    names = {f.name for f in fields}
+    if set(values) != names:
+        missing, extra = sorted(names - set(values)), sorted(set(values) - names)
+        raise ModelFormatError(f"{key} fields differ from this aioge's (missing {missing}, unknown {extra})")
+    hints = _hints(cls)
+    for name, value in values.items():
+        if not _is_a(value, hints.get(name, Any)):
+            raise ModelFormatError(f"{key}.{name}: expected {hints.get(name)}, got {type(value).__name__} {value!r:.60}")
+    obj = cls(**{f.name: values[f.name] for f in fields if f.init})
+    for f in fields:
+        if not f.init:
+            object.__setattr__(obj, f.name, values[f.name])
+    return obj
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_a(value: Any, hint: Any) -> bool:
+    """Whether a decoded value fits a field's annotation (the forms plan dataclasses use)."""
+    if hint is Any:
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_a(value, a) for a in args)
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_is_a(v, args[0]) for v in value)
+        return not args or (len(args) == len(value) and all(_is_a(v, a) for v, a in zip(value, args)))
+    if origin in (list, collections.abc.Sequence):
+        return isinstance(value, (list, tuple)) and all(_is_a(v, args[0]) for v in value) if args else isinstance(value, (list, tuple))
+    if origin in (frozenset, set, collections.abc.Set):
+        return isinstance(value, (frozenset, set)) and (not args or all(_is_a(v, args[0]) for v in value))
+    if origin in (dict, collections.abc.Mapping):
+        return isinstance(value, Mapping) and (not args or all(_is_a(k, args[0]) and _is_a(v, args[1]) for k, v in value.items()))
+    if origin is typing.Literal:
+        return value in args
+    if origin is not None:
+        return isinstance(value, origin) if isinstance(origin, type) else True
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True  # a form not listed above: the structural checks after decoding still apply
+
+
+def _str_array(body: Any) -> np.ndarray:
+    shape, items = _as_list(body, T_STRS)
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise ModelFormatError("bad string array shape")
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items) or len(items) != int(np.prod(shape)):
+        raise ModelFormatError("bad string array data")
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
+    return array.reshape(shape)

@@ -1,0 +1,531 @@
+"""CompiledModel <-> ``.om`` bytes: the compiled model as a file.
+
+An ``.om`` is a ``cache.io`` envelope of kind ``"om"`` around one msgpack payload holding the
+optimised graph (inputs, constants, variables, nodes with their attributes and output descs,
+outputs), every other field of ``CompiledModel`` (node plans with their ``KernelDesc``, the
+stream plan and its events, the memory plan, fingerprint, signature, options, versions,
+compile statistics), the op versions the kernels were chosen under, and a digest of aioge's
+code. Constant and variable data travel inline (msgpack array ExtType) or, with
+``external=True`` (GE's ``ge.externalWeight=1``), as raw files ``weight/weight_<sha256>``
+beside the ``.om``: named by content so identical weights are stored once, and
+memory-mapped read-only on load after their size and sha256 are checked.
+
+The plan dataclasses are encoded generically from their fields (``dataclasses.fields``)
+with a type table of the dataclasses and enums defined in the plan modules, so fields the
+planners add travel without changes here. A digest of those fields' names and types is
+stored: a file written under another layout is stale (``ModelFormatError``), never decoded
+into the wrong shape. Loading rebuilds the graph from the stored descs (no shape
+inference) and validates structure; anything malformed is a ``ModelFormatError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import logging
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+
+from aioge.cache import io
+from aioge.compiler.model import CompiledModel, CompileStats
+from aioge.compiler.plan_codec import ARRAY_DTYPES as _ARRAY_DTYPES
+from aioge.compiler.plan_codec import build_dataclass as _build_dataclass
+from aioge.compiler.plan_codec import decode_value as _dec
+from aioge.compiler.plan_codec import encode_value as _enc
+from aioge.compiler.plan_codec import layout_digest
+from aioge.errors import CacheError, GraphError, ModelFormatError
+from aioge.ir.desc import DTYPES, TensorDesc
+from aioge.ir.graph import Graph, Value
+
+__all__ = [
+    "OM_KIND",
+    "OM_LAYOUT",
+    "WEIGHT_DIR",
+    "code_digest",
+    "decode_meta",
+    "decode_model",
+    "encode_model",
+    "load_model",
+    "load_model_sync",
+    "save_model",
+    "save_model_sync",
+]
+
+log = logging.getLogger(__name__)
+
+OM_KIND = "om"
+OM_LAYOUT = 1  # bump when the payload's own structure (not the plan dataclasses) changes
+WEIGHT_DIR = "weight"
+_WEIGHT_PREFIX = "weight_"
+
+# Tags of the data references (plan_codec's generic tags are one-key maps too).
+_T_WEIGHT, _T_BLOB = "~w", "~b"
+_BLOB_ALIGN = 64
+_MAX_TENSOR_BYTES = 16 << 30  # no tensor or arena of a model this simulator runs is larger
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """sha256 over aioge's own source files (JAX #18750: a version string misses local edits)."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256(b"aioge-code-v1")
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        try:
+            h.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+        except OSError:
+            h.update(rel.encode() + b"\0unreadable")
+    return h.hexdigest()
+
+
+# -- descs ----------------------------------------------------------------------------
+
+
+def _enc_desc(d: TensorDesc) -> list[Any]:
+    return [None if d.shape is None else list(d.shape), d.dtype, d.format]
+
+
+def _dec_desc(x: Any) -> TensorDesc:
+    if not isinstance(x, list) or len(x) != 3:
+        raise ModelFormatError(f"malformed tensor desc {x!r:.80}")
+    shape, dtype, fmt = x
+    if shape is not None and not (
+        isinstance(shape, list) and all((isinstance(d, int) and not isinstance(d, bool) and d >= 0) or isinstance(d, str) for d in shape)
+    ):
+        raise ModelFormatError(f"malformed shape {shape!r:.80}")
+    if dtype not in DTYPES or not isinstance(fmt, str):
+        raise ModelFormatError(f"malformed desc dtype/format {dtype!r}/{fmt!r}")
+    return TensorDesc(None if shape is None else tuple(shape), dtype, fmt)
+
+
+# -- encoding -------------------------------------------------------------------------
+
+
+def encode_model(model: CompiledModel, *, external: bool = False) -> tuple[bytes, dict[str, np.ndarray]]:
+    """Serialise a compiled model.
+
+    Returns ``(om_bytes, weights)``: the envelope bytes of the ``.om`` and, with
+    ``external=True``, the weight files it references (``weight_<sha256>`` -> array), to be
+    written under ``weight/`` beside it (``save_model_sync`` does both).
+
+    Raises:
+        ModelFormatError: the model holds something that cannot be stored.
+    """
+    weights: dict[str, np.ndarray] = {}
+    for n in model.graph.nodes:  # what loading will check, checked now: a file that cannot load is not written
+        _check_attrs(n.name, n.op_type, n.domain, n.attrs)
+    blob = _Blob()
+    try:
+        payload = {
+            "layout": OM_LAYOUT,
+            "layout_digest": layout_digest(),
+            "code": code_digest(),
+            "created": time.time(),
+            "graph": _enc_graph(model.graph, weights if external else None, blob),
+            "fields": {f.name: _enc(getattr(model, f.name)) for f in dataclasses.fields(model) if f.name != "graph"},
+            "ops": _op_versions(model.graph),
+        }
+        payload["blob"] = blob.bytes()
+        packed = io.pack(payload)
+    except TypeError as exc:
+        raise ModelFormatError(f"graph {model.graph.name!r}: cannot serialise: {exc}") from None
+    return io.make_envelope(OM_KIND, packed, {"graph": model.graph.name}), weights
+
+
+class _Blob:
+    """Inline tensor data, concatenated at aligned offsets into one bytes field of the payload.
+
+    One msgpack bin decodes with one copy and every tensor is then a zero-copy view of it
+    (an ExtType per tensor would be copied twice and parsed once more)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.size = 0
+
+    def add(self, flat: np.ndarray) -> list[int]:
+        offset = self.size
+        self.chunks.append(flat.tobytes())
+        pad = -(offset + flat.size) % _BLOB_ALIGN
+        if pad:
+            self.chunks.append(b"\0" * pad)
+        self.size += flat.size + pad
+        return [offset, int(flat.size)]
+
+    def bytes(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+def _data_ref(data: np.ndarray, weights: dict[str, np.ndarray] | None, blob: _Blob) -> Any:
+    if data.dtype.name not in _ARRAY_DTYPES or data.size == 0:
+        return _enc(data)
+    flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    if weights is None:
+        return {_T_BLOB: blob.add(flat)}
+    digest = hashlib.sha256(flat).hexdigest()
+    name = _WEIGHT_PREFIX + digest
+    weights[name] = data
+    return {_T_WEIGHT: [name, digest, int(flat.size)]}
+
+
+def _enc_graph(g: Graph, weights: dict[str, np.ndarray] | None, blob: _Blob) -> dict[str, Any]:
+    return {
+        "name": g.name,
+        "inputs": [[v.name, _enc_desc(v.desc)] for v in g.inputs],
+        "constants": [[v.name, _enc_desc(v.desc), _data_ref(v.data, weights, blob)] for v in g.constants.values()],  # type: ignore[arg-type]
+        "variables": [[v.name, _enc_desc(v.desc), _data_ref(v.data, weights, blob)] for v in g.variables.values()],  # type: ignore[arg-type]
+        "nodes": [
+            [
+                n.name, n.op_type, n.domain, _enc(n.attrs),
+                [None if v is None else v.name for v in n.inputs],
+                [[o.name, _enc_desc(o.desc)] for o in n.outputs],
+            ]
+            for n in g.nodes
+        ],
+        "outputs": [v.name for v in g.outputs],
+    }
+
+
+def _op_versions(g: Graph) -> dict[str, int]:
+    """The schema version of every op the graph uses: kernels' numerics are tied to it."""
+    from aioge.ops.registry import get_schema
+
+    return {f"{n.domain}::{n.op_type}": get_schema(n.op_type, n.domain).version for n in g.nodes}
+
+
+# -- decoding -------------------------------------------------------------------------
+
+
+def _open(data: bytes, path: str | None, check_versions: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    try:
+        header, blob = io.open_envelope(data, OM_KIND, path=path, check_versions=check_versions)
+        payload = io.unpack(blob, what="compiled model")
+    except ModelFormatError:
+        raise
+    except CacheError as exc:
+        raise ModelFormatError(str(exc).removeprefix(f"{path}: ") if path else str(exc), path=path) from None
+    if not isinstance(payload, dict):
+        raise ModelFormatError("payload is not a map", path=path)
+    if payload.get("layout") != OM_LAYOUT:
+        raise ModelFormatError(f"payload layout {payload.get('layout')!r}, this aioge reads {OM_LAYOUT}", path=path)
+    if payload.get("layout_digest") != layout_digest():
+        raise ModelFormatError("written under another plan layout (the compiler's plan fields changed); recompile", path=path)
+    return header, payload
+
+
+def decode_meta(data: bytes, *, path: str | None = None, check_versions: bool = True) -> dict[str, Any]:
+    """The checked metadata of an .om without rebuilding its graph.
+
+    Returns a dict with ``graph``, ``fingerprint``, ``signature``, ``options``, ``versions``,
+    ``code``, ``created``, ``stats`` (of the compile that made it), ``external`` (whether it
+    references weight files), ``sha256`` (of the payload) and ``summary`` counts.
+
+    Raises:
+        ModelFormatError: not a valid .om for this aioge.
+    """
+    header, payload = _open(data, path, check_versions)
+    try:
+        fields = payload["fields"]
+        graph = payload["graph"]
+        signature = _dec(fields["signature"])
+        meta = {
+            "graph": graph["name"],
+            "fingerprint": fields["fingerprint"],
+            "signature": [[n, list(s)] for n, s in signature],
+            "options": _dec(fields["options"]),
+            "versions": _dec(fields["versions"]),
+            "code": payload["code"],
+            "created": payload["created"],
+            "stats": _stats_dict(_dec(fields["stats"])),
+            "external": any(isinstance(c[2], dict) and _T_WEIGHT in c[2] for c in graph["constants"] + graph["variables"]),
+            "sha256": header["sha256"],
+            "variables": [[v[0], *_enc_desc(_dec_desc(v[1]))] for v in graph["variables"]],
+        }
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise ModelFormatError(f"malformed compiled model: {type(exc).__name__}: {exc}", path=path) from None
+    return meta
+
+
+def _stats_dict(stats: Any) -> dict[str, Any]:
+    if not isinstance(stats, CompileStats):
+        raise TypeError("stats is not CompileStats")
+    return {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)}
+
+
+def decode_model(
+    data: bytes,
+    *,
+    path: str | None = None,
+    weight_dir: str | None = None,
+    check_versions: bool = True,
+    require_owner: bool = False,
+    expect_sha256: str | None = None,
+) -> CompiledModel:
+    """Rebuild a compiled model from ``.om`` bytes.
+
+    ``weight_dir`` is where external weights live (default: ``weight/`` beside ``path``).
+    With ``require_owner`` a weight file must be owned by this user; with ``expect_sha256``
+    the payload must be that one (an index entry names the file it was made for). The returned model's
+    stats are fresh: nothing was compiled (``kernels_compiled == 0``), ``compile_seconds``
+    is the decode time.
+
+    Raises:
+        ModelFormatError: corrupt, truncated, foreign or stale, malformed, or referencing a
+            weight file that is missing or does not match its size or sha256.
+    """
+    start = time.perf_counter()
+    header, payload = _open(data, path, check_versions)
+    if expect_sha256 is not None and header.get("sha256") != expect_sha256:
+        raise ModelFormatError("is not the file its index entry was made for (sha256 differs)", path=path)
+    if weight_dir is None:
+        weight_dir = os.path.join(os.path.dirname(os.path.abspath(path)) if path else ".", WEIGHT_DIR)
+    try:
+        blob = payload["blob"]
+        if not isinstance(blob, bytes):
+            raise TypeError("blob is not bytes")
+        graph = _dec_graph(payload["graph"], weight_dir, require_owner, blob)
+        fields = payload["fields"]
+        if not isinstance(fields, dict):
+            raise TypeError("fields is not a map")
+        values = {k: _dec(v) for k, v in fields.items()}
+        values["graph"] = graph
+        model = _build_dataclass(CompiledModel, "CompiledModel", values)
+        _check_ops(model, payload["ops"])
+        _check_plan(model)
+        stored = model.stats
+        if not isinstance(stored, CompileStats):
+            raise TypeError(f"stats is a {type(stored).__name__}")
+        model.stats = CompileStats()  # fresh: nothing was compiled to get this model
+        model.stats.passes_applied = [str(p) for p in stored.passes_applied]
+        model.stats.nodes_before_passes = int(stored.nodes_before_passes)
+        if payload["code"] != code_digest():
+            log.info("%s: compiled by another build of aioge's code (same versions)", path or "compiled model")
+    except ModelFormatError as exc:
+        if exc.path is None and path is not None:
+            raise ModelFormatError(str(exc), path=path) from None
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, GraphError) as exc:
+        raise ModelFormatError(f"malformed compiled model: {type(exc).__name__}: {exc}", path=path) from None
+    model.stats.compile_seconds = time.perf_counter() - start
+    return model
+
+
+def _dec_graph(x: Any, weight_dir: str, require_owner: bool, blob: bytes) -> Graph:
+    g = Graph(x["name"])
+    if not isinstance(g.name, str):
+        raise TypeError("graph name is not a string")
+    for name, desc in x["inputs"]:
+        d = _dec_desc(desc)
+        v = g.input(name, d.shape, d.dtype)
+        v.desc = d  # keep the stored format
+    for table, make in (("constants", g.constant), ("variables", None)):
+        for name, desc, ref in x[table]:
+            d = _dec_desc(desc)
+            data = _dec_data(ref, d, weight_dir, require_owner, name, blob)
+            v = make(data, name) if make is not None else g.variable(name, data)
+            _set_desc(v, d)
+    for name, op_type, domain, attrs, inputs, outputs in x["nodes"]:
+        attr_values = _dec(attrs)
+        if not isinstance(attr_values, dict) or not isinstance(op_type, str) or not isinstance(domain, str):
+            raise ModelFormatError(f"node {name!r}: malformed op or attributes")
+        _check_attrs(name, op_type, domain, attr_values)
+        ins = [None if i is None else g.value(i) for i in inputs]
+        descs = [_dec_desc(o[1]) for o in outputs]
+        g.add_node(op_type, ins, attr_values, descs, name=name, output_names=[o[0] for o in outputs], domain=domain)
+    g.output(*(g.value(n) for n in x["outputs"]))
+    return g
+
+
+def _check_attrs(node: str, op_type: str, domain: str, attrs: dict[str, Any]) -> None:
+    """Attributes must be what the op's schema accepts: kernels are bound with them."""
+    from aioge.ops.registry import get_schema
+
+    try:
+        get_schema(op_type, domain).normalise_attrs(attrs)
+    except KeyError:
+        raise ModelFormatError(f"node {node!r}: op {op_type!r} is unknown to this aioge") from None
+    except ValueError as exc:
+        raise ModelFormatError(f"node {node!r}: {exc}") from None
+
+
+def _set_desc(v: Value, d: TensorDesc) -> None:
+    if v.desc.shape != d.shape or v.desc.dtype != d.dtype:
+        raise ModelFormatError(f"tensor {v.name!r}: data is {v.desc}, its desc says {d}")
+    v.desc = d
+
+
+def _dec_data(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, name: str, blob: bytes) -> np.ndarray:
+    if isinstance(ref, dict) and _T_WEIGHT in ref:
+        return _map_weight(ref[_T_WEIGHT], desc, weight_dir, require_owner, name)
+    if isinstance(ref, dict) and _T_BLOB in ref:
+        span = ref[_T_BLOB]
+        if not (isinstance(span, list) and len(span) == 2 and all(type(i) is int and i >= 0 for i in span)):
+            raise ModelFormatError(f"tensor {name!r}: malformed inline data reference")
+        offset, nbytes = span
+        if not desc.static or desc.dtype not in _ARRAY_DTYPES or desc.nbytes != nbytes or offset + nbytes > len(blob):
+            raise ModelFormatError(f"tensor {name!r}: {nbytes} bytes at {offset} do not fit its desc {desc} or the data")
+        count = nbytes // np.dtype(desc.dtype).itemsize
+        shape = tuple(int(d) for d in desc.shape)  # type: ignore[union-attr]
+        return np.frombuffer(blob, dtype=desc.dtype, count=count, offset=offset).reshape(shape)  # read-only view
+    data = _dec(ref)
+    if not isinstance(data, np.ndarray):
+        raise ModelFormatError(f"tensor {name!r}: data is {type(data).__name__}, not an array")
+    return data
+
+
+def _map_weight(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, name: str) -> np.ndarray:
+    """Memory-map one external weight file read-only, after checking its size and sha256."""
+    if not (isinstance(ref, list) and len(ref) == 3 and all(isinstance(r, t) for r, t in zip(ref, (str, str, int)))):
+        raise ModelFormatError(f"tensor {name!r}: malformed weight reference")
+    fname, digest, nbytes = ref
+    if fname != _WEIGHT_PREFIX + digest or not all(c in "0123456789abcdef" for c in digest) or len(digest) != 64:
+        raise ModelFormatError(f"tensor {name!r}: bad weight file name {fname!r}")
+    if not desc.static or desc.dtype not in _ARRAY_DTYPES or desc.nbytes != nbytes:
+        raise ModelFormatError(f"tensor {name!r}: weight of {nbytes} bytes does not fit its desc {desc}")
+    path = os.path.join(weight_dir, fname)
+    try:
+        f = open(path, "rb", opener=_open_nofollow)  # noqa: SIM115 - closed below; memmap keeps its own map
+    except OSError as exc:
+        raise ModelFormatError(f"weight file of tensor {name!r}: {exc.strerror}", path=path) from None
+    with f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ModelFormatError("weight file is not a regular file", path=path)
+        if require_owner and st.st_uid != os.getuid():
+            raise ModelFormatError(f"weight file is owned by uid {st.st_uid}, not this user", path=path)
+        if st.st_size != nbytes:
+            raise ModelFormatError(f"weight file has {st.st_size} bytes, tensor {name!r} ({desc}) needs {nbytes}", path=path)
+        array = np.memmap(f, dtype=desc.dtype, mode="r", shape=tuple(int(s) for s in desc.shape))  # type: ignore[union-attr]
+    if hashlib.sha256(array.reshape(-1).view(np.uint8)).hexdigest() != digest:
+        raise ModelFormatError(f"weight file of tensor {name!r}: checksum mismatch (corrupt file)", path=path)
+    return array
+
+
+def _open_nofollow(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))
+
+
+def _check_ops(model: CompiledModel, ops: Any) -> None:
+    from aioge.ops.registry import get_schema
+
+    if not isinstance(ops, dict):
+        raise TypeError("ops is not a map")
+    for n in model.graph.nodes:
+        try:
+            schema = get_schema(n.op_type, n.domain)
+        except KeyError:
+            raise ModelFormatError(f"node {n.name!r}: op {n.op_type!r} is unknown to this aioge") from None
+        stored = ops.get(f"{n.domain}::{n.op_type}")
+        if stored != schema.version:
+            raise ModelFormatError(f"op {n.op_type} was version {stored} when compiled, it is {schema.version} now; recompile")
+
+
+def _check_plan(model: CompiledModel) -> None:
+    """The plans must fit the graph: the executor trusts indices, names and offsets."""
+    from aioge.ops.registry import get_schema
+
+    g = model.graph
+    for v in g.values():  # kernels size scratch space from descs when they are bound
+        if v.desc.static and v.desc.dtype != "str" and v.desc.nbytes > _MAX_TENSOR_BYTES:
+            raise ModelFormatError(f"tensor {v.name!r} ({v.desc}) is larger than {_MAX_TENSOR_BYTES >> 30} GiB")
+    if model.memory.arena_bytes > _MAX_TENSOR_BYTES:
+        raise ModelFormatError(f"arena of {model.memory.arena_bytes} bytes is larger than {_MAX_TENSOR_BYTES >> 30} GiB")
+    n = len(g.nodes)
+    if len(model.nodes) != n:
+        raise ModelFormatError(f"{len(model.nodes)} node plans for {n} nodes")
+    for i, (plan, node) in enumerate(zip(model.nodes, g.nodes)):
+        if plan.index != i or plan.name != node.name or plan.op_type != node.op_type:
+            raise ModelFormatError(f"node plan {i} ({plan.name!r}) does not match node {node.name!r}")
+        schema = get_schema(node.op_type, node.domain)
+        impls = {impl.name: impl for impl in schema.impls}
+        if plan.kernel.impl not in impls:
+            raise ModelFormatError(f"node {node.name!r}: kernel {plan.kernel.impl!r} is not an implementation of {node.op_type}")
+        # Bind once, as the executor will: a kernel that rejects its stored attrs, params or
+        # descs makes the file unusable, which must show here as a format error.
+        try:
+            impls[plan.kernel.impl].build(
+                node.attrs, plan.kernel.params, [v.desc if v is not None else None for v in node.inputs], [o.desc for o in node.outputs]
+            )
+        except Exception as exc:
+            raise ModelFormatError(f"node {node.name!r}: kernel {plan.kernel.impl} rejects the stored node: {type(exc).__name__}: {exc}") from None
+    sp = model.streams
+    if len(sp.node_stream) != n or any(not 0 <= s < len(sp.streams) for s in sp.node_stream):
+        raise ModelFormatError("stream plan does not cover the nodes")
+    seen = sorted(i for s in sp.streams for i in s.nodes)
+    if seen != list(range(n)) or any(sp.node_stream[i] != k for k, s in enumerate(sp.streams) for i in s.nodes):
+        raise ModelFormatError("streams do not hold every node exactly once")
+    for k, e in enumerate(sp.events):
+        if e.id != k or not (0 <= e.producer < n and 0 <= e.consumer < n):
+            raise ModelFormatError(f"event {k} is out of range")
+    mem = model.memory
+    for b in mem.buffers:
+        desc = g.value(b.value).desc
+        if not desc.static or b.offset < 0 or b.nbytes < desc.nbytes or b.offset + b.nbytes > mem.arena_bytes:
+            raise ModelFormatError(f"buffer of {b.value!r} ({desc}) does not fit the arena at {b.offset}+{b.nbytes}")
+
+
+# -- files ----------------------------------------------------------------------------
+
+
+def save_model_sync(path: str | os.PathLike[str], model: CompiledModel, *, external: bool = False, mode: int = 0o600) -> str:
+    """Write ``model`` as an ``.om`` at ``path`` (and its weights under ``weight/`` beside it).
+
+    Weight files are published first, each atomically and only when no valid file of that
+    content exists, then the ``.om``. Returns the sha256 of the ``.om`` payload.
+
+    Raises:
+        ModelFormatError: the model cannot be stored. OSError: the files cannot be written.
+    """
+    path = os.fspath(path)
+    data, weights = encode_model(model, external=external)
+    if weights:
+        wdir = os.path.join(os.path.dirname(os.path.abspath(path)), WEIGHT_DIR)
+        os.makedirs(wdir, mode=0o700 if mode == 0o600 else 0o770, exist_ok=True)
+        for fname, array in weights.items():
+            _write_weight(os.path.join(wdir, fname), fname.removeprefix(_WEIGHT_PREFIX), array, mode)
+    io.write_atomic_sync(path, data, mode=mode)
+    return io.open_envelope(data, OM_KIND)[0]["sha256"]
+
+
+def _write_weight(path: str, digest: str, array: np.ndarray, mode: int) -> None:
+    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    try:
+        st = os.lstat(path)
+        if st.st_size == flat.size and os.path.isfile(path) and not os.path.islink(path):
+            if hashlib.sha256(io.read_bytes_sync(path)).hexdigest() == digest:
+                return  # the same content is already there (dedupe)
+    except (OSError, CacheError):
+        pass
+    io.write_atomic_sync(path, flat.tobytes(), mode=mode)
+
+
+def load_model_sync(path: str | os.PathLike[str], *, check_versions: bool = True) -> CompiledModel:
+    """Read and decode the ``.om`` at ``path`` (external weights from ``weight/`` beside it).
+
+    Raises:
+        ModelFormatError: the file is missing, unreadable, corrupt, foreign or stale.
+    """
+    path = os.fspath(path)
+    try:
+        data = io.read_bytes_sync(path)
+    except CacheError as exc:
+        raise ModelFormatError(str(exc).removeprefix(f"{path}: "), path=path) from None
+    except OSError as exc:
+        raise ModelFormatError(f"cannot read: {exc.strerror}", path=path) from None
+    return decode_model(data, path=path, check_versions=check_versions)
+
+
+async def save_model(path: str | os.PathLike[str], model: CompiledModel, *, external: bool = False) -> str:
+    """``save_model_sync`` in one worker thread."""
+    return await anyio.to_thread.run_sync(functools.partial(save_model_sync, external=external), path, model)
+
+
+async def load_model(path: str | os.PathLike[str]) -> CompiledModel:
+    """``load_model_sync`` in one worker thread."""
+    return await anyio.to_thread.run_sync(load_model_sync, path)

@@ -1,0 +1,219 @@
+"""Choosing an op's kernel: by timing its candidates on the real shapes, or by rule.
+
+An op schema lists its implementations in order of preference; the first is the
+*reference*. Each implementation may offer several parameter sets (``KernelImpl.candidates``).
+
+- ``heuristic``: the first implementation that applies, with its first parameter set. No
+  timing, so the choice is deterministic.
+- ``tune``: every applicable (implementation, parameters) pair is built and run on inputs of
+  the node's real shapes (its constant inputs as they are, random data for the others),
+  checked against the reference's outputs, and timed within ``aioge.tune_budget_ms``. A
+  candidate that raises or disagrees with the reference is rejected; the fastest (by its
+  best time: noise only adds) of the others wins. Runs in a worker thread: the caller never blocks the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from aioge.ir.desc import TensorDesc, numpy_dtype
+from aioge.ops.schema import KernelImpl, OpSchema
+
+__all__ = ["Choice", "candidates_of", "choose_heuristic", "select_kernel", "tune"]
+
+log = logging.getLogger(__name__)
+
+MAX_SAMPLES = 9  # timed runs per candidate, budget permitting
+# Timings are only comparable when nothing else competes for the cores: ops tune one at a
+# time per process (as autotuners measure), while everything else about their compiles —
+# cache lookups, heuristic picks, publishing — stays concurrent.
+_MEASURE = threading.Lock()
+_FLOATS = frozenset({"float16", "float32", "float64"})
+# (rtol, atol relative to the reference's largest magnitude) per dtype
+_TOLERANCE = {"float16": (1e-2, 1e-2), "float32": (1e-3, 1e-4), "float64": (1e-7, 1e-10)}
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The chosen implementation and parameters, and what tuning saw (for logs and tests)."""
+
+    impl: str
+    params: Mapping[str, Any]
+    tuned: bool
+    timings_ms: Mapping[str, float] = field(default_factory=dict)  # candidate label -> best ms
+    rejected: Mapping[str, str] = field(default_factory=dict)  # candidate label -> why
+
+
+def candidates_of(schema: OpSchema, in_descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[tuple[KernelImpl, dict[str, Any]]]:
+    """Every applicable (implementation, parameter set), in the schema's order of preference."""
+    out = []
+    for impl in schema.impls:
+        if impl.applies(in_descs, attrs):  # type: ignore[arg-type]
+            for params in impl.candidates(in_descs, attrs) or [{}]:  # type: ignore[arg-type]
+                out.append((impl, dict(params)))
+    return out
+
+
+def choose_heuristic(schema: OpSchema, in_descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> Choice | None:
+    """The rule: the first applicable implementation with its first parameter set (None when
+    nothing applies)."""
+    cands = candidates_of(schema, in_descs, attrs)
+    if not cands:
+        return None
+    impl, params = cands[0]
+    return Choice(impl.name, params, False)
+
+
+def select_kernel(
+    schema: OpSchema,
+    in_descs: Sequence[TensorDesc | None],
+    out_descs: Sequence[TensorDesc],
+    attrs: Mapping[str, Any],
+    const_values: Sequence[np.ndarray | None],
+    *,
+    mode: str,
+    budget_ms: float,
+    seed: int = 0,
+) -> Choice | None:
+    """The kernel for one node: ``tune`` or ``heuristic`` (see the module docstring). Falls
+    back to the rule when there is one candidate, or inputs tuning cannot make up (a
+    non-float input that is not a constant). Returns None when nothing applies."""
+    cands = candidates_of(schema, in_descs, attrs)
+    if not cands:
+        return None
+    if mode != "tune" or len(cands) == 1:
+        return Choice(cands[0][0].name, cands[0][1], False)
+    inputs = make_inputs(in_descs, const_values, seed)
+    if inputs is None or not all(d.static for d in out_descs):
+        log.debug("%s: cannot make tuning inputs for %s; choosing by rule", schema.name, [str(d) for d in in_descs])
+        return Choice(cands[0][0].name, cands[0][1], False)
+    # Random data may leave an op's domain (a negative variance, a log of a negative): numpy's
+    # warnings about it are noise here (errstate is per thread), NaNs compare equal in the check.
+    with _MEASURE, np.errstate(all="ignore"):
+        return tune(schema, cands, in_descs, out_descs, attrs, inputs, budget_ms=budget_ms)
+
+
+def make_inputs(in_descs: Sequence[TensorDesc | None], const_values: Sequence[np.ndarray | None], seed: int) -> list[np.ndarray | None] | None:
+    """Read-only inputs of the real shapes: constants as they are, standard normal data for
+    float inputs; None when some input can be neither."""
+    rng = np.random.default_rng(seed)
+    out: list[np.ndarray | None] = []
+    for i, d in enumerate(in_descs):
+        c = const_values[i] if i < len(const_values) else None
+        if d is None:
+            out.append(None)
+        elif c is not None:
+            out.append(c)
+        elif d.static and d.dtype in _FLOATS:
+            a = rng.standard_normal(tuple(int(s) for s in d.shape)).astype(numpy_dtype(d.dtype))  # type: ignore[union-attr]
+            a.setflags(write=False)  # a candidate that writes into its inputs is caught, not timed
+            out.append(a)
+        else:
+            return None
+    return out
+
+
+def tune(
+    schema: OpSchema,
+    cands: Sequence[tuple[KernelImpl, dict[str, Any]]],
+    in_descs: Sequence[TensorDesc | None],
+    out_descs: Sequence[TensorDesc],
+    attrs: Mapping[str, Any],
+    inputs: Sequence[np.ndarray | None],
+    *,
+    budget_ms: float,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Choice:
+    """Time ``cands`` on ``inputs`` within ``budget_ms`` and return the fastest one that
+    agrees with the reference (the schema's first implementation, or the first candidate
+    when that one does not apply)."""
+    start = clock()
+    deadline = start + budget_ms / 1e3
+    reference = next(((impl, p) for impl, p in cands if impl is schema.impls[0]), cands[0])
+    order = [reference, *[c for c in cands if c is not reference]]
+    labels = [_label(impl, p) for impl, p in order]
+    runs: dict[str, Callable[[], Sequence[np.ndarray]]] = {}
+    samples: dict[str, list[float]] = {}
+    rejected: dict[str, str] = {}
+    expected: Sequence[np.ndarray] | None = None
+    for (impl, params), label in zip(order, labels):
+        if expected is not None and clock() > deadline:
+            rejected[label] = "not tried: tuning budget spent"
+            continue
+        try:
+            run = _bind(impl, params, attrs, in_descs, out_descs, inputs)
+            t0 = clock()
+            got = run()
+            elapsed = clock() - t0
+        except Exception as exc:  # a candidate that cannot run this signature is rejected, never fatal
+            if expected is None:
+                raise
+            rejected[label] = f"raised {type(exc).__name__}: {exc}"
+            continue
+        if expected is None:
+            expected = [np.array(g, copy=True) for g in got]
+        else:
+            reason = _disagreement(got, expected)
+            if reason:
+                rejected[label] = reason
+                log.warning("%s: candidate %s disagrees with the reference (%s); rejected", schema.name, label, reason)
+                continue
+        runs[label] = run
+        samples[label] = [elapsed]
+    while clock() < deadline and any(len(s) < MAX_SAMPLES for s in samples.values()):
+        for label, run in runs.items():
+            if len(samples[label]) < MAX_SAMPLES and clock() < deadline:
+                t0 = clock()
+                run()
+                samples[label].append(clock() - t0)
+    # Noise (other threads, other processes) only ever adds time: the fastest run is the best
+    # estimate of a kernel's own cost. The first run also pays first-touch page faults.
+    medians = {k: min(v[1:] if len(v) > 1 else v) * 1e3 for k, v in samples.items()}
+    best = min(medians, key=lambda k: (medians[k], labels.index(k)))
+    impl, params = order[labels.index(best)]
+    log.debug("%s tuned in %.1f ms: %s -> %s; rejected %s", schema.name, (clock() - start) * 1e3,
+              {k: round(v, 4) for k, v in medians.items()}, best, rejected)
+    return Choice(impl.name, params, len(medians) > 1, medians, rejected)
+
+
+def _label(impl: KernelImpl, params: Mapping[str, Any]) -> str:
+    if not params:
+        return impl.name
+    return impl.name + "(" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) + ")"
+
+
+def _bind(
+    impl: KernelImpl, params: Mapping[str, Any], attrs: Mapping[str, Any],
+    in_descs: Sequence[TensorDesc | None], out_descs: Sequence[TensorDesc], inputs: Sequence[np.ndarray | None],
+) -> Callable[[], Sequence[np.ndarray]]:
+    """The candidate bound as the executor binds it, with its own preallocated outputs."""
+    fn = impl.build(attrs, params, list(in_descs), list(out_descs))  # type: ignore[arg-type]
+    outs = [np.empty(tuple(int(s) for s in d.shape), numpy_dtype(d.dtype)) for d in out_descs]  # type: ignore[union-attr]
+    args = list(inputs)
+    return lambda: fn(args, outs)  # type: ignore[arg-type]
+
+
+def _disagreement(got: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> str:
+    """Why ``got`` differs from the reference's outputs, or '' when it agrees."""
+    if len(got) != len(expected):
+        return f"{len(got)} outputs, the reference has {len(expected)}"
+    for i, (g, e) in enumerate(zip(got, expected)):
+        g = np.asarray(g)
+        if g.shape != e.shape or g.dtype != e.dtype:
+            return f"output {i} is {g.dtype}{list(g.shape)}, the reference's is {e.dtype}{list(e.shape)}"
+        if e.dtype.name in _TOLERANCE:
+            rtol, atol = _TOLERANCE[e.dtype.name]
+            finite = e[np.isfinite(e)]
+            scale = max(1.0, float(np.max(np.abs(finite)))) if finite.size else 1.0
+            if not np.allclose(g, e, rtol=rtol, atol=atol * scale, equal_nan=True):
+                worst = float(np.nanmax(np.abs(g.astype(np.float64) - e.astype(np.float64)))) if g.size else 0.0
+                return f"output {i} differs by up to {worst:.3g} (rtol {rtol}, atol {atol * scale:.3g})"
+        elif not np.array_equal(g, e):
+            return f"output {i} differs"
+    return ""

@@ -1,0 +1,295 @@
+"""Reading an ONNX model safely: parse, check the structure, resolve external data, decode tensors.
+
+Everything here turns a malformed input into a ``GraphError`` that names the file, tensor or
+node at fault: a truncated or garbage file never escapes as a protobuf traceback, a cycle
+or a dangling input is reported before any conversion starts, and external data files are
+read only from inside the model's own directory.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper, numpy_helper
+
+from aioge.errors import GraphError
+from aioge.ir.desc import canonical_dtype
+
+__all__ = [
+    "ModelSource",
+    "attribute_value",
+    "dtype_of_enum",
+    "read_model",
+    "sorted_nodes",
+    "tensor_to_array",
+]
+
+# The external-data keys ONNX defines; anything else is ignored, as onnx itself does.
+_EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum", "basepath"})
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSource:
+    """A parsed model and where its external data may be read from (None: nowhere)."""
+
+    model: onnx.ModelProto
+    base_dir: str | None
+    label: str  # the path, or "<bytes>" / "<ModelProto>", for error messages
+
+
+def read_model(source: Any, base_dir: str | os.PathLike[str] | None = None) -> ModelSource:
+    """Parse ``source`` (a path, bytes or an ``onnx.ModelProto``) without loading external data.
+
+    ``base_dir`` is the directory external data is confined to; it defaults to the model
+    file's directory, and to nowhere (external data refused) for bytes and protos.
+
+    Raises:
+        GraphError: the file cannot be read, is not a protobuf ModelProto, or holds no graph.
+    """
+    if isinstance(source, onnx.ModelProto):
+        model, label = source, "<ModelProto>"
+        root = None
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        model, label = _parse(bytes(source), "<bytes>"), "<bytes>"
+        root = None
+    elif isinstance(source, (str, os.PathLike)):
+        label = os.fspath(source)
+        try:
+            with open(label, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise GraphError(f"cannot read ONNX model {label!r}: {exc.strerror or exc}") from None
+        model = _parse(data, label)
+        root = os.path.dirname(os.path.abspath(label))
+    else:
+        raise GraphError(f"load_onnx expects a path, bytes or onnx.ModelProto, got {type(source).__name__}")
+    if base_dir is not None:
+        root = os.fspath(base_dir)
+    _check_model(model, label)
+    return ModelSource(model, root, label)
+
+
+def _parse(data: bytes, label: str) -> onnx.ModelProto:
+    if not data:
+        raise GraphError(f"{label}: the model file is empty")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise GraphError(f"{label}: not a valid ONNX model (protobuf decoding failed: {exc}); is it truncated or corrupt?") from None
+    return model
+
+
+def _check_model(model: onnx.ModelProto, label: str) -> None:
+    if model.ir_version <= 0:
+        raise GraphError(f"{label}: not an ONNX model (no ir_version); is it truncated or another kind of file?")
+    if not model.HasField("graph"):
+        raise GraphError(f"{label}: the model holds no graph; is it truncated?")
+    if not model.graph.output:
+        raise GraphError(f"{label}: the graph declares no outputs; is it truncated?")
+
+
+def sorted_nodes(graph: onnx.GraphProto, label: str, outer: Iterable[str] = ()) -> list[onnx.NodeProto]:
+    """The graph's nodes in a dependency order (ONNX requires it, but files do not always obey).
+
+    ``outer`` names the values a subgraph may read from the scopes around it.
+
+    Raises:
+        GraphError: a node reads a value nothing defines, two nodes define one value, or the
+            nodes form a cycle (naming the nodes on it).
+    """
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""} | set(outer)
+    defined |= {t.values.name for t in graph.sparse_initializer}
+    producer: dict[str, int] = {}
+    for i, node in enumerate(graph.node):
+        for out in node.output:
+            if not out:
+                continue
+            if out in producer or out in defined:
+                raise GraphError(f"{label}: value {out!r} is defined twice (second time by node {_node_label(node, i)})")
+            producer[out] = i
+    waiting = [0] * len(graph.node)
+    users: list[list[int]] = [[] for _ in graph.node]
+    for i, node in enumerate(graph.node):
+        preds = set()
+        for name in _reads(node):
+            if name in producer:
+                preds.add(producer[name])
+            elif name not in defined:
+                raise GraphError(
+                    f"{label}: node {_node_label(node, i)} reads {name!r}, which no node, initializer or graph input defines"
+                )
+        waiting[i] = len(preds)
+        for p in preds:
+            users[p].append(i)
+    # Kahn's algorithm, always taking the earliest ready node: a file already in a valid
+    # order keeps it exactly.
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    order: list[onnx.NodeProto] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(graph.node[i])
+        for u in users[i]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(graph.node):
+        stuck = [_node_label(graph.node[i], i) for i, n in enumerate(waiting) if n > 0]
+        raise GraphError(f"{label}: the graph has a cycle through nodes {', '.join(stuck[:10])}")
+    return order
+
+
+def _reads(node: onnx.NodeProto) -> Iterable[str]:
+    """Names a node reads: its inputs and, for control-flow bodies, outer values they capture."""
+    yield from (x for x in node.input if x)
+    for attr in node.attribute:
+        for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+            inner = {i.name for i in sub.input} | {t.name for t in sub.initializer}
+            inner |= {o for n in sub.node for o in n.output}
+            for n in sub.node:
+                yield from (x for x in _reads(n) if x not in inner)
+
+
+def _node_label(node: onnx.NodeProto, index: int) -> str:
+    return f"{node.name!r} ({node.op_type})" if node.name else f"#{index} ({node.op_type})"
+
+
+# -- tensors ------------------------------------------------------------------------------
+
+
+def dtype_of_enum(enum: int, what: str) -> str:
+    """The aioge dtype name of an ONNX ``TensorProto.DataType`` value.
+
+    Raises:
+        GraphError: the enum is unknown or names a dtype aioge does not support (bfloat16,
+            the float8 and int4 families...).
+    """
+    try:
+        name = onnx.TensorProto.DataType.Name(enum)
+    except ValueError:
+        raise GraphError(f"{what}: unknown ONNX data type {enum}") from None
+    if enum == onnx.TensorProto.UNDEFINED:
+        raise GraphError(f"{what}: data type is UNDEFINED")
+    try:
+        return canonical_dtype(helper.tensor_dtype_to_np_dtype(enum))
+    except (ValueError, TypeError, KeyError):
+        raise GraphError(f"{what}: ONNX data type {name} is not supported by aioge") from None
+
+
+def tensor_to_array(tensor: onnx.TensorProto, source: ModelSource, what: str = "tensor") -> np.ndarray:
+    """Decode a TensorProto (inline or external data) to a numpy array.
+
+    Raises:
+        GraphError: an unsupported dtype, data of the wrong size, or external data that is
+            missing, out of bounds or outside the model's directory.
+    """
+    label = f"{what} {tensor.name!r}" if tensor.name else what
+    dtype_of_enum(tensor.data_type, label)
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        resolved = onnx.TensorProto()
+        resolved.CopyFrom(tensor)
+        resolved.raw_data = _read_external(tensor, source, label)
+        resolved.data_location = onnx.TensorProto.DEFAULT
+        del resolved.external_data[:]
+        tensor = resolved
+    try:
+        array = numpy_helper.to_array(tensor)
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        raise GraphError(f"{source.label}: {label} cannot be decoded ({exc}); is the file truncated?") from None
+    if array.dtype.kind == "O":
+        array = np.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in array.reshape(-1)],
+                         dtype=object).reshape(array.shape)
+    return array
+
+
+def _read_external(tensor: onnx.TensorProto, source: ModelSource, label: str) -> bytes:
+    info = {e.key: e.value for e in tensor.external_data if e.key in _EXTERNAL_KEYS}
+    location = info.get("location", "")
+    if not location:
+        raise GraphError(f"{source.label}: {label} is marked as external data but names no location")
+    if source.base_dir is None:
+        raise GraphError(
+            f"{source.label}: {label} keeps its data in external file {location!r}, but the model was not "
+            "loaded from a path; load it from its file or pass base_dir="
+        )
+    path = _confined_path(source.base_dir, location, label, source.label)
+    try:
+        offset = int(info.get("offset", "0") or 0)
+        length = int(info["length"]) if info.get("length") else None
+    except ValueError:
+        raise GraphError(f"{source.label}: {label}: external data offset/length are not integers: {info}") from None
+    if offset < 0 or (length is not None and length < 0):
+        raise GraphError(f"{source.label}: {label}: negative external data offset or length: {info}")
+    try:
+        size = os.path.getsize(path)
+        if offset > size or (length is not None and offset + length > size):
+            raise GraphError(
+                f"{source.label}: {label}: external data {location!r} holds {size} bytes, "
+                f"but the tensor wants bytes {offset} to {offset + (length or 0)}"
+            )
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read() if length is None else f.read(length)
+    except OSError as exc:
+        raise GraphError(f"{source.label}: {label}: cannot read external data {location!r}: {exc.strerror or exc}") from None
+
+
+def _confined_path(base_dir: str, location: str, label: str, model: str) -> str:
+    """The real path of an external data file, which must lie inside ``base_dir``.
+
+    Raises:
+        GraphError: the location is absolute, or resolves (through ``..`` or symlinks) to a
+            place outside the model's directory, or does not exist.
+    """
+    refuse = f"{model}: {label}: external data location {location!r} "
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or (len(location) > 1 and location[1] == ":"):
+        raise GraphError(refuse + f"is an absolute path; external data must lie inside the model's directory {base_dir!r}")
+    root = os.path.realpath(base_dir)
+    path = os.path.realpath(os.path.join(root, location))
+    if os.path.commonpath([root, path]) != root:
+        raise GraphError(refuse + f"escapes the model's directory {base_dir!r} (it resolves to {path!r})")
+    if not os.path.isfile(path):
+        raise GraphError(refuse + f"does not exist (looked for {path!r})")
+    return path
+
+
+# -- attributes ---------------------------------------------------------------------------
+
+
+def attribute_value(attr: onnx.AttributeProto, source: ModelSource, node: str) -> Any:
+    """An attribute as a Python value: int, float, str, lists of those, a numpy array, or
+    (for control flow, which the frontend inlines) the subgraph's ``onnx.GraphProto``.
+
+    Raises:
+        GraphError: a sparse tensor or type-proto attribute (aioge has none), or an
+            undecodable tensor.
+    """
+    kind = attr.type
+    A = onnx.AttributeProto
+    if kind == A.INT:
+        return int(attr.i)
+    if kind == A.FLOAT:
+        return float(attr.f)
+    if kind == A.STRING:
+        return attr.s.decode("utf-8", "replace")
+    if kind == A.INTS:
+        return [int(v) for v in attr.ints]
+    if kind == A.FLOATS:
+        return [float(v) for v in attr.floats]
+    if kind == A.STRINGS:
+        return [s.decode("utf-8", "replace") for s in attr.strings]
+    if kind == A.TENSOR:
+        return tensor_to_array(attr.t, source, f"attribute {attr.name!r} of node {node!r}")
+    if kind == A.GRAPH:
+        return attr.g
+    if kind == A.TENSORS:
+        return [tensor_to_array(t, source, f"attribute {attr.name!r} of node {node!r}") for t in attr.tensors]
+    kind_name = A.AttributeType.Name(kind) if kind in A.AttributeType.values() else str(kind)
+    raise GraphError(f"node {node!r}: attribute {attr.name!r} of type {kind_name} is not supported by aioge")

@@ -1,0 +1,453 @@
+"""Fused kernels: an elementwise program run in one blocked pass over memory, and the
+activations that FusedConv, FusedGemm and FusedMatMul apply to their output in place.
+
+A ``FusedElementwise`` node carries its program as plain data (``ops``, ``operands``,
+``params``). The kernel runs the whole program on one cache-sized chunk of the output at a
+time: every step is a numpy ufunc with ``out=`` into a preallocated scratch register (or
+the output chunk itself), so intermediates never leave the cache and nothing is allocated
+per run. Each step computes exactly what the op's own kernel computes (same ufuncs, same
+order, same dtype), so fused and unfused results agree to rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from aioge.kernels import elementwise as k
+from aioge.ops.schema import RunFn
+
+__all__ = [
+    "BLOCK_BYTES",
+    "EW_OPS",
+    "EwOp",
+    "activation_runner",
+    "build_fused_elementwise",
+    "check_program",
+    "coalesce",
+]
+
+# Bytes of one scratch register: small enough that a program's registers and temporaries
+# (a handful of them) stay in L2 together, big enough that the ~1 us a ufunc call costs
+# is small beside the work it does (16K float32 elements).
+BLOCK_BYTES = 64 * 1024
+
+# A step function: (frame, dst, srcs, params, temps) -> None. ``frame`` holds the chunk
+# views of the output, the inputs and the scratch registers; ``temps`` is (temporaries of
+# the program's dtype, bool temporaries, float64 temporaries), each of the chunk's shape. A
+# step reads every operand before it writes ``dst`` (which may be one of them).
+Temps = tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
+_KINDS = "f?d"
+StepFn = Callable[[list[np.ndarray], int, tuple[int, ...], tuple[float, ...], Temps], None]
+
+_SQRT2 = math.sqrt(2.0)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+@dataclass(frozen=True, slots=True)
+class EwOp:
+    """One op a program may hold: operand count, parameter count, the temporaries it needs
+    (numpy dtype kinds: "f" the program's dtype, "?" bool) and its step function."""
+
+    name: str
+    arity: int
+    nparams: int
+    temps: str  # e.g. "ff?d": two of the program's dtype, one bool, one float64
+    step: StepFn
+
+
+def _unary(ufunc: Any) -> StepFn:
+    def step(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+        ufunc(f[s[0]], out=f[d])
+
+    return step
+
+
+def _binary(ufunc: Any) -> StepFn:
+    def step(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+        ufunc(f[s[0]], f[s[1]], out=f[d])
+
+    return step
+
+
+def _relu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    np.maximum(f[s[0]], 0, out=f[d])
+
+
+def _leaky_relu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    # kernels.elementwise.leaky_relu: where(x >= 0, x, x * alpha)
+    x, alpha = f[s[0]], p[0]
+    if 0.0 <= alpha <= 1.0:  # then max(x, alpha * x) picks the same element, NaN included
+        np.multiply(x, alpha, out=t[0][0])
+        np.maximum(x, t[0][0], out=f[d])
+        return
+    np.greater_equal(x, 0, out=t[1][0])
+    np.multiply(x, alpha, out=t[0][0])
+    np.copyto(t[0][0], x, where=t[1][0])
+    np.copyto(f[d], t[0][0])
+
+
+def _sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    # kernels.elementwise.sigmoid, step for step: e = exp(-|x|); pos = 1 / (1 + e);
+    # where(x >= 0, pos, e * pos). Split by sign so exp never overflows.
+    x, (e, pos), (mask,) = f[s[0]], t[0][:2], t[1][:1]
+    np.greater_equal(x, 0, out=mask)
+    np.absolute(x, out=e)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    np.add(e, 1.0, out=pos)
+    np.divide(1.0, pos, out=pos)
+    np.multiply(e, pos, out=e)
+    np.copyto(e, pos, where=mask)
+    np.copyto(f[d], e)
+
+
+def _hard_sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    y = f[d]
+    np.multiply(f[s[0]], p[0], out=y)
+    np.add(y, p[1], out=y)
+    np.clip(y, 0, 1, out=y)
+
+
+def _clip(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    # kernels.elementwise.clip: max with lo, then min with hi; an infinite bound is absent.
+    x, y = f[s[0]], f[d]
+    lo, hi = p
+    if lo != -math.inf:
+        np.maximum(x, lo, out=y)
+        x = y
+    if hi != math.inf:
+        np.minimum(x, hi, out=y)
+        x = y
+    if x is not y:
+        np.copyto(y, x)
+
+
+# erf(x) ~ x * P(x^2) / Q(x^2) on [-4, 4] (+-1 beyond, where erf rounds to 1 in float32):
+# the rational approximation of Eigen's and XLA's float erf, evaluated here in float64, is
+# within 1e-7 of the true erf — below float32's resolution near 1 — at ~40x the speed of the
+# series in kernels.elementwise.erf. float64 programs keep that series (its full accuracy).
+_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+          -1.42647390514189e-02)
+
+
+def _erf_into(x: np.ndarray, out: np.ndarray, t: Temps) -> None:
+    if x.dtype == np.float64:
+        k.erf(x, out=out)
+        return
+    xc, x2, acc = t[2][:3]
+    np.clip(x, -4.0, 4.0, out=xc, casting="unsafe")
+    np.multiply(xc, xc, out=x2)
+    _horner(_ERF_P, x2, acc)
+    np.multiply(acc, xc, out=xc)  # x * P(x^2); the clipped x is not needed again
+    _horner(_ERF_Q, x2, acc)
+    np.divide(xc, acc, out=out, casting="unsafe")
+
+
+def _horner(coefs: tuple[float, ...], t: np.ndarray, acc: np.ndarray) -> None:
+    """acc = coefs[0] * t**(n-1) + ... + coefs[-1], in place."""
+    np.multiply(t, coefs[0], out=acc)
+    for c in coefs[1:-1]:
+        np.add(acc, c, out=acc)
+        np.multiply(acc, t, out=acc)
+    np.add(acc, coefs[-1], out=acc)
+
+
+def _erf(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    _erf_into(f[s[0]], f[d], t)
+
+
+def _gelu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    # kernels.elementwise.gelu in the same order: 0.5 * x * (1 + erf(x / sqrt 2)), or the
+    # tanh form 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))) when p[0] is 1.
+    x, (half, inner) = f[s[0]], t[0][:2]
+    np.multiply(x, 0.5, out=half)
+    if p[0]:
+        np.power(x, 3, out=inner)
+        np.multiply(inner, 0.044715, out=inner)
+        np.add(x, inner, out=inner)
+        np.multiply(inner, _SQRT_2_OVER_PI, out=inner)
+        np.tanh(inner, out=inner)
+    else:
+        np.divide(x, _SQRT2, out=inner)
+        _erf_into(inner, inner, t)
+    np.add(inner, 1.0, out=inner)
+    np.multiply(half, inner, out=f[d])
+
+
+_UNARY_UFUNCS: dict[str, Any] = {
+    "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log, "Neg": np.negative, "Abs": np.absolute,
+    "Reciprocal": np.reciprocal, "Tanh": np.tanh, "Floor": np.floor, "Ceil": np.ceil, "Round": np.rint,
+    "Sign": np.sign, "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos,
+    "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh, "Acosh": np.arccosh,
+    "Atanh": np.arctanh,
+}
+_BINARY_UFUNCS: dict[str, Any] = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": np.power,
+    "Max": np.maximum, "Min": np.minimum,
+}
+
+EW_OPS: Mapping[str, EwOp] = {
+    **{n: EwOp(n, 1, 0, "", _unary(u)) for n, u in _UNARY_UFUNCS.items()},
+    **{n: EwOp(n, 2, 0, "", _binary(u)) for n, u in _BINARY_UFUNCS.items()},
+    "Relu": EwOp("Relu", 1, 0, "", _relu),
+    "LeakyRelu": EwOp("LeakyRelu", 1, 1, "f?", _leaky_relu),  # params: alpha
+    "Sigmoid": EwOp("Sigmoid", 1, 0, "ff?", _sigmoid),
+    "HardSigmoid": EwOp("HardSigmoid", 1, 2, "", _hard_sigmoid),  # params: alpha, beta
+    "Clip": EwOp("Clip", 1, 2, "", _clip),  # params: lo, hi (-inf / inf when absent)
+    "Erf": EwOp("Erf", 1, 0, "ddd", _erf),
+    "Gelu": EwOp("Gelu", 1, 1, "ffddd", _gelu),  # params: 1 for the tanh approximation, else 0
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    op: EwOp
+    srcs: tuple[int, ...]  # >= 0: program input; < 0: result of step -1 - r
+    params: tuple[float, ...]
+
+
+def check_program(ops: Sequence[str], operands: Sequence[int], params: Sequence[float], num_inputs: int) -> str | None:
+    """The reason a FusedElementwise program is malformed, or None when it is well formed."""
+    try:
+        _parse(ops, operands, params, num_inputs)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _parse(ops: Sequence[str], operands: Sequence[int], params: Sequence[float], num_inputs: int | None) -> list[_Step]:
+    steps: list[_Step] = []
+    oi = pi = 0
+    if not ops:
+        raise ValueError("a program needs at least one op")
+    for i, name in enumerate(ops):
+        op = EW_OPS.get(name)
+        if op is None:
+            raise ValueError(f"op {i} {name!r} cannot be fused; fusable: {sorted(EW_OPS)}")
+        srcs = tuple(int(r) for r in operands[oi : oi + op.arity])
+        pars = tuple(float(v) for v in params[pi : pi + op.nparams])
+        if len(srcs) < op.arity or len(pars) < op.nparams:
+            raise ValueError(f"op {i} {name!r} needs {op.arity} operands and {op.nparams} params; the lists end early")
+        for r in srcs:
+            if r < 0 and -1 - r >= i:
+                raise ValueError(f"op {i} {name!r} reads the result of step {-1 - r}, which is not computed yet")
+            if r >= 0 and num_inputs is not None and r >= num_inputs:
+                raise ValueError(f"op {i} {name!r} reads input {r}; the node has {num_inputs}")
+        oi += op.arity
+        pi += op.nparams
+        steps.append(_Step(op, srcs, pars))
+    if oi != len(operands) or pi != len(params):
+        raise ValueError(f"{len(operands) - oi} operands and {len(params) - pi} params are left over after the last op")
+    return steps
+
+
+def coalesce(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """Collapse the output shape to as few dimensions as broadcasting allows.
+
+    Dimensions of size 1 are dropped, and neighbours merge when every input is full in both
+    or broadcast in both, so ``[N,C,H,W] + [C,1,1]`` becomes ``[N, C, H*W] + [1, C, 1]``.
+    Returns the collapsed output shape and each input's shape in it (inputs reshape to it
+    without a copy when they are contiguous).
+    """
+    rank = len(out_shape)
+    aligned = [(1,) * (rank - len(s)) + tuple(int(d) for d in s) for s in in_shapes]
+    keep = [i for i, d in enumerate(out_shape) if d != 1]
+    dims: list[int] = []
+    ins: list[list[int]] = [[] for _ in in_shapes]
+    for i in keep:
+        full = [s[i] != 1 for s in aligned]
+        if dims and all(f == (x[-1] != 1) for f, x in zip(full, ins)):
+            dims[-1] *= out_shape[i]
+            for f, x in zip(full, ins):
+                if f:
+                    x[-1] *= out_shape[i]
+            continue
+        dims.append(int(out_shape[i]))
+        for f, x in zip(full, ins):
+            x.append(int(out_shape[i]) if f else 1)
+    if not dims:
+        return (1,), [(1,) for _ in in_shapes]
+    return tuple(dims), [tuple(x) for x in ins]
+
+
+def _chunks(shape: tuple[int, ...], block: int) -> tuple[int, int, list[tuple[tuple[Any, ...], int]]]:
+    """Split ``shape`` into chunks of at most ``block`` elements (at least one row of the
+    chosen axis). Returns the axis, the rows per chunk and, per chunk, the index tuple of
+    its leading position and its first row."""
+    axis = len(shape) - 1
+    while axis > 0 and math.prod(shape[axis:]) <= block:
+        axis -= 1  # the widest tail that still fits, so chunks are as long as possible
+    inner = math.prod(shape[axis + 1 :])
+    rows = max(1, min(shape[axis], block // max(inner, 1)))
+    chunks = []
+    for lead in np.ndindex(*shape[:axis]):
+        for r0 in range(0, shape[axis], rows):
+            chunks.append((tuple(int(i) for i in lead), r0))
+    return axis, rows, chunks
+
+
+def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
+    """Bind a FusedElementwise program to its shapes: plan the chunks and the registers once.
+
+    Raises:
+        ValueError: the program is malformed.
+    """
+    steps = _parse(attrs["ops"], attrs["operands"], attrs.get("params", ()), len(ins))
+    out_shape = tuple(int(d) for d in outs[0].shape)
+    dtype = np.dtype(outs[0].dtype)
+    cshape, in_cshapes = coalesce(out_shape, [tuple(int(d) for d in desc.shape) for desc in ins])
+    block = max(1, int(params.get("block_bytes", BLOCK_BYTES)) // dtype.itemsize)
+    axis, rows, chunk_list = _chunks(cshape, block)
+    program, nregs, temp_counts = _allocate(steps, len(ins))
+
+    # Per chunk: the output index, each input's index (broadcast dims index 0 or keep their
+    # 1), and whether it is the short last chunk of its row.
+    plan = []
+    for lead, r0 in chunk_list:
+        r1 = min(r0 + rows, cshape[axis])
+        iidx = tuple(
+            (*(0 if c[j] == 1 else lead[j] for j in range(axis)), slice(0, 1) if c[axis] == 1 else slice(r0, r1))
+            for c in in_cshapes
+        )
+        plan.append(((*lead, slice(r0, r1)), iidx, r1 - r0 != rows))
+    full_shape = (rows, *cshape[axis + 1 :])
+    tail_rows = cshape[axis] % rows
+    pool: list[tuple[list[np.ndarray], Temps, list[np.ndarray], Temps]] = []
+
+    def scratch() -> tuple[list[np.ndarray], Temps, list[np.ndarray], Temps]:
+        # One set per concurrent run: the executor runs several contexts on one bound kernel.
+        regs = [np.empty(full_shape, dtype) for _ in range(nregs)]
+        temps = _make_temps(temp_counts, full_shape, dtype)
+        return regs, temps, [r[:tail_rows] for r in regs], _head(temps, tail_rows)
+
+    size = math.prod(out_shape)
+
+    def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        y = np.empty(out_shape, dtype) if outputs is None else outputs[0]
+        if size == 0:
+            return (y,)
+        direct = y.flags.c_contiguous
+        yc = y.reshape(cshape) if direct else np.empty(cshape, dtype)
+        xs = [np.asarray(x).reshape(s) for x, s in zip(inputs, in_cshapes)]
+        try:
+            regs, temps, tregs, ttemps = pool.pop()
+        except IndexError:
+            regs, temps, tregs, ttemps = scratch()
+        try:
+            for oidx, iidx, tail in plan:
+                frame = [yc[oidx]]
+                frame.extend([x[i] for x, i in zip(xs, iidx)])
+                frame.extend(tregs if tail else regs)
+                t_now = ttemps if tail else temps
+                for fn, d, srcs, p in program:
+                    fn(frame, d, srcs, p, t_now)
+        finally:
+            pool.append((regs, temps, tregs, ttemps))
+        if not direct:
+            np.copyto(y, yc.reshape(out_shape))
+        return (y,)
+
+    return run
+
+
+def _allocate(
+    steps: list[_Step], n_in: int
+) -> tuple[list[tuple[StepFn, int, tuple[int, ...], tuple[float, ...]]], int, tuple[int, int]]:
+    """Give every step result a frame slot: 0 is the output chunk, 1..n_in the inputs, then
+    the scratch registers. The last step writes the output chunk; any other result takes
+    the output chunk while nothing lives there (so a straight chain runs in place in the
+    output), else a free register; a register is free after its value's last reader.
+
+    Returns the program as (step function, destination slot, source slots, params), the
+    number of registers, and how many temporaries of each kind (``_KINDS``) the hungriest
+    step needs.
+    """
+    last_use: dict[int, int] = {}
+    for i, st in enumerate(steps):
+        for r in st.srcs:
+            if r < 0:
+                last_use[-1 - r] = i
+    slot_of: dict[int, int] = {}
+    free: list[int] = []
+    nregs = 0
+    out_busy = False
+    program = []
+    for i, st in enumerate(steps):
+        srcs = tuple(1 + r if r >= 0 else slot_of[-1 - r] for r in st.srcs)
+        for r in set(st.srcs):
+            if r < 0 and last_use[-1 - r] == i:
+                slot = slot_of[-1 - r]
+                if slot == 0:
+                    out_busy = False
+                else:
+                    free.append(slot)
+        if i == len(steps) - 1 or not out_busy:
+            slot = 0
+            out_busy = True
+        elif free:
+            slot = free.pop()
+        else:
+            slot = 1 + n_in + nregs
+            nregs += 1
+        slot_of[i] = slot
+        program.append((st.op.step, slot, srcs, st.params))
+    counts = tuple(max((st.op.temps.count(kind) for st in steps), default=0) for kind in _KINDS)
+    return program, nregs, counts  # type: ignore[return-value]
+
+
+def _make_temps(counts: Sequence[int], shape: tuple[int, ...], dtype: np.dtype) -> Temps:
+    kinds = (dtype, np.dtype(np.bool_), np.dtype(np.float64))
+    return tuple([np.empty(shape, kind) for _ in range(n)] for kind, n in zip(kinds, counts))  # type: ignore[return-value]
+
+
+def _head(temps: Temps, n: int) -> Temps:
+    return tuple([t[:n] for t in group] for group in temps)  # type: ignore[return-value]
+
+
+def activation_runner(name: str, params: Sequence[float], dtype: Any) -> Callable[[np.ndarray], None] | None:
+    """An in-place activation for a fused producer's output, or None for no activation.
+
+    The activation runs over the output in cache-sized chunks with the same step functions
+    as FusedElementwise, so FusedConv + Relu computes exactly Conv then Relu.
+
+    Raises:
+        ValueError: an unknown activation or the wrong number of parameters.
+    """
+    if not name:
+        return None
+    op = EW_OPS.get(name)
+    if op is None or op.arity != 1:
+        raise ValueError(f"unknown activation {name!r}")
+    pars = tuple(float(v) for v in params)
+    if len(pars) != op.nparams:
+        raise ValueError(f"activation {name} takes {op.nparams} params, got {len(pars)}")
+    dt = np.dtype(dtype)
+    block = max(1, BLOCK_BYTES // dt.itemsize)
+    pool: list[Temps] = []
+
+    def apply(y: np.ndarray) -> None:
+        flat = y.reshape(-1)
+        if not np.shares_memory(flat, y):  # pragma: no cover - kernels always return contiguous outputs
+            raise ValueError("activation needs a contiguous output")
+        if not op.temps:
+            op.step([flat, flat], 1, (0,), pars, ([], [], []))
+            return
+        try:
+            temps = pool.pop()
+        except IndexError:
+            temps = _make_temps([op.temps.count(kind) for kind in _KINDS], (block,), dt)
+        try:
+            for lo in range(0, flat.size, block):
+                chunk = flat[lo : lo + block]
+                n = chunk.size
+                op.step([chunk, chunk], 1, (0,), pars, temps if n == block else _head(temps, n))
+        finally:
+            pool.append(temps)
+
+    return apply

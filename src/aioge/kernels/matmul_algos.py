@@ -1,0 +1,207 @@
+"""MatMul and Gemm algorithms the tuner chooses among (the references are
+``nn.build_matmul`` and ``nn.build_gemm``): layouts and batching strategies.
+
+- ``matmul_fold_2d``: batched A with a 2-D B (shared weights): one GEMM over the folded
+  batch, (B·M, K) @ (K, N), instead of B small ones.
+- ``matmul_packed_bt``: B kept transposed and contiguous (packed once for a constant), so
+  BLAS reads it as a transposed operand.
+- ``matmul_batch_loop``: equal batch shapes: one ``np.dot`` per batch matrix into the output.
+- ``matmul_einsum``: ``np.einsum`` with path optimisation (tensordot/BLAS where it can).
+- ``gemm_packed``: Gemm with its transposed operands packed contiguous (once for constants).
+- ``gemm_dot``: Gemm through ``np.dot`` into the output.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from aioge.ir.desc import TensorDesc
+from aioge.kernels.conv_algos import WeightDerived
+from aioge.ops.schema import KernelImpl, RunFn
+
+__all__ = ["GEMM_ALGOS", "MATMUL_ALGOS"]
+
+Descs = Sequence[TensorDesc | None]
+_FLOATS = ("float16", "float32", "float64")
+
+
+def _static2(descs: Descs) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    if len(descs) < 2 or descs[0] is None or descs[1] is None:
+        return None
+    a, b = descs[0], descs[1]
+    if not (a.static and b.static) or a.dtype not in _FLOATS or a.dtype != b.dtype or a.rank < 2 or b.rank < 2:  # type: ignore[operator]
+        return None
+    return tuple(int(d) for d in a.shape), tuple(int(d) for d in b.shape)  # type: ignore[union-attr]
+
+
+def _out(outputs: Sequence[np.ndarray] | None, shape: Sequence[int], dtype: Any) -> np.ndarray:
+    return np.empty(tuple(shape), dtype) if outputs is None else outputs[0]
+
+
+def _result_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    return (*np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])), a[-2], b[-1])
+
+
+# -- MatMul ------------------------------------------------------------------------------------
+
+
+def build_matmul_fold_2d(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """(..., M, K) @ (K, N) as one (prod(...)·M, K) @ (K, N) GEMM."""
+    sa, sb = _static2(ins)  # type: ignore[misc]
+    k, n = sb
+    shape = _result_shape(sa, sb)
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        a, b = inputs[0], inputs[1]
+        y = _out(outputs, shape, a.dtype)
+        a2 = a.reshape(-1, k)
+        if y.flags.c_contiguous:
+            np.matmul(a2, b, out=y.reshape(-1, n))
+        else:
+            np.copyto(y, np.matmul(a2, b).reshape(shape))
+        return (y,)
+
+    return run
+
+
+def _applies_fold(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    s = _static2(descs)
+    return s is not None and len(s[0]) >= 3 and len(s[1]) == 2
+
+
+def build_matmul_packed_bt(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """A @ B with B stored as a contiguous B^T (BLAS's transposed operand)."""
+    sa, sb = _static2(ins)  # type: ignore[misc]
+    shape = _result_shape(sa, sb)
+    packed = WeightDerived(lambda b: np.ascontiguousarray(np.swapaxes(b, -1, -2)))
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        a, b = inputs[0], inputs[1]
+        y = _out(outputs, shape, a.dtype)
+        np.matmul(a, np.swapaxes(packed.get(b), -1, -2), out=y)
+        return (y,)
+
+    return run
+
+
+def _applies_packed(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    return _static2(descs) is not None
+
+
+def build_matmul_batch_loop(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """Equal batch shapes: np.dot per batch matrix, straight into the output."""
+    sa, sb = _static2(ins)  # type: ignore[misc]
+    shape = _result_shape(sa, sb)
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        a, b = inputs[0], inputs[1]
+        y = _out(outputs, shape, a.dtype)
+        a3, b3 = a.reshape(-1, *sa[-2:]), b.reshape(-1, *sb[-2:])
+        y3 = y.reshape(-1, *shape[-2:])
+        for i in range(a3.shape[0]):
+            np.dot(a3[i], b3[i], out=y3[i])
+        return (y,)
+
+    return run
+
+
+def _applies_loop(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    s = _static2(descs)
+    return s is not None and len(s[0]) >= 3 and s[0][:-2] == s[1][:-2]
+
+
+def build_matmul_einsum(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """np.einsum('...ij,...jk->...ik') with path optimisation."""
+    sa, sb = _static2(ins)  # type: ignore[misc]
+    shape = _result_shape(sa, sb)
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        a, b = inputs[0], inputs[1]
+        y = _out(outputs, shape, a.dtype)
+        np.copyto(y, np.einsum("...ij,...jk->...ik", a, b, optimize=True))
+        return (y,)
+
+    return run
+
+
+MATMUL_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl("matmul_fold_2d", build_matmul_fold_2d, _applies_fold),
+    KernelImpl("matmul_packed_bt", build_matmul_packed_bt, _applies_packed),
+    KernelImpl("matmul_batch_loop", build_matmul_batch_loop, _applies_loop),
+    KernelImpl("matmul_einsum", build_matmul_einsum, _applies_packed),
+)
+
+
+# -- Gemm --------------------------------------------------------------------------------------
+
+
+def _gemm_shapes(ins: Descs, attrs: Mapping[str, Any]) -> tuple[int, int] | None:
+    if len(ins) < 2 or ins[0] is None or ins[1] is None:
+        return None
+    a, b = ins[0], ins[1]
+    if not (a.static and b.static) or a.rank != 2 or b.rank != 2 or a.dtype not in _FLOATS or a.dtype != b.dtype:
+        return None
+    m = int(a.shape[1] if attrs.get("transA", 0) else a.shape[0])  # type: ignore[index]
+    n = int(b.shape[0] if attrs.get("transB", 0) else b.shape[1])  # type: ignore[index]
+    return m, n
+
+
+def _gemm_epilogue(y: np.ndarray, c: np.ndarray | None, alpha: float, beta: float) -> None:
+    if alpha != 1.0:
+        y *= alpha
+    if c is not None and beta != 0.0:
+        if beta == 1.0:
+            y += c
+        else:
+            y += beta * c
+
+
+def build_gemm_packed(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """alpha·A'@B' + beta·C with A' and B' packed contiguous (once, for constants)."""
+    m, n = _gemm_shapes(ins, attrs)  # type: ignore[misc]
+    alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+    ta, tb = bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0))
+    pack_a = WeightDerived(lambda a: np.ascontiguousarray(a.T if ta else a))
+    pack_b = WeightDerived(lambda b: np.ascontiguousarray(b.T if tb else b))
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        a, b = inputs[0], inputs[1]
+        c = inputs[2] if len(inputs) > 2 else None
+        y = _out(outputs, (m, n), a.dtype)
+        np.matmul(pack_a.get(a) if ta else a, pack_b.get(b) if tb else b, out=y)
+        _gemm_epilogue(y, c, alpha, beta)
+        return (y,)
+
+    return run
+
+
+def build_gemm_dot(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """alpha·A'@B' + beta·C through np.dot into the output."""
+    m, n = _gemm_shapes(ins, attrs)  # type: ignore[misc]
+    alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+    ta, tb = bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0))
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        a, b = inputs[0], inputs[1]
+        c = inputs[2] if len(inputs) > 2 else None
+        y = _out(outputs, (m, n), a.dtype)
+        if y.flags.c_contiguous:
+            np.dot(a.T if ta else a, b.T if tb else b, out=y)
+        else:
+            np.copyto(y, np.dot(a.T if ta else a, b.T if tb else b))
+        _gemm_epilogue(y, c, alpha, beta)
+        return (y,)
+
+    return run
+
+
+def _applies_gemm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    return _gemm_shapes(descs, attrs) is not None
+
+
+GEMM_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl("gemm_packed", build_gemm_packed, _applies_gemm),
+    KernelImpl("gemm_dot", build_gemm_dot, _applies_gemm),
+)

@@ -1,0 +1,166 @@
+"""Softmax and normalisation algorithms the tuner chooses among: fused (in place, ``out=``)
+against unfused (temporaries), and row layouts. The references are ``nn.build_softmax``,
+``nn.build_layer_norm`` and ``nn.build_batch_norm``.
+
+- ``softmax_unfused``: ``exp(x - max) / sum`` with temporaries.
+- ``softmax_rows``: the softmax axis made the last, contiguous one; in place in 2-D rows,
+  multiplying by the reciprocal of the row sums instead of dividing.
+- ``layernorm_fused``: statistics over contiguous rows, centring, scaling and shifting in the
+  output buffer, the variance as a row dot product (no squared temporary).
+- ``batchnorm_folded``: the per-channel scale and shift folded once for constant statistics.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from aioge.ir.desc import TensorDesc
+from aioge.kernels.nn import build_batch_norm, build_layer_norm
+from aioge.ops.schema import KernelImpl, RunFn
+
+__all__ = ["BATCHNORM_ALGOS", "LAYERNORM_ALGOS", "SOFTMAX_ALGOS"]
+
+Descs = Sequence[TensorDesc | None]
+_FLOATS = ("float16", "float32", "float64")
+
+
+def _out(outputs: Sequence[np.ndarray] | None, shape: Sequence[int], dtype: Any) -> np.ndarray:
+    return np.empty(tuple(shape), dtype) if outputs is None else outputs[0]
+
+
+def _float_static(descs: Descs, rank: int = 1) -> bool:
+    d = descs[0] if descs else None
+    return d is not None and d.static and (d.rank or 0) >= rank and d.dtype in _FLOATS
+
+
+# -- Softmax -------------------------------------------------------------------------------------
+
+
+def build_softmax_unfused(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """Softmax the textbook way, with temporaries."""
+    axis = int(attrs.get("axis", -1))
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x = inputs[0]
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        y = _out(outputs, x.shape, x.dtype)
+        np.copyto(y, e / e.sum(axis=axis, keepdims=True))
+        return (y,)
+
+    return run
+
+
+def build_softmax_rows(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """Softmax over contiguous rows, in place, multiplying by reciprocal row sums."""
+    shape = tuple(int(d) for d in ins[0].shape)  # type: ignore[union-attr]
+    axis = int(attrs.get("axis", -1)) % len(shape)
+    last = axis == len(shape) - 1
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x = inputs[0]
+        y = _out(outputs, shape, x.dtype)
+        work = y if last and y.flags.c_contiguous else np.empty(np.moveaxis(x, axis, -1).shape, x.dtype)
+        rows = work.reshape(-1, shape[axis])
+        src = x.reshape(-1, shape[axis]) if last else np.moveaxis(x, axis, -1).reshape(-1, shape[axis])
+        np.subtract(src, src.max(axis=1, keepdims=True), out=rows)
+        np.exp(rows, out=rows)
+        rows *= np.reciprocal(rows.sum(axis=1, keepdims=True))
+        if work is not y:
+            np.copyto(y, np.moveaxis(work, -1, axis))
+        return (y,)
+
+    return run
+
+
+def _applies_softmax(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    return _float_static(descs) and descs[0].size > 0  # type: ignore[union-attr]
+
+
+SOFTMAX_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl("softmax_unfused", build_softmax_unfused, _applies_softmax),
+    KernelImpl("softmax_rows", build_softmax_rows, _applies_softmax),
+)
+
+
+# -- LayerNormalization --------------------------------------------------------------------------
+
+
+def build_layernorm_fused(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """LayerNorm over rows (prod(shape[:axis]), prod(shape[axis:])) in the output buffer."""
+    if outs is not None and len(outs) > 1:
+        return build_layer_norm(attrs, params, ins, outs)  # Mean and InvStdDev wanted: the reference computes them
+    shape = tuple(int(d) for d in ins[0].shape)  # type: ignore[union-attr]
+    axis = int(attrs.get("axis", -1)) % len(shape)
+    eps = float(attrs.get("epsilon", 1e-5))
+    width = int(np.prod(shape[axis:]))
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x, scale = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        y = _out(outputs, shape, x.dtype)
+        work = y if y.flags.c_contiguous else np.empty(shape, x.dtype)
+        rows = work.reshape(-1, width)
+        xr = x.reshape(-1, width)
+        np.subtract(xr, xr.mean(axis=1, keepdims=True), out=rows)
+        var = np.einsum("ij,ij->i", rows, rows) / width
+        rows *= (1.0 / np.sqrt(var + eps)).astype(x.dtype, copy=False)[:, None]
+        work *= scale
+        if bias is not None:
+            work += bias
+        if work is not y:
+            np.copyto(y, work)
+        return (y,)
+
+    return run
+
+
+def _applies_layernorm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    # float16 keeps its statistics in float32 (stash_type 1): the reference's way, not this one.
+    return _float_static(descs) and descs[0].dtype in ("float32", "float64") and descs[0].size > 0  # type: ignore[union-attr]
+
+
+LAYERNORM_ALGOS: tuple[KernelImpl, ...] = (KernelImpl("layernorm_fused", build_layernorm_fused, _applies_layernorm),)
+
+
+# -- BatchNormalization (inference) ----------------------------------------------------------------
+
+
+def build_batchnorm_folded(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """y = x·a + b per channel, with (a, b) folded from the statistics once when they are constants."""
+    if outs is not None and len(outs) > 1:
+        return build_batch_norm(attrs, params, ins, outs)  # training outputs: the reference's job
+    eps = float(attrs.get("epsilon", 1e-5))
+    # The statistics of a graph are read-only constants: the same objects are the same values.
+    folded: dict[str, Any] = {"key": None, "value": None, "refs": None}
+
+    def fold(inputs: Sequence[np.ndarray], dtype: np.dtype, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        stats = inputs[1:5]
+        key = tuple(id(s) for s in stats)
+        if folded["key"] == key and all(not s.flags.writeable for s in stats):
+            return folded["value"]
+        scale, bias, mean, var = stats
+        a = (scale / np.sqrt(var + np.asarray(eps, var.dtype))).astype(dtype, copy=False)
+        b = (bias - mean * a).astype(dtype, copy=False)
+        shape = (-1, *([1] * (rank - 2)))
+        value = (a.reshape(shape), b.reshape(shape))
+        folded["key"], folded["value"], folded["refs"] = key, value, stats
+        return value
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x = inputs[0]
+        a, b = fold(inputs, x.dtype, x.ndim)
+        y = _out(outputs, x.shape, x.dtype)
+        np.multiply(x, a, out=y)
+        y += b
+        return (y,)
+
+    return run
+
+
+def _applies_batchnorm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    return _float_static(descs, rank=2) and len(descs) >= 5 and not int(attrs.get("training_mode", 0) or 0)
+
+
+BATCHNORM_ALGOS: tuple[KernelImpl, ...] = (KernelImpl("batchnorm_folded", build_batchnorm_folded, _applies_batchnorm),)

@@ -1,0 +1,259 @@
+"""Pooling and reduction algorithms the tuner chooses among: layouts and separability.
+
+The references are ``conv.build_max_pool`` / ``build_average_pool`` / ``build_global_pool``
+and ``reduce.build_reduce``.
+
+- ``maxpool_taps`` / ``avgpool_taps``: one pass per kernel tap (k_h·k_w of them) reduced
+  into the output; the references pass over rows then columns (k_h + k_w passes, one
+  temporary), which small windows may not repay.
+- ``maxpool_nhwc``: the tap loop on a channels-last copy (contiguous channel runs).
+- ``globalpool_rows``: global pooling as a reduction over contiguous rows (N·C, H·W).
+- ``globalavg_gemv``: global average pooling as one matrix-vector product (BLAS).
+- ``reduce_rows``: the reduced axes moved last in one contiguous copy, then a row reduction.
+- ``reduce_stepwise``: one axis at a time, innermost first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from aioge.ir.desc import TensorDesc
+from aioge.kernels.conv import build_max_pool, window_geometry
+from aioge.kernels.reduce import REDUCERS, build_reduce, reduce_axes
+from aioge.ops.schema import KernelImpl, RunFn
+
+__all__ = ["GLOBAL_AVG_ALGOS", "GLOBAL_MAX_ALGOS", "POOL_AVG_ALGOS", "POOL_MAX_ALGOS", "reduce_algos"]
+
+Descs = Sequence[TensorDesc | None]
+_FLOATS = ("float16", "float32", "float64")
+
+
+class _PoolGeometry:
+    __slots__ = ("kernel", "strides", "dilations", "begin", "end", "pad_end", "out", "spatial")
+
+    def __init__(self, attrs: Mapping[str, Any], shape: Sequence[int]) -> None:
+        self.kernel = [int(k) for k in attrs["kernel_shape"]]
+        n = len(self.kernel)
+        self.strides = list(attrs.get("strides") or [1] * n)
+        self.dilations = list(attrs.get("dilations") or [1] * n)
+        pads = list(attrs.get("pads") or [0] * (2 * n))
+        self.spatial = [int(d) for d in shape[2:]]
+        self.begin, self.pad_end, self.out = window_geometry(
+            self.spatial, self.kernel, self.strides, self.dilations, pads, attrs.get("auto_pad", "NOTSET"),
+            bool(attrs.get("ceil_mode", 0)),
+        )
+        # ceil_mode windows may overhang the end padding: grow it so every window fits.
+        self.end = [
+            max(self.pad_end[i], (self.out[i] - 1) * self.strides[i] + self.dilations[i] * (self.kernel[i] - 1) + 1 - self.spatial[i] - self.begin[i])
+            for i in range(n)
+        ]
+
+    def counts(self, include_pad: bool) -> np.ndarray:
+        """Cells of each window inside the input (or input + pads) as an (OH, OW) array."""
+        count = np.ones((), dtype=np.int64)
+        for i in range(len(self.spatial)):
+            lo, hi = (-self.begin[i], self.spatial[i] + self.pad_end[i]) if include_pad else (0, self.spatial[i])
+            pos = np.arange(self.out[i])[:, None] * self.strides[i] - self.begin[i] + np.arange(self.kernel[i])[None, :] * self.dilations[i]
+            count = np.multiply.outer(count, ((pos >= lo) & (pos < hi)).sum(axis=1))
+        return np.maximum(count, 1)
+
+
+def _pool2d(descs: Descs, attrs: Mapping[str, Any]) -> _PoolGeometry | None:
+    if not descs or descs[0] is None or not descs[0].static or descs[0].rank != 4 or descs[0].dtype not in _FLOATS:
+        return None
+    if "kernel_shape" not in attrs or len(attrs["kernel_shape"]) != 2 or int(attrs.get("storage_order", 0) or 0):
+        return None
+    try:
+        return _PoolGeometry(attrs, descs[0].shape)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        return None
+
+
+def _padded(x: np.ndarray, g: _PoolGeometry, fill: float) -> np.ndarray:
+    if not any(g.begin) and not any(g.end):
+        return x
+    return np.pad(x, ((0, 0), (0, 0), (g.begin[0], g.end[0]), (g.begin[1], g.end[1])), constant_values=fill)
+
+
+def _with_indices(outs: Any) -> bool:
+    # ``applies`` cannot see how many outputs a node has: with MaxPool's Indices output these
+    # variants are the reference kernel (which tracks where each maximum came from).
+    return outs is not None and len(outs) > 1
+
+
+def _taps(reduce: Callable[..., Any], fill_of: Callable[[np.dtype], float], average: bool) -> Callable[..., RunFn]:
+    """A pool as one pass per kernel tap over strided views, reduced into the output (the
+    reference passes over rows, then columns; for small windows one pass per tap may win)."""
+
+    def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+        if _with_indices(outs):
+            return build_max_pool(attrs, params, ins, outs)
+        g = _pool2d(ins, attrs)
+        if g is None:
+            raise ValueError("a tap-loop pool needs a static 2-D float input")
+        (kh, kw), (sh, sw), (dh, dw), (oh, ow) = g.kernel, g.strides, g.dilations, g.out
+        counts = g.counts(bool(attrs.get("count_include_pad", 0))) if average else None
+
+        def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+            x = inputs[0]
+            xp = _padded(x, g, fill_of(x.dtype))
+            y = np.empty((*x.shape[:2], oh, ow), x.dtype) if outputs is None else outputs[0]
+            for i in range(kh):
+                for j in range(kw):
+                    r0, c0 = i * dh, j * dw
+                    tap = xp[:, :, r0 : r0 + (oh - 1) * sh + 1 : sh, c0 : c0 + (ow - 1) * sw + 1 : sw]
+                    if i == j == 0:
+                        np.copyto(y, tap)
+                    else:
+                        reduce(y, tap, out=y)
+            if counts is not None:
+                np.divide(y, counts.astype(x.dtype), out=y)
+            return (y,)
+
+        return run
+
+    return build
+
+
+def _lowest(dtype: np.dtype) -> float:
+    return -np.inf
+
+
+def _zero(dtype: np.dtype) -> float:
+    return 0.0
+
+
+def build_maxpool_nhwc(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """MaxPool's tap loop on a channels-last copy, transposed back into the output."""
+    if _with_indices(outs):
+        return build_max_pool(attrs, params, ins, outs)
+    g = _pool2d(ins, attrs)
+    if g is None:
+        raise ValueError("maxpool_nhwc needs a static 2-D float input")
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = g.kernel, g.strides, g.dilations, g.out
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x = inputs[0]
+        xh = np.ascontiguousarray(_padded(x, g, -np.inf).transpose(0, 2, 3, 1))
+        acc: np.ndarray | None = None
+        for i in range(kh):
+            for j in range(kw):
+                tap = xh[:, i * dh : i * dh + (oh - 1) * sh + 1 : sh, j * dw : j * dw + (ow - 1) * sw + 1 : sw]
+                if acc is None:
+                    acc = np.array(tap)
+                else:
+                    np.maximum(acc, tap, out=acc)
+        y = np.empty((*x.shape[:2], oh, ow), x.dtype) if outputs is None else outputs[0]
+        np.copyto(y, acc.transpose(0, 3, 1, 2))  # type: ignore[union-attr]
+        return (y,)
+
+    return run
+
+
+def _applies_pool(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    return _pool2d(descs, attrs) is not None
+
+
+POOL_MAX_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl("maxpool_taps", _taps(np.maximum, _lowest, False), _applies_pool),
+    KernelImpl("maxpool_nhwc", build_maxpool_nhwc, _applies_pool),
+)
+POOL_AVG_ALGOS: tuple[KernelImpl, ...] = (KernelImpl("avgpool_taps", _taps(np.add, _zero, True), _applies_pool),)
+
+
+# -- global pooling ------------------------------------------------------------------------------
+
+
+def _global(reduce: str) -> Callable[..., RunFn]:
+    def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+        def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+            x = inputs[0]
+            rows = x.reshape(x.shape[0] * x.shape[1], -1)
+            y = np.empty((*x.shape[:2], *([1] * (x.ndim - 2))), x.dtype) if outputs is None else outputs[0]
+            flat = y.reshape(-1)
+            if reduce == "mean":
+                np.mean(rows, axis=1, out=flat)
+            else:
+                np.max(rows, axis=1, out=flat)
+            return (y,)
+
+        return run
+
+    return build
+
+
+def build_globalavg_gemv(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """GlobalAveragePool as (N·C, H·W) @ ones(H·W) / (H·W)."""
+    x_desc = ins[0]
+    hw = int(np.prod([int(d) for d in x_desc.shape[2:]]))  # type: ignore[union-attr]
+    ones = np.full(hw, 1.0 / hw, dtype=np.dtype(x_desc.dtype))  # type: ignore[union-attr]
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x = inputs[0]
+        y = np.empty((*x.shape[:2], *([1] * (x.ndim - 2))), x.dtype) if outputs is None else outputs[0]
+        np.matmul(x.reshape(x.shape[0] * x.shape[1], hw), ones, out=y.reshape(-1))
+        return (y,)
+
+    return run
+
+
+def _applies_global(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    d = descs[0] if descs else None
+    return d is not None and d.static and (d.rank or 0) >= 3 and d.dtype in _FLOATS
+
+
+GLOBAL_AVG_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl("globalpool_rows", _global("mean"), _applies_global),
+    KernelImpl("globalavg_gemv", build_globalavg_gemv, _applies_global),
+)
+GLOBAL_MAX_ALGOS: tuple[KernelImpl, ...] = (KernelImpl("globalpool_rows", _global("max"), _applies_global),)
+
+
+# -- reductions ----------------------------------------------------------------------------------
+
+
+def _reduce_build(reducer: str, strategy: str) -> Callable[..., RunFn]:
+    fn = REDUCERS[reducer]
+
+    def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+        keepdims = bool(attrs.get("keepdims", 1))
+        noop = bool(attrs.get("noop_with_empty_axes", 0))
+        reference = build_reduce(reducer)(attrs, params, ins, outs)  # for no-op and empty reductions
+
+        def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+            x = inputs[0]
+            given = inputs[1] if len(inputs) > 1 else None
+            axes = reduce_axes(x.ndim, None if given is None else [int(a) for a in np.asarray(given).reshape(-1)], noop)
+            if axes is None or x.size == 0:
+                return reference(inputs, outputs)  # nothing to lay out: no-op or identity fill
+            kept = [i for i in range(x.ndim) if i not in axes]
+            out_shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keepdims or i not in axes)
+            if strategy == "rows":
+                moved = np.ascontiguousarray(x.transpose(*kept, *axes)).reshape(-1, int(np.prod([x.shape[a] for a in axes])))
+                res = fn(moved, axis=1)
+            else:
+                res = x
+                for a in sorted(axes, reverse=True):
+                    res = fn(res, axis=a)
+            y = np.empty(out_shape, x.dtype) if outputs is None else outputs[0]
+            np.copyto(y, np.asarray(res).reshape(out_shape), casting="unsafe")
+            return (y,)
+
+        return run
+
+    return build
+
+
+def _applies_reduce(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    d = descs[0] if descs else None
+    return d is not None and d.static and (d.rank or 0) >= 2 and d.dtype in _FLOATS
+
+
+def reduce_algos(reducer: str) -> tuple[KernelImpl, ...]:
+    """The tunable alternatives of one reduction (``REDUCERS`` name: sum, mean, max, min, prod)."""
+    return (
+        KernelImpl("reduce_rows", _reduce_build(reducer, "rows"), _applies_reduce),
+        KernelImpl("reduce_stepwise", _reduce_build(reducer, "stepwise"), _applies_reduce),
+    )

@@ -1,0 +1,222 @@
+"""Recurrent kernels: RNN, GRU and LSTM (ONNX layouts, every direction, sequence lengths,
+peepholes, clipping and the named activation functions).
+
+The input projection X W^T of every time step is one matrix product; the recurrence then
+loops over time steps (inherently sequential), each step a batched matrix product over the
+whole batch. Steps past a sample's sequence length leave its state unchanged and write
+zeros to Y, as ONNX specifies. Arithmetic is in the input's dtype (float32 stays float32).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = ["ACTIVATIONS", "gru", "lstm", "rnn"]
+
+
+def _sigmoid(x: np.ndarray, a: float, b: float) -> np.ndarray:
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+# name -> (function(x, alpha, beta), default alpha, default beta), as ONNX lists them
+ACTIVATIONS: dict[str, tuple[Callable[[np.ndarray, float, float], np.ndarray], float, float]] = {
+    "relu": (lambda x, a, b: np.maximum(x, 0), 0.0, 0.0),
+    "tanh": (lambda x, a, b: np.tanh(x), 0.0, 0.0),
+    "sigmoid": (_sigmoid, 0.0, 0.0),
+    "affine": (lambda x, a, b: a * x + b, 1.0, 0.0),
+    "leakyrelu": (lambda x, a, b: np.where(x >= 0, x, a * x), 0.01, 0.0),
+    "thresholdedrelu": (lambda x, a, b: np.where(x > a, x, 0), 1.0, 0.0),
+    "scaledtanh": (lambda x, a, b: a * np.tanh(b * x), 1.0, 1.0),
+    "hardsigmoid": (lambda x, a, b: np.clip(a * x + b, 0, 1), 0.2, 0.5),
+    "elu": (lambda x, a, b: np.where(x >= 0, x, a * np.expm1(np.minimum(x, 0))), 1.0, 0.0),
+    "softsign": (lambda x, a, b: x / (1 + np.abs(x)), 0.0, 0.0),
+    "softplus": (lambda x, a, b: np.logaddexp(0, x), 0.0, 0.0),
+}
+
+Act = Callable[[np.ndarray], np.ndarray]
+
+
+def _activations(attrs: dict[str, Any], defaults: Sequence[str], directions: int) -> list[list[Act]]:
+    """Per direction, the bound activation functions (alphas and betas consumed in order).
+
+    Raises:
+        ValueError: an unknown activation name or the wrong number of them.
+    """
+    names = list(attrs.get("activations") or list(defaults) * directions)
+    per = len(defaults)
+    if len(names) == per and directions == 2:
+        names = names * 2
+    if len(names) != per * directions:
+        raise ValueError(f"expected {per * directions} activations, got {names}")
+    alphas = list(attrs.get("activation_alpha") or [])
+    betas = list(attrs.get("activation_beta") or [])
+    bound: list[Act] = []
+    for i, name in enumerate(names):
+        try:
+            fn, a, b = ACTIVATIONS[name.lower()]
+        except KeyError:
+            raise ValueError(f"unknown activation {name!r}; known: {sorted(ACTIVATIONS)}") from None
+        a = alphas[i] if i < len(alphas) else a
+        b = betas[i] if i < len(betas) else b
+        bound.append(lambda x, fn=fn, a=a, b=b: fn(x, a, b).astype(x.dtype, copy=False))
+    return [bound[d * per : (d + 1) * per] for d in range(directions)]
+
+
+class _Setup:
+    """Inputs in (seq, batch, ...) layout, per-direction weights and masks."""
+
+    def __init__(self, x: np.ndarray, w: np.ndarray, attrs: dict[str, Any], gates: int) -> None:
+        self.layout = int(attrs.get("layout", 0))
+        self.x = np.swapaxes(x, 0, 1) if self.layout else x  # (seq, batch, input)
+        self.seq, self.batch = self.x.shape[:2]
+        self.directions = w.shape[0]
+        direction = attrs.get("direction", "forward")
+        want = 2 if direction == "bidirectional" else 1
+        if self.directions != want:
+            raise ValueError(f"direction {direction!r} needs {want} weight sets, W has {self.directions}")
+        self.reverse = [direction == "reverse" or d == 1 for d in range(self.directions)]
+        self.hidden = w.shape[1] // gates
+        if attrs.get("hidden_size") not in (None, self.hidden):
+            raise ValueError(f"hidden_size={attrs['hidden_size']} but W implies {self.hidden}")
+        self.clip = attrs.get("clip")
+
+    def lengths(self, sequence_lens: np.ndarray | None) -> np.ndarray:
+        if sequence_lens is None:
+            return np.full(self.batch, self.seq, np.int64)
+        return sequence_lens.astype(np.int64).reshape(-1)
+
+    def order(self, d: int, lens: np.ndarray) -> np.ndarray:
+        """(seq, batch) source step per processing step: reversed within each valid length."""
+        t = np.arange(self.seq)[:, None]
+        if not self.reverse[d]:
+            return np.broadcast_to(t, (self.seq, self.batch))
+        return np.where(t < lens[None, :], lens[None, :] - 1 - t, t)
+
+    def clipped(self, v: np.ndarray) -> np.ndarray:
+        return v if self.clip is None else np.clip(v, -self.clip, self.clip)
+
+    def project(self, w: np.ndarray, d: int, order: np.ndarray) -> np.ndarray:
+        """X_t W^T for every step, in processing order: (seq, batch, gates * hidden)."""
+        xw = np.matmul(self.x, w[d].T)
+        return np.take_along_axis(xw, order[:, :, None], axis=0)
+
+    def outputs(self, ys: list[np.ndarray], last: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        y = np.stack(ys, axis=1)  # (seq, directions, batch, hidden)
+        y_h = np.stack(last, axis=0)  # (directions, batch, hidden)
+        if self.layout:
+            return y.transpose(2, 0, 1, 3), np.swapaxes(y_h, 0, 1)
+        return y, y_h
+
+
+def _initial(v: np.ndarray | None, setup: _Setup, d: int, dtype: np.dtype) -> np.ndarray:
+    if v is None:
+        return np.zeros((setup.batch, setup.hidden), dtype)
+    v = np.swapaxes(v, 0, 1) if setup.layout else v
+    return v[d].astype(dtype, copy=True)
+
+
+def _scatter_back(steps: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Processing-order outputs (seq, batch, hidden) back to time order."""
+    out = np.empty_like(steps)
+    np.put_along_axis(out, order[:, :, None], steps, axis=0)
+    return out
+
+
+def _run(
+    setup: _Setup, lens: np.ndarray, step: Callable[[int, int, np.ndarray, Any], tuple[np.ndarray, Any]], states: list[Any],
+    dtype: np.dtype,
+) -> tuple[list[np.ndarray], list[Any]]:
+    """Drive ``step(direction, t, projected_t, state) -> (h, state)`` over time, masking ended samples."""
+    ys, finals = [], []
+    for d in range(setup.directions):
+        order = setup.order(d, lens)
+        state = states[d]
+        hs = np.zeros((setup.seq, setup.batch, setup.hidden), dtype)
+        for t in range(setup.seq):
+            live = (t < lens)[:, None]
+            h, new = step(d, t, order, state)
+            state = tuple(np.where(live, n, o) for n, o in zip(new, state))
+            hs[t] = np.where(live, h, 0)
+        ys.append(_scatter_back(hs, order))
+        finals.append(state)
+    return ys, finals
+
+
+def rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, **attrs: Any):  # type: ignore[no-untyped-def]
+    """ONNX RNN: H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb); returns (Y, Y_h)."""
+    s = _Setup(x, w, attrs, 1)
+    acts = _activations(attrs, ["Tanh"], s.directions)
+    lens = s.lengths(sequence_lens)
+    bias = np.zeros((s.directions, 2 * s.hidden), x.dtype) if b is None else b
+    proj = [s.project(w, d, s.order(d, lens)) + bias[d, : s.hidden] + bias[d, s.hidden :] for d in range(s.directions)]
+
+    def step(d: int, t: int, order: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
+        (h,) = state
+        h = acts[d][0](s.clipped(proj[d][t] + h @ r[d].T))
+        return h, (h,)
+
+    ys, finals = _run(s, lens, step, [(_initial(initial_h, s, d, x.dtype),) for d in range(s.directions)], x.dtype)
+    return s.outputs(ys, [f[0] for f in finals])
+
+
+def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, **attrs: Any):  # type: ignore[no-untyped-def]
+    """ONNX GRU (gates z, r, h); returns (Y, Y_h)."""
+    s = _Setup(x, w, attrs, 3)
+    acts = _activations(attrs, ["Sigmoid", "Tanh"], s.directions)
+    lens = s.lengths(sequence_lens)
+    n = s.hidden
+    bias = np.zeros((s.directions, 6 * n), x.dtype) if b is None else b
+    before_reset = bool(attrs.get("linear_before_reset", 0))
+    proj = [s.project(w, d, s.order(d, lens)) + bias[d, : 3 * n] for d in range(s.directions)]
+
+    def step(d: int, t: int, order: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
+        (h,) = state
+        f, g = acts[d]
+        rb = bias[d, 3 * n :]
+        xz, xr, xh = proj[d][t][:, :n], proj[d][t][:, n : 2 * n], proj[d][t][:, 2 * n :]
+        rz, rr, rh = r[d][:n], r[d][n : 2 * n], r[d][2 * n :]
+        z = f(s.clipped(xz + h @ rz.T + rb[:n]))
+        rt = f(s.clipped(xr + h @ rr.T + rb[n : 2 * n]))
+        if before_reset:
+            cand = g(s.clipped(xh + rt * (h @ rh.T + rb[2 * n :])))
+        else:
+            cand = g(s.clipped(xh + (rt * h) @ rh.T + rb[2 * n :]))
+        h = (1 - z) * cand + z * h
+        return h, (h,)
+
+    ys, finals = _run(s, lens, step, [(_initial(initial_h, s, d, x.dtype),) for d in range(s.directions)], x.dtype)
+    return s.outputs(ys, [f[0] for f in finals])
+
+
+def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, **attrs: Any):  # type: ignore[no-untyped-def]
+    """ONNX LSTM (gates i, o, f, c; peepholes i, o, f); returns (Y, Y_h, Y_c)."""
+    s = _Setup(x, w, attrs, 4)
+    acts = _activations(attrs, ["Sigmoid", "Tanh", "Tanh"], s.directions)
+    lens = s.lengths(sequence_lens)
+    n = s.hidden
+    bias = np.zeros((s.directions, 8 * n), x.dtype) if b is None else b
+    peep = np.zeros((s.directions, 3 * n), x.dtype) if p is None else p
+    couple = bool(attrs.get("input_forget", 0))
+    proj = [s.project(w, d, s.order(d, lens)) + bias[d, : 4 * n] + bias[d, 4 * n :] for d in range(s.directions)]
+
+    def step(d: int, t: int, order: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
+        h, c = state
+        f, g, hact = acts[d]
+        gates = proj[d][t] + h @ r[d].T
+        pi, po, pf = peep[d][:n], peep[d][n : 2 * n], peep[d][2 * n :]
+        i = f(s.clipped(gates[:, :n] + pi * c))
+        forget = 1 - i if couple else f(s.clipped(gates[:, 2 * n : 3 * n] + pf * c))
+        cand = g(s.clipped(gates[:, 3 * n :]))
+        c = forget * c + i * cand
+        o = f(s.clipped(gates[:, n : 2 * n] + po * c))
+        h = o * hact(c)
+        return h, (h, c)
+
+    init = [(_initial(initial_h, s, d, x.dtype), _initial(initial_c, s, d, x.dtype)) for d in range(s.directions)]
+    ys, finals = _run(s, lens, step, init, x.dtype)
+    y, y_h = s.outputs(ys, [f[0] for f in finals])
+    y_c = np.stack([f[1] for f in finals], axis=0)
+    return y, y_h, (np.swapaxes(y_c, 0, 1) if s.layout else y_c)

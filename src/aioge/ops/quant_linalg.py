@@ -1,0 +1,108 @@
+"""Integer matrix products and convolutions: MatMulInteger, QLinearMatMul, ConvInteger and
+QLinearConv.
+
+Integer products are what the AiCore's cube unit is built for, so every engine takes them
+(``float_only`` is off: their inputs are integers by definition).
+"""
+
+from __future__ import annotations
+
+from aioge.ir.desc import Dim, TensorDesc
+from aioge.kernels import quant_linalg as k
+from aioge.kernels.base import returning
+from aioge.kernels.conv import window_geometry
+from aioge.ops.schema import ALL_ENGINES, Attr, InferContext, InferError, OpSchema
+
+__all__ = ["SCHEMAS"]
+
+_INT8 = ("int8", "uint8")
+_CONV_ATTRS = {
+    "auto_pad": Attr("string", "NOTSET", ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")),
+    "dilations": Attr("ints"),
+    "group": Attr("int", 1),
+    "kernel_shape": Attr("ints"),
+    "pads": Attr("ints"),
+    "strides": Attr("ints"),
+}
+
+
+def _matmul_shape(a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None) -> tuple[Dim, ...] | None:
+    if a is None or b is None:
+        return None
+    if len(a) < 1 or len(b) < 1:
+        raise InferError(f"matrix products need rank >= 1, got shapes {a} and {b}")
+    a2 = (1, *a) if len(a) == 1 else tuple(a)
+    b2 = (*b, 1) if len(b) == 1 else tuple(b)
+    if isinstance(a2[-1], int) and isinstance(b2[-2], int) and a2[-1] != b2[-2]:
+        raise InferError(f"inner dimensions differ: {a} @ {b}")
+    from aioge.ops.infer import broadcast_shapes
+
+    batch = broadcast_shapes(a2[:-2], b2[:-2])
+    assert batch is not None
+    out = (*batch, a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return out
+
+
+def _check_int8(ctx: InferContext, *indices: int) -> None:
+    for i in indices:
+        if ctx.has(i) and ctx.dtype(i) not in _INT8:
+            raise InferError(f"input {i} must be int8 or uint8, got {ctx.dtype(i)}")
+
+
+def _infer_matmul_integer(ctx: InferContext) -> list[TensorDesc]:
+    _check_int8(ctx, 0, 1, 2, 3)
+    return [TensorDesc(_matmul_shape(ctx.shape(0), ctx.shape(1)), "int32")]
+
+
+def _infer_qlinear_matmul(ctx: InferContext) -> list[TensorDesc]:
+    _check_int8(ctx, 0, 2, 3, 5, 7)
+    return [TensorDesc(_matmul_shape(ctx.shape(0), ctx.shape(3)), ctx.dtype(7))]
+
+
+def _conv_shape(ctx: InferContext, xi: int, wi: int) -> tuple[Dim, ...] | None:
+    x, w = ctx.shape(xi), ctx.shape(wi)
+    if x is None or w is None or not all(isinstance(d, int) for d in (*x[2:], *w)):
+        return None
+    nd = len(x) - 2
+    a = ctx.attrs
+    kernel = list(a.get("kernel_shape") or w[2:])
+    try:
+        _, _, out = window_geometry(
+            [int(d) for d in x[2:]], kernel, list(a.get("strides") or [1] * nd), list(a.get("dilations") or [1] * nd),
+            list(a.get("pads") or [0] * (2 * nd)), a["auto_pad"],
+        )
+    except ValueError as exc:
+        raise InferError(str(exc)) from None
+    return (x[0], w[0], *out)
+
+
+def _infer_conv_integer(ctx: InferContext) -> list[TensorDesc]:
+    _check_int8(ctx, 0, 1, 2, 3)
+    return [TensorDesc(_conv_shape(ctx, 0, 1), "int32")]
+
+
+def _infer_qlinear_conv(ctx: InferContext) -> list[TensorDesc]:
+    _check_int8(ctx, 0, 2, 3, 5, 7)
+    if ctx.has(8) and ctx.dtype(8) != "int32":
+        raise InferError(f"B must be int32, got {ctx.dtype(8)}")
+    return [TensorDesc(_conv_shape(ctx, 0, 3), ctx.dtype(7))]
+
+
+def _op(name: str, infer, fn, inputs: tuple[int, int], doc: str, attrs=None) -> OpSchema:  # type: ignore[no-untyped-def]
+    return OpSchema(name, infer, (returning("numpy", fn),), ALL_ENGINES, attrs or {}, inputs,
+                    family="quant_linalg", float_only=False, doc=doc)
+
+
+SCHEMAS: tuple[OpSchema, ...] = (
+    _op("MatMulInteger", _infer_matmul_integer, k.matmul_integer, (2, 4), "int32 (A - za) @ (B - zb)"),
+    _op("QLinearMatMul", _infer_qlinear_matmul, k.qlinear_matmul, (8, 8), "quantised matmul with requantisation"),
+    _op("ConvInteger", _infer_conv_integer, k.conv_integer, (2, 4), "int32 convolution of zero-point-shifted inputs",
+        _CONV_ATTRS),
+    _op("QLinearConv", _infer_qlinear_conv, k.qlinear_conv, (8, 9), "quantised convolution with requantisation",
+        _CONV_ATTRS),
+)
+

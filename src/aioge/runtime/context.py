@@ -1,0 +1,193 @@
+"""Execution contexts: one arena, its views, and every step bound to them, ready to call.
+
+Everything a run needs is resolved when a context is made: each step becomes a zero-argument
+callable over argument lists that already hold the arena views and constants, and each stream
+becomes a flat program of those callables with its event waits and records. A run only patches
+its feeds (and the variables) into the argument lists that read them, so the hot loop is
+``for f in program: f()`` and a steady-state run allocates no arrays but its outputs.
+
+A context serves one run at a time; the executable's pool hands them out.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from aioge.errors import ExecutionError
+from aioge.ops.schema import RunFn
+
+__all__ = ["POISON_BYTE", "Context", "Layout", "Step"]
+
+# Fill byte for freed regions under the poison test: 0xFF.. is NaN in every float dtype.
+POISON_BYTE = 0xFF
+
+Program = tuple[list[Callable[[], object]], list[int]]  # callables; node index per entry (-1 - index: not a kernel)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One node as the executor runs it."""
+
+    index: int
+    name: str
+    op_type: str
+    engine: str
+    stream: int
+    run: RunFn
+    inputs: tuple[int, ...]  # env slots; -1 for an absent optional input
+    outputs: tuple[int, ...]  # env slots
+    planned: bool  # every output has an arena view: the kernel writes into them
+    waits: tuple[int, ...]  # event ids
+    records: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """What every context of one executable shares: slots, views, steps, streams."""
+
+    graph: str
+    nslots: int
+    arena_bytes: int
+    constants: Mapping[int, np.ndarray]
+    views: tuple[tuple[int, int, tuple[int, ...], np.dtype], ...]  # slot, offset, shape, dtype
+    runtime: frozenset[int]  # slots filled per run: feeds, variables, unplanned outputs
+    steps: tuple[Step, ...]
+    streams: tuple[tuple[int, ...], ...]  # step indices per stream, in order
+    num_events: int
+    poison: tuple[tuple[tuple[int, int], ...], ...]  # per step: arena byte ranges it reuses
+
+
+class Context:
+    """An arena with its views and bound steps; owned by one run at a time."""
+
+    __slots__ = ("layout", "arena", "env", "events", "abort", "error", "calls", "_targets", "_programs", "_lock")
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.arena = np.empty(max(layout.arena_bytes, 1), dtype=np.uint8)
+        env: list[Any] = [None] * layout.nslots
+        for slot, data in layout.constants.items():
+            env[slot] = data
+        for slot, offset, shape, dtype in layout.views:
+            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            env[slot] = self.arena[offset : offset + count * dtype.itemsize].view(dtype).reshape(shape)
+        self.env = env
+        self.events = [threading.Event() for _ in range(layout.num_events)]
+        self.abort = [False]  # a list: the programs' loops read it without an attribute lookup
+        self.error: ExecutionError | None = None
+        self._lock = threading.Lock()
+        # Where each per-run value goes: (argument list, position) pairs.
+        self._targets: dict[int, list[tuple[list[Any], int]]] = {s: [] for s in layout.runtime}
+        args: list[list[Any]] = []
+        for step in layout.steps:
+            ins: list[Any] = []
+            for p, s in enumerate(step.inputs):
+                ins.append(env[s] if s >= 0 else None)
+                if s in self._targets:
+                    self._targets[s].append((ins, p))
+            args.append(ins)
+        self.calls: list[Callable[[], object]] = []
+        for step, ins in zip(layout.steps, args):
+            if step.planned:
+                self.calls.append(partial(step.run, ins, [env[s] for s in step.outputs]))
+            else:
+                self.calls.append(_fresh_outputs(step.run, ins, [(s, self._targets[s]) for s in step.outputs], env, self.arena))
+        self._programs: dict[bool, list[Program]] = {}
+
+    # -- per run ----------------------------------------------------------------------
+
+    def bind(self, values: Mapping[int, Any]) -> None:
+        """Reset for a new run and put this run's values (feeds, variables) where steps read them."""
+        self.abort[0] = False
+        self.error = None
+        for ev in self.events:
+            ev.clear()
+        env, targets = self.env, self._targets
+        for slot, x in values.items():
+            env[slot] = x
+            for lst, p in targets[slot]:
+                lst[p] = x
+
+    def unbind(self) -> None:
+        """Drop every reference to the last run's values, so the pool keeps no user arrays alive."""
+        env = self.env
+        for slot, targets in self._targets.items():
+            env[slot] = None
+            for lst, p in targets:
+                lst[p] = None
+
+    def fail(self, exc: BaseException, node: int) -> None:
+        """Record the first kernel error of the run and abort it (from any worker)."""
+        step = self.layout.steps[node]
+        with self._lock:
+            if self.error is None:
+                err = ExecutionError(
+                    f"{type(exc).__name__}: {exc}", graph=self.layout.graph, node=step.name, op_type=step.op_type, engine=step.engine
+                )
+                err.__cause__ = exc
+                self.error = err
+        self.cancel()
+
+    def cancel(self) -> None:
+        """Stop the run between ops: raise the flag, then wake every stream blocked on an event."""
+        self.abort[0] = True  # first the flag: a stream woken below sees it before its next op
+        for ev in self.events:
+            ev.set()
+
+    # -- programs ---------------------------------------------------------------------
+
+    def programs(self, poison: bool) -> list[Program]:
+        """Per stream: its callables (waits, poison fills, kernels, records) and their node indices."""
+        made = self._programs.get(poison)
+        if made is None:
+            made = self._programs[poison] = [self._program(steps, poison) for steps in self.layout.streams]
+        return made
+
+    def _program(self, steps: Sequence[int], poison: bool) -> Program:
+        fns: list[Callable[[], object]] = []
+        meta: list[int] = []
+        for i in steps:
+            step = self.layout.steps[i]
+            for e in step.waits:
+                fns.append(self.events[e].wait)
+                meta.append(-1 - i)
+            if poison:
+                for fill in self.poison_fills(i):
+                    fns.append(fill)
+                    meta.append(-1 - i)
+            fns.append(self.calls[i])
+            meta.append(i)
+            for e in step.records:
+                fns.append(self.events[e].set)
+                meta.append(-1 - i)
+        return fns, meta
+
+    def poison_fills(self, step: int) -> list[Callable[[], object]]:
+        """Callables that fill the arena bytes ``step`` reuses (dead tensors' bytes) with poison."""
+        return [partial(self.arena[lo:hi].fill, POISON_BYTE) for lo, hi in self.layout.poison[step]]
+
+
+def _fresh_outputs(
+    run: RunFn, ins: list[Any], outs: list[tuple[int, list[tuple[list[Any], int]]]], env: list[Any], arena: np.ndarray
+) -> Callable[[], None]:
+    """A step whose outputs are not in the arena: the kernel returns them; pass them on.
+
+    The memory plan counts on such results being fresh arrays (the kernel contract); a view
+    into the arena would outlive the bytes it shows, so one is copied (a bounds check).
+    """
+
+    def call() -> None:
+        results = run(ins, None)
+        for (slot, targets), r in zip(outs, results, strict=True):
+            if isinstance(r, np.ndarray) and np.may_share_memory(r, arena):
+                r = r.copy()
+            env[slot] = r
+            for lst, p in targets:
+                lst[p] = r
+
+    return call

@@ -1,0 +1,153 @@
+"""Engine worker pools: real threads, one FIFO queue per stream lane, and thread-to-loop wake-ups.
+
+Each engine (AiCore, AiVec, AiCpu) owns a pool of lanes; a lane is one thread with its own
+queue. A run maps each of its streams to a distinct lane of the stream's engine (rotating,
+so concurrent runs of one-stream models spread over the lanes) and enqueues every stream's
+work under one lock. That lock gives all lanes the same order of runs, so an item blocked on
+an event of its own run only ever waits for items queued ahead of it or in its own run:
+streams of concurrent runs cannot deadlock, however they share lanes.
+
+numpy releases the GIL in its kernels, so lanes of different streams really overlap.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from typing import Callable, Mapping, Sequence
+
+import anyio
+import anyio.lowlevel
+from anyio.from_thread import RunFinishedError
+
+__all__ = ["Completion", "EngineWorkers", "Lane"]
+
+log = logging.getLogger(__name__)
+
+
+class Lane:
+    """One worker thread of an engine, running the callables put on its queue in order."""
+
+    __slots__ = ("name", "_queue", "_thread")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queue: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, fn: Callable[[], object]) -> None:
+        self._queue.put(fn)
+
+    def _serve(self) -> None:
+        get = self._queue.get
+        while True:
+            fn = get()
+            if fn is None:
+                return
+            try:
+                fn()
+            except BaseException:  # items report their own errors; this only keeps the lane alive
+                log.exception("worker %s: an item raised", self.name)
+
+    def stop(self) -> None:
+        self._queue.put(None)
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+
+class EngineWorkers:
+    """The worker pools of the three engines. Lanes are started on first use.
+
+    ``min_lanes`` (default: the core count) is how many lanes each engine gets at least, so
+    that concurrent runs of one-stream models use every core.
+    """
+
+    def __init__(self, min_lanes: int | None = None) -> None:
+        self._min = max(1, min_lanes if min_lanes is not None else (os.cpu_count() or 2))
+        self._lock = threading.Lock()
+        self._lanes: dict[str, list[Lane]] = {}
+        self._rotation: dict[str, int] = {}
+        self._closed = False
+
+    @property
+    def threads(self) -> int:
+        """How many lane threads have been started."""
+        return sum(len(v) for v in self._lanes.values())
+
+    def lanes(self, counts: Mapping[str, int]) -> dict[str, list[Lane]]:
+        """For each engine, ``counts[engine]`` distinct lanes for one run's streams.
+
+        Raises:
+            RuntimeError: the pools are closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the engine worker pools are closed")
+            out: dict[str, list[Lane]] = {}
+            for engine, k in counts.items():
+                pool = self._lanes.setdefault(engine, [])
+                while len(pool) < max(k, self._min):
+                    pool.append(Lane(f"aioge-{engine}-{len(pool)}"))
+                r = self._rotation.get(engine, 0)
+                self._rotation[engine] = (r + 1) % len(pool)
+                out[engine] = [pool[(r + j) % len(pool)] for j in range(k)]
+            return out
+
+    def enqueue(self, items: Sequence[tuple[Lane, Callable[[], object]]]) -> None:
+        """Put one run's items on their lanes, all at once with respect to other runs."""
+        with self._lock:
+            for lane, fn in items:
+                lane.put(fn)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop every lane after the work already queued (blocking up to ``timeout`` per lane)."""
+        with self._lock:
+            self._closed = True
+            lanes = [lane for pool in self._lanes.values() for lane in pool]
+            self._lanes.clear()
+        for lane in lanes:
+            lane.stop()
+        for lane in lanes:
+            lane.join(timeout)
+
+
+class Completion:
+    """A countdown that worker threads tick and one task awaits.
+
+    The last tick wakes the task through the event loop's thread-safe callback queue without
+    blocking the worker (anyio's ``run_sync_soon`` on the loop token; ``from_thread.run_sync``
+    would wait for the loop). Create it in the task that awaits it.
+    """
+
+    __slots__ = ("_token", "_event", "_lock", "_left")
+
+    def __init__(self, count: int) -> None:
+        self._token = anyio.lowlevel.current_token()
+        self._event = anyio.Event()
+        self._lock = threading.Lock()
+        self._left = count
+        if count <= 0:
+            self._event.set()
+
+    def tick(self) -> None:
+        """Count one item done (from any thread)."""
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            try:
+                self._token.backend_class.run_sync_soon(self._event.set, (), self._token.native_token)
+            except RunFinishedError:  # the loop is gone, and with it whoever waited
+                pass
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    async def wait_shielded(self) -> None:
+        """Wait even if the task is being cancelled (the workers still use what the waiter owns)."""
+        with anyio.CancelScope(shield=True):
+            await self._event.wait()

@@ -1,0 +1,285 @@
+"""Tuning: candidates timed on real shapes, verified against the reference, fastest wins;
+heuristic mode picks by rule. The candidate kernels agree with the references."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from aioge.compiler.tuning import candidates_of, choose_heuristic, make_inputs, select_kernel
+from aioge.ir.desc import TensorDesc
+from aioge.kernels import conv as kconv
+from aioge.kernels import nn as knn
+from aioge.kernels import reduce as kreduce
+from aioge.kernels.conv_algos import CONV_ALGOS
+from aioge.kernels.matmul_algos import GEMM_ALGOS, MATMUL_ALGOS
+from aioge.kernels.norm_algos import BATCHNORM_ALGOS, LAYERNORM_ALGOS, SOFTMAX_ALGOS
+from aioge.kernels.pool_algos import GLOBAL_AVG_ALGOS, GLOBAL_MAX_ALGOS, POOL_AVG_ALGOS, POOL_MAX_ALGOS, reduce_algos
+from aioge.ops.schema import ALL_ENGINES, KernelImpl, OpSchema
+
+D = TensorDesc.of
+
+
+def _impl(name, fn, delay=0.0, applies=None, candidates=None):
+    def build(attrs, params, ins, outs):
+        def run(inputs, outputs):
+            if delay:
+                time.sleep(delay * params.get("slow", 1))
+            res = fn(*inputs)
+            np.copyto(outputs[0], res)
+            return outputs
+
+        return run
+
+    kw = {}
+    if applies:
+        kw["applies"] = applies
+    if candidates:
+        kw["candidates"] = candidates
+    return KernelImpl(name, build, **kw)
+
+
+def _schema(*impls):
+    return OpSchema("Toy", lambda ctx: [ctx.inputs[0]], tuple(impls), ALL_ENGINES)
+
+
+DESCS = [D((8, 8), "float32")]
+OUTS = [D((8, 8), "float32")]
+
+
+def test_tune_keeps_the_fastest_verified_candidate() -> None:
+    schema = _schema(
+        _impl("reference", lambda x: x * 2, delay=0.004),
+        _impl("wrong_but_fast", lambda x: x * 3),
+        _impl("fast", lambda x: x + x, delay=0.0005),
+        _impl("raises", lambda x: 1 / 0),
+    )
+    choice = select_kernel(schema, DESCS, OUTS, {}, [None], mode="tune", budget_ms=200)
+    assert choice is not None and choice.impl == "fast" and choice.tuned
+    assert set(choice.timings_ms) == {"reference", "fast"}
+    assert "differs" in choice.rejected["wrong_but_fast"] and "ZeroDivisionError" in choice.rejected["raises"]
+    assert choice.timings_ms["fast"] < choice.timings_ms["reference"]
+
+
+def test_tune_explores_parameter_sets() -> None:
+    schema = _schema(
+        _impl("reference", lambda x: x * 2, delay=0.003),
+        _impl("blocked", lambda x: x * 2, delay=0.001, candidates=lambda d, a: [{"slow": 3}, {"slow": 0.2}]),
+    )
+    choice = select_kernel(schema, DESCS, OUTS, {}, [None], mode="tune", budget_ms=200)
+    assert choice is not None and (choice.impl, dict(choice.params)) == ("blocked", {"slow": 0.2})
+    assert "blocked(slow=3)" in choice.timings_ms
+
+
+def test_heuristic_is_the_first_applicable_without_timing() -> None:
+    calls = []
+    schema = _schema(
+        _impl("never", lambda x: x, applies=lambda d, a: False),
+        _impl("first", lambda x: calls.append(1) or x),
+        _impl("second", lambda x: x),
+    )
+    choice = select_kernel(schema, DESCS, OUTS, {}, [None], mode="heuristic", budget_ms=200)
+    assert choice is not None and choice.impl == "first" and not choice.tuned and not calls
+    assert choose_heuristic(schema, DESCS, {}).impl == "first"  # type: ignore[union-attr]
+    assert select_kernel(_schema(_impl("never", lambda x: x, applies=lambda d, a: False)), DESCS, OUTS, {}, [None],
+                         mode="tune", budget_ms=10) is None
+
+
+def test_budget_bounds_tuning_but_the_reference_always_runs() -> None:
+    schema = _schema(
+        _impl("reference", lambda x: x * 2, delay=0.03),
+        _impl("a", lambda x: x * 2, delay=0.001),
+        _impl("b", lambda x: x * 2, delay=0.001),
+    )
+    t0 = time.perf_counter()
+    choice = select_kernel(schema, DESCS, OUTS, {}, [None], mode="tune", budget_ms=5)
+    assert time.perf_counter() - t0 < 0.5
+    assert choice is not None and choice.impl == "reference" and not choice.tuned
+    assert "budget" in choice.rejected["a"]
+
+
+def test_inputs_use_constants_and_refuse_unknown_integers() -> None:
+    c = np.arange(4, dtype=np.float32)
+    ins = make_inputs([D((4,), "float32"), D((4,), "float32"), None], [c, None, None], seed=1)
+    assert ins is not None and ins[0] is c and ins[1].shape == (4,) and not ins[1].flags.writeable and ins[2] is None
+    assert make_inputs([D((4,), "int64")], [None], seed=1) is None
+
+
+def test_a_candidate_writing_into_its_inputs_is_rejected() -> None:
+    def build(attrs, params, ins, outs):
+        def run(inputs, outputs):
+            inputs[0] *= 2  # the tuner's inputs are read-only: this raises
+            np.copyto(outputs[0], inputs[0])
+            return outputs
+
+        return run
+
+    schema = _schema(_impl("reference", lambda x: x * 2), KernelImpl("inplace", build))
+    choice = select_kernel(schema, DESCS, OUTS, {}, [None], mode="tune", budget_ms=50)
+    assert choice is not None and choice.impl == "reference" and "inplace" in choice.rejected
+
+
+# -- the candidate kernels agree with their references ---------------------------------------
+
+
+def _check(reference, algos, attrs, arrays, out_count=1):
+    descs = [None if a is None else D(a.shape, a.dtype) for a in arrays]
+    ref = reference(attrs, {}, descs, [None] * out_count)(arrays, None)
+    tried = 0
+    for impl in algos:
+        if not impl.applies(descs, attrs):
+            continue
+        for params in impl.candidates(descs, attrs):
+            outs = [np.full(r.shape, np.nan, r.dtype) for r in ref]
+            got = impl.build(attrs, params, descs, [D(r.shape, r.dtype) for r in ref])(arrays, outs)
+            for g, r in zip(got, ref):
+                np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4, err_msg=f"{impl.name} {params} {attrs}")
+            tried += 1
+    return tried
+
+
+RNG = np.random.default_rng(0)
+
+
+def _f32(*shape):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    a.setflags(write=False)
+    return a
+
+
+@pytest.mark.parametrize(
+    ("x", "w", "attrs", "expect"),
+    [
+        ((2, 5, 9, 7), (6, 5, 3, 3), {"pads": (1, 1, 1, 1)}, 3),  # nhwc x2 blocks, winograd
+        ((1, 5, 8, 8), (6, 5, 3, 3), {"pads": (0, 2, 1, 0)}, 2),  # winograd, uneven pads
+        ((2, 8, 6, 6), (4, 8, 1, 1), {}, 3),  # 1x1 GEMM
+        ((1, 8, 7, 7), (4, 8, 1, 1), {"strides": (2, 2)}, 2),  # strided 1x1
+        ((2, 6, 7, 7), (12, 1, 3, 3), {"group": 6, "pads": (1, 1, 1, 1), "strides": (2, 2)}, 1),  # depthwise x2
+        ((1, 8, 6, 6), (8, 2, 3, 3), {"group": 4, "pads": (1, 1, 1, 1)}, 1),  # grouped
+        ((1, 3, 11, 11), (4, 3, 3, 3), {"dilations": (2, 2), "strides": (1, 2)}, 1),
+    ],
+)
+def test_conv_algorithms_agree_with_im2col(x, w, attrs, expect) -> None:
+    arrays = [_f32(*x), _f32(*w), _f32(w[0])]
+    assert _check(kconv.build_conv_im2col, CONV_ALGOS, attrs, arrays) == expect
+
+
+def test_winograd_in_float64_and_transformed_weights_reuse() -> None:
+    x, w = RNG.standard_normal((1, 3, 6, 6)), RNG.standard_normal((2, 3, 3, 3))
+    w.setflags(write=False)
+    assert _check(kconv.build_conv_im2col, CONV_ALGOS, {"pads": (1, 1, 1, 1)}, [x, w]) >= 1
+    wino = next(i for i in CONV_ALGOS if i.name == "conv_winograd_f23")
+    descs = [D(x.shape, "float64"), D(w.shape, "float64")]
+    run = wino.build({}, {}, descs, [None])
+    first = run([x, w], None)[0].copy()
+    w2 = np.array(w) * 2  # a new (writable) weight array is transformed anew, not served stale
+    np.testing.assert_allclose(run([x, w2], None)[0], 2 * first, rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"), [((2, 3, 4, 5), (5, 6)), ((2, 3, 4, 5), (2, 3, 5, 6)), ((4, 5), (5, 6)), ((3, 4, 5), (1, 5, 2))]
+)
+def test_matmul_algorithms_agree(a, b) -> None:
+    assert _check(knn.build_matmul, MATMUL_ALGOS, {}, [_f32(*a), _f32(*b)]) >= 2
+
+
+@pytest.mark.parametrize("attrs", [{"transA": 1, "transB": 1, "alpha": 2.0, "beta": 0.5}, {"transB": 1}, {}])
+def test_gemm_algorithms_agree(attrs) -> None:
+    a = _f32(5, 4) if attrs.get("transA") else _f32(4, 5)
+    b = _f32(6, 5) if attrs.get("transB") else _f32(5, 6)
+    assert _check(knn.build_gemm, GEMM_ALGOS, attrs, [a, b, _f32(6)]) == 2
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)},
+        {"kernel_shape": (2, 2), "strides": (2, 2)},
+        {"kernel_shape": (3, 2), "strides": (2, 1), "pads": (1, 0, 1, 1), "ceil_mode": 1},
+        {"kernel_shape": (3, 3), "dilations": (2, 1), "auto_pad": "SAME_UPPER"},
+        {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1), "count_include_pad": 1},
+    ],
+)
+def test_pool_algorithms_agree(attrs) -> None:
+    x = _f32(2, 3, 11, 10)
+    assert _check(kconv.build_max_pool, POOL_MAX_ALGOS, attrs, [x]) == 2
+    assert _check(kconv.build_average_pool, POOL_AVG_ALGOS, attrs, [x]) == 1
+
+
+def test_global_pool_and_reduce_algorithms_agree() -> None:
+    x = _f32(2, 3, 5, 4)
+    assert _check(kconv.build_global_pool("mean"), GLOBAL_AVG_ALGOS, {}, [x]) == 2
+    assert _check(kconv.build_global_pool("max"), GLOBAL_MAX_ALGOS, {}, [x]) == 1
+    for reducer in ("sum", "mean", "max", "min", "prod"):
+        for axes in (np.array([1, 3]), np.array([0]), np.array([-1])):
+            for keepdims in (0, 1):
+                assert _check(kreduce.build_reduce(reducer), reduce_algos(reducer), {"keepdims": keepdims}, [x, axes]) == 2
+
+
+@pytest.mark.parametrize("axis", [-1, 1, 0])
+def test_softmax_and_layernorm_algorithms_agree(axis) -> None:
+    x = _f32(3, 4, 5)
+    assert _check(knn.build_softmax, SOFTMAX_ALGOS, {"axis": axis}, [x]) == 2
+    scale_shape = x.shape[axis % 3:]
+    assert _check(knn.build_layer_norm, LAYERNORM_ALGOS, {"axis": axis}, [x, _f32(*scale_shape), _f32(*scale_shape)]) == 1
+
+
+def test_batchnorm_folded_agrees() -> None:
+    x = _f32(2, 3, 4, 4)
+    stats = [_f32(3), _f32(3), _f32(3), np.abs(_f32(3)) + 0.5]
+    assert _check(knn.build_batch_norm, BATCHNORM_ALGOS, {"epsilon": 1e-5}, [x, *stats]) == 1
+
+
+def test_tuning_real_conv_candidates_picks_a_verified_one() -> None:
+    from aioge.ops.registry import get_schema
+
+    schema = get_schema("Conv")
+    x, w = _f32(1, 8, 12, 12), _f32(8, 8, 3, 3)
+    descs = [D(x.shape, "float32"), D(w.shape, "float32")]
+    attrs = schema.normalise_attrs({"pads": (1, 1, 1, 1)})
+    assert len(candidates_of(schema, descs, attrs)) >= 2
+    choice = select_kernel(schema, descs, [D((1, 8, 12, 12), "float32")], attrs, [None, w], mode="tune", budget_ms=30)
+    assert choice is not None and choice.impl in {i.name for i in schema.impls} and choice.tuned
+    assert not choice.rejected or all("budget" in r for r in choice.rejected.values())
+
+
+def test_registered_ops_offer_their_candidates_after_the_reference() -> None:
+    from aioge.ops.registry import get_schema
+
+    expect = {
+        "Conv": ("im2col", {"conv_im2col_nhwc", "conv_gemm_1x1", "conv_depthwise", "conv_grouped", "conv_winograd_f23"}),
+        "MatMul": ("numpy", {"matmul_fold_2d", "matmul_packed_bt", "matmul_batch_loop", "matmul_einsum"}),
+        "Gemm": ("numpy", {"gemm_packed", "gemm_dot"}),
+        "MaxPool": ("separable", {"maxpool_taps", "maxpool_nhwc"}),
+        "AveragePool": ("separable", {"avgpool_taps"}),
+        "GlobalAveragePool": ("numpy", {"globalpool_rows", "globalavg_gemv"}),
+        "Softmax": ("numpy", {"softmax_unfused", "softmax_rows"}),
+        "LayerNormalization": ("numpy", {"layernorm_fused"}),
+        "BatchNormalization": ("numpy", {"batchnorm_folded"}),
+        "ReduceMean": ("numpy", {"reduce_rows", "reduce_stepwise"}),
+    }
+    for op, (reference, mine) in expect.items():
+        names = [i.name for i in get_schema(op).impls]
+        assert names[0] == reference and mine <= set(names), (op, names)
+
+
+def test_random_inputs_outside_the_domain_do_not_warn() -> None:
+    import warnings
+
+    from aioge.ops.registry import get_schema
+
+    schema = get_schema("BatchNormalization")
+    d = [D((2, 3, 4, 4), "float32"), *[D((3,), "float32")] * 4]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a negative random variance must not surface as a RuntimeWarning
+        choice = select_kernel(schema, d, [d[0]], schema.normalise_attrs({}), [None] * 5, mode="tune", budget_ms=20)
+    assert choice is not None
+    from aioge.compiler.tuning import make_inputs, tune
+
+    inputs = make_inputs(d, [None] * 5, seed=3)
+    assert inputs is not None and (inputs[4] < 0).any()  # the premise: a negative variance in the random data
+    with warnings.catch_warnings(), pytest.raises(RuntimeWarning):
+        warnings.simplefilter("error")
+        tune(schema, candidates_of(schema, d, schema.normalise_attrs({})), d, [d[0]], schema.normalise_attrs({}), inputs, budget_ms=5)

@@ -1,0 +1,119 @@
+"""Engine lanes: real threads per engine, distinct lanes per run, FIFO order shared by all lanes,
+and thread-to-loop wake-ups that never block the worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import anyio
+import pytest
+
+from aioge.runtime.workers import Completion, EngineWorkers
+
+pytestmark = pytest.mark.anyio
+
+
+def test_lanes_are_distinct_per_run_and_rotate_across_runs() -> None:
+    pool = EngineWorkers(min_lanes=2)
+    try:
+        first = pool.lanes({"AiCore": 4, "AiCpu": 1})
+        assert len(set(map(id, first["AiCore"]))) == 4, "a run's streams never share a lane"
+        assert pool.threads == 4 + 2  # AiCore grew to 4 lanes; AiCpu has its minimum of 2
+        singles = [pool.lanes({"AiCpu": 1})["AiCpu"][0] for _ in range(4)]
+        assert len({id(lane) for lane in singles}) == 2, "one-stream runs spread over the engine's lanes"
+        names = {lane.name for lane in first["AiCore"]}
+        assert names == {f"aioge-AiCore-{k}" for k in range(4)}
+        alive = {t.name for t in threading.enumerate()}
+        assert names <= alive, "lanes are real threads"
+    finally:
+        pool.close()
+    assert not {t.name for t in threading.enumerate()} & names, "close() stops and joins the lanes"
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.lanes({"AiCore": 1})
+
+
+def test_lanes_run_their_items_in_order_on_their_own_thread() -> None:
+    pool = EngineWorkers(min_lanes=1)
+    try:
+        (lane,) = pool.lanes({"AiVec": 1})["AiVec"]
+        seen: list[tuple[int, str]] = []
+        done = threading.Event()
+        pool.enqueue([(lane, lambda k=k: seen.append((k, threading.current_thread().name))) for k in range(50)])
+        pool.enqueue([(lane, done.set)])
+        assert done.wait(5)
+        assert [k for k, _ in seen] == list(range(50))
+        assert {name for _, name in seen} == {lane.name}
+    finally:
+        pool.close()
+
+
+def test_runs_enqueued_atomically_cannot_deadlock_on_shared_lanes() -> None:
+    """Run A: lane 0 waits for an event lane 1 sets. Run B: the mirror image. Were B's lane-1
+    item queued before A's, lane 1 would wait for B's setter behind A's waiter on lane 0: a
+    cycle. Enqueuing each run at once keeps one order of runs on every lane."""
+    pool = EngineWorkers(min_lanes=2)
+    try:
+        lanes = pool.lanes({"AiCore": 2})["AiCore"]
+        for _ in range(20):
+            a, b = threading.Event(), threading.Event()
+            pool.enqueue([(lanes[0], a.wait), (lanes[1], a.set)])
+            pool.enqueue([(lanes[1], b.wait), (lanes[0], b.set)])
+        flag = threading.Event()
+        pool.enqueue([(lanes[0], flag.set)])
+        assert flag.wait(5), "the lanes deadlocked"
+    finally:
+        pool.close()
+
+
+def test_an_item_that_raises_does_not_kill_its_lane(caplog: pytest.LogCaptureFixture) -> None:
+    pool = EngineWorkers(min_lanes=1)
+    try:
+        (lane,) = pool.lanes({"AiCpu": 1})["AiCpu"]
+        ok = threading.Event()
+
+        def boom() -> None:
+            raise ValueError("boom")
+
+        pool.enqueue([(lane, boom), (lane, ok.set)])
+        assert ok.wait(5)
+        assert "an item raised" in caplog.text
+    finally:
+        pool.close()
+
+
+async def test_completion_wakes_the_loop_from_foreign_threads_without_blocking_them() -> None:
+    done = Completion(3)
+    ticked: list[float] = []
+
+    def tick_later() -> None:
+        time.sleep(0.01)
+        t = time.perf_counter()
+        done.tick()
+        ticked.append(time.perf_counter() - t)
+
+    threads = [threading.Thread(target=tick_later) for _ in range(3)]
+    for th in threads:
+        th.start()
+    with anyio.fail_after(5):
+        await done.wait()
+    for th in threads:
+        th.join()
+    assert len(ticked) == 3
+    assert max(ticked) < 0.05, "tick() never waits for the loop"
+    with anyio.fail_after(1):
+        await Completion(0).wait()
+
+
+async def test_shielded_wait_survives_cancellation() -> None:
+    done = Completion(1)
+    timer = threading.Timer(0.05, done.tick)
+    timer.start()
+    waited = False
+    with anyio.move_on_after(0.001) as scope:
+        try:
+            await done.wait()
+        finally:
+            await done.wait_shielded()  # the worker still owns what we share: wait for it anyway
+            waited = True
+    assert scope.cancelled_caught and waited
