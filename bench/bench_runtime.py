@@ -118,38 +118,56 @@ def _conv_branches(c: int, hw: int) -> tuple[Graph, dict[str, np.ndarray]]:
     return g, {"x": rng.standard_normal((1, c, hw, hw)).astype(np.float32)}
 
 
-async def _time_runs(options: dict[str, str], g: Graph, feeds: dict[str, np.ndarray], reps: int) -> tuple[float, dict[str, np.ndarray], int]:
-    async with aioge.Session({**HEURISTIC, **options}) as s:
-        await s.add_graph(1, g)
-        out = await s.run_graph(1, feeds)
-        for _ in range(2):
-            await s.run_graph(1, feeds)
-        times = []
-        for _ in range(reps):
+async def _interleaved(g: Graph, feeds: dict[str, np.ndarray], reps: int) -> dict[str, Any]:
+    """Time single-stream, multi-stream and single-stream-with-BLAS-on-every-core runs in turn,
+    run by run, so that load from other processes hits all three alike."""
+    from threadpoolctl import threadpool_limits
+
+    cores = os.cpu_count() or 2
+    async with aioge.Session({**HEURISTIC, "ge.enableSingleStream": "true"}) as single, aioge.Session(HEURISTIC) as multi:
+        await single.add_graph(1, g)
+        await multi.add_graph(1, g)
+        ref = await single.run_graph(1, feeds)
+        out = await multi.run_graph(1, feeds)
+        np.testing.assert_allclose(out["y"], ref["y"], rtol=1e-4, atol=1e-5)
+        times: dict[str, list[float]] = {"single": [], "multi": [], "wide": []}
+
+        async def once(s: aioge.Session) -> float:
             t = time.perf_counter()
             await s.run_graph(1, feeds)
-            times.append(time.perf_counter() - t)
-        return statistics.median(times), out, s.compiled(1).streams.num_streams
+            return time.perf_counter() - t
+
+        for k in range(reps + 2):
+            a, b = await once(single), await once(multi)
+            # Between runs nothing executes, so changing the process-wide BLAS limit is safe here.
+            with threadpool_limits(limits=cores, user_api="blas"):
+                c = await once(single)
+            if k >= 2:  # warm-up
+                times["single"].append(a)
+                times["multi"].append(b)
+                times["wide"].append(c)
+        return {
+            **{k: statistics.median(v) for k, v in times.items()},
+            "streams": multi.compiled(1).streams.num_streams,
+        }
 
 
 def bench_streams(reps: int, quick: bool) -> None:
-    from threadpoolctl import threadpool_limits
-
-    print("\n== streams: 4 independent heavy branches (median ms per run) ==")
+    cores = os.cpu_count() or 2
+    print("\n== streams: 4 independent heavy branches (median ms per run, variants interleaved) ==")
     cases = [
-        ("matmul 4x3 @384", *_matmul_branches(256 if quick else 384, 3)),
+        (f"matmul 4x3 @{256 if quick else 384}", *_matmul_branches(256 if quick else 384, 3)),
         ("inception c=64 28x28", *_conv_branches(64, 28)),
     ]
     for name, g, feeds in cases:
-        single, ref, ns = anyio.run(_time_runs, {"ge.enableSingleStream": "true"}, g, feeds, reps)
-        multi, out, nm = anyio.run(_time_runs, {}, g, feeds, reps)
-        np.testing.assert_allclose(out["y"], ref["y"], rtol=1e-4, atol=1e-5)
-        # The same single-stream run with BLAS free to use every core (main thread, nothing else running).
-        with threadpool_limits(limits=os.cpu_count() or 2, user_api="blas"):
-            wide, _, _ = anyio.run(_time_runs, {"ge.enableSingleStream": "true"}, g, feeds, reps)
-        print(f"{name}: single-stream ({ns} stream, BLAS 1 thread) {single * 1e3:8.2f} ms")
-        print(f"{name}: single-stream ({ns} stream, BLAS {os.cpu_count()} threads) {wide * 1e3:7.2f} ms   x{single / wide:5.2f} vs single")
-        print(f"{name}: multi-stream  ({nm} streams, BLAS 1 thread) {multi * 1e3:7.2f} ms   x{single / multi:5.2f} vs single, x{wide / multi:5.2f} vs single at {os.cpu_count()} BLAS threads")
+        r = anyio.run(_interleaved, g, feeds, reps)
+        single, multi, wide = r["single"], r["multi"], r["wide"]
+        print(f"{name}: single-stream (1 stream, BLAS 1 thread)     {single * 1e3:8.2f} ms")
+        print(f"{name}: single-stream (1 stream, BLAS {cores} threads)    {wide * 1e3:8.2f} ms   x{single / wide:5.2f} vs single")
+        print(
+            f"{name}: multi-stream  ({r['streams']} streams, BLAS 1 thread)    {multi * 1e3:8.2f} ms   "
+            f"x{single / multi:5.2f} vs single, x{wide / multi:5.2f} vs single with BLAS on {cores} threads"
+        )
 
 
 # -- 3. dispatch overhead ----------------------------------------------------------------

@@ -218,7 +218,7 @@ class Session:
         self._adopt_variables(model.graph)
         entry = _GraphEntry(graph_id, model.graph, {}, resolve_options(self._options), lock=anyio.Lock())
         signature = tuple((name, tuple(shape)) for name, shape in model.signature)
-        entry.builds[signature] = Executable(model, self._variables)
+        entry.builds[signature] = await anyio.to_thread.run_sync(Executable, model, self._variables)
         entry.last = signature
         self._graphs[graph_id] = entry
         return graph_id
@@ -293,7 +293,8 @@ class Session:
                     model = await graph_cache.load_or_compile(entry.graph_cache, entry.graph, signature, entry.resolved, compile_now)
                 else:
                     model = await compile_now()
-                exe = Executable(model, self._variables)
+                # Binding kernels takes milliseconds on big models: off the loop.
+                exe = await anyio.to_thread.run_sync(Executable, model, self._variables)
                 entry.builds[signature] = exe
             entry.last = signature
             return exe

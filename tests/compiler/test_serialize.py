@@ -1,10 +1,11 @@
-"""compiler.serialize: CompiledModel <-> .om, inline and external weights, validation, Session.load_model."""
+"""compiler.serialize (and its plan_codec): CompiledModel <-> .om, inline and external weights, validation, Session.load_model."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import os
+import struct
 
 import msgpack
 import numpy as np
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 import aioge
 from aioge import ops
 from aioge.cache import io
-from aioge.compiler import serialize
+from aioge.compiler import plan_codec, serialize
 from aioge.compiler.graph import compile_graph_sync
 from aioge.compiler.model import CompiledModel
 from aioge.compiler.specialize import input_signature
@@ -125,7 +126,7 @@ def test_generic_values_roundtrip_with_their_types() -> None:
         "set": frozenset({1, 2}),
         "empty": (),
     }
-    back = serialize._dec(io.unpack(io.pack(serialize._enc(value))))
+    back = plan_codec.decode_value(io.unpack(io.pack(plan_codec.encode_value(value))))
     assert back.keys() == value.keys()
     assert back[1] == value[1] and type(back[1][1][1]) is tuple
     assert back["big"] == 1 << 80 and back["engine"] is Engine.AIVEC and back["set"] == frozenset({1, 2})
@@ -134,7 +135,7 @@ def test_generic_values_roundtrip_with_their_types() -> None:
     assert back["arr"].dtype == np.int16
     assert back["strs"].tolist() == value["strs"].tolist()
     with pytest.raises(TypeError):
-        serialize._enc(object())
+        plan_codec.encode_value(object())
 
 
 def test_attributes_roundtrip_and_are_checked_against_the_schema() -> None:
@@ -234,44 +235,53 @@ def test_corrupt_truncated_or_foreign_files_are_clear_errors(tmp_path, monkeypat
 
 
 def _payload(data: bytes) -> dict:
-    _, blob = io.open_envelope(data, "om")
-    return msgpack.unpackb(blob, raw=False, strict_map_key=False, ext_hook=lambda c, d: msgpack.ExtType(c, d))
+    """The metadata of an .om as mutable plain data, the tensor bytes under "~blob"."""
+    _, framed = io.open_envelope(data, "om")
+    (n,) = struct.unpack_from("<Q", framed)
+    meta = msgpack.unpackb(framed[8 : 8 + n], raw=False, strict_map_key=False, ext_hook=lambda c, d: msgpack.ExtType(c, d))
+    return {"~meta": meta, "~blob": bytes(framed[8 + n + (-(8 + n) % 64) :])}
 
 
 def _repack(payload: dict) -> bytes:
-    return io.make_envelope("om", msgpack.packb(payload, use_bin_type=True))
+    return io.make_envelope("om", serialize._frame(msgpack.packb(payload["~meta"], use_bin_type=True), payload["~blob"]))
 
 
 def test_well_formed_files_with_wrong_structure_are_rejected() -> None:
     data, _ = serialize.encode_model(_compile())
     cases = []
     p = _payload(data)
-    p["layout_digest"] = "0" * 64
+    p["~meta"]["layout_digest"] = "0" * 64
     cases.append((p, "plan layout"))
     p = _payload(data)
-    p["ops"] = {k: 999 for k in p["ops"]}
+    p["~meta"]["ops"] = {k: 999 for k in p["~meta"]["ops"]}
     cases.append((p, "version 999 when compiled"))
     p = _payload(data)
-    del p["fields"]["memory"]
+    del p["~meta"]["fields"]["memory"]
     cases.append((p, "fields differ"))
     p = _payload(data)
-    p["fields"]["nodes"]["~t"][0]["~dc"][1]["kernel"]["~dc"][1]["impl"] = "no_such_kernel"
+    p["~meta"]["fields"]["nodes"]["~t"][0]["~dc"][1]["kernel"]["~dc"][1]["impl"] = "no_such_kernel"
     cases.append((p, "not an implementation"))
     p = _payload(data)
-    p["fields"]["memory"]["~dc"][1]["arena_bytes"] = 1
+    p["~meta"]["fields"]["memory"]["~dc"][1]["arena_bytes"] = 1
     cases.append((p, "does not fit the arena"))
     p = _payload(data)
-    p["graph"]["nodes"][0][1] = "NoSuchOp"
+    p["~meta"]["graph"]["nodes"][0][1] = "NoSuchOp"
     cases.append((p, "unknown to this aioge"))
     p = _payload(data)
-    p["graph"]["nodes"] = 5
+    p["~meta"]["graph"]["nodes"] = 5
     cases.append((p, "malformed"))
     p = _payload(data)
-    p["graph"]["constants"][0][1] = [[3, 3], "float32", "ND"]
+    p["~meta"]["graph"]["constants"][0][1] = [[3, 3], "float32", "ND"]
     cases.append((p, "its desc"))
+    p = _payload(data)
+    p["~blob"] = p["~blob"][:10]
+    cases.append((p, "do not fit"))
     for payload, message in cases:
         with pytest.raises(ModelFormatError, match=message):
             serialize.decode_model(_repack(payload))
+    for framed, message in ((struct.pack("<Q", 10**9) + b"x", "declares"), (b"abc", "too short"), (struct.pack("<Q", 1) + b"\xc1" + b"\0" * 55, "cannot decode")):
+        with pytest.raises(ModelFormatError, match=message):
+            serialize.decode_model(io.make_envelope("om", framed))
 
 
 def _leaves(obj, path=()):
@@ -285,7 +295,7 @@ def _leaves(obj, path=()):
 
 
 _DATA = serialize.encode_model(_compile(batch=2))[0]
-_PATHS = list(_leaves(_payload(_DATA)))
+_PATHS = [("~meta", *path) for path in _leaves(_payload(_DATA)["~meta"])]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -296,13 +306,10 @@ _PATHS = list(_leaves(_payload(_DATA)))
 def test_any_mutated_field_is_a_model_format_error_or_loads(index: int, value: object) -> None:
     payload = _payload(_DATA)
     path = _PATHS[index]
-    if not path:
-        payload = value
-    else:
-        parent = payload
-        for k in path[:-1]:
-            parent = parent[k]
-        parent[path[-1]] = value
+    parent = payload
+    for k in path[:-1]:
+        parent = parent[k]
+    parent[path[-1]] = value
     try:
         model = serialize.decode_model(_repack(payload))
     except ModelFormatError:

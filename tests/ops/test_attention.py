@@ -94,3 +94,13 @@ def test_rotary_embedding_3d_without_positions(rng):
     cos, sin = rand(rng, 2, 4, 2), rand(rng, 2, 4, 2)
     with at_opset(23):
         check_op("RotaryEmbedding", [x, cos, sin], {"num_heads": 3}, static=True)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"scale": 0.5}])
+@pytest.mark.parametrize(("heads", "dv", "dtype"), [((2, 2), 4, np.float32), ((4, 2), 6, np.float32), ((2, 1), 4, np.float64)])
+def test_flex_attention(rng, attrs, heads, dv, dtype):
+    from tests.ops.onnx_reference import check_against
+
+    hq, hkv = heads
+    q, k, v = rand(rng, 2, hq, 3, 4, dtype=dtype), rand(rng, 2, hkv, 5, 4, dtype=dtype), rand(rng, 2, hkv, 5, dv, dtype=dtype)
+    check_against("FlexAttention", [q, k, v], attrs, opset=1, domain="ai.onnx.preview", runtime="reference")

@@ -67,3 +67,20 @@ def test_convert_errors(rng):
     expect_graph_error("DequantizeLinear", [rand(rng, 3), np.array(1.0, np.float32)], match="not supported")
     expect_graph_error("QuantizeLinear", [rand(rng, 3), np.array(1.0, np.float32), np.array(0, np.int8)], {"output_dtype": 2},
                        match="disagrees")
+
+
+@pytest.mark.parametrize(("src", "dst"), [(np.float32, np.int32), (np.int64, np.float64), (np.int8, np.uint8),
+                                          (np.uint16, np.int16), (np.bool_, np.uint8), (np.float16, np.int16)])
+def test_bit_cast(rng, src, dst):
+    from tests.ops.onnx_reference import check_ref
+
+    x = np.asarray(rand(rng, 3, 2, dtype=src, low=-100, high=100))
+    code = {np.int32: 6, np.float64: 11, np.uint8: 2, np.int16: 5}[dst]
+    check_ref("BitCast", [x], {"to": code}, opset=26)
+    g, feeds = aioge_graph("BitCast", [x], {"to": np.dtype(dst).name})  # a dtype name works too
+    (got,) = evaluate(g, feeds)
+    np.testing.assert_array_equal(got, x.view(dst))
+
+
+def test_bit_cast_width_mismatch(rng):
+    expect_graph_error("BitCast", [rand(rng, 3)], {"to": "float64"}, match="one width")

@@ -77,3 +77,18 @@ def test_max_unpool(rng, shape, attrs, with_shape):
     # shape and fails test_maxunpool_export_with_output_shape).
     shape = np.array(x.shape[:2] + tuple(d + 1 for d in x.shape[2:]), np.int64)
     check_ref("MaxUnpool", [pooled, indices, shape], attrs, opset=22, const=(2,))
+
+
+@pytest.mark.parametrize(
+    "attrs", [{}, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, {"dilations": [2, 1]}, {"group": 2, "offset_group": 2}],
+)
+@pytest.mark.parametrize("masked", [False, True])
+def test_deform_conv(rng, attrs, masked):
+    x = rand(rng, 2, 4, 6, 6)
+    w = rand(rng, 4, 4 // attrs.get("group", 1), 3, 3)
+    pads, strides, dil = attrs.get("pads", [0] * 4), attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    out = [(6 + pads[i] + pads[i + 2] - dil[i] * 2 - 1) // strides[i] + 1 for i in range(2)]
+    og = attrs.get("offset_group", 1)
+    offset = rand(rng, 2, og * 2 * 9, *out, low=-1.5, high=1.5)
+    inputs = [x, w, offset, rand(rng, 4)] + ([rand(rng, 2, og * 9, *out, low=0, high=1)] if masked else [])
+    check_ref("DeformConv", inputs, attrs, opset=22)

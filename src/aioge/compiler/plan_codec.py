@@ -29,10 +29,9 @@ __all__ = ["ARRAY_DTYPES", "build_dataclass", "decode_value", "encode_value", "l
 
 # Tags of the generic encoding. Every mapping is encoded as a tagged map, so a plain dict in
 # the decoded data is always a tag and never ambiguous. ("~w" and "~b" are serialize's.)
-_T_TUPLE, _T_MAP, _T_DC, _T_ENUM, _T_NP, T_STRS, _T_BIGINT, _T_SET = ("~t", "~m", "~dc", "~e", "~np", "~sa", "~bi", "~fs")
+_T_TUPLE, _T_MAP, _T_DC, _T_ENUM, _T_NP, _T_STRS, _T_BIGINT, _T_SET = ("~t", "~m", "~dc", "~e", "~np", "~sa", "~bi", "~fs")
 _MSGPACK_INT = (-(1 << 63), (1 << 64) - 1)
 ARRAY_DTYPES = frozenset(DTYPES) - {"str"}
-_ARRAY_DTYPES = ARRAY_DTYPES
 
 
 # -- the type table -------------------------------------------------------------------
@@ -89,13 +88,13 @@ def encode_value(v: Any) -> Any:
                 return {_T_ENUM: [key, v.value]}
         raise TypeError(f"cannot store enum {type(v).__name__}")
     if isinstance(v, np.ndarray):
-        if v.dtype.name in _ARRAY_DTYPES:
+        if v.dtype.name in ARRAY_DTYPES:
             return v
         if v.dtype.kind in "UO":
-            return {T_STRS: [list(v.shape), [str(s) for s in v.reshape(-1).tolist()]]}
+            return {_T_STRS: [list(v.shape), [str(s) for s in v.reshape(-1).tolist()]]}
         raise TypeError(f"cannot store arrays of dtype {v.dtype}")
     if isinstance(v, np.generic):
-        if v.dtype.name not in _ARRAY_DTYPES:
+        if v.dtype.name not in ARRAY_DTYPES:
             raise TypeError(f"cannot store numpy scalars of dtype {v.dtype}")
         return {_T_NP: [v.dtype.name, v.item()]}
     if isinstance(v, tuple):
@@ -157,10 +156,10 @@ def decode_value(v: Any) -> Any:
             raise ModelFormatError(f"{key} has no member {value!r}") from None
     if tag == _T_NP:
         dtype, value = _as_list(body, tag)
-        if dtype not in _ARRAY_DTYPES or not isinstance(value, (bool, int, float, complex)):
+        if dtype not in ARRAY_DTYPES or not isinstance(value, (bool, int, float, complex)):
             raise ModelFormatError(f"bad numpy scalar {dtype!r}")
         return np.dtype(dtype).type(value)
-    if tag == T_STRS:
+    if tag == _T_STRS:
         return _str_array(body)
     if tag == _T_BIGINT:
         if not isinstance(body, str) or len(body) > 4096:
@@ -234,7 +233,7 @@ def _is_a(value: Any, hint: Any) -> bool:
 
 
 def _str_array(body: Any) -> np.ndarray:
-    shape, items = _as_list(body, T_STRS)
+    shape, items = _as_list(body, _T_STRS)
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         raise ModelFormatError("bad string array shape")
     if not isinstance(items, list) or not all(isinstance(s, str) for s in items) or len(items) != int(np.prod(shape)):

@@ -5,17 +5,18 @@ optimised graph (inputs, constants, variables, nodes with their attributes and o
 outputs), every other field of ``CompiledModel`` (node plans with their ``KernelDesc``, the
 stream plan and its events, the memory plan, fingerprint, signature, options, versions,
 compile statistics), the op versions the kernels were chosen under, and a digest of aioge's
-code. Constant and variable data travel inline (msgpack array ExtType) or, with
+code. Constant and variable data travel inline (one 64-byte-aligned bytes field of the
+payload, each tensor a zero-copy read-only view of it on load) or, with
 ``external=True`` (GE's ``ge.externalWeight=1``), as raw files ``weight/weight_<sha256>``
 beside the ``.om``: named by content so identical weights are stored once, and
 memory-mapped read-only on load after their size and sha256 are checked.
 
-The plan dataclasses are encoded generically from their fields (``dataclasses.fields``)
-with a type table of the dataclasses and enums defined in the plan modules, so fields the
-planners add travel without changes here. A digest of those fields' names and types is
-stored: a file written under another layout is stale (``ModelFormatError``), never decoded
-into the wrong shape. Loading rebuilds the graph from the stored descs (no shape
-inference) and validates structure; anything malformed is a ``ModelFormatError``.
+The plan dataclasses are encoded generically from their fields by ``plan_codec``, with a
+digest of their layout stored: a file written under another layout is stale
+(``ModelFormatError``), never decoded into the wrong shape. Loading rebuilds the graph from
+the stored descs (no shape inference), checks every field against its annotation and the
+plans against the graph, and binds each kernel once; anything malformed is a
+``ModelFormatError``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import hashlib
 import logging
 import os
 import stat
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -132,18 +134,40 @@ def encode_model(model: CompiledModel, *, external: bool = False) -> tuple[bytes
             "fields": {f.name: _enc(getattr(model, f.name)) for f in dataclasses.fields(model) if f.name != "graph"},
             "ops": _op_versions(model.graph),
         }
-        payload["blob"] = blob.bytes()
-        packed = io.pack(payload)
+        framed = _frame(io.pack(payload), blob.bytes())
     except TypeError as exc:
         raise ModelFormatError(f"graph {model.graph.name!r}: cannot serialise: {exc}") from None
-    return io.make_envelope(OM_KIND, packed, {"graph": model.graph.name}), weights
+    return io.make_envelope(OM_KIND, framed, {"graph": model.graph.name}), weights
+
+
+def _frame(meta: bytes, blob: bytes) -> bytes:
+    """The envelope payload: meta length (8 bytes LE) | meta (msgpack) | zero pad to 64 | blob.
+
+    The tensor bytes stay outside msgpack, so loading views them where they lie in the
+    payload instead of copying them once more out of a msgpack bin."""
+    head = struct.pack("<Q", len(meta)) + meta
+    return head + b"\0" * (-len(head) % _BLOB_ALIGN) + blob
+
+
+def _unframe(payload: bytes, path: str | None) -> tuple[Any, memoryview]:
+    if len(payload) < 8:
+        raise ModelFormatError("payload too short", path=path)
+    (n,) = struct.unpack_from("<Q", payload)
+    start = 8 + n + (-(8 + n) % _BLOB_ALIGN)
+    if 8 + n > len(payload) or start > len(payload):
+        raise ModelFormatError(f"payload declares {n} bytes of metadata, has {len(payload) - 8}", path=path)
+    try:
+        meta = io.unpack(payload[8 : 8 + n], what="compiled model")
+    except CacheError as exc:
+        raise ModelFormatError(str(exc), path=path) from None
+    return meta, memoryview(payload)[start:]
 
 
 class _Blob:
-    """Inline tensor data, concatenated at aligned offsets into one bytes field of the payload.
+    """Inline tensor data, concatenated at aligned offsets after the payload's metadata.
 
-    One msgpack bin decodes with one copy and every tensor is then a zero-copy view of it
-    (an ExtType per tensor would be copied twice and parsed once more)."""
+    On load every tensor is a zero-copy read-only view of the payload (an ExtType per
+    tensor would be copied twice and parsed once more)."""
 
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
@@ -202,21 +226,19 @@ def _op_versions(g: Graph) -> dict[str, int]:
 # -- decoding -------------------------------------------------------------------------
 
 
-def _open(data: bytes, path: str | None, check_versions: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+def _open(data: bytes, path: str | None, check_versions: bool) -> tuple[dict[str, Any], dict[str, Any], memoryview]:
     try:
-        header, blob = io.open_envelope(data, OM_KIND, path=path, check_versions=check_versions)
-        payload = io.unpack(blob, what="compiled model")
-    except ModelFormatError:
-        raise
+        header, framed = io.open_envelope(data, OM_KIND, path=path, check_versions=check_versions)
     except CacheError as exc:
         raise ModelFormatError(str(exc).removeprefix(f"{path}: ") if path else str(exc), path=path) from None
+    payload, blob = _unframe(framed, path)
     if not isinstance(payload, dict):
         raise ModelFormatError("payload is not a map", path=path)
     if payload.get("layout") != OM_LAYOUT:
         raise ModelFormatError(f"payload layout {payload.get('layout')!r}, this aioge reads {OM_LAYOUT}", path=path)
     if payload.get("layout_digest") != layout_digest():
         raise ModelFormatError("written under another plan layout (the compiler's plan fields changed); recompile", path=path)
-    return header, payload
+    return header, payload, blob
 
 
 def decode_meta(data: bytes, *, path: str | None = None, check_versions: bool = True) -> dict[str, Any]:
@@ -229,7 +251,7 @@ def decode_meta(data: bytes, *, path: str | None = None, check_versions: bool = 
     Raises:
         ModelFormatError: not a valid .om for this aioge.
     """
-    header, payload = _open(data, path, check_versions)
+    header, payload, _ = _open(data, path, check_versions)
     try:
         fields = payload["fields"]
         graph = payload["graph"]
@@ -280,15 +302,12 @@ def decode_model(
             weight file that is missing or does not match its size or sha256.
     """
     start = time.perf_counter()
-    header, payload = _open(data, path, check_versions)
+    header, payload, blob = _open(data, path, check_versions)
     if expect_sha256 is not None and header.get("sha256") != expect_sha256:
         raise ModelFormatError("is not the file its index entry was made for (sha256 differs)", path=path)
     if weight_dir is None:
         weight_dir = os.path.join(os.path.dirname(os.path.abspath(path)) if path else ".", WEIGHT_DIR)
     try:
-        blob = payload["blob"]
-        if not isinstance(blob, bytes):
-            raise TypeError("blob is not bytes")
         graph = _dec_graph(payload["graph"], weight_dir, require_owner, blob)
         fields = payload["fields"]
         if not isinstance(fields, dict):
@@ -316,7 +335,7 @@ def decode_model(
     return model
 
 
-def _dec_graph(x: Any, weight_dir: str, require_owner: bool, blob: bytes) -> Graph:
+def _dec_graph(x: Any, weight_dir: str, require_owner: bool, blob: memoryview) -> Graph:
     g = Graph(x["name"])
     if not isinstance(g.name, str):
         raise TypeError("graph name is not a string")
@@ -360,7 +379,7 @@ def _set_desc(v: Value, d: TensorDesc) -> None:
     v.desc = d
 
 
-def _dec_data(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, name: str, blob: bytes) -> np.ndarray:
+def _dec_data(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, name: str, blob: memoryview) -> np.ndarray:
     if isinstance(ref, dict) and _T_WEIGHT in ref:
         return _map_weight(ref[_T_WEIGHT], desc, weight_dir, require_owner, name)
     if isinstance(ref, dict) and _T_BLOB in ref:

@@ -276,24 +276,37 @@ def coalesce(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]]) -> tu
     return tuple(dims), [tuple(x) for x in ins]
 
 
-def _chunks(shape: tuple[int, ...], block: int) -> tuple[int, int, list[tuple[tuple[Any, ...], int]]]:
-    """Split ``shape`` into chunks of at most ``block`` elements (at least one row of the
-    chosen axis). Returns the axis, the rows per chunk and, per chunk, the index tuple of
-    its leading position and its first row."""
+def _chunking(shape: tuple[int, ...], block: int) -> tuple[int, int]:
+    """How to split ``shape`` into chunks of at most ``block`` elements (at least one row):
+    the axis to split and the rows of it per chunk; the axes after it are whole."""
     axis = len(shape) - 1
     while axis > 0 and math.prod(shape[axis:]) <= block:
         axis -= 1  # the widest tail that still fits, so chunks are as long as possible
     inner = math.prod(shape[axis + 1 :])
-    rows = max(1, min(shape[axis], block // max(inner, 1)))
-    chunks = []
-    for lead in np.ndindex(*shape[:axis]):
-        for r0 in range(0, shape[axis], rows):
-            chunks.append((tuple(int(i) for i in lead), r0))
-    return axis, rows, chunks
+    return axis, max(1, min(shape[axis], block // max(inner, 1)))
+
+
+_Plan = list[tuple[tuple[Any, ...], tuple[tuple[Any, ...], ...], bool]]
+
+
+def _plan(cshape: tuple[int, ...], in_cshapes: Sequence[tuple[int, ...]], axis: int, rows: int) -> _Plan:
+    """Per chunk: the output index, each input's index (a broadcast dim indexes 0 or keeps
+    its 1) and whether it is the short last chunk of its row."""
+    plan = []
+    for lead in np.ndindex(*cshape[:axis]):
+        for r0 in range(0, cshape[axis], rows):
+            r1 = min(r0 + rows, cshape[axis])
+            iidx = tuple(
+                (*(0 if c[j] == 1 else int(lead[j]) for j in range(axis)), slice(0, 1) if c[axis] == 1 else slice(r0, r1))
+                for c in in_cshapes
+            )
+            plan.append(((*(int(i) for i in lead), slice(r0, r1)), iidx, r1 - r0 != rows))
+    return plan
 
 
 def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
-    """Bind a FusedElementwise program to its shapes: plan the chunks and the registers once.
+    """Bind a FusedElementwise program to its shapes: registers and chunking are planned here,
+    the chunk list on the first run; nothing is planned per run.
 
     Raises:
         ValueError: the program is malformed.
@@ -303,19 +316,11 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
     dtype = np.dtype(outs[0].dtype)
     cshape, in_cshapes = coalesce(out_shape, [tuple(int(d) for d in desc.shape) for desc in ins])
     block = max(1, int(params.get("block_bytes", BLOCK_BYTES)) // dtype.itemsize)
-    axis, rows, chunk_list = _chunks(cshape, block)
+    axis, rows = _chunking(cshape, block)
     program, nregs, temp_counts = _allocate(steps, len(ins))
-
-    # Per chunk: the output index, each input's index (broadcast dims index 0 or keep their
-    # 1), and whether it is the short last chunk of its row.
-    plan = []
-    for lead, r0 in chunk_list:
-        r1 = min(r0 + rows, cshape[axis])
-        iidx = tuple(
-            (*(0 if c[j] == 1 else lead[j] for j in range(axis)), slice(0, 1) if c[axis] == 1 else slice(r0, r1))
-            for c in in_cshapes
-        )
-        plan.append(((*lead, slice(r0, r1)), iidx, r1 - r0 != rows))
+    # The chunk plan is made on the first run, not here: binding must stay cheap and small
+    # even for a desc no arena could hold (the executor fails on the arena first).
+    plans: list[_Plan] = []
     full_shape = (rows, *cshape[axis + 1 :])
     tail_rows = cshape[axis] % rows
     pool: list[tuple[list[np.ndarray], Temps, list[np.ndarray], Temps]] = []
@@ -339,8 +344,10 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
             regs, temps, tregs, ttemps = pool.pop()
         except IndexError:
             regs, temps, tregs, ttemps = scratch()
+        if not plans:
+            plans.append(_plan(cshape, in_cshapes, axis, rows))  # racing first runs make equal plans
         try:
-            for oidx, iidx, tail in plan:
+            for oidx, iidx, tail in plans[0]:
                 frame = [yc[oidx]]
                 frame.extend([x[i] for x, i in zip(xs, iidx)])
                 frame.extend(tregs if tail else regs)

@@ -72,14 +72,18 @@ def string_split(x: np.ndarray, delimiter: str | None = None, maxsplit: int | No
     No (or an empty) delimiter splits on runs of whitespace, as Python's str.split() does.
     """
     sep = delimiter or None
-    parts = np.char.split(_unicode(x), sep, -1 if maxsplit is None else maxsplit).reshape(-1)
+    text = _unicode(x)
+    parts = np.char.split(text, sep, -1 if maxsplit is None else maxsplit).reshape(-1)
     counts = np.frompyfunc(len, 1, 1)(parts).astype(np.int64) if parts.size else np.zeros(0, np.int64)
+    # an empty string has no pieces, whatever the delimiter (as onnxruntime has it)
+    empty = text.reshape(-1) == ""
+    counts[empty] = 0
     width = int(counts.max(initial=0))
     y = np.full((parts.size, width), "", dtype=object)
     if counts.sum():
         rows = np.repeat(np.arange(parts.size), counts)
         cols = np.arange(rows.size) - np.repeat(np.cumsum(counts) - counts, counts)
-        y[rows, cols] = np.fromiter(itertools.chain.from_iterable(parts), dtype=object, count=rows.size)
+        y[rows, cols] = np.fromiter(itertools.chain.from_iterable(parts[~empty]), dtype=object, count=rows.size)
     return y.reshape(*x.shape, width), counts.reshape(x.shape)
 
 

@@ -39,6 +39,7 @@ class Lane:
         self._thread.start()
 
     def put(self, fn: Callable[[], object]) -> None:
+        """Queue ``fn`` to run after everything queued before it (callers go through ``EngineWorkers.enqueue``)."""
         self._queue.put(fn)
 
     def _serve(self) -> None:
@@ -53,9 +54,11 @@ class Lane:
                 log.exception("worker %s: an item raised", self.name)
 
     def stop(self) -> None:
+        """Let the thread end once the items queued so far have run."""
         self._queue.put(None)
 
     def join(self, timeout: float | None = None) -> None:
+        """Wait (blocking) for the thread to end."""
         self._thread.join(timeout)
 
 
@@ -145,6 +148,7 @@ class Completion:
                 pass
 
     async def wait(self) -> None:
+        """Wait until every item has ticked (cancellable)."""
         await self._event.wait()
 
     async def wait_shielded(self) -> None:
