@@ -118,6 +118,31 @@ def _conv_branches(c: int, hw: int) -> tuple[Graph, dict[str, np.ndarray]]:
     return g, {"x": rng.standard_normal((1, c, hw, hw)).astype(np.float32)}
 
 
+_PROBE = (np.ones((384, 384), np.float32), np.ones((384, 384), np.float32))
+
+
+def _parallel_probe(count: int = 8) -> float:
+    """How much faster two plain threads run ``count`` 384^3 matmuls than one: the parallelism
+    the machine offers right now (other processes share these cores)."""
+    import threading
+
+    def work(n: int) -> None:
+        out = np.empty((384, 384), np.float32)
+        for _ in range(n):
+            np.matmul(*_PROBE, out=out)
+
+    t = time.perf_counter()
+    work(count)
+    serial = time.perf_counter() - t
+    threads = [threading.Thread(target=work, args=(count // 2,)) for _ in range(2)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return serial / (time.perf_counter() - t)
+
+
 async def _interleaved(g: Graph, feeds: dict[str, np.ndarray], reps: int) -> dict[str, Any]:
     """Time single-stream, multi-stream and single-stream-with-BLAS-on-every-core runs in turn,
     run by run, so that load from other processes hits all three alike."""
@@ -130,7 +155,7 @@ async def _interleaved(g: Graph, feeds: dict[str, np.ndarray], reps: int) -> dic
         ref = await single.run_graph(1, feeds)
         out = await multi.run_graph(1, feeds)
         np.testing.assert_allclose(out["y"], ref["y"], rtol=1e-4, atol=1e-5)
-        times: dict[str, list[float]] = {"single": [], "multi": [], "wide": []}
+        times: dict[str, list[float]] = {"single": [], "multi": [], "wide": [], "probe": []}
 
         async def once(s: aioge.Session) -> float:
             t = time.perf_counter()
@@ -146,8 +171,10 @@ async def _interleaved(g: Graph, feeds: dict[str, np.ndarray], reps: int) -> dic
                 times["single"].append(a)
                 times["multi"].append(b)
                 times["wide"].append(c)
+                times["probe"].append(_parallel_probe())
         return {
             **{k: statistics.median(v) for k, v in times.items()},
+            "probe_max": max(times["probe"]),
             "streams": multi.compiled(1).streams.num_streams,
         }
 
@@ -168,6 +195,7 @@ def bench_streams(reps: int, quick: bool) -> None:
             f"{name}: multi-stream  ({r['streams']} streams, BLAS 1 thread)    {multi * 1e3:8.2f} ms   "
             f"x{single / multi:5.2f} vs single, x{wide / multi:5.2f} vs single with BLAS on {cores} threads"
         )
+        print(f"{name}: machine probe: two plain threads run matmuls x{r['probe']:.2f} faster than one (median; best x{r['probe_max']:.2f})")
 
 
 # -- 3. dispatch overhead ----------------------------------------------------------------

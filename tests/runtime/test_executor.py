@@ -354,3 +354,25 @@ async def test_a_kernel_returning_a_view_into_the_arena_is_made_safe(mode: str, 
     for r in runs:
         np.testing.assert_allclose(r["flat"], a_ref, rtol=1e-6)
         assert r["late"] == pytest.approx(d_ref.mean(), rel=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["sink", "host"])
+async def test_cpu_tokens_bound_how_many_streams_compute_at_once(mode: str) -> None:
+    """With one token, four streams still finish (a stream waiting for an event lends its
+    token to the producer) and no two kernels ever overlap in time."""
+    g, weights = _branches(n=64)
+    x = np.random.default_rng(7).standard_normal((64, 64)).astype(np.float32)
+    one = EngineWorkers(cpu_slots=1)
+    try:
+        async with aioge.Session(OPTIONS) as s:
+            exe = await _executable(s, g, {"x": x})
+            assert exe.model.streams.num_streams == 4 and exe.model.streams.events
+            spans: list[TraceSpan] = []
+            with anyio.fail_after(10):
+                out = await exe.run({"x": x}, workers=one, mode=mode, trace=spans)
+        np.testing.assert_allclose(out["y"], _branches_ref(x, weights), rtol=1e-5, atol=1e-5)
+        spans.sort(key=lambda sp: sp.start)
+        assert len(spans) == len(exe.model.nodes)
+        assert all(a.end <= b.start for a, b in zip(spans, spans[1:])), "one token: one kernel at a time"
+    finally:
+        one.close()

@@ -56,7 +56,7 @@ def _infer_elementwise(ctx: InferContext) -> list[TensorDesc]:
 
 def _block_candidates(descs: object, attrs: object) -> list[dict[str, int]]:
     # The tuner times these on the real shapes; the first is the default.
-    return [{"block_bytes": k.BLOCK_BYTES}, {"block_bytes": 32 * 1024}, {"block_bytes": 128 * 1024}]
+    return [{"block_bytes": k.BLOCK_BYTES}, {"block_bytes": 64 * 1024}, {"block_bytes": 256 * 1024}]
 
 
 _FUSED_ELEMENTWISE = OpSchema(

@@ -97,7 +97,7 @@ class Context:
                 self.calls.append(partial(step.run, ins, [env[s] for s in step.outputs]))
             else:
                 self.calls.append(_fresh_outputs(step.run, ins, [(s, self._targets[s]) for s in step.outputs], env, self.arena))
-        self._programs: dict[bool, list[Program]] = {}
+        self._programs: dict[tuple[bool, int], list[Program]] = {}
 
     # -- per run ----------------------------------------------------------------------
 
@@ -141,20 +141,24 @@ class Context:
 
     # -- programs ---------------------------------------------------------------------
 
-    def programs(self, poison: bool) -> list[Program]:
-        """Per stream: its callables (waits, poison fills, kernels, records) and their node indices."""
-        made = self._programs.get(poison)
+    def programs(self, poison: bool, cpu: threading.Semaphore) -> list[Program]:
+        """Per stream: its callables (waits, poison fills, kernels, records) and their node indices.
+
+        The streams run holding a token of ``cpu``; each wait gives it back while it blocks.
+        """
+        key = (poison, id(cpu))
+        made = self._programs.get(key)
         if made is None:
-            made = self._programs[poison] = [self._program(steps, poison) for steps in self.layout.streams]
+            made = self._programs[key] = [self._program(steps, poison, cpu) for steps in self.layout.streams]
         return made
 
-    def _program(self, steps: Sequence[int], poison: bool) -> Program:
+    def _program(self, steps: Sequence[int], poison: bool, cpu: threading.Semaphore) -> Program:
         fns: list[Callable[[], object]] = []
         meta: list[int] = []
         for i in steps:
             step = self.layout.steps[i]
             for e in step.waits:
-                fns.append(self.events[e].wait)
+                fns.append(partial(_wait_without_token, self.events[e], cpu))
                 meta.append(-1 - i)
             if poison:
                 for fill in self.poison_fills(i):
@@ -170,6 +174,17 @@ class Context:
     def poison_fills(self, step: int) -> list[Callable[[], object]]:
         """Callables that fill the arena bytes ``step`` reuses (dead tensors' bytes) with poison."""
         return [partial(self.arena[lo:hi].fill, POISON_BYTE) for lo, hi in self.layout.poison[step]]
+
+
+def _wait_without_token(event: threading.Event, cpu: threading.Semaphore) -> None:
+    """Wait for another stream's event, lending the CPU token meanwhile (its producer may need it)."""
+    if event.is_set():
+        return
+    cpu.release()
+    try:
+        event.wait()
+    finally:
+        cpu.acquire()
 
 
 def _fresh_outputs(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -173,13 +174,13 @@ class Executable:
             self._release(ctx)
 
     async def _run_sink(self, ctx: Context, workers: EngineWorkers, lanes: list[Lane], trace: list[TraceSpan] | None, poison: bool) -> None:
-        programs = ctx.programs(poison)
+        programs = ctx.programs(poison, workers.cpu)
         done = Completion(len(programs))
         items = []
         for s, program in enumerate(programs):
             # A context per stream: numpy's errstate and other context variables of the caller
             # apply inside the worker, as they do inside anyio's to_thread.
-            items.append((lanes[s], partial(contextvars.copy_context().run, _run_program, ctx, program, s, trace, done)))
+            items.append((lanes[s], partial(contextvars.copy_context().run, _run_program, ctx, program, s, trace, workers.cpu, done)))
         workers.enqueue(items)
         try:
             await done.wait()
@@ -204,7 +205,7 @@ class Executable:
                 await events[e].wait()
             done = Completion(1)
             fns = [*ctx.poison_fills(i), ctx.calls[i]] if poison else [ctx.calls[i]]
-            workers.enqueue([(lane, partial(contextvars.copy_context().run, _run_op, ctx, fns, i, step.stream, trace, done))])
+            workers.enqueue([(lane, partial(contextvars.copy_context().run, _run_op, ctx, fns, i, step.stream, trace, workers.cpu, done))])
             try:
                 await done.wait()
             except BaseException:
@@ -229,11 +230,14 @@ class Executable:
         return out
 
 
-def _run_program(ctx: Context, program: Program, stream: int, trace: list[TraceSpan] | None, done: Completion) -> None:
-    """Run one stream's program inside its lane; errors abort the run, never the lane."""
+def _run_program(
+    ctx: Context, program: Program, stream: int, trace: list[TraceSpan] | None, cpu: threading.Semaphore, done: Completion
+) -> None:
+    """Run one stream's program inside its lane, holding a CPU token; errors abort the run, never the lane."""
     fns, meta = program
     abort = ctx.abort
     k = 0
+    cpu.acquire()
     try:
         if trace is None:
             for k, f in enumerate(fns):  # noqa: B007 - k names the failing entry in the handler
@@ -256,18 +260,22 @@ def _run_program(ctx: Context, program: Program, stream: int, trace: list[TraceS
         node = meta[k]
         ctx.fail(exc, node if node >= 0 else -1 - node)
     finally:
+        cpu.release()
         done.tick()
 
 
-def _run_op(ctx: Context, fns: list[Any], node: int, stream: int, trace: list[TraceSpan] | None, done: Completion) -> None:
-    """Run one op (and its poison fills) inside its lane, for host mode."""
+def _run_op(
+    ctx: Context, fns: list[Any], node: int, stream: int, trace: list[TraceSpan] | None, cpu: threading.Semaphore, done: Completion
+) -> None:
+    """Run one op (and its poison fills) inside its lane, holding a CPU token, for host mode."""
     try:
-        if not ctx.abort[0]:
-            t0 = time.perf_counter()
-            for f in fns:
-                f()
-            if trace is not None:
-                trace.append(TraceSpan(node, stream, t0, time.perf_counter()))
+        with cpu:
+            if not ctx.abort[0]:
+                t0 = time.perf_counter()
+                for f in fns:
+                    f()
+                if trace is not None:
+                    trace.append(TraceSpan(node, stream, t0, time.perf_counter()))
     except BaseException as exc:  # reported to the run, which raises it
         ctx.fail(exc, node)
     finally:

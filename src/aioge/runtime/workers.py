@@ -7,7 +7,12 @@ work under one lock. That lock gives all lanes the same order of runs, so an ite
 an event of its own run only ever waits for items queued ahead of it or in its own run:
 streams of concurrent runs cannot deadlock, however they share lanes.
 
-numpy releases the GIL in its kernels, so lanes of different streams really overlap.
+numpy releases the GIL in its kernels, so lanes of different streams really overlap. There
+may be more lanes than cores (``ge.streamMaxParallelNum`` allows AiCore 4 streams), so lanes
+compute only while holding one of ``cpu_slots`` tokens (the core count): a stream takes one
+when it starts, gives it back while it waits for an event, and returns it when it ends. More
+busy threads than cores only slowed every kernel down (GIL hand-offs, cache thrash), and a
+stream blocked on an event never holds a token its producer needs.
 """
 
 from __future__ import annotations
@@ -66,11 +71,14 @@ class EngineWorkers:
     """The worker pools of the three engines. Lanes are started on first use.
 
     ``min_lanes`` (default: the core count) is how many lanes each engine gets at least, so
-    that concurrent runs of one-stream models use every core.
+    that concurrent runs of one-stream models use every core. ``cpu_slots`` (default: the
+    core count) is how many lanes may compute at once; ``cpu`` is that token semaphore.
     """
 
-    def __init__(self, min_lanes: int | None = None) -> None:
-        self._min = max(1, min_lanes if min_lanes is not None else (os.cpu_count() or 2))
+    def __init__(self, min_lanes: int | None = None, cpu_slots: int | None = None) -> None:
+        cores = os.cpu_count() or 2
+        self._min = max(1, min_lanes if min_lanes is not None else cores)
+        self.cpu = threading.Semaphore(max(1, cpu_slots if cpu_slots is not None else cores))
         self._lock = threading.Lock()
         self._lanes: dict[str, list[Lane]] = {}
         self._rotation: dict[str, int] = {}
