@@ -11,7 +11,7 @@ import pytest
 
 import aioge
 from aioge import ops
-from tests.passes.switching import ALL_OFF, compare, only
+from tests.passes.switching import ALL_OFF, compare, only, without
 
 pytestmark = pytest.mark.anyio
 
@@ -80,3 +80,18 @@ async def test_shared_conv_output_or_runtime_weights_are_not_folded() -> None:
     feeds = {"x": _f32(1, 2, 5, 5), "w": _f32(3, 2, 1, 1, seed=2)}
     on, _, _ = await compare(g, feeds, only(PASS), ALL_OFF, **TOL)
     assert on == {"Conv": 2, "BatchNormalization": 2}
+
+
+async def test_batch_norm_that_cannot_fold_is_decomposed_for_the_elementwise_fusion() -> None:
+    """DenseNet's pre-activation block: BN -> Relu before the conv. The BN becomes a
+    per-channel Mul and Add, which fuse with the Relu into one FusedElementwise."""
+    g = aioge.Graph("preact")
+    x = g.input("x", (2, 6, 5, 5), "float32")
+    y = ops.relu(_bn(g, ops.abs(x), 6, 70))
+    g.output(ops.conv2d(y, g.constant(_f32(4, 6, 1, 1, seed=1))), names=["y"])
+    feeds = {"x": _f32(2, 6, 5, 5, seed=2)}
+    on, off, _ = await compare(g, feeds, "", without("BatchNormDecompositionPass"), **TOL)
+    assert on == {"FusedElementwise": 1, "Conv": 1}
+    assert off == {"Abs": 1, "BatchNormalization": 1, "Relu": 1, "Conv": 1}
+    on, _, _ = await compare(g, feeds, only("BatchNormDecompositionPass"), ALL_OFF, **TOL)
+    assert on == {"Abs": 1, "Mul": 1, "Add": 1, "Relu": 1, "Conv": 1}

@@ -158,6 +158,7 @@ def _every_pattern() -> tuple[aioge.Graph, dict[str, np.ndarray]]:
     c = ops.conv2d(ops.identity(img), w, pads=(1, 1, 1, 1))
     c = ops.batch_normalization(c, f32(6), f32(6), f32(6), np.abs(f32(6)) + 1)
     c = ops.relu(ops.add(c, g.constant(f32(6, 1, 1))))
+    c = ops.batch_normalization(c, f32(6), f32(6), f32(6), np.abs(f32(6)) + 1)  # after a Relu: cannot fold
     h = ops.add(ops.apply("MatMul", [x, ops.transpose(wt)])[0], g.constant(f32(8)))  # + bias -> Gemm
     ax = g.constant(np.array([-1], np.int64))
     d = ops.sub(h, ops.reduce_mean(h, ax))
@@ -182,11 +183,12 @@ def _programs(model) -> list[str]:  # type: ignore[no-untyped-def]
         ("DeadCodeEliminationPass", lambda ops_, prog: ops_["Softmax"] == 2),
         ("GeluFusionPass", lambda ops_, prog: "Erf" in prog and "Gelu" not in prog),
         ("LayerNormFusionPass", lambda ops_, prog: ops_["ReduceMean"] == 2),
-        ("ConvBatchNormFusionPass", lambda ops_, prog: ops_["BatchNormalization"] == 1),
+        ("ConvBatchNormFusionPass", lambda ops_, prog: ops_["Conv"] == 1 and ops_["FusedConv"] == 0),  # BN decomposed instead
+        ("BatchNormDecompositionPass", lambda ops_, prog: ops_["BatchNormalization"] == 1 and "Add" not in prog),
         ("TransposeMatMulFusionPass", lambda ops_, prog: ops_["Transpose"] == 1),
         ("MatMulAddFusionPass", lambda ops_, prog: ops_["FusedMatMul"] == 1 and ops_["Gemm"] == 0),
         ("BiasAddFusionPass", lambda ops_, prog: "Add" in prog and ops_["FusedConv"] == 0),
-        ("ActivationFusionPass", lambda ops_, prog: ops_["Relu"] == 1 and ops_["FusedConv"] == 0),
+        ("ActivationFusionPass", lambda ops_, prog: "Relu" in prog and ops_["FusedConv"] == 0),  # the Relu joins the BN chain
         ("ElementwiseFusionPass", lambda ops_, prog: ops_["Tanh"] == 1 and ops_["FusedElementwise"] == 0),
     ],
 )
@@ -196,10 +198,11 @@ async def test_each_pass_switched_off_restores_its_pattern(name: str, back) -> N
     off_model, out_off = await run_switched(graph, feeds, f"{name}:off")
     on = Counter(n.op_type for n in on_model.nodes)
     off = Counter(n.op_type for n in off_model.nodes)
-    assert on == {"FusedConv": 1, "Gemm": 1, "LayerNormalization": 1, "FusedElementwise": 1, "Softmax": 1, "Add": 1}
-    assert _programs(on_model) == ["Gelu", "Neg", "Tanh", "Mul"]
+    assert on == {"FusedConv": 1, "Gemm": 1, "LayerNormalization": 1, "FusedElementwise": 2, "Softmax": 1, "Add": 1}
+    assert sorted(_programs(on_model)) == sorted(["Mul", "Add", "Gelu", "Neg", "Tanh", "Mul"])
     assert back(off, _programs(off_model)), (name, off, _programs(off_model))
-    # More nodes, or (Gelu's pattern) the same nodes with a longer fused program.
-    assert sum(off.values()) > sum(on.values()) or len(_programs(off_model)) > len(_programs(on_model))
+    # Never fewer nodes; the same count only where the pattern hides in a fused program (Gelu)
+    # or stands instead of one (a BatchNormalization instead of the FusedElementwise it joins).
+    assert sum(off.values()) >= sum(on.values())
     for key in out_on:
         np.testing.assert_allclose(out_on[key], out_off[key], rtol=1e-4, atol=1e-5)

@@ -1,5 +1,6 @@
 """Folding per-channel affine ops into the weights of the Conv or Gemm before them:
-inference BatchNormalization, and Mul by a per-channel constant.
+inference BatchNormalization, and Mul by a per-channel constant; and decomposing a
+BatchNormalization that cannot fold into a per-channel Mul and Add.
 
 ``BN(Conv(x, W, b))`` is ``Conv(x, W * a, (b - mean) * a + B)`` with
 ``a = scale / sqrt(var + eps)`` per output channel; for Gemm the channel is the output
@@ -12,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from aioge.ir.graph import Graph, Node, Value
-from aioge.passes.rewrite import const_array, only_use, other_input, static_shape, substitute
+from aioge.passes.rewrite import add_op, const_array, only_use, other_input, static_shape, substitute
 
-__all__ = ["fold_batch_norm"]
+__all__ = ["decompose_batch_norm", "fold_batch_norm"]
 
 
 def fold_batch_norm(graph: Graph) -> bool:
@@ -111,3 +112,31 @@ def _fold_gemm(graph: Graph, node: Node, gemm: Node, a: np.ndarray, shift: np.nd
         graph.remove_unused_values()
         return False
     return True
+
+
+def decompose_batch_norm(graph: Graph) -> bool:
+    """Rewrite each BatchNormalization with constant parameters that nothing folded into a
+    weight (its input is no Conv/Gemm of constant weights) as ``x * a + shift`` with
+    per-channel constants, so the elementwise fusion can take it together with the ops
+    around it. Returns True if it rewrote any."""
+    changed = False
+    for bn in graph.topological_order():
+        if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx"):
+            continue
+        x = bn.inputs[0]
+        affine = _bn_affine(bn)
+        shape = static_shape(x.desc) if x is not None else None
+        if affine is None or shape is None or len(shape) < 2 or any(o.uses for o in bn.outputs[1:]):
+            continue
+        a, shift = affine
+        dtype = np.dtype(x.desc.dtype)  # type: ignore[union-attr]
+        per_channel = (shape[1], *([1] * (len(shape) - 2)))
+        scale_c = graph.constant(a.astype(dtype).reshape(per_channel))
+        shift_c = graph.constant(shift.astype(dtype).reshape(per_channel))
+        mul = add_op(graph, "Mul", [x, scale_c], {})
+        if substitute(graph, bn, "Add", [mul.outputs[0], shift_c], {}, [bn]) is None:
+            graph.remove_node(mul)
+            graph.remove_unused_values()
+            continue
+        changed = True
+    return changed
