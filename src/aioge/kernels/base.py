@@ -39,7 +39,11 @@ def returning(
 
         def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
             res = fn(*inputs, **kw)
-            return into(outputs, res if isinstance(res, tuple) else (res,))
+            results = res if isinstance(res, tuple) else (res,)
+            if outputs is None:
+                # numpy turns 0-d results into scalars; a kernel's results are always arrays.
+                return tuple(r if isinstance(r, np.ndarray) else np.asarray(r) for r in results)
+            return into(outputs, results)
 
         return run
 

@@ -28,12 +28,7 @@ def _binary(name: str, impl: KernelImpl, doc: str) -> OpSchema:
 
 
 def _fn(name: str, fn: Callable[..., Any]) -> KernelImpl:
-    def arrays(*inputs: Any, **attrs: Any) -> Any:
-        # numpy turns 0-d results into scalars; kernels must return arrays
-        res = fn(*inputs, **attrs)
-        return tuple(np.asarray(r) for r in res) if isinstance(res, tuple) else np.asarray(res)
-
-    return returning(name, arrays)
+    return returning(name, fn)
 
 
 def _infer_pow(ctx: InferContext) -> list[TensorDesc]:
