@@ -146,3 +146,17 @@ def test_variables_and_value_sugar() -> None:
     y = (x + v) * 2.0 - 1.0
     assert y.desc == TensorDesc((3,), "float32")
     assert g.variables["counter"].data.flags.writeable is False
+
+
+def test_builders_are_not_shadowed_by_family_modules() -> None:
+    g = Graph("g")
+    x = g.input("x", (2, 3))
+    assert ops.shape(x).desc == TensorDesc((2,), "int64")
+    assert ops.conv(g.input("img", (1, 1, 4, 4)), np.ones((1, 1, 3, 3), np.float32)).shape == (1, 1, 2, 2)
+
+
+def test_clip_of_a_scalar_tensor() -> None:
+    from aioge.kernels.elementwise import clip
+
+    out = clip(np.array(5.0, np.float32), np.array(0.0, np.float32), np.array(1.0, np.float32))
+    assert isinstance(out, np.ndarray) and out.shape == () and out == 1.0

@@ -67,7 +67,7 @@ def clip(x: np.ndarray, lo: np.ndarray | None = None, hi: np.ndarray | None = No
         out = np.maximum(out, lo.astype(x.dtype))
     if hi is not None and hi.size:
         out = np.minimum(out, hi.astype(x.dtype))
-    return np.array(out, dtype=x.dtype, copy=out is x)
+    return np.array(out, dtype=x.dtype) if out is x else np.asarray(out, dtype=x.dtype)
 
 
 def div(a: np.ndarray, b: np.ndarray) -> np.ndarray:

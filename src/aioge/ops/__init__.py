@@ -8,6 +8,7 @@ constants of that graph. ``apply`` is the general form that every builder calls.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -147,6 +148,11 @@ def _make_builder(schema: OpSchema) -> Callable[..., Any]:
 _ALIASES = {"conv": "conv2d"}
 _BUILDERS: dict[str, Callable[..., Any]] = {builder_name(s): _make_builder(s) for s in REGISTRY.values()}
 _BUILDERS.update({alias: _BUILDERS[target] for alias, target in _ALIASES.items() if target in _BUILDERS})
+# A family submodule bound on the package (aioge.ops.shape, .conv, .attention) would shadow the
+# builder of the same name, and module __getattr__ is never consulted then: the builder wins.
+for _name, _builder in _BUILDERS.items():
+    if isinstance(globals().get(_name), ModuleType):
+        globals()[_name] = _builder
 
 
 def __getattr__(name: str) -> Callable[..., Any]:
