@@ -19,6 +19,7 @@ import numpy as np
 
 from aioge.ir.desc import TensorDesc
 from aioge.kernels.conv_algos import WeightDerived
+from aioge.kernels.nn import gemm_epilogue
 from aioge.ops.schema import KernelImpl, RunFn
 
 __all__ = ["GEMM_ALGOS", "MATMUL_ALGOS"]
@@ -148,16 +149,6 @@ def _gemm_shapes(ins: Descs, attrs: Mapping[str, Any]) -> tuple[int, int] | None
     return m, n
 
 
-def _gemm_epilogue(y: np.ndarray, c: np.ndarray | None, alpha: float, beta: float) -> None:
-    if alpha != 1.0:
-        y *= alpha
-    if c is not None and beta != 0.0:
-        if beta == 1.0:
-            y += c
-        else:
-            y += beta * c
-
-
 def build_gemm_packed(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
     """alpha·A'@B' + beta·C with A' and B' packed contiguous (once, for constants)."""
     m, n = _gemm_shapes(ins, attrs)  # type: ignore[misc]
@@ -171,7 +162,7 @@ def build_gemm_packed(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
         c = inputs[2] if len(inputs) > 2 else None
         y = _out(outputs, (m, n), a.dtype)
         np.matmul(pack_a.get(a) if ta else a, pack_b.get(b) if tb else b, out=y)
-        _gemm_epilogue(y, c, alpha, beta)
+        gemm_epilogue(y, c, alpha, beta)
         return (y,)
 
     return run
@@ -191,7 +182,7 @@ def build_gemm_dot(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Des
             np.dot(a.T if ta else a, b.T if tb else b, out=y)
         else:
             np.copyto(y, np.dot(a.T if ta else a, b.T if tb else b))
-        _gemm_epilogue(y, c, alpha, beta)
+        gemm_epilogue(y, c, alpha, beta)
         return (y,)
 
     return run

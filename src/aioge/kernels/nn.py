@@ -17,6 +17,7 @@ __all__ = [
     "build_batch_norm",
     "build_dropout",
     "build_gemm",
+    "gemm_epilogue",
     "build_layer_norm",
     "build_log_softmax",
     "build_lrn",
@@ -102,16 +103,21 @@ def build_gemm(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, ou
         b = b.T if trans_b else b
         y = _out(outputs, 0, (a.shape[0], b.shape[1]), a.dtype)
         np.matmul(a, b, out=y)
-        if alpha != 1.0:
-            y *= alpha
-        if c is not None and beta != 0.0:
-            if beta == 1.0:
-                y += c
-            else:
-                y += beta * c
+        gemm_epilogue(y, c, alpha, beta)
         return (y,)
 
     return run
+
+
+def gemm_epilogue(y: np.ndarray, c: np.ndarray | None, alpha: float, beta: float) -> None:
+    """Gemm's ``alpha * AB + beta * C`` applied in place on ``y = AB``; every Gemm kernel shares it."""
+    if alpha != 1.0:
+        y *= alpha
+    if c is not None and beta != 0.0:
+        if beta == 1.0:
+            y += c
+        else:
+            y += beta * c
 
 
 def _channel_shape(x: np.ndarray) -> tuple[int, ...]:

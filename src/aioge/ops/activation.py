@@ -13,11 +13,11 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import activation as k
 from aioge.kernels.base import returning
 from aioge.ops.infer import broadcast_shapes, infer_like_input, normalise_axis
-from aioge.ops.schema import VECTOR_ENGINES, Attr, InferContext, InferError, KernelImpl, OpSchema
+from aioge.ops.schema import FLOAT_DTYPES, VECTOR_ENGINES, Attr, InferContext, InferError, KernelImpl, OpSchema
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 
 
 def _infer_float(ctx: InferContext) -> list[TensorDesc]:

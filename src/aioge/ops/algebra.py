@@ -16,6 +16,7 @@ from aioge.ops.infer import infer_like_input, normalise_axis
 from aioge.ops.schema import (
     ALL_ENGINES,
     CPU_ONLY,
+    FLOAT_DTYPES,
     REQUIRED,
     VECTOR_ENGINES,
     Attr,
@@ -27,7 +28,7 @@ from aioge.ops.schema import (
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 
 
 def _infer_einsum(ctx: InferContext) -> list[TensorDesc]:

@@ -12,11 +12,11 @@ from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import attention as k
 from aioge.kernels.base import returning
 from aioge.kernels.optional_outputs import returning_some
-from aioge.ops.schema import ALL_ENGINES, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import ALL_ENGINES, FLOAT_DTYPES, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 
 
 def _known(shape: tuple[Dim, ...] | None) -> tuple[int, ...] | None:

@@ -14,11 +14,11 @@ from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import conv as k
 from aioge.kernels.conv_algos import CONV_ALGOS
 from aioge.kernels.pool_algos import GLOBAL_AVG_ALGOS, POOL_AVG_ALGOS, POOL_MAX_ALGOS
-from aioge.ops.schema import ALL_ENGINES, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema
+from aioge.ops.schema import ALL_ENGINES, FLOAT_DTYPES, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 _AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 

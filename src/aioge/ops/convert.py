@@ -13,11 +13,11 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import convert as k
 from aioge.kernels.base import returning
 from aioge.ops.infer import normalise_axis
-from aioge.ops.schema import CPU_ONLY, REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import CPU_ONLY, FLOAT_DTYPES, REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 _QUANT = ("uint8", "int8", "uint16", "int16", "uint32", "int32")
 
 

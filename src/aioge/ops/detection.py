@@ -9,11 +9,11 @@ from __future__ import annotations
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import detection as k
 from aioge.kernels.base import returning
-from aioge.ops.schema import CPU_ONLY, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import CPU_ONLY, FLOAT_DTYPES, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 
 
 def _infer_nms(ctx: InferContext) -> list[TensorDesc]:

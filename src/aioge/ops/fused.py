@@ -26,11 +26,11 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import fused as k
 from aioge.ops import conv, nn
 from aioge.ops.infer import broadcast_shapes
-from aioge.ops.schema import ALL_ENGINES, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema, RunFn
+from aioge.ops.schema import ALL_ENGINES, FLOAT_DTYPES, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema, RunFn
 
 __all__ = ["ACTIVATIONS", "SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 
 # The activations a FusedConv, FusedGemm or FusedMatMul may apply, by their op names.
 ACTIVATIONS: tuple[str, ...] = ("", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Clip", "Tanh", "Gelu")

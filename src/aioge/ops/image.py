@@ -17,11 +17,11 @@ from aioge.kernels import image as k
 from aioge.kernels import resize as kr
 from aioge.kernels.base import returning
 from aioge.ops.infer import normalise_axis
-from aioge.ops.schema import CPU_ONLY, REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import CPU_ONLY, FLOAT_DTYPES, REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 
 
 def _ints(v: np.ndarray) -> list[int]:

@@ -10,11 +10,11 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import loss as k
 from aioge.kernels.base import returning
 from aioge.kernels.optional_outputs import returning_some
-from aioge.ops.schema import VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import FLOAT_DTYPES, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 _ATTRS = {"ignore_index": Attr("int"), "reduction": Attr("string", "mean", ("none", "sum", "mean"))}
 
 

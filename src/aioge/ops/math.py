@@ -16,6 +16,7 @@ from aioge.kernels.base import returning, ufunc_impl
 from aioge.ops.infer import infer_binary, infer_broadcast_same_dtype, infer_like_input
 from aioge.ops.schema import (
     ALL_ENGINES,
+    FLOAT_DTYPES,
     REQUIRED,
     VECTOR_ENGINES,
     Attr,
@@ -27,7 +28,7 @@ from aioge.ops.schema import (
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 _INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 

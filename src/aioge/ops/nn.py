@@ -12,6 +12,7 @@ from aioge.kernels.norm_algos import BATCHNORM_ALGOS, LAYERNORM_ALGOS, SOFTMAX_A
 from aioge.ops.infer import broadcast_shapes, normalise_axis
 from aioge.ops.schema import (
     ALL_ENGINES,
+    FLOAT_DTYPES,
     REQUIRED,
     VECTOR_ENGINES,
     Attr,
@@ -23,7 +24,7 @@ from aioge.ops.schema import (
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 _NUMBERS = (*_FLOATS, "int32", "int64", "uint32", "uint64")
 
 

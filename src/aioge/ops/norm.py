@@ -11,11 +11,11 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import norm as k
 from aioge.kernels.base import returning
 from aioge.ops.infer import infer_like_input, normalise_axis
-from aioge.ops.schema import REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import FLOAT_DTYPES, REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 _EPS = {"epsilon": Attr("float", 1e-5)}
 _STASH = {"stash_type": Attr("int", 1)}
 

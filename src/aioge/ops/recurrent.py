@@ -11,11 +11,11 @@ from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import rnn as k
 from aioge.kernels import stateful as ks
 from aioge.kernels.optional_outputs import returning_some
-from aioge.ops.schema import REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import FLOAT_DTYPES, REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 _DIRECTION = Attr("string", "forward", ("forward", "reverse", "bidirectional"))
 
 

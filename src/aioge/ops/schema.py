@@ -18,6 +18,7 @@ from aioge.ir.desc import Dim, TensorDesc
 __all__ = [
     "ALL_ENGINES",
     "CPU_ONLY",
+    "FLOAT_DTYPES",
     "Attr",
     "InferContext",
     "InferError",
@@ -31,7 +32,8 @@ __all__ = [
 ALL_ENGINES = frozenset({Engine.AICORE, Engine.AIVEC, Engine.AICPU})
 VECTOR_ENGINES = frozenset({Engine.AIVEC, Engine.AICPU})
 CPU_ONLY = frozenset({Engine.AICPU})
-_FLOATS = frozenset({"float16", "float32", "float64"})
+FLOAT_DTYPES: tuple[str, ...] = ("float16", "float32", "float64")
+_FLOATS = frozenset(FLOAT_DTYPES)
 
 
 class _Required:

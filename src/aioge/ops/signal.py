@@ -14,11 +14,11 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import signal as k
 from aioge.kernels.base import returning
 from aioge.kernels.convert import dtype_of_code
-from aioge.ops.schema import CPU_ONLY, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import CPU_ONLY, FLOAT_DTYPES, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 
 
 def _scalar(ctx: InferContext, i: int) -> int | None:

@@ -16,6 +16,7 @@ from aioge.kernels.conv import build_global_pool, window_geometry
 from aioge.ops.schema import (
     ALL_ENGINES,
     CPU_ONLY,
+    FLOAT_DTYPES,
     REQUIRED,
     VECTOR_ENGINES,
     Attr,
@@ -27,7 +28,7 @@ from aioge.ops.schema import (
 
 __all__ = ["SCHEMAS"]
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = FLOAT_DTYPES
 _AUTO_PAD = Attr("string", "NOTSET", ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"))
 
 
