@@ -27,13 +27,7 @@ _SKIPS = S.read_skips(S.MODEL_SKIPS)
 
 # light/ models known not to match, with the diagnosis. strict: the day they match, this fails
 # so the entry is removed. Not a skip-file entry: light/ models must match, this is a bug.
-KNOWN_LIGHT_FAILURES = {
-    "squeezenet": (
-        "conv kernels (OpenBLAS sgemm) round identical output channels differently (~2e-7 relative); "
-        "with constant weights the logits reach 9.5e9, so those few-ulp differences (~2000) turn the "
-        "final Softmax one-hot instead of the uniform 0.001 onnxruntime gets from bit-identical channels"
-    ),
-}
+KNOWN_LIGHT_FAILURES: dict[str, str] = {}
 _CASES = S.model_cases()
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import aioge
 from aioge import ops
-from tests.passes.switching import ALL_OFF, compare, only, without
+from tests.passes.switching import ALL_OFF, compare, only, run_switched, without
 
 pytestmark = pytest.mark.anyio
 
@@ -182,3 +182,60 @@ async def test_transpose_matmul_add_relu_end_to_end() -> None:
     on, off, out = await compare(g, feeds, "", ALL_OFF, **TOL)
     assert on == {"FusedGemm": 1} and off == {"Transpose": 1, "MatMul": 1, "Add": 1, "Relu": 1}
     np.testing.assert_allclose(out["y"], np.maximum(feeds["x"] @ feeds["w"].T + _f32(5, seed=1), 0), **TOL)
+
+
+# -- DuplicateFilterPass ----------------------------------------------------------------
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """3x3, stride 1, no padding, by explicit windows."""
+    n, c, h, wd = x.shape
+    out = np.zeros((n, w.shape[0], h - 2, wd - 2), np.float64)
+    for i in range(h - 2):
+        for j in range(wd - 2):
+            out[:, :, i, j] = np.einsum("ncuv,mcuv->nm", x[:, :, i:i + 3, j:j + 3], w)
+    return (out + b.reshape(1, -1, 1, 1)).astype(np.float32)
+
+
+async def test_repeated_filters_are_computed_once_and_come_out_identical() -> None:
+    distinct = _f32(3, 4, 3, 3, seed=1)
+    order = [0, 1, 0, 2, 1, 0, 0, 2]  # 8 channels, 3 distinct filters
+    w = distinct[order]
+    b = np.array([0.5, -1.0, 0.5, 2.0, -1.0, 0.5, 0.5, 2.0], np.float32)
+    g = aioge.Graph("dup")
+    x = g.input("x", (2, 4, 7, 7), "float32")
+    g.output(ops.relu(ops.conv2d(x, g.constant(w), g.constant(b))), names=["y"])
+    feeds = {"x": _f32(2, 4, 7, 7, seed=2)}
+    on, off, out = await compare(g, feeds, "", without("DuplicateFilterPass"), **TOL)
+    assert on == {"FusedConv": 1, "Gather": 1} and off == {"FusedConv": 1}
+    y = out["y"]
+    for i, j in [(0, 2), (0, 5), (0, 6), (1, 4), (3, 7)]:
+        np.testing.assert_array_equal(y[:, i], y[:, j])  # bit-identical, not merely close
+    np.testing.assert_allclose(y, np.maximum(_conv_ref(feeds["x"], w, b), 0), **TOL)
+
+
+async def test_filters_equal_but_biases_not_stay_apart_and_distinct_filters_are_left() -> None:
+    w = np.repeat(_f32(1, 2, 3, 3, seed=3), 4, axis=0)
+    b = np.array([0.0, 1.0, 2.0, 3.0], np.float32)  # same filter, four biases: nothing to share
+    g = aioge.Graph("nodup")
+    x = g.input("x", (1, 2, 5, 5), "float32")
+    y1 = ops.conv2d(x, g.constant(w), g.constant(b))
+    y2 = ops.conv2d(x, g.constant(_f32(4, 2, 3, 3, seed=4)))
+    g.output(y1, y2, names=["same_w", "distinct"])
+    on, _, out = await compare(g, {"x": _f32(1, 2, 5, 5, seed=5)}, only("DuplicateFilterPass"), ALL_OFF, **TOL)
+    assert on == {"Conv": 2}
+    np.testing.assert_allclose(out["same_w"], _conv_ref(_f32(1, 2, 5, 5, seed=5), w, b), **TOL)
+
+
+async def test_one_distinct_filter_without_bias_becomes_a_one_channel_conv() -> None:
+    w = np.full((6, 3, 3, 3), 0.25, np.float32)  # constant weights, as in the ONNX light/ models
+    g = aioge.Graph("splat")
+    x = g.input("x", (1, 3, 6, 6), "float32")
+    g.output(ops.conv2d(x, g.constant(w)), names=["y"])
+    feeds = {"x": _f32(1, 3, 6, 6, seed=6)}
+    m_on, out = await run_switched(g, feeds, only("DuplicateFilterPass"))
+    conv = next(n for n in m_on.graph.nodes if n.op_type == "Conv")
+    assert conv.inputs[1].desc.shape == (1, 3, 3, 3) and conv.outputs[0].desc.shape == (1, 1, 4, 4)
+    y = out["y"]
+    assert all(np.array_equal(y[:, 0], y[:, k]) for k in range(1, 6))
+    np.testing.assert_allclose(y, _conv_ref(feeds["x"], w, np.zeros(6, np.float32)), **TOL)

@@ -13,9 +13,9 @@ import numpy as np
 from aioge.ir.graph import Graph, Node, Value
 from aioge.ops.fused import ACTIVATIONS
 from aioge.passes.elementwise import node_steps
-from aioge.passes.rewrite import const_array, only_use, other_input, static_shape, substitute
+from aioge.passes.rewrite import add_op, const_array, only_use, other_input, static_shape, substitute
 
-__all__ = ["fold_transposes", "fuse_activation", "fuse_bias_add", "fuse_matmul_add"]
+__all__ = ["dedup_filters", "fold_transposes", "fuse_activation", "fuse_bias_add", "fuse_matmul_add"]
 
 _FLOATS = frozenset({"float16", "float32", "float64"})
 
@@ -223,4 +223,56 @@ def fuse_activation(graph: Graph) -> bool:
         attrs.update(activation=steps[0].op, activation_params=list(steps[0].params))
         if substitute(graph, act, op, list(p.inputs), attrs, [act, p], domain="aioge") is not None:
             changed = True
+    return changed
+
+
+# -- duplicate filters ------------------------------------------------------------------
+
+_CONVS = {("Conv", ""): "Conv", ("FusedConv", "aioge"): "FusedConv"}
+
+
+def _unique_filters(w: np.ndarray, b: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(first row of each distinct (filter, bias) pair, the pair index of every output
+    channel), comparing bytes; None when every filter is distinct."""
+    m = w.shape[0]
+    rows = np.ascontiguousarray(w.reshape(m, -1))
+    if b is not None:
+        rows = np.concatenate([rows, b.reshape(m, 1).astype(rows.dtype)], axis=1)
+    keys = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).reshape(m)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    if len(first) == m:
+        return None
+    return first, inverse.reshape(m)
+
+
+def dedup_filters(graph: Graph) -> bool:
+    """Compute identical output channels of a Conv once: a Conv (or FusedConv) with constant
+    weights whose filters (with their biases) repeat becomes a Conv over the distinct filters
+    and a Gather that copies each channel where it belongs. Besides the work it saves, the
+    repeated channels come out bit-identical, which BLAS does not promise (its edge tiles
+    round differently). Returns True if it rewrote any."""
+    changed = False
+    for conv in graph.topological_order():
+        op = _CONVS.get((conv.op_type, conv.domain if conv.domain != "ai.onnx" else ""))
+        if op is None or int(conv.attrs.get("group", 1)) != 1 or len(conv.inputs) < 2:
+            continue
+        w = const_array(conv.inputs[1])
+        b_in = conv.inputs[2] if len(conv.inputs) > 2 else None
+        b = const_array(b_in)
+        if w is None or w.ndim < 3 or w.shape[0] < 2 or (b_in is not None and b is None):
+            continue
+        found = _unique_filters(w, b)
+        if found is None:
+            continue
+        first, inverse = found
+        inputs = [conv.inputs[0], graph.constant(np.ascontiguousarray(w[first]))]
+        if b is not None:
+            inputs.append(graph.constant(np.ascontiguousarray(b[first])))
+        small = add_op(graph, op, inputs, dict(conv.attrs), domain=conv.domain)
+        index = graph.constant(inverse.astype(np.int64))
+        if substitute(graph, conv, "Gather", [small.outputs[0], index], {"axis": 1}, [conv]) is None:
+            graph.remove_node(small)
+            graph.remove_unused_values()
+            continue
+        changed = True
     return changed

@@ -58,6 +58,9 @@ PASSES: tuple[GraphPass, ...] = (
     GraphPass("ActivationFusionPass", True,
               "fuse Relu/LeakyRelu/Clip/Sigmoid/HardSigmoid/Tanh/Gelu into the Conv, Gemm or MatMul before it",
               linear.fuse_activation),
+    GraphPass("DuplicateFilterPass", True,
+              "compute repeated (filter, bias) pairs of a Conv with constant weights once and Gather the channels",
+              linear.dedup_filters),
     GraphPass("ElementwiseFusionPass", True, "fuse chains of elementwise ops into one blocked FusedElementwise kernel",
               elementwise.fuse_elementwise),
 )
