@@ -12,12 +12,14 @@ from aioge.kernels import reduce as k
 from aioge.kernels.pool_algos import reduce_algos
 from aioge.ops.schema import VECTOR_ENGINES, Attr, InferContext, InferError, KernelImpl, OpSchema
 
-__all__ = ["SCHEMAS"]
+__all__ = ["REDUCE_ATTRS", "SCHEMAS", "infer_reduce", "infer_reduce_or_bool"]
 
 _NUMBERS = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
-def _infer_reduce(ctx: InferContext, dtypes: tuple[str, ...] = _NUMBERS) -> list[TensorDesc]:
+def infer_reduce(ctx: InferContext, dtypes: tuple[str, ...] = _NUMBERS) -> list[TensorDesc]:
+    """The output of an opset-18 reduction: ``axes`` from the optional int64 input, ``keepdims``
+    and ``noop_with_empty_axes`` from the attributes; unknown when the axes are computed at run time."""
     x = ctx.inputs[0]
     if x is None:
         raise InferError("input data is required")
@@ -44,17 +46,17 @@ def _infer_reduce(ctx: InferContext, dtypes: tuple[str, ...] = _NUMBERS) -> list
     return [TensorDesc(tuple(out), x.dtype)]
 
 
-def _infer_reduce_or_bool(ctx: InferContext) -> list[TensorDesc]:
-    """ReduceMax (opset 20) also takes bool tensors: max is any(), over no elements False."""
-    return _infer_reduce(ctx, (*_NUMBERS, "bool"))
+def infer_reduce_or_bool(ctx: InferContext) -> list[TensorDesc]:
+    """ReduceMax and ReduceMin (opset 20) also take bool tensors: max is any(), min is all()."""
+    return infer_reduce(ctx, (*_NUMBERS, "bool"))
 
 
-_ATTRS = {"keepdims": Attr("int", 1, (0, 1)), "noop_with_empty_axes": Attr("int", 0, (0, 1))}
+REDUCE_ATTRS = {"keepdims": Attr("int", 1, (0, 1)), "noop_with_empty_axes": Attr("int", 0, (0, 1))}
 
 
-def _reduce(name: str, reducer: str, doc: str, infer: Callable[[InferContext], list[TensorDesc]] = _infer_reduce) -> OpSchema:
+def _reduce(name: str, reducer: str, doc: str, infer: Callable[[InferContext], list[TensorDesc]] = infer_reduce) -> OpSchema:
     return OpSchema(
-        name, infer, (KernelImpl("numpy", k.build_reduce(reducer)), *reduce_algos(reducer)), VECTOR_ENGINES, _ATTRS, (1, 2),
+        name, infer, (KernelImpl("numpy", k.build_reduce(reducer)), *reduce_algos(reducer)), VECTOR_ENGINES, REDUCE_ATTRS, (1, 2),
         family="reduce", doc=doc,
     )
 
@@ -62,5 +64,5 @@ def _reduce(name: str, reducer: str, doc: str, infer: Callable[[InferContext], l
 SCHEMAS: tuple[OpSchema, ...] = (
     _reduce("ReduceSum", "sum", "sum over axes (all when none are given)"),
     _reduce("ReduceMean", "mean", "mean over axes (all when none are given)"),
-    _reduce("ReduceMax", "max", "maximum over axes (all when none are given)", _infer_reduce_or_bool),
+    _reduce("ReduceMax", "max", "maximum over axes (all when none are given)", infer_reduce_or_bool),
 )
