@@ -171,3 +171,43 @@ async def test_cancelled_run_leaves_session_usable() -> None:
         for _ in range(40):
             r = np.tanh(r)
         np.testing.assert_allclose(out["y"], r, rtol=1e-5, atol=1e-6)
+
+
+async def test_unclosed_session_stops_its_lanes_when_collected() -> None:
+    import gc
+
+    s = aioge.Session()
+    await s.add_graph(1, _graph())
+    x = np.ones((2, 8), np.float32)
+    np.testing.assert_allclose((await s.run_graph(1, {"x": x}))["y"], _ref(x), rtol=1e-6, atol=1e-6)
+    assert s._workers is not None
+    threads = [lane._thread for lane in s._workers._started]
+    assert threads and all(t.is_alive() for t in threads)
+    del s  # never closed
+    gc.collect()
+    deadline = time.perf_counter() + 5.0
+    while any(t.is_alive() for t in threads) and time.perf_counter() < deadline:
+        await anyio.sleep(0.01)
+    assert not any(t.is_alive() for t in threads), "a session dropped without aclose() leaked its lane threads"
+
+
+async def test_64_concurrent_runs_bound_the_arenas_and_stay_correct() -> None:
+    import os
+
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal((16, 8)).astype(np.float32) for _ in range(64)]
+    results: dict[int, np.ndarray] = {}
+    async with aioge.Session() as s:
+        await s.add_graph(1, _graph())
+
+        async def one(i: int) -> None:
+            results[i] = (await s.run_graph(1, {"x": inputs[i]}))["y"]
+
+        async with anyio.create_task_group() as tg:
+            for i in range(64):
+                tg.start_soon(one, i)
+        made = s.executable(1).contexts_made
+    for i in range(64):
+        np.testing.assert_allclose(results[i], _ref(inputs[i]), rtol=1e-6, atol=1e-6)
+    # Runs in flight are bounded (twice the cores), and so are the arenas they hold.
+    assert 1 <= made <= 2 * (os.cpu_count() or 2), made

@@ -59,7 +59,6 @@ class Session:
         self._anonymous: dict[int, tuple[Graph, int]] = {}
         self._variables: dict[str, np.ndarray] = {}
         self._cpu: anyio.CapacityLimiter | None = None
-        self._threads: anyio.CapacityLimiter | None = None
         self._runs: anyio.CapacityLimiter | None = None
         self._workers: EngineWorkers | None = None  # the engines' lanes, started with the session
         self._closed = False
@@ -83,15 +82,16 @@ class Session:
         if workers is not None:  # lanes finish what is queued, then stop; joining blocks, so off the loop
             await anyio.to_thread.run_sync(workers.close)
 
-    def _limiters(self) -> tuple[anyio.CapacityLimiter, anyio.CapacityLimiter, anyio.CapacityLimiter]:
+    def _limiters(self) -> tuple[anyio.CapacityLimiter, anyio.CapacityLimiter]:
         if self._cpu is None:
             cores = os.cpu_count() or 2
             self._cpu = anyio.CapacityLimiter(cores)  # compile work
-            self._runs = anyio.CapacityLimiter(cores)  # concurrent runs executing kernels
-            # Spare thread hops of the session (runs themselves execute on the engine lanes of EngineWorkers).
-            self._threads = anyio.CapacityLimiter(cores * 16)
-        assert self._runs is not None and self._threads is not None
-        return self._cpu, self._runs, self._threads
+            # Runs in flight on the engine lanes (each holds an arena). Twice the cores, so a lane
+            # that finishes a run finds the next one queued instead of idling through the
+            # thread-to-loop-to-thread hand-off; the lanes' CPU tokens still bound the compute.
+            self._runs = anyio.CapacityLimiter(2 * cores)
+        assert self._runs is not None
+        return self._cpu, self._runs
 
     async def _start(self) -> EngineWorkers:
         """The engine workers, started on first use; BLAS threads are set once before any kernel runs."""
@@ -166,7 +166,7 @@ class Session:
         entry = self._entry(graph_id)
         arrays, signature = self._check_feeds(entry.graph, feeds)
         exe = await self._executable(entry, signature)
-        _, runs, _ = self._limiters()
+        _, runs = self._limiters()
         workers = await self._start()
         spans: list[TraceSpan] | None = [] if trace is not None else None
         async with runs:
@@ -282,7 +282,7 @@ class Session:
         async with entry.lock:  # one compile per graph and signature; waiters get the result
             exe = entry.builds.get(signature)
             if exe is None:
-                cpu, _, _ = self._limiters()
+                cpu, _ = self._limiters()
 
                 async def compile_now() -> CompiledModel:
                     return await compile_graph(

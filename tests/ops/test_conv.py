@@ -203,3 +203,28 @@ def test_pool_errors(rng):
 @pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 4, 7), (2, 2, 3, 2, 2)])
 def test_global_average_pool(rng, shape):
     check_op("GlobalAveragePool", [rand(rng, *shape)], static=True)
+
+
+@pytest.mark.parametrize("attrs", [{"pads": (1, 1, 1, 1)}, {"strides": (2, 2), "dilations": (1, 2), "pads": (0, 1, 2, 1)}])
+def test_conv_split_across_an_idle_core_matches_onnxruntime(rng, attrs, monkeypatch):
+    # Big enough for the intra-op split (>= 2**24 multiply-adds): with a free CPU token, each
+    # half of the output rows gets its own im2col and GEMM, one half on a helper thread.
+    import threading
+
+    from aioge.kernels import conv as kc
+    from aioge.kernels import parallel
+
+    tokens = threading.Semaphore(2)
+    monkeypatch.setattr(parallel, "_tokens", tokens)
+    pieces: list[int] = []
+
+    def counting(total, fn, **kw):
+        pieces.append(parallel.split_range(total, fn, **kw))
+        return pieces[-1]
+
+    monkeypatch.setattr(kc, "split_range", counting)
+    n, h = (2, 41) if "strides" not in attrs else (1, 83)
+    x, w, b = rand(rng, n, 32, h, 39 if n == 2 else 81), rand(rng, 48, 32, 3, 3), rand(rng, 48)
+    check_op("Conv", [x, w, b], attrs)
+    assert pieces and all(p == 2 for p in pieces)
+    assert tokens._value == 2  # every borrowed token was given back

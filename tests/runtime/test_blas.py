@@ -24,3 +24,55 @@ async def test_session_start_limits_blas_to_one_thread_per_lane() -> None:
     # Set once: a later call (asking for more) changes nothing, so no limit flips under running kernels.
     assert configure_blas(8) == blas_info()
     assert all(p["num_threads"] == 1 for p in threadpool_info() if p["user_api"] == "blas")
+
+
+def test_split_range_uses_an_idle_token_and_gives_it_back(monkeypatch) -> None:
+    import threading
+
+    import numpy as np
+
+    from aioge.kernels import parallel
+
+    tokens = threading.Semaphore(2)
+    monkeypatch.setattr(parallel, "_tokens", tokens)
+    out = np.zeros(10)
+    threads: set[str] = set()
+
+    def fn(lo: int, hi: int) -> None:
+        threads.add(threading.current_thread().name)
+        out[lo:hi] += np.arange(lo, hi)
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: never split")
+    assert parallel.split_range(10, fn) == 2
+    np.testing.assert_array_equal(out, np.arange(10))  # every index exactly once
+    assert len(threads) == 2 and tokens._value == 2
+    # No idle token (every lane computing): one piece, on the calling thread.
+    tokens.acquire()
+    tokens.acquire()
+    assert parallel.split_range(10, fn) == 1
+    assert parallel.split_range(10, fn, worth=False) == 1
+    tokens.release()
+    assert parallel.split_range(1, fn) == 1  # nothing to split
+    np.testing.assert_array_equal(out, 3 * np.arange(10))
+
+
+def test_split_range_raises_the_helper_half_error_after_both_halves(monkeypatch) -> None:
+    import threading
+
+    from aioge.kernels import parallel
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: never split")
+    tokens = threading.Semaphore(1)
+    monkeypatch.setattr(parallel, "_tokens", tokens)
+    done: list[tuple[int, int]] = []
+
+    def fn(lo: int, hi: int) -> None:
+        if lo > 0:
+            raise ValueError(f"rows {lo}..{hi}")
+        done.append((lo, hi))
+
+    with pytest.raises(ValueError, match="rows 4..8"):
+        parallel.split_range(8, fn)
+    assert done == [(0, 4)] and tokens._value == 1

@@ -154,7 +154,7 @@ async def test_100_concurrent_runs_share_a_bounded_pool() -> None:
             for i, r in results.items():
                 np.testing.assert_allclose(r, expect[i % 10], rtol=1e-5, atol=1e-5)
             made = exe.contexts_made
-            assert 1 <= made <= (os.cpu_count() or 2), "one context per admitted run, at most"
+            assert 1 <= made <= 2 * (os.cpu_count() or 2), "one context per admitted run (twice the cores), at most"
             assert exe.pool_size == made, "every context is back in the pool"
         assert exe.contexts_made == made, "the second hundred reused the pool"
 

@@ -118,3 +118,25 @@ async def test_shielded_wait_survives_cancellation() -> None:
             await done.wait_shielded()  # the worker still owns what we share: wait for it anyway
             waited = True
     assert scope.cancelled_caught and waited
+
+
+def test_unclosed_pools_stop_their_lanes_when_collected() -> None:
+    import gc
+
+    pool = EngineWorkers(min_lanes=2)
+    pool.lanes({"AiCore": 3, "AiVec": 1})
+    threads = [lane._thread for lane in pool._started]
+    assert len(threads) == 5 and all(t.is_alive() for t in threads)
+    del pool
+    gc.collect()
+    for t in threads:
+        t.join(5.0)
+    assert not any(t.is_alive() for t in threads), "a pool dropped without close() leaked its lane threads"
+
+
+def test_closed_pools_detach_their_finalizer() -> None:
+    pool = EngineWorkers(min_lanes=1)
+    pool.lanes({"AiCpu": 1})
+    assert pool._finalizer.alive
+    pool.close()
+    assert not pool._finalizer.alive, "close() already stopped the lanes; the finalizer must not run again"

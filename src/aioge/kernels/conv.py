@@ -9,11 +9,13 @@ kernel produces are the shapes inference promised.
 from __future__ import annotations
 
 import itertools
+from functools import partial
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from aioge.kernels.parallel import split_range
 from aioge.ops.schema import RunFn
 
 __all__ = [
@@ -166,6 +168,12 @@ def build_conv_im2col(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
         taps = int(np.prod(plan.kernel, dtype=np.int64))
         opos = int(np.prod(plan.out, dtype=np.int64))
         xp = _padded(x, plan.begin, plan.end, 0)
+        if g == 1 and len(plan.kernel) == 2 and y.flags.c_contiguous and opos * plan.m * plan.c * taps >= _SPLIT_MACS:
+            wm2 = w.reshape(plan.m, plan.c * taps)
+            for i in range(plan.n):
+                split_range(plan.out[0], partial(_im2col_rows_gemm, xp[i], wm2, plan, y[i]))
+            _add_bias(y, b)
+            return (y,)
         cols = _im2col(xp, plan)  # (N, C, k..., O...)
         cols = cols.reshape(plan.n, g, cg * taps, opos)
         wm = w.reshape(g, mg, cg * taps)
@@ -177,6 +185,28 @@ def build_conv_im2col(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
         return (y,)
 
     return run
+
+
+# A GEMM of at least this many multiply-adds is worth splitting across an idle core (a
+# helper-thread hop costs tens of microseconds; this is about a millisecond of work).
+_SPLIT_MACS = 1 << 24
+
+
+def _im2col_rows_gemm(xp: np.ndarray, wm: np.ndarray, plan: _ConvPlan, y: np.ndarray, r0: int, r1: int) -> None:
+    """Output rows [r0, r1) of one image of a 2-D, 1-group conv: their own im2col and GEMM.
+
+    ``xp`` (C, H, W) is the padded image, ``wm`` (M, C·kh·kw), ``y`` (M, OH, OW) contiguous.
+    """
+    (kh, kw), (sh, sw), (dh, dw), ow = plan.kernel, plan.strides, plan.dilations, plan.out[1]
+    rows = r1 - r0
+    st = xp.strides
+    sub = xp[:, r0 * sh :]
+    view = as_strided(sub, (plan.c, kh, kw, rows, ow), (st[0], st[1] * dh, st[2] * dw, st[1] * sh, st[2] * sw), writeable=False)
+    cols = np.ascontiguousarray(view).reshape(plan.c * kh * kw, rows * ow)
+    if rows == plan.out[0]:
+        np.matmul(wm, cols, out=y.reshape(plan.m, rows * ow))
+    else:
+        np.copyto(y[:, r0:r1], np.matmul(wm, cols).reshape(plan.m, rows, ow))
 
 
 def _im2col(xp: np.ndarray, plan: _ConvPlan) -> np.ndarray:

@@ -21,11 +21,14 @@ import logging
 import os
 import queue
 import threading
+import weakref
 from typing import Callable, Mapping, Sequence
 
 import anyio
 import anyio.lowlevel
 from anyio.from_thread import RunFinishedError
+
+from aioge.kernels.parallel import share_cpu_tokens
 
 __all__ = ["Completion", "EngineWorkers", "Lane"]
 
@@ -73,16 +76,23 @@ class EngineWorkers:
     ``min_lanes`` (default: the core count) is how many lanes each engine gets at least, so
     that concurrent runs of one-stream models use every core. ``cpu_slots`` (default: the
     core count) is how many lanes may compute at once; ``cpu`` is that token semaphore.
+
+    Lane threads are daemons, and pools that are never closed (a session dropped without
+    ``aclose``) stop them when they are garbage-collected: the lanes hold no reference back
+    to the pools, so a finalizer can tell each one to end after its queued work.
     """
 
     def __init__(self, min_lanes: int | None = None, cpu_slots: int | None = None) -> None:
         cores = os.cpu_count() or 2
         self._min = max(1, min_lanes if min_lanes is not None else cores)
         self.cpu = threading.Semaphore(max(1, cpu_slots if cpu_slots is not None else cores))
+        share_cpu_tokens(self.cpu)  # big kernels may borrow an idle token (kernels.parallel.split_range)
         self._lock = threading.Lock()
         self._lanes: dict[str, list[Lane]] = {}
         self._rotation: dict[str, int] = {}
         self._closed = False
+        self._started: list[Lane] = []  # every lane ever started, for the finalizer
+        self._finalizer = weakref.finalize(self, _stop_lanes, self._started)
 
     @property
     def threads(self) -> int:
@@ -102,7 +112,9 @@ class EngineWorkers:
             for engine, k in counts.items():
                 pool = self._lanes.setdefault(engine, [])
                 while len(pool) < max(k, self._min):
-                    pool.append(Lane(f"aioge-{engine}-{len(pool)}"))
+                    lane = Lane(f"aioge-{engine}-{len(pool)}")
+                    pool.append(lane)
+                    self._started.append(lane)
                 r = self._rotation.get(engine, 0)
                 self._rotation[engine] = (r + 1) % len(pool)
                 out[engine] = [pool[(r + j) % len(pool)] for j in range(k)]
@@ -120,10 +132,17 @@ class EngineWorkers:
             self._closed = True
             lanes = [lane for pool in self._lanes.values() for lane in pool]
             self._lanes.clear()
+        self._finalizer.detach()
         for lane in lanes:
             lane.stop()
         for lane in lanes:
             lane.join(timeout)
+
+
+def _stop_lanes(lanes: list[Lane]) -> None:
+    """Finalizer of unclosed pools: tell every lane to end after its queued work (never blocks)."""
+    for lane in lanes:
+        lane.stop()
 
 
 class Completion:

@@ -1,0 +1,60 @@
+"""Intra-op parallelism through the engine lanes' CPU tokens, never through BLAS threads.
+
+BLAS runs one thread per call (``runtime.blas``). A big kernel may still use an idle core:
+``split_range`` hands half of its range to a helper thread when it can take an idle CPU token
+without waiting (the engine workers share their semaphore with ``share_cpu_tokens``). With
+every lane busy no token is free and the kernel runs whole, so streams never oversubscribe.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+__all__ = ["share_cpu_tokens", "split_range"]
+
+_lock = threading.Lock()
+
+_tokens: threading.Semaphore | None = None  # the engine workers' CPU tokens, once shared
+_helpers: ThreadPoolExecutor | None = None
+
+
+def share_cpu_tokens(tokens: threading.Semaphore) -> None:
+    """Let ``split_range`` borrow idle tokens of ``tokens`` (the engine lanes' CPU semaphore)."""
+    global _tokens
+    _tokens = tokens
+
+
+def _helper_pool() -> ThreadPoolExecutor:
+    global _helpers
+    with _lock:
+        if _helpers is None:
+            _helpers = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1), thread_name_prefix="aioge-intra-op")
+        return _helpers
+
+
+def split_range(total: int, fn: Callable[[int, int], None], *, worth: bool = True) -> int:
+    """Run ``fn(lo, hi)`` over ``[0, total)``: in two halves, one on a helper thread, when
+    ``worth`` and an idle CPU token can be taken without waiting; else in one piece here.
+
+    ``fn`` must write disjoint outputs for disjoint ranges. Returns the number of pieces.
+    Errors of either half are raised here, after both halves ended.
+    """
+    tokens = _tokens
+    if not worth or total < 2 or tokens is None or (os.cpu_count() or 1) < 2 or not tokens.acquire(blocking=False):
+        fn(0, total)
+        return 1
+    try:
+        mid = total // 2
+        fut = _helper_pool().submit(fn, mid, total)
+        try:
+            fn(0, mid)
+        finally:
+            exc = fut.exception()  # waits for the helper's half
+        if exc is not None:
+            raise exc
+    finally:
+        tokens.release()
+    return 2
