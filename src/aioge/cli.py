@@ -451,7 +451,43 @@ def _add_kernel_cache_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_cache_clear)
 
 
-_COMMANDS: list[Callable[[Any], None]] = [_add_demo, _add_passes, _add_options, _add_model_commands, _add_kernel_cache_commands]
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the benchmark suite; write RESULTS.md and results.json; exit 0 even when a target is missed."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        print("aioge: error: the benchmarks need onnxruntime as a yardstick: pip install 'aioge[bench]'", file=sys.stderr)
+        return 1
+    from aioge.benchmarks import config_from_args
+    from aioge.benchmarks.suite import run_suite, write_results
+
+    try:
+        cfg = config_from_args(args)
+    except ValueError as exc:
+        print(f"aioge: error: {exc}", file=sys.stderr)
+        return 2
+    results = run_suite(cfg)
+    if args.json_only:
+        Path(args.json_only).write_text(json.dumps(results, default=float))
+        return 0
+    md, js = write_results(results, args.output_dir)
+    for t in results["targets"]:
+        figure = "n/a" if t["figure"] is None else f"{t['figure']:.3f}"
+        print(f"{t['status']:4s}  {t['target']}: {figure} (bound {t['bound']})")
+    print(f"wrote {md} and {js}")
+    return 0
+
+
+def _add_bench(sub: Any) -> None:
+    from aioge.benchmarks import add_arguments
+
+    p = sub.add_parser("bench", help="run the benchmark suite against onnxruntime, onnx.reference and numpy")
+    add_arguments(p)
+    p.set_defaults(func=cmd_bench)
+
+
+_COMMANDS: list[Callable[[Any], None]] = [_add_demo, _add_passes, _add_options, _add_model_commands, _add_kernel_cache_commands,
+                                          _add_bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 
@@ -76,3 +77,26 @@ def test_split_range_raises_the_helper_half_error_after_both_halves(monkeypatch)
     with pytest.raises(ValueError, match="rows 4..8"):
         parallel.split_range(8, fn)
     assert done == [(0, 4)] and tokens._value == 1
+
+
+def test_split_matmul_matches_whole_and_splits_only_transposed_weights() -> None:
+    import threading
+
+    from aioge.kernels import parallel
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 4096), dtype=np.float32)
+    w = rng.standard_normal((4096, 4096), dtype=np.float32)  # stored (N, K): Gemm transB=1
+    saved = parallel._tokens
+    parallel.share_cpu_tokens(threading.Semaphore(2))
+    try:
+        y = np.empty((3, 4096), np.float32)
+        assert parallel.split_matmul(a, w.T, y) == 2
+        np.testing.assert_allclose(y, a @ w.T, rtol=1e-4, atol=1e-3)
+        y2 = np.empty_like(y)
+        assert parallel.split_matmul(a, w, y2) == 1  # row-major b: no gain measured, runs whole
+        np.testing.assert_allclose(y2, a @ w, rtol=1e-4, atol=1e-3)
+        small = np.empty((3, 8), np.float32)
+        assert parallel.split_matmul(a, w.T[:, :8], small) == 1
+    finally:
+        parallel._tokens = saved

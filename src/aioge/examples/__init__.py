@@ -6,7 +6,8 @@ computes the same outputs with plain numpy, written the way a user would by hand
 
 from aioge.examples.cnn import build_cnn
 from aioge.examples.mlp import build_mlp
+from aioge.examples.transformer import build_transformer
 
-__all__ = ["EXAMPLES", "build_cnn", "build_mlp"]
+__all__ = ["EXAMPLES", "build_cnn", "build_mlp", "build_transformer"]
 
-EXAMPLES = {"mlp": build_mlp, "cnn": build_cnn}
+EXAMPLES = {"mlp": build_mlp, "cnn": build_cnn, "transformer": build_transformer}

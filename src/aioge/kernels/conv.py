@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from aioge.kernels.parallel import split_range
+from aioge.kernels.parallel import SPLIT_MACS, split_range
 from aioge.ops.schema import RunFn
 
 __all__ = [
@@ -168,7 +168,7 @@ def build_conv_im2col(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
         taps = int(np.prod(plan.kernel, dtype=np.int64))
         opos = int(np.prod(plan.out, dtype=np.int64))
         xp = _padded(x, plan.begin, plan.end, 0)
-        if g == 1 and len(plan.kernel) == 2 and y.flags.c_contiguous and opos * plan.m * plan.c * taps >= _SPLIT_MACS:
+        if g == 1 and len(plan.kernel) == 2 and y.flags.c_contiguous and opos * plan.m * plan.c * taps >= SPLIT_MACS:
             wm2 = w.reshape(plan.m, plan.c * taps)
             for i in range(plan.n):
                 split_range(plan.out[0], partial(_im2col_rows_gemm, xp[i], wm2, plan, y[i]))
@@ -185,11 +185,6 @@ def build_conv_im2col(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
         return (y,)
 
     return run
-
-
-# A GEMM of at least this many multiply-adds is worth splitting across an idle core (a
-# helper-thread hop costs tens of microseconds; this is about a millisecond of work).
-_SPLIT_MACS = 1 << 24
 
 
 def _im2col_rows_gemm(xp: np.ndarray, wm: np.ndarray, plan: _ConvPlan, y: np.ndarray, r0: int, r1: int) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 from aioge.ir.desc import TensorDesc
 from aioge.kernels.conv_algos import WeightDerived
 from aioge.kernels.nn import gemm_epilogue
+from aioge.kernels.parallel import split_matmul
 from aioge.ops.schema import KernelImpl, RunFn
 
 __all__ = ["GEMM_ALGOS", "MATMUL_ALGOS"]
@@ -161,7 +162,7 @@ def build_gemm_packed(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
         a, b = inputs[0], inputs[1]
         c = inputs[2] if len(inputs) > 2 else None
         y = _out(outputs, (m, n), a.dtype)
-        np.matmul(pack_a.get(a) if ta else a, pack_b.get(b) if tb else b, out=y)
+        split_matmul(pack_a.get(a) if ta else a, pack_b.get(b) if tb else b, y)
         gemm_epilogue(y, c, alpha, beta)
         return (y,)
 
@@ -179,7 +180,7 @@ def build_gemm_dot(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Des
         c = inputs[2] if len(inputs) > 2 else None
         y = _out(outputs, (m, n), a.dtype)
         if y.flags.c_contiguous:
-            np.dot(a.T if ta else a, b.T if tb else b, out=y)
+            split_matmul(a.T if ta else a, b.T if tb else b, y)
         else:
             np.copyto(y, np.dot(a.T if ta else a, b.T if tb else b))
         gemm_epilogue(y, c, alpha, beta)

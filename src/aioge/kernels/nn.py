@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from aioge.kernels.parallel import split_matmul
 from aioge.ops.schema import RunFn
 
 __all__ = [
@@ -102,7 +103,7 @@ def build_gemm(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, ou
         a = a.T if trans_a else a
         b = b.T if trans_b else b
         y = _out(outputs, 0, (a.shape[0], b.shape[1]), a.dtype)
-        np.matmul(a, b, out=y)
+        split_matmul(a, b, y)
         gemm_epilogue(y, c, alpha, beta)
         return (y,)
 

@@ -1,0 +1,62 @@
+"""aioge's benchmark suite: aioge beside onnxruntime, ``onnx.reference`` and numpy by hand.
+
+    aioge bench [--output-dir bench] [--quick] [--workloads resnet50,mlp,...]
+
+``workloads`` builds the cases, ``measure`` times them, ``suite`` runs everything, checks the
+targets and writes ``RESULTS.md`` and ``results.json``. onnxruntime is a yardstick only: it is
+imported here and nowhere else in the package.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aioge.benchmarks.suite import SuiteConfig
+
+__all__ = ["add_arguments", "config_from_args"]  # run_suite, write_results: aioge.benchmarks.suite
+
+
+def add_arguments(p):  # type: ignore[no-untyped-def]
+    """The ``aioge bench`` arguments (shared by ``python -m aioge.benchmarks``)."""
+    p.add_argument("--output-dir", default="bench", help="where RESULTS.md and results.json go (default: ./bench)")
+    p.add_argument("--workloads", default="", help="comma-separated subset (default: all)")
+    p.add_argument("--quick", action="store_true", help="fewer rounds and runs, concurrency 1/4/64 on mlp and squeezenet only")
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--runs", type=int, default=None)
+    p.add_argument("--concurrency", default="1,4,64")
+    p.add_argument("--concurrency-workloads", default=None)
+    p.add_argument("--chain", type=int, default=1000)
+    p.add_argument("--startup-model", default="resnet50", help="a light/ model name or an .onnx path")
+    p.add_argument("--no-reference", action="store_true", help="skip onnx.reference")
+    p.add_argument("--no-concurrency", action="store_true")
+    p.add_argument("--no-startup", action="store_true")
+    p.add_argument("--no-blas-variant", action="store_true", help="do not rerun light/ with OPENBLAS_* unset")
+    p.add_argument("--json-only", metavar="PATH", default=None, help="write the raw figures to PATH, no RESULTS.md")
+
+
+def config_from_args(args) -> SuiteConfig:  # type: ignore[no-untyped-def]
+    """A SuiteConfig from parsed ``aioge bench`` arguments (ValueError on bad values)."""
+    from aioge.benchmarks.suite import SuiteConfig
+
+    cfg = SuiteConfig(
+        workloads=[w for w in args.workloads.split(",") if w],
+        concurrency=tuple(int(c) for c in args.concurrency.split(",") if c),
+        reference=not args.no_reference,
+        startup_model=None if args.no_startup else args.startup_model,
+        blas_variant=not args.no_blas_variant,
+        chain=args.chain,
+    )
+    if args.quick:
+        cfg.rounds, cfg.runs, cfg.concurrency_rounds = 3, 3, 2
+        cfg.concurrency_workloads = ["mlp", "squeezenet"]
+    if args.rounds is not None:
+        cfg.rounds = args.rounds
+    if args.runs is not None:
+        cfg.runs = args.runs
+    if args.concurrency_workloads is not None:
+        cfg.concurrency_workloads = [w for w in args.concurrency_workloads.split(",") if w]
+    if args.no_concurrency:
+        cfg.concurrency_workloads = []
+    cfg.__post_init__()
+    return cfg

@@ -1,0 +1,90 @@
+"""A fresh interpreter for start-up figures: ``python -m aioge.benchmarks.child MODE SPEC_JSON``.
+
+- ``aioge``: import aioge, ``load_onnx``, open a Session with the given options, ``add_graph`` +
+  ``build_graph`` (a compile, a kernel-cache hit or a graph-cache load), first ``run_graph``;
+- ``ort``: import onnxruntime, create an ``InferenceSession``, first run.
+
+Prints one JSON line of seconds per step; ``start_s`` is everything after the import.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+
+def _feeds(path: str) -> dict[str, Any]:
+    import numpy as np
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name not in inits:
+            shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim)
+            n = int(np.prod(shape))
+            feeds[vi.name] = (np.arange(n).reshape(shape) / n).astype(np.float32)
+    return feeds
+
+
+def run_aioge(spec: dict[str, Any]) -> dict[str, Any]:
+    # aioge is imported already (this module is inside it), so only onnxruntime's import is timed.
+    feeds = _feeds(spec["model"])
+    import anyio
+
+    import aioge
+
+    t_import = time.perf_counter()
+
+    async def go() -> dict[str, Any]:
+        marks = {}
+        graph = aioge.load_onnx(spec["model"])
+        marks["load_s"] = time.perf_counter()
+        async with aioge.Session(spec.get("options", {})) as session:
+            await session.add_graph(1, graph, spec.get("graph_options", {}))
+            await session.build_graph(1)
+            marks["compile_s"] = time.perf_counter()
+            out = await session.run_graph(1, feeds)
+            marks["first_run_s"] = time.perf_counter()
+            stats = session.compiled(1).summary()["stats"]
+        prev = t_import
+        steps = {}
+        for k, v in marks.items():
+            steps[k] = v - prev
+            prev = v
+        first = next(iter(out.values()))
+        return {**steps, "start_s": marks["first_run_s"] - t_import, "checksum": float(first.astype("float64").sum()),
+                "graph_cache_hit": stats["graph_cache_hit"], "kernels_compiled": stats["kernels_compiled"],
+                "kernel_cache_hits": stats["kernel_cache_hits"]}
+
+    return anyio.run(go)
+
+
+def run_ort(spec: dict[str, Any]) -> dict[str, Any]:
+    feeds = _feeds(spec["model"])
+    t0 = time.perf_counter()
+    import onnxruntime as ort
+
+    t_import = time.perf_counter()
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(spec["model"], opts, providers=["CPUExecutionProvider"])
+    t_create = time.perf_counter()
+    out = sess.run(None, feeds)
+    t_run = time.perf_counter()
+    return {"import_s": t_import - t0, "create_s": t_create - t_import, "first_run_s": t_run - t_create,
+            "start_s": t_run - t_import, "checksum": float(out[0].astype("float64").sum())}
+
+
+def main(argv: list[str]) -> int:
+    mode, spec = argv[0], json.loads(argv[1])
+    result = {"aioge": run_aioge, "ort": run_ort}[mode](spec)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,211 @@
+"""Measurements: latency medians beside the yardsticks, concurrent throughput with event-loop
+lag, peak RSS, and fresh-process compile and start-up times.
+
+aioge runs on the benchmark's event loop; the yardsticks (onnxruntime, ``onnx.reference``,
+numpy by hand) are synchronous and run in a worker thread while the loop idles, so a timing
+of one never includes the other. Samples of the two sides alternate round by round, so load
+from other processes on a shared machine hits both alike; every figure is a median.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Awaitable, Callable
+
+import anyio
+import numpy as np
+
+from aioge.benchmarks.workloads import Workload
+
+__all__ = ["LagMonitor", "RssSampler", "concurrency", "fresh_process", "geomean", "latency", "ort_session", "percentile"]
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def percentile(xs: list[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def ort_session(model: Any, threads: int | None = None) -> Any:
+    """An onnxruntime CPU session: default options, or ``intra_op_num_threads=threads``."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3  # errors only: light/ models carry unused initializers it warns about
+    if threads:
+        opts.intra_op_num_threads = threads
+    blob = model if isinstance(model, (bytes, str)) else model.SerializeToString()
+    return ort.InferenceSession(blob, opts, providers=["CPUExecutionProvider"])
+
+
+def _sync_sample(fn: Callable[[], Any], runs: int) -> float:
+    """Median of ``runs`` timed calls (one warm-up call first)."""
+    fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+async def _async_sample(fn: Callable[[], Awaitable[Any]], runs: int) -> float:
+    await fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        await fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+class RssSampler:
+    """Peak resident set size of this process, sampled every ``interval`` s by a thread
+    (``ru_maxrss`` is the whole process's lifetime peak, useless per workload)."""
+
+    def __init__(self, interval: float = 0.002) -> None:
+        self.interval = interval
+        self.peak = self.start = self.current()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="aioge-bench-rss", daemon=True)
+
+    @staticmethod
+    def current() -> int:
+        try:
+            with open("/proc/self/statm", "rb") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:  # not Linux: the lifetime peak is the best there is
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, self.current())
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.current())
+
+
+class LagMonitor:
+    """Event-loop lag: a task sleeps ``tick`` s over and over and records each oversleep."""
+
+    def __init__(self, tick: float = 0.001) -> None:
+        self.tick = tick
+        self.lags: list[float] = []
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            t = time.perf_counter()
+            await anyio.sleep(self.tick)
+            self.lags.append(max(0.0, time.perf_counter() - t - self.tick))
+
+
+async def latency(w: Workload, session: Any, gid: int, *, rounds: int, runs: int, reference: bool) -> dict[str, Any]:
+    """Median latency of aioge and each yardstick (seconds) for one workload, and the check error."""
+    import onnxruntime  # noqa: F401  (fail here, not inside a worker thread, if it is missing)
+
+    cores = os.cpu_count() or 1
+    out = await session.run_graph(gid, w.feeds)
+    err = w.check(out)
+    ort_default = ort_session(w.onnx_model)
+    ort_cores = ort_session(w.onnx_model, threads=cores)
+    names = [o.name for o in ort_default.get_outputs()]
+    got = dict(zip(names, await anyio.to_thread.run_sync(ort_default.run, None, w.feeds)))
+    ort_err = w.check(got)
+    sides: dict[str, Callable[[], Any]] = {
+        "ort": lambda: ort_default.run(None, w.feeds),
+        "ort_cores": lambda: ort_cores.run(None, w.feeds),
+    }
+    if w.numpy_fn is not None:
+        by_hand = w.numpy_fn
+        sides["numpy"] = lambda: by_hand(w.feeds)
+    samples: dict[str, list[float]] = {"aioge": [], **{k: [] for k in sides}}
+    for _ in range(rounds):
+        samples["aioge"].append(await _async_sample(lambda: session.run_graph(gid, w.feeds), runs))
+        for k, side in sides.items():
+            samples[k].append(await anyio.to_thread.run_sync(_sync_sample, side, runs))
+    result: dict[str, Any] = {k: statistics.median(v) for k, v in samples.items()}
+    if reference:
+        from onnx.reference import ReferenceEvaluator
+
+        ev = ReferenceEvaluator(w.onnx_model)
+        ref_runs = 1 if w.group == "light" else 3
+        result["onnx_reference"] = await anyio.to_thread.run_sync(
+            lambda: statistics.median(_timed(lambda: ev.run(None, w.feeds)) for _ in range(ref_runs)))
+    result["max_abs_err"] = err
+    result["ort_max_abs_err"] = ort_err
+    return result
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+async def _aioge_burst(session: Any, gid: int, feeds: dict[str, np.ndarray], conc: int) -> float:
+    t = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for _ in range(conc):
+            tg.start_soon(session.run_graph, gid, feeds)
+    return time.perf_counter() - t
+
+
+def _ort_burst(sess: Any, feeds: dict[str, np.ndarray], pool: ThreadPoolExecutor, conc: int) -> float:
+    t = time.perf_counter()
+    for f in [pool.submit(sess.run, None, feeds) for _ in range(conc)]:
+        f.result()
+    return time.perf_counter() - t
+
+
+async def concurrency(w: Workload, session: Any, gid: int, conc: int, *, rounds: int) -> dict[str, Any]:
+    """Throughput (runs/s) of ``conc`` concurrent ``run_graph`` calls from this event loop, beside
+    onnxruntime driven from a ``ThreadPoolExecutor`` of ``conc`` threads; the loop's lag meanwhile."""
+    sess = ort_session(w.onnx_model)
+    monitor = LagMonitor()
+    a_times: list[float] = []
+    o_times: list[float] = []
+    with ThreadPoolExecutor(conc) as pool:
+        await anyio.to_thread.run_sync(_ort_burst, sess, w.feeds, pool, conc)   # warm both
+        await _aioge_burst(session, gid, w.feeds, conc)
+        for _ in range(rounds):
+            async with anyio.create_task_group() as tg:
+                await tg.start(monitor.run)
+                a_times.append(await _aioge_burst(session, gid, w.feeds, conc))
+                tg.cancel_scope.cancel()
+            o_times.append(await anyio.to_thread.run_sync(_ort_burst, sess, w.feeds, pool, conc))
+    aioge_rps = conc / statistics.median(a_times)
+    ort_rps = conc / statistics.median(o_times)
+    return {"concurrency": conc, "aioge_runs_per_s": aioge_rps, "ort_runs_per_s": ort_rps, "ratio": aioge_rps / ort_rps,
+            "lag_max_ms": max(monitor.lags, default=0.0) * 1e3, "lag_p99_ms": percentile(monitor.lags, 0.99) * 1e3,
+            "lag_samples": len(monitor.lags)}
+
+
+def fresh_process(mode: str, spec: dict[str, Any], *, env: dict[str, str] | None = None, timeout: float = 900) -> dict[str, Any]:
+    """Run ``python -m aioge.benchmarks.child MODE SPEC`` in a new interpreter; its JSON result."""
+    proc = subprocess.run([sys.executable, "-m", "aioge.benchmarks.child", mode, json.dumps(spec)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark child {mode} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])

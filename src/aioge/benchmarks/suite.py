@@ -1,0 +1,321 @@
+"""The benchmark suite: every workload beside its yardsticks, the targets, RESULTS.md + results.json.
+
+``run_suite(config)`` measures and returns the raw figures; ``write_results`` writes them.
+``aioge bench`` (and ``python -m aioge.benchmarks``) does both.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+
+import aioge
+from aioge.benchmarks import measure
+from aioge.benchmarks.workloads import ALL, LIGHT, Workload, light_dir, load_workloads
+
+__all__ = ["SuiteConfig", "TARGETS", "evaluate_targets", "run_suite", "write_results"]
+
+BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+# The targets of this round (issue 8), checked on every run of the suite.
+TARGETS = {
+    "light_geomean_vs_ort": 2.0,          # aioge / onnxruntime latency, geometric mean over light/
+    "min_speedup_vs_reference": 20.0,     # onnx.reference / aioge on every light/ model
+    "sink_us_per_node": 1.5,              # the Add chain in sink mode
+    "concurrent_vs_ort": 0.8,             # 64 concurrent calls, runs/s vs onnxruntime in a pool
+    "loop_lag_ms": 20.0,                  # event-loop lag during the concurrent runs
+}
+
+
+@dataclass
+class SuiteConfig:
+    """What to run. The defaults are the full suite (about 15 minutes on 2 cores)."""
+
+    workloads: list[str] = field(default_factory=list)     # empty: every workload
+    rounds: int = 5                                         # alternating aioge / yardstick rounds
+    runs: int = 5                                           # timed runs per round (median)
+    concurrency: tuple[int, ...] = (1, 4, 64)
+    concurrency_workloads: list[str] = field(default_factory=lambda: ["mlp", "cnn", "transformer", "squeezenet", "resnet50"])
+    concurrency_rounds: int = 3
+    reference: bool = True                                  # time onnx.reference too
+    startup_model: str | None = "resnet50"                  # a light/ name or an .onnx path; None: skip
+    blas_variant: bool = True                               # light/ latency again with BLAS_ENV unset
+    chain: int = 1000
+
+    def __post_init__(self) -> None:
+        self.concurrency = tuple(int(c) for c in self.concurrency)
+        if self.rounds < 1 or self.runs < 1 or self.concurrency_rounds < 1 or any(c < 1 for c in self.concurrency):
+            raise ValueError("rounds, runs, concurrency_rounds and every concurrency level must be at least 1")
+        unknown = sorted(set(self.workloads) - set(ALL))
+        if unknown:
+            raise ValueError(f"unknown workloads {unknown}; expected some of {list(ALL)}")
+
+
+def machine() -> dict[str, Any]:
+    """Machine, versions and BLAS facts for the results header."""
+    import onnx
+
+    info: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count(),
+        "python": platform.python_version(), "aioge": aioge.__version__, "numpy": np.__version__, "onnx": onnx.__version__,
+        **{k: os.environ.get(k, "(unset)") for k in BLAS_ENV},
+    }
+    try:
+        import onnxruntime
+
+        info["onnxruntime"] = onnxruntime.__version__
+    except ImportError:
+        info["onnxruntime"] = "(missing)"
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+        if blas:
+            b = blas[0]
+            info["blas"] = f"{b.get('internal_api')} {b.get('version')}"
+            info["blas_core_type"] = b.get("architecture") or "(unknown)"
+    except ImportError:
+        info["blas"] = "(threadpoolctl missing)"
+    return info
+
+
+async def _workload(w: Workload, cfg: SuiteConfig, cache_dir: str, gid: int) -> dict[str, Any]:
+    options = {"ge.op_compiler_cache_dir": cache_dir, **w.options}
+    row: dict[str, Any] = {"workload": w.name, "group": w.group}
+    async with aioge.Session(options) as session:
+        with measure.RssSampler() as rss:
+            t = time.perf_counter()
+            await session.add_graph(gid, w.graph)
+            model = await session.build_graph(gid)
+            row["compile_s"] = time.perf_counter() - t
+            row.update(await measure.latency(w, session, gid, rounds=cfg.rounds, runs=cfg.runs,
+                                             reference=cfg.reference and w.group != "micro"))
+            if w.name in cfg.concurrency_workloads:
+                row["concurrency"] = [await measure.concurrency(w, session, gid, c, rounds=cfg.concurrency_rounds)
+                                      for c in cfg.concurrency]
+        summary = model.summary()
+    row["nodes"] = len(w.graph.nodes)
+    row["compiled_nodes"] = summary["nodes"]
+    row["streams"] = len(summary["streams"])
+    row["arena_bytes"] = summary["arena_bytes"]
+    row["rss_start_bytes"] = rss.start
+    row["rss_peak_bytes"] = rss.peak
+    row["aioge_vs_ort"] = row["aioge"] / row["ort"]
+    if "onnx_reference" in row:
+        row["reference_vs_aioge"] = row["onnx_reference"] / row["aioge"]
+    if w.name == "add_chain":
+        row["aioge_us_per_node"] = row["aioge"] / row["compiled_nodes"] * 1e6
+        row["ort_us_per_node"] = row["ort"] / row["nodes"] * 1e6
+    return row
+
+
+def _startup(model: str, work: str) -> dict[str, Any]:
+    """Fresh-process figures for one model: cold compile, warm compile (kernel cache), graph-cache
+    load + first run, and onnxruntime's session creation + first run."""
+    path = model if model.endswith(".onnx") else os.path.join(light_dir(), f"light_{model}.onnx")
+    kernels = os.path.join(work, "kernels")
+    graphs = os.path.join(work, "graphs")
+    os.makedirs(graphs, exist_ok=True)
+    base = {"model": path, "options": {"ge.op_compiler_cache_dir": kernels}}
+    out: dict[str, Any] = {"model": os.path.basename(path)}
+    out["cold"] = measure.fresh_process("aioge", base)
+    out["warm_kernel_cache"] = measure.fresh_process("aioge", base)
+    cached = {"model": path, "options": {**base["options"], "ge.graph_compiler_cache_dir": graphs},
+              "graph_options": {"ge.graph_key": "bench_startup"}}
+    out["graph_cache_save"] = measure.fresh_process("aioge", cached)
+    out["graph_cache_load"] = measure.fresh_process("aioge", cached)
+    out["ort"] = measure.fresh_process("ort", {"model": path})
+    checks = {k: v["checksum"] for k, v in out.items() if isinstance(v, dict)}
+    ref = checks["ort"]
+    out["checksums_agree"] = all(abs(c - ref) <= 1e-3 * max(1.0, abs(ref)) for c in checks.values())
+    if not out["graph_cache_load"]["graph_cache_hit"]:
+        raise RuntimeError("startup: the second graph-cache process compiled instead of loading")
+    return out
+
+
+def _blas_variant(cfg: SuiteConfig, names: list[str]) -> dict[str, Any] | None:
+    """The light/ latency rows again in a child process with both BLAS_ENV variables unset."""
+    if not any(k in os.environ for k in BLAS_ENV) or not names:
+        return None
+    env = {k: v for k, v in os.environ.items() if k not in BLAS_ENV}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "results.json")
+        cmd = [sys.executable, "-m", "aioge.benchmarks", "--json-only", out, "--workloads", ",".join(names),
+               "--rounds", str(cfg.rounds), "--runs", str(cfg.runs), "--no-reference", "--no-concurrency",
+               "--no-startup", "--no-blas-variant"]
+        import subprocess
+
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"BLAS variant run failed: {proc.stderr[-2000:]}")
+        with open(out) as f:
+            data = json.load(f)
+    return {"machine": data["machine"], "rows": data["rows"]}
+
+
+def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target: its figure, the bound and PASS / MISS (or n/a when not measured)."""
+    rows = {r["workload"]: r for r in results["rows"]}
+    light = [rows[n] for n in LIGHT if n in rows]
+    checks: list[dict[str, Any]] = []
+
+    def add(name: str, figure: float | None, bound: float, higher_is_better: bool, detail: str) -> None:
+        if figure is None:
+            status = "n/a"
+        else:
+            status = "PASS" if (figure >= bound if higher_is_better else figure <= bound) else "MISS"
+        checks.append({"target": name, "figure": figure, "bound": bound, "status": status, "detail": detail})
+
+    add("light/ geomean aioge/ort (BLAS env as set)", measure.geomean([r["aioge_vs_ort"] for r in light]) if light else None,
+        TARGETS["light_geomean_vs_ort"], False, f"over {len(light)} models")
+    variant = results.get("blas_variant")
+    if variant:
+        v = [r["aioge_vs_ort"] for r in variant["rows"] if r["workload"] in LIGHT]
+        add("light/ geomean aioge/ort (BLAS env unset)", measure.geomean(v) if v else None,
+            TARGETS["light_geomean_vs_ort"], False, f"core type {variant['machine'].get('blas_core_type')}")
+    refs = [r["reference_vs_aioge"] for r in light if "reference_vs_aioge" in r]
+    add("min onnx.reference/aioge over light/", min(refs) if refs else None, TARGETS["min_speedup_vs_reference"], True,
+        f"{len(refs)} models")
+    chain = rows.get("add_chain")
+    add("sink us/node on the Add chain", chain["aioge_us_per_node"] if chain else None, TARGETS["sink_us_per_node"], False,
+        f"{chain['compiled_nodes']} nodes" if chain else "")
+    top = max(results["config"]["concurrency"], default=0)
+    burst = [c for r in results["rows"] for c in r.get("concurrency", []) if c["concurrency"] == top]
+    add(f"min {top}-concurrent throughput aioge/ort", min(c["ratio"] for c in burst) if burst else None,
+        TARGETS["concurrent_vs_ort"], True, f"{len(burst)} workloads")
+    lags = [c["lag_max_ms"] for r in results["rows"] for c in r.get("concurrency", [])]
+    add("max event-loop lag ms", max(lags) if lags else None, TARGETS["loop_lag_ms"], False, "every concurrent burst")
+    st = results.get("startup")
+    if st:
+        add("fresh-process start aioge (graph cache) / ort (create + first run)",
+            st["graph_cache_load"]["start_s"] / st["ort"]["start_s"], 1.0, False, st["model"])
+    return checks
+
+
+async def _run(cfg: SuiteConfig, work: str) -> list[dict[str, Any]]:
+    rows = []
+    names = cfg.workloads or None
+    for gid, w in enumerate(load_workloads(names, chain=cfg.chain), start=1):
+        row = await _workload(w, cfg, os.path.join(work, "kernels"), gid)
+        print(_progress(row), file=sys.stderr, flush=True)
+        rows.append(row)
+    return rows
+
+
+def _progress(row: dict[str, Any]) -> str:
+    s = f"{row['workload']:14s} aioge {row['aioge'] * 1e3:9.3f} ms  ort {row['ort'] * 1e3:9.3f} ms  ratio {row['aioge_vs_ort']:5.2f}"
+    if "reference_vs_aioge" in row:
+        s += f"  x{row['reference_vs_aioge']:.1f} vs onnx.reference"
+    for c in row.get("concurrency", []):
+        s += f"  [{c['concurrency']}: {c['ratio']:.2f}, lag {c['lag_max_ms']:.1f} ms]"
+    return s
+
+
+def run_suite(cfg: SuiteConfig | None = None) -> dict[str, Any]:
+    """Run the suite (blocking: call it from a script or a worker thread) and return the figures."""
+    cfg = cfg or SuiteConfig()
+    work = tempfile.mkdtemp(prefix="aioge-bench-")
+    try:
+        t0 = time.perf_counter()
+        rows = anyio.run(_run, cfg, work)
+        results: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "rows": rows}
+        if cfg.startup_model:
+            results["startup"] = _startup(cfg.startup_model, os.path.join(work, "startup"))
+        if cfg.blas_variant:
+            results["blas_variant"] = _blas_variant(cfg, [r["workload"] for r in rows if r["workload"] in LIGHT])
+        results["targets"] = evaluate_targets(results)
+        results["seconds"] = time.perf_counter() - t0
+        return results
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+def _ms(x: float | None) -> str:
+    return "" if x is None else f"{x * 1e3:.3f}"
+
+
+def _mib(x: float | None) -> str:
+    return "" if x is None else f"{x / 2**20:.1f}"
+
+
+def _table(header: list[str], lines: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(x) + " |" for x in lines)]
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    out = ["# aioge benchmark results", "",
+           f"{m['date']}: {m['cpus']} CPUs, {m['platform']}; Python {m['python']}, aioge {m['aioge']}, numpy {m['numpy']}, "
+           f"onnx {m['onnx']}, onnxruntime {m['onnxruntime']}; BLAS {m.get('blas')} (core type {m.get('blas_core_type')}); "
+           f"OPENBLAS_CORETYPE={m['OPENBLAS_CORETYPE']}, OPENBLAS_L2_SIZE={m['OPENBLAS_L2_SIZE']}.", "",
+           "Medians over alternating rounds (aioge on the event loop, yardsticks in a worker thread). "
+           "`ort`: onnxruntime CPU with default options; `ort cores`: intra_op_num_threads = cores.", "",
+           "## Targets", ""]
+    out += _table(["target", "figure", "bound", "status", "detail"],
+                  [[t["target"], "" if t["figure"] is None else f"{t['figure']:.3f}", f"{t['bound']}", f"**{t['status']}**", t["detail"]]
+                   for t in results["targets"]])
+    out += ["", "## Latency (ms)", ""]
+    lines = []
+    for r in results["rows"]:
+        lines.append([r["workload"], str(r["compiled_nodes"]), _ms(r["aioge"]), _ms(r["ort"]), _ms(r["ort_cores"]),
+                      _ms(r.get("onnx_reference")), _ms(r.get("numpy")), f"{r['aioge_vs_ort']:.2f}",
+                      f"{r['reference_vs_aioge']:.1f}" if "reference_vs_aioge" in r else "",
+                      f"{r['max_abs_err']:.1e}", _mib(r["arena_bytes"]), _mib(r["rss_peak_bytes"]), f"{r['compile_s']:.2f}"])
+    out += _table(["workload", "nodes", "aioge", "ort", "ort cores", "onnx.reference", "numpy", "aioge/ort",
+                   "reference/aioge", "max err", "arena MiB", "peak RSS MiB", "compile s"], lines)
+    chain = next((r for r in results["rows"] if r["workload"] == "add_chain"), None)
+    if chain:
+        out += ["", f"Add chain: {chain['aioge_us_per_node']:.2f} us/node in sink mode, onnxruntime {chain['ort_us_per_node']:.2f} us/node."]
+    variant = results.get("blas_variant")
+    if variant:
+        vm = variant["machine"]
+        out += ["", f"## Latency with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (core type {vm.get('blas_core_type')})", ""]
+        out += _table(["workload", "aioge", "ort", "aioge/ort"],
+                      [[r["workload"], _ms(r["aioge"]), _ms(r["ort"]), f"{r['aioge_vs_ort']:.2f}"] for r in variant["rows"]])
+    conc = [(r["workload"], c) for r in results["rows"] for c in r.get("concurrency", [])]
+    if conc:
+        out += ["", "## Concurrent run_graph calls from one event loop (onnxruntime: a thread pool of the same size)", ""]
+        out += _table(["workload", "in flight", "aioge runs/s", "ort runs/s", "aioge/ort", "lag max ms", "lag p99 ms"],
+                      [[w, str(c["concurrency"]), f"{c['aioge_runs_per_s']:.1f}", f"{c['ort_runs_per_s']:.1f}", f"{c['ratio']:.2f}",
+                        f"{c['lag_max_ms']:.2f}", f"{c['lag_p99_ms']:.2f}"] for w, c in conc])
+    st = results.get("startup")
+    if st:
+        out += ["", f"## Start-up of {st['model']}, each in a fresh process (seconds after the import; "
+                "onnxruntime's import shown for scale)", ""]
+        rows = []
+        for k in ("cold", "warm_kernel_cache", "graph_cache_save", "graph_cache_load"):
+            s = st[k]
+            rows.append([k, "", f"{s['load_s']:.3f}", f"{s['compile_s']:.3f}", f"{s['first_run_s']:.3f}",
+                         f"{s['start_s']:.3f}", f"{s['kernels_compiled']} / {s['kernel_cache_hits']}"])
+        o = st["ort"]
+        rows.append(["onnxruntime", f"{o['import_s']:.2f}", "", f"{o['create_s']:.3f}", f"{o['first_run_s']:.3f}", f"{o['start_s']:.3f}", ""])
+        out += _table(["process", "import", "load_onnx", "compile / load / create", "first run", "start total",
+                       "kernels compiled / cache hits"], rows)
+        out += ["", f"Outputs agree across processes: {st['checksums_agree']}."]
+    out += ["", f"Suite time: {results['seconds']:.0f} s.", ""]
+    return "\n".join(out)
+
+
+def write_results(results: dict[str, Any], out_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Write ``RESULTS.md`` and ``results.json`` into ``out_dir`` (created if missing)."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    md, js = d / "RESULTS.md", d / "results.json"
+    md.write_text(render_markdown(results))
+    js.write_text(json.dumps(results, indent=1, default=float) + "\n")
+    return md, js

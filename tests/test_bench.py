@@ -1,0 +1,132 @@
+"""The benchmark suite: a small real run end to end, the target checks, the report and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from aioge.benchmarks.measure import geomean, percentile
+from aioge.benchmarks.suite import TARGETS, SuiteConfig, evaluate_targets, render_markdown, run_suite, write_results
+from aioge.benchmarks.workloads import Workload, add_chain, load_workloads, to_onnx
+from aioge.cli import main
+from aioge.examples import build_mlp
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    graph, _, _ = build_mlp(batch=1)
+    path = tmp_path_factory.mktemp("model") / "mlp.onnx"
+    onnx.save(to_onnx(graph), str(path))
+    cfg = SuiteConfig(workloads=["mlp", "add_chain"], rounds=1, runs=2, concurrency=(1, 3), concurrency_workloads=["mlp"],
+                      concurrency_rounds=1, startup_model=str(path), blas_variant=False, chain=40)
+    return run_suite(cfg)
+
+
+def test_small_run_measures_every_side(small_run: dict) -> None:
+    rows = {r["workload"]: r for r in small_run["rows"]}
+    assert set(rows) == {"mlp", "add_chain"}
+    mlp = rows["mlp"]
+    for side in ("aioge", "ort", "ort_cores", "numpy", "onnx_reference"):
+        assert mlp[side] > 0, side
+    assert mlp["aioge_vs_ort"] == pytest.approx(mlp["aioge"] / mlp["ort"])
+    assert mlp["reference_vs_aioge"] == pytest.approx(mlp["onnx_reference"] / mlp["aioge"])
+    assert mlp["max_abs_err"] < 1e-4 and mlp["ort_max_abs_err"] < 1e-4
+    assert mlp["arena_bytes"] > 0 and mlp["rss_peak_bytes"] >= mlp["rss_start_bytes"] > 0
+    assert [c["concurrency"] for c in mlp["concurrency"]] == [1, 3]
+    for c in mlp["concurrency"]:
+        assert c["aioge_runs_per_s"] > 0 and c["ort_runs_per_s"] > 0 and c["lag_samples"] >= 0
+        assert c["ratio"] == pytest.approx(c["aioge_runs_per_s"] / c["ort_runs_per_s"])
+    chain = rows["add_chain"]
+    assert chain["compiled_nodes"] == 40  # fusion is off for the chain: one node per Add
+    assert chain["aioge_us_per_node"] == pytest.approx(chain["aioge"] / 40 * 1e6)
+    assert "onnx_reference" not in chain  # micro workloads skip onnx.reference
+
+
+def test_startup_loads_from_the_graph_cache_in_a_fresh_process(small_run: dict) -> None:
+    st = small_run["startup"]
+    assert st["cold"]["kernels_compiled"] > 0 and not st["cold"]["graph_cache_hit"]
+    assert st["warm_kernel_cache"]["kernels_compiled"] == 0 and st["warm_kernel_cache"]["kernel_cache_hits"] > 0
+    assert st["graph_cache_load"]["graph_cache_hit"] and not st["graph_cache_save"]["graph_cache_hit"]
+    assert st["checksums_agree"]
+    assert st["ort"]["start_s"] > 0
+
+
+def test_targets_are_judged_from_the_figures(small_run: dict) -> None:
+    by_name = {t["target"]: t for t in small_run["targets"]}
+    sink = by_name["sink us/node on the Add chain"]
+    assert sink["figure"] == pytest.approx(small_run["rows"][1]["aioge_us_per_node"])
+    assert sink["status"] == ("PASS" if sink["figure"] <= TARGETS["sink_us_per_node"] else "MISS")
+    assert by_name["light/ geomean aioge/ort (BLAS env as set)"]["status"] == "n/a"  # no light/ model ran
+    burst = by_name["min 3-concurrent throughput aioge/ort"]
+    assert burst["status"] == ("PASS" if burst["figure"] >= TARGETS["concurrent_vs_ort"] else "MISS")
+
+
+def test_results_files(small_run: dict, tmp_path) -> None:
+    md, js = write_results(small_run, tmp_path / "out")
+    text = md.read_text()
+    assert "| mlp |" in text and "| add_chain |" in text and "## Targets" in text and "OPENBLAS_CORETYPE=" in text
+    assert "graph_cache_load" in text
+    data = json.loads(js.read_text())
+    assert data["rows"][0]["workload"] == "mlp" and data["machine"]["cpus"] >= 1
+
+
+def _fake(workload: str, aioge: float, ort: float, **extra: object) -> dict:
+    return {"workload": workload, "aioge": aioge, "ort": ort, "aioge_vs_ort": aioge / ort, **extra}
+
+
+def test_target_checks_pass_and_miss() -> None:
+    rows = [_fake("resnet50", 2.0, 1.0, reference_vs_aioge=30.0), _fake("vgg19", 1.0, 1.0, reference_vs_aioge=10.0),
+            _fake("mlp", 1.0, 1.0, concurrency=[{"concurrency": 64, "ratio": 0.9, "lag_max_ms": 25.0}])]
+    results = {"rows": rows, "config": {"concurrency": [64]},
+               "startup": {"model": "m", "graph_cache_load": {"start_s": 0.2}, "ort": {"start_s": 0.4}}}
+    got = {t["target"]: (t["figure"], t["status"]) for t in evaluate_targets(results)}
+    assert got["light/ geomean aioge/ort (BLAS env as set)"] == (pytest.approx(np.sqrt(2.0)), "PASS")
+    assert got["min onnx.reference/aioge over light/"] == (10.0, "MISS")
+    assert got["min 64-concurrent throughput aioge/ort"] == (0.9, "PASS")
+    assert got["max event-loop lag ms"] == (25.0, "MISS")
+    assert got["fresh-process start aioge (graph cache) / ort (create + first run)"] == (0.5, "PASS")
+    assert got["sink us/node on the Add chain"] == (None, "n/a")
+
+
+def test_render_without_optional_sections() -> None:
+    from aioge.benchmarks.suite import machine
+
+    row = {**_fake("mlp", 0.001, 0.001), "compiled_nodes": 4, "ort_cores": 0.001, "max_abs_err": 0.0,
+           "arena_bytes": 1024, "rss_peak_bytes": 2**20, "compile_s": 0.1}
+    text = render_markdown({"machine": machine(), "rows": [row], "targets": [], "seconds": 1.0})
+    assert "| mlp | 4 | 1.000 | 1.000 |" in text and "Start-up" not in text
+
+
+def test_helpers() -> None:
+    assert geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert percentile([3.0, 1.0, 2.0], 0.99) == 3.0 and percentile([], 0.5) == 0.0
+
+
+def test_workload_check_rejects_a_wrong_output() -> None:
+    w = add_chain(3)
+    assert w.check({"y": np.full((1, 16), 1.5, np.float32)}) == 0.0
+    with pytest.raises(AssertionError, match="add_chain: output 'y' is off by 1"):
+        w.check({"y": np.full((1, 16), 2.5, np.float32)})
+    assert isinstance(w, Workload) and w.numpy_fn is not None
+    np.testing.assert_allclose(w.numpy_fn(w.feeds)["y"], w.expected["y"])
+
+
+def test_builder_workloads_export_to_onnx_that_onnxruntime_agrees_with() -> None:
+    import onnxruntime as ort
+
+    for w in load_workloads(["transformer", "conv_branches"]):
+        sess = ort.InferenceSession(w.onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+        got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, w.feeds)))
+        assert w.check(got) < 1e-3
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rounds", "0"], "at least 1"),
+    (["--workloads", "mlp,nope"], "unknown workloads ['nope']"),
+])
+def test_cli_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", *argv]) == 2
+    assert message in capsys.readouterr().err
