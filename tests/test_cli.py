@@ -203,3 +203,25 @@ def test_compile_and_run_onnx_against_onnxruntime(tmp_path, capsys) -> None:
     assert main(["run", str(om), "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", str(tmp_path / "r")]) == 0
     expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(np.load(tmp_path / "r" / "y.npy"), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_demo_runs_every_example_and_loads_from_its_cache_the_second_time(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    from aioge.examples import EXAMPLES
+
+    home = tmp_path / "home" / "aioge"
+    old = os.umask(0o002)  # a desktop umask: mkdir would make group-writable dirs the caches refuse
+    try:
+        assert main(["demo", "--cache-dir", str(home)]) == 0
+        first = capsys.readouterr().out
+        assert main(["demo", "--cache-dir", str(home)]) == 0
+        second = capsys.readouterr().out
+    finally:
+        os.umask(old)
+    for name in EXAMPLES:
+        assert f"\n{name}: " in "\n" + first
+    assert first.count("OK") == len(EXAMPLES) and "MISMATCH" not in first
+    assert first.count("graph cache hit: False") == len(EXAMPLES)
+    assert second.count("graph cache hit: True") == len(EXAMPLES)  # nothing refused as untrusted
+    for d in (home.parent, home, home / "graphs"):
+        assert d.stat().st_mode & 0o777 == 0o700, d
+    assert sorted(p.name for p in (home / "graphs").glob("*.idx")) == sorted(f"demo_{n}.idx" for n in EXAMPLES)

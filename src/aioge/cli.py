@@ -27,13 +27,13 @@ def default_cache_dir() -> Path:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Build the bundled MLP and CNN, compile and run them, check them against numpy."""
+    """Build the bundled example graphs, compile and run them, check them against numpy."""
     import aioge
     from aioge.examples import EXAMPLES
 
     names = [args.model] if args.model else list(EXAMPLES)
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    (cache / "graphs").mkdir(parents=True, exist_ok=True)
+    _private_dirs(cache / "graphs")
     options = {"ge.graph_compiler_cache_dir": str(cache / "graphs"), "ge.op_compiler_cache_dir": _safe_dir(cache / "kernels")}
     failures = 0
 
@@ -68,6 +68,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     anyio.run(go)
     print(f"cache: {cache}")
     return 1 if failures else 0
+
+
+def _example_names() -> list[str]:
+    from aioge.examples import EXAMPLES
+
+    return list(EXAMPLES)
+
+
+def _private_dirs(path: Path) -> None:
+    """Make ``path`` and its missing parents owner-only (0700): the caches refuse group- or
+    other-writable dirs, which ``mkdir(parents=True)`` makes under a umask of 002."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700, exist_ok=True)
 
 
 def _safe_dir(path: Path) -> str:
@@ -111,7 +129,7 @@ def cmd_options(args: argparse.Namespace) -> int:
 
 def _add_demo(sub: Any) -> None:
     p = sub.add_parser("demo", help="build, compile and run the bundled example graphs; check them against numpy")
-    p.add_argument("--model", choices=["mlp", "cnn"], help="only this example")
+    p.add_argument("--model", choices=sorted(_example_names()), help="only this example")
     p.add_argument("--cache-dir", help="cache directory (default $AIOGE_HOME or ~/.cache/aioge)")
     p.add_argument("--repeat", type=int, default=20, help="runs per model")
     p.set_defaults(func=cmd_demo)

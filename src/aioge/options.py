@@ -253,10 +253,12 @@ def check_options(options: Mapping[str, object] | None, level: str) -> dict[str,
     """Validate options given at ``level`` ("session" or "graph") and return them by GE key.
 
     Raises:
-        OptionError: unknown key, non-string or invalid value, wrong level, or a key given
-            twice (under its key and its alias).
+        OptionError: not a mapping, an unknown key, a non-string or invalid value, a wrong
+            level, or a key given twice (under its key and its alias).
     """
     out: dict[str, str] = {}
+    if options is not None and not isinstance(options, Mapping):
+        raise OptionError("options", options, "a mapping of option keys to string values, as in GE")
     for key, value in (options or {}).items():
         if not isinstance(key, str):
             raise OptionError(repr(key), value, "option keys are strings")

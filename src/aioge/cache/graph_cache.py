@@ -9,7 +9,8 @@ already exist (E13026). Files, as GE names them, in that dir:
   ``fingerprint``, the ``signature`` (input shapes), the ``options`` that shape a compile,
   ``versions``, ``code`` (digest of aioge's code), ``om_sha256``, ``created``.
 - ``<key>_<YYYYMMDDhhmmss>[_n].om``: a compiled model (``compiler.serialize``); the name is
-  claimed with O_EXCL, so two writers never share one.
+  claimed by publishing the whole file without replacing (a hard link of its temp file), so
+  two writers never share one and a killed writer leaves no empty or half file.
 - ``<key>_<ts>.rdcpkt``: the variable descs (names, shapes, dtypes, formats) before and
   after compile, only when the graph has variables.
 - ``weight/weight_<sha256>``: external constants (``ge.externalWeight=1``), deduplicated.
@@ -18,6 +19,10 @@ already exist (E13026). Files, as GE names them, in that dir:
   files are published before the entry, the index is replaced atomically by a
   read-modify-write that appends and re-checks, so writers that race without the lock
   still leave a valid index whose every entry names whole, self-checking files.
+  A writer that does not hold ``<key>.lock`` already (a direct ``save_sync``, or one that
+  gave up waiting) takes it for the index's read-modify-write alone, so appends never lose
+  an entry; each append also indexes whole ``.om`` files of the key that the index lacks
+  (a writer killed between its files and its entry).
 
 Matching: every entry with the key is tried in order. An entry hits when its versions and
 code digest, its fingerprint (skipped with ``aioge.graph_cache_check=key``, which trusts
@@ -30,6 +35,7 @@ the index; a corrupt index is replaced by one rebuilt from the valid ``.om`` fil
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -39,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
 import anyio
+from filelock import FileLock, Timeout
 
 from aioge.cache import io
 from aioge.cache.file_lock import async_file_lock
@@ -114,6 +121,7 @@ class Lookup:
     model: CompiledModel | None
     drop: list[str] = field(default_factory=list)
     fingerprint: str | None = None
+    save: bool = True  # False: the dir is not trusted, so nothing compiled is put in it either
 
 
 class GraphCache:
@@ -139,7 +147,7 @@ class GraphCache:
         return os.path.join(self.dir, f"{self.key}.lock")
 
     def _path(self, name: str) -> str:
-        if os.path.basename(name) != name or name in ("", ".", ".."):
+        if os.path.basename(name) != name or name in ("", ".", "..") or "\x00" in name:
             raise CacheError(f"index names {name!r}, which is not a bare file name", path=self.index_path)
         return os.path.join(self.dir, name)
 
@@ -217,13 +225,24 @@ class GraphCache:
         }
 
     def _read_trusted(self, path: str, max_bytes: int = io.MAX_FILE_BYTES) -> bytes:
+        # Untrusted (another owner, group/other-writable) is a PermissionError and a link an
+        # OSError (ELOOP), not a CacheError: the file is not ours to judge (or delete), only to skip.
         st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise CacheError("not a regular file", path=path)
-        if not self.shared and st.st_uid != os.getuid():
-            # An OSError, not a CacheError: the file is not ours to judge (or delete), only to skip.
-            raise PermissionError(f"{path}: owned by uid {st.st_uid}, not this user (set aioge.cache_shared=1 to trust it)")
-        return io.read_bytes_sync(path, max_bytes=max_bytes)
+        if stat.S_ISLNK(st.st_mode):
+            raise PermissionError(f"{path}: not trusted: {io.untrusted_reason(st)}")
+        return io.read_trusted_sync(path, max_bytes=max_bytes, shared=self.shared)
+
+    def untrusted(self) -> str | None:
+        """Why this cache's directory (or its ``weight/``) must not be trusted, or None."""
+        reason = io.untrusted_dir_reason(self.dir, shared=self.shared, follow=True)
+        if reason is not None:
+            return f"{self.dir}: {reason}"
+        weights = os.path.join(self.dir, serialize.WEIGHT_DIR)
+        try:
+            reason = io.untrusted_dir_reason(weights, shared=self.shared)
+        except FileNotFoundError:
+            return None
+        return None if reason is None else f"{weights}: {reason}"
 
     # -- lookup -------------------------------------------------------------------------
 
@@ -234,6 +253,10 @@ class GraphCache:
         """
         start = time.perf_counter()
         check_cache_dir(self.dir, graph.name)
+        why_not = self.untrusted()
+        if why_not is not None:
+            log.warning("graph cache %r: not trusted, compiling without it: %s", self.key, why_not)
+            return Lookup(None, save=False)
         entries, intact = self.read_index_sync()
         if not intact:
             self._try_publish(entries)
@@ -284,7 +307,7 @@ class GraphCache:
             descs = io.unpack(payload, what="variable descs")
             before, after = descs["before"], descs["after"]
         except (OSError, CacheError, KeyError, TypeError) as exc:
-            return f"variable descs unreadable ({exc})"
+            return f"variable descs {name} unreadable ({exc})"
         if current in (before, after):
             return None
         return f"variable descs differ (cached {before}, graph has {current})"
@@ -302,76 +325,117 @@ class GraphCache:
             return None, f"file missing ({exc.filename})", True
         except OSError as exc:
             return None, f"unreadable ({exc})", False
-        except CacheError as exc:
-            log.warning("graph cache %r: %s", self.key, exc)
+        except CacheError as exc:  # the one warning comes from the lookup, which names every reason
+            log.info("graph cache %r: %s", self.key, exc)
             return None, f"corrupt ({exc})", True
         why = _fits(model, graph, signature, fingerprint)
         return (None, why, False) if why else (model, None, False)
 
     # -- save ---------------------------------------------------------------------------
 
-    def save_sync(self, model: CompiledModel, graph: Graph, drop: Sequence[str] = ()) -> dict[str, Any]:
+    def save_sync(self, model: CompiledModel, graph: Graph, drop: Sequence[str] = (), *, locked: bool = False) -> dict[str, Any]:
         """Publish ``model`` as a new entry (blocking): files first, then the index.
 
         Entries named in ``drop`` (found broken) leave the index and their files are removed.
-        Returns the new entry.
+        ``locked`` says the caller holds ``<key>.lock`` (else it is taken, briefly, for the
+        index update). Returns the new entry.
 
         Raises:
             OSError, ModelFormatError: the files could not be written (nothing is published).
         """
-        om = self._claim_name()
-        stem = om[: -len(".om")]
-        rdc = f"{stem}.rdcpkt" if graph.variables else ""
-        try:
-            if rdc:
-                descs = {"graph_key": self.key, "before": _var_descs(graph), "after": _var_descs(model.graph)}
-                io.write_atomic_sync(self._path(rdc), io.make_envelope(RDCPKT_KIND, io.pack(descs)), mode=self.mode)
-            sha = serialize.save_model_sync(self._path(om), model, external=self.external_weight, mode=self.mode)
-        except BaseException:
-            for name in (om, rdc):
-                if name:
-                    _unlink(self._path(name))
-            raise
+        rdc_data = b""
+        if graph.variables:
+            descs = {"graph_key": self.key, "before": _var_descs(graph), "after": _var_descs(model.graph)}
+            rdc_data = io.make_envelope(RDCPKT_KIND, io.pack(descs))
+        om, rdc, sha = self._publish_files(model, rdc_data)
         meta = {
             "fingerprint": model.fingerprint, "signature": [[n, list(s)] for n, s in model.signature],
             "options": dict(model.options), "versions": dict(model.versions), "code": serialize.code_digest(),
             "sha256": sha, "external": self.external_weight, "created": time.time(),
         }
         entry = self._entry(om, rdc, meta)
-        self._append(entry, drop)
+        self._append(entry, drop, locked)
         log.info("graph cache %r: saved %s", self.key, om)
         return entry
 
-    def _claim_name(self) -> str:
+    def _publish_files(self, model: CompiledModel, rdc_data: bytes) -> tuple[str, str, str]:
+        """Publish the entry's files under the first free ``<key>_<ts>[_n]`` stem: the
+        ``.rdcpkt`` (if any), then the ``.om``, each whole and only under a name nobody has
+        (``exclusive``), so a name is claimed and filled in one step: a writer killed at any
+        point leaves whole files or temp files, never an empty or half ``.om``.
+        Returns (om name, rdcpkt name or '', payload sha256)."""
         stamp = time.strftime("%Y%m%d%H%M%S", time.localtime())
         for n in range(10_000):
-            name = f"{self.key}_{stamp}.om" if n == 0 else f"{self.key}_{stamp}_{n}.om"
+            stem = f"{self.key}_{stamp}" if n == 0 else f"{self.key}_{stamp}_{n}"
+            om, rdc = f"{stem}.om", f"{stem}.rdcpkt" if rdc_data else ""
+            if os.path.lexists(self._path(om)) or os.path.lexists(self._path(f"{stem}.rdcpkt")):
+                continue  # taken (the check saves encoding the model for nothing; the links decide)
             try:
-                fd = os.open(self._path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), self.mode)
+                if rdc:
+                    io.write_atomic_sync(self._path(rdc), rdc_data, mode=self.mode, exclusive=True)
             except FileExistsError:
                 continue
-            os.close(fd)
-            return name
+            try:
+                sha = serialize.save_model_sync(self._path(om), model, external=self.external_weight, mode=self.mode, exclusive=True)
+            except FileExistsError:
+                if rdc:
+                    _unlink(self._path(rdc))  # ours: the exclusive link made it
+                continue
+            except BaseException:
+                if rdc:
+                    _unlink(self._path(rdc))
+                raise
+            return om, rdc, sha
         raise CacheError(f"no free model file name for key {self.key!r} at {stamp}", path=self.dir)
 
-    def _append(self, entry: dict[str, Any], drop: Sequence[str]) -> None:
-        """Read-modify-write the index, then re-read it: a writer racing without the lock
-        may have replaced it, in which case the merge is redone."""
+    def _append(self, entry: dict[str, Any], drop: Sequence[str], locked: bool) -> None:
+        """Read-modify-write the index under the key's lock, then re-read it.
+
+        The lock (taken briefly here unless the caller holds it) serialises the appends of
+        writers of one key, in this process or others. Without it (a file system
+        without locks) a writer may still replace the index between another's read and
+        write: each writer re-checks its own entry and redoes the merge, and every merge
+        also takes in the whole ``.om`` files of the key that the index lacks (an entry
+        lost that way, or a writer killed between publishing its files and its entry).
+        """
         gone = set(drop)
-        for _ in range(_PUBLISH_TRIES):
-            entries, _ = self.read_index_sync()
-            kept = [e for e in entries if e["cache_file_name"] not in gone and e["cache_file_name"] != entry["cache_file_name"]]
-            self._publish_index([*kept, entry])
-            back, _ = self.read_index_sync()
-            if any(e["cache_file_name"] == entry["cache_file_name"] for e in back):
-                break
-        else:
-            log.warning("graph cache %r: index kept being replaced; entry %s is not in it", self.key, entry["cache_file_name"])
+        entries: list[dict[str, Any]] = []
+        with contextlib.nullcontext(True) if locked else _IndexLock(self.lock_path, self.mode):
+            for _ in range(_PUBLISH_TRIES):
+                entries, _ = self.read_index_sync()
+                kept = [e for e in entries if e["cache_file_name"] not in gone and e["cache_file_name"] != entry["cache_file_name"]]
+                orphans = self._orphans({e["cache_file_name"] for e in kept} | gone | {entry["cache_file_name"]})
+                self._publish_index([*kept, *orphans, entry])
+                back, _ = self.read_index_sync()
+                if any(e["cache_file_name"] == entry["cache_file_name"] for e in back):
+                    break
+            else:
+                log.warning("graph cache %r: index kept being replaced; entry %s is not in it", self.key, entry["cache_file_name"])
         for e in entries:
             if e["cache_file_name"] in gone:
                 for name in (e["cache_file_name"], e["var_desc_file_name"]):
                     if name:
                         _unlink(self._path(name))
+
+    def _orphans(self, known: set[str]) -> list[dict[str, Any]]:
+        """Entries for the valid ``.om`` files of this key that are not in ``known``, oldest first."""
+        try:
+            names = sorted(n for n in os.listdir(self.dir) if self._om_re.fullmatch(n) and n not in known)
+        except OSError:
+            return []
+        out = []
+        for name in names:
+            path = self._path(name)
+            try:
+                meta = serialize.decode_meta(self._read_trusted(path), path=path, check_versions=False)
+            except (OSError, CacheError) as exc:
+                log.debug("graph cache %r: %s is not a model to index (%s)", self.key, name, exc)
+                continue
+            rdc = name[: -len(".om")] + ".rdcpkt"
+            out.append(self._entry(name, rdc if os.path.exists(self._path(rdc)) else "", meta))
+            log.info("graph cache %r: indexing %s, a whole model the index lacked", self.key, name)
+        out.sort(key=lambda e: e["created"])
+        return out
 
     def _try_publish(self, entries: list[dict[str, Any]]) -> None:
         try:
@@ -426,7 +490,7 @@ def _fits(model: CompiledModel, graph: Graph, signature: Signature, fingerprint:
 
 def _parse_index(data: bytes, path: str) -> tuple[list[dict[str, Any]], bool]:
     _, payload = io.open_envelope(data, IDX_KIND, path=path, check_versions=False)
-    obj = io.unpack(payload, what="graph cache index")
+    obj = io.unpack(payload, what="graph cache index", path=path)
     if not isinstance(obj, dict) or not isinstance(obj.get("cache_file_list"), list):
         raise CacheError("index has no cache_file_list", path=path)
     entries = [e for e in obj["cache_file_list"] if _valid_entry(e)]
@@ -436,9 +500,10 @@ def _parse_index(data: bytes, path: str) -> tuple[list[dict[str, Any]], bool]:
 def _valid_entry(e: Any) -> bool:
     if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in _ENTRY_STR_FIELDS):
         return False
-    name = e["cache_file_name"]
+    name, rdc = e["cache_file_name"], e["var_desc_file_name"]
     return (
-        bool(name) and os.path.basename(name) == name and os.path.basename(e["var_desc_file_name"]) == e["var_desc_file_name"]
+        bool(name) and name not in (".", "..") and rdc not in (".", "..") and "\x00" not in name + rdc
+        and os.path.basename(name) == name and os.path.basename(rdc) == rdc
         and isinstance(e.get("signature"), list) and isinstance(e.get("options"), dict)
         and isinstance(e.get("versions"), dict) and isinstance(e.get("created"), (int, float))
     )
@@ -456,10 +521,33 @@ def read_index(path: str | os.PathLike[str]) -> dict[str, Any]:
     except OSError as exc:
         raise CacheError(f"cannot read: {exc.strerror}", path=path) from None
     _, payload = io.open_envelope(data, IDX_KIND, path=path, check_versions=False)
-    obj = io.unpack(payload, what="graph cache index")
+    obj = io.unpack(payload, what="graph cache index", path=path)
     if not isinstance(obj, dict):
         raise CacheError("not an index", path=path)
     return obj
+
+
+class _IndexLock:
+    """A short, bounded hold of ``<key>.lock`` around an index read-modify-write, for a
+    writer that does not hold it already (sync, in a worker thread; a new file object, so
+    it excludes other threads of this process too). Without it (no locks here, or a
+    holder that takes too long) the body runs anyway."""
+
+    def __init__(self, path: str, mode: int, wait: float = 10.0) -> None:
+        self._lock = FileLock(path, timeout=wait, thread_local=False, mode=mode)
+        self._held = False
+
+    def __enter__(self) -> bool:
+        try:
+            self._lock.acquire()
+            self._held = True
+        except (Timeout, OSError) as exc:
+            log.debug("index lock %s not held (%s); appending without it", self._lock.lock_file, exc)
+        return self._held
+
+    def __exit__(self, *exc: object) -> None:
+        if self._held:
+            self._lock.release()
 
 
 def _unlink(path: str) -> None:
@@ -494,13 +582,15 @@ async def load_or_compile(
     """
     # Checked before locking: taking the lock would create the directory.
     await anyio.to_thread.run_sync(check_cache_dir, cache.dir, graph.name)
-    async with cache.locked():
+    async with cache.locked() as held:
         found = await anyio.to_thread.run_sync(cache.lookup_sync, graph, signature, options, limiter=limiter)
         if found.model is not None:
             return found.model
         model = await compile()
+        if not found.save:
+            return model
         try:
-            await anyio.to_thread.run_sync(cache.save_sync, model, graph, found.drop, limiter=limiter)
+            await anyio.to_thread.run_sync(functools.partial(cache.save_sync, locked=held), model, graph, found.drop, limiter=limiter)
         except (OSError, CacheError) as exc:
             log.warning("graph cache %r: could not save the compiled model (%s)", cache.key, exc)
         return model

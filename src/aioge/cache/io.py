@@ -20,11 +20,13 @@ asyncio, anyio's worker threads on other backends).
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import logging
 import os
 import secrets
+import stat
 import struct
 from typing import Any, Mapping
 
@@ -43,7 +45,10 @@ __all__ = [
     "pack",
     "read_bytes",
     "read_bytes_sync",
+    "read_trusted_sync",
     "unpack",
+    "untrusted_dir_reason",
+    "untrusted_reason",
     "write_atomic",
     "write_atomic_sync",
 ]
@@ -60,6 +65,9 @@ _ARRAY_DTYPES = frozenset(
      "complex64", "complex128"}
 )
 _MAX_DIMS = 32
+MAX_DEPTH = 64  # containers nested deeper than this are not aioge's (its files nest about 16 deep)
+_BYTES_PER_CONTAINER = 6
+_MIN_CONTAINERS = 1024
 
 
 # -- the codec ------------------------------------------------------------------------
@@ -106,19 +114,52 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 def _bounded_unpack(data: bytes, ext_hook: Any) -> Any:
-    """One msgpack object from exactly ``data``; no container or string may claim more than the data holds."""
-    kwargs: dict[str, Any] = {"raw": False, "strict_map_key": True, "max_buffer_size": max(len(data), 1)}
+    """One msgpack object from exactly ``data``, decoded within bounds set by its size.
+
+    No container or string may claim more than the data holds (``max_buffer_size`` caps
+    every ``max_*_len``); there may be at most ``len(data) // 6 + 1024`` containers (aioge's
+    files hold one per 15 bytes or so: a file of empty lists would otherwise make 64 bytes of
+    Python objects per byte), nested at most ``MAX_DEPTH`` deep (the readers walk them
+    recursively). So decoding ``n`` bytes allocates at most about 25 * ``n``.
+    """
+    budget = [len(data) // _BYTES_PER_CONTAINER + _MIN_CONTAINERS]
+
+    def count(obj: Any) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ValueError(f"more containers than {len(data)} bytes of aioge data hold")
+        return obj
+
+    kwargs: dict[str, Any] = {
+        "raw": False, "strict_map_key": True, "max_buffer_size": max(len(data), 1),
+        "list_hook": count, "object_hook": count,
+    }
     if ext_hook is not None:
-        kwargs["ext_hook"] = ext_hook
+        kwargs["ext_hook"] = lambda code, body: ext_hook(code, count(body))  # an array costs a container too
     unpacker = msgpack.Unpacker(**kwargs)
     unpacker.feed(data)
     obj = unpacker.unpack()
     if unpacker.tell() != len(data):
         raise ValueError(f"{len(data) - unpacker.tell()} bytes of trailing data")
+    _check_depth(obj)
     return obj
 
 
-def unpack(data: bytes, *, what: str = "cache data") -> Any:
+def _check_depth(obj: Any) -> None:
+    """Refuse containers nested deeper than ``MAX_DEPTH`` (level by level: the check must not recurse)."""
+    level = [obj] if type(obj) is list or type(obj) is dict else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise ValueError(f"containers nested more than {MAX_DEPTH} deep")
+        below: list[Any] = []
+        for x in level:
+            below.extend([v for v in (x.values() if type(x) is dict else x) if type(v) is list or type(v) is dict])
+        level = below
+
+
+def unpack(data: bytes, *, what: str = "cache data", path: str | None = None) -> Any:
     """Decode msgpack written by ``pack``, with bounds; arrays come back read-only.
 
     Raises:
@@ -129,7 +170,7 @@ def unpack(data: bytes, *, what: str = "cache data") -> Any:
     except CacheError:
         raise
     except Exception as exc:  # msgpack raises several unrelated types (ValueError, StackError, ExtraData, ...)
-        raise CacheError(f"cannot decode {what}: {type(exc).__name__}: {exc}") from None
+        raise CacheError(f"cannot decode {what}: {type(exc).__name__}: {exc}", path=path) from None
 
 
 # -- envelopes ------------------------------------------------------------------------
@@ -191,33 +232,96 @@ def open_envelope(data: bytes, kind: str, *, path: str | None = None, check_vers
 # -- files ----------------------------------------------------------------------------
 
 
-def write_atomic_sync(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600) -> None:
+def write_atomic_sync(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600, exclusive: bool = False) -> None:
     """Publish ``data`` at ``path`` atomically: a reader sees the old file or the new one, whole.
 
+    With ``exclusive`` an existing ``path`` is never replaced: the whole file appears under
+    a free name or not at all (a hard link of the temp file), so a name can be claimed and
+    filled in one step and a crash never leaves an empty placeholder behind.
+
     Raises:
-        OSError: the directory is not writable, the disk is full, ... (nothing half-written remains).
+        FileExistsError: ``exclusive`` and ``path`` exists. OSError: the directory is not
+            writable, the disk is full, ... (nothing half-written remains).
     """
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
     try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        _unlink_quietly(tmp)
-        raise
-    os.close(fd)
-    try:
-        os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)  # close can fail too (a quota on NFS): the temp file still goes
+        if exclusive:
+            _link_new(tmp, path)
+            _unlink_quietly(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         _unlink_quietly(tmp)
         raise
     _fsync_dir(directory)
+
+
+def _link_new(tmp: str, path: str) -> None:
+    """Make the whole ``tmp`` appear at ``path`` unless ``path`` exists (FileExistsError)."""
+    try:
+        os.link(tmp, path, follow_symlinks=False)
+        return
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+            raise
+    # No hard links here (some FUSE and SMB mounts): claim the name, then fill it atomically.
+    # A crash in between leaves an empty file, which readers reject as not an aioge file.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink_quietly(path)
+        raise
+
+
+def untrusted_reason(st: os.stat_result, *, shared: bool = False) -> str | None:
+    """Why a cache file or directory with this ``lstat``/``fstat`` must not be trusted, or None.
+
+    Like ssh with its keys: a symbolic link is never followed; a file or directory others
+    may write is never trusted; unless the cache is shared (``aioge.cache_shared=1``), one
+    its group may write or another user owns (root aside) is not trusted either.
+    """
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link (links in a cache are not followed)"
+    if not hasattr(os, "getuid"):  # pragma: no cover - no owners or modes to check (Windows)
+        return None
+    if st.st_mode & stat.S_IWOTH:
+        return f"it is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    if not shared:
+        if st.st_uid not in (os.getuid(), 0):
+            return f"it is owned by uid {st.st_uid}, not this user (set aioge.cache_shared=1 to trust it)"
+        if st.st_mode & stat.S_IWGRP:
+            return f"it is writable by its group (mode {stat.S_IMODE(st.st_mode):04o}; set aioge.cache_shared=1 to trust it)"
+    return None
+
+
+def untrusted_dir_reason(path: str | os.PathLike[str], *, shared: bool = False, follow: bool = False) -> str | None:
+    """Why a cache directory must not be trusted (see ``untrusted_reason``), or None.
+
+    ``follow`` is for a root the user named (it may be a link to where the cache lives);
+    directories inside a cache are never followed.
+
+    Raises:
+        FileNotFoundError: it does not exist.
+    """
+    st = os.stat(path) if follow else os.lstat(path)
+    if not stat.S_ISLNK(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    return untrusted_reason(st, shared=shared)
 
 
 def read_bytes_sync(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES) -> bytes:
@@ -226,12 +330,30 @@ def read_bytes_sync(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_B
     Raises:
         FileNotFoundError: no such file. CacheError: too large or not a regular file.
     """
-    path = os.fspath(path)
+    return _read(os.fspath(path), max_bytes, None)
+
+
+def read_trusted_sync(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES, shared: bool = False) -> bytes:
+    """``read_bytes_sync`` that also refuses a file ``untrusted_reason`` rejects (checked on
+    the opened file, so it cannot be swapped between the check and the read).
+
+    Raises:
+        FileNotFoundError: no such file. PermissionError: not trusted (the message says why).
+        CacheError: too large or not a regular file. OSError: a symbolic link (ELOOP), ...
+    """
+    return _read(os.fspath(path), max_bytes, shared)
+
+
+def _read(path: str, max_bytes: int, shared: bool | None) -> bytes:
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     try:
         st = os.fstat(fd)
-        if not _is_regular(st.st_mode):
+        if not stat.S_ISREG(st.st_mode):
             raise CacheError("not a regular file", path=path)
+        if shared is not None:
+            reason = untrusted_reason(st, shared=shared)
+            if reason is not None:
+                raise PermissionError(f"{path}: not trusted: {reason}")
         if st.st_size > max_bytes:
             raise CacheError(f"{st.st_size} bytes, more than the {max_bytes} a cache file may have", path=path)
         chunks = []
@@ -264,12 +386,6 @@ async def _hop(fn: Any, *args: Any, limiter: anyio.CapacityLimiter | None) -> An
 
         return await aiofiles.os.wrap(fn)(*args)
     return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
-
-
-def _is_regular(mode: int) -> bool:
-    import stat
-
-    return stat.S_ISREG(mode)
 
 
 def _fsync_dir(directory: str) -> None:

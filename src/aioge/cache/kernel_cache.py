@@ -28,7 +28,9 @@ import os
 import re
 import secrets
 import stat
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -37,7 +39,17 @@ import anyio
 from filelock import FileLock, Timeout
 
 from aioge.cache.file_lock import async_file_lock
-from aioge.cache.io import MAGIC, make_envelope, open_envelope, pack, read_bytes_sync, unpack, write_atomic_sync
+from aioge.cache.io import (
+    MAGIC,
+    make_envelope,
+    open_envelope,
+    pack,
+    read_bytes_sync,
+    read_trusted_sync,
+    unpack,
+    untrusted_dir_reason,
+    write_atomic_sync,
+)
 from aioge.cache.kernel_limits import AGING_IDLE_SECONDS, CacheLimits, read_limits, resolve_cache_root, write_default_ini
 from aioge.compiler.kernel import KernelDesc, desc_from_plain, desc_to_plain
 from aioge.compiler.singleflight import SingleFlight
@@ -141,6 +153,10 @@ class KernelCache:
         self.shared = shared
         self.clock = clock
         self.flights: SingleFlight[Any, Any] = SingleFlight()
+        # Kernels this cache was handed to publish, by (key, generation): each is one compile
+        # done for the disk, so a key compiled more than once per generation shows here.
+        self.stored: Counter[tuple[str, str]] = Counter()
+        self._stored_lock = threading.Lock()  # stores run in worker threads
         self._warned: set[str] = set()
         self._io: anyio.CapacityLimiter | None = None
         self._file_mode = 0o664 if shared else 0o600
@@ -190,7 +206,7 @@ class KernelCache:
                 write_atomic_sync(self.soc_dir / GEN_FILE, data, mode=self._file_mode)
                 log.info("%s: force mode, new kernel cache generation %s", self.soc_dir, generation)
             except OSError as exc:
-                self._warn_once("generation", f"kernel cache {self.soc_dir}: cannot start a new generation ({exc})")
+                self._warn_once(f"write:{self.soc_dir}", f"kernel cache {self.soc_dir} is not writable, kernels are not cached: cannot start a new generation ({exc})")
             return CacheView(generation, touch)
         return CacheView(self.generation_sync(), touch)
 
@@ -198,7 +214,8 @@ class KernelCache:
         """The current generation (``"0"`` until a force compile starts one)."""
         path = self.soc_dir / GEN_FILE
         try:
-            _, payload = open_envelope(read_bytes_sync(path, max_bytes=4096), GEN_KIND, path=str(path), check_versions=False)
+            data = read_trusted_sync(path, max_bytes=4096, shared=self.shared)
+            _, payload = open_envelope(data, GEN_KIND, path=str(path), check_versions=False)
             gen = unpack(payload, what="generation").get("generation")
             if not isinstance(gen, str) or not re.fullmatch(r"[0-9a-f]{1,32}", gen):
                 raise CacheError(f"bad generation {gen!r}", path=str(path))
@@ -218,11 +235,15 @@ class KernelCache:
     def load_sync(self, key: str, view: CacheView) -> LoadResult:
         path = self.entry_path(key, view.generation)
         try:
-            if not self.shared and hasattr(os, "getuid"):
-                st = os.stat(path)
-                if st.st_uid != os.getuid():
-                    raise CacheError(f"owned by uid {st.st_uid}, not this user (set aioge.cache_shared=1 to trust it)")
-            data = read_bytes_sync(path, max_bytes=_MAX_ENTRY_BYTES)
+            untrusted = self._untrusted_dir()
+        except FileNotFoundError:
+            return LoadResult(None, "absent")
+        if untrusted is not None:
+            where, reason = untrusted
+            self._warn_once(f"dir:{where}", f"kernel cache {where} is not trusted, its kernels are not loaded: {reason}")
+            return LoadResult(None, "invalid")
+        try:
+            data = read_trusted_sync(path, max_bytes=_MAX_ENTRY_BYTES, shared=self.shared)
             header, payload = open_envelope(data, ENTRY_KIND, path=str(path))
             if header.get("key") != key:
                 raise CacheError(f"holds key {header.get('key')!r}, not {key!r}", path=str(path))
@@ -232,11 +253,22 @@ class KernelCache:
         except FileNotFoundError:
             return LoadResult(None, "absent")
         except (CacheError, ValueError, OSError) as exc:
-            self._warn_once(str(path), f"kernel cache entry unusable, recompiling: {exc}")
+            where = "" if str(path) in str(exc) else f"{path}: "  # decode errors do not know the file
+            self._warn_once(str(path), f"kernel cache entry unusable, recompiling: {where}{exc}")
             return LoadResult(None, "invalid")
         if view.touch:
             self._touch(path)
         return LoadResult(desc, "hit")
+
+    def _untrusted_dir(self) -> tuple[Path, str] | None:
+        """(dir, why) for the first directory on the way to the entries that is not trusted:
+        the root (which may be a link the user made), ``kernel_cache/`` and the soc folder
+        (never links). Raises FileNotFoundError when one does not exist."""
+        for d, follow in ((self.root, True), (self.kernel_dir, False), (self.soc_dir, False)):
+            reason = untrusted_dir_reason(d, shared=self.shared, follow=follow)
+            if reason is not None:
+                return d, reason
+        return None
 
     async def store(self, desc: KernelDesc, view: CacheView) -> int:
         """Publish a compiled kernel atomically; returns the bytes written (0 when the dir is
@@ -245,12 +277,14 @@ class KernelCache:
 
     def store_sync(self, desc: KernelDesc, view: CacheView) -> int:
         path = self.entry_path(desc.key, view.generation)
+        with self._stored_lock:
+            self.stored[(desc.key, view.generation)] += 1
         data = make_envelope(ENTRY_KIND, pack(desc_to_plain(desc)), {"key": desc.key, "generation": view.generation})
         try:
             self._ensure_dirs()
             write_atomic_sync(path, data, mode=self._file_mode)
         except OSError as exc:
-            self._warn_once(f"store:{self.soc_dir}", f"kernel cache {self.soc_dir} is not writable, kernels are not cached: {exc}")
+            self._warn_once(f"write:{self.soc_dir}", f"kernel cache {self.soc_dir} is not writable, kernels are not cached: {exc}")
             return 0
         self._touch(path)
         return len(data)
@@ -279,7 +313,8 @@ class KernelCache:
                 write_default_ini(self.kernel_dir, mode=self._file_mode)
             return self.age_sync(estimate=estimate)
         except OSError as exc:
-            self._warn_once(f"after:{self.soc_dir}", f"kernel cache {self.soc_dir}: bookkeeping failed: {exc}")
+            # One warning per session for a cache it cannot write: a failed store said it already.
+            self._warn_once(f"write:{self.soc_dir}", f"kernel cache {self.soc_dir} is not writable, its statistics are not kept: {exc}")
             return None
 
     def read_stats_sync(self) -> dict[str, int]:
@@ -452,7 +487,15 @@ class KernelCache:
     def _ensure_dirs(self) -> None:
         lock_dir = self.soc_dir / LOCK_DIR
         if not lock_dir.is_dir():
-            os.makedirs(lock_dir, mode=self._dir_mode, exist_ok=True)
+            # Level by level: makedirs gives only the last one ``mode``, the others the umask's
+            # default, which may be group-writable (umask 002), and then the cache would not trust them.
+            for d in (self.root, self.kernel_dir, self.soc_dir, lock_dir):
+                try:
+                    os.mkdir(d, self._dir_mode)
+                except FileExistsError:
+                    pass
+                except FileNotFoundError:
+                    os.makedirs(d, mode=self._dir_mode, exist_ok=True)
 
     def _warn_once(self, what: str, message: str) -> None:
         if what not in self._warned:

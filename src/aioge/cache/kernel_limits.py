@@ -84,14 +84,14 @@ def resolve_cache_root(option: str, env: Mapping[str, str]) -> Path:
 
 
 def _parse_max(text: str | None) -> int | None:
-    if text is None or not re.fullmatch(r"\s*-?[0-9]+\s*", text):
+    if text is None or not re.fullmatch(r"\s*-?[0-9]{1,18}\s*", text):  # bounded: int() refuses 4300+ digits
         return None
     v = int(text)
     return v if v == -1 or 1 <= v < _INT_MAX else None
 
 
 def _parse_ratio(text: str | None) -> int | None:
-    if text is None or not re.fullmatch(r"\s*[0-9]+\s*", text):
+    if text is None or not re.fullmatch(r"\s*[0-9]{1,18}\s*", text):
         return None
     v = int(text)
     return v if 1 <= v <= 100 else None

@@ -71,6 +71,7 @@ _WEIGHT_PREFIX = "weight_"
 _T_WEIGHT, _T_BLOB = "~w", "~b"
 _BLOB_ALIGN = 64
 _MAX_TENSOR_BYTES = 16 << 30  # no tensor or arena of a model this simulator runs is larger
+_MAX_META_BYTES = 256 << 20  # a model's graph and plans (tensor data lies outside): ~30 KB for a transformer block
 
 
 @functools.lru_cache(maxsize=1)
@@ -153,6 +154,8 @@ def _unframe(payload: bytes, path: str | None) -> tuple[Any, memoryview]:
     if len(payload) < 8:
         raise ModelFormatError("payload too short", path=path)
     (n,) = struct.unpack_from("<Q", payload)
+    if n > _MAX_META_BYTES:  # decoding allocates up to ~25x its size (cache.io): bound it before
+        raise ModelFormatError(f"payload declares {n} bytes of metadata, more than the {_MAX_META_BYTES} a model may have", path=path)
     start = 8 + n + (-(8 + n) % _BLOB_ALIGN)
     if 8 + n > len(payload) or start > len(payload):
         raise ModelFormatError(f"payload declares {n} bytes of metadata, has {len(payload) - 8}", path=path)
@@ -416,8 +419,9 @@ def _map_weight(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise ModelFormatError("weight file is not a regular file", path=path)
-        if require_owner and st.st_uid != os.getuid():
-            raise ModelFormatError(f"weight file is owned by uid {st.st_uid}, not this user", path=path)
+        reason = io.untrusted_reason(st) if require_owner else None
+        if reason is not None:
+            raise ModelFormatError(f"weight file is not trusted: {reason}", path=path)
         if st.st_size != nbytes:
             raise ModelFormatError(f"weight file has {st.st_size} bytes, tensor {name!r} ({desc}) needs {nbytes}", path=path)
         array = np.memmap(f, dtype=desc.dtype, mode="r", shape=tuple(int(s) for s in desc.shape))  # type: ignore[union-attr]
@@ -492,14 +496,18 @@ def _check_plan(model: CompiledModel) -> None:
 # -- files ----------------------------------------------------------------------------
 
 
-def save_model_sync(path: str | os.PathLike[str], model: CompiledModel, *, external: bool = False, mode: int = 0o600) -> str:
+def save_model_sync(
+    path: str | os.PathLike[str], model: CompiledModel, *, external: bool = False, mode: int = 0o600, exclusive: bool = False
+) -> str:
     """Write ``model`` as an ``.om`` at ``path`` (and its weights under ``weight/`` beside it).
 
     Weight files are published first, each atomically and only when no valid file of that
-    content exists, then the ``.om``. Returns the sha256 of the ``.om`` payload.
+    content exists, then the ``.om`` (with ``exclusive``, only if ``path`` is free: the graph
+    cache claims a name that way). Returns the sha256 of the ``.om`` payload.
 
     Raises:
-        ModelFormatError: the model cannot be stored. OSError: the files cannot be written.
+        ModelFormatError: the model cannot be stored. FileExistsError: ``exclusive`` and
+        ``path`` exists. OSError: the files cannot be written.
     """
     path = os.fspath(path)
     data, weights = encode_model(model, external=external)
@@ -508,7 +516,7 @@ def save_model_sync(path: str | os.PathLike[str], model: CompiledModel, *, exter
         os.makedirs(wdir, mode=0o700 if mode == 0o600 else 0o770, exist_ok=True)
         for fname, array in weights.items():
             _write_weight(os.path.join(wdir, fname), fname.removeprefix(_WEIGHT_PREFIX), array, mode)
-    io.write_atomic_sync(path, data, mode=mode)
+    io.write_atomic_sync(path, data, mode=mode, exclusive=exclusive)
     return io.open_envelope(data, OM_KIND)[0]["sha256"]
 
 
@@ -517,7 +525,8 @@ def _write_weight(path: str, digest: str, array: np.ndarray, mode: int) -> None:
     try:
         st = os.lstat(path)
         if st.st_size == flat.size and os.path.isfile(path) and not os.path.islink(path):
-            if hashlib.sha256(io.read_bytes_sync(path)).hexdigest() == digest:
+            # Only a file the loader will trust counts: else it is replaced, not reused forever.
+            if hashlib.sha256(io.read_trusted_sync(path, shared=mode != 0o600)).hexdigest() == digest:
                 return  # the same content is already there (dedupe)
     except (OSError, CacheError):
         pass

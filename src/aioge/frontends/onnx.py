@@ -24,6 +24,7 @@ import onnx.defs
 from aioge.errors import AiogeError, GraphError, UnsupportedOpError
 from aioge.frontends.onnx_context import KnownValues, Names, NodeContext
 from aioge.frontends.onnx_model import (
+    MAX_TENSOR_BYTES,
     ModelSource,
     attribute_value,
     dtype_of_enum,
@@ -32,7 +33,7 @@ from aioge.frontends.onnx_model import (
     tensor_to_array,
 )
 from aioge.frontends.onnx_ops import MIN_OPSET, find_converter
-from aioge.ir.desc import Dim
+from aioge.ir.desc import Dim, numpy_dtype
 from aioge.ir.graph import Graph, Value
 
 __all__ = ["MIN_OPSET", "load_onnx", "newest_opset"]
@@ -164,6 +165,7 @@ class _Builder:
         declared = _fix_shapes(declared, symbols, self.shapes, self.graph.name)
         for name, shape, dtype in declared:
             self.env[name] = self.graph.input(name, shape, dtype)
+            _check_size(self.env[name], self.graph.name, None, "input")
 
     def _outputs(self) -> None:
         values: list[Value] = []
@@ -218,6 +220,7 @@ class _Builder:
                     raise GraphError(f"{node.op_type} produced no value for its output {k} ({out!r})",
                                      graph=self.graph.name, node=name)
                 continue
+            _check_size(v, self.graph.name, name, f"output {k} of {node.op_type}")
             env[out] = v
 
     def _inline(self, body: onnx.GraphProto, bound: Sequence[Value], scope: str, outer: Mapping[str, Value]) -> list[Value]:
@@ -247,6 +250,22 @@ class _Builder:
 
 
 # -- helpers ------------------------------------------------------------------------------
+
+
+def _check_size(v: Value, graph: str, node: str | None, what: str) -> None:
+    """Refuse a tensor whose static shape is larger than any this simulator runs.
+
+    Raises:
+        GraphError: naming the value, its shape and the bound.
+    """
+    desc = v.desc
+    if not desc.static:
+        return
+    count = desc.size
+    if count * numpy_dtype(desc.dtype).itemsize > MAX_TENSOR_BYTES:  # str: the size of a pointer per element
+        raise GraphError(
+            f"{what} {v.name!r} is {desc.dtype}{list(desc.shape or ())} ({count} elements), larger than the "
+            f"{MAX_TENSOR_BYTES >> 30} GiB a tensor may have", graph=graph, node=node)
 
 
 def _domain(domain: str) -> str:

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
 from aioge.errors import GraphError
-from aioge.ir.desc import canonical_dtype
+from aioge.ir.desc import canonical_dtype, numpy_dtype
 
 __all__ = [
     "ModelSource",
@@ -30,6 +30,9 @@ __all__ = [
     "tensor_to_array",
 ]
 
+# No tensor of a model this simulator runs is larger; a model declaring one is refused before
+# anything is decoded, planned or allocated.
+MAX_TENSOR_BYTES = 16 << 30
 # The external-data keys ONNX defines; anything else is ignored, as onnx itself does.
 _EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum", "basepath"})
 
@@ -93,6 +96,28 @@ def _check_model(model: onnx.ModelProto, label: str) -> None:
         raise GraphError(f"{label}: the model holds no graph; is it truncated?")
     if not model.graph.output:
         raise GraphError(f"{label}: the graph declares no outputs; is it truncated?")
+    _check_text(model, label, "model")
+
+
+def _repeated(fd: Any) -> bool:
+    """protobuf 6 dropped ``FieldDescriptor.label`` for ``is_repeated``; older ones only have ``label``."""
+    return bool(fd.is_repeated) if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
+
+
+def _check_text(msg: Any, label: str, where: str) -> None:
+    """Every string field must be text: protobuf hands invalid UTF-8 in a proto2 string back as bytes,
+    which would otherwise surface far from here as a TypeError."""
+    for fd, value in msg.ListFields():
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else _repeated(fd)
+        if fd.type == fd.TYPE_STRING:
+            items = value if repeated else (value,)
+            if not all(isinstance(v, str) for v in items):
+                raise GraphError(f"{label}: {where}.{fd.name} is not valid UTF-8 text; is the file corrupt?")
+        elif fd.type == fd.TYPE_MESSAGE:
+            if fd.message_type.GetOptions().map_entry:
+                continue  # onnx's protos have no maps; nothing to check in one
+            for sub in value if repeated else (value,):
+                _check_text(sub, label, f"{where}.{fd.name}")
 
 
 def sorted_nodes(graph: onnx.GraphProto, label: str, outer: Iterable[str] = ()) -> list[onnx.NodeProto]:
@@ -191,7 +216,15 @@ def tensor_to_array(tensor: onnx.TensorProto, source: ModelSource, what: str = "
             missing, out of bounds or outside the model's directory.
     """
     label = f"{what} {tensor.name!r}" if tensor.name else what
-    dtype_of_enum(tensor.data_type, label)
+    dtype = dtype_of_enum(tensor.data_type, label)
+    count = 1
+    for d in tensor.dims:
+        if d < 0:
+            raise GraphError(f"{source.label}: {label} has a negative dimension in {list(tensor.dims)}")
+        count *= int(d)
+    if count * np.dtype(numpy_dtype(dtype)).itemsize > MAX_TENSOR_BYTES:
+        raise GraphError(f"{source.label}: {label} declares {list(tensor.dims)} ({count} elements), larger than the "
+                         f"{MAX_TENSOR_BYTES >> 30} GiB a tensor may have")
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         resolved = onnx.TensorProto()
         resolved.CopyFrom(tensor)
