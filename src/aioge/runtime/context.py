@@ -60,6 +60,7 @@ class Layout:
     streams: tuple[tuple[int, ...], ...]  # step indices per stream, in order
     num_events: int
     poison: tuple[tuple[tuple[int, int], ...], ...]  # per step: arena byte ranges it reuses
+    check_finite: bool = False  # op_debug_level != 0: a kernel whose outputs hold NaN/Inf from finite inputs fails
 
 
 class Context:
@@ -97,6 +98,8 @@ class Context:
                 self.calls.append(partial(step.run, ins, [env[s] for s in step.outputs]))
             else:
                 self.calls.append(_fresh_outputs(step.run, ins, [(s, self._targets[s]) for s in step.outputs], env, self.arena))
+        if layout.check_finite:
+            self.calls = [_finite_checked(call, step, ins, env) for call, step, ins in zip(self.calls, layout.steps, args)]
         self._programs: dict[tuple[bool, int], list[Program]] = {}
 
     # -- per run ----------------------------------------------------------------------
@@ -185,6 +188,29 @@ def _wait_without_token(event: threading.Event, cpu: threading.Semaphore) -> Non
         event.wait()
     finally:
         cpu.acquire()
+
+
+def _finite_checked(call: Callable[[], object], step: Step, ins: list[Any], env: list[Any]) -> Callable[[], None]:
+    """``call``, then a check of the step's float outputs (GE's op_debug_level overflow check).
+
+    Only the kernel that *makes* a NaN or Inf fails: when one of its float inputs already
+    holds one (a feed, or a tensor an unchecked path produced), its outputs may too."""
+    outs = step.outputs
+
+    def checked() -> None:
+        call()
+        for k, slot in enumerate(outs):
+            a = env[slot]
+            if isinstance(a, np.ndarray) and a.dtype.kind in "fc" and a.size and not np.isfinite(a).all():
+                if any(isinstance(x, np.ndarray) and x.dtype.kind in "fc" and not np.isfinite(x).all() for x in ins):
+                    return  # not this kernel's doing
+                nan = int(np.count_nonzero(np.isnan(a)))
+                raise FloatingPointError(
+                    f"output {k} ({a.dtype}{list(a.shape)}) holds {nan} NaN and {a.size - nan - int(np.count_nonzero(np.isfinite(a)))} "
+                    f"Inf values although every input is finite (op_debug_level checks)"
+                )
+
+    return checked
 
 
 def _fresh_outputs(

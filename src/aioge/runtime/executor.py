@@ -11,7 +11,9 @@ model's pool and gives it back when it ends, so concurrent runs never share live
 steady-state runs allocate nothing but their outputs (and tensors whose shapes are only known
 at run time). Cancelling a run stops every stream between ops and waits until none of them
 touches the arena before the context goes back to the pool. A kernel error fails that run
-only, with an ``ExecutionError`` naming the node and its engine.
+only, with an ``ExecutionError`` naming the node and its engine. With ``op_debug_level`` not 0
+every kernel's float outputs are checked after it runs: NaN or Inf made from finite inputs
+is such an error too (GE's overflow check).
 """
 
 from __future__ import annotations
@@ -50,8 +52,12 @@ class TraceSpan:
 class Executable:
     """A compiled model bound to kernels, ready to run concurrently."""
 
-    def __init__(self, model: CompiledModel, variables: Mapping[str, np.ndarray] | None = None) -> None:
+    def __init__(self, model: CompiledModel, variables: Mapping[str, np.ndarray] | None = None, *, check_finite: bool | None = None) -> None:
+        """Bind ``model``'s kernels. ``check_finite`` (default: the model's ``op_debug_level``
+        is not 0) makes a kernel whose outputs hold NaN or Inf from finite inputs fail its run."""
         self.model = model
+        if check_finite is None:
+            check_finite = str(model.options.get("op_debug_level", "0")).strip() not in ("", "0")
         g = model.graph
         slot: dict[str, int] = {}
         for v in g.values():
@@ -98,6 +104,7 @@ class Executable:
             tuple(s.nodes for s in model.streams.streams),
             len(model.streams.events),
             (),  # poison ranges: computed on first use (tests only)
+            check_finite,
         )
         # Each stream runs on a distinct lane of its engine: (engine, j) = the j-th stream of it.
         self._lane_of: list[tuple[str, int]] = []

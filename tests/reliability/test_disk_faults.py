@@ -1,0 +1,81 @@
+"""Disk full, read-only cache dirs, permission denied: compile and run succeed uncached.
+
+Each case runs in a forkserver child: ``disk_full`` sets RLIMIT_FSIZE to 0 with SIGXFSZ
+ignored (every write fails with EFBIG, also as root); ``read_only`` makes both cache dirs
+0o500; ``permission_denied`` leaves the roots writable but the kernel cache's soc folder and
+the graph cache's ``weight/`` belong to another user (as root: the child runs as nobody, the
+dirs belong to root; otherwise the dirs are 0o500). The run must be right, each cache must
+say so in exactly one warning, and no file may be left half-written (no temp file, nothing
+that does not decode, and no cache entry at all).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from tests.reliability import _faults as F
+
+ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@pytest.fixture
+def base():
+    # Not under tmp_path: its parents are 0o700, and the child may run as another user.
+    d = tempfile.mkdtemp(prefix="aioge-faults-")
+    os.chmod(d, 0o711)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _own(path: str, mode: int) -> None:
+    os.chmod(path, mode)
+    if ROOT:
+        os.chown(path, F.NOBODY, F.NOBODY)
+
+
+def _layout(base: str, fault: str) -> tuple[str, str]:
+    kc, gc = os.path.join(base, "kc"), os.path.join(base, "gc")
+    os.makedirs(kc)
+    os.makedirs(gc)
+    if fault == "read_only":
+        _own(kc, 0o500)
+        _own(gc, 0o500)
+    elif fault == "permission_denied":
+        soc = os.path.join(kc, "kernel_cache", "AiogeSim")
+        weights = os.path.join(gc, "weight")
+        os.makedirs(soc)
+        os.makedirs(weights)
+        for d in (kc, os.path.join(kc, "kernel_cache"), gc):
+            _own(d, 0o700)
+        for d in (soc, weights):
+            os.chmod(d, 0o755 if ROOT else 0o500)  # as root: root's, so nobody may not write
+    return kc, gc  # disk_full: the child runs as this user
+
+
+@pytest.mark.parametrize("fault", ["disk_full", "read_only", "permission_denied"])
+def test_unwritable_cache_compiles_and_runs_uncached_with_one_warning(base, fault) -> None:
+    kc, gc = _layout(base, fault)
+    ctx = F.mp_context()
+    out = ctx.Queue()
+    p = ctx.Process(target=F.disk_fault_child, args=(kc, gc, fault, ROOT and fault != "disk_full", out), daemon=True)
+    p.start()
+    result = out.get(timeout=120)
+    p.join(30)
+    assert p.exitcode == 0
+    assert result["error"] is None
+    assert result["y"] == [True, True] and result["cache_hit"] is False
+    kernel = [w for w in result["warnings"] if w.startswith("aioge.cache.kernel_cache")]
+    graph = [w for w in result["warnings"] if w.startswith("aioge.cache.graph_cache")]
+    assert len(kernel) == 1 and "not writable" in kernel[0] and "kernels are not cached" in kernel[0], result["warnings"]
+    assert len(graph) == 1 and "could not save" in graph[0], result["warnings"]
+    assert len(result["warnings"]) == 2, result["warnings"]
+    for d in (kc, gc):
+        os.chmod(d, 0o700)  # to look inside as any user
+    counts = F.audit(base)
+    assert not any(k.startswith("tmp:") for k in counts), counts
+    assert not {"kernel", "om", "rdcpkt", "idx", "weight"} & set(counts), counts
+    print(f"\n{fault}: run right, warnings {result['warnings']}, files left {dict(counts)}")
