@@ -46,18 +46,23 @@ class Workload:
     expected: dict[str, np.ndarray]  # the stored output (light) or the numpy reference's
     numpy_fn: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
     options: dict[str, str] = field(default_factory=dict)
-    tolerance: float = 1e-3
+    rtol: float = 1e-3               # |got - want| <= atol + rtol * |want|, elementwise (ONNX's test rule)
+    atol: float = 1e-7
 
     def check(self, outputs: dict[str, np.ndarray]) -> float:
-        """Max abs error over the outputs; raises AssertionError if beyond ``tolerance`` (relative to the scale)."""
+        """Max abs error over the outputs; raises AssertionError if an element is beyond tolerance."""
         worst = 0.0
         for name, want in self.expected.items():
-            got = np.asarray(outputs[name])
-            err = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
-            scale = max(1.0, float(np.max(np.abs(want)))) if want.size else 1.0
-            if not err <= self.tolerance * scale:
-                raise AssertionError(f"{self.name}: output {name!r} is off by {err:.3g} (tolerance {self.tolerance * scale:.3g})")
-            worst = max(worst, err)
+            got = np.asarray(outputs[name]).astype(np.float64)
+            if got.shape != want.shape:
+                raise AssertionError(f"{self.name}: output {name!r} has shape {got.shape}, expected {want.shape}")
+            if not want.size:
+                continue
+            diff = np.abs(got - want)
+            if not np.all(diff <= self.atol + self.rtol * np.abs(want)):
+                raise AssertionError(f"{self.name}: output {name!r} is off by up to {float(diff.max()):.3g} "
+                                     f"(rtol {self.rtol}, atol {self.atol})")
+            worst = max(worst, float(diff.max()))
         return worst
 
 
@@ -105,7 +110,7 @@ def _light(name: str) -> Workload:
         want.ParseFromString(f.read())
     graph = aioge.load_onnx(path)
     expected = {graph.outputs[0].name: numpy_helper.to_array(want).astype(np.float64)}
-    return Workload(name, "light", graph, model, feeds, expected, tolerance=1e-3)
+    return Workload(name, "light", graph, model, feeds, expected)
 
 
 def _builder(name: str) -> Workload:
@@ -113,7 +118,7 @@ def _builder(name: str) -> Workload:
 
     graph, feeds, reference = EXAMPLES[name]()
     expected = {k: np.asarray(v, np.float64) for k, v in reference(feeds).items()}
-    return Workload(name, "builder", graph, to_onnx(graph), feeds, expected, reference, tolerance=1e-4)
+    return Workload(name, "builder", graph, to_onnx(graph), feeds, expected, reference, rtol=1e-4, atol=1e-5)
 
 
 def add_chain(n: int = 1000) -> Workload:
@@ -132,7 +137,7 @@ def add_chain(n: int = 1000) -> Workload:
         return {"y": y}
 
     return Workload("add_chain", "micro", g, to_onnx(g), {"x": x}, {"y": np.full((1, 16), 0.5 * n)}, by_hand,
-                    options=dict(CHAIN_OPTIONS), tolerance=1e-6)
+                    options=dict(CHAIN_OPTIONS), rtol=1e-6, atol=1e-6)
 
 
 def conv_branches(branches: int = 4, c: int = 64, hw: int = 56, depth: int = 2, seed: int = 0) -> Workload:
@@ -162,7 +167,7 @@ def conv_branches(branches: int = 4, c: int = 64, hw: int = 56, depth: int = 2, 
         return {"y": np.concatenate(results, axis=1)}
 
     expected = {k: v.astype(np.float64) for k, v in by_hand(feeds).items()}
-    return Workload("conv_branches", "micro", g, to_onnx(g), feeds, expected, by_hand, tolerance=1e-4)
+    return Workload("conv_branches", "micro", g, to_onnx(g), feeds, expected, by_hand, rtol=1e-4, atol=1e-4)
 
 
 def load_workloads(names: list[str] | None = None, *, chain: int = 1000) -> list[Workload]:

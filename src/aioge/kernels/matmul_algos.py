@@ -7,7 +7,8 @@
   BLAS reads it as a transposed operand.
 - ``matmul_batch_loop``: equal batch shapes: one ``np.dot`` per batch matrix into the output.
 - ``matmul_einsum``: ``np.einsum`` with path optimisation (tensordot/BLAS where it can).
-- ``gemm_packed``: Gemm with its transposed operands packed contiguous (once for constants).
+- ``gemm_packed``: Gemm with its transposed operands packed contiguous (once for constants);
+  not a tuning candidate for now (see ``GEMM_ALGOS``).
 - ``gemm_dot``: Gemm through ``np.dot`` into the output.
 """
 
@@ -193,7 +194,10 @@ def _applies_gemm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return _gemm_shapes(descs, attrs) is not None
 
 
+# gemm_packed is out of the candidates: on light/ AlexNet's last Gemm (fc8, transB=1, weights
+# folded from ConstantOfShape), sessions that tuned it returned wrong logits at run time, about
+# one in two fresh kernel caches, while the kernel alone on the same shapes is right. Until that
+# is understood, the tuner chooses between numpy and gemm_dot only.
 GEMM_ALGOS: tuple[KernelImpl, ...] = (
-    KernelImpl("gemm_packed", build_gemm_packed, _applies_gemm),
     KernelImpl("gemm_dot", build_gemm_dot, _applies_gemm),
 )
