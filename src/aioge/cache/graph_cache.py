@@ -192,22 +192,7 @@ class GraphCache:
 
     def _recover_entries(self) -> list[dict[str, Any]]:
         """Entries for the valid ``.om`` files of this key, oldest first."""
-        out = []
-        try:
-            names = sorted(n for n in os.listdir(self.dir) if self._om_re.fullmatch(n))
-        except OSError:
-            return []
-        for name in names:
-            path = os.path.join(self.dir, name)
-            try:
-                meta = serialize.decode_meta(self._read_trusted(path), path=path, check_versions=False)
-            except (OSError, CacheError) as exc:
-                log.info("graph cache %r: %s is not a valid model (%s)", self.key, name, exc)
-                continue
-            rdc = name[: -len(".om")] + ".rdcpkt"
-            out.append(self._entry(name, rdc if os.path.exists(self._path(rdc)) else "", meta))
-        out.sort(key=lambda e: e["created"])
-        return out
+        return self._orphans(set(), rebuilding=True)
 
     def _entry(self, om: str, rdc: str, meta: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -417,8 +402,9 @@ class GraphCache:
                     if name:
                         _unlink(self._path(name))
 
-    def _orphans(self, known: set[str]) -> list[dict[str, Any]]:
-        """Entries for the valid ``.om`` files of this key that are not in ``known``, oldest first."""
+    def _orphans(self, known: set[str], *, rebuilding: bool = False) -> list[dict[str, Any]]:
+        """Entries for the valid ``.om`` files of this key that are not in ``known``, oldest first
+        (``rebuilding``: the whole index is being rebuilt, so finding them is not news)."""
         try:
             names = sorted(n for n in os.listdir(self.dir) if self._om_re.fullmatch(n) and n not in known)
         except OSError:
@@ -429,11 +415,12 @@ class GraphCache:
             try:
                 meta = serialize.decode_meta(self._read_trusted(path), path=path, check_versions=False)
             except (OSError, CacheError) as exc:
-                log.debug("graph cache %r: %s is not a model to index (%s)", self.key, name, exc)
+                (log.info if rebuilding else log.debug)("graph cache %r: %s is not a model to index (%s)", self.key, name, exc)
                 continue
             rdc = name[: -len(".om")] + ".rdcpkt"
             out.append(self._entry(name, rdc if os.path.exists(self._path(rdc)) else "", meta))
-            log.info("graph cache %r: indexing %s, a whole model the index lacked", self.key, name)
+            if not rebuilding:
+                log.info("graph cache %r: indexing %s, a whole model the index lacked", self.key, name)
         out.sort(key=lambda e: e["created"])
         return out
 
