@@ -21,13 +21,15 @@ import glob
 import os
 import statistics
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 import anyio
 import numpy as np
 
 import aioge
 from aioge import ops
+from aioge.benchmarks.measure import median_of_runs as _median
+from aioge.benchmarks.measure import median_of_runs_async as _median_async
 from aioge.compiler.graph import compile_graph_sync
 from aioge.compiler.model import CompiledModel
 from aioge.examples import EXAMPLES
@@ -210,26 +212,6 @@ def _add_chain(n: int) -> tuple[Graph, np.ndarray, np.ndarray]:
         h = ops.add(h, g.constant(c))
     g.output(h, names=["y"])
     return g, np.zeros((1, 16), np.float32), c
-
-
-def _median(fn: Callable[[], object], reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
-async def _median_async(fn: Callable[[], Awaitable[object]], reps: int) -> float:
-    await fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        await fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 async def _aioge_chain(n: int, mode: str, reps: int) -> float:

@@ -25,7 +25,8 @@ import numpy as np
 
 from aioge.benchmarks.workloads import Workload
 
-__all__ = ["LagMonitor", "RssSampler", "concurrency", "fresh_process", "geomean", "latency", "ort_session", "percentile"]
+__all__ = ["LagMonitor", "RssSampler", "concurrency", "fresh_process", "geomean", "latency", "median_of_runs", "median_of_runs_async",
+           "ort_session", "percentile"]
 
 
 def geomean(xs: list[float]) -> float:
@@ -51,7 +52,7 @@ def ort_session(model: Any, threads: int | None = None) -> Any:
     return ort.InferenceSession(blob, opts, providers=["CPUExecutionProvider"])
 
 
-def _sync_sample(fn: Callable[[], Any], runs: int) -> float:
+def median_of_runs(fn: Callable[[], Any], runs: int) -> float:
     """Median of ``runs`` timed calls (one warm-up call first)."""
     fn()
     times = []
@@ -62,7 +63,7 @@ def _sync_sample(fn: Callable[[], Any], runs: int) -> float:
     return statistics.median(times)
 
 
-async def _async_sample(fn: Callable[[], Awaitable[Any]], runs: int) -> float:
+async def median_of_runs_async(fn: Callable[[], Awaitable[Any]], runs: int) -> float:
     await fn()
     times = []
     for _ in range(runs):
@@ -142,9 +143,9 @@ async def latency(w: Workload, session: Any, gid: int, *, rounds: int, runs: int
         sides["numpy"] = lambda: by_hand(w.feeds)
     samples: dict[str, list[float]] = {"aioge": [], **{k: [] for k in sides}}
     for _ in range(rounds):
-        samples["aioge"].append(await _async_sample(lambda: session.run_graph(gid, w.feeds), runs))
+        samples["aioge"].append(await median_of_runs_async(lambda: session.run_graph(gid, w.feeds), runs))
         for k, side in sides.items():
-            samples[k].append(await anyio.to_thread.run_sync(_sync_sample, side, runs))
+            samples[k].append(await anyio.to_thread.run_sync(median_of_runs, side, runs))
     result: dict[str, Any] = {k: statistics.median(v) for k, v in samples.items()}
     if reference:
         from onnx.reference import ReferenceEvaluator
