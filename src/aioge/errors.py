@@ -105,6 +105,7 @@ class ExecutionError(AiogeError, RuntimeError):
         op_type: str | None = None,
         engine: str | None = None,
     ) -> None:
+        self.message = message
         self.graph = graph
         self.node = node
         self.op_type = op_type

@@ -194,6 +194,10 @@ _TABLE: tuple[OptionSpec, ...] = (
                doc="time budget for tuning one op"),
     OptionSpec("aioge.exec_mode", None, _SG, "sink", _choice("sink", "host"), "exec_mode",
                doc="sink: each stream runs in its worker; host: ops dispatched one by one from the loop"),
+    OptionSpec("aioge.exec_devices", None, _S, "0", _int_range(0, 64), "exec_devices",
+               doc="N > 0: run graphs on N device processes (runs in parallel past the GIL); 0: in this process"),
+    OptionSpec("aioge.exec_threads", None, _SG, "auto", _choice("auto", "streams"), "exec_threads",
+               doc="sink mode: auto runs streams whose overlap does not pay for thread wake-ups in one thread; streams: a thread each"),
     OptionSpec("aioge.graph_cache_check", None, _SG, "fingerprint", _choice("fingerprint", "key"),
                "graph_cache_check", doc="fingerprint: reload only an identical graph; key: trust graph_key alone (GE)"),
     OptionSpec("aioge.cache_shared", None, _S, "0", _flag01, "cache_shared",
@@ -224,6 +228,8 @@ class CompileOptions:
     tune_mode: str = "tune"
     tune_budget_ms: float = 200.0
     exec_mode: str = "sink"
+    exec_threads: str = "auto"
+    exec_devices: int = 0
     graph_cache_check: str = "fingerprint"
     cache_shared: bool = False
     raw: Mapping[str, str] = field(default_factory=dict)  # the effective string values, by GE key

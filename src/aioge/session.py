@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from types import TracebackType
 from typing import Any, Mapping
 
@@ -21,6 +22,7 @@ from aioge.ir.desc import is_static, numpy_dtype
 from aioge.ir.graph import Graph
 from aioge.options import CompileOptions, check_options, resolve_options
 from aioge.runtime.blas import configure_blas
+from aioge.runtime.devices import DevicePool
 from aioge.runtime.executor import Executable, TraceSpan
 from aioge.runtime.workers import EngineWorkers
 
@@ -61,6 +63,8 @@ class Session:
         self._cpu: anyio.CapacityLimiter | None = None
         self._runs: anyio.CapacityLimiter | None = None
         self._workers: EngineWorkers | None = None  # the engines' lanes, started with the session
+        # Device processes (aioge.exec_devices), started on the first run that can use them.
+        self._devices: DevicePool | None = DevicePool(resolved.exec_devices) if resolved.exec_devices else None
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------
@@ -81,6 +85,9 @@ class Session:
         workers, self._workers = self._workers, None
         if workers is not None:  # lanes finish what is queued, then stop; joining blocks, so off the loop
             await anyio.to_thread.run_sync(workers.close)
+        devices, self._devices = self._devices, None
+        if devices is not None:
+            await anyio.to_thread.run_sync(devices.close)
 
     def _limiters(self) -> tuple[anyio.CapacityLimiter, anyio.CapacityLimiter]:
         if self._cpu is None:
@@ -169,7 +176,10 @@ class Session:
         _, runs = self._limiters()
         workers = await self._start()
         spans: list[TraceSpan] | None = [] if trace is not None else None
+        devices = self._devices
         async with runs:
+            if devices is not None and spans is None and entry.resolved.exec_mode == "sink" and devices.eligible(exe):
+                return await devices.run(exe, arrays, entry.resolved.exec_threads)
             start = anyio.current_time()
             outputs = await exe.run(arrays, mode=entry.resolved.exec_mode, workers=workers, trace=spans)
         if trace is not None and spans is not None:
@@ -218,7 +228,8 @@ class Session:
         self._adopt_variables(model.graph)
         entry = _GraphEntry(graph_id, model.graph, {}, resolve_options(self._options), lock=anyio.Lock())
         signature = tuple((name, tuple(shape)) for name, shape in model.signature)
-        entry.builds[signature] = await anyio.to_thread.run_sync(Executable, model, self._variables)
+        entry.builds[signature] = await anyio.to_thread.run_sync(
+            partial(Executable, model, self._variables, threads=entry.resolved.exec_threads))
         entry.last = signature
         self._graphs[graph_id] = entry
         return graph_id
@@ -294,7 +305,7 @@ class Session:
                 else:
                     model = await compile_now()
                 # Binding kernels takes milliseconds on big models: off the loop.
-                exe = await anyio.to_thread.run_sync(Executable, model, self._variables)
+                exe = await anyio.to_thread.run_sync(partial(Executable, model, self._variables, threads=entry.resolved.exec_threads))
                 entry.builds[signature] = exe
             entry.last = signature
             return exe

@@ -24,7 +24,9 @@ from tests.compiler.test_memory import _inception
 
 pytestmark = pytest.mark.anyio
 
-OPTIONS = {"aioge.tune_mode": "heuristic", "ge.optimizationSwitch": "ElementwiseFusionPass:off"}
+# Every stream on its own thread: these tests are about cross-stream events and reuse (test_threads
+# covers streams sharing threads).
+OPTIONS = {"aioge.tune_mode": "heuristic", "ge.optimizationSwitch": "ElementwiseFusionPass:off", "aioge.exec_threads": "streams"}
 
 
 def _branches(n: int = 96, seed: int = 0) -> tuple[Graph, list[np.ndarray]]:

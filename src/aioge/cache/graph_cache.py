@@ -78,6 +78,7 @@ _PUBLISH_TRIES = 5
 _NOT_COMPILE_OPTIONS = frozenset({
     "ge.graph_compiler_cache_dir", "ge.graph_key", "ge.externalWeight", "ge.op_compiler_cache_dir",
     "ge.op_compiler_cache_mode", "aioge.graph_cache_check", "aioge.cache_shared", "aioge.exec_mode",
+    "aioge.exec_threads",
 })
 _ENTRY_STR_FIELDS = ("cache_file_name", "graph_key", "var_desc_file_name", "fingerprint", "code", "om_sha256")
 

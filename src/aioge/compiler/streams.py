@@ -160,11 +160,11 @@ def predecessors(order: Sequence[Node]) -> list[list[int]]:
     ]
 
 
-def node_cost(node: Node) -> float:
+def node_cost(node: Node, *, dispatch_us: float = 1.0, us_per_flop: float = 1e-4) -> float:
     """A rough estimate of a node's run time in microseconds, for list scheduling.
 
     A fixed dispatch cost, memory traffic over its static inputs and outputs, and the
-    multiply-adds of matrix products and convolutions.
+    multiply-adds of matrix products and convolutions (by default 10 GFLOP/s per worker).
     """
     elements = 0
     for v in (*node.inputs, *node.outputs):
@@ -184,8 +184,7 @@ def node_cost(node: Node) -> float:
             else:
                 k = int(w.shape[0]) if len(w.shape) == 2 else int(w.shape[-2])
             flops = 2 * out.size * k
-    # About 1 ns per element moved and 10 GFLOP/s per worker.
-    return 1.0 + elements * 1e-3 + flops * 1e-4
+    return dispatch_us + elements * 1e-3 + flops * us_per_flop
 
 
 def _events(preds: Sequence[Sequence[int]], node_stream: Sequence[int], num_streams: int) -> list[Event]:

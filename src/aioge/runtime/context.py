@@ -61,6 +61,8 @@ class Layout:
     num_events: int
     poison: tuple[tuple[tuple[int, int], ...], ...]  # per step: arena byte ranges it reuses
     check_finite: bool = False  # op_debug_level != 0: a kernel whose outputs hold NaN/Inf from finite inputs fails
+    threads: tuple[tuple[int, ...], ...] = ()  # sink mode: step indices per worker thread, in order (default: the streams)
+    local_events: frozenset[int] = frozenset()  # events whose producer and consumer share a thread: dropped
 
 
 class Context:
@@ -145,24 +147,27 @@ class Context:
     # -- programs ---------------------------------------------------------------------
 
     def programs(self, poison: bool, cpu: threading.Semaphore) -> list[Program]:
-        """Per stream: its callables (waits, poison fills, kernels, records) and their node indices.
+        """Per worker thread (``layout.threads``, else per stream): its callables (waits, poison
+        fills, kernels, records) and their node indices.
 
         The streams run holding a token of ``cpu``; each wait gives it back while it blocks.
         """
         key = (poison, id(cpu))
         made = self._programs.get(key)
         if made is None:
-            made = self._programs[key] = [self._program(steps, poison, cpu) for steps in self.layout.streams]
+            made = self._programs[key] = [self._program(steps, poison, cpu) for steps in self.layout.threads or self.layout.streams]
         return made
 
     def _program(self, steps: Sequence[int], poison: bool, cpu: threading.Semaphore) -> Program:
         fns: list[Callable[[], object]] = []
         meta: list[int] = []
+        local = self.layout.local_events
         for i in steps:
             step = self.layout.steps[i]
             for e in step.waits:
-                fns.append(partial(_wait_without_token, self.events[e], cpu))
-                meta.append(-1 - i)
+                if e not in local:
+                    fns.append(partial(_wait_without_token, self.events[e], cpu))
+                    meta.append(-1 - i)
             if poison:
                 for fill in self.poison_fills(i):
                     fns.append(fill)
@@ -170,8 +175,9 @@ class Context:
             fns.append(self.calls[i])
             meta.append(i)
             for e in step.records:
-                fns.append(self.events[e].set)
-                meta.append(-1 - i)
+                if e not in local:
+                    fns.append(self.events[e].set)
+                    meta.append(-1 - i)
         return fns, meta
 
     def poison_fills(self, step: int) -> list[Callable[[], object]]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -30,15 +31,22 @@ import anyio
 import numpy as np
 
 from aioge.compiler.model import CompiledModel
+from aioge.compiler.streams import node_cost
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import ValueKind
 from aioge.ops.registry import get_schema
 from aioge.runtime.context import Context, Layout, Program, Step
+from aioge.runtime.threads import group_streams
 from aioge.runtime.workers import Completion, EngineWorkers, Lane
 
 __all__ = ["Executable", "TraceSpan"]
 
 log = logging.getLogger(__name__)
+
+# The cost model of thread grouping (microseconds): numpy's dispatch of one small op, and
+# BLAS at about 40 GFLOP/s on one core.
+_DISPATCH_US = 6.0
+_US_PER_FLOP = 2.5e-5
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +60,21 @@ class TraceSpan:
 class Executable:
     """A compiled model bound to kernels, ready to run concurrently."""
 
-    def __init__(self, model: CompiledModel, variables: Mapping[str, np.ndarray] | None = None, *, check_finite: bool | None = None) -> None:
+    def __init__(
+        self, model: CompiledModel, variables: Mapping[str, np.ndarray] | None = None, *, check_finite: bool | None = None,
+        threads: str = "auto",
+    ) -> None:
         """Bind ``model``'s kernels. ``check_finite`` (default: the model's ``op_debug_level``
-        is not 0) makes a kernel whose outputs hold NaN or Inf from finite inputs fail its run."""
+        is not 0) makes a kernel whose outputs hold NaN or Inf from finite inputs fail its run.
+        ``threads`` (sink mode): ``"auto"`` runs streams whose overlap does not pay for the
+        thread wake-ups between them in one worker thread (``runtime.threads``); ``"streams"``
+        gives every stream its own.
+
+        Raises:
+            ValueError: ``threads`` is neither.
+        """
+        if threads not in ("auto", "streams"):
+            raise ValueError(f"threads must be 'auto' or 'streams', not {threads!r}")
         self.model = model
         if check_finite is None:
             check_finite = str(model.options.get("op_debug_level", "0")).strip() not in ("", "0")
@@ -95,28 +115,43 @@ class Executable:
                 tuple(slot[v.name] if v is not None else -1 for v in node.inputs), outs, planned,
                 tuple(waits.get(plan.index, ())), tuple(records.get(plan.index, ())),
             ))
+        plan = model.streams
+        if threads == "streams" or plan.num_streams <= 1:
+            groups = [(s.id,) for s in plan.streams]
+        else:
+            cost = [node_cost(by_name[p.name], dispatch_us=_DISPATCH_US, us_per_flop=_US_PER_FLOP) for p in model.nodes]
+            producers: list[list[int]] = [[] for _ in model.nodes]
+            for e in plan.events:
+                producers[e.consumer].append(e.producer)
+            groups = group_streams(plan.num_streams, plan.node_stream, cost, producers, os.cpu_count() or 1)
+        thread_of = {s: k for k, group in enumerate(groups) for s in group}
         self._layout = Layout(
             g.name, len(slot), model.memory.arena_bytes,
             {slot[v.name]: v.data for v in g.constants.values()},  # type: ignore[misc]
             tuple(views),
             frozenset(unplanned | {s for _, s in self._inputs} | {s for _, s in self._var_slots}),
             tuple(steps),
-            tuple(s.nodes for s in model.streams.streams),
-            len(model.streams.events),
+            tuple(s.nodes for s in plan.streams),
+            len(plan.events),
             (),  # poison ranges: computed on first use (tests only)
             check_finite,
+            tuple(tuple(sorted(i for s in group for i in plan.streams[s].nodes)) for group in groups),
+            frozenset(e.id for e in plan.events
+                      if thread_of[plan.node_stream[e.producer]] == thread_of[plan.node_stream[e.consumer]]),
         )
-        # Each stream runs on a distinct lane of its engine: (engine, j) = the j-th stream of it.
-        self._lane_of: list[tuple[str, int]] = []
-        self._lane_counts: dict[str, int] = {}
-        for s in model.streams.streams:
-            j = self._lane_counts.get(s.engine, 0)
-            self._lane_of.append((s.engine, j))
-            self._lane_counts[s.engine] = j + 1
+        # Each stream (host mode) or thread (sink mode) runs on a distinct lane of its engine,
+        # (engine, j): the j-th of that engine. A thread's engine is that of its first stream.
+        self._stream_lanes = _lanes_of([s.engine for s in plan.streams])
+        self._thread_lanes = _lanes_of([plan.streams[group[0]].engine for group in groups])
         self._pool: list[Context] = []
         self._contexts_made = 0
 
     # -- contexts ---------------------------------------------------------------------
+
+    @property
+    def thread_groups(self) -> tuple[tuple[int, ...], ...]:
+        """Per worker thread of a sink-mode run, the step indices it runs, in order."""
+        return self._layout.threads
 
     @property
     def contexts_made(self) -> int:
@@ -167,8 +202,9 @@ class Executable:
             for name, s in self._var_slots:
                 values[s] = self._variables[name]
             ctx.bind(values)
-            lanes = workers.lanes(self._lane_counts)
-            lane_list = [lanes[engine][j] for engine, j in self._lane_of]
+            lane_of, counts = self._stream_lanes if mode == "host" else self._thread_lanes
+            lanes = workers.lanes(counts)
+            lane_list = [lanes[engine][j] for engine, j in lane_of]
             if mode == "host":
                 await self._run_host(ctx, workers, lane_list, trace, poison)
             else:
@@ -180,14 +216,45 @@ class Executable:
             # Every stream has ended (waited for even under cancellation): no worker touches the arena.
             self._release(ctx)
 
+    def run_sync(self, feeds: Mapping[str, np.ndarray], *, workers: EngineWorkers) -> dict[str, np.ndarray]:
+        """Run once in sink mode from a plain thread (a device process's main thread), blocking.
+
+        The first thread group's program runs in the calling thread, holding one of
+        ``workers.cpu``'s tokens; any other group runs on a lane as in ``run``. A one-group plan
+        therefore makes no thread hop at all.
+
+        Raises:
+            ExecutionError: a kernel failed (names node, op type and engine).
+        """
+        ctx = self._acquire(False)
+        try:
+            values: dict[int, Any] = {s: feeds[name] for name, s in self._inputs}
+            for name, s in self._var_slots:
+                values[s] = self._variables[name]
+            ctx.bind(values)
+            programs = ctx.programs(False, workers.cpu)
+            done = _Countdown(len(programs))
+            if len(programs) > 1:
+                lane_of, counts = self._thread_lanes
+                lanes = workers.lanes(counts)
+                workers.enqueue([(lanes[engine][j], partial(_run_program, ctx, program, None, workers.cpu, done))
+                                 for (engine, j), program in zip(lane_of[1:], programs[1:], strict=True)])
+            _run_program(ctx, programs[0], None, workers.cpu, done)
+            done.wait()
+            if ctx.error is not None:
+                raise ctx.error
+            return self._collect(ctx, feeds)
+        finally:
+            self._release(ctx)
+
     async def _run_sink(self, ctx: Context, workers: EngineWorkers, lanes: list[Lane], trace: list[TraceSpan] | None, poison: bool) -> None:
         programs = ctx.programs(poison, workers.cpu)
         done = Completion(len(programs))
         items = []
-        for s, program in enumerate(programs):
-            # A context per stream: numpy's errstate and other context variables of the caller
+        for lane, program in zip(lanes, programs, strict=True):
+            # A context per thread: numpy's errstate and other context variables of the caller
             # apply inside the worker, as they do inside anyio's to_thread.
-            items.append((lanes[s], partial(contextvars.copy_context().run, _run_program, ctx, program, s, trace, workers.cpu, done)))
+            items.append((lane, partial(contextvars.copy_context().run, _run_program, ctx, program, trace, workers.cpu, done)))
         workers.enqueue(items)
         try:
             await done.wait()
@@ -238,9 +305,10 @@ class Executable:
 
 
 def _run_program(
-    ctx: Context, program: Program, stream: int, trace: list[TraceSpan] | None, cpu: threading.Semaphore, done: Completion
+    ctx: Context, program: Program, trace: list[TraceSpan] | None, cpu: threading.Semaphore, done: Completion | _Countdown
 ) -> None:
-    """Run one stream's program inside its lane, holding a CPU token; errors abort the run, never the lane."""
+    """Run one thread's program (one or more streams) inside its lane, holding a CPU token;
+    errors abort the run, never the lane. Trace spans carry each node's own stream."""
     fns, meta = program
     abort = ctx.abort
     k = 0
@@ -253,6 +321,7 @@ def _run_program(
                 f()
         else:
             clock = time.perf_counter
+            steps = ctx.layout.steps
             for k, f in enumerate(fns):
                 if abort[0]:
                     break
@@ -260,7 +329,7 @@ def _run_program(
                 if node >= 0:
                     t0 = clock()
                     f()
-                    trace.append(TraceSpan(node, stream, t0, clock()))
+                    trace.append(TraceSpan(node, steps[node].stream, t0, clock()))
                 else:
                     f()
     except BaseException as exc:  # reported to the run, which raises it
@@ -287,6 +356,38 @@ def _run_op(
         ctx.fail(exc, node)
     finally:
         done.tick()
+
+
+class _Countdown:
+    """``Completion`` for a waiter that is a plain thread: the last tick sets a ``threading.Event``."""
+
+    __slots__ = ("_event", "_lock", "_left")
+
+    def __init__(self, count: int) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._left = count
+
+    def tick(self) -> None:
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._event.set()
+
+    def wait(self) -> None:
+        self._event.wait()
+
+
+def _lanes_of(engines: list[str]) -> tuple[list[tuple[str, int]], dict[str, int]]:
+    """(engine, j) for each item (the j-th item of that engine), and the count per engine."""
+    lane_of: list[tuple[str, int]] = []
+    counts: dict[str, int] = {}
+    for engine in engines:
+        j = counts.get(engine, 0)
+        lane_of.append((engine, j))
+        counts[engine] = j + 1
+    return lane_of, counts
 
 
 def _with_poison(layout: Layout, model: CompiledModel) -> Layout:

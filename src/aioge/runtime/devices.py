@@ -1,0 +1,459 @@
+"""Simulated devices: worker processes that run compiled models, so concurrent runs use every core.
+
+In one process the GIL serialises the Python between kernels, and most of a small model's run
+is that Python: 64 concurrent runs of a 4-op MLP on lanes barely beat one at a time. GE runs a
+model on a device; here a device is a child process (``aioge.runtime.devices.main``)
+with its own engines, arenas and kernels, so N devices run N models at once.
+
+``aioge.exec_devices = N`` (default 0: run in this process) starts N devices on the first
+eligible run. A compiled model is sent to a device once, as ``.om`` bytes (the graph cache's
+format: data, never code; the child binds the kernels itself), and each run sends its feeds
+and gets its outputs back, all length-prefixed msgpack (``cache.io``'s bounded codec) over
+the child's stdin and stdout. Nothing is pickled.
+
+On the parent's side each device has a writer thread (packs and writes requests) and a reader
+thread (reads replies and wakes the waiting task through the event loop's thread-safe
+callback, like a lane), so the event loop only queues a request and is woken once per run.
+The child runs one request at a time on its main thread (``Executable.run_sync``: no thread
+hop for a one-thread plan); requests queued behind it wait in the pipe, so it never idles
+while the parent has work.
+
+Runs go to the device with the fewest in flight. A device whose process dies fails the runs
+it held with ``ExecutionError`` (naming the device, its pid and exit code) and is replaced on
+the next run. A cancelled run's reply is dropped when it comes. Graphs with variables run in
+this process (their state lives here), and so do traced and host-mode runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import queue
+import struct
+import subprocess
+import sys
+import threading
+import weakref
+from typing import Any, BinaryIO, Mapping
+
+import anyio
+import numpy as np
+
+from aioge.cache import io
+from aioge.errors import ExecutionError
+from aioge.runtime.executor import Executable
+from aioge.runtime.workers import Completion
+
+__all__ = ["DevicePool", "serve"]
+
+log = logging.getLogger(__name__)
+
+_HEAD = struct.Struct("<QQ")  # header bytes, data bytes
+_MAX_HEADER = 64 << 20
+_MAX_DATA = 1 << 36  # 64 GiB: no model or feed aioge accepts is larger
+_DTYPES = frozenset(
+    {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
+     "complex64", "complex128"}
+)
+
+
+class _Pending:
+    __slots__ = ("done", "outputs", "error")
+
+    def __init__(self) -> None:
+        self.done = Completion(1)
+        self.outputs: dict[str, np.ndarray] | None = None
+        self.error: BaseException | None = None
+
+
+# A frame: the two lengths, a msgpack header (plain data), then the raw bytes of its arrays and
+# blobs back to back. The header's "arrays" lists (name, dtype, shape) in data order and
+# "blobs" the byte lengths that follow them, so big tensors and models are written straight
+# from their memory and read straight into a fresh buffer: no msgpack copies, and the arrays
+# read are writable and owned by whoever decodes them.
+
+
+def _write_frame(stream: BinaryIO, header: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None,
+                 blobs: tuple[bytes, ...] = ()) -> None:
+    chunks: list[Any] = []
+    specs = []
+    for name, a in (arrays or {}).items():
+        a = np.ascontiguousarray(a)
+        if a.dtype.name not in _DTYPES:
+            raise TypeError(f"array {name!r} has dtype {a.dtype}, which a device cannot take")
+        specs.append([name, a.dtype.name, list(a.shape)])
+        if a.nbytes:
+            chunks.append(a.reshape(-1).view(np.uint8).data)
+    head = io.pack({**header, "arrays": specs, "blobs": [len(b) for b in blobs]})
+    chunks.extend(blobs)
+    stream.write(_HEAD.pack(len(head), sum(len(c) for c in chunks)))
+    stream.write(head)
+    for c in chunks:
+        stream.write(c)
+    stream.flush()
+
+
+def _read_exact(stream: BinaryIO, n: int) -> bytearray | None:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = stream.readinto(view[got:])  # type: ignore[attr-defined]
+        if not k:
+            return None
+        got += k
+    return buf
+
+
+def _read_frame(stream: BinaryIO, what: str) -> tuple[dict[str, Any], dict[str, np.ndarray], list[memoryview]] | None:
+    """(header, arrays, blobs) of one frame, or None at end of stream (also mid-frame: the writer is gone).
+
+    Raises:
+        CacheError, ValueError: a malformed frame.
+    """
+    head = _read_exact(stream, _HEAD.size)
+    if head is None:
+        return None
+    hlen, dlen = _HEAD.unpack(head)
+    if hlen > _MAX_HEADER or dlen > _MAX_DATA:
+        raise ValueError(f"{what}: a frame of {hlen} + {dlen} bytes is beyond what a device message may have")
+    raw = _read_exact(stream, hlen)
+    data = _read_exact(stream, dlen)
+    if raw is None or data is None:
+        return None
+    header = io.unpack(bytes(raw), what=what)
+    if not isinstance(header, dict):
+        raise ValueError(f"{what}: the header is not a map")
+    arrays: dict[str, np.ndarray] = {}
+    offset = 0
+    for name, dtype, shape in header.pop("arrays"):
+        if dtype not in _DTYPES or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise ValueError(f"{what}: array {name!r} has a bad dtype or shape ({dtype!r}, {shape!r})")
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        nbytes = count * np.dtype(dtype).itemsize
+        if offset + nbytes > dlen:
+            raise ValueError(f"{what}: array {name!r} runs past the frame's data")
+        arrays[name] = np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
+        offset += nbytes
+    blobs = []
+    for n in header.pop("blobs"):
+        if not isinstance(n, int) or offset + n > dlen:
+            raise ValueError(f"{what}: a blob runs past the frame's data")
+        blobs.append(memoryview(data)[offset : offset + n])
+        offset += n
+    if offset != dlen:
+        raise ValueError(f"{what}: {dlen - offset} bytes of data that no array or blob claims")
+    return header, arrays, blobs
+
+
+def _bigger_pipe(fd: int) -> None:
+    """Ask Linux for a 1 MiB pipe buffer (from 64 KiB), so one write usually carries a whole run."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    except (OSError, ImportError):
+        pass
+
+
+class _Device:
+    """One worker process with its writer and reader threads."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        env = dict(os.environ)
+        # The child imports aioge from where this process did (also when it is not installed).
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from aioge.runtime.devices import main; main()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        _bigger_pipe(self.proc.stdin.fileno())
+        _bigger_pipe(self.proc.stdout.fileno())
+        self.name = f"device {index} (pid {self.proc.pid})"
+        self.loaded: set[int] = set()  # executables sent to this process
+        self.completed = 0  # replies delivered (by the reader thread)
+        self._lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self.dead: str | None = None
+        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._write_loop, name=f"aioge-device-{index}-writer", daemon=True)
+        self._reader = threading.Thread(target=self._read_loop, name=f"aioge-device-{index}-reader", daemon=True)
+        self._writer.start()
+        self._reader.start()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def load(self, exe_id: int, om: bytes, threads: str) -> None:
+        """Queue the model's bytes for the child (before any run of it; the queue is FIFO)."""
+        self.loaded.add(exe_id)
+        self._queue.put(("load", exe_id, om, threads))
+
+    def submit(self, rid: int, exe_id: int, feeds: Mapping[str, np.ndarray]) -> _Pending:
+        pending = _Pending()
+        with self._lock:
+            if self.dead is not None:
+                raise ExecutionError(f"{self.name} is gone: {self.dead}")
+            self._pending[rid] = pending
+        self._queue.put(("run", rid, exe_id, feeds))
+        return pending
+
+    def forget(self, rid: int) -> None:
+        """A cancelled run: drop its reply when it comes."""
+        with self._lock:
+            self._pending.pop(rid, None)
+
+    def _write_loop(self) -> None:
+        stdin = self.proc.stdin
+        assert stdin is not None
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    break
+                if item[0] == "load":
+                    _, exe_id, om, threads = item
+                    _write_frame(stdin, {"op": "load", "exe": exe_id, "threads": threads}, blobs=(om,))
+                else:
+                    _, rid, exe_id, feeds = item
+                    _write_frame(stdin, {"op": "run", "rid": rid, "exe": exe_id}, feeds)
+        except (OSError, ValueError) as exc:  # the child is gone (broken pipe); the reader reports it
+            log.debug("%s: writing failed: %s", self.name, exc)
+        finally:
+            try:
+                stdin.close()  # the child's end of input: it exits after what it has read
+            except OSError:
+                pass
+
+    def _read_loop(self) -> None:
+        stdout = self.proc.stdout
+        assert stdout is not None
+        reason = "its process ended"
+        try:
+            while True:
+                frame = _read_frame(stdout, f"reply of {self.name}")
+                if frame is None:
+                    break
+                self._deliver(frame[0], frame[1])
+        except Exception as exc:  # a reply we cannot read: treat the device as lost
+            reason = f"unreadable reply: {exc}"
+            self.proc.kill()
+        code = self.proc.wait()
+        stdout.close()
+        self._fail_all(f"{reason} (exit code {code})")
+
+    def _deliver(self, msg: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        if msg.get("op") == "load_failed":  # the runs of that model fail on their own replies too
+            log.warning("%s could not load a model: %s", self.name, msg.get("message"))
+            return
+        self.completed += 1
+        with self._lock:
+            pending = self._pending.pop(msg["rid"], None)
+        if pending is None:
+            return  # cancelled meanwhile
+        if "error" in msg:
+            e = msg["error"]
+            pending.error = ExecutionError(
+                f"{e['message']} (on {self.name})", graph=e.get("graph"), node=e.get("node"), op_type=e.get("op_type"), engine=e.get("engine"))
+        else:
+            pending.outputs = arrays  # fresh writable arrays over the reply's own buffer
+        pending.done.tick()
+
+    def _fail_all(self, reason: str) -> None:
+        with self._lock:
+            self.dead = reason
+            pending, self._pending = self._pending, {}
+        if pending:
+            log.warning("%s stopped with %d run(s) in flight: %s", self.name, len(pending), reason)
+        for p in pending.values():
+            p.error = ExecutionError(f"{self.name} stopped: {reason}")
+            p.done.tick()
+
+    def stop(self) -> None:
+        """Ask the child to exit after what is queued (never blocks)."""
+        self._queue.put(None)
+
+    def join(self, timeout: float) -> None:
+        """Wait (blocking) for the process to end, killing it after ``timeout`` s."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not exit in %.0f s: killed", self.name, timeout)
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(timeout)
+        self._writer.join(timeout)
+
+
+class DevicePool:
+    """``count`` device processes, started on first use and replaced when one dies."""
+
+    def __init__(self, count: int) -> None:
+        if count < 1:
+            raise ValueError(f"a device pool needs at least one device, not {count}")
+        self.count = count
+        self._devices: list[_Device | None] = [None] * count
+        self._lock = threading.Lock()
+        self._rids = itertools.count()
+        self._om: weakref.WeakKeyDictionary[Executable, tuple[int, bytes]] = weakref.WeakKeyDictionary()
+        self._exe_ids = itertools.count()
+        self._closed = False
+        self._started: list[_Device] = []
+        self._finalizer = weakref.finalize(self, _stop_devices, self._started)
+
+    @property
+    def pids(self) -> list[int]:
+        """The process ids of the live devices."""
+        return [d.proc.pid for d in self._devices if d is not None and d.dead is None]
+
+    @property
+    def completed(self) -> list[int]:
+        """Per device slot, the runs its current process has answered (0 for one not started)."""
+        return [d.completed if d is not None else 0 for d in self._devices]
+
+    @staticmethod
+    def eligible(exe: Executable) -> bool:
+        """Whether runs of ``exe`` may leave this process (no variables: their state lives here)."""
+        return not exe.model.graph.variables
+
+    def _complete(self) -> bool:
+        return all(d is not None and d.dead is None for d in self._devices)
+
+    def start(self) -> None:
+        """Start the devices not running yet and replace dead ones (blocking: a fork and exec each)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the device pool is closed")
+            for k, d in enumerate(self._devices):
+                if d is None or d.dead is not None:
+                    if d is not None:
+                        log.warning("replacing %s: %s", d.name, d.dead)
+                    d = self._devices[k] = _Device(k)
+                    self._started.append(d)
+
+    def _pick(self) -> _Device:
+        """The device with the fewest runs in flight."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the device pool is closed")
+            return min((d for d in self._devices if d is not None), key=lambda d: (d.dead is not None, d.in_flight))
+
+    def prepare(self, exe: Executable) -> tuple[int, bytes]:
+        """The executable's id and ``.om`` bytes, encoded once (blocking: run it in a worker thread)."""
+        from aioge.compiler.serialize import encode_model
+
+        with self._lock:
+            known = self._om.get(exe)
+        if known is None:
+            om, _ = encode_model(exe.model)
+            with self._lock:
+                known = self._om.setdefault(exe, (next(self._exe_ids), om))
+        return known
+
+    async def run(self, exe: Executable, feeds: Mapping[str, np.ndarray], threads: str = "auto") -> dict[str, np.ndarray]:
+        """Run ``exe`` on checked feeds on a device; its outputs by name.
+
+        Raises:
+            ExecutionError: a kernel failed on the device, or the device's process died.
+        """
+        with self._lock:
+            known = self._om.get(exe)
+        if known is None:
+            known = await anyio.to_thread.run_sync(self.prepare, exe)
+        if not self._complete():
+            await anyio.to_thread.run_sync(self.start)
+        exe_id, om = known
+        device = self._pick()
+        if exe_id not in device.loaded:
+            device.load(exe_id, om, threads)
+        rid = next(self._rids)
+        pending = device.submit(rid, exe_id, feeds)
+        try:
+            await pending.done.wait()
+        except BaseException:
+            device.forget(rid)
+            raise
+        if pending.error is not None:
+            raise pending.error
+        assert pending.outputs is not None
+        return pending.outputs
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop every device after the work queued so far (blocking up to ``timeout`` per device)."""
+        with self._lock:
+            self._closed = True
+            devices = [d for d in self._devices if d is not None]
+            self._devices = [None] * self.count
+        self._finalizer.detach()
+        for d in devices:
+            d.stop()
+        for d in devices:
+            d.join(timeout)
+
+
+def _stop_devices(devices: list[_Device]) -> None:
+    """Finalizer of an unclosed pool: close the children's input, so they exit (never blocks)."""
+    for d in devices:
+        d.stop()
+
+
+# -- the child ------------------------------------------------------------------------
+
+
+def serve(inp: BinaryIO, out: BinaryIO) -> None:
+    """The device's main loop: load models and run them, one request at a time, until EOF."""
+    from aioge.compiler.serialize import decode_model
+    from aioge.runtime.blas import configure_blas
+    from aioge.runtime.workers import EngineWorkers
+
+    configure_blas(1)
+    workers = EngineWorkers(min_lanes=1, cpu_slots=1)
+    exes: dict[int, Executable] = {}
+    failed: dict[int, str] = {}
+    try:
+        while True:
+            frame = _read_frame(inp, "device request")
+            if frame is None:
+                return
+            msg, arrays, blobs = frame
+            if msg["op"] == "load":
+                try:
+                    exes[msg["exe"]] = Executable(decode_model(bytes(blobs[0])), threads=msg["threads"])
+                except Exception as exc:  # reported with every run of it
+                    failed[msg["exe"]] = f"the device could not load the model: {type(exc).__name__}: {exc}"
+                    _write_frame(out, {"op": "load_failed", "message": failed[msg["exe"]]})
+                continue
+            rid, exe_id = msg["rid"], msg["exe"]
+            exe = exes.get(exe_id)
+            outputs: dict[str, np.ndarray] | None = None
+            if exe is None:
+                reply: dict[str, Any] = {"rid": rid, "error": {"message": failed.get(exe_id, f"model {exe_id} was never loaded")}}
+            else:
+                try:
+                    outputs = exe.run_sync(arrays, workers=workers)
+                    reply = {"rid": rid}
+                except ExecutionError as exc:
+                    reply = {"rid": rid, "error": {"message": exc.message, "graph": exc.graph, "node": exc.node,
+                                                   "op_type": exc.op_type, "engine": exc.engine}}
+                except Exception as exc:  # not a kernel's: still only this run's
+                    reply = {"rid": rid, "error": {"message": f"{type(exc).__name__}: {exc}"}}
+            _write_frame(out, reply, outputs)
+    finally:
+        workers.close()
+
+
+def main() -> None:
+    """The device process's entry point: ``serve`` on stdin and stdout."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="aioge device %(process)d: %(levelname)s %(message)s")
+    # Frames go to the real stdout; anything else that prints (a library, a C extension) goes to stderr.
+    frames = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        serve(sys.stdin.buffer, frames)
+    except BrokenPipeError:  # the parent went away
+        pass

@@ -1,0 +1,101 @@
+"""Which streams of a plan share a worker thread in sink mode.
+
+The stream plan is GE's: one engine per stream, an event on every cross-stream edge. On real
+hardware an engine switch is free; here every engine is a CPU thread, and an event its
+consumer blocks on costs a thread wake-up (``WAKE_US``, about 45 us on the 2-core CI
+machine, measured as half an ``Event`` ping-pong) on the critical path. A transformer's chain
+of MatMul (AiCore) and Softmax or LayerNorm (AiVec) crossed streams at every op and spent
+more time waking threads than computing.
+
+So the executor maps streams onto threads: streams whose overlap does not pay for the
+wake-ups between them run in one thread, as one program in the plan's execution order. That
+order is a linear extension of every stream's order and every event, so each happens-before
+the memory plan relies on still holds, an event inside one thread is already set when it is
+waited for and is dropped, and threads that still wait on each other cannot deadlock: the
+blocked op with the lowest index always has its producers behind it in its own thread or
+running in another.
+
+The mapping is chosen by greedy merging over a simulation: each stream starts alone; the
+merge of two thread groups that lowers the simulated makespan most is taken, until none
+does. The simulation runs the ops in execution order on their group's thread, a cross-group
+event costing ``WAKE_US``, bounded below by the total work over the usable cores, plus
+``THREAD_US`` per thread (its hand-off and the GIL switches it adds).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+__all__ = ["THREAD_US", "WAKE_US", "group_streams", "simulate"]
+
+WAKE_US = 45.0
+THREAD_US = 15.0
+
+
+def simulate(
+    groups: Sequence[Sequence[int]],
+    node_stream: Sequence[int],
+    cost: Sequence[float],
+    waits: Sequence[Sequence[int]],
+    cores: int,
+) -> float:
+    """Estimated wall time (us) of one run with the streams of each group on one thread.
+
+    ``waits[i]`` are the producers of the events node ``i`` waits for; nodes are in execution order.
+    """
+    thread = {s: g for g, streams in enumerate(groups) for s in streams}
+    ready = [0.0] * len(groups)
+    finish = [0.0] * len(cost)
+    of = [thread[s] for s in node_stream]
+    for i, c in enumerate(cost):
+        g = of[i]
+        t = ready[g]
+        for p in waits[i]:
+            if of[p] != g:
+                t = max(t, finish[p] + WAKE_US)
+        finish[i] = ready[g] = t + c
+    span = max(finish, default=0.0)
+    return max(span, sum(cost) / max(1, min(cores, len(groups)))) + THREAD_US * len(groups)
+
+
+def group_streams(
+    num_streams: int,
+    node_stream: Sequence[int],
+    cost: Sequence[float],
+    waits: Sequence[Sequence[int]],
+    cores: int,
+) -> list[tuple[int, ...]]:
+    """Streams grouped onto threads (each group sorted, groups by their first stream).
+
+    Raises:
+        ValueError: ``node_stream`` names a stream outside ``range(num_streams)``.
+    """
+    if any(not 0 <= s < num_streams for s in node_stream):
+        raise ValueError(f"node_stream holds a stream outside 0..{num_streams - 1}")
+    groups: list[tuple[int, ...]] = [(s,) for s in range(num_streams)]
+    best = simulate(groups, node_stream, cost, waits, cores)
+    # Pairs worth trying: with many streams, only those an event joins (merging unrelated
+    # streams saves no wake-up, only a thread).
+    linked: set[tuple[int, int]] = set()
+    for i, ps in enumerate(waits):
+        for p in ps:
+            a, b = sorted((node_stream[p], node_stream[i]))
+            linked.add((a, b))
+    while len(groups) > 1:
+        thread = {s: g for g, streams in enumerate(groups) for s in streams}
+        pairs = [(a, b) for a in range(len(groups)) for b in range(a + 1, len(groups))]
+        if len(groups) > 8:
+            joined = {tuple(sorted((thread[a], thread[b]))) for a, b in linked}
+            pairs = [p for p in pairs if p in joined]
+        choice: tuple[float, list[tuple[int, ...]]] | None = None
+        for a, b in pairs:
+            merged = [g for k, g in enumerate(groups) if k not in (a, b)]
+            merged.append(tuple(sorted((*groups[a], *groups[b]))))
+            merged.sort()
+            t = simulate(merged, node_stream, cost, waits, cores)
+            if t < best and (choice is None or t < choice[0]):
+                choice = (t, merged)
+        if choice is None:
+            break
+        best, groups = choice
+    return groups

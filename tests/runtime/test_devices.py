@@ -1,0 +1,242 @@
+"""Device processes (aioge.exec_devices): same results as in-process runs, spread over the
+devices, kernel errors and dead devices failing only their runs, cancellation, what stays in
+this process, and the frame codec refusing malformed frames."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import struct
+
+import anyio
+import numpy as np
+import pytest
+
+import aioge
+from aioge import ops
+from aioge.cache import io as cache_io
+from aioge.errors import ExecutionError, OptionError
+from aioge.examples import build_cnn
+from aioge.runtime.devices import _read_frame, _write_frame
+from tests.runtime.test_executor import _branches, _branches_ref
+
+pytestmark = pytest.mark.anyio
+
+OPTS = {"aioge.tune_mode": "heuristic", "aioge.exec_devices": "2"}
+
+
+async def _runs(s: aioge.Session, gid: int, feeds: list[dict[str, np.ndarray]]) -> list[object]:
+    out: list[object] = [None] * len(feeds)
+
+    async def one(k: int) -> None:
+        try:
+            out[k] = await s.run_graph(gid, feeds[k])
+        except ExecutionError as exc:
+            out[k] = exc
+
+    async with anyio.create_task_group() as tg:
+        for k in range(len(feeds)):
+            tg.start_soon(one, k)
+    return out
+
+
+@pytest.mark.parametrize("threads", ["auto", "streams"])
+async def test_device_runs_match_in_process_runs_and_numpy(threads: str) -> None:
+    g, weights = _branches(n=48)
+    cnn, cnn_feeds, cnn_ref = build_cnn(batch=2)
+    rng = np.random.default_rng(0)
+    xs = [{"x": rng.standard_normal((48, 48)).astype(np.float32)} for _ in range(8)]
+    async with aioge.Session({**OPTS, "aioge.exec_threads": threads}) as dev, aioge.Session({"aioge.tune_mode": "heuristic"}) as local:
+        for s in (dev, local):
+            await s.add_graph(1, g)
+            await s.add_graph(2, cnn)
+        got = await _runs(dev, 1, xs)
+        for x, r in zip(xs, got):
+            assert isinstance(r, dict)
+            np.testing.assert_allclose(r["y"], _branches_ref(x["x"], weights), rtol=1e-4, atol=1e-5)
+            np.testing.assert_array_equal(r["y"], (await local.run_graph(1, x))["y"])
+            assert r["y"].flags.writeable
+        out = await dev.run_graph(2, cnn_feeds)
+        np.testing.assert_allclose(out["logits"], cnn_ref(cnn_feeds)["logits"], rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(out["logits"], (await local.run_graph(2, cnn_feeds))["logits"])
+        out["logits"][:] = 0  # the caller's own array
+        assert len(dev._devices.pids) == 2  # type: ignore[union-attr]
+
+
+async def test_64_concurrent_runs_spread_over_both_devices() -> None:
+    g = aioge.Graph("chain")
+    x = g.input("x", (64, 64))
+    h = x
+    for _ in range(4):
+        h = ops.tanh(ops.mul(h, 1.01))
+    g.output(h, names=["y"])
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.standard_normal((64, 64)).astype(np.float32)} for _ in range(64)]
+    async with aioge.Session(OPTS) as s:
+        await s.add_graph(1, g)
+        results = await _runs(s, 1, feeds)
+        pool = s._devices
+        assert pool is not None
+        done = pool.completed
+    for f, r in zip(feeds, results):
+        want = f["x"]
+        for _ in range(4):
+            want = np.tanh(want * np.float32(1.01))
+        assert isinstance(r, dict)
+        np.testing.assert_allclose(r["y"], want, rtol=1e-6, atol=1e-6)
+    assert sum(done) == 64 and min(done) > 0, f"runs per device: {done}"
+
+
+async def test_a_kernel_error_on_a_device_fails_only_its_run_and_names_the_node() -> None:
+    g = aioge.Graph("gather")
+    d, i = g.input("d", (5, 4)), g.input("i", (3,), "int64")
+    g.output(ops.gather(d, i, axis=0) * 2.0, names=["y"])
+    data = np.arange(20, dtype=np.float32).reshape(5, 4)
+    feeds = [{"d": data, "i": np.array([k % 5, 1, 9 if k % 4 == 1 else 2])} for k in range(16)]
+    async with aioge.Session(OPTS) as s:
+        await s.add_graph(1, g)
+        results = await _runs(s, 1, feeds)
+        gather = next(p for p in s.compiled(1).nodes if p.op_type == "Gather")
+    for k, r in enumerate(results):
+        if k % 4 == 1:
+            assert isinstance(r, ExecutionError)
+            assert (r.graph, r.node, r.op_type, r.engine) == ("gather", gather.name, "Gather", gather.engine)
+            assert "IndexError" in str(r) and "on device" in str(r)
+        else:
+            assert isinstance(r, dict)
+            np.testing.assert_array_equal(r["y"], data[feeds[k]["i"]] * 2)
+
+
+async def test_a_killed_device_fails_its_runs_and_is_replaced() -> None:
+    g, weights = _branches(n=160)
+    x = {"x": np.ones((160, 160), np.float32)}
+    want = _branches_ref(x["x"], weights)
+    async with aioge.Session(OPTS) as s:
+        await s.add_graph(1, g)
+        await s.run_graph(1, x)
+        pool = s._devices
+        assert pool is not None
+        await _runs(s, 1, [x] * 4)  # both devices started
+        victim = pool.pids[0]
+        results: list[object] = []
+
+        async def one() -> None:
+            try:
+                results.append(await s.run_graph(1, x))
+            except ExecutionError as exc:
+                results.append(exc)
+
+        device = next(d for d in pool._devices if d is not None and d.proc.pid == victim)
+        async with anyio.create_task_group() as tg:
+            for _ in range(24):
+                tg.start_soon(one)
+            with anyio.fail_after(10):
+                while not device.in_flight:
+                    await anyio.sleep(0)
+            os.kill(victim, signal.SIGKILL)
+        failed = [r for r in results if isinstance(r, ExecutionError)]
+        assert failed and len(results) == 24
+        assert all("stopped" in str(e) and str(victim) in str(e) for e in failed)
+        for r in results:
+            if not isinstance(r, ExecutionError):
+                np.testing.assert_allclose(r["y"], want, rtol=1e-4, atol=1e-5)
+        # The next runs start a new process in the dead one's slot, and they are right.
+        after = await _runs(s, 1, [x] * 6)
+        assert all(isinstance(r, dict) for r in after)
+        np.testing.assert_allclose(after[0]["y"], want, rtol=1e-4, atol=1e-5)  # type: ignore[index]
+        assert victim not in pool.pids and len(pool.pids) == 2
+
+
+async def test_cancelled_device_runs_leave_later_runs_right() -> None:
+    g, weights = _branches(n=128)
+    x = {"x": np.full((128, 128), 0.5, np.float32)}
+    want = _branches_ref(x["x"], weights)
+    async with aioge.Session(OPTS) as s:
+        await s.add_graph(1, g)
+        await s.run_graph(1, x)
+        cancelled = 0
+        for k in range(30):
+            with anyio.move_on_after(0.0005 * (k % 5)) as scope:
+                await s.run_graph(1, x)
+            cancelled += scope.cancelled_caught
+        assert cancelled > 0
+        for r in await _runs(s, 1, [x] * 8):
+            assert isinstance(r, dict)
+            np.testing.assert_allclose(r["y"], want, rtol=1e-4, atol=1e-5)
+        pool = s._devices
+        assert pool is not None
+        with anyio.fail_after(10):  # replies of the cancelled runs arrive and are dropped
+            while any(d is not None and d.in_flight for d in pool._devices):
+                await anyio.sleep(0.01)
+
+
+async def test_graphs_with_variables_and_traced_runs_stay_in_this_process(tmp_path) -> None:
+    g = aioge.Graph("v")
+    x = g.input("x", (2,))
+    g.output(x + g.variable("bias", np.array([1.0, 2.0], np.float32)), names=["y"])
+    async with aioge.Session(OPTS) as s:
+        await s.add_graph(1, g)
+        out = await s.run_graph(1, {"x": np.zeros(2, np.float32)})
+        np.testing.assert_array_equal(out["y"], [1, 2])
+        pool = s._devices
+        assert pool is not None and pool.pids == []
+        c = aioge.Graph("c")
+        y = c.input("x", (3,))
+        c.output(ops.tanh(y), names=["y"])
+        await s.add_graph(2, c)
+        out = await s.run_graph(2, {"x": np.zeros(3, np.float32)}, trace=tmp_path / "t.json")
+        assert (tmp_path / "t.json").stat().st_size > 0 and pool.pids == []
+
+
+async def test_closing_the_session_ends_the_device_processes() -> None:
+    c = aioge.Graph("c")
+    y = c.input("x", (3,))
+    c.output(ops.tanh(y), names=["y"])
+    s = aioge.Session(OPTS)
+    await s.add_graph(1, c)
+    await s.run_graph(1, {"x": np.zeros(3, np.float32)})
+    pool = s._devices
+    assert pool is not None
+    procs = [d.proc for d in pool._devices if d is not None]
+    assert len(procs) == 2 and all(p.poll() is None for p in procs)
+    await s.aclose()
+    assert all(p.poll() == 0 for p in procs), [p.returncode for p in procs]
+
+
+@pytest.mark.parametrize("value", ["-1", "65", "two", "1.5"])
+def test_exec_devices_is_checked(value: str) -> None:
+    with pytest.raises(OptionError, match="aioge.exec_devices"):
+        aioge.Session({"aioge.exec_devices": value})
+
+
+async def test_exec_devices_is_a_session_option() -> None:
+    async with aioge.Session() as s:
+        with pytest.raises(OptionError, match="aioge.exec_devices"):
+            await s.add_graph(1, aioge.Graph("g"), {"aioge.exec_devices": "2"})
+
+
+def test_frames_round_trip_and_malformed_frames_are_refused() -> None:
+    buf = io.BytesIO()
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    _write_frame(buf, {"op": "run", "rid": 7}, {"a": a, "e": np.zeros((0, 2), np.int64)}, blobs=(b"model",))
+    raw = buf.getvalue()
+    header, arrays, blobs = _read_frame(io.BytesIO(raw), "test")  # type: ignore[misc]
+    assert header == {"op": "run", "rid": 7}
+    np.testing.assert_array_equal(arrays["a"], a)
+    assert arrays["a"].flags.writeable and arrays["e"].shape == (0, 2) and bytes(blobs[0]) == b"model"
+    assert _read_frame(io.BytesIO(raw[:-3]), "test") is None, "a cut frame is the end of the stream"
+    with pytest.raises(TypeError, match="dtype object"):
+        _write_frame(io.BytesIO(), {}, {"o": np.array([None])})
+    # Lengths beyond the limits, and data that the header does not account for.
+    with pytest.raises(ValueError, match="beyond"):
+        _read_frame(io.BytesIO(struct.pack("<QQ", 1 << 40, 0)), "test")
+    head = cache_io.pack({"arrays": [["a", "float32", [4]]], "blobs": []})
+    with pytest.raises(ValueError, match="runs past"):
+        _read_frame(io.BytesIO(struct.pack("<QQ", len(head), 8) + head + b"\0" * 8), "test")
+    head = cache_io.pack({"arrays": [["a", "object", [1]]], "blobs": []})
+    with pytest.raises(ValueError, match="bad dtype"):
+        _read_frame(io.BytesIO(struct.pack("<QQ", len(head), 8) + head + b"\0" * 8), "test")
+    head = cache_io.pack({"arrays": [], "blobs": []})
+    with pytest.raises(ValueError, match="no array or blob claims"):
+        _read_frame(io.BytesIO(struct.pack("<QQ", len(head), 4) + head + b"\0" * 4), "test")
