@@ -21,7 +21,7 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     path = tmp_path_factory.mktemp("model") / "mlp.onnx"
     onnx.save(to_onnx(graph), str(path))
     cfg = SuiteConfig(workloads=["mlp", "add_chain"], rounds=1, runs=2, concurrency=(1, 3), concurrency_workloads=["mlp"],
-                      concurrency_rounds=1, startup_model=str(path), blas_variant=False, chain=40)
+                      concurrency_rounds=1, startup_model=str(path), blas_variant=False, chain=40, devices=2)
     return run_suite(cfg)
 
 
@@ -35,7 +35,8 @@ def test_small_run_measures_every_side(small_run: dict) -> None:
     assert mlp["reference_vs_aioge"] == pytest.approx(mlp["onnx_reference"] / mlp["aioge"])
     assert mlp["max_abs_err"] < 1e-4 and mlp["ort_max_abs_err"] < 1e-4
     assert mlp["arena_bytes"] > 0 and mlp["rss_peak_bytes"] >= mlp["rss_start_bytes"] > 0
-    assert [c["concurrency"] for c in mlp["concurrency"]] == [1, 3]
+    # In-process at each level, then the top level again on 2 device processes.
+    assert [(c["concurrency"], c["devices"]) for c in mlp["concurrency"]] == [(1, 0), (3, 0), (3, 2)]
     for c in mlp["concurrency"]:
         assert c["aioge_runs_per_s"] > 0 and c["ort_runs_per_s"] > 0 and c["lag_samples"] >= 0
         assert c["ratio"] == pytest.approx(c["aioge_runs_per_s"] / c["ort_runs_per_s"])
@@ -60,8 +61,9 @@ def test_targets_are_judged_from_the_figures(small_run: dict) -> None:
     assert sink["figure"] == pytest.approx(small_run["rows"][1]["aioge_us_per_node"])
     assert sink["status"] == ("PASS" if sink["figure"] <= TARGETS["sink_us_per_node"] else "MISS")
     assert by_name["light/ geomean aioge/ort (BLAS env as set)"]["status"] == "n/a"  # no light/ model ran
-    burst = by_name["min 3-concurrent throughput aioge/ort"]
-    assert burst["status"] == ("PASS" if burst["figure"] >= TARGETS["concurrent_vs_ort"] else "MISS")
+    for where in ("in-process", "aioge.exec_devices=2"):
+        burst = by_name[f"min 3-concurrent throughput aioge/ort ({where})"]
+        assert burst["status"] == ("PASS" if burst["figure"] >= TARGETS["concurrent_vs_ort"] else "MISS")
 
 
 def test_results_files(small_run: dict, tmp_path) -> None:
@@ -79,13 +81,15 @@ def _fake(workload: str, aioge: float, ort: float, **extra: object) -> dict:
 
 def test_target_checks_pass_and_miss() -> None:
     rows = [_fake("resnet50", 2.0, 1.0, reference_vs_aioge=30.0), _fake("vgg19", 1.0, 1.0, reference_vs_aioge=10.0),
-            _fake("mlp", 1.0, 1.0, concurrency=[{"concurrency": 64, "ratio": 0.9, "lag_max_ms": 25.0}])]
+            _fake("mlp", 1.0, 1.0, concurrency=[{"concurrency": 64, "ratio": 0.5, "lag_max_ms": 25.0, "devices": 0},
+                                                {"concurrency": 64, "ratio": 0.9, "lag_max_ms": 5.0, "devices": 2}])]
     results = {"rows": rows, "config": {"concurrency": [64]},
                "startup": {"model": "m", "graph_cache_load": {"start_s": 0.2}, "ort": {"start_s": 0.4}}}
     got = {t["target"]: (t["figure"], t["status"]) for t in evaluate_targets(results)}
     assert got["light/ geomean aioge/ort (BLAS env as set)"] == (pytest.approx(np.sqrt(2.0)), "PASS")
     assert got["min onnx.reference/aioge over light/"] == (10.0, "MISS")
-    assert got["min 64-concurrent throughput aioge/ort"] == (0.9, "PASS")
+    assert got["min 64-concurrent throughput aioge/ort (in-process)"] == (0.5, "MISS")
+    assert got["min 64-concurrent throughput aioge/ort (aioge.exec_devices=2)"] == (0.9, "PASS")
     assert got["max event-loop lag ms"] == (25.0, "MISS")
     assert got["fresh-process start aioge (graph cache) / ort (create + first run)"] == (0.5, "PASS")
     assert got["sink us/node on the Add chain"] == (None, "n/a")
@@ -126,6 +130,7 @@ def test_builder_workloads_export_to_onnx_that_onnxruntime_agrees_with() -> None
 @pytest.mark.parametrize("argv, message", [
     (["--rounds", "0"], "at least 1"),
     (["--workloads", "mlp,nope"], "unknown workloads ['nope']"),
+    (["--devices", "65"], "devices must be from 0 to 64"),
 ])
 def test_cli_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", *argv]) == 2

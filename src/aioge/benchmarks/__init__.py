@@ -26,6 +26,8 @@ def add_arguments(p):  # type: ignore[no-untyped-def]
     p.add_argument("--runs", type=int, default=None)
     p.add_argument("--concurrency", default="1,4,64")
     p.add_argument("--concurrency-workloads", default=None)
+    p.add_argument("--devices", type=int, default=None,
+                   help="device processes for the top concurrency level's second measurement (default: the cores; 0: skip)")
     p.add_argument("--chain", type=int, default=1000)
     p.add_argument("--startup-model", default="resnet50", help="a light/ model name or an .onnx path")
     p.add_argument("--no-reference", action="store_true", help="skip onnx.reference")
@@ -50,6 +52,8 @@ def config_from_args(args) -> SuiteConfig:  # type: ignore[no-untyped-def]
     if args.quick:
         cfg.rounds, cfg.runs, cfg.concurrency_rounds = 3, 3, 2
         cfg.concurrency_workloads = ["mlp", "squeezenet"]
+    if args.devices is not None:
+        cfg.devices = args.devices
     if args.rounds is not None:
         cfg.rounds = args.rounds
     if args.runs is not None:

@@ -49,6 +49,7 @@ class SuiteConfig:
     concurrency: tuple[int, ...] = (1, 4, 64)
     concurrency_workloads: list[str] = field(default_factory=lambda: ["mlp", "cnn", "transformer", "squeezenet", "resnet50"])
     concurrency_rounds: int = 3
+    devices: int = field(default_factory=lambda: os.cpu_count() or 1)  # aioge.exec_devices for a second top-level burst; 0: none
     reference: bool = True                                  # time onnx.reference too
     startup_model: str | None = "resnet50"                  # a light/ name or an .onnx path; None: skip
     blas_variant: bool = True                               # light/ latency again with BLAS_ENV unset
@@ -58,6 +59,8 @@ class SuiteConfig:
         self.concurrency = tuple(int(c) for c in self.concurrency)
         if self.rounds < 1 or self.runs < 1 or self.concurrency_rounds < 1 or any(c < 1 for c in self.concurrency):
             raise ValueError("rounds, runs, concurrency_rounds and every concurrency level must be at least 1")
+        if not 0 <= self.devices <= 64:
+            raise ValueError(f"devices must be from 0 to 64, not {self.devices}")
         unknown = sorted(set(self.workloads) - set(ALL))
         if unknown:
             raise ValueError(f"unknown workloads {unknown}; expected some of {list(ALL)}")
@@ -104,9 +107,17 @@ async def _workload(w: Workload, cfg: SuiteConfig, cache_dir: str, gid: int) -> 
             row.update(await measure.latency(w, session, gid, rounds=cfg.rounds, runs=cfg.runs,
                                              reference=cfg.reference and w.group != "micro"))
             if w.name in cfg.concurrency_workloads:
-                row["concurrency"] = [await measure.concurrency(w, session, gid, c, rounds=cfg.concurrency_rounds)
+                row["concurrency"] = [{**await measure.concurrency(w, session, gid, c, rounds=cfg.concurrency_rounds), "devices": 0}
                                       for c in cfg.concurrency]
         summary = model.summary()
+    if w.name in cfg.concurrency_workloads and cfg.devices and cfg.concurrency:
+        # The same burst with the runs on device processes (aioge.exec_devices), past the GIL.
+        async with aioge.Session({**options, "aioge.exec_devices": str(cfg.devices)}) as session:
+            await session.add_graph(gid, w.graph)
+            w.check(await session.run_graph(gid, w.feeds))  # starts the devices; their outputs checked too
+            top = max(cfg.concurrency)
+            row["concurrency"].append({**await measure.concurrency(w, session, gid, top, rounds=cfg.concurrency_rounds),
+                                       "devices": cfg.devices})
     row["nodes"] = len(w.graph.nodes)
     row["compiled_nodes"] = summary["nodes"]
     row["streams"] = len(summary["streams"])
@@ -193,9 +204,11 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     add("sink us/node on the Add chain", chain["aioge_us_per_node"] if chain else None, TARGETS["sink_us_per_node"], False,
         f"{chain['compiled_nodes']} nodes" if chain else "")
     top = max(results["config"]["concurrency"], default=0)
-    burst = [c for r in results["rows"] for c in r.get("concurrency", []) if c["concurrency"] == top]
-    add(f"min {top}-concurrent throughput aioge/ort", min(c["ratio"] for c in burst) if burst else None,
-        TARGETS["concurrent_vs_ort"], True, f"{len(burst)} workloads")
+    for devices in sorted({c.get("devices", 0) for r in results["rows"] for c in r.get("concurrency", [])}):
+        burst = [c for r in results["rows"] for c in r.get("concurrency", []) if c["concurrency"] == top and c.get("devices", 0) == devices]
+        where = f"aioge.exec_devices={devices}" if devices else "in-process"
+        add(f"min {top}-concurrent throughput aioge/ort ({where})", min(c["ratio"] for c in burst) if burst else None,
+            TARGETS["concurrent_vs_ort"], True, f"{len(burst)} workloads")
     lags = [c["lag_max_ms"] for r in results["rows"] for c in r.get("concurrency", [])]
     add("max event-loop lag ms", max(lags) if lags else None, TARGETS["loop_lag_ms"], False, "every concurrent burst")
     st = results.get("startup")
@@ -224,7 +237,7 @@ def _progress(row: dict[str, Any]) -> str:
     if "reference_vs_aioge" in row:
         s += f"  x{row['reference_vs_aioge']:.1f} vs onnx.reference"
     for c in row.get("concurrency", []):
-        s += f"  [{c['concurrency']}: {c['ratio']:.2f}, lag {c['lag_max_ms']:.1f} ms]"
+        s += f"  [{c['concurrency']}{'/dev' + str(c['devices']) if c.get('devices') else ''}: {c['ratio']:.2f}, lag {c['lag_max_ms']:.1f} ms]"
     return s
 
 
@@ -295,9 +308,10 @@ def render_markdown(results: dict[str, Any]) -> str:
     conc = [(r["workload"], c) for r in results["rows"] for c in r.get("concurrency", [])]
     if conc:
         out += ["", "## Concurrent run_graph calls from one event loop (onnxruntime: a thread pool of the same size)", ""]
-        out += _table(["workload", "in flight", "aioge runs/s", "ort runs/s", "aioge/ort", "lag max ms", "lag p99 ms"],
-                      [[w, str(c["concurrency"]), f"{c['aioge_runs_per_s']:.1f}", f"{c['ort_runs_per_s']:.1f}", f"{c['ratio']:.2f}",
-                        f"{c['lag_max_ms']:.2f}", f"{c['lag_p99_ms']:.2f}"] for w, c in conc])
+        out += ["`devices`: aioge.exec_devices (0: runs in this process, on the engine lanes; N: on N device processes).", ""]
+        out += _table(["workload", "devices", "in flight", "aioge runs/s", "ort runs/s", "aioge/ort", "lag max ms", "lag p99 ms"],
+                      [[w, str(c.get("devices", 0)), str(c["concurrency"]), f"{c['aioge_runs_per_s']:.1f}", f"{c['ort_runs_per_s']:.1f}",
+                        f"{c['ratio']:.2f}", f"{c['lag_max_ms']:.2f}", f"{c['lag_p99_ms']:.2f}"] for w, c in conc])
     st = results.get("startup")
     if st:
         out += ["", f"## Start-up of {st['model']}, each in a fresh process (seconds after the import; "
