@@ -197,6 +197,22 @@ def test_gemm_algorithms_agree(attrs) -> None:
     assert _check(knn.build_gemm, (KernelImpl("gemm_packed", build_gemm_packed, _applies_gemm),), attrs, [a, b, _f32(6)]) == 1
 
 
+def test_gemm_candidates_keep_equal_weight_columns_bit_for_bit_equal() -> None:
+    """Why gemm_packed is not a candidate: light/ AlexNet's equal fc8 logits must stay equal."""
+    a = (RNG.random((1, 4096)) * 1e3).astype(np.float32)
+    b = np.full((1000, 4096), 0.37, np.float32)
+    b.setflags(write=False)
+    attrs = {"transB": 1}
+    descs = [D(a.shape, a.dtype), D(b.shape, b.dtype)]
+    for impl in (KernelImpl("numpy", knn.build_gemm), *GEMM_ALGOS):
+        y = impl.build(attrs, {}, descs, [D((1, 1000), np.float32)])([a, b], None)[0]
+        assert np.unique(y).size == 1, impl.name
+    from aioge.kernels.matmul_algos import build_gemm_packed
+
+    y = build_gemm_packed(attrs, {}, descs, [D((1, 1000), np.float32)])([a, b], None)[0]
+    np.testing.assert_allclose(y, a @ b.T, rtol=1e-6)  # right, to an ulp or so; not always bit-equal across columns
+
+
 @pytest.mark.parametrize(
     "attrs",
     [

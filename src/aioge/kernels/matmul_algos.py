@@ -8,7 +8,7 @@
 - ``matmul_batch_loop``: equal batch shapes: one ``np.dot`` per batch matrix into the output.
 - ``matmul_einsum``: ``np.einsum`` with path optimisation (tensordot/BLAS where it can).
 - ``gemm_packed``: Gemm with its transposed operands packed contiguous (once for constants);
-  not a tuning candidate for now (see ``GEMM_ALGOS``).
+  not a tuning candidate (see ``GEMM_ALGOS``: it can make equal columns differ by an ulp).
 - ``gemm_dot``: Gemm through ``np.dot`` into the output.
 """
 
@@ -194,10 +194,13 @@ def _applies_gemm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return _gemm_shapes(descs, attrs) is not None
 
 
-# gemm_packed is out of the candidates: on light/ AlexNet's last Gemm (fc8, transB=1, weights
-# folded from ConstantOfShape), sessions that tuned it returned wrong logits at run time, about
-# one in two fresh kernel caches, while the kernel alone on the same shapes is right. Until that
-# is understood, the tuner chooses between numpy and gemm_dot only.
+# gemm_packed is out of the candidates. It is as exact as the others, but BLAS blocks the
+# columns of a contiguous (K, N) operand differently (main blocks and tail), so columns with
+# equal weights can differ by a few ulp, where a transposed view of the (N, K) weight gives
+# them bit for bit equal. light/ AlexNet's constant weights make every fc8 logit equal
+# (about 3.6e12, an ulp of 262144) and its stored output exactly uniform; a few ulp between
+# logits turn into probabilities of 0 after Softmax. onnxruntime keeps them equal, so the
+# tuner chooses between numpy and gemm_dot, which read the weight as BLAS's transposed operand.
 GEMM_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("gemm_dot", build_gemm_dot, _applies_gemm),
 )
