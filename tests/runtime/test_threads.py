@@ -13,7 +13,7 @@ import aioge
 import aioge.runtime.executor as executor_module
 from aioge.examples import build_transformer
 from aioge.runtime.executor import Executable
-from aioge.runtime.threads import THREAD_US, WAKE_US, group_streams, simulate
+from aioge.runtime.threads import CONTENTION, THREAD_US, WAKE_US, group_streams, simulate
 from aioge.runtime.workers import EngineWorkers
 from tests.compiler.test_memory import _inception
 from tests.runtime.test_executor import OPTIONS, _branches, _branches_ref
@@ -24,9 +24,17 @@ pytestmark = pytest.mark.anyio
 def test_a_chain_across_two_streams_shares_one_thread() -> None:
     # 0 (s0) -> 1 (s1) -> 2 (s0) -> 3 (s1): every op waits for the other stream.
     node_stream, cost, waits = [0, 1, 0, 1], [20.0] * 4, [[], [0], [1], [2]]
-    assert simulate([(0,), (1,)], node_stream, cost, waits, 2) == pytest.approx(80 + 3 * WAKE_US + 2 * THREAD_US)
+    assert simulate([(0,), (1,)], node_stream, cost, waits, 2) == pytest.approx(80 * CONTENTION + 3 * WAKE_US + 2 * THREAD_US)
     assert simulate([(0, 1)], node_stream, cost, waits, 2) == pytest.approx(80 + THREAD_US)
     assert group_streams(2, node_stream, cost, waits, 2) == [(0, 1)]
+
+
+def test_greedy_merging_that_stalls_still_ends_in_one_thread_when_that_wins() -> None:
+    # Found by search: greedy merging reaches [(0, 3), (1,), (2,)] (2535 us simulated) and no
+    # single merge improves on it while two threads still contend; one thread takes 2215.
+    node_stream, cost, waits = [0, 1, 2, 3, 0], [400.0, 400.0, 200.0, 400.0, 800.0], [[], [], [], [1, 2], [1, 3]]
+    assert simulate([(0, 1, 2, 3)], node_stream, cost, waits, 2) < simulate([(0, 3), (1,), (2,)], node_stream, cost, waits, 2)
+    assert group_streams(4, node_stream, cost, waits, 2) == [(0, 1, 2, 3)]
 
 
 def test_heavy_independent_branches_keep_their_threads_while_cores_allow() -> None:

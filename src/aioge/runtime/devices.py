@@ -20,7 +20,8 @@ while the parent has work.
 
 Runs go to the device with the fewest in flight. A device whose process dies fails the runs
 it held with ``ExecutionError`` (naming the device, its pid and exit code) and is replaced on
-the next run. A cancelled run's reply is dropped when it comes. Graphs with variables run in
+the next run. A cancelled run's reply is dropped when it comes. Devices run at nice 5
+(``AIOGE_DEVICE_NICE`` changes it), so the parent's event loop gets a core as soon as it wakes. Graphs with variables run in
 this process (their state lives here), and so do traced and host-mode runs.
 """
 
@@ -453,6 +454,14 @@ def main() -> None:
     frames = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    # Devices compute flat out; a lower priority lets the parent's event loop (mostly asleep,
+    # never long awake) take a core the moment it wakes, instead of queueing behind them.
+    nice = int(os.environ.get("AIOGE_DEVICE_NICE", "5"))
+    if nice and hasattr(os, "nice"):
+        try:
+            os.nice(nice)
+        except OSError:
+            pass
     try:
         serve(sys.stdin.buffer, frames)
     except BrokenPipeError:  # the parent went away
