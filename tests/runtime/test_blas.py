@@ -100,3 +100,36 @@ def test_split_matmul_matches_whole_and_splits_only_transposed_weights() -> None
         assert parallel.split_matmul(a, w.T[:, :8], small) == 1
     finally:
         parallel._tokens = saved
+
+
+def test_par_matmul_splits_big_products_by_batch_or_rows_and_matches_whole() -> None:
+    import threading
+
+    from aioge.kernels import parallel
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: never split")
+    rng = np.random.default_rng(4)
+    saved = parallel._tokens
+    parallel.share_cpu_tokens(threading.Semaphore(2))
+    try:
+        # Winograd's shape: 16 batched GEMMs; split by the batch.
+        u, v = rng.standard_normal((16, 128, 256), dtype=np.float32), rng.standard_normal((16, 256, 784), dtype=np.float32)
+        mm = np.full((16, 128, 784), np.nan, np.float32)
+        assert parallel.par_matmul(u, v, mm) == 2
+        np.testing.assert_allclose(mm, u @ v, rtol=1e-4, atol=1e-3)
+        # A 1x1 conv: (M, C) @ (N, C, HW) into (N, M, HW); split by the rows of the weight.
+        w, x = rng.standard_normal((256, 512), dtype=np.float32), rng.standard_normal((2, 512, 196), dtype=np.float32)
+        y = np.full((2, 256, 196), np.nan, np.float32)
+        assert parallel.par_matmul(w, x, y) == 2
+        np.testing.assert_allclose(y, w @ x, rtol=1e-4, atol=1e-3)
+        # im2col: (rows, K) @ (K, M).
+        cols, wm = rng.standard_normal((3136, 576), dtype=np.float32), rng.standard_normal((576, 64), dtype=np.float32)
+        out = np.full((3136, 64), np.nan, np.float32)
+        assert parallel.par_matmul(cols, wm, out) == 2
+        np.testing.assert_allclose(out, cols @ wm, rtol=1e-4, atol=1e-3)
+        small = np.empty((8, 8), np.float32)
+        assert parallel.par_matmul(cols[:8], wm[:, :8], small) == 1  # too small to be worth a helper
+        np.testing.assert_allclose(small, cols[:8] @ wm[:, :8], rtol=1e-5, atol=1e-4)
+    finally:
+        parallel._tokens = saved

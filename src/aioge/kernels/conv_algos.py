@@ -22,6 +22,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from aioge.ir.desc import TensorDesc
 from aioge.kernels.conv import window_geometry
+from aioge.kernels.parallel import par_matmul
 from aioge.ops.schema import KernelImpl, RunFn
 
 __all__ = ["CONV_ALGOS", "ConvGeometry", "WeightDerived", "conv_geometry", "winograd_weights"]
@@ -130,7 +131,8 @@ def build_conv_im2col_nhwc(attrs: Mapping[str, Any], params: Mapping[str, Any], 
                 (s[0], s[1] * g.sh, s[2] * g.sw, s[1] * g.dh, s[2] * g.dw, s[3]), writeable=False,
             )
             cols = np.ascontiguousarray(cols).reshape(nb * g.oh * g.ow, g.kh * g.kw * g.c)
-            yh = np.matmul(cols, wm)  # (nb*OH*OW, M), channels last
+            yh = np.empty((nb * g.oh * g.ow, g.m), x.dtype)  # channels last
+            par_matmul(cols, wm, yh)
             np.copyto(y[n0 : n0 + nb], yh.reshape(nb, g.oh, g.ow, g.m).transpose(0, 3, 1, 2))
         _bias(y, inputs)
         return (y,)
@@ -161,7 +163,7 @@ def build_conv_gemm_1x1(attrs: Mapping[str, Any], params: Mapping[str, Any], ins
         x, w = inputs[0], inputs[1]
         y = _output(g, outputs, x.dtype)
         xs = x if g.sh == g.sw == 1 else np.ascontiguousarray(x[:, :, :: g.sh, :: g.sw][:, :, : g.oh, : g.ow])
-        np.matmul(packed.get(w), xs.reshape(g.n, g.c, g.oh * g.ow), out=y.reshape(g.n, g.m, g.oh * g.ow))
+        par_matmul(packed.get(w), xs.reshape(g.n, g.c, g.oh * g.ow), y.reshape(g.n, g.m, g.oh * g.ow))
         _bias(y, inputs)
         return (y,)
 
@@ -281,7 +283,9 @@ def build_conv_winograd_f23(attrs: Mapping[str, Any], params: Mapping[str, Any],
         np.add(t[:, 1], t[:, 2], out=v[:, 1])
         np.subtract(t[:, 2], t[:, 1], out=v[:, 2])
         np.subtract(t[:, 1], t[:, 3], out=v[:, 3])
-        mm = np.matmul(u_of.get(w), v.reshape(16, g.c, tiles)).reshape(4, 4, g.m, tiles)
+        mm = np.empty((16, g.m, tiles), x.dtype)
+        par_matmul(u_of.get(w), v.reshape(16, g.c, tiles), mm)
+        mm = mm.reshape(4, 4, g.m, tiles)
         z = np.empty((2, 4, g.m, tiles), x.dtype)
         np.add(mm[0], mm[1], out=z[0])
         z[0] += mm[2]
