@@ -152,13 +152,17 @@ def _f32(*shape):
 @pytest.mark.parametrize(
     ("x", "w", "attrs", "expect"),
     [
-        ((2, 5, 9, 7), (6, 5, 3, 3), {"pads": (1, 1, 1, 1)}, 3),  # nhwc x2 blocks, winograd
-        ((1, 5, 8, 8), (6, 5, 3, 3), {"pads": (0, 2, 1, 0)}, 2),  # winograd, uneven pads
+        ((2, 5, 9, 7), (6, 5, 3, 3), {"pads": (1, 1, 1, 1)}, 4),  # nhwc x2 blocks, winograd, kn2row
+        ((1, 5, 8, 8), (6, 5, 3, 3), {"pads": (0, 2, 1, 0)}, 3),  # winograd, kn2row, uneven pads
+        ((3, 16, 10, 9), (1, 16, 3, 3), {"pads": (1, 1, 1, 1)}, 4),  # one filter (DuplicateFilterPass's)
+        ((1, 4, 13, 12), (5, 4, 5, 5), {"strides": (2, 2), "pads": (2, 1, 2, 1)}, 2),  # nhwc, kn2row
+        ((1, 4, 9, 9), (3, 4, 3, 1), {"auto_pad": "SAME_UPPER"}, 2),  # a 3x1 kernel
+        ((1, 4, 7, 7), (3, 4, 2, 2), {"auto_pad": "SAME_LOWER", "strides": (2, 2)}, 2),
         ((2, 8, 6, 6), (4, 8, 1, 1), {}, 3),  # 1x1 GEMM
         ((1, 8, 7, 7), (4, 8, 1, 1), {"strides": (2, 2)}, 2),  # strided 1x1
         ((2, 6, 7, 7), (12, 1, 3, 3), {"group": 6, "pads": (1, 1, 1, 1), "strides": (2, 2)}, 1),  # depthwise x2
         ((1, 8, 6, 6), (8, 2, 3, 3), {"group": 4, "pads": (1, 1, 1, 1)}, 1),  # grouped
-        ((1, 3, 11, 11), (4, 3, 3, 3), {"dilations": (2, 2), "strides": (1, 2)}, 1),
+        ((1, 3, 11, 11), (4, 3, 3, 3), {"dilations": (2, 2), "strides": (1, 2)}, 2),
     ],
 )
 def test_conv_algorithms_agree_with_im2col(x, w, attrs, expect) -> None:

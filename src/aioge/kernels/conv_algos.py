@@ -8,6 +8,11 @@
 - ``conv_winograd_f23``: Winograd F(2x2, 3x3) for 3x3, stride 1, dilation 1, group 1:
   16 GEMMs of (M, C) @ (C, tiles) instead of one of (M, 9C) @ (9C, 4·tiles), 2.25x fewer
   multiplications.
+- ``conv_kn2row``: one GEMM of every tap's weights over the padded input itself,
+  (taps·M, C) @ (C, Hp·Wp), then the output as the sum of each tap's plane shifted by the
+  tap's offset: no im2col copy, the input is read once. It pays when M is small against C,
+  above all for the one-filter convs DuplicateFilterPass leaves (light/ models' constant
+  weights), where im2col copies taps·C·OH·OW values to make one output plane.
 
 All work on NCHW tensors (the graph's layout), write into the preallocated output, and
 reuse transformed weights across runs when the weight is a (read-only) constant.
@@ -316,10 +321,61 @@ def _applies_winograd(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     )
 
 
+# -- kn2row: GEMM over the input, then shift-and-add ---------------------------------------
+
+_KN2ROW_MAX_BYTES = 32 << 20  # the (N, taps·M, Hp·Wp) product; beyond it im2col is the better trade
+
+
+def build_conv_kn2row(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """Z = W' (taps·M, C) @ xp (N, C, Hp·Wp); y = sum over taps (i, j) of Z[tap] shifted by
+    (i·dh, j·dw) and sampled at the strides."""
+    g = _geometry(attrs, ins)
+    taps = g.kh * g.kw
+    hp, wp = g.h + g.pt + g.pb, g.w + g.pl + g.pr
+    packed = WeightDerived(lambda w: np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(taps * g.m, g.c)))
+    rows = slice(0, g.sh * (g.oh - 1) + 1, g.sh)
+    cols = slice(0, g.sw * (g.ow - 1) + 1, g.sw)
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x, w = inputs[0], inputs[1]
+        y = _output(g, outputs, x.dtype)
+        if g.unpadded:
+            xp = np.ascontiguousarray(x)
+        else:
+            xp = np.zeros((g.n, g.c, hp, wp), x.dtype)
+            xp[:, :, g.pt : g.pt + g.h, g.pl : g.pl + g.w] = x
+        z = np.empty((g.n, taps * g.m, hp * wp), x.dtype)
+        par_matmul(packed.get(w), xp.reshape(g.n, g.c, hp * wp), z)
+        z6 = z.reshape(g.n, g.kh, g.kw, g.m, hp, wp)
+        for i in range(g.kh):
+            for j in range(g.kw):
+                zt = z6[:, i, j, :, i * g.dh :, j * g.dw :][:, :, rows, cols]
+                if i == j == 0:
+                    np.copyto(y, zt)
+                else:
+                    np.add(y, zt, out=y)
+        _bias(y, inputs)
+        return (y,)
+
+    return run
+
+
+def _applies_kn2row(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    g = conv_geometry(descs, attrs)
+    if g is None or g.group != 1 or g.kh * g.kw < 2 or min(g.pt, g.pl, g.pb, g.pr) < 0 or g.oh < 1 or g.ow < 1:
+        return False
+    hp, wp = g.h + g.pt + g.pb, g.w + g.pl + g.pr
+    if (g.oh - 1) * g.sh + (g.kh - 1) * g.dh >= hp or (g.ow - 1) * g.sw + (g.kw - 1) * g.dw >= wp:
+        return False
+    itemsize = np.dtype(descs[0].dtype).itemsize  # type: ignore[union-attr]
+    return g.n * g.kh * g.kw * g.m * hp * wp * itemsize <= _KN2ROW_MAX_BYTES
+
+
 CONV_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("conv_im2col_nhwc", build_conv_im2col_nhwc, _applies_nhwc, _nhwc_candidates),
     KernelImpl("conv_gemm_1x1", build_conv_gemm_1x1, _applies_1x1),
     KernelImpl("conv_depthwise", build_conv_depthwise, _applies_depthwise),
     KernelImpl("conv_grouped", build_conv_grouped, _applies_grouped),
     KernelImpl("conv_winograd_f23", build_conv_winograd_f23, _applies_winograd),
+    KernelImpl("conv_kn2row", build_conv_kn2row, _applies_kn2row),
 )
