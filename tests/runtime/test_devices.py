@@ -189,6 +189,32 @@ async def test_graphs_with_variables_and_traced_runs_stay_in_this_process(tmp_pa
         assert (tmp_path / "t.json").stat().st_size > 0 and pool.pids == []
 
 
+async def test_string_tensors_stay_in_this_process_and_devices_stay_usable() -> None:
+    g = aioge.Graph("cast")
+    t = g.input("t", (3,), "str")
+    g.output(ops.add(ops.cast(t, to="float32"), 1.0), names=["v"])
+    c = aioge.Graph("c")
+    y = c.input("x", (3,))
+    c.output(ops.tanh(y), names=["y"])
+    async with aioge.Session(OPTS) as s:
+        await s.add_graph(1, g)
+        await s.add_graph(2, c)
+        out = await s.run_graph(1, {"t": np.array(["1.5", "2", "-3"], dtype=object)})
+        np.testing.assert_array_equal(out["v"], [2.5, 3.0, -2.0])
+        pool = s._devices
+        assert pool is not None and pool.pids == [] and not pool.eligible(s.executable(1))
+        out = await s.run_graph(2, {"x": np.zeros(3, np.float32)})
+        np.testing.assert_array_equal(out["y"], [0, 0, 0])
+        assert len(pool.pids) == 2
+        # Past the eligibility check, a feed no frame carries fails its run only.
+        pids = pool.pids
+        with pytest.raises(ExecutionError, match="cannot send the feeds"):
+            await pool.run(s.executable(2), {"x": np.array([None, None, None])})
+        out = await s.run_graph(2, {"x": np.ones(3, np.float32)})
+        np.testing.assert_allclose(out["y"], np.tanh(np.ones(3)), rtol=1e-6)
+        assert pool.pids == pids
+
+
 async def test_closing_the_session_ends_the_device_processes() -> None:
     c = aioge.Graph("c")
     y = c.input("x", (3,))

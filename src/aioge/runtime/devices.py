@@ -219,9 +219,12 @@ class _Device:
                 if item[0] == "load":
                     _, exe_id, om, threads = item
                     _write_frame(stdin, {"op": "load", "exe": exe_id, "threads": threads}, blobs=(om,))
-                else:
-                    _, rid, exe_id, feeds = item
+                    continue
+                _, rid, exe_id, feeds = item
+                try:
                     _write_frame(stdin, {"op": "run", "rid": rid, "exe": exe_id}, feeds)
+                except TypeError as exc:  # a feed no frame carries: refused before a byte is written
+                    self._fail_one(rid, f"cannot send the feeds: {exc}")
         except (OSError, ValueError) as exc:  # the child is gone (broken pipe); the reader reports it
             log.debug("%s: writing failed: %s", self.name, exc)
         finally:
@@ -263,6 +266,13 @@ class _Device:
         else:
             pending.outputs = arrays  # fresh writable arrays over the reply's own buffer
         pending.done.tick()
+
+    def _fail_one(self, rid: int, reason: str) -> None:
+        with self._lock:
+            pending = self._pending.pop(rid, None)
+        if pending is not None:
+            pending.error = ExecutionError(f"{self.name}: {reason}")
+            pending.done.tick()
 
     def _fail_all(self, reason: str) -> None:
         with self._lock:
@@ -318,8 +328,10 @@ class DevicePool:
 
     @staticmethod
     def eligible(exe: Executable) -> bool:
-        """Whether runs of ``exe`` may leave this process (no variables: their state lives here)."""
-        return not exe.model.graph.variables
+        """Whether runs of ``exe`` may leave this process: no variables (their state lives
+        here), and inputs and outputs of dtypes a frame carries (no strings)."""
+        g = exe.model.graph
+        return not g.variables and all(v.desc.dtype in _DTYPES for v in (*g.inputs, *g.outputs))
 
     def _complete(self) -> bool:
         return all(d is not None and d.dead is None for d in self._devices)
@@ -442,7 +454,10 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
                                                    "op_type": exc.op_type, "engine": exc.engine}}
                 except Exception as exc:  # not a kernel's: still only this run's
                     reply = {"rid": rid, "error": {"message": f"{type(exc).__name__}: {exc}"}}
-            _write_frame(out, reply, outputs)
+            try:
+                _write_frame(out, reply, outputs)
+            except TypeError as exc:  # an output no frame carries (refused before a byte is written)
+                _write_frame(out, {"rid": rid, "error": {"message": f"cannot send the outputs back: {exc}"}})
     finally:
         workers.close()
 
