@@ -68,7 +68,7 @@ class Layout:
 class Context:
     """An arena with its views and bound steps; owned by one run at a time."""
 
-    __slots__ = ("layout", "arena", "env", "events", "abort", "error", "calls", "_targets", "_programs", "_lock")
+    __slots__ = ("layout", "arena", "env", "events", "abort", "error", "calls", "elapsed", "_targets", "_programs", "_lock")
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
@@ -83,6 +83,7 @@ class Context:
         self.events = [threading.Event() for _ in range(layout.num_events)]
         self.abort = [False]  # a list: the programs' loops read it without an attribute lookup
         self.error: ExecutionError | None = None
+        self.elapsed = 0.0  # seconds the last program of the run took (one-thread plans: the run's compute)
         self._lock = threading.Lock()
         # Where each per-run value goes: (argument list, position) pairs.
         self._targets: dict[int, list[tuple[list[Any], int]]] = {s: [] for s in layout.runtime}

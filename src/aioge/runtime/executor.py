@@ -2,7 +2,9 @@
 
 Sink mode (default, GE's model sinking): each stream's whole program runs inside one lane
 (worker thread) of its engine; cross-stream events are ``threading.Event``s; the event loop
-is touched once per run, when the last stream ends. Host mode: the loop dispatches ops one
+is touched once per run, when the last stream ends; a run of a one-thread plan that computes
+for under a millisecond runs on the caller's thread instead, within a budget per turn of the
+event loop (``INLINE_US``). Host mode: the loop dispatches ops one
 by one (one dispatcher task per stream, events as anyio events), each op on its stream's lane,
 for tracing and stepping.
 
@@ -28,6 +30,7 @@ from functools import partial
 from typing import Any, Mapping
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 
 from aioge.compiler.model import CompiledModel
@@ -39,9 +42,19 @@ from aioge.runtime.context import Context, Layout, Program, Step
 from aioge.runtime.threads import group_streams
 from aioge.runtime.workers import Completion, EngineWorkers, Lane
 
-__all__ = ["Executable", "TraceSpan"]
+__all__ = ["INLINE_US", "Executable", "TraceSpan"]
 
 log = logging.getLogger(__name__)
+
+# Runs whose recent compute took under INLINE_US run on the caller's thread (the event loop)
+# when no lane is computing: no lane hand-off, no loop wake-up, and a warm core. A lane woken
+# per run computed the MLP example in 370 us where the loop thread takes 190 (the VM's idle
+# cores come back slow), and the hand-offs cost about 150 us more. The loop keeps the
+# "nothing over a millisecond" rule; INLINE_BUDGET of every INLINE_WINDOW bounds concurrent
+# inline runs.
+INLINE_US = 1000.0
+INLINE_WINDOW = 0.010
+INLINE_BUDGET = 0.004
 
 # The cost model of thread grouping (microseconds): numpy's dispatch of one small op, and
 # BLAS at about 100 GFLOP/s on one core (single-thread sgemm measures 130 on the CI machine).
@@ -145,6 +158,27 @@ class Executable:
         self._thread_lanes = _lanes_of([plan.streams[group[0]].engine for group in groups])
         self._pool: list[Context] = []
         self._contexts_made = 0
+        # Inline runs (sink mode, one thread): the measured compute of recent runs, and how
+        # many ran on the caller's thread instead of a lane.
+        self._one_thread = len(self._layout.threads) == 1
+        self._run_us: float | None = None
+        self.inline_runs = 0
+
+    # -- inline runs ------------------------------------------------------------------
+
+    def _observe(self, seconds: float) -> None:
+        us = seconds * 1e6
+        self._run_us = us if self._run_us is None else 0.8 * self._run_us + 0.2 * us
+
+    def _inline_now(self, workers: EngineWorkers) -> bool:
+        """Whether this run goes on the caller's (event loop's) thread: a one-thread plan whose
+        recent runs computed for under ``INLINE_US``, the loop's inline budget not spent, and
+        no lane computing (every CPU token is taken; the caller gives them back). A lane busy
+        beside it would make the loop thread wait for the GIL between kernels."""
+        return (
+            self._one_thread and self._run_us is not None and self._run_us < INLINE_US
+            and _inline.allows() and workers.take_all_cpu()
+        )
 
     # -- contexts ---------------------------------------------------------------------
 
@@ -207,8 +241,20 @@ class Executable:
             lane_list = [lanes[engine][j] for engine, j in lane_of]
             if mode == "host":
                 await self._run_host(ctx, workers, lane_list, trace, poison)
+            elif trace is None and not poison and self._inline_now(workers):
+                try:
+                    start = time.perf_counter()
+                    _execute(ctx, ctx.programs(False, workers.cpu)[0], None)
+                    _inline.spend(time.perf_counter() - start)
+                finally:
+                    workers.give_all_cpu()
+                self.inline_runs += 1
+                self._observe(ctx.elapsed)
+                await anyio.lowlevel.checkpoint()  # others run (and a cancellation lands) between runs
             else:
                 await self._run_sink(ctx, workers, lane_list, trace, poison)
+                if self._one_thread:
+                    self._observe(ctx.elapsed)
             if ctx.error is not None:
                 raise ctx.error
             return self._collect(ctx, feeds)
@@ -304,15 +350,13 @@ class Executable:
         return out
 
 
-def _run_program(
-    ctx: Context, program: Program, trace: list[TraceSpan] | None, cpu: threading.Semaphore, done: Completion | _Countdown
-) -> None:
-    """Run one thread's program (one or more streams) inside its lane, holding a CPU token;
-    errors abort the run, never the lane. Trace spans carry each node's own stream."""
+def _execute(ctx: Context, program: Program, trace: list[TraceSpan] | None) -> None:
+    """Run one thread's program (one or more streams) here; a kernel error aborts the run and
+    is recorded on it, never raised. Trace spans carry each node's own stream."""
     fns, meta = program
     abort = ctx.abort
     k = 0
-    cpu.acquire()
+    start = time.perf_counter()
     try:
         if trace is None:
             for k, f in enumerate(fns):  # noqa: B007 - k names the failing entry in the handler
@@ -336,8 +380,43 @@ def _run_program(
         node = meta[k]
         ctx.fail(exc, node if node >= 0 else -1 - node)
     finally:
+        ctx.elapsed = time.perf_counter() - start
+
+
+def _run_program(
+    ctx: Context, program: Program, trace: list[TraceSpan] | None, cpu: threading.Semaphore, done: Completion | _Countdown
+) -> None:
+    """Run one thread's program inside its lane, holding a CPU token; errors abort the run, never the lane."""
+    cpu.acquire()
+    try:
+        _execute(ctx, program, trace)
+    finally:
         cpu.release()
         done.tick()
+
+
+class _InlineBudget(threading.local):
+    """Per event-loop thread: how much of the last ``INLINE_WINDOW`` s went to inline runs.
+
+    Concurrent tasks may each start a short run in one turn of the loop; past
+    ``INLINE_BUDGET`` s in the window the rest go to the lanes, so inline runs hold the loop
+    for a few milliseconds at most, whatever the concurrency."""
+
+    def __init__(self) -> None:
+        self.start = 0.0
+        self.used = 0.0
+
+    def allows(self) -> bool:
+        now = time.perf_counter()
+        if now - self.start > INLINE_WINDOW:
+            self.start, self.used = now, 0.0
+        return self.used < INLINE_BUDGET
+
+    def spend(self, seconds: float) -> None:
+        self.used += seconds
+
+
+_inline = _InlineBudget()
 
 
 def _run_op(

@@ -85,7 +85,8 @@ class EngineWorkers:
     def __init__(self, min_lanes: int | None = None, cpu_slots: int | None = None) -> None:
         cores = os.cpu_count() or 2
         self._min = max(1, min_lanes if min_lanes is not None else cores)
-        self.cpu = threading.Semaphore(max(1, cpu_slots if cpu_slots is not None else cores))
+        self.cpu_slots = max(1, cpu_slots if cpu_slots is not None else cores)
+        self.cpu = threading.Semaphore(self.cpu_slots)
         share_cpu_tokens(self.cpu)  # big kernels may borrow an idle token (kernels.parallel.split_range)
         self._lock = threading.Lock()
         self._lanes: dict[str, list[Lane]] = {}
@@ -119,6 +120,20 @@ class EngineWorkers:
                 self._rotation[engine] = (r + 1) % len(pool)
                 out[engine] = [pool[(r + j) % len(pool)] for j in range(k)]
             return out
+
+    def take_all_cpu(self) -> bool:
+        """Take every CPU token if none is in use (no lane computing), without waiting."""
+        for k in range(self.cpu_slots):
+            if not self.cpu.acquire(blocking=False):
+                for _ in range(k):
+                    self.cpu.release()
+                return False
+        return True
+
+    def give_all_cpu(self) -> None:
+        """Give back the tokens ``take_all_cpu`` took."""
+        for _ in range(self.cpu_slots):
+            self.cpu.release()
 
     def enqueue(self, items: Sequence[tuple[Lane, Callable[[], object]]]) -> None:
         """Put one run's items on their lanes, all at once with respect to other runs."""

@@ -1,0 +1,112 @@
+"""Short runs of one-thread plans run on the event loop's thread (no lane hand-off), within a
+budget per turn of the loop; everything else keeps going to the lanes."""
+
+from __future__ import annotations
+
+import anyio
+import numpy as np
+import pytest
+
+import aioge
+from aioge import ops
+from aioge.errors import ExecutionError
+from aioge.runtime import executor as executor_module
+from tests.runtime.test_executor import _branches
+
+pytestmark = pytest.mark.anyio
+
+
+def _small() -> aioge.Graph:
+    g = aioge.Graph("small")
+    x = g.input("x", (16, 16))
+    g.output(ops.tanh(ops.add(x, 1.0)), names=["y"])
+    return g
+
+
+async def test_short_runs_go_inline_after_the_first_and_stay_exact() -> None:
+    rng = np.random.default_rng(0)
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        await s.add_graph(1, _small())
+        xs = [rng.standard_normal((16, 16)).astype(np.float32) for _ in range(20)]
+        outs = [await s.run_graph(1, {"x": x}) for x in xs]
+        exe = s.executable(1)
+        assert exe.thread_groups and len(exe.thread_groups) == 1
+        assert exe.inline_runs >= 15, "the first run measures on a lane; the short ones after run inline"
+    for x, out in zip(xs, outs):
+        np.testing.assert_allclose(out["y"], np.tanh(x + 1), rtol=1e-6)
+        assert out["y"].flags.writeable and not np.shares_memory(out["y"], x)
+
+
+async def test_long_runs_multi_thread_plans_and_traced_runs_use_the_lanes(tmp_path) -> None:
+    g = aioge.Graph("long")
+    x = g.input("x", (512, 512))
+    h = x
+    for _ in range(12):
+        h = ops.tanh(ops.matmul(h, h))
+    g.output(h, names=["y"])
+    branches, _ = _branches(n=32)
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        await s.add_graph(1, g)
+        await s.add_graph(2, branches, {"aioge.exec_threads": "streams"})
+        await s.add_graph(3, _small())
+        for _ in range(4):
+            await s.run_graph(1, {"x": np.full((512, 512), 0.01, np.float32)})
+            await s.run_graph(2, {"x": np.ones((32, 32), np.float32)})
+        await s.run_graph(3, {"x": np.ones((16, 16), np.float32)})
+        before = s.executable(3).inline_runs
+        await s.run_graph(3, {"x": np.ones((16, 16), np.float32)}, trace=tmp_path / "t.json")
+        assert s.executable(1).inline_runs == 0, "over a millisecond: a lane"
+        assert len(s.executable(2).thread_groups) > 1 and s.executable(2).inline_runs == 0
+        assert s.executable(3).inline_runs == before, "a traced run goes to its lane"
+
+
+async def test_a_kernel_error_in_an_inline_run_fails_that_run_only() -> None:
+    g = aioge.Graph("gather")
+    d, i = g.input("d", (5, 4)), g.input("i", (3,), "int64")
+    g.output(ops.gather(d, i, axis=0) * 2.0, names=["y"])
+    data = np.arange(20, dtype=np.float32).reshape(5, 4)
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        await s.add_graph(1, g)
+        for _ in range(3):
+            await s.run_graph(1, {"d": data, "i": np.array([0, 1, 2])})
+        exe = s.executable(1)
+        gather = next(p for p in exe.model.nodes if p.op_type == "Gather")
+        before = exe.inline_runs
+        with pytest.raises(ExecutionError) as info:
+            await s.run_graph(1, {"d": data, "i": np.array([0, 9, 2])})
+        assert exe.inline_runs == before + 1 and info.value.node == gather.name and "IndexError" in str(info.value)
+        y = (await s.run_graph(1, {"d": data, "i": np.array([4, 3, 0])}))["y"]
+        np.testing.assert_array_equal(y, data[[4, 3, 0]] * 2)
+
+
+async def test_concurrent_short_runs_are_right_and_share_the_cpu_tokens() -> None:
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((16, 16)).astype(np.float32) for _ in range(64)]
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        await s.add_graph(1, _small())
+        await s.run_graph(1, {"x": xs[0]})
+        results: dict[int, np.ndarray] = {}
+
+        async def one(k: int) -> None:
+            results[k] = (await s.run_graph(1, {"x": xs[k]}))["y"]
+
+        async with anyio.create_task_group() as tg:
+            for k in range(64):
+                tg.start_soon(one, k)
+        workers = s._workers
+        assert workers is not None and workers.cpu._value == workers.cpu_slots, "every token given back"
+    for k, x in enumerate(xs):
+        np.testing.assert_allclose(results[k], np.tanh(x + 1), rtol=1e-6)
+
+
+def test_the_inline_budget_bounds_each_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(executor_module.time, "perf_counter", lambda: clock[0])
+    budget = executor_module._InlineBudget()
+    assert budget.allows()
+    budget.spend(executor_module.INLINE_BUDGET)
+    assert not budget.allows(), "spent: the rest of the window goes to the lanes"
+    clock[0] += executor_module.INLINE_WINDOW / 2
+    assert not budget.allows()
+    clock[0] += executor_module.INLINE_WINDOW
+    assert budget.allows(), "a new window"
