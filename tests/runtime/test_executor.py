@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from functools import partial
 
 import anyio
 import numpy as np
@@ -378,3 +379,24 @@ async def test_cpu_tokens_bound_how_many_streams_compute_at_once(mode: str) -> N
         assert all(a.end <= b.start for a, b in zip(spans, spans[1:])), "one token: one kernel at a time"
     finally:
         one.close()
+
+
+async def test_ufunc_steps_called_directly_still_read_each_runs_feeds() -> None:
+    """Steps that are a plain ufunc over arena tensors are bound straight to the ufunc; the
+    ones reading a feed keep their patched argument lists, so every run sees its own feeds."""
+    g = Graph("adds")
+    x = g.input("x", (4, 8))
+    h = ops.add(x, x)
+    for _ in range(3):
+        h = ops.add(h, h)
+    g.output(ops.mul(h, x), names=["y"])
+    async with aioge.Session({**OPTIONS, "ge.optimizationSwitch": "ElementwiseFusionPass:off"}) as s:
+        await s.add_graph(1, g)
+        await s.build_graph(1, {"x": np.zeros((4, 8), np.float32)})
+        ctx = s.executable(1)._acquire(False)
+        direct = sum(isinstance(c, partial) and c.func in (np.add, np.multiply) for c in ctx.calls)
+        assert direct == 3, "the three inner Adds; the first Add and the Mul read the feed"
+        for k in range(4):
+            xv = np.full((4, 8), k + 1, np.float32)
+            out = await s.run_graph(1, {"x": xv})
+            np.testing.assert_array_equal(out["y"], 16 * xv * xv)

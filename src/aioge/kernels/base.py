@@ -62,6 +62,7 @@ def ufunc_impl(name: str, ufunc: Callable[..., Any]) -> KernelImpl:
             ufunc(*inputs, out=outputs[0])
             return outputs
 
+        run.ufunc = ufunc  # type: ignore[attr-defined]  # the executor may call it directly (runtime.context)
         return run
 
     return KernelImpl(name, build)

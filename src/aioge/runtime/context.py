@@ -97,7 +97,13 @@ class Context:
             args.append(ins)
         self.calls: list[Callable[[], object]] = []
         for step, ins in zip(layout.steps, args):
-            if step.planned:
+            ufunc = getattr(step.run, "ufunc", None)
+            if (ufunc is not None and step.planned and len(step.outputs) == 1
+                    and all(s >= 0 and s not in self._targets for s in step.inputs)):
+                # A plain ufunc over arena views and constants only: called directly, one
+                # Python frame less per op (0.18 of 1.07 us for a small Add).
+                self.calls.append(partial(ufunc, *ins, out=env[step.outputs[0]]))
+            elif step.planned:
                 self.calls.append(partial(step.run, ins, [env[s] for s in step.outputs]))
             else:
                 self.calls.append(_fresh_outputs(step.run, ins, [(s, self._targets[s]) for s in step.outputs], env, self.arena))
