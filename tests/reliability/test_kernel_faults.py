@@ -46,14 +46,16 @@ def _opts(mode: str, **more: str) -> dict[str, str]:
     return {"aioge.tune_mode": "heuristic", "aioge.exec_mode": mode, **more}
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [*MODES, "devices"])
 async def test_gather_out_of_range_fails_only_that_run(mode) -> None:
     g = aioge.Graph("gather")
     d, i = g.input("d", (5, 4)), g.input("i", (3,), "int64")
     g.output(ops.gather(d, i, axis=0) * 2.0, names=["y"])
     data = np.arange(20, dtype=np.float32).reshape(5, 4)
     feeds = [{"d": data, "i": np.array([k % 5, (k + 1) % 5, 9 if k % 4 == 1 else 2])} for k in range(24)]
-    async with aioge.Session(_opts(mode)) as s:
+    # "devices": the runs go to two device processes (aioge.exec_devices), the error comes back.
+    options = _opts("sink", **{"aioge.exec_devices": "2"}) if mode == "devices" else _opts(mode)
+    async with aioge.Session(options) as s:
         await s.add_graph(1, g)
         results = await _concurrently(s, feeds)
         gather = next(p for p in s.compiled(1).nodes if p.op_type == "Gather")
@@ -62,6 +64,7 @@ async def test_gather_out_of_range_fails_only_that_run(mode) -> None:
                 assert isinstance(r, ExecutionError)
                 assert (r.graph, r.node, r.op_type, r.engine) == ("gather", gather.name, "Gather", gather.engine)
                 assert f"node {gather.name!r} (Gather on {gather.engine})" in str(r) and "IndexError" in str(r)
+                assert ("on device" in str(r)) == (mode == "devices")
             else:
                 np.testing.assert_array_equal(r["y"], data[feeds[k]["i"]] * 2)
         y = (await s.run_graph(1, {"d": data, "i": np.array([4, 3, 0])}))["y"]

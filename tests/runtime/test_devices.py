@@ -1,6 +1,7 @@
 """Device processes (aioge.exec_devices): same results as in-process runs, spread over the
-devices, kernel errors and dead devices failing only their runs, cancellation, what stays in
-this process, and the frame codec refusing malformed frames."""
+devices, dead devices failing only their runs (kernel errors: tests/reliability/
+test_kernel_faults), cancellation, what stays in this process, and the frame codec refusing
+malformed frames."""
 
 from __future__ import annotations
 
@@ -19,26 +20,12 @@ from aioge.cache import io as cache_io
 from aioge.errors import ExecutionError, OptionError
 from aioge.examples import build_cnn
 from aioge.runtime.devices import _read_frame, _write_frame
+from tests.reliability.test_kernel_faults import _concurrently
 from tests.runtime.test_executor import _branches, _branches_ref
 
 pytestmark = pytest.mark.anyio
 
 OPTS = {"aioge.tune_mode": "heuristic", "aioge.exec_devices": "2"}
-
-
-async def _runs(s: aioge.Session, gid: int, feeds: list[dict[str, np.ndarray]]) -> list[object]:
-    out: list[object] = [None] * len(feeds)
-
-    async def one(k: int) -> None:
-        try:
-            out[k] = await s.run_graph(gid, feeds[k])
-        except ExecutionError as exc:
-            out[k] = exc
-
-    async with anyio.create_task_group() as tg:
-        for k in range(len(feeds)):
-            tg.start_soon(one, k)
-    return out
 
 
 @pytest.mark.parametrize("threads", ["auto", "streams"])
@@ -51,7 +38,7 @@ async def test_device_runs_match_in_process_runs_and_numpy(threads: str) -> None
         for s in (dev, local):
             await s.add_graph(1, g)
             await s.add_graph(2, cnn)
-        got = await _runs(dev, 1, xs)
+        got = await _concurrently(dev, xs)
         for x, r in zip(xs, got):
             assert isinstance(r, dict)
             np.testing.assert_allclose(r["y"], _branches_ref(x["x"], weights), rtol=1e-4, atol=1e-5)
@@ -75,7 +62,7 @@ async def test_64_concurrent_runs_spread_over_both_devices() -> None:
     feeds = [{"x": rng.standard_normal((64, 64)).astype(np.float32)} for _ in range(64)]
     async with aioge.Session(OPTS) as s:
         await s.add_graph(1, g)
-        results = await _runs(s, 1, feeds)
+        results = await _concurrently(s, feeds)
         pool = s._devices
         assert pool is not None
         done = pool.completed
@@ -88,26 +75,6 @@ async def test_64_concurrent_runs_spread_over_both_devices() -> None:
     assert sum(done) == 64 and min(done) > 0, f"runs per device: {done}"
 
 
-async def test_a_kernel_error_on_a_device_fails_only_its_run_and_names_the_node() -> None:
-    g = aioge.Graph("gather")
-    d, i = g.input("d", (5, 4)), g.input("i", (3,), "int64")
-    g.output(ops.gather(d, i, axis=0) * 2.0, names=["y"])
-    data = np.arange(20, dtype=np.float32).reshape(5, 4)
-    feeds = [{"d": data, "i": np.array([k % 5, 1, 9 if k % 4 == 1 else 2])} for k in range(16)]
-    async with aioge.Session(OPTS) as s:
-        await s.add_graph(1, g)
-        results = await _runs(s, 1, feeds)
-        gather = next(p for p in s.compiled(1).nodes if p.op_type == "Gather")
-    for k, r in enumerate(results):
-        if k % 4 == 1:
-            assert isinstance(r, ExecutionError)
-            assert (r.graph, r.node, r.op_type, r.engine) == ("gather", gather.name, "Gather", gather.engine)
-            assert "IndexError" in str(r) and "on device" in str(r)
-        else:
-            assert isinstance(r, dict)
-            np.testing.assert_array_equal(r["y"], data[feeds[k]["i"]] * 2)
-
-
 async def test_a_killed_device_fails_its_runs_and_is_replaced() -> None:
     g, weights = _branches(n=160)
     x = {"x": np.ones((160, 160), np.float32)}
@@ -117,7 +84,7 @@ async def test_a_killed_device_fails_its_runs_and_is_replaced() -> None:
         await s.run_graph(1, x)
         pool = s._devices
         assert pool is not None
-        await _runs(s, 1, [x] * 4)  # both devices started
+        await _concurrently(s, [x] * 4)  # both devices started
         victim = pool.pids[0]
         results: list[object] = []
 
@@ -142,7 +109,7 @@ async def test_a_killed_device_fails_its_runs_and_is_replaced() -> None:
             if not isinstance(r, ExecutionError):
                 np.testing.assert_allclose(r["y"], want, rtol=1e-4, atol=1e-5)
         # The next runs start a new process in the dead one's slot, and they are right.
-        after = await _runs(s, 1, [x] * 6)
+        after = await _concurrently(s, [x] * 6)
         assert all(isinstance(r, dict) for r in after)
         np.testing.assert_allclose(after[0]["y"], want, rtol=1e-4, atol=1e-5)  # type: ignore[index]
         assert victim not in pool.pids and len(pool.pids) == 2
@@ -161,7 +128,7 @@ async def test_cancelled_device_runs_leave_later_runs_right() -> None:
                 await s.run_graph(1, x)
             cancelled += scope.cancelled_caught
         assert cancelled > 0
-        for r in await _runs(s, 1, [x] * 8):
+        for r in await _concurrently(s, [x] * 8):
             assert isinstance(r, dict)
             np.testing.assert_allclose(r["y"], want, rtol=1e-4, atol=1e-5)
         pool = s._devices

@@ -206,6 +206,12 @@ class Executable:
         self._contexts_made += 1
         return Context(self._layout)
 
+    def _bind(self, ctx: Context, feeds: Mapping[str, np.ndarray]) -> None:
+        values: dict[int, Any] = {s: feeds[name] for name, s in self._inputs}
+        for name, s in self._var_slots:
+            values[s] = self._variables[name]
+        ctx.bind(values)
+
     def _release(self, ctx: Context) -> None:
         ctx.unbind()
         if ctx.layout is self._layout:
@@ -232,10 +238,7 @@ class Executable:
         """
         ctx = self._acquire(poison)
         try:
-            values: dict[int, Any] = {s: feeds[name] for name, s in self._inputs}
-            for name, s in self._var_slots:
-                values[s] = self._variables[name]
-            ctx.bind(values)
+            self._bind(ctx, feeds)
             lane_of, counts = self._stream_lanes if mode == "host" else self._thread_lanes
             lanes = workers.lanes(counts)
             lane_list = [lanes[engine][j] for engine, j in lane_of]
@@ -274,10 +277,7 @@ class Executable:
         """
         ctx = self._acquire(False)
         try:
-            values: dict[int, Any] = {s: feeds[name] for name, s in self._inputs}
-            for name, s in self._var_slots:
-                values[s] = self._variables[name]
-            ctx.bind(values)
+            self._bind(ctx, feeds)
             programs = ctx.programs(False, workers.cpu)
             done = _Countdown(len(programs))
             if len(programs) > 1:
