@@ -19,6 +19,7 @@ from aioge import ops
 from aioge.cache import io as cache_io
 from aioge.errors import ExecutionError, OptionError
 from aioge.examples import build_cnn
+from aioge.runtime import executor as executor_module
 from aioge.runtime.devices import _read_frame, _write_frame
 from tests.reliability.test_kernel_faults import _concurrently
 from tests.runtime.test_executor import _branches, _branches_ref
@@ -26,6 +27,13 @@ from tests.runtime.test_executor import _branches, _branches_ref
 pytestmark = pytest.mark.anyio
 
 OPTS = {"aioge.tune_mode": "heuristic", "aioge.exec_devices": "2"}
+
+
+@pytest.fixture(autouse=True)
+def _no_short_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """These graphs are small; runs under a millisecond would stay in this process."""
+    if "keeps_short_runs" not in request.keywords:
+        monkeypatch.setattr(executor_module, "INLINE_US", 0.0)
 
 
 @pytest.mark.parametrize("threads", ["auto", "streams"])
@@ -195,6 +203,22 @@ async def test_closing_the_session_ends_the_device_processes() -> None:
     assert len(procs) == 2 and all(p.poll() is None for p in procs)
     await s.aclose()
     assert all(p.poll() == 0 for p in procs), [p.returncode for p in procs]
+
+
+@pytest.mark.keeps_short_runs
+async def test_runs_that_compute_under_a_millisecond_on_a_device_come_back_to_this_process() -> None:
+    c = aioge.Graph("c")
+    y = c.input("x", (3,))
+    c.output(ops.tanh(y), names=["y"])
+    async with aioge.Session(OPTS) as s:
+        await s.add_graph(1, c)
+        for k in range(6):
+            out = await s.run_graph(1, {"x": np.full(3, k, np.float32)})
+            np.testing.assert_allclose(out["y"], np.tanh(np.full(3, k)), rtol=1e-6)
+        pool = s._devices
+        assert pool is not None
+        assert sum(pool.completed) == 1, "the first run went to a device, which measured it short"
+        assert s.executable(1).short and s.executable(1).inline_runs == 5
 
 
 @pytest.mark.parametrize("value", ["-1", "65", "two", "1.5"])

@@ -9,7 +9,9 @@ with its own engines, arenas and kernels, so N devices run N models at once.
 eligible run. A compiled model is sent to a device once, as ``.om`` bytes (the graph cache's
 format: data, never code; the child binds the kernels itself), and each run sends its feeds
 and gets its outputs back, all length-prefixed msgpack (``cache.io``'s bounded codec) over
-the child's stdin and stdout. Nothing is pickled.
+the child's stdin and stdout. Nothing is pickled. Runs that compute for under a millisecond
+(measured on the device, reported with each reply) stay in this process, where they run
+inline on the event loop's thread: for them the hand-off costs more than it wins.
 
 On the parent's side each device has a writer thread (packs and writes requests) and a reader
 thread (reads replies and wakes the waiting task through the event loop's thread-safe
@@ -35,6 +37,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from typing import Any, BinaryIO, Mapping
 
@@ -60,12 +63,13 @@ _DTYPES = frozenset(
 
 
 class _Pending:
-    __slots__ = ("done", "outputs", "error")
+    __slots__ = ("done", "outputs", "error", "seconds")
 
     def __init__(self) -> None:
         self.done = Completion(1)
         self.outputs: dict[str, np.ndarray] | None = None
         self.error: BaseException | None = None
+        self.seconds = 0.0  # the run's time on the device
 
 
 # A frame: the two lengths, a msgpack header (plain data), then the raw bytes of its arrays and
@@ -265,6 +269,7 @@ class _Device:
                 f"{e['message']} (on {self.name})", graph=e.get("graph"), node=e.get("node"), op_type=e.get("op_type"), engine=e.get("engine"))
         else:
             pending.outputs = arrays  # fresh writable arrays over the reply's own buffer
+            pending.seconds = float(msg.get("seconds", 0.0))
         pending.done.tick()
 
     def _fail_one(self, rid: int, reason: str) -> None:
@@ -328,10 +333,13 @@ class DevicePool:
 
     @staticmethod
     def eligible(exe: Executable) -> bool:
-        """Whether runs of ``exe`` may leave this process: no variables (their state lives
-        here), and inputs and outputs of dtypes a frame carries (no strings)."""
+        """Whether runs of ``exe`` go to a device: no variables (their state lives here),
+        inputs and outputs of dtypes a frame carries (no strings), and not a short run. A run
+        that computes for under ``INLINE_US`` (as measured on the devices) costs less in this
+        process, on the event loop's thread, than its hand-off to a device and back."""
         g = exe.model.graph
-        return not g.variables and all(v.desc.dtype in _DTYPES for v in (*g.inputs, *g.outputs))
+        return (not g.variables and all(v.desc.dtype in _DTYPES for v in (*g.inputs, *g.outputs))
+                and not exe.short)
 
     def _complete(self) -> bool:
         return all(d is not None and d.dead is None for d in self._devices)
@@ -393,6 +401,7 @@ class DevicePool:
         if pending.error is not None:
             raise pending.error
         assert pending.outputs is not None
+        exe.observe(pending.seconds)
         return pending.outputs
 
     def close(self, timeout: float = 10.0) -> None:
@@ -447,8 +456,9 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
                 reply: dict[str, Any] = {"rid": rid, "error": {"message": failed.get(exe_id, f"model {exe_id} was never loaded")}}
             else:
                 try:
+                    start = time.perf_counter()
                     outputs = exe.run_sync(arrays, workers=workers)
-                    reply = {"rid": rid}
+                    reply = {"rid": rid, "seconds": time.perf_counter() - start}
                 except ExecutionError as exc:
                     reply = {"rid": rid, "error": {"message": exc.message, "graph": exc.graph, "node": exc.node,
                                                    "op_type": exc.op_type, "engine": exc.engine}}

@@ -166,19 +166,24 @@ class Executable:
 
     # -- inline runs ------------------------------------------------------------------
 
-    def _observe(self, seconds: float) -> None:
+    def observe(self, seconds: float) -> None:
+        """Count a run's compute time (sink mode, one thread) into the recent average."""
+        if not self._one_thread:
+            return
         us = seconds * 1e6
         self._run_us = us if self._run_us is None else 0.8 * self._run_us + 0.2 * us
+
+    @property
+    def short(self) -> bool:
+        """Whether recent runs of this one-thread plan computed for under ``INLINE_US``."""
+        return self._one_thread and self._run_us is not None and self._run_us < INLINE_US
 
     def _inline_now(self, workers: EngineWorkers) -> bool:
         """Whether this run goes on the caller's (event loop's) thread: a one-thread plan whose
         recent runs computed for under ``INLINE_US``, the loop's inline budget not spent, and
         no lane computing (every CPU token is taken; the caller gives them back). A lane busy
         beside it would make the loop thread wait for the GIL between kernels."""
-        return (
-            self._one_thread and self._run_us is not None and self._run_us < INLINE_US
-            and _inline.allows() and workers.take_all_cpu()
-        )
+        return self.short and _inline.allows() and workers.take_all_cpu()
 
     # -- contexts ---------------------------------------------------------------------
 
@@ -252,12 +257,11 @@ class Executable:
                 finally:
                     workers.give_all_cpu()
                 self.inline_runs += 1
-                self._observe(ctx.elapsed)
+                self.observe(ctx.elapsed)
                 await anyio.lowlevel.checkpoint()  # others run (and a cancellation lands) between runs
             else:
                 await self._run_sink(ctx, workers, lane_list, trace, poison)
-                if self._one_thread:
-                    self._observe(ctx.elapsed)
+                self.observe(ctx.elapsed)
             if ctx.error is not None:
                 raise ctx.error
             return self._collect(ctx, feeds)
