@@ -41,7 +41,7 @@ TARGETS = {
 
 @dataclass
 class SuiteConfig:
-    """What to run. The defaults are the full suite (about 15 minutes on 2 cores)."""
+    """What to run. The defaults are the full suite (about 4 minutes on 2 cores)."""
 
     workloads: list[str] = field(default_factory=list)     # empty: every workload
     rounds: int = 5                                         # alternating aioge / yardstick rounds
