@@ -38,7 +38,7 @@ def test_small_run_measures_every_side(small_run: dict) -> None:
     # In-process at each level, then the top level again on 2 device processes.
     assert [(c["concurrency"], c["devices"]) for c in mlp["concurrency"]] == [(1, 0), (3, 0), (3, 2)]
     for c in mlp["concurrency"]:
-        assert c["aioge_runs_per_s"] > 0 and c["ort_runs_per_s"] > 0 and c["lag_samples"] >= 0
+        assert c["aioge_runs_per_s"] > 0 and c["ort_runs_per_s"] > 0 and c["lag_samples"] >= 0 and c["gc_max_ms"] >= 0 and c["steal_ms"] >= 0
         assert c["ratio"] == pytest.approx(c["aioge_runs_per_s"] / c["ort_runs_per_s"])
     chain = rows["add_chain"]
     assert chain["compiled_nodes"] == 40  # fusion is off for the chain: one node per Add

@@ -9,6 +9,7 @@ from other processes on a shared machine hits both alike; every figure is a medi
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -26,7 +27,7 @@ import numpy as np
 from aioge.benchmarks.workloads import Workload
 
 __all__ = ["LagMonitor", "RssSampler", "concurrency", "fresh_process", "geomean", "latency", "median_of_runs", "median_of_runs_async",
-           "ort_session", "percentile"]
+           "ort_session", "percentile", "steal_seconds"]
 
 
 def geomean(xs: list[float]) -> float:
@@ -38,6 +39,17 @@ def percentile(xs: list[float], q: float) -> float:
         return 0.0
     s = sorted(xs)
     return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def steal_seconds() -> float:
+    """CPU time the hypervisor gave to others, summed over this VM's CPUs (Linux /proc/stat;
+    0 elsewhere). A lag that comes with steal is the host's, not the event loop's."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def ort_session(model: Any, threads: int | None = None) -> Any:
@@ -108,18 +120,32 @@ class RssSampler:
 
 
 class LagMonitor:
-    """Event-loop lag: a task sleeps ``tick`` s over and over and records each oversleep."""
+    """Event-loop lag: a task sleeps ``tick`` s over and over and records each oversleep.
+    Garbage-collector pauses meanwhile are recorded too (``gc_pauses``), to tell a lag the
+    collector caused (the whole process's heap) from one the runtime did."""
 
     def __init__(self, tick: float = 0.001) -> None:
         self.tick = tick
         self.lags: list[float] = []
+        self.gc_pauses: list[float] = []
+        self._gc_start = 0.0
+
+    def _gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.gc_pauses.append(time.perf_counter() - self._gc_start)
 
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        while True:
-            t = time.perf_counter()
-            await anyio.sleep(self.tick)
-            self.lags.append(max(0.0, time.perf_counter() - t - self.tick))
+        gc.callbacks.append(self._gc)
+        try:
+            task_status.started()
+            while True:
+                t = time.perf_counter()
+                await anyio.sleep(self.tick)
+                self.lags.append(max(0.0, time.perf_counter() - t - self.tick))
+        finally:
+            gc.callbacks.remove(self._gc)
 
 
 async def latency(w: Workload, session: Any, gid: int, *, rounds: int, runs: int, reference: bool) -> dict[str, Any]:
@@ -187,20 +213,24 @@ async def concurrency(w: Workload, session: Any, gid: int, conc: int, *, rounds:
     monitor = LagMonitor()
     a_times: list[float] = []
     o_times: list[float] = []
+    steal = 0.0
     with ThreadPoolExecutor(conc) as pool:
         await anyio.to_thread.run_sync(_ort_burst, sess, w.feeds, pool, conc)   # warm both
         await _aioge_burst(session, gid, w.feeds, conc)
         for _ in range(rounds):
             async with anyio.create_task_group() as tg:
                 await tg.start(monitor.run)
+                before = steal_seconds()
                 a_times.append(await _aioge_burst(session, gid, w.feeds, conc))
+                steal += steal_seconds() - before
                 tg.cancel_scope.cancel()
             o_times.append(await anyio.to_thread.run_sync(_ort_burst, sess, w.feeds, pool, conc))
     aioge_rps = conc / statistics.median(a_times)
     ort_rps = conc / statistics.median(o_times)
     return {"concurrency": conc, "aioge_runs_per_s": aioge_rps, "ort_runs_per_s": ort_rps, "ratio": aioge_rps / ort_rps,
             "lag_max_ms": max(monitor.lags, default=0.0) * 1e3, "lag_p99_ms": percentile(monitor.lags, 0.99) * 1e3,
-            "lag_samples": len(monitor.lags)}
+            "lag_samples": len(monitor.lags), "gc_max_ms": max(monitor.gc_pauses, default=0.0) * 1e3,
+            "steal_ms": steal * 1e3}
 
 
 def fresh_process(mode: str, spec: dict[str, Any], *, env: dict[str, str] | None = None, timeout: float = 900) -> dict[str, Any]:

@@ -308,10 +308,14 @@ def render_markdown(results: dict[str, Any]) -> str:
     conc = [(r["workload"], c) for r in results["rows"] for c in r.get("concurrency", [])]
     if conc:
         out += ["", "## Concurrent run_graph calls from one event loop (onnxruntime: a thread pool of the same size)", ""]
-        out += ["`devices`: aioge.exec_devices (0: runs in this process, on the engine lanes; N: on N device processes).", ""]
-        out += _table(["workload", "devices", "in flight", "aioge runs/s", "ort runs/s", "aioge/ort", "lag max ms", "lag p99 ms"],
+        out += ["`devices`: aioge.exec_devices (0: runs in this process, on the engine lanes; N: on N device processes). "
+                "`gc pause max`: the longest garbage collection during the aioge bursts; `steal`: CPU time the hypervisor "
+                "gave to others meanwhile (/proc/stat), so a lag that comes with steal is the host's.", ""]
+        out += _table(["workload", "devices", "in flight", "aioge runs/s", "ort runs/s", "aioge/ort", "lag max ms", "lag p99 ms",
+                       "gc pause max ms", "steal ms"],
                       [[w, str(c.get("devices", 0)), str(c["concurrency"]), f"{c['aioge_runs_per_s']:.1f}", f"{c['ort_runs_per_s']:.1f}",
-                        f"{c['ratio']:.2f}", f"{c['lag_max_ms']:.2f}", f"{c['lag_p99_ms']:.2f}"] for w, c in conc])
+                        f"{c['ratio']:.2f}", f"{c['lag_max_ms']:.2f}", f"{c['lag_p99_ms']:.2f}", f"{c.get('gc_max_ms', 0.0):.2f}", f"{c.get('steal_ms', 0.0):.0f}"]
+                       for w, c in conc])
     st = results.get("startup")
     if st:
         out += ["", f"## Start-up of {st['model']}, each in a fresh process (seconds after the import; "
