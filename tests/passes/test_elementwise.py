@@ -172,3 +172,19 @@ async def test_a_lone_op_is_fused_only_when_its_kernel_makes_several_passes() ->
     feeds = {"x": np.random.default_rng(4).standard_normal((32, 32)).astype(np.float32)}
     on, off, _ = await compare(g, feeds, only(PASS), ALL_OFF, **ERF_TOL)
     assert on == {"FusedElementwise": 2, "Tanh": 1} and off == {"Sigmoid": 1, "Tanh": 1, "Gelu": 1}
+
+
+@pytest.mark.parametrize("exponent", [3.0, 2.0, 0.5, 1.7])
+async def test_pow_by_a_constant_fused_or_not_agrees_exactly_and_with_numpy(exponent: float) -> None:
+    """BERT's GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 Pow(x, 3)))). Exponents 2, 3 and
+    0.5 are products or a square root, fused or not; others stay numpy's power."""
+    g = aioge.Graph("gelu_pow")
+    x = g.input("x", (4, 64), "float32")
+    inner = ops.mul(ops.add(x, ops.mul(ops.pow(ops.abs(x), np.float32(exponent)), 0.044715)), 0.7978845608)
+    g.output(ops.mul(ops.mul(x, 0.5), ops.add(ops.tanh(inner), 1.0)), names=["y"])
+    feeds = {"x": np.random.default_rng(5).standard_normal((4, 64)).astype(np.float32)}
+    on, off, out = await compare(g, feeds, "", without(PASS), rtol=0, atol=0)
+    assert on["FusedElementwise"] == 1 and off["Pow"] == 1
+    xv = feeds["x"].astype(np.float64)
+    want = 0.5 * xv * (1 + np.tanh(0.7978845608 * (xv + 0.044715 * np.abs(xv) ** exponent)))
+    np.testing.assert_allclose(out["y"], want, rtol=1e-5, atol=1e-6)

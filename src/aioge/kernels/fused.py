@@ -75,6 +75,24 @@ def _binary(ufunc: Any) -> StepFn:
     return step
 
 
+def _pow(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    # kernels.elementwise.pow_: a one-element exponent of 2, 3 or 0.5 without numpy's powf loop
+    x, e = f[s[0]], f[s[1]]
+    if e.size == 1 and e.ndim <= x.ndim:
+        v = float(e.reshape(-1)[0])
+        if v == 2.0:
+            np.multiply(x, x, out=f[d])
+            return
+        if v == 3.0:  # x*x first into a temporary when the result takes x's own slot
+            sq = np.multiply(x, x) if f[d] is x or np.shares_memory(f[d], x) else np.multiply(x, x, out=f[d])
+            np.multiply(sq, x, out=f[d])
+            return
+        if v == 0.5:
+            np.sqrt(x, out=f[d])
+            return
+    np.power(x, e, out=f[d])
+
+
 def _relu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
     np.maximum(f[s[0]], 0, out=f[d])
 
@@ -194,10 +212,11 @@ _BINARY_UFUNCS: dict[str, Any] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": np.power,
     "Max": np.maximum, "Min": np.minimum,
 }
+_STEPS: dict[str, StepFn] = {"Pow": _pow}
 
 EW_OPS: Mapping[str, EwOp] = {
     **{n: EwOp(n, 1, 0, "", _unary(u), u) for n, u in _UNARY_UFUNCS.items()},
-    **{n: EwOp(n, 2, 0, "", _binary(u), u) for n, u in _BINARY_UFUNCS.items()},
+    **{n: EwOp(n, 2, 0, "", _STEPS[n]) if n in _STEPS else EwOp(n, 2, 0, "", _binary(u), u) for n, u in _BINARY_UFUNCS.items()},
     "Relu": EwOp("Relu", 1, 0, "", _relu),
     "LeakyRelu": EwOp("LeakyRelu", 1, 1, "f?", _leaky_relu),  # params: alpha
     "Sigmoid": EwOp("Sigmoid", 1, 0, "ff?", _sigmoid),
