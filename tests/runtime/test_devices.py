@@ -59,6 +59,20 @@ async def test_device_runs_match_in_process_runs_and_numpy(threads: str) -> None
         assert len(dev._devices.pids) == 2  # type: ignore[union-attr]
 
 
+async def test_a_graph_without_nodes_runs_on_a_device() -> None:
+    g = aioge.Graph("identity")
+    x = g.input("x", (2, 3))
+    g.output(x, names=["y"])
+    async with aioge.Session(OPTS) as s:
+        await s.add_graph(1, g)
+        xv = np.arange(6, dtype=np.float32).reshape(2, 3)
+        out = await s.run_graph(1, {g.inputs[0].name: xv})  # naming the output renamed the input
+        (y,) = out.values()
+        np.testing.assert_array_equal(y, xv)
+        assert not np.shares_memory(y, xv)
+        assert s._devices is not None and sum(s._devices.completed) == 1
+
+
 async def test_64_concurrent_runs_spread_over_both_devices() -> None:
     g = aioge.Graph("chain")
     x = g.input("x", (64, 64))

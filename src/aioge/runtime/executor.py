@@ -283,6 +283,8 @@ class Executable:
         try:
             self._bind(ctx, feeds)
             programs = ctx.programs(False, workers.cpu)
+            if not programs:  # no nodes: the outputs are feeds or constants
+                return self._collect(ctx, feeds)
             done = _Countdown(len(programs))
             if len(programs) > 1:
                 lane_of, counts = self._thread_lanes
