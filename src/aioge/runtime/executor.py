@@ -211,6 +211,13 @@ class Executable:
         self._contexts_made += 1
         return Context(self._layout)
 
+    @staticmethod
+    def _lanes(workers: EngineWorkers, mapping: tuple[list[tuple[str, int]], dict[str, int]]) -> list[Lane]:
+        """One run's lanes, per stream or thread of ``mapping`` (``_stream_lanes`` or ``_thread_lanes``)."""
+        lane_of, counts = mapping
+        lanes = workers.lanes(counts)
+        return [lanes[engine][j] for engine, j in lane_of]
+
     def _bind(self, ctx: Context, feeds: Mapping[str, np.ndarray]) -> None:
         values: dict[int, Any] = {s: feeds[name] for name, s in self._inputs}
         for name, s in self._var_slots:
@@ -244,11 +251,8 @@ class Executable:
         ctx = self._acquire(poison)
         try:
             self._bind(ctx, feeds)
-            lane_of, counts = self._stream_lanes if mode == "host" else self._thread_lanes
-            lanes = workers.lanes(counts)
-            lane_list = [lanes[engine][j] for engine, j in lane_of]
             if mode == "host":
-                await self._run_host(ctx, workers, lane_list, trace, poison)
+                await self._run_host(ctx, workers, self._lanes(workers, self._stream_lanes), trace, poison)
             elif trace is None and not poison and self._inline_now(workers):
                 try:
                     start = time.perf_counter()
@@ -260,7 +264,7 @@ class Executable:
                 self.observe(ctx.elapsed)
                 await anyio.lowlevel.checkpoint()  # others run (and a cancellation lands) between runs
             else:
-                await self._run_sink(ctx, workers, lane_list, trace, poison)
+                await self._run_sink(ctx, workers, self._lanes(workers, self._thread_lanes), trace, poison)
                 self.observe(ctx.elapsed)
             if ctx.error is not None:
                 raise ctx.error
@@ -287,10 +291,9 @@ class Executable:
                 return self._collect(ctx, feeds)
             done = _Countdown(len(programs))
             if len(programs) > 1:
-                lane_of, counts = self._thread_lanes
-                lanes = workers.lanes(counts)
-                workers.enqueue([(lanes[engine][j], partial(_run_program, ctx, program, None, workers.cpu, done))
-                                 for (engine, j), program in zip(lane_of[1:], programs[1:], strict=True)])
+                lanes = self._lanes(workers, self._thread_lanes)
+                workers.enqueue([(lane, partial(_run_program, ctx, program, None, workers.cpu, done))
+                                 for lane, program in zip(lanes[1:], programs[1:], strict=True)])
             _run_program(ctx, programs[0], None, workers.cpu, done)
             done.wait()
             if ctx.error is not None:
