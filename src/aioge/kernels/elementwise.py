@@ -87,13 +87,21 @@ def pow_(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ``power`` is a powf loop, about 10x slower than a multiply."""
     if a.dtype.kind in "iu":
         return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
-    if b.size == 1 and b.ndim <= a.ndim:
-        e = float(b.reshape(-1)[0])
-        if e == 2.0:
-            return np.multiply(a, a)
-        if e == 3.0:
-            y = np.multiply(a, a)
-            return np.multiply(y, a, out=y)
-        if e == 0.5:
-            return np.sqrt(a)
-    return np.power(a, b.astype(a.dtype)).astype(a.dtype, copy=False)
+    y = pow_by_constant(a, b)
+    return y if y is not None else np.power(a, b.astype(a.dtype)).astype(a.dtype, copy=False)
+
+
+def pow_by_constant(x: np.ndarray, e: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """``x ** e`` for a one-element exponent of 2, 3 or 0.5 (into ``out``, which may be ``x``
+    itself); None for any other exponent, left to ``np.power``."""
+    if e.size != 1 or e.ndim > x.ndim:
+        return None
+    v = float(e.reshape(-1)[0])
+    if v == 2.0:
+        return np.multiply(x, x, out=out)
+    if v == 3.0:  # x*x into a temporary when the result takes x's own memory
+        sq = np.multiply(x, x) if out is None or np.shares_memory(out, x) else np.multiply(x, x, out=out)
+        return np.multiply(sq, x, out=sq if out is None else out)
+    if v == 0.5:
+        return np.sqrt(x, out=out)
+    return None

@@ -76,21 +76,10 @@ def _binary(ufunc: Any) -> StepFn:
 
 
 def _pow(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
-    # kernels.elementwise.pow_: a one-element exponent of 2, 3 or 0.5 without numpy's powf loop
+    # as kernels.elementwise.pow_: a one-element exponent of 2, 3 or 0.5 without numpy's powf loop
     x, e = f[s[0]], f[s[1]]
-    if e.size == 1 and e.ndim <= x.ndim:
-        v = float(e.reshape(-1)[0])
-        if v == 2.0:
-            np.multiply(x, x, out=f[d])
-            return
-        if v == 3.0:  # x*x first into a temporary when the result takes x's own slot
-            sq = np.multiply(x, x) if f[d] is x or np.shares_memory(f[d], x) else np.multiply(x, x, out=f[d])
-            np.multiply(sq, x, out=f[d])
-            return
-        if v == 0.5:
-            np.sqrt(x, out=f[d])
-            return
-    np.power(x, e, out=f[d])
+    if k.pow_by_constant(x, e, out=f[d]) is None:
+        np.power(x, e, out=f[d])
 
 
 def _relu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
