@@ -9,8 +9,19 @@ stale file is a miss and one warning, never a crash.
 and breaks parallel compiles sharing the dir). It starts a new *generation*: a random token
 published atomically in ``generation.aiog``. Entry names carry their generation
 (``<key>.g<gen>.aiok``), so a compile that started under the old generation keeps reading
-its entries, while every compile that starts later misses them. Dead generations go the way
-of all idle entries: aging removes them (first) once they are idle for 30 minutes.
+its entries, while every compile that starts later misses them. Every compile that uses the
+cache holds a shared lock (flock) on its generation's ``.locks/gen-<gen>.lock`` for as long
+as it reads and writes entries. A dead generation is reclaimed as soon as nobody holds it:
+the force compile, when its kernels are done, removes every older generation it can lock
+exclusively, and the last compile of a dead generation removes it when it lets go. Where
+flock is missing or lies (some NFS mounts), a reclaimed entry is only a miss, and aging
+removes what is left (dead generations first, once idle for 30 minutes).
+
+A cache dir that is not trusted (writable by others; unless ``aioge.cache_shared=1``, owned
+by another user or writable by its group) is neither read nor written, in every mode: one
+warning, and the compile goes on without the cache, as ccache does with a cache dir it
+cannot use. Writing into a private dir instead would grow a second cache the user never
+configured and no later run would find.
 
 Access times are tracked explicitly: a hit sets the entry's *mtime* to the cache clock's
 now (``os.utime``; the clock is injectable). The OS's own atime cannot be trusted either way
@@ -23,6 +34,7 @@ tools delete only files aioge wrote: entry names that match and start with aioge
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -37,6 +49,11 @@ from typing import Any, Callable, Mapping
 
 import anyio
 from filelock import FileLock, Timeout
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no generation holds; aging reclaims instead
+    fcntl = None  # type: ignore[assignment]
 
 from aioge.cache.file_lock import async_file_lock
 from aioge.cache.io import (
@@ -68,6 +85,7 @@ LOCK_DIR = ".locks"
 AGING_LOCK = "op_cache_file_del.lock"  # GE's name for the aging lock
 _ENTRY_RE = re.compile(r"(?P<key>[a-z0-9_]+_[0-9a-f]{64})\.g(?P<gen>[0-9a-f]{1,32})\.aiok")
 _LOCK_RE = re.compile(r"[0-9a-f]{32}\.lock")
+_GEN_LOCK_RE = re.compile(r"gen-(?P<gen>[0-9a-f]{1,32})\.lock")
 _TMP_RE = re.compile(r"\.(?:[a-z0-9_]+_[0-9a-f]{64}\.g[0-9a-f]{1,32}\.aiok|generation\.aiog|stats\.aios)\.[0-9]+\.[0-9a-f]{8}\.tmp")
 _MAX_ENTRY_BYTES = 1 << 20  # a kernel desc is a few hundred bytes; a bigger file is not ours
 _STALE_TMP_SECONDS = 600.0
@@ -76,11 +94,33 @@ _ROOT_GEN = "0"
 
 @dataclass(frozen=True, slots=True)
 class CacheView:
-    """What one graph compile sees of the cache: the generation it reads and writes, and
-    whether hits refresh access times (not when aging is off)."""
+    """What one graph compile sees of the cache: the generation it reads and writes, whether
+    hits refresh access times (not when aging is off), and its hold on the generation
+    (``KernelCache.close_view`` lets go)."""
 
     generation: str
     touch: bool
+    hold: _GenerationHold | None = field(default=None, compare=False)
+    started: bool = False  # a force compile's own new generation
+
+
+class _GenerationHold:
+    """A shared flock on a generation's lock file: while any is held, no force compile
+    reclaims the generation. Closing the descriptor lets go."""
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # a view dropped without close_view: the flock goes with the fd
+            self.release()
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,31 +224,152 @@ class KernelCache:
 
         return self.soc_dir / LOCK_DIR / (hashlib.sha256(f"{generation}/{key}".encode()).hexdigest()[:32] + ".lock")
 
+    def gen_lock_path(self, generation: str) -> Path:
+        """The lock file compiles of ``generation`` hold shared, and its reclaimer exclusively."""
+        return self.soc_dir / LOCK_DIR / f"gen-{generation}.lock"
+
     def limits(self) -> CacheLimits:
-        """The limits in force now (the ini is re-read: a user may edit it between compiles)."""
-        return read_limits(self.kernel_dir, self.env)
+        """The limits in force now (the inis are re-read: a user may edit them between
+        compiles). An invalid value is one warning per session."""
+        return read_limits(self.kernel_dir, self.env, warn=self._warn_once)
 
     # -- one compile's view -----------------------------------------------------------
 
-    async def open_view(self, *, force: bool) -> CacheView:
-        """The generation a compile works in: a fresh one for ``force`` (published for every
-        later compile), else the current one. Raises nothing: a broken generation file is the
-        root generation, with a warning."""
+    async def open_view(self, *, force: bool) -> CacheView | None:
+        """The generation a compile works in, held until ``close_view``: a fresh one for
+        ``force`` (published for every later compile), else the current one. None when the
+        cache dir is not trusted (one warning): the compile must not use it. Raises nothing:
+        a broken generation file is the root generation, with a warning."""
         return await self._hop(self.open_view_sync, force)
 
-    def open_view_sync(self, force: bool) -> CacheView:
+    def open_view_sync(self, force: bool) -> CacheView | None:
+        if not self._usable_sync():
+            return None
         touch = self.limits().aging
         if force:
             generation = secrets.token_hex(8)
+            hold = None
             try:
                 self._ensure_dirs()
+                hold = self._hold_sync(generation)  # before it is published: nobody may reclaim it meanwhile
                 data = make_envelope(GEN_KIND, pack({"generation": generation}))
                 write_atomic_sync(self.soc_dir / GEN_FILE, data, mode=self._file_mode)
                 log.info("%s: force mode, new kernel cache generation %s", self.soc_dir, generation)
             except OSError as exc:
                 self._warn_once(f"write:{self.soc_dir}", f"kernel cache {self.soc_dir} is not writable, kernels are not cached: cannot start a new generation ({exc})")
-            return CacheView(generation, touch)
-        return CacheView(self.generation_sync(), touch)
+            return CacheView(generation, touch, hold, started=True)
+        for _ in range(3):
+            generation = self.generation_sync()
+            hold = self._hold_sync(generation)
+            # Held, and still current: a force compile that publishes after this cannot
+            # reclaim it. Not current any more: a force compile came between; hold the new one.
+            if hold is None or self.generation_sync() == generation:
+                return CacheView(generation, touch, hold)
+            hold.release()
+        return CacheView(generation, touch)
+
+    async def close_view(self, view: CacheView) -> None:
+        """Let go of the view's generation; reclaim dead generations nobody holds when this
+        compile started one (force) or worked in one that is dead now. Never raises."""
+        await self._hop(self.close_view_sync, view)
+
+    def close_view_sync(self, view: CacheView) -> None:
+        if view.hold is None:
+            return
+        view.hold.release()
+        if view.started or self.generation_sync() != view.generation:
+            self.reclaim_sync()
+
+    def reclaim_sync(self) -> list[str]:
+        """Remove the entries of every generation but the current one that no compile holds
+        (an exclusive flock on its lock file, without waiting); returns the names removed.
+        Generations in use stay; so does everything when flock is unavailable."""
+        if fcntl is None or not self.soc_dir.is_dir():
+            return []
+        current = self.generation_sync()
+        entries = self._scan()
+        dead: dict[str, list[_Entry]] = {}
+        for e in entries:
+            if e.generation != current:
+                dead.setdefault(e.generation, []).append(e)
+        try:
+            for p in (self.soc_dir / LOCK_DIR).iterdir():  # generations with a lock file and no entries left
+                m = _GEN_LOCK_RE.fullmatch(p.name)
+                if m is not None and m["gen"] != current:
+                    dead.setdefault(m["gen"], [])
+        except OSError:
+            pass
+        removed: list[str] = []
+        freed = 0
+        for gen, gen_entries in dead.items():
+            fd = self._lock_generation_sync(gen)
+            if fd is None:
+                continue  # a compile still works in it
+            try:
+                for e in gen_entries:
+                    if _remove_if_ours(e.path):
+                        removed.append(e.path.name)
+                        freed += e.size
+                        _remove_lock_file(self.lock_path(e.key, e.generation))
+                with contextlib.suppress(OSError):
+                    os.unlink(self.gen_lock_path(gen))  # under the lock: a late reader sees the generation is dead
+            finally:
+                os.close(fd)
+        if removed:
+            with contextlib.suppress(OSError):  # only the size estimate is off; aging rescans
+                self.record_stats_sync(written=-freed)  # relative: this compile's own bookkeeping may come later
+            log.info("kernel cache %s: reclaimed %d entries of %d dead generations", self.soc_dir, len(removed),
+                     len({n.rsplit(".g", 1)[1] for n in removed}))
+        return removed
+
+    def _hold_sync(self, generation: str) -> _GenerationHold | None:
+        """A shared hold on ``generation`` (None when flock or the lock file is unavailable:
+        the compile goes on without it, and at worst misses entries reclaimed under it)."""
+        fd = self._open_gen_lock(generation)
+        if fd is None:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # only a reclaimer holds it exclusively, briefly
+        except OSError:
+            os.close(fd)
+            return None
+        return _GenerationHold(fd)
+
+    def _lock_generation_sync(self, generation: str) -> int | None:
+        """An exclusive flock on ``generation``'s lock file without waiting (its fd), or None."""
+        fd = self._open_gen_lock(generation)
+        if fd is None:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
+
+    def _open_gen_lock(self, generation: str) -> int | None:
+        if fcntl is None:
+            return None
+        try:
+            self._ensure_dirs()
+            return os.open(self.gen_lock_path(generation), os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                           self._file_mode)
+        except OSError:
+            return None
+
+    def _usable_sync(self) -> bool:
+        """False, with one warning, when a dir on the way to the entries is not trusted: a
+        compile then neither reads nor writes the cache (ccache falls back to compiling
+        when it cannot use its cache dir; it never picks another one behind the user's back)."""
+        try:
+            untrusted = self._untrusted_dir()
+        except OSError:
+            return True  # not there yet (made owner-only on the first write), or unreadable: the I/O paths say so
+        if untrusted is None:
+            return True
+        where, reason = untrusted
+        self._warn_once(f"dir:{where}", f"kernel cache {where} is not trusted, kernels are neither loaded from it nor written to it: {reason}")
+        return False
 
     def generation_sync(self) -> str:
         """The current generation (``"0"`` until a force compile starts one)."""
@@ -240,7 +401,7 @@ class KernelCache:
             return LoadResult(None, "absent")
         if untrusted is not None:
             where, reason = untrusted
-            self._warn_once(f"dir:{where}", f"kernel cache {where} is not trusted, its kernels are not loaded: {reason}")
+            self._warn_once(f"dir:{where}", f"kernel cache {where} is not trusted, kernels are neither loaded from it nor written to it: {reason}")
             return LoadResult(None, "invalid")
         try:
             data = read_trusted_sync(path, max_bytes=_MAX_ENTRY_BYTES, shared=self.shared)
@@ -344,7 +505,7 @@ class KernelCache:
             stats["misses"] += misses
             stats["compiles"] += compiles
             stats["invalid"] += invalid
-            stats["bytes_estimate"] = bytes_exact if bytes_exact is not None else stats["bytes_estimate"] + written
+            stats["bytes_estimate"] = bytes_exact if bytes_exact is not None else max(0, stats["bytes_estimate"] + written)
             write_atomic_sync(self.soc_dir / STATS_FILE, make_envelope(STATS_KIND, pack(stats)), mode=self._file_mode)
         return stats["bytes_estimate"]
 
@@ -437,7 +598,7 @@ class KernelCache:
         locks = self.soc_dir / LOCK_DIR
         if locks.is_dir():
             for p in locks.iterdir():
-                if _LOCK_RE.fullmatch(p.name) or p.name in ("stats.lock", AGING_LOCK):
+                if _LOCK_RE.fullmatch(p.name) or _GEN_LOCK_RE.fullmatch(p.name) or p.name in ("stats.lock", AGING_LOCK):
                     removed += _remove_lock_file(p)
             _rmdir_quietly(locks)
         _rmdir_quietly(self.soc_dir)
@@ -592,7 +753,7 @@ def cache_report(root: str | os.PathLike[str] | None, *, env: Mapping[str, str] 
     and per soc folder its entries, bytes and recorded counters."""
     env = dict(os.environ if env is None else env)
     base = resolve_cache_root(os.fspath(root) if root else "", env)
-    limits = read_limits(base / "kernel_cache", env)
+    limits = read_limits(base / "kernel_cache", env)  # warnings logged: the CLI shows them
     socs = []
     for cache in cache_for_dir(base, env=env):
         s = cache.summary_sync()
@@ -607,7 +768,7 @@ def cache_report(root: str | os.PathLike[str] | None, *, env: Mapping[str, str] 
         "limits": {
             "max_op_cache_size_mb": limits.max_mb, "max_source": limits.max_source,
             "remain_cache_size_ratio": limits.ratio, "ratio_source": limits.ratio_source,
-            "aging": limits.aging, "idle_seconds": AGING_IDLE_SECONDS,
+            "aging": limits.aging, "idle_seconds": AGING_IDLE_SECONDS, "ini": limits.ini,
         },
         "socs": socs,
     }

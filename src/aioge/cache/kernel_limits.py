@@ -1,12 +1,21 @@
-"""Where the kernel cache lives and how big it may grow, exactly as GE documents it.
+"""Where the kernel cache lives and how big it may grow, as GE documents it.
 
 - Root: the option ``ge.op_compiler_cache_dir``, else env ``ASCEND_CACHE_PATH``, else
   ``$HOME/atc_data``; kernels go in ``<root>/kernel_cache/<soc>/``.
-- Limits: ``<root>/kernel_cache/op_cache.ini``, section ``[op_compiler_cache]``, keys
-  ``max_op_cache_size`` (MB; an integer >= 1, or -1 for no aging) and
-  ``remain_cache_size_ratio`` (an integer 1..100). The file takes effect only when both
-  values are valid. Otherwise env ``ASCEND_MAX_OP_CACHE_SIZE`` and
-  ``ASCEND_REMAIN_CACHE_SIZE_RATIO`` apply, each when valid; otherwise the defaults 500 and 50.
+- Limits: an ``op_cache.ini``, section ``[op_compiler_cache]``, keys ``max_op_cache_size``
+  (MB; an integer >= 1, or -1 for no aging) and ``remain_cache_size_ratio`` (an integer
+  1..100). GE's code reads ``<root>/kernel_cache/op_cache.ini``; its documentation puts the
+  file directly in ``<root>``. Both are read: ``kernel_cache/op_cache.ini`` wins when it sets
+  both values validly, else ``<root>/op_cache.ini`` (a warning when both set different values).
+  A file takes effect only when both values are valid. Otherwise env
+  ``ASCEND_MAX_OP_CACHE_SIZE`` and ``ASCEND_REMAIN_CACHE_SIZE_RATIO`` apply, each when valid
+  (an invalid value is one warning naming the variable); otherwise the defaults 500 and 50.
+- The ``kernel_cache/op_cache.ini`` that a compile generates when there is none holds the
+  section and the two keys *commented out*: it documents the format and never overrides the
+  env variables or the defaults (GE's generated file holds only its section too). A user
+  who uncomments or writes the values sets them, above the env, as in GE. A file generated
+  by older aioge versions with the defaults written in (500/50, unchanged) counts as
+  generated: it sets nothing either.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from aioge.cache.io import read_bytes_sync, write_atomic_sync
 
@@ -54,6 +63,7 @@ class CacheLimits:
     ratio: int  # percent of max_mb that aging leaves
     max_source: str  # "ini", "env" or "default"
     ratio_source: str
+    ini: str = ""  # the op_cache.ini that set them, when one did
 
     @property
     def aging(self) -> bool:
@@ -97,22 +107,39 @@ def _parse_ratio(text: str | None) -> int | None:
     return v if 1 <= v <= 100 else None
 
 
-def read_limits(kernel_dir: Path, env: Mapping[str, str]) -> CacheLimits:
-    """The limits in force for ``<root>/kernel_cache`` (ini > env > defaults).
+_MAX_ALLOWED = f"an integer from 1 to {_INT_MAX - 1} (MB), or -1 for no aging"
+_RATIO_ALLOWED = "an integer from 1 to 100 (percent)"
 
-    Never raises: an unreadable or invalid ini is ignored with a warning.
+Warn = Callable[[str, str], None]  # (what, message): a caller may say each ``what`` once
+
+
+def _log_warning(what: str, message: str) -> None:
+    log.warning("%s", message)
+
+
+def read_limits(kernel_dir: Path, env: Mapping[str, str], *, warn: Warn | None = None) -> CacheLimits:
+    """The limits in force for ``<root>/kernel_cache``: ``kernel_cache/op_cache.ini``, else
+    ``<root>/op_cache.ini``, else the env variables, else the defaults (see the module doc).
+
+    ``warn(what, message)`` receives each warning (an invalid ini or env value, two inis
+    that disagree) with a key naming it, so a caller can say each once; by default they
+    are logged. Never raises: an unreadable or invalid ini is ignored with a warning.
     """
-    ini = kernel_dir / INI_NAME
-    values = _read_ini(ini)
-    if values is not None:
-        max_mb, ratio = _parse_max(values[0]), _parse_ratio(values[1])
-        if max_mb is not None and ratio is not None:
-            return CacheLimits(max_mb, ratio, "ini", "ini")
-        log.warning(
-            "%s: max_op_cache_size=%r and remain_cache_size_ratio=%r are not both valid (an integer >= 1 or -1, "
-            "and an integer 1..100); the file is ignored", ini, values[0], values[1],
-        )
-    env_max, env_ratio = _parse_max(env.get(ENV_MAX)), _parse_ratio(env.get(ENV_RATIO))
+    warn = warn or _log_warning
+    found = []
+    for ini in (kernel_dir / INI_NAME, kernel_dir.parent / INI_NAME):
+        values = _ini_values(ini, warn)
+        if values is not None:
+            found.append((ini, values))
+    env_max, env_ratio = _env_value(env, ENV_MAX, _parse_max, _MAX_ALLOWED, warn), _env_value(env, ENV_RATIO, _parse_ratio, _RATIO_ALLOWED, warn)
+    if found:
+        ini, (max_mb, ratio) = found[0]
+        if len(found) > 1 and found[1][1] != found[0][1]:
+            other, (omax, oratio) = found[1]
+            warn(f"shadowed:{other}:{omax}:{oratio}",
+                 f"{other} (max_op_cache_size={omax}, remain_cache_size_ratio={oratio}) is ignored: {ini} sets "
+                 f"max_op_cache_size={max_mb}, remain_cache_size_ratio={ratio} and wins")
+        return CacheLimits(max_mb, ratio, "ini", "ini", str(ini))
     return CacheLimits(
         DEFAULT_MAX_MB if env_max is None else env_max,
         DEFAULT_RATIO if env_ratio is None else env_ratio,
@@ -121,20 +148,47 @@ def read_limits(kernel_dir: Path, env: Mapping[str, str]) -> CacheLimits:
     )
 
 
-def _read_ini(path: Path) -> tuple[str | None, str | None] | None:
+def _env_value(env: Mapping[str, str], name: str, parse: Callable[[str | None], int | None], allowed: str, warn: Warn) -> int | None:
+    text = env.get(name)
+    if text is None or not text.strip():
+        return None  # unset (or set empty): nothing to say
+    value = parse(text)
+    if value is None:
+        warn(f"env:{name}={text}", f"{name}={text[:64]!r} is not valid (expected {allowed}); it is ignored")
+    return value
+
+
+def _ini_values(ini: Path, warn: Warn) -> tuple[int, int] | None:
+    """(max, ratio) when ``ini`` sets both validly; None when it is absent, a template (both
+    keys missing), or invalid (one warning)."""
+    values = _read_ini(ini, warn)
+    if values is None or values == (None, None):
+        return None
+    max_mb, ratio = _parse_max(values[0]), _parse_ratio(values[1])
+    if max_mb is not None and ratio is not None:
+        return max_mb, ratio
+    warn(f"ini:{ini}:{values}",
+         f"{ini}: max_op_cache_size={values[0]!r} and remain_cache_size_ratio={values[1]!r} are not both valid "
+         f"(expected {_MAX_ALLOWED}, and {_RATIO_ALLOWED}); the file is ignored")
+    return None
+
+
+def _read_ini(path: Path, warn: Warn) -> tuple[str | None, str | None] | None:
     """(max, ratio) strings from the ini, or None when there is no usable file."""
     try:
-        text = read_bytes_sync(path, max_bytes=_MAX_INI_BYTES).decode("utf-8", "replace")
-    except FileNotFoundError:
+        data = read_bytes_sync(path, max_bytes=_MAX_INI_BYTES)
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except Exception as exc:  # CacheError (too large, not a file) or OSError: ignore the file
-        log.warning("%s: cannot read (%s); ignored", path, exc)
+        warn(f"ini-read:{path}", f"{path}: cannot read ({exc}); ignored")
         return None
+    if data in _OLD_GENERATED:
+        return None  # written by an older aioge with the defaults filled in: it sets nothing
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read_string(text, source=str(path))
+        parser.read_string(data.decode("utf-8", "replace"), source=str(path))
     except configparser.Error as exc:
-        log.warning("%s: not an ini file (%s); ignored", path, exc)
+        warn(f"ini-parse:{path}:{exc}", f"{path}: not an ini file ({exc}); ignored")
         return None
     if not parser.has_section(INI_SECTION):
         return (None, None)
@@ -142,8 +196,19 @@ def _read_ini(path: Path) -> tuple[str | None, str | None] | None:
     return section.get("max_op_cache_size"), section.get("remain_cache_size_ratio")
 
 
+# What ``write_default_ini`` wrote before it left the values commented out.
+_OLD_GENERATED = frozenset({
+    (
+        "# aioge kernel cache limits (GE's format). max_op_cache_size: MB, -1 = no aging;\n"
+        "# remain_cache_size_ratio: percent of the maximum left after aging (1..100).\n"
+        f"[{INI_SECTION}]\nmax_op_cache_size={DEFAULT_MAX_MB}\nremain_cache_size_ratio={DEFAULT_RATIO}\n"
+    ).encode(),
+})
+
+
 def write_default_ini(kernel_dir: Path, *, mode: int = 0o600) -> bool:
-    """Write ``op_cache.ini`` with GE's defaults if there is none; True when written.
+    """Write ``op_cache.ini`` if there is none, with its section and the two keys commented
+    out (so it never overrides the env variables); True when written.
 
     Raises:
         OSError: the directory is not writable.
@@ -152,9 +217,12 @@ def write_default_ini(kernel_dir: Path, *, mode: int = 0o600) -> bool:
     if ini.exists():
         return False
     text = (
-        "# aioge kernel cache limits (GE's format). max_op_cache_size: MB, -1 = no aging;\n"
-        "# remain_cache_size_ratio: percent of the maximum left after aging (1..100).\n"
-        f"[{INI_SECTION}]\nmax_op_cache_size={DEFAULT_MAX_MB}\nremain_cache_size_ratio={DEFAULT_RATIO}\n"
+        "# aioge kernel cache limits (GE's format). Uncomment a value to set it; a file sets the\n"
+        "# limits only with both values valid, and then beats $ASCEND_MAX_OP_CACHE_SIZE and\n"
+        "# $ASCEND_REMAIN_CACHE_SIZE_RATIO. While commented out, those apply, else the defaults.\n"
+        "# max_op_cache_size: MB, -1 = no aging; remain_cache_size_ratio: percent of the maximum\n"
+        "# left after aging (1..100).\n"
+        f"[{INI_SECTION}]\n# max_op_cache_size={DEFAULT_MAX_MB}\n# remain_cache_size_ratio={DEFAULT_RATIO}\n"
     )
     write_atomic_sync(ini, text.encode(), mode=mode)
     return True

@@ -91,6 +91,7 @@ def compile_graph_sync(graph: Graph, signature: Sequence[tuple[str, tuple[int, .
     model = _back(front, kernels, tuple(signature), options)
     model.stats.kernels_compiled = len({k.key for k in kernels.values()})
     model.stats.kernel_cache_hits = 0
+    model.stats.kernel_reuse_in_compile = len(kernels) - model.stats.kernels_compiled
     model.stats.compile_seconds = time.perf_counter() - start
     return model
 
@@ -120,6 +121,7 @@ def _back(front: _Front, kernels: dict[str, KernelDesc], signature: tuple[tuple[
 
 
 def _count(stats: CompileStats, step: KernelStep) -> None:
-    # A kernel got from a concurrent compile of the same key was not compiled here: a hit.
     stats.kernels_compiled = step.compiled
-    stats.kernel_cache_hits = step.hits + step.shared
+    stats.kernel_cache_hits = step.hits
+    stats.kernel_shared_in_session = step.shared
+    stats.kernel_reuse_in_compile = step.reused

@@ -25,8 +25,14 @@ def versions() -> dict[str, str]:
 
 @dataclass(slots=True)
 class CompileStats:
-    kernels_compiled: int = 0
-    kernel_cache_hits: int = 0
+    """What a compile did. Each node's kernel is counted once, by where it came from:
+    ``kernels_compiled`` + ``kernel_cache_hits`` + ``kernel_shared_in_session`` +
+    ``kernel_reuse_in_compile`` == the number of nodes."""
+
+    kernels_compiled: int = 0  # compiled by this compile
+    kernel_cache_hits: int = 0  # served by the kernel cache (disk, or a concurrent compile that reads it); 0 in disable/force
+    kernel_shared_in_session: int = 0  # not reading the cache: compiled by a concurrent compile in the session
+    kernel_reuse_in_compile: int = 0  # nodes with the same kernel key as an earlier node of this graph
     graph_cache_hit: bool = False
     compile_seconds: float = 0.0
     passes_applied: list[str] = field(default_factory=list)
@@ -86,6 +92,8 @@ class CompiledModel:
             "stats": {
                 "kernels_compiled": self.stats.kernels_compiled,
                 "kernel_cache_hits": self.stats.kernel_cache_hits,
+                "kernel_shared_in_session": self.stats.kernel_shared_in_session,
+                "kernel_reuse_in_compile": self.stats.kernel_reuse_in_compile,
                 "graph_cache_hit": self.stats.graph_cache_hit,
                 "compile_seconds": round(self.stats.compile_seconds, 6),
                 "passes_applied": list(self.stats.passes_applied),

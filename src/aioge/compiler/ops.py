@@ -10,8 +10,9 @@ describes a legal choice for the node (its impl applies, its parameters are cand
 The cache mode (``ge.op_compiler_cache_mode``) and GE's debug switches decide, per node,
 whether the disk is read and written: ``op_debug_level`` != 0, or an ``op_debug_config``
 without an ``op_debug_list``, bypass the cache for the whole compile; with
-``op_debug_list=OpA,OpB`` (node names or op types; ``opType::X`` for an op type only) the
-listed nodes always recompile and the others follow the mode.
+``op_debug_list=OpA,OpB`` (node names or op types; ``OpType::X`` for an op type only; keys
+and the prefix in any case, as GE's docs spell them both ways) the listed nodes always
+recompile and the others follow the mode.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from aioge.cache.kernel_cache import CacheView, KernelCache
 
 __all__ = [
+    "DEBUG_SWITCHES",
     "CachePolicy",
     "DebugConfig",
     "KernelJob",
@@ -77,9 +79,17 @@ class DebugConfig:
         return node.name in self.names or node.op_type in self.names or node.op_type in self.op_types
 
 
+# GE's op_debug_config switches (its ATC and option docs); aioge keys them, it has no ccec.
+DEBUG_SWITCHES = frozenset({"oom", "dump_bin", "dump_cce", "dump_loc", "ccec_O0", "ccec_g", "check_flag"})
+
+
 def read_debug_config(path: str) -> DebugConfig:
-    """Parse an ``op_debug_config`` file: ``key = value`` lines, ``#`` comments; the
-    ``op_debug_list`` value is a comma-separated list of node names or op types.
+    """Parse an ``op_debug_config`` file: ``key = value`` lines, ``#`` comments. Keys are
+    GE's ``op_debug_config`` (comma-separated switches) and ``op_debug_list`` (comma-separated
+    node names or op types, ``OpType::X`` for an op type only), in any case: GE's docs spell
+    them ``OP_DEBUG_LIST`` and ``OpType::`` in the text and lower case in the examples.
+    Anything else (another key, a line without ``=``, an unknown switch or prefix) is one
+    warning naming the file and what was expected, and is ignored.
 
     Raises:
         OptionError: the file cannot be read.
@@ -95,16 +105,33 @@ def read_debug_config(path: str) -> DebugConfig:
         raise OptionError("op_debug_config", path, f"a config file of at most {_MAX_DEBUG_CONFIG_BYTES} bytes")
     names: set[str] | None = None
     types: set[str] = set()
-    for line in data.decode("utf-8", "replace").splitlines():
-        line = line.split("#", 1)[0].strip()
+    switches = {s.lower(): s for s in DEBUG_SWITCHES}
+    for number, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
         key, sep, value = line.partition("=")
-        if sep and key.strip() == "op_debug_list":
+        key = key.strip().lower()
+        items = [s.strip() for s in value.split(",") if s.strip()]
+        if sep and key == "op_debug_list":
             names = set() if names is None else names
-            for item in filter(None, (s.strip() for s in value.split(","))):
-                if item.startswith("opType::"):
-                    types.add(item[len("opType::"):])
-                else:
+            for item in items:
+                prefix, colons, op_type = item.partition("::")
+                if not colons:
                     names.add(item)
+                elif prefix.lower() == "optype" and op_type:
+                    types.add(op_type)
+                else:
+                    log.warning("%s:%d: op_debug_list entry %r is ignored: expected a node name, an op type, or OpType::<type>",
+                                path, number, item)
+        elif sep and key == "op_debug_config":
+            unknown = [s for s in items if s.lower() not in switches]
+            if unknown:
+                log.warning("%s:%d: unknown op_debug_config switches %s are ignored (known: %s)", path, number,
+                            ", ".join(map(repr, unknown)), ", ".join(sorted(DEBUG_SWITCHES)))
+        else:
+            log.warning("%s:%d: %r is ignored: expected op_debug_config = <switches> or op_debug_list = <ops> "
+                        "(without op_debug_list the kernel cache is bypassed for every op, as in GE)", path, number, raw.strip()[:80])
     return DebugConfig(path, hashlib.sha256(data).hexdigest(), None if names is None else frozenset(names), frozenset(types))
 
 
@@ -240,12 +267,16 @@ def _same_params(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 @dataclass(slots=True)
 class KernelStep:
     """The kernel step's result: a desc per node name, counts, and the cache bookkeeping to
-    run beside the rest of the compile (statistics, op_cache.ini, aging)."""
+    run beside the rest of the compile (statistics, op_cache.ini, aging).
+
+    Every node's kernel is counted once, by where it came from: ``compiled`` + ``hits`` +
+    ``shared`` + ``reused`` == the number of nodes."""
 
     kernels: dict[str, KernelDesc]
     compiled: int = 0  # kernels this compile compiled itself
-    hits: int = 0  # loaded from disk
-    shared: int = 0  # got from a concurrent compile of the same key
+    hits: int = 0  # served by the cache: loaded from disk, or (when reading) a concurrent compile's
+    shared: int = 0  # not reading the cache (disable, a listed op): got from a concurrent compile in the session
+    reused: int = 0  # nodes whose key another node of this compile has: one kernel serves them all
     misses: int = 0  # looked up on disk and not found (or unusable)
     invalid: int = 0
     written: int = 0  # bytes published
@@ -271,16 +302,39 @@ async def compile_kernels(
     if cache is None:
         policy = CachePolicy(False, False, "no kernel cache")
     flights: SingleFlight[Any, Any] = cache.flights if cache is not None else SingleFlight()
+    # None also when the cache dir is not trusted (it said so): the compile then bypasses it.
     view = await cache.open_view(force=options.op_cache_mode == "force") if cache is not None and policy.uses_disk else None
     step = KernelStep({}, policy=policy)
-    errors: dict[str, Exception] = {}
     if view is None and cache is not None:
         log.debug("kernel cache bypassed: %s", policy.reason)
+    try:
+        await _compile_groups(jobs, options, cache, view, policy, flights, limiter, step)
+    finally:
+        if view is not None and cache is not None:
+            with anyio.CancelScope(shield=True):  # the generation hold is released even when cancelled
+                await cache.close_view(view)
+    if view is not None and cache is not None:
+        counts = {"hits": step.hits, "misses": step.misses, "compiles": step.compiled, "invalid": step.invalid,
+                  "written": step.written}
+        step.bookkeeping = lambda: cache.after_compile(**counts)
+    return step
 
-    async def one(job: KernelJob, tg: anyio.abc.TaskGroup) -> None:
-        read = policy.read and not job.listed
-        write = policy.write and not job.listed
-        flight = (job.key, view.generation if view is not None else None, read, write)
+
+async def _compile_groups(
+    jobs: Sequence[KernelJob], options: CompileOptions, cache: KernelCache | None, view: CacheView | None,
+    policy: CachePolicy, flights: SingleFlight[Any, Any], limiter: anyio.CapacityLimiter | None, step: KernelStep,
+) -> None:
+    # Nodes with one key (and one way to get it) are one job: the first in graph order gets
+    # the kernel, the others reuse it. That is reuse within the compile, not a cache hit.
+    groups: dict[tuple[Any, ...], list[KernelJob]] = {}
+    for job in jobs:
+        read = view is not None and policy.read and not job.listed
+        write = view is not None and policy.write and not job.listed
+        groups.setdefault((job.key, view.generation if view is not None else None, read, write), []).append(job)
+    errors: dict[str, Exception] = {}
+
+    async def one(flight: tuple[Any, ...], group: list[KernelJob], tg: anyio.abc.TaskGroup) -> None:
+        job, (_, _, read, write) = group[0], flight
         try:
             (desc, how), joined = await flights.run(flight, lambda: _obtain(job, options, cache, view, read, write, limiter, step))
         except Exception as exc:
@@ -289,8 +343,12 @@ async def compile_kernels(
             return
         if desc.key != job.key:  # pragma: no cover - a flight is keyed by the kernel key
             raise CompileError(f"kernel {desc.key} returned for key {job.key}", nodes=[job.node.name])
-        step.kernels[job.node.name] = desc
-        if joined:
+        for j in group:
+            step.kernels[j.node.name] = desc
+        step.reused += len(group) - 1
+        if joined and read:
+            step.hits += 1  # a concurrent compile's lookup or compile, for a compile that reads the cache
+        elif joined:
             step.shared += 1
         elif how == "hit":
             step.hits += 1
@@ -298,16 +356,11 @@ async def compile_kernels(
             step.compiled += 1
 
     async with anyio.create_task_group() as tg:
-        for job in jobs:
-            tg.start_soon(one, job, tg)
+        for flight, group in groups.items():
+            tg.start_soon(one, flight, group, tg)
     if errors:
         first = next(j.node.name for j in jobs if j.node.name in errors)
         raise errors[first]
-    if view is not None and cache is not None:
-        counts = {"hits": step.hits, "misses": step.misses, "compiles": step.compiled, "invalid": step.invalid,
-                  "written": step.written}
-        step.bookkeeping = lambda: cache.after_compile(**counts)
-    return step
 
 
 async def _obtain(
@@ -331,7 +384,8 @@ async def _obtain(
             step.misses += 1
         desc = await _compile(job, options, limiter)
         if write:
-            step.written += await cache.store(desc, view)
+            written = await cache.store(desc, view)
+            step.written += written  # not ``+= await``: that reads the sum before the await and loses concurrent stores
     return desc, "compiled"
 
 
