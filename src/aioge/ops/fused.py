@@ -28,9 +28,12 @@ from aioge.ops import conv, nn
 from aioge.ops.infer import broadcast_shapes
 from aioge.ops.schema import ALL_ENGINES, FLOAT_DTYPES, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema, RunFn
 
-__all__ = ["ACTIVATIONS", "SCHEMAS"]
+__all__ = ["ACTIVATIONS", "EW_OPS", "SCHEMAS"]
 
 _FLOATS = FLOAT_DTYPES
+
+# The elementwise ops a FusedElementwise program may hold (passes see them through this floor).
+EW_OPS = k.EW_OPS
 
 # The activations a FusedConv, FusedGemm or FusedMatMul may apply, by their op names.
 ACTIVATIONS: tuple[str, ...] = ("", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Clip", "Tanh", "Gelu")

@@ -14,6 +14,7 @@ import numpy as np
 
 from aioge.engines import Engine
 from aioge.ir.desc import Dim, TensorDesc
+from aioge.kernels.contract import KernelImpl, RunFn  # the kernel contract, re-exported for the families
 
 __all__ = [
     "ALL_ENGINES",
@@ -42,10 +43,6 @@ class _Required:
 
 
 REQUIRED: Any = _Required()
-
-# A bound kernel: reads ``inputs``; writes into ``outputs`` when given (preallocated arena
-# views of the inferred shapes) and returns them; otherwise returns fresh arrays.
-RunFn = Callable[[Sequence[np.ndarray], "Sequence[np.ndarray] | None"], Sequence[np.ndarray]]
 
 
 class InferError(ValueError):
@@ -129,22 +126,6 @@ class InferContext:
 
     def has(self, i: int) -> bool:
         return i < len(self.inputs) and self.inputs[i] is not None
-
-
-@dataclass(frozen=True, slots=True)
-class KernelImpl:
-    """One implementation of an op.
-
-    ``build(attrs, params, in_descs, out_descs)`` binds it to a node and returns the run
-    function; it runs at load time, never per call. ``applies`` says whether it can run a
-    given signature; ``candidates`` lists the tuning parameter sets to try (one empty set
-    when there is nothing to tune).
-    """
-
-    name: str
-    build: Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[TensorDesc], Sequence[TensorDesc]], RunFn]
-    applies: Callable[[Sequence[TensorDesc], Mapping[str, Any]], bool] = lambda descs, attrs: True
-    candidates: Callable[[Sequence[TensorDesc], Mapping[str, Any]], list[dict[str, Any]]] = lambda d, a: [{}]
 
 
 @dataclass(frozen=True, slots=True)
