@@ -129,7 +129,7 @@ def _with_activation(base: OpSchema, name: str, doc: str) -> OpSchema:
 
     return OpSchema(
         name, infer, tuple(wrap(i) for i in base.impls), base.engines, {**base.attrs, **_ACTIVATION_ATTRS},
-        base.inputs, base.outputs, domain="aioge", family="fused", doc=doc, version=base.version,
+        base.inputs, base.outputs, domain="aioge", family="fused", doc=doc, version=base.version, cost=base.cost,
     )
 
 
@@ -187,6 +187,7 @@ _FUSED_MATMUL = OpSchema(
     (2, 2),
     domain="aioge",
     family="fused",
+    cost="matmul",
     doc="alpha * A' @ B' (A', B': last two axes swapped when transA / transB) then an optional activation",
 )
 

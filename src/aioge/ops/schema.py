@@ -8,7 +8,7 @@ all of them; nothing registers itself at import time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from aioge.kernels.contract import KernelImpl, RunFn  # the kernel contract, re-
 __all__ = [
     "ALL_ENGINES",
     "CPU_ONLY",
+    "CostClass",
     "FLOAT_DTYPES",
     "Attr",
     "InferContext",
@@ -35,6 +36,11 @@ VECTOR_ENGINES = frozenset({Engine.AIVEC, Engine.AICPU})
 CPU_ONLY = frozenset({Engine.AICPU})
 FLOAT_DTYPES: tuple[str, ...] = ("float16", "float32", "float64")
 _FLOATS = frozenset(FLOAT_DTYPES)
+
+
+# How the stream planner estimates a node's run time (``compiler.streams.node_cost``): memory
+# traffic alone, or the multiply-adds of a matrix product or of a convolution on top.
+CostClass = Literal["memory", "matmul", "conv"]
 
 
 class _Required:
@@ -146,6 +152,10 @@ class OpSchema:
     doc: str = ""
     version: int = 1  # bump when a kernel's numerics change: it is part of every kernel key
     float_only: bool = True  # AiCore and AiVec take only float tensors; other dtypes go to AiCpu
+    # Facts the compiler acts on (``aioge.ops.evaluate``, the passes, the stream planner):
+    random: bool = False  # outputs are not a function of the inputs: never evaluated ahead, folded or merged
+    shape_only: bool = False  # outputs follow from the inputs' descs alone (their data is never read)
+    cost: CostClass = "memory"
 
     def engines_for(self, in_descs: Sequence[TensorDesc | None]) -> frozenset[Engine]:
         """The engines that can run this op on inputs of these descs."""
