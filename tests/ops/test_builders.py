@@ -45,8 +45,8 @@ def test_every_builder_is_a_real_def_a_type_checker_can_see() -> None:
 def test_builder_signature_carries_attribute_defaults() -> None:
     sig = inspect.signature(ops.conv2d)
     assert sig.parameters["group"].default == 1 and sig.parameters["auto_pad"].default == "NOTSET"
-    assert sig.parameters["x2"].default is None  # the optional bias
-    assert sig.parameters["x0"].kind is inspect.Parameter.POSITIONAL_ONLY
+    assert sig.parameters["b"].default is None  # the optional bias (input names from the ONNX schema)
+    assert sig.parameters["x"].kind is inspect.Parameter.POSITIONAL_ONLY
     with pytest.raises(TypeError, match="kernel_shape"):
         ops.max_pool(Graph("g").input("x", (1, 1, 4, 4)))  # a required attribute
 

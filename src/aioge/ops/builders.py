@@ -221,20 +221,20 @@ def abs(x: Operand, /, *, name: str | None = None, num_outputs: int | None = Non
     return call_builder("Abs", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def acos(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def acos(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Acos: inverse cosine.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Acos", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Acos", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def acosh(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def acosh(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Acosh: inverse hyperbolic cosine.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Acosh", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Acosh", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def adagrad(
@@ -294,17 +294,17 @@ def adam(
     )
 
 
-def add(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def add(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Add: a + b with numpy broadcasting.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Add", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Add", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def affine_grid(
-    x0: Operand,
-    x1: Operand,
+    theta: Operand,
+    size: Operand,
     /,
     *,
     align_corners: int = 0,
@@ -319,7 +319,7 @@ def affine_grid(
     return call_builder(
         "AffineGrid",
         "",
-        (x0, x1),
+        (theta, size),
         {"align_corners": align_corners, **unknown},
         variadic=False,
         name=name,
@@ -327,16 +327,16 @@ def affine_grid(
     )
 
 
-def and_(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def and_(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """And: a and b, broadcast.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("And", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("And", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def arg_max(
-    x: Operand,
+    data: Operand,
     /,
     *,
     axis: int = 0,
@@ -353,7 +353,7 @@ def arg_max(
     return call_builder(
         "ArgMax",
         "",
-        (x,),
+        (data,),
         {"axis": axis, "keepdims": keepdims, "select_last_index": select_last_index, **unknown},
         variadic=False,
         name=name,
@@ -362,7 +362,7 @@ def arg_max(
 
 
 def arg_min(
-    x: Operand,
+    data: Operand,
     /,
     *,
     axis: int = 0,
@@ -379,7 +379,7 @@ def arg_min(
     return call_builder(
         "ArgMin",
         "",
-        (x,),
+        (data,),
         {"axis": axis, "keepdims": keepdims, "select_last_index": select_last_index, **unknown},
         variadic=False,
         name=name,
@@ -388,57 +388,57 @@ def arg_min(
 
 
 def array_feature_extractor(
-    x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    x: Operand, y: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
     """ArrayFeatureExtractor: the last axis at the given indices.
 
     Attributes: none. Returns the output value.
     """
     return call_builder(
-        "ArrayFeatureExtractor", "ai.onnx.ml", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "ArrayFeatureExtractor", "ai.onnx.ml", (x, y), {**unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
-def asin(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def asin(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Asin: inverse sine.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Asin", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Asin", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def asinh(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def asinh(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Asinh: inverse hyperbolic sine.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Asinh", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Asinh", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def atan(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def atan(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Atan: inverse tangent.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Atan", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Atan", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def atanh(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def atanh(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Atanh: inverse hyperbolic tangent.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Atanh", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Atanh", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def attention(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
-    x3: Operand | None = None,
-    x4: Operand | None = None,
-    x5: Operand | None = None,
-    x6: Operand | None = None,
+    q: Operand,
+    k: Operand,
+    v: Operand,
+    attn_mask: Operand | None = None,
+    past_key: Operand | None = None,
+    past_value: Operand | None = None,
+    nonpad_kv_seqlen: Operand | None = None,
     /,
     *,
     is_causal: int = 0,
@@ -461,7 +461,7 @@ def attention(
     return call_builder(
         "Attention",
         "",
-        (x0, x1, x2, x3, x4, x5, x6),
+        (q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen),
         {
             "is_causal": is_causal,
             "kv_num_heads": kv_num_heads,
@@ -520,11 +520,11 @@ def average_pool(
 
 
 def batch_normalization(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
-    x3: Operand,
-    x4: Operand,
+    x: Operand,
+    scale: Operand,
+    b: Operand,
+    input_mean: Operand,
+    input_var: Operand,
     /,
     *,
     epsilon: float = 1e-05,
@@ -541,7 +541,7 @@ def batch_normalization(
     return call_builder(
         "BatchNormalization",
         "",
-        (x0, x1, x2, x3, x4),
+        (x, scale, b, input_mean, input_var),
         {"epsilon": epsilon, "momentum": momentum, "training_mode": training_mode, **unknown},
         variadic=False,
         name=name,
@@ -561,34 +561,32 @@ def binarizer(
     )
 
 
-def bit_cast(x: Operand, /, *, to: Any, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def bit_cast(input: Operand, /, *, to: Any, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """BitCast: reinterpret the bytes as another type of the same width (to: a dtype or an ONNX type code).
 
     Attributes: to=REQUIRED. Returns the output value.
     """
-    return call_builder("BitCast", "", (x,), {"to": to, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("BitCast", "", (input,), {"to": to, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def bit_shift(
-    x0: Operand, x1: Operand, /, *, direction: str, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    x: Operand, y: Operand, /, *, direction: str, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
     """BitShift: x << y or x >> y on integers (arithmetic right shift when signed).
 
     Attributes: direction=REQUIRED. Returns the output value.
     """
     return call_builder(
-        "BitShift", "", (x0, x1), {"direction": direction, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "BitShift", "", (x, y), {"direction": direction, **unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
-def bitwise_and(
-    x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
-) -> Value:
+def bitwise_and(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """BitwiseAnd: a & b.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("BitwiseAnd", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("BitwiseAnd", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def bitwise_not(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
@@ -599,28 +597,24 @@ def bitwise_not(x: Operand, /, *, name: str | None = None, num_outputs: int | No
     return call_builder("BitwiseNot", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def bitwise_or(
-    x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
-) -> Value:
+def bitwise_or(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """BitwiseOr: a | b.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("BitwiseOr", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("BitwiseOr", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def bitwise_xor(
-    x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
-) -> Value:
+def bitwise_xor(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """BitwiseXor: a ^ b.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("BitwiseXor", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("BitwiseXor", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def blackman_window(
-    x: Operand,
+    size: Operand,
     /,
     *,
     output_datatype: int = 1,
@@ -636,7 +630,7 @@ def blackman_window(
     return call_builder(
         "BlackmanWindow",
         "",
-        (x,),
+        (size,),
         {"output_datatype": output_datatype, "periodic": periodic, **unknown},
         variadic=False,
         name=name,
@@ -645,20 +639,27 @@ def blackman_window(
 
 
 def cast(
-    x: Operand, /, *, to: DTypeLike, saturate: int = 1, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    input: Operand,
+    /,
+    *,
+    to: DTypeLike,
+    saturate: int = 1,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
 ) -> Value:
     """Cast: convert to another dtype.
 
     Attributes: to=REQUIRED, saturate=1. Returns the output value.
     """
     return call_builder(
-        "Cast", "", (x,), {"to": to, "saturate": saturate, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "Cast", "", (input,), {"to": to, "saturate": saturate, **unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
 def cast_like(
-    x0: Operand,
-    x1: Operand,
+    input: Operand,
+    target_type: Operand,
     /,
     *,
     saturate: int = 1,
@@ -674,7 +675,7 @@ def cast_like(
     return call_builder(
         "CastLike",
         "",
-        (x0, x1),
+        (input, target_type),
         {"saturate": saturate, "round_mode": round_mode, **unknown},
         variadic=False,
         name=name,
@@ -683,10 +684,10 @@ def cast_like(
 
 
 def causal_conv_with_state(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
-    x3: Operand | None = None,
+    input: Operand,
+    weight: Operand,
+    bias: Operand | None = None,
+    past_state: Operand | None = None,
     /,
     *,
     activation: str = "none",
@@ -701,7 +702,7 @@ def causal_conv_with_state(
     return call_builder(
         "CausalConvWithState",
         "",
-        (x0, x1, x2, x3),
+        (input, weight, bias, past_state),
         {"activation": activation, **unknown},
         variadic=False,
         name=name,
@@ -728,8 +729,8 @@ def celu(
 
 
 def center_crop_pad(
-    x0: Operand,
-    x1: Operand,
+    input_data: Operand,
+    shape: Operand,
     /,
     *,
     axes: Sequence[int] | None = None,
@@ -742,14 +743,14 @@ def center_crop_pad(
     Attributes: axes=None. Returns the output value.
     """
     return call_builder(
-        "CenterCropPad", "", (x0, x1), {"axes": axes, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "CenterCropPad", "", (input_data, shape), {"axes": axes, **unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
 def clip(
-    x0: Operand,
-    x1: Operand | None = None,
-    x2: Operand | None = None,
+    input: Operand,
+    min: Operand | None = None,
+    max: Operand | None = None,
     /,
     *,
     name: str | None = None,
@@ -760,13 +761,13 @@ def clip(
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Clip", "", (x0, x1, x2), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Clip", "", (input, min, max), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def col2_im(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
+    input: Operand,
+    image_shape: Operand,
+    block_shape: Operand,
     /,
     *,
     dilations: Sequence[int] | None = None,
@@ -783,7 +784,7 @@ def col2_im(
     return call_builder(
         "Col2Im",
         "",
-        (x0, x1, x2),
+        (input, image_shape, block_shape),
         {"dilations": dilations, "pads": pads, "strides": strides, **unknown},
         variadic=False,
         name=name,
@@ -792,8 +793,8 @@ def col2_im(
 
 
 def compress(
-    x0: Operand,
-    x1: Operand,
+    input: Operand,
+    condition: Operand,
     /,
     *,
     axis: int | None = None,
@@ -805,7 +806,9 @@ def compress(
 
     Attributes: axis=None. Returns the output value.
     """
-    return call_builder("Compress", "", (x0, x1), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder(
+        "Compress", "", (input, condition), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+    )
 
 
 def concat(
@@ -819,21 +822,27 @@ def concat(
 
 
 def constant_of_shape(
-    x: Operand, /, *, value: np.ndarray | None = None, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    input: Operand,
+    /,
+    *,
+    value: np.ndarray | None = None,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
 ) -> Value:
     """ConstantOfShape: a tensor of the given shape filled with value (default float32 0).
 
     Attributes: value=None. Returns the output value.
     """
     return call_builder(
-        "ConstantOfShape", "", (x,), {"value": value, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "ConstantOfShape", "", (input,), {"value": value, **unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
 def conv2d(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
+    x: Operand,
+    w: Operand,
+    b: Operand | None = None,
     /,
     *,
     auto_pad: str = "NOTSET",
@@ -853,7 +862,7 @@ def conv2d(
     return call_builder(
         "Conv",
         "",
-        (x0, x1, x2),
+        (x, w, b),
         {
             "auto_pad": auto_pad,
             "kernel_shape": kernel_shape,
@@ -870,10 +879,10 @@ def conv2d(
 
 
 def conv_integer(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
-    x3: Operand | None = None,
+    x: Operand,
+    w: Operand,
+    x_zero_point: Operand | None = None,
+    w_zero_point: Operand | None = None,
     /,
     *,
     auto_pad: str = "NOTSET",
@@ -893,7 +902,7 @@ def conv_integer(
     return call_builder(
         "ConvInteger",
         "",
-        (x0, x1, x2, x3),
+        (x, w, x_zero_point, w_zero_point),
         {
             "auto_pad": auto_pad,
             "dilations": dilations,
@@ -910,9 +919,9 @@ def conv_integer(
 
 
 def conv_transpose(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
+    x: Operand,
+    w: Operand,
+    b: Operand | None = None,
     /,
     *,
     dilations: Sequence[int] | None = None,
@@ -934,7 +943,7 @@ def conv_transpose(
     return call_builder(
         "ConvTranspose",
         "",
-        (x0, x1, x2),
+        (x, w, b),
         {
             "dilations": dilations,
             "pads": pads,
@@ -952,25 +961,25 @@ def conv_transpose(
     )
 
 
-def cos(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def cos(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Cos: cosine.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Cos", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Cos", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def cosh(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def cosh(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Cosh: hyperbolic cosine.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Cosh", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Cosh", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def cum_prod(
-    x0: Operand,
-    x1: Operand,
+    x: Operand,
+    axis: Operand,
     /,
     *,
     exclusive: int = 0,
@@ -986,7 +995,7 @@ def cum_prod(
     return call_builder(
         "CumProd",
         "",
-        (x0, x1),
+        (x, axis),
         {"exclusive": exclusive, "reverse": reverse, **unknown},
         variadic=False,
         name=name,
@@ -995,8 +1004,8 @@ def cum_prod(
 
 
 def cum_sum(
-    x0: Operand,
-    x1: Operand,
+    x: Operand,
+    axis: Operand,
     /,
     *,
     exclusive: int = 0,
@@ -1012,7 +1021,7 @@ def cum_sum(
     return call_builder(
         "CumSum",
         "",
-        (x0, x1),
+        (x, axis),
         {"exclusive": exclusive, "reverse": reverse, **unknown},
         variadic=False,
         name=name,
@@ -1021,11 +1030,11 @@ def cum_sum(
 
 
 def deform_conv(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
-    x3: Operand | None = None,
-    x4: Operand | None = None,
+    x: Operand,
+    w: Operand,
+    offset: Operand,
+    b: Operand | None = None,
+    mask: Operand | None = None,
     /,
     *,
     dilations: Sequence[int] | None = None,
@@ -1045,7 +1054,7 @@ def deform_conv(
     return call_builder(
         "DeformConv",
         "",
-        (x0, x1, x2, x3, x4),
+        (x, w, offset, b, mask),
         {
             "dilations": dilations,
             "group": group,
@@ -1062,7 +1071,14 @@ def deform_conv(
 
 
 def depth_to_space(
-    x: Operand, /, *, blocksize: int, mode: str = "DCR", name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    input: Operand,
+    /,
+    *,
+    blocksize: int,
+    mode: str = "DCR",
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
 ) -> Value:
     """DepthToSpace: move channel blocks into space (DCR or CRD).
 
@@ -1071,7 +1087,7 @@ def depth_to_space(
     return call_builder(
         "DepthToSpace",
         "",
-        (x,),
+        (input,),
         {"blocksize": blocksize, "mode": mode, **unknown},
         variadic=False,
         name=name,
@@ -1080,9 +1096,9 @@ def depth_to_space(
 
 
 def dequantize_linear(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
+    x: Operand,
+    x_scale: Operand,
+    x_zero_point: Operand | None = None,
     /,
     *,
     axis: int = 1,
@@ -1099,7 +1115,7 @@ def dequantize_linear(
     return call_builder(
         "DequantizeLinear",
         "",
-        (x0, x1, x2),
+        (x, x_scale, x_zero_point),
         {"axis": axis, "block_size": block_size, "output_dtype": output_dtype, **unknown},
         variadic=False,
         name=name,
@@ -1116,9 +1132,9 @@ def det(x: Operand, /, *, name: str | None = None, num_outputs: int | None = Non
 
 
 def dft(
-    x0: Operand,
-    x1: Operand | None = None,
-    x2: Operand | None = None,
+    input: Operand,
+    dft_length: Operand | None = None,
+    in_axis: Operand | None = None,
     /,
     *,
     inverse: int = 0,
@@ -1135,7 +1151,7 @@ def dft(
     return call_builder(
         "DFT",
         "",
-        (x0, x1, x2),
+        (input, dft_length, in_axis),
         {"inverse": inverse, "onesided": onesided, "axis": axis, **unknown},
         variadic=False,
         name=name,
@@ -1143,18 +1159,18 @@ def dft(
     )
 
 
-def div(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def div(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Div: a / b; integer division truncates toward zero.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Div", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Div", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def dropout(
-    x0: Operand,
-    x1: Operand | None = None,
-    x2: Operand | None = None,
+    data: Operand,
+    ratio: Operand | None = None,
+    training_mode: Operand | None = None,
     /,
     *,
     seed: int | None = None,
@@ -1167,7 +1183,7 @@ def dropout(
     Attributes: seed=None. Returns the output value, or a tuple of them when there are several.
     """
     return call_builder(
-        "Dropout", "", (x0, x1, x2), {"seed": seed, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "Dropout", "", (data, ratio, training_mode), {"seed": seed, **unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
@@ -1199,40 +1215,42 @@ def elu(x: Operand, /, *, alpha: float = 1.0, name: str | None = None, num_outpu
     return call_builder("Elu", "", (x,), {"alpha": alpha, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def equal(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def equal(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Equal: a == b, broadcast (numbers, bools or strings).
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Equal", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Equal", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def erf(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def erf(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Erf: the error function.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Erf", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Erf", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def exp(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def exp(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Exp: e ** x.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Exp", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Exp", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def expand(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def expand(
+    input: Operand, shape: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+) -> Value:
     """Expand: broadcast to a shape (bidirectionally, as numpy does).
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Expand", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Expand", "", (input, shape), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def eye_like(
-    x: Operand,
+    input: Operand,
     /,
     *,
     dtype: DTypeLike | None = None,
@@ -1246,22 +1264,24 @@ def eye_like(
     Attributes: dtype=None, k=0. Returns the output value.
     """
     return call_builder(
-        "EyeLike", "", (x,), {"dtype": dtype, "k": k, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "EyeLike", "", (input,), {"dtype": dtype, "k": k, **unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
-def flatten(x: Operand, /, *, axis: int = 1, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def flatten(
+    input: Operand, /, *, axis: int = 1, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+) -> Value:
     """Flatten: 2-D: the dims before axis times the dims from it.
 
     Attributes: axis=1. Returns the output value.
     """
-    return call_builder("Flatten", "", (x,), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Flatten", "", (input,), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def flex_attention(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
+    q: Operand,
+    k: Operand,
+    v: Operand,
     /,
     *,
     scale: float | None = None,
@@ -1277,7 +1297,7 @@ def flex_attention(
     return call_builder(
         "FlexAttention",
         "ai.onnx.preview",
-        (x0, x1, x2),
+        (q, k, v),
         {"scale": scale, "softmax_precision": softmax_precision, **unknown},
         variadic=False,
         name=name,
@@ -1436,36 +1456,59 @@ def fused_mat_mul(
 
 
 def gather(
-    x0: Operand, x1: Operand, /, *, axis: int = 0, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    data: Operand,
+    indices: Operand,
+    /,
+    *,
+    axis: int = 0,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
 ) -> Value:
     """Gather: take entries along an axis; negative indices count from the end.
 
     Attributes: axis=0. Returns the output value.
     """
-    return call_builder("Gather", "", (x0, x1), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder(
+        "Gather", "", (data, indices), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+    )
 
 
 def gather_elements(
-    x0: Operand, x1: Operand, /, *, axis: int = 0, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    data: Operand,
+    indices: Operand,
+    /,
+    *,
+    axis: int = 0,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
 ) -> Value:
     """GatherElements: data picked element by element along axis.
 
     Attributes: axis=0. Returns the output value.
     """
     return call_builder(
-        "GatherElements", "", (x0, x1), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "GatherElements", "", (data, indices), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
 def gather_nd(
-    x0: Operand, x1: Operand, /, *, batch_dims: int = 0, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    data: Operand,
+    indices: Operand,
+    /,
+    *,
+    batch_dims: int = 0,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
 ) -> Value:
     """GatherND: slices of data picked by index tuples.
 
     Attributes: batch_dims=0. Returns the output value.
     """
     return call_builder(
-        "GatherND", "", (x0, x1), {"batch_dims": batch_dims, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "GatherND", "", (data, indices), {"batch_dims": batch_dims, **unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
@@ -1482,9 +1525,9 @@ def gelu(
 
 
 def gemm(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
+    a: Operand,
+    b: Operand,
+    c: Operand | None = None,
     /,
     *,
     alpha: float = 1.0,
@@ -1502,7 +1545,7 @@ def gemm(
     return call_builder(
         "Gemm",
         "",
-        (x0, x1, x2),
+        (a, b, c),
         {"alpha": alpha, "beta": beta, "transA": transA, "transB": transB, **unknown},
         variadic=False,
         name=name,
@@ -1526,27 +1569,27 @@ def global_max_pool(x: Operand, /, *, name: str | None = None, num_outputs: int 
     return call_builder("GlobalMaxPool", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def greater(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def greater(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Greater: a > b, broadcast.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Greater", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Greater", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def greater_or_equal(
-    x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
     """GreaterOrEqual: a >= b, broadcast.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("GreaterOrEqual", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("GreaterOrEqual", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def grid_sample(
-    x0: Operand,
-    x1: Operand,
+    x: Operand,
+    grid: Operand,
     /,
     *,
     align_corners: int = 0,
@@ -1563,7 +1606,7 @@ def grid_sample(
     return call_builder(
         "GridSample",
         "",
-        (x0, x1),
+        (x, grid),
         {"align_corners": align_corners, "mode": mode, "padding_mode": padding_mode, **unknown},
         variadic=False,
         name=name,
@@ -1572,9 +1615,9 @@ def grid_sample(
 
 
 def group_normalization(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
+    x: Operand,
+    scale: Operand,
+    bias: Operand,
     /,
     *,
     num_groups: int,
@@ -1591,7 +1634,7 @@ def group_normalization(
     return call_builder(
         "GroupNormalization",
         "",
-        (x0, x1, x2),
+        (x, scale, bias),
         {"num_groups": num_groups, "epsilon": epsilon, "stash_type": stash_type, **unknown},
         variadic=False,
         name=name,
@@ -1600,12 +1643,12 @@ def group_normalization(
 
 
 def gru(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
-    x3: Operand | None = None,
-    x4: Operand | None = None,
-    x5: Operand | None = None,
+    x: Operand,
+    w: Operand,
+    r: Operand,
+    b: Operand | None = None,
+    sequence_lens: Operand | None = None,
+    initial_h: Operand | None = None,
     /,
     *,
     activation_alpha: Sequence[float] | None = None,
@@ -1627,7 +1670,7 @@ def gru(
     return call_builder(
         "GRU",
         "",
-        (x0, x1, x2, x3, x4, x5),
+        (x, w, r, b, sequence_lens, initial_h),
         {
             "activation_alpha": activation_alpha,
             "activation_beta": activation_beta,
@@ -1646,7 +1689,7 @@ def gru(
 
 
 def hamming_window(
-    x: Operand,
+    size: Operand,
     /,
     *,
     output_datatype: int = 1,
@@ -1662,7 +1705,7 @@ def hamming_window(
     return call_builder(
         "HammingWindow",
         "",
-        (x,),
+        (size,),
         {"output_datatype": output_datatype, "periodic": periodic, **unknown},
         variadic=False,
         name=name,
@@ -1671,7 +1714,7 @@ def hamming_window(
 
 
 def hann_window(
-    x: Operand,
+    size: Operand,
     /,
     *,
     output_datatype: int = 1,
@@ -1687,7 +1730,7 @@ def hann_window(
     return call_builder(
         "HannWindow",
         "",
-        (x,),
+        (size,),
         {"output_datatype": output_datatype, "periodic": periodic, **unknown},
         variadic=False,
         name=name,
@@ -1722,26 +1765,28 @@ def hard_swish(x: Operand, /, *, name: str | None = None, num_outputs: int | Non
     return call_builder("HardSwish", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def hardmax(x: Operand, /, *, axis: int = -1, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def hardmax(
+    input: Operand, /, *, axis: int = -1, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+) -> Value:
     """Hardmax: 1 at the first maximum along axis, else 0.
 
     Attributes: axis=-1. Returns the output value.
     """
-    return call_builder("Hardmax", "", (x,), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Hardmax", "", (input,), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def identity(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def identity(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Identity: a copy of x.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Identity", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Identity", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def instance_normalization(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
+    input: Operand,
+    scale: Operand,
+    b: Operand,
     /,
     *,
     epsilon: float = 1e-05,
@@ -1756,7 +1801,7 @@ def instance_normalization(
     return call_builder(
         "InstanceNormalization",
         "",
-        (x0, x1, x2),
+        (input, scale, b),
         {"epsilon": epsilon, **unknown},
         variadic=False,
         name=name,
@@ -1847,9 +1892,9 @@ def label_encoder(
 
 
 def layer_normalization(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
+    x: Operand,
+    scale: Operand,
+    b: Operand | None = None,
     /,
     *,
     axis: int = -1,
@@ -1866,7 +1911,7 @@ def layer_normalization(
     return call_builder(
         "LayerNormalization",
         "",
-        (x0, x1, x2),
+        (x, scale, b),
         {"axis": axis, "epsilon": epsilon, "stash_type": stash_type, **unknown},
         variadic=False,
         name=name,
@@ -1884,31 +1929,31 @@ def leaky_relu(
     return call_builder("LeakyRelu", "", (x,), {"alpha": alpha, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def less(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def less(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Less: a < b, broadcast.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Less", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Less", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def less_or_equal(
-    x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
     """LessOrEqual: a <= b, broadcast.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("LessOrEqual", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("LessOrEqual", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def linear_attention(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
-    x3: Operand | None = None,
-    x4: Operand | None = None,
-    x5: Operand | None = None,
+    query: Operand,
+    key: Operand,
+    value: Operand,
+    past_state: Operand | None = None,
+    decay: Operand | None = None,
+    beta: Operand | None = None,
     /,
     *,
     chunk_size: int = 64,
@@ -1927,7 +1972,7 @@ def linear_attention(
     return call_builder(
         "LinearAttention",
         "",
-        (x0, x1, x2, x3, x4, x5),
+        (query, key, value, past_state, decay, beta),
         {
             "chunk_size": chunk_size,
             "kv_num_heads": kv_num_heads,
@@ -1942,33 +1987,33 @@ def linear_attention(
     )
 
 
-def log(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def log(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Log: natural logarithm.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Log", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Log", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def log_softmax(
-    x: Operand, /, *, axis: int = -1, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    input: Operand, /, *, axis: int = -1, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
     """LogSoftmax: log of Softmax along one axis, computed stably (opset 13).
 
     Attributes: axis=-1. Returns the output value.
     """
-    return call_builder("LogSoftmax", "", (x,), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("LogSoftmax", "", (input,), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def lp_normalization(
-    x: Operand, /, *, axis: int = -1, p: int = 2, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    input: Operand, /, *, axis: int = -1, p: int = 2, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
     """LpNormalization: x over its L1 or L2 norm along axis.
 
     Attributes: axis=-1, p=2. Returns the output value.
     """
     return call_builder(
-        "LpNormalization", "", (x,), {"axis": axis, "p": p, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "LpNormalization", "", (input,), {"axis": axis, "p": p, **unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
@@ -2039,14 +2084,14 @@ def lrn(
 
 
 def lstm(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
-    x3: Operand | None = None,
-    x4: Operand | None = None,
-    x5: Operand | None = None,
-    x6: Operand | None = None,
-    x7: Operand | None = None,
+    x: Operand,
+    w: Operand,
+    r: Operand,
+    b: Operand | None = None,
+    sequence_lens: Operand | None = None,
+    initial_h: Operand | None = None,
+    initial_c: Operand | None = None,
+    p: Operand | None = None,
     /,
     *,
     activation_alpha: Sequence[float] | None = None,
@@ -2068,7 +2113,7 @@ def lstm(
     return call_builder(
         "LSTM",
         "",
-        (x0, x1, x2, x3, x4, x5, x6, x7),
+        (x, w, r, b, sequence_lens, initial_h, initial_c, p),
         {
             "activation_alpha": activation_alpha,
             "activation_beta": activation_beta,
@@ -2087,10 +2132,10 @@ def lstm(
 
 
 def mat_mul_integer(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
-    x3: Operand | None = None,
+    a: Operand,
+    b: Operand,
+    a_zero_point: Operand | None = None,
+    b_zero_point: Operand | None = None,
     /,
     *,
     name: str | None = None,
@@ -2101,15 +2146,17 @@ def mat_mul_integer(
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("MatMulInteger", "", (x0, x1, x2, x3), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder(
+        "MatMulInteger", "", (a, b, a_zero_point, b_zero_point), {**unknown}, variadic=False, name=name, num_outputs=num_outputs
+    )
 
 
-def matmul(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def matmul(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """MatMul: numpy matmul: batched, broadcasting, 1-D operands promoted and squeezed.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("MatMul", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("MatMul", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def max(*inputs: Operand | Sequence[Operand], name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
@@ -2160,9 +2207,9 @@ def max_pool(
 
 
 def max_unpool(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
+    x: Operand,
+    i: Operand,
+    output_shape: Operand | None = None,
     /,
     *,
     kernel_shape: Sequence[int],
@@ -2179,7 +2226,7 @@ def max_unpool(
     return call_builder(
         "MaxUnpool",
         "",
-        (x0, x1, x2),
+        (x, i, output_shape),
         {"kernel_shape": kernel_shape, "pads": pads, "strides": strides, **unknown},
         variadic=False,
         name=name,
@@ -2210,11 +2257,11 @@ def mean_variance_normalization(
 
 
 def mel_weight_matrix(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
-    x3: Operand,
-    x4: Operand,
+    num_mel_bins: Operand,
+    dft_length: Operand,
+    sample_rate: Operand,
+    lower_edge_hertz: Operand,
+    upper_edge_hertz: Operand,
     /,
     *,
     output_datatype: int = 1,
@@ -2229,7 +2276,7 @@ def mel_weight_matrix(
     return call_builder(
         "MelWeightMatrix",
         "",
-        (x0, x1, x2, x3, x4),
+        (num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz),
         {"output_datatype": output_datatype, **unknown},
         variadic=False,
         name=name,
@@ -2254,13 +2301,13 @@ def mish(x: Operand, /, *, name: str | None = None, num_outputs: int | None = No
 
 
 def mod(
-    x0: Operand, x1: Operand, /, *, fmod: int = 0, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    a: Operand, b: Operand, /, *, fmod: int = 0, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
     """Mod: remainder: the divisor's sign (fmod=0) or the dividend's (fmod=1).
 
     Attributes: fmod=0. Returns the output value.
     """
-    return call_builder("Mod", "", (x0, x1), {"fmod": fmod, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Mod", "", (a, b), {"fmod": fmod, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def momentum(
@@ -2288,12 +2335,12 @@ def momentum(
     )
 
 
-def mul(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def mul(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Mul: a * b with numpy broadcasting.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Mul", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Mul", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def neg(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
@@ -2305,9 +2352,9 @@ def neg(x: Operand, /, *, name: str | None = None, num_outputs: int | None = Non
 
 
 def negative_log_likelihood_loss(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
+    input: Operand,
+    target: Operand,
+    weight: Operand | None = None,
     /,
     *,
     ignore_index: int | None = None,
@@ -2323,7 +2370,7 @@ def negative_log_likelihood_loss(
     return call_builder(
         "NegativeLogLikelihoodLoss",
         "",
-        (x0, x1, x2),
+        (input, target, weight),
         {"ignore_index": ignore_index, "reduction": reduction, **unknown},
         variadic=False,
         name=name,
@@ -2332,11 +2379,11 @@ def negative_log_likelihood_loss(
 
 
 def non_max_suppression(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
-    x3: Operand | None = None,
-    x4: Operand | None = None,
+    boxes: Operand,
+    scores: Operand,
+    max_output_boxes_per_class: Operand | None = None,
+    iou_threshold: Operand | None = None,
+    score_threshold: Operand | None = None,
     /,
     *,
     center_point_box: int = 0,
@@ -2351,7 +2398,7 @@ def non_max_suppression(
     return call_builder(
         "NonMaxSuppression",
         "",
-        (x0, x1, x2, x3, x4),
+        (boxes, scores, max_output_boxes_per_class, iou_threshold, score_threshold),
         {"center_point_box": center_point_box, **unknown},
         variadic=False,
         name=name,
@@ -2376,9 +2423,9 @@ def not_(x: Operand, /, *, name: str | None = None, num_outputs: int | None = No
 
 
 def one_hot(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
+    indices: Operand,
+    depth: Operand,
+    values: Operand,
     /,
     *,
     axis: int = -1,
@@ -2390,48 +2437,52 @@ def one_hot(
 
     Attributes: axis=-1. Returns the output value.
     """
-    return call_builder("OneHot", "", (x0, x1, x2), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder(
+        "OneHot", "", (indices, depth, values), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+    )
 
 
-def optional_get_element(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def optional_get_element(
+    input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+) -> Value:
     """OptionalGetElement: the value of a given optional tensor.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("OptionalGetElement", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("OptionalGetElement", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def optional_has_element(
-    x: Operand | None = None, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    input: Operand | None = None, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
     """OptionalHasElement: whether the optional input is given.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("OptionalHasElement", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("OptionalHasElement", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def or_(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def or_(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Or: a or b, broadcast.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Or", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Or", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def p_relu(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def p_relu(x: Operand, slope: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """PRelu: x where x >= 0, slope * x below (slope broadcasts to x).
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("PRelu", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("PRelu", "", (x, slope), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def pad(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
-    x3: Operand | None = None,
+    data: Operand,
+    pads: Operand,
+    constant_value: Operand | None = None,
+    axes: Operand | None = None,
     /,
     *,
     mode: str = "constant",
@@ -2444,28 +2495,34 @@ def pad(
     Attributes: mode='constant'. Returns the output value.
     """
     return call_builder(
-        "Pad", "", (x0, x1, x2, x3), {"mode": mode, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "Pad",
+        "",
+        (data, pads, constant_value, axes),
+        {"mode": mode, **unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
     )
 
 
-def pow(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def pow(x: Operand, y: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Pow: a ** b; the result has a's dtype.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Pow", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Pow", "", (x, y), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def q_linear_conv(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
-    x3: Operand,
-    x4: Operand,
-    x5: Operand,
-    x6: Operand,
-    x7: Operand,
-    x8: Operand | None = None,
+    x: Operand,
+    x_scale: Operand,
+    x_zero_point: Operand,
+    w: Operand,
+    w_scale: Operand,
+    w_zero_point: Operand,
+    y_scale: Operand,
+    y_zero_point: Operand,
+    b: Operand | None = None,
     /,
     *,
     auto_pad: str = "NOTSET",
@@ -2485,7 +2542,7 @@ def q_linear_conv(
     return call_builder(
         "QLinearConv",
         "",
-        (x0, x1, x2, x3, x4, x5, x6, x7, x8),
+        (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b),
         {
             "auto_pad": auto_pad,
             "dilations": dilations,
@@ -2502,14 +2559,14 @@ def q_linear_conv(
 
 
 def q_linear_mat_mul(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
-    x3: Operand,
-    x4: Operand,
-    x5: Operand,
-    x6: Operand,
-    x7: Operand,
+    a: Operand,
+    a_scale: Operand,
+    a_zero_point: Operand,
+    b: Operand,
+    b_scale: Operand,
+    b_zero_point: Operand,
+    y_scale: Operand,
+    y_zero_point: Operand,
     /,
     *,
     name: str | None = None,
@@ -2521,14 +2578,20 @@ def q_linear_mat_mul(
     Attributes: none. Returns the output value.
     """
     return call_builder(
-        "QLinearMatMul", "", (x0, x1, x2, x3, x4, x5, x6, x7), {**unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "QLinearMatMul",
+        "",
+        (a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point),
+        {**unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
     )
 
 
 def quantize_linear(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
+    x: Operand,
+    y_scale: Operand,
+    y_zero_point: Operand | None = None,
     /,
     *,
     axis: int = 1,
@@ -2547,7 +2610,7 @@ def quantize_linear(
     return call_builder(
         "QuantizeLinear",
         "",
-        (x0, x1, x2),
+        (x, y_scale, y_zero_point),
         {
             "axis": axis,
             "block_size": block_size,
@@ -2563,9 +2626,9 @@ def quantize_linear(
 
 
 def range(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
+    start: Operand,
+    limit: Operand,
+    delta: Operand,
     /,
     *,
     stash_type: int = 1,
@@ -2578,7 +2641,13 @@ def range(
     Attributes: stash_type=1. Returns the output value.
     """
     return call_builder(
-        "Range", "", (x0, x1, x2), {"stash_type": stash_type, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "Range",
+        "",
+        (start, limit, delta),
+        {"stash_type": stash_type, **unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
     )
 
 
@@ -2591,8 +2660,8 @@ def reciprocal(x: Operand, /, *, name: str | None = None, num_outputs: int | Non
 
 
 def reduce_l1(
-    x0: Operand,
-    x1: Operand | None = None,
+    data: Operand,
+    axes: Operand | None = None,
     /,
     *,
     keepdims: int = 1,
@@ -2608,7 +2677,7 @@ def reduce_l1(
     return call_builder(
         "ReduceL1",
         "",
-        (x0, x1),
+        (data, axes),
         {"keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes, **unknown},
         variadic=False,
         name=name,
@@ -2617,8 +2686,8 @@ def reduce_l1(
 
 
 def reduce_l2(
-    x0: Operand,
-    x1: Operand | None = None,
+    data: Operand,
+    axes: Operand | None = None,
     /,
     *,
     keepdims: int = 1,
@@ -2634,7 +2703,7 @@ def reduce_l2(
     return call_builder(
         "ReduceL2",
         "",
-        (x0, x1),
+        (data, axes),
         {"keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes, **unknown},
         variadic=False,
         name=name,
@@ -2643,8 +2712,8 @@ def reduce_l2(
 
 
 def reduce_log_sum(
-    x0: Operand,
-    x1: Operand | None = None,
+    data: Operand,
+    axes: Operand | None = None,
     /,
     *,
     keepdims: int = 1,
@@ -2660,7 +2729,7 @@ def reduce_log_sum(
     return call_builder(
         "ReduceLogSum",
         "",
-        (x0, x1),
+        (data, axes),
         {"keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes, **unknown},
         variadic=False,
         name=name,
@@ -2669,8 +2738,8 @@ def reduce_log_sum(
 
 
 def reduce_log_sum_exp(
-    x0: Operand,
-    x1: Operand | None = None,
+    data: Operand,
+    axes: Operand | None = None,
     /,
     *,
     keepdims: int = 1,
@@ -2686,7 +2755,7 @@ def reduce_log_sum_exp(
     return call_builder(
         "ReduceLogSumExp",
         "",
-        (x0, x1),
+        (data, axes),
         {"keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes, **unknown},
         variadic=False,
         name=name,
@@ -2695,8 +2764,8 @@ def reduce_log_sum_exp(
 
 
 def reduce_max(
-    x0: Operand,
-    x1: Operand | None = None,
+    data: Operand,
+    axes: Operand | None = None,
     /,
     *,
     keepdims: int = 1,
@@ -2712,7 +2781,7 @@ def reduce_max(
     return call_builder(
         "ReduceMax",
         "",
-        (x0, x1),
+        (data, axes),
         {"keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes, **unknown},
         variadic=False,
         name=name,
@@ -2721,8 +2790,8 @@ def reduce_max(
 
 
 def reduce_mean(
-    x0: Operand,
-    x1: Operand | None = None,
+    data: Operand,
+    axes: Operand | None = None,
     /,
     *,
     keepdims: int = 1,
@@ -2738,7 +2807,7 @@ def reduce_mean(
     return call_builder(
         "ReduceMean",
         "",
-        (x0, x1),
+        (data, axes),
         {"keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes, **unknown},
         variadic=False,
         name=name,
@@ -2747,8 +2816,8 @@ def reduce_mean(
 
 
 def reduce_min(
-    x0: Operand,
-    x1: Operand | None = None,
+    data: Operand,
+    axes: Operand | None = None,
     /,
     *,
     keepdims: int = 1,
@@ -2764,7 +2833,7 @@ def reduce_min(
     return call_builder(
         "ReduceMin",
         "",
-        (x0, x1),
+        (data, axes),
         {"keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes, **unknown},
         variadic=False,
         name=name,
@@ -2773,8 +2842,8 @@ def reduce_min(
 
 
 def reduce_prod(
-    x0: Operand,
-    x1: Operand | None = None,
+    data: Operand,
+    axes: Operand | None = None,
     /,
     *,
     keepdims: int = 1,
@@ -2790,7 +2859,7 @@ def reduce_prod(
     return call_builder(
         "ReduceProd",
         "",
-        (x0, x1),
+        (data, axes),
         {"keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes, **unknown},
         variadic=False,
         name=name,
@@ -2799,8 +2868,8 @@ def reduce_prod(
 
 
 def reduce_sum(
-    x0: Operand,
-    x1: Operand | None = None,
+    data: Operand,
+    axes: Operand | None = None,
     /,
     *,
     keepdims: int = 1,
@@ -2816,7 +2885,7 @@ def reduce_sum(
     return call_builder(
         "ReduceSum",
         "",
-        (x0, x1),
+        (data, axes),
         {"keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes, **unknown},
         variadic=False,
         name=name,
@@ -2825,8 +2894,8 @@ def reduce_sum(
 
 
 def reduce_sum_square(
-    x0: Operand,
-    x1: Operand | None = None,
+    data: Operand,
+    axes: Operand | None = None,
     /,
     *,
     keepdims: int = 1,
@@ -2842,7 +2911,7 @@ def reduce_sum_square(
     return call_builder(
         "ReduceSumSquare",
         "",
-        (x0, x1),
+        (data, axes),
         {"keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes, **unknown},
         variadic=False,
         name=name,
@@ -2871,22 +2940,29 @@ def relu(x: Operand, /, *, name: str | None = None, num_outputs: int | None = No
 
 
 def reshape(
-    x0: Operand, x1: Operand, /, *, allowzero: int = 0, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    data: Operand,
+    shape: Operand,
+    /,
+    *,
+    allowzero: int = 0,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
 ) -> Value:
     """Reshape: new shape from the shape input; 0 copies a dim (unless allowzero), -1 is inferred.
 
     Attributes: allowzero=0. Returns the output value.
     """
     return call_builder(
-        "Reshape", "", (x0, x1), {"allowzero": allowzero, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "Reshape", "", (data, shape), {"allowzero": allowzero, **unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
 def resize(
-    x0: Operand,
-    x1: Operand | None = None,
-    x2: Operand | None = None,
-    x3: Operand | None = None,
+    x: Operand,
+    roi: Operand | None = None,
+    scales: Operand | None = None,
+    sizes: Operand | None = None,
     /,
     *,
     antialias: int = 0,
@@ -2909,7 +2985,7 @@ def resize(
     return call_builder(
         "Resize",
         "",
-        (x0, x1, x2, x3),
+        (x, roi, scales, sizes),
         {
             "antialias": antialias,
             "axes": axes,
@@ -2929,8 +3005,8 @@ def resize(
 
 
 def reverse_sequence(
-    x0: Operand,
-    x1: Operand,
+    input: Operand,
+    sequence_lens: Operand,
     /,
     *,
     batch_axis: int = 1,
@@ -2946,7 +3022,7 @@ def reverse_sequence(
     return call_builder(
         "ReverseSequence",
         "",
-        (x0, x1),
+        (input, sequence_lens),
         {"batch_axis": batch_axis, "time_axis": time_axis, **unknown},
         variadic=False,
         name=name,
@@ -2955,8 +3031,8 @@ def reverse_sequence(
 
 
 def rms_normalization(
-    x0: Operand,
-    x1: Operand,
+    x: Operand,
+    scale: Operand,
     /,
     *,
     axis: int = -1,
@@ -2973,7 +3049,7 @@ def rms_normalization(
     return call_builder(
         "RMSNormalization",
         "",
-        (x0, x1),
+        (x, scale),
         {"axis": axis, "epsilon": epsilon, "stash_type": stash_type, **unknown},
         variadic=False,
         name=name,
@@ -2982,12 +3058,12 @@ def rms_normalization(
 
 
 def rnn(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
-    x3: Operand | None = None,
-    x4: Operand | None = None,
-    x5: Operand | None = None,
+    x: Operand,
+    w: Operand,
+    r: Operand,
+    b: Operand | None = None,
+    sequence_lens: Operand | None = None,
+    initial_h: Operand | None = None,
     /,
     *,
     activation_alpha: Sequence[float] | None = None,
@@ -3008,7 +3084,7 @@ def rnn(
     return call_builder(
         "RNN",
         "",
-        (x0, x1, x2, x3, x4, x5),
+        (x, w, r, b, sequence_lens, initial_h),
         {
             "activation_alpha": activation_alpha,
             "activation_beta": activation_beta,
@@ -3026,9 +3102,9 @@ def rnn(
 
 
 def roi_align(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
+    x: Operand,
+    rois: Operand,
+    batch_indices: Operand,
     /,
     *,
     coordinate_transformation_mode: str = "half_pixel",
@@ -3048,7 +3124,7 @@ def roi_align(
     return call_builder(
         "RoiAlign",
         "",
-        (x0, x1, x2),
+        (x, rois, batch_indices),
         {
             "coordinate_transformation_mode": coordinate_transformation_mode,
             "mode": mode,
@@ -3065,10 +3141,10 @@ def roi_align(
 
 
 def rotary_embedding(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
-    x3: Operand | None = None,
+    x: Operand,
+    cos_cache: Operand,
+    sin_cache: Operand,
+    position_ids: Operand | None = None,
     /,
     *,
     interleaved: int = 0,
@@ -3085,7 +3161,7 @@ def rotary_embedding(
     return call_builder(
         "RotaryEmbedding",
         "",
-        (x0, x1, x2, x3),
+        (x, cos_cache, sin_cache, position_ids),
         {"interleaved": interleaved, "num_heads": num_heads, "rotary_embedding_dim": rotary_embedding_dim, **unknown},
         variadic=False,
         name=name,
@@ -3102,9 +3178,9 @@ def round(x: Operand, /, *, name: str | None = None, num_outputs: int | None = N
 
 
 def scatter(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
+    data: Operand,
+    indices: Operand,
+    updates: Operand,
     /,
     *,
     axis: int = 0,
@@ -3117,14 +3193,14 @@ def scatter(
     Attributes: axis=0. Returns the output value.
     """
     return call_builder(
-        "Scatter", "", (x0, x1, x2), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "Scatter", "", (data, indices, updates), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
 def scatter_elements(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
+    data: Operand,
+    indices: Operand,
+    updates: Operand,
     /,
     *,
     axis: int = 0,
@@ -3140,7 +3216,7 @@ def scatter_elements(
     return call_builder(
         "ScatterElements",
         "",
-        (x0, x1, x2),
+        (data, indices, updates),
         {"axis": axis, "reduction": reduction, **unknown},
         variadic=False,
         name=name,
@@ -3149,9 +3225,9 @@ def scatter_elements(
 
 
 def scatter_nd(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
+    data: Operand,
+    indices: Operand,
+    updates: Operand,
     /,
     *,
     reduction: str = "none",
@@ -3164,7 +3240,13 @@ def scatter_nd(
     Attributes: reduction='none'. Returns the output value.
     """
     return call_builder(
-        "ScatterND", "", (x0, x1, x2), {"reduction": reduction, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "ScatterND",
+        "",
+        (data, indices, updates),
+        {"reduction": reduction, **unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
     )
 
 
@@ -3188,7 +3270,7 @@ def selu(
 
 
 def shape(
-    x: Operand,
+    data: Operand,
     /,
     *,
     start: int = 0,
@@ -3202,12 +3284,12 @@ def shape(
     Attributes: start=0, end=None. Returns the output value.
     """
     return call_builder(
-        "Shape", "", (x,), {"start": start, "end": end, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "Shape", "", (data,), {"start": start, "end": end, **unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
 def shrink(
-    x: Operand,
+    input: Operand,
     /,
     *,
     bias: float = 0.0,
@@ -3221,7 +3303,7 @@ def shrink(
     Attributes: bias=0.0, lambd=0.5. Returns the output value.
     """
     return call_builder(
-        "Shrink", "", (x,), {"bias": bias, "lambd": lambd, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "Shrink", "", (input,), {"bias": bias, "lambd": lambd, **unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 
@@ -3233,44 +3315,44 @@ def sigmoid(x: Operand, /, *, name: str | None = None, num_outputs: int | None =
     return call_builder("Sigmoid", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def sign(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def sign(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Sign: -1, 0 or 1 by the sign of x (any numeric type).
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Sign", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Sign", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def sin(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def sin(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Sin: sine.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Sin", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Sin", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def sinh(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def sinh(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Sinh: hyperbolic sine.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Sinh", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Sinh", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def size(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def size(data: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Size: the number of elements of the input, as an int64 scalar.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Size", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Size", "", (data,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def slice(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand,
-    x3: Operand | None = None,
-    x4: Operand | None = None,
+    data: Operand,
+    starts: Operand,
+    ends: Operand,
+    axes: Operand | None = None,
+    steps: Operand | None = None,
     /,
     *,
     name: str | None = None,
@@ -3281,21 +3363,25 @@ def slice(
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Slice", "", (x0, x1, x2, x3, x4), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder(
+        "Slice", "", (data, starts, ends, axes, steps), {**unknown}, variadic=False, name=name, num_outputs=num_outputs
+    )
 
 
-def softmax(x: Operand, /, *, axis: int = -1, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def softmax(
+    input: Operand, /, *, axis: int = -1, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+) -> Value:
     """Softmax: exp(x) / sum(exp(x)) along one axis (opset 13).
 
     Attributes: axis=-1. Returns the output value.
     """
-    return call_builder("Softmax", "", (x,), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Softmax", "", (input,), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def softmax_cross_entropy_loss(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
+    scores: Operand,
+    labels: Operand,
+    weights: Operand | None = None,
     /,
     *,
     ignore_index: int | None = None,
@@ -3311,7 +3397,7 @@ def softmax_cross_entropy_loss(
     return call_builder(
         "SoftmaxCrossEntropyLoss",
         "",
-        (x0, x1, x2),
+        (scores, labels, weights),
         {"ignore_index": ignore_index, "reduction": reduction, **unknown},
         variadic=False,
         name=name,
@@ -3327,16 +3413,23 @@ def softplus(x: Operand, /, *, name: str | None = None, num_outputs: int | None 
     return call_builder("Softplus", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def softsign(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def softsign(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Softsign: x / (1 + |x|).
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Softsign", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Softsign", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def space_to_depth(
-    x: Operand, /, *, blocksize: int, mode: str = "DCR", name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    input: Operand,
+    /,
+    *,
+    blocksize: int,
+    mode: str = "DCR",
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
 ) -> Value:
     """SpaceToDepth: move spatial blocks into channels.
 
@@ -3345,7 +3438,7 @@ def space_to_depth(
     return call_builder(
         "SpaceToDepth",
         "",
-        (x,),
+        (input,),
         {"blocksize": blocksize, "mode": mode, **unknown},
         variadic=False,
         name=name,
@@ -3354,8 +3447,8 @@ def space_to_depth(
 
 
 def split(
-    x0: Operand,
-    x1: Operand | None = None,
+    input: Operand,
+    split: Operand | None = None,
     /,
     *,
     axis: int = 0,
@@ -3367,7 +3460,9 @@ def split(
 
     Attributes: axis=0, num_outputs=None. Returns the output value, or a tuple of them when there are several.
     """
-    return call_builder("Split", "", (x0, x1), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder(
+        "Split", "", (input, split), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+    )
 
 
 def sqrt(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
@@ -3379,20 +3474,20 @@ def sqrt(x: Operand, /, *, name: str | None = None, num_outputs: int | None = No
 
 
 def squeeze(
-    x0: Operand, x1: Operand | None = None, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    data: Operand, axes: Operand | None = None, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
     """Squeeze: drop size-1 axes (all of them without the axes input).
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Squeeze", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Squeeze", "", (data, axes), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def stft(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
-    x3: Operand | None = None,
+    signal: Operand,
+    frame_step: Operand,
+    window: Operand | None = None,
+    frame_length: Operand | None = None,
     /,
     *,
     onesided: int = 1,
@@ -3405,18 +3500,24 @@ def stft(
     Attributes: onesided=1. Returns the output value.
     """
     return call_builder(
-        "STFT", "", (x0, x1, x2, x3), {"onesided": onesided, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "STFT",
+        "",
+        (signal, frame_step, window, frame_length),
+        {"onesided": onesided, **unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
     )
 
 
 def string_concat(
-    x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    x: Operand, y: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
     """StringConcat: x + y for strings, broadcast.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("StringConcat", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("StringConcat", "", (x, y), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def string_normalizer(
@@ -3477,12 +3578,12 @@ def string_split(
     )
 
 
-def sub(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def sub(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Sub: a - b with numpy broadcasting.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Sub", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Sub", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def sum(*inputs: Operand | Sequence[Operand], name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
@@ -3494,13 +3595,13 @@ def sum(*inputs: Operand | Sequence[Operand], name: str | None = None, num_outpu
 
 
 def swi_glu(
-    x0: Operand, x1: Operand, /, *, alpha: float = 1.0, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    a: Operand, b: Operand, /, *, alpha: float = 1.0, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
     """SwiGLU: swish(A, alpha) * B for A and B of one shape.
 
     Attributes: alpha=1.0. Returns the output value.
     """
-    return call_builder("SwiGLU", "", (x0, x1), {"alpha": alpha, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("SwiGLU", "", (a, b), {"alpha": alpha, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def swish(
@@ -3513,26 +3614,26 @@ def swish(
     return call_builder("Swish", "", (x,), {"alpha": alpha, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def tan(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def tan(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Tan: tangent.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Tan", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Tan", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def tanh(x: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def tanh(input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Tanh: hyperbolic tangent.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Tanh", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Tanh", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def tensor_scatter(
-    x0: Operand,
-    x1: Operand,
-    x2: Operand | None = None,
+    past_cache: Operand,
+    update: Operand,
+    write_indices: Operand | None = None,
     /,
     *,
     mode: str = "linear",
@@ -3548,7 +3649,7 @@ def tensor_scatter(
     return call_builder(
         "TensorScatter",
         "",
-        (x0, x1, x2),
+        (past_cache, update, write_indices),
         {"mode": mode, "axis": axis, **unknown},
         variadic=False,
         name=name,
@@ -3611,17 +3712,19 @@ def thresholded_relu(
     )
 
 
-def tile(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def tile(
+    input: Operand, repeats: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+) -> Value:
     """Tile: the input repeated along each axis.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Tile", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Tile", "", (input, repeats), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def top_k(
-    x0: Operand,
-    x1: Operand,
+    x: Operand,
+    k: Operand,
     /,
     *,
     axis: int = -1,
@@ -3638,7 +3741,7 @@ def top_k(
     return call_builder(
         "TopK",
         "",
-        (x0, x1),
+        (x, k),
         {"axis": axis, "largest": largest, "sorted": sorted, **unknown},
         variadic=False,
         name=name,
@@ -3647,13 +3750,19 @@ def top_k(
 
 
 def transpose(
-    x: Operand, /, *, perm: Sequence[int] | None = None, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    data: Operand,
+    /,
+    *,
+    perm: Sequence[int] | None = None,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
 ) -> Value:
     """Transpose: permute the axes (default: reverse them).
 
     Attributes: perm=None. Returns the output value.
     """
-    return call_builder("Transpose", "", (x,), {"perm": perm, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Transpose", "", (data,), {"perm": perm, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def tree_ensemble(
@@ -3714,8 +3823,8 @@ def tree_ensemble(
 
 
 def trilu(
-    x0: Operand,
-    x1: Operand | None = None,
+    input: Operand,
+    k: Operand | None = None,
     /,
     *,
     upper: int = 1,
@@ -3727,7 +3836,7 @@ def trilu(
 
     Attributes: upper=1. Returns the output value.
     """
-    return call_builder("Trilu", "", (x0, x1), {"upper": upper, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Trilu", "", (input, k), {"upper": upper, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def unique(
@@ -3749,17 +3858,19 @@ def unique(
     )
 
 
-def unsqueeze(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def unsqueeze(
+    data: Operand, axes: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+) -> Value:
     """Unsqueeze: insert size-1 axes at the given output positions.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Unsqueeze", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Unsqueeze", "", (data, axes), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 def upsample(
-    x0: Operand,
-    x1: Operand,
+    x: Operand,
+    scales: Operand,
     /,
     *,
     mode: str = "nearest",
@@ -3771,25 +3882,27 @@ def upsample(
 
     Attributes: mode='nearest'. Returns the output value.
     """
-    return call_builder("Upsample", "", (x0, x1), {"mode": mode, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder(
+        "Upsample", "", (x, scales), {"mode": mode, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+    )
 
 
 def where(
-    x0: Operand, x1: Operand, x2: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    condition: Operand, x: Operand, y: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
     """Where: condition ? x : y with broadcasting.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Where", "", (x0, x1, x2), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Where", "", (condition, x, y), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
-def xor(x0: Operand, x1: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def xor(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
     """Xor: a xor b, broadcast.
 
     Attributes: none. Returns the output value.
     """
-    return call_builder("Xor", "", (x0, x1), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder("Xor", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
 conv = conv2d

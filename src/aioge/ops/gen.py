@@ -2,14 +2,19 @@
 
 Run ``python -m aioge.ops.gen`` after adding or changing a schema (its attributes, defaults,
 input or output counts, builder name or doc); ``tests/ops/test_builders.py`` fails while the
-committed file differs from what ``render()`` makes. The output is already in ``ruff
+committed file differs from what ``render()`` makes. Input names come from the ONNX schema
+of the op (positional-only, so they document and never bind). The output is already in ``ruff
 format``'s layout, so the formatter leaves it alone.
 """
 
 from __future__ import annotations
 
+import keyword
+import re
 import sys
 from pathlib import Path
+
+import onnx.defs
 
 from aioge.ops.registry import REGISTRY, builder_name
 from aioge.ops.schema import REQUIRED, Attr, OpSchema
@@ -113,7 +118,7 @@ def _builder(schema: OpSchema) -> str:
         params.append("*inputs: Operand | Sequence[Operand]")
         args = "inputs"
     else:
-        stems = ["x"] if hi == 1 else [f"x{i}" for i in range(hi)]
+        stems = _input_names(schema, hi)
         inputs = [s if s not in attrs else f"in_{s}" for s in stems]
         params += [f"{n}: Operand" if i < lo else f"{n}: Operand | None = None" for i, n in enumerate(inputs)]
         params.append("/")
@@ -130,6 +135,19 @@ def _builder(schema: OpSchema) -> str:
     attr_map = "{" + ", ".join([*(f'"{k}": {k}' for k in attrs), "**unknown"]) + "}"
     call = [f'"{schema.name}"', f'"{schema.domain}"', args, attr_map, f"variadic={variadic}", "name=name", "num_outputs=num_outputs"]
     return _split(f"def {fname}(", params, f") -> {returns}:", 0) + doc + _split("return call_builder(", call, ")", 4)
+
+
+def _input_names(schema: OpSchema, count: int) -> list[str]:
+    """The op's ONNX input names in snake case (``X, W, B`` -> ``x, w, b``); ``x0, x1, ...``
+    for ops ONNX does not define (aioge's fused ops)."""
+    try:
+        formal = [re.sub(r"\W", "_", i.name).lower() for i in onnx.defs.get_schema(schema.name, schema.domain).inputs]
+    except onnx.defs.SchemaError:
+        formal = []
+    names = formal[:count]
+    if len(names) < count or len(set(names)) < count or any(keyword.iskeyword(n) or n in _RESERVED for n in names):
+        names = ["x"] if count == 1 else [f"x{i}" for i in range(count)]
+    return names
 
 
 def _param(key: str, attr: Attr) -> str:
