@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextvars
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -215,7 +217,7 @@ def test_conv_split_across_an_idle_core_matches_onnxruntime(rng, attrs, monkeypa
     from aioge.kernels import parallel
 
     tokens = threading.Semaphore(2)
-    monkeypatch.setattr(parallel, "_tokens", tokens)
+    monkeypatch.setattr(parallel, "_tokens", contextvars.ContextVar("tokens", default=tokens))
     pieces: list[int] = []
 
     def counting(total, fn, **kw):

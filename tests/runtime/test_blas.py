@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 
 import numpy as np
@@ -35,7 +36,7 @@ def test_split_range_uses_an_idle_token_and_gives_it_back(monkeypatch) -> None:
     from aioge.kernels import parallel
 
     tokens = threading.Semaphore(2)
-    monkeypatch.setattr(parallel, "_tokens", tokens)
+    monkeypatch.setattr(parallel, "_tokens", contextvars.ContextVar("tokens", default=tokens))
     out = np.zeros(10)
     threads: set[str] = set()
 
@@ -66,7 +67,7 @@ def test_split_range_raises_the_helper_half_error_after_both_halves(monkeypatch)
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one core: never split")
     tokens = threading.Semaphore(1)
-    monkeypatch.setattr(parallel, "_tokens", tokens)
+    monkeypatch.setattr(parallel, "_tokens", contextvars.ContextVar("tokens", default=tokens))
     done: list[tuple[int, int]] = []
 
     def fn(lo: int, hi: int) -> None:
@@ -87,9 +88,7 @@ def test_split_matmul_matches_whole_and_splits_only_transposed_weights() -> None
     rng = np.random.default_rng(3)
     a = rng.standard_normal((3, 4096), dtype=np.float32)
     w = rng.standard_normal((4096, 4096), dtype=np.float32)  # stored (N, K): Gemm transB=1
-    saved = parallel._tokens
-    parallel.share_cpu_tokens(threading.Semaphore(2))
-    try:
+    with parallel.cpu_tokens(threading.Semaphore(2)):
         y = np.empty((3, 4096), np.float32)
         assert parallel.split_matmul(a, w.T, y) == 2
         np.testing.assert_allclose(y, a @ w.T, rtol=1e-4, atol=1e-3)
@@ -98,8 +97,6 @@ def test_split_matmul_matches_whole_and_splits_only_transposed_weights() -> None
         np.testing.assert_allclose(y2, a @ w, rtol=1e-4, atol=1e-3)
         small = np.empty((3, 8), np.float32)
         assert parallel.split_matmul(a, w.T[:, :8], small) == 1
-    finally:
-        parallel._tokens = saved
 
 
 def test_par_matmul_splits_big_products_by_batch_or_rows_and_matches_whole() -> None:
@@ -110,9 +107,7 @@ def test_par_matmul_splits_big_products_by_batch_or_rows_and_matches_whole() -> 
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one core: never split")
     rng = np.random.default_rng(4)
-    saved = parallel._tokens
-    parallel.share_cpu_tokens(threading.Semaphore(2))
-    try:
+    with parallel.cpu_tokens(threading.Semaphore(2)):
         # Winograd's shape: 16 batched GEMMs; split by the batch.
         u, v = rng.standard_normal((16, 128, 256), dtype=np.float32), rng.standard_normal((16, 256, 784), dtype=np.float32)
         mm = np.full((16, 128, 784), np.nan, np.float32)
@@ -131,5 +126,3 @@ def test_par_matmul_splits_big_products_by_batch_or_rows_and_matches_whole() -> 
         small = np.empty((8, 8), np.float32)
         assert parallel.par_matmul(cols[:8], wm[:, :8], small) == 1  # too small to be worth a helper
         np.testing.assert_allclose(small, cols[:8] @ wm[:, :8], rtol=1e-5, atol=1e-4)
-    finally:
-        parallel._tokens = saved

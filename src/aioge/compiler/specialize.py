@@ -12,18 +12,17 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from aioge.errors import FeedError, GraphError
-from aioge.ir.desc import TensorDesc, is_static
+from aioge.errors import FeedError
+from aioge.ir.desc import is_static
 from aioge.ir.graph import Graph, Value
 from aioge.ops import infer_node
+from aioge.ops.evaluate import evaluate_node
 from aioge.ops.registry import get_schema
 
 __all__ = ["input_signature", "specialize"]
 
 # Values at most this many elements are evaluated at compile time when their inputs are known.
 _KNOWN_VALUE_LIMIT = 4096
-# Ops whose output depends only on the shape of their input, so a static desc is enough.
-_SHAPE_ONLY = frozenset({"Shape", "Size"})
 
 
 def input_signature(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -102,32 +101,16 @@ def specialize(graph: Graph, signature: Sequence[tuple[str, tuple[int, ...]]]) -
 
 
 def _evaluate_known(node, schema, inputs: list[Value | None], known: dict[int, np.ndarray]) -> None:  # type: ignore[no-untyped-def]
-    """Evaluate a node whose inputs are known and whose outputs are small, for inference."""
+    """Evaluate a node whose inputs are known and whose outputs are small, for inference.
+
+    Raises:
+        GraphError: the node's kernel failed on its constant inputs.
+    """
     if not all(o.desc.static and o.desc.size <= _KNOWN_VALUE_LIMIT for o in node.outputs):
         return
-    args: list[np.ndarray] = []
-    for x in inputs:
-        if x is None:
-            args.append(None)  # type: ignore[arg-type]
-        elif id(x) in known:
-            args.append(known[id(x)])
-        elif node.op_type in _SHAPE_ONLY and x.desc.static:
-            args.append(np.broadcast_to(np.zeros((), dtype=_np(x.desc)), x.desc.shape))
-        else:
-            return
-    if node.op_type in ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"):
-        return
-    impl = schema.impls[0]
-    try:
-        results = impl.build(node.attrs, {}, [None if x is None else x.desc for x in inputs], [o.desc for o in node.outputs])(args, None)
-    except Exception as exc:  # a kernel that fails here fails again at run time with node context
-        raise GraphError(f"{node.op_type} failed on constant inputs: {exc}", graph=node.graph.name, node=node.name) from None
-    for out, res in zip(node.outputs, results):
-        known[id(out)] = np.asarray(res)
-
-
-def _np(desc: TensorDesc) -> np.dtype:
-    from aioge.ir.desc import numpy_dtype
-
-    return numpy_dtype(desc.dtype)
-
+    in_descs = [None if x is None else x.desc for x in inputs]
+    in_values = [None if x is None else known.get(id(x)) for x in inputs]
+    results = evaluate_node(schema, node.attrs, in_descs, in_values, [o.desc for o in node.outputs],
+                            graph=node.graph.name, node=node.name)
+    for out, res in zip(node.outputs, results or ()):
+        known[id(out)] = res

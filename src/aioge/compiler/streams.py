@@ -23,6 +23,7 @@ from typing import Mapping, Sequence
 
 from aioge.engines import Engine
 from aioge.ir.graph import Graph, Node
+from aioge.ops.registry import REGISTRY
 from aioge.options import CompileOptions
 
 __all__ = ["SYNC_COST_US", "Event", "Stream", "StreamPlan", "happens_before", "node_cost", "plan_streams", "predecessors"]
@@ -31,8 +32,9 @@ __all__ = ["SYNC_COST_US", "Event", "Stream", "StreamPlan", "happens_before", "n
 # about 10-40 us on the 2-core CI machine). Overlap smaller than this is not worth a stream.
 SYNC_COST_US = 30.0
 
-_MATMUL_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "FusedGemm"})
-_CONV_OPS = frozenset({"Conv", "FusedConv", "ConvTranspose"})
+# The ops whose cost counts multiply-adds (OpSchema.cost).
+_MATMUL_OPS = frozenset(s.name for s in REGISTRY.values() if s.cost == "matmul")
+_CONV_OPS = frozenset(s.name for s in REGISTRY.values() if s.cost == "conv")
 
 
 @dataclass(frozen=True, slots=True)

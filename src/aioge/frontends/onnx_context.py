@@ -17,9 +17,10 @@ import onnx
 import onnx.defs
 
 from aioge.errors import GraphError
-from aioge.ir.desc import Dim, TensorDesc, numpy_dtype
+from aioge.ir.desc import Dim, TensorDesc
 from aioge.ir.graph import Graph, Node, Value
 from aioge.ops import apply
+from aioge.ops.evaluate import evaluate_node
 from aioge.ops.registry import get_schema
 
 __all__ = ["DTYPE_ATTRS", "KnownValues", "NodeContext", "Names", "onnx_default"]
@@ -192,10 +193,6 @@ class NodeContext:
 
 # Values at most this many elements are computed at load time when a converter needs them.
 _KNOWN_LIMIT = 4096
-# Ops whose output follows from the input's desc alone.
-_SHAPE_ONLY = frozenset({"Shape", "Size"})
-_RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-                     "Bernoulli", "Dropout"})
 
 
 class KnownValues:
@@ -258,22 +255,11 @@ class KnownValues:
         for o, d in zip(node.outputs, out_descs):
             self._desc[id(o)] = d
             self._value[id(o)] = None
-        if node.op_type in _RANDOM or not all(d.static and d.size <= _KNOWN_LIMIT for d in out_descs):
+        if not all(d.static and d.size <= _KNOWN_LIMIT for d in out_descs):
             return
-        args: list[Any] = []
-        for x, d, val in zip(node.inputs, in_descs, in_values):
-            if x is None:
-                args.append(None)
-            elif val is not None:
-                args.append(val)
-            elif node.op_type in _SHAPE_ONLY and d is not None and d.static:
-                args.append(np.broadcast_to(np.zeros((), numpy_dtype(d.dtype)), d.shape))  # type: ignore[arg-type]
-            else:
-                return
-        impl = next((i for i in schema.impls if i.applies(in_descs, node.attrs)), schema.impls[0])  # type: ignore[arg-type]
-        results = impl.build(node.attrs, {}, in_descs, out_descs)(args, None)
-        for o, res in zip(node.outputs, results):
-            self._value[id(o)] = np.asarray(res)
+        results = evaluate_node(schema, node.attrs, in_descs, in_values, out_descs, graph=node.graph.name, node=node.name)
+        for o, res in zip(node.outputs, results or ()):
+            self._value[id(o)] = res
 
 
 _NO_DEFAULT: Any = object()

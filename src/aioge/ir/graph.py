@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import enum
 import heapq
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from aioge.errors import GraphError
 from aioge.ir.desc import Dim, TensorDesc, canonical_dtype
+from aioge.ir.fingerprint import graph_fingerprint
 
-__all__ = ["Graph", "Node", "Value", "ValueKind"]
+__all__ = ["Graph", "Node", "OpBuilder", "Value", "ValueKind", "set_op_builder"]
 
 AttrValue = Any  # int | float | str | bytes | list of those | np.ndarray
 
@@ -68,44 +69,66 @@ class Value:
     def __repr__(self) -> str:
         return f"Value({self.name!r}, {self.desc}, {self.kind.value})"
 
-    # Arithmetic sugar: x + y builds an Add node, and so on. Imported lazily: ops depends on ir.
-    def _binary(self, op: str, other: object, reverse: bool = False) -> Value:
-        from aioge import ops
-
-        fn = getattr(ops, op)
-        return fn(other, self) if reverse else fn(self, other)
+    # Arithmetic sugar: x + y builds an Add node, and so on, through the op builder that the
+    # op registry's floor installs (``set_op_builder``): ir stays below ops.
+    def _binary(self, op_type: str, other: object, reverse: bool = False) -> Value:
+        return _build(op_type, (other, self) if reverse else (self, other))
 
     def __add__(self, other: object) -> Value:
-        return self._binary("add", other)
+        return self._binary("Add", other)
 
     def __radd__(self, other: object) -> Value:
-        return self._binary("add", other, True)
+        return self._binary("Add", other, True)
 
     def __sub__(self, other: object) -> Value:
-        return self._binary("sub", other)
+        return self._binary("Sub", other)
 
     def __rsub__(self, other: object) -> Value:
-        return self._binary("sub", other, True)
+        return self._binary("Sub", other, True)
 
     def __mul__(self, other: object) -> Value:
-        return self._binary("mul", other)
+        return self._binary("Mul", other)
 
     def __rmul__(self, other: object) -> Value:
-        return self._binary("mul", other, True)
+        return self._binary("Mul", other, True)
 
     def __truediv__(self, other: object) -> Value:
-        return self._binary("div", other)
+        return self._binary("Div", other)
 
     def __rtruediv__(self, other: object) -> Value:
-        return self._binary("div", other, True)
+        return self._binary("Div", other, True)
 
     def __matmul__(self, other: object) -> Value:
-        return self._binary("matmul", other)
+        return self._binary("MatMul", other)
 
     def __neg__(self) -> Value:
-        from aioge import ops
+        return _build("Neg", (self,))
 
-        return ops.neg(self)
+
+class OpBuilder(Protocol):
+    """Adds one ``op_type`` node over ``inputs`` (values of one graph, or numbers and arrays
+    that become its constants) to the graph of its inputs and returns its single output."""
+
+    def __call__(self, op_type: str, inputs: Sequence[object], /) -> Value: ...
+
+
+_op_builder: OpBuilder | None = None
+
+
+def set_op_builder(builder: OpBuilder) -> None:
+    """Install the function Value arithmetic (``x + y``, ``-x``, ``a @ b``) adds nodes with.
+
+    ``aioge.ops`` installs ``aioge.ops.build.apply_one`` when it is imported, which importing
+    ``aioge`` does: the registry and shape inference live above ir, and ir never imports them.
+    """
+    global _op_builder
+    _op_builder = builder
+
+
+def _build(op_type: str, inputs: tuple[object, ...]) -> Value:
+    if _op_builder is None:
+        raise GraphError(f"{op_type} by Value arithmetic needs the op registry: import aioge (or aioge.ops) first")
+    return _op_builder(op_type, inputs)
 
 
 class Node:
@@ -376,8 +399,6 @@ class Graph:
 
     def fingerprint(self) -> str:
         """A stable structural hash (hex sha256): ops, attrs, descs and a digest of constant data."""
-        from aioge.ir.fingerprint import graph_fingerprint
-
         return graph_fingerprint(self)
 
     def __repr__(self) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from aioge.ops.schema import RunFn
+from aioge.kernels.contract import RunFn
 
 __all__ = [
     "build_hardmax",

@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from aioge.ir.desc import TensorDesc
-from aioge.ops.schema import KernelImpl, RunFn
+from aioge.kernels.contract import KernelImpl, RunFn
 
 __all__ = ["into", "returning", "ufunc_impl"]
 

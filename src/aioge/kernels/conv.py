@@ -15,8 +15,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from aioge.kernels.contract import RunFn
 from aioge.kernels.parallel import SPLIT_MACS, split_range
-from aioge.ops.schema import RunFn
 
 __all__ = [
     "build_average_pool",

@@ -26,9 +26,9 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from aioge.ir.desc import TensorDesc
+from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv import window_geometry
 from aioge.kernels.parallel import par_matmul
-from aioge.ops.schema import KernelImpl, RunFn
 
 __all__ = ["CONV_ALGOS", "ConvGeometry", "WeightDerived", "conv_geometry", "winograd_weights"]
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from aioge.kernels import elementwise as k
-from aioge.ops.schema import RunFn
+from aioge.kernels.contract import RunFn
 
 __all__ = [
     "BLOCK_BYTES",

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from aioge.ops.schema import RunFn
+from aioge.kernels.contract import RunFn
 
 __all__ = ["bit_shift", "build_mean", "build_variadic", "is_inf", "mod"]
 

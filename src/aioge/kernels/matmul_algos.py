@@ -19,10 +19,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aioge.ir.desc import TensorDesc
+from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv_algos import WeightDerived
 from aioge.kernels.nn import gemm_epilogue
 from aioge.kernels.parallel import split_matmul
-from aioge.ops.schema import KernelImpl, RunFn
 
 __all__ = ["GEMM_ALGOS", "MATMUL_ALGOS"]
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from aioge.ops.schema import RunFn
+from aioge.kernels.contract import RunFn
 
 __all__ = ["array_feature_extractor", "binarizer", "build_label_encoder", "build_tree_ensemble", "label_encoder_table"]
 

@@ -11,8 +11,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from aioge.kernels.contract import RunFn
 from aioge.kernels.parallel import split_matmul
-from aioge.ops.schema import RunFn
 
 __all__ = [
     "build_batch_norm",

@@ -17,8 +17,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aioge.ir.desc import TensorDesc
+from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.nn import build_batch_norm, build_layer_norm
-from aioge.ops.schema import KernelImpl, RunFn
 
 __all__ = ["BATCHNORM_ALGOS", "LAYERNORM_ALGOS", "SOFTMAX_ALGOS"]
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from aioge.kernels.base import into
-from aioge.ops.schema import KernelImpl, RunFn
+from aioge.kernels.contract import KernelImpl, RunFn
 
 __all__ = ["returning_some"]
 

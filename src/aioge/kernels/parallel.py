@@ -2,20 +2,25 @@
 
 BLAS runs one thread per call (``runtime.blas``). A big kernel may still use an idle core:
 ``split_range`` hands half of its range to a helper thread when it can take an idle CPU token
-without waiting (the engine workers share their semaphore with ``share_cpu_tokens``). With
-every lane busy no token is free and the kernel runs whole, so streams never oversubscribe.
+without waiting. The tokens are the running run's: the runtime sets its engine workers'
+semaphore with ``cpu_tokens`` around each program it runs (a context variable, so two sessions
+with their own workers never see each other's tokens); outside a run there are none, and a
+kernel runs whole. With every lane busy no token is free and the kernel runs whole too, so
+streams never oversubscribe.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
-__all__ = ["SPLIT_MACS", "par_matmul", "share_cpu_tokens", "split_matmul", "split_range"]
+__all__ = ["SPLIT_MACS", "cpu_tokens", "par_matmul", "split_matmul", "split_range"]
 
 # A GEMM of at least this many multiply-adds is worth splitting across an idle core (a
 # helper-thread hop costs tens of microseconds; this is about a millisecond of work).
@@ -23,14 +28,20 @@ SPLIT_MACS = 1 << 24
 
 _lock = threading.Lock()
 
-_tokens: threading.Semaphore | None = None  # the engine workers' CPU tokens, once shared
+# The CPU tokens of the run whose kernels this thread (this context) is running.
+_tokens: contextvars.ContextVar[threading.Semaphore | None] = contextvars.ContextVar("aioge_cpu_tokens", default=None)
 _helpers: ThreadPoolExecutor | None = None
 
 
-def share_cpu_tokens(tokens: threading.Semaphore) -> None:
-    """Let ``split_range`` borrow idle tokens of ``tokens`` (the engine lanes' CPU semaphore)."""
-    global _tokens
-    _tokens = tokens
+@contextlib.contextmanager
+def cpu_tokens(tokens: threading.Semaphore | None) -> Iterator[None]:
+    """Within the block, ``split_range`` may borrow idle tokens of ``tokens`` (the CPU semaphore
+    of the engine workers running this run); the previous setting comes back after it."""
+    reset = _tokens.set(tokens)
+    try:
+        yield
+    finally:
+        _tokens.reset(reset)
 
 
 def _helper_pool() -> ThreadPoolExecutor:
@@ -48,7 +59,7 @@ def split_range(total: int, fn: Callable[[int, int], None], *, worth: bool = Tru
     ``fn`` must write disjoint outputs for disjoint ranges. Returns the number of pieces.
     Errors of either half are raised here, after both halves ended.
     """
-    tokens = _tokens
+    tokens = _tokens.get()
     if not worth or total < 2 or tokens is None or (os.cpu_count() or 1) < 2 or not tokens.acquire(blocking=False):
         fn(0, total)
         return 1

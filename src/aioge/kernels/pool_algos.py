@@ -20,9 +20,9 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from aioge.ir.desc import TensorDesc
+from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv import build_max_pool, window_geometry
 from aioge.kernels.reduce import REDUCERS, build_reduce, reduce_axes
-from aioge.ops.schema import KernelImpl, RunFn
 
 __all__ = ["GLOBAL_AVG_ALGOS", "GLOBAL_MAX_ALGOS", "POOL_AVG_ALGOS", "POOL_MAX_ALGOS", "reduce_algos"]
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from aioge.ops.schema import RunFn
+from aioge.kernels.contract import RunFn
 
 __all__ = ["REDUCERS", "build_reduce", "reduce_axes"]
 

@@ -14,8 +14,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from aioge.kernels.contract import RunFn
 from aioge.kernels.reduce import reduce_axes
-from aioge.ops.schema import RunFn
 
 __all__ = ["KINDS", "build_reduction"]
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aioge.ir.desc import Dim
-from aioge.ops.schema import RunFn
+from aioge.kernels.contract import RunFn
 
 __all__ = [
     "build_concat",

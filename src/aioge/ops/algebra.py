@@ -131,7 +131,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     ),
     OpSchema(
         "Size", _infer_size, (returning("numpy", k.size),), CPU_ONLY,
-        family="algebra", doc="the number of elements of the input, as an int64 scalar", float_only=False,
+        family="algebra", doc="the number of elements of the input, as an int64 scalar", float_only=False, shape_only=True,
     ),
     OpSchema(
         "EyeLike", _infer_eye_like, (returning("numpy", k.eye_like),), CPU_ONLY,

@@ -159,7 +159,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
         (KernelImpl("im2col", k.build_conv_im2col), KernelImpl("taps", k.build_conv_taps), *CONV_ALGOS),
         ALL_ENGINES,
         _window_attrs({"group": Attr("int", 1, check=lambda g: None if g >= 1 else f"group must be >= 1, got {g}")}),
-        (2, 3), family="nn", builder="conv2d",
+        (2, 3), family="nn", builder="conv2d", cost="conv",
         doc="N-D convolution (NCHW), grouped and depthwise, with optional bias",
     ),
     OpSchema(

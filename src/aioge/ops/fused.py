@@ -28,9 +28,12 @@ from aioge.ops import conv, nn
 from aioge.ops.infer import broadcast_shapes
 from aioge.ops.schema import ALL_ENGINES, FLOAT_DTYPES, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema, RunFn
 
-__all__ = ["ACTIVATIONS", "SCHEMAS"]
+__all__ = ["ACTIVATIONS", "EW_OPS", "SCHEMAS"]
 
 _FLOATS = FLOAT_DTYPES
+
+# The elementwise ops a FusedElementwise program may hold (passes see them through this floor).
+EW_OPS = k.EW_OPS
 
 # The activations a FusedConv, FusedGemm or FusedMatMul may apply, by their op names.
 ACTIVATIONS: tuple[str, ...] = ("", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Clip", "Tanh", "Gelu")
@@ -126,7 +129,7 @@ def _with_activation(base: OpSchema, name: str, doc: str) -> OpSchema:
 
     return OpSchema(
         name, infer, tuple(wrap(i) for i in base.impls), base.engines, {**base.attrs, **_ACTIVATION_ATTRS},
-        base.inputs, base.outputs, domain="aioge", family="fused", doc=doc, version=base.version,
+        base.inputs, base.outputs, domain="aioge", family="fused", doc=doc, version=base.version, cost=base.cost,
     )
 
 
@@ -184,6 +187,7 @@ _FUSED_MATMUL = OpSchema(
     (2, 2),
     domain="aioge",
     family="fused",
+    cost="matmul",
     doc="alpha * A' @ B' (A', B': last two axes swapped when transA / transB) then an optional activation",
 )
 

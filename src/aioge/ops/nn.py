@@ -206,7 +206,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     ),
     OpSchema(
         "MatMul", _infer_matmul, (KernelImpl("numpy", k.build_matmul), *MATMUL_ALGOS), ALL_ENGINES, {}, (2, 2),
-        family="nn", builder="matmul", doc="numpy matmul: batched, broadcasting, 1-D operands promoted and squeezed",
+        family="nn", builder="matmul", cost="matmul", doc="numpy matmul: batched, broadcasting, 1-D operands promoted and squeezed",
     ),
     OpSchema(
         "Gemm", _infer_gemm, (KernelImpl("numpy", k.build_gemm), *GEMM_ALGOS), ALL_ENGINES,
@@ -216,7 +216,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
             "transA": Attr("int", 0, _FLAG),
             "transB": Attr("int", 0, _FLAG),
         },
-        (2, 3), family="nn", doc="alpha * A' @ B' + beta * C, C optional and broadcast",
+        (2, 3), family="nn", cost="matmul", doc="alpha * A' @ B' + beta * C, C optional and broadcast",
     ),
     OpSchema(
         "BatchNormalization", _infer_batch_norm, (KernelImpl("numpy", k.build_batch_norm), *BATCHNORM_ALGOS), VECTOR_ENGINES,
@@ -243,5 +243,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
         "Dropout", _infer_dropout, (KernelImpl("numpy", k.build_dropout),), ALL_ENGINES,
         {"seed": Attr("int", None)}, (1, 3), (1, 2), family="nn",
         doc="inference Dropout: a copy of data, and an all-True mask when asked for", float_only=False,
+        random=True,  # random in training mode (ONNX); never evaluated ahead of a run
+
     ),
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keyword
 import re
 from types import MappingProxyType
 from typing import Mapping
@@ -72,9 +73,10 @@ def get_schema(op_type: str, domain: str = "") -> OpSchema:
 
 
 def builder_name(schema: OpSchema) -> str:
-    """The ``aioge.ops`` function name of an op: its declared builder, or snake_case of its name."""
+    """The ``aioge.ops`` function name of an op: its declared builder, or snake_case of its name;
+    a Python keyword gets a trailing underscore (``and_``, ``or_``, ``not_``), as in ``operator``."""
     if schema.builder:
         return schema.builder
     s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", schema.name)
-    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", s)
-    return s.lower()
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", s).lower()
+    return s + "_" if keyword.iskeyword(s) else s

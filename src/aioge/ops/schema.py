@@ -8,16 +8,18 @@ all of them; nothing registers itself at import time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
 from aioge.engines import Engine
 from aioge.ir.desc import Dim, TensorDesc
+from aioge.kernels.contract import KernelImpl, RunFn  # the kernel contract, re-exported for the families
 
 __all__ = [
     "ALL_ENGINES",
     "CPU_ONLY",
+    "CostClass",
     "FLOAT_DTYPES",
     "Attr",
     "InferContext",
@@ -36,16 +38,17 @@ FLOAT_DTYPES: tuple[str, ...] = ("float16", "float32", "float64")
 _FLOATS = frozenset(FLOAT_DTYPES)
 
 
+# How the stream planner estimates a node's run time (``compiler.streams.node_cost``): memory
+# traffic alone, or the multiply-adds of a matrix product or of a convolution on top.
+CostClass = Literal["memory", "matmul", "conv"]
+
+
 class _Required:
     def __repr__(self) -> str:
         return "REQUIRED"
 
 
 REQUIRED: Any = _Required()
-
-# A bound kernel: reads ``inputs``; writes into ``outputs`` when given (preallocated arena
-# views of the inferred shapes) and returns them; otherwise returns fresh arrays.
-RunFn = Callable[[Sequence[np.ndarray], "Sequence[np.ndarray] | None"], Sequence[np.ndarray]]
 
 
 class InferError(ValueError):
@@ -132,22 +135,6 @@ class InferContext:
 
 
 @dataclass(frozen=True, slots=True)
-class KernelImpl:
-    """One implementation of an op.
-
-    ``build(attrs, params, in_descs, out_descs)`` binds it to a node and returns the run
-    function; it runs at load time, never per call. ``applies`` says whether it can run a
-    given signature; ``candidates`` lists the tuning parameter sets to try (one empty set
-    when there is nothing to tune).
-    """
-
-    name: str
-    build: Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[TensorDesc], Sequence[TensorDesc]], RunFn]
-    applies: Callable[[Sequence[TensorDesc], Mapping[str, Any]], bool] = lambda descs, attrs: True
-    candidates: Callable[[Sequence[TensorDesc], Mapping[str, Any]], list[dict[str, Any]]] = lambda d, a: [{}]
-
-
-@dataclass(frozen=True, slots=True)
 class OpSchema:
     """Everything about one op type."""
 
@@ -165,6 +152,10 @@ class OpSchema:
     doc: str = ""
     version: int = 1  # bump when a kernel's numerics change: it is part of every kernel key
     float_only: bool = True  # AiCore and AiVec take only float tensors; other dtypes go to AiCpu
+    # Facts the compiler acts on (``aioge.ops.evaluate``, the passes, the stream planner):
+    random: bool = False  # outputs are not a function of the inputs: never evaluated ahead, folded or merged
+    shape_only: bool = False  # outputs follow from the inputs' descs alone (their data is never read)
+    cost: CostClass = "memory"
 
     def engines_for(self, in_descs: Sequence[TensorDesc | None]) -> frozenset[Engine]:
         """The engines that can run this op on inputs of these descs."""

@@ -252,10 +252,10 @@ def _one_value(v: np.ndarray) -> str | None:
 
 
 def _shape_op(name: str, infer: Any, build: Any, attrs: dict[str, Attr] | None = None, inputs: tuple[int, int] = (1, 1),
-              outputs: tuple[int, int] = (1, 1), doc: str = "") -> OpSchema:
+              outputs: tuple[int, int] = (1, 1), doc: str = "", shape_only: bool = False) -> OpSchema:
     return OpSchema(
         name, infer, (KernelImpl("numpy", build),), CPU_ONLY, attrs or {}, inputs, outputs,
-        family="shape", doc=doc, float_only=False,
+        family="shape", doc=doc, float_only=False, shape_only=shape_only,
     )
 
 
@@ -283,7 +283,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     _shape_op("Expand", _infer_expand, k.build_expand, {}, (2, 2),
               doc="broadcast to a shape (bidirectionally, as numpy does)"),
     _shape_op("Shape", _infer_shape, k.build_shape, {"start": Attr("int", 0), "end": Attr("int", None)},
-              doc="the input's shape as int64, optionally the dims [start, end)"),
+              doc="the input's shape as int64, optionally the dims [start, end)", shape_only=True),
     _shape_op("ConstantOfShape", _infer_constant_of_shape, k.build_constant_of_shape,
               {"value": Attr("tensor", None, check=_one_value)},
               doc="a tensor of the given shape filled with value (default float32 0)"),

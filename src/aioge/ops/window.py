@@ -137,7 +137,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
         "ConvTranspose", _infer_conv_transpose, (returning("numpy", k.conv_transpose),), ALL_ENGINES,
         {**_WINDOW, "group": Attr("int", 1), "kernel_shape": Attr("ints"), "output_padding": Attr("ints"),
          "output_shape": Attr("ints")},
-        (2, 3), family="window", doc="transposed convolution (any spatial rank; groups, strides, dilations, pads)",
+        (2, 3), family="window", cost="conv", doc="transposed convolution (any spatial rank; groups, strides, dilations, pads)",
     ),
     OpSchema(
         "DeformConv", _infer_deform_conv, (returning("numpy", k.deform_conv),), ALL_ENGINES,

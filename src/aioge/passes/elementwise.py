@@ -4,7 +4,7 @@
 A group grows upward from its last node (the root, whose output leaves the group) through
 producers whose outputs only the group reads and whose shape is the root's — so nothing is
 computed twice and no intermediate is needed outside. Every node must be a fusable op (see
-``aioge.kernels.fused.EW_OPS``) on one float dtype with static shapes; inputs of smaller
+``aioge.ops.fused.EW_OPS``) on one float dtype with static shapes; inputs of smaller
 shapes broadcast. A group of one node is left alone, unless its op's own kernel makes
 several passes over memory (Sigmoid, Erf, Gelu, LeakyRelu, HardSigmoid).
 """
@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from aioge.ir.graph import Graph, Node, Value
-from aioge.kernels.fused import EW_OPS
+from aioge.ops.fused import EW_OPS
 from aioge.passes.rewrite import add_op, const_scalar, is_graph_output, replace_values, static_shape
 
 __all__ = ["fuse_elementwise", "node_steps"]

@@ -17,18 +17,18 @@ import logging
 
 import numpy as np
 
+from aioge.errors import GraphError
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import Graph, Node, Value, ValueKind
+from aioge.ops.evaluate import evaluate_node
 from aioge.ops.registry import get_schema
-from aioge.passes.rewrite import RANDOM_OPS, is_graph_output, replace_node
+from aioge.passes.rewrite import is_graph_output, replace_node
 
 __all__ = ["FOLD_MAX_BYTES", "constant_folding"]
 
 log = logging.getLogger(__name__)
 
 FOLD_MAX_BYTES = 1 << 30
-# Ops whose output depends only on the shape of their input.
-_SHAPE_ONLY = frozenset({"Shape", "Size"})
 
 
 def constant_folding(graph: Graph) -> bool:
@@ -51,7 +51,8 @@ def constant_folding(graph: Graph) -> bool:
 
 def _evaluate(graph: Graph, node: Node) -> list[np.ndarray] | None:
     """The node's outputs computed from known inputs, or None when it cannot or should not fold."""
-    if node.op_type in RANDOM_OPS or not node.outputs:
+    schema = get_schema(node.op_type, node.domain)
+    if schema.random or not node.outputs:
         return None
     if not any(o.uses or is_graph_output(graph, o) for o in node.outputs):
         return None  # dead: dead-code elimination removes it
@@ -62,32 +63,14 @@ def _evaluate(graph: Graph, node: Node) -> list[np.ndarray] | None:
         total += o.desc.size * numpy_dtype(o.desc.dtype).itemsize
     if total > FOLD_MAX_BYTES:
         return None
-    args: list[np.ndarray | None] = []
-    for v in node.inputs:
-        if v is None:
-            args.append(None)
-        elif v.kind is ValueKind.CONSTANT:
-            args.append(v.data)
-        elif node.op_type in _SHAPE_ONLY and v.desc.static:
-            # Only the shape is read: a zero-stride view stands in for the data.
-            args.append(np.broadcast_to(np.zeros((), numpy_dtype(v.desc.dtype)), v.desc.shape))  # type: ignore[arg-type]
-        else:
-            return None
-    schema = get_schema(node.op_type, node.domain)
     in_descs = [None if v is None else v.desc for v in node.inputs]
-    impl = next((i for i in schema.impls if i.applies(in_descs, node.attrs)), schema.impls[0])
+    in_values = [v.data if v is not None and v.kind is ValueKind.CONSTANT else None for v in node.inputs]
     try:
-        with np.errstate(all="ignore"):
-            run = impl.build(node.attrs, {}, in_descs, [o.desc for o in node.outputs])
-            raw = run(args, None)  # type: ignore[arg-type]
-    except Exception as exc:  # noqa: BLE001 - it fails again at run time, with the node named
-        log.debug("not folding %s (%s): %s: %s", node.name, node.op_type, type(exc).__name__, exc)
+        results = evaluate_node(schema, node.attrs, in_descs, in_values, [o.desc for o in node.outputs],
+                                graph=graph.name, node=node.name)
+    except GraphError as exc:  # it fails again at run time, with the node named
+        log.debug("not folding %s (%s): %s", node.name, node.op_type, exc)
         return None
-    results = []
-    for o, r in zip(node.outputs, raw):
-        a = np.asarray(r)
-        if a.shape != tuple(o.desc.shape) or a.dtype != numpy_dtype(o.desc.dtype):  # type: ignore[arg-type]
-            log.debug("not folding %s: kernel gave %s %s, inference %s", node.name, a.dtype, a.shape, o.desc)
-            return None
-        results.append(a)
-    return results if len(results) == len(node.outputs) else None
+    if results is None:
+        log.debug("not folding %s (%s): inputs not known, or the kernel disagreed with inference", node.name, node.op_type)
+    return results

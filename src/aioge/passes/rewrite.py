@@ -15,7 +15,7 @@ import numpy as np
 from aioge.ir.desc import TensorDesc
 from aioge.ir.graph import Graph, Node, Value, ValueKind
 from aioge.ops import infer_node
-from aioge.ops.registry import get_schema
+from aioge.ops.registry import REGISTRY, get_schema
 
 __all__ = [
     "RANDOM_OPS",
@@ -31,9 +31,8 @@ __all__ = [
 ]
 
 # Ops whose result is drawn at random: never folded, never merged as common subexpressions.
-RANDOM_OPS = frozenset(
-    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
-)
+# Ops whose outputs are not a function of their inputs (OpSchema.random): never merged or folded.
+RANDOM_OPS = frozenset(s.name for s in REGISTRY.values() if s.random)
 
 
 def is_graph_output(graph: Graph, value: Value) -> bool:

@@ -8,9 +8,9 @@ sets ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` keeps 
 Intra-op parallelism goes through our own CPU tokens instead (``aioge.kernels.parallel``):
 ``split_range`` lets a big
 kernel (a large convolution GEMM) hand half of its rows to a helper thread, with 1-thread BLAS
-per half, but only when it can take an idle CPU token without waiting (``share_cpu_tokens``:
-the engine workers' semaphore). With every lane busy no token is free and the kernel runs
-whole, so concurrent streams never oversubscribe the cores.
+per half, but only when it can take an idle CPU token without waiting (``cpu_tokens``: the
+semaphore of the engine workers running the run). With every lane busy no token is free and
+the kernel runs whole, so concurrent streams never oversubscribe the cores.
 """
 
 from __future__ import annotations

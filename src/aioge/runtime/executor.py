@@ -37,6 +37,7 @@ from aioge.compiler.model import CompiledModel
 from aioge.compiler.streams import node_cost
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import ValueKind
+from aioge.kernels.parallel import cpu_tokens
 from aioge.ops.registry import get_schema
 from aioge.runtime.context import Context, Layout, Program, Step
 from aioge.runtime.threads import group_streams
@@ -398,7 +399,8 @@ def _run_program(
     """Run one thread's program inside its lane, holding a CPU token; errors abort the run, never the lane."""
     cpu.acquire()
     try:
-        _execute(ctx, program, trace)
+        with cpu_tokens(cpu):  # a big kernel may borrow an idle token of this run's workers
+            _execute(ctx, program, trace)
     finally:
         cpu.release()
         done.tick()
@@ -433,7 +435,7 @@ def _run_op(
 ) -> None:
     """Run one op (and its poison fills) inside its lane, holding a CPU token, for host mode."""
     try:
-        with cpu:
+        with cpu, cpu_tokens(cpu):
             if not ctx.abort[0]:
                 t0 = time.perf_counter()
                 for f in fns:

@@ -28,8 +28,6 @@ import anyio
 import anyio.lowlevel
 from anyio.from_thread import RunFinishedError
 
-from aioge.kernels.parallel import share_cpu_tokens
-
 __all__ = ["Completion", "EngineWorkers", "Lane"]
 
 log = logging.getLogger(__name__)
@@ -75,7 +73,8 @@ class EngineWorkers:
 
     ``min_lanes`` (default: the core count) is how many lanes each engine gets at least, so
     that concurrent runs of one-stream models use every core. ``cpu_slots`` (default: the
-    core count) is how many lanes may compute at once; ``cpu`` is that token semaphore.
+    core count) is how many lanes may compute at once; ``cpu`` is that token semaphore (the
+    runtime lends it to big kernels run by run: ``kernels.parallel.cpu_tokens``).
 
     Lane threads are daemons, and pools that are never closed (a session dropped without
     ``aclose``) stop them when they are garbage-collected: the lanes hold no reference back
@@ -87,7 +86,6 @@ class EngineWorkers:
         self._min = max(1, min_lanes if min_lanes is not None else cores)
         self.cpu_slots = max(1, cpu_slots if cpu_slots is not None else cores)
         self.cpu = threading.Semaphore(self.cpu_slots)
-        share_cpu_tokens(self.cpu)  # big kernels may borrow an idle token (kernels.parallel.split_range)
         self._lock = threading.Lock()
         self._lanes: dict[str, list[Lane]] = {}
         self._rotation: dict[str, int] = {}
