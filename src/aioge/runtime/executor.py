@@ -35,6 +35,7 @@ import numpy as np
 
 from aioge.compiler.model import CompiledModel
 from aioge.compiler.streams import node_cost
+from aioge.errors import SessionClosedError
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import ValueKind
 from aioge.ops.registry import get_schema
@@ -247,6 +248,7 @@ class Executable:
 
         Raises:
             ExecutionError: a kernel failed (names node, op type and engine).
+            SessionClosedError: ``workers`` closed before or during the run.
         """
         ctx = self._acquire(poison)
         try:
@@ -320,13 +322,16 @@ class Executable:
 
     async def _run_host(self, ctx: Context, workers: EngineWorkers, lanes: list[Lane], trace: list[TraceSpan] | None, poison: bool) -> None:
         events = [anyio.Event() for _ in ctx.events]
+        closed: list[SessionClosedError] = []
         async with anyio.create_task_group() as tg:
             for s, steps in enumerate(self._layout.streams):
-                tg.start_soon(self._host_stream, ctx, workers, lanes[s], steps, events, trace, poison, tg.cancel_scope)
+                tg.start_soon(self._host_stream, ctx, workers, lanes[s], steps, events, trace, poison, tg.cancel_scope, closed)
+        if closed:
+            raise closed[0]
 
     async def _host_stream(
         self, ctx: Context, workers: EngineWorkers, lane: Lane, steps: tuple[int, ...], events: list[anyio.Event],
-        trace: list[TraceSpan] | None, poison: bool, scope: anyio.CancelScope,
+        trace: list[TraceSpan] | None, poison: bool, scope: anyio.CancelScope, closed: list[SessionClosedError],
     ) -> None:
         for i in steps:
             step = self._layout.steps[i]
@@ -334,7 +339,14 @@ class Executable:
                 await events[e].wait()
             done = Completion(1)
             fns = [*ctx.poison_fills(i), ctx.calls[i]] if poison else [ctx.calls[i]]
-            workers.enqueue([(lane, partial(contextvars.copy_context().run, _run_op, ctx, fns, i, step.stream, trace, workers.cpu, done))])
+            try:
+                workers.enqueue([(lane, partial(contextvars.copy_context().run, _run_op, ctx, fns, i, step.stream, trace, workers.cpu, done))])
+            except SessionClosedError as exc:  # the session closed mid-run: its lanes take no more ops
+                closed.append(SessionClosedError(f"the session closed while this run was in flight (before node {step.name!r})",
+                                                 graph=self._layout.graph))
+                closed[-1].__cause__ = exc
+                scope.cancel()
+                return
             try:
                 await done.wait()
             except BaseException:
