@@ -100,7 +100,6 @@ def test_every_interpreter_the_package_and_benchmarks_start_is_safe_path() -> No
 
 def test_a_benchmark_child_ignores_a_hostile_module_in_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The benchmarks' fresh-process helper, end to end: its child runs, the module does not."""
-    import json
     import subprocess
 
     (tmp_path / "msgpack.py").write_text(_HOSTILE.format(marker="ran-msgpack", name="msgpack"))
