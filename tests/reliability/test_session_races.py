@@ -181,6 +181,26 @@ async def test_two_adds_of_one_id_in_flight_at_once_the_second_raises() -> None:
         np.testing.assert_allclose((await s.run_graph(1, {"x": x}))["y"], _ref(x, -3.0), rtol=1e-6)
 
 
+async def test_two_loads_without_an_id_in_flight_at_once_get_two_ids(tmp_path) -> None:
+    from aioge.compiler.serialize import encode_model
+
+    x = _x()
+    paths = []
+    async with aioge.Session(OPTS) as s:
+        for k, scale in enumerate((1.0, -3.0)):
+            await s.add_graph(k, _scaled_tanh(scale, f"m{k}"))
+            om, _ = encode_model(await s.build_graph(k))
+            paths.append(tmp_path / f"m{k}.om")
+            paths[-1].write_bytes(om)
+    async with aioge.Session(OPTS) as s:
+        ids = await _gather(lambda: s.load_model(paths[0]), lambda: s.load_model(paths[1]))
+        assert sorted(ids) == [1, 2], ids
+        for gid, scale in zip(ids, (1.0, -3.0)):
+            np.testing.assert_allclose((await s.run_graph(gid, {"x": x}))["y"], _ref(x, scale), rtol=1e-6)
+        results = await _gather(lambda: s.load_model(paths[0], 5), lambda: s.load_model(paths[1], 5))
+        assert sum(isinstance(r, GraphError) for r in results) == 1, results
+
+
 async def test_an_add_that_fails_validation_frees_its_id() -> None:
     bad = aioge.Graph("bad")
     bad.input("x", (2,))  # no outputs: invalid
