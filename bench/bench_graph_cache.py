@@ -113,7 +113,8 @@ def child(args: argparse.Namespace) -> None:
 
 
 def _spawn(args: argparse.Namespace, directory: str) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--dir", directory, "--model", args.model]
+    # -P: neither this script's dir nor the current one first on sys.path (a stray msgpack.py would be imported).
+    cmd = [sys.executable, "-P", os.path.abspath(__file__), "--child", "--dir", directory, "--model", args.model]
     cmd += ["--heuristic"] * args.heuristic + ["--external-weight"] * args.external_weight + ["--check", args.check]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if r.returncode != 0:

@@ -68,6 +68,7 @@ def main() -> None:
                          "run s (median)": run_s, "ort run s": ort_s, "aioge/ort": run_s / ort_s,
                          "max abs err": err, "match": ok})
             print(rows[-1], flush=True)
+        portal.call(session.aclose)
     print_table(rows, ["model", "nodes", "load s", "first run s", "run s (median)", "ort run s", "aioge/ort",
                        "max abs err", "match"])
 

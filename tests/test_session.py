@@ -186,8 +186,9 @@ async def test_unclosed_session_stops_its_lanes_when_collected() -> None:
     assert s._workers is not None
     threads = [lane._thread for lane in s._workers._started]
     assert threads and all(t.is_alive() for t in threads)
-    del s  # never closed
-    gc.collect()
+    with pytest.warns(ResourceWarning, match="unclosed aioge.Session"):
+        del s  # never closed
+        gc.collect()
     deadline = time.perf_counter() + 5.0
     while any(t.is_alive() for t in threads) and time.perf_counter() < deadline:
         await anyio.sleep(0.01)

@@ -16,6 +16,7 @@ __all__ = [
     "GraphError",
     "ModelFormatError",
     "OptionError",
+    "SessionClosedError",
     "UnsupportedOpError",
 ]
 
@@ -116,6 +117,18 @@ class ExecutionError(AiogeError, RuntimeError):
         if node is not None:
             where.append(f"node {node!r} ({op_type} on {engine})")
         super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+class SessionClosedError(AiogeError, RuntimeError):
+    """Raised when a closed session is used, or by a run that was in flight when its session closed.
+
+    A run that had not finished its last op when ``aclose()`` began fails with it promptly
+    (in sink, host and device modes alike) instead of waiting for engines that are gone.
+    """
+
+    def __init__(self, message: str = "the session is closed", *, graph: str | None = None) -> None:
+        self.graph = graph
+        super().__init__(f"graph {graph!r}: {message}" if graph is not None else message)
 
 
 class CacheError(AiogeError):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import partial
 from types import TracebackType
@@ -17,7 +20,7 @@ from aioge.cache.kernel_cache import KernelCache
 from aioge.compiler.graph import compile_graph
 from aioge.compiler.model import CompiledModel
 from aioge.compiler.specialize import input_signature
-from aioge.errors import FeedError, GraphError
+from aioge.errors import FeedError, GraphError, SessionClosedError
 from aioge.ir.desc import is_static, numpy_dtype
 from aioge.ir.graph import Graph
 from aioge.options import CompileOptions, check_options, resolve_options
@@ -26,11 +29,19 @@ from aioge.runtime.devices import DevicePool
 from aioge.runtime.executor import Executable, TraceSpan
 from aioge.runtime.workers import EngineWorkers
 
-__all__ = ["Session"]
+__all__ = ["ANONYMOUS_GRAPHS", "Session"]
 
 log = logging.getLogger(__name__)
 
 Signature = tuple[tuple[str, tuple[int, ...]], ...]
+
+# How many graphs ``Session.run`` keeps registered (with their builds) per session, least
+# recently run dropped first. The entry holds the graph itself, so a key of ``id(graph)`` can
+# never name another graph while its entry lives; the bound is what keeps a loop that builds a
+# fresh graph per call from holding every graph and arena it ever ran.
+ANONYMOUS_GRAPHS = 16
+
+_OptionsKey = tuple[tuple[str, str], ...]
 
 
 @dataclass(slots=True)
@@ -45,11 +56,46 @@ class _GraphEntry:
     graph_cache: graph_cache.GraphCache | None = None  # when ge.graph_compiler_cache_dir and ge.graph_key are set
 
 
+class _Engines:
+    """What a session starts and must stop: its engine workers and device processes.
+
+    Kept apart from the session so the finalizer of a session that is never closed can reach
+    them without keeping the session alive.
+    """
+
+    __slots__ = ("workers", "devices")
+
+    def __init__(self, devices: DevicePool | None) -> None:
+        self.workers: EngineWorkers | None = None
+        self.devices = devices
+
+
+def _release_unclosed(engines: _Engines) -> None:
+    """Finalizer of a session dropped without ``aclose()``: stop its threads and processes
+    (without blocking: they end after their queued work), then warn as an unclosed file does."""
+    workers, devices = engines.workers, engines.devices
+    engines.workers = engines.devices = None
+    held = []
+    if workers is not None:
+        workers.stop_nowait()
+        held.append(f"{workers.threads} engine thread(s)")
+    if devices is not None and devices.started:
+        devices.stop_nowait()
+        held.append(f"{devices.count} device process(es)")
+    if held:
+        warnings.warn(
+            f"unclosed aioge.Session holding {' and '.join(held)}; use 'async with aioge.Session(...)' "
+            "or 'await session.aclose()'", ResourceWarning, stacklevel=2,
+        )
+
+
 class Session:
     """A GE-style session: graphs by id, compiled once per input signature, run many times.
 
     ``async with aioge.Session({"ge.exec.exclude_engines": "AiCpu"}) as s: ...``. Options are
-    GE's string options, checked here (``OptionError`` on a bad one).
+    GE's string options, checked here (``OptionError`` on a bad one). A session that started
+    engines (ran a graph) and is garbage-collected without ``aclose()`` stops them and emits
+    a ``ResourceWarning``, as an unclosed file does.
     """
 
     def __init__(self, options: Mapping[str, str] | None = None) -> None:
@@ -58,14 +104,29 @@ class Session:
         # The session owns its kernel cache: dir (option > ASCEND_CACHE_PATH > ~/atc_data), soc, single flights.
         self.kernel_cache = KernelCache.from_options(resolved)
         self._graphs: dict[int, _GraphEntry] = {}
-        self._anonymous: dict[int, tuple[Graph, int]] = {}
+        self._reserved: set[int] = set()  # ids whose add_graph or load_model is in flight
+        # Session.run's graphs by (id(graph), graph options), least recently run first, and
+        # the registrations in flight (one per key: concurrent first runs share it).
+        self._anonymous: OrderedDict[tuple[int, _OptionsKey], _GraphEntry] = OrderedDict()
+        self._anonymous_adding: dict[tuple[int, _OptionsKey], anyio.Event] = {}
+        self._next_anonymous = -1
         self._variables: dict[str, np.ndarray] = {}
         self._cpu: anyio.CapacityLimiter | None = None
         self._runs: anyio.CapacityLimiter | None = None
-        self._workers: EngineWorkers | None = None  # the engines' lanes, started with the session
-        # Device processes (aioge.exec_devices), started on the first run that can use them.
-        self._devices: DevicePool | None = DevicePool(resolved.exec_devices) if resolved.exec_devices else None
+        # The engines' lanes (started with the session) and the device processes
+        # (aioge.exec_devices, started on the first run that can use them).
+        self._engines = _Engines(DevicePool(resolved.exec_devices) if resolved.exec_devices else None)
+        self._finalizer = weakref.finalize(self, _release_unclosed, self._engines)
+        self._finalizer.atexit = False  # at exit the daemon threads and the pool's own finalizer suffice
         self._closed = False
+
+    @property
+    def _workers(self) -> EngineWorkers | None:
+        return self._engines.workers
+
+    @property
+    def _devices(self) -> DevicePool | None:
+        return self._engines.devices
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -78,14 +139,20 @@ class Session:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Drop every graph and its compiled models."""
+        """Drop every graph and its compiled models, and stop the engines and devices.
+
+        Work already queued on the engines finishes; a run still in flight fails at its next
+        op with ``SessionClosedError`` (it never waits for engines that are gone).
+        """
         self._graphs.clear()
         self._anonymous.clear()
         self._closed = True
-        workers, self._workers = self._workers, None
+        self._finalizer.detach()
+        engines = self._engines
+        workers, engines.workers = engines.workers, None
+        devices, engines.devices = engines.devices, None
         if workers is not None:  # lanes finish what is queued, then stop; joining blocks, so off the loop
             await anyio.to_thread.run_sync(workers.close)
-        devices, self._devices = self._devices, None
         if devices is not None:
             await anyio.to_thread.run_sync(devices.close)
 
@@ -101,17 +168,23 @@ class Session:
         return self._cpu, self._runs
 
     async def _start(self) -> EngineWorkers:
-        """The engine workers, started on first use; BLAS threads are set once before any kernel runs."""
-        if self._workers is None:
+        """The engine workers, started on first use; BLAS threads are set once before any kernel runs.
+
+        Raises:
+            SessionClosedError: the session closed (also while this waited).
+        """
+        self._check_open()
+        if self._engines.workers is None:
             # Several lanes run kernels at once (streams, concurrent runs): one BLAS thread each.
             await anyio.to_thread.run_sync(configure_blas, 1)
-            if self._workers is None:
-                self._workers = EngineWorkers()
-        return self._workers
+            self._check_open()  # a session closed meanwhile must not start engines nobody stops
+            if self._engines.workers is None:
+                self._engines.workers = EngineWorkers()
+        return self._engines.workers
 
-    def _check_open(self) -> None:
+    def _check_open(self, graph: str | None = None) -> None:
         if self._closed:
-            raise GraphError("the session is closed")
+            raise SessionClosedError(graph=graph)
 
     # -- graphs -----------------------------------------------------------------------
 
@@ -119,21 +192,36 @@ class Session:
         """Register ``graph`` under ``graph_id`` with graph-level options.
 
         Raises:
-            OptionError: a bad graph option. GraphError: the id is taken, or the graph is
-            malformed, or its variables clash with the session's. CompileError (E13026): the
-            graph cache is on and its directory does not exist.
+            OptionError: a bad graph option. GraphError: the id is taken (also by an
+            ``add_graph`` or ``load_model`` still in flight), or the graph is malformed, or its
+            variables clash with the session's. CompileError (E13026): the graph cache is on
+            and its directory does not exist. SessionClosedError: the session is closed.
         """
         self._check_open()
         if not isinstance(graph, Graph):
             raise GraphError(f"add_graph expects an aioge.Graph, got {type(graph).__name__}")
-        if graph_id in self._graphs:
-            raise GraphError(f"graph id {graph_id} is already added; remove_graph it first", graph=graph.name)
-        checked = check_options(options, "graph")
-        resolved = resolve_options(self._options, checked)
-        await anyio.to_thread.run_sync(graph.validate)
-        cache = await anyio.to_thread.run_sync(graph_cache.cache_for, resolved, graph.name)
-        self._adopt_variables(graph)
-        self._graphs[graph_id] = _GraphEntry(graph_id, graph, checked, resolved, lock=anyio.Lock(), graph_cache=cache)
+        await self._register(graph_id, graph, check_options(options, "graph"))
+
+    def _reserve(self, graph_id: int, name: str | None) -> None:
+        """Claim ``graph_id`` before the first await of an add, so two adds of one id in flight
+        at once cannot both succeed (the second would silently replace the first)."""
+        if graph_id in self._graphs or graph_id in self._reserved:
+            raise GraphError(f"graph id {graph_id} is already added; remove_graph it first", graph=name)
+        self._reserved.add(graph_id)
+
+    async def _register(self, graph_id: int, graph: Graph, checked: dict[str, str]) -> _GraphEntry:
+        self._reserve(graph_id, graph.name)
+        try:
+            resolved = resolve_options(self._options, checked)
+            await anyio.to_thread.run_sync(graph.validate)
+            cache = await anyio.to_thread.run_sync(graph_cache.cache_for, resolved, graph.name)
+            self._check_open(graph.name)
+            self._adopt_variables(graph)
+            entry = _GraphEntry(graph_id, graph, checked, resolved, lock=anyio.Lock(), graph_cache=cache)
+            self._graphs[graph_id] = entry
+            return entry
+        finally:
+            self._reserved.discard(graph_id)
 
     async def remove_graph(self, graph_id: int) -> None:
         """Forget a graph and its compiled models.
@@ -169,15 +257,21 @@ class Session:
 
         Raises:
             FeedError: a missing, extra or mis-shaped/typed feed. ExecutionError: a kernel failed.
+            SessionClosedError: the session is closed, or closed while this run was in flight.
         """
-        entry = self._entry(graph_id)
+        return await self._run_entry(self._entry(graph_id), feeds, trace)
+
+    async def _run_entry(
+        self, entry: _GraphEntry, feeds: Mapping[str, Any], trace: str | os.PathLike[str] | None = None
+    ) -> dict[str, np.ndarray]:
         arrays, signature = self._check_feeds(entry.graph, feeds)
         exe = await self._executable(entry, signature)
         _, runs = self._limiters()
         workers = await self._start()
         spans: list[TraceSpan] | None = [] if trace is not None else None
-        devices = self._devices
+        devices = self._engines.devices
         async with runs:
+            self._check_open(entry.graph.name)
             if devices is not None and spans is None and entry.resolved.exec_mode == "sink" and devices.eligible(exe):
                 return await devices.run(exe, arrays, entry.resolved.exec_threads)
             start = anyio.current_time()
@@ -189,18 +283,58 @@ class Session:
         return outputs
 
     async def run(self, graph: Graph, feeds: Mapping[str, Any], options: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
-        """Run a graph object directly: added (with ``options``) and built on first sight."""
+        """Run a graph object directly: added (with ``options``) and built on first sight.
+
+        Each (graph object, graph options) pair is registered once, under a negative graph id
+        of its own, and compiled once per input signature, however many first runs are in
+        flight at once: they share one registration and one compile. Other ``options`` for the
+        same graph make another registration and build. The session keeps the
+        ``ANONYMOUS_GRAPHS`` (16) most recently run of these and drops the others with their
+        builds (a dropped graph that runs again is compiled again; the kernel cache makes
+        that cheap), so graphs made per call are not kept forever. A graph must not be
+        changed after its first run here; add a new graph object instead.
+
+        Raises:
+            OptionError: a bad graph option. GraphError, FeedError, ExecutionError,
+            SessionClosedError: as ``add_graph`` and ``run_graph``.
+        """
         self._check_open()
-        known = self._anonymous.get(id(graph))
-        if known is None or known[0] is not graph:
-            graph_id = -1 - len(self._anonymous)
-            while graph_id in self._graphs:
+        if not isinstance(graph, Graph):
+            raise GraphError(f"run expects an aioge.Graph, got {type(graph).__name__}")
+        checked = check_options(options, "graph")
+        entry = await self._anonymous_entry((id(graph), tuple(sorted(checked.items()))), graph, checked)
+        return await self._run_entry(entry, feeds)
+
+    async def _anonymous_entry(self, key: tuple[int, _OptionsKey], graph: Graph, checked: dict[str, str]) -> _GraphEntry:
+        """The entry of ``Session.run``'s graph and options: registered once (single flight)."""
+        while True:
+            entry = self._anonymous.get(key)
+            # The entry holds its graph, so while it lives id(graph) names no other graph;
+            # ``is`` also catches an entry whose id was remove_graph'ed meanwhile.
+            if entry is not None and entry.graph is graph and self._graphs.get(entry.graph_id) is entry:
+                self._anonymous.move_to_end(key)
+                return entry
+            adding = self._anonymous_adding.get(key)
+            if adding is None:
+                break
+            await adding.wait()  # the first caller registers; if it failed, the next one tries
+            self._check_open(graph.name)
+        done = self._anonymous_adding[key] = anyio.Event()
+        try:
+            graph_id = self._next_anonymous
+            while graph_id in self._graphs or graph_id in self._reserved:
                 graph_id -= 1
-            await self.add_graph(graph_id, graph, options)
-            self._anonymous[id(graph)] = (graph, graph_id)
-        else:
-            graph_id = known[1]
-        return await self.run_graph(graph_id, feeds)
+            self._next_anonymous = graph_id - 1
+            entry = await self._register(graph_id, graph, checked)
+            self._anonymous[key] = entry
+            while len(self._anonymous) > ANONYMOUS_GRAPHS:
+                _, old = self._anonymous.popitem(last=False)
+                if self._graphs.get(old.graph_id) is old:  # runs in flight keep their entry
+                    del self._graphs[old.graph_id]
+            return entry
+        finally:
+            del self._anonymous_adding[key]
+            done.set()
 
     async def load_model(self, path: str | os.PathLike[str], graph_id: int | None = None) -> int:
         """Load a compiled model (an ``.om`` from ``aioge compile``) and register it as a graph.
@@ -211,28 +345,35 @@ class Session:
 
         Raises:
             ModelFormatError: the file is missing, corrupt, foreign or stale. GraphError: the id
-            is taken, or the model's variables clash with the session's.
+            is taken (also by an add still in flight), or the model's variables clash with the
+            session's. SessionClosedError: the session is closed.
         """
         from aioge.compiler.serialize import load_model
 
         self._check_open()
-        if graph_id is not None and graph_id in self._graphs:
-            raise GraphError(f"graph id {graph_id} is already added; remove_graph it first")
-        model = await load_model(path)
-        if graph_id is None:
-            graph_id = 1
-            while graph_id in self._graphs:
-                graph_id += 1
-        elif graph_id in self._graphs:
-            raise GraphError(f"graph id {graph_id} is already added; remove_graph it first", graph=model.graph.name)
-        self._adopt_variables(model.graph)
-        entry = _GraphEntry(graph_id, model.graph, {}, resolve_options(self._options), lock=anyio.Lock())
-        signature = tuple((name, tuple(shape)) for name, shape in model.signature)
-        entry.builds[signature] = await anyio.to_thread.run_sync(
-            partial(Executable, model, self._variables, threads=entry.resolved.exec_threads))
-        entry.last = signature
-        self._graphs[graph_id] = entry
-        return graph_id
+        if graph_id is not None:
+            self._reserve(graph_id, None)
+        try:
+            model = await load_model(path)
+            self._check_open(model.graph.name)
+            if graph_id is None:  # picked and claimed with no await between: another load cannot take it too
+                graph_id = 1
+                while graph_id in self._graphs or graph_id in self._reserved:
+                    graph_id += 1
+                self._reserved.add(graph_id)
+            self._adopt_variables(model.graph)
+            resolved = resolve_options(self._options)
+            exe = await anyio.to_thread.run_sync(partial(Executable, model, self._variables, threads=resolved.exec_threads))
+            self._check_open(model.graph.name)
+            entry = _GraphEntry(graph_id, model.graph, {}, resolved, lock=anyio.Lock())
+            signature = tuple((name, tuple(shape)) for name, shape in model.signature)
+            entry.builds[signature] = exe
+            entry.last = signature
+            self._graphs[graph_id] = entry
+            return graph_id
+        finally:
+            if graph_id is not None:
+                self._reserved.discard(graph_id)
 
     def compiled(self, graph_id: int) -> CompiledModel:
         """The compiled model of the graph's latest build.

@@ -135,7 +135,11 @@ class Runner:
 @contextmanager
 def runner() -> Iterator[Runner]:
     with anyio.from_thread.start_blocking_portal("asyncio") as portal:
-        yield Runner(portal)
+        r = Runner(portal)
+        try:
+            yield r
+        finally:
+            portal.call(r.session.aclose)
 
 
 def as_array(x: Any) -> np.ndarray:

@@ -235,7 +235,8 @@ async def concurrency(w: Workload, session: Any, gid: int, conc: int, *, rounds:
 
 def fresh_process(mode: str, spec: dict[str, Any], *, env: dict[str, str] | None = None, timeout: float = 900) -> dict[str, Any]:
     """Run ``python -m aioge.benchmarks.child MODE SPEC`` in a new interpreter; its JSON result."""
-    proc = subprocess.run([sys.executable, "-m", "aioge.benchmarks.child", mode, json.dumps(spec)],
+    # -P: not the current directory first on sys.path (a stray msgpack.py there would be imported).
+    proc = subprocess.run([sys.executable, "-P", "-m", "aioge.benchmarks.child", mode, json.dumps(spec)],
                           capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark child {mode} failed ({proc.returncode}): {proc.stderr[-2000:]}")

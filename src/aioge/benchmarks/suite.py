@@ -164,7 +164,8 @@ def _blas_variant(cfg: SuiteConfig, names: list[str]) -> dict[str, Any] | None:
     env = {k: v for k, v in os.environ.items() if k not in BLAS_ENV}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "results.json")
-        cmd = [sys.executable, "-m", "aioge.benchmarks", "--json-only", out, "--workloads", ",".join(names),
+        # -P: not the current directory first on sys.path (a stray msgpack.py there would be imported).
+        cmd = [sys.executable, "-P", "-m", "aioge.benchmarks", "--json-only", out, "--workloads", ",".join(names),
                "--rounds", str(cfg.rounds), "--runs", str(cfg.runs), "--no-reference", "--no-concurrency",
                "--no-startup", "--no-blas-variant"]
         import subprocess

@@ -45,7 +45,7 @@ import anyio
 import numpy as np
 
 from aioge.cache import io
-from aioge.errors import ExecutionError
+from aioge.errors import ExecutionError, SessionClosedError
 from aioge.runtime.executor import Executable
 from aioge.runtime.workers import Completion
 
@@ -171,8 +171,12 @@ class _Device:
         # The child imports aioge from where this process did (also when it is not installed).
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        # -P: ``python -c`` would put the current directory first on sys.path, so a msgpack.py
+        # (or numpy.py...) in the directory the server was started from would run inside the
+        # device. -I would also drop PYTHONPATH, which the line above needs for source-tree runs.
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from aioge.runtime.devices import main; main()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            [sys.executable, "-P", "-c", "from aioge.runtime.devices import main; main()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         _bigger_pipe(self.proc.stdin.fileno())
@@ -183,6 +187,7 @@ class _Device:
         self._lock = threading.Lock()
         self._pending: dict[int, _Pending] = {}
         self.dead: str | None = None
+        self.stopping = False  # stop() was called: runs it cannot answer fail with SessionClosedError
         self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._write_loop, name=f"aioge-device-{index}-writer", daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name=f"aioge-device-{index}-reader", daemon=True)
@@ -202,7 +207,7 @@ class _Device:
         pending = _Pending()
         with self._lock:
             if self.dead is not None:
-                raise ExecutionError(f"{self.name} is gone: {self.dead}")
+                raise self._gone(f"{self.name} is gone: {self.dead}")
             self._pending[rid] = pending
         self._queue.put(("run", rid, exe_id, feeds))
         return pending
@@ -253,6 +258,9 @@ class _Device:
         code = self.proc.wait()
         stdout.close()
         self._fail_all(f"{reason} (exit code {code})")
+        # The writer may be waiting for work that will never come: let it end (and close the
+        # child's stdin), or every replaced device would leave a thread and a pipe behind.
+        self._queue.put(None)
 
     def _deliver(self, msg: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         if msg.get("op") == "load_failed":  # the runs of that model fail on their own replies too
@@ -286,11 +294,17 @@ class _Device:
         if pending:
             log.warning("%s stopped with %d run(s) in flight: %s", self.name, len(pending), reason)
         for p in pending.values():
-            p.error = ExecutionError(f"{self.name} stopped: {reason}")
+            p.error = self._gone(f"{self.name} stopped: {reason}")
             p.done.tick()
+
+    def _gone(self, message: str) -> ExecutionError | SessionClosedError:
+        if self.stopping:
+            return SessionClosedError(f"the session closed while this run was in flight: {message}")
+        return ExecutionError(message)
 
     def stop(self) -> None:
         """Ask the child to exit after what is queued (never blocks)."""
+        self.stopping = True
         self._queue.put(None)
 
     def join(self, timeout: float) -> None:
@@ -322,6 +336,11 @@ class DevicePool:
         self._finalizer = weakref.finalize(self, _stop_devices, self._started)
 
     @property
+    def started(self) -> bool:
+        """Whether any device process was ever started."""
+        return bool(self._started)
+
+    @property
     def pids(self) -> list[int]:
         """The process ids of the live devices."""
         return [d.proc.pid for d in self._devices if d is not None and d.dead is None]
@@ -345,14 +364,19 @@ class DevicePool:
         return all(d is not None and d.dead is None for d in self._devices)
 
     def start(self) -> None:
-        """Start the devices not running yet and replace dead ones (blocking: a fork and exec each)."""
+        """Start the devices not running yet and replace dead ones (blocking: a fork and exec each).
+
+        Raises:
+            SessionClosedError: the pool is closed.
+        """
         with self._lock:
             if self._closed:
-                raise RuntimeError("the device pool is closed")
+                raise SessionClosedError("the session closed: its device processes are stopped")
             for k, d in enumerate(self._devices):
                 if d is None or d.dead is not None:
                     if d is not None:
                         log.warning("replacing %s: %s", d.name, d.dead)
+                        self._started.remove(d)  # its threads end by themselves; keep no reference
                     d = self._devices[k] = _Device(k)
                     self._started.append(d)
 
@@ -360,7 +384,7 @@ class DevicePool:
         """The device with the fewest runs in flight."""
         with self._lock:
             if self._closed:
-                raise RuntimeError("the device pool is closed")
+                raise SessionClosedError("the session closed: its device processes are stopped")
             return min((d for d in self._devices if d is not None), key=lambda d: (d.dead is not None, d.in_flight))
 
     def prepare(self, exe: Executable) -> tuple[int, bytes]:
@@ -380,6 +404,7 @@ class DevicePool:
 
         Raises:
             ExecutionError: a kernel failed on the device, or the device's process died.
+            SessionClosedError: the pool is closed.
         """
         with self._lock:
             known = self._om.get(exe)
@@ -403,6 +428,12 @@ class DevicePool:
         assert pending.outputs is not None
         exe.observe(pending.seconds)
         return pending.outputs
+
+    def stop_nowait(self) -> None:
+        """Refuse new runs and let every device exit after its queued work, without waiting."""
+        with self._lock:
+            self._closed = True
+        self._finalizer()
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop every device after the work queued so far (blocking up to ``timeout`` per device)."""

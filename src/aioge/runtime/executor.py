@@ -15,7 +15,9 @@ at run time). Cancelling a run stops every stream between ops and waits until no
 touches the arena before the context goes back to the pool. A kernel error fails that run
 only, with an ``ExecutionError`` naming the node and its engine. With ``op_debug_level`` not 0
 every kernel's float outputs are checked after it runs: NaN or Inf made from finite inputs
-is such an error too (GE's overflow check).
+is such an error too (GE's overflow check). Kernels compute IEEE special values (log(0) =
+-inf, ...) without numpy's warnings unless the caller set an error state of its own
+(``_quiet_fp``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 
 from aioge.compiler.model import CompiledModel
 from aioge.compiler.streams import node_cost
+from aioge.errors import SessionClosedError
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import ValueKind
 from aioge.kernels.parallel import cpu_tokens
@@ -248,6 +251,7 @@ class Executable:
 
         Raises:
             ExecutionError: a kernel failed (names node, op type and engine).
+            SessionClosedError: ``workers`` closed before or during the run.
         """
         ctx = self._acquire(poison)
         try:
@@ -321,13 +325,16 @@ class Executable:
 
     async def _run_host(self, ctx: Context, workers: EngineWorkers, lanes: list[Lane], trace: list[TraceSpan] | None, poison: bool) -> None:
         events = [anyio.Event() for _ in ctx.events]
+        closed: list[SessionClosedError] = []
         async with anyio.create_task_group() as tg:
             for s, steps in enumerate(self._layout.streams):
-                tg.start_soon(self._host_stream, ctx, workers, lanes[s], steps, events, trace, poison, tg.cancel_scope)
+                tg.start_soon(self._host_stream, ctx, workers, lanes[s], steps, events, trace, poison, tg.cancel_scope, closed)
+        if closed:
+            raise closed[0]
 
     async def _host_stream(
         self, ctx: Context, workers: EngineWorkers, lane: Lane, steps: tuple[int, ...], events: list[anyio.Event],
-        trace: list[TraceSpan] | None, poison: bool, scope: anyio.CancelScope,
+        trace: list[TraceSpan] | None, poison: bool, scope: anyio.CancelScope, closed: list[SessionClosedError],
     ) -> None:
         for i in steps:
             step = self._layout.steps[i]
@@ -335,7 +342,14 @@ class Executable:
                 await events[e].wait()
             done = Completion(1)
             fns = [*ctx.poison_fills(i), ctx.calls[i]] if poison else [ctx.calls[i]]
-            workers.enqueue([(lane, partial(contextvars.copy_context().run, _run_op, ctx, fns, i, step.stream, trace, workers.cpu, done))])
+            try:
+                workers.enqueue([(lane, partial(contextvars.copy_context().run, _run_op, ctx, fns, i, step.stream, trace, workers.cpu, done))])
+            except SessionClosedError as exc:  # the session closed mid-run: its lanes take no more ops
+                closed.append(SessionClosedError(f"the session closed while this run was in flight (before node {step.name!r})",
+                                                 graph=self._layout.graph))
+                closed[-1].__cause__ = exc
+                scope.cancel()
+                return
             try:
                 await done.wait()
             except BaseException:
@@ -367,6 +381,7 @@ def _execute(ctx: Context, program: Program, trace: list[TraceSpan] | None) -> N
     abort = ctx.abort
     k = 0
     start = time.perf_counter()
+    quiet = _quiet_fp()
     try:
         if trace is None:
             for k, f in enumerate(fns):  # noqa: B007 - k names the failing entry in the handler
@@ -390,6 +405,7 @@ def _execute(ctx: Context, program: Program, trace: list[TraceSpan] | None) -> N
         node = meta[k]
         ctx.fail(exc, node if node >= 0 else -1 - node)
     finally:
+        _restore_fp(quiet)
         ctx.elapsed = time.perf_counter() - start
 
 
@@ -434,6 +450,7 @@ def _run_op(
     ctx: Context, fns: list[Any], node: int, stream: int, trace: list[TraceSpan] | None, cpu: threading.Semaphore, done: Completion
 ) -> None:
     """Run one op (and its poison fills) inside its lane, holding a CPU token, for host mode."""
+    quiet = _quiet_fp()
     try:
         with cpu, cpu_tokens(cpu):
             if not ctx.abort[0]:
@@ -445,7 +462,53 @@ def _run_op(
     except BaseException as exc:  # reported to the run, which raises it
         ctx.fail(exc, node)
     finally:
+        _restore_fp(quiet)
         done.tick()
+
+
+# numpy's floating-point warnings inside kernels. ONNX computes IEEE 754: log(0) = -inf,
+# 1/0 = inf, sqrt(-1) = NaN, exp(1000) = inf, and onnxruntime does so silently. numpy warns
+# ("divide by zero encountered in log") on every run of valid models: T5's relative position
+# buckets take the log of 0 and cast the -inf to int64, then select those entries away. Under
+# numpy's default error state (warn) kernels therefore run with divide, overflow and invalid
+# off; an error state the caller set (np.errstate(invalid="raise"), say) applies as given, and
+# op_debug_level's check is the way to fail runs that make NaN or Inf. The state is numpy 2's
+# context variable: reading it and setting it costs well under a microsecond a program, where
+# np.errstate costs several.
+try:
+    from numpy._core._ufunc_config import _extobj_contextvar as _FP_STATE  # numpy >= 2
+except ImportError:  # pragma: no cover - numpy 1.26: a per-thread state, read and set with geterr/seterr
+    _FP_STATE = None
+
+
+def _quiet_state() -> Any:
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        return _FP_STATE.get()  # type: ignore[union-attr]
+
+
+if _FP_STATE is not None:
+    _FP_DEFAULT = contextvars.Context().run(_FP_STATE.get)  # numpy's default state (an opaque object)
+    _FP_QUIET = contextvars.Context().run(_quiet_state)
+_NUMPY_DEFAULT_ERR = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
+
+
+def _quiet_fp() -> Any:
+    """Turn numpy's floating-point warnings off here if the error state is numpy's default;
+    what to hand to ``_restore_fp`` afterwards (in the same thread and context)."""
+    if _FP_STATE is not None:
+        return _FP_STATE.set(_FP_QUIET) if _FP_STATE.get() is _FP_DEFAULT else None
+    if np.geterr() != _NUMPY_DEFAULT_ERR:  # pragma: no cover - numpy 1.26
+        return None
+    return np.seterr(divide="ignore", over="ignore", invalid="ignore")  # pragma: no cover
+
+
+def _restore_fp(token: Any) -> None:
+    if token is None:
+        return
+    if _FP_STATE is not None:
+        _FP_STATE.reset(token)
+    else:  # pragma: no cover - numpy 1.26
+        np.seterr(**token)
 
 
 class _Countdown:

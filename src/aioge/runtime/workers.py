@@ -28,6 +28,8 @@ import anyio
 import anyio.lowlevel
 from anyio.from_thread import RunFinishedError
 
+from aioge.errors import SessionClosedError
+
 __all__ = ["Completion", "EngineWorkers", "Lane"]
 
 log = logging.getLogger(__name__)
@@ -102,11 +104,11 @@ class EngineWorkers:
         """For each engine, ``counts[engine]`` distinct lanes for one run's streams.
 
         Raises:
-            RuntimeError: the pools are closed.
+            SessionClosedError: the pools are closed.
         """
         with self._lock:
             if self._closed:
-                raise RuntimeError("the engine worker pools are closed")
+                raise SessionClosedError("the session closed: its engine worker pools are stopped")
             out: dict[str, list[Lane]] = {}
             for engine, k in counts.items():
                 pool = self._lanes.setdefault(engine, [])
@@ -134,10 +136,25 @@ class EngineWorkers:
             self.cpu.release()
 
     def enqueue(self, items: Sequence[tuple[Lane, Callable[[], object]]]) -> None:
-        """Put one run's items on their lanes, all at once with respect to other runs."""
+        """Put one run's items on their lanes, all at once with respect to other runs.
+
+        Under the lock ``close`` takes before it stops the lanes: an item is either queued
+        ahead of the lane's stop (and runs) or refused, never left on a lane that has ended.
+
+        Raises:
+            SessionClosedError: the pools are closed (a host-mode run's next op, say).
+        """
         with self._lock:
+            if self._closed:
+                raise SessionClosedError("the session closed: its engine worker pools are stopped")
             for lane, fn in items:
                 lane.put(fn)
+
+    def stop_nowait(self) -> None:
+        """Refuse new work and let every lane end after its queued work, without waiting."""
+        with self._lock:
+            self._closed = True
+        self._finalizer()  # runs _stop_lanes once, then is dead
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop every lane after the work already queued (blocking up to ``timeout`` per lane)."""
