@@ -3,8 +3,9 @@ would never make.
 
 Each file is made the way an attacker would: a real compiled model decoded, one plan edited,
 and re-encoded with aioge's own codec (so the envelope, the checksum and every type check
-pass). Before, a cycle of events between streams loaded and then hung the run, and a block
-size outside the tuner's candidates loaded and ran about 1000x slower. Decoding must refuse
+pass). Before, a cycle of events between streams loaded and then hung the run, a block
+size outside the tuner's candidates loaded and ran orders of magnitude slower, and two
+tensors live at once could be given the same arena bytes (a silently wrong result). Decoding must refuse
 each with a ``ModelFormatError`` naming what is wrong; in the graph cache that is one warning
 and a recompile.
 """
@@ -115,6 +116,14 @@ def _buffer_for_an_output(m: CompiledModel) -> None:
     m.memory = dataclasses.replace(mem, buffers=buffers, arena_bytes=mem.arena_bytes + nbytes)
 
 
+def _live_buffers_overlap(m: CompiledModel) -> None:
+    """Both matmul results are live until the fused tail reads them: put them on one range."""
+    mem = m.memory
+    first, *rest = mem.buffers
+    moved = tuple(dataclasses.replace(b, offset=first.offset) for b in rest)
+    m.memory = dataclasses.replace(mem, buffers=(first, *moved))
+
+
 CRAFTED = {
     "event cycle": (_event_cycle, r"invalid stream plan: event 1 .* \(a cycle between streams"),
     "missing event": (_missing_event, r"invalid stream plan: node \d+ \(stream \d\) reads the output of node \d+ .* with no event"),
@@ -123,6 +132,7 @@ CRAFTED = {
     "engine and kernel differ": (_other_engine, r"is not one the compiler could choose: it is a FusedElementwise kernel for"),
     "buffer listed twice": (_buffer_twice, r"buffer of .* listed twice"),
     "buffer for a graph output": (_buffer_for_an_output, r"buffer of 'y' is not a planned intermediate"),
+    "live buffers overlap": (_live_buffers_overlap, r"invalid memory plan: buffers of .* share arena bytes, but node \d+ .* does not end before"),
 }
 
 

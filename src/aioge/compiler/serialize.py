@@ -490,8 +490,8 @@ def _check_plan(model: CompiledModel) -> None:
 
 def _check_memory(model: CompiledModel) -> None:
     """Each buffer holds one intermediate the planner places (its producer's output, not a graph
-    output), inside the arena."""
-    from aioge.compiler.memory import plannable
+    output), inside the arena, sharing bytes only with tensors it cannot be live with."""
+    from aioge.compiler.memory import check_reuse, plannable
 
     g = model.graph
     mem = model.memory
@@ -505,6 +505,10 @@ def _check_memory(model: CompiledModel) -> None:
         seen.add(b.value)
         if b.offset < 0 or b.nbytes < v.desc.nbytes or b.offset + b.nbytes > mem.arena_bytes:
             raise ModelFormatError(f"buffer of {b.value!r} ({v.desc}) does not fit the arena at {b.offset}+{b.nbytes}")
+    uses = [(b, sorted({index[id(c)] for c, _ in g.value(b.value).uses})) for b in mem.buffers]
+    reason = check_reuse(uses, model.streams)
+    if reason:
+        raise ModelFormatError(f"invalid memory plan: {reason}")
 
 
 # -- files ----------------------------------------------------------------------------

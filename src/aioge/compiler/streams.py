@@ -19,7 +19,7 @@ it — plans cannot deadlock.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from aioge.engines import Engine
 from aioge.ir.graph import Graph, Node
@@ -32,6 +32,7 @@ __all__ = [
     "Stream",
     "StreamPlan",
     "check_stream_plan",
+    "clocks_before",
     "happens_before",
     "node_cost",
     "plan_streams",
@@ -291,23 +292,50 @@ def check_stream_plan(plan: StreamPlan, preds: Sequence[Sequence[int]]) -> str:
                     " (a cycle between streams: the run would hang)")
         waits[e.consumer].append(e.producer)
         recorded[e.producer] = 1
-    # clock[s]: the last position on stream s known to end before the current node starts.
-    clocks = [[-1] * num for _ in range(num)]  # per stream: the clock after its last node
-    at_record: dict[int, list[int]] = {}  # the clock of each event producer, as it ended
-    for i in range(n):
+    for i, clock in _clocks(plan, pos, waits, recorded):
         s = plan.node_stream[i]
-        clock = clocks[s]
-        for p in waits[i]:
-            for t, x in enumerate(at_record[p]):
-                if x > clock[t]:
-                    clock[t] = x
         for p in preds[i]:
             if not 0 <= p < i:
                 return f"node {i} reads the output of node {p}, which does not run before it"
             if plan.node_stream[p] != s and clock[plan.node_stream[p]] < pos[p]:
                 return (f"node {i} (stream {s}) reads the output of node {p} (stream {plan.node_stream[p]})"
                         " with no event ordering them")
+    return ""
+
+
+def clocks_before(plan: StreamPlan, nodes: Iterable[int]) -> tuple[list[int], dict[int, list[int]]]:
+    """``(position, clocks)`` of a plan that ``check_stream_plan`` accepted: each node's
+    position on its stream, and for each node of ``nodes`` its vector clock — per stream,
+    the last position that ends before the node starts (-1: none). Node ``u`` happens
+    before node ``j`` when ``clocks[j][node_stream[u]] >= position[u]``."""
+    n = len(plan.node_stream)
+    pos = [0] * n
+    for st in plan.streams:
+        for j, i in enumerate(st.nodes):
+            pos[i] = j
+    waits: list[list[int]] = [[] for _ in range(n)]
+    recorded = bytearray(n)
+    for e in plan.events:
+        waits[e.consumer].append(e.producer)
+        recorded[e.producer] = 1
+    wanted = set(nodes)
+    return pos, {i: list(clock) for i, clock in _clocks(plan, pos, waits, recorded) if i in wanted}
+
+
+def _clocks(plan: StreamPlan, pos: Sequence[int], waits: Sequence[Sequence[int]], recorded: bytearray) -> Iterator[tuple[int, list[int]]]:
+    """Each node in execution order with its vector clock as it starts (a live list: copy it
+    to keep it). Stream order and events only, so O(nodes + events x streams)."""
+    num = len(plan.streams)
+    clocks = [[-1] * num for _ in range(num)]  # per stream: the clock after its last node
+    at_record: dict[int, list[int]] = {}  # the clock of each event producer, as it ended
+    for i in range(len(plan.node_stream)):
+        s = plan.node_stream[i]
+        clock = clocks[s]
+        for p in waits[i]:
+            for t, x in enumerate(at_record[p]):
+                if x > clock[t]:
+                    clock[t] = x
+        yield i, clock
         clock[s] = pos[i]
         if recorded[i]:
             at_record[i] = list(clock)
-    return ""
