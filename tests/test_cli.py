@@ -91,7 +91,7 @@ def test_missing_inputs_are_random_with_a_fixed_seed(builder, tmp_path, capsys) 
     assert main(["compile", builder, "-o", str(om), "--option", "aioge.tune_mode=heuristic"]) == 0
     runs = []
     for i in range(2):
-        assert main(["run", str(om), "--output-dir", str(tmp_path / f"r{i}")]) == 0
+        assert main(["run", str(om), "--random-inputs", "--output-dir", str(tmp_path / f"r{i}")]) == 0
         assert "input x: not given, random float32[3, 6] (seed 0)" in capsys.readouterr().out
         runs.append(np.load(tmp_path / f"r{i}" / "y.npy"))
     np.testing.assert_array_equal(runs[0], runs[1])
@@ -119,7 +119,7 @@ def test_external_weight_and_engine_options(builder, tmp_path, capsys) -> None:
     assert main(["info", str(om), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["weights"] == "external" and "AiCore" not in info["nodes_per_engine"]
-    assert main(["run", str(om), "--output-dir", str(tmp_path / "r")]) == 0
+    assert main(["run", str(om), "--random-inputs", "--output-dir", str(tmp_path / "r")]) == 0
     x = np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32)
     np.testing.assert_allclose(np.load(tmp_path / "r" / "y.npy"), _ref(x), rtol=1e-5, atol=1e-6)
 

@@ -259,7 +259,8 @@ def _random_feed(name: str, shape: tuple[int, ...], dtype: str, rng: np.random.G
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Run OUT.om, MODEL.onnx or GRAPH.py on inputs from .npy files (missing ones random, seed 0)."""
+    """Run OUT.om, MODEL.onnx or GRAPH.py on inputs from .npy files (with ``--random-inputs``,
+    missing ones random, seed 0)."""
     import aioge
     from aioge.compiler.specialize import input_signature
     from aioge.errors import AiogeError
@@ -285,6 +286,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 graph, defaults, ref = _load_source(args.model, shapes)
                 gid = 1
                 await s.add_graph(gid, graph)
+            _check_input_names(graph, given, defaults, args.random_inputs)
             known = {**shapes, **{k: v.shape for k, v in given.items()}}
             signature = dict(input_signature(graph, {k: v for k, v in known.items() if graph.has_value(k)}))
             rng = np.random.default_rng(0)
@@ -302,19 +304,22 @@ def cmd_run(args: argparse.Namespace) -> int:
             return outputs, ref, feeds
 
     outputs, ref, feeds = anyio.run(go)
+    files = output_files(outputs) if args.output_dir else {}
     out_dir = Path(args.output_dir) if args.output_dir else None
     for name, a in outputs.items():
         stats = ""
         if a.size and a.dtype.kind in "biuf":
             stats = f" min {a.min():.6g} max {a.max():.6g} mean {a.astype(np.float64).mean():.6g}"
-        print(f"output {name}: {a.dtype}{list(a.shape)}{stats}")
+        saved = ""
         if out_dir is not None:
-            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "output"
+            path = out_dir / files[name]
+            saved = f" -> {path}{' (replaced the file there)' if path.exists() else ''}"
             try:
                 out_dir.mkdir(parents=True, exist_ok=True)
-                np.save(out_dir / f"{safe}.npy", a, allow_pickle=False)
+                np.save(path, a, allow_pickle=False)
             except OSError as exc:
-                raise AiogeError(f"--output-dir {out_dir}: cannot write {safe}.npy: {exc}") from None
+                raise AiogeError(f"--output-dir {out_dir}: cannot write {files[name]}: {exc}") from None
+        print(f"output {name}: {a.dtype}{list(a.shape)}{stats}{saved}")
     if ref is not None:
         expected = ref(feeds)
         err = max((float(np.max(np.abs(outputs[k] - expected[k]))) for k in expected if k in outputs), default=0.0)
@@ -322,6 +327,45 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.trace:
         print(f"trace: {args.trace}")
     return 0
+
+
+def _check_input_names(graph: Any, given: dict[str, np.ndarray], defaults: dict[str, Any], random_inputs: bool) -> None:
+    """Every ``--input`` must name an input of the model, and every input must be given
+    (or come from the builder's feeds) unless ``--random-inputs``; as trtexec and
+    onnxruntime_perf_test do, a misspelt name is an error, never a silently random input.
+
+    Raises:
+        AiogeError: an unknown name or a missing input (naming the model's inputs).
+    """
+    from aioge.errors import AiogeError
+
+    names = [v.name for v in graph.inputs]
+    listed = ", ".join(names) or "none"
+    unknown = [n for n in given if n not in names]
+    if unknown:
+        raise AiogeError(f"--input {', '.join(unknown)}: the model has no such input; its inputs are: {listed}")
+    missing = [n for n in names if n not in given and n not in defaults]
+    if missing and not random_inputs:
+        raise AiogeError(f"input {', '.join(missing)} not given: pass --input NAME=FILE.npy for each "
+                         f"(the model's inputs are: {listed}), or --random-inputs")
+
+
+def output_files(outputs: dict[str, Any]) -> dict[str, str]:
+    """The ``.npy`` file name of each output: its name percent-encoded (``a/b`` ->
+    ``a%2Fb.npy``), so names map one to one onto files and back (``urllib.parse.unquote``).
+
+    Raises:
+        AiogeError: two names give one file (cannot happen with the escape; checked so that
+            nothing is ever overwritten silently).
+    """
+    from urllib.parse import quote
+
+    from aioge.errors import AiogeError
+
+    files = {name: quote(name, safe="") + ".npy" for name in outputs}
+    if len(set(files.values())) != len(files):
+        raise AiogeError(f"--output-dir: outputs {sorted(files)} do not have distinct file names")
+    return files
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -388,8 +432,9 @@ def _add_model_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("run", help="run an .om (or MODEL.onnx, GRAPH.py) on inputs from .npy files")
     p.add_argument("model", help="OUT.om, MODEL.onnx or GRAPH.py[:function]")
-    p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable); missing ones are random")
-    p.add_argument("--output-dir", help="save every output as NAME.npy here")
+    p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable); each must name an input")
+    p.add_argument("--random-inputs", action="store_true", help="fill inputs not given with random data (seed 0)")
+    p.add_argument("--output-dir", help="save every output as NAME.npy here (NAME percent-encoded: a/b -> a%%2Fb.npy)")
     p.add_argument("--trace", help="write a Chrome trace of the run here")
     common(p)
     p.set_defaults(func=cmd_run)
@@ -532,10 +577,19 @@ def main(argv: list[str] | None = None) -> int:
     from aioge.errors import AiogeError
 
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, not at exit: a reader that left (| head) is handled below
     except AiogeError as exc:
         print(f"aioge: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader of stdout closed early (aioge info --json X.om | head). As the Python docs
+        # advise (signal module, "Note on SIGPIPE"): point stdout at devnull so the flush at
+        # exit cannot raise again, and exit 1, with no traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    return code
 
 
 def _json(obj: Any) -> str:

@@ -7,6 +7,7 @@ have all readers of one end before the producer of the other.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -16,8 +17,9 @@ from hypothesis import strategies as st
 import aioge
 from aioge import ops
 from aioge.compiler.graph import compile_graph_sync
-from aioge.compiler.memory import ALIGNMENT
+from aioge.compiler.memory import ALIGNMENT, check_reuse
 from aioge.compiler.model import CompiledModel
+from aioge.compiler.streams import check_stream_plan, predecessors
 from aioge.examples import build_cnn
 from aioge.ir.graph import Graph
 from aioge.options import check_options, resolve_options
@@ -72,9 +74,19 @@ def _sequential_peak(model: CompiledModel) -> int:
     return max(live, default=0)
 
 
+def _decoder_verdict(model: CompiledModel) -> str:
+    """What the .om decoder says of the plans (compiler.serialize checks loaded plans so)."""
+    g = model.graph
+    index = {id(node): i for i, node in enumerate(g.nodes)}
+    reason = check_stream_plan(model.streams, predecessors(g.nodes))
+    uses = [(b, sorted({index[id(c)] for c, _ in g.value(b.value).uses})) for b in model.memory.buffers]
+    return reason or check_reuse(uses, model.streams)
+
+
 def _check(model: CompiledModel) -> None:
     mem = model.memory
     assert _unsafe_pairs(model) == []
+    assert _decoder_verdict(model) == ""  # what the planner makes, the decoder accepts
     assert all(b.offset % ALIGNMENT == 0 and b.nbytes % ALIGNMENT == 0 for b in mem.buffers)
     assert all(b.offset + b.nbytes <= mem.arena_bytes for b in mem.buffers)
     assert _sequential_peak(model) <= mem.lower_bound_bytes <= mem.arena_bytes <= mem.no_reuse_bytes
@@ -252,6 +264,23 @@ def test_random_dags_plan_safely_and_bound_exactly(case: tuple[Graph, dict[str, 
     _check(model)
     if len(model.memory.buffers) <= 10:
         assert model.memory.lower_bound_bytes == _max_clique_brute(model)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_dags(), st.data())
+def test_the_decoders_reuse_check_agrees_with_brute_force(case: tuple[Graph, dict[str, str]], data: st.DataObject) -> None:
+    """Offsets moved at random (as a crafted .om may): check_reuse refuses exactly the plans
+    in which two tensors that may be live together share bytes."""
+    g, options = case
+    model = _compile(g, **options)
+    bufs = model.memory.buffers
+    if not bufs:
+        return
+    slots = data.draw(st.lists(st.integers(0, 3), min_size=len(bufs), max_size=len(bufs)))
+    size = max(b.nbytes for b in bufs)
+    moved = tuple(dataclasses.replace(b, offset=k * size // 2) for b, k in zip(bufs, slots))
+    model.memory = dataclasses.replace(model.memory, buffers=moved, arena_bytes=4 * size)
+    assert bool(_unsafe_pairs(model)) == bool(_decoder_verdict(model)), (_unsafe_pairs(model), _decoder_verdict(model))
 
 
 def _light_models() -> list[str]:

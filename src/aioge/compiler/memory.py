@@ -21,15 +21,16 @@ so it stays a true lower bound for the plan's schedule.
 
 from __future__ import annotations
 
+import bisect
 import random
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
-from aioge.compiler.streams import StreamPlan
+from aioge.compiler.streams import StreamPlan, clocks_before
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import Graph, Node, Value, ValueKind
 
-__all__ = ["ALIGNMENT", "Buffer", "MemoryPlan", "plan_memory", "plannable"]
+__all__ = ["ALIGNMENT", "Buffer", "MemoryPlan", "check_reuse", "plan_memory", "plannable"]
 
 ALIGNMENT = 64
 # Expansions the exact clique search may spend improving the lower bound; any clique found is
@@ -138,6 +139,49 @@ def plan_memory(graph: Graph, order: Sequence[Node], streams: StreamPlan, *, reu
         key=lambda b: (b.producer, b.value),
     )
     return MemoryPlan(arena, tuple(buffers), lower, no_reuse, reuse=reuse, strategy=strategy)
+
+
+def check_reuse(buffers: Sequence[tuple[Buffer, Sequence[int]]], streams: StreamPlan) -> str:
+    """Why a plan's buffers (each with the nodes that read it) share bytes unsafely under
+    ``streams``, or '' when they do not: where two buffers overlap, every use of the earlier
+    one (its producer when nothing reads it) must happen-before the later one's producer —
+    the rule ``plan_memory`` places by. ``streams`` must be a plan ``check_stream_plan``
+    accepted.
+
+    Buffers are swept in producer order over a map of which buffer last took each byte
+    range; checking only those suffices, since a buffer that took bytes over did so after
+    every use of the one before it.
+    """
+    order = sorted(buffers, key=lambda bu: bu[0].producer)
+    pos, clocks = clocks_before(streams, {b.producer for b, _ in order})
+    stream = streams.node_stream
+    starts: list[int] = []  # disjoint segments [start, end) -> the buffer that last took them
+    segs: list[tuple[int, int, int]] = []
+    for k, (b, _) in enumerate(order):
+        lo, hi = b.offset, b.offset + b.nbytes
+        if hi <= lo:
+            continue
+        first = bisect.bisect_right(starts, lo) - 1
+        if first < 0 or segs[first][1] <= lo:
+            first += 1
+        last = first
+        clock = clocks[b.producer]
+        while last < len(segs) and segs[last][0] < hi:
+            a, uses = order[segs[last][2]]
+            for u in uses or (a.producer,):
+                if u == b.producer or clock[stream[u]] < pos[u]:
+                    return (f"buffers of {a.value!r} and {b.value!r} share arena bytes, but node {u} (using "
+                            f"{a.value!r}) does not end before node {b.producer} writes {b.value!r}")
+            last += 1
+        keep: list[tuple[int, int, int]] = []
+        if first < last and segs[first][0] < lo:
+            keep.append((segs[first][0], lo, segs[first][2]))
+        keep.append((lo, hi, k))
+        if first < last and segs[last - 1][1] > hi:
+            keep.append((hi, segs[last - 1][1], segs[last - 1][2]))
+        segs[first:last] = keep
+        starts[first:last] = [s[0] for s in keep]
+    return ""
 
 
 def _tensors(graph: Graph, order: Sequence[Node]) -> list[_Tensor]:

@@ -46,6 +46,8 @@ __all__ = [
     "KernelJob",
     "KernelStep",
     "cache_policy",
+    "check_kernel",
+    "check_loaded",
     "choose_impl",
     "compile_kernel_sync",
     "compile_kernels",
@@ -241,13 +243,23 @@ def compile_kernel_sync(node: Node, engine: Engine, options: CompileOptions, key
 def check_loaded(desc: KernelDesc, job: KernelJob) -> str:
     """Why a loaded kernel cannot serve the job's node, or '' when it can (a self-check on
     top of the key: the entry must still be a legal choice for this node)."""
-    node = job.node
-    if (desc.op_type, desc.domain, desc.engine) != (node.op_type, node.domain, job.engine.value):
+    return check_kernel(desc, job.node, job.engine.value)
+
+
+def check_kernel(desc: KernelDesc, node: Node, engine: str) -> str:
+    """Why ``desc`` cannot be the kernel of ``node`` on ``engine``, or '' when it can: the same
+    op and engine, the node's signature, and an (implementation, parameters) pair the tuner
+    could have chosen for it. Kernel-cache entries and the node plans of an .om are checked
+    by this one rule: data from disk never picks a kernel or parameters the compiler would
+    not (a block size outside the candidates runs, but orders of magnitude slower)."""
+    if (desc.op_type, desc.domain, desc.engine) != (node.op_type, node.domain, engine):
         return f"it is a {desc.op_type} kernel for {desc.engine}"
     if (desc.inputs, desc.outputs) != signature_of(node):
         return "its signature differs from the node's"
     schema = get_schema(node.op_type, node.domain)
     descs = [v.desc if v is not None else None for v in node.inputs]
+    if not any(e.value == engine for e in schema.engines_for(descs)):
+        return f"{node.op_type} does not run on {engine} for these inputs"
     for impl, params in candidates_of(schema, descs, node.attrs):
         if impl.name == desc.impl and _same_params(params, desc.params):
             return ""

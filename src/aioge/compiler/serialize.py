@@ -450,7 +450,12 @@ def _check_ops(model: CompiledModel, ops: Any) -> None:
 
 
 def _check_plan(model: CompiledModel) -> None:
-    """The plans must fit the graph: the executor trusts indices, names and offsets."""
+    """The plans must fit the graph and be plans the compiler could have made: the executor
+    trusts indices, names, offsets and event order, and binds the stored kernels as they are.
+    A kernel is checked as a kernel-cache entry is (``compiler.ops.check_kernel``), the
+    stream plan for cycles and unordered reads (``compiler.streams.check_stream_plan``)."""
+    from aioge.compiler.ops import check_kernel
+    from aioge.compiler.streams import check_stream_plan, predecessors
     from aioge.ops.registry import get_schema
 
     g = model.graph
@@ -462,35 +467,48 @@ def _check_plan(model: CompiledModel) -> None:
     n = len(g.nodes)
     if len(model.nodes) != n:
         raise ModelFormatError(f"{len(model.nodes)} node plans for {n} nodes")
+    sp = model.streams
+    reason = check_stream_plan(sp, predecessors(g.nodes))
+    if reason:
+        raise ModelFormatError(f"invalid stream plan: {reason}")
     for i, (plan, node) in enumerate(zip(model.nodes, g.nodes)):
-        if plan.index != i or plan.name != node.name or plan.op_type != node.op_type:
-            raise ModelFormatError(f"node plan {i} ({plan.name!r}) does not match node {node.name!r}")
-        schema = get_schema(node.op_type, node.domain)
-        impls = {impl.name: impl for impl in schema.impls}
-        if plan.kernel.impl not in impls:
-            raise ModelFormatError(f"node {node.name!r}: kernel {plan.kernel.impl!r} is not an implementation of {node.op_type}")
+        if plan.index != i or plan.name != node.name or plan.op_type != node.op_type or plan.stream != sp.node_stream[i]:
+            raise ModelFormatError(f"node plan {i} ({plan.name!r}) does not match node {node.name!r} or its stream")
+        reason = check_kernel(plan.kernel, node, plan.engine)
+        if reason:
+            raise ModelFormatError(f"node {node.name!r}: kernel {plan.kernel.impl!r} is not one the compiler could choose: {reason}")
         # Bind once, as the executor will: a kernel that rejects its stored attrs, params or
         # descs makes the file unusable, which must show here as a format error.
         try:
-            impls[plan.kernel.impl].build(
+            get_schema(node.op_type, node.domain).impl(plan.kernel.impl).build(
                 node.attrs, plan.kernel.params, [v.desc if v is not None else None for v in node.inputs], [o.desc for o in node.outputs]
             )
         except Exception as exc:
             raise ModelFormatError(f"node {node.name!r}: kernel {plan.kernel.impl} rejects the stored node: {type(exc).__name__}: {exc}") from None
-    sp = model.streams
-    if len(sp.node_stream) != n or any(not 0 <= s < len(sp.streams) for s in sp.node_stream):
-        raise ModelFormatError("stream plan does not cover the nodes")
-    seen = sorted(i for s in sp.streams for i in s.nodes)
-    if seen != list(range(n)) or any(sp.node_stream[i] != k for k, s in enumerate(sp.streams) for i in s.nodes):
-        raise ModelFormatError("streams do not hold every node exactly once")
-    for k, e in enumerate(sp.events):
-        if e.id != k or not (0 <= e.producer < n and 0 <= e.consumer < n):
-            raise ModelFormatError(f"event {k} is out of range")
+    _check_memory(model)
+
+
+def _check_memory(model: CompiledModel) -> None:
+    """Each buffer holds one intermediate the planner places (its producer's output, not a graph
+    output), inside the arena, sharing bytes only with tensors it cannot be live with."""
+    from aioge.compiler.memory import check_reuse, plannable
+
+    g = model.graph
     mem = model.memory
+    index = {id(node): i for i, node in enumerate(g.nodes)}
+    outputs = {id(v) for v in g.outputs}
+    seen: set[str] = set()
     for b in mem.buffers:
-        desc = g.value(b.value).desc
-        if not desc.static or b.offset < 0 or b.nbytes < desc.nbytes or b.offset + b.nbytes > mem.arena_bytes:
-            raise ModelFormatError(f"buffer of {b.value!r} ({desc}) does not fit the arena at {b.offset}+{b.nbytes}")
+        v = g.value(b.value)
+        if b.value in seen or not plannable(v, outputs) or index.get(id(v.producer)) != b.producer:
+            raise ModelFormatError(f"buffer of {b.value!r} is not a planned intermediate of node {b.producer}, or is listed twice")
+        seen.add(b.value)
+        if b.offset < 0 or b.nbytes < v.desc.nbytes or b.offset + b.nbytes > mem.arena_bytes:
+            raise ModelFormatError(f"buffer of {b.value!r} ({v.desc}) does not fit the arena at {b.offset}+{b.nbytes}")
+    uses = [(b, sorted({index[id(c)] for c, _ in g.value(b.value).uses})) for b in mem.buffers]
+    reason = check_reuse(uses, model.streams)
+    if reason:
+        raise ModelFormatError(f"invalid memory plan: {reason}")
 
 
 # -- files ----------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from aioge.frontends.onnx_ops import MIN_OPSET, find_converter
 from aioge.ir.desc import Dim, numpy_dtype
 from aioge.ir.graph import Graph, Value
 
-__all__ = ["MIN_OPSET", "load_onnx", "newest_opset"]
+__all__ = ["MIN_OPSET", "load_onnx", "newest_opset", "newest_opsets"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,20 @@ ShapeSpec = Sequence["int | str | None"]
 def newest_opset() -> int:
     """The newest default-domain opset the installed ``onnx`` knows (the newest aioge reads)."""
     return int(onnx.defs.onnx_opset_version())
+
+
+def newest_opsets() -> dict[str, int]:
+    """The newest opset of every domain the installed ``onnx`` defines (``""`` for ai.onnx).
+    Domains it does not define (custom ones) have no limit here: their ops must still be
+    ones aioge knows."""
+    newest = {"": newest_opset(), "ai.onnx.ml": int(onnx.defs.onnx_ml_opset_version())}
+    try:
+        from onnx.onnx_cpp2py_export.defs import schema_version_map
+
+        newest.update({d: int(hi) for d, (_, hi) in schema_version_map().items() if d not in newest})
+    except (ImportError, AttributeError, TypeError, ValueError):  # the two public figures are enough
+        pass
+    return newest
 
 
 def load_onnx(
@@ -68,7 +82,8 @@ def load_onnx(
     Raises:
         UnsupportedOpError: the model uses op types aioge lacks (all of them are listed).
         GraphError: the file is unreadable, truncated or corrupt; the graph is malformed
-            (a cycle, a dangling input); an opset older than ``MIN_OPSET``; an unsupported
+            (a cycle, a dangling input); an opset older than ``MIN_OPSET`` for an op that
+            changed since, or newer than the installed ``onnx`` defines; an unsupported
             dtype; external data outside the model's directory; control flow that cannot be
             resolved at load time; or ``shapes`` that do not fit the model.
     """
@@ -109,9 +124,19 @@ class _Builder:
             opsets[_domain(imp.domain)] = int(imp.version)
         if "" not in opsets and self.model.ir_version < 3:
             opsets[""] = 1  # IR versions 1 and 2 predate opset_import: opset 1
-        if opsets.get("", 0) > newest_opset():
-            log.warning("%s: ai.onnx opset %d is newer than the installed onnx knows (%d); reading it as %d",
-                        self.src.label, opsets[""], newest_opset(), newest_opset())
+        newest = newest_opsets()
+        for domain, version in opsets.items():
+            name = domain or "ai.onnx"
+            if version < 1:
+                raise GraphError(f"{self.src.label}: the model imports {name} opset {version}; opset versions start at 1",
+                                 graph=self.graph.name)
+            if domain in newest and version > newest[domain]:
+                # Read as the newest known, an op whose definition changed would silently mean
+                # something else (as onnxruntime, refuse what the schemas do not cover).
+                raise GraphError(
+                    f"{self.src.label}: the model imports {name} opset {version}, newer than the newest this aioge "
+                    f"supports ({newest[domain]}, from the installed onnx {onnx.__version__}); upgrade onnx or convert "
+                    "the model with onnx.version_converter", graph=self.graph.name)
         return opsets
 
     def _check_supported(self, nodes: Sequence[onnx.NodeProto], opsets: Mapping[str, int]) -> None:

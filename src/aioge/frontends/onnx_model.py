@@ -226,9 +226,11 @@ def tensor_to_array(tensor: onnx.TensorProto, source: ModelSource, what: str = "
         raise GraphError(f"{source.label}: {label} declares {list(tensor.dims)} ({count} elements), larger than the "
                          f"{MAX_TENSOR_BYTES >> 30} GiB a tensor may have")
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        if dtype == "str":
+            raise GraphError(f"{source.label}: {label}: string tensors cannot keep their data externally (ONNX stores them inline)")
         resolved = onnx.TensorProto()
         resolved.CopyFrom(tensor)
-        resolved.raw_data = _read_external(tensor, source, label)
+        resolved.raw_data = _read_external(tensor, source, label, count, np.dtype(numpy_dtype(dtype)).itemsize)
         resolved.data_location = onnx.TensorProto.DEFAULT
         del resolved.external_data[:]
         tensor = resolved
@@ -242,7 +244,12 @@ def tensor_to_array(tensor: onnx.TensorProto, source: ModelSource, what: str = "
     return array
 
 
-def _read_external(tensor: onnx.TensorProto, source: ModelSource, label: str) -> bytes:
+def _read_external(tensor: onnx.TensorProto, source: ModelSource, label: str, count: int, itemsize: int) -> bytes:
+    """Exactly the bytes the tensor takes (``count`` elements x ``itemsize``), from its external file.
+
+    The declared length, or without one the rest of the file after the offset (ONNX's
+    rule), must be ``nbytes``: this is checked against the file's size before anything is
+    read, so a huge (or sparse) file costs nothing to refuse."""
     info = {e.key: e.value for e in tensor.external_data if e.key in _EXTERNAL_KEYS}
     location = info.get("location", "")
     if not location:
@@ -260,18 +267,27 @@ def _read_external(tensor: onnx.TensorProto, source: ModelSource, label: str) ->
         raise GraphError(f"{source.label}: {label}: external data offset/length are not integers: {info}") from None
     if offset < 0 or (length is not None and length < 0):
         raise GraphError(f"{source.label}: {label}: negative external data offset or length: {info}")
+    nbytes = count * itemsize
+    wants = f"{list(tensor.dims)} x {itemsize} bytes = {nbytes} bytes"
+    if length is not None and length != nbytes:
+        raise GraphError(f"{source.label}: {label}: external data {location!r} declares length {length}, but the tensor is {wants}")
     try:
-        size = os.path.getsize(path)
-        if offset > size or (length is not None and offset + length > size):
-            raise GraphError(
-                f"{source.label}: {label}: external data {location!r} holds {size} bytes, "
-                f"but the tensor wants bytes {offset} to {offset + (length or 0)}"
-            )
         with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if offset + nbytes > size or (length is None and size - offset != nbytes):
+                raise GraphError(
+                    f"{source.label}: {label}: external data {location!r} holds {size} bytes, so {max(0, size - offset)} "
+                    f"from offset {offset}{'' if length is None else ' (length ' + str(length) + ')'}, but the tensor is {wants}"
+                )
             f.seek(offset)
-            return f.read() if length is None else f.read(length)
+            data = f.read(nbytes)
     except OSError as exc:
         raise GraphError(f"{source.label}: {label}: cannot read external data {location!r}: {exc.strerror or exc}") from None
+    except MemoryError:
+        raise GraphError(f"{source.label}: {label}: not enough memory to read {nbytes} bytes of external data {location!r}") from None
+    if len(data) != nbytes:  # the file shrank under us
+        raise GraphError(f"{source.label}: {label}: external data {location!r} ended after {len(data)} of {nbytes} bytes")
+    return data
 
 
 def _confined_path(base_dir: str, location: str, label: str, model: str) -> str:

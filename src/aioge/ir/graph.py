@@ -175,18 +175,32 @@ class Node:
 class Graph:
     """A computation graph with named data inputs, constants, variables, nodes and outputs."""
 
-    __slots__ = ("name", "inputs", "constants", "variables", "nodes", "outputs", "_values", "_node_names", "_counter")
+    __slots__ = ("name", "inputs", "constants", "variables", "_nodes", "_removed", "outputs", "_values", "_node_names", "_counter")
 
     def __init__(self, name: str = "graph") -> None:
         self.name = name
         self.inputs: list[Value] = []
         self.constants: dict[str, Value] = {}
         self.variables: dict[str, Value] = {}
-        self.nodes: list[Node] = []
+        self._nodes: list[Node] = []
+        # Nodes removed but still in ``_nodes``: dropped in one sweep when ``nodes`` is next
+        # read, so a pass removing k nodes costs O(n + k), not O(n k) (list.remove each).
+        # The set holds the nodes themselves, so their ids cannot be reused meanwhile.
+        self._removed: set[Node] = set()
         self.outputs: list[Value] = []
         self._values: dict[str, Value] = {}
-        self._node_names: set[str] = set()
+        self._node_names: dict[str, Node] = {}  # the live nodes by name
         self._counter = 0
+
+    @property
+    def nodes(self) -> list[Node]:
+        """The nodes in insertion (after compiling: execution) order. The list may be edited
+        in place (``graph.nodes[:] = order``); nodes are added and removed by the methods."""
+        if self._removed:
+            removed = self._removed
+            self._nodes = [n for n in self._nodes if n not in removed]
+            self._removed = set()
+        return self._nodes
 
     # -- building ---------------------------------------------------------------------
 
@@ -258,8 +272,8 @@ class Graph:
         for i, v in enumerate(inputs):
             if v is not None:
                 v.uses.append((node, i))
-        self._node_names.add(node_name)
-        self.nodes.append(node)
+        self._node_names[node_name] = node
+        self._nodes.append(node)
         return node
 
     def output(self, *values: Value, names: Sequence[str] | None = None) -> None:
@@ -298,15 +312,18 @@ class Graph:
         """Remove a node whose outputs are unused.
 
         Raises:
-            GraphError: an output of the node is still used or is a graph output.
+            GraphError: an output of the node is still used or is a graph output, or the node
+                is not in this graph.
         """
         for out in node.outputs:
             if out.uses or any(o is out for o in self.outputs):
                 raise GraphError(f"cannot remove: output {out.name!r} is still used", graph=self.name, node=node.name)
+        if self._node_names.get(node.name) is not node:
+            raise GraphError("cannot remove: the node is not in this graph", graph=self.name, node=node.name)
         for i in range(len(node.inputs)):
             node.set_input(i, None)
-        self.nodes.remove(node)
-        self._node_names.discard(node.name)
+        self._removed.add(node)
+        del self._node_names[node.name]
         for out in node.outputs:
             self._values.pop(out.name, None)
 
@@ -347,7 +364,10 @@ class Graph:
         Raises:
             GraphError: the graph has a cycle (naming the nodes on it).
         """
-        position = {id(n): i for i, n in enumerate(self.nodes)}
+        nodes = self.nodes
+        position = {id(n): i for i, n in enumerate(nodes)}
+        if _in_order(nodes, position):
+            return list(nodes)  # what the sort below returns for an order that already holds
         indegree: dict[int, int] = {}
         for n in self.nodes:
             preds = {id(v.producer) for v in n.inputs if v is not None and v.producer is not None}
@@ -382,11 +402,12 @@ class Graph:
         if not self.outputs:
             raise GraphError("graph has no outputs; call graph.output(...)", graph=self.name)
         known = {id(v) for v in self._values.values()}
+        nodes = {id(n) for n in self.nodes}
         for node in self.nodes:
             for i, v in enumerate(node.inputs):
                 if v is not None and id(v) not in known:
                     raise GraphError(f"input {i} ({v.name!r}) is not a value of this graph", graph=self.name, node=node.name)
-                if v is not None and v.kind is ValueKind.INTERMEDIATE and v.producer not in self.nodes:
+                if v is not None and v.kind is ValueKind.INTERMEDIATE and id(v.producer) not in nodes:
                     raise GraphError(
                         f"input {i} ({v.name!r}) is produced by a node that is not in the graph",
                         graph=self.name,
@@ -425,6 +446,16 @@ class Graph:
             name = f"{stem}_{self._counter}"
             if name not in self._values and name not in self._node_names:
                 return name
+
+
+def _in_order(nodes: list[Node], position: dict[int, int]) -> bool:
+    """True when every node comes after the producers of its inputs (the usual case: builders
+    and the ONNX frontend append in dependency order, passes mostly keep it)."""
+    for i, n in enumerate(nodes):
+        for v in n._inputs:
+            if v is not None and v.producer is not None and position.get(id(v.producer), i) >= i:
+                return False
+    return True
 
 
 def _as_array(data: object, graph: str, name: str | None) -> np.ndarray:

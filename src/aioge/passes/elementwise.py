@@ -39,46 +39,65 @@ def fuse_elementwise(graph: Graph) -> bool:
     order = graph.topological_order()
     position = {id(n): i for i, n in enumerate(order)}
     claimed: set[int] = set()
+    memo: dict[int, list[_Step] | None] = {}  # id(node) -> its steps, worked out once per pass
     changed = False
     for root in reversed(order):
         if id(root) in claimed:
             continue
-        steps = node_steps(root)
-        if steps is None:
+        if _steps(root, memo) is None:
             continue
-        group = _grow(graph, root, claimed)
+        group = _grow(graph, root, claimed, memo)
         if len(group) < 2 and root.op_type not in _WORTH_ALONE:
             continue
         nodes = sorted(group.values(), key=lambda n: position[id(n)])
-        if _fuse(graph, nodes, root):
+        if _fuse(graph, nodes, root, memo):
             claimed.update(group)
             changed = True
     return changed
 
 
-def _grow(graph: Graph, root: Node, claimed: set[int]) -> dict[int, Node]:
+def _steps(node: Node, memo: dict[int, list[_Step] | None]) -> list[_Step] | None:
+    key = id(node)  # the pass holds every node of its order alive: ids stay unique
+    if key not in memo:
+        memo[key] = node_steps(node)
+    return memo[key]
+
+
+def _grow(graph: Graph, root: Node, claimed: set[int], memo: dict[int, list[_Step] | None]) -> dict[int, Node]:
+    """The group rooted at ``root``: a worklist closure, so each node is taken once and each
+    value is weighed once per reader (re-scanning the group until nothing grew was quadratic
+    in a chain's length)."""
     out = root.outputs[0]
     group = {id(root): root}
-    grew = True
-    while grew:
-        grew = False
-        for node in list(group.values()):
-            for v in node.inputs:
-                p = None if v is None else v.producer
-                if p is None or id(p) in group or id(p) in claimed or len(p.outputs) != 1:
-                    continue
-                if v.desc != out.desc or is_graph_output(graph, v):  # type: ignore[union-attr]
-                    continue
-                if not all(id(c) in group for c, _ in v.uses):  # type: ignore[union-attr]
-                    continue  # read outside (for now: a later sweep may have pulled the reader in)
-                if node_steps(p) is None:
-                    continue
-                group[id(p)] = p
-                grew = True
+    inside: dict[int, int] = {}  # id(value) -> how many of its uses the group holds
+    work = [root]
+    _count_reads(root, inside)
+    while work:
+        node = work.pop()
+        for v in node.inputs:
+            p = None if v is None else v.producer
+            if p is None or id(p) in group or id(p) in claimed or len(p.outputs) != 1:
+                continue
+            if v.desc != out.desc or is_graph_output(graph, v):  # type: ignore[union-attr]
+                continue
+            # Read outside the group (for now): the last of its readers to join tries again.
+            if inside.get(id(v), 0) != len(v.uses):  # type: ignore[union-attr]
+                continue
+            if _steps(p, memo) is None:
+                continue
+            group[id(p)] = p
+            _count_reads(p, inside)
+            work.append(p)
     return group
 
 
-def _fuse(graph: Graph, nodes: list[Node], root: Node) -> bool:
+def _count_reads(node: Node, inside: dict[int, int]) -> None:
+    for v in node.inputs:
+        if v is not None:
+            inside[id(v)] = inside.get(id(v), 0) + 1
+
+
+def _fuse(graph: Graph, nodes: list[Node], root: Node, memo: dict[int, list[_Step] | None]) -> bool:
     inputs: list[Value] = []
     index: dict[int, int] = {}
     result: dict[int, int] = {}  # id(value produced in the group) -> step
@@ -86,7 +105,7 @@ def _fuse(graph: Graph, nodes: list[Node], root: Node) -> bool:
     operands: list[int] = []
     params: list[float] = []
     for node in nodes:
-        steps = node_steps(node)
+        steps = _steps(node, memo)
         assert steps is not None  # checked when the group grew
         base = len(ops)
         for st in steps:

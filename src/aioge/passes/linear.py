@@ -208,9 +208,6 @@ def fuse_activation(graph: Graph) -> bool:
         p = _producer(graph, act.inputs[0], act)
         if p is None or p.outputs[0].desc.dtype not in _FLOATS:
             continue
-        steps = node_steps(act)
-        if steps is None or len(steps) != 1:
-            continue  # e.g. a Clip whose bounds are computed at run time
         if p.domain in ("", "ai.onnx") and p.op_type in _FUSED:
             op = _FUSED[p.op_type][0]
             attrs = dict(p.attrs)
@@ -220,6 +217,9 @@ def fuse_activation(graph: Graph) -> bool:
             op, attrs = "FusedMatMul", dict(p.attrs)
         else:
             continue
+        steps = node_steps(act)  # after the cheap checks: most activations follow no matmul
+        if steps is None or len(steps) != 1:
+            continue  # e.g. a Clip whose bounds are computed at run time
         attrs.update(activation=steps[0].op, activation_params=list(steps[0].params))
         if substitute(graph, act, op, list(p.inputs), attrs, [act, p], domain="aioge") is not None:
             changed = True
