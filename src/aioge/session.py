@@ -15,12 +15,12 @@ import numpy as np
 from aioge.cache import graph_cache
 from aioge.cache.kernel_cache import KernelCache
 from aioge.compiler.graph import compile_graph
-from aioge.compiler.model import CompiledModel
 from aioge.compiler.specialize import input_signature
 from aioge.errors import FeedError, GraphError
 from aioge.ir.desc import is_static, numpy_dtype
 from aioge.ir.graph import Graph
 from aioge.options import CompileOptions, check_options, resolve_options
+from aioge.plan.model import CompiledModel
 from aioge.runtime.blas import configure_blas
 from aioge.runtime.devices import DevicePool
 from aioge.runtime.executor import Executable, TraceSpan
@@ -213,7 +213,7 @@ class Session:
             ModelFormatError: the file is missing, corrupt, foreign or stale. GraphError: the id
             is taken, or the model's variables clash with the session's.
         """
-        from aioge.compiler.serialize import load_model
+        from aioge.plan.serialize import load_model
 
         self._check_open()
         if graph_id is not None and graph_id in self._graphs:

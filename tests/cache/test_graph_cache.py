@@ -16,9 +16,9 @@ import pytest
 
 import aioge
 from aioge import ops
-from aioge.cache import graph_cache, io
-from aioge.compiler import serialize
+from aioge.cache import graph_cache
 from aioge.errors import CompileError, OptionError
+from aioge.plan import io, serialize
 
 pytestmark = pytest.mark.anyio
 

@@ -21,10 +21,10 @@ import numpy as np
 
 import aioge
 from aioge import ops
-from aioge.cache import graph_cache, io
+from aioge.cache import graph_cache
 from aioge.cache.kernel_cache import ENTRY_KIND, GEN_KIND, STATS_KIND
-from aioge.compiler import serialize
-from aioge.compiler.kernel import desc_from_plain
+from aioge.plan import io, serialize
+from aioge.plan.kernel import desc_from_plain
 
 SCALE = float(os.environ.get("AIOGE_RELIABILITY_SCALE", "1") or "1")
 HEURISTIC = {"aioge.tune_mode": "heuristic"}

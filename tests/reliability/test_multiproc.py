@@ -22,9 +22,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from aioge.cache import graph_cache, io
+from aioge.cache import graph_cache
 from aioge.cache.kernel_cache import ENTRY_KIND, KernelCache
-from aioge.compiler.kernel import KernelDesc, desc_to_plain
+from aioge.plan import io
+from aioge.plan.kernel import KernelDesc, desc_to_plain
 from tests.reliability import _faults as F
 
 PROCS, TASKS = 8, 8

@@ -11,9 +11,9 @@ import pytest
 
 import aioge
 import aioge.runtime.executor as executor_module
+from aioge.compiler.threads import CONTENTION, THREAD_US, WAKE_US, group_streams, simulate
 from aioge.examples import build_transformer
 from aioge.runtime.executor import Executable
-from aioge.runtime.threads import CONTENTION, THREAD_US, WAKE_US, group_streams, simulate
 from aioge.runtime.workers import EngineWorkers
 from tests.compiler.test_memory import _inception
 from tests.runtime.test_executor import OPTIONS, _branches, _branches_ref

@@ -3,12 +3,12 @@
 On when the session's cache dir and the graph's key are both non-empty; the dir must
 already exist (E13026). Files, as GE names them, in that dir:
 
-- ``<key>.idx``: the index, a ``cache.io`` envelope of kind ``"idx"`` around msgpack
+- ``<key>.idx``: the index, a ``plan.io`` envelope of kind ``"idx"`` around msgpack
   ``{"cache_file_list": [entry, ...]}``. Each entry has GE's ``cache_file_name``,
   ``graph_key`` and ``var_desc_file_name`` plus what aioge checks: the source graph's
   ``fingerprint``, the ``signature`` (input shapes), the ``options`` that shape a compile,
   ``versions``, ``code`` (digest of aioge's code), ``om_sha256``, ``created``.
-- ``<key>_<YYYYMMDDhhmmss>[_n].om``: a compiled model (``compiler.serialize``); the name is
+- ``<key>_<YYYYMMDDhhmmss>[_n].om``: a compiled model (``plan.serialize``); the name is
   claimed by publishing the whole file without replacing (a hard link of its temp file), so
   two writers never share one and a killed writer leaves no empty or half file.
 - ``<key>_<ts>.rdcpkt``: the variable descs (names, shapes, dtypes, formats) before and
@@ -47,13 +47,12 @@ from typing import Any, Awaitable, Callable, Sequence
 import anyio
 from filelock import FileLock, Timeout
 
-from aioge.cache import io
 from aioge.cache.file_lock import async_file_lock
-from aioge.compiler import serialize
-from aioge.compiler.model import CompiledModel, versions
 from aioge.errors import CacheError, CompileError, OptionError
 from aioge.ir.graph import Graph
 from aioge.options import CompileOptions
+from aioge.plan import io, serialize
+from aioge.plan.model import CompiledModel, versions
 
 __all__ = [
     "IDX_KIND",

@@ -1,6 +1,6 @@
 """The kernel disk cache: ``<root>/kernel_cache/<soc>/``, one self-validating file per kernel.
 
-An entry is an envelope (``cache.io``: magic, format, versions, sha256) of kind
+An entry is an envelope (``plan.io``: magic, format, versions, sha256) of kind
 ``aioge-kernel`` whose header echoes the kernel key and whose payload is the ``KernelDesc``
 as msgpack: data, never code. It is published atomically; a truncated, corrupt, foreign or
 stale file is a miss and one warning, never a crash.
@@ -38,8 +38,11 @@ from typing import Any, Callable, Mapping
 import anyio
 from filelock import FileLock, Timeout
 
+from aioge._util.singleflight import SingleFlight
 from aioge.cache.file_lock import async_file_lock
-from aioge.cache.io import (
+from aioge.cache.kernel_limits import AGING_IDLE_SECONDS, CacheLimits, read_limits, resolve_cache_root, write_default_ini
+from aioge.errors import CacheError
+from aioge.plan.io import (
     MAGIC,
     make_envelope,
     open_envelope,
@@ -50,10 +53,7 @@ from aioge.cache.io import (
     untrusted_dir_reason,
     write_atomic_sync,
 )
-from aioge.cache.kernel_limits import AGING_IDLE_SECONDS, CacheLimits, read_limits, resolve_cache_root, write_default_ini
-from aioge.compiler.kernel import KernelDesc, desc_from_plain, desc_to_plain
-from aioge.compiler.singleflight import SingleFlight
-from aioge.errors import CacheError
+from aioge.plan.kernel import KernelDesc, desc_from_plain, desc_to_plain
 
 __all__ = ["AgingReport", "CacheView", "KernelCache", "LoadResult", "SocSummary", "cache_for_dir", "cache_report"]
 

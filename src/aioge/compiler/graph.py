@@ -9,9 +9,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import anyio
 
-from aioge.compiler.kernel import KernelDesc
 from aioge.compiler.memory import plan_memory
-from aioge.compiler.model import CompiledModel, CompileStats, NodePlan
 from aioge.compiler.ops import (
     CachePolicy,
     KernelJob,
@@ -29,6 +27,8 @@ from aioge.engines.assign import assign_engines
 from aioge.ir.graph import Graph
 from aioge.options import CompileOptions
 from aioge.passes import run_passes
+from aioge.plan.kernel import KernelDesc
+from aioge.plan.model import CompiledModel, CompileStats, NodePlan
 
 if TYPE_CHECKING:
     from aioge.cache.kernel_cache import KernelCache

@@ -25,9 +25,10 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
-from aioge.compiler.streams import StreamPlan
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import Graph, Node, Value, ValueKind
+from aioge.plan.memory import Buffer, MemoryPlan
+from aioge.plan.streams import StreamPlan
 
 __all__ = ["ALIGNMENT", "Buffer", "MemoryPlan", "plan_memory", "plannable"]
 
@@ -40,31 +41,6 @@ _CLIQUE_BUDGET = 20_000
 # by ~5% and a few jittered orders close it; each try costs one greedy placement.
 _JITTERED_ORDERS = 48
 _JITTER = 0.3
-
-
-@dataclass(frozen=True, slots=True)
-class Buffer:
-    value: str
-    offset: int
-    nbytes: int
-    producer: int  # node index
-    last_use: int  # node index of the last consumer in execution order (or producer)
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryPlan:
-    """Arena offsets for the planned tensors, and the figures to judge the plan by."""
-
-    arena_bytes: int
-    buffers: tuple[Buffer, ...]
-    lower_bound_bytes: int  # heaviest set of tensors live together under the stream plan
-    no_reuse_bytes: int  # every tensor in its own region
-    reuse: bool = True
-    strategy: str = ""  # the placement order and gap rule that won
-
-    def offsets(self) -> dict[str, tuple[int, int]]:
-        """Value name -> (offset, nbytes) in the arena."""
-        return {b.value: (b.offset, b.nbytes) for b in self.buffers}
 
 
 def _align(n: int) -> int:

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
 import anyio
 import numpy as np
 
-from aioge.compiler.kernel import KernelDesc, kernel_key, kernel_key_parts, signature_of
-from aioge.compiler.singleflight import SingleFlight
+from aioge._util.singleflight import SingleFlight
 from aioge.compiler.tuning import Choice, candidates_of, select_kernel
 from aioge.engines import Engine
 from aioge.errors import CompileError, OptionError
@@ -34,6 +33,7 @@ from aioge.ir.graph import Graph, Node, ValueKind
 from aioge.ops.registry import get_schema
 from aioge.ops.schema import OpSchema
 from aioge.options import CompileOptions
+from aioge.plan.kernel import KernelDesc, kernel_key, kernel_key_parts, signature_of
 
 if TYPE_CHECKING:
     from aioge.cache.kernel_cache import CacheView, KernelCache

@@ -18,12 +18,12 @@ it — plans cannot deadlock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from aioge.engines import Engine
 from aioge.ir.graph import Graph, Node
 from aioge.options import CompileOptions
+from aioge.plan.streams import Event, Stream, StreamPlan
 
 __all__ = ["SYNC_COST_US", "Event", "Stream", "StreamPlan", "happens_before", "node_cost", "plan_streams", "predecessors"]
 
@@ -33,41 +33,6 @@ SYNC_COST_US = 30.0
 
 _MATMUL_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "FusedGemm"})
 _CONV_OPS = frozenset({"Conv", "FusedConv", "ConvTranspose"})
-
-
-@dataclass(frozen=True, slots=True)
-class Stream:
-    id: int
-    engine: str  # whose worker pool runs it (for a single mixed stream: the best engine among its nodes)
-    nodes: tuple[int, ...]  # node indices in execution order
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    id: int
-    producer: int  # node index that records it
-    consumer: int  # node index that waits for it
-
-
-@dataclass(frozen=True, slots=True)
-class StreamPlan:
-    """Streams, per-node stream ids, and the events between streams."""
-
-    streams: tuple[Stream, ...]
-    node_stream: tuple[int, ...]
-    events: tuple[Event, ...]
-
-    @property
-    def num_streams(self) -> int:
-        return len(self.streams)
-
-    def waits(self, node: int) -> list[Event]:
-        """The events node ``node`` waits for before it starts."""
-        return [e for e in self.events if e.consumer == node]
-
-    def records(self, node: int) -> list[Event]:
-        """The events node ``node`` records when it ends."""
-        return [e for e in self.events if e.producer == node]
 
 
 def plan_streams(graph: Graph, order: Sequence[Node], engines: Mapping[str, Engine], options: CompileOptions) -> tuple[list[Node], StreamPlan]:

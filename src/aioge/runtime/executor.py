@@ -33,13 +33,13 @@ import anyio
 import anyio.lowlevel
 import numpy as np
 
-from aioge.compiler.model import CompiledModel
 from aioge.compiler.streams import node_cost
+from aioge.compiler.threads import group_streams
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import ValueKind
 from aioge.ops.registry import get_schema
+from aioge.plan.model import CompiledModel
 from aioge.runtime.context import Context, Layout, Program, Step
-from aioge.runtime.threads import group_streams
 from aioge.runtime.workers import Completion, EngineWorkers, Lane
 
 __all__ = ["INLINE_US", "Executable", "TraceSpan"]
@@ -80,7 +80,7 @@ class Executable:
         """Bind ``model``'s kernels. ``check_finite`` (default: the model's ``op_debug_level``
         is not 0) makes a kernel whose outputs hold NaN or Inf from finite inputs fail its run.
         ``threads`` (sink mode): ``"auto"`` runs streams whose overlap does not pay for the
-        thread wake-ups between them in one worker thread (``runtime.threads``); ``"streams"``
+        thread wake-ups between them in one worker thread (``compiler.threads``); ``"streams"``
         gives every stream its own.
 
         Raises:

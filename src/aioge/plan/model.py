@@ -8,10 +8,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from aioge.compiler.kernel import KernelDesc
-from aioge.compiler.memory import MemoryPlan
-from aioge.compiler.streams import StreamPlan
 from aioge.ir.graph import Graph
+from aioge.plan.kernel import KernelDesc
+from aioge.plan.memory import MemoryPlan
+from aioge.plan.streams import StreamPlan
 
 __all__ = ["CompileStats", "CompiledModel", "NodePlan", "versions"]
 

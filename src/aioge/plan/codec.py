@@ -41,8 +41,8 @@ ARRAY_DTYPES = frozenset(DTYPES) - {"str"}
 def _types() -> tuple[dict[str, type], dict[type, str], dict[str, type[enum.Enum]], str]:
     """Dataclasses and enums an .om may name (by ``module.Name``), and a digest of their layout."""
     from aioge import engines
-    from aioge.compiler import kernel, memory, model, streams
     from aioge.ir import graph as ir_graph
+    from aioge.plan import kernel, memory, model, streams
 
     classes: dict[str, type] = {}
     enums: dict[str, type[enum.Enum]] = {}
@@ -122,7 +122,7 @@ def decode_value(v: Any) -> Any:
     if isinstance(v, list):
         return [decode_value(x) for x in v]
     if not isinstance(v, dict):
-        return v  # scalars, bytes and arrays (already decoded, read-only, by cache.io)
+        return v  # scalars, bytes and arrays (already decoded, read-only, by plan.io)
     if len(v) != 1:
         raise ModelFormatError(f"malformed value: a map with keys {sorted(v)[:5]}")
     ((tag, body),) = v.items()

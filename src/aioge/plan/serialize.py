@@ -1,6 +1,6 @@
 """CompiledModel <-> ``.om`` bytes: the compiled model as a file.
 
-An ``.om`` is a ``cache.io`` envelope of kind ``"om"`` around one msgpack payload holding the
+An ``.om`` is a ``plan.io`` envelope of kind ``"om"`` around one msgpack payload holding the
 optimised graph (inputs, constants, variables, nodes with their attributes and output descs,
 outputs), every other field of ``CompiledModel`` (node plans with their ``KernelDesc``, the
 stream plan and its events, the memory plan, fingerprint, signature, options, versions,
@@ -35,16 +35,16 @@ from typing import Any
 import anyio
 import numpy as np
 
-from aioge.cache import io
-from aioge.compiler.model import CompiledModel, CompileStats
-from aioge.compiler.plan_codec import ARRAY_DTYPES as _ARRAY_DTYPES
-from aioge.compiler.plan_codec import build_dataclass as _build_dataclass
-from aioge.compiler.plan_codec import decode_value as _dec
-from aioge.compiler.plan_codec import encode_value as _enc
-from aioge.compiler.plan_codec import layout_digest
 from aioge.errors import CacheError, GraphError, ModelFormatError
 from aioge.ir.desc import DTYPES, TensorDesc
 from aioge.ir.graph import Graph, Value
+from aioge.plan import io
+from aioge.plan.codec import ARRAY_DTYPES as _ARRAY_DTYPES
+from aioge.plan.codec import build_dataclass as _build_dataclass
+from aioge.plan.codec import decode_value as _dec
+from aioge.plan.codec import encode_value as _enc
+from aioge.plan.codec import layout_digest
+from aioge.plan.model import CompiledModel, CompileStats
 
 __all__ = [
     "OM_KIND",
@@ -154,7 +154,7 @@ def _unframe(payload: bytes, path: str | None) -> tuple[Any, memoryview]:
     if len(payload) < 8:
         raise ModelFormatError("payload too short", path=path)
     (n,) = struct.unpack_from("<Q", payload)
-    if n > _MAX_META_BYTES:  # decoding allocates up to ~25x its size (cache.io): bound it before
+    if n > _MAX_META_BYTES:  # decoding allocates up to ~25x its size (plan.io): bound it before
         raise ModelFormatError(f"payload declares {n} bytes of metadata, more than the {_MAX_META_BYTES} a model may have", path=path)
     start = 8 + n + (-(8 + n) % _BLOB_ALIGN)
     if 8 + n > len(payload) or start > len(payload):

@@ -177,7 +177,7 @@ def unpack(data: bytes, *, what: str = "cache data", path: str | None = None) ->
 
 
 def _versions() -> dict[str, str]:
-    from aioge.compiler.model import versions
+    from aioge.plan.model import versions
 
     return versions()
 
