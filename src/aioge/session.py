@@ -12,8 +12,8 @@ from typing import Any, Mapping
 import anyio
 import numpy as np
 
-from aioge.cache import graph_cache
 from aioge.cache.kernel_cache import KernelCache
+from aioge.compiler import cached as graph_cache
 from aioge.compiler.graph import compile_graph
 from aioge.compiler.specialize import input_signature
 from aioge.errors import FeedError, GraphError

@@ -12,7 +12,8 @@ import pytest
 
 import aioge
 from aioge import ops
-from aioge.plan.kernel import KernelDesc, desc_from_plain, desc_to_plain, kernel_key, kernel_key_parts
+from aioge.keys import kernel_key, kernel_key_parts
+from aioge.plan.kernel import KernelDesc, desc_from_plain, desc_to_plain
 
 PARTS = ("op", "inputs", "outputs", "attrs", "const_inputs", "engine", "soc", "debug", "debug_config", "tune", "impls",
          "impl_version", "code", "aioge", "numpy", "python")
@@ -69,7 +70,7 @@ def test_real_changes_change_the_key_and_names_do_not() -> None:
 
 
 def test_key_shape_and_debug_log(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="aioge.plan.kernel"):
+    with caplog.at_level(logging.DEBUG, logger="aioge.keys"):
         key = kernel_key(_parts(_node()))
     assert key.startswith("leakyrelu_") and len(key) == len("leakyrelu_") + 64
     logged = {r.args[0] for r in caplog.records if r.msg.startswith("kernel key part")}
@@ -78,7 +79,7 @@ def test_key_shape_and_debug_log(caplog: pytest.LogCaptureFixture) -> None:
 
 def test_key_is_stable_across_processes() -> None:
     code = (
-        "import aioge; from aioge import ops; from aioge.plan.kernel import kernel_key, kernel_key_parts\n"
+        "import aioge; from aioge import ops; from aioge.keys import kernel_key, kernel_key_parts\n"
         "g = aioge.Graph('g'); x = g.input('x', (2, 3), 'float32'); y = ops.leaky_relu(x, alpha=0.1, name='n')\n"
         "print(kernel_key(kernel_key_parts(y.producer, 'AiCore', soc='AiogeSim', op_debug_level=0, impl_version=1)))\n"
     )

@@ -23,6 +23,7 @@ import aioge
 from aioge import ops
 from aioge.cache import graph_cache
 from aioge.cache.kernel_cache import ENTRY_KIND, GEN_KIND, STATS_KIND
+from aioge.compiler import cached
 from aioge.plan import io, serialize
 from aioge.plan.kernel import desc_from_plain
 
@@ -295,7 +296,7 @@ def index_writer(directory: str, key: str, proc: int, count: int, start_at: floa
     while time.time() < start_at:
         time.sleep(0.001)
     for m in models:
-        names.append(cache.save_sync(m, g)["cache_file_name"])
+        names.append(cached.save_sync(cache, m, g)["cache_file_name"])
     out.put({"proc": proc, "names": names})
 
 
@@ -360,4 +361,4 @@ def stalled_saver(directory: str, stall: str, ready: Any) -> None:
         serialize.encode_model = stop  # type: ignore[assignment]
     else:
         graph_cache.GraphCache._append = stop  # type: ignore[method-assign]
-    graph_cache.GraphCache(directory, "stall").save_sync(model, g)
+    cached.save_sync(graph_cache.GraphCache(directory, "stall"), model, g)

@@ -30,10 +30,11 @@ from aioge.engines import Engine
 from aioge.errors import CompileError, OptionError
 from aioge.ir.fingerprint import array_digest
 from aioge.ir.graph import Graph, Node, ValueKind
+from aioge.keys import kernel_key, kernel_key_parts, signature_of
 from aioge.ops.registry import get_schema
 from aioge.ops.schema import OpSchema
 from aioge.options import CompileOptions
-from aioge.plan.kernel import KernelDesc, kernel_key, kernel_key_parts, signature_of
+from aioge.plan.kernel import KernelDesc
 
 if TYPE_CHECKING:
     from aioge.cache.kernel_cache import CacheView, KernelCache

@@ -177,7 +177,7 @@ def unpack(data: bytes, *, what: str = "cache data", path: str | None = None) ->
 
 
 def _versions() -> dict[str, str]:
-    from aioge.plan.model import versions
+    from aioge.keys import versions
 
     return versions()
 

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import numpy as np
-
 from aioge.ir.graph import Graph
+from aioge.keys import versions
 from aioge.plan.kernel import KernelDesc
 from aioge.plan.memory import MemoryPlan
 from aioge.plan.streams import StreamPlan
 
-__all__ = ["CompileStats", "CompiledModel", "NodePlan", "versions"]
-
-
-def versions() -> dict[str, str]:
-    """The versions a compiled artefact is made under; any difference makes it stale."""
-    from aioge import __version__
-
-    return {"aioge": __version__, "numpy": np.__version__, "python": platform.python_version()}
+__all__ = ["CompileStats", "CompiledModel", "NodePlan"]
 
 
 @dataclass(slots=True)

@@ -29,7 +29,6 @@ import os
 import stat
 import struct
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -38,6 +37,7 @@ import numpy as np
 from aioge.errors import CacheError, GraphError, ModelFormatError
 from aioge.ir.desc import DTYPES, TensorDesc
 from aioge.ir.graph import Graph, Value
+from aioge.keys import code_digest
 from aioge.plan import io
 from aioge.plan.codec import ARRAY_DTYPES as _ARRAY_DTYPES
 from aioge.plan.codec import build_dataclass as _build_dataclass
@@ -72,20 +72,6 @@ _T_WEIGHT, _T_BLOB = "~w", "~b"
 _BLOB_ALIGN = 64
 _MAX_TENSOR_BYTES = 16 << 30  # no tensor or arena of a model this simulator runs is larger
 _MAX_META_BYTES = 256 << 20  # a model's graph and plans (tensor data lies outside): ~30 KB for a transformer block
-
-
-@functools.lru_cache(maxsize=1)
-def code_digest() -> str:
-    """sha256 over aioge's own source files (JAX #18750: a version string misses local edits)."""
-    root = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256(b"aioge-code-v1")
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        try:
-            h.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
-        except OSError:
-            h.update(rel.encode() + b"\0unreadable")
-    return h.hexdigest()
 
 
 # -- descs ----------------------------------------------------------------------------
