@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import anyio
 
@@ -14,6 +14,7 @@ from aioge.compiler.ops import (
     CachePolicy,
     KernelJob,
     KernelStep,
+    KernelStore,
     cache_policy,
     compile_kernels,
     compile_kernels_sync,
@@ -29,9 +30,6 @@ from aioge.options import CompileOptions
 from aioge.passes import run_passes
 from aioge.plan.kernel import KernelDesc
 from aioge.plan.model import CompiledModel, CompileStats, NodePlan
-
-if TYPE_CHECKING:
-    from aioge.cache.kernel_cache import KernelCache
 
 __all__ = ["compile_graph", "compile_graph_sync"]
 
@@ -56,7 +54,7 @@ async def compile_graph(
     options: CompileOptions,
     *,
     limiter: anyio.CapacityLimiter | None = None,
-    kernel_cache: KernelCache | None = None,
+    kernel_cache: KernelStore | None = None,
 ) -> CompiledModel:
     """Compile ``graph`` for the given input shapes, off the event loop.
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
 import anyio
 import numpy as np
@@ -36,14 +37,48 @@ from aioge.ops.schema import OpSchema
 from aioge.options import CompileOptions
 from aioge.plan.kernel import KernelDesc
 
-if TYPE_CHECKING:
-    from aioge.cache.kernel_cache import CacheView, KernelCache
+
+class KernelView(Protocol):
+    """What one graph compile sees of a kernel cache: the generation it reads and writes."""
+
+    @property
+    def generation(self) -> str: ...
+
+
+class KernelLookup(Protocol):
+    """A kernel cache lookup: the desc on a hit; ``status`` is "hit", "absent" or "invalid"."""
+
+    @property
+    def desc(self) -> KernelDesc | None: ...
+
+    @property
+    def status(self) -> str: ...
+
+
+class KernelStore(Protocol):
+    """What the compiler needs of a kernel cache (``cache.kernel_cache.KernelCache`` is one):
+    the compiler reaches the cache through this and nothing else."""
+
+    flights: SingleFlight[Any, Any]  # in-process single flights, shared by the session's compiles
+
+    async def open_view(self, *, force: bool) -> KernelView: ...
+
+    async def load(self, key: str, view: Any) -> KernelLookup: ...
+
+    async def store(self, desc: KernelDesc, view: Any) -> int: ...
+
+    def key_lock(self, key: str, view: Any) -> AbstractAsyncContextManager[bool]: ...
+
+    async def after_compile(self, *, hits: int, misses: int, compiles: int, invalid: int, written: int) -> Any: ...
 
 __all__ = [
     "CachePolicy",
     "DebugConfig",
     "KernelJob",
+    "KernelLookup",
     "KernelStep",
+    "KernelStore",
+    "KernelView",
     "cache_policy",
     "choose_impl",
     "compile_kernel_sync",
@@ -258,7 +293,7 @@ async def compile_kernels(
     jobs: Sequence[KernelJob],
     options: CompileOptions,
     *,
-    cache: KernelCache | None = None,
+    cache: KernelStore | None = None,
     policy: CachePolicy | None = None,
     limiter: anyio.CapacityLimiter | None = None,
 ) -> KernelStep:
@@ -312,7 +347,7 @@ async def compile_kernels(
 
 
 async def _obtain(
-    job: KernelJob, options: CompileOptions, cache: KernelCache | None, view: CacheView | None,
+    job: KernelJob, options: CompileOptions, cache: KernelStore | None, view: KernelView | None,
     read: bool, write: bool, limiter: anyio.CapacityLimiter | None, step: KernelStep,
 ) -> tuple[KernelDesc, str]:
     """Leader's work for one key: disk, lock, disk again, compile, publish."""
@@ -336,7 +371,7 @@ async def _obtain(
     return desc, "compiled"
 
 
-async def _load(job: KernelJob, cache: KernelCache, view: CacheView, step: KernelStep, recheck: bool = False) -> KernelDesc | None:
+async def _load(job: KernelJob, cache: KernelStore, view: KernelView, step: KernelStep, recheck: bool = False) -> KernelDesc | None:
     result = await cache.load(job.key, view)
     if result.desc is None:
         if result.status == "invalid" and not recheck:
