@@ -23,6 +23,7 @@ from aioge.compiler.ops import (
 )
 from aioge.compiler.specialize import specialize
 from aioge.compiler.streams import plan_streams
+from aioge.compiler.threads import plan_threads
 from aioge.engines import Engine
 from aioge.engines.assign import assign_engines
 from aioge.ir.graph import Graph
@@ -108,13 +109,14 @@ def _back(front: _Front, kernels: dict[str, KernelDesc], signature: tuple[tuple[
     g, engines = front.graph, front.engines
     order, streams = plan_streams(g, g.topological_order(), engines, options)
     memory = plan_memory(g, order, streams, reuse=not options.disable_reuse_memory)
+    threads = plan_threads(order, streams, options.exec_threads)
     g.nodes[:] = order
     nodes = tuple(
         NodePlan(i, n.name, n.op_type, engines[n.name].value, streams.node_stream[i], kernels[n.name])
         for i, n in enumerate(order)
     )
     log.info("compiled %s: %d nodes, %d streams, arena %d bytes", g.name, len(nodes), streams.num_streams, memory.arena_bytes)
-    return CompiledModel(g, nodes, streams, memory, front.fingerprint, signature, dict(options.raw), stats=front.stats)
+    return CompiledModel(g, nodes, streams, memory, front.fingerprint, signature, dict(options.raw), threads, stats=front.stats)
 
 
 def _count(stats: CompileStats, step: KernelStep) -> None:

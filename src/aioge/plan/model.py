@@ -47,6 +47,9 @@ class CompiledModel:
     fingerprint: str  # of the source graph the user added
     signature: tuple[tuple[str, tuple[int, ...]], ...]  # the input shapes it is specialised for
     options: Mapping[str, str]
+    # Sink mode: the stream ids each worker thread runs (``compiler.threads``), a partition of
+    # the streams; () gives every stream its own thread.
+    threads: tuple[tuple[int, ...], ...] = ()
     versions: Mapping[str, str] = field(default_factory=versions)
     stats: CompileStats = field(default_factory=CompileStats)
 
@@ -71,6 +74,7 @@ class CompiledModel:
             "nodes_per_engine": per_engine,
             "streams": [{"id": s.id, "engine": s.engine, "nodes": len(s.nodes)} for s in self.streams.streams],
             "events": len(self.streams.events),
+            "threads": [list(t) for t in self.threads],
             "arena_bytes": self.memory.arena_bytes,
             "lower_bound_bytes": self.memory.lower_bound_bytes,
             "no_reuse_bytes": self.memory.no_reuse_bytes,

@@ -63,7 +63,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 OM_KIND = "om"
-OM_LAYOUT = 1  # bump when the payload's own structure (not the plan dataclasses) changes
+# Bump when the payload's structure or the meaning of a plan field changes (a changed set of
+# plan fields is caught by the layout digest too). 2: CompiledModel.threads, the thread grouping
+# the runtime used to plan itself; a layout-1 file is stale and recompiled.
+OM_LAYOUT = 2
 WEIGHT_DIR = "weight"
 _WEIGHT_PREFIX = "weight_"
 
@@ -472,6 +475,8 @@ def _check_plan(model: CompiledModel) -> None:
     for k, e in enumerate(sp.events):
         if e.id != k or not (0 <= e.producer < n and 0 <= e.consumer < n):
             raise ModelFormatError(f"event {k} is out of range")
+    if model.threads and sorted(s for t in model.threads for s in t) != list(range(len(sp.streams))):
+        raise ModelFormatError("thread groups do not hold every stream exactly once")
     mem = model.memory
     for b in mem.buffers:
         desc = g.value(b.value).desc

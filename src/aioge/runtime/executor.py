@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -33,8 +32,6 @@ import anyio
 import anyio.lowlevel
 import numpy as np
 
-from aioge.compiler.streams import node_cost
-from aioge.compiler.threads import group_streams
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import ValueKind
 from aioge.ops.registry import get_schema
@@ -56,12 +53,6 @@ INLINE_US = 1000.0
 INLINE_WINDOW = 0.010
 INLINE_BUDGET = 0.004
 
-# The cost model of thread grouping (microseconds): numpy's dispatch of one small op, and
-# BLAS at about 100 GFLOP/s on one core (single-thread sgemm measures 130 on the CI machine).
-_DISPATCH_US = 6.0
-_US_PER_FLOP = 1e-5
-
-
 @dataclass(frozen=True, slots=True)
 class TraceSpan:
     node: int
@@ -79,8 +70,8 @@ class Executable:
     ) -> None:
         """Bind ``model``'s kernels. ``check_finite`` (default: the model's ``op_debug_level``
         is not 0) makes a kernel whose outputs hold NaN or Inf from finite inputs fail its run.
-        ``threads`` (sink mode): ``"auto"`` runs streams whose overlap does not pay for the
-        thread wake-ups between them in one worker thread (``compiler.threads``); ``"streams"``
+        ``threads`` (sink mode): ``"auto"`` runs the streams in the worker threads the
+        compiler grouped them into (``model.threads``, from ``compiler.threads``); ``"streams"``
         gives every stream its own.
 
         Raises:
@@ -129,14 +120,7 @@ class Executable:
                 tuple(waits.get(plan.index, ())), tuple(records.get(plan.index, ())),
             ))
         plan = model.streams
-        if threads == "streams" or plan.num_streams <= 1:
-            groups = [(s.id,) for s in plan.streams]
-        else:
-            cost = [node_cost(by_name[p.name], dispatch_us=_DISPATCH_US, us_per_flop=_US_PER_FLOP) for p in model.nodes]
-            producers: list[list[int]] = [[] for _ in model.nodes]
-            for e in plan.events:
-                producers[e.consumer].append(e.producer)
-            groups = group_streams(plan.num_streams, plan.node_stream, cost, producers, os.cpu_count() or 1)
+        groups = list(model.threads) if threads == "auto" and model.threads else [(s.id,) for s in plan.streams]
         thread_of = {s: k for k, group in enumerate(groups) for s in group}
         self._layout = Layout(
             g.name, len(slot), model.memory.arena_bytes,
