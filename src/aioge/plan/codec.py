@@ -31,6 +31,8 @@ __all__ = ["ARRAY_DTYPES", "build_dataclass", "decode_value", "encode_value", "l
 # the decoded data is always a tag and never ambiguous. ("~w" and "~b" are serialize's.)
 _T_TUPLE, _T_MAP, _T_DC, _T_ENUM, _T_NP, _T_STRS, _T_BIGINT, _T_SET = ("~t", "~m", "~dc", "~e", "~np", "~sa", "~bi", "~fs")
 _MSGPACK_INT = (-(1 << 63), (1 << 64) - 1)
+# The one list of dtypes stored as raw bytes (.om, cache files, the device wire): every ir
+# dtype but "str", which travels as a list of strings.
 ARRAY_DTYPES = frozenset(DTYPES) - {"str"}
 
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from aioge.errors import ExecutionError
 from aioge.plan import io
+from aioge.plan.codec import ARRAY_DTYPES as _DTYPES
 from aioge.runtime.executor import Executable
 from aioge.runtime.workers import Completion
 
@@ -56,10 +57,6 @@ log = logging.getLogger(__name__)
 _HEAD = struct.Struct("<QQ")  # header bytes, data bytes
 _MAX_HEADER = 64 << 20
 _MAX_DATA = 1 << 36  # 64 GiB: no model or feed aioge accepts is larger
-_DTYPES = frozenset(
-    {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
-     "complex64", "complex128"}
-)
 
 
 class _Pending:
