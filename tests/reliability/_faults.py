@@ -291,7 +291,7 @@ def index_writer(directory: str, key: str, proc: int, count: int, start_at: floa
     models = [compile_graph_sync(g, [("x", (1 + proc * count + i, 8))], resolve_options(HEURISTIC)) for i in range(count)]
     cache = graph_cache.GraphCache(directory, key)
     if not locks:
-        graph_cache._IndexLock = lambda *a, **k: contextlib.nullcontext(False)  # type: ignore[assignment]
+        graph_cache.SyncFileLock = lambda *a, **k: contextlib.nullcontext(False)  # type: ignore[assignment]
     names = []
     while time.time() < start_at:
         time.sleep(0.001)

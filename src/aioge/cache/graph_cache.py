@@ -44,9 +44,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from filelock import FileLock, Timeout
-
-from aioge.cache.file_lock import async_file_lock
+from aioge.cache.file_lock import SyncFileLock, async_file_lock
 from aioge.errors import CacheError, CompileError, OptionError
 from aioge.keys import code_digest, compile_options
 from aioge.plan import io, serialize
@@ -69,6 +67,7 @@ _KEY_RE = re.compile(r"[A-Za-z0-9_\-]{1,128}")
 _MAX_INDEX_BYTES = 64 << 20
 _LOCK_TIMEOUT = 900.0  # seconds to wait for another process's compile before compiling anyway
 _PUBLISH_TRIES = 5
+_INDEX_LOCK_WAIT = 10.0  # seconds an index update waits for <key>.lock before going on without it
 _ENTRY_STR_FIELDS = ("cache_file_name", "graph_key", "var_desc_file_name", "fingerprint", "code", "om_sha256")
 
 VarDescs = list[list[Any]]  # [name, shape, dtype, format] per variable, by name
@@ -364,7 +363,7 @@ class GraphCache:
         """
         gone = set(drop)
         entries: list[dict[str, Any]] = []
-        with contextlib.nullcontext(True) if locked else _IndexLock(self.lock_path, self.mode):
+        with contextlib.nullcontext(True) if locked else SyncFileLock(self.lock_path, mode=self.mode, wait=_INDEX_LOCK_WAIT):
             for _ in range(_PUBLISH_TRIES):
                 entries, _ = self.read_index_sync()
                 kept = [e for e in entries if e["cache_file_name"] not in gone and e["cache_file_name"] != entry["cache_file_name"]]
@@ -474,29 +473,6 @@ def read_index(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise CacheError("not an index", path=path)
     return obj
-
-
-class _IndexLock:
-    """A short, bounded hold of ``<key>.lock`` around an index read-modify-write, for a
-    writer that does not hold it already (sync, in a worker thread; a new file object, so
-    it excludes other threads of this process too). Without it (no locks here, or a
-    holder that takes too long) the body runs anyway."""
-
-    def __init__(self, path: str, mode: int, wait: float = 10.0) -> None:
-        self._lock = FileLock(path, timeout=wait, thread_local=False, mode=mode)
-        self._held = False
-
-    def __enter__(self) -> bool:
-        try:
-            self._lock.acquire()
-            self._held = True
-        except (Timeout, OSError) as exc:
-            log.debug("index lock %s not held (%s); appending without it", self._lock.lock_file, exc)
-        return self._held
-
-    def __exit__(self, *exc: object) -> None:
-        if self._held:
-            self._lock.release()
 
 
 def _unlink(path: str) -> None:

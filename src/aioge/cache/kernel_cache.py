@@ -39,7 +39,7 @@ import anyio
 from filelock import FileLock, Timeout
 
 from aioge._util.singleflight import SingleFlight
-from aioge.cache.file_lock import async_file_lock
+from aioge.cache.file_lock import SyncFileLock, async_file_lock
 from aioge.cache.kernel_limits import AGING_IDLE_SECONDS, CacheLimits, read_limits, resolve_cache_root, write_default_ini
 from aioge.errors import CacheError
 from aioge.plan.io import (
@@ -338,7 +338,7 @@ class KernelCache:
         """Add to the soc folder's counters (read-modify-write under a lock, published
         atomically) and return the folder's estimated size in bytes."""
         self._ensure_dirs()
-        with _held(self.soc_dir / LOCK_DIR / "stats.lock", self._file_mode):
+        with SyncFileLock(self.soc_dir / LOCK_DIR / "stats.lock", mode=self._file_mode):
             stats = self.read_stats_sync()
             stats["hits"] += hits
             stats["misses"] += misses
@@ -377,7 +377,7 @@ class KernelCache:
             self._exact_size(report.bytes_after)
             return report
         try:
-            with _held(self.soc_dir / LOCK_DIR / AGING_LOCK, self._file_mode, wait=0.0) as held:
+            with SyncFileLock(self.soc_dir / LOCK_DIR / AGING_LOCK, mode=self._file_mode, wait=0.0) as held:
                 if not held:
                     report.skipped_reason = "another process is aging this folder"
                     return report
@@ -509,28 +509,6 @@ class KernelCache:
 
 
 # -- files ------------------------------------------------------------------------------
-
-
-class _held:
-    """Hold a lock file for a block (sync, in a worker thread); ``as`` gives whether it is held.
-    Used for short critical sections only, with a bounded wait; without the lock the block
-    still runs when ``wait`` > 0 (bookkeeping), and is told so when ``wait`` == 0 (aging)."""
-
-    def __init__(self, path: Path, mode: int, wait: float = 2.0) -> None:
-        self._lock = FileLock(str(path), timeout=wait, thread_local=False, mode=mode)
-        self._held = False
-
-    def __enter__(self) -> bool:
-        try:
-            self._lock.acquire()
-            self._held = True
-        except (Timeout, OSError):
-            self._held = False
-        return self._held
-
-    def __exit__(self, *exc: object) -> None:
-        if self._held:
-            self._lock.release()
 
 
 def _remove_if_ours(path: Path) -> bool:
