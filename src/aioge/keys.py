@@ -41,7 +41,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Signature = tuple[tuple[Any, ...], ...]
+# (shape or None, dtype, format) per input or output; None for an absent optional input.
+Signature = tuple[tuple[tuple[int | str, ...] | None, str, str] | None, ...]
 
 
 def versions() -> dict[str, str]:

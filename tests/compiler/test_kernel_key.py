@@ -13,6 +13,7 @@ import pytest
 import aioge
 from aioge import ops
 from aioge.keys import kernel_key, kernel_key_parts
+from aioge.plan.codec import encode_value
 from aioge.plan.kernel import KernelDesc, desc_from_plain, desc_to_plain
 
 PARTS = ("op", "inputs", "outputs", "attrs", "const_inputs", "engine", "soc", "debug", "debug_config", "tune", "impls",
@@ -106,15 +107,21 @@ def test_desc_round_trips_as_plain_data() -> None:
 
     again = desc_from_plain(msgpack.unpackb(msgpack.packb(desc_to_plain(desc)), strict_map_key=True))
     assert again == desc
-    bad = desc_to_plain(desc)
-    bad["tuned"] = "yes"
-    with pytest.raises(ValueError, match="tuned"):
-        desc_from_plain(bad)
-    bad = desc_to_plain(desc)
-    del bad["impl"]
-    with pytest.raises(ValueError, match="impl"):
-        desc_from_plain(bad)
-    bad = desc_to_plain(desc)
-    bad["inputs"] = [[1, 2]]
-    with pytest.raises(ValueError, match="inputs"):
-        desc_from_plain(bad)
+    assert desc_to_plain(desc) == encode_value(desc)  # one codec: a kernel cache entry's desc is an .om's
+
+    def bad_with(**fields: object) -> object:
+        plain = desc_to_plain(desc)
+        values = plain["~dc"][1]
+        for k, v in fields.items():
+            if v is None:
+                del values[k]
+            else:
+                values[k] = v
+        return plain
+
+    for fields, what in (({"tuned": "yes"}, "tuned"), ({"impl": None}, "impl"), ({"inputs": [[1, 2]]}, "inputs"),
+                         ({"inputs": {"~t": [{"~t": [1, 2]}]}}, "inputs"), ({"extra": 1}, "extra")):
+        with pytest.raises(ValueError, match=what):
+            desc_from_plain(bad_with(**fields))
+    with pytest.raises(ValueError, match="kernel desc"):
+        desc_from_plain(encode_value((1, 2)))
