@@ -106,7 +106,7 @@ def kernel_key_parts(
     return {
         "op": [node.domain, node.op_type],
         "inputs": [list(i) if i is not None else None for i in ins],
-        "outputs": [list(o) for o in outs],
+        "outputs": [None if o is None else list(o) for o in outs],
         "attrs": [[k, canonical_attr(node.attrs[k])] for k in sorted(node.attrs)],
         "const_inputs": sorted((const_inputs or {}).items()),
         "engine": engine,

@@ -11,7 +11,7 @@ payload, each tensor a zero-copy read-only view of it on load) or, with
 beside the ``.om``: named by content so identical weights are stored once, and
 memory-mapped read-only on load after their size and sha256 are checked.
 
-The plan dataclasses are encoded generically from their fields by ``plan_codec``, with a
+The plan dataclasses are encoded generically from their fields by ``plan.codec``, with a
 digest of their layout stored: a file written under another layout is stale
 (``ModelFormatError``), never decoded into the wrong shape. Loading rebuilds the graph from
 the stored descs (no shape inference), checks every field against its annotation and the
@@ -70,7 +70,7 @@ OM_LAYOUT = 2
 WEIGHT_DIR = "weight"
 _WEIGHT_PREFIX = "weight_"
 
-# Tags of the data references (plan_codec's generic tags are one-key maps too).
+# Tags of the data references (plan.codec's generic tags are one-key maps too).
 _T_WEIGHT, _T_BLOB = "~w", "~b"
 _BLOB_ALIGN = 64
 _MAX_TENSOR_BYTES = 16 << 30  # no tensor or arena of a model this simulator runs is larger

@@ -72,7 +72,7 @@ def bind(model: CompiledModel, *, threads: str = "auto", check_finite: bool = Fa
             waits=tuple(waits.get(plan.index, ())), records=tuple(records.get(plan.index, ())),
         ))
     sp = model.streams
-    groups = list(model.threads) if threads == "auto" and model.threads else [(s.id,) for s in sp.streams]
+    groups: list[tuple[int, ...]] = list(model.threads) if threads == "auto" and model.threads else [(s.id,) for s in sp.streams]
     thread_of = {s: k for k, group in enumerate(groups) for s in group}
     layout = Layout(
         graph=g.name,
