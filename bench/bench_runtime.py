@@ -31,10 +31,10 @@ from aioge import ops
 from aioge.benchmarks.measure import median_of_runs as _median
 from aioge.benchmarks.measure import median_of_runs_async as _median_async
 from aioge.compiler.graph import compile_graph_sync
-from aioge.compiler.model import CompiledModel
 from aioge.examples import EXAMPLES
 from aioge.ir.graph import Graph
 from aioge.options import check_options, resolve_options
+from aioge.plan.model import CompiledModel
 
 HEURISTIC = {"aioge.tune_mode": "heuristic"}
 

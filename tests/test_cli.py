@@ -62,7 +62,7 @@ def test_compile_info_run_roundtrip(builder, tmp_path, capsys) -> None:
 
     assert main(["info", str(om), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    from aioge.compiler.serialize import load_model_sync
+    from aioge.plan.serialize import load_model_sync
 
     model = load_model_sync(om)
     assert info["nodes"] == len(model.nodes) and info["arena_bytes"] == model.arena_bytes

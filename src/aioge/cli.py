@@ -220,8 +220,8 @@ def _model_options(args: argparse.Namespace) -> dict[str, str]:
 def cmd_compile(args: argparse.Namespace) -> int:
     """Compile MODEL.onnx or GRAPH.py offline into an .om (GE's ATC)."""
     import aioge
-    from aioge.compiler.serialize import save_model
     from aioge.errors import AiogeError
+    from aioge.plan.serialize import save_model
 
     shapes = _parse_shapes(args.input_shape)
     graph, _, _ = _load_source(args.model, shapes)
@@ -370,9 +370,9 @@ def output_files(outputs: dict[str, Any]) -> dict[str, str]:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Print an .om's summary: nodes per engine and stream, arena bytes, versions."""
-    from aioge.cache import io
-    from aioge.compiler.serialize import decode_meta, decode_model
     from aioge.errors import ModelFormatError
+    from aioge.plan import io
+    from aioge.plan.serialize import decode_meta, decode_model
 
     try:
         data = io.read_bytes_sync(args.model)

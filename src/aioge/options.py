@@ -43,6 +43,9 @@ class OptionSpec:
     field: str  # the CompileOptions field it sets
     env: str | None = None  # environment fallback, read at resolve time
     doc: str = ""
+    # False for options that say where and how to cache or run, not what a compile produces:
+    # compiled artefacts are keyed by the others (``aioge.keys.compile_options``).
+    shapes_compile: bool = True
 
 
 # -- parsers: each raises ValueError whose text says what is allowed -------------------
@@ -165,17 +168,22 @@ _TABLE: tuple[OptionSpec, ...] = (
                doc="engines not to use, '|'-separated out of AiCore, AiVec (AiVector), AiCpu"),
     OptionSpec("ge.op_compiler_cache_mode", "OP_COMPILER_CACHE_MODE", _SG, "enable",
                _choice("enable", "force", "disable"), "op_cache_mode",
-               doc="kernel cache: enable reuses, force recompiles and replaces, disable neither reads nor writes"),
+               doc="kernel cache: enable reuses, force recompiles and replaces, disable neither reads nor writes",
+               shapes_compile=False),
     OptionSpec("ge.op_compiler_cache_dir", "OP_COMPILER_CACHE_DIR", _S, "", _cache_dir, "op_cache_dir",
-               env="ASCEND_CACHE_PATH", doc="kernel cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data)"),
+               env="ASCEND_CACHE_PATH", doc="kernel cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data)",
+               shapes_compile=False),
     OptionSpec("ge.optimizationSwitch", "OPTIMIZATION_SWITCH", _SG, "", _switch, "optimization_switch",
                doc="'Pass:on;Pass:off' to switch graph passes (see `aioge passes`)"),
     OptionSpec("ge.graph_compiler_cache_dir", None, _S, "", _path, "graph_cache_dir",
-               doc="directory of the compiled-graph cache; must exist; needs ge.graph_key too"),
+               doc="directory of the compiled-graph cache; must exist; needs ge.graph_key too",
+               shapes_compile=False),
     OptionSpec("ge.graph_key", None, _G, "", _graph_key, "graph_key",
-               doc="the graph's name in the graph cache: 1-128 of A-Z a-z 0-9 _ -"),
+               doc="the graph's name in the graph cache: 1-128 of A-Z a-z 0-9 _ -",
+               shapes_compile=False),
     OptionSpec("ge.externalWeight", "EXTERNAL_WEIGHT", _SG, "0", _flag01, "external_weight",
-               doc="1: keep constants in files under weight/ beside the compiled model"),
+               doc="1: keep constants in files under weight/ beside the compiled model",
+               shapes_compile=False),
     OptionSpec("op_debug_level", "OP_DEBUG_LEVEL", _S, "0", _int_range(0, 4), "op_debug_level",
                doc="not 0: kernels check their outputs for NaN/Inf and the kernel cache is bypassed"),
     OptionSpec("op_debug_config", "OP_DEBUG_CONFIG", _S, "", _path, "op_debug_config",
@@ -193,15 +201,18 @@ _TABLE: tuple[OptionSpec, ...] = (
     OptionSpec("aioge.tune_budget_ms", None, _SG, "200", _positive_float, "tune_budget_ms",
                doc="time budget for tuning one op"),
     OptionSpec("aioge.exec_mode", None, _SG, "sink", _choice("sink", "host"), "exec_mode",
-               doc="sink: each stream runs in its worker; host: ops dispatched one by one from the loop"),
+               doc="sink: each stream runs in its worker; host: ops dispatched one by one from the loop",
+               shapes_compile=False),
     OptionSpec("aioge.exec_devices", None, _S, "0", _int_range(0, 64), "exec_devices",
                doc="N > 0: run graphs on N device processes (runs in parallel past the GIL); 0: in this process"),
     OptionSpec("aioge.exec_threads", None, _SG, "auto", _choice("auto", "streams"), "exec_threads",
                doc="sink mode: auto runs streams whose overlap does not pay for thread wake-ups in one thread; streams: a thread each"),
     OptionSpec("aioge.graph_cache_check", None, _SG, "fingerprint", _choice("fingerprint", "key"),
-               "graph_cache_check", doc="fingerprint: reload only an identical graph; key: trust graph_key alone (GE)"),
+               "graph_cache_check", doc="fingerprint: reload only an identical graph; key: trust graph_key alone (GE)",
+               shapes_compile=False),
     OptionSpec("aioge.cache_shared", None, _S, "0", _flag01, "cache_shared",
-               doc="1: cache files are group-writable and files of other owners are trusted"),
+               doc="1: cache files are group-writable and files of other owners are trusted",
+               shapes_compile=False),
 )
 
 OPTIONS: Mapping[str, OptionSpec] = MappingProxyType({s.key: s for s in _TABLE})

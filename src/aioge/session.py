@@ -15,15 +15,15 @@ from typing import Any, Mapping
 import anyio
 import numpy as np
 
-from aioge.cache import graph_cache
 from aioge.cache.kernel_cache import KernelCache
+from aioge.compiler import cached as graph_cache
 from aioge.compiler.graph import compile_graph
-from aioge.compiler.model import CompiledModel
 from aioge.compiler.specialize import input_signature
 from aioge.errors import FeedError, GraphError, SessionClosedError
 from aioge.ir.desc import is_static, numpy_dtype
 from aioge.ir.graph import Graph
 from aioge.options import CompileOptions, check_options, resolve_options
+from aioge.plan.model import CompiledModel
 from aioge.runtime.blas import configure_blas
 from aioge.runtime.devices import DevicePool
 from aioge.runtime.executor import Executable, TraceSpan
@@ -348,7 +348,7 @@ class Session:
             is taken (also by an add still in flight), or the model's variables clash with the
             session's. SessionClosedError: the session is closed.
         """
-        from aioge.compiler.serialize import load_model
+        from aioge.plan.serialize import load_model
 
         self._check_open()
         if graph_id is not None:

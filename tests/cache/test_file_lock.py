@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aioge.cache.file_lock import async_file_lock
+from aioge.cache.file_lock import SyncFileLock, async_file_lock
 
 pytestmark = pytest.mark.anyio
 
@@ -71,3 +71,20 @@ async def test_an_impossible_lock_file_is_not_an_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a directory")
     async with async_file_lock(tmp_path / "file" / "k.lock", timeout=1) as held:
         assert not held
+
+
+def test_sync_lock_excludes_other_holders_and_goes_on_without_it(tmp_path: Path) -> None:
+    path = tmp_path / "k.lock"
+    with SyncFileLock(path) as held:
+        assert held
+        start = time.monotonic()
+        with SyncFileLock(path, wait=0.0) as other:  # one try: taken
+            assert other is False
+        with SyncFileLock(path, wait=0.2) as other:  # a bounded wait, then the block runs without it
+            assert other is False
+        assert time.monotonic() - start >= 0.2
+    with SyncFileLock(path, wait=0.0) as again:  # released on exit
+        assert again
+    (tmp_path / "a_file").write_bytes(b"")
+    with SyncFileLock(tmp_path / "a_file" / "k.lock", wait=0.0) as nowhere:  # no lock can be had (OSError): told so
+        assert nowhere is False

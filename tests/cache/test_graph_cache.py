@@ -16,9 +16,10 @@ import pytest
 
 import aioge
 from aioge import ops
-from aioge.cache import graph_cache, io
-from aioge.compiler import serialize
+from aioge.cache import graph_cache
+from aioge.compiler import cached
 from aioge.errors import CompileError, OptionError
+from aioge.plan import io, serialize
 
 pytestmark = pytest.mark.anyio
 
@@ -254,7 +255,7 @@ def test_same_second_saves_get_distinct_names_and_racing_writers_keep_a_valid_in
 
     def save() -> None:
         try:
-            cache.save_sync(model, g)
+            cached.save_sync(cache, model, g)
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 

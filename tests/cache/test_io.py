@@ -1,4 +1,4 @@
-"""cache.io: atomic writes, bounded reads, envelopes and the safe codec."""
+"""plan.io: atomic writes, bounded reads, envelopes and the safe codec."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from aioge.cache import io
 from aioge.errors import CacheError
+from aioge.plan import io
 
 pytestmark = pytest.mark.anyio
 

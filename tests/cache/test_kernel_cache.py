@@ -18,12 +18,12 @@ import pytest
 
 import aioge
 from aioge import ops
-from aioge.cache.io import make_envelope, pack
 from aioge.cache.kernel_cache import ENTRY_KIND, KernelCache, cache_report
 from aioge.cache.kernel_limits import read_limits, resolve_cache_root
-from aioge.compiler.kernel import KernelDesc, desc_to_plain
 from aioge.errors import OptionError
 from aioge.options import resolve_options
+from aioge.plan.io import make_envelope, pack
+from aioge.plan.kernel import KernelDesc, desc_to_plain
 
 pytestmark = pytest.mark.anyio
 
@@ -421,7 +421,7 @@ async def test_an_entry_that_is_not_a_legal_choice_is_recompiled(tmp_path: Path,
 
 
 async def test_entries_of_another_version_are_misses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import aioge.cache.io as io
+    import aioge.plan.io as io
 
     await _build(_opts(tmp_path))
     monkeypatch.setattr(io, "_versions", lambda: {"aioge": "0.0.1", "numpy": "1", "python": "2"})

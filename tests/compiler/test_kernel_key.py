@@ -12,7 +12,9 @@ import pytest
 
 import aioge
 from aioge import ops
-from aioge.compiler.kernel import KernelDesc, desc_from_plain, desc_to_plain, kernel_key, kernel_key_parts
+from aioge.keys import kernel_key, kernel_key_parts
+from aioge.plan.codec import encode_value
+from aioge.plan.kernel import KernelDesc, desc_from_plain, desc_to_plain
 
 PARTS = ("op", "inputs", "outputs", "attrs", "const_inputs", "engine", "soc", "debug", "debug_config", "tune", "impls",
          "impl_version", "code", "aioge", "numpy", "python")
@@ -69,7 +71,7 @@ def test_real_changes_change_the_key_and_names_do_not() -> None:
 
 
 def test_key_shape_and_debug_log(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="aioge.compiler.kernel"):
+    with caplog.at_level(logging.DEBUG, logger="aioge.keys"):
         key = kernel_key(_parts(_node()))
     assert key.startswith("leakyrelu_") and len(key) == len("leakyrelu_") + 64
     logged = {r.args[0] for r in caplog.records if r.msg.startswith("kernel key part")}
@@ -78,7 +80,7 @@ def test_key_shape_and_debug_log(caplog: pytest.LogCaptureFixture) -> None:
 
 def test_key_is_stable_across_processes() -> None:
     code = (
-        "import aioge; from aioge import ops; from aioge.compiler.kernel import kernel_key, kernel_key_parts\n"
+        "import aioge; from aioge import ops; from aioge.keys import kernel_key, kernel_key_parts\n"
         "g = aioge.Graph('g'); x = g.input('x', (2, 3), 'float32'); y = ops.leaky_relu(x, alpha=0.1, name='n')\n"
         "print(kernel_key(kernel_key_parts(y.producer, 'AiCore', soc='AiogeSim', op_debug_level=0, impl_version=1)))\n"
     )
@@ -105,15 +107,21 @@ def test_desc_round_trips_as_plain_data() -> None:
 
     again = desc_from_plain(msgpack.unpackb(msgpack.packb(desc_to_plain(desc)), strict_map_key=True))
     assert again == desc
-    bad = desc_to_plain(desc)
-    bad["tuned"] = "yes"
-    with pytest.raises(ValueError, match="tuned"):
-        desc_from_plain(bad)
-    bad = desc_to_plain(desc)
-    del bad["impl"]
-    with pytest.raises(ValueError, match="impl"):
-        desc_from_plain(bad)
-    bad = desc_to_plain(desc)
-    bad["inputs"] = [[1, 2]]
-    with pytest.raises(ValueError, match="inputs"):
-        desc_from_plain(bad)
+    assert desc_to_plain(desc) == encode_value(desc)  # one codec: a kernel cache entry's desc is an .om's
+
+    def bad_with(**fields: object) -> object:
+        plain = desc_to_plain(desc)
+        values = plain["~dc"][1]
+        for k, v in fields.items():
+            if v is None:
+                del values[k]
+            else:
+                values[k] = v
+        return plain
+
+    for fields, what in (({"tuned": "yes"}, "tuned"), ({"impl": None}, "impl"), ({"inputs": [[1, 2]]}, "inputs"),
+                         ({"inputs": {"~t": [{"~t": [1, 2]}]}}, "inputs"), ({"extra": 1}, "extra")):
+        with pytest.raises(ValueError, match=what):
+            desc_from_plain(bad_with(**fields))
+    with pytest.raises(ValueError, match="kernel desc"):
+        desc_from_plain(encode_value((1, 2)))

@@ -18,11 +18,11 @@ import aioge
 from aioge import ops
 from aioge.compiler.graph import compile_graph_sync
 from aioge.compiler.memory import ALIGNMENT, check_reuse
-from aioge.compiler.model import CompiledModel
 from aioge.compiler.streams import check_stream_plan, predecessors
 from aioge.examples import build_cnn
 from aioge.ir.graph import Graph
 from aioge.options import check_options, resolve_options
+from aioge.plan.model import CompiledModel
 from tests.compiler.test_streams import HEAVY, _reach
 
 # Elementwise fusion would fold the elementwise test graphs into single nodes.

@@ -1,4 +1,4 @@
-"""compiler.serialize (and its plan_codec): CompiledModel <-> .om, inline and external weights, validation, Session.load_model."""
+"""plan.serialize (and its codec): CompiledModel <-> .om, inline and external weights, validation, Session.load_model."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from hypothesis import strategies as st
 
 import aioge
 from aioge import ops
-from aioge.cache import io
-from aioge.compiler import plan_codec, serialize
 from aioge.compiler.graph import compile_graph_sync
-from aioge.compiler.kernel import signature_of
-from aioge.compiler.model import CompiledModel
 from aioge.compiler.specialize import input_signature
 from aioge.engines import Engine
 from aioge.errors import GraphError, ModelFormatError
+from aioge.keys import signature_of
 from aioge.options import resolve_options
+from aioge.plan import codec as plan_codec
+from aioge.plan import io, serialize
+from aioge.plan.model import CompiledModel
 from aioge.runtime.executor import Executable
 
 pytestmark = pytest.mark.anyio

@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from aioge.compiler.singleflight import SingleFlight
+from aioge._util.singleflight import SingleFlight
 
 pytestmark = pytest.mark.anyio
 

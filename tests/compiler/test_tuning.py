@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from aioge.compiler.tuning import candidates_of, choose_heuristic, make_inputs, select_kernel
+from aioge.compiler.tuning import choose_heuristic, make_inputs, select_kernel
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import conv as kconv
 from aioge.kernels import nn as knn
@@ -18,6 +18,7 @@ from aioge.kernels.matmul_algos import GEMM_ALGOS, MATMUL_ALGOS
 from aioge.kernels.norm_algos import BATCHNORM_ALGOS, LAYERNORM_ALGOS, SOFTMAX_ALGOS
 from aioge.kernels.pool_algos import GLOBAL_AVG_ALGOS, GLOBAL_MAX_ALGOS, POOL_AVG_ALGOS, POOL_MAX_ALGOS, reduce_algos
 from aioge.ops.schema import ALL_ENGINES, KernelImpl, OpSchema
+from aioge.plan.kernel import candidates_of
 
 D = TensorDesc.of
 

@@ -13,8 +13,8 @@ from typing import Mapping
 import numpy as np
 
 import aioge
-from aioge.compiler.model import CompiledModel
 from aioge.passes import pass_names
+from aioge.plan.model import CompiledModel
 
 # Timing is not the point of these tests, and they must not write kernel caches in $HOME.
 BASE = {"aioge.tune_mode": "heuristic", "ge.op_compiler_cache_mode": "disable"}

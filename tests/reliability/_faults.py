@@ -21,10 +21,11 @@ import numpy as np
 
 import aioge
 from aioge import ops
-from aioge.cache import graph_cache, io
+from aioge.cache import graph_cache
 from aioge.cache.kernel_cache import ENTRY_KIND, GEN_KIND, STATS_KIND
-from aioge.compiler import serialize
-from aioge.compiler.kernel import desc_from_plain
+from aioge.compiler import cached
+from aioge.plan import io, serialize
+from aioge.plan.kernel import desc_from_plain
 
 SCALE = float(os.environ.get("AIOGE_RELIABILITY_SCALE", "1") or "1")
 HEURISTIC = {"aioge.tune_mode": "heuristic"}
@@ -290,12 +291,12 @@ def index_writer(directory: str, key: str, proc: int, count: int, start_at: floa
     models = [compile_graph_sync(g, [("x", (1 + proc * count + i, 8))], resolve_options(HEURISTIC)) for i in range(count)]
     cache = graph_cache.GraphCache(directory, key)
     if not locks:
-        graph_cache._IndexLock = lambda *a, **k: contextlib.nullcontext(False)  # type: ignore[assignment]
+        graph_cache.SyncFileLock = lambda *a, **k: contextlib.nullcontext(False)  # type: ignore[assignment]
     names = []
     while time.time() < start_at:
         time.sleep(0.001)
     for m in models:
-        names.append(cache.save_sync(m, g)["cache_file_name"])
+        names.append(cached.save_sync(cache, m, g)["cache_file_name"])
     out.put({"proc": proc, "names": names})
 
 
@@ -360,4 +361,4 @@ def stalled_saver(directory: str, stall: str, ready: Any) -> None:
         serialize.encode_model = stop  # type: ignore[assignment]
     else:
         graph_cache.GraphCache._append = stop  # type: ignore[method-assign]
-    graph_cache.GraphCache(directory, "stall").save_sync(model, g)
+    cached.save_sync(graph_cache.GraphCache(directory, "stall"), model, g)

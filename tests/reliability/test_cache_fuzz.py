@@ -26,8 +26,8 @@ import pytest
 
 import aioge
 from aioge import cli, ops
-from aioge.cache import io
 from aioge.errors import CacheError
+from aioge.plan import io
 
 SCALE = float(os.environ.get("AIOGE_RELIABILITY_SCALE", "1"))
 FLIPS = max(4, int(10 * SCALE))

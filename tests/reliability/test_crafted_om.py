@@ -22,16 +22,15 @@ import pytest
 
 import aioge
 from aioge import ops
-from aioge.cache import io
 from aioge.compiler import ops as op_compiler
-from aioge.compiler import serialize
 from aioge.compiler.graph import compile_graph_sync
 from aioge.compiler.memory import Buffer
-from aioge.compiler.model import CompiledModel
 from aioge.compiler.specialize import input_signature
 from aioge.compiler.streams import Event, Stream
 from aioge.errors import ModelFormatError
 from aioge.options import resolve_options
+from aioge.plan import io, serialize
+from aioge.plan.model import CompiledModel
 
 X = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
 W1 = np.cos(np.arange(256 * 256, dtype=np.float32)).reshape(256, 256) / 16
@@ -174,7 +173,7 @@ def test_om_and_kernel_cache_entries_share_one_kernel_check(monkeypatch: pytest.
     """Not a second copy of the rule: the .om decoder and the kernel cache call one function."""
     data = _craft(lambda m: None)
     node = serialize.decode_model(data).graph.nodes[0]
-    monkeypatch.setattr(op_compiler, "check_kernel", lambda desc, node, engine: "sentinel reason")
+    monkeypatch.setattr(aioge.plan.kernel, "check_kernel", lambda desc, node, engine: "sentinel reason")
     with pytest.raises(ModelFormatError, match="sentinel reason"):
         serialize.decode_model(data)
     job = op_compiler.KernelJob(node, aioge.engines.Engine.AICORE, "k")

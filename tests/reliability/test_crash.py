@@ -87,6 +87,7 @@ def test_kill_while_saving_leaves_no_empty_model_and_an_unindexed_one_is_indexed
     """Two exact kill points: before the model's bytes exist (a claimed-but-empty ``.om``
     would be a partial file), and between the entry's files and its index entry."""
     from aioge.cache import graph_cache
+    from aioge.compiler import cached
     from aioge.compiler.graph import compile_graph_sync
     from aioge.options import resolve_options
 
@@ -102,7 +103,7 @@ def test_kill_while_saving_leaves_no_empty_model_and_an_unindexed_one_is_indexed
         assert counts["om"] == (0 if stall == "encode" else 1), counts
     assert not (tmp_path / "stall.idx").exists()
     g = F.family_graph(1.0, width=8)
-    entry = graph_cache.GraphCache(str(tmp_path), "stall").save_sync(compile_graph_sync(g, [("x", (3, 8))], resolve_options(F.HEURISTIC)), g)
+    entry = cached.save_sync(graph_cache.GraphCache(str(tmp_path), "stall"), compile_graph_sync(g, [("x", (3, 8))], resolve_options(F.HEURISTIC)), g)
     names = [e["cache_file_name"] for e in graph_cache.read_index(tmp_path / "stall.idx")["cache_file_list"]]
     assert len(names) == 2 and names[-1] == entry["cache_file_name"]  # the killed writer's whole model is indexed too
     F.audit(tmp_path)

@@ -3,7 +3,7 @@
 The error is an ``ExecutionError`` naming the graph, the node, its op type and its engine;
 runs of the same session in flight at the same time, and the next run, are right. Faults:
 an out-of-range Gather index (a real kernel error), a kernel wrapped to raise on a marked
-input (injected where the executor binds kernels), and Sqrt of a negative number with
+input (injected where the runtime binds kernels), and Sqrt of a negative number with
 ``op_debug_level=1`` (the executor's NaN/Inf check after every kernel).
 """
 
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import aioge
+import aioge.runtime.bind as binding
 from aioge import ops
 from aioge.errors import ExecutionError
 from aioge.runtime import executor
@@ -83,7 +84,7 @@ def _mlp() -> aioge.Graph:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_injected_raising_kernel_fails_only_its_runs(mode, monkeypatch) -> None:
-    real = executor.get_schema
+    real = binding.get_schema
 
     class Faulty:  # the schema, with kernels that raise when their first input is marked
         def __init__(self, schema):
@@ -105,7 +106,7 @@ async def test_injected_raising_kernel_fails_only_its_runs(mode, monkeypatch) ->
 
             return dataclasses.replace(impl, build=build)
 
-    monkeypatch.setattr(executor, "get_schema", lambda op, domain="": Faulty(real(op, domain)))
+    monkeypatch.setattr(binding, "get_schema", lambda op, domain="": Faulty(real(op, domain)))
     rng = np.random.default_rng(0)
     feeds = [{"x": rng.standard_normal((4, 8)).astype(np.float32)} for _ in range(32)]
     for k in range(0, 32, 5):

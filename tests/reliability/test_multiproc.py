@@ -22,9 +22,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from aioge.cache import graph_cache, io
+from aioge.cache import graph_cache
 from aioge.cache.kernel_cache import ENTRY_KIND, KernelCache
-from aioge.compiler.kernel import KernelDesc, desc_to_plain
+from aioge.compiler import cached
+from aioge.plan import io
+from aioge.plan.kernel import KernelDesc, desc_to_plain
 from tests.reliability import _faults as F
 
 PROCS, TASKS = 8, 8
@@ -137,7 +139,7 @@ def test_without_index_lock_the_next_append_heals_a_lost_entry(tmp_path) -> None
     from aioge.compiler.graph import compile_graph_sync
     from aioge.options import resolve_options
 
-    extra = graph_cache.GraphCache(str(tmp_path), "race").save_sync(compile_graph_sync(g, [("x", (99, 8))], resolve_options(F.HEURISTIC)), g)
+    extra = cached.save_sync(graph_cache.GraphCache(str(tmp_path), "race"), compile_graph_sync(g, [("x", (99, 8))], resolve_options(F.HEURISTIC)), g)
     entries = graph_cache.read_index(tmp_path / "race.idx")["cache_file_list"]
     assert sorted(e["cache_file_name"] for e in entries) == sorted([*names, extra["cache_file_name"]])
     F.audit(tmp_path)

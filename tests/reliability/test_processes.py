@@ -115,7 +115,7 @@ def test_a_benchmark_child_ignores_a_hostile_module_in_the_current_directory(tmp
     def spy(cmd, *a, **kw):  # type: ignore[no-untyped-def]
         captured.append(list(cmd))
         # The same interpreter flags, a child that imports what the benchmark child imports.
-        probe = [*cmd[: cmd.index("-m")], "-c", "import aioge.cache.io, json; print(json.dumps({'ok': 1}))"]
+        probe = [*cmd[: cmd.index("-m")], "-c", "import aioge.plan.io, json; print(json.dumps({'ok': 1}))"]
         return real_run(probe, *a, **kw)
 
     monkeypatch.setattr(measure.subprocess, "run", spy)

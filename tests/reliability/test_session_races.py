@@ -182,7 +182,7 @@ async def test_two_adds_of_one_id_in_flight_at_once_the_second_raises() -> None:
 
 
 async def test_two_loads_without_an_id_in_flight_at_once_get_two_ids(tmp_path) -> None:
-    from aioge.compiler.serialize import encode_model
+    from aioge.plan.serialize import encode_model
 
     x = _x()
     paths = []

@@ -216,7 +216,7 @@ def test_cache_paths_with_nul_are_refused(path: str) -> None:
 
 
 def test_index_names_cannot_escape_the_dir(warm: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from aioge.cache import io
+    from aioge.plan import io
 
     idx = warm / "gc" / "tk.idx"
     _, payload = io.open_envelope(idx.read_bytes(), "idx", check_versions=False)

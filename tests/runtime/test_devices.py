@@ -16,9 +16,9 @@ import pytest
 
 import aioge
 from aioge import ops
-from aioge.cache import io as cache_io
 from aioge.errors import ExecutionError, OptionError
 from aioge.examples import build_cnn
+from aioge.plan import io as cache_io
 from aioge.runtime import executor as executor_module
 from aioge.runtime.devices import _read_frame, _write_frame
 from tests.reliability.test_kernel_faults import _concurrently

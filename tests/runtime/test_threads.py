@@ -3,6 +3,7 @@ multi-stream plan runs exact, under poisoned reuse and concurrency, without dead
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import anyio
@@ -10,10 +11,11 @@ import numpy as np
 import pytest
 
 import aioge
-import aioge.runtime.executor as executor_module
+import aioge.compiler.threads as threads_module
+from aioge.compiler.threads import CONTENTION, THREAD_US, WAKE_US, group_streams, simulate
 from aioge.examples import build_transformer
+from aioge.plan import serialize
 from aioge.runtime.executor import Executable
-from aioge.runtime.threads import CONTENTION, THREAD_US, WAKE_US, group_streams, simulate
 from aioge.runtime.workers import EngineWorkers
 from tests.compiler.test_memory import _inception
 from tests.runtime.test_executor import OPTIONS, _branches, _branches_ref
@@ -63,6 +65,38 @@ async def test_aioge_exec_threads_option_is_checked() -> None:
         aioge.Session({"aioge.exec_threads": "all"})
 
 
+async def test_the_grouping_is_planned_by_the_compiler_and_kept_in_the_om(monkeypatch: pytest.MonkeyPatch) -> None:
+    g, feeds, _ = build_transformer()
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        await s.add_graph(1, g)
+        await s.build_graph(1, feeds)
+        model = s.executable(1).model
+    streams = model.streams
+    assert model.threads and sorted(x for t in model.threads for x in t) == list(range(streams.num_streams))
+
+    def replan(*_a: object) -> None:
+        raise AssertionError("the runtime planned thread groups")
+
+    monkeypatch.setattr(threads_module, "group_streams", replan)
+    for m in (model, serialize.decode_model(serialize.encode_model(model)[0], weight_dir="."), Executable(model).model):
+        exe = Executable(m)
+        assert m.threads == model.threads
+        assert exe.thread_groups == tuple(tuple(sorted(i for x in t for i in streams.streams[x].nodes)) for t in model.threads)
+    # A file written before the grouping was planned (layout 1) is stale: a format error, then a recompile.
+    monkeypatch.setattr(serialize, "OM_LAYOUT", 1)
+    old = serialize.encode_model(model)[0]
+    monkeypatch.setattr(serialize, "OM_LAYOUT", 2)
+    with pytest.raises(aioge.errors.ModelFormatError, match="payload layout 1, this aioge reads 2"):
+        serialize.decode_model(old)
+
+
+async def test_exec_threads_shapes_the_compile() -> None:
+    from aioge.keys import compile_options
+
+    assert "aioge.exec_threads" in compile_options({"aioge.exec_threads": "streams", "aioge.exec_mode": "host"})
+    assert "aioge.exec_mode" not in compile_options({"aioge.exec_mode": "host"})
+
+
 async def test_the_transformer_chain_runs_on_fewer_threads_than_streams_and_agrees() -> None:
     g, feeds, reference = build_transformer()
     got = {}
@@ -90,7 +124,7 @@ def _partitions(n: int, rng: random.Random, count: int) -> list[list[tuple[int, 
     return out
 
 
-async def test_every_grouping_of_multi_stream_plans_runs_exact_under_poison(monkeypatch: pytest.MonkeyPatch, workers: EngineWorkers) -> None:
+async def test_every_grouping_of_multi_stream_plans_runs_exact_under_poison(workers: EngineWorkers) -> None:
     rng = np.random.default_rng(3)
     g, weights = _branches()
     inception = _inception(c=16, hw=16)
@@ -110,8 +144,7 @@ async def test_every_grouping_of_multi_stream_plans_runs_exact_under_poison(monk
             if gid == 1:
                 np.testing.assert_allclose(want["y"], _branches_ref(feeds["x"], weights), rtol=1e-4, atol=1e-5)
             for groups in _partitions(n, pick, 10):
-                monkeypatch.setattr(executor_module, "group_streams", lambda *_a, groups=groups: groups)
-                exe = Executable(model)
+                exe = Executable(dataclasses.replace(model, threads=tuple(groups)))
                 assert [sorted({model.nodes[i].stream for i in t}) for t in exe.thread_groups] == [list(t) for t in groups]
                 results = []
 

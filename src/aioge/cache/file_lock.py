@@ -6,6 +6,9 @@ thread can end up holding a lock nobody releases. Correctness never depends on i
 cache entry is published atomically and validates itself, so when the lock cannot be had
 (a read-only directory, an NFS mount that refuses flock, a holder that takes too long) the
 caller goes on without it and at worst compiles the same thing twice.
+
+``SyncFileLock(path, wait=...)`` is the blocking form for short critical sections in a worker
+thread (an index's read-modify-write, the statistics, aging), with a bounded wait.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import AsyncIterator
 import anyio
 from filelock import FileLock, Timeout
 
-__all__ = ["async_file_lock"]
+__all__ = ["SyncFileLock", "async_file_lock"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,30 @@ async def async_file_lock(
         if held:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(_release, lock)
+
+
+class SyncFileLock:
+    """Hold the lock file ``path`` for a block (sync, in a worker thread); ``as`` gives whether
+    it is held. The wait is bounded by ``wait`` seconds (0: one try); on a timeout or an error
+    (no locks on this file system) the block runs without it and is told so. A new lock
+    object per use, not thread-local: it excludes other threads of this process too."""
+
+    def __init__(self, path: str | os.PathLike[str], *, mode: int = 0o600, wait: float = 2.0) -> None:
+        self._lock = FileLock(os.fspath(path), timeout=wait, thread_local=False, mode=mode)
+        self._held = False
+
+    def __enter__(self) -> bool:
+        try:
+            self._lock.acquire()
+            self._held = True
+        except (Timeout, OSError) as exc:
+            log.debug("lock %s not held (%s); going on without it", self._lock.lock_file, exc)
+        return self._held
+
+    def __exit__(self, *exc: object) -> None:
+        if self._held:
+            self._held = False
+            self._lock.release()
 
 
 def _try_acquire(lock: FileLock) -> None:

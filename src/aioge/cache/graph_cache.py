@@ -3,12 +3,12 @@
 On when the session's cache dir and the graph's key are both non-empty; the dir must
 already exist (E13026). Files, as GE names them, in that dir:
 
-- ``<key>.idx``: the index, a ``cache.io`` envelope of kind ``"idx"`` around msgpack
+- ``<key>.idx``: the index, a ``plan.io`` envelope of kind ``"idx"`` around msgpack
   ``{"cache_file_list": [entry, ...]}``. Each entry has GE's ``cache_file_name``,
   ``graph_key`` and ``var_desc_file_name`` plus what aioge checks: the source graph's
   ``fingerprint``, the ``signature`` (input shapes), the ``options`` that shape a compile,
   ``versions``, ``code`` (digest of aioge's code), ``om_sha256``, ``created``.
-- ``<key>_<YYYYMMDDhhmmss>[_n].om``: a compiled model (``compiler.serialize``); the name is
+- ``<key>_<YYYYMMDDhhmmss>[_n].om``: a compiled model (``plan.serialize``); the name is
   claimed by publishing the whole file without replacing (a hard link of its temp file), so
   two writers never share one and a killed writer leaves no empty or half file.
 - ``<key>_<ts>.rdcpkt``: the variable descs (names, shapes, dtypes, formats) before and
@@ -24,10 +24,11 @@ already exist (E13026). Files, as GE names them, in that dir:
   an entry; each append also indexes whole ``.om`` files of the key that the index lacks
   (a writer killed between its files and its entry).
 
-Matching: every entry with the key is tried in order. An entry hits when its versions and
-code digest, its fingerprint (skipped with ``aioge.graph_cache_check=key``, which trusts
-the key as GE does), its signature, its compile options and its variable descs match, and
-the loaded model fits the graph. Otherwise the graph is recompiled, a warning names the
+Matching: every entry with the key is tried in order. An entry hits when it equals the
+caller's match key (``aioge.keys.graph_match_key``: versions, code digest, fingerprint --
+None with ``aioge.graph_cache_check=key``, which trusts the key as GE does --, signature,
+compile options) and its variable descs, and the loaded model passes the caller's fit check.
+The cache never looks into a graph: the caller (``compiler.cached``) computes all of these. Otherwise the graph is recompiled, a warning names the
 key and why, and a new entry is appended. A corrupt or truncated ``.om`` is dropped from
 the index; a corrupt index is replaced by one rebuilt from the valid ``.om`` files.
 """
@@ -35,34 +36,26 @@ the index; a corrupt index is replaced by one rebuilt from the valid ``.om`` fil
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import re
 import stat
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-import anyio
-from filelock import FileLock, Timeout
-
-from aioge.cache import io
-from aioge.cache.file_lock import async_file_lock
-from aioge.compiler import serialize
-from aioge.compiler.model import CompiledModel, versions
+from aioge.cache.file_lock import SyncFileLock, async_file_lock
 from aioge.errors import CacheError, CompileError, OptionError
-from aioge.ir.graph import Graph
-from aioge.options import CompileOptions
+from aioge.keys import code_digest, compile_options
+from aioge.plan import io, serialize
+from aioge.plan.model import CompiledModel
 
 __all__ = [
     "IDX_KIND",
     "RDCPKT_KIND",
     "GraphCache",
     "Lookup",
-    "cache_for",
     "check_cache_dir",
-    "load_or_compile",
     "read_index",
 ]
 
@@ -74,15 +67,10 @@ _KEY_RE = re.compile(r"[A-Za-z0-9_\-]{1,128}")
 _MAX_INDEX_BYTES = 64 << 20
 _LOCK_TIMEOUT = 900.0  # seconds to wait for another process's compile before compiling anyway
 _PUBLISH_TRIES = 5
-# Options that say where and how to cache or run, not what a compile produces.
-_NOT_COMPILE_OPTIONS = frozenset({
-    "ge.graph_compiler_cache_dir", "ge.graph_key", "ge.externalWeight", "ge.op_compiler_cache_dir",
-    "ge.op_compiler_cache_mode", "aioge.graph_cache_check", "aioge.cache_shared", "aioge.exec_mode",
-    "aioge.exec_threads",
-})
+_INDEX_LOCK_WAIT = 10.0  # seconds an index update waits for <key>.lock before going on without it
 _ENTRY_STR_FIELDS = ("cache_file_name", "graph_key", "var_desc_file_name", "fingerprint", "code", "om_sha256")
 
-Signature = Sequence[tuple[str, tuple[int, ...]]]
+VarDescs = list[list[Any]]  # [name, shape, dtype, format] per variable, by name
 
 
 def check_cache_dir(directory: str, graph: str | None = None) -> str:
@@ -101,27 +89,12 @@ def check_cache_dir(directory: str, graph: str | None = None) -> str:
     return path
 
 
-def cache_for(options: CompileOptions, graph: str | None = None) -> GraphCache | None:
-    """The graph cache the options ask for, or None when it is off (dir or key empty).
-
-    Raises:
-        CompileError: E13026, the dir does not exist. OptionError: an unsafe key.
-    """
-    if not options.graph_cache_dir or not options.graph_key:
-        return None
-    return GraphCache(
-        check_cache_dir(options.graph_cache_dir, graph), options.graph_key,
-        check=options.graph_cache_check, external_weight=options.external_weight, shared=options.cache_shared,
-    )
-
-
 @dataclass(slots=True)
 class Lookup:
     """What a lookup found: the model on a hit, and entries found broken (to drop on save)."""
 
     model: CompiledModel | None
     drop: list[str] = field(default_factory=list)
-    fingerprint: str | None = None
     save: bool = True  # False: the dir is not trusted, so nothing compiled is put in it either
 
 
@@ -202,7 +175,7 @@ class GraphCache:
             "var_desc_file_name": rdc,
             "fingerprint": meta["fingerprint"],
             "signature": meta["signature"],
-            "options": _compile_options(meta["options"]),
+            "options": compile_options(meta["options"]),
             "versions": meta["versions"],
             "code": meta["code"],
             "om_sha256": meta["sha256"],
@@ -232,13 +205,19 @@ class GraphCache:
 
     # -- lookup -------------------------------------------------------------------------
 
-    def lookup_sync(self, graph: Graph, signature: Signature, options: CompileOptions) -> Lookup:
-        """Find and load a matching entry (blocking; run it in a worker thread).
+    def lookup_sync(
+        self, graph: str, match_key: Callable[[], Mapping[str, Any]], var_descs: VarDescs, fits: Callable[[CompiledModel], str | None]
+    ) -> Lookup:
+        """Find and load a matching entry for graph ``graph`` (blocking; run it in a worker thread).
 
-        Returns a ``Lookup`` whose model (on a hit) has ``stats.graph_cache_hit`` set.
+        ``match_key()`` gives what an entry must equal (``aioge.keys.graph_match_key``); it is
+        called only when the key has entries (a fingerprint hashes every weight). ``var_descs``
+        are the graph's variable descs; ``fits(model)`` says why a loaded model cannot serve
+        the graph (None if it can). Returns a ``Lookup`` whose model (on a hit) has
+        ``stats.graph_cache_hit`` set.
         """
         start = time.perf_counter()
-        check_cache_dir(self.dir, graph.name)
+        check_cache_dir(self.dir, graph)
         why_not = self.untrusted()
         if why_not is not None:
             log.warning("graph cache %r: not trusted, compiling without it: %s", self.key, why_not)
@@ -251,23 +230,15 @@ class GraphCache:
         if not mine:
             log.info("graph cache %r: no entry; compiling", self.key)
             return result
-        if self.check == "fingerprint":
-            result.fingerprint = graph.fingerprint()
-        want = {
-            "versions": versions(),
-            "code": serialize.code_digest(),
-            "signature": [[n, list(s)] for n, s in signature],
-            "options": _compile_options(options.raw),
-        }
-        current_vars = _var_descs(graph)
+        want = match_key()
         reasons: list[str] = []
         only_shapes = True
         for e in mine:
-            why = _mismatch(e, want, result.fingerprint)
+            why = _mismatch(e, want)
             if why is None:
-                why = self._var_mismatch(e, current_vars)
+                why = self._var_mismatch(e, var_descs)
             if why is None:
-                model, why, broken = self._load_entry(e, graph, signature, result.fingerprint)
+                model, why, broken = self._load_entry(e, want, fits)
                 if model is not None:
                     model.stats.graph_cache_hit = True
                     model.stats.compile_seconds = time.perf_counter() - start
@@ -280,7 +251,7 @@ class GraphCache:
             only_shapes &= why.startswith("signature")
             reasons.append(f"{e['cache_file_name']}: {why}")
         level = logging.INFO if only_shapes else logging.WARNING
-        log.log(level, "graph cache %r: none of %d entries fits graph %r; recompiling (%s)", self.key, len(mine), graph.name, "; ".join(reasons))
+        log.log(level, "graph cache %r: none of %d entries fits graph %r; recompiling (%s)", self.key, len(mine), graph, "; ".join(reasons))
         return result
 
     def _var_mismatch(self, e: dict[str, Any], current: list[list[Any]]) -> str | None:
@@ -298,7 +269,9 @@ class GraphCache:
             return None
         return f"variable descs differ (cached {before}, graph has {current})"
 
-    def _load_entry(self, e: dict[str, Any], graph: Graph, signature: Signature, fingerprint: str | None) -> tuple[CompiledModel | None, str | None, bool]:
+    def _load_entry(
+        self, e: dict[str, Any], want: Mapping[str, Any], fits: Callable[[CompiledModel], str | None]
+    ) -> tuple[CompiledModel | None, str | None, bool]:
         """(model, why not, broken): broken means the entry's files are gone or corrupt."""
         path = self._path(e["cache_file_name"])
         try:
@@ -314,15 +287,19 @@ class GraphCache:
         except CacheError as exc:  # the one warning comes from the lookup, which names every reason
             log.info("graph cache %r: %s", self.key, exc)
             return None, f"corrupt ({exc})", True
-        why = _fits(model, graph, signature, fingerprint)
+        why = _differs_from_key(model, want) or fits(model)
         return (None, why, False) if why else (model, None, False)
 
     # -- save ---------------------------------------------------------------------------
 
-    def save_sync(self, model: CompiledModel, graph: Graph, drop: Sequence[str] = (), *, locked: bool = False) -> dict[str, Any]:
+    def save_sync(
+        self, model: CompiledModel, var_descs: tuple[VarDescs, VarDescs] | None = None, drop: Sequence[str] = (), *, locked: bool = False
+    ) -> dict[str, Any]:
         """Publish ``model`` as a new entry (blocking): files first, then the index.
 
-        Entries named in ``drop`` (found broken) leave the index and their files are removed.
+        ``var_descs`` are the variable descs of the source graph and of the model's graph
+        (None when the graph has no variables): they go to the ``.rdcpkt``. Entries named in
+        ``drop`` (found broken) leave the index and their files are removed.
         ``locked`` says the caller holds ``<key>.lock`` (else it is taken, briefly, for the
         index update). Returns the new entry.
 
@@ -330,13 +307,13 @@ class GraphCache:
             OSError, ModelFormatError: the files could not be written (nothing is published).
         """
         rdc_data = b""
-        if graph.variables:
-            descs = {"graph_key": self.key, "before": _var_descs(graph), "after": _var_descs(model.graph)}
+        if var_descs is not None:
+            descs = {"graph_key": self.key, "before": var_descs[0], "after": var_descs[1]}
             rdc_data = io.make_envelope(RDCPKT_KIND, io.pack(descs))
         om, rdc, sha = self._publish_files(model, rdc_data)
         meta = {
             "fingerprint": model.fingerprint, "signature": [[n, list(s)] for n, s in model.signature],
-            "options": dict(model.options), "versions": dict(model.versions), "code": serialize.code_digest(),
+            "options": dict(model.options), "versions": dict(model.versions), "code": code_digest(),
             "sha256": sha, "external": self.external_weight, "created": time.time(),
         }
         entry = self._entry(om, rdc, meta)
@@ -386,7 +363,7 @@ class GraphCache:
         """
         gone = set(drop)
         entries: list[dict[str, Any]] = []
-        with contextlib.nullcontext(True) if locked else _IndexLock(self.lock_path, self.mode):
+        with contextlib.nullcontext(True) if locked else SyncFileLock(self.lock_path, mode=self.mode, wait=_INDEX_LOCK_WAIT):
             for _ in range(_PUBLISH_TRIES):
                 entries, _ = self.read_index_sync()
                 kept = [e for e in entries if e["cache_file_name"] not in gone and e["cache_file_name"] != entry["cache_file_name"]]
@@ -435,21 +412,12 @@ class GraphCache:
 # -- matching helpers -----------------------------------------------------------------
 
 
-def _compile_options(raw: Any) -> dict[str, str]:
-    return {k: v for k, v in dict(raw).items() if k not in _NOT_COMPILE_OPTIONS}
-
-
-def _var_descs(graph: Graph) -> list[list[Any]]:
-    return [[v.name, None if v.desc.shape is None else list(v.desc.shape), v.desc.dtype, v.desc.format]
-            for v in sorted(graph.variables.values(), key=lambda v: v.name)]
-
-
-def _mismatch(e: dict[str, Any], want: dict[str, Any], fingerprint: str | None) -> str | None:
+def _mismatch(e: dict[str, Any], want: Mapping[str, Any]) -> str | None:
     if e["versions"] != want["versions"]:
         return f"versions differ (cached {e['versions']}, this is {want['versions']})"
     if e["code"] != want["code"]:
         return "made by another build of aioge's code"
-    if fingerprint is not None and e["fingerprint"] != fingerprint:
+    if want["fingerprint"] is not None and e["fingerprint"] != want["fingerprint"]:
         return "the graph changed (fingerprint differs)"
     if e["signature"] != want["signature"]:
         return f"signature differs (cached {e['signature']})"
@@ -459,20 +427,12 @@ def _mismatch(e: dict[str, Any], want: dict[str, Any], fingerprint: str | None) 
     return None
 
 
-def _fits(model: CompiledModel, graph: Graph, signature: Signature, fingerprint: str | None) -> str | None:
-    """Why a loaded model cannot serve ``graph`` (None if it can): the runtime binds by these names."""
-    if fingerprint is not None and model.fingerprint != fingerprint:
+def _differs_from_key(model: CompiledModel, want: Mapping[str, Any]) -> str | None:
+    """Why a loaded model is not what its entry said (None if it is)."""
+    if want["fingerprint"] is not None and model.fingerprint != want["fingerprint"]:
         return "the model's fingerprint differs from its entry's"
-    if tuple(model.signature) != tuple(signature):
+    if [[n, list(s)] for n, s in model.signature] != want["signature"]:
         return "the model's signature differs from its entry's"
-    if [(v.name, v.dtype) for v in model.graph.inputs] != [(v.name, v.dtype) for v in graph.inputs]:
-        return "inputs differ"
-    if [v.name for v in model.graph.outputs] != [v.name for v in graph.outputs]:
-        return "outputs differ"
-    for name, v in model.graph.variables.items():
-        mine = graph.variables.get(name)
-        if mine is None or mine.desc.shape != v.desc.shape or mine.desc.dtype != v.desc.dtype:
-            return f"variable {name!r} differs"
     return None
 
 
@@ -515,29 +475,6 @@ def read_index(path: str | os.PathLike[str]) -> dict[str, Any]:
     return obj
 
 
-class _IndexLock:
-    """A short, bounded hold of ``<key>.lock`` around an index read-modify-write, for a
-    writer that does not hold it already (sync, in a worker thread; a new file object, so
-    it excludes other threads of this process too). Without it (no locks here, or a
-    holder that takes too long) the body runs anyway."""
-
-    def __init__(self, path: str, mode: int, wait: float = 10.0) -> None:
-        self._lock = FileLock(path, timeout=wait, thread_local=False, mode=mode)
-        self._held = False
-
-    def __enter__(self) -> bool:
-        try:
-            self._lock.acquire()
-            self._held = True
-        except (Timeout, OSError) as exc:
-            log.debug("index lock %s not held (%s); appending without it", self._lock.lock_file, exc)
-        return self._held
-
-    def __exit__(self, *exc: object) -> None:
-        if self._held:
-            self._lock.release()
-
-
 def _unlink(path: str) -> None:
     try:
         os.unlink(path)
@@ -545,40 +482,3 @@ def _unlink(path: str) -> None:
         pass
     except OSError as exc:
         log.info("cannot remove %s: %s", path, exc)
-
-
-# -- the session's entry point ----------------------------------------------------------
-
-
-async def load_or_compile(
-    cache: GraphCache,
-    graph: Graph,
-    signature: Signature,
-    options: CompileOptions,
-    compile: Callable[[], Awaitable[CompiledModel]],
-    *,
-    limiter: anyio.CapacityLimiter | None = None,
-) -> CompiledModel:
-    """Load the compiled model from the cache, or ``await compile()`` and save it.
-
-    The whole lookup (index, fingerprint, model and weights) is one worker-thread hop, the
-    save another; ``<key>.lock`` is held over both so that concurrent processes compile once.
-
-    Raises:
-        CompileError: E13026 (the dir vanished), or whatever ``compile`` raises. A cache
-        that cannot be read or written is logged and never fails the build.
-    """
-    # Checked before locking: taking the lock would create the directory.
-    await anyio.to_thread.run_sync(check_cache_dir, cache.dir, graph.name)
-    async with cache.locked() as held:
-        found = await anyio.to_thread.run_sync(cache.lookup_sync, graph, signature, options, limiter=limiter)
-        if found.model is not None:
-            return found.model
-        model = await compile()
-        if not found.save:
-            return model
-        try:
-            await anyio.to_thread.run_sync(functools.partial(cache.save_sync, locked=held), model, graph, found.drop, limiter=limiter)
-        except (OSError, CacheError) as exc:
-            log.warning("graph cache %r: could not save the compiled model (%s)", cache.key, exc)
-        return model

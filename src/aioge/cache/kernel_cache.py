@@ -1,6 +1,6 @@
 """The kernel disk cache: ``<root>/kernel_cache/<soc>/``, one self-validating file per kernel.
 
-An entry is an envelope (``cache.io``: magic, format, versions, sha256) of kind
+An entry is an envelope (``plan.io``: magic, format, versions, sha256) of kind
 ``aioge-kernel`` whose header echoes the kernel key and whose payload is the ``KernelDesc``
 as msgpack: data, never code. It is published atomically; a truncated, corrupt, foreign or
 stale file is a miss and one warning, never a crash.
@@ -55,8 +55,11 @@ try:
 except ImportError:  # pragma: no cover - Windows: no generation holds; aging reclaims instead
     fcntl = None  # type: ignore[assignment]
 
-from aioge.cache.file_lock import async_file_lock
-from aioge.cache.io import (
+from aioge._util.singleflight import SingleFlight
+from aioge.cache.file_lock import SyncFileLock, async_file_lock
+from aioge.cache.kernel_limits import AGING_IDLE_SECONDS, CacheLimits, read_limits, resolve_cache_root, write_default_ini
+from aioge.errors import CacheError
+from aioge.plan.io import (
     MAGIC,
     make_envelope,
     open_envelope,
@@ -67,10 +70,7 @@ from aioge.cache.io import (
     untrusted_dir_reason,
     write_atomic_sync,
 )
-from aioge.cache.kernel_limits import AGING_IDLE_SECONDS, CacheLimits, read_limits, resolve_cache_root, write_default_ini
-from aioge.compiler.kernel import KernelDesc, desc_from_plain, desc_to_plain
-from aioge.compiler.singleflight import SingleFlight
-from aioge.errors import CacheError
+from aioge.plan.kernel import KernelDesc, desc_from_plain, desc_to_plain
 
 __all__ = ["AgingReport", "CacheView", "KernelCache", "LoadResult", "SocSummary", "cache_for_dir", "cache_report"]
 
@@ -499,7 +499,7 @@ class KernelCache:
         """Add to the soc folder's counters (read-modify-write under a lock, published
         atomically) and return the folder's estimated size in bytes."""
         self._ensure_dirs()
-        with _held(self.soc_dir / LOCK_DIR / "stats.lock", self._file_mode):
+        with SyncFileLock(self.soc_dir / LOCK_DIR / "stats.lock", mode=self._file_mode):
             stats = self.read_stats_sync()
             stats["hits"] += hits
             stats["misses"] += misses
@@ -538,7 +538,7 @@ class KernelCache:
             self._exact_size(report.bytes_after)
             return report
         try:
-            with _held(self.soc_dir / LOCK_DIR / AGING_LOCK, self._file_mode, wait=0.0) as held:
+            with SyncFileLock(self.soc_dir / LOCK_DIR / AGING_LOCK, mode=self._file_mode, wait=0.0) as held:
                 if not held:
                     report.skipped_reason = "another process is aging this folder"
                     return report
@@ -670,28 +670,6 @@ class KernelCache:
 
 
 # -- files ------------------------------------------------------------------------------
-
-
-class _held:
-    """Hold a lock file for a block (sync, in a worker thread); ``as`` gives whether it is held.
-    Used for short critical sections only, with a bounded wait; without the lock the block
-    still runs when ``wait`` > 0 (bookkeeping), and is told so when ``wait`` == 0 (aging)."""
-
-    def __init__(self, path: Path, mode: int, wait: float = 2.0) -> None:
-        self._lock = FileLock(str(path), timeout=wait, thread_local=False, mode=mode)
-        self._held = False
-
-    def __enter__(self) -> bool:
-        try:
-            self._lock.acquire()
-            self._held = True
-        except (Timeout, OSError):
-            self._held = False
-        return self._held
-
-    def __exit__(self, *exc: object) -> None:
-        if self._held:
-            self._lock.release()
 
 
 def _remove_if_ours(path: Path) -> bool:

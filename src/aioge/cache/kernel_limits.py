@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from aioge.cache.io import read_bytes_sync, write_atomic_sync
+from aioge.plan.io import read_bytes_sync, write_atomic_sync
 
 __all__ = [
     "AGING_IDLE_SECONDS",

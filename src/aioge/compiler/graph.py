@@ -5,17 +5,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import anyio
 
-from aioge.compiler.kernel import KernelDesc
 from aioge.compiler.memory import plan_memory
-from aioge.compiler.model import CompiledModel, CompileStats, NodePlan
 from aioge.compiler.ops import (
     CachePolicy,
     KernelJob,
     KernelStep,
+    KernelStore,
     cache_policy,
     compile_kernels,
     compile_kernels_sync,
@@ -24,14 +23,14 @@ from aioge.compiler.ops import (
 )
 from aioge.compiler.specialize import specialize
 from aioge.compiler.streams import plan_streams
+from aioge.compiler.threads import plan_threads
 from aioge.engines import Engine
 from aioge.engines.assign import assign_engines
 from aioge.ir.graph import Graph
 from aioge.options import CompileOptions
 from aioge.passes import run_passes
-
-if TYPE_CHECKING:
-    from aioge.cache.kernel_cache import KernelCache
+from aioge.plan.kernel import KernelDesc
+from aioge.plan.model import CompiledModel, CompileStats, NodePlan
 
 __all__ = ["compile_graph", "compile_graph_sync"]
 
@@ -56,7 +55,7 @@ async def compile_graph(
     options: CompileOptions,
     *,
     limiter: anyio.CapacityLimiter | None = None,
-    kernel_cache: KernelCache | None = None,
+    kernel_cache: KernelStore | None = None,
 ) -> CompiledModel:
     """Compile ``graph`` for the given input shapes, off the event loop.
 
@@ -111,13 +110,14 @@ def _back(front: _Front, kernels: dict[str, KernelDesc], signature: tuple[tuple[
     g, engines = front.graph, front.engines
     order, streams = plan_streams(g, g.topological_order(), engines, options)
     memory = plan_memory(g, order, streams, reuse=not options.disable_reuse_memory)
+    threads = plan_threads(order, streams, options.exec_threads)
     g.nodes[:] = order
     nodes = tuple(
         NodePlan(i, n.name, n.op_type, engines[n.name].value, streams.node_stream[i], kernels[n.name])
         for i, n in enumerate(order)
     )
     log.info("compiled %s: %d nodes, %d streams, arena %d bytes", g.name, len(nodes), streams.num_streams, memory.arena_bytes)
-    return CompiledModel(g, nodes, streams, memory, front.fingerprint, signature, dict(options.raw), stats=front.stats)
+    return CompiledModel(g, nodes, streams, memory, front.fingerprint, signature, dict(options.raw), threads, stats=front.stats)
 
 
 def _count(stats: CompileStats, step: KernelStep) -> None:

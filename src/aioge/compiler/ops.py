@@ -19,34 +19,71 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
 import anyio
-import numpy as np
 
-from aioge.compiler.kernel import KernelDesc, kernel_key, kernel_key_parts, signature_of
-from aioge.compiler.singleflight import SingleFlight
-from aioge.compiler.tuning import Choice, candidates_of, select_kernel
+from aioge._util.singleflight import SingleFlight
+from aioge.compiler.tuning import Choice, select_kernel
 from aioge.engines import Engine
 from aioge.errors import CompileError, OptionError
 from aioge.ir.fingerprint import array_digest
 from aioge.ir.graph import Graph, Node, ValueKind
+from aioge.keys import kernel_key, kernel_key_parts, signature_of
 from aioge.ops.registry import get_schema
 from aioge.ops.schema import OpSchema
 from aioge.options import CompileOptions
+from aioge.plan import kernel as kernel_plan
+from aioge.plan.kernel import KernelDesc, candidates_of
 
-if TYPE_CHECKING:
-    from aioge.cache.kernel_cache import CacheView, KernelCache
+
+class KernelView(Protocol):
+    """What one graph compile sees of a kernel cache: the generation it reads and writes."""
+
+    @property
+    def generation(self) -> str: ...
+
+
+class KernelLookup(Protocol):
+    """A kernel cache lookup: the desc on a hit; ``status`` is "hit", "absent" or "invalid"."""
+
+    @property
+    def desc(self) -> KernelDesc | None: ...
+
+    @property
+    def status(self) -> str: ...
+
+
+class KernelStore(Protocol):
+    """What the compiler needs of a kernel cache (``cache.kernel_cache.KernelCache`` is one):
+    the compiler reaches the cache through this and nothing else."""
+
+    flights: SingleFlight[Any, Any]  # in-process single flights, shared by the session's compiles
+
+    async def open_view(self, *, force: bool) -> KernelView | None: ...
+
+    async def close_view(self, view: Any) -> None: ...
+
+    async def load(self, key: str, view: Any) -> KernelLookup: ...
+
+    async def store(self, desc: KernelDesc, view: Any) -> int: ...
+
+    def key_lock(self, key: str, view: Any) -> AbstractAsyncContextManager[bool]: ...
+
+    async def after_compile(self, *, hits: int, misses: int, compiles: int, invalid: int, written: int) -> Any: ...
 
 __all__ = [
     "DEBUG_SWITCHES",
     "CachePolicy",
     "DebugConfig",
     "KernelJob",
+    "KernelLookup",
     "KernelStep",
+    "KernelStore",
+    "KernelView",
     "cache_policy",
-    "check_kernel",
     "check_loaded",
     "choose_impl",
     "compile_kernel_sync",
@@ -243,34 +280,7 @@ def compile_kernel_sync(node: Node, engine: Engine, options: CompileOptions, key
 def check_loaded(desc: KernelDesc, job: KernelJob) -> str:
     """Why a loaded kernel cannot serve the job's node, or '' when it can (a self-check on
     top of the key: the entry must still be a legal choice for this node)."""
-    return check_kernel(desc, job.node, job.engine.value)
-
-
-def check_kernel(desc: KernelDesc, node: Node, engine: str) -> str:
-    """Why ``desc`` cannot be the kernel of ``node`` on ``engine``, or '' when it can: the same
-    op and engine, the node's signature, and an (implementation, parameters) pair the tuner
-    could have chosen for it. Kernel-cache entries and the node plans of an .om are checked
-    by this one rule: data from disk never picks a kernel or parameters the compiler would
-    not (a block size outside the candidates runs, but orders of magnitude slower)."""
-    if (desc.op_type, desc.domain, desc.engine) != (node.op_type, node.domain, engine):
-        return f"it is a {desc.op_type} kernel for {desc.engine}"
-    if (desc.inputs, desc.outputs) != signature_of(node):
-        return "its signature differs from the node's"
-    schema = get_schema(node.op_type, node.domain)
-    descs = [v.desc if v is not None else None for v in node.inputs]
-    if not any(e.value == engine for e in schema.engines_for(descs)):
-        return f"{node.op_type} does not run on {engine} for these inputs"
-    for impl, params in candidates_of(schema, descs, node.attrs):
-        if impl.name == desc.impl and _same_params(params, desc.params):
-            return ""
-    return f"implementation {desc.impl!r} with {dict(desc.params)} is not a candidate for this node"
-
-
-def _same_params(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    def norm(v: Any) -> Any:
-        return tuple(norm(x) for x in v) if isinstance(v, (list, tuple)) else v.item() if isinstance(v, np.generic) else v
-
-    return {k: norm(v) for k, v in a.items()} == {k: norm(v) for k, v in b.items()}
+    return kernel_plan.check_kernel(desc, job.node, job.engine.value)
 
 
 # -- compiling a graph's kernels ----------------------------------------------------------
@@ -300,7 +310,7 @@ async def compile_kernels(
     jobs: Sequence[KernelJob],
     options: CompileOptions,
     *,
-    cache: KernelCache | None = None,
+    cache: KernelStore | None = None,
     policy: CachePolicy | None = None,
     limiter: anyio.CapacityLimiter | None = None,
 ) -> KernelStep:
@@ -333,7 +343,7 @@ async def compile_kernels(
 
 
 async def _compile_groups(
-    jobs: Sequence[KernelJob], options: CompileOptions, cache: KernelCache | None, view: CacheView | None,
+    jobs: Sequence[KernelJob], options: CompileOptions, cache: KernelStore | None, view: KernelView | None,
     policy: CachePolicy, flights: SingleFlight[Any, Any], limiter: anyio.CapacityLimiter | None, step: KernelStep,
 ) -> None:
     # Nodes with one key (and one way to get it) are one job: the first in graph order gets
@@ -376,7 +386,7 @@ async def _compile_groups(
 
 
 async def _obtain(
-    job: KernelJob, options: CompileOptions, cache: KernelCache | None, view: CacheView | None,
+    job: KernelJob, options: CompileOptions, cache: KernelStore | None, view: KernelView | None,
     read: bool, write: bool, limiter: anyio.CapacityLimiter | None, step: KernelStep,
 ) -> tuple[KernelDesc, str]:
     """Leader's work for one key: disk, lock, disk again, compile, publish."""
@@ -401,7 +411,7 @@ async def _obtain(
     return desc, "compiled"
 
 
-async def _load(job: KernelJob, cache: KernelCache, view: CacheView, step: KernelStep, recheck: bool = False) -> KernelDesc | None:
+async def _load(job: KernelJob, cache: KernelStore, view: KernelView, step: KernelStep, recheck: bool = False) -> KernelDesc | None:
     result = await cache.load(job.key, view)
     if result.desc is None:
         if result.status == "invalid" and not recheck:

@@ -24,6 +24,7 @@ import numpy as np
 
 from aioge.ir.desc import TensorDesc, numpy_dtype
 from aioge.ops.schema import KernelImpl, OpSchema
+from aioge.plan.kernel import candidates_of
 
 __all__ = ["Choice", "candidates_of", "choose_heuristic", "select_kernel", "tune"]
 
@@ -48,16 +49,6 @@ class Choice:
     tuned: bool
     timings_ms: Mapping[str, float] = field(default_factory=dict)  # candidate label -> best ms
     rejected: Mapping[str, str] = field(default_factory=dict)  # candidate label -> why
-
-
-def candidates_of(schema: OpSchema, in_descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[tuple[KernelImpl, dict[str, Any]]]:
-    """Every applicable (implementation, parameter set), in the schema's order of preference."""
-    out = []
-    for impl in schema.impls:
-        if impl.applies(in_descs, attrs):  # type: ignore[arg-type]
-            for params in impl.candidates(in_descs, attrs) or [{}]:  # type: ignore[arg-type]
-                out.append((impl, dict(params)))
-    return out
 
 
 def choose_heuristic(schema: OpSchema, in_descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> Choice | None:

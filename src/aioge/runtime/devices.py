@@ -8,7 +8,7 @@ with its own engines, arenas and kernels, so N devices run N models at once.
 ``aioge.exec_devices = N`` (default 0: run in this process) starts N devices on the first
 eligible run. A compiled model is sent to a device once, as ``.om`` bytes (the graph cache's
 format: data, never code; the child binds the kernels itself), and each run sends its feeds
-and gets its outputs back, all length-prefixed msgpack (``cache.io``'s bounded codec) over
+and gets its outputs back, all length-prefixed msgpack (``plan.io``'s bounded codec) over
 the child's stdin and stdout. Nothing is pickled. Runs that compute for under a millisecond
 (measured on the device, reported with each reply) stay in this process, where they run
 inline on the event loop's thread: for them the hand-off costs more than it wins.
@@ -44,8 +44,9 @@ from typing import Any, BinaryIO, Mapping
 import anyio
 import numpy as np
 
-from aioge.cache import io
 from aioge.errors import ExecutionError, SessionClosedError
+from aioge.plan import io
+from aioge.plan.codec import ARRAY_DTYPES as _DTYPES
 from aioge.runtime.executor import Executable
 from aioge.runtime.workers import Completion
 
@@ -56,10 +57,6 @@ log = logging.getLogger(__name__)
 _HEAD = struct.Struct("<QQ")  # header bytes, data bytes
 _MAX_HEADER = 64 << 20
 _MAX_DATA = 1 << 36  # 64 GiB: no model or feed aioge accepts is larger
-_DTYPES = frozenset(
-    {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
-     "complex64", "complex128"}
-)
 
 
 class _Pending:
@@ -389,7 +386,7 @@ class DevicePool:
 
     def prepare(self, exe: Executable) -> tuple[int, bytes]:
         """The executable's id and ``.om`` bytes, encoded once (blocking: run it in a worker thread)."""
-        from aioge.compiler.serialize import encode_model
+        from aioge.plan.serialize import encode_model
 
         with self._lock:
             known = self._om.get(exe)
@@ -459,7 +456,7 @@ def _stop_devices(devices: list[_Device]) -> None:
 
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
     """The device's main loop: load models and run them, one request at a time, until EOF."""
-    from aioge.compiler.serialize import decode_model
+    from aioge.plan.serialize import decode_model
     from aioge.runtime.blas import configure_blas
     from aioge.runtime.workers import EngineWorkers
 

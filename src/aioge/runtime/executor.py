@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -35,15 +34,11 @@ import anyio
 import anyio.lowlevel
 import numpy as np
 
-from aioge.compiler.model import CompiledModel
-from aioge.compiler.streams import node_cost
 from aioge.errors import SessionClosedError
-from aioge.ir.desc import numpy_dtype
-from aioge.ir.graph import ValueKind
 from aioge.kernels.parallel import cpu_tokens
-from aioge.ops.registry import get_schema
-from aioge.runtime.context import Context, Layout, Program, Step
-from aioge.runtime.threads import group_streams
+from aioge.plan.model import CompiledModel
+from aioge.runtime.bind import bind
+from aioge.runtime.context import Context, Layout, Program
 from aioge.runtime.workers import Completion, EngineWorkers, Lane
 
 __all__ = ["INLINE_US", "Executable", "TraceSpan"]
@@ -59,12 +54,6 @@ log = logging.getLogger(__name__)
 INLINE_US = 1000.0
 INLINE_WINDOW = 0.010
 INLINE_BUDGET = 0.004
-
-# The cost model of thread grouping (microseconds): numpy's dispatch of one small op, and
-# BLAS at about 100 GFLOP/s on one core (single-thread sgemm measures 130 on the CI machine).
-_DISPATCH_US = 6.0
-_US_PER_FLOP = 1e-5
-
 
 @dataclass(frozen=True, slots=True)
 class TraceSpan:
@@ -83,8 +72,8 @@ class Executable:
     ) -> None:
         """Bind ``model``'s kernels. ``check_finite`` (default: the model's ``op_debug_level``
         is not 0) makes a kernel whose outputs hold NaN or Inf from finite inputs fail its run.
-        ``threads`` (sink mode): ``"auto"`` runs streams whose overlap does not pay for the
-        thread wake-ups between them in one worker thread (``runtime.threads``); ``"streams"``
+        ``threads`` (sink mode): ``"auto"`` runs the streams in the worker threads the
+        compiler grouped them into (``model.threads``, from ``compiler.threads``); ``"streams"``
         gives every stream its own.
 
         Raises:
@@ -95,67 +84,11 @@ class Executable:
         self.model = model
         if check_finite is None:
             check_finite = str(model.options.get("op_debug_level", "0")).strip() not in ("", "0")
-        g = model.graph
-        slot: dict[str, int] = {}
-        for v in g.values():
-            slot[v.name] = len(slot)
         self._variables: Mapping[str, np.ndarray] = variables if variables is not None else {}
-        self._inputs = [(v.name, slot[v.name]) for v in g.inputs]
-        self._var_slots = [(name, slot[name]) for name in g.variables]
-        self._outputs = [(v.name, slot[v.name], v.kind is ValueKind.INTERMEDIATE) for v in g.outputs]
-        offsets = model.memory.offsets()
-        views = []
-        for name, (offset, _) in offsets.items():
-            desc = g.value(name).desc
-            views.append((slot[name], offset, tuple(int(d) for d in desc.shape), numpy_dtype(desc.dtype)))  # type: ignore[union-attr]
-        waits: dict[int, list[int]] = {}
-        records: dict[int, list[int]] = {}
-        for e in model.streams.events:
-            waits.setdefault(e.consumer, []).append(e.id)
-            records.setdefault(e.producer, []).append(e.id)
-        by_name = {n.name: n for n in g.nodes}
-        steps = []
-        unplanned: set[int] = set()
-        for plan in model.nodes:
-            node = by_name[plan.name]
-            impl = get_schema(node.op_type, node.domain).impl(plan.kernel.impl)
-            run = impl.build(
-                node.attrs, plan.kernel.params,
-                [v.desc if v is not None else None for v in node.inputs], [o.desc for o in node.outputs],
-            )
-            outs = tuple(slot[o.name] for o in node.outputs)
-            planned = all(o.name in offsets for o in node.outputs)
-            if not planned:
-                unplanned.update(outs)
-            steps.append(Step(
-                plan.index, plan.name, plan.op_type, plan.engine, plan.stream, run,
-                tuple(slot[v.name] if v is not None else -1 for v in node.inputs), outs, planned,
-                tuple(waits.get(plan.index, ())), tuple(records.get(plan.index, ())),
-            ))
-        plan = model.streams
-        if threads == "streams" or plan.num_streams <= 1:
-            groups = [(s.id,) for s in plan.streams]
-        else:
-            cost = [node_cost(by_name[p.name], dispatch_us=_DISPATCH_US, us_per_flop=_US_PER_FLOP) for p in model.nodes]
-            producers: list[list[int]] = [[] for _ in model.nodes]
-            for e in plan.events:
-                producers[e.consumer].append(e.producer)
-            groups = group_streams(plan.num_streams, plan.node_stream, cost, producers, os.cpu_count() or 1)
-        thread_of = {s: k for k, group in enumerate(groups) for s in group}
-        self._layout = Layout(
-            g.name, len(slot), model.memory.arena_bytes,
-            {slot[v.name]: v.data for v in g.constants.values()},  # type: ignore[misc]
-            tuple(views),
-            frozenset(unplanned | {s for _, s in self._inputs} | {s for _, s in self._var_slots}),
-            tuple(steps),
-            tuple(s.nodes for s in plan.streams),
-            len(plan.events),
-            (),  # poison ranges: computed on first use (tests only)
-            check_finite,
-            tuple(tuple(sorted(i for s in group for i in plan.streams[s].nodes)) for group in groups),
-            frozenset(e.id for e in plan.events
-                      if thread_of[plan.node_stream[e.producer]] == thread_of[plan.node_stream[e.consumer]]),
-        )
+        bound = bind(model, threads=threads, check_finite=check_finite)
+        self._layout = bound.layout
+        self._inputs, self._var_slots, self._outputs = bound.inputs, bound.variables, bound.outputs
+        plan, groups = model.streams, bound.groups
         # Each stream (host mode) or thread (sink mode) runs on a distinct lane of its engine,
         # (engine, j): the j-th of that engine. A thread's engine is that of its first stream.
         self._stream_lanes = _lanes_of([s.engine for s in plan.streams])

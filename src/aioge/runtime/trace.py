@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any, Sequence
 
-from aioge.compiler.model import CompiledModel
+from aioge.plan.model import CompiledModel
 from aioge.runtime.blas import blas_info
 from aioge.runtime.executor import TraceSpan
 

@@ -2,7 +2,7 @@
 
 Each engine (AiCore, AiVec, AiCpu) owns a pool of lanes; a lane is one thread with its own
 queue. A run maps each of its worker threads (a stream, or streams that share a thread:
-``runtime.threads``) to a distinct lane of its engine (rotating, so concurrent runs of
+``compiler.threads``) to a distinct lane of its engine (rotating, so concurrent runs of
 one-thread plans spread over the lanes) and enqueues all of their work under one lock. That lock gives all lanes the same order of runs, so an item blocked on
 an event of its own run only ever waits for items queued ahead of it or in its own run:
 streams of concurrent runs cannot deadlock, however they share lanes.

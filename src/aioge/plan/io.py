@@ -36,6 +36,7 @@ import numpy as np
 import sniffio
 
 from aioge.errors import CacheError
+from aioge.plan.codec import ARRAY_DTYPES as _ARRAY_DTYPES
 
 __all__ = [
     "FORMAT_VERSION",
@@ -60,10 +61,6 @@ FORMAT_VERSION = 1
 MAX_FILE_BYTES = 8 << 30  # no cache file aioge writes is larger; a larger one is not ours
 MAX_HEADER_BYTES = 64 << 10
 _ARRAY_EXT = 1
-_ARRAY_DTYPES = frozenset(
-    {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
-     "complex64", "complex128"}
-)
 _MAX_DIMS = 32
 MAX_DEPTH = 64  # containers nested deeper than this are not aioge's (its files nest about 16 deep)
 _BYTES_PER_CONTAINER = 6
@@ -177,7 +174,7 @@ def unpack(data: bytes, *, what: str = "cache data", path: str | None = None) ->
 
 
 def _versions() -> dict[str, str]:
-    from aioge.compiler.model import versions
+    from aioge.keys import versions
 
     return versions()
 

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import numpy as np
-
-from aioge.compiler.kernel import KernelDesc
-from aioge.compiler.memory import MemoryPlan
-from aioge.compiler.streams import StreamPlan
 from aioge.ir.graph import Graph
+from aioge.keys import versions
+from aioge.plan.kernel import KernelDesc
+from aioge.plan.memory import MemoryPlan
+from aioge.plan.streams import StreamPlan
 
-__all__ = ["CompileStats", "CompiledModel", "NodePlan", "versions"]
-
-
-def versions() -> dict[str, str]:
-    """The versions a compiled artefact is made under; any difference makes it stale."""
-    from aioge import __version__
-
-    return {"aioge": __version__, "numpy": np.__version__, "python": platform.python_version()}
+__all__ = ["CompileStats", "CompiledModel", "NodePlan"]
 
 
 @dataclass(slots=True)
@@ -62,6 +53,9 @@ class CompiledModel:
     fingerprint: str  # of the source graph the user added
     signature: tuple[tuple[str, tuple[int, ...]], ...]  # the input shapes it is specialised for
     options: Mapping[str, str]
+    # Sink mode: the stream ids each worker thread runs (``compiler.threads``), a partition of
+    # the streams; () gives every stream its own thread.
+    threads: tuple[tuple[int, ...], ...] = ()
     versions: Mapping[str, str] = field(default_factory=versions)
     stats: CompileStats = field(default_factory=CompileStats)
 
@@ -86,6 +80,7 @@ class CompiledModel:
             "nodes_per_engine": per_engine,
             "streams": [{"id": s.id, "engine": s.engine, "nodes": len(s.nodes)} for s in self.streams.streams],
             "events": len(self.streams.events),
+            "threads": [list(t) for t in self.threads],
             "arena_bytes": self.memory.arena_bytes,
             "lower_bound_bytes": self.memory.lower_bound_bytes,
             "no_reuse_bytes": self.memory.no_reuse_bytes,

@@ -31,6 +31,8 @@ __all__ = ["ARRAY_DTYPES", "build_dataclass", "decode_value", "encode_value", "l
 # the decoded data is always a tag and never ambiguous. ("~w" and "~b" are serialize's.)
 _T_TUPLE, _T_MAP, _T_DC, _T_ENUM, _T_NP, _T_STRS, _T_BIGINT, _T_SET = ("~t", "~m", "~dc", "~e", "~np", "~sa", "~bi", "~fs")
 _MSGPACK_INT = (-(1 << 63), (1 << 64) - 1)
+# The one list of dtypes stored as raw bytes (.om, cache files, the device wire): every ir
+# dtype but "str", which travels as a list of strings.
 ARRAY_DTYPES = frozenset(DTYPES) - {"str"}
 
 
@@ -41,8 +43,8 @@ ARRAY_DTYPES = frozenset(DTYPES) - {"str"}
 def _types() -> tuple[dict[str, type], dict[type, str], dict[str, type[enum.Enum]], str]:
     """Dataclasses and enums an .om may name (by ``module.Name``), and a digest of their layout."""
     from aioge import engines
-    from aioge.compiler import kernel, memory, model, streams
     from aioge.ir import graph as ir_graph
+    from aioge.plan import kernel, memory, model, streams
 
     classes: dict[str, type] = {}
     enums: dict[str, type[enum.Enum]] = {}
@@ -122,7 +124,7 @@ def decode_value(v: Any) -> Any:
     if isinstance(v, list):
         return [decode_value(x) for x in v]
     if not isinstance(v, dict):
-        return v  # scalars, bytes and arrays (already decoded, read-only, by cache.io)
+        return v  # scalars, bytes and arrays (already decoded, read-only, by plan.io)
     if len(v) != 1:
         raise ModelFormatError(f"malformed value: a map with keys {sorted(v)[:5]}")
     ((tag, body),) = v.items()

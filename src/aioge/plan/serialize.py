@@ -1,6 +1,6 @@
 """CompiledModel <-> ``.om`` bytes: the compiled model as a file.
 
-An ``.om`` is a ``cache.io`` envelope of kind ``"om"`` around one msgpack payload holding the
+An ``.om`` is a ``plan.io`` envelope of kind ``"om"`` around one msgpack payload holding the
 optimised graph (inputs, constants, variables, nodes with their attributes and output descs,
 outputs), every other field of ``CompiledModel`` (node plans with their ``KernelDesc``, the
 stream plan and its events, the memory plan, fingerprint, signature, options, versions,
@@ -11,7 +11,7 @@ payload, each tensor a zero-copy read-only view of it on load) or, with
 beside the ``.om``: named by content so identical weights are stored once, and
 memory-mapped read-only on load after their size and sha256 are checked.
 
-The plan dataclasses are encoded generically from their fields by ``plan_codec``, with a
+The plan dataclasses are encoded generically from their fields by ``plan.codec``, with a
 digest of their layout stored: a file written under another layout is stale
 (``ModelFormatError``), never decoded into the wrong shape. Loading rebuilds the graph from
 the stored descs (no shape inference), checks every field against its annotation and the
@@ -29,22 +29,22 @@ import os
 import stat
 import struct
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
 
-from aioge.cache import io
-from aioge.compiler.model import CompiledModel, CompileStats
-from aioge.compiler.plan_codec import ARRAY_DTYPES as _ARRAY_DTYPES
-from aioge.compiler.plan_codec import build_dataclass as _build_dataclass
-from aioge.compiler.plan_codec import decode_value as _dec
-from aioge.compiler.plan_codec import encode_value as _enc
-from aioge.compiler.plan_codec import layout_digest
 from aioge.errors import CacheError, GraphError, ModelFormatError
 from aioge.ir.desc import DTYPES, TensorDesc
 from aioge.ir.graph import Graph, Value
+from aioge.keys import code_digest
+from aioge.plan import io
+from aioge.plan.codec import ARRAY_DTYPES as _ARRAY_DTYPES
+from aioge.plan.codec import build_dataclass as _build_dataclass
+from aioge.plan.codec import decode_value as _dec
+from aioge.plan.codec import encode_value as _enc
+from aioge.plan.codec import layout_digest
+from aioge.plan.model import CompiledModel, CompileStats
 
 __all__ = [
     "OM_KIND",
@@ -63,29 +63,18 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 OM_KIND = "om"
-OM_LAYOUT = 1  # bump when the payload's own structure (not the plan dataclasses) changes
+# Bump when the payload's structure or the meaning of a plan field changes (a changed set of
+# plan fields is caught by the layout digest too). 2: CompiledModel.threads, the thread grouping
+# the runtime used to plan itself; a layout-1 file is stale and recompiled.
+OM_LAYOUT = 2
 WEIGHT_DIR = "weight"
 _WEIGHT_PREFIX = "weight_"
 
-# Tags of the data references (plan_codec's generic tags are one-key maps too).
+# Tags of the data references (plan.codec's generic tags are one-key maps too).
 _T_WEIGHT, _T_BLOB = "~w", "~b"
 _BLOB_ALIGN = 64
 _MAX_TENSOR_BYTES = 16 << 30  # no tensor or arena of a model this simulator runs is larger
 _MAX_META_BYTES = 256 << 20  # a model's graph and plans (tensor data lies outside): ~30 KB for a transformer block
-
-
-@functools.lru_cache(maxsize=1)
-def code_digest() -> str:
-    """sha256 over aioge's own source files (JAX #18750: a version string misses local edits)."""
-    root = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256(b"aioge-code-v1")
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        try:
-            h.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
-        except OSError:
-            h.update(rel.encode() + b"\0unreadable")
-    return h.hexdigest()
 
 
 # -- descs ----------------------------------------------------------------------------
@@ -154,7 +143,7 @@ def _unframe(payload: bytes, path: str | None) -> tuple[Any, memoryview]:
     if len(payload) < 8:
         raise ModelFormatError("payload too short", path=path)
     (n,) = struct.unpack_from("<Q", payload)
-    if n > _MAX_META_BYTES:  # decoding allocates up to ~25x its size (cache.io): bound it before
+    if n > _MAX_META_BYTES:  # decoding allocates up to ~25x its size (plan.io): bound it before
         raise ModelFormatError(f"payload declares {n} bytes of metadata, more than the {_MAX_META_BYTES} a model may have", path=path)
     start = 8 + n + (-(8 + n) % _BLOB_ALIGN)
     if 8 + n > len(payload) or start > len(payload):
@@ -452,11 +441,11 @@ def _check_ops(model: CompiledModel, ops: Any) -> None:
 def _check_plan(model: CompiledModel) -> None:
     """The plans must fit the graph and be plans the compiler could have made: the executor
     trusts indices, names, offsets and event order, and binds the stored kernels as they are.
-    A kernel is checked as a kernel-cache entry is (``compiler.ops.check_kernel``), the
+    A kernel is checked as a kernel-cache entry is (``plan.kernel.check_kernel``), the
     stream plan for cycles and unordered reads (``compiler.streams.check_stream_plan``)."""
-    from aioge.compiler.ops import check_kernel
-    from aioge.compiler.streams import check_stream_plan, predecessors
     from aioge.ops.registry import get_schema
+    from aioge.plan.kernel import check_kernel
+    from aioge.plan.streams import check_stream_plan, predecessors
 
     g = model.graph
     for v in g.values():  # kernels size scratch space from descs when they are bound
@@ -485,13 +474,15 @@ def _check_plan(model: CompiledModel) -> None:
             )
         except Exception as exc:
             raise ModelFormatError(f"node {node.name!r}: kernel {plan.kernel.impl} rejects the stored node: {type(exc).__name__}: {exc}") from None
+    if model.threads and sorted(s for t in model.threads for s in t) != list(range(len(sp.streams))):
+        raise ModelFormatError("thread groups do not hold every stream exactly once")
     _check_memory(model)
 
 
 def _check_memory(model: CompiledModel) -> None:
     """Each buffer holds one intermediate the planner places (its producer's output, not a graph
     output), inside the arena, sharing bytes only with tensors it cannot be live with."""
-    from aioge.compiler.memory import check_reuse, plannable
+    from aioge.plan.memory import check_reuse, plannable
 
     g = model.graph
     mem = model.memory

@@ -1,4 +1,5 @@
-"""Which streams of a plan share a worker thread in sink mode.
+"""Which streams of a plan share a worker thread in sink mode (planned at compile time, kept in
+``CompiledModel.threads``: the runtime does not re-plan).
 
 The stream plan is GE's: one engine per stream, an event on every cross-stream edge. On real
 hardware an engine switch is free; here every engine is a CPU thread, and an event its
@@ -7,7 +8,7 @@ machine, measured as half an ``Event`` ping-pong) on the critical path. A transf
 of MatMul (AiCore) and Softmax or LayerNorm (AiVec) crossed streams at every op and spent
 more time waking threads than computing.
 
-So the executor maps streams onto threads: streams whose overlap does not pay for the
+So the compiler maps streams onto threads: streams whose overlap does not pay for the
 wake-ups between them run in one thread, as one program in the plan's execution order. That
 order is a linear extension of every stream's order and every event, so each happens-before
 the memory plan relies on still holds, an event inside one thread is already set when it is
@@ -33,13 +34,43 @@ Four independent conv branches are the one case near even (19-25 ms either way).
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
-__all__ = ["CONTENTION", "THREAD_US", "WAKE_US", "group_streams", "simulate"]
+from aioge.compiler.streams import node_cost
+from aioge.ir.graph import Node
+from aioge.plan.streams import StreamPlan
+
+__all__ = ["CONTENTION", "THREAD_US", "WAKE_US", "group_streams", "plan_threads", "simulate"]
 
 WAKE_US = 90.0
 THREAD_US = 15.0
 CONTENTION = 1.5
+
+# The cost model of thread grouping (microseconds): numpy's dispatch of one small op, and
+# BLAS at about 100 GFLOP/s on one core (single-thread sgemm measures 130 on the CI machine).
+_DISPATCH_US = 6.0
+_US_PER_FLOP = 1e-5
+
+
+def plan_threads(order: Sequence[Node], plan: StreamPlan, mode: str = "auto", cores: int | None = None) -> tuple[tuple[int, ...], ...]:
+    """The stream ids each sink-mode worker thread runs, for nodes in execution ``order``.
+
+    ``mode`` is ``aioge.exec_threads``: ``"auto"`` groups streams by ``group_streams`` (for
+    ``cores``, default this machine's), ``"streams"`` gives every stream its own thread.
+
+    Raises:
+        ValueError: ``mode`` is neither.
+    """
+    if mode not in ("auto", "streams"):
+        raise ValueError(f"threads must be 'auto' or 'streams', not {mode!r}")
+    if mode == "streams" or plan.num_streams <= 1:
+        return tuple((s.id,) for s in plan.streams)
+    cost = [node_cost(node, dispatch_us=_DISPATCH_US, us_per_flop=_US_PER_FLOP) for node in order]
+    producers: list[list[int]] = [[] for _ in order]
+    for e in plan.events:
+        producers[e.consumer].append(e.producer)
+    return tuple(group_streams(plan.num_streams, plan.node_stream, cost, producers, cores or os.cpu_count() or 1))
 
 
 def simulate(

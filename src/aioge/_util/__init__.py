@@ -1,0 +1,1 @@
+"""Small helpers with no place in a floor of their own (imported by compiler and cache alike)."""

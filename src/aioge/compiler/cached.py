@@ -1,0 +1,116 @@
+"""Compiling through the graph cache: what an entry must match, and whether a loaded model fits.
+
+The graph cache (``cache.graph_cache``) stores and loads compiled models by key and never
+looks into a graph. This side does: it computes the match key (``keys.graph_match_key``:
+versions, code digest, the source graph's fingerprint, the input signature, the compile
+options), the graph's variable descs, and the check that a loaded model can serve the
+graph (the runtime binds feeds, outputs and variables by name).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Awaitable, Callable, Sequence
+
+import anyio
+
+from aioge.cache.graph_cache import GraphCache, Lookup, check_cache_dir
+from aioge.errors import CacheError
+from aioge.ir.graph import Graph
+from aioge.keys import graph_match_key
+from aioge.options import CompileOptions
+from aioge.plan.model import CompiledModel
+
+__all__ = ["GraphCache", "cache_for", "fits", "load_or_compile", "lookup_sync", "save_sync", "var_descs"]
+
+log = logging.getLogger("aioge.cache.graph_cache")  # its warnings are the graph cache's, under its name
+
+Signature = Sequence[tuple[str, tuple[int, ...]]]
+
+
+def cache_for(options: CompileOptions, graph: str | None = None) -> GraphCache | None:
+    """The graph cache the options ask for, or None when it is off (dir or key empty).
+
+    Raises:
+        CompileError: E13026, the dir does not exist. OptionError: an unsafe key.
+    """
+    if not options.graph_cache_dir or not options.graph_key:
+        return None
+    return GraphCache(
+        check_cache_dir(options.graph_cache_dir, graph), options.graph_key,
+        check=options.graph_cache_check, external_weight=options.external_weight, shared=options.cache_shared,
+    )
+
+
+def var_descs(graph: Graph) -> list[list[Any]]:
+    """``[name, shape, dtype, format]`` of each of the graph's variables, by name."""
+    return [[v.name, None if v.desc.shape is None else list(v.desc.shape), v.desc.dtype, v.desc.format]
+            for v in sorted(graph.variables.values(), key=lambda v: v.name)]
+
+
+def fits(model: CompiledModel, graph: Graph) -> str | None:
+    """Why a loaded model cannot serve ``graph`` (None if it can): the runtime binds by these names."""
+    if [(v.name, v.dtype) for v in model.graph.inputs] != [(v.name, v.dtype) for v in graph.inputs]:
+        return "inputs differ"
+    if [v.name for v in model.graph.outputs] != [v.name for v in graph.outputs]:
+        return "outputs differ"
+    for name, v in model.graph.variables.items():
+        mine = graph.variables.get(name)
+        if mine is None or mine.desc.shape != v.desc.shape or mine.desc.dtype != v.desc.dtype:
+            return f"variable {name!r} differs"
+    return None
+
+
+def lookup_sync(cache: GraphCache, graph: Graph, signature: Signature, options: CompileOptions) -> Lookup:
+    """``cache.lookup_sync`` for ``graph`` at ``signature`` under ``options`` (blocking)."""
+
+    def match_key() -> dict[str, Any]:
+        fingerprint = graph.fingerprint() if cache.check == "fingerprint" else None
+        return graph_match_key(fingerprint, signature, options.raw)
+
+    return cache.lookup_sync(graph.name, match_key, var_descs(graph), functools.partial(_fits_graph, graph))
+
+
+def _fits_graph(graph: Graph, model: CompiledModel) -> str | None:
+    return fits(model, graph)
+
+
+def save_sync(cache: GraphCache, model: CompiledModel, graph: Graph, drop: Sequence[str] = (), *, locked: bool = False) -> dict[str, Any]:
+    """``cache.save_sync`` of ``model``, compiled from ``graph`` (blocking). Returns the new entry."""
+    descs = (var_descs(graph), var_descs(model.graph)) if graph.variables else None
+    return cache.save_sync(model, descs, drop, locked=locked)
+
+
+async def load_or_compile(
+    cache: GraphCache,
+    graph: Graph,
+    signature: Signature,
+    options: CompileOptions,
+    compile: Callable[[], Awaitable[CompiledModel]],
+    *,
+    limiter: anyio.CapacityLimiter | None = None,
+) -> CompiledModel:
+    """Load the compiled model from the cache, or ``await compile()`` and save it.
+
+    The whole lookup (index, fingerprint, model and weights) is one worker-thread hop, the
+    save another; ``<key>.lock`` is held over both so that concurrent processes compile once.
+
+    Raises:
+        CompileError: E13026 (the dir vanished), or whatever ``compile`` raises. A cache
+        that cannot be read or written is logged and never fails the build.
+    """
+    # Checked before locking: taking the lock would create the directory.
+    await anyio.to_thread.run_sync(check_cache_dir, cache.dir, graph.name)
+    async with cache.locked() as held:
+        found = await anyio.to_thread.run_sync(lookup_sync, cache, graph, signature, options, limiter=limiter)
+        if found.model is not None:
+            return found.model
+        model = await compile()
+        if not found.save:
+            return model
+        try:
+            await anyio.to_thread.run_sync(functools.partial(save_sync, locked=held), cache, model, graph, found.drop, limiter=limiter)
+        except (OSError, CacheError) as exc:
+            log.warning("graph cache %r: could not save the compiled model (%s)", cache.key, exc)
+        return model

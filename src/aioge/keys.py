@@ -1,0 +1,168 @@
+"""Every key aioge matches compiled artefacts by, built in one place from named parts.
+
+- ``kernel_key``: a kernel's cache key, from ``kernel_key_parts`` (op, descs, attributes,
+  engine, soc, debug and tune settings, candidates, code digest, versions);
+- ``graph_match_key``: what a graph cache entry must match to be reused (versions, code
+  digest, the source graph's fingerprint, the input signature, the compile options);
+- ``versions`` and ``code_digest``: what every compiled artefact is made under;
+- ``compile_options``: the options that shape a compile (``OptionSpec.shapes_compile`` in the
+  options table), the only ones a key holds.
+
+A key that forgets a part gives false hits (JAX's, vLLM's and torch-xla's bugs), so each part
+is named and each part's hash is logged at DEBUG: a miss can be explained in one log read.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import platform
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from aioge.ir.fingerprint import canonical_attr
+from aioge.ir.graph import Node
+
+__all__ = [
+    "Signature",
+    "code_digest",
+    "compile_options",
+    "graph_match_key",
+    "kernel_key",
+    "kernel_key_parts",
+    "plain",
+    "signature_of",
+    "versions",
+]
+
+log = logging.getLogger(__name__)
+
+# (shape or None, dtype, format) per input or output; None for an absent optional input.
+Signature = tuple[tuple[tuple[int | str, ...] | None, str, str] | None, ...]
+
+
+def versions() -> dict[str, str]:
+    """The versions a compiled artefact is made under; any difference makes it stale."""
+    from aioge import __version__
+
+    return {"aioge": __version__, "numpy": np.__version__, "python": platform.python_version()}
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """sha256 over aioge's own source files, computed once per process (JAX #18750: a version
+    string alone lets a locally edited kernel or planner load stale entries, the code itself
+    does not). The one code digest: kernel keys, ``.om`` files and graph cache entries all use it."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256(b"aioge-code-v1")
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        try:
+            h.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+        except OSError:
+            h.update(rel.encode() + b"\0unreadable")
+    return h.hexdigest()
+
+
+def signature_of(node: Node) -> tuple[Signature, Signature]:
+    """The (inputs, outputs) desc signature of a node."""
+
+    def desc(v: Any) -> tuple[Any, ...] | None:
+        if v is None:
+            return None
+        shape = None if v.desc.shape is None else tuple(v.desc.shape)
+        return (shape, v.desc.dtype, v.desc.format)
+
+    return tuple(desc(v) for v in node.inputs), tuple(desc(v) for v in node.outputs)  # type: ignore[return-value]
+
+
+def kernel_key_parts(
+    node: Node,
+    engine: str,
+    *,
+    soc: str,
+    op_debug_level: int,
+    impl_version: int,
+    const_inputs: Mapping[int, str] | None = None,
+    op_debug_config: str = "",
+    tune_mode: str = "heuristic",
+    impls: Sequence[str] = (),
+    code: str | None = None,
+) -> dict[str, Any]:
+    """Everything that can change a kernel, by name. Names and ids of nodes are left out.
+
+    ``const_inputs`` maps input index to the digest of a constant input whose value the
+    kernel may specialise on (GE keys const_value too). ``op_debug_config`` is a digest of
+    the debug config file's content (empty without one); ``tune_mode`` is part of the key
+    because a heuristic pick is not a tuned kernel; ``impls`` names the op's candidate
+    implementations (a new candidate may win); ``code`` is a digest of the kernel library's
+    source (default: ``code_digest()``), so a local edit never loads a stale kernel.
+    """
+    ins, outs = signature_of(node)
+    return {
+        "op": [node.domain, node.op_type],
+        "inputs": [list(i) if i is not None else None for i in ins],
+        "outputs": [None if o is None else list(o) for o in outs],
+        "attrs": [[k, canonical_attr(node.attrs[k])] for k in sorted(node.attrs)],
+        "const_inputs": sorted((const_inputs or {}).items()),
+        "engine": engine,
+        "soc": soc,
+        "debug": op_debug_level,
+        "debug_config": op_debug_config,
+        "tune": tune_mode,
+        "impls": list(impls),
+        "impl_version": impl_version,
+        "code": code_digest() if code is None else code,
+        **versions(),  # aioge, numpy, python
+    }
+
+
+def kernel_key(parts: Mapping[str, Any]) -> str:
+    """``<op>_<sha256>`` over the named parts; each part's hash is logged at DEBUG so a miss can be explained."""
+    import msgpack
+
+    h = hashlib.sha256(b"aioge-kernel-v1")
+    for name in sorted(parts):
+        blob = msgpack.packb(plain(parts[name]), use_bin_type=True)
+        digest = hashlib.sha256(blob).hexdigest()
+        log.debug("kernel key part %s = %s", name, digest[:16])
+        h.update(name.encode() + b"=" + digest.encode())
+    # GE's kernel names: te_<optype>_<sha256>, lower case, only file-name-safe characters.
+    op = re.sub(r"[^a-z0-9]", "_", str(parts["op"][1]).lower()) or "op"
+    return f"{op}_{h.hexdigest()}"
+
+
+def plain(value: Any) -> Any:
+    """``value`` with tuples as lists and numpy scalars as Python ones (what msgpack stores)."""
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def compile_options(raw: Mapping[str, str]) -> dict[str, str]:
+    """The options in ``raw`` that shape what a compile produces (all but those the options
+    table marks ``shapes_compile=False``: where and how to cache, where to run)."""
+    from aioge.options import OPTIONS
+
+    return {k: v for k, v in dict(raw).items() if k not in OPTIONS or OPTIONS[k].shapes_compile}
+
+
+def graph_match_key(
+    fingerprint: str | None, signature: Sequence[tuple[str, Sequence[int]]], options: Mapping[str, str]
+) -> dict[str, Any]:
+    """What a graph cache entry must equal, by name, to serve a graph: ``versions``, ``code``,
+    ``fingerprint`` (of the source graph; None when the key alone is trusted), ``signature``
+    (the input shapes) and ``options`` (the compile-shaping ones of ``options``), as plain data."""
+    return {
+        "versions": versions(),
+        "code": code_digest(),
+        "fingerprint": fingerprint,
+        "signature": [[n, list(s)] for n, s in signature],
+        "options": compile_options(options),
+    }

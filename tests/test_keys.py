@@ -1,0 +1,42 @@
+"""aioge.keys: every key built in one place from named parts; each part changes the key."""
+
+from __future__ import annotations
+
+import aioge
+from aioge.keys import code_digest, compile_options, graph_match_key, kernel_key_parts, versions
+from aioge.options import OPTIONS
+from aioge.plan import serialize
+
+
+def test_graph_match_key_names_every_part_and_each_part_changes_it() -> None:
+    base = graph_match_key("f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0"})
+    assert set(base) == {"versions", "code", "fingerprint", "signature", "options"}
+    assert base["versions"] == versions() and base["code"] == code_digest()
+    assert base["signature"] == [["x", [2, 3]]]
+    for other in (
+        graph_match_key("e" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0"}),
+        graph_match_key(None, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0"}),
+        graph_match_key("f" * 64, [("x", (2, 4))], {"ge.exec.disableReuseMemory": "0"}),
+        graph_match_key("f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "1"}),
+    ):
+        assert other != base
+    # Options that say where to cache or how to run are not part of it.
+    assert graph_match_key("f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0", "ge.graph_key": "k",
+                                                        "aioge.exec_mode": "host"}) == base
+
+
+def test_compile_options_follow_the_flag_in_the_options_table() -> None:
+    raw = {key: spec.default for key, spec in OPTIONS.items()}
+    kept = compile_options(raw)
+    assert set(kept) == {key for key, spec in OPTIONS.items() if spec.shapes_compile}
+    assert {"ge.graph_compiler_cache_dir", "ge.graph_key", "aioge.cache_shared", "aioge.exec_mode"}.isdisjoint(kept)
+    assert {"aioge.exec_threads", "aioge.tune_mode", "ge.exec.disableReuseMemory"} <= set(kept)
+
+
+def test_one_code_digest_for_kernel_keys_and_compiled_models() -> None:
+    g = aioge.Graph("g")
+    x = g.input("x", (2, 3), "float32")
+    g.output(aioge.ops.relu(x))
+    parts = kernel_key_parts(g.nodes[0], "AiVec", soc="s", op_debug_level=0, impl_version=1)
+    assert parts["code"] == code_digest() == serialize.code_digest()
+    assert {k: parts[k] for k in versions()} == versions()
