@@ -103,9 +103,11 @@ class Value:
         return self._binary("matmul", other)
 
     def __neg__(self) -> Value:
-        from aioge import ops
+        # Through apply, not ops.neg: a builder is found by the module __getattr__ of aioge.ops,
+        # which mypy cannot resolve inside the ir <-> ops import cycle (it crashed on it).
+        from aioge.ops import apply
 
-        return ops.neg(self)
+        return apply("Neg", [self])[0]
 
 
 class Node:

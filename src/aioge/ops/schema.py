@@ -22,6 +22,7 @@ __all__ = [
     "Attr",
     "InferContext",
     "InferError",
+    "InferFn",
     "KernelImpl",
     "OpSchema",
     "REQUIRED",
@@ -131,6 +132,10 @@ class InferContext:
         return i < len(self.inputs) and self.inputs[i] is not None
 
 
+# Shape inference: the output descs of a node, or InferError.
+InferFn = Callable[[InferContext], "list[TensorDesc]"]
+
+
 @dataclass(frozen=True, slots=True)
 class KernelImpl:
     """One implementation of an op.
@@ -142,9 +147,9 @@ class KernelImpl:
     """
 
     name: str
-    build: Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[TensorDesc], Sequence[TensorDesc]], RunFn]
-    applies: Callable[[Sequence[TensorDesc], Mapping[str, Any]], bool] = lambda descs, attrs: True
-    candidates: Callable[[Sequence[TensorDesc], Mapping[str, Any]], list[dict[str, Any]]] = lambda d, a: [{}]
+    build: Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[TensorDesc | None], Sequence[TensorDesc]], RunFn]
+    applies: Callable[[Sequence[TensorDesc | None], Mapping[str, Any]], bool] = lambda descs, attrs: True
+    candidates: Callable[[Sequence[TensorDesc | None], Mapping[str, Any]], list[dict[str, Any]]] = lambda d, a: [{}]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +157,7 @@ class OpSchema:
     """Everything about one op type."""
 
     name: str
-    infer: Callable[[InferContext], list[TensorDesc]]
+    infer: InferFn
     impls: tuple[KernelImpl, ...]
     engines: frozenset[Engine]
     attrs: Mapping[str, Attr] = field(default_factory=dict)
