@@ -28,7 +28,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Signature = tuple[tuple[Any, ...], ...]
+Signature = tuple[tuple[Any, ...] | None, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ def signature_of(node: Node) -> tuple[Signature, Signature]:
         shape = None if v.desc.shape is None else tuple(v.desc.shape)
         return (shape, v.desc.dtype, v.desc.format)
 
-    return tuple(desc(v) for v in node.inputs), tuple(desc(v) for v in node.outputs)  # type: ignore[return-value]
+    return tuple(desc(v) for v in node.inputs), tuple(desc(v) for v in node.outputs)
 
 
 def kernel_key_parts(
@@ -87,7 +87,7 @@ def kernel_key_parts(
     return {
         "op": [node.domain, node.op_type],
         "inputs": [list(i) if i is not None else None for i in ins],
-        "outputs": [list(o) for o in outs],
+        "outputs": [list(o) if o is not None else None for o in outs],
         "attrs": [[k, canonical_attr(node.attrs[k])] for k in sorted(node.attrs)],
         "const_inputs": sorted((const_inputs or {}).items()),
         "engine": engine,

@@ -8,15 +8,16 @@ the ConstantFolding pass's job.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from aioge.errors import FeedError, GraphError
 from aioge.ir.desc import TensorDesc, is_static
-from aioge.ir.graph import Graph, Value
+from aioge.ir.graph import Graph, Node, Value
 from aioge.ops import infer_node
 from aioge.ops.registry import get_schema
+from aioge.ops.schema import OpSchema
 
 __all__ = ["input_signature", "specialize"]
 
@@ -77,7 +78,7 @@ def specialize(graph: Graph, signature: Sequence[tuple[str, tuple[int, ...]]]) -
     mapping: dict[int, Value] = {}
     known: dict[int, np.ndarray] = {}
     for v in graph.inputs:
-        mapping[id(v)] = new.input(v.name, shapes.get(v.name, v.shape), v.dtype)  # type: ignore[arg-type]
+        mapping[id(v)] = new.input(v.name, shapes.get(v.name, v.shape), v.dtype)
     for v in graph.constants.values():
         c = new.constant(v.data, v.name)
         mapping[id(v)] = c
@@ -101,18 +102,18 @@ def specialize(graph: Graph, signature: Sequence[tuple[str, tuple[int, ...]]]) -
     return new
 
 
-def _evaluate_known(node, schema, inputs: list[Value | None], known: dict[int, np.ndarray]) -> None:  # type: ignore[no-untyped-def]
+def _evaluate_known(node: Node, schema: OpSchema, inputs: list[Value | None], known: dict[int, np.ndarray]) -> None:
     """Evaluate a node whose inputs are known and whose outputs are small, for inference."""
     if not all(o.desc.static and o.desc.size <= _KNOWN_VALUE_LIMIT for o in node.outputs):
         return
-    args: list[np.ndarray] = []
+    args: list[Any] = []  # None for an absent optional input, as the executor passes it
     for x in inputs:
         if x is None:
-            args.append(None)  # type: ignore[arg-type]
+            args.append(None)
         elif id(x) in known:
             args.append(known[id(x)])
-        elif node.op_type in _SHAPE_ONLY and x.desc.static:
-            args.append(np.broadcast_to(np.zeros((), dtype=_np(x.desc)), x.desc.shape))
+        elif node.op_type in _SHAPE_ONLY and x.desc.shape is not None and x.desc.static:
+            args.append(np.broadcast_to(np.zeros((), dtype=_np(x.desc)), tuple(int(s) for s in x.desc.shape)))
         else:
             return
     if node.op_type in ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"):

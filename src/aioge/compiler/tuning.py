@@ -54,8 +54,8 @@ def candidates_of(schema: OpSchema, in_descs: Sequence[TensorDesc | None], attrs
     """Every applicable (implementation, parameter set), in the schema's order of preference."""
     out = []
     for impl in schema.impls:
-        if impl.applies(in_descs, attrs):  # type: ignore[arg-type]
-            for params in impl.candidates(in_descs, attrs) or [{}]:  # type: ignore[arg-type]
+        if impl.applies(in_descs, attrs):
+            for params in impl.candidates(in_descs, attrs) or [{}]:
                 out.append((impl, dict(params)))
     return out
 
@@ -193,7 +193,7 @@ def _bind(
     in_descs: Sequence[TensorDesc | None], out_descs: Sequence[TensorDesc], inputs: Sequence[np.ndarray | None],
 ) -> Callable[[], Sequence[np.ndarray]]:
     """The candidate bound as the executor binds it, with its own preallocated outputs."""
-    fn = impl.build(attrs, params, list(in_descs), list(out_descs))  # type: ignore[arg-type]
+    fn = impl.build(attrs, params, list(in_descs), list(out_descs))
     outs = [np.empty(tuple(int(s) for s in d.shape), numpy_dtype(d.dtype)) for d in out_descs]  # type: ignore[union-attr]
     args = list(inputs)
     return lambda: fn(args, outs)  # type: ignore[arg-type]

@@ -261,16 +261,16 @@ class KnownValues:
         if node.op_type in _RANDOM or not all(d.static and d.size <= _KNOWN_LIMIT for d in out_descs):
             return
         args: list[Any] = []
-        for x, d, val in zip(node.inputs, in_descs, in_values):
+        for x, xd, val in zip(node.inputs, in_descs, in_values):
             if x is None:
                 args.append(None)
             elif val is not None:
                 args.append(val)
-            elif node.op_type in _SHAPE_ONLY and d is not None and d.static:
-                args.append(np.broadcast_to(np.zeros((), numpy_dtype(d.dtype)), d.shape))  # type: ignore[arg-type]
+            elif node.op_type in _SHAPE_ONLY and xd is not None and xd.shape is not None and xd.static:
+                args.append(np.broadcast_to(np.zeros((), numpy_dtype(xd.dtype)), tuple(int(s) for s in xd.shape)))
             else:
                 return
-        impl = next((i for i in schema.impls if i.applies(in_descs, node.attrs)), schema.impls[0])  # type: ignore[arg-type]
+        impl = next((i for i in schema.impls if i.applies(in_descs, node.attrs)), schema.impls[0])
         results = impl.build(node.attrs, {}, in_descs, out_descs)(args, None)
         for o, res in zip(node.outputs, results):
             self._value[id(o)] = np.asarray(res)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import heapq
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -72,7 +72,7 @@ class Value:
     def _binary(self, op: str, other: object, reverse: bool = False) -> Value:
         from aioge import ops
 
-        fn = getattr(ops, op)
+        fn: Callable[[object, object], Value] = getattr(ops, op)
         return fn(other, self) if reverse else fn(self, other)
 
     def __add__(self, other: object) -> Value:

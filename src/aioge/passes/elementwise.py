@@ -65,11 +65,11 @@ def _grow(graph: Graph, root: Node, claimed: set[int]) -> dict[int, Node]:
         for node in list(group.values()):
             for v in node.inputs:
                 p = None if v is None else v.producer
-                if p is None or id(p) in group or id(p) in claimed or len(p.outputs) != 1:
+                if v is None or p is None or id(p) in group or id(p) in claimed or len(p.outputs) != 1:
                     continue
-                if v.desc != out.desc or is_graph_output(graph, v):  # type: ignore[union-attr]
+                if v.desc != out.desc or is_graph_output(graph, v):
                     continue
-                if not all(id(c) in group for c, _ in v.uses):  # type: ignore[union-attr]
+                if not all(id(c) in group for c, _ in v.uses):
                     continue  # read outside (for now: a later sweep may have pulled the reader in)
                 if node_steps(p) is None:
                     continue
@@ -172,7 +172,7 @@ def _inline(node: Node) -> list[_Step]:
         spec = EW_OPS[name]
         refs = operands[oi : oi + spec.arity]
         steps.append(
-            _Step(name, tuple(node.inputs[r] if r >= 0 else -1 - r for r in refs), tuple(params[pi : pi + spec.nparams]))  # type: ignore[misc]
+            _Step(name, tuple(node.inputs[r] if r >= 0 else -1 - r for r in refs), tuple(params[pi : pi + spec.nparams]))
         )
         oi += spec.arity
         pi += spec.nparams
