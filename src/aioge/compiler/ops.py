@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Mapping, Sequence
 
 import anyio
 import numpy as np
@@ -250,7 +250,7 @@ class KernelStep:
     invalid: int = 0
     written: int = 0  # bytes published
     policy: CachePolicy = field(default_factory=lambda: CachePolicy(False, False))
-    bookkeeping: Callable[[], Awaitable[Any]] | None = None
+    bookkeeping: Callable[[], Coroutine[Any, Any, Any]] | None = None
 
 
 async def compile_kernels(

@@ -112,11 +112,11 @@ class Executable:
         by_name = {n.name: n for n in g.nodes}
         steps = []
         unplanned: set[int] = set()
-        for plan in model.nodes:
-            node = by_name[plan.name]
-            impl = get_schema(node.op_type, node.domain).impl(plan.kernel.impl)
+        for node_plan in model.nodes:
+            node = by_name[node_plan.name]
+            impl = get_schema(node.op_type, node.domain).impl(node_plan.kernel.impl)
             run = impl.build(
-                node.attrs, plan.kernel.params,
+                node.attrs, node_plan.kernel.params,
                 [v.desc if v is not None else None for v in node.inputs], [o.desc for o in node.outputs],
             )
             outs = tuple(slot[o.name] for o in node.outputs)
@@ -124,13 +124,13 @@ class Executable:
             if not planned:
                 unplanned.update(outs)
             steps.append(Step(
-                plan.index, plan.name, plan.op_type, plan.engine, plan.stream, run,
+                node_plan.index, node_plan.name, node_plan.op_type, node_plan.engine, node_plan.stream, run,
                 tuple(slot[v.name] if v is not None else -1 for v in node.inputs), outs, planned,
-                tuple(waits.get(plan.index, ())), tuple(records.get(plan.index, ())),
+                tuple(waits.get(node_plan.index, ())), tuple(records.get(node_plan.index, ())),
             ))
         plan = model.streams
         if threads == "streams" or plan.num_streams <= 1:
-            groups = [(s.id,) for s in plan.streams]
+            groups: list[tuple[int, ...]] = [(s.id,) for s in plan.streams]
         else:
             cost = [node_cost(by_name[p.name], dispatch_us=_DISPATCH_US, us_per_flop=_US_PER_FLOP) for p in model.nodes]
             producers: list[list[int]] = [[] for _ in model.nodes]
