@@ -279,6 +279,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     async def go() -> tuple[dict[str, np.ndarray], Any, dict[str, np.ndarray]]:
         async with aioge.Session(_model_options(args)) as s:
             ref = None
+            defaults: dict[str, np.ndarray]
             if args.model.endswith(".om"):
                 gid = await s.load_model(args.model)
                 graph, defaults = s.compiled(gid).graph, {}

@@ -77,7 +77,7 @@ def signature_of(node: Node) -> tuple[Signature, Signature]:
         shape = None if v.desc.shape is None else tuple(v.desc.shape)
         return (shape, v.desc.dtype, v.desc.format)
 
-    return tuple(desc(v) for v in node.inputs), tuple(desc(v) for v in node.outputs)  # type: ignore[return-value]
+    return tuple(desc(v) for v in node.inputs), tuple(desc(v) for v in node.outputs)
 
 
 def kernel_key_parts(

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import aioge
 from aioge import ops
-from aioge.compiler.streams import StreamPlan, happens_before, plan_streams
+from aioge.compiler.streams import StreamPlan, happens_before, node_cost, plan_streams
 from aioge.engines.assign import assign_engines
 from aioge.ir.graph import Graph, Node
 from aioge.options import check_options, resolve_options
@@ -279,3 +279,15 @@ def test_plans_are_deterministic(shape: tuple[int, ...]) -> None:
     a = _plan(_branches(3, 2, shape))[1]
     b = _plan(_branches(3, 2, shape))[1]
     assert a == b
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [((6,), (6,)), ((2, 3, 4, 6), (6,)), ((4, 6), (6, 5)), ((2, 4, 6), (2, 6, 5))])
+def test_matmul_cost_counts_the_contracted_dimension(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    """A 1-D B is (k,), as numpy and ONNX have it (it raised IndexError: ONNX's test_matmul_1d_1d)."""
+    g = aioge.Graph("mm")
+    y = ops.matmul(g.input("a", a_shape), g.input("b", b_shape))
+    g.output(y)
+    out_size = int(np.prod(y.shape))
+    assert node_cost(y.producer, dispatch_us=0.0, us_per_flop=1.0) == pytest.approx(
+        2 * out_size * 6 + 1e-3 * (np.prod(a_shape) + np.prod(b_shape) + out_size)
+    )

@@ -6,6 +6,7 @@ Used by test_onnx_node_suite.py, test_onnx_models.py and by ``python -m tests.fr
 
 from __future__ import annotations
 
+import builtins
 import glob
 import os
 import re
@@ -22,6 +23,7 @@ import onnx
 from onnx import numpy_helper
 
 import aioge
+from aioge import errors
 from aioge.errors import AiogeError, UnsupportedOpError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -239,6 +241,30 @@ def classify(exc: BaseException) -> str:
     if isinstance(exc, AiogeError) and "not supported" in text:
         return f"unsupported feature: {re.sub(r'^(graph|node) .*?: (?=[A-Z])', '', text)}"
     return f"error: {type(exc).__name__}: {text}"
+
+
+def expected_error(reason: str) -> type[BaseException]:
+    """The exception a listed case must fail with, from its reason (as ``classify`` wrote it).
+
+    Raises:
+        ValueError: a reason of no known category, or naming an exception type not found.
+    """
+    cat, _, rest = reason.partition(":")
+    fixed: dict[str, type[BaseException]] = {
+        "unsupported op": UnsupportedOpError,
+        "non-tensor values": NotTensor,
+        "unsupported dtype": AiogeError,
+        "unsupported feature": AiogeError,
+        "wrong result": AssertionError,
+    }
+    if cat in fixed:
+        return fixed[cat]
+    if cat == "error":
+        name = rest.strip().split(":", 1)[0]
+        found = getattr(errors, name, None) or getattr(builtins, name, None)
+        if isinstance(found, type) and issubclass(found, BaseException):
+            return found
+    raise ValueError(f"skip reason {reason!r}: no known category or exception type")
 
 
 def category(reason: str) -> str:

@@ -21,8 +21,8 @@ from tests.frontends.test_onnx_node_suite import TOLERANCES
 
 NODE_HEADER = """
 ONNX node test cases (onnx.backend.test.case.node) that aioge does not pass yet, one per line:
-`case_name  # category: reason`. Cases listed here run as xfail; a case that passes while listed is
-reported as XPASS so this list can be pruned. Regenerate: python -m tests.frontends.regen_onnx_skips
+`case_name  # category: reason`. Cases listed here run as strict xfail expecting their category's error;
+one that passes while listed fails the suite: remove its line. Regenerate: python -m tests.frontends.regen_onnx_skips
 """
 
 MODEL_HEADER = """

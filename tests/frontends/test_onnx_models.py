@@ -7,7 +7,7 @@
   (rtol 1e-3, DenseNet 2e-3; atol 1e-7). They are never skipped.
 - ``simple/``, ``pytorch-converted/``, ``pytorch-operator/``: model.onnx plus
   test_data_set_*/input_*.pb and output_*.pb. Those aioge does not pass yet are listed with
-  reasons in onnx_model_skips.txt and run as non-strict xfail.
+  reasons in onnx_model_skips.txt and run as strict xfail expecting the error of their category.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _params() -> list[Any]:
     for c in _CASES:
         if c.suite == "light":
             continue
-        marks = [pytest.mark.xfail(reason=_SKIPS[c.id], strict=False)] if c.id in _SKIPS else []
+        marks = [pytest.mark.xfail(reason=_SKIPS[c.id], raises=S.expected_error(_SKIPS[c.id]), strict=True)] if c.id in _SKIPS else []
         out.append(pytest.param(c, id=c.id, marks=marks))
     return out
 

@@ -2,9 +2,10 @@
 
 Each case is compared with ONNX's own tolerances (rtol 1e-3, atol 1e-7) unless TOLERANCES
 says otherwise. Cases aioge does not pass yet are listed with their reasons in
-onnx_node_skips.txt: they run as non-strict xfail, so one that starts passing shows up as
-XPASS in the summary and can be pruned (or regenerate the file:
-``python -m tests.frontends.regen_onnx_skips``). A case not in the file must pass.
+onnx_node_skips.txt: they run as strict xfail expecting the error of their category (an
+unsupported op must raise UnsupportedOpError, not crash), so one that starts passing fails
+until its line is removed (or regenerate the file: ``python -m tests.frontends.regen_onnx_skips``).
+A case not in the file must pass.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _params() -> list[Any]:
     for case in S.node_cases():
         marks = []
         if case.name in _SKIPS:
-            marks.append(pytest.mark.xfail(reason=_SKIPS[case.name], strict=False))
+            marks.append(pytest.mark.xfail(reason=_SKIPS[case.name], raises=S.expected_error(_SKIPS[case.name]), strict=True))
         params.append(pytest.param(case, id=case.name, marks=marks))
     return params
 

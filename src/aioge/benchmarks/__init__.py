@@ -9,6 +9,7 @@ imported here and nowhere else in the package.
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["add_arguments", "config_from_args"]  # run_suite, write_results: aioge.benchmarks.suite
 
 
-def add_arguments(p):  # type: ignore[no-untyped-def]
+def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``aioge bench`` arguments (shared by ``python -m aioge.benchmarks``)."""
     p.add_argument("--output-dir", default="bench", help="where RESULTS.md and results.json go (default: ./bench)")
     p.add_argument("--workloads", default="", help="comma-separated subset (default: all)")
@@ -37,7 +38,7 @@ def add_arguments(p):  # type: ignore[no-untyped-def]
     p.add_argument("--json-only", metavar="PATH", default=None, help="write the raw figures to PATH, no RESULTS.md")
 
 
-def config_from_args(args) -> SuiteConfig:  # type: ignore[no-untyped-def]
+def config_from_args(args: argparse.Namespace) -> SuiteConfig:
     """A SuiteConfig from parsed ``aioge bench`` arguments (ValueError on bad values)."""
     from aioge.benchmarks.suite import SuiteConfig
 

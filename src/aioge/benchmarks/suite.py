@@ -140,7 +140,7 @@ def _startup(model: str, work: str) -> dict[str, Any]:
     kernels = os.path.join(work, "kernels")
     graphs = os.path.join(work, "graphs")
     os.makedirs(graphs, exist_ok=True)
-    base = {"model": path, "options": {"ge.op_compiler_cache_dir": kernels}}
+    base: dict[str, Any] = {"model": path, "options": {"ge.op_compiler_cache_dir": kernels}}
     out: dict[str, Any] = {"model": os.path.basename(path)}
     out["cold"] = measure.fresh_process("aioge", base)
     out["warm_kernel_cache"] = measure.fresh_process("aioge", base)

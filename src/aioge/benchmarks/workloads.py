@@ -72,6 +72,10 @@ def light_dir() -> str:
     return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
 
+def _onnx_attr(a: Any) -> Any:
+    return list(a) if isinstance(a, tuple) else a
+
+
 def to_onnx(g: Graph, opset: int = 20) -> Any:
     """A builder graph as an ONNX model (the builders use ONNX op names and attributes)."""
     from onnx import helper, numpy_helper
@@ -81,7 +85,7 @@ def to_onnx(g: Graph, opset: int = 20) -> Any:
 
     nodes = [
         helper.make_node(n.op_type, [v.name if v is not None else "" for v in n.inputs], [o.name for o in n.outputs],
-                         **{k: (list(a) if isinstance(a, tuple) else a) for k, a in n.attrs.items()})
+                         **{k: _onnx_attr(a) for k, a in n.attrs.items()})
         for n in g.nodes
     ]
     inits = [numpy_helper.from_array(np.asarray(v.data), name) for name, v in g.constants.items()]
@@ -151,7 +155,7 @@ def conv_branches(branches: int = 4, c: int = 64, hw: int = 56, depth: int = 2, 
     for b, ws in enumerate(weights):
         h = x
         for d, w in enumerate(ws):
-            h = ops.relu(ops.conv(h, g.constant(w, f"w{b}_{d}"), pads=(1, 1, 1, 1)))
+            h = ops.relu(ops.conv2d(h, g.constant(w, f"w{b}_{d}"), pads=(1, 1, 1, 1)))
         outs.append(h)
     g.output(ops.concat(*outs, axis=1), names=["y"])
     feeds = {"x": rng.standard_normal((1, c, hw, hw)).astype(np.float32)}

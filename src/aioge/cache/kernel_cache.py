@@ -414,8 +414,8 @@ class KernelCache:
         except FileNotFoundError:
             return LoadResult(None, "absent")
         except (CacheError, ValueError, OSError) as exc:
-            where = "" if str(path) in str(exc) else f"{path}: "  # decode errors do not know the file
-            self._warn_once(str(path), f"kernel cache entry unusable, recompiling: {where}{exc}")
+            prefix = "" if str(path) in str(exc) else f"{path}: "  # decode errors do not know the file
+            self._warn_once(str(path), f"kernel cache entry unusable, recompiling: {prefix}{exc}")
             return LoadResult(None, "invalid")
         if view.touch:
             self._touch(path)
@@ -607,7 +607,7 @@ class KernelCache:
     # -- internals --------------------------------------------------------------------
 
     def _scan(self) -> list[_Entry]:
-        out = []
+        out: list[_Entry] = []
         try:
             it = os.scandir(self.soc_dir)
         except OSError:

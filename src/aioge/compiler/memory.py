@@ -139,8 +139,8 @@ def _conflicts(tensors: Sequence[_Tensor], plan: StreamPlan, n: int) -> list[int
     length = [len(s.nodes) for s in plan.streams]
     stream = plan.node_stream
     pos = [0] * n
-    for s in plan.streams:
-        for k, i in enumerate(s.nodes):
+    for st in plan.streams:
+        for k, i in enumerate(st.nodes):
             pos[i] = k
     waits: list[list[int]] = [[] for _ in range(n)]
     records: list[list[int]] = [[] for _ in range(n)]

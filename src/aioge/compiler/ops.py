@@ -21,7 +21,7 @@ import hashlib
 import logging
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Coroutine, Mapping, Protocol, Sequence
 
 import anyio
 
@@ -303,7 +303,7 @@ class KernelStep:
     invalid: int = 0
     written: int = 0  # bytes published
     policy: CachePolicy = field(default_factory=lambda: CachePolicy(False, False))
-    bookkeeping: Callable[[], Awaitable[Any]] | None = None
+    bookkeeping: Callable[[], Coroutine[Any, Any, Any]] | None = None
 
 
 async def compile_kernels(

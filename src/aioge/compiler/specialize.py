@@ -14,10 +14,11 @@ import numpy as np
 
 from aioge.errors import FeedError
 from aioge.ir.desc import is_static
-from aioge.ir.graph import Graph, Value
+from aioge.ir.graph import Graph, Node, Value
 from aioge.ops import infer_node
 from aioge.ops.evaluate import evaluate_node
 from aioge.ops.registry import get_schema
+from aioge.ops.schema import OpSchema
 
 __all__ = ["input_signature", "specialize"]
 
@@ -76,7 +77,7 @@ def specialize(graph: Graph, signature: Sequence[tuple[str, tuple[int, ...]]]) -
     mapping: dict[int, Value] = {}
     known: dict[int, np.ndarray] = {}
     for v in graph.inputs:
-        mapping[id(v)] = new.input(v.name, shapes.get(v.name, v.shape), v.dtype)  # type: ignore[arg-type]
+        mapping[id(v)] = new.input(v.name, shapes.get(v.name, v.shape), v.dtype)
     for v in graph.constants.values():
         c = new.constant(v.data, v.name)
         mapping[id(v)] = c
@@ -100,7 +101,7 @@ def specialize(graph: Graph, signature: Sequence[tuple[str, tuple[int, ...]]]) -
     return new
 
 
-def _evaluate_known(node, schema, inputs: list[Value | None], known: dict[int, np.ndarray]) -> None:  # type: ignore[no-untyped-def]
+def _evaluate_known(node: Node, schema: OpSchema, inputs: list[Value | None], known: dict[int, np.ndarray]) -> None:
     """Evaluate a node whose inputs are known and whose outputs are small, for inference.
 
     Raises:

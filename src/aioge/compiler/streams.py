@@ -162,7 +162,7 @@ def node_cost(node: Node, *, dispatch_us: float = 1.0, us_per_flop: float = 1e-4
             elif node.op_type in ("Gemm", "FusedGemm") and node.attrs.get("transB"):
                 k = int(w.shape[-1])
             else:
-                k = int(w.shape[0]) if len(w.shape) == 2 else int(w.shape[-2])
+                k = int(w.shape[0]) if len(w.shape) <= 2 else int(w.shape[-2])  # a 1-D B is (k,)
             flops = 2 * out.size * k
     return dispatch_us + elements * 1e-3 + flops * us_per_flop
 

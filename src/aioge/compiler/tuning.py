@@ -184,7 +184,7 @@ def _bind(
     in_descs: Sequence[TensorDesc | None], out_descs: Sequence[TensorDesc], inputs: Sequence[np.ndarray | None],
 ) -> Callable[[], Sequence[np.ndarray]]:
     """The candidate bound as the executor binds it, with its own preallocated outputs."""
-    fn = impl.build(attrs, params, list(in_descs), list(out_descs))  # type: ignore[arg-type]
+    fn = impl.build(attrs, params, list(in_descs), list(out_descs))
     outs = [np.empty(tuple(int(s) for s in d.shape), numpy_dtype(d.dtype)) for d in out_descs]  # type: ignore[union-attr]
     args = list(inputs)
     return lambda: fn(args, outs)  # type: ignore[arg-type]

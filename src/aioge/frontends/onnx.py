@@ -175,18 +175,20 @@ class _Builder:
             raise GraphError(f"{self.src.label}: sparse initializers {names[:5]} are not supported", graph=self.graph.name)
 
     def _inputs(self) -> None:
-        declared: list[tuple[str, tuple[Dim, ...] | None, str]] = []
+        given: list[tuple[str, tuple[Dim | None, ...] | None, str]] = []
         symbols: set[str] = set()
         for vi in self.model.graph.input:
             if vi.name in self.env:
                 continue  # an initializer also listed as an input (IR < 4): it is a constant
             shape, dtype = _tensor_type(vi, self.src.label)
-            declared.append((vi.name, shape, dtype))
+            given.append((vi.name, shape, dtype))
             symbols |= {d for d in (shape or ()) if isinstance(d, str)}
         # Dimensions with neither a value nor a name: a fresh symbol each, never a clash.
         fresh = Names(symbols)
-        declared = [(n, None if s is None else tuple(fresh.fresh(f"{n}_dim{i}") if d is None else d for i, d in enumerate(s)), t)
-                    for n, s, t in declared]  # type: ignore[misc]
+        declared: list[tuple[str, tuple[Dim, ...] | None, str]] = [
+            (n, None if s is None else tuple(fresh.fresh(f"{n}_dim{i}") if d is None else d for i, d in enumerate(s)), t)
+            for n, s, t in given
+        ]
         declared = _fix_shapes(declared, symbols, self.shapes, self.graph.name)
         for name, shape, dtype in declared:
             self.env[name] = self.graph.input(name, shape, dtype)

@@ -87,7 +87,7 @@ class _Plan:
         self.in_axes, self.in_dirs, self.out_axes, self.out_dirs = in_axes, in_dirs, out_axes, out_dirs
 
 
-def _unroll(ctx: NodeContext, body: onnx.GraphProto, states: list[Value | None], xs: list[Value | None],
+def _unroll(ctx: NodeContext, body: onnx.GraphProto, states: Sequence[Value | None], xs: Sequence[Value | None],
             plan: _Plan, tag: str) -> tuple[list[Value], list[Value]]:
     if any(v is None for v in [*states, *xs]):
         raise ctx.fail("every state and scan input must be given")

@@ -16,7 +16,7 @@ import msgpack
 import numpy as np
 
 if TYPE_CHECKING:
-    from aioge.ir.graph import Graph
+    from aioge.ir.graph import Graph, Value
 
 __all__ = ["array_digest", "canonical_attr", "fingerprint_parts", "graph_fingerprint"]
 
@@ -45,6 +45,12 @@ def canonical_attr(value: Any) -> Any:
     if isinstance(value, dict):
         return [[k, canonical_attr(value[k])] for k in sorted(value)]
     return value
+
+
+def _data(v: Value) -> np.ndarray:
+    # Graph.constant and Graph.variable always store the array: a value without one is a bug.
+    assert v.data is not None, f"{v.kind.value} {v.name!r} has no data"
+    return v.data
 
 
 def _desc(v: Any) -> list[Any]:
@@ -76,8 +82,8 @@ def fingerprint_parts(graph: Graph) -> dict[str, bytes]:
         )
     parts = {
         "inputs": [[v.name, _desc(v)] for v in graph.inputs],
-        "constants": sorted([v.name, _desc(v), array_digest(v.data)] for v in graph.constants.values()),
-        "variables": sorted([v.name, _desc(v), array_digest(v.data)] for v in graph.variables.values()),
+        "constants": sorted([v.name, _desc(v), array_digest(_data(v))] for v in graph.constants.values()),
+        "variables": sorted([v.name, _desc(v), array_digest(_data(v))] for v in graph.variables.values()),
         "nodes": nodes,
         "outputs": [[v.name, ids.get(id(v))] for v in graph.outputs],
     }

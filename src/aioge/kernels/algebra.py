@@ -90,13 +90,13 @@ def einsum_shape(equation: str, shapes: Sequence[Sequence[Dim]]) -> tuple[Dim, .
     ell: tuple[Dim, ...] = ()
     if ellipses:
         ell = tuple(np.broadcast_shapes(*[tuple(1 if isinstance(d, str) else d for d in e) for e in ellipses]))
-    shape: list[Dim] = []
+    out_shape: list[Dim] = []
     for c in out:
         if c == _ELLIPSIS:
-            shape.extend(ell)
+            out_shape.extend(ell)
         else:
-            shape.append(sizes[c])
-    return tuple(shape)
+            out_shape.append(sizes[c])
+    return tuple(out_shape)
 
 
 def build_einsum(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:

@@ -79,7 +79,7 @@ def attention(
     scale = attrs.get("scale")
     scale = 1 / np.sqrt(q.shape[3]) if scale is None else scale
     root = dtype.type(np.sqrt(scale))  # applied to both Q and K, as the reference does
-    if past_key is not None:
+    if past_key is not None and past_value is not None:  # both or neither, checked above
         k = np.concatenate((past_key, k), axis=2)
         v = np.concatenate((past_value, v), axis=2)
     # present_* are outputs: never views of the K and V inputs

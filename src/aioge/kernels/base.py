@@ -26,7 +26,7 @@ def returning(
     name: str,
     fn: Callable[..., Any],
     *,
-    applies: Callable[[Sequence[TensorDesc], Mapping[str, Any]], bool] | None = None,
+    applies: Callable[[Sequence[TensorDesc | None], Mapping[str, Any]], bool] | None = None,
 ) -> KernelImpl:
     """An implementation from ``fn(*inputs, **attrs)`` that returns its result(s).
 

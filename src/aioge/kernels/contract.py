@@ -33,6 +33,6 @@ class KernelImpl:
     """
 
     name: str
-    build: Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[TensorDesc], Sequence[TensorDesc]], RunFn]
-    applies: Callable[[Sequence[TensorDesc], Mapping[str, Any]], bool] = lambda descs, attrs: True
-    candidates: Callable[[Sequence[TensorDesc], Mapping[str, Any]], list[dict[str, Any]]] = lambda d, a: [{}]
+    build: Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[TensorDesc | None], Sequence[TensorDesc]], RunFn]
+    applies: Callable[[Sequence[TensorDesc | None], Mapping[str, Any]], bool] = lambda descs, attrs: True
+    candidates: Callable[[Sequence[TensorDesc | None], Mapping[str, Any]], list[dict[str, Any]]] = lambda d, a: [{}]

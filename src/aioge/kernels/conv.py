@@ -243,7 +243,7 @@ def build_conv_taps(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: An
         scratch = np.empty_like(yg) if cg == 1 else None
         for idx, offset in _taps(plan.kernel, plan.dilations):
             xt = _tap(xp, offset, plan.strides, plan.out).reshape(plan.n, g, cg, *plan.out)
-            wt = w[(slice(None), slice(None), *idx)].reshape(g, mg, cg)
+            wt = w[(slice(None), slice(None)) + idx].reshape(g, mg, cg)
             if cg == 1:
                 # depthwise: y[n, g, j] += x[n, g] * w[g, j]
                 np.multiply(xt, wt.reshape(g, mg, *ones), out=scratch)

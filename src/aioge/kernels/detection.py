@@ -132,7 +132,7 @@ def roi_align(
         data = flat[int(batch_indices[r])]  # (C, H * W)
         terms = [np.where(outside, 0.0, w) * data[:, np.where(outside, 0, p)] for w, p in zip(weights, positions)]
         if mode == "avg":
-            out[r] = (sum(terms).sum(axis=(3, 4)) / max(gh * gw, 1)).astype(x.dtype)  # type: ignore[union-attr]
+            out[r] = (sum(terms).sum(axis=(3, 4)) / max(gh * gw, 1)).astype(x.dtype)
         else:
             out[r] = np.max(np.maximum.reduce(terms), axis=(3, 4)).astype(x.dtype)
     return out

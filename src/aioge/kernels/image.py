@@ -7,7 +7,7 @@ so a kernel always produces the shape inference promised.
 from __future__ import annotations
 
 import itertools
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ def pad(
     pads: np.ndarray,
     constant_value: np.ndarray | None = None,
     axes: np.ndarray | None = None,
-    mode: str = "constant",
+    mode: Literal["constant", "reflect", "edge", "wrap"] = "constant",
 ) -> np.ndarray:
     """ONNX Pad: constant, reflect, edge or wrap padding; negative pads crop first.
 
@@ -165,6 +165,6 @@ def col2im(
         where = tuple(
             slice(offset[i] * dil[i], offset[i] * dil[i] + stride[i] * (positions[i] - 1) + 1, stride[i]) for i in range(nd)
         )
-        padded[(slice(None), slice(None), *where)] += cols[(slice(None), slice(None), *offset)]
+        padded[(slice(None), slice(None)) + where] += cols[(slice(None), slice(None)) + offset]
     crop = tuple(slice(pad_[i], pad_[i] + image[i]) for i in range(nd))
     return padded[(slice(None), slice(None), *crop)]

@@ -8,7 +8,7 @@ unbuffered ``at``, which applies duplicates in order.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 
@@ -29,7 +29,7 @@ __all__ = [
     "unique",
 ]
 
-_REDUCTIONS: Mapping[str, Callable[..., Any]] = {
+_REDUCTIONS: Mapping[str, np.ufunc] = {
     "add": np.add,
     "mul": np.multiply,
     "max": np.maximum,
@@ -138,7 +138,7 @@ def scatter_elements(
     _check_range(idx, data.shape[axis], "ScatterElements index")
     out = data.copy()
     # indices may be smaller than data along the other axes, so index with open grids
-    loc = list(np.indices(idx.shape, sparse=True))
+    loc: list[np.ndarray] = list(np.indices(idx.shape, sparse=True))
     loc[axis] = idx
     if reduction == "none":
         out[tuple(loc)] = updates

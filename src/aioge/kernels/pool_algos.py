@@ -187,8 +187,9 @@ def _global(reduce: str) -> Callable[..., RunFn]:
 def build_globalavg_gemv(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
     """GlobalAveragePool as (N·C, H·W) @ ones(H·W) / (H·W)."""
     x_desc = ins[0]
-    hw = int(np.prod([int(d) for d in x_desc.shape[2:]]))  # type: ignore[union-attr]
-    ones = np.full(hw, 1.0 / hw, dtype=np.dtype(x_desc.dtype))  # type: ignore[union-attr]
+    assert x_desc is not None and x_desc.shape is not None  # this algo applies to static shapes only
+    hw = int(np.prod([int(d) for d in x_desc.shape[2:]]))
+    ones = np.full(hw, 1.0 / hw, dtype=np.dtype(x_desc.dtype))
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         x = inputs[0]

@@ -80,9 +80,9 @@ def resize_plan(
         got = [float(v) for v in scales.reshape(-1)]
         if len(got) != len(ax) or any(v <= 0 for v in got):
             raise ValueError(f"scales {got} do not fit {len(ax)} resized axes (each must be > 0)")
-        for a, v in zip(ax, got):
-            out_scales[a] = v
-            out_sizes[a] = int(shape[a] * v)
+        for a, s in zip(ax, got):
+            out_scales[a] = s
+            out_sizes[a] = int(shape[a] * s)
     box: tuple[tuple[float, float], ...] | None = None
     if roi is not None:
         r = [float(v) for v in roi.reshape(-1)]

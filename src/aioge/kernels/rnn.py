@@ -61,8 +61,12 @@ def _activations(attrs: dict[str, Any], defaults: Sequence[str], directions: int
             raise ValueError(f"unknown activation {name!r}; known: {sorted(ACTIVATIONS)}") from None
         a = alphas[i] if i < len(alphas) else a
         b = betas[i] if i < len(betas) else b
-        bound.append(lambda x, fn=fn, a=a, b=b: fn(x, a, b).astype(x.dtype, copy=False))
+        bound.append(_bind(fn, a, b))
     return [bound[d * per : (d + 1) * per] for d in range(directions)]
+
+
+def _bind(fn: Callable[[np.ndarray, float, float], np.ndarray], a: float, b: float) -> Act:
+    return lambda x: fn(x, a, b).astype(x.dtype, copy=False)
 
 
 class _Setup:
@@ -145,7 +149,15 @@ def _run(
     return ys, finals
 
 
-def rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, **attrs: Any):  # type: ignore[no-untyped-def]
+def rnn(
+    x: np.ndarray,
+    w: np.ndarray,
+    r: np.ndarray,
+    b: np.ndarray | None = None,
+    sequence_lens: np.ndarray | None = None,
+    initial_h: np.ndarray | None = None,
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
     """ONNX RNN: H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb); returns (Y, Y_h)."""
     s = _Setup(x, w, attrs, 1)
     acts = _activations(attrs, ["Tanh"], s.directions)
@@ -162,7 +174,15 @@ def rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, **attrs: Any):  # t
     return s.outputs(ys, [f[0] for f in finals])
 
 
-def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, **attrs: Any):  # type: ignore[no-untyped-def]
+def gru(
+    x: np.ndarray,
+    w: np.ndarray,
+    r: np.ndarray,
+    b: np.ndarray | None = None,
+    sequence_lens: np.ndarray | None = None,
+    initial_h: np.ndarray | None = None,
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
     """ONNX GRU (gates z, r, h); returns (Y, Y_h)."""
     s = _Setup(x, w, attrs, 3)
     acts = _activations(attrs, ["Sigmoid", "Tanh"], s.directions)
@@ -191,7 +211,17 @@ def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, **attrs: Any):  # t
     return s.outputs(ys, [f[0] for f in finals])
 
 
-def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, **attrs: Any):  # type: ignore[no-untyped-def]
+def lstm(
+    x: np.ndarray,
+    w: np.ndarray,
+    r: np.ndarray,
+    b: np.ndarray | None = None,
+    sequence_lens: np.ndarray | None = None,
+    initial_h: np.ndarray | None = None,
+    initial_c: np.ndarray | None = None,
+    p: np.ndarray | None = None,
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
     """ONNX LSTM (gates i, o, f, c; peepholes i, o, f); returns (Y, Y_h, Y_c)."""
     s = _Setup(x, w, attrs, 4)
     acts = _activations(attrs, ["Sigmoid", "Tanh", "Tanh"], s.directions)

@@ -74,7 +74,7 @@ def string_split(x: np.ndarray, delimiter: str | None = None, maxsplit: int | No
     sep = delimiter or None
     text = _unicode(x)
     parts = np.char.split(text, sep, -1 if maxsplit is None else maxsplit).reshape(-1)
-    counts = np.frompyfunc(len, 1, 1)(parts).astype(np.int64) if parts.size else np.zeros(0, np.int64)
+    counts = np.fromiter((len(p) for p in parts), np.int64, parts.size)
     # an empty string has no pieces, whatever the delimiter (as onnxruntime has it)
     empty = text.reshape(-1) == ""
     counts[empty] = 0

@@ -82,7 +82,7 @@ def _infer_range(ctx: InferContext) -> list[TensorDesc]:
     values = [ctx.value(i) for i in range(3)]
     if any(v is None for v in values):
         return [TensorDesc(None, dtype)]  # the length depends on run-time values
-    start, limit, delta = (np.asarray(v).reshape(()).item() for v in values)  # type: ignore[union-attr]
+    start, limit, delta = (np.asarray(v).reshape(()).item() for v in values)
     try:
         n = k.range_length(start, limit, delta)
     except ValueError as exc:

@@ -58,7 +58,7 @@ def evaluate_node(
             args.append(np.broadcast_to(np.zeros((), numpy_dtype(desc.dtype)), desc.shape))  # type: ignore[arg-type]
         else:
             return None
-    impl = next((i for i in schema.impls if i.applies(in_descs, attrs)), schema.impls[0])  # type: ignore[arg-type]
+    impl = next((i for i in schema.impls if i.applies(in_descs, attrs)), schema.impls[0])
     try:
         with np.errstate(all="ignore"):
             raw = impl.build(attrs, {}, in_descs, out_descs)(args, None)  # type: ignore[arg-type]

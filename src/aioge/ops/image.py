@@ -9,15 +9,18 @@ unknown (the kernel's result decides) when they are computed at run time.
 
 from __future__ import annotations
 
+from typing import Any, Callable, Mapping
+
 import numpy as np
 
+from aioge.engines import Engine
 from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import grid as kg
 from aioge.kernels import image as k
 from aioge.kernels import resize as kr
 from aioge.kernels.base import returning
 from aioge.ops.infer import normalise_axis
-from aioge.ops.schema import CPU_ONLY, FLOAT_DTYPES, REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import CPU_ONLY, FLOAT_DTYPES, REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, InferFn, OpSchema
 
 __all__ = ["SCHEMAS"]
 
@@ -190,7 +193,15 @@ _BLOCK_ATTRS = {"blocksize": Attr("int", REQUIRED, check=lambda b: None if b > 0
                 "mode": Attr("string", "DCR", ("DCR", "CRD"))}
 
 
-def _op(name: str, infer, fn, doc: str, attrs=None, inputs=(1, 1), engines=VECTOR_ENGINES) -> OpSchema:  # type: ignore[no-untyped-def]
+def _op(
+    name: str,
+    infer: InferFn,
+    fn: Callable[..., Any],
+    doc: str,
+    attrs: Mapping[str, Attr] | None = None,
+    inputs: tuple[int, int] = (1, 1),
+    engines: frozenset[Engine] = VECTOR_ENGINES,
+) -> OpSchema:
     return OpSchema(
         name, infer, (returning("numpy", fn),), engines, attrs or {}, inputs,
         family="image", doc=doc, float_only=False,

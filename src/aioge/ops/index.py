@@ -9,6 +9,7 @@ computed k) are inferred as unknown; the kernel's result then defines them.
 from __future__ import annotations
 
 from functools import partial
+from typing import Any, Callable
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from aioge.kernels import index as k
 from aioge.kernels.base import returning
 from aioge.kernels.optional_outputs import returning_some
 from aioge.ops.infer import infer_like_input, normalise_axis
-from aioge.ops.schema import CPU_ONLY, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import CPU_ONLY, Attr, InferContext, InferError, InferFn, OpSchema
 
 __all__ = ["SCHEMAS"]
 
@@ -203,7 +204,15 @@ def _infer_tensor_scatter(ctx: InferContext) -> list[TensorDesc]:
     return infer_like_input(ctx)
 
 
-def _op(name: str, infer, fn, doc: str, attrs: dict[str, Attr] | None = None, inputs=(1, 1), outputs=(1, 1)) -> OpSchema:  # type: ignore[no-untyped-def]
+def _op(
+    name: str,
+    infer: InferFn,
+    fn: Callable[..., Any],
+    doc: str,
+    attrs: dict[str, Attr] | None = None,
+    inputs: tuple[int, int] = (1, 1),
+    outputs: tuple[int, int] = (1, 1),
+) -> OpSchema:
     return OpSchema(
         name, infer, (returning("numpy", fn),), CPU_ONLY, attrs or {}, inputs, outputs,
         family="index", doc=doc, float_only=False,

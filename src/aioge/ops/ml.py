@@ -5,10 +5,12 @@ Classic-ML preprocessing and trees are AiCpu work (table lookups, branching).
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import ml as k
 from aioge.kernels.base import returning
-from aioge.ops.schema import CPU_ONLY, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema
+from aioge.ops.schema import CPU_ONLY, REQUIRED, Attr, InferContext, InferError, InferFn, KernelImpl, OpSchema
 
 __all__ = ["SCHEMAS"]
 
@@ -75,7 +77,9 @@ _TREE_ATTRS = {
 }
 
 
-def _op(name: str, infer, impl: KernelImpl, attrs, doc: str, inputs=(1, 1)) -> OpSchema:  # type: ignore[no-untyped-def]
+def _op(
+    name: str, infer: InferFn, impl: KernelImpl, attrs: Mapping[str, Attr], doc: str, inputs: tuple[int, int] = (1, 1)
+) -> OpSchema:
     return OpSchema(name, infer, (impl,), CPU_ONLY, attrs, inputs, domain=DOMAIN, family="ml", doc=doc, float_only=False)
 
 

@@ -7,11 +7,13 @@ Normalisation is vector-engine work (or AiCpu); all of these take float tensors 
 
 from __future__ import annotations
 
+from typing import Any, Callable, Mapping
+
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import norm as k
 from aioge.kernels.base import returning
 from aioge.ops.infer import infer_like_input, normalise_axis
-from aioge.ops.schema import FLOAT_DTYPES, REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import FLOAT_DTYPES, REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, InferFn, OpSchema
 
 __all__ = ["SCHEMAS"]
 
@@ -78,7 +80,9 @@ def _infer_rms(ctx: InferContext) -> list[TensorDesc]:
     return infer_like_input(ctx)
 
 
-def _norm(name: str, infer, fn, doc: str, attrs, inputs) -> OpSchema:  # type: ignore[no-untyped-def]
+def _norm(
+    name: str, infer: InferFn, fn: Callable[..., Any], doc: str, attrs: Mapping[str, Attr], inputs: tuple[int, int]
+) -> OpSchema:
     return OpSchema(name, infer, (returning("numpy", fn),), VECTOR_ENGINES, attrs, inputs, family="norm", doc=doc)
 
 

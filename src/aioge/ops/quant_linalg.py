@@ -7,11 +7,13 @@ Integer products are what the AiCore's cube unit is built for, so every engine t
 
 from __future__ import annotations
 
+from typing import Any, Callable, Mapping
+
 from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import quant_linalg as k
 from aioge.kernels.base import returning
 from aioge.kernels.conv import window_geometry
-from aioge.ops.schema import ALL_ENGINES, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import ALL_ENGINES, Attr, InferContext, InferError, InferFn, OpSchema
 
 __all__ = ["SCHEMAS"]
 
@@ -92,7 +94,9 @@ def _infer_qlinear_conv(ctx: InferContext) -> list[TensorDesc]:
     return [TensorDesc(_conv_shape(ctx, 0, 3), ctx.dtype(7))]
 
 
-def _op(name: str, infer, fn, inputs: tuple[int, int], doc: str, attrs=None) -> OpSchema:  # type: ignore[no-untyped-def]
+def _op(
+    name: str, infer: InferFn, fn: Callable[..., Any], inputs: tuple[int, int], doc: str, attrs: Mapping[str, Attr] | None = None
+) -> OpSchema:
     return OpSchema(name, infer, (returning("numpy", fn),), ALL_ENGINES, attrs or {}, inputs,
                     family="quant_linalg", float_only=False, doc=doc)
 

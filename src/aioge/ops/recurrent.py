@@ -11,7 +11,7 @@ from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import rnn as k
 from aioge.kernels import stateful as ks
 from aioge.kernels.optional_outputs import returning_some
-from aioge.ops.schema import FLOAT_DTYPES, REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import FLOAT_DTYPES, REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, InferFn, OpSchema
 
 __all__ = ["SCHEMAS"]
 
@@ -19,7 +19,7 @@ _FLOATS = FLOAT_DTYPES
 _DIRECTION = Attr("string", "forward", ("forward", "reverse", "bidirectional"))
 
 
-def _rnn_infer(gates: int, outputs: int):  # type: ignore[no-untyped-def]
+def _rnn_infer(gates: int, outputs: int) -> InferFn:
     def infer(ctx: InferContext) -> list[TensorDesc]:
         dtype = ctx.dtype(0)
         if dtype not in _FLOATS:

@@ -24,6 +24,7 @@ __all__ = [
     "Attr",
     "InferContext",
     "InferError",
+    "InferFn",
     "KernelImpl",
     "OpSchema",
     "REQUIRED",
@@ -134,12 +135,16 @@ class InferContext:
         return i < len(self.inputs) and self.inputs[i] is not None
 
 
+# Shape inference: the output descs of a node, or InferError.
+InferFn = Callable[[InferContext], "list[TensorDesc]"]
+
+
 @dataclass(frozen=True, slots=True)
 class OpSchema:
     """Everything about one op type."""
 
     name: str
-    infer: Callable[[InferContext], list[TensorDesc]]
+    infer: InferFn
     impls: tuple[KernelImpl, ...]
     engines: frozenset[Engine]
     attrs: Mapping[str, Attr] = field(default_factory=dict)

@@ -132,11 +132,11 @@ def _infer_concat(ctx: InferContext) -> list[TensorDesc]:
                 return [TensorDesc(None, dtype)]
             out.append(total)
             continue
-        ints = {d for d in dims if isinstance(d, int)}
-        if len(ints) > 1:
+        sizes = {d for d in dims if isinstance(d, int)}
+        if len(sizes) > 1:
             raise InferError(f"inputs differ on axis {a} (not the concat axis {axis}): shapes {shapes}")
         syms = [d for d in dims if not isinstance(d, int)]
-        out.append(ints.pop() if ints else syms[0])
+        out.append(sizes.pop() if sizes else syms[0])
     return [TensorDesc(tuple(out), dtype)]
 
 

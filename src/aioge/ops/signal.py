@@ -8,6 +8,8 @@ on AiCpu. Shapes are static when the length inputs are constants.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from aioge.ir.desc import TensorDesc
@@ -94,7 +96,7 @@ def _infer_mel(ctx: InferContext) -> list[TensorDesc]:
 _WINDOW = {"output_datatype": Attr("int", 1), "periodic": Attr("int", 1, (0, 1))}
 
 
-def _window(name: str, fn, doc: str) -> OpSchema:  # type: ignore[no-untyped-def]
+def _window(name: str, fn: Callable[..., Any], doc: str) -> OpSchema:
     return OpSchema(name, _infer_window, (returning("numpy", fn),), CPU_ONLY, dict(_WINDOW),
                     family="signal", doc=doc, float_only=False)
 

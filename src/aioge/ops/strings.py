@@ -4,13 +4,14 @@ TfIdfVectorizer (AiCpu only: no NPU engine handles strings or n-gram tables)."""
 from __future__ import annotations
 
 import re
+from typing import Mapping
 
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import strings as k
 from aioge.kernels.base import returning
 from aioge.kernels.optional_outputs import returning_some
 from aioge.ops.infer import broadcast_shapes
-from aioge.ops.schema import CPU_ONLY, REQUIRED, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import CPU_ONLY, REQUIRED, Attr, InferContext, InferError, InferFn, KernelImpl, OpSchema
 
 __all__ = ["SCHEMAS"]
 
@@ -72,7 +73,15 @@ def _infer_tfidf(ctx: InferContext) -> list[TensorDesc]:
     return [TensorDesc(out, "float32")]
 
 
-def _op(name: str, infer, impl, doc: str, attrs=None, outputs=(1, 1), inputs=(1, 1)) -> OpSchema:  # type: ignore[no-untyped-def]
+def _op(
+    name: str,
+    infer: InferFn,
+    impl: KernelImpl,
+    doc: str,
+    attrs: Mapping[str, Attr] | None = None,
+    outputs: tuple[int, int] = (1, 1),
+    inputs: tuple[int, int] = (1, 1),
+) -> OpSchema:
     return OpSchema(name, infer, (impl,), CPU_ONLY, attrs or {}, inputs, outputs, family="strings", doc=doc,
                     float_only=False)
 

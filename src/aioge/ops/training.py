@@ -7,17 +7,19 @@ outputs are the updated X... and states..., one desc per tensor like its input.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import training as k
 from aioge.kernels.optional_outputs import returning_some
-from aioge.ops.schema import REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, OpSchema
+from aioge.ops.schema import REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, InferFn, OpSchema
 
 __all__ = ["SCHEMAS"]
 
 DOMAIN = "ai.onnx.preview.training"
 
 
-def _infer(groups: int, op: str):  # type: ignore[no-untyped-def]
+def _infer(groups: int, op: str) -> InferFn:
     def infer(ctx: InferContext) -> list[TensorDesc]:
         for i, name in ((0, "R"), (1, "T")):
             s = ctx.shape(i)
@@ -33,7 +35,7 @@ def _infer(groups: int, op: str):  # type: ignore[no-untyped-def]
     return infer
 
 
-def _op(name: str, fn, groups: int, attrs: dict[str, Attr], doc: str) -> OpSchema:  # type: ignore[no-untyped-def]
+def _op(name: str, fn: Callable[..., Any], groups: int, attrs: dict[str, Attr], doc: str) -> OpSchema:
     return OpSchema(
         name, _infer(groups, name), (returning_some("numpy", fn),), VECTOR_ENGINES, attrs, (2 + groups, -1), (1, -1),
         domain=DOMAIN, family="training", float_only=False, doc=doc,

@@ -78,10 +78,10 @@ def _grow(graph: Graph, root: Node, claimed: set[int], memo: dict[int, list[_Ste
             p = None if v is None else v.producer
             if p is None or id(p) in group or id(p) in claimed or len(p.outputs) != 1:
                 continue
-            if v.desc != out.desc or is_graph_output(graph, v):  # type: ignore[union-attr]
+            if v is None or v.desc != out.desc or is_graph_output(graph, v):
                 continue
             # Read outside the group (for now): the last of its readers to join tries again.
-            if inside.get(id(v), 0) != len(v.uses):  # type: ignore[union-attr]
+            if inside.get(id(v), 0) != len(v.uses):
                 continue
             if _steps(p, memo) is None:
                 continue
@@ -191,7 +191,7 @@ def _inline(node: Node) -> list[_Step]:
         spec = EW_OPS[name]
         refs = operands[oi : oi + spec.arity]
         steps.append(
-            _Step(name, tuple(node.inputs[r] if r >= 0 else -1 - r for r in refs), tuple(params[pi : pi + spec.nparams]))  # type: ignore[misc]
+            _Step(name, tuple(node.inputs[r] if r >= 0 else -1 - r for r in refs), tuple(params[pi : pi + spec.nparams]))
         )
         oi += spec.arity
         pi += spec.nparams

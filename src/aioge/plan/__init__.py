@@ -5,3 +5,5 @@ The floor below compiler/ and cache/: ``KernelDesc``, ``StreamPlan``, ``MemoryPl
 envelope and atomic files every cache file uses. It imports only ``ir`` and ``errors`` (and
 the op registry, to bind kernels when an ``.om`` is decoded).
 """
+
+__all__: list[str] = []

@@ -106,10 +106,10 @@ def encode_value(v: Any) -> Any:
     if isinstance(v, (set, frozenset)):
         return {_T_SET: sorted((encode_value(x) for x in v), key=repr)}
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        key = _types()[1].get(type(v))
-        if key is None:
+        dc_key = _types()[1].get(type(v))
+        if dc_key is None:
             raise TypeError(f"cannot store dataclass {type(v).__name__}: not a plan type")
-        return {_T_DC: [key, {f.name: encode_value(getattr(v, f.name)) for f in dataclasses.fields(v)}]}
+        return {_T_DC: [dc_key, {f.name: encode_value(getattr(v, f.name)) for f in dataclasses.fields(v)}]}
     if isinstance(v, Mapping):
         return {_T_MAP: [[encode_value(k), encode_value(x)] for k, x in v.items()]}
     raise TypeError(f"cannot store {type(v).__name__}")
@@ -179,7 +179,7 @@ def _as_list(body: Any, tag: str) -> list[Any]:
 
 
 def build_dataclass(cls: type, key: str, values: dict[str, Any]) -> Any:
-    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    fields = dataclasses.fields(cls)
     names = {f.name for f in fields}
     if set(values) != names:
         missing, extra = sorted(names - set(values)), sorted(set(values) - names)

@@ -68,8 +68,8 @@ def candidates_of(schema: OpSchema, in_descs: Sequence[TensorDesc | None], attrs
     """Every applicable (implementation, parameter set), in the schema's order of preference."""
     out = []
     for impl in schema.impls:
-        if impl.applies(in_descs, attrs):  # type: ignore[arg-type]
-            for params in impl.candidates(in_descs, attrs) or [{}]:  # type: ignore[arg-type]
+        if impl.applies(in_descs, attrs):
+            for params in impl.candidates(in_descs, attrs) or [{}]:
                 out.append((impl, dict(params)))
     return out
 

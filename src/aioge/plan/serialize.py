@@ -184,7 +184,7 @@ def _data_ref(data: np.ndarray, weights: dict[str, np.ndarray] | None, blob: _Bl
     flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     if weights is None:
         return {_T_BLOB: blob.add(flat)}
-    digest = hashlib.sha256(flat).hexdigest()
+    digest = hashlib.sha256(flat.data).hexdigest()
     name = _WEIGHT_PREFIX + digest
     weights[name] = data
     return {_T_WEIGHT: [name, digest, int(flat.size)]}
@@ -397,7 +397,7 @@ def _map_weight(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool
     fname, digest, nbytes = ref
     if fname != _WEIGHT_PREFIX + digest or not all(c in "0123456789abcdef" for c in digest) or len(digest) != 64:
         raise ModelFormatError(f"tensor {name!r}: bad weight file name {fname!r}")
-    if not desc.static or desc.dtype not in _ARRAY_DTYPES or desc.nbytes != nbytes:
+    if desc.shape is None or not desc.static or desc.dtype not in _ARRAY_DTYPES or desc.nbytes != nbytes:
         raise ModelFormatError(f"tensor {name!r}: weight of {nbytes} bytes does not fit its desc {desc}")
     path = os.path.join(weight_dir, fname)
     try:
@@ -413,8 +413,8 @@ def _map_weight(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool
             raise ModelFormatError(f"weight file is not trusted: {reason}", path=path)
         if st.st_size != nbytes:
             raise ModelFormatError(f"weight file has {st.st_size} bytes, tensor {name!r} ({desc}) needs {nbytes}", path=path)
-        array = np.memmap(f, dtype=desc.dtype, mode="r", shape=tuple(int(s) for s in desc.shape))  # type: ignore[union-attr]
-    if hashlib.sha256(array.reshape(-1).view(np.uint8)).hexdigest() != digest:
+        array = np.memmap(f, dtype=desc.dtype, mode="r", shape=tuple(int(s) for s in desc.shape))
+    if hashlib.sha256(array.reshape(-1).view(np.uint8).data).hexdigest() != digest:
         raise ModelFormatError(f"weight file of tensor {name!r}: checksum mismatch (corrupt file)", path=path)
     return array
 

@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, BinaryIO, Mapping
+from typing import IO, Any, BinaryIO, Mapping
 
 import anyio
 import numpy as np
@@ -76,7 +76,7 @@ class _Pending:
 # read are writable and owned by whoever decodes them.
 
 
-def _write_frame(stream: BinaryIO, header: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None,
+def _write_frame(stream: IO[bytes], header: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None,
                  blobs: tuple[bytes, ...] = ()) -> None:
     chunks: list[Any] = []
     specs = []
@@ -96,7 +96,7 @@ def _write_frame(stream: BinaryIO, header: dict[str, Any], arrays: Mapping[str, 
     stream.flush()
 
 
-def _read_exact(stream: BinaryIO, n: int) -> bytearray | None:
+def _read_exact(stream: IO[bytes], n: int) -> bytearray | None:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
@@ -108,7 +108,7 @@ def _read_exact(stream: BinaryIO, n: int) -> bytearray | None:
     return buf
 
 
-def _read_frame(stream: BinaryIO, what: str) -> tuple[dict[str, Any], dict[str, np.ndarray], list[memoryview]] | None:
+def _read_frame(stream: IO[bytes], what: str) -> tuple[dict[str, Any], dict[str, np.ndarray], list[memoryview]] | None:
     """(header, arrays, blobs) of one frame, or None at end of stream (also mid-frame: the writer is gone).
 
     Raises:

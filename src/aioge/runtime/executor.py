@@ -409,14 +409,14 @@ def _run_op(
 # context variable: reading it and setting it costs well under a microsecond a program, where
 # np.errstate costs several.
 try:
-    from numpy._core._ufunc_config import _extobj_contextvar as _FP_STATE  # numpy >= 2
+    from numpy._core._ufunc_config import _extobj_contextvar as _FP_STATE  # type: ignore[attr-defined]  # numpy >= 2
 except ImportError:  # pragma: no cover - numpy 1.26: a per-thread state, read and set with geterr/seterr
     _FP_STATE = None
 
 
 def _quiet_state() -> Any:
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        return _FP_STATE.get()  # type: ignore[union-attr]
+        return _FP_STATE.get()
 
 
 if _FP_STATE is not None:

@@ -1,0 +1,44 @@
+"""A line budget for the package, as tinygrad keeps one: growth past it is a decision, not drift.
+
+Counted: non-blank lines of src/aioge/**/*.py that are not comment-only lines (docstrings
+count: they are part of what a reader reads). Generated files (ops/builders.py, written by
+``python -m aioge.ops.gen`` and checked against the registry by tests/ops/test_builders.py) are
+not counted: their size follows the op registry, which is counted. Raise the budget in a
+commit that says why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aioge
+
+# 18,341 lines on 2026-12-03 before issue 21's gates; PLACEHOLDER
+LINE_BUDGET = 24_000
+_SRC = Path(aioge.__file__).parent
+GENERATED = {"ops/builders.py"}
+
+
+def count_lines(root: Path) -> dict[str, int]:
+    """Non-blank, non-comment lines of every .py file under ``root``, by path relative to it."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        out[str(path.relative_to(root))] = sum(1 for line in lines if line.strip() and not line.strip().startswith("#"))
+    return out
+
+
+def test_count_skips_blank_and_comment_lines(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text('"""Doc."""\n\n# a comment\nx = 1  # counted\n    \n    # indented comment\ndef f():\n    return x\n')
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.py").write_text("y = 2\n")
+    (tmp_path / "notes.txt").write_text("not python\n")
+    assert count_lines(tmp_path) == {"a.py": 4, "sub/b.py": 1}
+
+
+def test_package_is_within_its_line_budget() -> None:
+    per_file = {path: n for path, n in count_lines(_SRC).items() if path not in GENERATED}
+    total = sum(per_file.values())
+    assert len(per_file) > 100, f"found only {len(per_file)} files under {_SRC}"
+    biggest = sorted(per_file.items(), key=lambda kv: -kv[1])[:5]
+    assert total <= LINE_BUDGET, f"src/aioge has {total} lines, over the budget of {LINE_BUDGET}; biggest files: {biggest}"
