@@ -180,9 +180,11 @@ class _CompiledGraph:
             self.eager = self.owner._fallback(self.converted.graph.name, self.gm, exc)
             return list(self.eager(*args))
         result: list[Any] = []
-        for out_name, literal in zip(self.converted.outputs, self.converted.literals):
+        for out_name, literal, symint in zip(self.converted.outputs, self.converted.literals, self.converted.symints):
             if out_name is None:
                 result.append(literal)
+            elif symint:
+                result.append(int(outputs[out_name].reshape(-1)[0]))
             else:
                 t = torch.from_numpy(np.ascontiguousarray(outputs[out_name]))
                 result.append(t if device is None or device.type == "cpu" else t.to(device))

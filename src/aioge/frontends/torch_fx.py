@@ -50,13 +50,16 @@ class ConvertedGraph:
     """The aioge graph of one FX graph, with how to feed it and how to read its outputs back.
 
     ``outputs`` has one entry per FX output: the aioge output name, or ``None`` for an
-    output that is not a tensor (kept in ``literals`` at the same index).
+    output that is not a tensor (kept in ``literals`` at the same index). ``symints``
+    marks outputs that PyTorch expects as ints (sizes saved for backward): the graph
+    computes them as 1-element int64 tensors.
     """
 
     graph: Graph
     inputs: tuple[InputSlot, ...]
     outputs: tuple[str | None, ...]
     literals: tuple[Any, ...]
+    symints: tuple[bool, ...]
 
 
 def numpy_dtype_of(dtype: torch.dtype) -> str:
@@ -121,6 +124,7 @@ class _Converter:
         slots = self._placeholders(placeholders)
         out_names: list[str | None] = []
         literals: list[Any] = []
+        symints: list[bool] = []
         for node in self.gm.graph.nodes:
             self.node = node
             if node.op == "call_function":
@@ -129,9 +133,11 @@ class _Converter:
                 self.env[node] = self.graph.constant(_to_numpy(_attr(self.gm, node.target)), _clean(node.name))
             elif node.op == "output":
                 out_names, literals = self._outputs(node.args[0])
+                flat = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+                symints = [isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.SymInt) for x in flat]
             elif node.op != "placeholder":
                 raise GraphError(f"FX node kind {node.op!r} is not expected in an ATen graph", graph=self.graph.name, node=node.name)
-        return ConvertedGraph(self.graph, tuple(slots), tuple(out_names), tuple(literals))
+        return ConvertedGraph(self.graph, tuple(slots), tuple(out_names), tuple(literals), tuple(symints))
 
     # -- placeholders and outputs -------------------------------------------------------
 
