@@ -138,7 +138,7 @@ class AiogeBackend:
             converted = convert_fx(gm, name=label)
             self._runner.call(self._runner.session.add_graph, graph_id, converted.graph)
         except GraphError as exc:
-            return self._fallback(label, gm, exc)
+            return make_boxed_func(self._fallback(label, gm, exc))
         self.graphs.append(converted.graph)
         log.debug("aioge.torch: %s has %d nodes", label, len(converted.graph.nodes))
         return make_boxed_func(_CompiledGraph(self, graph_id, converted, gm))
@@ -146,7 +146,7 @@ class AiogeBackend:
     def _fallback(self, label: str, gm: torch.fx.GraphModule, exc: AiogeError) -> Callable[..., Any]:
         warnings.warn(EagerFallbackWarning(f"aioge.torch: graph {label} runs eagerly in PyTorch: {exc}"), stacklevel=2)
         self.fallbacks.append(label)
-        return make_boxed_func(gm.forward)
+        return gm.forward
 
 
 class _CompiledGraph:

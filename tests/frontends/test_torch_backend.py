@@ -126,3 +126,32 @@ async def test_called_inside_a_running_event_loop(backend: aioge_torch.AiogeBack
     model = torch_models.Mlp().eval()
     compiled = torch.compile(model, backend=backend)
     _check(compiled, model, torch.randn(2, 16), rtol=1e-5, atol=1e-6)
+
+
+def test_graph_aioge_cannot_compile_falls_back_once() -> None:
+    # Excluding AiCpu leaves an embedding's Gather with no engine: the first run's compile
+    # fails, the graph runs eagerly from then on, with one warning.
+    torch._dynamo.reset()
+    be = aioge_torch.backend(options={"ge.exec.exclude_engines": "AiCpu"})
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Embedding(10, 4).eval()
+        compiled = torch.compile(model, backend=be)
+        x = torch.tensor([[1, 2], [3, 9]])
+        with pytest.warns(aioge_torch.EagerFallbackWarning, match="no engine left"):
+            _check(compiled, model, x, rtol=1e-6, atol=1e-7)
+        _check(compiled, model, x, rtol=1e-6, atol=1e-7)  # filterwarnings=error: a second warning would fail here
+        assert be.fallbacks == ["torch_0"]
+    finally:
+        be.close()
+        torch._dynamo.reset()
+
+
+def test_import_aioge_imports_neither_torch_nor_tensorflow() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, aioge; aioge.load_tf; print(sorted(m for m in ('torch', 'tensorflow') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
