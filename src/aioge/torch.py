@@ -49,16 +49,21 @@ class EagerFallbackWarning(UserWarning):
     """Warned when a captured graph runs eagerly in PyTorch because aioge cannot convert or compile it."""
 
 
-def backend(options: Mapping[str, str] | None = None, *, name: str = "torch") -> AiogeBackend:
+def backend(options: Mapping[str, str] | None = None, *, frozen_parameters: bool = False, name: str = "torch") -> AiogeBackend:
     """A ``torch.compile`` backend that runs captured graphs on aioge.
 
     ``options`` are GE session options (as for ``aioge.Session``); ``name`` prefixes the
     aioge graph names (``torch_0``, ``torch_1``, ... one per captured graph).
+    ``frozen_parameters`` (TorchAir's ``frozen_parameter``): graphs captured with gradients
+    off bake the module's parameters and buffers in as constants, so aioge can fold them
+    (batch norm into convolution) and need not take them on every call; later changes to
+    those tensors are then not seen. Graphs captured with gradients on always take them
+    as inputs.
 
     Raises:
         OptionError: a bad option.
     """
-    return AiogeBackend(options, name=name)
+    return AiogeBackend(options, frozen_parameters=frozen_parameters, name=name)
 
 
 def from_module(
@@ -116,16 +121,25 @@ class AiogeBackend:
     backend is garbage-collected or at exit).
     """
 
-    def __init__(self, options: Mapping[str, str] | None = None, *, name: str = "torch") -> None:
+    def __init__(self, options: Mapping[str, str] | None = None, *, frozen_parameters: bool = False, name: str = "torch") -> None:
         self.name = name
+        self.frozen_parameters = frozen_parameters
         self.graphs: list[Graph] = []
         self.fallbacks: list[str] = []
         self._ids = itertools.count()
         self._runner = _SessionThread(options)
+        self._frozen: tuple[dict[int, torch.Tensor], int] = ({}, 0)
         self._aot = aot_autograd(fw_compiler=self._compile, inference_compiler=self._compile, bw_compiler=_eager)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        return self._aot(gm, example_inputs)
+        frozen = _parameter_inputs(gm, example_inputs) if self.frozen_parameters and not torch.is_grad_enabled() else []
+        # AOTAutograd traces with fake tensors, so the real weights are handed to _compile
+        # aside; its inference graph takes the same inputs in the same order.
+        self._frozen = ({i: example_inputs[i] for i in frozen}, len(example_inputs))
+        try:
+            return self._aot(gm, example_inputs)
+        finally:
+            self._frozen = ({}, 0)
 
     def close(self) -> None:
         """Close the backend's session; compiled functions from it must not be called afterwards."""
@@ -135,13 +149,26 @@ class AiogeBackend:
         graph_id = next(self._ids)
         label = f"{self.name}_{graph_id}"
         try:
-            converted = convert_fx(gm, name=label)
+            converted = convert_fx(gm, name=label, constants=self._constants(gm))
             self._runner.call(self._runner.session.add_graph, graph_id, converted.graph)
         except GraphError as exc:
             return make_boxed_func(self._fallback(label, gm, exc))
         self.graphs.append(converted.graph)
         log.debug("aioge.torch: %s has %d nodes", label, len(converted.graph.nodes))
         return make_boxed_func(_CompiledGraph(self, graph_id, converted, gm))
+
+    def _constants(self, gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
+        frozen, count = self._frozen
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if not frozen or len(placeholders) != count:
+            return {}  # AOTAutograd added or merged inputs: keep them all as inputs, which is always right
+        constants = {}
+        for i, tensor in frozen.items():
+            val = placeholders[i].meta.get("val")
+            if not isinstance(val, torch.Tensor) or tuple(val.shape) != tuple(tensor.shape) or val.dtype != tensor.dtype:
+                return {}
+            constants[placeholders[i].name] = tensor
+        return constants
 
     def _fallback(self, label: str, gm: torch.fx.GraphModule, exc: AiogeError) -> Callable[..., Any]:
         warnings.warn(EagerFallbackWarning(f"aioge.torch: graph {label} runs eagerly in PyTorch: {exc}"), stacklevel=2)
@@ -189,6 +216,19 @@ class _CompiledGraph:
                 t = torch.from_numpy(np.ascontiguousarray(outputs[out_name]))
                 result.append(t if device is None or device.type == "cpu" else t.to(device))
         return result
+
+
+def _parameter_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[int]:
+    """Indices of the graph inputs that are a module's parameters or buffers (TorchDynamo passes them as inputs)."""
+    found = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        grapharg = node.meta.get("grapharg")
+        source = grapharg.source.name if grapharg is not None and grapharg.source is not None else ""
+        source = source() if callable(source) else source
+        if isinstance(value, torch.Tensor) and (isinstance(value, torch.nn.Parameter) or "._buffers[" in source):
+            found.append(i)
+    return found
 
 
 def _is_compile_failure(exc: AiogeError) -> bool:

@@ -155,3 +155,32 @@ def test_import_aioge_imports_neither_torch_nor_tensorflow() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_weights_are_inputs_by_default_so_updates_are_seen(backend: aioge_torch.AiogeBackend) -> None:
+    model = torch_models.Mlp().eval()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(2, 16)
+    _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        model.fc2.bias.add_(1.0)
+    _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+    assert len(backend.graphs[0].inputs) == 5  # x and the four weights
+
+
+def test_frozen_parameters_become_constants() -> None:
+    torch._dynamo.reset()
+    be = aioge_torch.backend(frozen_parameters=True)
+    try:
+        model = torch_models.resnet18()
+        compiled = torch.compile(model, backend=be)
+        _check(compiled, model, torch.randn(1, 3, 64, 64), rtol=1e-4, atol=1e-4)
+        (graph,) = be.graphs
+        assert [tuple(v.shape) for v in graph.inputs] == [(1, 3, 64, 64)]  # only the image; weights are constants
+        # With gradients on, the weights stay inputs (AOTAutograd differentiates with respect to them).
+        mlp = torch_models.Mlp()
+        torch.compile(mlp, backend=be)(torch.randn(2, 16)).sum().backward()
+        assert len(be.graphs[-1].inputs) == 5 and mlp.fc1.weight.grad is not None
+    finally:
+        be.close()
+        torch._dynamo.reset()

@@ -261,9 +261,10 @@ def _attr(gm: torch.nn.Module, target: str) -> Any:
 
 def _to_numpy(t: Any) -> np.ndarray:
     if isinstance(t, torch.Tensor):
-        t = t.detach()
         numpy_dtype_of(t.dtype)
-        return t.cpu().contiguous().numpy().copy()
+        # A backend may be called while the tracer's fake-tensor mode is active: these are real tensors.
+        with torch._subclasses.fake_tensor.unset_fake_temporarily():
+            return t.detach().cpu().contiguous().numpy().copy()
     return np.asarray(t)
 
 
