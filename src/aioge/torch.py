@@ -30,15 +30,34 @@ from typing import Any, Callable, Mapping, Sequence
 
 import anyio.from_thread
 import numpy as np
-import torch
-import torch.fx
-from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.aot_autograd import make_boxed_func
 
-from aioge.errors import AiogeError, GraphError
-from aioge.frontends.torch_fx import ConvertedGraph, convert_fx
-from aioge.ir.graph import Graph
-from aioge.session import Session
+
+def _check_import_order() -> None:
+    """Refuse to load torch's compiler after TensorFlow where that crashes the process.
+
+    On CUDA builds torch._dynamo loads triton, whose LLVM clashes with the one TensorFlow
+    has already loaded: a segmentation fault (torch 2.14.1 + triton with TensorFlow 2.21).
+    Loaded the other way round, both work.
+    """
+    import importlib.util
+    import sys
+
+    if "tensorflow" in sys.modules and "triton" not in sys.modules and importlib.util.find_spec("triton") is not None:
+        raise ImportError("aioge.torch must be imported before tensorflow in one process: torch's compiler loads triton, "
+                          "whose LLVM crashes the process when TensorFlow's is already loaded")
+
+
+_check_import_order()
+
+import torch  # noqa: E402
+import torch.fx  # noqa: E402
+from torch._dynamo.backends.common import aot_autograd  # noqa: E402
+from torch._functorch.aot_autograd import make_boxed_func  # noqa: E402
+
+from aioge.errors import AiogeError, GraphError  # noqa: E402
+from aioge.frontends.torch_fx import ConvertedGraph, convert_fx  # noqa: E402
+from aioge.ir.graph import Graph  # noqa: E402
+from aioge.session import Session  # noqa: E402
 
 __all__ = ["AiogeBackend", "EagerFallbackWarning", "backend", "from_module"]
 

@@ -6,6 +6,7 @@ against TensorFlow's kernels).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -16,6 +17,10 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# The PyTorch front-end tests run in this process too: torch's compiler (triton) must be
+# loaded before TensorFlow, or the process crashes (see aioge.torch._check_import_order).
+with contextlib.suppress(ImportError):
+    import aioge.torch  # noqa: F401
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
@@ -144,3 +149,14 @@ def test_cli_compiles_a_pb(frozen: dict[str, Any], tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "aioge", "compile", str(bad), "-o", str(tmp_path / "bad.om")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "not a TensorFlow GraphDef" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_aioge_torch_after_tensorflow_is_an_import_error_not_a_crash() -> None:
+    pytest.importorskip("torch")
+    code = ("import importlib.util, tensorflow\n"
+            "try:\n    import aioge.torch\nexcept ImportError as exc:\n    print('ImportError', exc)\n"
+            "else:\n    print('imported', importlib.util.find_spec('triton') is None)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(("ImportError aioge.torch must be imported before tensorflow", "imported True"))
