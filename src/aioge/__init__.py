@@ -1,6 +1,8 @@
 """aioge: an asyncio-native graph compiler and executor modelled on the Ascend Graph Engine.
 
-The few names a user touches: ``Session``, ``Graph``, ``ops``, ``load_onnx``, ``errors``.
+The few names a user touches: ``Session``, ``Graph``, ``ops``, ``load_onnx``, ``load_tf``, ``errors``.
+The PyTorch front end is ``aioge.torch`` (extra ``torch``); neither it nor ``load_tf``
+(extra ``tensorflow``) is imported until used.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from aioge import errors, ops  # noqa: E402
 from aioge.ir import Graph, TensorDesc  # noqa: E402
 from aioge.session import Session  # noqa: E402
 
-__all__ = ["Graph", "Session", "TensorDesc", "__version__", "errors", "load_onnx", "ops"]
+__all__ = ["Graph", "Session", "TensorDesc", "__version__", "errors", "load_onnx", "load_tf", "ops"]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
@@ -22,5 +24,16 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 def load_onnx(source: Any, **kwargs: Any) -> Graph:
     """Load an ONNX model (path, bytes or ModelProto) as an aioge Graph; see ``aioge.frontends.onnx``."""
     from aioge.frontends.onnx import load_onnx as _load
+
+    return _load(source, **kwargs)
+
+
+def load_tf(source: Any, **kwargs: Any) -> Graph:
+    """Load a frozen TensorFlow GraphDef (path, bytes or GraphDef) as an aioge Graph; see ``aioge.frontends.tf``.
+
+    Raises:
+        ImportError: TensorFlow is not installed (``pip install 'aioge[tensorflow]'``).
+    """
+    from aioge.frontends.tf import load_tf as _load
 
     return _load(source, **kwargs)

@@ -162,13 +162,19 @@ def _load_source(spec: str, shapes: dict[str, tuple[int, ...]]) -> tuple[Any, di
         except ImportError as exc:
             raise AiogeError(f"{spec}: this aioge has no ONNX frontend ({exc})") from None
         return graph, {}, None
+    if spec.endswith(".pb"):
+        try:
+            graph = aioge.load_tf(spec, shapes=shapes or None)
+        except ImportError as exc:
+            raise AiogeError(f"{spec}: a TensorFlow .pb needs the tensorflow extra: pip install 'aioge[tensorflow]' ({exc})") from None
+        return graph, {}, None
     if ".py:" in spec:
         stem, func = spec.split(".py:", 1)
         path = stem + ".py"
     else:
         path, func = spec, "build"
     if not path.endswith(".py") or not os.path.isfile(path):
-        raise AiogeError(f"{spec}: expected MODEL.onnx, GRAPH.py[:function] or OUT.om (an existing file)")
+        raise AiogeError(f"{spec}: expected MODEL.onnx, GRAPH.py[:function] or OUT.om (an existing file), or MODEL.pb")
     # The user names this script on the command line to build their graph, as with `python GRAPH.py`.
     module_spec = importlib.util.spec_from_file_location("_aioge_user_graph", path)
     if module_spec is None or module_spec.loader is None:
@@ -425,8 +431,9 @@ def _add_model_commands(sub: Any) -> None:
         p.add_argument("--optimization-switch", metavar="PASS:off;...", help="switch passes (ge.optimizationSwitch)")
         p.add_argument("--option", action="append", metavar="KEY=VALUE", help="any other option (repeatable)")
 
-    p = sub.add_parser("compile", help="compile MODEL.onnx or GRAPH.py offline into an .om (GE's ATC)")
-    p.add_argument("model", help="MODEL.onnx, or GRAPH.py[:function] returning a Graph (default function build)")
+    p = sub.add_parser("compile", help="compile MODEL.onnx, MODEL.pb or GRAPH.py offline into an .om (GE's ATC)")
+    p.add_argument("model", help="MODEL.onnx, MODEL.pb (frozen TensorFlow GraphDef), or GRAPH.py[:function] returning a Graph "
+                   "(default function build)")
     p.add_argument("-o", "--output", required=True, help="the .om to write")
     p.add_argument("--external-weight", action="store_true", help="constants in weight/ beside the .om (ge.externalWeight=1)")
     common(p)

@@ -61,10 +61,13 @@ class GraphError(AiogeError, ValueError):
 class UnsupportedOpError(GraphError):
     """Raised when a model uses op types aioge does not implement; lists all of them at once."""
 
-    def __init__(self, ops: list[tuple[str, str]], *, graph: str | None = None) -> None:
+    def __init__(self, ops: list[tuple[str, str]], *, graph: str | None = None, nodes: list[str] | None = None) -> None:
         self.ops = sorted(set(ops))
+        self.nodes = list(nodes or [])
         listed = ", ".join(f"{d or 'ai.onnx'}::{t}" for d, t in self.ops)
-        super().__init__(f"unsupported op types: {listed}", graph=graph)
+        more = f" and {len(self.nodes) - 8} more" if len(self.nodes) > 8 else ""
+        at = f" (at nodes {', '.join(self.nodes[:8])}{more})" if self.nodes else ""
+        super().__init__(f"unsupported op types: {listed}{at}", graph=graph)
 
 
 class CompileError(AiogeError):

@@ -1,0 +1,300 @@
+"""PyTorch front end: a ``torch.compile`` backend and ``torch.export`` import (extra ``torch``).
+
+Modelled on TorchAir, GE's PyTorch front end::
+
+    backend = aioge.torch.backend(options={"ge.exec.exclude_engines": "AiVec"})
+    model = torch.compile(module, backend=backend, dynamic=True)
+    y = model(x)                                   # a torch tensor, computed by aioge
+
+    graph = aioge.torch.from_module(module.eval(), (x,))   # an aioge.Graph, weights as constants
+    outputs = await session.run(graph, {"x": x.numpy()})  # numpy arrays
+
+The backend takes the FX graphs that TorchDynamo captures (one per graph break), lowers
+each to ATen through AOTAutograd and converts it with ``aioge.frontends.torch_fx``; each
+becomes its own aioge graph in one ``Session`` that the backend owns, so GE options
+(excluded engines, optimisation switch, kernel and graph caches) apply to all of them. A
+graph with an op aioge lacks runs eagerly in PyTorch instead, with an
+``EagerFallbackWarning`` naming the op and the node. Weights are fed on every call on this
+path (PyTorch may update them between calls); ``from_module`` bakes them in as constants,
+a snapshot like ``torch.export``'s.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import warnings
+import weakref
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Mapping, Sequence
+
+import anyio.from_thread
+import numpy as np
+
+
+def _check_import_order() -> None:
+    """Refuse to load torch's compiler after TensorFlow where that crashes the process.
+
+    On CUDA builds torch._dynamo loads triton, whose LLVM clashes with the one TensorFlow
+    has already loaded: a segmentation fault (torch 2.14.1 + triton with TensorFlow 2.21).
+    Loaded the other way round, both work.
+    """
+    import importlib.util
+    import sys
+
+    if "tensorflow" in sys.modules and "triton" not in sys.modules and importlib.util.find_spec("triton") is not None:
+        raise ImportError("aioge.torch must be imported before tensorflow in one process: torch's compiler loads triton, "
+                          "whose LLVM crashes the process when TensorFlow's is already loaded")
+
+
+_check_import_order()
+
+import torch  # noqa: E402
+import torch.fx  # noqa: E402
+from torch._dynamo.backends.common import aot_autograd  # noqa: E402
+from torch._functorch.aot_autograd import make_boxed_func  # noqa: E402
+
+from aioge.errors import AiogeError, GraphError  # noqa: E402
+from aioge.frontends.torch_fx import ConvertedGraph, convert_fx  # noqa: E402
+from aioge.ir.graph import Graph  # noqa: E402
+from aioge.session import Session  # noqa: E402
+
+__all__ = ["AiogeBackend", "EagerFallbackWarning", "backend", "from_module"]
+
+log = logging.getLogger(__name__)
+
+
+class EagerFallbackWarning(UserWarning):
+    """Warned when a captured graph runs eagerly in PyTorch because aioge cannot convert or compile it."""
+
+
+def backend(options: Mapping[str, str] | None = None, *, frozen_parameters: bool = False, name: str = "torch") -> AiogeBackend:
+    """A ``torch.compile`` backend that runs captured graphs on aioge.
+
+    ``options`` are GE session options (as for ``aioge.Session``); ``name`` prefixes the
+    aioge graph names (``torch_0``, ``torch_1``, ... one per captured graph).
+    ``frozen_parameters`` (TorchAir's ``frozen_parameter``): graphs captured with gradients
+    off bake the module's parameters and buffers in as constants, so aioge can fold them
+    (batch norm into convolution) and need not take them on every call; later changes to
+    those tensors are then not seen. Graphs captured with gradients on always take them
+    as inputs.
+
+    Raises:
+        OptionError: a bad option.
+    """
+    return AiogeBackend(options, frozen_parameters=frozen_parameters, name=name)
+
+
+def from_module(
+    module: torch.nn.Module,
+    example_inputs: Sequence[Any],
+    dynamic_shapes: Any = None,
+    *,
+    name: str | None = None,
+) -> Graph:
+    """Export ``module`` with ``torch.export`` and convert it to an aioge Graph.
+
+    ``example_inputs`` are the positional arguments of ``module.forward``; ``dynamic_shapes``
+    is passed to ``torch.export.export`` (``torch.export.Dim`` dims become symbolic aioge
+    dims named by PyTorch, e.g. ``s0``). Parameters and buffers become constants; graph
+    inputs keep the names of ``forward``'s arguments; outputs are ``output_0``, ``output_1``...
+    Put the module in eval mode first: training-mode batch norm and dropout are refused.
+
+    Returns the graph; run it with ``Session.run`` (outputs are numpy arrays).
+
+    Raises:
+        GraphError: ``torch.export`` cannot trace the module, or an op cannot be expressed.
+        UnsupportedOpError: ops aioge lacks, listed with their FX node names.
+    """
+    label = name or type(module).__name__
+    try:
+        exported = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+        # An empty table keeps ops whole (linear, layer_norm, attention) but removes
+        # in-place and training-only forms.
+        exported = exported.run_decompositions({})
+    except (RuntimeError, TypeError, ValueError, AssertionError) as exc:  # torch.export's errors derive from these
+        raise GraphError(f"torch.export could not trace {type(module).__name__}: {exc}", graph=label) from None
+    from torch.export.graph_signature import InputKind
+
+    constants: dict[str, torch.Tensor] = {}
+    input_names: dict[str, str] = {}
+    for spec in exported.graph_signature.input_specs:
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            source = exported.state_dict if spec.target in exported.state_dict else exported.constants
+            constants[spec.arg.name] = source[spec.target]
+        elif spec.kind is InputKind.USER_INPUT:
+            input_names[spec.arg.name] = spec.arg.name
+        else:
+            raise GraphError(f"input {spec.arg.name!r} of kind {spec.kind.name} is not supported", graph=label)
+    converted = convert_fx(exported.graph_module, name=label, constants=constants, input_names=input_names)
+    if any(n is None for n in converted.outputs):
+        raise GraphError("the module returns values that are not tensors; from_module needs tensor outputs", graph=label)
+    return converted.graph
+
+
+class AiogeBackend:
+    """The ``torch.compile`` backend object: one aioge Session, one aioge graph per captured graph.
+
+    ``graphs`` lists the aioge graphs converted so far (in capture order); ``fallbacks``
+    the names of those that run eagerly. ``close()`` ends the session (also done when the
+    backend is garbage-collected or at exit).
+    """
+
+    def __init__(self, options: Mapping[str, str] | None = None, *, frozen_parameters: bool = False, name: str = "torch") -> None:
+        self.name = name
+        self.frozen_parameters = frozen_parameters
+        self.graphs: list[Graph] = []
+        self.fallbacks: list[str] = []
+        self._ids = itertools.count()
+        self._runner = _SessionThread(options)
+        self._frozen: tuple[dict[int, torch.Tensor], int] = ({}, 0)
+        self._aot = aot_autograd(fw_compiler=self._compile, inference_compiler=self._compile, bw_compiler=_eager)
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        frozen = _parameter_inputs(gm, example_inputs) if self.frozen_parameters and not torch.is_grad_enabled() else []
+        # AOTAutograd traces with fake tensors, so the real weights are handed to _compile
+        # aside; its inference graph takes the same inputs in the same order.
+        self._frozen = ({i: example_inputs[i] for i in frozen}, len(example_inputs))
+        try:
+            return self._aot(gm, example_inputs)
+        finally:
+            self._frozen = ({}, 0)
+
+    def close(self) -> None:
+        """Close the backend's session; compiled functions from it must not be called afterwards."""
+        self._runner.close()
+
+    def _compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        graph_id = next(self._ids)
+        label = f"{self.name}_{graph_id}"
+        try:
+            converted = convert_fx(gm, name=label, constants=self._constants(gm))
+            self._runner.call(self._runner.session.add_graph, graph_id, converted.graph)
+        except GraphError as exc:
+            return make_boxed_func(self._fallback(label, gm, exc))
+        self.graphs.append(converted.graph)
+        log.debug("aioge.torch: %s has %d nodes", label, len(converted.graph.nodes))
+        return make_boxed_func(_CompiledGraph(self, graph_id, converted, gm))
+
+    def _constants(self, gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
+        frozen, count = self._frozen
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if not frozen or len(placeholders) != count:
+            return {}  # AOTAutograd added or merged inputs: keep them all as inputs, which is always right
+        constants = {}
+        for i, tensor in frozen.items():
+            val = placeholders[i].meta.get("val")
+            if not isinstance(val, torch.Tensor) or tuple(val.shape) != tuple(tensor.shape) or val.dtype != tensor.dtype:
+                return {}
+            constants[placeholders[i].name] = tensor
+        return constants
+
+    def _fallback(self, label: str, gm: torch.fx.GraphModule, exc: AiogeError) -> Callable[..., Any]:
+        warnings.warn(EagerFallbackWarning(f"aioge.torch: graph {label} runs eagerly in PyTorch: {exc}"), stacklevel=2)
+        self.fallbacks.append(label)
+        return gm.forward
+
+
+class _CompiledGraph:
+    """Calls one aioge graph with PyTorch's arguments; returns torch tensors."""
+
+    def __init__(self, owner: AiogeBackend, graph_id: int, converted: ConvertedGraph, gm: torch.fx.GraphModule) -> None:
+        self.owner = owner
+        self.graph_id = graph_id
+        self.converted = converted
+        self.gm = gm
+        self.eager: Callable[..., Any] | None = None
+
+    def __call__(self, *args: Any) -> list[Any]:
+        if self.eager is not None:
+            return list(self.eager(*args))
+        feeds: dict[str, np.ndarray] = {}
+        device = None
+        for slot in self.converted.inputs:
+            arg = args[slot.index]
+            if slot.kind == "tensor":
+                device = device or arg.device
+                feeds[slot.name] = arg.detach().cpu().numpy()
+            elif slot.kind == "symint":
+                feeds[slot.name] = np.array([int(arg)], np.int64)
+        runner = self.owner._runner
+        try:
+            outputs = runner.call(runner.session.run_graph, self.graph_id, feeds)
+        except (GraphError, AiogeError) as exc:
+            if not _is_compile_failure(exc):
+                raise
+            self.eager = self.owner._fallback(self.converted.graph.name, self.gm, exc)
+            return list(self.eager(*args))
+        result: list[Any] = []
+        for out_name, literal, symint in zip(self.converted.outputs, self.converted.literals, self.converted.symints):
+            if out_name is None:
+                result.append(literal)
+            elif symint:
+                result.append(int(outputs[out_name].reshape(-1)[0]))
+            else:
+                t = torch.from_numpy(np.ascontiguousarray(outputs[out_name]))
+                result.append(t if device is None or device.type == "cpu" else t.to(device))
+        return result
+
+
+def _parameter_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[int]:
+    """Indices of the graph inputs that are a module's parameters or buffers (TorchDynamo passes them as inputs)."""
+    found = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        grapharg = node.meta.get("grapharg")
+        source = grapharg.source.name if grapharg is not None and grapharg.source is not None else ""
+        source = source() if callable(source) else source
+        if isinstance(value, torch.Tensor) and (isinstance(value, torch.nn.Parameter) or "._buffers[" in source):
+            found.append(i)
+    return found
+
+
+def _is_compile_failure(exc: AiogeError) -> bool:
+    from aioge.errors import CompileError, FeedError
+
+    return isinstance(exc, (CompileError, GraphError)) and not isinstance(exc, FeedError)
+
+
+def _eager(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+    # The backward pass runs in PyTorch: aioge runs forward graphs.
+    return make_boxed_func(gm.forward)
+
+
+class _SessionThread:
+    """A ``Session`` living on its own event-loop thread (an anyio blocking portal).
+
+    PyTorch calls a backend synchronously, possibly from a thread whose event loop is
+    running (a model called inside ``async def``); ``anyio.run`` would refuse there, and
+    blocking that loop on itself would deadlock. The portal's loop runs in its own thread,
+    so a synchronous call from anywhere else just waits for it.
+    """
+
+    def __init__(self, options: Mapping[str, str] | None) -> None:
+        self._cm: AbstractContextManager[anyio.from_thread.BlockingPortal] = anyio.from_thread.start_blocking_portal()
+        self.portal = self._cm.__enter__()
+        try:
+            self.session: Session = self.portal.call(_open_session, dict(options or {}))
+        except BaseException:
+            self._cm.__exit__(None, None, None)
+            raise
+        self._close = weakref.finalize(self, _close_session, self._cm, self.portal, self.session)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self.portal.call(fn, *args)
+
+    def close(self) -> None:
+        self._close()
+
+
+async def _open_session(options: dict[str, str]) -> Session:
+    session = Session(options)
+    await session.__aenter__()
+    return session
+
+
+def _close_session(cm: AbstractContextManager[Any], portal: anyio.from_thread.BlockingPortal, session: Session) -> None:
+    try:
+        portal.call(session.aclose)
+    finally:
+        cm.__exit__(None, None, None)

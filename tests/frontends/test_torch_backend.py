@@ -1,0 +1,186 @@
+"""aioge.torch.backend: torch.compile runs captured graphs on aioge, against eager PyTorch.
+
+Tolerances: float32; CNNs and the encoder at rtol 1e-4 / atol 1e-4 (reordered sums), the
+small models at rtol 1e-5 / atol 1e-6.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+pytest.importorskip("transformers")
+
+import aioge.torch as aioge_torch  # noqa: E402
+from aioge.errors import OptionError  # noqa: E402
+from tests.frontends import torch_models  # noqa: E402
+
+
+@pytest.fixture
+def backend() -> aioge_torch.AiogeBackend:
+    torch._dynamo.reset()
+    be = aioge_torch.backend()
+    yield be
+    be.close()
+    torch._dynamo.reset()
+
+
+def _check(compiled: object, model: torch.nn.Module, *args: torch.Tensor, rtol: float, atol: float) -> torch.Tensor:
+    with torch.no_grad():
+        got = compiled(*args)
+        ref = model(*args)
+    assert isinstance(got, torch.Tensor)
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=rtol, atol=atol)
+    return got
+
+
+def test_mobilenet_v3_small_runs_on_aioge(backend: aioge_torch.AiogeBackend) -> None:
+    model = torch_models.mobilenet_v3_small()
+    compiled = torch.compile(model, backend=backend)
+    _check(compiled, model, torch.randn(2, 3, 64, 64), rtol=1e-4, atol=1e-4)
+    assert len(backend.graphs) == 1 and not backend.fallbacks
+    assert sum(1 for n in backend.graphs[0].nodes if n.op_type == "HardSwish") > 0
+
+
+def test_resnet18_runs_on_aioge(backend: aioge_torch.AiogeBackend) -> None:
+    model = torch_models.resnet18()
+    compiled = torch.compile(model, backend=backend)
+    _check(compiled, model, torch.randn(1, 3, 64, 64), rtol=1e-4, atol=1e-4)
+    assert len(backend.graphs) == 1 and not backend.fallbacks
+
+
+def test_bert_encoder_dynamic_batch_and_sequence(backend: aioge_torch.AiogeBackend) -> None:
+    model = torch_models.BertEncoder().eval()
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    for shape in [(2, 16), (3, 9)]:
+        _check(compiled, model, torch.randint(0, 100, shape), rtol=1e-4, atol=1e-4)
+    assert len(backend.graphs) == 1, "a second size must not recompile"
+    ids = [v for v in backend.graphs[0].inputs if v.dtype == "int64" and len(v.shape or ()) == 2]
+    assert ids and all(isinstance(d, str) for d in ids[0].shape)
+
+
+def test_graph_break_gives_two_aioge_graphs(backend: aioge_torch.AiogeBackend) -> None:
+    model = torch_models.WithGraphBreak().eval()
+    compiled = torch.compile(model, backend=backend)
+    _check(compiled, model, torch.randn(3, 8), rtol=1e-5, atol=1e-6)
+    assert len(backend.graphs) == 2 and not backend.fallbacks
+
+
+def test_mark_dynamic_batch(backend: aioge_torch.AiogeBackend) -> None:
+    model = torch_models.Mlp().eval()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(4, 16)
+    torch._dynamo.mark_dynamic(x, 0)
+    _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+    _check(compiled, model, torch.randn(9, 16), rtol=1e-5, atol=1e-6)
+    assert len(backend.graphs) == 1
+    (x_in,) = [v for v in backend.graphs[0].inputs if len(v.shape or ()) == 2 and v.shape[1] == 16 and v.shape[0] != 32]  # not fc1.weight
+    assert isinstance(x_in.shape[0], str)
+
+
+def test_unsupported_op_falls_back_to_eager_with_a_warning(backend: aioge_torch.AiogeBackend) -> None:
+    model = torch_models.WithCumsum()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(2, 5)
+    with pytest.warns(aioge_torch.EagerFallbackWarning, match=r"cumsum.*at nodes cumsum"):
+        got = compiled(x)
+    torch.testing.assert_close(got, model(x))
+    assert backend.fallbacks == ["torch_0"] and backend.graphs == []
+
+
+def test_outputs_keep_gradients_flowing_through_eager_backward(backend: aioge_torch.AiogeBackend) -> None:
+    model = torch_models.Mlp()
+    compiled = torch.compile(model, backend=backend, dynamic=True)  # sizes saved for backward come back as ints
+    x = torch.randn(3, 16)
+    compiled(x).sum().backward()
+    got = model.fc1.weight.grad.clone()
+    model.zero_grad()
+    model(x).sum().backward()
+    np.testing.assert_allclose(got.numpy(), model.fc1.weight.grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_ge_options_apply(tmp_path: os.PathLike[str]) -> None:
+    with pytest.raises(OptionError):
+        aioge_torch.backend(options={"ge.exec.no_such_option": "1"})
+    torch._dynamo.reset()
+    cache = tmp_path / "kernels"
+    cache.mkdir()
+    be = aioge_torch.backend(options={"ge.op_compiler_cache_mode": "enable", "ge.op_compiler_cache_dir": str(cache),
+                                      "ge.exec.exclude_engines": "AiVec"})
+    try:
+        model = torch_models.Mlp().eval()
+        _check(torch.compile(model, backend=be), model, torch.randn(2, 16), rtol=1e-5, atol=1e-6)
+        assert any(p.is_file() for p in cache.rglob("*")), "kernels are cached in the given dir"
+    finally:
+        be.close()
+        torch._dynamo.reset()
+
+
+@pytest.mark.anyio
+async def test_called_inside_a_running_event_loop(backend: aioge_torch.AiogeBackend) -> None:
+    # torch calls the backend synchronously; a loop already running in this thread must not deadlock it.
+    model = torch_models.Mlp().eval()
+    compiled = torch.compile(model, backend=backend)
+    _check(compiled, model, torch.randn(2, 16), rtol=1e-5, atol=1e-6)
+
+
+def test_graph_aioge_cannot_compile_falls_back_once() -> None:
+    # Excluding AiCpu leaves an embedding's Gather with no engine: the first run's compile
+    # fails, the graph runs eagerly from then on, with one warning.
+    torch._dynamo.reset()
+    be = aioge_torch.backend(options={"ge.exec.exclude_engines": "AiCpu"})
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Embedding(10, 4).eval()
+        compiled = torch.compile(model, backend=be)
+        x = torch.tensor([[1, 2], [3, 9]])
+        with pytest.warns(aioge_torch.EagerFallbackWarning, match="no engine left"):
+            _check(compiled, model, x, rtol=1e-6, atol=1e-7)
+        _check(compiled, model, x, rtol=1e-6, atol=1e-7)  # filterwarnings=error: a second warning would fail here
+        assert be.fallbacks == ["torch_0"]
+    finally:
+        be.close()
+        torch._dynamo.reset()
+
+
+def test_import_aioge_imports_neither_torch_nor_tensorflow() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, aioge; aioge.load_tf; print(sorted(m for m in ('torch', 'tensorflow') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_weights_are_inputs_by_default_so_updates_are_seen(backend: aioge_torch.AiogeBackend) -> None:
+    model = torch_models.Mlp().eval()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(2, 16)
+    _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        model.fc2.bias.add_(1.0)
+    _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+    assert len(backend.graphs[0].inputs) == 5  # x and the four weights
+
+
+def test_frozen_parameters_become_constants() -> None:
+    torch._dynamo.reset()
+    be = aioge_torch.backend(frozen_parameters=True)
+    try:
+        model = torch_models.resnet18()
+        compiled = torch.compile(model, backend=be)
+        _check(compiled, model, torch.randn(1, 3, 64, 64), rtol=1e-4, atol=1e-4)
+        (graph,) = be.graphs
+        assert [tuple(v.shape) for v in graph.inputs] == [(1, 3, 64, 64)]  # only the image; weights are constants
+        # With gradients on, the weights stay inputs (AOTAutograd differentiates with respect to them).
+        mlp = torch_models.Mlp()
+        torch.compile(mlp, backend=be)(torch.randn(2, 16)).sum().backward()
+        assert len(be.graphs[-1].inputs) == 5 and mlp.fc1.weight.grad is not None
+    finally:
+        be.close()
+        torch._dynamo.reset()
