@@ -113,7 +113,7 @@ class _Builder:
         finally:
             if self._session is not None:
                 self._session.close()
-        values = []
+        values: list[Any] = []
         for out in outputs:
             v = self.value(out, None)
             values.append(ops.identity(v) if v.producer is None or any(v is w for w in values) else v)
