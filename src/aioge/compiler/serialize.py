@@ -426,7 +426,7 @@ def _load_weight(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: boo
     except CacheError as exc:
         raise ModelFormatError(f"weight file of tensor {name!r}: {str(exc).removeprefix(f'{path}: ')}", path=path) from None
     except OSError as exc:
-        why = "a symbolic link (links in a cache are not followed)" if exc.errno == errno.ELOOP else exc.strerror
+        why = "not trusted: it is a symbolic link (links in a cache are not followed)" if exc.errno == errno.ELOOP else exc.strerror
         raise ModelFormatError(f"weight file of tensor {name!r}: {why}", path=path) from None
     with os.fdopen(fd, "rb", buffering=0) as f:
         reason = io.untrusted_reason(st, shared=not require_owner)
