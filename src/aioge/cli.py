@@ -7,6 +7,7 @@ logging is configured here and only here.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -26,6 +27,27 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("AIOGE_HOME") or Path.home() / ".cache" / "aioge")
 
 
+def _os_errors_in_one_line(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A command whose file system fails it (a dir this user cannot read or write, a path
+    under a regular file, a name too long) prints one line naming the path and the problem
+    on stderr and exits 1, never a traceback."""
+
+    @functools.wraps(fn)
+    def command(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except OSError as exc:
+            print(f"aioge: error: {_os_error_text(exc)}", file=sys.stderr)
+            return 1
+
+    return command
+
+
+def _os_error_text(exc: OSError) -> str:
+    return f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc)
+
+
+@_os_errors_in_one_line
 def cmd_demo(args: argparse.Namespace) -> int:
     """Build the bundled example graphs, compile and run them, check them against numpy."""
     import aioge
@@ -33,7 +55,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     names = [args.model] if args.model else list(EXAMPLES)
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    _private_dirs(cache / "graphs")
+    try:
+        _private_dirs(cache / "graphs")
+    except OSError as exc:
+        print(f"aioge: error: cannot make the demo's cache dir {cache}: {_os_error_text(exc)} "
+              "(choose another with --cache-dir or $AIOGE_HOME)", file=sys.stderr)
+        return 1
     options = {"ge.graph_compiler_cache_dir": str(cache / "graphs"), "ge.op_compiler_cache_dir": _safe_dir(cache / "kernels")}
     failures = 0
 
@@ -458,6 +485,7 @@ def _add_model_commands(sub: Any) -> None:
 # -- the kernel cache: aioge cache stats / prune / clear --------------------------------------
 
 
+@_os_errors_in_one_line
 def cmd_cache_stats(args: argparse.Namespace) -> int:
     """Entries and bytes per soc, recorded hits/misses/compiles, the limits and their sources."""
     from aioge.cache.kernel_cache import cache_report
@@ -479,6 +507,7 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+@_os_errors_in_one_line
 def cmd_cache_prune(args: argparse.Namespace) -> int:
     """Age every soc folder now (entries idle 30 minutes, least recently used first)."""
     from aioge.cache.kernel_cache import cache_for_dir
@@ -493,6 +522,7 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+@_os_errors_in_one_line
 def cmd_cache_clear(args: argparse.Namespace) -> int:
     """Delete aioge's kernel cache files (every soc, or --soc); files aioge did not write stay."""
     from aioge.cache.kernel_cache import cache_for_dir

@@ -90,7 +90,7 @@ async def test_second_session_loads_instead_of_compiling(tmp_path, monkeypatch: 
     assert len(_index(tmp_path)) == 1
 
 
-async def test_no_variables_no_rdcpkt_and_external_weights_are_mapped(tmp_path) -> None:
+async def test_no_variables_no_rdcpkt_and_external_weights_are_loaded(tmp_path) -> None:
     await _build(tmp_path, graph=_graph(with_var=False), **{"ge.externalWeight": "1"})
     assert not any(n.endswith(".rdcpkt") for n in os.listdir(tmp_path))
     (entry,) = _index(tmp_path)
@@ -99,7 +99,9 @@ async def test_no_variables_no_rdcpkt_and_external_weights_are_mapped(tmp_path) 
     assert any(f == "weight_" + __import__("hashlib").sha256(W.tobytes()).hexdigest() for f in weights)
     out, model = await _build(tmp_path, graph=_graph(with_var=False), **{"ge.externalWeight": "1"})
     assert model.stats.graph_cache_hit
-    assert isinstance(model.graph.constants["w"].data, np.memmap)
+    w = model.graph.constants["w"].data
+    assert not isinstance(w, np.memmap) and not isinstance(w.base, np.memmap)  # private memory, not the file
+    assert not w.flags.writeable
     np.testing.assert_allclose(out["y"], _ref(X, with_var=False), rtol=1e-5, atol=1e-6)
 
 

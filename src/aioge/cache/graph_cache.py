@@ -76,12 +76,22 @@ VarDescs = list[list[Any]]  # [name, shape, dtype, format] per variable, by name
 def check_cache_dir(directory: str, graph: str | None = None) -> str:
     """The absolute cache dir, checked to exist (GE: E13026).
 
+    A directory this user cannot look at (permission denied, a name too long) passes: the
+    lookup says so in one warning and the graph is compiled without the cache.
+
     Raises:
         CompileError: the directory does not exist or is not a directory.
     """
     path = os.path.abspath(directory)
-    if not os.path.isdir(path):
-        reason = "the cache directory does not exist" if not os.path.exists(path) else "it is not a directory"
+    try:
+        reason = None if stat.S_ISDIR(os.stat(path).st_mode) else "it is not a directory"
+    except FileNotFoundError:
+        reason = "the cache directory does not exist"
+    except NotADirectoryError:
+        reason = "a part of the path is a file, not a directory"
+    except OSError:
+        reason = None
+    if reason is not None:
         raise CompileError(
             f"Input path {directory!r} (ge.graph_compiler_cache_dir) is invalid. Reason: {reason}; create it first",
             graph=graph, code="E13026",
@@ -110,7 +120,10 @@ class GraphCache:
         self.external_weight = external_weight
         self.shared = shared
         self.mode = 0o660 if shared else 0o600
-        self._om_re = re.compile(rf"{re.escape(key)}_[0-9]{{14}}(?:_[0-9]+)?\.om")
+        # Exactly the names _publish_files gives (n < 10,000), so no other key's file matches:
+        # key "a" must not claim "a_<14 digits>_<ts>.om" of key "a_<14 digits>".
+        self._om_re = re.compile(rf"{re.escape(key)}_[0-9]{{14}}(?:_[0-9]{{1,4}})?\.om")
+        self._warned = False
 
     @property
     def index_path(self) -> str:
@@ -191,6 +204,19 @@ class GraphCache:
             raise PermissionError(f"{path}: not trusted: {io.untrusted_reason(st)}")
         return io.read_trusted_sync(path, max_bytes=max_bytes, shared=self.shared)
 
+    def unusable(self) -> str | None:
+        """Why this cache's directory cannot be used at all (not trusted, or not readable by
+        this user: permission denied, a name too long, ...), or None."""
+        try:
+            why = self.untrusted()
+        except OSError as exc:
+            return f"cannot read {exc.filename or self.dir}: {exc.strerror}"
+        if why is not None:
+            return f"not trusted: {why}"
+        if not os.access(self.dir, os.R_OK | os.X_OK):
+            return f"cannot read {self.dir}: permission denied"
+        return None
+
     def untrusted(self) -> str | None:
         """Why this cache's directory (or its ``weight/``) must not be trusted, or None."""
         reason = io.untrusted_dir_reason(self.dir, shared=self.shared, follow=True)
@@ -218,9 +244,11 @@ class GraphCache:
         """
         start = time.perf_counter()
         check_cache_dir(self.dir, graph)
-        why_not = self.untrusted()
+        why_not = self.unusable()
         if why_not is not None:
-            log.warning("graph cache %r: not trusted, compiling without it: %s", self.key, why_not)
+            if not self._warned:  # once per graph: every later build would only repeat it
+                self._warned = True
+                log.warning("graph cache %r: %s; compiling without it", self.key, why_not)
             return Lookup(None, save=False)
         entries, intact = self.read_index_sync()
         if not intact:
@@ -376,9 +404,25 @@ class GraphCache:
                 log.warning("graph cache %r: index kept being replaced; entry %s is not in it", self.key, entry["cache_file_name"])
         for e in entries:
             if e["cache_file_name"] in gone:
-                for name in (e["cache_file_name"], e["var_desc_file_name"]):
-                    if name:
-                        _unlink(self._path(name))
+                self._remove_entry_files(e)
+
+    def _remove_entry_files(self, e: dict[str, Any]) -> None:
+        """Remove a dropped entry's files, only where they are provably this key's own: the
+        ``.om`` named as ``_publish_files`` names them for this key, its ``.rdcpkt`` by the
+        same stem, each a regular file starting with aioge's magic (or empty: a name claimed
+        by a writer that crashed before filling it). An index is data anyone
+        with write access to the dir could have crafted: the names in it are not trusted."""
+        om, rdc = e["cache_file_name"], e["var_desc_file_name"]
+        if not self._om_re.fullmatch(om):
+            log.info("graph cache %r: index entry names %r, not a model file of this key; not removing it", self.key, om)
+            return
+        for name in (om, rdc):
+            if not name:
+                continue
+            if name not in (om, om[: -len(".om")] + ".rdcpkt"):
+                log.info("graph cache %r: index entry names %r as the descs of %s; not removing it", self.key, name, om)
+            elif not io.unlink_if_ours(self._path(name), empty_ok=True) and os.path.lexists(self._path(name)):
+                log.info("graph cache %r: %s is not provably aioge's; not removing it", self.key, name)
 
     def _orphans(self, known: set[str], *, rebuilding: bool = False) -> list[dict[str, Any]]:
         """Entries for the valid ``.om`` files of this key that are not in ``known``, oldest first

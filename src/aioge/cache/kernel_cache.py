@@ -60,19 +60,19 @@ from aioge.cache.file_lock import SyncFileLock, async_file_lock
 from aioge.cache.kernel_limits import AGING_IDLE_SECONDS, CacheLimits, read_limits, resolve_cache_root, write_default_ini
 from aioge.errors import CacheError
 from aioge.plan.io import (
-    MAGIC,
     make_envelope,
     open_envelope,
     pack,
     read_bytes_sync,
     read_trusted_sync,
+    unlink_if_ours,
     unpack,
     untrusted_dir_reason,
     write_atomic_sync,
 )
 from aioge.plan.kernel import KernelDesc, desc_from_plain, desc_to_plain
 
-__all__ = ["AgingReport", "CacheView", "KernelCache", "LoadResult", "SocSummary", "cache_for_dir", "cache_report"]
+__all__ = ["AgingReport", "CacheView", "KernelCache", "LoadResult", "SocSummary", "cache_for_dir", "cache_report", "root_problem"]
 
 log = logging.getLogger(__name__)
 
@@ -238,11 +238,16 @@ class KernelCache:
     async def open_view(self, *, force: bool) -> CacheView | None:
         """The generation a compile works in, held until ``close_view``: a fresh one for
         ``force`` (published for every later compile), else the current one. None when the
-        cache dir is not trusted (one warning): the compile must not use it. Raises nothing:
-        a broken generation file is the root generation, with a warning."""
+        cache cannot be used at all (``root_problem``) or its dir is not trusted (one warning
+        each): the compile goes on without it. Raises nothing: a broken generation file is the
+        root generation, with a warning."""
         return await self._hop(self.open_view_sync, force)
 
     def open_view_sync(self, force: bool) -> CacheView | None:
+        problem = root_problem(self.root, self.kernel_dir, self.soc_dir)
+        if problem is not None:
+            self._warn_once("root", f"kernel cache {self.root} cannot be used, compiling without it: {problem}")
+            return None
         if not self._usable_sync():
             return None
         touch = self.limits().aging
@@ -674,20 +679,7 @@ class KernelCache:
 
 def _remove_if_ours(path: Path) -> bool:
     """Unlink ``path`` only if it is a regular file that starts with aioge's magic."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return False
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode) or os.read(fd, len(MAGIC)) != MAGIC:
-            return False
-    finally:
-        os.close(fd)
-    try:
-        os.unlink(path)
-        return True
-    except OSError:
-        return False
+    return unlink_if_ours(path)
 
 
 def _remove_lock_file(path: Path) -> int:
@@ -713,11 +705,40 @@ def _rmdir_quietly(path: Path) -> None:
         pass  # not empty: it holds files aioge did not write
 
 
+def root_problem(root: Path, *inner: Path) -> str | None:
+    """Why a kernel cache root (and the folders ``inner`` below it, in order) cannot be used
+    at all, or None: any error but "not found" (a missing folder is made on the first
+    write), or something other than a directory. Names the path and the problem."""
+    for d, follow in ((root, True), *((p, False) for p in inner)):
+        try:
+            st = os.stat(d) if follow else os.lstat(d)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # ENOTDIR, ENAMETOOLONG, EACCES, ELOOP, EIO, ...
+            return f"{d}: {exc.strerror}"
+        if stat.S_ISLNK(st.st_mode):
+            return None  # inside the root: the trust check refuses it with its own warning
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{d}: not a directory"
+    return None
+
+
+def _check_root(base: Path) -> None:
+    problem = root_problem(base, base / "kernel_cache")
+    if problem is not None:
+        raise CacheError(f"kernel cache root cannot be used: {problem}")
+
+
 def cache_for_dir(root: str | os.PathLike[str] | None, soc: str | None = None, *, env: Mapping[str, str] | None = None) -> list[KernelCache]:
     """The kernel caches under a root (``--dir``, else ``$ASCEND_CACHE_PATH``, else
-    ``$HOME/atc_data``): one per soc folder, or just ``soc``'s. For the ``aioge cache`` tools."""
+    ``$HOME/atc_data``): one per soc folder, or just ``soc``'s. For the ``aioge cache`` tools.
+
+    Raises:
+        CacheError: the root or its ``kernel_cache/`` cannot be looked at (``root_problem``).
+    """
     env = dict(os.environ if env is None else env)
     base = resolve_cache_root(os.fspath(root) if root else "", env)
+    _check_root(base)
     kernel_dir = base / "kernel_cache"
     if soc is not None:
         return [KernelCache(base, soc, env=env)]
@@ -728,9 +749,14 @@ def cache_for_dir(root: str | os.PathLike[str] | None, soc: str | None = None, *
 
 def cache_report(root: str | os.PathLike[str] | None, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``aioge cache stats`` as plain data: the root, the effective limits with their sources,
-    and per soc folder its entries, bytes and recorded counters."""
+    and per soc folder its entries, bytes and recorded counters.
+
+    Raises:
+        CacheError: the root or its ``kernel_cache/`` cannot be looked at (``root_problem``).
+    """
     env = dict(os.environ if env is None else env)
     base = resolve_cache_root(os.fspath(root) if root else "", env)
+    _check_root(base)
     limits = read_limits(base / "kernel_cache", env)  # warnings logged: the CLI shows them
     socs = []
     for cache in cache_for_dir(base, env=env):

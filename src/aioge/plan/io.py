@@ -43,6 +43,7 @@ __all__ = [
     "MAX_FILE_BYTES",
     "make_envelope",
     "open_envelope",
+    "open_regular",
     "pack",
     "read_bytes",
     "read_bytes_sync",
@@ -50,6 +51,7 @@ __all__ = [
     "unpack",
     "untrusted_dir_reason",
     "untrusted_reason",
+    "unlink_if_ours",
     "write_atomic",
     "write_atomic_sync",
 ]
@@ -342,11 +344,8 @@ def read_trusted_sync(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE
 
 
 def _read(path: str, max_bytes: int, shared: bool | None) -> bytes:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    fd, st = open_regular(path)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CacheError("not a regular file", path=path)
         if shared is not None:
             reason = untrusted_reason(st, shared=shared)
             if reason is not None:
@@ -364,6 +363,76 @@ def _read(path: str, max_bytes: int, shared: bool | None) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+# Never block, never follow: opening a FIFO for reading waits for a writer (forever, in a
+# worker thread that no timeout can cancel), and a device or a terminal has side effects.
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
+    """Open a cache file for reading: ``(fd, fstat)`` of a regular file, the caller closes ``fd``.
+
+    Every cache reader opens through here. The open never blocks and never follows a
+    symbolic link, and the opened file's type is checked before a byte is read, so a FIFO,
+    socket, device or directory in a file's place is refused instead of hanging the process.
+
+    Raises:
+        FileNotFoundError: no such file. CacheError: not a regular file (naming what it
+            is). OSError: a symbolic link (ELOOP), permission denied, ...
+    """
+    path = os.fspath(path)
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket (or a device without a driver)
+            raise CacheError(f"not a regular file but {_file_type(path)}", path=path) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CacheError(f"not a regular file but {_file_type(path, st)}", path=path)
+        os.set_blocking(fd, True)  # a regular file: reads are as usual
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _file_type(path: str, st: os.stat_result | None = None) -> str:
+    if st is None:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return "something that cannot be opened"
+    mode = st.st_mode
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return f"a file of type {stat.S_IFMT(mode):o}"
+
+
+def unlink_if_ours(path: str | os.PathLike[str], *, empty_ok: bool = False) -> bool:
+    """Unlink ``path`` only if it is a regular file (not a link) that starts with aioge's
+    magic (or, with ``empty_ok``, is empty: a name ``write_atomic_sync`` claimed before a
+    crash); True when it was removed. Never raises (a file not provably aioge's stays)."""
+    try:
+        fd, st = open_regular(path)
+    except (OSError, CacheError):
+        return False
+    try:
+        if not (empty_ok and st.st_size == 0) and os.read(fd, len(MAGIC)) != MAGIC:
+            return False
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
 
 
 async def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600, limiter: anyio.CapacityLimiter | None = None) -> None:

@@ -8,8 +8,9 @@ compile statistics), the op versions the kernels were chosen under, and a digest
 code. Constant and variable data travel inline (one 64-byte-aligned bytes field of the
 payload, each tensor a zero-copy read-only view of it on load) or, with
 ``external=True`` (GE's ``ge.externalWeight=1``), as raw files ``weight/weight_<sha256>``
-beside the ``.om``: named by content so identical weights are stored once, and
-memory-mapped read-only on load after their size and sha256 are checked.
+beside the ``.om``: named by content so identical weights are stored once, and read
+into private memory on load, checking their size and sha256 as they are read (never
+memory-mapped: a file changed or truncated under a loaded model must not change it).
 
 The plan dataclasses are encoded generically from their fields by ``plan.codec``, with a
 digest of their layout stored: a file written under another layout is stale
@@ -22,11 +23,11 @@ plans against the graph, and binds each kernel once; anything malformed is a
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import hashlib
 import logging
 import os
-import stat
 import struct
 import time
 from typing import Any
@@ -73,6 +74,7 @@ _WEIGHT_PREFIX = "weight_"
 # Tags of the data references (plan.codec's generic tags are one-key maps too).
 _T_WEIGHT, _T_BLOB = "~w", "~b"
 _BLOB_ALIGN = 64
+_WEIGHT_CHUNK = 1 << 20  # bytes read and hashed at a time (fits the CPU's cache)
 _MAX_TENSOR_BYTES = 16 << 30  # no tensor or arena of a model this simulator runs is larger
 _MAX_META_BYTES = 256 << 20  # a model's graph and plans (tensor data lies outside): ~30 KB for a transformer block
 
@@ -284,7 +286,8 @@ def decode_model(
     """Rebuild a compiled model from ``.om`` bytes.
 
     ``weight_dir`` is where external weights live (default: ``weight/`` beside ``path``).
-    With ``require_owner`` a weight file must be owned by this user; with ``expect_sha256``
+    A weight file others may write is refused; with ``require_owner`` it must also be owned
+    by this user and not writable by its group; with ``expect_sha256``
     the payload must be that one (an index entry names the file it was made for). The returned model's
     stats are fresh: nothing was compiled (``kernels_compiled == 0``), ``compile_seconds``
     is the decode time.
@@ -373,7 +376,7 @@ def _set_desc(v: Value, d: TensorDesc) -> None:
 
 def _dec_data(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, name: str, blob: memoryview) -> np.ndarray:
     if isinstance(ref, dict) and _T_WEIGHT in ref:
-        return _map_weight(ref[_T_WEIGHT], desc, weight_dir, require_owner, name)
+        return _load_weight(ref[_T_WEIGHT], desc, weight_dir, require_owner, name)
     if isinstance(ref, dict) and _T_BLOB in ref:
         span = ref[_T_BLOB]
         if not (isinstance(span, list) and len(span) == 2 and all(type(i) is int and i >= 0 for i in span)):
@@ -390,8 +393,15 @@ def _dec_data(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, 
     return data
 
 
-def _map_weight(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, name: str) -> np.ndarray:
-    """Memory-map one external weight file read-only, after checking its size and sha256."""
+def _load_weight(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, name: str) -> np.ndarray:
+    """Read one external weight file into private memory and check its size and sha256.
+
+    Not memory-mapped: a mapped file that is rewritten in place would change a loaded
+    model's weights after they were checked, and one that is truncated would kill the
+    process with SIGBUS on the next run. What is checked is what is kept. A file others
+    may write is never trusted (``aioge.cache_shared=1`` or not); with ``require_owner``
+    one its group may write or another user owns is not either.
+    """
     if not (isinstance(ref, list) and len(ref) == 3 and all(isinstance(r, t) for r, t in zip(ref, (str, str, int)))):
         raise ModelFormatError(f"tensor {name!r}: malformed weight reference")
     fname, digest, nbytes = ref
@@ -401,26 +411,33 @@ def _map_weight(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool
         raise ModelFormatError(f"tensor {name!r}: weight of {nbytes} bytes does not fit its desc {desc}")
     path = os.path.join(weight_dir, fname)
     try:
-        f = open(path, "rb", opener=_open_nofollow)  # noqa: SIM115 - closed below; memmap keeps its own map
+        fd, st = io.open_regular(path)
+    except CacheError as exc:
+        raise ModelFormatError(f"weight file of tensor {name!r}: {str(exc).removeprefix(f'{path}: ')}", path=path) from None
     except OSError as exc:
-        raise ModelFormatError(f"weight file of tensor {name!r}: {exc.strerror}", path=path) from None
-    with f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ModelFormatError("weight file is not a regular file", path=path)
-        reason = io.untrusted_reason(st) if require_owner else None
+        why = "not trusted: it is a symbolic link (links in a cache are not followed)" if exc.errno == errno.ELOOP else exc.strerror
+        raise ModelFormatError(f"weight file of tensor {name!r}: {why}", path=path) from None
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        reason = io.untrusted_reason(st, shared=not require_owner)
         if reason is not None:
             raise ModelFormatError(f"weight file is not trusted: {reason}", path=path)
         if st.st_size != nbytes:
             raise ModelFormatError(f"weight file has {st.st_size} bytes, tensor {name!r} ({desc}) needs {nbytes}", path=path)
-        array = np.memmap(f, dtype=desc.dtype, mode="r", shape=tuple(int(s) for s in desc.shape))
-    if hashlib.sha256(array.reshape(-1).view(np.uint8).data).hexdigest() != digest:
+        flat = np.empty(nbytes, dtype=np.uint8)
+        h = hashlib.sha256()
+        view = flat.data  # a memoryview of the new buffer
+        got = 0
+        while got < nbytes:  # hashed chunk by chunk while the chunk is still in the CPU's cache
+            n = f.readinto(view[got : got + _WEIGHT_CHUNK])
+            if not n:
+                raise ModelFormatError(f"weight file of tensor {name!r} shrank to {got} bytes while read", path=path)
+            h.update(view[got : got + n])
+            got += n
+    if h.hexdigest() != digest:
         raise ModelFormatError(f"weight file of tensor {name!r}: checksum mismatch (corrupt file)", path=path)
+    array = flat.view(desc.dtype).reshape(tuple(int(s) for s in desc.shape))
+    array.flags.writeable = False
     return array
-
-
-def _open_nofollow(path: str, flags: int) -> int:
-    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))
 
 
 def _check_ops(model: CompiledModel, ops: Any) -> None:
