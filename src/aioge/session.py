@@ -688,8 +688,7 @@ class Session:
             for size in _bucket_sizes(entry.resolved):
                 signature = tuple((name, (size, *rest)) for name, rest, _ in tail)
                 models[size] = (await self._executable(entry, signature)).model
-            entry.batched = batched_outputs(models) if len(models) > 1 else frozenset(
-                v.name for v in entry.graph.outputs if v.shape and v.shape[0] == next(iter(models)))
+            entry.batched = batched_outputs(models)  # with one size, an output of that dim 0 counts as batched
         batcher = entry.batchers.get(tail)
         if batcher is None:
             batcher = entry.batchers[tail] = Batcher(
