@@ -608,13 +608,19 @@ class Session:
 
         async def compile_all() -> CompiledModel:
             models: list[CompiledModel | None] = [None] * len(gears.signatures)
+            errors: list[Exception] = []
 
             async def one(i: int, sig: Signature) -> None:
-                models[i] = await compile_graph(graph, sig, resolved, limiter=cpu, kernel_cache=self.kernel_cache)
+                try:
+                    models[i] = await compile_graph(graph, sig, resolved, limiter=cpu, kernel_cache=self.kernel_cache)
+                except Exception as exc:  # the first gear's error is the compile's, not an ExceptionGroup
+                    errors.append(exc)
 
             async with anyio.create_task_group() as tg:
                 for i, sig in enumerate(gears.signatures):
                     tg.start_soon(one, i, sig)
+            if errors:
+                raise errors[0]
             first, *rest = (m for m in models if m is not None)
             first.gears = tuple(rest)
             return first
