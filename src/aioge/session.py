@@ -63,6 +63,7 @@ class _GraphEntry:
     batched: frozenset[str] = frozenset()  # outputs whose dim 0 is the batch (gears, batching)
     batchers: dict[_Tail, Batcher] = field(default_factory=dict)  # aioge.batch_max_rows: one per feed layout
     checked: dict[_FeedKey, Signature] = field(default_factory=dict)  # feed layouts already checked
+    served: dict[_FeedKey, tuple[int, _Tail]] = field(default_factory=dict)  # gears/batching: layouts checked, their rows and tail
 
 
 class _RunGate:
@@ -426,21 +427,30 @@ class Session:
             del self._anonymous_adding[key]
             done.set()
 
-    async def load_model(self, path: str | os.PathLike[str], graph_id: int | None = None) -> int:
+    async def load_model(
+        self, path: str | os.PathLike[str], graph_id: int | None = None, *, options: Mapping[str, str] | None = None
+    ) -> int:
         """Load a compiled model (an ``.om`` from ``aioge compile``) and register it as a graph.
 
         Returns its graph id (``graph_id``, or else the smallest free positive id); run it with
         ``run_graph`` on inputs of the shapes it was compiled for. The file is read and checked
-        in one worker thread.
+        in one worker thread. ``options`` are graph options that do not change what was
+        compiled: the ``aioge.batch_*`` ones (batching a loaded model needs its gears).
 
         Raises:
             ModelFormatError: the file is missing, corrupt, foreign or stale. GraphError: the id
             is taken (also by an add still in flight), or the model's variables clash with the
-            session's. SessionClosedError: the session is closed.
+            session's. OptionError: a bad option, one that would need a recompile, or batching
+            on a model without batch gears. SessionClosedError: the session is closed.
         """
+        from aioge.options import OPTIONS
         from aioge.plan.serialize import load_model
 
         self._check_open()
+        checked = check_options(options, "graph")
+        for key, value in checked.items():
+            if OPTIONS[key].shapes_compile or not key.startswith("aioge.batch_"):
+                raise OptionError(key, value, "the model is compiled already: only aioge.batch_* options apply to load_model")
         if graph_id is not None:
             self._reserve(graph_id, None)
         try:
@@ -452,10 +462,13 @@ class Session:
                     graph_id += 1
                 self._reserved.add(graph_id)
             self._adopt_variables(model.graph)
-            resolved = resolve_options(self._options)
+            resolved = resolve_options(self._options, checked)
+            if resolved.batch_max_rows and not (gear_set_of_model(model) or _NO_GEARS).batch:
+                raise OptionError("aioge.batch_max_rows", str(resolved.batch_max_rows),
+                                  f"{os.fspath(path)} has no batch gears to pad batches to; compile it with --dynamic-batch-size")
             exe = await anyio.to_thread.run_sync(partial(Executable, model, self._variables, threads=resolved.exec_threads))
             self._check_open(model.graph.name)
-            entry = _GraphEntry(graph_id, model.graph, {}, resolved, lock=anyio.Lock())
+            entry = _GraphEntry(graph_id, model.graph, checked, resolved, lock=anyio.Lock())
             signature = tuple((name, tuple(shape)) for name, shape in model.signature)
             entry.builds[signature] = exe
             entry.last = signature
@@ -642,16 +655,26 @@ class Session:
     ) -> dict[str, np.ndarray]:
         """A run of a graph with gears or batching: feeds checked here (a bad one fails alone),
         then queued for a batch, or run alone padded to a gear or batch size."""
-        arrays = self._feed_arrays(entry.graph, feeds)
-        shapes = {n: a.shape for n, a in arrays.items()}
-        if entry.gears is not None:
-            rows = entry.gears.pick(shapes)[1]
+        key = _feed_key(feeds)
+        known = entry.served.get(key) if key is not None else None
+        if known is not None:
+            arrays = dict(feeds)
+            rows, tail = known
         else:
-            rows = _rows(entry.graph, arrays)
-            input_signature(entry.graph, shapes)
+            arrays = self._feed_arrays(entry.graph, feeds)
+            shapes = {n: a.shape for n, a in arrays.items()}
+            if entry.gears is not None:
+                rows = entry.gears.pick(shapes)[1]
+            else:
+                rows = _rows(entry.graph, arrays)
+                input_signature(entry.graph, shapes)
+            tail = tuple((n, a.shape[1:], a.dtype.str) for n, a in arrays.items())
+            if key is not None:
+                if len(entry.served) >= _FEED_KEYS:
+                    entry.served.pop(next(iter(entry.served)))
+                entry.served[key] = (rows, tail)
         max_rows = self._max_rows(entry)
         if max_rows and rows <= max_rows and trace is None:
-            tail = tuple((n, a.shape[1:], a.dtype.str) for n, a in arrays.items())
             batcher = entry.batchers.get(tail) or await self._batcher(entry, tail)
             return await batcher.submit(arrays, rows)
         return await self._run_padded(entry, arrays, trace)
@@ -702,6 +725,9 @@ class Session:
                 max_delay=entry.resolved.batch_max_delay_us / 1e6, batched=entry.batched,
             )
         return batcher
+
+
+_NO_GEARS = GearSet("", (), (), frozenset())
 
 
 def _sig(model: CompiledModel) -> Signature:

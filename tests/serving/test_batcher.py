@@ -276,3 +276,32 @@ async def test_a_cancelled_leader_hands_the_lead_on() -> None:
                 tg.start_soon(one, i)
     assert sorted(got) == [1, 2, 3] and all(got[i][0, 0] == i + 1 for i in got)
     assert b.stats().batches == 1 and b.stats().requests == 3
+
+
+async def test_a_loaded_geared_model_batches(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from aioge.errors import OptionError
+    from aioge.plan.serialize import save_model
+
+    gears = {"ge.inputShape": "x:-1,16", "ge.dynamicBatchSize": "1,4,8"}
+    async with aioge.Session(SESSION) as s:
+        await s.add_graph(1, _mlp(), gears)
+        await save_model(tmp_path / "g.om", await s.build_graph(1))
+        await s.add_graph(2, _mlp())
+        await save_model(tmp_path / "plain.om", await s.build_graph(2, {"x": (4, 16)}))
+    async with aioge.Session() as s:
+        gid = await s.load_model(tmp_path / "g.om", options={"aioge.batch_max_rows": "8", "aioge.batch_max_delay_us": "20000"})
+        got: dict[int, np.ndarray] = {}
+
+        async def one(i: int) -> None:
+            got[i] = (await s.run_graph(gid, {"x": _rows(i, 1)}))["y"]
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(one, i)
+        for i in range(8):
+            np.testing.assert_allclose(got[i], _ref(_rows(i, 1)), rtol=1e-5, atol=1e-6)
+        assert s.batch_stats(gid).batches == 1
+        with pytest.raises(OptionError, match="no batch gears"):
+            await s.load_model(tmp_path / "plain.om", options={"aioge.batch_max_rows": "8"})
+        with pytest.raises(OptionError, match="only aioge.batch_"):
+            await s.load_model(tmp_path / "g.om", options={"ge.dynamicBatchSize": "1,2"})

@@ -196,3 +196,15 @@ def test_aioge_compile_writes_the_gears_into_one_om(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )
     assert bad.returncode != 0 and "from 2 to 100 gears" in bad.stderr and "Traceback" not in bad.stderr
+
+
+async def test_a_gear_that_does_not_compile_fails_the_add_with_its_error() -> None:
+    g = aioge.Graph("baked")
+    x = g.input("x", (1, 4), "float32")
+    g.output(ops.reshape(ops.relu(x), g.constant(np.array([1, 4], np.int64))), names=["y"])  # the batch is baked in
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        with pytest.raises(aioge.errors.GraphError, match="(?i)reshape"):
+            await s.add_graph(1, g, {"ge.inputShape": "x:-1,4", "ge.dynamicBatchSize": "1,2"})
+        with pytest.raises(aioge.errors.GraphError, match="no graph with id 1"):
+            s.compiled(1)
+        await s.add_graph(1, g)  # the id is free again
