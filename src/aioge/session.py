@@ -266,6 +266,9 @@ class Session:
             self._check_open(graph.name)
             self._adopt_variables(graph)
             entry = _GraphEntry(graph_id, graph, checked, resolved, lock=anyio.Lock(), graph_cache=cache)
+            if resolved.batch_max_rows and graph.variables:
+                raise OptionError("aioge.batch_max_rows", str(resolved.batch_max_rows),
+                                  f"graph {graph.name!r} has variables: runs stacked into one would update them once, not per caller")
             entry.gears = gear_set(graph, resolved)
             if entry.gears is not None and resolved.batch_max_rows and not entry.gears.batch:
                 raise OptionError("aioge.batch_max_rows", str(resolved.batch_max_rows),

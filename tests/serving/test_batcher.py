@@ -305,3 +305,14 @@ async def test_a_loaded_geared_model_batches(tmp_path) -> None:  # type: ignore[
             await s.load_model(tmp_path / "plain.om", options={"aioge.batch_max_rows": "8"})
         with pytest.raises(OptionError, match="only aioge.batch_"):
             await s.load_model(tmp_path / "g.om", options={"ge.dynamicBatchSize": "1,2"})
+
+
+async def test_a_graph_with_variables_does_not_batch() -> None:
+    from aioge.errors import OptionError
+
+    g = aioge.Graph("counter")
+    x = g.input("x", ("N", 2), "float32")
+    g.output(ops.add(x, g.variable("bias", np.zeros(2, np.float32))), names=["y"])
+    async with aioge.Session(SESSION) as s:
+        with pytest.raises(OptionError, match="has variables"):
+            await s.add_graph(1, g, {"aioge.batch_max_rows": "8"})
