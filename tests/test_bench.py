@@ -21,7 +21,8 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     path = tmp_path_factory.mktemp("model") / "mlp.onnx"
     onnx.save(to_onnx(graph), str(path))
     cfg = SuiteConfig(workloads=["mlp", "add_chain"], rounds=1, runs=2, concurrency=(1, 3), concurrency_workloads=["mlp"],
-                      concurrency_rounds=1, startup_model=str(path), blas_variant=False, chain=40, devices=2)
+                      concurrency_rounds=1, startup_model=str(path), blas_variant=False, chain=40, devices=2,
+                      serving_workloads=["mlp"], serving_clients=8, serving_requests=3, serving_rounds=1)
     return run_suite(cfg)
 
 
@@ -44,6 +45,18 @@ def test_small_run_measures_every_side(small_run: dict) -> None:
     assert chain["compiled_nodes"] == 40  # fusion is off for the chain: one node per Add
     assert chain["aioge_us_per_node"] == pytest.approx(chain["aioge"] / 40 * 1e6)
     assert "onnx_reference" not in chain  # micro workloads skip onnx.reference
+
+
+def test_the_serving_section_measures_batched_unbatched_and_the_pool(small_run: dict) -> None:
+    (row,) = small_run["serving"]
+    assert row["workload"] == "mlp" and row["clients"] == 8
+    for side in ("batched", "unbatched", "ort"):
+        assert row[f"{side}_rps"] > 0 and 0 < row[f"{side}_p50_s"] <= row[f"{side}_p99_s"]
+    assert row["batched_vs_ort"] == pytest.approx(row["batched_rps"] / row["ort_rps"])
+    assert 1 <= row["mean_batch_rows"] <= 8 and row["lag_max_ms"] >= row["lag_p99_ms"] >= 0
+    targets = {t["target"]: t for t in small_run["targets"]}
+    assert targets["serving mlp: batched req/s aioge/ort"]["bound"] == 2.0
+    assert "## Serving: 8 concurrent single-row clients" in render_markdown(small_run)
 
 
 def test_startup_loads_from_the_graph_cache_in_a_fresh_process(small_run: dict) -> None:

@@ -19,6 +19,8 @@ ALLOWED = {
     "cache": {"plan", "keys", "errors", "_util"},
     "_util": set(),
     "runtime": {"plan", "ir", "ops", "kernels", "errors"},
+    # gears and the batcher: above the runtime and the compiler, below the session
+    "serving": {"plan", "ir", "errors", "options", "compiler", "runtime"},
 }
 
 

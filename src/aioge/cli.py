@@ -257,11 +257,22 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from aioge.plan.serialize import save_model
 
     shapes = _parse_shapes(args.input_shape)
+    graph_options: dict[str, str] = {}
+    if args.dynamic_batch_size or args.dynamic_dims:
+        # ATC's gears: --input-shape holds -1 where they vary; every gear is compiled into the .om
+        if not any(-1 in s for s in shapes.values()):
+            raise AiogeError("--dynamic-batch-size/--dynamic-dims need --input-shape with -1 for the dims that vary, e.g. x:-1,16")
+        graph_options["ge.inputShape"] = ";".join(f"{n}:{','.join(map(str, s))}" for n, s in shapes.items())
+        if args.dynamic_batch_size:
+            graph_options["ge.dynamicBatchSize"] = args.dynamic_batch_size
+        if args.dynamic_dims:
+            graph_options["ge.dynamicDims"] = args.dynamic_dims
+        shapes = {}  # the frontend keeps the model's own shapes; the gears set them
     graph, _, _ = _load_source(args.model, shapes)
 
     async def go() -> Any:
         async with aioge.Session(_model_options(args)) as s:
-            await s.add_graph(1, graph)
+            await s.add_graph(1, graph, graph_options)
             model = await s.build_graph(1, shapes)
             await save_model(args.output, model, external=args.external_weight)
             return model
@@ -273,8 +284,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise AiogeError(f"{args.output}: cannot write: {exc}") from None
     summary = model.summary()
     weights = f"external under {Path(args.output).resolve().parent / 'weight'}" if args.external_weight else "inline"
+    gears = f", {len(model.all_gears())} gears" if model.gears else ""
     print(f"compiled {args.model} -> {args.output}: {summary['nodes']} nodes {summary['nodes_per_engine']}, "
-          f"{len(summary['streams'])} streams, arena {summary['arena_bytes']} B, weights {weights}, "
+          f"{len(summary['streams'])} streams, arena {summary['arena_bytes']} B, weights {weights}{gears}, "
           f"{1e3 * model.stats.compile_seconds:.1f} ms")
     return 0
 
@@ -463,6 +475,11 @@ def _add_model_commands(sub: Any) -> None:
                    "(default function build)")
     p.add_argument("-o", "--output", required=True, help="the .om to write")
     p.add_argument("--external-weight", action="store_true", help="constants in weight/ beside the .om (ge.externalWeight=1)")
+    gears = p.add_mutually_exclusive_group()
+    gears.add_argument("--dynamic-batch-size", metavar="1,2,4,8",
+                       help="batch gears (ge.dynamicBatchSize): -1 in --input-shape's dim 0 takes each size; all in one .om")
+    gears.add_argument("--dynamic-dims", metavar="4;8;16",
+                       help="dims gears (ge.dynamicDims): each ';' item fills every -1 of --input-shape; all in one .om")
     common(p)
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("run", help="run an .om (or MODEL.onnx, GRAPH.py) on inputs from .npy files")

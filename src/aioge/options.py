@@ -159,6 +159,66 @@ def _positive_float(v: str) -> float:
     return x
 
 
+def _input_shape(v: str) -> Mapping[str, tuple[int, ...]]:
+    """GE's ``ge.inputShape``: ``name:1,3,224,224;name2:-1,16``; -1 marks a dim the gears set."""
+    out: dict[str, tuple[int, ...]] = {}
+    for item in filter(None, (s.strip() for s in v.split(";"))):
+        name, sep, dims = item.rpartition(":")
+        parts = [d.strip() for d in dims.split(",")] if dims.strip() else []
+        if not sep or not name or not all(re.fullmatch(r"-1|[0-9]+", d) for d in parts):
+            raise ValueError(f"'name:D1,D2,...;name2:...' with -1 for a dim the gears set, e.g. data:-1,3,224,224; bad item {item!r}")
+        if name in out:
+            raise ValueError(f"input {name!r} given twice")
+        out[name] = tuple(int(d) for d in parts)
+    return MappingProxyType(out)
+
+
+def _gear_count(n: int) -> None:
+    if not 2 <= n <= 100:  # GE's limits for dynamic batch and dynamic dims
+        raise ValueError(f"from 2 to 100 gears, got {n}")
+
+
+def _batch_sizes(v: str) -> tuple[int, ...]:
+    """GE's ``ge.dynamicBatchSize``: ``1,2,4,8`` (a trailing comma is allowed, as in GE)."""
+    if not v:
+        return ()
+    parts = [p.strip() for p in v.rstrip(",").split(",")]
+    if not all(re.fullmatch(r"[0-9]+", p) and int(p) >= 1 for p in parts):
+        raise ValueError("comma-separated batch sizes of at least 1, e.g. 1,2,4,8")
+    sizes = tuple(int(p) for p in parts)
+    if len(set(sizes)) != len(sizes):
+        raise ValueError("each batch size once")
+    _gear_count(len(sizes))
+    return tuple(sorted(sizes))
+
+
+def _dims(v: str) -> tuple[tuple[int, ...], ...]:
+    """GE's ``ge.dynamicDims``: one gear per ';', the values of every -1 of ge.inputShape in order."""
+    if not v:
+        return ()
+    gears = []
+    for item in filter(None, (s.strip() for s in v.split(";"))):
+        parts = [p.strip() for p in item.split(",")]
+        if not all(re.fullmatch(r"[0-9]+", p) and int(p) >= 1 for p in parts):
+            raise ValueError(f"';'-separated gears of comma-separated dims of at least 1, e.g. 4;8;16 or 1,64;2,32; bad gear {item!r}")
+        gears.append(tuple(int(p) for p in parts))
+    if len({len(g) for g in gears}) > 1:
+        raise ValueError("every gear gives the same number of dims")
+    if len(set(gears)) != len(gears):
+        raise ValueError("each gear once")
+    _gear_count(len(gears))
+    return tuple(gears)
+
+
+def _sizes(v: str) -> tuple[int, ...]:
+    if not v:
+        return ()
+    parts = [p.strip() for p in v.split(",")]
+    if not all(re.fullmatch(r"[0-9]+", p) and 1 <= int(p) <= 1 << 20 for p in parts):
+        raise ValueError("comma-separated batch sizes from 1 to 1048576, e.g. 1,4,16,64")
+    return tuple(sorted(set(int(p) for p in parts)))
+
+
 _S = frozenset({SESSION})
 _G = frozenset({GRAPH})
 _SG = frozenset({SESSION, GRAPH})
@@ -210,6 +270,20 @@ _TABLE: tuple[OptionSpec, ...] = (
     OptionSpec("aioge.graph_cache_check", None, _SG, "fingerprint", _choice("fingerprint", "key"),
                "graph_cache_check", doc="fingerprint: reload only an identical graph; key: trust graph_key alone (GE)",
                shapes_compile=False),
+    OptionSpec("ge.inputShape", "INPUT_SHAPE", _G, "", _input_shape, "input_shape",
+               doc="input shapes for gears, 'data:-1,3,224,224;other:...': -1 marks the dims ge.dynamicBatchSize or ge.dynamicDims set"),
+    OptionSpec("ge.dynamicBatchSize", "DYNAMIC_BATCH_SIZE", _G, "", _batch_sizes, "dynamic_batch_size",
+               doc="batch gears '1,2,4,8' (2-100), all compiled ahead; a run pads to the smallest that fits"),
+    OptionSpec("ge.dynamicDims", "DYNAMIC_DIMS", _G, "", _dims, "dynamic_dims",
+               doc="dims gears '4;8;16' or '1,64;2,32' (2-100), one value per -1 of ge.inputShape"),
+    OptionSpec("aioge.batch_max_rows", None, _G, "0", _int_range(0, 1 << 20), "batch_max_rows",
+               doc="N > 0: stack concurrent runs of the graph into batches of up to N rows (dim 0); 0: off",
+               shapes_compile=False),
+    OptionSpec("aioge.batch_max_delay_us", None, _G, "1000", _int_range(0, 10_000_000), "batch_max_delay_us",
+               doc="how long a batch waits for more rows after its first, in microseconds", shapes_compile=False),
+    OptionSpec("aioge.batch_preferred_sizes", None, _G, "", _sizes, "batch_preferred_sizes",
+               doc="batch sizes compiled up front and padded to, '1,4,16' (default: powers of 2 up to batch_max_rows)",
+               shapes_compile=False),
     OptionSpec("aioge.cache_shared", None, _S, "0", _flag01, "cache_shared",
                doc="1: cache files are group-writable and files of other owners are trusted",
                shapes_compile=False),
@@ -243,6 +317,12 @@ class CompileOptions:
     exec_devices: int = 0
     graph_cache_check: str = "fingerprint"
     cache_shared: bool = False
+    input_shape: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    dynamic_batch_size: tuple[int, ...] = ()
+    dynamic_dims: tuple[tuple[int, ...], ...] = ()
+    batch_max_rows: int = 0
+    batch_max_delay_us: int = 1000
+    batch_preferred_sizes: tuple[int, ...] = ()
     raw: Mapping[str, str] = field(default_factory=dict)  # the effective string values, by GE key
 
     def streams_for(self, engine: Engine) -> int:
@@ -331,4 +411,27 @@ def resolve_options(
         raw[spec.key] = text
     known = {f.name for f in fields(CompileOptions)}
     assert set(values) <= known
+    _check_gears(values, raw)
     return CompileOptions(**values, raw=MappingProxyType(raw))
+
+
+def _check_gears(values: Mapping[str, Any], raw: Mapping[str, str]) -> None:
+    """GE's rules across the gear options: batch and dims gears exclude each other, need
+    ge.inputShape, and a -1 count that fits them.
+
+    Raises:
+        OptionError: the options disagree.
+    """
+    batch, dims, shapes = values["dynamic_batch_size"], values["dynamic_dims"], values["input_shape"]
+    if batch and dims:
+        raise OptionError("ge.dynamicDims", raw["ge.dynamicDims"], "ge.dynamicBatchSize and ge.dynamicDims exclude each other")
+    key = "ge.dynamicBatchSize" if batch else "ge.dynamicDims"
+    unknown = sum(d == -1 for s in shapes.values() for d in s)
+    if (batch or dims) and not unknown:
+        raise OptionError(key, raw[key], "needs ge.inputShape with -1 for the dims the gears set, e.g. data:-1,3,224,224")
+    if batch and any(s and (-1 in s[1:]) for s in shapes.values()):
+        raise OptionError(key, raw[key], f"ge.inputShape {raw['ge.inputShape']!r} may hold -1 only as the first (batch) dim")
+    if dims and len(dims[0]) != unknown:
+        raise OptionError(key, raw[key], f"each gear gives {len(dims[0])} dims; ge.inputShape {raw['ge.inputShape']!r} has {unknown} -1")
+    if shapes and not (batch or dims):
+        raise OptionError("ge.inputShape", raw["ge.inputShape"], "aioge uses it with ge.dynamicBatchSize or ge.dynamicDims (the gears)")

@@ -6,7 +6,7 @@ import logging
 import os
 import warnings
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from functools import partial
 from types import TracebackType
@@ -19,8 +19,8 @@ from aioge.cache.kernel_cache import KernelCache
 from aioge.compiler import cached as graph_cache
 from aioge.compiler.graph import compile_graph
 from aioge.compiler.specialize import input_signature
-from aioge.errors import FeedError, GraphError, SessionClosedError
-from aioge.ir.desc import is_static, numpy_dtype
+from aioge.errors import FeedError, GraphError, OptionError, SessionClosedError
+from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import Graph
 from aioge.options import CompileOptions, check_options, resolve_options
 from aioge.plan.model import CompiledModel
@@ -28,6 +28,8 @@ from aioge.runtime.blas import configure_blas
 from aioge.runtime.devices import DevicePool
 from aioge.runtime.executor import Executable, TraceSpan
 from aioge.runtime.workers import EngineWorkers
+from aioge.serving.batcher import Batcher, BatchStats
+from aioge.serving.gears import GearSet, batched_outputs, gear_set, gear_set_of_model, pad_rows
 
 __all__ = ["ANONYMOUS_GRAPHS", "Session"]
 
@@ -42,6 +44,9 @@ Signature = tuple[tuple[str, tuple[int, ...]], ...]
 ANONYMOUS_GRAPHS = 16
 
 _OptionsKey = tuple[tuple[str, str], ...]
+_Tail = tuple[tuple[str, tuple[int, ...], str], ...]  # each input's name, shape past dim 0 and dtype: what a batch shares
+_FeedKey = tuple[tuple[str, tuple[int, ...], np.dtype], ...]
+_FEED_KEYS = 64  # feed layouts whose check is remembered per graph
 
 
 @dataclass(slots=True)
@@ -54,6 +59,44 @@ class _GraphEntry:
     lock: anyio.Lock | None = None
     last: Signature | None = None
     graph_cache: graph_cache.GraphCache | None = None  # when ge.graph_compiler_cache_dir and ge.graph_key are set
+    gears: GearSet | None = None  # GE's dynamic gears, all built when the graph is added
+    batched: frozenset[str] = frozenset()  # outputs whose dim 0 is the batch (gears, batching)
+    batchers: dict[_Tail, Batcher] = field(default_factory=dict)  # aioge.batch_max_rows: one per feed layout
+    checked: dict[_FeedKey, Signature] = field(default_factory=dict)  # feed layouts already checked
+    served: dict[_FeedKey, tuple[int, _Tail]] = field(default_factory=dict)  # gears/batching: layouts checked, their rows and tail
+
+
+class _RunGate:
+    """A bound on runs in flight that costs nothing (no checkpoint) while it is not reached:
+    a CapacityLimiter checkpoints on every acquire, about 10 us a run."""
+
+    __slots__ = ("limit", "busy", "waiters")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.busy = 0
+        self.waiters: deque[anyio.Event] = deque()
+
+    async def enter(self) -> None:
+        if self.busy < self.limit and not self.waiters:
+            self.busy += 1
+            return
+        ev = anyio.Event()
+        self.waiters.append(ev)
+        try:
+            await ev.wait()
+        except BaseException:
+            if ev in self.waiters:
+                self.waiters.remove(ev)
+            else:  # handed a slot while being cancelled: hand it on
+                self.leave()
+            raise
+
+    def leave(self) -> None:
+        if self.waiters:
+            self.waiters.popleft().set()  # the slot passes to the first waiter
+        else:
+            self.busy -= 1
 
 
 class _Engines:
@@ -112,7 +155,7 @@ class Session:
         self._next_anonymous = -1
         self._variables: dict[str, np.ndarray] = {}
         self._cpu: anyio.CapacityLimiter | None = None
-        self._runs: anyio.CapacityLimiter | None = None
+        self._runs: _RunGate | None = None
         # The engines' lanes (started with the session) and the device processes
         # (aioge.exec_devices, started on the first run that can use them).
         self._engines = _Engines(DevicePool(resolved.exec_devices) if resolved.exec_devices else None)
@@ -156,14 +199,14 @@ class Session:
         if devices is not None:
             await anyio.to_thread.run_sync(devices.close)
 
-    def _limiters(self) -> tuple[anyio.CapacityLimiter, anyio.CapacityLimiter]:
+    def _limiters(self) -> tuple[anyio.CapacityLimiter, _RunGate]:
         if self._cpu is None:
             cores = os.cpu_count() or 2
             self._cpu = anyio.CapacityLimiter(cores)  # compile work
             # Runs in flight on the engine lanes (each holds an arena). Twice the cores, so a lane
             # that finishes a run finds the next one queued instead of idling through the
             # thread-to-loop-to-thread hand-off; the lanes' CPU tokens still bound the compute.
-            self._runs = anyio.CapacityLimiter(2 * cores)
+            self._runs = _RunGate(2 * cores)
         assert self._runs is not None
         return self._cpu, self._runs
 
@@ -191,11 +234,16 @@ class Session:
     async def add_graph(self, graph_id: int, graph: Graph, options: Mapping[str, str] | None = None) -> None:
         """Register ``graph`` under ``graph_id`` with graph-level options.
 
+        With gears (``ge.dynamicBatchSize`` or ``ge.dynamicDims`` and ``ge.inputShape``) every
+        gear is compiled now, into one model; with batching (``aioge.batch_max_rows``) and
+        inputs static past dim 0, every batch size is compiled now.
+
         Raises:
             OptionError: a bad graph option. GraphError: the id is taken (also by an
             ``add_graph`` or ``load_model`` still in flight), or the graph is malformed, or its
             variables clash with the session's. CompileError (E13026): the graph cache is on
-            and its directory does not exist. SessionClosedError: the session is closed.
+            and its directory does not exist; or a gear does not compile. SessionClosedError:
+            the session is closed.
         """
         self._check_open()
         if not isinstance(graph, Graph):
@@ -218,6 +266,20 @@ class Session:
             self._check_open(graph.name)
             self._adopt_variables(graph)
             entry = _GraphEntry(graph_id, graph, checked, resolved, lock=anyio.Lock(), graph_cache=cache)
+            if resolved.batch_max_rows and graph.variables:
+                raise OptionError("aioge.batch_max_rows", str(resolved.batch_max_rows),
+                                  f"graph {graph.name!r} has variables: runs stacked into one would update them once, not per caller")
+            entry.gears = gear_set(graph, resolved)
+            if entry.gears is not None and resolved.batch_max_rows and not entry.gears.batch:
+                raise OptionError("aioge.batch_max_rows", str(resolved.batch_max_rows),
+                                  "batching stacks along dim 0: it works with ge.dynamicBatchSize gears, not ge.dynamicDims")
+            if entry.gears is not None:
+                await self._build_gears(entry, entry.gears)
+            elif resolved.batch_max_rows:
+                tail = _static_tail(graph)
+                if tail is not None:
+                    await self._batcher(entry, tail)
+            self._check_open(graph.name)
             self._graphs[graph_id] = entry
             return entry
         finally:
@@ -241,6 +303,8 @@ class Session:
             FeedError: a dynamic input without a shape. GraphError, CompileError: as compile_graph.
         """
         entry = self._entry(graph_id)
+        if entry.gears is not None and not shapes:  # every gear was built when it was added: the model holds them all
+            return entry.builds[entry.gears.signatures[0]].model
         given = {k: (np.shape(v) if not isinstance(v, (tuple, list)) else tuple(v)) for k, v in (shapes or {}).items()}
         unknown = sorted(set(given) - {v.name for v in entry.graph.inputs})
         if unknown:
@@ -261,21 +325,51 @@ class Session:
         """
         return await self._run_entry(self._entry(graph_id), feeds, trace)
 
+    def batch_stats(self, graph_id: int) -> BatchStats:
+        """The graph's dynamic batching so far (``aioge.batch_max_rows``): batches run, requests
+        and rows in them, mean batch rows, queue delay p50/p99 in seconds; all feed layouts summed.
+
+        Raises:
+            GraphError: no such graph, or batching is off for it.
+        """
+        entry = self._entry(graph_id)
+        if not entry.resolved.batch_max_rows:
+            raise GraphError(f"graph id {graph_id} does not batch (aioge.batch_max_rows is not set)", graph=entry.graph.name)
+        stats = [b.stats() for b in entry.batchers.values()]
+        if len(stats) == 1:
+            return stats[0]
+        batches, requests, rows = (sum(getattr(x, f) for x in stats) for f in ("batches", "requests", "rows"))
+        busiest = max(stats, key=lambda x: x.requests, default=None)
+        return BatchStats(batches, requests, rows, rows / batches if batches else 0.0,
+                          busiest.queue_delay_p50 if busiest else 0.0, busiest.queue_delay_p99 if busiest else 0.0)
+
     async def _run_entry(
         self, entry: _GraphEntry, feeds: Mapping[str, Any], trace: str | os.PathLike[str] | None = None
     ) -> dict[str, np.ndarray]:
-        arrays, signature = self._check_feeds(entry.graph, feeds)
+        if entry.gears is not None or entry.resolved.batch_max_rows:
+            return await self._run_serving(entry, feeds, trace)
+        arrays, signature = self._check_feeds(entry, feeds)
         exe = await self._executable(entry, signature)
+        return await self._run_exe(entry, exe, arrays, trace)
+
+    async def _run_exe(
+        self, entry: _GraphEntry, exe: Executable, arrays: dict[str, np.ndarray], trace: str | os.PathLike[str] | None = None
+    ) -> dict[str, np.ndarray]:
         _, runs = self._limiters()
-        workers = await self._start()
+        workers = self._engines.workers
+        if workers is None:
+            workers = await self._start()
         spans: list[TraceSpan] | None = [] if trace is not None else None
         devices = self._engines.devices
-        async with runs:
+        await runs.enter()
+        try:
             self._check_open(entry.graph.name)
             if devices is not None and spans is None and entry.resolved.exec_mode == "sink" and devices.eligible(exe):
                 return await devices.run(exe, arrays, entry.resolved.exec_threads)
             start = anyio.current_time()
             outputs = await exe.run(arrays, mode=entry.resolved.exec_mode, workers=workers, trace=spans)
+        finally:
+            runs.leave()
         if trace is not None and spans is not None:
             from aioge.runtime.trace import write_trace
 
@@ -336,21 +430,30 @@ class Session:
             del self._anonymous_adding[key]
             done.set()
 
-    async def load_model(self, path: str | os.PathLike[str], graph_id: int | None = None) -> int:
+    async def load_model(
+        self, path: str | os.PathLike[str], graph_id: int | None = None, *, options: Mapping[str, str] | None = None
+    ) -> int:
         """Load a compiled model (an ``.om`` from ``aioge compile``) and register it as a graph.
 
         Returns its graph id (``graph_id``, or else the smallest free positive id); run it with
         ``run_graph`` on inputs of the shapes it was compiled for. The file is read and checked
-        in one worker thread.
+        in one worker thread. ``options`` are graph options that do not change what was
+        compiled: the ``aioge.batch_*`` ones (batching a loaded model needs its gears).
 
         Raises:
             ModelFormatError: the file is missing, corrupt, foreign or stale. GraphError: the id
             is taken (also by an add still in flight), or the model's variables clash with the
-            session's. SessionClosedError: the session is closed.
+            session's. OptionError: a bad option, one that would need a recompile, or batching
+            on a model without batch gears. SessionClosedError: the session is closed.
         """
+        from aioge.options import OPTIONS
         from aioge.plan.serialize import load_model
 
         self._check_open()
+        checked = check_options(options, "graph")
+        for key, value in checked.items():
+            if OPTIONS[key].shapes_compile or not key.startswith("aioge.batch_"):
+                raise OptionError(key, value, "the model is compiled already: only aioge.batch_* options apply to load_model")
         if graph_id is not None:
             self._reserve(graph_id, None)
         try:
@@ -362,13 +465,23 @@ class Session:
                     graph_id += 1
                 self._reserved.add(graph_id)
             self._adopt_variables(model.graph)
-            resolved = resolve_options(self._options)
+            resolved = resolve_options(self._options, checked)
+            if resolved.batch_max_rows and not (gear_set_of_model(model) or _NO_GEARS).batch:
+                raise OptionError("aioge.batch_max_rows", str(resolved.batch_max_rows),
+                                  f"{os.fspath(path)} has no batch gears to pad batches to; compile it with --dynamic-batch-size")
             exe = await anyio.to_thread.run_sync(partial(Executable, model, self._variables, threads=resolved.exec_threads))
             self._check_open(model.graph.name)
-            entry = _GraphEntry(graph_id, model.graph, {}, resolved, lock=anyio.Lock())
+            entry = _GraphEntry(graph_id, model.graph, checked, resolved, lock=anyio.Lock())
             signature = tuple((name, tuple(shape)) for name, shape in model.signature)
             entry.builds[signature] = exe
             entry.last = signature
+            for gear in model.gears:  # the other gears of a geared .om
+                entry.builds[_sig(gear)] = await anyio.to_thread.run_sync(
+                    partial(Executable, gear, self._variables, threads=resolved.exec_threads))
+            entry.gears = gear_set_of_model(model)
+            if entry.gears is not None and entry.gears.batch:
+                entry.batched = batched_outputs(dict(zip(entry.gears.batch, model.all_gears())))
+            self._check_open(model.graph.name)
             self._graphs[graph_id] = entry
             return graph_id
         finally:
@@ -451,7 +564,32 @@ class Session:
             entry.last = signature
             return exe
 
-    def _check_feeds(self, graph: Graph, feeds: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], Signature]:
+    def _check_feeds(self, entry: _GraphEntry, feeds: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], Signature]:
+        """The feeds as arrays and their signature, checked against the graph; a layout of
+        names, shapes and dtypes seen before skips the check (about 15 us on small graphs).
+
+        Raises:
+            FeedError: a missing, extra or mis-shaped/typed feed.
+        """
+        key = _feed_key(feeds)
+        if key is not None:
+            signature = entry.checked.get(key)
+            if signature is not None:
+                return dict(feeds), signature
+        arrays = self._feed_arrays(entry.graph, feeds)
+        signature = input_signature(entry.graph, {n: a.shape for n, a in arrays.items()})
+        if key is not None:
+            if len(entry.checked) >= _FEED_KEYS:
+                entry.checked.pop(next(iter(entry.checked)))
+            entry.checked[key] = signature
+        return arrays, signature
+
+    def _feed_arrays(self, graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The feeds as arrays of the inputs' dtypes, every input fed and nothing else.
+
+        Raises:
+            FeedError: a missing, extra or mistyped feed.
+        """
         if not isinstance(feeds, Mapping):
             raise FeedError(f"feeds must be a mapping of input name to array, got {type(feeds).__name__}", graph=graph.name)
         names = [v.name for v in graph.inputs]
@@ -474,8 +612,170 @@ class Session:
             if x.dtype != want and not (v.dtype == "str" and x.dtype.kind in "UO"):
                 raise FeedError(f"input {v.name!r} expects {v.desc}, got dtype {x.dtype}", graph=graph.name, input=v.name)
             arrays[v.name] = x
+        return arrays
+
+    # -- serving: gears and batching ------------------------------------------------------
+
+    async def _build_gears(self, entry: _GraphEntry, gears: GearSet) -> None:
+        """Compile every gear (through the graph cache when it is on: one entry holds them all)
+        and bind each; a run never compiles."""
+        cpu, _ = self._limiters()
+        graph, resolved = entry.graph, entry.resolved
+
+        async def compile_all() -> CompiledModel:
+            models: list[CompiledModel | None] = [None] * len(gears.signatures)
+            errors: list[Exception] = []
+
+            async def one(i: int, sig: Signature) -> None:
+                try:
+                    models[i] = await compile_graph(graph, sig, resolved, limiter=cpu, kernel_cache=self.kernel_cache)
+                except Exception as exc:  # the first gear's error is the compile's, not an ExceptionGroup
+                    errors.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                for i, sig in enumerate(gears.signatures):
+                    tg.start_soon(one, i, sig)
+            if errors:
+                raise errors[0]
+            first, *rest = (m for m in models if m is not None)
+            first.gears = tuple(rest)
+            return first
+
+        if entry.graph_cache is not None:
+            model = await graph_cache.load_or_compile(entry.graph_cache, graph, gears.signatures[0], resolved, compile_all)
+        else:
+            model = await compile_all()
+        if [_sig(m) for m in model.all_gears()] != list(gears.signatures):  # pragma: no cover - the cache key holds the gear options
+            raise GraphError("the cached model's gears differ from the options' gears", graph=graph.name)
+        for m in model.all_gears():
+            entry.builds[_sig(m)] = await anyio.to_thread.run_sync(partial(Executable, m, self._variables, threads=resolved.exec_threads))
+        entry.last = gears.signatures[0]
+        if gears.batch:
+            entry.batched = batched_outputs(dict(zip(gears.batch, model.all_gears())))
+
+    async def _run_serving(
+        self, entry: _GraphEntry, feeds: Mapping[str, Any], trace: str | os.PathLike[str] | None
+    ) -> dict[str, np.ndarray]:
+        """A run of a graph with gears or batching: feeds checked here (a bad one fails alone),
+        then queued for a batch, or run alone padded to a gear or batch size."""
+        key = _feed_key(feeds)
+        known = entry.served.get(key) if key is not None else None
+        if known is not None:
+            arrays = dict(feeds)
+            rows, tail = known
+        else:
+            arrays = self._feed_arrays(entry.graph, feeds)
+            shapes = {n: a.shape for n, a in arrays.items()}
+            if entry.gears is not None:
+                rows = entry.gears.pick(shapes)[1]
+            else:
+                rows = _rows(entry.graph, arrays)
+                input_signature(entry.graph, shapes)
+            tail = tuple((n, a.shape[1:], a.dtype.str) for n, a in arrays.items())
+            if key is not None:
+                if len(entry.served) >= _FEED_KEYS:
+                    entry.served.pop(next(iter(entry.served)))
+                entry.served[key] = (rows, tail)
+        max_rows = self._max_rows(entry)
+        if max_rows and rows <= max_rows and trace is None:
+            batcher = entry.batchers.get(tail) or await self._batcher(entry, tail)
+            return await batcher.submit(arrays, rows)
+        return await self._run_padded(entry, arrays, trace)
+
+    async def _run_padded(
+        self, entry: _GraphEntry, arrays: dict[str, np.ndarray], trace: str | os.PathLike[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Run checked feeds padded along dim 0 to the smallest gear or batch size that holds
+        them; outputs sliced back to their rows."""
         shapes = {n: a.shape for n, a in arrays.items()}
-        signature = input_signature(graph, shapes)
-        if not all(is_static(s) for _, s in signature):  # pragma: no cover - feeds are always concrete
-            raise FeedError("feeds must have concrete shapes", graph=graph.name)
-        return arrays, signature
+        size: int | None = None
+        if entry.gears is not None:
+            index, rows = entry.gears.pick(shapes)
+            signature = entry.gears.signatures[index]
+            if entry.gears.batch:
+                size = entry.gears.batch[index]
+                arrays = {n: pad_rows(a, size) if n in entry.gears.batched_inputs else a for n, a in arrays.items()}
+        else:
+            rows = _rows(entry.graph, arrays)
+            size = next((b for b in _bucket_sizes(entry.resolved) if b >= rows), None)
+            if size is not None:
+                arrays = {n: pad_rows(a, size) for n, a in arrays.items()}
+            signature = tuple((v.name, arrays[v.name].shape) for v in entry.graph.inputs)
+        exe = await self._executable(entry, signature)
+        outputs = await self._run_exe(entry, exe, arrays, trace)
+        if size is not None and size != rows:
+            outputs = {n: o[:rows] if n in entry.batched else o for n, o in outputs.items()}
+        return outputs
+
+    def _max_rows(self, entry: _GraphEntry) -> int:
+        max_rows = entry.resolved.batch_max_rows
+        if max_rows and entry.gears is not None:
+            return min(max_rows, max(entry.gears.batch))
+        return max_rows
+
+    async def _batcher(self, entry: _GraphEntry, tail: _Tail) -> Batcher:
+        """The batcher of one feed layout; without gears, every batch size is compiled first."""
+        if entry.gears is None:
+            models = {}
+            for size in _bucket_sizes(entry.resolved):
+                signature = tuple((name, (size, *rest)) for name, rest, _ in tail)
+                models[size] = (await self._executable(entry, signature)).model
+            entry.batched = batched_outputs(models)  # with one size, an output of that dim 0 counts as batched
+        batcher = entry.batchers.get(tail)
+        if batcher is None:
+            batcher = entry.batchers[tail] = Batcher(
+                partial(self._run_padded, entry), max_rows=self._max_rows(entry),
+                max_delay=entry.resolved.batch_max_delay_us / 1e6, batched=entry.batched,
+            )
+        return batcher
+
+
+_NO_GEARS = GearSet("", (), (), frozenset())
+
+
+def _sig(model: CompiledModel) -> Signature:
+    return tuple((name, tuple(shape)) for name, shape in model.signature)
+
+
+def _feed_key(feeds: Mapping[str, Any]) -> _FeedKey | None:
+    """Names, shapes and dtypes of feeds that are all arrays, or None."""
+    if not isinstance(feeds, Mapping):
+        return None
+    key = []
+    for n, x in feeds.items():
+        if type(x) is not np.ndarray:
+            return None
+        key.append((n, x.shape, x.dtype))
+    return tuple(key)
+
+
+def _rows(graph: Graph, arrays: Mapping[str, np.ndarray]) -> int:
+    """The batch of feeds that share dim 0.
+
+    Raises:
+        FeedError: a scalar feed, or feeds whose dim 0 differ.
+    """
+    rows = {n: a.shape[0] if a.ndim else None for n, a in arrays.items()}
+    if None in rows.values() or len(set(rows.values())) > 1:
+        raise FeedError(f"batching stacks inputs along dim 0, so every input needs the same dim 0; got {rows}", graph=graph.name)
+    return next(iter(rows.values()))  # type: ignore[return-value]
+
+
+def _bucket_sizes(options: CompileOptions) -> tuple[int, ...]:
+    """The batch sizes compiled for batching without gears: aioge.batch_preferred_sizes up to
+    batch_max_rows (default powers of 2), and batch_max_rows itself."""
+    top = options.batch_max_rows
+    if not top:
+        return ()
+    chosen = options.batch_preferred_sizes or tuple(1 << i for i in range(top.bit_length()))
+    return tuple(sorted({b for b in chosen if b <= top} | {top}))
+
+
+def _static_tail(graph: Graph) -> _Tail | None:
+    """The feed layout of a graph whose inputs are static past dim 0, or None."""
+    tail = []
+    for v in graph.inputs:
+        if not v.shape or not all(isinstance(d, int) for d in v.shape[1:]):
+            return None
+        tail.append((v.name, tuple(int(d) for d in v.shape[1:]), np.dtype(numpy_dtype(v.dtype)).str))
+    return tuple(tail)

@@ -35,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-concurrency", action="store_true")
     p.add_argument("--no-startup", action="store_true")
     p.add_argument("--no-blas-variant", action="store_true", help="do not rerun light/ with OPENBLAS_* unset")
+    p.add_argument("--serving-workloads", default=None, help="builder models for the serving section (default: mlp,cnn,transformer)")
+    p.add_argument("--no-serving", action="store_true", help="skip the serving section (concurrent single-row clients)")
     p.add_argument("--json-only", metavar="PATH", default=None, help="write the raw figures to PATH, no RESULTS.md")
 
 
@@ -53,6 +55,7 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
     if args.quick:
         cfg.rounds, cfg.runs, cfg.concurrency_rounds = 3, 3, 2
         cfg.concurrency_workloads = ["mlp", "squeezenet"]
+        cfg.serving_workloads, cfg.serving_rounds = ["mlp"], 2
     if args.devices is not None:
         cfg.devices = args.devices
     if args.rounds is not None:
@@ -63,5 +66,9 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
         cfg.concurrency_workloads = [w for w in args.concurrency_workloads.split(",") if w]
     if args.no_concurrency:
         cfg.concurrency_workloads = []
+    if args.serving_workloads is not None:
+        cfg.serving_workloads = [w for w in args.serving_workloads.split(",") if w]
+    if args.no_serving:
+        cfg.serving_workloads = []
     cfg.__post_init__()
     return cfg

@@ -24,9 +24,10 @@ import numpy as np
 
 import aioge
 from aioge.benchmarks import measure
+from aioge.benchmarks.serving import SERVING_WORKLOADS, serving
 from aioge.benchmarks.workloads import ALL, LIGHT, Workload, light_dir, load_workloads
 
-__all__ = ["SuiteConfig", "TARGETS", "evaluate_targets", "run_suite", "write_results"]
+__all__ = ["SERVING_BATCHED_VS_ORT", "SuiteConfig", "TARGETS", "evaluate_targets", "run_suite", "write_results"]
 
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 # The targets of this round (issue 8), checked on every run of the suite.
@@ -36,7 +37,12 @@ TARGETS = {
     "sink_us_per_node": 1.5,              # the Add chain in sink mode
     "concurrent_vs_ort": 0.8,             # 64 concurrent calls, runs/s vs onnxruntime in a pool
     "loop_lag_ms": 20.0,                  # event-loop lag during the concurrent runs
+    # issue 18, the serving section: 64 single-row clients, aioge batching vs onnxruntime in a 64-thread pool
+    "serving_unbatched_vs_ort": 0.8,
+    "serving_lag_p99_ms": 5.0,
+    "serving_lag_max_ms": 20.0,
 }
+SERVING_BATCHED_VS_ORT = {"mlp": 2.0, "transformer": 2.0, "cnn": 1.0}  # req/s with batching on, per model
 
 
 @dataclass
@@ -54,6 +60,10 @@ class SuiteConfig:
     startup_model: str | None = "resnet50"                  # a light/ name or an .onnx path; None: skip
     blas_variant: bool = True                               # light/ latency again with BLAS_ENV unset
     chain: int = 1000
+    serving_workloads: list[str] = field(default_factory=lambda: list(SERVING_WORKLOADS))  # empty: no serving section
+    serving_clients: int = 64
+    serving_requests: int = 20                              # one-row requests per client per round
+    serving_rounds: int = 3
 
     def __post_init__(self) -> None:
         self.concurrency = tuple(int(c) for c in self.concurrency)
@@ -61,6 +71,10 @@ class SuiteConfig:
             raise ValueError("rounds, runs, concurrency_rounds and every concurrency level must be at least 1")
         if not 0 <= self.devices <= 64:
             raise ValueError(f"devices must be from 0 to 64, not {self.devices}")
+        if self.serving_clients < 1 or self.serving_requests < 1 or self.serving_rounds < 1:
+            raise ValueError("serving clients, requests and rounds must be at least 1")
+        if sorted(set(self.serving_workloads) - set(SERVING_WORKLOADS)):
+            raise ValueError(f"unknown serving workloads {self.serving_workloads}; expected some of {list(SERVING_WORKLOADS)}")
         unknown = sorted(set(self.workloads) - set(ALL))
         if unknown:
             raise ValueError(f"unknown workloads {unknown}; expected some of {list(ALL)}")
@@ -212,6 +226,14 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             TARGETS["concurrent_vs_ort"], True, f"{len(burst)} workloads")
     lags = [c["lag_max_ms"] for r in results["rows"] for c in r.get("concurrency", [])]
     add("max event-loop lag ms", max(lags) if lags else None, TARGETS["loop_lag_ms"], False, "every concurrent burst")
+    for r in results.get("serving", []):
+        w = r["workload"]
+        add(f"serving {w}: batched req/s aioge/ort", r["batched_vs_ort"], SERVING_BATCHED_VS_ORT.get(w, 1.0), True,
+            f"{r['clients']} single-row clients, mean batch {r['mean_batch_rows']:.1f} rows")
+        add(f"serving {w}: p99 aioge batched / ort", r["batched_p99_s"] / r["ort_p99_s"], 1.0, False, "below the pool's")
+        add(f"serving {w}: unbatched req/s aioge/ort", r["unbatched_vs_ort"], TARGETS["serving_unbatched_vs_ort"], True, "")
+        add(f"serving {w}: loop lag p99 ms", r["lag_p99_ms"], TARGETS["serving_lag_p99_ms"], False, "batched bursts")
+        add(f"serving {w}: loop lag max ms", r["lag_max_ms"], TARGETS["serving_lag_max_ms"], False, "batched bursts")
     st = results.get("startup")
     if st:
         add("fresh-process start aioge (graph cache) / ort (create + first run)",
@@ -233,6 +255,19 @@ async def _run(cfg: SuiteConfig, work: str) -> list[dict[str, Any]]:
     return rows
 
 
+async def _serving(cfg: SuiteConfig, cache_dir: str) -> list[dict[str, Any]]:
+    rows = []
+    for name in cfg.serving_workloads:
+        gc.collect()
+        row = await serving(name, clients=cfg.serving_clients, requests=cfg.serving_requests, rounds=cfg.serving_rounds,
+                            cache_dir=cache_dir)
+        print(f"serving {name:11s} batched {row['batched_rps']:8.0f} req/s, unbatched {row['unbatched_rps']:8.0f}, "
+              f"ort {row['ort_rps']:8.0f} (x{row['batched_vs_ort']:.2f}); lag p99 {row['lag_p99_ms']:.1f} ms",
+              file=sys.stderr, flush=True)
+        rows.append(row)
+    return rows
+
+
 def _progress(row: dict[str, Any]) -> str:
     s = f"{row['workload']:14s} aioge {row['aioge'] * 1e3:9.3f} ms  ort {row['ort'] * 1e3:9.3f} ms  ratio {row['aioge_vs_ort']:5.2f}"
     if "reference_vs_aioge" in row:
@@ -250,6 +285,8 @@ def run_suite(cfg: SuiteConfig | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         rows = anyio.run(_run, cfg, work)
         results: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "rows": rows}
+        if cfg.serving_workloads:
+            results["serving"] = anyio.run(_serving, cfg, os.path.join(work, "kernels"))
         if cfg.startup_model:
             results["startup"] = _startup(cfg.startup_model, os.path.join(work, "startup"))
         if cfg.blas_variant:
@@ -317,6 +354,21 @@ def render_markdown(results: dict[str, Any]) -> str:
                       [[w, str(c.get("devices", 0)), str(c["concurrency"]), f"{c['aioge_runs_per_s']:.1f}", f"{c['ort_runs_per_s']:.1f}",
                         f"{c['ratio']:.2f}", f"{c['lag_max_ms']:.2f}", f"{c['lag_p99_ms']:.2f}", f"{c.get('gc_max_ms', 0.0):.2f}", f"{c.get('steal_ms', 0.0):.0f}"]
                        for w, c in conc])
+    serve = results.get("serving")
+    if serve:
+        out += ["", f"## Serving: {serve[0]['clients']} concurrent single-row clients (issue 18)", "",
+                "Each client sends one-row requests one after another. `batched`: aioge with batch gears and "
+                "aioge.batch_max_rows (concurrent calls stacked into one run); `unbatched`: the same graph without; "
+                "`ort`: onnxruntime, one pool thread per client. Requests/s and latency in ms; medians over rounds.", ""]
+        out += _table(["workload", "batched req/s", "unbatched req/s", "ort req/s", "batched/ort", "unbatched/ort",
+                       "p50 batched / unbatched / ort", "p99 batched / unbatched / ort", "mean batch", "queue delay p50/p99 ms",
+                       "lag p99 / max ms"],
+                      [[r["workload"], f"{r['batched_rps']:.0f}", f"{r['unbatched_rps']:.0f}", f"{r['ort_rps']:.0f}",
+                        f"{r['batched_vs_ort']:.2f}", f"{r['unbatched_vs_ort']:.2f}",
+                        " / ".join(_ms(r[f"{k}_p50_s"]) for k in ("batched", "unbatched", "ort")),
+                        " / ".join(_ms(r[f"{k}_p99_s"]) for k in ("batched", "unbatched", "ort")),
+                        f"{r['mean_batch_rows']:.1f}", f"{r['queue_delay_p50_ms']:.2f} / {r['queue_delay_p99_ms']:.2f}",
+                        f"{r['lag_p99_ms']:.2f} / {r['lag_max_ms']:.2f}"] for r in serve])
     st = results.get("startup")
     if st:
         out += ["", f"## Start-up of {st['model']}, each in a fresh process (seconds after the import; "

@@ -58,8 +58,9 @@ def build_transformer(
 
     g = Graph("transformer")
     h: Value = g.input("x", (batch, seq, d_model), "float32")
-    heads_shape = g.constant(np.array([batch, seq, 3, heads, dh], np.int64), "qkv_shape")
-    merged_shape = g.constant(np.array([batch, seq, d_model], np.int64), "merged_shape")
+    # 0 copies the input's dim (ONNX Reshape): the batch is not baked in, so gears can vary it
+    heads_shape = g.constant(np.array([0, seq, 3, heads, dh], np.int64), "qkv_shape")
+    merged_shape = g.constant(np.array([0, seq, d_model], np.int64), "merged_shape")
     thirds = g.constant(np.array([1, 1, 1], np.int64), "qkv_split")
     for i, p in enumerate(params):
         c = {k: g.constant(v, f"l{i}_{k}") for k, v in p.items()}

@@ -58,6 +58,13 @@ class CompiledModel:
     threads: tuple[tuple[int, ...], ...] = ()
     versions: Mapping[str, str] = field(default_factory=versions)
     stats: CompileStats = field(default_factory=CompileStats)
+    # GE's dynamic gears (``serving.gears``): the models of the other gears, compiled with this
+    # one and stored in its .om and graph-cache entry; this model is the first gear. () without gears.
+    gears: tuple[CompiledModel, ...] = ()
+
+    def all_gears(self) -> tuple[CompiledModel, ...]:
+        """This model and its other gears, in gear order."""
+        return (self, *self.gears)
 
     @property
     def arena_bytes(self) -> int:

@@ -66,8 +66,9 @@ log = logging.getLogger(__name__)
 OM_KIND = "om"
 # Bump when the payload's structure or the meaning of a plan field changes (a changed set of
 # plan fields is caught by the layout digest too). 2: CompiledModel.threads, the thread grouping
-# the runtime used to plan itself; a layout-1 file is stale and recompiled.
-OM_LAYOUT = 2
+# the runtime used to plan itself; a layout-1 file is stale and recompiled. 3: the payload's
+# "gears", GE's dynamic gears, each a graph and its plan fields like the model's own.
+OM_LAYOUT = 3
 WEIGHT_DIR = "weight"
 _WEIGHT_PREFIX = "weight_"
 
@@ -115,6 +116,9 @@ def encode_model(model: CompiledModel, *, external: bool = False) -> tuple[bytes
     weights: dict[str, np.ndarray] = {}
     for n in model.graph.nodes:  # what loading will check, checked now: a file that cannot load is not written
         _check_attrs(n.name, n.op_type, n.domain, n.attrs)
+    for gear in model.gears:
+        for n in gear.graph.nodes:
+            _check_attrs(n.name, n.op_type, n.domain, n.attrs)
     blob = _Blob()
     try:
         payload = {
@@ -122,14 +126,24 @@ def encode_model(model: CompiledModel, *, external: bool = False) -> tuple[bytes
             "layout_digest": layout_digest(),
             "code": code_digest(),
             "created": time.time(),
-            "graph": _enc_graph(model.graph, weights if external else None, blob),
-            "fields": {f.name: _enc(getattr(model, f.name)) for f in dataclasses.fields(model) if f.name != "graph"},
-            "ops": _op_versions(model.graph),
+            **_enc_one(model, weights if external else None, blob),
+            "gears": [_enc_one(g, weights if external else None, blob) for g in model.gears],
         }
         framed = _frame(io.pack(payload), blob.bytes())
     except TypeError as exc:
         raise ModelFormatError(f"graph {model.graph.name!r}: cannot serialise: {exc}") from None
     return io.make_envelope(OM_KIND, framed, {"graph": model.graph.name}), weights
+
+
+def _enc_one(model: CompiledModel, weights: dict[str, np.ndarray] | None, blob: _Blob) -> dict[str, Any]:
+    """One gear's graph, plan fields and op versions (the first gear's are the payload's own)."""
+    if any(g.gears for g in model.gears):
+        raise TypeError("a gear has gears of its own")
+    return {
+        "graph": _enc_graph(model.graph, weights, blob),
+        "fields": {f.name: _enc(getattr(model, f.name)) for f in dataclasses.fields(model) if f.name not in ("graph", "gears")},
+        "ops": _op_versions(model.graph),
+    }
 
 
 def _frame(meta: bytes, blob: bytes) -> bytes:
@@ -166,14 +180,19 @@ class _Blob:
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
         self.size = 0
+        self.seen: dict[bytes, list[int]] = {}  # sha256 -> span: gears share their weights, stored once
 
     def add(self, flat: np.ndarray) -> list[int]:
+        digest = hashlib.sha256(flat.data).digest()
+        if digest in self.seen:
+            return self.seen[digest]
         offset = self.size
         self.chunks.append(flat.tobytes())
         pad = -(offset + flat.size) % _BLOB_ALIGN
         if pad:
             self.chunks.append(b"\0" * pad)
         self.size += flat.size + pad
+        self.seen[digest] = [offset, int(flat.size)]
         return [offset, int(flat.size)]
 
     def bytes(self) -> bytes:
@@ -262,6 +281,7 @@ def decode_meta(data: bytes, *, path: str | None = None, check_versions: bool = 
             "external": any(isinstance(c[2], dict) and _T_WEIGHT in c[2] for c in graph["constants"] + graph["variables"]),
             "sha256": header["sha256"],
             "variables": [[v[0], *_enc_desc(_dec_desc(v[1]))] for v in graph["variables"]],
+            "gears": [[[n, list(s)] for n, s in _dec(g["fields"]["signature"])] for g in payload["gears"]],
         }
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise ModelFormatError(f"malformed compiled model: {type(exc).__name__}: {exc}", path=path) from None
@@ -303,21 +323,11 @@ def decode_model(
     if weight_dir is None:
         weight_dir = os.path.join(os.path.dirname(os.path.abspath(path)) if path else ".", WEIGHT_DIR)
     try:
-        graph = _dec_graph(payload["graph"], weight_dir, require_owner, blob)
-        fields = payload["fields"]
-        if not isinstance(fields, dict):
-            raise TypeError("fields is not a map")
-        values = {k: _dec(v) for k, v in fields.items()}
-        values["graph"] = graph
-        model = _build_dataclass(CompiledModel, "CompiledModel", values)
-        _check_ops(model, payload["ops"])
-        _check_plan(model)
-        stored = model.stats
-        if not isinstance(stored, CompileStats):
-            raise TypeError(f"stats is a {type(stored).__name__}")
-        model.stats = CompileStats()  # fresh: nothing was compiled to get this model
-        model.stats.passes_applied = [str(p) for p in stored.passes_applied]
-        model.stats.nodes_before_passes = int(stored.nodes_before_passes)
+        model = _dec_one(payload, weight_dir, require_owner, blob)
+        gears = payload["gears"]
+        if not isinstance(gears, list) or len(gears) > 99:  # GE's limit: 100 gears
+            raise TypeError("gears is not a list of at most 99 gears")
+        model.gears = tuple(_dec_one(g, weight_dir, require_owner, blob) for g in gears)
         if payload["code"] != code_digest():
             log.info("%s: compiled by another build of aioge's code (same versions)", path or "compiled model")
     except ModelFormatError as exc:
@@ -327,6 +337,29 @@ def decode_model(
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, GraphError) as exc:
         raise ModelFormatError(f"malformed compiled model: {type(exc).__name__}: {exc}", path=path) from None
     model.stats.compile_seconds = time.perf_counter() - start
+    return model
+
+
+def _dec_one(x: Any, weight_dir: str, require_owner: bool, blob: memoryview) -> CompiledModel:
+    """One gear: its graph, plan fields (checked against the graph) and fresh stats."""
+    if not isinstance(x, dict):
+        raise TypeError("a gear is not a map")
+    graph = _dec_graph(x["graph"], weight_dir, require_owner, blob)
+    fields = x["fields"]
+    if not isinstance(fields, dict):
+        raise TypeError("fields is not a map")
+    values = {k: _dec(v) for k, v in fields.items()}
+    values["graph"] = graph
+    values["gears"] = ()
+    model: CompiledModel = _build_dataclass(CompiledModel, "CompiledModel", values)
+    _check_ops(model, x["ops"])
+    _check_plan(model)
+    stored = model.stats
+    if not isinstance(stored, CompileStats):
+        raise TypeError(f"stats is a {type(stored).__name__}")
+    model.stats = CompileStats()  # fresh: nothing was compiled to get this model
+    model.stats.passes_applied = [str(p) for p in stored.passes_applied]
+    model.stats.nodes_before_passes = int(stored.nodes_before_passes)
     return model
 
 

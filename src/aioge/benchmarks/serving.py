@@ -1,0 +1,133 @@
+"""The serving benchmark: many concurrent single-row clients, aioge with dynamic batching
+(and without) beside onnxruntime driven from a thread pool of one thread per client.
+
+Each client sends ``requests`` one-row requests one after another (a closed loop, as a
+service's callers do); throughput is all requests over the wall time of the burst, latency
+is per request. aioge runs on this event loop with GE's batch gears (1, 2, 4, ... up to the
+client count, compiled when the graph is added) and ``aioge.batch_max_rows``; the event
+loop's lag is measured meanwhile. The sides alternate round by round; every figure is a
+median over rounds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import anyio
+import numpy as np
+
+import aioge
+from aioge.benchmarks.measure import LagMonitor, ort_session, percentile
+
+__all__ = ["SERVING_WORKLOADS", "serving"]
+
+SERVING_WORKLOADS = ("mlp", "cnn", "transformer")
+
+
+def _model(name: str) -> tuple[aioge.Graph, dict[str, np.ndarray], Any]:
+    from aioge.examples import EXAMPLES
+
+    graph, feeds, reference = EXAMPLES[name](batch=1)  # type: ignore[call-arg]
+    return graph, feeds, reference
+
+
+def _gear_options(graph: aioge.Graph, clients: int, batching: bool) -> dict[str, str]:
+    (x,) = graph.inputs
+    sizes = sorted({1 << i for i in range(clients.bit_length()) if 1 << i <= clients} | {clients})
+    options = {"ge.inputShape": f"{x.name}:{','.join(['-1', *(str(d) for d in (x.shape or ())[1:])])}",
+               "ge.dynamicBatchSize": ",".join(map(str, sizes if len(sizes) > 1 else [1, 2]))}
+    if batching:
+        options["aioge.batch_max_rows"] = str(clients)
+    return options
+
+
+async def _aioge_round(session: aioge.Session, gid: int, feeds: dict[str, np.ndarray], clients: int, requests: int,
+                       monitor: LagMonitor | None) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+
+    async def client() -> None:
+        for _ in range(requests):
+            t = time.perf_counter()
+            await session.run_graph(gid, feeds)
+            latencies.append(time.perf_counter() - t)
+
+    async with anyio.create_task_group() as outer:
+        if monitor is not None:
+            await outer.start(monitor.run)
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(clients):
+                tg.start_soon(client)
+        wall = time.perf_counter() - t0
+        outer.cancel_scope.cancel()
+    return clients * requests / wall, latencies
+
+
+def _ort_round(sess: Any, feeds: dict[str, np.ndarray], pool: ThreadPoolExecutor, clients: int, requests: int) -> tuple[float, list[float]]:
+    def client() -> list[float]:
+        out = []
+        for _ in range(requests):
+            t = time.perf_counter()
+            sess.run(None, feeds)
+            out.append(time.perf_counter() - t)
+        return out
+
+    t0 = time.perf_counter()
+    futures = [pool.submit(client) for _ in range(clients)]
+    latencies = [x for f in futures for x in f.result()]
+    return clients * requests / (time.perf_counter() - t0), latencies
+
+
+async def serving(name: str, *, clients: int = 64, requests: int = 20, rounds: int = 3, cache_dir: str | None = None) -> dict[str, Any]:
+    """One builder model served to ``clients`` concurrent single-row clients: requests/s, p50/p99
+    latency (seconds) of aioge with batching, aioge without, and onnxruntime in a pool; loop lag.
+
+    Raises:
+        AssertionError: a side's output is wrong.
+    """
+    from aioge.benchmarks.workloads import to_onnx
+
+    graph, feeds, reference = _model(name)
+    want = reference(feeds)
+    options = {"aioge.tune_mode": "heuristic", **({"ge.op_compiler_cache_dir": cache_dir} if cache_dir else {})}
+    sess = ort_session(to_onnx(graph))
+    names = [o.name for o in sess.get_outputs()]
+    sides: dict[str, list[tuple[float, list[float]]]] = {"batched": [], "unbatched": [], "ort": []}
+    monitor = LagMonitor()
+    async with aioge.Session(options) as session:
+        t = time.perf_counter()
+        await session.add_graph(1, graph, _gear_options(graph, clients, batching=True))
+        compile_s = time.perf_counter() - t
+        await session.add_graph(2, graph)
+        for gid in (1, 2):
+            got = await session.run_graph(gid, feeds)
+            for k, v in want.items():
+                np.testing.assert_allclose(got[k], v, rtol=1e-3, atol=1e-4, err_msg=f"{name} aioge graph {gid}")
+        got_ort = dict(zip(names, sess.run(None, feeds)))
+        for k, v in want.items():
+            np.testing.assert_allclose(got_ort[k], v, rtol=1e-3, atol=1e-4, err_msg=f"{name} onnxruntime")
+        with ThreadPoolExecutor(clients) as pool:
+            await _aioge_round(session, 1, feeds, clients, 2, None)  # warm every side
+            await _aioge_round(session, 2, feeds, clients, 2, None)
+            await anyio.to_thread.run_sync(_ort_round, sess, feeds, pool, clients, 2)
+            for _ in range(rounds):
+                sides["batched"].append(await _aioge_round(session, 1, feeds, clients, requests, monitor))
+                sides["unbatched"].append(await _aioge_round(session, 2, feeds, clients, requests, None))
+                sides["ort"].append(await anyio.to_thread.run_sync(_ort_round, sess, feeds, pool, clients, requests))
+        stats = session.batch_stats(1)
+    row: dict[str, Any] = {"workload": name, "clients": clients, "requests_per_client": requests, "compile_s": compile_s}
+    for side, samples in sides.items():
+        row[f"{side}_rps"] = statistics.median(rps for rps, _ in samples)
+        row[f"{side}_p50_s"] = statistics.median(percentile(lat, 0.50) for _, lat in samples)
+        row[f"{side}_p99_s"] = statistics.median(percentile(lat, 0.99) for _, lat in samples)
+    row["batched_vs_ort"] = row["batched_rps"] / row["ort_rps"]
+    row["unbatched_vs_ort"] = row["unbatched_rps"] / row["ort_rps"]
+    row["lag_max_ms"] = max(monitor.lags, default=0.0) * 1e3
+    row["lag_p99_ms"] = percentile(monitor.lags, 0.99) * 1e3
+    row["mean_batch_rows"] = stats.mean_batch_rows
+    row["queue_delay_p50_ms"] = stats.queue_delay_p50 * 1e3
+    row["queue_delay_p99_ms"] = stats.queue_delay_p99 * 1e3
+    return row

@@ -1,0 +1,7 @@
+"""Serving: GE's dynamic gears (shape variants compiled ahead, one .om) and the dynamic
+batcher (concurrent runs of a graph stacked into one). Between runtime/ and session.py."""
+
+from aioge.serving.batcher import Batcher, BatchStats
+from aioge.serving.gears import GearSet, gear_set
+
+__all__ = ["BatchStats", "Batcher", "GearSet", "gear_set"]

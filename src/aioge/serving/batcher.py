@@ -1,0 +1,191 @@
+"""The dynamic batcher: concurrent runs of one graph stacked into one run, outputs split back.
+
+Modelled on Triton's dynamic batcher and Ray Serve's ``@serve.batch``: the first request to
+arrive when no batch is forming leads one. It waits up to ``max_delay`` seconds for more rows
+(or until ``max_rows`` are queued), takes the queue's head up to ``max_rows`` rows, stacks
+every input along dim 0, runs the stack once (the runner pads it to a compiled size) and
+hands each request its rows of the batched outputs. The next queued request then leads the
+next batch, so a batch forms while the last one runs; at most ``in_flight`` batches run at
+once, and while a batch waits for its turn it takes in more rows.
+
+There is no background task (a session has no task group to own one, and trio wants one):
+leading moves from request to request. A request cancelled while queued leaves the queue
+(and hands the lead on); a leader cancelled once its batch runs lets the run finish for the
+others (shielded) and drops its own rows. Feeds are checked by the caller before they are
+queued, so a bad feed fails alone; an error of the run fails every request of the batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Mapping
+
+import anyio
+import numpy as np
+
+__all__ = ["BatchStats", "Batcher"]
+
+Runner = Callable[[dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]]
+
+_DELAYS_KEPT = 4096  # queue delays kept for the percentiles: the latest ones
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """A graph's batching so far: batches run, requests and rows in them, queue delay percentiles (seconds)."""
+
+    batches: int
+    requests: int
+    rows: int
+    mean_batch_rows: float
+    queue_delay_p50: float
+    queue_delay_p99: float
+
+    def as_dict(self) -> dict[str, float]:
+        """The figures as plain data (for JSON or metrics)."""
+        return {f: getattr(self, f) for f in self.__slots__}
+
+
+@dataclass(eq=False, slots=True)
+class _Request:
+    arrays: Mapping[str, np.ndarray]
+    rows: int
+    arrived: float
+    wake: anyio.Event = field(default_factory=anyio.Event)
+    lead: bool = False
+    taken: bool = False
+    outputs: dict[str, np.ndarray] | None = None
+    error: BaseException | None = None
+
+
+class Batcher:
+    """Stacks concurrent ``submit`` calls into runs of ``run`` (see the module docstring).
+
+    ``batched`` names the outputs whose dim 0 is the batch; the others go whole to every request.
+    """
+
+    def __init__(
+        self, run: Runner, *, max_rows: int, max_delay: float, batched: frozenset[str], in_flight: int = 2
+    ) -> None:
+        if max_rows < 1 or in_flight < 1:
+            raise ValueError("max_rows and in_flight must be at least 1")
+        self._run = run
+        self.max_rows = max_rows
+        self.max_delay = max_delay
+        self.batched = batched
+        self._queue: deque[_Request] = deque()
+        self._queued_rows = 0
+        self._leading = False
+        self._full: anyio.Event | None = None
+        self._slots = anyio.Semaphore(in_flight)
+        self._batches = self._requests = self._rows = 0
+        self._delays: deque[float] = deque(maxlen=_DELAYS_KEPT)
+
+    def stats(self) -> BatchStats:
+        """The batching figures so far."""
+        d = np.fromiter(self._delays, dtype=np.float64) if self._delays else np.zeros(1)
+        return BatchStats(
+            self._batches, self._requests, self._rows, self._rows / self._batches if self._batches else 0.0,
+            float(np.percentile(d, 50)), float(np.percentile(d, 99)),
+        )
+
+    async def submit(self, arrays: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+        """Queue one request of ``rows`` rows (1 <= rows <= max_rows, checked feeds) and return its outputs.
+
+        Raises:
+            whatever the batch's run raised.
+        """
+        req = _Request(arrays, rows, time.perf_counter())  # not anyio.current_time(): a backend lookup per call
+        self._queue.append(req)
+        self._queued_rows += rows
+        if not self._leading:
+            self._leading = req.lead = True
+        elif self._queued_rows >= self.max_rows and self._full is not None:
+            self._full.set()
+        try:
+            while True:
+                if req.lead and not req.taken:
+                    await self._lead(req)
+                else:
+                    await req.wake.wait()
+                if req.taken and req.wake.is_set():
+                    break
+        except BaseException:
+            self._drop(req)
+            raise
+        if req.error is not None:
+            raise req.error
+        assert req.outputs is not None
+        return req.outputs
+
+    def _drop(self, req: _Request) -> None:
+        """A request that leaves (cancelled): out of the queue, and the lead passed on if it had it."""
+        if req.taken:
+            return  # its batch runs for the others; its rows are dropped
+        try:
+            self._queue.remove(req)
+        except ValueError:
+            return
+        self._queued_rows -= req.rows
+        if req.lead:
+            self._pass_lead()
+
+    def _pass_lead(self) -> None:
+        if self._queue:
+            head = self._queue[0]
+            head.lead = True
+            self._leading = True
+            head.wake.set()
+            head.wake = anyio.Event()  # its own wake stays for its outputs
+        else:
+            self._leading = False
+
+    async def _lead(self, req: _Request) -> None:
+        if self._queued_rows < self.max_rows and self.max_delay > 0:
+            self._full = anyio.Event()
+            with anyio.move_on_after(self.max_delay):
+                await self._full.wait()
+            self._full = None
+        async with self._slots:
+            batch = self._take()
+            self._pass_lead()
+            with anyio.CancelScope(shield=True):  # the others' rows run even if this caller is cancelled
+                await self._run_batch(batch)
+
+    def _take(self) -> list[_Request]:
+        batch: list[_Request] = []
+        rows = 0
+        while self._queue and rows + self._queue[0].rows <= self.max_rows:
+            r = self._queue.popleft()
+            r.taken = True
+            rows += r.rows
+            batch.append(r)
+        self._queued_rows -= rows
+        return batch
+
+    async def _run_batch(self, batch: list[_Request]) -> None:
+        start = time.perf_counter()
+        self._delays.extend(start - r.arrived for r in batch)
+        total = sum(r.rows for r in batch)
+        self._batches += 1
+        self._requests += len(batch)
+        self._rows += total
+        try:
+            if len(batch) == 1:
+                stacked = dict(batch[0].arrays)
+            else:
+                stacked = {n: np.concatenate([r.arrays[n] for r in batch]) for n in batch[0].arrays}
+            outputs = await self._run(stacked)
+        except Exception as exc:
+            for r in batch:
+                r.error = exc
+        else:
+            at = 0
+            for r in batch:
+                r.outputs = {n: (o[at : at + r.rows] if n in self.batched else o) for n, o in outputs.items()}
+                at += r.rows
+        finally:
+            for r in batch:
+                r.wake.set()

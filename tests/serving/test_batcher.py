@@ -1,0 +1,318 @@
+"""Dynamic batching: concurrent runs stacked into one, each caller gets exactly its rows
+(bit-identical to running alone), bad feeds and cancellations stay with their request,
+kernel faults fail the batch, batches in flight are bounded, statistics are kept."""
+
+from __future__ import annotations
+
+import anyio
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import aioge
+import aioge.session
+from aioge import ops
+from aioge.errors import ExecutionError, FeedError, GraphError
+from aioge.serving.batcher import Batcher
+
+pytestmark = pytest.mark.anyio
+
+W = np.random.default_rng(0).standard_normal((16, 32)).astype(np.float32)
+W2 = np.random.default_rng(1).standard_normal((32, 4)).astype(np.float32)
+SESSION = {"aioge.tune_mode": "heuristic"}
+
+
+def _mlp() -> aioge.Graph:
+    g = aioge.Graph("mlp")
+    x = g.input("x", ("N", 16), "float32")
+    h = ops.relu(ops.matmul(x, g.constant(W)))
+    g.output(ops.softmax(ops.matmul(h, g.constant(W2)), axis=-1), names=["y"])
+    return g
+
+
+def _ref(x: np.ndarray) -> np.ndarray:
+    z = np.maximum(x @ W, 0) @ W2
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _rows(seed: int, n: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, 16)).astype(np.float32)
+
+
+# One batch size (8): a request runs padded to 8 rows alone or in a batch, so the same kernels
+# see its rows at the same places in every case, and the results must agree to the bit.
+BATCH8 = {"aioge.batch_max_rows": "8", "aioge.batch_preferred_sizes": "8", "aioge.batch_max_delay_us": "2000"}
+
+
+async def _arrivals(backend_pattern: list[tuple[int, int]]) -> None:
+    async with aioge.Session(SESSION) as s:
+        await s.add_graph(1, _mlp(), BATCH8)
+        feeds = [_rows(i, n) for i, (n, _) in enumerate(backend_pattern)]
+        alone = [(await s.run_graph(1, {"x": x}))["y"] for x in feeds]  # one at a time: each is a batch of its own
+        got: dict[int, np.ndarray] = {}
+
+        async def one(i: int, delay_us: int) -> None:
+            await anyio.sleep(delay_us / 1e6)
+            got[i] = (await s.run_graph(1, {"x": feeds[i]}))["y"]
+
+        async with anyio.create_task_group() as tg:
+            for i, (_, delay) in enumerate(backend_pattern):
+                tg.start_soon(one, i, delay)
+        for i, x in enumerate(feeds):
+            assert got[i].shape == (len(x), 4)
+            np.testing.assert_array_equal(got[i], alone[i])  # bit-identical
+            np.testing.assert_allclose(got[i], _ref(x), rtol=1e-5, atol=1e-6)
+        stats = s.batch_stats(1)
+        assert stats.requests == 2 * len(feeds) and stats.rows == 2 * sum(len(x) for x in feeds)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pattern=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 3000)), min_size=1, max_size=14))
+def test_each_caller_gets_exactly_its_rows_whatever_the_arrivals(backend: str, pattern: list[tuple[int, int]]) -> None:
+    anyio.run(_arrivals, pattern, backend=backend)
+
+
+async def test_concurrent_calls_are_stacked_and_statistics_kept() -> None:
+    async with aioge.Session(SESSION) as s:
+        await s.add_graph(1, _mlp(), {"aioge.batch_max_rows": "16", "aioge.batch_max_delay_us": "20000"})
+        got: dict[int, np.ndarray] = {}
+
+        async def one(i: int) -> None:
+            got[i] = (await s.run_graph(1, {"x": _rows(i, 1)}))["y"]
+
+        async with anyio.create_task_group() as tg:
+            for i in range(32):
+                tg.start_soon(one, i)
+        for i in range(32):
+            np.testing.assert_allclose(got[i], _ref(_rows(i, 1)), rtol=1e-5, atol=1e-6)
+        stats = s.batch_stats(1)
+        assert stats.requests == 32 and stats.rows == 32
+        assert stats.batches <= 4 and stats.mean_batch_rows >= 8, stats
+        assert 0 <= stats.queue_delay_p50 <= stats.queue_delay_p99 < 1.0
+        assert set(stats.as_dict()) == {"batches", "requests", "rows", "mean_batch_rows", "queue_delay_p50", "queue_delay_p99"}
+        await s.add_graph(2, _mlp())
+        with pytest.raises(GraphError, match="does not batch"):
+            s.batch_stats(2)
+
+
+async def test_session_run_batches_too() -> None:
+    g = _mlp()
+    async with aioge.Session(SESSION) as s:
+        got: dict[int, np.ndarray] = {}
+
+        async def one(i: int) -> None:
+            got[i] = (await s.run(g, {"x": _rows(i, 2)}, {"aioge.batch_max_rows": "8"}))["y"]
+
+        async with anyio.create_task_group() as tg:
+            for i in range(12):
+                tg.start_soon(one, i)
+        for i in range(12):
+            np.testing.assert_allclose(got[i], _ref(_rows(i, 2)), rtol=1e-5, atol=1e-6)
+
+
+async def test_buckets_are_compiled_up_front(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[object] = []
+    real = aioge.session.compile_graph
+
+    async def counting(graph, signature, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(signature)
+        return await real(graph, signature, *args, **kwargs)
+
+    monkeypatch.setattr(aioge.session, "compile_graph", counting)
+    async with aioge.Session(SESSION) as s:
+        await s.add_graph(1, _mlp(), {"aioge.batch_max_rows": "12"})
+        assert sorted(sig[0][1][0] for sig in calls) == [1, 2, 4, 8, 12]  # type: ignore[index]
+        calls.clear()
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(s.run_graph, 1, {"x": _rows(i, 1 + i % 3)})
+        await s.run_graph(1, {"x": _rows(0, 11)})
+        assert calls == []
+
+
+async def test_batching_pads_to_gears_when_gears_are_set() -> None:
+    options = {"ge.inputShape": "x:-1,16", "ge.dynamicBatchSize": "2,6", "aioge.batch_max_rows": "64"}
+    async with aioge.Session(SESSION) as s:
+        await s.add_graph(1, _mlp(), options)
+        got: dict[int, np.ndarray] = {}
+
+        async def one(i: int) -> None:
+            got[i] = (await s.run_graph(1, {"x": _rows(i, 1 + i % 2)}))["y"]
+
+        async with anyio.create_task_group() as tg:
+            for i in range(10):
+                tg.start_soon(one, i)
+        for i in range(10):
+            np.testing.assert_allclose(got[i], _ref(_rows(i, 1 + i % 2)), rtol=1e-5, atol=1e-6)
+        assert s.batch_stats(1).mean_batch_rows <= 6  # the largest gear bounds a batch
+
+
+async def test_a_bad_feed_fails_only_its_own_request() -> None:
+    async with aioge.Session(SESSION) as s:
+        await s.add_graph(1, _mlp(), {"aioge.batch_max_rows": "8", "aioge.batch_max_delay_us": "20000"})
+        out: dict[int, object] = {}
+        bad = {3: np.zeros((1, 15), np.float32), 5: np.zeros((1, 16), np.float64), 6: np.zeros(16, np.float32)}
+
+        async def one(i: int) -> None:
+            try:
+                out[i] = (await s.run_graph(1, {"x": bad.get(i, _rows(i, 1))}))["y"]
+            except FeedError as exc:
+                out[i] = exc
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(one, i)
+        for i in range(8):
+            if i in bad:
+                assert isinstance(out[i], FeedError)
+            else:
+                np.testing.assert_allclose(out[i], _ref(_rows(i, 1)), rtol=1e-5, atol=1e-6)  # type: ignore[arg-type]
+        assert "expects" in str(out[3]) and "float64" in str(out[5]) and "got shape (16,)" in str(out[6])
+        assert s.batch_stats(1).requests == 5
+
+
+async def test_a_kernel_fault_fails_the_callers_of_its_batch() -> None:
+    g = aioge.Graph("parse")
+    t = g.input("t", ("N",), "str")
+    g.output(ops.add(ops.cast(t, to="float32", name="parse"), 1.0), names=["v"])
+    async with aioge.Session(SESSION) as s:
+        await s.add_graph(1, g, {"aioge.batch_max_rows": "4", "aioge.batch_max_delay_us": "50000"})
+        out: dict[int, object] = {}
+
+        async def one(i: int) -> None:
+            try:
+                out[i] = (await s.run_graph(1, {"t": np.array(["two" if i == 1 else f"{i}.5"])}))["v"]
+            except ExecutionError as exc:
+                out[i] = exc
+
+        async with anyio.create_task_group() as tg:
+            for i in range(4):  # one batch of four
+                tg.start_soon(one, i)
+        assert all(isinstance(out[i], ExecutionError) and "two" in str(out[i]) for i in range(4)), out
+        assert s.batch_stats(1).batches == 1
+        np.testing.assert_array_equal((await s.run_graph(1, {"t": np.array(["1.5"])}))["v"], [2.5])
+
+
+async def test_a_cancelled_caller_is_dropped_and_the_others_run() -> None:
+    async with aioge.Session(SESSION) as s:
+        await s.add_graph(1, _mlp(), {"aioge.batch_max_rows": "8", "aioge.batch_max_delay_us": "30000"})
+        got: dict[int, np.ndarray] = {}
+        scopes: dict[int, anyio.CancelScope] = {}
+
+        async def one(i: int) -> None:
+            with anyio.CancelScope() as scope:
+                scopes[i] = scope
+                got[i] = (await s.run_graph(1, {"x": _rows(i, 1)}))["y"]
+
+        async with anyio.create_task_group() as tg:
+            for i in range(6):
+                tg.start_soon(one, i)
+            await anyio.sleep(0.005)  # all queued, the batch still forming
+            scopes[0].cancel()  # the one leading the batch
+            scopes[3].cancel()
+        assert sorted(got) == [1, 2, 4, 5]
+        for i in got:
+            np.testing.assert_allclose(got[i], _ref(_rows(i, 1)), rtol=1e-5, atol=1e-6)
+        stats = s.batch_stats(1)
+        assert stats.requests == 4 and stats.batches == 1
+
+
+async def test_batches_in_flight_are_bounded_and_the_lead_moves_on() -> None:
+    running = peak = 0
+
+    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await anyio.sleep(0.01)
+        running -= 1
+        return {"y": feeds["x"] * 2, "n": np.array(len(feeds["x"]))}
+
+    b = Batcher(run, max_rows=3, max_delay=0.0, batched=frozenset({"y"}), in_flight=2)
+    got: dict[int, dict[str, np.ndarray]] = {}
+
+    async def one(i: int) -> None:
+        got[i] = await b.submit({"x": np.full((1, 2), i)}, 1)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(30):
+            tg.start_soon(one, i)
+    assert peak == 2
+    for i in range(30):
+        np.testing.assert_array_equal(got[i]["y"], np.full((1, 2), 2 * i))
+        assert 1 <= int(got[i]["n"]) <= 3  # unbatched outputs go whole to each request
+    stats = b.stats()
+    assert stats.requests == 30 and stats.batches >= 10 and stats.mean_batch_rows > 1
+
+
+async def test_a_cancelled_leader_hands_the_lead_on() -> None:
+    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"y": feeds["x"] + 1}
+
+    b = Batcher(run, max_rows=3, max_delay=30.0, batched=frozenset({"y"}))
+    got: dict[int, np.ndarray] = {}
+
+    async def one(i: int) -> None:
+        got[i] = (await b.submit({"x": np.full((1, 1), i)}, 1))["y"]
+
+    first = anyio.CancelScope()
+
+    async def leader() -> None:
+        with first:
+            await one(0)
+
+    with anyio.fail_after(10):  # a lead lost with its leader would wait the 30 s window
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(leader)  # leads, waits for rows
+            await anyio.sleep(0.01)
+            tg.start_soon(one, 1)
+            await anyio.sleep(0.01)
+            first.cancel()
+            await anyio.sleep(0.01)
+            for i in (2, 3):  # 1, 2, 3 fill the batch: it runs at once
+                tg.start_soon(one, i)
+    assert sorted(got) == [1, 2, 3] and all(got[i][0, 0] == i + 1 for i in got)
+    assert b.stats().batches == 1 and b.stats().requests == 3
+
+
+async def test_a_loaded_geared_model_batches(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from aioge.errors import OptionError
+    from aioge.plan.serialize import save_model
+
+    gears = {"ge.inputShape": "x:-1,16", "ge.dynamicBatchSize": "1,4,8"}
+    async with aioge.Session(SESSION) as s:
+        await s.add_graph(1, _mlp(), gears)
+        await save_model(tmp_path / "g.om", await s.build_graph(1))
+        await s.add_graph(2, _mlp())
+        await save_model(tmp_path / "plain.om", await s.build_graph(2, {"x": (4, 16)}))
+    async with aioge.Session() as s:
+        gid = await s.load_model(tmp_path / "g.om", options={"aioge.batch_max_rows": "8", "aioge.batch_max_delay_us": "20000"})
+        got: dict[int, np.ndarray] = {}
+
+        async def one(i: int) -> None:
+            got[i] = (await s.run_graph(gid, {"x": _rows(i, 1)}))["y"]
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(one, i)
+        for i in range(8):
+            np.testing.assert_allclose(got[i], _ref(_rows(i, 1)), rtol=1e-5, atol=1e-6)
+        assert s.batch_stats(gid).batches == 1
+        with pytest.raises(OptionError, match="no batch gears"):
+            await s.load_model(tmp_path / "plain.om", options={"aioge.batch_max_rows": "8"})
+        with pytest.raises(OptionError, match="only aioge.batch_"):
+            await s.load_model(tmp_path / "g.om", options={"ge.dynamicBatchSize": "1,2"})
+
+
+async def test_a_graph_with_variables_does_not_batch() -> None:
+    from aioge.errors import OptionError
+
+    g = aioge.Graph("counter")
+    x = g.input("x", ("N", 2), "float32")
+    g.output(ops.add(x, g.variable("bias", np.zeros(2, np.float32))), names=["y"])
+    async with aioge.Session(SESSION) as s:
+        with pytest.raises(OptionError, match="has variables"):
+            await s.add_graph(1, g, {"aioge.batch_max_rows": "8"})
