@@ -529,6 +529,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except ImportError:
         print("aioge: error: the benchmarks need onnxruntime as a yardstick: pip install 'aioge[bench]'", file=sys.stderr)
         return 1
+    if args.serve:
+        from aioge.benchmarks.serve_bench import bench_from_args
+
+        return bench_from_args(args)
     from aioge.benchmarks import config_from_args
     from aioge.benchmarks.suite import run_suite, write_results
 
