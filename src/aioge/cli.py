@@ -561,15 +561,11 @@ def _add_bench(sub: Any) -> None:
     p.set_defaults(func=cmd_bench)
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    """Serve .onnx and .om files over the Open Inference Protocol (KServe v2 REST) until SIGTERM."""
-    from aioge.errors import AiogeError, OptionError
+def _serve_options(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]:
+    """``aioge serve``'s (session options, graph options) from --option and the batching flags."""
+    from aioge.errors import OptionError
     from aioge.options import OPTIONS, canonical_key
 
-    try:
-        from aioge.serving.server import SessionBackend, create_app, serve
-    except ImportError as exc:
-        raise AiogeError(f"aioge serve needs the serve extra: pip install 'aioge[serve]' ({exc})") from None
     options = _model_options(args)
     if args.batch_max_rows is not None:  # only when given: the keys are the batcher's
         options["aioge.batch_max_rows"] = str(args.batch_max_rows)
@@ -585,6 +581,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     session = {k: v for k, v in options.items() if "session" in levels(k)}
     graph = {k: v for k, v in options.items() if k not in session}
+    return session, graph
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve .onnx and .om files over the Open Inference Protocol (KServe v2 REST) until SIGTERM."""
+    from aioge.errors import AiogeError
+
+    try:
+        from aioge.serving.server import SessionBackend, create_app, serve
+    except ImportError as exc:
+        raise AiogeError(f"aioge serve needs the serve extra: pip install 'aioge[serve]' ({exc})") from None
+    session, graph = _serve_options(args)
     app = create_app(args.model, SessionBackend(session, graph), max_body_bytes=args.max_body_bytes, max_inflight=args.max_inflight)
     print(f"aioge serve: {', '.join(sorted(app.state.models))} on http://{args.host}:{args.port} (metrics at /metrics)", flush=True)
     serve(app, args.host, args.port, graceful_seconds=args.graceful_seconds)

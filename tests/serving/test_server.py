@@ -387,3 +387,16 @@ def test_serve_command_rejects_bad_arguments_before_binding(models: dict[str, Pa
                           timeout=60, cwd=tmp_path)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_serve_flags_become_options_only_when_given() -> None:
+    from aioge.cli import _serve_options, build_parser
+
+    def split(*argv: str) -> tuple[dict[str, str], dict[str, str]]:
+        return _serve_options(build_parser().parse_args(["serve", "m.onnx", *argv]))
+
+    assert split() == ({}, {})
+    session, graph = split("--option", "ge.graph_key=k1", "--option", "EXCLUDE_ENGINES=AiCpu", "--option", "ge.op_compiler_cache_dir=/tmp/c")
+    assert session == {"EXCLUDE_ENGINES": "AiCpu", "ge.op_compiler_cache_dir": "/tmp/c"} and graph == {"ge.graph_key": "k1"}
+    session, graph = split("--batch-max-rows", "64", "--batch-max-delay-us", "500", "--option", "aioge.batch_preferred_sizes=8,16")
+    assert {**session, **graph} == {"aioge.batch_max_rows": "64", "aioge.batch_max_delay_us": "500", "aioge.batch_preferred_sizes": "8,16"}
