@@ -167,7 +167,10 @@ class SessionBackend:
         """Compile and cache counters per model, the kernel cache's counters, batch statistics."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        stats = [(m.name, self.session.compiled(m.handle).stats) for m in models if m.ready]
+        try:
+            stats = [(m.name, self.session.compiled(m.handle).stats) for m in models if m.ready]
+        except AiogeError:  # the session closed under a scrape (shutdown): nothing left to report
+            return
         fams: dict[str, Any] = {
             "kernels_compiled": CounterMetricFamily("aioge_model_kernels_compiled", "kernels compiled for the model's build", labels=["model"]),
             "kernel_cache_hits": CounterMetricFamily("aioge_model_kernel_cache_hits", "kernels the kernel cache served", labels=["model"]),
@@ -178,11 +181,10 @@ class SessionBackend:
             for key, fam in fams.items():
                 fam.add_metric([name], float(getattr(s, key)))
         yield from fams.values()
-        cache = self.session.kernel_cache
-        if getattr(cache, "enabled", True):
-            counts = cache.read_stats_sync()
-            for key in ("hits", "misses", "compiles"):
-                yield CounterMetricFamily(f"aioge_kernel_cache_{key}", f"kernel cache {key} (whole cache folder)", value=counts.get(key, 0))
+        counts = self.session.kernel_cache.read_stats_sync()  # one small file read: scrapes run in a worker thread
+        for key in ("hits", "misses", "compiles"):
+            yield CounterMetricFamily(f"aioge_kernel_cache_{key}", f"kernel cache {key} (whole cache folder, all processes)",
+                                      value=counts.get(key, 0))
         batch = GaugeMetricFamily("aioge_batch", "dynamic batching statistics per model (aioge.batch_* options)", labels=["model", "stat"])
         for m in models:
             for stat, value in batch_stats(self.session, m.handle).items():
