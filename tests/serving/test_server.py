@@ -57,15 +57,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
     src = _onnx_model(root / "mlp.onnx")
     om = root / "om" / "mlp2.om"
-    env = os.environ.get("ASCEND_CACHE_PATH")
-    os.environ["ASCEND_CACHE_PATH"] = str(root / "atc")
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ASCEND_CACHE_PATH", str(root / "atc"))
         assert aioge_main(["compile", str(src), "-o", str(om), "--input-shape", "x:2,4;y:2,3"]) == 0
-    finally:
-        if env is None:
-            os.environ.pop("ASCEND_CACHE_PATH")
-        else:
-            os.environ["ASCEND_CACHE_PATH"] = env
     return {"onnx": src, "om": om}
 
 
@@ -110,11 +104,13 @@ def _wait_ready(url: str, timeout: float = 60) -> None:
 
 @pytest.fixture(scope="module")
 def server(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    os.environ.setdefault("ASCEND_CACHE_PATH", str(tmp_path_factory.mktemp("atc")))
-    app = create_app([str(models["onnx"]), str(models["om"])], max_body_bytes=100_000)
-    with running(app) as (url, _, _):
-        _wait_ready(url)
-        yield url
+    # Module-scoped, so set up before the per-test kernel-cache fixture: a cache dir of its own, restored after.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ASCEND_CACHE_PATH", str(tmp_path_factory.mktemp("atc")))
+        app = create_app([str(models["onnx"]), str(models["om"])], max_body_bytes=100_000)
+        with running(app) as (url, _, _):
+            _wait_ready(url)
+            yield url
 
 
 @pytest.mark.parametrize("binary", [True, False])
@@ -400,3 +396,15 @@ def test_serve_flags_become_options_only_when_given() -> None:
     assert session == {"EXCLUDE_ENGINES": "AiCpu", "ge.op_compiler_cache_dir": "/tmp/c"} and graph == {"ge.graph_key": "k1"}
     session, graph = split("--batch-max-rows", "64", "--batch-max-delay-us", "500", "--option", "aioge.batch_preferred_sizes=8,16")
     assert {**session, **graph} == {"aioge.batch_max_rows": "64", "aioge.batch_max_delay_us": "500", "aioge.batch_preferred_sizes": "8,16"}
+
+
+def test_graph_only_options_with_an_om_are_a_clear_model_error(models: dict[str, Path]) -> None:
+    app = create_app([str(models["om"])], SessionBackend(graph_options={"ge.graph_key": "k1"}))
+    with running(app) as (url, _, _):
+        deadline = time.monotonic() + 30
+        while "error" not in (meta := httpx.get(f"http://{url}/v2/models/mlp2").json()):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert "graph options apply to .onnx models" in meta["error"]
+        r = httpx.post(f"http://{url}/v2/models/mlp2/infer", json={"inputs": [_x(shape=[2, 4]), _Y]})
+        assert r.status_code == 503 and "graph options" in r.json()["error"]
