@@ -576,6 +576,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except ImportError:
         print("aioge: error: the benchmarks need onnxruntime as a yardstick: pip install 'aioge[bench]'", file=sys.stderr)
         return 1
+    if args.serve:
+        from aioge.benchmarks.serve_bench import bench_from_args
+
+        return bench_from_args(args)
     from aioge.benchmarks import config_from_args
     from aioge.benchmarks.suite import run_suite, write_results
 
@@ -604,8 +608,62 @@ def _add_bench(sub: Any) -> None:
     p.set_defaults(func=cmd_bench)
 
 
+def _serve_options(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]:
+    """``aioge serve``'s (session options, graph options) from --option and the batching flags."""
+    from aioge.errors import OptionError
+    from aioge.options import OPTIONS, canonical_key
+
+    options = _model_options(args)
+    if args.batch_max_rows is not None:  # only when given: the keys are the batcher's
+        options["aioge.batch_max_rows"] = str(args.batch_max_rows)
+    if args.batch_max_delay_us is not None:
+        options["aioge.batch_max_delay_us"] = str(args.batch_max_delay_us)
+    # Keys a Session takes go to the one Session (so they reach .om models too); graph-only
+    # keys go to every add_graph of an .onnx model.
+    def levels(key: str) -> frozenset[str]:
+        try:
+            return OPTIONS[canonical_key(key)].levels
+        except OptionError:  # unknown: left to the graph options' check, which names it
+            return frozenset({"graph"})
+
+    session = {k: v for k, v in options.items() if "session" in levels(k)}
+    graph = {k: v for k, v in options.items() if k not in session}
+    return session, graph
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve .onnx and .om files over the Open Inference Protocol (KServe v2 REST) until SIGTERM."""
+    from aioge.errors import AiogeError
+
+    try:
+        from aioge.serving.server import SessionBackend, create_app, serve
+    except ImportError as exc:
+        raise AiogeError(f"aioge serve needs the serve extra: pip install 'aioge[serve]' ({exc})") from None
+    session, graph = _serve_options(args)
+    app = create_app(args.model, SessionBackend(session, graph), max_body_bytes=args.max_body_bytes, max_inflight=args.max_inflight)
+    print(f"aioge serve: {', '.join(sorted(app.state.models))} on http://{args.host}:{args.port} (metrics at /metrics)", flush=True)
+    serve(app, args.host, args.port, graceful_seconds=args.graceful_seconds)
+    return 0
+
+
+def _add_serve(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve .onnx/.om models over the Open Inference Protocol (KServe v2 REST) with Prometheus metrics")
+    p.add_argument("model", nargs="+", help="MODEL.onnx or MODEL.om files; each is served under its file stem")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--batch-max-rows", type=int, default=None, help="dynamic batching: most rows stacked into one run (aioge.batch_max_rows)")
+    p.add_argument("--batch-max-delay-us", type=int, default=None,
+                   help="dynamic batching: longest a request waits for others, in us (aioge.batch_max_delay_us)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="an option (GE key or ir_option alias); graph-level ones go to every add_graph; repeatable")
+    p.add_argument("--max-body-bytes", type=int, default=64 << 20, help="larger request bodies get 413 (default 64 MiB)")
+    p.add_argument("--max-inflight", type=int, default=1024, help="inferences running at once; the rest queue (default 1024)")
+    p.add_argument("--graceful-seconds", type=float, default=30.0, help="on SIGTERM, how long in-flight requests may take")
+    p.set_defaults(func=cmd_serve)
+
+
 _COMMANDS: list[Callable[[Any], None]] = [_add_demo, _add_passes, _add_options, _add_model_commands, _add_kernel_cache_commands,
-                                          _add_bench]
+                                          _add_bench, _add_serve]
 
 
 def build_parser() -> argparse.ArgumentParser:

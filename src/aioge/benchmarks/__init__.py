@@ -38,6 +38,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--serving-workloads", default=None, help="builder models for the serving section (default: mlp,cnn,transformer)")
     p.add_argument("--no-serving", action="store_true", help="skip the serving section (concurrent single-row clients)")
     p.add_argument("--json-only", metavar="PATH", default=None, help="write the raw figures to PATH, no RESULTS.md")
+    p.add_argument("--serve", action="store_true",
+                   help="instead: `aioge serve` over HTTP with --serve-clients concurrent clients beside onnxruntime behind the same server")
+    p.add_argument("--serve-clients", type=int, default=200)
+    p.add_argument("--serve-total", type=int, default=4000, help="requests per server (bounded also by --serve-seconds)")
+    p.add_argument("--serve-seconds", type=float, default=30.0)
+    p.add_argument("--serve-workloads", default="mlp,cnn")
+    p.add_argument("--serve-args", default="", help="extra `aioge serve` flags, space-separated (e.g. '--batch-max-rows 64')")
 
 
 def config_from_args(args: argparse.Namespace) -> SuiteConfig:

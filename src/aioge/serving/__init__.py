@@ -1,5 +1,6 @@
 """Serving: GE's dynamic gears (shape variants compiled ahead, one .om) and the dynamic
-batcher (concurrent runs of a graph stacked into one). Between runtime/ and session.py."""
+batcher (concurrent runs of a graph stacked into one). Between runtime/ and session.py.
+The HTTP server (`aioge serve`) sits above the session, in ``aioge.server``."""
 
 from aioge.serving.batcher import Batcher, BatchStats
 from aioge.serving.gears import GearSet, gear_set

@@ -1,0 +1,279 @@
+"""``aioge bench --serve``: ``aioge serve`` over HTTP under many concurrent clients, beside the
+same HTTP server (``aioge.serving.server``) calling onnxruntime in worker threads.
+
+Each arm is a server subprocess on 127.0.0.1 (a free port); this process is the load: ``clients``
+concurrent httpx clients, each sending single-row requests (binary tensor extension, as
+Triton's client sends) one after another until ``total`` requests were sent or ``seconds``
+passed. Loopback only, bounded in count and time. Figures: requests/s, p50 and p99 latency.
+
+    python -m aioge.benchmarks.serve_bench [--clients 200] [--total 4000] [--workloads mlp,cnn]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import numpy as np
+
+__all__ = ["OrtBackend", "ServeBenchConfig", "bench_from_args", "format_rows", "run_serve_bench"]
+
+
+@dataclass(slots=True)
+class ServeBenchConfig:
+    """What the serving benchmark runs: workloads, clients, the request bound and time bound."""
+
+    workloads: tuple[str, ...] = ("mlp", "cnn")
+    clients: int = 200
+    total: int = 4000
+    seconds: float = 30.0
+    warmup: int = 200
+    ort_threads: int = 64  # onnxruntime's worker threads in its arm (the issue's 64-thread pool)
+    serve_args: tuple[str, ...] = ()  # extra `aioge serve` flags (e.g. --batch-max-rows 64)
+
+
+class OrtBackend:
+    """The server's Backend with onnxruntime: one InferenceSession per model, each run in a
+    worker thread (at most ``threads`` at once)."""
+
+    def __init__(self, threads: int = 64) -> None:
+        self._limiter = anyio.CapacityLimiter(threads)
+        self._sessions: dict[str, Any] = {}
+
+    async def __aenter__(self) -> OrtBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._sessions.clear()
+
+    async def load(self, model: Any) -> None:
+        import onnxruntime as ort
+
+        from aioge.serving.server import DATATYPES, TensorSpec
+
+        sess = await anyio.to_thread.run_sync(lambda: ort.InferenceSession(model.path, providers=["CPUExecutionProvider"]))
+        types = {f"tensor({k})": v for k, v in DATATYPES.items()} | {"tensor(float)": "FP32", "tensor(double)": "FP64",
+                                                                      "tensor(float16)": "FP16"}
+
+        def specs(args: Sequence[Any]) -> list[TensorSpec]:
+            return [TensorSpec(a.name, types[a.type], tuple(d if isinstance(d, int) else -1 for d in a.shape)) for a in args]
+
+        model.inputs, model.outputs = specs(sess.get_inputs()), specs(sess.get_outputs())
+        self._sessions[model.name] = sess
+
+    async def infer(self, model: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        sess = self._sessions[model.name]
+        outs = await anyio.to_thread.run_sync(sess.run, None, feeds, limiter=self._limiter)
+        return {o.name: a for o, a in zip(sess.get_outputs(), outs)}
+
+    def metrics(self, models: Sequence[Any]) -> list[Any]:
+        return []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _server(argv: list[str], port: int, env: Mapping[str, str]) -> Iterator[str]:
+    """A server subprocess, ready (``/v2/health/ready`` 200) on 127.0.0.1:port; stopped on exit."""
+    import httpx
+
+    # stderr to a file, not a pipe: a chatty server can never block on a full pipe.
+    with tempfile.TemporaryFile() as log, subprocess.Popen([sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=log,
+                                                           env=dict(env)) as proc:
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                if proc.poll() is not None:
+                    log.seek(0)
+                    raise RuntimeError(f"server {argv} exited: {log.read().decode(errors='replace')[-2000:]}")
+                with contextlib.suppress(httpx.TransportError):
+                    if httpx.get(url + "/v2/health/ready").status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"server {argv} not ready after 120 s")
+                time.sleep(0.05)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _request(feeds: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
+    """A binary-extension infer body for ``feeds`` and its header."""
+    from aioge.serving.server import DATATYPES
+
+    inputs = [{"name": k, "shape": list(a.shape), "datatype": DATATYPES[a.dtype.name], "parameters": {"binary_data_size": a.nbytes}}
+              for k, a in feeds.items()]
+    head = json.dumps({"inputs": inputs, "parameters": {"binary_data_output": True}}).encode()
+    return head + b"".join(np.ascontiguousarray(a).tobytes() for a in feeds.values()), {"Inference-Header-Content-Length": str(len(head))}
+
+
+def _decode(content: bytes, header_length: str) -> dict[str, np.ndarray]:
+    from aioge.serving.server import DATATYPES
+
+    n = int(header_length)
+    meta, offset, out = json.loads(content[:n]), n, {}
+    for o in meta["outputs"]:
+        size = o["parameters"]["binary_data_size"]
+        dtype = next(k for k, v in DATATYPES.items() if v == o["datatype"])
+        out[o["name"]] = np.frombuffer(content[offset:offset + size], dtype).reshape(o["shape"])
+        offset += size
+    return out
+
+
+async def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg: ServeBenchConfig) -> dict[str, Any]:
+    import httpx
+
+    latencies: list[float] = []
+    errors = 0
+    sent = 0
+    limits = httpx.Limits(max_connections=cfg.clients, max_keepalive_connections=cfg.clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
+        path = f"/v2/models/{model}/infer"
+
+        async def one_client(budget: int, deadline: float, record: bool) -> None:
+            nonlocal sent, errors
+            while sent < budget and time.perf_counter() < deadline:
+                sent += 1
+                start = time.perf_counter()
+                r = await client.post(path, content=body, headers=headers)
+                if record:
+                    latencies.append(time.perf_counter() - start)
+                    errors += r.status_code != 200
+
+        async def burst(budget: int, record: bool) -> float:
+            t0 = time.perf_counter()
+            async with anyio.create_task_group() as tg:
+                for _ in range(cfg.clients):
+                    tg.start_soon(one_client, budget, t0 + cfg.seconds, record)
+            return time.perf_counter() - t0
+
+        await burst(cfg.warmup, False)  # connections opened, first compiles and caches warm
+        sent = 0
+        elapsed = await burst(cfg.total, True)
+        r = await client.post(path, content=body, headers=headers)
+        outputs = _decode(r.content, r.headers["Inference-Header-Content-Length"])
+    lat = np.array(latencies)
+    return {"requests": len(lat), "errors": errors, "seconds": elapsed, "rps": len(lat) / elapsed,
+            "p50_ms": float(np.percentile(lat, 50) * 1e3), "p99_ms": float(np.percentile(lat, 99) * 1e3), "outputs": outputs}
+
+
+def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]:
+    """Both arms on every workload; one row per (workload, arm) with requests, errors, rps,
+    p50_ms, p99_ms, and the max abs error of a response against the workload's reference.
+
+    Raises:
+        RuntimeError: a server did not start.
+    """
+    import onnx
+
+    from aioge.benchmarks.workloads import to_onnx
+    from aioge.examples import EXAMPLES
+
+    cfg = cfg or ServeBenchConfig()
+    unknown = sorted(set(cfg.workloads) - set(EXAMPLES))
+    if unknown:
+        raise ValueError(f"unknown serving workloads {unknown}; known: {sorted(EXAMPLES)}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="aioge-serve-bench-") as work:
+        env = {**os.environ, "ASCEND_CACHE_PATH": os.path.join(work, "atc")}
+        for name in cfg.workloads:
+            # Single-row clients: the example graph built for batch 1 (its seed fixes the weights);
+            # the ONNX file's first input dim is left symbolic, so a batcher may stack rows.
+            build: Any = EXAMPLES[name]
+            graph, feeds, reference = build(batch=1)
+            model = to_onnx(graph)
+            model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+            path = os.path.join(work, f"{name}.onnx")
+            onnx.save(model, path)
+            body, headers = _request(feeds)
+            want = reference(feeds)
+            arms = {"aioge serve": ["-m", "aioge", "serve", path, *cfg.serve_args],
+                    f"onnxruntime ({cfg.ort_threads} threads)": ["-m", "aioge.benchmarks.serve_bench", "--ort-server", path,
+                                                                  "--ort-threads", str(cfg.ort_threads)]}
+            for arm, argv in arms.items():
+                port = _free_port()
+                with _server([*argv, "--port", str(port)], port, env) as url:
+                    row = anyio.run(_load, url, name, body, headers, cfg)
+                got = row.pop("outputs")
+                row["max_abs_err"] = max(float(np.max(np.abs(got[k] - np.asarray(v)))) for k, v in want.items())
+                rows.append({"workload": name, "arm": arm, "clients": cfg.clients, **row})
+    return rows
+
+
+def format_rows(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The rows as a Markdown table."""
+    lines = ["| workload | server | clients | requests | errors | req/s | p50 ms | p99 ms | max abs err |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {r['workload']} | {r['arm']} | {r['clients']} | {r['requests']} | {r['errors']} | {r['rps']:.0f} | "
+              f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['max_abs_err']:.2g} |" for r in rows]
+    return "\n".join(lines)
+
+
+def bench_from_args(args: argparse.Namespace) -> int:
+    """``aioge bench --serve``: run, print the table, write SERVE.md and serve.json to --output-dir."""
+    cfg = ServeBenchConfig(workloads=tuple(w for w in args.serve_workloads.split(",") if w), clients=args.serve_clients,
+                           total=args.serve_total, seconds=args.serve_seconds, serve_args=tuple(args.serve_args.split()))
+    rows = run_serve_bench(cfg)
+    table = format_rows(rows)
+    print(table)
+    os.makedirs(args.output_dir, exist_ok=True)
+    md, js = os.path.join(args.output_dir, "SERVE.md"), os.path.join(args.output_dir, "serve.json")
+    with open(md, "w") as f:
+        f.write(f"# aioge serve over HTTP\n\n{cfg.clients} concurrent single-row clients on 127.0.0.1, "
+                f"at most {cfg.total} requests or {cfg.seconds:g} s per server.\n\n{table}\n")
+    with open(js, "w") as f:
+        json.dump(rows, f, indent=2)
+    print(f"wrote {md} and {js}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m aioge.benchmarks.serve_bench``: run the bench, or (``--ort-server``) one onnxruntime arm."""
+    p = argparse.ArgumentParser(prog="python -m aioge.benchmarks.serve_bench")
+    p.add_argument("--ort-server", metavar="MODEL.onnx", help="serve MODEL with onnxruntime behind aioge's HTTP code")
+    p.add_argument("--ort-threads", type=int, default=64)
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--workloads", default="mlp,cnn")
+    p.add_argument("--clients", type=int, default=200)
+    p.add_argument("--total", type=int, default=4000)
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    args = p.parse_args(argv)
+    if args.ort_server:
+        from aioge.serving.server import create_app, serve
+
+        serve(create_app([args.ort_server], OrtBackend(args.ort_threads)), "127.0.0.1", args.port)
+        return 0
+    cfg = ServeBenchConfig(workloads=tuple(w for w in args.workloads.split(",") if w), clients=args.clients,
+                           total=args.total, seconds=args.seconds)
+    rows = run_serve_bench(cfg)
+    print(format_rows(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

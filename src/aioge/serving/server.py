@@ -1,0 +1,497 @@
+"""``aioge serve``: models over the Open Inference Protocol (KServe v2 REST), one Session.
+
+Routes: ``GET /v2/health/live``, ``/v2/health/ready``, ``/v2``, ``/v2/models/{name}``,
+``/v2/models/{name}/ready``, ``POST /v2/models/{name}/infer`` (JSON tensors and the binary
+tensor extension: an ``Inference-Header-Content-Length`` header, ``binary_data_size`` input
+parameters, ``binary_data`` output parameters), and ``GET /metrics`` (Prometheus text).
+
+Starlette (ASGI on anyio, the concurrency layer aioge itself uses) under uvicorn (the
+reference ASGI server; on SIGTERM it stops accepting, lets in-flight requests finish, then
+runs the lifespan exit that closes the Session). Models load and compile in the background
+after start-up: the server is live at once and ready when every model has compiled. The
+model runner is a small ``Backend``, so the benchmark can put onnxruntime behind the same HTTP
+code; the default is ``SessionBackend``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+import numpy as np
+
+from aioge.errors import AiogeError, FeedError
+
+__all__ = ["Backend", "ServedModel", "SessionBackend", "TensorSpec", "create_app", "model_names", "serve"]
+
+log = logging.getLogger(__name__)
+
+# numpy dtype name <-> KServe v2 datatype (the protocol has no complex type; str is BYTES, not served).
+DATATYPES = {"bool": "BOOL", "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64",
+             "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64",
+             "float16": "FP16", "float32": "FP32", "float64": "FP64"}
+MAX_BODY_BYTES = 64 << 20
+HEADER_LENGTH = "inference-header-content-length"
+# Bodies and outputs past this many bytes are decoded and encoded in a worker thread (~1 ms of work).
+_OFF_LOOP_BYTES = 64 << 10
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One input or output as the protocol shows it: ``shape`` has -1 for a dynamic dim."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+    def metadata(self) -> dict[str, Any]:
+        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
+
+
+@dataclass(slots=True)
+class ServedModel:
+    """A model the server offers: its name (the file's stem), file, specs and readiness."""
+
+    name: str
+    path: str
+    inputs: list[TensorSpec] = field(default_factory=list)
+    outputs: list[TensorSpec] = field(default_factory=list)
+    ready: bool = False
+    error: str | None = None  # why loading or compiling failed (the model then stays not ready)
+    handle: Any = None  # the backend's own reference (a graph id for SessionBackend)
+
+
+class Backend(Protocol):
+    """What runs the models behind the HTTP code."""
+
+    async def __aenter__(self) -> Backend: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    async def load(self, model: ServedModel) -> None:
+        """Load and compile ``model``, filling its specs and ``handle`` (raises on failure)."""
+
+    async def infer(self, model: ServedModel, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run ``model``; FeedError for feeds it refuses."""
+
+    def metrics(self, models: Sequence[ServedModel]) -> Iterable[Any]:
+        """Extra Prometheus metric families (called in a worker thread at scrape time)."""
+
+
+def model_names(paths: Sequence[str], suffixes: tuple[str, ...] = (".onnx", ".om")) -> dict[str, ServedModel]:
+    """The served models by name (the file stem), checked before the server starts.
+
+    Raises:
+        AiogeError: a missing file, a file of another kind, or two files with one stem.
+    """
+    models: dict[str, ServedModel] = {}
+    for p in paths:
+        path = Path(p)
+        if path.suffix not in suffixes:
+            raise AiogeError(f"{p}: aioge serve takes {' or '.join(suffixes)} files")
+        if not path.is_file():
+            raise AiogeError(f"{p}: no such model file")
+        if path.stem in models:
+            raise AiogeError(f"{p}: two models named {path.stem!r} ({models[path.stem].path} too); rename one")
+        models[path.stem] = ServedModel(path.stem, str(path))
+    if not models:
+        raise AiogeError("aioge serve: give at least one MODEL.onnx or MODEL.om")
+    return models
+
+
+def _specs(values: Iterable[Any], model: str) -> list[TensorSpec]:
+    out = []
+    for v in values:
+        desc = v.desc
+        if desc.dtype not in DATATYPES:
+            raise AiogeError(f"model {model!r}: {v.name!r} is {desc.dtype}, which KServe v2 has no datatype for")
+        shape = (-1,) if desc.shape is None else tuple(d if isinstance(d, int) else -1 for d in desc.shape)
+        out.append(TensorSpec(v.name, DATATYPES[desc.dtype], shape))
+    return out
+
+
+class SessionBackend:
+    """One aioge Session for every model: .onnx files are added with the graph options and
+    built ahead (dynamic dims as 1), .om files are loaded as compiled."""
+
+    def __init__(self, session_options: Mapping[str, str] | None = None, graph_options: Mapping[str, str] | None = None) -> None:
+        from aioge.options import check_options
+
+        # Checked now, so a bad --option fails before the server binds its port.
+        self._session_options = check_options(session_options, "session")
+        self._graph_options = check_options(graph_options, "graph")
+        self.session: Any = None
+        self._next_id = 1
+
+    async def __aenter__(self) -> SessionBackend:
+        from aioge.session import Session
+
+        self.session = await Session(self._session_options).__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.session.aclose()
+
+    async def load(self, model: ServedModel) -> None:
+        """Register and compile one model (ModelFormatError, CompileError, ... on failure)."""
+        import aioge
+
+        gid, self._next_id = self._next_id, self._next_id + 1
+        if model.path.endswith(".om"):
+            if self._graph_options:
+                raise AiogeError(f"{model.path}: graph options apply to .onnx models; an .om carries its compile options")
+            await self.session.load_model(model.path, gid)
+            graph = self.session.compiled(gid).graph
+        else:
+            graph = await anyio.to_thread.run_sync(aioge.load_onnx, model.path)
+            await self.session.add_graph(gid, graph, self._graph_options)
+            shapes = {v.name: tuple(d if isinstance(d, int) else 1 for d in v.desc.shape or ()) for v in graph.inputs}
+            await self.session.build_graph(gid, shapes)
+        model.inputs, model.outputs = _specs(graph.inputs, model.name), _specs(graph.outputs, model.name)
+        model.handle = gid
+
+    async def infer(self, model: ServedModel, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = await self.session.run_graph(model.handle, feeds)
+        return out
+
+    def metrics(self, models: Sequence[ServedModel]) -> Iterable[Any]:
+        """Compile and cache counters per model, the kernel cache's counters, batch statistics."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        try:
+            stats = [(m.name, self.session.compiled(m.handle).stats) for m in models if m.ready]
+        except AiogeError:  # the session closed under a scrape (shutdown): nothing left to report
+            return
+        fams: dict[str, Any] = {
+            "kernels_compiled": CounterMetricFamily("aioge_model_kernels_compiled", "kernels compiled for the model's build", labels=["model"]),
+            "kernel_cache_hits": CounterMetricFamily("aioge_model_kernel_cache_hits", "kernels the kernel cache served", labels=["model"]),
+            "compile_seconds": GaugeMetricFamily("aioge_model_compile_seconds", "seconds the model's build took", labels=["model"]),
+            "graph_cache_hit": GaugeMetricFamily("aioge_model_graph_cache_hit", "1 when the graph cache served the build", labels=["model"]),
+        }
+        for name, s in stats:
+            for key, fam in fams.items():
+                fam.add_metric([name], float(getattr(s, key)))
+        yield from fams.values()
+        counts = self.session.kernel_cache.read_stats_sync()  # one small file read: scrapes run in a worker thread
+        for key in ("hits", "misses", "compiles"):
+            yield CounterMetricFamily(f"aioge_kernel_cache_{key}", f"kernel cache {key} (whole cache folder, all processes)",
+                                      value=counts.get(key, 0))
+        batch = GaugeMetricFamily("aioge_batch", "dynamic batching statistics per model (aioge.batch_* options)", labels=["model", "stat"])
+        for m in models:
+            for stat, value in batch_stats(self.session, m.handle).items():
+                batch.add_metric([m.name, stat], value)
+        yield batch
+
+
+def batch_stats(session: Any, graph_id: int) -> dict[str, float]:
+    """The session's dynamic batching statistics for a graph (batches, mean size, queue delay
+    quantiles, ...) as numbers; empty when the session has no batching or the graph none."""
+    getter = getattr(session, "batch_stats", None)
+    if getter is None:
+        return {}
+    try:
+        raw = getter(graph_id)
+    except AiogeError:
+        return {}
+    items = raw.items() if isinstance(raw, Mapping) else (getattr(raw, "__dict__", None) or {}).items()
+    return {str(k): float(v) for k, v in items if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class _Metrics:
+    """The server's own Prometheus metrics, in a registry of its own (several servers may share a process)."""
+
+    def __init__(self, backend: Backend, models: Mapping[str, ServedModel]) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("aioge_requests", "inference requests by model and HTTP status", ["model", "code"], registry=r)
+        self.latency = Histogram("aioge_request_duration_seconds", "inference request time, body read to response", ["model"],
+                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
+        self.rows = Histogram("aioge_request_batch_rows", "rows (first dim of the first input) per request", ["model"],
+                              buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024), registry=r)
+        self.queue = Histogram("aioge_request_queue_seconds", "time a request waited for an inference slot (--max-inflight)",
+                               ["model"], buckets=(0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5), registry=r)
+        ready = Gauge("aioge_model_ready", "1 when the model is loaded and compiled", ["model"], registry=r)
+        for m in models.values():
+            ready.labels(m.name).set_function(partial(_is_ready, m))
+        backend_metrics = backend.metrics
+        served = list(models.values())
+
+        class _FromBackend:
+            def collect(self) -> Iterable[Any]:
+                return backend_metrics(served)
+
+        r.register(_FromBackend())
+
+
+def _is_ready(model: ServedModel) -> float:
+    return float(model.ready)
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _decode_request(body: bytes, header_length: str | None, model: ServedModel) -> tuple[dict[str, np.ndarray], list[tuple[str, bool]], Any]:
+    """Feeds, the requested outputs (name, binary) and the request id from an infer body."""
+    try:
+        n = len(body) if header_length is None else int(header_length)
+        if not 0 <= n <= len(body):
+            raise ValueError
+    except ValueError:
+        raise _BadRequest(400, f"Inference-Header-Content-Length {header_length!r} is not a length within the body ({len(body)} bytes)") from None
+    try:
+        request = json.loads(body[:n])
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _BadRequest(400, f"malformed JSON in the request: {exc}") from None
+    if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
+        raise _BadRequest(400, 'the request must be a JSON object with an "inputs" list')
+    specs = {s.name: s for s in model.inputs}
+    binary, offset = memoryview(body)[n:], 0
+    feeds: dict[str, np.ndarray] = {}
+    for item in request["inputs"]:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise _BadRequest(400, 'every input must be an object with a "name"')
+        name = item["name"]
+        spec = specs.get(name)
+        if spec is None:
+            raise _BadRequest(400, f"model {model.name!r} has no input {name!r}; its inputs are {sorted(specs)}")
+        if name in feeds:
+            raise _BadRequest(400, f"input {name!r} is given twice")
+        shape = item.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise _BadRequest(400, f"input {name!r}: shape must be a list of non-negative ints, got {shape!r}")
+        if item.get("datatype") != spec.datatype:
+            raise _BadRequest(400, f"input {name!r} is {spec.datatype}, got datatype {item.get('datatype')!r}")
+        if len(shape) != len(spec.shape) or any(w not in (-1, d) for w, d in zip(spec.shape, shape)):
+            raise _BadRequest(400, f"input {name!r} expects shape {list(spec.shape)} (-1: any), got {shape}")
+        dtype = np.dtype([k for k, v in DATATYPES.items() if v == spec.datatype][0])
+        count = math.prod(shape)
+        size = (item.get("parameters") or {}).get("binary_data_size")
+        if size is not None:
+            if not isinstance(size, int) or size != count * dtype.itemsize or offset + size > len(binary):
+                raise _BadRequest(400, f"input {name!r}: binary_data_size {size!r} does not match {shape} {spec.datatype} "
+                                       f"({count * dtype.itemsize} bytes) or the {len(binary) - offset} binary bytes left")
+            array = np.frombuffer(binary[offset:offset + size], dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
+            offset += size
+        else:
+            try:
+                flat = np.asarray(item.get("data"), dtype=dtype).reshape(-1)
+            except (TypeError, ValueError) as exc:
+                raise _BadRequest(400, f"input {name!r}: data is not {spec.datatype} values: {exc}") from None
+            if flat.size != count:
+                raise _BadRequest(400, f"input {name!r}: {flat.size} data values for shape {shape} ({count})")
+            array = flat.reshape(shape)
+        feeds[name] = array
+    missing = sorted(set(specs) - set(feeds))
+    if missing:
+        raise _BadRequest(400, f"model {model.name!r}: missing inputs {missing}")
+    if offset != len(binary):
+        raise _BadRequest(400, f"{len(binary) - offset} binary bytes after the last binary input")
+    default_binary = bool((request.get("parameters") or {}).get("binary_data_output", False))
+    known = {s.name for s in model.outputs}
+    wanted: list[tuple[str, bool]] = []
+    for item in request.get("outputs") or [{"name": s.name} for s in model.outputs]:
+        if not isinstance(item, dict) or item.get("name") not in known:
+            raise _BadRequest(400, f"model {model.name!r} has no output {item.get('name') if isinstance(item, dict) else item!r}; "
+                                   f"its outputs are {sorted(known)}")
+        wanted.append((item["name"], bool((item.get("parameters") or {}).get("binary_data", default_binary))))
+    return feeds, wanted, request.get("id")
+
+
+def _encode_response(model: ServedModel, outputs: Mapping[str, np.ndarray], wanted: list[tuple[str, bool]], request_id: Any) -> tuple[bytes, int | None]:
+    """The response body and, when binary outputs follow the JSON, the JSON's length."""
+    entries, blobs = [], []
+    for name, binary in wanted:
+        a = np.ascontiguousarray(outputs[name])
+        datatype = DATATYPES.get(a.dtype.name)
+        if datatype is None:
+            raise AiogeError(f"output {name!r} is {a.dtype}, which KServe v2 has no datatype for")
+        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(a.shape)}
+        if binary:
+            raw = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        else:
+            entry["data"] = a.reshape(-1).tolist()
+        entries.append(entry)
+    response: dict[str, Any] = {"model_name": model.name, "model_version": "1", "outputs": entries}
+    if request_id is not None:
+        response["id"] = request_id
+    head = json.dumps(response, allow_nan=True).encode()
+    return (head + b"".join(blobs), len(head)) if blobs else (head, None)
+
+
+def create_app(paths: Sequence[str], backend: Backend | None = None, *, max_body_bytes: int = MAX_BODY_BYTES,
+               max_inflight: int = 1024) -> Any:
+    """The Starlette app serving ``paths`` (.onnx and .om files) through ``backend``
+    (default: ``SessionBackend()``).
+
+    Raises:
+        AiogeError: a bad model path (see ``model_names``).
+    """
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    models = model_names(paths)
+    runner: Backend = backend if backend is not None else SessionBackend()
+    metrics = _Metrics(runner, models)
+    inflight = anyio.CapacityLimiter(max_inflight)
+
+    async def load_all() -> None:
+        for m in models.values():  # one at a time: compiles already use every core
+            try:
+                await runner.load(m)
+            except (AiogeError, OSError, ValueError) as exc:
+                m.error = str(exc)
+                log.error("model %s (%s) did not load: %s", m.name, m.path, exc)
+            else:
+                m.ready = True
+                log.info("model %s ready", m.name)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        async with runner, anyio.create_task_group() as tg:
+            tg.start_soon(load_all)
+            yield
+            tg.cancel_scope.cancel()
+        log.info("requests drained, models closed")
+
+    def error(status: int, message: str) -> Response:
+        return JSONResponse({"error": message}, status_code=status)
+
+    def lookup(request: Request) -> ServedModel:
+        name = request.path_params["name"]
+        version = request.path_params.get("version", "1")
+        if name not in models or version != "1":
+            raise _BadRequest(404, f"no model {name!r} version {version!r}; served: {sorted(models)} (version 1)")
+        return models[name]
+
+    async def live(request: Request) -> Response:
+        return JSONResponse({"live": True})
+
+    async def ready(request: Request) -> Response:
+        ok = all(m.ready for m in models.values())
+        return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
+
+    async def server_metadata(request: Request) -> Response:
+        from aioge import __version__
+
+        return JSONResponse({"name": "aioge", "version": __version__, "extensions": ["binary_tensor_data"]})
+
+    async def model_metadata(request: Request) -> Response:
+        m = lookup(request)
+        body: dict[str, Any] = {"name": m.name, "versions": ["1"], "platform": "aioge_" + Path(m.path).suffix[1:],
+                                "inputs": [s.metadata() for s in m.inputs], "outputs": [s.metadata() for s in m.outputs]}
+        if m.error:
+            body["error"] = m.error
+        return JSONResponse(body)
+
+    async def model_ready(request: Request) -> Response:
+        m = lookup(request)
+        return JSONResponse({"name": m.name, "ready": m.ready}, status_code=200 if m.ready else 503)
+
+    async def read_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+            raise _BadRequest(413, f"request body of {declared} bytes is over the limit of {max_body_bytes} (--max-body-bytes)")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_body_bytes:
+                raise _BadRequest(413, f"request body is over the limit of {max_body_bytes} bytes (--max-body-bytes)")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def infer(request: Request) -> Response:
+        start = time.perf_counter()
+        name = request.path_params["name"]
+        label = name if name in models else "unknown"
+        status = 500
+        try:
+            m = lookup(request)
+            if not m.ready:
+                raise _BadRequest(503, f"model {m.name!r} is not ready" + (f": {m.error}" if m.error else " (still compiling)"))
+            body = await read_body(request)
+            header_length = request.headers.get(HEADER_LENGTH)
+            if len(body) > _OFF_LOOP_BYTES:
+                feeds, wanted, rid = await anyio.to_thread.run_sync(_decode_request, body, header_length, m)
+            else:
+                feeds, wanted, rid = _decode_request(body, header_length, m)
+            first = next(iter(feeds.values()), None)
+            if first is not None and first.ndim:
+                metrics.rows.labels(m.name).observe(first.shape[0])
+            queued = time.perf_counter()
+            async with inflight:
+                metrics.queue.labels(m.name).observe(time.perf_counter() - queued)
+                try:
+                    outputs = await runner.infer(m, feeds)
+                except FeedError as exc:
+                    raise _BadRequest(400, str(exc)) from None
+            if sum(a.nbytes for a in outputs.values()) > _OFF_LOOP_BYTES:
+                payload, json_length = await anyio.to_thread.run_sync(_encode_response, m, outputs, wanted, rid)
+            else:
+                payload, json_length = _encode_response(m, outputs, wanted, rid)
+            status = 200
+        except _BadRequest as exc:
+            status = exc.status
+            return error(exc.status, str(exc))
+        except AiogeError as exc:
+            log.error("model %s: inference failed: %s", name, exc)
+            return error(500, str(exc))
+        finally:
+            metrics.requests.labels(label, str(status)).inc()
+            metrics.latency.labels(label).observe(time.perf_counter() - start)
+        if json_length is None:
+            return Response(payload, media_type="application/json")
+        return Response(payload, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(json_length)})
+
+    async def prometheus(request: Request) -> Response:
+        text = await anyio.to_thread.run_sync(generate_latest, metrics.registry)
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
+
+    def guarded(handler: Any) -> Any:
+        async def run(request: Request) -> Response:
+            try:
+                response: Response = await handler(request)
+                return response
+            except _BadRequest as exc:
+                return error(exc.status, str(exc))
+
+        return run
+
+    routes = [Route("/v2/health/live", live), Route("/v2/health/ready", ready), Route("/v2", server_metadata),
+              Route("/metrics", prometheus)]
+    for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+        routes += [Route(prefix, guarded(model_metadata)), Route(prefix + "/ready", guarded(model_ready)),
+                   Route(prefix + "/infer", infer, methods=["POST"])]
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.models = models
+    app.state.backend = runner
+    return app
+
+
+def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, *, graceful_seconds: float = 30.0) -> None:
+    """Run ``app`` under uvicorn until SIGINT or SIGTERM (in-flight requests get up to
+    ``graceful_seconds`` to finish)."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, lifespan="on", log_level="warning",
+                            timeout_graceful_shutdown=max(1, round(graceful_seconds)), access_log=False)
+    uvicorn.Server(config).run()
