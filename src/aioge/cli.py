@@ -636,7 +636,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aioge.errors import AiogeError
 
     try:
-        from aioge.serving.server import SessionBackend, create_app, serve
+        from aioge.server import SessionBackend, create_app, serve
     except ImportError as exc:
         raise AiogeError(f"aioge serve needs the serve extra: pip install 'aioge[serve]' ({exc})") from None
     session, graph = _serve_options(args)

@@ -26,7 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
 from aioge.cli import main as aioge_main
-from aioge.serving.server import ServedModel, SessionBackend, batch_stats, create_app
+from aioge.server import ServedModel, SessionBackend, batch_stats, create_app
 
 RNG = np.random.default_rng(7)
 W = RNG.standard_normal((4, 3)).astype(np.float32)

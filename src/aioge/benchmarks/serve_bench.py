@@ -1,5 +1,5 @@
 """``aioge bench --serve``: ``aioge serve`` over HTTP under many concurrent clients, beside the
-same HTTP server (``aioge.serving.server``) calling onnxruntime in worker threads.
+same HTTP server (``aioge.server``) calling onnxruntime in worker threads.
 
 Each arm is a server subprocess on 127.0.0.1 (a free port); this process is the load: ``clients``
 concurrent httpx clients, each sending single-row requests (binary tensor extension, as
@@ -60,7 +60,7 @@ class OrtBackend:
     async def load(self, model: Any) -> None:
         import onnxruntime as ort
 
-        from aioge.serving.server import DATATYPES, TensorSpec
+        from aioge.server import DATATYPES, TensorSpec
 
         sess = await anyio.to_thread.run_sync(lambda: ort.InferenceSession(model.path, providers=["CPUExecutionProvider"]))
         types = {f"tensor({k})": v for k, v in DATATYPES.items()} | {"tensor(float)": "FP32", "tensor(double)": "FP64",
@@ -120,7 +120,7 @@ def _server(argv: list[str], port: int, env: Mapping[str, str]) -> Iterator[str]
 
 def _request(feeds: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
     """A binary-extension infer body for ``feeds`` and its header."""
-    from aioge.serving.server import DATATYPES
+    from aioge.server import DATATYPES
 
     inputs = [{"name": k, "shape": list(a.shape), "datatype": DATATYPES[a.dtype.name], "parameters": {"binary_data_size": a.nbytes}}
               for k, a in feeds.items()]
@@ -129,7 +129,7 @@ def _request(feeds: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
 
 
 def _decode(content: bytes, header_length: str) -> dict[str, np.ndarray]:
-    from aioge.serving.server import DATATYPES
+    from aioge.server import DATATYPES
 
     n = int(header_length)
     meta, offset, out = json.loads(content[:n]), n, {}
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = p.parse_args(argv)
     if args.ort_server:
-        from aioge.serving.server import create_app, serve
+        from aioge.server import create_app, serve
 
         serve(create_app([args.ort_server], OrtBackend(args.ort_threads)), "127.0.0.1", args.port)
         return 0
