@@ -35,6 +35,7 @@ __all__ = [
     "kernel_key",
     "kernel_key_parts",
     "plain",
+    "remote_namespace",
     "signature_of",
     "versions",
 ]
@@ -166,3 +167,15 @@ def graph_match_key(
         "signature": [[n, list(s)] for n, s in signature],
         "options": compile_options(options),
     }
+
+
+def remote_namespace(soc: str) -> str:
+    """The prefix of every remote cache key of ``soc`` under this process's versions and code
+    (``aioge:<soc>:<digest>``): processes of other versions or code never read each other's
+    entries (their envelopes would be misses anyway), and one namespace can be dropped whole."""
+    import msgpack
+
+    h = hashlib.sha256(b"aioge-remote-v1")
+    h.update(msgpack.packb(sorted(versions().items()), use_bin_type=True))
+    h.update(code_digest().encode())
+    return f"aioge:{soc}:{h.hexdigest()[:16]}"
