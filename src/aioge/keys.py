@@ -35,6 +35,7 @@ __all__ = [
     "kernel_key",
     "kernel_key_parts",
     "plain",
+    "remote_graph_key",
     "remote_namespace",
     "signature_of",
     "versions",
@@ -179,3 +180,15 @@ def remote_namespace(soc: str) -> str:
     h.update(msgpack.packb(sorted(versions().items()), use_bin_type=True))
     h.update(code_digest().encode())
     return f"aioge:{soc}:{h.hexdigest()[:16]}"
+
+
+def remote_graph_key(graph_key: str, match: Mapping[str, Any], var_descs: Sequence[Any]) -> str:
+    """A graph cache entry's remote key: ``<graph_key>_<sha256>`` over its match key
+    (``graph_match_key``) and the graph's variable descs, what a disk entry must match too."""
+    import msgpack
+
+    h = hashlib.sha256(b"aioge-remote-graph-v1")
+    for name in sorted(match):
+        h.update(name.encode() + b"=" + hashlib.sha256(msgpack.packb(plain(match[name]), use_bin_type=True)).digest())
+    h.update(b"vars=" + hashlib.sha256(msgpack.packb(plain(list(var_descs)), use_bin_type=True)).digest())
+    return f"{graph_key}_{h.hexdigest()}"

@@ -448,7 +448,8 @@ class Session:
                     )
 
                 if entry.graph_cache is not None:
-                    model = await graph_cache.load_or_compile(entry.graph_cache, entry.graph, signature, entry.resolved, compile_now)
+                    model = await graph_cache.load_or_compile(entry.graph_cache, entry.graph, signature, entry.resolved, compile_now,
+                                                              remote=self.remote_cache)
                 else:
                     model = await compile_now()
                 # Binding kernels takes milliseconds on big models: off the loop.

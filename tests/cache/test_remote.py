@@ -368,3 +368,52 @@ def test_stats_name_the_url_without_its_password() -> None:
     from aioge.cache.remote import redact
 
     assert redact("redis://user:s3cret@h:6379/0") == "redis://user:***@h:6379/0"
+
+
+async def _build_cached(options: dict[str, str], graph_dir: Path) -> tuple[aioge.CompiledModel, np.ndarray]:
+    graph_dir.mkdir(exist_ok=True)
+    async with aioge.Session({**options, "ge.graph_compiler_cache_dir": str(graph_dir)}) as s:
+        await s.add_graph(1, _graph(), {"ge.graph_key": "mlp"})
+        model = await s.build_graph(1)
+        out = await s.run_graph(1, {"x": np.ones((4, 8), np.float32)})
+    return model, out["y"]
+
+
+@needs_server
+async def test_a_graph_cache_entry_is_shared_through_redis(server: RedisServer, tmp_path: Path) -> None:
+    a, ya = await _build_cached(_opts(tmp_path / "ka", server.url), tmp_path / "ga")
+    assert not a.stats.graph_cache_hit and a.stats.kernels_compiled == KERNELS
+    assert len([k for k in server.keys() if ":graph:mlp_" in k]) == 1
+    b, yb = await _build_cached(_opts(tmp_path / "kb", server.url), tmp_path / "gb")
+    assert b.stats.graph_cache_hit and (b.stats.kernels_compiled, b.stats.kernel_cache_hits) == (0, 0)
+    np.testing.assert_array_equal(ya, yb)
+    assert b.options["ge.graph_compiler_cache_dir"] == str(tmp_path / "gb")  # this session's, not the sender's
+    assert (tmp_path / "gb" / "mlp.idx").is_file() and len(list((tmp_path / "gb").glob("mlp_*.om"))) == 1
+    c, yc = await _build_cached(_opts(tmp_path / "kc", ""), tmp_path / "gb")  # b's disk alone now serves it
+    assert c.stats.graph_cache_hit
+    np.testing.assert_array_equal(ya, yc)
+
+
+@needs_server
+@pytest.mark.parametrize("entry", ["garbage", "other-shapes"])
+async def test_a_corrupt_or_foreign_graph_entry_is_a_miss_and_a_warning(
+    server: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture, entry: str
+) -> None:
+    await _build_cached(_opts(tmp_path / "ka", server.url), tmp_path / "ga")
+    (key,) = [k for k in server.keys() if ":graph:mlp_" in k]
+    if entry == "garbage":
+        server.client.set(key, server.client.get(key)[:-10])  # truncated
+    else:  # a whole, valid model, but of another graph under this key
+        other = aioge.Graph("g")
+        x = other.input("x", (2, 8), "float32")
+        other.output(ops.tanh(x), names=["y"])
+        async with aioge.Session(_opts(tmp_path / "kx", "")) as s:
+            await s.add_graph(1, other)
+            from aioge.plan.serialize import encode_model
+
+            server.client.set(key, encode_model(await s.build_graph(1))[0])
+    caplog.set_level(logging.WARNING)
+    b, _ = await _build_cached(_opts(tmp_path / "kb", server.url), tmp_path / "gb")
+    assert not b.stats.graph_cache_hit and (b.stats.kernels_compiled, b.stats.kernel_cache_hits) == (0, KERNELS)
+    warnings = _remote_warnings(caplog)
+    assert len(warnings) == 1 and "graph entry mlp_" in warnings[0], warnings

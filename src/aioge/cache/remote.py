@@ -69,6 +69,10 @@ _MAX_PENDING = 1024  # write-behinds queued at once; more are dropped (and count
 _FLUSH_SECONDS = 5.0  # how long closing waits for queued writes
 
 
+class _Dropped(Exception):
+    """A write-behind with nothing (or too much) to send."""
+
+
 class RemoteStore(Protocol):
     """A remote key-value store, as the tier needs it. Its coroutines run on the tier's own
     asyncio loop thread; a failure raises (any exception), a missing key is None."""
@@ -256,10 +260,27 @@ class RemoteTier:
             self._pending.add(fut)
         fut.add_done_callback(self._written)
 
+    def put_later(self, kind: str, key: str, make: Callable[[], bytes | None]) -> None:
+        """``put`` of the bytes ``make()`` returns (None: nothing to send), made in a thread
+        of the tier's own: a big entry is encoded off the compile's path too."""
+        if self.down or len(self._pending) >= _MAX_PENDING:
+            self._count(dropped=1)
+            return
+        fut = self._thread.submit(self._make_and_set(kind, key, make))
+        with self._lock:
+            self._pending.add(fut)
+        fut.add_done_callback(self._written)
+
+    async def _make_and_set(self, kind: str, key: str, make: Callable[[], bytes | None]) -> None:
+        data = await asyncio.get_running_loop().run_in_executor(None, make)
+        if data is None or len(data) > self.max_entry_bytes:
+            raise _Dropped
+        await self._deadline(self.store.set(self.name(kind, key), data, self.ttl_seconds))
+
     def _written(self, fut: concurrent.futures.Future[Any]) -> None:
         with self._lock:
             self._pending.discard(fut)
-        if fut.cancelled():
+        if fut.cancelled() or isinstance(fut.exception(), _Dropped):
             self._count(dropped=1)
         elif fut.exception() is not None:
             self._failed("write", fut.exception())  # type: ignore[arg-type]
