@@ -461,8 +461,10 @@ def _add_model_commands(sub: Any) -> None:
 def cmd_cache_stats(args: argparse.Namespace) -> int:
     """Entries and bytes per soc, recorded hits/misses/compiles, the limits and their sources."""
     from aioge.cache.kernel_cache import cache_report
+    from aioge.cache.remote import format_remote_report, remote_report
 
     report = cache_report(args.dir)
+    report["remote"] = remote_report(args.dir)  # the second tier, its own section
     if args.json:
         print(_json(report))
         return 0
@@ -476,6 +478,7 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
     for s in report["socs"]:
         print(f"  {s['soc']}: {s['entries']} entries, {s['bytes']} bytes ({s['current_generation_entries']} in generation "
               f"{s['generation']}); hits {s['hits']}, misses {s['misses']}, compiles {s['compiles']}, invalid {s['invalid']}")
+    print("\n".join(format_remote_report(report["remote"])))
     return 0
 
 

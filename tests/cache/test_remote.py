@@ -150,6 +150,30 @@ def test_two_processes_with_separate_disk_caches_share_kernels_through_redis(ser
 
 
 @needs_server
+def test_cache_stats_reports_the_remote_tier_beside_the_disk(
+    server: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import anyio
+
+    from aioge.cli import main
+
+    anyio.run(_build, _opts(tmp_path / "a", server.url))
+    anyio.run(_build, _opts(tmp_path / "b", server.url))
+    monkeypatch.setenv("AIOGE_REMOTE_CACHE", f"redis://:pw@127.0.0.1:{server.port}/0")
+    capsys.readouterr()
+    assert main(["cache", "stats", "--dir", str(tmp_path / "b"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["remote"]["url"] == f"redis://:***@127.0.0.1:{server.port}/0"
+    (soc,) = report["remote"]["socs"]
+    assert (soc["soc"], soc["hits"], soc["misses"], soc["errors"]) == ("AiogeSim", KERNELS, 0, 0)
+    assert (report["socs"][0]["hits"], report["socs"][0]["misses"]) == (0, KERNELS)  # the disk tier missed, the remote served
+    assert main(["cache", "stats", "--dir", str(tmp_path / "b")]) == 0
+    text = capsys.readouterr().out
+    assert f"remote cache: redis://:***@127.0.0.1:{server.port}/0" in text
+    assert f"AiogeSim: hits {KERNELS}, misses 0, errors 0" in text
+
+
+@needs_server
 async def test_entries_carry_a_ttl_and_oversized_ones_are_not_sent(server: RedisServer, tmp_path: Path) -> None:
     await _build(_opts(tmp_path / "a", server.url, **{"aioge.remote_cache_ttl": "120"}))
     ttls = [server.client.ttl(k) for k in server.keys()]

@@ -30,12 +30,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import os
 import threading
 import time
 import urllib.parse
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Coroutine, Protocol
+from typing import Any, Callable, Coroutine, Mapping, Protocol
 
 import anyio
 
@@ -53,8 +54,10 @@ __all__ = [
     "RemoteStore",
     "RemoteTier",
     "TieredKernelStore",
+    "format_remote_report",
     "read_remote_stats",
     "redact",
+    "remote_report",
     "remote_tier_for",
 ]
 
@@ -364,6 +367,30 @@ def read_remote_stats(kernel_dir: str | Path) -> dict[str, dict[str, Any]]:
     return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)}
 
 
+def remote_report(root: str | os.PathLike[str] | None, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The remote tier for ``aioge cache stats``: the URL ``$AIOGE_REMOTE_CACHE`` names (without
+    its password) and, per soc, the counters sessions recorded under the root's kernel cache."""
+    from aioge.cache.kernel_limits import resolve_cache_root
+
+    env = dict(os.environ if env is None else env)
+    base = resolve_cache_root(os.fspath(root) if root else "", env)
+    url = env.get("AIOGE_REMOTE_CACHE", "")
+    socs = read_remote_stats(base / "kernel_cache")
+    return {"url": redact(url) if url else None, "socs": [{"soc": soc, **c} for soc, c in sorted(socs.items())]}
+
+
+def format_remote_report(report: Mapping[str, Any]) -> list[str]:
+    """``remote_report`` as the lines ``aioge cache stats`` prints."""
+    lines = [f"remote cache: {report['url'] or '(off: set aioge.remote_cache or $AIOGE_REMOTE_CACHE)'}"]
+    if not report["socs"]:
+        lines.append("  nothing recorded")
+    for s in report["socs"]:
+        lines.append(f"  {s['soc']}: hits {s.get('hits', 0)}, misses {s.get('misses', 0)}, errors {s.get('errors', 0)}, "
+                     f"invalid {s.get('invalid', 0)}, writes {s.get('writes', 0)}, dropped {s.get('dropped', 0)}"
+                     f"{'  (' + str(s['url']) + ')' if s.get('url') else ''}")
+    return lines
+
+
 # -- kernels ------------------------------------------------------------------------------
 
 
@@ -408,6 +435,7 @@ class TieredKernelStore:
         self.remote = remote
         self.flights: SingleFlight[Any, Any] = local.flights
         self._missed: set[str] = set()  # keys the remote missed, until stored: the re-check after the lock skips it
+        self._served = 0  # remote hits since the last after_compile: the disk tier missed them
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.local, name)
@@ -436,6 +464,7 @@ class TieredKernelStore:
             self._missed.add(key)
             return _Found(None, "invalid")
         await self.local.store(desc, view, compiled=False)
+        self._served += 1
         return _Found(desc, "hit")
 
     async def store(self, desc: KernelDesc, view: Any) -> int:
@@ -445,6 +474,10 @@ class TieredKernelStore:
         return int(written)
 
     async def after_compile(self, **counts: int) -> Any:
+        # The disk's statistics are the disk's: a kernel the remote served is a disk miss.
+        served, self._served = min(self._served, counts.get("hits", 0)), 0
+        counts["hits"] = counts.get("hits", 0) - served
+        counts["misses"] = counts.get("misses", 0) + served
         report = await self.local.after_compile(**counts)
         try:
             await anyio.to_thread.run_sync(
