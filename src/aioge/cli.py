@@ -229,6 +229,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from aioge.errors import AiogeError
     from aioge.plan.serialize import save_model
 
+    if len(args.model) > 1 or args.scheduler:  # a batch: -o is a directory (aioge.distributed)
+        from aioge.distributed.batch import run_batch
+
+        return run_batch(args.model, _model_options(args), args.output, args.scheduler)
+    args.model = args.model[0]
     shapes = _parse_shapes(args.input_shape)
     graph, _, _ = _load_source(args.model, shapes)
 
@@ -432,9 +437,10 @@ def _add_model_commands(sub: Any) -> None:
         p.add_argument("--option", action="append", metavar="KEY=VALUE", help="any other option (repeatable)")
 
     p = sub.add_parser("compile", help="compile MODEL.onnx, MODEL.pb or GRAPH.py offline into an .om (GE's ATC)")
-    p.add_argument("model", help="MODEL.onnx, MODEL.pb (frozen TensorFlow GraphDef), or GRAPH.py[:function] returning a Graph "
-                   "(default function build)")
-    p.add_argument("-o", "--output", required=True, help="the .om to write")
+    p.add_argument("model", nargs="+", help="MODEL.onnx, MODEL.pb (frozen TensorFlow GraphDef), or GRAPH.py[:function] returning a Graph "
+                   "(default function build); several: a batch into the directory -o")
+    p.add_argument("-o", "--output", required=True, help="the .om to write (a directory for a batch)")
+    p.add_argument("--scheduler", metavar="ADDRESS|local:N", help="compile the batch on a Dask cluster (aioge[distributed])")
     p.add_argument("--external-weight", action="store_true", help="constants in weight/ beside the .om (ge.externalWeight=1)")
     common(p)
     p.set_defaults(func=cmd_compile)
