@@ -176,3 +176,13 @@ def test_a_bad_scheduler_is_a_clear_error(models: list[str], tmp_path: Path, cap
 
     assert main(["compile", models[0], "-o", str(tmp_path), "--scheduler", "local:x"]) != 0
     assert "local:N" in capsys.readouterr().err
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # an asynchronous Dask client lives on an asyncio loop
+@pytest.mark.timeout(120)
+async def test_compile_many_with_an_asynchronous_client(cluster: Any, models: list[str], tmp_path: Path) -> None:
+    async with distributed.Client(cluster.scheduler.address, asynchronous=True) as client:
+        results = await compile_many(models[:3], OPTS, client)
+    assert all(r.ok and r.om for r in results) and len({r.worker for r in results}) >= 1
+    assert all(r.worker.startswith("tcp://") for r in results)

@@ -170,6 +170,10 @@ class _LoopThread:
         finally:
             loop.close()
 
+    @property
+    def started(self) -> bool:
+        return self._loop is not None
+
     def stop(self, timeout: float) -> None:
         with self._lock:
             loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
@@ -303,6 +307,8 @@ class RemoteTier:
             return
         await self.flush()
         self._closed = True
+        if not self._thread.started:
+            return  # never used: nothing to close
         fut = self._thread.submit(self._deadline(self.store.aclose()))
         with contextlib.suppress(Exception):
             await anyio.to_thread.run_sync(fut.result, self.timeout + 0.1, abandon_on_cancel=True)
