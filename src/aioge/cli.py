@@ -256,6 +256,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from aioge.errors import AiogeError
     from aioge.plan.serialize import save_model
 
+    if len(args.model) > 1 or args.scheduler:  # a batch: -o is a directory (aioge.distributed)
+        from aioge.distributed.batch import run_batch
+
+        return run_batch(args.model, _model_options(args), args.output, args.scheduler)
+    args.model = args.model[0]
     shapes = _parse_shapes(args.input_shape)
     graph_options: dict[str, str] = {}
     if args.dynamic_batch_size or args.dynamic_dims:
@@ -471,9 +476,10 @@ def _add_model_commands(sub: Any) -> None:
         p.add_argument("--option", action="append", metavar="KEY=VALUE", help="any other option (repeatable)")
 
     p = sub.add_parser("compile", help="compile MODEL.onnx, MODEL.pb or GRAPH.py offline into an .om (GE's ATC)")
-    p.add_argument("model", help="MODEL.onnx, MODEL.pb (frozen TensorFlow GraphDef), or GRAPH.py[:function] returning a Graph "
-                   "(default function build)")
-    p.add_argument("-o", "--output", required=True, help="the .om to write")
+    p.add_argument("model", nargs="+", help="MODEL.onnx, MODEL.pb (frozen TensorFlow GraphDef), or GRAPH.py[:function] returning a Graph "
+                   "(default function build); several: a batch into the directory -o")
+    p.add_argument("-o", "--output", required=True, help="the .om to write (a directory for a batch)")
+    p.add_argument("--scheduler", metavar="ADDRESS|local:N", help="compile the batch on a Dask cluster (aioge[distributed])")
     p.add_argument("--external-weight", action="store_true", help="constants in weight/ beside the .om (ge.externalWeight=1)")
     gears = p.add_mutually_exclusive_group()
     gears.add_argument("--dynamic-batch-size", metavar="1,2,4,8",
@@ -506,8 +512,10 @@ def _add_model_commands(sub: Any) -> None:
 def cmd_cache_stats(args: argparse.Namespace) -> int:
     """Entries and bytes per soc, recorded hits/misses/compiles, the limits and their sources."""
     from aioge.cache.kernel_cache import cache_report
+    from aioge.cache.remote import format_remote_report, remote_report
 
     report = cache_report(args.dir)
+    report["remote"] = remote_report(args.dir)  # the second tier, its own section
     if args.json:
         print(_json(report))
         return 0
@@ -521,6 +529,7 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
     for s in report["socs"]:
         print(f"  {s['soc']}: {s['entries']} entries, {s['bytes']} bytes ({s['current_generation_entries']} in generation "
               f"{s['generation']}); hits {s['hits']}, misses {s['misses']}, compiles {s['compiles']}, invalid {s['invalid']}")
+    print("\n".join(format_remote_report(report["remote"])))
     return 0
 
 

@@ -35,6 +35,8 @@ __all__ = [
     "kernel_key",
     "kernel_key_parts",
     "plain",
+    "remote_graph_key",
+    "remote_namespace",
     "signature_of",
     "versions",
 ]
@@ -166,3 +168,27 @@ def graph_match_key(
         "signature": [[n, list(s)] for n, s in signature],
         "options": compile_options(options),
     }
+
+
+def remote_namespace(soc: str) -> str:
+    """The prefix of every remote cache key of ``soc`` under this process's versions and code
+    (``aioge:<soc>:<digest>``): processes of other versions or code never read each other's
+    entries (their envelopes would be misses anyway), and one namespace can be dropped whole."""
+    import msgpack
+
+    h = hashlib.sha256(b"aioge-remote-v1")
+    h.update(msgpack.packb(sorted(versions().items()), use_bin_type=True))
+    h.update(code_digest().encode())
+    return f"aioge:{soc}:{h.hexdigest()[:16]}"
+
+
+def remote_graph_key(graph_key: str, match: Mapping[str, Any], var_descs: Sequence[Any]) -> str:
+    """A graph cache entry's remote key: ``<graph_key>_<sha256>`` over its match key
+    (``graph_match_key``) and the graph's variable descs, what a disk entry must match too."""
+    import msgpack
+
+    h = hashlib.sha256(b"aioge-remote-graph-v1")
+    for name in sorted(match):
+        h.update(name.encode() + b"=" + hashlib.sha256(msgpack.packb(plain(match[name]), use_bin_type=True)).digest())
+    h.update(b"vars=" + hashlib.sha256(msgpack.packb(plain(list(var_descs)), use_bin_type=True)).digest())
+    return f"{graph_key}_{h.hexdigest()}"

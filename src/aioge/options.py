@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -217,6 +218,10 @@ def _sizes(v: str) -> tuple[int, ...]:
     if not all(re.fullmatch(r"[0-9]+", p) and 1 <= int(p) <= 1 << 20 for p in parts):
         raise ValueError("comma-separated batch sizes from 1 to 1048576, e.g. 1,4,16,64")
     return tuple(sorted(set(int(p) for p in parts)))
+def _remote_url(v: str) -> str:
+    if v and urllib.parse.urlsplit(v).scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("empty (no remote cache) or a Redis URL: redis://host:port/db, rediss://..., unix:///path")
+    return v
 
 
 _S = frozenset({SESSION})
@@ -287,6 +292,18 @@ _TABLE: tuple[OptionSpec, ...] = (
     OptionSpec("aioge.cache_shared", None, _S, "0", _flag01, "cache_shared",
                doc="1: cache files are group-writable and files of other owners are trusted",
                shapes_compile=False),
+    OptionSpec("aioge.remote_cache", None, _S, "", _remote_url, "remote_cache", env="AIOGE_REMOTE_CACHE",
+               doc="a remote cache tier behind the disk caches (needs the redis extra): redis://host:port/db",
+               shapes_compile=False),
+    OptionSpec("aioge.remote_cache_timeout_ms", None, _S, "500", _positive_float, "remote_cache_timeout_ms",
+               doc="deadline of one remote cache request; a remote that misses it is left alone for 30 s",
+               shapes_compile=False),
+    OptionSpec("aioge.remote_cache_ttl", None, _S, "604800", _int_range(1, 10 * 365 * 86400), "remote_cache_ttl",
+               doc="seconds a remote cache entry lives after it is written",
+               shapes_compile=False),
+    OptionSpec("aioge.remote_cache_max_entry_mb", None, _S, "64", _int_range(1, 4096), "remote_cache_max_entry_mb",
+               doc="entries larger than this are not sent to the remote cache",
+               shapes_compile=False),
 )
 
 OPTIONS: Mapping[str, OptionSpec] = MappingProxyType({s.key: s for s in _TABLE})
@@ -323,6 +340,10 @@ class CompileOptions:
     batch_max_rows: int = 0
     batch_max_delay_us: int = 1000
     batch_preferred_sizes: tuple[int, ...] = ()
+    remote_cache: str = ""
+    remote_cache_timeout_ms: float = 500.0
+    remote_cache_ttl: int = 604800
+    remote_cache_max_entry_mb: int = 64
     raw: Mapping[str, str] = field(default_factory=dict)  # the effective string values, by GE key
 
     def streams_for(self, engine: Engine) -> int:

@@ -16,6 +16,7 @@ import anyio
 import numpy as np
 
 from aioge.cache.kernel_cache import KernelCache
+from aioge.cache.remote import TieredKernelStore, remote_tier_for
 from aioge.compiler import cached as graph_cache
 from aioge.compiler.graph import compile_graph
 from aioge.compiler.specialize import input_signature
@@ -146,6 +147,9 @@ class Session:
         resolved = resolve_options(self._options)  # env fallbacks are checked now, so a bad one fails early
         # The session owns its kernel cache: dir (option > ASCEND_CACHE_PATH > ~/atc_data), soc, single flights.
         self.kernel_cache = KernelCache.from_options(resolved)
+        # aioge.remote_cache: a shared tier behind the disk (read-through, write-behind).
+        self.remote_cache = remote_tier_for(resolved)
+        self._kernel_store = self.kernel_cache if self.remote_cache is None else TieredKernelStore(self.kernel_cache, self.remote_cache)
         self._graphs: dict[int, _GraphEntry] = {}
         self._reserved: set[int] = set()  # ids whose add_graph or load_model is in flight
         # Session.run's graphs by (id(graph), graph options), least recently run first, and
@@ -198,6 +202,8 @@ class Session:
             await anyio.to_thread.run_sync(workers.close)
         if devices is not None:
             await anyio.to_thread.run_sync(devices.close)
+        if self.remote_cache is not None:  # its queued writes go out first (bounded wait)
+            await self.remote_cache.aclose()
 
     def _limiters(self) -> tuple[anyio.CapacityLimiter, _RunGate]:
         if self._cpu is None:
@@ -551,11 +557,12 @@ class Session:
 
                 async def compile_now() -> CompiledModel:
                     return await compile_graph(
-                        entry.graph, signature, entry.resolved, limiter=cpu, kernel_cache=self.kernel_cache
+                        entry.graph, signature, entry.resolved, limiter=cpu, kernel_cache=self._kernel_store
                     )
 
                 if entry.graph_cache is not None:
-                    model = await graph_cache.load_or_compile(entry.graph_cache, entry.graph, signature, entry.resolved, compile_now)
+                    model = await graph_cache.load_or_compile(entry.graph_cache, entry.graph, signature, entry.resolved, compile_now,
+                                                              remote=self.remote_cache)
                 else:
                     model = await compile_now()
                 # Binding kernels takes milliseconds on big models: off the loop.

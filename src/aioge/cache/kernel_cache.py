@@ -436,15 +436,16 @@ class KernelCache:
                 return d, reason
         return None
 
-    async def store(self, desc: KernelDesc, view: CacheView) -> int:
+    async def store(self, desc: KernelDesc, view: CacheView, *, compiled: bool = True) -> int:
         """Publish a compiled kernel atomically; returns the bytes written (0 when the dir is
-        not writable, with one warning). Never raises."""
-        return await self._hop(self.store_sync, desc, view)
+        not writable, with one warning). ``compiled=False``: fetched from a remote tier, not
+        counted in ``stored``. Never raises."""
+        return await self._hop(self.store_sync, desc, view, compiled)
 
-    def store_sync(self, desc: KernelDesc, view: CacheView) -> int:
+    def store_sync(self, desc: KernelDesc, view: CacheView, compiled: bool = True) -> int:
         path = self.entry_path(desc.key, view.generation)
         with self._stored_lock:
-            self.stored[(desc.key, view.generation)] += 1
+            self.stored[(desc.key, view.generation)] += compiled
         data = make_envelope(ENTRY_KIND, pack(desc_to_plain(desc)), {"key": desc.key, "generation": view.generation})
         try:
             self._ensure_dirs()

@@ -16,9 +16,10 @@ from typing import Any, Awaitable, Callable, Sequence
 import anyio
 
 from aioge.cache.graph_cache import GraphCache, Lookup, check_cache_dir
-from aioge.errors import CacheError
+from aioge.cache.remote import RemoteTier
+from aioge.errors import CacheError, ModelFormatError
 from aioge.ir.graph import Graph
-from aioge.keys import graph_match_key
+from aioge.keys import graph_match_key, remote_graph_key
 from aioge.options import CompileOptions
 from aioge.plan.model import CompiledModel
 
@@ -90,11 +91,15 @@ async def load_or_compile(
     compile: Callable[[], Awaitable[CompiledModel]],
     *,
     limiter: anyio.CapacityLimiter | None = None,
+    remote: RemoteTier | None = None,
 ) -> CompiledModel:
     """Load the compiled model from the cache, or ``await compile()`` and save it.
 
     The whole lookup (index, fingerprint, model and weights) is one worker-thread hop, the
     save another; ``<key>.lock`` is held over both so that concurrent processes compile once.
+    With a ``remote`` tier a disk miss looks there next (a hit is saved to disk), and a
+    compiled model is sent there behind the compile (not with external weights: an ``.om``
+    alone does not hold them).
 
     Raises:
         CompileError: E13026 (the dir vanished), or whatever ``compile`` raises. A cache
@@ -106,11 +111,64 @@ async def load_or_compile(
         found = await anyio.to_thread.run_sync(lookup_sync, cache, graph, signature, options, limiter=limiter)
         if found.model is not None:
             return found.model
-        model = await compile()
+        rkey = None
+        if remote is not None and found.save and not cache.external_weight:
+            rkey, fingerprint = await anyio.to_thread.run_sync(_remote_key, cache, graph, signature, options, limiter=limiter)
+            model = await _remote_load(remote, rkey, graph, signature, options, fingerprint)
+            if model is None:
+                model = await compile()
+            else:
+                rkey = None  # it is there already
+        else:
+            model = await compile()
         if not found.save:
             return model
         try:
             await anyio.to_thread.run_sync(functools.partial(save_sync, locked=held), cache, model, graph, found.drop, limiter=limiter)
         except (OSError, CacheError) as exc:
             log.warning("graph cache %r: could not save the compiled model (%s)", cache.key, exc)
+        if remote is not None and rkey is not None:
+            remote.put_later("graph", rkey, functools.partial(_encode, model))
         return model
+
+
+def _remote_key(cache: GraphCache, graph: Graph, signature: Signature, options: CompileOptions) -> tuple[str, str | None]:
+    fingerprint = graph.fingerprint() if cache.check == "fingerprint" else None
+    return remote_graph_key(cache.key, graph_match_key(fingerprint, signature, options.raw), var_descs(graph)), fingerprint
+
+
+async def _remote_load(
+    remote: RemoteTier, rkey: str, graph: Graph, signature: Signature, options: CompileOptions, fingerprint: str | None
+) -> CompiledModel | None:
+    data = await remote.get("graph", rkey)
+    if data is None:
+        return None
+    try:
+        model = await anyio.to_thread.run_sync(_decode_remote, data, graph, signature, options, fingerprint)
+    except (CacheError, ModelFormatError) as exc:
+        remote.invalid("graph", rkey, str(exc))
+        return None
+    model.stats.graph_cache_hit = True
+    log.info("graph cache %r: loaded from the remote cache %s", rkey, remote.url)
+    return model
+
+
+def _decode_remote(data: bytes, graph: Graph, signature: Signature, options: CompileOptions, fingerprint: str | None) -> CompiledModel:
+    from aioge.plan.serialize import decode_model
+
+    model = decode_model(data)
+    if fingerprint is not None and model.fingerprint != fingerprint:
+        raise CacheError("compiled from another graph (fingerprint differs)")
+    if [[n, list(s)] for n, s in model.signature] != [[n, list(s)] for n, s in signature]:
+        raise CacheError(f"made for input shapes {list(model.signature)}, not {list(signature)}")
+    why = fits(model, graph)
+    if why is not None:
+        raise CacheError(f"cannot serve graph {graph.name!r}: {why}")
+    model.options = dict(options.raw)  # the compile-shaping ones are equal (the key says so); the rest are this session's
+    return model
+
+
+def _encode(model: CompiledModel) -> bytes:
+    from aioge.plan.serialize import encode_model
+
+    return encode_model(model)[0]
