@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from typing import Any, Callable
 
@@ -30,17 +29,16 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.common import machine, ort_session  # noqa: E402
-
-import aioge  # noqa: E402
-from aioge.examples import EXAMPLES  # noqa: E402
-from aioge.passes import pass_names  # noqa: E402
+import aioge
+from aioge.benchmarks.measure import ort_session
+from aioge.benchmarks.suite import machine
+from aioge.benchmarks.workloads import light_dir
+from aioge.examples import EXAMPLES
+from aioge.passes import pass_names
 
 ALL_OFF = ";".join(f"{n}:off" for n in pass_names())
 BASE = {"aioge.tune_mode": "heuristic", "ge.op_compiler_cache_mode": "disable"}
-LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+LIGHT = light_dir()
 
 
 def _chain_model(shape: tuple[int, ...]) -> onnx.ModelProto:

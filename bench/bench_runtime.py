@@ -30,6 +30,7 @@ import aioge
 from aioge import ops
 from aioge.benchmarks.measure import median_of_runs as _median
 from aioge.benchmarks.measure import median_of_runs_async as _median_async
+from aioge.benchmarks.workloads import CHAIN_OPTIONS, add_chain, light_dir, to_onnx
 from aioge.compiler.graph import compile_graph_sync
 from aioge.examples import EXAMPLES
 from aioge.ir.graph import Graph
@@ -53,10 +54,7 @@ def _mib(n: int) -> str:
 
 
 def _light_models() -> list[str]:
-    import onnx
-
-    root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-    return sorted(glob.glob(os.path.join(root, "*.onnx")))
+    return sorted(glob.glob(os.path.join(light_dir(), "*.onnx")))
 
 
 def bench_memory() -> None:
@@ -203,21 +201,11 @@ def bench_streams(reps: int, quick: bool) -> None:
 # -- 3. dispatch overhead ----------------------------------------------------------------
 
 
-def _add_chain(n: int) -> tuple[Graph, np.ndarray, np.ndarray]:
-    g = Graph(f"adds{n}")
-    x = g.input("x", (1, 16))
-    c = np.full((1, 16), 0.5, np.float32)
-    h = x
-    for _ in range(n):
-        h = ops.add(h, g.constant(c))
-    g.output(h, names=["y"])
-    return g, np.zeros((1, 16), np.float32), c
-
-
 async def _aioge_chain(n: int, mode: str, reps: int) -> float:
-    g, x, _ = _add_chain(n)
+    w = add_chain(n)  # the suite's chain workload
+    g, x = w.graph, w.feeds["x"]
     # Fusion would turn the chain into one node: off, so every Add is dispatched.
-    options = {**HEURISTIC, "aioge.exec_mode": mode, "ge.optimizationSwitch": "ElementwiseFusionPass:off;ConstantFoldingPass:off"}
+    options = {**HEURISTIC, "aioge.exec_mode": mode, **CHAIN_OPTIONS}
     async with aioge.Session(options) as s:
         await s.add_graph(1, g)
         model = await s.build_graph(1)
@@ -230,16 +218,9 @@ async def _aioge_chain(n: int, mode: str, reps: int) -> float:
 def _ort_chain(n: int, reps: int) -> float | None:
     try:
         import onnxruntime as ort
-        from onnx import TensorProto, helper, numpy_helper
     except ImportError:
         return None
-    c = np.full((1, 16), 0.5, np.float32)
-    nodes = [helper.make_node("Add", ["x" if k == 0 else f"h{k}", "c"], [f"h{k + 1}" if k < n - 1 else "y"]) for k in range(n)]
-    graph = helper.make_graph(
-        nodes, "adds", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [numpy_helper.from_array(c, "c")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = to_onnx(add_chain(n).graph, opset=17)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.intra_op_num_threads = 1

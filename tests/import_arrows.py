@@ -13,6 +13,7 @@ import ast
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Iterator
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "aioge"
 
@@ -40,11 +41,12 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, r
     return [target]
 
 
-def import_arrows(root: Path = SRC) -> dict[tuple[str, str], Counter[str]]:
-    """``{(from_package, to_package): Counter(top=.., lazy=.., typing=..)}`` over every .py under ``root``."""
-    arrows: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+def module_imports(root: Path = SRC) -> Iterator[tuple[Path, str, int, str, str]]:
+    """``(path, module, line, target, kind)`` for every aioge import in every .py under ``root``;
+    ``kind`` is ``top``, ``lazy`` (inside a function) or ``typing`` (under ``if TYPE_CHECKING``)."""
     for path in sorted(root.rglob("*.py")):
         module = _module(path, root)
+        found: list[tuple[Path, str, int, str, str]] = []
 
         def visit(node: ast.AST, where: str, module: str = module, is_package: bool = path.name == "__init__.py") -> None:
             for child in ast.iter_child_nodes(node):
@@ -55,12 +57,21 @@ def import_arrows(root: Path = SRC) -> dict[tuple[str, str], Counter[str]]:
                     inner = "typing"
                 if isinstance(child, (ast.Import, ast.ImportFrom)):
                     for target in _targets(child, module, is_package, root):
-                        a, b = _package(module), _package(target)
-                        if target.startswith("aioge") and a != b:
-                            arrows[(a, b)][inner] += 1
+                        if target == "aioge" or target.startswith("aioge."):
+                            found.append((path, module, child.lineno, target, inner))
                 visit(child, inner)
 
         visit(ast.parse(path.read_text(encoding="utf-8")), "top")
+        yield from found
+
+
+def import_arrows(root: Path = SRC) -> dict[tuple[str, str], Counter[str]]:
+    """``{(from_package, to_package): Counter(top=.., lazy=.., typing=..)}`` over every .py under ``root``."""
+    arrows: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    for _path, module, _line, target, kind in module_imports(root):
+        a, b = _package(module), _package(target)
+        if a != b:
+            arrows[(a, b)][kind] += 1
     return dict(arrows)
 
 

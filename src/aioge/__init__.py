@@ -10,11 +10,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__version__ = "0.1.0"
-
-from aioge import errors, ops  # noqa: E402
-from aioge.ir import Graph, TensorDesc  # noqa: E402
-from aioge.session import Session  # noqa: E402
+from aioge import errors, ops
+from aioge._version import __version__
+from aioge.ir import Graph, TensorDesc
+from aioge.session import Session
 
 __all__ = ["Graph", "Session", "TensorDesc", "__version__", "errors", "load_onnx", "load_tf", "ops"]
 

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from aioge._version import __version__
 from aioge.ir.fingerprint import canonical_attr
 from aioge.ir.graph import Node
 
@@ -49,8 +50,6 @@ Signature = tuple[tuple[tuple[int | str, ...] | None, str, str] | None, ...]
 
 def versions() -> dict[str, str]:
     """The versions a compiled artefact is made under; any difference makes it stale."""
-    from aioge import __version__
-
     return {"aioge": __version__, "numpy": np.__version__, "python": platform.python_version()}
 
 

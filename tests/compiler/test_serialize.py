@@ -143,6 +143,12 @@ def test_generic_values_roundtrip_with_their_types() -> None:
         plan_codec.encode_value(object())
 
 
+def test_an_engine_is_stored_under_its_old_name_whichever_module_defines_it() -> None:
+    """Engine moved to kernels/contract.py (issue 21); .om files written before name it engines.Engine."""
+    assert plan_codec.encode_value(Engine.AICPU) == {"~e": ["engines.Engine", "AiCpu"]}
+    assert plan_codec.decode_value({"~e": ["engines.Engine", "AiVec"]}) is Engine.AIVEC
+
+
 def test_attributes_roundtrip_and_are_checked_against_the_schema() -> None:
     g = aioge.Graph("attrs")
     x = g.input("x", (2, 3))

@@ -20,7 +20,8 @@ from aioge.errors import ExecutionError, OptionError
 from aioge.examples import build_cnn
 from aioge.plan import io as cache_io
 from aioge.runtime import executor as executor_module
-from aioge.runtime.devices import _read_frame, _write_frame
+from aioge.runtime.devices.protocol import read_frame as _read_frame
+from aioge.runtime.devices.protocol import write_frame as _write_frame
 from tests.reliability.test_kernel_faults import _concurrently
 from tests.runtime.test_executor import _branches, _branches_ref
 

@@ -19,7 +19,7 @@ __all__ = ["add_arguments", "config_from_args"]  # run_suite, write_results: aio
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``aioge bench`` arguments (shared by ``python -m aioge.benchmarks``)."""
+    """The ``aioge bench`` arguments (``aioge.cli`` adds them to its ``bench`` command)."""
     p.add_argument("--output-dir", default="bench", help="where RESULTS.md and results.json go (default: ./bench)")
     p.add_argument("--workloads", default="", help="comma-separated subset (default: all)")
     p.add_argument("--quick", action="store_true", help="fewer rounds and runs, concurrency 1/4/64 on mlp and squeezenet only")

@@ -1,7 +1,8 @@
 """The benchmark suite: every workload beside its yardsticks, the targets, RESULTS.md + results.json.
 
 ``run_suite(config)`` measures and returns the raw figures; ``write_results`` writes them.
-``aioge bench`` (and ``python -m aioge.benchmarks``) does both.
+``aioge bench`` (``python -m aioge bench``) does both; the command lives in ``aioge.cli``, above this
+package, which never imports the CLI.
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def _blas_variant(cfg: SuiteConfig, names: list[str]) -> dict[str, Any] | None:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "results.json")
         # -P: not the current directory first on sys.path (a stray msgpack.py there would be imported).
-        cmd = [sys.executable, "-P", "-m", "aioge.benchmarks", "--json-only", out, "--workloads", ",".join(names),
+        cmd = [sys.executable, "-P", "-m", "aioge", "bench", "--json-only", out, "--workloads", ",".join(names),
                "--rounds", str(cfg.rounds), "--runs", str(cfg.runs), "--no-reference", "--no-concurrency",
                "--no-startup", "--no-blas-variant"]
         import subprocess

@@ -1,13 +1,17 @@
 """The kernel contract: what a kernel is, as the op registry above and the runtime see it.
 
 Kernels (``aioge.kernels``) sit below the op schemas (``aioge.ops``): they import only ``ir``
-and this floor. The schemas bind kernels through these two types, and the compiler and the
+and this floor. The schemas bind kernels through these types, and the compiler and the
 runtime call what they describe; so ``KernelImpl`` and ``RunFn`` live here, not beside
-``OpSchema``, and the import arrows run ops -> kernels -> ir.
+``OpSchema``, and the import arrows run ops -> kernels -> ir. ``Engine``, the simulated
+engine a kernel runs on, lives here too: every op schema names the engines that can run it,
+so the kind sits below ``ops``; ``aioge.engines`` (above ``ops``) keeps the selection rule
+and re-exports it.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -15,7 +19,7 @@ import numpy as np
 
 from aioge.ir.desc import TensorDesc
 
-__all__ = ["KernelImpl", "RunFn"]
+__all__ = ["Engine", "KernelImpl", "RunFn", "engine_names", "parse_engine"]
 
 # A bound kernel: reads ``inputs``; writes into ``outputs`` when given (preallocated arena
 # views of the inferred shapes) and returns them; otherwise returns fresh arrays.
@@ -36,3 +40,39 @@ class KernelImpl:
     build: Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[TensorDesc | None], Sequence[TensorDesc]], RunFn]
     applies: Callable[[Sequence[TensorDesc | None], Mapping[str, Any]], bool] = lambda descs, attrs: True
     candidates: Callable[[Sequence[TensorDesc | None], Mapping[str, Any]], list[dict[str, Any]]] = lambda d, a: [{}]
+
+
+class Engine(enum.Enum):
+    """A simulated engine; ``value`` is the name GE's options use."""
+
+    AICORE = "AiCore"
+    AIVEC = "AiVec"
+    AICPU = "AiCpu"
+
+    @property
+    def priority(self) -> int:
+        """GE's cost: lower is preferred."""
+        return _PRIORITY[self]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_PRIORITY = {Engine.AICORE: 1, Engine.AIVEC: 2, Engine.AICPU: 3}
+
+# GE's docs say AiVec while its code accepts only AiVector: aioge accepts both.
+_NAMES = {"AiCore": Engine.AICORE, "AiVec": Engine.AIVEC, "AiVector": Engine.AIVEC, "AiCpu": Engine.AICPU}
+
+
+def parse_engine(name: str) -> Engine:
+    """Return the engine GE calls ``name``.
+
+    Raises:
+        KeyError: not an engine name.
+    """
+    return _NAMES[name]
+
+
+def engine_names() -> tuple[str, ...]:
+    """Every name ``parse_engine`` accepts."""
+    return tuple(_NAMES)

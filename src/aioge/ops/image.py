@@ -13,12 +13,12 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from aioge.engines import Engine
 from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import grid as kg
 from aioge.kernels import image as k
 from aioge.kernels import resize as kr
 from aioge.kernels.base import returning
+from aioge.kernels.contract import Engine
 from aioge.ops.infer import normalise_axis
 from aioge.ops.schema import CPU_ONLY, FLOAT_DTYPES, REQUIRED, VECTOR_ENGINES, Attr, InferContext, InferError, InferFn, OpSchema
 

@@ -12,9 +12,8 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from aioge.engines import Engine
 from aioge.ir.desc import Dim, TensorDesc
-from aioge.kernels.contract import KernelImpl, RunFn  # the kernel contract, re-exported for the families
+from aioge.kernels.contract import Engine, KernelImpl, RunFn  # the kernel contract, re-exported for the families
 
 __all__ = [
     "ALL_ENGINES",

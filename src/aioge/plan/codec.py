@@ -42,13 +42,15 @@ ARRAY_DTYPES = frozenset(DTYPES) - {"str"}
 @functools.lru_cache(maxsize=1)
 def _types() -> tuple[dict[str, type], dict[type, str], dict[str, type[enum.Enum]], str]:
     """Dataclasses and enums an .om may name (by ``module.Name``), and a digest of their layout."""
-    from aioge import engines
     from aioge.ir import graph as ir_graph
+    from aioge.kernels.contract import Engine
     from aioge.plan import kernel, memory, model, streams
 
     classes: dict[str, type] = {}
-    enums: dict[str, type[enum.Enum]] = {}
-    for mod in (kernel, streams, memory, model, engines, ir_graph):
+    # Engine lives in kernels/contract.py; an .om names it by its old home, so files and the
+    # layout digest stay as they were.
+    enums: dict[str, type[enum.Enum]] = {"engines.Engine": Engine}
+    for mod in (kernel, streams, memory, model, ir_graph):
         short = mod.__name__.rsplit(".", 1)[-1]
         for name, obj in vars(mod).items():
             if not isinstance(obj, type) or obj.__module__ != mod.__name__:

@@ -1,30 +1,11 @@
-"""Simulated devices: worker processes that run compiled models, so concurrent runs use every core.
-
-In one process the GIL serialises the Python between kernels, and most of a small model's run
-is that Python: 64 concurrent runs of a 4-op MLP on lanes barely beat one at a time. GE runs a
-model on a device; here a device is a child process (``aioge.runtime.devices.main``)
-with its own engines, arenas and kernels, so N devices run N models at once.
-
-``aioge.exec_devices = N`` (default 0: run in this process) starts N devices on the first
-eligible run. A compiled model is sent to a device once, as ``.om`` bytes (the graph cache's
-format: data, never code; the child binds the kernels itself), and each run sends its feeds
-and gets its outputs back, all length-prefixed msgpack (``plan.io``'s bounded codec) over
-the child's stdin and stdout. Nothing is pickled. Runs that compute for under a millisecond
-(measured on the device, reported with each reply) stay in this process, where they run
-inline on the event loop's thread: for them the hand-off costs more than it wins.
+"""The parent's side of the devices: the processes, their writer and reader threads, replacement.
 
 On the parent's side each device has a writer thread (packs and writes requests) and a reader
 thread (reads replies and wakes the waiting task through the event loop's thread-safe
 callback, like a lane), so the event loop only queues a request and is woken once per run.
-The child runs one request at a time on its main thread (``Executable.run_sync``: no thread
-hop for a one-thread plan); requests queued behind it wait in the pipe, so it never idles
-while the parent has work.
-
 Runs go to the device with the fewest in flight. A device whose process dies fails the runs
 it held with ``ExecutionError`` (naming the device, its pid and exit code) and is replaced on
-the next run. A cancelled run's reply is dropped when it comes. Devices run at nice 5
-(``AIOGE_DEVICE_NICE`` changes it), so the parent's event loop gets a core as soon as it wakes. Graphs with variables run in
-this process (their state lives here), and so do traced and host-mode runs.
+the next run. A cancelled run's reply is dropped when it comes.
 """
 
 from __future__ import annotations
@@ -33,30 +14,23 @@ import itertools
 import logging
 import os
 import queue
-import struct
 import subprocess
 import sys
 import threading
-import time
 import weakref
-from typing import IO, Any, BinaryIO, Mapping
+from typing import Any, Mapping
 
 import anyio
 import numpy as np
 
 from aioge.errors import ExecutionError, SessionClosedError
-from aioge.plan import io
-from aioge.plan.codec import ARRAY_DTYPES as _DTYPES
+from aioge.runtime.devices.protocol import ARRAY_DTYPES, read_frame, write_frame
 from aioge.runtime.executor import Executable
 from aioge.runtime.workers import Completion
 
-__all__ = ["DevicePool", "serve"]
+__all__ = ["DevicePool"]
 
 log = logging.getLogger(__name__)
-
-_HEAD = struct.Struct("<QQ")  # header bytes, data bytes
-_MAX_HEADER = 64 << 20
-_MAX_DATA = 1 << 36  # 64 GiB: no model or feed aioge accepts is larger
 
 
 class _Pending:
@@ -67,86 +41,6 @@ class _Pending:
         self.outputs: dict[str, np.ndarray] | None = None
         self.error: BaseException | None = None
         self.seconds = 0.0  # the run's time on the device
-
-
-# A frame: the two lengths, a msgpack header (plain data), then the raw bytes of its arrays and
-# blobs back to back. The header's "arrays" lists (name, dtype, shape) in data order and
-# "blobs" the byte lengths that follow them, so big tensors and models are written straight
-# from their memory and read straight into a fresh buffer: no msgpack copies, and the arrays
-# read are writable and owned by whoever decodes them.
-
-
-def _write_frame(stream: IO[bytes], header: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None,
-                 blobs: tuple[bytes, ...] = ()) -> None:
-    chunks: list[Any] = []
-    specs = []
-    for name, a in (arrays or {}).items():
-        a = np.ascontiguousarray(a)
-        if a.dtype.name not in _DTYPES:
-            raise TypeError(f"array {name!r} has dtype {a.dtype}, which a device cannot take")
-        specs.append([name, a.dtype.name, list(a.shape)])
-        if a.nbytes:
-            chunks.append(a.reshape(-1).view(np.uint8).data)
-    head = io.pack({**header, "arrays": specs, "blobs": [len(b) for b in blobs]})
-    chunks.extend(blobs)
-    stream.write(_HEAD.pack(len(head), sum(len(c) for c in chunks)))
-    stream.write(head)
-    for c in chunks:
-        stream.write(c)
-    stream.flush()
-
-
-def _read_exact(stream: IO[bytes], n: int) -> bytearray | None:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = stream.readinto(view[got:])  # type: ignore[attr-defined]
-        if not k:
-            return None
-        got += k
-    return buf
-
-
-def _read_frame(stream: IO[bytes], what: str) -> tuple[dict[str, Any], dict[str, np.ndarray], list[memoryview]] | None:
-    """(header, arrays, blobs) of one frame, or None at end of stream (also mid-frame: the writer is gone).
-
-    Raises:
-        CacheError, ValueError: a malformed frame.
-    """
-    head = _read_exact(stream, _HEAD.size)
-    if head is None:
-        return None
-    hlen, dlen = _HEAD.unpack(head)
-    if hlen > _MAX_HEADER or dlen > _MAX_DATA:
-        raise ValueError(f"{what}: a frame of {hlen} + {dlen} bytes is beyond what a device message may have")
-    raw = _read_exact(stream, hlen)
-    data = _read_exact(stream, dlen)
-    if raw is None or data is None:
-        return None
-    header = io.unpack(bytes(raw), what=what)
-    if not isinstance(header, dict):
-        raise ValueError(f"{what}: the header is not a map")
-    arrays: dict[str, np.ndarray] = {}
-    offset = 0
-    for name, dtype, shape in header.pop("arrays"):
-        if dtype not in _DTYPES or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise ValueError(f"{what}: array {name!r} has a bad dtype or shape ({dtype!r}, {shape!r})")
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        nbytes = count * np.dtype(dtype).itemsize
-        if offset + nbytes > dlen:
-            raise ValueError(f"{what}: array {name!r} runs past the frame's data")
-        arrays[name] = np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
-        offset += nbytes
-    blobs = []
-    for n in header.pop("blobs"):
-        if not isinstance(n, int) or offset + n > dlen:
-            raise ValueError(f"{what}: a blob runs past the frame's data")
-        blobs.append(memoryview(data)[offset : offset + n])
-        offset += n
-    if offset != dlen:
-        raise ValueError(f"{what}: {dlen - offset} bytes of data that no array or blob claims")
-    return header, arrays, blobs
 
 
 def _bigger_pipe(fd: int) -> None:
@@ -166,13 +60,13 @@ class _Device:
         self.index = index
         env = dict(os.environ)
         # The child imports aioge from where this process did (also when it is not installed).
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         # -P: ``python -c`` would put the current directory first on sys.path, so a msgpack.py
         # (or numpy.py...) in the directory the server was started from would run inside the
         # device. -I would also drop PYTHONPATH, which the line above needs for source-tree runs.
         self.proc = subprocess.Popen(
-            [sys.executable, "-P", "-c", "from aioge.runtime.devices import main; main()"],
+            [sys.executable, "-P", "-c", "from aioge.runtime.devices.child import main; main()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -224,11 +118,11 @@ class _Device:
                     break
                 if item[0] == "load":
                     _, exe_id, om, threads = item
-                    _write_frame(stdin, {"op": "load", "exe": exe_id, "threads": threads}, blobs=(om,))
+                    write_frame(stdin, {"op": "load", "exe": exe_id, "threads": threads}, blobs=(om,))
                     continue
                 _, rid, exe_id, feeds = item
                 try:
-                    _write_frame(stdin, {"op": "run", "rid": rid, "exe": exe_id}, feeds)
+                    write_frame(stdin, {"op": "run", "rid": rid, "exe": exe_id}, feeds)
                 except TypeError as exc:  # a feed no frame carries: refused before a byte is written
                     self._fail_one(rid, f"cannot send the feeds: {exc}")
         except (OSError, ValueError) as exc:  # the child is gone (broken pipe); the reader reports it
@@ -245,7 +139,7 @@ class _Device:
         reason = "its process ended"
         try:
             while True:
-                frame = _read_frame(stdout, f"reply of {self.name}")
+                frame = read_frame(stdout, f"reply of {self.name}")
                 if frame is None:
                     break
                 self._deliver(frame[0], frame[1])
@@ -354,7 +248,7 @@ class DevicePool:
         that computes for under ``INLINE_US`` (as measured on the devices) costs less in this
         process, on the event loop's thread, than its hand-off to a device and back."""
         g = exe.model.graph
-        return (not g.variables and all(v.desc.dtype in _DTYPES for v in (*g.inputs, *g.outputs))
+        return (not g.variables and all(v.desc.dtype in ARRAY_DTYPES for v in (*g.inputs, *g.outputs))
                 and not exe.short)
 
     def _complete(self) -> bool:
@@ -449,73 +343,3 @@ def _stop_devices(devices: list[_Device]) -> None:
     """Finalizer of an unclosed pool: close the children's input, so they exit (never blocks)."""
     for d in devices:
         d.stop()
-
-
-# -- the child ------------------------------------------------------------------------
-
-
-def serve(inp: BinaryIO, out: BinaryIO) -> None:
-    """The device's main loop: load models and run them, one request at a time, until EOF."""
-    from aioge.plan.serialize import decode_model
-    from aioge.runtime.blas import configure_blas
-    from aioge.runtime.workers import EngineWorkers
-
-    configure_blas(1)
-    workers = EngineWorkers(min_lanes=1, cpu_slots=1)
-    exes: dict[int, Executable] = {}
-    failed: dict[int, str] = {}
-    try:
-        while True:
-            frame = _read_frame(inp, "device request")
-            if frame is None:
-                return
-            msg, arrays, blobs = frame
-            if msg["op"] == "load":
-                try:
-                    exes[msg["exe"]] = Executable(decode_model(bytes(blobs[0])), threads=msg["threads"])
-                except Exception as exc:  # reported with every run of it
-                    failed[msg["exe"]] = f"the device could not load the model: {type(exc).__name__}: {exc}"
-                    _write_frame(out, {"op": "load_failed", "message": failed[msg["exe"]]})
-                continue
-            rid, exe_id = msg["rid"], msg["exe"]
-            exe = exes.get(exe_id)
-            outputs: dict[str, np.ndarray] | None = None
-            if exe is None:
-                reply: dict[str, Any] = {"rid": rid, "error": {"message": failed.get(exe_id, f"model {exe_id} was never loaded")}}
-            else:
-                try:
-                    start = time.perf_counter()
-                    outputs = exe.run_sync(arrays, workers=workers)
-                    reply = {"rid": rid, "seconds": time.perf_counter() - start}
-                except ExecutionError as exc:
-                    reply = {"rid": rid, "error": {"message": exc.message, "graph": exc.graph, "node": exc.node,
-                                                   "op_type": exc.op_type, "engine": exc.engine}}
-                except Exception as exc:  # not a kernel's: still only this run's
-                    reply = {"rid": rid, "error": {"message": f"{type(exc).__name__}: {exc}"}}
-            try:
-                _write_frame(out, reply, outputs)
-            except TypeError as exc:  # an output no frame carries (refused before a byte is written)
-                _write_frame(out, {"rid": rid, "error": {"message": f"cannot send the outputs back: {exc}"}})
-    finally:
-        workers.close()
-
-
-def main() -> None:
-    """The device process's entry point: ``serve`` on stdin and stdout."""
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="aioge device %(process)d: %(levelname)s %(message)s")
-    # Frames go to the real stdout; anything else that prints (a library, a C extension) goes to stderr.
-    frames = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    # Devices compute flat out; a lower priority lets the parent's event loop (mostly asleep,
-    # never long awake) take a core the moment it wakes, instead of queueing behind them.
-    nice = int(os.environ.get("AIOGE_DEVICE_NICE", "5"))
-    if nice and hasattr(os, "nice"):
-        try:
-            os.nice(nice)
-        except OSError:
-            pass
-    try:
-        serve(sys.stdin.buffer, frames)
-    except BrokenPipeError:  # the parent went away
-        pass
