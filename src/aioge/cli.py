@@ -176,46 +176,9 @@ def _add_options(sub: Any) -> None:
 
 
 def _load_source(spec: str, shapes: dict[str, tuple[int, ...]]) -> tuple[Any, dict[str, np.ndarray], Any]:
-    """``(graph, feeds, reference)`` from MODEL.onnx, or GRAPH.py[:function] whose function
-    (default ``build``) returns a Graph or ``(graph, feeds, reference)``."""
-    import importlib.util
+    from aioge.frontends.source import load_source
 
-    import aioge
-    from aioge.errors import AiogeError
-
-    if spec.endswith(".onnx"):
-        try:
-            graph = aioge.load_onnx(spec, shapes=shapes or None)
-        except ImportError as exc:
-            raise AiogeError(f"{spec}: this aioge has no ONNX frontend ({exc})") from None
-        return graph, {}, None
-    if spec.endswith(".pb"):
-        try:
-            graph = aioge.load_tf(spec, shapes=shapes or None)
-        except ImportError as exc:
-            raise AiogeError(f"{spec}: a TensorFlow .pb needs the tensorflow extra: pip install 'aioge[tensorflow]' ({exc})") from None
-        return graph, {}, None
-    if ".py:" in spec:
-        stem, func = spec.split(".py:", 1)
-        path = stem + ".py"
-    else:
-        path, func = spec, "build"
-    if not path.endswith(".py") or not os.path.isfile(path):
-        raise AiogeError(f"{spec}: expected MODEL.onnx, GRAPH.py[:function] or OUT.om (an existing file), or MODEL.pb")
-    # The user names this script on the command line to build their graph, as with `python GRAPH.py`.
-    module_spec = importlib.util.spec_from_file_location("_aioge_user_graph", path)
-    if module_spec is None or module_spec.loader is None:
-        raise AiogeError(f"{path}: cannot import")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    build = getattr(module, func, None)
-    if not callable(build):
-        raise AiogeError(f"{path}: has no function {func}() returning a Graph")
-    made = build()
-    graph, feeds, ref = (made, {}, None) if isinstance(made, aioge.Graph) else (tuple(made) + (None, None))[:3]
-    if not isinstance(graph, aioge.Graph):
-        raise AiogeError(f"{path}: {func}() returned {type(graph).__name__}, not a Graph")
-    return graph, dict(feeds or {}), ref
+    return load_source(spec, shapes)
 
 
 def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:

@@ -152,9 +152,9 @@ async def _compile_one(spec: str, options: dict[str, str], client: Any) -> Batch
 
 
 def _load(spec: str) -> Any:
-    from aioge.cli import _load_source
+    from aioge.frontends.source import load_source
 
-    return _load_source(spec, {})[0]
+    return load_source(spec, {})[0]
 
 
 class _Recorder:
