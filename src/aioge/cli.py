@@ -227,7 +227,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     """Compile MODEL.onnx or GRAPH.py offline into an .om (GE's ATC)."""
     import aioge
     from aioge.errors import AiogeError
-    from aioge.plan.serialize import save_model
 
     shapes = _parse_shapes(args.input_shape)
     graph, _, _ = _load_source(args.model, shapes)
@@ -236,7 +235,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         async with aioge.Session(_model_options(args)) as s:
             await s.add_graph(1, graph)
             model = await s.build_graph(1, shapes)
-            await save_model(args.output, model, external=args.external_weight)
+            await model.save(args.output, external=args.external_weight)  # mode from the umask: an artefact
             return model
 
     Path(args.output).resolve().parent.mkdir(parents=True, exist_ok=True)

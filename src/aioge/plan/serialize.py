@@ -558,9 +558,9 @@ def load_model_sync(path: str | os.PathLike[str], *, check_versions: bool = True
     return decode_model(data, path=path, check_versions=check_versions)
 
 
-async def save_model(path: str | os.PathLike[str], model: CompiledModel, *, external: bool = False) -> str:
+async def save_model(path: str | os.PathLike[str], model: CompiledModel, *, external: bool = False, mode: int = 0o600) -> str:
     """``save_model_sync`` in one worker thread."""
-    return await anyio.to_thread.run_sync(functools.partial(save_model_sync, external=external), path, model)
+    return await anyio.to_thread.run_sync(functools.partial(save_model_sync, external=external, mode=mode), path, model)
 
 
 async def load_model(path: str | os.PathLike[str]) -> CompiledModel:
