@@ -208,6 +208,26 @@ def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
 
 
 def _model_options(args: argparse.Namespace) -> dict[str, str]:
+    """The session-level options the command line sets (``_graph_level`` takes the rest)."""
+    return {k: v for k, v in _all_model_options(args).items() if not _graph_only(k)}
+
+
+def _graph_level(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--option`` items only a graph can take (``ge.graph_key``): given to ``add_graph``."""
+    return {k: v for k, v in _all_model_options(args).items() if _graph_only(k)}
+
+
+def _graph_only(key: str) -> bool:
+    from aioge.errors import OptionError
+    from aioge.options import OPTIONS, canonical_key
+
+    try:
+        return "session" not in OPTIONS[canonical_key(key)].levels
+    except OptionError:
+        return False  # the session names the unknown key
+
+
+def _all_model_options(args: argparse.Namespace) -> dict[str, str]:
     from aioge.errors import AiogeError
 
     options = {}
@@ -233,7 +253,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     async def go() -> Any:
         async with aioge.Session(_model_options(args)) as s:
-            await s.add_graph(1, graph)
+            await s.add_graph(1, graph, _graph_level(args))
             model = await s.build_graph(1, shapes)
             await model.save(args.output, external=args.external_weight)  # mode from the umask: an artefact
             return model
@@ -291,7 +311,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             else:
                 graph, defaults, ref = _load_source(args.model, shapes)
                 gid = 1
-                await s.add_graph(gid, graph)
+                await s.add_graph(gid, graph, _graph_level(args))
             _check_input_names(graph, given, defaults, args.random_inputs)
             known = {**shapes, **{k: v.shape for k, v in given.items()}}
             signature = dict(input_signature(graph, {k: v for k, v in known.items() if graph.has_value(k)}))
@@ -419,6 +439,7 @@ def _cache_commands(sub: Any) -> Any:
     if group is None:
         p = sub.add_parser("cache", help="inspect the disk caches")
         group = p.add_subparsers(dest="cache_command", metavar="CACHE_COMMAND")
+        p.set_defaults(func=lambda args: _print_help(p))  # `aioge cache` alone: its own help, not the top level's
         sub._aioge_cache_group = group
     return group
 
@@ -504,6 +525,11 @@ def cmd_cache_clear(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
 def _add_kernel_cache_commands(sub: Any) -> None:
     group = _cache_commands(sub)
     where = "cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data)"
@@ -562,6 +588,9 @@ _COMMANDS: list[Callable[[Any], None]] = [_add_demo, _add_passes, _add_options, 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aioge", description="asyncio-native graph compiler and executor (GE-style)")
+    from aioge import __version__
+
+    parser.add_argument("--version", action="version", version=f"aioge {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in _COMMANDS:
@@ -578,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logging.captureWarnings(True)  # a library warning is one "WARNING py.warnings: ..." line, not a source dump
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

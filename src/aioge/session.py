@@ -19,7 +19,7 @@ from aioge.cache.kernel_cache import KernelCache
 from aioge.compiler import cached as graph_cache
 from aioge.compiler.graph import compile_graph
 from aioge.compiler.specialize import input_signature
-from aioge.errors import FeedError, GraphError, SessionClosedError
+from aioge.errors import FeedError, GraphError, GraphIdError, SessionClosedError
 from aioge.ir.desc import is_static, numpy_dtype
 from aioge.ir.graph import Graph
 from aioge.options import CompileOptions, check_options, resolve_options
@@ -87,6 +87,15 @@ def _release_unclosed(engines: _Engines) -> None:
             f"unclosed aioge.Session holding {' and '.join(held)}; use 'async with aioge.Session(...)' "
             "or 'await session.aclose()'", ResourceWarning, stacklevel=2,
         )
+
+
+def _check_graph_id(graph_id: object) -> None:
+    """GE's graph ids are uint32: a str or float id is a mistake, never a key.
+
+    Raises:
+        GraphIdError: not an int in [0, 2**32)."""
+    if not isinstance(graph_id, (int, np.integer)) or isinstance(graph_id, bool) or not 0 <= int(graph_id) < 2**32:
+        raise GraphIdError(f"graph id {graph_id!r} ({type(graph_id).__name__}): expected an int in [0, 2**32), as GE's uint32 ids")
 
 
 class Session:
@@ -198,6 +207,7 @@ class Session:
             and its directory does not exist. SessionClosedError: the session is closed.
         """
         self._check_open()
+        _check_graph_id(graph_id)
         if not isinstance(graph, Graph):
             raise GraphError(f"add_graph expects an aioge.Graph, got {type(graph).__name__}")
         await self._register(graph_id, graph, check_options(options, "graph"))
@@ -213,6 +223,9 @@ class Session:
         self._reserve(graph_id, graph.name)
         try:
             resolved = resolve_options(self._options, checked)
+            if resolved.graph_key and not resolved.graph_cache_dir:
+                warnings.warn(f"graph {graph.name!r}: ge.graph_key {resolved.graph_key!r} has no effect without the session "
+                              "option ge.graph_compiler_cache_dir: the graph cache is off", UserWarning, stacklevel=3)
             await anyio.to_thread.run_sync(graph.validate)
             cache = await anyio.to_thread.run_sync(graph_cache.cache_for, resolved, graph.name)
             self._check_open(graph.name)
@@ -352,6 +365,7 @@ class Session:
 
         self._check_open()
         if graph_id is not None:
+            _check_graph_id(graph_id)
             self._reserve(graph_id, None)
         try:
             model = await load_model(path)

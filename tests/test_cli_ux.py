@@ -1,0 +1,79 @@
+"""The aioge command as a new user meets it (issue 23): version, help, options, latency, errors."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+import aioge
+from aioge import ops
+from aioge.cli import main
+from aioge.errors import GraphIdError
+
+BUILDER = textwrap.dedent(
+    """
+    import numpy as np
+    import aioge
+    from aioge import ops
+
+    def build():
+        g = aioge.Graph("ux_graph")
+        x = g.input("x", (2, 3))
+        g.output(ops.relu(x) * 2.0, names=["y"])
+        return g
+    """
+)
+
+
+@pytest.fixture
+def builder(tmp_path) -> str:
+    path = tmp_path / "graph.py"
+    path.write_text(BUILDER)
+    return str(path)
+
+
+def test_version(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"aioge {aioge.__version__}"
+
+
+def test_cache_alone_prints_the_cache_help(capsys) -> None:
+    assert main(["cache"]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("usage: aioge cache") and "stats" in out and "show-index" in out
+
+
+def test_compile_takes_graph_level_options(builder, tmp_path, capsys) -> None:
+    graphs = tmp_path / "graphs"
+    graphs.mkdir(mode=0o700)
+    code = main(["compile", builder, "-o", str(tmp_path / "m.om"), "--option", "aioge.tune_mode=heuristic",
+                 "--option", f"ge.graph_compiler_cache_dir={graphs}", "--option", "ge.graph_key=ux"])
+    assert code == 0, capsys.readouterr().err
+    assert (graphs / "ux.idx").is_file() and list(graphs.glob("ux_*.om"))
+
+
+@pytest.mark.anyio
+async def test_graph_key_without_a_cache_dir_warns() -> None:
+    g = aioge.Graph("g")
+    g.output(ops.relu(g.input("x", (2,))), names=["y"])
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        with pytest.warns(UserWarning, match="ge.graph_key 'k' has no effect without the session option ge.graph_compiler_cache_dir"):
+            await s.add_graph(1, g, {"ge.graph_key": "k"})
+        y = await s.run_graph(1, {"x": np.array([-1.0, 2.0], np.float32)})
+    np.testing.assert_array_equal(y["y"], [0.0, 2.0])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("bad", ["model", 1.0, True, -1, 2**32])
+async def test_graph_ids_are_uint32(bad) -> None:
+    g = aioge.Graph("g")
+    g.output(ops.relu(g.input("x", (2,))), names=["y"])
+    async with aioge.Session() as s:
+        with pytest.raises(GraphIdError, match=r"expected an int in \[0, 2\*\*32\)") as exc:
+            await s.add_graph(bad, g)
+        assert isinstance(exc.value, TypeError)
+        await s.add_graph(2**32 - 1, g)  # the largest uint32 is fine
