@@ -77,3 +77,53 @@ async def test_graph_ids_are_uint32(bad) -> None:
             await s.add_graph(bad, g)
         assert isinstance(exc.value, TypeError)
         await s.add_graph(2**32 - 1, g)  # the largest uint32 is fine
+
+
+@pytest.mark.anyio
+async def test_a_misspelt_feed_names_the_unknown_key_and_the_missing_input() -> None:
+    from aioge.errors import FeedError
+
+    g = aioge.Graph("g")
+    g.output(ops.relu(g.input("image", (2,))), names=["y"])
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        with pytest.raises(FeedError, match=r"missing feeds for inputs image: .*unknown inputs \['imgae'\]"):
+            await s.run(g, {"imgae": np.zeros(2, np.float32)})
+
+
+def test_cli_misspelt_input_names_the_missing_one_too(builder, tmp_path, capsys) -> None:
+    np.save(tmp_path / "x.npy", np.zeros((2, 3), np.float32))
+    assert main(["run", builder, "--input", f"z={tmp_path / 'x.npy'}", "--option", "aioge.tune_mode=heuristic"]) == 1
+    err = capsys.readouterr().err
+    assert "--input z: the model has no such input; its inputs are: x (not given: x)" in err
+
+
+def test_a_mistyped_option_suggests_the_closest_key() -> None:
+    from aioge.errors import OptionError
+
+    with pytest.raises(OptionError, match="did you mean 'ge.graph_key'"):
+        aioge.Session({"ge.grpah_key": "k"})
+    with pytest.raises(OptionError, match="did you mean 'aioge.tune_mode'"):
+        aioge.Session({"aioge.tunemode": "heuristic"})
+
+
+def test_info_on_an_onnx_file_says_it_is_not_an_om(tmp_path, capsys) -> None:
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"\x08\x07\x12\x04onnx")
+    assert main(["info", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "not an .om file" in err and f"aioge compile {path} -o MODEL.om" in err and "bad magic" not in err
+
+
+def test_shape_errors_have_no_stray_prefix(tmp_path) -> None:
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from aioge.errors import GraphError
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]))
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(GraphError) as exc:
+        aioge.load_onnx(str(tmp_path / "m.onnx"), shapes={"x": (2, 3, 4)})
+    assert "shapes=:" not in str(exc.value) and "input 'x' has rank 2" in str(exc.value)

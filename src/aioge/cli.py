@@ -368,9 +368,10 @@ def _check_input_names(graph: Any, given: dict[str, np.ndarray], defaults: dict[
     names = [v.name for v in graph.inputs]
     listed = ", ".join(names) or "none"
     unknown = [n for n in given if n not in names]
-    if unknown:
-        raise AiogeError(f"--input {', '.join(unknown)}: the model has no such input; its inputs are: {listed}")
     missing = [n for n in names if n not in given and n not in defaults]
+    if unknown:
+        also = f" (not given: {', '.join(missing)})" if missing else ""
+        raise AiogeError(f"--input {', '.join(unknown)}: the model has no such input; its inputs are: {listed}{also}")
     if missing and not random_inputs:
         raise AiogeError(f"input {', '.join(missing)} not given: pass --input NAME=FILE.npy for each "
                          f"(the model's inputs are: {listed}), or --random-inputs")
@@ -404,6 +405,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         data = io.read_bytes_sync(args.model)
     except OSError as exc:
         raise ModelFormatError(f"cannot read: {exc.strerror}", path=args.model) from None
+    if not data.startswith(io.MAGIC):
+        hint = f"; compile it first: aioge compile {args.model} -o MODEL.om" if args.model.endswith((".onnx", ".pb", ".py")) else ""
+        raise ModelFormatError(f"not an .om file (a model compiled by aioge compile){hint}", path=args.model)
     meta = decode_meta(data, path=args.model)
     model = decode_model(data, path=args.model)
     summary = model.summary()

@@ -473,7 +473,9 @@ class Session:
         extra = sorted(set(feeds) - set(names))
         if missing:
             descs = ", ".join(f"{n}: {graph.value(n).desc}" for n in missing)
-            raise FeedError(f"missing feeds for inputs {descs}", graph=graph.name, input=missing[0])
+            # A misspelt name shows up twice: as the unknown key given and as the input missing.
+            also = f"; got feeds for unknown inputs {extra} instead" if extra else ""
+            raise FeedError(f"missing feeds for inputs {descs}{also}", graph=graph.name, input=missing[0])
         if extra:
             raise FeedError(f"feeds for unknown inputs {extra}; inputs are {names}", graph=graph.name, input=extra[0])
         arrays: dict[str, np.ndarray] = {}
