@@ -127,3 +127,33 @@ def test_shape_errors_have_no_stray_prefix(tmp_path) -> None:
     with pytest.raises(GraphError) as exc:
         aioge.load_onnx(str(tmp_path / "m.onnx"), shapes={"x": (2, 3, 4)})
     assert "shapes=:" not in str(exc.value) and "input 'x' has rank 2" in str(exc.value)
+
+
+def test_run_reports_latency_percentiles_as_json(builder, tmp_path, capsys) -> None:
+    x = np.array([[-1, 0, 1], [2, -3, 4]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code = main(["run", builder, "--input", f"x={tmp_path / 'x.npy'}", "--iterations", "7", "--warmup", "2", "--json",
+                 "--output-dir", str(tmp_path / "out"), "--option", "aioge.tune_mode=heuristic"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(captured.out)  # stdout is the JSON document alone
+    lat = report["latency_ms"]
+    assert lat["iterations"] == 7 and lat["warmup"] == 2
+    assert 0 < lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"] and lat["min"] <= lat["mean"] <= lat["max"]
+    assert report["outputs"]["y"] == {"dtype": "float32", "shape": [2, 3], "file": str(tmp_path / "out" / "y.npy")}
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), np.maximum(x, 0) * 2)
+    assert "latency over 7 run(s) after 2 warm-up" in captured.err
+
+
+def test_latency_summary_matches_numpy() -> None:
+    from aioge.cli import latency_summary
+
+    s = [0.001 * i for i in range(1, 101)]
+    got = latency_summary(s, 3)
+    assert got["min"] == pytest.approx(1.0) and got["max"] == pytest.approx(100.0) and got["mean"] == pytest.approx(50.5)
+    assert got["p50"] == pytest.approx(50.5) and got["p90"] == pytest.approx(90.1) and got["p99"] == pytest.approx(99.01)
+
+
+def test_run_refuses_zero_iterations(builder, capsys) -> None:
+    assert main(["run", builder, "--random-inputs", "--iterations", "0"]) == 1
+    assert "expected at least 1 iteration" in capsys.readouterr().err

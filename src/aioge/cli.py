@@ -18,7 +18,7 @@ from typing import Any, Callable
 import anyio
 import numpy as np
 
-__all__ = ["main"]
+__all__ = ["latency_summary", "main", "output_files"]
 
 
 def default_cache_dir() -> Path:
@@ -301,6 +301,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise AiogeError(f"--input {name}: cannot read {file}: {exc}") from None
     shapes = _parse_shapes(args.input_shape)
 
+    if args.iterations < 1 or args.warmup < 0:
+        raise AiogeError(f"--iterations {args.iterations} --warmup {args.warmup}: expected at least 1 iteration and 0 or more warm-up runs")
+    # With --json, stdout is the JSON document alone: the notes on inputs go to stderr.
+    note = sys.stderr if args.json else sys.stdout
+    latencies: list[float] = []
+
     async def go() -> tuple[dict[str, np.ndarray], Any, dict[str, np.ndarray]]:
         async with aioge.Session(_model_options(args)) as s:
             ref = None
@@ -322,16 +328,24 @@ def cmd_run(args: argparse.Namespace) -> int:
                     feeds[v.name] = given[v.name]
                 elif v.name in defaults:
                     feeds[v.name] = np.asarray(defaults[v.name])
-                    print(f"input {v.name}: from the builder's example feeds {list(feeds[v.name].shape)}")
+                    print(f"input {v.name}: from the builder's example feeds {list(feeds[v.name].shape)}", file=note)
                 else:
                     feeds[v.name] = _random_feed(v.name, signature[v.name], v.dtype, rng)
-                    print(f"input {v.name}: not given, random {v.dtype}{list(signature[v.name])} (seed 0)")
-            outputs = await s.run_graph(gid, feeds, trace=args.trace)
+                    print(f"input {v.name}: not given, random {v.dtype}{list(signature[v.name])} (seed 0)", file=note)
+            outputs = await s.run_graph(gid, feeds, trace=args.trace)  # compiles (not timed) and is checked below
+            for _ in range(args.warmup):
+                await s.run_graph(gid, feeds)
+            for _ in range(args.iterations):
+                t0 = time.perf_counter()
+                await s.run_graph(gid, feeds)
+                latencies.append(time.perf_counter() - t0)
             return outputs, ref, feeds
 
     outputs, ref, feeds = anyio.run(go)
     files = output_files(outputs) if args.output_dir else {}
     out_dir = Path(args.output_dir) if args.output_dir else None
+    report: dict[str, Any] = {"model": args.model, "outputs": {}, "latency_ms": latency_summary(latencies, args.warmup)}
+    out = sys.stderr if args.json else sys.stdout
     for name, a in outputs.items():
         stats = ""
         if a.size and a.dtype.kind in "biuf":
@@ -345,14 +359,30 @@ def cmd_run(args: argparse.Namespace) -> int:
                 np.save(path, a, allow_pickle=False)
             except OSError as exc:
                 raise AiogeError(f"--output-dir {out_dir}: cannot write {files[name]}: {exc}") from None
-        print(f"output {name}: {a.dtype}{list(a.shape)}{stats}{saved}")
+        report["outputs"][name] = {"dtype": str(a.dtype), "shape": list(a.shape), "file": str(out_dir / files[name]) if out_dir else None}
+        print(f"output {name}: {a.dtype}{list(a.shape)}{stats}{saved}", file=out)
     if ref is not None:
         expected = ref(feeds)
         err = max((float(np.max(np.abs(outputs[k] - expected[k]))) for k in expected if k in outputs), default=0.0)
-        print(f"max |aioge - reference| = {err:.3e}")
+        report["max_abs_error"] = err
+        print(f"max |aioge - reference| = {err:.3e}", file=out)
+    lat = report["latency_ms"]
+    print(f"latency over {lat['iterations']} run(s) after {lat['warmup']} warm-up: min {lat['min']:.3f} ms, mean {lat['mean']:.3f}, "
+          f"p50 {lat['p50']:.3f}, p90 {lat['p90']:.3f}, p99 {lat['p99']:.3f}, max {lat['max']:.3f}", file=out)
     if args.trace:
-        print(f"trace: {args.trace}")
+        print(f"trace: {args.trace}", file=out)
+    if args.json:
+        print(_json(report))
     return 0
+
+
+def latency_summary(seconds: list[float], warmup: int) -> dict[str, float | int]:
+    """min/mean/p50/p90/p99/max of run latencies in milliseconds (as trtexec and
+    onnxruntime_perf_test report them), with the run and warm-up counts."""
+    ms = np.asarray(seconds, dtype=np.float64) * 1e3
+    p50, p90, p99 = (float(x) for x in np.percentile(ms, [50, 90, 99]))
+    return {"iterations": len(ms), "warmup": warmup, "min": float(ms.min()), "mean": float(ms.mean()),
+            "p50": p50, "p90": p90, "p99": p99, "max": float(ms.max())}
 
 
 def _check_input_names(graph: Any, given: dict[str, np.ndarray], defaults: dict[str, Any], random_inputs: bool) -> None:
@@ -468,6 +498,9 @@ def _add_model_commands(sub: Any) -> None:
     p.add_argument("--random-inputs", action="store_true", help="fill inputs not given with random data (seed 0)")
     p.add_argument("--output-dir", help="save every output as NAME.npy here (NAME percent-encoded: a/b -> a%%2Fb.npy)")
     p.add_argument("--trace", help="write a Chrome trace of the run here")
+    p.add_argument("--iterations", type=int, default=1, metavar="N", help="timed runs after the first (default 1): min/mean/p50/p90/p99")
+    p.add_argument("--warmup", type=int, default=0, metavar="K", help="untimed runs before the timed ones (default 0)")
+    p.add_argument("--json", action="store_true", help="print outputs, error and latency as JSON on stdout (notes go to stderr)")
     common(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("info", help="print an .om's summary: nodes per engine and stream, arena bytes, versions")
