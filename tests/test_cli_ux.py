@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import numpy as np
@@ -157,3 +158,93 @@ def test_latency_summary_matches_numpy() -> None:
 def test_run_refuses_zero_iterations(builder, capsys) -> None:
     assert main(["run", builder, "--random-inputs", "--iterations", "0"]) == 1
     assert "expected at least 1 iteration" in capsys.readouterr().err
+
+
+# -- the caches: one default location, stats with hit ratio and since, zero, graph tier ----
+
+
+async def _compile_twice(root, graphs) -> int:
+    """Build one graph in two sessions (kernel misses, then hits; one graph cache entry)."""
+    g = aioge.Graph("cached")
+    x = g.input("x", (2, 3))
+    g.output(ops.tanh(ops.relu(x) + 1.0), names=["y"])
+    opts = {"ge.op_compiler_cache_dir": str(root), "ge.graph_compiler_cache_dir": str(graphs), "aioge.tune_mode": "heuristic"}
+    for _ in range(2):
+        async with aioge.Session(opts) as s:
+            await s.add_graph(1, g, {"ge.graph_key": "cached"})
+            model = await s.build_graph(1)
+    return len(model.nodes)
+
+
+def _stats(*args: str) -> dict:
+    from aioge.cli import build_parser, cache_stats_report
+
+    return cache_stats_report(build_parser().parse_args(["cache", "stats", *args]))
+
+
+@pytest.mark.anyio
+async def test_cache_stats_cover_both_tiers_and_counters_survive_clear(tmp_path, capsys) -> None:
+    root, graphs = tmp_path / "root", tmp_path / "root" / "graph_cache"
+    graphs.mkdir(parents=True, mode=0o700)
+    root.chmod(0o700)
+    await _compile_twice(root, graphs)
+    tiers = _stats("--dir", str(root))
+    (soc,) = tiers["kernel"]["socs"]
+    # The second session's graph came from the graph cache: the kernel counters saw one compile.
+    assert soc["misses"] > 0 and soc["hit_ratio"] == soc["hits"] / (soc["hits"] + soc["misses"])
+    assert soc["since"] and abs(soc["since"] - __import__("time").time()) < 120
+    graph = tiers["graph"]
+    assert graph["dir"] == str(graphs) and graph["keys"][0]["key"] == "cached" and graph["keys"][0]["entries"] == 1
+    assert graph["bytes"] == sum(p.stat().st_size for p in graphs.iterdir() if p.suffix in (".om", ".idx"))
+    assert main(["cache", "stats", "--dir", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"hit ratio {100 * soc['hit_ratio']:.1f}%" in out and "since 20" in out and "cached: 1 entries, 1 models" in out
+
+    assert main(["cache", "clear", "--dir", str(root)]) == 0
+    assert f"{graphs}: removed 3 files" in capsys.readouterr().out  # the .idx, the .om and the .lock
+    assert list(graphs.iterdir()) == []
+    after = _stats("--dir", str(root))
+    assert not list(graphs.glob("cached*")) and after["graph"]["entries"] == 0
+    (soc2,) = after["kernel"]["socs"]
+    assert soc2["entries"] == 0 and (soc2["hits"], soc2["misses"], soc2["since"]) == (soc["hits"], soc["misses"], soc["since"])
+
+    assert main(["cache", "stats", "--dir", str(root), "--zero", "--json"]) == 0
+    (soc3,) = json.loads(capsys.readouterr().out)["kernel"]["socs"]
+    assert (soc3["hits"], soc3["misses"], soc3["compiles"], soc3["hit_ratio"]) == (0, 0, 0, None) and soc3["since"] >= soc["since"]
+
+
+def test_cache_commands_refuse_a_missing_dir(tmp_path, capsys) -> None:
+    for cmd in ("stats", "prune", "clear"):
+        for flag in ("--dir", "--graph-dir"):
+            assert main(["cache", cmd, flag, str(tmp_path / "nope")]) == 1
+            err = capsys.readouterr().err.strip().splitlines()
+            assert err == [f"aioge: error: {flag} {tmp_path / 'nope'}: no such directory"]
+
+
+def test_prune_drops_only_old_unindexed_graph_models(tmp_path) -> None:
+    from aioge.cache.graph_tools import prune_graph_cache
+    from aioge.plan.io import MAGIC
+
+    (tmp_path / "k.idx").write_bytes(b"broken index")  # names nothing: every model of k is unindexed
+    old, fresh, foreign = tmp_path / "k_20260101000000.om", tmp_path / "k_20260101000001.om", tmp_path / "k_20260101000002.om"
+    for p in (old, fresh):
+        p.write_bytes(MAGIC + b"rest")
+    foreign.write_bytes(b"not ours")
+    for p in (old, foreign):
+        os.utime(p, (1000.0, 1000.0))
+    assert prune_graph_cache(tmp_path, now=2000.0) == [str(old)]
+    assert fresh.exists() and foreign.exists() and not old.exists()
+
+
+def test_demo_uses_the_library_default_cache(tmp_path, monkeypatch, capsys) -> None:
+    from aioge.cli import default_cache_dir
+
+    monkeypatch.setenv("ASCEND_CACHE_PATH", str(tmp_path))
+    tmp_path.chmod(0o700)
+    assert default_cache_dir() == tmp_path
+    assert main(["demo", "--model", "mlp", "--repeat", "2"]) == 0
+    assert f"kernels in {tmp_path / 'kernel_cache'}, graphs in {tmp_path / 'graph_cache'}" in capsys.readouterr().out
+    session = aioge.Session()
+    assert session.kernel_cache.soc_dir.parent == tmp_path / "kernel_cache"  # the library's default is the same
+    tiers = _stats()  # no --dir: the same default
+    assert tiers["kernel"]["socs"][0]["entries"] > 0 and tiers["graph"]["entries"] == 1

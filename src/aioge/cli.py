@@ -18,12 +18,19 @@ from typing import Any, Callable
 import anyio
 import numpy as np
 
-__all__ = ["latency_summary", "main", "output_files"]
+__all__ = ["cache_stats_report", "default_cache_dir", "latency_summary", "main", "output_files"]
 
 
 def default_cache_dir() -> Path:
-    """The demo's cache dir: ``$AIOGE_HOME`` or ``~/.cache/aioge``."""
-    return Path(os.environ.get("AIOGE_HOME") or Path.home() / ".cache" / "aioge")
+    """The one default cache root, the library's (GE's): ``$ASCEND_CACHE_PATH``, else
+    ``$HOME/atc_data``. Kernels go to ``kernel_cache/`` under it; ``aioge demo`` keeps its
+    graph cache in ``graph_cache/`` beside them, where ``aioge cache`` looks by default."""
+    from aioge.cache.kernel_limits import resolve_cache_root
+
+    return Path(resolve_cache_root("", dict(os.environ)))
+
+
+GRAPH_CACHE = "graph_cache"  # the graph cache's folder under the cache root (demo and ``aioge cache``)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -33,8 +40,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     names = [args.model] if args.model else list(EXAMPLES)
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    _private_dirs(cache / "graphs")
-    options = {"ge.graph_compiler_cache_dir": str(cache / "graphs"), "ge.op_compiler_cache_dir": _safe_dir(cache / "kernels")}
+    _private_dirs(cache / GRAPH_CACHE)
+    options = {"ge.graph_compiler_cache_dir": str(cache / GRAPH_CACHE), "ge.op_compiler_cache_dir": _safe_dir(cache)}
     failures = 0
 
     async def go() -> None:
@@ -66,7 +73,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                       f"max |aioge - numpy| = {err:.2e} {'OK' if ok else 'MISMATCH'}")
 
     anyio.run(go)
-    print(f"cache: {cache}")
+    print(f"cache: kernels in {cache / 'kernel_cache'}, graphs in {cache / GRAPH_CACHE} (aioge cache stats shows them)")
     return 1 if failures else 0
 
 
@@ -130,7 +137,7 @@ def cmd_options(args: argparse.Namespace) -> int:
 def _add_demo(sub: Any) -> None:
     p = sub.add_parser("demo", help="build, compile and run the bundled example graphs; check them against numpy")
     p.add_argument("--model", choices=sorted(_example_names()), help="only this example")
-    p.add_argument("--cache-dir", help="cache directory (default $AIOGE_HOME or ~/.cache/aioge)")
+    p.add_argument("--cache-dir", help="cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data, as the library's)")
     p.add_argument("--repeat", type=int, default=20, help="runs per model")
     p.set_defaults(func=cmd_demo)
 
@@ -515,14 +522,47 @@ def _add_model_commands(sub: Any) -> None:
 # -- the kernel cache: aioge cache stats / prune / clear --------------------------------------
 
 
-def cmd_cache_stats(args: argparse.Namespace) -> int:
-    """Entries and bytes per soc, recorded hits/misses/compiles, the limits and their sources."""
+def _cache_roots(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """The kernel cache root and the graph cache dir the cache commands work on: ``--dir``
+    (else the default root) and ``--graph-dir`` (else ``graph_cache/`` under the root, if it
+    is there).
+
+    Raises:
+        AiogeError: a ``--dir`` or ``--graph-dir`` given that is not a directory.
+    """
+    from aioge.errors import AiogeError
+
+    for flag, value in (("--dir", args.dir), ("--graph-dir", args.graph_dir)):
+        if value and not Path(value).is_dir():
+            raise AiogeError(f"{flag} {value}: no such directory")
+    root = Path(args.dir) if args.dir else default_cache_dir()
+    graphs = Path(args.graph_dir) if args.graph_dir else root / GRAPH_CACHE
+    return root, graphs if graphs.is_dir() else None
+
+
+def cache_stats_report(args: argparse.Namespace) -> dict[str, Any]:
+    """Every cache tier's report by tier name (``kernel``, ``graph``: None when there is none)."""
+    from aioge.cache.graph_tools import graph_cache_report
     from aioge.cache.kernel_cache import cache_report
 
-    report = cache_report(args.dir)
+    root, graphs = _cache_roots(args)
+    return {"kernel": cache_report(root), "graph": graph_cache_report(graphs) if graphs else None}
+
+
+def cmd_cache_stats(args: argparse.Namespace) -> int:
+    """Per tier: entries and bytes; for kernels per soc the hits, misses, hit ratio and
+    compiles since a time (``--zero`` restarts them), the limits and their sources."""
+    from aioge.cache.kernel_cache import cache_for_dir
+
+    if args.zero:
+        root, _ = _cache_roots(args)
+        for cache in cache_for_dir(root):
+            cache.zero_stats_sync()
+    tiers = cache_stats_report(args)
     if args.json:
-        print(_json(report))
+        print(_json(tiers))
         return 0
+    report = tiers["kernel"]
     lim = report["limits"]
     print(f"kernel cache: {report['kernel_cache']}")
     print(f"  max_op_cache_size: {lim['max_op_cache_size_mb']} MB ({lim['max_source']})"
@@ -531,34 +571,55 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
     if not report["socs"]:
         print("  no kernels cached")
     for s in report["socs"]:
+        ratio = "n/a" if s["hit_ratio"] is None else f"{100 * s['hit_ratio']:.1f}%"
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["since"])) if s["since"] else "never"
         print(f"  {s['soc']}: {s['entries']} entries, {s['bytes']} bytes ({s['current_generation_entries']} in generation "
-              f"{s['generation']}); hits {s['hits']}, misses {s['misses']}, compiles {s['compiles']}, invalid {s['invalid']}")
+              f"{s['generation']}); hits {s['hits']}, misses {s['misses']}, hit ratio {ratio}, compiles {s['compiles']}, "
+              f"invalid {s['invalid']}; since {since}")
+    graph = tiers["graph"]
+    if graph is None:
+        print("graph cache: none (--graph-dir DIR names one)")
+        return 0
+    print(f"graph cache: {graph['dir']}")
+    for k in graph["keys"]:
+        print(f"  {k['key']}: {k['entries']} entries, {k['models']} models, {k['bytes']} bytes")
+    print(f"  {graph['entries']} entries, {graph['bytes']} bytes (weights: {graph['weights']} files, {graph['weight_bytes']} bytes)")
     return 0
 
 
 def cmd_cache_prune(args: argparse.Namespace) -> int:
-    """Age every soc folder now (entries idle 30 minutes, least recently used first)."""
+    """Age every soc folder now (entries idle 30 minutes, least recently used first); drop the
+    graph cache's models no index names."""
+    from aioge.cache.graph_tools import prune_graph_cache
     from aioge.cache.kernel_cache import cache_for_dir
 
-    caches = cache_for_dir(args.dir, args.soc)
+    root, graphs = _cache_roots(args)
+    caches = cache_for_dir(root, args.soc)
     for cache in caches:
         r = cache.age_sync()
         print(f"{cache.soc_dir}: removed {len(r.removed)} entries, {r.bytes_before} -> {r.bytes_after} bytes"
               f"{' (' + r.skipped_reason + ')' if r.skipped_reason else ''}")
     if not caches:
         print("no kernel cache folders")
+    if graphs is not None:
+        print(f"{graphs}: removed {len(prune_graph_cache(graphs))} unindexed model files")
     return 0
 
 
 def cmd_cache_clear(args: argparse.Namespace) -> int:
-    """Delete aioge's kernel cache files (every soc, or --soc); files aioge did not write stay."""
+    """Delete aioge's kernel cache files (every soc, or --soc) and graph cache files; files
+    aioge did not write stay, and so do the statistics (``stats --zero`` restarts them)."""
+    from aioge.cache.graph_tools import clear_graph_cache
     from aioge.cache.kernel_cache import cache_for_dir
 
-    caches = cache_for_dir(args.dir, args.soc)
+    root, graphs = _cache_roots(args)
+    caches = cache_for_dir(root, args.soc)
     for cache in caches:
         print(f"{cache.soc_dir}: removed {cache.clear_sync()} files")
     if not caches:
         print("no kernel cache folders")
+    if graphs is not None and not args.soc:
+        print(f"{graphs}: removed {clear_graph_cache(graphs)} files")
     return 0
 
 
@@ -569,18 +630,23 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
 
 def _add_kernel_cache_commands(sub: Any) -> None:
     group = _cache_commands(sub)
-    where = "cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data)"
-    p = group.add_parser("stats", help="kernel cache entries, bytes, hits/misses/compiles and limits")
-    p.add_argument("--dir", help=where)
-    p.add_argument("--json", action="store_true", help="as JSON")
+
+    def dirs(p: Any) -> None:
+        p.add_argument("--dir", help="cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data)")
+        p.add_argument("--graph-dir", help=f"graph cache dir (ge.graph_compiler_cache_dir; default ROOT/{GRAPH_CACHE} if present)")
+
+    p = group.add_parser("stats", help="per cache tier: entries, bytes; kernels: hits, misses, hit ratio, since, limits")
+    dirs(p)
+    p.add_argument("--json", action="store_true", help="as JSON, one object per tier")
+    p.add_argument("--zero", action="store_true", help="zero the counters first (ccache -z)")
     p.set_defaults(func=cmd_cache_stats)
-    p = group.add_parser("prune", help="age the kernel cache now")
-    p.add_argument("--dir", help=where)
+    p = group.add_parser("prune", help="age the kernel cache now; drop unindexed graph cache models")
+    dirs(p)
     p.add_argument("--soc", help="only this soc folder")
     p.set_defaults(func=cmd_cache_prune)
-    p = group.add_parser("clear", help="delete aioge's kernel cache entries")
-    p.add_argument("--dir", help=where)
-    p.add_argument("--soc", help="only this soc folder")
+    p = group.add_parser("clear", help="delete aioge's kernel and graph cache files (the counters stay)")
+    dirs(p)
+    p.add_argument("--soc", help="only this soc folder (and not the graph cache)")
     p.set_defaults(func=cmd_cache_clear)
 
 

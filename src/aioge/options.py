@@ -10,7 +10,6 @@ options, never at import time.
 from __future__ import annotations
 
 import difflib
-
 import os
 import re
 from dataclasses import dataclass, field, fields

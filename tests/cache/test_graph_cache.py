@@ -108,7 +108,8 @@ async def test_cache_off_unless_both_dir_and_key(tmp_path) -> None:
         await s.add_graph(1, _graph())
         await s.run_graph(1, {"x": X})
     async with aioge.Session(HEURISTIC) as s:
-        await s.add_graph(1, _graph(), {"ge.graph_key": "gk"})
+        with pytest.warns(UserWarning, match="ge.graph_key 'gk' has no effect"):  # off, but never silently
+            await s.add_graph(1, _graph(), {"ge.graph_key": "gk"})
         await s.run_graph(1, {"x": X})
     assert os.listdir(tmp_path) == []
 
