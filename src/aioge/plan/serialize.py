@@ -72,6 +72,11 @@ _WEIGHT_PREFIX = "weight_"
 
 # Tags of the data references (plan.codec's generic tags are one-key maps too).
 _T_WEIGHT, _T_BLOB = "~w", "~b"
+# A splat constant (every element one value: ConstantOfShape, folded zeros or ones) is stored
+# as that element's bytes and materialised at load: the light VGG-19's folded weights take
+# 495 MB as a blob and a few KB this way.
+_T_SPLAT = "~s"
+_SPLAT_MIN_BYTES = 1024
 _BLOB_ALIGN = 64
 _MAX_TENSOR_BYTES = 16 << 30  # no tensor or arena of a model this simulator runs is larger
 _MAX_META_BYTES = 256 << 20  # a model's graph and plans (tensor data lies outside): ~30 KB for a transformer block
@@ -181,6 +186,8 @@ class _Blob:
 def _data_ref(data: np.ndarray, weights: dict[str, np.ndarray] | None, blob: _Blob) -> Any:
     if data.dtype.name not in _ARRAY_DTYPES or data.size == 0:
         return _enc(data)
+    if data.nbytes >= _SPLAT_MIN_BYTES and _is_splat(data):
+        return {_T_SPLAT: np.ascontiguousarray(data.reshape(-1)[:1]).view(np.uint8).tobytes()}
     flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     if weights is None:
         return {_T_BLOB: blob.add(flat)}
@@ -188,6 +195,18 @@ def _data_ref(data: np.ndarray, weights: dict[str, np.ndarray] | None, blob: _Bl
     name = _WEIGHT_PREFIX + digest
     weights[name] = data
     return {_T_WEIGHT: [name, digest, int(flat.size)]}
+
+
+def _is_splat(data: np.ndarray) -> bool:
+    """Whether every element has the first one's bytes (bitwise: NaN and -0.0 count as values)."""
+    flat = data.reshape(-1)
+    size = data.dtype.itemsize
+    rows = flat.view(f"u{size}") if size in (1, 2, 4, 8) else np.ascontiguousarray(flat).view(np.uint8).reshape(-1, size)
+    first = rows[0]
+    # Most big constants are not splats: two probes decide most of those without a full pass.
+    if any(np.any(rows[i] != first) for i in (len(rows) // 2, -1)):
+        return False
+    return bool(np.all(rows == first))
 
 
 def _enc_graph(g: Graph, weights: dict[str, np.ndarray] | None, blob: _Blob) -> dict[str, Any]:
@@ -374,6 +393,14 @@ def _set_desc(v: Value, d: TensorDesc) -> None:
 def _dec_data(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, name: str, blob: memoryview) -> np.ndarray:
     if isinstance(ref, dict) and _T_WEIGHT in ref:
         return _map_weight(ref[_T_WEIGHT], desc, weight_dir, require_owner, name)
+    if isinstance(ref, dict) and _T_SPLAT in ref:
+        one = ref[_T_SPLAT]
+        if not isinstance(one, bytes) or not desc.static or desc.dtype not in _ARRAY_DTYPES or len(one) != np.dtype(desc.dtype).itemsize:
+            raise ModelFormatError(f"tensor {name!r}: malformed splat value for its desc {desc}")
+        value = np.frombuffer(one, dtype=desc.dtype)[0]
+        full = np.full(tuple(int(d) for d in desc.shape), value, dtype=desc.dtype)  # type: ignore[union-attr]
+        full.flags.writeable = False  # as the blob views are: constants are never written
+        return full
     if isinstance(ref, dict) and _T_BLOB in ref:
         span = ref[_T_BLOB]
         if not (isinstance(span, list) and len(span) == 2 and all(type(i) is int and i >= 0 for i in span)):
