@@ -253,23 +253,28 @@ def _all_model_options(args: argparse.Namespace) -> dict[str, str]:
 def cmd_compile(args: argparse.Namespace) -> int:
     """Compile MODEL.onnx or GRAPH.py offline into an .om (GE's ATC)."""
     import aioge
+    from aioge._util.progress import Progress
     from aioge.errors import AiogeError
 
     shapes = _parse_shapes(args.input_shape)
-    graph, _, _ = _load_source(args.model, shapes)
+    with Progress(quiet=args.quiet).task(f"compile {args.model}", total=3) as step:
+        graph, _, _ = _load_source(args.model, shapes)
+        step(f"loaded ({len(graph.nodes)} nodes)")
 
-    async def go() -> Any:
-        async with aioge.Session(_model_options(args)) as s:
-            await s.add_graph(1, graph, _graph_level(args))
-            model = await s.build_graph(1, shapes)
-            await model.save(args.output, external=args.external_weight)  # mode from the umask: an artefact
-            return model
+        async def go() -> Any:
+            async with aioge.Session(_model_options(args)) as s:
+                await s.add_graph(1, graph, _graph_level(args))
+                model = await s.build_graph(1, shapes)
+                step(f"compiled ({len(model.nodes)} nodes)")
+                await model.save(args.output, external=args.external_weight)  # mode from the umask: an artefact
+                step(f"saved {args.output}")
+                return model
 
-    Path(args.output).resolve().parent.mkdir(parents=True, exist_ok=True)
-    try:
-        model = anyio.run(go)
-    except OSError as exc:
-        raise AiogeError(f"{args.output}: cannot write: {exc}") from None
+        Path(args.output).resolve().parent.mkdir(parents=True, exist_ok=True)
+        try:
+            model = anyio.run(go)
+        except OSError as exc:
+            raise AiogeError(f"{args.output}: cannot write: {exc}") from None
     summary = model.summary()
     weights = f"external under {Path(args.output).resolve().parent / 'weight'}" if args.external_weight else "inline"
     print(f"compiled {args.model} -> {args.output}: {summary['nodes']} nodes {summary['nodes_per_engine']}, "
@@ -497,6 +502,7 @@ def _add_model_commands(sub: Any) -> None:
                    "(default function build)")
     p.add_argument("-o", "--output", required=True, help="the .om to write")
     p.add_argument("--external-weight", action="store_true", help="constants in weight/ beside the .om (ge.externalWeight=1)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     common(p)
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("run", help="run an .om (or MODEL.onnx, GRAPH.py) on inputs from .npy files")
@@ -665,7 +671,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"aioge: error: {exc}", file=sys.stderr)
         return 2
-    results = run_suite(cfg)
+    from aioge._util.progress import Progress
+    from aioge.benchmarks.workloads import ALL
+
+    with Progress(quiet=args.quiet).task("bench", total=len(cfg.workloads or ALL)) as step:
+        results = run_suite(cfg, on_workload=step)
     if args.json_only:
         Path(args.json_only).write_text(json.dumps(results, default=float))
         return 0
@@ -682,6 +692,7 @@ def _add_bench(sub: Any) -> None:
 
     p = sub.add_parser("bench", help="run the benchmark suite against onnxruntime, onnx.reference and numpy")
     add_arguments(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_bench)
 
 
