@@ -59,3 +59,31 @@ async def test_compiled_model_saves_and_loads_through_public_names(tmp_path) -> 
 async def test_load_model_of_a_missing_file_is_a_model_format_error(tmp_path) -> None:
     with pytest.raises(ModelFormatError, match="nope.om"):
         await aioge.load_model(tmp_path / "nope.om")
+
+
+@pytest.mark.anyio
+async def test_session_lists_a_graphs_inputs_before_and_after_build() -> None:
+    async with aioge.Session(OPTS) as s:
+        await s.add_graph(7, _graph())
+        assert s.get_inputs(7) == [IOInfo("x", ("N", 4), "float32")]
+        await s.run_graph(7, {"x": np.zeros((5, 4), np.float32)})
+        assert s.get_inputs(7) == [IOInfo("x", (5, 4), "float32")] and s.get_outputs(7) == [IOInfo("y", (5, 3), "float32")]
+
+
+def test_compile_output_follows_the_umask_and_cache_files_stay_private(tmp_path) -> None:
+    from aioge.cli import main
+
+    src = tmp_path / "g.py"
+    src.write_text("import aioge\nfrom aioge import ops\n\ndef build():\n    g = aioge.Graph('u')\n"
+                   "    g.output(ops.relu(g.input('x', (2,))), names=['y'])\n    return g\n")
+    graphs = tmp_path / "graphs"
+    graphs.mkdir(mode=0o700)
+    old = os.umask(0o022)
+    try:
+        assert main(["compile", str(src), "-o", str(tmp_path / "m.om"), "--quiet", "--option", "aioge.tune_mode=heuristic",
+                     "--option", f"ge.graph_compiler_cache_dir={graphs}", "--option", "ge.graph_key=u"]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "m.om").stat().st_mode) == 0o644
+    cached = list(graphs.glob("u_*.om"))
+    assert cached and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in [*cached, graphs / "u.idx"])

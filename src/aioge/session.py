@@ -21,7 +21,7 @@ from aioge.compiler.graph import compile_graph
 from aioge.compiler.specialize import input_signature
 from aioge.errors import FeedError, GraphError, GraphIdError, SessionClosedError
 from aioge.ir.desc import is_static, numpy_dtype
-from aioge.ir.graph import Graph
+from aioge.ir.graph import Graph, IOInfo
 from aioge.options import CompileOptions, check_options, resolve_options
 from aioge.plan.model import CompiledModel
 from aioge.runtime.blas import configure_blas
@@ -388,6 +388,26 @@ class Session:
         finally:
             if graph_id is not None:
                 self._reserved.discard(graph_id)
+
+    def get_inputs(self, graph_id: int) -> list[IOInfo]:
+        """The graph's inputs (names, shapes, dtypes): as compiled once it is built, else as added.
+
+        Raises:
+            GraphError: no such graph id.
+        """
+        return self._io(graph_id).get_inputs()
+
+    def get_outputs(self, graph_id: int) -> list[IOInfo]:
+        """The graph's outputs (names, shapes, dtypes): as compiled once it is built, else as added.
+
+        Raises:
+            GraphError: no such graph id.
+        """
+        return self._io(graph_id).get_outputs()
+
+    def _io(self, graph_id: int) -> Graph:
+        entry = self._entry(graph_id)
+        return entry.graph if entry.last is None else entry.builds[entry.last].model.graph
 
     def compiled(self, graph_id: int) -> CompiledModel:
         """The compiled model of the graph's latest build.
