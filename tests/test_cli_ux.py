@@ -248,3 +248,16 @@ def test_demo_uses_the_library_default_cache(tmp_path, monkeypatch, capsys) -> N
     assert session.kernel_cache.soc_dir.parent == tmp_path / "kernel_cache"  # the library's default is the same
     tiers = _stats()  # no --dir: the same default
     assert tiers["kernel"]["socs"][0]["entries"] > 0 and tiers["graph"]["entries"] == 1
+
+
+def test_info_lists_inputs_and_outputs_with_dtypes(builder, tmp_path, capsys) -> None:
+    om = tmp_path / "m.om"
+    assert main(["compile", builder, "-o", str(om), "-q", "--option", "aioge.tune_mode=heuristic"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(om)]) == 0
+    out = capsys.readouterr().out
+    assert "  inputs: x float32[2, 3]\n" in out and "  outputs: y float32[2, 3]\n" in out
+    assert main(["info", str(om), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["inputs"] == [{"name": "x", "shape": [2, 3], "dtype": "float32"}]
+    assert info["outputs"] == [{"name": "y", "shape": [2, 3], "dtype": "float32"}]

@@ -7,6 +7,7 @@ logging is configured here and only here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -456,12 +457,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     summary.pop("stats")
     info = {**summary, "file": args.model, "fingerprint": meta["fingerprint"], "signature": meta["signature"],
             "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(meta["created"])),
-            "weights": "external" if meta["external"] else "inline", "compile": meta["stats"], "options": meta["options"]}
+            "weights": "external" if meta["external"] else "inline", "compile": meta["stats"], "options": meta["options"],
+            "inputs": [dataclasses.asdict(i) for i in model.get_inputs()], "outputs": [dataclasses.asdict(o) for o in model.get_outputs()]}
     if args.json:
         print(_json(info))
         return 0
     print(f"{args.model}: graph {info['graph']!r}, {info['nodes']} nodes, compiled {info['created']}")
-    print(f"  inputs: {', '.join(f'{n}{s}' for n, s in info['signature'])}")
+    for what in ("inputs", "outputs"):
+        listed = ", ".join(f"{v['name']} {v['dtype']}{list(v['shape'] or [])}" for v in info[what])
+        print(f"  {what}: {listed}")
     print(f"  nodes per engine: {info['nodes_per_engine']}")
     for st in info["streams"]:
         print(f"  stream {st['id']} ({st['engine']}): {st['nodes']} nodes")
