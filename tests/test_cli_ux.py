@@ -199,18 +199,23 @@ async def test_cache_stats_cover_both_tiers_and_counters_survive_clear(tmp_path,
     assert main(["cache", "stats", "--dir", str(root)]) == 0
     out = capsys.readouterr().out
     assert f"hit ratio {100 * soc['hit_ratio']:.1f}%" in out and "since 20" in out and "cached: 1 entries, 1 models" in out
+    # The graph tier counts its lookups: the first session missed, the second hit.
+    assert (graph["hits"], graph["misses"], graph["hit_ratio"]) == (1, 1, 0.5) and graph["keys"][0]["hits"] == 1
+    assert "hits 1, misses 1, hit ratio 50.0%" in out
 
     assert main(["cache", "clear", "--dir", str(root)]) == 0
     assert f"{graphs}: removed 3 files" in capsys.readouterr().out  # the .idx, the .om and the .lock
-    assert list(graphs.iterdir()) == []
+    assert sorted(p.name for p in graphs.iterdir()) == [".aioge.graph-stats.lock", "aioge.graph-stats"]
     after = _stats("--dir", str(root))
     assert not list(graphs.glob("cached*")) and after["graph"]["entries"] == 0
+    assert (after["graph"]["hits"], after["graph"]["misses"]) == (1, 1)  # the counters survive a clear
     (soc2,) = after["kernel"]["socs"]
     assert soc2["entries"] == 0 and (soc2["hits"], soc2["misses"], soc2["since"]) == (soc["hits"], soc["misses"], soc["since"])
 
     assert main(["cache", "stats", "--dir", str(root), "--zero", "--json"]) == 0
     (soc3,) = json.loads(capsys.readouterr().out)["kernel"]["socs"]
     assert (soc3["hits"], soc3["misses"], soc3["compiles"], soc3["hit_ratio"]) == (0, 0, 0, None) and soc3["since"] >= soc["since"]
+    assert _stats("--dir", str(root))["graph"]["hits"] == 0
 
 
 def test_cache_commands_refuse_a_missing_dir(tmp_path, capsys) -> None:

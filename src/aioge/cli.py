@@ -565,9 +565,13 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
     from aioge.cache.kernel_cache import cache_for_dir
 
     if args.zero:
-        root, _ = _cache_roots(args)
+        from aioge.cache.graph_tools import zero_graph_stats
+
+        root, graphs = _cache_roots(args)
         for cache in cache_for_dir(root):
             cache.zero_stats_sync()
+        if graphs is not None:
+            zero_graph_stats(graphs)
     tiers = cache_stats_report(args)
     if args.json:
         print(_json(tiers))
@@ -592,8 +596,11 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
         return 0
     print(f"graph cache: {graph['dir']}")
     for k in graph["keys"]:
-        print(f"  {k['key']}: {k['entries']} entries, {k['models']} models, {k['bytes']} bytes")
-    print(f"  {graph['entries']} entries, {graph['bytes']} bytes (weights: {graph['weights']} files, {graph['weight_bytes']} bytes)")
+        print(f"  {k['key']}: {k['entries']} entries, {k['models']} models, {k['bytes']} bytes; hits {k['hits']}, misses {k['misses']}")
+    ratio = "n/a" if graph["hit_ratio"] is None else f"{100 * graph['hit_ratio']:.1f}%"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(graph["since"])) if graph["since"] else "never"
+    print(f"  {graph['entries']} entries, {graph['bytes']} bytes (weights: {graph['weights']} files, {graph['weight_bytes']} bytes); "
+          f"hits {graph['hits']}, misses {graph['misses']}, hit ratio {ratio}; since {since}")
     return 0
 
 

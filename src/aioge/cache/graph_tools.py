@@ -16,12 +16,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aioge.cache.file_lock import SyncFileLock
 from aioge.cache.graph_cache import read_index
 from aioge.errors import CacheError
-from aioge.plan.io import MAGIC
+from aioge.plan.io import MAGIC, make_envelope, open_envelope, pack, read_bytes_sync, unpack, write_atomic_sync
 from aioge.plan.serialize import WEIGHT_DIR
 
-__all__ = ["clear_graph_cache", "graph_cache_report", "prune_graph_cache"]
+__all__ = ["clear_graph_cache", "graph_cache_report", "prune_graph_cache", "read_graph_stats", "record_graph_lookup", "zero_graph_stats"]
+
+# Lookups per key, kept beside the cache's files (a name no key can take: keys have no dot).
+STATS_FILE = "aioge.graph-stats"
+STATS_KIND = "aioge-graph-stats"
 
 _IDX_RE = re.compile(r"(?P<key>[A-Za-z0-9_\-]{1,128})\.idx")
 _WEIGHT_RE = re.compile(r"weight_[0-9a-f]{64}")
@@ -46,8 +51,56 @@ def graph_cache_report(directory: str | os.PathLike[str]) -> dict[str, Any]:
         entries, total = entries + n, total + size
     weights = _weights(root)
     weight_bytes = sum(_size(w) for w in weights)
+    stats = read_graph_stats(root)
+    for k in keys:
+        k.update(stats["keys"].get(k["key"], {"hits": 0, "misses": 0}))
+    hits, misses = (sum(c[n] for c in stats["keys"].values()) for n in ("hits", "misses"))
     return {"dir": str(root), "keys": keys, "entries": entries, "weights": len(weights),
-            "weight_bytes": weight_bytes, "bytes": total + weight_bytes}
+            "weight_bytes": weight_bytes, "bytes": total + weight_bytes, "hits": hits, "misses": misses,
+            "hit_ratio": hits / (hits + misses) if hits + misses else None, "since": stats["since"] or None}
+
+
+def read_graph_stats(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """``{"since": epoch seconds (0: never), "keys": {key: {"hits": n, "misses": n}}}``;
+    empty when there is no usable statistics file."""
+    empty: dict[str, Any] = {"since": 0, "keys": {}}
+    path = Path(directory) / STATS_FILE
+    try:
+        _, payload = open_envelope(read_bytes_sync(path, max_bytes=1 << 20), STATS_KIND, path=str(path), check_versions=False)
+        data = unpack(payload, what="graph cache statistics")
+    except (OSError, CacheError):
+        return empty
+    if not isinstance(data, dict) or not isinstance(data.get("keys"), dict) or not isinstance(data.get("since"), int):
+        return empty
+    keys = {k: {n: int(c.get(n, 0)) for n in ("hits", "misses")} for k, c in data["keys"].items()
+            if isinstance(k, str) and isinstance(c, dict) and all(isinstance(c.get(n, 0), int) for n in ("hits", "misses"))}
+    return {"since": data["since"], "keys": keys}
+
+
+def record_graph_lookup(directory: str | os.PathLike[str], key: str, hit: bool, *, mode: int = 0o600) -> None:
+    """Count one graph cache lookup of ``key`` (read-modify-write under a lock, published atomically).
+
+    Raises:
+        OSError: the statistics file cannot be written.
+    """
+    root = Path(directory)
+    with SyncFileLock(root / f".{STATS_FILE}.lock", mode=mode):
+        stats = read_graph_stats(root)
+        counts = stats["keys"].setdefault(key, {"hits": 0, "misses": 0})
+        counts["hits" if hit else "misses"] += 1
+        stats["since"] = stats["since"] or int(time.time())
+        write_atomic_sync(root / STATS_FILE, make_envelope(STATS_KIND, pack(stats)), mode=mode)
+
+
+def zero_graph_stats(directory: str | os.PathLike[str]) -> None:
+    """Forget the lookup counts and count from now (``aioge cache stats --zero``).
+
+    Raises:
+        CacheError: ``directory`` is not a directory. OSError: the file cannot be written.
+    """
+    root = _checked(directory)
+    with SyncFileLock(root / f".{STATS_FILE}.lock"):
+        write_atomic_sync(root / STATS_FILE, make_envelope(STATS_KIND, pack({"since": int(time.time()), "keys": {}})))
 
 
 def prune_graph_cache(directory: str | os.PathLike[str], *, now: float | None = None) -> list[str]:
