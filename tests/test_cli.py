@@ -218,6 +218,6 @@ def test_demo_runs_every_example_and_loads_from_its_cache_the_second_time(tmp_pa
     assert first.count("OK") == len(EXAMPLES) and "MISMATCH" not in first
     assert first.count("graph cache hit: False") == len(EXAMPLES)
     assert second.count("graph cache hit: True") == len(EXAMPLES)  # nothing refused as untrusted
-    for d in (home.parent, home, home / "graphs"):
+    for d in (home.parent, home, home / "graph_cache"):
         assert d.stat().st_mode & 0o777 == 0o700, d
-    assert sorted(p.name for p in (home / "graphs").glob("*.idx")) == sorted(f"demo_{n}.idx" for n in EXAMPLES)
+    assert sorted(p.name for p in (home / "graph_cache").glob("*.idx")) == sorted(f"demo_{n}.idx" for n in EXAMPLES)

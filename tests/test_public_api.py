@@ -45,7 +45,7 @@ def test_module_defines_all_of_existing_names(name: str) -> None:
 
 
 def test_top_level_exports_the_few_names_a_user_touches() -> None:
-    assert set(aioge.__all__) == {"Graph", "Session", "TensorDesc", "__version__", "errors", "load_onnx", "load_tf", "ops"}
+    assert set(aioge.__all__) == {"Graph", "Session", "TensorDesc", "__version__", "errors", "load_model", "load_onnx", "load_tf", "ops"}
 
 
 def test_every_error_class_is_exported_from_errors() -> None:

@@ -1,6 +1,7 @@
 """aioge: an asyncio-native graph compiler and executor modelled on the Ascend Graph Engine.
 
-The few names a user touches: ``Session``, ``Graph``, ``ops``, ``load_onnx``, ``load_tf``, ``errors``.
+The few names a user touches: ``Session``, ``Graph``, ``ops``, ``load_onnx``, ``load_tf``,
+``load_model`` (an ``.om``; ``CompiledModel.save`` writes one), ``errors``.
 The PyTorch front end is ``aioge.torch`` (extra ``torch``); neither it nor ``load_tf``
 (extra ``tensorflow``) is imported until used.
 """
@@ -8,14 +9,19 @@ The PyTorch front end is ``aioge.torch`` (extra ``torch``); neither it nor ``loa
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aioge import errors, ops
 from aioge._version import __version__
 from aioge.ir import Graph, TensorDesc
 from aioge.session import Session
 
-__all__ = ["Graph", "Session", "TensorDesc", "__version__", "errors", "load_onnx", "load_tf", "ops"]
+if TYPE_CHECKING:
+    import os
+
+    from aioge.plan.model import CompiledModel
+
+__all__ = ["Graph", "Session", "TensorDesc", "__version__", "errors", "load_model", "load_onnx", "load_tf", "ops"]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
@@ -36,3 +42,15 @@ def load_tf(source: Any, **kwargs: Any) -> Graph:
     from aioge.frontends.tf import load_tf as _load
 
     return _load(source, **kwargs)
+
+
+async def load_model(path: str | os.PathLike[str]) -> CompiledModel:
+    """Read a compiled model (an ``.om`` from ``aioge compile`` or ``CompiledModel.save``) in a
+    worker thread; inspect it (``get_inputs()``, ``summary()``) or run it with ``Session.load_model``.
+
+    Raises:
+        ModelFormatError: the file is missing, not an ``.om``, corrupt, foreign or stale.
+    """
+    from aioge.plan.serialize import load_model as _load
+
+    return await _load(path)

@@ -7,6 +7,7 @@ logging is configured here and only here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import logging
@@ -19,12 +20,19 @@ from typing import Any, Callable
 import anyio
 import numpy as np
 
-__all__ = ["main"]
+__all__ = ["cache_stats_report", "default_cache_dir", "latency_summary", "main", "output_files"]
 
 
 def default_cache_dir() -> Path:
-    """The demo's cache dir: ``$AIOGE_HOME`` or ``~/.cache/aioge``."""
-    return Path(os.environ.get("AIOGE_HOME") or Path.home() / ".cache" / "aioge")
+    """The one default cache root, the library's (GE's): ``$ASCEND_CACHE_PATH``, else
+    ``$HOME/atc_data``. Kernels go to ``kernel_cache/`` under it; ``aioge demo`` keeps its
+    graph cache in ``graph_cache/`` beside them, where ``aioge cache`` looks by default."""
+    from aioge.cache.kernel_limits import resolve_cache_root
+
+    return Path(resolve_cache_root("", dict(os.environ)))
+
+
+GRAPH_CACHE = "graph_cache"  # the graph cache's folder under the cache root (demo and ``aioge cache``)
 
 
 def _os_errors_in_one_line(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -56,12 +64,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     names = [args.model] if args.model else list(EXAMPLES)
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     try:
-        _private_dirs(cache / "graphs")
+        _private_dirs(cache / GRAPH_CACHE)
     except OSError as exc:
-        print(f"aioge: error: cannot make the demo's cache dir {cache}: {_os_error_text(exc)} "
-              "(choose another with --cache-dir or $AIOGE_HOME)", file=sys.stderr)
+        print(f"aioge: error: cannot make the demo's cache dir {cache}: {_os_error_text(exc)} (choose another with --cache-dir)",
+              file=sys.stderr)
         return 1
-    options = {"ge.graph_compiler_cache_dir": str(cache / "graphs"), "ge.op_compiler_cache_dir": _safe_dir(cache / "kernels")}
+    options = {"ge.graph_compiler_cache_dir": str(cache / GRAPH_CACHE), "ge.op_compiler_cache_dir": _safe_dir(cache)}
     failures = 0
 
     async def go() -> None:
@@ -93,7 +101,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                       f"max |aioge - numpy| = {err:.2e} {'OK' if ok else 'MISMATCH'}")
 
     anyio.run(go)
-    print(f"cache: {cache}")
+    print(f"cache: kernels in {cache / 'kernel_cache'}, graphs in {cache / GRAPH_CACHE} (aioge cache stats shows them)")
     return 1 if failures else 0
 
 
@@ -157,7 +165,7 @@ def cmd_options(args: argparse.Namespace) -> int:
 def _add_demo(sub: Any) -> None:
     p = sub.add_parser("demo", help="build, compile and run the bundled example graphs; check them against numpy")
     p.add_argument("--model", choices=sorted(_example_names()), help="only this example")
-    p.add_argument("--cache-dir", help="cache directory (default $AIOGE_HOME or ~/.cache/aioge)")
+    p.add_argument("--cache-dir", help="cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data, as the library's)")
     p.add_argument("--repeat", type=int, default=20, help="runs per model")
     p.set_defaults(func=cmd_demo)
 
@@ -198,6 +206,26 @@ def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
 
 
 def _model_options(args: argparse.Namespace) -> dict[str, str]:
+    """The session-level options the command line sets (``_graph_level`` takes the rest)."""
+    return {k: v for k, v in _all_model_options(args).items() if not _graph_only(k)}
+
+
+def _graph_level(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--option`` items only a graph can take (``ge.graph_key``): given to ``add_graph``."""
+    return {k: v for k, v in _all_model_options(args).items() if _graph_only(k)}
+
+
+def _graph_only(key: str) -> bool:
+    from aioge.errors import OptionError
+    from aioge.options import OPTIONS, canonical_key
+
+    try:
+        return "session" not in OPTIONS[canonical_key(key)].levels
+    except OptionError:
+        return False  # the session names the unknown key
+
+
+def _all_model_options(args: argparse.Namespace) -> dict[str, str]:
     from aioge.errors import AiogeError
 
     options = {}
@@ -216,8 +244,8 @@ def _model_options(args: argparse.Namespace) -> dict[str, str]:
 def cmd_compile(args: argparse.Namespace) -> int:
     """Compile MODEL.onnx or GRAPH.py offline into an .om (GE's ATC)."""
     import aioge
+    from aioge._util.progress import Progress
     from aioge.errors import AiogeError
-    from aioge.plan.serialize import save_model
 
     if len(args.model) > 1 or args.scheduler:  # a batch: -o is a directory (aioge.distributed)
         from aioge.distributed.batch import run_batch
@@ -225,7 +253,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         return run_batch(args.model, _model_options(args), args.output, args.scheduler)
     args.model = args.model[0]
     shapes = _parse_shapes(args.input_shape)
-    graph_options: dict[str, str] = {}
+    graph_options: dict[str, str] = dict(_graph_level(args))
     if args.dynamic_batch_size or args.dynamic_dims:
         # ATC's gears: --input-shape holds -1 where they vary; every gear is compiled into the .om
         if not any(-1 in s for s in shapes.values()):
@@ -236,20 +264,24 @@ def cmd_compile(args: argparse.Namespace) -> int:
         if args.dynamic_dims:
             graph_options["ge.dynamicDims"] = args.dynamic_dims
         shapes = {}  # the frontend keeps the model's own shapes; the gears set them
-    graph, _, _ = _load_source(args.model, shapes)
+    with Progress(quiet=args.quiet).task(f"compile {args.model}", total=3) as step:
+        graph, _, _ = _load_source(args.model, shapes)
+        step(f"loaded ({len(graph.nodes)} nodes)")
 
-    async def go() -> Any:
-        async with aioge.Session(_model_options(args)) as s:
-            await s.add_graph(1, graph, graph_options)
-            model = await s.build_graph(1, shapes)
-            await save_model(args.output, model, external=args.external_weight)
-            return model
+        async def go() -> Any:
+            async with aioge.Session(_model_options(args)) as s:
+                await s.add_graph(1, graph, graph_options)
+                model = await s.build_graph(1, shapes)
+                step(f"compiled ({len(model.nodes)} nodes)")
+                await model.save(args.output, external=args.external_weight)  # mode from the umask: an artefact
+                step(f"saved {args.output}")
+                return model
 
-    Path(args.output).resolve().parent.mkdir(parents=True, exist_ok=True)
-    try:
-        model = anyio.run(go)
-    except OSError as exc:
-        raise AiogeError(f"{args.output}: cannot write: {exc}") from None
+        Path(args.output).resolve().parent.mkdir(parents=True, exist_ok=True)
+        try:
+            model = anyio.run(go)
+        except OSError as exc:
+            raise AiogeError(f"{args.output}: cannot write: {exc}") from None
     summary = model.summary()
     weights = f"external under {Path(args.output).resolve().parent / 'weight'}" if args.external_weight else "inline"
     gears = f", {len(model.all_gears())} gears" if model.gears else ""
@@ -289,6 +321,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise AiogeError(f"--input {name}: cannot read {file}: {exc}") from None
     shapes = _parse_shapes(args.input_shape)
 
+    if args.iterations < 1 or args.warmup < 0:
+        raise AiogeError(f"--iterations {args.iterations} --warmup {args.warmup}: expected at least 1 iteration and 0 or more warm-up runs")
+    # With --json, stdout is the JSON document alone: the notes on inputs go to stderr.
+    note = sys.stderr if args.json else sys.stdout
+    latencies: list[float] = []
+
     async def go() -> tuple[dict[str, np.ndarray], Any, dict[str, np.ndarray]]:
         async with aioge.Session(_model_options(args)) as s:
             ref = None
@@ -299,7 +337,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             else:
                 graph, defaults, ref = _load_source(args.model, shapes)
                 gid = 1
-                await s.add_graph(gid, graph)
+                await s.add_graph(gid, graph, _graph_level(args))
             _check_input_names(graph, given, defaults, args.random_inputs)
             known = {**shapes, **{k: v.shape for k, v in given.items()}}
             signature = dict(input_signature(graph, {k: v for k, v in known.items() if graph.has_value(k)}))
@@ -310,16 +348,24 @@ def cmd_run(args: argparse.Namespace) -> int:
                     feeds[v.name] = given[v.name]
                 elif v.name in defaults:
                     feeds[v.name] = np.asarray(defaults[v.name])
-                    print(f"input {v.name}: from the builder's example feeds {list(feeds[v.name].shape)}")
+                    print(f"input {v.name}: from the builder's example feeds {list(feeds[v.name].shape)}", file=note)
                 else:
                     feeds[v.name] = _random_feed(v.name, signature[v.name], v.dtype, rng)
-                    print(f"input {v.name}: not given, random {v.dtype}{list(signature[v.name])} (seed 0)")
-            outputs = await s.run_graph(gid, feeds, trace=args.trace)
+                    print(f"input {v.name}: not given, random {v.dtype}{list(signature[v.name])} (seed 0)", file=note)
+            outputs = await s.run_graph(gid, feeds, trace=args.trace)  # compiles (not timed) and is checked below
+            for _ in range(args.warmup):
+                await s.run_graph(gid, feeds)
+            for _ in range(args.iterations):
+                t0 = time.perf_counter()
+                await s.run_graph(gid, feeds)
+                latencies.append(time.perf_counter() - t0)
             return outputs, ref, feeds
 
     outputs, ref, feeds = anyio.run(go)
     files = output_files(outputs) if args.output_dir else {}
     out_dir = Path(args.output_dir) if args.output_dir else None
+    report: dict[str, Any] = {"model": args.model, "outputs": {}, "latency_ms": latency_summary(latencies, args.warmup)}
+    out = sys.stderr if args.json else sys.stdout
     for name, a in outputs.items():
         stats = ""
         if a.size and a.dtype.kind in "biuf":
@@ -333,14 +379,30 @@ def cmd_run(args: argparse.Namespace) -> int:
                 np.save(path, a, allow_pickle=False)
             except OSError as exc:
                 raise AiogeError(f"--output-dir {out_dir}: cannot write {files[name]}: {exc}") from None
-        print(f"output {name}: {a.dtype}{list(a.shape)}{stats}{saved}")
+        report["outputs"][name] = {"dtype": str(a.dtype), "shape": list(a.shape), "file": str(out_dir / files[name]) if out_dir else None}
+        print(f"output {name}: {a.dtype}{list(a.shape)}{stats}{saved}", file=out)
     if ref is not None:
         expected = ref(feeds)
         err = max((float(np.max(np.abs(outputs[k] - expected[k]))) for k in expected if k in outputs), default=0.0)
-        print(f"max |aioge - reference| = {err:.3e}")
+        report["max_abs_error"] = err
+        print(f"max |aioge - reference| = {err:.3e}", file=out)
+    lat = report["latency_ms"]
+    print(f"latency over {lat['iterations']} run(s) after {lat['warmup']} warm-up: min {lat['min']:.3f} ms, mean {lat['mean']:.3f}, "
+          f"p50 {lat['p50']:.3f}, p90 {lat['p90']:.3f}, p99 {lat['p99']:.3f}, max {lat['max']:.3f}", file=out)
     if args.trace:
-        print(f"trace: {args.trace}")
+        print(f"trace: {args.trace}", file=out)
+    if args.json:
+        print(_json(report))
     return 0
+
+
+def latency_summary(seconds: list[float], warmup: int) -> dict[str, float | int]:
+    """min/mean/p50/p90/p99/max of run latencies in milliseconds (as trtexec and
+    onnxruntime_perf_test report them), with the run and warm-up counts."""
+    ms = np.asarray(seconds, dtype=np.float64) * 1e3
+    p50, p90, p99 = (float(x) for x in np.percentile(ms, [50, 90, 99]))
+    return {"iterations": len(ms), "warmup": warmup, "min": float(ms.min()), "mean": float(ms.mean()),
+            "p50": p50, "p90": p90, "p99": p99, "max": float(ms.max())}
 
 
 def _check_input_names(graph: Any, given: dict[str, np.ndarray], defaults: dict[str, Any], random_inputs: bool) -> None:
@@ -356,9 +418,10 @@ def _check_input_names(graph: Any, given: dict[str, np.ndarray], defaults: dict[
     names = [v.name for v in graph.inputs]
     listed = ", ".join(names) or "none"
     unknown = [n for n in given if n not in names]
-    if unknown:
-        raise AiogeError(f"--input {', '.join(unknown)}: the model has no such input; its inputs are: {listed}")
     missing = [n for n in names if n not in given and n not in defaults]
+    if unknown:
+        also = f" (not given: {', '.join(missing)})" if missing else ""
+        raise AiogeError(f"--input {', '.join(unknown)}: the model has no such input; its inputs are: {listed}{also}")
     if missing and not random_inputs:
         raise AiogeError(f"input {', '.join(missing)} not given: pass --input NAME=FILE.npy for each "
                          f"(the model's inputs are: {listed}), or --random-inputs")
@@ -392,18 +455,24 @@ def cmd_info(args: argparse.Namespace) -> int:
         data = io.read_bytes_sync(args.model)
     except OSError as exc:
         raise ModelFormatError(f"cannot read: {exc.strerror}", path=args.model) from None
+    if not data.startswith(io.MAGIC):
+        hint = f"; compile it first: aioge compile {args.model} -o MODEL.om" if args.model.endswith((".onnx", ".pb", ".py")) else ""
+        raise ModelFormatError(f"not an .om file (a model compiled by aioge compile){hint}", path=args.model)
     meta = decode_meta(data, path=args.model)
     model = decode_model(data, path=args.model)
     summary = model.summary()
     summary.pop("stats")
     info = {**summary, "file": args.model, "fingerprint": meta["fingerprint"], "signature": meta["signature"],
             "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(meta["created"])),
-            "weights": "external" if meta["external"] else "inline", "compile": meta["stats"], "options": meta["options"]}
+            "weights": "external" if meta["external"] else "inline", "compile": meta["stats"], "options": meta["options"],
+            "inputs": [dataclasses.asdict(i) for i in model.get_inputs()], "outputs": [dataclasses.asdict(o) for o in model.get_outputs()]}
     if args.json:
         print(_json(info))
         return 0
     print(f"{args.model}: graph {info['graph']!r}, {info['nodes']} nodes, compiled {info['created']}")
-    print(f"  inputs: {', '.join(f'{n}{s}' for n, s in info['signature'])}")
+    for what in ("inputs", "outputs"):
+        listed = ", ".join(f"{v['name']} {v['dtype']}{list(v['shape'] or [])}" for v in info[what])
+        print(f"  {what}: {listed}")
     print(f"  nodes per engine: {info['nodes_per_engine']}")
     for st in info["streams"]:
         print(f"  stream {st['id']} ({st['engine']}): {st['nodes']} nodes")
@@ -427,6 +496,7 @@ def _cache_commands(sub: Any) -> Any:
     if group is None:
         p = sub.add_parser("cache", help="inspect the disk caches")
         group = p.add_subparsers(dest="cache_command", metavar="CACHE_COMMAND")
+        p.set_defaults(func=lambda args: _print_help(p))  # `aioge cache` alone: its own help, not the top level's
         sub._aioge_cache_group = group
     return group
 
@@ -449,6 +519,7 @@ def _add_model_commands(sub: Any) -> None:
                        help="batch gears (ge.dynamicBatchSize): -1 in --input-shape's dim 0 takes each size; all in one .om")
     gears.add_argument("--dynamic-dims", metavar="4;8;16",
                        help="dims gears (ge.dynamicDims): each ';' item fills every -1 of --input-shape; all in one .om")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     common(p)
     p.set_defaults(func=cmd_compile)
     p = sub.add_parser("run", help="run an .om (or MODEL.onnx, GRAPH.py) on inputs from .npy files")
@@ -457,6 +528,9 @@ def _add_model_commands(sub: Any) -> None:
     p.add_argument("--random-inputs", action="store_true", help="fill inputs not given with random data (seed 0)")
     p.add_argument("--output-dir", help="save every output as NAME.npy here (NAME percent-encoded: a/b -> a%%2Fb.npy)")
     p.add_argument("--trace", help="write a Chrome trace of the run here")
+    p.add_argument("--iterations", type=int, default=1, metavar="N", help="timed runs after the first (default 1): min/mean/p50/p90/p99")
+    p.add_argument("--warmup", type=int, default=0, metavar="K", help="untimed runs before the timed ones (default 0)")
+    p.add_argument("--json", action="store_true", help="print outputs, error and latency as JSON on stdout (notes go to stderr)")
     common(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("info", help="print an .om's summary: nodes per engine and stream, arena bytes, versions")
@@ -471,17 +545,55 @@ def _add_model_commands(sub: Any) -> None:
 # -- the kernel cache: aioge cache stats / prune / clear --------------------------------------
 
 
+def _cache_roots(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """The kernel cache root and the graph cache dir the cache commands work on: ``--dir``
+    (else the default root) and ``--graph-dir`` (else ``graph_cache/`` under the root, if it
+    is there).
+
+    Raises:
+        AiogeError: a ``--dir`` or ``--graph-dir`` given that is not a directory.
+    """
+    from aioge.errors import AiogeError
+
+    for flag, value in (("--dir", args.dir), ("--graph-dir", args.graph_dir)):
+        if value and not Path(value).is_dir():
+            raise AiogeError(f"{flag} {value}: no such directory")
+    root = Path(args.dir) if args.dir else default_cache_dir()
+    graphs = Path(args.graph_dir) if args.graph_dir else root / GRAPH_CACHE
+    return root, graphs if graphs.is_dir() else None
+
+
+def cache_stats_report(args: argparse.Namespace) -> dict[str, Any]:
+    """Every cache tier's report by tier name (``kernel``, ``graph``: None when there is none)."""
+    from aioge.cache.graph_tools import graph_cache_report
+    from aioge.cache.kernel_cache import cache_report
+    from aioge.cache.remote import remote_report
+
+    root, graphs = _cache_roots(args)
+    return {"kernel": cache_report(root), "graph": graph_cache_report(graphs) if graphs else None,
+            "remote": remote_report(root)}  # the second tier, its own section
+
+
 @_os_errors_in_one_line
 def cmd_cache_stats(args: argparse.Namespace) -> int:
-    """Entries and bytes per soc, recorded hits/misses/compiles, the limits and their sources."""
-    from aioge.cache.kernel_cache import cache_report
-    from aioge.cache.remote import format_remote_report, remote_report
+    """Per tier: entries and bytes; for kernels per soc the hits, misses, hit ratio and
+    compiles since a time (``--zero`` restarts them), the limits and their sources."""
+    from aioge.cache.kernel_cache import cache_for_dir
+    from aioge.cache.remote import format_remote_report
 
-    report = cache_report(args.dir)
-    report["remote"] = remote_report(args.dir)  # the second tier, its own section
+    if args.zero:
+        from aioge.cache.graph_tools import zero_graph_stats
+
+        root, graphs = _cache_roots(args)
+        for cache in cache_for_dir(root):
+            cache.zero_stats_sync()
+        if graphs is not None:
+            zero_graph_stats(graphs)
+    tiers = cache_stats_report(args)
     if args.json:
-        print(_json(report))
+        print(_json(tiers))
         return 0
+    report = tiers["kernel"]
     lim = report["limits"]
     print(f"kernel cache: {report['kernel_cache']}")
     print(f"  max_op_cache_size: {lim['max_op_cache_size_mb']} MB ({lim['max_source']})"
@@ -490,54 +602,88 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
     if not report["socs"]:
         print("  no kernels cached")
     for s in report["socs"]:
+        ratio = "n/a" if s["hit_ratio"] is None else f"{100 * s['hit_ratio']:.1f}%"
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["since"])) if s["since"] else "never"
         print(f"  {s['soc']}: {s['entries']} entries, {s['bytes']} bytes ({s['current_generation_entries']} in generation "
-              f"{s['generation']}); hits {s['hits']}, misses {s['misses']}, compiles {s['compiles']}, invalid {s['invalid']}")
-    print("\n".join(format_remote_report(report["remote"])))
+              f"{s['generation']}); hits {s['hits']}, misses {s['misses']}, hit ratio {ratio}, compiles {s['compiles']}, "
+              f"invalid {s['invalid']}; since {since}")
+    print("\n".join(format_remote_report(tiers["remote"])))
+    graph = tiers["graph"]
+    if graph is None:
+        print("graph cache: none (--graph-dir DIR names one)")
+        return 0
+    print(f"graph cache: {graph['dir']}")
+    for k in graph["keys"]:
+        print(f"  {k['key']}: {k['entries']} entries, {k['models']} models, {k['bytes']} bytes; hits {k['hits']}, misses {k['misses']}")
+    ratio = "n/a" if graph["hit_ratio"] is None else f"{100 * graph['hit_ratio']:.1f}%"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(graph["since"])) if graph["since"] else "never"
+    print(f"  {graph['entries']} entries, {graph['bytes']} bytes (weights: {graph['weights']} files, {graph['weight_bytes']} bytes); "
+          f"hits {graph['hits']}, misses {graph['misses']}, hit ratio {ratio}; since {since}")
     return 0
 
 
 @_os_errors_in_one_line
 def cmd_cache_prune(args: argparse.Namespace) -> int:
-    """Age every soc folder now (entries idle 30 minutes, least recently used first)."""
+    """Age every soc folder now (entries idle 30 minutes, least recently used first); drop the
+    graph cache's models no index names."""
+    from aioge.cache.graph_tools import prune_graph_cache
     from aioge.cache.kernel_cache import cache_for_dir
 
-    caches = cache_for_dir(args.dir, args.soc)
+    root, graphs = _cache_roots(args)
+    caches = cache_for_dir(root, args.soc)
     for cache in caches:
         r = cache.age_sync()
         print(f"{cache.soc_dir}: removed {len(r.removed)} entries, {r.bytes_before} -> {r.bytes_after} bytes"
               f"{' (' + r.skipped_reason + ')' if r.skipped_reason else ''}")
     if not caches:
         print("no kernel cache folders")
+    if graphs is not None:
+        print(f"{graphs}: removed {len(prune_graph_cache(graphs))} unindexed model files")
     return 0
 
 
 @_os_errors_in_one_line
 def cmd_cache_clear(args: argparse.Namespace) -> int:
-    """Delete aioge's kernel cache files (every soc, or --soc); files aioge did not write stay."""
+    """Delete aioge's kernel cache files (every soc, or --soc) and graph cache files; files
+    aioge did not write stay, and so do the statistics (``stats --zero`` restarts them)."""
+    from aioge.cache.graph_tools import clear_graph_cache
     from aioge.cache.kernel_cache import cache_for_dir
 
-    caches = cache_for_dir(args.dir, args.soc)
+    root, graphs = _cache_roots(args)
+    caches = cache_for_dir(root, args.soc)
     for cache in caches:
         print(f"{cache.soc_dir}: removed {cache.clear_sync()} files")
     if not caches:
         print("no kernel cache folders")
+    if graphs is not None and not args.soc:
+        print(f"{graphs}: removed {clear_graph_cache(graphs)} files")
     return 0
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
 
 
 def _add_kernel_cache_commands(sub: Any) -> None:
     group = _cache_commands(sub)
-    where = "cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data)"
-    p = group.add_parser("stats", help="kernel cache entries, bytes, hits/misses/compiles and limits")
-    p.add_argument("--dir", help=where)
-    p.add_argument("--json", action="store_true", help="as JSON")
+
+    def dirs(p: Any) -> None:
+        p.add_argument("--dir", help="cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data)")
+        p.add_argument("--graph-dir", help=f"graph cache dir (ge.graph_compiler_cache_dir; default ROOT/{GRAPH_CACHE} if present)")
+
+    p = group.add_parser("stats", help="per cache tier: entries, bytes; kernels: hits, misses, hit ratio, since, limits")
+    dirs(p)
+    p.add_argument("--json", action="store_true", help="as JSON, one object per tier")
+    p.add_argument("--zero", action="store_true", help="zero the counters first (ccache -z)")
     p.set_defaults(func=cmd_cache_stats)
-    p = group.add_parser("prune", help="age the kernel cache now")
-    p.add_argument("--dir", help=where)
+    p = group.add_parser("prune", help="age the kernel cache now; drop unindexed graph cache models")
+    dirs(p)
     p.add_argument("--soc", help="only this soc folder")
     p.set_defaults(func=cmd_cache_prune)
-    p = group.add_parser("clear", help="delete aioge's kernel cache entries")
-    p.add_argument("--dir", help=where)
-    p.add_argument("--soc", help="only this soc folder")
+    p = group.add_parser("clear", help="delete aioge's kernel and graph cache files (the counters stay)")
+    dirs(p)
+    p.add_argument("--soc", help="only this soc folder (and not the graph cache)")
     p.set_defaults(func=cmd_cache_clear)
 
 
@@ -560,7 +706,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"aioge: error: {exc}", file=sys.stderr)
         return 2
-    results = run_suite(cfg)
+    from aioge._util.progress import Progress
+    from aioge.benchmarks.workloads import ALL
+
+    with Progress(quiet=args.quiet).task("bench", total=len(cfg.workloads or ALL)) as step:
+        results = run_suite(cfg, on_workload=step)
     if args.json_only:
         Path(args.json_only).write_text(json.dumps(results, default=float))
         return 0
@@ -577,6 +727,7 @@ def _add_bench(sub: Any) -> None:
 
     p = sub.add_parser("bench", help="run the benchmark suite against onnxruntime, onnx.reference and numpy")
     add_arguments(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_bench)
 
 
@@ -640,6 +791,9 @@ _COMMANDS: list[Callable[[Any], None]] = [_add_demo, _add_passes, _add_options, 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aioge", description="asyncio-native graph compiler and executor (GE-style)")
+    from aioge import __version__
+
+    parser.add_argument("--version", action="version", version=f"aioge {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in _COMMANDS:
@@ -656,6 +810,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logging.captureWarnings(True)  # a library warning is one "WARNING py.warnings: ..." line, not a source dump
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

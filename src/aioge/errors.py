@@ -14,6 +14,7 @@ __all__ = [
     "ExecutionError",
     "FeedError",
     "GraphError",
+    "GraphIdError",
     "ModelFormatError",
     "OptionError",
     "SessionClosedError",
@@ -56,6 +57,10 @@ class GraphError(AiogeError, ValueError):
         if node is not None:
             where.append(f"node {node!r}")
         super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+class GraphIdError(GraphError, TypeError):
+    """Raised when a graph id is not an int in GE's range (a uint32: 0 <= id < 2**32)."""
 
 
 class UnsupportedOpError(GraphError):

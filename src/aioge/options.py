@@ -9,6 +9,7 @@ options, never at import time.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import urllib.parse
@@ -364,7 +365,9 @@ def canonical_key(key: str) -> str:
     if key in _ALIASES:
         return _ALIASES[key]
     known = ", ".join(sorted(OPTIONS))
-    raise OptionError(key, "", f"unknown option; known options: {known} (and their ir_option aliases)")
+    close = difflib.get_close_matches(key, [*OPTIONS, *_ALIASES], n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise OptionError(key, "", f"unknown option; {hint}known options: {known} (and their ir_option aliases)")
 
 
 def check_options(options: Mapping[str, object] | None, level: str) -> dict[str, str]:

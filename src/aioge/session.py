@@ -20,9 +20,9 @@ from aioge.cache.remote import TieredKernelStore, remote_tier_for
 from aioge.compiler import cached as graph_cache
 from aioge.compiler.graph import compile_graph
 from aioge.compiler.specialize import input_signature
-from aioge.errors import FeedError, GraphError, OptionError, SessionClosedError
+from aioge.errors import FeedError, GraphError, GraphIdError, OptionError, SessionClosedError
 from aioge.ir.desc import numpy_dtype
-from aioge.ir.graph import Graph
+from aioge.ir.graph import Graph, IOInfo
 from aioge.options import CompileOptions, check_options, resolve_options
 from aioge.plan.model import CompiledModel
 from aioge.runtime.blas import configure_blas
@@ -131,6 +131,15 @@ def _release_unclosed(engines: _Engines) -> None:
             f"unclosed aioge.Session holding {' and '.join(held)}; use 'async with aioge.Session(...)' "
             "or 'await session.aclose()'", ResourceWarning, stacklevel=2,
         )
+
+
+def _check_graph_id(graph_id: object) -> None:
+    """GE's graph ids are uint32: a str or float id is a mistake, never a key.
+
+    Raises:
+        GraphIdError: not an int in [0, 2**32)."""
+    if not isinstance(graph_id, (int, np.integer)) or isinstance(graph_id, bool) or not 0 <= int(graph_id) < 2**32:
+        raise GraphIdError(f"graph id {graph_id!r} ({type(graph_id).__name__}): expected an int in [0, 2**32), as GE's uint32 ids")
 
 
 class Session:
@@ -252,6 +261,7 @@ class Session:
             the session is closed.
         """
         self._check_open()
+        _check_graph_id(graph_id)
         if not isinstance(graph, Graph):
             raise GraphError(f"add_graph expects an aioge.Graph, got {type(graph).__name__}")
         await self._register(graph_id, graph, check_options(options, "graph"))
@@ -267,6 +277,9 @@ class Session:
         self._reserve(graph_id, graph.name)
         try:
             resolved = resolve_options(self._options, checked)
+            if resolved.graph_key and not resolved.graph_cache_dir:
+                warnings.warn(f"graph {graph.name!r}: ge.graph_key {resolved.graph_key!r} has no effect without the session "
+                              "option ge.graph_compiler_cache_dir: the graph cache is off", UserWarning, stacklevel=3)
             await anyio.to_thread.run_sync(graph.validate)
             cache = await anyio.to_thread.run_sync(graph_cache.cache_for, resolved, graph.name)
             self._check_open(graph.name)
@@ -461,6 +474,7 @@ class Session:
             if OPTIONS[key].shapes_compile or not key.startswith("aioge.batch_"):
                 raise OptionError(key, value, "the model is compiled already: only aioge.batch_* options apply to load_model")
         if graph_id is not None:
+            _check_graph_id(graph_id)
             self._reserve(graph_id, None)
         try:
             model = await load_model(path)
@@ -493,6 +507,26 @@ class Session:
         finally:
             if graph_id is not None:
                 self._reserved.discard(graph_id)
+
+    def get_inputs(self, graph_id: int) -> list[IOInfo]:
+        """The graph's inputs (names, shapes, dtypes): as compiled once it is built, else as added.
+
+        Raises:
+            GraphError: no such graph id.
+        """
+        return self._io(graph_id).get_inputs()
+
+    def get_outputs(self, graph_id: int) -> list[IOInfo]:
+        """The graph's outputs (names, shapes, dtypes): as compiled once it is built, else as added.
+
+        Raises:
+            GraphError: no such graph id.
+        """
+        return self._io(graph_id).get_outputs()
+
+    def _io(self, graph_id: int) -> Graph:
+        entry = self._entry(graph_id)
+        return entry.graph if entry.last is None else entry.builds[entry.last].model.graph
 
     def compiled(self, graph_id: int) -> CompiledModel:
         """The compiled model of the graph's latest build.
@@ -604,7 +638,9 @@ class Session:
         extra = sorted(set(feeds) - set(names))
         if missing:
             descs = ", ".join(f"{n}: {graph.value(n).desc}" for n in missing)
-            raise FeedError(f"missing feeds for inputs {descs}", graph=graph.name, input=missing[0])
+            # A misspelt name shows up twice: as the unknown key given and as the input missing.
+            also = f"; got feeds for unknown inputs {extra} instead" if extra else ""
+            raise FeedError(f"missing feeds for inputs {descs}{also}", graph=graph.name, input=missing[0])
         if extra:
             raise FeedError(f"feeds for unknown inputs {extra}; inputs are {names}", graph=graph.name, input=extra[0])
         arrays: dict[str, np.ndarray] = {}

@@ -67,7 +67,8 @@ async def test_files_and_index_entry(tmp_path) -> None:
     om = [n for n in names if n.endswith(".om")]
     assert len(om) == 1 and re.fullmatch(r"gk_\d{14}\.om", om[0])
     stem = om[0][:-3]
-    assert names == sorted(["gk.idx", "gk.lock", om[0], f"{stem}.rdcpkt"])  # no weight/ without externalWeight
+    # No weight/ without externalWeight; the lookup counts of aioge cache stats and their lock.
+    assert names == sorted(["gk.idx", "gk.lock", om[0], f"{stem}.rdcpkt", "aioge.graph-stats", ".aioge.graph-stats.lock"])
     (entry,) = _index(tmp_path)
     assert entry["cache_file_name"] == om[0] and entry["graph_key"] == "gk" and entry["var_desc_file_name"] == f"{stem}.rdcpkt"
     assert entry["fingerprint"] == _graph().fingerprint() and entry["signature"] == [["x", [4, 8]]]
@@ -110,7 +111,8 @@ async def test_cache_off_unless_both_dir_and_key(tmp_path) -> None:
         await s.add_graph(1, _graph())
         await s.run_graph(1, {"x": X})
     async with aioge.Session(HEURISTIC) as s:
-        await s.add_graph(1, _graph(), {"ge.graph_key": "gk"})
+        with pytest.warns(UserWarning, match="ge.graph_key 'gk' has no effect"):  # off, but never silently
+            await s.add_graph(1, _graph(), {"ge.graph_key": "gk"})
         await s.run_graph(1, {"x": X})
     assert os.listdir(tmp_path) == []
 

@@ -99,7 +99,7 @@ def test_shapes_fix_dims_by_symbol_or_by_input() -> None:
     ({"x": [4]}, "rank 2"),
     ({"nope": 3}, "neither an input"),
     ({"N": -1}, "non-negative"),
-    ({"N": 2, "x": [3, 3]}, "dimension 'N' is 2 and 3"),
+    ({"N": 2, "x": [3, 3]}, "dimension 'N' is given as 2 and as 3"),
 ])
 def test_bad_shapes_are_refused(shapes: dict[str, Any], match: str) -> None:
     with pytest.raises(GraphError, match=match):

@@ -54,7 +54,7 @@ def _aioge(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
 def test_an_unknown_input_name_is_one_line_error_listing_the_inputs(model: Path, tmp_path: Path) -> None:
     r = _aioge("run", str(model), "--input", f"x={tmp_path / 'x.npy'}", "--input", f"wrongname={tmp_path / 's.npy'}")
     assert r.returncode == 1
-    assert r.stderr.strip().splitlines() == ["aioge: error: --input wrongname: the model has no such input; its inputs are: x, s"]
+    assert r.stderr.strip().splitlines() == ["aioge: error: --input wrongname: the model has no such input; its inputs are: x, s (not given: s)"]
     assert "output" not in r.stdout  # nothing ran
 
 

@@ -10,6 +10,7 @@ Examples per option and level: ``100 * AIOGE_RELIABILITY_SCALE``.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import anyio
@@ -72,7 +73,13 @@ def _session_outcome(key: str, value: Any) -> None:
 def _graph_outcome(key: str, value: Any) -> None:
     async def go() -> None:
         async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
-            await s.add_graph(1, _graph(), {key: value})
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                await s.add_graph(1, _graph(), {key: value})
+        # A graph key with no graph cache dir is off: one warning says so, and only then.
+        assert [str(w.message) for w in seen if "has no effect" in str(w.message)] == (
+            [f"graph 'fuzz': ge.graph_key {value!r} has no effect without the session option ge.graph_compiler_cache_dir: "
+             "the graph cache is off"] if key == "ge.graph_key" and value else []), [str(w.message) for w in seen]
 
     try:
         resolve_options({}, check_options({key: value}, GRAPH))

@@ -18,7 +18,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 import numpy as np
@@ -242,7 +242,11 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return checks
 
 
-async def _run(cfg: SuiteConfig, work: str) -> list[dict[str, Any]]:
+def _print_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+async def _run(cfg: SuiteConfig, work: str, on_workload: Callable[[str], None] = _print_progress) -> list[dict[str, Any]]:
     rows = []
     for gid, name in enumerate(cfg.workloads or ALL, start=1):
         # One workload in memory at a time, and a collection before it: a heap of every model's
@@ -251,7 +255,7 @@ async def _run(cfg: SuiteConfig, work: str) -> list[dict[str, Any]]:
         gc.collect()
         row = await _workload(w, cfg, os.path.join(work, "kernels"), gid)
         del w
-        print(_progress(row), file=sys.stderr, flush=True)
+        on_workload(_progress(row))
         rows.append(row)
     return rows
 
@@ -278,13 +282,14 @@ def _progress(row: dict[str, Any]) -> str:
     return s
 
 
-def run_suite(cfg: SuiteConfig | None = None) -> dict[str, Any]:
-    """Run the suite (blocking: call it from a script or a worker thread) and return the figures."""
+def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None] = _print_progress) -> dict[str, Any]:
+    """Run the suite (blocking: call it from a script or a worker thread) and return the figures;
+    ``on_workload`` gets a one-line summary as each workload is done (default: to stderr)."""
     cfg = cfg or SuiteConfig()
     work = tempfile.mkdtemp(prefix="aioge-bench-")
     try:
         t0 = time.perf_counter()
-        rows = anyio.run(_run, cfg, work)
+        rows = anyio.run(_run, cfg, work, on_workload)
         results: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "rows": rows}
         if cfg.serving_workloads:
             results["serving"] = anyio.run(_serving, cfg, os.path.join(work, "kernels"))

@@ -154,6 +154,7 @@ class SocSummary:
     misses: int
     compiles: int
     invalid: int
+    since: int = 0  # epoch seconds the counters start from (0: nothing recorded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -487,7 +488,8 @@ class KernelCache:
     def read_stats_sync(self) -> dict[str, int]:
         """The soc folder's recorded counters (zeros when there is no usable stats file)."""
         path = self.soc_dir / STATS_FILE
-        zero = {"hits": 0, "misses": 0, "compiles": 0, "invalid": 0, "bytes_estimate": 0}
+        # ``since``: when counting started (the first record, or the last zeroing), epoch seconds.
+        zero = {"hits": 0, "misses": 0, "compiles": 0, "invalid": 0, "bytes_estimate": 0, "since": 0}
         try:
             _, payload = open_envelope(read_bytes_sync(path, max_bytes=4096), STATS_KIND, path=str(path), check_versions=False)
             data = unpack(payload, what="kernel cache statistics")
@@ -512,8 +514,18 @@ class KernelCache:
             stats["compiles"] += compiles
             stats["invalid"] += invalid
             stats["bytes_estimate"] = bytes_exact if bytes_exact is not None else max(0, stats["bytes_estimate"] + written)
+            stats["since"] = stats["since"] or int(time.time())
             write_atomic_sync(self.soc_dir / STATS_FILE, make_envelope(STATS_KIND, pack(stats)), mode=self._file_mode)
         return stats["bytes_estimate"]
+
+    def zero_stats_sync(self) -> None:
+        """Set the hit, miss, compile and invalid counters to zero and ``since`` to now
+        (``ccache -z``); the size estimate stays. Nothing happens to a folder never used."""
+        if not (self.soc_dir / STATS_FILE).exists():
+            return
+        with SyncFileLock(self.soc_dir / LOCK_DIR / "stats.lock", mode=self._file_mode):
+            stats = {**self.read_stats_sync(), "hits": 0, "misses": 0, "compiles": 0, "invalid": 0, "since": int(time.time())}
+            write_atomic_sync(self.soc_dir / STATS_FILE, make_envelope(STATS_KIND, pack(stats)), mode=self._file_mode)
 
     # -- aging ------------------------------------------------------------------------
 
@@ -581,17 +593,19 @@ class KernelCache:
         stats = self.read_stats_sync()
         return SocSummary(
             self.soc, len(entries), sum(e.size for e in entries), sum(e.generation == gen for e in entries), gen,
-            stats["hits"], stats["misses"], stats["compiles"], stats["invalid"],
+            stats["hits"], stats["misses"], stats["compiles"], stats["invalid"], stats["since"],
         )
 
     def clear_sync(self) -> int:
-        """Delete aioge's files in this soc folder (entries, generation, statistics, locks,
-        stale temp files); anything else stays. Returns the number of files removed."""
+        """Delete aioge's files in this soc folder (entries, generation, locks, stale temp
+        files; the statistics file stays, its size set to 0); anything else stays. Returns the
+        number of files removed."""
         if not self.soc_dir.is_dir():
             return 0
         removed = sum(self._remove_entry(e) for e in self._scan())
-        for name in (GEN_FILE, STATS_FILE):
-            removed += _remove_if_ours(self.soc_dir / name)
+        removed += _remove_if_ours(self.soc_dir / GEN_FILE)
+        if (self.soc_dir / STATS_FILE).exists():  # the counters survive a clear, as ccache's do; the size is now 0
+            self.record_stats_sync(bytes_exact=0)
         now = time.time()
         for p in self.soc_dir.iterdir():
             if _TMP_RE.fullmatch(p.name):
@@ -766,6 +780,7 @@ def cache_report(root: str | os.PathLike[str] | None, *, env: Mapping[str, str] 
             "soc": s.soc, "entries": s.entries, "bytes": s.bytes, "generation": s.generation,
             "current_generation_entries": s.current_entries, "hits": s.hits, "misses": s.misses,
             "compiles": s.compiles, "invalid": s.invalid,
+            "hit_ratio": s.hits / (s.hits + s.misses) if s.hits + s.misses else None, "since": s.since or None,
         })
     return {
         "root": str(base),

@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable, Sequence
 import anyio
 
 from aioge.cache.graph_cache import GraphCache, Lookup, check_cache_dir
+from aioge.cache.graph_tools import record_graph_lookup
 from aioge.cache.remote import RemoteTier
 from aioge.errors import CacheError, ModelFormatError
 from aioge.ir.graph import Graph
@@ -73,6 +74,17 @@ def lookup_sync(cache: GraphCache, graph: Graph, signature: Signature, options: 
     return cache.lookup_sync(graph.name, match_key, var_descs(graph), functools.partial(_fits_graph, graph))
 
 
+def _counted_lookup(cache: GraphCache, graph: Graph, signature: Signature, options: CompileOptions) -> Lookup:
+    """``lookup_sync``, counted as a hit or a miss for ``aioge cache stats`` (a count that
+    cannot be written is logged, never fails the build)."""
+    found = lookup_sync(cache, graph, signature, options)
+    try:
+        record_graph_lookup(cache.dir, cache.key, found.model is not None, mode=cache.mode)
+    except OSError as exc:
+        log.info("graph cache %r: lookup not counted (%s)", cache.key, exc)
+    return found
+
+
 def _fits_graph(graph: Graph, model: CompiledModel) -> str | None:
     return fits(model, graph)
 
@@ -108,7 +120,7 @@ async def load_or_compile(
     # Checked before locking: taking the lock would create the directory.
     await anyio.to_thread.run_sync(check_cache_dir, cache.dir, graph.name)
     async with cache.locked() as held:
-        found = await anyio.to_thread.run_sync(lookup_sync, cache, graph, signature, options, limiter=limiter)
+        found = await anyio.to_thread.run_sync(_counted_lookup, cache, graph, signature, options, limiter=limiter)
         if found.model is not None:
             return found.model
         rkey = None

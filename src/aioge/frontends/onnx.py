@@ -377,15 +377,15 @@ def _fix_shapes(
 
     def bind(sym: str, size: int, where: str) -> None:
         if bound.setdefault(sym, size) != size:
-            raise GraphError(f"shapes=: dimension {sym!r} is {bound[sym]} and {size} ({where})", graph=graph)
+            raise GraphError(f"dimension {sym!r} is given as {bound[sym]} and as {size} ({where})", graph=graph)
 
     for key, spec in shapes.items():
         if key in inputs:
             if isinstance(spec, int) or not isinstance(spec, Sequence):
-                raise GraphError(f"shapes=: input {key!r} needs a shape (a sequence of ints), got {spec!r}", graph=graph)
+                raise GraphError(f"input {key!r} needs a shape (a sequence of ints), got {spec!r}", graph=graph)
             have = inputs[key]
             if have is not None and len(have) != len(spec):
-                raise GraphError(f"shapes=: input {key!r} has rank {len(have)} {list(have)}, got shape {list(spec)}",
+                raise GraphError(f"input {key!r} has rank {len(have)} {list(have)}, got shape {list(spec)}",
                                  graph=graph)
             fixed: list[Dim] = []
             for i, d in enumerate(spec):
@@ -394,20 +394,20 @@ def _fix_shapes(
                     fixed.append(old if old is not None else (d or f"{key}_dim{i}"))
                     continue
                 if not isinstance(d, int) or d < 0:
-                    raise GraphError(f"shapes=: input {key!r} dimension {i} must be a non-negative int, got {d!r}", graph=graph)
+                    raise GraphError(f"input {key!r} dimension {i} must be a non-negative int, got {d!r}", graph=graph)
                 if isinstance(old, int) and old != d:
-                    raise GraphError(f"shapes=: input {key!r} dimension {i} is {old} in the model, got {d}", graph=graph)
+                    raise GraphError(f"input {key!r} dimension {i} is {old} in the model, got {d}", graph=graph)
                 if isinstance(old, str):
                     bind(old, d, f"input {key!r}")
                 fixed.append(d)
             inputs[key] = tuple(fixed)
         elif key in symbols:
             if not isinstance(spec, int) or isinstance(spec, bool) or spec < 0:
-                raise GraphError(f"shapes=: dimension {key!r} needs a non-negative int size, got {spec!r}", graph=graph)
-            bind(key, spec, "shapes=")
+                raise GraphError(f"dimension {key!r} needs a non-negative int size, got {spec!r}", graph=graph)
+            bind(key, spec, "its size given")
         else:
             raise GraphError(
-                f"shapes=: {key!r} is neither an input ({sorted(inputs)}) nor a dimension symbol ({sorted(symbols)})",
+                f"{key!r} is neither an input ({sorted(inputs)}) nor a dimension symbol ({sorted(symbols)})",
                 graph=graph,
             )
     out = []

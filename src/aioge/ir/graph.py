@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -17,7 +18,7 @@ from aioge.errors import GraphError
 from aioge.ir.desc import Dim, TensorDesc, canonical_dtype
 from aioge.ir.fingerprint import graph_fingerprint
 
-__all__ = ["Graph", "Node", "OpBuilder", "Value", "ValueKind", "set_op_builder"]
+__all__ = ["Graph", "IOInfo", "Node", "OpBuilder", "Value", "ValueKind", "set_op_builder"]
 
 AttrValue = Any  # int | float | str | bytes | list of those | np.ndarray
 
@@ -172,6 +173,17 @@ class Node:
         return f"Node({self.name!r}, {self.op_type})"
 
 
+@dataclass(frozen=True, slots=True)
+class IOInfo:
+    """A graph input or output as a user sees it (onnxruntime's ``NodeArg``): its name, its
+    shape (a dimension may be a symbol such as ``"N"``; None when even the rank is unknown)
+    and its dtype name (``"float32"``)."""
+
+    name: str
+    shape: tuple[Dim, ...] | None
+    dtype: str
+
+
 class Graph:
     """A computation graph with named data inputs, constants, variables, nodes and outputs."""
 
@@ -201,6 +213,14 @@ class Graph:
             self._nodes = [n for n in self._nodes if n not in removed]
             self._removed = set()
         return self._nodes
+
+    def get_inputs(self) -> list[IOInfo]:
+        """The data inputs (fed at run time) in order, with their names, shapes and dtypes."""
+        return [IOInfo(v.name, v.desc.shape, v.desc.dtype) for v in self.inputs]
+
+    def get_outputs(self) -> list[IOInfo]:
+        """The outputs in order, with their names, shapes and dtypes (as far as inferred)."""
+        return [IOInfo(v.name, v.desc.shape, v.desc.dtype) for v in self.outputs]
 
     # -- building ---------------------------------------------------------------------
 

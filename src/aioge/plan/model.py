@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from aioge.ir.graph import Graph
+from aioge.ir.graph import Graph, IOInfo
 from aioge.keys import versions
 from aioge.plan.kernel import KernelDesc
 from aioge.plan.memory import MemoryPlan
@@ -69,6 +70,28 @@ class CompiledModel:
     @property
     def arena_bytes(self) -> int:
         return self.memory.arena_bytes
+
+    def get_inputs(self) -> list[IOInfo]:
+        """The inputs with the shapes this model is compiled for (onnxruntime's ``get_inputs``)."""
+        return self.graph.get_inputs()
+
+    def get_outputs(self) -> list[IOInfo]:
+        """The outputs with their shapes and dtypes for the compiled input shapes."""
+        return self.graph.get_outputs()
+
+    async def save(self, path: str | os.PathLike[str], *, external: bool = False) -> str:
+        """Write this model as an ``.om`` at ``path`` (``aioge.load_model`` or
+        ``Session.load_model`` read it back); with ``external`` the constants go to files under
+        ``weight/`` beside it. The file is a deployment artefact: its mode follows the umask
+        (0644 under the usual 022), unlike the owner-only cache files. Returns the sha256 of
+        the ``.om`` payload. The work runs in one worker thread.
+
+        Raises:
+            ModelFormatError: the model cannot be stored. OSError: the files cannot be written.
+        """
+        from aioge.plan.serialize import save_model
+
+        return await save_model(path, self, external=external, mode=0o666)
 
     def node(self, name: str) -> NodePlan:
         for n in self.nodes:

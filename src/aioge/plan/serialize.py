@@ -74,6 +74,11 @@ _WEIGHT_PREFIX = "weight_"
 
 # Tags of the data references (plan.codec's generic tags are one-key maps too).
 _T_WEIGHT, _T_BLOB = "~w", "~b"
+# A splat constant (every element one value: ConstantOfShape, folded zeros or ones) is stored
+# as that element's bytes and materialised at load: the light VGG-19's folded weights take
+# 495 MB as a blob and a few KB this way.
+_T_SPLAT = "~s"
+_SPLAT_MIN_BYTES = 1024
 _BLOB_ALIGN = 64
 _WEIGHT_CHUNK = 1 << 20  # bytes read and hashed at a time (fits the CPU's cache)
 _MAX_TENSOR_BYTES = 16 << 30  # no tensor or arena of a model this simulator runs is larger
@@ -202,6 +207,8 @@ class _Blob:
 def _data_ref(data: np.ndarray, weights: dict[str, np.ndarray] | None, blob: _Blob) -> Any:
     if data.dtype.name not in _ARRAY_DTYPES or data.size == 0:
         return _enc(data)
+    if data.nbytes >= _SPLAT_MIN_BYTES and _is_splat(data):
+        return {_T_SPLAT: np.ascontiguousarray(data.reshape(-1)[:1]).view(np.uint8).tobytes()}
     flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     if weights is None:
         return {_T_BLOB: blob.add(flat)}
@@ -209,6 +216,18 @@ def _data_ref(data: np.ndarray, weights: dict[str, np.ndarray] | None, blob: _Bl
     name = _WEIGHT_PREFIX + digest
     weights[name] = data
     return {_T_WEIGHT: [name, digest, int(flat.size)]}
+
+
+def _is_splat(data: np.ndarray) -> bool:
+    """Whether every element has the first one's bytes (bitwise: NaN and -0.0 count as values)."""
+    flat = data.reshape(-1)
+    size = data.dtype.itemsize
+    rows = flat.view(f"u{size}") if size in (1, 2, 4, 8) else np.ascontiguousarray(flat).view(np.uint8).reshape(-1, size)
+    first = rows[0]
+    # Most big constants are not splats: two probes decide most of those without a full pass.
+    if any(np.any(rows[i] != first) for i in (len(rows) // 2, -1)):
+        return False
+    return bool(np.all(rows == first))
 
 
 def _enc_graph(g: Graph, weights: dict[str, np.ndarray] | None, blob: _Blob) -> dict[str, Any]:
@@ -410,6 +429,14 @@ def _set_desc(v: Value, d: TensorDesc) -> None:
 def _dec_data(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, name: str, blob: memoryview) -> np.ndarray:
     if isinstance(ref, dict) and _T_WEIGHT in ref:
         return _load_weight(ref[_T_WEIGHT], desc, weight_dir, require_owner, name)
+    if isinstance(ref, dict) and _T_SPLAT in ref:
+        one = ref[_T_SPLAT]
+        if not isinstance(one, bytes) or not desc.static or desc.dtype not in _ARRAY_DTYPES or len(one) != np.dtype(desc.dtype).itemsize:
+            raise ModelFormatError(f"tensor {name!r}: malformed splat value for its desc {desc}")
+        value = np.frombuffer(one, dtype=desc.dtype)[0]
+        full = np.full(tuple(int(d) for d in desc.shape), value, dtype=desc.dtype)  # type: ignore[union-attr]
+        full.flags.writeable = False  # as the blob views are: constants are never written
+        return full
     if isinstance(ref, dict) and _T_BLOB in ref:
         span = ref[_T_BLOB]
         if not (isinstance(span, list) and len(span) == 2 and all(type(i) is int and i >= 0 for i in span)):
@@ -608,9 +635,9 @@ def load_model_sync(path: str | os.PathLike[str], *, check_versions: bool = True
     return decode_model(data, path=path, check_versions=check_versions)
 
 
-async def save_model(path: str | os.PathLike[str], model: CompiledModel, *, external: bool = False) -> str:
+async def save_model(path: str | os.PathLike[str], model: CompiledModel, *, external: bool = False, mode: int = 0o600) -> str:
     """``save_model_sync`` in one worker thread."""
-    return await anyio.to_thread.run_sync(functools.partial(save_model_sync, external=external), path, model)
+    return await anyio.to_thread.run_sync(functools.partial(save_model_sync, external=external, mode=mode), path, model)
 
 
 async def load_model(path: str | os.PathLike[str]) -> CompiledModel:
