@@ -91,7 +91,8 @@ def pack(obj: Any) -> bytes:
     Raises:
         TypeError: something that is not plain data.
     """
-    return msgpack.packb(obj, default=_default, use_bin_type=True)
+    packed: bytes = msgpack.packb(obj, default=_default, use_bin_type=True)  # msgpack is untyped
+    return packed
 
 
 def _ext_hook(code: int, data: bytes) -> Any:
@@ -191,7 +192,7 @@ def make_envelope(kind: str, payload: bytes, extra: Mapping[str, Any] | None = N
         "sha256": hashlib.sha256(payload).hexdigest(),
         **(dict(extra) if extra else {}),
     }
-    blob = msgpack.packb(header, use_bin_type=True)
+    blob: bytes = msgpack.packb(header, use_bin_type=True)
     return MAGIC + struct.pack("<I", len(blob)) + blob + payload
 
 
@@ -442,7 +443,8 @@ async def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int =
 
 async def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES, limiter: anyio.CapacityLimiter | None = None) -> bytes:
     """``read_bytes_sync`` off the event loop, in one worker-thread hop."""
-    return await _hop(functools.partial(read_bytes_sync, max_bytes=max_bytes), path, limiter=limiter)
+    data: bytes = await _hop(functools.partial(read_bytes_sync, max_bytes=max_bytes), path, limiter=limiter)
+    return data
 
 
 async def _hop(fn: Any, *args: Any, limiter: anyio.CapacityLimiter | None) -> Any:

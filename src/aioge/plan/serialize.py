@@ -603,7 +603,8 @@ def save_model_sync(
         for fname, array in weights.items():
             _write_weight(os.path.join(wdir, fname), fname.removeprefix(_WEIGHT_PREFIX), array, mode)
     io.write_atomic_sync(path, data, mode=mode, exclusive=exclusive)
-    return io.open_envelope(data, OM_KIND)[0]["sha256"]
+    digest: str = io.open_envelope(data, OM_KIND)[0]["sha256"]
+    return digest
 
 
 def _write_weight(path: str, digest: str, array: np.ndarray, mode: int) -> None:
