@@ -174,18 +174,21 @@ def test_cast_to_is_an_onnx_enum() -> None:
     np.testing.assert_array_equal(got["z"], want[1])
 
 
-def test_an_attribute_aioge_lacks_is_dropped_only_at_its_onnx_default() -> None:
+def test_cast_round_mode_is_honoured() -> None:
     def cast(**attrs: Any) -> onnx.ModelProto:
-        return _model([h.make_node("Cast", ["x"], ["y"], to=T.FLOAT16, **attrs)], [_f32("x", [2])], ["y"], opset=25)
+        return _model([h.make_node("Cast", ["x"], ["y"], to=T.FLOAT8E8M0, **attrs)], [_f32("x", [2])], ["y"], opset=25)
 
-    assert aioge.load_onnx(cast(round_mode="up")).nodes[0].op_type == "Cast"
-    with pytest.raises(GraphError, match="round_mode='down' is not supported"):
-        aioge.load_onnx(cast(round_mode="down"))
+    assert aioge.load_onnx(cast(round_mode="up")).nodes[0].attrs["round_mode"] == "up"
+    assert aioge.load_onnx(cast(round_mode="down")).nodes[0].attrs["round_mode"] == "down"
+    with pytest.raises(GraphError, match="round_mode"):
+        aioge.load_onnx(cast(round_mode="sideways"))
 
 
-def test_dtypes_aioge_lacks_are_named() -> None:
-    model = _model([h.make_node("Identity", ["x"], ["y"])], [h.make_tensor_value_info("x", T.BFLOAT16, [2])], ["y"])
-    with pytest.raises(GraphError, match="BFLOAT16 is not supported"):
+def test_unknown_dtypes_are_named() -> None:
+    vi = h.make_tensor_value_info("x", T.FLOAT, [2])
+    vi.type.tensor_type.elem_type = 99
+    model = _model([h.make_node("Identity", ["x"], ["y"])], [vi], ["y"])
+    with pytest.raises(GraphError, match="unknown ONNX data type 99"):
         aioge.load_onnx(model)
 
 

@@ -644,16 +644,23 @@ def cast(
     *,
     to: DTypeLike,
     saturate: int = 1,
+    round_mode: str = "up",
     name: str | None = None,
     num_outputs: int | None = None,
     **unknown: Never,
 ) -> Value:
-    """Cast: convert to another dtype.
+    """Cast: convert to another dtype (saturate, round_mode: for float8 and float4 targets).
 
-    Attributes: to=REQUIRED, saturate=1. Returns the output value.
+    Attributes: to=REQUIRED, saturate=1, round_mode='up'. Returns the output value.
     """
     return call_builder(
-        "Cast", "", (input,), {"to": to, "saturate": saturate, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "Cast",
+        "",
+        (input,),
+        {"to": to, "saturate": saturate, "round_mode": round_mode, **unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
     )
 
 
