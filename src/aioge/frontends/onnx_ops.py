@@ -212,6 +212,43 @@ def _batch_norm_9(ctx: NodeContext) -> Sequence[Value | None]:
     return ctx.emit("BatchNormalization", ctx.inputs, ctx.attrs, outputs=_inference_only(ctx, 1))
 
 
+def _batch_norm_14(ctx: NodeContext) -> Sequence[Value | None]:
+    """BatchNormalization from opset 14; ``training_mode=1`` becomes its definition in ops.
+
+    Training normalises with the batch's own mean and (population) variance over every axis
+    but the channel axis 1, and outputs the running statistics
+    ``input * momentum + batch * (1 - momentum)``.
+    """
+    attrs = dict(ctx.attrs)
+    if not int(attrs.pop("training_mode", 0)):
+        return ctx.emit("BatchNormalization", ctx.inputs, attrs, outputs=_inference_only(ctx, 1))
+    x, scale, bias, mean, var = ctx.inputs[:5]
+    rank = ctx.rank(0)
+    if x is None or scale is None or bias is None or mean is None or var is None or rank is None or rank < 2:
+        raise ctx.fail("training_mode=1 needs X of known rank >= 2 and all four statistics inputs")
+    momentum = float(attrs.get("momentum", 0.9))
+    axes = ctx.const(_int64s([0, *range(2, rank)]), "axes")
+    (batch_mean,) = ctx.emit("ReduceMean", [x, axes], {"keepdims": 1})
+    (centred,) = ctx.emit("Sub", [x, batch_mean])
+    (batch_var,) = ctx.emit("ReduceMean", [ctx.emit("Mul", [centred, centred])[0], axes], {"keepdims": 1})
+    eps = ctx.const(_scalar_like(ctx, attrs.get("epsilon", 1e-5)), "epsilon")
+    (std,) = ctx.emit("Sqrt", [ctx.emit("Add", [batch_var, eps])[0]])
+    per_channel = ctx.const(_int64s([-1, *([1] * (rank - 2))]), "per_channel")
+    s, b = (ctx.emit("Reshape", [t, per_channel])[0] for t in (scale, bias))
+    (normed,) = ctx.emit("Div", [centred, std])
+    results: list[Value | None] = list(ctx.emit("Add", [ctx.emit("Mul", [normed, s])[0], b], outputs=[ctx.outputs[0]]))
+    keep, take = ctx.const(_scalar_like(ctx, momentum), "momentum"), ctx.const(_scalar_like(ctx, 1 - momentum), "rest")
+    channel = ctx.const(_int64s([-1]), "channel")
+    for k, (running, batch) in enumerate(((mean, batch_mean), (var, batch_var)), start=1):
+        if not ctx.wants(k):
+            results.append(None)
+            continue
+        (flat,) = ctx.emit("Reshape", [batch, channel])
+        (old,) = ctx.emit("Mul", [running, keep])
+        results += ctx.emit("Add", [old, ctx.emit("Mul", [flat, take])[0]], outputs=[ctx.outputs[k]])
+    return results
+
+
 def _dropout_old(ctx: NodeContext) -> Sequence[Value | None]:
     """Dropout before opset 12 (ratio an attribute); before opset 10 its mask had the input's dtype."""
     attrs = {k: v for k, v in ctx.attrs.items() if k not in ("is_test", "ratio")}
@@ -356,6 +393,8 @@ _ENTRIES: tuple[Converter, ...] = (
     Converter("BatchNormalization", 1, 8, _batch_norm_old,
               ("BatchNormalization", "Unsqueeze", "Sub", "Add", "Sqrt", "Div", "Mul")),
     Converter("BatchNormalization", 9, 13, _batch_norm_9, ("BatchNormalization",)),
+    Converter("BatchNormalization", 14, NEWEST, _batch_norm_14,
+              ("BatchNormalization", "ReduceMean", "Sub", "Mul", "Add", "Sqrt", "Reshape", "Div")),
     *(Converter(op, 1, 6, _legacy_broadcast, (op, "Unsqueeze")) for op in _LEGACY_BINARY),
     Converter("Gemm", 1, 6, _dropping("broadcast"), ("Gemm",)),
     Converter("PRelu", 1, 6, _prelu_6, ("PRelu", "Unsqueeze")),

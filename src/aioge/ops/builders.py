@@ -1185,7 +1185,7 @@ def dropout(
     num_outputs: int | None = None,
     **unknown: Never,
 ) -> Any:
-    """Dropout: inference Dropout: a copy of data, and an all-True mask when asked for.
+    """Dropout: Dropout: a copy in inference; in training (training_mode input) a seeded random mask, scaled by 1/(1-ratio).
 
     Attributes: seed=None. Returns the output value, or a tuple of them when there are several.
     """
