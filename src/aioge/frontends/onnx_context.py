@@ -100,6 +100,7 @@ class NodeContext:
     # inline(body, bound inputs, tag) converts a subgraph into the graph and returns its outputs.
     inline: Callable[[onnx.GraphProto, Sequence[Value], str], list[Value]] | None = None
     facts: KnownValues | None = None  # what follows from the constants, for load-time decisions
+    lookup: Callable[[str], Any] | None = None  # an outer-scope value by its ONNX name (subgraph free names)
     _named: bool = field(default=False)
 
     # -- reading ----------------------------------------------------------------------
