@@ -655,3 +655,38 @@ def test_not_a_model_at_all() -> None:
         aioge.load_onnx(42)
     with pytest.raises(GraphError, match="no graph"):
         aioge.load_onnx(onnx.ModelProto(ir_version=8))
+
+
+# -- sequences and optionals ----------------------------------------------------------------
+
+
+def test_sequence_ops_match_onnxruntime() -> None:
+    """SplitToSequence -> SequenceErase -> SequenceInsert -> ConcatFromSequence, and SequenceLength, against onnxruntime."""
+    nodes = [
+        h.make_node("SplitToSequence", ["x", "split"], ["s"], axis=1),
+        h.make_node("SequenceErase", ["s", "one"], ["s2"]),
+        h.make_node("SequenceInsert", ["s2", "x", "zero"], ["s3"]),
+        h.make_node("ConcatFromSequence", ["s3"], ["y"], axis=1),
+        h.make_node("SequenceLength", ["s3"], ["n"]),
+    ]
+    inits = [onnx.numpy_helper.from_array(np.array([1, 2, 3], np.int64), "split"),
+             onnx.numpy_helper.from_array(np.array(1, np.int64), "one"), onnx.numpy_helper.from_array(np.array(0, np.int64), "zero")]
+    model = _model(nodes, [_f32("x", [2, 6])], [_f32("y", None), h.make_tensor_value_info("n", T.INT64, [])], inits, opset=16)
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(2, 6)}
+    got = _run(aioge.load_onnx(model), feeds)
+    want = _ort(model, feeds)
+    np.testing.assert_array_equal(got["y"], want[0])
+    assert int(got["n"]) == int(want[1]) == 3
+
+
+def test_sequence_position_known_only_at_run_time_is_refused() -> None:
+    nodes = [h.make_node("SequenceConstruct", ["x", "x"], ["s"]), h.make_node("SequenceAt", ["s", "i"], ["y"])]
+    model = _model(nodes, [_f32("x", [2]), h.make_tensor_value_info("i", T.INT64, [])], ["y"], opset=16)
+    with pytest.raises(GraphError, match="position must be a scalar that follows from the model's constants"):
+        aioge.load_onnx(model)
+
+
+def test_image_decoder_refuses_bytes_that_are_no_image() -> None:
+    model = _model([h.make_node("ImageDecoder", ["b"], ["y"])], [h.make_tensor_value_info("b", T.UINT8, [None])], ["y"], opset=20)
+    with pytest.raises(aioge.errors.ExecutionError, match="not a readable image"):
+        _run(aioge.load_onnx(model), {"b": np.frombuffer(b"definitely not a png", np.uint8)})

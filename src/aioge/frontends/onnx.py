@@ -289,7 +289,7 @@ class _Builder:
         wanted = needed if not scope else frozenset(a for o, a in zip(node.output, outputs) if o in needed)
         try:
             attrs = {a.name: attribute_value(a, self.src, name) for a in node.attribute}
-            inputs = [env[x] if x else None for x in node.input]
+            inputs: list[Any] = [env[x] if x else None for x in node.input]
             if any(is_structured(v) for v in inputs) and node.op_type not in _TAKES_STRUCTURED:
                 if node.op_type == "Identity" and len(node.output) == 1:
                     env[node.output[0]] = inputs[0]

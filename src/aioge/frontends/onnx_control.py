@@ -134,7 +134,7 @@ def _runtime_loop(ctx: NodeContext, body: onnx.GraphProto) -> Sequence[Any]:
     g.input.extend([helper.make_tensor_value_info(it, onnx.TensorProto.INT64, []),
                     helper.make_tensor_value_info(cond, onnx.TensorProto.BOOL, [])])
     g.input.extend(info(vi.name, v) for vi, v in zip(body.input[2:], states))  # type: ignore[arg-type]
-    g.input.extend(info(name, v) for name, v in zip(free, outer))  # type: ignore[arg-type]
+    g.input.extend(info(name, v) for name, v in zip(free, outer))
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", ctx.opset)])
     sub = load_onnx(model)
     constants = tuple((name, v.data) for name, v in sub.constants.items())
@@ -146,7 +146,7 @@ def _runtime_loop(ctx: NodeContext, body: onnx.GraphProto) -> Sequence[Any]:
     program = (tuple(v.name for v in sub.inputs), tuple(v.name for v in sub.outputs), constants, nodes)
     scan_dtypes = tuple(v.dtype for v in sub.outputs[1 + n:])
     trip, cond_in = ctx.input(0), ctx.input(1)
-    return ctx.emit("Loop", [trip, cond_in, *states, *outer],  # type: ignore[list-item]
+    return ctx.emit("Loop", [trip, cond_in, *states, *outer],
                     {"body": program, "num_states": n, "scan_dtypes": scan_dtypes}, outputs=ctx.outputs)
 
 

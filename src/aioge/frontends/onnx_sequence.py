@@ -201,7 +201,7 @@ def elem_dtype(t: onnx.TypeProto) -> str:
 
 
 def _optional(ctx: NodeContext) -> Sequence[Any]:
-    return [OptionalValue(ctx.input(0))]  # type: ignore[arg-type]
+    return [OptionalValue(ctx.input(0))]
 
 
 def _has_element(ctx: NodeContext) -> Sequence[Any]:

@@ -52,7 +52,7 @@ def run_program(program: Sequence[Any], args: Sequence[np.ndarray | None]) -> li
         out_descs = [TensorDesc(None, d) for d in dtypes]
         attr_map = dict(attrs)
         impl = next((i for i in schema.impls if i.applies(in_descs, attr_map)), schema.impls[0])
-        results = list(impl.build(attr_map, {}, in_descs, out_descs)(values, None))
+        results = list(impl.build(attr_map, {}, in_descs, out_descs)(values, None))  # type: ignore[arg-type]
         for name, r in zip(outs, results):
             if name:
                 env[name] = np.asarray(r)
@@ -66,7 +66,7 @@ def _build_loop(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
     def run(inputs: Sequence[np.ndarray | None], out: Sequence[np.ndarray] | None) -> list[np.ndarray]:
         trip = None if inputs[0] is None else int(np.asarray(inputs[0]).reshape(-1)[0])
         going = True if len(inputs) < 2 or inputs[1] is None else bool(np.asarray(inputs[1]).reshape(-1)[0])
-        states = list(inputs[2:2 + n])
+        states: list[Any] = list(inputs[2:2 + n])
         outer = list(inputs[2 + n:])
         scans: list[list[np.ndarray]] = [[] for _ in scan_dtypes]
         step = 0
@@ -80,7 +80,7 @@ def _build_loop(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
                 scans[j].append(r)
             step += 1
         stacked = [np.stack(s) if s else np.zeros((0,), d) for s, d in zip(scans, scan_dtypes)]
-        return [*(np.array(s, copy=True) for s in states), *stacked]  # type: ignore[arg-type]
+        return [*(np.array(s, copy=True) for s in states), *stacked]
 
     return run
 
