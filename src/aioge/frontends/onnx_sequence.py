@@ -132,7 +132,12 @@ def _split_to_sequence(ctx: NodeContext) -> Sequence[Any]:
     total = int(shape[axis])
     split = ctx.computable(1) if ctx.input(1) is not None else None
     if ctx.input(1) is not None and split is None:
-        raise ctx.fail("split must follow from the model's constants")
+        count = ctx.shape(1)
+        if count is None or len(count) != 1 or not isinstance(count[0], int):
+            raise ctx.fail("split must follow from the model's constants, or be 1-D of static length (the sequence's)")
+        # Run-time sizes, a load-time count: one Split output per entry of split.
+        names = [ctx.names.fresh(f"{ctx.name}/part") for _ in range(count[0])]
+        return [SequenceValue(tuple(ctx.emit("Split", [x, ctx.input(1)], {"axis": axis}, outputs=names)), x.dtype)]
     if split is None:
         sizes = [1] * total
     elif split.ndim == 0:
