@@ -96,3 +96,21 @@ def test_cache_codec_carries_every_narrow_dtype(name: str) -> None:
     back = io.unpack(io.pack({"a": a}))["a"]
     assert back.dtype == dtype and back.shape == (2, 3)
     assert back.tobytes() == a.tobytes()
+
+
+async def test_device_processes_carry_narrow_dtypes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device wire format takes the same allow-list: float8 in, bfloat16 out, as in this process."""
+    from aioge.runtime import executor as executor_module
+
+    monkeypatch.setattr(executor_module, "INLINE_US", 0.0)  # small runs would otherwise stay in this process
+    g = aioge.Graph("narrow_wire")
+    x = g.input("x", (4, 8), "float8_e4m3fn")
+    g.output(aioge.ops.cast(aioge.ops.cast(x, to="float32") * 3.0, to="bfloat16"), names=["y"])
+    feed = np.linspace(-4, 4, 32, dtype=np.float32).reshape(4, 8).astype(ml_dtypes.float8_e4m3fn)
+    want = (feed.astype(np.float32) * 3).astype(ml_dtypes.bfloat16)
+    async with aioge.Session({**OPTIONS, "aioge.exec_devices": "1"}) as s:
+        await s.add_graph(1, g)
+        got = (await s.run_graph(1, {"x": feed}))["y"]
+        assert s._devices is not None and sum(s._devices.completed) == 1
+    assert got.dtype == np.dtype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
