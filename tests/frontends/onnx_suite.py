@@ -152,15 +152,64 @@ def as_array(x: Any) -> np.ndarray:
     raise NotTensor(f"a {type(x).__name__} value (sequence/optional/map)")
 
 
-def run_model(run: Runner, model: Any, inputs: Sequence[Any], **load: Any) -> tuple[aioge.Graph, list[np.ndarray]]:
-    """Load with load_onnx and run with the Session; returns the graph and outputs in model order."""
-    arrays = [as_array(x) for x in inputs]
-    graph = aioge.load_onnx(model, **load)
-    if len(arrays) > len(graph.inputs):
-        raise NotTensor(f"{len(arrays)} inputs given for {len(graph.inputs)} tensor inputs")
-    feeds = {v.name: a for v, a in zip(graph.inputs, arrays)}
+def _as_value(x: Any) -> Any:
+    """A test input or output as arrays: a tensor, a list of them (sequence), or None (empty optional)."""
+    if isinstance(x, onnx.SequenceProto):
+        return [_as_value(t) for t in numpy_helper.to_list(x)]
+    if isinstance(x, onnx.OptionalProto):
+        return _as_value(numpy_helper.to_optional(x))
+    if x is None or isinstance(x, list):
+        return x if x is None else [_as_value(t) for t in x]
+    return as_array(x)
+
+
+def _model_proto(model: Any) -> onnx.ModelProto:
+    return model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
+
+
+def run_model(run: Runner, model: Any, inputs: Sequence[Any], **load: Any) -> tuple[aioge.Graph, list[Any]]:
+    """Load with load_onnx and run with the Session; returns the graph and outputs in model order.
+
+    Sequence inputs (lists) and optional inputs (None, a tensor or a list) are passed as
+    ``lengths=`` and their tensors fed as ``name[i]``; sequence outputs come back as lists,
+    empty optionals as None, as aioge's ONNX frontend lays them out.
+    """
+    proto = _model_proto(model)
+    inits = {t.name for t in proto.graph.initializer}
+    vis = [vi for vi in proto.graph.input if vi.name not in inits]
+    values = [_as_value(x) for x in inputs]
+    if len(values) > len(vis):
+        raise NotTensor(f"{len(values)} inputs given for {len(vis)} inputs")
+    lengths: dict[str, int | None] = {}
+    feeds: dict[str, np.ndarray] = {}
+    for vi, x in zip(vis, values):
+        kind = vi.type.WhichOneof("value")
+        if kind == "tensor_type":
+            feeds[vi.name] = as_array(x)
+        elif kind in ("sequence_type", "optional_type"):
+            lengths[vi.name] = None if x is None else (len(x) if isinstance(x, list) else 1)
+            if isinstance(x, list):
+                feeds.update({f"{vi.name}[{i}]": t for i, t in enumerate(x)})
+            elif x is not None:
+                feeds[vi.name] = x
+        else:
+            raise NotTensor(f"input {vi.name!r} is a {kind}")
+    graph = aioge.load_onnx(model, lengths=lengths or None, **load)
     out = run.run(graph, feeds)
-    return graph, [out[v.name] for v in graph.outputs]
+    got: list[Any] = []
+    for vi in proto.graph.output:
+        kind = vi.type.WhichOneof("value")
+        if vi.name in out:
+            got.append(out[vi.name])
+        elif kind in ("sequence_type", "optional_type") and f"{vi.name}[0]" in out or kind == "sequence_type":
+            items, i = [], 0
+            while f"{vi.name}[{i}]" in out:
+                items.append(out[f"{vi.name}[{i}]"])
+                i += 1
+            got.append(items)
+        else:
+            got.append(None)
+    return graph, got
 
 
 def compare(expected: Sequence[Any], got: Sequence[np.ndarray], rtol: float, atol: float) -> None:
@@ -171,13 +220,25 @@ def compare(expected: Sequence[Any], got: Sequence[np.ndarray], rtol: float, ato
     """
     assert len(got) == len(expected), f"{len(got)} outputs, expected {len(expected)}"
     for i, (want, have) in enumerate(zip(expected, got)):
-        want = as_array(want)
+        want = _as_value(want)
+        if want is None or isinstance(want, list) or have is None or isinstance(have, list):
+            assert type(have) is type(want), f"output {i}: {type(have).__name__}, expected {type(want).__name__}"
+            if isinstance(want, list):
+                assert len(have) == len(want), f"output {i}: a sequence of {len(have)}, expected {len(want)}"
+                compare(want, have, rtol, atol)
+            continue
         assert have.shape == want.shape, f"output {i}: shape {have.shape}, expected {want.shape}"
         if want.dtype == object:
             assert have.dtype.kind in "OU", f"output {i}: dtype {have.dtype}, expected strings"
             np.testing.assert_array_equal(have, want, err_msg=f"output {i}")
             continue
         assert have.dtype == want.dtype, f"output {i}: dtype {have.dtype}, expected {want.dtype}"
+        if want.dtype.name == "bfloat16":
+            # onnx's backend runner (assert_similar_outputs): bfloat16 outputs compare in float32 at
+            # rtol >= two bfloat16 ulps (2**-6); rtol 1e-3 is finer than the type resolves.
+            np.testing.assert_allclose(have.astype(np.float32), want.astype(np.float32), rtol=max(rtol, 2**-6), atol=atol,
+                                       err_msg=f"output {i}")
+            continue
         if want.dtype.kind in "biu":
             np.testing.assert_array_equal(have, want, err_msg=f"output {i}")
         else:

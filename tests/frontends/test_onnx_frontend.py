@@ -174,26 +174,33 @@ def test_cast_to_is_an_onnx_enum() -> None:
     np.testing.assert_array_equal(got["z"], want[1])
 
 
-def test_an_attribute_aioge_lacks_is_dropped_only_at_its_onnx_default() -> None:
+def test_cast_round_mode_is_honoured() -> None:
     def cast(**attrs: Any) -> onnx.ModelProto:
-        return _model([h.make_node("Cast", ["x"], ["y"], to=T.FLOAT16, **attrs)], [_f32("x", [2])], ["y"], opset=25)
+        return _model([h.make_node("Cast", ["x"], ["y"], to=T.FLOAT8E8M0, **attrs)], [_f32("x", [2])], ["y"], opset=25)
 
-    assert aioge.load_onnx(cast(round_mode="up")).nodes[0].op_type == "Cast"
-    with pytest.raises(GraphError, match="round_mode='down' is not supported"):
-        aioge.load_onnx(cast(round_mode="down"))
+    assert aioge.load_onnx(cast(round_mode="up")).nodes[0].attrs["round_mode"] == "up"
+    assert aioge.load_onnx(cast(round_mode="down")).nodes[0].attrs["round_mode"] == "down"
+    with pytest.raises(GraphError, match="round_mode"):
+        aioge.load_onnx(cast(round_mode="sideways"))
 
 
-def test_dtypes_aioge_lacks_are_named() -> None:
-    model = _model([h.make_node("Identity", ["x"], ["y"])], [h.make_tensor_value_info("x", T.BFLOAT16, [2])], ["y"])
-    with pytest.raises(GraphError, match="BFLOAT16 is not supported"):
+def test_unknown_dtypes_are_named() -> None:
+    vi = h.make_tensor_value_info("x", T.FLOAT, [2])
+    vi.type.tensor_type.elem_type = 99
+    model = _model([h.make_node("Identity", ["x"], ["y"])], [vi], ["y"])
+    with pytest.raises(GraphError, match="unknown ONNX data type 99"):
         aioge.load_onnx(model)
 
 
-def test_non_tensor_inputs_are_refused() -> None:
+def test_sequence_inputs_need_their_length() -> None:
     seq = h.make_tensor_sequence_value_info("s", T.FLOAT, None)
     model = _model([h.make_node("Identity", ["s"], ["y"])], [seq], ["y"])
-    with pytest.raises(GraphError, match="only tensor inputs"):
+    with pytest.raises(GraphError, match="input 's' is a sequence_type: give its length in lengths="):
         aioge.load_onnx(model)
+    with pytest.raises(GraphError, match="not inputs of the model"):
+        aioge.load_onnx(model, lengths={"t": 2})
+    g = aioge.load_onnx(model, lengths={"s": 2})
+    assert [v.name for v in g.inputs] == ["s[0]", "s[1]"] and [v.name for v in g.outputs] == ["y[0]", "y[1]"]
 
 
 # -- opset versions -------------------------------------------------------------------------
@@ -351,11 +358,72 @@ def test_if_with_a_condition_known_at_load_time_is_inlined() -> None:
         np.testing.assert_allclose(_run(g, {"x": x})["y"], _ort(model, {"x": x})[0])
 
 
-def test_if_with_a_run_time_condition_is_refused() -> None:
+def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_with_a_run_time_condition_selects_between_both_branches(cond: bool) -> None:
     nodes = [h.make_node("If", ["c"], ["y"], then_branch=_branch("then", "Neg"), else_branch=_branch("else", "Abs"))]
+    model = _model(nodes, [h.make_tensor_value_info("c", T.BOOL, []), _f32("x", [2])], [_f32("y", [2])], opset=16)
+    g = aioge.load_onnx(model)
+    assert "Where" in {n.op_type for n in g.nodes}
+    feeds = {"c": np.array(cond), "x": np.array([-1.5, 2.0], np.float32)}
+    np.testing.assert_array_equal(_run(g, feeds)["y"], _ort(model, feeds)[0])
+
+
+def test_if_with_a_run_time_condition_and_branches_of_other_shapes_is_refused() -> None:
+    other = h.make_graph([h.make_node("Concat", ["x", "x"], ["else_y"], axis=0)], "else", [], [onnx.ValueInfoProto(name="else_y")])
+    nodes = [h.make_node("If", ["c"], ["y"], then_branch=_branch("then", "Neg"), else_branch=other)]
     model = _model(nodes, [h.make_tensor_value_info("c", T.BOOL, []), _f32("x", [2])], ["y"], opset=16)
-    with pytest.raises(GraphError, match="condition must follow from the model's constants"):
+    with pytest.raises(GraphError, match="condition must follow from the model's constants, or both branches"):
         aioge.load_onnx(model)
+
+
+def _loop_model() -> onnx.ModelProto:
+    """Loop with a run-time trip count and condition: acc += x * i while acc < limit; scan outputs acc."""
+    body = h.make_graph(
+        [h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Mul", ["x", "fi"], ["step"]),
+         h.make_node("Add", ["acc", "step"], ["acc_out"]), h.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0),
+         h.make_node("Less", ["total", "limit"], ["go"]), h.make_node("Identity", ["acc_out"], ["scan"])],
+        "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c", T.BOOL, []), _f32("acc", [3])],
+        [h.make_tensor_value_info("go", T.BOOL, []), _f32("acc_out", [3]), _f32("scan", [3])])
+    loop = h.make_node("Loop", ["n", "", "a0"], ["acc_final", "accs"], body=body)
+    return _model([loop], [h.make_tensor_value_info("n", T.INT64, []), _f32("a0", [3]), _f32("x", [3]), _f32("limit", [])],
+                  [_f32("acc_final", [3]), _f32("accs", None)], opset=16)
+
+
+@pytest.mark.parametrize(("n", "limit"), [(5, 1e9), (50, 30.0), (0, 1e9)])
+def test_loop_with_a_run_time_trip_count_runs_as_onnxruntime(n: int, limit: float) -> None:
+    model = _loop_model()
+    g = aioge.load_onnx(model)
+    assert "Loop" in {node.op_type for node in g.nodes}
+    feeds = {"n": np.array(n, np.int64), "a0": np.array([1, 0, -1], np.float32), "x": np.array([0.5, 1, 2], np.float32),
+             "limit": np.array(limit, np.float32)}
+    got = _run(g, feeds)
+    want = _ort(model, feeds)
+    np.testing.assert_allclose(got["acc_final"], want[0], rtol=1e-6)
+    if n:
+        np.testing.assert_allclose(got["accs"], want[1], rtol=1e-6)
+    else:
+        assert got["accs"].size == want[1].size == 0
+
+
+@pytest.mark.anyio
+async def test_loop_body_program_survives_om_and_kernel_cache(tmp_path) -> None:
+    from aioge.plan import serialize
+
+    g = aioge.load_onnx(_loop_model())
+    feeds = {"n": np.array(4, np.int64), "a0": np.zeros(3, np.float32), "x": np.ones(3, np.float32), "limit": np.array(1e9, np.float32)}
+    opts = {"aioge.tune_mode": "heuristic", "ge.op_compiler_cache_dir": str(tmp_path / "cache")}
+    async with aioge.Session(opts) as s:
+        await s.add_graph(1, g)
+        model = await s.build_graph(1, {k: v.shape for k, v in feeds.items()})
+        serialize.save_model_sync(tmp_path / "loop.om", model)
+    async with aioge.Session(opts) as s:
+        got = await s.run_graph(await s.load_model(tmp_path / "loop.om"), feeds)
+    np.testing.assert_allclose(got["acc_final"], [6, 6, 6])  # 0 + 1 + 2 + 3
+    np.testing.assert_allclose(got["accs"][:, 0], [0, 1, 3, 6])
 
 
 def _scan_body() -> onnx.GraphProto:
@@ -416,14 +484,14 @@ def test_every_unsupported_op_is_listed_at_once() -> None:
         h.make_node("FancyOp", ["b"], ["c"]),
         h.make_node("SVMRegressor", ["c"], ["d"], domain="ai.onnx.ml"),
         h.make_node("FusedGelu", ["d"], ["e"], domain="com.example"),
-        h.make_node("Loop", ["", "", "e"], ["f"], body=h.make_graph([], "body", [], [])),
+        h.make_node("ImageEncoder", ["e"], ["f"]),
     ]
     model = _model(nodes, [_f32("x", [2])], ["f"],
                    extra_opsets=[h.make_opsetid("ai.onnx.ml", 3), h.make_opsetid("com.example", 1)])
     with pytest.raises(UnsupportedOpError) as info:
         aioge.load_onnx(model)
-    assert info.value.ops == [("", "FancyOp"), ("", "Loop"), ("ai.onnx.ml", "SVMRegressor"), ("com.example", "FusedGelu")]
-    for text in ("ai.onnx::FancyOp", "ai.onnx::Loop", "ai.onnx.ml::SVMRegressor", "com.example::FusedGelu"):
+    assert info.value.ops == [("", "FancyOp"), ("", "ImageEncoder"), ("ai.onnx.ml", "SVMRegressor"), ("com.example", "FusedGelu")]
+    for text in ("ai.onnx::FancyOp", "ai.onnx::ImageEncoder", "ai.onnx.ml::SVMRegressor", "com.example::FusedGelu"):
         assert text in str(info.value)
 
 
@@ -587,3 +655,38 @@ def test_not_a_model_at_all() -> None:
         aioge.load_onnx(42)
     with pytest.raises(GraphError, match="no graph"):
         aioge.load_onnx(onnx.ModelProto(ir_version=8))
+
+
+# -- sequences and optionals ----------------------------------------------------------------
+
+
+def test_sequence_ops_match_onnxruntime() -> None:
+    """SplitToSequence -> SequenceErase -> SequenceInsert -> ConcatFromSequence, and SequenceLength, against onnxruntime."""
+    nodes = [
+        h.make_node("SplitToSequence", ["x", "split"], ["s"], axis=1),
+        h.make_node("SequenceErase", ["s", "one"], ["s2"]),
+        h.make_node("SequenceInsert", ["s2", "x", "zero"], ["s3"]),
+        h.make_node("ConcatFromSequence", ["s3"], ["y"], axis=1),
+        h.make_node("SequenceLength", ["s3"], ["n"]),
+    ]
+    inits = [onnx.numpy_helper.from_array(np.array([1, 2, 3], np.int64), "split"),
+             onnx.numpy_helper.from_array(np.array(1, np.int64), "one"), onnx.numpy_helper.from_array(np.array(0, np.int64), "zero")]
+    model = _model(nodes, [_f32("x", [2, 6])], [_f32("y", None), h.make_tensor_value_info("n", T.INT64, [])], inits, opset=16)
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(2, 6)}
+    got = _run(aioge.load_onnx(model), feeds)
+    want = _ort(model, feeds)
+    np.testing.assert_array_equal(got["y"], want[0])
+    assert int(got["n"]) == int(want[1]) == 3
+
+
+def test_sequence_position_known_only_at_run_time_is_refused() -> None:
+    nodes = [h.make_node("SequenceConstruct", ["x", "x"], ["s"]), h.make_node("SequenceAt", ["s", "i"], ["y"])]
+    model = _model(nodes, [_f32("x", [2]), h.make_tensor_value_info("i", T.INT64, [])], ["y"], opset=16)
+    with pytest.raises(GraphError, match="position must be a scalar that follows from the model's constants"):
+        aioge.load_onnx(model)
+
+
+def test_image_decoder_refuses_bytes_that_are_no_image() -> None:
+    model = _model([h.make_node("ImageDecoder", ["b"], ["y"])], [h.make_tensor_value_info("b", T.UINT8, [None])], ["y"], opset=20)
+    with pytest.raises(aioge.errors.ExecutionError, match="not a readable image"):
+        _run(aioge.load_onnx(model), {"b": np.frombuffer(b"definitely not a png", np.uint8)})

@@ -50,9 +50,16 @@ def run_model_case(run: S.Runner, case: S.ModelCase) -> None:
 
 
 def _read(path: str, vi: onnx.ValueInfoProto) -> Any:
-    if vi.type.WhichOneof("value") not in (None, "tensor_type"):
-        raise S.NotTensor(f"{vi.name!r} is a {vi.type.WhichOneof('value')}")
-    return S.read_tensor(path)
+    kind = vi.type.WhichOneof("value")
+    if kind in (None, "tensor_type"):
+        return S.read_tensor(path)
+    protos = {"sequence_type": onnx.SequenceProto, "optional_type": onnx.OptionalProto}
+    if kind not in protos:
+        raise S.NotTensor(f"{vi.name!r} is a {kind}")
+    proto = protos[kind]()
+    with open(path, "rb") as f:
+        proto.ParseFromString(f.read())
+    return proto
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
+from onnx import TensorProto
 
 from tests.ops.conftest import aioge_graph, check_op, evaluate, expect_graph_error, rand
 
@@ -63,7 +65,7 @@ def test_dynamic_quantize(rng, case):
 
 
 def test_convert_errors(rng):
-    expect_graph_error("QuantizeLinear", [rand(rng, 3), np.array(1.0, np.float32)], {"output_dtype": 17}, match="not supported")
+    expect_graph_error("QuantizeLinear", [rand(rng, 3), np.array(1.0, np.float32)], {"output_dtype": 1}, match="not supported")
     expect_graph_error("DequantizeLinear", [rand(rng, 3), np.array(1.0, np.float32)], match="not supported")
     expect_graph_error("QuantizeLinear", [rand(rng, 3), np.array(1.0, np.float32), np.array(0, np.int8)], {"output_dtype": 2},
                        match="disagrees")
@@ -84,3 +86,103 @@ def test_bit_cast(rng, src, dst):
 
 def test_bit_cast_width_mismatch(rng):
     expect_graph_error("BitCast", [rand(rng, 3)], {"to": "float64"}, match="one width")
+
+
+# -- the ml_dtypes types (bfloat16, float8, float4, int4, int2) against onnx.reference ------------
+
+_NARROW = {
+    "bfloat16": TensorProto.BFLOAT16, "float8_e4m3fn": TensorProto.FLOAT8E4M3FN, "float8_e4m3fnuz": TensorProto.FLOAT8E4M3FNUZ,
+    "float8_e5m2": TensorProto.FLOAT8E5M2, "float8_e5m2fnuz": TensorProto.FLOAT8E5M2FNUZ, "float4_e2m1fn": TensorProto.FLOAT4E2M1,
+    "float8_e8m0fnu": TensorProto.FLOAT8E8M0, "int4": TensorProto.INT4, "uint4": TensorProto.UINT4,
+    "int2": TensorProto.INT2, "uint2": TensorProto.UINT2,
+}
+
+
+def _edgy(rng) -> np.ndarray:
+    """Values that exercise rounding and saturation: ties, out-of-range, inf, NaN, signed zero, tiny."""
+    x = np.concatenate([rand(rng, 40, low=-600, high=600), rand(rng, 20, low=-3, high=3),
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 1e6, -1e6, 1.0625, 1.125, 2.5, -3.5, 1e-9, 0.3]])
+    return x.astype(np.float32)
+
+
+def _reference_cast(x: np.ndarray, to: int, **attrs) -> np.ndarray:
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    node = helper.make_node("Cast", ["x"], ["y"], to=to, **attrs)
+    graph = helper.make_graph([node], "cast", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", to, x.shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)], ir_version=11)
+    return ReferenceEvaluator(model).run(None, {"x": x})[0]
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
+    g, w = got.astype(np.float32), want.astype(np.float32)
+    same = (g == w) | (np.isnan(g) & np.isnan(w))
+    assert same.all(), f"{what}: {x_show(g, w, same)}"
+
+
+def x_show(g: np.ndarray, w: np.ndarray, same: np.ndarray) -> str:
+    return f"got {g[~same][:5]}, expected {w[~same][:5]}"
+
+
+@pytest.mark.parametrize("saturate", [1, 0])
+@pytest.mark.parametrize("to", sorted(_NARROW))
+def test_cast_to_ml_dtypes(rng, to, saturate):
+    """Cast float32 -> each narrow type: onnx.reference's rounding (nearest even) and saturation, bit for bit."""
+    x = _edgy(rng)
+    if to in ("int4", "uint4", "int2", "uint2"):
+        info = ml_dtypes.iinfo(getattr(ml_dtypes, to))  # integer casts out of range (NaN, inf) are undefined
+        x = rand(rng, 60, low=info.min, high=info.max + 0.99)
+    g, feeds = aioge_graph("Cast", [x], {"to": to, "saturate": saturate})
+    (got,) = evaluate(g, feeds)
+    _same_bits(got, _reference_cast(x, _NARROW[to], saturate=saturate), f"Cast to {to}")
+
+
+@pytest.mark.parametrize("mode", ["up", "down", "nearest"])
+def test_cast_to_e8m0_round_mode(rng, mode):
+    x = np.abs(_edgy(rng))
+    g, feeds = aioge_graph("Cast", [x], {"to": "float8_e8m0fnu", "round_mode": mode})
+    (got,) = evaluate(g, feeds)
+    _same_bits(got, _reference_cast(x, TensorProto.FLOAT8E8M0, round_mode=mode), f"Cast to e8m0 ({mode})")
+
+
+@pytest.mark.parametrize("src", ["bfloat16", "float8_e4m3fn", "float8_e5m2fnuz", "float4_e2m1fn", "int4", "uint2"])
+def test_cast_from_ml_dtypes_is_exact(rng, src):
+    dtype = np.dtype(getattr(ml_dtypes, src))
+    if src[0] in "iu":
+        x = np.arange(ml_dtypes.iinfo(dtype).min, ml_dtypes.iinfo(dtype).max + 1).astype(dtype)
+    else:
+        x = rand(rng, 30, low=-6, high=6).astype(dtype)
+    for to in ("float32", "float16", "float64", "bfloat16"):
+        g, feeds = aioge_graph("Cast", [x], {"to": to})
+        (got,) = evaluate(g, feeds)
+        assert got.dtype == np.dtype(ml_dtypes.bfloat16 if to == "bfloat16" else to)
+        np.testing.assert_array_equal(got.astype(np.float64), x.astype(np.float64))
+
+
+@pytest.mark.parametrize("zero", ["int4", "uint4", "int2", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn"])
+def test_quantize_dequantize_narrow_types(rng, zero):
+    """QuantizeLinear to / DequantizeLinear from the narrow types, per axis, against onnx.reference."""
+    from tests.ops.onnx_reference import check_ref
+
+    x = rand(rng, 3, 4, low=-12, high=12)
+    x[0, :4] = [0.5, 1.5, 2.5, -2.5]  # halves round to even
+    scale = rand(rng, 4, low=0.5, high=1.5)
+    zp = np.zeros(4, getattr(ml_dtypes, zero))
+    if zero in ("int4", "uint4", "int2"):
+        zp = np.asarray([0, 1, -1 if zero != "uint4" else 2, 1]).astype(zp.dtype)
+    (q,) = check_ref("QuantizeLinear", [x, scale, zp], {"axis": 1}, opset=25)
+    assert q.dtype == zp.dtype
+    (back,) = check_ref("DequantizeLinear", [q, scale, zp], {"axis": 1}, opset=25)
+    assert back.dtype == np.float32
+
+
+def test_quantize_bfloat16_input_computes_in_float32(rng):
+    x = rand(rng, 50, low=-100, high=100).astype(ml_dtypes.bfloat16)
+    scale = np.array(0.37, ml_dtypes.bfloat16)
+    g, feeds = aioge_graph("QuantizeLinear", [x, scale, np.array(3, np.int8)])
+    (got,) = evaluate(g, feeds)
+    want = np.clip(np.rint(x.astype(np.float32) / scale.astype(np.float32)) + 3, -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(got, want)

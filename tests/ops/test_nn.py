@@ -158,11 +158,27 @@ def test_dropout_is_identity(rng, outputs, extra):
         assert got[1].dtype == np.bool_ and got[1].all()
 
 
-def test_dropout_training_mode_rejected(rng):
-    expect_graph_error("Dropout", [rand(rng, 3), np.array(0.5, np.float32), np.array(True)], const=(1, 2), match="training_mode")
+@pytest.mark.parametrize("ratio", [0.0, 0.3, 0.75])
+def test_dropout_training_mode_matches_reference(rng, ratio):
+    """Seeded training-mode Dropout: onnx.reference's mask (numpy RandomState(seed)), scaled by 1/(1-ratio)."""
+    from tests.ops.onnx_reference import check_ref
+
+    x = rand(rng, 4, 5)
+    check_ref("Dropout", [x, np.array(ratio, np.float32), np.array(True)], {"seed": 7}, opset=22, num_outputs=2)
+    y, mask = check_ref("Dropout", [x, np.array(ratio, np.float32), np.array(False)], {"seed": 7}, opset=22, num_outputs=2)
+    np.testing.assert_array_equal(y, x)
+    assert mask.all()
 
 
-def test_dropout_training_mode_at_run_time(rng):
-    g, feeds = aioge_graph("Dropout", [rand(rng, 3), np.array(0.5, np.float32), np.array(True)])
-    with pytest.raises(ValueError, match="training_mode"):
-        evaluate(g, feeds)
+@pytest.mark.anyio
+async def test_dropout_training_mode_unseeded_draws_afresh(rng):
+    from tests.ops.onnx_reference import run_session
+
+    x = np.ones((64, 64), np.float32)
+    g, feeds = aioge_graph("Dropout", [x, np.array(0.5, np.float32), np.array(True)], num_outputs=2)
+    names = [v.name for v in g.outputs]
+    r1, r2 = await run_session(g, feeds), await run_session(g, feeds)
+    (y1, m1), m2 = (r1[n] for n in names), r2[names[1]]
+    assert not np.array_equal(m1, m2)  # 4,096 fair draws: equal masks have probability 2**-4096
+    np.testing.assert_array_equal(y1, np.where(m1, 2.0, 0.0).astype(np.float32))
+    assert 0.4 < m1.mean() < 0.6

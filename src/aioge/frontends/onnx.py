@@ -7,8 +7,10 @@ their canonical (newest-opset) form through the converter table in
 until feeds fix them, unless ``shapes=`` fixes them here; dimensions with neither a value
 nor a name get fresh symbols. Control flow is resolved here, since aioge graphs have none
 at run time: an If whose condition follows from the constants becomes the branch it takes,
-a Scan over a static length is unrolled (``aioge.frontends.onnx_control``). The ``onnx``
-package parses; aioge maps.
+a Scan over a static length is unrolled (``aioge.frontends.onnx_control``). Sequence and
+optional values are held as the tensors they contain (``aioge.frontends.onnx_sequence``):
+a sequence input ``s`` of length n (``lengths={"s": n}``) becomes inputs ``s[0]``...,
+a sequence output ``y`` outputs ``y[0]``... The ``onnx`` package parses; aioge maps.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from aioge.frontends.onnx_model import (
     tensor_to_array,
 )
 from aioge.frontends.onnx_ops import MIN_OPSET, find_converter
+from aioge.frontends.onnx_sequence import OptionalValue, SequenceValue, elem_dtype, element_name, is_structured
 from aioge.ir.desc import Dim, numpy_dtype
 from aioge.ir.graph import Graph, Value
 
@@ -67,6 +70,7 @@ def load_onnx(
     shapes: Mapping[str, ShapeSpec | int] | None = None,
     *,
     base_dir: str | os.PathLike[str] | None = None,
+    lengths: Mapping[str, int | None] | None = None,
 ) -> Graph:
     """Load an ONNX model as an aioge Graph.
 
@@ -74,7 +78,11 @@ def load_onnx(
     dynamic dimensions: an input name maps to its full shape (ints; ``None`` keeps a
     dimension as declared), a dimension symbol (``dim_param``) maps to its size.
     ``base_dir`` is where external data may be read from (default: the model file's
-    directory; bytes and protos have none).
+    directory; bytes and protos have none). ``lengths`` gives, for each sequence input, its
+    number of tensors (the input ``s`` becomes inputs ``s[0]``, ``s[1]``, ...), and for each
+    optional input None when it is empty (else, for an optional sequence, its length; an
+    optional tensor is the input itself). A sequence output ``y`` becomes outputs ``y[0]``,
+    ``y[1]``, ...; an optional output is its tensor(s), or absent when empty.
 
     Returns the graph, with the model's value names. Loading is blocking work (file reads,
     conversion): from async code, run it in a worker thread (``anyio.to_thread.run_sync``).
@@ -85,22 +93,25 @@ def load_onnx(
             (a cycle, a dangling input); an opset older than ``MIN_OPSET`` for an op that
             changed since, or newer than the installed ``onnx`` defines; an unsupported
             dtype; external data outside the model's directory; control flow that cannot be
-            resolved at load time; or ``shapes`` that do not fit the model.
+            resolved at load time; a sequence or optional input missing from ``lengths``; or
+            ``shapes`` that do not fit the model.
     """
     src = read_model(source, base_dir)
-    return _Builder(src, shapes).build()
+    return _Builder(src, shapes, lengths).build()
 
 
 class _Builder:
     """One model's conversion; read top to bottom in ``build``."""
 
-    def __init__(self, src: ModelSource, shapes: Mapping[str, ShapeSpec | int] | None) -> None:
+    def __init__(self, src: ModelSource, shapes: Mapping[str, ShapeSpec | int] | None,
+                 lengths: Mapping[str, int | None] | None = None) -> None:
         self.src = src
         self.model = src.model
         self.shapes = dict(shapes or {})
+        self.lengths = dict(lengths or {})
         name = self.model.graph.name or (os.path.splitext(os.path.basename(src.label))[0] if src.label[0] != "<" else "onnx")
         self.graph = Graph(name)
-        self.env: dict[str, Value] = {}
+        self.env: dict[str, Any] = {}  # a Value, or a SequenceValue / OptionalValue of values
         self.known = KnownValues()
 
     def build(self) -> Graph:
@@ -177,12 +188,19 @@ class _Builder:
     def _inputs(self) -> None:
         given: list[tuple[str, tuple[Dim | None, ...] | None, str]] = []
         symbols: set[str] = set()
+        structured: dict[str, Any] = {}  # input name -> how its tensors make it up
+        unknown = set(self.lengths) - {vi.name for vi in self.model.graph.input}
+        if unknown:
+            raise GraphError(f"lengths=: {sorted(unknown)} are not inputs of the model", graph=self.graph.name)
         for vi in self.model.graph.input:
             if vi.name in self.env:
                 continue  # an initializer also listed as an input (IR < 4): it is a constant
-            shape, dtype = _tensor_type(vi, self.src.label)
-            given.append((vi.name, shape, dtype))
-            symbols |= {d for d in (shape or ()) if isinstance(d, str)}
+            for name, t in self._input_tensors(vi, structured):
+                shape, dtype = _tensor_type(t, name, self.src.label)
+                if name != vi.name and shape is not None:
+                    shape = tuple(None if isinstance(d, str) else d for d in shape)  # elements differ in size
+                given.append((name, shape, dtype))
+                symbols |= {d for d in (shape or ()) if isinstance(d, str)}
         # Dimensions with neither a value nor a name: a fresh symbol each, never a clash.
         fresh = Names(symbols)
         declared: list[tuple[str, tuple[Dim, ...] | None, str]] = [
@@ -193,21 +211,64 @@ class _Builder:
         for name, shape, dtype in declared:
             self.env[name] = self.graph.input(name, shape, dtype)
             _check_size(self.env[name], self.graph.name, None, "input")
+        for name, make in structured.items():
+            self.env[name] = make(self.env)
+
+    def _input_tensors(self, vi: onnx.ValueInfoProto, structured: dict[str, Any]) -> list[tuple[str, onnx.TypeProto]]:
+        """The tensor inputs standing for graph input ``vi``: itself, or a sequence's elements.
+
+        Raises:
+            GraphError: a sequence or optional input without its entry in ``lengths``.
+        """
+        kind = vi.type.WhichOneof("value")
+        if kind not in ("sequence_type", "optional_type"):
+            return [(vi.name, vi.type)]
+        if vi.name not in self.lengths:
+            what = "its length" if kind == "sequence_type" else "None when it is empty, else its length (or 1 for a tensor)"
+            raise GraphError(f"{self.src.label}: input {vi.name!r} is a {kind}: give {what} in lengths=", graph=self.graph.name)
+        n = self.lengths[vi.name]
+        inner = vi.type
+        if kind == "optional_type":
+            inner = vi.type.optional_type.elem_type
+            if n is None:
+                structured[vi.name] = lambda env: OptionalValue(None)
+                return []
+            if inner.WhichOneof("value") != "sequence_type":
+                structured[vi.name] = lambda env, name=vi.name: OptionalValue(env.pop(name))
+                return [(vi.name, inner)]
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise GraphError(f"lengths=: input {vi.name!r} needs a non-negative int length, got {n!r}", graph=self.graph.name)
+        names = [element_name(vi.name, i) for i in range(n)]
+        dtype = elem_dtype(inner)
+
+        def make(env: dict[str, Any], names: list[str] = names, optional: bool = kind == "optional_type") -> Any:
+            seq = SequenceValue(tuple(env.pop(x) for x in names), dtype)
+            return OptionalValue(seq) if optional else seq
+
+        structured[vi.name] = make
+        return [(x, inner.sequence_type.elem_type) for x in names]
 
     def _outputs(self) -> None:
         values: list[Value] = []
         for vi in self.model.graph.output:
-            v = self.env.get(vi.name)
-            if v is None:
+            if vi.name not in self.env:
                 raise GraphError(f"graph output {vi.name!r} is not produced by any node", graph=self.graph.name)
-            if v.producer is None or v.name != vi.name or any(o is v for o in values):
-                # Outputs are always node outputs under their ONNX names: route the rest through Identity.
-                if v.name == vi.name and v.is_const:
-                    self.graph.rename(v, self.names.fresh(vi.name))
-                out_name = self.names.fresh(vi.name) if self.graph.has_value(vi.name) else vi.name
-                v = self.graph.add_node("Identity", [v], {}, [v.desc], name=self.names.claim(f"{vi.name}/output", generated=True),
-                                        output_names=[out_name]).outputs[0]
-            values.append(v)
+            found = self.env[vi.name]
+            if isinstance(found, OptionalValue):
+                found = found.value
+            if isinstance(found, SequenceValue):
+                named = [(element_name(vi.name, i), v) for i, v in enumerate(found.items)]
+            else:
+                named = [] if found is None else [(vi.name, found)]
+            for name, v in named:
+                if v.producer is None or v.name != name or any(o is v for o in values):
+                    # Outputs are always node outputs under their ONNX names: route the rest through Identity.
+                    if v.name == name and v.is_const:
+                        self.graph.rename(v, self.names.fresh(name))
+                    out_name = self.names.fresh(name) if self.graph.has_value(name) else name
+                    v = self.graph.add_node("Identity", [v], {}, [v.desc], name=self.names.claim(f"{name}/output", generated=True),
+                                            output_names=[out_name]).outputs[0]
+                values.append(v)
         self.graph.output(*values)
 
     # -- nodes ------------------------------------------------------------------------
@@ -228,10 +289,16 @@ class _Builder:
         wanted = needed if not scope else frozenset(a for o, a in zip(node.output, outputs) if o in needed)
         try:
             attrs = {a.name: attribute_value(a, self.src, name) for a in node.attribute}
-            inputs = [env[x] if x else None for x in node.input]
+            inputs: list[Any] = [env[x] if x else None for x in node.input]
+            if any(is_structured(v) for v in inputs) and node.op_type not in _TAKES_STRUCTURED:
+                if node.op_type == "Identity" and len(node.output) == 1:
+                    env[node.output[0]] = inputs[0]
+                    return
+                raise GraphError(f"{node.op_type} (opset {opset}) does not take sequence or optional inputs",
+                                 graph=self.graph.name, node=name)
             ctx = NodeContext(self.graph, node.op_type, domain, opset, name, inputs, attrs, outputs, wanted, self.names,
                               inline=lambda body, bound, tag: self._inline(body, bound, f"{name}/{tag}/", env),
-                              facts=self.known)
+                              facts=self.known, lookup=env.get)
             results = list(find_converter(domain, node.op_type, opset).convert(ctx))
         except AiogeError:
             raise
@@ -247,7 +314,8 @@ class _Builder:
                     raise GraphError(f"{node.op_type} produced no value for its output {k} ({out!r})",
                                      graph=self.graph.name, node=name)
                 continue
-            _check_size(v, self.graph.name, name, f"output {k} of {node.op_type}")
+            if isinstance(v, Value):
+                _check_size(v, self.graph.name, name, f"output {k} of {node.op_type}")
             env[out] = v
 
     def _inline(self, body: onnx.GraphProto, bound: Sequence[Value], scope: str, outer: Mapping[str, Value]) -> list[Value]:
@@ -336,12 +404,20 @@ def _needed(graph: onnx.GraphProto) -> frozenset[str]:
     return frozenset(names)
 
 
-def _tensor_type(vi: onnx.ValueInfoProto, label: str) -> tuple[tuple[Dim | None, ...] | None, str]:
-    kind = vi.type.WhichOneof("value")
+# Ops whose converters take sequence and optional values (the rest take tensors only).
+_TAKES_STRUCTURED = frozenset({
+    "SequenceConstruct", "SequenceAt", "SequenceInsert", "SequenceErase", "SequenceLength", "ConcatFromSequence",
+    "SequenceMap", "Optional", "OptionalHasElement", "OptionalGetElement", "If", "Scan", "Loop",
+})
+
+
+def _tensor_type(t: onnx.TypeProto, name: str, label: str) -> tuple[tuple[Dim | None, ...] | None, str]:
+    kind = t.WhichOneof("value")
     if kind != "tensor_type":
-        raise GraphError(f"{label}: input {vi.name!r} is a {kind or 'untyped value'}; aioge supports only tensor inputs")
-    tt = vi.type.tensor_type
-    dtype = dtype_of_enum(tt.elem_type, f"input {vi.name!r}")
+        raise GraphError(f"{label}: input {name!r} is a {kind or 'untyped value'}; aioge supports tensor inputs, and "
+                         "sequences and optionals of them")
+    tt = t.tensor_type
+    dtype = dtype_of_enum(tt.elem_type, f"input {name!r}")
     if not tt.HasField("shape"):
         return None, dtype
     dims: list[Dim | None] = []
@@ -349,7 +425,7 @@ def _tensor_type(vi: onnx.ValueInfoProto, label: str) -> tuple[tuple[Dim | None,
         which = d.WhichOneof("value")
         if which == "dim_value":
             if d.dim_value < 0:
-                raise GraphError(f"{label}: input {vi.name!r} has a negative dimension {d.dim_value}")
+                raise GraphError(f"{label}: input {name!r} has a negative dimension {d.dim_value}")
             dims.append(int(d.dim_value))
         elif which == "dim_param" and d.dim_param:
             dims.append(d.dim_param)

@@ -23,7 +23,7 @@ from aioge.ops import apply
 from aioge.ops.evaluate import evaluate_node
 from aioge.ops.registry import get_schema
 
-__all__ = ["DTYPE_ATTRS", "KnownValues", "NodeContext", "Names", "onnx_default"]
+__all__ = ["DTYPE_ATTRS", "NARROW_FLOATS", "KnownValues", "NodeContext", "Names", "onnx_default"]
 
 # Attributes that hold a TensorProto.DataType enum in ONNX. When the aioge schema declares
 # them as dtypes they are handed over as dtype names ("float32"), never as ONNX enums.
@@ -39,6 +39,20 @@ DTYPE_ATTRS: frozenset[tuple[str, str]] = frozenset({
     ("QuantizeLinear", "output_dtype"),
     ("DequantizeLinear", "output_dtype"),
     ("TreeEnsemble", "dtype"),
+})
+
+
+# The ml_dtypes float types. aioge's kernels compute in float16/32/64, so an op that reads one
+# of these reads it widened to float32 and its float32 outputs are rounded back, which is
+# what ONNX specifies for them (bfloat16 and float8 arithmetic happens in float32).
+NARROW_FLOATS: frozenset[str] = frozenset({
+    "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn",
+})
+# Ops that only move, select or convert elements: they take the narrow types as they are.
+_MOVES_DATA: frozenset[str] = frozenset({
+    "Cast", "CastLike", "BitCast", "QuantizeLinear", "DequantizeLinear", "Identity", "Reshape", "Transpose",
+    "Squeeze", "Unsqueeze", "Flatten", "Expand", "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND",
+    "Tile", "Shape", "Size", "Where", "Compress", "ReverseSequence", "DepthToSpace", "SpaceToDepth", "OneHot",
 })
 
 
@@ -86,6 +100,7 @@ class NodeContext:
     # inline(body, bound inputs, tag) converts a subgraph into the graph and returns its outputs.
     inline: Callable[[onnx.GraphProto, Sequence[Value], str], list[Value]] | None = None
     facts: KnownValues | None = None  # what follows from the constants, for load-time decisions
+    lookup: Callable[[str], Any] | None = None  # an outer-scope value by its ONNX name (subgraph free names)
     _named: bool = field(default=False)
 
     # -- reading ----------------------------------------------------------------------
@@ -163,10 +178,41 @@ class NodeContext:
             node_name = self.names.fresh(f"{self.name}/{op_type}")
         final = [n or self.names.fresh(f"{node_name}:{i}") for i, n in enumerate(names)]
         canon = self._canonical_attrs(op_type, domain, attrs or {})
+        narrow = {v.dtype for v in inputs if v is not None and v.dtype in NARROW_FLOATS}
+        if narrow and op_type not in _MOVES_DATA:
+            return self._emit_widened(op_type, inputs, canon, node_name, final, domain, narrow)
         return apply(
             op_type, list(inputs), canon, num_outputs=len(final), name=node_name,
             output_names=final, domain=domain, graph=self.graph,
         )
+
+    def _emit_widened(
+        self, op_type: str, inputs: Sequence[Value | None], attrs: dict[str, Any], node_name: str, final: list[str],
+        domain: str, narrow: set[str],
+    ) -> list[Value]:
+        """``op_type`` on float32 copies of its narrow-float inputs; float32 outputs rounded back.
+
+        The outputs go back to the narrow type the inputs had (bfloat16 when they mixed several).
+        """
+        back = narrow.pop() if len(narrow) == 1 else "bfloat16"
+
+        def cast(v: Value, to: str, out: str) -> Value:
+            return apply("Cast", [v], {"to": to}, name=self.names.fresh(f"{node_name}/Cast"), output_names=[out],
+                         graph=self.graph)[0]
+
+        wide = [cast(v, "float32", self.names.fresh(f"{v.name}/float32")) if v is not None and v.dtype in NARROW_FLOATS else v
+                for v in inputs]
+        inner = [self.names.fresh(f"{n}/float32") for n in final]
+        outs = apply(op_type, wide, attrs, num_outputs=len(final), name=node_name, output_names=inner, domain=domain,
+                     graph=self.graph)
+        result = []
+        for v, n in zip(outs, final):
+            if v.dtype == "float32":
+                v = cast(v, back, n)
+            else:
+                self.graph.rename(v, n)
+            result.append(v)
+        return result
 
     def _canonical_attrs(self, op_type: str, domain: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
         schema = get_schema(op_type, domain)

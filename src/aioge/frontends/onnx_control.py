@@ -1,10 +1,13 @@
-"""ONNX control flow the frontend can resolve at load time: If with a known condition, Scan unrolled.
+"""ONNX control flow the frontend can resolve at load time: If, Scan and Loop.
 
 aioge graphs have no control flow at run time. An ``If`` whose condition follows from the
-model's constants is replaced by the branch it takes; a ``Scan`` over a sequence of static
-length is unrolled into one copy of its body per step (the step's slices are Gathers, the
-scan outputs are Unsqueeze + Concat). Anything else is refused with a GraphError that says
-what would have to be known.
+model's constants is replaced by the branch it takes; one whose condition is known only at
+run time, and whose branches give outputs of one dtype and shape, runs both branches and
+selects with ``Where`` (as XLA lowers small conditionals; both branches are computed). A
+``Scan`` over a sequence of static length is unrolled into one copy of its body per step
+(the step's slices are Gathers, the scan outputs are Unsqueeze + Concat); so is a ``Loop``
+whose trip count and condition follow from the constants. Anything else is refused with a
+GraphError that says what would have to be known.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import onnx
 from aioge.frontends.onnx_context import NodeContext
 from aioge.ir.graph import Value
 
-__all__ = ["convert_if", "convert_scan", "convert_scan_8"]
+__all__ = ["convert_if", "convert_loop", "convert_scan", "convert_scan_8"]
 
 # Unrolling multiplies the body: refuse beyond this many converted body nodes per Scan.
 _MAX_UNROLLED_NODES = 50_000
@@ -27,8 +30,7 @@ def convert_if(ctx: NodeContext) -> Sequence[Value | None]:
     """If: the branch the (load-time known) condition selects, inlined."""
     cond = ctx.computable(0)
     if cond is None:
-        raise ctx.fail("the condition must follow from the model's constants: aioge inlines the branch taken "
-                       "and has no control flow at run time")
+        return _select_if(ctx)
     if cond.size != 1:
         raise ctx.fail(f"the condition must hold one element, got shape {list(cond.shape)}")
     taken = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
@@ -39,6 +41,127 @@ def convert_if(ctx: NodeContext) -> Sequence[Value | None]:
     if len(outs) != len(ctx.outputs):
         raise ctx.fail(f"the {taken} has {len(outs)} outputs, the node {len(ctx.outputs)}")
     return outs
+
+
+def _select_if(ctx: NodeContext) -> Sequence[Any]:
+    """If on a run-time condition: both branches inlined, each output pair joined by Where."""
+    from aioge.frontends.onnx_sequence import SequenceValue
+
+    branches = [ctx.attrs.get(b) for b in ("then_branch", "else_branch")]
+    cond = ctx.input(0)
+    if cond is None or ctx.inline is None or not all(isinstance(b, onnx.GraphProto) for b in branches):
+        raise ctx.fail("needs a condition and both branches")
+    then, other = (ctx.inline(b, [], tag) for b, tag in zip(branches, ("then", "else")))  # type: ignore[arg-type]
+    if len(then) != len(ctx.outputs) or len(other) != len(ctx.outputs):
+        raise ctx.fail(f"the branches have {len(then)} and {len(other)} outputs, the node {len(ctx.outputs)}")
+    unknown = ("the condition must follow from the model's constants, or both branches must give outputs "
+               "of one dtype and static shape (aioge then computes both and selects)")
+
+    def select(a: Any, b: Any) -> Any:
+        if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and len(a.items) == len(b.items):
+            return SequenceValue(tuple(select(x, y) for x, y in zip(a.items, b.items)), a.dtype)
+        if not isinstance(a, Value) or not isinstance(b, Value) or a.dtype != b.dtype:
+            raise ctx.fail(unknown)
+        sa, sb = _shape(ctx, a), _shape(ctx, b)
+        if sa is None or sa != sb or not all(isinstance(d, int) for d in sa):
+            raise ctx.fail(f"{unknown}; got {a.desc} and {b.desc}")
+        return ctx.emit("Where", [cond, a, b])[0]
+
+    return [select(a, b) for a, b in zip(then, other)]
+
+
+def convert_loop(ctx: NodeContext) -> Sequence[Any]:
+    """Loop: unrolled when its trip count and every step's condition follow from the constants."""
+    body = _body(ctx)
+    trip = ctx.computable(0) if ctx.input(0) is not None else None
+    cond = ctx.computable(1) if ctx.input(1) is not None else np.asarray(True)
+    if ctx.input(0) is not None and trip is None or cond is None:
+        return _runtime_loop(ctx, body)
+    n = len(ctx.inputs) - 2
+    k = len(body.output) - 1 - n
+    if n < 0 or k < 0:
+        raise ctx.fail(f"{len(ctx.inputs)} inputs do not fit a body of {len(body.output)} outputs")
+    steps = int(trip.reshape(-1)[0]) if trip is not None else None
+    carried: list[Any] = list(ctx.inputs[2:])
+    collected: list[list[Any]] = []
+    going, t = bool(cond.reshape(-1)[0]), 0
+    while going and (steps is None or t < steps):
+        if (t + 1) * max(len(body.node), 1) > _MAX_UNROLLED_NODES:
+            raise ctx.fail(f"unrolling over {t} steps of a {len(body.node)}-node body exceeds {_MAX_UNROLLED_NODES} nodes")
+        assert ctx.inline is not None
+        outs = ctx.inline(body, [ctx.const(np.asarray(t, np.int64), "iter"), ctx.const(np.asarray(True), "cond"), *carried],
+                          f"iter{t}")
+        flag = ctx.facts.value(outs[0]) if ctx.facts is not None and isinstance(outs[0], Value) else None
+        if flag is None:
+            if t == 0:
+                return _runtime_loop(ctx, body)
+            raise ctx.fail("the loop condition must follow from the model's constants at every step")
+        going = bool(flag.reshape(-1)[0])
+        carried, t = outs[1:1 + n], t + 1
+        collected.append(outs[1 + n:])
+    if k and not collected:
+        raise ctx.fail("a Loop that runs no step has scan outputs of unknown shape")
+    return [*carried, *(_stack(ctx, [step[j] for step in collected], 0) for j in range(k))]
+
+
+def _runtime_loop(ctx: NodeContext, body: onnx.GraphProto) -> Sequence[Any]:
+    """Loop with a run-time trip count or condition: the Loop op over the body as a program.
+
+    The body is loaded as a graph of its own whose extra inputs are the outer values it reads.
+    """
+    from onnx import helper
+
+    from aioge.frontends.onnx import load_onnx
+    from aioge.ir.desc import numpy_dtype
+
+    states = list(ctx.inputs[2:])
+    if any(not isinstance(v, Value) for v in states) or ctx.lookup is None:
+        raise ctx.fail("a Loop with a run-time trip count or condition carries tensors only")
+    free = sorted(_free_names(body))
+    outer = [ctx.lookup(n) for n in free]
+    if any(not isinstance(v, Value) for v in outer):
+        raise ctx.fail(f"the body reads outer values that are not tensors: {[n for n, v in zip(free, outer) if not isinstance(v, Value)]}")
+
+    def info(name: str, v: Value) -> onnx.ValueInfoProto:
+        shape = None if v.shape is None else [d if isinstance(d, int) else None for d in v.shape]
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(numpy_dtype(v.dtype)), shape)
+
+    n = len(states)
+    g = onnx.GraphProto()
+    g.CopyFrom(body)
+    del g.input[:]
+    it, cond = body.input[0].name, body.input[1].name
+    g.input.extend([helper.make_tensor_value_info(it, onnx.TensorProto.INT64, []),
+                    helper.make_tensor_value_info(cond, onnx.TensorProto.BOOL, [])])
+    g.input.extend(info(vi.name, v) for vi, v in zip(body.input[2:], states))  # type: ignore[arg-type]
+    g.input.extend(info(name, v) for name, v in zip(free, outer))
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", ctx.opset)])
+    sub = load_onnx(model)
+    constants = tuple((name, v.data) for name, v in sub.constants.items())
+    nodes = tuple(
+        (node.op_type, node.domain, tuple(sorted(node.attrs.items())), tuple("" if v is None else v.name for v in node.inputs),
+         tuple(o.name for o in node.outputs), tuple(o.dtype for o in node.outputs))
+        for node in sub.topological_order()
+    )
+    program = (tuple(v.name for v in sub.inputs), tuple(v.name for v in sub.outputs), constants, nodes)
+    scan_dtypes = tuple(v.dtype for v in sub.outputs[1 + n:])
+    trip, cond_in = ctx.input(0), ctx.input(1)
+    return ctx.emit("Loop", [trip, cond_in, *states, *outer],
+                    {"body": program, "num_states": n, "scan_dtypes": scan_dtypes}, outputs=ctx.outputs)
+
+
+def _free_names(g: onnx.GraphProto) -> set[str]:
+    """The names a subgraph (and the subgraphs inside it) reads without defining."""
+    defined = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+    used: set[str] = set()
+    for node in g.node:
+        used.update(x for x in node.input if x)
+        for a in node.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                used |= _free_names(sub)
+        defined.update(node.output)
+    used.update(o.name for o in g.output)
+    return used - defined
 
 
 def convert_scan(ctx: NodeContext) -> Sequence[Value | None]:

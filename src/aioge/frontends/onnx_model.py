@@ -338,6 +338,8 @@ def attribute_value(attr: onnx.AttributeProto, source: ModelSource, node: str) -
         return tensor_to_array(attr.t, source, f"attribute {attr.name!r} of node {node!r}")
     if kind == A.GRAPH:
         return attr.g
+    if kind == A.TYPE_PROTO:
+        return attr.tp  # Optional's and SequenceEmpty's element type
     if kind == A.TENSORS:
         return [tensor_to_array(t, source, f"attribute {attr.name!r} of node {node!r}") for t in attr.tensors]
     kind_name = A.AttributeType.Name(kind) if kind in A.AttributeType.values() else str(kind)

@@ -18,7 +18,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from aioge.frontends.onnx_context import NodeContext
-from aioge.frontends.onnx_control import convert_if, convert_scan, convert_scan_8
+from aioge.frontends.onnx_control import convert_if, convert_loop, convert_scan, convert_scan_8
+from aioge.frontends.onnx_sequence import SEQUENCE_CONVERTERS, SEQUENCE_EMITS
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import Value
 from aioge.ops.registry import REGISTRY
@@ -212,6 +213,43 @@ def _batch_norm_9(ctx: NodeContext) -> Sequence[Value | None]:
     return ctx.emit("BatchNormalization", ctx.inputs, ctx.attrs, outputs=_inference_only(ctx, 1))
 
 
+def _batch_norm_14(ctx: NodeContext) -> Sequence[Value | None]:
+    """BatchNormalization from opset 14; ``training_mode=1`` becomes its definition in ops.
+
+    Training normalises with the batch's own mean and (population) variance over every axis
+    but the channel axis 1, and outputs the running statistics
+    ``input * momentum + batch * (1 - momentum)``.
+    """
+    attrs = dict(ctx.attrs)
+    if not int(attrs.pop("training_mode", 0)):
+        return ctx.emit("BatchNormalization", ctx.inputs, attrs, outputs=_inference_only(ctx, 1))
+    x, scale, bias, mean, var = ctx.inputs[:5]
+    rank = ctx.rank(0)
+    if x is None or scale is None or bias is None or mean is None or var is None or rank is None or rank < 2:
+        raise ctx.fail("training_mode=1 needs X of known rank >= 2 and all four statistics inputs")
+    momentum = float(attrs.get("momentum", 0.9))
+    axes = ctx.const(_int64s([0, *range(2, rank)]), "axes")
+    (batch_mean,) = ctx.emit("ReduceMean", [x, axes], {"keepdims": 1})
+    (centred,) = ctx.emit("Sub", [x, batch_mean])
+    (batch_var,) = ctx.emit("ReduceMean", [ctx.emit("Mul", [centred, centred])[0], axes], {"keepdims": 1})
+    eps = ctx.const(_scalar_like(ctx, attrs.get("epsilon", 1e-5)), "epsilon")
+    (std,) = ctx.emit("Sqrt", [ctx.emit("Add", [batch_var, eps])[0]])
+    per_channel = ctx.const(_int64s([-1, *([1] * (rank - 2))]), "per_channel")
+    s, b = (ctx.emit("Reshape", [t, per_channel])[0] for t in (scale, bias))
+    (normed,) = ctx.emit("Div", [centred, std])
+    results: list[Value | None] = list(ctx.emit("Add", [ctx.emit("Mul", [normed, s])[0], b], outputs=[ctx.outputs[0]]))
+    keep, take = ctx.const(_scalar_like(ctx, momentum), "momentum"), ctx.const(_scalar_like(ctx, 1 - momentum), "rest")
+    channel = ctx.const(_int64s([-1]), "channel")
+    for k, (running, batch) in enumerate(((mean, batch_mean), (var, batch_var)), start=1):
+        if not ctx.wants(k):
+            results.append(None)
+            continue
+        (flat,) = ctx.emit("Reshape", [batch, channel])
+        (old,) = ctx.emit("Mul", [running, keep])
+        results += ctx.emit("Add", [old, ctx.emit("Mul", [flat, take])[0]], outputs=[ctx.outputs[k]])
+    return results
+
+
 def _dropout_old(ctx: NodeContext) -> Sequence[Value | None]:
     """Dropout before opset 12 (ratio an attribute); before opset 10 its mask had the input's dtype."""
     attrs = {k: v for k, v in ctx.attrs.items() if k not in ("is_test", "ratio")}
@@ -320,6 +358,46 @@ def _cast_like(ctx: NodeContext) -> Sequence[Value | None]:
     return ctx.emit("Cast", [ctx.input(0)], {**ctx.attrs, "to": target.dtype}, outputs=ctx.outputs)
 
 
+def _flex_attention(ctx: NodeContext) -> Sequence[Value | None]:
+    """FlexAttention with its score_mod / prob_mod subgraphs: the op's definition in ops, each
+    modifier inlined on the whole (batch, heads, q, kv) tensor; without them, the fused op."""
+    attrs = dict(ctx.attrs)
+    mods = {key: attrs.pop(key) for key in ("score_mod", "prob_mod") if key in attrs}
+    if not mods:
+        return ctx.emit("FlexAttention", ctx.inputs, attrs, outputs=ctx.outputs, domain=ctx.domain)
+    q, k, v = ctx.inputs[:3]
+    qs, ks = ctx.sharp_shape(0), ctx.sharp_shape(1)
+    if q is None or k is None or v is None or qs is None or ks is None or len(qs) != 4 or len(ks) != 4:
+        raise ctx.fail("needs rank-4 Q, K and V")
+    if qs[1] != ks[1]:
+        raise ctx.fail(f"modifier subgraphs with grouped-query heads ({qs[1]} query, {ks[1]} key/value) are not supported")
+    if attrs.get("softmax_precision"):
+        from aioge.kernels.convert import dtype_of_code
+
+        work = dtype_of_code(attrs["softmax_precision"], "softmax_precision")
+    else:
+        work = "float64" if q.dtype == "float64" else "float32"
+    scale = attrs.get("scale")
+    if scale is None:
+        if not isinstance(qs[3], int):
+            raise ctx.fail("the default scale needs a static head size")
+        scale = 1 / float(np.sqrt(qs[3]))
+    q, k, v = (t if t.dtype == work else ctx.emit("Cast", [t], {"to": work})[0] for t in (q, k, v))
+    (kt,) = ctx.emit("Transpose", [k], {"perm": [0, 1, 3, 2]})
+    (scores,) = ctx.emit("Mul", [ctx.emit("MatMul", [q, kt])[0], ctx.const(np.asarray(scale, numpy_dtype(work)), "scale")])
+    assert ctx.inline is not None
+    if "score_mod" in mods:
+        (scores,) = ctx.inline(mods["score_mod"], [scores], "score_mod")
+    (probs,) = ctx.emit("Softmax", [scores], {"axis": -1})
+    if "prob_mod" in mods:
+        (probs,) = ctx.inline(mods["prob_mod"], [probs], "prob_mod")
+    out_dtype = ctx.inputs[0].dtype  # type: ignore[union-attr]
+    if out_dtype == work:
+        return ctx.emit("MatMul", [probs, v], outputs=ctx.outputs)
+    (y,) = ctx.emit("MatMul", [probs, v])
+    return ctx.emit("Cast", [y], {"to": out_dtype}, outputs=ctx.outputs)
+
+
 def _roi_align_old(ctx: NodeContext) -> Sequence[Value | None]:
     """RoiAlign before opset 16 behaved as ``coordinate_transformation_mode=output_half_pixel``."""
     return ctx.emit("RoiAlign", ctx.inputs, {"coordinate_transformation_mode": "output_half_pixel", **ctx.attrs},
@@ -356,6 +434,8 @@ _ENTRIES: tuple[Converter, ...] = (
     Converter("BatchNormalization", 1, 8, _batch_norm_old,
               ("BatchNormalization", "Unsqueeze", "Sub", "Add", "Sqrt", "Div", "Mul")),
     Converter("BatchNormalization", 9, 13, _batch_norm_9, ("BatchNormalization",)),
+    Converter("BatchNormalization", 14, NEWEST, _batch_norm_14,
+              ("BatchNormalization", "ReduceMean", "Sub", "Mul", "Add", "Sqrt", "Reshape", "Div")),
     *(Converter(op, 1, 6, _legacy_broadcast, (op, "Unsqueeze")) for op in _LEGACY_BINARY),
     Converter("Gemm", 1, 6, _dropping("broadcast"), ("Gemm",)),
     Converter("PRelu", 1, 6, _prelu_6, ("PRelu", "Unsqueeze")),
@@ -363,10 +443,15 @@ _ENTRIES: tuple[Converter, ...] = (
     Converter("RoiAlign", 10, 15, _roi_align_old, ("RoiAlign",)),
     Converter("ImageScaler", 1, 9, _image_scaler, ("Mul", "Add")),
     Converter("CastLike", 15, NEWEST, _cast_like, ("Cast",)),
+    Converter("FlexAttention", 1, NEWEST, _flex_attention,
+              ("FlexAttention", "Cast", "Transpose", "MatMul", "Mul", "Softmax"), "ai.onnx.preview"),
     # Control flow resolved at load time (onnx_control): the bodies' own ops are checked one by one.
-    Converter("If", 1, NEWEST, convert_if, ()),
+    Converter("If", 1, NEWEST, convert_if, ("Where",)),
+    Converter("Loop", 1, NEWEST, convert_loop, ("Unsqueeze", "Concat")),
     Converter("Scan", 8, 8, convert_scan_8, ("Gather", "Unsqueeze", "Concat")),
     Converter("Scan", 9, NEWEST, convert_scan, ("Gather", "Unsqueeze", "Concat")),
+    # Sequences and optionals, held as their tensors at load time (onnx_sequence).
+    *(Converter(op, 1, NEWEST, fn, SEQUENCE_EMITS.get(op, ())) for op, fn in SEQUENCE_CONVERTERS.items()),
 )
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+import ml_dtypes
 import numpy as np
 
-__all__ = ["DTYPES", "Dim", "TensorDesc", "canonical_dtype", "is_static"]
+__all__ = ["DTYPES", "ML_DTYPES", "Dim", "TensorDesc", "canonical_dtype", "is_static", "numpy_dtype"]
 
 # A dimension is a non-negative int, or a symbol (str) that a feed or shapes= fixes later.
 Dim = int | str
@@ -30,7 +31,24 @@ DTYPES: tuple[str, ...] = (
     "complex64",
     "complex128",
     "str",
+    # ml_dtypes' numpy extension types (ONNX's BFLOAT16, FLOAT8*, FLOAT4E2M1, INT4/UINT4,
+    # INT2/UINT2): one element per byte in memory, whatever their packed size in a file.
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float4_e2m1fn",
+    "int4",
+    "uint4",
+    "int2",
+    "uint2",
 )
+
+# The ml_dtypes members of DTYPES and their numpy dtypes. Their numpy ``kind`` is "V" (or
+# "f" for float8_e5m2), so code that asks "is this a float?" uses ``is_float`` below.
+ML_DTYPES: dict[str, np.dtype] = {name: np.dtype(getattr(ml_dtypes, name)) for name in DTYPES[DTYPES.index("bfloat16"):]}
 
 
 def canonical_dtype(dtype: object) -> str:
@@ -53,7 +71,10 @@ def canonical_dtype(dtype: object) -> str:
 
 def numpy_dtype(name: str) -> np.dtype:
     """Return the numpy dtype for a canonical dtype name."""
-    return np.dtype(object) if name == "str" else np.dtype(name)
+    if name == "str":
+        return np.dtype(object)
+    ml = ML_DTYPES.get(name)
+    return np.dtype(name) if ml is None else ml
 
 
 def is_static(shape: tuple[Dim, ...] | None) -> bool:

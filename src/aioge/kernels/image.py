@@ -15,6 +15,7 @@ __all__ = [
     "center_crop_pad",
     "col2im",
     "col2im_positions",
+    "decode_image",
     "depth_to_space",
     "pad",
     "pad_widths",
@@ -168,3 +169,30 @@ def col2im(
         padded[(slice(None), slice(None)) + where] += cols[(slice(None), slice(None)) + offset]
     crop = tuple(slice(pad_[i], pad_[i] + image[i]) for i in range(nd))
     return padded[(slice(None), slice(None), *crop)]
+
+
+def decode_image(encoded: np.ndarray, pixel_format: str = "RGB") -> np.ndarray:
+    """An encoded image (the bytes of a BMP, JPEG, JPEG 2000, PNG, PNM, TIFF or WebP file, as
+    uint8) decoded to uint8 pixels: (H, W, 3) in RGB or BGR order, or (H, W, 1) for Grayscale.
+
+    Decoding is Pillow's (the ``image`` extra), as onnx.reference decodes.
+
+    Raises:
+        ImportError: Pillow is not installed.
+        ValueError: the bytes are not an image Pillow can read.
+    """
+    import io
+
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError as exc:
+        raise ImportError("ImageDecoder needs Pillow: pip install 'aioge[image]'") from exc
+    try:
+        img = Image.open(io.BytesIO(np.ascontiguousarray(encoded, dtype=np.uint8).tobytes()))
+        img.load()
+    except (UnidentifiedImageError, OSError) as exc:
+        raise ValueError(f"ImageDecoder: the {encoded.size} bytes are not a readable image ({exc})") from None
+    if pixel_format == "Grayscale":
+        return np.asarray(img.convert("L"), dtype=np.uint8)[:, :, None].copy()
+    rgb = np.asarray(img.convert("RGB"), dtype=np.uint8)
+    return (rgb[:, :, ::-1] if pixel_format == "BGR" else rgb).copy()

@@ -210,24 +210,34 @@ def build_lrn(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, out
 
 
 def build_dropout(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
-    """Inference Dropout: a copy of the input, and an all-True mask when the node has one.
+    """Dropout: in inference a copy of the input (and an all-True mask when the node has one).
 
-    Raises (at run time):
-        ValueError: ``training_mode`` is true (random dropout is not implemented).
+    With ``training_mode`` true, each element is kept where a uniform draw in [0, 1) is at
+    least ``ratio`` and scaled by 1 / (1 - ratio); the draws come from numpy's
+    ``RandomState(seed)``, as onnx.reference draws them, so a seeded node gives the same
+    mask every run and an unseeded one a fresh mask each run.
     """
     n_out = max(1, len(outs))
+    seed = attrs.get("seed")
 
     def run(inputs: Inputs, outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         x = inputs[0]
-        training = inputs[2] if len(inputs) > 2 else None
-        if training is not None and bool(np.asarray(training)):
-            raise ValueError("Dropout with training_mode=True is not supported (inference only)")
+        ratio = float(np.asarray(inputs[1])) if len(inputs) > 1 and inputs[1] is not None else 0.5
+        training = len(inputs) > 2 and inputs[2] is not None and bool(np.asarray(inputs[2]))
         y = _out(outputs, 0, x.shape, x.dtype)
-        np.copyto(y, x)
+        keep = None
+        if training and ratio != 0:
+            keep = np.random.RandomState(seed).uniform(0, 1.0, x.shape) >= ratio
+            np.multiply(x, keep * (1.0 / (1.0 - ratio)), out=y, casting="unsafe")
+        else:
+            np.copyto(y, x)
         results = [y]
         if n_out > 1:
             mask = _out(outputs, 1, x.shape, np.bool_)
-            mask.fill(True)
+            if keep is None:
+                mask.fill(True)
+            else:
+                np.copyto(mask, keep)
             results.append(mask)
         return results
 

@@ -102,6 +102,7 @@ __all__ = [
     "hard_swish",
     "hardmax",
     "identity",
+    "image_decoder",
     "instance_normalization",
     "is_inf",
     "is_na_n",
@@ -113,6 +114,7 @@ __all__ = [
     "linear_attention",
     "log",
     "log_softmax",
+    "loop",
     "lp_normalization",
     "lp_pool",
     "lrn",
@@ -644,16 +646,23 @@ def cast(
     *,
     to: DTypeLike,
     saturate: int = 1,
+    round_mode: str = "up",
     name: str | None = None,
     num_outputs: int | None = None,
     **unknown: Never,
 ) -> Value:
-    """Cast: convert to another dtype.
+    """Cast: convert to another dtype (saturate, round_mode: for float8 and float4 targets).
 
-    Attributes: to=REQUIRED, saturate=1. Returns the output value.
+    Attributes: to=REQUIRED, saturate=1, round_mode='up'. Returns the output value.
     """
     return call_builder(
-        "Cast", "", (input,), {"to": to, "saturate": saturate, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+        "Cast",
+        "",
+        (input,),
+        {"to": to, "saturate": saturate, "round_mode": round_mode, **unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
     )
 
 
@@ -1178,7 +1187,7 @@ def dropout(
     num_outputs: int | None = None,
     **unknown: Never,
 ) -> Any:
-    """Dropout: inference Dropout: a copy of data, and an all-True mask when asked for.
+    """Dropout: Dropout: a copy in inference; in training (training_mode input) a seeded random mask, scaled by 1/(1-ratio).
 
     Attributes: seed=None. Returns the output value, or a tuple of them when there are several.
     """
@@ -1783,6 +1792,30 @@ def identity(input: Operand, /, *, name: str | None = None, num_outputs: int | N
     return call_builder("Identity", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
+def image_decoder(
+    encoded_stream: Operand,
+    /,
+    *,
+    pixel_format: str = "RGB",
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Value:
+    """ImageDecoder: decode a BMP/JPEG/PNG/PNM/TIFF/WebP byte stream to HWC uint8 pixels.
+
+    Attributes: pixel_format='RGB'. Returns the output value.
+    """
+    return call_builder(
+        "ImageDecoder",
+        "",
+        (encoded_stream,),
+        {"pixel_format": pixel_format, **unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
+    )
+
+
 def instance_normalization(
     input: Operand,
     scale: Operand,
@@ -2003,6 +2036,30 @@ def log_softmax(
     Attributes: axis=-1. Returns the output value.
     """
     return call_builder("LogSoftmax", "", (input,), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+
+
+def loop(
+    *inputs: Operand | Sequence[Operand],
+    body: Any,
+    num_states: int,
+    scan_dtypes: Any = (),
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Any:
+    """Loop: run a body program while the trip count lasts and its condition holds (states carried, scan outputs stacked).
+
+    Attributes: body=REQUIRED, num_states=REQUIRED, scan_dtypes=(). Returns the output value, or a tuple of them when there are several.
+    """
+    return call_builder(
+        "Loop",
+        "",
+        inputs,
+        {"body": body, "num_states": num_states, "scan_dtypes": scan_dtypes, **unknown},
+        variadic=True,
+        name=name,
+        num_outputs=num_outputs,
+    )
 
 
 def lp_normalization(

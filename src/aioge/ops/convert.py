@@ -3,8 +3,8 @@ DynamicQuantizeLinear).
 
 Casting follows Cast (AiCpu). Quantisation is elementwise scale-and-round work for the
 vector engine; its inputs mix float data with integer zero points, so ``float_only`` is off.
-Only integer quantised types aioge can hold are supported (uint8, int8, uint16, int16, ...);
-float8 and 4-bit types are rejected at inference with a message naming the type.
+The quantised types are the integers (uint8, int8, uint16, int16, ...), the narrow integers
+(int4, uint4, int2, uint2) and the float8/float4 types, as ONNX lists them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from aioge.ops.schema import CPU_ONLY, FLOAT_DTYPES, REQUIRED, VECTOR_ENGINES, A
 __all__ = ["SCHEMAS"]
 
 _FLOATS = FLOAT_DTYPES
-_QUANT = ("uint8", "int8", "uint16", "int16", "uint32", "int32")
+_QUANT = (
+    "uint8", "int8", "uint16", "int16", "uint32", "int32", "int4", "uint4", "int2", "uint2",
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float4_e2m1fn",
+)
 
 
 def _infer_bit_cast(ctx: InferContext) -> list[TensorDesc]:
@@ -56,7 +59,7 @@ def _code(ctx: InferContext) -> str | None:
 
 
 def _infer_quantize(ctx: InferContext) -> list[TensorDesc]:
-    if ctx.dtype(0) not in _FLOATS + ("int32",):
+    if ctx.dtype(0) not in _FLOATS + ("bfloat16", "int32"):
         raise InferError(f"x must be float or int32, got {ctx.dtype(0)}")
     _check_axis(ctx)
     target = ctx.dtype(2) if ctx.has(2) else (_code(ctx) or "uint8")

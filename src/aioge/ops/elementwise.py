@@ -60,15 +60,12 @@ def _infer_cast(ctx: InferContext) -> list[TensorDesc]:
     return [TensorDesc(ctx.shape(0), canonical_dtype(ctx.attrs["to"]))]
 
 
-def _cast(x: np.ndarray, to: str, saturate: int = 1) -> np.ndarray:
-    from aioge.ir.desc import numpy_dtype
+def _cast(x: np.ndarray, to: str, saturate: int = 1, round_mode: str = "up") -> np.ndarray:
+    from aioge.kernels.convert import cast
 
-    target = numpy_dtype(to)
-    if x.dtype.kind in "OU" and target.kind == "f":
-        return np.array([float(v) for v in x.reshape(-1)], dtype=target).reshape(x.shape)
-    if target.kind == "O":
+    if to == "str":
         return np.vectorize(_to_str, otypes=[object])(x) if x.size else x.astype(object)
-    return x.astype(target)
+    return cast(x, to, saturate, round_mode)
 
 
 def _to_str(v: Any) -> str:
@@ -119,8 +116,9 @@ SCHEMAS: tuple[OpSchema, ...] = (
     ),
     OpSchema(
         "Cast", _infer_cast, (_fn("numpy", _cast),), CPU_ONLY,
-        {"to": Attr("dtype", REQUIRED), "saturate": Attr("int", 1)},
-        family="elementwise", elementwise=True, doc="convert to another dtype", float_only=False,
+        {"to": Attr("dtype", REQUIRED), "saturate": Attr("int", 1), "round_mode": Attr("string", "up", ("up", "down", "nearest"))},
+        family="elementwise", elementwise=True, doc="convert to another dtype (saturate, round_mode: for float8 and float4 targets)",
+        float_only=False,
     ),
     _unary("Identity", _fn("numpy", np.copy), "a copy of x", engines=ALL_ENGINES),
 )

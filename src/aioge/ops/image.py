@@ -193,6 +193,14 @@ _BLOCK_ATTRS = {"blocksize": Attr("int", REQUIRED, check=lambda b: None if b > 0
                 "mode": Attr("string", "DCR", ("DCR", "CRD"))}
 
 
+def _infer_image_decoder(ctx: InferContext) -> list[TensorDesc]:
+    shape = ctx.shape(0)
+    if ctx.dtype(0) != "uint8" or (shape is not None and len(shape) != 1):
+        raise InferError(f"encoded_stream must be a 1-D uint8 tensor, got {ctx.dtype(0)}{list(shape or [])}")
+    channels = 1 if ctx.attrs["pixel_format"] == "Grayscale" else 3
+    return [TensorDesc(("?", "?", channels), "uint8")]  # height and width come from the stream at run time
+
+
 def _op(
     name: str,
     infer: InferFn,
@@ -227,4 +235,6 @@ SCHEMAS: tuple[OpSchema, ...] = (
          "padding_mode": Attr("string", "zeros", ("zeros", "border", "reflection"))}, (2, 2)),
     _op("AffineGrid", _infer_affine_grid, kg.affine_grid, "the sampling grid of a batch of affine transforms",
         {"align_corners": Attr("int", 0, (0, 1))}, (2, 2)),
+    _op("ImageDecoder", _infer_image_decoder, k.decode_image, "decode a BMP/JPEG/PNG/PNM/TIFF/WebP byte stream to HWC uint8 pixels",
+        {"pixel_format": Attr("string", "RGB", ("RGB", "BGR", "Grayscale"))}, (1, 1), CPU_ONLY),
 )

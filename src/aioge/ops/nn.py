@@ -1,4 +1,4 @@
-"""Neural-network ops: softmax, matrix products, normalisation and inference Dropout.
+"""Neural-network ops: softmax, matrix products, normalisation and Dropout.
 
 Conv and pooling live in ``aioge.ops.conv``.
 """
@@ -179,9 +179,6 @@ def _infer_dropout(ctx: InferContext) -> list[TensorDesc]:
     if ctx.has(2):
         if ctx.dtype(2) != "bool":
             raise InferError(f"training_mode must be a bool scalar, got {ctx.dtype(2)}")
-        mode = ctx.value(2)
-        if mode is not None and bool(mode.reshape(-1)[0]):
-            raise InferError("training_mode=True is not supported (inference only)")
     out = [TensorDesc(x.shape, x.dtype)]
     if ctx.num_outputs > 1:
         out.append(TensorDesc(x.shape, "bool"))
@@ -242,7 +239,8 @@ SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
         "Dropout", _infer_dropout, (KernelImpl("numpy", k.build_dropout),), ALL_ENGINES,
         {"seed": Attr("int", None)}, (1, 3), (1, 2), family="nn",
-        doc="inference Dropout: a copy of data, and an all-True mask when asked for", float_only=False,
+        doc="Dropout: a copy in inference; in training (training_mode input) a seeded random mask, scaled by 1/(1-ratio)",
+        float_only=False,
         random=True,  # random in training mode (ONNX); never evaluated ahead of a run
 
     ),

@@ -12,6 +12,7 @@ from aioge.ops import (
     algebra,
     attention,
     compare,
+    control,
     conv,
     convert,
     detection,
@@ -42,7 +43,7 @@ __all__ = ["REGISTRY", "builder_name", "get_schema"]
 _FAMILIES = (
     elementwise, nn, conv, shape, reduce,
     activation, algebra, attention, compare, convert, image, index, loss, math, norm, recurrent, reduce_extra, signal, window,
-    quant_linalg, training, detection, strings, ml, optional,
+    quant_linalg, training, detection, strings, ml, optional, control,
     fused,
 )
 
