@@ -166,7 +166,7 @@ def test_cache_stats_reports_the_remote_tier_beside_the_disk(
     assert report["remote"]["url"] == f"redis://:***@127.0.0.1:{server.port}/0"
     (soc,) = report["remote"]["socs"]
     assert (soc["soc"], soc["hits"], soc["misses"], soc["errors"]) == ("AiogeSim", KERNELS, 0, 0)
-    assert (report["socs"][0]["hits"], report["socs"][0]["misses"]) == (0, KERNELS)  # the disk tier missed, the remote served
+    assert (report["kernel"]["socs"][0]["hits"], report["kernel"]["socs"][0]["misses"]) == (0, KERNELS)  # the disk tier missed, the remote served
     assert main(["cache", "stats", "--dir", str(tmp_path / "b")]) == 0
     text = capsys.readouterr().out
     assert f"remote cache: redis://:***@127.0.0.1:{server.port}/0" in text
