@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -556,8 +557,16 @@ def _cache_roots(args: argparse.Namespace) -> tuple[Path, Path | None]:
     from aioge.errors import AiogeError
 
     for flag, value in (("--dir", args.dir), ("--graph-dir", args.graph_dir)):
-        if value and not Path(value).is_dir():
-            raise AiogeError(f"{flag} {value}: no such directory")
+        if not value:
+            continue
+        try:
+            is_dir = stat.S_ISDIR(os.stat(value).st_mode)
+        except FileNotFoundError:
+            raise AiogeError(f"{flag} {value}: no such directory") from None
+        except OSError as exc:  # a path under a regular file, a name too long, no permission
+            raise AiogeError(f"{flag} {value}: {exc.strerror or exc}") from None
+        if not is_dir:
+            raise AiogeError(f"{flag} {value}: not a directory")
     root = Path(args.dir) if args.dir else default_cache_dir()
     graphs = Path(args.graph_dir) if args.graph_dir else root / GRAPH_CACHE
     return root, graphs if graphs.is_dir() else None
@@ -736,7 +745,7 @@ def _serve_options(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, 
     from aioge.errors import OptionError
     from aioge.options import OPTIONS, canonical_key
 
-    options = _model_options(args)
+    options = _all_model_options(args)
     if args.batch_max_rows is not None:  # only when given: the keys are the batcher's
         options["aioge.batch_max_rows"] = str(args.batch_max_rows)
     if args.batch_max_delay_us is not None:

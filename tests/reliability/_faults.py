@@ -21,7 +21,7 @@ import numpy as np
 
 import aioge
 from aioge import ops
-from aioge.cache import graph_cache
+from aioge.cache import graph_cache, graph_tools
 from aioge.cache.kernel_cache import ENTRY_KIND, GEN_KIND, STATS_KIND
 from aioge.compiler import cached
 from aioge.plan import io, serialize
@@ -98,6 +98,8 @@ def kind_of(name: str, parent: str) -> str:
         return "weight"
     if name.endswith(".aiok"):
         return "kernel"
+    if name == graph_tools.STATS_FILE:
+        return "graph-stats"
     for suffix, kind in ((".om", "om"), (".rdcpkt", "rdcpkt"), (".idx", "idx"), (".lock", "lock"), (".aiog", "generation"),
                          (".aios", "stats"), (".ini", "ini")):
         if name.endswith(suffix):
@@ -136,6 +138,8 @@ def _check(path: str, kind: str) -> None:
         io.unpack(io.open_envelope(data, GEN_KIND, path=path, check_versions=False)[1])
     elif kind == "stats":
         io.unpack(io.open_envelope(data, STATS_KIND, path=path, check_versions=False)[1])
+    elif kind == "graph-stats":
+        io.unpack(io.open_envelope(data, graph_tools.STATS_KIND, path=path, check_versions=False)[1])
     elif kind == "ini":
         cp = configparser.ConfigParser()
         cp.read_string(data.decode())

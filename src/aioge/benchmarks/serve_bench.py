@@ -93,7 +93,8 @@ def _server(argv: list[str], port: int, env: Mapping[str, str]) -> Iterator[str]
     import httpx
 
     # stderr to a file, not a pipe: a chatty server can never block on a full pipe.
-    with tempfile.TemporaryFile() as log, subprocess.Popen([sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=log,
+    # -P: the current directory does not come first on sys.path (a stray msgpack.py there must not run).
+    with tempfile.TemporaryFile() as log, subprocess.Popen([sys.executable, "-P", *argv], stdout=subprocess.DEVNULL, stderr=log,
                                                            env=dict(env)) as proc:
         url = f"http://127.0.0.1:{port}"
         try:
