@@ -216,6 +216,21 @@ def test_sigmoid_is_overflow_free() -> None:
     np.testing.assert_allclose(-got, [0.0, 0.0, 0.5, 1.0, 1.0], atol=1e-30)
 
 
+def test_sigmoid_is_accurate_over_the_float_range() -> None:
+    from aioge.kernels.elementwise import sigmoid
+
+    for dtype, tiny in ((np.float32, 1.2e-38), (np.float64, 1e-300)):
+        x = np.linspace(-800, 800, 200001).astype(dtype)
+        exact = 1 / (1 + np.exp(-x.astype(np.longdouble)))
+        with np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+            for got in (sigmoid(x), _run(["Sigmoid"], [0], [], [x], 4096)):
+                assert got.dtype == dtype
+                normal = exact > tiny
+                rel = np.abs(got[normal] - exact[normal]) / exact[normal]
+                assert rel.max() < 4 * np.finfo(dtype).eps, dtype
+                assert np.abs(got[~normal] - exact[~normal]).max() < tiny
+
+
 # -- property tests ---------------------------------------------------------------------
 
 _dims = st.integers(1, 6)

@@ -100,9 +100,18 @@ def _leaky_relu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float,
 
 
 def _sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
-    # kernels.elementwise.sigmoid, step for step: e = exp(-|x|); pos = 1 / (1 + e);
-    # where(x >= 0, pos, e * pos). Split by sign so exp never overflows.
+    # kernels.elementwise.sigmoid, step for step. float32/float64: 1 / (1 + exp(min(-x, B))),
+    # B the largest argument whose exp is finite, so nothing overflows (five passes). float16
+    # (exp overflows at 11): e = exp(-|x|); pos = 1 / (1 + e); where(x >= 0, pos, e * pos).
     x, (e, pos), (mask,) = f[s[0]], t[0][:2], t[1][:1]
+    bound = k.SIGMOID_EXP_BOUND.get(x.dtype.type)
+    if bound is not None:
+        np.negative(x, out=e)
+        np.minimum(e, bound, out=e)
+        np.exp(e, out=e)
+        np.add(e, 1.0, out=e)
+        np.divide(1.0, e, out=f[d])
+        return
     np.greater_equal(x, 0, out=mask)
     np.absolute(x, out=e)
     np.negative(e, out=e)
