@@ -47,7 +47,8 @@ TARGETS = {
 
 @dataclass
 class SuiteConfig:
-    """What to run. The defaults are the full suite (about 4 minutes on 2 cores)."""
+    """What to run. The defaults are the full suite (about 4 minutes on 2 cores, plus the
+    real-weights models: a few more, and about a minute per model for the first export)."""
 
     workloads: list[str] = field(default_factory=list)     # empty: every workload
     rounds: int = 5                                         # alternating aioge / yardstick rounds
