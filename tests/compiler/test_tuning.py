@@ -161,7 +161,7 @@ def _f32(*shape):
         ((1, 4, 7, 7), (3, 4, 2, 2), {"auto_pad": "SAME_LOWER", "strides": (2, 2)}, 2),
         ((2, 8, 6, 6), (4, 8, 1, 1), {}, 3),  # 1x1 GEMM
         ((1, 8, 7, 7), (4, 8, 1, 1), {"strides": (2, 2)}, 2),  # strided 1x1
-        ((2, 6, 7, 7), (12, 1, 3, 3), {"group": 6, "pads": (1, 1, 1, 1), "strides": (2, 2)}, 1),  # depthwise x2
+        ((2, 6, 7, 7), (12, 1, 3, 3), {"group": 6, "pads": (1, 1, 1, 1), "strides": (2, 2)}, 4),  # depthwise x2, planes x3
         ((1, 8, 6, 6), (8, 2, 3, 3), {"group": 4, "pads": (1, 1, 1, 1)}, 1),  # grouped
         ((1, 3, 11, 11), (4, 3, 3, 3), {"dilations": (2, 2), "strides": (1, 2)}, 2),
     ],
@@ -309,3 +309,34 @@ def test_random_inputs_outside_the_domain_do_not_warn() -> None:
     with warnings.catch_warnings(), pytest.raises(RuntimeWarning):
         warnings.simplefilter("error")
         tune(schema, candidates_of(schema, d, schema.normalise_attrs({})), d, [d[0]], schema.normalise_attrs({}), inputs, budget_ms=5)
+
+
+def test_near_equal_candidates_keep_the_preferred_one_and_report_the_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aioge.compiler import tuning
+
+    # A fake clock: each candidate's run takes the time its name says; "later" is 2% faster
+    # than "reference" (within the margin), "much_later" 30% faster than both.
+    now = [0.0]
+    cost = {"reference": 1.00, "later": 0.98}
+
+    def impl(name: str) -> KernelImpl:
+        def build(attrs, params, ins, outs):
+            def run(inputs, outputs):
+                now[0] += cost[name] * 1e-3
+                np.copyto(outputs[0], inputs[0] * 2)
+                return outputs
+            return run
+        return KernelImpl(name, build)
+
+    clock = lambda: now[0]  # noqa: E731
+    x = np.ones((8, 8), np.float32)
+    schema = _schema(impl("reference"), impl("later"))
+    cands = candidates_of(schema, DESCS, {})
+    choice = tuning.tune(schema, cands, DESCS, OUTS, {}, [x], budget_ms=100, clock=clock)
+    assert choice.impl == "reference" and choice.runner_up == "later"
+    assert choice.margin == pytest.approx(0.98)  # the runner-up is faster, but within TIE_MARGIN
+    cost["much_later"] = 0.70
+    schema = _schema(impl("reference"), impl("later"), impl("much_later"))
+    choice = tuning.tune(schema, candidates_of(schema, DESCS, {}), DESCS, OUTS, {}, [x], budget_ms=100, clock=clock)
+    assert choice.impl == "much_later" and choice.runner_up == "later"
+    assert choice.margin == pytest.approx(0.98 / 0.70)

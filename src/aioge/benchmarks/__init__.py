@@ -1,8 +1,8 @@
 """aioge's benchmark suite: aioge beside onnxruntime, ``onnx.reference`` and numpy by hand.
 
-    aioge bench [--output-dir bench] [--quick] [--workloads resnet50,mlp,...]
+    aioge bench [--output-dir bench] [--quick] [--workloads real,resnet50,mlp,...]
 
-``workloads`` builds the cases, ``measure`` times them, ``suite`` runs everything, checks the
+``workloads`` builds the cases (``real_models`` the real-weights ones, exported with torch), ``measure`` times them, ``suite`` runs everything, checks the
 targets and writes ``RESULTS.md`` and ``results.json``. onnxruntime is a yardstick only: it is
 imported here and nowhere else in the package.
 """
@@ -21,7 +21,8 @@ __all__ = ["add_arguments", "config_from_args"]  # run_suite, write_results: aio
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``aioge bench`` arguments (``aioge.cli`` adds them to its ``bench`` command)."""
     p.add_argument("--output-dir", default="bench", help="where RESULTS.md and results.json go (default: ./bench)")
-    p.add_argument("--workloads", default="", help="comma-separated subset (default: all)")
+    p.add_argument("--workloads", default="",
+                   help="comma-separated workloads or groups: real, light, light-nodup, builder, micro (default: all)")
     p.add_argument("--quick", action="store_true", help="fewer rounds and runs, concurrency 1/4/64 on mlp and squeezenet only")
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--runs", type=int, default=None)

@@ -20,16 +20,20 @@ from typing import Any, Callable
 import numpy as np
 
 from aioge import ops
+from aioge.benchmarks.real_models import LIGHT_NODUP_SUFFIX, REAL
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import Graph
 
-__all__ = ["ALL", "LIGHT", "Workload", "light_dir", "load_workloads", "to_onnx"]
+__all__ = ["ALL", "BUILDER", "GROUPS", "LIGHT", "LIGHT_NODUP", "MICRO", "REAL", "expand_names", "Workload", "light_dir", "load_workloads", "to_onnx"]
 
 LIGHT = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet",
          "vgg19", "zfnet512")
 BUILDER = ("mlp", "cnn", "transformer")
 MICRO = ("add_chain", "conv_branches")
-ALL = (*LIGHT, *BUILDER, *MICRO)
+LIGHT_NODUP = tuple(f"{n}{LIGHT_NODUP_SUFFIX}" for n in LIGHT)  # light/ with DuplicateFilterPass off
+ALL = (*REAL, *LIGHT, *LIGHT_NODUP, *BUILDER, *MICRO)
+# ``--workloads`` also takes these group names.
+GROUPS = {"real": REAL, "light": LIGHT, "light-nodup": LIGHT_NODUP, "builder": BUILDER, "micro": MICRO}
 # Fusion off for the chain: it measures dispatch per node, not how well 1,000 Adds fold into one.
 CHAIN_OPTIONS = {"ge.optimizationSwitch": "ElementwiseFusionPass:off;ConstantFoldingPass:off"}
 
@@ -174,15 +178,31 @@ def conv_branches(branches: int = 4, c: int = 64, hw: int = 56, depth: int = 2, 
     return Workload("conv_branches", "micro", g, to_onnx(g), feeds, expected, by_hand, rtol=1e-4, atol=1e-4)
 
 
+def expand_names(names: list[str]) -> list[str]:
+    """Workload and group names (``real``, ``light``, ...) as workload names, in order, once each."""
+    out: list[str] = []
+    for n in names:
+        for m in GROUPS.get(n, (n,)):
+            if m not in out:
+                out.append(m)
+    return out
+
+
 def load_workloads(names: list[str] | None = None, *, chain: int = 1000) -> list[Workload]:
-    """The named workloads (default: all), in suite order."""
-    names = list(names) if names else list(ALL)
+    """The named workloads or groups (default: all), in suite order."""
+    from aioge.benchmarks import real_models
+
+    names = expand_names(list(names)) if names else list(ALL)
     unknown = [n for n in names if n not in ALL]
     if unknown:
         raise ValueError(f"unknown workloads {unknown}; expected some of {list(ALL)}")
     out = []
     for n in names:
-        if n in LIGHT:
+        if n in REAL:
+            out.append(real_models.real_workload(n))
+        elif n in LIGHT_NODUP:
+            out.append(real_models.light_nodup(n))
+        elif n in LIGHT:
             out.append(_light(n))
         elif n in BUILDER:
             out.append(_builder(n))

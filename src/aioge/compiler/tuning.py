@@ -9,7 +9,10 @@ An op schema lists its implementations in order of preference; the first is the
   the node's real shapes (its constant inputs as they are, random data for the others),
   checked against the reference's outputs, and timed within ``aioge.tune_budget_ms``. A
   candidate that raises or disagrees with the reference is rejected; the fastest (by its
-  best time: noise only adds) of the others wins. Runs in a worker thread: the caller never blocks the loop.
+  best time: noise only adds) of the others wins — by more than ``TIE_MARGIN``: within it, the
+  one earlier in the schema's order of preference does, so that noise between near-equal
+  kernels does not flip the choice from one compile (and kernel cache entry) to the next.
+  The choice keeps its runner-up and margin. Runs in a worker thread: the caller never blocks the loop.
 """
 
 from __future__ import annotations
@@ -26,11 +29,14 @@ from aioge.ir.desc import TensorDesc, numpy_dtype
 from aioge.ops.schema import KernelImpl, OpSchema
 from aioge.plan.kernel import candidates_of
 
-__all__ = ["Choice", "candidates_of", "choose_heuristic", "select_kernel", "tune"]
+__all__ = ["TIE_MARGIN", "Choice", "candidates_of", "choose_heuristic", "select_kernel", "tune"]
 
 log = logging.getLogger(__name__)
 
 MAX_SAMPLES = 9  # timed runs per candidate, budget permitting
+# A later candidate must beat an earlier one's best time by this fraction to be chosen over
+# it: a few percent is within the run-to-run noise of one kernel on a shared machine.
+TIE_MARGIN = 0.05
 # Timings are only comparable when nothing else competes for the cores: ops tune one at a
 # time per process (as autotuners measure), while everything else about their compiles —
 # cache lookups, heuristic picks, publishing — stays concurrent.
@@ -49,6 +55,8 @@ class Choice:
     tuned: bool
     timings_ms: Mapping[str, float] = field(default_factory=dict)  # candidate label -> best ms
     rejected: Mapping[str, str] = field(default_factory=dict)  # candidate label -> why
+    runner_up: str | None = None  # the next best verified candidate's label
+    margin: float = 0.0  # runner-up's best time / the chosen one's (0.0: no runner-up)
 
 
 def choose_heuristic(schema: OpSchema, in_descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> Choice | None:
@@ -166,11 +174,19 @@ def tune(
     # Noise (other threads, other processes) only ever adds time: the fastest run is the best
     # estimate of a kernel's own cost. The first run also pays first-touch page faults.
     medians = {k: min(v[1:] if len(v) > 1 else v) * 1e3 for k, v in samples.items()}
-    best = min(medians, key=lambda k: (medians[k], labels.index(k)))
+    ranked = sorted(medians, key=lambda k: (medians[k], labels.index(k)))
+    best = ranked[0]
+    for k in sorted(medians, key=labels.index):  # the most preferred within the margin of the fastest
+        if medians[k] <= medians[ranked[0]] * (1 + TIE_MARGIN):
+            best = k
+            break
+    rest = [k for k in ranked if k != best]
+    runner_up = rest[0] if rest else None
+    margin = medians[runner_up] / medians[best] if runner_up is not None and medians[best] > 0 else 0.0
     impl, params = order[labels.index(best)]
     log.debug("%s tuned in %.1f ms: %s -> %s; rejected %s", schema.name, (clock() - start) * 1e3,
               {k: round(v, 4) for k, v in medians.items()}, best, rejected)
-    return Choice(impl.name, params, len(medians) > 1, medians, rejected)
+    return Choice(impl.name, params, len(medians) > 1, medians, rejected, runner_up, margin)
 
 
 def _label(impl: KernelImpl, params: Mapping[str, Any]) -> str:

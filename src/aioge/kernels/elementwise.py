@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-__all__ = ["clip", "div", "erf", "gelu", "hard_sigmoid", "leaky_relu", "pow_", "relu", "sigmoid"]
+__all__ = ["SIGMOID_EXP_BOUND", "clip", "div", "erf", "gelu", "hard_sigmoid", "leaky_relu", "pow_", "relu", "sigmoid"]
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
@@ -43,7 +43,19 @@ def leaky_relu(x: np.ndarray, alpha: float, out: np.ndarray | None = None) -> np
     return np.where(x >= 0, x, x * np.asarray(alpha, x.dtype)).astype(x.dtype, copy=False)
 
 
+# The largest argument whose exp is finite, per float type: sigmoid's 1 / (1 + exp(-x)) with
+# -x capped there never overflows, and its smallest result (6e-39 in float32) is 0 to within
+# float32's normal range.
+SIGMOID_EXP_BOUND: dict[type, float] = {np.float32: 88.0, np.float64: 709.0}
+
+
 def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    bound = SIGMOID_EXP_BOUND.get(x.dtype.type)
+    if bound is not None:  # five passes where the sign split below takes nine (SiLU: EfficientNet)
+        e = np.minimum(np.negative(x), bound, out=np.empty(np.shape(x), x.dtype))
+        np.exp(e, out=e)
+        np.add(e, 1.0, out=e)
+        return np.divide(1.0, e, out=e).astype(x.dtype, copy=False)
     # Split by sign so exp never overflows: sigmoid(x) = e^x / (1 + e^x) for x < 0.
     e = np.exp(-np.abs(x))
     pos = 1.0 / (1.0 + e)
