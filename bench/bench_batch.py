@@ -57,8 +57,11 @@ def run(way: str, names: list[str], options: dict[str, str], workers: int) -> No
             client.close()
             cluster.close()
     ok = sum(r.ok for r in results)
-    print(f"| {way} | {wall:.2f} | {setup:.2f} | {ok}/{len(results)} | {sum(r.kernels_compiled for r in results)} "
-          f"| {sum(r.kernel_cache_hits for r in results)} |", flush=True)
+    print(
+        f"| {way} | {wall:.2f} | {setup:.2f} | {ok}/{len(results)} | {sum(r.kernels_compiled for r in results)} "
+        f"| {sum(r.kernel_cache_hits for r in results)} |",
+        flush=True,
+    )
     for r in results:
         if not r.ok:
             print(f"  {r.model}: {r.error}", file=sys.stderr)

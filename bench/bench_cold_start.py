@@ -55,7 +55,9 @@ print(json.dumps({"import_s": round(t1 - t0, 3), "ready_s": round(time.perf_coun
 
 
 def _child(kind: str, path: str, mode: str, cache: str) -> dict[str, float]:
-    r = subprocess.run([sys.executable, "-P", "-c", CHILD, kind, path, mode, cache], capture_output=True, text=True, timeout=900, check=True)
+    r = subprocess.run(
+        [sys.executable, "-P", "-c", CHILD, kind, path, mode, cache], capture_output=True, text=True, timeout=900, check=True
+    )
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -67,10 +69,31 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as work:
             os.chmod(work, 0o700)
             om = os.path.join(work, "m.om")
-            subprocess.run([sys.executable, "-P", "-m", "aioge", "compile", path, "-o", om, "-q", "--option", "aioge.tune_mode=tune",
-                            "--option", "ge.op_compiler_cache_mode=disable"], check=True, capture_output=True)
-            runs = [("onnxruntime InferenceSession", "ort", path, ""), ("aioge, ONNX, heuristic", "onnx", path, "heuristic"),
-                    ("aioge, ONNX, tune", "onnx", path, "tune"), ("aioge, .om (aioge compile)", "om", om, "")]
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-P",
+                    "-m",
+                    "aioge",
+                    "compile",
+                    path,
+                    "-o",
+                    om,
+                    "-q",
+                    "--option",
+                    "aioge.tune_mode=tune",
+                    "--option",
+                    "ge.op_compiler_cache_mode=disable",
+                ],
+                check=True,
+                capture_output=True,
+            )
+            runs = [
+                ("onnxruntime InferenceSession", "ort", path, ""),
+                ("aioge, ONNX, heuristic", "onnx", path, "heuristic"),
+                ("aioge, ONNX, tune", "onnx", path, "tune"),
+                ("aioge, .om (aioge compile)", "om", om, ""),
+            ]
             for label, kind, src, mode in runs:
                 with tempfile.TemporaryDirectory() as cache:
                     os.chmod(cache, 0o700)

@@ -50,8 +50,12 @@ def resnet50(batch: int, size: int, seed: int = 0) -> aioge.Graph:
         i = count[0]
         w = (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))).astype(np.float32)
         h = ops.conv2d(h, g.constant(w, f"conv{i}.w"), strides=(stride, stride), pads=(k // 2,) * 4)
-        bn = [(1 + 0.1 * rng.standard_normal(cout)), 0.1 * rng.standard_normal(cout), 0.1 * rng.standard_normal(cout),
-              1 + 0.1 * rng.random(cout)]
+        bn = [
+            (1 + 0.1 * rng.standard_normal(cout)),
+            0.1 * rng.standard_normal(cout),
+            0.1 * rng.standard_normal(cout),
+            1 + 0.1 * rng.random(cout),
+        ]
         h = ops.batch_normalization(h, *(g.constant(a.astype(np.float32), f"bn{i}.{j}") for j, a in enumerate(bn)))
         return ops.relu(h) if relu else h
 
@@ -83,7 +87,9 @@ async def compile_once(graph: aioge.Graph, options: dict[str, str]) -> tuple[flo
     return time.perf_counter() - t0, s, model
 
 
-async def run_interleaved(sessions: list[aioge.Session], feeds: dict[str, np.ndarray], runs: int) -> list[tuple[float, np.ndarray]]:
+async def run_interleaved(
+    sessions: list[aioge.Session], feeds: dict[str, np.ndarray], runs: int
+) -> list[tuple[float, np.ndarray]]:
     """Median run time of each session's model, runs interleaved so drift hits all alike."""
     outs = [(await s.run_graph(1, feeds))["logits"] for s in sessions]  # warm-up: arenas, bound kernels
     times: list[list[float]] = [[] for _ in sessions]
@@ -104,8 +110,10 @@ async def main(args: argparse.Namespace) -> None:
         cold, s_cold, m_cold = await compile_once(graph, tuned)
         cold_step = KERNEL_STEP[-1]
         st = m_cold.stats  # type: ignore[attr-defined]
-        print(f"cold compile (tune, budget {args.budget_ms} ms/op): {cold:8.3f} s   "
-              f"({len(m_cold.nodes)} kernels: {st.kernels_compiled} compiled, {st.kernel_cache_hits} shared)")  # type: ignore[attr-defined]
+        print(
+            f"cold compile (tune, budget {args.budget_ms} ms/op): {cold:8.3f} s   "
+            f"({len(m_cold.nodes)} kernels: {st.kernels_compiled} compiled, {st.kernel_cache_hits} shared)"
+        )  # type: ignore[attr-defined]
         warm_times: list[float] = []
         warm_steps: list[float] = []
         for _ in range(args.warm_repeats):
@@ -116,11 +124,15 @@ async def main(args: argparse.Namespace) -> None:
             warm_steps.append(KERNEL_STEP[-1])
             await s_warm.aclose()
         warm = statistics.median(warm_times)
-        print(f"warm compile (fresh session, all hits):  {warm:8.3f} s   "
-              f"(median of {args.warm_repeats}; {ws.kernel_cache_hits} hits, 0 compiled)")
+        print(
+            f"warm compile (fresh session, all hits):  {warm:8.3f} s   "
+            f"(median of {args.warm_repeats}; {ws.kernel_cache_hits} hits, 0 compiled)"
+        )
         warm_step = statistics.median(warm_steps)
-        print(f"cold / warm: {cold / warm:.1f}x whole compile; kernel step alone {1e3 * cold_step:.0f} ms -> "
-              f"{1e3 * warm_step:.1f} ms ({cold_step / warm_step:.0f}x; the rest is specialise, passes, planning)")
+        print(
+            f"cold / warm: {cold / warm:.1f}x whole compile; kernel step alone {1e3 * cold_step:.0f} ms -> "
+            f"{1e3 * warm_step:.1f} ms ({cold_step / warm_step:.0f}x; the rest is specialise, passes, planning)"
+        )
         heuristic = {"ge.op_compiler_cache_mode": "disable", "aioge.tune_mode": "heuristic"}
         hc, s_heur, m_heur = await compile_once(graph, heuristic)
         print(f"heuristic compile (no timing, no cache): {hc:8.3f} s")

@@ -44,14 +44,25 @@ LIGHT = light_dir()
 def _chain_model(shape: tuple[int, ...]) -> onnx.ModelProto:
     """y = relu(tanh(x * 0.5 + b) * x - 0.1) * 2: six elementwise ops over a big tensor."""
     n = helper.make_node
-    consts = {"half": np.float32(0.5), "b": np.linspace(-1, 1, shape[-1], dtype=np.float32),
-              "tenth": np.float32(0.1), "two": np.float32(2.0)}
+    consts = {
+        "half": np.float32(0.5),
+        "b": np.linspace(-1, 1, shape[-1], dtype=np.float32),
+        "tenth": np.float32(0.1),
+        "two": np.float32(2.0),
+    }
     nodes = [
-        n("Mul", ["x", "half"], ["a"]), n("Add", ["a", "b"], ["c"]), n("Tanh", ["c"], ["d"]),
-        n("Mul", ["d", "x"], ["e"]), n("Sub", ["e", "tenth"], ["f"]), n("Relu", ["f"], ["g"]), n("Mul", ["g", "two"], ["y"]),
+        n("Mul", ["x", "half"], ["a"]),
+        n("Add", ["a", "b"], ["c"]),
+        n("Tanh", ["c"], ["d"]),
+        n("Mul", ["d", "x"], ["e"]),
+        n("Sub", ["e", "tenth"], ["f"]),
+        n("Relu", ["f"], ["g"]),
+        n("Mul", ["g", "two"], ["y"]),
     ]
     g = helper.make_graph(
-        nodes, "ew_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        nodes,
+        "ew_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()],
     )
@@ -62,36 +73,61 @@ def _bias_gelu_model(rows: int, cols: int) -> onnx.ModelProto:
     """x @ W + b, then GELU exactly as torch exports it (Div, Erf, Add, Mul, Mul)."""
     rng = np.random.default_rng(0)
     n = helper.make_node
-    consts = {"w": (rng.standard_normal((cols, cols)) / np.sqrt(cols)).astype(np.float32),
-              "bias": rng.standard_normal(cols).astype(np.float32), "sqrt2": np.float32(np.sqrt(2.0)),
-              "one": np.float32(1.0), "half": np.float32(0.5)}
+    consts = {
+        "w": (rng.standard_normal((cols, cols)) / np.sqrt(cols)).astype(np.float32),
+        "bias": rng.standard_normal(cols).astype(np.float32),
+        "sqrt2": np.float32(np.sqrt(2.0)),
+        "one": np.float32(1.0),
+        "half": np.float32(0.5),
+    }
     nodes = [
-        n("MatMul", ["x", "w"], ["mm"]), n("Add", ["mm", "bias"], ["h"]), n("Div", ["h", "sqrt2"], ["g1"]),
-        n("Erf", ["g1"], ["g2"]), n("Add", ["g2", "one"], ["g3"]), n("Mul", ["h", "g3"], ["g4"]), n("Mul", ["g4", "half"], ["y"]),
+        n("MatMul", ["x", "w"], ["mm"]),
+        n("Add", ["mm", "bias"], ["h"]),
+        n("Div", ["h", "sqrt2"], ["g1"]),
+        n("Erf", ["g1"], ["g2"]),
+        n("Add", ["g2", "one"], ["g3"]),
+        n("Mul", ["h", "g3"], ["g4"]),
+        n("Mul", ["g4", "half"], ["y"]),
     ]
     g = helper.make_graph(
-        nodes, "bias_gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, cols])],
+        nodes,
+        "bias_gelu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, cols])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()],
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def _cases(args: argparse.Namespace) -> list[tuple[str, Callable[[], tuple[aioge.Graph, dict[str, np.ndarray], onnx.ModelProto | None]]]]:
+def _cases(
+    args: argparse.Namespace,
+) -> list[tuple[str, Callable[[], tuple[aioge.Graph, dict[str, np.ndarray], onnx.ModelProto | None]]]]:
     cases: list[tuple[str, Callable[[], Any]]] = []
     for name in sorted(EXAMPLES):
         cases.append((name, lambda name=name: (*EXAMPLES[name]()[:2], None)))
     rng = np.random.default_rng(0)
     chain = _chain_model((16, 64, 64, 64))
-    cases.append(("ew_chain", lambda: (aioge.load_onnx(chain.SerializeToString()),
-                                       {"x": rng.standard_normal((16, 64, 64, 64)).astype(np.float32)}, chain)))
+    cases.append(
+        (
+            "ew_chain",
+            lambda: (
+                aioge.load_onnx(chain.SerializeToString()),
+                {"x": rng.standard_normal((16, 64, 64, 64)).astype(np.float32)},
+                chain,
+            ),
+        )
+    )
     gelu = _bias_gelu_model(512, 1024)
-    cases.append(("bias_gelu", lambda: (aioge.load_onnx(gelu.SerializeToString()),
-                                        {"x": rng.standard_normal((512, 1024)).astype(np.float32)}, gelu)))
+    cases.append(
+        (
+            "bias_gelu",
+            lambda: (aioge.load_onnx(gelu.SerializeToString()), {"x": rng.standard_normal((512, 1024)).astype(np.float32)}, gelu),
+        )
+    )
     if not args.no_onnx:
         for fname in sorted(os.listdir(LIGHT)) if os.path.isdir(LIGHT) else []:
             if fname.startswith("light_") and fname.endswith(".onnx") and "_output_" not in fname:
-                cases.append((fname[len("light_"):-len(".onnx")], lambda f=fname: _light(os.path.join(LIGHT, f))))
+                cases.append((fname[len("light_") : -len(".onnx")], lambda f=fname: _light(os.path.join(LIGHT, f))))
     only = set(filter(None, args.only.split(",")))
     return [c for c in cases if not only or c[0] in only]
 
@@ -147,8 +183,10 @@ def main() -> None:
                     samples.append(time.perf_counter() - t0)
                 ort_ms = f"{statistics.median(samples) * 1e3:.2f}"
             n_on, n_off, t_on, t_off, diff = row
-            print(f"{name:<14} {n_on:>8} {n_off:>5} {t_on * 1e3:>9.2f} {t_off * 1e3:>9.2f} {t_off / t_on:>7.2f}  {ort_ms:>8}  {diff:.1e}",
-                  flush=True)
+            print(
+                f"{name:<14} {n_on:>8} {n_off:>5} {t_on * 1e3:>9.2f} {t_off * 1e3:>9.2f} {t_off / t_on:>7.2f}  {ort_ms:>8}  {diff:.1e}",
+                flush=True,
+            )
 
 
 async def _measure(

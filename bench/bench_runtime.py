@@ -59,7 +59,9 @@ def _light_models() -> list[str]:
 
 def bench_memory() -> None:
     print("== memory: arena vs lower bound (MiB) ==")
-    print(f"{'model':24s} {'streams':>7s} {'arena':>9s} {'bound':>9s} {'no-reuse':>9s} {'arena/bound':>11s} {'no-reuse/arena':>14s}  strategy")
+    print(
+        f"{'model':24s} {'streams':>7s} {'arena':>9s} {'bound':>9s} {'no-reuse':>9s} {'arena/bound':>11s} {'no-reuse/arena':>14s}  strategy"
+    )
     graphs: list[tuple[str, Callable[[], Graph]]] = [(name, lambda b=b: b()[0]) for name, b in EXAMPLES.items()]
     loader = getattr(aioge, "load_onnx", None)
     models = _light_models()
@@ -195,7 +197,9 @@ def bench_streams(reps: int, quick: bool) -> None:
             f"{name}: multi-stream  ({r['streams']} streams, BLAS 1 thread)    {multi * 1e3:8.2f} ms   "
             f"x{single / multi:5.2f} vs single, x{wide / multi:5.2f} vs single with BLAS on {cores} threads"
         )
-        print(f"{name}: machine probe: two plain threads run matmuls x{r['probe']:.2f} faster than one (median; best x{r['probe_max']:.2f})")
+        print(
+            f"{name}: machine probe: two plain threads run matmuls x{r['probe']:.2f} faster than one (median; best x{r['probe_max']:.2f})"
+        )
 
 
 # -- 3. dispatch overhead ----------------------------------------------------------------
@@ -258,7 +262,9 @@ def bench_dispatch(reps: int) -> None:
     base = rows[0][2]
     print(f"{'':18s} {'1 node':>10s} {'1000 nodes':>11s} {'us/node':>9s} {'marginal':>9s} {'vs numpy':>9s}")
     for name, one, many in rows:
-        print(f"{name:18s} {one * 1e6:10.1f} {many * 1e6:11.1f} {many * 1e3:9.3f} {(many - one) / 999 * 1e6:9.3f} {many / base:9.2f}x")
+        print(
+            f"{name:18s} {one * 1e6:10.1f} {many * 1e6:11.1f} {many * 1e3:9.3f} {(many - one) / 999 * 1e6:9.3f} {many / base:9.2f}x"
+        )
     ort = next((r for r in rows if r[0] == "onnxruntime"), None)
     sink = next((r for r in rows if r[0] == "aioge sink"), None)
     if ort and sink:

@@ -71,14 +71,20 @@ def main() -> None:
             times["memory map (before)"].append(time.perf_counter() - t)
             del kept
         for name, ts in times.items():
-            print(f"{name:22s} median {1e3 * statistics.median(ts):7.1f} ms  ({total / statistics.median(ts) / 1e9:.2f} GB/s), "
-                  f"min {1e3 * min(ts):7.1f} ms")
-        for name, load in (("private read (now)", lambda ref, desc: serialize._load_weight(ref, desc, d, True, "w")),
-                           ("memory map (before)", lambda ref, desc: mapped(os.path.join(d, ref[0]), desc, ref[1]))):
+            print(
+                f"{name:22s} median {1e3 * statistics.median(ts):7.1f} ms  ({total / statistics.median(ts) / 1e9:.2f} GB/s), "
+                f"min {1e3 * min(ts):7.1f} ms"
+            )
+        for name, load in (
+            ("private read (now)", lambda ref, desc: serialize._load_weight(ref, desc, d, True, "w")),
+            ("memory map (before)", lambda ref, desc: mapped(os.path.join(d, ref[0]), desc, ref[1])),
+        ):
             before = _rss()
             kept = [load(ref, desc) for ref, desc in refs]
-            print(f"{name:22s} RSS +{(_rss() - before) / 1e6:.0f} MB while the weights are held"
-                  f"{' (file pages, shared with the page cache)' if 'map' in name else ' (private)'}")
+            print(
+                f"{name:22s} RSS +{(_rss() - before) / 1e6:.0f} MB while the weights are held"
+                f"{' (file pages, shared with the page cache)' if 'map' in name else ' (private)'}"
+            )
             del kept
 
 

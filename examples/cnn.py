@@ -1,6 +1,6 @@
 """Run the bundled CNN with passes on and off, on asyncio or trio, and compare with numpy.
 
-    python examples/cnn.py [asyncio|trio]
+python examples/cnn.py [asyncio|trio]
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ async def main() -> None:
         for gid in (1, 2):
             out = (await session.run_graph(gid, feeds))["logits"]
             model = session.compiled(gid)
-            print(f"graph {gid}: {len(model.nodes)} nodes ({', '.join(n.op_type for n in model.nodes)}); "
-                  f"max |aioge - numpy| = {np.max(np.abs(out - expected)):.2e}")
+            print(
+                f"graph {gid}: {len(model.nodes)} nodes ({', '.join(n.op_type for n in model.nodes)}); "
+                f"max |aioge - numpy| = {np.max(np.abs(out - expected)):.2e}"
+            )
 
 
 if __name__ == "__main__":

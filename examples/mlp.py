@@ -1,6 +1,6 @@
 """Run the bundled MLP through a Session and compare it with plain numpy.
 
-    python examples/mlp.py
+python examples/mlp.py
 """
 
 from __future__ import annotations

@@ -37,7 +37,9 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, r
     else:
         target = node.module or ""
     if target == "aioge":  # from aioge import ops (a package) / __version__, Session (names)
-        return [f"aioge.{a.name}" if (root / a.name).is_dir() or (root / f"{a.name}.py").exists() else "aioge" for a in node.names]
+        return [
+            f"aioge.{a.name}" if (root / a.name).is_dir() or (root / f"{a.name}.py").exists() else "aioge" for a in node.names
+        ]
     return [target]
 
 
@@ -79,7 +81,10 @@ def main(argv: list[str]) -> None:
     arrows = import_arrows(Path(argv[0]) if argv else SRC)
     for (a, b), kinds in sorted(arrows.items()):
         extra = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()) if k != "top")
-        print(f"{a.removeprefix('aioge.'):12s} -> {b.removeprefix('aioge.'):12s} {sum(kinds.values()):3d}" + (f"  ({extra})" if extra else ""))
+        print(
+            f"{a.removeprefix('aioge.'):12s} -> {b.removeprefix('aioge.'):12s} {sum(kinds.values()):3d}"
+            + (f"  ({extra})" if extra else "")
+        )
     print(f"{len(arrows)} arrows, {sum(sum(k.values()) for k in arrows.values())} import statements")
 
 

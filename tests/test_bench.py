@@ -20,9 +20,22 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     graph, _, _ = build_mlp(batch=1)
     path = tmp_path_factory.mktemp("model") / "mlp.onnx"
     onnx.save(to_onnx(graph), str(path))
-    cfg = SuiteConfig(workloads=["mlp", "add_chain"], rounds=1, runs=2, concurrency=(1, 3), concurrency_workloads=["mlp"],
-                      concurrency_rounds=1, startup_model=str(path), blas_variant=False, chain=40, devices=2,
-                      serving_workloads=["mlp"], serving_clients=8, serving_requests=3, serving_rounds=1)
+    cfg = SuiteConfig(
+        workloads=["mlp", "add_chain"],
+        rounds=1,
+        runs=2,
+        concurrency=(1, 3),
+        concurrency_workloads=["mlp"],
+        concurrency_rounds=1,
+        startup_model=str(path),
+        blas_variant=False,
+        chain=40,
+        devices=2,
+        serving_workloads=["mlp"],
+        serving_clients=8,
+        serving_requests=3,
+        serving_rounds=1,
+    )
     return run_suite(cfg)
 
 
@@ -39,7 +52,13 @@ def test_small_run_measures_every_side(small_run: dict) -> None:
     # In-process at each level, then the top level again on 2 device processes.
     assert [(c["concurrency"], c["devices"]) for c in mlp["concurrency"]] == [(1, 0), (3, 0), (3, 2)]
     for c in mlp["concurrency"]:
-        assert c["aioge_runs_per_s"] > 0 and c["ort_runs_per_s"] > 0 and c["lag_samples"] >= 0 and c["gc_max_ms"] >= 0 and c["steal_ms"] >= 0
+        assert (
+            c["aioge_runs_per_s"] > 0
+            and c["ort_runs_per_s"] > 0
+            and c["lag_samples"] >= 0
+            and c["gc_max_ms"] >= 0
+            and c["steal_ms"] >= 0
+        )
         assert c["ratio"] == pytest.approx(c["aioge_runs_per_s"] / c["ort_runs_per_s"])
     chain = rows["add_chain"]
     assert chain["compiled_nodes"] == 40  # fusion is off for the chain: one node per Add
@@ -93,11 +112,24 @@ def _fake(workload: str, aioge: float, ort: float, **extra: object) -> dict:
 
 
 def test_target_checks_pass_and_miss() -> None:
-    rows = [_fake("resnet50", 2.0, 1.0, reference_vs_aioge=30.0), _fake("vgg19", 1.0, 1.0, reference_vs_aioge=10.0),
-            _fake("mlp", 1.0, 1.0, concurrency=[{"concurrency": 64, "ratio": 0.5, "lag_max_ms": 25.0, "devices": 0},
-                                                {"concurrency": 64, "ratio": 0.9, "lag_max_ms": 5.0, "devices": 2}])]
-    results = {"rows": rows, "config": {"concurrency": [64]},
-               "startup": {"model": "m", "graph_cache_load": {"start_s": 0.2}, "ort": {"start_s": 0.4}}}
+    rows = [
+        _fake("resnet50", 2.0, 1.0, reference_vs_aioge=30.0),
+        _fake("vgg19", 1.0, 1.0, reference_vs_aioge=10.0),
+        _fake(
+            "mlp",
+            1.0,
+            1.0,
+            concurrency=[
+                {"concurrency": 64, "ratio": 0.5, "lag_max_ms": 25.0, "devices": 0},
+                {"concurrency": 64, "ratio": 0.9, "lag_max_ms": 5.0, "devices": 2},
+            ],
+        ),
+    ]
+    results = {
+        "rows": rows,
+        "config": {"concurrency": [64]},
+        "startup": {"model": "m", "graph_cache_load": {"start_s": 0.2}, "ort": {"start_s": 0.4}},
+    }
     got = {t["target"]: (t["figure"], t["status"]) for t in evaluate_targets(results)}
     assert got["light/ geomean aioge/ort (BLAS env as set)"] == (pytest.approx(np.sqrt(2.0)), "PASS")
     assert got["min onnx.reference/aioge over light/"] == (10.0, "MISS")
@@ -111,8 +143,15 @@ def test_target_checks_pass_and_miss() -> None:
 def test_render_without_optional_sections() -> None:
     from aioge.benchmarks.suite import machine
 
-    row = {**_fake("mlp", 0.001, 0.001), "compiled_nodes": 4, "ort_cores": 0.001, "max_abs_err": 0.0,
-           "arena_bytes": 1024, "rss_peak_bytes": 2**20, "compile_s": 0.1}
+    row = {
+        **_fake("mlp", 0.001, 0.001),
+        "compiled_nodes": 4,
+        "ort_cores": 0.001,
+        "max_abs_err": 0.0,
+        "arena_bytes": 1024,
+        "rss_peak_bytes": 2**20,
+        "compile_s": 0.1,
+    }
     text = render_markdown({"machine": machine(), "rows": [row], "targets": [], "seconds": 1.0})
     assert "| mlp | 4 | 1.000 | 1.000 |" in text and "Start-up" not in text
 
@@ -140,11 +179,14 @@ def test_builder_workloads_export_to_onnx_that_onnxruntime_agrees_with() -> None
         assert w.check(got) < 1e-3
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--rounds", "0"], "at least 1"),
-    (["--workloads", "mlp,nope"], "unknown workloads ['nope']"),
-    (["--devices", "65"], "devices must be from 0 to 64"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--rounds", "0"], "at least 1"),
+        (["--workloads", "mlp,nope"], "unknown workloads ['nope']"),
+        (["--devices", "65"], "devices must be from 0 to 64"),
+    ],
+)
 def test_cli_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", *argv]) == 2
     assert message in capsys.readouterr().err

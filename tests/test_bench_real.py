@@ -33,8 +33,16 @@ def test_without_torch_the_real_models_are_skipped_and_said_so(monkeypatch: pyte
     why = real_models.real_available()
     assert why is not None and "torch" in why and "aioge[torch]" in why
     monkeypatch.setattr(suite, "real_available", lambda: why)
-    cfg = SuiteConfig(workloads=["real", "add_chain"], rounds=1, runs=1, concurrency_workloads=[], startup_model=None,
-                      blas_variant=False, chain=5, reference=False)
+    cfg = SuiteConfig(
+        workloads=["real", "add_chain"],
+        rounds=1,
+        runs=1,
+        concurrency_workloads=[],
+        startup_model=None,
+        blas_variant=False,
+        chain=5,
+        reference=False,
+    )
     results = run_suite(cfg)
     assert [r["workload"] for r in results["rows"]] == ["add_chain"]
     assert set(results["skipped"]) == set(REAL)
@@ -49,7 +57,10 @@ def _fake(workload: str, ratio: float) -> dict:
 
 def test_real_and_nodup_targets_are_judged() -> None:
     rows = [_fake("resnet18", 1.0), _fake("convnext_tiny", 4.0), _fake("squeezenet-nodup", 1.2), _fake("mlp", 1.5)]
-    got = {t["target"]: (t["figure"], t["status"], t["detail"]) for t in evaluate_targets({"rows": rows, "config": {"concurrency": []}})}
+    got = {
+        t["target"]: (t["figure"], t["status"], t["detail"])
+        for t in evaluate_targets({"rows": rows, "config": {"concurrency": []}})
+    }
     assert got["real-weights geomean aioge/ort"] == (pytest.approx(2.0), "MISS", "over 2 models")
     assert got["real-weights max aioge/ort"] == (4.0, "MISS", "convnext_tiny")
     assert got["light/ geomean aioge/ort, DuplicateFilterPass off"] == (pytest.approx(1.2), "PASS", "over 1 models")

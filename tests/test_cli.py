@@ -71,7 +71,9 @@ def test_compile_info_run_roundtrip(builder, tmp_path, capsys) -> None:
     assert info["compile"]["kernels_compiled"] == len(model.nodes) and info["versions"] == dict(model.versions)
     assert main(["info", str(om)]) == 0
     text = capsys.readouterr().out
-    assert f"graph 'cli_graph', {len(model.nodes)} nodes" in text and f"nodes per engine: {{'AiCore': {len(model.nodes)}}}" in text
+    assert (
+        f"graph 'cli_graph', {len(model.nodes)} nodes" in text and f"nodes per engine: {{'AiCore': {len(model.nodes)}}}" in text
+    )
     assert f"arena {model.arena_bytes} B" in text and "versions: aioge" in text and "stream 0 (AiCore)" in text
 
     x = np.random.default_rng(5).standard_normal((3, 6)).astype(np.float32)
@@ -109,7 +111,17 @@ def test_run_a_builder_with_its_feeds_and_reference(builder, capsys) -> None:
 
 def test_external_weight_and_engine_options(builder, tmp_path, capsys) -> None:
     om = tmp_path / "ext.om"
-    args = ["compile", builder, "-o", str(om), "--external-weight", "--exclude-engines", "AiCore", "--option", "aioge.tune_mode=heuristic"]
+    args = [
+        "compile",
+        builder,
+        "-o",
+        str(om),
+        "--external-weight",
+        "--exclude-engines",
+        "AiCore",
+        "--option",
+        "aioge.tune_mode=heuristic",
+    ]
     assert main(args) == 0
     capsys.readouterr()
     files = os.listdir(tmp_path / "weight")
@@ -182,7 +194,11 @@ def test_compile_and_run_onnx_against_onnxruntime(tmp_path, capsys) -> None:
 
     w = np.random.default_rng(7).standard_normal((5, 3)).astype(np.float32)
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]), helper.make_node("Add", ["r", "h"], ["y"])],
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"]),
+            helper.make_node("Relu", ["h"], ["r"]),
+            helper.make_node("Add", ["r", "h"], ["y"]),
+        ],
         "tiny",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],

@@ -51,8 +51,20 @@ def test_cache_alone_prints_the_cache_help(capsys) -> None:
 def test_compile_takes_graph_level_options(builder, tmp_path, capsys) -> None:
     graphs = tmp_path / "graphs"
     graphs.mkdir(mode=0o700)
-    code = main(["compile", builder, "-o", str(tmp_path / "m.om"), "--option", "aioge.tune_mode=heuristic",
-                 "--option", f"ge.graph_compiler_cache_dir={graphs}", "--option", "ge.graph_key=ux"])
+    code = main(
+        [
+            "compile",
+            builder,
+            "-o",
+            str(tmp_path / "m.om"),
+            "--option",
+            "aioge.tune_mode=heuristic",
+            "--option",
+            f"ge.graph_compiler_cache_dir={graphs}",
+            "--option",
+            "ge.graph_key=ux",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     assert (graphs / "ux.idx").is_file() and list(graphs.glob("ux_*.om"))
 
@@ -62,7 +74,9 @@ async def test_graph_key_without_a_cache_dir_warns() -> None:
     g = aioge.Graph("g")
     g.output(ops.relu(g.input("x", (2,))), names=["y"])
     async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
-        with pytest.warns(UserWarning, match="ge.graph_key 'k' has no effect without the session option ge.graph_compiler_cache_dir"):
+        with pytest.warns(
+            UserWarning, match="ge.graph_key 'k' has no effect without the session option ge.graph_compiler_cache_dir"
+        ):
             await s.add_graph(1, g, {"ge.graph_key": "k"})
         y = await s.run_graph(1, {"x": np.array([-1.0, 2.0], np.float32)})
     np.testing.assert_array_equal(y["y"], [0.0, 2.0])
@@ -133,8 +147,23 @@ def test_shape_errors_have_no_stray_prefix(tmp_path) -> None:
 def test_run_reports_latency_percentiles_as_json(builder, tmp_path, capsys) -> None:
     x = np.array([[-1, 0, 1], [2, -3, 4]], np.float32)
     np.save(tmp_path / "x.npy", x)
-    code = main(["run", builder, "--input", f"x={tmp_path / 'x.npy'}", "--iterations", "7", "--warmup", "2", "--json",
-                 "--output-dir", str(tmp_path / "out"), "--option", "aioge.tune_mode=heuristic"])
+    code = main(
+        [
+            "run",
+            builder,
+            "--input",
+            f"x={tmp_path / 'x.npy'}",
+            "--iterations",
+            "7",
+            "--warmup",
+            "2",
+            "--json",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--option",
+            "aioge.tune_mode=heuristic",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     report = json.loads(captured.out)  # stdout is the JSON document alone
@@ -214,7 +243,9 @@ async def test_cache_stats_cover_both_tiers_and_counters_survive_clear(tmp_path,
 
     assert main(["cache", "stats", "--dir", str(root), "--zero", "--json"]) == 0
     (soc3,) = json.loads(capsys.readouterr().out)["kernel"]["socs"]
-    assert (soc3["hits"], soc3["misses"], soc3["compiles"], soc3["hit_ratio"]) == (0, 0, 0, None) and soc3["since"] >= soc["since"]
+    assert (soc3["hits"], soc3["misses"], soc3["compiles"], soc3["hit_ratio"]) == (0, 0, 0, None) and soc3["since"] >= soc[
+        "since"
+    ]
     assert _stats("--dir", str(root))["graph"]["hits"] == 0
 
 

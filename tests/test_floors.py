@@ -65,7 +65,10 @@ SIDEWAYS: dict[tuple[str, str], tuple[set[str], str]] = {
 NARROWER: dict[str, tuple[set[str], str]] = {
     "cache": ({"plan", "keys", "errors", "_util"}, "the cache stores and loads by key; it never interprets a graph"),
     "runtime": ({"plan", "ir", "ops", "kernels", "errors"}, "the runtime binds plans; it never plans nor reads options"),
-    "plan": ({"errors", "ir", "keys", "ops", "kernels", "engines"}, "plans are data; an .om checks its kernels against the op schemas"),
+    "plan": (
+        {"errors", "ir", "keys", "ops", "kernels", "engines"},
+        "plans are data; an .om checks its kernels against the op schemas",
+    ),
     "keys": ({"ir", "options", "_version"}, "keys are built from named parts"),
     "passes": ({"errors", "ir", "ops"}, "passes reach kernels only through the op floor"),
 }
@@ -103,14 +106,28 @@ def test_every_floor_imports_only_floors_below_it() -> None:
 def test_every_package_is_on_exactly_one_floor() -> None:
     placed = [pkg for floor in FLOORS for pkg in floor]
     assert len(placed) == len(set(placed))
-    present = {p.stem if p.is_file() else p.name for p in SRC.iterdir() if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"}
+    present = {
+        p.stem if p.is_file() else p.name
+        for p in SRC.iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists()) or p.suffix == ".py"
+    }
     present = {"aioge" if p == "__init__" else p for p in present}
     assert present == set(placed)
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     root = tmp_path / "aioge"
-    for pkg in {pkg for floor in FLOORS for pkg in floor} - {"aioge", "__main__", "torch", "errors", "_version", "keys", "options", "session", "cli"}:
+    for pkg in {pkg for floor in FLOORS for pkg in floor} - {
+        "aioge",
+        "__main__",
+        "torch",
+        "errors",
+        "_version",
+        "keys",
+        "options",
+        "session",
+        "cli",
+    }:
         (root / pkg).mkdir(parents=True, exist_ok=True)
         (root / pkg / "__init__.py").write_text("")
     for name, text in {"__init__.py": "", "errors.py": "", "session.py": "", **files}.items():
@@ -124,7 +141,11 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     [
         ("ir/graph.py", "from aioge.ops import add\n", "ops is above ir"),
         ("ir/graph.py", "def f():\n    from aioge import session\n", "session is above ir"),  # lazy
-        ("ir/graph.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..compiler import x\n", "compiler is above ir"),
+        (
+            "ir/graph.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..compiler import x\n",
+            "compiler is above ir",
+        ),
         ("kernels/nn.py", "from aioge import Session\n", "aioge is above kernels"),  # the package root
         ("ops/schema.py", "from aioge.engines import Engine\n", "engines is above ops"),  # issue 21's ops <-> engines
         ("compiler/graph.py", "from aioge.cache import graph_cache\n", "cache is beside compiler"),
@@ -139,9 +160,12 @@ def test_an_upward_import_fails_the_check(tmp_path: Path, name: str, text: str, 
 
 
 def test_downward_and_allowed_sideways_imports_pass(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {
-        "compiler/cached.py": "from aioge.cache import graph_cache\nfrom aioge import ops, errors\n",
-        "session.py": "from aioge.runtime import bind\nfrom .compiler import cached\n",
-        "cli.py": "def main():\n    from aioge import Session, benchmarks\n",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "compiler/cached.py": "from aioge.cache import graph_cache\nfrom aioge import ops, errors\n",
+            "session.py": "from aioge.runtime import bind\nfrom .compiler import cached\n",
+            "cli.py": "def main():\n    from aioge import Session, benchmarks\n",
+        },
+    )
     assert floor_violations(root) == []

@@ -21,8 +21,12 @@ def test_graph_match_key_names_every_part_and_each_part_changes_it() -> None:
     ):
         assert other != base
     # Options that say where to cache or how to run are not part of it.
-    assert graph_match_key("f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0", "ge.graph_key": "k",
-                                                        "aioge.exec_mode": "host"}) == base
+    assert (
+        graph_match_key(
+            "f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0", "ge.graph_key": "k", "aioge.exec_mode": "host"}
+        )
+        == base
+    )
 
 
 def test_compile_options_follow_the_flag_in_the_options_table() -> None:

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import aioge
 
-# 18,341 lines on 2026-12-03 before issue 21's gates; PLACEHOLDER
-LINE_BUDGET = 24_000
+# 18,341 lines before round 2 (2026-12-03); 27,429 after it (ruff format's layout, plus the torch
+# and TensorFlow front ends, serving, the remote tier, Dask batch compile, ML dtypes and
+# sequences). The budget leaves ~9% headroom: the next capability should come with a deletion.
+LINE_BUDGET = 30_000
 _SRC = Path(aioge.__file__).parent
 GENERATED = {"ops/builders.py"}
 
@@ -29,7 +31,9 @@ def count_lines(root: Path) -> dict[str, int]:
 
 
 def test_count_skips_blank_and_comment_lines(tmp_path: Path) -> None:
-    (tmp_path / "a.py").write_text('"""Doc."""\n\n# a comment\nx = 1  # counted\n    \n    # indented comment\ndef f():\n    return x\n')
+    (tmp_path / "a.py").write_text(
+        '"""Doc."""\n\n# a comment\nx = 1  # counted\n    \n    # indented comment\ndef f():\n    return x\n'
+    )
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.py").write_text("y = 2\n")
     (tmp_path / "notes.txt").write_text("not python\n")

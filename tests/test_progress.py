@@ -78,8 +78,16 @@ def test_the_suite_reports_each_workload() -> None:
     from aioge.benchmarks.suite import SuiteConfig, run_suite
 
     lines: list[str] = []
-    cfg = SuiteConfig(workloads=["add_chain"], rounds=1, runs=1, concurrency=(), concurrency_workloads=[],
-                      startup_model="", blas_variant=False, chain=10)
+    cfg = SuiteConfig(
+        workloads=["add_chain"],
+        rounds=1,
+        runs=1,
+        concurrency=(),
+        concurrency_workloads=[],
+        startup_model="",
+        blas_variant=False,
+        chain=10,
+    )
     results = run_suite(cfg, on_workload=lines.append)
     assert len(lines) == 1 and lines[0].startswith("add_chain") and "ratio" in lines[0]
     assert [r["workload"] for r in results["rows"]] == ["add_chain"]

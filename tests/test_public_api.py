@@ -28,7 +28,15 @@ _ALIASES = {"conv": "conv2d"}
 
 def test_the_walk_finds_the_packages() -> None:
     """The module list is not silently empty or partial (a broken walk would pass every test below)."""
-    for name in ("aioge.errors", "aioge.options", "aioge.session", "aioge.ops", "aioge.ir.graph", "aioge.kernels.conv", "aioge.plan.io"):
+    for name in (
+        "aioge.errors",
+        "aioge.options",
+        "aioge.session",
+        "aioge.ops",
+        "aioge.ir.graph",
+        "aioge.kernels.conv",
+        "aioge.plan.io",
+    ):
         assert name in _MODULES
     assert len(_MODULES) > 100
 
@@ -45,13 +53,25 @@ def test_module_defines_all_of_existing_names(name: str) -> None:
 
 
 def test_top_level_exports_the_few_names_a_user_touches() -> None:
-    assert set(aioge.__all__) == {"Graph", "Session", "TensorDesc", "__version__", "errors", "load_model", "load_onnx", "load_tf", "ops"}
+    assert set(aioge.__all__) == {
+        "Graph",
+        "Session",
+        "TensorDesc",
+        "__version__",
+        "errors",
+        "load_model",
+        "load_onnx",
+        "load_tf",
+        "ops",
+    }
 
 
 def test_every_error_class_is_exported_from_errors() -> None:
     from aioge import errors
 
-    classes = {n for n, o in vars(errors).items() if inspect.isclass(o) and issubclass(o, Exception) and o.__module__ == errors.__name__}
+    classes = {
+        n for n, o in vars(errors).items() if inspect.isclass(o) and issubclass(o, Exception) and o.__module__ == errors.__name__
+    }
     assert classes and classes <= set(errors.__all__), sorted(classes - set(errors.__all__))
 
 

@@ -74,14 +74,32 @@ def test_compile_output_follows_the_umask_and_cache_files_stay_private(tmp_path)
     from aioge.cli import main
 
     src = tmp_path / "g.py"
-    src.write_text("import aioge\nfrom aioge import ops\n\ndef build():\n    g = aioge.Graph('u')\n"
-                   "    g.output(ops.relu(g.input('x', (2,))), names=['y'])\n    return g\n")
+    src.write_text(
+        "import aioge\nfrom aioge import ops\n\ndef build():\n    g = aioge.Graph('u')\n"
+        "    g.output(ops.relu(g.input('x', (2,))), names=['y'])\n    return g\n"
+    )
     graphs = tmp_path / "graphs"
     graphs.mkdir(mode=0o700)
     old = os.umask(0o022)
     try:
-        assert main(["compile", str(src), "-o", str(tmp_path / "m.om"), "--quiet", "--option", "aioge.tune_mode=heuristic",
-                     "--option", f"ge.graph_compiler_cache_dir={graphs}", "--option", "ge.graph_key=u"]) == 0
+        assert (
+            main(
+                [
+                    "compile",
+                    str(src),
+                    "-o",
+                    str(tmp_path / "m.om"),
+                    "--quiet",
+                    "--option",
+                    "aioge.tune_mode=heuristic",
+                    "--option",
+                    f"ge.graph_compiler_cache_dir={graphs}",
+                    "--option",
+                    "ge.graph_key=u",
+                ]
+            )
+            == 0
+        )
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "m.om").stat().st_mode) == 0o644

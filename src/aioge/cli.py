@@ -67,8 +67,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         _private_dirs(cache / GRAPH_CACHE)
     except OSError as exc:
-        print(f"aioge: error: cannot make the demo's cache dir {cache}: {_os_error_text(exc)} (choose another with --cache-dir)",
-              file=sys.stderr)
+        print(
+            f"aioge: error: cannot make the demo's cache dir {cache}: {_os_error_text(exc)} (choose another with --cache-dir)",
+            file=sys.stderr,
+        )
         return 1
     options = {"ge.graph_compiler_cache_dir": str(cache / GRAPH_CACHE), "ge.op_compiler_cache_dir": _safe_dir(cache)}
     failures = 0
@@ -92,14 +94,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 ok = all(np.allclose(outputs[k], ref[k], rtol=1e-3, atol=1e-4) for k in ref)
                 failures += not ok
                 summary = model.summary()
-                print(f"{name}: {summary['nodes']} nodes {summary['nodes_per_engine']}, "
-                      f"{len(summary['streams'])} streams, {summary['events']} events, arena {summary['arena_bytes']} B")
-                print(f"  compile {1e3 * (t1 - t0):.1f} ms (graph cache hit: {summary['stats']['graph_cache_hit']}, "
-                      f"kernels compiled {summary['stats']['kernels_compiled']}, cache hits {summary['stats']['kernel_cache_hits']})")
+                print(
+                    f"{name}: {summary['nodes']} nodes {summary['nodes_per_engine']}, "
+                    f"{len(summary['streams'])} streams, {summary['events']} events, arena {summary['arena_bytes']} B"
+                )
+                print(
+                    f"  compile {1e3 * (t1 - t0):.1f} ms (graph cache hit: {summary['stats']['graph_cache_hit']}, "
+                    f"kernels compiled {summary['stats']['kernels_compiled']}, cache hits {summary['stats']['kernel_cache_hits']})"
+                )
                 per_run = (t3 - t2) / max(args.repeat - 1, 1)
-                print(f"  first run {1e3 * (t2 - t1):.2f} ms, then {1e3 * per_run:.2f} ms/run; "
-                      f"outputs {', '.join(f'{k}{list(v.shape)}' for k, v in outputs.items())}; "
-                      f"max |aioge - numpy| = {err:.2e} {'OK' if ok else 'MISMATCH'}")
+                print(
+                    f"  first run {1e3 * (t2 - t1):.2f} ms, then {1e3 * per_run:.2f} ms/run; "
+                    f"outputs {', '.join(f'{k}{list(v.shape)}' for k, v in outputs.items())}; "
+                    f"max |aioge - numpy| = {err:.2e} {'OK' if ok else 'MISMATCH'}"
+                )
 
     anyio.run(go)
     print(f"cache: kernels in {cache / 'kernel_cache'}, graphs in {cache / GRAPH_CACHE} (aioge cache stats shows them)")
@@ -258,7 +266,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.dynamic_batch_size or args.dynamic_dims:
         # ATC's gears: --input-shape holds -1 where they vary; every gear is compiled into the .om
         if not any(-1 in s for s in shapes.values()):
-            raise AiogeError("--dynamic-batch-size/--dynamic-dims need --input-shape with -1 for the dims that vary, e.g. x:-1,16")
+            raise AiogeError(
+                "--dynamic-batch-size/--dynamic-dims need --input-shape with -1 for the dims that vary, e.g. x:-1,16"
+            )
         graph_options["ge.inputShape"] = ";".join(f"{n}:{','.join(map(str, s))}" for n, s in shapes.items())
         if args.dynamic_batch_size:
             graph_options["ge.dynamicBatchSize"] = args.dynamic_batch_size
@@ -286,9 +296,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     summary = model.summary()
     weights = f"external under {Path(args.output).resolve().parent / 'weight'}" if args.external_weight else "inline"
     gears = f", {len(model.all_gears())} gears" if model.gears else ""
-    print(f"compiled {args.model} -> {args.output}: {summary['nodes']} nodes {summary['nodes_per_engine']}, "
-          f"{len(summary['streams'])} streams, arena {summary['arena_bytes']} B, weights {weights}{gears}, "
-          f"{1e3 * model.stats.compile_seconds:.1f} ms")
+    print(
+        f"compiled {args.model} -> {args.output}: {summary['nodes']} nodes {summary['nodes_per_engine']}, "
+        f"{len(summary['streams'])} streams, arena {summary['arena_bytes']} B, weights {weights}{gears}, "
+        f"{1e3 * model.stats.compile_seconds:.1f} ms"
+    )
     return 0
 
 
@@ -323,7 +335,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     shapes = _parse_shapes(args.input_shape)
 
     if args.iterations < 1 or args.warmup < 0:
-        raise AiogeError(f"--iterations {args.iterations} --warmup {args.warmup}: expected at least 1 iteration and 0 or more warm-up runs")
+        raise AiogeError(
+            f"--iterations {args.iterations} --warmup {args.warmup}: expected at least 1 iteration and 0 or more warm-up runs"
+        )
     # With --json, stdout is the JSON document alone: the notes on inputs go to stderr.
     note = sys.stderr if args.json else sys.stdout
     latencies: list[float] = []
@@ -380,7 +394,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 np.save(path, a, allow_pickle=False)
             except OSError as exc:
                 raise AiogeError(f"--output-dir {out_dir}: cannot write {files[name]}: {exc}") from None
-        report["outputs"][name] = {"dtype": str(a.dtype), "shape": list(a.shape), "file": str(out_dir / files[name]) if out_dir else None}
+        report["outputs"][name] = {
+            "dtype": str(a.dtype),
+            "shape": list(a.shape),
+            "file": str(out_dir / files[name]) if out_dir else None,
+        }
         print(f"output {name}: {a.dtype}{list(a.shape)}{stats}{saved}", file=out)
     if ref is not None:
         expected = ref(feeds)
@@ -388,8 +406,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         report["max_abs_error"] = err
         print(f"max |aioge - reference| = {err:.3e}", file=out)
     lat = report["latency_ms"]
-    print(f"latency over {lat['iterations']} run(s) after {lat['warmup']} warm-up: min {lat['min']:.3f} ms, mean {lat['mean']:.3f}, "
-          f"p50 {lat['p50']:.3f}, p90 {lat['p90']:.3f}, p99 {lat['p99']:.3f}, max {lat['max']:.3f}", file=out)
+    print(
+        f"latency over {lat['iterations']} run(s) after {lat['warmup']} warm-up: min {lat['min']:.3f} ms, mean {lat['mean']:.3f}, "
+        f"p50 {lat['p50']:.3f}, p90 {lat['p90']:.3f}, p99 {lat['p99']:.3f}, max {lat['max']:.3f}",
+        file=out,
+    )
     if args.trace:
         print(f"trace: {args.trace}", file=out)
     if args.json:
@@ -402,8 +423,16 @@ def latency_summary(seconds: list[float], warmup: int) -> dict[str, float | int]
     onnxruntime_perf_test report them), with the run and warm-up counts."""
     ms = np.asarray(seconds, dtype=np.float64) * 1e3
     p50, p90, p99 = (float(x) for x in np.percentile(ms, [50, 90, 99]))
-    return {"iterations": len(ms), "warmup": warmup, "min": float(ms.min()), "mean": float(ms.mean()),
-            "p50": p50, "p90": p90, "p99": p99, "max": float(ms.max())}
+    return {
+        "iterations": len(ms),
+        "warmup": warmup,
+        "min": float(ms.min()),
+        "mean": float(ms.mean()),
+        "p50": p50,
+        "p90": p90,
+        "p99": p99,
+        "max": float(ms.max()),
+    }
 
 
 def _check_input_names(graph: Any, given: dict[str, np.ndarray], defaults: dict[str, Any], random_inputs: bool) -> None:
@@ -424,8 +453,10 @@ def _check_input_names(graph: Any, given: dict[str, np.ndarray], defaults: dict[
         also = f" (not given: {', '.join(missing)})" if missing else ""
         raise AiogeError(f"--input {', '.join(unknown)}: the model has no such input; its inputs are: {listed}{also}")
     if missing and not random_inputs:
-        raise AiogeError(f"input {', '.join(missing)} not given: pass --input NAME=FILE.npy for each "
-                         f"(the model's inputs are: {listed}), or --random-inputs")
+        raise AiogeError(
+            f"input {', '.join(missing)} not given: pass --input NAME=FILE.npy for each "
+            f"(the model's inputs are: {listed}), or --random-inputs"
+        )
 
 
 def output_files(outputs: dict[str, Any]) -> dict[str, str]:
@@ -457,16 +488,26 @@ def cmd_info(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ModelFormatError(f"cannot read: {exc.strerror}", path=args.model) from None
     if not data.startswith(io.MAGIC):
-        hint = f"; compile it first: aioge compile {args.model} -o MODEL.om" if args.model.endswith((".onnx", ".pb", ".py")) else ""
+        hint = (
+            f"; compile it first: aioge compile {args.model} -o MODEL.om" if args.model.endswith((".onnx", ".pb", ".py")) else ""
+        )
         raise ModelFormatError(f"not an .om file (a model compiled by aioge compile){hint}", path=args.model)
     meta = decode_meta(data, path=args.model)
     model = decode_model(data, path=args.model)
     summary = model.summary()
     summary.pop("stats")
-    info = {**summary, "file": args.model, "fingerprint": meta["fingerprint"], "signature": meta["signature"],
-            "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(meta["created"])),
-            "weights": "external" if meta["external"] else "inline", "compile": meta["stats"], "options": meta["options"],
-            "inputs": [dataclasses.asdict(i) for i in model.get_inputs()], "outputs": [dataclasses.asdict(o) for o in model.get_outputs()]}
+    info = {
+        **summary,
+        "file": args.model,
+        "fingerprint": meta["fingerprint"],
+        "signature": meta["signature"],
+        "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(meta["created"])),
+        "weights": "external" if meta["external"] else "inline",
+        "compile": meta["stats"],
+        "options": meta["options"],
+        "inputs": [dataclasses.asdict(i) for i in model.get_inputs()],
+        "outputs": [dataclasses.asdict(o) for o in model.get_outputs()],
+    }
     if args.json:
         print(_json(info))
         return 0
@@ -477,8 +518,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"  nodes per engine: {info['nodes_per_engine']}")
     for st in info["streams"]:
         print(f"  stream {st['id']} ({st['engine']}): {st['nodes']} nodes")
-    print(f"  events: {info['events']}; arena {info['arena_bytes']} B (lower bound {info['lower_bound_bytes']}, "
-          f"no reuse {info['no_reuse_bytes']}); weights {info['weights']}")
+    print(
+        f"  events: {info['events']}; arena {info['arena_bytes']} B (lower bound {info['lower_bound_bytes']}, "
+        f"no reuse {info['no_reuse_bytes']}); weights {info['weights']}"
+    )
     print(f"  versions: {', '.join(f'{k} {v}' for k, v in info['versions'].items())}")
     return 0
 
@@ -510,16 +553,26 @@ def _add_model_commands(sub: Any) -> None:
         p.add_argument("--option", action="append", metavar="KEY=VALUE", help="any other option (repeatable)")
 
     p = sub.add_parser("compile", help="compile MODEL.onnx, MODEL.pb or GRAPH.py offline into an .om (GE's ATC)")
-    p.add_argument("model", nargs="+", help="MODEL.onnx, MODEL.pb (frozen TensorFlow GraphDef), or GRAPH.py[:function] returning a Graph "
-                   "(default function build); several: a batch into the directory -o")
+    p.add_argument(
+        "model",
+        nargs="+",
+        help="MODEL.onnx, MODEL.pb (frozen TensorFlow GraphDef), or GRAPH.py[:function] returning a Graph "
+        "(default function build); several: a batch into the directory -o",
+    )
     p.add_argument("-o", "--output", required=True, help="the .om to write (a directory for a batch)")
     p.add_argument("--scheduler", metavar="ADDRESS|local:N", help="compile the batch on a Dask cluster (aioge[distributed])")
     p.add_argument("--external-weight", action="store_true", help="constants in weight/ beside the .om (ge.externalWeight=1)")
     gears = p.add_mutually_exclusive_group()
-    gears.add_argument("--dynamic-batch-size", metavar="1,2,4,8",
-                       help="batch gears (ge.dynamicBatchSize): -1 in --input-shape's dim 0 takes each size; all in one .om")
-    gears.add_argument("--dynamic-dims", metavar="4;8;16",
-                       help="dims gears (ge.dynamicDims): each ';' item fills every -1 of --input-shape; all in one .om")
+    gears.add_argument(
+        "--dynamic-batch-size",
+        metavar="1,2,4,8",
+        help="batch gears (ge.dynamicBatchSize): -1 in --input-shape's dim 0 takes each size; all in one .om",
+    )
+    gears.add_argument(
+        "--dynamic-dims",
+        metavar="4;8;16",
+        help="dims gears (ge.dynamicDims): each ';' item fills every -1 of --input-shape; all in one .om",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     common(p)
     p.set_defaults(func=cmd_compile)
@@ -529,7 +582,9 @@ def _add_model_commands(sub: Any) -> None:
     p.add_argument("--random-inputs", action="store_true", help="fill inputs not given with random data (seed 0)")
     p.add_argument("--output-dir", help="save every output as NAME.npy here (NAME percent-encoded: a/b -> a%%2Fb.npy)")
     p.add_argument("--trace", help="write a Chrome trace of the run here")
-    p.add_argument("--iterations", type=int, default=1, metavar="N", help="timed runs after the first (default 1): min/mean/p50/p90/p99")
+    p.add_argument(
+        "--iterations", type=int, default=1, metavar="N", help="timed runs after the first (default 1): min/mean/p50/p90/p99"
+    )
     p.add_argument("--warmup", type=int, default=0, metavar="K", help="untimed runs before the timed ones (default 0)")
     p.add_argument("--json", action="store_true", help="print outputs, error and latency as JSON on stdout (notes go to stderr)")
     common(p)
@@ -579,8 +634,11 @@ def cache_stats_report(args: argparse.Namespace) -> dict[str, Any]:
     from aioge.cache.remote import remote_report
 
     root, graphs = _cache_roots(args)
-    return {"kernel": cache_report(root), "graph": graph_cache_report(graphs) if graphs else None,
-            "remote": remote_report(root)}  # the second tier, its own section
+    return {
+        "kernel": cache_report(root),
+        "graph": graph_cache_report(graphs) if graphs else None,
+        "remote": remote_report(root),
+    }  # the second tier, its own section
 
 
 @_os_errors_in_one_line
@@ -605,17 +663,21 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
     report = tiers["kernel"]
     lim = report["limits"]
     print(f"kernel cache: {report['kernel_cache']}")
-    print(f"  max_op_cache_size: {lim['max_op_cache_size_mb']} MB ({lim['max_source']})"
-          f"{'  (aging off)' if not lim['aging'] else ''}")
+    print(
+        f"  max_op_cache_size: {lim['max_op_cache_size_mb']} MB ({lim['max_source']})"
+        f"{'  (aging off)' if not lim['aging'] else ''}"
+    )
     print(f"  remain_cache_size_ratio: {lim['remain_cache_size_ratio']}% ({lim['ratio_source']})")
     if not report["socs"]:
         print("  no kernels cached")
     for s in report["socs"]:
         ratio = "n/a" if s["hit_ratio"] is None else f"{100 * s['hit_ratio']:.1f}%"
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["since"])) if s["since"] else "never"
-        print(f"  {s['soc']}: {s['entries']} entries, {s['bytes']} bytes ({s['current_generation_entries']} in generation "
-              f"{s['generation']}); hits {s['hits']}, misses {s['misses']}, hit ratio {ratio}, compiles {s['compiles']}, "
-              f"invalid {s['invalid']}; since {since}")
+        print(
+            f"  {s['soc']}: {s['entries']} entries, {s['bytes']} bytes ({s['current_generation_entries']} in generation "
+            f"{s['generation']}); hits {s['hits']}, misses {s['misses']}, hit ratio {ratio}, compiles {s['compiles']}, "
+            f"invalid {s['invalid']}; since {since}"
+        )
     print("\n".join(format_remote_report(tiers["remote"])))
     graph = tiers["graph"]
     if graph is None:
@@ -623,11 +685,15 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
         return 0
     print(f"graph cache: {graph['dir']}")
     for k in graph["keys"]:
-        print(f"  {k['key']}: {k['entries']} entries, {k['models']} models, {k['bytes']} bytes; hits {k['hits']}, misses {k['misses']}")
+        print(
+            f"  {k['key']}: {k['entries']} entries, {k['models']} models, {k['bytes']} bytes; hits {k['hits']}, misses {k['misses']}"
+        )
     ratio = "n/a" if graph["hit_ratio"] is None else f"{100 * graph['hit_ratio']:.1f}%"
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(graph["since"])) if graph["since"] else "never"
-    print(f"  {graph['entries']} entries, {graph['bytes']} bytes (weights: {graph['weights']} files, {graph['weight_bytes']} bytes); "
-          f"hits {graph['hits']}, misses {graph['misses']}, hit ratio {ratio}; since {since}")
+    print(
+        f"  {graph['entries']} entries, {graph['bytes']} bytes (weights: {graph['weights']} files, {graph['weight_bytes']} bytes); "
+        f"hits {graph['hits']}, misses {graph['misses']}, hit ratio {ratio}; since {since}"
+    )
     return 0
 
 
@@ -642,8 +708,10 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
     caches = cache_for_dir(root, args.soc)
     for cache in caches:
         r = cache.age_sync()
-        print(f"{cache.soc_dir}: removed {len(r.removed)} entries, {r.bytes_before} -> {r.bytes_after} bytes"
-              f"{' (' + r.skipped_reason + ')' if r.skipped_reason else ''}")
+        print(
+            f"{cache.soc_dir}: removed {len(r.removed)} entries, {r.bytes_before} -> {r.bytes_after} bytes"
+            f"{' (' + r.skipped_reason + ')' if r.skipped_reason else ''}"
+        )
     if not caches:
         print("no kernel cache folders")
     if graphs is not None:
@@ -679,7 +747,9 @@ def _add_kernel_cache_commands(sub: Any) -> None:
 
     def dirs(p: Any) -> None:
         p.add_argument("--dir", help="cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data)")
-        p.add_argument("--graph-dir", help=f"graph cache dir (ge.graph_compiler_cache_dir; default ROOT/{GRAPH_CACHE} if present)")
+        p.add_argument(
+            "--graph-dir", help=f"graph cache dir (ge.graph_compiler_cache_dir; default ROOT/{GRAPH_CACHE} if present)"
+        )
 
     p = group.add_parser("stats", help="per cache tier: entries, bytes; kernels: hits, misses, hit ratio, since, limits")
     dirs(p)
@@ -750,6 +820,7 @@ def _serve_options(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, 
         options["aioge.batch_max_rows"] = str(args.batch_max_rows)
     if args.batch_max_delay_us is not None:
         options["aioge.batch_max_delay_us"] = str(args.batch_max_delay_us)
+
     # Keys a Session takes go to the one Session (so they reach .om models too); graph-only
     # keys go to every add_graph of an .onnx model.
     def levels(key: str) -> frozenset[str]:
@@ -772,30 +843,53 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise AiogeError(f"aioge serve needs the serve extra: pip install 'aioge[serve]' ({exc})") from None
     session, graph = _serve_options(args)
-    app = create_app(args.model, SessionBackend(session, graph), max_body_bytes=args.max_body_bytes, max_inflight=args.max_inflight)
-    print(f"aioge serve: {', '.join(sorted(app.state.models))} on http://{args.host}:{args.port} (metrics at /metrics)", flush=True)
+    app = create_app(
+        args.model, SessionBackend(session, graph), max_body_bytes=args.max_body_bytes, max_inflight=args.max_inflight
+    )
+    print(
+        f"aioge serve: {', '.join(sorted(app.state.models))} on http://{args.host}:{args.port} (metrics at /metrics)", flush=True
+    )
     serve(app, args.host, args.port, graceful_seconds=args.graceful_seconds)
     return 0
 
 
 def _add_serve(sub: Any) -> None:
-    p = sub.add_parser("serve", help="serve .onnx/.om models over the Open Inference Protocol (KServe v2 REST) with Prometheus metrics")
+    p = sub.add_parser(
+        "serve", help="serve .onnx/.om models over the Open Inference Protocol (KServe v2 REST) with Prometheus metrics"
+    )
     p.add_argument("model", nargs="+", help="MODEL.onnx or MODEL.om files; each is served under its file stem")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--batch-max-rows", type=int, default=None, help="dynamic batching: most rows stacked into one run (aioge.batch_max_rows)")
-    p.add_argument("--batch-max-delay-us", type=int, default=None,
-                   help="dynamic batching: longest a request waits for others, in us (aioge.batch_max_delay_us)")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="an option (GE key or ir_option alias); graph-level ones go to every add_graph; repeatable")
+    p.add_argument(
+        "--batch-max-rows", type=int, default=None, help="dynamic batching: most rows stacked into one run (aioge.batch_max_rows)"
+    )
+    p.add_argument(
+        "--batch-max-delay-us",
+        type=int,
+        default=None,
+        help="dynamic batching: longest a request waits for others, in us (aioge.batch_max_delay_us)",
+    )
+    p.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an option (GE key or ir_option alias); graph-level ones go to every add_graph; repeatable",
+    )
     p.add_argument("--max-body-bytes", type=int, default=64 << 20, help="larger request bodies get 413 (default 64 MiB)")
     p.add_argument("--max-inflight", type=int, default=1024, help="inferences running at once; the rest queue (default 1024)")
     p.add_argument("--graceful-seconds", type=float, default=30.0, help="on SIGTERM, how long in-flight requests may take")
     p.set_defaults(func=cmd_serve)
 
 
-_COMMANDS: list[Callable[[Any], None]] = [_add_demo, _add_passes, _add_options, _add_model_commands, _add_kernel_cache_commands,
-                                          _add_bench, _add_serve]
+_COMMANDS: list[Callable[[Any], None]] = [
+    _add_demo,
+    _add_passes,
+    _add_options,
+    _add_model_commands,
+    _add_kernel_cache_commands,
+    _add_bench,
+    _add_serve,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -91,9 +91,7 @@ def _engines(v: str) -> frozenset[Engine]:
         try:
             out.add(parse_engine(name))
         except KeyError:
-            raise ValueError(
-                f"'|'-separated engine names out of {', '.join(engine_names())}; {name!r} is not one"
-            ) from None
+            raise ValueError(f"'|'-separated engine names out of {', '.join(engine_names())}; {name!r} is not one") from None
     return frozenset(out)
 
 
@@ -168,7 +166,9 @@ def _input_shape(v: str) -> Mapping[str, tuple[int, ...]]:
         name, sep, dims = item.rpartition(":")
         parts = [d.strip() for d in dims.split(",")] if dims.strip() else []
         if not sep or not name or not all(re.fullmatch(r"-1|[0-9]+", d) for d in parts):
-            raise ValueError(f"'name:D1,D2,...;name2:...' with -1 for a dim the gears set, e.g. data:-1,3,224,224; bad item {item!r}")
+            raise ValueError(
+                f"'name:D1,D2,...;name2:...' with -1 for a dim the gears set, e.g. data:-1,3,224,224; bad item {item!r}"
+            )
         if name in out:
             raise ValueError(f"input {name!r} given twice")
         out[name] = tuple(int(d) for d in parts)
@@ -202,7 +202,9 @@ def _dims(v: str) -> tuple[tuple[int, ...], ...]:
     for item in filter(None, (s.strip() for s in v.split(";"))):
         parts = [p.strip() for p in item.split(",")]
         if not all(re.fullmatch(r"[0-9]+", p) and int(p) >= 1 for p in parts):
-            raise ValueError(f"';'-separated gears of comma-separated dims of at least 1, e.g. 4;8;16 or 1,64;2,32; bad gear {item!r}")
+            raise ValueError(
+                f"';'-separated gears of comma-separated dims of at least 1, e.g. 4;8;16 or 1,64;2,32; bad gear {item!r}"
+            )
         gears.append(tuple(int(p) for p in parts))
     if len({len(g) for g in gears}) > 1:
         raise ValueError("every gear gives the same number of dims")
@@ -219,6 +221,8 @@ def _sizes(v: str) -> tuple[int, ...]:
     if not all(re.fullmatch(r"[0-9]+", p) and 1 <= int(p) <= 1 << 20 for p in parts):
         raise ValueError("comma-separated batch sizes from 1 to 1048576, e.g. 1,4,16,64")
     return tuple(sorted(set(int(p) for p in parts)))
+
+
 def _remote_url(v: str) -> str:
     if v and urllib.parse.urlsplit(v).scheme not in ("redis", "rediss", "unix"):
         raise ValueError("empty (no remote cache) or a Redis URL: redis://host:port/db, rediss://..., unix:///path")
@@ -230,81 +234,285 @@ _G = frozenset({GRAPH})
 _SG = frozenset({SESSION, GRAPH})
 
 _TABLE: tuple[OptionSpec, ...] = (
-    OptionSpec("ge.exec.exclude_engines", "EXCLUDE_ENGINES", _SG, "", _engines, "exclude_engines",
-               doc="engines not to use, '|'-separated out of AiCore, AiVec (AiVector), AiCpu"),
-    OptionSpec("ge.op_compiler_cache_mode", "OP_COMPILER_CACHE_MODE", _SG, "enable",
-               _choice("enable", "force", "disable"), "op_cache_mode",
-               doc="kernel cache: enable reuses, force recompiles and replaces, disable neither reads nor writes",
-               shapes_compile=False),
-    OptionSpec("ge.op_compiler_cache_dir", "OP_COMPILER_CACHE_DIR", _S, "", _cache_dir, "op_cache_dir",
-               env="ASCEND_CACHE_PATH", doc="kernel cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data)",
-               shapes_compile=False),
-    OptionSpec("ge.optimizationSwitch", "OPTIMIZATION_SWITCH", _SG, "", _switch, "optimization_switch",
-               doc="'Pass:on;Pass:off' to switch graph passes (see `aioge passes`)"),
-    OptionSpec("ge.graph_compiler_cache_dir", None, _S, "", _path, "graph_cache_dir",
-               doc="directory of the compiled-graph cache; must exist; needs ge.graph_key too",
-               shapes_compile=False),
-    OptionSpec("ge.graph_key", None, _G, "", _graph_key, "graph_key",
-               doc="the graph's name in the graph cache: 1-128 of A-Z a-z 0-9 _ -",
-               shapes_compile=False),
-    OptionSpec("ge.externalWeight", "EXTERNAL_WEIGHT", _SG, "0", _flag01, "external_weight",
-               doc="1: keep constants in files under weight/ beside the compiled model",
-               shapes_compile=False),
-    OptionSpec("op_debug_level", "OP_DEBUG_LEVEL", _S, "0", _int_range(0, 4), "op_debug_level",
-               doc="not 0: kernels check their outputs for NaN/Inf and the kernel cache is bypassed"),
-    OptionSpec("op_debug_config", "OP_DEBUG_CONFIG", _S, "", _path, "op_debug_config",
-               doc="path of an op debug config file (op_debug_list=OpA,OpB limits it to those ops)"),
-    OptionSpec("ge.streamMaxParallelNum", "STREAM_MAX_PARALLEL_NUM", _SG, "AiCore:4,AiVec:2,AiCpu:1",
-               _stream_max, "stream_max_parallel", doc="streams per engine, 'AiCore:4,AiVec:2,AiCpu:1'"),
-    OptionSpec("ge.enableSingleStream", "ENABLE_SINGLE_STREAM", _SG, "false", _bool, "single_stream",
-               doc="true: every node on one stream"),
-    OptionSpec("ge.exec.disableReuseMemory", "DISABLE_REUSE_MEMORY", _SG, "0", _flag01, "disable_reuse_memory",
-               doc="1: every tensor gets its own arena region"),
-    OptionSpec("ge.socVersion", "SOC_VERSION", _S, "AiogeSim", _graph_key, "soc_version",
-               doc="the simulated chip; kernels are cached per soc"),
-    OptionSpec("aioge.tune_mode", None, _SG, "tune", _choice("tune", "heuristic"), "tune_mode",
-               doc="tune: time candidate kernels on the real shapes; heuristic: pick by rule, no timing"),
-    OptionSpec("aioge.tune_budget_ms", None, _SG, "200", _positive_float, "tune_budget_ms",
-               doc="time budget for tuning one op"),
-    OptionSpec("aioge.exec_mode", None, _SG, "sink", _choice("sink", "host"), "exec_mode",
-               doc="sink: each stream runs in its worker; host: ops dispatched one by one from the loop",
-               shapes_compile=False),
-    OptionSpec("aioge.exec_devices", None, _S, "0", _int_range(0, 64), "exec_devices",
-               doc="N > 0: run graphs on N device processes (runs in parallel past the GIL); 0: in this process"),
-    OptionSpec("aioge.exec_threads", None, _SG, "auto", _choice("auto", "streams"), "exec_threads",
-               doc="sink mode: auto runs streams whose overlap does not pay for thread wake-ups in one thread; streams: a thread each"),
-    OptionSpec("aioge.graph_cache_check", None, _SG, "fingerprint", _choice("fingerprint", "key"),
-               "graph_cache_check", doc="fingerprint: reload only an identical graph; key: trust graph_key alone (GE)",
-               shapes_compile=False),
-    OptionSpec("ge.inputShape", "INPUT_SHAPE", _G, "", _input_shape, "input_shape",
-               doc="input shapes for gears, 'data:-1,3,224,224;other:...': -1 marks the dims ge.dynamicBatchSize or ge.dynamicDims set"),
-    OptionSpec("ge.dynamicBatchSize", "DYNAMIC_BATCH_SIZE", _G, "", _batch_sizes, "dynamic_batch_size",
-               doc="batch gears '1,2,4,8' (2-100), all compiled ahead; a run pads to the smallest that fits"),
-    OptionSpec("ge.dynamicDims", "DYNAMIC_DIMS", _G, "", _dims, "dynamic_dims",
-               doc="dims gears '4;8;16' or '1,64;2,32' (2-100), one value per -1 of ge.inputShape"),
-    OptionSpec("aioge.batch_max_rows", None, _G, "0", _int_range(0, 1 << 20), "batch_max_rows",
-               doc="N > 0: stack concurrent runs of the graph into batches of up to N rows (dim 0); 0: off",
-               shapes_compile=False),
-    OptionSpec("aioge.batch_max_delay_us", None, _G, "1000", _int_range(0, 10_000_000), "batch_max_delay_us",
-               doc="how long a batch waits for more rows after its first, in microseconds", shapes_compile=False),
-    OptionSpec("aioge.batch_preferred_sizes", None, _G, "", _sizes, "batch_preferred_sizes",
-               doc="batch sizes compiled up front and padded to, '1,4,16' (default: powers of 2 up to batch_max_rows)",
-               shapes_compile=False),
-    OptionSpec("aioge.cache_shared", None, _S, "0", _flag01, "cache_shared",
-               doc="1: cache files are group-writable and files of other owners are trusted",
-               shapes_compile=False),
-    OptionSpec("aioge.remote_cache", None, _S, "", _remote_url, "remote_cache", env="AIOGE_REMOTE_CACHE",
-               doc="a remote cache tier behind the disk caches (needs the redis extra): redis://host:port/db",
-               shapes_compile=False),
-    OptionSpec("aioge.remote_cache_timeout_ms", None, _S, "500", _positive_float, "remote_cache_timeout_ms",
-               doc="deadline of one remote cache request; a remote that misses it is left alone for 30 s",
-               shapes_compile=False),
-    OptionSpec("aioge.remote_cache_ttl", None, _S, "604800", _int_range(1, 10 * 365 * 86400), "remote_cache_ttl",
-               doc="seconds a remote cache entry lives after it is written",
-               shapes_compile=False),
-    OptionSpec("aioge.remote_cache_max_entry_mb", None, _S, "64", _int_range(1, 4096), "remote_cache_max_entry_mb",
-               doc="entries larger than this are not sent to the remote cache",
-               shapes_compile=False),
+    OptionSpec(
+        "ge.exec.exclude_engines",
+        "EXCLUDE_ENGINES",
+        _SG,
+        "",
+        _engines,
+        "exclude_engines",
+        doc="engines not to use, '|'-separated out of AiCore, AiVec (AiVector), AiCpu",
+    ),
+    OptionSpec(
+        "ge.op_compiler_cache_mode",
+        "OP_COMPILER_CACHE_MODE",
+        _SG,
+        "enable",
+        _choice("enable", "force", "disable"),
+        "op_cache_mode",
+        doc="kernel cache: enable reuses, force recompiles and replaces, disable neither reads nor writes",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "ge.op_compiler_cache_dir",
+        "OP_COMPILER_CACHE_DIR",
+        _S,
+        "",
+        _cache_dir,
+        "op_cache_dir",
+        env="ASCEND_CACHE_PATH",
+        doc="kernel cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data)",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "ge.optimizationSwitch",
+        "OPTIMIZATION_SWITCH",
+        _SG,
+        "",
+        _switch,
+        "optimization_switch",
+        doc="'Pass:on;Pass:off' to switch graph passes (see `aioge passes`)",
+    ),
+    OptionSpec(
+        "ge.graph_compiler_cache_dir",
+        None,
+        _S,
+        "",
+        _path,
+        "graph_cache_dir",
+        doc="directory of the compiled-graph cache; must exist; needs ge.graph_key too",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "ge.graph_key",
+        None,
+        _G,
+        "",
+        _graph_key,
+        "graph_key",
+        doc="the graph's name in the graph cache: 1-128 of A-Z a-z 0-9 _ -",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "ge.externalWeight",
+        "EXTERNAL_WEIGHT",
+        _SG,
+        "0",
+        _flag01,
+        "external_weight",
+        doc="1: keep constants in files under weight/ beside the compiled model",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "op_debug_level",
+        "OP_DEBUG_LEVEL",
+        _S,
+        "0",
+        _int_range(0, 4),
+        "op_debug_level",
+        doc="not 0: kernels check their outputs for NaN/Inf and the kernel cache is bypassed",
+    ),
+    OptionSpec(
+        "op_debug_config",
+        "OP_DEBUG_CONFIG",
+        _S,
+        "",
+        _path,
+        "op_debug_config",
+        doc="path of an op debug config file (op_debug_list=OpA,OpB limits it to those ops)",
+    ),
+    OptionSpec(
+        "ge.streamMaxParallelNum",
+        "STREAM_MAX_PARALLEL_NUM",
+        _SG,
+        "AiCore:4,AiVec:2,AiCpu:1",
+        _stream_max,
+        "stream_max_parallel",
+        doc="streams per engine, 'AiCore:4,AiVec:2,AiCpu:1'",
+    ),
+    OptionSpec(
+        "ge.enableSingleStream",
+        "ENABLE_SINGLE_STREAM",
+        _SG,
+        "false",
+        _bool,
+        "single_stream",
+        doc="true: every node on one stream",
+    ),
+    OptionSpec(
+        "ge.exec.disableReuseMemory",
+        "DISABLE_REUSE_MEMORY",
+        _SG,
+        "0",
+        _flag01,
+        "disable_reuse_memory",
+        doc="1: every tensor gets its own arena region",
+    ),
+    OptionSpec(
+        "ge.socVersion",
+        "SOC_VERSION",
+        _S,
+        "AiogeSim",
+        _graph_key,
+        "soc_version",
+        doc="the simulated chip; kernels are cached per soc",
+    ),
+    OptionSpec(
+        "aioge.tune_mode",
+        None,
+        _SG,
+        "tune",
+        _choice("tune", "heuristic"),
+        "tune_mode",
+        doc="tune: time candidate kernels on the real shapes; heuristic: pick by rule, no timing",
+    ),
+    OptionSpec("aioge.tune_budget_ms", None, _SG, "200", _positive_float, "tune_budget_ms", doc="time budget for tuning one op"),
+    OptionSpec(
+        "aioge.exec_mode",
+        None,
+        _SG,
+        "sink",
+        _choice("sink", "host"),
+        "exec_mode",
+        doc="sink: each stream runs in its worker; host: ops dispatched one by one from the loop",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "aioge.exec_devices",
+        None,
+        _S,
+        "0",
+        _int_range(0, 64),
+        "exec_devices",
+        doc="N > 0: run graphs on N device processes (runs in parallel past the GIL); 0: in this process",
+    ),
+    OptionSpec(
+        "aioge.exec_threads",
+        None,
+        _SG,
+        "auto",
+        _choice("auto", "streams"),
+        "exec_threads",
+        doc="sink mode: auto runs streams whose overlap does not pay for thread wake-ups in one thread; streams: a thread each",
+    ),
+    OptionSpec(
+        "aioge.graph_cache_check",
+        None,
+        _SG,
+        "fingerprint",
+        _choice("fingerprint", "key"),
+        "graph_cache_check",
+        doc="fingerprint: reload only an identical graph; key: trust graph_key alone (GE)",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "ge.inputShape",
+        "INPUT_SHAPE",
+        _G,
+        "",
+        _input_shape,
+        "input_shape",
+        doc="input shapes for gears, 'data:-1,3,224,224;other:...': -1 marks the dims ge.dynamicBatchSize or ge.dynamicDims set",
+    ),
+    OptionSpec(
+        "ge.dynamicBatchSize",
+        "DYNAMIC_BATCH_SIZE",
+        _G,
+        "",
+        _batch_sizes,
+        "dynamic_batch_size",
+        doc="batch gears '1,2,4,8' (2-100), all compiled ahead; a run pads to the smallest that fits",
+    ),
+    OptionSpec(
+        "ge.dynamicDims",
+        "DYNAMIC_DIMS",
+        _G,
+        "",
+        _dims,
+        "dynamic_dims",
+        doc="dims gears '4;8;16' or '1,64;2,32' (2-100), one value per -1 of ge.inputShape",
+    ),
+    OptionSpec(
+        "aioge.batch_max_rows",
+        None,
+        _G,
+        "0",
+        _int_range(0, 1 << 20),
+        "batch_max_rows",
+        doc="N > 0: stack concurrent runs of the graph into batches of up to N rows (dim 0); 0: off",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "aioge.batch_max_delay_us",
+        None,
+        _G,
+        "1000",
+        _int_range(0, 10_000_000),
+        "batch_max_delay_us",
+        doc="how long a batch waits for more rows after its first, in microseconds",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "aioge.batch_preferred_sizes",
+        None,
+        _G,
+        "",
+        _sizes,
+        "batch_preferred_sizes",
+        doc="batch sizes compiled up front and padded to, '1,4,16' (default: powers of 2 up to batch_max_rows)",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "aioge.cache_shared",
+        None,
+        _S,
+        "0",
+        _flag01,
+        "cache_shared",
+        doc="1: cache files are group-writable and files of other owners are trusted",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "aioge.remote_cache",
+        None,
+        _S,
+        "",
+        _remote_url,
+        "remote_cache",
+        env="AIOGE_REMOTE_CACHE",
+        doc="a remote cache tier behind the disk caches (needs the redis extra): redis://host:port/db",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "aioge.remote_cache_timeout_ms",
+        None,
+        _S,
+        "500",
+        _positive_float,
+        "remote_cache_timeout_ms",
+        doc="deadline of one remote cache request; a remote that misses it is left alone for 30 s",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "aioge.remote_cache_ttl",
+        None,
+        _S,
+        "604800",
+        _int_range(1, 10 * 365 * 86400),
+        "remote_cache_ttl",
+        doc="seconds a remote cache entry lives after it is written",
+        shapes_compile=False,
+    ),
+    OptionSpec(
+        "aioge.remote_cache_max_entry_mb",
+        None,
+        _S,
+        "64",
+        _int_range(1, 4096),
+        "remote_cache_max_entry_mb",
+        doc="entries larger than this are not sent to the remote cache",
+        shapes_compile=False,
+    ),
 )
 
 OPTIONS: Mapping[str, OptionSpec] = MappingProxyType({s.key: s for s in _TABLE})
@@ -456,6 +664,10 @@ def _check_gears(values: Mapping[str, Any], raw: Mapping[str, str]) -> None:
     if batch and any(s and (-1 in s[1:]) for s in shapes.values()):
         raise OptionError(key, raw[key], f"ge.inputShape {raw['ge.inputShape']!r} may hold -1 only as the first (batch) dim")
     if dims and len(dims[0]) != unknown:
-        raise OptionError(key, raw[key], f"each gear gives {len(dims[0])} dims; ge.inputShape {raw['ge.inputShape']!r} has {unknown} -1")
+        raise OptionError(
+            key, raw[key], f"each gear gives {len(dims[0])} dims; ge.inputShape {raw['ge.inputShape']!r} has {unknown} -1"
+        )
     if shapes and not (batch or dims):
-        raise OptionError("ge.inputShape", raw["ge.inputShape"], "aioge uses it with ge.dynamicBatchSize or ge.dynamicDims (the gears)")
+        raise OptionError(
+            "ge.inputShape", raw["ge.inputShape"], "aioge uses it with ge.dynamicBatchSize or ge.dynamicDims (the gears)"
+        )

@@ -36,9 +36,20 @@ __all__ = ["Backend", "ServedModel", "SessionBackend", "TensorSpec", "create_app
 log = logging.getLogger(__name__)
 
 # numpy dtype name <-> KServe v2 datatype (the protocol has no complex type; str is BYTES, not served).
-DATATYPES = {"bool": "BOOL", "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64",
-             "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64",
-             "float16": "FP16", "float32": "FP32", "float64": "FP64"}
+DATATYPES = {
+    "bool": "BOOL",
+    "uint8": "UINT8",
+    "uint16": "UINT16",
+    "uint32": "UINT32",
+    "uint64": "UINT64",
+    "int8": "INT8",
+    "int16": "INT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "float16": "FP16",
+    "float32": "FP32",
+    "float64": "FP64",
+}
 MAX_BODY_BYTES = 64 << 20
 HEADER_LENGTH = "inference-header-content-length"
 # Bodies and outputs past this many bytes are decoded and encoded in a worker thread (~1 ms of work).
@@ -172,10 +183,18 @@ class SessionBackend:
         except AiogeError:  # the session closed under a scrape (shutdown): nothing left to report
             return
         fams: dict[str, Any] = {
-            "kernels_compiled": CounterMetricFamily("aioge_model_kernels_compiled", "kernels compiled for the model's build", labels=["model"]),
-            "kernel_cache_hits": CounterMetricFamily("aioge_model_kernel_cache_hits", "kernels the kernel cache served", labels=["model"]),
-            "compile_seconds": GaugeMetricFamily("aioge_model_compile_seconds", "seconds the model's build took", labels=["model"]),
-            "graph_cache_hit": GaugeMetricFamily("aioge_model_graph_cache_hit", "1 when the graph cache served the build", labels=["model"]),
+            "kernels_compiled": CounterMetricFamily(
+                "aioge_model_kernels_compiled", "kernels compiled for the model's build", labels=["model"]
+            ),
+            "kernel_cache_hits": CounterMetricFamily(
+                "aioge_model_kernel_cache_hits", "kernels the kernel cache served", labels=["model"]
+            ),
+            "compile_seconds": GaugeMetricFamily(
+                "aioge_model_compile_seconds", "seconds the model's build took", labels=["model"]
+            ),
+            "graph_cache_hit": GaugeMetricFamily(
+                "aioge_model_graph_cache_hit", "1 when the graph cache served the build", labels=["model"]
+            ),
         }
         for name, s in stats:
             for key, fam in fams.items():
@@ -183,9 +202,12 @@ class SessionBackend:
         yield from fams.values()
         counts = self.session.kernel_cache.read_stats_sync()  # one small file read: scrapes run in a worker thread
         for key in ("hits", "misses", "compiles"):
-            yield CounterMetricFamily(f"aioge_kernel_cache_{key}", f"kernel cache {key} (whole cache folder, all processes)",
-                                      value=counts.get(key, 0))
-        batch = GaugeMetricFamily("aioge_batch", "dynamic batching statistics per model (aioge.batch_* options)", labels=["model", "stat"])
+            yield CounterMetricFamily(
+                f"aioge_kernel_cache_{key}", f"kernel cache {key} (whole cache folder, all processes)", value=counts.get(key, 0)
+            )
+        batch = GaugeMetricFamily(
+            "aioge_batch", "dynamic batching statistics per model (aioge.batch_* options)", labels=["model", "stat"]
+        )
         for m in models:
             for stat, value in batch_stats(self.session, m.handle).items():
                 batch.add_metric([m.name, stat], value)
@@ -215,12 +237,27 @@ class _Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("aioge_requests", "inference requests by model and HTTP status", ["model", "code"], registry=r)
-        self.latency = Histogram("aioge_request_duration_seconds", "inference request time, body read to response", ["model"],
-                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
-        self.rows = Histogram("aioge_request_batch_rows", "rows (first dim of the first input) per request", ["model"],
-                              buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024), registry=r)
-        self.queue = Histogram("aioge_request_queue_seconds", "time a request waited for an inference slot (--max-inflight)",
-                               ["model"], buckets=(0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5), registry=r)
+        self.latency = Histogram(
+            "aioge_request_duration_seconds",
+            "inference request time, body read to response",
+            ["model"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.rows = Histogram(
+            "aioge_request_batch_rows",
+            "rows (first dim of the first input) per request",
+            ["model"],
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024),
+            registry=r,
+        )
+        self.queue = Histogram(
+            "aioge_request_queue_seconds",
+            "time a request waited for an inference slot (--max-inflight)",
+            ["model"],
+            buckets=(0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
+            registry=r,
+        )
         ready = Gauge("aioge_model_ready", "1 when the model is loaded and compiled", ["model"], registry=r)
         for m in models.values():
             ready.labels(m.name).set_function(partial(_is_ready, m))
@@ -244,14 +281,18 @@ class _BadRequest(Exception):
         self.status = status
 
 
-def _decode_request(body: bytes, header_length: str | None, model: ServedModel) -> tuple[dict[str, np.ndarray], list[tuple[str, bool]], Any]:
+def _decode_request(
+    body: bytes, header_length: str | None, model: ServedModel
+) -> tuple[dict[str, np.ndarray], list[tuple[str, bool]], Any]:
     """Feeds, the requested outputs (name, binary) and the request id from an infer body."""
     try:
         n = len(body) if header_length is None else int(header_length)
         if not 0 <= n <= len(body):
             raise ValueError
     except ValueError:
-        raise _BadRequest(400, f"Inference-Header-Content-Length {header_length!r} is not a length within the body ({len(body)} bytes)") from None
+        raise _BadRequest(
+            400, f"Inference-Header-Content-Length {header_length!r} is not a length within the body ({len(body)} bytes)"
+        ) from None
     try:
         request = json.loads(body[:n])
     except (ValueError, UnicodeDecodeError) as exc:
@@ -282,9 +323,12 @@ def _decode_request(body: bytes, header_length: str | None, model: ServedModel) 
         size = (item.get("parameters") or {}).get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or size != count * dtype.itemsize or offset + size > len(binary):
-                raise _BadRequest(400, f"input {name!r}: binary_data_size {size!r} does not match {shape} {spec.datatype} "
-                                       f"({count * dtype.itemsize} bytes) or the {len(binary) - offset} binary bytes left")
-            array = np.frombuffer(binary[offset:offset + size], dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
+                raise _BadRequest(
+                    400,
+                    f"input {name!r}: binary_data_size {size!r} does not match {shape} {spec.datatype} "
+                    f"({count * dtype.itemsize} bytes) or the {len(binary) - offset} binary bytes left",
+                )
+            array = np.frombuffer(binary[offset : offset + size], dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
             offset += size
         else:
             try:
@@ -305,13 +349,18 @@ def _decode_request(body: bytes, header_length: str | None, model: ServedModel) 
     wanted: list[tuple[str, bool]] = []
     for item in request.get("outputs") or [{"name": s.name} for s in model.outputs]:
         if not isinstance(item, dict) or item.get("name") not in known:
-            raise _BadRequest(400, f"model {model.name!r} has no output {item.get('name') if isinstance(item, dict) else item!r}; "
-                                   f"its outputs are {sorted(known)}")
+            raise _BadRequest(
+                400,
+                f"model {model.name!r} has no output {item.get('name') if isinstance(item, dict) else item!r}; "
+                f"its outputs are {sorted(known)}",
+            )
         wanted.append((item["name"], bool((item.get("parameters") or {}).get("binary_data", default_binary))))
     return feeds, wanted, request.get("id")
 
 
-def _encode_response(model: ServedModel, outputs: Mapping[str, np.ndarray], wanted: list[tuple[str, bool]], request_id: Any) -> tuple[bytes, int | None]:
+def _encode_response(
+    model: ServedModel, outputs: Mapping[str, np.ndarray], wanted: list[tuple[str, bool]], request_id: Any
+) -> tuple[bytes, int | None]:
     """The response body and, when binary outputs follow the JSON, the JSON's length."""
     entries, blobs = [], []
     for name, binary in wanted:
@@ -334,8 +383,9 @@ def _encode_response(model: ServedModel, outputs: Mapping[str, np.ndarray], want
     return (head + b"".join(blobs), len(head)) if blobs else (head, None)
 
 
-def create_app(paths: Sequence[str], backend: Backend | None = None, *, max_body_bytes: int = MAX_BODY_BYTES,
-               max_inflight: int = 1024) -> Any:
+def create_app(
+    paths: Sequence[str], backend: Backend | None = None, *, max_body_bytes: int = MAX_BODY_BYTES, max_inflight: int = 1024
+) -> Any:
     """The Starlette app serving ``paths`` (.onnx and .om files) through ``backend``
     (default: ``SessionBackend()``).
 
@@ -396,8 +446,13 @@ def create_app(paths: Sequence[str], backend: Backend | None = None, *, max_body
 
     async def model_metadata(request: Request) -> Response:
         m = lookup(request)
-        body: dict[str, Any] = {"name": m.name, "versions": ["1"], "platform": "aioge_" + Path(m.path).suffix[1:],
-                                "inputs": [s.metadata() for s in m.inputs], "outputs": [s.metadata() for s in m.outputs]}
+        body: dict[str, Any] = {
+            "name": m.name,
+            "versions": ["1"],
+            "platform": "aioge_" + Path(m.path).suffix[1:],
+            "inputs": [s.metadata() for s in m.inputs],
+            "outputs": [s.metadata() for s in m.outputs],
+        }
         if m.error:
             body["error"] = m.error
         return JSONResponse(body)
@@ -459,7 +514,9 @@ def create_app(paths: Sequence[str], backend: Backend | None = None, *, max_body
             metrics.latency.labels(label).observe(time.perf_counter() - start)
         if json_length is None:
             return Response(payload, media_type="application/json")
-        return Response(payload, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(json_length)})
+        return Response(
+            payload, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(json_length)}
+        )
 
     async def prometheus(request: Request) -> Response:
         text = await anyio.to_thread.run_sync(generate_latest, metrics.registry)
@@ -475,11 +532,18 @@ def create_app(paths: Sequence[str], backend: Backend | None = None, *, max_body
 
         return run
 
-    routes = [Route("/v2/health/live", live), Route("/v2/health/ready", ready), Route("/v2", server_metadata),
-              Route("/metrics", prometheus)]
+    routes = [
+        Route("/v2/health/live", live),
+        Route("/v2/health/ready", ready),
+        Route("/v2", server_metadata),
+        Route("/metrics", prometheus),
+    ]
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
-        routes += [Route(prefix, guarded(model_metadata)), Route(prefix + "/ready", guarded(model_ready)),
-                   Route(prefix + "/infer", infer, methods=["POST"])]
+        routes += [
+            Route(prefix, guarded(model_metadata)),
+            Route(prefix + "/ready", guarded(model_ready)),
+            Route(prefix + "/infer", infer, methods=["POST"]),
+        ]
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.models = models
@@ -492,6 +556,13 @@ def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, *, graceful_secon
     ``graceful_seconds`` to finish)."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, lifespan="on", log_level="warning",
-                            timeout_graceful_shutdown=max(1, round(graceful_seconds)), access_log=False)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        lifespan="on",
+        log_level="warning",
+        timeout_graceful_shutdown=max(1, round(graceful_seconds)),
+        access_log=False,
+    )
     uvicorn.Server(config).run()

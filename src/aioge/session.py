@@ -64,7 +64,9 @@ class _GraphEntry:
     batched: frozenset[str] = frozenset()  # outputs whose dim 0 is the batch (gears, batching)
     batchers: dict[_Tail, Batcher] = field(default_factory=dict)  # aioge.batch_max_rows: one per feed layout
     checked: dict[_FeedKey, Signature] = field(default_factory=dict)  # feed layouts already checked
-    served: dict[_FeedKey, tuple[int, _Tail]] = field(default_factory=dict)  # gears/batching: layouts checked, their rows and tail
+    served: dict[_FeedKey, tuple[int, _Tail]] = field(
+        default_factory=dict
+    )  # gears/batching: layouts checked, their rows and tail
 
 
 class _RunGate:
@@ -129,7 +131,9 @@ def _release_unclosed(engines: _Engines) -> None:
     if held:
         warnings.warn(
             f"unclosed aioge.Session holding {' and '.join(held)}; use 'async with aioge.Session(...)' "
-            "or 'await session.aclose()'", ResourceWarning, stacklevel=2,
+            "or 'await session.aclose()'",
+            ResourceWarning,
+            stacklevel=2,
         )
 
 
@@ -139,7 +143,9 @@ def _check_graph_id(graph_id: object) -> None:
     Raises:
         GraphIdError: not an int in [0, 2**32)."""
     if not isinstance(graph_id, (int, np.integer)) or isinstance(graph_id, bool) or not 0 <= int(graph_id) < 2**32:
-        raise GraphIdError(f"graph id {graph_id!r} ({type(graph_id).__name__}): expected an int in [0, 2**32), as GE's uint32 ids")
+        raise GraphIdError(
+            f"graph id {graph_id!r} ({type(graph_id).__name__}): expected an int in [0, 2**32), as GE's uint32 ids"
+        )
 
 
 class Session:
@@ -158,7 +164,9 @@ class Session:
         self.kernel_cache = KernelCache.from_options(resolved)
         # aioge.remote_cache: a shared tier behind the disk (read-through, write-behind).
         self.remote_cache = remote_tier_for(resolved)
-        self._kernel_store = self.kernel_cache if self.remote_cache is None else TieredKernelStore(self.kernel_cache, self.remote_cache)
+        self._kernel_store = (
+            self.kernel_cache if self.remote_cache is None else TieredKernelStore(self.kernel_cache, self.remote_cache)
+        )
         self._graphs: dict[int, _GraphEntry] = {}
         self._reserved: set[int] = set()  # ids whose add_graph or load_model is in flight
         # Session.run's graphs by (id(graph), graph options), least recently run first, and
@@ -278,20 +286,30 @@ class Session:
         try:
             resolved = resolve_options(self._options, checked)
             if resolved.graph_key and not resolved.graph_cache_dir:
-                warnings.warn(f"graph {graph.name!r}: ge.graph_key {resolved.graph_key!r} has no effect without the session "
-                              "option ge.graph_compiler_cache_dir: the graph cache is off", UserWarning, stacklevel=3)
+                warnings.warn(
+                    f"graph {graph.name!r}: ge.graph_key {resolved.graph_key!r} has no effect without the session "
+                    "option ge.graph_compiler_cache_dir: the graph cache is off",
+                    UserWarning,
+                    stacklevel=3,
+                )
             await anyio.to_thread.run_sync(graph.validate)
             cache = await anyio.to_thread.run_sync(graph_cache.cache_for, resolved, graph.name)
             self._check_open(graph.name)
             self._adopt_variables(graph)
             entry = _GraphEntry(graph_id, graph, checked, resolved, lock=anyio.Lock(), graph_cache=cache)
             if resolved.batch_max_rows and graph.variables:
-                raise OptionError("aioge.batch_max_rows", str(resolved.batch_max_rows),
-                                  f"graph {graph.name!r} has variables: runs stacked into one would update them once, not per caller")
+                raise OptionError(
+                    "aioge.batch_max_rows",
+                    str(resolved.batch_max_rows),
+                    f"graph {graph.name!r} has variables: runs stacked into one would update them once, not per caller",
+                )
             entry.gears = gear_set(graph, resolved)
             if entry.gears is not None and resolved.batch_max_rows and not entry.gears.batch:
-                raise OptionError("aioge.batch_max_rows", str(resolved.batch_max_rows),
-                                  "batching stacks along dim 0: it works with ge.dynamicBatchSize gears, not ge.dynamicDims")
+                raise OptionError(
+                    "aioge.batch_max_rows",
+                    str(resolved.batch_max_rows),
+                    "batching stacks along dim 0: it works with ge.dynamicBatchSize gears, not ge.dynamicDims",
+                )
             if entry.gears is not None:
                 await self._build_gears(entry, entry.gears)
             elif resolved.batch_max_rows:
@@ -359,8 +377,14 @@ class Session:
             return stats[0]
         batches, requests, rows = (sum(getattr(x, f) for x in stats) for f in ("batches", "requests", "rows"))
         busiest = max(stats, key=lambda x: x.requests, default=None)
-        return BatchStats(batches, requests, rows, rows / batches if batches else 0.0,
-                          busiest.queue_delay_p50 if busiest else 0.0, busiest.queue_delay_p99 if busiest else 0.0)
+        return BatchStats(
+            batches,
+            requests,
+            rows,
+            rows / batches if batches else 0.0,
+            busiest.queue_delay_p50 if busiest else 0.0,
+            busiest.queue_delay_p99 if busiest else 0.0,
+        )
 
     async def _run_entry(
         self, entry: _GraphEntry, feeds: Mapping[str, Any], trace: str | os.PathLike[str] | None = None
@@ -395,7 +419,9 @@ class Session:
             await anyio.to_thread.run_sync(write_trace, os.fspath(trace), exe.model, spans, start)
         return outputs
 
-    async def run(self, graph: Graph, feeds: Mapping[str, Any], options: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+    async def run(
+        self, graph: Graph, feeds: Mapping[str, Any], options: Mapping[str, str] | None = None
+    ) -> dict[str, np.ndarray]:
         """Run a graph object directly: added (with ``options``) and built on first sight.
 
         Each (graph object, graph options) pair is registered once, under a negative graph id
@@ -487,8 +513,11 @@ class Session:
             self._adopt_variables(model.graph)
             resolved = resolve_options(self._options, checked)
             if resolved.batch_max_rows and not (gear_set_of_model(model) or _NO_GEARS).batch:
-                raise OptionError("aioge.batch_max_rows", str(resolved.batch_max_rows),
-                                  f"{os.fspath(path)} has no batch gears to pad batches to; compile it with --dynamic-batch-size")
+                raise OptionError(
+                    "aioge.batch_max_rows",
+                    str(resolved.batch_max_rows),
+                    f"{os.fspath(path)} has no batch gears to pad batches to; compile it with --dynamic-batch-size",
+                )
             exe = await anyio.to_thread.run_sync(partial(Executable, model, self._variables, threads=resolved.exec_threads))
             self._check_open(model.graph.name)
             entry = _GraphEntry(graph_id, model.graph, checked, resolved, lock=anyio.Lock())
@@ -497,7 +526,8 @@ class Session:
             entry.last = signature
             for gear in model.gears:  # the other gears of a geared .om
                 entry.builds[_sig(gear)] = await anyio.to_thread.run_sync(
-                    partial(Executable, gear, self._variables, threads=resolved.exec_threads))
+                    partial(Executable, gear, self._variables, threads=resolved.exec_threads)
+                )
             entry.gears = gear_set_of_model(model)
             if entry.gears is not None and entry.gears.batch:
                 entry.batched = batched_outputs(dict(zip(entry.gears.batch, model.all_gears())))
@@ -573,8 +603,7 @@ class Session:
                 self._variables[name] = np.array(v.data, copy=True)
             elif have.shape != v.data.shape or have.dtype != v.data.dtype:  # type: ignore[union-attr]
                 raise GraphError(
-                    f"variable {name!r} is {have.dtype}{list(have.shape)} in this session, "
-                    f"{v.desc} in this graph",
+                    f"variable {name!r} is {have.dtype}{list(have.shape)} in this session, {v.desc} in this graph",
                     graph=graph.name,
                 )
 
@@ -595,12 +624,15 @@ class Session:
                     )
 
                 if entry.graph_cache is not None:
-                    model = await graph_cache.load_or_compile(entry.graph_cache, entry.graph, signature, entry.resolved, compile_now,
-                                                              remote=self.remote_cache)
+                    model = await graph_cache.load_or_compile(
+                        entry.graph_cache, entry.graph, signature, entry.resolved, compile_now, remote=self.remote_cache
+                    )
                 else:
                     model = await compile_now()
                 # Binding kernels takes milliseconds on big models: off the loop.
-                exe = await anyio.to_thread.run_sync(partial(Executable, model, self._variables, threads=entry.resolved.exec_threads))
+                exe = await anyio.to_thread.run_sync(
+                    partial(Executable, model, self._variables, threads=entry.resolved.exec_threads)
+                )
                 entry.builds[signature] = exe
             entry.last = signature
             return exe
@@ -688,10 +720,14 @@ class Session:
             model = await graph_cache.load_or_compile(entry.graph_cache, graph, gears.signatures[0], resolved, compile_all)
         else:
             model = await compile_all()
-        if [_sig(m) for m in model.all_gears()] != list(gears.signatures):  # pragma: no cover - the cache key holds the gear options
+        if [_sig(m) for m in model.all_gears()] != list(
+            gears.signatures
+        ):  # pragma: no cover - the cache key holds the gear options
             raise GraphError("the cached model's gears differ from the options' gears", graph=graph.name)
         for m in model.all_gears():
-            entry.builds[_sig(m)] = await anyio.to_thread.run_sync(partial(Executable, m, self._variables, threads=resolved.exec_threads))
+            entry.builds[_sig(m)] = await anyio.to_thread.run_sync(
+                partial(Executable, m, self._variables, threads=resolved.exec_threads)
+            )
         entry.last = gears.signatures[0]
         if gears.batch:
             entry.batched = batched_outputs(dict(zip(gears.batch, model.all_gears())))
@@ -767,8 +803,10 @@ class Session:
         batcher = entry.batchers.get(tail)
         if batcher is None:
             batcher = entry.batchers[tail] = Batcher(
-                partial(self._run_padded, entry), max_rows=self._max_rows(entry),
-                max_delay=entry.resolved.batch_max_delay_us / 1e6, batched=entry.batched,
+                partial(self._run_padded, entry),
+                max_rows=self._max_rows(entry),
+                max_delay=entry.resolved.batch_max_delay_us / 1e6,
+                batched=entry.batched,
             )
         return batcher
 

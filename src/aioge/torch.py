@@ -43,8 +43,10 @@ def _check_import_order() -> None:
     import sys
 
     if "tensorflow" in sys.modules and "triton" not in sys.modules and importlib.util.find_spec("triton") is not None:
-        raise ImportError("aioge.torch must be imported before tensorflow in one process: torch's compiler loads triton, "
-                          "whose LLVM crashes the process when TensorFlow's is already loaded")
+        raise ImportError(
+            "aioge.torch must be imported before tensorflow in one process: torch's compiler loads triton, "
+            "whose LLVM crashes the process when TensorFlow's is already loaded"
+        )
 
 
 _check_import_order()

@@ -39,9 +39,14 @@ async def test_two_tasks_exclude_each_other(tmp_path: Path) -> None:
 async def test_waits_for_another_process_then_gets_it(tmp_path: Path) -> None:
     path = tmp_path / "k.lock"
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import filelock, time, sys\nl = filelock.FileLock({str(path)!r})\nl.acquire()\n"
-         "print('held', flush=True)\ntime.sleep(0.4)\n"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            f"import filelock, time, sys\nl = filelock.FileLock({str(path)!r})\nl.acquire()\n"
+            "print('held', flush=True)\ntime.sleep(0.4)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"

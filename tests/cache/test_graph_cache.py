@@ -229,7 +229,9 @@ async def test_corrupt_index_is_rebuilt_from_the_valid_models(tmp_path, caplog, 
     await _build(tmp_path, graph=_graph(scale=3.0))
     idx = tmp_path / "gk.idx"
     data = idx.read_bytes()
-    idx.write_bytes({"flip": data[:-3] + bytes([data[-3] ^ 1]) + data[-2:], "truncate": data[: len(data) // 2], "garbage": b"{json?"}[damage])
+    idx.write_bytes(
+        {"flip": data[:-3] + bytes([data[-3] ^ 1]) + data[-2:], "truncate": data[: len(data) // 2], "garbage": b"{json?"}[damage]
+    )
     (tmp_path / "gk_20000101000000.om").write_bytes(b"not a model")  # a broken leftover is not resurrected
     out, model = await _build(tmp_path)
     assert model.stats.graph_cache_hit  # recovered from the .om files
@@ -349,7 +351,10 @@ def test_processes_started_together_compile_once(tmp_path) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _CHILD, str(cache), str(start), os.path.dirname(__file__), str(marker)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         for _ in range(4)
     ]

@@ -73,8 +73,11 @@ def _entries(root: Path) -> list[Path]:
 def _tree(root: Path) -> dict[str, tuple[int, str]]:
     if not root.exists():
         return {}
-    return {str(p.relative_to(root)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 # -- modes --------------------------------------------------------------------------------------
@@ -142,7 +145,10 @@ async def test_force_recompiles_everything_and_keeps_a_parallel_compile_intact(t
     old = _entries(tmp_path)
     assert len(old) == len(seeded.nodes)
     forced = anyio.Event()
-    async with aioge.Session(_opts(tmp_path)) as reader, aioge.Session(_opts(tmp_path, **{"ge.op_compiler_cache_mode": "force"})) as forcer:
+    async with (
+        aioge.Session(_opts(tmp_path)) as reader,
+        aioge.Session(_opts(tmp_path, **{"ge.op_compiler_cache_mode": "force"})) as forcer,
+    ):
         real_load = reader.kernel_cache.load
 
         async def late_load(key, view):  # the reader's lookups happen after force has finished
@@ -231,9 +237,13 @@ def test_limits_ini_beats_env_beats_defaults_and_ini_needs_both_values(tmp_path:
     _ini(tmp_path, "[op_compiler_cache]\nmax_op_cache_size=100\nremain_cache_size_ratio=20\n")
     lim = read_limits(tmp_path, env)
     assert (lim.max_mb, lim.ratio, lim.max_source, lim.ratio_source) == (100, 20, "ini", "ini")
-    for bad in ("max_op_cache_size=100\nremain_cache_size_ratio=0", "max_op_cache_size=0\nremain_cache_size_ratio=20",
-                "max_op_cache_size=100", "max_op_cache_size=1.5\nremain_cache_size_ratio=20",
-                "max_op_cache_size=100\nremain_cache_size_ratio=101"):
+    for bad in (
+        "max_op_cache_size=100\nremain_cache_size_ratio=0",
+        "max_op_cache_size=0\nremain_cache_size_ratio=20",
+        "max_op_cache_size=100",
+        "max_op_cache_size=1.5\nremain_cache_size_ratio=20",
+        "max_op_cache_size=100\nremain_cache_size_ratio=101",
+    ):
         _ini(tmp_path, "[op_compiler_cache]\n" + bad + "\n")
         lim = read_limits(tmp_path, env)
         assert (lim.max_mb, lim.ratio, lim.max_source) == (300, 70, "env"), bad  # only both valid values count
@@ -263,8 +273,9 @@ class Clock:
 
 def _desc(i: int, pad: int = 100_000) -> KernelDesc:
     key = f"toy_{i:064x}"
-    return KernelDesc(key, "Toy", "", "AiCore", (((4,), "float32", "ND"),), (((4,), "float32", "ND"),), "numpy",
-                      {"pad": "x" * pad})
+    return KernelDesc(
+        key, "Toy", "", "AiCore", (((4,), "float32", "ND"),), (((4,), "float32", "ND"),), "numpy", {"pad": "x" * pad}
+    )
 
 
 def _fill(cache: KernelCache, ages_s: list[float]) -> list[Path]:
@@ -385,7 +396,9 @@ async def test_op_debug_list_recompiles_listed_ops_only(tmp_path: Path) -> None:
 # -- broken entries -----------------------------------------------------------------------------
 
 
-async def test_corrupt_truncated_foreign_and_mismatched_entries_are_misses(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_corrupt_truncated_foreign_and_mismatched_entries_are_misses(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     first = await _build(_opts(tmp_path))
     entries = _entries(tmp_path)
     assert len(entries) == len(first.nodes) == 5
@@ -416,7 +429,9 @@ async def test_an_entry_that_is_not_a_legal_choice_is_recompiled(tmp_path: Path,
     cache.store_sync(bogus, cache.open_view_sync(force=False))
     with caplog.at_level(logging.WARNING):
         again = await _build(_opts(tmp_path))
-    assert again.stats.kernels_compiled == 1 and again.node(next(n.name for n in first.nodes if n.op_type == "Relu")).kernel == relu
+    assert (
+        again.stats.kernels_compiled == 1 and again.node(next(n.name for n in first.nodes if n.op_type == "Relu")).kernel == relu
+    )
     assert any("not a candidate" in r.getMessage() for r in caplog.records)
 
 
@@ -433,8 +448,9 @@ async def test_entries_of_another_version_are_misses(tmp_path: Path, monkeypatch
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "aioge", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "aioge", *args], capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
+    )
 
 
 async def test_cli_stats_prune_clear(tmp_path: Path) -> None:
@@ -443,7 +459,9 @@ async def test_cli_stats_prune_clear(tmp_path: Path) -> None:
     report = cache_report(tmp_path, env={"ASCEND_MAX_OP_CACHE_SIZE": "50"})
     assert report["socs"][0]["entries"] == n and report["socs"][0]["compiles"] == n
     assert report["limits"]["max_source"] == "env"  # the op_cache.ini the compile wrote sets nothing
-    (tmp_path / "kernel_cache" / "op_cache.ini").write_text("[op_compiler_cache]\nmax_op_cache_size=500\nremain_cache_size_ratio=50\n")
+    (tmp_path / "kernel_cache" / "op_cache.ini").write_text(
+        "[op_compiler_cache]\nmax_op_cache_size=500\nremain_cache_size_ratio=50\n"
+    )
     out = _cli("cache", "stats", "--dir", str(tmp_path))
     assert out.returncode == 0 and f"AiogeSim: {n} entries" in out.stdout and "500 MB (ini)" in out.stdout
     (tmp_path / "kernel_cache" / "op_cache.ini").unlink()

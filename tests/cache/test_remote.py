@@ -57,9 +57,23 @@ class RedisServer:
     def __init__(self, tmp: Path) -> None:
         self.port = _free_port()
         self.proc = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(tmp), "--protected-mode", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                REDIS_SERVER,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(tmp),
+                "--protected-mode",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
         while True:
@@ -101,8 +115,13 @@ def server(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 def _opts(root: Path, url: str, **extra: str) -> dict[str, str]:
-    return {"ge.op_compiler_cache_dir": str(root), "aioge.tune_mode": "heuristic", "ge.optimizationSwitch": UNFUSED,
-            "aioge.remote_cache": url, **extra}
+    return {
+        "ge.op_compiler_cache_dir": str(root),
+        "aioge.tune_mode": "heuristic",
+        "ge.optimizationSwitch": UNFUSED,
+        "aioge.remote_cache": url,
+        **extra,
+    }
 
 
 async def _build(options: dict[str, str]) -> aioge.CompiledModel:
@@ -134,8 +153,13 @@ def test_two_processes_with_separate_disk_caches_share_kernels_through_redis(ser
     script = _CHILD.format(tests=str(Path(__file__).parents[1]))
     results = []
     for name in ("a", "b"):
-        out = subprocess.run([sys.executable, "-c", script, str(tmp_path / name), server.url], capture_output=True,
-                             text=True, timeout=100, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path / name), server.url],
+            capture_output=True,
+            text=True,
+            timeout=100,
+            check=True,
+        )
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert results[0] == {"compiled": KERNELS, "hits": 0}
     assert results[1] == {"compiled": 0, "hits": KERNELS}  # the second compiles nothing
@@ -166,7 +190,10 @@ def test_cache_stats_reports_the_remote_tier_beside_the_disk(
     assert report["remote"]["url"] == f"redis://:***@127.0.0.1:{server.port}/0"
     (soc,) = report["remote"]["socs"]
     assert (soc["soc"], soc["hits"], soc["misses"], soc["errors"]) == ("AiogeSim", KERNELS, 0, 0)
-    assert (report["kernel"]["socs"][0]["hits"], report["kernel"]["socs"][0]["misses"]) == (0, KERNELS)  # the disk tier missed, the remote served
+    assert (report["kernel"]["socs"][0]["hits"], report["kernel"]["socs"][0]["misses"]) == (
+        0,
+        KERNELS,
+    )  # the disk tier missed, the remote served
     assert main(["cache", "stats", "--dir", str(tmp_path / "b")]) == 0
     text = capsys.readouterr().out
     assert f"remote cache: redis://:***@127.0.0.1:{server.port}/0" in text
@@ -325,7 +352,9 @@ async def test_a_one_second_network_delay_does_not_stall_a_compile_beyond_the_de
     caplog.set_level(logging.WARNING)
     try:
         t0 = time.monotonic()
-        model = await _build(_opts(tmp_path / "slow", f"redis://127.0.0.1:{proxy.port}/0", **{"aioge.remote_cache_timeout_ms": "200"}))
+        model = await _build(
+            _opts(tmp_path / "slow", f"redis://127.0.0.1:{proxy.port}/0", **{"aioge.remote_cache_timeout_ms": "200"})
+        )
         slow = time.monotonic() - t0
     finally:
         proxy.close()

@@ -16,8 +16,24 @@ from aioge.keys import kernel_key, kernel_key_parts
 from aioge.plan.codec import encode_value
 from aioge.plan.kernel import KernelDesc, desc_from_plain, desc_to_plain
 
-PARTS = ("op", "inputs", "outputs", "attrs", "const_inputs", "engine", "soc", "debug", "debug_config", "tune", "impls",
-         "impl_version", "code", "aioge", "numpy", "python")
+PARTS = (
+    "op",
+    "inputs",
+    "outputs",
+    "attrs",
+    "const_inputs",
+    "engine",
+    "soc",
+    "debug",
+    "debug_config",
+    "tune",
+    "impls",
+    "impl_version",
+    "code",
+    "aioge",
+    "numpy",
+    "python",
+)
 
 
 def _node(shape=(2, 3), dtype="float32", name="n", alpha=0.1):
@@ -101,8 +117,18 @@ def test_integer_constant_inputs_are_keyed() -> None:
 
 
 def test_desc_round_trips_as_plain_data() -> None:
-    desc = KernelDesc("k_" + "0" * 64, "Conv", "", "AiCore", (((1, 2), "float32", "ND"), None), (((1, 2), "float32", "ND"),),
-                      "conv_im2col_nhwc", {"block": 1, "tile": (2, 3)}, 128, True)
+    desc = KernelDesc(
+        "k_" + "0" * 64,
+        "Conv",
+        "",
+        "AiCore",
+        (((1, 2), "float32", "ND"), None),
+        (((1, 2), "float32", "ND"),),
+        "conv_im2col_nhwc",
+        {"block": 1, "tile": (2, 3)},
+        128,
+        True,
+    )
     import msgpack
 
     again = desc_from_plain(msgpack.unpackb(msgpack.packb(desc_to_plain(desc)), strict_map_key=True))
@@ -119,8 +145,13 @@ def test_desc_round_trips_as_plain_data() -> None:
                 values[k] = v
         return plain
 
-    for fields, what in (({"tuned": "yes"}, "tuned"), ({"impl": None}, "impl"), ({"inputs": [[1, 2]]}, "inputs"),
-                         ({"inputs": {"~t": [{"~t": [1, 2]}]}}, "inputs"), ({"extra": 1}, "extra")):
+    for fields, what in (
+        ({"tuned": "yes"}, "tuned"),
+        ({"impl": None}, "impl"),
+        ({"inputs": [[1, 2]]}, "inputs"),
+        ({"inputs": {"~t": [{"~t": [1, 2]}]}}, "inputs"),
+        ({"extra": 1}, "extra"),
+    ):
         with pytest.raises(ValueError, match=what):
             desc_from_plain(bad_with(**fields))
     with pytest.raises(ValueError, match="kernel desc"):

@@ -246,7 +246,9 @@ def _max_clique_brute(model: CompiledModel) -> int:
     bufs = model.memory.buffers
 
     def conflict(a, b) -> bool:  # type: ignore[no-untyped-def]
-        return not (all(r in before[b.producer] for r in readers[a.value]) or all(r in before[a.producer] for r in readers[b.value]))
+        return not (
+            all(r in before[b.producer] for r in readers[a.value]) or all(r in before[a.producer] for r in readers[b.value])
+        )
 
     best = 0
     for r in range(1, len(bufs) + 1):

@@ -289,7 +289,11 @@ def test_well_formed_files_with_wrong_structure_are_rejected() -> None:
     for payload, message in cases:
         with pytest.raises(ModelFormatError, match=message):
             serialize.decode_model(_repack(payload))
-    for framed, message in ((struct.pack("<Q", 10**9) + b"x", "declares"), (b"abc", "too short"), (struct.pack("<Q", 1) + b"\xc1" + b"\0" * 55, "cannot decode")):
+    for framed, message in (
+        (struct.pack("<Q", 10**9) + b"x", "declares"),
+        (b"abc", "too short"),
+        (struct.pack("<Q", 1) + b"\xc1" + b"\0" * 55, "cannot decode"),
+    ):
         with pytest.raises(ModelFormatError, match=message):
             serialize.decode_model(io.make_envelope("om", framed))
 

@@ -84,8 +84,12 @@ def test_heuristic_is_the_first_applicable_without_timing() -> None:
     choice = select_kernel(schema, DESCS, OUTS, {}, [None], mode="heuristic", budget_ms=200)
     assert choice is not None and choice.impl == "first" and not choice.tuned and not calls
     assert choose_heuristic(schema, DESCS, {}).impl == "first"  # type: ignore[union-attr]
-    assert select_kernel(_schema(_impl("never", lambda x: x, applies=lambda d, a: False)), DESCS, OUTS, {}, [None],
-                         mode="tune", budget_ms=10) is None
+    assert (
+        select_kernel(
+            _schema(_impl("never", lambda x: x, applies=lambda d, a: False)), DESCS, OUTS, {}, [None], mode="tune", budget_ms=10
+        )
+        is None
+    )
 
 
 def test_budget_bounds_tuning_but_the_reference_always_runs() -> None:
@@ -248,7 +252,7 @@ def test_global_pool_and_reduce_algorithms_agree() -> None:
 def test_softmax_and_layernorm_algorithms_agree(axis) -> None:
     x = _f32(3, 4, 5)
     assert _check(knn.build_softmax, SOFTMAX_ALGOS, {"axis": axis}, [x]) == 2
-    scale_shape = x.shape[axis % 3:]
+    scale_shape = x.shape[axis % 3 :]
     assert _check(knn.build_layer_norm, LAYERNORM_ALGOS, {"axis": axis}, [x, _f32(*scale_shape), _f32(*scale_shape)]) == 1
 
 
@@ -308,7 +312,15 @@ def test_random_inputs_outside_the_domain_do_not_warn() -> None:
     assert inputs is not None and (inputs[4] < 0).any()  # the premise: a negative variance in the random data
     with warnings.catch_warnings(), pytest.raises(RuntimeWarning):
         warnings.simplefilter("error")
-        tune(schema, candidates_of(schema, d, schema.normalise_attrs({})), d, [d[0]], schema.normalise_attrs({}), inputs, budget_ms=5)
+        tune(
+            schema,
+            candidates_of(schema, d, schema.normalise_attrs({})),
+            d,
+            [d[0]],
+            schema.normalise_attrs({}),
+            inputs,
+            budget_ms=5,
+        )
 
 
 def test_near_equal_candidates_keep_the_preferred_one_and_report_the_margin(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -325,7 +337,9 @@ def test_near_equal_candidates_keep_the_preferred_one_and_report_the_margin(monk
                 now[0] += cost[name] * 1e-3
                 np.copyto(outputs[0], inputs[0] * 2)
                 return outputs
+
             return run
+
         return KernelImpl(name, build)
 
     clock = lambda: now[0]  # noqa: E731

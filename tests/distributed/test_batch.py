@@ -19,7 +19,7 @@ from aioge.distributed import BatchResult, LocalExecutor, compile_many
 
 distributed = pytest.importorskip("distributed", reason="the distributed extra (pip install 'aioge[distributed]')")
 
-MODELS = textwrap.dedent('''
+MODELS = textwrap.dedent("""
     import os, time
     import numpy as np
     import aioge
@@ -40,7 +40,7 @@ MODELS = textwrap.dedent('''
 
     def broken():
         raise ValueError("this model does not build")
-''')
+""")
 
 OPTS = {"aioge.tune_mode": "heuristic"}
 
@@ -57,7 +57,9 @@ def cluster() -> Iterator[Any]:
     import dask
 
     # A killed worker's scheduler locks are let go after this long (default 30 s).
-    with dask.config.set({"distributed.scheduler.locks.lease-timeout": "2s", "distributed.scheduler.locks.lease-validation-interval": "0.5s"}):
+    with dask.config.set(
+        {"distributed.scheduler.locks.lease-timeout": "2s", "distributed.scheduler.locks.lease-validation-interval": "0.5s"}
+    ):
         c = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
         client = distributed.Client(c)
         try:
@@ -136,7 +138,9 @@ def test_a_worker_killed_mid_batch_has_its_models_compiled_elsewhere(cluster: An
     for r, lc in zip(results[:2], ref):
         assert lc.om is not None
         (tmp_path / "ref.om").write_bytes(lc.om)
-        np.testing.assert_array_equal(anyio.run(_outputs, tmp_path / f"{Path(r.model).name}.om"), anyio.run(_outputs, tmp_path / "ref.om"))
+        np.testing.assert_array_equal(
+            anyio.run(_outputs, tmp_path / f"{Path(r.model).name}.om"), anyio.run(_outputs, tmp_path / "ref.om")
+        )
 
 
 def _pid_of(client: Any, address: str) -> int:
@@ -161,8 +165,15 @@ def test_aioge_compile_takes_several_models_and_a_scheduler(
 ) -> None:
     from aioge.cli import main
 
-    argv = ["compile", *models[:3], f"{Path(models[0]).parent / 'models.py'}:broken", "-o", str(tmp_path / "out"),
-            "--option", "aioge.tune_mode=heuristic"]
+    argv = [
+        "compile",
+        *models[:3],
+        f"{Path(models[0]).parent / 'models.py'}:broken",
+        "-o",
+        str(tmp_path / "out"),
+        "--option",
+        "aioge.tune_mode=heuristic",
+    ]
     assert main(argv + (["--scheduler", scheduler] if scheduler else [])) == 1  # one model failed
     out = capsys.readouterr()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["models_b0.om", "models_b1.om", "models_b2.om"]

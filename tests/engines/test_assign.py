@@ -63,7 +63,9 @@ def test_excluding_the_only_engine_names_every_orphan() -> None:
 
 
 def test_all_excluded_fails_every_node() -> None:
-    with pytest.raises(CompileError, match=r"EZ3003.*no engine left for 4 node\(s\).*excluded engines: AiCore, AiCpu, AiVec") as info:
+    with pytest.raises(
+        CompileError, match=r"EZ3003.*no engine left for 4 node\(s\).*excluded engines: AiCore, AiCpu, AiVec"
+    ) as info:
         _assign("AiCore|AiVec|AiCpu")
     assert sorted(info.value.nodes) == ["cast", "elu", "int_add", "tanh"]
 

@@ -77,7 +77,7 @@ def model_cases() -> list[ModelCase]:
     """The light/, simple/, pytorch-converted/ and pytorch-operator/ models shipped with onnx."""
     cases = []
     for path in sorted(glob.glob(os.path.join(DATA, "light", "light_*.onnx"))):
-        name = os.path.basename(path)[len("light_"):-len(".onnx")]
+        name = os.path.basename(path)[len("light_") : -len(".onnx")]
         out = os.path.join(DATA, "light", f"light_{name}_output_0.pb")
         cases.append(ModelCase("light", name, path, (((), (out,)),), LIGHT_RTOL.get(name, RTOL), ATOL, True))
     for suite in ("simple", "pytorch-converted", "pytorch-operator"):
@@ -236,8 +236,9 @@ def compare(expected: Sequence[Any], got: Sequence[np.ndarray], rtol: float, ato
         if want.dtype.name == "bfloat16":
             # onnx's backend runner (assert_similar_outputs): bfloat16 outputs compare in float32 at
             # rtol >= two bfloat16 ulps (2**-6); rtol 1e-3 is finer than the type resolves.
-            np.testing.assert_allclose(have.astype(np.float32), want.astype(np.float32), rtol=max(rtol, 2**-6), atol=atol,
-                                       err_msg=f"output {i}")
+            np.testing.assert_allclose(
+                have.astype(np.float32), want.astype(np.float32), rtol=max(rtol, 2**-6), atol=atol, err_msg=f"output {i}"
+            )
             continue
         if want.dtype.kind in "biu":
             np.testing.assert_array_equal(have, want, err_msg=f"output {i}")

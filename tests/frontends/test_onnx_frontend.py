@@ -31,8 +31,15 @@ OPTIONS = {"aioge.tune_mode": "heuristic", "ge.op_compiler_cache_mode": "disable
 RNG = np.random.default_rng(0)
 
 
-def _model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProto], outputs: Sequence[Any],
-           inits: Sequence[onnx.TensorProto] = (), opset: int = 21, ir: int | None = None, **kw: Any) -> onnx.ModelProto:
+def _model(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: Sequence[onnx.ValueInfoProto],
+    outputs: Sequence[Any],
+    inits: Sequence[onnx.TensorProto] = (),
+    opset: int = 21,
+    ir: int | None = None,
+    **kw: Any,
+) -> onnx.ModelProto:
     outs = [o if isinstance(o, onnx.ValueInfoProto) else onnx.ValueInfoProto(name=o) for o in outputs]
     g = h.make_graph(list(nodes), "m", list(inputs), outs, list(inits))
     m = h.make_model(g, opset_imports=[h.make_opsetid("", opset), *kw.pop("extra_opsets", [])], **kw)
@@ -94,13 +101,16 @@ def test_shapes_fix_dims_by_symbol_or_by_input() -> None:
     assert [v.shape for v in g.inputs] == [(4, 3), (4, 3)]
 
 
-@pytest.mark.parametrize("shapes, match", [
-    ({"x": [4, 2]}, "dimension 1 is 3"),
-    ({"x": [4]}, "rank 2"),
-    ({"nope": 3}, "neither an input"),
-    ({"N": -1}, "non-negative"),
-    ({"N": 2, "x": [3, 3]}, "dimension 'N' is given as 2 and as 3"),
-])
+@pytest.mark.parametrize(
+    "shapes, match",
+    [
+        ({"x": [4, 2]}, "dimension 1 is 3"),
+        ({"x": [4]}, "rank 2"),
+        ({"nope": 3}, "neither an input"),
+        ({"N": -1}, "non-negative"),
+        ({"N": 2, "x": [3, 3]}, "dimension 'N' is given as 2 and as 3"),
+    ],
+)
 def test_bad_shapes_are_refused(shapes: dict[str, Any], match: str) -> None:
     with pytest.raises(GraphError, match=match):
         aioge.load_onnx(_symbolic(), shapes=shapes)
@@ -148,8 +158,12 @@ def test_outputs_keep_model_names_even_for_inputs_and_constants() -> None:
 
 
 def test_unnamed_and_duplicate_node_names() -> None:
-    nodes = [h.make_node("Relu", ["x"], ["a"], name="n"), h.make_node("Neg", ["a"], ["b"], name="n"),
-             h.make_node("Abs", ["b"], ["c"]), h.make_node("Relu", ["c"], ["d"], name="Abs_2")]
+    nodes = [
+        h.make_node("Relu", ["x"], ["a"], name="n"),
+        h.make_node("Neg", ["a"], ["b"], name="n"),
+        h.make_node("Abs", ["b"], ["c"]),
+        h.make_node("Relu", ["c"], ["d"], name="Abs_2"),
+    ]
     g = aioge.load_onnx(_model(nodes, [_f32("x", [3])], ["d"]))
     names = [n.name for n in g.nodes]
     assert len(set(names)) == len(names) == 4
@@ -164,8 +178,11 @@ def test_nodes_out_of_order_are_sorted() -> None:
 
 
 def test_cast_to_is_an_onnx_enum() -> None:
-    model = _model([h.make_node("Cast", ["x"], ["y"], to=T.INT32), h.make_node("CastLike", ["x", "t"], ["z"])],
-                   [_f32("x", [4]), h.make_tensor_value_info("t", T.DOUBLE, [1])], ["y", "z"])
+    model = _model(
+        [h.make_node("Cast", ["x"], ["y"], to=T.INT32), h.make_node("CastLike", ["x", "t"], ["z"])],
+        [_f32("x", [4]), h.make_tensor_value_info("t", T.DOUBLE, [1])],
+        ["y", "z"],
+    )
     feeds = {"x": np.array([1.7, -2.2, 3.0, 0.5], np.float32), "t": np.zeros(1)}
     got = _run(aioge.load_onnx(model), feeds)
     assert got["y"].dtype == np.int32 and got["z"].dtype == np.float64
@@ -231,66 +248,119 @@ def _opset_case(name: str, feeds: dict[str, np.ndarray], *versions: tuple[int, A
 
 
 _X = {"x": _x(2, 3, 4)}
-_opset_case("Reshape", _X,
-            (13, lambda: ([h.make_node("Reshape", ["x", "s"], ["y"])], [_i64("s", [0, -1])])),
-            (21, lambda: ([h.make_node("Reshape", ["x", "s"], ["y"], allowzero=0)], [_i64("s", [4, 0, 2])])))
-_opset_case("Split", _X,
-            (11, lambda: ([h.make_node("Split", ["x"], ["a", "b"], axis=2, split=[1, 3])], [])),
-            (11, lambda: ([h.make_node("Split", ["x"], ["a", "b"], axis=2)], [])),
-            (13, lambda: ([h.make_node("Split", ["x", "s"], ["a", "b"], axis=2)], [_i64("s", [3, 1])])),
-            (13, lambda: ([h.make_node("Split", ["x"], ["a", "b"], axis=-1)], [])),
-            (18, lambda: ([h.make_node("Split", ["x"], ["a", "b"], axis=2, num_outputs=2)], [])))
-_opset_case("Slice", _X,
-            (9, lambda: ([h.make_node("Slice", ["x"], ["y"], starts=[0, 1], ends=[1, 100], axes=[0, 2])], [])),
-            (9, lambda: ([h.make_node("Slice", ["x"], ["y"], starts=[1, 0], ends=[2, 2])], [])),
-            (13, lambda: ([h.make_node("Slice", ["x", "b", "e", "a", "s"], ["y"])],
-                          [_i64("b", [-1, 3]), _i64("e", [-100, 0]), _i64("a", [1, 2]), _i64("s", [-1, -2])])))
-_opset_case("Squeeze", {"x": _x(1, 3, 1, 2)},
-            (11, lambda: ([h.make_node("Squeeze", ["x"], ["y"], axes=[0, -2])], [])),
-            (11, lambda: ([h.make_node("Squeeze", ["x"], ["y"])], [])),
-            (13, lambda: ([h.make_node("Squeeze", ["x", "a"], ["y"])], [_i64("a", [2])])))
-_opset_case("Unsqueeze", {"x": _x(3, 2)},
-            (11, lambda: ([h.make_node("Unsqueeze", ["x"], ["y"], axes=[0, -1])], [])),
-            (13, lambda: ([h.make_node("Unsqueeze", ["x", "a"], ["y"])], [_i64("a", [1])])))
+_opset_case(
+    "Reshape",
+    _X,
+    (13, lambda: ([h.make_node("Reshape", ["x", "s"], ["y"])], [_i64("s", [0, -1])])),
+    (21, lambda: ([h.make_node("Reshape", ["x", "s"], ["y"], allowzero=0)], [_i64("s", [4, 0, 2])])),
+)
+_opset_case(
+    "Split",
+    _X,
+    (11, lambda: ([h.make_node("Split", ["x"], ["a", "b"], axis=2, split=[1, 3])], [])),
+    (11, lambda: ([h.make_node("Split", ["x"], ["a", "b"], axis=2)], [])),
+    (13, lambda: ([h.make_node("Split", ["x", "s"], ["a", "b"], axis=2)], [_i64("s", [3, 1])])),
+    (13, lambda: ([h.make_node("Split", ["x"], ["a", "b"], axis=-1)], [])),
+    (18, lambda: ([h.make_node("Split", ["x"], ["a", "b"], axis=2, num_outputs=2)], [])),
+)
+_opset_case(
+    "Slice",
+    _X,
+    (9, lambda: ([h.make_node("Slice", ["x"], ["y"], starts=[0, 1], ends=[1, 100], axes=[0, 2])], [])),
+    (9, lambda: ([h.make_node("Slice", ["x"], ["y"], starts=[1, 0], ends=[2, 2])], [])),
+    (
+        13,
+        lambda: (
+            [h.make_node("Slice", ["x", "b", "e", "a", "s"], ["y"])],
+            [_i64("b", [-1, 3]), _i64("e", [-100, 0]), _i64("a", [1, 2]), _i64("s", [-1, -2])],
+        ),
+    ),
+)
+_opset_case(
+    "Squeeze",
+    {"x": _x(1, 3, 1, 2)},
+    (11, lambda: ([h.make_node("Squeeze", ["x"], ["y"], axes=[0, -2])], [])),
+    (11, lambda: ([h.make_node("Squeeze", ["x"], ["y"])], [])),
+    (13, lambda: ([h.make_node("Squeeze", ["x", "a"], ["y"])], [_i64("a", [2])])),
+)
+_opset_case(
+    "Unsqueeze",
+    {"x": _x(3, 2)},
+    (11, lambda: ([h.make_node("Unsqueeze", ["x"], ["y"], axes=[0, -1])], [])),
+    (13, lambda: ([h.make_node("Unsqueeze", ["x", "a"], ["y"])], [_i64("a", [1])])),
+)
 for _op in ("Softmax", "LogSoftmax", "Hardmax"):
-    _opset_case(_op, _X,
-                (11, lambda op=_op: ([h.make_node(op, ["x"], ["y"])], [])),  # default axis 1: over 3x4 flattened
-                (11, lambda op=_op: ([h.make_node(op, ["x"], ["y"], axis=0)], [])),
-                (11, lambda op=_op: ([h.make_node(op, ["x"], ["y"], axis=-1)], [])),
-                (13, lambda op=_op: ([h.make_node(op, ["x"], ["y"], axis=1)], [])))
-_opset_case("ReduceMean", _X,
-            (13, lambda: ([h.make_node("ReduceMean", ["x"], ["y"], axes=[0, 2], keepdims=0)], [])),
-            (13, lambda: ([h.make_node("ReduceMean", ["x"], ["y"])], [])),
-            (18, lambda: ([h.make_node("ReduceMean", ["x", "a"], ["y"])], [_i64("a", [-1])])))
-_opset_case("ReduceSum", _X,
-            (11, lambda: ([h.make_node("ReduceSum", ["x"], ["y"], axes=[1])], [])),
-            (13, lambda: ([h.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=0)], [_i64("a", [0, 1])])))
-_opset_case("Pad", {"x": _x(2, 3)},
-            (10, lambda: ([h.make_node("Pad", ["x"], ["y"], pads=[0, 1, 1, 2], value=1.5)], [])),
-            (10, lambda: ([h.make_node("Pad", ["x"], ["y"], pads=[1, 1, 1, 1], mode="reflect")], [])),
-            (13, lambda: ([h.make_node("Pad", ["x", "p"], ["y"], mode="edge")], [_i64("p", [1, 0, 0, 2])])))
-_opset_case("Clip", {"x": _x(3, 4)},
-            (10, lambda: ([h.make_node("Clip", ["x"], ["y"], min=-0.5, max=0.25)], [])),
-            (10, lambda: ([h.make_node("Clip", ["x"], ["y"], max=0.1)], [])),
-            (13, lambda: ([h.make_node("Clip", ["x", "", "hi"], ["y"])],
-                          [numpy_helper.from_array(np.array(0.3, np.float32), "hi")])))
-_opset_case("TopK", {"x": _x(3, 5)},
-            (9, lambda: ([h.make_node("TopK", ["x"], ["v", "i"], k=2)], [])),
-            (11, lambda: ([h.make_node("TopK", ["x", "k"], ["v", "i"], axis=0, largest=0)], [_i64("k", [2])])))
-_opset_case("Upsample", {"x": _x(1, 2, 2, 3)},
-            (7, lambda: ([h.make_node("Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 3.0])], [])),
-            (9, lambda: ([h.make_node("Upsample", ["x", "s"], ["y"], mode="nearest")],
-                         [numpy_helper.from_array(np.array([1, 1, 3, 2], np.float32), "s")])))
-_opset_case("Dropout", {"x": _x(3, 4)},
-            (7, lambda: ([h.make_node("Dropout", ["x"], ["y"], ratio=0.3)], [])),
-            (10, lambda: ([h.make_node("Dropout", ["x"], ["y"], ratio=0.3)], [])),
-            (13, lambda: ([h.make_node("Dropout", ["x"], ["y"])], [])))
-_BN = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in
-       (("s", RNG.random(3) + 0.5), ("b", RNG.random(3)), ("m", RNG.random(3)), ("v", RNG.random(3) + 0.5))]
-_opset_case("BatchNormalization", {"x": _x(2, 3, 4, 4)},
-            (7, lambda: ([h.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)], _BN)),
-            (9, lambda: ([h.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])], _BN)),
-            (15, lambda: ([h.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])], _BN)))
+    _opset_case(
+        _op,
+        _X,
+        (11, lambda op=_op: ([h.make_node(op, ["x"], ["y"])], [])),  # default axis 1: over 3x4 flattened
+        (11, lambda op=_op: ([h.make_node(op, ["x"], ["y"], axis=0)], [])),
+        (11, lambda op=_op: ([h.make_node(op, ["x"], ["y"], axis=-1)], [])),
+        (13, lambda op=_op: ([h.make_node(op, ["x"], ["y"], axis=1)], [])),
+    )
+_opset_case(
+    "ReduceMean",
+    _X,
+    (13, lambda: ([h.make_node("ReduceMean", ["x"], ["y"], axes=[0, 2], keepdims=0)], [])),
+    (13, lambda: ([h.make_node("ReduceMean", ["x"], ["y"])], [])),
+    (18, lambda: ([h.make_node("ReduceMean", ["x", "a"], ["y"])], [_i64("a", [-1])])),
+)
+_opset_case(
+    "ReduceSum",
+    _X,
+    (11, lambda: ([h.make_node("ReduceSum", ["x"], ["y"], axes=[1])], [])),
+    (13, lambda: ([h.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=0)], [_i64("a", [0, 1])])),
+)
+_opset_case(
+    "Pad",
+    {"x": _x(2, 3)},
+    (10, lambda: ([h.make_node("Pad", ["x"], ["y"], pads=[0, 1, 1, 2], value=1.5)], [])),
+    (10, lambda: ([h.make_node("Pad", ["x"], ["y"], pads=[1, 1, 1, 1], mode="reflect")], [])),
+    (13, lambda: ([h.make_node("Pad", ["x", "p"], ["y"], mode="edge")], [_i64("p", [1, 0, 0, 2])])),
+)
+_opset_case(
+    "Clip",
+    {"x": _x(3, 4)},
+    (10, lambda: ([h.make_node("Clip", ["x"], ["y"], min=-0.5, max=0.25)], [])),
+    (10, lambda: ([h.make_node("Clip", ["x"], ["y"], max=0.1)], [])),
+    (13, lambda: ([h.make_node("Clip", ["x", "", "hi"], ["y"])], [numpy_helper.from_array(np.array(0.3, np.float32), "hi")])),
+)
+_opset_case(
+    "TopK",
+    {"x": _x(3, 5)},
+    (9, lambda: ([h.make_node("TopK", ["x"], ["v", "i"], k=2)], [])),
+    (11, lambda: ([h.make_node("TopK", ["x", "k"], ["v", "i"], axis=0, largest=0)], [_i64("k", [2])])),
+)
+_opset_case(
+    "Upsample",
+    {"x": _x(1, 2, 2, 3)},
+    (7, lambda: ([h.make_node("Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 3.0])], [])),
+    (
+        9,
+        lambda: (
+            [h.make_node("Upsample", ["x", "s"], ["y"], mode="nearest")],
+            [numpy_helper.from_array(np.array([1, 1, 3, 2], np.float32), "s")],
+        ),
+    ),
+)
+_opset_case(
+    "Dropout",
+    {"x": _x(3, 4)},
+    (7, lambda: ([h.make_node("Dropout", ["x"], ["y"], ratio=0.3)], [])),
+    (10, lambda: ([h.make_node("Dropout", ["x"], ["y"], ratio=0.3)], [])),
+    (13, lambda: ([h.make_node("Dropout", ["x"], ["y"])], [])),
+)
+_BN = [
+    numpy_helper.from_array(a.astype(np.float32), n)
+    for n, a in (("s", RNG.random(3) + 0.5), ("b", RNG.random(3)), ("m", RNG.random(3)), ("v", RNG.random(3) + 0.5))
+]
+_opset_case(
+    "BatchNormalization",
+    {"x": _x(2, 3, 4, 4)},
+    (7, lambda: ([h.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)], _BN)),
+    (9, lambda: ([h.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])], _BN)),
+    (15, lambda: ([h.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])], _BN)),
+)
 
 
 @pytest.mark.parametrize("op", sorted(OPSET_CASES))
@@ -373,7 +443,9 @@ def test_if_with_a_run_time_condition_selects_between_both_branches(cond: bool) 
 
 
 def test_if_with_a_run_time_condition_and_branches_of_other_shapes_is_refused() -> None:
-    other = h.make_graph([h.make_node("Concat", ["x", "x"], ["else_y"], axis=0)], "else", [], [onnx.ValueInfoProto(name="else_y")])
+    other = h.make_graph(
+        [h.make_node("Concat", ["x", "x"], ["else_y"], axis=0)], "else", [], [onnx.ValueInfoProto(name="else_y")]
+    )
     nodes = [h.make_node("If", ["c"], ["y"], then_branch=_branch("then", "Neg"), else_branch=other)]
     model = _model(nodes, [h.make_tensor_value_info("c", T.BOOL, []), _f32("x", [2])], ["y"], opset=16)
     with pytest.raises(GraphError, match="condition must follow from the model's constants, or both branches"):
@@ -383,14 +455,25 @@ def test_if_with_a_run_time_condition_and_branches_of_other_shapes_is_refused() 
 def _loop_model() -> onnx.ModelProto:
     """Loop with a run-time trip count and condition: acc += x * i while acc < limit; scan outputs acc."""
     body = h.make_graph(
-        [h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Mul", ["x", "fi"], ["step"]),
-         h.make_node("Add", ["acc", "step"], ["acc_out"]), h.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0),
-         h.make_node("Less", ["total", "limit"], ["go"]), h.make_node("Identity", ["acc_out"], ["scan"])],
-        "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c", T.BOOL, []), _f32("acc", [3])],
-        [h.make_tensor_value_info("go", T.BOOL, []), _f32("acc_out", [3]), _f32("scan", [3])])
+        [
+            h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT),
+            h.make_node("Mul", ["x", "fi"], ["step"]),
+            h.make_node("Add", ["acc", "step"], ["acc_out"]),
+            h.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0),
+            h.make_node("Less", ["total", "limit"], ["go"]),
+            h.make_node("Identity", ["acc_out"], ["scan"]),
+        ],
+        "body",
+        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c", T.BOOL, []), _f32("acc", [3])],
+        [h.make_tensor_value_info("go", T.BOOL, []), _f32("acc_out", [3]), _f32("scan", [3])],
+    )
     loop = h.make_node("Loop", ["n", "", "a0"], ["acc_final", "accs"], body=body)
-    return _model([loop], [h.make_tensor_value_info("n", T.INT64, []), _f32("a0", [3]), _f32("x", [3]), _f32("limit", [])],
-                  [_f32("acc_final", [3]), _f32("accs", None)], opset=16)
+    return _model(
+        [loop],
+        [h.make_tensor_value_info("n", T.INT64, []), _f32("a0", [3]), _f32("x", [3]), _f32("limit", [])],
+        [_f32("acc_final", [3]), _f32("accs", None)],
+        opset=16,
+    )
 
 
 @pytest.mark.parametrize(("n", "limit"), [(5, 1e9), (50, 30.0), (0, 1e9)])
@@ -398,8 +481,12 @@ def test_loop_with_a_run_time_trip_count_runs_as_onnxruntime(n: int, limit: floa
     model = _loop_model()
     g = aioge.load_onnx(model)
     assert "Loop" in {node.op_type for node in g.nodes}
-    feeds = {"n": np.array(n, np.int64), "a0": np.array([1, 0, -1], np.float32), "x": np.array([0.5, 1, 2], np.float32),
-             "limit": np.array(limit, np.float32)}
+    feeds = {
+        "n": np.array(n, np.int64),
+        "a0": np.array([1, 0, -1], np.float32),
+        "x": np.array([0.5, 1, 2], np.float32),
+        "limit": np.array(limit, np.float32),
+    }
     got = _run(g, feeds)
     want = _ort(model, feeds)
     np.testing.assert_allclose(got["acc_final"], want[0], rtol=1e-6)
@@ -414,7 +501,12 @@ async def test_loop_body_program_survives_om_and_kernel_cache(tmp_path) -> None:
     from aioge.plan import serialize
 
     g = aioge.load_onnx(_loop_model())
-    feeds = {"n": np.array(4, np.int64), "a0": np.zeros(3, np.float32), "x": np.ones(3, np.float32), "limit": np.array(1e9, np.float32)}
+    feeds = {
+        "n": np.array(4, np.int64),
+        "a0": np.zeros(3, np.float32),
+        "x": np.ones(3, np.float32),
+        "limit": np.array(1e9, np.float32),
+    }
     opts = {"aioge.tune_mode": "heuristic", "ge.op_compiler_cache_dir": str(tmp_path / "cache")}
     async with aioge.Session(opts) as s:
         await s.add_graph(1, g)
@@ -428,17 +520,29 @@ async def test_loop_body_program_survives_om_and_kernel_cache(tmp_path) -> None:
 
 def _scan_body() -> onnx.GraphProto:
     """state' = state + x_t * y_t; outputs the running state and x_t - y_t."""
-    nodes = [h.make_node("Mul", ["x_t", "y_t"], ["p"]), h.make_node("Add", ["state", "p"], ["state_out"]),
-             h.make_node("Sub", ["x_t", "y_t"], ["d"]), h.make_node("Identity", ["state_out"], ["run"])]
+    nodes = [
+        h.make_node("Mul", ["x_t", "y_t"], ["p"]),
+        h.make_node("Add", ["state", "p"], ["state_out"]),
+        h.make_node("Sub", ["x_t", "y_t"], ["d"]),
+        h.make_node("Identity", ["state_out"], ["run"]),
+    ]
     ins = [_f32("state", [2]), _f32("x_t", [2]), _f32("y_t", [2])]
     outs = [_f32("state_out", [2]), _f32("run", [2]), _f32("d", [2])]
     return h.make_graph(nodes, "body", ins, outs)
 
 
 def test_scan_is_unrolled_like_onnxruntime_runs_it() -> None:
-    scan = h.make_node("Scan", ["s0", "xs", "ys"], ["s", "runs", "ds"], body=_scan_body(), num_scan_inputs=2,
-                       scan_input_axes=[0, 1], scan_input_directions=[0, 1], scan_output_axes=[0, -1],
-                       scan_output_directions=[1, 0])
+    scan = h.make_node(
+        "Scan",
+        ["s0", "xs", "ys"],
+        ["s", "runs", "ds"],
+        body=_scan_body(),
+        num_scan_inputs=2,
+        scan_input_axes=[0, 1],
+        scan_input_directions=[0, 1],
+        scan_output_axes=[0, -1],
+        scan_output_directions=[1, 0],
+    )
     model = _model([scan], [_f32("s0", [2]), _f32("xs", [4, 2]), _f32("ys", [2, 4])], ["s", "runs", "ds"], opset=16)
     g = aioge.load_onnx(model)
     assert "Scan" not in {n.op_type for n in g.nodes}
@@ -449,10 +553,10 @@ def test_scan_is_unrolled_like_onnxruntime_runs_it() -> None:
 
 
 def test_scan_8_has_a_batch_axis() -> None:
-    scan = h.make_node("Scan", ["", "s0", "xs", "ys"], ["s", "runs", "ds"], body=_scan_body(), num_scan_inputs=2,
-                       directions=[1, 0])
-    model = _model([scan], [_f32("s0", [3, 2]), _f32("xs", [3, 4, 2]), _f32("ys", [3, 4, 2])], ["s", "runs", "ds"],
-                   opset=8)
+    scan = h.make_node(
+        "Scan", ["", "s0", "xs", "ys"], ["s", "runs", "ds"], body=_scan_body(), num_scan_inputs=2, directions=[1, 0]
+    )
+    model = _model([scan], [_f32("s0", [3, 2]), _f32("xs", [3, 4, 2]), _f32("ys", [3, 4, 2])], ["s", "runs", "ds"], opset=8)
     feeds = {"s0": _x(3, 2), "xs": _x(3, 4, 2), "ys": _x(3, 4, 2)}
     got = _run(aioge.load_onnx(model), feeds)
     for name, want in zip(["s", "runs", "ds"], _ort(model, feeds)):
@@ -486,8 +590,9 @@ def test_every_unsupported_op_is_listed_at_once() -> None:
         h.make_node("FusedGelu", ["d"], ["e"], domain="com.example"),
         h.make_node("ImageEncoder", ["e"], ["f"]),
     ]
-    model = _model(nodes, [_f32("x", [2])], ["f"],
-                   extra_opsets=[h.make_opsetid("ai.onnx.ml", 3), h.make_opsetid("com.example", 1)])
+    model = _model(
+        nodes, [_f32("x", [2])], ["f"], extra_opsets=[h.make_opsetid("ai.onnx.ml", 3), h.make_opsetid("com.example", 1)]
+    )
     with pytest.raises(UnsupportedOpError) as info:
         aioge.load_onnx(model)
     assert info.value.ops == [("", "FancyOp"), ("", "ImageEncoder"), ("ai.onnx.ml", "SVMRegressor"), ("com.example", "FusedGelu")]
@@ -502,8 +607,13 @@ def _external_model(tmp_path: Any) -> tuple[str, np.ndarray]:
     """A model whose two initializers live in one external file, at different offsets."""
     w = RNG.standard_normal((64, 32)).astype(np.float32)
     b = RNG.standard_normal((32,)).astype(np.float32)
-    model = _model([h.make_node("Mul", ["x", "w"], ["a"]), h.make_node("Add", ["a", "b"], ["y"])], [_f32("x", [64, 32])],
-                   ["y"], [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")], opset=13)
+    model = _model(
+        [h.make_node("Mul", ["x", "w"], ["a"]), h.make_node("Add", ["a", "b"], ["y"])],
+        [_f32("x", [64, 32])],
+        ["y"],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+        opset=13,
+    )
     path = str(tmp_path / "model.onnx")
     onnx.save_model(model, path, save_as_external_data=True, location="weights.bin", size_threshold=0)
     assert os.path.getsize(tmp_path / "weights.bin") >= w.nbytes + b.nbytes
@@ -630,8 +740,11 @@ def test_bit_flips_give_a_graph_or_a_graph_error(data: st.DataObject) -> None:
 
 
 def test_cycle_and_dangling_inputs() -> None:
-    cycle = [h.make_node("Relu", ["x", "c"], ["a"], name="r"), h.make_node("Add", ["a", "x"], ["b"], name="p"),
-             h.make_node("Neg", ["b"], ["c"], name="n")]
+    cycle = [
+        h.make_node("Relu", ["x", "c"], ["a"], name="r"),
+        h.make_node("Add", ["a", "x"], ["b"], name="p"),
+        h.make_node("Neg", ["b"], ["c"], name="n"),
+    ]
     with pytest.raises(GraphError, match="cycle through nodes 'r' \\(Relu\\), 'p' \\(Add\\), 'n' \\(Neg\\)"):
         aioge.load_onnx(_model(cycle, [_f32("x", [2])], ["c"]))
     dangling = [h.make_node("Add", ["x", "ghost"], ["y"], name="add")]
@@ -669,8 +782,11 @@ def test_sequence_ops_match_onnxruntime() -> None:
         h.make_node("ConcatFromSequence", ["s3"], ["y"], axis=1),
         h.make_node("SequenceLength", ["s3"], ["n"]),
     ]
-    inits = [onnx.numpy_helper.from_array(np.array([1, 2, 3], np.int64), "split"),
-             onnx.numpy_helper.from_array(np.array(1, np.int64), "one"), onnx.numpy_helper.from_array(np.array(0, np.int64), "zero")]
+    inits = [
+        onnx.numpy_helper.from_array(np.array([1, 2, 3], np.int64), "split"),
+        onnx.numpy_helper.from_array(np.array(1, np.int64), "one"),
+        onnx.numpy_helper.from_array(np.array(0, np.int64), "zero"),
+    ]
     model = _model(nodes, [_f32("x", [2, 6])], [_f32("y", None), h.make_tensor_value_info("n", T.INT64, [])], inits, opset=16)
     feeds = {"x": np.arange(12, dtype=np.float32).reshape(2, 6)}
     got = _run(aioge.load_onnx(model), feeds)

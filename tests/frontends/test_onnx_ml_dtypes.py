@@ -35,7 +35,8 @@ async def test_bfloat16_matmul_softmax_computes_in_float32() -> None:
     bf = TensorProto.BFLOAT16
     model = _model(
         [helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Softmax", ["m"], ["y"], axis=-1)],
-        [helper.make_tensor_value_info("a", bf, a.shape)], [helper.make_tensor_value_info("y", bf, (4, 8))],
+        [helper.make_tensor_value_info("a", bf, a.shape)],
+        [helper.make_tensor_value_info("y", bf, (4, 8))],
         [numpy_helper.from_array(b, "b")],
     )
     y = (await _run(model, {"a": a}))["y"]
@@ -52,10 +53,12 @@ async def test_packed_int4_initializer_and_float8_input() -> None:
     assert len(t.raw_data) == 5 or len(t.int32_data) == 5  # packed storage
     x = np.array([[0.5, -448, 1e-3, 3.0, 2.0], [-0.0, 1.75, 6.0, -2.5, 448]], np.float32).astype(ml_dtypes.float8_e4m3fn)
     model = _model(
-        [helper.make_node("DequantizeLinear", ["w", "s"], ["d"]),
-         helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
-         helper.make_node("Add", ["d", "xf"], ["y"]),
-         helper.make_node("Cast", ["y"], ["y8"], to=TensorProto.FLOAT8E5M2, saturate=1)],
+        [
+            helper.make_node("DequantizeLinear", ["w", "s"], ["d"]),
+            helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["d", "xf"], ["y"]),
+            helper.make_node("Cast", ["y"], ["y8"], to=TensorProto.FLOAT8E5M2, saturate=1),
+        ],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT8E4M3FN, x.shape)],
         [helper.make_tensor_value_info("y8", TensorProto.FLOAT8E5M2, x.shape)],
         [t, numpy_helper.from_array(np.array(0.5, np.float32), "s")],
@@ -75,7 +78,9 @@ async def test_om_roundtrip_keeps_narrow_constants_and_inputs(tmp_path) -> None:
     cf = aioge.ops.cast(c, to="float32")
     g.output(aioge.ops.cast(xf * cf, to="bfloat16"), names=["y"])
     feed = np.array([1, -2, 0.5, 4, -0.25, 8], np.float32).astype(ml_dtypes.float8_e5m2)
-    want = (feed.astype(np.float32) * np.linspace(-3, 3, 6).astype(ml_dtypes.bfloat16).astype(np.float32)).astype(ml_dtypes.bfloat16)
+    want = (feed.astype(np.float32) * np.linspace(-3, 3, 6).astype(ml_dtypes.bfloat16).astype(np.float32)).astype(
+        ml_dtypes.bfloat16
+    )
     async with aioge.Session(OPTIONS) as s:
         await s.add_graph(1, g)
         model = await s.build_graph(1, {"x": (6,)})

@@ -70,14 +70,30 @@ def run() -> Iterator[S.Runner]:
 
 def test_all_nine_light_models_are_found() -> None:
     names = sorted(c.name for c in _CASES if c.suite == "light")
-    assert names == ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
-                     "squeezenet", "vgg19", "zfnet512"]
+    assert names == [
+        "bvlc_alexnet",
+        "densenet121",
+        "inception_v1",
+        "inception_v2",
+        "resnet50",
+        "shufflenet",
+        "squeezenet",
+        "vgg19",
+        "zfnet512",
+    ]
     assert not [n for n in _SKIPS if n.startswith("light/")], "light/ models must pass, never be skipped"
 
 
 def _light() -> list[Any]:
-    return [pytest.param(c, id=c.name, marks=[pytest.mark.xfail(reason=KNOWN_LIGHT_FAILURES[c.name], strict=True)]
-                         if c.name in KNOWN_LIGHT_FAILURES else []) for c in _CASES if c.suite == "light"]
+    return [
+        pytest.param(
+            c,
+            id=c.name,
+            marks=[pytest.mark.xfail(reason=KNOWN_LIGHT_FAILURES[c.name], strict=True)] if c.name in KNOWN_LIGHT_FAILURES else [],
+        )
+        for c in _CASES
+        if c.suite == "light"
+    ]
 
 
 @pytest.mark.slow
@@ -91,7 +107,9 @@ def _params() -> list[Any]:
     for c in _CASES:
         if c.suite == "light":
             continue
-        marks = [pytest.mark.xfail(reason=_SKIPS[c.id], raises=S.expected_error(_SKIPS[c.id]), strict=True)] if c.id in _SKIPS else []
+        marks = (
+            [pytest.mark.xfail(reason=_SKIPS[c.id], raises=S.expected_error(_SKIPS[c.id]), strict=True)] if c.id in _SKIPS else []
+        )
         out.append(pytest.param(c, id=c.id, marks=marks))
     return out
 

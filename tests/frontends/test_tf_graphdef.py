@@ -74,8 +74,14 @@ def _randomise_batch_norm(model: Any, seed: int) -> Any:
     for layer in model.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
             n = layer.gamma.shape[0]
-            layer.set_weights([1 + 0.1 * rng.standard_normal(n), 0.1 * rng.standard_normal(n),
-                               0.1 * rng.standard_normal(n), 0.5 + rng.random(n)])
+            layer.set_weights(
+                [
+                    1 + 0.1 * rng.standard_normal(n),
+                    0.1 * rng.standard_normal(n),
+                    0.1 * rng.standard_normal(n),
+                    0.5 + rng.random(n),
+                ]
+            )
     return model
 
 
@@ -83,8 +89,11 @@ def _randomise_batch_norm(model: Any, seed: int) -> Any:
 def frozen() -> dict[str, tuple[Any, Any, tuple[int, ...]]]:
     keras.utils.set_random_seed(0)
     made = {}
-    for name, build, shape in [("cnn", _mobilenet_like, (None, 32, 32, 3)), ("mlp", _mlp, (None, 16)),
-                               ("block", _transformer_block, (None, 10, 32))]:
+    for name, build, shape in [
+        ("cnn", _mobilenet_like, (None, 32, 32, 3)),
+        ("mlp", _mlp, (None, 16)),
+        ("block", _transformer_block, (None, 10, 32)),
+    ]:
         model = build()
         if name == "cnn":
             _randomise_batch_norm(model, 1)
@@ -140,23 +149,34 @@ def test_cli_compiles_a_pb(frozen: dict[str, Any], tmp_path: Path) -> None:
     pb = tmp_path / "mlp.pb"
     pb.write_bytes(graph_def.SerializeToString())
     om = tmp_path / "mlp.om"
-    done = subprocess.run([sys.executable, "-m", "aioge", "compile", str(pb), "-o", str(om), "--input-shape", "x:4,16"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "aioge", "compile", str(pb), "-o", str(om), "--input-shape", "x:4,16"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert om.is_file() and om.stat().st_size > 0
     bad = tmp_path / "bad.pb"
     bad.write_bytes(b"\x00garbage")
-    done = subprocess.run([sys.executable, "-m", "aioge", "compile", str(bad), "-o", str(tmp_path / "bad.om")],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "aioge", "compile", str(bad), "-o", str(tmp_path / "bad.om")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode != 0 and "not a TensorFlow GraphDef" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_aioge_torch_after_tensorflow_is_an_import_error_not_a_crash() -> None:
     pytest.importorskip("torch")
-    code = ("import importlib.util, tensorflow\n"
-            "try:\n    import aioge.torch\nexcept ImportError as exc:\n    print('ImportError', exc)\n"
-            "else:\n    print('imported', importlib.util.find_spec('triton') is None)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    code = (
+        "import importlib.util, tensorflow\n"
+        "try:\n    import aioge.torch\nexcept ImportError as exc:\n    print('ImportError', exc)\n"
+        "else:\n    print('imported', importlib.util.find_spec('triton') is None)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith(("ImportError aioge.torch must be imported before tensorflow", "imported True"))

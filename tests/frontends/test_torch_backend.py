@@ -78,7 +78,9 @@ def test_mark_dynamic_batch(backend: aioge_torch.AiogeBackend) -> None:
     _check(compiled, model, x, rtol=1e-5, atol=1e-6)
     _check(compiled, model, torch.randn(9, 16), rtol=1e-5, atol=1e-6)
     assert len(backend.graphs) == 1
-    (x_in,) = [v for v in backend.graphs[0].inputs if len(v.shape or ()) == 2 and v.shape[1] == 16 and v.shape[0] != 32]  # not fc1.weight
+    (x_in,) = [
+        v for v in backend.graphs[0].inputs if len(v.shape or ()) == 2 and v.shape[1] == 16 and v.shape[0] != 32
+    ]  # not fc1.weight
     assert isinstance(x_in.shape[0], str)
 
 
@@ -109,8 +111,13 @@ def test_ge_options_apply(tmp_path: os.PathLike[str]) -> None:
     torch._dynamo.reset()
     cache = tmp_path / "kernels"
     cache.mkdir()
-    be = aioge_torch.backend(options={"ge.op_compiler_cache_mode": "enable", "ge.op_compiler_cache_dir": str(cache),
-                                      "ge.exec.exclude_engines": "AiVec"})
+    be = aioge_torch.backend(
+        options={
+            "ge.op_compiler_cache_mode": "enable",
+            "ge.op_compiler_cache_dir": str(cache),
+            "ge.exec.exclude_engines": "AiVec",
+        }
+    )
     try:
         model = torch_models.Mlp().eval()
         _check(torch.compile(model, backend=be), model, torch.randn(2, 16), rtol=1e-5, atol=1e-6)

@@ -45,8 +45,14 @@ class BertEncoder(torch.nn.Module):
         from transformers import BertConfig, BertModel
 
         torch.manual_seed(0)
-        cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                         intermediate_size=64, max_position_embeddings=64)
+        cfg = BertConfig(
+            vocab_size=100,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=64,
+        )
         self.bert = BertModel(cfg).eval()
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:

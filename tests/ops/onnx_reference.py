@@ -54,14 +54,19 @@ def check_against(
     g, feeds = _graph(op_type, inputs, attrs, const, num_outputs, domain)
     names = ["" if x is None else f"in{i}" for i, x in enumerate(inputs)]
     outs = [f"out{i}" for i in range(num_outputs)]
-    node = helper.make_node(op_type, names, outs, domain=domain or None,
-                            **{k: C._onnx_attr(v) for k, v in (attrs or {}).items()})
+    node = helper.make_node(op_type, names, outs, domain=domain or None, **{k: C._onnx_attr(v) for k, v in (attrs or {}).items()})
     graph = helper.make_graph(
-        [node], "one_op",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-         for n, x in zip(names, inputs) if x is not None],
-        [helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(C.numpy_dtype(v.dtype)), None)
-         for o, v in zip(outs, g.outputs)],
+        [node],
+        "one_op",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
+            for n, x in zip(names, inputs)
+            if x is not None
+        ],
+        [
+            helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(C.numpy_dtype(v.dtype)), None)
+            for o, v in zip(outs, g.outputs)
+        ],
     )
     opsets = [helper.make_opsetid("", opset if not domain else 21)] + ([helper.make_opsetid(domain, opset)] if domain else [])
     model = helper.make_model(graph, opset_imports=opsets, ir_version=10)
@@ -78,8 +83,12 @@ def check_against(
 
 
 def _graph(
-    op_type: str, inputs: Sequence[np.ndarray | None], attrs: Mapping[str, Any] | None, const: Sequence[int],
-    num_outputs: int, domain: str,
+    op_type: str,
+    inputs: Sequence[np.ndarray | None],
+    attrs: Mapping[str, Any] | None,
+    const: Sequence[int],
+    num_outputs: int,
+    domain: str,
 ) -> tuple[Any, dict[str, np.ndarray]]:
     """conftest's one-node graph, for ops of any domain."""
     if not domain:

@@ -10,14 +10,23 @@ from tests.ops.conftest import check_op, expect_graph_error, rand
 from tests.ops.onnx_reference import at_opset, check_ref
 
 _CASES = [
-    ("Elu", {}), ("Elu", {"alpha": 0.3}),
-    ("Selu", {}), ("Selu", {"alpha": 2.0, "gamma": 0.7}),
-    ("Celu", {}), ("Celu", {"alpha": 2.5}),
-    ("Softplus", {}), ("Softsign", {}),
-    ("ThresholdedRelu", {}), ("ThresholdedRelu", {"alpha": 0.25}),
-    ("HardSwish", {}), ("Mish", {}),
-    ("Shrink", {}), ("Shrink", {"bias": 1.5, "lambd": 1.0}),
-    ("Hardmax", {}), ("Hardmax", {"axis": 0}), ("Hardmax", {"axis": 1}),
+    ("Elu", {}),
+    ("Elu", {"alpha": 0.3}),
+    ("Selu", {}),
+    ("Selu", {"alpha": 2.0, "gamma": 0.7}),
+    ("Celu", {}),
+    ("Celu", {"alpha": 2.5}),
+    ("Softplus", {}),
+    ("Softsign", {}),
+    ("ThresholdedRelu", {}),
+    ("ThresholdedRelu", {"alpha": 0.25}),
+    ("HardSwish", {}),
+    ("Mish", {}),
+    ("Shrink", {}),
+    ("Shrink", {"bias": 1.5, "lambd": 1.0}),
+    ("Hardmax", {}),
+    ("Hardmax", {"axis": 0}),
+    ("Hardmax", {"axis": 1}),
 ]
 
 

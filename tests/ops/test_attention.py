@@ -14,13 +14,22 @@ def _qkv(rng, b, hq, hkv, sq, skv, d, dv=None):
 
 
 @pytest.mark.parametrize(
-    "attrs", [{}, {"is_causal": 1}, {"scale": 0.3}, {"softcap": 2.0}, {"qk_matmul_output_mode": 1},
-              {"qk_matmul_output_mode": 2}, {"qk_matmul_output_mode": 3}],
+    "attrs",
+    [
+        {},
+        {"is_causal": 1},
+        {"scale": 0.3},
+        {"softcap": 2.0},
+        {"qk_matmul_output_mode": 1},
+        {"qk_matmul_output_mode": 2},
+        {"qk_matmul_output_mode": 3},
+    ],
 )
 def test_attention_4d(rng, attrs):
     with at_opset(23):
-        check_op("Attention", _qkv(rng, 2, 2, 2, 3, 4, 5), attrs, num_outputs=4 if "qk_matmul_output_mode" in attrs else 1,
-                 static=True)
+        check_op(
+            "Attention", _qkv(rng, 2, 2, 2, 3, 4, 5), attrs, num_outputs=4 if "qk_matmul_output_mode" in attrs else 1, static=True
+        )
 
 
 @pytest.mark.parametrize("mask", ["bool", "float", "short_bool"])
@@ -85,8 +94,9 @@ def test_rotary_embedding_4d(rng, interleaved, rotary_dim):
     cos, sin = rand(rng, 10, half), rand(rng, 10, half)
     pos = rng.integers(0, 10, size=(b, s)).astype(np.int64)
     with at_opset(23):
-        check_op("RotaryEmbedding", [x, cos, sin, pos], {"interleaved": interleaved, "rotary_embedding_dim": rotary_dim},
-                 static=True)
+        check_op(
+            "RotaryEmbedding", [x, cos, sin, pos], {"interleaved": interleaved, "rotary_embedding_dim": rotary_dim}, static=True
+        )
 
 
 def test_rotary_embedding_3d_without_positions(rng):

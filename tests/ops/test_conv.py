@@ -182,7 +182,9 @@ def test_max_pool_indices_first_of_ties():
 
 
 def test_max_pool_int8(rng):
-    check_op("MaxPool", [rand(rng, 1, 2, 5, 5, dtype=np.int8, low=-128, high=127)], {"kernel_shape": (2, 2), "pads": (1, 1, 1, 1)})
+    check_op(
+        "MaxPool", [rand(rng, 1, 2, 5, 5, dtype=np.int8, low=-128, high=127)], {"kernel_shape": (2, 2), "pads": (1, 1, 1, 1)}
+    )
 
 
 def test_max_pool_padding_never_wins(rng):

@@ -14,8 +14,11 @@ from tests.ops.conftest import ort_run, rand
 
 @given(
     seed=st.integers(0, 2**16),
-    n=st.integers(1, 2), c=st.integers(1, 9), mult=st.integers(1, 2),
-    h=st.integers(3, 17), w=st.integers(3, 17),
+    n=st.integers(1, 2),
+    c=st.integers(1, 9),
+    mult=st.integers(1, 2),
+    h=st.integers(3, 17),
+    w=st.integers(3, 17),
     kernel=st.tuples(st.integers(1, 5), st.integers(1, 5)),
     strides=st.tuples(st.integers(1, 3), st.integers(1, 3)),
     dilations=st.tuples(st.integers(1, 2), st.integers(1, 2)),
@@ -24,7 +27,9 @@ from tests.ops.conftest import ort_run, rand
 )
 @settings(max_examples=60, deadline=None)
 def test_depthwise_planes_matches_onnxruntime(seed, n, c, mult, h, w, kernel, strides, dilations, pads, bias) -> None:
-    if (h + pads[0] + pads[2] - (kernel[0] - 1) * dilations[0] - 1) < 0 or (w + pads[1] + pads[3] - (kernel[1] - 1) * dilations[1] - 1) < 0:
+    if (h + pads[0] + pads[2] - (kernel[0] - 1) * dilations[0] - 1) < 0 or (
+        w + pads[1] + pads[3] - (kernel[1] - 1) * dilations[1] - 1
+    ) < 0:
         return  # no output: not a valid Conv
     rng = np.random.default_rng(seed)
     x, wt = rand(rng, n, c, h, w), rand(rng, c * mult, 1, *kernel)

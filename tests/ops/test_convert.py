@@ -10,8 +10,17 @@ from onnx import TensorProto
 from tests.ops.conftest import aioge_graph, check_op, evaluate, expect_graph_error, rand
 
 
-@pytest.mark.parametrize(("src", "dst"), [(np.float32, np.float16), (np.float16, np.float64), (np.float64, np.int32),
-                                          (np.int64, np.float32), (np.int32, np.bool_), (np.bool_, np.float32)])
+@pytest.mark.parametrize(
+    ("src", "dst"),
+    [
+        (np.float32, np.float16),
+        (np.float16, np.float64),
+        (np.float64, np.int32),
+        (np.int64, np.float32),
+        (np.int32, np.bool_),
+        (np.bool_, np.float32),
+    ],
+)
 def test_cast_like(rng, src, dst):
     x = np.asarray(rand(rng, 3, 4, dtype=src, low=-5, high=5))
     check_op("CastLike", [x, np.zeros(1, dst)], const=(1,), static=True)
@@ -59,20 +68,34 @@ def test_dequantize_blocked(rng):
 
 @pytest.mark.parametrize("case", ["mixed", "positive", "negative", "zeros"])
 def test_dynamic_quantize(rng, case):
-    x = {"mixed": rand(rng, 3, 4, low=-3, high=5), "positive": rand(rng, 6, low=1, high=9),
-         "negative": rand(rng, 2, 2, low=-9, high=-1), "zeros": np.zeros((3,), np.float32)}[case]
+    x = {
+        "mixed": rand(rng, 3, 4, low=-3, high=5),
+        "positive": rand(rng, 6, low=1, high=9),
+        "negative": rand(rng, 2, 2, low=-9, high=-1),
+        "zeros": np.zeros((3,), np.float32),
+    }[case]
     check_op("DynamicQuantizeLinear", [x], num_outputs=3, static=True)
 
 
 def test_convert_errors(rng):
     expect_graph_error("QuantizeLinear", [rand(rng, 3), np.array(1.0, np.float32)], {"output_dtype": 1}, match="not supported")
     expect_graph_error("DequantizeLinear", [rand(rng, 3), np.array(1.0, np.float32)], match="not supported")
-    expect_graph_error("QuantizeLinear", [rand(rng, 3), np.array(1.0, np.float32), np.array(0, np.int8)], {"output_dtype": 2},
-                       match="disagrees")
+    expect_graph_error(
+        "QuantizeLinear", [rand(rng, 3), np.array(1.0, np.float32), np.array(0, np.int8)], {"output_dtype": 2}, match="disagrees"
+    )
 
 
-@pytest.mark.parametrize(("src", "dst"), [(np.float32, np.int32), (np.int64, np.float64), (np.int8, np.uint8),
-                                          (np.uint16, np.int16), (np.bool_, np.uint8), (np.float16, np.int16)])
+@pytest.mark.parametrize(
+    ("src", "dst"),
+    [
+        (np.float32, np.int32),
+        (np.int64, np.float64),
+        (np.int8, np.uint8),
+        (np.uint16, np.int16),
+        (np.bool_, np.uint8),
+        (np.float16, np.int16),
+    ],
+)
 def test_bit_cast(rng, src, dst):
     from tests.ops.onnx_reference import check_ref
 
@@ -91,17 +114,29 @@ def test_bit_cast_width_mismatch(rng):
 # -- the ml_dtypes types (bfloat16, float8, float4, int4, int2) against onnx.reference ------------
 
 _NARROW = {
-    "bfloat16": TensorProto.BFLOAT16, "float8_e4m3fn": TensorProto.FLOAT8E4M3FN, "float8_e4m3fnuz": TensorProto.FLOAT8E4M3FNUZ,
-    "float8_e5m2": TensorProto.FLOAT8E5M2, "float8_e5m2fnuz": TensorProto.FLOAT8E5M2FNUZ, "float4_e2m1fn": TensorProto.FLOAT4E2M1,
-    "float8_e8m0fnu": TensorProto.FLOAT8E8M0, "int4": TensorProto.INT4, "uint4": TensorProto.UINT4,
-    "int2": TensorProto.INT2, "uint2": TensorProto.UINT2,
+    "bfloat16": TensorProto.BFLOAT16,
+    "float8_e4m3fn": TensorProto.FLOAT8E4M3FN,
+    "float8_e4m3fnuz": TensorProto.FLOAT8E4M3FNUZ,
+    "float8_e5m2": TensorProto.FLOAT8E5M2,
+    "float8_e5m2fnuz": TensorProto.FLOAT8E5M2FNUZ,
+    "float4_e2m1fn": TensorProto.FLOAT4E2M1,
+    "float8_e8m0fnu": TensorProto.FLOAT8E8M0,
+    "int4": TensorProto.INT4,
+    "uint4": TensorProto.UINT4,
+    "int2": TensorProto.INT2,
+    "uint2": TensorProto.UINT2,
 }
 
 
 def _edgy(rng) -> np.ndarray:
     """Values that exercise rounding and saturation: ties, out-of-range, inf, NaN, signed zero, tiny."""
-    x = np.concatenate([rand(rng, 40, low=-600, high=600), rand(rng, 20, low=-3, high=3),
-                        [0.0, -0.0, np.inf, -np.inf, np.nan, 1e6, -1e6, 1.0625, 1.125, 2.5, -3.5, 1e-9, 0.3]])
+    x = np.concatenate(
+        [
+            rand(rng, 40, low=-600, high=600),
+            rand(rng, 20, low=-3, high=3),
+            [0.0, -0.0, np.inf, -np.inf, np.nan, 1e6, -1e6, 1.0625, 1.125, 2.5, -3.5, 1e-9, 0.3],
+        ]
+    )
     return x.astype(np.float32)
 
 
@@ -110,8 +145,12 @@ def _reference_cast(x: np.ndarray, to: int, **attrs) -> np.ndarray:
     from onnx.reference import ReferenceEvaluator
 
     node = helper.make_node("Cast", ["x"], ["y"], to=to, **attrs)
-    graph = helper.make_graph([node], "cast", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
-                              [helper.make_tensor_value_info("y", to, x.shape)])
+    graph = helper.make_graph(
+        [node],
+        "cast",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", to, x.shape)],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)], ir_version=11)
     return ReferenceEvaluator(model).run(None, {"x": x})[0]
 

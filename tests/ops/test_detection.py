@@ -41,8 +41,14 @@ def test_roi_align(rng, mode, coord, ratio):
     x = rand(rng, 2, 3, 10, 10)
     rois = np.array([[0, 0, 9, 9], [1.5, 2.2, 6.1, 8.9], [-2, 3, 12, 4], [5, 5, 5.5, 5.2]], np.float32)
     batch = np.array([0, 1, 1, 0], np.int64)
-    attrs = {"mode": mode, "coordinate_transformation_mode": coord, "output_height": 3, "output_width": 4,
-             "sampling_ratio": ratio, "spatial_scale": 0.8}
+    attrs = {
+        "mode": mode,
+        "coordinate_transformation_mode": coord,
+        "output_height": 3,
+        "output_width": 4,
+        "sampling_ratio": ratio,
+        "spatial_scale": 0.8,
+    }
     check_op("RoiAlign", [x, rois, batch], attrs, static=True)
 
 

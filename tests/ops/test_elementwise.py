@@ -119,7 +119,9 @@ def test_where_errors(rng):
     expect_graph_error("Where", [rand(rng, 3, dtype=bool), rand(rng, 3), rand(rng, 3, dtype=np.float64)], match="dtype")
 
 
-@given(shapes=mutually_broadcastable_shapes(num_shapes=3, max_dims=3, max_side=3), n=st.integers(1, 3), seed=st.integers(0, 2**16))
+@given(
+    shapes=mutually_broadcastable_shapes(num_shapes=3, max_dims=3, max_side=3), n=st.integers(1, 3), seed=st.integers(0, 2**16)
+)
 @FAST
 def test_sum_variadic(shapes, n, seed):
     rng = np.random.default_rng(seed)
@@ -148,4 +150,6 @@ def test_cast(rng, src, to):
     from onnx import helper
 
     # aioge's Cast takes a dtype; the ONNX frontend maps ONNX's type codes to it
-    check_op("Cast", [x], {"to": np.dtype(to).name}, onnx_attrs={"to": helper.np_dtype_to_tensor_dtype(np.dtype(to))}, static=True)
+    check_op(
+        "Cast", [x], {"to": np.dtype(to).name}, onnx_attrs={"to": helper.np_dtype_to_tensor_dtype(np.dtype(to))}, static=True
+    )

@@ -144,7 +144,9 @@ def test_layout_errors(rng):
     expect_graph_error("DepthToSpace", [rand(rng, 4, 2, 2)], {"blocksize": 2}, match="4-D")
 
 
-@pytest.mark.parametrize(("shape", "target", "axes"), [((4, 5), [2, 7], None), ((3, 4, 5), [6, 1], [0, -1]), ((2, 3), [2, 3], None)])
+@pytest.mark.parametrize(
+    ("shape", "target", "axes"), [((4, 5), [2, 7], None), ((3, 4, 5), [6, 1], [0, -1]), ((2, 3), [2, 3], None)]
+)
 def test_center_crop_pad(rng, shape, target, axes):
     attrs = {} if axes is None else {"axes": axes}
     check_ref("CenterCropPad", [rand(rng, *shape), np.array(target, np.int64)], attrs, opset=18, const=(1,))
@@ -158,8 +160,9 @@ def test_col2im(rng, image, block, attrs):
     from aioge.kernels.image import col2im_positions
 
     nd = len(image)
-    positions = col2im_positions(image, block, attrs.get("dilations", [1] * nd), attrs.get("pads", [0] * 2 * nd),
-                                 attrs.get("strides", [1] * nd))
+    positions = col2im_positions(
+        image, block, attrs.get("dilations", [1] * nd), attrs.get("pads", [0] * 2 * nd), attrs.get("strides", [1] * nd)
+    )
     x = rand(rng, 2, 3 * int(np.prod(block)), int(np.prod(positions)))
     check_op("Col2Im", [x, np.array(image, np.int64), np.array(block, np.int64)], attrs, const=(1, 2), static=True)
 

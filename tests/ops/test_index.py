@@ -171,7 +171,9 @@ def test_tensor_scatter(rng, mode, with_indices):
 def test_index_errors(rng):
     expect_graph_error("GatherElements", [rand(rng, 3, 4), np.zeros((3,), np.int64)], match="one rank")
     expect_graph_error("GatherND", [rand(rng, 2, 2), np.zeros((2, 3), np.int64)], match="do not fit")
-    expect_graph_error("ScatterND", [rand(rng, 4, 4), np.zeros((2, 1), np.int64), rand(rng, 3, 4)], match="updates must have shape")
+    expect_graph_error(
+        "ScatterND", [rand(rng, 4, 4), np.zeros((2, 1), np.int64), rand(rng, 3, 4)], match="updates must have shape"
+    )
     expect_graph_error("Tile", [rand(rng, 2, 2), np.array([1], np.int64)], const=(1,), match="repeats")
     expect_graph_error("Trilu", [rand(rng, 3)], match="rank >= 2")
     expect_graph_error("ArgMax", [rand(rng, 3)], {"axis": 1}, match="out of range")

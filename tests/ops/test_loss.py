@@ -47,5 +47,6 @@ def test_all_ignored_mean_is_nan(rng):  # 0 / 0, as onnxruntime and ONNX's funct
 def test_loss_errors(rng):
     expect_graph_error("NegativeLogLikelihoodLoss", [rand(rng, 3, 4), np.zeros((3, 2), np.int64)], match="does not fit")
     expect_graph_error("NegativeLogLikelihoodLoss", [rand(rng, 3, 4), np.zeros(3, np.float32)], match="int32 or int64")
-    expect_graph_error("SoftmaxCrossEntropyLoss", [rand(rng, 3, 4), np.zeros(3, np.int64)], {"reduction": "avg"},
-                       match="reduction")
+    expect_graph_error(
+        "SoftmaxCrossEntropyLoss", [rand(rng, 3, 4), np.zeros(3, np.int64)], {"reduction": "avg"}, match="reduction"
+    )

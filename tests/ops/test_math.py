@@ -10,15 +10,39 @@ from tests.ops.conftest import aioge_graph, check_op, evaluate, expect_graph_err
 from tests.ops.onnx_reference import at_opset
 
 _UNARY = {
-    "Floor": (-5, 5), "Ceil": (-5, 5), "Sign": (-3, 3),
-    "Sin": (-4, 4), "Cos": (-4, 4), "Tan": (-1.2, 1.2), "Asin": (-0.99, 0.99), "Acos": (-0.99, 0.99),
-    "Atan": (-9, 9), "Sinh": (-3, 3), "Cosh": (-3, 3), "Asinh": (-9, 9), "Acosh": (1.01, 9), "Atanh": (-0.99, 0.99),
+    "Floor": (-5, 5),
+    "Ceil": (-5, 5),
+    "Sign": (-3, 3),
+    "Sin": (-4, 4),
+    "Cos": (-4, 4),
+    "Tan": (-1.2, 1.2),
+    "Asin": (-0.99, 0.99),
+    "Acos": (-0.99, 0.99),
+    "Atan": (-9, 9),
+    "Sinh": (-3, 3),
+    "Cosh": (-3, 3),
+    "Asinh": (-9, 9),
+    "Acosh": (1.01, 9),
+    "Atanh": (-0.99, 0.99),
 }
 
 
-_NUMPY = {"Floor": np.floor, "Ceil": np.ceil, "Sign": np.sign, "Sin": np.sin, "Cos": np.cos, "Tan": np.tan,
-          "Asin": np.arcsin, "Acos": np.arccos, "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh,
-          "Asinh": np.arcsinh, "Acosh": np.arccosh, "Atanh": np.arctanh}
+_NUMPY = {
+    "Floor": np.floor,
+    "Ceil": np.ceil,
+    "Sign": np.sign,
+    "Sin": np.sin,
+    "Cos": np.cos,
+    "Tan": np.tan,
+    "Asin": np.arcsin,
+    "Acos": np.arccos,
+    "Atan": np.arctan,
+    "Sinh": np.sinh,
+    "Cosh": np.cosh,
+    "Asinh": np.arcsinh,
+    "Acosh": np.arccosh,
+    "Atanh": np.arctanh,
+}
 
 
 @pytest.mark.parametrize("op", sorted(_UNARY))

@@ -28,8 +28,14 @@ def test_array_feature_extractor(rng, shape, idx):
         (np.array(["a", "q"], dtype=object), {"keys_strings": ["a"], "values_int64s": [3], "default_int64": 42}),
         (np.array([1, 5, 2], np.int64), {"keys_int64s": [2, 1], "values_floats": [0.5, 1.5], "default_float": 9.0}),
         (np.array([1, 5, 2], np.int64), {"keys_int64s": [2, 1], "values_strings": ["two", "one"], "default_string": "?"}),
-        (np.array(["x", "y"], dtype=object), {"keys_tensor": np.array(["y"], dtype=object),
-                                              "values_tensor": np.array([5], np.int16), "default_tensor": np.array([-1], np.int16)}),
+        (
+            np.array(["x", "y"], dtype=object),
+            {
+                "keys_tensor": np.array(["y"], dtype=object),
+                "values_tensor": np.array([5], np.int16),
+                "default_tensor": np.array([-1], np.int16),
+            },
+        ),
     ],
 )
 def test_label_encoder(x, attrs):
@@ -37,10 +43,18 @@ def test_label_encoder(x, attrs):
 
 
 _TREE = {
-    "n_targets": 2, "tree_roots": [0], "nodes_featureids": [0, 1, 0], "nodes_modes": np.array([0, 3, 6], np.uint8),
-    "nodes_splits": np.array([3.0, 1.5, np.nan]), "nodes_truenodeids": [1, 0, 2], "nodes_trueleafs": [0, 1, 1],
-    "nodes_falsenodeids": [2, 1, 3], "nodes_falseleafs": [0, 1, 1], "leaf_targetids": [0, 1, 1, 0],
-    "leaf_weights": np.array([1.0, 10.0, 100.0, 1000.0]), "membership_values": np.array([4.0, 6.0, np.nan]),
+    "n_targets": 2,
+    "tree_roots": [0],
+    "nodes_featureids": [0, 1, 0],
+    "nodes_modes": np.array([0, 3, 6], np.uint8),
+    "nodes_splits": np.array([3.0, 1.5, np.nan]),
+    "nodes_truenodeids": [1, 0, 2],
+    "nodes_trueleafs": [0, 1, 1],
+    "nodes_falsenodeids": [2, 1, 3],
+    "nodes_falseleafs": [0, 1, 1],
+    "leaf_targetids": [0, 1, 1, 0],
+    "leaf_weights": np.array([1.0, 10.0, 100.0, 1000.0]),
+    "membership_values": np.array([4.0, 6.0, np.nan]),
 }
 
 

@@ -57,15 +57,21 @@ def test_matmul_symbolic_batch_keeps_symbol(rng):
     assert y.shape == ("N", 3, 5)
 
 
-@pytest.mark.parametrize(("sa", "sb", "match"), [((3, 4), (5, 6), "inner dimensions"), ((2, 3, 4), (3, 4, 5), "batch"), ((), (3,), "rank")])
+@pytest.mark.parametrize(
+    ("sa", "sb", "match"), [((3, 4), (5, 6), "inner dimensions"), ((2, 3, 4), (3, 4, 5), "batch"), ((), (3,), "rank")]
+)
 def test_matmul_bad_shapes(rng, sa, sb, match):
     expect_graph_error("MatMul", [rand(rng, *sa), rand(rng, *sb)], match=match)
 
 
 @given(
-    m=st.integers(1, 5), k=st.integers(1, 5), n=st.integers(1, 5),
-    trans_a=st.integers(0, 1), trans_b=st.integers(0, 1),
-    alpha=st.sampled_from([1.0, 0.5, -2.0]), beta=st.sampled_from([1.0, 0.0, 3.0]),
+    m=st.integers(1, 5),
+    k=st.integers(1, 5),
+    n=st.integers(1, 5),
+    trans_a=st.integers(0, 1),
+    trans_b=st.integers(0, 1),
+    alpha=st.sampled_from([1.0, 0.5, -2.0]),
+    beta=st.sampled_from([1.0, 0.0, 3.0]),
     c=st.sampled_from(["none", "full", "row", "col", "scalar", "vector"]),
 )
 @FAST

@@ -34,9 +34,16 @@ def test_matmul_integer_per_row_and_column_zero_points(rng):
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize(("sa", "sb"), [((2, 4), (4, 3)), ((2, 2, 4), (2, 4, 3))])
 def test_qlinear_matmul(rng, dtype, sa, sb):
-    args = [_q(rng, *sa, dtype=dtype), np.array(0.05, np.float32), np.array(3, dtype),
-            _q(rng, *sb, dtype=dtype), np.array(0.02, np.float32), np.array(-2 if dtype == np.int8 else 9, dtype),
-            np.array(0.7, np.float32), np.array(5, dtype)]
+    args = [
+        _q(rng, *sa, dtype=dtype),
+        np.array(0.05, np.float32),
+        np.array(3, dtype),
+        _q(rng, *sb, dtype=dtype),
+        np.array(0.02, np.float32),
+        np.array(-2 if dtype == np.int8 else 9, dtype),
+        np.array(0.7, np.float32),
+        np.array(5, dtype),
+    ]
     check_op("QLinearMatMul", args, static=True)
 
 
@@ -66,8 +73,16 @@ def test_qlinear_conv(rng, per_channel, bias):
     x, w = _q(rng, 1, 2, 5, 5), _q(rng, 3, 2, 3, 3)
     w_scale = np.array([0.01, 0.02, 0.03], np.float32) if per_channel else np.array(0.02, np.float32)
     w_zero = np.zeros(3, np.uint8) if per_channel else np.array(7, np.uint8)
-    args = [x, np.array(0.05, np.float32), np.array(100, np.uint8), w, w_scale, w_zero, np.array(0.9, np.float32),
-            np.array(20, np.uint8)] + ([np.array([5, -300, 1000], np.int32)] if bias else [])
+    args = [
+        x,
+        np.array(0.05, np.float32),
+        np.array(100, np.uint8),
+        w,
+        w_scale,
+        w_zero,
+        np.array(0.9, np.float32),
+        np.array(20, np.uint8),
+    ] + ([np.array([5, -300, 1000], np.int32)] if bias else [])
     check_op("QLinearConv", args, {"pads": [1, 1, 1, 1]}, static=True)
 
 

@@ -55,8 +55,12 @@ def test_recurrent_activations_clip_and_variants(rng):
     check_op("RNN", args, {"hidden_size": 4, "activations": ["Relu"], "clip": 0.5}, num_outputs=2)
     args = _inputs(rng, "GRU", 3, 2, 3, 4, 1)
     check_op("GRU", args, {"hidden_size": 4, "linear_before_reset": 1}, num_outputs=2)
-    check_op("GRU", args, {"hidden_size": 4, "activations": ["HardSigmoid", "Softsign"], "activation_alpha": [0.3],
-                           "activation_beta": [0.4]}, num_outputs=2)
+    check_op(
+        "GRU",
+        args,
+        {"hidden_size": 4, "activations": ["HardSigmoid", "Softsign"], "activation_alpha": [0.3], "activation_beta": [0.4]},
+        num_outputs=2,
+    )
     args = _inputs(rng, "LSTM", 3, 2, 3, 4, 1, peep=True, initial=True)
     check_op("LSTM", args, {"hidden_size": 4, "input_forget": 1}, num_outputs=3)
     check_op("LSTM", args, {"hidden_size": 4}, num_outputs=1)  # Y only
@@ -77,8 +81,13 @@ def test_linear_attention(rng, rule, heads):
     past = rand(rng, b, hkv, dk, dv)
     decay = rand(rng, b, t, hkv, low=-1, high=0) if rule in ("gated", "gated_delta") else None
     beta = rand(rng, b, t, hkv, low=0, high=1) if rule in ("delta", "gated_delta") else None
-    check_ref("LinearAttention", [q, k, v, past, decay, beta], {"q_num_heads": hq, "kv_num_heads": hkv, "update_rule": rule},
-              opset=27, num_outputs=2)
+    check_ref(
+        "LinearAttention",
+        [q, k, v, past, decay, beta],
+        {"q_num_heads": hq, "kv_num_heads": hkv, "update_rule": rule},
+        opset=27,
+        num_outputs=2,
+    )
 
 
 @pytest.mark.parametrize("activation", ["none", "silu"])

@@ -16,7 +16,9 @@ _rng = np.random.default_rng(7)
 CASES = {
     "Conv": (
         [rand(_rng, 2, 4, 9, 9), rand(_rng, 6, 2, 3, 3), rand(_rng, 6)],
-        {"group": 2, "strides": (2, 2), "pads": (1, 1, 1, 1)}, (), 1,
+        {"group": 2, "strides": (2, 2), "pads": (1, 1, 1, 1)},
+        (),
+        1,
     ),
     "MaxPool": ([rand(_rng, 1, 3, 7, 7)], {"kernel_shape": (3, 3), "strides": (2, 2), "ceil_mode": 1}, (), 1),
     "AveragePool": ([rand(_rng, 1, 3, 6, 6)], {"kernel_shape": (2, 2), "pads": (1, 1, 0, 0)}, (), 1),
@@ -25,12 +27,20 @@ CASES = {
     "MatMul": ([rand(_rng, 2, 3, 4), rand(_rng, 4, 5)], {}, (), 1),
     "LayerNormalization": ([rand(_rng, 2, 3, 8), rand(_rng, 8), rand(_rng, 8)], {"epsilon": 1e-5}, (), 3),
     "BatchNormalization": (
-        [rand(_rng, 2, 3, 4, 4), rand(_rng, 3), rand(_rng, 3), rand(_rng, 3), rand(_rng, 3, low=0.5, high=1.5)], {}, (), 1,
+        [rand(_rng, 2, 3, 4, 4), rand(_rng, 3), rand(_rng, 3), rand(_rng, 3), rand(_rng, 3, low=0.5, high=1.5)],
+        {},
+        (),
+        1,
     ),
     "Reshape": ([rand(_rng, 2, 3, 4), np.array([0, -1], I64)], {}, (1,), 1),
     "Transpose": ([rand(_rng, 2, 3, 4)], {"perm": (2, 0, 1)}, (), 1),
     "Split": ([rand(_rng, 6, 4), np.array([1, 5], I64)], {"axis": 0}, (1,), 2),
-    "Slice": ([rand(_rng, 6, 5), np.array([5, 1], I64), np.array([0, 4], I64), np.array([0, 1], I64), np.array([-2, 1], I64)], {}, (1, 2, 3, 4), 1),
+    "Slice": (
+        [rand(_rng, 6, 5), np.array([5, 1], I64), np.array([0, 4], I64), np.array([0, 1], I64), np.array([-2, 1], I64)],
+        {},
+        (1, 2, 3, 4),
+        1,
+    ),
     "Gather": ([rand(_rng, 5, 3), np.array([[4, -1], [0, 2]], I64)], {"axis": 0}, (1,), 1),
     "Concat": ([rand(_rng, 2, 3), rand(_rng, 2, 1)], {"axis": 1}, (), 1),
     "ReduceMean": ([rand(_rng, 3, 4, 5), np.array([0, 2], I64)], {"keepdims": 0}, (1,), 1),

@@ -60,7 +60,13 @@ def test_reshape_int_data_and_symbols(rng):
 
 @pytest.mark.parametrize(
     ("target", "match"),
-    [((5, 5), "24 elements"), ((-1, -1), "more than one -1"), ((0, 0, 0, 0), "rank 3"), ((-2, 12), "invalid"), ((-1, 5), "cannot reshape")],
+    [
+        ((5, 5), "24 elements"),
+        ((-1, -1), "more than one -1"),
+        ((0, 0, 0, 0), "rank 3"),
+        ((-2, 12), "invalid"),
+        ((-1, 5), "cannot reshape"),
+    ],
 )
 def test_reshape_errors(rng, target, match):
     expect_graph_error("Reshape", [rand(rng, 2, 3, 4), ints(*target)], const=(1,), match=match)
@@ -74,7 +80,9 @@ def test_reshape_allowzero_with_minus_one(rng):
     expect_graph_error("Reshape", [rand(rng, 0, 3), ints(0, -1)], {"allowzero": 1}, const=(1,), match="allowzero")
 
 
-@pytest.mark.parametrize(("shape", "axis"), [((2, 3, 4), 0), ((2, 3, 4), 1), ((2, 3, 4), 3), ((2, 3, 4), -1), ((5,), 1), ((2, 3, 4, 5), -3)])
+@pytest.mark.parametrize(
+    ("shape", "axis"), [((2, 3, 4), 0), ((2, 3, 4), 1), ((2, 3, 4), 3), ((2, 3, 4), -1), ((5,), 1), ((2, 3, 4, 5), -3)]
+)
 def test_flatten(rng, shape, axis):
     check_op("Flatten", [rand(rng, *shape)], {"axis": axis}, static=True)
 
@@ -107,7 +115,9 @@ def test_unsqueeze_errors(rng):
     expect_graph_error("Unsqueeze", [rand(rng, 3), ints(3)], const=(1,), match="out of range")
 
 
-@pytest.mark.parametrize(("shapes", "axis"), [([(2, 3), (4, 3)], 0), ([(2, 3), (2, 1), (2, 5)], -1), ([(1, 2, 3)], 1), ([(2, 0), (2, 3)], 1)])
+@pytest.mark.parametrize(
+    ("shapes", "axis"), [([(2, 3), (4, 3)], 0), ([(2, 3), (2, 1), (2, 5)], -1), ([(1, 2, 3)], 1), ([(2, 0), (2, 3)], 1)]
+)
 def test_concat(rng, shapes, axis):
     check_op("Concat", [rand(rng, *s) for s in shapes], {"axis": axis}, static=True)
 
@@ -228,7 +238,9 @@ def test_gather_errors(rng):
 
 
 @pytest.mark.parametrize("constant", [True, False])
-@pytest.mark.parametrize(("shape", "target"), [((3, 1), (3, 4)), ((3, 1), (2, 1, 6)), ((1,), (2, 3)), ((2, 3), (1, 1)), ((4, 1, 2), (3, 1))])
+@pytest.mark.parametrize(
+    ("shape", "target"), [((3, 1), (3, 4)), ((3, 1), (2, 1, 6)), ((1,), (2, 3)), ((2, 3), (1, 1)), ((4, 1, 2), (3, 1))]
+)
 def test_expand(rng, shape, target, constant):
     check_op("Expand", [rand(rng, *shape), ints(*target)], const=(1,) if constant else (), static=constant)
 

@@ -11,8 +11,9 @@ from tests.ops.onnx_reference import at_opset
 
 # (inverse, onesided, complex input): a one-sided forward DFT takes a real signal, a one-sided
 # inverse a complex spectrum
-@pytest.mark.parametrize(("inverse", "onesided", "complex_in"),
-                         [(0, 0, False), (0, 0, True), (0, 1, False), (1, 0, False), (1, 0, True), (1, 1, True)])
+@pytest.mark.parametrize(
+    ("inverse", "onesided", "complex_in"), [(0, 0, False), (0, 0, True), (0, 1, False), (1, 0, False), (1, 0, True), (1, 1, True)]
+)
 @pytest.mark.parametrize("axis", [1, 2])
 def test_dft(rng, inverse, onesided, axis, complex_in):
     x = rand(rng, 2, 6, 5, 2 if complex_in else 1)
@@ -54,8 +55,11 @@ def test_windows_float64():
     from tests.ops.conftest import aioge_graph, evaluate
 
     n = np.arange(7)
-    want = {"HannWindow": np.sin(np.pi * n / 7) ** 2, "HammingWindow": 25 / 46 - 21 / 46 * np.cos(2 * np.pi * n / 7),
-            "BlackmanWindow": 0.42 - 0.5 * np.cos(2 * np.pi * n / 7) + 0.08 * np.cos(4 * np.pi * n / 7)}
+    want = {
+        "HannWindow": np.sin(np.pi * n / 7) ** 2,
+        "HammingWindow": 25 / 46 - 21 / 46 * np.cos(2 * np.pi * n / 7),
+        "BlackmanWindow": 0.42 - 0.5 * np.cos(2 * np.pi * n / 7) + 0.08 * np.cos(4 * np.pi * n / 7),
+    }
     for op, expected in want.items():
         g, feeds = aioge_graph(op, [np.array(7, np.int64)], {"output_datatype": 11}, const=(0,))
         (got,) = evaluate(g, feeds)
@@ -64,7 +68,12 @@ def test_windows_float64():
 
 
 def test_mel_weight_matrix():
-    args = [np.array(8, np.int64), np.array(64, np.int64), np.array(16000, np.int64), np.array(0.0, np.float32),
-            np.array(8000.0, np.float32)]
+    args = [
+        np.array(8, np.int64),
+        np.array(64, np.int64),
+        np.array(16000, np.int64),
+        np.array(0.0, np.float32),
+        np.array(8000.0, np.float32),
+    ]
     with at_opset(17):
         check_op("MelWeightMatrix", args, const=(0, 1, 2, 3, 4), static=True)

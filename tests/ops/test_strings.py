@@ -52,15 +52,28 @@ _POOL = dict(ngram_counts=[0, 4], ngram_indexes=[0, 1, 2, 3, 4, 5, 6], pool_int6
 def test_tfidf_vectorizer(mode, lengths, skip, batched):
     x = np.array([1, 1, 3, 3, 3, 7, 8, 6, 7, 5, 6, 8], np.int32)
     x = x.reshape(2, 6) if batched else x
-    attrs = {"mode": mode, "min_gram_length": lengths[0], "max_gram_length": lengths[1], "max_skip_count": skip, **_POOL,
-             "weights": [0.5, 1.0, 2.0, 1.0, 1.0, 3.0, 1.0]}
+    attrs = {
+        "mode": mode,
+        "min_gram_length": lengths[0],
+        "max_gram_length": lengths[1],
+        "max_skip_count": skip,
+        **_POOL,
+        "weights": [0.5, 1.0, 2.0, 1.0, 1.0, 3.0, 1.0],
+    }
     check_op("TfIdfVectorizer", [x], attrs, static=True)
 
 
 def test_tfidf_strings():
     x = np.array(["a", "b", "c", "a", "b"], dtype=object)
-    attrs = {"mode": "TF", "min_gram_length": 1, "max_gram_length": 2, "max_skip_count": 0,
-             "ngram_counts": [0, 2], "ngram_indexes": [0, 1, 2], "pool_strings": ["a", "c", "a", "b"]}
+    attrs = {
+        "mode": "TF",
+        "min_gram_length": 1,
+        "max_gram_length": 2,
+        "max_skip_count": 0,
+        "ngram_counts": [0, 2],
+        "ngram_indexes": [0, 1, 2],
+        "pool_strings": ["a", "c", "a", "b"],
+    }
     g, feeds = aioge_graph("TfIdfVectorizer", [x], attrs)
     (got,) = evaluate(g, feeds)
     np.testing.assert_array_equal(got, np.array([2, 1, 2], np.float32))  # a, c, then the bigram "a b" twice

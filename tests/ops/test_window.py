@@ -33,7 +33,12 @@ def test_conv_transpose(rng, xs, ws, attrs, bias):
 
 
 def test_conv_transpose_float64(rng):  # onnxruntime has no float64 kernel
-    check_ref("ConvTranspose", [rand(rng, 1, 2, 3, 3, dtype=np.float64), rand(rng, 2, 2, 2, 2, dtype=np.float64)], {"strides": [2, 2]}, opset=22)
+    check_ref(
+        "ConvTranspose",
+        [rand(rng, 1, 2, 3, 3, dtype=np.float64), rand(rng, 2, 2, 2, 2, dtype=np.float64)],
+        {"strides": [2, 2]},
+        opset=22,
+    )
 
 
 def test_conv_transpose_errors(rng):
@@ -63,8 +68,13 @@ def test_global_max_pool(rng, shape):
     check_op("GlobalMaxPool", [rand(rng, *shape)], static=True)
 
 
-@pytest.mark.parametrize(("shape", "attrs"), [((1, 2, 4, 4), {"kernel_shape": [2, 2], "strides": [2, 2]}),
-                                              ((2, 1, 5, 5), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})])
+@pytest.mark.parametrize(
+    ("shape", "attrs"),
+    [
+        ((1, 2, 4, 4), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+        ((2, 1, 5, 5), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ],
+)
 @pytest.mark.parametrize("with_shape", [False, True])
 def test_max_unpool(rng, shape, attrs, with_shape):
     x = rand(rng, *shape)
@@ -80,7 +90,8 @@ def test_max_unpool(rng, shape, attrs, with_shape):
 
 
 @pytest.mark.parametrize(
-    "attrs", [{}, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, {"dilations": [2, 1]}, {"group": 2, "offset_group": 2}],
+    "attrs",
+    [{}, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, {"dilations": [2, 1]}, {"group": 2, "offset_group": 2}],
 )
 @pytest.mark.parametrize("masked", [False, True])
 def test_deform_conv(rng, attrs, masked):

@@ -31,7 +31,9 @@ def without(*names: str) -> str:
     return ";".join(f"{n}:off" for n in names)
 
 
-async def run_switched(graph: aioge.Graph, feeds: Mapping[str, np.ndarray], switch: str = "") -> tuple[CompiledModel, dict[str, np.ndarray]]:
+async def run_switched(
+    graph: aioge.Graph, feeds: Mapping[str, np.ndarray], switch: str = ""
+) -> tuple[CompiledModel, dict[str, np.ndarray]]:
     """Build and run ``graph`` under ``switch``; returns the compiled model and the outputs."""
     options = dict(BASE)
     if switch:

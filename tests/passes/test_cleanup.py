@@ -35,7 +35,8 @@ async def test_copies_that_must_stay() -> None:
     d, mask = ops.dropout(ops.neg(x), num_outputs=2)  # the mask is used
     g.output(
         ops.identity(x),  # an output that is a graph input needs a node of its own
-        d, ops.cast(mask, to="float32"),
+        d,
+        ops.cast(mask, to="float32"),
         ops.cast(x, to="float64"),  # a real conversion
         names=["copy", "d", "m", "wide"],
     )
@@ -64,8 +65,9 @@ async def test_dead_code_is_removed() -> None:
     unused = ops.exp(ops.mul(x, g.constant(np.full(3, 7.0, np.float32))))
     ops.tanh(unused)  # a dead chain of two more nodes
     g.output(ops.relu(x), names=["y"])
-    on, off, _ = await compare(g, {"x": np.array([-1.0, 0.0, 1.0], np.float32)}, only("DeadCodeEliminationPass"), ALL_OFF,
-                               rtol=0, atol=0)
+    on, off, _ = await compare(
+        g, {"x": np.array([-1.0, 0.0, 1.0], np.float32)}, only("DeadCodeEliminationPass"), ALL_OFF, rtol=0, atol=0
+    )
     assert on == {"Relu": 1} and off == {"Mul": 1, "Exp": 1, "Tanh": 1, "Relu": 1}
     model, _ = await run_switched(g, {"x": np.zeros(3, np.float32)}, only("DeadCodeEliminationPass"))
     assert len(model.graph.constants) == 0  # the dead chain's constant went with it

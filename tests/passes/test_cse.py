@@ -38,8 +38,12 @@ async def test_different_attributes_or_inputs_do_not_merge() -> None:
     x = g.input("x", (5,), "float32")
     y = g.input("y", (5,), "float32")
     g.output(
-        ops.leaky_relu(x, alpha=0.1), ops.leaky_relu(x, alpha=0.2), ops.relu(x), ops.relu(y),
-        ops.add(x, g.constant(np.ones(5, np.float32))), ops.add(x, g.constant(np.full(5, 2.0, np.float32))),
+        ops.leaky_relu(x, alpha=0.1),
+        ops.leaky_relu(x, alpha=0.2),
+        ops.relu(x),
+        ops.relu(y),
+        ops.add(x, g.constant(np.ones(5, np.float32))),
+        ops.add(x, g.constant(np.full(5, 2.0, np.float32))),
         names=["a", "b", "c", "d", "e", "f"],
     )
     model, _ = await run_switched(g, {"x": np.zeros(5, np.float32), "y": np.ones(5, np.float32)}, only(PASS))

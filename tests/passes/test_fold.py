@@ -31,7 +31,9 @@ async def test_constant_arithmetic_folds() -> None:
     feeds = {"x": np.ones((3, 4), np.float32)}
     on, off, out = await compare(g, feeds, only(PASS), ALL_OFF, rtol=0, atol=0)
     assert on == {"Add": 1} and off == {"Mul": 1, "Neg": 1, "Exp": 1, "Add": 1}
-    np.testing.assert_array_equal(out["y"], np.broadcast_to(1 + np.exp(-(np.arange(4, dtype=np.float32) * np.float32(0.5))), (3, 4)))
+    np.testing.assert_array_equal(
+        out["y"], np.broadcast_to(1 + np.exp(-(np.arange(4, dtype=np.float32) * np.float32(0.5))), (3, 4))
+    )
 
 
 async def test_static_shape_subgraph_folds() -> None:

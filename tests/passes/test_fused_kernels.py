@@ -73,7 +73,9 @@ def _run(ops, operands, params, inputs, block_bytes=None, out=None):  # type: ig
     shape = np.broadcast_shapes(*(x.shape for x in inputs))
     attrs = {"ops": tuple(ops), "operands": tuple(operands), "params": tuple(params)}
     kparams = {} if block_bytes is None else {"block_bytes": block_bytes}
-    run = build_fused_elementwise(attrs, kparams, [TensorDesc.of(x.shape, x.dtype) for x in inputs], [TensorDesc.of(shape, inputs[0].dtype)])
+    run = build_fused_elementwise(
+        attrs, kparams, [TensorDesc.of(x.shape, x.dtype) for x in inputs], [TensorDesc.of(shape, inputs[0].dtype)]
+    )
     return run(inputs, None if out is None else [out])[0]
 
 
@@ -267,8 +269,11 @@ def _programs(draw: st.DrawFn) -> tuple[list[str], list[int], list[float], list[
                 name = "Mul"  # a computed divisor may be 0
             operands += [a, b]
         else:
-            name = draw(st.sampled_from(["Neg", "Abs", "Tanh", "Exp", "Relu", "Sigmoid", "Sin", "Floor",
-                                         "LeakyRelu", "HardSigmoid", "Clip", "Erf"]))
+            name = draw(
+                st.sampled_from(
+                    ["Neg", "Abs", "Tanh", "Exp", "Relu", "Sigmoid", "Sin", "Floor", "LeakyRelu", "HardSigmoid", "Clip", "Erf"]
+                )
+            )
             operands.append(draw(st.sampled_from(refs)))
             params += list(_params_for(name))
         ops.append(name)

@@ -193,7 +193,7 @@ def _conv_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.zeros((n, w.shape[0], h - 2, wd - 2), np.float64)
     for i in range(h - 2):
         for j in range(wd - 2):
-            out[:, :, i, j] = np.einsum("ncuv,mcuv->nm", x[:, :, i:i + 3, j:j + 3], w)
+            out[:, :, i, j] = np.einsum("ncuv,mcuv->nm", x[:, :, i : i + 3, j : j + 3], w)
     return (out + b.reshape(1, -1, 1, 1)).astype(np.float32)
 
 

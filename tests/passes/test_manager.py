@@ -98,7 +98,9 @@ def test_a_pass_that_breaks_the_graph_is_named(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_cli_lists_every_pass() -> None:
-    out = subprocess.run([sys.executable, "-m", "aioge", "passes"], capture_output=True, text=True, check=True, timeout=120).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "aioge", "passes"], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
     lines = out.strip().splitlines()
     assert len(lines) == len(PASSES)
     for line, p in zip(lines, PASSES):
@@ -165,7 +167,10 @@ def _every_pattern() -> tuple[aioge.Graph, dict[str, np.ndarray]]:
     ax = g.constant(np.array([-1], np.int64))
     d = ops.sub(h, ops.reduce_mean(h, ax))
     h = ops.div(d, ops.sqrt(ops.add(ops.reduce_mean(ops.pow(d, g.constant(np.float32(2))), ax), g.constant(np.float32(1e-5)))))
-    h = ops.mul(ops.mul(h, ops.add(ops.erf(ops.div(h, g.constant(np.float32(np.sqrt(2))))), g.constant(np.float32(1)))), g.constant(np.float32(0.5)))
+    h = ops.mul(
+        ops.mul(h, ops.add(ops.erf(ops.div(h, g.constant(np.float32(np.sqrt(2))))), g.constant(np.float32(1)))),
+        g.constant(np.float32(0.5)),
+    )
     t = ops.mul(ops.tanh(ops.neg(h)), 3.0)
     ops.softmax(t, axis=0)  # dead (and unlike the live ones, so common-subexpression elimination keeps it apart)
     g.output(c, ops.add(ops.softmax(t, axis=-1), ops.softmax(t, axis=-1)), names=["conv", "p"])

@@ -113,7 +113,9 @@ async def test_layer_norm_forms_fuse(square: str, affine: str, axes: tuple[int, 
 
 
 async def test_layer_norm_over_leading_axes_or_with_a_shared_mean_stays() -> None:
-    on, _, _ = await compare(_layer_norm_graph("pow", "none", (1,)), {"x": _f32(2, 5, 12)}, only("LayerNormFusionPass"), ALL_OFF, **TOL)
+    on, _, _ = await compare(
+        _layer_norm_graph("pow", "none", (1,)), {"x": _f32(2, 5, 12)}, only("LayerNormFusionPass"), ALL_OFF, **TOL
+    )
     assert "LayerNormalization" not in on  # axis 1 of 3 is not a trailing range
     g = aioge.Graph("shared")
     x = g.input("x", (3, 8), "float32")
@@ -165,7 +167,8 @@ def _torch_block_model() -> onnx.ModelProto:
         n("MatMul", ["gelu", "fc2.weight"], ["y"]),
     ]
     graph = helper.make_graph(
-        nodes, "torch_block",
+        nodes,
+        "torch_block",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 8])],
         [numpy_helper.from_array(v, k) for k, v in inits.items()],

@@ -43,7 +43,9 @@ def mp_context() -> Any:
     global _CTX
     if _CTX is None:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["numpy", "anyio", "anyio._backends._asyncio", "aioge", "aioge.session", "tests.reliability._faults"])
+        ctx.set_forkserver_preload(
+            ["numpy", "anyio", "anyio._backends._asyncio", "aioge", "aioge.session", "tests.reliability._faults"]
+        )
         _CTX = ctx
     return _CTX
 
@@ -100,8 +102,15 @@ def kind_of(name: str, parent: str) -> str:
         return "kernel"
     if name == graph_tools.STATS_FILE:
         return "graph-stats"
-    for suffix, kind in ((".om", "om"), (".rdcpkt", "rdcpkt"), (".idx", "idx"), (".lock", "lock"), (".aiog", "generation"),
-                         (".aios", "stats"), (".ini", "ini")):
+    for suffix, kind in (
+        (".om", "om"),
+        (".rdcpkt", "rdcpkt"),
+        (".idx", "idx"),
+        (".lock", "lock"),
+        (".aiog", "generation"),
+        (".aios", "stats"),
+        (".ini", "ini"),
+    ):
         if name.endswith(suffix):
             return kind
     return "unknown"
@@ -146,7 +155,9 @@ def _check(path: str, kind: str) -> None:
         assert cp.has_section("op_compiler_cache")
     elif kind == "idx":
         for e in graph_cache.read_index(path)["cache_file_list"]:
-            assert os.path.exists(os.path.join(os.path.dirname(path), e["cache_file_name"])), f"names missing {e['cache_file_name']}"
+            assert os.path.exists(os.path.join(os.path.dirname(path), e["cache_file_name"])), (
+                f"names missing {e['cache_file_name']}"
+            )
     elif kind == "om":
         serialize.decode_model(data, path=path)
     elif kind == "rdcpkt":
@@ -199,7 +210,11 @@ CRASH_WIDTH = 128  # 64 KB of weights per model: big enough that kills land insi
 
 
 def crash_options(root: str) -> dict[str, str]:
-    return {"ge.op_compiler_cache_dir": os.path.join(root, "kc"), "ge.graph_compiler_cache_dir": os.path.join(root, "gc"), **HEURISTIC}
+    return {
+        "ge.op_compiler_cache_dir": os.path.join(root, "kc"),
+        "ge.graph_compiler_cache_dir": os.path.join(root, "gc"),
+        **HEURISTIC,
+    }
 
 
 def crash_graph_options(scale_index: int, variant: int, *, external: bool, force: bool) -> dict[str, str]:
@@ -260,8 +275,11 @@ def multiproc_worker(root: str, proc: int, tasks: int, rounds: int, start_at: fl
                     force = t == 0 and proc % 2 == 0 and r % 2 == 0
                     gid = next(ids)
                     try:
-                        await s.add_graph(gid, family_graph(1.0, variant=variant, width=MP_WIDTH),
-                                          {"ge.op_compiler_cache_mode": "force" if force else "enable"})
+                        await s.add_graph(
+                            gid,
+                            family_graph(1.0, variant=variant, width=MP_WIDTH),
+                            {"ge.op_compiler_cache_mode": "force" if force else "enable"},
+                        )
                         x = feed(n, proc * 1000 + t * 100 + r, MP_WIDTH)
                         y = (await s.run_graph(gid, {"x": x}))["y"]
                         if not np.allclose(y, family_ref(x, 1.0, variant=variant, width=MP_WIDTH), rtol=1e-5, atol=1e-6):

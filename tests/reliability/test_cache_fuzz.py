@@ -123,12 +123,19 @@ def _mutations(name: str, data: bytes) -> list[tuple[str, bytes]]:
         out += [(f"valid envelope, {k}", _rewrap(data, KIND[name], p)) for k, p in _hostile_payloads().items()]
     if name == ".om":  # the .om frames its msgpack: a declared metadata length of 2^62
         header, framed = io.open_envelope(data, "om")
-        out.append(("valid envelope, meta length 2^62", io.make_envelope("om", struct.pack("<Q", 2**62) + framed[8:],
-                                                                          {"graph": header["graph"]})))
+        out.append(
+            (
+                "valid envelope, meta length 2^62",
+                io.make_envelope("om", struct.pack("<Q", 2**62) + framed[8:], {"graph": header["graph"]}),
+            )
+        )
     if name == "op_cache.ini":
-        out += [("not an ini", b"[[[\n=\n"), ("bad values", b"[op_compiler_cache]\nmax_op_cache_size=-7\nremain_cache_size_ratio=x\n"),
-                ("huge values", b"[op_compiler_cache]\nmax_op_cache_size=" + b"9" * 5000 + b"\nremain_cache_size_ratio=50\n"),
-                ("binary", bytes(range(256)) * 4)]
+        out += [
+            ("not an ini", b"[[[\n=\n"),
+            ("bad values", b"[op_compiler_cache]\nmax_op_cache_size=-7\nremain_cache_size_ratio=x\n"),
+            ("huge values", b"[op_compiler_cache]\nmax_op_cache_size=" + b"9" * 5000 + b"\nremain_cache_size_ratio=50\n"),
+            ("binary", bytes(range(256)) * 4),
+        ]
     if name == "weight":
         out.append(("wrong size", data + b"\0" * 4))
     return out
@@ -172,12 +179,16 @@ def test_session_recompiles_with_one_warning(name: str, pristine: Path, tmp_path
         shutil.rmtree(root)
     TRIED[name] = len(muts)
     assert harmless <= max(3, len(muts) // 5), harmless
-    print(f"\n{name}: {len(muts)} mutations, each a miss with one warning and the right result ({harmless} harmless hits)"
-          + (f" ({silent} left the ini valid)" if name == "op_cache.ini" else ""))
+    print(
+        f"\n{name}: {len(muts)} mutations, each a miss with one warning and the right result ({harmless} harmless hits)"
+        + (f" ({silent} left the ini valid)" if name == "op_cache.ini" else "")
+    )
 
 
 @pytest.mark.parametrize("name", [".idx", ".om"])
-def test_cli_gives_a_clear_error_and_exit_1(name: str, pristine: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_gives_a_clear_error_and_exit_1(
+    name: str, pristine: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = _files(pristine)[name].read_bytes()
     n = 0
     for what, bad in _mutations(name, data):
@@ -228,4 +239,3 @@ def test_every_file_type_was_fuzzed() -> None:
         pytest.skip("run with the fuzz tests")
     assert sorted(TRIED) == sorted(_FILE_TYPES), TRIED
     assert all(n >= FLIPS for n in TRIED.values()), TRIED
-

@@ -54,11 +54,15 @@ def _aioge(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
 def test_an_unknown_input_name_is_one_line_error_listing_the_inputs(model: Path, tmp_path: Path) -> None:
     r = _aioge("run", str(model), "--input", f"x={tmp_path / 'x.npy'}", "--input", f"wrongname={tmp_path / 's.npy'}")
     assert r.returncode == 1
-    assert r.stderr.strip().splitlines() == ["aioge: error: --input wrongname: the model has no such input; its inputs are: x, s (not given: s)"]
+    assert r.stderr.strip().splitlines() == [
+        "aioge: error: --input wrongname: the model has no such input; its inputs are: x, s (not given: s)"
+    ]
     assert "output" not in r.stdout  # nothing ran
 
 
-def test_a_missing_input_is_an_error_unless_random_inputs(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_input_is_an_error_unless_random_inputs(
+    model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["run", str(model), "--input", f"x={tmp_path / 'x.npy'}"]) == 1
     err = capsys.readouterr().err
     assert "aioge: error: input s not given" in err and "inputs are: x, s" in err and "--random-inputs" in err
@@ -71,7 +75,16 @@ def test_a_missing_input_is_an_error_unless_random_inputs(model: Path, tmp_path:
 
 def test_outputs_get_distinct_reversible_files(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_dir = tmp_path / "out"
-    args = ["run", str(model), "--input", f"x={tmp_path / 'x.npy'}", "--input", f"s={tmp_path / 's.npy'}", "--output-dir", str(out_dir)]
+    args = [
+        "run",
+        str(model),
+        "--input",
+        f"x={tmp_path / 'x.npy'}",
+        "--input",
+        f"s={tmp_path / 's.npy'}",
+        "--output-dir",
+        str(out_dir),
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     files = sorted(os.listdir(out_dir))
@@ -113,8 +126,9 @@ def test_a_reader_that_closes_early_is_no_traceback(command: str, model: Path, t
 
 
 def test_info_into_head_prints_the_first_line_cleanly(model: Path) -> None:
-    with subprocess.Popen([sys.executable, "-m", "aioge", "info", "--json", str(model)], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE) as aioge:
+    with subprocess.Popen(
+        [sys.executable, "-m", "aioge", "info", "--json", str(model)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as aioge:
         head = subprocess.run(["head", "-n", "1"], stdin=aioge.stdout, capture_output=True, timeout=120)
         aioge.stdout.close()  # type: ignore[union-attr]
         err = aioge.stderr.read()  # type: ignore[union-attr]

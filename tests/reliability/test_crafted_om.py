@@ -125,13 +125,22 @@ def _live_buffers_overlap(m: CompiledModel) -> None:
 
 CRAFTED = {
     "event cycle": (_event_cycle, r"invalid stream plan: event 1 .* \(a cycle between streams"),
-    "missing event": (_missing_event, r"invalid stream plan: node \d+ \(stream \d\) reads the output of node \d+ .* with no event"),
+    "missing event": (
+        _missing_event,
+        r"invalid stream plan: node \d+ \(stream \d\) reads the output of node \d+ .* with no event",
+    ),
     "stream out of order": (_stream_out_of_order, r"invalid stream plan: stream 0 runs node \d+ after node \d+"),
-    "tiny block size": (_tiny_block, r"kernel 'blocked' is not one the compiler could choose: .*'block_bytes': 64.* not a candidate"),
+    "tiny block size": (
+        _tiny_block,
+        r"kernel 'blocked' is not one the compiler could choose: .*'block_bytes': 64.* not a candidate",
+    ),
     "engine and kernel differ": (_other_engine, r"is not one the compiler could choose: it is a FusedElementwise kernel for"),
     "buffer listed twice": (_buffer_twice, r"buffer of .* listed twice"),
     "buffer for a graph output": (_buffer_for_an_output, r"buffer of 'y' is not a planned intermediate"),
-    "live buffers overlap": (_live_buffers_overlap, r"invalid memory plan: buffers of .* share arena bytes, but node \d+ .* does not end before"),
+    "live buffers overlap": (
+        _live_buffers_overlap,
+        r"invalid memory plan: buffers of .* share arena bytes, but node \d+ .* does not end before",
+    ),
 }
 
 

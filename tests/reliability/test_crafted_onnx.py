@@ -31,9 +31,13 @@ TWO_GIB = 2 << 30
 
 def _model(opset: int = 17, extra: list[onnx.OperatorSetIdProto] | None = None) -> onnx.ModelProto:
     nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]), helper.make_node("Add", ["a", "b"], ["y"])]
-    g = helper.make_graph(nodes, "ext", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
-                          [numpy_helper.from_array(W, "w"), numpy_helper.from_array(B, "b")])
+    g = helper.make_graph(
+        nodes,
+        "ext",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+        [numpy_helper.from_array(W, "w"), numpy_helper.from_array(B, "b")],
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), *(extra or [])])
 
 
@@ -158,4 +162,3 @@ def test_an_opset_newer_than_onnx_knows_is_refused() -> None:
     # The newest opset itself, and a custom domain's own versions, still load.
     assert aioge.load_onnx(_model(opset=newest)).nodes
     assert aioge.load_onnx(_model(extra=[helper.make_opsetid("com.example", 42)])).nodes
-

@@ -37,7 +37,9 @@ async def _read_back(root: str, rng: random.Random) -> tuple[int, int]:
             await s.add_graph(gid, F.family_graph(F.SCALES[si], variant=variant, width=F.CRASH_WIDTH), opts)
             x = F.feed(n, n, F.CRASH_WIDTH)
             y = (await s.run_graph(gid, {"x": x}))["y"]
-            np.testing.assert_allclose(y, F.family_ref(x, F.SCALES[si], variant=variant, width=F.CRASH_WIDTH), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                y, F.family_ref(x, F.SCALES[si], variant=variant, width=F.CRASH_WIDTH), rtol=1e-5, atol=1e-6
+            )
             stats = s.compiled(gid).stats
             graph_hits += stats.graph_cache_hit
             kernel_hits += stats.kernel_cache_hits
@@ -78,9 +80,11 @@ def test_writers_killed_at_random_points_leave_a_readable_cache(tmp_path) -> Non
         kernel_hits += kh
         before = F.snapshot(root)  # the read-back may have written too
     elapsed = time.monotonic() - start
-    print(f"\ncrash: {KILLS} kills survived in {elapsed:.1f}s; caught mid-write by type {dict(caught)}; "
-          f"files published between kills {dict(written)}; final tree {dict(counts)}; "
-          f"read-backs: {graph_hits} graph cache hits, {kernel_hits} kernel hits")
+    print(
+        f"\ncrash: {KILLS} kills survived in {elapsed:.1f}s; caught mid-write by type {dict(caught)}; "
+        f"files published between kills {dict(written)}; final tree {dict(counts)}; "
+        f"read-backs: {graph_hits} graph cache hits, {kernel_hits} kernel hits"
+    )
     assert sum(written[t] for t in ("kernel", "om", "idx")) > KILLS // 3, "the writers hardly wrote anything"
     assert counts["om"] and counts["rdcpkt"] and counts["idx"] and counts["weight"] and counts["kernel"]
     assert graph_hits > 0 and kernel_hits > 0
@@ -106,7 +110,9 @@ def test_kill_while_saving_leaves_no_empty_model_and_an_unindexed_one_is_indexed
         assert counts["om"] == (0 if stall == "encode" else 1), counts
     assert not (tmp_path / "stall.idx").exists()
     g = F.family_graph(1.0, width=8)
-    entry = cached.save_sync(graph_cache.GraphCache(str(tmp_path), "stall"), compile_graph_sync(g, [("x", (3, 8))], resolve_options(F.HEURISTIC)), g)
+    entry = cached.save_sync(
+        graph_cache.GraphCache(str(tmp_path), "stall"), compile_graph_sync(g, [("x", (3, 8))], resolve_options(F.HEURISTIC)), g
+    )
     names = [e["cache_file_name"] for e in graph_cache.read_index(tmp_path / "stall.idx")["cache_file_list"]]
     assert len(names) == 2 and names[-1] == entry["cache_file_name"]  # the killed writer's whole model is indexed too
     F.audit(tmp_path)

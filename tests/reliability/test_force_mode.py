@@ -43,8 +43,12 @@ def _graph() -> aioge.Graph:
 
 
 def _opts(root: Path, mode: str = "force") -> dict[str, str]:
-    return {"ge.op_compiler_cache_dir": str(root), "ge.op_compiler_cache_mode": mode, "aioge.tune_mode": "heuristic",
-            "ge.optimizationSwitch": UNFUSED}
+    return {
+        "ge.op_compiler_cache_dir": str(root),
+        "ge.op_compiler_cache_mode": mode,
+        "aioge.tune_mode": "heuristic",
+        "ge.optimizationSwitch": UNFUSED,
+    }
 
 
 async def _build(root: Path, mode: str = "force") -> aioge.CompiledModel:
@@ -87,8 +91,9 @@ if ROOT:
 
 @pytest.mark.parametrize("mode", ["force", "enable"])
 @pytest.mark.parametrize("case", sorted(UNTRUSTED))
-async def test_an_untrusted_soc_dir_is_not_written_in_any_mode(case: str, mode: str, tmp_path: Path,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_untrusted_soc_dir_is_not_written_in_any_mode(
+    case: str, mode: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     soc = _soc(tmp_path)
     soc.mkdir(parents=True, mode=0o700)
     os.chmod(tmp_path / "kernel_cache", 0o700)
@@ -102,8 +107,9 @@ async def test_an_untrusted_soc_dir_is_not_written_in_any_mode(case: str, mode: 
         assert model.stats.kernels_compiled == len(model.nodes) and model.stats.kernel_cache_hits == 0
     warnings = _warnings(caplog)
     assert len(warnings) == 2, warnings  # one per session, each naming the dir and why
-    assert all("not trusted" in w and "neither loaded from it nor written to it" in w and str(soc) in w and reason in w
-               for w in warnings), warnings
+    assert all(
+        "not trusted" in w and "neither loaded from it nor written to it" in w and str(soc) in w and reason in w for w in warnings
+    ), warnings
 
 
 async def test_a_trusted_shared_soc_dir_is_written_in_force_mode(tmp_path: Path) -> None:
@@ -168,8 +174,9 @@ async def test_a_reader_in_another_process_keeps_its_generation(tmp_path: Path) 
         "sys.stdin.readline()\n"
         "c.close_view_sync(v)\n"
     )
-    with subprocess.Popen([sys.executable, "-I", "-c", script, str(tmp_path)], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, text=True) as child:
+    with subprocess.Popen(
+        [sys.executable, "-I", "-c", script, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as child:
         assert child.stdout is not None and child.stdin is not None
         try:
             with anyio.fail_after(60):

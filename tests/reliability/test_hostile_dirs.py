@@ -78,7 +78,9 @@ def _bad_root(tmp_path: Path, case: str) -> tuple[str, str]:
 @pytest.mark.anyio
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("case", ["under_a_file", "is_a_file", "name_too_long"])
-async def test_unusable_kernel_cache_root_compiles_without_it_with_one_warning(case: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_unusable_kernel_cache_root_compiles_without_it_with_one_warning(
+    case: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     root, problem = _bad_root(tmp_path, case)
     with caplog.at_level(logging.WARNING):
         stats = await _compile_and_run({"ge.op_compiler_cache_dir": root})
@@ -218,8 +220,11 @@ def test_unreadable_graph_cache_dir_compiles_without_it_with_one_warning(base: P
     # As root the child is another user: the "others" bits apply; else the owner's.
     os.chmod(gc, {"none": 0o700 if ROOT else 0o000, "search_only": 0o701 if ROOT else 0o100}[access])
     kc = _mine(base / "kc")
-    result = _in_child("compile_and_run_child", {"ge.op_compiler_cache_dir": str(kc), "ge.graph_compiler_cache_dir": str(gc)},
-                       {"ge.graph_key": "hostile", "ge.externalWeight": "1"})
+    result = _in_child(
+        "compile_and_run_child",
+        {"ge.op_compiler_cache_dir": str(kc), "ge.graph_compiler_cache_dir": str(gc)},
+        {"ge.graph_key": "hostile", "ge.externalWeight": "1"},
+    )
     assert result["error"] is None, result  # was: PermissionError on every run
     assert not any(hit for _, _, hit in result["value"]), result
     assert any(hits >= 1 for _, hits, _ in result["value"]), result  # the kernel cache still works
@@ -265,7 +270,9 @@ def _aioge(*argv: str, env: dict[str, str | None]) -> subprocess.CompletedProces
             full.pop(k, None)
         else:
             full[k] = v
-    return subprocess.run([sys.executable, "-m", "aioge", *argv], env=full, capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "aioge", *argv], env=full, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 @pytest.mark.timeout(120)
@@ -312,8 +319,9 @@ async def test_crafted_index_entries_cannot_delete_files_that_are_not_the_keys_o
     precious = gc / "precious.txt"
     precious.write_text("a user's file")
     # aioge's own hit/miss counters (aioge.graph-stats, its lock) change with every lookup
-    keep = {p.name: p.read_bytes() for p in gc.iterdir()
-            if p.is_file() and not p.name.startswith(("victim", "aioge.graph-stats"))}
+    keep = {
+        p.name: p.read_bytes() for p in gc.iterdir() if p.is_file() and not p.name.startswith(("victim", "aioge.graph-stats"))
+    }
     cache = graph_cache.GraphCache(str(gc), "victim")
     entries, intact = cache.read_index_sync()
     assert intact and entries

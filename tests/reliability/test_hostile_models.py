@@ -50,12 +50,21 @@ def _small_model() -> bytes:
         helper.make_node("Softmax", ["h5"], ["y"], axis=-1, name="sm"),
         helper.make_node("ReduceSum", ["h3"], ["z"], keepdims=0, name="rsum"),
     ]
-    inits = [numpy_helper.from_array(r.standard_normal((8, 6)).astype(np.float32), "w"),
-             numpy_helper.from_array(r.standard_normal(6).astype(np.float32), "b"),
-             numpy_helper.from_array(np.array([2, 3, 4], np.int64), "s")]
-    g = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
-                           helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], inits)
+    inits = [
+        numpy_helper.from_array(r.standard_normal((8, 6)).astype(np.float32), "w"),
+        numpy_helper.from_array(r.standard_normal(6).astype(np.float32), "b"),
+        numpy_helper.from_array(np.array([2, 3, 4], np.int64), "s"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+        inits,
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
@@ -184,23 +193,63 @@ def _absurd_models() -> dict[str, tuple[bytes, str]]:
     one = helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])
     relu = [helper.make_node("Relu", ["w"], ["y"])]
     return {
-        "input": (_model([helper.make_node("Relu", ["x"], ["y"])],
-                         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [BIG, BIG])], []), r"input 'x' is float32\[1000000, 1000000\]"),
-        "initializer without data": (_model(relu, [], [_tensor("w", [BIG, BIG])]), r"initializer 'w' declares \[1000000, 1000000\]"),
+        "input": (
+            _model(
+                [helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [BIG, BIG])], []
+            ),
+            r"input 'x' is float32\[1000000, 1000000\]",
+        ),
+        "initializer without data": (
+            _model(relu, [], [_tensor("w", [BIG, BIG])]),
+            r"initializer 'w' declares \[1000000, 1000000\]",
+        ),
         "initializer with 2 values": (_model(relu, [], [_tensor("w", [BIG, BIG], [1.0, 2.0])]), "initializer 'w' declares"),
         "initializer raw 8 bytes": (_model(relu, [], [_tensor("w", [BIG, BIG], raw=b"\0" * 8)]), "initializer 'w' declares"),
-        "initializer overflowing int64": (_model(relu, [], [_tensor("w", [2**62, 4], raw=b"\0" * 8)]), "initializer 'w' declares"),
+        "initializer overflowing int64": (
+            _model(relu, [], [_tensor("w", [2**62, 4], raw=b"\0" * 8)]),
+            "initializer 'w' declares",
+        ),
         "initializer negative dim": (_model(relu, [], [_tensor("w", [-1], [1.0])]), "negative dimension"),
-        "ConstantOfShape": (_model([helper.make_node("ConstantOfShape", ["s"], ["c"], value=one), helper.make_node("Add", ["c", "x"], ["y"])],
-                                   x1, [shape]), r"ConstantOfShape 'c' is float32\[1000000, 1000000\]"),
-        "Expand": (_model([helper.make_node("Expand", ["x", "s"], ["y"])], x1, [shape]), r"Expand 'y' is float32\[1000000, 1000000\]"),
-        "Tile": (_model([helper.make_node("Tile", ["x", "s"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
-                        [shape]), "Tile 'y'"),
-        "Range": (_model([helper.make_node("Range", ["z", "lim", "d"], ["y"])], [],
-                         [helper.make_tensor("z", TensorProto.FLOAT, [], [0.0]), helper.make_tensor("lim", TensorProto.FLOAT, [], [1e12]),
-                          helper.make_tensor("d", TensorProto.FLOAT, [], [1.0])]), "Range 'y'"),
-        "Reshape": (_model([helper.make_node("Reshape", ["x", "s"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                           [shape]), "cannot reshape"),
+        "ConstantOfShape": (
+            _model(
+                [helper.make_node("ConstantOfShape", ["s"], ["c"], value=one), helper.make_node("Add", ["c", "x"], ["y"])],
+                x1,
+                [shape],
+            ),
+            r"ConstantOfShape 'c' is float32\[1000000, 1000000\]",
+        ),
+        "Expand": (
+            _model([helper.make_node("Expand", ["x", "s"], ["y"])], x1, [shape]),
+            r"Expand 'y' is float32\[1000000, 1000000\]",
+        ),
+        "Tile": (
+            _model(
+                [helper.make_node("Tile", ["x", "s"], ["y"])],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+                [shape],
+            ),
+            "Tile 'y'",
+        ),
+        "Range": (
+            _model(
+                [helper.make_node("Range", ["z", "lim", "d"], ["y"])],
+                [],
+                [
+                    helper.make_tensor("z", TensorProto.FLOAT, [], [0.0]),
+                    helper.make_tensor("lim", TensorProto.FLOAT, [], [1e12]),
+                    helper.make_tensor("d", TensorProto.FLOAT, [], [1.0]),
+                ],
+            ),
+            "Range 'y'",
+        ),
+        "Reshape": (
+            _model(
+                [helper.make_node("Reshape", ["x", "s"], ["y"])],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                [shape],
+            ),
+            "cannot reshape",
+        ),
     }
 
 
@@ -247,7 +296,9 @@ def test_absurd_shapes_under_an_address_space_limit(tmp_path: Path) -> None:
 
 
 def _graph_of(nodes: list, inputs: list, outputs: list[str], opsets: list | None = None, inits: list | None = None) -> bytes:
-    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits or [])
+    g = helper.make_graph(
+        nodes, "g", inputs, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits or []
+    )
     return helper.make_model(g, opset_imports=opsets or [helper.make_opsetid("", 17)]).SerializeToString()
 
 
@@ -255,8 +306,15 @@ X = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])]
 
 
 def test_cycle_is_a_graph_error_naming_its_nodes() -> None:
-    data = _graph_of([helper.make_node("Add", ["x", "c"], ["a"], name="n1"), helper.make_node("Relu", ["a"], ["b"], name="n2"),
-                      helper.make_node("Neg", ["b"], ["c"], name="n3")], X, ["b"])
+    data = _graph_of(
+        [
+            helper.make_node("Add", ["x", "c"], ["a"], name="n1"),
+            helper.make_node("Relu", ["a"], ["b"], name="n2"),
+            helper.make_node("Neg", ["b"], ["c"], name="n3"),
+        ],
+        X,
+        ["b"],
+    )
     with pytest.raises(GraphError, match=r"cycle through nodes 'n1' \(Add\), 'n2' \(Relu\), 'n3' \(Neg\)"):
         aioge.load_onnx(data)
     self_loop = _graph_of([helper.make_node("Add", ["x", "y"], ["y"], name="me")], X, ["y"])
@@ -272,9 +330,13 @@ def test_dangling_input_and_double_definition() -> None:
 
 
 def test_unknown_domains_and_ops_are_all_listed() -> None:
-    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Frobnicate", ["a"], ["b"]),
-             helper.make_node("Zap", ["b"], ["c"], domain="com.evil"), helper.make_node("Zop", ["c"], ["d"], domain="com.evil"),
-             helper.make_node("Wibble", ["d"], ["y"], domain="org.unknown")]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Frobnicate", ["a"], ["b"]),
+        helper.make_node("Zap", ["b"], ["c"], domain="com.evil"),
+        helper.make_node("Zop", ["c"], ["d"], domain="com.evil"),
+        helper.make_node("Wibble", ["d"], ["y"], domain="org.unknown"),
+    ]
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.evil", 1)]  # org.unknown is not even imported
     with pytest.raises(UnsupportedOpError) as info:
         aioge.load_onnx(_graph_of(nodes, X, ["y"], opsets))
@@ -284,7 +346,9 @@ def test_unknown_domains_and_ops_are_all_listed() -> None:
 
 
 def test_an_op_inside_a_subgraph_is_listed_too() -> None:
-    branch = helper.make_graph([helper.make_node("Nope", ["x"], ["o"])], "b", [], [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)])
+    branch = helper.make_graph(
+        [helper.make_node("Nope", ["x"], ["o"])], "b", [], [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)]
+    )
     cond = helper.make_tensor("c", TensorProto.BOOL, [], [True])
     data = _graph_of([helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)], X, ["y"], inits=[cond])
     with pytest.raises(UnsupportedOpError, match="ai.onnx::Nope"):

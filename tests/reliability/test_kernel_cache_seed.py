@@ -80,8 +80,11 @@ async def test_env_limits_still_apply_after_compiles_write_op_cache_ini(tmp_path
     limits = KernelCache(tmp_path, "AiogeSim", env={}).limits()  # without the env: the defaults, not the file
     assert (limits.max_mb, limits.ratio, limits.max_source) == (500, 50, "default")
     # Uncommenting the values sets them, above the env, as GE documents.
-    ini.write_text(ini.read_text().replace("# max_op_cache_size=500", "max_op_cache_size=40")
-                   .replace("# remain_cache_size_ratio=50", "remain_cache_size_ratio=60"))
+    ini.write_text(
+        ini.read_text()
+        .replace("# max_op_cache_size=500", "max_op_cache_size=40")
+        .replace("# remain_cache_size_ratio=50", "remain_cache_size_ratio=60")
+    )
     limits = KernelCache(tmp_path, "AiogeSim", env=ENV).limits()
     assert (limits.max_mb, limits.ratio, limits.max_source, limits.ini) == (40, 60, "ini", str(ini))
 
@@ -91,7 +94,8 @@ def test_an_ini_generated_by_an_older_aioge_does_not_override_the_env(tmp_path: 
     (tmp_path / "kernel_cache" / "op_cache.ini").write_text(
         "# aioge kernel cache limits (GE's format). max_op_cache_size: MB, -1 = no aging;\n"
         "# remain_cache_size_ratio: percent of the maximum left after aging (1..100).\n"
-        "[op_compiler_cache]\nmax_op_cache_size=500\nremain_cache_size_ratio=50\n")
+        "[op_compiler_cache]\nmax_op_cache_size=500\nremain_cache_size_ratio=50\n"
+    )
     limits = read_limits(tmp_path / "kernel_cache", ENV)
     assert (limits.max_mb, limits.ratio, limits.max_source) == (3, 20, "env")
 
@@ -157,12 +161,15 @@ async def test_op_debug_list_spelled_as_in_ge_docs(tmp_path: Path, caplog: pytes
     assert debug.names == frozenset({"Relu"}) and debug.op_types == frozenset({"Tanh"})
 
 
-@pytest.mark.parametrize(("body", "named"), [
-    ("op_debug_lst = Relu\n", "op_debug_lst"),
-    ("op_debug_list = Relu, Type::Tanh\n", "Type::Tanh"),
-    ("op_debug_config = oom, ccec_x\nop_debug_list = Relu\n", "ccec_x"),
-    ("just some words\nop_debug_list = Relu\n", "just some words"),
-])
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ("op_debug_lst = Relu\n", "op_debug_lst"),
+        ("op_debug_list = Relu, Type::Tanh\n", "Type::Tanh"),
+        ("op_debug_config = oom, ccec_x\nop_debug_list = Relu\n", "ccec_x"),
+        ("just some words\nop_debug_list = Relu\n", "just some words"),
+    ],
+)
 def test_unrecognised_debug_config_lines_warn(body: str, named: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cfg = tmp_path / "dbg.cfg"
     cfg.write_text(body)
@@ -207,15 +214,20 @@ async def test_enable_counts_disk_hits_and_reuse_apart(tmp_path: Path) -> None:
 # -- invalid env limits ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "value", "allowed"), [
-    ("ASCEND_MAX_OP_CACHE_SIZE", "abc", "-1 for no aging"),
-    ("ASCEND_MAX_OP_CACHE_SIZE", "-5", "-1 for no aging"),
-    ("ASCEND_MAX_OP_CACHE_SIZE", "0", "an integer from 1"),
-    ("ASCEND_REMAIN_CACHE_SIZE_RATIO", "0", "1 to 100"),
-    ("ASCEND_REMAIN_CACHE_SIZE_RATIO", "101", "1 to 100"),
-    ("ASCEND_REMAIN_CACHE_SIZE_RATIO", "50.5", "1 to 100"),
-])
-def test_an_invalid_env_limit_warns_once(name: str, value: str, allowed: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    ("name", "value", "allowed"),
+    [
+        ("ASCEND_MAX_OP_CACHE_SIZE", "abc", "-1 for no aging"),
+        ("ASCEND_MAX_OP_CACHE_SIZE", "-5", "-1 for no aging"),
+        ("ASCEND_MAX_OP_CACHE_SIZE", "0", "an integer from 1"),
+        ("ASCEND_REMAIN_CACHE_SIZE_RATIO", "0", "1 to 100"),
+        ("ASCEND_REMAIN_CACHE_SIZE_RATIO", "101", "1 to 100"),
+        ("ASCEND_REMAIN_CACHE_SIZE_RATIO", "50.5", "1 to 100"),
+    ],
+)
+def test_an_invalid_env_limit_warns_once(
+    name: str, value: str, allowed: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     cache = KernelCache(tmp_path, "AiogeSim", env={name: value})
     with caplog.at_level(logging.WARNING):
         limits = cache.limits()
@@ -225,8 +237,9 @@ def test_an_invalid_env_limit_warns_once(name: str, value: str, allowed: str, tm
     assert name in w and repr(value) in w and allowed in w, w
 
 
-async def test_an_invalid_env_limit_warns_in_a_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_invalid_env_limit_warns_in_a_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setenv("ASCEND_MAX_OP_CACHE_SIZE", "lots")
     with caplog.at_level(logging.WARNING):
         await _build(_opts(tmp_path))

@@ -27,8 +27,12 @@ pytestmark = pytest.mark.anyio
 MODES = ["sink", "host"]
 
 
-def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
-           inits: list[onnx.TensorProto] | None = None) -> onnx.ModelProto:
+def _model(
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+    inits: list[onnx.TensorProto] | None = None,
+) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits or [])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -63,12 +67,20 @@ def t5_relative_position_bucket(q: int = 12, k: int = 12, num_buckets: int = 32,
         helper.make_node("Add", ["base", "picked"], ["bucket"]),
     ]
     inits = [
-        _const("zero_i", 0, np.int64), _const("half", half, np.int64), _const("max_exact_i", max_exact, np.int64),
-        _const("max_exact_f", float(max_exact)), _const("log_range", math.log(max_distance / max_exact)),
-        _const("large_span", float(half - max_exact)), _const("last", half - 1, np.int64),
+        _const("zero_i", 0, np.int64),
+        _const("half", half, np.int64),
+        _const("max_exact_i", max_exact, np.int64),
+        _const("max_exact_f", float(max_exact)),
+        _const("log_range", math.log(max_distance / max_exact)),
+        _const("large_span", float(half - max_exact)),
+        _const("last", half - 1, np.int64),
     ]
-    return _model(nodes, [helper.make_tensor_value_info("rel", TensorProto.INT64, [q, k])],
-                  [helper.make_tensor_value_info("bucket", TensorProto.INT64, [q, k])], inits)
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("rel", TensorProto.INT64, [q, k])],
+        [helper.make_tensor_value_info("bucket", TensorProto.INT64, [q, k])],
+        inits,
+    )
 
 
 def _t5_reference(rel: np.ndarray, num_buckets: int = 32, max_distance: int = 128) -> np.ndarray:
@@ -137,21 +149,30 @@ _F = TensorProto.FLOAT
 
 def _unary(op: str, **attrs: Any) -> onnx.ModelProto:
     out_type = attrs.get("to", _F)
-    return _model([helper.make_node(op, ["x"], ["y"], **attrs)], [helper.make_tensor_value_info("x", _F, [6])],
-                  [helper.make_tensor_value_info("y", out_type, [6])])
+    return _model(
+        [helper.make_node(op, ["x"], ["y"], **attrs)],
+        [helper.make_tensor_value_info("x", _F, [6])],
+        [helper.make_tensor_value_info("y", out_type, [6])],
+    )
 
 
 def _binary(op: str) -> onnx.ModelProto:
-    return _model([helper.make_node(op, ["a", "b"], ["y"])],
-                  [helper.make_tensor_value_info("a", _F, [6]), helper.make_tensor_value_info("b", _F, [6])],
-                  [helper.make_tensor_value_info("y", _F, [6])])
+    return _model(
+        [helper.make_node(op, ["a", "b"], ["y"])],
+        [helper.make_tensor_value_info("a", _F, [6]), helper.make_tensor_value_info("b", _F, [6])],
+        [helper.make_tensor_value_info("y", _F, [6])],
+    )
 
 
 def _chain() -> onnx.ModelProto:
     """Log -> Reciprocal -> Sqrt -> Div -> Exp: elementwise, fused into one kernel."""
-    nodes = [helper.make_node("Log", ["x"], ["l"]), helper.make_node("Reciprocal", ["l"], ["r"]),
-             helper.make_node("Sqrt", ["r"], ["s"]), helper.make_node("Div", ["s", "x"], ["d"]),
-             helper.make_node("Exp", ["d"], ["y"])]
+    nodes = [
+        helper.make_node("Log", ["x"], ["l"]),
+        helper.make_node("Reciprocal", ["l"], ["r"]),
+        helper.make_node("Sqrt", ["r"], ["s"]),
+        helper.make_node("Div", ["s", "x"], ["d"]),
+        helper.make_node("Exp", ["d"], ["y"]),
+    ]
     return _model(nodes, [helper.make_tensor_value_info("x", _F, [6])], [helper.make_tensor_value_info("y", _F, [6])])
 
 
@@ -161,10 +182,14 @@ CASES: dict[str, tuple[onnx.ModelProto, dict[str, np.ndarray]]] = {
     "Sqrt": (_unary("Sqrt"), {"x": _X}),  # NaN
     "Reciprocal": (_unary("Reciprocal"), {"x": _X}),  # inf, overflow on 1e-30
     "Exp": (_unary("Exp"), {"x": np.array([1000, -1000, 0, 88, 89, np.nan], np.float32)}),  # overflow
-    "Div": (_binary("Div"), {"a": np.array([1, 0, -1, np.inf, 3e38, 2], np.float32),
-                             "b": np.array([0, 0, 0, np.inf, 1e-10, 4], np.float32)}),  # inf, NaN, overflow
-    "Pow": (_binary("Pow"), {"a": np.array([0, -8, 2, 0, -2, 4], np.float32),
-                             "b": np.array([-1, 0.5, 1000, 0, 3, 0.5], np.float32)}),  # inf, NaN, overflow
+    "Div": (
+        _binary("Div"),
+        {"a": np.array([1, 0, -1, np.inf, 3e38, 2], np.float32), "b": np.array([0, 0, 0, np.inf, 1e-10, 4], np.float32)},
+    ),  # inf, NaN, overflow
+    "Pow": (
+        _binary("Pow"),
+        {"a": np.array([0, -8, 2, 0, -2, 4], np.float32), "b": np.array([-1, 0.5, 1000, 0, 3, 0.5], np.float32)},
+    ),  # inf, NaN, overflow
     "fused chain": (_chain(), {"x": _X}),
 }
 

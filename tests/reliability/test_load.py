@@ -143,7 +143,9 @@ def test_10000_runs_256_in_flight_flat_memory_and_random_cancellation(backend, t
     while started_here() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not started_here(), started_here()  # no lane, no loop worker left behind
-    print(f"\nload[{backend}]: {result['runs']} runs right, {result['cancelled']} runs and {result['compiles_cancelled']} compiles "
-          f"cancelled, traced memory delta {result['memory_delta'] / 1024:.1f} KiB, {result['contexts']} arenas, {elapsed:.1f}s")
+    print(
+        f"\nload[{backend}]: {result['runs']} runs right, {result['cancelled']} runs and {result['compiles_cancelled']} compiles "
+        f"cancelled, traced memory delta {result['memory_delta'] / 1024:.1f} KiB, {result['contexts']} arenas, {elapsed:.1f}s"
+    )
     assert result["memory_delta"] < 512 * 1024
     assert result["cancelled"] > 0 and result["compiles_cancelled"] > 0

@@ -40,7 +40,9 @@ def _filler(cache: KernelCache, count: int, start: int) -> int:
     old = time.time() - 7200
     for i in range(start, start + count):
         key = "filler_" + hashlib.sha256(str(i).encode()).hexdigest()
-        desc = KernelDesc(key, "Relu", "", "AiCore", (((4,), "float32", "ND"),), (((4,), "float32", "ND"),), "relu", {"pad": "x" * 4000})
+        desc = KernelDesc(
+            key, "Relu", "", "AiCore", (((4,), "float32", "ND"),), (((4,), "float32", "ND"),), "relu", {"pad": "x" * 4000}
+        )
         data = io.make_envelope(ENTRY_KIND, io.pack(desc_to_plain(desc)), {"key": key, "generation": "dead"})
         path = cache.entry_path(key, "dead")
         io.write_atomic_sync(path, data)
@@ -59,7 +61,10 @@ def test_8_processes_x_8_tasks_with_aging_and_force(tmp_path) -> None:
     ctx = F.mp_context()
     out = ctx.Queue()
     start_at = time.time() + 1.5
-    procs = [ctx.Process(target=F.multiproc_worker, args=(str(root), p, TASKS, ROUNDS, start_at, out), daemon=True) for p in range(PROCS)]
+    procs = [
+        ctx.Process(target=F.multiproc_worker, args=(str(root), p, TASKS, ROUNDS, start_at, out), daemon=True)
+        for p in range(PROCS)
+    ]
     for p in procs:
         p.start()
     removed: list[str] = []
@@ -98,9 +103,11 @@ def test_8_processes_x_8_tasks_with_aging_and_force(tmp_path) -> None:
     for (key, _), c in compiles.items():
         per_key[key] += c
     generations = {g for _, g in compiles}
-    print(f"\nmultiproc: {PROCS} processes x {TASKS} tasks x {ROUNDS} rounds = {runs} compiles+runs; "
-          f"{sum(compiles.values())} kernel compiles of {len(per_key)} keys over {len(generations)} generations "
-          f"(max {max(compiles.values())} per key and generation); aging removed {len(removed)} entries; files {dict(counts)}")
+    print(
+        f"\nmultiproc: {PROCS} processes x {TASKS} tasks x {ROUNDS} rounds = {runs} compiles+runs; "
+        f"{sum(compiles.values())} kernel compiles of {len(per_key)} keys over {len(generations)} generations "
+        f"(max {max(compiles.values())} per key and generation); aging removed {len(removed)} entries; files {dict(counts)}"
+    )
     # Enable compiles of one key and generation are one (the file lock, then a re-read); a
     # force compile never reads, so the one that opened a generation may add a second.
     assert all(c <= (1 if g == "0" else 2) for (_, g), c in compiles.items()), [kv for kv in compiles.items() if kv[1] > 1][:5]
@@ -114,7 +121,10 @@ def _race(tmp_path: Path, locks: bool) -> tuple[list[str], list[dict]]:
     out = ctx.Queue()
     start_at = time.time() + 1.0
     count = F.scaled(6, 2)
-    procs = [ctx.Process(target=F.index_writer, args=(str(tmp_path), "race", p, count, start_at, locks, out), daemon=True) for p in range(2)]
+    procs = [
+        ctx.Process(target=F.index_writer, args=(str(tmp_path), "race", p, count, start_at, locks, out), daemon=True)
+        for p in range(2)
+    ]
     for p in procs:
         p.start()
     results = [out.get(timeout=120) for _ in procs]
@@ -139,7 +149,9 @@ def test_without_index_lock_the_next_append_heals_a_lost_entry(tmp_path) -> None
     from aioge.compiler.graph import compile_graph_sync
     from aioge.options import resolve_options
 
-    extra = cached.save_sync(graph_cache.GraphCache(str(tmp_path), "race"), compile_graph_sync(g, [("x", (99, 8))], resolve_options(F.HEURISTIC)), g)
+    extra = cached.save_sync(
+        graph_cache.GraphCache(str(tmp_path), "race"), compile_graph_sync(g, [("x", (99, 8))], resolve_options(F.HEURISTIC)), g
+    )
     entries = graph_cache.read_index(tmp_path / "race.idx")["cache_file_list"]
     assert sorted(e["cache_file_name"] for e in entries) == sorted([*names, extra["cache_file_name"]])
     F.audit(tmp_path)

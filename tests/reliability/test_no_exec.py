@@ -43,8 +43,12 @@ def _scan(node: ast.AST, shadowed: frozenset[str], out: list[tuple[int, str]]) -
             out.append((node.lineno, f"from {node.module} import ..."))
     elif isinstance(node, ast.Name) and node.id in BANNED_CALLS and node.id not in shadowed and isinstance(node.ctx, ast.Load):
         out.append((node.lineno, f"use of {node.id}"))  # called or passed around: both count
-    elif isinstance(node, ast.Attribute) and node.attr in BANNED_CALLS and isinstance(node.value, ast.Name) \
-            and node.value.id == "builtins":
+    elif (
+        isinstance(node, ast.Attribute)
+        and node.attr in BANNED_CALLS
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "builtins"
+    ):
         out.append((node.lineno, f"builtins.{node.attr}"))
     elif isinstance(node, ast.Call):
         for kw in node.keywords:
@@ -55,12 +59,26 @@ def _scan(node: ast.AST, shadowed: frozenset[str], out: list[tuple[int, str]]) -
 
 
 def test_the_scanner_finds_each_banned_use() -> None:
-    sample = "\n".join([
-        "import pickle", "from marshal import loads", "import shelve as s", "import dill.source",
-        "exec('1')", "eval('1')", "compile('1', 'f', 'exec')", "__import__('os')", "f = eval",
-        "import numpy as np", "np.load('x', allow_pickle=True)", "np.load('x', allow_pickle=flag)", "builtins.exec('1')",
-        "np.load('x', allow_pickle=False)", "re.compile('x')", "def f(compile):\n    return compile()",
-    ])
+    sample = "\n".join(
+        [
+            "import pickle",
+            "from marshal import loads",
+            "import shelve as s",
+            "import dill.source",
+            "exec('1')",
+            "eval('1')",
+            "compile('1', 'f', 'exec')",
+            "__import__('os')",
+            "f = eval",
+            "import numpy as np",
+            "np.load('x', allow_pickle=True)",
+            "np.load('x', allow_pickle=flag)",
+            "builtins.exec('1')",
+            "np.load('x', allow_pickle=False)",
+            "re.compile('x')",
+            "def f(compile):\n    return compile()",
+        ]
+    )
     lines = sorted({line for line, _ in _findings(ast.parse(sample))})
     assert lines == [*range(1, 10), 11, 12, 13], lines  # the rest is fine: re.compile and a parameter are not the builtin
 

@@ -26,23 +26,75 @@ from aioge.options import GRAPH, OPTIONS, SESSION, check_options, resolve_option
 
 SCALE = float(os.environ.get("AIOGE_RELIABILITY_SCALE", "1"))
 EXAMPLES = max(10, int(100 * SCALE))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 _SPECIAL = "0123456789-+.eE:|,;_/ \t\x00\u00a0\u0663\u00b2\u4e00\ud7ff\U0001f600"
-_FRAGMENTS = ["", "0", "1", "-1", "true", "false", "True", "enable", "force", "disable", "AiCore", "AiVec", "AiVector",
-              "AiCpu", "AiCore|AiCpu", "AiCore:4,AiVec:2", "AiCore:0", "AiCore:65", "AiCore:٣", "tune", "heuristic",
-              "sink", "host", "fingerprint", "key", "nan", "inf", "1e309", "600000", "600001", "0.0001", "../x", "/abs",
-              "a/b", "a" * 128, "a" * 129, "x\x00y", "Fold:on", "Fold:maybe", ":on", ";;", "AiogeSim"]
+_FRAGMENTS = [
+    "",
+    "0",
+    "1",
+    "-1",
+    "true",
+    "false",
+    "True",
+    "enable",
+    "force",
+    "disable",
+    "AiCore",
+    "AiVec",
+    "AiVector",
+    "AiCpu",
+    "AiCore|AiCpu",
+    "AiCore:4,AiVec:2",
+    "AiCore:0",
+    "AiCore:65",
+    "AiCore:٣",
+    "tune",
+    "heuristic",
+    "sink",
+    "host",
+    "fingerprint",
+    "key",
+    "nan",
+    "inf",
+    "1e309",
+    "600000",
+    "600001",
+    "0.0001",
+    "../x",
+    "/abs",
+    "a/b",
+    "a" * 128,
+    "a" * 129,
+    "x\x00y",
+    "Fold:on",
+    "Fold:maybe",
+    ":on",
+    ";;",
+    "AiogeSim",
+]
 VALUES = st.one_of(
     st.text(max_size=40),
     st.text(alphabet=_SPECIAL + "AaCcIiPpUuVveor", max_size=24),
     st.sampled_from(_FRAGMENTS),
     st.tuples(st.sampled_from(_FRAGMENTS), st.sampled_from(_FRAGMENTS), st.sampled_from(["|", ",", ";", ":", ""])).map(
-        lambda t: t[0] + t[2] + t[1]),
+        lambda t: t[0] + t[2] + t[1]
+    ),
 )
-OTHER_TYPES = st.one_of(st.none(), st.integers(), st.floats(allow_nan=True), st.booleans(), st.binary(max_size=8),
-                        st.lists(st.text(max_size=3), max_size=3), st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2))
+OTHER_TYPES = st.one_of(
+    st.none(),
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.booleans(),
+    st.binary(max_size=8),
+    st.lists(st.text(max_size=3), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2),
+)
 
 SESSION_KEYS = sorted(k for k, s in OPTIONS.items() if SESSION in s.levels)
 GRAPH_KEYS = sorted(k for k, s in OPTIONS.items() if GRAPH in s.levels)
@@ -78,8 +130,13 @@ def _graph_outcome(key: str, value: Any) -> None:
                 await s.add_graph(1, _graph(), {key: value})
         # A graph key with no graph cache dir is off: one warning says so, and only then.
         assert [str(w.message) for w in seen if "has no effect" in str(w.message)] == (
-            [f"graph 'fuzz': ge.graph_key {value!r} has no effect without the session option ge.graph_compiler_cache_dir: "
-             "the graph cache is off"] if key == "ge.graph_key" and value else []), [str(w.message) for w in seen]
+            [
+                f"graph 'fuzz': ge.graph_key {value!r} has no effect without the session option ge.graph_compiler_cache_dir: "
+                "the graph cache is off"
+            ]
+            if key == "ge.graph_key" and value
+            else []
+        ), [str(w.message) for w in seen]
 
     try:
         resolve_options({}, check_options({key: value}, GRAPH))
@@ -108,8 +165,9 @@ def test_graph_option_works_or_raises_option_error(key: str, value: Any) -> None
 
 
 @FUZZ
-@given(key=st.one_of(st.text(max_size=30), st.sampled_from([k + "x" for k in OPTIONS] + [k.upper() for k in OPTIONS])),
-       value=VALUES)
+@given(
+    key=st.one_of(st.text(max_size=30), st.sampled_from([k + "x" for k in OPTIONS] + [k.upper() for k in OPTIONS])), value=VALUES
+)
 def test_unknown_keys_raise_option_error_naming_them(key: str, value: str) -> None:
     from aioge.options import _ALIASES
 
@@ -151,6 +209,7 @@ def test_wrong_level_names_the_key_and_the_levels() -> None:
 
 def test_valid_defaults_still_work_and_run() -> None:
     """The fuzz must not pass by refusing everything: every default is accepted and a graph runs."""
+
     async def go() -> np.ndarray:
         opts = {k: s.default for k, s in OPTIONS.items() if SESSION in s.levels and s.default}
         async with aioge.Session({**opts, "aioge.tune_mode": "heuristic"}) as s:
@@ -167,5 +226,7 @@ def test_report_examples_per_option() -> None:
         pytest.skip("run with the fuzz tests")
     low = {k: n for k, n in TRIED.items() if n < EXAMPLES // 10}
     assert not low, low
-    print(f"\noption fuzz: {len(TRIED)} option/level pairs, {sum(TRIED.values())} examples, "
-          f"min {min(TRIED.values())} max {max(TRIED.values())} per pair")
+    print(
+        f"\noption fuzz: {len(TRIED)} option/level pairs, {sum(TRIED.values())} examples, "
+        f"min {min(TRIED.values())} max {max(TRIED.values())} per pair"
+    )

@@ -80,8 +80,12 @@ def _interpreter_commands() -> list[tuple[str, int, ast.List]]:
         for path in sorted(base.rglob("*.py")):
             tree = ast.parse(path.read_text(), str(path))
             for node in ast.walk(tree):
-                if (isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Attribute)
-                        and ast.unparse(node.elts[0]) == "sys.executable"):
+                if (
+                    isinstance(node, ast.List)
+                    and node.elts
+                    and isinstance(node.elts[0], ast.Attribute)
+                    and ast.unparse(node.elts[0]) == "sys.executable"
+                ):
                     found.append((str(path.relative_to(ROOT)), node.lineno, node))
     return found
 
@@ -89,19 +93,27 @@ def _interpreter_commands() -> list[tuple[str, int, ast.List]]:
 def test_every_interpreter_the_package_and_benchmarks_start_is_safe_path() -> None:
     commands = _interpreter_commands()
     assert len(commands) >= 3, commands  # devices, the two benchmark children
-    unsafe = [f"{p}:{line}: {ast.unparse(n)}" for p, line, n in commands
-              if len(n.elts) < 2 or not (isinstance(n.elts[1], ast.Constant) and n.elts[1].value == "-P")]
+    unsafe = [
+        f"{p}:{line}: {ast.unparse(n)}"
+        for p, line, n in commands
+        if len(n.elts) < 2 or not (isinstance(n.elts[1], ast.Constant) and n.elts[1].value == "-P")
+    ]
     assert not unsafe, "started without -P (the current or script directory first on sys.path):\n" + "\n".join(unsafe)
     # multiprocessing's spawn children get the parent's sys.path, not -P: the package uses none.
     for base in (ROOT / "src" / "aioge", ROOT / "bench"):
         for path in base.rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                    [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                )
                 assert not any(n.split(".")[0] == "multiprocessing" for n in names), f"{path}:{node.lineno}"
 
 
-def test_a_benchmark_child_ignores_a_hostile_module_in_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_benchmark_child_ignores_a_hostile_module_in_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The benchmarks' fresh-process helper, end to end: its child runs, the module does not."""
     import subprocess
 
@@ -169,5 +181,6 @@ async def test_killed_and_replaced_devices_leak_no_threads_or_file_descriptors()
         threads, fds = await _settle(threads0, fds0)
         assert (threads, fds) == (threads0, fds0), (
             f"after {kills} devices were killed and replaced: {threads - threads0} more device threads, "
-            f"{fds - fds0} more open file descriptors; threads: {[t.name for t in _device_threads()]}")
+            f"{fds - fds0} more open file descriptors; threads: {[t.name for t in _device_threads()]}"
+        )
         assert len(pool._started) == 1, "the pool still references the dead devices"

@@ -157,7 +157,9 @@ def _make_special(path: Path, special: str, monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("special", SPECIALS)
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_special_file_in_place_of_a_cache_file_is_a_miss(kind: str, special: str, warm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_special_file_in_place_of_a_cache_file_is_a_miss(
+    kind: str, special: str, warm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pattern, graph_cache = KINDS[kind]
     path = sorted(warm.glob(pattern))[0]
     _make_special(path, special, monkeypatch)

@@ -40,7 +40,11 @@ def _graph() -> aioge.Graph:
 
 
 def _run(root: Path, *, graph_cache: bool, shared: bool = False) -> object:
-    opts = {"ge.op_compiler_cache_dir": str(root / "kc"), "aioge.tune_mode": "heuristic", "aioge.cache_shared": "1" if shared else "0"}
+    opts = {
+        "ge.op_compiler_cache_dir": str(root / "kc"),
+        "aioge.tune_mode": "heuristic",
+        "aioge.cache_shared": "1" if shared else "0",
+    }
     if graph_cache:
         opts["ge.graph_compiler_cache_dir"] = str(root / "gc")
 
@@ -87,8 +91,16 @@ def _outside_copy(path: Path, tmp_path: Path) -> Path:
 KERNEL_CASES = {
     "entry group-writable": (lambda r, t: _chmod_add(_entry(r), stat.S_IWGRP), "writable by its group", True),
     "entry other-writable": (lambda r, t: _chmod_add(_entry(r), stat.S_IWOTH), "writable by others", False),
-    "soc dir group-writable": (lambda r, t: _chmod_add(r / "kc" / "kernel_cache" / "AiogeSim", stat.S_IWGRP), "writable by its group", True),
-    "kernel_cache dir other-writable": (lambda r, t: _chmod_add(r / "kc" / "kernel_cache", stat.S_IWOTH), "writable by others", False),
+    "soc dir group-writable": (
+        lambda r, t: _chmod_add(r / "kc" / "kernel_cache" / "AiogeSim", stat.S_IWGRP),
+        "writable by its group",
+        True,
+    ),
+    "kernel_cache dir other-writable": (
+        lambda r, t: _chmod_add(r / "kc" / "kernel_cache", stat.S_IWOTH),
+        "writable by others",
+        False,
+    ),
     "root dir group-writable": (lambda r, t: _chmod_add(r / "kc", stat.S_IWGRP), "writable by its group", True),
     "entry is a link outside": (lambda r, t: _outside_copy(_entry(r), t), "", False),
     "soc dir is a link outside": (lambda r, t: _outside_copy(r / "kc" / "kernel_cache" / "AiogeSim", t), "symbolic link", False),
@@ -96,7 +108,10 @@ KERNEL_CASES = {
 if ROOT:
     KERNEL_CASES["entry owned by another user"] = (lambda r, t: os.chown(_entry(r), FOREIGN, -1), f"owned by uid {FOREIGN}", True)
     KERNEL_CASES["soc dir owned by another user"] = (
-        lambda r, t: os.chown(r / "kc" / "kernel_cache" / "AiogeSim", FOREIGN, -1), f"owned by uid {FOREIGN}", True)
+        lambda r, t: os.chown(r / "kc" / "kernel_cache" / "AiogeSim", FOREIGN, -1),
+        f"owned by uid {FOREIGN}",
+        True,
+    )
 
 
 @pytest.mark.parametrize("case", sorted(KERNEL_CASES))
@@ -121,7 +136,10 @@ def test_untrusted_kernel_cache_is_not_loaded(case: str, warm: Path, tmp_path: P
 GRAPH_CASES = {
     ".om group-writable": (lambda r, t: _chmod_add(next((r / "gc").glob("tk_*.om")), stat.S_IWGRP), "writable by its group"),
     ".idx other-writable": (lambda r, t: _chmod_add(r / "gc" / "tk.idx", stat.S_IWOTH), "writable by others"),
-    "weight file other-writable": (lambda r, t: _chmod_add(next((r / "gc" / "weight").iterdir()), stat.S_IWOTH), "writable by others"),
+    "weight file other-writable": (
+        lambda r, t: _chmod_add(next((r / "gc" / "weight").iterdir()), stat.S_IWOTH),
+        "writable by others",
+    ),
     "weight dir group-writable": (lambda r, t: _chmod_add(r / "gc" / "weight", stat.S_IWGRP), "writable by its group"),
     "cache dir other-writable": (lambda r, t: _chmod_add(r / "gc", stat.S_IWOTH), "writable by others"),
     ".om is a link outside": (lambda r, t: _outside_copy(next((r / "gc").glob("tk_*.om")), t), "symbolic link"),
@@ -130,12 +148,17 @@ GRAPH_CASES = {
     "weight file is a link outside": (lambda r, t: _outside_copy(next((r / "gc" / "weight").iterdir()), t), ""),
 }
 if ROOT:
-    GRAPH_CASES[".om owned by another user"] = (lambda r, t: os.chown(next((r / "gc").glob("tk_*.om")), FOREIGN, -1), f"uid {FOREIGN}")
+    GRAPH_CASES[".om owned by another user"] = (
+        lambda r, t: os.chown(next((r / "gc").glob("tk_*.om")), FOREIGN, -1),
+        f"uid {FOREIGN}",
+    )
     GRAPH_CASES["cache dir owned by another user"] = (lambda r, t: os.chown(r / "gc", FOREIGN, -1), f"uid {FOREIGN}")
 
 
 @pytest.mark.parametrize("case", sorted(GRAPH_CASES))
-def test_untrusted_graph_cache_files_are_not_loaded(case: str, warm: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_untrusted_graph_cache_files_are_not_loaded(
+    case: str, warm: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     damage, reason = GRAPH_CASES[case]
     outside_before = sorted(p.name for p in (tmp_path / "outside").iterdir()) if (tmp_path / "outside").exists() else []
     damage(warm, tmp_path)

@@ -30,8 +30,12 @@ KEY = "wk"
 
 
 def _options(root: Path, *, shared: bool = False) -> tuple[dict[str, str], dict[str, str]]:
-    session = {"ge.op_compiler_cache_dir": str(root / "kc"), "ge.graph_compiler_cache_dir": str(root / "gc"),
-               "aioge.cache_shared": "1" if shared else "0", **F.HEURISTIC}
+    session = {
+        "ge.op_compiler_cache_dir": str(root / "kc"),
+        "ge.graph_compiler_cache_dir": str(root / "gc"),
+        "aioge.cache_shared": "1" if shared else "0",
+        **F.HEURISTIC,
+    }
     return session, {"ge.graph_key": KEY, "ge.externalWeight": "1"}
 
 
@@ -134,7 +138,9 @@ async def test_a_loaded_models_weights_are_private_and_read_only(cached: Path) -
 
 @pytest.mark.parametrize("bits, refused", [(stat.S_IWOTH, True), (stat.S_IWOTH | stat.S_IWGRP, True), (stat.S_IWGRP, False)])
 @pytest.mark.timeout(60)
-def test_shared_cache_refuses_weight_files_others_may_write(tmp_path: Path, caplog: pytest.LogCaptureFixture, bits: int, refused: bool) -> None:
+def test_shared_cache_refuses_weight_files_others_may_write(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, bits: int, refused: bool
+) -> None:
     (tmp_path / "gc").mkdir(mode=0o700)
     anyio.run(lambda: _build_once(tmp_path, shared=True))
     path = _weight_file(tmp_path)

@@ -38,4 +38,3 @@ def test_bind_lays_out_slots_views_steps_and_the_compilers_thread_groups() -> No
     strip = [dataclasses.replace(s, run=None) for s in again.layout.steps]  # type: ignore[arg-type]
     assert strip == [dataclasses.replace(s, run=None) for s in b.layout.steps]  # type: ignore[arg-type]
     assert dataclasses.replace(again.layout, steps=(), constants={}) == dataclasses.replace(b.layout, steps=(), constants={})
-

@@ -43,7 +43,10 @@ async def test_device_runs_match_in_process_runs_and_numpy(threads: str) -> None
     cnn, cnn_feeds, cnn_ref = build_cnn(batch=2)
     rng = np.random.default_rng(0)
     xs = [{"x": rng.standard_normal((48, 48)).astype(np.float32)} for _ in range(8)]
-    async with aioge.Session({**OPTS, "aioge.exec_threads": threads}) as dev, aioge.Session({"aioge.tune_mode": "heuristic"}) as local:
+    async with (
+        aioge.Session({**OPTS, "aioge.exec_threads": threads}) as dev,
+        aioge.Session({"aioge.tune_mode": "heuristic"}) as local,
+    ):
         for s in (dev, local):
             await s.add_graph(1, g)
             await s.add_graph(2, cnn)

@@ -71,7 +71,9 @@ def _cross_stream_reuse(exe: Executable) -> int:
     return count
 
 
-async def _executable(s: aioge.Session, g: Graph, feeds: dict[str, np.ndarray], options: dict[str, str] | None = None) -> Executable:
+async def _executable(
+    s: aioge.Session, g: Graph, feeds: dict[str, np.ndarray], options: dict[str, str] | None = None
+) -> Executable:
     await s.add_graph(1, g, options)
     await s.build_graph(1, feeds)
     return s.executable(1)
@@ -128,7 +130,9 @@ async def test_poison_catches_an_unsafe_plan(workers: EngineWorkers) -> None:
         exe = await _executable(s, g, feeds)
         mem = exe.model.memory
         assert len(mem.buffers) == 2
-        broken = dataclasses.replace(mem, buffers=tuple(Buffer(b.value, 0, b.nbytes, b.producer, b.last_use) for b in mem.buffers))
+        broken = dataclasses.replace(
+            mem, buffers=tuple(Buffer(b.value, 0, b.nbytes, b.producer, b.last_use) for b in mem.buffers)
+        )
         unsafe = Executable(dataclasses.replace(exe.model, memory=broken))
         out = await unsafe.run(feeds, workers=workers, poison=True)
         assert np.isnan(out["y"]).all()
@@ -346,7 +350,9 @@ async def test_a_kernel_returning_a_view_into_the_arena_is_made_safe(mode: str, 
         assert not layout.steps[k].planned
         offsets = exe.model.memory.offsets()
         a_bytes = offsets[exe.model.graph.nodes[k].inputs[0].name]  # type: ignore[union-attr]
-        later = [b for b in exe.model.memory.buffers if b.producer > k and b.offset < sum(a_bytes) and a_bytes[0] < b.offset + b.nbytes]
+        later = [
+            b for b in exe.model.memory.buffers if b.producer > k and b.offset < sum(a_bytes) and a_bytes[0] < b.offset + b.nbytes
+        ]
         assert later or not single, "on one stream a later tensor does take a's bytes"
         bad = dataclasses.replace(layout.steps[k], run=lambda ins, outs: (ins[0],))  # the very arena view
         exe._layout = dataclasses.replace(layout, steps=(*layout.steps[:k], bad, *layout.steps[k + 1 :]))

@@ -183,9 +183,22 @@ def test_aioge_compile_writes_the_gears_into_one_om(tmp_path: Path) -> None:
     )
     out = tmp_path / "g.om"
     run = subprocess.run(
-        [sys.executable, "-m", "aioge", "compile", str(src), "-o", str(out), "--input-shape", "x:-1,4",
-         "--dynamic-batch-size", "1,4,16"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "aioge",
+            "compile",
+            str(src),
+            "-o",
+            str(out),
+            "--input-shape",
+            "x:-1,4",
+            "--dynamic-batch-size",
+            "1,4,16",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert run.returncode == 0, run.stderr
     assert "3 gears" in run.stdout
@@ -193,7 +206,9 @@ def test_aioge_compile_writes_the_gears_into_one_om(tmp_path: Path) -> None:
     assert [m.signature for m in model.all_gears()] == [(("x", (b, 4)),) for b in (1, 4, 16)]
     bad = subprocess.run(
         [sys.executable, "-m", "aioge", "compile", str(src), "-o", str(out), "--input-shape", "x:-1,4", "--dynamic-dims", "2"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert bad.returncode != 0 and "from 2 to 100 gears" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -12,7 +12,18 @@ from aioge.cli import main
 
 @pytest.mark.timeout(300)  # two server processes start, compile and take 8 clients' requests
 def test_bench_serve_runs_both_arms_and_writes_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["bench", "--serve", "--serve-clients", "8", "--serve-total", "40", "--serve-workloads", "mlp", "--output-dir", str(tmp_path)]
+    argv = [
+        "bench",
+        "--serve",
+        "--serve-clients",
+        "8",
+        "--serve-total",
+        "40",
+        "--serve-workloads",
+        "mlp",
+        "--output-dir",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     rows = json.loads((tmp_path / "serve.json").read_text())
     assert [r["arm"] for r in rows] == ["aioge serve", "onnxruntime (64 threads)"]

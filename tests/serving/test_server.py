@@ -42,9 +42,16 @@ def _onnx_model(path: Path) -> Path:
         helper.make_node("Cast", ["total_f"], ["total"], to=TensorProto.INT64),
     ]
     graph = helper.make_graph(
-        nodes, "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]), helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 3]), helper.make_tensor_value_info("total", TensorProto.INT64, ["N"])],
+        nodes,
+        "mlp",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3]),
+        ],
+        [
+            helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 3]),
+            helper.make_tensor_value_info("total", TensorProto.INT64, ["N"]),
+        ],
         [numpy_helper.from_array(W, "W"), numpy_helper.from_array(np.array([1], np.int64), "axes")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -79,8 +86,14 @@ def _free_port() -> int:
 def running(app: object, graceful: int = 10) -> Iterator[tuple[str, uvicorn.Server, threading.Thread]]:
     """The app under a real uvicorn server on 127.0.0.1 in a thread; stopped (gracefully) on exit."""
     port = _free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", log_level="warning",  # type: ignore[arg-type]
-                            timeout_graceful_shutdown=graceful)
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        lifespan="on",
+        log_level="warning",  # type: ignore[arg-type]
+        timeout_graceful_shutdown=graceful,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -129,7 +142,10 @@ def test_triton_client_gets_onnxruntime_outputs(server: str, models: dict[str, P
     inputs = [triton.InferInput("x", list(x.shape), "FP32"), triton.InferInput("y", list(y.shape), "FP32")]
     inputs[0].set_data_from_numpy(x, binary_data=binary)
     inputs[1].set_data_from_numpy(y, binary_data=binary)
-    outputs = [triton.InferRequestedOutput("out", binary_data=binary), triton.InferRequestedOutput("total", binary_data=not binary)]
+    outputs = [
+        triton.InferRequestedOutput("out", binary_data=binary),
+        triton.InferRequestedOutput("total", binary_data=not binary),
+    ]
     result = client.infer(name, inputs, outputs=outputs, request_id="r1")
     ref = _reference(models["onnx"], x, y)
     np.testing.assert_allclose(result.as_numpy("out"), ref["out"], rtol=1e-5, atol=1e-6)
@@ -146,9 +162,14 @@ def test_plain_http_json_and_binary_bodies(server: str, models: dict[str, Path])
     x = RNG.standard_normal((3, 4)).astype(np.float32)
     y = RNG.standard_normal((3, 3)).astype(np.float32)
     ref = _reference(models["onnx"], x, y)
-    body = {"id": "7", "inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32", "data": x.tolist()},
-                                  {"name": "y", "shape": [3, 3], "datatype": "FP32", "data": y.reshape(-1).tolist()}],
-            "outputs": [{"name": "out"}]}
+    body = {
+        "id": "7",
+        "inputs": [
+            {"name": "x", "shape": [3, 4], "datatype": "FP32", "data": x.tolist()},
+            {"name": "y", "shape": [3, 3], "datatype": "FP32", "data": y.reshape(-1).tolist()},
+        ],
+        "outputs": [{"name": "out"}],
+    }
     r = httpx.post(f"http://{server}/v2/models/mlp/infer", json=body)
     assert r.status_code == 200, r.text
     got = r.json()
@@ -156,17 +177,31 @@ def test_plain_http_json_and_binary_bodies(server: str, models: dict[str, Path])
     assert got["outputs"][0]["shape"] == [3, 3] and got["outputs"][0]["datatype"] == "FP32"
     np.testing.assert_allclose(np.array(got["outputs"][0]["data"], np.float32).reshape(3, 3), ref["out"], rtol=1e-5, atol=1e-6)
     # The binary extension by hand: JSON header, then x's and y's raw little-endian bytes.
-    head = json.dumps({"inputs": [{"name": "x", "shape": [3, 4], "datatype": "FP32", "parameters": {"binary_data_size": x.nbytes}},
-                                  {"name": "y", "shape": [3, 3], "datatype": "FP32", "parameters": {"binary_data_size": y.nbytes}}],
-                       "parameters": {"binary_data_output": True}}).encode()
-    r = httpx.post(f"http://{server}/v2/models/mlp/versions/1/infer", content=head + x.tobytes() + y.tobytes(),
-                   headers={"Inference-Header-Content-Length": str(len(head))})
+    head = json.dumps(
+        {
+            "inputs": [
+                {"name": "x", "shape": [3, 4], "datatype": "FP32", "parameters": {"binary_data_size": x.nbytes}},
+                {"name": "y", "shape": [3, 3], "datatype": "FP32", "parameters": {"binary_data_size": y.nbytes}},
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    ).encode()
+    r = httpx.post(
+        f"http://{server}/v2/models/mlp/versions/1/infer",
+        content=head + x.tobytes() + y.tobytes(),
+        headers={"Inference-Header-Content-Length": str(len(head))},
+    )
     assert r.status_code == 200, r.text
     n = int(r.headers["Inference-Header-Content-Length"])
     meta = json.loads(r.content[:n])
     sizes = {o["name"]: o["parameters"]["binary_data_size"] for o in meta["outputs"]}
     assert sizes == {"out": 36, "total": 24} and len(r.content) == n + 60
-    outs = dict(zip([o["name"] for o in meta["outputs"]], np.split(np.frombuffer(r.content[n:], np.uint8), [sizes[meta["outputs"][0]["name"]]])))
+    outs = dict(
+        zip(
+            [o["name"] for o in meta["outputs"]],
+            np.split(np.frombuffer(r.content[n:], np.uint8), [sizes[meta["outputs"][0]["name"]]]),
+        )
+    )
     np.testing.assert_allclose(outs["out"].view("<f4").reshape(3, 3), ref["out"], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(outs["total"].view("<i8"), ref["total"])
 
@@ -178,23 +213,31 @@ def _x(shape: list[int] = [1, 4], datatype: str = "FP32", name: str = "x", data:
 _Y = {"name": "y", "shape": [1, 3], "datatype": "FP32", "data": [0.0, 1.0, 2.0]}
 
 
-@pytest.mark.parametrize(("path", "body", "status", "words"), [
-    ("/v2/models/nope/infer", {"inputs": [_x(), _Y]}, 404, ["nope", "mlp"]),
-    ("/v2/models/mlp/versions/3/infer", {"inputs": [_x(), _Y]}, 404, ["version"]),
-    ("/v2/models/mlp/infer", {"inputs": [_x(name="z"), _Y]}, 400, ["no input 'z'", "x"]),
-    ("/v2/models/mlp/infer", {"inputs": [_x(shape=[1, 5]), _Y]}, 400, ["expects shape [-1, 4]", "[1, 5]"]),
-    ("/v2/models/mlp/infer", {"inputs": [_x(shape=[4]), _Y]}, 400, ["expects shape"]),
-    ("/v2/models/mlp2/infer", {"inputs": [_x(shape=[1, 4]), _Y]}, 400, ["expects shape [2, 4]"]),
-    ("/v2/models/mlp/infer", {"inputs": [_x(datatype="INT64", data=[1, 2, 3, 4]), _Y]}, 400, ["FP32", "INT64"]),
-    ("/v2/models/mlp/infer", {"inputs": [_x(data=[1.0, 2.0]), _Y]}, 400, ["2 data values", "(4)"]),
-    ("/v2/models/mlp/infer", {"inputs": [_x(data=["a", "b", "c", "d"]), _Y]}, 400, ["not FP32"]),
-    ("/v2/models/mlp/infer", {"inputs": [_x()]}, 400, ["missing inputs ['y']"]),
-    ("/v2/models/mlp/infer", {"inputs": [_x(), _Y], "outputs": [{"name": "nah"}]}, 400, ["no output", "nah"]),
-    ("/v2/models/mlp/infer", {"inputs": [_x(shape=[2, 4]), _Y]}, 400, ["graph", "y"]),  # rows disagree: the Session's FeedError
-    ("/v2/models/mlp/infer", b"{not json", 400, ["malformed JSON"]),
-    ("/v2/models/mlp/infer", [1, 2], 400, ['"inputs"']),
-    ("/v2/models/mlp/infer", b"x" * 100_001, 413, ["100000", "--max-body-bytes"]),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "status", "words"),
+    [
+        ("/v2/models/nope/infer", {"inputs": [_x(), _Y]}, 404, ["nope", "mlp"]),
+        ("/v2/models/mlp/versions/3/infer", {"inputs": [_x(), _Y]}, 404, ["version"]),
+        ("/v2/models/mlp/infer", {"inputs": [_x(name="z"), _Y]}, 400, ["no input 'z'", "x"]),
+        ("/v2/models/mlp/infer", {"inputs": [_x(shape=[1, 5]), _Y]}, 400, ["expects shape [-1, 4]", "[1, 5]"]),
+        ("/v2/models/mlp/infer", {"inputs": [_x(shape=[4]), _Y]}, 400, ["expects shape"]),
+        ("/v2/models/mlp2/infer", {"inputs": [_x(shape=[1, 4]), _Y]}, 400, ["expects shape [2, 4]"]),
+        ("/v2/models/mlp/infer", {"inputs": [_x(datatype="INT64", data=[1, 2, 3, 4]), _Y]}, 400, ["FP32", "INT64"]),
+        ("/v2/models/mlp/infer", {"inputs": [_x(data=[1.0, 2.0]), _Y]}, 400, ["2 data values", "(4)"]),
+        ("/v2/models/mlp/infer", {"inputs": [_x(data=["a", "b", "c", "d"]), _Y]}, 400, ["not FP32"]),
+        ("/v2/models/mlp/infer", {"inputs": [_x()]}, 400, ["missing inputs ['y']"]),
+        ("/v2/models/mlp/infer", {"inputs": [_x(), _Y], "outputs": [{"name": "nah"}]}, 400, ["no output", "nah"]),
+        (
+            "/v2/models/mlp/infer",
+            {"inputs": [_x(shape=[2, 4]), _Y]},
+            400,
+            ["graph", "y"],
+        ),  # rows disagree: the Session's FeedError
+        ("/v2/models/mlp/infer", b"{not json", 400, ["malformed JSON"]),
+        ("/v2/models/mlp/infer", [1, 2], 400, ['"inputs"']),
+        ("/v2/models/mlp/infer", b"x" * 100_001, 413, ["100000", "--max-body-bytes"]),
+    ],
+)
 def test_bad_requests_get_4xx_and_a_json_error(server: str, path: str, body: object, status: int, words: list[str]) -> None:
     kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
     r = httpx.post(f"http://{server}{path}", **kwargs)  # type: ignore[arg-type]
@@ -239,14 +282,28 @@ def test_metrics_count_requests_latency_rows_and_compiles(server: str) -> None:
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(sample + " "))
 
     text = r.text
-    assert value(text, 'aioge_requests_total{code="200",model="mlp"}') == value(before, 'aioge_requests_total{code="200",model="mlp"}') + 1
-    assert value(text, 'aioge_requests_total{code="400",model="mlp"}') == value(before, 'aioge_requests_total{code="400",model="mlp"}') + 1
+    assert (
+        value(text, 'aioge_requests_total{code="200",model="mlp"}')
+        == value(before, 'aioge_requests_total{code="200",model="mlp"}') + 1
+    )
+    assert (
+        value(text, 'aioge_requests_total{code="400",model="mlp"}')
+        == value(before, 'aioge_requests_total{code="400",model="mlp"}') + 1
+    )
     assert value(text, 'aioge_request_duration_seconds_count{model="mlp"}') >= 2
-    assert value(text, 'aioge_request_batch_rows_bucket{le="4.0",model="mlp"}') - value(text, 'aioge_request_batch_rows_bucket{le="2.0",model="mlp"}') >= 1
+    assert (
+        value(text, 'aioge_request_batch_rows_bucket{le="4.0",model="mlp"}')
+        - value(text, 'aioge_request_batch_rows_bucket{le="2.0",model="mlp"}')
+        >= 1
+    )
     assert value(text, 'aioge_request_queue_seconds_count{model="mlp"}') >= 1
     assert value(text, 'aioge_model_ready{model="mlp"}') == 1 and value(text, 'aioge_model_ready{model="mlp2"}') == 1
     # The .onnx was compiled by this server: 5 nodes, each compiled or from the kernel cache.
-    assert value(text, 'aioge_model_kernels_compiled_total{model="mlp"}') + value(text, 'aioge_model_kernel_cache_hits_total{model="mlp"}') >= 1
+    assert (
+        value(text, 'aioge_model_kernels_compiled_total{model="mlp"}')
+        + value(text, 'aioge_model_kernel_cache_hits_total{model="mlp"}')
+        >= 1
+    )
     assert value(text, 'aioge_model_compile_seconds{model="mlp"}') > 0
     assert value(text, "aioge_kernel_cache_compiles_total") + value(text, "aioge_kernel_cache_hits_total") >= 1
 
@@ -284,7 +341,7 @@ def test_ready_only_after_the_compile(models: dict[str, Path]) -> None:
         gate.set()
         _wait_ready(url)
         assert client.is_model_ready("mlp")
-        assert "aioge_model_ready{model=\"mlp\"} 1.0" in httpx.get(f"http://{url}/metrics").text
+        assert 'aioge_model_ready{model="mlp"} 1.0' in httpx.get(f"http://{url}/metrics").text
         client.close()
 
 
@@ -318,7 +375,9 @@ def test_shutdown_finishes_in_flight_requests(models: dict[str, Path]) -> None:
     with running(create_app([str(models["onnx"])], SlowRun())) as (url, server, thread):
         _wait_ready(url)
         body = {"inputs": [_x(data=x.tolist()), {**_Y, "data": y.tolist()}]}
-        client = threading.Thread(target=lambda: result.update(r=httpx.post(f"http://{url}/v2/models/mlp/infer", json=body, timeout=30)))
+        client = threading.Thread(
+            target=lambda: result.update(r=httpx.post(f"http://{url}/v2/models/mlp/infer", json=body, timeout=30))
+        )
         client.start()
         assert entered.wait(10)
         server.should_exit = True  # what uvicorn's SIGTERM handler does
@@ -331,14 +390,33 @@ def test_shutdown_finishes_in_flight_requests(models: dict[str, Path]) -> None:
     r = result["r"]
     assert r.status_code == 200, r.text
     out = next(o for o in r.json()["outputs"] if o["name"] == "out")
-    np.testing.assert_allclose(np.array(out["data"], np.float32).reshape(1, 3), _reference(models["onnx"], x, y)["out"], rtol=1e-5)
+    np.testing.assert_allclose(
+        np.array(out["data"], np.float32).reshape(1, 3), _reference(models["onnx"], x, y)["out"], rtol=1e-5
+    )
 
 
 def test_aioge_serve_command_serves_and_stops_on_sigterm(models: dict[str, Path], tmp_path: Path) -> None:
     port = _free_port()
     env = {**os.environ, "ASCEND_CACHE_PATH": str(tmp_path / "atc")}
-    proc = subprocess.Popen([sys.executable, "-m", "aioge", "-v", "serve", str(models["onnx"]), str(models["om"]), "--port", str(port),
-                             "--option", "ge.exec.disableReuseMemory=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aioge",
+            "-v",
+            "serve",
+            str(models["onnx"]),
+            str(models["om"]),
+            "--port",
+            str(port),
+            "--option",
+            "ge.exec.disableReuseMemory=1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         url = f"127.0.0.1:{port}"
         deadline = time.monotonic() + 60
@@ -356,7 +434,9 @@ def test_aioge_serve_command_serves_and_stops_on_sigterm(models: dict[str, Path]
             inputs = [triton.InferInput("x", [2, 4], "FP32"), triton.InferInput("y", [2, 3], "FP32")]
             inputs[0].set_data_from_numpy(x)
             inputs[1].set_data_from_numpy(y)
-            np.testing.assert_allclose(client.infer(name, inputs).as_numpy("out"), _reference(models["onnx"], x, y)["out"], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                client.infer(name, inputs).as_numpy("out"), _reference(models["onnx"], x, y)["out"], rtol=1e-5, atol=1e-6
+            )
         client.close()
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
@@ -370,17 +450,27 @@ def test_aioge_serve_command_serves_and_stops_on_sigterm(models: dict[str, Path]
             proc.communicate()
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["missing.onnx"], "no such model file"),
-    (["model.txt"], "takes .onnx or .om"),
-    (["{onnx}", "--option", "ge.bogus=1"], "ge.bogus"),
-    (["{onnx}", "--batch-max-rows", "abc"], "invalid int value"),
-])
-def test_serve_command_rejects_bad_arguments_before_binding(models: dict[str, Path], tmp_path: Path, args: list[str], message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.onnx"], "no such model file"),
+        (["model.txt"], "takes .onnx or .om"),
+        (["{onnx}", "--option", "ge.bogus=1"], "ge.bogus"),
+        (["{onnx}", "--batch-max-rows", "abc"], "invalid int value"),
+    ],
+)
+def test_serve_command_rejects_bad_arguments_before_binding(
+    models: dict[str, Path], tmp_path: Path, args: list[str], message: str
+) -> None:
     (tmp_path / "model.txt").write_text("x")
     argv = [a.format(onnx=models["onnx"]) for a in args]
-    proc = subprocess.run([sys.executable, "-m", "aioge", "serve", *argv, "--port", str(_free_port())], capture_output=True, text=True,
-                          timeout=60, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aioge", "serve", *argv, "--port", str(_free_port())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -392,10 +482,18 @@ def test_serve_flags_become_options_only_when_given() -> None:
         return _serve_options(build_parser().parse_args(["serve", "m.onnx", *argv]))
 
     assert split() == ({}, {})
-    session, graph = split("--option", "ge.graph_key=k1", "--option", "EXCLUDE_ENGINES=AiCpu", "--option", "ge.op_compiler_cache_dir=/tmp/c")
+    session, graph = split(
+        "--option", "ge.graph_key=k1", "--option", "EXCLUDE_ENGINES=AiCpu", "--option", "ge.op_compiler_cache_dir=/tmp/c"
+    )
     assert session == {"EXCLUDE_ENGINES": "AiCpu", "ge.op_compiler_cache_dir": "/tmp/c"} and graph == {"ge.graph_key": "k1"}
-    session, graph = split("--batch-max-rows", "64", "--batch-max-delay-us", "500", "--option", "aioge.batch_preferred_sizes=8,16")
-    assert {**session, **graph} == {"aioge.batch_max_rows": "64", "aioge.batch_max_delay_us": "500", "aioge.batch_preferred_sizes": "8,16"}
+    session, graph = split(
+        "--batch-max-rows", "64", "--batch-max-delay-us", "500", "--option", "aioge.batch_preferred_sizes=8,16"
+    )
+    assert {**session, **graph} == {
+        "aioge.batch_max_rows": "64",
+        "aioge.batch_max_delay_us": "500",
+        "aioge.batch_preferred_sizes": "8,16",
+    }
 
 
 def test_graph_only_options_with_an_om_are_a_clear_model_error(models: dict[str, Path]) -> None:

@@ -59,8 +59,14 @@ class Progress:
         from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
         from rich.progress import Progress as Bars
 
-        columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                              TimeElapsedColumn(), TextColumn("{task.fields[note]}")]
+        columns: list[Any] = [
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[note]}"),
+        ]
         with Bars(*columns, console=Console(file=self.stream), transient=False) as bars:
             task = bars.add_task(description, total=total, note="")
             yield lambda note: bars.update(task, advance=1, note=note)

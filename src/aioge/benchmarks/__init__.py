@@ -21,26 +21,38 @@ __all__ = ["add_arguments", "config_from_args"]  # run_suite, write_results: aio
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``aioge bench`` arguments (``aioge.cli`` adds them to its ``bench`` command)."""
     p.add_argument("--output-dir", default="bench", help="where RESULTS.md and results.json go (default: ./bench)")
-    p.add_argument("--workloads", default="",
-                   help="comma-separated workloads or groups: real, light, light-nodup, builder, micro (default: all)")
+    p.add_argument(
+        "--workloads",
+        default="",
+        help="comma-separated workloads or groups: real, light, light-nodup, builder, micro (default: all)",
+    )
     p.add_argument("--quick", action="store_true", help="fewer rounds and runs, concurrency 1/4/64 on mlp and squeezenet only")
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--runs", type=int, default=None)
     p.add_argument("--concurrency", default="1,4,64")
     p.add_argument("--concurrency-workloads", default=None)
-    p.add_argument("--devices", type=int, default=None,
-                   help="device processes for the top concurrency level's second measurement (default: the cores; 0: skip)")
+    p.add_argument(
+        "--devices",
+        type=int,
+        default=None,
+        help="device processes for the top concurrency level's second measurement (default: the cores; 0: skip)",
+    )
     p.add_argument("--chain", type=int, default=1000)
     p.add_argument("--startup-model", default="resnet50", help="a light/ model name or an .onnx path")
     p.add_argument("--no-reference", action="store_true", help="skip onnx.reference")
     p.add_argument("--no-concurrency", action="store_true")
     p.add_argument("--no-startup", action="store_true")
     p.add_argument("--no-blas-variant", action="store_true", help="do not rerun light/ with OPENBLAS_* unset")
-    p.add_argument("--serving-workloads", default=None, help="builder models for the serving section (default: mlp,cnn,transformer)")
+    p.add_argument(
+        "--serving-workloads", default=None, help="builder models for the serving section (default: mlp,cnn,transformer)"
+    )
     p.add_argument("--no-serving", action="store_true", help="skip the serving section (concurrent single-row clients)")
     p.add_argument("--json-only", metavar="PATH", default=None, help="write the raw figures to PATH, no RESULTS.md")
-    p.add_argument("--serve", action="store_true",
-                   help="instead: `aioge serve` over HTTP with --serve-clients concurrent clients beside onnxruntime behind the same server")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="instead: `aioge serve` over HTTP with --serve-clients concurrent clients beside onnxruntime behind the same server",
+    )
     p.add_argument("--serve-clients", type=int, default=200)
     p.add_argument("--serve-total", type=int, default=4000, help="requests per server (bounded also by --serve-seconds)")
     p.add_argument("--serve-seconds", type=float, default=30.0)

@@ -56,9 +56,14 @@ def run_aioge(spec: dict[str, Any]) -> dict[str, Any]:
             steps[k] = v - prev
             prev = v
         first = next(iter(out.values()))
-        return {**steps, "start_s": marks["first_run_s"] - t_import, "checksum": float(first.astype("float64").sum()),
-                "graph_cache_hit": stats["graph_cache_hit"], "kernels_compiled": stats["kernels_compiled"],
-                "kernel_cache_hits": stats["kernel_cache_hits"]}
+        return {
+            **steps,
+            "start_s": marks["first_run_s"] - t_import,
+            "checksum": float(first.astype("float64").sum()),
+            "graph_cache_hit": stats["graph_cache_hit"],
+            "kernels_compiled": stats["kernels_compiled"],
+            "kernel_cache_hits": stats["kernel_cache_hits"],
+        }
 
     return anyio.run(go)
 
@@ -75,8 +80,13 @@ def run_ort(spec: dict[str, Any]) -> dict[str, Any]:
     t_create = time.perf_counter()
     out = sess.run(None, feeds)
     t_run = time.perf_counter()
-    return {"import_s": t_import - t0, "create_s": t_create - t_import, "first_run_s": t_run - t_create,
-            "start_s": t_run - t_import, "checksum": float(out[0].astype("float64").sum())}
+    return {
+        "import_s": t_import - t0,
+        "create_s": t_create - t_import,
+        "first_run_s": t_run - t_create,
+        "start_s": t_run - t_import,
+        "checksum": float(out[0].astype("float64").sum()),
+    }
 
 
 def main(argv: list[str]) -> int:

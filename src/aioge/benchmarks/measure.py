@@ -26,8 +26,19 @@ import numpy as np
 
 from aioge.benchmarks.workloads import Workload
 
-__all__ = ["LagMonitor", "RssSampler", "concurrency", "fresh_process", "geomean", "latency", "median_of_runs", "median_of_runs_async",
-           "ort_session", "percentile", "steal_seconds"]
+__all__ = [
+    "LagMonitor",
+    "RssSampler",
+    "concurrency",
+    "fresh_process",
+    "geomean",
+    "latency",
+    "median_of_runs",
+    "median_of_runs_async",
+    "ort_session",
+    "percentile",
+    "steal_seconds",
+]
 
 
 def geomean(xs: list[float]) -> float:
@@ -179,7 +190,8 @@ async def latency(w: Workload, session: Any, gid: int, *, rounds: int, runs: int
         ev = ReferenceEvaluator(w.onnx_model)
         ref_runs = 1 if w.group == "light" else 3
         result["onnx_reference"] = await anyio.to_thread.run_sync(
-            lambda: statistics.median(_timed(lambda: ev.run(None, w.feeds)) for _ in range(ref_runs)))
+            lambda: statistics.median(_timed(lambda: ev.run(None, w.feeds)) for _ in range(ref_runs))
+        )
     result["max_abs_err"] = err
     result["ort_max_abs_err"] = ort_err
     return result
@@ -215,7 +227,7 @@ async def concurrency(w: Workload, session: Any, gid: int, conc: int, *, rounds:
     o_times: list[float] = []
     steal = 0.0
     with ThreadPoolExecutor(conc) as pool:
-        await anyio.to_thread.run_sync(_ort_burst, sess, w.feeds, pool, conc)   # warm both
+        await anyio.to_thread.run_sync(_ort_burst, sess, w.feeds, pool, conc)  # warm both
         await _aioge_burst(session, gid, w.feeds, conc)
         for _ in range(rounds):
             async with anyio.create_task_group() as tg:
@@ -227,17 +239,29 @@ async def concurrency(w: Workload, session: Any, gid: int, conc: int, *, rounds:
             o_times.append(await anyio.to_thread.run_sync(_ort_burst, sess, w.feeds, pool, conc))
     aioge_rps = conc / statistics.median(a_times)
     ort_rps = conc / statistics.median(o_times)
-    return {"concurrency": conc, "aioge_runs_per_s": aioge_rps, "ort_runs_per_s": ort_rps, "ratio": aioge_rps / ort_rps,
-            "lag_max_ms": max(monitor.lags, default=0.0) * 1e3, "lag_p99_ms": percentile(monitor.lags, 0.99) * 1e3,
-            "lag_samples": len(monitor.lags), "gc_max_ms": max(monitor.gc_pauses, default=0.0) * 1e3,
-            "steal_ms": steal * 1e3}
+    return {
+        "concurrency": conc,
+        "aioge_runs_per_s": aioge_rps,
+        "ort_runs_per_s": ort_rps,
+        "ratio": aioge_rps / ort_rps,
+        "lag_max_ms": max(monitor.lags, default=0.0) * 1e3,
+        "lag_p99_ms": percentile(monitor.lags, 0.99) * 1e3,
+        "lag_samples": len(monitor.lags),
+        "gc_max_ms": max(monitor.gc_pauses, default=0.0) * 1e3,
+        "steal_ms": steal * 1e3,
+    }
 
 
 def fresh_process(mode: str, spec: dict[str, Any], *, env: dict[str, str] | None = None, timeout: float = 900) -> dict[str, Any]:
     """Run ``python -m aioge.benchmarks.child MODE SPEC`` in a new interpreter; its JSON result."""
     # -P: not the current directory first on sys.path (a stray msgpack.py there would be imported).
-    proc = subprocess.run([sys.executable, "-P", "-m", "aioge.benchmarks.child", mode, json.dumps(spec)],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-P", "-m", "aioge.benchmarks.child", mode, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark child {mode} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -27,7 +27,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LIGHT_NODUP_SUFFIX", "NODUP_OPTIONS", "REAL", "REAL_RECIPES", "cache_dir", "light_nodup", "real_available", "real_workload"]
+__all__ = [
+    "LIGHT_NODUP_SUFFIX",
+    "NODUP_OPTIONS",
+    "REAL",
+    "REAL_RECIPES",
+    "cache_dir",
+    "light_nodup",
+    "real_available",
+    "real_workload",
+]
 
 # name -> (kind, input shape); kind picks the builder in _torch_model.
 REAL_RECIPES: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -37,8 +46,8 @@ REAL_RECIPES: dict[str, tuple[str, tuple[int, ...]]] = {
     "shufflenet_v2_x1_0": ("torchvision", (1, 3, 224, 224)),
     "convnext_tiny": ("torchvision", (1, 3, 224, 224)),
     "vit_b_16": ("torchvision", (1, 3, 224, 224)),
-    "bert_base": ("bert", (1, 128)),       # BertConfig() defaults: 12 layers x 768, seq 128
-    "gpt2_small": ("gpt2", (1, 128)),      # 6 layers x 768, 8192-token vocabulary, no past
+    "bert_base": ("bert", (1, 128)),  # BertConfig() defaults: 12 layers x 768, seq 128
+    "gpt2_small": ("gpt2", (1, 128)),  # 6 layers x 768, 8192-token vocabulary, no past
 }
 REAL = tuple(REAL_RECIPES)
 _RECIPE_VERSION = 1  # bump when an export changes (opset, seeds, configs): a new cache directory
@@ -46,7 +55,6 @@ _OPSET = 17
 _SEED = 0
 NODUP_OPTIONS = {"ge.optimizationSwitch": "DuplicateFilterPass:off"}
 LIGHT_NODUP_SUFFIX = "-nodup"
-
 
 
 def real_available() -> str | None:
@@ -187,8 +195,16 @@ def export(name: str, out: str) -> None:
     path = Path(out)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     # The TorchScript exporter: it needs no onnxscript and no network.
-    torch.onnx.export(model, (x,), str(tmp), input_names=["input"], output_names=["output"], opset_version=_OPSET,
-                      dynamo=False, do_constant_folding=True)
+    torch.onnx.export(
+        model,
+        (x,),
+        str(tmp),
+        input_names=["input"],
+        output_names=["output"],
+        opset_version=_OPSET,
+        dynamo=False,
+        do_constant_folding=True,
+    )
     npz = path.with_name(path.stem + f".{os.getpid()}.tmp.npz")
     np.savez(npz, **{"feed:input": x.numpy(), "expected": want.numpy()})
     os.replace(npz, path.with_suffix(".npz"))

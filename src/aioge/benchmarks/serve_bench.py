@@ -63,8 +63,11 @@ class OrtBackend:
         from aioge.server import DATATYPES, TensorSpec
 
         sess = await anyio.to_thread.run_sync(lambda: ort.InferenceSession(model.path, providers=["CPUExecutionProvider"]))
-        types = {f"tensor({k})": v for k, v in DATATYPES.items()} | {"tensor(float)": "FP32", "tensor(double)": "FP64",
-                                                                      "tensor(float16)": "FP16"}
+        types = {f"tensor({k})": v for k, v in DATATYPES.items()} | {
+            "tensor(float)": "FP32",
+            "tensor(double)": "FP64",
+            "tensor(float16)": "FP16",
+        }
 
         def specs(args: Sequence[Any]) -> list[TensorSpec]:
             return [TensorSpec(a.name, types[a.type], tuple(d if isinstance(d, int) else -1 for d in a.shape)) for a in args]
@@ -94,8 +97,10 @@ def _server(argv: list[str], port: int, env: Mapping[str, str]) -> Iterator[str]
 
     # stderr to a file, not a pipe: a chatty server can never block on a full pipe.
     # -P: the current directory does not come first on sys.path (a stray msgpack.py there must not run).
-    with tempfile.TemporaryFile() as log, subprocess.Popen([sys.executable, "-P", *argv], stdout=subprocess.DEVNULL, stderr=log,
-                                                           env=dict(env)) as proc:
+    with (
+        tempfile.TemporaryFile() as log,
+        subprocess.Popen([sys.executable, "-P", *argv], stdout=subprocess.DEVNULL, stderr=log, env=dict(env)) as proc,
+    ):
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 120
@@ -123,10 +128,14 @@ def _request(feeds: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
     """A binary-extension infer body for ``feeds`` and its header."""
     from aioge.server import DATATYPES
 
-    inputs = [{"name": k, "shape": list(a.shape), "datatype": DATATYPES[a.dtype.name], "parameters": {"binary_data_size": a.nbytes}}
-              for k, a in feeds.items()]
+    inputs = [
+        {"name": k, "shape": list(a.shape), "datatype": DATATYPES[a.dtype.name], "parameters": {"binary_data_size": a.nbytes}}
+        for k, a in feeds.items()
+    ]
     head = json.dumps({"inputs": inputs, "parameters": {"binary_data_output": True}}).encode()
-    return head + b"".join(np.ascontiguousarray(a).tobytes() for a in feeds.values()), {"Inference-Header-Content-Length": str(len(head))}
+    return head + b"".join(np.ascontiguousarray(a).tobytes() for a in feeds.values()), {
+        "Inference-Header-Content-Length": str(len(head))
+    }
 
 
 def _decode(content: bytes, header_length: str) -> dict[str, np.ndarray]:
@@ -137,7 +146,7 @@ def _decode(content: bytes, header_length: str) -> dict[str, np.ndarray]:
     for o in meta["outputs"]:
         size = o["parameters"]["binary_data_size"]
         dtype = next(k for k, v in DATATYPES.items() if v == o["datatype"])
-        out[o["name"]] = np.frombuffer(content[offset:offset + size], dtype).reshape(o["shape"])
+        out[o["name"]] = np.frombuffer(content[offset : offset + size], dtype).reshape(o["shape"])
         offset += size
     return out
 
@@ -175,8 +184,15 @@ async def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg:
         r = await client.post(path, content=body, headers=headers)
         outputs = _decode(r.content, r.headers["Inference-Header-Content-Length"])
     lat = np.array(latencies)
-    return {"requests": len(lat), "errors": errors, "seconds": elapsed, "rps": len(lat) / elapsed,
-            "p50_ms": float(np.percentile(lat, 50) * 1e3), "p99_ms": float(np.percentile(lat, 99) * 1e3), "outputs": outputs}
+    return {
+        "requests": len(lat),
+        "errors": errors,
+        "seconds": elapsed,
+        "rps": len(lat) / elapsed,
+        "p50_ms": float(np.percentile(lat, 50) * 1e3),
+        "p99_ms": float(np.percentile(lat, 99) * 1e3),
+        "outputs": outputs,
+    }
 
 
 def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]:
@@ -209,9 +225,17 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
             onnx.save(model, path)
             body, headers = _request(feeds)
             want = reference(feeds)
-            arms = {"aioge serve": ["-m", "aioge", "serve", path, *cfg.serve_args],
-                    f"onnxruntime ({cfg.ort_threads} threads)": ["-m", "aioge.benchmarks.serve_bench", "--ort-server", path,
-                                                                  "--ort-threads", str(cfg.ort_threads)]}
+            arms = {
+                "aioge serve": ["-m", "aioge", "serve", path, *cfg.serve_args],
+                f"onnxruntime ({cfg.ort_threads} threads)": [
+                    "-m",
+                    "aioge.benchmarks.serve_bench",
+                    "--ort-server",
+                    path,
+                    "--ort-threads",
+                    str(cfg.ort_threads),
+                ],
+            }
             for arm, argv in arms.items():
                 port = _free_port()
                 with _server([*argv, "--port", str(port)], port, env) as url:
@@ -224,25 +248,37 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
 
 def format_rows(rows: Sequence[Mapping[str, Any]]) -> str:
     """The rows as a Markdown table."""
-    lines = ["| workload | server | clients | requests | errors | req/s | p50 ms | p99 ms | max abs err |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    lines += [f"| {r['workload']} | {r['arm']} | {r['clients']} | {r['requests']} | {r['errors']} | {r['rps']:.0f} | "
-              f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['max_abs_err']:.2g} |" for r in rows]
+    lines = [
+        "| workload | server | clients | requests | errors | req/s | p50 ms | p99 ms | max abs err |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {r['workload']} | {r['arm']} | {r['clients']} | {r['requests']} | {r['errors']} | {r['rps']:.0f} | "
+        f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['max_abs_err']:.2g} |"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
 def bench_from_args(args: argparse.Namespace) -> int:
     """``aioge bench --serve``: run, print the table, write SERVE.md and serve.json to --output-dir."""
-    cfg = ServeBenchConfig(workloads=tuple(w for w in args.serve_workloads.split(",") if w), clients=args.serve_clients,
-                           total=args.serve_total, seconds=args.serve_seconds, serve_args=tuple(args.serve_args.split()))
+    cfg = ServeBenchConfig(
+        workloads=tuple(w for w in args.serve_workloads.split(",") if w),
+        clients=args.serve_clients,
+        total=args.serve_total,
+        seconds=args.serve_seconds,
+        serve_args=tuple(args.serve_args.split()),
+    )
     rows = run_serve_bench(cfg)
     table = format_rows(rows)
     print(table)
     os.makedirs(args.output_dir, exist_ok=True)
     md, js = os.path.join(args.output_dir, "SERVE.md"), os.path.join(args.output_dir, "serve.json")
     with open(md, "w") as f:
-        f.write(f"# aioge serve over HTTP\n\n{cfg.clients} concurrent single-row clients on 127.0.0.1, "
-                f"at most {cfg.total} requests or {cfg.seconds:g} s per server.\n\n{table}\n")
+        f.write(
+            f"# aioge serve over HTTP\n\n{cfg.clients} concurrent single-row clients on 127.0.0.1, "
+            f"at most {cfg.total} requests or {cfg.seconds:g} s per server.\n\n{table}\n"
+        )
     with open(js, "w") as f:
         json.dump(rows, f, indent=2)
     print(f"wrote {md} and {js}")
@@ -266,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
 
         serve(create_app([args.ort_server], OrtBackend(args.ort_threads)), "127.0.0.1", args.port)
         return 0
-    cfg = ServeBenchConfig(workloads=tuple(w for w in args.workloads.split(",") if w), clients=args.clients,
-                           total=args.total, seconds=args.seconds)
+    cfg = ServeBenchConfig(
+        workloads=tuple(w for w in args.workloads.split(",") if w), clients=args.clients, total=args.total, seconds=args.seconds
+    )
     rows = run_serve_bench(cfg)
     print(format_rows(rows))
     if args.json:

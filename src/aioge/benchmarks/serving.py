@@ -37,15 +37,18 @@ def _model(name: str) -> tuple[aioge.Graph, dict[str, np.ndarray], Any]:
 def _gear_options(graph: aioge.Graph, clients: int, batching: bool) -> dict[str, str]:
     (x,) = graph.inputs
     sizes = sorted({1 << i for i in range(clients.bit_length()) if 1 << i <= clients} | {clients})
-    options = {"ge.inputShape": f"{x.name}:{','.join(['-1', *(str(d) for d in (x.shape or ())[1:])])}",
-               "ge.dynamicBatchSize": ",".join(map(str, sizes if len(sizes) > 1 else [1, 2]))}
+    options = {
+        "ge.inputShape": f"{x.name}:{','.join(['-1', *(str(d) for d in (x.shape or ())[1:])])}",
+        "ge.dynamicBatchSize": ",".join(map(str, sizes if len(sizes) > 1 else [1, 2])),
+    }
     if batching:
         options["aioge.batch_max_rows"] = str(clients)
     return options
 
 
-async def _aioge_round(session: aioge.Session, gid: int, feeds: dict[str, np.ndarray], clients: int, requests: int,
-                       monitor: LagMonitor | None) -> tuple[float, list[float]]:
+async def _aioge_round(
+    session: aioge.Session, gid: int, feeds: dict[str, np.ndarray], clients: int, requests: int, monitor: LagMonitor | None
+) -> tuple[float, list[float]]:
     latencies: list[float] = []
 
     async def client() -> None:
@@ -66,7 +69,9 @@ async def _aioge_round(session: aioge.Session, gid: int, feeds: dict[str, np.nda
     return clients * requests / wall, latencies
 
 
-def _ort_round(sess: Any, feeds: dict[str, np.ndarray], pool: ThreadPoolExecutor, clients: int, requests: int) -> tuple[float, list[float]]:
+def _ort_round(
+    sess: Any, feeds: dict[str, np.ndarray], pool: ThreadPoolExecutor, clients: int, requests: int
+) -> tuple[float, list[float]]:
     def client() -> list[float]:
         out = []
         for _ in range(requests):
@@ -81,7 +86,9 @@ def _ort_round(sess: Any, feeds: dict[str, np.ndarray], pool: ThreadPoolExecutor
     return clients * requests / (time.perf_counter() - t0), latencies
 
 
-async def serving(name: str, *, clients: int = 64, requests: int = 20, rounds: int = 3, cache_dir: str | None = None) -> dict[str, Any]:
+async def serving(
+    name: str, *, clients: int = 64, requests: int = 20, rounds: int = 3, cache_dir: str | None = None
+) -> dict[str, Any]:
     """One builder model served to ``clients`` concurrent single-row clients: requests/s, p50/p99
     latency (seconds) of aioge with batching, aioge without, and onnxruntime in a pool; loop lag.
 

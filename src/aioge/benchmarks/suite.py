@@ -34,20 +34,20 @@ __all__ = ["SERVING_BATCHED_VS_ORT", "SuiteConfig", "TARGETS", "evaluate_targets
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 # The targets of this round (issue 8), checked on every run of the suite.
 TARGETS = {
-    "light_geomean_vs_ort": 2.0,          # aioge / onnxruntime latency, geometric mean over light/
-    "min_speedup_vs_reference": 20.0,     # onnx.reference / aioge on every light/ model
-    "sink_us_per_node": 1.5,              # the Add chain in sink mode
-    "concurrent_vs_ort": 0.8,             # 64 concurrent calls, runs/s vs onnxruntime in a pool
-    "loop_lag_ms": 20.0,                  # event-loop lag during the concurrent runs
+    "light_geomean_vs_ort": 2.0,  # aioge / onnxruntime latency, geometric mean over light/
+    "min_speedup_vs_reference": 20.0,  # onnx.reference / aioge on every light/ model
+    "sink_us_per_node": 1.5,  # the Add chain in sink mode
+    "concurrent_vs_ort": 0.8,  # 64 concurrent calls, runs/s vs onnxruntime in a pool
+    "loop_lag_ms": 20.0,  # event-loop lag during the concurrent runs
     # issue 18, the serving section: 64 single-row clients, aioge batching vs onnxruntime in a 64-thread pool
     "serving_unbatched_vs_ort": 0.8,
     "serving_lag_p99_ms": 5.0,
     "serving_lag_max_ms": 20.0,
     # issue 17
-    "real_geomean_vs_ort": 1.5,           # aioge / onnxruntime over the real-weights models
-    "real_max_vs_ort": 2.5,               # ... and on each of them
-    "light_nodup_geomean_vs_ort": 1.3,    # light/ with DuplicateFilterPass off
-    "builder_max_vs_ort": 2.0,            # mlp, cnn, transformer, each
+    "real_geomean_vs_ort": 1.5,  # aioge / onnxruntime over the real-weights models
+    "real_max_vs_ort": 2.5,  # ... and on each of them
+    "light_nodup_geomean_vs_ort": 1.3,  # light/ with DuplicateFilterPass off
+    "builder_max_vs_ort": 2.0,  # mlp, cnn, transformer, each
 }
 SERVING_BATCHED_VS_ORT = {"mlp": 2.0, "transformer": 2.0, "cnn": 1.0}  # req/s with batching on, per model
 
@@ -57,20 +57,20 @@ class SuiteConfig:
     """What to run. The defaults are the full suite (about 4 minutes on 2 cores, plus the
     real-weights models: a few more, and about a minute per model for the first export)."""
 
-    workloads: list[str] = field(default_factory=list)     # empty: every workload
-    rounds: int = 5                                         # alternating aioge / yardstick rounds
-    runs: int = 5                                           # timed runs per round (median)
+    workloads: list[str] = field(default_factory=list)  # empty: every workload
+    rounds: int = 5  # alternating aioge / yardstick rounds
+    runs: int = 5  # timed runs per round (median)
     concurrency: tuple[int, ...] = (1, 4, 64)
     concurrency_workloads: list[str] = field(default_factory=lambda: ["mlp", "cnn", "transformer", "squeezenet", "resnet50"])
     concurrency_rounds: int = 3
     devices: int = field(default_factory=lambda: os.cpu_count() or 1)  # aioge.exec_devices for a second top-level burst; 0: none
-    reference: bool = True                                  # time onnx.reference too
-    startup_model: str | None = "resnet50"                  # a light/ name or an .onnx path; None: skip
-    blas_variant: bool = True                               # light/ latency again with BLAS_ENV unset
+    reference: bool = True  # time onnx.reference too
+    startup_model: str | None = "resnet50"  # a light/ name or an .onnx path; None: skip
+    blas_variant: bool = True  # light/ latency again with BLAS_ENV unset
     chain: int = 1000
     serving_workloads: list[str] = field(default_factory=lambda: list(SERVING_WORKLOADS))  # empty: no serving section
     serving_clients: int = 64
-    serving_requests: int = 20                              # one-row requests per client per round
+    serving_requests: int = 20  # one-row requests per client per round
     serving_rounds: int = 3
 
     def __post_init__(self) -> None:
@@ -95,8 +95,13 @@ def machine() -> dict[str, Any]:
 
     info: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count(),
-        "python": platform.python_version(), "aioge": aioge.__version__, "numpy": np.__version__, "onnx": onnx.__version__,
+        "platform": platform.platform(),
+        "processor": platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "aioge": aioge.__version__,
+        "numpy": np.__version__,
+        "onnx": onnx.__version__,
         **{k: os.environ.get(k, "(unset)") for k in BLAS_ENV},
     }
     try:
@@ -127,11 +132,16 @@ async def _workload(w: Workload, cfg: SuiteConfig, cache_dir: str, gid: int) -> 
             await session.add_graph(gid, w.graph)
             model = await session.build_graph(gid)
             row["compile_s"] = time.perf_counter() - t
-            row.update(await measure.latency(w, session, gid, rounds=cfg.rounds, runs=cfg.runs,
-                                             reference=cfg.reference and w.group != "micro"))
+            row.update(
+                await measure.latency(
+                    w, session, gid, rounds=cfg.rounds, runs=cfg.runs, reference=cfg.reference and w.group != "micro"
+                )
+            )
             if w.name in cfg.concurrency_workloads:
-                row["concurrency"] = [{**await measure.concurrency(w, session, gid, c, rounds=cfg.concurrency_rounds), "devices": 0}
-                                      for c in cfg.concurrency]
+                row["concurrency"] = [
+                    {**await measure.concurrency(w, session, gid, c, rounds=cfg.concurrency_rounds), "devices": 0}
+                    for c in cfg.concurrency
+                ]
         summary = model.summary()
     if w.name in cfg.concurrency_workloads and cfg.devices and cfg.concurrency:
         # The same burst with the runs on device processes (aioge.exec_devices), past the GIL.
@@ -139,8 +149,9 @@ async def _workload(w: Workload, cfg: SuiteConfig, cache_dir: str, gid: int) -> 
             await session.add_graph(gid, w.graph)
             w.check(await session.run_graph(gid, w.feeds))  # starts the devices; their outputs checked too
             top = max(cfg.concurrency)
-            row["concurrency"].append({**await measure.concurrency(w, session, gid, top, rounds=cfg.concurrency_rounds),
-                                       "devices": cfg.devices})
+            row["concurrency"].append(
+                {**await measure.concurrency(w, session, gid, top, rounds=cfg.concurrency_rounds), "devices": cfg.devices}
+            )
     row["nodes"] = len(w.graph.nodes)
     row["compiled_nodes"] = summary["nodes"]
     row["streams"] = len(summary["streams"])
@@ -167,8 +178,11 @@ def _startup(model: str, work: str) -> dict[str, Any]:
     out: dict[str, Any] = {"model": os.path.basename(path)}
     out["cold"] = measure.fresh_process("aioge", base)
     out["warm_kernel_cache"] = measure.fresh_process("aioge", base)
-    cached = {"model": path, "options": {**base["options"], "ge.graph_compiler_cache_dir": graphs},
-              "graph_options": {"ge.graph_key": "bench_startup"}}
+    cached = {
+        "model": path,
+        "options": {**base["options"], "ge.graph_compiler_cache_dir": graphs},
+        "graph_options": {"ge.graph_key": "bench_startup"},
+    }
     out["graph_cache_save"] = measure.fresh_process("aioge", cached)
     out["graph_cache_load"] = measure.fresh_process("aioge", cached)
     out["ort"] = measure.fresh_process("ort", {"model": path})
@@ -188,9 +202,25 @@ def _blas_variant(cfg: SuiteConfig, names: list[str]) -> dict[str, Any] | None:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "results.json")
         # -P: not the current directory first on sys.path (a stray msgpack.py there would be imported).
-        cmd = [sys.executable, "-P", "-m", "aioge", "bench", "--json-only", out, "--workloads", ",".join(names),
-               "--rounds", str(cfg.rounds), "--runs", str(cfg.runs), "--no-reference", "--no-concurrency",
-               "--no-startup", "--no-blas-variant"]
+        cmd = [
+            sys.executable,
+            "-P",
+            "-m",
+            "aioge",
+            "bench",
+            "--json-only",
+            out,
+            "--workloads",
+            ",".join(names),
+            "--rounds",
+            str(cfg.rounds),
+            "--runs",
+            str(cfg.runs),
+            "--no-reference",
+            "--no-concurrency",
+            "--no-startup",
+            "--no-blas-variant",
+        ]
         import subprocess
 
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
@@ -214,50 +244,110 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             status = "PASS" if (figure >= bound if higher_is_better else figure <= bound) else "MISS"
         checks.append({"target": name, "figure": figure, "bound": bound, "status": status, "detail": detail})
 
-    add("light/ geomean aioge/ort (BLAS env as set)", measure.geomean([r["aioge_vs_ort"] for r in light]) if light else None,
-        TARGETS["light_geomean_vs_ort"], False, f"over {len(light)} models")
+    add(
+        "light/ geomean aioge/ort (BLAS env as set)",
+        measure.geomean([r["aioge_vs_ort"] for r in light]) if light else None,
+        TARGETS["light_geomean_vs_ort"],
+        False,
+        f"over {len(light)} models",
+    )
     variant = results.get("blas_variant")
     if variant:
         v = [r["aioge_vs_ort"] for r in variant["rows"] if r["workload"] in LIGHT]
-        add("light/ geomean aioge/ort (BLAS env unset)", measure.geomean(v) if v else None,
-            TARGETS["light_geomean_vs_ort"], False, f"core type {variant['machine'].get('blas_core_type')}")
+        add(
+            "light/ geomean aioge/ort (BLAS env unset)",
+            measure.geomean(v) if v else None,
+            TARGETS["light_geomean_vs_ort"],
+            False,
+            f"core type {variant['machine'].get('blas_core_type')}",
+        )
     refs = [r["reference_vs_aioge"] for r in light if "reference_vs_aioge" in r]
     real = [rows[n] for n in REAL if n in rows]
-    add("real-weights geomean aioge/ort", measure.geomean([r["aioge_vs_ort"] for r in real]) if real else None,
-        TARGETS["real_geomean_vs_ort"], False, f"over {len(real)} models")
-    add("real-weights max aioge/ort", max(r["aioge_vs_ort"] for r in real) if real else None, TARGETS["real_max_vs_ort"], False,
-        max(real, key=lambda r: r["aioge_vs_ort"])["workload"] if real else "")
+    add(
+        "real-weights geomean aioge/ort",
+        measure.geomean([r["aioge_vs_ort"] for r in real]) if real else None,
+        TARGETS["real_geomean_vs_ort"],
+        False,
+        f"over {len(real)} models",
+    )
+    add(
+        "real-weights max aioge/ort",
+        max(r["aioge_vs_ort"] for r in real) if real else None,
+        TARGETS["real_max_vs_ort"],
+        False,
+        max(real, key=lambda r: r["aioge_vs_ort"])["workload"] if real else "",
+    )
     nodup = [rows[n] for n in LIGHT_NODUP if n in rows]
-    add("light/ geomean aioge/ort, DuplicateFilterPass off", measure.geomean([r["aioge_vs_ort"] for r in nodup]) if nodup else None,
-        TARGETS["light_nodup_geomean_vs_ort"], False, f"over {len(nodup)} models")
+    add(
+        "light/ geomean aioge/ort, DuplicateFilterPass off",
+        measure.geomean([r["aioge_vs_ort"] for r in nodup]) if nodup else None,
+        TARGETS["light_nodup_geomean_vs_ort"],
+        False,
+        f"over {len(nodup)} models",
+    )
     builder = [rows[n] for n in BUILDER if n in rows]
-    add("builder max aioge/ort", max(r["aioge_vs_ort"] for r in builder) if builder else None, TARGETS["builder_max_vs_ort"], False,
-        max(builder, key=lambda r: r["aioge_vs_ort"])["workload"] if builder else "")
-    add("min onnx.reference/aioge over light/", min(refs) if refs else None, TARGETS["min_speedup_vs_reference"], True,
-        f"{len(refs)} models")
+    add(
+        "builder max aioge/ort",
+        max(r["aioge_vs_ort"] for r in builder) if builder else None,
+        TARGETS["builder_max_vs_ort"],
+        False,
+        max(builder, key=lambda r: r["aioge_vs_ort"])["workload"] if builder else "",
+    )
+    add(
+        "min onnx.reference/aioge over light/",
+        min(refs) if refs else None,
+        TARGETS["min_speedup_vs_reference"],
+        True,
+        f"{len(refs)} models",
+    )
     chain = rows.get("add_chain")
-    add("sink us/node on the Add chain", chain["aioge_us_per_node"] if chain else None, TARGETS["sink_us_per_node"], False,
-        f"{chain['compiled_nodes']} nodes" if chain else "")
+    add(
+        "sink us/node on the Add chain",
+        chain["aioge_us_per_node"] if chain else None,
+        TARGETS["sink_us_per_node"],
+        False,
+        f"{chain['compiled_nodes']} nodes" if chain else "",
+    )
     top = max(results["config"]["concurrency"], default=0)
     for devices in sorted({c.get("devices", 0) for r in results["rows"] for c in r.get("concurrency", [])}):
-        burst = [c for r in results["rows"] for c in r.get("concurrency", []) if c["concurrency"] == top and c.get("devices", 0) == devices]
+        burst = [
+            c
+            for r in results["rows"]
+            for c in r.get("concurrency", [])
+            if c["concurrency"] == top and c.get("devices", 0) == devices
+        ]
         where = f"aioge.exec_devices={devices}" if devices else "in-process"
-        add(f"min {top}-concurrent throughput aioge/ort ({where})", min(c["ratio"] for c in burst) if burst else None,
-            TARGETS["concurrent_vs_ort"], True, f"{len(burst)} workloads")
+        add(
+            f"min {top}-concurrent throughput aioge/ort ({where})",
+            min(c["ratio"] for c in burst) if burst else None,
+            TARGETS["concurrent_vs_ort"],
+            True,
+            f"{len(burst)} workloads",
+        )
     lags = [c["lag_max_ms"] for r in results["rows"] for c in r.get("concurrency", [])]
     add("max event-loop lag ms", max(lags) if lags else None, TARGETS["loop_lag_ms"], False, "every concurrent burst")
     for r in results.get("serving", []):
         w = r["workload"]
-        add(f"serving {w}: batched req/s aioge/ort", r["batched_vs_ort"], SERVING_BATCHED_VS_ORT.get(w, 1.0), True,
-            f"{r['clients']} single-row clients, mean batch {r['mean_batch_rows']:.1f} rows")
+        add(
+            f"serving {w}: batched req/s aioge/ort",
+            r["batched_vs_ort"],
+            SERVING_BATCHED_VS_ORT.get(w, 1.0),
+            True,
+            f"{r['clients']} single-row clients, mean batch {r['mean_batch_rows']:.1f} rows",
+        )
         add(f"serving {w}: p99 aioge batched / ort", r["batched_p99_s"] / r["ort_p99_s"], 1.0, False, "below the pool's")
         add(f"serving {w}: unbatched req/s aioge/ort", r["unbatched_vs_ort"], TARGETS["serving_unbatched_vs_ort"], True, "")
         add(f"serving {w}: loop lag p99 ms", r["lag_p99_ms"], TARGETS["serving_lag_p99_ms"], False, "batched bursts")
         add(f"serving {w}: loop lag max ms", r["lag_max_ms"], TARGETS["serving_lag_max_ms"], False, "batched bursts")
     st = results.get("startup")
     if st:
-        add("fresh-process start aioge (graph cache) / ort (create + first run)",
-            st["graph_cache_load"]["start_s"] / st["ort"]["start_s"], 1.0, False, st["model"])
+        add(
+            "fresh-process start aioge (graph cache) / ort (create + first run)",
+            st["graph_cache_load"]["start_s"] / st["ort"]["start_s"],
+            1.0,
+            False,
+            st["model"],
+        )
     return checks
 
 
@@ -283,11 +373,15 @@ async def _serving(cfg: SuiteConfig, cache_dir: str) -> list[dict[str, Any]]:
     rows = []
     for name in cfg.serving_workloads:
         gc.collect()
-        row = await serving(name, clients=cfg.serving_clients, requests=cfg.serving_requests, rounds=cfg.serving_rounds,
-                            cache_dir=cache_dir)
-        print(f"serving {name:11s} batched {row['batched_rps']:8.0f} req/s, unbatched {row['unbatched_rps']:8.0f}, "
-              f"ort {row['ort_rps']:8.0f} (x{row['batched_vs_ort']:.2f}); lag p99 {row['lag_p99_ms']:.1f} ms",
-              file=sys.stderr, flush=True)
+        row = await serving(
+            name, clients=cfg.serving_clients, requests=cfg.serving_requests, rounds=cfg.serving_rounds, cache_dir=cache_dir
+        )
+        print(
+            f"serving {name:11s} batched {row['batched_rps']:8.0f} req/s, unbatched {row['unbatched_rps']:8.0f}, "
+            f"ort {row['ort_rps']:8.0f} (x{row['batched_vs_ort']:.2f}); lag p99 {row['lag_p99_ms']:.1f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
         rows.append(row)
     return rows
 
@@ -349,8 +443,11 @@ def _lead(results: dict[str, Any]) -> list[str]:
     real = [r for r in results["rows"] if r["workload"] in REAL]
     if real:
         worst = max(real, key=lambda r: r["aioge_vs_ort"])
-        return [f"**Real-weights models: aioge / onnxruntime geomean {measure.geomean([r['aioge_vs_ort'] for r in real]):.2f}** "
-                f"over {len(real)} models (worst {worst['workload']} {worst['aioge_vs_ort']:.2f}).", ""]
+        return [
+            f"**Real-weights models: aioge / onnxruntime geomean {measure.geomean([r['aioge_vs_ort'] for r in real]):.2f}** "
+            f"over {len(real)} models (worst {worst['workload']} {worst['aioge_vs_ort']:.2f}).",
+            "",
+        ]
     skipped = results.get("skipped") or {}
     if skipped:
         return [f"**Real-weights models not measured**: {next(iter(skipped.values()))}.", ""]
@@ -359,73 +456,205 @@ def _lead(results: dict[str, Any]) -> list[str]:
 
 def render_markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
-    out = ["# aioge benchmark results", "",
-           f"{m['date']}: {m['cpus']} CPUs, {m['platform']}; Python {m['python']}, aioge {m['aioge']}, numpy {m['numpy']}, "
-           f"onnx {m['onnx']}, onnxruntime {m['onnxruntime']}; BLAS {m.get('blas')} (core type {m.get('blas_core_type')}); "
-           f"OPENBLAS_CORETYPE={m['OPENBLAS_CORETYPE']}, OPENBLAS_L2_SIZE={m['OPENBLAS_L2_SIZE']}.", "",
-           "Medians over alternating rounds (aioge on the event loop, yardsticks in a worker thread). "
-           "`ort`: onnxruntime CPU with default options; `ort cores`: intra_op_num_threads = cores.", "",
-           *_lead(results), "## Targets", ""]
-    out += _table(["target", "figure", "bound", "status", "detail"],
-                  [[t["target"], "" if t["figure"] is None else f"{t['figure']:.3f}", f"{t['bound']}", f"**{t['status']}**", t["detail"]]
-                   for t in results["targets"]])
+    out = [
+        "# aioge benchmark results",
+        "",
+        f"{m['date']}: {m['cpus']} CPUs, {m['platform']}; Python {m['python']}, aioge {m['aioge']}, numpy {m['numpy']}, "
+        f"onnx {m['onnx']}, onnxruntime {m['onnxruntime']}; BLAS {m.get('blas')} (core type {m.get('blas_core_type')}); "
+        f"OPENBLAS_CORETYPE={m['OPENBLAS_CORETYPE']}, OPENBLAS_L2_SIZE={m['OPENBLAS_L2_SIZE']}.",
+        "",
+        "Medians over alternating rounds (aioge on the event loop, yardsticks in a worker thread). "
+        "`ort`: onnxruntime CPU with default options; `ort cores`: intra_op_num_threads = cores.",
+        "",
+        *_lead(results),
+        "## Targets",
+        "",
+    ]
+    out += _table(
+        ["target", "figure", "bound", "status", "detail"],
+        [
+            [t["target"], "" if t["figure"] is None else f"{t['figure']:.3f}", f"{t['bound']}", f"**{t['status']}**", t["detail"]]
+            for t in results["targets"]
+        ],
+    )
     out += ["", "## Latency (ms)", ""]
     lines = []
     for r in results["rows"]:
-        lines.append([r["workload"], str(r["compiled_nodes"]), _ms(r["aioge"]), _ms(r["ort"]), _ms(r["ort_cores"]),
-                      _ms(r.get("onnx_reference")), _ms(r.get("numpy")), f"{r['aioge_vs_ort']:.2f}",
-                      f"{r['reference_vs_aioge']:.1f}" if "reference_vs_aioge" in r else "",
-                      f"{r['max_abs_err']:.1e}", _mib(r["arena_bytes"]), _mib(r["rss_peak_bytes"]), f"{r['compile_s']:.2f}"])
-    out += _table(["workload", "nodes", "aioge", "ort", "ort cores", "onnx.reference", "numpy", "aioge/ort",
-                   "reference/aioge", "max err", "arena MiB", "peak RSS MiB", "compile s"], lines)
+        lines.append(
+            [
+                r["workload"],
+                str(r["compiled_nodes"]),
+                _ms(r["aioge"]),
+                _ms(r["ort"]),
+                _ms(r["ort_cores"]),
+                _ms(r.get("onnx_reference")),
+                _ms(r.get("numpy")),
+                f"{r['aioge_vs_ort']:.2f}",
+                f"{r['reference_vs_aioge']:.1f}" if "reference_vs_aioge" in r else "",
+                f"{r['max_abs_err']:.1e}",
+                _mib(r["arena_bytes"]),
+                _mib(r["rss_peak_bytes"]),
+                f"{r['compile_s']:.2f}",
+            ]
+        )
+    out += _table(
+        [
+            "workload",
+            "nodes",
+            "aioge",
+            "ort",
+            "ort cores",
+            "onnx.reference",
+            "numpy",
+            "aioge/ort",
+            "reference/aioge",
+            "max err",
+            "arena MiB",
+            "peak RSS MiB",
+            "compile s",
+        ],
+        lines,
+    )
     chain = next((r for r in results["rows"] if r["workload"] == "add_chain"), None)
     if chain:
-        out += ["", f"Add chain: {chain['aioge_us_per_node']:.2f} us/node in sink mode, onnxruntime {chain['ort_us_per_node']:.2f} us/node."]
+        out += [
+            "",
+            f"Add chain: {chain['aioge_us_per_node']:.2f} us/node in sink mode, onnxruntime {chain['ort_us_per_node']:.2f} us/node.",
+        ]
     variant = results.get("blas_variant")
     if variant:
         vm = variant["machine"]
         out += ["", f"## Latency with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (core type {vm.get('blas_core_type')})", ""]
-        out += _table(["workload", "aioge", "ort", "aioge/ort"],
-                      [[r["workload"], _ms(r["aioge"]), _ms(r["ort"]), f"{r['aioge_vs_ort']:.2f}"] for r in variant["rows"]])
+        out += _table(
+            ["workload", "aioge", "ort", "aioge/ort"],
+            [[r["workload"], _ms(r["aioge"]), _ms(r["ort"]), f"{r['aioge_vs_ort']:.2f}"] for r in variant["rows"]],
+        )
     conc = [(r["workload"], c) for r in results["rows"] for c in r.get("concurrency", [])]
     if conc:
         out += ["", "## Concurrent run_graph calls from one event loop (onnxruntime: a thread pool of the same size)", ""]
-        out += ["`devices`: aioge.exec_devices (0: runs in this process, on the engine lanes; N: on N device processes). "
-                "`gc pause max`: the longest garbage collection during the aioge bursts; `steal`: CPU time the hypervisor "
-                "gave to others meanwhile (/proc/stat), so a lag that comes with steal is the host's.", ""]
-        out += _table(["workload", "devices", "in flight", "aioge runs/s", "ort runs/s", "aioge/ort", "lag max ms", "lag p99 ms",
-                       "gc pause max ms", "steal ms"],
-                      [[w, str(c.get("devices", 0)), str(c["concurrency"]), f"{c['aioge_runs_per_s']:.1f}", f"{c['ort_runs_per_s']:.1f}",
-                        f"{c['ratio']:.2f}", f"{c['lag_max_ms']:.2f}", f"{c['lag_p99_ms']:.2f}", f"{c.get('gc_max_ms', 0.0):.2f}", f"{c.get('steal_ms', 0.0):.0f}"]
-                       for w, c in conc])
+        out += [
+            "`devices`: aioge.exec_devices (0: runs in this process, on the engine lanes; N: on N device processes). "
+            "`gc pause max`: the longest garbage collection during the aioge bursts; `steal`: CPU time the hypervisor "
+            "gave to others meanwhile (/proc/stat), so a lag that comes with steal is the host's.",
+            "",
+        ]
+        out += _table(
+            [
+                "workload",
+                "devices",
+                "in flight",
+                "aioge runs/s",
+                "ort runs/s",
+                "aioge/ort",
+                "lag max ms",
+                "lag p99 ms",
+                "gc pause max ms",
+                "steal ms",
+            ],
+            [
+                [
+                    w,
+                    str(c.get("devices", 0)),
+                    str(c["concurrency"]),
+                    f"{c['aioge_runs_per_s']:.1f}",
+                    f"{c['ort_runs_per_s']:.1f}",
+                    f"{c['ratio']:.2f}",
+                    f"{c['lag_max_ms']:.2f}",
+                    f"{c['lag_p99_ms']:.2f}",
+                    f"{c.get('gc_max_ms', 0.0):.2f}",
+                    f"{c.get('steal_ms', 0.0):.0f}",
+                ]
+                for w, c in conc
+            ],
+        )
     serve = results.get("serving")
     if serve:
-        out += ["", f"## Serving: {serve[0]['clients']} concurrent single-row clients (issue 18)", "",
-                "Each client sends one-row requests one after another. `batched`: aioge with batch gears and "
-                "aioge.batch_max_rows (concurrent calls stacked into one run); `unbatched`: the same graph without; "
-                "`ort`: onnxruntime, one pool thread per client. Requests/s and latency in ms; medians over rounds.", ""]
-        out += _table(["workload", "batched req/s", "unbatched req/s", "ort req/s", "batched/ort", "unbatched/ort",
-                       "p50 batched / unbatched / ort", "p99 batched / unbatched / ort", "mean batch", "queue delay p50/p99 ms",
-                       "lag p99 / max ms"],
-                      [[r["workload"], f"{r['batched_rps']:.0f}", f"{r['unbatched_rps']:.0f}", f"{r['ort_rps']:.0f}",
-                        f"{r['batched_vs_ort']:.2f}", f"{r['unbatched_vs_ort']:.2f}",
-                        " / ".join(_ms(r[f"{k}_p50_s"]) for k in ("batched", "unbatched", "ort")),
-                        " / ".join(_ms(r[f"{k}_p99_s"]) for k in ("batched", "unbatched", "ort")),
-                        f"{r['mean_batch_rows']:.1f}", f"{r['queue_delay_p50_ms']:.2f} / {r['queue_delay_p99_ms']:.2f}",
-                        f"{r['lag_p99_ms']:.2f} / {r['lag_max_ms']:.2f}"] for r in serve])
+        out += [
+            "",
+            f"## Serving: {serve[0]['clients']} concurrent single-row clients (issue 18)",
+            "",
+            "Each client sends one-row requests one after another. `batched`: aioge with batch gears and "
+            "aioge.batch_max_rows (concurrent calls stacked into one run); `unbatched`: the same graph without; "
+            "`ort`: onnxruntime, one pool thread per client. Requests/s and latency in ms; medians over rounds.",
+            "",
+        ]
+        out += _table(
+            [
+                "workload",
+                "batched req/s",
+                "unbatched req/s",
+                "ort req/s",
+                "batched/ort",
+                "unbatched/ort",
+                "p50 batched / unbatched / ort",
+                "p99 batched / unbatched / ort",
+                "mean batch",
+                "queue delay p50/p99 ms",
+                "lag p99 / max ms",
+            ],
+            [
+                [
+                    r["workload"],
+                    f"{r['batched_rps']:.0f}",
+                    f"{r['unbatched_rps']:.0f}",
+                    f"{r['ort_rps']:.0f}",
+                    f"{r['batched_vs_ort']:.2f}",
+                    f"{r['unbatched_vs_ort']:.2f}",
+                    " / ".join(_ms(r[f"{k}_p50_s"]) for k in ("batched", "unbatched", "ort")),
+                    " / ".join(_ms(r[f"{k}_p99_s"]) for k in ("batched", "unbatched", "ort")),
+                    f"{r['mean_batch_rows']:.1f}",
+                    f"{r['queue_delay_p50_ms']:.2f} / {r['queue_delay_p99_ms']:.2f}",
+                    f"{r['lag_p99_ms']:.2f} / {r['lag_max_ms']:.2f}",
+                ]
+                for r in serve
+            ],
+        )
     st = results.get("startup")
     if st:
-        out += ["", f"## Start-up of {st['model']}, each in a fresh process (seconds after the import; "
-                "onnxruntime's import shown for scale)", ""]
+        out += [
+            "",
+            f"## Start-up of {st['model']}, each in a fresh process (seconds after the import; "
+            "onnxruntime's import shown for scale)",
+            "",
+        ]
         rows = []
         for k in ("cold", "warm_kernel_cache", "graph_cache_save", "graph_cache_load"):
             s = st[k]
-            rows.append([k, "", f"{s['load_s']:.3f}", f"{s['compile_s']:.3f}", f"{s['first_run_s']:.3f}",
-                         f"{s['start_s']:.3f}", f"{s['kernels_compiled']} / {s['kernel_cache_hits']}"])
+            rows.append(
+                [
+                    k,
+                    "",
+                    f"{s['load_s']:.3f}",
+                    f"{s['compile_s']:.3f}",
+                    f"{s['first_run_s']:.3f}",
+                    f"{s['start_s']:.3f}",
+                    f"{s['kernels_compiled']} / {s['kernel_cache_hits']}",
+                ]
+            )
         o = st["ort"]
-        rows.append(["onnxruntime", f"{o['import_s']:.2f}", "", f"{o['create_s']:.3f}", f"{o['first_run_s']:.3f}", f"{o['start_s']:.3f}", ""])
-        out += _table(["process", "import", "load_onnx", "compile / load / create", "first run", "start total",
-                       "kernels compiled / cache hits"], rows)
+        rows.append(
+            [
+                "onnxruntime",
+                f"{o['import_s']:.2f}",
+                "",
+                f"{o['create_s']:.3f}",
+                f"{o['first_run_s']:.3f}",
+                f"{o['start_s']:.3f}",
+                "",
+            ]
+        )
+        out += _table(
+            [
+                "process",
+                "import",
+                "load_onnx",
+                "compile / load / create",
+                "first run",
+                "start total",
+                "kernels compiled / cache hits",
+            ],
+            rows,
+        )
         out += ["", f"Outputs agree across processes: {st['checksums_agree']}."]
     out += ["", f"Suite time: {results['seconds']:.0f} s.", ""]
     return "\n".join(out)

@@ -24,10 +24,32 @@ from aioge.benchmarks.real_models import LIGHT_NODUP_SUFFIX, REAL
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import Graph
 
-__all__ = ["ALL", "BUILDER", "GROUPS", "LIGHT", "LIGHT_NODUP", "MICRO", "REAL", "expand_names", "Workload", "light_dir", "load_workloads", "to_onnx"]
+__all__ = [
+    "ALL",
+    "BUILDER",
+    "GROUPS",
+    "LIGHT",
+    "LIGHT_NODUP",
+    "MICRO",
+    "REAL",
+    "expand_names",
+    "Workload",
+    "light_dir",
+    "load_workloads",
+    "to_onnx",
+]
 
-LIGHT = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet",
-         "vgg19", "zfnet512")
+LIGHT = (
+    "bvlc_alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+)
 BUILDER = ("mlp", "cnn", "transformer")
 MICRO = ("add_chain", "conv_branches")
 LIGHT_NODUP = tuple(f"{n}{LIGHT_NODUP_SUFFIX}" for n in LIGHT)  # light/ with DuplicateFilterPass off
@@ -43,14 +65,14 @@ class Workload:
     """One benchmark case. ``check(outputs)`` returns the max abs error against the truth."""
 
     name: str
-    group: str                       # "light", "builder" or "micro"
+    group: str  # "light", "builder" or "micro"
     graph: Graph
-    onnx_model: Any                  # onnx.ModelProto for the yardsticks
+    onnx_model: Any  # onnx.ModelProto for the yardsticks
     feeds: dict[str, np.ndarray]
     expected: dict[str, np.ndarray]  # the stored output (light) or the numpy reference's
     numpy_fn: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
     options: dict[str, str] = field(default_factory=dict)
-    rtol: float = 1e-3               # |got - want| <= atol + rtol * |want|, elementwise (ONNX's test rule)
+    rtol: float = 1e-3  # |got - want| <= atol + rtol * |want|, elementwise (ONNX's test rule)
     atol: float = 1e-7
 
     def check(self, outputs: dict[str, np.ndarray]) -> float:
@@ -64,8 +86,9 @@ class Workload:
                 continue
             diff = np.abs(got - want)
             if not np.all(diff <= self.atol + self.rtol * np.abs(want)):
-                raise AssertionError(f"{self.name}: output {name!r} is off by up to {float(diff.max()):.3g} "
-                                     f"(rtol {self.rtol}, atol {self.atol})")
+                raise AssertionError(
+                    f"{self.name}: output {name!r} is off by up to {float(diff.max()):.3g} (rtol {self.rtol}, atol {self.atol})"
+                )
             worst = max(worst, float(diff.max()))
         return worst
 
@@ -88,8 +111,12 @@ def to_onnx(g: Graph, opset: int = 20) -> Any:
         return helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(numpy_dtype(v.dtype)), list(v.shape))
 
     nodes = [
-        helper.make_node(n.op_type, [v.name if v is not None else "" for v in n.inputs], [o.name for o in n.outputs],
-                         **{k: _onnx_attr(a) for k, a in n.attrs.items()})
+        helper.make_node(
+            n.op_type,
+            [v.name if v is not None else "" for v in n.inputs],
+            [o.name for o in n.outputs],
+            **{k: _onnx_attr(a) for k, a in n.attrs.items()},
+        )
         for n in g.nodes
     ]
     inits = [numpy_helper.from_array(np.asarray(v.data), name) for name, v in g.constants.items()]
@@ -144,8 +171,18 @@ def add_chain(n: int = 1000) -> Workload:
             y = y + c
         return {"y": y}
 
-    return Workload("add_chain", "micro", g, to_onnx(g), {"x": x}, {"y": np.full((1, 16), 0.5 * n)}, by_hand,
-                    options=dict(CHAIN_OPTIONS), rtol=1e-6, atol=1e-6)
+    return Workload(
+        "add_chain",
+        "micro",
+        g,
+        to_onnx(g),
+        {"x": x},
+        {"y": np.full((1, 16), 0.5 * n)},
+        by_hand,
+        options=dict(CHAIN_OPTIONS),
+        rtol=1e-6,
+        atol=1e-6,
+    )
 
 
 def conv_branches(branches: int = 4, c: int = 64, hw: int = 56, depth: int = 2, seed: int = 0) -> Workload:
@@ -153,8 +190,9 @@ def conv_branches(branches: int = 4, c: int = 64, hw: int = 56, depth: int = 2, 
     rng = np.random.default_rng(seed)
     g = Graph("conv_branches")
     x = g.input("x", (1, c, hw, hw), "float32")
-    weights = [[(rng.standard_normal((c, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32) for _ in range(depth)]
-               for _ in range(branches)]
+    weights = [
+        [(rng.standard_normal((c, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32) for _ in range(depth)] for _ in range(branches)
+    ]
     outs = []
     for b, ws in enumerate(weights):
         h = x

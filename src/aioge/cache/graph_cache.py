@@ -94,7 +94,8 @@ def check_cache_dir(directory: str, graph: str | None = None) -> str:
     if reason is not None:
         raise CompileError(
             f"Input path {directory!r} (ge.graph_compiler_cache_dir) is invalid. Reason: {reason}; create it first",
-            graph=graph, code="E13026",
+            graph=graph,
+            code="E13026",
         )
     return path
 
@@ -111,7 +112,9 @@ class Lookup:
 class GraphCache:
     """One graph key's entries in one cache directory."""
 
-    def __init__(self, directory: str, key: str, *, check: str = "fingerprint", external_weight: bool = False, shared: bool = False) -> None:
+    def __init__(
+        self, directory: str, key: str, *, check: str = "fingerprint", external_weight: bool = False, shared: bool = False
+    ) -> None:
         if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
             raise OptionError("ge.graph_key", key, "1 to 128 characters out of A-Z a-z 0-9 _ - (it becomes part of file names)")
         self.dir = os.path.abspath(directory)
@@ -170,7 +173,12 @@ class GraphCache:
             log.warning("graph cache %r: index is broken (%s); rebuilding it from the .om files", self.key, exc)
             return self._recover_entries(), False
         if not intact:
-            log.warning("graph cache %r: index %s holds malformed entries; keeping the %d valid ones", self.key, self.index_path, len(entries))
+            log.warning(
+                "graph cache %r: index %s holds malformed entries; keeping the %d valid ones",
+                self.key,
+                self.index_path,
+                len(entries),
+            )
         return entries, intact
 
     def _publish_index(self, entries: list[dict[str, Any]]) -> None:
@@ -232,7 +240,11 @@ class GraphCache:
     # -- lookup -------------------------------------------------------------------------
 
     def lookup_sync(
-        self, graph: str, match_key: Callable[[], Mapping[str, Any]], var_descs: VarDescs, fits: Callable[[CompiledModel], str | None]
+        self,
+        graph: str,
+        match_key: Callable[[], Mapping[str, Any]],
+        var_descs: VarDescs,
+        fits: Callable[[CompiledModel], str | None],
     ) -> Lookup:
         """Find and load a matching entry for graph ``graph`` (blocking; run it in a worker thread).
 
@@ -270,7 +282,9 @@ class GraphCache:
                 if model is not None:
                     model.stats.graph_cache_hit = True
                     model.stats.compile_seconds = time.perf_counter() - start
-                    log.info("graph cache %r: loaded %s in %.1f ms", self.key, e["cache_file_name"], 1e3 * model.stats.compile_seconds)
+                    log.info(
+                        "graph cache %r: loaded %s in %.1f ms", self.key, e["cache_file_name"], 1e3 * model.stats.compile_seconds
+                    )
                     result.model = model
                     return result
                 if broken:
@@ -279,7 +293,14 @@ class GraphCache:
             only_shapes &= why.startswith("signature")
             reasons.append(f"{e['cache_file_name']}: {why}")
         level = logging.INFO if only_shapes else logging.WARNING
-        log.log(level, "graph cache %r: none of %d entries fits graph %r; recompiling (%s)", self.key, len(mine), graph, "; ".join(reasons))
+        log.log(
+            level,
+            "graph cache %r: none of %d entries fits graph %r; recompiling (%s)",
+            self.key,
+            len(mine),
+            graph,
+            "; ".join(reasons),
+        )
         return result
 
     def _var_mismatch(self, e: dict[str, Any], current: list[list[Any]]) -> str | None:
@@ -305,8 +326,11 @@ class GraphCache:
         try:
             data = self._read_trusted(path)
             model = serialize.decode_model(
-                data, path=path, weight_dir=os.path.join(self.dir, serialize.WEIGHT_DIR),
-                require_owner=not self.shared, expect_sha256=e["om_sha256"],
+                data,
+                path=path,
+                weight_dir=os.path.join(self.dir, serialize.WEIGHT_DIR),
+                require_owner=not self.shared,
+                expect_sha256=e["om_sha256"],
             )
         except FileNotFoundError as exc:
             return None, f"file missing ({exc.filename})", True
@@ -321,7 +345,12 @@ class GraphCache:
     # -- save ---------------------------------------------------------------------------
 
     def save_sync(
-        self, model: CompiledModel, var_descs: tuple[VarDescs, VarDescs] | None = None, drop: Sequence[str] = (), *, locked: bool = False
+        self,
+        model: CompiledModel,
+        var_descs: tuple[VarDescs, VarDescs] | None = None,
+        drop: Sequence[str] = (),
+        *,
+        locked: bool = False,
     ) -> dict[str, Any]:
         """Publish ``model`` as a new entry (blocking): files first, then the index.
 
@@ -340,9 +369,14 @@ class GraphCache:
             rdc_data = io.make_envelope(RDCPKT_KIND, io.pack(descs))
         om, rdc, sha = self._publish_files(model, rdc_data)
         meta = {
-            "fingerprint": model.fingerprint, "signature": [[n, list(s)] for n, s in model.signature],
-            "options": dict(model.options), "versions": dict(model.versions), "code": code_digest(),
-            "sha256": sha, "external": self.external_weight, "created": time.time(),
+            "fingerprint": model.fingerprint,
+            "signature": [[n, list(s)] for n, s in model.signature],
+            "options": dict(model.options),
+            "versions": dict(model.versions),
+            "code": code_digest(),
+            "sha256": sha,
+            "external": self.external_weight,
+            "created": time.time(),
         }
         entry = self._entry(om, rdc, meta)
         self._append(entry, drop, locked)
@@ -367,7 +401,9 @@ class GraphCache:
             except FileExistsError:
                 continue
             try:
-                sha = serialize.save_model_sync(self._path(om), model, external=self.external_weight, mode=self.mode, exclusive=True)
+                sha = serialize.save_model_sync(
+                    self._path(om), model, external=self.external_weight, mode=self.mode, exclusive=True
+                )
             except FileExistsError:
                 if rdc:
                     _unlink(self._path(rdc))  # ours: the exclusive link made it
@@ -394,14 +430,18 @@ class GraphCache:
         with contextlib.nullcontext(True) if locked else SyncFileLock(self.lock_path, mode=self.mode, wait=_INDEX_LOCK_WAIT):
             for _ in range(_PUBLISH_TRIES):
                 entries, _ = self.read_index_sync()
-                kept = [e for e in entries if e["cache_file_name"] not in gone and e["cache_file_name"] != entry["cache_file_name"]]
+                kept = [
+                    e for e in entries if e["cache_file_name"] not in gone and e["cache_file_name"] != entry["cache_file_name"]
+                ]
                 orphans = self._orphans({e["cache_file_name"] for e in kept} | gone | {entry["cache_file_name"]})
                 self._publish_index([*kept, *orphans, entry])
                 back, _ = self.read_index_sync()
                 if any(e["cache_file_name"] == entry["cache_file_name"] for e in back):
                     break
             else:
-                log.warning("graph cache %r: index kept being replaced; entry %s is not in it", self.key, entry["cache_file_name"])
+                log.warning(
+                    "graph cache %r: index kept being replaced; entry %s is not in it", self.key, entry["cache_file_name"]
+                )
         for e in entries:
             if e["cache_file_name"] in gone:
                 self._remove_entry_files(e)
@@ -494,10 +534,16 @@ def _valid_entry(e: Any) -> bool:
         return False
     name, rdc = e["cache_file_name"], e["var_desc_file_name"]
     return (
-        bool(name) and name not in (".", "..") and rdc not in (".", "..") and "\x00" not in name + rdc
-        and os.path.basename(name) == name and os.path.basename(rdc) == rdc
-        and isinstance(e.get("signature"), list) and isinstance(e.get("options"), dict)
-        and isinstance(e.get("versions"), dict) and isinstance(e.get("created"), (int, float))
+        bool(name)
+        and name not in (".", "..")
+        and rdc not in (".", "..")
+        and "\x00" not in name + rdc
+        and os.path.basename(name) == name
+        and os.path.basename(rdc) == rdc
+        and isinstance(e.get("signature"), list)
+        and isinstance(e.get("options"), dict)
+        and isinstance(e.get("versions"), dict)
+        and isinstance(e.get("created"), (int, float))
     )
 
 

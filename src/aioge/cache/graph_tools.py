@@ -22,7 +22,14 @@ from aioge.errors import CacheError
 from aioge.plan.io import MAGIC, make_envelope, open_envelope, pack, read_bytes_sync, unpack, write_atomic_sync
 from aioge.plan.serialize import WEIGHT_DIR
 
-__all__ = ["clear_graph_cache", "graph_cache_report", "prune_graph_cache", "read_graph_stats", "record_graph_lookup", "zero_graph_stats"]
+__all__ = [
+    "clear_graph_cache",
+    "graph_cache_report",
+    "prune_graph_cache",
+    "read_graph_stats",
+    "record_graph_lookup",
+    "zero_graph_stats",
+]
 
 # Lookups per key, kept beside the cache's files (a name no key can take: keys have no dot).
 STATS_FILE = "aioge.graph-stats"
@@ -55,9 +62,18 @@ def graph_cache_report(directory: str | os.PathLike[str]) -> dict[str, Any]:
     for k in keys:
         k.update(stats["keys"].get(k["key"], {"hits": 0, "misses": 0}))
     hits, misses = (sum(c[n] for c in stats["keys"].values()) for n in ("hits", "misses"))
-    return {"dir": str(root), "keys": keys, "entries": entries, "weights": len(weights),
-            "weight_bytes": weight_bytes, "bytes": total + weight_bytes, "hits": hits, "misses": misses,
-            "hit_ratio": hits / (hits + misses) if hits + misses else None, "since": stats["since"] or None}
+    return {
+        "dir": str(root),
+        "keys": keys,
+        "entries": entries,
+        "weights": len(weights),
+        "weight_bytes": weight_bytes,
+        "bytes": total + weight_bytes,
+        "hits": hits,
+        "misses": misses,
+        "hit_ratio": hits / (hits + misses) if hits + misses else None,
+        "since": stats["since"] or None,
+    }
 
 
 def read_graph_stats(directory: str | os.PathLike[str]) -> dict[str, Any]:
@@ -72,8 +88,11 @@ def read_graph_stats(directory: str | os.PathLike[str]) -> dict[str, Any]:
         return empty
     if not isinstance(data, dict) or not isinstance(data.get("keys"), dict) or not isinstance(data.get("since"), int):
         return empty
-    keys = {k: {n: int(c.get(n, 0)) for n in ("hits", "misses")} for k, c in data["keys"].items()
-            if isinstance(k, str) and isinstance(c, dict) and all(isinstance(c.get(n, 0), int) for n in ("hits", "misses"))}
+    keys = {
+        k: {n: int(c.get(n, 0)) for n in ("hits", "misses")}
+        for k, c in data["keys"].items()
+        if isinstance(k, str) and isinstance(c, dict) and all(isinstance(c.get(n, 0), int) for n in ("hits", "misses"))
+    }
     return {"since": data["since"], "keys": keys}
 
 
@@ -174,7 +193,9 @@ def _entries(root: Path, key: str) -> list[dict[str, Any]]:
 
 def _indexed(root: Path, key: str) -> set[str]:
     """The file names the key's index names."""
-    return {v for e in _entries(root, key) for k in ("cache_file_name", "var_desc_file_name") if isinstance(v := e.get(k), str) and v}
+    return {
+        v for e in _entries(root, key) for k in ("cache_file_name", "var_desc_file_name") if isinstance(v := e.get(k), str) and v
+    }
 
 
 def _weights(root: Path) -> list[Path]:

@@ -86,7 +86,9 @@ AGING_LOCK = "op_cache_file_del.lock"  # GE's name for the aging lock
 _ENTRY_RE = re.compile(r"(?P<key>[a-z0-9_]+_[0-9a-f]{64})\.g(?P<gen>[0-9a-f]{1,32})\.aiok")
 _LOCK_RE = re.compile(r"[0-9a-f]{32}\.lock")
 _GEN_LOCK_RE = re.compile(r"gen-(?P<gen>[0-9a-f]{1,32})\.lock")
-_TMP_RE = re.compile(r"\.(?:[a-z0-9_]+_[0-9a-f]{64}\.g[0-9a-f]{1,32}\.aiok|generation\.aiog|stats\.aios)\.[0-9]+\.[0-9a-f]{8}\.tmp")
+_TMP_RE = re.compile(
+    r"\.(?:[a-z0-9_]+_[0-9a-f]{64}\.g[0-9a-f]{1,32}\.aiok|generation\.aiog|stats\.aios)\.[0-9]+\.[0-9a-f]{8}\.tmp"
+)
 _MAX_ENTRY_BYTES = 1 << 20  # a kernel desc is a few hundred bytes; a bigger file is not ours
 _STALE_TMP_SECONDS = 600.0
 _ROOT_GEN = "0"
@@ -262,7 +264,10 @@ class KernelCache:
                 write_atomic_sync(self.soc_dir / GEN_FILE, data, mode=self._file_mode)
                 log.info("%s: force mode, new kernel cache generation %s", self.soc_dir, generation)
             except OSError as exc:
-                self._warn_once(f"write:{self.soc_dir}", f"kernel cache {self.soc_dir} is not writable, kernels are not cached: cannot start a new generation ({exc})")
+                self._warn_once(
+                    f"write:{self.soc_dir}",
+                    f"kernel cache {self.soc_dir} is not writable, kernels are not cached: cannot start a new generation ({exc})",
+                )
             return CacheView(generation, touch, hold, started=True)
         for _ in range(3):
             generation = self.generation_sync()
@@ -324,8 +329,12 @@ class KernelCache:
         if removed:
             with contextlib.suppress(OSError):  # only the size estimate is off; aging rescans
                 self.record_stats_sync(written=-freed)  # relative: this compile's own bookkeeping may come later
-            log.info("kernel cache %s: reclaimed %d entries of %d dead generations", self.soc_dir, len(removed),
-                     len({n.rsplit(".g", 1)[1] for n in removed}))
+            log.info(
+                "kernel cache %s: reclaimed %d entries of %d dead generations",
+                self.soc_dir,
+                len(removed),
+                len({n.rsplit(".g", 1)[1] for n in removed}),
+            )
         return removed
 
     def _hold_sync(self, generation: str) -> _GenerationHold | None:
@@ -358,8 +367,11 @@ class KernelCache:
             return None
         try:
             self._ensure_dirs()
-            return os.open(self.gen_lock_path(generation), os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
-                           self._file_mode)
+            return os.open(
+                self.gen_lock_path(generation),
+                os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                self._file_mode,
+            )
         except OSError:
             return None
 
@@ -374,7 +386,9 @@ class KernelCache:
         if untrusted is None:
             return True
         where, reason = untrusted
-        self._warn_once(f"dir:{where}", f"kernel cache {where} is not trusted, kernels are neither loaded from it nor written to it: {reason}")
+        self._warn_once(
+            f"dir:{where}", f"kernel cache {where} is not trusted, kernels are neither loaded from it nor written to it: {reason}"
+        )
         return False
 
     def generation_sync(self) -> str:
@@ -407,7 +421,10 @@ class KernelCache:
             return LoadResult(None, "absent")
         if untrusted is not None:
             where, reason = untrusted
-            self._warn_once(f"dir:{where}", f"kernel cache {where} is not trusted, kernels are neither loaded from it nor written to it: {reason}")
+            self._warn_once(
+                f"dir:{where}",
+                f"kernel cache {where} is not trusted, kernels are neither loaded from it nor written to it: {reason}",
+            )
             return LoadResult(None, "invalid")
         try:
             data = read_trusted_sync(path, max_bytes=_MAX_ENTRY_BYTES, shared=self.shared)
@@ -452,7 +469,9 @@ class KernelCache:
             self._ensure_dirs()
             write_atomic_sync(path, data, mode=self._file_mode)
         except OSError as exc:
-            self._warn_once(f"write:{self.soc_dir}", f"kernel cache {self.soc_dir} is not writable, kernels are not cached: {exc}")
+            self._warn_once(
+                f"write:{self.soc_dir}", f"kernel cache {self.soc_dir} is not writable, kernels are not cached: {exc}"
+            )
             return 0
         self._touch(path)
         return len(data)
@@ -482,7 +501,9 @@ class KernelCache:
             return self.age_sync(estimate=estimate)
         except OSError as exc:
             # One warning per session for a cache it cannot write: a failed store said it already.
-            self._warn_once(f"write:{self.soc_dir}", f"kernel cache {self.soc_dir} is not writable, its statistics are not kept: {exc}")
+            self._warn_once(
+                f"write:{self.soc_dir}", f"kernel cache {self.soc_dir} is not writable, its statistics are not kept: {exc}"
+            )
             return None
 
     def read_stats_sync(self) -> dict[str, int]:
@@ -502,8 +523,16 @@ class KernelCache:
             return zero
         return {k: int(data[k]) if isinstance(data.get(k), int) and not isinstance(data.get(k), bool) else 0 for k in zero}
 
-    def record_stats_sync(self, *, hits: int = 0, misses: int = 0, compiles: int = 0, invalid: int = 0,
-                          written: int = 0, bytes_exact: int | None = None) -> int:
+    def record_stats_sync(
+        self,
+        *,
+        hits: int = 0,
+        misses: int = 0,
+        compiles: int = 0,
+        invalid: int = 0,
+        written: int = 0,
+        bytes_exact: int | None = None,
+    ) -> int:
         """Add to the soc folder's counters (read-modify-write under a lock, published
         atomically) and return the folder's estimated size in bytes."""
         self._ensure_dirs()
@@ -574,8 +603,15 @@ class KernelCache:
         finally:
             self._exact_size(report.bytes_after)
         if report.removed:
-            log.info("kernel cache %s: aged %d entries, %d -> %d bytes (limit %d MB, keep %d%%)", self.soc_dir,
-                     len(report.removed), report.bytes_before, report.bytes_after, limits.max_mb, limits.ratio)
+            log.info(
+                "kernel cache %s: aged %d entries, %d -> %d bytes (limit %d MB, keep %d%%)",
+                self.soc_dir,
+                len(report.removed),
+                report.bytes_before,
+                report.bytes_after,
+                limits.max_mb,
+                limits.ratio,
+            )
         return report
 
     def _exact_size(self, size: int) -> None:
@@ -592,8 +628,16 @@ class KernelCache:
         gen = self.generation_sync()
         stats = self.read_stats_sync()
         return SocSummary(
-            self.soc, len(entries), sum(e.size for e in entries), sum(e.generation == gen for e in entries), gen,
-            stats["hits"], stats["misses"], stats["compiles"], stats["invalid"], stats["since"],
+            self.soc,
+            len(entries),
+            sum(e.size for e in entries),
+            sum(e.generation == gen for e in entries),
+            gen,
+            stats["hits"],
+            stats["misses"],
+            stats["compiles"],
+            stats["invalid"],
+            stats["since"],
         )
 
     def clear_sync(self) -> int:
@@ -744,7 +788,9 @@ def _check_root(base: Path) -> None:
         raise CacheError(f"kernel cache root cannot be used: {problem}")
 
 
-def cache_for_dir(root: str | os.PathLike[str] | None, soc: str | None = None, *, env: Mapping[str, str] | None = None) -> list[KernelCache]:
+def cache_for_dir(
+    root: str | os.PathLike[str] | None, soc: str | None = None, *, env: Mapping[str, str] | None = None
+) -> list[KernelCache]:
     """The kernel caches under a root (``--dir``, else ``$ASCEND_CACHE_PATH``, else
     ``$HOME/atc_data``): one per soc folder, or just ``soc``'s. For the ``aioge cache`` tools.
 
@@ -776,19 +822,32 @@ def cache_report(root: str | os.PathLike[str] | None, *, env: Mapping[str, str] 
     socs = []
     for cache in cache_for_dir(base, env=env):
         s = cache.summary_sync()
-        socs.append({
-            "soc": s.soc, "entries": s.entries, "bytes": s.bytes, "generation": s.generation,
-            "current_generation_entries": s.current_entries, "hits": s.hits, "misses": s.misses,
-            "compiles": s.compiles, "invalid": s.invalid,
-            "hit_ratio": s.hits / (s.hits + s.misses) if s.hits + s.misses else None, "since": s.since or None,
-        })
+        socs.append(
+            {
+                "soc": s.soc,
+                "entries": s.entries,
+                "bytes": s.bytes,
+                "generation": s.generation,
+                "current_generation_entries": s.current_entries,
+                "hits": s.hits,
+                "misses": s.misses,
+                "compiles": s.compiles,
+                "invalid": s.invalid,
+                "hit_ratio": s.hits / (s.hits + s.misses) if s.hits + s.misses else None,
+                "since": s.since or None,
+            }
+        )
     return {
         "root": str(base),
         "kernel_cache": str(base / "kernel_cache"),
         "limits": {
-            "max_op_cache_size_mb": limits.max_mb, "max_source": limits.max_source,
-            "remain_cache_size_ratio": limits.ratio, "ratio_source": limits.ratio_source,
-            "aging": limits.aging, "idle_seconds": AGING_IDLE_SECONDS, "ini": limits.ini,
+            "max_op_cache_size_mb": limits.max_mb,
+            "max_source": limits.max_source,
+            "remain_cache_size_ratio": limits.ratio,
+            "ratio_source": limits.ratio_source,
+            "aging": limits.aging,
+            "idle_seconds": AGING_IDLE_SECONDS,
+            "ini": limits.ini,
         },
         "socs": socs,
     }

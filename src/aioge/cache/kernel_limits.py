@@ -131,14 +131,19 @@ def read_limits(kernel_dir: Path, env: Mapping[str, str], *, warn: Warn | None =
         values = _ini_values(ini, warn)
         if values is not None:
             found.append((ini, values))
-    env_max, env_ratio = _env_value(env, ENV_MAX, _parse_max, _MAX_ALLOWED, warn), _env_value(env, ENV_RATIO, _parse_ratio, _RATIO_ALLOWED, warn)
+    env_max, env_ratio = (
+        _env_value(env, ENV_MAX, _parse_max, _MAX_ALLOWED, warn),
+        _env_value(env, ENV_RATIO, _parse_ratio, _RATIO_ALLOWED, warn),
+    )
     if found:
         ini, (max_mb, ratio) = found[0]
         if len(found) > 1 and found[1][1] != found[0][1]:
             other, (omax, oratio) = found[1]
-            warn(f"shadowed:{other}:{omax}:{oratio}",
-                 f"{other} (max_op_cache_size={omax}, remain_cache_size_ratio={oratio}) is ignored: {ini} sets "
-                 f"max_op_cache_size={max_mb}, remain_cache_size_ratio={ratio} and wins")
+            warn(
+                f"shadowed:{other}:{omax}:{oratio}",
+                f"{other} (max_op_cache_size={omax}, remain_cache_size_ratio={oratio}) is ignored: {ini} sets "
+                f"max_op_cache_size={max_mb}, remain_cache_size_ratio={ratio} and wins",
+            )
         return CacheLimits(max_mb, ratio, "ini", "ini", str(ini))
     return CacheLimits(
         DEFAULT_MAX_MB if env_max is None else env_max,
@@ -148,7 +153,9 @@ def read_limits(kernel_dir: Path, env: Mapping[str, str], *, warn: Warn | None =
     )
 
 
-def _env_value(env: Mapping[str, str], name: str, parse: Callable[[str | None], int | None], allowed: str, warn: Warn) -> int | None:
+def _env_value(
+    env: Mapping[str, str], name: str, parse: Callable[[str | None], int | None], allowed: str, warn: Warn
+) -> int | None:
     text = env.get(name)
     if text is None or not text.strip():
         return None  # unset (or set empty): nothing to say
@@ -167,9 +174,11 @@ def _ini_values(ini: Path, warn: Warn) -> tuple[int, int] | None:
     max_mb, ratio = _parse_max(values[0]), _parse_ratio(values[1])
     if max_mb is not None and ratio is not None:
         return max_mb, ratio
-    warn(f"ini:{ini}:{values}",
-         f"{ini}: max_op_cache_size={values[0]!r} and remain_cache_size_ratio={values[1]!r} are not both valid "
-         f"(expected {_MAX_ALLOWED}, and {_RATIO_ALLOWED}); the file is ignored")
+    warn(
+        f"ini:{ini}:{values}",
+        f"{ini}: max_op_cache_size={values[0]!r} and remain_cache_size_ratio={values[1]!r} are not both valid "
+        f"(expected {_MAX_ALLOWED}, and {_RATIO_ALLOWED}); the file is ignored",
+    )
     return None
 
 
@@ -197,13 +206,15 @@ def _read_ini(path: Path, warn: Warn) -> tuple[str | None, str | None] | None:
 
 
 # What ``write_default_ini`` wrote before it left the values commented out.
-_OLD_GENERATED = frozenset({
-    (
-        "# aioge kernel cache limits (GE's format). max_op_cache_size: MB, -1 = no aging;\n"
-        "# remain_cache_size_ratio: percent of the maximum left after aging (1..100).\n"
-        f"[{INI_SECTION}]\nmax_op_cache_size={DEFAULT_MAX_MB}\nremain_cache_size_ratio={DEFAULT_RATIO}\n"
-    ).encode(),
-})
+_OLD_GENERATED = frozenset(
+    {
+        (
+            "# aioge kernel cache limits (GE's format). max_op_cache_size: MB, -1 = no aging;\n"
+            "# remain_cache_size_ratio: percent of the maximum left after aging (1..100).\n"
+            f"[{INI_SECTION}]\nmax_op_cache_size={DEFAULT_MAX_MB}\nremain_cache_size_ratio={DEFAULT_RATIO}\n"
+        ).encode(),
+    }
+)
 
 
 def write_default_ini(kernel_dir: Path, *, mode: int = 0o600) -> bool:

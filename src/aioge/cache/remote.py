@@ -103,8 +103,12 @@ class RedisStore:
             from redis.backoff import NoBackoff
 
             self._client = redis.asyncio.Redis.from_url(
-                self.url, socket_timeout=self.timeout, socket_connect_timeout=self.timeout,
-                retry=Retry(NoBackoff(), 0), retry_on_error=[], health_check_interval=0,
+                self.url,
+                socket_timeout=self.timeout,
+                socket_connect_timeout=self.timeout,
+                retry=Retry(NoBackoff(), 0),
+                retry_on_error=[],
+                health_check_interval=0,
             )
         return self._client
 
@@ -324,12 +328,23 @@ class RemoteTier:
     def _failed(self, what: str, exc: BaseException) -> None:
         self._count(errors=1)
         self._down_until = self._clock() + DOWN_SECONDS
-        reason = "timed out" if isinstance(exc, (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)) else f"{type(exc).__name__}: {exc}"
+        reason = (
+            "timed out"
+            if isinstance(exc, (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError))
+            else f"{type(exc).__name__}: {exc}"
+        )
         with self._lock:
             first, self._warned = not self._warned, True
         if first:
-            log.warning("remote cache %s unavailable (%s %s after %.0f ms deadline); compiling with the local caches only, "
-                        "retrying in %.0f s", self.url, what, reason, 1e3 * self.timeout, DOWN_SECONDS)
+            log.warning(
+                "remote cache %s unavailable (%s %s after %.0f ms deadline); compiling with the local caches only, "
+                "retrying in %.0f s",
+                self.url,
+                what,
+                reason,
+                1e3 * self.timeout,
+                DOWN_SECONDS,
+            )
         else:
             log.debug("remote cache %s: %s failed: %s", self.url, what, reason)
 
@@ -391,9 +406,11 @@ def format_remote_report(report: Mapping[str, Any]) -> list[str]:
     if not report["socs"]:
         lines.append("  nothing recorded")
     for s in report["socs"]:
-        lines.append(f"  {s['soc']}: hits {s.get('hits', 0)}, misses {s.get('misses', 0)}, errors {s.get('errors', 0)}, "
-                     f"invalid {s.get('invalid', 0)}, writes {s.get('writes', 0)}, dropped {s.get('dropped', 0)}"
-                     f"{'  (' + str(s['url']) + ')' if s.get('url') else ''}")
+        lines.append(
+            f"  {s['soc']}: hits {s.get('hits', 0)}, misses {s.get('misses', 0)}, errors {s.get('errors', 0)}, "
+            f"invalid {s.get('invalid', 0)}, writes {s.get('writes', 0)}, dropped {s.get('dropped', 0)}"
+            f"{'  (' + str(s['url']) + ')' if s.get('url') else ''}"
+        )
     return lines
 
 
@@ -487,7 +504,8 @@ class TieredKernelStore:
         report = await self.local.after_compile(**counts)
         try:
             await anyio.to_thread.run_sync(
-                lambda: self.remote.record_stats_sync(self.local.kernel_dir, mode=0o664 if self.local.shared else 0o600))
+                lambda: self.remote.record_stats_sync(self.local.kernel_dir, mode=0o664 if self.local.shared else 0o600)
+            )
         except OSError as exc:
             log.debug("remote cache statistics not recorded: %s", exc)
         return report
@@ -507,5 +525,11 @@ def remote_tier_for(options: Any) -> RemoteTier | None:
     except ImportError:
         raise OptionError("aioge.remote_cache", redact(url), "the redis extra installed (pip install 'aioge[redis]')") from None
     timeout = options.remote_cache_timeout_ms / 1e3
-    return RemoteTier(RedisStore(url, timeout), soc=options.soc_version, url=url, timeout=timeout,
-                      ttl_seconds=options.remote_cache_ttl, max_entry_bytes=options.remote_cache_max_entry_mb << 20)
+    return RemoteTier(
+        RedisStore(url, timeout),
+        soc=options.soc_version,
+        url=url,
+        timeout=timeout,
+        ttl_seconds=options.remote_cache_ttl,
+        max_entry_bytes=options.remote_cache_max_entry_mb << 20,
+    )

@@ -40,15 +40,20 @@ def cache_for(options: CompileOptions, graph: str | None = None) -> GraphCache |
     if not options.graph_cache_dir or not options.graph_key:
         return None
     return GraphCache(
-        check_cache_dir(options.graph_cache_dir, graph), options.graph_key,
-        check=options.graph_cache_check, external_weight=options.external_weight, shared=options.cache_shared,
+        check_cache_dir(options.graph_cache_dir, graph),
+        options.graph_key,
+        check=options.graph_cache_check,
+        external_weight=options.external_weight,
+        shared=options.cache_shared,
     )
 
 
 def var_descs(graph: Graph) -> list[list[Any]]:
     """``[name, shape, dtype, format]`` of each of the graph's variables, by name."""
-    return [[v.name, None if v.desc.shape is None else list(v.desc.shape), v.desc.dtype, v.desc.format]
-            for v in sorted(graph.variables.values(), key=lambda v: v.name)]
+    return [
+        [v.name, None if v.desc.shape is None else list(v.desc.shape), v.desc.dtype, v.desc.format]
+        for v in sorted(graph.variables.values(), key=lambda v: v.name)
+    ]
 
 
 def fits(model: CompiledModel, graph: Graph) -> str | None:
@@ -89,7 +94,9 @@ def _fits_graph(graph: Graph, model: CompiledModel) -> str | None:
     return fits(model, graph)
 
 
-def save_sync(cache: GraphCache, model: CompiledModel, graph: Graph, drop: Sequence[str] = (), *, locked: bool = False) -> dict[str, Any]:
+def save_sync(
+    cache: GraphCache, model: CompiledModel, graph: Graph, drop: Sequence[str] = (), *, locked: bool = False
+) -> dict[str, Any]:
     """``cache.save_sync`` of ``model``, compiled from ``graph`` (blocking). Returns the new entry."""
     descs = (var_descs(graph), var_descs(model.graph)) if graph.variables else None
     return cache.save_sync(model, descs, drop, locked=locked)
@@ -136,7 +143,9 @@ async def load_or_compile(
         if not found.save:
             return model
         try:
-            await anyio.to_thread.run_sync(functools.partial(save_sync, locked=held), cache, model, graph, found.drop, limiter=limiter)
+            await anyio.to_thread.run_sync(
+                functools.partial(save_sync, locked=held), cache, model, graph, found.drop, limiter=limiter
+            )
         except (OSError, CacheError) as exc:
             log.warning("graph cache %r: could not save the compiled model (%s)", cache.key, exc)
         if remote is not None and rkey is not None:
@@ -165,7 +174,9 @@ async def _remote_load(
     return model
 
 
-def _decode_remote(data: bytes, graph: Graph, signature: Signature, options: CompileOptions, fingerprint: str | None) -> CompiledModel:
+def _decode_remote(
+    data: bytes, graph: Graph, signature: Signature, options: CompileOptions, fingerprint: str | None
+) -> CompiledModel:
     from aioge.plan.serialize import decode_model
 
     model = decode_model(data)

@@ -106,7 +106,9 @@ def _front(graph: Graph, signature: tuple[tuple[str, tuple[int, ...]], ...], opt
     return _Front(g, fingerprint, stats, engines, jobs, cache_policy(options, debug))
 
 
-def _back(front: _Front, kernels: dict[str, KernelDesc], signature: tuple[tuple[str, tuple[int, ...]], ...], options: CompileOptions) -> CompiledModel:
+def _back(
+    front: _Front, kernels: dict[str, KernelDesc], signature: tuple[tuple[str, tuple[int, ...]], ...], options: CompileOptions
+) -> CompiledModel:
     g, engines = front.graph, front.engines
     order, streams = plan_streams(g, g.topological_order(), engines, options)
     memory = plan_memory(g, order, streams, reuse=not options.disable_reuse_memory)

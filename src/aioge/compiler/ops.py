@@ -74,6 +74,7 @@ class KernelStore(Protocol):
 
     async def after_compile(self, *, hits: int, misses: int, compiles: int, invalid: int, written: int) -> Any: ...
 
+
 __all__ = [
     "DEBUG_SWITCHES",
     "CachePolicy",
@@ -161,16 +162,30 @@ def read_debug_config(path: str) -> DebugConfig:
                 elif prefix.lower() == "optype" and op_type:
                     types.add(op_type)
                 else:
-                    log.warning("%s:%d: op_debug_list entry %r is ignored: expected a node name, an op type, or OpType::<type>",
-                                path, number, item)
+                    log.warning(
+                        "%s:%d: op_debug_list entry %r is ignored: expected a node name, an op type, or OpType::<type>",
+                        path,
+                        number,
+                        item,
+                    )
         elif sep and key == "op_debug_config":
             unknown = [s for s in items if s.lower() not in switches]
             if unknown:
-                log.warning("%s:%d: unknown op_debug_config switches %s are ignored (known: %s)", path, number,
-                            ", ".join(map(repr, unknown)), ", ".join(sorted(DEBUG_SWITCHES)))
+                log.warning(
+                    "%s:%d: unknown op_debug_config switches %s are ignored (known: %s)",
+                    path,
+                    number,
+                    ", ".join(map(repr, unknown)),
+                    ", ".join(sorted(DEBUG_SWITCHES)),
+                )
         else:
-            log.warning("%s:%d: %r is ignored: expected op_debug_config = <switches> or op_debug_list = <ops> "
-                        "(without op_debug_list the kernel cache is bypassed for every op, as in GE)", path, number, raw.strip()[:80])
+            log.warning(
+                "%s:%d: %r is ignored: expected op_debug_config = <switches> or op_debug_list = <ops> "
+                "(without op_debug_list the kernel cache is bypassed for every op, as in GE)",
+                path,
+                number,
+                raw.strip()[:80],
+            )
     return DebugConfig(path, hashlib.sha256(data).hexdigest(), None if names is None else frozenset(names), frozenset(types))
 
 
@@ -220,7 +235,9 @@ def _const_inputs(node: Node) -> dict[int, str]:
     return out
 
 
-def kernel_jobs(graph: Graph, engines: Mapping[str, Engine], options: CompileOptions, debug: DebugConfig | None = None) -> list[KernelJob]:
+def kernel_jobs(
+    graph: Graph, engines: Mapping[str, Engine], options: CompileOptions, debug: DebugConfig | None = None
+) -> list[KernelJob]:
     """The kernel key of every node (blocking: hashes; run it off the loop)."""
     debug = debug or DebugConfig()
     jobs = []
@@ -228,9 +245,15 @@ def kernel_jobs(graph: Graph, engines: Mapping[str, Engine], options: CompileOpt
         schema = get_schema(node.op_type, node.domain)
         engine = engines[node.name]
         parts = kernel_key_parts(
-            node, engine.value, soc=options.soc_version, op_debug_level=options.op_debug_level,
-            impl_version=schema.version, const_inputs=_const_inputs(node), op_debug_config=debug.digest,
-            tune_mode=options.tune_mode, impls=[i.name for i in schema.impls],
+            node,
+            engine.value,
+            soc=options.soc_version,
+            op_debug_level=options.op_debug_level,
+            impl_version=schema.version,
+            const_inputs=_const_inputs(node),
+            op_debug_config=debug.digest,
+            tune_mode=options.tune_mode,
+            impls=[i.name for i in schema.impls],
         )
         jobs.append(KernelJob(node, engine, kernel_key(parts), debug.lists(node)))
     return jobs
@@ -254,11 +277,16 @@ def choose_impl(node: Node) -> str:
 
 def _no_kernel(node: Node) -> CompileError:
     descs = [str(v.desc) if v is not None else None for v in node.inputs]
-    return CompileError(f"no kernel of {node.op_type} applies to inputs {descs} with attributes {node.attrs}",
-                        graph=node.graph.name, nodes=[node.name])
+    return CompileError(
+        f"no kernel of {node.op_type} applies to inputs {descs} with attributes {node.attrs}",
+        graph=node.graph.name,
+        nodes=[node.name],
+    )
 
 
-def compile_kernel_sync(node: Node, engine: Engine, options: CompileOptions, key: str, schema: OpSchema | None = None) -> KernelDesc:
+def compile_kernel_sync(
+    node: Node, engine: Engine, options: CompileOptions, key: str, schema: OpSchema | None = None
+) -> KernelDesc:
     """Compile one node: choose (and in ``tune`` mode time) its implementation. Blocking.
 
     Raises:
@@ -268,8 +296,14 @@ def compile_kernel_sync(node: Node, engine: Engine, options: CompileOptions, key
     in_descs = [v.desc if v is not None else None for v in node.inputs]
     consts = [v.data if v is not None and v.kind in (ValueKind.CONSTANT, ValueKind.VARIABLE) else None for v in node.inputs]
     choice: Choice | None = select_kernel(
-        schema, in_descs, [o.desc for o in node.outputs], node.attrs, consts,
-        mode=options.tune_mode, budget_ms=options.tune_budget_ms, seed=int(hashlib.sha256(key.encode()).hexdigest()[:8], 16),
+        schema,
+        in_descs,
+        [o.desc for o in node.outputs],
+        node.attrs,
+        consts,
+        mode=options.tune_mode,
+        budget_ms=options.tune_budget_ms,
+        seed=int(hashlib.sha256(key.encode()).hexdigest()[:8], 16),
     )
     if choice is None:
         raise _no_kernel(node)
@@ -336,15 +370,26 @@ async def compile_kernels(
             with anyio.CancelScope(shield=True):  # the generation hold is released even when cancelled
                 await cache.close_view(view)
     if view is not None and cache is not None:
-        counts = {"hits": step.hits, "misses": step.misses, "compiles": step.compiled, "invalid": step.invalid,
-                  "written": step.written}
+        counts = {
+            "hits": step.hits,
+            "misses": step.misses,
+            "compiles": step.compiled,
+            "invalid": step.invalid,
+            "written": step.written,
+        }
         step.bookkeeping = lambda: cache.after_compile(**counts)
     return step
 
 
 async def _compile_groups(
-    jobs: Sequence[KernelJob], options: CompileOptions, cache: KernelStore | None, view: KernelView | None,
-    policy: CachePolicy, flights: SingleFlight[Any, Any], limiter: anyio.CapacityLimiter | None, step: KernelStep,
+    jobs: Sequence[KernelJob],
+    options: CompileOptions,
+    cache: KernelStore | None,
+    view: KernelView | None,
+    policy: CachePolicy,
+    flights: SingleFlight[Any, Any],
+    limiter: anyio.CapacityLimiter | None,
+    step: KernelStep,
 ) -> None:
     # Nodes with one key (and one way to get it) are one job: the first in graph order gets
     # the kernel, the others reuse it. That is reuse within the compile, not a cache hit.
@@ -358,7 +403,9 @@ async def _compile_groups(
     async def one(flight: tuple[Any, ...], group: list[KernelJob], tg: anyio.abc.TaskGroup) -> None:
         job, (_, _, read, write) = group[0], flight
         try:
-            (desc, how), joined = await flights.run(flight, lambda: _obtain(job, options, cache, view, read, write, limiter, step))
+            (desc, how), joined = await flights.run(
+                flight, lambda: _obtain(job, options, cache, view, read, write, limiter, step)
+            )
         except Exception as exc:
             errors[job.node.name] = exc
             tg.cancel_scope.cancel()
@@ -386,8 +433,14 @@ async def _compile_groups(
 
 
 async def _obtain(
-    job: KernelJob, options: CompileOptions, cache: KernelStore | None, view: KernelView | None,
-    read: bool, write: bool, limiter: anyio.CapacityLimiter | None, step: KernelStep,
+    job: KernelJob,
+    options: CompileOptions,
+    cache: KernelStore | None,
+    view: KernelView | None,
+    read: bool,
+    write: bool,
+    limiter: anyio.CapacityLimiter | None,
+    step: KernelStep,
 ) -> tuple[KernelDesc, str]:
     """Leader's work for one key: disk, lock, disk again, compile, publish."""
     if cache is None or view is None or not (read or write):
@@ -411,7 +464,9 @@ async def _obtain(
     return desc, "compiled"
 
 
-async def _load(job: KernelJob, cache: KernelStore, view: KernelView, step: KernelStep, recheck: bool = False) -> KernelDesc | None:
+async def _load(
+    job: KernelJob, cache: KernelStore, view: KernelView, step: KernelStep, recheck: bool = False
+) -> KernelDesc | None:
     result = await cache.load(job.key, view)
     if result.desc is None:
         if result.status == "invalid" and not recheck:

@@ -91,8 +91,13 @@ def specialize(graph: Graph, signature: Sequence[tuple[str, tuple[int, ...]]]) -
         in_values = [None if x is None else known.get(id(x)) for x in inputs]
         descs = infer_node(schema, in_descs, in_values, node.attrs, len(node.outputs), graph.name, node.name)
         copy = new.add_node(
-            node.op_type, inputs, node.attrs, descs, name=node.name,
-            output_names=[o.name for o in node.outputs], domain=node.domain,
+            node.op_type,
+            inputs,
+            node.attrs,
+            descs,
+            name=node.name,
+            output_names=[o.name for o in node.outputs],
+            domain=node.domain,
         )
         for old, out in zip(node.outputs, copy.outputs):
             mapping[id(old)] = out
@@ -111,7 +116,8 @@ def _evaluate_known(node: Node, schema: OpSchema, inputs: list[Value | None], kn
         return
     in_descs = [None if x is None else x.desc for x in inputs]
     in_values = [None if x is None else known.get(id(x)) for x in inputs]
-    results = evaluate_node(schema, node.attrs, in_descs, in_values, [o.desc for o in node.outputs],
-                            graph=node.graph.name, node=node.name)
+    results = evaluate_node(
+        schema, node.attrs, in_descs, in_values, [o.desc for o in node.outputs], graph=node.graph.name, node=node.name
+    )
     for out, res in zip(node.outputs, results or ()):
         known[id(out)] = res

@@ -59,7 +59,9 @@ _MATMUL_OPS = frozenset(s.name for s in REGISTRY.values() if s.cost == "matmul")
 _CONV_OPS = frozenset(s.name for s in REGISTRY.values() if s.cost == "conv")
 
 
-def plan_streams(graph: Graph, order: Sequence[Node], engines: Mapping[str, Engine], options: CompileOptions) -> tuple[list[Node], StreamPlan]:
+def plan_streams(
+    graph: Graph, order: Sequence[Node], engines: Mapping[str, Engine], options: CompileOptions
+) -> tuple[list[Node], StreamPlan]:
     """Lay the nodes onto streams.
 
     ``order`` is any topological order of ``graph``'s nodes; ``engines`` maps node names to
@@ -197,5 +199,3 @@ def _events(preds: Sequence[Sequence[int]], node_stream: Sequence[int], num_stre
         known[i] = k
         last_on[s] = i
     return events
-
-

@@ -53,7 +53,9 @@ _DISPATCH_US = 6.0
 _US_PER_FLOP = 1e-5
 
 
-def plan_threads(order: Sequence[Node], plan: StreamPlan, mode: str = "auto", cores: int | None = None) -> tuple[tuple[int, ...], ...]:
+def plan_threads(
+    order: Sequence[Node], plan: StreamPlan, mode: str = "auto", cores: int | None = None
+) -> tuple[tuple[int, ...], ...]:
     """The stream ids each sink-mode worker thread runs, for nodes in execution ``order``.
 
     ``mode`` is ``aioge.exec_threads``: ``"auto"`` groups streams by ``group_streams`` (for

@@ -98,7 +98,9 @@ def select_kernel(
         return tune(schema, cands, in_descs, out_descs, attrs, inputs, budget_ms=budget_ms)
 
 
-def make_inputs(in_descs: Sequence[TensorDesc | None], const_values: Sequence[np.ndarray | None], seed: int) -> list[np.ndarray | None] | None:
+def make_inputs(
+    in_descs: Sequence[TensorDesc | None], const_values: Sequence[np.ndarray | None], seed: int
+) -> list[np.ndarray | None] | None:
     """Read-only inputs of the real shapes: constants as they are, standard normal data for
     float inputs; None when some input can be neither."""
     rng = np.random.default_rng(seed)
@@ -184,8 +186,14 @@ def tune(
     runner_up = rest[0] if rest else None
     margin = medians[runner_up] / medians[best] if runner_up is not None and medians[best] > 0 else 0.0
     impl, params = order[labels.index(best)]
-    log.debug("%s tuned in %.1f ms: %s -> %s; rejected %s", schema.name, (clock() - start) * 1e3,
-              {k: round(v, 4) for k, v in medians.items()}, best, rejected)
+    log.debug(
+        "%s tuned in %.1f ms: %s -> %s; rejected %s",
+        schema.name,
+        (clock() - start) * 1e3,
+        {k: round(v, 4) for k, v in medians.items()},
+        best,
+        rejected,
+    )
     return Choice(impl.name, params, len(medians) > 1, medians, rejected, runner_up, margin)
 
 
@@ -196,8 +204,12 @@ def _label(impl: KernelImpl, params: Mapping[str, Any]) -> str:
 
 
 def _bind(
-    impl: KernelImpl, params: Mapping[str, Any], attrs: Mapping[str, Any],
-    in_descs: Sequence[TensorDesc | None], out_descs: Sequence[TensorDesc], inputs: Sequence[np.ndarray | None],
+    impl: KernelImpl,
+    params: Mapping[str, Any],
+    attrs: Mapping[str, Any],
+    in_descs: Sequence[TensorDesc | None],
+    out_descs: Sequence[TensorDesc],
+    inputs: Sequence[np.ndarray | None],
 ) -> Callable[[], Sequence[np.ndarray]]:
     """The candidate bound as the executor binds it, with its own preallocated outputs."""
     fn = impl.build(attrs, params, list(in_descs), list(out_descs))

@@ -141,14 +141,20 @@ async def _compile_one(spec: str, options: dict[str, str], client: Any) -> Batch
     store: Any = disk if remote is None else TieredKernelStore(disk, remote)
     recorder = _Recorder(store) if client is None else ClusterKernelStore(store, disk, client, resolved.soc_version)
     try:
-        model = await compile_graph(graph, input_signature(graph, {}), resolved, kernel_cache=recorder,
-                                    limiter=anyio.CapacityLimiter(os.cpu_count() or 2))
+        model = await compile_graph(
+            graph, input_signature(graph, {}), resolved, kernel_cache=recorder, limiter=anyio.CapacityLimiter(os.cpu_count() or 2)
+        )
         om, _ = await anyio.to_thread.run_sync(encode_model, model)
     finally:
         if remote is not None:
             await remote.aclose()
-    return BatchResult(spec, om=om, kernels_compiled=model.stats.kernels_compiled,
-                       kernel_cache_hits=model.stats.kernel_cache_hits, compiled_keys=list(recorder.compiled))
+    return BatchResult(
+        spec,
+        om=om,
+        kernels_compiled=model.stats.kernels_compiled,
+        kernel_cache_hits=model.stats.kernel_cache_hits,
+        compiled_keys=list(recorder.compiled),
+    )
 
 
 def _load(spec: str) -> Any:
@@ -201,13 +207,19 @@ def run_batch(models: Sequence[str], options: Mapping[str, str], out_dir: str, s
 
     def progress(res: BatchResult) -> None:
         done[0] += 1
-        what = f"-> {res.path} ({res.kernels_compiled} kernels compiled, {res.kernel_cache_hits} cached)" if res.ok else f"FAILED: {res.error}"
+        what = (
+            f"-> {res.path} ({res.kernels_compiled} kernels compiled, {res.kernel_cache_hits} cached)"
+            if res.ok
+            else f"FAILED: {res.error}"
+        )
         print(f"[{done[0]}/{len(models)}] {res.model} {what}", file=sys.stderr)
 
     results = anyio.run(lambda: compile_many(models, options, executor=executor, out_dir=out_dir, progress=progress))
     anyio.run(executor.aclose)
     failed = [r for r in results if not r.ok]
-    print(f"compiled {len(results) - len(failed)} of {len(results)} models into {out_dir}: "
-          f"{sum(r.kernels_compiled for r in results)} kernels compiled, {sum(r.kernel_cache_hits for r in results)} from caches"
-          + (f"; failed: {', '.join(r.model for r in failed)}" if failed else ""))
+    print(
+        f"compiled {len(results) - len(failed)} of {len(results)} models into {out_dir}: "
+        f"{sum(r.kernels_compiled for r in results)} kernels compiled, {sum(r.kernel_cache_hits for r in results)} from caches"
+        + (f"; failed: {', '.join(r.model for r in failed)}" if failed else "")
+    )
     return 1 if failed else 0

@@ -17,4 +17,8 @@ __all__ = ["EXAMPLES", "build_cnn", "build_mlp", "build_transformer"]
 
 Feeds = dict[str, np.ndarray]
 
-EXAMPLES: dict[str, Callable[[], tuple[Graph, Feeds, Callable[[Feeds], Feeds]]]] = {"mlp": build_mlp, "cnn": build_cnn, "transformer": build_transformer}
+EXAMPLES: dict[str, Callable[[], tuple[Graph, Feeds, Callable[[Feeds], Feeds]]]] = {
+    "mlp": build_mlp,
+    "cnn": build_cnn,
+    "transformer": build_transformer,
+}

@@ -20,7 +20,9 @@ def _conv_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray, pad: int) -> np.ndarr
     return np.tensordot(win, w, axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2) + b[None, :, None, None]
 
 
-def build_cnn(batch: int = 8, seed: int = 0) -> tuple[Graph, dict[str, np.ndarray], Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]]:
+def build_cnn(
+    batch: int = 8, seed: int = 0
+) -> tuple[Graph, dict[str, np.ndarray], Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]]:
     """The CNN graph, example feeds and a plain-numpy reference."""
     rng = np.random.default_rng(seed)
     chans = [3, 16, 32]
@@ -53,7 +55,9 @@ def build_cnn(batch: int = 8, seed: int = 0) -> tuple[Graph, dict[str, np.ndarra
         h = feeds["image"]
         for i, (w, b, (s, bb, m, v)) in enumerate(convs):
             h = _conv_ref(h, w, b, 1)
-            h = (h - m[None, :, None, None]) / np.sqrt(v[None, :, None, None] + 1e-5) * s[None, :, None, None] + bb[None, :, None, None]
+            h = (h - m[None, :, None, None]) / np.sqrt(v[None, :, None, None] + 1e-5) * s[None, :, None, None] + bb[
+                None, :, None, None
+            ]
             h = np.maximum(h, 0)
             if i == 0:
                 n, c, hh, ww = h.shape

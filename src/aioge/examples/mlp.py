@@ -12,7 +12,9 @@ from aioge.ir.graph import Graph
 __all__ = ["build_mlp"]
 
 
-def build_mlp(batch: int = 32, seed: int = 0) -> tuple[Graph, dict[str, np.ndarray], Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]]:
+def build_mlp(
+    batch: int = 32, seed: int = 0
+) -> tuple[Graph, dict[str, np.ndarray], Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]]:
     """The MLP graph, example feeds and a plain-numpy reference."""
     rng = np.random.default_rng(seed)
     sizes = [784, 256, 128, 10]

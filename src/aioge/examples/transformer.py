@@ -29,7 +29,13 @@ def _layer_norm_ref(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.nd
 
 
 def build_transformer(
-    batch: int = 2, seq: int = 32, d_model: int = 128, heads: int = 4, layers: int = 2, d_ff: int | None = None, seed: int = 0,
+    batch: int = 2,
+    seq: int = 32,
+    d_model: int = 128,
+    heads: int = 4,
+    layers: int = 2,
+    d_ff: int | None = None,
+    seed: int = 0,
 ) -> tuple[Graph, dict[str, np.ndarray], Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]]:
     """The encoder graph (input ``x`` [batch, seq, d_model], output ``y`` of the same shape),
     example feeds and a plain-numpy reference."""
@@ -45,12 +51,18 @@ def build_transformer(
 
     params = [
         {
-            "ln1_g": 1 + param(d_model, scale=0.1), "ln1_b": param(d_model, scale=0.1),
-            "wqkv": param(d_model, 3 * d_model), "bqkv": param(3 * d_model, scale=0.1),
-            "wo": param(d_model, d_model), "bo": param(d_model, scale=0.1),
-            "ln2_g": 1 + param(d_model, scale=0.1), "ln2_b": param(d_model, scale=0.1),
-            "w1": param(d_model, d_ff), "b1": param(d_ff, scale=0.1),
-            "w2": param(d_ff, d_model), "b2": param(d_model, scale=0.1),
+            "ln1_g": 1 + param(d_model, scale=0.1),
+            "ln1_b": param(d_model, scale=0.1),
+            "wqkv": param(d_model, 3 * d_model),
+            "bqkv": param(3 * d_model, scale=0.1),
+            "wo": param(d_model, d_model),
+            "bo": param(d_model, scale=0.1),
+            "ln2_g": 1 + param(d_model, scale=0.1),
+            "ln2_b": param(d_model, scale=0.1),
+            "w1": param(d_model, d_ff),
+            "b1": param(d_ff, scale=0.1),
+            "w2": param(d_ff, d_model),
+            "b2": param(d_model, scale=0.1),
         }
         for _ in range(layers)
     ]
@@ -65,12 +77,12 @@ def build_transformer(
     for i, p in enumerate(params):
         c = {k: g.constant(v, f"l{i}_{k}") for k, v in p.items()}
         a = ops.layer_normalization(h, c["ln1_g"], c["ln1_b"], axis=-1, epsilon=_EPS)
-        qkv = ops.add(ops.matmul(a, c["wqkv"]), c["bqkv"])                        # B S 3D
+        qkv = ops.add(ops.matmul(a, c["wqkv"]), c["bqkv"])  # B S 3D
         qkv = ops.transpose(ops.reshape(qkv, heads_shape), perm=(2, 0, 3, 1, 4))  # 3 B H S dh
         q, k, v = ops.split(qkv, thirds, axis=0, num_outputs=3)
         q, k, v = (ops.squeeze(t, g.constant(np.array([0], np.int64))) for t in (q, k, v))
         scores = ops.mul(ops.matmul(q, ops.transpose(k, perm=(0, 1, 3, 2))), g.constant(scale))
-        ctx = ops.matmul(ops.softmax(scores, axis=-1), v)                         # B H S dh
+        ctx = ops.matmul(ops.softmax(scores, axis=-1), v)  # B H S dh
         ctx = ops.reshape(ops.transpose(ctx, perm=(0, 2, 1, 3)), merged_shape)
         h = ops.add(h, ops.add(ops.matmul(ctx, c["wo"]), c["bo"]))
         f = ops.layer_normalization(h, c["ln2_g"], c["ln2_b"], axis=-1, epsilon=_EPS)

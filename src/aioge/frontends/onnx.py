@@ -103,8 +103,9 @@ def load_onnx(
 class _Builder:
     """One model's conversion; read top to bottom in ``build``."""
 
-    def __init__(self, src: ModelSource, shapes: Mapping[str, ShapeSpec | int] | None,
-                 lengths: Mapping[str, int | None] | None = None) -> None:
+    def __init__(
+        self, src: ModelSource, shapes: Mapping[str, ShapeSpec | int] | None, lengths: Mapping[str, int | None] | None = None
+    ) -> None:
         self.src = src
         self.model = src.model
         self.shapes = dict(shapes or {})
@@ -139,15 +140,19 @@ class _Builder:
         for domain, version in opsets.items():
             name = domain or "ai.onnx"
             if version < 1:
-                raise GraphError(f"{self.src.label}: the model imports {name} opset {version}; opset versions start at 1",
-                                 graph=self.graph.name)
+                raise GraphError(
+                    f"{self.src.label}: the model imports {name} opset {version}; opset versions start at 1",
+                    graph=self.graph.name,
+                )
             if domain in newest and version > newest[domain]:
                 # Read as the newest known, an op whose definition changed would silently mean
                 # something else (as onnxruntime, refuse what the schemas do not cover).
                 raise GraphError(
                     f"{self.src.label}: the model imports {name} opset {version}, newer than the newest this aioge "
                     f"supports ({newest[domain]}, from the installed onnx {onnx.__version__}); upgrade onnx or convert "
-                    "the model with onnx.version_converter", graph=self.graph.name)
+                    "the model with onnx.version_converter",
+                    graph=self.graph.name,
+                )
         return opsets
 
     def _check_supported(self, nodes: Sequence[onnx.NodeProto], opsets: Mapping[str, int]) -> None:
@@ -157,8 +162,11 @@ class _Builder:
             domain = _domain(node.domain)
             if domain not in opsets:
                 if domain == "":
-                    raise GraphError(f"{self.src.label}: the model imports no opset for the default domain ai.onnx, "
-                                     f"but node {node.name or node.op_type!r} is in it", graph=self.graph.name)
+                    raise GraphError(
+                        f"{self.src.label}: the model imports no opset for the default domain ai.onnx, "
+                        f"but node {node.name or node.op_type!r} is in it",
+                        graph=self.graph.name,
+                    )
                 missing.append((domain, node.op_type))
                 continue
             if find_converter(domain, node.op_type, opsets[domain]).missing():
@@ -171,7 +179,9 @@ class _Builder:
             raise GraphError(
                 f"{self.src.label}: ai.onnx opset {opsets['']} is older than aioge supports ({MIN_OPSET} to "
                 f"{newest_opset()}) for {sorted(old)}, whose definitions changed since; convert the model with "
-                "onnx.version_converter first", graph=self.graph.name)
+                "onnx.version_converter first",
+                graph=self.graph.name,
+            )
 
     # -- values -----------------------------------------------------------------------
 
@@ -266,8 +276,14 @@ class _Builder:
                     if v.name == name and v.is_const:
                         self.graph.rename(v, self.names.fresh(name))
                     out_name = self.names.fresh(name) if self.graph.has_value(name) else name
-                    v = self.graph.add_node("Identity", [v], {}, [v.desc], name=self.names.claim(f"{name}/output", generated=True),
-                                            output_names=[out_name]).outputs[0]
+                    v = self.graph.add_node(
+                        "Identity",
+                        [v],
+                        {},
+                        [v.desc],
+                        name=self.names.claim(f"{name}/output", generated=True),
+                        output_names=[out_name],
+                    ).outputs[0]
                 values.append(v)
         self.graph.output(*values)
 
@@ -294,25 +310,40 @@ class _Builder:
                 if node.op_type == "Identity" and len(node.output) == 1:
                     env[node.output[0]] = inputs[0]
                     return
-                raise GraphError(f"{node.op_type} (opset {opset}) does not take sequence or optional inputs",
-                                 graph=self.graph.name, node=name)
-            ctx = NodeContext(self.graph, node.op_type, domain, opset, name, inputs, attrs, outputs, wanted, self.names,
-                              inline=lambda body, bound, tag: self._inline(body, bound, f"{name}/{tag}/", env),
-                              facts=self.known, lookup=env.get)
+                raise GraphError(
+                    f"{node.op_type} (opset {opset}) does not take sequence or optional inputs", graph=self.graph.name, node=name
+                )
+            ctx = NodeContext(
+                self.graph,
+                node.op_type,
+                domain,
+                opset,
+                name,
+                inputs,
+                attrs,
+                outputs,
+                wanted,
+                self.names,
+                inline=lambda body, bound, tag: self._inline(body, bound, f"{name}/{tag}/", env),
+                facts=self.known,
+                lookup=env.get,
+            )
             results = list(find_converter(domain, node.op_type, opset).convert(ctx))
         except AiogeError:
             raise
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-            raise GraphError(f"cannot convert {node.op_type} (opset {opset}): {type(exc).__name__}: {exc}",
-                             graph=self.graph.name, node=name) from exc
+            raise GraphError(
+                f"cannot convert {node.op_type} (opset {opset}): {type(exc).__name__}: {exc}", graph=self.graph.name, node=name
+            ) from exc
         for k, out in enumerate(node.output):
             if not out:
                 continue
             v = results[k] if k < len(results) else None
             if v is None:
                 if out in needed:
-                    raise GraphError(f"{node.op_type} produced no value for its output {k} ({out!r})",
-                                     graph=self.graph.name, node=name)
+                    raise GraphError(
+                        f"{node.op_type} produced no value for its output {k} ({out!r})", graph=self.graph.name, node=name
+                    )
                 continue
             if isinstance(v, Value):
                 _check_size(v, self.graph.name, name, f"output {k} of {node.op_type}")
@@ -325,8 +356,9 @@ class _Builder:
             GraphError: the number of bound inputs differs from the body's, or the body is malformed.
         """
         if len(bound) != len(body.input):
-            raise GraphError(f"{scope.rstrip('/')}: the body takes {len(body.input)} inputs, {len(bound)} given",
-                             graph=self.graph.name)
+            raise GraphError(
+                f"{scope.rstrip('/')}: the body takes {len(body.input)} inputs, {len(bound)} given", graph=self.graph.name
+            )
         env: MutableMapping[str, Value] = ChainMap({}, dict(outer))
         for vi, v in zip(body.input, bound):
             env[vi.name] = v
@@ -360,7 +392,10 @@ def _check_size(v: Value, graph: str, node: str | None, what: str) -> None:
     if count * numpy_dtype(desc.dtype).itemsize > MAX_TENSOR_BYTES:  # str: the size of a pointer per element
         raise GraphError(
             f"{what} {v.name!r} is {desc.dtype}{list(desc.shape or ())} ({count} elements), larger than the "
-            f"{MAX_TENSOR_BYTES >> 30} GiB a tensor may have", graph=graph, node=node)
+            f"{MAX_TENSOR_BYTES >> 30} GiB a tensor may have",
+            graph=graph,
+            node=node,
+        )
 
 
 def _domain(domain: str) -> str:
@@ -382,7 +417,7 @@ def _with_subgraph_nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeP
     for node in nodes:
         yield node
         for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
                 yield from _with_subgraph_nodes(sub.node)
 
 
@@ -405,17 +440,32 @@ def _needed(graph: onnx.GraphProto) -> frozenset[str]:
 
 
 # Ops whose converters take sequence and optional values (the rest take tensors only).
-_TAKES_STRUCTURED = frozenset({
-    "SequenceConstruct", "SequenceAt", "SequenceInsert", "SequenceErase", "SequenceLength", "ConcatFromSequence",
-    "SequenceMap", "Optional", "OptionalHasElement", "OptionalGetElement", "If", "Scan", "Loop",
-})
+_TAKES_STRUCTURED = frozenset(
+    {
+        "SequenceConstruct",
+        "SequenceAt",
+        "SequenceInsert",
+        "SequenceErase",
+        "SequenceLength",
+        "ConcatFromSequence",
+        "SequenceMap",
+        "Optional",
+        "OptionalHasElement",
+        "OptionalGetElement",
+        "If",
+        "Scan",
+        "Loop",
+    }
+)
 
 
 def _tensor_type(t: onnx.TypeProto, name: str, label: str) -> tuple[tuple[Dim | None, ...] | None, str]:
     kind = t.WhichOneof("value")
     if kind != "tensor_type":
-        raise GraphError(f"{label}: input {name!r} is a {kind or 'untyped value'}; aioge supports tensor inputs, and "
-                         "sequences and optionals of them")
+        raise GraphError(
+            f"{label}: input {name!r} is a {kind or 'untyped value'}; aioge supports tensor inputs, and "
+            "sequences and optionals of them"
+        )
     tt = t.tensor_type
     dtype = dtype_of_enum(tt.elem_type, f"input {name!r}")
     if not tt.HasField("shape"):
@@ -461,8 +511,7 @@ def _fix_shapes(
                 raise GraphError(f"input {key!r} needs a shape (a sequence of ints), got {spec!r}", graph=graph)
             have = inputs[key]
             if have is not None and len(have) != len(spec):
-                raise GraphError(f"input {key!r} has rank {len(have)} {list(have)}, got shape {list(spec)}",
-                                 graph=graph)
+                raise GraphError(f"input {key!r} has rank {len(have)} {list(have)}, got shape {list(spec)}", graph=graph)
             fixed: list[Dim] = []
             for i, d in enumerate(spec):
                 old = have[i] if have is not None else None

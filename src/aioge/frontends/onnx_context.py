@@ -27,33 +27,69 @@ __all__ = ["DTYPE_ATTRS", "NARROW_FLOATS", "KnownValues", "NodeContext", "Names"
 
 # Attributes that hold a TensorProto.DataType enum in ONNX. When the aioge schema declares
 # them as dtypes they are handed over as dtype names ("float32"), never as ONNX enums.
-DTYPE_ATTRS: frozenset[tuple[str, str]] = frozenset({
-    ("Cast", "to"),
-    ("EyeLike", "dtype"),
-    ("RandomNormal", "dtype"),
-    ("RandomUniform", "dtype"),
-    ("RandomNormalLike", "dtype"),
-    ("RandomUniformLike", "dtype"),
-    ("Multinomial", "dtype"),
-    ("Bernoulli", "dtype"),
-    ("QuantizeLinear", "output_dtype"),
-    ("DequantizeLinear", "output_dtype"),
-    ("TreeEnsemble", "dtype"),
-})
+DTYPE_ATTRS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("Cast", "to"),
+        ("EyeLike", "dtype"),
+        ("RandomNormal", "dtype"),
+        ("RandomUniform", "dtype"),
+        ("RandomNormalLike", "dtype"),
+        ("RandomUniformLike", "dtype"),
+        ("Multinomial", "dtype"),
+        ("Bernoulli", "dtype"),
+        ("QuantizeLinear", "output_dtype"),
+        ("DequantizeLinear", "output_dtype"),
+        ("TreeEnsemble", "dtype"),
+    }
+)
 
 
 # The ml_dtypes float types. aioge's kernels compute in float16/32/64, so an op that reads one
 # of these reads it widened to float32 and its float32 outputs are rounded back, which is
 # what ONNX specifies for them (bfloat16 and float8 arithmetic happens in float32).
-NARROW_FLOATS: frozenset[str] = frozenset({
-    "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn",
-})
+NARROW_FLOATS: frozenset[str] = frozenset(
+    {
+        "bfloat16",
+        "float8_e4m3fn",
+        "float8_e4m3fnuz",
+        "float8_e5m2",
+        "float8_e5m2fnuz",
+        "float8_e8m0fnu",
+        "float4_e2m1fn",
+    }
+)
 # Ops that only move, select or convert elements: they take the narrow types as they are.
-_MOVES_DATA: frozenset[str] = frozenset({
-    "Cast", "CastLike", "BitCast", "QuantizeLinear", "DequantizeLinear", "Identity", "Reshape", "Transpose",
-    "Squeeze", "Unsqueeze", "Flatten", "Expand", "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND",
-    "Tile", "Shape", "Size", "Where", "Compress", "ReverseSequence", "DepthToSpace", "SpaceToDepth", "OneHot",
-})
+_MOVES_DATA: frozenset[str] = frozenset(
+    {
+        "Cast",
+        "CastLike",
+        "BitCast",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "Identity",
+        "Reshape",
+        "Transpose",
+        "Squeeze",
+        "Unsqueeze",
+        "Flatten",
+        "Expand",
+        "Concat",
+        "Split",
+        "Slice",
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "Tile",
+        "Shape",
+        "Size",
+        "Where",
+        "Compress",
+        "ReverseSequence",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "OneHot",
+    }
+)
 
 
 class Names:
@@ -182,13 +218,25 @@ class NodeContext:
         if narrow and op_type not in _MOVES_DATA:
             return self._emit_widened(op_type, inputs, canon, node_name, final, domain, narrow)
         return apply(
-            op_type, list(inputs), canon, num_outputs=len(final), name=node_name,
-            output_names=final, domain=domain, graph=self.graph,
+            op_type,
+            list(inputs),
+            canon,
+            num_outputs=len(final),
+            name=node_name,
+            output_names=final,
+            domain=domain,
+            graph=self.graph,
         )
 
     def _emit_widened(
-        self, op_type: str, inputs: Sequence[Value | None], attrs: dict[str, Any], node_name: str, final: list[str],
-        domain: str, narrow: set[str],
+        self,
+        op_type: str,
+        inputs: Sequence[Value | None],
+        attrs: dict[str, Any],
+        node_name: str,
+        final: list[str],
+        domain: str,
+        narrow: set[str],
     ) -> list[Value]:
         """``op_type`` on float32 copies of its narrow-float inputs; float32 outputs rounded back.
 
@@ -197,14 +245,18 @@ class NodeContext:
         back = narrow.pop() if len(narrow) == 1 else "bfloat16"
 
         def cast(v: Value, to: str, out: str) -> Value:
-            return apply("Cast", [v], {"to": to}, name=self.names.fresh(f"{node_name}/Cast"), output_names=[out],
-                         graph=self.graph)[0]
+            return apply(
+                "Cast", [v], {"to": to}, name=self.names.fresh(f"{node_name}/Cast"), output_names=[out], graph=self.graph
+            )[0]
 
-        wide = [cast(v, "float32", self.names.fresh(f"{v.name}/float32")) if v is not None and v.dtype in NARROW_FLOATS else v
-                for v in inputs]
+        wide = [
+            cast(v, "float32", self.names.fresh(f"{v.name}/float32")) if v is not None and v.dtype in NARROW_FLOATS else v
+            for v in inputs
+        ]
         inner = [self.names.fresh(f"{n}/float32") for n in final]
-        outs = apply(op_type, wide, attrs, num_outputs=len(final), name=node_name, output_names=inner, domain=domain,
-                     graph=self.graph)
+        outs = apply(
+            op_type, wide, attrs, num_outputs=len(final), name=node_name, output_names=inner, domain=domain, graph=self.graph
+        )
         result = []
         for v, n in zip(outs, final):
             if v.dtype == "float32":
@@ -291,8 +343,10 @@ class KnownValues:
         in_descs = [None if x is None else self._desc[id(x)] for x in node.inputs]
         in_values = [None if x is None else self._value[id(x)] for x in node.inputs]
         out_descs = [o.desc for o in node.outputs]
-        sharper = any(x is not None and (d != x.desc or val is not None and not x.is_const)
-                      for x, d, val in zip(node.inputs, in_descs, in_values))
+        sharper = any(
+            x is not None and (d != x.desc or val is not None and not x.is_const)
+            for x, d, val in zip(node.inputs, in_descs, in_values)
+        )
         if sharper:
             try:
                 out_descs = infer_node(schema, in_descs, in_values, node.attrs, len(node.outputs), node.graph.name, node.name)

@@ -54,8 +54,10 @@ def _select_if(ctx: NodeContext) -> Sequence[Any]:
     then, other = (ctx.inline(b, [], tag) for b, tag in zip(branches, ("then", "else")))  # type: ignore[arg-type]
     if len(then) != len(ctx.outputs) or len(other) != len(ctx.outputs):
         raise ctx.fail(f"the branches have {len(then)} and {len(other)} outputs, the node {len(ctx.outputs)}")
-    unknown = ("the condition must follow from the model's constants, or both branches must give outputs "
-               "of one dtype and static shape (aioge then computes both and selects)")
+    unknown = (
+        "the condition must follow from the model's constants, or both branches must give outputs "
+        "of one dtype and static shape (aioge then computes both and selects)"
+    )
 
     def select(a: Any, b: Any) -> Any:
         if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and len(a.items) == len(b.items):
@@ -89,16 +91,17 @@ def convert_loop(ctx: NodeContext) -> Sequence[Any]:
         if (t + 1) * max(len(body.node), 1) > _MAX_UNROLLED_NODES:
             raise ctx.fail(f"unrolling over {t} steps of a {len(body.node)}-node body exceeds {_MAX_UNROLLED_NODES} nodes")
         assert ctx.inline is not None
-        outs = ctx.inline(body, [ctx.const(np.asarray(t, np.int64), "iter"), ctx.const(np.asarray(True), "cond"), *carried],
-                          f"iter{t}")
+        outs = ctx.inline(
+            body, [ctx.const(np.asarray(t, np.int64), "iter"), ctx.const(np.asarray(True), "cond"), *carried], f"iter{t}"
+        )
         flag = ctx.facts.value(outs[0]) if ctx.facts is not None and isinstance(outs[0], Value) else None
         if flag is None:
             if t == 0:
                 return _runtime_loop(ctx, body)
             raise ctx.fail("the loop condition must follow from the model's constants at every step")
         going = bool(flag.reshape(-1)[0])
-        carried, t = outs[1:1 + n], t + 1
-        collected.append(outs[1 + n:])
+        carried, t = outs[1 : 1 + n], t + 1
+        collected.append(outs[1 + n :])
     if k and not collected:
         raise ctx.fail("a Loop that runs no step has scan outputs of unknown shape")
     return [*carried, *(_stack(ctx, [step[j] for step in collected], 0) for j in range(k))]
@@ -120,7 +123,9 @@ def _runtime_loop(ctx: NodeContext, body: onnx.GraphProto) -> Sequence[Any]:
     free = sorted(_free_names(body))
     outer = [ctx.lookup(n) for n in free]
     if any(not isinstance(v, Value) for v in outer):
-        raise ctx.fail(f"the body reads outer values that are not tensors: {[n for n, v in zip(free, outer) if not isinstance(v, Value)]}")
+        raise ctx.fail(
+            f"the body reads outer values that are not tensors: {[n for n, v in zip(free, outer) if not isinstance(v, Value)]}"
+        )
 
     def info(name: str, v: Value) -> onnx.ValueInfoProto:
         shape = None if v.shape is None else [d if isinstance(d, int) else None for d in v.shape]
@@ -131,23 +136,37 @@ def _runtime_loop(ctx: NodeContext, body: onnx.GraphProto) -> Sequence[Any]:
     g.CopyFrom(body)
     del g.input[:]
     it, cond = body.input[0].name, body.input[1].name
-    g.input.extend([helper.make_tensor_value_info(it, onnx.TensorProto.INT64, []),
-                    helper.make_tensor_value_info(cond, onnx.TensorProto.BOOL, [])])
+    g.input.extend(
+        [
+            helper.make_tensor_value_info(it, onnx.TensorProto.INT64, []),
+            helper.make_tensor_value_info(cond, onnx.TensorProto.BOOL, []),
+        ]
+    )
     g.input.extend(info(vi.name, v) for vi, v in zip(body.input[2:], states))  # type: ignore[arg-type]
     g.input.extend(info(name, v) for name, v in zip(free, outer))
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", ctx.opset)])
     sub = load_onnx(model)
     constants = tuple((name, v.data) for name, v in sub.constants.items())
     nodes = tuple(
-        (node.op_type, node.domain, tuple(sorted(node.attrs.items())), tuple("" if v is None else v.name for v in node.inputs),
-         tuple(o.name for o in node.outputs), tuple(o.dtype for o in node.outputs))
+        (
+            node.op_type,
+            node.domain,
+            tuple(sorted(node.attrs.items())),
+            tuple("" if v is None else v.name for v in node.inputs),
+            tuple(o.name for o in node.outputs),
+            tuple(o.dtype for o in node.outputs),
+        )
         for node in sub.topological_order()
     )
     program = (tuple(v.name for v in sub.inputs), tuple(v.name for v in sub.outputs), constants, nodes)
-    scan_dtypes = tuple(v.dtype for v in sub.outputs[1 + n:])
+    scan_dtypes = tuple(v.dtype for v in sub.outputs[1 + n :])
     trip, cond_in = ctx.input(0), ctx.input(1)
-    return ctx.emit("Loop", [trip, cond_in, *states, *outer],
-                    {"body": program, "num_states": n, "scan_dtypes": scan_dtypes}, outputs=ctx.outputs)
+    return ctx.emit(
+        "Loop",
+        [trip, cond_in, *states, *outer],
+        {"body": program, "num_states": n, "scan_dtypes": scan_dtypes},
+        outputs=ctx.outputs,
+    )
 
 
 def _free_names(g: onnx.GraphProto) -> set[str]:
@@ -157,7 +176,7 @@ def _free_names(g: onnx.GraphProto) -> set[str]:
     for node in g.node:
         used.update(x for x in node.input if x)
         for a in node.attribute:
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                 used |= _free_names(sub)
         defined.update(node.output)
     used.update(o.name for o in g.output)
@@ -210,8 +229,9 @@ class _Plan:
         self.in_axes, self.in_dirs, self.out_axes, self.out_dirs = in_axes, in_dirs, out_axes, out_dirs
 
 
-def _unroll(ctx: NodeContext, body: onnx.GraphProto, states: Sequence[Value | None], xs: Sequence[Value | None],
-            plan: _Plan, tag: str) -> tuple[list[Value], list[Value]]:
+def _unroll(
+    ctx: NodeContext, body: onnx.GraphProto, states: Sequence[Value | None], xs: Sequence[Value | None], plan: _Plan, tag: str
+) -> tuple[list[Value], list[Value]]:
     if any(v is None for v in [*states, *xs]):
         raise ctx.fail("every state and scan input must be given")
     axes, lengths = [], set()
@@ -241,7 +261,7 @@ def _unroll(ctx: NodeContext, body: onnx.GraphProto, states: Sequence[Value | No
             slices.append(ctx.emit("Gather", [x, index], {"axis": axis})[0])
         outs = ctx.inline(body, [*carried, *slices], f"{tag}step{t}")
         carried = outs[: len(carried)]
-        collected.append(outs[len(carried):])
+        collected.append(outs[len(carried) :])
     stacked = []
     for j, (axis, direction) in enumerate(zip(plan.out_axes, plan.out_dirs)):
         items = [step[j] for step in collected]

@@ -85,7 +85,9 @@ def _parse(data: bytes, label: str) -> onnx.ModelProto:
     try:
         model.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:
-        raise GraphError(f"{label}: not a valid ONNX model (protobuf decoding failed: {exc}); is it truncated or corrupt?") from None
+        raise GraphError(
+            f"{label}: not a valid ONNX model (protobuf decoding failed: {exc}); is it truncated or corrupt?"
+        ) from None
     return model
 
 
@@ -175,7 +177,7 @@ def _reads(node: onnx.NodeProto) -> Iterable[str]:
     """Names a node reads: its inputs and, for control-flow bodies, outer values they capture."""
     yield from (x for x in node.input if x)
     for attr in node.attribute:
-        for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+        for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
             inner = {i.name for i in sub.input} | {t.name for t in sub.initializer}
             inner |= {o for n in sub.node for o in n.output}
             for n in sub.node:
@@ -223,11 +225,15 @@ def tensor_to_array(tensor: onnx.TensorProto, source: ModelSource, what: str = "
             raise GraphError(f"{source.label}: {label} has a negative dimension in {list(tensor.dims)}")
         count *= int(d)
     if count * np.dtype(numpy_dtype(dtype)).itemsize > MAX_TENSOR_BYTES:
-        raise GraphError(f"{source.label}: {label} declares {list(tensor.dims)} ({count} elements), larger than the "
-                         f"{MAX_TENSOR_BYTES >> 30} GiB a tensor may have")
+        raise GraphError(
+            f"{source.label}: {label} declares {list(tensor.dims)} ({count} elements), larger than the "
+            f"{MAX_TENSOR_BYTES >> 30} GiB a tensor may have"
+        )
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         if dtype == "str":
-            raise GraphError(f"{source.label}: {label}: string tensors cannot keep their data externally (ONNX stores them inline)")
+            raise GraphError(
+                f"{source.label}: {label}: string tensors cannot keep their data externally (ONNX stores them inline)"
+            )
         resolved = onnx.TensorProto()
         resolved.CopyFrom(tensor)
         resolved.raw_data = _read_external(tensor, source, label, count, np.dtype(numpy_dtype(dtype)).itemsize)
@@ -239,8 +245,9 @@ def tensor_to_array(tensor: onnx.TensorProto, source: ModelSource, what: str = "
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise GraphError(f"{source.label}: {label} cannot be decoded ({exc}); is the file truncated?") from None
     if array.dtype.kind == "O":
-        array = np.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in array.reshape(-1)],
-                         dtype=object).reshape(array.shape)
+        array = np.array(
+            [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in array.reshape(-1)], dtype=object
+        ).reshape(array.shape)
     return array
 
 
@@ -270,7 +277,9 @@ def _read_external(tensor: onnx.TensorProto, source: ModelSource, label: str, co
     nbytes = count * itemsize
     wants = f"{list(tensor.dims)} x {itemsize} bytes = {nbytes} bytes"
     if length is not None and length != nbytes:
-        raise GraphError(f"{source.label}: {label}: external data {location!r} declares length {length}, but the tensor is {wants}")
+        raise GraphError(
+            f"{source.label}: {label}: external data {location!r} declares length {length}, but the tensor is {wants}"
+        )
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -284,7 +293,9 @@ def _read_external(tensor: onnx.TensorProto, source: ModelSource, label: str, co
     except OSError as exc:
         raise GraphError(f"{source.label}: {label}: cannot read external data {location!r}: {exc.strerror or exc}") from None
     except MemoryError:
-        raise GraphError(f"{source.label}: {label}: not enough memory to read {nbytes} bytes of external data {location!r}") from None
+        raise GraphError(
+            f"{source.label}: {label}: not enough memory to read {nbytes} bytes of external data {location!r}"
+        ) from None
     if len(data) != nbytes:  # the file shrank under us
         raise GraphError(f"{source.label}: {label}: external data {location!r} ended after {len(data)} of {nbytes} bytes")
     return data

@@ -400,14 +400,24 @@ def _flex_attention(ctx: NodeContext) -> Sequence[Value | None]:
 
 def _roi_align_old(ctx: NodeContext) -> Sequence[Value | None]:
     """RoiAlign before opset 16 behaved as ``coordinate_transformation_mode=output_half_pixel``."""
-    return ctx.emit("RoiAlign", ctx.inputs, {"coordinate_transformation_mode": "output_half_pixel", **ctx.attrs},
-                    outputs=ctx.outputs)
+    return ctx.emit(
+        "RoiAlign", ctx.inputs, {"coordinate_transformation_mode": "output_half_pixel", **ctx.attrs}, outputs=ctx.outputs
+    )
 
 
 # -- the table ----------------------------------------------------------------------------
 
-_REDUCE_18 = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
-              "ReduceProd", "ReduceSumSquare")
+_REDUCE_18 = (
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSumSquare",
+)
 _LEGACY_BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less")
 _SOFTMAX_FAMILY = ("Softmax", "LogSoftmax", "Hardmax")
 
@@ -431,11 +441,17 @@ _ENTRIES: tuple[Converter, ...] = (
     Converter("Resize", 11, NEWEST, _resize, ("Resize",)),
     Converter("Scatter", 9, NEWEST, _renamed("ScatterElements"), ("ScatterElements",)),
     *(Converter(op, 1, 12, _flattened, (op, "Flatten", "Shape", "Reshape")) for op in _SOFTMAX_FAMILY),
-    Converter("BatchNormalization", 1, 8, _batch_norm_old,
-              ("BatchNormalization", "Unsqueeze", "Sub", "Add", "Sqrt", "Div", "Mul")),
+    Converter(
+        "BatchNormalization", 1, 8, _batch_norm_old, ("BatchNormalization", "Unsqueeze", "Sub", "Add", "Sqrt", "Div", "Mul")
+    ),
     Converter("BatchNormalization", 9, 13, _batch_norm_9, ("BatchNormalization",)),
-    Converter("BatchNormalization", 14, NEWEST, _batch_norm_14,
-              ("BatchNormalization", "ReduceMean", "Sub", "Mul", "Add", "Sqrt", "Reshape", "Div")),
+    Converter(
+        "BatchNormalization",
+        14,
+        NEWEST,
+        _batch_norm_14,
+        ("BatchNormalization", "ReduceMean", "Sub", "Mul", "Add", "Sqrt", "Reshape", "Div"),
+    ),
     *(Converter(op, 1, 6, _legacy_broadcast, (op, "Unsqueeze")) for op in _LEGACY_BINARY),
     Converter("Gemm", 1, 6, _dropping("broadcast"), ("Gemm",)),
     Converter("PRelu", 1, 6, _prelu_6, ("PRelu", "Unsqueeze")),
@@ -443,8 +459,14 @@ _ENTRIES: tuple[Converter, ...] = (
     Converter("RoiAlign", 10, 15, _roi_align_old, ("RoiAlign",)),
     Converter("ImageScaler", 1, 9, _image_scaler, ("Mul", "Add")),
     Converter("CastLike", 15, NEWEST, _cast_like, ("Cast",)),
-    Converter("FlexAttention", 1, NEWEST, _flex_attention,
-              ("FlexAttention", "Cast", "Transpose", "MatMul", "Mul", "Softmax"), "ai.onnx.preview"),
+    Converter(
+        "FlexAttention",
+        1,
+        NEWEST,
+        _flex_attention,
+        ("FlexAttention", "Cast", "Transpose", "MatMul", "Mul", "Softmax"),
+        "ai.onnx.preview",
+    ),
     # Control flow resolved at load time (onnx_control): the bodies' own ops are checked one by one.
     Converter("If", 1, NEWEST, convert_if, ("Where",)),
     Converter("Loop", 1, NEWEST, convert_loop, ("Unsqueeze", "Concat")),
@@ -461,8 +483,9 @@ def _table(entries: Sequence[Converter]) -> Mapping[tuple[str, str], tuple[Conve
         group = table.setdefault((conv.domain, conv.op_type), [])
         for other in group:
             if conv.since <= other.until and other.since <= conv.until:
-                raise RuntimeError(f"converters for {conv.op_type} overlap: opsets {other.since}-{other.until} "
-                                   f"and {conv.since}-{conv.until}")
+                raise RuntimeError(
+                    f"converters for {conv.op_type} overlap: opsets {other.since}-{other.until} and {conv.since}-{conv.until}"
+                )
         group.append(conv)
     return MappingProxyType({k: tuple(sorted(v, key=lambda c: c.since)) for k, v in table.items()})
 

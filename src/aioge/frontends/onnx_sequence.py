@@ -22,7 +22,15 @@ import onnx
 from aioge.frontends.onnx_context import NodeContext
 from aioge.ir.graph import Value
 
-__all__ = ["SEQUENCE_CONVERTERS", "SEQUENCE_EMITS", "OptionalValue", "SequenceValue", "element_name", "elem_dtype", "is_structured"]
+__all__ = [
+    "SEQUENCE_CONVERTERS",
+    "SEQUENCE_EMITS",
+    "OptionalValue",
+    "SequenceValue",
+    "element_name",
+    "elem_dtype",
+    "is_structured",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +72,10 @@ def _position(ctx: NodeContext, i: int, n: int, default: int, *, insert: bool = 
         return default
     known = ctx.computable(i)
     if known is None or known.size != 1:
-        raise ctx.fail("the position must be a scalar that follows from the model's constants: aioge holds "
-                       "sequences as their tensors, resolved at load time")
+        raise ctx.fail(
+            "the position must be a scalar that follows from the model's constants: aioge holds "
+            "sequences as their tensors, resolved at load time"
+        )
     pos = int(known.reshape(-1)[0])
     hi = n if insert else n - 1
     if not -n <= pos <= hi:
@@ -113,7 +123,7 @@ def _erase(ctx: NodeContext) -> Sequence[Any]:
     if not seq.items:
         raise ctx.fail("cannot erase from an empty sequence")
     pos = _position(ctx, 1, len(seq.items), len(seq.items) - 1)
-    return [SequenceValue((*seq.items[:pos], *seq.items[pos + 1:]), seq.dtype)]
+    return [SequenceValue((*seq.items[:pos], *seq.items[pos + 1 :]), seq.dtype)]
 
 
 def _length(ctx: NodeContext) -> Sequence[Any]:
@@ -186,8 +196,7 @@ def _sequence_map(ctx: NodeContext) -> Sequence[Any]:
     for v in args:
         if isinstance(v, SequenceValue) and len(v.items) != n:
             raise ctx.fail(f"sequences of different lengths ({n} and {len(v.items)})")
-    per_step = [ctx.inline(body, [v.items[i] if isinstance(v, SequenceValue) else v for v in args], f"map{i}")
-                for i in range(n)]
+    per_step = [ctx.inline(body, [v.items[i] if isinstance(v, SequenceValue) else v for v in args], f"map{i}") for i in range(n)]
     outs = []
     for j, vi in enumerate(body.output):
         items = tuple(step[j] for step in per_step)

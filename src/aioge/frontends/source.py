@@ -34,7 +34,9 @@ def load_source(spec: str, shapes: dict[str, tuple[int, ...]]) -> tuple[Any, dic
 
             graph = load_tf(spec, shapes=shapes or None)
         except ImportError as exc:
-            raise AiogeError(f"{spec}: a TensorFlow .pb needs the tensorflow extra: pip install 'aioge[tensorflow]' ({exc})") from None
+            raise AiogeError(
+                f"{spec}: a TensorFlow .pb needs the tensorflow extra: pip install 'aioge[tensorflow]' ({exc})"
+            ) from None
         return graph, {}, None
     if ".py:" in spec:
         stem, func = spec.split(".py:", 1)

@@ -86,8 +86,14 @@ def _read(source: Any) -> tuple[Any, str]:
 
 
 class _Builder:
-    def __init__(self, graph_def: Any, label: str, inputs: Sequence[str] | None, outputs: Sequence[str] | None,
-                 shapes: Mapping[str, ShapeSpec]) -> None:
+    def __init__(
+        self,
+        graph_def: Any,
+        label: str,
+        inputs: Sequence[str] | None,
+        outputs: Sequence[str] | None,
+        shapes: Mapping[str, ShapeSpec],
+    ) -> None:
         self.graph_def = graph_def
         self.label = label
         self.nodes = {n.name: n for n in graph_def.node}
@@ -103,7 +109,9 @@ class _Builder:
     def build(self) -> Graph:
         outputs = self._outputs()
         order = self._order([_tensor(o)[0] for o in outputs])
-        missing = [(n.op, n.name) for n in order if n.op not in _TF and n.op not in ("Const", "Placeholder") and n.op not in _SKIP]
+        missing = [
+            (n.op, n.name) for n in order if n.op not in _TF and n.op not in ("Const", "Placeholder") and n.op not in _SKIP
+        ]
         if missing:
             raise UnsupportedOpError([("tf", op) for op, _ in missing], graph=self.graph.name, nodes=[n for _, n in missing])
         self._check_inputs(order)
@@ -130,8 +138,11 @@ class _Builder:
                     raise GraphError(f"{self.label}: no node {name!r} for output {out!r}", graph=self.graph.name)
             return self.want_outputs
         consumed = {_tensor(i)[0] for n in self.graph_def.node for i in n.input if not i.startswith("^")}
-        found = [n.name for n in self.graph_def.node
-                 if n.name not in consumed and n.op not in ("Const", "Placeholder") and n.op not in _SKIP]
+        found = [
+            n.name
+            for n in self.graph_def.node
+            if n.name not in consumed and n.op not in ("Const", "Placeholder") and n.op not in _SKIP
+        ]
         if not found:
             raise GraphError(f"{self.label}: the graph has no output nodes; name them with outputs=", graph=self.graph.name)
         return found
@@ -177,8 +188,10 @@ class _Builder:
                 raise GraphError(f"{self.label}: input {name!r} is a {node.op}, not a Placeholder", graph=self.graph.name)
         unfed = sorted(set(placeholders) - set(self.want_inputs))
         if unfed:
-            raise GraphError(f"{self.label}: the outputs need placeholders {unfed} that are not among inputs={self.want_inputs}",
-                             graph=self.graph.name)
+            raise GraphError(
+                f"{self.label}: the outputs need placeholders {unfed} that are not among inputs={self.want_inputs}",
+                graph=self.graph.name,
+            )
 
     # -- conversion --------------------------------------------------------------------------
 
@@ -206,13 +219,16 @@ class _Builder:
         dtype = np.dtype(as_dtype(node.attr["dtype"].type).as_numpy_dtype).name
         shape_attr = node.attr["shape"].shape
         if shape_attr.unknown_rank and node.name not in self.shapes:
-            raise GraphError(f"{self.label}: input {node.name!r} has an unknown rank; give its shape with shapes=", graph=self.graph.name)
+            raise GraphError(
+                f"{self.label}: input {node.name!r} has an unknown rank; give its shape with shapes=", graph=self.graph.name
+            )
         dims: list[Any] = [d.size for d in shape_attr.dim]
         given = self.shapes.get(node.name)
         if given is not None:
             if not shape_attr.unknown_rank and len(given) != len(dims):
-                raise GraphError(f"{self.label}: shapes[{node.name!r}] has {len(given)} dims, the input has {len(dims)}",
-                                 graph=self.graph.name)
+                raise GraphError(
+                    f"{self.label}: shapes[{node.name!r}] has {len(given)} dims, the input has {len(dims)}", graph=self.graph.name
+                )
             dims = [g if g is not None else (dims[i] if i < len(dims) else -1) for i, g in enumerate(given)]
         dims = [d if isinstance(d, str) or d >= 0 else f"{node.name}_{i}" for i, d in enumerate(dims)]
         return self.graph.input(node.name, dims, dtype)
@@ -221,8 +237,11 @@ class _Builder:
         name, index = _tensor(ref)
         outs = self.env.get(name, ())
         if index >= len(outs) or outs[index] is None:
-            raise GraphError(f"{self.label}: tensor {ref!r} is not produced", graph=self.graph.name,
-                             node=consumer.name if consumer is not None else None)
+            raise GraphError(
+                f"{self.label}: tensor {ref!r} is not produced",
+                graph=self.graph.name,
+                node=consumer.name if consumer is not None else None,
+            )
         self.refs.setdefault(id(outs[index]), f"{name}:{index}")
         return outs[index]
 
@@ -315,7 +334,7 @@ def _padding(n: _Node, nhwc: bool) -> dict[str, Any]:
         return {"auto_pad": "VALID"}
     if pad == "EXPLICIT":
         flat = n.attr("explicit_paddings")
-        pairs = [flat[i:i + 2] for i in range(0, len(flat), 2)]
+        pairs = [flat[i : i + 2] for i in range(0, len(flat), 2)]
         hw = pairs[1:3] if nhwc else pairs[2:4]
         return {"pads": [hw[0][0], hw[1][0], hw[0][1], hw[1][1]]}
     raise GraphError(f"padding {pad!r} is not supported (SAME, VALID, EXPLICIT)")
@@ -343,8 +362,12 @@ def _depthwise(n: _Node, x: Value, w: Value) -> Value:
     wd = n.const(w, "the depthwise filter")  # H W C M -> (C*M) 1 H W, one group per input channel
     h, wid, c, m = wd.shape
     kernel = np.ascontiguousarray(wd.transpose(2, 3, 0, 1).reshape(c * m, 1, h, wid))
-    attrs = {"strides": _spatial(n, "strides", nhwc), "dilations": _spatial(n, "dilations", nhwc), "group": int(c),
-             **_padding(n, nhwc)}
+    attrs = {
+        "strides": _spatial(n, "strides", nhwc),
+        "dilations": _spatial(n, "dilations", nhwc),
+        "group": int(c),
+        **_padding(n, nhwc),
+    }
     return _in_nchw(n, x, lambda t: ops.conv(t, kernel, **attrs))
 
 
@@ -353,6 +376,7 @@ def _pool(op: Callable[..., Value]) -> Callable[..., Value]:
         nhwc = _nhwc(n)
         attrs = {"kernel_shape": _spatial(n, "ksize", nhwc), "strides": _spatial(n, "strides", nhwc), **_padding(n, nhwc)}
         return _in_nchw(n, x, lambda t: op(t, **attrs))
+
     return convert
 
 
@@ -363,7 +387,9 @@ def _bias_add(n: _Node, x: Value, b: Value) -> Value:
     return ops.add(x, ops.reshape(b, np.array([-1] + [1] * (rank - 2), np.int64)))
 
 
-def _fused_batch_norm(n: _Node, x: Value, scale: Value, offset: Value, mean: Value, var: Value, *rest: Value) -> tuple[Value, ...]:
+def _fused_batch_norm(
+    n: _Node, x: Value, scale: Value, offset: Value, mean: Value, var: Value, *rest: Value
+) -> tuple[Value, ...]:
     if n.attr("is_training", False):
         raise GraphError("FusedBatchNorm in training mode is not an inference graph")
     eps = float(n.attr("epsilon", 1e-3))
@@ -397,6 +423,7 @@ def _reduce(op: Callable[..., Value]) -> Callable[..., Value]:
         if not isinstance(ax, np.ndarray):
             ax = ops.cast(ops.reshape(ax, np.array([-1], np.int64)), to="int64")
         return op(x, ax, keepdims=int(bool(n.attr("keep_dims", False))))
+
     return convert
 
 
@@ -478,19 +505,57 @@ def _rsqrt(n: _Node, x: Value) -> Value:
 
 
 _TF: dict[str, Callable[..., Any]] = {
-    "Identity": _unary(lambda x: x), "StopGradient": _unary(lambda x: x), "Snapshot": _unary(lambda x: x),
-    "Add": _binary(ops.add), "AddV2": _binary(ops.add), "Sub": _binary(ops.sub), "Mul": _binary(ops.mul),
-    "RealDiv": _binary(ops.div), "Maximum": _binary(ops.max), "Minimum": _binary(ops.min), "Pow": _binary(ops.pow),
-    "SquaredDifference": _squared_difference, "BiasAdd": _bias_add,
-    "Neg": _unary(ops.neg), "Abs": _unary(ops.abs), "Exp": _unary(ops.exp), "Log": _unary(ops.log), "Sqrt": _unary(ops.sqrt),
-    "Rsqrt": _rsqrt, "Square": _unary(lambda x: ops.mul(x, x)), "Erf": _unary(ops.erf), "Erfc": _erfc,
-    "Tanh": _unary(ops.tanh), "Sigmoid": _unary(ops.sigmoid), "Relu": _unary(ops.relu), "Relu6": _relu6, "Elu": _unary(ops.elu),
-    "Softmax": _softmax, "Cast": _cast,
-    "Conv2D": _conv2d, "DepthwiseConv2dNative": _depthwise, "MaxPool": _pool(ops.max_pool), "AvgPool": _pool(ops.average_pool),
-    "FusedBatchNorm": _fused_batch_norm, "FusedBatchNormV3": _fused_batch_norm,
-    "MatMul": _matmul, "BatchMatMul": _matmul, "BatchMatMulV2": _matmul, "BatchMatMulV3": _matmul, "Einsum": _einsum,
-    "Mean": _reduce(ops.reduce_mean), "Sum": _reduce(ops.reduce_sum), "Max": _reduce(ops.reduce_max), "Min": _reduce(ops.reduce_min),
+    "Identity": _unary(lambda x: x),
+    "StopGradient": _unary(lambda x: x),
+    "Snapshot": _unary(lambda x: x),
+    "Add": _binary(ops.add),
+    "AddV2": _binary(ops.add),
+    "Sub": _binary(ops.sub),
+    "Mul": _binary(ops.mul),
+    "RealDiv": _binary(ops.div),
+    "Maximum": _binary(ops.max),
+    "Minimum": _binary(ops.min),
+    "Pow": _binary(ops.pow),
+    "SquaredDifference": _squared_difference,
+    "BiasAdd": _bias_add,
+    "Neg": _unary(ops.neg),
+    "Abs": _unary(ops.abs),
+    "Exp": _unary(ops.exp),
+    "Log": _unary(ops.log),
+    "Sqrt": _unary(ops.sqrt),
+    "Rsqrt": _rsqrt,
+    "Square": _unary(lambda x: ops.mul(x, x)),
+    "Erf": _unary(ops.erf),
+    "Erfc": _erfc,
+    "Tanh": _unary(ops.tanh),
+    "Sigmoid": _unary(ops.sigmoid),
+    "Relu": _unary(ops.relu),
+    "Relu6": _relu6,
+    "Elu": _unary(ops.elu),
+    "Softmax": _softmax,
+    "Cast": _cast,
+    "Conv2D": _conv2d,
+    "DepthwiseConv2dNative": _depthwise,
+    "MaxPool": _pool(ops.max_pool),
+    "AvgPool": _pool(ops.average_pool),
+    "FusedBatchNorm": _fused_batch_norm,
+    "FusedBatchNormV3": _fused_batch_norm,
+    "MatMul": _matmul,
+    "BatchMatMul": _matmul,
+    "BatchMatMulV2": _matmul,
+    "BatchMatMulV3": _matmul,
+    "Einsum": _einsum,
+    "Mean": _reduce(ops.reduce_mean),
+    "Sum": _reduce(ops.reduce_sum),
+    "Max": _reduce(ops.reduce_max),
+    "Min": _reduce(ops.reduce_min),
     "Prod": _reduce(ops.reduce_prod),
-    "Reshape": _reshape, "Squeeze": _squeeze, "ExpandDims": _expand_dims, "Transpose": _transpose, "ConcatV2": _concat,
-    "Pack": _pack, "GatherV2": _gather, "Shape": _shape,
+    "Reshape": _reshape,
+    "Squeeze": _squeeze,
+    "ExpandDims": _expand_dims,
+    "Transpose": _transpose,
+    "ConcatV2": _concat,
+    "Pack": _pack,
+    "GatherV2": _gather,
+    "Shape": _shape,
 }

@@ -104,13 +104,14 @@ def convert_fx(
     """
     missing = unsupported_nodes(gm)
     if missing:
-        raise UnsupportedOpError([("aten", op) for op, _ in missing], graph=name,
-                                 nodes=[node for _, node in missing])
+        raise UnsupportedOpError([("aten", op) for op, _ in missing], graph=name, nodes=[node for _, node in missing])
     return _Converter(gm, name, constants or {}, input_names or {}).run()
 
 
 class _Converter:
-    def __init__(self, gm: torch.fx.GraphModule, name: str, constants: Mapping[str, torch.Tensor], input_names: Mapping[str, str]) -> None:
+    def __init__(
+        self, gm: torch.fx.GraphModule, name: str, constants: Mapping[str, torch.Tensor], input_names: Mapping[str, str]
+    ) -> None:
         self.gm = gm
         self.graph = Graph(name)
         self.constants = constants
@@ -136,7 +137,9 @@ class _Converter:
                 flat = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
                 symints = [isinstance(x, torch.fx.Node) and isinstance(x.meta.get("val"), torch.SymInt) for x in flat]
             elif node.op != "placeholder":
-                raise GraphError(f"FX node kind {node.op!r} is not expected in an ATen graph", graph=self.graph.name, node=node.name)
+                raise GraphError(
+                    f"FX node kind {node.op!r} is not expected in an ATen graph", graph=self.graph.name, node=node.name
+                )
         return ConvertedGraph(self.graph, tuple(slots), tuple(out_names), tuple(literals), tuple(symints))
 
     # -- placeholders and outputs -------------------------------------------------------
@@ -162,8 +165,11 @@ class _Converter:
                 pending_syms.append((i, node))
                 slots.append(InputSlot(i, name, "computed"))
             else:
-                raise GraphError(f"placeholder of type {type(val).__name__} is not supported (tensors and ints are)",
-                                 graph=self.graph.name, node=node.name)
+                raise GraphError(
+                    f"placeholder of type {type(val).__name__} is not supported (tensors and ints are)",
+                    graph=self.graph.name,
+                    node=node.name,
+                )
         # SymInt inputs are computed from the shapes of tensor inputs when one carries the
         # symbol, so the graph depends on shapes only; otherwise they are fed.
         for i, node in pending_syms:
@@ -224,8 +230,11 @@ class _Converter:
         return a
 
     def fail(self, message: str) -> GraphError:
-        return GraphError(f"{_op_name(self.node.target) if self.node is not None else ''}: {message}",
-                          graph=self.graph.name, node=self.node.name if self.node is not None else None)
+        return GraphError(
+            f"{_op_name(self.node.target) if self.node is not None else ''}: {message}",
+            graph=self.graph.name,
+            node=self.node.name if self.node is not None else None,
+        )
 
     def ints(self, seq: Sequence[Any]) -> np.ndarray | Value:
         """A list of sizes as an int64 vector: a constant, or a value when some sizes are computed."""
@@ -351,23 +360,30 @@ def _binary(op: Callable[..., Value]) -> Callable[..., Value]:
         elif rounding_mode == "trunc":
             out = ops.mul(ops.sign(out), ops.floor(ops.abs(out)))
         return out
+
     return convert
 
 
 def _rsub(c: _Converter, node: torch.fx.Node, a: Any, b: Any, *, alpha: Any = 1) -> Value:
-    return _binary(ops.sub)(c, node, b, a, alpha=1) if alpha == 1 else _binary(ops.sub)(c, node, b, ops.mul(*_promote(c, node, a, alpha)))
+    return (
+        _binary(ops.sub)(c, node, b, a, alpha=1)
+        if alpha == 1
+        else _binary(ops.sub)(c, node, b, ops.mul(*_promote(c, node, a, alpha)))
+    )
 
 
 def _compare(op: Callable[..., Value], negate: bool = False) -> Callable[..., Value]:
     def convert(c: _Converter, node: torch.fx.Node, a: Any, b: Any) -> Value:
         out = op(*_compare_operands(a, b))
         return _not(out) if negate else out
+
     return convert
 
 
 def _unary(op: Callable[..., Value]) -> Callable[..., Value]:
     def convert(c: _Converter, node: torch.fx.Node, x: Value, *rest: Any, **kwargs: Any) -> Value:
         return op(x)
+
     return convert
 
 
@@ -451,8 +467,17 @@ def _t(c: _Converter, node: torch.fx.Node, x: Value) -> Value:
     return x if c.rank(node) < 2 else ops.transpose(x, perm=[1, 0])
 
 
-def _conv(c: _Converter, node: torch.fx.Node, x: Value, w: Value, b: Value | None = None, stride: Any = 1, padding: Any = 0,
-          dilation: Any = 1, *rest: Any) -> Value:
+def _conv(
+    c: _Converter,
+    node: torch.fx.Node,
+    x: Value,
+    w: Value,
+    b: Value | None = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    *rest: Any,
+) -> Value:
     # conv{1,2,3}d(x, w, b, stride, padding, dilation, groups); convolution(..., transposed, output_padding, groups)
     spatial = len(w.shape or ()) - 2
     name = node.target.overloadpacket.__name__
@@ -476,13 +501,33 @@ def _spatial(v: Any, n: int) -> list[int]:
     return vals * n if len(vals) == 1 else vals
 
 
-def _batch_norm_eval(c: _Converter, node: torch.fx.Node, x: Value, w: Value | None, b: Value | None, mean: Value, var: Value,
-                     momentum: float, eps: float) -> tuple[Value, None, None]:
+def _batch_norm_eval(
+    c: _Converter,
+    node: torch.fx.Node,
+    x: Value,
+    w: Value | None,
+    b: Value | None,
+    mean: Value,
+    var: Value,
+    momentum: float,
+    eps: float,
+) -> tuple[Value, None, None]:
     return _bn(x, w, b, mean, var, eps), None, None
 
 
-def _batch_norm(c: _Converter, node: torch.fx.Node, x: Value, w: Value | None, b: Value | None, mean: Value | None, var: Value | None,
-                training: bool, momentum: float, eps: float, *rest: Any) -> Value:
+def _batch_norm(
+    c: _Converter,
+    node: torch.fx.Node,
+    x: Value,
+    w: Value | None,
+    b: Value | None,
+    mean: Value | None,
+    var: Value | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+    *rest: Any,
+) -> Value:
     if training or mean is None or var is None:
         raise c.fail("batch norm in training mode updates its statistics; call module.eval() first")
     return _bn(x, w, b, mean, var, eps)
@@ -501,8 +546,16 @@ def _batch_norm_training(c: _Converter, node: torch.fx.Node, *args: Any, **kwarg
     raise c.fail("batch norm in training mode updates its statistics; call module.eval() first")
 
 
-def _layer_norm(c: _Converter, node: torch.fx.Node, x: Value, shape: Sequence[int], w: Value | None = None, b: Value | None = None,
-                eps: float = 1e-5, *rest: Any) -> Any:
+def _layer_norm(
+    c: _Converter,
+    node: torch.fx.Node,
+    x: Value,
+    shape: Sequence[int],
+    w: Value | None = None,
+    b: Value | None = None,
+    eps: float = 1e-5,
+    *rest: Any,
+) -> Any:
     w = w if w is not None else np.ones(list(shape), x.dtype)
     out = ops.layer_normalization(x, w, b, axis=-len(shape), epsilon=float(eps))
     return (out, None, None) if node.target.overloadpacket.__name__ == "native_layer_norm" else out
@@ -511,40 +564,81 @@ def _layer_norm(c: _Converter, node: torch.fx.Node, x: Value, shape: Sequence[in
 def _softmax(op: Callable[..., Value]) -> Callable[..., Value]:
     def convert(c: _Converter, node: torch.fx.Node, x: Value, dim: int, *rest: Any, **kwargs: Any) -> Value:
         return _to_dtype(c, node, op(x, axis=int(dim)))
+
     return convert
 
 
-def _max_pool(c: _Converter, node: torch.fx.Node, x: Value, kernel: Sequence[int], stride: Sequence[int] = (), padding: Any = 0,
-              dilation: Any = 1, ceil_mode: bool = False) -> Any:
+def _max_pool(
+    c: _Converter,
+    node: torch.fx.Node,
+    x: Value,
+    kernel: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+) -> Any:
     n = len(kernel)
     pads = _spatial(padding, n)
-    out = ops.max_pool(x, kernel_shape=list(kernel), strides=_spatial(stride or kernel, n), pads=pads + pads,
-                       dilations=_spatial(dilation, n), ceil_mode=int(ceil_mode))
+    out = ops.max_pool(
+        x,
+        kernel_shape=list(kernel),
+        strides=_spatial(stride or kernel, n),
+        pads=pads + pads,
+        dilations=_spatial(dilation, n),
+        ceil_mode=int(ceil_mode),
+    )
     return (out, None) if node.target.overloadpacket.__name__.endswith("with_indices") else out
 
 
-def _avg_pool(c: _Converter, node: torch.fx.Node, x: Value, kernel: Sequence[int], stride: Sequence[int] = (), padding: Any = 0,
-              ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None) -> Value:
+def _avg_pool(
+    c: _Converter,
+    node: torch.fx.Node,
+    x: Value,
+    kernel: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Value:
     if divisor_override is not None:
         raise c.fail("avg_pool with divisor_override is not mapped")
     n = len(kernel)
     pads = _spatial(padding, n)
-    return ops.average_pool(x, kernel_shape=list(kernel), strides=_spatial(stride or kernel, n), pads=pads + pads,
-                            ceil_mode=int(ceil_mode), count_include_pad=int(count_include_pad))
+    return ops.average_pool(
+        x,
+        kernel_shape=list(kernel),
+        strides=_spatial(stride or kernel, n),
+        pads=pads + pads,
+        ceil_mode=int(ceil_mode),
+        count_include_pad=int(count_include_pad),
+    )
 
 
 def _adaptive_avg_pool(c: _Converter, node: torch.fx.Node, x: Value, size: Sequence[int]) -> Value:
     if all(int(s) == 1 for s in size):
         return ops.global_average_pool(x)
-    spatial = (x.shape or ())[-len(size):]
+    spatial = (x.shape or ())[-len(size) :]
     if not all(isinstance(d, int) and d % int(s) == 0 for d, s in zip(spatial, size)):
         raise c.fail(f"adaptive average pooling from {tuple(spatial)} to {tuple(size)} needs static sizes that divide evenly")
     kernel = [int(d) // int(s) for d, s in zip(spatial, size)]
     return ops.average_pool(x, kernel_shape=kernel, strides=kernel)
 
 
-def _sdpa(c: _Converter, node: torch.fx.Node, q: Value, k: Value, v: Value, attn_mask: Value | None = None, dropout_p: float = 0.0,
-          is_causal: bool = False, *, scale: float | None = None, enable_gqa: bool = False) -> Value:
+def _sdpa(
+    c: _Converter,
+    node: torch.fx.Node,
+    q: Value,
+    k: Value,
+    v: Value,
+    attn_mask: Value | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Value:
     if dropout_p:
         raise c.fail("attention dropout is random; call module.eval() first")
     head = (q.shape or (None,))[-1]
@@ -566,8 +660,18 @@ def _sdpa(c: _Converter, node: torch.fx.Node, q: Value, k: Value, v: Value, attn
     return ops.matmul(ops.softmax(scores, axis=-1), v)
 
 
-def _sdpa_cpu(c: _Converter, node: torch.fx.Node, q: Value, k: Value, v: Value, dropout_p: float = 0.0, is_causal: bool = False, *,
-              attn_mask: Value | None = None, scale: float | None = None) -> tuple[Value, None]:
+def _sdpa_cpu(
+    c: _Converter,
+    node: torch.fx.Node,
+    q: Value,
+    k: Value,
+    v: Value,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    attn_mask: Value | None = None,
+    scale: float | None = None,
+) -> tuple[Value, None]:
     # AOTAutograd's CPU lowering of scaled_dot_product_attention: (output, logsumexp)
     return _sdpa(c, node, q, k, v, attn_mask, dropout_p, is_causal, scale=scale), None
 
@@ -594,13 +698,16 @@ def _index_select(c: _Converter, node: torch.fx.Node, x: Value, dim: int, index:
 
 
 def _reduce(op: Callable[..., Value]) -> Callable[..., Value]:
-    def convert(c: _Converter, node: torch.fx.Node, x: Value, dims: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Value:
+    def convert(
+        c: _Converter, node: torch.fx.Node, x: Value, dims: Any = None, keepdim: bool = False, *, dtype: Any = None
+    ) -> Value:
         if dims is None or (isinstance(dims, (list, tuple)) and not dims):
             out = op(x, keepdims=0)
         else:
             axes = [int(dims)] if isinstance(dims, int) else [int(d) for d in dims]
             out = op(x, np.array(axes, np.int64), keepdims=int(bool(keepdim)))
         return _to_dtype(c, node, out)
+
     return convert
 
 
@@ -648,13 +755,20 @@ def _expand(c: _Converter, node: torch.fx.Node, x: Value, size: Sequence[Any], *
     return ops.expand(x, c.ints([1 if isinstance(s, int) and s == -1 else s for s in size]))
 
 
-def _slice(c: _Converter, node: torch.fx.Node, x: Value, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Value:
+def _slice(
+    c: _Converter, node: torch.fx.Node, x: Value, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
+) -> Value:
     start = 0 if start is None else start
     end = _INT64_MAX if end is None else end
     if isinstance(start, int) and isinstance(end, int) and start == 0 and end >= _INT64_MAX and step == 1:
         return x
-    return ops.slice(x, c.ints([start]), c.ints([min(end, _INT64_MAX) if isinstance(end, int) else end]),
-                     np.array([int(dim)], np.int64), np.array([int(step)], np.int64))
+    return ops.slice(
+        x,
+        c.ints([start]),
+        c.ints([min(end, _INT64_MAX) if isinstance(end, int) else end]),
+        np.array([int(dim)], np.int64),
+        np.array([int(step)], np.int64),
+    )
 
 
 def _select(c: _Converter, node: torch.fx.Node, x: Value, dim: int, index: Any) -> Value:
@@ -695,7 +809,9 @@ def _arange(c: _Converter, node: torch.fx.Node, *args: Any, **kwargs: Any) -> An
     if all(isinstance(a, (int, float)) for a in (start, end, step)):
         return c.graph.constant(np.arange(start, end, step, dtype=dtype))
     parts = [a if isinstance(a, Value) else np.array([a], np.int64) for a in (start, end, step)]
-    scalars = [ops.squeeze(ops.cast(p, to=dtype) if isinstance(p, Value) else p.astype(dtype), np.array([0], np.int64)) for p in parts]
+    scalars = [
+        ops.squeeze(ops.cast(p, to=dtype) if isinstance(p, Value) else p.astype(dtype), np.array([0], np.int64)) for p in parts
+    ]
     return ops.range(*scalars)
 
 
@@ -710,6 +826,7 @@ def _full(c: _Converter, node: torch.fx.Node, size: Sequence[Any], value: Any, *
 def _filled(value: float) -> Callable[..., Any]:
     def convert(c: _Converter, node: torch.fx.Node, size: Sequence[Any], **kwargs: Any) -> Any:
         return _full(c, node, size, value)
+
     return convert
 
 
@@ -721,6 +838,7 @@ def _full_like(c: _Converter, node: torch.fx.Node, x: Value, value: Any, **kwarg
 def _like(value: float) -> Callable[..., Any]:
     def convert(c: _Converter, node: torch.fx.Node, x: Value, **kwargs: Any) -> Any:
         return _full_like(c, node, x, value)
+
     return convert
 
 
@@ -743,6 +861,7 @@ def _sym_binary(op: Callable[..., Value], py: Callable[[Any, Any], Any]) -> Call
         if not isinstance(a, Value) and not isinstance(b, Value):
             return py(_literal(a), _literal(b))
         return op(*(x if isinstance(x, Value) else np.array([int(_literal(x))], np.int64) for x in (a, b)))
+
     return convert
 
 
@@ -754,43 +873,121 @@ def _getitem(c: _Converter, node: torch.fx.Node, seq: Any, index: int) -> Any:
 
 _ATEN: dict[str, Callable[..., Any]] = {
     # elementwise
-    "add": _binary(ops.add), "sub": _binary(ops.sub), "mul": _binary(ops.mul), "div": _binary(ops.div), "rsub": _rsub,
-    "pow": _pow, "neg": _unary(ops.neg), "abs": _unary(ops.abs), "exp": _unary(ops.exp), "log": _unary(ops.log),
-    "sqrt": _unary(ops.sqrt), "rsqrt": _rsqrt, "reciprocal": _unary(ops.reciprocal), "sin": _unary(ops.sin), "cos": _unary(ops.cos),
-    "tanh": _unary(ops.tanh), "sigmoid": _unary(ops.sigmoid), "erf": _unary(ops.erf), "floor": _unary(ops.floor), "ceil": _unary(ops.ceil),
-    "relu": _unary(ops.relu), "relu_": _unary(ops.relu), "gelu": _gelu, "silu": _silu, "hardswish": _unary(ops.hard_swish),
-    "hardsigmoid": _hardsigmoid, "hardtanh": _hardtanh, "clamp": _clamp, "clamp_min": _clamp,
+    "add": _binary(ops.add),
+    "sub": _binary(ops.sub),
+    "mul": _binary(ops.mul),
+    "div": _binary(ops.div),
+    "rsub": _rsub,
+    "pow": _pow,
+    "neg": _unary(ops.neg),
+    "abs": _unary(ops.abs),
+    "exp": _unary(ops.exp),
+    "log": _unary(ops.log),
+    "sqrt": _unary(ops.sqrt),
+    "rsqrt": _rsqrt,
+    "reciprocal": _unary(ops.reciprocal),
+    "sin": _unary(ops.sin),
+    "cos": _unary(ops.cos),
+    "tanh": _unary(ops.tanh),
+    "sigmoid": _unary(ops.sigmoid),
+    "erf": _unary(ops.erf),
+    "floor": _unary(ops.floor),
+    "ceil": _unary(ops.ceil),
+    "relu": _unary(ops.relu),
+    "relu_": _unary(ops.relu),
+    "gelu": _gelu,
+    "silu": _silu,
+    "hardswish": _unary(ops.hard_swish),
+    "hardsigmoid": _hardsigmoid,
+    "hardtanh": _hardtanh,
+    "clamp": _clamp,
+    "clamp_min": _clamp,
     "clamp_max": lambda c, n, x, hi: _clamp(c, n, x, None, hi),
-    "eq": _compare(ops.equal), "ne": _compare(ops.equal, negate=True), "lt": _compare(ops.less), "le": _compare(ops.less_or_equal),
-    "gt": _compare(ops.greater), "ge": _compare(ops.greater_or_equal), "logical_not": _logical_not, "bitwise_not": _logical_not,
-    "where": _where, "masked_fill": _masked_fill,
+    "eq": _compare(ops.equal),
+    "ne": _compare(ops.equal, negate=True),
+    "lt": _compare(ops.less),
+    "le": _compare(ops.less_or_equal),
+    "gt": _compare(ops.greater),
+    "ge": _compare(ops.greater_or_equal),
+    "logical_not": _logical_not,
+    "bitwise_not": _logical_not,
+    "where": _where,
+    "masked_fill": _masked_fill,
     # copies and casts
-    "clone": _identity, "contiguous": _identity, "alias": _identity, "detach": _identity, "lift_fresh_copy": _identity,
-    "_to_copy": _to_dtype, "to": _to_dtype, "type_as": _to_dtype, "dropout": _dropout, "native_dropout": _dropout,
+    "clone": _identity,
+    "contiguous": _identity,
+    "alias": _identity,
+    "detach": _identity,
+    "lift_fresh_copy": _identity,
+    "_to_copy": _to_dtype,
+    "to": _to_dtype,
+    "type_as": _to_dtype,
+    "dropout": _dropout,
+    "native_dropout": _dropout,
     "_assert_tensor_metadata": lambda *a, **k: None,
     # nn
-    "linear": _linear, "addmm": _addmm, "mm": _matmul, "bmm": _matmul, "matmul": _matmul, "t": _t,
-    "conv1d": _conv, "conv2d": _conv, "conv3d": _conv, "convolution": _conv,
-    "_native_batch_norm_legit_no_training": _batch_norm_eval, "batch_norm": _batch_norm,
-    "_native_batch_norm_legit_functional": _batch_norm_training, "_native_batch_norm_legit": _batch_norm_training,
-    "layer_norm": _layer_norm, "native_layer_norm": _layer_norm,
-    "_softmax": _softmax(ops.softmax), "softmax": _softmax(ops.softmax),
-    "_log_softmax": _softmax(ops.log_softmax), "log_softmax": _softmax(ops.log_softmax),
-    "max_pool2d": _max_pool, "max_pool2d_with_indices": _max_pool, "avg_pool2d": _avg_pool,
-    "adaptive_avg_pool2d": _adaptive_avg_pool, "_adaptive_avg_pool2d": _adaptive_avg_pool,
-    "scaled_dot_product_attention": _sdpa, "embedding": _embedding, "index_select": _index_select,
-    "_scaled_dot_product_flash_attention_for_cpu": _sdpa_cpu, "gather": _gather,
+    "linear": _linear,
+    "addmm": _addmm,
+    "mm": _matmul,
+    "bmm": _matmul,
+    "matmul": _matmul,
+    "t": _t,
+    "conv1d": _conv,
+    "conv2d": _conv,
+    "conv3d": _conv,
+    "convolution": _conv,
+    "_native_batch_norm_legit_no_training": _batch_norm_eval,
+    "batch_norm": _batch_norm,
+    "_native_batch_norm_legit_functional": _batch_norm_training,
+    "_native_batch_norm_legit": _batch_norm_training,
+    "layer_norm": _layer_norm,
+    "native_layer_norm": _layer_norm,
+    "_softmax": _softmax(ops.softmax),
+    "softmax": _softmax(ops.softmax),
+    "_log_softmax": _softmax(ops.log_softmax),
+    "log_softmax": _softmax(ops.log_softmax),
+    "max_pool2d": _max_pool,
+    "max_pool2d_with_indices": _max_pool,
+    "avg_pool2d": _avg_pool,
+    "adaptive_avg_pool2d": _adaptive_avg_pool,
+    "_adaptive_avg_pool2d": _adaptive_avg_pool,
+    "scaled_dot_product_attention": _sdpa,
+    "embedding": _embedding,
+    "index_select": _index_select,
+    "_scaled_dot_product_flash_attention_for_cpu": _sdpa_cpu,
+    "gather": _gather,
     # reductions
-    "mean": _reduce(ops.reduce_mean), "sum": _reduce(ops.reduce_sum), "amax": _reduce(ops.reduce_max), "amin": _reduce(ops.reduce_min),
+    "mean": _reduce(ops.reduce_mean),
+    "sum": _reduce(ops.reduce_sum),
+    "amax": _reduce(ops.reduce_max),
+    "amin": _reduce(ops.reduce_min),
     # shapes
-    "view": _view, "reshape": _view, "_unsafe_view": _view, "flatten": _flatten, "permute": _permute, "transpose": _transpose,
-    "unsqueeze": _unsqueeze, "squeeze": _squeeze, "expand": _expand, "slice": _slice, "select": _select, "cat": _cat,
-    "split": _split, "split_with_sizes": _split,
+    "view": _view,
+    "reshape": _view,
+    "_unsafe_view": _view,
+    "flatten": _flatten,
+    "permute": _permute,
+    "transpose": _transpose,
+    "unsqueeze": _unsqueeze,
+    "squeeze": _squeeze,
+    "expand": _expand,
+    "slice": _slice,
+    "select": _select,
+    "cat": _cat,
+    "split": _split,
+    "split_with_sizes": _split,
     # constructors
-    "arange": _arange, "full": _full, "zeros": _filled(0), "ones": _filled(1), "full_like": _full_like,
-    "zeros_like": _like(0), "ones_like": _like(1), "scalar_tensor": _scalar_tensor,
+    "arange": _arange,
+    "full": _full,
+    "zeros": _filled(0),
+    "ones": _filled(1),
+    "full_like": _full_like,
+    "zeros_like": _like(0),
+    "ones_like": _like(1),
+    "scalar_tensor": _scalar_tensor,
     # SymInts
-    "sym_size.int": _sym_size, "sym_size": _sym_size,
+    "sym_size.int": _sym_size,
+    "sym_size": _sym_size,
 }
 
 _PYTHON: dict[Any, Callable[..., Any]] = {

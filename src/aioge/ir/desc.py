@@ -48,7 +48,7 @@ DTYPES: tuple[str, ...] = (
 
 # The ml_dtypes members of DTYPES and their numpy dtypes. Their numpy ``kind`` is "V" (or
 # "f" for float8_e5m2), so code that asks "is this a float?" uses ``is_float`` below.
-ML_DTYPES: dict[str, np.dtype] = {name: np.dtype(getattr(ml_dtypes, name)) for name in DTYPES[DTYPES.index("bfloat16"):]}
+ML_DTYPES: dict[str, np.dtype] = {name: np.dtype(getattr(ml_dtypes, name)) for name in DTYPES[DTYPES.index("bfloat16") :]}
 
 
 def canonical_dtype(dtype: object) -> str:

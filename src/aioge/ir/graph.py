@@ -187,7 +187,18 @@ class IOInfo:
 class Graph:
     """A computation graph with named data inputs, constants, variables, nodes and outputs."""
 
-    __slots__ = ("name", "inputs", "constants", "variables", "_nodes", "_removed", "outputs", "_values", "_node_names", "_counter")
+    __slots__ = (
+        "name",
+        "inputs",
+        "constants",
+        "variables",
+        "_nodes",
+        "_removed",
+        "outputs",
+        "_values",
+        "_node_names",
+        "_counter",
+    )
 
     def __init__(self, name: str = "graph") -> None:
         self.name = name

@@ -65,9 +65,7 @@ def window_geometry(
             if ceil_mode and o > 0 and (o - 1) * s >= size + b:
                 o -= 1
             if o < 0:
-                raise ValueError(
-                    f"spatial axis {i}: input {size} + pads ({b}, {e}) is smaller than the dilated kernel {span}"
-                )
+                raise ValueError(f"spatial axis {i}: input {size} + pads ({b}, {e}) is smaller than the dilated kernel {span}")
         begin.append(b)
         end.append(e)
         out.append(o)
@@ -82,9 +80,7 @@ def _window_attrs(attrs: Mapping[str, Any], kernel: Sequence[int]) -> tuple[list
     return strides, dilations, pads, attrs.get("auto_pad", "NOTSET")
 
 
-def _padded(
-    x: np.ndarray, begin: Sequence[int], end: Sequence[int], fill: Any
-) -> np.ndarray:
+def _padded(x: np.ndarray, begin: Sequence[int], end: Sequence[int], fill: Any) -> np.ndarray:
     """x with its spatial axes (all but the first two) padded by ``fill``, or x itself."""
     if not any(begin) and not any(end):
         return x
@@ -95,8 +91,15 @@ def _padded(
     return xp
 
 
-def _extend(begin: Sequence[int], end: Sequence[int], spatial: Sequence[int], out: Sequence[int],
-            kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> list[int]:
+def _extend(
+    begin: Sequence[int],
+    end: Sequence[int],
+    spatial: Sequence[int],
+    out: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+) -> list[int]:
     """End padding grown so every output window fits (ceil_mode windows may overhang it)."""
     grown = []
     for i in range(len(spatial)):
@@ -113,10 +116,7 @@ def _tap(xp: np.ndarray, offset: Sequence[int], strides: Sequence[int], out: Seq
 
 def _taps(kernel: Sequence[int], dilations: Sequence[int]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """(kernel index, input offset) of every kernel tap."""
-    return [
-        (idx, tuple(i * d for i, d in zip(idx, dilations)))
-        for idx in itertools.product(*(range(k) for k in kernel))
-    ]
+    return [(idx, tuple(i * d for i, d in zip(idx, dilations))) for idx in itertools.product(*(range(k) for k in kernel))]
 
 
 # -- convolution ----------------------------------------------------------------------------
@@ -133,9 +133,7 @@ class _ConvPlan:
         self.group = int(attrs.get("group", 1))
         self.kernel = list(w.shape[2:])
         self.strides, self.dilations, pads, auto_pad = _window_attrs(attrs, self.kernel)
-        self.begin, self.end, self.out = window_geometry(
-            x.shape[2:], self.kernel, self.strides, self.dilations, pads, auto_pad
-        )
+        self.begin, self.end, self.out = window_geometry(x.shape[2:], self.kernel, self.strides, self.dilations, pads, auto_pad)
 
 
 def _conv_output(plan: _ConvPlan, outputs: Sequence[np.ndarray] | None, dtype: np.dtype) -> np.ndarray:
@@ -262,12 +260,12 @@ def build_conv_taps(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: An
 # -- pooling --------------------------------------------------------------------------------
 
 
-def _pool_plan(attrs: Mapping[str, Any], x: np.ndarray) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
+def _pool_plan(
+    attrs: Mapping[str, Any], x: np.ndarray
+) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int]]:
     kernel = list(attrs["kernel_shape"])
     strides, dilations, pads, auto_pad = _window_attrs(attrs, kernel)
-    begin, end, out = window_geometry(
-        x.shape[2:], kernel, strides, dilations, pads, auto_pad, bool(attrs.get("ceil_mode", 0))
-    )
+    begin, end, out = window_geometry(x.shape[2:], kernel, strides, dilations, pads, auto_pad, bool(attrs.get("ceil_mode", 0)))
     return kernel, strides, dilations, begin, end, out
 
 
@@ -300,8 +298,16 @@ def build_max_pool(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any
 
 
 def _max_and_argmax(
-    x: np.ndarray, xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
-    begin: Sequence[int], out: Sequence[int], y: np.ndarray, idx: np.ndarray, column_major: bool,
+    x: np.ndarray,
+    xp: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    begin: Sequence[int],
+    out: Sequence[int],
+    y: np.ndarray,
+    idx: np.ndarray,
+    column_major: bool,
 ) -> None:
     """y = window maxima, idx = ONNX's flat index of each into x (the first one on ties):
     (n * C + c) * prod(spatial) + the spatial offset, row-major or (storage_order 1) column-major."""
@@ -356,8 +362,13 @@ def build_average_pool(attrs: Mapping[str, Any], params: Mapping[str, Any], ins:
 
 
 def _separable(
-    ufunc: np.ufunc, xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
-    out: Sequence[int], y: np.ndarray,
+    ufunc: np.ufunc,
+    xp: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out: Sequence[int],
+    y: np.ndarray,
 ) -> None:
     """Reduce every window of xp into y, one spatial axis at a time.
 
@@ -384,8 +395,14 @@ def _separable(
 
 
 def _window_counts(
-    spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
-    begin: Sequence[int], end: Sequence[int], out: Sequence[int], include_pad: bool,
+    spatial: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    begin: Sequence[int],
+    end: Sequence[int],
+    out: Sequence[int],
+    include_pad: bool,
 ) -> np.ndarray:
     """How many cells of each output window are counted, as an array of shape ``out``."""
     count = np.ones((), dtype=np.int64)

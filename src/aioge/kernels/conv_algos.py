@@ -134,8 +134,10 @@ def build_conv_im2col_nhwc(attrs: Mapping[str, Any], params: Mapping[str, Any], 
             nb = xh.shape[0]
             s = xh.strides
             cols = as_strided(
-                xh, (nb, g.oh, g.ow, g.kh, g.kw, g.c),
-                (s[0], s[1] * g.sh, s[2] * g.sw, s[1] * g.dh, s[2] * g.dw, s[3]), writeable=False,
+                xh,
+                (nb, g.oh, g.ow, g.kh, g.kw, g.c),
+                (s[0], s[1] * g.sh, s[2] * g.sw, s[1] * g.dh, s[2] * g.dw, s[3]),
+                writeable=False,
             )
             cols = np.ascontiguousarray(cols).reshape(nb * g.oh * g.ow, g.kh * g.kw * g.c)
             yh = np.empty((nb * g.oh * g.ow, g.m), x.dtype)  # channels last
@@ -230,7 +232,7 @@ def build_conv_depthwise_planes(attrs: Mapping[str, Any], params: Mapping[str, A
     mult = g.m // g.c
     sh, sw = g.sh, g.sw
     hp, wp = g.h + g.pt + g.pb, g.w + g.pl + g.pr
-    ph, pw = -(-hp // sh), -(-wp // sw)   # a phase plane's rows and columns
+    ph, pw = -(-hp // sh), -(-wp // sw)  # a phase plane's rows and columns
     taps = [(i, j) for i in range(g.kh) for j in range(g.kw)]
     # (phase index, flat offset) per tap; one spare row so the last row's slice stays in bounds
     where = [((i * g.dh % sh) * sw + j * g.dw % sw, (i * g.dh // sh) * pw + j * g.dw // sw) for i, j in taps]
@@ -303,8 +305,10 @@ def build_conv_grouped(attrs: Mapping[str, Any], params: Mapping[str, Any], ins:
         for k in range(g.group):
             part = xp[:, k * cg : (k + 1) * cg]
             cols = as_strided(
-                part, (g.n, cg, g.kh, g.kw, g.oh, g.ow),
-                (s[0], s[1], s[2] * g.dh, s[3] * g.dw, s[2] * g.sh, s[3] * g.sw), writeable=False,
+                part,
+                (g.n, cg, g.kh, g.kw, g.oh, g.ow),
+                (s[0], s[1], s[2] * g.dh, s[3] * g.dw, s[2] * g.sh, s[3] * g.sw),
+                writeable=False,
             )
             cols = np.ascontiguousarray(cols).reshape(g.n, cg * g.kh * g.kw, g.oh * g.ow)
             np.matmul(w[k * mg : (k + 1) * mg].reshape(mg, -1), cols, out=yg[:, k])
@@ -386,7 +390,11 @@ def build_conv_winograd_f23(attrs: Mapping[str, Any], params: Mapping[str, Any],
 def _applies_winograd(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     g = conv_geometry(descs, attrs)
     return (
-        g is not None and g.group == 1 and g.kh == g.kw == 3 and g.sh == g.sw == 1 and g.dh == g.dw == 1
+        g is not None
+        and g.group == 1
+        and g.kh == g.kw == 3
+        and g.sh == g.sw == 1
+        and g.dh == g.dw == 1
         and descs[0].dtype in ("float32", "float64")  # type: ignore[union-attr]  # float16 loses too much in the transforms
     )
 

@@ -150,10 +150,16 @@ def _clip(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...],
 # 1.1e-7 below |x| = 0.5), at a third of the time of the float64 evaluation (1.2M values:
 # 146 -> 50 ms, ConvNeXt's largest GELU), which was within 1e-7. float16 programs evaluate it
 # in float64; float64 programs keep the series of kernels.elementwise.erf (full accuracy).
-_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
-          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
-_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
-          -1.42647390514189e-02)
+_ERF_P = (
+    -2.72614225801306e-10,
+    2.77068142495902e-08,
+    -2.10102402082508e-06,
+    -5.69250639462346e-05,
+    -7.34990630326855e-04,
+    -2.95459980854025e-03,
+    -1.60960333262415e-02,
+)
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03, -1.42647390514189e-02)
 
 
 def _erf_into(x: np.ndarray, out: np.ndarray, t: Temps, first: int) -> None:
@@ -203,15 +209,37 @@ def _gelu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...],
 
 
 _UNARY_UFUNCS: dict[str, Any] = {
-    "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log, "Neg": np.negative, "Abs": np.absolute,
-    "Reciprocal": np.reciprocal, "Tanh": np.tanh, "Floor": np.floor, "Ceil": np.ceil, "Round": np.rint,
-    "Sign": np.sign, "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos,
-    "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh, "Acosh": np.arccosh,
+    "Sqrt": np.sqrt,
+    "Exp": np.exp,
+    "Log": np.log,
+    "Neg": np.negative,
+    "Abs": np.absolute,
+    "Reciprocal": np.reciprocal,
+    "Tanh": np.tanh,
+    "Floor": np.floor,
+    "Ceil": np.ceil,
+    "Round": np.rint,
+    "Sign": np.sign,
+    "Sin": np.sin,
+    "Cos": np.cos,
+    "Tan": np.tan,
+    "Asin": np.arcsin,
+    "Acos": np.arccos,
+    "Atan": np.arctan,
+    "Sinh": np.sinh,
+    "Cosh": np.cosh,
+    "Asinh": np.arcsinh,
+    "Acosh": np.arccosh,
     "Atanh": np.arctanh,
 }
 _BINARY_UFUNCS: dict[str, Any] = {
-    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": np.power,
-    "Max": np.maximum, "Min": np.minimum,
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "Div": np.divide,
+    "Pow": np.power,
+    "Max": np.maximum,
+    "Min": np.minimum,
 }
 _STEPS: dict[str, StepFn] = {"Pow": _pow}
 

@@ -201,6 +201,4 @@ def _applies_gemm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 # (about 3.6e12, an ulp of 262144) and its stored output exactly uniform; a few ulp between
 # logits turn into probabilities of 0 after Softmax. onnxruntime keeps them equal, so the
 # tuner chooses between numpy and gemm_dot, which read the weight as BLAS's transposed operand.
-GEMM_ALGOS: tuple[KernelImpl, ...] = (
-    KernelImpl("gemm_dot", build_gemm_dot, _applies_gemm),
-)
+GEMM_ALGOS: tuple[KernelImpl, ...] = (KernelImpl("gemm_dot", build_gemm_dot, _applies_gemm),)

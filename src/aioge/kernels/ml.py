@@ -46,8 +46,12 @@ def label_encoder_table(attrs: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarra
     Raises:
         ValueError: no keys or values, or key and value counts that differ.
     """
-    keys = next((attrs[k] for k in ("keys_floats", "keys_int64s", "keys_strings", "keys_tensor") if attrs.get(k) is not None), None)
-    vkey = next((k for k in ("values_floats", "values_int64s", "values_strings", "values_tensor") if attrs.get(k) is not None), None)
+    keys = next(
+        (attrs[k] for k in ("keys_floats", "keys_int64s", "keys_strings", "keys_tensor") if attrs.get(k) is not None), None
+    )
+    vkey = next(
+        (k for k in ("values_floats", "values_int64s", "values_strings", "values_tensor") if attrs.get(k) is not None), None
+    )
     if keys is None or vkey is None:
         raise ValueError("LabelEncoder needs one keys_* and one values_* attribute")
     k = np.asarray(keys, dtype=object if isinstance(keys, (list, tuple)) and keys and isinstance(keys[0], str) else None)
@@ -148,10 +152,19 @@ def _forest(attrs: Mapping[str, Any]) -> _Forest:
             members[node, : s.size] = s
     missing = a.get("nodes_missing_value_tracks_true")
     return _Forest(
-        a["nodes_featureids"].astype(np.int64), a["nodes_splits"].astype(np.float64).reshape(-1), mode, true_id, false_id,
-        true_leaf, false_leaf, np.zeros(n, bool) if missing is None else missing.astype(bool), members,
-        np.where(root_is_leaf, true_id[roots], roots), root_is_leaf,
-        a["leaf_targetids"].astype(np.int64), a["leaf_weights"].astype(np.float64).reshape(-1),
+        a["nodes_featureids"].astype(np.int64),
+        a["nodes_splits"].astype(np.float64).reshape(-1),
+        mode,
+        true_id,
+        false_id,
+        true_leaf,
+        false_leaf,
+        np.zeros(n, bool) if missing is None else missing.astype(bool),
+        members,
+        np.where(root_is_leaf, true_id[roots], roots),
+        root_is_leaf,
+        a["leaf_targetids"].astype(np.int64),
+        a["leaf_weights"].astype(np.float64).reshape(-1),
     )
 
 

@@ -111,6 +111,7 @@ def par_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> int:
         np.matmul(a, b, out=out)
         return 1
     if a.ndim == b.ndim == out.ndim == 3 and a.shape[0] == b.shape[0] == out.shape[0] >= 2:
+
         def part(lo: int, hi: int) -> None:
             np.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi])
 

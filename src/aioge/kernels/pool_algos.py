@@ -41,12 +41,24 @@ class _PoolGeometry:
         pads = list(attrs.get("pads") or [0] * (2 * n))
         self.spatial = [int(d) for d in shape[2:]]
         self.begin, self.pad_end, self.out = window_geometry(
-            self.spatial, self.kernel, self.strides, self.dilations, pads, attrs.get("auto_pad", "NOTSET"),
+            self.spatial,
+            self.kernel,
+            self.strides,
+            self.dilations,
+            pads,
+            attrs.get("auto_pad", "NOTSET"),
             bool(attrs.get("ceil_mode", 0)),
         )
         # ceil_mode windows may overhang the end padding: grow it so every window fits.
         self.end = [
-            max(self.pad_end[i], (self.out[i] - 1) * self.strides[i] + self.dilations[i] * (self.kernel[i] - 1) + 1 - self.spatial[i] - self.begin[i])
+            max(
+                self.pad_end[i],
+                (self.out[i] - 1) * self.strides[i]
+                + self.dilations[i] * (self.kernel[i] - 1)
+                + 1
+                - self.spatial[i]
+                - self.begin[i],
+            )
             for i in range(n)
         ]
 
@@ -55,7 +67,11 @@ class _PoolGeometry:
         count = np.ones((), dtype=np.int64)
         for i in range(len(self.spatial)):
             lo, hi = (-self.begin[i], self.spatial[i] + self.pad_end[i]) if include_pad else (0, self.spatial[i])
-            pos = np.arange(self.out[i])[:, None] * self.strides[i] - self.begin[i] + np.arange(self.kernel[i])[None, :] * self.dilations[i]
+            pos = (
+                np.arange(self.out[i])[:, None] * self.strides[i]
+                - self.begin[i]
+                + np.arange(self.kernel[i])[None, :] * self.dilations[i]
+            )
             count = np.multiply.outer(count, ((pos >= lo) & (pos < hi)).sum(axis=1))
         return np.maximum(count, 1)
 

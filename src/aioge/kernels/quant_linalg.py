@@ -43,7 +43,9 @@ def _row_scale(scale: np.ndarray) -> np.ndarray:
     return s.reshape(()) if s.size == 1 else s.reshape((-1, 1))
 
 
-def matmul_integer(a: np.ndarray, b: np.ndarray, a_zero_point: np.ndarray | None = None, b_zero_point: np.ndarray | None = None) -> np.ndarray:
+def matmul_integer(
+    a: np.ndarray, b: np.ndarray, a_zero_point: np.ndarray | None = None, b_zero_point: np.ndarray | None = None
+) -> np.ndarray:
     """(A - a_zero_point) @ (B - b_zero_point) in int32 (zero points per tensor, per row of A, per column of B)."""
     a32 = _centred(a, a_zero_point, a.ndim - 2 if a.ndim >= 2 else None)
     b32 = _centred(b, b_zero_point, b.ndim - 1)
@@ -51,8 +53,14 @@ def matmul_integer(a: np.ndarray, b: np.ndarray, a_zero_point: np.ndarray | None
 
 
 def qlinear_matmul(
-    a: np.ndarray, a_scale: np.ndarray, a_zero_point: np.ndarray, b: np.ndarray, b_scale: np.ndarray,
-    b_zero_point: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray,
+    a: np.ndarray,
+    a_scale: np.ndarray,
+    a_zero_point: np.ndarray,
+    b: np.ndarray,
+    b_scale: np.ndarray,
+    b_zero_point: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray,
 ) -> np.ndarray:
     """Quantised matmul: requantise (A - za)(B - zb) by a_scale * b_scale / y_scale, add zy."""
     acc = matmul_integer(a, b, a_zero_point, b_zero_point).astype(np.float64)
@@ -68,15 +76,24 @@ def _conv(x32: np.ndarray, w32: np.ndarray, attrs: dict[str, Any]) -> np.ndarray
     return np.asarray(run([x32, w32], None)[0])
 
 
-def conv_integer(x: np.ndarray, w: np.ndarray, x_zero_point: np.ndarray | None = None, w_zero_point: np.ndarray | None = None,
-                 **attrs: Any) -> np.ndarray:
+def conv_integer(
+    x: np.ndarray, w: np.ndarray, x_zero_point: np.ndarray | None = None, w_zero_point: np.ndarray | None = None, **attrs: Any
+) -> np.ndarray:
     """Conv of (x - x_zero_point) with (w - w_zero_point) in int32 (w's zero point per output channel)."""
     return _conv(_centred(x, x_zero_point), _centred(w, w_zero_point, 0), attrs).astype(np.int32)
 
 
 def qlinear_conv(
-    x: np.ndarray, x_scale: np.ndarray, x_zero_point: np.ndarray, w: np.ndarray, w_scale: np.ndarray,
-    w_zero_point: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray, b: np.ndarray | None = None, **attrs: Any,
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray,
+    w: np.ndarray,
+    w_scale: np.ndarray,
+    w_zero_point: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray,
+    b: np.ndarray | None = None,
+    **attrs: Any,
 ) -> np.ndarray:
     """Quantised conv: int32 accumulation (+ int32 bias), requantised per output channel."""
     acc = _conv(_centred(x, x_zero_point), _centred(w, w_zero_point, 0), attrs).astype(np.float64)

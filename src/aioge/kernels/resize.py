@@ -95,7 +95,9 @@ def resize_plan(
     return ResizePlan(tuple(out_sizes), tuple(out_scales), box)
 
 
-def _source_coords(mode: str, n_out: int, n_in: int, scale: float, roi: tuple[float, float] | None) -> tuple[np.ndarray, np.ndarray | None]:
+def _source_coords(
+    mode: str, n_out: int, n_in: int, scale: float, roi: tuple[float, float] | None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Source coordinate of every output position, and which ones are extrapolated."""
     y = np.arange(n_out, dtype=np.float64)
     width = scale * n_in  # the real-valued output length
@@ -128,7 +130,13 @@ def _cubic(d: np.ndarray, a: float) -> np.ndarray:
 
 
 def _taps(
-    x: np.ndarray, n_in: int, scale: float, mode: str, nearest_mode: str, cubic_a: float, antialias: bool,
+    x: np.ndarray,
+    n_in: int,
+    scale: float,
+    mode: str,
+    nearest_mode: str,
+    cubic_a: float,
+    antialias: bool,
     exclude_outside: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(indices, weights), each (n_out, n_taps): the input positions each output reads."""
@@ -163,7 +171,9 @@ def _taps(
     return np.clip(idx, 0, n_in - 1), weights
 
 
-def _resize_axis(data: np.ndarray, axis: int, n_out: int, scale: float, roi: tuple[float, float] | None, attrs: dict[str, Any]) -> np.ndarray:
+def _resize_axis(
+    data: np.ndarray, axis: int, n_out: int, scale: float, roi: tuple[float, float] | None, attrs: dict[str, Any]
+) -> np.ndarray:
     n_in = data.shape[axis]
     if n_out == 0 or n_in == 0:
         shape = list(data.shape)
@@ -171,8 +181,14 @@ def _resize_axis(data: np.ndarray, axis: int, n_out: int, scale: float, roi: tup
         return np.zeros(shape, data.dtype)
     x, outside = _source_coords(attrs["coordinate_transformation_mode"], n_out, n_in, scale, roi)
     idx, w = _taps(
-        x, n_in, scale, attrs["mode"], attrs["nearest_mode"], attrs["cubic_coeff_a"],
-        bool(attrs["antialias"]), bool(attrs["exclude_outside"]),
+        x,
+        n_in,
+        scale,
+        attrs["mode"],
+        attrs["nearest_mode"],
+        attrs["cubic_coeff_a"],
+        bool(attrs["antialias"]),
+        bool(attrs["exclude_outside"]),
     )
     gathered = np.take(data, idx, axis=axis)  # data.shape[:axis] + (n_out, n_taps) + rest
     w_shape = (1,) * axis + w.shape + (1,) * (data.ndim - axis - 1)
@@ -230,6 +246,11 @@ def resize(
 def upsample(x: np.ndarray, scales: np.ndarray, mode: str = "nearest") -> np.ndarray:
     """ONNX Upsample (opset 9): Resize with asymmetric coordinates, nearest taps rounding down."""
     return resize(
-        x, None, scales, None, mode="linear" if mode in ("linear", "bilinear") else "nearest",
-        coordinate_transformation_mode="asymmetric", nearest_mode="floor",
+        x,
+        None,
+        scales,
+        None,
+        mode="linear" if mode in ("linear", "bilinear") else "nearest",
+        coordinate_transformation_mode="asymmetric",
+        nearest_mode="floor",
     )

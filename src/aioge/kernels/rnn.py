@@ -130,7 +130,10 @@ def _scatter_back(steps: np.ndarray, order: np.ndarray) -> np.ndarray:
 
 
 def _run(
-    setup: _Setup, lens: np.ndarray, step: Callable[[int, int, np.ndarray, Any], tuple[np.ndarray, Any]], states: list[Any],
+    setup: _Setup,
+    lens: np.ndarray,
+    step: Callable[[int, int, np.ndarray, Any], tuple[np.ndarray, Any]],
+    states: list[Any],
     dtype: np.dtype,
 ) -> tuple[list[np.ndarray], list[Any]]:
     """Drive ``step(direction, t, projected_t, state) -> (h, state)`` over time, masking ended samples."""

@@ -47,7 +47,7 @@ def linear_attention(
     q, kk, v = _heads(query, hq, "query"), _heads(key, hkv, "key"), _heads(value, hkv, "value")
     dk, dv = q.shape[3], v.shape[3]
     if decay is not None:
-        g = (decay.reshape(b, t, hkv, 1).transpose(0, 2, 1, 3) if decay.shape[-1] == hkv else _heads(decay, hkv, "decay"))
+        g = decay.reshape(b, t, hkv, 1).transpose(0, 2, 1, 3) if decay.shape[-1] == hkv else _heads(decay, hkv, "decay")
         g = np.exp(g.astype(np.float32))  # (B, Hkv, T, 1 or Dk)
     if beta is not None:
         rate = beta.reshape(b, t, beta.shape[-1], 1).transpose(0, 2, 1, 3).astype(np.float32)
@@ -74,7 +74,10 @@ def linear_attention(
 
 
 def causal_conv_with_state(
-    x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, past_state: np.ndarray | None = None,
+    x: np.ndarray,
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    past_state: np.ndarray | None = None,
     activation: str = "none",
 ) -> tuple[np.ndarray, np.ndarray]:
     """y[b, c, t] = sum_j w[c, 0, j] * padded[b, c, t + j] (+ bias, SiLU), and the last k - 1 inputs.

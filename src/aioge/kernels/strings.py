@@ -146,7 +146,7 @@ def tfidf_vectorizer(
     freq = np.zeros((rows.shape[0], size), np.int64)
     grams = _pool_grams(pool_ids, ngram_counts, max_gram_length)
     base = max(vocab.size, 1) + 1
-    if base ** max_gram_length >= 2**62:
+    if base**max_gram_length >= 2**62:
         raise ValueError(f"a pool of {vocab.size} distinct items is too large for {max_gram_length}-grams")
     first_gram = 0
     offsets = {}

@@ -31,7 +31,9 @@ def _scalar(v: np.ndarray) -> float:
     return float(np.asarray(v).reshape(-1)[0])
 
 
-def adagrad(*inputs: np.ndarray, decay_factor: float = 0.0, epsilon: float = 1e-6, norm_coefficient: float = 0.0) -> tuple[np.ndarray, ...]:
+def adagrad(
+    *inputs: np.ndarray, decay_factor: float = 0.0, epsilon: float = 1e-6, norm_coefficient: float = 0.0
+) -> tuple[np.ndarray, ...]:
     """X_new = X - r * G' / (sqrt(H + G'^2) + eps), r = R / (1 + T * decay_factor), G' = G + norm * X."""
     xs, gs, hs = split_groups(inputs, 3, "Adagrad")
     r = _scalar(inputs[0]) / (1 + _scalar(inputs[1]) * decay_factor)
@@ -60,7 +62,11 @@ def momentum(*inputs: np.ndarray, alpha: float, beta: float, mode: str, norm_coe
 
 
 def adam(
-    *inputs: np.ndarray, alpha: float = 0.9, beta: float = 0.999, epsilon: float = 1e-6, norm_coefficient: float = 0.0,
+    *inputs: np.ndarray,
+    alpha: float = 0.9,
+    beta: float = 0.999,
+    epsilon: float = 1e-6,
+    norm_coefficient: float = 0.0,
     norm_coefficient_post: float = 0.0,
 ) -> tuple[np.ndarray, ...]:
     """Adam with bias-corrected rate (after the first step) and optional decoupled weight decay."""
@@ -77,5 +83,3 @@ def adam(
         out_v.append(v2.astype(v.dtype))
         out_h.append(h2.astype(h.dtype))
     return (*out_x, *out_v, *out_h)
-
-

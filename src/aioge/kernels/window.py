@@ -42,8 +42,12 @@ def conv_transpose_geometry(
         ValueError: lengths that do not match the spatial rank, or an empty output.
     """
     n = len(spatial)
-    for name, v, want in (("kernel", kernel, n), ("strides", strides, n), ("dilations", dilations, n),
-                          ("output_padding", output_padding, n)):
+    for name, v, want in (
+        ("kernel", kernel, n),
+        ("strides", strides, n),
+        ("dilations", dilations, n),
+        ("output_padding", output_padding, n),
+    ):
         if len(v) != want:
             raise ValueError(f"{name} has {len(v)} values for {n} spatial axes")
     if output_shape is not None:
@@ -76,7 +80,13 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, **
     dilations = list(attrs.get("dilations") or [1] * nd)
     output_padding = list(attrs.get("output_padding") or [0] * nd)
     begin, out = conv_transpose_geometry(
-        spatial, kernel, strides, dilations, attrs.get("pads"), output_padding, attrs.get("output_shape"),
+        spatial,
+        kernel,
+        strides,
+        dilations,
+        attrs.get("pads"),
+        output_padding,
+        attrs.get("output_shape"),
         attrs.get("auto_pad", "NOTSET"),
     )
     cg, mg = c // group, w.shape[1]
@@ -94,7 +104,11 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, **
         cols = np.matmul(wg.T, xg).reshape(n, mg, *kernel, *spatial)  # one product for all taps
         for tap in itertools.product(*(range(k) for k in kernel)):
             where = tuple(
-                slice(shift[i] + tap[i] * dilations[i], shift[i] + tap[i] * dilations[i] + (spatial[i] - 1) * strides[i] + 1, strides[i])
+                slice(
+                    shift[i] + tap[i] * dilations[i],
+                    shift[i] + tap[i] * dilations[i] + (spatial[i] - 1) * strides[i] + 1,
+                    strides[i],
+                )
                 for i in range(nd)
             )
             canvas[(slice(None), slice(g * mg, (g + 1) * mg), *where)] += cols[(slice(None), slice(None), *tap)]
@@ -120,12 +134,16 @@ def lp_pool(x: np.ndarray, **attrs: Any) -> np.ndarray:
     kernel, strides, dilations, pads, auto_pad = _pool_attrs(attrs, nd)
     begin, end, out = window_geometry(x.shape[2:], kernel, strides, dilations, pads, auto_pad, bool(attrs.get("ceil_mode", 0)))
     # ceil_mode windows may overhang the end padding: grow it with more zeros.
-    end = [max(end[i], (out[i] - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1 - x.shape[2 + i] - begin[i]) for i in range(nd)]
+    end = [
+        max(end[i], (out[i] - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1 - x.shape[2 + i] - begin[i]) for i in range(nd)
+    ]
     powered = np.abs(x.astype(np.promote_types(x.dtype, np.float32))) ** p
     xp = np.pad(powered, [(0, 0), (0, 0), *zip(begin, end)])
     total = np.zeros((*x.shape[:2], *out), powered.dtype)
     for tap in itertools.product(*(range(k) for k in kernel)):
-        index = tuple(slice(tap[i] * dilations[i], tap[i] * dilations[i] + (out[i] - 1) * strides[i] + 1, strides[i]) for i in range(nd))
+        index = tuple(
+            slice(tap[i] * dilations[i], tap[i] * dilations[i] + (out[i] - 1) * strides[i] + 1, strides[i]) for i in range(nd)
+        )
         total += xp[(slice(None), slice(None), *index)]
     return (total ** (1.0 / p)).astype(x.dtype)
 
@@ -188,7 +206,11 @@ def _bilinear_zero(xg: np.ndarray, y: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def deform_conv(
-    x: np.ndarray, w: np.ndarray, offset: np.ndarray, b: np.ndarray | None = None, mask: np.ndarray | None = None,
+    x: np.ndarray,
+    w: np.ndarray,
+    offset: np.ndarray,
+    b: np.ndarray | None = None,
+    mask: np.ndarray | None = None,
     **attrs: Any,
 ) -> np.ndarray:
     """ONNX DeformConv (2-D): each kernel tap reads the input at its position plus a learned
@@ -201,15 +223,16 @@ def deform_conv(
         raise ValueError(f"DeformConv supports 2-D inputs (N, C, H, W), got shape {x.shape}")
     n, c, h, wd = x.shape
     oc, cg = w.shape[:2]
-    kh, kw = (list(attrs.get("kernel_shape") or w.shape[2:]))
+    kh, kw = list(attrs.get("kernel_shape") or w.shape[2:])
     group, og = int(attrs.get("group", 1)), int(attrs.get("offset_group", 1))
     sh, sw = list(attrs.get("strides") or [1, 1])
     dh, dw = list(attrs.get("dilations") or [1, 1])
     pads = list(attrs.get("pads") or [0, 0, 0, 0])
     oh, ow = offset.shape[2:]
     if c != cg * group or oc % group or c % og or offset.shape[1] != og * kh * kw * 2:
-        raise ValueError(f"DeformConv shapes do not fit: X {x.shape}, W {w.shape}, offset {offset.shape}, "
-                         f"group={group}, offset_group={og}")
+        raise ValueError(
+            f"DeformConv shapes do not fit: X {x.shape}, W {w.shape}, offset {offset.shape}, group={group}, offset_group={og}"
+        )
     off = offset.astype(np.float64).reshape(n, og, kh, kw, 2, oh, ow)
     m = np.ones((n, og, kh, kw, oh, ow)) if mask is None else mask.astype(np.float64).reshape(n, og, kh, kw, oh, ow)
     xg = x.astype(np.float64).reshape(n, og, c // og, h, wd)

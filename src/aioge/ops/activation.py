@@ -53,8 +53,14 @@ def _infer_hardmax(ctx: InferContext) -> list[TensorDesc]:
 
 def _act(name: str, fn: Callable[..., Any], doc: str, attrs: dict[str, Attr] | None = None) -> OpSchema:
     return OpSchema(
-        name, _infer_float, (returning("numpy", fn),), VECTOR_ENGINES, attrs or {},
-        family="activation", elementwise=True, doc=doc,
+        name,
+        _infer_float,
+        (returning("numpy", fn),),
+        VECTOR_ENGINES,
+        attrs or {},
+        family="activation",
+        elementwise=True,
+        doc=doc,
     )
 
 
@@ -64,8 +70,12 @@ def _alpha(default: float) -> dict[str, Attr]:
 
 SCHEMAS: tuple[OpSchema, ...] = (
     _act("Elu", k.elu, "x for x >= 0, alpha * (e^x - 1) below", _alpha(1.0)),
-    _act("Selu", k.selu, "gamma * (x for x > 0, alpha * (e^x - 1) otherwise)",
-         {"alpha": Attr("float", 1.67326319217681884765625), "gamma": Attr("float", 1.05070102214813232421875)}),
+    _act(
+        "Selu",
+        k.selu,
+        "gamma * (x for x > 0, alpha * (e^x - 1) otherwise)",
+        {"alpha": Attr("float", 1.67326319217681884765625), "gamma": Attr("float", 1.05070102214813232421875)},
+    ),
     _act("Celu", k.celu, "max(0, x) + min(0, alpha * (e^(x / alpha) - 1))", _alpha(1.0)),
     _act("Softplus", k.softplus, "log(1 + e^x)"),
     _act("Softsign", k.softsign, "x / (1 + |x|)"),
@@ -74,20 +84,44 @@ SCHEMAS: tuple[OpSchema, ...] = (
     _act("Mish", k.mish, "x * tanh(softplus(x))"),
     _act("Swish", k.swish, "x * sigmoid(alpha * x)", _alpha(1.0)),
     OpSchema(
-        "PRelu", _infer_prelu, (returning("numpy", k.prelu),), VECTOR_ENGINES, {}, (2, 2),
-        family="activation", elementwise=True, doc="x where x >= 0, slope * x below (slope broadcasts to x)",
+        "PRelu",
+        _infer_prelu,
+        (returning("numpy", k.prelu),),
+        VECTOR_ENGINES,
+        {},
+        (2, 2),
+        family="activation",
+        elementwise=True,
+        doc="x where x >= 0, slope * x below (slope broadcasts to x)",
     ),
     OpSchema(
-        "Shrink", infer_like_input, (returning("numpy", k.shrink),), VECTOR_ENGINES,
+        "Shrink",
+        infer_like_input,
+        (returning("numpy", k.shrink),),
+        VECTOR_ENGINES,
         {"bias": Attr("float", 0.0), "lambd": Attr("float", 0.5)},
-        family="activation", elementwise=True, doc="x + bias below -lambd, x - bias above lambd, else 0",
+        family="activation",
+        elementwise=True,
+        doc="x + bias below -lambd, x - bias above lambd, else 0",
     ),
     OpSchema(
-        "SwiGLU", _infer_swiglu, (returning("numpy", k.swiglu),), VECTOR_ENGINES, _alpha(1.0), (2, 2),
-        family="activation", elementwise=True, doc="swish(A, alpha) * B for A and B of one shape",
+        "SwiGLU",
+        _infer_swiglu,
+        (returning("numpy", k.swiglu),),
+        VECTOR_ENGINES,
+        _alpha(1.0),
+        (2, 2),
+        family="activation",
+        elementwise=True,
+        doc="swish(A, alpha) * B for A and B of one shape",
     ),
     OpSchema(
-        "Hardmax", _infer_hardmax, (KernelImpl("numpy", k.build_hardmax),), VECTOR_ENGINES,
-        {"axis": Attr("int", -1)}, family="activation", doc="1 at the first maximum along axis, else 0",
+        "Hardmax",
+        _infer_hardmax,
+        (KernelImpl("numpy", k.build_hardmax),),
+        VECTOR_ENGINES,
+        {"axis": Attr("int", -1)},
+        family="activation",
+        doc="1 at the first maximum along axis, else 0",
     ),
 )

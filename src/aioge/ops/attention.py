@@ -86,7 +86,10 @@ def _infer_rotary(ctx: InferContext) -> list[TensorDesc]:
 
 SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
-        "Attention", _infer_attention, (returning_some("numpy", k.attention),), ALL_ENGINES,
+        "Attention",
+        _infer_attention,
+        (returning_some("numpy", k.attention),),
+        ALL_ENGINES,
         {
             "is_causal": Attr("int", 0, (0, 1)),
             "kv_num_heads": Attr("int"),
@@ -98,19 +101,33 @@ SCHEMAS: tuple[OpSchema, ...] = (
             "left_window_size": Attr("int", -1),
             "right_window_size": Attr("int", -1),
         },
-        (3, 7), (1, 4), family="attention", float_only=False,
+        (3, 7),
+        (1, 4),
+        family="attention",
+        float_only=False,
         doc="softmax(Q K^T * scale + bias) V with masks, causal frontier, windows, GQA and a KV cache",
     ),
     OpSchema(
         # the score_mod / prob_mod subgraph attributes are not supported (no graph attributes)
-        "FlexAttention", _infer_flex, (returning("numpy", k.flex_attention),), ALL_ENGINES,
-        {"scale": Attr("float"), "softmax_precision": Attr("int")}, (3, 3), domain="ai.onnx.preview",
-        family="attention", doc="softmax(Q K^T * scale) V with grouped-query heads (no modifier subgraphs)",
+        "FlexAttention",
+        _infer_flex,
+        (returning("numpy", k.flex_attention),),
+        ALL_ENGINES,
+        {"scale": Attr("float"), "softmax_precision": Attr("int")},
+        (3, 3),
+        domain="ai.onnx.preview",
+        family="attention",
+        doc="softmax(Q K^T * scale) V with grouped-query heads (no modifier subgraphs)",
     ),
     OpSchema(
-        "RotaryEmbedding", _infer_rotary, (returning("numpy", k.rotary_embedding),), VECTOR_ENGINES,
+        "RotaryEmbedding",
+        _infer_rotary,
+        (returning("numpy", k.rotary_embedding),),
+        VECTOR_ENGINES,
         {"interleaved": Attr("int", 0, (0, 1)), "num_heads": Attr("int"), "rotary_embedding_dim": Attr("int", 0)},
-        (3, 4), family="attention", float_only=False,
+        (3, 4),
+        family="attention",
+        float_only=False,
         doc="rotate the leading features of every head by position-dependent angles",
     ),
 )

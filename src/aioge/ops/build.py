@@ -67,7 +67,15 @@ def apply(
         norm = schema.normalise_attrs(attrs or {})
     except ValueError as exc:
         raise GraphError(str(exc), graph=graph.name, node=node_name) from None
-    descs = infer_node(schema, [None if v is None else v.desc for v in values], [_known(v) for v in values], norm, num_outputs, graph.name, node_name)
+    descs = infer_node(
+        schema,
+        [None if v is None else v.desc for v in values],
+        [_known(v) for v in values],
+        norm,
+        num_outputs,
+        graph.name,
+        node_name,
+    )
     node = graph.add_node(op_type, values, norm, descs, name=node_name, output_names=output_names, domain=schema.domain)
     return list(node.outputs)
 

@@ -32,15 +32,30 @@ def _infer_logical(ctx: InferContext) -> list[TensorDesc]:
 
 def _compare(name: str, ufunc: Callable[..., Any], doc: str) -> OpSchema:
     return OpSchema(
-        name, _infer_compare, (ufunc_impl("numpy", ufunc),), ALL_ENGINES, {}, (2, 2),
-        family="compare", elementwise=True, doc=doc,
+        name,
+        _infer_compare,
+        (ufunc_impl("numpy", ufunc),),
+        ALL_ENGINES,
+        {},
+        (2, 2),
+        family="compare",
+        elementwise=True,
+        doc=doc,
     )
 
 
 def _logical(name: str, ufunc: Callable[..., Any], doc: str, arity: int = 2) -> OpSchema:
     return OpSchema(
-        name, _infer_logical, (ufunc_impl("numpy", ufunc),), VECTOR_ENGINES, {}, (arity, arity),
-        family="compare", elementwise=True, doc=doc, float_only=False,
+        name,
+        _infer_logical,
+        (ufunc_impl("numpy", ufunc),),
+        VECTOR_ENGINES,
+        {},
+        (arity, arity),
+        family="compare",
+        elementwise=True,
+        doc=doc,
+        float_only=False,
     )
 
 

@@ -66,8 +66,8 @@ def _build_loop(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
     def run(inputs: Sequence[np.ndarray | None], out: Sequence[np.ndarray] | None) -> list[np.ndarray]:
         trip = None if inputs[0] is None else int(np.asarray(inputs[0]).reshape(-1)[0])
         going = True if len(inputs) < 2 or inputs[1] is None else bool(np.asarray(inputs[1]).reshape(-1)[0])
-        states: list[Any] = list(inputs[2:2 + n])
-        outer = list(inputs[2 + n:])
+        states: list[Any] = list(inputs[2 : 2 + n])
+        outer = list(inputs[2 + n :])
         scans: list[list[np.ndarray]] = [[] for _ in scan_dtypes]
         step = 0
         while going and (trip is None or step < trip):
@@ -75,8 +75,8 @@ def _build_loop(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
                 raise ValueError(f"Loop ran {MAX_STEPS} steps without its condition turning false")
             res = run_program(program, [np.asarray(step, np.int64), np.asarray(going), *states, *outer])
             going = bool(np.asarray(res[0]).reshape(-1)[0])
-            states = res[1:1 + n]
-            for j, r in enumerate(res[1 + n:]):
+            states = res[1 : 1 + n]
+            for j, r in enumerate(res[1 + n :]):
                 scans[j].append(r)
             step += 1
         stacked = [np.stack(s) if s else np.zeros((0,), d) for s, d in zip(scans, scan_dtypes)]
@@ -87,9 +87,15 @@ def _build_loop(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
 
 SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
-        "Loop", _infer_loop, (KernelImpl("numpy", _build_loop),), CPU_ONLY,
+        "Loop",
+        _infer_loop,
+        (KernelImpl("numpy", _build_loop),),
+        CPU_ONLY,
         {"body": Attr("any", REQUIRED), "num_states": Attr("int", REQUIRED), "scan_dtypes": Attr("any", ())},
-        (2, -1), (1, -1), family="control", float_only=False,
+        (2, -1),
+        (1, -1),
+        family="control",
+        float_only=False,
         doc="run a body program while the trip count lasts and its condition holds (states carried, scan outputs stacked)",
     ),
 )

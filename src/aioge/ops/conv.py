@@ -63,9 +63,7 @@ def _data_desc(ctx: InferContext, what: str = "X", dtypes: Sequence[str] = _FLOA
     return d
 
 
-def _spatial_out(
-    ctx: InferContext, spatial: Sequence[Dim], kernel: Sequence[Dim], ceil_mode: bool = False
-) -> list[int] | None:
+def _spatial_out(ctx: InferContext, spatial: Sequence[Dim], kernel: Sequence[Dim], ceil_mode: bool = False) -> list[int] | None:
     """The output spatial dims, or None when a symbol makes them unknowable."""
     if not all(isinstance(d, int) for d in (*spatial, *kernel)):
         return None
@@ -155,26 +153,42 @@ _CEIL = {"ceil_mode": Attr("int", 0, (0, 1))}
 
 SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
-        "Conv", _infer_conv,
+        "Conv",
+        _infer_conv,
         (KernelImpl("im2col", k.build_conv_im2col), KernelImpl("taps", k.build_conv_taps), *CONV_ALGOS),
         ALL_ENGINES,
         _window_attrs({"group": Attr("int", 1, check=lambda g: None if g >= 1 else f"group must be >= 1, got {g}")}),
-        (2, 3), family="nn", builder="conv2d", cost="conv",
+        (2, 3),
+        family="nn",
+        builder="conv2d",
+        cost="conv",
         doc="N-D convolution (NCHW), grouped and depthwise, with optional bias",
     ),
     OpSchema(
-        "MaxPool", _infer_max_pool, (KernelImpl("separable", k.build_max_pool), *POOL_MAX_ALGOS), ALL_ENGINES,
+        "MaxPool",
+        _infer_max_pool,
+        (KernelImpl("separable", k.build_max_pool), *POOL_MAX_ALGOS),
+        ALL_ENGINES,
         _window_attrs({**_CEIL, "storage_order": Attr("int", 0, (0, 1))}, kernel_required=True),
-        outputs=(1, 2), family="nn",
+        outputs=(1, 2),
+        family="nn",
         doc="max over sliding windows (padding never wins); optional Indices output (flat, int64)",
     ),
     OpSchema(
-        "AveragePool", _infer_average_pool, (KernelImpl("separable", k.build_average_pool), *POOL_AVG_ALGOS), ALL_ENGINES,
+        "AveragePool",
+        _infer_average_pool,
+        (KernelImpl("separable", k.build_average_pool), *POOL_AVG_ALGOS),
+        ALL_ENGINES,
         _window_attrs({**_CEIL, "count_include_pad": Attr("int", 0, (0, 1))}, kernel_required=True),
-        family="nn", doc="mean over sliding windows, padding counted only with count_include_pad",
+        family="nn",
+        doc="mean over sliding windows, padding counted only with count_include_pad",
     ),
     OpSchema(
-        "GlobalAveragePool", _infer_global_pool, (KernelImpl("numpy", k.build_global_pool("mean")), *GLOBAL_AVG_ALGOS), ALL_ENGINES,
-        family="nn", doc="mean over all spatial axes, kept as size 1",
+        "GlobalAveragePool",
+        _infer_global_pool,
+        (KernelImpl("numpy", k.build_global_pool("mean")), *GLOBAL_AVG_ALGOS),
+        ALL_ENGINES,
+        family="nn",
+        doc="mean over all spatial axes, kept as size 1",
     ),
 )

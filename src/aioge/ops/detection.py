@@ -41,12 +41,21 @@ def _infer_roi_align(ctx: InferContext) -> list[TensorDesc]:
 
 SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
-        "NonMaxSuppression", _infer_nms, (returning("numpy", k.non_max_suppression),), CPU_ONLY,
-        {"center_point_box": Attr("int", 0, (0, 1))}, (2, 5), family="detection", float_only=False,
+        "NonMaxSuppression",
+        _infer_nms,
+        (returning("numpy", k.non_max_suppression),),
+        CPU_ONLY,
+        {"center_point_box": Attr("int", 0, (0, 1))},
+        (2, 5),
+        family="detection",
+        float_only=False,
         doc="greedy per-class box selection by score with IoU suppression: [batch, class, box] rows",
     ),
     OpSchema(
-        "RoiAlign", _infer_roi_align, (returning("numpy", k.roi_align),), VECTOR_ENGINES,
+        "RoiAlign",
+        _infer_roi_align,
+        (returning("numpy", k.roi_align),),
+        VECTOR_ENGINES,
         {
             "coordinate_transformation_mode": Attr("string", "half_pixel", ("half_pixel", "output_half_pixel")),
             "mode": Attr("string", "avg", ("avg", "max")),
@@ -55,6 +64,9 @@ SCHEMAS: tuple[OpSchema, ...] = (
             "sampling_ratio": Attr("int", 0),
             "spatial_scale": Attr("float", 1.0),
         },
-        (3, 3), family="detection", float_only=False, doc="bilinearly sampled, pooled features of regions of interest",
+        (3, 3),
+        family="detection",
+        float_only=False,
+        doc="bilinearly sampled, pooled features of regions of interest",
     ),
 )

@@ -16,15 +16,11 @@ __all__ = ["SCHEMAS"]
 
 
 def _unary(name: str, impl: KernelImpl, doc: str, attrs: dict[str, Attr] | None = None, engines=ALL_ENGINES) -> OpSchema:
-    return OpSchema(
-        name, infer_like_input, (impl,), engines, attrs or {}, family="elementwise", elementwise=True, doc=doc
-    )
+    return OpSchema(name, infer_like_input, (impl,), engines, attrs or {}, family="elementwise", elementwise=True, doc=doc)
 
 
 def _binary(name: str, impl: KernelImpl, doc: str) -> OpSchema:
-    return OpSchema(
-        name, infer_binary, (impl,), ALL_ENGINES, {}, (2, 2), family="elementwise", elementwise=True, doc=doc
-    )
+    return OpSchema(name, infer_binary, (impl,), ALL_ENGINES, {}, (2, 2), family="elementwise", elementwise=True, doc=doc)
 
 
 def _fn(name: str, fn: Callable[..., Any]) -> KernelImpl:
@@ -82,8 +78,15 @@ SCHEMAS: tuple[OpSchema, ...] = (
     _binary("Mul", ufunc_impl("numpy", np.multiply), "a * b with numpy broadcasting"),
     _binary("Div", _fn("numpy", k.div), "a / b; integer division truncates toward zero"),
     OpSchema(
-        "Pow", _infer_pow, (_fn("numpy", k.pow_),), ALL_ENGINES, {}, (2, 2),
-        family="elementwise", elementwise=True, doc="a ** b; the result has a's dtype",
+        "Pow",
+        _infer_pow,
+        (_fn("numpy", k.pow_),),
+        ALL_ENGINES,
+        {},
+        (2, 2),
+        family="elementwise",
+        elementwise=True,
+        doc="a ** b; the result has a's dtype",
     ),
     _unary("Sqrt", ufunc_impl("numpy", np.sqrt), "square root"),
     _unary("Exp", ufunc_impl("numpy", np.exp), "e ** x"),
@@ -97,27 +100,64 @@ SCHEMAS: tuple[OpSchema, ...] = (
     _unary("Sigmoid", _fn("numpy", k.sigmoid), "1 / (1 + e ** -x), overflow-free"),
     _unary("Erf", _fn("numpy", k.erf), "the error function"),
     _unary(
-        "Gelu", _fn("numpy", k.gelu), "x * Phi(x), exact (erf) or tanh-approximated",
+        "Gelu",
+        _fn("numpy", k.gelu),
+        "x * Phi(x), exact (erf) or tanh-approximated",
         {"approximate": Attr("string", "none", ("none", "tanh"))},
     ),
-    _unary("HardSigmoid", _fn("numpy", k.hard_sigmoid), "max(0, min(1, alpha * x + beta))",
-           {"alpha": Attr("float", 0.2), "beta": Attr("float", 0.5)}),
-    OpSchema(
-        "Clip", _infer_clip, (_fn("numpy", k.clip),), ALL_ENGINES, {}, (1, 3),
-        family="elementwise", elementwise=True, doc="min(max(x, lo), hi); lo and hi are optional inputs",
+    _unary(
+        "HardSigmoid",
+        _fn("numpy", k.hard_sigmoid),
+        "max(0, min(1, alpha * x + beta))",
+        {"alpha": Attr("float", 0.2), "beta": Attr("float", 0.5)},
     ),
     OpSchema(
-        "Where", _infer_where, (_fn("numpy", np.where),), ALL_ENGINES, {}, (3, 3),
-        family="elementwise", elementwise=True, doc="condition ? x : y with broadcasting", float_only=False,
+        "Clip",
+        _infer_clip,
+        (_fn("numpy", k.clip),),
+        ALL_ENGINES,
+        {},
+        (1, 3),
+        family="elementwise",
+        elementwise=True,
+        doc="min(max(x, lo), hi); lo and hi are optional inputs",
     ),
     OpSchema(
-        "Sum", infer_broadcast_same_dtype, (_fn("numpy", lambda *xs: np.sum(np.broadcast_arrays(*xs), axis=0).astype(xs[0].dtype)),),
-        ALL_ENGINES, {}, (1, -1), family="elementwise", elementwise=True, doc="elementwise sum of all inputs",
+        "Where",
+        _infer_where,
+        (_fn("numpy", np.where),),
+        ALL_ENGINES,
+        {},
+        (3, 3),
+        family="elementwise",
+        elementwise=True,
+        doc="condition ? x : y with broadcasting",
+        float_only=False,
     ),
     OpSchema(
-        "Cast", _infer_cast, (_fn("numpy", _cast),), CPU_ONLY,
-        {"to": Attr("dtype", REQUIRED), "saturate": Attr("int", 1), "round_mode": Attr("string", "up", ("up", "down", "nearest"))},
-        family="elementwise", elementwise=True, doc="convert to another dtype (saturate, round_mode: for float8 and float4 targets)",
+        "Sum",
+        infer_broadcast_same_dtype,
+        (_fn("numpy", lambda *xs: np.sum(np.broadcast_arrays(*xs), axis=0).astype(xs[0].dtype)),),
+        ALL_ENGINES,
+        {},
+        (1, -1),
+        family="elementwise",
+        elementwise=True,
+        doc="elementwise sum of all inputs",
+    ),
+    OpSchema(
+        "Cast",
+        _infer_cast,
+        (_fn("numpy", _cast),),
+        CPU_ONLY,
+        {
+            "to": Attr("dtype", REQUIRED),
+            "saturate": Attr("int", 1),
+            "round_mode": Attr("string", "up", ("up", "down", "nearest")),
+        },
+        family="elementwise",
+        elementwise=True,
+        doc="convert to another dtype (saturate, round_mode: for float8 and float4 targets)",
         float_only=False,
     ),
     _unary("Identity", _fn("numpy", np.copy), "a copy of x", engines=ALL_ENGINES),

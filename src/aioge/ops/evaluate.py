@@ -63,7 +63,9 @@ def evaluate_node(
         with np.errstate(all="ignore"):
             raw = impl.build(attrs, {}, in_descs, out_descs)(args, None)  # type: ignore[arg-type]
     except Exception as exc:  # noqa: BLE001 - any kernel error: the same inputs fail at run time
-        raise GraphError(f"{schema.name} failed on constant inputs: {type(exc).__name__}: {exc}", graph=graph, node=node) from None
+        raise GraphError(
+            f"{schema.name} failed on constant inputs: {type(exc).__name__}: {exc}", graph=graph, node=node
+        ) from None
     results = [np.asarray(r) for r in list(raw)[: len(out_descs)]]  # a kernel may make optional outputs nobody reads
     if len(results) != len(out_descs):
         return None

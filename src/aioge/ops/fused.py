@@ -128,8 +128,18 @@ def _with_activation(base: OpSchema, name: str, doc: str) -> OpSchema:
         )
 
     return OpSchema(
-        name, infer, tuple(wrap(i) for i in base.impls), base.engines, {**base.attrs, **_ACTIVATION_ATTRS},
-        base.inputs, base.outputs, domain="aioge", family="fused", doc=doc, version=base.version, cost=base.cost,
+        name,
+        infer,
+        tuple(wrap(i) for i in base.impls),
+        base.engines,
+        {**base.attrs, **_ACTIVATION_ATTRS},
+        base.inputs,
+        base.outputs,
+        domain="aioge",
+        family="fused",
+        doc=doc,
+        version=base.version,
+        cost=base.cost,
     )
 
 

@@ -133,7 +133,15 @@ def _builder(schema: OpSchema) -> str:
     result = "the output value" if returns == "Value" else "the output value, or a tuple of them when there are several"
     doc = f'    """{schema.name}: {schema.doc}.\n\n    Attributes: {listed or "none"}. Returns {result}.\n    """\n'
     attr_map = "{" + ", ".join([*(f'"{k}": {k}' for k in attrs), "**unknown"]) + "}"
-    call = [f'"{schema.name}"', f'"{schema.domain}"', args, attr_map, f"variadic={variadic}", "name=name", "num_outputs=num_outputs"]
+    call = [
+        f'"{schema.name}"',
+        f'"{schema.domain}"',
+        args,
+        attr_map,
+        f"variadic={variadic}",
+        "name=name",
+        "num_outputs=num_outputs",
+    ]
     return _split(f"def {fname}(", params, f") -> {returns}:", 0) + doc + _split("return call_builder(", call, ")", 4)
 
 

@@ -72,8 +72,12 @@ def _infer_resize(ctx: InferContext) -> list[TensorDesc]:
         return [TensorDesc(None, dtype)]
     try:
         plan = kr.resize_plan(
-            shape, roi, ctx.value(2) if ctx.has(2) else None, ctx.value(3) if ctx.has(3) else None,
-            ctx.attrs.get("axes"), ctx.attrs["keep_aspect_ratio_policy"],
+            shape,
+            roi,
+            ctx.value(2) if ctx.has(2) else None,
+            ctx.value(3) if ctx.has(3) else None,
+            ctx.attrs.get("axes"),
+            ctx.attrs["keep_aspect_ratio_policy"],
         )
     except ValueError as exc:
         raise InferError(str(exc)) from None
@@ -179,7 +183,8 @@ _RESIZE_ATTRS = {
     "antialias": Attr("int", 0, (0, 1)),
     "axes": Attr("ints"),
     "coordinate_transformation_mode": Attr(
-        "string", "half_pixel",
+        "string",
+        "half_pixel",
         ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"),
     ),
     "cubic_coeff_a": Attr("float", -0.75),
@@ -189,8 +194,10 @@ _RESIZE_ATTRS = {
     "mode": Attr("string", "nearest", ("nearest", "linear", "cubic")),
     "nearest_mode": Attr("string", "round_prefer_floor", ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")),
 }
-_BLOCK_ATTRS = {"blocksize": Attr("int", REQUIRED, check=lambda b: None if b > 0 else "must be positive"),
-                "mode": Attr("string", "DCR", ("DCR", "CRD"))}
+_BLOCK_ATTRS = {
+    "blocksize": Attr("int", REQUIRED, check=lambda b: None if b > 0 else "must be positive"),
+    "mode": Attr("string", "DCR", ("DCR", "CRD")),
+}
 
 
 def _infer_image_decoder(ctx: InferContext) -> list[TensorDesc]:
@@ -211,30 +218,90 @@ def _op(
     engines: frozenset[Engine] = VECTOR_ENGINES,
 ) -> OpSchema:
     return OpSchema(
-        name, infer, (returning("numpy", fn),), engines, attrs or {}, inputs,
-        family="image", doc=doc, float_only=False,
+        name,
+        infer,
+        (returning("numpy", fn),),
+        engines,
+        attrs or {},
+        inputs,
+        family="image",
+        doc=doc,
+        float_only=False,
     )
 
 
 SCHEMAS: tuple[OpSchema, ...] = (
-    _op("Pad", _infer_pad, k.pad, "pad (or crop, for negative pads) with a constant, reflection, edge or wrap",
-        {"mode": Attr("string", "constant", ("constant", "reflect", "edge", "wrap"))}, (2, 4)),
-    _op("Resize", _infer_resize, kr.resize, "resize by scales or to sizes: nearest, linear or cubic, per-axis",
-        _RESIZE_ATTRS, (1, 4)),
-    _op("Upsample", _infer_upsample, kr.upsample, "upsample by scales (nearest or linear, asymmetric coordinates)",
-        {"mode": Attr("string", "nearest", ("nearest", "linear", "bilinear"))}, (2, 2)),
-    _op("DepthToSpace", _infer_depth_to_space, k.depth_to_space, "move channel blocks into space (DCR or CRD)",
-        _BLOCK_ATTRS),
+    _op(
+        "Pad",
+        _infer_pad,
+        k.pad,
+        "pad (or crop, for negative pads) with a constant, reflection, edge or wrap",
+        {"mode": Attr("string", "constant", ("constant", "reflect", "edge", "wrap"))},
+        (2, 4),
+    ),
+    _op(
+        "Resize",
+        _infer_resize,
+        kr.resize,
+        "resize by scales or to sizes: nearest, linear or cubic, per-axis",
+        _RESIZE_ATTRS,
+        (1, 4),
+    ),
+    _op(
+        "Upsample",
+        _infer_upsample,
+        kr.upsample,
+        "upsample by scales (nearest or linear, asymmetric coordinates)",
+        {"mode": Attr("string", "nearest", ("nearest", "linear", "bilinear"))},
+        (2, 2),
+    ),
+    _op("DepthToSpace", _infer_depth_to_space, k.depth_to_space, "move channel blocks into space (DCR or CRD)", _BLOCK_ATTRS),
     _op("SpaceToDepth", _infer_space_to_depth, k.space_to_depth, "move spatial blocks into channels", _BLOCK_ATTRS),
-    _op("CenterCropPad", _infer_center_crop_pad, k.center_crop_pad, "crop or zero-pad about the centre to a shape",
-        {"axes": Attr("ints")}, (2, 2), CPU_ONLY),
-    _op("Col2Im", _infer_col2im, k.col2im, "sum columns of sliding blocks back into images",
-        {"dilations": Attr("ints"), "pads": Attr("ints"), "strides": Attr("ints")}, (3, 3), CPU_ONLY),
-    _op("GridSample", _infer_grid_sample, kg.grid_sample, "sample the input at a grid of normalised coordinates",
-        {"align_corners": Attr("int", 0, (0, 1)), "mode": Attr("string", "linear", ("nearest", "linear", "cubic", "bilinear", "bicubic")),
-         "padding_mode": Attr("string", "zeros", ("zeros", "border", "reflection"))}, (2, 2)),
-    _op("AffineGrid", _infer_affine_grid, kg.affine_grid, "the sampling grid of a batch of affine transforms",
-        {"align_corners": Attr("int", 0, (0, 1))}, (2, 2)),
-    _op("ImageDecoder", _infer_image_decoder, k.decode_image, "decode a BMP/JPEG/PNG/PNM/TIFF/WebP byte stream to HWC uint8 pixels",
-        {"pixel_format": Attr("string", "RGB", ("RGB", "BGR", "Grayscale"))}, (1, 1), CPU_ONLY),
+    _op(
+        "CenterCropPad",
+        _infer_center_crop_pad,
+        k.center_crop_pad,
+        "crop or zero-pad about the centre to a shape",
+        {"axes": Attr("ints")},
+        (2, 2),
+        CPU_ONLY,
+    ),
+    _op(
+        "Col2Im",
+        _infer_col2im,
+        k.col2im,
+        "sum columns of sliding blocks back into images",
+        {"dilations": Attr("ints"), "pads": Attr("ints"), "strides": Attr("ints")},
+        (3, 3),
+        CPU_ONLY,
+    ),
+    _op(
+        "GridSample",
+        _infer_grid_sample,
+        kg.grid_sample,
+        "sample the input at a grid of normalised coordinates",
+        {
+            "align_corners": Attr("int", 0, (0, 1)),
+            "mode": Attr("string", "linear", ("nearest", "linear", "cubic", "bilinear", "bicubic")),
+            "padding_mode": Attr("string", "zeros", ("zeros", "border", "reflection")),
+        },
+        (2, 2),
+    ),
+    _op(
+        "AffineGrid",
+        _infer_affine_grid,
+        kg.affine_grid,
+        "the sampling grid of a batch of affine transforms",
+        {"align_corners": Attr("int", 0, (0, 1))},
+        (2, 2),
+    ),
+    _op(
+        "ImageDecoder",
+        _infer_image_decoder,
+        k.decode_image,
+        "decode a BMP/JPEG/PNG/PNM/TIFF/WebP byte stream to HWC uint8 pixels",
+        {"pixel_format": Attr("string", "RGB", ("RGB", "BGR", "Grayscale"))},
+        (1, 1),
+        CPU_ONLY,
+    ),
 )

@@ -45,13 +45,26 @@ def _infer_sce(ctx: InferContext) -> list[TensorDesc]:
 
 SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
-        "NegativeLogLikelihoodLoss", _infer_nll, (returning("numpy", k.negative_log_likelihood_loss),),
-        VECTOR_ENGINES, _ATTRS, (2, 3), family="loss", float_only=False,
+        "NegativeLogLikelihoodLoss",
+        _infer_nll,
+        (returning("numpy", k.negative_log_likelihood_loss),),
+        VECTOR_ENGINES,
+        _ATTRS,
+        (2, 3),
+        family="loss",
+        float_only=False,
         doc="-input[n, target[n]] * weight[target[n]], reduced by none, sum or a weighted mean",
     ),
     OpSchema(
-        "SoftmaxCrossEntropyLoss", _infer_sce, (returning_some("numpy", k.softmax_cross_entropy_loss),),
-        VECTOR_ENGINES, _ATTRS, (2, 3), (1, 2), family="loss", float_only=False,
+        "SoftmaxCrossEntropyLoss",
+        _infer_sce,
+        (returning_some("numpy", k.softmax_cross_entropy_loss),),
+        VECTOR_ENGINES,
+        _ATTRS,
+        (2, 3),
+        (1, 2),
+        family="loss",
+        float_only=False,
         doc="the NLL loss of log_softmax(scores) over the classes, and optionally the log-probabilities",
     ),
 )

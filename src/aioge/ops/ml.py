@@ -51,10 +51,20 @@ def _infer_tree_ensemble(ctx: InferContext) -> list[TensorDesc]:
 
 
 _LABEL_ATTRS = {
-    name: Attr(kind) for name, kind in (
-        ("default_float", "float"), ("default_int64", "int"), ("default_string", "string"), ("default_tensor", "tensor"),
-        ("keys_floats", "floats"), ("keys_int64s", "ints"), ("keys_strings", "strings"), ("keys_tensor", "tensor"),
-        ("values_floats", "floats"), ("values_int64s", "ints"), ("values_strings", "strings"), ("values_tensor", "tensor"),
+    name: Attr(kind)
+    for name, kind in (
+        ("default_float", "float"),
+        ("default_int64", "int"),
+        ("default_string", "string"),
+        ("default_tensor", "tensor"),
+        ("keys_floats", "floats"),
+        ("keys_int64s", "ints"),
+        ("keys_strings", "strings"),
+        ("keys_tensor", "tensor"),
+        ("values_floats", "floats"),
+        ("values_int64s", "ints"),
+        ("values_strings", "strings"),
+        ("values_tensor", "tensor"),
     )
 }
 _TREE_ATTRS = {
@@ -84,12 +94,33 @@ def _op(
 
 
 SCHEMAS: tuple[OpSchema, ...] = (
-    _op("Binarizer", _infer_binarizer, returning("numpy", k.binarizer), {"threshold": Attr("float", 0.0)},
-        "1 where x > threshold, else 0"),
-    _op("ArrayFeatureExtractor", _infer_feature_extractor, returning("numpy", k.array_feature_extractor), {},
-        "the last axis at the given indices", (2, 2)),
-    _op("LabelEncoder", _infer_label_encoder, KernelImpl("numpy", k.build_label_encoder), _LABEL_ATTRS,
-        "map every element through a key -> value table"),
-    _op("TreeEnsemble", _infer_tree_ensemble, KernelImpl("numpy", k.build_tree_ensemble), _TREE_ATTRS,
-        "evaluate a tree ensemble (branch modes incl. set membership) and aggregate the leaves"),
+    _op(
+        "Binarizer",
+        _infer_binarizer,
+        returning("numpy", k.binarizer),
+        {"threshold": Attr("float", 0.0)},
+        "1 where x > threshold, else 0",
+    ),
+    _op(
+        "ArrayFeatureExtractor",
+        _infer_feature_extractor,
+        returning("numpy", k.array_feature_extractor),
+        {},
+        "the last axis at the given indices",
+        (2, 2),
+    ),
+    _op(
+        "LabelEncoder",
+        _infer_label_encoder,
+        KernelImpl("numpy", k.build_label_encoder),
+        _LABEL_ATTRS,
+        "map every element through a key -> value table",
+    ),
+    _op(
+        "TreeEnsemble",
+        _infer_tree_ensemble,
+        KernelImpl("numpy", k.build_tree_ensemble),
+        _TREE_ATTRS,
+        "evaluate a tree ensemble (branch modes incl. set membership) and aggregate the leaves",
+    ),
 )

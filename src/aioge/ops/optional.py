@@ -25,8 +25,26 @@ def _infer_get(ctx: InferContext) -> list[TensorDesc]:
 
 
 SCHEMAS: tuple[OpSchema, ...] = (
-    OpSchema("OptionalHasElement", _infer_has, (returning("numpy", k.optional_has_element),), CPU_ONLY, {}, (0, 1),
-             family="optional", doc="whether the optional input is given", float_only=False),
-    OpSchema("OptionalGetElement", _infer_get, (returning("numpy", k.optional_get_element),), CPU_ONLY, {}, (1, 1),
-             family="optional", doc="the value of a given optional tensor", float_only=False),
+    OpSchema(
+        "OptionalHasElement",
+        _infer_has,
+        (returning("numpy", k.optional_has_element),),
+        CPU_ONLY,
+        {},
+        (0, 1),
+        family="optional",
+        doc="whether the optional input is given",
+        float_only=False,
+    ),
+    OpSchema(
+        "OptionalGetElement",
+        _infer_get,
+        (returning("numpy", k.optional_get_element),),
+        CPU_ONLY,
+        {},
+        (1, 1),
+        family="optional",
+        doc="the value of a given optional tensor",
+        float_only=False,
+    ),
 )

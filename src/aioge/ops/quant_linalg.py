@@ -74,8 +74,12 @@ def _conv_shape(ctx: InferContext, xi: int, wi: int) -> tuple[Dim, ...] | None:
     kernel = list(a.get("kernel_shape") or w[2:])
     try:
         _, _, out = window_geometry(
-            [int(d) for d in x[2:]], kernel, list(a.get("strides") or [1] * nd), list(a.get("dilations") or [1] * nd),
-            list(a.get("pads") or [0] * (2 * nd)), a["auto_pad"],
+            [int(d) for d in x[2:]],
+            kernel,
+            list(a.get("strides") or [1] * nd),
+            list(a.get("dilations") or [1] * nd),
+            list(a.get("pads") or [0] * (2 * nd)),
+            a["auto_pad"],
         )
     except ValueError as exc:
         raise InferError(str(exc)) from None
@@ -97,16 +101,16 @@ def _infer_qlinear_conv(ctx: InferContext) -> list[TensorDesc]:
 def _op(
     name: str, infer: InferFn, fn: Callable[..., Any], inputs: tuple[int, int], doc: str, attrs: Mapping[str, Attr] | None = None
 ) -> OpSchema:
-    return OpSchema(name, infer, (returning("numpy", fn),), ALL_ENGINES, attrs or {}, inputs,
-                    family="quant_linalg", float_only=False, doc=doc)
+    return OpSchema(
+        name, infer, (returning("numpy", fn),), ALL_ENGINES, attrs or {}, inputs, family="quant_linalg", float_only=False, doc=doc
+    )
 
 
 SCHEMAS: tuple[OpSchema, ...] = (
     _op("MatMulInteger", _infer_matmul_integer, k.matmul_integer, (2, 4), "int32 (A - za) @ (B - zb)"),
     _op("QLinearMatMul", _infer_qlinear_matmul, k.qlinear_matmul, (8, 8), "quantised matmul with requantisation"),
-    _op("ConvInteger", _infer_conv_integer, k.conv_integer, (2, 4), "int32 convolution of zero-point-shifted inputs",
-        _CONV_ATTRS),
-    _op("QLinearConv", _infer_qlinear_conv, k.qlinear_conv, (8, 9), "quantised convolution with requantisation",
-        _CONV_ATTRS),
+    _op(
+        "ConvInteger", _infer_conv_integer, k.conv_integer, (2, 4), "int32 convolution of zero-point-shifted inputs", _CONV_ATTRS
+    ),
+    _op("QLinearConv", _infer_qlinear_conv, k.qlinear_conv, (8, 9), "quantised convolution with requantisation", _CONV_ATTRS),
 )
-

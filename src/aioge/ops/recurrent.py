@@ -81,8 +81,7 @@ def _infer_linear_attention(ctx: InferContext) -> list[TensorDesc]:
     if len(q) != 3 or len(v) != 3 or q[2] % hq or v[2] % hkv:
         raise InferError(f"query {q} and value {v} must be (B, T, heads * D) for {hq} and {hkv} heads")
     dk, dv = q[2] // hq, v[2] // hkv
-    return [TensorDesc((q[0], q[1], hq * dv), dtype),
-            TensorDesc((q[0], hkv, dk, dv), ctx.dtype(3) if ctx.has(3) else dtype)]
+    return [TensorDesc((q[0], q[1], hq * dv), dtype), TensorDesc((q[0], hkv, dk, dv), ctx.dtype(3) if ctx.has(3) else dtype)]
 
 
 def _infer_causal_conv(ctx: InferContext) -> list[TensorDesc]:
@@ -100,21 +99,46 @@ def _infer_causal_conv(ctx: InferContext) -> list[TensorDesc]:
 
 SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
-        "RNN", _rnn_infer(1, 2), (returning_some("numpy", k.rnn),), VECTOR_ENGINES, _common(), (3, 6), (1, 2),
-        family="recurrent", float_only=False, doc="an Elman RNN over a sequence: Y and the last hidden state",
+        "RNN",
+        _rnn_infer(1, 2),
+        (returning_some("numpy", k.rnn),),
+        VECTOR_ENGINES,
+        _common(),
+        (3, 6),
+        (1, 2),
+        family="recurrent",
+        float_only=False,
+        doc="an Elman RNN over a sequence: Y and the last hidden state",
     ),
     OpSchema(
-        "GRU", _rnn_infer(3, 2), (returning_some("numpy", k.gru),), VECTOR_ENGINES,
-        {**_common(), "linear_before_reset": Attr("int", 0, (0, 1))}, (3, 6), (1, 2),
-        family="recurrent", float_only=False, doc="a GRU over a sequence: Y and the last hidden state",
+        "GRU",
+        _rnn_infer(3, 2),
+        (returning_some("numpy", k.gru),),
+        VECTOR_ENGINES,
+        {**_common(), "linear_before_reset": Attr("int", 0, (0, 1))},
+        (3, 6),
+        (1, 2),
+        family="recurrent",
+        float_only=False,
+        doc="a GRU over a sequence: Y and the last hidden state",
     ),
     OpSchema(
-        "LSTM", _rnn_infer(4, 3), (returning_some("numpy", k.lstm),), VECTOR_ENGINES,
-        {**_common(), "input_forget": Attr("int", 0, (0, 1))}, (3, 8), (1, 3),
-        family="recurrent", float_only=False, doc="an LSTM over a sequence: Y and the last hidden and cell states",
+        "LSTM",
+        _rnn_infer(4, 3),
+        (returning_some("numpy", k.lstm),),
+        VECTOR_ENGINES,
+        {**_common(), "input_forget": Attr("int", 0, (0, 1))},
+        (3, 8),
+        (1, 3),
+        family="recurrent",
+        float_only=False,
+        doc="an LSTM over a sequence: Y and the last hidden and cell states",
     ),
     OpSchema(
-        "LinearAttention", _infer_linear_attention, (returning_some("numpy", ks.linear_attention),), VECTOR_ENGINES,
+        "LinearAttention",
+        _infer_linear_attention,
+        (returning_some("numpy", ks.linear_attention),),
+        VECTOR_ENGINES,
         {
             "chunk_size": Attr("int", 64),
             "kv_num_heads": Attr("int", REQUIRED),
@@ -122,12 +146,22 @@ SCHEMAS: tuple[OpSchema, ...] = (
             "scale": Attr("float", 0.0),
             "update_rule": Attr("string", "gated_delta", ("linear", "gated", "delta", "gated_delta")),
         },
-        (3, 6), (1, 2), family="recurrent", float_only=False,
+        (3, 6),
+        (1, 2),
+        family="recurrent",
+        float_only=False,
         doc="linear attention with a recurrent (optionally gated / delta-rule) state",
     ),
     OpSchema(
-        "CausalConvWithState", _infer_causal_conv, (returning_some("numpy", ks.causal_conv_with_state),), VECTOR_ENGINES,
-        {"activation": Attr("string", "none", ("none", "silu", "swish"))}, (2, 4), (1, 2),
-        family="recurrent", float_only=False, doc="a causal depthwise 1-D convolution carrying its last k - 1 inputs",
+        "CausalConvWithState",
+        _infer_causal_conv,
+        (returning_some("numpy", ks.causal_conv_with_state),),
+        VECTOR_ENGINES,
+        {"activation": Attr("string", "none", ("none", "silu", "swish"))},
+        (2, 4),
+        (1, 2),
+        family="recurrent",
+        float_only=False,
+        doc="a causal depthwise 1-D convolution carrying its last k - 1 inputs",
     ),
 )

@@ -56,8 +56,14 @@ REDUCE_ATTRS = {"keepdims": Attr("int", 1, (0, 1)), "noop_with_empty_axes": Attr
 
 def _reduce(name: str, reducer: str, doc: str, infer: Callable[[InferContext], list[TensorDesc]] = infer_reduce) -> OpSchema:
     return OpSchema(
-        name, infer, (KernelImpl("numpy", k.build_reduce(reducer)), *reduce_algos(reducer)), VECTOR_ENGINES, REDUCE_ATTRS, (1, 2),
-        family="reduce", doc=doc,
+        name,
+        infer,
+        (KernelImpl("numpy", k.build_reduce(reducer)), *reduce_algos(reducer)),
+        VECTOR_ENGINES,
+        REDUCE_ATTRS,
+        (1, 2),
+        family="reduce",
+        doc=doc,
     )
 
 

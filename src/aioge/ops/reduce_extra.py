@@ -18,8 +18,14 @@ __all__ = ["SCHEMAS"]
 
 def _reduce(name: str, kind: str, doc: str, infer: Callable[[InferContext], list[TensorDesc]] = infer_reduce) -> OpSchema:
     return OpSchema(
-        name, infer, (KernelImpl("numpy", k.build_reduction(kind)),), VECTOR_ENGINES, REDUCE_ATTRS, (1, 2),
-        family="reduce", doc=doc,
+        name,
+        infer,
+        (KernelImpl("numpy", k.build_reduction(kind)),),
+        VECTOR_ENGINES,
+        REDUCE_ATTRS,
+        (1, 2),
+        family="reduce",
+        doc=doc,
     )
 
 

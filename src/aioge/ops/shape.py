@@ -169,9 +169,7 @@ def _infer_split(ctx: InferContext) -> list[TensorDesc]:
 
 def _infer_slice(ctx: InferContext) -> list[TensorDesc]:
     x = _data(ctx)
-    parts = [
-        _ints_input(ctx, i, name, required=i < 3) for i, name in ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps"))
-    ]
+    parts = [_ints_input(ctx, i, name, required=i < 3) for i, name in ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps"))]
     if ctx.has(1) and ctx.has(2) and ctx.dtype(1) != ctx.dtype(2):
         raise InferError(f"starts and ends must share a dtype, got {ctx.dtype(1)} and {ctx.dtype(2)}")
     if x.shape is None or any(p is _UNKNOWN for p in parts):
@@ -251,40 +249,115 @@ def _one_value(v: np.ndarray) -> str | None:
     return None if v.size == 1 else f"value must hold exactly one element, got shape {v.shape}"
 
 
-def _shape_op(name: str, infer: Any, build: Any, attrs: dict[str, Attr] | None = None, inputs: tuple[int, int] = (1, 1),
-              outputs: tuple[int, int] = (1, 1), doc: str = "", shape_only: bool = False) -> OpSchema:
+def _shape_op(
+    name: str,
+    infer: Any,
+    build: Any,
+    attrs: dict[str, Attr] | None = None,
+    inputs: tuple[int, int] = (1, 1),
+    outputs: tuple[int, int] = (1, 1),
+    doc: str = "",
+    shape_only: bool = False,
+) -> OpSchema:
     return OpSchema(
-        name, infer, (KernelImpl("numpy", build),), CPU_ONLY, attrs or {}, inputs, outputs,
-        family="shape", doc=doc, float_only=False, shape_only=shape_only,
+        name,
+        infer,
+        (KernelImpl("numpy", build),),
+        CPU_ONLY,
+        attrs or {},
+        inputs,
+        outputs,
+        family="shape",
+        doc=doc,
+        float_only=False,
+        shape_only=shape_only,
     )
 
 
 SCHEMAS: tuple[OpSchema, ...] = (
-    _shape_op("Transpose", _infer_transpose, k.build_transpose, {"perm": Attr("ints", None)},
-              doc="permute the axes (default: reverse them)"),
-    _shape_op("Reshape", _infer_reshape, k.build_reshape_like("Reshape"), {"allowzero": Attr("int", 0, (0, 1))}, (2, 2),
-              doc="new shape from the shape input; 0 copies a dim (unless allowzero), -1 is inferred"),
-    _shape_op("Flatten", _infer_flatten, k.build_reshape_like("Flatten"), {"axis": Attr("int", 1)},
-              doc="2-D: the dims before axis times the dims from it"),
-    _shape_op("Squeeze", _infer_squeeze, k.build_reshape_like("Squeeze"), {}, (1, 2),
-              doc="drop size-1 axes (all of them without the axes input)"),
-    _shape_op("Unsqueeze", _infer_unsqueeze, k.build_reshape_like("Unsqueeze"), {}, (2, 2),
-              doc="insert size-1 axes at the given output positions"),
-    _shape_op("Concat", _infer_concat, k.build_concat, {"axis": Attr("int", REQUIRED)}, (1, -1),
-              doc="join tensors along an axis"),
-    _shape_op("Split", _infer_split, k.build_split,
-              {"axis": Attr("int", 0),
-               "num_outputs": Attr("int", None, check=lambda n: None if n >= 1 else f"num_outputs must be >= 1, got {n}")},
-              (1, 2), (1, -1), doc="split along an axis by the split input, num_outputs, or evenly"),
-    _shape_op("Slice", _infer_slice, k.build_slice, {}, (3, 5),
-              doc="strided slice by starts, ends, axes and steps inputs, clamped per the ONNX spec"),
-    _shape_op("Gather", _infer_gather, k.build_gather, {"axis": Attr("int", 0)}, (2, 2),
-              doc="take entries along an axis; negative indices count from the end"),
-    _shape_op("Expand", _infer_expand, k.build_expand, {}, (2, 2),
-              doc="broadcast to a shape (bidirectionally, as numpy does)"),
-    _shape_op("Shape", _infer_shape, k.build_shape, {"start": Attr("int", 0), "end": Attr("int", None)},
-              doc="the input's shape as int64, optionally the dims [start, end)", shape_only=True),
-    _shape_op("ConstantOfShape", _infer_constant_of_shape, k.build_constant_of_shape,
-              {"value": Attr("tensor", None, check=_one_value)},
-              doc="a tensor of the given shape filled with value (default float32 0)"),
+    _shape_op(
+        "Transpose",
+        _infer_transpose,
+        k.build_transpose,
+        {"perm": Attr("ints", None)},
+        doc="permute the axes (default: reverse them)",
+    ),
+    _shape_op(
+        "Reshape",
+        _infer_reshape,
+        k.build_reshape_like("Reshape"),
+        {"allowzero": Attr("int", 0, (0, 1))},
+        (2, 2),
+        doc="new shape from the shape input; 0 copies a dim (unless allowzero), -1 is inferred",
+    ),
+    _shape_op(
+        "Flatten",
+        _infer_flatten,
+        k.build_reshape_like("Flatten"),
+        {"axis": Attr("int", 1)},
+        doc="2-D: the dims before axis times the dims from it",
+    ),
+    _shape_op(
+        "Squeeze",
+        _infer_squeeze,
+        k.build_reshape_like("Squeeze"),
+        {},
+        (1, 2),
+        doc="drop size-1 axes (all of them without the axes input)",
+    ),
+    _shape_op(
+        "Unsqueeze",
+        _infer_unsqueeze,
+        k.build_reshape_like("Unsqueeze"),
+        {},
+        (2, 2),
+        doc="insert size-1 axes at the given output positions",
+    ),
+    _shape_op(
+        "Concat", _infer_concat, k.build_concat, {"axis": Attr("int", REQUIRED)}, (1, -1), doc="join tensors along an axis"
+    ),
+    _shape_op(
+        "Split",
+        _infer_split,
+        k.build_split,
+        {
+            "axis": Attr("int", 0),
+            "num_outputs": Attr("int", None, check=lambda n: None if n >= 1 else f"num_outputs must be >= 1, got {n}"),
+        },
+        (1, 2),
+        (1, -1),
+        doc="split along an axis by the split input, num_outputs, or evenly",
+    ),
+    _shape_op(
+        "Slice",
+        _infer_slice,
+        k.build_slice,
+        {},
+        (3, 5),
+        doc="strided slice by starts, ends, axes and steps inputs, clamped per the ONNX spec",
+    ),
+    _shape_op(
+        "Gather",
+        _infer_gather,
+        k.build_gather,
+        {"axis": Attr("int", 0)},
+        (2, 2),
+        doc="take entries along an axis; negative indices count from the end",
+    ),
+    _shape_op("Expand", _infer_expand, k.build_expand, {}, (2, 2), doc="broadcast to a shape (bidirectionally, as numpy does)"),
+    _shape_op(
+        "Shape",
+        _infer_shape,
+        k.build_shape,
+        {"start": Attr("int", 0), "end": Attr("int", None)},
+        doc="the input's shape as int64, optionally the dims [start, end)",
+        shape_only=True,
+    ),
+    _shape_op(
+        "ConstantOfShape",
+        _infer_constant_of_shape,
+        k.build_constant_of_shape,
+        {"value": Attr("tensor", None, check=_one_value)},
+        doc="a tensor of the given shape filled with value (default float32 0)",
+    ),
 )

@@ -97,27 +97,46 @@ _WINDOW = {"output_datatype": Attr("int", 1), "periodic": Attr("int", 1, (0, 1))
 
 
 def _window(name: str, fn: Callable[..., Any], doc: str) -> OpSchema:
-    return OpSchema(name, _infer_window, (returning("numpy", fn),), CPU_ONLY, dict(_WINDOW),
-                    family="signal", doc=doc, float_only=False)
+    return OpSchema(
+        name, _infer_window, (returning("numpy", fn),), CPU_ONLY, dict(_WINDOW), family="signal", doc=doc, float_only=False
+    )
 
 
 SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
-        "DFT", _infer_dft, (returning("numpy", k.dft),), VECTOR_ENGINES,
-        {"inverse": Attr("int", 0, (0, 1)), "onesided": Attr("int", 0, (0, 1)), "axis": Attr("int")}, (1, 3),
-        family="signal", float_only=False,
+        "DFT",
+        _infer_dft,
+        (returning("numpy", k.dft),),
+        VECTOR_ENGINES,
+        {"inverse": Attr("int", 0, (0, 1)), "onesided": Attr("int", 0, (0, 1)), "axis": Attr("int")},
+        (1, 3),
+        family="signal",
+        float_only=False,
         doc="discrete Fourier transform along one axis (axis from the input, or the opset-17 attribute)",
     ),
     OpSchema(
-        "STFT", _infer_stft, (returning("numpy", k.stft),), VECTOR_ENGINES, {"onesided": Attr("int", 1, (0, 1))},
-        (2, 4), family="signal", float_only=False, doc="windowed DFTs of a signal's frames",
+        "STFT",
+        _infer_stft,
+        (returning("numpy", k.stft),),
+        VECTOR_ENGINES,
+        {"onesided": Attr("int", 1, (0, 1))},
+        (2, 4),
+        family="signal",
+        float_only=False,
+        doc="windowed DFTs of a signal's frames",
     ),
     _window("HannWindow", k.hann_window, "the Hann window of a length"),
     _window("HammingWindow", k.hamming_window, "the Hamming window of a length"),
     _window("BlackmanWindow", k.blackman_window, "the Blackman window of a length"),
     OpSchema(
-        "MelWeightMatrix", _infer_mel, (returning("numpy", k.mel_weight_matrix),), CPU_ONLY,
-        {"output_datatype": Attr("int", 1)}, (5, 5), family="signal", float_only=False,
+        "MelWeightMatrix",
+        _infer_mel,
+        (returning("numpy", k.mel_weight_matrix),),
+        CPU_ONLY,
+        {"output_datatype": Attr("int", 1)},
+        (5, 5),
+        family="signal",
+        float_only=False,
         doc="triangular mel filter weights of the linear DFT bins",
     ),
 )

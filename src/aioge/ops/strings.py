@@ -56,7 +56,6 @@ def _infer_regex(ctx: InferContext) -> list[TensorDesc]:
     return [TensorDesc(ctx.shape(0), "bool")]
 
 
-
 def _infer_tfidf(ctx: InferContext) -> list[TensorDesc]:
     if ctx.dtype(0) not in ("str", "int32", "int64"):
         raise InferError(f"X must be strings, int32 or int64, got {ctx.dtype(0)}")
@@ -82,26 +81,53 @@ def _op(
     outputs: tuple[int, int] = (1, 1),
     inputs: tuple[int, int] = (1, 1),
 ) -> OpSchema:
-    return OpSchema(name, infer, (impl,), CPU_ONLY, attrs or {}, inputs, outputs, family="strings", doc=doc,
-                    float_only=False)
+    return OpSchema(name, infer, (impl,), CPU_ONLY, attrs or {}, inputs, outputs, family="strings", doc=doc, float_only=False)
 
 
 SCHEMAS: tuple[OpSchema, ...] = (
-    _op("StringConcat", _infer_concat, returning("numpy", k.string_concat), "x + y for strings, broadcast",
-        inputs=(2, 2)),
-    _op("StringNormalizer", _infer_normalizer, returning("numpy", k.string_normalizer),
+    _op("StringConcat", _infer_concat, returning("numpy", k.string_concat), "x + y for strings, broadcast", inputs=(2, 2)),
+    _op(
+        "StringNormalizer",
+        _infer_normalizer,
+        returning("numpy", k.string_normalizer),
         "drop stopwords and change case",
-        {"case_change_action": Attr("string", "NONE", ("NONE", "LOWER", "UPPER")), "is_case_sensitive": Attr("int", 0),
-         "locale": Attr("string"), "stopwords": Attr("strings")}),
-    _op("StringSplit", _infer_split, returning_some("numpy", k.string_split),
+        {
+            "case_change_action": Attr("string", "NONE", ("NONE", "LOWER", "UPPER")),
+            "is_case_sensitive": Attr("int", 0),
+            "locale": Attr("string"),
+            "stopwords": Attr("strings"),
+        },
+    ),
+    _op(
+        "StringSplit",
+        _infer_split,
+        returning_some("numpy", k.string_split),
         "split strings into padded pieces and their counts",
-        {"delimiter": Attr("string"), "maxsplit": Attr("int")}, outputs=(2, 2)),
-    _op("TfIdfVectorizer", _infer_tfidf, returning("numpy", k.tfidf_vectorizer),
+        {"delimiter": Attr("string"), "maxsplit": Attr("int")},
+        outputs=(2, 2),
+    ),
+    _op(
+        "TfIdfVectorizer",
+        _infer_tfidf,
+        returning("numpy", k.tfidf_vectorizer),
         "n-gram (with skips) counts against a pool, weighted TF, IDF or TF-IDF",
-        {"max_gram_length": Attr("int", REQUIRED), "max_skip_count": Attr("int", REQUIRED),
-         "min_gram_length": Attr("int", REQUIRED), "mode": Attr("string", REQUIRED, ("TF", "IDF", "TFIDF")),
-         "ngram_counts": Attr("ints", REQUIRED), "ngram_indexes": Attr("ints", REQUIRED), "pool_int64s": Attr("ints"),
-         "pool_strings": Attr("strings"), "weights": Attr("floats")}),
-    _op("RegexFullMatch", _infer_regex, returning("numpy", k.regex_full_match), "whether each string fully matches",
-        {"pattern": Attr("string", REQUIRED, check=_pattern)}),
+        {
+            "max_gram_length": Attr("int", REQUIRED),
+            "max_skip_count": Attr("int", REQUIRED),
+            "min_gram_length": Attr("int", REQUIRED),
+            "mode": Attr("string", REQUIRED, ("TF", "IDF", "TFIDF")),
+            "ngram_counts": Attr("ints", REQUIRED),
+            "ngram_indexes": Attr("ints", REQUIRED),
+            "pool_int64s": Attr("ints"),
+            "pool_strings": Attr("strings"),
+            "weights": Attr("floats"),
+        },
+    ),
+    _op(
+        "RegexFullMatch",
+        _infer_regex,
+        returning("numpy", k.regex_full_match),
+        "whether each string fully matches",
+        {"pattern": Attr("string", REQUIRED, check=_pattern)},
+    ),
 )

@@ -37,21 +37,51 @@ def _infer(groups: int, op: str) -> InferFn:
 
 def _op(name: str, fn: Callable[..., Any], groups: int, attrs: dict[str, Attr], doc: str) -> OpSchema:
     return OpSchema(
-        name, _infer(groups, name), (returning_some("numpy", fn),), VECTOR_ENGINES, attrs, (2 + groups, -1), (1, -1),
-        domain=DOMAIN, family="training", float_only=False, doc=doc,
+        name,
+        _infer(groups, name),
+        (returning_some("numpy", fn),),
+        VECTOR_ENGINES,
+        attrs,
+        (2 + groups, -1),
+        (1, -1),
+        domain=DOMAIN,
+        family="training",
+        float_only=False,
+        doc=doc,
     )
 
 
 SCHEMAS: tuple[OpSchema, ...] = (
-    _op("Adagrad", k.adagrad, 3,
+    _op(
+        "Adagrad",
+        k.adagrad,
+        3,
         {"decay_factor": Attr("float", 0.0), "epsilon": Attr("float", 1e-6), "norm_coefficient": Attr("float", 0.0)},
-        "Adagrad updates of tensors X with gradients G and accumulated squares H"),
-    _op("Momentum", k.momentum, 3,
-        {"alpha": Attr("float", REQUIRED), "beta": Attr("float", REQUIRED), "mode": Attr("string", REQUIRED, ("standard", "nesterov")),
-         "norm_coefficient": Attr("float", REQUIRED)},
-        "momentum (or Nesterov) updates of tensors X with gradients G and velocities V"),
-    _op("Adam", k.adam, 4,
-        {"alpha": Attr("float", 0.9), "beta": Attr("float", 0.999), "epsilon": Attr("float", 1e-6),
-         "norm_coefficient": Attr("float", 0.0), "norm_coefficient_post": Attr("float", 0.0)},
-        "Adam updates of tensors X with gradients G, first moments V and second moments H"),
+        "Adagrad updates of tensors X with gradients G and accumulated squares H",
+    ),
+    _op(
+        "Momentum",
+        k.momentum,
+        3,
+        {
+            "alpha": Attr("float", REQUIRED),
+            "beta": Attr("float", REQUIRED),
+            "mode": Attr("string", REQUIRED, ("standard", "nesterov")),
+            "norm_coefficient": Attr("float", REQUIRED),
+        },
+        "momentum (or Nesterov) updates of tensors X with gradients G and velocities V",
+    ),
+    _op(
+        "Adam",
+        k.adam,
+        4,
+        {
+            "alpha": Attr("float", 0.9),
+            "beta": Attr("float", 0.999),
+            "epsilon": Attr("float", 1e-6),
+            "norm_coefficient": Attr("float", 0.0),
+            "norm_coefficient_post": Attr("float", 0.0),
+        },
+        "Adam updates of tensors X with gradients G, first moments V and second moments H",
+    ),
 )

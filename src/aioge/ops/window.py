@@ -60,8 +60,14 @@ def _infer_conv_transpose(ctx: InferContext) -> list[TensorDesc]:
     a = ctx.attrs
     try:
         _, out = k.conv_transpose_geometry(
-            spatial, kernel, list(a.get("strides") or [1] * nd), list(a.get("dilations") or [1] * nd),
-            a.get("pads"), list(a.get("output_padding") or [0] * nd), a.get("output_shape"), a["auto_pad"],
+            spatial,
+            kernel,
+            list(a.get("strides") or [1] * nd),
+            list(a.get("dilations") or [1] * nd),
+            a.get("pads"),
+            list(a.get("output_padding") or [0] * nd),
+            a.get("output_shape"),
+            a["auto_pad"],
         )
     except ValueError as exc:
         raise InferError(str(exc)) from None
@@ -93,8 +99,13 @@ def _infer_lp_pool(ctx: InferContext) -> list[TensorDesc]:
         raise InferError(f"kernel_shape {kernel} does not fit {nd} spatial axes")
     try:
         _, _, out = window_geometry(
-            spatial, kernel, list(a.get("strides") or [1] * nd), list(a.get("dilations") or [1] * nd),
-            list(a.get("pads") or [0] * (2 * nd)), a["auto_pad"], bool(a["ceil_mode"]),
+            spatial,
+            kernel,
+            list(a.get("strides") or [1] * nd),
+            list(a.get("dilations") or [1] * nd),
+            list(a.get("pads") or [0] * (2 * nd)),
+            a["auto_pad"],
+            bool(a["ceil_mode"]),
         )
     except ValueError as exc:
         raise InferError(str(exc)) from None
@@ -134,29 +145,65 @@ _WINDOW = {"dilations": Attr("ints"), "pads": Attr("ints"), "strides": Attr("int
 
 SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
-        "ConvTranspose", _infer_conv_transpose, (returning("numpy", k.conv_transpose),), ALL_ENGINES,
-        {**_WINDOW, "group": Attr("int", 1), "kernel_shape": Attr("ints"), "output_padding": Attr("ints"),
-         "output_shape": Attr("ints")},
-        (2, 3), family="window", cost="conv", doc="transposed convolution (any spatial rank; groups, strides, dilations, pads)",
+        "ConvTranspose",
+        _infer_conv_transpose,
+        (returning("numpy", k.conv_transpose),),
+        ALL_ENGINES,
+        {
+            **_WINDOW,
+            "group": Attr("int", 1),
+            "kernel_shape": Attr("ints"),
+            "output_padding": Attr("ints"),
+            "output_shape": Attr("ints"),
+        },
+        (2, 3),
+        family="window",
+        cost="conv",
+        doc="transposed convolution (any spatial rank; groups, strides, dilations, pads)",
     ),
     OpSchema(
-        "DeformConv", _infer_deform_conv, (returning("numpy", k.deform_conv),), ALL_ENGINES,
-        {"dilations": Attr("ints"), "group": Attr("int", 1), "kernel_shape": Attr("ints"), "offset_group": Attr("int", 1),
-         "pads": Attr("ints"), "strides": Attr("ints")},
-        (3, 5), family="window", doc="deformable 2-D convolution: kernel taps at learned offsets, optionally masked",
+        "DeformConv",
+        _infer_deform_conv,
+        (returning("numpy", k.deform_conv),),
+        ALL_ENGINES,
+        {
+            "dilations": Attr("ints"),
+            "group": Attr("int", 1),
+            "kernel_shape": Attr("ints"),
+            "offset_group": Attr("int", 1),
+            "pads": Attr("ints"),
+            "strides": Attr("ints"),
+        },
+        (3, 5),
+        family="window",
+        doc="deformable 2-D convolution: kernel taps at learned offsets, optionally masked",
     ),
     OpSchema(
-        "LpPool", _infer_lp_pool, (returning("numpy", k.lp_pool),), VECTOR_ENGINES,
+        "LpPool",
+        _infer_lp_pool,
+        (returning("numpy", k.lp_pool),),
+        VECTOR_ENGINES,
         {**_WINDOW, "kernel_shape": Attr("ints", REQUIRED), "p": Attr("int", 2), "ceil_mode": Attr("int", 0, (0, 1))},
-        family="window", doc="the Lp norm of every window",
+        family="window",
+        doc="the Lp norm of every window",
     ),
     OpSchema(
-        "GlobalMaxPool", _infer_global_max_pool, (KernelImpl("numpy", build_global_pool("max")),), VECTOR_ENGINES,
-        family="window", doc="the maximum over all spatial axes, kept as size 1",
+        "GlobalMaxPool",
+        _infer_global_max_pool,
+        (KernelImpl("numpy", build_global_pool("max")),),
+        VECTOR_ENGINES,
+        family="window",
+        doc="the maximum over all spatial axes, kept as size 1",
     ),
     OpSchema(
-        "MaxUnpool", _infer_max_unpool, (returning("numpy", k.max_unpool),), CPU_ONLY,
-        {"kernel_shape": Attr("ints", REQUIRED), "pads": Attr("ints"), "strides": Attr("ints")}, (2, 3),
-        family="window", doc="scatter pooled maxima back to their positions in a zero tensor", float_only=False,
+        "MaxUnpool",
+        _infer_max_unpool,
+        (returning("numpy", k.max_unpool),),
+        CPU_ONLY,
+        {"kernel_shape": Attr("ints", REQUIRED), "pads": Attr("ints"), "strides": Attr("ints")},
+        (2, 3),
+        family="window",
+        doc="scatter pooled maxima back to their positions in a zero tensor",
+        float_only=False,
     ),
 )

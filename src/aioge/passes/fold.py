@@ -66,8 +66,9 @@ def _evaluate(graph: Graph, node: Node) -> list[np.ndarray] | None:
     in_descs = [None if v is None else v.desc for v in node.inputs]
     in_values = [v.data if v is not None and v.kind is ValueKind.CONSTANT else None for v in node.inputs]
     try:
-        results = evaluate_node(schema, node.attrs, in_descs, in_values, [o.desc for o in node.outputs],
-                                graph=graph.name, node=node.name)
+        results = evaluate_node(
+            schema, node.attrs, in_descs, in_values, [o.desc for o in node.outputs], graph=graph.name, node=node.name
+        )
     except GraphError as exc:  # it fails again at run time, with the node named
         log.debug("not folding %s (%s): %s", node.name, node.op_type, exc)
         return None

@@ -33,36 +33,69 @@ class GraphPass:
 
 
 PASSES: tuple[GraphPass, ...] = (
-    GraphPass("ConstantFoldingPass", True, "evaluate nodes whose inputs are known (incl. static Shape chains) into constants",
-              fold.constant_folding),
-    GraphPass("IdentityRemovalPass", True, "remove Identity, inference-mode Dropout and same-type Cast nodes",
-              cleanup.remove_identity),
-    GraphPass("CommonSubexpressionEliminationPass", True, "merge equal constants and nodes computing the same thing",
-              cse.common_subexpressions),
+    GraphPass(
+        "ConstantFoldingPass",
+        True,
+        "evaluate nodes whose inputs are known (incl. static Shape chains) into constants",
+        fold.constant_folding,
+    ),
+    GraphPass(
+        "IdentityRemovalPass", True, "remove Identity, inference-mode Dropout and same-type Cast nodes", cleanup.remove_identity
+    ),
+    GraphPass(
+        "CommonSubexpressionEliminationPass",
+        True,
+        "merge equal constants and nodes computing the same thing",
+        cse.common_subexpressions,
+    ),
     GraphPass("DeadCodeEliminationPass", True, "remove nodes whose outputs reach no graph output", cleanup.dead_code),
-    GraphPass("GeluFusionPass", True, "replace the decomposed erf Gelu (Div, Erf, Add, Mul, Mul) by one Gelu",
-              patterns.fuse_gelu),
-    GraphPass("LayerNormFusionPass", True,
-              "replace the decomposed LayerNorm (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div[, Mul, Add]) by one",
-              patterns.fuse_layer_norm),
-    GraphPass("ConvBatchNormFusionPass", True,
-              "fold BatchNormalization and per-channel Mul into the weights of the Conv or Gemm before it",
-              batchnorm.fold_batch_norm),
-    GraphPass("BatchNormDecompositionPass", True,
-              "rewrite a BatchNormalization that cannot fold into weights as a per-channel Mul and Add",
-              batchnorm.decompose_batch_norm),
-    GraphPass("TransposeMatMulFusionPass", True, "fold last-two-axes Transposes into MatMul/Gemm as transA/transB",
-              linear.fold_transposes),
+    GraphPass(
+        "GeluFusionPass", True, "replace the decomposed erf Gelu (Div, Erf, Add, Mul, Mul) by one Gelu", patterns.fuse_gelu
+    ),
+    GraphPass(
+        "LayerNormFusionPass",
+        True,
+        "replace the decomposed LayerNorm (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div[, Mul, Add]) by one",
+        patterns.fuse_layer_norm,
+    ),
+    GraphPass(
+        "ConvBatchNormFusionPass",
+        True,
+        "fold BatchNormalization and per-channel Mul into the weights of the Conv or Gemm before it",
+        batchnorm.fold_batch_norm,
+    ),
+    GraphPass(
+        "BatchNormDecompositionPass",
+        True,
+        "rewrite a BatchNormalization that cannot fold into weights as a per-channel Mul and Add",
+        batchnorm.decompose_batch_norm,
+    ),
+    GraphPass(
+        "TransposeMatMulFusionPass",
+        True,
+        "fold last-two-axes Transposes into MatMul/Gemm as transA/transB",
+        linear.fold_transposes,
+    ),
     GraphPass("MatMulAddFusionPass", True, "rewrite MatMul + Add on matrices as Gemm", linear.fuse_matmul_add),
     GraphPass("BiasAddFusionPass", True, "fold a bias Add into the Conv bias or the Gemm C before it", linear.fuse_bias_add),
-    GraphPass("ActivationFusionPass", True,
-              "fuse Relu/LeakyRelu/Clip/Sigmoid/HardSigmoid/Tanh/Gelu into the Conv, Gemm or MatMul before it",
-              linear.fuse_activation),
-    GraphPass("DuplicateFilterPass", True,
-              "compute repeated (filter, bias) pairs of a Conv with constant weights once and Gather the channels",
-              linear.dedup_filters),
-    GraphPass("ElementwiseFusionPass", True, "fuse chains of elementwise ops into one blocked FusedElementwise kernel",
-              elementwise.fuse_elementwise),
+    GraphPass(
+        "ActivationFusionPass",
+        True,
+        "fuse Relu/LeakyRelu/Clip/Sigmoid/HardSigmoid/Tanh/Gelu into the Conv, Gemm or MatMul before it",
+        linear.fuse_activation,
+    ),
+    GraphPass(
+        "DuplicateFilterPass",
+        True,
+        "compute repeated (filter, bias) pairs of a Conv with constant weights once and Gather the channels",
+        linear.dedup_filters,
+    ),
+    GraphPass(
+        "ElementwiseFusionPass",
+        True,
+        "fuse chains of elementwise ops into one blocked FusedElementwise kernel",
+        elementwise.fuse_elementwise,
+    ),
 )
 
 _MAX_ROUNDS = 8

@@ -82,8 +82,14 @@ def _match_gelu(graph: Graph, erf: Node) -> tuple[Value, list[Node]] | None:
         if last is None or not _scalar_operand(last, mul.outputs[0], 0.5):
             return None
         nodes = [pre, erf, add, mul, last]
-    elif other is not None and _op(other.producer, "Mul") and only_use(graph, other) is mul and _scalar_operand(other.producer, x, 0.5):  # type: ignore[arg-type]
-        nodes = [other.producer, pre, erf, add, mul]  # type: ignore[list-item]
+    elif (
+        other is not None
+        and other.producer is not None
+        and _op(other.producer, "Mul")
+        and only_use(graph, other) is mul
+        and _scalar_operand(other.producer, x, 0.5)
+    ):
+        nodes = [other.producer, pre, erf, add, mul]
     elif other is not None and is_close(const_scalar(other), 0.5):  # ((1 + erf) * 0.5) * x
         last = _next(graph, mul.outputs[0], "Mul")
         if last is None or other_input(last, mul.outputs[0]) is not x:
@@ -138,9 +144,7 @@ def _tail_axes(node: Node, rank: int) -> int | None:
     return axes[0]
 
 
-def _match_layer_norm(
-    graph: Graph, mean: Node
-) -> tuple[Value, Value | None, Value | None, int, float, list[Node]] | None:
+def _match_layer_norm(graph: Graph, mean: Node) -> tuple[Value, Value | None, Value | None, int, float, list[Node]] | None:
     x = mean.inputs[0]
     shape = static_shape(x.desc) if x is not None else None
     if x is None or shape is None or not shape or x.desc.dtype not in ("float16", "float32", "float64"):
@@ -158,7 +162,12 @@ def _match_layer_norm(
         sq = next((n for n in readers if _op(n, "Mul") and n.inputs[0] is d and n.inputs[1] is d), None)
     div = next((n for n in readers if _op(n, "Div") and n.inputs[0] is d), None)
     # d is read by the square (once as Pow, twice as Mul(d, d)) and the Div, nothing else.
-    if sq is None or div is None or len(d.uses) != (3 if sq.op_type == "Mul" else 2) or {id(n) for n in readers} != {id(sq), id(div)}:
+    if (
+        sq is None
+        or div is None
+        or len(d.uses) != (3 if sq.op_type == "Mul" else 2)
+        or {id(n) for n in readers} != {id(sq), id(div)}
+    ):
         return None
     var = _next(graph, sq.outputs[0], "ReduceMean")
     if var is None or _tail_axes(var, len(shape)) != axis:

@@ -104,7 +104,9 @@ def add_op(
     except ValueError as exc:
         raise GraphError(f"{op_type}: {exc}", graph=graph.name) from None
     values = [const_array(v) if v is not None else None for v in inputs]
-    descs = infer_node(schema, [v.desc if v is not None else None for v in inputs], values, norm, num_outputs, graph.name, op_type)
+    descs = infer_node(
+        schema, [v.desc if v is not None else None for v in inputs], values, norm, num_outputs, graph.name, op_type
+    )
     return graph.add_node(op_type, inputs, norm, descs, domain=schema.domain)
 
 

@@ -218,7 +218,11 @@ def _is_a(value: Any, hint: Any) -> bool:
             return all(_is_a(v, args[0]) for v in value)
         return not args or (len(args) == len(value) and all(_is_a(v, a) for v, a in zip(value, args)))
     if origin in (list, collections.abc.Sequence):
-        return isinstance(value, (list, tuple)) and all(_is_a(v, args[0]) for v in value) if args else isinstance(value, (list, tuple))
+        return (
+            isinstance(value, (list, tuple)) and all(_is_a(v, args[0]) for v in value)
+            if args
+            else isinstance(value, (list, tuple))
+        )
     if origin in (frozenset, set, collections.abc.Set):
         return isinstance(value, (frozenset, set)) and (not args or all(_is_a(v, args[0]) for v in value))
     if origin in (dict, collections.abc.Mapping):

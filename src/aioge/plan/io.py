@@ -131,8 +131,11 @@ def _bounded_unpack(data: bytes, ext_hook: Any) -> Any:
         return obj
 
     kwargs: dict[str, Any] = {
-        "raw": False, "strict_map_key": True, "max_buffer_size": max(len(data), 1),
-        "list_hook": count, "object_hook": count,
+        "raw": False,
+        "strict_map_key": True,
+        "max_buffer_size": max(len(data), 1),
+        "list_hook": count,
+        "object_hook": count,
     }
     if ext_hook is not None:
         kwargs["ext_hook"] = lambda code, body: ext_hook(code, count(body))  # an array costs a container too
@@ -196,7 +199,9 @@ def make_envelope(kind: str, payload: bytes, extra: Mapping[str, Any] | None = N
     return MAGIC + struct.pack("<I", len(blob)) + blob + payload
 
 
-def open_envelope(data: bytes, kind: str, *, path: str | None = None, check_versions: bool = True) -> tuple[dict[str, Any], bytes]:
+def open_envelope(
+    data: bytes, kind: str, *, path: str | None = None, check_versions: bool = True
+) -> tuple[dict[str, Any], bytes]:
     """Check an envelope and return (header, payload).
 
     Raises:
@@ -407,8 +412,14 @@ def _file_type(path: str, st: os.stat_result | None = None) -> str:
         except OSError:
             return "something that cannot be opened"
     mode = st.st_mode
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
         if test(mode):
             return name
     return f"a file of type {stat.S_IFMT(mode):o}"
@@ -436,12 +447,16 @@ def unlink_if_ours(path: str | os.PathLike[str], *, empty_ok: bool = False) -> b
         return False
 
 
-async def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600, limiter: anyio.CapacityLimiter | None = None) -> None:
+async def write_atomic(
+    path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600, limiter: anyio.CapacityLimiter | None = None
+) -> None:
     """``write_atomic_sync`` off the event loop, in one worker-thread hop."""
     await _hop(functools.partial(write_atomic_sync, mode=mode), path, data, limiter=limiter)
 
 
-async def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES, limiter: anyio.CapacityLimiter | None = None) -> bytes:
+async def read_bytes(
+    path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES, limiter: anyio.CapacityLimiter | None = None
+) -> bytes:
     """``read_bytes_sync`` off the event loop, in one worker-thread hop."""
     data: bytes = await _hop(functools.partial(read_bytes_sync, max_bytes=max_bytes), path, limiter=limiter)
     return data

@@ -64,7 +64,9 @@ def desc_from_plain(data: Any) -> KernelDesc:
 # -- what the compiler could have chosen (kernel-cache entries and .om node plans are checked by this) --
 
 
-def candidates_of(schema: OpSchema, in_descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[tuple[KernelImpl, dict[str, Any]]]:
+def candidates_of(
+    schema: OpSchema, in_descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]
+) -> list[tuple[KernelImpl, dict[str, Any]]]:
     """Every applicable (implementation, parameter set), in the schema's order of preference."""
     out = []
     for impl in schema.impls:

@@ -77,8 +77,10 @@ def check_reuse(buffers: Sequence[tuple[Buffer, Sequence[int]]], streams: Stream
             a, uses = order[segs[last][2]]
             for u in uses or (a.producer,):
                 if u == b.producer or clock[stream[u]] < pos[u]:
-                    return (f"buffers of {a.value!r} and {b.value!r} share arena bytes, but node {u} (using "
-                            f"{a.value!r}) does not end before node {b.producer} writes {b.value!r}")
+                    return (
+                        f"buffers of {a.value!r} and {b.value!r} share arena bytes, but node {u} (using "
+                        f"{a.value!r}) does not end before node {b.producer} writes {b.value!r}"
+                    )
             last += 1
         keep: list[tuple[int, int, int]] = []
         if first < last and segs[first][0] < lo:

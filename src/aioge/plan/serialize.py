@@ -97,7 +97,8 @@ def _dec_desc(x: Any) -> TensorDesc:
         raise ModelFormatError(f"malformed tensor desc {x!r:.80}")
     shape, dtype, fmt = x
     if shape is not None and not (
-        isinstance(shape, list) and all((isinstance(d, int) and not isinstance(d, bool) and d >= 0) or isinstance(d, str) for d in shape)
+        isinstance(shape, list)
+        and all((isinstance(d, int) and not isinstance(d, bool) and d >= 0) or isinstance(d, str) for d in shape)
     ):
         raise ModelFormatError(f"malformed shape {shape!r:.80}")
     if dtype not in DTYPES or not isinstance(fmt, str):
@@ -165,7 +166,9 @@ def _unframe(payload: bytes, path: str | None) -> tuple[Any, memoryview]:
         raise ModelFormatError("payload too short", path=path)
     (n,) = struct.unpack_from("<Q", payload)
     if n > _MAX_META_BYTES:  # decoding allocates up to ~25x its size (plan.io): bound it before
-        raise ModelFormatError(f"payload declares {n} bytes of metadata, more than the {_MAX_META_BYTES} a model may have", path=path)
+        raise ModelFormatError(
+            f"payload declares {n} bytes of metadata, more than the {_MAX_META_BYTES} a model may have", path=path
+        )
     start = 8 + n + (-(8 + n) % _BLOB_ALIGN)
     if 8 + n > len(payload) or start > len(payload):
         raise ModelFormatError(f"payload declares {n} bytes of metadata, has {len(payload) - 8}", path=path)
@@ -238,7 +241,10 @@ def _enc_graph(g: Graph, weights: dict[str, np.ndarray] | None, blob: _Blob) -> 
         "variables": [[v.name, _enc_desc(v.desc), _data_ref(v.data, weights, blob)] for v in g.variables.values()],  # type: ignore[arg-type]
         "nodes": [
             [
-                n.name, n.op_type, n.domain, _enc(n.attrs),
+                n.name,
+                n.op_type,
+                n.domain,
+                _enc(n.attrs),
                 [None if v is None else v.name for v in n.inputs],
                 [[o.name, _enc_desc(o.desc)] for o in n.outputs],
             ]
@@ -431,7 +437,12 @@ def _dec_data(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, 
         return _load_weight(ref[_T_WEIGHT], desc, weight_dir, require_owner, name)
     if isinstance(ref, dict) and _T_SPLAT in ref:
         one = ref[_T_SPLAT]
-        if not isinstance(one, bytes) or not desc.static or desc.dtype not in _ARRAY_DTYPES or len(one) != np.dtype(desc.dtype).itemsize:
+        if (
+            not isinstance(one, bytes)
+            or not desc.static
+            or desc.dtype not in _ARRAY_DTYPES
+            or len(one) != np.dtype(desc.dtype).itemsize
+        ):
             raise ModelFormatError(f"tensor {name!r}: malformed splat value for its desc {desc}")
         value = np.frombuffer(one, dtype=desc.dtype)[0]
         full = np.full(tuple(int(d) for d in desc.shape), value, dtype=desc.dtype)  # type: ignore[union-attr]
@@ -475,7 +486,9 @@ def _load_weight(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: boo
     except CacheError as exc:
         raise ModelFormatError(f"weight file of tensor {name!r}: {str(exc).removeprefix(f'{path}: ')}", path=path) from None
     except OSError as exc:
-        why = "not trusted: it is a symbolic link (links in a cache are not followed)" if exc.errno == errno.ELOOP else exc.strerror
+        why = (
+            "not trusted: it is a symbolic link (links in a cache are not followed)" if exc.errno == errno.ELOOP else exc.strerror
+        )
         raise ModelFormatError(f"weight file of tensor {name!r}: {why}", path=path) from None
     with os.fdopen(fd, "rb", buffering=0) as f:
         reason = io.untrusted_reason(st, shared=not require_owner)
@@ -542,15 +555,22 @@ def _check_plan(model: CompiledModel) -> None:
             raise ModelFormatError(f"node plan {i} ({plan.name!r}) does not match node {node.name!r} or its stream")
         reason = check_kernel(plan.kernel, node, plan.engine)
         if reason:
-            raise ModelFormatError(f"node {node.name!r}: kernel {plan.kernel.impl!r} is not one the compiler could choose: {reason}")
+            raise ModelFormatError(
+                f"node {node.name!r}: kernel {plan.kernel.impl!r} is not one the compiler could choose: {reason}"
+            )
         # Bind once, as the executor will: a kernel that rejects its stored attrs, params or
         # descs makes the file unusable, which must show here as a format error.
         try:
             get_schema(node.op_type, node.domain).impl(plan.kernel.impl).build(
-                node.attrs, plan.kernel.params, [v.desc if v is not None else None for v in node.inputs], [o.desc for o in node.outputs]
+                node.attrs,
+                plan.kernel.params,
+                [v.desc if v is not None else None for v in node.inputs],
+                [o.desc for o in node.outputs],
             )
         except Exception as exc:
-            raise ModelFormatError(f"node {node.name!r}: kernel {plan.kernel.impl} rejects the stored node: {type(exc).__name__}: {exc}") from None
+            raise ModelFormatError(
+                f"node {node.name!r}: kernel {plan.kernel.impl} rejects the stored node: {type(exc).__name__}: {exc}"
+            ) from None
     if model.threads and sorted(s for t in model.threads for s in t) != list(range(len(sp.streams))):
         raise ModelFormatError("thread groups do not hold every stream exactly once")
     _check_memory(model)
@@ -569,7 +589,9 @@ def _check_memory(model: CompiledModel) -> None:
     for b in mem.buffers:
         v = g.value(b.value)
         if b.value in seen or not plannable(v, outputs) or index.get(id(v.producer)) != b.producer:
-            raise ModelFormatError(f"buffer of {b.value!r} is not a planned intermediate of node {b.producer}, or is listed twice")
+            raise ModelFormatError(
+                f"buffer of {b.value!r} is not a planned intermediate of node {b.producer}, or is listed twice"
+            )
         seen.add(b.value)
         if b.offset < 0 or b.nbytes < v.desc.nbytes or b.offset + b.nbytes > mem.arena_bytes:
             raise ModelFormatError(f"buffer of {b.value!r} ({v.desc}) does not fit the arena at {b.offset}+{b.nbytes}")

@@ -54,7 +54,9 @@ def predecessors(order: Sequence[Node]) -> list[list[int]]:
     """For each node of ``order``, the sorted indices of the nodes producing its inputs."""
     index = {id(node): i for i, node in enumerate(order)}
     return [
-        sorted({index[id(v.producer)] for v in node.inputs if v is not None and v.producer is not None and id(v.producer) in index})
+        sorted(
+            {index[id(v.producer)] for v in node.inputs if v is not None and v.producer is not None and id(v.producer) in index}
+        )
         for node in order
     ]
 
@@ -113,8 +115,10 @@ def check_stream_plan(plan: StreamPlan, preds: Sequence[Sequence[int]]) -> str:
         if e.id != k or not (0 <= e.producer < n and 0 <= e.consumer < n):
             return f"event {k} is out of range"
         if e.producer >= e.consumer:
-            return (f"event {k} makes node {e.consumer} wait for node {e.producer}, which runs after it"
-                    " (a cycle between streams: the run would hang)")
+            return (
+                f"event {k} makes node {e.consumer} wait for node {e.producer}, which runs after it"
+                " (a cycle between streams: the run would hang)"
+            )
         waits[e.consumer].append(e.producer)
         recorded[e.producer] = 1
     for i, clock in _clocks(plan, pos, waits, recorded):
@@ -123,8 +127,10 @@ def check_stream_plan(plan: StreamPlan, preds: Sequence[Sequence[int]]) -> str:
             if not 0 <= p < i:
                 return f"node {i} reads the output of node {p}, which does not run before it"
             if plan.node_stream[p] != s and clock[plan.node_stream[p]] < pos[p]:
-                return (f"node {i} (stream {s}) reads the output of node {p} (stream {plan.node_stream[p]})"
-                        " with no event ordering them")
+                return (
+                    f"node {i} (stream {s}) reads the output of node {p} (stream {plan.node_stream[p]})"
+                    " with no event ordering them"
+                )
     return ""
 
 
@@ -147,7 +153,9 @@ def clocks_before(plan: StreamPlan, nodes: Iterable[int]) -> tuple[list[int], di
     return pos, {i: list(clock) for i, clock in _clocks(plan, pos, waits, recorded) if i in wanted}
 
 
-def _clocks(plan: StreamPlan, pos: Sequence[int], waits: Sequence[Sequence[int]], recorded: bytearray) -> Iterator[tuple[int, list[int]]]:
+def _clocks(
+    plan: StreamPlan, pos: Sequence[int], waits: Sequence[Sequence[int]], recorded: bytearray
+) -> Iterator[tuple[int, list[int]]]:
     """Each node in execution order with its vector clock as it starts (a live list: copy it
     to keep it). Stream order and events only, so O(nodes + events x streams)."""
     num = len(plan.streams)

@@ -59,18 +59,30 @@ def bind(model: CompiledModel, *, threads: str = "auto", check_finite: bool = Fa
         node = by_name[plan.name]
         impl = get_schema(node.op_type, node.domain).impl(plan.kernel.impl)
         run = impl.build(
-            node.attrs, plan.kernel.params,
-            [v.desc if v is not None else None for v in node.inputs], [o.desc for o in node.outputs],
+            node.attrs,
+            plan.kernel.params,
+            [v.desc if v is not None else None for v in node.inputs],
+            [o.desc for o in node.outputs],
         )
         outs = tuple(slot[o.name] for o in node.outputs)
         planned = all(o.name in offsets for o in node.outputs)
         if not planned:
             unplanned.update(outs)
-        steps.append(Step(
-            index=plan.index, name=plan.name, op_type=plan.op_type, engine=plan.engine, stream=plan.stream, run=run,
-            inputs=tuple(slot[v.name] if v is not None else -1 for v in node.inputs), outputs=outs, planned=planned,
-            waits=tuple(waits.get(plan.index, ())), records=tuple(records.get(plan.index, ())),
-        ))
+        steps.append(
+            Step(
+                index=plan.index,
+                name=plan.name,
+                op_type=plan.op_type,
+                engine=plan.engine,
+                stream=plan.stream,
+                run=run,
+                inputs=tuple(slot[v.name] if v is not None else -1 for v in node.inputs),
+                outputs=outs,
+                planned=planned,
+                waits=tuple(waits.get(plan.index, ())),
+                records=tuple(records.get(plan.index, ())),
+            )
+        )
     sp = model.streams
     groups: list[tuple[int, ...]] = list(model.threads) if threads == "auto" and model.threads else [(s.id,) for s in sp.streams]
     thread_of = {s: k for k, group in enumerate(groups) for s in group}
@@ -87,7 +99,8 @@ def bind(model: CompiledModel, *, threads: str = "auto", check_finite: bool = Fa
         poison=(),  # computed on first use (tests only)
         check_finite=check_finite,
         threads=tuple(tuple(sorted(i for s in group for i in sp.streams[s].nodes)) for group in groups),
-        local_events=frozenset(e.id for e in sp.events
-                               if thread_of[sp.node_stream[e.producer]] == thread_of[sp.node_stream[e.consumer]]),
+        local_events=frozenset(
+            e.id for e in sp.events if thread_of[sp.node_stream[e.producer]] == thread_of[sp.node_stream[e.consumer]]
+        ),
     )
     return Binding(layout, inputs, var_slots, outputs, groups)

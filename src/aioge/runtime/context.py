@@ -98,8 +98,12 @@ class Context:
         self.calls: list[Callable[[], object]] = []
         for step, ins in zip(layout.steps, args):
             ufunc = getattr(step.run, "ufunc", None)
-            if (ufunc is not None and step.planned and len(step.outputs) == 1
-                    and all(s >= 0 and s not in self._targets for s in step.inputs)):
+            if (
+                ufunc is not None
+                and step.planned
+                and len(step.outputs) == 1
+                and all(s >= 0 and s not in self._targets for s in step.inputs)
+            ):
                 # A plain ufunc over arena views and constants only: called directly, one
                 # Python frame less per op (0.18 of 1.07 us for a small Add).
                 self.calls.append(partial(ufunc, *ins, out=env[step.outputs[0]]))
@@ -139,7 +143,11 @@ class Context:
         with self._lock:
             if self.error is None:
                 err = ExecutionError(
-                    f"{type(exc).__name__}: {exc}", graph=self.layout.graph, node=step.name, op_type=step.op_type, engine=step.engine
+                    f"{type(exc).__name__}: {exc}",
+                    graph=self.layout.graph,
+                    node=step.name,
+                    op_type=step.op_type,
+                    engine=step.engine,
                 )
                 err.__cause__ = exc
                 self.error = err
@@ -162,7 +170,9 @@ class Context:
         key = (poison, id(cpu))
         made = self._programs.get(key)
         if made is None:
-            made = self._programs[key] = [self._program(steps, poison, cpu) for steps in self.layout.threads or self.layout.streams]
+            made = self._programs[key] = [
+                self._program(steps, poison, cpu) for steps in self.layout.threads or self.layout.streams
+            ]
         return made
 
     def _program(self, steps: Sequence[int], poison: bool, cpu: threading.Semaphore) -> Program:

@@ -55,6 +55,7 @@ INLINE_US = 1000.0
 INLINE_WINDOW = 0.010
 INLINE_BUDGET = 0.004
 
+
 @dataclass(frozen=True, slots=True)
 class TraceSpan:
     node: int
@@ -67,7 +68,11 @@ class Executable:
     """A compiled model bound to kernels, ready to run concurrently."""
 
     def __init__(
-        self, model: CompiledModel, variables: Mapping[str, np.ndarray] | None = None, *, check_finite: bool | None = None,
+        self,
+        model: CompiledModel,
+        variables: Mapping[str, np.ndarray] | None = None,
+        *,
+        check_finite: bool | None = None,
         threads: str = "auto",
     ) -> None:
         """Bind ``model``'s kernels. ``check_finite`` (default: the model's ``op_debug_level``
@@ -230,8 +235,12 @@ class Executable:
             done = _Countdown(len(programs))
             if len(programs) > 1:
                 lanes = self._lanes(workers, self._thread_lanes)
-                workers.enqueue([(lane, partial(_run_program, ctx, program, None, workers.cpu, done))
-                                 for lane, program in zip(lanes[1:], programs[1:], strict=True)])
+                workers.enqueue(
+                    [
+                        (lane, partial(_run_program, ctx, program, None, workers.cpu, done))
+                        for lane, program in zip(lanes[1:], programs[1:], strict=True)
+                    ]
+                )
             _run_program(ctx, programs[0], None, workers.cpu, done)
             done.wait()
             if ctx.error is not None:
@@ -240,7 +249,9 @@ class Executable:
         finally:
             self._release(ctx)
 
-    async def _run_sink(self, ctx: Context, workers: EngineWorkers, lanes: list[Lane], trace: list[TraceSpan] | None, poison: bool) -> None:
+    async def _run_sink(
+        self, ctx: Context, workers: EngineWorkers, lanes: list[Lane], trace: list[TraceSpan] | None, poison: bool
+    ) -> None:
         programs = ctx.programs(poison, workers.cpu)
         done = Completion(len(programs))
         items = []
@@ -256,7 +267,9 @@ class Executable:
             await done.wait_shielded()
             raise
 
-    async def _run_host(self, ctx: Context, workers: EngineWorkers, lanes: list[Lane], trace: list[TraceSpan] | None, poison: bool) -> None:
+    async def _run_host(
+        self, ctx: Context, workers: EngineWorkers, lanes: list[Lane], trace: list[TraceSpan] | None, poison: bool
+    ) -> None:
         events = [anyio.Event() for _ in ctx.events]
         closed: list[SessionClosedError] = []
         async with anyio.create_task_group() as tg:
@@ -266,8 +279,16 @@ class Executable:
             raise closed[0]
 
     async def _host_stream(
-        self, ctx: Context, workers: EngineWorkers, lane: Lane, steps: tuple[int, ...], events: list[anyio.Event],
-        trace: list[TraceSpan] | None, poison: bool, scope: anyio.CancelScope, closed: list[SessionClosedError],
+        self,
+        ctx: Context,
+        workers: EngineWorkers,
+        lane: Lane,
+        steps: tuple[int, ...],
+        events: list[anyio.Event],
+        trace: list[TraceSpan] | None,
+        poison: bool,
+        scope: anyio.CancelScope,
+        closed: list[SessionClosedError],
     ) -> None:
         for i in steps:
             step = self._layout.steps[i]
@@ -276,10 +297,15 @@ class Executable:
             done = Completion(1)
             fns = [*ctx.poison_fills(i), ctx.calls[i]] if poison else [ctx.calls[i]]
             try:
-                workers.enqueue([(lane, partial(contextvars.copy_context().run, _run_op, ctx, fns, i, step.stream, trace, workers.cpu, done))])
+                workers.enqueue(
+                    [(lane, partial(contextvars.copy_context().run, _run_op, ctx, fns, i, step.stream, trace, workers.cpu, done))]
+                )
             except SessionClosedError as exc:  # the session closed mid-run: its lanes take no more ops
-                closed.append(SessionClosedError(f"the session closed while this run was in flight (before node {step.name!r})",
-                                                 graph=self._layout.graph))
+                closed.append(
+                    SessionClosedError(
+                        f"the session closed while this run was in flight (before node {step.name!r})", graph=self._layout.graph
+                    )
+                )
                 closed[-1].__cause__ = exc
                 scope.cancel()
                 return
@@ -301,7 +327,12 @@ class Executable:
         for name, slot, intermediate in self._outputs:
             a = np.asarray(ctx.env[slot])
             # Copy what the caller must not share: the arena, constants, variables, its own feeds.
-            if not intermediate or not a.flags.writeable or np.may_share_memory(a, arena) or any(np.may_share_memory(a, f) for f in foreign):
+            if (
+                not intermediate
+                or not a.flags.writeable
+                or np.may_share_memory(a, arena)
+                or any(np.may_share_memory(a, f) for f in foreign)
+            ):
                 a = a.copy()
             out[name] = a
         return out
@@ -380,7 +411,13 @@ _inline = _InlineBudget()
 
 
 def _run_op(
-    ctx: Context, fns: list[Any], node: int, stream: int, trace: list[TraceSpan] | None, cpu: threading.Semaphore, done: Completion
+    ctx: Context,
+    fns: list[Any],
+    node: int,
+    stream: int,
+    trace: list[TraceSpan] | None,
+    cpu: threading.Semaphore,
+    done: Completion,
 ) -> None:
     """Run one op (and its poison fills) inside its lane, holding a CPU token, for host mode."""
     quiet = _quiet_fp()

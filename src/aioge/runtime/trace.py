@@ -23,7 +23,9 @@ _INSIDE_US = 0.0005
 
 def trace_events(model: CompiledModel, spans: Sequence[TraceSpan]) -> list[dict[str, Any]]:
     """The trace events of one run: metadata, ``X`` spans in microseconds, and ``s``/``f`` flows."""
-    events: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": f"aioge {model.graph.name}"}}]
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": f"aioge {model.graph.name}"}}
+    ]
     for st in model.streams.streams:
         events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": st.id, "args": {"name": f"{st.engine} stream {st.id}"}})
         events.append({"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": st.id, "args": {"sort_index": st.id}})
@@ -38,11 +40,18 @@ def trace_events(model: CompiledModel, spans: Sequence[TraceSpan]) -> list[dict[
     for s in sorted(spans, key=lambda s: s.start):
         by_node[s.node] = s
         plan = model.nodes[s.node]
-        events.append({
-            "ph": "X", "name": plan.name, "cat": plan.op_type, "pid": 1, "tid": s.stream,
-            "ts": us(s.start), "dur": max(round((s.end - s.start) * 1e6, 4), 2 * _INSIDE_US + 0.001),
-            "args": {"op_type": plan.op_type, "engine": plan.engine, "impl": plan.kernel.impl, "node": s.node},
-        })
+        events.append(
+            {
+                "ph": "X",
+                "name": plan.name,
+                "cat": plan.op_type,
+                "pid": 1,
+                "tid": s.stream,
+                "ts": us(s.start),
+                "dur": max(round((s.end - s.start) * 1e6, 4), 2 * _INSIDE_US + 0.001),
+                "args": {"op_type": plan.op_type, "engine": plan.engine, "impl": plan.kernel.impl, "node": s.node},
+            }
+        )
     for e in model.streams.events:
         p, c = by_node.get(e.producer), by_node.get(e.consumer)
         if p is None or c is None:

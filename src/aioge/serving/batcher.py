@@ -66,9 +66,7 @@ class Batcher:
     ``batched`` names the outputs whose dim 0 is the batch; the others go whole to every request.
     """
 
-    def __init__(
-        self, run: Runner, *, max_rows: int, max_delay: float, batched: frozenset[str], in_flight: int = 2
-    ) -> None:
+    def __init__(self, run: Runner, *, max_rows: int, max_delay: float, batched: frozenset[str], in_flight: int = 2) -> None:
         if max_rows < 1 or in_flight < 1:
             raise ValueError("max_rows and in_flight must be at least 1")
         self._run = run
@@ -87,8 +85,12 @@ class Batcher:
         """The batching figures so far."""
         d = np.fromiter(self._delays, dtype=np.float64) if self._delays else np.zeros(1)
         return BatchStats(
-            self._batches, self._requests, self._rows, self._rows / self._batches if self._batches else 0.0,
-            float(np.percentile(d, 50)), float(np.percentile(d, 99)),
+            self._batches,
+            self._requests,
+            self._rows,
+            self._rows / self._batches if self._batches else 0.0,
+            float(np.percentile(d, 50)),
+            float(np.percentile(d, 99)),
         )
 
     async def submit(self, arrays: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:

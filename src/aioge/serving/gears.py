@@ -68,8 +68,12 @@ class GearSet:
             for name, want in sig:
                 have = shapes[name]
                 if (have[1:], len(have)) != (want[1:], len(want)) if name in self.batched_inputs else have != want:
-                    raise FeedError(f"input {name!r} has shape {list(have)}; the graph's gears expect {list(want)} "
-                                    f"with dim 0 up to {max(self.batch)}", graph=self.graph, input=name)
+                    raise FeedError(
+                        f"input {name!r} has shape {list(have)}; the graph's gears expect {list(want)} "
+                        f"with dim 0 up to {max(self.batch)}",
+                        graph=self.graph,
+                        input=name,
+                    )
             return i, n
         raise FeedError(f"a batch of {n} rows fits none of the graph's gears: {self.describe()}", graph=self.graph)
 
@@ -94,7 +98,9 @@ def gear_set(graph: Graph, options: CompileOptions) -> GearSet | None:
         want = pattern.get(v.name)
         if want is None:
             if v.shape is None or not all(isinstance(d, int) for d in v.shape):
-                raise OptionError("ge.inputShape", raw, f"gives no shape for input {v.name!r}, whose shape {v.shape} is not static")
+                raise OptionError(
+                    "ge.inputShape", raw, f"gives no shape for input {v.name!r}, whose shape {v.shape} is not static"
+                )
             base[v.name] = tuple(int(d) for d in v.shape)
         elif v.shape is not None and len(v.shape) != len(want):
             raise OptionError("ge.inputShape", raw, f"gives input {v.name!r} rank {len(want)}; the graph's is {len(v.shape)}")

@@ -59,8 +59,16 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
                     outputs = exe.run_sync(arrays, workers=workers)
                     reply = {"rid": rid, "seconds": time.perf_counter() - start}
                 except ExecutionError as exc:
-                    reply = {"rid": rid, "error": {"message": exc.message, "graph": exc.graph, "node": exc.node,
-                                                   "op_type": exc.op_type, "engine": exc.engine}}
+                    reply = {
+                        "rid": rid,
+                        "error": {
+                            "message": exc.message,
+                            "graph": exc.graph,
+                            "node": exc.node,
+                            "op_type": exc.op_type,
+                            "engine": exc.engine,
+                        },
+                    }
                 except Exception as exc:  # not a kernel's: still only this run's
                     reply = {"rid": rid, "error": {"message": f"{type(exc).__name__}: {exc}"}}
             try:

@@ -67,7 +67,9 @@ class _Device:
         # device. -I would also drop PYTHONPATH, which the line above needs for source-tree runs.
         self.proc = subprocess.Popen(
             [sys.executable, "-P", "-c", "from aioge.runtime.devices.child import main; main()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         _bigger_pipe(self.proc.stdin.fileno())
@@ -165,7 +167,12 @@ class _Device:
         if "error" in msg:
             e = msg["error"]
             pending.error = ExecutionError(
-                f"{e['message']} (on {self.name})", graph=e.get("graph"), node=e.get("node"), op_type=e.get("op_type"), engine=e.get("engine"))
+                f"{e['message']} (on {self.name})",
+                graph=e.get("graph"),
+                node=e.get("node"),
+                op_type=e.get("op_type"),
+                engine=e.get("engine"),
+            )
         else:
             pending.outputs = arrays  # fresh writable arrays over the reply's own buffer
             pending.seconds = float(msg.get("seconds", 0.0))
@@ -248,8 +255,7 @@ class DevicePool:
         that computes for under ``INLINE_US`` (as measured on the devices) costs less in this
         process, on the event loop's thread, than its hand-off to a device and back."""
         g = exe.model.graph
-        return (not g.variables and all(v.desc.dtype in ARRAY_DTYPES for v in (*g.inputs, *g.outputs))
-                and not exe.short)
+        return not g.variables and all(v.desc.dtype in ARRAY_DTYPES for v in (*g.inputs, *g.outputs)) and not exe.short
 
     def _complete(self) -> bool:
         return all(d is not None and d.dead is None for d in self._devices)

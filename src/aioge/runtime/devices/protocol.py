@@ -26,8 +26,9 @@ _MAX_HEADER = 64 << 20
 _MAX_DATA = 1 << 36  # 64 GiB: no model or feed aioge accepts is larger
 
 
-def write_frame(stream: IO[bytes], header: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None,
-                 blobs: tuple[bytes, ...] = ()) -> None:
+def write_frame(
+    stream: IO[bytes], header: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None, blobs: tuple[bytes, ...] = ()
+) -> None:
     """Write one frame of ``header``, ``arrays`` and ``blobs`` to ``stream`` and flush it.
 
     Raises:
