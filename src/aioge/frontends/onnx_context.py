@@ -17,7 +17,7 @@ import onnx
 import onnx.defs
 
 from aioge.errors import GraphError
-from aioge.ir.desc import Dim, TensorDesc
+from aioge.ir.desc import ML_DTYPES, Dim, TensorDesc
 from aioge.ir.graph import Graph, Node, Value
 from aioge.ops import apply
 from aioge.ops.evaluate import evaluate_node
@@ -47,17 +47,7 @@ DTYPE_ATTRS: frozenset[tuple[str, str]] = frozenset(
 # The ml_dtypes float types. aioge's kernels compute in float16/32/64, so an op that reads one
 # of these reads it widened to float32 and its float32 outputs are rounded back, which is
 # what ONNX specifies for them (bfloat16 and float8 arithmetic happens in float32).
-NARROW_FLOATS: frozenset[str] = frozenset(
-    {
-        "bfloat16",
-        "float8_e4m3fn",
-        "float8_e4m3fnuz",
-        "float8_e5m2",
-        "float8_e5m2fnuz",
-        "float8_e8m0fnu",
-        "float4_e2m1fn",
-    }
-)
+NARROW_FLOATS: frozenset[str] = frozenset(name for name in ML_DTYPES if not name.startswith(("int", "uint")))
 # Ops that only move, select or convert elements: they take the narrow types as they are.
 _MOVES_DATA: frozenset[str] = frozenset(
     {
