@@ -259,7 +259,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if len(args.model) > 1 or args.scheduler:  # a batch: -o is a directory (aioge.distributed)
         from aioge.distributed.batch import run_batch
 
-        return run_batch(args.model, _model_options(args), args.output, args.scheduler)
+        return run_batch(args.model, _model_options(args), args.output, args.scheduler, quiet=args.quiet)
     args.model = args.model[0]
     shapes = _parse_shapes(args.input_shape)
     graph_options: dict[str, str] = dict(_graph_level(args))

@@ -17,6 +17,14 @@ graph with an op aioge lacks runs eagerly in PyTorch instead, with an
 ``EagerFallbackWarning`` naming the op and the node. Weights are fed on every call on this
 path (PyTorch may update them between calls); ``from_module`` bakes them in as constants,
 a snapshot like ``torch.export``'s.
+
+With ``ge.dynamicBatchSize`` in the backend's options ("1,2,4,8", GE's batch gears), a graph
+captured with a dynamic batch (``dynamic=True``: dim 0 of its inputs one symbol, no other
+symbolic dim, no size fed or returned as an int) is compiled once for every gear; a call pads
+its batch to the smallest gear that holds it (no recompile), and a batch beyond the largest
+runs eagerly in PyTorch with an ``EagerFallbackWarning``. As in GE, the rows of a batch must
+be independent (padding rows would count in a sum over the batch). Other graphs compile per
+shape as without the option.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ from torch._functorch.aot_autograd import make_boxed_func  # noqa: E402
 from aioge.errors import AiogeError, GraphError  # noqa: E402
 from aioge.frontends.torch_fx import ConvertedGraph, convert_fx  # noqa: E402
 from aioge.ir.graph import Graph  # noqa: E402
+from aioge.options import OPTIONS, check_options  # noqa: E402
 from aioge.session import Session  # noqa: E402
 
 __all__ = ["AiogeBackend", "EagerFallbackWarning", "backend", "from_module"]
@@ -148,6 +157,11 @@ class AiogeBackend:
         self.graphs: list[Graph] = []
         self.fallbacks: list[str] = []
         self._ids = itertools.count()
+        options = dict(options or {})
+        # A graph option: each captured graph gets it with the ge.inputShape of its own inputs.
+        self._batch_gears = options.pop("ge.dynamicBatchSize", None)
+        if self._batch_gears is not None:
+            check_options({"ge.dynamicBatchSize": self._batch_gears}, "graph")
         self._runner = _SessionThread(options)
         self._frozen: tuple[dict[int, torch.Tensor], int] = ({}, 0)
         self._aot = aot_autograd(fw_compiler=self._compile, inference_compiler=self._compile, bw_compiler=_eager)
@@ -171,12 +185,40 @@ class AiogeBackend:
         label = f"{self.name}_{graph_id}"
         try:
             converted = convert_fx(gm, name=label, constants=self._constants(gm))
-            self._runner.call(self._runner.session.add_graph, graph_id, converted.graph)
+            gears = self._gear_options(converted)
+            self._runner.call(self._runner.session.add_graph, graph_id, converted.graph, gears)
         except GraphError as exc:
             return make_boxed_func(self._fallback(label, gm, exc))
         self.graphs.append(converted.graph)
-        log.debug("aioge.torch: %s has %d nodes", label, len(converted.graph.nodes))
-        return make_boxed_func(_CompiledGraph(self, graph_id, converted, gm))
+        log.debug("aioge.torch: %s has %d nodes%s", label, len(converted.graph.nodes), " (batch gears)" if gears else "")
+        compiled = _CompiledGraph(self, graph_id, converted, gm)
+        if gears:
+            compiled.max_batch = max(OPTIONS["ge.dynamicBatchSize"].parse(gears["ge.dynamicBatchSize"]))
+            compiled.batched = frozenset(n.split(":", 1)[0] for n in gears["ge.inputShape"].split(";"))
+        return make_boxed_func(compiled)
+
+    def _gear_options(self, converted: ConvertedGraph) -> dict[str, str]:
+        """The graph options of batch gears for this graph: ``ge.inputShape`` with -1 for dim 0 of
+        the inputs whose batch is dynamic, or none (compiled per shape) when the gears could not
+        hold it: no gears asked for, no symbolic batch, other symbolic dims, or a size that
+        PyTorch feeds or takes back as an int (it would see the padded batch)."""
+        if self._batch_gears is None or any(s.kind == "symint" for s in converted.inputs) or any(converted.symints):
+            return {}
+        batched: dict[str, tuple[Any, ...]] = {}
+        symbols = set()
+        for v in converted.graph.inputs:
+            shape = v.shape
+            if shape is None:
+                return {}
+            if any(isinstance(d, str) for d in shape[1:]):
+                return {}  # another dim varies: batch gears fill dim 0 only
+            if shape and isinstance(shape[0], str):
+                symbols.add(shape[0])
+                batched[v.name] = shape
+        if len(symbols) != 1:
+            return {}
+        pattern = ";".join(f"{n}:{','.join(['-1', *map(str, s[1:])])}" for n, s in batched.items())
+        return {"ge.inputShape": pattern, "ge.dynamicBatchSize": self._batch_gears}
 
     def _constants(self, gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
         frozen, count = self._frozen
@@ -206,10 +248,23 @@ class _CompiledGraph:
         self.converted = converted
         self.gm = gm
         self.eager: Callable[..., Any] | None = None
+        self.max_batch = 0  # with batch gears: the largest, and the inputs they batch
+        self.batched: frozenset[str] = frozenset()
 
     def __call__(self, *args: Any) -> list[Any]:
         if self.eager is not None:
             return list(self.eager(*args))
+        if self.max_batch:
+            rows = max((args[s.index].shape[0] for s in self.converted.inputs if s.name in self.batched), default=0)
+            if rows > self.max_batch:  # this call only: a later one may fit the gears again
+                warnings.warn(
+                    EagerFallbackWarning(
+                        f"aioge.torch: graph {self.converted.graph.name} runs eagerly in PyTorch for a batch of {rows}: "
+                        f"beyond its gears (ge.dynamicBatchSize={self.owner._batch_gears})"
+                    ),
+                    stacklevel=2,
+                )
+                return list(self.gm.forward(*args))
         feeds: dict[str, np.ndarray] = {}
         device = None
         for slot in self.converted.inputs:

@@ -182,6 +182,37 @@ def test_aioge_compile_takes_several_models_and_a_scheduler(
     np.testing.assert_array_equal(anyio.run(_outputs, tmp_path / "out" / "models_b0.om").shape, (4, 8))
 
 
+@pytest.mark.timeout(120)
+def test_a_batch_reports_progress_lines_and_quiet_silences_them(
+    models: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 22: the batch's progress is _util.progress's (plain lines off a terminal, as under
+    capsys), and --quiet leaves stderr to the failures alone."""
+    from aioge.cli import main
+
+    broken = f"{Path(models[0]).parent / 'models.py'}:broken"
+    argv = ["compile", *models[:2], broken, "-o", str(tmp_path / "out"), "--option", "aioge.tune_mode=heuristic"]
+    assert main(argv) == 1
+    out = capsys.readouterr()
+    err = out.err.splitlines()
+    assert err[0] == "compile 3 models ..." and err[-1].startswith("compile 3 models: done in"), err
+    steps = sorted(line.split(": ", 1)[1] for line in err[1:-1])
+    assert [s.split(" ", 1)[0] for s in steps] == ["1/3", "2/3", "3/3"], err
+    for m in models[:2]:
+        om = tmp_path / "out" / f"models_{m.rsplit(':', 1)[1]}.om"
+        assert any(f"{m} -> {om} (" in line for line in steps), (m, err)
+    assert any(f"{broken} FAILED: ValueError: this model does not build" in line for line in steps)
+    assert "compiled 2 of 3 models" in out.out
+
+    assert main([*argv, "--quiet"]) == 1
+    out = capsys.readouterr()
+    assert out.err.splitlines() == [f"{broken} FAILED: ValueError: this model does not build"]
+    assert "compiled 2 of 3 models" in out.out
+    assert main(["compile", *models[:2], "-o", str(tmp_path / "ok"), "--option", "aioge.tune_mode=heuristic", "-q"]) == 0
+    out = capsys.readouterr()
+    assert out.err == "" and "compiled 2 of 2 models" in out.out
+
+
 def test_a_bad_scheduler_is_a_clear_error(models: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from aioge.cli import main
 

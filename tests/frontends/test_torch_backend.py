@@ -191,3 +191,28 @@ def test_frozen_parameters_become_constants() -> None:
     finally:
         be.close()
         torch._dynamo.reset()
+
+
+def test_batch_gears_compile_a_dynamic_batch_once() -> None:
+    """Issue 19: with ge.dynamicBatchSize the dynamic batch compiles to those gears: batches
+    within them pad to a gear (no recompile), one beyond them runs eagerly with a warning."""
+    torch._dynamo.reset()
+    be = aioge_torch.backend(options={"aioge.tune_mode": "heuristic", "ge.dynamicBatchSize": "2,4,8"})
+    try:
+        model = torch_models.Mlp().eval()
+        compiled = torch.compile(model, backend=be, dynamic=True)
+        for rows in (2, 3, 5, 8, 7):
+            _check(compiled, model, torch.randn(rows, 16), rtol=1e-5, atol=1e-6)
+        (graph,) = be.graphs
+        entry = be._runner.session._graphs[0]
+        assert entry.gears is not None and entry.gears.batch == (2, 4, 8)
+        assert len(entry.builds) == 3, "one build per gear, none per batch size"
+        with pytest.warns(aioge_torch.EagerFallbackWarning, match=r"batch of 9: beyond its gears"):
+            _check(compiled, model, torch.randn(9, 16), rtol=1e-5, atol=1e-6)
+        _check(compiled, model, torch.randn(6, 16), rtol=1e-5, atol=1e-6)  # back on aioge
+        assert len(entry.builds) == 3 and be.fallbacks == [] and len(be.graphs) == 1
+        with pytest.raises(OptionError, match="ge.dynamicBatchSize"):
+            aioge_torch.backend(options={"ge.dynamicBatchSize": "0,two"})
+    finally:
+        be.close()
+        torch._dynamo.reset()

@@ -275,3 +275,55 @@ def test_frames_round_trip_and_malformed_frames_are_refused() -> None:
     head = cache_io.pack({"arrays": [], "blobs": []})
     with pytest.raises(ValueError, match="no array or blob claims"):
         _read_frame(io.BytesIO(struct.pack("<QQ", len(head), 4) + head + b"\0" * 4), "test")
+
+
+@pytest.mark.parametrize("graph_cache", [False, True])
+async def test_external_weights_reach_the_device_inline(tmp_path, monkeypatch: pytest.MonkeyPatch, graph_cache: bool) -> None:
+    """A graph compiled with ge.externalWeight=1 (its weights in the cache's weight/ when it has
+    one) runs on a device started in a directory with no weight/: the device gets them inline."""
+    cnn, feeds, ref = build_cnn(batch=2)
+    monkeypatch.chdir(tmp_path)  # the devices' working directory: no weight/ here
+    session = {**OPTS, "aioge.exec_devices": "1"}
+    graph = {"ge.externalWeight": "1"}
+    if graph_cache:
+        (tmp_path / "gc").mkdir()
+        session["ge.graph_compiler_cache_dir"] = str(tmp_path / "gc")
+        graph["ge.graph_key"] = "ext"
+    for _ in range(2 if graph_cache else 1):  # compiled, then loaded from the cache's .om and weight/
+        async with aioge.Session(session) as s:
+            await s.add_graph(1, cnn, graph)
+            out = await s.run_graph(1, feeds)
+            np.testing.assert_allclose(out["logits"], ref(feeds)["logits"], rtol=1e-4, atol=1e-5)
+            assert s._devices is not None and sum(s._devices.completed) == 1
+            hit = s.executable(1).model.stats.graph_cache_hit
+    if graph_cache:
+        assert os.listdir(tmp_path / "gc" / "weight") and hit
+    assert not os.path.exists(tmp_path / "weight")
+
+
+async def test_a_device_refuses_a_model_that_references_weight_files(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weight files beside the device's working directory are never read: a device takes inline weights only."""
+    from aioge.plan.serialize import WEIGHT_DIR, encode_model
+    from aioge.runtime.devices.child import serve
+
+    g, _ = _branches(n=8)
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        await s.add_graph(1, g)
+        model = await s.build_graph(1)
+    om, files = encode_model(model, external=True)
+    assert files
+    os.makedirs(tmp_path / WEIGHT_DIR)
+    for name, a in files.items():
+        (tmp_path / WEIGHT_DIR / name).write_bytes(a.tobytes())
+    monkeypatch.chdir(tmp_path)
+    requests, replies = io.BytesIO(), io.BytesIO()
+    _write_frame(requests, {"op": "load", "exe": 0, "threads": "auto"}, blobs=(om,))
+    _write_frame(requests, {"op": "run", "rid": 7, "exe": 0}, {"x": np.ones((8, 8), np.float32)})
+    requests.seek(0)
+    await anyio.to_thread.run_sync(serve, requests, replies)
+    replies.seek(0)
+    load = _read_frame(replies, "reply")
+    run = _read_frame(replies, "reply")
+    assert load is not None and load[0]["op"] == "load_failed"
+    assert run is not None and run[0]["rid"] == 7 and not run[1]
+    assert "references weight file weight_" in run[0]["error"]["message"], run[0]

@@ -179,18 +179,24 @@ class _Recorder:
         return int(await self.inner.store(desc, view))
 
 
-def run_batch(models: Sequence[str], options: Mapping[str, str], out_dir: str, scheduler: str | None) -> int:
-    """``aioge compile MODEL... -o DIR [--scheduler ADDRESS|local:N]``: compile every model into
-    ``DIR/<stem>.om``, a line per model as it finishes (stderr), a summary (stdout). Returns
-    the exit code: 1 when a model failed.
+def run_batch(
+    models: Sequence[str], options: Mapping[str, str], out_dir: str, scheduler: str | None, *, quiet: bool = False
+) -> int:
+    """``aioge compile MODEL... -o DIR [--scheduler ADDRESS|local:N] [--quiet]``: compile every
+    model into ``DIR/<stem>.om``, with progress on stderr (``_util.progress``: a bar on a
+    terminal, a line per model as it finishes otherwise, nothing with ``quiet``) and a summary
+    on stdout. A failed model's error is on stderr in any case. Returns the exit code: 1 when a
+    model failed.
 
     Raises:
         AiogeError: the scheduler cannot be reached or started, or the distributed extra is missing.
     """
     import sys
 
+    from aioge._util.progress import Progress
     from aioge.errors import AiogeError
 
+    bar = Progress(quiet=quiet)
     executor: Executor
     if scheduler is None:
         executor = LocalExecutor()
@@ -201,22 +207,28 @@ def run_batch(models: Sequence[str], options: Mapping[str, str], out_dir: str, s
             raise AiogeError(f"--scheduler needs the distributed extra: pip install 'aioge[distributed]' ({exc})") from None
         except (OSError, ValueError, TimeoutError) as exc:
             raise AiogeError(f"--scheduler {scheduler}: {exc}") from None
-        if executor.dashboard:
+        if executor.dashboard and not quiet:
             print(f"dask dashboard: {executor.dashboard}", file=sys.stderr)
-    done = [0]
+    # A bar shows only the latest note and --quiet none: their failures are told after the batch.
+    told = not (bar.quiet or bar.rich)
+    try:
+        with bar.task(f"compile {len(models)} models", total=len(models)) as step:
 
-    def progress(res: BatchResult) -> None:
-        done[0] += 1
-        what = (
-            f"-> {res.path} ({res.kernels_compiled} kernels compiled, {res.kernel_cache_hits} cached)"
-            if res.ok
-            else f"FAILED: {res.error}"
-        )
-        print(f"[{done[0]}/{len(models)}] {res.model} {what}", file=sys.stderr)
+            def progress(res: BatchResult) -> None:
+                what = (
+                    f"-> {res.path} ({res.kernels_compiled} kernels compiled, {res.kernel_cache_hits} cached)"
+                    if res.ok
+                    else (f"FAILED: {res.error}" if told else "FAILED")
+                )
+                step(f"{res.model} {what}")
 
-    results = anyio.run(lambda: compile_many(models, options, executor=executor, out_dir=out_dir, progress=progress))
-    anyio.run(executor.aclose)
+            results = anyio.run(lambda: compile_many(models, options, executor=executor, out_dir=out_dir, progress=progress))
+    finally:
+        anyio.run(executor.aclose)
     failed = [r for r in results if not r.ok]
+    if not told:
+        for r in failed:
+            print(f"{r.model} FAILED: {r.error}", file=sys.stderr)
     print(
         f"compiled {len(results) - len(failed)} of {len(results)} models into {out_dir}: "
         f"{sum(r.kernels_compiled for r in results)} kernels compiled, {sum(r.kernel_cache_hits for r in results)} from caches"

@@ -330,7 +330,8 @@ def decode_model(
 ) -> CompiledModel:
     """Rebuild a compiled model from ``.om`` bytes.
 
-    ``weight_dir`` is where external weights live (default: ``weight/`` beside ``path``).
+    ``weight_dir`` is where external weights live (default: ``weight/`` beside ``path``; ``""``:
+    nowhere, a reference to a weight file is refused).
     A weight file others may write is refused; with ``require_owner`` it must also be owned
     by this user and not writable by its group; with ``expect_sha256``
     the payload must be that one (an index entry names the file it was made for). The returned model's
@@ -480,6 +481,10 @@ def _load_weight(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: boo
         raise ModelFormatError(f"tensor {name!r}: bad weight file name {fname!r}")
     if desc.shape is None or not desc.static or desc.dtype not in _ARRAY_DTYPES or desc.nbytes != nbytes:
         raise ModelFormatError(f"tensor {name!r}: weight of {nbytes} bytes does not fit its desc {desc}")
+    if not weight_dir:
+        raise ModelFormatError(
+            f"tensor {name!r} references weight file {fname}, and this model may only carry its weights inline"
+        )
     path = os.path.join(weight_dir, fname)
     try:
         fd, st = io.open_regular(path)

@@ -2,9 +2,12 @@
 
 It reads requests from stdin and writes replies to stdout (``protocol``'s frames): a model
 arrives once as ``.om`` bytes (the graph cache's format: data, never code; the child binds the
-kernels itself), then runs of it. The child runs one request at a time on its main thread
-(``Executable.run_sync``: no thread hop for a one-thread plan); requests queued behind it wait
-in the pipe, so it never idles while the parent has work. It runs at nice 5
+kernels itself), then runs of it. The bytes carry their weights inline (``DevicePool.prepare``
+encodes the parent's loaded model so, ``ge.externalWeight=1`` or not): a model referencing
+weight files is refused, never read from whatever ``weight/`` is in this process's directory.
+The child runs one request at a time on its main thread (``Executable.run_sync``: no thread
+hop for a one-thread plan); requests queued behind it wait in the pipe, so it never idles
+while the parent has work. It runs at nice 5
 (``AIOGE_DEVICE_NICE`` changes it), so the parent's event loop gets a core as soon as it wakes.
 """
 
@@ -43,7 +46,8 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
             msg, arrays, blobs = frame
             if msg["op"] == "load":
                 try:
-                    exes[msg["exe"]] = Executable(decode_model(bytes(blobs[0])), threads=msg["threads"])
+                    model = decode_model(bytes(blobs[0]), weight_dir="")  # weights inline only
+                    exes[msg["exe"]] = Executable(model, threads=msg["threads"])
                 except Exception as exc:  # reported with every run of it
                     failed[msg["exe"]] = f"the device could not load the model: {type(exc).__name__}: {exc}"
                     write_frame(out, {"op": "load_failed", "message": failed[msg["exe"]]})

@@ -291,7 +291,9 @@ class DevicePool:
         with self._lock:
             known = self._om.get(exe)
         if known is None:
-            om, _ = encode_model(exe.model)
+            # Weights inline, also for a model compiled with ge.externalWeight=1 or loaded from a
+            # cache's weight/: the child has no path to them and refuses references.
+            om, _ = encode_model(exe.model, external=False)
             with self._lock:
                 known = self._om.setdefault(exe, (next(self._exe_ids), om))
         return known
