@@ -52,3 +52,22 @@ def test_load_onnx_imports_onnx_when_called(tmp_path: Path) -> None:
     onnx.save(model, str(path))
     statement = f"import aioge\ng = aioge.load_onnx({str(path)!r})\nassert [n.op_type for n in g.nodes] == ['Relu'], g.nodes"
     assert _loaded_after(statement, ("onnx",)) == ["onnx"]
+
+
+def test_session_and_its_subpackages_load_on_first_use() -> None:
+    """``import aioge`` builds graphs without the compiler/caches/runtime; ``aioge.Session``,
+    ``from aioge import Session`` and the subpackage attributes (``aioge.session``,
+    ``aioge.plan``) still resolve, to the same objects as the direct imports."""
+    behind = ("aioge.session", "aioge.compiler", "aioge.cache", "aioge.runtime")
+    assert _loaded_after("import aioge\nfrom aioge import ops, Graph", behind) == []
+    statement = (
+        "import aioge\n"
+        "from aioge import Session\n"
+        "import aioge.session as s\n"
+        "assert Session is aioge.Session is s.Session\n"
+        "assert aioge.session is s and aioge.compiler.graph is not None and aioge.plan.io is not None\n"
+        "assert 'Session' in dir(aioge) and 'session' in dir(aioge)\n"
+        "try:\n    aioge.no_such_name\nexcept AttributeError as exc:\n    assert 'no_such_name' in str(exc)\n"
+        "else:\n    raise AssertionError('no AttributeError')"
+    )
+    assert _loaded_after(statement, behind) == list(behind)
