@@ -16,10 +16,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator
 
 import anyio
-from filelock import FileLock, Timeout
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 __all__ = ["SyncFileLock", "async_file_lock"]
 
@@ -40,6 +42,9 @@ async def async_file_lock(
 
     The lock's directory must exist. Cancelling the wait leaves the lock free.
     """
+    # filelock is imported on first use, not with the module (tens of ms off `import aioge`).
+    from filelock import FileLock, Timeout
+
     # A new object per acquisition, not thread-local: acquire and release may run on
     # different worker threads, and a shared thread_local=False object would be reentrant.
     lock = FileLock(os.fspath(path), timeout=0, thread_local=False, mode=mode)
@@ -83,10 +88,14 @@ class SyncFileLock:
     object per use, not thread-local: it excludes other threads of this process too."""
 
     def __init__(self, path: str | os.PathLike[str], *, mode: int = 0o600, wait: float = 2.0) -> None:
+        from filelock import FileLock
+
         self._lock = FileLock(os.fspath(path), timeout=wait, thread_local=False, mode=mode)
         self._held = False
 
     def __enter__(self) -> bool:
+        from filelock import Timeout
+
         try:
             self._lock.acquire()
             self._held = True

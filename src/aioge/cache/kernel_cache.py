@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import anyio
-from filelock import FileLock, Timeout
 
 try:
     import fcntl
@@ -743,6 +742,8 @@ def _remove_if_ours(path: Path) -> bool:
 
 def _remove_lock_file(path: Path) -> int:
     """Remove a lock file nobody holds (take it without waiting, unlink, release)."""
+    from filelock import FileLock, Timeout  # on use: keeps filelock out of `import aioge`
+
     lock = FileLock(str(path), timeout=0, thread_local=False)
     try:
         lock.acquire()

@@ -26,7 +26,6 @@ too) and writes outlive the compile that made them. ``RedisStore`` is the first 
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import logging
@@ -36,7 +35,7 @@ import time
 import urllib.parse
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Coroutine, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Mapping, Protocol
 
 import anyio
 
@@ -46,6 +45,9 @@ from aioge.errors import CacheError, OptionError
 from aioge.keys import remote_namespace
 from aioge.plan.io import make_envelope, open_envelope, pack, read_bytes_sync, unpack, write_atomic_sync
 from aioge.plan.kernel import KernelDesc, desc_from_plain, desc_to_plain
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "DOWN_SECONDS",
@@ -163,9 +165,13 @@ class _LoopThread:
                 self._thread.start()
                 ready.wait()
             assert self._loop is not None
+            import asyncio  # here, not at module level: only a remote tier needs it (import aioge stays light)
+
             return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def _main(self, ready: threading.Event) -> None:
+        import asyncio
+
         loop = asyncio.new_event_loop()
         self._loop = loop
         ready.set()
@@ -252,6 +258,8 @@ class RemoteTier:
         return bytes(data)
 
     async def _deadline(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        import asyncio
+
         return await asyncio.wait_for(coro, self.timeout)
 
     def invalid(self, kind: str, key: str, reason: str) -> None:
@@ -283,6 +291,8 @@ class RemoteTier:
         fut.add_done_callback(self._written)
 
     async def _make_and_set(self, kind: str, key: str, make: Callable[[], bytes | None]) -> None:
+        import asyncio
+
         data = await asyncio.get_running_loop().run_in_executor(None, make)
         if data is None or len(data) > self.max_entry_bytes:
             raise _Dropped
@@ -330,7 +340,7 @@ class RemoteTier:
         self._down_until = self._clock() + DOWN_SECONDS
         reason = (
             "timed out"
-            if isinstance(exc, (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError))
+            if isinstance(exc, (TimeoutError, concurrent.futures.TimeoutError))  # asyncio's is the builtin since 3.11
             else f"{type(exc).__name__}: {exc}"
         )
         with self._lock:
