@@ -334,6 +334,9 @@ def disk_fault_child(kc: str, gc: str, fault: str, as_nobody: bool, out: Any) ->
 
     import anyio
     import anyio._backends._asyncio  # noqa: F401 - imported before the fault (it may write bytecode)
+    import filelock  # noqa: F401 - aioge imports it on first lock: as nobody, the stdlib under /root may be unreadable
+
+    import aioge.session  # noqa: F401 - likewise loaded on first use of Session (and the compiler, caches, runtime)
 
     if fault == "disk_full":
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
