@@ -190,3 +190,30 @@ def test_builder_workloads_export_to_onnx_that_onnxruntime_agrees_with() -> None
 def test_cli_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_failing_onnx_reference_is_reported_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The yardstick's own failure (onnx.reference's GatherElements on BERT, say) is a note on
+    the row; aioge's and onnxruntime's figures stand."""
+    import anyio
+    import onnx.reference
+
+    import aioge
+    from aioge.benchmarks import measure
+    from aioge.benchmarks.workloads import load_workloads
+
+    class Broken:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            raise ValueError("cannot reshape array of size 1 into shape (1,128)")
+
+    monkeypatch.setattr(onnx.reference, "ReferenceEvaluator", Broken)
+    (w,) = load_workloads(["mlp"])
+
+    async def go() -> dict:
+        async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+            await s.add_graph(1, w.graph)
+            return await measure.latency(w, s, 1, rounds=1, runs=2, reference=True)
+
+    row = anyio.run(go)
+    assert row["aioge"] > 0 and row["ort"] > 0 and "onnx_reference" not in row
+    assert row["onnx_reference_error"] == "ValueError: cannot reshape array of size 1 into shape (1,128)"

@@ -134,7 +134,12 @@ async def _workload(w: Workload, cfg: SuiteConfig, cache_dir: str, gid: int) -> 
             row["compile_s"] = time.perf_counter() - t
             row.update(
                 await measure.latency(
-                    w, session, gid, rounds=cfg.rounds, runs=cfg.runs, reference=cfg.reference and w.group != "micro"
+                    w,
+                    session,
+                    gid,
+                    rounds=cfg.rounds,
+                    runs=cfg.runs,
+                    reference=cfg.reference and w.group not in ("micro", "real"),
                 )
             )
             if w.name in cfg.concurrency_workloads:
