@@ -236,6 +236,33 @@ def test_cli_cache_tools_do_not_hang_on_special_files(warm: Path, capsys: pytest
     assert cli is not None
 
 
+@pytest.mark.timeout(120)
+def test_graph_cache_clear_and_prune_do_not_hang_on_special_files(tmp_path: Path) -> None:
+    """A FIFO named like a key's index (or its model) is not aioge's: left alone, no hang."""
+    gc = tmp_path / "gc"
+    gc.mkdir(mode=0o700)
+    os.mkfifo(gc / "k.idx")
+    os.mkfifo(gc / "k_20261203000000.om")
+    ctx = F.mp_context()
+    out = ctx.Queue()
+    p = ctx.Process(target=_graph_tools_child, args=(str(gc), out), daemon=True)
+    p.start()
+    try:
+        got = out.get(timeout=CHILD_TIMEOUT)
+    except queue.Empty:
+        p.kill()
+        pytest.fail("clearing or pruning the graph cache hung on a FIFO")
+    p.join(30)
+    assert got == (0, [])
+    assert stat.S_ISFIFO(os.lstat(gc / "k.idx").st_mode) and stat.S_ISFIFO(os.lstat(gc / "k_20261203000000.om").st_mode)
+
+
+def _graph_tools_child(directory: str, out: Any) -> None:
+    from aioge.cache.graph_tools import clear_graph_cache, prune_graph_cache
+
+    out.put((clear_graph_cache(directory), prune_graph_cache(directory, now=4e9)))
+
+
 def _cli_child(root: str, out: Any) -> None:
     from aioge import cli
 

@@ -19,7 +19,7 @@ from typing import Any
 from aioge.cache.file_lock import SyncFileLock
 from aioge.cache.graph_cache import read_index
 from aioge.errors import CacheError
-from aioge.plan.io import MAGIC, make_envelope, open_envelope, pack, read_bytes_sync, unpack, write_atomic_sync
+from aioge.plan.io import make_envelope, open_envelope, pack, read_bytes_sync, unlink_if_ours, unpack, write_atomic_sync
 from aioge.plan.serialize import WEIGHT_DIR
 
 __all__ = [
@@ -139,7 +139,7 @@ def prune_graph_cache(directory: str | os.PathLike[str], *, now: float | None = 
                 old = now - f.stat().st_mtime > _ORPHAN_SECONDS
             except OSError:
                 continue
-            if f.name not in named and old and _ours(f) and _unlink(f):
+            if f.name not in named and old and unlink_if_ours(f):
                 removed.append(str(f))
     return removed
 
@@ -155,7 +155,7 @@ def clear_graph_cache(directory: str | os.PathLike[str]) -> int:
     removed = 0
     for key in _keys(root):
         for f in [*_key_files(root, key), root / f"{key}.idx"]:
-            removed += _ours(f) and _unlink(f)
+            removed += unlink_if_ours(f)
         lock = root / f"{key}.lock"
         removed += lock.is_file() and _size(lock) == 0 and _unlink(lock)
     removed += sum(_unlink(w) for w in _weights(root))
@@ -201,14 +201,6 @@ def _indexed(root: Path, key: str) -> set[str]:
 def _weights(root: Path) -> list[Path]:
     wdir = root / WEIGHT_DIR
     return sorted(p for p in wdir.iterdir() if _WEIGHT_RE.fullmatch(p.name) and p.is_file()) if wdir.is_dir() else []
-
-
-def _ours(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(MAGIC)) == MAGIC
-    except OSError:
-        return False
 
 
 def _size(path: Path) -> int:
