@@ -317,7 +317,7 @@ class KernelCache:
                 continue  # a compile still works in it
             try:
                 for e in gen_entries:
-                    if _remove_if_ours(e.path):
+                    if unlink_if_ours(e.path):
                         removed.append(e.path.name)
                         freed += e.size
                         _remove_lock_file(self.lock_path(e.key, e.generation))
@@ -646,7 +646,7 @@ class KernelCache:
         if not self.soc_dir.is_dir():
             return 0
         removed = sum(self._remove_entry(e) for e in self._scan())
-        removed += _remove_if_ours(self.soc_dir / GEN_FILE)
+        removed += unlink_if_ours(self.soc_dir / GEN_FILE)
         if (self.soc_dir / STATS_FILE).exists():  # the counters survive a clear, as ccache's do; the size is now 0
             self.record_stats_sync(bytes_exact=0)
         now = time.time()
@@ -696,7 +696,7 @@ class KernelCache:
                 return False  # used since the scan: it stays
         except OSError:
             return False
-        if not _remove_if_ours(e.path):
+        if not unlink_if_ours(e.path):
             return False
         _remove_lock_file(self.lock_path(e.key, e.generation))
         return True
@@ -733,11 +733,6 @@ class KernelCache:
 
 
 # -- files ------------------------------------------------------------------------------
-
-
-def _remove_if_ours(path: Path) -> bool:
-    """Unlink ``path`` only if it is a regular file that starts with aioge's magic."""
-    return unlink_if_ours(path)
 
 
 def _remove_lock_file(path: Path) -> int:
