@@ -628,7 +628,7 @@ def _cache_roots(args: argparse.Namespace) -> tuple[Path, Path | None]:
 
 
 def cache_stats_report(args: argparse.Namespace) -> dict[str, Any]:
-    """Every cache tier's report by tier name (``kernel``, ``graph``: None when there is none)."""
+    """Every cache tier's report by tier name: ``kernel``, ``remote`` (its ``url`` None when none is set) and ``graph`` (None when there is none)."""
     from aioge.cache.graph_tools import graph_cache_report
     from aioge.cache.kernel_cache import cache_report
     from aioge.cache.remote import remote_report
