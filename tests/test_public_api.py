@@ -19,8 +19,12 @@ from aioge.ops.registry import REGISTRY, builder_name
 
 # Run as scripts (``python -m``), not imported: they have no names to export.
 _SCRIPTS = {"aioge.benchmarks.child"}
+# Compiled: an empty module whose C functions aioge.kernels.native calls through ctypes.
+_COMPILED = {"aioge.kernels._native"}
 _MODULES = ["aioge"] + sorted(
-    m.name for m in pkgutil.walk_packages(aioge.__path__, "aioge.") if not m.name.endswith("__main__") and m.name not in _SCRIPTS
+    m.name
+    for m in pkgutil.walk_packages(aioge.__path__, "aioge.")
+    if not m.name.endswith("__main__") and m.name not in _SCRIPTS | _COMPILED
 )
 # Builder names that stand for another op's builder (kept for the GE/PyTorch spelling).
 _ALIASES = {"conv": "conv2d"}

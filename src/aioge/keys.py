@@ -55,12 +55,13 @@ def versions() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
-    """sha256 over aioge's own source files, computed once per process (JAX #18750: a version
-    string alone lets a locally edited kernel or planner load stale entries, the code itself
-    does not). The one code digest: kernel keys, ``.om`` files and graph cache entries all use it."""
+    """sha256 over aioge's own source files (Python, and the C of the compiled kernels), computed
+    once per process (JAX #18750: a version string alone lets a locally edited kernel or planner
+    load stale entries, the code itself does not). The one code digest: kernel keys, ``.om``
+    files and graph cache entries all use it."""
     root = Path(__file__).resolve().parent
     h = hashlib.sha256(b"aioge-code-v1")
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".c", ".h")):
         rel = path.relative_to(root).as_posix()
         try:
             h.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())

@@ -1,0 +1,82 @@
+"""The compiled-kernel tier: C kernels built at install time (``csrc/``), called with ctypes.
+
+numpy cannot reach onnxruntime on some ops (a depthwise conv is a few hundred tiny strided
+multiply-adds that numpy runs one whole-array pass at a time), so those ops have a C kernel too.
+``pip install`` builds ``aioge.kernels._native`` with the machine's compiler; the build is
+optional, and without it (or with ``AIOGE_NATIVE=0`` in the environment) ``lib()`` is None and
+every kernel runs its numpy code. Kernels decide when they are built, not per run: a kernel
+built with the native path keeps it.
+
+ctypes releases the GIL for each call, so the halves of a kernel split by
+``kernels.parallel.split_range`` run on two cores. Nothing is loaded but the library the build
+put beside this file; its ``aioge_native_abi()`` must equal ``ABI``, else it is ignored with a
+warning (a stale build from older sources).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.util
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ABI", "available", "function", "lib", "ptr"]
+
+# Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
+ABI = 1
+
+
+@functools.cache
+def lib() -> ctypes.CDLL | None:
+    """The compiled kernels, or None: not built, disabled by ``AIOGE_NATIVE=0``, or stale."""
+    if os.environ.get("AIOGE_NATIVE", "1").strip() == "0":
+        return None
+    spec = importlib.util.find_spec("aioge.kernels._native")
+    if spec is None or not spec.origin or not spec.origin.endswith((".so", ".pyd", ".dylib")):
+        return None
+    try:
+        dll = ctypes.CDLL(spec.origin)
+        abi = dll.aioge_native_abi()
+    except (OSError, AttributeError) as exc:
+        warnings.warn(
+            f"aioge: the compiled kernels at {spec.origin} do not load ({exc}); using the numpy kernels",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    if abi != ABI:
+        warnings.warn(
+            f"aioge: the compiled kernels at {spec.origin} are ABI {abi}, this code expects {ABI} (reinstall aioge to rebuild them); using the numpy kernels",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    return dll
+
+
+def available() -> bool:
+    """True when the compiled kernels are loaded and enabled."""
+    return lib() is not None
+
+
+@functools.cache
+def function(name: str, *argtypes: Any, restype: Any = None) -> Any:
+    """The C function ``name`` with its argument types set, or None without the library.
+
+    Pointers are passed as ``ctypes.c_void_p`` (give ``ptr(array)``), sizes as ``ctypes.c_int64``."""
+    dll = lib()
+    if dll is None:
+        return None
+    fn = getattr(dll, name)
+    fn.argtypes = list(argtypes)
+    fn.restype = restype
+    return fn
+
+
+def ptr(a: np.ndarray) -> int:
+    """The address of ``a``'s first element (the caller has checked dtype and contiguity)."""
+    return int(a.ctypes.data)
