@@ -17,3 +17,18 @@ def _isolated_kernel_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch
     Tests that study the dir priority set or unset ASCEND_CACHE_PATH themselves.
     """
     monkeypatch.setenv("ASCEND_CACHE_PATH", str(tmp_path_factory.mktemp("atc_data")))
+
+
+@pytest.fixture
+def numpy_kernels(monkeypatch: pytest.MonkeyPatch):
+    """Within the test, kernels built see no compiled tier (as on a machine without a C compiler):
+    the pure-numpy fallback of every kernel that has a native path."""
+    from aioge.kernels import native
+
+    monkeypatch.setenv("AIOGE_NATIVE", "0")
+    native.lib.cache_clear()
+    native.function.cache_clear()
+    yield
+    monkeypatch.undo()
+    native.lib.cache_clear()
+    native.function.cache_clear()

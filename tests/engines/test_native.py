@@ -23,3 +23,12 @@ def test_aioge_native_0_selects_the_numpy_kernels():
         [sys.executable, "-c", code], env={**os.environ, "AIOGE_NATIVE": "0"}, capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == ["False", "None"]
+
+
+def test_the_numpy_kernels_fixture_hides_the_tier_and_brings_it_back(numpy_kernels):
+    assert not native.available()
+    assert native.function("aioge_native_abi") is None
+
+
+def test_a_function_the_build_lacks_is_none():
+    assert native.function("aioge_no_such_kernel") is None
