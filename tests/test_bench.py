@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -27,7 +29,7 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         concurrency=(1, 3),
         concurrency_workloads=["mlp"],
         concurrency_rounds=1,
-        startup_model=str(path),
+        startup_models=[str(path)],
         blas_variant=False,
         chain=40,
         devices=2,
@@ -79,7 +81,7 @@ def test_the_serving_section_measures_batched_unbatched_and_the_pool(small_run: 
 
 
 def test_startup_loads_from_the_graph_cache_in_a_fresh_process(small_run: dict) -> None:
-    st = small_run["startup"]
+    (st,) = small_run["startup"]
     assert st["cold"]["kernels_compiled"] > 0 and not st["cold"]["graph_cache_hit"]
     assert st["warm_kernel_cache"]["kernels_compiled"] == 0 and st["warm_kernel_cache"]["kernel_cache_hits"] > 0
     assert st["graph_cache_load"]["graph_cache_hit"] and not st["graph_cache_save"]["graph_cache_hit"]
@@ -128,7 +130,7 @@ def test_target_checks_pass_and_miss() -> None:
     results = {
         "rows": rows,
         "config": {"concurrency": [64]},
-        "startup": {"model": "m", "graph_cache_load": {"start_s": 0.2}, "ort": {"start_s": 0.4}},
+        "startup": [{"model": "m", "graph_cache_load": {"start_s": 0.2}, "ort": {"start_s": 0.4}}],
     }
     got = {t["target"]: (t["figure"], t["status"]) for t in evaluate_targets(results)}
     assert got["light/ geomean aioge/ort (BLAS env as set)"] == (pytest.approx(np.sqrt(2.0)), "PASS")
@@ -136,7 +138,7 @@ def test_target_checks_pass_and_miss() -> None:
     assert got["min 64-concurrent throughput aioge/ort (in-process)"] == (0.5, "MISS")
     assert got["min 64-concurrent throughput aioge/ort (aioge.exec_devices=2)"] == (0.9, "PASS")
     assert got["max event-loop lag ms"] == (25.0, "MISS")
-    assert got["fresh-process start aioge (graph cache) / ort (create + first run)"] == (0.5, "PASS")
+    assert got["fresh-process start m: aioge (graph cache) / ort (create + first run)"] == (0.5, "PASS")
     assert got["sink us/node on the Add chain"] == (None, "n/a")
 
 
@@ -217,3 +219,33 @@ def test_a_failing_onnx_reference_is_reported_not_fatal(monkeypatch: pytest.Monk
     row = anyio.run(go)
     assert row["aioge"] > 0 and row["ort"] > 0 and "onnx_reference" not in row
     assert row["onnx_reference_error"] == "ValueError: cannot reshape array of size 1 into shape (1,128)"
+
+
+def test_startup_models_resolve_to_light_real_or_given_files(monkeypatch) -> None:
+    from aioge.benchmarks import suite
+
+    monkeypatch.setattr(suite, "real_model_path", lambda name: Path("/exported") / f"{name}.onnx")
+    assert suite._startup_path("/models/m.onnx") == "/models/m.onnx"
+    assert suite._startup_path("bert_base") == "/exported/bert_base.onnx"
+    assert suite._startup_path("squeezenet").endswith(os.path.join("light", "light_squeezenet.onnx"))
+
+
+def test_the_start_up_child_feeds_token_ids_to_an_int64_input(tmp_path) -> None:
+    # BERT's input is int64 token ids: the child feeds ids (not floats) to aioge and onnxruntime alike.
+    from onnx import TensorProto, helper, numpy_helper
+
+    from aioge.benchmarks import measure
+
+    table = numpy_helper.from_array(np.random.default_rng(0).standard_normal((100, 4)).astype(np.float32), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["y"])],
+        "embed",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4])],
+        [table],
+    )
+    path = tmp_path / "embed.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    a = measure.fresh_process("aioge", {"model": str(path), "options": {"ge.op_compiler_cache_dir": str(tmp_path / "k")}})
+    o = measure.fresh_process("ort", {"model": str(path)})
+    assert a["checksum"] == pytest.approx(o["checksum"], rel=1e-6)

@@ -38,7 +38,7 @@ def test_without_torch_the_real_models_are_skipped_and_said_so(monkeypatch: pyte
         rounds=1,
         runs=1,
         concurrency_workloads=[],
-        startup_model=None,
+        startup_models=[],
         blas_variant=False,
         chain=5,
         reference=False,

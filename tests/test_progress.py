@@ -84,7 +84,7 @@ def test_the_suite_reports_each_workload() -> None:
         runs=1,
         concurrency=(),
         concurrency_workloads=[],
-        startup_model="",
+        startup_models=[],
         blas_variant=False,
         chain=10,
     )

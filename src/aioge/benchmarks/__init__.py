@@ -38,7 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="device processes for the top concurrency level's second measurement (default: the cores; 0: skip)",
     )
     p.add_argument("--chain", type=int, default=1000)
-    p.add_argument("--startup-model", default="resnet50", help="a light/ model name or an .onnx path")
+    p.add_argument(
+        "--startup-models",
+        default="resnet50,resnet18,bert_base",
+        help="comma-separated models for the fresh-process start-up section: light/ or real-weights names, or .onnx paths",
+    )
     p.add_argument("--no-reference", action="store_true", help="skip onnx.reference")
     p.add_argument("--no-concurrency", action="store_true")
     p.add_argument("--no-startup", action="store_true")
@@ -68,7 +72,7 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
         workloads=[w for w in args.workloads.split(",") if w],
         concurrency=tuple(int(c) for c in args.concurrency.split(",") if c),
         reference=not args.no_reference,
-        startup_model=None if args.no_startup else args.startup_model,
+        startup_models=[] if args.no_startup else [m for m in args.startup_models.split(",") if m],
         blas_variant=not args.no_blas_variant,
         chain=args.chain,
     )

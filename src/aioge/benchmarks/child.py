@@ -26,7 +26,11 @@ def _feeds(path: str) -> dict[str, Any]:
         if vi.name not in inits:
             shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim)
             n = int(np.prod(shape))
-            feeds[vi.name] = (np.arange(n).reshape(shape) / n).astype(np.float32)
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+            if np.issubdtype(dtype, np.integer):  # token ids: small, within any vocabulary
+                feeds[vi.name] = (np.arange(n) % 100).reshape(shape).astype(dtype)
+            else:
+                feeds[vi.name] = (np.arange(n).reshape(shape) / n).astype(dtype)
     return feeds
 
 

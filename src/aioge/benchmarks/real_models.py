@@ -35,6 +35,7 @@ __all__ = [
     "cache_dir",
     "light_nodup",
     "real_available",
+    "real_model_path",
     "real_workload",
 ]
 
@@ -95,6 +96,15 @@ def _export(name: str, out: Path) -> None:
         raise RuntimeError(f"exporting {name} with torch failed ({proc.returncode}): {proc.stderr[-2000:]}")
 
 
+def real_model_path(name: str) -> Path:
+    """The exported ``name``.onnx (its feeds and expected outputs beside it, in ``.npz``),
+    exported on first use. RuntimeError if the export fails."""
+    path = _cached_dir() / f"{name}.onnx"
+    if not path.exists() or not path.with_suffix(".npz").exists():
+        _export(name, path)
+    return path
+
+
 def real_workload(name: str) -> Any:
     """The ``real`` Workload for ``name`` (exported on first use). RuntimeError if the export fails."""
     import onnx
@@ -102,10 +112,7 @@ def real_workload(name: str) -> Any:
     import aioge
     from aioge.benchmarks.workloads import Workload
 
-    d = _cached_dir()
-    path = d / f"{name}.onnx"
-    if not path.exists() or not path.with_suffix(".npz").exists():
-        _export(name, path)
+    path = real_model_path(name)
     with np.load(path.with_suffix(".npz"), allow_pickle=False) as z:
         data = {k: z[k] for k in z.files}
     feeds = {k[5:]: v for k, v in data.items() if k.startswith("feed:")}

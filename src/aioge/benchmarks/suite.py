@@ -25,7 +25,7 @@ import numpy as np
 
 import aioge
 from aioge.benchmarks import measure
-from aioge.benchmarks.real_models import real_available
+from aioge.benchmarks.real_models import real_available, real_model_path
 from aioge.benchmarks.serving import SERVING_WORKLOADS, serving
 from aioge.benchmarks.workloads import ALL, BUILDER, LIGHT, LIGHT_NODUP, REAL, Workload, expand_names, light_dir, load_workloads
 
@@ -65,7 +65,8 @@ class SuiteConfig:
     concurrency_rounds: int = 3
     devices: int = field(default_factory=lambda: os.cpu_count() or 1)  # aioge.exec_devices for a second top-level burst; 0: none
     reference: bool = True  # time onnx.reference too
-    startup_model: str | None = "resnet50"  # a light/ name or an .onnx path; None: skip
+    # Fresh-process start-up per model: a light/ name, a real-weights name or an .onnx path; empty: skip.
+    startup_models: list[str] = field(default_factory=lambda: ["resnet50", "resnet18", "bert_base"])
     blas_variant: bool = True  # light/ latency again with BLAS_ENV unset
     chain: int = 1000
     serving_workloads: list[str] = field(default_factory=lambda: list(SERVING_WORKLOADS))  # empty: no serving section
@@ -172,10 +173,20 @@ async def _workload(w: Workload, cfg: SuiteConfig, cache_dir: str, gid: int) -> 
     return row
 
 
+def _startup_path(model: str) -> str:
+    """The .onnx file of a start-up model: a path as given, a real-weights model (exported on
+    first use), or a light/ model."""
+    if model.endswith(".onnx"):
+        return model
+    if model in REAL:
+        return str(real_model_path(model))
+    return os.path.join(light_dir(), f"light_{model}.onnx")
+
+
 def _startup(model: str, work: str) -> dict[str, Any]:
     """Fresh-process figures for one model: cold compile, warm compile (kernel cache), graph-cache
     load + first run, and onnxruntime's session creation + first run."""
-    path = model if model.endswith(".onnx") else os.path.join(light_dir(), f"light_{model}.onnx")
+    path = _startup_path(model)
     kernels = os.path.join(work, "kernels")
     graphs = os.path.join(work, "graphs")
     os.makedirs(graphs, exist_ok=True)
@@ -344,14 +355,13 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         add(f"serving {w}: unbatched req/s aioge/ort", r["unbatched_vs_ort"], TARGETS["serving_unbatched_vs_ort"], True, "")
         add(f"serving {w}: loop lag p99 ms", r["lag_p99_ms"], TARGETS["serving_lag_p99_ms"], False, "batched bursts")
         add(f"serving {w}: loop lag max ms", r["lag_max_ms"], TARGETS["serving_lag_max_ms"], False, "batched bursts")
-    st = results.get("startup")
-    if st:
+    for st in results.get("startup") or []:
         add(
-            "fresh-process start aioge (graph cache) / ort (create + first run)",
+            f"fresh-process start {st['model']}: aioge (graph cache) / ort (create + first run)",
             st["graph_cache_load"]["start_s"] / st["ort"]["start_s"],
             1.0,
             False,
-            st["model"],
+            "",
         )
     return checks
 
@@ -417,8 +427,9 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
         results: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "rows": rows, "skipped": skipped}
         if cfg.serving_workloads:
             results["serving"] = anyio.run(_serving, cfg, os.path.join(work, "kernels"))
-        if cfg.startup_model:
-            results["startup"] = _startup(cfg.startup_model, os.path.join(work, "startup"))
+        startups = [m for m in cfg.startup_models if m not in REAL or not real_available()]
+        skipped.update({f"start-up {m}": real_available() or "" for m in cfg.startup_models if m not in startups})
+        results["startup"] = [_startup(m, os.path.join(work, "startup", str(i))) for i, m in enumerate(startups)]
         if cfg.blas_variant:
             results["blas_variant"] = _blas_variant(cfg, [r["workload"] for r in rows if r["workload"] in LIGHT])
         results["targets"] = evaluate_targets(results)
@@ -614,8 +625,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                 for r in serve
             ],
         )
-    st = results.get("startup")
-    if st:
+    for st in results.get("startup") or []:
         out += [
             "",
             f"## Start-up of {st['model']}, each in a fresh process (seconds after the import; "
