@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aioge.cache.file_lock import SyncFileLock
 from aioge.cache.graph_cache import read_index
+from aioge.cache.stats_file import read_stats_file, update_stats_file
 from aioge.errors import CacheError
-from aioge.plan.io import make_envelope, open_envelope, pack, read_bytes_sync, unlink_if_ours, unpack, write_atomic_sync
+from aioge.plan.io import unlink_if_ours
 from aioge.plan.serialize import WEIGHT_DIR
 
 __all__ = [
@@ -82,8 +82,7 @@ def read_graph_stats(directory: str | os.PathLike[str]) -> dict[str, Any]:
     empty: dict[str, Any] = {"since": 0, "keys": {}}
     path = Path(directory) / STATS_FILE
     try:
-        _, payload = open_envelope(read_bytes_sync(path, max_bytes=1 << 20), STATS_KIND, path=str(path), check_versions=False)
-        data = unpack(payload, what="graph cache statistics")
+        data = read_stats_file(path, STATS_KIND, what="graph cache statistics")
     except (OSError, CacheError):
         return empty
     if not isinstance(data, dict) or not isinstance(data.get("keys"), dict) or not isinstance(data.get("since"), int):
@@ -103,12 +102,15 @@ def record_graph_lookup(directory: str | os.PathLike[str], key: str, hit: bool, 
         OSError: the statistics file cannot be written.
     """
     root = Path(directory)
-    with SyncFileLock(root / f".{STATS_FILE}.lock", mode=mode):
+
+    def change() -> dict[str, Any]:
         stats = read_graph_stats(root)
         counts = stats["keys"].setdefault(key, {"hits": 0, "misses": 0})
         counts["hits" if hit else "misses"] += 1
         stats["since"] = stats["since"] or int(time.time())
-        write_atomic_sync(root / STATS_FILE, make_envelope(STATS_KIND, pack(stats)), mode=mode)
+        return stats
+
+    update_stats_file(root / STATS_FILE, STATS_KIND, root / f".{STATS_FILE}.lock", change, mode=mode)
 
 
 def zero_graph_stats(directory: str | os.PathLike[str]) -> None:
@@ -118,8 +120,9 @@ def zero_graph_stats(directory: str | os.PathLike[str]) -> None:
         CacheError: ``directory`` is not a directory. OSError: the file cannot be written.
     """
     root = _checked(directory)
-    with SyncFileLock(root / f".{STATS_FILE}.lock"):
-        write_atomic_sync(root / STATS_FILE, make_envelope(STATS_KIND, pack({"since": int(time.time()), "keys": {}})))
+    update_stats_file(
+        root / STATS_FILE, STATS_KIND, root / f".{STATS_FILE}.lock", lambda: {"since": int(time.time()), "keys": {}}
+    )
 
 
 def prune_graph_cache(directory: str | os.PathLike[str], *, now: float | None = None) -> list[str]:

@@ -57,12 +57,12 @@ except ImportError:  # pragma: no cover - Windows: no generation holds; aging re
 from aioge._util.singleflight import SingleFlight
 from aioge.cache.file_lock import SyncFileLock, async_file_lock
 from aioge.cache.kernel_limits import AGING_IDLE_SECONDS, CacheLimits, read_limits, resolve_cache_root, write_default_ini
+from aioge.cache.stats_file import read_stats_file, update_stats_file
 from aioge.errors import CacheError
 from aioge.plan.io import (
     make_envelope,
     open_envelope,
     pack,
-    read_bytes_sync,
     read_trusted_sync,
     unlink_if_ours,
     unpack,
@@ -511,8 +511,7 @@ class KernelCache:
         # ``since``: when counting started (the first record, or the last zeroing), epoch seconds.
         zero = {"hits": 0, "misses": 0, "compiles": 0, "invalid": 0, "bytes_estimate": 0, "since": 0}
         try:
-            _, payload = open_envelope(read_bytes_sync(path, max_bytes=4096), STATS_KIND, path=str(path), check_versions=False)
-            data = unpack(payload, what="kernel cache statistics")
+            data = read_stats_file(path, STATS_KIND, what="kernel cache statistics", max_bytes=4096)
         except FileNotFoundError:
             return zero
         except (CacheError, OSError) as exc:
@@ -535,7 +534,8 @@ class KernelCache:
         """Add to the soc folder's counters (read-modify-write under a lock, published
         atomically) and return the folder's estimated size in bytes."""
         self._ensure_dirs()
-        with SyncFileLock(self.soc_dir / LOCK_DIR / "stats.lock", mode=self._file_mode):
+
+        def change() -> dict[str, int]:
             stats = self.read_stats_sync()
             stats["hits"] += hits
             stats["misses"] += misses
@@ -543,17 +543,21 @@ class KernelCache:
             stats["invalid"] += invalid
             stats["bytes_estimate"] = bytes_exact if bytes_exact is not None else max(0, stats["bytes_estimate"] + written)
             stats["since"] = stats["since"] or int(time.time())
-            write_atomic_sync(self.soc_dir / STATS_FILE, make_envelope(STATS_KIND, pack(stats)), mode=self._file_mode)
-        return stats["bytes_estimate"]
+            return stats
+
+        return self._update_stats(change)["bytes_estimate"]
+
+    def _update_stats(self, change: Callable[[], dict[str, int]]) -> dict[str, int]:
+        lock = self.soc_dir / LOCK_DIR / "stats.lock"
+        return update_stats_file(self.soc_dir / STATS_FILE, STATS_KIND, lock, change, mode=self._file_mode)
 
     def zero_stats_sync(self) -> None:
         """Set the hit, miss, compile and invalid counters to zero and ``since`` to now
         (``ccache -z``); the size estimate stays. Nothing happens to a folder never used."""
         if not (self.soc_dir / STATS_FILE).exists():
             return
-        with SyncFileLock(self.soc_dir / LOCK_DIR / "stats.lock", mode=self._file_mode):
-            stats = {**self.read_stats_sync(), "hits": 0, "misses": 0, "compiles": 0, "invalid": 0, "since": int(time.time())}
-            write_atomic_sync(self.soc_dir / STATS_FILE, make_envelope(STATS_KIND, pack(stats)), mode=self._file_mode)
+        zero = {"hits": 0, "misses": 0, "compiles": 0, "invalid": 0}
+        self._update_stats(lambda: {**self.read_stats_sync(), **zero, "since": int(time.time())})
 
     # -- aging ------------------------------------------------------------------------
 

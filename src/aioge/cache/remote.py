@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Mapping, Protocol
 import anyio
 
 from aioge._util.singleflight import SingleFlight
-from aioge.cache.file_lock import SyncFileLock
+from aioge.cache.stats_file import read_stats_file, update_stats_file
 from aioge.errors import CacheError, OptionError
 from aioge.keys import remote_namespace
-from aioge.plan.io import make_envelope, open_envelope, pack, read_bytes_sync, unpack, write_atomic_sync
+from aioge.plan.io import make_envelope, open_envelope, pack, unpack
 from aioge.plan.kernel import KernelDesc, desc_from_plain, desc_to_plain
 
 if TYPE_CHECKING:
@@ -372,13 +372,16 @@ class RemoteTier:
             return
         kernel_dir = Path(kernel_dir)
         kernel_dir.mkdir(parents=True, exist_ok=True, mode=0o700 if mode == 0o600 else 0o770)
-        with SyncFileLock(kernel_dir / ".remote_stats.lock", mode=mode):
+
+        def change() -> dict[str, dict[str, Any]]:
             data = read_remote_stats(kernel_dir)
             mine = data.setdefault(self.soc, {k: 0 for k in delta})
             for k, v in delta.items():
                 mine[k] = max(0, int(mine.get(k, 0)) + v)
             mine["url"] = self.url
-            write_atomic_sync(kernel_dir / STATS_FILE, make_envelope(STATS_KIND, pack(data)), mode=mode)
+            return data
+
+        update_stats_file(kernel_dir / STATS_FILE, STATS_KIND, kernel_dir / ".remote_stats.lock", change, mode=mode)
 
 
 def read_remote_stats(kernel_dir: str | Path) -> dict[str, dict[str, Any]]:
@@ -386,8 +389,7 @@ def read_remote_stats(kernel_dir: str | Path) -> dict[str, dict[str, Any]]:
     an unusable file is a warning and {})."""
     path = Path(kernel_dir) / STATS_FILE
     try:
-        _, payload = open_envelope(read_bytes_sync(path, max_bytes=1 << 20), STATS_KIND, path=str(path), check_versions=False)
-        data = unpack(payload, what="remote cache statistics")
+        data = read_stats_file(path, STATS_KIND, what="remote cache statistics")
     except FileNotFoundError:
         return {}
     except (CacheError, OSError) as exc:
