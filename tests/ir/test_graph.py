@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -160,3 +161,26 @@ def test_clip_of_a_scalar_tensor() -> None:
 
     out = clip(np.array(5.0, np.float32), np.array(0.0, np.float32), np.array(1.0, np.float32))
     assert isinstance(out, np.ndarray) and out.shape == () and out == 1.0
+
+
+def test_big_weights_hashed_on_threads_give_the_same_fingerprint(monkeypatch) -> None:
+    from aioge.ir import fingerprint
+
+    def graph(scale: float) -> Graph:
+        g = Graph("weights")
+        x = g.input("x", (1, 64), "float32")
+        rng = np.random.default_rng(0)
+        h = x
+        for i in range(20):
+            h = ops.matmul(h, g.constant((scale * rng.standard_normal((64, 64))).astype(np.float32), f"w{i}"))
+        g.output(h, names=["y"])
+        return g
+
+    serial = graph(1.0).fingerprint()
+    monkeypatch.setattr(fingerprint, "_PARALLEL_BYTES", 1024)  # every 16 KB weight counts as big
+    threads = []
+    real = fingerprint.ThreadPoolExecutor
+    monkeypatch.setattr(fingerprint, "ThreadPoolExecutor", lambda **kw: threads.append(kw) or real(**kw))
+    assert graph(1.0).fingerprint() == serial
+    assert graph(2.0).fingerprint() != serial
+    assert threads or (os.cpu_count() or 1) < 2  # the threaded path ran (on a machine with two cores)

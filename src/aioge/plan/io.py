@@ -358,8 +358,13 @@ def _read(path: str, max_bytes: int, shared: bool | None) -> bytes:
                 raise PermissionError(f"{path}: not trusted: {reason}")
         if st.st_size > max_bytes:
             raise CacheError(f"{st.st_size} bytes, more than the {max_bytes} a cache file may have", path=path)
-        chunks = []
-        remaining = st.st_size
+        # One read of the whole file first: one bytes object, no join copy (a regular file
+        # gives it all at once below Linux's 2 GiB per read); the loop finishes a short read.
+        first = os.read(fd, st.st_size) if st.st_size else b""
+        if len(first) == st.st_size:
+            return first
+        chunks = [first]
+        remaining = st.st_size - len(first)
         while remaining > 0:
             chunk = os.read(fd, min(remaining, 1 << 24))
             if not chunk:
