@@ -253,7 +253,7 @@ def _payload(data: bytes) -> dict:
 
 
 def _repack(payload: dict) -> bytes:
-    return io.make_envelope("om", serialize._frame(msgpack.packb(payload["~meta"], use_bin_type=True), payload["~blob"]))
+    return io.make_envelope("om", serialize._frame(msgpack.packb(payload["~meta"], use_bin_type=True), [payload["~blob"]]))
 
 
 def test_well_formed_files_with_wrong_structure_are_rejected() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import numpy as np
 
 from aioge.ir.fingerprint import array_digest, canonical_attr
 from aioge.ir.graph import Graph, Value
@@ -59,9 +60,17 @@ def _merge_constants(graph: Graph) -> bool:
     for members in groups.values():
         if len(members) < 2:
             continue
-        # Hash only where shapes collide, so big unique weights are never read.
+        # Hash only where shapes collide, so big unique weights are never read; and where they
+        # do (a transformer's layers all have the same shapes), a sample of each first: real
+        # weights differ in it, and only equal samples pay for hashing the whole arrays.
+        samples: dict[bytes, int] = {}
+        for v in members:
+            sample = _sample(v.data)  # type: ignore[arg-type]
+            samples[sample] = samples.get(sample, 0) + 1
         keep: dict[str, Value] = {}
         for v in members:
+            if samples[_sample(v.data)] < 2:  # type: ignore[arg-type]
+                continue
             digest = array_digest(v.data)  # type: ignore[arg-type]
             first = keep.setdefault(digest, v)
             # An unused one is dead-code elimination's; an output keeps its own name.
@@ -72,3 +81,14 @@ def _merge_constants(graph: Graph) -> bool:
     if changed:
         graph.remove_unused_values()
     return changed
+
+
+# Elements of a constant that its sample holds: equal arrays have equal samples, and two real
+# weights of the same shape almost never do.
+_SAMPLE_ELEMENTS = 4096
+
+
+def _sample(data: np.ndarray) -> bytes:
+    flat = data.reshape(-1)
+    step = max(1, flat.size // _SAMPLE_ELEMENTS)
+    return np.ascontiguousarray(flat[::step]).tobytes()

@@ -28,7 +28,7 @@ import os
 import secrets
 import stat
 import struct
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import anyio
 import msgpack
@@ -42,6 +42,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MAX_FILE_BYTES",
     "make_envelope",
+    "envelope_header",
     "open_envelope",
     "open_regular",
     "pack",
@@ -185,29 +186,39 @@ def _versions() -> dict[str, str]:
     return versions()
 
 
-def make_envelope(kind: str, payload: bytes, extra: Mapping[str, Any] | None = None) -> bytes:
-    """Wrap a payload with the magic, format, versions and checksum header."""
+def make_envelope(kind: str, payload: bytes | Sequence[bytes | memoryview], extra: Mapping[str, Any] | None = None) -> bytes:
+    """Wrap a payload with the magic, format, versions and checksum header.
+
+    ``payload`` may come in pieces (a model's weights as views of its arrays): they are hashed
+    where they lie and copied once, into the result."""
+    pieces = [payload] if isinstance(payload, bytes) else list(payload)
+    h = hashlib.sha256()
+    for piece in pieces:
+        h.update(piece)
     header = {
         "format": FORMAT_VERSION,
         "kind": kind,
         "versions": _versions(),
-        "size": len(payload),
-        "sha256": hashlib.sha256(payload).hexdigest(),
+        "size": sum(len(piece) for piece in pieces),
+        "sha256": h.hexdigest(),
         **(dict(extra) if extra else {}),
     }
     blob: bytes = msgpack.packb(header, use_bin_type=True)
-    return MAGIC + struct.pack("<I", len(blob)) + blob + payload
+    return b"".join([MAGIC, struct.pack("<I", len(blob)), blob, *pieces])
 
 
-def open_envelope(
-    data: bytes, kind: str, *, path: str | None = None, check_versions: bool = True
-) -> tuple[dict[str, Any], bytes]:
-    """Check an envelope and return (header, payload).
+def envelope_header(data: bytes, *, path: str | None = None) -> dict[str, Any]:
+    """The header of an envelope (its ``sha256`` among the fields), the payload unchecked: for
+    a writer that has just made ``data`` and wants the digest without hashing it again.
 
     Raises:
-        CacheError: not an aioge file, another kind, another format or versions,
-            truncated, or a checksum mismatch.
+        CacheError: not an aioge file, or a truncated or corrupt header.
     """
+    return _header(data, path)[0]
+
+
+def _header(data: bytes, path: str | None) -> tuple[dict[str, Any], int]:
+    """(header, offset of the payload)."""
     if len(data) < len(MAGIC) + 4 or not data.startswith(MAGIC):
         raise CacheError("not an aioge cache file (bad magic)", path=path)
     (hlen,) = struct.unpack_from("<I", data, len(MAGIC))
@@ -220,13 +231,26 @@ def open_envelope(
         raise CacheError(f"corrupt header: {type(exc).__name__}", path=path) from None
     if not isinstance(header, dict):
         raise CacheError("corrupt header: not a map", path=path)
+    return header, start + hlen
+
+
+def open_envelope(
+    data: bytes, kind: str, *, path: str | None = None, check_versions: bool = True
+) -> tuple[dict[str, Any], bytes]:
+    """Check an envelope and return (header, payload).
+
+    Raises:
+        CacheError: not an aioge file, another kind, another format or versions,
+            truncated, or a checksum mismatch.
+    """
+    header, start = _header(data, path)
     if header.get("format") != FORMAT_VERSION:
         raise CacheError(f"format {header.get('format')!r}, this aioge reads {FORMAT_VERSION}", path=path)
     if header.get("kind") != kind:
         raise CacheError(f"a {header.get('kind')!r} file where a {kind!r} file was expected", path=path)
     if check_versions and header.get("versions") != _versions():
         raise CacheError(f"made under {header.get('versions')}, this is {_versions()}", path=path)
-    payload = data[start + hlen :]
+    payload = data[start:]
     if header.get("size") != len(payload):
         raise CacheError(f"truncated: payload has {len(payload)} bytes, header says {header.get('size')}", path=path)
     if header.get("sha256") != hashlib.sha256(payload).hexdigest():

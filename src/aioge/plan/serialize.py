@@ -135,7 +135,7 @@ def encode_model(model: CompiledModel, *, external: bool = False) -> tuple[bytes
             **_enc_one(model, weights if external else None, blob),
             "gears": [_enc_one(g, weights if external else None, blob) for g in model.gears],
         }
-        framed = _frame(io.pack(payload), blob.bytes())
+        framed = _frame(io.pack(payload), blob.chunks)
     except TypeError as exc:
         raise ModelFormatError(f"graph {model.graph.name!r}: cannot serialise: {exc}") from None
     return io.make_envelope(OM_KIND, framed, {"graph": model.graph.name}), weights
@@ -152,13 +152,14 @@ def _enc_one(model: CompiledModel, weights: dict[str, np.ndarray] | None, blob: 
     }
 
 
-def _frame(meta: bytes, blob: bytes) -> bytes:
-    """The envelope payload: meta length (8 bytes LE) | meta (msgpack) | zero pad to 64 | blob.
+def _frame(meta: bytes, blob: list[bytes | memoryview]) -> list[bytes | memoryview]:
+    """The envelope payload, in pieces: meta length (8 bytes LE) | meta (msgpack) | zero pad
+    to 64 | blob.
 
     The tensor bytes stay outside msgpack, so loading views them where they lie in the
     payload instead of copying them once more out of a msgpack bin."""
     head = struct.pack("<Q", len(meta)) + meta
-    return head + b"\0" * (-len(head) % _BLOB_ALIGN) + blob
+    return [head + b"\0" * (-len(head) % _BLOB_ALIGN), *blob]
 
 
 def _unframe(payload: bytes, path: str | None) -> tuple[Any, memoryview]:
@@ -186,7 +187,7 @@ class _Blob:
     tensor would be copied twice and parsed once more)."""
 
     def __init__(self) -> None:
-        self.chunks: list[bytes] = []
+        self.chunks: list[bytes | memoryview] = []
         self.size = 0
         self.seen: dict[bytes, list[int]] = {}  # sha256 -> span: gears share their weights, stored once
 
@@ -195,16 +196,13 @@ class _Blob:
         if digest in self.seen:
             return self.seen[digest]
         offset = self.size
-        self.chunks.append(flat.tobytes())
+        self.chunks.append(flat.data)  # a view: the one copy is make_envelope's
         pad = -(offset + flat.size) % _BLOB_ALIGN
         if pad:
             self.chunks.append(b"\0" * pad)
         self.size += flat.size + pad
         self.seen[digest] = [offset, int(flat.size)]
         return [offset, int(flat.size)]
-
-    def bytes(self) -> bytes:
-        return b"".join(self.chunks)
 
 
 def _data_ref(data: np.ndarray, weights: dict[str, np.ndarray] | None, blob: _Blob) -> Any:
@@ -630,7 +628,7 @@ def save_model_sync(
         for fname, array in weights.items():
             _write_weight(os.path.join(wdir, fname), fname.removeprefix(_WEIGHT_PREFIX), array, mode)
     io.write_atomic_sync(path, data, mode=mode, exclusive=exclusive)
-    digest: str = io.open_envelope(data, OM_KIND)[0]["sha256"]
+    digest: str = io.envelope_header(data)["sha256"]  # encode_model just hashed the payload
     return digest
 
 
