@@ -45,7 +45,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # (shape or None, dtype, format) per input or output; None for an absent optional input.
-Signature = tuple[tuple[tuple[int | str, ...] | None, str, str] | None, ...]
+Signature = tuple[tuple[Any, ...] | None, ...]  # (shape, dtype, format[, container]) per value
 
 
 def versions() -> dict[str, str]:
@@ -77,6 +77,8 @@ def signature_of(node: Node) -> tuple[Signature, Signature]:
         if v is None:
             return None
         shape = None if v.desc.shape is None else tuple(v.desc.shape)
+        if v.desc.container != "tensor":  # tensors keep their three parts: existing keys stay valid
+            return (shape, v.desc.dtype, v.desc.format, v.desc.container)
         return (shape, v.desc.dtype, v.desc.format)
 
     return tuple(desc(v) for v in node.inputs), tuple(desc(v) for v in node.outputs)

@@ -94,6 +94,10 @@ def infer_node(
     Raises:
         GraphError: inference rejected the inputs (naming graph and node).
     """
+    if not schema.containers:
+        for i, d in enumerate(in_descs):
+            if d is not None and d.container != "tensor":
+                raise GraphError(f"{schema.name}: input {i} must be a tensor, got a {d}", graph=graph, node=node)
     ctx = InferContext(in_descs, in_values, attrs, num_outputs or 0)
     try:
         descs = schema.infer(ctx)

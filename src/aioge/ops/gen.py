@@ -121,7 +121,8 @@ def _builder(schema: OpSchema) -> str:
         stems = _input_names(schema, hi)
         inputs = [s if s not in attrs else f"in_{s}" for s in stems]
         params += [f"{n}: Operand" if i < lo else f"{n}: Operand | None = None" for i, n in enumerate(inputs)]
-        params.append("/")
+        if inputs:  # an op without inputs (SequenceEmpty) has nothing positional
+            params.append("/")
         args = "(" + ", ".join(inputs) + ("," if len(inputs) == 1 else "") + ")"
         params.append("*")
     params += [_param(k, a) for k, a in attrs.items()]
