@@ -45,7 +45,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # (shape or None, dtype, format) per input or output; None for an absent optional input.
-Signature = tuple[tuple[Any, ...] | None, ...]  # (shape, dtype, format[, container]) per value
+# A sequence's or optional's adds its container: (shape or None, dtype, format, container).
+_Shape = tuple[int | str, ...] | None
+Signature = tuple[tuple[_Shape, str, str] | tuple[_Shape, str, str, str] | None, ...]
 
 
 def versions() -> dict[str, str]:

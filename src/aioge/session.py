@@ -739,7 +739,18 @@ class Session:
         self, entry: _GraphEntry, feeds: Mapping[str, Any], trace: str | os.PathLike[str] | None
     ) -> dict[str, np.ndarray]:
         """A run of a graph with gears or batching: feeds checked here (a bad one fails alone),
-        then queued for a batch, or run alone padded to a gear or batch size."""
+        then queued for a batch, or run alone padded to a gear or batch size.
+
+        Raises:
+            FeedError: a bad feed, or a graph with sequence or optional inputs (rows are a tensor's).
+        """
+        lists = [v.name for v in entry.graph.inputs if not v.desc.is_tensor]
+        if lists:
+            raise FeedError(
+                f"gears and batching (aioge.batch_max_rows) take tensor inputs; {lists} are sequences or optionals",
+                graph=entry.graph.name,
+                input=lists[0],
+            )
         key = _feed_key(feeds)
         known = entry.served.get(key) if key is not None else None
         if known is not None:

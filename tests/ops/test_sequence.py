@@ -278,3 +278,11 @@ async def test_split_to_sequence_with_a_run_time_split_matches_onnx_reference() 
             want = _reference(model, feeds)
             _same(got["s"], want[0])
             _same(got["n"], want[1])
+
+
+@pytest.mark.anyio
+async def test_batching_refuses_sequence_inputs() -> None:
+    feeds = {"s": [np.ones((1, 3), F32)], "x": np.zeros((2, 3), F32), "pos": np.asarray(0, np.int64)}
+    async with aioge.Session(HEURISTIC) as sess:
+        with pytest.raises(FeedError, match=r"gears and batching .* take tensor inputs; \['s'\] are sequences"):
+            await sess.run(_seq_graph(), feeds, {"aioge.batch_max_rows": "8"})
