@@ -319,24 +319,15 @@ class _Builder:
 
     def _container_output(self, v: Value, name: str, values: list[Value]) -> Value:
         """A sequence or optional as graph output ``name``: renamed when it can be (Identity
-        takes tensors only), else a sequence's copy by OptionalGetElement (the identity on one).
-
-        Raises:
-            GraphError: an optional that is a graph input or another output as well.
-        """
+        takes tensors only), else its copy (OptionalGetElement is the identity on a sequence,
+        the Optional op on an optional)."""
         if v.producer is not None and not any(o is v for o in values) and not self.graph.has_value(name):
             self.graph.rename(v, name)
             return v
-        if v.desc.container != "sequence":
-            raise GraphError(f"output {name!r}: an optional that is also an input or another output", graph=self.graph.name)
+        op = "OptionalGetElement" if v.desc.container == "sequence" else "Optional"
         out_name = self.names.fresh(name) if self.graph.has_value(name) else name
         return self.graph.add_node(
-            "OptionalGetElement",
-            [v],
-            {},
-            [v.desc],
-            name=self.names.claim(f"{name}/output", generated=True),
-            output_names=[out_name],
+            op, [v], {}, [v.desc], name=self.names.claim(f"{name}/output", generated=True), output_names=[out_name]
         ).outputs[0]
 
     # -- nodes ------------------------------------------------------------------------

@@ -20,10 +20,11 @@ import onnx
 
 from aioge.errors import GraphError
 from aioge.frontends.onnx_context import NodeContext
+from aioge.ir.desc import TensorDesc
 from aioge.ir.graph import Value
 from aioge.ops.control import type_of
 
-__all__ = ["convert_if", "convert_loop", "convert_scan", "convert_scan_8"]
+__all__ = ["convert_if", "convert_loop", "convert_scan", "convert_scan_8", "runtime_sequence_map"]
 
 # Unrolling multiplies the body: refuse beyond this many converted body nodes per Scan.
 _MAX_UNROLLED_NODES = 50_000
@@ -190,6 +191,30 @@ def _runtime_if(ctx: NodeContext, branches: Sequence[onnx.GraphProto]) -> Sequen
     )
 
 
+def runtime_sequence_map(ctx: NodeContext, body: onnx.GraphProto, args: Sequence[Value | None]) -> Sequence[Any]:
+    """SequenceMap over sequences whose length is known only at run time: the SequenceMap op
+    over the body as a program (its inputs: one element of each sequence, or the tensor).
+
+    Raises:
+        GraphError: an absent input, or a body aioge cannot load.
+    """
+    from aioge.frontends.onnx_sequence import materialise
+
+    if ctx.lookup is None or any(v is None for v in args):
+        raise ctx.fail("needs every input and its enclosing values")
+    free = sorted(_free_names(body))
+    outer = [materialise(ctx, ctx.lookup(n)) for n in free]
+    # The body sees one element of each sequence: a tensor of the element desc.
+    head = [_tensor_info(vi.name, v.desc.element) for vi, v in zip(body.input, args) if v is not None]
+    program, sub = _program(ctx, body, head, [], [], free, outer)
+    return ctx.emit(
+        "SequenceMap",
+        [*args, *outer],
+        {"body": program, "num_inputs": len(args), "out_dtypes": tuple(v.dtype for v in sub.outputs)},
+        outputs=ctx.outputs,
+    )
+
+
 def _program(
     ctx: NodeContext,
     body: onnx.GraphProto,
@@ -239,15 +264,22 @@ def _info(name: str, v: Value) -> onnx.ValueInfoProto:
     """An ONNX value info for a subgraph input standing for ``v`` (a tensor, sequence or optional)."""
     from onnx import helper
 
-    from aioge.ir.desc import numpy_dtype
-
-    shape = None if v.shape is None else [d if isinstance(d, int) else None for d in v.shape]
-    t = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(numpy_dtype(v.dtype)), shape)
+    t = _tensor_info(name, v.desc).type
     if v.desc.container in ("sequence", "optional_sequence"):
         t = helper.make_sequence_type_proto(t)
     if v.desc.container.startswith("optional"):
         t = helper.make_optional_type_proto(t)
     return helper.make_value_info(name, t)
+
+
+def _tensor_info(name: str, d: TensorDesc) -> onnx.ValueInfoProto:
+    """An ONNX tensor value info of ``d``'s dtype and shape (its tensors', for a container)."""
+    from onnx import helper
+
+    from aioge.ir.desc import numpy_dtype
+
+    shape = None if d.shape is None else [x if isinstance(x, int) else None for x in d.shape]
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(numpy_dtype(d.dtype)), shape)
 
 
 def _free_names(g: onnx.GraphProto) -> set[str]:

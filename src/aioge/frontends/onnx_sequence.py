@@ -269,7 +269,9 @@ def _sequence_map(ctx: NodeContext) -> Sequence[Any]:
         raise ctx.fail("has no body subgraph")
     first = _seq(ctx, 0)
     if isinstance(first, Value) or any(_first_class(v, "sequence", "optional_sequence") for v in ctx.inputs):
-        raise ctx.fail("maps over sequences whose length follows from the model only (aioge unrolls SequenceMap)")
+        from aioge.frontends.onnx_control import runtime_sequence_map
+
+        return runtime_sequence_map(ctx, body, [materialise(ctx, v) for v in ctx.inputs])
     n = len(first.items)
     args: list[Any] = list(ctx.inputs)
     for v in args:

@@ -182,6 +182,7 @@ __all__ = [
     "sequence_erase",
     "sequence_insert",
     "sequence_length",
+    "sequence_map",
     "shape",
     "shrink",
     "sigmoid",
@@ -3487,6 +3488,30 @@ def sequence_length(
     Attributes: none. Returns the output value.
     """
     return call_builder("SequenceLength", "", (input_sequence,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+
+
+def sequence_map(
+    *inputs: Operand | Sequence[Operand],
+    body: Any,
+    num_inputs: int,
+    out_dtypes: Any,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Any:
+    """SequenceMap: run a body program once per element of the sequence inputs (tensor inputs as they are; inputs past num_inputs are outer values) and give each body output as a sequence.
+
+    Attributes: body=REQUIRED, num_inputs=REQUIRED, out_dtypes=REQUIRED. Returns the output value, or a tuple of them when there are several.
+    """
+    return call_builder(
+        "SequenceMap",
+        "",
+        inputs,
+        {"body": body, "num_inputs": num_inputs, "out_dtypes": out_dtypes, **unknown},
+        variadic=True,
+        name=name,
+        num_outputs=num_outputs,
+    )
 
 
 def shape(

@@ -10,7 +10,8 @@ optional (``aioge.ir.desc.CONTAINERS``). Loop's body reads (iteration, condition
 outer values...) and gives (condition, states..., scan outputs...); states may be sequences
 or optionals. Each step runs the body's nodes with the ops' own kernels (the first
 implementation that applies); scan outputs are stacked on a new axis 0. If runs the branch
-its condition picks on the outer values and gives that branch's outputs.
+its condition picks on the outer values and gives that branch's outputs. SequenceMap runs its
+body once per element of its sequences and gives each output as a sequence.
 """
 
 from __future__ import annotations
@@ -63,6 +64,16 @@ def _infer_loop(ctx: InferContext) -> list[TensorDesc]:
 
 def _infer_if(ctx: InferContext) -> list[TensorDesc]:
     return [type_desc(t) for t in ctx.attrs["out_types"]]
+
+
+def _infer_map(ctx: InferContext) -> list[TensorDesc]:
+    n = int(ctx.attrs["num_inputs"])
+    if not 1 <= n <= len(ctx.inputs):
+        raise InferError(f"num_inputs={n} for {len(ctx.inputs)} inputs")
+    first = ctx.inputs[0]
+    if first is None or first.container != "sequence":
+        raise InferError(f"input 0 must be a sequence, got {first}")
+    return [TensorDesc(None, t, "ND", "sequence") for t in ctx.attrs["out_dtypes"]]
 
 
 def _runtime_desc(v: Any) -> TensorDesc | None:
@@ -133,6 +144,24 @@ def _own(x: Any) -> Any:
     return np.array(x, copy=True)
 
 
+def _build_map(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> Any:
+    program, n, width = attrs["body"], int(attrs["num_inputs"]), len(attrs["out_dtypes"])
+
+    def run(inputs: Sequence[Any], out: Sequence[np.ndarray] | None) -> list[Any]:
+        mapped, outer = list(inputs[:n]), list(inputs[n:])
+        lengths = {len(x) for x in mapped if isinstance(x, list)}
+        if len(lengths) != 1:
+            raise ValueError(f"SequenceMap: the sequences have different lengths {sorted(lengths)}")
+        results: list[list[Any]] = [[] for _ in range(width)]
+        for i in range(lengths.pop()):
+            step = run_program(program, [*(x[i] if isinstance(x, list) else x for x in mapped), *outer])
+            for j, r in enumerate(step):
+                results[j].append(np.array(r, copy=True))
+        return list(results)
+
+    return run
+
+
 def _build_if(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> Any:
     branches = (attrs["else_branch"], attrs["then_branch"])
 
@@ -163,6 +192,20 @@ SCHEMAS: tuple[OpSchema, ...] = (
         float_only=False,
         containers=True,
         doc="run a body program while the trip count lasts and its condition holds (states carried, scan outputs stacked)",
+    ),
+    OpSchema(
+        "SequenceMap",
+        _infer_map,
+        (KernelImpl("numpy", _build_map),),
+        CPU_ONLY,
+        {"body": Attr("any", REQUIRED), "num_inputs": Attr("int", REQUIRED), "out_dtypes": Attr("any", REQUIRED)},
+        (1, -1),
+        (1, -1),
+        family="control",
+        float_only=False,
+        containers=True,
+        doc="run a body program once per element of the sequence inputs (tensor inputs as they are; "
+        "inputs past num_inputs are outer values) and give each body output as a sequence",
     ),
     OpSchema(
         "If",

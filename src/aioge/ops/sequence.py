@@ -27,13 +27,11 @@ def sequence_of(d: TensorDesc) -> TensorDesc:
 
 
 def optional_of(d: TensorDesc) -> TensorDesc:
-    """The desc of an optional holding a value like ``d`` (a tensor or a sequence).
-
-    Raises:
-        InferError: ``d`` is already an optional.
-    """
+    """The desc of an optional holding a value like ``d`` (a tensor or a sequence); an optional
+    stays itself (ONNX has no optional of an optional: the frontend refuses one, and the
+    Optional op over an optional is its copy)."""
     if d.container.startswith("optional"):
-        raise InferError(f"an optional of an optional ({d}) is not a value ONNX has")
+        return d
     return TensorDesc(d.shape, d.dtype, "ND", "optional" if d.is_tensor else "optional_sequence")
 
 
