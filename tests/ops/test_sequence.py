@@ -286,3 +286,28 @@ async def test_batching_refuses_sequence_inputs() -> None:
     async with aioge.Session(HEURISTIC) as sess:
         with pytest.raises(FeedError, match=r"gears and batching .* take tensor inputs; \['s'\] are sequences"):
             await sess.run(_seq_graph(), feeds, {"aioge.batch_max_rows": "8"})
+
+
+@pytest.mark.anyio
+async def test_a_sequence_keeps_its_tensors_when_the_arena_bytes_are_reused() -> None:
+    """SequenceConstruct of an arena-planned tensor, then a chain of ops whose buffers reuse
+    those bytes: the sequence still holds the values (its kernels copy what they put in)."""
+    g = aioge.Graph("reuse")
+    x = g.input("x", (64, 64), "float32")
+    (a,) = apply("Relu", [x], graph=g)
+    (s,) = apply("SequenceConstruct", [a], graph=g)
+    (n,) = apply("SequenceLength", [s], graph=g)
+    w = g.constant(np.eye(64, dtype=F32) * 0.5)
+    y = (a @ w) * apply("Cast", [n], {"to": "float32"}, graph=g)[0]  # after the sequence is made
+    for _ in range(4):
+        y = y @ w
+    g.output(s, y, names=["s", "y"])
+    model = compile_graph_sync(g, input_signature(g, {"x": (64, 64)}), resolve_options(HEURISTIC))
+    offsets = model.memory.offsets()
+    relu = next(n.outputs[0].name for n in model.graph.nodes if n.op_type == "Relu")
+    assert any(name != relu and off == offsets[relu][0] for name, (off, _) in offsets.items())  # its bytes are reused
+    x0 = np.random.default_rng(3).standard_normal((64, 64)).astype(F32)
+    async with aioge.Session(HEURISTIC) as sess:
+        out = await sess.run(g, {"x": x0})
+    np.testing.assert_array_equal(out["s"][0], np.maximum(x0, 0))
+    np.testing.assert_allclose(out["y"], np.maximum(x0, 0) / 32, rtol=1e-6)
