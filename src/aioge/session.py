@@ -859,6 +859,12 @@ def _container_feed(graph: Graph, name: str, desc: TensorDesc, x: Any) -> Any:
             raise FeedError(
                 f"input {name!r} element {i} expects {desc.element}, got dtype {a.dtype}", graph=graph.name, input=name
             )
+        if desc.shape is not None and (
+            a.ndim != len(desc.shape) or any(isinstance(d, int) and d != n for d, n in zip(desc.shape, a.shape))
+        ):
+            raise FeedError(
+                f"input {name!r} element {i} expects {desc.element}, got shape {list(a.shape)}", graph=graph.name, input=name
+            )
         out.append(a)
     return out[0] if one else out
 

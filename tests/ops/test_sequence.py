@@ -89,6 +89,24 @@ async def test_bad_sequence_and_optional_feeds_are_feed_errors() -> None:
             await sess.run(g, {"s": [np.zeros((1, 3), np.int64)], "x": x, "pos": pos})
         with pytest.raises(FeedError, match="input 's' expects sequence.*got None"):
             await sess.run(g, {"s": None, "x": x, "pos": pos})
+        with pytest.raises(FeedError, match=r"input 's' element 1 expects float32\[\?x3\], got shape \[2, 4\]"):
+            await sess.run(g, {"s": [np.zeros((1, 3), F32), np.zeros((2, 4), F32)], "x": x, "pos": pos})
+
+
+@pytest.mark.anyio
+async def test_typed_builders_make_sequences() -> None:
+    g = aioge.Graph("typed")
+    x = g.input("x", (2,), "float32")
+    s = aioge.ops.sequence_insert(aioge.ops.sequence_empty(g, dtype="float32"), x)
+    s = aioge.ops.sequence_insert(s, x * 3.0, np.asarray(0, np.int64))
+    # Inserting into a sequence of unknown element shape: the element shape stays unknown.
+    assert s.desc == aioge.ir.TensorDesc(None, "float32", "ND", "sequence")
+    g.output(s, aioge.ops.concat_from_sequence(s, axis=0, new_axis=1), names=["s", "stacked"])
+    x0 = np.asarray([1, 2], F32)
+    async with aioge.Session(HEURISTIC) as sess:
+        out = await sess.run(g, {"x": x0})
+    _same(out["s"], [x0 * 3, x0])
+    _same(out["stacked"], np.stack([x0 * 3, x0]))
 
 
 def test_tensor_ops_refuse_sequences() -> None:

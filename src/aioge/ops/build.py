@@ -162,10 +162,12 @@ def call_builder(
     variadic: bool,
     name: str | None,
     num_outputs: int | None,
+    graph: Graph | None = None,
 ) -> Any:
     """The body of every builder: ``apply``, then the one output, or a tuple of several.
 
-    A variadic op (Concat, Sum, ...) also takes its inputs as one list or tuple.
+    A variadic op (Concat, Sum, ...) also takes its inputs as one list or tuple; an op without
+    inputs is told its ``graph``.
 
     Raises:
         GraphError: as ``apply``.
@@ -173,7 +175,7 @@ def call_builder(
     args: Sequence[object] = inputs
     if variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
         args = inputs[0]
-    outs = apply(op_type, args, attrs, num_outputs=num_outputs, name=name, domain=domain)
+    outs = apply(op_type, args, attrs, num_outputs=num_outputs, name=name, domain=domain, graph=graph)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 

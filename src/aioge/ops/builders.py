@@ -13,7 +13,7 @@ from typing import Any, Never, Sequence
 import numpy as np
 from numpy.typing import DTypeLike
 
-from aioge.ir.graph import Value
+from aioge.ir.graph import Graph, Value
 from aioge.ops.build import Operand, call_builder
 
 __all__ = [
@@ -3434,13 +3434,15 @@ def sequence_construct(
 
 
 def sequence_empty(
-    *, dtype: DTypeLike = "float32", name: str | None = None, num_outputs: int | None = None, **unknown: Never
+    graph: Graph, /, *, dtype: DTypeLike = "float32", name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
     """SequenceEmpty: an empty sequence.
 
     Attributes: dtype='float32'. Returns the output value.
     """
-    return call_builder("SequenceEmpty", "", (), {"dtype": dtype, **unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder(
+        "SequenceEmpty", "", (), {"dtype": dtype, **unknown}, variadic=False, name=name, num_outputs=num_outputs, graph=graph
+    )
 
 
 def sequence_erase(

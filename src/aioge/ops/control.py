@@ -58,7 +58,8 @@ def _infer_loop(ctx: InferContext) -> list[TensorDesc]:
         d = ctx.inputs[2 + i]
         if d is None:
             raise InferError(f"loop state {i} is required")
-        states.append(TensorDesc(d.shape, d.dtype, "ND", d.container))
+        # A carried sequence's elements may change shape from step to step: unknown.
+        states.append(TensorDesc(d.shape if d.is_tensor else None, d.dtype, "ND", d.container))
     return [*states, *(TensorDesc(None, d) for d in scans)]
 
 

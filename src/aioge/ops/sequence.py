@@ -45,6 +45,8 @@ def _container_impl(fn: Callable[..., Any]) -> KernelImpl:
             res = fn(*inputs, **kw)
             if outputs is None:
                 return (res,)
+            if np.shape(res) != outputs[0].shape:  # never broadcast an element into a planned buffer
+                raise ValueError(f"the result has shape {list(np.shape(res))}, its desc says {list(outputs[0].shape)}")
             np.copyto(outputs[0], res, casting="unsafe")
             return outputs
 
@@ -90,7 +92,7 @@ def _infer_insert(ctx: InferContext) -> list[TensorDesc]:
     s, t = _want(ctx, 0, "sequence"), _want(ctx, 1, "tensor")
     if s.dtype != t.dtype:
         raise InferError(f"inserts a tensor of the sequence's dtype {s.dtype}, got {t.dtype}")
-    return [TensorDesc(_merge([s.shape, t.shape]) if s.shape is not None else t.shape, s.dtype, "ND", "sequence")]
+    return [TensorDesc(_merge([s.shape, t.shape]), s.dtype, "ND", "sequence")]
 
 
 def _infer_erase(ctx: InferContext) -> list[TensorDesc]:
