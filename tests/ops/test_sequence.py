@@ -174,10 +174,7 @@ def _seq_info(name: str, shape: Any = None) -> Any:
     return h.make_tensor_sequence_value_info(name, T.FLOAT, shape)
 
 
-@pytest.mark.anyio
-async def test_loop_carrying_a_sequence_matches_onnxruntime() -> None:
-    """A Loop whose trip count is fed and whose state is a sequence fed as a list (no lengths=).
-    (onnx.reference's Loop fails on this model: its scan outputs beside a sequence state.)"""
+def _loop_model() -> Any:
     body = h.make_graph(
         [
             h.make_node("Identity", ["cond_in"], ["cond_out"]),
@@ -199,7 +196,14 @@ async def test_loop_carrying_a_sequence_matches_onnxruntime() -> None:
         [h.make_tensor_value_info("trip", T.INT64, []), _seq_info("s0", [2]), h.make_tensor_value_info("x", T.FLOAT, [2])],
         [_seq_info("s"), h.make_tensor_value_info("ns", T.INT64, None), h.make_tensor_value_info("cat", T.FLOAT, None)],
     )
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+@pytest.mark.anyio
+async def test_loop_carrying_a_sequence_matches_onnxruntime() -> None:
+    """A Loop whose trip count is fed and whose state is a sequence fed as a list (no lengths=).
+    (onnx.reference's Loop fails on this model: its scan outputs beside a sequence state.)"""
+    model = _loop_model()
     g = _load(model)
     assert g.value("s0").desc.container == "sequence" and any(n.op_type == "Loop" for n in g.nodes)
     x = np.asarray([1.5, -2], F32)
@@ -329,3 +333,27 @@ async def test_a_sequence_keeps_its_tensors_when_the_arena_bytes_are_reused() ->
         out = await sess.run(g, {"x": x0})
     np.testing.assert_array_equal(out["s"][0], np.maximum(x0, 0))
     np.testing.assert_allclose(out["y"], np.maximum(x0, 0) / 32, rtol=1e-6)
+
+
+@pytest.mark.anyio
+async def test_om_round_trip_of_a_loop_carrying_a_sequence(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Loop's body program (its node output types name containers) through the graph cache's .om."""
+    model = _loop_model()
+    feeds = {"trip": np.asarray(2, np.int64), "s0": [np.asarray([7, 8], F32)], "x": np.asarray([1.5, -2], F32)}
+
+    async def build() -> tuple[dict[str, Any], Any]:
+        async with aioge.Session({"ge.graph_compiler_cache_dir": str(tmp_path), **HEURISTIC}) as sess:
+            await sess.add_graph(1, _load(model), {"ge.graph_key": "loop"})
+            return await sess.run_graph(1, feeds), sess.compiled(1)
+
+    await build()
+
+    async def no_compile(*args: object, **kwargs: object) -> None:
+        raise AssertionError("compiled although the graph cache holds the graph")
+
+    monkeypatch.setattr(aioge.session, "compile_graph", no_compile)
+    got, compiled = await build()
+    assert compiled.stats.graph_cache_hit
+    want = _ort(model, feeds)
+    for k, w in zip(["s", "ns", "cat"], want):
+        _same(got[k], w)
