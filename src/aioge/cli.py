@@ -505,15 +505,19 @@ def cmd_info(args: argparse.Namespace) -> int:
         "weights": "external" if meta["external"] else "inline",
         "compile": meta["stats"],
         "options": meta["options"],
-        "inputs": [dataclasses.asdict(i) for i in model.get_inputs()],
-        "outputs": [dataclasses.asdict(o) for o in model.get_outputs()],
+        "inputs": [_io_info(i) for i in model.get_inputs()],
+        "outputs": [_io_info(o) for o in model.get_outputs()],
     }
     if args.json:
         print(_json(info))
         return 0
     print(f"{args.model}: graph {info['graph']!r}, {info['nodes']} nodes, compiled {info['created']}")
     for what in ("inputs", "outputs"):
-        listed = ", ".join(f"{v['name']} {v['dtype']}{list(v['shape'] or [])}" for v in info[what])
+        listed = ", ".join(
+            f"{v['name']} {v.get('container', '')}{'(' if 'container' in v else ''}{v['dtype']}{list(v['shape'] or [])}"
+            f"{')' if 'container' in v else ''}"
+            for v in info[what]
+        )
         print(f"  {what}: {listed}")
     print(f"  nodes per engine: {info['nodes_per_engine']}")
     for st in info["streams"]:
@@ -524,6 +528,14 @@ def cmd_info(args: argparse.Namespace) -> int:
     )
     print(f"  versions: {', '.join(f'{k} {v}' for k, v in info['versions'].items())}")
     return 0
+
+
+def _io_info(io: Any) -> dict[str, Any]:
+    """An input's or output's name, shape and dtype, and its container when it is not a tensor."""
+    d = dataclasses.asdict(io)
+    if d.get("container") == "tensor":
+        del d["container"]
+    return d
 
 
 def cmd_show_index(args: argparse.Namespace) -> int:

@@ -45,7 +45,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # (shape or None, dtype, format) per input or output; None for an absent optional input.
-Signature = tuple[tuple[tuple[int | str, ...] | None, str, str] | None, ...]
+# A sequence's or optional's adds its container: (shape or None, dtype, format, container).
+_Shape = tuple[int | str, ...] | None
+Signature = tuple[tuple[_Shape, str, str] | tuple[_Shape, str, str, str] | None, ...]
 
 
 def versions() -> dict[str, str]:
@@ -77,6 +79,8 @@ def signature_of(node: Node) -> tuple[Signature, Signature]:
         if v is None:
             return None
         shape = None if v.desc.shape is None else tuple(v.desc.shape)
+        if v.desc.container != "tensor":  # tensors keep their three parts: existing keys stay valid
+            return (shape, v.desc.dtype, v.desc.format, v.desc.container)
         return (shape, v.desc.dtype, v.desc.format)
 
     return tuple(desc(v) for v in node.inputs), tuple(desc(v) for v in node.outputs)

@@ -21,7 +21,7 @@ from aioge.compiler import cached as graph_cache
 from aioge.compiler.graph import compile_graph
 from aioge.compiler.specialize import input_signature
 from aioge.errors import FeedError, GraphError, GraphIdError, OptionError, SessionClosedError
-from aioge.ir.desc import numpy_dtype
+from aioge.ir.desc import TensorDesc, numpy_dtype
 from aioge.ir.graph import Graph, IOInfo
 from aioge.options import CompileOptions, check_options, resolve_options
 from aioge.plan.model import CompiledModel
@@ -650,7 +650,7 @@ class Session:
             if signature is not None:
                 return dict(feeds), signature
         arrays = self._feed_arrays(entry.graph, feeds)
-        signature = input_signature(entry.graph, {n: a.shape for n, a in arrays.items()})
+        signature = input_signature(entry.graph, {n: a.shape for n, a in arrays.items() if isinstance(a, np.ndarray)})
         if key is not None:
             if len(entry.checked) >= _FEED_KEYS:
                 entry.checked.pop(next(iter(entry.checked)))
@@ -679,6 +679,9 @@ class Session:
         for v in graph.inputs:
             x = feeds[v.name]
             want = numpy_dtype(v.dtype)
+            if not v.desc.is_tensor:
+                arrays[v.name] = _container_feed(graph, v.name, v.desc, x)
+                continue
             if not isinstance(x, np.ndarray):
                 try:
                     x = np.asarray(x, dtype=want)
@@ -736,7 +739,18 @@ class Session:
         self, entry: _GraphEntry, feeds: Mapping[str, Any], trace: str | os.PathLike[str] | None
     ) -> dict[str, np.ndarray]:
         """A run of a graph with gears or batching: feeds checked here (a bad one fails alone),
-        then queued for a batch, or run alone padded to a gear or batch size."""
+        then queued for a batch, or run alone padded to a gear or batch size.
+
+        Raises:
+            FeedError: a bad feed, or a graph with sequence or optional inputs (rows are a tensor's).
+        """
+        lists = [v.name for v in entry.graph.inputs if not v.desc.is_tensor]
+        if lists:
+            raise FeedError(
+                f"gears and batching (aioge.batch_max_rows) take tensor inputs; {lists} are sequences or optionals",
+                graph=entry.graph.name,
+                input=lists[0],
+            )
         key = _feed_key(feeds)
         known = entry.served.get(key) if key is not None else None
         if known is not None:
@@ -816,6 +830,43 @@ _NO_GEARS = GearSet("", (), (), frozenset())
 
 def _sig(model: CompiledModel) -> Signature:
     return tuple((name, tuple(shape)) for name, shape in model.signature)
+
+
+def _container_feed(graph: Graph, name: str, desc: TensorDesc, x: Any) -> Any:
+    """A sequence feed as a list of arrays of the element dtype, an optional's as None or its value.
+
+    Raises:
+        FeedError: a feed that is not what the input holds.
+    """
+    if x is None:
+        if desc.container.startswith("optional"):
+            return None
+        raise FeedError(f"input {name!r} expects {desc}, got None", graph=graph.name, input=name)
+    if desc.container == "optional":
+        items, one = [x], True
+    elif isinstance(x, (list, tuple)):
+        items, one = list(x), False
+    else:
+        raise FeedError(f"input {name!r} expects {desc}: a list of arrays, got {type(x).__name__}", graph=graph.name, input=name)
+    want = numpy_dtype(desc.dtype)
+    out = []
+    for i, t in enumerate(items):
+        try:
+            a = t if isinstance(t, np.ndarray) else np.asarray(t, dtype=want)
+        except (TypeError, ValueError) as exc:
+            raise FeedError(f"input {name!r} element {i} expects {desc.element}: {exc}", graph=graph.name, input=name) from None
+        if a.dtype != want and not (desc.dtype == "str" and a.dtype.kind in "UO"):
+            raise FeedError(
+                f"input {name!r} element {i} expects {desc.element}, got dtype {a.dtype}", graph=graph.name, input=name
+            )
+        if desc.shape is not None and (
+            a.ndim != len(desc.shape) or any(isinstance(d, int) and d != n for d, n in zip(desc.shape, a.shape))
+        ):
+            raise FeedError(
+                f"input {name!r} element {i} expects {desc.element}, got shape {list(a.shape)}", graph=graph.name, input=name
+            )
+        out.append(a)
+    return out[0] if one else out
 
 
 def _feed_key(feeds: Mapping[str, Any]) -> _FeedKey | None:

@@ -167,12 +167,15 @@ def _model_proto(model: Any) -> onnx.ModelProto:
     return model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
 
 
-def run_model(run: Runner, model: Any, inputs: Sequence[Any], **load: Any) -> tuple[aioge.Graph, list[Any]]:
+def run_model(
+    run: Runner, model: Any, inputs: Sequence[Any], *, first_class: bool = False, **load: Any
+) -> tuple[aioge.Graph, list[Any]]:
     """Load with load_onnx and run with the Session; returns the graph and outputs in model order.
 
     Sequence inputs (lists) and optional inputs (None, a tensor or a list) are passed as
-    ``lengths=`` and their tensors fed as ``name[i]``; sequence outputs come back as lists,
-    empty optionals as None, as aioge's ONNX frontend lays them out.
+    ``lengths=`` and their tensors fed as ``name[i]`` (the frontend's unrolling), or with
+    ``first_class`` fed as they are (first-class sequence and optional inputs); sequence
+    outputs come back as lists, empty optionals as None.
     """
     proto = _model_proto(model)
     inits = {t.name for t in proto.graph.initializer}
@@ -186,6 +189,8 @@ def run_model(run: Runner, model: Any, inputs: Sequence[Any], **load: Any) -> tu
         kind = vi.type.WhichOneof("value")
         if kind == "tensor_type":
             feeds[vi.name] = as_array(x)
+        elif kind in ("sequence_type", "optional_type") and first_class:
+            feeds[vi.name] = x
         elif kind in ("sequence_type", "optional_type"):
             lengths[vi.name] = None if x is None else (len(x) if isinstance(x, list) else 1)
             if isinstance(x, list):
@@ -196,20 +201,7 @@ def run_model(run: Runner, model: Any, inputs: Sequence[Any], **load: Any) -> tu
             raise NotTensor(f"input {vi.name!r} is a {kind}")
     graph = aioge.load_onnx(model, lengths=lengths or None, **load)
     out = run.run(graph, feeds)
-    got: list[Any] = []
-    for vi in proto.graph.output:
-        kind = vi.type.WhichOneof("value")
-        if vi.name in out:
-            got.append(out[vi.name])
-        elif kind in ("sequence_type", "optional_type") and f"{vi.name}[0]" in out or kind == "sequence_type":
-            items, i = [], 0
-            while f"{vi.name}[{i}]" in out:
-                items.append(out[f"{vi.name}[{i}]"])
-                i += 1
-            got.append(items)
-        else:
-            got.append(None)
-    return graph, got
+    return graph, [out[vi.name] for vi in proto.graph.output]
 
 
 def compare(expected: Sequence[Any], got: Sequence[np.ndarray], rtol: float, atol: float) -> None:
@@ -246,14 +238,14 @@ def compare(expected: Sequence[Any], got: Sequence[np.ndarray], rtol: float, ato
             np.testing.assert_allclose(have, want, rtol=rtol, atol=atol, err_msg=f"output {i}")
 
 
-def run_node_case(run: Runner, case: Any, rtol: float = RTOL, atol: float = ATOL) -> None:
+def run_node_case(run: Runner, case: Any, rtol: float = RTOL, atol: float = ATOL, *, first_class: bool = False) -> None:
     """Run one node test case through aioge and compare with its expected outputs.
 
     Raises:
         AssertionError on a wrong result; AiogeError or NotTensor when it cannot run.
     """
     for inputs, expected in case.data_sets:
-        _, got = run_model(run, case.model, inputs)
+        _, got = run_model(run, case.model, inputs, first_class=first_class)
         compare(expected, got, rtol, atol)
 
 

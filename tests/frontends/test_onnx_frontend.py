@@ -209,15 +209,24 @@ def test_unknown_dtypes_are_named() -> None:
         aioge.load_onnx(model)
 
 
-def test_sequence_inputs_need_their_length() -> None:
+def test_sequence_inputs_are_lists_or_unrolled_by_their_length() -> None:
+    """Without lengths= a sequence input is one first-class input fed as a list, and a sequence
+    output comes back as one; with lengths= (the optimisation) the input is unrolled into tensors."""
     seq = h.make_tensor_sequence_value_info("s", T.FLOAT, None)
-    model = _model([h.make_node("Identity", ["s"], ["y"])], [seq], ["y"])
-    with pytest.raises(GraphError, match="input 's' is a sequence_type: give its length in lengths="):
-        aioge.load_onnx(model)
+    model = _model([h.make_node("Identity", ["s"], ["y"])], [seq], [h.make_tensor_sequence_value_info("y", T.FLOAT, None)])
+    g = aioge.load_onnx(model)
+    assert [(v.name, v.desc.container) for v in g.inputs] == [("s", "sequence")]
+    items = [_x(2), _x(3, 1)]
+    got = _run(g, {"s": items})["y"]
+    assert isinstance(got, list) and len(got) == 2
+    for a, b in zip(got, items):
+        np.testing.assert_array_equal(a, b)
     with pytest.raises(GraphError, match="not inputs of the model"):
         aioge.load_onnx(model, lengths={"t": 2})
     g = aioge.load_onnx(model, lengths={"s": 2})
-    assert [v.name for v in g.inputs] == ["s[0]", "s[1]"] and [v.name for v in g.outputs] == ["y[0]", "y[1]"]
+    assert [v.name for v in g.inputs] == ["s[0]", "s[1]"] and [v.name for v in g.outputs] == ["y"]
+    got = _run(g, {"s[0]": items[0], "s[1]": items[1]})["y"]
+    assert [a.shape for a in got] == [(2,), (3, 1)]
 
 
 # -- opset versions -------------------------------------------------------------------------
@@ -442,14 +451,18 @@ def test_if_with_a_run_time_condition_selects_between_both_branches(cond: bool) 
     np.testing.assert_array_equal(_run(g, feeds)["y"], _ort(model, feeds)[0])
 
 
-def test_if_with_a_run_time_condition_and_branches_of_other_shapes_is_refused() -> None:
+def test_if_with_a_run_time_condition_and_branches_of_other_shapes_runs_the_branch() -> None:
+    """Where cannot join outputs of different shapes: the run-time If op runs the branch taken."""
     other = h.make_graph(
         [h.make_node("Concat", ["x", "x"], ["else_y"], axis=0)], "else", [], [onnx.ValueInfoProto(name="else_y")]
     )
     nodes = [h.make_node("If", ["c"], ["y"], then_branch=_branch("then", "Neg"), else_branch=other)]
     model = _model(nodes, [h.make_tensor_value_info("c", T.BOOL, []), _f32("x", [2])], ["y"], opset=16)
-    with pytest.raises(GraphError, match="condition must follow from the model's constants, or both branches"):
-        aioge.load_onnx(model)
+    g = aioge.load_onnx(model)
+    assert [n.op_type for n in g.nodes if n.op_type == "If"] == ["If"]
+    x = _x(2)
+    np.testing.assert_array_equal(_run(g, {"c": np.asarray(True), "x": x})["y"], -x)
+    np.testing.assert_array_equal(_run(g, {"c": np.asarray(False), "x": x})["y"], np.concatenate([x, x]))
 
 
 def _loop_model() -> onnx.ModelProto:
@@ -795,11 +808,17 @@ def test_sequence_ops_match_onnxruntime() -> None:
     assert int(got["n"]) == int(want[1]) == 3
 
 
-def test_sequence_position_known_only_at_run_time_is_refused() -> None:
-    nodes = [h.make_node("SequenceConstruct", ["x", "x"], ["s"]), h.make_node("SequenceAt", ["s", "i"], ["y"])]
-    model = _model(nodes, [_f32("x", [2]), h.make_tensor_value_info("i", T.INT64, [])], ["y"], opset=16)
-    with pytest.raises(GraphError, match="position must be a scalar that follows from the model's constants"):
-        aioge.load_onnx(model)
+def test_sequence_position_known_only_at_run_time_runs_as_an_op() -> None:
+    """The unrolled sequence becomes a first-class one (SequenceConstruct) for a run-time SequenceAt."""
+    nodes = [h.make_node("SequenceConstruct", ["x", "z"], ["s"]), h.make_node("SequenceAt", ["s", "i"], ["y"])]
+    model = _model(nodes, [_f32("x", [2]), _f32("z", [2]), h.make_tensor_value_info("i", T.INT64, [])], ["y"], opset=16)
+    g = aioge.load_onnx(model)
+    assert {"SequenceConstruct", "SequenceAt"} <= {n.op_type for n in g.nodes}
+    x, z = _x(2), _x(2)
+    for i, want in ((0, x), (1, z), (-1, z)):
+        np.testing.assert_array_equal(_run(g, {"x": x, "z": z, "i": np.asarray(i, np.int64)})["y"], want)
+    with pytest.raises(aioge.errors.ExecutionError, match="position 2 is out of range for a sequence of 2"):
+        _run(g, {"x": x, "z": z, "i": np.asarray(2, np.int64)})
 
 
 def test_image_decoder_refuses_bytes_that_are_no_image() -> None:

@@ -57,3 +57,18 @@ def test_skip_file_names_real_cases() -> None:
 def test_node_case(run: S.Runner, case: Any) -> None:
     rtol, atol = TOLERANCES.get(case.name, (S.RTOL, S.ATOL))
     S.run_node_case(run, case, rtol, atol)
+
+
+def _container_cases() -> list[Any]:
+    return [
+        pytest.param(c, id=c.name)
+        for c in S.node_cases()
+        if any(vi.type.WhichOneof("value") != "tensor_type" for vi in c.model.graph.input)
+    ]
+
+
+@pytest.mark.parametrize("case", _container_cases())
+def test_node_case_with_first_class_inputs(run: S.Runner, case: Any) -> None:
+    """The cases with sequence and optional inputs once more, fed as lists and None or values
+    without ``lengths=``: the first-class path alone (no unrolling of the inputs) passes them too."""
+    S.run_node_case(run, case, first_class=True)

@@ -6,7 +6,9 @@ use of one happens-before the production of the other under the stream plan (sam
 order or an event path), not merely earlier in the execution order: the two then
 *conflict*. Values the runtime does not plan (graph outputs, tensors of run-time shape) are
 fresh arrays by the kernel contract, so they hold no arena bytes (the executor copies any
-result that breaks it).
+result that breaks it). Sequences and optionals are never planned: a sequence is a run-time
+Python list of arrays whose length and element shapes follow from the data, and its kernels
+copy every tensor they put in one, so a list never holds arena bytes that a later tensor reuses.
 
 Placement is greedy (TFLite's and XNNPACK's greedy by size): tensors in some order, each into
 the smallest gap between the already-placed tensors it conflicts with. As GE does, several

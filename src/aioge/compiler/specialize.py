@@ -33,9 +33,12 @@ def input_signature(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> tuple[
         FeedError: an input is missing, or a shape disagrees with the graph's static dims
             (or binds one symbol to two sizes).
     """
-    out = []
+    out: list[tuple[str, tuple[int, ...]]] = []
     symbols: dict[str, int] = {}
     for v in graph.inputs:
+        if not v.desc.is_tensor:
+            out.append((v.name, ()))  # a sequence or optional: its tensors' shapes are the run's business
+            continue
         if v.name not in shapes:
             if not is_static(v.shape):
                 raise FeedError(f"input {v.name!r} has dynamic shape {v.shape}; give its shape", graph=graph.name, input=v.name)
@@ -77,7 +80,10 @@ def specialize(graph: Graph, signature: Sequence[tuple[str, tuple[int, ...]]]) -
     mapping: dict[int, Value] = {}
     known: dict[int, np.ndarray] = {}
     for v in graph.inputs:
-        mapping[id(v)] = new.input(v.name, shapes.get(v.name, v.shape), v.dtype)
+        if v.desc.is_tensor:
+            mapping[id(v)] = new.input(v.name, shapes.get(v.name, v.shape), v.dtype)
+        else:
+            mapping[id(v)] = new.input(v.name, v.shape, v.dtype, v.desc.container)
     for v in graph.constants.values():
         c = new.constant(v.data, v.name)
         mapping[id(v)] = c

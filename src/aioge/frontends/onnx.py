@@ -5,12 +5,14 @@ inputs that are not initializers become data inputs, and each node becomes aioge
 their canonical (newest-opset) form through the converter table in
 ``aioge.frontends.onnx_ops``. Dimensions named by the model (``dim_param``) stay symbolic
 until feeds fix them, unless ``shapes=`` fixes them here; dimensions with neither a value
-nor a name get fresh symbols. Control flow is resolved here, since aioge graphs have none
-at run time: an If whose condition follows from the constants becomes the branch it takes,
-a Scan over a static length is unrolled (``aioge.frontends.onnx_control``). Sequence and
-optional values are held as the tensors they contain (``aioge.frontends.onnx_sequence``):
-a sequence input ``s`` of length n (``lengths={"s": n}``) becomes inputs ``s[0]``...,
-a sequence output ``y`` outputs ``y[0]``... The ``onnx`` package parses; aioge maps.
+nor a name get fresh symbols. Control flow is resolved here where the model allows: an If
+whose condition follows from the constants becomes the branch it takes, a Scan over a
+static length is unrolled (``aioge.frontends.onnx_control``); the rest become the run-time
+Loop and If ops. Sequence and optional values are first-class values (fed and returned as
+lists of arrays, and None or the value), held unrolled as the tensors they contain where
+the model fixes them (``aioge.frontends.onnx_sequence``): a sequence input ``s`` given a
+length n in ``lengths={"s": n}`` becomes inputs ``s[0]``... The ``onnx`` package parses;
+aioge maps.
 """
 
 from __future__ import annotations
@@ -35,7 +37,15 @@ from aioge.frontends.onnx_model import (
     tensor_to_array,
 )
 from aioge.frontends.onnx_ops import MIN_OPSET, find_converter
-from aioge.frontends.onnx_sequence import OptionalValue, SequenceValue, elem_dtype, element_name, is_structured
+from aioge.frontends.onnx_sequence import (
+    OptionalValue,
+    SequenceValue,
+    container_of,
+    elem_dtype,
+    element_name,
+    is_structured,
+    materialise,
+)
 from aioge.ir.desc import Dim, numpy_dtype
 from aioge.ir.graph import Graph, Value
 
@@ -78,11 +88,12 @@ def load_onnx(
     dynamic dimensions: an input name maps to its full shape (ints; ``None`` keeps a
     dimension as declared), a dimension symbol (``dim_param``) maps to its size.
     ``base_dir`` is where external data may be read from (default: the model file's
-    directory; bytes and protos have none). ``lengths`` gives, for each sequence input, its
-    number of tensors (the input ``s`` becomes inputs ``s[0]``, ``s[1]``, ...), and for each
-    optional input None when it is empty (else, for an optional sequence, its length; an
-    optional tensor is the input itself). A sequence output ``y`` becomes outputs ``y[0]``,
-    ``y[1]``, ...; an optional output is its tensor(s), or absent when empty.
+    directory; bytes and protos have none). A sequence input is fed as a list of arrays, an
+    optional one as None or its value, and sequence and optional outputs come back the same
+    way. ``lengths`` fixes a sequence input's number of tensors ahead, an optimisation: the
+    input ``s`` then becomes inputs ``s[0]``, ``s[1]``, ... (tensors the planner places and
+    fuses), and an optional input is None when it is empty (else, for an optional sequence,
+    its length; an optional tensor is the input itself).
 
     Returns the graph, with the model's value names. Loading is blocking work (file reads,
     conversion): from async code, run it in a worker thread (``anyio.to_thread.run_sync``).
@@ -93,7 +104,7 @@ def load_onnx(
             (a cycle, a dangling input); an opset older than ``MIN_OPSET`` for an op that
             changed since, or newer than the installed ``onnx`` defines; an unsupported
             dtype; external data outside the model's directory; control flow that cannot be
-            resolved at load time; a sequence or optional input missing from ``lengths``; or
+            resolved at load time; or
             ``shapes`` that do not fit the model.
     """
     src = read_model(source, base_dir)
@@ -202,9 +213,20 @@ class _Builder:
         unknown = set(self.lengths) - {vi.name for vi in self.model.graph.input}
         if unknown:
             raise GraphError(f"lengths=: {sorted(unknown)} are not inputs of the model", graph=self.graph.name)
+        containers: dict[str, str] = {}  # first-class sequence and optional inputs
         for vi in self.model.graph.input:
             if vi.name in self.env:
                 continue  # an initializer also listed as an input (IR < 4): it is a constant
+            kind = vi.type.WhichOneof("value")
+            if kind in ("sequence_type", "optional_type") and vi.name not in self.lengths:
+                try:
+                    containers[vi.name] = container_of(vi.type)
+                except ValueError as exc:
+                    raise GraphError(f"{self.src.label}: input {vi.name!r}: {exc}", graph=self.graph.name) from None
+                shape, dtype = _tensor_type(_element_type(vi.type), vi.name, self.src.label)
+                # The elements' dims that are not numbers may differ from element to element.
+                given.append((vi.name, None if shape is None else tuple(d if isinstance(d, int) else "?" for d in shape), dtype))
+                continue
             for name, t in self._input_tensors(vi, structured):
                 shape, dtype = _tensor_type(t, name, self.src.label)
                 if name != vi.name and shape is not None:
@@ -219,6 +241,10 @@ class _Builder:
         ]
         declared = _fix_shapes(declared, symbols, self.shapes, self.graph.name)
         for name, shape, dtype in declared:
+            if name in containers:
+                original = next(s for n, s, _ in given if n == name)
+                self.env[name] = self.graph.input(name, original, dtype, containers[name])
+                continue
             self.env[name] = self.graph.input(name, shape, dtype)
             _check_size(self.env[name], self.graph.name, None, "input")
         for name, make in structured.items():
@@ -264,14 +290,18 @@ class _Builder:
             if vi.name not in self.env:
                 raise GraphError(f"graph output {vi.name!r} is not produced by any node", graph=self.graph.name)
             found = self.env[vi.name]
-            if isinstance(found, OptionalValue):
-                found = found.value
-            if isinstance(found, SequenceValue):
-                named = [(element_name(vi.name, i), v) for i, v in enumerate(found.items)]
-            else:
-                named = [] if found is None else [(vi.name, found)]
+            if is_structured(found):
+                # A sequence output is one value, a list at run time; an optional, None or its value.
+                label = self.names.fresh(f"{vi.name}/output")
+                ctx = NodeContext(self.graph, "Output", "", self.opsets[""], label, [], {}, [""], frozenset(), self.names)
+                found = materialise(ctx, found)
+            named = [] if found is None else [(vi.name, found)]
             for name, v in named:
                 if v.producer is None or v.name != name or any(o is v for o in values):
+                    if not v.desc.is_tensor:
+                        v = self._container_output(v, name, values)
+                        values.append(v)
+                        continue
                     # Outputs are always node outputs under their ONNX names: route the rest through Identity.
                     if v.name == name and v.is_const:
                         self.graph.rename(v, self.names.fresh(name))
@@ -286,6 +316,19 @@ class _Builder:
                     ).outputs[0]
                 values.append(v)
         self.graph.output(*values)
+
+    def _container_output(self, v: Value, name: str, values: list[Value]) -> Value:
+        """A sequence or optional as graph output ``name``: renamed when it can be (Identity
+        takes tensors only), else its copy (OptionalGetElement is the identity on a sequence,
+        the Optional op on an optional)."""
+        if v.producer is not None and not any(o is v for o in values) and not self.graph.has_value(name):
+            self.graph.rename(v, name)
+            return v
+        op = "OptionalGetElement" if v.desc.container == "sequence" else "Optional"
+        out_name = self.names.fresh(name) if self.graph.has_value(name) else name
+        return self.graph.add_node(
+            op, [v], {}, [v.desc], name=self.names.claim(f"{name}/output", generated=True), output_names=[out_name]
+        ).outputs[0]
 
     # -- nodes ------------------------------------------------------------------------
 
@@ -306,6 +349,14 @@ class _Builder:
         try:
             attrs = {a.name: attribute_value(a, self.src, name) for a in node.attribute}
             inputs: list[Any] = [env[x] if x else None for x in node.input]
+            if (
+                node.op_type == "Identity"
+                and len(node.output) == 1
+                and isinstance(inputs[0], Value)
+                and not inputs[0].desc.is_tensor
+            ):
+                env[node.output[0]] = inputs[0]  # a first-class sequence or optional passes through
+                return
             if any(is_structured(v) for v in inputs) and node.op_type not in _TAKES_STRUCTURED:
                 if node.op_type == "Identity" and len(node.output) == 1:
                     env[node.output[0]] = inputs[0]
@@ -457,6 +508,15 @@ _TAKES_STRUCTURED = frozenset(
         "Loop",
     }
 )
+
+
+def _element_type(t: onnx.TypeProto) -> onnx.TypeProto:
+    """The tensor type inside a (sequence or optional of) tensor type."""
+    while t.WhichOneof("value") in ("sequence_type", "optional_type"):
+        t = t.sequence_type.elem_type if t.HasField("sequence_type") else t.optional_type.elem_type
+    if t.WhichOneof("value") is None:
+        t = onnx.helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, None)  # an untyped element: float32 of any shape
+    return t
 
 
 def _tensor_type(t: onnx.TypeProto, name: str, label: str) -> tuple[tuple[Dim | None, ...] | None, str]:

@@ -78,6 +78,20 @@ _MOVES_DATA: frozenset[str] = frozenset(
         "DepthToSpace",
         "SpaceToDepth",
         "OneHot",
+        # Sequences and optionals hold tensors; ConcatFromSequence and SplitToSequence copy.
+        "SequenceConstruct",
+        "SequenceEmpty",
+        "SequenceAt",
+        "SequenceInsert",
+        "SequenceErase",
+        "SequenceLength",
+        "SplitToSequence",
+        "ConcatFromSequence",
+        "Optional",
+        "OptionalHasElement",
+        "OptionalGetElement",
+        "If",
+        "Loop",
     }
 )
 

@@ -1,13 +1,14 @@
 """ONNX control flow the frontend can resolve at load time: If, Scan and Loop.
 
-aioge graphs have no control flow at run time. An ``If`` whose condition follows from the
-model's constants is replaced by the branch it takes; one whose condition is known only at
-run time, and whose branches give outputs of one dtype and shape, runs both branches and
-selects with ``Where`` (as XLA lowers small conditionals; both branches are computed). A
-``Scan`` over a sequence of static length is unrolled into one copy of its body per step
-(the step's slices are Gathers, the scan outputs are Unsqueeze + Concat); so is a ``Loop``
-whose trip count and condition follow from the constants. Anything else is refused with a
-GraphError that says what would have to be known.
+An ``If`` whose condition follows from the model's constants is replaced by the branch it
+takes; one whose condition is known only at run time, and whose branches give tensors of one
+dtype and static shape, runs both branches and selects with ``Where`` (as XLA lowers small
+conditionals; both branches are computed); any other becomes the run-time ``If`` op over the
+two branches as programs (``aioge.ops.control``). A ``Scan`` over a sequence of static length
+is unrolled into one copy of its body per step (the step's slices are Gathers, the scan
+outputs are Unsqueeze + Concat); so is a ``Loop`` whose trip count and condition follow from
+the constants; any other Loop becomes the run-time ``Loop`` op, whose states may be
+sequences and optionals.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from typing import Any, Sequence
 import numpy as np
 import onnx
 
+from aioge.errors import GraphError
 from aioge.frontends.onnx_context import NodeContext
+from aioge.ir.desc import TensorDesc
 from aioge.ir.graph import Value
+from aioge.ops.control import type_of
 
-__all__ = ["convert_if", "convert_loop", "convert_scan", "convert_scan_8"]
+__all__ = ["convert_if", "convert_loop", "convert_scan", "convert_scan_8", "runtime_sequence_map"]
 
 # Unrolling multiplies the body: refuse beyond this many converted body nodes per Scan.
 _MAX_UNROLLED_NODES = 50_000
@@ -51,6 +55,8 @@ def _select_if(ctx: NodeContext) -> Sequence[Any]:
     cond = ctx.input(0)
     if cond is None or ctx.inline is None or not all(isinstance(b, onnx.GraphProto) for b in branches):
         raise ctx.fail("needs a condition and both branches")
+    if any(_gives_containers(b) for b in branches):  # type: ignore[arg-type]
+        return _runtime_if(ctx, branches)  # type: ignore[arg-type]
     then, other = (ctx.inline(b, [], tag) for b, tag in zip(branches, ("then", "else")))  # type: ignore[arg-type]
     if len(then) != len(ctx.outputs) or len(other) != len(ctx.outputs):
         raise ctx.fail(f"the branches have {len(then)} and {len(other)} outputs, the node {len(ctx.outputs)}")
@@ -69,7 +75,23 @@ def _select_if(ctx: NodeContext) -> Sequence[Any]:
             raise ctx.fail(f"{unknown}; got {a.desc} and {b.desc}")
         return ctx.emit("Where", [cond, a, b])[0]
 
-    return [select(a, b) for a, b in zip(then, other)]
+    try:
+        return [select(a, b) for a, b in zip(then, other)]
+    except GraphError:
+        # Outputs Where cannot join (shapes known only at run time): the run-time If. The
+        # inlined branches are left unread, for dead-node removal.
+        return _runtime_if(ctx, branches)  # type: ignore[arg-type]
+
+
+def _gives_containers(branch: onnx.GraphProto) -> bool:
+    """Whether a branch's outputs include sequences or optionals (both branches cannot
+    simply run and be selected from: OptionalGetElement on the branch not taken may fail)."""
+    typed = {vi.name: vi.type for vi in [*branch.output, *branch.value_info]}
+    if any(typed.get(o.name, onnx.TypeProto()).WhichOneof("value") in ("sequence_type", "optional_type") for o in branch.output):
+        return True
+    makes = {"SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceErase", "SplitToSequence", "Optional"}
+    makes |= {"OptionalGetElement"}
+    return any(node.op_type in makes for node in branch.node)
 
 
 def convert_loop(ctx: NodeContext) -> Sequence[Any]:
@@ -110,41 +132,118 @@ def convert_loop(ctx: NodeContext) -> Sequence[Any]:
 def _runtime_loop(ctx: NodeContext, body: onnx.GraphProto) -> Sequence[Any]:
     """Loop with a run-time trip count or condition: the Loop op over the body as a program.
 
-    The body is loaded as a graph of its own whose extra inputs are the outer values it reads.
+    The body is loaded as a graph of its own whose extra inputs are the outer values it reads;
+    states and outer values may be sequences and optionals (first-class there).
+    """
+    from onnx import helper
+
+    from aioge.frontends.onnx_sequence import materialise
+
+    if ctx.lookup is None:
+        raise ctx.fail("has no enclosing values to read")
+    states = [materialise(ctx, v) for v in ctx.inputs[2:]]
+    if any(v is None for v in states):
+        raise ctx.fail("every loop state must be given")
+    free = sorted(_free_names(body))
+    outer = [materialise(ctx, ctx.lookup(n)) for n in free]
+    it, cond = body.input[0].name, body.input[1].name
+    head = [
+        helper.make_tensor_value_info(it, onnx.TensorProto.INT64, []),
+        helper.make_tensor_value_info(cond, onnx.TensorProto.BOOL, []),
+    ]
+    n = len(states)
+    program, sub = _program(ctx, body, head, [vi.name for vi in body.input[2:]], states, free, outer)  # type: ignore[arg-type]
+    scan_dtypes = tuple(v.dtype for v in sub.outputs[1 + n :])
+    trip, cond_in = ctx.input(0), ctx.input(1)
+    return ctx.emit(
+        "Loop",
+        [trip, cond_in, *states, *outer],
+        {"body": program, "num_states": n, "scan_dtypes": scan_dtypes},
+        outputs=ctx.outputs,
+    )
+
+
+def _runtime_if(ctx: NodeContext, branches: Sequence[onnx.GraphProto]) -> Sequence[Any]:
+    """If on a run-time condition whose branches cannot both run and be selected from: the If
+    op over the two branches as programs, each reading every outer value either reads."""
+    from aioge.frontends.onnx_sequence import materialise
+
+    if ctx.lookup is None:
+        raise ctx.fail("has no enclosing values to read")
+    free = sorted(_free_names(branches[0]) | _free_names(branches[1]))
+    outer = [materialise(ctx, ctx.lookup(n)) for n in free]
+    then, then_graph = _program(ctx, branches[0], [], [], [], free, outer)
+    other, else_graph = _program(ctx, branches[1], [], [], [], free, outer)
+    types = []
+    for a, b in zip(then_graph.outputs, else_graph.outputs):
+        if a.desc.container != b.desc.container or a.dtype != b.dtype:
+            raise ctx.fail(f"the branches give outputs of different types: {a.desc} and {b.desc}")
+        types.append(type_of(a.desc))
+    if len(types) != len(ctx.outputs) or len(then_graph.outputs) != len(else_graph.outputs):
+        raise ctx.fail(
+            f"the branches have {len(then_graph.outputs)} and {len(else_graph.outputs)} outputs, the node {len(ctx.outputs)}"
+        )
+    return ctx.emit(
+        "If",
+        [ctx.input(0), *outer],
+        {"then_branch": then, "else_branch": other, "out_types": tuple(types)},
+        outputs=ctx.outputs,
+    )
+
+
+def runtime_sequence_map(ctx: NodeContext, body: onnx.GraphProto, args: Sequence[Value | None]) -> Sequence[Any]:
+    """SequenceMap over sequences whose length is known only at run time: the SequenceMap op
+    over the body as a program (its inputs: one element of each sequence, or the tensor).
+
+    Raises:
+        GraphError: an absent input, or a body aioge cannot load.
+    """
+    from aioge.frontends.onnx_sequence import materialise
+
+    if ctx.lookup is None or any(v is None for v in args):
+        raise ctx.fail("needs every input and its enclosing values")
+    free = sorted(_free_names(body))
+    outer = [materialise(ctx, ctx.lookup(n)) for n in free]
+    # The body sees one element of each sequence: a tensor of the element desc.
+    head = [_tensor_info(vi.name, v.desc.element) for vi, v in zip(body.input, args) if v is not None]
+    program, sub = _program(ctx, body, head, [], [], free, outer)
+    return ctx.emit(
+        "SequenceMap",
+        [*args, *outer],
+        {"body": program, "num_inputs": len(args), "out_dtypes": tuple(v.dtype for v in sub.outputs)},
+        outputs=ctx.outputs,
+    )
+
+
+def _program(
+    ctx: NodeContext,
+    body: onnx.GraphProto,
+    head: Sequence[onnx.ValueInfoProto],
+    names: Sequence[str],
+    bound: Sequence[Value],
+    free: Sequence[str],
+    outer: Sequence[Value | None],
+) -> tuple[tuple[Any, ...], Any]:
+    """``body`` as a program (``aioge.ops.control``) over its ``head`` inputs, then ``names``
+    bound to values like ``bound``, then the outer values ``free`` it reads; and its graph.
+
+    Raises:
+        GraphError: an outer value that is absent, or a body aioge cannot load.
     """
     from onnx import helper
 
     from aioge.frontends.onnx import load_onnx
-    from aioge.ir.desc import numpy_dtype
 
-    states = list(ctx.inputs[2:])
-    if any(not isinstance(v, Value) for v in states) or ctx.lookup is None:
-        raise ctx.fail("a Loop with a run-time trip count or condition carries tensors only")
-    free = sorted(_free_names(body))
-    outer = [ctx.lookup(n) for n in free]
-    if any(not isinstance(v, Value) for v in outer):
-        raise ctx.fail(
-            f"the body reads outer values that are not tensors: {[n for n, v in zip(free, outer) if not isinstance(v, Value)]}"
-        )
-
-    def info(name: str, v: Value) -> onnx.ValueInfoProto:
-        shape = None if v.shape is None else [d if isinstance(d, int) else None for d in v.shape]
-        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(numpy_dtype(v.dtype)), shape)
-
-    n = len(states)
+    if any(v is None for v in outer):
+        raise ctx.fail(f"the body reads outer values that are absent: {[n for n, v in zip(free, outer) if v is None]}")
     g = onnx.GraphProto()
     g.CopyFrom(body)
     del g.input[:]
-    it, cond = body.input[0].name, body.input[1].name
-    g.input.extend(
-        [
-            helper.make_tensor_value_info(it, onnx.TensorProto.INT64, []),
-            helper.make_tensor_value_info(cond, onnx.TensorProto.BOOL, []),
-        ]
-    )
-    g.input.extend(info(vi.name, v) for vi, v in zip(body.input[2:], states))  # type: ignore[arg-type]
-    g.input.extend(info(name, v) for name, v in zip(free, outer))
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", ctx.opset)])
+    g.input.extend(head)
+    g.input.extend(_info(name, v) for name, v in zip(names, bound))
+    g.input.extend(_info(name, v) for name, v in zip(free, outer))  # type: ignore[arg-type]
+    opsets = [helper.make_opsetid("", ctx.opset)]
+    model = helper.make_model(g, opset_imports=opsets)
     sub = load_onnx(model)
     constants = tuple((name, v.data) for name, v in sub.constants.items())
     nodes = tuple(
@@ -154,19 +253,33 @@ def _runtime_loop(ctx: NodeContext, body: onnx.GraphProto) -> Sequence[Any]:
             tuple(sorted(node.attrs.items())),
             tuple("" if v is None else v.name for v in node.inputs),
             tuple(o.name for o in node.outputs),
-            tuple(o.dtype for o in node.outputs),
+            tuple(type_of(o.desc) for o in node.outputs),
         )
         for node in sub.topological_order()
     )
-    program = (tuple(v.name for v in sub.inputs), tuple(v.name for v in sub.outputs), constants, nodes)
-    scan_dtypes = tuple(v.dtype for v in sub.outputs[1 + n :])
-    trip, cond_in = ctx.input(0), ctx.input(1)
-    return ctx.emit(
-        "Loop",
-        [trip, cond_in, *states, *outer],
-        {"body": program, "num_states": n, "scan_dtypes": scan_dtypes},
-        outputs=ctx.outputs,
-    )
+    return (tuple(v.name for v in sub.inputs), tuple(v.name for v in sub.outputs), constants, nodes), sub
+
+
+def _info(name: str, v: Value) -> onnx.ValueInfoProto:
+    """An ONNX value info for a subgraph input standing for ``v`` (a tensor, sequence or optional)."""
+    from onnx import helper
+
+    t = _tensor_info(name, v.desc).type
+    if v.desc.container in ("sequence", "optional_sequence"):
+        t = helper.make_sequence_type_proto(t)
+    if v.desc.container.startswith("optional"):
+        t = helper.make_optional_type_proto(t)
+    return helper.make_value_info(name, t)
+
+
+def _tensor_info(name: str, d: TensorDesc) -> onnx.ValueInfoProto:
+    """An ONNX tensor value info of ``d``'s dtype and shape (its tensors', for a container)."""
+    from onnx import helper
+
+    from aioge.ir.desc import numpy_dtype
+
+    shape = None if d.shape is None else [x if isinstance(x, int) else None for x in d.shape]
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(numpy_dtype(d.dtype)), shape)
 
 
 def _free_names(g: onnx.GraphProto) -> set[str]:

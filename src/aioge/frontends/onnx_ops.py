@@ -19,6 +19,7 @@ import numpy as np
 
 from aioge.frontends.onnx_context import NodeContext
 from aioge.frontends.onnx_control import convert_if, convert_loop, convert_scan, convert_scan_8
+from aioge.frontends.onnx_gradient import GRADIENT_DOMAIN, convert_gradient
 from aioge.frontends.onnx_sequence import SEQUENCE_CONVERTERS, SEQUENCE_EMITS
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import Value
@@ -472,7 +473,16 @@ _ENTRIES: tuple[Converter, ...] = (
     Converter("Loop", 1, NEWEST, convert_loop, ("Unsqueeze", "Concat")),
     Converter("Scan", 8, 8, convert_scan_8, ("Gather", "Unsqueeze", "Concat")),
     Converter("Scan", 9, NEWEST, convert_scan, ("Gather", "Unsqueeze", "Concat")),
-    # Sequences and optionals, held as their tensors at load time (onnx_sequence).
+    # Gradients emitted at load time (onnx_gradient), by the rules of the ops on the path.
+    Converter(
+        "Gradient",
+        1,
+        NEWEST,
+        convert_gradient,
+        ("Shape", "ConstantOfShape", "Add", "Neg", "Mul", "Div", "ReduceSum", "Reshape", "MatMul", "Transpose"),
+        GRADIENT_DOMAIN,
+    ),
+    # Sequences and optionals: unrolled where the model fixes them, else first-class (onnx_sequence).
     *(Converter(op, 1, NEWEST, fn, SEQUENCE_EMITS.get(op, ())) for op, fn in SEQUENCE_CONVERTERS.items()),
 )
 

@@ -1,14 +1,15 @@
-"""ONNX sequence and optional values, resolved at load time into the tensors they hold.
+"""ONNX sequence and optional values: unrolled into their tensors where the model fixes them, else first-class.
 
-aioge graphs carry tensors only, so a sequence whose length follows from the model (and, for
-a sequence graph input, from ``load_onnx(..., lengths=)``) is held by the frontend as the
-tuple of its tensor values (``SequenceValue``), and an optional as the value it holds or
-nothing (``OptionalValue``). Every tensor inside is an ordinary graph value: planned,
-fused and placed in the arena like any other. Positions (SequenceAt, SequenceInsert,
-SequenceErase) and split sizes must follow from the constants; SequenceMap runs its body
-once per element. A graph input ``s`` that is a sequence of n tensors becomes inputs
-``s[0]`` ... ``s[n-1]``; a sequence output ``y`` becomes outputs ``y[0]`` ... (none when
-empty), an optional output its tensor(s) or nothing.
+aioge graphs carry sequences and optionals as values of their own (``TensorDesc.container``;
+the ops in ``aioge.ops.sequence``): a run-time list of arrays, or None or the value. As an
+optimisation, a sequence whose length follows from the model (and, for a sequence graph
+input, from ``load_onnx(..., lengths=)``) is held by the frontend as the tuple of its tensor
+values (``SequenceValue``), and an optional as the value it holds or nothing
+(``OptionalValue``): every tensor inside is then an ordinary graph value, planned, fused and
+placed in the arena like any other. Where that stops (a position or split known only at run
+time, a sequence input without ``lengths=``, a run-time Loop or If carrying one, a graph
+output) the held tensors become a first-class value (``materialise``) and the sequence ops
+run as ops. SequenceMap runs its body once per element of an unrolled sequence only.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ __all__ = [
     "SEQUENCE_EMITS",
     "OptionalValue",
     "SequenceValue",
+    "container_of",
     "element_name",
     "elem_dtype",
     "is_structured",
+    "materialise",
 ]
 
 
@@ -43,13 +46,54 @@ class SequenceValue:
 
 @dataclass(frozen=True, slots=True)
 class OptionalValue:
-    """An ONNX optional: the tensor or sequence it holds, or None when it is empty."""
+    """An ONNX optional: the tensor or sequence it holds, or None when it is empty (then
+    ``dtype`` and ``sequence`` say what it would hold)."""
 
     value: Value | SequenceValue | None
+    dtype: str = "float32"
+    sequence: bool = False
 
 
 def is_structured(v: object) -> bool:
+    """True for a sequence or optional held unrolled by the frontend."""
     return isinstance(v, (SequenceValue, OptionalValue))
+
+
+def _first_class(v: object, *containers: str) -> bool:
+    return isinstance(v, Value) and v.desc.container in containers
+
+
+def materialise(ctx: NodeContext, v: Any) -> Value | None:
+    """A graph value for ``v``: a held sequence or optional becomes a first-class one
+    (SequenceConstruct / SequenceEmpty / Optional); a Value or None stays as it is."""
+    if isinstance(v, SequenceValue):
+        if not v.items:
+            return ctx.emit("SequenceEmpty", [], {"dtype": v.dtype})[0]
+        return ctx.emit("SequenceConstruct", list(v.items))[0]
+    if isinstance(v, OptionalValue):
+        inner = materialise(ctx, v.value)
+        if inner is None:
+            return ctx.emit("Optional", [], {"elem_dtype": v.dtype, "sequence": int(v.sequence)})[0]
+        return ctx.emit("Optional", [inner])[0]
+    return v
+
+
+def container_of(t: onnx.TypeProto) -> str:
+    """The aioge container of an ONNX type: tensor, sequence, optional or optional_sequence.
+
+    Raises:
+        ValueError: a map, a sequence of sequences or another type aioge does not hold.
+    """
+    kind = t.WhichOneof("value")
+    if kind == "tensor_type":
+        return "tensor"
+    if kind == "sequence_type" and t.sequence_type.elem_type.WhichOneof("value") in ("tensor_type", None):
+        return "sequence"
+    if kind == "optional_type":
+        inner = container_of(t.optional_type.elem_type)
+        if inner in ("tensor", "sequence"):
+            return "optional" if inner == "tensor" else "optional_sequence"
+    raise ValueError(f"a value of type {kind} ({str(t).strip()[:60]!r}) is not one aioge holds")
 
 
 def element_name(name: str, i: int) -> str:
@@ -57,13 +101,29 @@ def element_name(name: str, i: int) -> str:
     return f"{name}[{i}]"
 
 
-def _seq(ctx: NodeContext, i: int) -> SequenceValue:
+def _seq(ctx: NodeContext, i: int) -> SequenceValue | Value:
+    """Input ``i`` as a held sequence, or as a first-class sequence value."""
     v: Any = ctx.input(i)
     if isinstance(v, OptionalValue):
         v = v.value
-    if not isinstance(v, SequenceValue):
-        raise ctx.fail(f"input {i} must be a sequence, got {'nothing' if v is None else type(v).__name__}")
+    if _first_class(v, "optional_sequence"):
+        v = ctx.emit("OptionalGetElement", [v])[0]
+    if not isinstance(v, SequenceValue) and not _first_class(v, "sequence"):
+        raise ctx.fail(f"input {i} must be a sequence, got {'nothing' if v is None else getattr(v, 'desc', type(v).__name__)}")
     return v
+
+
+def _known_position(ctx: NodeContext, i: int) -> bool:
+    """Whether position input ``i`` is absent or follows from the constants (a scalar)."""
+    if ctx.input(i) is None:
+        return True
+    known = ctx.computable(i)
+    return known is not None and known.size == 1
+
+
+def _run_time(ctx: NodeContext, op: str, seq: SequenceValue | Value, rest: Sequence[Any], attrs: Any = None) -> Sequence[Any]:
+    """``op`` as a first-class op over the (materialised) sequence and the other inputs."""
+    return ctx.emit(op, [materialise(ctx, seq), *rest], attrs, outputs=ctx.outputs[:1])
 
 
 def _position(ctx: NodeContext, i: int, n: int, default: int, *, insert: bool = False) -> int:
@@ -107,19 +167,25 @@ def _at(ctx: NodeContext) -> Sequence[Any]:
     seq = _seq(ctx, 0)
     if ctx.input(1) is None:
         raise ctx.fail("needs a position")
+    if isinstance(seq, Value) or not _known_position(ctx, 1):
+        return _run_time(ctx, "SequenceAt", seq, [ctx.input(1)])
     return [seq.items[_position(ctx, 1, len(seq.items), 0)]]
 
 
 def _insert(ctx: NodeContext) -> Sequence[Any]:
     seq, x = _seq(ctx, 0), ctx.input(1)
-    if not isinstance(x, Value) or (seq.items and x.dtype != seq.dtype):
+    if not isinstance(x, Value) or not x.desc.is_tensor or (isinstance(seq, Value) or seq.items) and x.dtype != seq.dtype:
         raise ctx.fail(f"inserts a tensor of the sequence's dtype {seq.dtype}")
+    if isinstance(seq, Value) or not _known_position(ctx, 2):
+        return _run_time(ctx, "SequenceInsert", seq, [x, ctx.input(2)] if ctx.input(2) is not None else [x])
     pos = _position(ctx, 2, len(seq.items), len(seq.items), insert=True)
     return [SequenceValue((*seq.items[:pos], x, *seq.items[pos:]), x.dtype)]
 
 
 def _erase(ctx: NodeContext) -> Sequence[Any]:
     seq = _seq(ctx, 0)
+    if isinstance(seq, Value) or not _known_position(ctx, 1):
+        return _run_time(ctx, "SequenceErase", seq, [ctx.input(1)] if ctx.input(1) is not None else [])
     if not seq.items:
         raise ctx.fail("cannot erase from an empty sequence")
     pos = _position(ctx, 1, len(seq.items), len(seq.items) - 1)
@@ -127,27 +193,35 @@ def _erase(ctx: NodeContext) -> Sequence[Any]:
 
 
 def _length(ctx: NodeContext) -> Sequence[Any]:
-    return [ctx.const(np.asarray(len(_seq(ctx, 0).items), np.int64), "length")]
+    seq = _seq(ctx, 0)
+    if isinstance(seq, Value):
+        return _run_time(ctx, "SequenceLength", seq, [])
+    return [ctx.const(np.asarray(len(seq.items), np.int64), "length")]
 
 
 def _split_to_sequence(ctx: NodeContext) -> Sequence[Any]:
     x = ctx.input(0)
     shape = ctx.sharp_shape(0)
     axis = int(ctx.attrs.get("axis", 0))
-    if not isinstance(x, Value) or shape is None:
-        raise ctx.fail("needs a tensor of known rank")
-    axis += len(shape) if axis < 0 else 0
-    if not 0 <= axis < len(shape) or not isinstance(shape[axis], int):
-        raise ctx.fail(f"the split axis must have a static length to make a sequence, got shape {list(shape)}")
-    total = int(shape[axis])
+    if not isinstance(x, Value) or not x.desc.is_tensor:
+        raise ctx.fail("splits a tensor")
     split = ctx.computable(1) if ctx.input(1) is not None else None
-    if ctx.input(1) is not None and split is None:
-        count = ctx.shape(1)
-        if count is None or len(count) != 1 or not isinstance(count[0], int):
-            raise ctx.fail("split must follow from the model's constants, or be 1-D of static length (the sequence's)")
+    count = ctx.shape(1) if ctx.input(1) is not None and split is None else None
+    by_count = count is not None and len(count) == 1 and isinstance(count[0], int)
+    if shape is not None and axis < 0:
+        axis += len(shape)
+    static_axis = shape is not None and 0 <= axis < len(shape) and isinstance(shape[axis], int)
+    if shape is None or not by_count and (not static_axis or ctx.input(1) is not None and split is None):
+        # The sequence's length follows from the data: a first-class SplitToSequence.
+        attrs = {"axis": axis, "keepdims": int(ctx.attrs.get("keepdims", 1))}
+        return ctx.emit("SplitToSequence", [x, ctx.input(1)] if ctx.input(1) is not None else [x], attrs, outputs=ctx.outputs)
+    if by_count:
+        assert count is not None
         # Run-time sizes, a load-time count: one Split output per entry of split.
-        names = [ctx.names.fresh(f"{ctx.name}/part") for _ in range(count[0])]
+        names = [ctx.names.fresh(f"{ctx.name}/part") for _ in range(int(count[0]))]
         return [SequenceValue(tuple(ctx.emit("Split", [x, ctx.input(1)], {"axis": axis}, outputs=names)), x.dtype)]
+    assert shape is not None
+    total = int(shape[axis])
     if split is None:
         sizes = [1] * total
     elif split.ndim == 0:
@@ -171,6 +245,9 @@ def _split_to_sequence(ctx: NodeContext) -> Sequence[Any]:
 
 def _concat_from_sequence(ctx: NodeContext) -> Sequence[Any]:
     seq = _seq(ctx, 0)
+    if isinstance(seq, Value):
+        attrs = {"axis": int(ctx.attrs.get("axis", 0)), "new_axis": int(ctx.attrs.get("new_axis", 0))}
+        return _run_time(ctx, "ConcatFromSequence", seq, [], attrs)
     if not seq.items:
         raise ctx.fail("cannot concatenate an empty sequence")
     axis, new_axis = int(ctx.attrs.get("axis", 0)), int(ctx.attrs.get("new_axis", 0))
@@ -191,6 +268,10 @@ def _sequence_map(ctx: NodeContext) -> Sequence[Any]:
     if not isinstance(body, onnx.GraphProto) or ctx.inline is None:
         raise ctx.fail("has no body subgraph")
     first = _seq(ctx, 0)
+    if isinstance(first, Value) or any(_first_class(v, "sequence", "optional_sequence") for v in ctx.inputs):
+        from aioge.frontends.onnx_control import runtime_sequence_map
+
+        return runtime_sequence_map(ctx, body, [materialise(ctx, v) for v in ctx.inputs])
     n = len(first.items)
     args: list[Any] = list(ctx.inputs)
     for v in args:
@@ -215,17 +296,30 @@ def elem_dtype(t: onnx.TypeProto) -> str:
 
 
 def _optional(ctx: NodeContext) -> Sequence[Any]:
-    return [OptionalValue(ctx.input(0))]
+    v: Any = ctx.input(0)
+    if _first_class(v, "optional", "optional_sequence"):
+        raise ctx.fail("an optional of an optional is not a value ONNX has")
+    if v is not None:
+        return [OptionalValue(v)]
+    t = ctx.attrs.get("type")
+    if not isinstance(t, onnx.TypeProto):
+        raise ctx.fail("an empty Optional needs its type attribute")
+    kind = container_of(t)
+    return [OptionalValue(None, elem_dtype(t), kind == "sequence")]
 
 
 def _has_element(ctx: NodeContext) -> Sequence[Any]:
     v: Any = ctx.input(0)
+    if _first_class(v, "optional", "optional_sequence"):
+        return ctx.emit("OptionalHasElement", [v], outputs=ctx.outputs)
     present = v is not None and not (isinstance(v, OptionalValue) and v.value is None)
     return [ctx.const(np.asarray(present), "has_element")]
 
 
 def _get_element(ctx: NodeContext) -> Sequence[Any]:
     v: Any = ctx.input(0)
+    if _first_class(v, "optional", "optional_sequence"):
+        return ctx.emit("OptionalGetElement", [v], outputs=ctx.outputs)
     if isinstance(v, OptionalValue):
         v = v.value
     if v is None:
@@ -250,6 +344,6 @@ SEQUENCE_CONVERTERS = {
 
 # The aioge ops each converter may emit (for the frontend's support check).
 SEQUENCE_EMITS: dict[str, tuple[str, ...]] = {
-    "SplitToSequence": ("Split", "Squeeze"),
-    "ConcatFromSequence": ("Unsqueeze", "Concat"),
+    "SplitToSequence": ("Split", "Squeeze", "SplitToSequence"),
+    "ConcatFromSequence": ("Unsqueeze", "Concat", "ConcatFromSequence"),
 }

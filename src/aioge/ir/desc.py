@@ -8,7 +8,7 @@ from typing import Iterable
 import ml_dtypes
 import numpy as np
 
-__all__ = ["DTYPES", "ML_DTYPES", "Dim", "TensorDesc", "canonical_dtype", "is_static", "numpy_dtype"]
+__all__ = ["CONTAINERS", "DTYPES", "ML_DTYPES", "Dim", "TensorDesc", "canonical_dtype", "is_static", "numpy_dtype"]
 
 # A dimension is a non-negative int, or a symbol (str) that a feed or shapes= fixes later.
 Dim = int | str
@@ -51,6 +51,13 @@ DTYPES: tuple[str, ...] = (
 ML_DTYPES: dict[str, np.dtype] = {name: np.dtype(getattr(ml_dtypes, name)) for name in DTYPES[DTYPES.index("bfloat16") :]}
 
 
+# What a value holds: a tensor, a sequence of tensors (a run-time Python list of arrays), an
+# optional tensor (None or an array) or an optional sequence (None or a list). For the three
+# non-tensor kinds, ``dtype`` and ``shape`` describe the tensors inside (the element dtype,
+# and the element shape as far as every element shares it).
+CONTAINERS: tuple[str, ...] = ("tensor", "sequence", "optional", "optional_sequence")
+
+
 def canonical_dtype(dtype: object) -> str:
     """Return the canonical dtype name for anything numpy understands as a dtype.
 
@@ -87,12 +94,15 @@ class TensorDesc:
     """Shape, dtype and format of a tensor.
 
     ``shape`` is None when even the rank is unknown (a data-dependent output before it is
-    computed); a dimension may be a symbol (``"N"``) until feeds fix it.
+    computed); a dimension may be a symbol (``"N"``) until feeds fix it. ``container`` says
+    whether the value is the tensor itself or a sequence or optional of such tensors (see
+    ``CONTAINERS``); those are never static, so the memory planner leaves them to the runtime.
     """
 
     shape: tuple[Dim, ...] | None
     dtype: str
     format: str = "ND"
+    container: str = "tensor"
 
     @staticmethod
     def of(shape: Iterable[Dim] | None, dtype: object, format: str = "ND") -> TensorDesc:
@@ -111,10 +121,32 @@ class TensorDesc:
             shape = tuple(dims)
         return TensorDesc(shape, canonical_dtype(dtype), format)
 
+    @staticmethod
+    def of_container(container: str, shape: Iterable[Dim] | None, dtype: object) -> TensorDesc:
+        """A sequence or optional desc over tensors of ``shape`` and ``dtype``.
+
+        Raises:
+            ValueError: an unknown container, or a bad shape or dtype.
+        """
+        if container not in CONTAINERS:
+            raise ValueError(f"unknown value container {container!r}; known: {', '.join(CONTAINERS)}")
+        d = TensorDesc.of(shape, dtype)
+        return d if container == "tensor" else TensorDesc(d.shape, d.dtype, "ND", container)
+
+    @property
+    def is_tensor(self) -> bool:
+        """True for a plain tensor, False for a sequence or an optional."""
+        return self.container == "tensor"
+
+    @property
+    def element(self) -> TensorDesc:
+        """The desc of one tensor inside (itself for a tensor)."""
+        return self if self.container == "tensor" else TensorDesc(self.shape, self.dtype, self.format)
+
     @property
     def static(self) -> bool:
-        """True when the shape is fully known."""
-        return is_static(self.shape)
+        """True when the value is a tensor and its shape is fully known."""
+        return self.container == "tensor" and is_static(self.shape)
 
     @property
     def rank(self) -> int | None:
@@ -135,8 +167,9 @@ class TensorDesc:
         return self.size * numpy_dtype(self.dtype).itemsize
 
     def with_shape(self, shape: Iterable[Dim] | None) -> TensorDesc:
-        return TensorDesc.of(shape, self.dtype, self.format)
+        d = TensorDesc.of(shape, self.dtype, self.format)
+        return d if self.container == "tensor" else TensorDesc(d.shape, d.dtype, d.format, self.container)
 
     def __str__(self) -> str:
         dims = "?" if self.shape is None else "x".join(str(d) for d in self.shape) or "scalar"
-        return f"{self.dtype}[{dims}]"
+        return f"{self.dtype}[{dims}]" if self.container == "tensor" else f"{self.container}({self.dtype}[{dims}])"

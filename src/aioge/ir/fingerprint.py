@@ -74,6 +74,8 @@ def _data(v: Value) -> np.ndarray:
 
 def _desc(v: Any) -> list[Any]:
     shape = None if v.desc.shape is None else list(v.desc.shape)
+    if v.desc.container != "tensor":
+        return [shape, v.desc.dtype, v.desc.format, v.desc.container]
     return [shape, v.desc.dtype, v.desc.format]
 
 

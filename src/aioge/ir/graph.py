@@ -182,6 +182,7 @@ class IOInfo:
     name: str
     shape: tuple[Dim, ...] | None
     dtype: str
+    container: str = "tensor"  # or "sequence", "optional", "optional_sequence" (of tensors of shape and dtype)
 
 
 class Graph:
@@ -227,21 +228,25 @@ class Graph:
 
     def get_inputs(self) -> list[IOInfo]:
         """The data inputs (fed at run time) in order, with their names, shapes and dtypes."""
-        return [IOInfo(v.name, v.desc.shape, v.desc.dtype) for v in self.inputs]
+        return [IOInfo(v.name, v.desc.shape, v.desc.dtype, v.desc.container) for v in self.inputs]
 
     def get_outputs(self) -> list[IOInfo]:
         """The outputs in order, with their names, shapes and dtypes (as far as inferred)."""
-        return [IOInfo(v.name, v.desc.shape, v.desc.dtype) for v in self.outputs]
+        return [IOInfo(v.name, v.desc.shape, v.desc.dtype, v.desc.container) for v in self.outputs]
 
     # -- building ---------------------------------------------------------------------
 
-    def input(self, name: str, shape: Iterable[Dim | None] | None, dtype: object = "float32") -> Value:
+    def input(self, name: str, shape: Iterable[Dim | None] | None, dtype: object = "float32", container: str = "tensor") -> Value:
         """Add a data input fed at run time. A dimension may be a symbol (``"N"``) or None.
 
+        ``container`` makes it a sequence (fed as a list of arrays of ``dtype``, each of
+        ``shape`` as far as it is given), an optional (None or an array) or an optional
+        sequence (None or a list); see ``aioge.ir.desc.CONTAINERS``.
+
         Raises:
-            GraphError: the name is taken, or the shape or dtype is invalid.
+            GraphError: the name is taken, or the shape, dtype or container is invalid.
         """
-        desc = self._desc(name, shape, dtype)
+        desc = self._desc(name, shape, dtype, container)
         value = Value(self, self._claim(name), desc, ValueKind.INPUT)
         self.inputs.append(value)
         return value
@@ -458,8 +463,10 @@ class Graph:
 
     # -- internals --------------------------------------------------------------------
 
-    def _desc(self, name: str, shape: Iterable[Dim | None] | None, dtype: object) -> TensorDesc:
+    def _desc(self, name: str, shape: Iterable[Dim | None] | None, dtype: object, container: str = "tensor") -> TensorDesc:
         try:
+            if container != "tensor":
+                return TensorDesc.of_container(container, shape, dtype)  # type: ignore[arg-type]
             return TensorDesc.of(shape, dtype)  # type: ignore[arg-type]
         except ValueError as exc:
             raise GraphError(f"input {name!r}: {exc}", graph=self.name) from None

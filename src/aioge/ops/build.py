@@ -94,6 +94,10 @@ def infer_node(
     Raises:
         GraphError: inference rejected the inputs (naming graph and node).
     """
+    if not schema.containers:
+        for i, d in enumerate(in_descs):
+            if d is not None and d.container != "tensor":
+                raise GraphError(f"{schema.name}: input {i} must be a tensor, got a {d}", graph=graph, node=node)
     ctx = InferContext(in_descs, in_values, attrs, num_outputs or 0)
     try:
         descs = schema.infer(ctx)
@@ -158,10 +162,12 @@ def call_builder(
     variadic: bool,
     name: str | None,
     num_outputs: int | None,
+    graph: Graph | None = None,
 ) -> Any:
     """The body of every builder: ``apply``, then the one output, or a tuple of several.
 
-    A variadic op (Concat, Sum, ...) also takes its inputs as one list or tuple.
+    A variadic op (Concat, Sum, ...) also takes its inputs as one list or tuple; an op without
+    inputs is told its ``graph``.
 
     Raises:
         GraphError: as ``apply``.
@@ -169,7 +175,7 @@ def call_builder(
     args: Sequence[object] = inputs
     if variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
         args = inputs[0]
-    outs = apply(op_type, args, attrs, num_outputs=num_outputs, name=name, domain=domain)
+    outs = apply(op_type, args, attrs, num_outputs=num_outputs, name=name, domain=domain, graph=graph)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 

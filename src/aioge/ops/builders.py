@@ -13,7 +13,7 @@ from typing import Any, Never, Sequence
 import numpy as np
 from numpy.typing import DTypeLike
 
-from aioge.ir.graph import Value
+from aioge.ir.graph import Graph, Value
 from aioge.ops.build import Operand, call_builder
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "col2_im",
     "compress",
     "concat",
+    "concat_from_sequence",
     "constant_of_shape",
     "conv",
     "conv2d",
@@ -102,6 +103,7 @@ __all__ = [
     "hard_swish",
     "hardmax",
     "identity",
+    "if_",
     "image_decoder",
     "instance_normalization",
     "is_inf",
@@ -138,6 +140,7 @@ __all__ = [
     "non_zero",
     "not_",
     "one_hot",
+    "optional",
     "optional_get_element",
     "optional_has_element",
     "or_",
@@ -173,6 +176,13 @@ __all__ = [
     "scatter_elements",
     "scatter_nd",
     "selu",
+    "sequence_at",
+    "sequence_construct",
+    "sequence_empty",
+    "sequence_erase",
+    "sequence_insert",
+    "sequence_length",
+    "sequence_map",
     "shape",
     "shrink",
     "sigmoid",
@@ -187,6 +197,7 @@ __all__ = [
     "softsign",
     "space_to_depth",
     "split",
+    "split_to_sequence",
     "sqrt",
     "squeeze",
     "stft",
@@ -828,6 +839,31 @@ def concat(
     Attributes: axis=REQUIRED. Returns the output value.
     """
     return call_builder("Concat", "", inputs, {"axis": axis, **unknown}, variadic=True, name=name, num_outputs=num_outputs)
+
+
+def concat_from_sequence(
+    input_sequence: Operand,
+    /,
+    *,
+    axis: int,
+    new_axis: int = 0,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Value:
+    """ConcatFromSequence: a sequence's tensors joined along an axis (or stacked on a new one).
+
+    Attributes: axis=REQUIRED, new_axis=0. Returns the output value.
+    """
+    return call_builder(
+        "ConcatFromSequence",
+        "",
+        (input_sequence,),
+        {"axis": axis, "new_axis": new_axis, **unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
+    )
 
 
 def constant_of_shape(
@@ -1792,6 +1828,30 @@ def identity(input: Operand, /, *, name: str | None = None, num_outputs: int | N
     return call_builder("Identity", "", (input,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
+def if_(
+    *inputs: Operand | Sequence[Operand],
+    then_branch: Any,
+    else_branch: Any,
+    out_types: Any,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Any:
+    """If: run the branch program the condition picks on the outer values (inputs 1...) and give its outputs.
+
+    Attributes: then_branch=REQUIRED, else_branch=REQUIRED, out_types=REQUIRED. Returns the output value, or a tuple of them when there are several.
+    """
+    return call_builder(
+        "If",
+        "",
+        inputs,
+        {"then_branch": then_branch, "else_branch": else_branch, "out_types": out_types, **unknown},
+        variadic=True,
+        name=name,
+        num_outputs=num_outputs,
+    )
+
+
 def image_decoder(
     encoded_stream: Operand,
     /,
@@ -2499,10 +2559,35 @@ def one_hot(
     )
 
 
+def optional(
+    input: Operand | None = None,
+    /,
+    *,
+    elem_dtype: DTypeLike | None = None,
+    sequence: int = 0,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Value:
+    """Optional: an optional holding the input, or an empty one of elem_dtype (a sequence when sequence=1).
+
+    Attributes: elem_dtype=None, sequence=0. Returns the output value.
+    """
+    return call_builder(
+        "Optional",
+        "",
+        (input,),
+        {"elem_dtype": elem_dtype, "sequence": sequence, **unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
+    )
+
+
 def optional_get_element(
     input: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
-    """OptionalGetElement: the value of a given optional tensor.
+    """OptionalGetElement: the value an optional holds.
 
     Attributes: none. Returns the output value.
     """
@@ -2512,7 +2597,7 @@ def optional_get_element(
 def optional_has_element(
     input: Operand | None = None, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
 ) -> Value:
-    """OptionalHasElement: whether the optional input is given.
+    """OptionalHasElement: whether the optional input holds a value.
 
     Attributes: none. Returns the output value.
     """
@@ -3326,6 +3411,111 @@ def selu(
     )
 
 
+def sequence_at(
+    input_sequence: Operand, position: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+) -> Value:
+    """SequenceAt: the tensor at a position of a sequence.
+
+    Attributes: none. Returns the output value.
+    """
+    return call_builder(
+        "SequenceAt", "", (input_sequence, position), {**unknown}, variadic=False, name=name, num_outputs=num_outputs
+    )
+
+
+def sequence_construct(
+    *inputs: Operand | Sequence[Operand], name: str | None = None, num_outputs: int | None = None, **unknown: Never
+) -> Value:
+    """SequenceConstruct: a sequence of the input tensors.
+
+    Attributes: none. Returns the output value.
+    """
+    return call_builder("SequenceConstruct", "", inputs, {**unknown}, variadic=True, name=name, num_outputs=num_outputs)
+
+
+def sequence_empty(
+    graph: Graph, /, *, dtype: DTypeLike = "float32", name: str | None = None, num_outputs: int | None = None, **unknown: Never
+) -> Value:
+    """SequenceEmpty: an empty sequence.
+
+    Attributes: dtype='float32'. Returns the output value.
+    """
+    return call_builder(
+        "SequenceEmpty", "", (), {"dtype": dtype, **unknown}, variadic=False, name=name, num_outputs=num_outputs, graph=graph
+    )
+
+
+def sequence_erase(
+    input_sequence: Operand,
+    position: Operand | None = None,
+    /,
+    *,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Value:
+    """SequenceErase: a sequence without one tensor (default: the last).
+
+    Attributes: none. Returns the output value.
+    """
+    return call_builder(
+        "SequenceErase", "", (input_sequence, position), {**unknown}, variadic=False, name=name, num_outputs=num_outputs
+    )
+
+
+def sequence_insert(
+    input_sequence: Operand,
+    tensor: Operand,
+    position: Operand | None = None,
+    /,
+    *,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Value:
+    """SequenceInsert: a sequence with a tensor inserted (default: appended).
+
+    Attributes: none. Returns the output value.
+    """
+    return call_builder(
+        "SequenceInsert", "", (input_sequence, tensor, position), {**unknown}, variadic=False, name=name, num_outputs=num_outputs
+    )
+
+
+def sequence_length(
+    input_sequence: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never
+) -> Value:
+    """SequenceLength: the number of tensors in a sequence.
+
+    Attributes: none. Returns the output value.
+    """
+    return call_builder("SequenceLength", "", (input_sequence,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+
+
+def sequence_map(
+    *inputs: Operand | Sequence[Operand],
+    body: Any,
+    num_inputs: int,
+    out_dtypes: Any,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Any:
+    """SequenceMap: run a body program once per element of the sequence inputs (tensor inputs as they are; inputs past num_inputs are outer values) and give each body output as a sequence.
+
+    Attributes: body=REQUIRED, num_inputs=REQUIRED, out_dtypes=REQUIRED. Returns the output value, or a tuple of them when there are several.
+    """
+    return call_builder(
+        "SequenceMap",
+        "",
+        inputs,
+        {"body": body, "num_inputs": num_inputs, "out_dtypes": out_dtypes, **unknown},
+        variadic=True,
+        name=name,
+        num_outputs=num_outputs,
+    )
+
+
 def shape(
     data: Operand,
     /,
@@ -3519,6 +3709,32 @@ def split(
     """
     return call_builder(
         "Split", "", (input, split), {"axis": axis, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+    )
+
+
+def split_to_sequence(
+    input: Operand,
+    split: Operand | None = None,
+    /,
+    *,
+    axis: int = 0,
+    keepdims: int = 1,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Value:
+    """SplitToSequence: a tensor split along an axis into a sequence.
+
+    Attributes: axis=0, keepdims=1. Returns the output value.
+    """
+    return call_builder(
+        "SplitToSequence",
+        "",
+        (input, split),
+        {"axis": axis, "keepdims": keepdims, **unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
     )
 
 

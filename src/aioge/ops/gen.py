@@ -56,7 +56,7 @@ from typing import Any, Never, Sequence
 import numpy as np
 from numpy.typing import DTypeLike
 
-from aioge.ir.graph import Value
+from aioge.ir.graph import Graph, Value
 from aioge.ops.build import Operand, call_builder
 
 '''
@@ -121,6 +121,8 @@ def _builder(schema: OpSchema) -> str:
         stems = _input_names(schema, hi)
         inputs = [s if s not in attrs else f"in_{s}" for s in stems]
         params += [f"{n}: Operand" if i < lo else f"{n}: Operand | None = None" for i, n in enumerate(inputs)]
+        if not inputs:  # an op without inputs (SequenceEmpty) is told its graph
+            params.append("graph: Graph")
         params.append("/")
         args = "(" + ", ".join(inputs) + ("," if len(inputs) == 1 else "") + ")"
         params.append("*")
@@ -141,6 +143,7 @@ def _builder(schema: OpSchema) -> str:
         f"variadic={variadic}",
         "name=name",
         "num_outputs=num_outputs",
+        *(["graph=graph"] if not variadic and hi == 0 else []),
     ]
     return _split(f"def {fname}(", params, f") -> {returns}:", 0) + doc + _split("return call_builder(", call, ")", 4)
 

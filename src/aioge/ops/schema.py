@@ -156,6 +156,7 @@ class OpSchema:
     doc: str = ""
     version: int = 1  # bump when a kernel's numerics change: it is part of every kernel key
     float_only: bool = True  # AiCore and AiVec take only float tensors; other dtypes go to AiCpu
+    containers: bool = False  # inputs may be sequences or optionals (aioge.ir.desc.CONTAINERS); else tensors only
     # Facts the compiler acts on (``aioge.ops.evaluate``, the passes, the stream planner):
     random: bool = False  # outputs are not a function of the inputs: never evaluated ahead, folded or merged
     shape_only: bool = False  # outputs follow from the inputs' descs alone (their data is never read)

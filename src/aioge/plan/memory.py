@@ -38,7 +38,13 @@ class MemoryPlan:
 
 
 def plannable(v: Value, graph_outputs: set[int]) -> bool:
-    """Intermediates of static shape and fixed-size dtype that are not graph outputs."""
+    """Intermediates of static shape and fixed-size dtype that are not graph outputs.
+
+    Sequences and optionals are never planned: a sequence is a run-time Python list of
+    arrays whose length and element shapes follow from the data, an optional may hold
+    nothing. Their kernels return fresh objects (as for tensors of run-time shape) and the
+    executor passes them on; the tensors inside hold no arena bytes (``desc.static`` is False).
+    """
     return (
         v.kind is ValueKind.INTERMEDIATE
         and id(v) not in graph_outputs

@@ -36,7 +36,7 @@ import anyio
 import numpy as np
 
 from aioge.errors import CacheError, GraphError, ModelFormatError
-from aioge.ir.desc import DTYPES, TensorDesc
+from aioge.ir.desc import CONTAINERS, DTYPES, TensorDesc
 from aioge.ir.graph import Graph, Value
 from aioge.keys import code_digest
 from aioge.plan import io
@@ -89,13 +89,19 @@ _MAX_META_BYTES = 256 << 20  # a model's graph and plans (tensor data lies outsi
 
 
 def _enc_desc(d: TensorDesc) -> list[Any]:
+    # A tensor's desc stays three fields (files written before sequences and optionals read as ever).
+    if d.container != "tensor":
+        return [None if d.shape is None else list(d.shape), d.dtype, d.format, d.container]
     return [None if d.shape is None else list(d.shape), d.dtype, d.format]
 
 
 def _dec_desc(x: Any) -> TensorDesc:
-    if not isinstance(x, list) or len(x) != 3:
+    if not isinstance(x, list) or len(x) not in (3, 4):
         raise ModelFormatError(f"malformed tensor desc {x!r:.80}")
-    shape, dtype, fmt = x
+    shape, dtype, fmt = x[:3]
+    container = x[3] if len(x) == 4 else "tensor"
+    if container not in CONTAINERS:
+        raise ModelFormatError(f"malformed desc container {container!r:.80}")
     if shape is not None and not (
         isinstance(shape, list)
         and all((isinstance(d, int) and not isinstance(d, bool) and d >= 0) or isinstance(d, str) for d in shape)
@@ -103,7 +109,7 @@ def _dec_desc(x: Any) -> TensorDesc:
         raise ModelFormatError(f"malformed shape {shape!r:.80}")
     if dtype not in DTYPES or not isinstance(fmt, str):
         raise ModelFormatError(f"malformed desc dtype/format {dtype!r}/{fmt!r}")
-    return TensorDesc(None if shape is None else tuple(shape), dtype, fmt)
+    return TensorDesc(None if shape is None else tuple(shape), dtype, fmt, container)
 
 
 # -- encoding -------------------------------------------------------------------------
@@ -393,7 +399,7 @@ def _dec_graph(x: Any, weight_dir: str, require_owner: bool, blob: memoryview) -
         raise TypeError("graph name is not a string")
     for name, desc in x["inputs"]:
         d = _dec_desc(desc)
-        v = g.input(name, d.shape, d.dtype)
+        v = g.input(name, d.shape, d.dtype, d.container)
         v.desc = d  # keep the stored format
     for table, make in (("constants", g.constant), ("variables", None)):
         for name, desc, ref in x[table]:

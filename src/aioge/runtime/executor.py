@@ -320,12 +320,17 @@ class Executable:
             for e in step.records:
                 events[e].set()
 
-    def _collect(self, ctx: Context, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
+    def _collect(self, ctx: Context, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         arena = ctx.arena
-        foreign = [*self._variables.values(), *feeds.values()]
+        foreign = [*self._variables.values(), *(f for f in feeds.values() if isinstance(f, np.ndarray))]
         for name, slot, intermediate in self._outputs:
-            a = np.asarray(ctx.env[slot])
+            raw = ctx.env[slot]
+            if raw is None or isinstance(raw, list):
+                # An empty optional; a sequence, whose kernels made fresh tensors (a fed one is the caller's).
+                out[name] = raw if raw is None else [t.copy() if not intermediate or not t.flags.writeable else t for t in raw]
+                continue
+            a = np.asarray(raw)
             # Copy what the caller must not share: the arena, constants, variables, its own feeds.
             if (
                 not intermediate

@@ -251,11 +251,16 @@ class DevicePool:
     @staticmethod
     def eligible(exe: Executable) -> bool:
         """Whether runs of ``exe`` go to a device: no variables (their state lives here),
-        inputs and outputs of dtypes a frame carries (no strings), and not a short run. A run
+        inputs and outputs of dtypes a frame carries (tensors, no strings: no sequences or
+        optionals either), and not a short run. A run
         that computes for under ``INLINE_US`` (as measured on the devices) costs less in this
         process, on the event loop's thread, than its hand-off to a device and back."""
         g = exe.model.graph
-        return not g.variables and all(v.desc.dtype in ARRAY_DTYPES for v in (*g.inputs, *g.outputs)) and not exe.short
+        return (
+            not g.variables
+            and all(v.desc.is_tensor and v.desc.dtype in ARRAY_DTYPES for v in (*g.inputs, *g.outputs))
+            and not exe.short
+        )
 
     def _complete(self) -> bool:
         return all(d is not None and d.dead is None for d in self._devices)
