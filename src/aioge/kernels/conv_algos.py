@@ -6,6 +6,9 @@
 - ``conv_depthwise``: group == C: per-channel multiply-adds over the kernel taps, no GEMM.
 - ``conv_depthwise_planes``: the same over the stride phases of the padded input, each tap
   one multiply-add over contiguous flattened planes (long rows on small images).
+- ``conv_depthwise_native``: group == C, float32, in C (``csrc/conv.c``): per output row, one
+  vectorised multiply-add per tap over the columns it reaches, no padded copy; the output
+  planes in two halves over an idle core. Offered only with the compiled tier loaded.
 - ``conv_grouped``: 1 < group < C: one im2col and GEMM per group (smaller working sets).
 - ``conv_winograd_f23``: Winograd F(2x2, 3x3) for 3x3, stride 1, dilation 1, group 1:
   16 GEMMs of (M, C) @ (C, tiles) instead of one of (M, 9C) @ (9C, 4·tiles), 2.25x fewer
@@ -22,17 +25,19 @@ reuse transformed weights across runs when the weight is a (read-only) constant.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from aioge.ir.desc import TensorDesc
+from aioge.kernels import native
 from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv import window_geometry
-from aioge.kernels.parallel import par_matmul
+from aioge.kernels.parallel import par_matmul, split_range
 
-__all__ = ["CONV_ALGOS", "ConvGeometry", "WeightDerived", "conv_geometry", "winograd_weights"]
+__all__ = ["CONV_ALGOS", "NATIVE_SPLIT_MACS", "ConvGeometry", "WeightDerived", "conv_geometry", "winograd_weights"]
 
 Descs = Sequence[TensorDesc | None]
 
@@ -288,6 +293,59 @@ def _applies_depthwise(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return g is not None and g.group == g.c > 1 and g.m % g.c == 0
 
 
+# A compiled windowed kernel with fewer multiply-adds than this runs whole: handing half of
+# its planes to the other core costs tens of microseconds, about this much work.
+NATIVE_SPLIT_MACS = 1 << 19
+
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+
+
+def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """group == C in C, over the output planes (two halves on an idle core): ``params['lanes']``
+    1 computes 16 planes side by side in the vector lanes (small planes), 0 one plane's rows
+    at a time (large ones). Without the compiled tier (a desc stored by a process that had it)
+    the numpy ``conv_depthwise_planes``."""
+    g = _geometry(attrs, ins)
+    lanes = bool(params.get("lanes", 1))
+    name = "aioge_conv_depthwise_lanes_f32" if lanes else "aioge_conv_depthwise_f32"
+    fn = native.function(name, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, restype=ctypes.c_int if lanes else None)
+    if fn is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
+        return build_conv_depthwise_planes(attrs, {"block_kib": 192}, ins, outs)
+    mult = g.m // g.c
+    planes = g.n * g.m
+    worth = planes * g.oh * g.ow * g.kh * g.kw >= NATIVE_SPLIT_MACS
+    geometry = np.array([g.c, g.h, g.w, mult, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow], np.int64)
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x = np.ascontiguousarray(inputs[0], np.float32)
+        w = np.ascontiguousarray(inputs[1], np.float32)
+        b = np.ascontiguousarray(inputs[2], np.float32) if len(inputs) > 2 and inputs[2] is not None else None
+        y = _output(g, outputs, x.dtype)
+        yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
+        # the geometry's address is taken here, so the closure keeps the array alive
+        xp, wp, yp, gp = native.ptr(x), native.ptr(w), native.ptr(yc), native.ptr(geometry)
+        bp = None if b is None else native.ptr(b)
+
+        def part(lo: int, hi: int) -> None:
+            if fn(xp, wp, bp, yp, gp, lo, hi):
+                raise MemoryError(f"conv_depthwise_native: no memory for the interleaved planes of {g.oh}x{g.ow} outputs")
+
+        split_range(planes, part, worth=worth)
+        if yc is not y:
+            np.copyto(y, yc)
+        return (y,)
+
+    return run
+
+
+def _applies_depthwise_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    return _applies_depthwise(descs, attrs) and descs[0].dtype == "float32"  # type: ignore[union-attr]
+
+
+def _depthwise_native_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [{"lanes": 1}, {"lanes": 0}]
+
+
 # -- grouped -----------------------------------------------------------------------------------
 
 
@@ -454,6 +512,13 @@ CONV_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("conv_gemm_1x1", build_conv_gemm_1x1, _applies_1x1),
     KernelImpl("conv_depthwise", build_conv_depthwise, _applies_depthwise),
     KernelImpl("conv_depthwise_planes", build_conv_depthwise_planes, _applies_depthwise, _depthwise_candidates),
+    KernelImpl(
+        "conv_depthwise_native",
+        build_conv_depthwise_native,
+        _applies_depthwise_native,
+        _depthwise_native_candidates,
+        native.available,
+    ),
     KernelImpl("conv_grouped", build_conv_grouped, _applies_grouped),
     KernelImpl("conv_winograd_f23", build_conv_winograd_f23, _applies_winograd),
     KernelImpl("conv_kn2row", build_conv_kn2row, _applies_kn2row),

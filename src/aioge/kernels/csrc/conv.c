@@ -1,0 +1,317 @@
+/* Windowed kernels over NCHW float32 planes: depthwise convolution, max and average pooling,
+ * (aioge.kernels.conv_algos and pool_algos call them through ctypes).
+ *
+ * Every function works on a range [p0, p1) of output planes (a plane is one (image, channel)
+ * pair, numbered n * channels + c), so two threads can each take half of the planes; they
+ * share nothing but read-only inputs. Padding is never materialised: for each kernel tap the
+ * output columns whose input column falls inside the row are worked out once (``tap_cols``)
+ * and the inner loop runs over that interval only, a contiguous run of input at stride 1.
+ * Output rows are accumulated in place in ``y`` (one row is at most a few KiB: it stays in L1
+ * across the taps).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The output columns [lo, hi) whose input column q * stride + off lies in [0, width). */
+static void tap_cols(int64_t off, int64_t stride, int64_t width, int64_t ow, int64_t *lo, int64_t *hi) {
+    int64_t a = 0, b;
+    if (off < 0)
+        a = (-off + stride - 1) / stride; /* first q with q * stride + off >= 0 */
+    if (width - 1 - off < 0)
+        b = 0;
+    else
+        b = (width - 1 - off) / stride + 1; /* one past the last q with q * stride + off <= width - 1 */
+    if (b > ow)
+        b = ow;
+    if (a > b)
+        a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* yr[q] += wv * xr[q * stride] for q in [lo, hi): the multiply-add of one tap over one row. */
+static inline void tap_fma(float *restrict yr, const float *restrict xr, float wv, int64_t stride, int64_t lo, int64_t hi) {
+    if (stride == 1) {
+#pragma omp simd
+        for (int64_t q = lo; q < hi; q++)
+            yr[q] += wv * xr[q];
+    } else if (stride == 2) {
+#pragma omp simd
+        for (int64_t q = lo; q < hi; q++)
+            yr[q] += wv * xr[2 * q];
+    } else {
+        for (int64_t q = lo; q < hi; q++)
+            yr[q] += wv * xr[q * stride];
+    }
+}
+
+/* A depthwise convolution's geometry, passed as one int64 array (one ctypes argument, not
+ * fourteen): channels, input rows and columns, filters per channel, kernel rows and columns,
+ * strides, dilations, begin pads (rows, columns), output rows and columns. */
+#define UNPACK_GEOMETRY(g)                                                                                   \
+    const int64_t c = (g)[0], h = (g)[1], wd = (g)[2], mult = (g)[3], kh = (g)[4], kw = (g)[5], sh = (g)[6], \
+                  sw = (g)[7], dh = (g)[8], dw = (g)[9], pt = (g)[10], pl = (g)[11], oh = (g)[12], ow = (g)[13]
+
+/* Depthwise convolution (group == channels, ``mult`` filters per input channel):
+ * y[n, m, r, q] = bias[m] + sum over taps (i, j) of w[m, 0, i, j] * x[n, m / mult, r*sh - pt + i*dh, q*sw - pl + j*dw],
+ * taps outside the input counting zero. Planes are output planes, numbered over N x (c * mult).
+ * ``bias`` may be NULL. */
+void aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
+                              int64_t p0, int64_t p1) {
+    UNPACK_GEOMETRY(geometry);
+    const int64_t m = c * mult;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t oc = p % m;
+        const float *xp = x + ((p / m) * c + oc / mult) * h * wd;
+        const float *wk = w + oc * kh * kw;
+        const float b = bias ? bias[oc] : 0.0f;
+        float *yp = y + p * oh * ow;
+        for (int64_t r = 0; r < oh; r++) {
+            float *yr = yp + r * ow;
+            for (int64_t q = 0; q < ow; q++)
+                yr[q] = b;
+            for (int64_t i = 0; i < kh; i++) {
+                const int64_t ih = r * sh - pt + i * dh;
+                if (ih < 0 || ih >= h)
+                    continue;
+                const float *xr = xp + ih * wd;
+                for (int64_t j = 0; j < kw; j++) {
+                    int64_t lo, hi;
+                    const int64_t off = j * dw - pl;
+                    tap_cols(off, sw, wd, ow, &lo, &hi);
+                    tap_fma(yr, xr + off, wk[i * kw + j], sw, lo, hi);
+                }
+            }
+        }
+    }
+}
+
+/* Lanes of the channel-blocked depthwise kernel: planes computed side by side, one per float
+ * of a vector register (16 floats: one AVX-512 register, or two AVX2 ones). */
+#define LANES 16
+/* LANES floats as one value (GCC and Clang vector extensions): arithmetic on it compiles to the
+ * widest vector instructions -march allows, and it is kept in registers. */
+typedef float vec __attribute__((vector_size(LANES * sizeof(float)), aligned(LANES * sizeof(float))));
+
+/* The same depthwise convolution with LANES planes at a time in the vector lanes: their inputs
+ * are interleaved into a zero-padded (rows, cols, LANES) buffer, then every output pixel of the
+ * LANES planes is one vector accumulator and every tap one vector multiply-add, with no edge
+ * cases. The row kernel above runs a short loop per tap and row, which small planes (7x7,
+ * 14x14: most of a MobileNet's depthwise convs) cannot amortise. Returns -1 when the buffer
+ * cannot be allocated (nothing written), else 0. */
+int aioge_conv_depthwise_lanes_f32(const float *x, const float *w, const float *bias, float *y,
+                                   const int64_t *geometry, int64_t p0, int64_t p1) {
+    UNPACK_GEOMETRY(geometry);
+    const int64_t m = c * mult, taps = kh * kw;
+    /* the padded extent every window reads */
+    const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
+    /* every block of LANES floats in the buffer starts on a vector boundary */
+    float *xb = aligned_alloc(sizeof(vec), sizeof(vec) * (size_t)(hp * wp + oh * ow + taps + 1));
+    if (!xb)
+        return -1;
+    float *yb = xb + hp * wp * LANES, *wb = yb + oh * ow * LANES, *bb = wb + taps * LANES;
+    /* cells outside the input stay zero for every block: the interior is rewritten by each */
+    memset(xb, 0, sizeof(vec) * (size_t)(hp * wp));
+    const int64_t r0 = pt > 0 ? 0 : -pt, r1 = h < hp - pt ? h : hp - pt; /* input rows inside the buffer */
+    const int64_t c0 = pl > 0 ? 0 : -pl, c1 = wd < wp - pl ? wd : wp - pl;
+    for (int64_t b0 = p0; b0 < p1; b0 += LANES) {
+        const int64_t lanes = p1 - b0 < LANES ? p1 - b0 : LANES;
+        const float *src[LANES];
+        for (int64_t l = 0; l < LANES; l++) {
+            /* spare lanes of a short last block repeat its first plane; their outputs are dropped */
+            const int64_t p = b0 + (l < lanes ? l : 0), oc = p % m;
+            src[l] = x + ((p / m) * c + oc / mult) * h * wd;
+            for (int64_t t = 0; t < taps; t++)
+                wb[t * LANES + l] = w[oc * taps + t];
+            bb[l] = bias ? bias[oc] : 0.0f;
+        }
+        /* interleave pixel by pixel: each buffer cell is written once, whole */
+        for (int64_t ih = r0; ih < r1; ih++) {
+            float *row = xb + (ih + pt) * wp * LANES;
+            for (int64_t iw = c0; iw < c1; iw++) {
+                float *cell = row + (iw + pl) * LANES;
+                for (int64_t l = 0; l < LANES; l++)
+                    cell[l] = src[l][ih * wd + iw];
+            }
+        }
+        const vec bv = *(const vec *)bb;
+        for (int64_t r = 0; r < oh; r++) {
+            int64_t q = 0;
+            /* four output pixels at a time: four accumulators in registers share each weight load */
+            for (; q + 4 <= ow; q += 4) {
+                vec a0 = bv, a1 = bv, a2 = bv, a3 = bv;
+                for (int64_t i = 0; i < kh; i++) {
+                    const float *xr = xb + ((r * sh + i * dh) * wp + q * sw) * LANES;
+                    for (int64_t j = 0; j < kw; j++) {
+                        const vec wv = *(const vec *)(wb + (i * kw + j) * LANES);
+                        const float *xt = xr + j * dw * LANES;
+                        a0 += wv * *(const vec *)xt;
+                        a1 += wv * *(const vec *)(xt + sw * LANES);
+                        a2 += wv * *(const vec *)(xt + 2 * sw * LANES);
+                        a3 += wv * *(const vec *)(xt + 3 * sw * LANES);
+                    }
+                }
+                vec *out = (vec *)(yb + (r * ow + q) * LANES);
+                out[0] = a0;
+                out[1] = a1;
+                out[2] = a2;
+                out[3] = a3;
+            }
+            for (; q < ow; q++) {
+                vec a0 = bv;
+                for (int64_t i = 0; i < kh; i++) {
+                    const float *xr = xb + ((r * sh + i * dh) * wp + q * sw) * LANES;
+                    for (int64_t j = 0; j < kw; j++)
+                        a0 += *(const vec *)(wb + (i * kw + j) * LANES) * *(const vec *)(xr + j * dw * LANES);
+                }
+                *(vec *)(yb + (r * ow + q) * LANES) = a0;
+            }
+        }
+        float *dst[LANES];
+        for (int64_t l = 0; l < lanes; l++)
+            dst[l] = y + (b0 + l) * oh * ow;
+        for (int64_t k = 0; k < oh * ow; k++)
+            for (int64_t l = 0; l < lanes; l++)
+                dst[l][k] = yb[k * LANES + l];
+    }
+    free(xb);
+    return 0;
+}
+
+/* yr[q] = max(yr[q], xr[q * stride]) for q in [lo, hi); a NaN wins, as in np.maximum. */
+static inline void tap_max(float *restrict yr, const float *restrict xr, int64_t stride, int64_t lo, int64_t hi) {
+    if (stride == 1) {
+#pragma omp simd
+        for (int64_t q = lo; q < hi; q++)
+            yr[q] = xr[q] > yr[q] || xr[q] != xr[q] ? xr[q] : yr[q];
+    } else if (stride == 2) {
+#pragma omp simd
+        for (int64_t q = lo; q < hi; q++)
+            yr[q] = xr[2 * q] > yr[q] || xr[2 * q] != xr[2 * q] ? xr[2 * q] : yr[q];
+    } else {
+        for (int64_t q = lo; q < hi; q++)
+            yr[q] = xr[q * stride] > yr[q] || xr[q * stride] != xr[q * stride] ? xr[q * stride] : yr[q];
+    }
+}
+
+/* yr[q] += xr[q * stride] for q in [lo, hi). */
+static inline void tap_add(float *restrict yr, const float *restrict xr, int64_t stride, int64_t lo, int64_t hi) {
+    if (stride == 1) {
+#pragma omp simd
+        for (int64_t q = lo; q < hi; q++)
+            yr[q] += xr[q];
+    } else if (stride == 2) {
+#pragma omp simd
+        for (int64_t q = lo; q < hi; q++)
+            yr[q] += xr[2 * q];
+    } else {
+        for (int64_t q = lo; q < hi; q++)
+            yr[q] += xr[q * stride];
+    }
+}
+
+
+/* The cells of window ``o`` along one axis that count towards an average: inside [lo, hi)
+ * of input coordinates (the input itself, or the input with its pads). */
+static int64_t window_count(int64_t o, int64_t stride, int64_t begin, int64_t k, int64_t dil, int64_t lo, int64_t hi) {
+    int64_t n = 0;
+    for (int64_t t = 0; t < k; t++) {
+        const int64_t pos = o * stride - begin + t * dil;
+        n += pos >= lo && pos < hi;
+    }
+    return n;
+}
+
+/* One plane of a pool window by window (``per_pixel`` below): each window's rows and columns
+ * inside the input are worked out once and summed or maxed directly. For small outputs (a 7x7
+ * window over a 7x7 plane) where the row kernel's per-tap loops would be a few values long. */
+static void pool_pixels(const float *xp, float *yp, const int64_t *geometry, int32_t average, int32_t include_pad) {
+    const int64_t h = geometry[0], wd = geometry[1], kh = geometry[2], kw = geometry[3], sh = geometry[4],
+                  sw = geometry[5], dh = geometry[6], dw = geometry[7], pt = geometry[8], pl = geometry[9],
+                  pb = geometry[10], pr = geometry[11], oh = geometry[12], ow = geometry[13];
+    for (int64_t r = 0; r < oh; r++) {
+        int64_t i0, i1;
+        tap_cols(r * sh - pt, dh, h, kh, &i0, &i1); /* kernel rows i with 0 <= r*sh - pt + i*dh < h */
+        const int64_t rows = include_pad ? window_count(r, sh, pt, kh, dh, -pt, h + pb) : i1 - i0;
+        for (int64_t q = 0; q < ow; q++) {
+            int64_t j0, j1;
+            tap_cols(q * sw - pl, dw, wd, kw, &j0, &j1);
+            const int64_t cols = include_pad ? window_count(q, sw, pl, kw, dw, -pl, wd + pr) : j1 - j0;
+            float acc = average ? 0.0f : -INFINITY;
+            for (int64_t i = i0; i < i1; i++) {
+                const float *xr = xp + (r * sh - pt + i * dh) * wd + q * sw - pl;
+                for (int64_t j = j0; j < j1; j++) {
+                    const float v = xr[j * dw];
+                    if (average)
+                        acc += v;
+                    else if (v > acc || v != v)
+                        acc = v;
+                }
+            }
+            const int64_t cells = rows * cols;
+            yp[r * ow + q] = average ? acc / (float)(cells > 0 ? cells : 1) : acc;
+        }
+    }
+}
+
+/* 2-D max (average == 0) or average (average == 1) pooling over planes [p0, p1) of N x C.
+ * Padding never wins a max and never adds to a sum; an average divides by the window's cells
+ * inside the input, or (include_pad) inside the input grown by its pads (pb, pr: the declared
+ * end pads, which a ceil_mode window may overhang; overhanging cells never count). A window
+ * with no cell in the input gives -inf (max) or 0 (average), as the padded numpy kernels do.
+ * Returns -1 when its scratch row cannot be allocated (nothing written), else 0. */
+int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t average, int32_t include_pad,
+                      int32_t per_pixel, int64_t p0, int64_t p1) {
+    /* input rows and columns, kernel rows and columns, strides, dilations, begin and end pads, output rows and columns */
+    const int64_t h = geometry[0], wd = geometry[1], kh = geometry[2], kw = geometry[3], sh = geometry[4],
+                  sw = geometry[5], dh = geometry[6], dw = geometry[7], pt = geometry[8], pl = geometry[9],
+                  pb = geometry[10], pr = geometry[11], oh = geometry[12], ow = geometry[13];
+    const float init = average ? 0.0f : -INFINITY;
+    /* 1 / the cells of each window column inside the input (or input + pads): one column count
+     * per output column, the same for every row and plane */
+    float *inv_cols = average && !per_pixel ? malloc(sizeof(float) * (size_t)(ow > 0 ? ow : 1)) : NULL;
+    if (average && !per_pixel && !inv_cols)
+        return -1;
+    for (int64_t q = 0; inv_cols && q < ow; q++) {
+        const int64_t cols = window_count(q, sw, pl, kw, dw, include_pad ? -pl : 0, include_pad ? wd + pr : wd);
+        inv_cols[q] = cols ? 1.0f / (float)cols : 1.0f;
+    }
+    for (int64_t p = p0; p < p1; p++) {
+        const float *xp = x + p * h * wd;
+        float *yp = y + p * oh * ow;
+        if (per_pixel) {
+            pool_pixels(xp, yp, geometry, average, include_pad);
+            continue;
+        }
+        for (int64_t r = 0; r < oh; r++) {
+            float *yr = yp + r * ow;
+            for (int64_t q = 0; q < ow; q++)
+                yr[q] = init;
+            for (int64_t i = 0; i < kh; i++) {
+                const int64_t ih = r * sh - pt + i * dh;
+                if (ih < 0 || ih >= h)
+                    continue;
+                const float *xr = xp + ih * wd;
+                for (int64_t j = 0; j < kw; j++) {
+                    int64_t lo, hi;
+                    const int64_t off = j * dw - pl;
+                    tap_cols(off, sw, wd, ow, &lo, &hi);
+                    if (average)
+                        tap_add(yr, xr + off, sw, lo, hi);
+                    else
+                        tap_max(yr, xr + off, sw, lo, hi);
+                }
+            }
+            if (average) {
+                const int64_t rows = window_count(r, sh, pt, kh, dh, include_pad ? -pt : 0, include_pad ? h + pb : h);
+#pragma omp simd
+                for (int64_t q = 0; q < ow; q++)
+                    yr[q] *= rows ? inv_cols[q] / (float)rows : 1.0f;
+            }
+        }
+    }
+    free(inv_cols);
+    return 0;
+}
