@@ -97,6 +97,9 @@ def test_native_pools_match_onnxruntime_and_numpy(
     ]
     for op, attrs, reference in cases:
         (want,) = ort_run(op, [x], attrs)
+        # a max over a window wholly in the padding: onnxruntime gives the lowest float, aioge's
+        # kernels (the numpy reference too) -inf
+        want = np.where(want == np.finfo(np.float32).min, -np.inf, want)
         descs = [TensorDesc(x.shape, "float32")]
         (numpy_path,) = reference(attrs, {}, descs, [None])([x], None)
         np.testing.assert_allclose(numpy_path, want, rtol=1e-5, atol=1e-6, err_msg=op)
