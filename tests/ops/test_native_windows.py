@@ -105,7 +105,7 @@ def test_native_pools_match_onnxruntime_and_numpy(
         np.testing.assert_allclose(numpy_path, want, rtol=1e-5, atol=1e-6, err_msg=op)
         impl = get_schema(op).impl("pool_native")
         assert impl.applies(descs, attrs)
-        for params in impl.candidates(descs, attrs):
+        for params in ({"per_pixel": 0}, {"per_pixel": 1}):
             run = impl.build(attrs, params, descs, [TensorDesc(want.shape, "float32")])
             out = np.full(want.shape, np.nan, np.float32)
             (got,) = run([x], [out])

@@ -189,8 +189,8 @@ def _native_pool(average: bool) -> Callable[..., RunFn]:
 
     def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
         """A 2-D pool in C over the planes, ``params['per_pixel']`` 1 window by window (small
-        outputs), 0 one output row and kernel tap at a time (vectorised along the row); the
-        numpy tap loop without the compiled tier."""
+        outputs), 0 separably per output row (the window's rows, then its columns; vectorised
+        along the rows); the numpy tap loop without the compiled tier."""
         fn = native.function("aioge_pool2d_f32", _PTR, _PTR, _PTR, *[ctypes.c_int32] * 3, _I64, _I64, restype=ctypes.c_int)
         g = _pool2d(ins, attrs)
         if fn is None or g is None or ins[0].dtype != "float32" or _with_indices(outs):  # type: ignore[union-attr]
@@ -208,7 +208,7 @@ def _native_pool(average: bool) -> Callable[..., RunFn]:
 
             def part(lo: int, hi: int) -> None:
                 if fn(xp, yp, gp, *flags, lo, hi):
-                    raise MemoryError("pool_native: no memory for a row of window counts")
+                    raise MemoryError("pool_native: no memory for its scratch rows")
 
             split_range(planes, part, worth=worth)
             if yc is not y:
@@ -225,7 +225,10 @@ def _applies_native_pool(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 
 
 def _native_pool_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [{"per_pixel": 0}, {"per_pixel": 1}]
+    # window by window only pays on small outputs (a 7x7 window over a 7x7 plane: 3x faster);
+    # on large ones it is 10-30x slower, not worth the tuning time
+    g = _pool2d(descs, attrs)
+    return [{"per_pixel": 0}] + ([{"per_pixel": 1}] if g is not None and g.out[0] * g.out[1] <= 64 else [])
 
 
 POOL_MAX_ALGOS: tuple[KernelImpl, ...] = (

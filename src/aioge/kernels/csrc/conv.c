@@ -184,8 +184,10 @@ int aioge_conv_depthwise_lanes_f32(const float *x, const float *w, const float *
 static inline void tap_max(float *restrict yr, const float *restrict xr, int64_t stride, int64_t lo, int64_t hi) {
     if (stride == 1) {
 #pragma omp simd
-        for (int64_t q = lo; q < hi; q++)
-            yr[q] = xr[q] > yr[q] || xr[q] != xr[q] ? xr[q] : yr[q];
+        for (int64_t q = lo; q < hi; q++) {
+            const float v = xr[q];
+            yr[q] = v > yr[q] || v != v ? v : yr[q];
+        }
     } else if (stride == 2) {
 #pragma omp simd
         for (int64_t q = lo; q < hi; q++)
@@ -261,7 +263,7 @@ static void pool_pixels(const float *xp, float *yp, const int64_t *geometry, int
  * inside the input, or (include_pad) inside the input grown by its pads (pb, pr: the declared
  * end pads, which a ceil_mode window may overhang; overhanging cells never count). A window
  * with no cell in the input gives -inf (max) or 0 (average), as the padded numpy kernels do.
- * Returns -1 when its scratch row cannot be allocated (nothing written), else 0. */
+ * Returns -1 when its scratch rows cannot be allocated (nothing written), else 0. */
 int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t average, int32_t include_pad,
                       int32_t per_pixel, int64_t p0, int64_t p1) {
     /* input rows and columns, kernel rows and columns, strides, dilations, begin and end pads, output rows and columns */
@@ -269,12 +271,13 @@ int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t 
                   sw = geometry[5], dh = geometry[6], dw = geometry[7], pt = geometry[8], pl = geometry[9],
                   pb = geometry[10], pr = geometry[11], oh = geometry[12], ow = geometry[13];
     const float init = average ? 0.0f : -INFINITY;
-    /* 1 / the cells of each window column inside the input (or input + pads): one column count
-     * per output column, the same for every row and plane */
-    float *inv_cols = average && !per_pixel ? malloc(sizeof(float) * (size_t)(ow > 0 ? ow : 1)) : NULL;
-    if (average && !per_pixel && !inv_cols)
+    /* scratch: 1 / the cells of each window column inside the input (or input + pads), one
+     * count per output column, the same for every row and plane; then one input row */
+    float *inv_cols = per_pixel ? NULL : malloc(sizeof(float) * (size_t)(ow + wd + 1));
+    if (!per_pixel && !inv_cols)
         return -1;
-    for (int64_t q = 0; inv_cols && q < ow; q++) {
+    float *vert = inv_cols ? inv_cols + ow : NULL;
+    for (int64_t q = 0; average && inv_cols && q < ow; q++) {
         const int64_t cols = window_count(q, sw, pl, kw, dw, include_pad ? -pl : 0, include_pad ? wd + pr : wd);
         inv_cols[q] = cols ? 1.0f / (float)cols : 1.0f;
     }
@@ -285,23 +288,33 @@ int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t 
             pool_pixels(xp, yp, geometry, average, include_pad);
             continue;
         }
+        /* separable, one output row at a time: the window's input rows reduced into ``vert``
+         * (whole contiguous rows), then the kernel columns of ``vert`` into the output row */
         for (int64_t r = 0; r < oh; r++) {
             float *yr = yp + r * ow;
+            int64_t i0, i1;
+            tap_cols(r * sh - pt, dh, h, kh, &i0, &i1); /* kernel rows inside the input */
             for (int64_t q = 0; q < ow; q++)
                 yr[q] = init;
-            for (int64_t i = 0; i < kh; i++) {
-                const int64_t ih = r * sh - pt + i * dh;
-                if (ih < 0 || ih >= h)
-                    continue;
-                const float *xr = xp + ih * wd;
+            if (i0 < i1) {
+                const float *first = xp + (r * sh - pt + i0 * dh) * wd;
+                for (int64_t k = 0; k < wd; k++)
+                    vert[k] = first[k];
+                for (int64_t i = i0 + 1; i < i1; i++) {
+                    const float *xr = xp + (r * sh - pt + i * dh) * wd;
+                    if (average)
+                        tap_add(vert, xr, 1, 0, wd);
+                    else
+                        tap_max(vert, xr, 1, 0, wd);
+                }
                 for (int64_t j = 0; j < kw; j++) {
                     int64_t lo, hi;
                     const int64_t off = j * dw - pl;
                     tap_cols(off, sw, wd, ow, &lo, &hi);
                     if (average)
-                        tap_add(yr, xr + off, sw, lo, hi);
+                        tap_add(yr, vert + off, sw, lo, hi);
                     else
-                        tap_max(yr, xr + off, sw, lo, hi);
+                        tap_max(yr, vert + off, sw, lo, hi);
                 }
             }
             if (average) {
