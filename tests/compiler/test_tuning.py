@@ -13,7 +13,7 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import conv as kconv
 from aioge.kernels import nn as knn
 from aioge.kernels import reduce as kreduce
-from aioge.kernels.conv_algos import CONV_ALGOS
+from aioge.kernels.conv_algos import CONV_ALGOS, NATIVE_CONV_ALGOS
 from aioge.kernels.matmul_algos import GEMM_ALGOS, MATMUL_ALGOS
 from aioge.kernels.norm_algos import BATCHNORM_ALGOS, LAYERNORM_ALGOS, SOFTMAX_ALGOS
 from aioge.kernels.pool_algos import GLOBAL_AVG_ALGOS, GLOBAL_MAX_ALGOS, POOL_AVG_ALGOS, POOL_MAX_ALGOS, reduce_algos
@@ -62,6 +62,31 @@ def test_tune_keeps_the_fastest_verified_candidate() -> None:
     assert set(choice.timings_ms) == {"reference", "fast"}
     assert "differs" in choice.rejected["wrong_but_fast"] and "ZeroDivisionError" in choice.rejected["raises"]
     assert choice.timings_ms["fast"] < choice.timings_ms["reference"]
+
+
+def test_an_eager_candidate_is_timed_after_the_reference_spent_the_budget() -> None:
+    # a numpy reference slower than the whole budget (ConvNeXt's 96x56x56 7x7 depthwise conv on
+    # a busy machine) no longer hides the compiled kernel behind "budget spent"
+    from dataclasses import replace
+
+    schema = _schema(
+        _impl("reference", lambda x: x * 2, delay=0.03),
+        _impl("numpy_alt", lambda x: x + x),
+        replace(_impl("compiled", lambda x: x + x), eager=True),
+    )
+    choice = select_kernel(schema, DESCS, OUTS, {}, [None], mode="tune", budget_ms=10)
+    assert choice is not None and choice.impl == "compiled"
+    assert "budget" in choice.rejected["numpy_alt"] and "compiled" in choice.timings_ms
+
+
+def test_candidates_a_process_does_not_offer_are_not_tuned_but_stay_valid_when_stored() -> None:
+    from dataclasses import replace
+
+    schema = _schema(_impl("reference", lambda x: x * 2), replace(_impl("compiled", lambda x: x + x), offered=lambda: False))
+    assert [impl.name for impl, _ in candidates_of(schema, DESCS, {})] == ["reference"]
+    assert [impl.name for impl, _ in candidates_of(schema, DESCS, {}, stored=True)] == ["reference", "compiled"]
+    choice = select_kernel(schema, DESCS, OUTS, {}, [None], mode="tune", budget_ms=50)
+    assert choice is not None and choice.impl == "reference" and "compiled" not in choice.timings_ms
 
 
 def test_tune_explores_parameter_sets() -> None:
@@ -174,7 +199,7 @@ def _f32(*shape):
 )
 def test_conv_algorithms_agree_with_im2col(x, w, attrs, expect) -> None:
     arrays = [_f32(*x), _f32(*w), _f32(w[0])]
-    assert _check(kconv.build_conv_im2col, CONV_ALGOS, attrs, arrays) == expect
+    assert _check(kconv.build_conv_im2col, NATIVE_CONV_ALGOS + CONV_ALGOS, attrs, arrays) == expect
 
 
 def test_winograd_in_float64_and_transformed_weights_reuse() -> None:

@@ -35,7 +35,9 @@ class KernelImpl:
     given signature; ``candidates`` lists the tuning parameter sets to try (one empty set
     when there is nothing to tune). ``offered`` says whether a compile in this process may
     choose it (a compiled kernel: only with its tier loaded); a choice stored by another
-    process stays valid either way, and its ``build`` falls back to numpy code.
+    process stays valid either way, and its ``build`` falls back to numpy code. An ``eager``
+    implementation is timed even when the tuning budget is spent (one run of a compiled kernel
+    costs little beside the numpy reference's, which alone can spend the budget).
     """
 
     name: str
@@ -43,6 +45,7 @@ class KernelImpl:
     applies: Callable[[Sequence[TensorDesc | None], Mapping[str, Any]], bool] = lambda descs, attrs: True
     candidates: Callable[[Sequence[TensorDesc | None], Mapping[str, Any]], list[dict[str, Any]]] = lambda d, a: [{}]
     offered: Callable[[], bool] = lambda: True
+    eager: bool = False
 
 
 class Engine(enum.Enum):

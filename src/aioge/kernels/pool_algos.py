@@ -231,14 +231,15 @@ def _native_pool_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict
     return [{"per_pixel": 0}] + ([{"per_pixel": 1}] if g is not None and g.out[0] * g.out[1] <= 64 else [])
 
 
+# The compiled kernels first: tried (and preferred within the tuner's margin) before the numpy ones.
 POOL_MAX_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl("pool_native", _native_pool(False), _applies_native_pool, _native_pool_candidates, native.available, eager=True),
     KernelImpl("maxpool_taps", _taps(np.maximum, _lowest, False), _applies_pool),
     KernelImpl("maxpool_nhwc", build_maxpool_nhwc, _applies_pool),
-    KernelImpl("pool_native", _native_pool(False), _applies_native_pool, _native_pool_candidates, native.available),
 )
 POOL_AVG_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl("pool_native", _native_pool(True), _applies_native_pool, _native_pool_candidates, native.available, eager=True),
     KernelImpl("avgpool_taps", _taps(np.add, _zero, True), _applies_pool),
-    KernelImpl("pool_native", _native_pool(True), _applies_native_pool, _native_pool_candidates, native.available),
 )
 
 
