@@ -302,10 +302,34 @@ def _applies_depthwise(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 
 
 # A compiled windowed kernel with fewer multiply-adds than this runs whole: handing half of
-# its planes to the other core costs tens of microseconds, about this much work.
-NATIVE_SPLIT_MACS = 1 << 19
+# its planes to the other core cost 15-20 us per call on 2 cores, and depthwise convs under
+# 1.5M multiply-adds (100 us) ran slower split (576x7x7 5x5: 50 -> 66 us); 96x56x56 7x7
+# (15M) ran 418 -> 346 us.
+NATIVE_SPLIT_MACS = 1 << 22
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+
+
+class NativeOperand:
+    """A contiguous form (of ``dtype``) of a kernel input and its address for a C call, taken
+    once for a read-only (constant) input: ``native.ptr`` costs about 1 us, several per call
+    otherwise."""
+
+    __slots__ = ("_entry", "_dtype")
+
+    def __init__(self, dtype: Any = np.float32) -> None:
+        self._entry: tuple[Any, np.ndarray, int] | None = None
+        self._dtype = np.dtype(dtype)
+
+    def get(self, a: np.ndarray) -> tuple[np.ndarray, int]:
+        """The array to keep alive over the call, and its address."""
+        entry = self._entry  # one read: concurrent runs swap whole entries
+        if entry is not None and entry[0] is a and not a.flags.writeable:
+            return entry[1], entry[2]
+        arr = np.ascontiguousarray(a, self._dtype)
+        addr = native.ptr(arr)
+        self._entry = (a, arr, addr)
+        return arr, addr
 
 
 def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
@@ -323,16 +347,18 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
     planes = g.n * g.m
     worth = planes * g.oh * g.ow * g.kh * g.kw >= NATIVE_SPLIT_MACS
     geometry = np.array([g.c, g.h, g.w, mult, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow], np.int64)
+    geometry.setflags(write=False)
+    operands = (NativeOperand(), NativeOperand(), NativeOperand(np.int64))  # weight, bias, geometry
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         x = np.ascontiguousarray(inputs[0], np.float32)
-        w = np.ascontiguousarray(inputs[1], np.float32)
-        b = np.ascontiguousarray(inputs[2], np.float32) if len(inputs) > 2 and inputs[2] is not None else None
+        # w, b and gk hold the arrays whose addresses the C call reads
+        w, wp = operands[0].get(inputs[1])
+        b, bp = operands[1].get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
+        gk, gp = operands[2].get(geometry)
         y = _output(g, outputs, x.dtype)
         yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-        # the geometry's address is taken here, so the closure keeps the array alive
-        xp, wp, yp, gp = native.ptr(x), native.ptr(w), native.ptr(yc), native.ptr(geometry)
-        bp = None if b is None else native.ptr(b)
+        xp, yp = native.ptr(x), native.ptr(yc)
 
         def part(lo: int, hi: int) -> None:
             if fn(xp, wp, bp, yp, gp, lo, hi):
