@@ -38,18 +38,23 @@ def _has_output(size: int, kernel: int, stride: int, dilation: int, begin: int, 
     strides=st.tuples(st.integers(1, 3), st.integers(1, 3)),
     dilations=st.tuples(st.integers(1, 2), st.integers(1, 2)),
     pads=st.tuples(*[st.integers(0, 4)] * 4),
+    auto_pad=st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER"]),
     bias=st.booleans(),
 )
 @settings(max_examples=80, deadline=None)
-def test_depthwise_native_matches_onnxruntime_and_numpy(seed, n, c, mult, h, w, kernel, strides, dilations, pads, bias) -> None:
-    if not (
+def test_depthwise_native_matches_onnxruntime_and_numpy(
+    seed, n, c, mult, h, w, kernel, strides, dilations, pads, auto_pad, bias
+) -> None:
+    if auto_pad == "NOTSET" and not (
         _has_output(h, kernel[0], strides[0], dilations[0], pads[0], pads[2])
         and _has_output(w, kernel[1], strides[1], dilations[1], pads[1], pads[3])
     ):
         return  # no output: not a valid Conv
     rng = np.random.default_rng(seed)
     inputs = [rand(rng, n, c, h, w), rand(rng, c * mult, 1, *kernel)] + ([rand(rng, c * mult)] if bias else [])
-    attrs = {"group": c, "kernel_shape": kernel, "strides": strides, "dilations": dilations, "pads": pads}
+    attrs = {"group": c, "kernel_shape": kernel, "strides": strides}
+    # onnxruntime takes no dilation with SAME padding
+    attrs.update({"pads": pads, "dilations": dilations} if auto_pad == "NOTSET" else {"auto_pad": auto_pad})
     (want,) = ort_run("Conv", inputs, attrs)
     descs = [TensorDesc(a.shape, "float32") for a in inputs]
     (numpy_path,) = build_conv_depthwise_planes(attrs, {}, descs, None)(inputs, None)
@@ -93,7 +98,7 @@ def test_native_pools_match_onnxruntime_and_numpy(
     base = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ceil_mode}
     cases = [
         ("MaxPool", {**base, "dilations": dilations}, kconv.build_max_pool),
-        ("AveragePool", {**base, "count_include_pad": include_pad}, kconv.build_average_pool),
+        ("AveragePool", {**base, "dilations": dilations, "count_include_pad": include_pad}, kconv.build_average_pool),
     ]
     for op, attrs, reference in cases:
         (want,) = ort_run(op, [x], attrs)
