@@ -127,15 +127,16 @@ int aioge_conv_depthwise_lanes_f32(const float *x, const float *w, const float *
                 wb[t * LANES + l] = w[oc * taps + t];
             bb[l] = bias ? bias[oc] : 0.0f;
         }
-        /* interleave pixel by pixel: each buffer cell is written once, whole */
-        for (int64_t ih = r0; ih < r1; ih++) {
-            float *row = xb + (ih + pt) * wp * LANES;
-            for (int64_t iw = c0; iw < c1; iw++) {
-                float *cell = row + (iw + pl) * LANES;
-                for (int64_t l = 0; l < LANES; l++)
-                    cell[l] = src[l][ih * wd + iw];
+        /* interleave plane by plane: contiguous reads, stores one vector apart. With the
+         * transpose back below this is about half the time on 7x7 planes (scalar moves; the
+         * multiply-adds are the other half) */
+        for (int64_t l = 0; l < LANES; l++)
+            for (int64_t ih = r0; ih < r1; ih++) {
+                const float *in = src[l] + ih * wd;
+                float *cell = xb + ((ih + pt) * wp + pl) * LANES + l;
+                for (int64_t iw = c0; iw < c1; iw++)
+                    cell[iw * LANES] = in[iw];
             }
-        }
         const vec bv = *(const vec *)bb;
         for (int64_t r = 0; r < oh; r++) {
             int64_t q = 0;
@@ -169,12 +170,11 @@ int aioge_conv_depthwise_lanes_f32(const float *x, const float *w, const float *
                 *(vec *)(yb + (r * ow + q) * LANES) = a0;
             }
         }
-        float *dst[LANES];
-        for (int64_t l = 0; l < lanes; l++)
-            dst[l] = y + (b0 + l) * oh * ow;
-        for (int64_t k = 0; k < oh * ow; k++)
-            for (int64_t l = 0; l < lanes; l++)
-                dst[l][k] = yb[k * LANES + l];
+        for (int64_t l = 0; l < lanes; l++) {
+            float *dst = y + (b0 + l) * oh * ow;
+            for (int64_t k = 0; k < oh * ow; k++)
+                dst[k] = yb[k * LANES + l];
+        }
     }
     free(xb);
     return 0;
