@@ -153,11 +153,12 @@ def _depthwise_graph() -> tuple[aioge.Graph, dict[str, np.ndarray], np.ndarray]:
     g = aioge.Graph("depthwise")
     x = g.input("x", (1, 24, 112, 112), "float32")
     h = ops.max_pool(x, **pool)
-    g.output(ops.conv2d(h, g.constant(w, "w"), g.constant(b, "b"), group=24, pads=(2, 2, 2, 2)), names=["y"])
+    # Conv + Relu: a FusedConv, whose kernels are the Conv's wrapped
+    g.output(ops.relu(ops.conv2d(h, g.constant(w, "w"), g.constant(b, "b"), group=24, pads=(2, 2, 2, 2))), names=["y"])
     feeds = {"x": rand(rng, 1, 24, 112, 112)}
     (pooled,) = ort_run("MaxPool", [feeds["x"]], pool)
-    (want,) = ort_run("Conv", [pooled, w, b], {"group": 24, "pads": (2, 2, 2, 2)})
-    return g, feeds, want
+    (conv,) = ort_run("Conv", [pooled, w, b], {"group": 24, "pads": (2, 2, 2, 2)})
+    return g, feeds, np.maximum(conv, 0)
 
 
 async def _compile_and_run(cache: Path) -> tuple[dict[str, str], np.ndarray, int]:
@@ -176,7 +177,7 @@ async def test_the_tuner_picks_the_native_kernels_and_a_process_without_the_tier
     *_, want = _depthwise_graph()
     impls, y, _ = await _compile_and_run(tmp_path)
     # about 2x (MaxPool) and 4x (Conv) faster than the numpy candidates here: not noise
-    assert impls == {"Conv": "conv_depthwise_native", "MaxPool": "pool_native"}
+    assert impls == {"FusedConv": "conv_depthwise_native", "MaxPool": "pool_native"}
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
     monkeypatch.setenv("AIOGE_NATIVE", "0")  # as the numpy_kernels fixture does, for this second "process"
     native.lib.cache_clear()
@@ -187,7 +188,7 @@ async def test_the_tuner_picks_the_native_kernels_and_a_process_without_the_tier
         monkeypatch.undo()
         native.lib.cache_clear()
         native.function.cache_clear()
-    assert impls == {"Conv": "conv_depthwise_native", "MaxPool": "pool_native"} and hits == 2  # served, not recompiled
+    assert impls == {"FusedConv": "conv_depthwise_native", "MaxPool": "pool_native"} and hits == 2  # served, not recompiled
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
 
 
