@@ -6,9 +6,9 @@
 - ``conv_depthwise``: group == C: per-channel multiply-adds over the kernel taps, no GEMM.
 - ``conv_depthwise_planes``: the same over the stride phases of the padded input, each tap
   one multiply-add over contiguous flattened planes (long rows on small images).
-- ``conv_depthwise_native``: group == C, float32, in C (``csrc/conv.c``): per output row, one
-  vectorised multiply-add per tap over the columns it reaches, no padded copy; the output
-  planes in two halves over an idle core. Offered only with the compiled tier loaded.
+- ``conv_depthwise_native``: group == C, float32, in C (``csrc/conv.c``): 16 planes in the
+  vector lanes, one vector multiply-add per tap and output pixel; the output planes in two
+  halves over an idle core. Offered only with the compiled tier loaded.
 - ``conv_grouped``: 1 < group < C: one im2col and GEMM per group (smaller working sets).
 - ``conv_winograd_f23``: Winograd F(2x2, 3x3) for 3x3, stride 1, dilation 1, group 1:
   16 GEMMs of (M, C) @ (C, tiles) instead of one of (M, 9C) @ (9C, 4·tiles), 2.25x fewer
@@ -333,14 +333,11 @@ class NativeOperand:
 
 
 def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """group == C in C, over the output planes (two halves on an idle core): ``params['lanes']``
-    1 computes 16 planes side by side in the vector lanes (small planes), 0 one plane's rows
-    at a time (large ones). Without the compiled tier (a desc stored by a process that had it)
-    the numpy ``conv_depthwise_planes``."""
+    """group == C in C, 16 planes side by side in the vector lanes, over the output planes
+    (two halves on an idle core). Without the compiled tier (a desc stored by a process that
+    had it) the numpy ``conv_depthwise_planes``."""
     g = _geometry(attrs, ins)
-    lanes = bool(params.get("lanes", 1))
-    name = "aioge_conv_depthwise_lanes_f32" if lanes else "aioge_conv_depthwise_f32"
-    fn = native.function(name, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, restype=ctypes.c_int if lanes else None)
+    fn = native.function("aioge_conv_depthwise_f32", _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, restype=ctypes.c_int)
     if fn is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
         return build_conv_depthwise_planes(attrs, {"block_kib": 192}, ins, outs)
     mult = g.m // g.c
@@ -374,10 +371,6 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
 
 def _applies_depthwise_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return _applies_depthwise(descs, attrs) and descs[0].dtype == "float32"  # type: ignore[union-attr]
-
-
-def _depthwise_native_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [{"lanes": 1}, {"lanes": 0}]
 
 
 # -- grouped -----------------------------------------------------------------------------------
@@ -579,8 +572,7 @@ NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = (
         "conv_depthwise_native",
         build_conv_depthwise_native,
         _applies_depthwise_native,
-        _depthwise_native_candidates,
-        native.available,
+        offered=native.available,
         eager=True,
     ),
 )

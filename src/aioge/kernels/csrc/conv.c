@@ -31,22 +31,6 @@ static void tap_cols(int64_t off, int64_t stride, int64_t width, int64_t ow, int
     *hi = b;
 }
 
-/* yr[q] += wv * xr[q * stride] for q in [lo, hi): the multiply-add of one tap over one row. */
-static inline void tap_fma(float *restrict yr, const float *restrict xr, float wv, int64_t stride, int64_t lo, int64_t hi) {
-    if (stride == 1) {
-#pragma omp simd
-        for (int64_t q = lo; q < hi; q++)
-            yr[q] += wv * xr[q];
-    } else if (stride == 2) {
-#pragma omp simd
-        for (int64_t q = lo; q < hi; q++)
-            yr[q] += wv * xr[2 * q];
-    } else {
-        for (int64_t q = lo; q < hi; q++)
-            yr[q] += wv * xr[q * stride];
-    }
-}
-
 /* A depthwise convolution's geometry, passed as one int64 array (one ctypes argument, not
  * fourteen): channels, input rows and columns, filters per channel, kernel rows and columns,
  * strides, dilations, begin pads (rows, columns), output rows and columns. */
@@ -54,55 +38,57 @@ static inline void tap_fma(float *restrict yr, const float *restrict xr, float w
     const int64_t c = (g)[0], h = (g)[1], wd = (g)[2], mult = (g)[3], kh = (g)[4], kw = (g)[5], sh = (g)[6], \
                   sw = (g)[7], dh = (g)[8], dw = (g)[9], pt = (g)[10], pl = (g)[11], oh = (g)[12], ow = (g)[13]
 
-/* Depthwise convolution (group == channels, ``mult`` filters per input channel):
- * y[n, m, r, q] = bias[m] + sum over taps (i, j) of w[m, 0, i, j] * x[n, m / mult, r*sh - pt + i*dh, q*sw - pl + j*dw],
- * taps outside the input counting zero. Planes are output planes, numbered over N x (c * mult).
- * ``bias`` may be NULL. */
-void aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
-                              int64_t p0, int64_t p1) {
-    UNPACK_GEOMETRY(geometry);
-    const int64_t m = c * mult;
-    for (int64_t p = p0; p < p1; p++) {
-        const int64_t oc = p % m;
-        const float *xp = x + ((p / m) * c + oc / mult) * h * wd;
-        const float *wk = w + oc * kh * kw;
-        const float b = bias ? bias[oc] : 0.0f;
-        float *yp = y + p * oh * ow;
-        for (int64_t r = 0; r < oh; r++) {
-            float *yr = yp + r * ow;
-            for (int64_t q = 0; q < ow; q++)
-                yr[q] = b;
-            for (int64_t i = 0; i < kh; i++) {
-                const int64_t ih = r * sh - pt + i * dh;
-                if (ih < 0 || ih >= h)
-                    continue;
-                const float *xr = xp + ih * wd;
-                for (int64_t j = 0; j < kw; j++) {
-                    int64_t lo, hi;
-                    const int64_t off = j * dw - pl;
-                    tap_cols(off, sw, wd, ow, &lo, &hi);
-                    tap_fma(yr, xr + off, wk[i * kw + j], sw, lo, hi);
-                }
-            }
-        }
-    }
-}
-
-/* Lanes of the channel-blocked depthwise kernel: planes computed side by side, one per float
- * of a vector register (16 floats: one AVX-512 register, or two AVX2 ones). */
+/* Lanes of the depthwise kernel: planes computed side by side, one per float of a vector
+ * register (16 floats: one AVX-512 register, or two AVX2 ones). */
 #define LANES 16
 /* LANES floats as one value (GCC and Clang vector extensions): arithmetic on it compiles to the
  * widest vector instructions -march allows, and it is kept in registers. */
 typedef float vec __attribute__((vector_size(LANES * sizeof(float)), aligned(LANES * sizeof(float))));
 
-/* The same depthwise convolution with LANES planes at a time in the vector lanes: their inputs
- * are interleaved into a zero-padded (rows, cols, LANES) buffer, then every output pixel of the
- * LANES planes is one vector accumulator and every tap one vector multiply-add, with no edge
- * cases. The row kernel above runs a short loop per tap and row, which small planes (7x7,
- * 14x14: most of a MobileNet's depthwise convs) cannot amortise. Returns -1 when the buffer
- * cannot be allocated (nothing written), else 0. */
-int aioge_conv_depthwise_lanes_f32(const float *x, const float *w, const float *bias, float *y,
-                                   const int64_t *geometry, int64_t p0, int64_t p1) {
+/* Moving 8 planes x 8 pixels between the planar and the interleaved layout: an 8x8 transpose in
+ * registers (three rounds of two-vector shuffles) where the compiler has __builtin_shufflevector
+ * (Clang, GCC 12+); elsewhere, and for the ragged edges, one float at a time. */
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define HAVE_TRANSPOSE 1
+typedef float v8 __attribute__((vector_size(8 * sizeof(float)), aligned(sizeof(float)))); /* unaligned */
+#define SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+
+/* An 8x8 block of floats transposed: 8 rows of 8 read ``src_stride`` apart, their columns
+ * written as rows ``dst_stride`` apart. */
+static inline void transpose8(const float *src, int64_t src_stride, float *dst, int64_t dst_stride) {
+    v8 r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = *(const v8 *)(src + i * src_stride);
+    for (int p = 0; p < 4; p++) {
+        t[2 * p] = SHUF(r[2 * p], r[2 * p + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        t[2 * p + 1] = SHUF(r[2 * p], r[2 * p + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    }
+    for (int b = 0; b < 8; b += 4) {
+        u[b] = SHUF(t[b], t[b + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+        u[b + 1] = SHUF(t[b], t[b + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+        u[b + 2] = SHUF(t[b + 1], t[b + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+        u[b + 3] = SHUF(t[b + 1], t[b + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+    for (int k = 0; k < 4; k++) {
+        *(v8 *)(dst + k * dst_stride) = SHUF(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        *(v8 *)(dst + (k + 4) * dst_stride) = SHUF(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+}
+#endif
+
+/* Depthwise convolution (group == channels, ``mult`` filters per input channel):
+ * y[n, m, r, q] = bias[m] + sum over taps (i, j) of w[m, 0, i, j] * x[n, m / mult, r*sh - pt + i*dh, q*sw - pl + j*dw],
+ * taps outside the input counting zero, for output planes [p0, p1) numbered over N x (c * mult);
+ * ``bias`` may be NULL.
+ *
+ * LANES planes at a time sit in the vector lanes: their inputs are interleaved into a
+ * zero-padded (rows, cols, LANES) buffer, then every output pixel of the LANES planes is one
+ * vector accumulator and every tap one vector multiply-add, with no edge cases (a kernel over
+ * one plane's rows runs a few-values-long loop per tap and row on 7x7 and 14x14 planes, most of
+ * a MobileNet's: it measured 5-10x slower there). Returns -1 when the buffer cannot be
+ * allocated (nothing written), else 0. */
+int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
+                             int64_t p0, int64_t p1) {
     UNPACK_GEOMETRY(geometry);
     const int64_t m = c * mult, taps = kh * kw;
     /* the padded extent every window reads */
@@ -127,16 +113,23 @@ int aioge_conv_depthwise_lanes_f32(const float *x, const float *w, const float *
                 wb[t * LANES + l] = w[oc * taps + t];
             bb[l] = bias ? bias[oc] : 0.0f;
         }
-        /* interleave plane by plane: contiguous reads, stores one vector apart. With the
-         * transpose back below this is about half the time on 7x7 planes (scalar moves; the
-         * multiply-adds are the other half) */
-        for (int64_t l = 0; l < LANES; l++)
-            for (int64_t ih = r0; ih < r1; ih++) {
-                const float *in = src[l] + ih * wd;
-                float *cell = xb + ((ih + pt) * wp + pl) * LANES + l;
-                for (int64_t iw = c0; iw < c1; iw++)
-                    cell[iw * LANES] = in[iw];
-            }
+        /* interleave: with the transpose back below, as much time as the multiply-adds on 7x7
+         * planes done one float at a time; 8x8 blocks in registers where the compiler can */
+        for (int64_t ih = r0; ih < r1; ih++) {
+            float *cells = xb + ((ih + pt) * wp + pl) * LANES;
+            int64_t iw = c0;
+#ifdef HAVE_TRANSPOSE
+            /* the 8 planes of a half are ``plane_step`` apart when the block's planes are consecutive */
+            const int64_t plane_step = src[1] - src[0];
+            const int full = lanes == LANES && mult == 1 && src[LANES - 1] - src[0] == (LANES - 1) * plane_step;
+            for (; full && iw + 8 <= c1; iw += 8)
+                for (int half = 0; half < LANES; half += 8)
+                    transpose8(src[half] + ih * wd + iw, plane_step, cells + iw * LANES + half, LANES);
+#endif
+            for (; iw < c1; iw++)
+                for (int64_t l = 0; l < LANES; l++)
+                    cells[iw * LANES + l] = src[l][ih * wd + iw];
+        }
         const vec bv = *(const vec *)bb;
         for (int64_t r = 0; r < oh; r++) {
             int64_t q = 0;
@@ -170,11 +163,17 @@ int aioge_conv_depthwise_lanes_f32(const float *x, const float *w, const float *
                 *(vec *)(yb + (r * ow + q) * LANES) = a0;
             }
         }
-        for (int64_t l = 0; l < lanes; l++) {
-            float *dst = y + (b0 + l) * oh * ow;
-            for (int64_t k = 0; k < oh * ow; k++)
-                dst[k] = yb[k * LANES + l];
-        }
+        float *dst = y + b0 * oh * ow; /* the block's output planes are consecutive */
+        const int64_t pixels = oh * ow;
+        int64_t k = 0;
+#ifdef HAVE_TRANSPOSE
+        for (; lanes == LANES && k + 8 <= pixels; k += 8)
+            for (int half = 0; half < LANES; half += 8)
+                transpose8(yb + k * LANES + half, LANES, dst + half * pixels + k, pixels);
+#endif
+        for (int64_t l = 0; l < lanes; l++)
+            for (int64_t kk = k; kk < pixels; kk++)
+                dst[l * pixels + kk] = yb[kk * LANES + l];
     }
     free(xb);
     return 0;
