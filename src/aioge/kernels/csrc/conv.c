@@ -105,30 +105,71 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
     for (int64_t b0 = p0; b0 < p1; b0 += LANES) {
         const int64_t lanes = p1 - b0 < LANES ? p1 - b0 : LANES;
         const float *src[LANES];
+        int64_t oc[LANES];
         for (int64_t l = 0; l < LANES; l++) {
             /* spare lanes of a short last block repeat its first plane; their outputs are dropped */
-            const int64_t p = b0 + (l < lanes ? l : 0), oc = p % m;
-            src[l] = x + ((p / m) * c + oc / mult) * h * wd;
-            for (int64_t t = 0; t < taps; t++)
-                wb[t * LANES + l] = w[oc * taps + t];
-            bb[l] = bias ? bias[oc] : 0.0f;
+            const int64_t p = b0 + (l < lanes ? l : 0);
+            oc[l] = p % m;
+            src[l] = x + ((p / m) * c + oc[l] / mult) * h * wd;
+            bb[l] = bias ? bias[oc[l]] : 0.0f;
         }
-        /* interleave: with the transpose back below, as much time as the multiply-adds on 7x7
-         * planes done one float at a time; 8x8 blocks in registers where the compiler can */
-        for (int64_t ih = r0; ih < r1; ih++) {
-            float *cells = xb + ((ih + pt) * wp + pl) * LANES;
-            int64_t iw = c0;
+        /* Interleave the filters and the input planes. Done one float at a time, this and the
+         * transpose back took as long as the multiply-adds on 7x7 planes; a full block whose
+         * planes (filters) are consecutive in memory moves 8x8 blocks through registers. */
 #ifdef HAVE_TRANSPOSE
-            /* the 8 planes of a half are ``plane_step`` apart when the block's planes are consecutive */
-            const int64_t plane_step = src[1] - src[0];
-            const int full = lanes == LANES && mult == 1 && src[LANES - 1] - src[0] == (LANES - 1) * plane_step;
-            for (; full && iw + 8 <= c1; iw += 8)
-                for (int half = 0; half < LANES; half += 8)
-                    transpose8(src[half] + ih * wd + iw, plane_step, cells + iw * LANES + half, LANES);
+        const int planes_in_a_row = lanes == LANES && mult == 1; /* then input plane == output plane */
+        const int filters_in_a_row = lanes == LANES && oc[0] + LANES <= m;
+#else
+        const int planes_in_a_row = 0;
 #endif
-            for (; iw < c1; iw++)
+        int64_t t = 0;
+#ifdef HAVE_TRANSPOSE
+        for (; filters_in_a_row && t + 8 <= taps; t += 8)
+            for (int half = 0; half < LANES; half += 8)
+                transpose8(w + (oc[0] + half) * taps + t, taps, wb + t * LANES + half, LANES);
+#endif
+        for (; t < taps; t++)
+            for (int64_t l = 0; l < LANES; l++)
+                wb[t * LANES + l] = w[oc[l] * taps + t];
+        /* rows of 8 or more: 8 pixels of a row at a time straight into their cells; narrower
+         * ones (7x7 planes) 8 pixels in row-major order at a time, placed one by one */
+        const int wide_rows = planes_in_a_row && c1 - c0 >= 8;
+        for (int64_t row = r0; wide_rows && row < r1; row++) {
+            float *cells = xb + ((row + pt) * wp + pl) * LANES;
+            int64_t col = c0;
+#ifdef HAVE_TRANSPOSE
+            for (; col + 8 <= c1; col += 8)
+                for (int half = 0; half < LANES; half += 8)
+                    transpose8(src[half] + row * wd + col, h * wd, cells + col * LANES + half, LANES);
+#endif
+            for (; col < c1; col++)
                 for (int64_t l = 0; l < LANES; l++)
-                    cells[iw * LANES + l] = src[l][ih * wd + iw];
+                    cells[col * LANES + l] = src[l][row * wd + col];
+        }
+        int64_t k = wide_rows ? h * wd : 0, ih = 0, iw = 0; /* a row-major pixel and its row, column */
+#ifdef HAVE_TRANSPOSE
+        for (; planes_in_a_row && k + 8 <= h * wd; k += 8) {
+            vec block[8];
+            for (int half = 0; half < LANES; half += 8)
+                transpose8(src[half] + k, h * wd, (float *)block + half, LANES);
+            for (int e = 0; e < 8; e++) {
+                if (ih >= r0 && ih < r1 && iw >= c0 && iw < c1)
+                    *(vec *)(xb + ((ih + pt) * wp + iw + pl) * LANES) = block[e];
+                if (++iw == wd) {
+                    iw = 0;
+                    ih++;
+                }
+            }
+        }
+#endif
+        for (; k < h * wd; k++) {
+            if (ih >= r0 && ih < r1 && iw >= c0 && iw < c1)
+                for (int64_t l = 0; l < LANES; l++)
+                    xb[((ih + pt) * wp + iw + pl) * LANES + l] = src[l][k];
+            if (++iw == wd) {
+                iw = 0;
+                ih++;
+            }
         }
         const vec bv = *(const vec *)bb;
         for (int64_t r = 0; r < oh; r++) {
@@ -165,15 +206,15 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
         }
         float *dst = y + b0 * oh * ow; /* the block's output planes are consecutive */
         const int64_t pixels = oh * ow;
-        int64_t k = 0;
+        int64_t o = 0;
 #ifdef HAVE_TRANSPOSE
-        for (; lanes == LANES && k + 8 <= pixels; k += 8)
+        for (; lanes == LANES && o + 8 <= pixels; o += 8)
             for (int half = 0; half < LANES; half += 8)
-                transpose8(yb + k * LANES + half, LANES, dst + half * pixels + k, pixels);
+                transpose8(yb + o * LANES + half, LANES, dst + half * pixels + o, pixels);
 #endif
         for (int64_t l = 0; l < lanes; l++)
-            for (int64_t kk = k; kk < pixels; kk++)
-                dst[l * pixels + kk] = yb[kk * LANES + l];
+            for (int64_t oo = o; oo < pixels; oo++)
+                dst[l * pixels + oo] = yb[oo * LANES + l];
     }
     free(xb);
     return 0;
