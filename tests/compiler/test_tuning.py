@@ -13,7 +13,7 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import conv as kconv
 from aioge.kernels import nn as knn
 from aioge.kernels import reduce as kreduce
-from aioge.kernels.conv_algos import CONV_ALGOS
+from aioge.kernels.conv_algos import CONV_ALGOS, NATIVE_CONV_ALGOS
 from aioge.kernels.matmul_algos import GEMM_ALGOS, MATMUL_ALGOS
 from aioge.kernels.norm_algos import BATCHNORM_ALGOS, LAYERNORM_ALGOS, SOFTMAX_ALGOS
 from aioge.kernels.pool_algos import GLOBAL_AVG_ALGOS, GLOBAL_MAX_ALGOS, POOL_AVG_ALGOS, POOL_MAX_ALGOS, reduce_algos
@@ -62,6 +62,31 @@ def test_tune_keeps_the_fastest_verified_candidate() -> None:
     assert set(choice.timings_ms) == {"reference", "fast"}
     assert "differs" in choice.rejected["wrong_but_fast"] and "ZeroDivisionError" in choice.rejected["raises"]
     assert choice.timings_ms["fast"] < choice.timings_ms["reference"]
+
+
+def test_an_eager_candidate_is_timed_after_the_reference_spent_the_budget() -> None:
+    # a numpy reference slower than the whole budget (ConvNeXt's 96x56x56 7x7 depthwise conv on
+    # a busy machine) no longer hides the compiled kernel behind "budget spent"
+    from dataclasses import replace
+
+    schema = _schema(
+        _impl("reference", lambda x: x * 2, delay=0.03),
+        _impl("numpy_alt", lambda x: x + x),
+        replace(_impl("compiled", lambda x: x + x), eager=True),
+    )
+    choice = select_kernel(schema, DESCS, OUTS, {}, [None], mode="tune", budget_ms=10)
+    assert choice is not None and choice.impl == "compiled"
+    assert "budget" in choice.rejected["numpy_alt"] and "compiled" in choice.timings_ms
+
+
+def test_candidates_a_process_does_not_offer_are_not_tuned_but_stay_valid_when_stored() -> None:
+    from dataclasses import replace
+
+    schema = _schema(_impl("reference", lambda x: x * 2), replace(_impl("compiled", lambda x: x + x), offered=lambda: False))
+    assert [impl.name for impl, _ in candidates_of(schema, DESCS, {})] == ["reference"]
+    assert [impl.name for impl, _ in candidates_of(schema, DESCS, {}, stored=True)] == ["reference", "compiled"]
+    choice = select_kernel(schema, DESCS, OUTS, {}, [None], mode="tune", budget_ms=50)
+    assert choice is not None and choice.impl == "reference" and "compiled" not in choice.timings_ms
 
 
 def test_tune_explores_parameter_sets() -> None:
@@ -165,14 +190,16 @@ def _f32(*shape):
         ((1, 4, 7, 7), (3, 4, 2, 2), {"auto_pad": "SAME_LOWER", "strides": (2, 2)}, 2),
         ((2, 8, 6, 6), (4, 8, 1, 1), {}, 3),  # 1x1 GEMM
         ((1, 8, 7, 7), (4, 8, 1, 1), {"strides": (2, 2)}, 2),  # strided 1x1
-        ((2, 6, 7, 7), (12, 1, 3, 3), {"group": 6, "pads": (1, 1, 1, 1), "strides": (2, 2)}, 4),  # depthwise x2, planes x3
+        # depthwise, planes x3, native; mult 2
+        ((2, 6, 7, 7), (12, 1, 3, 3), {"group": 6, "pads": (1, 1, 1, 1), "strides": (2, 2)}, 5),
         ((1, 8, 6, 6), (8, 2, 3, 3), {"group": 4, "pads": (1, 1, 1, 1)}, 1),  # grouped
+        ((2, 8, 5, 5), (12, 2, 1, 1), {"group": 4}, 1),  # grouped 1x1: GEMMs on the input in place
         ((1, 3, 11, 11), (4, 3, 3, 3), {"dilations": (2, 2), "strides": (1, 2)}, 2),
     ],
 )
 def test_conv_algorithms_agree_with_im2col(x, w, attrs, expect) -> None:
     arrays = [_f32(*x), _f32(*w), _f32(w[0])]
-    assert _check(kconv.build_conv_im2col, CONV_ALGOS, attrs, arrays) == expect
+    assert _check(kconv.build_conv_im2col, NATIVE_CONV_ALGOS + CONV_ALGOS, attrs, arrays) == expect
 
 
 def test_winograd_in_float64_and_transformed_weights_reuse() -> None:
@@ -233,9 +260,11 @@ def test_gemm_candidates_keep_equal_weight_columns_bit_for_bit_equal() -> None:
     ],
 )
 def test_pool_algorithms_agree(attrs) -> None:
-    x = _f32(2, 3, 11, 10)
-    assert _check(kconv.build_max_pool, POOL_MAX_ALGOS, attrs, [x]) == 2
-    assert _check(kconv.build_average_pool, POOL_AVG_ALGOS, attrs, [x]) == 1
+    x = _f32(2, 3, 8, 7)
+    # the tap loops (and NHWC for max), then pool_native row by row and (outputs of at most 64
+    # values) window by window
+    assert _check(kconv.build_max_pool, POOL_MAX_ALGOS, attrs, [x]) == 4
+    assert _check(kconv.build_average_pool, POOL_AVG_ALGOS, attrs, [x]) == 3
 
 
 def test_global_pool_and_reduce_algorithms_agree() -> None:

@@ -7,7 +7,8 @@ An op schema lists its implementations in order of preference; the first is the
   timing, so the choice is deterministic.
 - ``tune``: every applicable (implementation, parameters) pair is built and run on inputs of
   the node's real shapes (its constant inputs as they are, random data for the others),
-  checked against the reference's outputs, and timed within ``aioge.tune_budget_ms``. A
+  checked against the reference's outputs, and timed within ``aioge.tune_budget_ms`` (an
+  ``eager`` one, a compiled kernel, gets one run even past it). A
   candidate that raises or disagrees with the reference is rejected; the fastest (by its
   best time: noise only adds) of the others wins — by more than ``TIE_MARGIN``: within it, the
   one earlier in the schema's order of preference does, so that noise between near-equal
@@ -144,7 +145,7 @@ def tune(
     rejected: dict[str, str] = {}
     expected: Sequence[np.ndarray] | None = None
     for (impl, params), label in zip(order, labels):
-        if expected is not None and clock() > deadline:
+        if expected is not None and clock() > deadline and not impl.eager:
             rejected[label] = "not tried: tuning budget spent"
             continue
         try:

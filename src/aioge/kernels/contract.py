@@ -33,13 +33,19 @@ class KernelImpl:
     ``build(attrs, params, in_descs, out_descs)`` binds it to a node and returns the run
     function; it runs at load time, never per call. ``applies`` says whether it can run a
     given signature; ``candidates`` lists the tuning parameter sets to try (one empty set
-    when there is nothing to tune).
+    when there is nothing to tune). ``offered`` says whether a compile in this process may
+    choose it (a compiled kernel: only with its tier loaded); a choice stored by another
+    process stays valid either way, and its ``build`` falls back to numpy code. An ``eager``
+    implementation is timed even when the tuning budget is spent (one run of a compiled kernel
+    costs little beside the numpy reference's, which alone can spend the budget).
     """
 
     name: str
     build: Callable[[Mapping[str, Any], Mapping[str, Any], Sequence[TensorDesc | None], Sequence[TensorDesc]], RunFn]
     applies: Callable[[Sequence[TensorDesc | None], Mapping[str, Any]], bool] = lambda descs, attrs: True
     candidates: Callable[[Sequence[TensorDesc | None], Mapping[str, Any]], list[dict[str, Any]]] = lambda d, a: [{}]
+    offered: Callable[[], bool] = lambda: True
+    eager: bool = False
 
 
 class Engine(enum.Enum):

@@ -6,6 +6,9 @@
 - ``conv_depthwise``: group == C: per-channel multiply-adds over the kernel taps, no GEMM.
 - ``conv_depthwise_planes``: the same over the stride phases of the padded input, each tap
   one multiply-add over contiguous flattened planes (long rows on small images).
+- ``conv_depthwise_native``: group == C, float32, in C (``csrc/conv.c``): 16 planes in the
+  vector lanes, one vector multiply-add per tap and output pixel; the output planes in two
+  halves over an idle core. Offered only with the compiled tier loaded.
 - ``conv_grouped``: 1 < group < C: one im2col and GEMM per group (smaller working sets).
 - ``conv_winograd_f23``: Winograd F(2x2, 3x3) for 3x3, stride 1, dilation 1, group 1:
   16 GEMMs of (M, C) @ (C, tiles) instead of one of (M, 9C) @ (9C, 4·tiles), 2.25x fewer
@@ -22,17 +25,27 @@ reuse transformed weights across runs when the weight is a (read-only) constant.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from aioge.ir.desc import TensorDesc
+from aioge.kernels import native
 from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv import window_geometry
-from aioge.kernels.parallel import par_matmul
+from aioge.kernels.parallel import par_matmul, split_range
 
-__all__ = ["CONV_ALGOS", "ConvGeometry", "WeightDerived", "conv_geometry", "winograd_weights"]
+__all__ = [
+    "CONV_ALGOS",
+    "NATIVE_CONV_ALGOS",
+    "NATIVE_SPLIT_MACS",
+    "ConvGeometry",
+    "WeightDerived",
+    "conv_geometry",
+    "winograd_weights",
+]
 
 Descs = Sequence[TensorDesc | None]
 
@@ -288,13 +301,88 @@ def _applies_depthwise(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return g is not None and g.group == g.c > 1 and g.m % g.c == 0
 
 
+# A compiled windowed kernel with fewer multiply-adds than this runs whole: handing half of
+# its planes to the other core cost 15-20 us per call on 2 cores, and depthwise convs under
+# 1.5M multiply-adds (100 us) ran slower split (576x7x7 5x5: 50 -> 66 us); 96x56x56 7x7
+# (15M) ran 418 -> 346 us.
+NATIVE_SPLIT_MACS = 1 << 22
+
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+
+
+class NativeOperand:
+    """A contiguous form (of ``dtype``) of a kernel input and its address for a C call, taken
+    once for a read-only (constant) input: ``native.ptr`` costs about 1 us, several per call
+    otherwise."""
+
+    __slots__ = ("_entry", "_dtype")
+
+    def __init__(self, dtype: Any = np.float32) -> None:
+        self._entry: tuple[Any, np.ndarray, int] | None = None
+        self._dtype = np.dtype(dtype)
+
+    def get(self, a: np.ndarray) -> tuple[np.ndarray, int]:
+        """The array to keep alive over the call, and its address."""
+        entry = self._entry  # one read: concurrent runs swap whole entries
+        if entry is not None and entry[0] is a and not a.flags.writeable:
+            return entry[1], entry[2]
+        arr = np.ascontiguousarray(a, self._dtype)
+        addr = native.ptr(arr)
+        self._entry = (a, arr, addr)
+        return arr, addr
+
+
+def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """group == C in C, 16 planes side by side in the vector lanes, over the output planes
+    (two halves on an idle core). Without the compiled tier (a desc stored by a process that
+    had it) the numpy ``conv_depthwise_planes``."""
+    g = _geometry(attrs, ins)
+    fn = native.function("aioge_conv_depthwise_f32", _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, restype=ctypes.c_int)
+    if fn is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
+        return build_conv_depthwise_planes(attrs, {"block_kib": 192}, ins, outs)
+    mult = g.m // g.c
+    planes = g.n * g.m
+    worth = planes * g.oh * g.ow * g.kh * g.kw >= NATIVE_SPLIT_MACS
+    geometry = np.array([g.c, g.h, g.w, mult, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow], np.int64)
+    geometry.setflags(write=False)
+    operands = (NativeOperand(), NativeOperand(), NativeOperand(np.int64))  # weight, bias, geometry
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x = np.ascontiguousarray(inputs[0], np.float32)
+        # w, b and gk hold the arrays whose addresses the C call reads
+        w, wp = operands[0].get(inputs[1])
+        b, bp = operands[1].get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
+        gk, gp = operands[2].get(geometry)
+        y = _output(g, outputs, x.dtype)
+        yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
+        xp, yp = native.ptr(x), native.ptr(yc)
+
+        def part(lo: int, hi: int) -> None:
+            if fn(xp, wp, bp, yp, gp, lo, hi):
+                raise MemoryError(f"conv_depthwise_native: no memory for the interleaved planes of {g.oh}x{g.ow} outputs")
+
+        split_range(planes, part, worth=worth)
+        if yc is not y:
+            np.copyto(y, yc)
+        return (y,)
+
+    return run
+
+
+def _applies_depthwise_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    return _applies_depthwise(descs, attrs) and descs[0].dtype == "float32"  # type: ignore[union-attr]
+
+
 # -- grouped -----------------------------------------------------------------------------------
 
 
 def build_conv_grouped(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """1 < group < C: per group, an NCHW im2col of its channels and one GEMM."""
+    """1 < group < C: per group, an NCHW im2col of its channels and one GEMM (a 1x1 kernel at
+    stride 1 without pads: the GEMM reads the group's channels in place)."""
     g = _geometry(attrs, ins)
     cg, mg = g.c // g.group, g.m // g.group
+    if g.kh == g.kw == g.sh == g.sw == 1 and g.unpadded:
+        return _grouped_1x1(g, cg, mg)
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         x, w = inputs[0], inputs[1]
@@ -312,6 +400,33 @@ def build_conv_grouped(attrs: Mapping[str, Any], params: Mapping[str, Any], ins:
             )
             cols = np.ascontiguousarray(cols).reshape(g.n, cg * g.kh * g.kw, g.oh * g.ow)
             np.matmul(w[k * mg : (k + 1) * mg].reshape(mg, -1), cols, out=yg[:, k])
+        _bias(y, inputs)
+        return (y,)
+
+    return run
+
+
+def _grouped_1x1(g: ConvGeometry, cg: int, mg: int) -> RunFn:
+    """y[n, group k] = w[group k] (mg, cg) @ x[n, group k] (cg, H·W) for every (n, k): the
+    group's channels of a contiguous NCHW input are one contiguous (cg, H·W) block, so nothing
+    is copied. The (n, k) products go in two halves over an idle core when big enough (light/
+    ShuffleNet's 4-group 1x1 convs: 115 -> 45 us against the im2col per group)."""
+    hw = g.oh * g.ow
+    worth = g.n * g.m * cg * hw >= 2 * NATIVE_SPLIT_MACS
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x, w = np.ascontiguousarray(inputs[0]), inputs[1]
+        y = _output(g, outputs, x.dtype)
+        xg = x.reshape(g.n, g.group, cg, hw)
+        yg = y.reshape(g.n, g.group, mg, hw)
+        wg = w.reshape(g.group, mg, cg)
+
+        def part(lo: int, hi: int) -> None:
+            for i in range(lo, hi):
+                n, k = divmod(i, g.group)
+                np.matmul(wg[k], xg[n, k], out=yg[n, k])
+
+        split_range(g.n * g.group, part, worth=worth)
         _bias(y, inputs)
         return (y,)
 
@@ -449,6 +564,18 @@ def _applies_kn2row(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return g.n * g.kh * g.kw * g.m * hp * wp * itemsize <= _KN2ROW_MAX_BYTES
 
 
+# The schema lists these right after its reference: the tuner tries candidates in order until
+# its budget is spent, and the numpy ones on a large depthwise conv (ConvNeXt's 96x56x56 7x7:
+# 25-70 ms each on a busy machine) used it up before the one that takes 0.4 ms was tried.
+NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl(
+        "conv_depthwise_native",
+        build_conv_depthwise_native,
+        _applies_depthwise_native,
+        offered=native.available,
+        eager=True,
+    ),
+)
 CONV_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("conv_im2col_nhwc", build_conv_im2col_nhwc, _applies_nhwc, _nhwc_candidates),
     KernelImpl("conv_gemm_1x1", build_conv_gemm_1x1, _applies_1x1),

@@ -7,6 +7,9 @@ and ``reduce.build_reduce``.
   into the output; the references pass over rows then columns (k_h + k_w passes, one
   temporary), which small windows may not repay.
 - ``maxpool_nhwc``: the tap loop on a channels-last copy (contiguous channel runs).
+- ``pool_native`` (MaxPool, AveragePool): float32 in C (``csrc/conv.c``),
+  no padded copy, over the (image, channel) planes in two halves on an idle core; offered only
+  with the compiled tier loaded (a stored choice without it binds the numpy tap loop).
 - ``globalpool_rows``: global pooling as a reduction over contiguous rows (N·C, H·W).
 - ``globalavg_gemv``: global average pooling as one matrix-vector product (BLAS).
 - ``reduce_rows``: the reduced axes moved last in one contiguous copy, then a row reduction.
@@ -15,13 +18,17 @@ and ``reduce.build_reduce``.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from aioge.ir.desc import TensorDesc
+from aioge.kernels import native
 from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv import build_max_pool, window_geometry
+from aioge.kernels.conv_algos import NativeOperand
+from aioge.kernels.parallel import split_range
 from aioge.kernels.reduce import REDUCERS, build_reduce, reduce_axes
 
 __all__ = ["GLOBAL_AVG_ALGOS", "GLOBAL_MAX_ALGOS", "POOL_AVG_ALGOS", "POOL_MAX_ALGOS", "reduce_algos"]
@@ -172,11 +179,72 @@ def _applies_pool(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return _pool2d(descs, attrs) is not None
 
 
+# A compiled pool over fewer input values than this runs whole (a helper-thread hop costs
+# 15-20 us; a 3x3 max pool reads about 3 values a nanosecond).
+_NATIVE_SPLIT_VALUES = 1 << 19
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+
+
+def _native_pool(average: bool) -> Callable[..., RunFn]:
+    fallback = _taps(np.add, _zero, True) if average else _taps(np.maximum, _lowest, False)
+
+    def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+        """A 2-D pool in C over the planes, ``params['per_pixel']`` 1 window by window (small
+        outputs), 0 separably per output row (the window's rows, then its columns; vectorised
+        along the rows); the numpy tap loop without the compiled tier."""
+        fn = native.function("aioge_pool2d_f32", _PTR, _PTR, _PTR, *[ctypes.c_int32] * 3, _I64, _I64, restype=ctypes.c_int)
+        g = _pool2d(ins, attrs)
+        if fn is None or g is None or ins[0].dtype != "float32" or _with_indices(outs):  # type: ignore[union-attr]
+            return fallback(attrs, params, ins, outs)
+        n, c, h, w = (int(d) for d in ins[0].shape)  # type: ignore[union-attr]
+        geometry = np.array([h, w, *g.kernel, *g.strides, *g.dilations, *g.begin, *g.pad_end, *g.out], np.int64)
+        flags = (int(average), int(bool(attrs.get("count_include_pad", 0))), int(params.get("per_pixel", 0)))
+        geometry.setflags(write=False)
+        address = NativeOperand(np.int64)
+        planes, worth = n * c, n * c * h * w >= _NATIVE_SPLIT_VALUES
+
+        def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+            x = np.ascontiguousarray(inputs[0])
+            y = np.empty((n, c, *g.out), x.dtype) if outputs is None else outputs[0]
+            yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
+            gk, gp = address.get(geometry)  # gk holds the array gp points into
+            xp, yp = native.ptr(x), native.ptr(yc)
+
+            def part(lo: int, hi: int) -> None:
+                if fn(xp, yp, gp, *flags, lo, hi):
+                    raise MemoryError("pool_native: no memory for its scratch rows")
+
+            split_range(planes, part, worth=worth)
+            if yc is not y:
+                np.copyto(y, yc)
+            return (y,)
+
+        return run
+
+    return build
+
+
+def _applies_native_pool(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    return _applies_pool(descs, attrs) and descs[0].dtype == "float32"  # type: ignore[union-attr]
+
+
+def _native_pool_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    # window by window only pays on small outputs (a 7x7 window over a 7x7 plane: 3x faster);
+    # on large ones it is 10-30x slower, not worth the tuning time
+    g = _pool2d(descs, attrs)
+    return [{"per_pixel": 0}] + ([{"per_pixel": 1}] if g is not None and g.out[0] * g.out[1] <= 64 else [])
+
+
+# The compiled kernels first: tried (and preferred within the tuner's margin) before the numpy ones.
 POOL_MAX_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl("pool_native", _native_pool(False), _applies_native_pool, _native_pool_candidates, native.available, eager=True),
     KernelImpl("maxpool_taps", _taps(np.maximum, _lowest, False), _applies_pool),
     KernelImpl("maxpool_nhwc", build_maxpool_nhwc, _applies_pool),
 )
-POOL_AVG_ALGOS: tuple[KernelImpl, ...] = (KernelImpl("avgpool_taps", _taps(np.add, _zero, True), _applies_pool),)
+POOL_AVG_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl("pool_native", _native_pool(True), _applies_native_pool, _native_pool_candidates, native.available, eager=True),
+    KernelImpl("avgpool_taps", _taps(np.add, _zero, True), _applies_pool),
+)
 
 
 # -- global pooling ------------------------------------------------------------------------------

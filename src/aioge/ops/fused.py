@@ -125,6 +125,8 @@ def _with_activation(base: OpSchema, name: str, doc: str) -> OpSchema:
             build,
             lambda descs, attrs: impl.applies(descs, _strip(attrs)),
             lambda descs, attrs: impl.candidates(descs, _strip(attrs)),
+            impl.offered,
+            impl.eager,
         )
 
     return OpSchema(

@@ -65,12 +65,14 @@ def desc_from_plain(data: Any) -> KernelDesc:
 
 
 def candidates_of(
-    schema: OpSchema, in_descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]
+    schema: OpSchema, in_descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any], *, stored: bool = False
 ) -> list[tuple[KernelImpl, dict[str, Any]]]:
-    """Every applicable (implementation, parameter set), in the schema's order of preference."""
+    """Every applicable (implementation, parameter set), in the schema's order of preference:
+    those a compile in this process may choose, or with ``stored`` every one a compile in any
+    process may have chosen (a compiled kernel's choice, read where its tier is missing)."""
     out = []
     for impl in schema.impls:
-        if impl.applies(in_descs, attrs):
+        if impl.applies(in_descs, attrs) and (stored or impl.offered()):
             for params in impl.candidates(in_descs, attrs) or [{}]:
                 out.append((impl, dict(params)))
     return out
@@ -92,7 +94,7 @@ def check_kernel(desc: KernelDesc, node: Node, engine: str) -> str:
     descs = [v.desc if v is not None else None for v in node.inputs]
     if not any(e.value == engine for e in schema.engines_for(descs)):
         return f"{node.op_type} does not run on {engine} for these inputs"
-    for impl, params in candidates_of(schema, descs, node.attrs):
+    for impl, params in candidates_of(schema, descs, node.attrs, stored=True):
         if impl.name == desc.impl and _same_params(params, desc.params):
             return ""
     return f"implementation {desc.impl!r} with {dict(desc.params)} is not a candidate for this node"

@@ -1,0 +1,226 @@
+"""The compiled windowed kernels (``kernels/csrc/conv.c``): depthwise Conv, MaxPool and
+AveragePool against onnxruntime and the numpy kernels, their numpy fallback without the tier,
+kernel-cache entries that name them read by a process without it, and whole models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aioge
+from aioge import ops
+from aioge.ir.desc import TensorDesc
+from aioge.kernels import conv as kconv
+from aioge.kernels import native
+from aioge.kernels.conv_algos import build_conv_depthwise_native, build_conv_depthwise_planes
+from aioge.ops.registry import get_schema
+from aioge.plan.kernel import candidates_of
+from tests.ops.conftest import ort_run, rand
+
+
+def _has_output(size: int, kernel: int, stride: int, dilation: int, begin: int, end: int) -> bool:
+    return size + begin + end - (kernel - 1) * dilation - 1 >= 0
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    n=st.integers(1, 2),
+    c=st.integers(1, 21),  # past one 16-plane block, with a short last one
+    mult=st.integers(1, 2),
+    h=st.integers(1, 17),
+    w=st.integers(1, 17),
+    kernel=st.tuples(st.sampled_from([1, 3, 5, 7]), st.sampled_from([1, 3, 5, 7])),
+    strides=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    dilations=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    pads=st.tuples(*[st.integers(0, 4)] * 4),
+    auto_pad=st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER"]),
+    bias=st.booleans(),
+)
+@settings(max_examples=80, deadline=None)
+def test_depthwise_native_matches_onnxruntime_and_numpy(
+    seed, n, c, mult, h, w, kernel, strides, dilations, pads, auto_pad, bias
+) -> None:
+    if auto_pad == "NOTSET" and not (
+        _has_output(h, kernel[0], strides[0], dilations[0], pads[0], pads[2])
+        and _has_output(w, kernel[1], strides[1], dilations[1], pads[1], pads[3])
+    ):
+        return  # no output: not a valid Conv
+    rng = np.random.default_rng(seed)
+    inputs = [rand(rng, n, c, h, w), rand(rng, c * mult, 1, *kernel)] + ([rand(rng, c * mult)] if bias else [])
+    attrs = {"group": c, "kernel_shape": kernel, "strides": strides}
+    # onnxruntime takes no dilation with SAME padding
+    attrs.update({"pads": pads, "dilations": dilations} if auto_pad == "NOTSET" else {"auto_pad": auto_pad})
+    (want,) = ort_run("Conv", inputs, attrs)
+    descs = [TensorDesc(a.shape, "float32") for a in inputs]
+    (numpy_path,) = build_conv_depthwise_planes(attrs, {}, descs, None)(inputs, None)
+    np.testing.assert_allclose(numpy_path, want, rtol=1e-4, atol=1e-5)
+    run = build_conv_depthwise_native(attrs, {}, descs, None)
+    (got,) = run(inputs, None)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    out = np.full(want.shape, np.nan, np.float32)
+    run(inputs, [out])  # into a preallocated (garbage-filled) output, twice
+    (again,) = run(inputs, [out])
+    np.testing.assert_allclose(again, want, rtol=1e-4, atol=1e-5)
+    if len(inputs) == 2:  # a non-contiguous input and output (copied in and out)
+        wide = np.zeros((n, c, h, w + 3), np.float32)
+        wide[..., :w] = inputs[0]
+        tall = np.full((*want.shape[:3], want.shape[3] + 2), np.nan, np.float32)
+        (view,) = run([wide[..., :w], inputs[1]], [tall[..., : want.shape[3]]])
+        np.testing.assert_allclose(view, want, rtol=1e-4, atol=1e-5)
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    n=st.integers(1, 2),
+    c=st.integers(1, 5),
+    h=st.integers(1, 15),
+    w=st.integers(1, 15),
+    kernel=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    strides=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    dilations=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    pads=st.tuples(*[st.integers(0, 1)] * 4),
+    ceil_mode=st.integers(0, 1),
+    include_pad=st.integers(0, 1),
+)
+@settings(max_examples=80, deadline=None)
+def test_native_pools_match_onnxruntime_and_numpy(
+    seed, n, c, h, w, kernel, strides, dilations, pads, ceil_mode, include_pad
+) -> None:
+    # ONNX: pads must be smaller than the kernel
+    if any(p >= k for p, k in zip(pads, kernel + kernel)):
+        return
+    if not (
+        _has_output(h, kernel[0], strides[0], dilations[0], pads[0], pads[2])
+        and _has_output(w, kernel[1], strides[1], dilations[1], pads[1], pads[3])
+    ):
+        return
+    x = rand(np.random.default_rng(seed), n, c, h, w)
+    base = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ceil_mode}
+    cases = [
+        ("MaxPool", {**base, "dilations": dilations}, kconv.build_max_pool),
+        ("AveragePool", {**base, "dilations": dilations, "count_include_pad": include_pad}, kconv.build_average_pool),
+    ]
+    for op, attrs, reference in cases:
+        (want,) = ort_run(op, [x], attrs)
+        # a max over a window wholly in the padding: onnxruntime gives the lowest float, aioge's
+        # kernels (the numpy reference too) -inf
+        want = np.where(want == np.finfo(np.float32).min, -np.inf, want)
+        descs = [TensorDesc(x.shape, "float32")]
+        (numpy_path,) = reference(attrs, {}, descs, [None])([x], None)
+        np.testing.assert_allclose(numpy_path, want, rtol=1e-5, atol=1e-6, err_msg=op)
+        impl = get_schema(op).impl("pool_native")
+        assert impl.applies(descs, attrs)
+        for params in ({"per_pixel": 0}, {"per_pixel": 1}):
+            run = impl.build(attrs, params, descs, [TensorDesc(want.shape, "float32")])
+            out = np.full(want.shape, np.nan, np.float32)
+            (got,) = run([x], [out])
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{op} {params} {attrs}")
+
+
+def test_max_pool_with_indices_keeps_the_reference_kernel() -> None:
+    x = rand(np.random.default_rng(0), 1, 3, 6, 6)
+    attrs = {"kernel_shape": (2, 2), "strides": (2, 2)}
+    want = ort_run("MaxPool", [x], attrs, num_outputs=2)
+    descs = [TensorDesc(x.shape, "float32")]
+    outs = [TensorDesc(want[0].shape, "float32"), TensorDesc(want[1].shape, "int64")]
+    got = get_schema("MaxPool").impl("pool_native").build(attrs, {}, descs, outs)([x], None)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_without_the_tier_the_native_kernels_are_not_offered_but_stored_ones_bind_to_numpy(numpy_kernels) -> None:
+    rng = np.random.default_rng(1)
+    inputs = [rand(rng, 2, 18, 9, 9), rand(rng, 18, 1, 3, 3), rand(rng, 18)]
+    attrs = get_schema("Conv").normalise_attrs({"group": 18, "pads": (1, 1, 1, 1), "strides": (2, 2)})
+    descs = [TensorDesc(a.shape, "float32") for a in inputs]
+    schema = get_schema("Conv")
+    assert "conv_depthwise_native" not in {impl.name for impl, _ in candidates_of(schema, descs, attrs)}
+    assert "conv_depthwise_native" in {impl.name for impl, _ in candidates_of(schema, descs, attrs, stored=True)}
+    (want,) = ort_run("Conv", inputs, attrs)
+    (got,) = schema.impl("conv_depthwise_native").build(attrs, {}, descs, None)(inputs, None)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    pool = {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}
+    (want,) = ort_run("AveragePool", inputs[:1], pool)
+    (got,) = get_schema("AveragePool").impl("pool_native").build(pool, {"per_pixel": 1}, descs[:1], None)(inputs[:1], None)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _depthwise_graph() -> tuple[aioge.Graph, dict[str, np.ndarray], np.ndarray]:
+    rng = np.random.default_rng(2)
+    w, b = rand(rng, 24, 1, 5, 5), rand(rng, 24)
+    pool = {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}
+    g = aioge.Graph("depthwise")
+    x = g.input("x", (1, 24, 112, 112), "float32")
+    h = ops.max_pool(x, **pool)
+    # Conv + Relu: a FusedConv, whose kernels are the Conv's wrapped
+    g.output(ops.relu(ops.conv2d(h, g.constant(w, "w"), g.constant(b, "b"), group=24, pads=(2, 2, 2, 2))), names=["y"])
+    feeds = {"x": rand(rng, 1, 24, 112, 112)}
+    (pooled,) = ort_run("MaxPool", [feeds["x"]], pool)
+    (conv,) = ort_run("Conv", [pooled, w, b], {"group": 24, "pads": (2, 2, 2, 2)})
+    return g, feeds, np.maximum(conv, 0)
+
+
+async def _compile_and_run(cache: Path) -> tuple[dict[str, str], np.ndarray, int]:
+    g, feeds, _ = _depthwise_graph()
+    async with aioge.Session({"ge.op_compiler_cache_dir": str(cache)}) as s:
+        await s.add_graph(1, g)
+        model = await s.build_graph(1)
+        y = (await s.run_graph(1, feeds))["y"]
+    return {n.op_type: n.kernel.impl for n in model.nodes}, y, model.stats.kernel_cache_hits
+
+
+@pytest.mark.anyio
+async def test_the_tuner_picks_the_native_kernels_and_a_process_without_the_tier_runs_their_cache_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    *_, want = _depthwise_graph()
+    impls, y, _ = await _compile_and_run(tmp_path)
+    # about 2x (MaxPool) and 4x (Conv) faster than the numpy candidates here: not noise
+    assert impls == {"FusedConv": "conv_depthwise_native", "MaxPool": "pool_native"}
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+    monkeypatch.setenv("AIOGE_NATIVE", "0")  # as the numpy_kernels fixture does, for this second "process"
+    native.lib.cache_clear()
+    native.function.cache_clear()
+    try:
+        impls, y, hits = await _compile_and_run(tmp_path)
+    finally:
+        monkeypatch.undo()
+        native.lib.cache_clear()
+        native.function.cache_clear()
+    assert impls == {"FusedConv": "conv_depthwise_native", "MaxPool": "pool_native"} and hits == 2  # served, not recompiled
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
+def _run_workload(name: str, cache: Path) -> tuple[float, set[str]]:
+    from aioge.benchmarks.workloads import load_workloads
+
+    (w,) = load_workloads([name])
+
+    async def run() -> tuple[dict[str, np.ndarray], set[str]]:
+        async with aioge.Session({"ge.op_compiler_cache_dir": str(cache), **w.options}) as s:
+            await s.add_graph(1, w.graph)
+            model = await s.build_graph(1)
+            return await s.run_graph(1, w.feeds), {n.kernel.impl for n in model.nodes}
+
+    out, impls = anyio.run(run)
+    return w.check(out), impls  # check raises beyond the workload's tolerance
+
+
+@pytest.mark.timeout(300)
+def test_light_shufflenet_runs_the_native_kernels_and_matches(tmp_path: Path) -> None:
+    err, impls = _run_workload("shufflenet", tmp_path)
+    assert err < 1e-4
+    assert {"conv_depthwise_native", "pool_native"} <= impls
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "efficientnet_b0", "shufflenet_v2_x1_0"])
+def test_real_weights_models_run_the_native_depthwise_kernel_and_match_torch(name: str, tmp_path: Path) -> None:
+    pytest.importorskip("torchvision")  # the models are exported from torchvision on first use
+    _, impls = _run_workload(name, tmp_path)  # against torch's outputs, stored at export
+    assert "conv_depthwise_native" in impls
