@@ -1,0 +1,227 @@
+/* Row normalisations (LayerNorm, Softmax, LogSoftmax) and the transcendental activations
+ * (Erf, GELU, Sigmoid, SiLU/Swish, HardSigmoid, HardSwish) in float32.
+ *
+ * numpy runs each of these as several whole-array passes with temporaries (GELU's erf: a dozen),
+ * and a small row costs a handful of ufunc calls each; here a row or a block of elements is one
+ * loop while it sits in L1. Row kernels take a row range [r0, r1) and elementwise kernels an
+ * element range [n0, n1), so two threads can run the two halves of one tensor.
+ *
+ * The arithmetic is IEEE (no -ffast-math: NaN and infinities propagate as numpy's do). exp and
+ * erf are evaluated by our own branch-free polynomials below instead of libm's expf/erff, which
+ * are scalar calls (gcc vectorises libm only under -ffast-math): these vectorise under
+ * `omp simd`. Accuracy: exp within 2 float32 ulps; erf within 5e-7 absolute (the rational
+ * form Eigen and XLA use in float32, which the numpy fused kernel uses too).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- exp ------------------------------------------------------------------------------------- */
+
+/* e^x for float32, vectorisable. x = n ln2 + r with |r| <= ln2/2 (Cody-Waite, ln2 in two parts
+ * so n*LN2_HI is exact), e^r by its Taylor series to r^7 (truncation < 1e-8 relative), then
+ * times 2^n built in the exponent bits. 2^n is applied as two factors so results that are
+ * subnormal (x down to -103.9) or overflow to inf (x above 88.72) come out as IEEE says.
+ * NaN in, NaN out. */
+static inline float exp_f32(float x) {
+    const float LOG2E = 1.44269504088896341f;
+    const float LN2_HI = 0.693145751953125f;     /* 12 trailing zero bits: n*LN2_HI is exact */
+    const float LN2_LO = 1.42860682030941723e-6f; /* ln2 - LN2_HI */
+    const float SHIFTER = 12582912.0f;            /* 1.5 * 2^23: adding it rounds to an integer */
+    float xc = x == x ? x : 0.0f;                 /* keep NaN out of the integer arithmetic */
+    xc = xc < -104.0f ? -104.0f : xc;
+    xc = xc > 90.0f ? 90.0f : xc;
+    float kf = xc * LOG2E + SHIFTER;
+    int32_t kbits;
+    memcpy(&kbits, &kf, sizeof kbits);
+    int32_t n = kbits - 0x4B400000; /* the rounded integer n, in [-150, 130] */
+    kf -= SHIFTER;
+    float r = xc - kf * LN2_HI;
+    r = r - kf * LN2_LO;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t n1 = n >> 1, n2 = n - n1; /* each within the normal exponents' range */
+    int32_t b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
+    float s1, s2;
+    memcpy(&s1, &b1, sizeof s1);
+    memcpy(&s2, &b2, sizeof s2);
+    float y = p * s1 * s2;
+    return x == x ? y : x;
+}
+
+/* ---- erf ------------------------------------------------------------------------------------- */
+
+/* erf(x) ~ x P(x^2) / Q(x^2) on [-4, 4], +-1 beyond (erf rounds to +-1 in float32 there):
+ * the rational approximation of Eigen's and XLA's float erf; within 5e-7 of the true erf.
+ * NaN passes through the clamp and the arithmetic. */
+static inline float erf_f32(float x) {
+    float c = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
+    float t = c * c;
+    float p = -2.72614225801306e-10f;
+    p = p * t + 2.77068142495902e-08f;
+    p = p * t - 2.10102402082508e-06f;
+    p = p * t - 5.69250639462346e-05f;
+    p = p * t - 7.34990630326855e-04f;
+    p = p * t - 2.95459980854025e-03f;
+    p = p * t - 1.60960333262415e-02f;
+    float q = -1.45660718464996e-05f;
+    q = q * t - 2.13374055278905e-04f;
+    q = q * t - 1.68282697438203e-03f;
+    q = q * t - 7.37332916720468e-03f;
+    q = q * t - 1.42647390514189e-02f;
+    return c * p / q;
+}
+
+/* tanh(x) = sign(x) (1 - 2 / (e^{2|x|} + 1)): within 1e-7 absolute (not relative near 0, so
+ * only GELU's tanh form uses it, where it is multiplied by x / 2 and added to 1). */
+static inline float tanh_abs_f32(float x) {
+    float a = fabsf(x);
+    float t = 1.0f - 2.0f / (exp_f32(2.0f * a) + 1.0f);
+    return copysignf(t, x);
+}
+
+/* ---- row kernels ------------------------------------------------------------------------------ */
+
+/* LayerNormalization of rows [r0, r1) of a (rows, width) matrix: y = (x - mean) * inv * scale
+ * + bias, inv = 1 / sqrt(var + eps), the variance of the centred row (two sweeps over a row
+ * in L1, not the cancelling E[x^2] - mean^2). bias, mean_out and inv_out may be NULL. */
+void aioge_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, float *mean_out, float *inv_out,
+                         int64_t width, float eps, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * width;
+        float *yr = y + r * width;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < width; i++)
+            sum += xr[i];
+        float mean = sum / (float)width;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t i = 0; i < width; i++) {
+            float d = xr[i] - mean;
+            ss += d * d;
+        }
+        float inv = 1.0f / sqrtf(ss / (float)width + eps);
+        if (bias) {
+#pragma omp simd
+            for (int64_t i = 0; i < width; i++)
+                yr[i] = (xr[i] - mean) * inv * scale[i] + bias[i];
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < width; i++)
+                yr[i] = (xr[i] - mean) * inv * scale[i];
+        }
+        if (mean_out)
+            mean_out[r] = mean;
+        if (inv_out)
+            inv_out[r] = inv;
+    }
+}
+
+/* Softmax (log_form 0) or LogSoftmax (log_form 1) of rows [r0, r1) of a (rows, width) matrix,
+ * x and y possibly the same memory. The row maximum is subtracted first, so nothing overflows;
+ * a row holding NaN gives NaN, a row of -inf gives NaN (as numpy's max-shifted form does). */
+void aioge_softmax_f32(const float *x, float *y, int64_t width, int log_form, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * width;
+        float *yr = y + r * width;
+        float m = -INFINITY;
+        int nan = 0;
+#pragma omp simd reduction(max : m) reduction(| : nan)
+        for (int64_t i = 0; i < width; i++) {
+            m = xr[i] > m ? xr[i] : m;
+            nan |= xr[i] != xr[i];
+        }
+        if (nan)
+            m = NAN; /* max() skips NaN; numpy's max returns it, and so the whole row is NaN */
+        float sum = 0.0f;
+        if (log_form) {
+#pragma omp simd reduction(+ : sum)
+            for (int64_t i = 0; i < width; i++)
+                sum += exp_f32(xr[i] - m);
+            float lse = logf(sum);
+#pragma omp simd
+            for (int64_t i = 0; i < width; i++)
+                yr[i] = (xr[i] - m) - lse;
+        } else {
+#pragma omp simd reduction(+ : sum)
+            for (int64_t i = 0; i < width; i++) {
+                float e = exp_f32(xr[i] - m);
+                yr[i] = e;
+                sum += e;
+            }
+            float inv = 1.0f / sum;
+#pragma omp simd
+            for (int64_t i = 0; i < width; i++)
+                yr[i] *= inv;
+        }
+    }
+}
+
+/* ---- elementwise activations, over elements [n0, n1) (y may be x) ------------------------------ */
+
+/* GELU: x/2 (1 + erf(x / sqrt 2)), or with tanh_form x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+void aioge_gelu_f32(const float *x, float *y, int tanh_form, int64_t n0, int64_t n1) {
+    const float INV_SQRT2 = 0.70710678118654752f, SQRT_2_OVER_PI = 0.79788456080286536f;
+    if (tanh_form) {
+#pragma omp simd
+        for (int64_t i = n0; i < n1; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + tanh_abs_f32(SQRT_2_OVER_PI * (v + 0.044715f * v * v * v)));
+        }
+    } else {
+#pragma omp simd
+        for (int64_t i = n0; i < n1; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + erf_f32(v * INV_SQRT2));
+        }
+    }
+}
+
+void aioge_erf_f32(const float *x, float *y, int64_t n0, int64_t n1) {
+#pragma omp simd
+    for (int64_t i = n0; i < n1; i++)
+        y[i] = erf_f32(x[i]);
+}
+
+/* Sigmoid 1 / (1 + e^-x): e^-x overflows to inf for x < -88.7, giving the exact limit 0. */
+void aioge_sigmoid_f32(const float *x, float *y, int64_t n0, int64_t n1) {
+#pragma omp simd
+    for (int64_t i = n0; i < n1; i++)
+        y[i] = 1.0f / (1.0f + exp_f32(-x[i]));
+}
+
+/* Swish x * sigmoid(alpha x) (SiLU when alpha is 1). */
+void aioge_swish_f32(const float *x, float *y, float alpha, int64_t n0, int64_t n1) {
+#pragma omp simd
+    for (int64_t i = n0; i < n1; i++)
+        y[i] = x[i] / (1.0f + exp_f32(-alpha * x[i]));
+}
+
+/* HardSigmoid max(0, min(1, alpha x + beta)); NaN stays NaN (as numpy's clip keeps it). */
+void aioge_hardsigmoid_f32(const float *x, float *y, float alpha, float beta, int64_t n0, int64_t n1) {
+#pragma omp simd
+    for (int64_t i = n0; i < n1; i++) {
+        float h = alpha * x[i] + beta;
+        h = h < 0.0f ? 0.0f : h;
+        y[i] = h > 1.0f ? 1.0f : h;
+    }
+}
+
+/* HardSwish x * max(0, min(1, x / 6 + 1 / 2)). */
+void aioge_hardswish_f32(const float *x, float *y, int64_t n0, int64_t n1) {
+    const float SIXTH = 1.0f / 6.0f;
+#pragma omp simd
+    for (int64_t i = n0; i < n1; i++) {
+        float h = x[i] * SIXTH + 0.5f;
+        h = h < 0.0f ? 0.0f : h;
+        h = h > 1.0f ? 1.0f : h;
+        y[i] = x[i] * h;
+    }
+}

@@ -1,0 +1,97 @@
+"""Calls into the compiled row and activation kernels (``csrc/norm.c``) for float32 arrays.
+
+Each function does the work and returns True, or returns False without touching anything when
+it cannot: no compiled tier (``native.available()`` false, or a build older than the kernel),
+another dtype, or non-contiguous memory. The caller then runs its numpy code. Large tensors go
+in two halves over an idle core (``parallel.split_range``; ctypes releases the GIL).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Sequence
+
+import numpy as np
+
+from aioge.kernels import native
+from aioge.kernels.parallel import split_range
+
+__all__ = ["ACTIVATIONS", "activation", "layer_norm", "softmax"]
+
+_P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
+
+# Elements below which a second thread costs more than it saves (a hop is ~20-50 us; these
+# kernels run about 1 ns an element).
+SPLIT_ELEMENTS = 1 << 16
+
+# activation name -> (C function, its float parameters before the range; extra leading int flag)
+_ACT: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "Erf": ("aioge_erf_f32", ()),
+    "Gelu": ("aioge_gelu_f32", (_INT,)),  # params: 1 for the tanh form
+    "Sigmoid": ("aioge_sigmoid_f32", ()),
+    "Swish": ("aioge_swish_f32", (_F,)),  # params: alpha
+    "HardSigmoid": ("aioge_hardsigmoid_f32", (_F, _F)),  # params: alpha, beta
+    "HardSwish": ("aioge_hardswish_f32", ()),
+}
+ACTIVATIONS = frozenset(_ACT)
+
+
+def _f32c(*arrays: np.ndarray | None) -> bool:
+    return all(a is None or (a.dtype == np.float32 and a.flags.c_contiguous) for a in arrays)
+
+
+def _ptr(a: np.ndarray | None) -> int | None:
+    return None if a is None else native.ptr(a)
+
+
+def activation(name: str, x: np.ndarray, y: np.ndarray, params: Sequence[float] = ()) -> bool:
+    """``y = name(x)`` elementwise (``y`` may be ``x``), for the names in ``ACTIVATIONS``;
+    params as ``kernels.fused.EW_OPS`` takes them. False when it cannot (see the module)."""
+    spec = _ACT.get(name)
+    if spec is None or x.size != y.size or not _f32c(x, y):
+        return False
+    cname, ptypes = spec
+    fn = native.function(cname, _P, _P, *ptypes, _I64, _I64)
+    if fn is None:
+        return False
+    args = [int(p) if t is _INT else float(p) for t, p in zip(ptypes, params)]
+    xp, yp = native.ptr(x), native.ptr(y)
+    split_range(x.size, lambda lo, hi: fn(xp, yp, *args, lo, hi), worth=x.size >= SPLIT_ELEMENTS)
+    return True
+
+
+def layer_norm(
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray | None,
+    y: np.ndarray,
+    eps: float,
+    mean: np.ndarray | None = None,
+    inv_std: np.ndarray | None = None,
+) -> bool:
+    """LayerNormalization of the rows of 2-D ``x`` into ``y``, with ``scale`` (and ``bias``)
+    of one row's size; ``mean`` and ``inv_std`` (one value a row) are written when given.
+    False when it cannot (see the module)."""
+    rows, width = x.shape
+    if not _f32c(x, y, scale, bias, mean, inv_std) or scale.size != width or (bias is not None and bias.size != width):
+        return False
+    fn = native.function("aioge_layernorm_f32", _P, _P, _P, _P, _P, _P, _I64, _F, _I64, _I64)
+    if fn is None:
+        return False
+    ptrs = [native.ptr(x), native.ptr(scale), _ptr(bias), native.ptr(y), _ptr(mean), _ptr(inv_std)]
+    split_range(rows, lambda lo, hi: fn(*ptrs, width, eps, lo, hi), worth=x.size >= SPLIT_ELEMENTS)
+    return True
+
+
+def softmax(x: np.ndarray, y: np.ndarray, log: bool = False) -> bool:
+    """Softmax (or LogSoftmax) of the rows of 2-D ``x`` into ``y`` (which may be ``x``). False
+    when it cannot (see the module)."""
+    rows, width = x.shape
+    if not _f32c(x, y) or y.shape != x.shape:
+        return False
+    fn = native.function("aioge_softmax_f32", _P, _P, _I64, _INT, _I64, _I64)
+    if fn is None:
+        return False
+    xp, yp = native.ptr(x), native.ptr(y)
+    split_range(rows, lambda lo, hi: fn(xp, yp, width, int(log), lo, hi), worth=x.size >= SPLIT_ELEMENTS)
+    return True
