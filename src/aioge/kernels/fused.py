@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from aioge.kernels import elementwise as k
+from aioge.kernels import native_rows
 from aioge.kernels.contract import RunFn
 
 __all__ = [
@@ -104,6 +105,8 @@ def _sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ..
     # B the largest argument whose exp is finite, so nothing overflows (five passes). float16
     # (exp overflows at 11): e = exp(-|x|); pos = 1 / (1 + e); where(x >= 0, pos, e * pos).
     x, (e, pos), (mask,) = f[s[0]], t[0][:2], t[1][:1]
+    if native_rows.activation("Sigmoid", x, f[d]):  # contiguous float32: one C pass
+        return
     bound = k.SIGMOID_EXP_BOUND.get(x.dtype.type)
     if bound is not None:
         np.negative(x, out=e)
@@ -124,6 +127,8 @@ def _sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ..
 
 
 def _hard_sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    if native_rows.activation("HardSigmoid", f[s[0]], f[d], p):
+        return
     y = f[d]
     np.multiply(f[s[0]], p[0], out=y)
     np.add(y, p[1], out=y)
@@ -186,6 +191,8 @@ def _horner(coefs: tuple[float, ...], t: np.ndarray, acc: np.ndarray) -> None:
 
 
 def _erf(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    if native_rows.activation("Erf", f[s[0]], f[d]):  # the same rational form, in one C pass
+        return
     _erf_into(f[s[0]], f[d], t, 0)
 
 
@@ -193,6 +200,8 @@ def _gelu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...],
     # kernels.elementwise.gelu in the same order: 0.5 * x * (1 + erf(x / sqrt 2)), or the
     # tanh form 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))) when p[0] is 1.
     x, (half, inner) = f[s[0]], t[0][:2]
+    if native_rows.activation("Gelu", x, f[d], p):  # contiguous float32: one C pass
+        return
     np.multiply(x, 0.5, out=half)
     if p[0]:
         np.multiply(x, x, out=inner)  # x**3 as two products: np.power(x, 3) is a slow powf loop
@@ -384,10 +393,16 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
         return regs, temps, [r[:tail_rows] for r in regs], _head(temps, tail_rows)
 
     size = math.prod(out_shape)
+    # One compiled activation over an input of the output's shape (a Gelu or Sigmoid node alone):
+    # one C call over the whole tensor, in two halves over an idle core when it is large.
+    whole = steps[0].op.name if len(steps) == 1 and steps[0].op.name in native_rows.ACTIVATIONS else None
+    whole = whole if whole and tuple(int(d) for d in ins[0].shape) == out_shape else None
 
     def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         y = np.empty(out_shape, dtype) if outputs is None else outputs[0]
         if size == 0:
+            return (y,)
+        if whole and native_rows.activation(whole, np.asarray(inputs[0]), y, steps[0].params):
             return (y,)
         direct = y.flags.c_contiguous
         yc = y.reshape(cshape) if direct else np.empty(cshape, dtype)
@@ -502,6 +517,8 @@ def activation_runner(name: str, params: Sequence[float], dtype: Any) -> Callabl
         flat = y.reshape(-1)
         if not np.shares_memory(flat, y):  # pragma: no cover - kernels always return contiguous outputs
             raise ValueError("activation needs a contiguous output")
+        if native_rows.activation(name, flat, flat, pars):  # float32: one C call, split over an idle core
+            return
         if not op.temps:
             op.step([flat, flat], 1, (0,), pars, ([], [], []))
             return

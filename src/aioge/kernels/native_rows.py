@@ -16,7 +16,7 @@ import numpy as np
 from aioge.kernels import native
 from aioge.kernels.parallel import split_range
 
-__all__ = ["ACTIVATIONS", "activation", "layer_norm", "softmax"]
+__all__ = ["ACTIVATIONS", "activation", "layer_norm", "softmax", "unary"]
 
 _P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 
@@ -58,6 +58,14 @@ def activation(name: str, x: np.ndarray, y: np.ndarray, params: Sequence[float] 
     xp, yp = native.ptr(x), native.ptr(y)
     split_range(x.size, lambda lo, hi: fn(xp, yp, *args, lo, hi), worth=x.size >= SPLIT_ELEMENTS)
     return True
+
+
+def unary(name: str, x: np.ndarray, params: Sequence[float] = ()) -> np.ndarray | None:
+    """A new array ``name(x)`` computed by ``activation``, or None when it cannot."""
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        return None
+    y = np.empty(x.shape, np.float32)
+    return y if activation(name, x, y, params) else None
 
 
 def layer_norm(
