@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from aioge.kernels import elementwise as k
-from aioge.kernels import native_rows
+from aioge.kernels import native, native_rows
 from aioge.kernels.contract import RunFn
 
 __all__ = [
@@ -83,6 +83,18 @@ def _pow(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], 
         np.power(x, e, out=f[d])
 
 
+def _native_step(name: str, x: np.ndarray, y: np.ndarray, p: tuple[float, ...] = ()) -> bool:
+    """``y = name(x)`` by the compiled kernel when there is one and ``y`` is contiguous float32;
+    a broadcast ``x`` is first copied into ``y``, so a chunk computes what the op's own kernel
+    computes on a whole array. False (nothing done) otherwise: the step runs its numpy code."""
+    if y.dtype != np.float32 or not y.flags.c_contiguous or not native.available():
+        return False
+    if x.shape != y.shape or not x.flags.c_contiguous:
+        np.copyto(y, x)
+        x = y
+    return native_rows.activation(name, x, y, p)
+
+
 def _relu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
     np.maximum(f[s[0]], 0, out=f[d])
 
@@ -105,7 +117,7 @@ def _sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ..
     # B the largest argument whose exp is finite, so nothing overflows (five passes). float16
     # (exp overflows at 11): e = exp(-|x|); pos = 1 / (1 + e); where(x >= 0, pos, e * pos).
     x, (e, pos), (mask,) = f[s[0]], t[0][:2], t[1][:1]
-    if native_rows.activation("Sigmoid", x, f[d]):  # contiguous float32: one C pass
+    if _native_step("Sigmoid", x, f[d]):  # float32: one C pass
         return
     bound = k.SIGMOID_EXP_BOUND.get(x.dtype.type)
     if bound is not None:
@@ -127,7 +139,7 @@ def _sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ..
 
 
 def _hard_sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
-    if native_rows.activation("HardSigmoid", f[s[0]], f[d], p):
+    if _native_step("HardSigmoid", f[s[0]], f[d], p):
         return
     y = f[d]
     np.multiply(f[s[0]], p[0], out=y)
@@ -191,7 +203,7 @@ def _horner(coefs: tuple[float, ...], t: np.ndarray, acc: np.ndarray) -> None:
 
 
 def _erf(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
-    if native_rows.activation("Erf", f[s[0]], f[d]):  # the same rational form, in one C pass
+    if _native_step("Erf", f[s[0]], f[d]):  # the same rational form, in one C pass
         return
     _erf_into(f[s[0]], f[d], t, 0)
 
@@ -200,7 +212,7 @@ def _gelu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...],
     # kernels.elementwise.gelu in the same order: 0.5 * x * (1 + erf(x / sqrt 2)), or the
     # tanh form 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))) when p[0] is 1.
     x, (half, inner) = f[s[0]], t[0][:2]
-    if native_rows.activation("Gelu", x, f[d], p):  # contiguous float32: one C pass
+    if _native_step("Gelu", x, f[d], p):  # float32: one C pass
         return
     np.multiply(x, 0.5, out=half)
     if p[0]:
@@ -395,14 +407,15 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
     size = math.prod(out_shape)
     # One compiled activation over an input of the output's shape (a Gelu or Sigmoid node alone):
     # one C call over the whole tensor, in two halves over an idle core when it is large.
+    src = steps[0].srcs[0]
     whole = steps[0].op.name if len(steps) == 1 and steps[0].op.name in native_rows.ACTIVATIONS else None
-    whole = whole if whole and tuple(int(d) for d in ins[0].shape) == out_shape else None
+    whole = whole if whole and tuple(int(d) for d in ins[src].shape) == out_shape else None
 
     def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         y = np.empty(out_shape, dtype) if outputs is None else outputs[0]
         if size == 0:
             return (y,)
-        if whole and native_rows.activation(whole, np.asarray(inputs[0]), y, steps[0].params):
+        if whole and native_rows.activation(whole, np.asarray(inputs[src]), y, steps[0].params):
             return (y,)
         direct = y.flags.c_contiguous
         yc = y.reshape(cshape) if direct else np.empty(cshape, dtype)

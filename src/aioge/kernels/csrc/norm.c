@@ -89,8 +89,8 @@ static inline float tanh_abs_f32(float x) {
 /* ---- row kernels ------------------------------------------------------------------------------ */
 
 /* LayerNormalization of rows [r0, r1) of a (rows, width) matrix: y = (x - mean) * inv * scale
- * + bias, inv = 1 / sqrt(var + eps), the variance of the centred row (two sweeps over a row
- * in L1, not the cancelling E[x^2] - mean^2). bias, mean_out and inv_out may be NULL. */
+ * + bias, inv = 1 / sqrt(var + eps), the variance of the centred row (sweeps over a row in L1,
+ * not the cancelling E[x^2] - mean^2). bias, mean_out and inv_out may be NULL. */
 void aioge_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, float *mean_out, float *inv_out,
                          int64_t width, float eps, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
@@ -101,13 +101,20 @@ void aioge_layernorm_f32(const float *x, const float *scale, const float *bias, 
         for (int64_t i = 0; i < width; i++)
             sum += xr[i];
         float mean = sum / (float)width;
-        float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
+        /* The float32 mean of a row far from 0 (x = 29 +- 0.001) is off by an ulp of 29, which
+         * is large beside the spread: the second sweep also sums the residuals and corrects
+         * the mean and the variance by them (the "corrected two-pass" variance). */
+        float ss = 0.0f, sd = 0.0f;
+#pragma omp simd reduction(+ : ss, sd)
         for (int64_t i = 0; i < width; i++) {
             float d = xr[i] - mean;
+            sd += d;
             ss += d * d;
         }
-        float inv = 1.0f / sqrtf(ss / (float)width + eps);
+        float shift = sd / (float)width;
+        mean += shift;
+        float var = ss / (float)width - shift * shift;
+        float inv = 1.0f / sqrtf((var > 0.0f ? var : 0.0f) + eps);
         if (bias) {
 #pragma omp simd
             for (int64_t i = 0; i < width; i++)
