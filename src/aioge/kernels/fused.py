@@ -147,6 +147,17 @@ def _hard_sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[floa
     np.clip(y, 0, 1, out=y)
 
 
+def _hard_swish(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    # kernels.activation.hard_swish: x * clip(x * (1/6) + 1/2, 0, 1)
+    x, h = f[s[0]], t[0][0]
+    if _native_step("HardSwish", x, f[d]):
+        return
+    np.multiply(x, 1 / 6, out=h)
+    np.add(h, 0.5, out=h)
+    np.clip(h, 0, 1, out=h)
+    np.multiply(x, h, out=f[d])
+
+
 def _clip(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
     # kernels.elementwise.clip: max with lo, then min with hi; an infinite bound is absent.
     x, y = f[s[0]], f[d]
@@ -271,6 +282,7 @@ EW_OPS: Mapping[str, EwOp] = {
     "LeakyRelu": EwOp("LeakyRelu", 1, 1, "f?", _leaky_relu),  # params: alpha
     "Sigmoid": EwOp("Sigmoid", 1, 0, "ff?", _sigmoid),
     "HardSigmoid": EwOp("HardSigmoid", 1, 2, "", _hard_sigmoid),  # params: alpha, beta
+    "HardSwish": EwOp("HardSwish", 1, 0, "f", _hard_swish),
     "Clip": EwOp("Clip", 1, 2, "", _clip),  # params: lo, hi (-inf / inf when absent)
     # Erf's temporaries: three of the program's dtype (float32) or three float64 (float16)
     "Erf": EwOp("Erf", 1, 0, "fffddd", _erf),
