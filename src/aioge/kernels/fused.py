@@ -419,15 +419,13 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
     size = math.prod(out_shape)
     # One compiled activation over an input of the output's shape (a Gelu or Sigmoid node alone):
     # one C call over the whole tensor, in two halves over an idle core when it is large.
-    src = steps[0].srcs[0]
-    whole = steps[0].op.name if len(steps) == 1 and steps[0].op.name in native_rows.ACTIVATIONS else None
-    whole = whole if whole and tuple(int(d) for d in ins[src].shape) == out_shape else None
+    whole = _whole_activation(steps, [tuple(int(d) for d in desc.shape) for desc in ins], out_shape)
 
     def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         y = np.empty(out_shape, dtype) if outputs is None else outputs[0]
         if size == 0:
             return (y,)
-        if whole and native_rows.activation(whole, np.asarray(inputs[src]), y, steps[0].params):
+        if whole is not None and _run_whole(whole, inputs, y):
             return (y,)
         direct = y.flags.c_contiguous
         yc = y.reshape(cshape) if direct else np.empty(cshape, dtype)
@@ -459,6 +457,45 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
         return (y,)
 
     return run
+
+
+# A program the compiled tier runs as one call over the whole tensor: (activation, its params,
+# the input it reads, the input added to it first as a bias of the trailing dims or None, the
+# bias's size).
+_Whole = tuple[str, tuple[float, ...], int, "int | None", int]
+
+
+def _whole_activation(steps: list[_Step], in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]) -> _Whole | None:
+    """The one-call form of three programs, or None: an activation alone (a Gelu or Sigmoid node);
+    Add of a bias then an activation (a MatMul's bias before GELU: BERT, ViT, ConvNeXt); and
+    Sigmoid then Mul by the same input (SiLU: EfficientNet), which is Swish."""
+    names = tuple(st.op.name for st in steps)
+    full = [i for i, s in enumerate(in_shapes) if s == out_shape]
+    if len(steps) == 1 and names[0] in native_rows.ACTIVATIONS and steps[0].srcs[0] in full:
+        return names[0], steps[0].params, steps[0].srcs[0], None, 0
+    if names == ("Sigmoid", "Mul") and steps[0].srcs[0] in full and sorted(steps[1].srcs) == [-1, steps[0].srcs[0]]:
+        return "Swish", (1.0,), steps[0].srcs[0], None, 0
+    if len(steps) != 2 or names[0] != "Add" or names[1] not in native_rows.ACTIVATIONS or steps[1].srcs != (-1,):
+        return None
+    for x, b in (steps[0].srcs, steps[0].srcs[::-1]):
+        bias = tuple(in_shapes[b])
+        while bias and bias[0] == 1:
+            bias = bias[1:]  # a bias of the trailing dims: its leading 1s broadcast
+        if x in full and x != b and bias and out_shape[len(out_shape) - len(bias) :] == bias:
+            return names[1], steps[1].params, x, b, math.prod(bias)
+    return None
+
+
+def _run_whole(whole: _Whole, inputs: Sequence[np.ndarray], y: np.ndarray) -> bool:
+    name, params, xi, bi, width = whole
+    x = np.asarray(inputs[xi])
+    if not y.flags.c_contiguous:
+        return False
+    if bi is None:
+        return native_rows.activation(name, x, y, params)
+    return native_rows.bias_activation(
+        name, x.reshape(-1, width), np.asarray(inputs[bi]).reshape(-1), y.reshape(-1, width), params
+    )
 
 
 _Instr = tuple[Any, StepFn, int, int, int, tuple[int, ...], tuple[float, ...]]

@@ -9,14 +9,14 @@ in two halves over an idle core (``parallel.split_range``; ctypes releases the G
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from aioge.kernels import native
 from aioge.kernels.parallel import split_range
 
-__all__ = ["ACTIVATIONS", "activation", "layer_norm", "softmax", "unary"]
+__all__ = ["ACTIVATIONS", "activation", "bias_activation", "layer_norm", "softmax", "unary"]
 
 _P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 
@@ -24,39 +24,57 @@ _P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_i
 # kernels run about 1 ns an element).
 SPLIT_ELEMENTS = 1 << 16
 
-# activation name -> (C function, its float parameters before the range; extra leading int flag)
-_ACT: dict[str, tuple[str, tuple[Any, ...]]] = {
-    "Erf": ("aioge_erf_f32", ()),
-    "Gelu": ("aioge_gelu_f32", (_INT,)),  # params: 1 for the tanh form
-    "Sigmoid": ("aioge_sigmoid_f32", ()),
-    "Swish": ("aioge_swish_f32", (_F,)),  # params: alpha
-    "HardSigmoid": ("aioge_hardsigmoid_f32", (_F, _F)),  # params: alpha, beta
-    "HardSwish": ("aioge_hardswish_f32", ()),
-}
+# activation name -> its code in csrc/norm.c (enum ACT_*); Gelu's parameter picks the tanh form
+_ACT = {"Erf": 1, "Gelu": 2, "Sigmoid": 4, "Swish": 5, "HardSigmoid": 6, "HardSwish": 7}
+_GELU_TANH = 3
 ACTIVATIONS = frozenset(_ACT)
+_F32 = np.dtype(np.float32)
 
 
 def _f32c(*arrays: np.ndarray | None) -> bool:
-    return all(a is None or (a.dtype == np.float32 and a.flags.c_contiguous) for a in arrays)
+    return all(a is None or (a.dtype is _F32 and a.flags.c_contiguous) for a in arrays)
 
 
 def _ptr(a: np.ndarray | None) -> int | None:
     return None if a is None else native.ptr(a)
 
 
+def _act(name: str, params: Sequence[float]) -> tuple[int, float, float] | None:
+    code = _ACT.get(name)
+    if code is None:
+        return None
+    if name == "Gelu":
+        return (_GELU_TANH if params and params[0] else code), 0.0, 0.0
+    p = [float(v) for v in params] + [0.0, 0.0]
+    return code, p[0], p[1]
+
+
 def activation(name: str, x: np.ndarray, y: np.ndarray, params: Sequence[float] = ()) -> bool:
     """``y = name(x)`` elementwise (``y`` may be ``x``), for the names in ``ACTIVATIONS``;
     params as ``kernels.fused.EW_OPS`` takes them. False when it cannot (see the module)."""
-    spec = _ACT.get(name)
-    if spec is None or x.size != y.size or not _f32c(x, y):
+    act = _act(name, params)
+    if act is None or x.size != y.size or not _f32c(x, y):
         return False
-    cname, ptypes = spec
-    fn = native.function(cname, _P, _P, *ptypes, _I64, _I64)
+    fn = native.function("aioge_activation_f32", _P, _P, _INT, _F, _F, _I64, _I64)
     if fn is None:
         return False
-    args = [int(p) if t is _INT else float(p) for t, p in zip(ptypes, params)]
     xp, yp = native.ptr(x), native.ptr(y)
-    split_range(x.size, lambda lo, hi: fn(xp, yp, *args, lo, hi), worth=x.size >= SPLIT_ELEMENTS)
+    split_range(x.size, lambda lo, hi: fn(xp, yp, *act, lo, hi), worth=x.size >= SPLIT_ELEMENTS)
+    return True
+
+
+def bias_activation(name: str, x: np.ndarray, bias: np.ndarray, y: np.ndarray, params: Sequence[float] = ()) -> bool:
+    """``y = name(x + bias)`` for 2-D ``x`` and ``y`` (which may be ``x``) and ``bias`` of one row's
+    size: an Add of a bias and the activation after it in one pass. False when it cannot."""
+    act = _act(name, params)
+    rows, width = x.shape
+    if act is None or y.shape != x.shape or bias.size != width or not _f32c(x, y, bias):
+        return False
+    fn = native.function("aioge_bias_activation_f32", _P, _P, _P, _I64, _INT, _F, _F, _I64, _I64)
+    if fn is None:
+        return False
+    xp, bp, yp = native.ptr(x), native.ptr(bias), native.ptr(y)
+    split_range(rows, lambda lo, hi: fn(xp, bp, yp, width, *act, lo, hi), worth=x.size >= SPLIT_ELEMENTS)
     return True
 
 

@@ -176,64 +176,70 @@ void aioge_softmax_f32(const float *x, float *y, int64_t width, int log_form, in
     }
 }
 
-/* ---- elementwise activations, over elements [n0, n1) (y may be x) ------------------------------ */
+/* ---- elementwise activations ------------------------------------------------------------------ */
 
-/* GELU: x/2 (1 + erf(x / sqrt 2)), or with tanh_form x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-void aioge_gelu_f32(const float *x, float *y, int tanh_form, int64_t n0, int64_t n1) {
-    const float INV_SQRT2 = 0.70710678118654752f, SQRT_2_OVER_PI = 0.79788456080286536f;
-    if (tanh_form) {
-#pragma omp simd
-        for (int64_t i = n0; i < n1; i++) {
-            float v = x[i];
-            y[i] = 0.5f * v * (1.0f + tanh_abs_f32(SQRT_2_OVER_PI * (v + 0.044715f * v * v * v)));
-        }
-    } else {
-#pragma omp simd
-        for (int64_t i = n0; i < n1; i++) {
-            float v = x[i];
-            y[i] = 0.5f * v * (1.0f + erf_f32(v * INV_SQRT2));
-        }
-    }
+/* The activations, by the codes aioge.kernels.native_rows passes (its _ACT table). */
+enum { ACT_ERF = 1, ACT_GELU = 2, ACT_GELU_TANH = 3, ACT_SIGMOID = 4, ACT_SWISH = 5, ACT_HARDSIGMOID = 6, ACT_HARDSWISH = 7 };
+
+/* GELU: x/2 (1 + erf(x / sqrt 2)). */
+static inline float gelu_f32(float v) { return 0.5f * v * (1.0f + erf_f32(v * 0.70710678118654752f)); }
+
+/* GELU's tanh form: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static inline float gelu_tanh_f32(float v) {
+    return 0.5f * v * (1.0f + tanh_abs_f32(0.79788456080286536f * (v + 0.044715f * v * v * v)));
 }
 
-void aioge_erf_f32(const float *x, float *y, int64_t n0, int64_t n1) {
-#pragma omp simd
-    for (int64_t i = n0; i < n1; i++)
-        y[i] = erf_f32(x[i]);
-}
-
-/* Sigmoid 1 / (1 + e^-x): e^-x overflows to inf for x < -88.7, giving the exact limit 0. */
-void aioge_sigmoid_f32(const float *x, float *y, int64_t n0, int64_t n1) {
-#pragma omp simd
-    for (int64_t i = n0; i < n1; i++)
-        y[i] = 1.0f / (1.0f + exp_f32(-x[i]));
-}
-
-/* Swish x * sigmoid(alpha x) (SiLU when alpha is 1). */
-void aioge_swish_f32(const float *x, float *y, float alpha, int64_t n0, int64_t n1) {
-#pragma omp simd
-    for (int64_t i = n0; i < n1; i++)
-        y[i] = x[i] / (1.0f + exp_f32(-alpha * x[i]));
-}
+/* Sigmoid 1 / (1 + e^-x): e^-x overflows to inf for x < -88.7, giving the exact limit 0. Swish
+ * is x * sigmoid(alpha x), as x / (1 + e^(-alpha x)) (SiLU when alpha is 1). */
+static inline float swish_f32(float v, float alpha) { return v / (1.0f + exp_f32(-alpha * v)); }
 
 /* HardSigmoid max(0, min(1, alpha x + beta)); NaN stays NaN (as numpy's clip keeps it). */
-void aioge_hardsigmoid_f32(const float *x, float *y, float alpha, float beta, int64_t n0, int64_t n1) {
-#pragma omp simd
-    for (int64_t i = n0; i < n1; i++) {
-        float h = alpha * x[i] + beta;
-        h = h < 0.0f ? 0.0f : h;
-        y[i] = h > 1.0f ? 1.0f : h;
+static inline float hardsigmoid_f32(float v, float alpha, float beta) {
+    float h = alpha * v + beta;
+    h = h < 0.0f ? 0.0f : h;
+    return h > 1.0f ? 1.0f : h;
+}
+
+/* y[i] = act(x[i] + bias[i]) for i < n (no bias when it is NULL); y may be x. The switch sits
+ * outside the loops so each loop vectorises with its activation inlined. */
+#define ACT_LOOP(EXPR)                                                                                 \
+    do {                                                                                               \
+        if (bias) {                                                                                    \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                      \
+                float v = x[i] + bias[i];                                                              \
+                y[i] = (EXPR);                                                                         \
+            }                                                                                          \
+        } else {                                                                                       \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                      \
+                float v = x[i];                                                                        \
+                y[i] = (EXPR);                                                                         \
+            }                                                                                          \
+        }                                                                                              \
+    } while (0)
+
+static void act_span(const float *x, const float *bias, float *y, int64_t n, int act, float p0, float p1) {
+    switch (act) {
+    case ACT_ERF: ACT_LOOP(erf_f32(v)); break;
+    case ACT_GELU: ACT_LOOP(gelu_f32(v)); break;
+    case ACT_GELU_TANH: ACT_LOOP(gelu_tanh_f32(v)); break;
+    case ACT_SIGMOID: ACT_LOOP(1.0f / (1.0f + exp_f32(-v))); break;
+    case ACT_SWISH: ACT_LOOP(swish_f32(v, p0)); break;
+    case ACT_HARDSIGMOID: ACT_LOOP(hardsigmoid_f32(v, p0, p1)); break;
+    case ACT_HARDSWISH: ACT_LOOP(v * hardsigmoid_f32(v, 1.0f / 6.0f, 0.5f)); break;
+    default: break;
     }
 }
 
-/* HardSwish x * max(0, min(1, x / 6 + 1 / 2)). */
-void aioge_hardswish_f32(const float *x, float *y, int64_t n0, int64_t n1) {
-    const float SIXTH = 1.0f / 6.0f;
-#pragma omp simd
-    for (int64_t i = n0; i < n1; i++) {
-        float h = x[i] * SIXTH + 0.5f;
-        h = h < 0.0f ? 0.0f : h;
-        h = h > 1.0f ? 1.0f : h;
-        y[i] = x[i] * h;
-    }
+/* y = act(x) over elements [n0, n1); p0, p1: Swish's alpha, HardSigmoid's alpha and beta. */
+void aioge_activation_f32(const float *x, float *y, int act, float p0, float p1, int64_t n0, int64_t n1) {
+    act_span(x + n0, NULL, y + n0, n1 - n0, act, p0, p1);
+}
+
+/* y = act(x + bias) over rows [r0, r1) of a (rows, width) matrix, bias one row of width
+ * values (a Gemm's or MatMul's bias before GELU). Each element is the Add's float32 sum, so
+ * the result equals the Add followed by the activation. */
+void aioge_bias_activation_f32(const float *x, const float *bias, float *y, int64_t width, int act, float p0, float p1,
+                               int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++)
+        act_span(x + r * width, bias, y + r * width, width, act, p0, p1);
 }
