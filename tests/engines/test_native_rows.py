@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -390,3 +391,74 @@ def test_whole_tensor_programs_match_numpy(
         else:
             vals.append(_ref_act(name, args[0], params))
     np.testing.assert_allclose(y, vals[-1], rtol=1e-5, atol=3e-6)
+
+
+# -- a kernel cache written with the tier, read without it ---------------------------------------
+
+_CACHE_CHILD = """
+import json, sys, anyio, numpy as np
+sys.path.insert(0, sys.argv[1])
+from engines.test_native_rows import _cache_graph, _build_and_run
+from aioge.kernels import native
+assert not native.available()
+model, y = anyio.run(_build_and_run, _cache_graph())
+np.save(sys.argv[2], y)
+print(json.dumps({"hits": model.stats.kernel_cache_hits, "impls": sorted({n.kernel.impl for n in model.nodes})}))
+"""
+
+
+def _cache_graph() -> aioge.Graph:
+    rng = np.random.default_rng(12)
+    g = aioge.Graph("ln_softmax")
+    x = g.input("x", (64, 768), "float32")
+    scale, bias = (g.constant(a) for a in rng.standard_normal((2, 768)).astype(np.float32))
+    g.output(aioge.ops.softmax(aioge.ops.layer_normalization(x, scale, bias, epsilon=1e-5)), names=["y"])
+    return g
+
+
+async def _build_and_run(graph: aioge.Graph) -> tuple[Any, np.ndarray]:
+    x = np.random.default_rng(13).standard_normal((64, 768)).astype(np.float32)
+    async with aioge.Session() as s:
+        await s.add_graph(1, graph)
+        model = await s.build_graph(1)
+        y = (await s.run_graph(1, {"x": x}))["y"]
+    return model, y
+
+
+@pytest.mark.anyio
+async def test_a_kernel_cache_naming_native_algorithms_runs_without_the_tier(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from aioge.compiler import tuning
+
+    real_tune = tuning.tune
+
+    def prefer_native(schema: Any, cands: Any, *args: Any, **kw: Any) -> Any:
+        # the tuner picks the C kernels by timing; here by rule, so the cache surely names them
+        native_cands = [(impl, p) for impl, p in cands if impl.name.endswith("_native")]
+        return (
+            tuning.Choice(native_cands[0][0].name, native_cands[0][1], False)
+            if native_cands
+            else real_tune(schema, cands, *args, **kw)
+        )
+
+    monkeypatch.setattr(tuning, "tune", prefer_native)
+    model, want = await _build_and_run(_cache_graph())
+    assert {"layernorm_native", "softmax_native"} <= {n.kernel.impl for n in model.nodes}
+    out = subprocess.run(
+        [sys.executable, "-W", "error", "-c", _CACHE_CHILD, str(Path(__file__).parents[1]), str(tmp_path / "y.npy")],
+        env={**os.environ, "AIOGE_NATIVE": "0"},
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert out.returncode == 0, out.stderr
+    child = json.loads(out.stdout.strip().splitlines()[-1])
+    # every kernel came from the cache, native names and all, and ran its numpy algorithm
+    assert child["hits"] >= 2 and {"layernorm_native", "softmax_native"} <= set(child["impls"])
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-5, atol=1e-7)
