@@ -20,9 +20,11 @@ __all__ = ["ACTIVATIONS", "activation", "bias_activation", "layer_norm", "softma
 
 _P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 
-# Elements below which a second thread costs more than it saves (a hop is ~20-50 us; these
-# kernels run about 1 ns an element).
-SPLIT_ELEMENTS = 1 << 16
+# Elements below which a second thread costs more than it saves: these kernels run 0.3-1 ns an
+# element, and a hop to the helper thread costs tens of microseconds on a quiet machine and far
+# more when the other core is busy (measured on 2 shared cores: every split below ~1M elements
+# was slower than one piece).
+SPLIT_ELEMENTS = 1 << 18
 
 # activation name -> its code in csrc/norm.c (enum ACT_*); Gelu's parameter picks the tanh form
 _ACT = {"Erf": 1, "Gelu": 2, "Sigmoid": 4, "Swish": 5, "HardSigmoid": 6, "HardSwish": 7}

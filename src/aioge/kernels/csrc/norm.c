@@ -143,15 +143,12 @@ void aioge_softmax_f32(const float *x, float *y, int64_t width, int log_form, in
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * width;
         float *yr = y + r * width;
+        /* The maximum skips NaN, but a NaN's exp makes the sum NaN, and so the whole row, as
+         * numpy's max-shifted form gives. */
         float m = -INFINITY;
-        int nan = 0;
-#pragma omp simd reduction(max : m) reduction(| : nan)
-        for (int64_t i = 0; i < width; i++) {
+#pragma omp simd reduction(max : m)
+        for (int64_t i = 0; i < width; i++)
             m = xr[i] > m ? xr[i] : m;
-            nan |= xr[i] != xr[i];
-        }
-        if (nan)
-            m = NAN; /* max() skips NaN; numpy's max returns it, and so the whole row is NaN */
         float sum = 0.0f;
         if (log_form) {
 #pragma omp simd reduction(+ : sum)
