@@ -16,6 +16,14 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Products and sums round one by one, as numpy's ufuncs round them (HardSigmoid's alpha x + beta
+ * equals numpy's to the bit); the polynomials below ask for fused multiply-adds explicitly. */
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 /* gcc keeps AVX-512 machines at 256-bit vectors by default (older chips slowed their clocks for
  * 512-bit work); these loops are arithmetic-bound and gain from the full width. */
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
@@ -37,21 +45,21 @@ static inline float exp_f32(float x) {
     const float SHIFTER = 12582912.0f;            /* 1.5 * 2^23: adding it rounds to an integer */
     float xc = x < -104.0f ? -104.0f : x;
     xc = xc > 90.0f ? 90.0f : xc;
-    float kf = xc * LOG2E + SHIFTER;
+    float kf = fmaf(xc, LOG2E, SHIFTER);
     uint32_t kbits;
     memcpy(&kbits, &kf, sizeof kbits);
     int32_t n = (int32_t)(kbits - 0x4B400000u); /* the rounded integer n, in [-150, 130] */
     kf -= SHIFTER;
-    float r = xc - kf * LN2_HI;
-    r = r - kf * LN2_LO;
+    float r = fmaf(-kf, LN2_HI, xc);
+    r = fmaf(-kf, LN2_LO, r);
     float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    p = fmaf(p, r, 1.0f / 720.0f);
+    p = fmaf(p, r, 1.0f / 120.0f);
+    p = fmaf(p, r, 1.0f / 24.0f);
+    p = fmaf(p, r, 1.0f / 6.0f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
     int32_t n1 = n / 2, n2 = n - n1; /* each within the normal exponents' range */
     uint32_t b1 = (uint32_t)(n1 + 127) << 23, b2 = (uint32_t)(n2 + 127) << 23;
     float s1, s2;
@@ -69,17 +77,17 @@ static inline float erf_f32(float x) {
     float c = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
     float t = c * c;
     float p = -2.72614225801306e-10f;
-    p = p * t + 2.77068142495902e-08f;
-    p = p * t - 2.10102402082508e-06f;
-    p = p * t - 5.69250639462346e-05f;
-    p = p * t - 7.34990630326855e-04f;
-    p = p * t - 2.95459980854025e-03f;
-    p = p * t - 1.60960333262415e-02f;
+    p = fmaf(p, t, 2.77068142495902e-08f);
+    p = fmaf(p, t, -2.10102402082508e-06f);
+    p = fmaf(p, t, -5.69250639462346e-05f);
+    p = fmaf(p, t, -7.34990630326855e-04f);
+    p = fmaf(p, t, -2.95459980854025e-03f);
+    p = fmaf(p, t, -1.60960333262415e-02f);
     float q = -1.45660718464996e-05f;
-    q = q * t - 2.13374055278905e-04f;
-    q = q * t - 1.68282697438203e-03f;
-    q = q * t - 7.37332916720468e-03f;
-    q = q * t - 1.42647390514189e-02f;
+    q = fmaf(q, t, -2.13374055278905e-04f);
+    q = fmaf(q, t, -1.68282697438203e-03f);
+    q = fmaf(q, t, -7.37332916720468e-03f);
+    q = fmaf(q, t, -1.42647390514189e-02f);
     return c * p / q;
 }
 
@@ -114,7 +122,7 @@ void aioge_layernorm_f32(const float *x, const float *scale, const float *bias, 
         for (int64_t i = 0; i < width; i++) {
             float d = xr[i] - mean;
             sd += d;
-            ss += d * d;
+            ss = fmaf(d, d, ss);
         }
         float shift = sd / (float)width;
         mean += shift;
@@ -123,7 +131,7 @@ void aioge_layernorm_f32(const float *x, const float *scale, const float *bias, 
         if (bias) {
 #pragma omp simd
             for (int64_t i = 0; i < width; i++)
-                yr[i] = (xr[i] - mean) * inv * scale[i] + bias[i];
+                yr[i] = fmaf((xr[i] - mean) * inv, scale[i], bias[i]);
         } else {
 #pragma omp simd
             for (int64_t i = 0; i < width; i++)
