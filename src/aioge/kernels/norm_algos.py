@@ -156,8 +156,7 @@ def _applies_layernorm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 def build_layernorm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
     """LayerNorm of contiguous float32 rows in C, Mean and InvStdDev included; numpy when the
     compiled tier, the layout or the scale's shape does not allow it."""
-    fallback = build_layer_norm(attrs, params, ins, outs) if outs is not None and len(outs) > 1 else None
-    fallback = fallback or build_layernorm_fused(attrs, params, ins, outs)
+    fallback = build_layernorm_fused(attrs, params, ins, outs)  # the reference's, with Mean and InvStdDev
     shape = tuple(int(d) for d in ins[0].shape)  # type: ignore[union-attr]
     axis = int(attrs.get("axis", -1)) % len(shape)
     eps = float(attrs.get("epsilon", 1e-5))
@@ -191,9 +190,13 @@ def build_layernorm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], 
     return run
 
 
+def _applies_native_layernorm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    return _applies_layernorm(descs, attrs) and descs[0].dtype == "float32"  # type: ignore[union-attr]
+
+
 LAYERNORM_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("layernorm_fused", build_layernorm_fused, _applies_layernorm),
-    KernelImpl("layernorm_native", build_layernorm_native, lambda d, a: _applies_layernorm(d, a) and d[0].dtype == "float32"),  # type: ignore[union-attr]
+    KernelImpl("layernorm_native", build_layernorm_native, _applies_native_layernorm),
 )
 
 
