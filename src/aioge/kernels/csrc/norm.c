@@ -195,8 +195,9 @@ static inline float gelu_tanh_f32(float v) {
 }
 
 /* Sigmoid 1 / (1 + e^-x): e^-x overflows to inf for x < -88.7, giving the exact limit 0. Swish
- * is x * sigmoid(alpha x), as x / (1 + e^(-alpha x)) (SiLU when alpha is 1). */
-static inline float swish_f32(float v, float alpha) { return v / (1.0f + exp_f32(-alpha * v)); }
+ * is x * sigmoid(alpha x) (SiLU when alpha is 1), rounded as Sigmoid then Mul round. */
+static inline float sigmoid_f32(float v) { return 1.0f / (1.0f + exp_f32(-v)); }
+static inline float swish_f32(float v, float alpha) { return v * sigmoid_f32(alpha * v); }
 
 /* HardSigmoid max(0, min(1, alpha x + beta)); NaN stays NaN (as numpy's clip keeps it). */
 static inline float hardsigmoid_f32(float v, float alpha, float beta) {
@@ -227,7 +228,7 @@ static void act_span(const float *x, const float *bias, float *y, int64_t n, int
     case ACT_ERF: ACT_LOOP(erf_f32(v)); break;
     case ACT_GELU: ACT_LOOP(gelu_f32(v)); break;
     case ACT_GELU_TANH: ACT_LOOP(gelu_tanh_f32(v)); break;
-    case ACT_SIGMOID: ACT_LOOP(1.0f / (1.0f + exp_f32(-v))); break;
+    case ACT_SIGMOID: ACT_LOOP(sigmoid_f32(v)); break;
     case ACT_SWISH: ACT_LOOP(swish_f32(v, p0)); break;
     case ACT_HARDSIGMOID: ACT_LOOP(hardsigmoid_f32(v, p0, p1)); break;
     case ACT_HARDSWISH: ACT_LOOP(v * hardsigmoid_f32(v, 1.0f / 6.0f, 0.5f)); break;
