@@ -3,9 +3,9 @@ against float64 numpy, the numpy algorithms they replace, and onnxruntime; their
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ import aioge
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import native, native_rows
 from aioge.kernels.norm_algos import LAYERNORM_ALGOS, LOGSOFTMAX_ALGOS, SOFTMAX_ALGOS
+from aioge.kernels.parallel import cpu_tokens
 from aioge.ops.registry import get_schema
 from aioge.plan.kernel import candidates_of
 
@@ -74,14 +75,37 @@ def test_activations_match_float64_over_the_float32_range(name: str, params: tup
     np.testing.assert_allclose(y, ref, rtol=2e-6, atol=atol)
 
 
-def test_activation_in_place_and_in_two_halves_matches_one_piece() -> None:
-    x = np.random.default_rng(1).standard_normal(3 * native_rows.SPLIT_ELEMENTS + 7).astype(np.float32)
-    whole = np.empty_like(x)
-    f, i64 = ctypes.c_float, ctypes.c_int64
-    fn = native.function("aioge_activation_f32", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, f, f, i64, i64)
-    fn(native.ptr(x), native.ptr(whole), 2, 0.0, 0.0, 0, x.size)  # 2: ACT_GELU
-    native_rows.activation("Gelu", x, x, (0,))  # in place; split when a run's idle token allows
-    np.testing.assert_array_equal(x, whole)
+class _CountingTokens(threading.Semaphore):
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.taken = 0
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        ok = super().acquire(blocking, timeout)
+        self.taken += ok
+        return ok
+
+
+def test_kernels_in_two_halves_match_one_piece(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((97, 301)).astype(np.float32)
+    scale, bias = rng.standard_normal((2, 301)).astype(np.float32)
+    whole = [np.empty_like(x) for _ in range(4)]
+    assert native_rows.activation("Gelu", x, whole[0], (0,))
+    assert native_rows.bias_activation("Sigmoid", x, bias, whole[1])
+    assert native_rows.layer_norm(x, scale, bias, whole[2], 1e-5)
+    assert native_rows.softmax(x, whole[3])
+    monkeypatch.setattr(native_rows, "SPLIT_ELEMENTS", 1000)
+    tokens = _CountingTokens()
+    halves = [np.empty_like(x) for _ in range(3)] + [x.copy()]
+    with cpu_tokens(tokens):  # a run's idle CPU token: each kernel takes it and runs in two halves
+        assert native_rows.activation("Gelu", x, halves[0], (0,))
+        assert native_rows.bias_activation("Sigmoid", x, bias, halves[1])
+        assert native_rows.layer_norm(x, scale, bias, halves[2], 1e-5)
+        assert native_rows.softmax(halves[3], halves[3])  # in place
+    assert tokens.taken == 4
+    for h, w in zip(halves, whole):
+        np.testing.assert_array_equal(h, w)
 
 
 def test_activation_declines_what_it_cannot_do() -> None:

@@ -20,11 +20,12 @@ __all__ = ["ACTIVATIONS", "activation", "bias_activation", "layer_norm", "softma
 
 _P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 
-# Elements below which a second thread costs more than it saves: these kernels run 0.3-1 ns an
-# element, and a hop to the helper thread costs tens of microseconds on a quiet machine and far
-# more when the other core is busy (measured on 2 shared cores: every split below ~1M elements
-# was slower than one piece).
-SPLIT_ELEMENTS = 1 << 18
+# Elements below which a second thread costs more than it saves. These kernels run 0.3-1 ns an
+# element; the helper thread's hop costs tens of microseconds on a quiet machine, and when the
+# other core is busy with other processes it waits for a time slice: in BERT-base on 2 loaded
+# cores, a bias+GELU of 393K values took 0.2 ms whole and 0.3-8 ms split. So only tensors of
+# milliseconds of work split.
+SPLIT_ELEMENTS = 1 << 21
 
 # activation name -> its code in csrc/norm.c (enum ACT_*); Gelu's parameter picks the tanh form
 _ACT = {"Erf": 1, "Gelu": 2, "Sigmoid": 4, "Swish": 5, "HardSigmoid": 6, "HardSwish": 7}
