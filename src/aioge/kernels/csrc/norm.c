@@ -9,8 +9,9 @@
  * The arithmetic is IEEE (no -ffast-math: NaN and infinities propagate as numpy's do). exp and
  * erf are evaluated by our own branch-free polynomials below instead of libm's expf/erff, which
  * are scalar calls (gcc vectorises libm only under -ffast-math): these vectorise under
- * `omp simd`. Accuracy: exp within 2 float32 ulps; erf within 5e-7 absolute (the rational
- * form Eigen and XLA use in float32, which the numpy fused kernel uses too).
+ * `omp simd`. Accuracy: exp within 1 float32 ulp (0.92 measured over [-104, 89], subnormals
+ * included); erf within 5e-7 absolute (the rational form Eigen and XLA use in float32, which
+ * the numpy fused kernel uses too).
  */
 #include <math.h>
 #include <stdint.h>
