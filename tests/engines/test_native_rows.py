@@ -164,6 +164,8 @@ def test_softmax_extreme_rows_match_numpy(log: bool) -> None:
             [nan, 0.0, 1.0, 2.0],
             [inf, 0.0, 1.0, 2.0],
             [-1e30, -1e30, -1e30, -1e30],
+            [0.5, 1.0, -3.4e38, -3.4e38],  # a causal mask's finfo.min: exp gives 0, fast (no subnormals)
+            [0.0, -87.0, -87.5, -100.0],  # around the bottom of exp's normal range
         ],
         np.float32,
     )
