@@ -165,7 +165,7 @@ def test_concurrent_runs_do_not_share_scratch() -> None:
     assert not errors
 
 
-@pytest.mark.parametrize("name", ["Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Clip", "Tanh", "Gelu"])
+@pytest.mark.parametrize("name", ["Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Clip", "Tanh", "Gelu"])
 def test_activation_runner_matches_the_op(name: str) -> None:
     rng = np.random.default_rng(5)
     y = (rng.standard_normal((3, 20000)) * 4).astype(np.float32)
@@ -271,7 +271,21 @@ def _programs(draw: st.DrawFn) -> tuple[list[str], list[int], list[float], list[
         else:
             name = draw(
                 st.sampled_from(
-                    ["Neg", "Abs", "Tanh", "Exp", "Relu", "Sigmoid", "Sin", "Floor", "LeakyRelu", "HardSigmoid", "Clip", "Erf"]
+                    [
+                        "Neg",
+                        "Abs",
+                        "Tanh",
+                        "Exp",
+                        "Relu",
+                        "Sigmoid",
+                        "Sin",
+                        "Floor",
+                        "LeakyRelu",
+                        "HardSigmoid",
+                        "HardSwish",
+                        "Clip",
+                        "Erf",
+                    ]
                 )
             )
             operands.append(draw(st.sampled_from(refs)))

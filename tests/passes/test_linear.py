@@ -141,6 +141,7 @@ async def test_non_channel_adds_stay_beside_conv() -> None:
         lambda v: ops.leaky_relu(v, alpha=0.3),
         lambda v: ops.tanh(v),
         lambda v: ops.hard_sigmoid(v),
+        lambda v: ops.hard_swish(v),
     ],
 )
 async def test_activations_fuse_into_conv_gemm_matmul(act) -> None:  # type: ignore[no-untyped-def]

@@ -71,6 +71,35 @@ async def test_gelu_with_a_wrong_constant_or_a_shared_intermediate_stays() -> No
     assert "Gelu" not in on
 
 
+def _gelu_tanh_graph(form: str, coef: float = 0.044715, share: bool = False) -> aioge.Graph:
+    """GPT-2's NewGELUActivation as torch exports it: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + coef * x**3)))."""
+    g = aioge.Graph(f"gelu_tanh_{form}")
+    x = g.input("x", (4, 16), "float32")
+    cube = ops.pow(x, np.float32(3.0))
+    inner = ops.add(x, ops.mul(cube, coef)) if form == "gpt2" else ops.add(ops.mul(coef, cube), x)
+    t = ops.tanh(ops.mul(inner, math.sqrt(2.0 / math.pi)))
+    y = ops.mul(ops.mul(x, 0.5), ops.add(t, 1.0)) if form == "gpt2" else ops.mul(ops.mul(x, ops.add(1.0, t)), 0.5)
+    g.output(y, *([t] if share else []), names=["y", "t"][: 2 if share else 1])
+    return g
+
+
+@pytest.mark.parametrize("form", ["gpt2", "swapped"])
+async def test_gelu_tanh_forms_fuse(form: str) -> None:
+    feeds = {"x": _f32(4, 16) * 3}
+    on, off, out = await compare(_gelu_tanh_graph(form), feeds, only("GeluFusionPass"), ALL_OFF, **TOL)
+    assert on == {"Gelu": 1}
+    assert off["Tanh"] == 1 and sum(off.values()) == 8
+    x = feeds["x"].astype(np.float64)
+    want = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    np.testing.assert_allclose(out["y"], want, rtol=1e-5, atol=1e-6)
+
+
+async def test_gelu_tanh_with_a_wrong_constant_or_a_shared_tanh_stays() -> None:
+    for graph in (_gelu_tanh_graph("gpt2", coef=0.05), _gelu_tanh_graph("gpt2", share=True)):
+        on, _, _ = await compare(graph, {"x": _f32(4, 16)}, only("GeluFusionPass"), ALL_OFF, **TOL)
+        assert "Gelu" not in on
+
+
 # -- LayerNorm --------------------------------------------------------------------------
 
 

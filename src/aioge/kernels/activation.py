@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aioge.kernels.contract import RunFn
+from aioge.kernels.native_rows import unary as _native
 
 __all__ = [
     "build_hardmax",
@@ -80,6 +81,9 @@ def shrink(x: np.ndarray, bias: float = 0.0, lambd: float = 0.5) -> np.ndarray:
 
 def hard_swish(x: np.ndarray) -> np.ndarray:
     """x * max(0, min(1, x / 6 + 1 / 2))."""
+    y = _native("HardSwish", x)
+    if y is not None:
+        return y
     return (x * np.clip(x * _c(1 / 6, x) + _c(0.5, x), 0, 1)).astype(x.dtype, copy=False)
 
 
@@ -96,6 +100,9 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 def swish(x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
     """x * sigmoid(alpha * x)."""
+    y = _native("Swish", x, (alpha,))
+    if y is not None:
+        return y
     return (x * _sigmoid(x * _c(alpha, x))).astype(x.dtype, copy=False)
 
 

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from aioge.kernels.native_rows import unary as _native
+
 __all__ = ["SIGMOID_EXP_BOUND", "clip", "div", "erf", "gelu", "hard_sigmoid", "leaky_relu", "pow_", "relu", "sigmoid"]
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -13,7 +15,11 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 def erf(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """The error function, to float64 accuracy: a Maclaurin series below |x| = 3, the
-    asymptotic series of erfc above (where erf is 1 to within 2.2e-5)."""
+    asymptotic series of erfc above (where erf is 1 to within 2.2e-5). Contiguous float32 runs
+    in C (``native_rows``), within 5e-7."""
+    y = _native("Erf", x) if out is None else None
+    if y is not None:
+        return y
     x64 = np.asarray(x, dtype=np.float64)
     a = np.abs(x64)
     small = np.minimum(a, 3.0)
@@ -50,6 +56,9 @@ SIGMOID_EXP_BOUND: dict[type, float] = {np.float32: 88.0, np.float64: 709.0}
 
 
 def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    y = _native("Sigmoid", x)  # contiguous float32: one C pass
+    if y is not None:
+        return y
     bound = SIGMOID_EXP_BOUND.get(x.dtype.type)
     if bound is not None:  # five passes where the sign split below takes nine (SiLU: EfficientNet)
         e = np.minimum(np.negative(x), bound, out=np.empty(np.shape(x), x.dtype))
@@ -63,10 +72,16 @@ def sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def hard_sigmoid(x: np.ndarray, alpha: float, beta: float) -> np.ndarray:
+    y = _native("HardSigmoid", x, (alpha, beta))
+    if y is not None:
+        return y
     return np.clip(x * np.asarray(alpha, x.dtype) + np.asarray(beta, x.dtype), 0, 1).astype(x.dtype, copy=False)
 
 
 def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
+    y = _native("Gelu", x, (1 if approximate == "tanh" else 0,))
+    if y is not None:
+        return y
     if approximate == "tanh":
         inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))  # x**3 is a slow powf loop in numpy
         return (0.5 * x * (1.0 + np.tanh(inner))).astype(x.dtype, copy=False)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from aioge.kernels import elementwise as k
+from aioge.kernels import native, native_rows
 from aioge.kernels.contract import RunFn
 
 __all__ = [
@@ -82,6 +83,18 @@ def _pow(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], 
         np.power(x, e, out=f[d])
 
 
+def _native_step(name: str, x: np.ndarray, y: np.ndarray, p: tuple[float, ...] = ()) -> bool:
+    """``y = name(x)`` by the compiled kernel when there is one and ``y`` is contiguous float32;
+    a broadcast ``x`` is first copied into ``y``, so a chunk computes what the op's own kernel
+    computes on a whole array. False (nothing done) otherwise: the step runs its numpy code."""
+    if y.dtype != np.float32 or not y.flags.c_contiguous or not native.available():
+        return False
+    if x.shape != y.shape or not x.flags.c_contiguous:
+        np.copyto(y, x)
+        x = y
+    return native_rows.activation(name, x, y, p)
+
+
 def _relu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
     np.maximum(f[s[0]], 0, out=f[d])
 
@@ -104,6 +117,8 @@ def _sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ..
     # B the largest argument whose exp is finite, so nothing overflows (five passes). float16
     # (exp overflows at 11): e = exp(-|x|); pos = 1 / (1 + e); where(x >= 0, pos, e * pos).
     x, (e, pos), (mask,) = f[s[0]], t[0][:2], t[1][:1]
+    if _native_step("Sigmoid", x, f[d]):  # float32: one C pass
+        return
     bound = k.SIGMOID_EXP_BOUND.get(x.dtype.type)
     if bound is not None:
         np.negative(x, out=e)
@@ -124,10 +139,23 @@ def _sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ..
 
 
 def _hard_sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    if _native_step("HardSigmoid", f[s[0]], f[d], p):
+        return
     y = f[d]
     np.multiply(f[s[0]], p[0], out=y)
     np.add(y, p[1], out=y)
     np.clip(y, 0, 1, out=y)
+
+
+def _hard_swish(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    # kernels.activation.hard_swish: x * clip(x * (1/6) + 1/2, 0, 1)
+    x, h = f[s[0]], t[0][0]
+    if _native_step("HardSwish", x, f[d]):
+        return
+    np.multiply(x, 1 / 6, out=h)
+    np.add(h, 0.5, out=h)
+    np.clip(h, 0, 1, out=h)
+    np.multiply(x, h, out=f[d])
 
 
 def _clip(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
@@ -186,6 +214,8 @@ def _horner(coefs: tuple[float, ...], t: np.ndarray, acc: np.ndarray) -> None:
 
 
 def _erf(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    if _native_step("Erf", f[s[0]], f[d]):  # the same rational form, in one C pass
+        return
     _erf_into(f[s[0]], f[d], t, 0)
 
 
@@ -193,6 +223,8 @@ def _gelu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...],
     # kernels.elementwise.gelu in the same order: 0.5 * x * (1 + erf(x / sqrt 2)), or the
     # tanh form 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))) when p[0] is 1.
     x, (half, inner) = f[s[0]], t[0][:2]
+    if _native_step("Gelu", x, f[d], p):  # float32: one C pass
+        return
     np.multiply(x, 0.5, out=half)
     if p[0]:
         np.multiply(x, x, out=inner)  # x**3 as two products: np.power(x, 3) is a slow powf loop
@@ -250,6 +282,7 @@ EW_OPS: Mapping[str, EwOp] = {
     "LeakyRelu": EwOp("LeakyRelu", 1, 1, "f?", _leaky_relu),  # params: alpha
     "Sigmoid": EwOp("Sigmoid", 1, 0, "ff?", _sigmoid),
     "HardSigmoid": EwOp("HardSigmoid", 1, 2, "", _hard_sigmoid),  # params: alpha, beta
+    "HardSwish": EwOp("HardSwish", 1, 0, "f", _hard_swish),
     "Clip": EwOp("Clip", 1, 2, "", _clip),  # params: lo, hi (-inf / inf when absent)
     # Erf's temporaries: three of the program's dtype (float32) or three float64 (float16)
     "Erf": EwOp("Erf", 1, 0, "fffddd", _erf),
@@ -384,10 +417,15 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
         return regs, temps, [r[:tail_rows] for r in regs], _head(temps, tail_rows)
 
     size = math.prod(out_shape)
+    # One compiled activation over an input of the output's shape (a Gelu or Sigmoid node alone):
+    # one C call over the whole tensor, in two halves over an idle core when it is large.
+    whole = _whole_activation(steps, [tuple(int(d) for d in desc.shape) for desc in ins], out_shape)
 
     def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         y = np.empty(out_shape, dtype) if outputs is None else outputs[0]
         if size == 0:
+            return (y,)
+        if whole is not None and _run_whole(whole, inputs, y):
             return (y,)
         direct = y.flags.c_contiguous
         yc = y.reshape(cshape) if direct else np.empty(cshape, dtype)
@@ -419,6 +457,45 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
         return (y,)
 
     return run
+
+
+# A program the compiled tier runs as one call over the whole tensor: (activation, its params,
+# the input it reads, the input added to it first as a bias of the trailing dims or None, the
+# bias's size).
+_Whole = tuple[str, tuple[float, ...], int, "int | None", int]
+
+
+def _whole_activation(steps: list[_Step], in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]) -> _Whole | None:
+    """The one-call form of three programs, or None: an activation alone (a Gelu or Sigmoid node);
+    Add of a bias then an activation (a MatMul's bias before GELU: BERT, ViT, ConvNeXt); and
+    Sigmoid then Mul by the same input (SiLU: EfficientNet), which is Swish."""
+    names = tuple(st.op.name for st in steps)
+    full = [i for i, s in enumerate(in_shapes) if s == out_shape]
+    if len(steps) == 1 and names[0] in native_rows.ACTIVATIONS and steps[0].srcs[0] in full:
+        return names[0], steps[0].params, steps[0].srcs[0], None, 0
+    if names == ("Sigmoid", "Mul") and steps[0].srcs[0] in full and sorted(steps[1].srcs) == [-1, steps[0].srcs[0]]:
+        return "Swish", (1.0,), steps[0].srcs[0], None, 0
+    if len(steps) != 2 or names[0] != "Add" or names[1] not in native_rows.ACTIVATIONS or steps[1].srcs != (-1,):
+        return None
+    for x, b in (steps[0].srcs, steps[0].srcs[::-1]):
+        bias = tuple(in_shapes[b])
+        while bias and bias[0] == 1:
+            bias = bias[1:]  # a bias of the trailing dims: its leading 1s broadcast
+        if x in full and x != b and bias and out_shape[len(out_shape) - len(bias) :] == bias:
+            return names[1], steps[1].params, x, b, math.prod(bias)
+    return None
+
+
+def _run_whole(whole: _Whole, inputs: Sequence[np.ndarray], y: np.ndarray) -> bool:
+    name, params, xi, bi, width = whole
+    x = np.asarray(inputs[xi])
+    if not y.flags.c_contiguous:
+        return False
+    if bi is None:
+        return native_rows.activation(name, x, y, params)
+    return native_rows.bias_activation(
+        name, x.reshape(-1, width), np.asarray(inputs[bi]).reshape(-1), y.reshape(-1, width), params
+    )
 
 
 _Instr = tuple[Any, StepFn, int, int, int, tuple[int, ...], tuple[float, ...]]
@@ -502,6 +579,8 @@ def activation_runner(name: str, params: Sequence[float], dtype: Any) -> Callabl
         flat = y.reshape(-1)
         if not np.shares_memory(flat, y):  # pragma: no cover - kernels always return contiguous outputs
             raise ValueError("activation needs a contiguous output")
+        if native_rows.activation(name, flat, flat, pars):  # float32: one C call, split over an idle core
+            return
         if not op.temps:
             op.step([flat, flat], 1, (0,), pars, ([], [], []))
             return

@@ -8,6 +8,9 @@ against unfused (temporaries), and row layouts. The references are ``nn.build_so
 - ``layernorm_fused``: statistics over contiguous rows, centring, scaling and shifting in the
   output buffer, the variance as a row dot product (no squared temporary).
 - ``batchnorm_folded``: the per-channel scale and shift folded once for constant statistics.
+- ``softmax_native``, ``logsoftmax_native``, ``layernorm_native``: float32 rows in one C loop
+  each (``native_rows``); built in a process without the compiled tier (a kernel-cache entry
+  from another machine), they run the numpy algorithm instead.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aioge.ir.desc import TensorDesc
+from aioge.kernels import native_rows
 from aioge.kernels.contract import KernelImpl, RunFn
-from aioge.kernels.nn import build_batch_norm, build_layer_norm
+from aioge.kernels.nn import build_batch_norm, build_layer_norm, build_log_softmax
 
-__all__ = ["BATCHNORM_ALGOS", "LAYERNORM_ALGOS", "SOFTMAX_ALGOS"]
+__all__ = ["BATCHNORM_ALGOS", "LAYERNORM_ALGOS", "LOGSOFTMAX_ALGOS", "SOFTMAX_ALGOS"]
 
 Descs = Sequence[TensorDesc | None]
 _FLOATS = ("float16", "float32", "float64")
@@ -74,14 +78,42 @@ def build_softmax_rows(attrs: Mapping[str, Any], params: Mapping[str, Any], ins:
     return run
 
 
+def _native_softmax(log: bool) -> Any:
+    def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+        """Softmax (LogSoftmax) over contiguous float32 last-axis rows in C; numpy otherwise."""
+        fallback = (build_log_softmax if log else build_softmax_rows)(attrs, params, ins, outs)
+        shape = tuple(int(d) for d in ins[0].shape)  # type: ignore[union-attr]
+
+        def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+            x = inputs[0]
+            y = _out(outputs, shape, x.dtype)
+            if y.flags.c_contiguous and native_rows.softmax(x.reshape(-1, shape[-1]), y.reshape(-1, shape[-1]), log):
+                return (y,)
+            return fallback(inputs, [y])
+
+        return run
+
+    return build
+
+
 def _applies_softmax(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return _float_static(descs) and descs[0].size > 0  # type: ignore[union-attr]
+
+
+def _applies_native_softmax(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    # other axes, and other dtypes, are left to the numpy algorithms
+    if not _applies_softmax(descs, attrs) or descs[0].dtype != "float32":  # type: ignore[union-attr]
+        return False
+    rank = descs[0].rank or 0  # type: ignore[union-attr]
+    return int(attrs.get("axis", -1)) % rank == rank - 1
 
 
 SOFTMAX_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("softmax_unfused", build_softmax_unfused, _applies_softmax),
     KernelImpl("softmax_rows", build_softmax_rows, _applies_softmax),
+    KernelImpl("softmax_native", _native_softmax(False), _applies_native_softmax),
 )
+LOGSOFTMAX_ALGOS: tuple[KernelImpl, ...] = (KernelImpl("logsoftmax_native", _native_softmax(True), _applies_native_softmax),)
 
 
 # -- LayerNormalization --------------------------------------------------------------------------
@@ -121,7 +153,51 @@ def _applies_layernorm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return _float_static(descs) and descs[0].dtype in ("float32", "float64") and descs[0].size > 0  # type: ignore[union-attr]
 
 
-LAYERNORM_ALGOS: tuple[KernelImpl, ...] = (KernelImpl("layernorm_fused", build_layernorm_fused, _applies_layernorm),)
+def build_layernorm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """LayerNorm of contiguous float32 rows in C, Mean and InvStdDev included; numpy when the
+    compiled tier, the layout or the scale's shape does not allow it."""
+    fallback = build_layernorm_fused(attrs, params, ins, outs)  # the reference's, with Mean and InvStdDev
+    shape = tuple(int(d) for d in ins[0].shape)  # type: ignore[union-attr]
+    axis = int(attrs.get("axis", -1)) % len(shape)
+    eps = float(attrs.get("epsilon", 1e-5))
+    stats = int(attrs.get("stash_type", 1)) == 1  # float32 statistics, as the C kernel keeps them
+    width = int(np.prod(shape[axis:]))
+    stat_shape = (*shape[:axis], *(1,) * (len(shape) - axis))
+    n_out = 1 if outs is None else len(outs)
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x, scale = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        ys = [_out(outputs, shape, x.dtype)]
+        ys += [outputs[i] if outputs is not None else np.empty(stat_shape, np.float32) for i in range(1, n_out)]
+        extra = [y.reshape(-1) for y in ys[1:]] + [None] * (3 - n_out)
+        # a non-contiguous output would reshape to a copy: numpy writes through the view instead
+        if (
+            (n_out == 1 or stats)
+            and all(y.flags.c_contiguous for y in ys)
+            and native_rows.layer_norm(
+                x.reshape(-1, width),
+                scale.reshape(-1),
+                None if bias is None else bias.reshape(-1),
+                ys[0].reshape(-1, width),
+                eps,
+                *extra,
+            )
+        ):
+            return ys
+        return fallback(inputs, ys)
+
+    return run
+
+
+def _applies_native_layernorm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    return _applies_layernorm(descs, attrs) and descs[0].dtype == "float32"  # type: ignore[union-attr]
+
+
+LAYERNORM_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl("layernorm_fused", build_layernorm_fused, _applies_layernorm),
+    KernelImpl("layernorm_native", build_layernorm_native, _applies_native_layernorm),
+)
 
 
 # -- BatchNormalization (inference) ----------------------------------------------------------------

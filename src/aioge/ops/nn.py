@@ -8,7 +8,7 @@ from __future__ import annotations
 from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import nn as k
 from aioge.kernels.matmul_algos import GEMM_ALGOS, MATMUL_ALGOS
-from aioge.kernels.norm_algos import BATCHNORM_ALGOS, LAYERNORM_ALGOS, SOFTMAX_ALGOS
+from aioge.kernels.norm_algos import BATCHNORM_ALGOS, LAYERNORM_ALGOS, LOGSOFTMAX_ALGOS, SOFTMAX_ALGOS
 from aioge.ops.infer import broadcast_shapes, normalise_axis
 from aioge.ops.schema import (
     ALL_ENGINES,
@@ -205,7 +205,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
         "LogSoftmax",
         _infer_softmax,
-        (KernelImpl("numpy", k.build_log_softmax),),
+        (KernelImpl("numpy", k.build_log_softmax), *LOGSOFTMAX_ALGOS),
         VECTOR_ENGINES,
         _AXIS_LAST,
         family="nn",

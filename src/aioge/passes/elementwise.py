@@ -6,7 +6,7 @@ producers whose outputs only the group reads and whose shape is the root's — s
 computed twice and no intermediate is needed outside. Every node must be a fusable op (see
 ``aioge.ops.fused.EW_OPS``) on one float dtype with static shapes; inputs of smaller
 shapes broadcast. A group of one node is left alone, unless its op's own kernel makes
-several passes over memory (Sigmoid, Erf, Gelu, LeakyRelu, HardSigmoid).
+several passes over memory (Sigmoid, Erf, Gelu, LeakyRelu, HardSigmoid, HardSwish).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ _FLOATS = frozenset({"float16", "float32", "float64"})
 _VARIADIC = {"Sum": "Add", "Max": "Max", "Min": "Min"}
 # Ops whose own kernel makes several passes over memory (temporaries, np.where, a float64
 # series): one of them alone is worth a FusedElementwise node.
-_WORTH_ALONE = frozenset({"Erf", "Gelu", "Sigmoid", "LeakyRelu", "HardSigmoid"})
+_WORTH_ALONE = frozenset({"Erf", "Gelu", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish"})
 
 
 @dataclass(frozen=True, slots=True)

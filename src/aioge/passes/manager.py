@@ -81,7 +81,7 @@ PASSES: tuple[GraphPass, ...] = (
     GraphPass(
         "ActivationFusionPass",
         True,
-        "fuse Relu/LeakyRelu/Clip/Sigmoid/HardSigmoid/Tanh/Gelu into the Conv, Gemm or MatMul before it",
+        "fuse Relu/LeakyRelu/Clip/Sigmoid/HardSigmoid/HardSwish/Tanh/Gelu into the Conv, Gemm or MatMul before it",
         linear.fuse_activation,
     ),
     GraphPass(

@@ -2,6 +2,8 @@
 
 - Gelu, as torch exports ``nn.GELU()``: ``Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5``
   (also ``Mul(x, 1/sqrt 2)`` for the Div, and the 0.5 applied to x or to the sum first).
+- Gelu's tanh form, as GPT-2 writes it (``NewGELUActivation``): ``Pow(x, 3) -> Mul 0.044715 ->
+  Add x -> Mul sqrt(2/pi) -> Tanh`` and the same ``Add 1``, ``Mul x``, ``Mul 0.5`` tail.
 - LayerNormalization, as torch exports it before opset 17:
   ``m = ReduceMean(x); d = x - m; v = ReduceMean(d ** 2); y = d / Sqrt(v + eps)``, then
   optionally ``* gamma`` and ``+ beta``, over trailing axes.
@@ -41,16 +43,56 @@ def _scalar_operand(node: Node, value: Value, target: float) -> bool:
 
 
 def fuse_gelu(graph: Graph) -> bool:
-    """Replace the erf form of Gelu by one Gelu node; returns True if it replaced any."""
+    """Replace the erf and tanh forms of Gelu by one Gelu node; returns True if it replaced any."""
     changed = False
-    for erf in graph.topological_order():
-        if _op(erf, "Erf") and erf.inputs[0] is not None:
-            match = _match_gelu(graph, erf)
+    for node in graph.topological_order():
+        if node.inputs and node.inputs[0] is not None and (_op(node, "Erf") or _op(node, "Tanh")):
+            tanh = node.op_type == "Tanh"
+            match = _match_gelu_tanh(graph, node) if tanh else _match_gelu(graph, node)
             if match is not None:
                 x, nodes = match
-                if substitute(graph, nodes[-1], "Gelu", [x], {"approximate": "none"}, list(reversed(nodes))) is not None:
+                attrs = {"approximate": "tanh" if tanh else "none"}
+                if substitute(graph, nodes[-1], "Gelu", [x], attrs, list(reversed(nodes))) is not None:
                     changed = True
     return changed
+
+
+def _match_gelu_tanh(graph: Graph, tanh: Node) -> tuple[Value, list[Node]] | None:
+    """(x, the pattern's nodes from first to last) when ``tanh`` computes
+    tanh(sqrt(2/pi) * (x + 0.044715 * x ** 3)) in a Gelu pattern."""
+    pre = _const_mul_producer(graph, tanh.inputs[0], tanh, math.sqrt(2.0 / math.pi))
+    if pre is None:
+        return None
+    pre_node, inner = pre
+    add = inner.producer
+    if add is None or not _op(add, "Add") or only_use(graph, inner) is not pre_node:
+        return None
+    for x, cubic in (tuple(add.inputs), tuple(reversed(add.inputs))):
+        scaled = _const_mul_producer(graph, cubic, add, 0.044715) if x is not None else None
+        if x is None or scaled is None:
+            continue
+        mul, cube = scaled
+        power = cube.producer
+        if power is None or not _op(power, "Pow") or power.inputs[0] is not x or only_use(graph, cube) is not mul:
+            continue
+        if not is_close(const_scalar(power.inputs[1]), 3.0):
+            continue
+        head = [power, mul, add, pre_node]
+        tail = _gelu_tail(graph, tanh, x)
+        if tail is None or any(n.outputs[0].desc != x.desc for n in head):
+            return None
+        return x, [*head, tanh, *tail]
+    return None
+
+
+def _const_mul_producer(graph: Graph, value: Value | None, reader: Node, factor: float) -> tuple[Node, Value] | None:
+    """(the Mul producing ``value``, its other operand) when the Mul multiplies by a constant
+    close to ``factor`` and ``reader`` is the only reader of ``value``."""
+    mul = value.producer if value is not None else None
+    if mul is None or not _op(mul, "Mul") or only_use(graph, value) is not reader:  # type: ignore[arg-type]
+        return None
+    operand = next((v for v in mul.inputs if v is not None and _scalar_operand(mul, v, factor)), None)
+    return None if operand is None else (mul, operand)
 
 
 def _match_gelu(graph: Graph, erf: Node) -> tuple[Value, list[Node]] | None:
@@ -69,8 +111,17 @@ def _match_gelu(graph: Graph, erf: Node) -> tuple[Value, list[Node]] | None:
             x = v
     if x is None or static_shape(x.desc) is None:
         return None
-    add = _next(graph, erf.outputs[0], "Add")
-    if add is None or not _scalar_operand(add, erf.outputs[0], 1.0):
+    tail = _gelu_tail(graph, erf, x)
+    return None if tail is None else (x, [pre, erf, *tail])
+
+
+def _gelu_tail(graph: Graph, inner: Node, x: Value) -> list[Node] | None:
+    """The nodes computing 0.5 * x * (1 + inner) from ``inner`` (erf or tanh), in one of the
+    orders exporters write; None when they are not there or broadcast x to a bigger shape."""
+    if static_shape(x.desc) is None:
+        return None
+    add = _next(graph, inner.outputs[0], "Add")
+    if add is None or not _scalar_operand(add, inner.outputs[0], 1.0):
         return None
     mul = _next(graph, add.outputs[0], "Mul")
     if mul is None:
@@ -81,7 +132,7 @@ def _match_gelu(graph: Graph, erf: Node) -> tuple[Value, list[Node]] | None:
         last = _next(graph, mul.outputs[0], "Mul")
         if last is None or not _scalar_operand(last, mul.outputs[0], 0.5):
             return None
-        nodes = [pre, erf, add, mul, last]
+        nodes = [add, mul, last]
     elif (
         other is not None
         and other.producer is not None
@@ -89,17 +140,17 @@ def _match_gelu(graph: Graph, erf: Node) -> tuple[Value, list[Node]] | None:
         and only_use(graph, other) is mul
         and _scalar_operand(other.producer, x, 0.5)
     ):
-        nodes = [other.producer, pre, erf, add, mul]
+        nodes = [other.producer, add, mul]
     elif other is not None and is_close(const_scalar(other), 0.5):  # ((1 + erf) * 0.5) * x
         last = _next(graph, mul.outputs[0], "Mul")
         if last is None or other_input(last, mul.outputs[0]) is not x:
             return None
-        nodes = [pre, erf, add, mul, last]
+        nodes = [add, mul, last]
     else:
         return None
-    if any(n.outputs[0].desc != x.desc for n in nodes):
+    if any(n.outputs[0].desc != x.desc for n in (inner, *nodes)):
         return None  # something broadcast x to a bigger shape
-    return x, nodes
+    return nodes
 
 
 # -- LayerNormalization -----------------------------------------------------------------

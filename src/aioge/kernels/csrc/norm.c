@@ -1,0 +1,256 @@
+/* Row normalisations (LayerNorm, Softmax, LogSoftmax) and the transcendental activations
+ * (Erf, GELU, Sigmoid, SiLU/Swish, HardSigmoid, HardSwish) in float32.
+ *
+ * numpy runs each of these as several whole-array passes with temporaries (GELU's erf: a dozen),
+ * and a small row costs a handful of ufunc calls each; here a row or a block of elements is one
+ * loop while it sits in L1. Row kernels take a row range [r0, r1) and elementwise kernels an
+ * element range [n0, n1), so two threads can run the two halves of one tensor.
+ *
+ * The arithmetic is IEEE (no -ffast-math: NaN and infinities propagate as numpy's do). exp and
+ * erf are evaluated by our own branch-free polynomials below instead of libm's expf/erff, which
+ * are scalar calls (gcc vectorises libm only under -ffast-math): these vectorise under
+ * `omp simd`. Accuracy: exp within 1 float32 ulp (0.92 measured over [-87.3, 89]; 0 below,
+ * where e^x < 1.22e-38); erf within 5e-7 absolute (the rational form Eigen and XLA use in
+ * float32, which the numpy fused kernel uses too).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Products and sums round one by one, as numpy's ufuncs round them (HardSigmoid's alpha x + beta
+ * equals numpy's to the bit); the polynomials below ask for fused multiply-adds explicitly. */
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+/* gcc keeps AVX-512 machines at 256-bit vectors by default (older chips slowed their clocks for
+ * 512-bit work); these loops are arithmetic-bound and gain from the full width. */
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC target("prefer-vector-width=512")
+#endif
+
+/* ---- exp ------------------------------------------------------------------------------------- */
+
+/* e^x for float32, vectorisable. x = n ln2 + r with |r| <= ln2/2 (Cody-Waite, ln2 in two parts
+ * so n*LN2_HI is exact), e^r by its Taylor series to r^7 (truncation < 1e-8 relative), then
+ * times 2^n built in the exponent bits, as two factors so that results overflow to inf above
+ * x = 88.72 as IEEE says. Below x = -87.3 (e^x < 1.22e-38, the bottom of the normal range) the
+ * result is 0: computing a subnormal costs x86 a microcode assist of ~100 cycles, and masked
+ * attention rows (GPT-2's) are half -3.4e38 (a half-masked 1536x128 softmax: 396 -> 114 us).
+ * NaN passes through the clamps (comparisons with NaN are false) and the arithmetic; the
+ * integer part is computed unsigned, so even NaN's bits make no undefined behaviour. */
+static inline float exp_f32(float x) {
+    const float LOG2E = 1.44269504088896341f;
+    const float LN2_HI = 0.693145751953125f;     /* 12 trailing zero bits: n*LN2_HI is exact */
+    const float LN2_LO = 1.42860682030941723e-6f; /* ln2 - LN2_HI */
+    const float SHIFTER = 12582912.0f;            /* 1.5 * 2^23: adding it rounds to an integer */
+    const float LOWEST = -87.3f; /* e^-87.3 = 1.22e-38: normal, as 2^n (1 + r) rounds */
+    float xc = x < LOWEST ? LOWEST : x;
+    xc = xc > 90.0f ? 90.0f : xc;
+    float kf = fmaf(xc, LOG2E, SHIFTER);
+    uint32_t kbits;
+    memcpy(&kbits, &kf, sizeof kbits);
+    int32_t n = (int32_t)(kbits - 0x4B400000u); /* the rounded integer n, in [-126, 130] */
+    kf -= SHIFTER;
+    float r = fmaf(-kf, LN2_HI, xc);
+    r = fmaf(-kf, LN2_LO, r);
+    float p = 1.0f / 5040.0f;
+    p = fmaf(p, r, 1.0f / 720.0f);
+    p = fmaf(p, r, 1.0f / 120.0f);
+    p = fmaf(p, r, 1.0f / 24.0f);
+    p = fmaf(p, r, 1.0f / 6.0f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    int32_t n1 = n / 2, n2 = n - n1; /* each within the normal exponents' range */
+    uint32_t b1 = (uint32_t)(n1 + 127) << 23, b2 = (uint32_t)(n2 + 127) << 23;
+    float s1, s2;
+    memcpy(&s1, &b1, sizeof s1);
+    memcpy(&s2, &b2, sizeof s2);
+    float y = p * s1 * s2;
+    return x < LOWEST ? 0.0f : y;
+}
+
+/* ---- erf ------------------------------------------------------------------------------------- */
+
+/* erf(x) ~ x P(x^2) / Q(x^2) on [-4, 4], +-1 beyond (erf rounds to +-1 in float32 there):
+ * the rational approximation of Eigen's and XLA's float erf; within 5e-7 of the true erf.
+ * NaN passes through the clamp and the arithmetic. */
+static inline float erf_f32(float x) {
+    float c = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
+    float t = c * c;
+    float p = -2.72614225801306e-10f;
+    p = fmaf(p, t, 2.77068142495902e-08f);
+    p = fmaf(p, t, -2.10102402082508e-06f);
+    p = fmaf(p, t, -5.69250639462346e-05f);
+    p = fmaf(p, t, -7.34990630326855e-04f);
+    p = fmaf(p, t, -2.95459980854025e-03f);
+    p = fmaf(p, t, -1.60960333262415e-02f);
+    float q = -1.45660718464996e-05f;
+    q = fmaf(q, t, -2.13374055278905e-04f);
+    q = fmaf(q, t, -1.68282697438203e-03f);
+    q = fmaf(q, t, -7.37332916720468e-03f);
+    q = fmaf(q, t, -1.42647390514189e-02f);
+    return c * p / q;
+}
+
+/* tanh(x) = sign(x) (1 - 2 / (e^{2|x|} + 1)): within 1e-7 absolute (not relative near 0, so
+ * only GELU's tanh form uses it, where it is multiplied by x / 2 and added to 1). */
+static inline float tanh_abs_f32(float x) {
+    float a = fabsf(x);
+    float t = 1.0f - 2.0f / (exp_f32(2.0f * a) + 1.0f);
+    return copysignf(t, x);
+}
+
+/* ---- row kernels ------------------------------------------------------------------------------ */
+
+/* LayerNormalization of rows [r0, r1) of a (rows, width) matrix: y = (x - mean) * inv * scale
+ * + bias, inv = 1 / sqrt(var + eps), the variance of the centred row (sweeps over a row in L1,
+ * not the cancelling E[x^2] - mean^2). bias, mean_out and inv_out may be NULL. */
+void aioge_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, float *mean_out, float *inv_out,
+                         int64_t width, float eps, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * width;
+        float *yr = y + r * width;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < width; i++)
+            sum += xr[i];
+        float mean = sum / (float)width;
+        /* The float32 mean of a row far from 0 (x = 29 +- 0.001) is off by an ulp of 29, which
+         * is large beside the spread: the second sweep also sums the residuals and corrects
+         * the mean and the variance by them (the "corrected two-pass" variance). */
+        float ss = 0.0f, sd = 0.0f;
+#pragma omp simd reduction(+ : ss, sd)
+        for (int64_t i = 0; i < width; i++) {
+            float d = xr[i] - mean;
+            sd += d;
+            ss = fmaf(d, d, ss);
+        }
+        float shift = sd / (float)width;
+        mean += shift;
+        float var = ss / (float)width - shift * shift;
+        float inv = 1.0f / sqrtf((var > 0.0f ? var : 0.0f) + eps);
+        if (bias) {
+#pragma omp simd
+            for (int64_t i = 0; i < width; i++)
+                yr[i] = fmaf((xr[i] - mean) * inv, scale[i], bias[i]);
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < width; i++)
+                yr[i] = (xr[i] - mean) * inv * scale[i];
+        }
+        if (mean_out)
+            mean_out[r] = mean;
+        if (inv_out)
+            inv_out[r] = inv;
+    }
+}
+
+/* Softmax (log_form 0) or LogSoftmax (log_form 1) of rows [r0, r1) of a (rows, width) matrix,
+ * x and y possibly the same memory. The row maximum is subtracted first, so nothing overflows;
+ * a row holding NaN gives NaN, a row of -inf gives NaN (as numpy's max-shifted form does). */
+void aioge_softmax_f32(const float *x, float *y, int64_t width, int log_form, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * width;
+        float *yr = y + r * width;
+        /* The maximum skips NaN, but a NaN's exp makes the sum NaN, and so the whole row, as
+         * numpy's max-shifted form gives. */
+        float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+        for (int64_t i = 0; i < width; i++)
+            m = xr[i] > m ? xr[i] : m;
+        float sum = 0.0f;
+        if (log_form) {
+#pragma omp simd reduction(+ : sum)
+            for (int64_t i = 0; i < width; i++)
+                sum += exp_f32(xr[i] - m);
+            float lse = logf(sum);
+#pragma omp simd
+            for (int64_t i = 0; i < width; i++)
+                yr[i] = (xr[i] - m) - lse;
+        } else {
+#pragma omp simd reduction(+ : sum)
+            for (int64_t i = 0; i < width; i++) {
+                float e = exp_f32(xr[i] - m);
+                yr[i] = e;
+                sum += e;
+            }
+            float inv = 1.0f / sum;
+#pragma omp simd
+            for (int64_t i = 0; i < width; i++)
+                yr[i] *= inv;
+        }
+    }
+}
+
+/* ---- elementwise activations ------------------------------------------------------------------ */
+
+/* The activations, by the codes aioge.kernels.native_rows passes (its _ACT table). */
+enum { ACT_ERF = 1, ACT_GELU = 2, ACT_GELU_TANH = 3, ACT_SIGMOID = 4, ACT_SWISH = 5, ACT_HARDSIGMOID = 6, ACT_HARDSWISH = 7 };
+
+/* GELU: x/2 (1 + erf(x / sqrt 2)). */
+static inline float gelu_f32(float v) { return 0.5f * v * (1.0f + erf_f32(v * 0.70710678118654752f)); }
+
+/* GELU's tanh form: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static inline float gelu_tanh_f32(float v) {
+    return 0.5f * v * (1.0f + tanh_abs_f32(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+}
+
+/* Sigmoid 1 / (1 + e^-x): e^-x overflows to inf for x < -88.7, giving the exact limit 0. Swish
+ * is x * sigmoid(alpha x) (SiLU when alpha is 1), rounded as Sigmoid then Mul round. */
+static inline float sigmoid_f32(float v) { return 1.0f / (1.0f + exp_f32(-v)); }
+static inline float swish_f32(float v, float alpha) { return v * sigmoid_f32(alpha * v); }
+
+/* HardSigmoid max(0, min(1, alpha x + beta)); NaN stays NaN (as numpy's clip keeps it). */
+static inline float hardsigmoid_f32(float v, float alpha, float beta) {
+    float h = alpha * v + beta;
+    h = h < 0.0f ? 0.0f : h;
+    return h > 1.0f ? 1.0f : h;
+}
+
+/* y[i] = act(x[i] + bias[i]) for i < n (no bias when it is NULL); y may be x. The switch sits
+ * outside the loops so each loop vectorises with its activation inlined. */
+#define ACT_LOOP(EXPR)                                                                                 \
+    do {                                                                                               \
+        if (bias) {                                                                                    \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                      \
+                float v = x[i] + bias[i];                                                              \
+                y[i] = (EXPR);                                                                         \
+            }                                                                                          \
+        } else {                                                                                       \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                      \
+                float v = x[i];                                                                        \
+                y[i] = (EXPR);                                                                         \
+            }                                                                                          \
+        }                                                                                              \
+    } while (0)
+
+static void act_span(const float *x, const float *bias, float *y, int64_t n, int act, float p0, float p1) {
+    switch (act) {
+    case ACT_ERF: ACT_LOOP(erf_f32(v)); break;
+    case ACT_GELU: ACT_LOOP(gelu_f32(v)); break;
+    case ACT_GELU_TANH: ACT_LOOP(gelu_tanh_f32(v)); break;
+    case ACT_SIGMOID: ACT_LOOP(sigmoid_f32(v)); break;
+    case ACT_SWISH: ACT_LOOP(swish_f32(v, p0)); break;
+    case ACT_HARDSIGMOID: ACT_LOOP(hardsigmoid_f32(v, p0, p1)); break;
+    case ACT_HARDSWISH: ACT_LOOP(v * hardsigmoid_f32(v, 1.0f / 6.0f, 0.5f)); break;
+    default: break;
+    }
+}
+
+/* y = act(x) over elements [n0, n1); p0, p1: Swish's alpha, HardSigmoid's alpha and beta. */
+void aioge_activation_f32(const float *x, float *y, int act, float p0, float p1, int64_t n0, int64_t n1) {
+    act_span(x + n0, NULL, y + n0, n1 - n0, act, p0, p1);
+}
+
+/* y = act(x + bias) over rows [r0, r1) of a (rows, width) matrix, bias one row of width
+ * values (a Gemm's or MatMul's bias before GELU). Each element is the Add's float32 sum, so
+ * the result equals the Add followed by the activation. */
+void aioge_bias_activation_f32(const float *x, const float *bias, float *y, int64_t width, int act, float p0, float p1,
+                               int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++)
+        act_span(x + r * width, bias, y + r * width, width, act, p0, p1);
+}

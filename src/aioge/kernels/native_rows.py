@@ -1,0 +1,126 @@
+"""Calls into the compiled row and activation kernels (``csrc/norm.c``) for float32 arrays.
+
+Each function does the work and returns True, or returns False without touching anything when
+it cannot: no compiled tier (``native.available()`` false, or a build older than the kernel),
+another dtype, or non-contiguous memory. The caller then runs its numpy code. Large tensors go
+in two halves over an idle core (``parallel.split_range``; ctypes releases the GIL).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Sequence
+
+import numpy as np
+
+from aioge.kernels import native
+from aioge.kernels.parallel import split_range
+
+__all__ = ["ACTIVATIONS", "activation", "bias_activation", "layer_norm", "softmax", "unary"]
+
+_P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
+
+# Elements below which a second thread costs more than it saves. These kernels run 0.3-1 ns an
+# element; the helper thread's hop costs tens of microseconds on a quiet machine, and when the
+# other core is busy with other processes it waits for a time slice: in BERT-base on 2 loaded
+# cores, a bias+GELU of 393K values took 0.2 ms whole and 0.3-8 ms split. So only tensors of
+# milliseconds of work split.
+SPLIT_ELEMENTS = 1 << 21
+
+# activation name -> its code in csrc/norm.c (enum ACT_*); Gelu's parameter picks the tanh form
+_ACT = {"Erf": 1, "Gelu": 2, "Sigmoid": 4, "Swish": 5, "HardSigmoid": 6, "HardSwish": 7}
+_GELU_TANH = 3
+ACTIVATIONS = frozenset(_ACT)
+_F32 = np.dtype(np.float32)
+
+
+def _f32c(*arrays: np.ndarray | None) -> bool:
+    return all(a is None or (a.dtype is _F32 and a.flags.c_contiguous) for a in arrays)
+
+
+def _ptr(a: np.ndarray | None) -> int | None:
+    return None if a is None else native.ptr(a)
+
+
+def _act(name: str, params: Sequence[float]) -> tuple[int, float, float] | None:
+    code = _ACT.get(name)
+    if code is None:
+        return None
+    if name == "Gelu":
+        return (_GELU_TANH if params and params[0] else code), 0.0, 0.0
+    p = [float(v) for v in params] + [0.0, 0.0]
+    return code, p[0], p[1]
+
+
+def activation(name: str, x: np.ndarray, y: np.ndarray, params: Sequence[float] = ()) -> bool:
+    """``y = name(x)`` elementwise (``y`` may be ``x``), for the names in ``ACTIVATIONS``;
+    params as ``kernels.fused.EW_OPS`` takes them. False when it cannot (see the module)."""
+    act = _act(name, params)
+    if act is None or x.size != y.size or not _f32c(x, y):
+        return False
+    fn = native.function("aioge_activation_f32", _P, _P, _INT, _F, _F, _I64, _I64)
+    if fn is None:
+        return False
+    xp, yp = native.ptr(x), native.ptr(y)
+    split_range(x.size, lambda lo, hi: fn(xp, yp, *act, lo, hi), worth=x.size >= SPLIT_ELEMENTS)
+    return True
+
+
+def bias_activation(name: str, x: np.ndarray, bias: np.ndarray, y: np.ndarray, params: Sequence[float] = ()) -> bool:
+    """``y = name(x + bias)`` for 2-D ``x`` and ``y`` (which may be ``x``) and ``bias`` of one row's
+    size: an Add of a bias and the activation after it in one pass. False when it cannot."""
+    act = _act(name, params)
+    rows, width = x.shape
+    if act is None or y.shape != x.shape or bias.size != width or not _f32c(x, y, bias):
+        return False
+    fn = native.function("aioge_bias_activation_f32", _P, _P, _P, _I64, _INT, _F, _F, _I64, _I64)
+    if fn is None:
+        return False
+    xp, bp, yp = native.ptr(x), native.ptr(bias), native.ptr(y)
+    split_range(rows, lambda lo, hi: fn(xp, bp, yp, width, *act, lo, hi), worth=x.size >= SPLIT_ELEMENTS)
+    return True
+
+
+def unary(name: str, x: np.ndarray, params: Sequence[float] = ()) -> np.ndarray | None:
+    """A new array ``name(x)`` computed by ``activation``, or None when it cannot."""
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        return None
+    y = np.empty(x.shape, np.float32)
+    return y if activation(name, x, y, params) else None
+
+
+def layer_norm(
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray | None,
+    y: np.ndarray,
+    eps: float,
+    mean: np.ndarray | None = None,
+    inv_std: np.ndarray | None = None,
+) -> bool:
+    """LayerNormalization of the rows of 2-D ``x`` into ``y``, with ``scale`` (and ``bias``)
+    of one row's size; ``mean`` and ``inv_std`` (one value a row) are written when given.
+    False when it cannot (see the module)."""
+    rows, width = x.shape
+    if not _f32c(x, y, scale, bias, mean, inv_std) or scale.size != width or (bias is not None and bias.size != width):
+        return False
+    fn = native.function("aioge_layernorm_f32", _P, _P, _P, _P, _P, _P, _I64, _F, _I64, _I64)
+    if fn is None:
+        return False
+    ptrs = [native.ptr(x), native.ptr(scale), _ptr(bias), native.ptr(y), _ptr(mean), _ptr(inv_std)]
+    split_range(rows, lambda lo, hi: fn(*ptrs, width, eps, lo, hi), worth=x.size >= SPLIT_ELEMENTS)
+    return True
+
+
+def softmax(x: np.ndarray, y: np.ndarray, log: bool = False) -> bool:
+    """Softmax (or LogSoftmax) of the rows of 2-D ``x`` into ``y`` (which may be ``x``). False
+    when it cannot (see the module)."""
+    rows, width = x.shape
+    if not _f32c(x, y) or y.shape != x.shape:
+        return False
+    fn = native.function("aioge_softmax_f32", _P, _P, _I64, _INT, _I64, _I64)
+    if fn is None:
+        return False
+    xp, yp = native.ptr(x), native.ptr(y)
+    split_range(rows, lambda lo, hi: fn(xp, yp, width, int(log), lo, hi), worth=x.size >= SPLIT_ELEMENTS)
+    return True
