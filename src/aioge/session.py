@@ -396,7 +396,12 @@ class Session:
         return await self._run_exe(entry, exe, arrays, trace)
 
     async def _run_exe(
-        self, entry: _GraphEntry, exe: Executable, arrays: dict[str, np.ndarray], trace: str | os.PathLike[str] | None = None
+        self,
+        entry: _GraphEntry,
+        exe: Executable,
+        arrays: dict[str, np.ndarray],
+        trace: str | os.PathLike[str] | None = None,
+        inline: bool = True,
     ) -> dict[str, np.ndarray]:
         _, runs = self._limiters()
         workers = self._engines.workers
@@ -410,7 +415,7 @@ class Session:
             if devices is not None and spans is None and entry.resolved.exec_mode == "sink" and devices.eligible(exe):
                 return await devices.run(exe, arrays, entry.resolved.exec_threads)
             start = anyio.current_time()
-            outputs = await exe.run(arrays, mode=entry.resolved.exec_mode, workers=workers, trace=spans)
+            outputs = await exe.run(arrays, mode=entry.resolved.exec_mode, workers=workers, trace=spans, inline=inline)
         finally:
             runs.leave()
         if trace is not None and spans is not None:
@@ -755,14 +760,21 @@ class Session:
                 if len(entry.served) >= _FEED_KEYS:
                     entry.served.pop(next(iter(entry.served)))
                 entry.served[key] = (rows, tail)
+        batcher = entry.batchers.get(tail)
+        if batcher is not None and rows <= batcher.max_rows and trace is None:
+            return await batcher.submit(arrays, rows)
         max_rows = self._max_rows(entry)
         if max_rows and rows <= max_rows and trace is None:
-            batcher = entry.batchers.get(tail) or await self._batcher(entry, tail)
+            batcher = await self._batcher(entry, tail)
             return await batcher.submit(arrays, rows)
         return await self._run_padded(entry, arrays, trace)
 
     async def _run_padded(
-        self, entry: _GraphEntry, arrays: dict[str, np.ndarray], trace: str | os.PathLike[str] | None = None
+        self,
+        entry: _GraphEntry,
+        arrays: dict[str, np.ndarray],
+        trace: str | os.PathLike[str] | None = None,
+        inline: bool = True,
     ) -> dict[str, np.ndarray]:
         """Run checked feeds padded along dim 0 to the smallest gear or batch size that holds
         them; outputs sliced back to their rows."""
@@ -781,7 +793,7 @@ class Session:
                 arrays = {n: pad_rows(a, size) for n, a in arrays.items()}
             signature = tuple((v.name, arrays[v.name].shape) for v in entry.graph.inputs)
         exe = await self._executable(entry, signature)
-        outputs = await self._run_exe(entry, exe, arrays, trace)
+        outputs = await self._run_exe(entry, exe, arrays, trace, inline)
         if size is not None and size != rows:
             outputs = {n: o[:rows] if n in entry.batched else o for n, o in outputs.items()}
         return outputs
@@ -803,7 +815,7 @@ class Session:
         batcher = entry.batchers.get(tail)
         if batcher is None:
             batcher = entry.batchers[tail] = Batcher(
-                partial(self._run_padded, entry),
+                partial(self._run_padded, entry, inline=False),
                 max_rows=self._max_rows(entry),
                 max_delay=entry.resolved.batch_max_delay_us / 1e6,
                 batched=entry.batched,
@@ -820,7 +832,7 @@ def _sig(model: CompiledModel) -> Signature:
 
 def _feed_key(feeds: Mapping[str, Any]) -> _FeedKey | None:
     """Names, shapes and dtypes of feeds that are all arrays, or None."""
-    if not isinstance(feeds, Mapping):
+    if type(feeds) is not dict and not isinstance(feeds, Mapping):  # an ABC check costs a microsecond
         return None
     key = []
     for n, x in feeds.items():

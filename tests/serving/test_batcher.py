@@ -14,7 +14,7 @@ import aioge
 import aioge.session
 from aioge import ops
 from aioge.errors import ExecutionError, FeedError, GraphError
-from aioge.serving.batcher import Batcher
+from aioge.serving.batcher import SPLIT_AFTER, Batcher
 
 pytestmark = pytest.mark.anyio
 
@@ -316,3 +316,58 @@ async def test_a_graph_with_variables_does_not_batch() -> None:
     async with aioge.Session(SESSION) as s:
         with pytest.raises(OptionError, match="has variables"):
             await s.add_graph(1, g, {"aioge.batch_max_rows": "8"})
+
+
+async def test_slow_batches_are_split_over_idle_slots_and_rows_stay_exact() -> None:
+    """Runs of over SPLIT_AFTER s: a batch taken while another slot idles takes half the queue
+    and the other half starts at once, so both run together (on two lanes in a session)."""
+    sizes: list[int] = []
+    running = peak = 0
+
+    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        nonlocal running, peak
+        sizes.append(len(feeds["x"]))
+        running += 1
+        peak = max(peak, running)
+        await anyio.sleep(2 * SPLIT_AFTER)
+        running -= 1
+        return {"y": feeds["x"] * 2}
+
+    b = Batcher(run, max_rows=8, max_delay=0.05, batched=frozenset({"y"}), in_flight=2)
+    got: dict[int, np.ndarray] = {}
+
+    async def one(i: int) -> None:
+        got[i] = (await b.submit({"x": np.full((1, 2), i)}, 1))["y"]
+
+    await one(-1)  # the first batch measures the run time: no split before it is known
+    async with anyio.create_task_group() as tg:
+        for i in range(8):
+            tg.start_soon(one, i)
+    assert sizes == [1, 4, 4] and peak == 2
+    for i in range(-1, 8):
+        np.testing.assert_array_equal(got[i], np.full((1, 2), 2 * i))
+    async with anyio.create_task_group() as tg:  # without the split: one batch of eight
+        b2 = Batcher(run, max_rows=8, max_delay=0.05, batched=frozenset({"y"}), in_flight=2, split_after=None)
+        sizes.clear()
+        await b2.submit({"x": np.zeros((1, 2))}, 1)
+        for i in range(8):
+            tg.start_soon(b2.submit, {"x": np.zeros((1, 2))}, 1)
+    assert sizes == [1, 8]
+
+
+async def test_batches_run_on_the_lanes_not_inline() -> None:
+    """A short batch runs on a lane, so the event loop gathers the next batch meanwhile (an
+    unbatched run of the same graph still goes inline)."""
+    async with aioge.Session(SESSION) as s:
+        await s.add_graph(1, _mlp(), {"aioge.batch_max_rows": "4", "aioge.batch_preferred_sizes": "4"})
+        for _ in range(3):
+            async with anyio.create_task_group() as tg:
+                for i in range(8):
+                    tg.start_soon(s.run_graph, 1, {"x": _rows(i, 1)})
+        exe = s.executable(1)
+        assert exe.short and exe.inline_runs == 0
+        assert s.batch_stats(1).rows == 24
+        await s.add_graph(2, _mlp())
+        for _ in range(5):
+            await s.run_graph(2, {"x": _rows(0, 4)})
+        assert s.executable(2).inline_runs >= 3
