@@ -371,3 +371,28 @@ async def test_batches_run_on_the_lanes_not_inline() -> None:
         for _ in range(5):
             await s.run_graph(2, {"x": _rows(0, 4)})
         assert s.executable(2).inline_runs >= 3
+
+
+async def test_slow_batches_start_at_a_share_of_max_rows_without_waiting_out_the_delay() -> None:
+    """Once batches are slow, a leader waits for max_rows / in_flight rows, not max_rows: the
+    callers of a split half queue again and start at once (a 30 s max_delay would otherwise
+    hold them)."""
+
+    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        await anyio.sleep(2 * SPLIT_AFTER)
+        return {"y": feeds["x"] + 1}
+
+    b = Batcher(run, max_rows=8, max_delay=30.0, batched=frozenset({"y"}), in_flight=2)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:  # the first batch: 8 rows, full at once
+            for i in range(8):
+                tg.start_soon(b.submit, {"x": np.full((1, 1), i)}, 1)
+        got = []
+
+        async def one(i: int) -> None:
+            got.append((await b.submit({"x": np.full((1, 1), i)}, 1))["y"][0, 0])
+
+        async with anyio.create_task_group() as tg:  # four rows start a batch now that runs are slow
+            for i in range(4):
+                tg.start_soon(one, i)
+    assert sorted(got) == [1, 2, 3, 4]

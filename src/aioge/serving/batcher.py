@@ -2,8 +2,8 @@
 
 Modelled on Triton's dynamic batcher and Ray Serve's ``@serve.batch``: the first request to
 arrive when no batch is forming leads one. It waits up to ``max_delay`` seconds for more rows
-(or until ``max_rows`` are queued), takes the queue's head up to ``max_rows`` rows, stacks
-every input along dim 0, runs the stack once (the runner pads it to a compiled size) and
+(or until ``max_rows`` are queued; for slow batches, a share of them per slot), takes the
+queue's head up to ``max_rows`` rows, stacks every input along dim 0, runs the stack once (the runner pads it to a compiled size) and
 hands each request its rows of the batched outputs. The next queued request then leads the
 next batch, so a batch forms while the last one runs; at most ``in_flight`` batches run at
 once, and while a batch waits for its turn it takes in more rows. When batches take long to
@@ -93,6 +93,11 @@ class Batcher:
         self.batched = batched
         self._split_after = split_after
         self._run_s: float | None = None  # recent batches' run time (moving average)
+        self._in_flight = in_flight
+        # The rows a leader waits for (up to max_delay): max_rows, or for slow batches a share
+        # of it per slot, so that a split half whose callers queue again starts at once
+        # instead of waiting out max_delay for rows that are in the other half's run.
+        self._target = max_rows
         self._split = False  # the last batch left rows for an idle slot: they start at once
         self._event: type[anyio.Event] | None = None  # the backend's Event class, found on the first submit
         self._queue: deque[_Request] = deque()
@@ -130,7 +135,7 @@ class Batcher:
         self._queued_rows += rows
         if not self._leading:
             self._leading = req.lead = True
-        elif self._queued_rows >= self.max_rows and self._full is not None:
+        elif self._queued_rows >= self._target and self._full is not None:
             self._full.set()
         try:
             while True:
@@ -174,7 +179,7 @@ class Batcher:
     async def _lead(self, req: _Request) -> None:
         if self._split:
             self._split = False
-        elif self._queued_rows < self.max_rows and self.max_delay > 0:
+        elif self._queued_rows < self._target and self.max_delay > 0:
             self._full = anyio.Event()
             with anyio.move_on_after(self.max_delay):
                 await self._full.wait()
@@ -218,6 +223,8 @@ class Batcher:
             outputs = await self._run(stacked)
             took = time.perf_counter() - start
             self._run_s = took if self._run_s is None else 0.8 * self._run_s + 0.2 * took
+            slow = self._split_after is not None and self._run_s >= self._split_after
+            self._target = -(-self.max_rows // self._in_flight) if slow else self.max_rows
         except Exception as exc:
             for r in batch:
                 r.error = exc
