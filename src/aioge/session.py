@@ -28,7 +28,7 @@ from aioge.plan.model import CompiledModel
 from aioge.runtime.blas import configure_blas
 from aioge.runtime.devices import DevicePool
 from aioge.runtime.executor import Executable, TraceSpan
-from aioge.runtime.workers import EngineWorkers
+from aioge.runtime.workers import EngineWorkers, Event, new_event
 from aioge.serving.batcher import Batcher, BatchStats
 from aioge.serving.gears import GearSet, batched_outputs, gear_set, gear_set_of_model, pad_rows
 
@@ -78,13 +78,13 @@ class _RunGate:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.busy = 0
-        self.waiters: deque[anyio.Event] = deque()
+        self.waiters: deque[Event] = deque()
 
     async def enter(self) -> None:
         if self.busy < self.limit and not self.waiters:
             self.busy += 1
             return
-        ev = anyio.Event()
+        ev = new_event()
         self.waiters.append(ev)
         try:
             await ev.wait()
@@ -414,7 +414,7 @@ class Session:
             self._check_open(entry.graph.name)
             if devices is not None and spans is None and entry.resolved.exec_mode == "sink" and devices.eligible(exe):
                 return await devices.run(exe, arrays, entry.resolved.exec_threads)
-            start = anyio.current_time()
+            start = anyio.current_time() if spans is not None else 0.0
             outputs = await exe.run(arrays, mode=entry.resolved.exec_mode, workers=workers, trace=spans, inline=inline)
         finally:
             runs.leave()

@@ -21,15 +21,16 @@ queued, so a bad feed fails alone; an error of the run fails every request of th
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Mapping, Union
+from typing import Awaitable, Callable, Mapping
 
 import anyio
 import numpy as np
 import sniffio
+
+from aioge.runtime.workers import Event, FutureEvent
 
 __all__ = ["SPLIT_AFTER", "BatchStats", "Batcher"]
 
@@ -57,33 +58,10 @@ class BatchStats:
         return {f: getattr(self, f) for f in self.__slots__}
 
 
-class _FutureWake:
-    """A one-shot wake-up on asyncio: a bare future, set at most once; half the cost of an
-    anyio Event (itself an asyncio.Event with a list of futures) per request."""
-
-    __slots__ = ("_fut",)
-
-    def __init__(self) -> None:
-        self._fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def set(self) -> None:
-        if not self._fut.done():  # a cancelled waiter's future is done already
-            self._fut.set_result(None)
-
-    def is_set(self) -> bool:
-        return self._fut.done() and not self._fut.cancelled()
-
-    def wait(self) -> asyncio.Future[None]:
-        return self._fut
-
-
-Wake = Union[anyio.Event, _FutureWake]
-
-
 class _Request:
     __slots__ = ("arrays", "rows", "arrived", "wake", "lead", "taken", "outputs", "error")
 
-    def __init__(self, arrays: Mapping[str, np.ndarray], rows: int, arrived: float, wake: Wake) -> None:
+    def __init__(self, arrays: Mapping[str, np.ndarray], rows: int, arrived: float, wake: Event) -> None:
         self.arrays = arrays
         self.rows = rows
         self.arrived = arrived
@@ -124,7 +102,7 @@ class Batcher:
         # instead of waiting out max_delay for rows that are in the other half's run.
         self._target = max_rows
         self._split = False  # the last batch left rows for an idle slot: they start at once
-        self._wake: Callable[[], Wake] | None = None  # makes a request's wake-up: found on the first submit
+        self._wake: Callable[[], Event] | None = None  # makes a request's wake-up: found on the first submit
         self._queue: deque[_Request] = deque()
         self._queued_rows = 0
         self._leading = False
@@ -152,10 +130,9 @@ class Batcher:
             whatever the batch's run raised.
         """
         wake = self._wake
-        if wake is None:
-            wake = self._wake = _FutureWake if sniffio.current_async_library() == "asyncio" else type(anyio.Event())
-        # Not anyio.Event() nor anyio.current_time(): each looks the backend up, per call.
-        req = _Request(arrays, rows, time.perf_counter(), wake())
+        if wake is None:  # not anyio.Event(): it looks the backend up, per call
+            wake = self._wake = FutureEvent if sniffio.current_async_library() == "asyncio" else type(anyio.Event())
+        req = _Request(arrays, rows, time.perf_counter(), wake())  # not anyio.current_time(): a look-up too
         self._queue.append(req)
         self._queued_rows += rows
         if not self._leading:
