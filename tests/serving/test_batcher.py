@@ -319,7 +319,7 @@ async def test_a_graph_with_variables_does_not_batch() -> None:
 
 
 async def test_slow_batches_are_split_over_idle_slots_and_rows_stay_exact() -> None:
-    """Runs of over SPLIT_AFTER s: a batch taken while another slot idles takes half the queue
+    """Batches that would run SPLIT_AFTER s or more: one taken while another slot idles takes half the queue
     and the other half starts at once, so both run together (on two lanes in a session)."""
     sizes: list[int] = []
     running = peak = 0
