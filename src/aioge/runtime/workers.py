@@ -32,7 +32,7 @@ from anyio.from_thread import RunFinishedError
 
 from aioge.errors import SessionClosedError
 
-__all__ = ["Completion", "EngineWorkers", "FutureEvent", "Lane", "new_event"]
+__all__ = ["Completion", "CpuTokens", "EngineWorkers", "FutureEvent", "Lane", "new_event"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,56 @@ class Lane:
         self._thread.join(timeout)
 
 
+class CpuTokens(threading.Semaphore):
+    """The CPU tokens: a ``threading.Semaphore`` whose uncontended acquire and release take one
+    C lock and skip the condition variable (threading's take it, and notify, every time: about
+    0.7 us each; an inline run takes and gives back every token, a lane run one), plus
+    ``take_all``/``give_all`` in one step each."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self._lock = threading.Lock()  # the condition's lock
+        self._cond = threading.Condition(self._lock)
+        self._size = value
+        self._waiting = 0
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        with self._lock:
+            if self._value > 0:
+                self._value -= 1
+                return True
+            if not blocking:
+                return False
+            self._waiting += 1
+            try:
+                if not self._cond.wait_for(lambda: self._value > 0, timeout):
+                    return False
+            finally:
+                self._waiting -= 1
+            self._value -= 1
+            return True
+
+    __enter__ = acquire
+
+    def release(self, n: int = 1) -> None:
+        with self._lock:
+            self._value += n
+            if self._waiting:
+                self._cond.notify(n)
+
+    def take_all(self) -> bool:
+        """Every token if none is taken, without waiting."""
+        with self._lock:
+            if self._value != self._size:
+                return False
+            self._value = 0
+            return True
+
+    def give_all(self) -> None:
+        """Give back what ``take_all`` took."""
+        self.release(self._size)
+
+
 class EngineWorkers:
     """The worker pools of the three engines. Lanes are started on first use.
 
@@ -89,7 +139,7 @@ class EngineWorkers:
         cores = os.cpu_count() or 2
         self._min = max(1, min_lanes if min_lanes is not None else cores)
         self.cpu_slots = max(1, cpu_slots if cpu_slots is not None else cores)
-        self.cpu = threading.Semaphore(self.cpu_slots)
+        self.cpu = CpuTokens(self.cpu_slots)
         self._lock = threading.Lock()
         self._lanes: dict[str, list[Lane]] = {}
         self._rotation: dict[str, int] = {}
@@ -125,17 +175,11 @@ class EngineWorkers:
 
     def take_all_cpu(self) -> bool:
         """Take every CPU token if none is in use (no lane computing), without waiting."""
-        for k in range(self.cpu_slots):
-            if not self.cpu.acquire(blocking=False):
-                for _ in range(k):
-                    self.cpu.release()
-                return False
-        return True
+        return self.cpu.take_all()
 
     def give_all_cpu(self) -> None:
         """Give back the tokens ``take_all_cpu`` took."""
-        for _ in range(self.cpu_slots):
-            self.cpu.release()
+        self.cpu.give_all()
 
     def enqueue(self, items: Sequence[tuple[Lane, Callable[[], object]]]) -> None:
         """Put one run's items on their lanes, all at once with respect to other runs.
