@@ -14,7 +14,7 @@ import aioge
 import aioge.session
 from aioge import ops
 from aioge.errors import ExecutionError, FeedError, GraphError
-from aioge.serving.batcher import SPLIT_AFTER, Batcher
+from aioge.serving.batcher import PROBE_EVERY, SPLIT_AFTER, Batcher
 
 pytestmark = pytest.mark.anyio
 
@@ -396,3 +396,30 @@ async def test_slow_batches_start_at_a_share_of_max_rows_without_waiting_out_the
             for i in range(4):
                 tg.start_soon(one, i)
     assert sorted(got) == [1, 2, 3, 4]
+
+
+async def test_splits_stop_when_overlapping_batches_run_no_faster() -> None:
+    """Splits are measured: on one core (runs share it, so two at once each take twice as long)
+    a split's rows run slower than alone, and batches are taken whole again."""
+    sizes: list[int] = []
+    running = 0
+
+    async def one_core(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        nonlocal running
+        sizes.append(len(feeds["x"]))
+        running += 1
+        left = len(feeds["x"]) * SPLIT_AFTER / 4  # 8 rows: twice SPLIT_AFTER alone
+        while left > 0:
+            await anyio.sleep(SPLIT_AFTER / 8)
+            left -= SPLIT_AFTER / 8 / running
+        running -= 1
+        return {"y": feeds["x"] * 2}
+
+    b = Batcher(one_core, max_rows=8, max_delay=0.05, batched=frozenset({"y"}), in_flight=2)
+    for round_ in range(6):
+        async with anyio.create_task_group() as tg:
+            for i in range(1 if round_ == 0 else 8):
+                tg.start_soon(b.submit, {"x": np.full((1, 1), i)}, 1)
+    assert sizes[:3] == [1, 4, 4], "not known yet: the first slow batch is split"
+    assert sizes[3:] == [8] * 4, "measured: the split halves ran no faster, so no more splits"
+    assert PROBE_EVERY > 4

@@ -3,15 +3,16 @@
 Modelled on Triton's dynamic batcher and Ray Serve's ``@serve.batch``: the first request to
 arrive when no batch is forming leads one. It waits up to ``max_delay`` seconds for more rows
 (or until ``max_rows`` are queued; for slow batches, a share of them per slot), takes the
-queue's head up to ``max_rows`` rows, stacks every input along dim 0, runs the stack once (the runner pads it to a compiled size) and
-hands each request its rows of the batched outputs. The next queued request then leads the
-next batch, so a batch forms while the last one runs; at most ``in_flight`` batches run at
-once, and while a batch waits for its turn it takes in more rows. When batches take long to
-run (the queued rows would take ``split_after`` s, at the recent seconds per row) and other
-slots idle, a batch takes only its share
-of the queue and the rest starts at once: with every client queued, two half batches run on
-two cores instead of one whole batch on one, and the half that ends first queues again while
-the other computes.
+queue's head up to ``max_rows`` rows, stacks every input along dim 0, runs the stack once
+(the runner pads it to a compiled size) and hands each request its rows of the batched
+outputs. The next queued request then leads the next batch, so a batch forms while the last
+one runs; at most ``in_flight`` batches run at once, and while a batch waits for its turn it
+takes in more rows. When batches are slow (the queued rows would take ``split_after`` s at
+the recent seconds per row), other slots idle and splits are measured to pay (rows of
+batches that overlapped ran nearly as fast as alone: there was a free core), a batch takes
+only its share of the queue and the rest starts at once: with every client queued, two half
+batches run on two cores instead of one whole batch on one, and the half that ends first
+queues again while the other computes.
 
 There is no background task (a session has no task group to own one, and trio wants one):
 leading moves from request to request. A request cancelled while queued leaves the queue
@@ -33,7 +34,7 @@ import sniffio
 
 from aioge.runtime.workers import Event, FutureEvent
 
-__all__ = ["SPLIT_AFTER", "BatchStats", "Batcher"]
+__all__ = ["PROBE_EVERY", "SHARED_SLOWDOWN", "SPLIT_AFTER", "BatchStats", "Batcher"]
 
 Runner = Callable[[dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]]
 
@@ -44,6 +45,8 @@ _DELAYS_KEPT = 4096  # queue delays kept for the percentiles: the latest ones
 # with no idle core (a loaded machine) its split batches served 30-40% fewer requests, while a
 # CNN's 64 rows take 6 ms and halve on two cores.
 SPLIT_AFTER = 0.004
+SHARED_SLOWDOWN = 1.5  # splits pay while rows of overlapping batches run at most this much slower
+PROBE_EVERY = 16  # when they do not, every 16th slow batch is split anyway to measure again
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +102,14 @@ class Batcher:
         self.max_delay = max_delay
         self.batched = batched
         self._split_after = split_after
-        self._row_s: float | None = None  # recent batches' run time per row (moving average)
+        # Run time per row (moving averages) of batches that ran alone and of batches that ran
+        # beside another: whether splits pay is measured, not assumed. With a free core per
+        # batch the two agree; with none (a loaded machine) a shared row takes about twice as
+        # long, and a split only adds hand-offs and smaller, less efficient batches.
+        self._row_s: float | None = None
+        self._row_shared: float | None = None
+        self._running = self._started = 0
+        self._unsplit = 0  # slow batches taken whole in a row since the last split (probes)
         self._in_flight = in_flight
         # The rows a leader waits for (up to max_delay): max_rows, or for slow batches a share
         # of it per slot, so that a split half whose callers queue again starts at once
@@ -198,8 +208,12 @@ class Batcher:
                 await self._run_batch(batch)
 
     def _slow(self, rows: int) -> bool:
-        """Whether a batch of ``rows`` rows would run for ``split_after`` s or more."""
-        return self._split_after is not None and self._row_s is not None and self._row_s * rows >= self._split_after
+        """Whether a batch of ``rows`` rows would run for ``split_after`` s or more, and splits
+        pay: batches beside another ran their rows at most SHARED_SLOWDOWN times slower than
+        alone (or that is not known yet)."""
+        if self._split_after is None or self._row_s is None or self._row_s * rows < self._split_after:
+            return False
+        return self._row_shared is None or self._row_shared <= SHARED_SLOWDOWN * self._row_s
 
     def _take(self) -> list[_Request]:
         """The queue's head up to max_rows, or its share when other slots are idle (the rest
@@ -208,9 +222,16 @@ class Batcher:
         rows = 0
         limit = self.max_rows
         idle = self._slots.value
-        if idle and self._slow(self._queued_rows):
-            limit = min(limit, -(-self._queued_rows // (idle + 1)))
-            self._split = self._queued_rows > limit
+        if idle and self._queued_rows > 1:
+            split = self._slow(self._queued_rows)
+            row_s, after = self._row_s, self._split_after
+            if not split and after is not None and row_s is not None and row_s * self._queued_rows >= after:
+                self._unsplit += 1  # slow, but splits did not pay: probe now and then (the load may have gone)
+                split = self._unsplit >= PROBE_EVERY
+            if split:
+                self._unsplit = 0
+                limit = min(limit, -(-self._queued_rows // (idle + 1)))
+                self._split = self._queued_rows > limit
         while self._queue and (not batch or rows + self._queue[0].rows <= limit) and rows + self._queue[0].rows <= self.max_rows:
             r = self._queue.popleft()
             r.taken = True
@@ -226,6 +247,9 @@ class Batcher:
         self._batches += 1
         self._requests += len(batch)
         self._rows += total
+        alone, started = self._running == 0, self._started
+        self._running += 1
+        self._started += 1
         try:
             if len(batch) == 1:
                 stacked = dict(batch[0].arrays)
@@ -234,7 +258,10 @@ class Batcher:
             outputs = await self._run(stacked)
             took = time.perf_counter() - start
             per_row = took / total
-            self._row_s = per_row if self._row_s is None else 0.8 * self._row_s + 0.2 * per_row
+            if alone and self._started == started + 1:  # no other batch ran meanwhile
+                self._row_s = per_row if self._row_s is None else 0.8 * self._row_s + 0.2 * per_row
+            else:
+                self._row_shared = per_row if self._row_shared is None else 0.8 * self._row_shared + 0.2 * per_row
             self._target = -(-self.max_rows // self._in_flight) if self._slow(self.max_rows) else self.max_rows
         except Exception as exc:
             for r in batch:
@@ -245,5 +272,6 @@ class Batcher:
                 r.outputs = {n: (o[at : at + r.rows] if n in self.batched else o) for n, o in outputs.items()}
                 at += r.rows
         finally:
+            self._running -= 1
             for r in batch:
                 r.wake.set()
