@@ -423,3 +423,22 @@ async def test_splits_stop_when_overlapping_batches_run_no_faster() -> None:
     assert sizes[:3] == [1, 4, 4], "not known yet: the first slow batch is split"
     assert sizes[3:] == [8] * 4, "measured: the split halves ran no faster, so no more splits"
     assert PROBE_EVERY > 4
+
+
+async def test_a_slow_first_batch_does_not_keep_fast_batches_split() -> None:
+    """The seconds per row that decide a split follow every batch: a slow first run (a cold
+    start) is forgotten once batches are fast, split or not."""
+    sizes: list[int] = []
+
+    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        sizes.append(len(feeds["x"]))
+        await anyio.sleep(10 * SPLIT_AFTER if len(sizes) == 1 else SPLIT_AFTER / 40)
+        return {"y": feeds["x"]}
+
+    b = Batcher(run, max_rows=8, max_delay=0.05, batched=frozenset({"y"}), in_flight=2)
+    for round_ in range(40):
+        async with anyio.create_task_group() as tg:
+            for i in range(1 if round_ == 0 else 8):
+                tg.start_soon(b.submit, {"x": np.full((1, 1), i)}, 1)
+    assert sizes[1:3] == [4, 4], "after the slow first batch, the next is split"
+    assert sizes[-10:] == [8] * 10, "fast batches are taken whole again"

@@ -46,7 +46,7 @@ _DELAYS_KEPT = 4096  # queue delays kept for the percentiles: the latest ones
 # CNN's 64 rows take 6 ms and halve on two cores.
 SPLIT_AFTER = 0.004
 SHARED_SLOWDOWN = 1.5  # splits pay while rows of overlapping batches run at most this much slower
-PROBE_EVERY = 16  # when they do not, every 16th slow batch is split anyway to measure again
+PROBE_EVERY = 16  # every 16th slow batch goes the other way (split or whole), to measure both again
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +106,11 @@ class Batcher:
         # beside another: whether splits pay is measured, not assumed. With a free core per
         # batch the two agree; with none (a loaded machine) a shared row takes about twice as
         # long, and a split only adds hand-offs and smaller, less efficient batches.
+        self._row_any: float | None = None
         self._row_s: float | None = None
         self._row_shared: float | None = None
         self._running = self._started = 0
-        self._unsplit = 0  # slow batches taken whole in a row since the last split (probes)
+        self._probe = 0  # slow batches taken since the last probe
         self._in_flight = in_flight
         # The rows a leader waits for (up to max_delay): max_rows, or for slow batches a share
         # of it per slot, so that a split half whose callers queue again starts at once
@@ -208,12 +209,14 @@ class Batcher:
                 await self._run_batch(batch)
 
     def _slow(self, rows: int) -> bool:
-        """Whether a batch of ``rows`` rows would run for ``split_after`` s or more, and splits
-        pay: batches beside another ran their rows at most SHARED_SLOWDOWN times slower than
-        alone (or that is not known yet)."""
-        if self._split_after is None or self._row_s is None or self._row_s * rows < self._split_after:
-            return False
-        return self._row_shared is None or self._row_shared <= SHARED_SLOWDOWN * self._row_s
+        """Whether a batch of ``rows`` rows would run for ``split_after`` s or more, at the
+        recent seconds per row of every batch."""
+        return self._split_after is not None and self._row_any is not None and self._row_any * rows >= self._split_after
+
+    def _splits_pay(self) -> bool:
+        """Whether rows of batches that overlapped another ran at most SHARED_SLOWDOWN times
+        slower than rows of batches alone (or that is not known yet)."""
+        return self._row_shared is None or self._row_s is None or self._row_shared <= SHARED_SLOWDOWN * self._row_s
 
     def _take(self) -> list[_Request]:
         """The queue's head up to max_rows, or its share when other slots are idle (the rest
@@ -222,14 +225,13 @@ class Batcher:
         rows = 0
         limit = self.max_rows
         idle = self._slots.value
-        if idle and self._queued_rows > 1:
-            split = self._slow(self._queued_rows)
-            row_s, after = self._row_s, self._split_after
-            if not split and after is not None and row_s is not None and row_s * self._queued_rows >= after:
-                self._unsplit += 1  # slow, but splits did not pay: probe now and then (the load may have gone)
-                split = self._unsplit >= PROBE_EVERY
+        if idle and self._queued_rows > 1 and self._slow(self._queued_rows):
+            split = self._splits_pay()
+            self._probe += 1
+            if self._probe >= PROBE_EVERY:  # now and then the other choice, so neither figure goes stale
+                self._probe = 0
+                split = not split
             if split:
-                self._unsplit = 0
                 limit = min(limit, -(-self._queued_rows // (idle + 1)))
                 self._split = self._queued_rows > limit
         while self._queue and (not batch or rows + self._queue[0].rows <= limit) and rows + self._queue[0].rows <= self.max_rows:
@@ -258,11 +260,13 @@ class Batcher:
             outputs = await self._run(stacked)
             took = time.perf_counter() - start
             per_row = took / total
+            self._row_any = per_row if self._row_any is None else 0.8 * self._row_any + 0.2 * per_row
             if alone and self._started == started + 1:  # no other batch ran meanwhile
                 self._row_s = per_row if self._row_s is None else 0.8 * self._row_s + 0.2 * per_row
             else:
                 self._row_shared = per_row if self._row_shared is None else 0.8 * self._row_shared + 0.2 * per_row
-            self._target = -(-self.max_rows // self._in_flight) if self._slow(self.max_rows) else self.max_rows
+            share = self._slow(self.max_rows) and self._splits_pay()
+            self._target = -(-self.max_rows // self._in_flight) if share else self.max_rows
         except Exception as exc:
             for r in batch:
                 r.error = exc
