@@ -74,6 +74,9 @@ def test_the_serving_section_measures_batched_unbatched_and_the_pool(small_run: 
     for side in ("batched", "unbatched", "ort"):
         assert row[f"{side}_rps"] > 0 and 0 < row[f"{side}_p50_s"] <= row[f"{side}_p99_s"]
     assert row["batched_vs_ort"] == pytest.approx(row["batched_rps"] / row["ort_rps"])
+    for side in ("batched", "unbatched"):  # the loop's thread is one of the process's
+        assert 0 < row[f"{side}_loop_cpu_us"] <= row[f"{side}_cpu_us"] * 1.01
+    assert row["ort_cpu_us"] > 0 and "CPU us/req" in render_markdown(small_run)
     assert 1 <= row["mean_batch_rows"] <= 8 and row["lag_max_ms"] >= row["lag_p99_ms"] >= 0
     targets = {t["target"]: t for t in small_run["targets"]}
     assert targets["serving mlp: batched req/s aioge/ort"]["bound"] == 2.0

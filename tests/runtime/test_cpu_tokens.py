@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import aioge
 from aioge import ops
 from aioge.ir.graph import Graph
 from aioge.kernels import parallel
-from aioge.runtime.workers import EngineWorkers
+from aioge.runtime.workers import CpuTokens, EngineWorkers
 
 pytestmark = pytest.mark.anyio
 
@@ -73,3 +75,29 @@ def test_outside_a_run_kernels_borrow_no_tokens() -> None:
     calls: list[tuple[int, int]] = []
     assert parallel.split_range(10, lambda lo, hi: calls.append((lo, hi))) == 1
     assert calls == [(0, 10)]
+
+
+def test_cpu_tokens_count_block_and_wake_like_a_semaphore() -> None:
+    tokens = CpuTokens(2)
+    assert isinstance(tokens, threading.Semaphore)
+    assert tokens.take_all() and not tokens.acquire(blocking=False)
+    assert not tokens.acquire(timeout=0.01)  # none free: the timeout ends the wait
+    tokens.give_all()
+    assert tokens.acquire(blocking=False) and not tokens.take_all()  # one in use: not all
+    got: list[float] = []
+
+    def waiter() -> None:
+        with tokens:  # the second token, then a third that waits for a release
+            tokens.acquire()
+            got.append(time.perf_counter())
+            tokens.release()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.05)
+    assert got == [], "no token free: the waiter waits"
+    released = time.perf_counter()
+    tokens.release()
+    t.join(5)
+    assert got and got[0] >= released and not t.is_alive()
+    assert tokens.take_all(), "every token came back"

@@ -8,6 +8,7 @@ import time
 
 import anyio
 import pytest
+import sniffio
 
 from aioge.runtime.workers import Completion, EngineWorkers
 
@@ -140,3 +141,30 @@ def test_closed_pools_detach_their_finalizer() -> None:
     assert pool._finalizer.alive
     pool.close()
     assert not pool._finalizer.alive, "close() already stopped the lanes; the finalizer must not run again"
+
+
+async def test_an_event_waited_again_after_a_cancelled_wait_still_waits_for_set() -> None:
+    """new_event (a bare future on asyncio): a cancelled wait must not end a later shielded
+    one (a run's Completion is waited for shielded after its first wait was cancelled)."""
+    from aioge.runtime.workers import FutureEvent, new_event
+
+    ev = new_event()
+    assert isinstance(ev, FutureEvent) == (sniffio.current_async_library() == "asyncio")
+    with anyio.move_on_after(0.01) as scope:
+        await ev.wait()
+    assert scope.cancelled_caught and not ev.is_set()
+    woke: list[float] = []
+
+    async def shielded() -> None:
+        with anyio.CancelScope(shield=True):
+            await ev.wait()
+        woke.append(anyio.current_time())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(shielded)
+        await anyio.sleep(0.02)
+        assert woke == []
+        set_at = anyio.current_time()
+        ev.set()
+    assert ev.is_set() and woke and woke[0] >= set_at
+    await ev.wait()  # set: returns at once

@@ -14,7 +14,7 @@ import aioge
 import aioge.session
 from aioge import ops
 from aioge.errors import ExecutionError, FeedError, GraphError
-from aioge.serving.batcher import Batcher
+from aioge.serving.batcher import PROBE_EVERY, SPLIT_AFTER, Batcher
 
 pytestmark = pytest.mark.anyio
 
@@ -316,3 +316,130 @@ async def test_a_graph_with_variables_does_not_batch() -> None:
     async with aioge.Session(SESSION) as s:
         with pytest.raises(OptionError, match="has variables"):
             await s.add_graph(1, g, {"aioge.batch_max_rows": "8"})
+
+
+async def test_slow_batches_are_split_over_idle_slots_and_rows_stay_exact() -> None:
+    """Batches that would run SPLIT_AFTER s or more: one taken while another slot idles takes half the queue
+    and the other half starts at once, so both run together (on two lanes in a session)."""
+    sizes: list[int] = []
+    running = peak = 0
+
+    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        nonlocal running, peak
+        sizes.append(len(feeds["x"]))
+        running += 1
+        peak = max(peak, running)
+        await anyio.sleep(2 * SPLIT_AFTER)
+        running -= 1
+        return {"y": feeds["x"] * 2}
+
+    b = Batcher(run, max_rows=8, max_delay=0.05, batched=frozenset({"y"}), in_flight=2)
+    got: dict[int, np.ndarray] = {}
+
+    async def one(i: int) -> None:
+        got[i] = (await b.submit({"x": np.full((1, 2), i)}, 1))["y"]
+
+    await one(-1)  # the first batch measures the run time: no split before it is known
+    async with anyio.create_task_group() as tg:
+        for i in range(8):
+            tg.start_soon(one, i)
+    assert sizes == [1, 4, 4] and peak == 2
+    for i in range(-1, 8):
+        np.testing.assert_array_equal(got[i], np.full((1, 2), 2 * i))
+    async with anyio.create_task_group() as tg:  # without the split: one batch of eight
+        b2 = Batcher(run, max_rows=8, max_delay=0.05, batched=frozenset({"y"}), in_flight=2, split_after=None)
+        sizes.clear()
+        await b2.submit({"x": np.zeros((1, 2))}, 1)
+        for i in range(8):
+            tg.start_soon(b2.submit, {"x": np.zeros((1, 2))}, 1)
+    assert sizes == [1, 8]
+
+
+async def test_batches_run_on_the_lanes_not_inline() -> None:
+    """A short batch runs on a lane, so the event loop gathers the next batch meanwhile (an
+    unbatched run of the same graph still goes inline)."""
+    async with aioge.Session(SESSION) as s:
+        await s.add_graph(1, _mlp(), {"aioge.batch_max_rows": "4", "aioge.batch_preferred_sizes": "4"})
+        for _ in range(3):
+            async with anyio.create_task_group() as tg:
+                for i in range(8):
+                    tg.start_soon(s.run_graph, 1, {"x": _rows(i, 1)})
+        exe = s.executable(1)
+        assert exe.short and exe.inline_runs == 0
+        assert s.batch_stats(1).rows == 24
+        await s.add_graph(2, _mlp())
+        for _ in range(5):
+            await s.run_graph(2, {"x": _rows(0, 4)})
+        assert s.executable(2).inline_runs >= 3
+
+
+async def test_slow_batches_start_at_a_share_of_max_rows_without_waiting_out_the_delay() -> None:
+    """Once batches are slow, a leader waits for max_rows / in_flight rows, not max_rows: the
+    callers of a split half queue again and start at once (a 30 s max_delay would otherwise
+    hold them)."""
+
+    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        await anyio.sleep(2 * SPLIT_AFTER)
+        return {"y": feeds["x"] + 1}
+
+    b = Batcher(run, max_rows=8, max_delay=30.0, batched=frozenset({"y"}), in_flight=2)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:  # the first batch: 8 rows, full at once
+            for i in range(8):
+                tg.start_soon(b.submit, {"x": np.full((1, 1), i)}, 1)
+        got = []
+
+        async def one(i: int) -> None:
+            got.append((await b.submit({"x": np.full((1, 1), i)}, 1))["y"][0, 0])
+
+        async with anyio.create_task_group() as tg:  # four rows start a batch now that runs are slow
+            for i in range(4):
+                tg.start_soon(one, i)
+    assert sorted(got) == [1, 2, 3, 4]
+
+
+async def test_splits_stop_when_overlapping_batches_run_no_faster() -> None:
+    """Splits are measured: on a busy core (two runs at once each take three times as long:
+    they share it, and thrash its cache) a split's rows run slower than alone, and batches
+    are taken whole again."""
+    sizes: list[int] = []
+    running = 0
+
+    async def one_core(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        nonlocal running
+        sizes.append(len(feeds["x"]))
+        running += 1
+        work = 2.0 * len(feeds["x"])  # alone, 8 rows: 16 steps of SPLIT_AFTER / 4
+        while work > 0:
+            await anyio.sleep(SPLIT_AFTER / 4)
+            work -= 1 / (2 * running - 1)
+        running -= 1
+        return {"y": feeds["x"] * 2}
+
+    b = Batcher(one_core, max_rows=8, max_delay=0.05, batched=frozenset({"y"}), in_flight=2)
+    for _ in range(6):
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(b.submit, {"x": np.full((1, 1), i)}, 1)
+    assert sizes[:3] == [8, 4, 4], "whole while run times are unknown; then slow, and split once"
+    assert sizes[3:] == [8] * 4, "measured: the split halves ran no faster, so no more splits"
+    assert PROBE_EVERY > 5
+
+
+async def test_a_slow_first_batch_does_not_keep_fast_batches_split() -> None:
+    """The seconds per row that decide a split follow every batch: a slow first run (a cold
+    start) is forgotten once batches are fast, split or not."""
+    sizes: list[int] = []
+
+    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        sizes.append(len(feeds["x"]))
+        await anyio.sleep(10 * SPLIT_AFTER if len(sizes) == 1 else SPLIT_AFTER / 40)
+        return {"y": feeds["x"]}
+
+    b = Batcher(run, max_rows=8, max_delay=0.05, batched=frozenset({"y"}), in_flight=2)
+    for round_ in range(40):
+        async with anyio.create_task_group() as tg:
+            for i in range(1 if round_ == 0 else 8):
+                tg.start_soon(b.submit, {"x": np.full((1, 1), i)}, 1)
+    assert sizes[1:3] == [4, 4], "after the slow first batch, the next is split"
+    assert sizes[-10:] == [8] * 10, "fast batches are taken whole again"

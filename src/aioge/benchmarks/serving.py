@@ -3,7 +3,9 @@
 
 Each client sends ``requests`` one-row requests one after another (a closed loop, as a
 service's callers do); throughput is all requests over the wall time of the burst, latency
-is per request. aioge runs on this event loop with GE's batch gears (1, 2, 4, ... up to the
+is per request. CPU time per request (every thread of the process; for aioge also the event
+loop's thread alone) is measured beside them: on a shared machine wall-clock ratios swing
+with the neighbours' load, CPU per request much less. aioge runs on this event loop with GE's batch gears (1, 2, 4, ... up to the
 client count, compiled when the graph is added) and ``aioge.batch_max_rows``; the event
 loop's lag is measured meanwhile. The sides alternate round by round; every figure is a
 median over rounds.
@@ -48,7 +50,7 @@ def _gear_options(graph: aioge.Graph, clients: int, batching: bool) -> dict[str,
 
 async def _aioge_round(
     session: aioge.Session, gid: int, feeds: dict[str, np.ndarray], clients: int, requests: int, monitor: LagMonitor | None
-) -> tuple[float, list[float]]:
+) -> tuple[float, list[float], float, float]:
     latencies: list[float] = []
 
     async def client() -> None:
@@ -60,18 +62,19 @@ async def _aioge_round(
     async with anyio.create_task_group() as outer:
         if monitor is not None:
             await outer.start(monitor.run)
-        t0 = time.perf_counter()
+        t0, cpu0, loop0 = time.perf_counter(), time.process_time(), time.thread_time()
         async with anyio.create_task_group() as tg:
             for _ in range(clients):
                 tg.start_soon(client)
-        wall = time.perf_counter() - t0
+        wall, cpu, loop = time.perf_counter() - t0, time.process_time() - cpu0, time.thread_time() - loop0
         outer.cancel_scope.cancel()
-    return clients * requests / wall, latencies
+    n = clients * requests
+    return n / wall, latencies, cpu / n, loop / n
 
 
 def _ort_round(
     sess: Any, feeds: dict[str, np.ndarray], pool: ThreadPoolExecutor, clients: int, requests: int
-) -> tuple[float, list[float]]:
+) -> tuple[float, list[float], float, float]:
     def client() -> list[float]:
         out = []
         for _ in range(requests):
@@ -80,17 +83,19 @@ def _ort_round(
             out.append(time.perf_counter() - t)
         return out
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     futures = [pool.submit(client) for _ in range(clients)]
     latencies = [x for f in futures for x in f.result()]
-    return clients * requests / (time.perf_counter() - t0), latencies
+    n = clients * requests
+    return n / (time.perf_counter() - t0), latencies, (time.process_time() - cpu0) / n, 0.0
 
 
 async def serving(
     name: str, *, clients: int = 64, requests: int = 20, rounds: int = 3, cache_dir: str | None = None
 ) -> dict[str, Any]:
     """One builder model served to ``clients`` concurrent single-row clients: requests/s, p50/p99
-    latency (seconds) of aioge with batching, aioge without, and onnxruntime in a pool; loop lag.
+    latency (seconds), CPU microseconds per request of aioge with batching, aioge without, and
+    onnxruntime in a pool; loop lag.
 
     Raises:
         AssertionError: a side's output is wrong.
@@ -102,7 +107,7 @@ async def serving(
     options = {"aioge.tune_mode": "heuristic", **({"ge.op_compiler_cache_dir": cache_dir} if cache_dir else {})}
     sess = ort_session(to_onnx(graph))
     names = [o.name for o in sess.get_outputs()]
-    sides: dict[str, list[tuple[float, list[float]]]] = {"batched": [], "unbatched": [], "ort": []}
+    sides: dict[str, list[tuple[float, list[float], float, float]]] = {"batched": [], "unbatched": [], "ort": []}
     monitor = LagMonitor()
     async with aioge.Session(options) as session:
         t = time.perf_counter()
@@ -127,9 +132,12 @@ async def serving(
         stats = session.batch_stats(1)
     row: dict[str, Any] = {"workload": name, "clients": clients, "requests_per_client": requests, "compile_s": compile_s}
     for side, samples in sides.items():
-        row[f"{side}_rps"] = statistics.median(rps for rps, _ in samples)
-        row[f"{side}_p50_s"] = statistics.median(percentile(lat, 0.50) for _, lat in samples)
-        row[f"{side}_p99_s"] = statistics.median(percentile(lat, 0.99) for _, lat in samples)
+        row[f"{side}_rps"] = statistics.median(x[0] for x in samples)
+        row[f"{side}_p50_s"] = statistics.median(percentile(x[1], 0.50) for x in samples)
+        row[f"{side}_p99_s"] = statistics.median(percentile(x[1], 0.99) for x in samples)
+        row[f"{side}_cpu_us"] = statistics.median(x[2] for x in samples) * 1e6  # process CPU per request
+        if side != "ort":
+            row[f"{side}_loop_cpu_us"] = statistics.median(x[3] for x in samples) * 1e6
     row["batched_vs_ort"] = row["batched_rps"] / row["ort_rps"]
     row["unbatched_vs_ort"] = row["unbatched_rps"] / row["ort_rps"]
     row["lag_max_ms"] = max(monitor.lags, default=0.0) * 1e3

@@ -591,7 +591,9 @@ def render_markdown(results: dict[str, Any]) -> str:
             "",
             "Each client sends one-row requests one after another. `batched`: aioge with batch gears and "
             "aioge.batch_max_rows (concurrent calls stacked into one run); `unbatched`: the same graph without; "
-            "`ort`: onnxruntime, one pool thread per client. Requests/s and latency in ms; medians over rounds.",
+            "`ort`: onnxruntime, one pool thread per client. Requests/s and latency in ms; medians over rounds. "
+            "CPU per request: all threads (aioge's event-loop thread alone in parentheses), steadier than "
+            "wall-clock figures on a shared machine.",
             "",
         ]
         out += _table(
@@ -604,6 +606,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                 "unbatched/ort",
                 "p50 batched / unbatched / ort",
                 "p99 batched / unbatched / ort",
+                "CPU us/req batched / unbatched / ort",
                 "mean batch",
                 "queue delay p50/p99 ms",
                 "lag p99 / max ms",
@@ -618,6 +621,8 @@ def render_markdown(results: dict[str, Any]) -> str:
                     f"{r['unbatched_vs_ort']:.2f}",
                     " / ".join(_ms(r[f"{k}_p50_s"]) for k in ("batched", "unbatched", "ort")),
                     " / ".join(_ms(r[f"{k}_p99_s"]) for k in ("batched", "unbatched", "ort")),
+                    f"{r['batched_cpu_us']:.1f} ({r['batched_loop_cpu_us']:.1f}) / "
+                    f"{r['unbatched_cpu_us']:.1f} ({r['unbatched_loop_cpu_us']:.1f}) / {r['ort_cpu_us']:.1f}",
                     f"{r['mean_batch_rows']:.1f}",
                     f"{r['queue_delay_p50_ms']:.2f} / {r['queue_delay_p99_ms']:.2f}",
                     f"{r['lag_p99_ms']:.2f} / {r['lag_max_ms']:.2f}",

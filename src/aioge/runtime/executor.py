@@ -181,11 +181,14 @@ class Executable:
         mode: str = "sink",
         trace: list[TraceSpan] | None = None,
         poison: bool = False,
+        inline: bool = True,
     ) -> dict[str, np.ndarray]:
         """Run once on checked feeds; returns the outputs by name (fresh arrays the caller owns).
 
         ``trace`` collects one span per node. ``poison`` fills the arena bytes each node
         reuses with NaN right before the node writes them, the test that reuse is safe.
+        ``inline=False`` keeps a short run off the caller's thread (a batch, while the loop
+        gathers the next one).
 
         Raises:
             ExecutionError: a kernel failed (names node, op type and engine).
@@ -196,7 +199,7 @@ class Executable:
             self._bind(ctx, feeds)
             if mode == "host":
                 await self._run_host(ctx, workers, self._lanes(workers, self._stream_lanes), trace, poison)
-            elif trace is None and not poison and self._inline_now(workers):
+            elif inline and trace is None and not poison and self._inline_now(workers):
                 try:
                     start = time.perf_counter()
                     _execute(ctx, ctx.programs(False, workers.cpu)[0], None)
