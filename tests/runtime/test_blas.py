@@ -93,7 +93,7 @@ def test_split_matmul_matches_whole_and_splits_only_transposed_weights() -> None
         assert parallel.split_matmul(a, w.T, y) == 2
         np.testing.assert_allclose(y, a @ w.T, rtol=1e-4, atol=1e-3)
         y2 = np.empty_like(y)
-        assert parallel.split_matmul(a, w, y2) == 1  # row-major b: no gain measured, runs whole
+        assert parallel.split_matmul(a, w, y2) == 1  # row-major b and 3 rows: bound by reading b, runs whole
         np.testing.assert_allclose(y2, a @ w, rtol=1e-4, atol=1e-3)
         small = np.empty((3, 8), np.float32)
         assert parallel.split_matmul(a, w.T[:, :8], small) == 1
@@ -126,3 +126,36 @@ def test_par_matmul_splits_big_products_by_batch_or_rows_and_matches_whole() -> 
         small = np.empty((8, 8), np.float32)
         assert parallel.par_matmul(cols[:8], wm[:, :8], small) == 1  # too small to be worth a helper
         np.testing.assert_allclose(small, cols[:8] @ wm[:, :8], rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_2d_splits_compute_bound_products_by_columns_of_a_row_major_weight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BERT's (128, 768) @ (768, 768): from COMPUTE_ROWS rows a row-major weight splits by its
+    columns; fewer rows split by the rows of ``a``; both equal the whole product."""
+    import threading
+
+    from aioge.kernels import parallel
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: never split")
+    by_columns: list[tuple[int, ...]] = []
+    real = parallel.split_matmul
+
+    def spy(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> int:
+        by_columns.append(a.shape)
+        return real(a, b, y)
+
+    monkeypatch.setattr(parallel, "split_matmul", spy)
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((768, 768), dtype=np.float32)  # ONNX MatMul's (K, N) weight, row-major
+    with parallel.cpu_tokens(threading.Semaphore(2)):
+        a = rng.standard_normal((parallel.COMPUTE_ROWS + 32, 768), dtype=np.float32)
+        y = np.full((a.shape[0], 768), np.nan, np.float32)
+        assert parallel.matmul_2d(a, w, y) == 2
+        assert by_columns == [a.shape]
+        np.testing.assert_allclose(y, a @ w, rtol=1e-4, atol=1e-3)
+        short = rng.standard_normal((64, 768), dtype=np.float32)
+        w_wide = rng.standard_normal((768, 1024), dtype=np.float32)
+        y2 = np.full((64, 1024), np.nan, np.float32)
+        assert parallel.matmul_2d(short, w_wide, y2) == 2  # by rows: too few for the columns rule
+        assert by_columns == [a.shape]
+        np.testing.assert_allclose(y2, short @ w_wide, rtol=1e-4, atol=1e-3)

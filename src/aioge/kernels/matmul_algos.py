@@ -22,7 +22,7 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv_algos import WeightDerived
 from aioge.kernels.nn import gemm_epilogue
-from aioge.kernels.parallel import split_matmul
+from aioge.kernels.parallel import matmul_2d, split_matmul
 
 __all__ = ["GEMM_ALGOS", "MATMUL_ALGOS"]
 
@@ -61,7 +61,7 @@ def build_matmul_fold_2d(attrs: Mapping[str, Any], params: Mapping[str, Any], in
         y = _out(outputs, shape, a.dtype)
         a2 = a.reshape(-1, k)
         if y.flags.c_contiguous:
-            np.matmul(a2, b, out=y.reshape(-1, n))
+            matmul_2d(a2, b, y.reshape(-1, n))
         else:
             np.copyto(y, np.matmul(a2, b).reshape(shape))
         return (y,)

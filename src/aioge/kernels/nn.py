@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aioge.kernels.contract import RunFn
-from aioge.kernels.parallel import split_matmul
+from aioge.kernels.parallel import matmul_2d, par_matmul, split_matmul
 
 __all__ = [
     "build_batch_norm",
@@ -75,7 +75,7 @@ def build_matmul(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
             # (..., m, k) @ (k, n) is one (prod(...) * m, k) @ (k, n) GEMM, not a loop of small ones
             y = _out(outputs, 0, (*a.shape[:-1], b.shape[1]), np.result_type(a, b))
             if y.flags.c_contiguous:
-                np.matmul(a.reshape(-1, a.shape[-1]), b, out=y.reshape(-1, b.shape[1]))
+                matmul_2d(a.reshape(-1, a.shape[-1]), b, y.reshape(-1, b.shape[1]))
             else:
                 np.copyto(y, np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(y.shape))
             return (y,)
@@ -83,6 +83,10 @@ def build_matmul(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
             return (np.asarray(np.matmul(a, b)),)
         if outputs[0].ndim == 0:  # vector . vector: numpy cannot write a 0-d out=
             outputs[0][()] = np.matmul(a, b)
+        elif a.ndim == b.ndim == outputs[0].ndim == 2:
+            matmul_2d(a, b, outputs[0])
+        elif a.ndim >= 2 and b.ndim >= 2:
+            par_matmul(a, b, outputs[0])
         else:
             np.matmul(a, b, out=outputs[0])
         return outputs

@@ -20,11 +20,12 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-__all__ = ["SPLIT_MACS", "cpu_tokens", "par_matmul", "split_matmul", "split_range"]
+__all__ = ["COMPUTE_ROWS", "SPLIT_MACS", "cpu_tokens", "matmul_2d", "par_matmul", "split_matmul", "split_range"]
 
 # A GEMM of at least this many multiply-adds is worth splitting across an idle core (a
 # helper-thread hop costs tens of microseconds; this is about a millisecond of work).
 SPLIT_MACS = 1 << 24
+COMPUTE_ROWS = 96  # split_matmul: from this many rows a product splits by the columns of any B
 
 _lock = threading.Lock()
 
@@ -82,10 +83,13 @@ def split_matmul(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> int:
     core when ``b`` is a transposed view of a C-contiguous weight (ONNX Gemm's ``transB=1``, so
     each half reads one contiguous block of it) and the product has at least
     ``2 * SPLIT_MACS`` multiply-adds. Measured on 2 cores: AlexNet's and VGG's FC layers, batch
-    1 and 64, 1.4-2x faster split; a row-major ``b`` gained nothing, so it runs whole. Returns
-    the number of pieces."""
+    1 and 64, 1.4-2x faster split; a row-major ``b`` gained nothing there (the product is
+    bound by reading ``b``), so it splits only from ``COMPUTE_ROWS`` rows of ``a`` up, where
+    BERT's and ViT's (128-197, 768) @ (768, 768 or 3072) ran 1.5-1.9x faster split by columns
+    (1.3-1.7x by rows). Returns the number of pieces."""
     (m, k), n = a.shape, b.shape[1]
-    if m * k * n < 2 * SPLIT_MACS or n < 128 or not b.T.flags.c_contiguous:
+    splits = b.T.flags.c_contiguous or (m >= COMPUTE_ROWS and b.flags.c_contiguous)
+    if m * k * n < 2 * SPLIT_MACS or n < 128 or not splits:
         np.matmul(a, b, out=y)
         return 1
 
@@ -93,6 +97,16 @@ def split_matmul(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> int:
         np.matmul(a, b[:, lo:hi], out=y[:, lo:hi])
 
     return split_range(n, part)
+
+
+def matmul_2d(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> int:
+    """MatMul's ``y = a @ b`` for 2-D operands over an idle core: by the columns of ``b``
+    where ``split_matmul`` takes it (a transposed weight, or ``COMPUTE_ROWS`` rows and more),
+    else by the rows of ``a`` (``par_matmul``). Returns the number of pieces."""
+    m, n = a.shape[0], b.shape[1]
+    if n >= 128 and (b.T.flags.c_contiguous or (m >= COMPUTE_ROWS and b.flags.c_contiguous)):
+        return split_matmul(a, b, y)
+    return par_matmul(a, b, y)
 
 
 def par_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> int:
