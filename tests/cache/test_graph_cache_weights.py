@@ -19,6 +19,7 @@ import aioge
 from aioge import ops
 from aioge.cache import graph_cache
 from aioge.errors import ModelFormatError
+from aioge.ir import fingerprint
 from aioge.plan import io, serialize
 
 pytestmark = pytest.mark.anyio
@@ -95,9 +96,13 @@ async def test_an_inline_hit_reads_fewer_bytes_than_the_kept_weight(tmp_path, mo
     (om,) = [n for n in os.listdir(tmp_path) if n.endswith(".om")]
     assert os.path.getsize(tmp_path / om) < W.nbytes  # the entry does not carry the weight the graph holds
     opened = _opened(monkeypatch)
+    hashed: list[int] = []
+    real = fingerprint.array_digest
+    monkeypatch.setattr(fingerprint, "array_digest", lambda a: hashed.append(a.nbytes) or real(a))
     second, hit = await _build(tmp_path)
     assert hit.stats.graph_cache_hit
     assert sum(size for path, size in opened if path.startswith(str(tmp_path))) < W.nbytes
+    assert sorted(hashed) == sorted(a.nbytes for a in (W, A, C, V))  # each once, for the fingerprint
     np.testing.assert_array_equal(second, first)
     np.testing.assert_allclose(second, _ref(), rtol=1e-5, atol=1e-5)
 
