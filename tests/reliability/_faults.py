@@ -8,6 +8,7 @@ fresh interpreter takes to import numpy, onnx and aioge.
 from __future__ import annotations
 
 import configparser
+import functools
 import hashlib
 import logging
 import multiprocessing
@@ -73,6 +74,21 @@ def family_graph(scale: float, *, variant: int = 0, width: int = 64) -> aioge.Gr
         y = ops.relu(h * v) + 1.0
     g.output(y, names=["y"])
     return g
+
+
+@functools.cache
+def _family_arrays() -> dict[str, np.ndarray]:
+    """Every array of the family graphs these tests compile, by ``array_digest``: a graph cache
+    ``.om`` references the weights its graph holds, so it decodes only with them (as a hit does)."""
+    from aioge.ir.fingerprint import data_digests
+
+    return {
+        d: a
+        for scale in (*SCALES, 1.0)
+        for width in (8, 16, 32, 64, CRASH_WIDTH)
+        for variant in (0, 1, 2)
+        for d, a in data_digests(family_graph(scale, variant=variant, width=width))
+    }
 
 
 def family_ref(x: np.ndarray, scale: float, *, variant: int = 0, width: int = 64) -> np.ndarray:
@@ -158,8 +174,8 @@ def _check(path: str, kind: str) -> None:
             assert os.path.exists(os.path.join(os.path.dirname(path), e["cache_file_name"])), (
                 f"names missing {e['cache_file_name']}"
             )
-    elif kind == "om":
-        serialize.decode_model(data, path=path)
+    elif kind == "om":  # decoded as the cache decodes it, with the graph it was compiled from
+        serialize.decode_model(data, path=path, held=_family_arrays().get)
     elif kind == "rdcpkt":
         descs = io.unpack(io.open_envelope(data, graph_cache.RDCPKT_KIND, path=path, check_versions=False)[1])
         assert isinstance(descs, dict) and "before" in descs
@@ -242,7 +258,10 @@ def crash_writer(root: str, seed: int, ready: Any) -> None:
             gopts = crash_graph_options(si, variant, external=external, force=rng.random() < 0.2)
             scale = SCALES[si]
             if rng.random() < 0.3:  # new weights: new weight/ files (the family's are written once, then shared)
-                scale, gopts["ge.graph_key"], gopts["ge.externalWeight"] = rng.uniform(0.1, 3.0), f"kr{variant}", "1"
+                scale, gopts["ge.graph_key"], gopts["ge.externalWeight"] = rng.uniform(0.1, 3.0), f"kr{variant}_{si}", "1"
+                # Trusting the key, entries are whole: w goes to a weight file (with the fingerprint
+                # check an entry references the weights its graph holds, and writes no file for them).
+                gopts["aioge.graph_cache_check"] = "key"
             async with aioge.Session(crash_options(root)) as s:
                 await s.add_graph(1, family_graph(scale, variant=variant, width=CRASH_WIDTH), gopts)
                 await s.run_graph(1, {"x": feed(n, n, CRASH_WIDTH)})

@@ -36,7 +36,10 @@ def _options(root: Path, *, shared: bool = False) -> tuple[dict[str, str], dict[
         "aioge.cache_shared": "1" if shared else "0",
         **F.HEURISTIC,
     }
-    return session, {"ge.graph_key": KEY, "ge.externalWeight": "1"}
+    # Trusting the key, an entry is saved whole: ``w`` is a weight file. (With the fingerprint
+    # check the graph's own weights are references to it, not files: the weight files there
+    # are those the passes made, tests/cache/test_graph_cache_weights.py.)
+    return session, {"ge.graph_key": KEY, "ge.externalWeight": "1", "aioge.graph_cache_check": "key"}
 
 
 def _weight_file(root: Path) -> Path:

@@ -14,6 +14,12 @@ already exist (E13026). Files, as GE names them, in that dir:
 - ``<key>_<ts>.rdcpkt``: the variable descs (names, shapes, dtypes, formats) before and
   after compile, only when the graph has variables.
 - ``weight/weight_<sha256>``: external constants (``ge.externalWeight=1``), deduplicated.
+  A tensor that the source graph holds byte for byte (most weights survive the passes) is
+  in neither place: the ``.om`` references it by its fingerprint digest (``plan.serialize``'s
+  graph references, when the caller passes ``graph_refs``) and a hit takes it from the graph
+  in hand (``held``), which has just hashed it for the fingerprint, so it is not stored
+  twice, read back nor hashed again. An entry whose graph lacks one is a miss, never a
+  stale weight.
 - ``<key>.lock``: a file lock held over load-or-compile-and-save, so that of several
   processes the first compiles and the others load. It is an optimisation only: an entry's
   files are published before the entry, the index is replaced atomically by a
@@ -43,6 +49,8 @@ import stat
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
 
 from aioge.cache.file_lock import SyncFileLock, async_file_lock
 from aioge.errors import CacheError, CompileError, OptionError
@@ -245,14 +253,16 @@ class GraphCache:
         match_key: Callable[[], Mapping[str, Any]],
         var_descs: VarDescs,
         fits: Callable[[CompiledModel], str | None],
+        held: serialize.Held | None = None,
     ) -> Lookup:
         """Find and load a matching entry for graph ``graph`` (blocking; run it in a worker thread).
 
         ``match_key()`` gives what an entry must equal (``aioge.keys.graph_match_key``); it is
         called only when the key has entries (a fingerprint hashes every weight). ``var_descs``
         are the graph's variable descs; ``fits(model)`` says why a loaded model cannot serve
-        the graph (None if it can). Returns a ``Lookup`` whose model (on a hit) has
-        ``stats.graph_cache_hit`` set.
+        the graph (None if it can); ``held(digest)`` the graph's array of that
+        ``array_digest``, for the tensors an entry references (None: none are taken).
+        Returns a ``Lookup`` whose model (on a hit) has ``stats.graph_cache_hit`` set.
         """
         start = time.perf_counter()
         check_cache_dir(self.dir, graph)
@@ -278,7 +288,7 @@ class GraphCache:
             if why is None:
                 why = self._var_mismatch(e, var_descs)
             if why is None:
-                model, why, broken = self._load_entry(e, want, fits)
+                model, why, broken = self._load_entry(e, want, fits, held)
                 if model is not None:
                     model.stats.graph_cache_hit = True
                     model.stats.compile_seconds = time.perf_counter() - start
@@ -319,10 +329,24 @@ class GraphCache:
         return f"variable descs differ (cached {before}, graph has {current})"
 
     def _load_entry(
-        self, e: dict[str, Any], want: Mapping[str, Any], fits: Callable[[CompiledModel], str | None]
+        self,
+        e: dict[str, Any],
+        want: Mapping[str, Any],
+        fits: Callable[[CompiledModel], str | None],
+        held: serialize.Held | None,
     ) -> tuple[CompiledModel | None, str | None, bool]:
-        """(model, why not, broken): broken means the entry's files are gone or corrupt."""
+        """(model, why not, broken): broken means the entry's files are gone or corrupt.
+        An entry referencing an array the graph in hand lacks is not broken: it serves the
+        graph it was made for (with ``graph_cache_check=key`` another graph may look it up)."""
         path = self._path(e["cache_file_name"])
+        lacked: list[str] = []
+
+        def held_or_note(digest: str) -> np.ndarray | None:
+            array = None if held is None else held(digest)
+            if array is None:
+                lacked.append(digest)
+            return array
+
         try:
             data = self._read_trusted(path)
             model = serialize.decode_model(
@@ -331,12 +355,15 @@ class GraphCache:
                 weight_dir=os.path.join(self.dir, serialize.WEIGHT_DIR),
                 require_owner=not self.shared,
                 expect_sha256=e["om_sha256"],
+                held=held_or_note,
             )
         except FileNotFoundError as exc:
             return None, f"file missing ({exc.filename})", True
         except OSError as exc:
             return None, f"unreadable ({exc})", False
         except CacheError as exc:  # the one warning comes from the lookup, which names every reason
+            if lacked:
+                return None, "the graph lacks a constant the entry was compiled with", False
             log.info("graph cache %r: %s", self.key, exc)
             return None, f"corrupt ({exc})", True
         why = _differs_from_key(model, want) or fits(model)
@@ -351,6 +378,7 @@ class GraphCache:
         drop: Sequence[str] = (),
         *,
         locked: bool = False,
+        graph_refs: serialize.GraphRefs | None = None,
     ) -> dict[str, Any]:
         """Publish ``model`` as a new entry (blocking): files first, then the index.
 
@@ -358,7 +386,8 @@ class GraphCache:
         (None when the graph has no variables): they go to the ``.rdcpkt``. Entries named in
         ``drop`` (found broken) leave the index and their files are removed.
         ``locked`` says the caller holds ``<key>.lock`` (else it is taken, briefly, for the
-        index update). Returns the new entry.
+        index update). ``graph_refs`` names the tensors the source graph holds (stored as
+        references: ``plan.serialize.encode_model``). Returns the new entry.
 
         Raises:
             OSError, ModelFormatError: the files could not be written (nothing is published).
@@ -367,7 +396,7 @@ class GraphCache:
         if var_descs is not None:
             descs = {"graph_key": self.key, "before": var_descs[0], "after": var_descs[1]}
             rdc_data = io.make_envelope(RDCPKT_KIND, io.pack(descs))
-        om, rdc, sha = self._publish_files(model, rdc_data)
+        om, rdc, sha = self._publish_files(model, rdc_data, graph_refs)
         meta = {
             "fingerprint": model.fingerprint,
             "signature": [[n, list(s)] for n, s in model.signature],
@@ -383,7 +412,9 @@ class GraphCache:
         log.info("graph cache %r: saved %s", self.key, om)
         return entry
 
-    def _publish_files(self, model: CompiledModel, rdc_data: bytes) -> tuple[str, str, str]:
+    def _publish_files(
+        self, model: CompiledModel, rdc_data: bytes, graph_refs: serialize.GraphRefs | None = None
+    ) -> tuple[str, str, str]:
         """Publish the entry's files under the first free ``<key>_<ts>[_n]`` stem: the
         ``.rdcpkt`` (if any), then the ``.om``, each whole and only under a name nobody has
         (``exclusive``), so a name is claimed and filled in one step: a writer killed at any
@@ -402,7 +433,7 @@ class GraphCache:
                 continue
             try:
                 sha = serialize.save_model_sync(
-                    self._path(om), model, external=self.external_weight, mode=self.mode, exclusive=True
+                    self._path(om), model, external=self.external_weight, mode=self.mode, exclusive=True, graph_refs=graph_refs
                 )
             except FileExistsError:
                 if rdc:

@@ -5,6 +5,14 @@ looks into a graph. This side does: it computes the match key (``keys.graph_matc
 versions, code digest, the source graph's fingerprint, the input signature, the compile
 options), the graph's variable descs, and the check that a loaded model can serve the
 graph (the runtime binds feeds, outputs and variables by name).
+
+Weights that survive the passes unchanged are not stored in an entry twice: with the
+fingerprint check, an entry references them by the digests the fingerprint hashes
+(``ir.fingerprint.data_digests``), and a hit takes them from the graph in hand, whose
+fingerprint (equal to the entry's) has just hashed those very bytes. So a hit neither reads
+nor hashes them again. With ``graph_cache_check=key`` nothing is fingerprinted: entries are
+saved whole, and one that references arrays is served only when the graph's arrays have
+those digests (hashed then, never read), else it is a miss.
 """
 
 from __future__ import annotations
@@ -14,11 +22,13 @@ import logging
 from typing import Any, Awaitable, Callable, Sequence
 
 import anyio
+import numpy as np
 
 from aioge.cache.graph_cache import GraphCache, Lookup, check_cache_dir
 from aioge.cache.graph_tools import record_graph_lookup
 from aioge.cache.remote import RemoteTier
 from aioge.errors import CacheError, ModelFormatError
+from aioge.ir.fingerprint import array_digest, data_digests, graph_fingerprint
 from aioge.ir.graph import Graph
 from aioge.keys import graph_match_key, remote_graph_key
 from aioge.options import CompileOptions
@@ -69,20 +79,75 @@ def fits(model: CompiledModel, graph: Graph) -> str | None:
     return None
 
 
-def lookup_sync(cache: GraphCache, graph: Graph, signature: Signature, options: CompileOptions) -> Lookup:
-    """``cache.lookup_sync`` for ``graph`` at ``signature`` under ``options`` (blocking)."""
+class _Source:
+    """The source graph's fingerprint and its arrays by ``array_digest``, each computed once,
+    when first needed (a lookup and the save after its miss share them)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self._fingerprint: str | None = None
+        self._pairs: list[tuple[str, np.ndarray]] | None = None
+        self._by_digest: dict[str, np.ndarray] = {}
+        self._by_id: dict[int, tuple[str, np.ndarray]] = {}
+        self._kinds: set[tuple[str, tuple[int, ...]]] = set()
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            pairs: list[tuple[str, np.ndarray]] = []
+            self._fingerprint = graph_fingerprint(self.graph, pairs)
+            if self._pairs is None:
+                self._index(pairs)
+        return self._fingerprint
+
+    def _index(self, pairs: list[tuple[str, np.ndarray]]) -> None:
+        self._pairs = pairs
+        for d, a in pairs:
+            self._by_digest.setdefault(d, a)
+            self._by_id[id(a)] = (d, a)
+            self._kinds.add((a.dtype.str, a.shape))
+
+    def _ensure(self) -> None:
+        if self._pairs is None:
+            self._index(data_digests(self.graph))
+
+    def held(self, digest: str) -> np.ndarray | None:
+        """The graph's array whose ``array_digest`` is ``digest``, or None."""
+        self._ensure()
+        return self._by_digest.get(digest)
+
+    def ref(self, array: np.ndarray) -> str | None:
+        """The digest under which the graph holds exactly ``array``: the same object (a weight
+        the passes left alone), or one of the same dtype, shape and bytes; or None."""
+        self._ensure()
+        same = self._by_id.get(id(array))
+        if same is not None and same[1] is array:
+            return same[0]
+        if (array.dtype.str, array.shape) not in self._kinds:
+            return None
+        digest = array_digest(array)
+        return digest if digest in self._by_digest else None
+
+
+def lookup_sync(
+    cache: GraphCache, graph: Graph, signature: Signature, options: CompileOptions, source: _Source | None = None
+) -> Lookup:
+    """``cache.lookup_sync`` for ``graph`` at ``signature`` under ``options`` (blocking).
+    ``source``: the graph's digests, if the caller has them already."""
+    src = source or _Source(graph)
 
     def match_key() -> dict[str, Any]:
-        fingerprint = graph.fingerprint() if cache.check == "fingerprint" else None
+        fingerprint = src.fingerprint() if cache.check == "fingerprint" else None
         return graph_match_key(fingerprint, signature, options.raw)
 
-    return cache.lookup_sync(graph.name, match_key, var_descs(graph), functools.partial(_fits_graph, graph))
+    return cache.lookup_sync(graph.name, match_key, var_descs(graph), functools.partial(_fits_graph, graph), src.held)
 
 
-def _counted_lookup(cache: GraphCache, graph: Graph, signature: Signature, options: CompileOptions) -> Lookup:
+def _counted_lookup(
+    cache: GraphCache, graph: Graph, signature: Signature, options: CompileOptions, source: _Source | None = None
+) -> Lookup:
     """``lookup_sync``, counted as a hit or a miss for ``aioge cache stats`` (a count that
     cannot be written is logged, never fails the build)."""
-    found = lookup_sync(cache, graph, signature, options)
+    found = lookup_sync(cache, graph, signature, options, source)
     try:
         record_graph_lookup(cache.dir, cache.key, found.model is not None, mode=cache.mode)
     except OSError as exc:
@@ -95,11 +160,22 @@ def _fits_graph(graph: Graph, model: CompiledModel) -> str | None:
 
 
 def save_sync(
-    cache: GraphCache, model: CompiledModel, graph: Graph, drop: Sequence[str] = (), *, locked: bool = False
+    cache: GraphCache,
+    model: CompiledModel,
+    graph: Graph,
+    drop: Sequence[str] = (),
+    *,
+    locked: bool = False,
+    source: _Source | None = None,
 ) -> dict[str, Any]:
-    """``cache.save_sync`` of ``model``, compiled from ``graph`` (blocking). Returns the new entry."""
+    """``cache.save_sync`` of ``model``, compiled from ``graph`` (blocking). Returns the new entry.
+
+    With the fingerprint check the tensors ``graph`` holds are saved as references to it
+    (``_Source.ref``); with ``graph_cache_check=key`` the entry is whole (the key alone picks
+    it, also for a graph whose arrays differ)."""
     descs = (var_descs(graph), var_descs(model.graph)) if graph.variables else None
-    return cache.save_sync(model, descs, drop, locked=locked)
+    refs = (source or _Source(graph)).ref if cache.check == "fingerprint" else None
+    return cache.save_sync(model, descs, drop, locked=locked, graph_refs=refs)
 
 
 async def load_or_compile(
@@ -126,13 +202,16 @@ async def load_or_compile(
     """
     # Checked before locking: taking the lock would create the directory.
     await anyio.to_thread.run_sync(check_cache_dir, cache.dir, graph.name)
+    source = _Source(graph)
     async with cache.locked() as held:
-        found = await anyio.to_thread.run_sync(_counted_lookup, cache, graph, signature, options, limiter=limiter)
+        found = await anyio.to_thread.run_sync(_counted_lookup, cache, graph, signature, options, source, limiter=limiter)
         if found.model is not None:
             return found.model
         rkey = None
         if remote is not None and found.save and not cache.external_weight:
-            rkey, fingerprint = await anyio.to_thread.run_sync(_remote_key, cache, graph, signature, options, limiter=limiter)
+            rkey, fingerprint = await anyio.to_thread.run_sync(
+                _remote_key, cache, graph, signature, options, source, limiter=limiter
+            )
             model = await _remote_load(remote, rkey, graph, signature, options, fingerprint)
             if model is None:
                 model = await compile()
@@ -144,7 +223,7 @@ async def load_or_compile(
             return model
         try:
             await anyio.to_thread.run_sync(
-                functools.partial(save_sync, locked=held), cache, model, graph, found.drop, limiter=limiter
+                functools.partial(save_sync, locked=held, source=source), cache, model, graph, found.drop, limiter=limiter
             )
         except (OSError, CacheError) as exc:
             log.warning("graph cache %r: could not save the compiled model (%s)", cache.key, exc)
@@ -153,8 +232,10 @@ async def load_or_compile(
         return model
 
 
-def _remote_key(cache: GraphCache, graph: Graph, signature: Signature, options: CompileOptions) -> tuple[str, str | None]:
-    fingerprint = graph.fingerprint() if cache.check == "fingerprint" else None
+def _remote_key(
+    cache: GraphCache, graph: Graph, signature: Signature, options: CompileOptions, source: _Source
+) -> tuple[str, str | None]:
+    fingerprint = source.fingerprint() if cache.check == "fingerprint" else None
     return remote_graph_key(cache.key, graph_match_key(fingerprint, signature, options.raw), var_descs(graph)), fingerprint
 
 

@@ -20,7 +20,7 @@ import numpy as np
 if TYPE_CHECKING:
     from aioge.ir.graph import Graph, Value
 
-__all__ = ["array_digest", "canonical_attr", "fingerprint_parts", "graph_fingerprint"]
+__all__ = ["array_digest", "canonical_attr", "data_digests", "fingerprint_parts", "graph_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +79,16 @@ def _desc(v: Any) -> list[Any]:
     return [shape, v.desc.dtype, v.desc.format]
 
 
-def fingerprint_parts(graph: Graph) -> dict[str, bytes]:
-    """Return the fingerprint's named parts, each as canonical msgpack bytes."""
+def data_digests(graph: Graph) -> list[tuple[str, np.ndarray]]:
+    """``(array_digest, array)`` of each constant and variable of ``graph``: the digests the
+    fingerprint is built from, by which a graph cache entry names the arrays it takes from the graph."""
+    arrays = [_data(v) for v in [*graph.constants.values(), *graph.variables.values()]]
+    return list(zip(_digests(arrays), arrays))
+
+
+def fingerprint_parts(graph: Graph, held: list[tuple[str, np.ndarray]] | None = None) -> dict[str, bytes]:
+    """Return the fingerprint's named parts, each as canonical msgpack bytes; ``held``, when
+    given, is extended with ``data_digests(graph)`` (computed once, for both)."""
     ids: dict[int, str] = {}
     for v in graph.inputs:
         ids[id(v)] = "in:" + v.name
@@ -102,7 +110,10 @@ def fingerprint_parts(graph: Graph) -> dict[str, bytes]:
             ]
         )
     consts, variables = list(graph.constants.values()), list(graph.variables.values())
-    digests = _digests([_data(v) for v in consts + variables])
+    pairs = data_digests(graph)
+    if held is not None:
+        held.extend(pairs)
+    digests = [d for d, _ in pairs]
     parts = {
         "inputs": [[v.name, _desc(v)] for v in graph.inputs],
         "constants": sorted([v.name, _desc(v), d] for v, d in zip(consts, digests[: len(consts)])),
@@ -113,10 +124,11 @@ def fingerprint_parts(graph: Graph) -> dict[str, bytes]:
     return {k: msgpack.packb(p, use_bin_type=True) for k, p in parts.items()}
 
 
-def graph_fingerprint(graph: Graph) -> str:
-    """Hex sha256 of the graph's structure; identical across processes for the same graph."""
+def graph_fingerprint(graph: Graph, held: list[tuple[str, np.ndarray]] | None = None) -> str:
+    """Hex sha256 of the graph's structure; identical across processes for the same graph.
+    ``held``, when given, is extended with ``data_digests(graph)``."""
     h = hashlib.sha256(b"aioge-graph-v1")
-    for name, blob in fingerprint_parts(graph).items():
+    for name, blob in fingerprint_parts(graph, held).items():
         part = hashlib.sha256(blob).hexdigest()
         log.debug("fingerprint %s: part %s = %s", graph.name, name, part[:16])
         h.update(name.encode() + b"=" + part.encode())

@@ -11,6 +11,12 @@ payload, each tensor a zero-copy read-only view of it on load) or, with
 beside the ``.om``: named by content so identical weights are stored once, and read
 into private memory on load, checking their size and sha256 as they are read (never
 memory-mapped: a file changed or truncated under a loaded model must not change it).
+The graph cache stores a third kind, with ``graph_refs``: a tensor that is, byte for byte,
+an array of the graph the model was compiled from (most weights survive the passes) is a
+reference by that array's ``ir.fingerprint.array_digest`` (dtype, shape and bytes), and on
+load is taken from the graph in hand (``held``), which has just hashed it for its
+fingerprint: a hit neither stores, reads nor hashes those bytes again. Such an ``.om``
+loads only with that graph (``aioge compile -o`` and ``CompiledModel.save`` never write one).
 
 The plan dataclasses are encoded generically from their fields by ``plan.codec``, with a
 digest of their layout stored: a file written under another layout is stale
@@ -30,7 +36,7 @@ import logging
 import os
 import struct
 import time
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 import numpy as np
@@ -51,6 +57,8 @@ __all__ = [
     "OM_KIND",
     "OM_LAYOUT",
     "WEIGHT_DIR",
+    "GraphRefs",
+    "Held",
     "code_digest",
     "decode_meta",
     "decode_model",
@@ -63,12 +71,18 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+GraphRefs = Callable[[np.ndarray], str | None]  # array -> the digest the source graph holds it under, or None
+Held = Callable[[str], np.ndarray | None]  # digest -> the array the graph in hand holds under it, or None
+
 OM_KIND = "om"
 # Bump when the payload's structure or the meaning of a plan field changes (a changed set of
 # plan fields is caught by the layout digest too). 2: CompiledModel.threads, the thread grouping
 # the runtime used to plan itself; a layout-1 file is stale and recompiled. 3: the payload's
-# "gears", GE's dynamic gears, each a graph and its plan fields like the model's own.
-OM_LAYOUT = 3
+# "gears", GE's dynamic gears, each a graph and its plan fields like the model's own. 4: graph
+# references ("~g"): an older aioge refuses the file cleanly instead of misreading a tag it lacks.
+OM_LAYOUT = 4
+# Layouts read besides OM_LAYOUT: 3 is 4 without graph references.
+_ALSO_READS = (3,)
 WEIGHT_DIR = "weight"
 _WEIGHT_PREFIX = "weight_"
 
@@ -79,6 +93,10 @@ _T_WEIGHT, _T_BLOB = "~w", "~b"
 # 495 MB as a blob and a few KB this way.
 _T_SPLAT = "~s"
 _SPLAT_MIN_BYTES = 1024
+# A tensor the source graph holds: [array_digest, nbytes]. Smaller ones stay in the file: a
+# reference saves nothing there, and the file stays readable on its own for most small models.
+_T_GRAPH = "~g"
+_REF_MIN_BYTES = 1024
 _BLOB_ALIGN = 64
 _WEIGHT_CHUNK = 1 << 20  # bytes read and hashed at a time (fits the CPU's cache)
 _MAX_TENSOR_BYTES = 16 << 30  # no tensor or arena of a model this simulator runs is larger
@@ -115,12 +133,16 @@ def _dec_desc(x: Any) -> TensorDesc:
 # -- encoding -------------------------------------------------------------------------
 
 
-def encode_model(model: CompiledModel, *, external: bool = False) -> tuple[bytes, dict[str, np.ndarray]]:
+def encode_model(
+    model: CompiledModel, *, external: bool = False, graph_refs: GraphRefs | None = None
+) -> tuple[bytes, dict[str, np.ndarray]]:
     """Serialise a compiled model.
 
     Returns ``(om_bytes, weights)``: the envelope bytes of the ``.om`` and, with
     ``external=True``, the weight files it references (``weight_<sha256>`` -> array), to be
-    written under ``weight/`` beside it (``save_model_sync`` does both).
+    written under ``weight/`` beside it (``save_model_sync`` does both). ``graph_refs(array)``
+    (the graph cache's) gives the ``array_digest`` under which the source graph holds exactly
+    ``array``, or None: such tensors are stored as references, loadable only with that graph.
 
     Raises:
         ModelFormatError: the model holds something that cannot be stored.
@@ -131,7 +153,7 @@ def encode_model(model: CompiledModel, *, external: bool = False) -> tuple[bytes
     for gear in model.gears:
         for n in gear.graph.nodes:
             _check_attrs(n.name, n.op_type, n.domain, n.attrs)
-    blob = _Blob()
+    blob = _Blob(graph_refs)
     try:
         payload = {
             "layout": OM_LAYOUT,
@@ -192,7 +214,8 @@ class _Blob:
     On load every tensor is a zero-copy read-only view of the payload (an ExtType per
     tensor would be copied twice and parsed once more)."""
 
-    def __init__(self) -> None:
+    def __init__(self, graph_refs: GraphRefs | None = None) -> None:
+        self.graph_refs = graph_refs  # tensors of the source graph, by reference (the graph cache's)
         self.chunks: list[bytes | memoryview] = []
         self.size = 0
         self.seen: dict[bytes, list[int]] = {}  # sha256 -> span: gears share their weights, stored once
@@ -216,6 +239,10 @@ def _data_ref(data: np.ndarray, weights: dict[str, np.ndarray] | None, blob: _Bl
         return _enc(data)
     if data.nbytes >= _SPLAT_MIN_BYTES and _is_splat(data):
         return {_T_SPLAT: np.ascontiguousarray(data.reshape(-1)[:1]).view(np.uint8).tobytes()}
+    if blob.graph_refs is not None and data.nbytes >= _REF_MIN_BYTES:
+        digest = blob.graph_refs(data)
+        if digest is not None:
+            return {_T_GRAPH: [digest, int(data.nbytes)]}
     flat = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     if weights is None:
         return {_T_BLOB: blob.add(flat)}
@@ -276,7 +303,7 @@ def _open(data: bytes, path: str | None, check_versions: bool) -> tuple[dict[str
     payload, blob = _unframe(framed, path)
     if not isinstance(payload, dict):
         raise ModelFormatError("payload is not a map", path=path)
-    if payload.get("layout") != OM_LAYOUT:
+    if payload.get("layout") != OM_LAYOUT and payload.get("layout") not in _ALSO_READS:
         raise ModelFormatError(f"payload layout {payload.get('layout')!r}, this aioge reads {OM_LAYOUT}", path=path)
     if payload.get("layout_digest") != layout_digest():
         raise ModelFormatError("written under another plan layout (the compiler's plan fields changed); recompile", path=path)
@@ -331,6 +358,7 @@ def decode_model(
     check_versions: bool = True,
     require_owner: bool = False,
     expect_sha256: str | None = None,
+    held: Held | None = None,
 ) -> CompiledModel:
     """Rebuild a compiled model from ``.om`` bytes.
 
@@ -338,13 +366,16 @@ def decode_model(
     nowhere, a reference to a weight file is refused).
     A weight file others may write is refused; with ``require_owner`` it must also be owned
     by this user and not writable by its group; with ``expect_sha256``
-    the payload must be that one (an index entry names the file it was made for). The returned model's
+    the payload must be that one (an index entry names the file it was made for). ``held(digest)``
+    gives the arrays of the graph in hand that a graph cache entry references (``encode_model``'s
+    ``graph_refs``); without it, or when it lacks one, a reference is refused. The returned model's
     stats are fresh: nothing was compiled (``kernels_compiled == 0``), ``compile_seconds``
     is the decode time.
 
     Raises:
         ModelFormatError: corrupt, truncated, foreign or stale, malformed, or referencing a
-            weight file that is missing or does not match its size or sha256.
+            weight file that is missing or does not match its size or sha256, or a graph
+            array that ``held`` does not give.
     """
     start = time.perf_counter()
     header, payload, blob = _open(data, path, check_versions)
@@ -353,11 +384,11 @@ def decode_model(
     if weight_dir is None:
         weight_dir = os.path.join(os.path.dirname(os.path.abspath(path)) if path else ".", WEIGHT_DIR)
     try:
-        model = _dec_one(payload, weight_dir, require_owner, blob)
+        model = _dec_one(payload, weight_dir, require_owner, blob, held)
         gears = payload["gears"]
         if not isinstance(gears, list) or len(gears) > 99:  # GE's limit: 100 gears
             raise TypeError("gears is not a list of at most 99 gears")
-        model.gears = tuple(_dec_one(g, weight_dir, require_owner, blob) for g in gears)
+        model.gears = tuple(_dec_one(g, weight_dir, require_owner, blob, held) for g in gears)
         if payload["code"] != code_digest():
             log.info("%s: compiled by another build of aioge's code (same versions)", path or "compiled model")
     except ModelFormatError as exc:
@@ -370,11 +401,11 @@ def decode_model(
     return model
 
 
-def _dec_one(x: Any, weight_dir: str, require_owner: bool, blob: memoryview) -> CompiledModel:
+def _dec_one(x: Any, weight_dir: str, require_owner: bool, blob: memoryview, held: Held | None) -> CompiledModel:
     """One gear: its graph, plan fields (checked against the graph) and fresh stats."""
     if not isinstance(x, dict):
         raise TypeError("a gear is not a map")
-    graph = _dec_graph(x["graph"], weight_dir, require_owner, blob)
+    graph = _dec_graph(x["graph"], weight_dir, require_owner, blob, held)
     fields = x["fields"]
     if not isinstance(fields, dict):
         raise TypeError("fields is not a map")
@@ -393,7 +424,7 @@ def _dec_one(x: Any, weight_dir: str, require_owner: bool, blob: memoryview) -> 
     return model
 
 
-def _dec_graph(x: Any, weight_dir: str, require_owner: bool, blob: memoryview) -> Graph:
+def _dec_graph(x: Any, weight_dir: str, require_owner: bool, blob: memoryview, held: Held | None) -> Graph:
     g = Graph(x["name"])
     if not isinstance(g.name, str):
         raise TypeError("graph name is not a string")
@@ -404,7 +435,7 @@ def _dec_graph(x: Any, weight_dir: str, require_owner: bool, blob: memoryview) -
     for table, make in (("constants", g.constant), ("variables", None)):
         for name, desc, ref in x[table]:
             d = _dec_desc(desc)
-            data = _dec_data(ref, d, weight_dir, require_owner, name, blob)
+            data = _dec_data(ref, d, weight_dir, require_owner, name, blob, held)
             v = make(data, name) if make is not None else g.variable(name, data)
             _set_desc(v, d)
     for name, op_type, domain, attrs, inputs, outputs in x["nodes"]:
@@ -437,9 +468,13 @@ def _set_desc(v: Value, d: TensorDesc) -> None:
     v.desc = d
 
 
-def _dec_data(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, name: str, blob: memoryview) -> np.ndarray:
+def _dec_data(
+    ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, name: str, blob: memoryview, held: Held | None
+) -> np.ndarray:
     if isinstance(ref, dict) and _T_WEIGHT in ref:
         return _load_weight(ref[_T_WEIGHT], desc, weight_dir, require_owner, name)
+    if isinstance(ref, dict) and _T_GRAPH in ref:
+        return _graph_array(ref[_T_GRAPH], desc, name, held)
     if isinstance(ref, dict) and _T_SPLAT in ref:
         one = ref[_T_SPLAT]
         if (
@@ -467,6 +502,34 @@ def _dec_data(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, 
     if not isinstance(data, np.ndarray):
         raise ModelFormatError(f"tensor {name!r}: data is {type(data).__name__}, not an array")
     return data
+
+
+def _graph_array(ref: Any, desc: TensorDesc, name: str, held: Held | None) -> np.ndarray:
+    """The array of the graph in hand that a reference names: its digest covers dtype, shape
+    and bytes (``array_digest``, what the fingerprint hashed), and both are checked against
+    the desc too. The array is the graph's own, as a fresh compile's would be (read-only)."""
+    if not (isinstance(ref, list) and len(ref) == 2 and isinstance(ref[0], str) and type(ref[1]) is int):
+        raise ModelFormatError(f"tensor {name!r}: malformed graph reference")
+    digest, nbytes = ref
+    if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        raise ModelFormatError(f"tensor {name!r}: bad graph array digest {digest!r:.80}")
+    if not desc.static or desc.dtype not in _ARRAY_DTYPES or desc.nbytes != nbytes:
+        raise ModelFormatError(f"tensor {name!r}: graph array of {nbytes} bytes does not fit its desc {desc}")
+    if held is None:
+        raise ModelFormatError(
+            f"tensor {name!r} is an array of the graph this model was compiled from (a graph cache entry): "
+            "it loads only through the graph cache, with that graph"
+        )
+    array = held(digest)
+    if array is None:
+        raise ModelFormatError(f"tensor {name!r}: the graph in hand holds no array with digest {digest[:16]}")
+    shape = tuple(int(d) for d in desc.shape)  # type: ignore[union-attr]
+    if array.dtype != np.dtype(desc.dtype) or array.shape != shape:
+        raise ModelFormatError(f"tensor {name!r}: the graph's array is {array.dtype}{list(array.shape)}, its desc says {desc}")
+    if array.flags.writeable or not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array).view()  # a view: the flag below must not touch the graph's array
+        array.flags.writeable = False
+    return array
 
 
 def _load_weight(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: bool, name: str) -> np.ndarray:
@@ -614,20 +677,27 @@ def _check_memory(model: CompiledModel) -> None:
 
 
 def save_model_sync(
-    path: str | os.PathLike[str], model: CompiledModel, *, external: bool = False, mode: int = 0o600, exclusive: bool = False
+    path: str | os.PathLike[str],
+    model: CompiledModel,
+    *,
+    external: bool = False,
+    mode: int = 0o600,
+    exclusive: bool = False,
+    graph_refs: GraphRefs | None = None,
 ) -> str:
     """Write ``model`` as an ``.om`` at ``path`` (and its weights under ``weight/`` beside it).
 
     Weight files are published first, each atomically and only when no valid file of that
     content exists, then the ``.om`` (with ``exclusive``, only if ``path`` is free: the graph
-    cache claims a name that way). Returns the sha256 of the ``.om`` payload.
+    cache claims a name that way). ``graph_refs``: see ``encode_model`` (the graph cache's
+    alone: such a file loads only with its graph). Returns the sha256 of the ``.om`` payload.
 
     Raises:
         ModelFormatError: the model cannot be stored. FileExistsError: ``exclusive`` and
         ``path`` exists. OSError: the files cannot be written.
     """
     path = os.fspath(path)
-    data, weights = encode_model(model, external=external)
+    data, weights = encode_model(model, external=external, graph_refs=graph_refs)
     if weights:
         wdir = os.path.join(os.path.dirname(os.path.abspath(path)), WEIGHT_DIR)
         os.makedirs(wdir, mode=0o700 if mode == 0o600 else 0o770, exist_ok=True)
