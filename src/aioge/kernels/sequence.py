@@ -16,6 +16,7 @@ __all__ = [
     "optional",
     "optional_get_element",
     "optional_has_element",
+    "own_copy",
     "sequence_at",
     "sequence_construct",
     "sequence_empty",
@@ -26,8 +27,8 @@ __all__ = [
 ]
 
 
-def _own(x: Any) -> Any:
-    """A copy of a tensor, or of a list's tensors; None stays None."""
+def own_copy(x: Any) -> Any:
+    """A copy of a value: a tensor, a list of tensors (a sequence) or None (an empty optional)."""
     if x is None:
         return None
     if isinstance(x, list):
@@ -149,7 +150,7 @@ def concat_from_sequence(s: list[np.ndarray], *, axis: int = 0, new_axis: int = 
 
 def optional(x: Any = None, **_: Any) -> Any:
     """The optional holding ``x`` (a copy), or an empty one (None)."""
-    return _own(x)
+    return own_copy(x)
 
 
 def optional_has_element(x: Any = None) -> np.ndarray:
@@ -165,4 +166,4 @@ def optional_get_element(x: Any = None) -> Any:
     """
     if x is None:
         raise ValueError("OptionalGetElement: the optional is empty")
-    return _own(x)
+    return own_copy(x)

@@ -22,6 +22,7 @@ import numpy as np
 
 from aioge.ir.desc import TensorDesc, numpy_dtype
 from aioge.kernels.contract import KernelImpl
+from aioge.kernels.sequence import own_copy
 from aioge.ops.schema import CPU_ONLY, REQUIRED, Attr, InferContext, InferError, OpSchema
 
 __all__ = ["MAX_STEPS", "SCHEMAS", "run_program", "type_desc", "type_of"]
@@ -131,18 +132,9 @@ def _build_loop(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
                 scans[j].append(r)
             step += 1
         stacked = [np.stack(s) if s else np.zeros((0,), d) for s, d in zip(scans, scan_dtypes)]
-        return [*(_own(s) for s in states), *stacked]
+        return [*(own_copy(s) for s in states), *stacked]
 
     return run
-
-
-def _own(x: Any) -> Any:
-    """A copy of a state: an array, a list of arrays (a sequence) or None (an empty optional)."""
-    if x is None:
-        return None
-    if isinstance(x, list):
-        return [np.array(t, copy=True) for t in x]
-    return np.array(x, copy=True)
 
 
 def _build_map(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> Any:
@@ -170,7 +162,7 @@ def _build_if(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, out
         cond = np.asarray(inputs[0])
         if cond.size != 1:
             raise ValueError(f"If: the condition must hold one element, got shape {list(cond.shape)}")
-        results = [_own(r) for r in run_program(branches[bool(cond.reshape(-1)[0])], list(inputs[1:]))]
+        results = [own_copy(r) for r in run_program(branches[bool(cond.reshape(-1)[0])], list(inputs[1:]))]
         if out is None:
             return results
         for o, r in zip(out, results):
