@@ -344,21 +344,20 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
     planes = g.n * g.m
     worth = planes * g.oh * g.ow * g.kh * g.kw >= NATIVE_SPLIT_MACS
     geometry = np.array([g.c, g.h, g.w, mult, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow], np.int64)
-    geometry.setflags(write=False)
-    operands = (NativeOperand(), NativeOperand(), NativeOperand(np.int64))  # weight, bias, geometry
+    geo = (geometry, native.ptr(geometry))  # the array, kept alive by the closure, and its address
+    operands = (NativeOperand(), NativeOperand())  # weight, bias
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         x = np.ascontiguousarray(inputs[0], np.float32)
-        # w, b and gk hold the arrays whose addresses the C call reads
+        # w and b hold the arrays whose addresses the C call reads
         w, wp = operands[0].get(inputs[1])
         b, bp = operands[1].get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
-        gk, gp = operands[2].get(geometry)
         y = _output(g, outputs, x.dtype)
         yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
         xp, yp = native.ptr(x), native.ptr(yc)
 
         def part(lo: int, hi: int) -> None:
-            if fn(xp, wp, bp, yp, gp, lo, hi):
+            if fn(xp, wp, bp, yp, geo[1], lo, hi):
                 raise MemoryError(f"conv_depthwise_native: no memory for the interleaved planes of {g.oh}x{g.ow} outputs")
 
         split_range(planes, part, worth=worth)

@@ -27,7 +27,6 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import native
 from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv import build_max_pool, window_geometry
-from aioge.kernels.conv_algos import NativeOperand
 from aioge.kernels.parallel import split_range
 from aioge.kernels.reduce import REDUCERS, build_reduce, reduce_axes
 
@@ -199,19 +198,17 @@ def _native_pool(average: bool) -> Callable[..., RunFn]:
         n, c, h, w = (int(d) for d in ins[0].shape)  # type: ignore[union-attr]
         geometry = np.array([h, w, *g.kernel, *g.strides, *g.dilations, *g.begin, *g.pad_end, *g.out], np.int64)
         flags = (int(average), int(bool(attrs.get("count_include_pad", 0))), int(params.get("per_pixel", 0)))
-        geometry.setflags(write=False)
-        address = NativeOperand(np.int64)
+        geo = (geometry, native.ptr(geometry))  # the array, kept alive by the closure, and its address
         planes, worth = n * c, n * c * h * w >= _NATIVE_SPLIT_VALUES
 
         def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
             x = np.ascontiguousarray(inputs[0])
             y = np.empty((n, c, *g.out), x.dtype) if outputs is None else outputs[0]
             yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-            gk, gp = address.get(geometry)  # gk holds the array gp points into
             xp, yp = native.ptr(x), native.ptr(yc)
 
             def part(lo: int, hi: int) -> None:
-                if fn(xp, yp, gp, *flags, lo, hi):
+                if fn(xp, yp, geo[1], *flags, lo, hi):
                     raise MemoryError("pool_native: no memory for its scratch rows")
 
             split_range(planes, part, worth=worth)
