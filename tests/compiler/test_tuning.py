@@ -133,7 +133,12 @@ def test_budget_bounds_tuning_but_the_reference_always_runs() -> None:
 def test_inputs_use_constants_and_refuse_unknown_integers() -> None:
     c = np.arange(4, dtype=np.float32)
     ins = make_inputs([D((4,), "float32"), D((4,), "float32"), None], [c, None, None], seed=1)
-    assert ins is not None and ins[0] is c and ins[1].shape == (4,) and not ins[1].flags.writeable and ins[2] is None
+    assert ins is not None and ins[1].shape == (4,) and not ins[1].flags.writeable and ins[2] is None
+    # a writeable constant comes as a read-only view, as constants run: kernels keep what they derive
+    assert ins[0] is not c and np.shares_memory(ins[0], c) and not ins[0].flags.writeable and c.flags.writeable
+    frozen = np.arange(3, dtype=np.float32)
+    frozen.setflags(write=False)
+    assert make_inputs([D((3,), "float32")], [frozen], seed=1)[0] is frozen  # type: ignore[index]
     assert make_inputs([D((4,), "int64")], [None], seed=1) is None
 
 
@@ -182,19 +187,19 @@ def _f32(*shape):
 @pytest.mark.parametrize(
     ("x", "w", "attrs", "expect"),
     [
-        ((2, 5, 9, 7), (6, 5, 3, 3), {"pads": (1, 1, 1, 1)}, 4),  # nhwc x2 blocks, winograd, kn2row
-        ((1, 5, 8, 8), (6, 5, 3, 3), {"pads": (0, 2, 1, 0)}, 3),  # winograd, kn2row, uneven pads
-        ((3, 16, 10, 9), (1, 16, 3, 3), {"pads": (1, 1, 1, 1)}, 4),  # one filter (DuplicateFilterPass's)
-        ((1, 4, 13, 12), (5, 4, 5, 5), {"strides": (2, 2), "pads": (2, 1, 2, 1)}, 2),  # nhwc, kn2row
-        ((1, 4, 9, 9), (3, 4, 3, 1), {"auto_pad": "SAME_UPPER"}, 2),  # a 3x1 kernel
-        ((1, 4, 7, 7), (3, 4, 2, 2), {"auto_pad": "SAME_LOWER", "strides": (2, 2)}, 2),
-        ((2, 8, 6, 6), (4, 8, 1, 1), {}, 3),  # 1x1 GEMM
-        ((1, 8, 7, 7), (4, 8, 1, 1), {"strides": (2, 2)}, 2),  # strided 1x1
+        ((2, 5, 9, 7), (6, 5, 3, 3), {"pads": (1, 1, 1, 1)}, 5),  # direct, nhwc x2 blocks, winograd, kn2row
+        ((1, 5, 8, 8), (6, 5, 3, 3), {"pads": (0, 2, 1, 0)}, 4),  # direct, winograd, kn2row, uneven pads
+        ((3, 16, 10, 9), (1, 16, 3, 3), {"pads": (1, 1, 1, 1)}, 5),  # direct, one filter (DuplicateFilterPass's)
+        ((1, 4, 13, 12), (5, 4, 5, 5), {"strides": (2, 2), "pads": (2, 1, 2, 1)}, 3),  # direct, nhwc, kn2row
+        ((1, 4, 9, 9), (3, 4, 3, 1), {"auto_pad": "SAME_UPPER"}, 3),  # direct, a 3x1 kernel
+        ((1, 4, 7, 7), (3, 4, 2, 2), {"auto_pad": "SAME_LOWER", "strides": (2, 2)}, 3),  # direct
+        ((2, 8, 6, 6), (4, 8, 1, 1), {}, 4),  # direct, 1x1 GEMM
+        ((1, 8, 7, 7), (4, 8, 1, 1), {"strides": (2, 2)}, 3),  # direct, strided 1x1
         # depthwise, planes x3, native; mult 2
         ((2, 6, 7, 7), (12, 1, 3, 3), {"group": 6, "pads": (1, 1, 1, 1), "strides": (2, 2)}, 5),
         ((1, 8, 6, 6), (8, 2, 3, 3), {"group": 4, "pads": (1, 1, 1, 1)}, 1),  # grouped
         ((2, 8, 5, 5), (12, 2, 1, 1), {"group": 4}, 1),  # grouped 1x1: GEMMs on the input in place
-        ((1, 3, 11, 11), (4, 3, 3, 3), {"dilations": (2, 2), "strides": (1, 2)}, 2),
+        ((1, 3, 11, 11), (4, 3, 3, 3), {"dilations": (2, 2), "strides": (1, 2)}, 3),  # direct
     ],
 )
 def test_conv_algorithms_agree_with_im2col(x, w, attrs, expect) -> None:

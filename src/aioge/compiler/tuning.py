@@ -111,6 +111,9 @@ def make_inputs(
         if d is None:
             out.append(None)
         elif c is not None:
+            if c.flags.writeable:  # a constant, as at run time: kernels may keep what they derive from it
+                c = c.view()
+                c.setflags(write=False)
             out.append(c)
         elif d.static and d.dtype in _FLOATS:
             a = rng.standard_normal(tuple(int(s) for s in d.shape)).astype(numpy_dtype(d.dtype))  # type: ignore[union-attr]

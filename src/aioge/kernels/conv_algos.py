@@ -372,6 +372,98 @@ def _applies_depthwise_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return _applies_depthwise(descs, attrs) and descs[0].dtype == "float32"  # type: ignore[union-attr]
 
 
+# -- direct GEMM in C --------------------------------------------------------------------------
+
+# A direct conv splits over an idle core from this many multiply-adds: handing half to the
+# helper thread costs 60-90 us on this VM, about 8M multiply-adds of the kernel's time.
+DIRECT_SPLIT_MACS = 1 << 25
+
+
+def direct_offsets(g: ConvGeometry, hph: int, wph: int) -> np.ndarray:
+    """The offset in a stride-phase image (``aioge_conv_phases_f32``) of every tap k = (c, ky, kx)."""
+    c, ky, kx = np.meshgrid(np.arange(g.c), np.arange(g.kh) * g.dh, np.arange(g.kw) * g.dw, indexing="ij")
+    plane = (c * g.sh + ky % g.sh) * g.sw + kx % g.sw
+    return np.ascontiguousarray(((plane * hph + ky // g.sh) * wph + kx // g.sw).reshape(-1), np.int64)
+
+
+def pack_rows(w: np.ndarray, rows: int) -> np.ndarray:
+    """(M, K) weight rows in blocks of ``rows``, k-major: (ceil(M / rows), K, rows), zero past M."""
+    m, k = w.shape[0], int(np.prod(w.shape[1:], dtype=np.int64))
+    blocks = -(-m // rows)
+    padded = np.zeros((blocks * rows, k), np.float32)
+    padded[:m] = w.reshape(m, k)
+    return np.ascontiguousarray(padded.reshape(blocks, rows, k).transpose(0, 2, 1))
+
+
+def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """group 1, float32, in C (``csrc/gemm.c``): the input split into its stride phases, then
+    a GEMM whose micro-kernel reads every tap's positions straight from them (no im2col),
+    the weight packed once; panels of positions (or row blocks) in two halves over an idle core.
+    Without the compiled tier (a desc stored by a process that had it) the numpy ``im2col``."""
+    from aioge.kernels.conv import build_conv_im2col
+
+    g = _geometry(attrs, ins)
+    fn = native.function(
+        "aioge_conv_direct_f32", _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, restype=ctypes.c_int
+    )
+    phases = native.function("aioge_conv_phases_f32", _PTR, _PTR, _PTR)
+    sizes = (
+        native.function("aioge_conv_gemm_mr", restype=ctypes.c_int),
+        native.function("aioge_conv_gemm_nr", restype=ctypes.c_int),
+    )
+    if fn is None or phases is None or sizes[0] is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
+        return build_conv_im2col(attrs, params, ins, outs)
+    mr, nr = int(sizes[0]()), int(sizes[1]())
+    hph, wph = g.oh + (g.kh - 1) * g.dh // g.sh, g.ow + (g.kw - 1) * g.dw // g.sw
+    q = (g.oh - 1) * wph + g.ow  # flattened positions per image, the last row's tail dropped
+    # a 1x1 kernel at stride 1 without pads reads x itself, when no panel reads past its end
+    in_place = g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.unpadded and q % 16 == 0
+    image = g.c * g.h * g.w if in_place else g.c * g.sh * g.sw * hph * wph + nr
+    geometry = np.array(
+        [g.c, g.h, g.w, g.m, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow, g.n, hph, wph, image], np.int64
+    )
+    offsets = direct_offsets(g, hph, wph)
+    consts = (geometry, offsets, native.ptr(geometry), native.ptr(offsets))  # the arrays kept alive, their addresses
+    packed = WeightDerived(lambda w: pack_rows(np.asarray(w, np.float32), mr))
+    bias = NativeOperand()
+    panels, blocks = g.n * -(-q // nr), -(-g.m // mr)
+    worth = g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow >= DIRECT_SPLIT_MACS
+    scratch: list[np.ndarray] = []  # phase images, one per run in flight
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x = np.ascontiguousarray(inputs[0], np.float32)
+        wp = packed.get(inputs[1])
+        _, bp = bias.get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
+        y = _output(g, outputs, x.dtype)
+        yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
+        xph = x if in_place else (scratch.pop() if scratch else np.empty(g.n * image, np.float32))
+        try:
+            if not in_place:
+                phases(native.ptr(x), native.ptr(xph), consts[2])
+            xp, wpp, yp = native.ptr(xph), native.ptr(wp), native.ptr(yc)
+
+            def part(lo: int, hi: int) -> None:
+                span = (lo, hi, 0, blocks) if by_panels else (0, panels, lo, hi)
+                if fn(xp, wpp, consts[3], bp, yp, consts[2], *span):
+                    raise MemoryError(f"conv_direct_native: no memory for a {blocks * mr}x{nr} accumulator")
+
+            by_panels = panels >= 8 or blocks < 2
+            split_range(panels if by_panels else blocks, part, worth=worth)
+        finally:
+            if not in_place:
+                scratch.append(xph)
+        if yc is not y:
+            np.copyto(y, yc)
+        return (y,)
+
+    return run
+
+
+def _applies_direct_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    g = conv_geometry(descs, attrs)
+    return g is not None and g.group == 1 and descs[0].dtype == "float32"  # type: ignore[union-attr]
+
+
 # -- grouped -----------------------------------------------------------------------------------
 
 
@@ -574,6 +666,7 @@ NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = (
         offered=native.available,
         eager=True,
     ),
+    KernelImpl("conv_direct_native", build_conv_direct_native, _applies_direct_native, offered=native.available, eager=True),
 )
 CONV_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("conv_im2col_nhwc", build_conv_im2col_nhwc, _applies_nhwc, _nhwc_candidates),

@@ -1,0 +1,170 @@
+/* A 2-D convolution (group 1, float32, NCHW) as a GEMM with its own micro-kernel:
+ *
+ *     y[n, m, p] = bias[m] + sum_k W[m, k] * x_k[n, p]      k = (c, ky, kx), p = (oh, ow)
+ *
+ * The weight is packed once by the caller (aioge.kernels.conv_algos.pack_rows) into blocks of
+ * MR rows, k-major: wpack[mb][k][MR] (rows past M are zero). The micro-kernel holds an
+ * MR x (16 * nv) tile in vector registers (6 x 64: 24 of the 32 512-bit registers; GCC lowers
+ * the 64-byte vectors to pairs of 256-bit ones without AVX-512): per k, nv vector loads of the
+ * input, MR broadcasts of the weight and 6 * nv multiply-adds. KC values of k at a time, so
+ * the input they read stays in L1 while every MR-row block of the weight runs over it; the
+ * products accumulate in a per-thread buffer of the panel's M rows, which gets the bias and
+ * goes to y when the panel is done.
+ *
+ * The caller hands each thread a range of panels (or of MR-row blocks when there is one
+ * panel), so two threads never write the same outputs.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#define MR 6
+#define NR 64
+#define KC 160
+
+typedef float v16 __attribute__((vector_size(64), aligned(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+
+/* geometry: C, H, W, M, KH, KW, SH, SW, DH, DW, PT, PL, OH, OW, N */
+enum { G_C, G_H, G_W, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_PT, G_PL, G_OH, G_OW, G_N, G_LEN };
+
+int aioge_conv_gemm_mr(void) { return MR; }
+int aioge_conv_gemm_nr(void) { return NR; }
+
+/* -- direct: no im2col at all ------------------------------------------------------------------
+ *
+ * With the input split into its stride phases (xph[n][c][py][px][i][j] = x[n][c][i*SH + py - PT]
+ * [j*SW + px - PL], zero outside x), every kernel tap reads one phase plane at a fixed offset
+ * with unit stride, and over the flattened positions q = oh * WPH + ow of an output plane
+ * WPH wide those reads are contiguous: tap k reads xph + koff[k] + q. So the micro-kernel loads
+ * its NR positions straight from xph and nothing is packed. The WPH - OW columns past each
+ * output row are computed and dropped (2 of 58 for a 3x3 kernel on 56 columns).
+ */
+
+/* geometry: C, H, W, M, KH, KW, SH, SW, DH, DW, PT, PL, OH, OW, N, HPH, WPH, IMAGE (floats per image of xph) */
+enum { G_HPH = G_LEN, G_WPH, G_IMAGE, G_DIRECT_LEN };
+
+void aioge_conv_phases_f32(const float *restrict x, float *restrict xph, const int64_t *g)
+{
+    const int64_t N = g[G_N], C = g[G_C], H = g[G_H], W = g[G_W], SH = g[G_SH], SW = g[G_SW];
+    const int64_t PT = g[G_PT], PL = g[G_PL], HPH = g[G_HPH], WPH = g[G_WPH], IMAGE = g[G_IMAGE];
+    for (int64_t n = 0; n < N; n++) {
+        float *img = xph + n * IMAGE;
+        const int64_t used = C * SH * SW * HPH * WPH;
+        for (int64_t t = used; t < IMAGE; t++)
+            img[t] = 0.0f;
+        for (int64_t c = 0; c < C; c++) {
+            const float *plane = x + (n * C + c) * H * W;
+            for (int64_t py = 0; py < SH; py++)
+                for (int64_t px = 0; px < SW; px++) {
+                    float *dst = img + ((c * SH + py) * SW + px) * HPH * WPH;
+                    /* columns j whose source column j * SW + px - PL lies in [0, W) */
+                    int64_t lo = PL - px <= 0 ? 0 : (PL - px + SW - 1) / SW;
+                    int64_t hi = W - 1 + PL - px < 0 ? 0 : (W - 1 + PL - px) / SW + 1;
+                    if (hi > WPH)
+                        hi = WPH;
+                    if (lo > hi)
+                        lo = hi;
+                    for (int64_t i = 0; i < HPH; i++) {
+                        float *restrict row = dst + i * WPH;
+                        const int64_t ih = i * SH + py - PT;
+                        if (ih < 0 || ih >= H) {
+                            for (int64_t j = 0; j < WPH; j++)
+                                row[j] = 0.0f;
+                            continue;
+                        }
+                        const float *restrict src = plane + ih * W + px - PL;
+                        for (int64_t j = 0; j < lo; j++)
+                            row[j] = 0.0f;
+                        if (SW == 1)
+                            for (int64_t j = lo; j < hi; j++)
+                                row[j] = src[j];
+                        else
+                            for (int64_t j = lo; j < hi; j++)
+                                row[j] = src[j * SW];
+                        for (int64_t j = hi; j < WPH; j++)
+                            row[j] = 0.0f;
+                    }
+                }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void
+dtile(int nv, int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff, float *restrict c,
+      int first)
+{
+    v16 acc[MR][4];
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < nv; v++)
+            acc[i][v] = first ? (v16){0} : *(const v16 *)(c + i * NR + 16 * v);
+    for (int64_t k = 0; k < kc; k++) {
+        const float *b = xq + koff[k];
+        v16 bv[4];
+        for (int v = 0; v < nv; v++)
+            bv[v] = *(const v16u *)(b + 16 * v);
+        for (int i = 0; i < MR; i++) {
+            float s = a[k * MR + i];
+            for (int v = 0; v < nv; v++)
+                acc[i][v] += s * bv[v];
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < nv; v++)
+            *(v16 *)(c + i * NR + 16 * v) = acc[i][v];
+}
+
+typedef void (*dtile_fn)(int64_t, const float *, const float *, const int64_t *, float *, int);
+static void dtile1(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f) { dtile(1, kc, a, b, o, c, f); }
+static void dtile2(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f) { dtile(2, kc, a, b, o, c, f); }
+static void dtile3(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f) { dtile(3, kc, a, b, o, c, f); }
+static void dtile4(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f) { dtile(4, kc, a, b, o, c, f); }
+static const dtile_fn DTILES[5] = {0, dtile1, dtile2, dtile3, dtile4};
+
+/* Panels [p0, p1) of NR flattened positions (image-major) and MR-row blocks [mb0, mb1) of y,
+ * reading xph (aioge_conv_phases_f32, or x itself for a 1x1 kernel at stride 1 without pads)
+ * at the offsets koff[k] of the K taps. Returns 1 when the work buffer cannot be had. */
+int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                          const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1)
+{
+    const int64_t C = g[G_C], M = g[G_M], OH = g[G_OH], OW = g[G_OW], WPH = g[G_WPH], IMAGE = g[G_IMAGE];
+    const int64_t K = C * g[G_KH] * g[G_KW], P = OH * OW, Q = (OH - 1) * WPH + OW;
+    const int64_t per_image = (Q + NR - 1) / NR;
+    const int64_t rows = (mb1 - mb0) * MR;
+    const int64_t kblocks = (K + KC - 1) / KC, kstep = (K + kblocks - 1) / kblocks;
+    float *acc = aligned_alloc(64, (size_t)(rows > 0 ? rows : 1) * NR * sizeof(float));
+    if (!acc)
+        return 1;
+    for (int64_t q = p0; q < p1; q++) {
+        const int64_t n = q / per_image, start = (q % per_image) * NR;
+        const int64_t ncols = Q - start < NR ? Q - start : NR;
+        const dtile_fn fn = DTILES[(ncols + 15) / 16];
+        const float *xq = xph + n * IMAGE + start;
+        for (int64_t k0 = 0; k0 < K; k0 += kstep) {
+            const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
+            for (int64_t mb = mb0; mb < mb1; mb++)
+                fn(kc, wpack + mb * K * MR + k0 * MR, xq, koff + k0, acc + (mb - mb0) * MR * NR, k0 == 0);
+        }
+        float *yn = y + n * M * P;
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t m = mb0 * MR + r;
+            if (m >= M)
+                break;
+            const float add = bias ? bias[m] : 0.0f;
+            const float *src = acc + r * NR;
+            float *dst = yn + m * P;
+            /* flattened positions start + j: row oh = (start + j) / WPH, kept when its column < OW */
+            for (int64_t j = 0; j < ncols;) {
+                const int64_t qq = start + j, oh = qq / WPH, ow = qq % WPH;
+                const int64_t run = WPH - ow < ncols - j ? WPH - ow : ncols - j;
+                const int64_t keep = ow < OW ? (OW - ow < run ? OW - ow : run) : 0;
+                float *restrict d = dst + oh * OW + ow;
+                const float *restrict s = src + j;
+                for (int64_t t = 0; t < keep; t++)
+                    d[t] = s[t] + add;
+                j += run;
+            }
+        }
+    }
+    free(acc);
+    return 0;
+}

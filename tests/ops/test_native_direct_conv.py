@@ -1,0 +1,87 @@
+"""The compiled direct convolution (``kernels/csrc/gemm.c``, ``conv_direct_native``): group-1
+Conv against onnxruntime over strides, dilations, pads, batches, channel counts past one
+6-row block and spatial sizes past one 64-position panel, run whole and split over a
+helper thread; its numpy fallback without the tier."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aioge.ir.desc import TensorDesc
+from aioge.kernels import native, parallel
+from aioge.kernels.conv_algos import build_conv_direct_native
+from tests.ops.conftest import ort_run, rand
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    n=st.integers(1, 2),
+    c=st.integers(1, 9),
+    m=st.integers(1, 14),  # past two 6-row blocks, with a short last one
+    h=st.integers(1, 13),
+    w=st.integers(1, 13),
+    kernel=st.tuples(st.sampled_from([1, 2, 3, 5]), st.sampled_from([1, 3, 7])),
+    strides=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    dilations=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    pads=st.tuples(*[st.integers(0, 3)] * 4),
+    bias=st.booleans(),
+)
+@settings(max_examples=120, deadline=None)
+def test_direct_conv_matches_onnxruntime(seed, n, c, m, h, w, kernel, strides, dilations, pads, bias) -> None:
+    span = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if h + pads[0] + pads[2] < span[0] or w + pads[1] + pads[3] < span[1]:
+        return  # no output: not a valid Conv
+    rng = np.random.default_rng(seed)
+    inputs = [rand(rng, n, c, h, w), rand(rng, m, c, *kernel)] + ([rand(rng, m)] if bias else [])
+    inputs[1].setflags(write=False)  # a constant: packed once
+    attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "dilations": dilations}
+    (want,) = ort_run("Conv", inputs, attrs)
+    run = build_conv_direct_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in inputs], None)
+    (got,) = run(inputs, None)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    out = np.full(want.shape, np.nan, np.float32)
+    run(inputs, [out])  # into a preallocated (garbage-filled) output, twice: the packed weight reused
+    (again,) = run(inputs, [out])
+    np.testing.assert_allclose(again, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("c", "m", "k", "stride", "pad", "size"),
+    [(16, 70, 3, 1, 1, 40), (24, 13, 3, 2, 1, 33), (32, 64, 1, 1, 0, 16), (8, 20, 7, 2, 3, 50), (48, 130, 3, 1, 1, 5)],
+)
+def test_direct_conv_split_over_a_helper_thread_matches_whole(c, m, k, stride, pad, size, monkeypatch) -> None:
+    """Panels (large images) or 6-row blocks (one panel) in two halves give the same output."""
+    rng = np.random.default_rng(c * m)
+    x, wt, b = rand(rng, 2, c, size, size), rand(rng, m, c, k, k), rand(rng, m)
+    wt.setflags(write=False)
+    attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [pad] * 4}
+    (want,) = ort_run("Conv", [x, wt, b], attrs)
+    monkeypatch.setattr("aioge.kernels.conv_algos.DIRECT_SPLIT_MACS", 0)
+    run = build_conv_direct_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, wt, b)], None)
+    import threading
+
+    pieces = []
+    real = parallel.split_range
+
+    def counted(total, fn, *, worth=True):
+        pieces.append(real(total, fn, worth=worth))
+        return pieces[-1]
+
+    monkeypatch.setattr("aioge.kernels.conv_algos.split_range", counted)
+    with parallel.cpu_tokens(threading.Semaphore(2)):
+        (got,) = run([x, wt, b], None)
+    assert pieces == [2]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_without_the_tier_the_direct_conv_runs_numpy(monkeypatch) -> None:
+    monkeypatch.setattr(native, "function", lambda *a, **k: None)
+    rng = np.random.default_rng(3)
+    x, wt = rand(rng, 1, 4, 9, 9), rand(rng, 5, 4, 3, 3)
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    (want,) = ort_run("Conv", [x, wt], attrs)
+    (got,) = build_conv_direct_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, wt)], None)([x, wt], None)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
