@@ -9,6 +9,9 @@
 - ``conv_depthwise_native``: group == C, float32, in C (``csrc/conv.c``): 16 planes in the
   vector lanes, one vector multiply-add per tap and output pixel; the output planes in two
   halves over an idle core. Offered only with the compiled tier loaded.
+- ``conv_direct_native``: group 1, float32, in C (``csrc/gemm.c``): the input split into its
+  stride phases, so every tap reads contiguous positions, and a 6x64 register-tiled GEMM
+  reading them in place (no im2col) with the weight packed once. Offered only with the tier.
 - ``conv_grouped``: 1 < group < C: one im2col and GEMM per group (smaller working sets).
 - ``conv_winograd_f23``: Winograd F(2x2, 3x3) for 3x3, stride 1, dilation 1, group 1:
   16 GEMMs of (M, C) @ (C, tiles) instead of one of (M, 9C) @ (9C, 4·tiles), 2.25x fewer
