@@ -89,6 +89,31 @@ def test_candidates_a_process_does_not_offer_are_not_tuned_but_stay_valid_when_s
     assert choice is not None and choice.impl == "reference" and "compiled" not in choice.timings_ms
 
 
+def test_candidates_are_timed_able_to_split_over_the_idle_cores() -> None:
+    """A run at batch 1 lets kernels take the idle cores (``split_range``), so tuning times
+    them that way: a kernel that splits well is not ranked by its one-core time."""
+    import os
+
+    from aioge.kernels import parallel
+
+    seen: list[int] = []
+
+    def counts(x):
+        tokens = parallel._tokens.get()
+        taken = 0
+        while tokens is not None and tokens.acquire(blocking=False):
+            taken += 1
+        for _ in range(taken):
+            tokens.release()  # type: ignore[union-attr]
+        seen.append(taken)
+        return x * 2
+
+    schema = _schema(_impl("reference", counts), _impl("other", lambda x: x + x))
+    select_kernel(schema, DESCS, OUTS, {}, [None], mode="tune", budget_ms=20)
+    assert seen and set(seen) == {(os.cpu_count() or 1) - 1}
+    assert parallel._tokens.get() is None  # and none are left behind
+
+
 def test_tune_explores_parameter_sets() -> None:
     schema = _schema(
         _impl("reference", lambda x: x * 2, delay=0.003),

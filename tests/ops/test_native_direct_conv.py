@@ -53,7 +53,8 @@ def test_direct_conv_matches_onnxruntime(seed, n, c, m, h, w, kernel, strides, d
     [(16, 70, 3, 1, 1, 40), (24, 13, 3, 2, 1, 33), (32, 64, 1, 1, 0, 16), (8, 20, 7, 2, 3, 50), (48, 130, 3, 1, 1, 5)],
 )
 def test_direct_conv_split_over_a_helper_thread_matches_whole(c, m, k, stride, pad, size, monkeypatch) -> None:
-    """Panels (large images) or 6-row blocks (one panel) in two halves give the same output."""
+    """Panels (large images) or 6-row blocks (one panel) shared with the C helper thread give
+    the same output."""
     rng = np.random.default_rng(c * m)
     x, wt, b = rand(rng, 2, c, size, size), rand(rng, m, c, k, k), rand(rng, m)
     wt.setflags(write=False)
@@ -64,13 +65,13 @@ def test_direct_conv_split_over_a_helper_thread_matches_whole(c, m, k, stride, p
     import threading
 
     pieces = []
-    real = parallel.split_range
+    real = parallel.split_native
 
-    def counted(total, fn, *, worth=True):
-        pieces.append(real(total, fn, worth=worth))
+    def counted(par, job, args, total, *, worth=True):
+        pieces.append(real(par, job, args, total, worth=worth))
         return pieces[-1]
 
-    monkeypatch.setattr("aioge.kernels.conv_algos.split_range", counted)
+    monkeypatch.setattr("aioge.kernels.conv_algos.split_native", counted)
     with parallel.cpu_tokens(threading.Semaphore(2)):
         (got,) = run([x, wt, b], None)
     assert pieces == [2]

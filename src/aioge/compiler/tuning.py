@@ -14,11 +14,15 @@ An op schema lists its implementations in order of preference; the first is the
   one earlier in the schema's order of preference does, so that noise between near-equal
   kernels does not flip the choice from one compile (and kernel cache entry) to the next.
   The choice keeps its runner-up and margin. Runs in a worker thread: the caller never blocks the loop.
+  Candidates are timed as a run at batch 1 runs them: a kernel may split over the idle cores
+  (``kernels.parallel.split_range``), so one that splits well is not ranked by its
+  one-core time.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,6 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from aioge.ir.desc import TensorDesc, numpy_dtype
+from aioge.kernels.parallel import cpu_tokens
 from aioge.ops.schema import KernelImpl, OpSchema
 from aioge.plan.kernel import candidates_of
 
@@ -95,7 +100,9 @@ def select_kernel(
         return Choice(cands[0][0].name, cands[0][1], False)
     # Random data may leave an op's domain (a negative variance, a log of a negative): numpy's
     # warnings about it are noise here (errstate is per thread), NaNs compare equal in the check.
-    with _MEASURE, np.errstate(all="ignore"):
+    # Ops tune one at a time, so the other cores are as idle as a lone run's: a candidate may
+    # split over them as it would at run time.
+    with _MEASURE, np.errstate(all="ignore"), cpu_tokens(threading.Semaphore(max(0, (os.cpu_count() or 1) - 1))):
         return tune(schema, cands, in_descs, out_descs, attrs, inputs, budget_ms=budget_ms)
 
 

@@ -38,7 +38,7 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import native
 from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv import window_geometry
-from aioge.kernels.parallel import par_matmul, split_range
+from aioge.kernels.parallel import par_matmul, split_native, split_range
 
 __all__ = [
     "CONV_ALGOS",
@@ -406,15 +406,13 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
     from aioge.kernels.conv import build_conv_im2col
 
     g = _geometry(attrs, ins)
-    fn = native.function(
-        "aioge_conv_direct_f32", _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, restype=ctypes.c_int
-    )
+    par = native.par_run()
     phases = native.function("aioge_conv_phases_f32", _PTR, _PTR, _PTR)
     sizes = (
         native.function("aioge_conv_gemm_mr", restype=ctypes.c_int),
         native.function("aioge_conv_gemm_nr", restype=ctypes.c_int),
     )
-    if fn is None or phases is None or sizes[0] is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
+    if par is None or phases is None or sizes[0] is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
         return build_conv_im2col(attrs, params, ins, outs)
     mr, nr = int(sizes[0]()), int(sizes[1]())
     hph, wph = g.oh + (g.kh - 1) * g.dh // g.sh, g.ow + (g.kw - 1) * g.dw // g.sw
@@ -431,6 +429,7 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
     bias = NativeOperand()
     panels, blocks = g.n * -(-q // nr), -(-g.m // mr)
     worth = g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow >= DIRECT_SPLIT_MACS
+    by_panels = panels >= 8 or blocks < 2
     scratch: list[np.ndarray] = []  # phase images, one per run in flight
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
@@ -443,15 +442,12 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
         try:
             if not in_place:
                 phases(native.ptr(x), native.ptr(xph), consts[2])
-            xp, wpp, yp = native.ptr(xph), native.ptr(wp), native.ptr(yc)
-
-            def part(lo: int, hi: int) -> None:
-                span = (lo, hi, 0, blocks) if by_panels else (0, panels, lo, hi)
-                if fn(xp, wpp, consts[3], bp, yp, consts[2], *span):
-                    raise MemoryError(f"conv_direct_native: no memory for a {blocks * mr}x{nr} accumulator")
-
-            by_panels = panels >= 8 or blocks < 2
-            split_range(panels if by_panels else blocks, part, worth=worth)
+            args = np.array(
+                [native.ptr(xph), native.ptr(wp), consts[3], bp or 0, native.ptr(yc), consts[2], panels, blocks, not by_panels],
+                np.int64,
+            )
+            if split_native(par, native.JOB_CONV_DIRECT, native.ptr(args), panels if by_panels else blocks, worth=worth) < 0:
+                raise MemoryError(f"conv_direct_native: no memory for a {blocks * mr}x{nr} accumulator")
         finally:
             if not in_place:
                 scratch.append(xph)

@@ -10,21 +10,27 @@
 - ``gemm_packed``: Gemm with its transposed operands packed contiguous (once for constants);
   not a tuning candidate (see ``GEMM_ALGOS``: it can make equal columns differ by an ulp).
 - ``gemm_dot``: Gemm through ``np.dot`` into the output.
+- ``matmul_native`` and ``gemm_native``: float32 with a 2-D B, in C (``csrc/gemm.c``): B
+  packed once into panels of 64 columns, a 6x64 register-tiled micro-kernel reading A in
+  place; panels (or row blocks) in two halves over an idle core. Every column goes through
+  the same operations, so equal weight columns give equal outputs.
 """
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from aioge.ir.desc import TensorDesc
+from aioge.kernels import native
 from aioge.kernels.contract import KernelImpl, RunFn
-from aioge.kernels.conv_algos import WeightDerived
+from aioge.kernels.conv_algos import DIRECT_SPLIT_MACS, WeightDerived
 from aioge.kernels.nn import gemm_epilogue
-from aioge.kernels.parallel import matmul_2d, split_matmul
+from aioge.kernels.parallel import matmul_2d, split_matmul, split_native
 
-__all__ = ["GEMM_ALGOS", "MATMUL_ALGOS"]
+__all__ = ["GEMM_ALGOS", "MATMUL_ALGOS", "NATIVE_GEMM_ALGOS", "NATIVE_MATMUL_ALGOS", "pack_columns"]
 
 Descs = Sequence[TensorDesc | None]
 _FLOATS = ("float16", "float32", "float64")
@@ -129,6 +135,110 @@ def build_matmul_einsum(attrs: Mapping[str, Any], params: Mapping[str, Any], ins
     return run
 
 
+# -- a packed constant B in C ------------------------------------------------------------------
+
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+
+
+def pack_columns(b: np.ndarray, cols: int) -> np.ndarray:
+    """(K, N) in panels of ``cols`` columns, k-major: (ceil(N / cols), K, cols), zero past N,
+    64-byte aligned."""
+    k, n = b.shape
+    full, panels = n // cols, -(-n // cols)
+    out = native.aligned_empty((panels, k, cols))
+    out[:full] = b[:, : full * cols].reshape(k, full, cols).transpose(1, 0, 2)
+    if full < panels:
+        out[full] = 0
+        out[full, :, : n - full * cols] = b[:, full * cols :]
+    return out
+
+
+class _PackedGemm:
+    """``y = a @ B (+ bias)`` for a 2-D float32 ``a`` (unit stride along K) and the packed B,
+    over an idle core (``parallel.split_native``) when the product is big enough."""
+
+    __slots__ = ("par", "mr", "nr", "k", "n")
+
+    def __init__(self, k: int, n: int) -> None:
+        self.par = native.par_run()
+        mr = native.function("aioge_conv_gemm_mr", restype=ctypes.c_int)
+        nr = native.function("aioge_conv_gemm_nr", restype=ctypes.c_int)
+        self.mr, self.nr = (int(mr()), int(nr())) if mr is not None and nr is not None else (0, 0)
+        self.k, self.n = k, n
+
+    @property
+    def ready(self) -> bool:
+        return self.par is not None and self.nr > 0
+
+    def __call__(self, a: np.ndarray, bp: np.ndarray, bias: np.ndarray | None, y: np.ndarray) -> int:
+        """Returns the pieces the product ran in."""
+        m, (k, n) = a.shape[0], (self.k, self.n)
+        if m == 0 or n == 0:
+            return 1
+        if k == 0:
+            y[...] = 0 if bias is None else bias
+            return 1
+        panels, blocks = bp.shape[0], -(-m // self.mr)
+        by_rows = panels < 2 and blocks >= 2
+        args = np.array(
+            [
+                native.ptr(a),
+                a.strides[0] // 4,
+                native.ptr(bp),
+                0 if bias is None else native.ptr(bias),
+                native.ptr(y),
+                n,
+                n,
+                k,
+                m,
+                panels,
+                by_rows,
+                self.mr,
+            ],
+            np.int64,
+        )
+        worth = m * k * n >= DIRECT_SPLIT_MACS
+        return split_native(self.par, native.JOB_GEMM, native.ptr(args), blocks if by_rows else panels, worth=worth)
+
+
+def _rows(a: np.ndarray, k: int) -> np.ndarray:
+    """``a`` as float32 rows of ``k`` with unit stride along them (a view when it can be)."""
+    a2 = a.reshape(-1, k) if a.flags.c_contiguous else np.ascontiguousarray(a, np.float32).reshape(-1, k)
+    return a2 if a2.dtype == np.float32 else a2.astype(np.float32)
+
+
+def build_matmul_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """float32 (..., M, K) @ (K, N) in C (``csrc/gemm.c``): B packed once (a constant) into
+    panels of 64 columns; the folded rows of A read in place. Without the compiled tier (a
+    desc stored by a process that had it) ``matmul_fold_2d``'s numpy."""
+    sa, sb = _static2(ins)  # type: ignore[misc]
+    k, n = sb
+    shape = _result_shape(sa, sb)
+    gemm = _PackedGemm(k, n)
+    if not gemm.ready:
+        return build_matmul_fold_2d(attrs, params, ins, outs)
+    packed = WeightDerived(lambda b: pack_columns(np.asarray(b, np.float32), gemm.nr))
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        y = _out(outputs, shape, np.float32)
+        yc = y if y.flags.c_contiguous else np.empty(shape, np.float32)
+        gemm(_rows(inputs[0], k), packed.get(inputs[1]), None, yc.reshape(-1, n))
+        if yc is not y:
+            np.copyto(y, yc)
+        return (y,)
+
+    return run
+
+
+def _applies_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    s = _static2(descs)
+    return s is not None and len(s[1]) == 2 and descs[0].dtype == "float32"  # type: ignore[union-attr]
+
+
+NATIVE_MATMUL_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl("matmul_native", build_matmul_native, _applies_native, offered=native.available, eager=True),
+)
+
 MATMUL_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("matmul_fold_2d", build_matmul_fold_2d, _applies_fold),
     KernelImpl("matmul_packed_bt", build_matmul_packed_bt, _applies_packed),
@@ -193,6 +303,46 @@ def build_gemm_dot(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Des
 def _applies_gemm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return _gemm_shapes(descs, attrs) is not None
 
+
+def build_gemm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """float32 alpha·A'@B' + beta·C in C (``csrc/gemm.c``): B' packed once (a constant), a row
+    vector beta·C added by the micro-kernel; other C and alpha by ``gemm_epilogue``. Without
+    the compiled tier ``gemm_dot``."""
+    m, n = _gemm_shapes(ins, attrs)  # type: ignore[misc]
+    alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+    ta, tb = bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0))
+    k = int(ins[0].shape[0] if ta else ins[0].shape[1])  # type: ignore[union-attr, index]
+    gemm = _PackedGemm(k, n)
+    if not gemm.ready:
+        return build_gemm_dot(attrs, params, ins, outs)
+    packed = WeightDerived(lambda b: pack_columns(np.asarray(b.T if tb else b, np.float32), gemm.nr))
+    row_c = len(ins) > 2 and ins[2] is not None and alpha == 1.0 and beta != 0.0 and ins[2].shape in ((n,), (1, n))
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        a, b = inputs[0], inputs[1]
+        c = inputs[2] if len(inputs) > 2 else None
+        y = _out(outputs, (m, n), np.float32)
+        yc = y if y.flags.c_contiguous else np.empty((m, n), np.float32)
+        bias = None
+        if row_c and c is not None:
+            bias = np.ascontiguousarray((c if beta == 1.0 else beta * c).reshape(-1), np.float32)
+        gemm(_rows(a.T if ta else a, k), packed.get(b), bias, yc)
+        if bias is None:
+            gemm_epilogue(yc, c, alpha, beta)
+        if yc is not y:
+            np.copyto(y, yc)
+        return (y,)
+
+    return run
+
+
+def _applies_gemm_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    return _gemm_shapes(descs, attrs) is not None and descs[0].dtype == "float32"  # type: ignore[union-attr]
+
+
+NATIVE_GEMM_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl("gemm_native", build_gemm_native, _applies_gemm_native, offered=native.available, eager=True),
+)
 
 # gemm_packed is out of the candidates. It is as exact as the others, but BLAS blocks the
 # columns of a contiguous (K, N) operand differently (main blocks and tail), so columns with

@@ -24,7 +24,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ABI", "available", "function", "lib", "ptr"]
+__all__ = ["ABI", "JOB_CONV_DIRECT", "JOB_GEMM", "aligned_empty", "available", "function", "lib", "par_run", "ptr"]
+
+# The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C helper thread.
+JOB_GEMM, JOB_CONV_DIRECT = 0, 1
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
 ABI = 1
@@ -84,3 +87,19 @@ def function(name: str, *argtypes: Any, restype: Any = None) -> Any:
 def ptr(a: np.ndarray) -> int:
     """The address of ``a``'s first element (the caller has checked dtype and contiguity)."""
     return int(a.ctypes.data)
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: Any = np.float32, align: int = 64) -> np.ndarray:
+    """An uninitialised C-contiguous array whose first element sits on an ``align``-byte
+    boundary (a packed operand the micro-kernels load a cache line at a time)."""
+    dt = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = np.empty(count * dt.itemsize + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start : start + count * dt.itemsize].view(dt).reshape(shape)
+
+
+def par_run() -> Any:
+    """``aioge_par_run(job, args, total, split)`` of ``csrc/par.c``, or None without the library:
+    see ``kernels.parallel.split_native``."""
+    return function("aioge_par_run", ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, restype=ctypes.c_int)

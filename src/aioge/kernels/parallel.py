@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-__all__ = ["COMPUTE_ROWS", "SPLIT_MACS", "cpu_tokens", "matmul_2d", "par_matmul", "split_matmul", "split_range"]
+__all__ = ["COMPUTE_ROWS", "SPLIT_MACS", "cpu_tokens", "matmul_2d", "par_matmul", "split_matmul", "split_native", "split_range"]
 
 # A GEMM of at least this many multiply-adds is worth splitting across an idle core (a
 # helper-thread hop costs tens of microseconds; this is about a millisecond of work).
@@ -76,6 +76,21 @@ def split_range(total: int, fn: Callable[[int, int], None], *, worth: bool = Tru
     finally:
         tokens.release()
     return 2
+
+
+def split_native(par_run: Callable[[int, int, int, int], int], job: int, args: int, total: int, *, worth: bool = True) -> int:
+    """``split_range`` for a C kernel: ``par_run`` is ``aioge_par_run`` (``csrc/par.c``), which
+    runs ``job`` (its arguments at address ``args``) over ``[0, total)``, the upper half on a
+    spinning C helper thread when told to split: no Python thread hop. It is told to when
+    ``worth`` and an idle CPU token can be taken without waiting, as ``split_range`` decides.
+    Returns what ``par_run`` does: the pieces (1 or 2), or minus the job's error code."""
+    tokens = _tokens.get()
+    took = worth and total >= 2 and tokens is not None and (os.cpu_count() or 1) >= 2 and tokens.acquire(blocking=False)
+    try:
+        return par_run(job, args, total, 1 if took else 0)
+    finally:
+        if took:
+            tokens.release()  # type: ignore[union-attr]
 
 
 def split_matmul(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> int:

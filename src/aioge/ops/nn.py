@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import nn as k
-from aioge.kernels.matmul_algos import GEMM_ALGOS, MATMUL_ALGOS
+from aioge.kernels.matmul_algos import GEMM_ALGOS, MATMUL_ALGOS, NATIVE_GEMM_ALGOS, NATIVE_MATMUL_ALGOS
 from aioge.kernels.norm_algos import BATCHNORM_ALGOS, LAYERNORM_ALGOS, LOGSOFTMAX_ALGOS, SOFTMAX_ALGOS
 from aioge.ops.infer import broadcast_shapes, normalise_axis
 from aioge.ops.schema import (
@@ -214,7 +214,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
         "MatMul",
         _infer_matmul,
-        (KernelImpl("numpy", k.build_matmul), *MATMUL_ALGOS),
+        (KernelImpl("numpy", k.build_matmul), *NATIVE_MATMUL_ALGOS, *MATMUL_ALGOS),
         ALL_ENGINES,
         {},
         (2, 2),
@@ -226,7 +226,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
         "Gemm",
         _infer_gemm,
-        (KernelImpl("numpy", k.build_gemm), *GEMM_ALGOS),
+        (KernelImpl("numpy", k.build_gemm), *NATIVE_GEMM_ALGOS, *GEMM_ALGOS),
         ALL_ENGINES,
         {
             "alpha": Attr("float", 1.0),

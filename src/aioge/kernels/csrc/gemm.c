@@ -14,6 +14,7 @@
  * The caller hands each thread a range of panels (or of MR-row blocks when there is one
  * panel), so two threads never write the same outputs.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -120,6 +121,47 @@ static void dtile3(int64_t kc, const float *a, const float *b, const int64_t *o,
 static void dtile4(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f) { dtile(4, kc, a, b, o, c, f); }
 static const dtile_fn DTILES[5] = {0, dtile1, dtile2, dtile3, dtile4};
 
+/* This thread's accumulator of at least n floats, kept from call to call (and freed with the
+ * thread): an allocation per call past glibc's mmap threshold (128 KB at M = 512) paid its page
+ * faults every time. */
+struct accumulator {
+    float *buf;
+    size_t cap;
+};
+static pthread_key_t acc_key;
+static pthread_once_t acc_once = PTHREAD_ONCE_INIT;
+
+static void free_accumulator(void *p)
+{
+    struct accumulator *a = p;
+    free(a->buf);
+    free(a);
+}
+
+static void make_acc_key(void) { pthread_key_create(&acc_key, free_accumulator); }
+
+static float *accumulator(size_t n)
+{
+    pthread_once(&acc_once, make_acc_key);
+    struct accumulator *a = pthread_getspecific(acc_key);
+    if (!a) {
+        a = calloc(1, sizeof *a);
+        if (!a || pthread_setspecific(acc_key, a)) {
+            free(a);
+            return NULL;
+        }
+    }
+    if (n > a->cap) {
+        float *grown = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+        if (!grown)
+            return NULL;
+        free(a->buf);
+        a->buf = grown;
+        a->cap = n;
+    }
+    return a->buf;
+}
+
 /* Panels [p0, p1) of NR flattened positions (image-major) and MR-row blocks [mb0, mb1) of y,
  * reading xph (aioge_conv_phases_f32, or x itself for a 1x1 kernel at stride 1 without pads)
  * at the offsets koff[k] of the K taps. Returns 1 when the work buffer cannot be had. */
@@ -131,7 +173,7 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
     const int64_t per_image = (Q + NR - 1) / NR;
     const int64_t rows = (mb1 - mb0) * MR;
     const int64_t kblocks = (K + KC - 1) / KC, kstep = (K + kblocks - 1) / kblocks;
-    float *acc = aligned_alloc(64, (size_t)(rows > 0 ? rows : 1) * NR * sizeof(float));
+    float *acc = accumulator((size_t)(rows > 0 ? rows : 1) * NR);
     if (!acc)
         return 1;
     for (int64_t q = p0; q < p1; q++) {
@@ -165,6 +207,99 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
             }
         }
     }
-    free(acc);
     return 0;
+}
+
+/* -- a constant B: y = a @ B (+ bias) ----------------------------------------------------------
+ *
+ * B (K x N) is packed once by the caller (aioge.kernels.matmul_algos.pack_columns) into panels
+ * of NR columns, k-major: bpack[p][k][NR], zero past N. The roles of the conv's micro-kernel
+ * swap: per k, nv vector loads of the panel and MR broadcasts of a, which is read in place
+ * (MR rows lda apart, unit stride in k; rows past the range repeat the last one and are not
+ * stored). KCG values of k at a time: the panel's kc x NR block (up to 256 KB) stays in L2
+ * while every MR-row block of a runs over it, and a tile stays in registers over all of
+ * it (measured against 128-value blocks kept in L1: 3-15% faster, most at K = 3072). A last panel
+ * narrower than NR accumulates in a local tile, copied out with the bias.
+ */
+#define KCG 1024
+
+static inline __attribute__((always_inline)) void
+gtile(int nv, int64_t kc, const float *restrict a, int64_t lda, int64_t mv, const float *restrict b, float *restrict c,
+      int64_t ldc, const float *restrict bias, int first)
+{
+    const float *r[MR];
+    for (int i = 0; i < MR; i++)
+        r[i] = a + (i < mv ? i : mv - 1) * lda;
+    v16 acc[MR][4];
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < nv; v++)
+            acc[i][v] = first ? (bias ? *(const v16u *)(bias + 16 * v) : (v16){0})
+                              : (i < mv ? *(const v16u *)(c + i * ldc + 16 * v) : (v16){0});
+    for (int64_t k = 0; k < kc; k++) {
+        v16 bv[4];
+        for (int v = 0; v < nv; v++)
+            bv[v] = *(const v16u *)(b + k * NR + 16 * v);
+        for (int i = 0; i < MR; i++) {
+            float s = r[i][k];
+            for (int v = 0; v < nv; v++)
+                acc[i][v] += s * bv[v];
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        if (i < mv)
+            for (int v = 0; v < nv; v++)
+                *(v16u *)(c + i * ldc + 16 * v) = acc[i][v];
+}
+
+typedef void (*gtile_fn)(int64_t, const float *, int64_t, int64_t, const float *, float *, int64_t, const float *, int);
+#define GTILE(NV)                                                                                                  \
+    static void gtile##NV(int64_t kc, const float *a, int64_t lda, int64_t mv, const float *b, float *c, int64_t ldc, \
+                          const float *bias, int first)                                                            \
+    {                                                                                                              \
+        gtile(NV, kc, a, lda, mv, b, c, ldc, bias, first);                                                         \
+    }
+GTILE(1)
+GTILE(2)
+GTILE(3)
+GTILE(4)
+static const gtile_fn GTILES[5] = {0, gtile1, gtile2, gtile3, gtile4};
+
+/* Rows [r0, r1) of y and its column panels [p0, p1): y[r][n] = bias[n] + sum_k a[r][k] * B[k][n]
+ * (bias may be NULL). a's rows are lda floats apart, y's ldy. K >= 1. */
+void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, const float *bias, float *y, int64_t ldy,
+                           int64_t N, int64_t K, int64_t r0, int64_t r1, int64_t p0, int64_t p1)
+{
+    const int64_t kblocks = (K + KCG - 1) / KCG, kstep = (K + kblocks - 1) / kblocks;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t col0 = p * NR, ncols = N - col0 < NR ? N - col0 : NR;
+        const float *bp = bpack + p * K * NR;
+        const float *bb = bias ? bias + col0 : 0;
+        if (ncols == NR) {
+            for (int64_t k0 = 0; k0 < K; k0 += kstep) {
+                const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
+                for (int64_t i = r0; i < r1; i += MR)
+                    gtile4(kc, a + i * lda + k0, lda, r1 - i < MR ? r1 - i : MR, bp + k0 * NR, y + i * ldy + col0, ldy,
+                           bb, k0 == 0);
+            }
+            continue;
+        }
+        const gtile_fn fn = GTILES[(ncols + 15) / 16];
+        float tile[MR * NR] __attribute__((aligned(64)));
+        float bpad[NR] __attribute__((aligned(64))) = {0};
+        for (int64_t j = 0; bb && j < ncols; j++)
+            bpad[j] = bb[j]; /* the same operations as a full panel's columns, so equal columns stay equal */
+        for (int64_t i = r0; i < r1; i += MR) {
+            const int64_t mv = r1 - i < MR ? r1 - i : MR;
+            for (int64_t k0 = 0; k0 < K; k0 += kstep) {
+                const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
+                fn(kc, a + i * lda + k0, lda, mv, bp + k0 * NR, tile, NR, bb ? bpad : 0, k0 == 0);
+            }
+            for (int64_t r = 0; r < mv; r++) {
+                float *restrict d = y + (i + r) * ldy + col0;
+                const float *restrict s = tile + r * NR;
+                for (int64_t j = 0; j < ncols; j++)
+                    d[j] = s[j];
+            }
+        }
+    }
 }

@@ -1,0 +1,321 @@
+/* Splitting a C kernel over an idle core without a Python thread hop.
+ *
+ * kernels.parallel.split_range hands half of a range to a Python helper thread: the wake-up
+ * (a condition variable, the GIL, and on this VM a halted vCPU to wake) costs 60-75 us, a
+ * sixth of a 0.45 ms GEMM half. Here the caller posts the job to a C helper thread that spins
+ * for a while after each job (SPIN_US, or AIOGE_SPIN_US in the environment), so a kernel that
+ * follows within that time is picked up in about a microsecond; past it the helper sleeps on a
+ * condition variable. onnxruntime's thread pool spins the same way.
+ *
+ * The range is cut into up to CHUNKS chunks that the caller and the helper take in turn, so a
+ * helper that starts late only leaves more chunks to the caller. This VM's scheduler packs
+ * threads onto few vCPUs (sched_vcpu_pack): a helper woken by the caller landed on the caller's
+ * vCPU and ran only when the caller was done (1.4 ms for a 0.9 ms GEMM). So a caller that finds
+ * the helper on its CPU, or asleep, first sets the helper's affinity to every other CPU.
+ *
+ * Whether to split at all (an idle CPU token of the run) is the Python side's decision
+ * (kernels.parallel.split_native); this file runs aioge_par_run(job, args, total, split), a job
+ * being one of the kernels below with its arguments in an int64 array. Helpers are claimed one
+ * caller at a time, up to the cores less one; with none free the job runs whole. A forked child
+ * starts with no helpers (pthread_atfork), so a fork in the middle cannot leave a job waiting.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define MAX_HELPERS 64
+#define SPIN_US 300
+#define CHUNKS 8 /* a split range is cut into this many chunks at most */
+
+int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                          const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1);
+void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, const float *bias, float *y, int64_t ldy,
+                           int64_t N, int64_t K, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
+
+typedef int (*job_fn)(const int64_t *args, int64_t lo, int64_t hi);
+
+/* gemm: a, lda, bpack, bias, y, ldy, N, K, M, panels, by_rows, MR: [lo, hi) are panels, or MR-row
+ * blocks when by_rows */
+static int job_gemm(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const float *a = (const float *)(intptr_t)g[0], *bp = (const float *)(intptr_t)g[2];
+    const float *bias = (const float *)(intptr_t)g[3];
+    float *y = (float *)(intptr_t)g[4];
+    const int64_t M = g[8], panels = g[9], mr = g[11];
+    if (g[10]) {
+        const int64_t r1 = hi * mr < M ? hi * mr : M;
+        aioge_gemm_packed_f32(a, g[1], bp, bias, y, g[5], g[6], g[7], lo * mr, r1, 0, panels);
+    } else
+        aioge_gemm_packed_f32(a, g[1], bp, bias, y, g[5], g[6], g[7], 0, M, lo, hi);
+    return 0;
+}
+
+/* conv direct: xph, wpack, koff, bias, y, geometry, panels, blocks, by_blocks: [lo, hi) are panels,
+ * or MR-row blocks of the weight when by_blocks */
+static int job_conv_direct(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const float *x = (const float *)(intptr_t)g[0], *w = (const float *)(intptr_t)g[1];
+    const int64_t *koff = (const int64_t *)(intptr_t)g[2], *geom = (const int64_t *)(intptr_t)g[5];
+    const float *bias = (const float *)(intptr_t)g[3];
+    float *y = (float *)(intptr_t)g[4];
+    if (g[8])
+        return aioge_conv_direct_f32(x, w, koff, bias, y, geom, 0, g[6], lo, hi);
+    return aioge_conv_direct_f32(x, w, koff, bias, y, geom, lo, hi, 0, g[7]);
+}
+
+static const job_fn JOBS[] = {job_gemm, job_conv_direct};
+#define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
+
+/* One split job, on the caller's stack: its range cut into chunks that the caller and the
+ * helper take in turn, so a helper that starts late (or not at all: on a VM a vCPU may be
+ * slow to wake, or the scheduler may have put the helper on the caller's own vCPU) only ever
+ * leaves more chunks to the caller, never a wait. */
+struct split {
+    int job;
+    const int64_t *args;
+    int64_t total, chunk, nchunks;
+    _Atomic int64_t next, done;
+    _Atomic int error;
+};
+
+struct helper {
+    _Atomic int claimed;                /* a caller owns it (compare-and-swap 0 -> 1) */
+    _Atomic uint64_t posted;            /* bumped by the caller for each job */
+    _Atomic(struct split *) current;    /* the job, NULL once its caller stopped waiting */
+    _Atomic int inside;                 /* the helper may be reading *current */
+    _Atomic int sleeping;
+    _Atomic int cpu;                    /* where the helper last looked for work, -1 unknown */
+    _Atomic pid_t tid;
+    int started;
+    int excluded;                       /* the CPU its affinity leaves out, -1 none */
+    uint64_t initial;                   /* posted when the thread was created */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+static struct helper helpers[MAX_HELPERS];
+static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int nhelpers = -1;
+static int64_t spin_ns;
+
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int this_cpu(void)
+{
+#ifdef __linux__
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
+
+/* Take chunks of s until none is left. */
+static void work(struct split *s)
+{
+    int64_t i;
+    while ((i = atomic_fetch_add(&s->next, 1)) < s->nchunks) {
+        const int64_t lo = i * s->chunk, hi = lo + s->chunk < s->total ? lo + s->chunk : s->total;
+        const int err = JOBS[s->job](s->args, lo, hi);
+        if (err)
+            atomic_store(&s->error, err);
+        atomic_fetch_add(&s->done, 1);
+    }
+}
+
+static void *helper_main(void *arg)
+{
+    struct helper *h = arg;
+#ifdef __linux__
+    atomic_store(&h->tid, (pid_t)syscall(SYS_gettid));
+#endif
+    uint64_t seen = h->initial; /* not posted: the first job may be posted before this thread runs */
+    for (;;) {
+        uint64_t now;
+        const int64_t deadline = now_ns() + spin_ns;
+        unsigned spins = 0;
+        atomic_store_explicit(&h->cpu, this_cpu(), memory_order_relaxed);
+        while ((now = atomic_load_explicit(&h->posted, memory_order_acquire)) == seen) {
+            relax();
+            if ((++spins & 255) == 0 && now_ns() > deadline) {
+                pthread_mutex_lock(&h->mu);
+                atomic_store(&h->sleeping, 1);
+                atomic_store_explicit(&h->cpu, -1, memory_order_relaxed);
+                while ((now = atomic_load(&h->posted)) == seen)
+                    pthread_cond_wait(&h->cv, &h->mu);
+                atomic_store(&h->sleeping, 0);
+                pthread_mutex_unlock(&h->mu);
+                break;
+            }
+        }
+        seen = now;
+        atomic_store(&h->inside, 1); /* sequentially consistent, against the caller's store of NULL */
+        struct split *s = atomic_load(&h->current);
+        if (s)
+            work(s);
+        atomic_store(&h->inside, 0);
+    }
+    return NULL;
+}
+
+static void reset_helpers(void)
+{
+    for (int i = 0; i < MAX_HELPERS; i++) {
+        struct helper *h = &helpers[i];
+        atomic_store(&h->claimed, 0);
+        atomic_store(&h->posted, 0);
+        atomic_store(&h->current, NULL);
+        atomic_store(&h->inside, 0);
+        atomic_store(&h->sleeping, 0);
+        atomic_store(&h->cpu, -1);
+        atomic_store(&h->tid, 0);
+        h->started = 0;
+        h->excluded = -1;
+        pthread_mutex_init(&h->mu, NULL);
+        pthread_cond_init(&h->cv, NULL);
+    }
+}
+
+static void after_fork_in_child(void) /* the helper threads stayed in the parent */
+{
+    reset_helpers();
+    pthread_mutex_init(&start_mu, NULL);
+}
+
+static void init(void)
+{
+    pthread_mutex_lock(&start_mu);
+    if (nhelpers < 0) {
+        const char *env = getenv("AIOGE_SPIN_US");
+        const long us = env ? strtol(env, NULL, 10) : SPIN_US;
+        spin_ns = (int64_t)(us > 0 ? us : 0) * 1000;
+        const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        reset_helpers();
+        pthread_atfork(NULL, NULL, after_fork_in_child);
+        nhelpers = cores > 1 ? (cores - 1 < MAX_HELPERS ? (int)cores - 1 : MAX_HELPERS) : 0;
+    }
+    pthread_mutex_unlock(&start_mu);
+}
+
+/* A free helper, its thread started, or NULL. */
+static struct helper *claim(void)
+{
+    if (nhelpers < 0)
+        init();
+    for (int i = 0; i < nhelpers; i++) {
+        struct helper *h = &helpers[i];
+        int free_ = 0;
+        if (!atomic_compare_exchange_strong(&h->claimed, &free_, 1))
+            continue;
+        if (!h->started) {
+            pthread_t t;
+            pthread_attr_t attr;
+            pthread_attr_init(&attr);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            h->initial = atomic_load(&h->posted);
+            const int err = pthread_create(&t, &attr, helper_main, h);
+            pthread_attr_destroy(&attr);
+            if (err) {
+                atomic_store(&h->claimed, 0);
+                return NULL;
+            }
+            h->started = 1;
+        }
+        return h;
+    }
+    return NULL;
+}
+
+/* A spinning helper on the caller's own CPU would only run when the caller yields it the CPU,
+ * and a sleeping one is woken onto the waker's CPU (the scheduler packs threads onto few vCPUs
+ * here: sched_vcpu_pack): let the helper run anywhere but there. The scheduler moves it at
+ * once; the set stays until a caller on another CPU finds the helper beside it. */
+static void move_off(struct helper *h, int cpu)
+{
+#ifdef __linux__
+    const pid_t tid = atomic_load(&h->tid);
+    const int at = atomic_load_explicit(&h->cpu, memory_order_relaxed);
+    if (cpu < 0 || tid <= 0 || (at != cpu && at != -1) || h->excluded == cpu)
+        return;
+    h->excluded = cpu;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int c = 0; c < cores && c < CPU_SETSIZE; c++)
+        if (c != cpu)
+            CPU_SET(c, &set);
+    sched_setaffinity(tid, sizeof set, &set);
+#else
+    (void)h;
+    (void)cpu;
+#endif
+}
+
+/* Run job over [0, total): whole, or with split != 0 and a helper free, in chunks that this
+ * thread and the helper take in turn. Returns the number of threads that were offered the job
+ * (1 or 2), or minus the job's error code, or -1000 for an unknown job. */
+int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
+{
+    if (job < 0 || job >= NJOBS)
+        return -1000;
+    struct helper *h = split && total >= 2 ? claim() : NULL;
+    if (!h) {
+        const int r = JOBS[job](args, 0, total);
+        return r ? -r : 1;
+    }
+    struct split s = {.job = job, .args = args, .total = total};
+    s.nchunks = total < CHUNKS ? total : CHUNKS;
+    s.chunk = (total + s.nchunks - 1) / s.nchunks;
+    s.nchunks = (total + s.chunk - 1) / s.chunk;
+    atomic_store(&s.next, 0);
+    atomic_store(&s.done, 0);
+    atomic_store(&s.error, 0);
+    move_off(h, this_cpu());
+    atomic_store(&h->current, &s);
+    atomic_fetch_add(&h->posted, 1); /* sequentially consistent: pairs with the helper's sleeping flag */
+    if (atomic_load(&h->sleeping)) {
+        pthread_mutex_lock(&h->mu);
+        pthread_cond_signal(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+    }
+    work(&s);
+    unsigned spins = 0;
+    while (atomic_load(&s.done) < s.nchunks) /* chunks the helper took and has not finished */
+        if (++spins < 1u << 14)
+            relax();
+        else
+            sched_yield();
+    atomic_store(&h->current, NULL);
+    while (atomic_load(&h->inside)) /* the helper may still hold &s: wait until it lets go */
+        if (++spins < 1u << 14)
+            relax();
+        else
+            sched_yield();
+    atomic_store(&h->claimed, 0);
+    const int err = atomic_load(&s.error);
+    return err ? -err : 2;
+}
+
+/* How many helpers a split may use (the cores less one; 0 on one core). */
+int aioge_par_helpers(void)
+{
+    init();
+    return nhelpers;
+}

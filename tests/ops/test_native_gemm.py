@@ -1,0 +1,186 @@
+"""The compiled GEMM with a packed B (``kernels/csrc/gemm.c``: ``matmul_native``, ``gemm_native``)
+and the C helper thread that splits native kernels (``kernels/csrc/par.c``): MatMul against
+float64 numpy and Gemm against onnxruntime over shapes past one 6-row block and one 64-column
+panel, split and whole, equal weight columns giving equal outputs, concurrent and forked
+callers, and the numpy fallback without the tier."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aioge.ir.desc import TensorDesc
+from aioge.kernels import native, parallel
+from aioge.kernels.matmul_algos import build_gemm_native, build_matmul_native, pack_columns
+from tests.ops.conftest import ort_run, rand
+
+
+def _descs(*arrays: np.ndarray) -> list[TensorDesc]:
+    return [TensorDesc(a.shape, "float32") for a in arrays]
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    batch=st.lists(st.integers(1, 3), max_size=2),
+    m=st.integers(1, 20),  # past three 6-row blocks, with a short last one
+    k=st.integers(1, 300),
+    n=st.integers(1, 200),  # past three 64-column panels, with a narrow last one
+)
+@settings(max_examples=120, deadline=None)
+def test_matmul_native_matches_numpy(seed, batch, m, k, n) -> None:
+    rng = np.random.default_rng(seed)
+    a, b = rand(rng, *batch, m, k), rand(rng, k, n)
+    b.setflags(write=False)  # a constant: packed once
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    run = build_matmul_native({}, {}, _descs(a, b), None)
+    (got,) = run([a, b], None)
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * k)
+    out = np.full(want.shape, np.nan, np.float32)
+    run([a, b], [out])  # into a preallocated (garbage-filled) output, twice: the packed weight reused
+    (again,) = run([a, b], [out])
+    np.testing.assert_array_equal(again, got)
+
+
+def test_matmul_native_reads_a_strided_input_and_writes_a_strided_output() -> None:
+    rng = np.random.default_rng(1)
+    a, b = rand(rng, 2, 9, 40)[:, :, ::2], rand(rng, 20, 70)
+    out = np.zeros((2, 9, 140), np.float32)[:, :, ::2]
+    (got,) = build_matmul_native({}, {}, _descs(a, b), None)([a, b], [out])
+    assert got is out
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("trans_a", [0, 1])
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize(
+    ("c_shape", "alpha", "beta"),
+    [(None, 1.0, 1.0), ((70,), 1.0, 1.0), ((1, 70), 1.0, 0.5), ((13, 70), 1.0, 1.0), ((70,), 2.0, 1.0), ((13, 1), 1.0, 1.0)],
+)
+def test_gemm_native_matches_onnxruntime(trans_a, trans_b, c_shape, alpha, beta) -> None:
+    rng = np.random.default_rng(7)
+    a = rand(rng, *((37, 13) if trans_a else (13, 37)))
+    b = rand(rng, *((70, 37) if trans_b else (37, 70)))
+    b.setflags(write=False)
+    inputs = [a, b] + ([rand(rng, *c_shape)] if c_shape else [])
+    attrs = {"transA": trans_a, "transB": trans_b, "alpha": alpha, "beta": beta}
+    (want,) = ort_run("Gemm", inputs, attrs)
+    (got,) = build_gemm_native(attrs, {}, _descs(*inputs), None)(inputs, None)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_equal_weight_columns_give_equal_outputs_in_full_and_narrow_panels() -> None:
+    """Every column goes through the same operations: a weight of identical columns (light/
+    AlexNet's fc8) gives bit-equal outputs, the 40 columns of the narrow last panel included."""
+    rng = np.random.default_rng(5)
+    a, col, bias = rand(rng, 3, 4096), rand(rng, 4096, 1), np.full(1000, 0.25, np.float32)
+    b = np.ascontiguousarray(np.repeat(col, 1000, axis=1).T)  # Gemm's transB layout
+    b.setflags(write=False)
+    (y,) = build_gemm_native({"transB": 1}, {}, _descs(a, b, bias), None)([a, b, bias], None)
+    assert (y == y[:, :1]).all()
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(50, 64, 300), (200, 33, 64), (7, 10, 130)])
+def test_matmul_native_shared_with_the_c_helper_matches_whole(m, k, n, monkeypatch) -> None:
+    """By panels, or by 6-row blocks when there is one panel, with the helper thread."""
+    rng = np.random.default_rng(m)
+    a, b = rand(rng, m, k), rand(rng, k, n)
+    monkeypatch.setattr("aioge.kernels.matmul_algos.DIRECT_SPLIT_MACS", 0)
+    run = build_matmul_native({}, {}, _descs(a, b), None)
+    pieces: list[int] = []
+    real = parallel.split_native
+
+    def counted(par, job, args, total, *, worth=True):
+        pieces.append(real(par, job, args, total, worth=worth))
+        return pieces[-1]
+
+    monkeypatch.setattr("aioge.kernels.matmul_algos.split_native", counted)
+    (whole,) = run([a, b], None)
+    with parallel.cpu_tokens(threading.Semaphore(1)):
+        (split,) = run([a, b], None)
+    assert pieces == [1, 2]  # no token outside a run: whole
+    np.testing.assert_array_equal(split, whole)  # the same operations per element either way
+
+
+def test_callers_outnumbering_the_helpers_all_get_their_products(monkeypatch) -> None:
+    """Eight threads split at once: those that find every helper claimed run whole."""
+    monkeypatch.setattr("aioge.kernels.matmul_algos.DIRECT_SPLIT_MACS", 0)
+    rng = np.random.default_rng(9)
+    a, b = rand(rng, 64, 96), rand(rng, 96, 256)
+    b.setflags(write=False)
+    run = build_matmul_native({}, {}, _descs(a, b), None)
+    want = a.astype(np.float64) @ b
+    errors: list[BaseException] = []
+
+    def caller() -> None:
+        try:
+            with parallel.cpu_tokens(threading.Semaphore(8)):
+                for _ in range(50):
+                    (y,) = run([a, b], None)
+                    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=caller) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads) and not errors
+
+
+_CHILD = """
+import os, sys, threading, numpy as np
+from aioge.kernels import parallel
+import aioge.kernels.matmul_algos as ma
+from aioge.ir.desc import TensorDesc
+ma.DIRECT_SPLIT_MACS = 0
+rng = np.random.default_rng(0)
+a, b = rng.random((40, 50), np.float32), rng.random((50, 300), np.float32)
+run = ma.build_matmul_native({}, {}, [TensorDesc(a.shape, "float32"), TensorDesc(b.shape, "float32")], None)
+def product():
+    with parallel.cpu_tokens(threading.Semaphore(1)):
+        return run([a, b], None)[0]
+want = product()  # the parent's helper thread exists now
+pid = os.fork()
+if pid == 0:  # the child has no helper thread: its splits must start their own
+    os._exit(0 if np.array_equal(product(), want) else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+@pytest.mark.parametrize("spin_us", ["300", "0"])
+def test_a_forked_child_splits_without_the_parents_helper(spin_us) -> None:
+    """After fork the helper thread stays in the parent; with no spin (AIOGE_SPIN_US=0) the
+    helper sleeps between jobs. Either way the split finishes with the right product."""
+    env = {**os.environ, "AIOGE_SPIN_US": spin_us}
+    proc = subprocess.run([sys.executable, "-c", _CHILD], env=env, timeout=120, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_pack_columns_pads_the_last_panel_and_aligns() -> None:
+    b = np.arange(12, dtype=np.float32).reshape(3, 4)
+    p = pack_columns(b, 3)
+    assert p.shape == (2, 3, 3) and native.ptr(p) % 64 == 0
+    np.testing.assert_array_equal(p[0], b[:, :3])
+    np.testing.assert_array_equal(p[1], [[3, 0, 0], [7, 0, 0], [11, 0, 0]])
+
+
+def test_without_the_tier_matmul_and_gemm_native_run_numpy(monkeypatch) -> None:
+    monkeypatch.setattr(native, "function", lambda *a, **k: None)
+    monkeypatch.setattr(native, "par_run", lambda: None)
+    rng = np.random.default_rng(3)
+    a, b, c = rand(rng, 2, 5, 7), rand(rng, 7, 9), rand(rng, 9)
+    (got,) = build_matmul_native({}, {}, _descs(a, b), None)([a, b], None)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-6)
+    (got,) = build_gemm_native({}, {}, _descs(a[0], b, c), None)([a[0], b, c], None)
+    np.testing.assert_allclose(got, a[0] @ b + c, rtol=1e-6)
