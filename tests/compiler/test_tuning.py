@@ -218,7 +218,7 @@ def _f32(*shape):
         ((1, 4, 13, 12), (5, 4, 5, 5), {"strides": (2, 2), "pads": (2, 1, 2, 1)}, 3),  # direct, nhwc, kn2row
         ((1, 4, 9, 9), (3, 4, 3, 1), {"auto_pad": "SAME_UPPER"}, 3),  # direct, a 3x1 kernel
         ((1, 4, 7, 7), (3, 4, 2, 2), {"auto_pad": "SAME_LOWER", "strides": (2, 2)}, 3),  # direct
-        ((2, 8, 6, 6), (4, 8, 1, 1), {}, 4),  # direct, 1x1 GEMM
+        ((2, 8, 6, 6), (4, 8, 1, 1), {}, 5),  # direct, 1x1 native, 1x1 GEMM
         ((1, 8, 7, 7), (4, 8, 1, 1), {"strides": (2, 2)}, 3),  # direct, strided 1x1
         # depthwise, planes x3, native; mult 2
         ((2, 6, 7, 7), (12, 1, 3, 3), {"group": 6, "pads": (1, 1, 1, 1), "strides": (2, 2)}, 5),

@@ -1,7 +1,8 @@
-"""The compiled direct convolution (``kernels/csrc/gemm.c``, ``conv_direct_native``): group-1
-Conv against onnxruntime over strides, dilations, pads, batches, channel counts past one
-6-row block and spatial sizes past one 64-position panel, run whole and split over a
-helper thread; its numpy fallback without the tier."""
+"""The compiled direct and 1x1 convolutions (``kernels/csrc/gemm.c``: ``conv_direct_native``,
+``conv_1x1_native``): group-1 Conv against onnxruntime over strides, dilations, pads, batches,
+channel counts past one 6-row block (or one 64-channel panel) and spatial sizes past one
+64-position panel, run whole and split over the C helper thread; the numpy fallbacks without
+the tier."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import native, parallel
-from aioge.kernels.conv_algos import build_conv_direct_native
+from aioge.kernels.conv_algos import build_conv_1x1_native, build_conv_direct_native
 from tests.ops.conftest import ort_run, rand
 
 
@@ -85,4 +86,65 @@ def test_without_the_tier_the_direct_conv_runs_numpy(monkeypatch) -> None:
     attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
     (want,) = ort_run("Conv", [x, wt], attrs)
     (got,) = build_conv_direct_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, wt)], None)([x, wt], None)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+# -- conv_1x1_native: the roles swapped, channels in the lanes ----------------------------------
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    n=st.integers(1, 3),
+    c=st.integers(1, 40),
+    m=st.integers(1, 150),  # past two 64-channel panels, with a narrow last one
+    h=st.integers(1, 15),
+    w=st.integers(1, 15),
+    bias=st.booleans(),
+)
+@settings(max_examples=100, deadline=None)
+def test_1x1_native_matches_onnxruntime(seed, n, c, m, h, w, bias) -> None:
+    rng = np.random.default_rng(seed)
+    inputs = [rand(rng, n, c, h, w), rand(rng, m, c, 1, 1)] + ([rand(rng, m)] if bias else [])
+    inputs[1].setflags(write=False)
+    attrs = {"kernel_shape": [1, 1]}
+    (want,) = ort_run("Conv", inputs, attrs)
+    run = build_conv_1x1_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in inputs], None)
+    out = np.full(want.shape, np.nan, np.float32)
+    (got,) = run(inputs, [out])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("n", "c", "m", "size"), [(1, 192, 1152, 7), (2, 80, 40, 14), (3, 16, 300, 5)])
+def test_1x1_native_shared_with_the_c_helper_matches_whole(n, c, m, size, monkeypatch) -> None:
+    """By channel panels (many channels) or by position blocks (few) over the helper thread."""
+    rng = np.random.default_rng(c)
+    x, wt, b = rand(rng, n, c, size, size), rand(rng, m, c, 1, 1), rand(rng, m)
+    monkeypatch.setattr("aioge.kernels.conv_algos.DIRECT_SPLIT_MACS", 0)
+    run = build_conv_1x1_native({"kernel_shape": [1, 1]}, {}, [TensorDesc(a.shape, "float32") for a in (x, wt, b)], None)
+    pieces = []
+    real = parallel.split_native
+
+    def counted(par, job, args, total, *, worth=True):
+        pieces.append(real(par, job, args, total, worth=worth))
+        return pieces[-1]
+
+    monkeypatch.setattr("aioge.kernels.conv_algos.split_native", counted)
+    import threading
+
+    (whole,) = run([x, wt, b], None)
+    with parallel.cpu_tokens(threading.Semaphore(1)):
+        (split,) = run([x, wt, b], None)
+    assert pieces == [1, 2]
+    np.testing.assert_array_equal(split, whole)
+    (want,) = ort_run("Conv", [x, wt, b], {"kernel_shape": [1, 1]})
+    np.testing.assert_allclose(split, want, rtol=1e-4, atol=1e-4)
+
+
+def test_without_the_tier_the_1x1_conv_runs_numpy(monkeypatch) -> None:
+    monkeypatch.setattr(native, "function", lambda *a, **k: None)
+    monkeypatch.setattr(native, "par_run", lambda: None)
+    rng = np.random.default_rng(4)
+    x, wt = rand(rng, 1, 6, 5, 5), rand(rng, 9, 6, 1, 1)
+    (want,) = ort_run("Conv", [x, wt], {"kernel_shape": [1, 1]})
+    (got,) = build_conv_1x1_native({}, {}, [TensorDesc(a.shape, "float32") for a in (x, wt)], None)([x, wt], None)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -28,7 +28,7 @@ BINARY = ["Add", "Sub", "Mul", "Div", "Max", "Min"]
 
 
 def _params_for(name: str) -> tuple[float, ...]:
-    return {"LeakyRelu": (0.1,), "HardSigmoid": (0.2, 0.5), "Clip": (-0.5, 0.75), "Gelu": (0.0,)}.get(name, ())
+    return {"LeakyRelu": (0.1,), "HardSigmoid": (0.2, 0.5), "Clip": (-0.5, 0.75), "Gelu": (0.0,), "Swish": (1.5,)}.get(name, ())
 
 
 def _reference(ops: list[str], operands: list[int], params: list[float], inputs: list[np.ndarray]) -> np.ndarray:
@@ -42,7 +42,7 @@ def _reference(ops: list[str], operands: list[int], params: list[float], inputs:
         oi += op.arity
         pi += op.nparams
         attrs: dict[str, object] = {}
-        if name == "LeakyRelu":
+        if name in ("LeakyRelu", "Swish"):
             attrs = {"alpha": pars[0]}
         elif name == "HardSigmoid":
             attrs = {"alpha": pars[0], "beta": pars[1]}
@@ -165,7 +165,7 @@ def test_concurrent_runs_do_not_share_scratch() -> None:
     assert not errors
 
 
-@pytest.mark.parametrize("name", ["Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Clip", "Tanh", "Gelu"])
+@pytest.mark.parametrize("name", ["Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Clip", "Tanh", "Gelu"])
 def test_activation_runner_matches_the_op(name: str) -> None:
     rng = np.random.default_rng(5)
     y = (rng.standard_normal((3, 20000)) * 4).astype(np.float32)
@@ -283,6 +283,7 @@ def _programs(draw: st.DrawFn) -> tuple[list[str], list[int], list[float], list[
                         "LeakyRelu",
                         "HardSigmoid",
                         "HardSwish",
+                        "Swish",
                         "Clip",
                         "Erf",
                     ]

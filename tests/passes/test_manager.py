@@ -172,6 +172,7 @@ def _every_pattern() -> tuple[aioge.Graph, dict[str, np.ndarray]]:
         g.constant(np.float32(0.5)),
     )
     t = ops.mul(ops.tanh(ops.neg(h)), 3.0)
+    t = ops.mul(t, ops.sigmoid(t))  # SiLU
     ops.softmax(t, axis=0)  # dead (and unlike the live ones, so common-subexpression elimination keeps it apart)
     g.output(c, ops.add(ops.softmax(t, axis=-1), ops.softmax(t, axis=-1)), names=["conv", "p"])
     return g, {"img": f32(1, 3, 8, 8), "x": f32(4, 16), "wt": f32(8, 16)}
@@ -189,6 +190,7 @@ def _programs(model) -> list[str]:  # type: ignore[no-untyped-def]
         ("CommonSubexpressionEliminationPass", lambda ops_, prog: ops_["Softmax"] == 2),
         ("DeadCodeEliminationPass", lambda ops_, prog: ops_["Softmax"] == 2),
         ("GeluFusionPass", lambda ops_, prog: "Erf" in prog and "Gelu" not in prog),
+        ("SwishFusionPass", lambda ops_, prog: "Sigmoid" in prog and "Swish" not in prog),
         ("LayerNormFusionPass", lambda ops_, prog: ops_["ReduceMean"] == 2),
         ("ConvBatchNormFusionPass", lambda ops_, prog: ops_["Conv"] == 1 and ops_["FusedConv"] == 0),  # BN decomposed instead
         ("BatchNormDecompositionPass", lambda ops_, prog: ops_["BatchNormalization"] == 1 and "Add" not in prog),
@@ -206,7 +208,7 @@ async def test_each_pass_switched_off_restores_its_pattern(name: str, back) -> N
     on = Counter(n.op_type for n in on_model.nodes)
     off = Counter(n.op_type for n in off_model.nodes)
     assert on == {"FusedConv": 1, "Gemm": 1, "LayerNormalization": 1, "FusedElementwise": 2, "Softmax": 1, "Add": 1}
-    assert sorted(_programs(on_model)) == sorted(["Mul", "Add", "Gelu", "Neg", "Tanh", "Mul"])
+    assert sorted(_programs(on_model)) == sorted(["Mul", "Add", "Gelu", "Neg", "Tanh", "Mul", "Swish"])
     assert back(off, _programs(off_model)), (name, off, _programs(off_model))
     # Never fewer nodes; the same count only where the pattern hides in a fused program (Gelu)
     # or stands instead of one (a BatchNormalization instead of the FusedElementwise it joins).

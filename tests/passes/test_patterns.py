@@ -1,4 +1,5 @@
-"""GeluFusionPass and LayerNormFusionPass: the decomposed forms torch exports become one op.
+"""GeluFusionPass, SwishFusionPass and LayerNormFusionPass: the decomposed forms torch exports
+become one op.
 
 Equivalence tolerance: rtol 1e-5, atol 1e-5 in float32 (LayerNormalization multiplies by
 1/sqrt where the pattern divides by sqrt; Gelu runs the same erf). The ONNX models below are
@@ -27,6 +28,56 @@ TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 def _f32(*shape: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# -- Swish ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sigmoid_first", [False, True])
+async def test_silu_fuses_into_one_swish(sigmoid_first: bool) -> None:
+    g = aioge.Graph("silu")
+    x = g.input("x", (4, 16), "float32")
+    y = ops.mul(ops.sigmoid(x), x) if sigmoid_first else ops.mul(x, ops.sigmoid(x))
+    g.output(y, names=["y"])
+    feeds = {"x": _f32(4, 16) * 4}
+    on, off, out = await compare(g, feeds, only("SwishFusionPass"), ALL_OFF, **TOL)
+    assert on == {"Swish": 1} and off == {"Sigmoid": 1, "Mul": 1}
+    x64 = feeds["x"].astype(np.float64)
+    np.testing.assert_allclose(out["y"], x64 / (1 + np.exp(-x64)), rtol=1e-6, atol=1e-6)
+
+
+async def test_a_shared_sigmoid_or_another_factor_stays() -> None:
+    g = aioge.Graph("not_silu")
+    x = g.input("x", (8,), "float32")
+    z = g.input("z", (8,), "float32")
+    s = ops.sigmoid(x)
+    g.output(ops.mul(x, s), s, ops.mul(z, ops.sigmoid(x)), names=["y", "s", "gated"])
+    on, _, _ = await compare(g, {"x": _f32(8), "z": _f32(8, seed=1)}, only("SwishFusionPass"), ALL_OFF, **TOL)
+    assert "Swish" not in on
+
+
+async def test_conv_silu_becomes_one_fused_conv_matching_onnxruntime() -> None:
+    """EfficientNet's block as torch exports it: Conv, then x * Sigmoid(x); the Swish folds
+    into the conv (ActivationFusionPass)."""
+    w, b = _f32(8, 4, 3, 3, seed=2) * 0.3, _f32(8, seed=3)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c"], ["s"]),
+        helper.make_node("Mul", ["c", "s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_silu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 9, 9])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    feeds = {"x": _f32(1, 4, 9, 9, seed=4)}
+    on, off, out = await compare(aioge.load_onnx(model.SerializeToString()), feeds, "", ALL_OFF, **TOL)
+    assert on == {"FusedConv": 1} and off == {"Conv": 1, "Sigmoid": 1, "Mul": 1}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(out["y"], ref, rtol=1e-4, atol=1e-5)
 
 
 # -- Gelu -------------------------------------------------------------------------------

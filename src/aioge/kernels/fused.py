@@ -19,6 +19,7 @@ import numpy as np
 
 from aioge.kernels import elementwise as k
 from aioge.kernels import native, native_rows
+from aioge.kernels.activation import swish
 from aioge.kernels.contract import RunFn
 
 __all__ = [
@@ -136,6 +137,14 @@ def _sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ..
     np.multiply(e, pos, out=e)
     np.copyto(e, pos, where=mask)
     np.copyto(f[d], e)
+
+
+def _swish(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    # kernels.activation.swish: x * sigmoid(alpha * x); the op's own numpy code off the C path
+    x = f[s[0]]
+    if _native_step("Swish", x, f[d], p):
+        return
+    np.copyto(f[d], swish(np.broadcast_to(x, f[d].shape), p[0]))
 
 
 def _hard_sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
@@ -283,6 +292,7 @@ EW_OPS: Mapping[str, EwOp] = {
     "Sigmoid": EwOp("Sigmoid", 1, 0, "ff?", _sigmoid),
     "HardSigmoid": EwOp("HardSigmoid", 1, 2, "", _hard_sigmoid),  # params: alpha, beta
     "HardSwish": EwOp("HardSwish", 1, 0, "f", _hard_swish),
+    "Swish": EwOp("Swish", 1, 1, "", _swish),  # params: alpha (SiLU: 1)
     "Clip": EwOp("Clip", 1, 2, "", _clip),  # params: lo, hi (-inf / inf when absent)
     # Erf's temporaries: three of the program's dtype (float32) or three float64 (float16)
     "Erf": EwOp("Erf", 1, 0, "fffddd", _erf),

@@ -24,10 +24,21 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ABI", "JOB_CONV_DIRECT", "JOB_GEMM", "aligned_empty", "available", "function", "lib", "par_run", "ptr"]
+__all__ = [
+    "ABI",
+    "JOB_CONV1X1_T",
+    "JOB_CONV_DIRECT",
+    "JOB_GEMM",
+    "aligned_empty",
+    "available",
+    "function",
+    "lib",
+    "par_run",
+    "ptr",
+]
 
 # The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C helper thread.
-JOB_GEMM, JOB_CONV_DIRECT = 0, 1
+JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV1X1_T = 0, 1, 2
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
 ABI = 1

@@ -36,7 +36,7 @@ _FLOATS = FLOAT_DTYPES
 EW_OPS = k.EW_OPS
 
 # The activations a FusedConv, FusedGemm or FusedMatMul may apply, by their op names.
-ACTIVATIONS: tuple[str, ...] = ("", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Clip", "Tanh", "Gelu")
+ACTIVATIONS: tuple[str, ...] = ("", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Clip", "Tanh", "Gelu")
 
 
 def _check_ops(ops: tuple[str, ...]) -> str | None:

@@ -24,7 +24,7 @@ _FLOATS = frozenset({"float16", "float32", "float64"})
 _VARIADIC = {"Sum": "Add", "Max": "Max", "Min": "Min"}
 # Ops whose own kernel makes several passes over memory (temporaries, np.where, a float64
 # series): one of them alone is worth a FusedElementwise node.
-_WORTH_ALONE = frozenset({"Erf", "Gelu", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish"})
+_WORTH_ALONE = frozenset({"Erf", "Gelu", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish", "Swish"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +172,7 @@ def node_steps(node: Node) -> list[_Step] | None:
             bounds.append(value)
         return [_Step("Clip", (x,), tuple(bounds))]
     pars: tuple[float, ...] = ()
-    if op == "LeakyRelu":
+    if op in ("LeakyRelu", "Swish"):
         pars = (float(node.attrs["alpha"]),)
     elif op == "HardSigmoid":
         pars = (float(node.attrs["alpha"]), float(node.attrs["beta"]))

@@ -198,8 +198,8 @@ _FUSED = {"Conv": ("FusedConv", ""), "Gemm": ("FusedGemm", ""), "MatMul": ("Fuse
 
 
 def fuse_activation(graph: Graph) -> bool:
-    """Fold an activation (Relu, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Clip with constant
-    bounds, Tanh, Gelu) into the Conv, Gemm or MatMul (or FusedMatMul) before it, as FusedConv,
+    """Fold an activation (Relu, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Swish, Clip with
+    constant bounds, Tanh, Gelu) into the Conv, Gemm or MatMul (or FusedMatMul) before it, as FusedConv,
     FusedGemm or FusedMatMul. Returns True if it folded any."""
     changed = False
     for act in graph.topological_order():

@@ -52,6 +52,7 @@ PASSES: tuple[GraphPass, ...] = (
     GraphPass(
         "GeluFusionPass", True, "replace the decomposed erf Gelu (Div, Erf, Add, Mul, Mul) by one Gelu", patterns.fuse_gelu
     ),
+    GraphPass("SwishFusionPass", True, "replace Mul(x, Sigmoid(x)) (SiLU) by one Swish", patterns.fuse_swish),
     GraphPass(
         "LayerNormFusionPass",
         True,
@@ -81,7 +82,7 @@ PASSES: tuple[GraphPass, ...] = (
     GraphPass(
         "ActivationFusionPass",
         True,
-        "fuse Relu/LeakyRelu/Clip/Sigmoid/HardSigmoid/HardSwish/Tanh/Gelu into the Conv, Gemm or MatMul before it",
+        "fuse Relu/LeakyRelu/Clip/Sigmoid/HardSigmoid/HardSwish/Swish/Tanh/Gelu into the Conv, Gemm or MatMul before it",
         linear.fuse_activation,
     ),
     GraphPass(

@@ -4,6 +4,7 @@
   (also ``Mul(x, 1/sqrt 2)`` for the Div, and the 0.5 applied to x or to the sum first).
 - Gelu's tanh form, as GPT-2 writes it (``NewGELUActivation``): ``Pow(x, 3) -> Mul 0.044715 ->
   Add x -> Mul sqrt(2/pi) -> Tanh`` and the same ``Add 1``, ``Mul x``, ``Mul 0.5`` tail.
+- Swish (SiLU), as torch exports ``nn.SiLU()``: ``Mul(x, Sigmoid(x))``, either operand order.
 - LayerNormalization, as torch exports it before opset 17:
   ``m = ReduceMean(x); d = x - m; v = ReduceMean(d ** 2); y = d / Sqrt(v + eps)``, then
   optionally ``* gamma`` and ``+ beta``, over trailing axes.
@@ -21,7 +22,7 @@ import numpy as np
 from aioge.ir.graph import Graph, Node, Value
 from aioge.passes.rewrite import const_array, const_scalar, is_close, only_use, other_input, static_shape, substitute
 
-__all__ = ["fuse_gelu", "fuse_layer_norm"]
+__all__ = ["fuse_gelu", "fuse_layer_norm", "fuse_swish"]
 
 
 def _op(node: Node | None, op: str) -> bool:
@@ -37,6 +38,27 @@ def _next(graph: Graph, value: Value, op: str) -> Node | None:
 def _scalar_operand(node: Node, value: Value, target: float) -> bool:
     """``node`` is binary, reading ``value`` and a constant close to ``target``."""
     return is_close(const_scalar(other_input(node, value)), target)
+
+
+# -- Swish ------------------------------------------------------------------------------
+
+
+def fuse_swish(graph: Graph) -> bool:
+    """Replace ``Mul(x, Sigmoid(x))`` by ``Swish(x, alpha=1)``, one pass over x instead of two
+    (and an activation a Conv or Gemm can fuse); returns True if it replaced any."""
+    changed = False
+    for sig in graph.topological_order():
+        if not _op(sig, "Sigmoid") or not sig.inputs or sig.inputs[0] is None:
+            continue
+        x = sig.inputs[0]
+        mul = _next(graph, sig.outputs[0], "Mul")
+        if mul is None or len(mul.inputs) != 2 or other_input(mul, sig.outputs[0]) is not x:
+            continue
+        if static_shape(x.desc) is None or static_shape(x.desc) != static_shape(mul.outputs[0].desc):
+            continue
+        if substitute(graph, mul, "Swish", [x], {"alpha": 1.0}, [mul, sig]) is not None:
+            changed = True
+    return changed
 
 
 # -- Gelu -------------------------------------------------------------------------------
