@@ -1,5 +1,5 @@
 """The compiled direct and 1x1 convolutions (``kernels/csrc/gemm.c``: ``conv_direct_native``,
-``conv_1x1_native``): group-1 Conv against onnxruntime over strides, dilations, pads, batches,
+``conv_direct_t_native``): group-1 Conv against onnxruntime over strides, dilations, pads, batches,
 channel counts past one 6-row block (or one 64-channel panel) and spatial sizes past one
 64-position panel, run whole and split over the C helper thread; the numpy fallbacks without
 the tier."""
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import native, parallel
-from aioge.kernels.conv_algos import build_conv_1x1_native, build_conv_direct_native
+from aioge.kernels.conv_algos import build_conv_direct_native, build_conv_direct_t_native
 from tests.ops.conftest import ort_run, rand
 
 
@@ -89,38 +89,51 @@ def test_without_the_tier_the_direct_conv_runs_numpy(monkeypatch) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-# -- conv_1x1_native: the roles swapped, channels in the lanes ----------------------------------
+# -- conv_direct_t_native: the roles swapped, channels in the lanes ------------------------------
 
 
 @given(
     seed=st.integers(0, 2**16),
-    n=st.integers(1, 3),
-    c=st.integers(1, 40),
+    n=st.integers(1, 2),
+    c=st.integers(1, 6),
     m=st.integers(1, 150),  # past two 64-channel panels, with a narrow last one
-    h=st.integers(1, 15),
-    w=st.integers(1, 15),
+    h=st.integers(1, 11),
+    w=st.integers(1, 11),
+    kernel=st.tuples(st.sampled_from([1, 2, 3]), st.sampled_from([1, 3, 5])),
+    strides=st.tuples(st.integers(1, 3), st.integers(1, 2)),
+    dilations=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    pads=st.tuples(*[st.integers(0, 2)] * 4),
     bias=st.booleans(),
 )
-@settings(max_examples=100, deadline=None)
-def test_1x1_native_matches_onnxruntime(seed, n, c, m, h, w, bias) -> None:
+@settings(max_examples=120, deadline=None)
+def test_direct_t_conv_matches_onnxruntime(seed, n, c, m, h, w, kernel, strides, dilations, pads, bias) -> None:
+    span = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if h + pads[0] + pads[2] < span[0] or w + pads[1] + pads[3] < span[1]:
+        return  # no output: not a valid Conv
     rng = np.random.default_rng(seed)
-    inputs = [rand(rng, n, c, h, w), rand(rng, m, c, 1, 1)] + ([rand(rng, m)] if bias else [])
+    inputs = [rand(rng, n, c, h, w), rand(rng, m, c, *kernel)] + ([rand(rng, m)] if bias else [])
     inputs[1].setflags(write=False)
-    attrs = {"kernel_shape": [1, 1]}
+    attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "dilations": dilations}
     (want,) = ort_run("Conv", inputs, attrs)
-    run = build_conv_1x1_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in inputs], None)
+    run = build_conv_direct_t_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in inputs], None)
     out = np.full(want.shape, np.nan, np.float32)
     (got,) = run(inputs, [out])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    (again,) = run(inputs, [out])  # the phase image and packed weight reused
+    np.testing.assert_array_equal(again, got)
 
 
-@pytest.mark.parametrize(("n", "c", "m", "size"), [(1, 192, 1152, 7), (2, 80, 40, 14), (3, 16, 300, 5)])
-def test_1x1_native_shared_with_the_c_helper_matches_whole(n, c, m, size, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    ("n", "c", "m", "k", "stride", "size"),
+    [(1, 192, 1152, 1, 1, 7), (2, 80, 40, 1, 1, 14), (1, 64, 300, 3, 1, 7), (2, 16, 20, 3, 2, 9)],
+)
+def test_direct_t_conv_shared_with_the_c_helper_matches_whole(n, c, m, k, stride, size, monkeypatch) -> None:
     """By channel panels (many channels) or by position blocks (few) over the helper thread."""
     rng = np.random.default_rng(c)
-    x, wt, b = rand(rng, n, c, size, size), rand(rng, m, c, 1, 1), rand(rng, m)
+    x, wt, b = rand(rng, n, c, size, size), rand(rng, m, c, k, k), rand(rng, m)
+    attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [k // 2] * 4}
     monkeypatch.setattr("aioge.kernels.conv_algos.DIRECT_SPLIT_MACS", 0)
-    run = build_conv_1x1_native({"kernel_shape": [1, 1]}, {}, [TensorDesc(a.shape, "float32") for a in (x, wt, b)], None)
+    run = build_conv_direct_t_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, wt, b)], None)
     pieces = []
     real = parallel.split_native
 
@@ -136,15 +149,16 @@ def test_1x1_native_shared_with_the_c_helper_matches_whole(n, c, m, size, monkey
         (split,) = run([x, wt, b], None)
     assert pieces == [1, 2]
     np.testing.assert_array_equal(split, whole)
-    (want,) = ort_run("Conv", [x, wt, b], {"kernel_shape": [1, 1]})
+    (want,) = ort_run("Conv", [x, wt, b], attrs)
     np.testing.assert_allclose(split, want, rtol=1e-4, atol=1e-4)
 
 
-def test_without_the_tier_the_1x1_conv_runs_numpy(monkeypatch) -> None:
+def test_without_the_tier_the_direct_t_conv_runs_numpy(monkeypatch) -> None:
     monkeypatch.setattr(native, "function", lambda *a, **k: None)
     monkeypatch.setattr(native, "par_run", lambda: None)
     rng = np.random.default_rng(4)
-    x, wt = rand(rng, 1, 6, 5, 5), rand(rng, 9, 6, 1, 1)
-    (want,) = ort_run("Conv", [x, wt], {"kernel_shape": [1, 1]})
-    (got,) = build_conv_1x1_native({}, {}, [TensorDesc(a.shape, "float32") for a in (x, wt)], None)([x, wt], None)
+    x, wt = rand(rng, 1, 6, 5, 5), rand(rng, 9, 6, 3, 3)
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    (want,) = ort_run("Conv", [x, wt], attrs)
+    (got,) = build_conv_direct_t_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, wt)], None)([x, wt], None)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

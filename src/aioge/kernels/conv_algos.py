@@ -466,29 +466,40 @@ def _applies_direct_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return g is not None and g.group == 1 and descs[0].dtype == "float32"  # type: ignore[union-attr]
 
 
-def build_conv_1x1_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """A 1x1 conv (stride 1, no pads, group 1, float32) in C (``csrc/gemm.c``) with the roles
-    of ``conv_direct_native`` swapped: output channels in the vector lanes from W^T packed once,
-    6 positions broadcast from x, the tile stored transposed. For planes too small to fill
-    64-position panels (7x7, 14x14); split by positions or by channel panels over an idle core.
-    Without the compiled tier the numpy ``conv_gemm_1x1``."""
+def build_conv_direct_t_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """group 1, float32, in C (``csrc/gemm.c``) with the roles of ``conv_direct_native``
+    swapped: output channels in the vector lanes from W^T packed once, 6 output positions
+    broadcast from the stride-phase image (x itself for a 1x1 kernel at stride 1 without
+    pads), the tile stored transposed. For planes too small to fill 64-position panels (7x7,
+    14x14); split by positions or by channel panels over an idle core. Without the compiled
+    tier the numpy ``im2col``."""
+    from aioge.kernels.conv import build_conv_im2col
     from aioge.kernels.matmul_algos import pack_columns
 
     g = _geometry(attrs, ins)
     par = native.par_run()
+    phases = native.function("aioge_conv_phases_f32", _PTR, _PTR, _PTR)
     sizes = (
         native.function("aioge_conv_gemm_mr", restype=ctypes.c_int),
         native.function("aioge_conv_gemm_nr", restype=ctypes.c_int),
     )
-    if par is None or sizes[0] is None or sizes[1] is None or native.function("aioge_conv1x1_t_f32") is None:
-        return build_conv_gemm_1x1(attrs, params, ins, outs)
+    if par is None or phases is None or sizes[0] is None or sizes[1] is None or native.function("aioge_conv_t_f32") is None:
+        return build_conv_im2col(attrs, params, ins, outs)
     mr, nr = int(sizes[0]()), int(sizes[1]())
-    p = g.oh * g.ow
-    packed = WeightDerived(lambda w: pack_columns(np.asarray(w, np.float32).reshape(g.m, g.c).T, nr))
+    in_place = g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.unpadded
+    hph, wph = (g.h, g.w) if in_place else (g.oh + (g.kh - 1) * g.dh // g.sh, g.ow + (g.kw - 1) * g.dw // g.sw)
+    image = g.c * g.sh * g.sw * hph * wph
+    geometry = np.array(
+        [g.c, g.h, g.w, g.m, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow, g.n, hph, wph, image], np.int64
+    )
+    offsets = direct_offsets(g, hph, wph)
+    consts = (geometry, offsets, native.ptr(geometry), native.ptr(offsets))  # the arrays kept alive, their addresses
+    packed = WeightDerived(lambda w: pack_columns(np.asarray(w, np.float32).reshape(g.m, -1).T, nr))
     bias = NativeOperand()
-    units, panels = g.n * -(-p // mr), -(-g.m // nr)
+    units, panels = g.n * -(-(g.oh * g.ow) // mr), -(-g.m // nr)
     by_panels = panels >= 4 or units < 2
-    worth = g.n * g.m * g.c * p >= DIRECT_SPLIT_MACS
+    worth = g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow >= DIRECT_SPLIT_MACS
+    scratch: list[np.ndarray] = []  # phase images, one per run in flight
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         x = np.ascontiguousarray(inputs[0], np.float32)
@@ -496,27 +507,24 @@ def build_conv_1x1_native(attrs: Mapping[str, Any], params: Mapping[str, Any], i
         _, bp = bias.get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
         y = _output(g, outputs, x.dtype)
         yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-        args = np.array(
-            [native.ptr(x), native.ptr(wp), bp or 0, native.ptr(yc), g.n, g.c, g.m, p, units, panels, by_panels], np.int64
-        )
-        split_native(par, native.JOB_CONV1X1_T, native.ptr(args), panels if by_panels else units, worth=worth)
+        xph = x if in_place else (scratch.pop() if scratch else np.empty(g.n * image, np.float32))
+        try:
+            if not in_place:
+                phases(native.ptr(x), native.ptr(xph), consts[2])
+            args = np.array(
+                [native.ptr(xph), native.ptr(wp), consts[3], bp or 0, native.ptr(yc), consts[2], units, panels, by_panels],
+                np.int64,
+            )
+            if split_native(par, native.JOB_CONV_T, native.ptr(args), panels if by_panels else units, worth=worth) < 0:
+                raise MemoryError(f"conv_direct_t_native: no memory for {units} partial {mr}x{nr} tiles")
+        finally:
+            if not in_place:
+                scratch.append(xph)
         if yc is not y:
             np.copyto(y, yc)
         return (y,)
 
     return run
-
-
-def _applies_1x1_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
-    g = conv_geometry(descs, attrs)
-    return (
-        g is not None
-        and g.group == 1
-        and g.kh == g.kw == g.sh == g.sw == 1
-        and g.unpadded
-        and g.c >= 1
-        and descs[0].dtype == "float32"  # type: ignore[union-attr]
-    )
 
 
 # -- grouped -----------------------------------------------------------------------------------
@@ -722,7 +730,7 @@ NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = (
         eager=True,
     ),
     KernelImpl("conv_direct_native", build_conv_direct_native, _applies_direct_native, offered=native.available, eager=True),
-    KernelImpl("conv_1x1_native", build_conv_1x1_native, _applies_1x1_native, offered=native.available, eager=True),
+    KernelImpl("conv_direct_t_native", build_conv_direct_t_native, _applies_direct_native, offered=native.available, eager=True),
 )
 CONV_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("conv_im2col_nhwc", build_conv_im2col_nhwc, _applies_nhwc, _nhwc_candidates),

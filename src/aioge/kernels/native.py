@@ -26,7 +26,7 @@ import numpy as np
 
 __all__ = [
     "ABI",
-    "JOB_CONV1X1_T",
+    "JOB_CONV_T",
     "JOB_CONV_DIRECT",
     "JOB_GEMM",
     "aligned_empty",
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 # The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C helper thread.
-JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV1X1_T = 0, 1, 2
+JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T = 0, 1, 2
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
 ABI = 1

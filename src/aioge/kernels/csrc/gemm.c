@@ -222,6 +222,10 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
  * narrower than NR accumulates in a local tile, copied out with the bias.
  */
 #define KCG 1024
+/* conv_t prefetches the weight panel this many rows ahead: a deep layer's weight streams from
+ * L3 once per call (ResNet's 512x512x3x3, 9.4 MB, for a 7x7 plane: 1.85 -> 1.68 ms, one core) */
+#define PF_ROWS 16
+#define KCT 256 /* conv_t: K values at a time, a 64 KB block of a weight panel */
 
 static inline __attribute__((always_inline)) void
 gtile(int nv, int64_t kc, const float *restrict a, int64_t lda, int64_t mv, const float *restrict b, float *restrict c,
@@ -304,53 +308,57 @@ void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, cons
     }
 }
 
-/* -- a 1x1 convolution with few positions: y^T = x^T @ W^T ----------------------------------
+/* -- convolutions on small planes: y^T = patches^T @ W^T ---------------------------------------
  *
- * conv_direct puts positions in the vector lanes; a 7x7 plane fills 49 of 64, and the 1x1
- * convs of EfficientNet's and MobileNet's last stages (7x7 and 14x14 planes, 100-1000+
- * channels) ran at 30-40 GMAC/s through it or through BLAS. Here the roles swap: output
- * channels go in the lanes, from W^T packed once into panels of NR channels (pack_columns, as
- * for a GEMM's B), and MR positions are broadcast straight from x, where position p of input
- * channel k sits at x[k * P + p]. Over all of K at once (a panel of K x NR stays in L2); the
- * MR x NR tile goes out transposed, MR positions of each channel side by side in y.
+ * conv_direct puts positions in the vector lanes; a 7x7 plane fills 49 of 64 and a 14x14 one
+ * wastes the panel tails, and the 1x1 convs of EfficientNet's and MobileNet's last stages and
+ * ResNet's 7x7 and 14x14 layers ran at 30-60 GMAC/s through it or through BLAS. Here the roles
+ * swap: output channels go in the lanes, from W^T packed once into panels of NR channels
+ * (pack_columns, as for a GEMM's B), and MR output positions are broadcast straight from the
+ * stride-phase image, tap k of position q at xph[q + koff[k]] (the offsets of conv_direct; a
+ * 1x1 conv at stride 1 without pads reads x itself, koff[k] = k * P). Over all of K at once (a
+ * K x NR panel stays in L2); the MR x NR tile goes out transposed, the MR positions of each
+ * channel side by side in y. Only valid positions are computed: the junk columns past OW that
+ * conv_direct computes and drops are skipped.
  */
 static inline __attribute__((always_inline)) void
-ttile(int nv, int64_t K, const float *restrict x, int64_t P, int64_t mv, const float *restrict b, float *restrict y,
-      int64_t ncols, const float *restrict bias)
+ttile(int nv, int64_t kc, const float *const *restrict r, const int64_t *restrict koff, const float *restrict b,
+      float *restrict part, int first, float *restrict y, int64_t P, int64_t mv, int64_t ncols, const float *restrict bias)
 {
-    const float *r[MR];
-    for (int i = 0; i < MR; i++)
-        r[i] = x + (i < mv ? i : mv - 1);
+    const float *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3], *r4 = r[4], *r5 = r[5];
     v16 acc[MR][4];
     for (int i = 0; i < MR; i++)
         for (int v = 0; v < nv; v++)
-            acc[i][v] = bias ? *(const v16u *)(bias + 16 * v) : (v16){0};
-    for (int64_t k = 0; k < K; k++) {
-        const int64_t kk = k * P;
+            acc[i][v] = !first ? *(const v16 *)(part + i * NR + 16 * v) : bias ? *(const v16u *)(bias + 16 * v) : (v16){0};
+    for (int64_t k = 0; k < kc; k++) {
+        const int64_t o = koff[k];
         v16 bv[4];
-        for (int v = 0; v < nv; v++)
+        for (int v = 0; v < nv; v++) {
             bv[v] = *(const v16u *)(b + k * NR + 16 * v);
-        for (int i = 0; i < MR; i++) {
-            float s = r[i][kk];
-            for (int v = 0; v < nv; v++)
-                acc[i][v] += s * bv[v];
+            __builtin_prefetch(b + (k + PF_ROWS) * NR + 16 * v, 0, 3);
         }
+        const float s[MR] = {r0[o], r1[o], r2[o], r3[o], r4[o], r5[o]};
+        for (int i = 0; i < MR; i++)
+            for (int v = 0; v < nv; v++)
+                acc[i][v] += s[i] * bv[v];
     }
-    float tile[MR][NR] __attribute__((aligned(64)));
     for (int i = 0; i < MR; i++)
         for (int v = 0; v < nv; v++)
-            *(v16 *)(tile[i] + 16 * v) = acc[i][v];
+            *(v16 *)(part + i * NR + 16 * v) = acc[i][v];
+    if (!y)
+        return; /* more of K to come */
     for (int64_t c = 0; c < ncols; c++)
         for (int64_t i = 0; i < mv; i++)
-            y[c * P + i] = tile[i][c];
+            y[c * P + i] = part[i * NR + c];
 }
 
-typedef void (*ttile_fn)(int64_t, const float *, int64_t, int64_t, const float *, float *, int64_t, const float *);
-#define TTILE(NV)                                                                                                   \
-    static void ttile##NV(int64_t K, const float *x, int64_t P, int64_t mv, const float *b, float *y, int64_t ncols, \
-                          const float *bias)                                                                        \
-    {                                                                                                               \
-        ttile(NV, K, x, P, mv, b, y, ncols, bias);                                                                  \
+typedef void (*ttile_fn)(int64_t, const float *const *, const int64_t *, const float *, float *, int, float *, int64_t,
+                         int64_t, int64_t, const float *);
+#define TTILE(NV)                                                                                                      \
+    static void ttile##NV(int64_t kc, const float *const *r, const int64_t *koff, const float *b, float *part, int first, \
+                          float *y, int64_t P, int64_t mv, int64_t ncols, const float *bias)                             \
+    {                                                                                                                  \
+        ttile(NV, kc, r, koff, b, part, first, y, P, mv, ncols, bias);                                                 \
     }
 TTILE(1)
 TTILE(2)
@@ -358,14 +366,18 @@ TTILE(3)
 TTILE(4)
 static const ttile_fn TTILES[5] = {0, ttile1, ttile2, ttile3, ttile4};
 
-/* y[n][m][p] = bias[m] + sum_k x[n][k][p] * W[m][k] for the images and MR-position blocks
- * u = n * blocks + block in [u0, u1) and the panels [p0, p1) of NR output channels.
- * x is (N, K, P), y (N, M, P), wpack = pack_columns(W^T). */
-void aioge_conv1x1_t_f32(const float *x, const float *wpack, const float *bias, float *y, int64_t N, int64_t K,
-                         int64_t M, int64_t P, int64_t u0, int64_t u1, int64_t p0, int64_t p1)
+/* y[n][m][p] = bias[m] + sum_k xph[n][q(p) + koff[k]] * W[m][k] for the images and MR-position
+ * blocks u = n * blocks + block in [u0, u1) and the panels [p0, p1) of NR output channels;
+ * q(p) = (p / OW) * WPH + p % OW. wpack = pack_columns(W^T), W of M rows of K = C * KH * KW. */
+int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                     const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1)
 {
-    const int64_t blocks = (P + MR - 1) / MR;
-    (void)N;
+    const int64_t M = g[G_M], OW = g[G_OW], WPH = g[G_WPH], IMAGE = g[G_IMAGE];
+    const int64_t K = g[G_C] * g[G_KH] * g[G_KW], P = g[G_OH] * OW, blocks = (P + MR - 1) / MR;
+    const int64_t kblocks = (K + KCT - 1) / KCT, kstep = (K + kblocks - 1) / kblocks;
+    float *parts = accumulator((size_t)(u1 > u0 ? u1 - u0 : 1) * MR * NR); /* each unit's tile between K blocks */
+    if (!parts)
+        return 1;
     for (int64_t p = p0; p < p1; p++) {
         const int64_t col0 = p * NR, ncols = M - col0 < NR ? M - col0 : NR;
         const ttile_fn fn = TTILES[(ncols + 15) / 16];
@@ -373,9 +385,20 @@ void aioge_conv1x1_t_f32(const float *x, const float *wpack, const float *bias, 
         for (int64_t j = 0; bias && j < ncols; j++)
             bpad[j] = bias[col0 + j];
         const float *bp = wpack + p * K * NR;
-        for (int64_t u = u0; u < u1; u++) {
-            const int64_t n = u / blocks, q = (u % blocks) * MR, mv = P - q < MR ? P - q : MR;
-            fn(K, x + n * K * P + q, P, mv, bp, y + (n * M + col0) * P + q, ncols, bias ? bpad : 0);
+        for (int64_t k0 = 0; k0 < K; k0 += kstep) {
+            const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
+            const int last = k0 + kc == K;
+            for (int64_t u = u0; u < u1; u++) {
+                const int64_t n = u / blocks, q = (u % blocks) * MR, mv = P - q < MR ? P - q : MR;
+                const float *r[MR];
+                for (int64_t i = 0; i < MR; i++) {
+                    const int64_t pos = q + (i < mv ? i : mv - 1);
+                    r[i] = xph + n * IMAGE + (pos / OW) * WPH + pos % OW;
+                }
+                fn(kc, r, koff + k0, bp + k0 * NR, parts + (u - u0) * MR * NR, k0 == 0,
+                   last ? y + (n * M + col0) * P + q : 0, P, mv, ncols, bias ? bpad : 0);
+            }
         }
     }
+    return 0;
 }

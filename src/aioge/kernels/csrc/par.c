@@ -37,8 +37,8 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
                           const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1);
 void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, const float *bias, float *y, int64_t ldy,
                            int64_t N, int64_t K, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
-void aioge_conv1x1_t_f32(const float *x, const float *wpack, const float *bias, float *y, int64_t N, int64_t K,
-                         int64_t M, int64_t P, int64_t u0, int64_t u1, int64_t p0, int64_t p1);
+int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                     const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1);
 
 typedef int (*job_fn)(const int64_t *args, int64_t lo, int64_t hi);
 
@@ -71,21 +71,20 @@ static int job_conv_direct(const int64_t *g, int64_t lo, int64_t hi)
     return aioge_conv_direct_f32(x, w, koff, bias, y, geom, lo, hi, 0, g[7]);
 }
 
-/* 1x1 conv, transposed: x, wpack, bias, y, N, K, M, P, units, panels, by_panels: [lo, hi) are
- * image-and-MR-position units, or panels of NR output channels when by_panels */
-static int job_conv1x1_t(const int64_t *g, int64_t lo, int64_t hi)
+/* conv, channels in the lanes: xph, wpack, koff, bias, y, geometry, units, panels, by_panels:
+ * [lo, hi) are image-and-MR-position units, or panels of NR output channels when by_panels */
+static int job_conv_t(const int64_t *g, int64_t lo, int64_t hi)
 {
     const float *x = (const float *)(intptr_t)g[0], *w = (const float *)(intptr_t)g[1];
-    const float *bias = (const float *)(intptr_t)g[2];
-    float *y = (float *)(intptr_t)g[3];
-    if (g[10])
-        aioge_conv1x1_t_f32(x, w, bias, y, g[4], g[5], g[6], g[7], 0, g[8], lo, hi);
-    else
-        aioge_conv1x1_t_f32(x, w, bias, y, g[4], g[5], g[6], g[7], lo, hi, 0, g[9]);
-    return 0;
+    const int64_t *koff = (const int64_t *)(intptr_t)g[2], *geom = (const int64_t *)(intptr_t)g[5];
+    const float *bias = (const float *)(intptr_t)g[3];
+    float *y = (float *)(intptr_t)g[4];
+    if (g[8])
+        return aioge_conv_t_f32(x, w, koff, bias, y, geom, 0, g[6], lo, hi);
+    return aioge_conv_t_f32(x, w, koff, bias, y, geom, lo, hi, 0, g[7]);
 }
 
-static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv1x1_t};
+static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv_t};
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
