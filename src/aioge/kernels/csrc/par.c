@@ -169,7 +169,10 @@ static void *helper_main(void *arg)
         atomic_store_explicit(&h->cpu, this_cpu(), memory_order_relaxed);
         while ((now = atomic_load_explicit(&h->posted, memory_order_acquire)) == seen) {
             relax();
-            if ((++spins & 255) == 0 && now_ns() > deadline) {
+            if ((++spins & 255) != 0)
+                continue;
+            sched_yield(); /* a lane's thread on this CPU runs first: spinning holds no CPU token */
+            if (now_ns() > deadline) {
                 pthread_mutex_lock(&h->mu);
                 atomic_store(&h->sleeping, 1);
                 atomic_store_explicit(&h->cpu, -1, memory_order_relaxed);
