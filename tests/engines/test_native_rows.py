@@ -96,6 +96,7 @@ def test_kernels_in_two_halves_match_one_piece(monkeypatch: pytest.MonkeyPatch) 
     assert native_rows.layer_norm(x, scale, bias, whole[2], 1e-5)
     assert native_rows.softmax(x, whole[3])
     monkeypatch.setattr(native_rows, "SPLIT_ELEMENTS", 1000)
+    monkeypatch.setattr(native_rows, "SPLIT_ACTIVATION", 1000)  # shared with the C helper thread
     tokens = _CountingTokens()
     halves = [np.empty_like(x) for _ in range(3)] + [x.copy()]
     with cpu_tokens(tokens):  # a run's idle CPU token: each kernel takes it and runs in two halves

@@ -304,11 +304,12 @@ def _applies_depthwise(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return g is not None and g.group == g.c > 1 and g.m % g.c == 0
 
 
-# A compiled windowed kernel with fewer multiply-adds than this runs whole: handing half of
-# its planes to the other core cost 15-20 us per call on 2 cores, and depthwise convs under
-# 1.5M multiply-adds (100 us) ran slower split (576x7x7 5x5: 50 -> 66 us); 96x56x56 7x7
-# (15M) ran 418 -> 346 us.
-NATIVE_SPLIT_MACS = 1 << 22
+# A compiled windowed kernel with fewer multiply-adds than this runs whole. Through a Python
+# helper thread, handing half of its planes to the other core cost 15-20 us per call on 2
+# cores and depthwise convs under 1.5M multiply-adds (100 us) ran slower split (576x7x7 5x5:
+# 50 -> 66 us); 96x56x56 7x7 (15M) ran 418 -> 346 us. The depthwise conv now shares its
+# planes with the C helper (csrc/par.c), which costs about a microsecond when it spins.
+NATIVE_SPLIT_MACS = 1 << 21
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 
@@ -337,11 +338,11 @@ class NativeOperand:
 
 def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
     """group == C in C, 16 planes side by side in the vector lanes, over the output planes
-    (two halves on an idle core). Without the compiled tier (a desc stored by a process that
+    (shared with the C helper thread on an idle core). Without the compiled tier (a desc stored by a process that
     had it) the numpy ``conv_depthwise_planes``."""
     g = _geometry(attrs, ins)
-    fn = native.function("aioge_conv_depthwise_f32", _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64, restype=ctypes.c_int)
-    if fn is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
+    par = native.par_run()
+    if par is None or native.function("aioge_conv_depthwise_f32") is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
         return build_conv_depthwise_planes(attrs, {"block_kib": 192}, ins, outs)
     mult = g.m // g.c
     planes = g.n * g.m
@@ -357,13 +358,9 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
         b, bp = operands[1].get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
         y = _output(g, outputs, x.dtype)
         yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-        xp, yp = native.ptr(x), native.ptr(yc)
-
-        def part(lo: int, hi: int) -> None:
-            if fn(xp, wp, bp, yp, geo[1], lo, hi):
-                raise MemoryError(f"conv_depthwise_native: no memory for the interleaved planes of {g.oh}x{g.ow} outputs")
-
-        split_range(planes, part, worth=worth)
+        args = np.array([native.ptr(x), wp, bp or 0, native.ptr(yc), geo[1]], np.int64)
+        if split_native(par, native.JOB_DEPTHWISE, native.ptr(args), planes, worth=worth) < 0:
+            raise MemoryError(f"conv_depthwise_native: no memory for the interleaved planes of {g.oh}x{g.ow} outputs")
         if yc is not y:
             np.copyto(y, yc)
         return (y,)
@@ -566,7 +563,7 @@ def _grouped_1x1(g: ConvGeometry, cg: int, mg: int) -> RunFn:
     is copied. The (n, k) products go in two halves over an idle core when big enough (light/
     ShuffleNet's 4-group 1x1 convs: 115 -> 45 us against the im2col per group)."""
     hw = g.oh * g.ow
-    worth = g.n * g.m * cg * hw >= 2 * NATIVE_SPLIT_MACS
+    worth = g.n * g.m * cg * hw >= 1 << 23  # numpy GEMMs over a Python helper thread
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         x, w = np.ascontiguousarray(inputs[0]), inputs[1]

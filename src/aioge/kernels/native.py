@@ -26,8 +26,10 @@ import numpy as np
 
 __all__ = [
     "ABI",
-    "JOB_CONV_T",
+    "JOB_ACTIVATION",
     "JOB_CONV_DIRECT",
+    "JOB_CONV_T",
+    "JOB_DEPTHWISE",
     "JOB_GEMM",
     "aligned_empty",
     "available",
@@ -38,7 +40,7 @@ __all__ = [
 ]
 
 # The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C helper thread.
-JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T = 0, 1, 2
+JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = 0, 1, 2, 3, 4
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
 ABI = 1

@@ -3,7 +3,8 @@
 Each function does the work and returns True, or returns False without touching anything when
 it cannot: no compiled tier (``native.available()`` false, or a build older than the kernel),
 another dtype, or non-contiguous memory. The caller then runs its numpy code. Large tensors go
-in two halves over an idle core (``parallel.split_range``; ctypes releases the GIL).
+in two halves over an idle core (``parallel.split_range``; ctypes releases the GIL), the
+activations over the C helper thread (``parallel.split_native``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from aioge.kernels import native
-from aioge.kernels.parallel import split_range
+from aioge.kernels.parallel import split_native, split_range
 
 __all__ = ["ACTIVATIONS", "activation", "bias_activation", "layer_norm", "softmax", "unary"]
 
@@ -26,6 +27,10 @@ _P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_i
 # cores, a bias+GELU of 393K values took 0.2 ms whole and 0.3-8 ms split. So only tensors of
 # milliseconds of work split.
 SPLIT_ELEMENTS = 1 << 21
+# Activations share their elements with the C helper thread (csrc/par.c: about a microsecond
+# while it spins, no Python hop) from this many, about 30-60 us of work: EfficientNet's SiLU
+# over 96x112x112 values, fused into its expansion conv, ran whole after a 0.7 ms GEMM.
+SPLIT_ACTIVATION = 1 << 16
 
 # activation name -> its code in csrc/norm.c (enum ACT_*); Gelu's parameter picks the tanh form
 _ACT = {"Erf": 1, "Gelu": 2, "Sigmoid": 4, "Swish": 5, "HardSigmoid": 6, "HardSwish": 7}
@@ -58,11 +63,13 @@ def activation(name: str, x: np.ndarray, y: np.ndarray, params: Sequence[float] 
     act = _act(name, params)
     if act is None or x.size != y.size or not _f32c(x, y):
         return False
-    fn = native.function("aioge_activation_f32", _P, _P, _INT, _F, _F, _I64, _I64)
-    if fn is None:
+    par = native.par_run()
+    if par is None or native.function("aioge_activation_f32") is None:
         return False
-    xp, yp = native.ptr(x), native.ptr(y)
-    split_range(x.size, lambda lo, hi: fn(xp, yp, *act, lo, hi), worth=x.size >= SPLIT_ELEMENTS)
+    code, p0, p1 = act
+    bits = np.array([p0, p1], np.float32).view(np.int32)
+    args = np.array([native.ptr(x), native.ptr(y), code, bits[0], bits[1]], np.int64)
+    split_native(par, native.JOB_ACTIVATION, native.ptr(args), x.size, worth=x.size >= SPLIT_ACTIVATION)
     return True
 
 

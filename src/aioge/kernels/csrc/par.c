@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -37,6 +38,9 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
                           const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1);
 void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, const float *bias, float *y, int64_t ldy,
                            int64_t N, int64_t K, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
+int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
+                             int64_t p0, int64_t p1);
+void aioge_activation_f32(const float *x, float *y, int act, float p0, float p1, int64_t n0, int64_t n1);
 int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
                      const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1);
 
@@ -84,7 +88,31 @@ static int job_conv_t(const int64_t *g, int64_t lo, int64_t hi)
     return aioge_conv_t_f32(x, w, koff, bias, y, geom, lo, hi, 0, g[7]);
 }
 
-static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv_t};
+/* depthwise conv: x, w, bias, y, geometry: [lo, hi) are output planes */
+static int job_depthwise(const int64_t *g, int64_t lo, int64_t hi)
+{
+    return aioge_conv_depthwise_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1],
+                                    (const float *)(intptr_t)g[2], (float *)(intptr_t)g[3], (const int64_t *)(intptr_t)g[4],
+                                    lo, hi);
+}
+
+static float float_of(int64_t bits)
+{
+    const int32_t b = (int32_t)bits;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/* activation: x, y, act, the bits of p0 and p1 as float32: [lo, hi) are elements */
+static int job_activation(const int64_t *g, int64_t lo, int64_t hi)
+{
+    aioge_activation_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (int)g[2], float_of(g[3]), float_of(g[4]), lo,
+                         hi);
+    return 0;
+}
+
+static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv_t, job_depthwise, job_activation};
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
