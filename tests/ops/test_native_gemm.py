@@ -184,3 +184,30 @@ def test_without_the_tier_matmul_and_gemm_native_run_numpy(monkeypatch) -> None:
     np.testing.assert_allclose(got, a @ b, rtol=1e-6)
     (got,) = build_gemm_native({}, {}, _descs(a[0], b, c), None)([a[0], b, c], None)
     np.testing.assert_allclose(got, a[0] @ b + c, rtol=1e-6)
+
+
+_ONE_CPU = """
+import os, sys, threading, numpy as np
+os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # as under taskset -c N
+from aioge.kernels import parallel
+import aioge.kernels.matmul_algos as ma
+from aioge.ir.desc import TensorDesc
+ma.DIRECT_SPLIT_MACS = 0
+rng = np.random.default_rng(0)
+a, b = rng.random((40, 50), np.float32), rng.random((50, 300), np.float32)
+run = ma.build_matmul_native({}, {}, [TensorDesc(a.shape, "float32"), TensorDesc(b.shape, "float32")], None)
+pieces = []
+real = parallel.split_native
+ma.split_native = lambda *args, **kw: pieces.append(real(*args, **kw)) or pieces[-1]
+with parallel.cpu_tokens(threading.Semaphore(1)):
+    y = run([a, b], None)[0]
+ok = np.allclose(y, a.astype(np.float64) @ b, rtol=1e-5) and pieces == [1]
+sys.exit(0 if ok else 3)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only")
+def test_a_process_limited_to_one_cpu_runs_native_kernels_whole() -> None:
+    """The C helpers count the CPUs the process may use (taskset, cpusets), not the machine's."""
+    proc = subprocess.run([sys.executable, "-c", _ONE_CPU], timeout=120, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

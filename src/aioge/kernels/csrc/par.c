@@ -146,6 +146,9 @@ static struct helper helpers[MAX_HELPERS];
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int nhelpers = -1;
 static int64_t spin_ns;
+#ifdef __linux__
+static cpu_set_t allowed; /* the process's CPUs when the first split came (taskset, cpusets) */
+#endif
 
 static inline void relax(void)
 {
@@ -252,7 +255,13 @@ static void init(void)
         const char *env = getenv("AIOGE_SPIN_US");
         const long us = env ? strtol(env, NULL, 10) : SPIN_US;
         spin_ns = (int64_t)(us > 0 ? us : 0) * 1000;
-        const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef __linux__
+        if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+            cores = CPU_COUNT(&allowed);
+        else
+            CPU_ZERO(&allowed);
+#endif
         reset_helpers();
         pthread_atfork(NULL, NULL, after_fork_in_child);
         nhelpers = cores > 1 ? (cores - 1 < MAX_HELPERS ? (int)cores - 1 : MAX_HELPERS) : 0;
@@ -300,13 +309,13 @@ static void move_off(struct helper *h, int cpu)
     const int at = atomic_load_explicit(&h->cpu, memory_order_relaxed);
     if (cpu < 0 || tid <= 0 || (at != cpu && at != -1) || h->excluded == cpu)
         return;
+    cpu_set_t set = allowed; /* never a CPU the process may not use */
+    if (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &set))
+        return;
+    CPU_CLR(cpu, &set);
+    if (CPU_COUNT(&set) == 0)
+        return;
     h->excluded = cpu;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    for (int c = 0; c < cores && c < CPU_SETSIZE; c++)
-        if (c != cpu)
-            CPU_SET(c, &set);
     sched_setaffinity(tid, sizeof set, &set);
 #else
     (void)h;
