@@ -211,3 +211,13 @@ def test_a_process_limited_to_one_cpu_runs_native_kernels_whole() -> None:
     """The C helpers count the CPUs the process may use (taskset, cpusets), not the machine's."""
     proc = subprocess.run([sys.executable, "-c", _ONE_CPU], timeout=120, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_ptr_is_the_first_elements_address_for_every_kind_of_array() -> None:
+    """``native.ptr`` takes a writeable array's address through the buffer protocol (faster
+    than ``a.ctypes``) and falls back for the rest: read-only, empty, strided."""
+    base = np.arange(64, dtype=np.float32).reshape(8, 8)
+    read_only = base.copy()
+    read_only.setflags(write=False)
+    for a in (base, base[2:], read_only, np.empty(0, np.float32), base[:, ::2], base.T):
+        assert native.ptr(a) == a.ctypes.data

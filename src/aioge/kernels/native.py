@@ -97,8 +97,20 @@ def function(name: str, *argtypes: Any, restype: Any = None) -> Any:
     return fn
 
 
+_CHAR, _ADDRESSOF = ctypes.c_char, ctypes.addressof
+
+
 def ptr(a: np.ndarray) -> int:
-    """The address of ``a``'s first element (the caller has checked dtype and contiguity)."""
+    """The address of ``a``'s first element (the caller has checked dtype and contiguity).
+
+    A writeable array's address comes through the buffer protocol (0.42 us here), the others'
+    through ``a.ctypes`` (0.89 us, which builds a helper object); a native kernel call takes
+    four or five of them."""
+    if a.flags.writeable:
+        try:
+            return _ADDRESSOF(_CHAR.from_buffer(a))
+        except (TypeError, ValueError, BufferError):  # empty, or not one block of memory
+            pass
     return int(a.ctypes.data)
 
 
