@@ -108,7 +108,7 @@ def ptr(a: np.ndarray) -> int:
     four or five of them."""
     if a.flags.writeable:
         try:
-            return _ADDRESSOF(_CHAR.from_buffer(a))
+            return _ADDRESSOF(_CHAR.from_buffer(a))  # type: ignore[arg-type]  # ndarray exports a buffer
         except (TypeError, ValueError, BufferError):  # empty, or not one block of memory
             pass
     return int(a.ctypes.data)
