@@ -402,3 +402,27 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
     }
     return 0;
 }
+
+/* pack_columns for a row-major B (K x N, rows ldb floats apart): panels [p0, p1) of
+ * bpack[p][k][NR], zero past N. numpy's strided copy packed BERT-base's 340 MB of weights in
+ * 0.44 s on the first run; this loop runs at memory speed, over two cores through par.c. */
+void aioge_pack_columns_f32(const float *b, int64_t ldb, int64_t K, int64_t N, float *bpack, int64_t p0, int64_t p1)
+{
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t col0 = p * NR, ncols = N - col0 < NR ? N - col0 : NR;
+        float *restrict dst = bpack + p * K * NR;
+        for (int64_t k = 0; k < K; k++) {
+            const float *restrict src = b + k * ldb + col0;
+            float *restrict d = dst + k * NR;
+            if (ncols == NR)
+                for (int64_t j = 0; j < NR; j++)
+                    d[j] = src[j];
+            else {
+                for (int64_t j = 0; j < ncols; j++)
+                    d[j] = src[j];
+                for (int64_t j = ncols; j < NR; j++)
+                    d[j] = 0.0f;
+            }
+        }
+    }
+}
