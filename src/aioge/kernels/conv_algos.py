@@ -7,11 +7,15 @@
 - ``conv_depthwise_planes``: the same over the stride phases of the padded input, each tap
   one multiply-add over contiguous flattened planes (long rows on small images).
 - ``conv_depthwise_native``: group == C, float32, in C (``csrc/conv.c``): 16 planes in the
-  vector lanes, one vector multiply-add per tap and output pixel; the output planes in two
-  halves over an idle core. Offered only with the compiled tier loaded.
+  vector lanes, one vector multiply-add per tap and output pixel; the output planes shared
+  with the C helper thread on an idle core. Offered only with the compiled tier loaded.
 - ``conv_direct_native``: group 1, float32, in C (``csrc/gemm.c``): the input split into its
   stride phases, so every tap reads contiguous positions, and a 6x64 register-tiled GEMM
   reading them in place (no im2col) with the weight packed once. Offered only with the tier.
+- ``conv_direct_t_native``: the same with the roles swapped: 64 output channels in the
+  vector lanes (W^T packed once), 6 valid output positions broadcast from the phase image,
+  the tile stored transposed; for small planes (7x7, 14x14), where 64-position panels waste
+  lanes. Offered only with the tier.
 - ``conv_grouped``: 1 < group < C: one im2col and GEMM per group (smaller working sets).
 - ``conv_winograd_f23``: Winograd F(2x2, 3x3) for 3x3, stride 1, dilation 1, group 1:
   16 GEMMs of (M, C) @ (C, tiles) instead of one of (M, 9C) @ (9C, 4·tiles), 2.25x fewer
