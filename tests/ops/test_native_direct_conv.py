@@ -32,6 +32,12 @@ from tests.ops.conftest import ort_run, rand
 )
 @settings(max_examples=120, deadline=None)
 def test_direct_conv_matches_onnxruntime(seed, n, c, m, h, w, kernel, strides, dilations, pads, bias) -> None:
+    _matches_onnxruntime(build_conv_direct_native, seed, n, c, m, h, w, kernel, strides, dilations, pads, bias)
+
+
+def _matches_onnxruntime(build, seed, n, c, m, h, w, kernel, strides, dilations, pads, bias) -> None:  # type: ignore[no-untyped-def]
+    """``build``'s conv against onnxruntime: into a fresh output, then twice into a NaN-filled
+    one (the packed weight and phase image reused), bit for bit the same."""
     span = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
     if h + pads[0] + pads[2] < span[0] or w + pads[1] + pads[3] < span[1]:
         return  # no output: not a valid Conv
@@ -40,13 +46,27 @@ def test_direct_conv_matches_onnxruntime(seed, n, c, m, h, w, kernel, strides, d
     inputs[1].setflags(write=False)  # a constant: packed once
     attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "dilations": dilations}
     (want,) = ort_run("Conv", inputs, attrs)
-    run = build_conv_direct_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in inputs], None)
+    run = build(attrs, {}, [TensorDesc(a.shape, "float32") for a in inputs], None)
     (got,) = run(inputs, None)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     out = np.full(want.shape, np.nan, np.float32)
-    run(inputs, [out])  # into a preallocated (garbage-filled) output, twice: the packed weight reused
+    run(inputs, [out])
     (again,) = run(inputs, [out])
     np.testing.assert_allclose(again, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(again, got)
+
+
+def _count_splits(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """The pieces of every ``split_native`` call the conv kernels make, as they happen."""
+    pieces: list[int] = []
+    real = parallel.split_native
+
+    def counted(par, job, args, total, *, worth=True):
+        pieces.append(real(par, job, args, total, worth=worth))
+        return pieces[-1]
+
+    monkeypatch.setattr("aioge.kernels.conv_algos.split_native", counted)
+    return pieces
 
 
 @pytest.mark.parametrize(
@@ -65,14 +85,7 @@ def test_direct_conv_split_over_a_helper_thread_matches_whole(c, m, k, stride, p
     run = build_conv_direct_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, wt, b)], None)
     import threading
 
-    pieces = []
-    real = parallel.split_native
-
-    def counted(par, job, args, total, *, worth=True):
-        pieces.append(real(par, job, args, total, worth=worth))
-        return pieces[-1]
-
-    monkeypatch.setattr("aioge.kernels.conv_algos.split_native", counted)
+    pieces = _count_splits(monkeypatch)
     with parallel.cpu_tokens(threading.Semaphore(2)):
         (got,) = run([x, wt, b], None)
     assert pieces == [2]
@@ -107,20 +120,7 @@ def test_without_the_tier_the_direct_conv_runs_numpy(monkeypatch) -> None:
 )
 @settings(max_examples=120, deadline=None)
 def test_direct_t_conv_matches_onnxruntime(seed, n, c, m, h, w, kernel, strides, dilations, pads, bias) -> None:
-    span = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    if h + pads[0] + pads[2] < span[0] or w + pads[1] + pads[3] < span[1]:
-        return  # no output: not a valid Conv
-    rng = np.random.default_rng(seed)
-    inputs = [rand(rng, n, c, h, w), rand(rng, m, c, *kernel)] + ([rand(rng, m)] if bias else [])
-    inputs[1].setflags(write=False)
-    attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "dilations": dilations}
-    (want,) = ort_run("Conv", inputs, attrs)
-    run = build_conv_direct_t_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in inputs], None)
-    out = np.full(want.shape, np.nan, np.float32)
-    (got,) = run(inputs, [out])
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    (again,) = run(inputs, [out])  # the phase image and packed weight reused
-    np.testing.assert_array_equal(again, got)
+    _matches_onnxruntime(build_conv_direct_t_native, seed, n, c, m, h, w, kernel, strides, dilations, pads, bias)
 
 
 @pytest.mark.parametrize(
@@ -134,14 +134,7 @@ def test_direct_t_conv_shared_with_the_c_helper_matches_whole(n, c, m, k, stride
     attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [k // 2] * 4}
     monkeypatch.setattr("aioge.kernels.conv_algos.DIRECT_SPLIT_MACS", 0)
     run = build_conv_direct_t_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, wt, b)], None)
-    pieces = []
-    real = parallel.split_native
-
-    def counted(par, job, args, total, *, worth=True):
-        pieces.append(real(par, job, args, total, worth=worth))
-        return pieces[-1]
-
-    monkeypatch.setattr("aioge.kernels.conv_algos.split_native", counted)
+    pieces = _count_splits(monkeypatch)
     import threading
 
     (whole,) = run([x, wt, b], None)

@@ -315,7 +315,7 @@ def _applies_depthwise(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 # planes with the C helper (csrc/par.c), which costs about a microsecond when it spins.
 NATIVE_SPLIT_MACS = 1 << 21
 
-_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_PTR = ctypes.c_void_p
 
 
 class NativeOperand:
@@ -346,7 +346,7 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
     had it) the numpy ``conv_depthwise_planes``."""
     g = _geometry(attrs, ins)
     par = native.par_run()
-    if par is None or native.function("aioge_conv_depthwise_f32") is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
+    if par is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
         return build_conv_depthwise_planes(attrs, {"block_kib": 192}, ins, outs)
     mult = g.m // g.c
     planes = g.n * g.m
@@ -402,64 +402,80 @@ def pack_rows(w: np.ndarray, rows: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(blocks, rows, k).transpose(0, 2, 1))
 
 
-def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """group 1, float32, in C (``csrc/gemm.c``): the input split into its stride phases, then
-    a GEMM whose micro-kernel reads every tap's positions straight from them (no im2col),
-    the weight packed once; panels of positions (or row blocks) in two halves over an idle core.
-    Without the compiled tier (a desc stored by a process that had it) the numpy ``im2col``."""
-    from aioge.kernels.conv import build_conv_im2col
-
-    g = _geometry(attrs, ins)
+def _direct_native(
+    g: ConvGeometry, ins: Descs, in_place: bool, hph: int, wph: int, image: int, pack: Callable[[np.ndarray], np.ndarray]
+) -> Callable[[int, Sequence[int], int, str], RunFn] | None:
+    """What ``conv_direct_native`` and ``conv_direct_t_native`` share: the geometry and tap
+    offsets in a stride-phase image of ``image`` floats per image (x itself when ``in_place``),
+    the weight packed once by ``pack``, the bias, and a run that fills the phase image and hands
+    the C job ``(xph, weight, offsets, bias, y, geometry, *tail)`` over ``total`` units to
+    ``split_native``. Returns a maker of that run, or None without the compiled tier."""
     par = native.par_run()
     phases = native.function("aioge_conv_phases_f32", _PTR, _PTR, _PTR)
-    sizes = (
-        native.function("aioge_conv_gemm_mr", restype=ctypes.c_int),
-        native.function("aioge_conv_gemm_nr", restype=ctypes.c_int),
-    )
-    if par is None or phases is None or sizes[0] is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
-        return build_conv_im2col(attrs, params, ins, outs)
-    mr, nr = int(sizes[0]()), int(sizes[1]())
-    hph, wph = g.oh + (g.kh - 1) * g.dh // g.sh, g.ow + (g.kw - 1) * g.dw // g.sw
-    q = (g.oh - 1) * wph + g.ow  # flattened positions per image, the last row's tail dropped
-    # a 1x1 kernel at stride 1 without pads reads x itself, when no panel reads past its end
-    in_place = g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.unpadded and q % 16 == 0
-    image = g.c * g.h * g.w if in_place else g.c * g.sh * g.sw * hph * wph + nr
+    if par is None or phases is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
+        return None
     geometry = np.array(
         [g.c, g.h, g.w, g.m, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow, g.n, hph, wph, image], np.int64
     )
     offsets = direct_offsets(g, hph, wph)
     consts = (geometry, offsets, native.ptr(geometry), native.ptr(offsets))  # the arrays kept alive, their addresses
-    packed = WeightDerived(lambda w: pack_rows(np.asarray(w, np.float32), mr))
-    bias = NativeOperand()
-    panels, blocks = g.n * -(-q // nr), -(-g.m // mr)
     worth = g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow >= DIRECT_SPLIT_MACS
+
+    def make(job: int, tail: Sequence[int], total: int, no_memory: str) -> RunFn:
+        packed = WeightDerived(pack)
+        bias = NativeOperand()
+        scratch: list[np.ndarray] = []  # phase images, one per run in flight
+
+        def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+            x = np.ascontiguousarray(inputs[0], np.float32)
+            wp = packed.get(inputs[1])
+            _, bp = bias.get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
+            y = _output(g, outputs, x.dtype)
+            yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
+            xph = x if in_place else (scratch.pop() if scratch else np.empty(g.n * image, np.float32))
+            try:
+                if not in_place:
+                    phases(native.ptr(x), native.ptr(xph), consts[2])
+                args = np.array([native.ptr(xph), native.ptr(wp), consts[3], bp or 0, native.ptr(yc), consts[2], *tail], np.int64)
+                if split_native(par, job, native.ptr(args), total, worth=worth) < 0:
+                    raise MemoryError(no_memory)
+            finally:
+                if not in_place:
+                    scratch.append(xph)
+            if yc is not y:
+                np.copyto(y, yc)
+            return (y,)
+
+        return run
+
+    return make
+
+
+def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """group 1, float32, in C (``csrc/gemm.c``): the input split into its stride phases, then
+    a GEMM whose micro-kernel reads every tap's positions straight from them (no im2col),
+    the weight packed once; panels of positions (or row blocks) shared with the C helper thread
+    on an idle core. Without the compiled tier (a desc stored by a process that had it) the
+    numpy ``im2col``."""
+    from aioge.kernels.conv import build_conv_im2col
+
+    g = _geometry(attrs, ins)
+    tile = native.gemm_tile()
+    if tile is None:
+        return build_conv_im2col(attrs, params, ins, outs)
+    mr, nr = tile
+    hph, wph = g.oh + (g.kh - 1) * g.dh // g.sh, g.ow + (g.kw - 1) * g.dw // g.sw
+    q = (g.oh - 1) * wph + g.ow  # flattened positions per image, the last row's tail dropped
+    # a 1x1 kernel at stride 1 without pads reads x itself, when no panel reads past its end
+    in_place = g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.unpadded and q % 16 == 0
+    image = g.c * g.h * g.w if in_place else g.c * g.sh * g.sw * hph * wph + nr
+    make = _direct_native(g, ins, in_place, hph, wph, image, lambda w: pack_rows(np.asarray(w, np.float32), mr))
+    if make is None:
+        return build_conv_im2col(attrs, params, ins, outs)
+    panels, blocks = g.n * -(-q // nr), -(-g.m // mr)
     by_panels = panels >= 8 or blocks < 2
-    scratch: list[np.ndarray] = []  # phase images, one per run in flight
-
-    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
-        x = np.ascontiguousarray(inputs[0], np.float32)
-        wp = packed.get(inputs[1])
-        _, bp = bias.get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
-        y = _output(g, outputs, x.dtype)
-        yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-        xph = x if in_place else (scratch.pop() if scratch else np.empty(g.n * image, np.float32))
-        try:
-            if not in_place:
-                phases(native.ptr(x), native.ptr(xph), consts[2])
-            args = np.array(
-                [native.ptr(xph), native.ptr(wp), consts[3], bp or 0, native.ptr(yc), consts[2], panels, blocks, not by_panels],
-                np.int64,
-            )
-            if split_native(par, native.JOB_CONV_DIRECT, native.ptr(args), panels if by_panels else blocks, worth=worth) < 0:
-                raise MemoryError(f"conv_direct_native: no memory for a {blocks * mr}x{nr} accumulator")
-        finally:
-            if not in_place:
-                scratch.append(xph)
-        if yc is not y:
-            np.copyto(y, yc)
-        return (y,)
-
-    return run
+    no_memory = f"conv_direct_native: no memory for a {blocks * mr}x{nr} accumulator"
+    return make(native.JOB_CONV_DIRECT, (panels, blocks, not by_panels), panels if by_panels else blocks, no_memory)
 
 
 def _applies_direct_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
@@ -478,54 +494,22 @@ def build_conv_direct_t_native(attrs: Mapping[str, Any], params: Mapping[str, An
     from aioge.kernels.matmul_algos import pack_columns
 
     g = _geometry(attrs, ins)
-    par = native.par_run()
-    phases = native.function("aioge_conv_phases_f32", _PTR, _PTR, _PTR)
-    sizes = (
-        native.function("aioge_conv_gemm_mr", restype=ctypes.c_int),
-        native.function("aioge_conv_gemm_nr", restype=ctypes.c_int),
-    )
-    if par is None or phases is None or sizes[0] is None or sizes[1] is None or native.function("aioge_conv_t_f32") is None:
+    tile = native.gemm_tile()
+    if tile is None:
         return build_conv_im2col(attrs, params, ins, outs)
-    mr, nr = int(sizes[0]()), int(sizes[1]())
+    mr, nr = tile
     in_place = g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.unpadded
     hph, wph = (g.h, g.w) if in_place else (g.oh + (g.kh - 1) * g.dh // g.sh, g.ow + (g.kw - 1) * g.dw // g.sw)
     image = g.c * g.sh * g.sw * hph * wph
-    geometry = np.array(
-        [g.c, g.h, g.w, g.m, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow, g.n, hph, wph, image], np.int64
+    make = _direct_native(
+        g, ins, in_place, hph, wph, image, lambda w: pack_columns(np.asarray(w, np.float32).reshape(g.m, -1).T, nr)
     )
-    offsets = direct_offsets(g, hph, wph)
-    consts = (geometry, offsets, native.ptr(geometry), native.ptr(offsets))  # the arrays kept alive, their addresses
-    packed = WeightDerived(lambda w: pack_columns(np.asarray(w, np.float32).reshape(g.m, -1).T, nr))
-    bias = NativeOperand()
+    if make is None:
+        return build_conv_im2col(attrs, params, ins, outs)
     units, panels = g.n * -(-(g.oh * g.ow) // mr), -(-g.m // nr)
     by_panels = panels >= 4 or units < 2
-    worth = g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow >= DIRECT_SPLIT_MACS
-    scratch: list[np.ndarray] = []  # phase images, one per run in flight
-
-    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
-        x = np.ascontiguousarray(inputs[0], np.float32)
-        wp = packed.get(inputs[1])
-        _, bp = bias.get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
-        y = _output(g, outputs, x.dtype)
-        yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-        xph = x if in_place else (scratch.pop() if scratch else np.empty(g.n * image, np.float32))
-        try:
-            if not in_place:
-                phases(native.ptr(x), native.ptr(xph), consts[2])
-            args = np.array(
-                [native.ptr(xph), native.ptr(wp), consts[3], bp or 0, native.ptr(yc), consts[2], units, panels, by_panels],
-                np.int64,
-            )
-            if split_native(par, native.JOB_CONV_T, native.ptr(args), panels if by_panels else units, worth=worth) < 0:
-                raise MemoryError(f"conv_direct_t_native: no memory for {units} partial {mr}x{nr} tiles")
-        finally:
-            if not in_place:
-                scratch.append(xph)
-        if yc is not y:
-            np.copyto(y, yc)
-        return (y,)
-
-    return run
+    no_memory = f"conv_direct_t_native: no memory for {units} partial {mr}x{nr} tiles"
+    return make(native.JOB_CONV_T, (units, panels, by_panels), panels if by_panels else units, no_memory)
 
 
 # -- grouped -----------------------------------------------------------------------------------

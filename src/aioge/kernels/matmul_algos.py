@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -137,9 +136,6 @@ def build_matmul_einsum(attrs: Mapping[str, Any], params: Mapping[str, Any], ins
 
 # -- a packed constant B in C ------------------------------------------------------------------
 
-_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
-
-
 # Packing a weight of this many values or more splits over the idle cores (about 50 us).
 PACK_SPLIT_VALUES = 1 << 16
 
@@ -152,14 +148,14 @@ def pack_columns(b: np.ndarray, cols: int) -> np.ndarray:
     k, n = b.shape
     full, panels = n // cols, -(-n // cols)
     out = native.aligned_empty((panels, k, cols))
-    par = native.par_run()
+    par, tile = native.par_run(), native.gemm_tile()
     if (
         par is not None
+        and tile is not None
+        and tile[1] == cols
         and b.dtype == np.float32
         and b.strides[1] == 4
         and b.strides[0] % 4 == 0
-        and native.function("aioge_pack_columns_f32") is not None
-        and native.function("aioge_conv_gemm_nr", restype=ctypes.c_int)() == cols
         and out.size
     ):
         args = np.array([native.ptr(b), b.strides[0] // 4, k, n, native.ptr(out)], np.int64)
@@ -180,9 +176,7 @@ class _PackedGemm:
 
     def __init__(self, k: int, n: int) -> None:
         self.par = native.par_run()
-        mr = native.function("aioge_conv_gemm_mr", restype=ctypes.c_int)
-        nr = native.function("aioge_conv_gemm_nr", restype=ctypes.c_int)
-        self.mr, self.nr = (int(mr()), int(nr())) if mr is not None and nr is not None else (0, 0)
+        self.mr, self.nr = native.gemm_tile() or (0, 0)
         self.k, self.n = k, n
 
     @property

@@ -35,6 +35,7 @@ __all__ = [
     "aligned_empty",
     "available",
     "function",
+    "gemm_tile",
     "lib",
     "par_run",
     "ptr",
@@ -125,7 +126,16 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any = np.float32, align: int = 
     return raw[start : start + count * dt.itemsize].view(dt).reshape(shape)
 
 
+def gemm_tile() -> tuple[int, int] | None:
+    """The rows and columns (MR, NR) of the micro-kernels' register tile in ``csrc/gemm.c``,
+    which the packed operands' layouts follow; None without the library."""
+    mr = function("aioge_conv_gemm_mr", restype=ctypes.c_int)
+    nr = function("aioge_conv_gemm_nr", restype=ctypes.c_int)
+    return None if mr is None or nr is None else (int(mr()), int(nr()))
+
+
 def par_run() -> Any:
     """``aioge_par_run(job, args, total, split)`` of ``csrc/par.c``, or None without the library:
-    see ``kernels.parallel.split_native``."""
+    see ``kernels.parallel.split_native``. A library that has it has every job's kernel too
+    (par.c's job table links them), so callers need not look those up."""
     return function("aioge_par_run", ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, restype=ctypes.c_int)
