@@ -62,6 +62,9 @@ def test_depthwise_native_matches_onnxruntime_and_numpy(
     run = build_conv_depthwise_native(attrs, {}, descs, None)
     (got,) = run(inputs, None)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    # a plane at a time along its rows: the same operations in the same order as the lanes
+    (by_rows,) = build_conv_depthwise_native(attrs, {"rows": 1}, descs, None)(inputs, None)
+    np.testing.assert_array_equal(by_rows, got)
     out = np.full(want.shape, np.nan, np.float32)
     run(inputs, [out])  # into a preallocated (garbage-filled) output, twice
     (again,) = run(inputs, [out])
@@ -224,3 +227,18 @@ def test_real_weights_models_run_the_native_depthwise_kernel_and_match_torch(nam
     pytest.importorskip("torchvision")  # the models are exported from torchvision on first use
     _, impls = _run_workload(name, tmp_path)  # against torch's outputs, stored at export
     assert "conv_depthwise_native" in impls
+
+
+def test_the_tuner_tries_the_rows_layout_on_wide_stride_1_planes_only() -> None:
+    from aioge.kernels.conv_algos import NATIVE_CONV_ALGOS
+
+    impl = next(i for i in NATIVE_CONV_ALGOS if i.name == "conv_depthwise_native")
+
+    def cands(size: int, stride: int) -> list[dict[str, int]]:
+        descs = [TensorDesc((1, 32, size, size), "float32"), TensorDesc((32, 1, 3, 3), "float32")]
+        return impl.candidates(descs, {"group": 32, "kernel_shape": [3, 3], "strides": [stride, stride], "pads": [1, 1, 1, 1]})
+
+    assert cands(112, 1) == [{}, {"rows": 1}]
+    assert cands(28, 1) == [{}, {"rows": 1}]
+    assert cands(14, 1) == [{}]
+    assert cands(112, 2) == [{}]

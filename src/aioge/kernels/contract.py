@@ -38,6 +38,9 @@ class KernelImpl:
     process stays valid either way, and its ``build`` falls back to numpy code. An ``eager``
     implementation is timed even when the tuning budget is spent (one run of a compiled kernel
     costs little beside the numpy reference's, which alone can spend the budget).
+    ``activations`` names the activations ``build`` applies itself when ``attrs`` carry a fused
+    op's ``activation`` and ``activation_params`` (``ops.fused``): to each output tile while it
+    is in cache, instead of the fused op's second pass over the whole output.
     """
 
     name: str
@@ -46,6 +49,7 @@ class KernelImpl:
     candidates: Callable[[Sequence[TensorDesc | None], Mapping[str, Any]], list[dict[str, Any]]] = lambda d, a: [{}]
     offered: Callable[[], bool] = lambda: True
     eager: bool = False
+    activations: frozenset[str] = frozenset()
 
 
 class Engine(enum.Enum):

@@ -39,9 +39,10 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from aioge.ir.desc import TensorDesc
-from aioge.kernels import native
+from aioge.kernels import native, native_rows
 from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv import window_geometry
+from aioge.kernels.fused import with_activation
 from aioge.kernels.parallel import par_matmul, split_native, split_range
 
 __all__ = [
@@ -340,19 +341,60 @@ class NativeOperand:
         return arr, addr
 
 
+_ACTIVATION_ATTRS = ("activation", "activation_params")
+
+
+def _epilogue(attrs: Mapping[str, Any]) -> tuple[int, int, int]:
+    """The fused activation a compiled conv applies to its output tiles (``native_rows.epilogue``)."""
+    return native_rows.epilogue(attrs.get("activation", ""), attrs.get("activation_params", ()))
+
+
+def _numpy_instead(
+    build: Callable[[Mapping[str, Any], Mapping[str, Any], Descs, Any], RunFn],
+    attrs: Mapping[str, Any],
+    params: Mapping[str, Any],
+    ins: Descs,
+    outs: Any,
+) -> RunFn:
+    """A numpy kernel in place of a compiled one (no tier, or another dtype), with the fused
+    activation the compiled one would have applied as a pass of its own."""
+    plain = {key: v for key, v in attrs.items() if key not in _ACTIVATION_ATTRS}
+    run = build(plain, params, ins, outs)
+    return with_activation(run, attrs.get("activation", ""), attrs.get("activation_params", ()), ins[0].dtype)  # type: ignore[union-attr]
+
+
+_DEPTHWISE_LANES = 16  # csrc/conv.c LANES: planes the interleaved layout computes at a time
+
+
+def _depthwise_native_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The interleaved layout, and for stride-1 planes 28 or more wide also a plane at a time
+    along its rows (``rows``). Single-thread, in cache: 16x112x112 3x3 97 us by rows against
+    156 interleaved, 16x56x56 26 against 36, 16x28x28 equal; strided and 5x5 and 7x7 kernels
+    ran faster interleaved (96x112x112 stride 2: 513 against 371)."""
+    g = conv_geometry(descs, attrs)
+    wide = g is not None and g.sw == 1 and g.ow >= 28
+    return [{}, {"rows": 1}] if wide else [{}]
+
+
 def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """group == C in C, 16 planes side by side in the vector lanes, over the output planes
-    (shared with the C helper thread on an idle core). Without the compiled tier (a desc stored by a process that
-    had it) the numpy ``conv_depthwise_planes``."""
+    """group == C in C (``csrc/conv.c``): 16 planes side by side in the vector lanes, or with
+    ``rows`` a plane at a time along its rows from a zero-padded copy split into its column
+    phases; the fused activation applied to each block or plane while it is in cache; the
+    output planes shared with the C helper thread on an idle core. Without the compiled tier (a desc stored by a process that had it) the numpy
+    ``conv_depthwise_planes``."""
     g = _geometry(attrs, ins)
     par = native.par_run()
     if par is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
-        return build_conv_depthwise_planes(attrs, {"block_kib": 192}, ins, outs)
+        return _numpy_instead(build_conv_depthwise_planes, attrs, {"block_kib": 192}, ins, outs)
     mult = g.m // g.c
     planes = g.n * g.m
     worth = planes * g.oh * g.ow * g.kh * g.kw >= NATIVE_SPLIT_MACS
-    geometry = np.array([g.c, g.h, g.w, mult, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow], np.int64)
+    rows = int(params.get("rows", 0))
+    geometry = np.array(
+        [g.c, g.h, g.w, mult, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow, *_epilogue(attrs), rows], np.int64
+    )
     geo = (geometry, native.ptr(geometry))  # the array, kept alive by the closure, and its address
+    unit = 1 if rows else _DEPTHWISE_LANES  # planes the C kernel computes together, never split
     operands = (NativeOperand(), NativeOperand())  # weight, bias
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
@@ -362,9 +404,9 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
         b, bp = operands[1].get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
         y = _output(g, outputs, x.dtype)
         yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-        args = np.array([native.ptr(x), wp, bp or 0, native.ptr(yc), geo[1]], np.int64)
-        if split_native(par, native.JOB_DEPTHWISE, native.ptr(args), planes, worth=worth) < 0:
-            raise MemoryError(f"conv_depthwise_native: no memory for the interleaved planes of {g.oh}x{g.ow} outputs")
+        args = np.array([native.ptr(x), wp, bp or 0, native.ptr(yc), geo[1], unit, planes], np.int64)
+        if split_native(par, native.JOB_DEPTHWISE, native.ptr(args), -(-planes // unit), worth=worth) < 0:
+            raise MemoryError(f"conv_depthwise_native: no memory for the padded planes of {g.oh}x{g.ow} outputs")
         if yc is not y:
             np.copyto(y, yc)
         return (y,)
@@ -403,19 +445,28 @@ def pack_rows(w: np.ndarray, rows: int) -> np.ndarray:
 
 
 def _direct_native(
-    g: ConvGeometry, ins: Descs, in_place: bool, hph: int, wph: int, image: int, pack: Callable[[np.ndarray], np.ndarray]
+    g: ConvGeometry,
+    ins: Descs,
+    in_place: bool,
+    hph: int,
+    wph: int,
+    image: int,
+    pack: Callable[[np.ndarray], np.ndarray],
+    act: tuple[int, int, int],
 ) -> Callable[[int, Sequence[int], int, str], RunFn] | None:
     """What ``conv_direct_native`` and ``conv_direct_t_native`` share: the geometry and tap
     offsets in a stride-phase image of ``image`` floats per image (x itself when ``in_place``),
-    the weight packed once by ``pack``, the bias, and a run that fills the phase image and hands
-    the C job ``(xph, weight, offsets, bias, y, geometry, *tail)`` over ``total`` units to
+    the weight packed once by ``pack``, the bias, the activation ``act`` (``_epilogue``) applied
+    to each tile before it is stored, and a run that fills the phase image and hands the C job
+    ``(xph, weight, offsets, bias, y, geometry, *tail)`` over ``total`` units to
     ``split_native``. Returns a maker of that run, or None without the compiled tier."""
     par = native.par_run()
     phases = native.function("aioge_conv_phases_f32", _PTR, _PTR, _PTR)
     if par is None or phases is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
         return None
     geometry = np.array(
-        [g.c, g.h, g.w, g.m, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow, g.n, hph, wph, image], np.int64
+        [g.c, g.h, g.w, g.m, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow, g.n, hph, wph, image, *act],
+        np.int64,
     )
     offsets = direct_offsets(g, hph, wph)
     consts = (geometry, offsets, native.ptr(geometry), native.ptr(offsets))  # the arrays kept alive, their addresses
@@ -462,16 +513,16 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
     g = _geometry(attrs, ins)
     tile = native.gemm_tile()
     if tile is None:
-        return build_conv_im2col(attrs, params, ins, outs)
+        return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     mr, nr = tile
     hph, wph = g.oh + (g.kh - 1) * g.dh // g.sh, g.ow + (g.kw - 1) * g.dw // g.sw
     q = (g.oh - 1) * wph + g.ow  # flattened positions per image, the last row's tail dropped
     # a 1x1 kernel at stride 1 without pads reads x itself, when no panel reads past its end
     in_place = g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.unpadded and q % 16 == 0
     image = g.c * g.h * g.w if in_place else g.c * g.sh * g.sw * hph * wph + nr
-    make = _direct_native(g, ins, in_place, hph, wph, image, lambda w: pack_rows(np.asarray(w, np.float32), mr))
+    make = _direct_native(g, ins, in_place, hph, wph, image, lambda w: pack_rows(np.asarray(w, np.float32), mr), _epilogue(attrs))
     if make is None:
-        return build_conv_im2col(attrs, params, ins, outs)
+        return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     panels, blocks = g.n * -(-q // nr), -(-g.m // mr)
     by_panels = panels >= 8 or blocks < 2
     no_memory = f"conv_direct_native: no memory for a {blocks * mr}x{nr} accumulator"
@@ -496,16 +547,23 @@ def build_conv_direct_t_native(attrs: Mapping[str, Any], params: Mapping[str, An
     g = _geometry(attrs, ins)
     tile = native.gemm_tile()
     if tile is None:
-        return build_conv_im2col(attrs, params, ins, outs)
+        return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     mr, nr = tile
     in_place = g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.unpadded
     hph, wph = (g.h, g.w) if in_place else (g.oh + (g.kh - 1) * g.dh // g.sh, g.ow + (g.kw - 1) * g.dw // g.sw)
     image = g.c * g.sh * g.sw * hph * wph
     make = _direct_native(
-        g, ins, in_place, hph, wph, image, lambda w: pack_columns(np.asarray(w, np.float32).reshape(g.m, -1).T, nr)
+        g,
+        ins,
+        in_place,
+        hph,
+        wph,
+        image,
+        lambda w: pack_columns(np.asarray(w, np.float32).reshape(g.m, -1).T, nr),
+        _epilogue(attrs),
     )
     if make is None:
-        return build_conv_im2col(attrs, params, ins, outs)
+        return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     units, panels = g.n * -(-(g.oh * g.ow) // mr), -(-g.m // nr)
     by_panels = panels >= 4 or units < 2
     no_memory = f"conv_direct_t_native: no memory for {units} partial {mr}x{nr} tiles"
@@ -706,16 +764,18 @@ def _applies_kn2row(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 # The schema lists these right after its reference: the tuner tries candidates in order until
 # its budget is spent, and the numpy ones on a large depthwise conv (ConvNeXt's 96x56x56 7x7:
 # 25-70 ms each on a busy machine) used it up before the one that takes 0.4 ms was tried.
-NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = (
-    KernelImpl(
-        "conv_depthwise_native",
-        build_conv_depthwise_native,
-        _applies_depthwise_native,
-        offered=native.available,
-        eager=True,
-    ),
-    KernelImpl("conv_direct_native", build_conv_direct_native, _applies_direct_native, offered=native.available, eager=True),
-    KernelImpl("conv_direct_t_native", build_conv_direct_t_native, _applies_direct_native, offered=native.available, eager=True),
+def _no_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [{}]
+
+
+# They apply a FusedConv's activation to each output tile themselves (native_rows.EPILOGUES).
+NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = tuple(
+    KernelImpl(name, build, applies, cands, offered=native.available, eager=True, activations=native_rows.EPILOGUES)
+    for name, build, applies, cands in (
+        ("conv_depthwise_native", build_conv_depthwise_native, _applies_depthwise_native, _depthwise_native_candidates),
+        ("conv_direct_native", build_conv_direct_native, _applies_direct_native, _no_candidates),
+        ("conv_direct_t_native", build_conv_direct_t_native, _applies_direct_native, _no_candidates),
+    )
 )
 CONV_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("conv_im2col_nhwc", build_conv_im2col_nhwc, _applies_nhwc, _nhwc_candidates),

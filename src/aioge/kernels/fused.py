@@ -30,6 +30,7 @@ __all__ = [
     "build_fused_elementwise",
     "check_program",
     "coalesce",
+    "with_activation",
 ]
 
 # Bytes of one chunk (and of each scratch register): small enough that a program's
@@ -607,3 +608,23 @@ def activation_runner(name: str, params: Sequence[float], dtype: Any) -> Callabl
             pool.append(temps)
 
     return apply
+
+
+def with_activation(run: RunFn, name: str, params: Sequence[float], dtype: Any) -> RunFn:
+    """``run`` followed by ``activation_runner(name, params, dtype)`` in place on its first
+    output: a fused op's kernel that does not apply its activation itself (``run`` when
+    ``name`` is empty).
+
+    Raises:
+        ValueError: as ``activation_runner``.
+    """
+    act = activation_runner(name, params, dtype)
+    if act is None:
+        return run
+
+    def fused(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        res = run(inputs, outputs)
+        act(res[0])
+        return res
+
+    return fused

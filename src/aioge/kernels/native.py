@@ -45,7 +45,7 @@ __all__ = [
 JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION, JOB_PACK = 0, 1, 2, 3, 4, 5
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
-ABI = 1
+ABI = 2
 
 
 @functools.cache

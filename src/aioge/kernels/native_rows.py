@@ -17,7 +17,7 @@ import numpy as np
 from aioge.kernels import native
 from aioge.kernels.parallel import split_native, split_range
 
-__all__ = ["ACTIVATIONS", "activation", "bias_activation", "layer_norm", "softmax", "unary"]
+__all__ = ["ACTIVATIONS", "EPILOGUES", "activation", "bias_activation", "epilogue", "layer_norm", "softmax", "unary"]
 
 _P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 
@@ -32,10 +32,15 @@ SPLIT_ELEMENTS = 1 << 21
 # over 96x112x112 values, fused into its expansion conv, ran whole after a 0.7 ms GEMM.
 SPLIT_ACTIVATION = 1 << 16
 
-# activation name -> its code in csrc/norm.c (enum ACT_*); Gelu's parameter picks the tanh form
+# activation name -> its code in csrc/act.h (enum ACT_*); Gelu's parameter picks the tanh form
 _ACT = {"Erf": 1, "Gelu": 2, "Sigmoid": 4, "Swish": 5, "HardSigmoid": 6, "HardSwish": 7}
 _GELU_TANH = 3
 ACTIVATIONS = frozenset(_ACT)
+# What the compiled convolutions apply to an output tile before it leaves the cache (a fused
+# producer's activation, by its op name): the activations above less Erf (not one of
+# ops.fused.ACTIVATIONS), and the piecewise-linear ones, computed as numpy's fused steps do.
+_EPILOGUE = {**{k: v for k, v in _ACT.items() if k != "Erf"}, "Relu": 8, "LeakyRelu": 9, "Clip": 10}
+EPILOGUES = frozenset(_EPILOGUE)
 _F32 = np.dtype(np.float32)
 
 
@@ -55,6 +60,23 @@ def _act(name: str, params: Sequence[float]) -> tuple[int, float, float] | None:
         return (_GELU_TANH if params and params[0] else code), 0.0, 0.0
     p = [float(v) for v in params] + [0.0, 0.0]
     return code, p[0], p[1]
+
+
+def epilogue(name: str, params: Sequence[float] = ()) -> tuple[int, int, int]:
+    """The (code, parameter bits, parameter bits) of activation ``name`` as the compiled
+    convolutions' geometry carries it: (0, 0, 0) for none (``name`` empty).
+
+    Raises:
+        ValueError: an activation not in ``EPILOGUES``.
+    """
+    if not name:
+        return 0, 0, 0
+    if name not in _EPILOGUE:
+        raise ValueError(f"the compiled kernels do not apply {name}; they apply {sorted(EPILOGUES)}")
+    code = _GELU_TANH if name == "Gelu" and params and params[0] else _EPILOGUE[name]
+    p = [float(v) for v in params][:2] if name != "Gelu" else []
+    bits = np.array(p + [0.0] * (2 - len(p)), np.float32).view(np.int32)
+    return code, int(bits[0]), int(bits[1])
 
 
 def activation(name: str, x: np.ndarray, y: np.ndarray, params: Sequence[float] = ()) -> bool:

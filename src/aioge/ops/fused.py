@@ -108,17 +108,10 @@ def _with_activation(base: OpSchema, name: str, doc: str) -> OpSchema:
 
     def wrap(impl: KernelImpl) -> KernelImpl:
         def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
+            if attrs.get("activation", "") in impl.activations:
+                return impl.build(attrs, params, ins, outs)  # it applies the activation itself
             run = impl.build(_strip(attrs), params, ins, outs)
-            act = k.activation_runner(attrs.get("activation", ""), attrs.get("activation_params", ()), outs[0].dtype)
-            if act is None:
-                return run
-
-            def fused(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
-                res = run(inputs, outputs)
-                act(res[0])
-                return res
-
-            return fused
+            return k.with_activation(run, attrs.get("activation", ""), attrs.get("activation_params", ()), outs[0].dtype)
 
         return KernelImpl(
             impl.name,
@@ -127,6 +120,7 @@ def _with_activation(base: OpSchema, name: str, doc: str) -> OpSchema:
             lambda descs, attrs: impl.candidates(descs, _strip(attrs)),
             impl.offered,
             impl.eager,
+            impl.activations,
         )
 
     return OpSchema(

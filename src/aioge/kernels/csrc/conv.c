@@ -14,6 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "act.h"
+
+float *aioge_thread_scratch(int slot, size_t n); /* gemm.c */
+
 /* The output columns [lo, hi) whose input column q * stride + off lies in [0, width). */
 static void tap_cols(int64_t off, int64_t stride, int64_t width, int64_t ow, int64_t *lo, int64_t *hi) {
     int64_t a = 0, b;
@@ -32,11 +36,16 @@ static void tap_cols(int64_t off, int64_t stride, int64_t width, int64_t ow, int
 }
 
 /* A depthwise convolution's geometry, passed as one int64 array (one ctypes argument, not
- * fourteen): channels, input rows and columns, filters per channel, kernel rows and columns,
- * strides, dilations, begin pads (rows, columns), output rows and columns. */
+ * eighteen): channels, input rows and columns, filters per channel, kernel rows and columns,
+ * strides, dilations, begin pads (rows, columns), output rows and columns; then the activation
+ * applied to the output (act.h's code, its two parameters' float32 bits) and the layout (1: a
+ * plane at a time along its rows, 0: LANES planes interleaved). */
 #define UNPACK_GEOMETRY(g)                                                                                   \
     const int64_t c = (g)[0], h = (g)[1], wd = (g)[2], mult = (g)[3], kh = (g)[4], kw = (g)[5], sh = (g)[6], \
-                  sw = (g)[7], dh = (g)[8], dw = (g)[9], pt = (g)[10], pl = (g)[11], oh = (g)[12], ow = (g)[13]
+                  sw = (g)[7], dh = (g)[8], dw = (g)[9], pt = (g)[10], pl = (g)[11], oh = (g)[12], ow = (g)[13]; \
+    const int act = (int)(g)[14];                                                                            \
+    const float act_p0 = aioge_float_of((g)[15]), act_p1 = aioge_float_of((g)[16])
+enum { DW_ROWS = 17 };
 
 /* Lanes of the depthwise kernel: planes computed side by side, one per float of a vector
  * register (16 floats: one AVX-512 register, or two AVX2 ones). */
@@ -44,6 +53,7 @@ static void tap_cols(int64_t off, int64_t stride, int64_t width, int64_t ow, int
 /* LANES floats as one value (GCC and Clang vector extensions): arithmetic on it compiles to the
  * widest vector instructions -march allows, and it is kept in registers. */
 typedef float vec __attribute__((vector_size(LANES * sizeof(float)), aligned(LANES * sizeof(float))));
+typedef float vecu __attribute__((vector_size(LANES * sizeof(float)), aligned(sizeof(float)))); /* unaligned */
 
 /* Moving 8 planes x 8 pixels between the planar and the interleaved layout: an 8x8 transpose in
  * registers (three rounds of two-vector shuffles) where the compiler has __builtin_shufflevector
@@ -76,25 +86,22 @@ static inline void transpose8(const float *src, int64_t src_stride, float *dst, 
 }
 #endif
 
-/* Depthwise convolution (group == channels, ``mult`` filters per input channel):
- * y[n, m, r, q] = bias[m] + sum over taps (i, j) of w[m, 0, i, j] * x[n, m / mult, r*sh - pt + i*dh, q*sw - pl + j*dw],
- * taps outside the input counting zero, for output planes [p0, p1) numbered over N x (c * mult);
- * ``bias`` may be NULL.
- *
- * LANES planes at a time sit in the vector lanes: their inputs are interleaved into a
+/* The depthwise convolution (aioge_conv_depthwise_f32 below) for small planes: LANES planes at
+ * a time sit in the vector lanes: their inputs are interleaved into a
  * zero-padded (rows, cols, LANES) buffer, then every output pixel of the LANES planes is one
  * vector accumulator and every tap one vector multiply-add, with no edge cases (a kernel over
  * one plane's rows runs a few-values-long loop per tap and row on 7x7 and 14x14 planes, most of
- * a MobileNet's: it measured 5-10x slower there). Returns -1 when the buffer cannot be
- * allocated (nothing written), else 0. */
-int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
-                             int64_t p0, int64_t p1) {
+ * a MobileNet's: it measured 5-10x slower there). The buffer is the thread's (a fresh one
+ * of 1.6 MB at 112x112 paid its page faults on every call). Returns -1 when it cannot be had
+ * (nothing written), else 0. */
+static int depthwise_interleaved(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
+                                 int64_t p0, int64_t p1) {
     UNPACK_GEOMETRY(geometry);
     const int64_t m = c * mult, taps = kh * kw;
     /* the padded extent every window reads */
     const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
     /* every block of LANES floats in the buffer starts on a vector boundary */
-    float *xb = aligned_alloc(sizeof(vec), sizeof(vec) * (size_t)(hp * wp + oh * ow + taps + 1));
+    float *xb = aioge_thread_scratch(1, (size_t)LANES * (size_t)(hp * wp + oh * ow + taps + 1));
     if (!xb)
         return -1;
     float *yb = xb + hp * wp * LANES, *wb = yb + oh * ow * LANES, *bb = wb + taps * LANES;
@@ -206,6 +213,8 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
         }
         float *dst = y + b0 * oh * ow; /* the block's output planes are consecutive */
         const int64_t pixels = oh * ow;
+        if (act)
+            aioge_act_span(yb, NULL, yb, pixels * LANES, act, act_p0, act_p1);
         int64_t o = 0;
 #ifdef HAVE_TRANSPOSE
         for (; lanes == LANES && o + 8 <= pixels; o += 8)
@@ -216,8 +225,107 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
             for (int64_t oo = o; oo < pixels; oo++)
                 dst[l * pixels + oo] = yb[oo * LANES + l];
     }
-    free(xb);
     return 0;
+}
+
+/* NV vectors of LANES outputs along one output row, from the column phases of one padded
+ * plane (see depthwise_rows): the bias, then the taps in order, one multiply-add each. */
+static inline __attribute__((always_inline)) void
+dw_row_block(int nv, const float *restrict ph, const float *restrict wt, float b, int64_t taps, const int64_t *restrict off,
+             float *restrict out) {
+    vec acc[4];
+    for (int v = 0; v < nv; v++)
+        acc[v] = (vec){0} + b;
+    for (int64_t t = 0; t < taps; t++) {
+        const float *src = ph + off[t];
+        const float wv = wt[t];
+        for (int v = 0; v < nv; v++)
+            acc[v] += wv * *(const vecu *)(src + v * LANES);
+    }
+    for (int v = 0; v < nv; v++)
+        *(vec *)(out + v * LANES) = acc[v];
+}
+
+/* The depthwise convolution one plane at a time, for planes wide enough to fill the vector lanes
+ * along a row (14 and more columns): the interleaving of depthwise_interleaved, both ways, cost
+ * as much as the arithmetic there, and its buffer of LANES planes (1.6 MB at 112x112) missed
+ * the caches. The input plane is copied into a zero-padded buffer split into its sw column
+ * phases (column j of phase px is padded column j * sw + px), so tap (i, j) of output row r
+ * reads a contiguous run at row r * sh + i * dh of phase (j * dw) % sw from column (j * dw) / sw.
+ * The buffer (one plane: 52 KB at 112x112) is zeroed once per call; each plane rewrites only
+ * the cells that hold input. An output row is computed into a row buffer rounded up to whole
+ * vectors and copied out; the plane is activated when all its rows are done. Same operations in the same order as
+ * depthwise_interleaved, so the two give equal results. */
+static int depthwise_rows(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
+                          int64_t p0, int64_t p1) {
+    UNPACK_GEOMETRY(geometry);
+    const int64_t m = c * mult, taps = kh * kw;
+    const int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1;      /* padded rows read */
+    const int64_t owv = (ow + LANES - 1) / LANES * LANES;       /* output columns computed */
+    const int64_t wq = owv + ((kw - 1) * dw) / sw;             /* columns of a phase */
+    const int64_t plane = (hp * wq + LANES - 1) / LANES * LANES; /* floats of a phase, whole vectors */
+    float *buf = aioge_thread_scratch(1, (size_t)(sw * plane + owv + taps * 2));
+    if (!buf)
+        return -1;
+    float *row = buf + sw * plane;
+    int64_t *off = (int64_t *)(row + owv); /* tap (i, j)'s offset from its output row's start */
+    for (int64_t i = 0; i < kh; i++)
+        for (int64_t j = 0; j < kw; j++)
+            off[i * kw + j] = ((j * dw) % sw) * plane + i * dh * wq + (j * dw) / sw;
+    memset(buf, 0, sizeof(float) * (size_t)(sw * plane));
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t om = p % m;
+        const float *src = x + ((p / m) * c + om / mult) * h * wd;
+        for (int64_t px = 0; px < sw; px++) {
+            /* phase columns j whose input column j * sw + px - pl lies in [0, wd) */
+            int64_t lo = pl - px <= 0 ? 0 : (pl - px + sw - 1) / sw;
+            int64_t hi = wd - 1 + pl - px < 0 ? 0 : (wd - 1 + pl - px) / sw + 1;
+            hi = hi < wq ? hi : wq;
+            if (lo >= hi)
+                continue;
+            for (int64_t r = 0; r < hp; r++) {
+                const int64_t ih = r - pt;
+                if (ih < 0 || ih >= h)
+                    continue;
+                float *restrict d = buf + px * plane + r * wq;
+                const float *restrict s = src + ih * wd + px - pl;
+                if (sw == 1)
+                    memcpy(d + lo, s + lo, sizeof(float) * (size_t)(hi - lo));
+                else
+                    for (int64_t j = lo; j < hi; j++)
+                        d[j] = s[j * sw];
+            }
+        }
+        const float *wt = w + om * taps;
+        const float b = bias ? bias[om] : 0.0f;
+        float *out = y + p * oh * ow;
+        for (int64_t r = 0; r < oh; r++) {
+            const float *ph = buf + r * sh * wq;
+            int64_t q = 0;
+            for (; q + 4 * LANES <= owv; q += 4 * LANES)
+                dw_row_block(4, ph + q, wt, b, taps, off, row + q);
+            switch ((owv - q) / LANES) {
+            case 3: dw_row_block(3, ph + q, wt, b, taps, off, row + q); break;
+            case 2: dw_row_block(2, ph + q, wt, b, taps, off, row + q); break;
+            case 1: dw_row_block(1, ph + q, wt, b, taps, off, row + q); break;
+            default: break;
+            }
+            memcpy(out + r * ow, row, sizeof(float) * (size_t)ow);
+        }
+        if (act) /* the plane is still in L2 (50 KB at 112x112); a call per row cost more on short rows */
+            aioge_act_span(out, NULL, out, oh * ow, act, act_p0, act_p1);
+    }
+    return 0;
+}
+
+/* Depthwise convolution (group == channels, ``mult`` filters per input channel):
+ * y[n, m, r, q] = act(bias[m] + sum over taps (i, j) of w[m, 0, i, j] * x[n, m / mult, r*sh - pt + i*dh, q*sw - pl + j*dw]),
+ * taps outside the input counting zero, for output planes [p0, p1) numbered over N x (c * mult);
+ * ``bias`` may be NULL; the layout and the activation are the geometry's. Returns -1 when the
+ * work buffer cannot be had (nothing written), else 0. */
+int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
+                             int64_t p0, int64_t p1) {
+    return (geometry[DW_ROWS] ? depthwise_rows : depthwise_interleaved)(x, w, bias, y, geometry, p0, p1);
 }
 
 /* yr[q] = max(yr[q], xr[q * stride]) for q in [lo, hi); a NaN wins, as in np.maximum. */

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "act.h"
+
 #define MR 6
 #define NR 64
 #define KC 160
@@ -41,8 +43,9 @@ int aioge_conv_gemm_nr(void) { return NR; }
  * output row are computed and dropped (2 of 58 for a 3x3 kernel on 56 columns).
  */
 
-/* geometry: C, H, W, M, KH, KW, SH, SW, DH, DW, PT, PL, OH, OW, N, HPH, WPH, IMAGE (floats per image of xph) */
-enum { G_HPH = G_LEN, G_WPH, G_IMAGE, G_DIRECT_LEN };
+/* geometry: C, H, W, M, KH, KW, SH, SW, DH, DW, PT, PL, OH, OW, N, HPH, WPH, IMAGE (floats per image of
+ * xph), then the activation applied to the outputs: act.h's code and its parameters' float32 bits */
+enum { G_HPH = G_LEN, G_WPH, G_IMAGE, G_ACT, G_ACT_P0, G_ACT_P1, G_DIRECT_LEN };
 
 void aioge_conv_phases_f32(const float *restrict x, float *restrict xph, const int64_t *g)
 {
@@ -121,46 +124,51 @@ static void dtile3(int64_t kc, const float *a, const float *b, const int64_t *o,
 static void dtile4(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f) { dtile(4, kc, a, b, o, c, f); }
 static const dtile_fn DTILES[5] = {0, dtile1, dtile2, dtile3, dtile4};
 
-/* This thread's accumulator of at least n floats, kept from call to call (and freed with the
- * thread): an allocation per call past glibc's mmap threshold (128 KB at M = 512) paid its page
- * faults every time. */
-struct accumulator {
-    float *buf;
-    size_t cap;
+/* This thread's work buffer ``slot`` (of SCRATCH_SLOTS) of at least n floats, 64-byte aligned,
+ * kept from call to call (and freed with the thread): an allocation per call past glibc's mmap
+ * threshold (128 KB at M = 512) paid its page faults every time. Slot 0 is the GEMM
+ * accumulators' here, slot 1 the depthwise conv's padded plane (conv.c). NULL without memory. */
+#define SCRATCH_SLOTS 2
+struct scratch {
+    float *buf[SCRATCH_SLOTS];
+    size_t cap[SCRATCH_SLOTS];
 };
-static pthread_key_t acc_key;
-static pthread_once_t acc_once = PTHREAD_ONCE_INIT;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 
-static void free_accumulator(void *p)
+static void free_scratch(void *p)
 {
-    struct accumulator *a = p;
-    free(a->buf);
+    struct scratch *a = p;
+    for (int i = 0; i < SCRATCH_SLOTS; i++)
+        free(a->buf[i]);
     free(a);
 }
 
-static void make_acc_key(void) { pthread_key_create(&acc_key, free_accumulator); }
+static void make_scratch_key(void) { pthread_key_create(&scratch_key, free_scratch); }
 
-static float *accumulator(size_t n)
+float *aioge_thread_scratch(int slot, size_t n)
 {
-    pthread_once(&acc_once, make_acc_key);
-    struct accumulator *a = pthread_getspecific(acc_key);
+    pthread_once(&scratch_once, make_scratch_key);
+    struct scratch *a = pthread_getspecific(scratch_key);
     if (!a) {
         a = calloc(1, sizeof *a);
-        if (!a || pthread_setspecific(acc_key, a)) {
+        if (!a || pthread_setspecific(scratch_key, a)) {
             free(a);
             return NULL;
         }
     }
-    if (n > a->cap) {
+    if (n > a->cap[slot]) {
         float *grown = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
         if (!grown)
             return NULL;
-        free(a->buf);
-        a->buf = grown;
-        a->cap = n;
+        free(a->buf[slot]);
+        a->buf[slot] = grown;
+        a->cap[slot] = n;
     }
-    return a->buf;
+    return a->buf[slot];
 }
+
+static float *accumulator(size_t n) { return aioge_thread_scratch(0, n); }
 
 /* Panels [p0, p1) of NR flattened positions (image-major) and MR-row blocks [mb0, mb1) of y,
  * reading xph (aioge_conv_phases_f32, or x itself for a 1x1 kernel at stride 1 without pads)
@@ -170,6 +178,8 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
 {
     const int64_t C = g[G_C], M = g[G_M], OH = g[G_OH], OW = g[G_OW], WPH = g[G_WPH], IMAGE = g[G_IMAGE];
     const int64_t K = C * g[G_KH] * g[G_KW], P = OH * OW, Q = (OH - 1) * WPH + OW;
+    const int act = (int)g[G_ACT];
+    const float act_p0 = aioge_float_of(g[G_ACT_P0]), act_p1 = aioge_float_of(g[G_ACT_P1]);
     const int64_t per_image = (Q + NR - 1) / NR;
     const int64_t rows = (mb1 - mb0) * MR;
     const int64_t kblocks = (K + KC - 1) / KC, kstep = (K + kblocks - 1) / kblocks;
@@ -192,7 +202,11 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
             if (m >= M)
                 break;
             const float add = bias ? bias[m] : 0.0f;
-            const float *src = acc + r * NR;
+            float *src = acc + r * NR;
+            for (int64_t j = 0; j < ncols; j++)
+                src[j] += add;
+            if (act)
+                aioge_act_span(src, NULL, src, ncols, act, act_p0, act_p1);
             float *dst = yn + m * P;
             /* flattened positions start + j: row oh = (start + j) / WPH, kept when its column < OW */
             for (int64_t j = 0; j < ncols;) {
@@ -202,7 +216,7 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
                 float *restrict d = dst + oh * OW + ow;
                 const float *restrict s = src + j;
                 for (int64_t t = 0; t < keep; t++)
-                    d[t] = s[t] + add;
+                    d[t] = s[t];
                 j += run;
             }
         }
@@ -323,7 +337,7 @@ void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, cons
  */
 static inline __attribute__((always_inline)) void
 ttile(int nv, int64_t kc, const float *const *restrict r, const int64_t *restrict koff, const float *restrict b,
-      float *restrict part, int first, float *restrict y, int64_t P, int64_t mv, int64_t ncols, const float *restrict bias)
+      float *restrict part, int first, const float *restrict bias)
 {
     const float *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3], *r4 = r[4], *r5 = r[5];
     v16 acc[MR][4];
@@ -345,20 +359,14 @@ ttile(int nv, int64_t kc, const float *const *restrict r, const int64_t *restric
     for (int i = 0; i < MR; i++)
         for (int v = 0; v < nv; v++)
             *(v16 *)(part + i * NR + 16 * v) = acc[i][v];
-    if (!y)
-        return; /* more of K to come */
-    for (int64_t c = 0; c < ncols; c++)
-        for (int64_t i = 0; i < mv; i++)
-            y[c * P + i] = part[i * NR + c];
 }
 
-typedef void (*ttile_fn)(int64_t, const float *const *, const int64_t *, const float *, float *, int, float *, int64_t,
-                         int64_t, int64_t, const float *);
+typedef void (*ttile_fn)(int64_t, const float *const *, const int64_t *, const float *, float *, int, const float *);
 #define TTILE(NV)                                                                                                      \
     static void ttile##NV(int64_t kc, const float *const *r, const int64_t *koff, const float *b, float *part, int first, \
-                          float *y, int64_t P, int64_t mv, int64_t ncols, const float *bias)                             \
+                          const float *bias)                                                                           \
     {                                                                                                                  \
-        ttile(NV, kc, r, koff, b, part, first, y, P, mv, ncols, bias);                                                 \
+        ttile(NV, kc, r, koff, b, part, first, bias);                                                                  \
     }
 TTILE(1)
 TTILE(2)
@@ -374,6 +382,8 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
 {
     const int64_t M = g[G_M], OW = g[G_OW], WPH = g[G_WPH], IMAGE = g[G_IMAGE];
     const int64_t K = g[G_C] * g[G_KH] * g[G_KW], P = g[G_OH] * OW, blocks = (P + MR - 1) / MR;
+    const int act = (int)g[G_ACT];
+    const float act_p0 = aioge_float_of(g[G_ACT_P0]), act_p1 = aioge_float_of(g[G_ACT_P1]);
     const int64_t kblocks = (K + KCT - 1) / KCT, kstep = (K + kblocks - 1) / kblocks;
     float *parts = accumulator((size_t)(u1 > u0 ? u1 - u0 : 1) * MR * NR); /* each unit's tile between K blocks */
     if (!parts)
@@ -395,8 +405,17 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
                     const int64_t pos = q + (i < mv ? i : mv - 1);
                     r[i] = xph + n * IMAGE + (pos / OW) * WPH + pos % OW;
                 }
-                fn(kc, r, koff + k0, bp + k0 * NR, parts + (u - u0) * MR * NR, k0 == 0,
-                   last ? y + (n * M + col0) * P + q : 0, P, mv, ncols, bias ? bpad : 0);
+                float *part = parts + (u - u0) * MR * NR;
+                fn(kc, r, koff + k0, bp + k0 * NR, part, k0 == 0, bias ? bpad : 0);
+                if (!last)
+                    continue; /* more of K to come */
+                for (int64_t i = 0; act && i < mv; i++)
+                    aioge_act_span(part + i * NR, NULL, part + i * NR, ncols, act, act_p0, act_p1);
+                /* the tile goes out transposed: the mv positions of each channel side by side */
+                float *yt = y + (n * M + col0) * P + q;
+                for (int64_t c = 0; c < ncols; c++)
+                    for (int64_t i = 0; i < mv; i++)
+                        yt[c * P + i] = part[i * NR + c];
             }
         }
     }

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "act.h"
+
 /* Products and sums round one by one, as numpy's ufuncs round them (HardSigmoid's alpha x + beta
  * equals numpy's to the bit); the polynomials below ask for fused multiply-adds explicitly. */
 #if defined(__clang__)
@@ -188,8 +190,7 @@ void aioge_softmax_f32(const float *x, float *y, int64_t width, int log_form, in
 
 /* ---- elementwise activations ------------------------------------------------------------------ */
 
-/* The activations, by the codes aioge.kernels.native_rows passes (its _ACT table). */
-enum { ACT_ERF = 1, ACT_GELU = 2, ACT_GELU_TANH = 3, ACT_SIGMOID = 4, ACT_SWISH = 5, ACT_HARDSIGMOID = 6, ACT_HARDSWISH = 7 };
+/* The activations, by the codes of act.h. */
 
 /* GELU: x/2 (1 + erf(x / sqrt 2)). */
 static inline float gelu_f32(float v) { return 0.5f * v * (1.0f + erf_f32(v * 0.70710678118654752f)); }
@@ -209,6 +210,13 @@ static inline float hardsigmoid_f32(float v, float alpha, float beta) {
     float h = alpha * v + beta;
     h = h < 0.0f ? 0.0f : h;
     return h > 1.0f ? 1.0f : h;
+}
+
+/* Clip as the numpy step computes it: max with lo, then min with hi (an infinite bound changes
+ * nothing, NaN stays NaN). */
+static inline float clip_f32(float v, float lo, float hi) {
+    v = v >= lo || v != v ? v : lo;
+    return v <= hi || v != v ? v : hi;
 }
 
 /* y[i] = act(x[i] + bias[i]) for i < n (no bias when it is NULL); y may be x. The switch sits
@@ -237,8 +245,18 @@ static void act_span(const float *x, const float *bias, float *y, int64_t n, int
     case ACT_SWISH: ACT_LOOP(swish_f32(v, p0)); break;
     case ACT_HARDSIGMOID: ACT_LOOP(hardsigmoid_f32(v, p0, p1)); break;
     case ACT_HARDSWISH: ACT_LOOP(v * hardsigmoid_f32(v, 1.0f / 6.0f, 0.5f)); break;
+    /* numpy's maximum and minimum: the first operand when the comparison holds or it is NaN, so
+     * NaN propagates and -0 stays -0, as the fused numpy steps give */
+    case ACT_RELU: ACT_LOOP(v >= 0.0f || v != v ? v : 0.0f); break;
+    case ACT_LEAKY_RELU: ACT_LOOP(v >= 0.0f || v != v ? v : v * p0); break;
+    case ACT_CLIP: ACT_LOOP(clip_f32(v, p0, p1)); break;
     default: break;
     }
+}
+
+void aioge_act_span(const float *x, const float *bias, float *y, int64_t n, int act, float p0, float p1)
+{
+    act_span(x, bias, y, n, act, p0, p1);
 }
 
 /* y = act(x) over elements [n0, n1); p0, p1: Swish's alpha, HardSigmoid's alpha and beta. */

@@ -30,6 +30,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "act.h"
+
 #define MAX_HELPERS 64
 #define SPIN_US 300
 #define CHUNKS 8 /* a split range is cut into this many chunks at most */
@@ -89,26 +91,21 @@ static int job_conv_t(const int64_t *g, int64_t lo, int64_t hi)
     return aioge_conv_t_f32(x, w, koff, bias, y, geom, lo, hi, 0, g[7]);
 }
 
-/* depthwise conv: x, w, bias, y, geometry: [lo, hi) are output planes */
+/* depthwise conv: x, w, bias, y, geometry, unit, planes: [lo, hi) are blocks of unit output
+ * planes (the interleaved layout computes 16 planes at a time: a chunk of 4 filled 4 of its 16
+ * lanes) */
 static int job_depthwise(const int64_t *g, int64_t lo, int64_t hi)
 {
+    const int64_t unit = g[5], planes = g[6];
     return aioge_conv_depthwise_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1],
                                     (const float *)(intptr_t)g[2], (float *)(intptr_t)g[3], (const int64_t *)(intptr_t)g[4],
-                                    lo, hi);
-}
-
-static float float_of(int64_t bits)
-{
-    const int32_t b = (int32_t)bits;
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
+                                    lo * unit, hi * unit < planes ? hi * unit : planes);
 }
 
 /* activation: x, y, act, the bits of p0 and p1 as float32: [lo, hi) are elements */
 static int job_activation(const int64_t *g, int64_t lo, int64_t hi)
 {
-    aioge_activation_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (int)g[2], float_of(g[3]), float_of(g[4]), lo,
+    aioge_activation_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (int)g[2], aioge_float_of(g[3]), aioge_float_of(g[4]), lo,
                          hi);
     return 0;
 }
