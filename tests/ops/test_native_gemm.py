@@ -237,3 +237,57 @@ def test_pack_columns_in_c_matches_numpy_for_row_major_and_strided_weights(k, n)
         want = np.zeros((k, panels * 64), np.float32)
         want[:, :n] = b
         np.testing.assert_array_equal(p, want.reshape(k, panels, 64).transpose(1, 0, 2))
+
+
+@pytest.mark.parametrize(
+    ("k", "c_shape", "alpha", "beta"),
+    [
+        (37, None, 1.0, 1.0),
+        (1024, (1001,), 1.0, 1.0),
+        (576, (1, 1001), 1.0, 0.5),
+        (16, (1, 1), 1.0, 1.0),
+        (33, (1001,), 2.0, 1.0),
+    ],
+)
+def test_one_row_times_a_transposed_weight_runs_the_gemv_and_matches_onnxruntime(k, c_shape, alpha, beta, monkeypatch) -> None:
+    """A classifier at batch 1 (Gemm, transB, one row): the weight read in place 4 rows at a
+    time (the tail of K past whole vectors and a last group of 1 row included), shared with the
+    C helper, bit-equal split or whole, equal rows giving equal outputs."""
+    rng = np.random.default_rng(k)
+    a, b = rand(rng, 1, k), rand(rng, 1001, k)
+    b[:4] = b[4]  # equal rows, in a group of 4 and the next
+    b.setflags(write=False)
+    inputs = [a, b] + ([rand(rng, *c_shape)] if c_shape else [])
+    attrs = {"transB": 1, "alpha": alpha, "beta": beta}
+    jobs: list[tuple[int, int]] = []
+    real = parallel.split_native
+
+    def counted(par, job, args, total, *, worth=True):  # type: ignore[no-untyped-def]
+        got = real(par, job, args, total, worth=worth)
+        jobs.append((job, got))
+        return got
+
+    monkeypatch.setattr("aioge.kernels.matmul_algos.split_native", counted)
+    monkeypatch.setattr("aioge.kernels.matmul_algos.GEMV_SPLIT_VALUES", 0)
+    run = build_gemm_native(attrs, {}, _descs(*inputs), None)
+    (want,) = ort_run("Gemm", inputs, attrs)
+    (whole,) = run(inputs, None)
+    np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5)
+    out = np.full((2, 1001), np.nan, np.float32)[:1]
+    with parallel.cpu_tokens(threading.Semaphore(1)):
+        (split,) = run(inputs, [out])
+    assert jobs == [(native.JOB_GEMV_T, 1), (native.JOB_GEMV_T, 2)]
+    np.testing.assert_array_equal(split, whole)
+    if c_shape in (None, (1, 1)):  # the same bias everywhere
+        assert (whole[0, :5] == whole[0, 4]).all()
+
+
+@pytest.mark.parametrize("n", [64, 70, 300])
+def test_one_row_against_packed_panels_matches_numpy(n) -> None:
+    """MatMul with one row (a GEMV on packed panels, two sets of accumulators): odd K included."""
+    rng = np.random.default_rng(n)
+    for k in (1, 2, 7, 256):
+        a, b = rand(rng, 1, k), rand(rng, k, n)
+        b.setflags(write=False)
+        (got,) = build_matmul_native({}, {}, _descs(a, b), None)([a, b], None)
+        np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)

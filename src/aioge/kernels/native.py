@@ -31,6 +31,7 @@ __all__ = [
     "JOB_CONV_T",
     "JOB_DEPTHWISE",
     "JOB_GEMM",
+    "JOB_GEMV_T",
     "JOB_PACK",
     "aligned_empty",
     "available",
@@ -42,10 +43,10 @@ __all__ = [
 ]
 
 # The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C helper thread.
-JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION, JOB_PACK = 0, 1, 2, 3, 4, 5
+JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION, JOB_PACK, JOB_GEMV_T = 0, 1, 2, 3, 4, 5, 6
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
-ABI = 2
+ABI = 3
 
 
 @functools.cache

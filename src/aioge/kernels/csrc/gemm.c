@@ -282,12 +282,53 @@ GTILE(3)
 GTILE(4)
 static const gtile_fn GTILES[5] = {0, gtile1, gtile2, gtile3, gtile4};
 
+/* One row of a against a whole panel (a GEMV: a classifier at batch 1). The MR-row tile would
+ * compute MR - 1 repeated rows; here each k is one broadcast and 4 multiply-adds, split over two
+ * sets of accumulators (even and odd k) so that consecutive multiply-adds do not wait on each
+ * other. The panel streams from memory once. All NR columns are computed (the panel is zero past
+ * N) with the same operations, so equal weight columns still give equal outputs. */
+static void grow(int64_t K, const float *restrict a, const float *restrict b, const float *restrict bias,
+                 float *restrict c)
+{
+    v16 acc[4], odd[4];
+    for (int v = 0; v < 4; v++) {
+        acc[v] = bias ? *(const v16u *)(bias + 16 * v) : (v16){0};
+        odd[v] = (v16){0};
+    }
+    int64_t k = 0;
+    for (; k + 2 <= K; k += 2) {
+        const float s0 = a[k], s1 = a[k + 1];
+        for (int v = 0; v < 4; v++) {
+            acc[v] += s0 * *(const v16 *)(b + k * NR + 16 * v);
+            odd[v] += s1 * *(const v16 *)(b + (k + 1) * NR + 16 * v);
+        }
+    }
+    for (; k < K; k++)
+        for (int v = 0; v < 4; v++)
+            acc[v] += a[k] * *(const v16 *)(b + k * NR + 16 * v);
+    for (int v = 0; v < 4; v++)
+        *(v16 *)(c + 16 * v) = acc[v] + odd[v];
+}
+
 /* Rows [r0, r1) of y and its column panels [p0, p1): y[r][n] = bias[n] + sum_k a[r][k] * B[k][n]
  * (bias may be NULL). a's rows are lda floats apart, y's ldy. K >= 1. */
 void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, const float *bias, float *y, int64_t ldy,
                            int64_t N, int64_t K, int64_t r0, int64_t r1, int64_t p0, int64_t p1)
 {
     const int64_t kblocks = (K + KCG - 1) / KCG, kstep = (K + kblocks - 1) / kblocks;
+    if (r1 - r0 == 1) {
+        for (int64_t p = p0; p < p1; p++) {
+            const int64_t col0 = p * NR, ncols = N - col0 < NR ? N - col0 : NR;
+            float tile[NR] __attribute__((aligned(64)));
+            float bpad[NR] __attribute__((aligned(64))) = {0};
+            for (int64_t j = 0; bias && j < ncols; j++)
+                bpad[j] = bias[col0 + j];
+            grow(K, a + r0 * lda, bpack + p * K * NR, bias ? bpad : 0, tile);
+            for (int64_t j = 0; j < ncols; j++)
+                y[r0 * ldy + col0 + j] = tile[j];
+        }
+        return;
+    }
     for (int64_t p = p0; p < p1; p++) {
         const int64_t col0 = p * NR, ncols = N - col0 < NR ? N - col0 : NR;
         const float *bp = bpack + p * K * NR;
@@ -442,6 +483,38 @@ void aioge_pack_columns_f32(const float *b, int64_t ldb, int64_t K, int64_t N, f
                 for (int64_t j = ncols; j < NR; j++)
                     d[j] = 0.0f;
             }
+        }
+    }
+}
+
+/* y[n] = bias[n] + sum_k x[k] * w[n][k] for n in [n0, n1): a (1, K) row times the transpose of a
+ * row-major (N, K) weight (Gemm with transB: a classifier at batch 1), the weight read in place,
+ * 4 rows at a time, each row a contiguous stream. Bound by reading w: two threads each take
+ * half of the rows. Every row goes through the same operations, so equal rows give equal
+ * outputs. */
+void aioge_gemv_t_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t n0,
+                      int64_t n1)
+{
+    const int64_t kv = K / 16 * 16;
+    int64_t n = n0;
+    for (; n < n1; n += 4) {
+        const int64_t rows = n1 - n < 4 ? n1 - n : 4;
+        const float *r[4];
+        for (int i = 0; i < 4; i++)
+            r[i] = w + (n + (i < rows ? i : rows - 1)) * ldw;
+        v16 acc[4] = {{0}, {0}, {0}, {0}};
+        for (int64_t k = 0; k < kv; k += 16) {
+            const v16 xv = *(const v16u *)(x + k);
+            for (int i = 0; i < 4; i++)
+                acc[i] += xv * *(const v16u *)(r[i] + k);
+        }
+        for (int i = 0; i < rows; i++) {
+            float s = 0.0f;
+            for (int l = 0; l < 16; l++)
+                s += acc[i][l];
+            for (int64_t k = kv; k < K; k++)
+                s += x[k] * r[i][k];
+            y[n + i] = bias ? s + bias[n + i] : s;
         }
     }
 }

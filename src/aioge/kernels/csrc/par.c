@@ -44,6 +44,8 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
                              int64_t p0, int64_t p1);
 void aioge_activation_f32(const float *x, float *y, int act, float p0, float p1, int64_t n0, int64_t n1);
 void aioge_pack_columns_f32(const float *b, int64_t ldb, int64_t K, int64_t N, float *bpack, int64_t p0, int64_t p1);
+void aioge_gemv_t_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t n0,
+                      int64_t n1);
 int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
                      const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1);
 
@@ -117,7 +119,15 @@ static int job_pack(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
-static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv_t, job_depthwise, job_activation, job_pack};
+/* gemv with a transposed weight: x, w, ldw, bias, y, K: [lo, hi) are output values */
+static int job_gemv_t(const int64_t *g, int64_t lo, int64_t hi)
+{
+    aioge_gemv_t_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], g[2], (const float *)(intptr_t)g[3],
+                     (float *)(intptr_t)g[4], g[5], lo, hi);
+    return 0;
+}
+
+static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv_t, job_depthwise, job_activation, job_pack, job_gemv_t};
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
