@@ -380,8 +380,8 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
     """group == C in C (``csrc/conv.c``): 16 planes side by side in the vector lanes, or with
     ``rows`` a plane at a time along its rows from a zero-padded copy split into its column
     phases; the fused activation applied to each block or plane while it is in cache; the
-    output planes shared with the C helper thread on an idle core. Without the compiled tier (a desc stored by a process that had it) the numpy
-    ``conv_depthwise_planes``."""
+    output planes shared with the C helper thread on an idle core. Without the compiled tier
+    (a desc stored by a process that had it) the numpy ``conv_depthwise_planes``."""
     g = _geometry(attrs, ins)
     par = native.par_run()
     if par is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
@@ -761,14 +761,14 @@ def _applies_kn2row(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return g.n * g.kh * g.kw * g.m * hp * wp * itemsize <= _KN2ROW_MAX_BYTES
 
 
-# The schema lists these right after its reference: the tuner tries candidates in order until
-# its budget is spent, and the numpy ones on a large depthwise conv (ConvNeXt's 96x56x56 7x7:
-# 25-70 ms each on a busy machine) used it up before the one that takes 0.4 ms was tried.
 def _no_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{}]
 
 
-# They apply a FusedConv's activation to each output tile themselves (native_rows.EPILOGUES).
+# The schema lists these right after its reference: the tuner tries candidates in order until
+# its budget is spent, and the numpy ones on a large depthwise conv (ConvNeXt's 96x56x56 7x7:
+# 25-70 ms each on a busy machine) used it up before the one that takes 0.4 ms was tried. They
+# apply a FusedConv's activation to each output tile themselves (native_rows.EPILOGUES).
 NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = tuple(
     KernelImpl(name, build, applies, cands, offered=native.available, eager=True, activations=native_rows.EPILOGUES)
     for name, build, applies, cands in (
