@@ -110,3 +110,36 @@ def test_the_inline_budget_bounds_each_window(monkeypatch: pytest.MonkeyPatch) -
     assert not budget.allows()
     clock[0] += executor_module.INLINE_WINDOW
     assert budget.allows(), "a new window"
+
+
+async def test_an_inline_run_lends_its_kernels_the_other_cores_to_split_onto(monkeypatch) -> None:
+    """An inline run holds every CPU token, so its kernels may split onto the other cores: they
+    run with ``EngineWorkers.inline_spare`` lent (``kernels.parallel.cpu_tokens``), the cores
+    less one. Before, an inline run lent none and every kernel in it ran whole."""
+    from aioge.kernels import parallel
+
+    lent: list[object] = []
+    real = executor_module._execute
+
+    def watched(ctx, program, trace):  # type: ignore[no-untyped-def]
+        lent.append(parallel._tokens.get())
+        return real(ctx, program, trace)
+
+    monkeypatch.setattr(executor_module, "_execute", watched)
+    rng = np.random.default_rng(1)
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        await s.add_graph(1, _small())
+        await s.build_graph(1)
+        inline = 0
+        for _ in range(8):
+            x = rng.standard_normal((16, 16)).astype(np.float32)
+            before = s.executable(1).inline_runs
+            lent.clear()
+            out = await s.run_graph(1, {"x": x})
+            np.testing.assert_allclose(out["y"], np.tanh(x + 1), rtol=1e-6)
+            if s.executable(1).inline_runs > before:
+                inline += 1
+                workers = s._workers
+                assert workers is not None and lent == [workers.inline_spare]
+                assert workers.inline_spare._value == workers.cpu_slots - 1  # type: ignore[attr-defined]
+        assert inline >= 5

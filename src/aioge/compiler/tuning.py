@@ -9,7 +9,7 @@ An op schema lists its implementations in order of preference; the first is the
   the node's real shapes (its constant inputs as they are, random data for the others),
   checked against the reference's outputs, and timed within ``aioge.tune_budget_ms`` (an
   ``eager`` one, a compiled kernel, gets one run even past it, timed after an untimed one
-  that packs its weight). A
+  that packs its weight); every timed run follows an untimed run of the same candidate. A
   candidate that raises or disagrees with the reference is rejected; the fastest (by its
   best time: noise only adds) of the others wins — by more than ``TIE_MARGIN``: within it, the
   one earlier in the schema's order of preference does, so that noise between near-equal
@@ -186,6 +186,12 @@ def tune(
     while clock() < deadline and any(len(s) < MAX_SAMPLES for s in samples.values()):
         for label, run in runs.items():
             if len(samples[label]) < MAX_SAMPLES and clock() < deadline:
+                # Right after an untimed call of the same kernel, as a run leaves the cores
+                # between kernels: the C helper still spinning (csrc/par.c), the operands in
+                # cache. Timed straight after the other candidates, a kernel that splits found
+                # the helper asleep and paid its wake-up: MLP's 32x784x256 Gemm measured 132 us
+                # split against 79 back to back, and lost to numpy's 116.
+                run()
                 t0 = clock()
                 run()
                 samples[label].append(clock() - t0)

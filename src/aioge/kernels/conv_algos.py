@@ -421,11 +421,13 @@ def _applies_depthwise_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 # -- direct GEMM in C --------------------------------------------------------------------------
 
 # The C kernels (direct and 1x1 convs, the packed GEMM) split over an idle core from this many
-# multiply-adds, about 50 us of one core's work. The C helper (csrc/par.c) picks a job up in
-# about a microsecond while it spins, and one that starts late only leaves the caller more
-# chunks; measured on EfficientNet's 7x7 and 14x14 1x1 convs (7.5-20M multiply-adds), split
-# against whole: 1.4-1.8x faster. (A Python helper's hop cost 60-90 us: the bound was 32M.)
-DIRECT_SPLIT_MACS = 1 << 22
+# multiply-adds, 13-35 us of one core's work (80 GMAC/s on deep layers, 30 on small-K ones).
+# The C helper (csrc/par.c) picks a job up in about a microsecond while it spins, and one that
+# starts late only leaves the caller more chunks; measured on EfficientNet's 7x7 and 14x14 1x1
+# convs (7.5-20M multiply-adds), split against whole: 1.4-1.8x faster, and on the builder
+# CNN's 3->16 3x3 conv at batch 8 (3.5M, under the former bound of 4M): 118 -> 85 us. (A
+# Python helper's hop cost 60-90 us: the bound was 32M.)
+DIRECT_SPLIT_MACS = 1 << 20
 
 
 def direct_offsets(g: ConvGeometry, hph: int, wph: int) -> np.ndarray:

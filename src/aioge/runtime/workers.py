@@ -140,6 +140,9 @@ class EngineWorkers:
         self._min = max(1, min_lanes if min_lanes is not None else cores)
         self.cpu_slots = max(1, cpu_slots if cpu_slots is not None else cores)
         self.cpu = CpuTokens(self.cpu_slots)
+        # What an inline run lends its kernels to split onto: it holds every CPU token
+        # (``take_all_cpu``), so the other cores are its own.
+        self.inline_spare = threading.Semaphore(self.cpu_slots - 1)
         self._lock = threading.Lock()
         self._lanes: dict[str, list[Lane]] = {}
         self._rotation: dict[str, int] = {}
