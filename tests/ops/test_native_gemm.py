@@ -291,3 +291,22 @@ def test_one_row_against_packed_panels_matches_numpy(n) -> None:
         b.setflags(write=False)
         (got,) = build_matmul_native({}, {}, _descs(a, b), None)([a, b], None)
         np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_big_aligned_buffer_is_a_mapping_of_its_own_and_a_small_one_a_numpy_array() -> None:
+    """From 4 MiB, numpy would ask for huge pages, and the first such allocation of a process
+    may stall on compaction: big packed weights get an anonymous mapping instead."""
+    import mmap
+
+    for shape, mapped in (((1024, 1025), True), ((64, 64), False)):
+        a = native.aligned_empty(shape)
+        assert a.shape == shape and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
+        assert a.ctypes.data % 64 == 0
+        base = a
+        while isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        if isinstance(base, memoryview):  # np.frombuffer keeps the buffer's memoryview
+            base = base.obj
+        assert isinstance(base, mmap.mmap) == mapped
+        a[...] = 1.5
+        assert float(a.sum()) == 1.5 * a.size

@@ -155,6 +155,24 @@ def test_invalid_utf8_in_a_name_is_a_graph_error() -> None:
         aioge.load_onnx(bytes(data))
 
 
+def test_invalid_utf8_in_nested_and_repeated_text_fields_is_a_graph_error_and_bytes_are_not_text() -> None:
+    """The check walks string and message fields only: an initializer's name and a node's
+    inputs are text, a weight's raw_data is bytes (here bytes that are not UTF-8, loaded as
+    they are)."""
+    w = np.frombuffer(b"\xff\xfe\xfd\x3f" * 48, np.float32).reshape(8, 6)  # raw_data no UTF-8 decoder takes
+    original = np.random.default_rng(0).standard_normal((8, 6)).astype(np.float32)  # _small_model's w
+    data = bytearray(_small_model().replace(original.tobytes(), w.tobytes()))
+    g = aioge.load_onnx(bytes(data))
+    np.testing.assert_array_equal(g.constants["w"].data, w)
+    # TensorProto.name is field 8 (tag 0x42), NodeProto.input field 1 (tag 0x0a)
+    for text, field in ((b"\x42\x01w", "initializer.name"), (b"\x0a\x01x", "node.input")):
+        at = data.index(text) + len(text) - 1
+        bad = bytearray(data)
+        bad[at] = 0xFF
+        with pytest.raises(GraphError, match=rf"{field} is not valid UTF-8"):
+            aioge.load_onnx(bytes(bad))
+
+
 def test_random_bytes_and_empty_files(tmp_path: Path) -> None:
     rng = random.Random(7)
     for size in (0, 1, 2, 7, 64, 4096):

@@ -108,17 +108,23 @@ def _repeated(fd: Any) -> bool:
 
 def _check_text(msg: Any, label: str, where: str) -> None:
     """Every string field must be text: protobuf hands invalid UTF-8 in a proto2 string back as bytes,
-    which would otherwise surface far from here as a TypeError."""
-    for fd, value in msg.ListFields():
-        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else _repeated(fd)
+    which would otherwise surface far from here as a TypeError. Only string and message fields
+    are read: ``ListFields`` handed back every set field, so each weight's ``raw_data`` was
+    copied out (BERT-base: 440 MB, 0.1 s) only to be skipped."""
+    for fd in msg.DESCRIPTOR.fields:
+        if fd.type not in (fd.TYPE_STRING, fd.TYPE_MESSAGE):
+            continue
+        if _repeated(fd):
+            items = getattr(msg, fd.name)
+        elif msg.HasField(fd.name):
+            items = (getattr(msg, fd.name),)
+        else:
+            continue
         if fd.type == fd.TYPE_STRING:
-            items = value if repeated else (value,)
             if not all(isinstance(v, str) for v in items):
                 raise GraphError(f"{label}: {where}.{fd.name} is not valid UTF-8 text; is the file corrupt?")
-        elif fd.type == fd.TYPE_MESSAGE:
-            if fd.message_type.GetOptions().map_entry:
-                continue  # onnx's protos have no maps; nothing to check in one
-            for sub in value if repeated else (value,):
+        elif not fd.message_type.GetOptions().map_entry:  # onnx's protos have no maps; nothing to check in one
+            for sub in items:
                 _check_text(sub, label, f"{where}.{fd.name}")
 
 
