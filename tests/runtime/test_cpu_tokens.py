@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -45,7 +44,7 @@ async def test_two_workers_with_different_cpu_tokens_do_not_interfere(mode: str,
     """A run on one-token workers never splits (its only token computes), even after a session
     with two tokens started; a run on the two-token workers does split. Before, the workers
     made last pushed their semaphore into a module global and the first run borrowed from it."""
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # split_range needs two cores to split
+    monkeypatch.setattr(parallel, "CORES", 2)  # split_range needs two cores to split
     counting = _CountingPool(parallel._helper_pool())
     monkeypatch.setattr(parallel, "_helper_pool", lambda: counting)
     g, w, x = _gemm()

@@ -476,25 +476,36 @@ def _direct_native(
 
     def make(job: int, tail: Sequence[int], total: int, no_memory: str) -> RunFn:
         packed = WeightDerived(pack)
+        held: list[tuple[Any, int]] = [(None, 0)]  # the packed weight and its address, swapped whole
         bias = NativeOperand()
-        scratch: list[np.ndarray] = []  # phase images, one per run in flight
+        scratch: list[tuple[np.ndarray, int]] = []  # phase images and their addresses, one per run in flight
 
         def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
             x = np.ascontiguousarray(inputs[0], np.float32)
             wp = packed.get(inputs[1])
+            entry = held[0]
+            if entry[0] is not wp:
+                entry = held[0] = (wp, native.ptr(wp))
             _, bp = bias.get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
             y = _output(g, outputs, x.dtype)
             yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-            xph = x if in_place else (scratch.pop() if scratch else np.empty(g.n * image, np.float32))
+            xa = native.ptr(x)
+            if in_place:
+                ph = (x, xa)
+            elif scratch:
+                ph = scratch.pop()
+            else:
+                image_array = np.empty(g.n * image, np.float32)
+                ph = (image_array, native.ptr(image_array))
             try:
                 if not in_place:
-                    phases(native.ptr(x), native.ptr(xph), consts[2])
-                args = np.array([native.ptr(xph), native.ptr(wp), consts[3], bp or 0, native.ptr(yc), consts[2], *tail], np.int64)
+                    phases(xa, ph[1], consts[2])
+                args = np.array([ph[1], entry[1], consts[3], bp or 0, native.ptr(yc), consts[2], *tail], np.int64)
                 if split_native(par, job, native.ptr(args), total, worth=worth) < 0:
                     raise MemoryError(no_memory)
             finally:
                 if not in_place:
-                    scratch.append(xph)
+                    scratch.append(ph)
             if yc is not y:
                 np.copyto(y, yc)
             return (y,)

@@ -20,7 +20,17 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-__all__ = ["COMPUTE_ROWS", "SPLIT_MACS", "cpu_tokens", "matmul_2d", "par_matmul", "split_matmul", "split_native", "split_range"]
+__all__ = [
+    "COMPUTE_ROWS",
+    "CORES",
+    "SPLIT_MACS",
+    "cpu_tokens",
+    "matmul_2d",
+    "par_matmul",
+    "split_matmul",
+    "split_native",
+    "split_range",
+]
 
 # A GEMM of at least this many multiply-adds is worth splitting across an idle core (a
 # helper-thread hop costs tens of microseconds; this is about a millisecond of work).
@@ -32,6 +42,11 @@ _lock = threading.Lock()
 # The CPU tokens of the run whose kernels this thread (this context) is running.
 _tokens: contextvars.ContextVar[threading.Semaphore | None] = contextvars.ContextVar("aioge_cpu_tokens", default=None)
 _helpers: ThreadPoolExecutor | None = None
+
+
+# The machine's cores, read once: os.cpu_count() reads sysfs on every call (6 us here), and the
+# split functions ran it for every kernel, 19 times a MobileNetV3 run.
+CORES = os.cpu_count() or 1
 
 
 @contextlib.contextmanager
@@ -61,7 +76,7 @@ def split_range(total: int, fn: Callable[[int, int], None], *, worth: bool = Tru
     Errors of either half are raised here, after both halves ended.
     """
     tokens = _tokens.get()
-    if not worth or total < 2 or tokens is None or (os.cpu_count() or 1) < 2 or not tokens.acquire(blocking=False):
+    if not worth or total < 2 or tokens is None or CORES < 2 or not tokens.acquire(blocking=False):
         fn(0, total)
         return 1
     try:
@@ -85,7 +100,7 @@ def split_native(par_run: Callable[[int, int, int, int], int], job: int, args: i
     ``worth`` and an idle CPU token can be taken without waiting, as ``split_range`` decides.
     Returns what ``par_run`` does: the pieces (1 or 2), or minus the job's error code."""
     tokens = _tokens.get()
-    took = worth and total >= 2 and tokens is not None and (os.cpu_count() or 1) >= 2 and tokens.acquire(blocking=False)
+    took = worth and total >= 2 and tokens is not None and CORES >= 2 and tokens.acquire(blocking=False)
     try:
         return par_run(job, args, total, 1 if took else 0)
     finally:
