@@ -242,3 +242,27 @@ def test_the_tuner_tries_the_rows_layout_on_wide_stride_1_planes_only() -> None:
     assert cands(28, 1) == [{}, {"rows": 1}]
     assert cands(14, 1) == [{}]
     assert cands(112, 2) == [{}]
+
+
+@pytest.mark.parametrize(("size", "kernel", "stride", "pad"), [(37, 3, 2, 1), (40, 3, 1, 1), (33, 2, 2, 0), (112, 3, 2, 1)])
+def test_native_max_pool_propagates_nan_as_numpy_does_and_matches_onnxruntime_without(size, kernel, stride, pad) -> None:
+    """The max taps run LANES at a time (a vector select with a NaN test); at stride 2 over the
+    reduced row's even and odd columns. A NaN anywhere in a window gives NaN, as np.maximum
+    gives (onnxruntime's MaxPool drops some: the NaN-free input is checked against it)."""
+    rng = np.random.default_rng(size)
+    x = rng.standard_normal((1, 3, size, size)).astype(np.float32)
+    x[rng.random(x.shape) < 0.03] = np.nan
+    attrs = {"kernel_shape": [kernel, kernel], "strides": [stride, stride], "pads": [pad] * 4}
+    impl = next(i for i in get_schema("MaxPool").impls if i.name == "pool_native")
+    (got,) = impl.build(attrs, {"per_pixel": 0}, [TensorDesc(x.shape, "float32")], None)([x], None)
+    o = (size + 2 * pad - kernel) // stride + 1
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-np.inf)
+    want = np.full((1, 3, o, o), -np.inf, np.float32)
+    for i in range(kernel):
+        for j in range(kernel):
+            want = np.maximum(want, xp[:, :, i : i + stride * (o - 1) + 1 : stride, j : j + stride * (o - 1) + 1 : stride])
+    assert np.isnan(want).any()
+    np.testing.assert_array_equal(got, want)
+    clean = np.nan_to_num(x, nan=0.5)
+    (got_clean,) = impl.build(attrs, {"per_pixel": 0}, [TensorDesc(x.shape, "float32")], None)([clean], None)
+    np.testing.assert_array_equal(got_clean, ort_run("MaxPool", [clean], attrs)[0])
