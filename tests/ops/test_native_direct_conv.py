@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import native, parallel
 from aioge.kernels.conv_algos import build_conv_direct_native, build_conv_direct_t_native
+from aioge.ops.registry import get_schema
 from tests.ops.conftest import ort_run, rand
 
 
@@ -155,3 +156,25 @@ def test_without_the_tier_the_direct_t_conv_runs_numpy(monkeypatch) -> None:
     (want,) = ort_run("Conv", [x, wt], attrs)
     (got,) = build_conv_direct_t_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, wt)], None)([x, wt], None)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("m", "kernel", "pads"), [(6, (1, 1), (0, 0, 0, 0)), (15, (1, 1), (0, 0, 0, 0)), (64, (3, 1), (1, 0, 1, 0))]
+)
+@pytest.mark.parametrize("activation", ["", "Relu", "Swish"])
+def test_full_tiles_of_whole_output_rows_go_straight_to_the_output(m, kernel, pads, activation) -> None:
+    """A kernel one column wide leaves no junk columns: a full 64-position tile of a full block
+    of 6 channels is stored from the registers with its bias (and activation) added; the
+    short last block and panel keep the accumulator. Both against onnxruntime, bias or not."""
+    rng = np.random.default_rng(m)
+    x, w, b = rand(rng, 2, 16, 16, 20), rand(rng, m, 16, *kernel), rand(rng, m)
+    w.setflags(write=False)
+    attrs = {"kernel_shape": list(kernel), "pads": list(pads)}
+    impl = next(i for i in get_schema("FusedConv", "aioge").impls if i.name == "conv_direct_native")
+    for inputs in ([x, w, b], [x, w]):
+        (conv,) = ort_run("Conv", inputs, attrs)
+        want = conv if not activation else conv * (1 / (1 + np.exp(-conv))) if activation == "Swish" else np.maximum(conv, 0)
+        fused = {**attrs, "activation": activation, "activation_params": [1.0] if activation == "Swish" else []}
+        descs = [TensorDesc(a.shape, "float32") for a in inputs]
+        (got,) = impl.build(fused, {}, descs, [TensorDesc(want.shape, "float32")])(inputs, None)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -120,6 +120,36 @@ dtile(int nv, int64_t kc, const float *restrict a, const float *restrict xq, con
             *(v16 *)(c + i * NR + 16 * v) = acc[i][v];
 }
 
+/* A whole tile over all of K, straight from the registers to MR rows of y (ldy apart) with
+ * each row's bias added as the copy-out adds it: for a conv whose 64 positions are 64 outputs
+ * in a row (no junk columns: a 1x1 conv at stride 1, read in place) and K in one block. A
+ * small-K conv (EfficientNet's 16->96 1x1 at 112x112, K = 16) spent as long on the round trip
+ * through the accumulator buffer as on its multiply-adds. */
+static void dtile_store(int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff,
+                        float *restrict y, int64_t ldy, const float *restrict bias)
+{
+    v16 acc[MR][4];
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < 4; v++)
+            acc[i][v] = (v16){0};
+    for (int64_t k = 0; k < kc; k++) {
+        const float *b = xq + koff[k];
+        v16 bv[4];
+        for (int v = 0; v < 4; v++)
+            bv[v] = *(const v16u *)(b + 16 * v);
+        for (int i = 0; i < MR; i++) {
+            float s = a[k * MR + i];
+            for (int v = 0; v < 4; v++)
+                acc[i][v] += s * bv[v];
+        }
+    }
+    for (int i = 0; i < MR; i++) {
+        const float add = bias ? bias[i] : 0.0f;
+        for (int v = 0; v < 4; v++)
+            *(v16u *)(y + i * ldy + 16 * v) = acc[i][v] + add;
+    }
+}
+
 typedef void (*dtile_fn)(int64_t, const float *, const float *, const int64_t *, float *, int);
 static void dtile1(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f) { dtile(1, kc, a, b, o, c, f); }
 static void dtile2(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f) { dtile(2, kc, a, b, o, c, f); }
@@ -189,18 +219,28 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
     float *acc = accumulator((size_t)(rows > 0 ? rows : 1) * NR);
     if (!acc)
         return 1;
+    const int in_rows = kblocks == 1 && WPH == OW; /* a full panel is NR consecutive outputs of a row of y */
     for (int64_t q = p0; q < p1; q++) {
         const int64_t n = q / per_image, start = (q % per_image) * NR;
         const int64_t ncols = Q - start < NR ? Q - start : NR;
         const dtile_fn fn = DTILES[(ncols + 15) / 16];
         const float *xq = xph + n * IMAGE + start;
+        float *yn = y + n * M * P;
+        /* blocks below ``straight`` go from the registers to y (dtile_store); the rest through acc */
+        const int64_t straight = in_rows && ncols == NR ? (M / MR < mb1 ? M / MR : mb1) : mb0;
+        for (int64_t mb = mb0; mb < straight; mb++) {
+            float *ym = yn + mb * MR * P + start;
+            dtile_store(K, wpack + mb * K * MR, xq, koff, ym, P, bias ? bias + mb * MR : 0);
+            for (int64_t i = 0; act && i < MR; i++)
+                aioge_act_span(ym + i * P, NULL, ym + i * P, NR, act, act_p0, act_p1);
+        }
+        const int64_t first = straight > mb0 ? straight : mb0;
         for (int64_t k0 = 0; k0 < K; k0 += kstep) {
             const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
-            for (int64_t mb = mb0; mb < mb1; mb++)
+            for (int64_t mb = first; mb < mb1; mb++)
                 fn(kc, wpack + mb * K * MR + k0 * MR, xq, koff + k0, acc + (mb - mb0) * MR * NR, k0 == 0);
         }
-        float *yn = y + n * M * P;
-        for (int64_t r = 0; r < rows; r++) {
+        for (int64_t r = (first - mb0) * MR; r < rows; r++) {
             const int64_t m = mb0 * MR + r;
             if (m >= M)
                 break;
