@@ -123,6 +123,15 @@ def test_par_matmul_splits_big_products_by_batch_or_rows_and_matches_whole() -> 
         out = np.full((3136, 64), np.nan, np.float32)
         assert parallel.par_matmul(cols, wm, out) == 2
         np.testing.assert_allclose(out, cols @ wm, rtol=1e-4, atol=1e-3)
+        # Attention: (1, heads, tokens, d) @ (1, heads, d, tokens), the keys a transposed view;
+        # split by the 12 heads from BATCH_SPLIT_MACS (12.6M) on.
+        q = rng.standard_normal((1, 12, 128, 64), dtype=np.float32)
+        keys = rng.standard_normal((1, 12, 128, 64), dtype=np.float32)
+        scores = np.full((1, 12, 128, 128), np.nan, np.float32)
+        assert parallel.par_matmul(q, np.swapaxes(keys, -1, -2), scores) == 2
+        np.testing.assert_allclose(scores, q @ np.swapaxes(keys, -1, -2), rtol=1e-4, atol=1e-3)
+        few = np.empty((1, 2, 16, 16), np.float32)
+        assert parallel.par_matmul(q[:, :2, :16], np.swapaxes(keys, -1, -2)[:, :2, :, :16], few) == 1
         small = np.empty((8, 8), np.float32)
         assert parallel.par_matmul(cols[:8], wm[:, :8], small) == 1  # too small to be worth a helper
         np.testing.assert_allclose(small, cols[:8] @ wm[:, :8], rtol=1e-5, atol=1e-4)

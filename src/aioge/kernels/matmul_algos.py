@@ -27,7 +27,7 @@ from aioge.kernels import native
 from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv_algos import DIRECT_SPLIT_MACS, NativeOperand, WeightDerived
 from aioge.kernels.nn import gemm_epilogue
-from aioge.kernels.parallel import matmul_2d, split_matmul, split_native
+from aioge.kernels.parallel import matmul_2d, par_matmul, split_matmul, split_native
 
 __all__ = ["GEMM_ALGOS", "MATMUL_ALGOS", "NATIVE_GEMM_ALGOS", "NATIVE_MATMUL_ALGOS", "pack_columns"]
 
@@ -88,7 +88,7 @@ def build_matmul_packed_bt(attrs: Mapping[str, Any], params: Mapping[str, Any], 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         a, b = inputs[0], inputs[1]
         y = _out(outputs, shape, a.dtype)
-        np.matmul(a, np.swapaxes(packed.get(b), -1, -2), out=y)
+        par_matmul(a, np.swapaxes(packed.get(b), -1, -2), y)
         return (y,)
 
     return run

@@ -35,6 +35,10 @@ __all__ = [
 # A GEMM of at least this many multiply-adds is worth splitting across an idle core (a
 # helper-thread hop costs tens of microseconds; this is about a millisecond of work).
 SPLIT_MACS = 1 << 24
+# A batch of small GEMMs splits in halves of the batch from this many multiply-adds: BLAS runs
+# them at a third of its big-GEMM speed, so 4M of them (BERT-base's 12-head 128x64 @ 64x128
+# attention scores: 12.6M) take 0.2-0.5 ms on one core, well past the Python helper's hop.
+BATCH_SPLIT_MACS = 1 << 22
 COMPUTE_ROWS = 96  # split_matmul: from this many rows a product splits by the columns of any B
 
 _lock = threading.Lock()
@@ -140,9 +144,9 @@ def matmul_2d(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> int:
 
 
 def par_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> int:
-    """``np.matmul(a, b, out=out)``, in two pieces over an idle core when the product has at
-    least ``2 * SPLIT_MACS`` multiply-adds: by the batch when ``a``, ``b`` and ``out`` are 3-D
-    with the same leading size (Winograd's 16 tile GEMMs), else by the rows of ``a`` (2-D)
+    """``np.matmul(a, b, out=out)``, in two pieces over an idle core: by the batch when ``a``,
+    ``b`` and ``out`` have the same leading axes (Winograd's 16 tile GEMMs, attention's heads)
+    from ``BATCH_SPLIT_MACS`` multiply-adds, else from ``2 * SPLIT_MACS`` by the rows of ``a`` (2-D)
     and of ``out``. Used by the convolutions' GEMMs (im2col NHWC, 1x1, Winograd); on 2 cores
     the four 64-channel 56x56 conv branches ran in 25.1 ms against 29.8 whole. (light/
     models gain nothing: DuplicateFilterPass leaves their convs one filter wide.) Returns
@@ -151,15 +155,24 @@ def par_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> int:
     batch = 1
     for d in out.shape[:-2]:
         batch *= int(d)
-    if batch * m * k * n < 2 * SPLIT_MACS:
-        np.matmul(a, b, out=out)
-        return 1
-    if a.ndim == b.ndim == out.ndim == 3 and a.shape[0] == b.shape[0] == out.shape[0] >= 2:
+    macs = batch * m * k * n
+    if (
+        a.ndim == b.ndim == out.ndim >= 3
+        and a.shape[:-2] == b.shape[:-2] == out.shape[:-2]
+        and batch >= 2
+        and macs >= BATCH_SPLIT_MACS
+        and out.flags.c_contiguous
+    ):
+        # one batch of matrices (the leading axes flattened: attention's (1, heads, ...)): halves of it
+        a3, b3, o3 = a.reshape(batch, m, k), b.reshape(batch, k, n), out.reshape(batch, m, n)
 
         def part(lo: int, hi: int) -> None:
-            np.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi])
+            np.matmul(a3[lo:hi], b3[lo:hi], out=o3[lo:hi])
 
-        return split_range(out.shape[0], part)
+        return split_range(batch, part)
+    if macs < 2 * SPLIT_MACS:
+        np.matmul(a, b, out=out)
+        return 1
     if a.ndim != 2 or m < 2:
         np.matmul(a, b, out=out)
         return 1
