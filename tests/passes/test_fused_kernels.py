@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aioge.ir.desc import TensorDesc
+from aioge.kernels import native, parallel
 from aioge.kernels.fused import EW_OPS, activation_runner, build_fused_elementwise, check_program, coalesce
 from aioge.ops.registry import get_schema
 
@@ -309,3 +310,51 @@ def test_random_programs_match_the_unfused_ops(case: tuple[list[str], list[int],
     assert got.shape == want.shape and got.dtype == want.dtype
     # Exp of a chain may overflow to inf; inf == inf and nan == nan count as equal.
     np.testing.assert_allclose(got, want, equal_nan=True, **_tol(ops, got.dtype))
+
+
+@pytest.mark.parametrize(
+    ("ops", "operands", "params"),
+    [
+        (["Mul", "Add", "Mul", "Add", "Relu"], [0, 1, -1, 2, -2, 3, -3, 3, -4], []),  # DenseNet's unfolded BN + ReLU
+        (["Sub", "Div", "Mul", "Add"], [0, 1, -1, 2, -2, 3, -3, 4], []),
+        (["Mul", "Add", "Clip"], [1, 0, 2, -1, -2], [0.0, 6.0]),  # the data second in a commutative op
+        (["Add", "Swish"], [0, 3, -1], [1.0]),
+        (["Mul", "HardSwish"], [0, 4, -1], []),  # a scalar operand
+    ],
+)
+def test_a_chain_of_per_channel_constants_runs_in_c_bit_equal_to_the_ops(ops, operands, params) -> None:
+    """Steps ``v op k[c]`` then an activation: one C pass per plane and step
+    (``_ChannelChain``), bit for bit the unfused ops, NaN included, whole or split."""
+    from aioge.kernels import fused as kf
+
+    if not native.available():
+        pytest.skip("needs the compiled tier")
+    rng = np.random.default_rng(len(ops))
+    x = (rng.standard_normal((2, 24, 13, 11)) * 4).astype(np.float32)
+    x[0, 3, 2, 2] = np.nan
+    inputs = [x, *(rng.standard_normal((24, 1, 1)).astype(np.float32) + 1.5 for _ in range(3)), np.full((1,), 0.75, np.float32)]
+    attrs = {"ops": tuple(ops), "operands": tuple(operands), "params": tuple(params)}
+    steps = kf._parse(ops, operands, params, len(inputs))
+    assert kf._ChannelChain.of(steps, [a.shape for a in inputs], x.shape, np.dtype(np.float32)) is not None
+    run = build_fused_elementwise(attrs, {}, [TensorDesc.of(a.shape, a.dtype) for a in inputs], [TensorDesc.of(x.shape, x.dtype)])
+    got = run(inputs, None)[0]
+    np.testing.assert_array_equal(got, _reference(ops, operands, params, inputs))
+    with parallel.cpu_tokens(threading.Semaphore(1)):
+        (split,) = run(inputs, [np.full(x.shape, 7.0, np.float32)])
+    np.testing.assert_array_equal(split, got)
+
+
+def test_programs_that_are_not_a_chain_of_per_channel_constants_keep_the_numpy_kernel() -> None:
+    from aioge.kernels import fused as kf
+
+    shapes = [(2, 24, 13, 11), (24, 1, 1), (2, 24, 13, 11), (2, 24, 1, 1)]
+    for ops, operands in (
+        (["Sub"], [1, 0]),  # the data second in a subtraction
+        (["Mul"], [0, 2]),  # a full-size second operand
+        (["Add"], [0, 3]),  # a constant per sample and channel
+        (["Mul", "Add"], [0, 1, 1, 1]),  # the second step does not read the first's result
+    ):
+        steps = kf._parse(ops, operands, [], len(shapes))
+        assert kf._ChannelChain.of(steps, shapes, shapes[0], np.dtype(np.float32)) is None, ops
+    steps = kf._parse(["Mul"], [0, 1], [], 2)
+    assert kf._ChannelChain.of(steps, shapes[:2], shapes[0], np.dtype(np.float64)) is None

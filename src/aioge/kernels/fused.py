@@ -21,6 +21,7 @@ from aioge.kernels import elementwise as k
 from aioge.kernels import native, native_rows
 from aioge.kernels.activation import swish
 from aioge.kernels.contract import RunFn
+from aioge.kernels.parallel import split_native
 
 __all__ = [
     "BLOCK_BYTES",
@@ -428,15 +429,19 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
         return regs, temps, [r[:tail_rows] for r in regs], _head(temps, tail_rows)
 
     size = math.prod(out_shape)
+    in_shapes = [tuple(int(d) for d in desc.shape) for desc in ins]
     # One compiled activation over an input of the output's shape (a Gelu or Sigmoid node alone):
     # one C call over the whole tensor, in two halves over an idle core when it is large.
-    whole = _whole_activation(steps, [tuple(int(d) for d in desc.shape) for desc in ins], out_shape)
+    whole = _whole_activation(steps, in_shapes, out_shape)
+    chain = _ChannelChain.of(steps, in_shapes, out_shape, dtype)
 
     def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         y = np.empty(out_shape, dtype) if outputs is None else outputs[0]
         if size == 0:
             return (y,)
         if whole is not None and _run_whole(whole, inputs, y):
+            return (y,)
+        if chain is not None and chain.run(inputs, y):
             return (y,)
         direct = y.flags.c_contiguous
         yc = y.reshape(cshape) if direct else np.empty(cshape, dtype)
@@ -495,6 +500,94 @@ def _whole_activation(steps: list[_Step], in_shapes: list[tuple[int, ...]], out_
         if x in full and x != b and bias and out_shape[len(out_shape) - len(bias) :] == bias:
             return names[1], steps[1].params, x, b, math.prod(bias)
     return None
+
+
+_CHAIN_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}
+
+
+class _ChannelChain:
+    """A program of per-channel constants over one NCHW-like tensor, run in C
+    (``aioge_channel_chain_f32``): steps ``v = v op k[c]`` (Add, Sub, Mul, Div) in order, then
+    an optional activation of ``native_rows.EPILOGUES``. Each step rounds as its ufunc does, so
+    the result is the numpy program's, bit for bit. An unfolded BatchNormalization and its
+    ReLU (DenseNet's pre-activations) ran as five passes over the tensor: 2.06 ms for
+    256x56x56 values."""
+
+    __slots__ = ("x", "ks", "ops", "act", "channels", "hw", "planes", "_held")
+
+    def __init__(self, x: int, ks: list[int], ops: list[int], act: tuple[int, int, int], out_shape: tuple[int, ...]) -> None:
+        self.x, self.ks, self.act = x, ks, act
+        self.ops = np.array(ops, np.int64)
+        self.channels, self.hw = out_shape[1], math.prod(out_shape[2:])
+        self.planes = out_shape[0] * out_shape[1]
+        self._held: tuple[tuple[Any, ...], list[np.ndarray], np.ndarray] | None = None
+
+    @classmethod
+    def of(
+        cls, steps: list[_Step], in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...], dtype: np.dtype
+    ) -> _ChannelChain | None:
+        """The chain of this program, or None when it is not one (or float32 is not its dtype)."""
+        if dtype != np.float32 or len(out_shape) < 2 or not steps or math.prod(out_shape) == 0:
+            return None
+        body, act = steps, (0, 0, 0)
+        last = steps[-1]
+        if len(steps) >= 2 and last.op.name in native_rows.EPILOGUES and last.srcs == (1 - len(steps),):
+            body, act = steps[:-1], native_rows.epilogue(last.op.name, last.params)
+        x = -1
+        ks: list[int] = []
+        for i, st in enumerate(body):
+            if st.op.name not in _CHAIN_OPS or len(st.srcs) != 2:
+                return None
+            prev, k = st.srcs
+            if i == 0:
+                if st.op.name in ("Add", "Mul") and in_shapes[k] == out_shape and in_shapes[prev] != out_shape:
+                    prev, k = k, prev  # commutative: the data may come second
+                if in_shapes[prev] != out_shape:
+                    return None
+                x = prev
+            elif prev != -i:
+                if st.op.name not in ("Add", "Mul") or k != -i:
+                    return None
+                prev, k = k, prev
+            shape = (1,) * (len(out_shape) - len(in_shapes[k])) + in_shapes[k] if k >= 0 else ()
+            if k < 0 or len(shape) != len(out_shape) or shape[1] not in (1, out_shape[1]):
+                return None
+            if any(d != 1 for j, d in enumerate(shape) if j != 1):
+                return None
+            ks.append(k)
+        return cls(x, ks, [_CHAIN_OPS[st.op.name] for st in body], act, out_shape)
+
+    def run(self, inputs: Sequence[np.ndarray], y: np.ndarray) -> bool:
+        """``y`` = the program of ``inputs``; False (nothing written) when it cannot run in C."""
+        par = native.par_run()
+        x = np.asarray(inputs[self.x])
+        if par is None or x.dtype != np.float32 or not (x.flags.c_contiguous and y.flags.c_contiguous):
+            return False
+        consts = tuple(inputs[k] for k in self.ks)
+        held = self._held  # one read: concurrent runs swap whole entries
+        if held is None or any(a is not b or a.flags.writeable for a, b in zip(held[0], consts)):
+            vectors = [
+                np.ascontiguousarray(np.broadcast_to(np.asarray(k, np.float32).reshape(-1), (self.channels,))) for k in consts
+            ]
+            held = self._held = (consts, vectors, np.array([native.ptr(v) for v in vectors], np.int64))
+        code, b0, b1 = self.act
+        args = np.array(
+            [
+                native.ptr(x),
+                native.ptr(y),
+                self.channels,
+                self.hw,
+                len(self.ks),
+                native.ptr(self.ops),
+                native.ptr(held[2]),
+                code,
+                b0,
+                b1,
+            ],
+            np.int64,
+        )
+        split_native(par, native.JOB_CHAIN, native.ptr(args), self.planes, worth=x.size >= native_rows.SPLIT_ACTIVATION)
+        return True
 
 
 def _run_whole(whole: _Whole, inputs: Sequence[np.ndarray], y: np.ndarray) -> bool:

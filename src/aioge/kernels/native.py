@@ -28,6 +28,7 @@ import numpy as np
 __all__ = [
     "ABI",
     "JOB_ACTIVATION",
+    "JOB_CHAIN",
     "JOB_CONV_DIRECT",
     "JOB_CONV_T",
     "JOB_DEPTHWISE",
@@ -44,10 +45,10 @@ __all__ = [
 ]
 
 # The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C helper thread.
-JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION, JOB_PACK, JOB_GEMV_T = 0, 1, 2, 3, 4, 5, 6
+JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION, JOB_PACK, JOB_GEMV_T, JOB_CHAIN = range(8)
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
-ABI = 3
+ABI = 4
 
 
 @functools.cache

@@ -272,3 +272,32 @@ void aioge_bias_activation_f32(const float *x, const float *bias, float *y, int6
     for (int64_t r = r0; r < r1; r++)
         act_span(x + r * width, bias, y + r * width, width, act, p0, p1);
 }
+
+/* y = act(chain(x)) over planes [p0, p1) of hw values each: the chain's steps in order, step s
+ * v = v op k[s][c] with c = p % C the plane's channel (op 0: +, 1: -, 2: *, 3: /), each rounded
+ * in float32 as numpy's ufunc rounds it (no contraction here), then the activation (act.h; 0:
+ * none). A FusedElementwise program of per-channel constants, most often an unfolded
+ * BatchNormalization and its ReLU (DenseNet's pre-activations): numpy ran it as a pass per step
+ * over cache-sized chunks, 2.6 ns a value for four steps and a ReLU; here each plane is one pass
+ * per step while it sits in L1. y may be x. */
+void aioge_channel_chain_f32(const float *x, float *y, int64_t C, int64_t hw, int64_t nsteps, const int64_t *ops,
+                             const float *const *k, int act, float a0, float a1, int64_t p0, int64_t p1)
+{
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t c = p % C;
+        const float *xp = x + p * hw;
+        float *yp = y + p * hw;
+        for (int64_t s = 0; s < nsteps; s++) {
+            const float kv = k[s][c];
+            const float *src = s ? yp : xp;
+            switch (ops[s]) {
+            case 0: _Pragma("omp simd") for (int64_t j = 0; j < hw; j++) yp[j] = src[j] + kv; break;
+            case 1: _Pragma("omp simd") for (int64_t j = 0; j < hw; j++) yp[j] = src[j] - kv; break;
+            case 2: _Pragma("omp simd") for (int64_t j = 0; j < hw; j++) yp[j] = src[j] * kv; break;
+            default: _Pragma("omp simd") for (int64_t j = 0; j < hw; j++) yp[j] = src[j] / kv; break;
+            }
+        }
+        if (act)
+            act_span(yp, NULL, yp, hw, act, a0, a1);
+    }
+}

@@ -46,6 +46,8 @@ void aioge_activation_f32(const float *x, float *y, int act, float p0, float p1,
 void aioge_pack_columns_f32(const float *b, int64_t ldb, int64_t K, int64_t N, float *bpack, int64_t p0, int64_t p1);
 void aioge_gemv_t_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t n0,
                       int64_t n1);
+void aioge_channel_chain_f32(const float *x, float *y, int64_t C, int64_t hw, int64_t nsteps, const int64_t *ops,
+                             const float *const *k, int act, float a0, float a1, int64_t p0, int64_t p1);
 int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
                      const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1);
 
@@ -127,7 +129,17 @@ static int job_gemv_t(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
-static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv_t, job_depthwise, job_activation, job_pack, job_gemv_t};
+/* channel chain: x, y, C, hw, nsteps, ops, k, act, the bits of p0 and p1: [lo, hi) are planes */
+static int job_chain(const int64_t *g, int64_t lo, int64_t hi)
+{
+    aioge_channel_chain_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], g[2], g[3], g[4],
+                            (const int64_t *)(intptr_t)g[5], (const float *const *)(intptr_t)g[6], (int)g[7],
+                            aioge_float_of(g[8]), aioge_float_of(g[9]), lo, hi);
+    return 0;
+}
+
+static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv_t, job_depthwise, job_activation, job_pack, job_gemv_t,
+                              job_chain};
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
