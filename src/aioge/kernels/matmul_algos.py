@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -337,18 +337,32 @@ def build_gemm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
         return build_gemm_dot(attrs, params, ins, outs)
     row_c = len(ins) > 2 and ins[2] is not None and alpha == 1.0 and beta != 0.0 and ins[2].shape in ((n,), (1, n))
     if m == 1 and tb and not ta:
-        return _gemv_t(k, n, row_c, alpha, beta, gemm.par)
+        return _gemm_run(m, n, row_c, alpha, beta, _gemv_t(k, n, gemm.par))
     packed = WeightDerived(lambda b: pack_columns(np.asarray(b.T if tb else b, np.float32), gemm.nr))
+
+    def product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, bp: int, yc: np.ndarray) -> None:
+        gemm(_rows(a.T if ta else a, k), packed.get(b), bias, yc)
+
+    return _gemm_run(m, n, row_c, alpha, beta, product)
+
+
+# y = a @ b (+ the row bias, its array and address), written into the C-contiguous yc
+_Product = Callable[[np.ndarray, np.ndarray, "np.ndarray | None", int, np.ndarray], None]
+
+
+def _gemm_run(m: int, n: int, row_c: bool, alpha: float, beta: float, product: _Product) -> RunFn:
+    """gemm_native's run around a C ``product``: a row-vector beta·C given to it as the bias
+    (taken once for a constant C), other C and alpha by ``gemm_epilogue``, a non-contiguous
+    output written through a contiguous one."""
+    bias_of = NativeOperand()
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         a, b = inputs[0], inputs[1]
         c = inputs[2] if len(inputs) > 2 else None
         y = _out(outputs, (m, n), np.float32)
         yc = y if y.flags.c_contiguous else np.empty((m, n), np.float32)
-        bias = None
-        if row_c and c is not None:
-            bias = np.ascontiguousarray((c if beta == 1.0 else beta * c).reshape(-1), np.float32)
-        gemm(_rows(a.T if ta else a, k), packed.get(b), bias, yc)
+        bias, bp = bias_of.get(c if beta == 1.0 else beta * c) if row_c and c is not None else (None, 0)
+        product(a, b, bias, bp, yc)
         if bias is None:
             gemm_epilogue(yc, c, alpha, beta)
         if yc is not y:
@@ -358,34 +372,21 @@ def build_gemm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
     return run
 
 
-def _gemv_t(k: int, n: int, row_c: bool, alpha: float, beta: float, par: Any) -> RunFn:
+def _gemv_t(k: int, n: int, par: Any) -> _Product:
     """One row times a transposed (N, K) weight (a classifier at batch 1), in C
     (``aioge_gemv_t_f32``) on the weight as it is, no packed copy: 4 rows of it at a time, the
     rows shared with the C helper on an idle core. MobileNetV3's 1024x1000 classifier, its
     weight out of the cache as in a run: 211 us against numpy's 289 on one core (70 against 168
     in cache)."""
-    bias_of = NativeOperand()
     worth = k * n >= GEMV_SPLIT_VALUES
 
-    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
-        a, b = inputs[0], inputs[1]
-        c = inputs[2] if len(inputs) > 2 else None
-        y = _out(outputs, (1, n), np.float32)
-        yc = y if y.flags.c_contiguous else np.empty((1, n), np.float32)
+    def product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, bp: int, yc: np.ndarray) -> None:
         x = np.ascontiguousarray(a, np.float32)
         w = b if b.dtype == np.float32 and b.strides[1] == 4 and b.strides[0] % 4 == 0 else np.ascontiguousarray(b, np.float32)
-        bias, bp = (None, 0)
-        if row_c and c is not None:
-            bias, bp = bias_of.get(c if beta == 1.0 else beta * c)
         args = np.array([native.ptr(x), native.ptr(w), w.strides[0] // 4, bp, native.ptr(yc), k], np.int64)
         split_native(par, native.JOB_GEMV_T, native.ptr(args), n, worth=worth)
-        if bias is None:
-            gemm_epilogue(yc, c, alpha, beta)
-        if yc is not y:
-            np.copyto(y, yc)
-        return (y,)
 
-    return run
+    return product
 
 
 def _applies_gemm_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:

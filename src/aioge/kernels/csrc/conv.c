@@ -348,11 +348,7 @@ static inline void tap_max(float *restrict yr, const float *restrict xr, int64_t
             const float v = xr[q];
             yr[q] = v > yr[q] || v != v ? v : yr[q];
         }
-    } else if (stride == 2) {
-#pragma omp simd
-        for (int64_t q = lo; q < hi; q++)
-            yr[q] = xr[2 * q] > yr[q] || xr[2 * q] != xr[2 * q] ? xr[2 * q] : yr[q];
-    } else {
+    } else { /* stride 2 never comes here: the pool reads its even and odd columns at unit stride */
         for (int64_t q = lo; q < hi; q++)
             yr[q] = xr[q * stride] > yr[q] || xr[q * stride] != xr[q * stride] ? xr[q * stride] : yr[q];
     }
@@ -364,10 +360,6 @@ static inline void tap_add(float *restrict yr, const float *restrict xr, int64_t
 #pragma omp simd
         for (int64_t q = lo; q < hi; q++)
             yr[q] += xr[q];
-    } else if (stride == 2) {
-#pragma omp simd
-        for (int64_t q = lo; q < hi; q++)
-            yr[q] += xr[2 * q];
     } else {
         for (int64_t q = lo; q < hi; q++)
             yr[q] += xr[q * stride];

@@ -69,31 +69,29 @@ static int job_gemm(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* conv direct: xph, wpack, koff, bias, y, geometry, panels, blocks, by_blocks: [lo, hi) are panels,
- * or MR-row blocks of the weight when by_blocks */
-static int job_conv_direct(const int64_t *g, int64_t lo, int64_t hi)
+typedef int (*conv_fn)(const float *, const float *, const int64_t *, const float *, float *, const int64_t *, int64_t,
+                       int64_t, int64_t, int64_t);
+
+/* The two direct convs' jobs: xph, wpack, koff, bias, y, geometry, then the two ranges' sizes and
+ * which of them [lo, hi) cuts (g[8]: the second) */
+static int conv_job(conv_fn fn, const int64_t *g, int64_t lo, int64_t hi)
 {
     const float *x = (const float *)(intptr_t)g[0], *w = (const float *)(intptr_t)g[1];
     const int64_t *koff = (const int64_t *)(intptr_t)g[2], *geom = (const int64_t *)(intptr_t)g[5];
     const float *bias = (const float *)(intptr_t)g[3];
     float *y = (float *)(intptr_t)g[4];
     if (g[8])
-        return aioge_conv_direct_f32(x, w, koff, bias, y, geom, 0, g[6], lo, hi);
-    return aioge_conv_direct_f32(x, w, koff, bias, y, geom, lo, hi, 0, g[7]);
+        return fn(x, w, koff, bias, y, geom, 0, g[6], lo, hi);
+    return fn(x, w, koff, bias, y, geom, lo, hi, 0, g[7]);
 }
 
-/* conv, channels in the lanes: xph, wpack, koff, bias, y, geometry, units, panels, by_panels:
- * [lo, hi) are image-and-MR-position units, or panels of NR output channels when by_panels */
-static int job_conv_t(const int64_t *g, int64_t lo, int64_t hi)
-{
-    const float *x = (const float *)(intptr_t)g[0], *w = (const float *)(intptr_t)g[1];
-    const int64_t *koff = (const int64_t *)(intptr_t)g[2], *geom = (const int64_t *)(intptr_t)g[5];
-    const float *bias = (const float *)(intptr_t)g[3];
-    float *y = (float *)(intptr_t)g[4];
-    if (g[8])
-        return aioge_conv_t_f32(x, w, koff, bias, y, geom, 0, g[6], lo, hi);
-    return aioge_conv_t_f32(x, w, koff, bias, y, geom, lo, hi, 0, g[7]);
-}
+/* conv direct: ..., panels, blocks, by_blocks: [lo, hi) are panels, or MR-row blocks of the
+ * weight when by_blocks */
+static int job_conv_direct(const int64_t *g, int64_t lo, int64_t hi) { return conv_job(aioge_conv_direct_f32, g, lo, hi); }
+
+/* conv, channels in the lanes: ..., units, panels, by_panels: [lo, hi) are image-and-MR-position
+ * units, or panels of NR output channels when by_panels */
+static int job_conv_t(const int64_t *g, int64_t lo, int64_t hi) { return conv_job(aioge_conv_t_f32, g, lo, hi); }
 
 /* depthwise conv: x, w, bias, y, geometry, unit, planes: [lo, hi) are blocks of unit output
  * planes (the interleaved layout computes 16 planes at a time: a chunk of 4 filled 4 of its 16
