@@ -42,7 +42,7 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import native, native_rows
 from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv import window_geometry
-from aioge.kernels.fused import with_activation
+from aioge.kernels.fused import build_then_activation
 from aioge.kernels.parallel import par_matmul, split_native, split_range
 
 __all__ = [
@@ -341,9 +341,6 @@ class NativeOperand:
         return arr, addr
 
 
-_ACTIVATION_ATTRS = ("activation", "activation_params")
-
-
 def _epilogue(attrs: Mapping[str, Any]) -> tuple[int, int, int]:
     """The fused activation a compiled conv applies to its output tiles (``native_rows.epilogue``)."""
     return native_rows.epilogue(attrs.get("activation", ""), attrs.get("activation_params", ()))
@@ -358,9 +355,7 @@ def _numpy_instead(
 ) -> RunFn:
     """A numpy kernel in place of a compiled one (no tier, or another dtype), with the fused
     activation the compiled one would have applied as a pass of its own."""
-    plain = {key: v for key, v in attrs.items() if key not in _ACTIVATION_ATTRS}
-    run = build(plain, params, ins, outs)
-    return with_activation(run, attrs.get("activation", ""), attrs.get("activation_params", ()), ins[0].dtype)  # type: ignore[union-attr]
+    return build_then_activation(build, attrs, params, ins, outs, ins[0].dtype)  # type: ignore[union-attr]
 
 
 _DEPTHWISE_LANES = 16  # csrc/conv.c LANES: planes the interleaved layout computes at a time

@@ -29,9 +29,11 @@ __all__ = [
     "EwOp",
     "activation_runner",
     "build_fused_elementwise",
+    "build_then_activation",
     "check_program",
     "coalesce",
     "with_activation",
+    "without_activation",
 ]
 
 # Bytes of one chunk (and of each scratch register): small enough that a program's
@@ -701,6 +703,26 @@ def activation_runner(name: str, params: Sequence[float], dtype: Any) -> Callabl
             pool.append(temps)
 
     return apply
+
+
+def without_activation(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """A fused op's attributes less its ``activation`` and ``activation_params``: the base
+    op's, as its kernels take them."""
+    return {key: v for key, v in attrs.items() if key not in ("activation", "activation_params")}
+
+
+def build_then_activation(
+    build: Callable[[Mapping[str, Any], Mapping[str, Any], Any, Any], RunFn],
+    attrs: Mapping[str, Any],
+    params: Mapping[str, Any],
+    ins: Any,
+    outs: Any,
+    dtype: Any,
+) -> RunFn:
+    """A fused op's kernel from its base op's ``build`` (given ``without_activation(attrs)``),
+    the activation a pass of its own after it (``with_activation``)."""
+    run = build(without_activation(attrs), params, ins, outs)
+    return with_activation(run, attrs.get("activation", ""), attrs.get("activation_params", ()), dtype)
 
 
 def with_activation(run: RunFn, name: str, params: Sequence[float], dtype: Any) -> RunFn:

@@ -85,10 +85,6 @@ _ACTIVATION_ATTRS = {
 }
 
 
-def _strip(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: v for key, v in attrs.items() if key not in _ACTIVATION_ATTRS}
-
-
 def _check_activation(attrs: Mapping[str, Any]) -> None:
     name = attrs.get("activation", "")
     if name:
@@ -104,20 +100,19 @@ def _with_activation(base: OpSchema, name: str, doc: str) -> OpSchema:
 
     def infer(ctx: InferContext) -> list[TensorDesc]:
         _check_activation(ctx.attrs)
-        return base.infer(InferContext(ctx.inputs, ctx.values, _strip(ctx.attrs), ctx.num_outputs))
+        return base.infer(InferContext(ctx.inputs, ctx.values, k.without_activation(ctx.attrs), ctx.num_outputs))
 
     def wrap(impl: KernelImpl) -> KernelImpl:
         def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
             if attrs.get("activation", "") in impl.activations:
                 return impl.build(attrs, params, ins, outs)  # it applies the activation itself
-            run = impl.build(_strip(attrs), params, ins, outs)
-            return k.with_activation(run, attrs.get("activation", ""), attrs.get("activation_params", ()), outs[0].dtype)
+            return k.build_then_activation(impl.build, attrs, params, ins, outs, outs[0].dtype)
 
         return KernelImpl(
             impl.name,
             build,
-            lambda descs, attrs: impl.applies(descs, _strip(attrs)),
-            lambda descs, attrs: impl.candidates(descs, _strip(attrs)),
+            lambda descs, attrs: impl.applies(descs, k.without_activation(attrs)),
+            lambda descs, attrs: impl.candidates(descs, k.without_activation(attrs)),
             impl.offered,
             impl.eager,
             impl.activations,
