@@ -310,3 +310,68 @@ def test_a_big_aligned_buffer_is_a_mapping_of_its_own_and_a_small_one_a_numpy_ar
         assert isinstance(base, mmap.mmap) == mapped
         a[...] = 1.5
         assert float(a.sum()) == 1.5 * a.size
+
+
+@pytest.mark.parametrize("activation", [("", ()), ("Gelu", (1.0,)), ("Relu", ())])
+@pytest.mark.parametrize("bias_shape", [None, (13,), (1, 1, 13), ()])
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_every_fused_matmul_kernel_adds_the_bias_and_applies_the_activation(activation, bias_shape, trans_b) -> None:
+    """FusedMatMul alpha * A @ B' + C, activated: the numpy kernel and every FusedGemm kernel run
+    over A's rows (``rows_*``), into a planned output and into a fresh one, against float64."""
+    from aioge.ops.registry import get_schema
+    from aioge.ops.schema import InferContext
+    from aioge.plan.kernel import candidates_of
+
+    rng = np.random.default_rng(7)
+    a = rand(rng, 2, 7, 70)
+    b = rand(rng, *((13, 70) if trans_b else (70, 13)))
+    b.setflags(write=False)
+    inputs = [a, b] + ([] if bias_shape is None else [rand(rng, *bias_shape)])
+    name, params = activation
+    attrs = {"transA": 0, "transB": trans_b, "alpha": 0.5, "activation": name, "activation_params": params}
+    schema = get_schema("FusedMatMul", "aioge")
+    descs = _descs(*inputs)
+    (out,) = schema.infer(InferContext(descs, [None] * len(descs), attrs, 1))
+    want = 0.5 * (a.astype(np.float64) @ (b.T if trans_b else b).astype(np.float64))
+    if bias_shape is not None:
+        want = want + inputs[2]
+    if name == "Gelu":
+        want = 0.5 * want * (1 + np.tanh(np.sqrt(2 / np.pi) * (want + 0.044715 * want**3)))
+    elif name == "Relu":
+        want = np.maximum(want, 0)
+    names = set()
+    for impl, p in candidates_of(schema, descs, attrs):
+        names.add(impl.name)
+        run = impl.build(attrs, p, descs, [out])
+        planned = np.full(out.shape, np.nan, np.float32)
+        (got,) = run(inputs, [planned])
+        assert got is planned, impl.name
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=impl.name)
+        (fresh,) = run(inputs, None)
+        assert fresh.shape == (2, 7, 13)
+        np.testing.assert_allclose(fresh, want, rtol=2e-5, atol=2e-5, err_msg=impl.name)
+    assert {"numpy", "rows_numpy", "rows_gemm_dot"} <= names
+    assert ("rows_gemm_native" in names) == native.available()
+
+
+def test_fused_matmul_rows_kernels_need_an_untransposed_a_a_matrix_b_and_a_row_bias() -> None:
+    from aioge.ops.registry import get_schema
+    from aioge.plan.kernel import candidates_of
+
+    schema = get_schema("FusedMatMul", "aioge")
+    base = {"transA": 0, "transB": 0, "alpha": 1.0, "activation": "", "activation_params": ()}
+
+    def names(shapes: list[tuple[int, ...]], **attrs: int) -> set[str]:
+        descs = [TensorDesc(s, "float32") for s in shapes]
+        return {impl.name for impl, _ in candidates_of(schema, descs, {**base, **attrs})}
+
+    assert "rows_gemm_dot" in names([(2, 3, 4), (4, 5), (5,)])
+    assert names([(2, 3, 4), (4, 5), (3, 5)]) == {"numpy"}  # a bias that varies along the rows
+    assert names([(2, 4, 3), (4, 5), (5,)], transA=1) == {"numpy"}
+    assert names([(2, 3, 4), (2, 4, 5)]) == {"numpy"}  # a batch of matrices on the right
+    from aioge.ops.schema import InferContext, InferError
+
+    for bad in [TensorDesc((3, 1, 5), "float32"), TensorDesc((5,), "float64"), TensorDesc((4,), "float32")]:
+        descs = [TensorDesc((2, 3, 4), "float32"), TensorDesc((4, 5), "float32"), bad]
+        with pytest.raises(InferError, match="broadcast|must be float32"):
+            schema.infer(InferContext(descs, [None] * 3, base, 1))

@@ -244,7 +244,10 @@ def test_the_tuner_tries_the_rows_layout_on_wide_stride_1_planes_only() -> None:
     assert cands(112, 2) == [{}]
 
 
-@pytest.mark.parametrize(("size", "kernel", "stride", "pad"), [(37, 3, 2, 1), (40, 3, 1, 1), (33, 2, 2, 0), (112, 3, 2, 1)])
+@pytest.mark.parametrize(
+    ("size", "kernel", "stride", "pad"),
+    [(37, 3, 2, 1), (40, 3, 1, 1), (33, 2, 2, 0), (70, 2, 2, 0), (9, 2, 2, 0), (112, 3, 2, 1)],  # 2x2 / 2: vectors and tails
+)
 def test_native_max_pool_propagates_nan_as_numpy_does_and_matches_onnxruntime_without(size, kernel, stride, pad) -> None:
     """The max taps run LANES at a time (a vector select with a NaN test); at stride 2 over the
     reduced row's even and odd columns. A NaN anywhere in a window gives NaN, as np.maximum
@@ -266,3 +269,30 @@ def test_native_max_pool_propagates_nan_as_numpy_does_and_matches_onnxruntime_wi
     clean = np.nan_to_num(x, nan=0.5)
     (got_clean,) = impl.build(attrs, {"per_pixel": 0}, [TensorDesc(x.shape, "float32")], None)([clean], None)
     np.testing.assert_array_equal(got_clean, ort_run("MaxPool", [clean], attrs)[0])
+
+
+@pytest.mark.parametrize("kernel", [2, 3])
+def test_native_pool_shares_its_planes_with_the_helper_and_splits_bit_equal(kernel, monkeypatch) -> None:
+    import threading
+
+    from aioge.kernels import parallel
+
+    rng = np.random.default_rng(kernel)
+    x = rng.standard_normal((8, 16, 32, 32)).astype(np.float32)  # 131,072 values: worth a split
+    attrs = {"kernel_shape": [kernel, kernel], "strides": [2, 2]}
+    impl = next(i for i in get_schema("MaxPool").impls if i.name == "pool_native")
+    run = impl.build(attrs, {"per_pixel": 0}, [TensorDesc(x.shape, "float32")], None)
+    pieces: list[int] = []
+    real = parallel.split_native
+
+    def counted(par, job, args, total, *, worth=True):  # type: ignore[no-untyped-def]
+        pieces.append(real(par, job, args, total, worth=worth))
+        return pieces[-1]
+
+    monkeypatch.setattr("aioge.kernels.pool_algos.split_native", counted)
+    (whole,) = run([x], None)
+    with parallel.cpu_tokens(threading.Semaphore(1)):
+        (split,) = run([x], None)
+    assert pieces == [1, 2]
+    np.testing.assert_array_equal(split, whole)
+    np.testing.assert_array_equal(whole, ort_run("MaxPool", [x], attrs)[0])

@@ -86,16 +86,35 @@ async def test_matmul_add_becomes_gemm() -> None:
     np.testing.assert_allclose(out["y"], want, **TOL)
 
 
-async def test_matmul_add_that_broadcasts_up_or_is_batched_stays() -> None:
+async def test_matmul_add_that_broadcasts_up_or_varies_along_rows_stays() -> None:
     g = aioge.Graph("stay")
     x = g.input("x", (2, 3, 4), "float32")
     v = g.input("v", (1, 4), "float32")
     w = g.constant(_f32(4, 5))
+    per_row = g.constant(_f32(3, 5, seed=3))  # differs along the rows: not a bias of the folded Gemm
     big = g.input("big", (3, 1, 5), "float32")
-    g.output(ops.add(_mm(x, w), 1.0), ops.add(_mm(v, w), big), names=["batched", "grows"])
+    g.output(ops.add(_mm(x, w), per_row), ops.add(_mm(v, w), big), names=["batched", "grows"])
     feeds = {"x": _f32(2, 3, 4), "v": _f32(1, 4, seed=1), "big": _f32(3, 1, 5, seed=2)}
     on, _, _ = await compare(g, feeds, only("MatMulAddFusionPass"), ALL_OFF, **TOL)
     assert on == {"MatMul": 2, "Add": 2}
+
+
+@pytest.mark.parametrize("bias_shape", [(5,), (1, 1, 5), ()])
+async def test_batched_matmul_add_of_a_row_bias_becomes_fused_matmul_with_bias(bias_shape) -> None:  # type: ignore[no-untyped-def]
+    # a transformer's projection: (batch, seq, d) @ (d, n) + bias, then GELU; every FusedMatMul
+    # kernel (the Gemm kernels over the folded rows included) against numpy
+    g = aioge.Graph("proj")
+    x = g.input("x", (2, 3, 4), "float32")
+    w1, w2 = g.constant(_f32(4, 5, seed=1)), g.constant(_f32(4, 5, seed=3))
+    bias = g.constant(_f32(*bias_shape, seed=2))
+    g.output(ops.gelu(ops.add(_mm(x, w1), bias), approximate="tanh"), ops.add(bias, _mm(x, w2)), names=["act", "lin"])
+    feeds = {"x": _f32(2, 3, 4)}
+    on, off, out = await compare(g, feeds, without(), ALL_OFF, rtol=1e-5, atol=1e-5)
+    assert on == {"FusedMatMul": 2} and off["Add"] == 2
+    pre = feeds["x"] @ _f32(4, 5, seed=1) + _f32(*bias_shape, seed=2)
+    gelu = 0.5 * pre * (1 + np.tanh(np.sqrt(2 / np.pi) * (pre + 0.044715 * pre**3)))
+    np.testing.assert_allclose(out["act"], gelu, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["lin"], feeds["x"] @ _f32(4, 5, seed=3) + _f32(*bias_shape, seed=2), rtol=1e-5, atol=1e-5)
 
 
 # -- BiasAddFusionPass ------------------------------------------------------------------

@@ -35,6 +35,7 @@ __all__ = [
     "JOB_GEMM",
     "JOB_GEMV_T",
     "JOB_PACK",
+    "JOB_POOL",
     "aligned_empty",
     "available",
     "function",
@@ -45,10 +46,10 @@ __all__ = [
 ]
 
 # The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C helper thread.
-JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION, JOB_PACK, JOB_GEMV_T, JOB_CHAIN = range(8)
+JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION, JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL = range(9)
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
-ABI = 4
+ABI = 5
 
 
 @functools.cache

@@ -18,7 +18,6 @@ and ``reduce.build_reduce``.
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -27,7 +26,7 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import native
 from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv import build_max_pool, window_geometry
-from aioge.kernels.parallel import split_range
+from aioge.kernels.parallel import split_native
 from aioge.kernels.reduce import REDUCERS, build_reduce, reduce_axes
 
 __all__ = ["GLOBAL_AVG_ALGOS", "GLOBAL_MAX_ALGOS", "POOL_AVG_ALGOS", "POOL_MAX_ALGOS", "reduce_algos"]
@@ -178,10 +177,9 @@ def _applies_pool(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return _pool2d(descs, attrs) is not None
 
 
-# A compiled pool over fewer input values than this runs whole (a helper-thread hop costs
-# 15-20 us; a 3x3 max pool reads about 3 values a nanosecond).
-_NATIVE_SPLIT_VALUES = 1 << 19
-_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+# A compiled pool over fewer input values than this runs whole: the C helper takes a job in
+# about a microsecond while it spins, and a 2x2 max pool reads about 5 values a nanosecond.
+_NATIVE_SPLIT_VALUES = 1 << 16
 
 
 def _native_pool(average: bool) -> Callable[..., RunFn]:
@@ -190,10 +188,11 @@ def _native_pool(average: bool) -> Callable[..., RunFn]:
     def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
         """A 2-D pool in C over the planes, ``params['per_pixel']`` 1 window by window (small
         outputs), 0 separably per output row (the window's rows, then its columns; vectorised
-        along the rows); the numpy tap loop without the compiled tier."""
-        fn = native.function("aioge_pool2d_f32", _PTR, _PTR, _PTR, *[ctypes.c_int32] * 3, _I64, _I64, restype=ctypes.c_int)
+        along the rows); the planes shared with the C helper on an idle core. The numpy tap
+        loop without the compiled tier."""
+        par = native.par_run()
         g = _pool2d(ins, attrs)
-        if fn is None or g is None or ins[0].dtype != "float32" or _with_indices(outs):  # type: ignore[union-attr]
+        if par is None or g is None or ins[0].dtype != "float32" or _with_indices(outs):  # type: ignore[union-attr]
             return fallback(attrs, params, ins, outs)
         n, c, h, w = (int(d) for d in ins[0].shape)  # type: ignore[union-attr]
         geometry = np.array([h, w, *g.kernel, *g.strides, *g.dilations, *g.begin, *g.pad_end, *g.out], np.int64)
@@ -205,13 +204,9 @@ def _native_pool(average: bool) -> Callable[..., RunFn]:
             x = np.ascontiguousarray(inputs[0])
             y = np.empty((n, c, *g.out), x.dtype) if outputs is None else outputs[0]
             yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-            xp, yp = native.ptr(x), native.ptr(yc)
-
-            def part(lo: int, hi: int) -> None:
-                if fn(xp, yp, geo[1], *flags, lo, hi):
-                    raise MemoryError("pool_native: no memory for its scratch rows")
-
-            split_range(planes, part, worth=worth)
+            args = np.array([native.ptr(x), native.ptr(yc), geo[1], *flags], np.int64)
+            if split_native(par, native.JOB_POOL, native.ptr(args), planes, worth=worth) < 0:
+                raise MemoryError("pool_native: no memory for its scratch rows")
             if yc is not y:
                 np.copyto(y, yc)
             return (y,)

@@ -1467,6 +1467,7 @@ def fused_gemm(
 def fused_mat_mul(
     x0: Operand,
     x1: Operand,
+    x2: Operand | None = None,
     /,
     *,
     transA: int = 0,
@@ -1478,14 +1479,14 @@ def fused_mat_mul(
     num_outputs: int | None = None,
     **unknown: Never,
 ) -> Value:
-    """FusedMatMul: alpha * A' @ B' (A', B': last two axes swapped when transA / transB) then an optional activation.
+    """FusedMatMul: alpha * A' @ B' + C (A', B': last two axes swapped when transA / transB; C optional) then an optional activation.
 
     Attributes: transA=0, transB=0, alpha=1.0, activation='', activation_params=(). Returns the output value.
     """
     return call_builder(
         "FusedMatMul",
         "aioge",
-        (x0, x1),
+        (x0, x1, x2),
         {
             "transA": transA,
             "transB": transB,

@@ -9,7 +9,10 @@ ints, floats and lists of them) so they serialise and hash into kernel keys.
 - ``FusedConv``, ``FusedGemm``: Conv and Gemm (same attributes, same kernels, tuned the
   same way) followed by an activation applied in place to the output.
 - ``FusedMatMul``: MatMul with either operand's last two axes transposed, a scale
-  ``alpha`` and an optional activation.
+  ``alpha``, an optional bias ``C`` added to the product (as Gemm's with beta 1) and an
+  optional activation. A product of a batch of rows by a matrix (A not transposed, B 2-D,
+  C one value per column) also runs every FusedGemm kernel, A's leading axes folded into
+  the Gemm's rows.
 
 An activation is named by its op (``activation``, empty for none) with its parameters in
 ``activation_params``: LeakyRelu (alpha), HardSigmoid (alpha, beta), Clip (lo, hi; -inf and
@@ -152,17 +155,80 @@ def _swap(desc: TensorDesc | None, flag: int) -> TensorDesc | None:
 def _infer_fused_matmul(ctx: InferContext) -> list[TensorDesc]:
     _check_activation(ctx.attrs)
     ins = [_swap(ctx.inputs[0], ctx.attrs["transA"]), _swap(ctx.inputs[1], ctx.attrs["transB"])]
-    return _MATMUL.infer(InferContext(ins, [None, None], {}, ctx.num_outputs))
+    (out,) = _MATMUL.infer(InferContext(ins, [None, None], {}, ctx.num_outputs))
+    c = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    if c is not None and (c.dtype != out.dtype or broadcast_shapes(c.shape, out.shape) not in (None, out.shape)):
+        raise InferError(f"bias C ({c.dtype} {c.shape}) must be {out.dtype} and broadcast onto the product's {out.shape}")
+    return [out]
+
+
+def _rows_shapes(descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """(rows, K, N) when A' @ B' (+ C) is one Gemm of A's leading axes folded into rows: A not
+    transposed, B a matrix, static shapes, any bias C one value per column."""
+    a, b, c = (*descs, None)[:3]
+    if a is None or b is None or not (a.static and b.static) or attrs.get("transA", 0) or (a.rank or 0) < 2 or b.rank != 2:
+        return None
+    ash, bsh = [int(d) for d in a.shape or ()], [int(d) for d in b.shape or ()]
+    k, n = bsh[::-1] if attrs.get("transB", 0) else bsh
+    cs = [int(d) for d in c.shape or ()] if c is not None and c.static else None
+    if ash[-1] != k or (c is not None and (cs is None or any(d != 1 for d in cs[:-1]) or cs[-1:] not in ([], [1], [n]))):
+        return None
+    return int(np.prod(ash[:-1], dtype=np.int64)), k, n
+
+
+def _as_gemm(
+    descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any], rows: int, k: int, n: int
+) -> tuple[list[Any], dict[str, Any]]:
+    """The Gemm's descs (A as (rows, K), C as (N,) or a scalar) and attributes."""
+    gd: list[Any] = [descs[0].with_shape((rows, k)), descs[1]]  # type: ignore[union-attr]
+    if len(descs) > 2 and descs[2] is not None:
+        gd.append(descs[2].with_shape(tuple(int(d) for d in descs[2].shape[-1:])))  # type: ignore[index]
+    return gd, {**attrs, "transA": 0, "beta": 1.0}
+
+
+def _rows_of(gemm: KernelImpl) -> KernelImpl:
+    """A FusedGemm kernel run as a FusedMatMul of a batch of rows (a transformer's
+    (batch, seq, d) @ (d, n) + bias): A's leading axes folded into the rows of one Gemm, the
+    operands reshaped (views when contiguous), the bias and activation the Gemm's."""
+
+    def applies(descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> bool:
+        shapes = _rows_shapes(descs, attrs)
+        return shapes is not None and gemm.applies(*_as_gemm(descs, attrs, *shapes))
+
+    def candidates(descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
+        shapes = _rows_shapes(descs, attrs)
+        return gemm.candidates(*_as_gemm(descs, attrs, *shapes)) if shapes else [{}]
+
+    def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
+        rows, kk, n = _rows_shapes(ins, attrs)  # type: ignore[misc]
+        gd, ga = _as_gemm(ins, attrs, rows, kk, n)
+        inner = gemm.build(ga, params, gd, [TensorDesc((rows, n), outs[0].dtype)])
+
+        def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+            gin = [inputs[0].reshape(rows, kk), inputs[1], *(c.reshape(c.shape[-1:]) for c in inputs[2:3] if c is not None)]
+            y = outputs[0] if outputs is not None else None
+            if y is not None and y.flags.c_contiguous:
+                inner(gin, [y.reshape(rows, n)])
+                return (y,)
+            got = inner(gin, None)[0].reshape(*inputs[0].shape[:-1], n)
+            if y is not None:
+                np.copyto(y, got)
+            return (got if y is None else y,)
+
+        return run
+
+    return KernelImpl(f"rows_{gemm.name}", build, applies, candidates, gemm.offered, gemm.eager)
 
 
 def _build_fused_matmul(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
-    """matmul of the (transposed) operands straight into the output, scaled, activated."""
+    """matmul of the (transposed) operands straight into the output, scaled, the bias added, activated."""
     trans_a, trans_b = bool(attrs["transA"]), bool(attrs["transB"])
     alpha = float(attrs["alpha"])
     act = k.activation_runner(attrs.get("activation", ""), attrs.get("activation_params", ()), outs[0].dtype)
 
     def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         a, b = inputs[0], inputs[1]
+        c = inputs[2] if len(inputs) > 2 else None
         a = np.swapaxes(a, -1, -2) if trans_a else a
         b = np.swapaxes(b, -1, -2) if trans_b else b
         if outputs is None:
@@ -172,6 +238,8 @@ def _build_fused_matmul(attrs: Mapping[str, Any], params: Mapping[str, Any], ins
             np.matmul(a, b, out=y)
         if alpha != 1.0:
             np.multiply(y, alpha, out=y)
+        if c is not None:
+            np.add(y, c, out=y)
         if act is not None:
             act(y)
         return (y,)
@@ -179,22 +247,24 @@ def _build_fused_matmul(attrs: Mapping[str, Any], params: Mapping[str, Any], ins
     return run
 
 
+_FUSED_GEMM = _with_activation(_base(nn.SCHEMAS, "Gemm"), "FusedGemm", "Gemm then an activation, in place")
+
 _FUSED_MATMUL = OpSchema(
     "FusedMatMul",
     _infer_fused_matmul,
-    (KernelImpl("numpy", _build_fused_matmul),),
+    (KernelImpl("numpy", _build_fused_matmul), *(_rows_of(impl) for impl in _FUSED_GEMM.impls)),
     _MATMUL.engines,
     {"transA": Attr("int", 0, (0, 1)), "transB": Attr("int", 0, (0, 1)), "alpha": Attr("float", 1.0), **_ACTIVATION_ATTRS},
-    (2, 2),
+    (2, 3),
     domain="aioge",
     family="fused",
     cost="matmul",
-    doc="alpha * A' @ B' (A', B': last two axes swapped when transA / transB) then an optional activation",
+    doc="alpha * A' @ B' + C (A', B': last two axes swapped when transA / transB; C optional) then an optional activation",
 )
 
 SCHEMAS: tuple[OpSchema, ...] = (
     _FUSED_ELEMENTWISE,
     _with_activation(_base(conv.SCHEMAS, "Conv"), "FusedConv", "Conv then an activation, in place"),
-    _with_activation(_base(nn.SCHEMAS, "Gemm"), "FusedGemm", "Gemm then an activation, in place"),
+    _FUSED_GEMM,
     _FUSED_MATMUL,
 )

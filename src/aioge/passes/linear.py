@@ -1,5 +1,6 @@
 """Fusions around the linear ops (Conv, Gemm, MatMul): transposes folded into operands,
-MatMul + Add into Gemm, a bias Add into Conv/Gemm, and an activation into the producer.
+MatMul + Add into Gemm (or a FusedMatMul with a bias, over a batch of rows), a bias Add
+into Conv/Gemm, and an activation into the producer.
 
 Each pass walks the graph in topological order from the consumer side (the Add, the
 activation, the MatMul reading a Transpose) and looks at its producer, so a rewrite made
@@ -84,9 +85,18 @@ def _fits(c: Value, out: Value) -> bool:
     return all(d in (1, o) for d, o in zip(reversed(cs), reversed(os_)))
 
 
+def _row_bias(c: Value, out: Value) -> bool:
+    """``c`` is one value per column of ``out`` (shape (..., 1, N), (N,) or a scalar)."""
+    cs, os_ = static_shape(c.desc), static_shape(out.desc)
+    return cs is not None and os_ is not None and all(d == 1 for d in cs[:-1]) and (not cs or cs[-1] in (1, os_[-1]))
+
+
 def fuse_matmul_add(graph: Graph) -> bool:
     """Rewrite Add(MatMul(A, B), C) on matrices as Gemm(A, B, C) (also FusedMatMul without
-    an activation, keeping its transposes and alpha). Returns True if it rewrote any."""
+    an activation, keeping its transposes and alpha), and on a batch of rows by a matrix
+    (A of rank 3 or more, not transposed; B 2-D; C one value per column: a transformer's
+    projection and its bias) as FusedMatMul(A, B, C), which runs the Gemm kernels over A's
+    rows. Returns True if it rewrote any."""
     changed = False
     for add in graph.topological_order():
         if not _is(add, "Add"):
@@ -96,18 +106,23 @@ def fuse_matmul_add(graph: Graph) -> bool:
             c = other_input(add, mm_out) if mm_out is not None else None
             if mm is None or c is None or not (_is(mm, "MatMul") or _is(mm, "FusedMatMul", "aioge")):
                 continue
-            if mm.attrs.get("activation"):
+            if mm.attrs.get("activation") or len(mm.inputs) > 2:
                 continue
             a, b = mm.inputs
-            if a is None or b is None or a.desc.rank != 2 or b.desc.rank != 2 or not _fits(c, mm.outputs[0]):
+            if a is None or b is None or b.desc.rank != 2 or not _fits(c, mm.outputs[0]):
                 continue
             attrs = {
                 "transA": int(mm.attrs.get("transA", 0)),
                 "transB": int(mm.attrs.get("transB", 0)),
                 "alpha": float(mm.attrs.get("alpha", 1.0)),
-                "beta": 1.0,
             }
-            if substitute(graph, add, "Gemm", [a, b, c], attrs, [add, mm]) is not None:
+            if a.desc.rank == 2:
+                rewritten = substitute(graph, add, "Gemm", [a, b, c], {**attrs, "beta": 1.0}, [add, mm])
+            elif (a.desc.rank or 0) > 2 and not attrs["transA"] and _row_bias(c, mm.outputs[0]):
+                rewritten = substitute(graph, add, "FusedMatMul", [a, b, c], attrs, [add, mm], domain="aioge")
+            else:
+                continue
+            if rewritten is not None:
                 changed = True
                 break
     return changed

@@ -77,7 +77,12 @@ PASSES: tuple[GraphPass, ...] = (
         "fold last-two-axes Transposes into MatMul/Gemm as transA/transB",
         linear.fold_transposes,
     ),
-    GraphPass("MatMulAddFusionPass", True, "rewrite MatMul + Add on matrices as Gemm", linear.fuse_matmul_add),
+    GraphPass(
+        "MatMulAddFusionPass",
+        True,
+        "rewrite MatMul + Add as Gemm on matrices, as FusedMatMul with a bias on batches of rows",
+        linear.fuse_matmul_add,
+    ),
     GraphPass("BiasAddFusionPass", True, "fold a bias Add into the Conv bias or the Gemm C before it", linear.fuse_bias_add),
     GraphPass(
         "ActivationFusionPass",

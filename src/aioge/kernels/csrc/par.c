@@ -48,6 +48,8 @@ void aioge_gemv_t_f32(const float *x, const float *w, int64_t ldw, const float *
                       int64_t n1);
 void aioge_channel_chain_f32(const float *x, float *y, int64_t C, int64_t hw, int64_t nsteps, const int64_t *ops,
                              const float *const *k, int act, float a0, float a1, int64_t p0, int64_t p1);
+int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t average, int32_t include_pad,
+                     int32_t per_pixel, int64_t p0, int64_t p1);
 int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
                      const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1);
 
@@ -136,8 +138,15 @@ static int job_chain(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
+/* 2-D pool: x, y, geometry, average, include_pad, per_pixel: [lo, hi) are planes */
+static int job_pool(const int64_t *g, int64_t lo, int64_t hi)
+{
+    return aioge_pool2d_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (const int64_t *)(intptr_t)g[2],
+                            (int32_t)g[3], (int32_t)g[4], (int32_t)g[5], lo, hi) ? 1 : 0;
+}
+
 static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv_t, job_depthwise, job_activation, job_pack, job_gemv_t,
-                              job_chain};
+                              job_chain, job_pool};
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
