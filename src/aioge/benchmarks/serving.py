@@ -104,7 +104,8 @@ async def serving(
 
     graph, feeds, reference = _model(name)
     want = reference(feeds)
-    options = {"aioge.tune_mode": "heuristic", **({"ge.op_compiler_cache_dir": cache_dir} if cache_dir else {})}
+    # the kernels a user's session gets by default: tuned on every gear's shapes (kept in the kernel cache)
+    options = {"ge.op_compiler_cache_dir": cache_dir} if cache_dir else {}
     sess = ort_session(to_onnx(graph))
     names = [o.name for o in sess.get_outputs()]
     sides: dict[str, list[tuple[float, list[float], float, float]]] = {"batched": [], "unbatched": [], "ort": []}

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Sequence
-
-import numpy as np
-
 from aioge.ir.desc import Dim, TensorDesc
 from aioge.ops.schema import InferContext, InferError
 
@@ -79,18 +75,3 @@ def normalise_axis(axis: int, rank: int, what: str = "axis") -> int:
     if not -rank <= axis < max(rank, 1):
         raise InferError(f"{what} {axis} is out of range for rank {rank}")
     return axis % rank if rank else 0
-
-
-def static_ints(value: np.ndarray | None, what: str) -> list[int]:
-    """The values of a small int tensor input needed at compile time (shapes, axes).
-
-    Raises:
-        InferError: the value is not known at compile time.
-    """
-    if value is None:
-        raise InferError(f"{what} must be known at compile time")
-    return [int(v) for v in np.asarray(value).reshape(-1)]
-
-
-def desc_list(shape: Sequence[Dim] | None, dtype: str, n: int = 1) -> list[TensorDesc]:
-    return [TensorDesc(None if shape is None else tuple(shape), dtype) for _ in range(n)]

@@ -154,10 +154,12 @@ class Executable:
         return Context(self._layout)
 
     @staticmethod
-    def _lanes(workers: EngineWorkers, mapping: tuple[list[tuple[str, int]], dict[str, int]]) -> list[Lane]:
+    def _lanes(
+        workers: EngineWorkers, mapping: tuple[list[tuple[str, int]], dict[str, int]], *, rotate: bool = True
+    ) -> list[Lane]:
         """One run's lanes, per stream or thread of ``mapping`` (``_stream_lanes`` or ``_thread_lanes``)."""
         lane_of, counts = mapping
-        lanes = workers.lanes(counts)
+        lanes = workers.lanes(counts, rotate=rotate)
         return [lanes[engine][j] for engine, j in lane_of]
 
     def _bind(self, ctx: Context, feeds: Mapping[str, np.ndarray]) -> None:
@@ -213,7 +215,12 @@ class Executable:
                 self.observe(ctx.elapsed)
                 await anyio.lowlevel.checkpoint()  # others run (and a cancellation lands) between runs
             else:
-                await self._run_sink(ctx, workers, self._lanes(workers, self._thread_lanes), trace, poison)
+                # Short runs that could not go inline (the loop's budget spent: many callers)
+                # share one lane: two lanes running them ping-pong the GIL between their small
+                # kernels (a third of the transformer example's CPU went to context switches),
+                # while one leaves the other core to the kernels' C helper and the loop.
+                lanes = self._lanes(workers, self._thread_lanes, rotate=not self.short)
+                await self._run_sink(ctx, workers, lanes, trace, poison)
                 self.observe(ctx.elapsed)
             if ctx.error is not None:
                 raise ctx.error

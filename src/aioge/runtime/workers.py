@@ -155,8 +155,9 @@ class EngineWorkers:
         """How many lane threads have been started."""
         return sum(len(v) for v in self._lanes.values())
 
-    def lanes(self, counts: Mapping[str, int]) -> dict[str, list[Lane]]:
-        """For each engine, ``counts[engine]`` distinct lanes for one run's streams.
+    def lanes(self, counts: Mapping[str, int], *, rotate: bool = True) -> dict[str, list[Lane]]:
+        """For each engine, ``counts[engine]`` distinct lanes for one run's streams: the next
+        ones in rotation, or with ``rotate`` False always the first ones.
 
         Raises:
             SessionClosedError: the pools are closed.
@@ -171,8 +172,9 @@ class EngineWorkers:
                     lane = Lane(f"aioge-{engine}-{len(pool)}")
                     pool.append(lane)
                     self._started.append(lane)
-                r = self._rotation.get(engine, 0)
-                self._rotation[engine] = (r + 1) % len(pool)
+                r = self._rotation.get(engine, 0) if rotate else 0
+                if rotate:
+                    self._rotation[engine] = (r + 1) % len(pool)
                 out[engine] = [pool[(r + j) % len(pool)] for j in range(k)]
             return out
 
