@@ -257,10 +257,10 @@ def _f32(*shape):
 @pytest.mark.parametrize(
     ("x", "w", "attrs", "expect"),
     [
-        ((2, 5, 9, 7), (6, 5, 3, 3), {"pads": (1, 1, 1, 1)}, 6),  # direct, direct_t, nhwc x2 blocks, winograd, kn2row
-        ((1, 5, 8, 8), (6, 5, 3, 3), {"pads": (0, 2, 1, 0)}, 5),  # direct, direct_t, winograd, kn2row, uneven pads
-        ((3, 16, 10, 9), (1, 16, 3, 3), {"pads": (1, 1, 1, 1)}, 6),  # direct, direct_t, one filter (DuplicateFilterPass's)
-        ((1, 4, 13, 12), (5, 4, 5, 5), {"strides": (2, 2), "pads": (2, 1, 2, 1)}, 4),  # direct, direct_t, nhwc, kn2row
+        ((2, 5, 9, 7), (6, 5, 3, 3), {"pads": (1, 1, 1, 1)}, 7),  # direct x2, direct_t, nhwc x2 blocks, winograd, kn2row
+        ((1, 5, 8, 8), (6, 5, 3, 3), {"pads": (0, 2, 1, 0)}, 6),  # direct x2, direct_t, winograd, kn2row, uneven pads
+        ((3, 16, 10, 9), (1, 16, 3, 3), {"pads": (1, 1, 1, 1)}, 7),  # direct x2, direct_t, one filter (DuplicateFilterPass's)
+        ((1, 4, 13, 12), (5, 4, 5, 5), {"strides": (2, 2), "pads": (2, 1, 2, 1)}, 5),  # direct x2, direct_t, nhwc, kn2row
         ((1, 4, 9, 9), (3, 4, 3, 1), {"auto_pad": "SAME_UPPER"}, 4),  # direct, direct_t, a 3x1 kernel
         ((1, 4, 7, 7), (3, 4, 2, 2), {"auto_pad": "SAME_LOWER", "strides": (2, 2)}, 4),  # direct, direct_t
         ((2, 8, 6, 6), (4, 8, 1, 1), {}, 5),  # direct, direct_t, 1x1 GEMM
@@ -269,7 +269,7 @@ def _f32(*shape):
         ((2, 6, 7, 7), (12, 1, 3, 3), {"group": 6, "pads": (1, 1, 1, 1), "strides": (2, 2)}, 5),
         ((1, 8, 6, 6), (8, 2, 3, 3), {"group": 4, "pads": (1, 1, 1, 1)}, 1),  # grouped
         ((2, 8, 5, 5), (12, 2, 1, 1), {"group": 4}, 1),  # grouped 1x1: GEMMs on the input in place
-        ((1, 3, 11, 11), (4, 3, 3, 3), {"dilations": (2, 2), "strides": (1, 2)}, 4),  # direct, direct_t
+        ((1, 3, 11, 11), (4, 3, 3, 3), {"dilations": (2, 2), "strides": (1, 2)}, 5),  # direct x2, direct_t
     ],
 )
 def test_conv_algorithms_agree_with_im2col(x, w, attrs, expect) -> None:

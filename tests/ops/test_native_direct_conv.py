@@ -30,15 +30,24 @@ from tests.ops.conftest import ort_run, rand
     dilations=st.tuples(st.integers(1, 2), st.integers(1, 2)),
     pads=st.tuples(*[st.integers(0, 3)] * 4),
     bias=st.booleans(),
+    rows=st.booleans(),
 )
 @settings(max_examples=120, deadline=None)
-def test_direct_conv_matches_onnxruntime(seed, n, c, m, h, w, kernel, strides, dilations, pads, bias) -> None:
-    _matches_onnxruntime(build_conv_direct_native, seed, n, c, m, h, w, kernel, strides, dilations, pads, bias)
+def test_direct_conv_matches_onnxruntime(seed, n, c, m, h, w, kernel, strides, dilations, pads, bias, rows) -> None:
+    """Flattened panels, and row panels (``rows``: tiles within one output row, stored straight
+    when K fits one block), bit-equal to each other: the same sums in the same order."""
+    got = _matches_onnxruntime(
+        build_conv_direct_native, seed, n, c, m, h, w, kernel, strides, dilations, pads, bias, {"rows": 1} if rows else {}
+    )
+    if got is not None and rows:
+        flat = _matches_onnxruntime(build_conv_direct_native, seed, n, c, m, h, w, kernel, strides, dilations, pads, bias)
+        np.testing.assert_array_equal(got, flat)
 
 
-def _matches_onnxruntime(build, seed, n, c, m, h, w, kernel, strides, dilations, pads, bias) -> None:  # type: ignore[no-untyped-def]
+def _matches_onnxruntime(build, seed, n, c, m, h, w, kernel, strides, dilations, pads, bias, params=None):  # type: ignore[no-untyped-def]
     """``build``'s conv against onnxruntime: into a fresh output, then twice into a NaN-filled
-    one (the packed weight and phase image reused), bit for bit the same."""
+    one (the packed weight and phase image reused), bit for bit the same. Returns the output
+    (None for a geometry with no output)."""
     span = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
     if h + pads[0] + pads[2] < span[0] or w + pads[1] + pads[3] < span[1]:
         return  # no output: not a valid Conv
@@ -47,7 +56,7 @@ def _matches_onnxruntime(build, seed, n, c, m, h, w, kernel, strides, dilations,
     inputs[1].setflags(write=False)  # a constant: packed once
     attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "dilations": dilations}
     (want,) = ort_run("Conv", inputs, attrs)
-    run = build(attrs, {}, [TensorDesc(a.shape, "float32") for a in inputs], None)
+    run = build(attrs, params or {}, [TensorDesc(a.shape, "float32") for a in inputs], None)
     (got,) = run(inputs, None)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     out = np.full(want.shape, np.nan, np.float32)
@@ -55,6 +64,7 @@ def _matches_onnxruntime(build, seed, n, c, m, h, w, kernel, strides, dilations,
     (again,) = run(inputs, [out])
     np.testing.assert_allclose(again, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(again, got)
+    return got
 
 
 def _count_splits(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
@@ -74,16 +84,17 @@ def _count_splits(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
     ("c", "m", "k", "stride", "pad", "size"),
     [(16, 70, 3, 1, 1, 40), (24, 13, 3, 2, 1, 33), (32, 64, 1, 1, 0, 16), (8, 20, 7, 2, 3, 50), (48, 130, 3, 1, 1, 5)],
 )
-def test_direct_conv_split_over_a_helper_thread_matches_whole(c, m, k, stride, pad, size, monkeypatch) -> None:
-    """Panels (large images) or 6-row blocks (one panel) shared with the C helper thread give
-    the same output."""
+@pytest.mark.parametrize("rows", [0, 1])
+def test_direct_conv_split_over_a_helper_thread_matches_whole(c, m, k, stride, pad, size, rows, monkeypatch) -> None:
+    """Panels (large images) or 6-row blocks (one panel), flattened or row panels, shared with
+    the C helper thread give the same output."""
     rng = np.random.default_rng(c * m)
     x, wt, b = rand(rng, 2, c, size, size), rand(rng, m, c, k, k), rand(rng, m)
     wt.setflags(write=False)
     attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [pad] * 4}
     (want,) = ort_run("Conv", [x, wt, b], attrs)
     monkeypatch.setattr("aioge.kernels.conv_algos.DIRECT_SPLIT_MACS", 0)
-    run = build_conv_direct_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, wt, b)], None)
+    run = build_conv_direct_native(attrs, {"rows": rows}, [TensorDesc(a.shape, "float32") for a in (x, wt, b)], None)
     import threading
 
     pieces = _count_splits(monkeypatch)
@@ -178,3 +189,18 @@ def test_full_tiles_of_whole_output_rows_go_straight_to_the_output(m, kernel, pa
         descs = [TensorDesc(a.shape, "float32") for a in inputs]
         (got,) = impl.build(fused, {}, descs, [TensorDesc(want.shape, "float32")])(inputs, None)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_row_panels_are_a_candidate_where_the_phase_rows_carry_junk_columns() -> None:
+    from aioge.plan.kernel import candidates_of
+
+    def params(kernel: list[int], strides: list[int], pads: list[int]) -> list[dict[str, int]]:
+        descs = [TensorDesc((1, 8, 20, 20), "float32"), TensorDesc((16, 8, *kernel), "float32")]
+        attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads}
+        return [p for impl, p in candidates_of(get_schema("Conv"), descs, attrs) if impl.name == "conv_direct_native"]
+
+    assert params([3, 3], [1, 1], [1, 1, 1, 1]) == [{}, {"rows": 1}]
+    assert params([3, 3], [2, 2], [1, 1, 1, 1]) == [{}, {"rows": 1}]
+    assert params([1, 1], [1, 1], [0, 0, 0, 0]) == [{}]  # every phase-image column is an output
+    assert params([3, 1], [1, 1], [1, 0, 1, 0]) == [{}]
+    assert params([2, 2], [2, 2], [0, 0, 0, 0]) == [{}]  # (2 - 1) // 2 = 0 junk columns

@@ -45,7 +45,7 @@ int aioge_conv_gemm_nr(void) { return NR; }
 
 /* geometry: C, H, W, M, KH, KW, SH, SW, DH, DW, PT, PL, OH, OW, N, HPH, WPH, IMAGE (floats per image of
  * xph), then the activation applied to the outputs: act.h's code and its parameters' float32 bits */
-enum { G_HPH = G_LEN, G_WPH, G_IMAGE, G_ACT, G_ACT_P0, G_ACT_P1, G_DIRECT_LEN };
+enum { G_HPH = G_LEN, G_WPH, G_IMAGE, G_ACT, G_ACT_P0, G_ACT_P1, G_ROWS, G_DIRECT_LEN };
 
 void aioge_conv_phases_f32(const float *restrict x, float *restrict xph, const int64_t *g)
 {
@@ -120,35 +120,62 @@ dtile(int nv, int64_t kc, const float *restrict a, const float *restrict xq, con
             *(v16 *)(c + i * NR + 16 * v) = acc[i][v];
 }
 
-/* A whole tile over all of K, straight from the registers to MR rows of y (ldy apart) with
- * each row's bias added as the copy-out adds it: for a conv whose 64 positions are 64 outputs
- * in a row (no junk columns: a 1x1 conv at stride 1, read in place) and K in one block. A
- * small-K conv (EfficientNet's 16->96 1x1 at 112x112, K = 16) spent as long on the round trip
- * through the accumulator buffer as on its multiply-adds. */
-static void dtile_store(int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff,
-                        float *restrict y, int64_t ldy, const float *restrict bias)
+/* A whole tile over all of K, straight from the registers to the first ``rows`` of its MR rows
+ * of y (ldy apart), ``ncols`` columns each (the last vector's tail masked off), with each row's
+ * bias added as the copy-out adds it and the activation applied after: for a conv whose tile
+ * columns are consecutive outputs of a row of y (a 1x1 conv at stride 1 read in place, or a
+ * row panel) and K in one block. A small-K conv (EfficientNet's 16->96 1x1 at 112x112, K = 16)
+ * spent as long on the round trip through the accumulator buffer as on its multiply-adds. */
+static inline __attribute__((always_inline)) void
+dtile_out(int nv, int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff, float *restrict y,
+          int64_t ldy, int64_t rows, int64_t ncols, const float *restrict bias, int act, float p0, float p1)
 {
     v16 acc[MR][4];
     for (int i = 0; i < MR; i++)
-        for (int v = 0; v < 4; v++)
+        for (int v = 0; v < nv; v++)
             acc[i][v] = (v16){0};
     for (int64_t k = 0; k < kc; k++) {
         const float *b = xq + koff[k];
         v16 bv[4];
-        for (int v = 0; v < 4; v++)
+        for (int v = 0; v < nv; v++)
             bv[v] = *(const v16u *)(b + 16 * v);
         for (int i = 0; i < MR; i++) {
             float s = a[k * MR + i];
-            for (int v = 0; v < 4; v++)
+            for (int v = 0; v < nv; v++)
                 acc[i][v] += s * bv[v];
         }
     }
-    for (int i = 0; i < MR; i++) {
+    for (int i = 0; i < rows; i++) {
         const float add = bias ? bias[i] : 0.0f;
-        for (int v = 0; v < 4; v++)
-            *(v16u *)(y + i * ldy + 16 * v) = acc[i][v] + add;
+        float *yr = y + i * ldy;
+        for (int v = 0; v < nv; v++) {
+            const v16 out = acc[i][v] + add;
+            if (16 * v + 16 <= ncols) {
+                *(v16u *)(yr + 16 * v) = out;
+            } else {
+                float tail[16] __attribute__((aligned(64)));
+                *(v16 *)tail = out;
+                memcpy(yr + 16 * v, tail, sizeof(float) * (size_t)(ncols - 16 * v));
+            }
+        }
+        if (act)
+            aioge_act_span(yr, NULL, yr, ncols, act, p0, p1);
     }
 }
+
+typedef void (*dout_fn)(int64_t, const float *, const float *, const int64_t *, float *, int64_t, int64_t, int64_t,
+                        const float *, int, float, float);
+#define DOUT(NV)                                                                                                        \
+    static void dout##NV(int64_t kc, const float *a, const float *xq, const int64_t *o, float *y, int64_t ldy, int64_t r, \
+                         int64_t nc, const float *b, int act, float p0, float p1)                                       \
+    {                                                                                                                   \
+        dtile_out(NV, kc, a, xq, o, y, ldy, r, nc, b, act, p0, p1);                                                     \
+    }
+DOUT(1)
+DOUT(2)
+DOUT(3)
+DOUT(4)
+static const dout_fn DOUTS[5] = {0, dout1, dout2, dout3, dout4};
 
 typedef void (*dtile_fn)(int64_t, const float *, const float *, const int64_t *, float *, int);
 static void dtile1(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f) { dtile(1, kc, a, b, o, c, f); }
@@ -203,8 +230,9 @@ float *aioge_thread_scratch(int slot, size_t n)
 
 static float *accumulator(size_t n) { return aioge_thread_scratch(0, n); }
 
-/* Panels [p0, p1) of NR flattened positions (image-major) and MR-row blocks [mb0, mb1) of y,
- * reading xph (aioge_conv_phases_f32, or x itself for a 1x1 kernel at stride 1 without pads)
+/* Panels [p0, p1) of NR flattened positions (image-major), or with the geometry's G_ROWS of up
+ * to NR outputs of one output row (image-, then row-major: no junk columns, and with K in one
+ * block every tile goes straight to y), and MR-row blocks [mb0, mb1) of y, reading xph (aioge_conv_phases_f32, or x itself for a 1x1 kernel at stride 1 without pads)
  * at the offsets koff[k] of the K taps. Returns 1 when the work buffer cannot be had. */
 int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
                           const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1)
@@ -219,6 +247,33 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
     float *acc = accumulator((size_t)(rows > 0 ? rows : 1) * NR);
     if (!acc)
         return 1;
+    if (g[G_ROWS]) { /* row panels: up to NR outputs of one output row, never a junk column */
+        const int64_t per_row = (OW + NR - 1) / NR, per_img = OH * per_row;
+        for (int64_t q = p0; q < p1; q++) {
+            const int64_t n = q / per_img, oh = q % per_img / per_row, c0 = q % per_row * NR;
+            const int64_t ncols = OW - c0 < NR ? OW - c0 : NR, nv = (ncols + 15) / 16;
+            const float *xq = xph + n * IMAGE + oh * WPH + c0;
+            float *yq = y + n * M * P + oh * OW + c0;
+            for (int64_t mb = mb0; mb < mb1 && mb * MR < M; mb++) {
+                const int64_t rows = M - mb * MR < MR ? M - mb * MR : MR;
+                const float *b = bias ? bias + mb * MR : 0;
+                if (kblocks == 1) {
+                    DOUTS[nv](K, wpack + mb * K * MR, xq, koff, yq + mb * MR * P, P, rows, ncols, b, act, act_p0, act_p1);
+                    continue;
+                }
+                for (int64_t k0 = 0; k0 < K; k0 += kstep)
+                    DTILES[nv](K - k0 < kstep ? K - k0 : kstep, wpack + mb * K * MR + k0 * MR, xq, koff + k0, acc, k0 == 0);
+                for (int64_t r = 0; r < rows; r++) {
+                    float *src = acc + r * NR, *dst = yq + (mb * MR + r) * P;
+                    for (int64_t j = 0; j < ncols; j++)
+                        dst[j] = src[j] + (b ? b[r] : 0.0f);
+                    if (act)
+                        aioge_act_span(dst, NULL, dst, ncols, act, act_p0, act_p1);
+                }
+            }
+        }
+        return 0;
+    }
     const int in_rows = kblocks == 1 && WPH == OW; /* a full panel is NR consecutive outputs of a row of y */
     for (int64_t q = p0; q < p1; q++) {
         const int64_t n = q / per_image, start = (q % per_image) * NR;
@@ -226,14 +281,11 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
         const dtile_fn fn = DTILES[(ncols + 15) / 16];
         const float *xq = xph + n * IMAGE + start;
         float *yn = y + n * M * P;
-        /* blocks below ``straight`` go from the registers to y (dtile_store); the rest through acc */
+        /* blocks below ``straight`` go from the registers to y (dtile_out); the rest through acc */
         const int64_t straight = in_rows && ncols == NR ? (M / MR < mb1 ? M / MR : mb1) : mb0;
-        for (int64_t mb = mb0; mb < straight; mb++) {
-            float *ym = yn + mb * MR * P + start;
-            dtile_store(K, wpack + mb * K * MR, xq, koff, ym, P, bias ? bias + mb * MR : 0);
-            for (int64_t i = 0; act && i < MR; i++)
-                aioge_act_span(ym + i * P, NULL, ym + i * P, NR, act, act_p0, act_p1);
-        }
+        for (int64_t mb = mb0; mb < straight; mb++)
+            dout4(K, wpack + mb * K * MR, xq, koff, yn + mb * MR * P + start, P, MR, NR, bias ? bias + mb * MR : 0, act, act_p0,
+                  act_p1);
         const int64_t first = straight > mb0 ? straight : mb0;
         for (int64_t k0 = 0; k0 < K; k0 += kstep) {
             const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
