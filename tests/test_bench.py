@@ -252,3 +252,45 @@ def test_the_start_up_child_feeds_token_ids_to_an_int64_input(tmp_path) -> None:
     a = measure.fresh_process("aioge", {"model": str(path), "options": {"ge.op_compiler_cache_dir": str(tmp_path / "k")}})
     o = measure.fresh_process("ort", {"model": str(path)})
     assert a["checksum"] == pytest.approx(o["checksum"], rel=1e-6)
+
+
+def test_each_side_of_a_latency_round_starts_settle_seconds_after_the_last_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnxruntime's pool threads spin for tens of milliseconds after its last run: a side timed
+    right after another would pay for the other's threads. Every side's round (aioge's and each
+    yardstick's) starts at least SETTLE_S after the previous side's round ended."""
+    import time
+
+    import anyio
+
+    import aioge
+    from aioge.benchmarks import measure
+    from aioge.benchmarks.workloads import load_workloads
+
+    spans: list[tuple[float, float]] = []
+    sync, async_ = measure.median_of_runs, measure.median_of_runs_async
+
+    def timed(fn, runs):  # type: ignore[no-untyped-def]
+        t = time.monotonic()
+        out = sync(fn, runs)
+        spans.append((t, time.monotonic()))
+        return out
+
+    async def timed_async(fn, runs):  # type: ignore[no-untyped-def]
+        t = time.monotonic()
+        out = await async_(fn, runs)
+        spans.append((t, time.monotonic()))
+        return out
+
+    monkeypatch.setattr(measure, "median_of_runs", timed)
+    monkeypatch.setattr(measure, "median_of_runs_async", timed_async)
+    (w,) = load_workloads(["mlp"])
+
+    async def go() -> dict:
+        async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+            await s.add_graph(1, w.graph)
+            return await measure.latency(w, s, 1, rounds=2, runs=2, reference=False)
+
+    row = anyio.run(go)
+    assert row["aioge"] > 0 and row["ort"] > 0
+    assert len(spans) == 2 * 4  # aioge, ort, ort_cores, numpy; two rounds
+    assert all(b[0] - a[1] >= measure.SETTLE_S for a, b in zip(spans, spans[1:]))

@@ -7,8 +7,6 @@
   BLAS reads it as a transposed operand.
 - ``matmul_batch_loop``: equal batch shapes: one ``np.dot`` per batch matrix into the output.
 - ``matmul_einsum``: ``np.einsum`` with path optimisation (tensordot/BLAS where it can).
-- ``gemm_packed``: Gemm with its transposed operands packed contiguous (once for constants);
-  not a tuning candidate (see ``GEMM_ALGOS``: it can make equal columns differ by an ulp).
 - ``gemm_dot``: Gemm through ``np.dot`` into the output.
 - ``matmul_native`` and ``gemm_native``: float32 with a 2-D B, in C (``csrc/gemm.c``): B
   packed once into panels of 64 columns, a 6x64 register-tiled micro-kernel reading A in
@@ -281,25 +279,6 @@ def _gemm_shapes(ins: Descs, attrs: Mapping[str, Any]) -> tuple[int, int] | None
     return m, n
 
 
-def build_gemm_packed(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """alpha·A'@B' + beta·C with A' and B' packed contiguous (once, for constants)."""
-    m, n = _gemm_shapes(ins, attrs)  # type: ignore[misc]
-    alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
-    ta, tb = bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0))
-    pack_a = WeightDerived(lambda a: np.ascontiguousarray(a.T if ta else a))
-    pack_b = WeightDerived(lambda b: np.ascontiguousarray(b.T if tb else b))
-
-    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
-        a, b = inputs[0], inputs[1]
-        c = inputs[2] if len(inputs) > 2 else None
-        y = _out(outputs, (m, n), a.dtype)
-        split_matmul(pack_a.get(a) if ta else a, pack_b.get(b) if tb else b, y)
-        gemm_epilogue(y, c, alpha, beta)
-        return (y,)
-
-    return run
-
-
 def build_gemm_dot(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
     """alpha·A'@B' + beta·C through np.dot into the output."""
     m, n = _gemm_shapes(ins, attrs)  # type: ignore[misc]
@@ -397,11 +376,11 @@ NATIVE_GEMM_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("gemm_native", build_gemm_native, _applies_gemm_native, offered=native.available, eager=True),
 )
 
-# gemm_packed is out of the candidates. It is as exact as the others, but BLAS blocks the
-# columns of a contiguous (K, N) operand differently (main blocks and tail), so columns with
-# equal weights can differ by a few ulp, where a transposed view of the (N, K) weight gives
-# them bit for bit equal. light/ AlexNet's constant weights make every fc8 logit equal
-# (about 3.6e12, an ulp of 262144) and its stored output exactly uniform; a few ulp between
-# logits turn into probabilities of 0 after Softmax. onnxruntime keeps them equal, so the
-# tuner chooses between numpy and gemm_dot, which read the weight as BLAS's transposed operand.
+# No candidate packs a contiguous (K, N) B for BLAS (a gemm_packed kernel was dropped). It was as
+# exact as the others, but BLAS blocks the columns of such an operand differently (main blocks
+# and tail), so columns with equal weights could differ by a few ulp, where a transposed view of
+# the (N, K) weight gives them bit for bit equal. light/ AlexNet's constant weights make every
+# fc8 logit equal (about 3.6e12, an ulp of 262144) and its stored output exactly uniform; a few
+# ulp between logits turn into probabilities of 0 after Softmax. onnxruntime keeps them equal,
+# so the tuner chooses between numpy and gemm_dot, which read the weight as BLAS's transposed operand.
 GEMM_ALGOS: tuple[KernelImpl, ...] = (KernelImpl("gemm_dot", build_gemm_dot, _applies_gemm),)
