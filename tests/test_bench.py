@@ -294,3 +294,30 @@ def test_each_side_of_a_latency_round_starts_settle_seconds_after_the_last_ended
     assert row["aioge"] > 0 and row["ort"] > 0
     assert len(spans) == 2 * 4  # aioge, ort, ort_cores, numpy; two rounds
     assert all(b[0] - a[1] >= measure.SETTLE_S for a, b in zip(spans, spans[1:]))
+
+
+def test_a_median_of_runs_follows_untimed_runs_for_warm_seconds() -> None:
+    """After a pause the first runs of a small model are slow (idle threads and cores coming
+    back): ``median_of_runs`` times its runs only after WARM_S of untimed ones."""
+    import time
+
+    import anyio
+
+    from aioge.benchmarks import measure
+
+    for timed in (measure.median_of_runs, None):
+        calls: list[float] = []
+
+        def fn() -> None:
+            calls.append(time.perf_counter())
+            time.sleep(0.001)
+
+        async def afn() -> None:
+            fn()
+
+        start = time.perf_counter()
+        if timed is not None:
+            timed(fn, 3)
+        else:
+            anyio.run(measure.median_of_runs_async, afn, 3)
+        assert len(calls) >= 4 and calls[-3] - start >= measure.WARM_S

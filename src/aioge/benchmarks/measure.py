@@ -5,9 +5,8 @@ aioge runs on the benchmark's event loop; the yardsticks (onnxruntime, ``onnx.re
 numpy by hand) are synchronous and run in a worker thread while the loop idles, so a timing
 of one never includes the other. Samples of the two sides alternate round by round, so load
 from other processes on a shared machine hits both alike; every figure is a median. Each
-side's round starts ``SETTLE_S`` after the other's ended: onnxruntime's pool threads spin for
-20-40 ms after its last run (their CPU ticks, counted), and aioge's five runs right after
-took SqueezeNet (light/, DuplicateFilterPass off) 8.0 ms against 5.8 with a pause between.
+side's round starts ``SETTLE_S`` after the other's ended (onnxruntime's pool threads spin on
+for 20-40 ms, OpenBLAS's for the numpy side longer), then runs untimed for ``WARM_S``.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from aioge.benchmarks.workloads import Workload
 __all__ = [
     "LagMonitor",
     "SETTLE_S",
+    "WARM_S",
     "RssSampler",
     "concurrency",
     "fresh_process",
@@ -45,7 +45,13 @@ __all__ = [
 ]
 
 
-SETTLE_S = 0.1  # between one side's round and the other's
+# Between one side's round and the other's: aioge's five runs right after onnxruntime's round
+# took SqueezeNet (light/, DuplicateFilterPass off) 8.0 ms against 5.8 with a pause between.
+SETTLE_S = 0.1
+# Untimed calls before a side's timed ones: after the pause, the first runs of a small model
+# pay for idle threads and cores coming back (the builder transformer's five runs right after a
+# 0.1 s pause: 1.23 ms against 0.84 without it; after 0.02 s of warm-up 1.16, after 0.1 s 0.84-0.88).
+WARM_S = 0.1
 
 
 def geomean(xs: list[float]) -> float:
@@ -83,8 +89,11 @@ def ort_session(model: Any, threads: int | None = None) -> Any:
 
 
 def median_of_runs(fn: Callable[[], Any], runs: int) -> float:
-    """Median of ``runs`` timed calls (one warm-up call first)."""
+    """Median of ``runs`` timed calls, after untimed ones for ``WARM_S`` (one at least)."""
+    end = time.perf_counter() + WARM_S
     fn()
+    while time.perf_counter() < end:
+        fn()
     times = []
     for _ in range(runs):
         t = time.perf_counter()
@@ -94,7 +103,10 @@ def median_of_runs(fn: Callable[[], Any], runs: int) -> float:
 
 
 async def median_of_runs_async(fn: Callable[[], Awaitable[Any]], runs: int) -> float:
+    end = time.perf_counter() + WARM_S
     await fn()
+    while time.perf_counter() < end:
+        await fn()
     times = []
     for _ in range(runs):
         t = time.perf_counter()
