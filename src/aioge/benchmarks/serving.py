@@ -144,7 +144,7 @@ async def serving(
             row[f"{side}_loop_cpu_us"] = statistics.median(x[3] for x in samples) * 1e6
     row["batched_vs_ort"] = row["batched_rps"] / row["ort_rps"]
     row["unbatched_vs_ort"] = row["unbatched_rps"] / row["ort_rps"]
-    row["lag_max_ms"] = max(monitor.lags, default=0.0) * 1e3
+    row["lag_max_ms"], row["gc_max_ms"] = (max(x, default=0.0) * 1e3 for x in (monitor.lags, monitor.gc_pauses))
     row["lag_p99_ms"] = percentile(monitor.lags, 0.99) * 1e3
     row["mean_batch_rows"] = stats.mean_batch_rows
     row["queue_delay_p50_ms"] = stats.queue_delay_p50 * 1e3
