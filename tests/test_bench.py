@@ -199,29 +199,35 @@ def test_cli_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest
     assert message in capsys.readouterr().err
 
 
-def test_a_failing_onnx_reference_is_reported_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The yardstick's own failure (onnx.reference's GatherElements on BERT, say) is a note on
-    the row; aioge's and onnxruntime's figures stand."""
+def _mlp_latency(**kwargs: object) -> dict:
+    """``measure.latency`` of the mlp workload in a fresh session (heuristic kernels)."""
     import anyio
-    import onnx.reference
 
     import aioge
     from aioge.benchmarks import measure
     from aioge.benchmarks.workloads import load_workloads
+
+    (w,) = load_workloads(["mlp"])
+
+    async def go() -> dict:
+        async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+            await s.add_graph(1, w.graph)
+            return await measure.latency(w, s, 1, **kwargs)  # type: ignore[arg-type]
+
+    return anyio.run(go)
+
+
+def test_a_failing_onnx_reference_is_reported_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The yardstick's own failure (onnx.reference's GatherElements on BERT, say) is a note on
+    the row; aioge's and onnxruntime's figures stand."""
+    import onnx.reference
 
     class Broken:
         def __init__(self, *args: object, **kwargs: object) -> None:
             raise ValueError("cannot reshape array of size 1 into shape (1,128)")
 
     monkeypatch.setattr(onnx.reference, "ReferenceEvaluator", Broken)
-    (w,) = load_workloads(["mlp"])
-
-    async def go() -> dict:
-        async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
-            await s.add_graph(1, w.graph)
-            return await measure.latency(w, s, 1, rounds=1, runs=2, reference=True)
-
-    row = anyio.run(go)
+    row = _mlp_latency(rounds=1, runs=2, reference=True)
     assert row["aioge"] > 0 and row["ort"] > 0 and "onnx_reference" not in row
     assert row["onnx_reference_error"] == "ValueError: cannot reshape array of size 1 into shape (1,128)"
 
@@ -262,11 +268,7 @@ def test_each_side_of_a_latency_round_starts_settle_seconds_after_the_last_ended
     yardstick's) starts at least SETTLE_S after the previous side's round ended."""
     import time
 
-    import anyio
-
-    import aioge
     from aioge.benchmarks import measure
-    from aioge.benchmarks.workloads import load_workloads
 
     spans: list[tuple[float, float]] = []
     sync, async_ = measure.median_of_runs, measure.median_of_runs_async
@@ -285,14 +287,7 @@ def test_each_side_of_a_latency_round_starts_settle_seconds_after_the_last_ended
 
     monkeypatch.setattr(measure, "median_of_runs", timed)
     monkeypatch.setattr(measure, "median_of_runs_async", timed_async)
-    (w,) = load_workloads(["mlp"])
-
-    async def go() -> dict:
-        async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
-            await s.add_graph(1, w.graph)
-            return await measure.latency(w, s, 1, rounds=2, runs=2, reference=False)
-
-    row = anyio.run(go)
+    row = _mlp_latency(rounds=2, runs=2, reference=False)
     assert row["aioge"] > 0 and row["ort"] > 0
     assert len(spans) == 2 * 4  # aioge, ort, ort_cores, numpy; two rounds
     assert all(b[0] - a[1] >= measure.SETTLE_S for a, b in zip(spans, spans[1:]))

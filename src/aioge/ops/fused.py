@@ -31,7 +31,7 @@ from aioge.ops import conv, nn
 from aioge.ops.infer import broadcast_shapes
 from aioge.ops.schema import ALL_ENGINES, FLOAT_DTYPES, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema, RunFn
 
-__all__ = ["ACTIVATIONS", "EW_OPS", "SCHEMAS"]
+__all__ = ["ACTIVATIONS", "EW_OPS", "SCHEMAS", "rows_shapes"]
 
 _FLOATS = FLOAT_DTYPES
 
@@ -162,7 +162,7 @@ def _infer_fused_matmul(ctx: InferContext) -> list[TensorDesc]:
     return [out]
 
 
-def _rows_shapes(descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> tuple[int, int, int] | None:
+def rows_shapes(descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> tuple[int, int, int] | None:
     """(rows, K, N) when A' @ B' (+ C) is one Gemm of A's leading axes folded into rows: A not
     transposed, B a matrix, static shapes, any bias C one value per column."""
     a, b, c = (*descs, None)[:3]
@@ -192,15 +192,15 @@ def _rows_of(gemm: KernelImpl) -> KernelImpl:
     operands reshaped (views when contiguous), the bias and activation the Gemm's."""
 
     def applies(descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> bool:
-        shapes = _rows_shapes(descs, attrs)
+        shapes = rows_shapes(descs, attrs)
         return shapes is not None and gemm.applies(*_as_gemm(descs, attrs, *shapes))
 
     def candidates(descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
-        shapes = _rows_shapes(descs, attrs)
+        shapes = rows_shapes(descs, attrs)
         return gemm.candidates(*_as_gemm(descs, attrs, *shapes)) if shapes else [{}]
 
     def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
-        rows, kk, n = _rows_shapes(ins, attrs)  # type: ignore[misc]
+        rows, kk, n = rows_shapes(ins, attrs)  # type: ignore[misc]
         gd, ga = _as_gemm(ins, attrs, rows, kk, n)
         inner = gemm.build(ga, params, gd, [TensorDesc((rows, n), outs[0].dtype)])
 

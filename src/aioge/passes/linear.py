@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from aioge.ir.graph import Graph, Node, Value
-from aioge.ops.fused import ACTIVATIONS
+from aioge.ops.fused import ACTIVATIONS, rows_shapes
 from aioge.passes.elementwise import node_steps
 from aioge.passes.rewrite import add_op, const_array, only_use, other_input, static_shape, substitute
 
@@ -85,18 +85,12 @@ def _fits(c: Value, out: Value) -> bool:
     return all(d in (1, o) for d, o in zip(reversed(cs), reversed(os_)))
 
 
-def _row_bias(c: Value, out: Value) -> bool:
-    """``c`` is one value per column of ``out`` (shape (..., 1, N), (N,) or a scalar)."""
-    cs, os_ = static_shape(c.desc), static_shape(out.desc)
-    return cs is not None and os_ is not None and all(d == 1 for d in cs[:-1]) and (not cs or cs[-1] in (1, os_[-1]))
-
-
 def fuse_matmul_add(graph: Graph) -> bool:
     """Rewrite Add(MatMul(A, B), C) on matrices as Gemm(A, B, C) (also FusedMatMul without
     an activation, keeping its transposes and alpha), and on a batch of rows by a matrix
     (A of rank 3 or more, not transposed; B 2-D; C one value per column: a transformer's
-    projection and its bias) as FusedMatMul(A, B, C), which runs the Gemm kernels over A's
-    rows. Returns True if it rewrote any."""
+    projection and its bias) as FusedMatMul(A, B, C), where ``ops.fused.rows_shapes`` says
+    its Gemm kernels run over A's rows. Returns True if it rewrote any."""
     changed = False
     for add in graph.topological_order():
         if not _is(add, "Add"):
@@ -118,7 +112,7 @@ def fuse_matmul_add(graph: Graph) -> bool:
             }
             if a.desc.rank == 2:
                 rewritten = substitute(graph, add, "Gemm", [a, b, c], {**attrs, "beta": 1.0}, [add, mm])
-            elif (a.desc.rank or 0) > 2 and not attrs["transA"] and _row_bias(c, mm.outputs[0]):
+            elif (a.desc.rank or 0) > 2 and rows_shapes([a.desc, b.desc, c.desc], attrs) is not None:
                 rewritten = substitute(graph, add, "FusedMatMul", [a, b, c], attrs, [add, mm], domain="aioge")
             else:
                 continue
