@@ -20,7 +20,7 @@ from tests.ops.conftest import ort_run, rand
 
 @given(
     seed=st.integers(0, 2**16),
-    n=st.integers(1, 2),
+    n=st.integers(1, 3),  # 2 images: split by whole images, each one's phases built by its thread
     c=st.integers(1, 9),
     m=st.integers(1, 14),  # past two 6-row blocks, with a short last one
     h=st.integers(1, 13),
@@ -85,11 +85,12 @@ def _count_splits(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
     [(16, 70, 3, 1, 1, 40), (24, 13, 3, 2, 1, 33), (32, 64, 1, 1, 0, 16), (8, 20, 7, 2, 3, 50), (48, 130, 3, 1, 1, 5)],
 )
 @pytest.mark.parametrize("rows", [0, 1])
-def test_direct_conv_split_over_a_helper_thread_matches_whole(c, m, k, stride, pad, size, rows, monkeypatch) -> None:
+@pytest.mark.parametrize("batch", [1, 2])
+def test_direct_conv_split_over_a_helper_thread_matches_whole(c, m, k, stride, pad, size, rows, batch, monkeypatch) -> None:
     """Panels (large images) or 6-row blocks (one panel), flattened or row panels, shared with
-    the C helper thread give the same output."""
+    the C helper thread give the same output; so do whole images (a batch of 2)."""
     rng = np.random.default_rng(c * m)
-    x, wt, b = rand(rng, 2, c, size, size), rand(rng, m, c, k, k), rand(rng, m)
+    x, wt, b = rand(rng, batch, c, size, size), rand(rng, m, c, k, k), rand(rng, m)
     wt.setflags(write=False)
     attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [pad] * 4}
     (want,) = ort_run("Conv", [x, wt, b], attrs)

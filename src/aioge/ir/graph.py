@@ -391,9 +391,6 @@ class Graph:
     def values(self) -> Iterator[Value]:
         return iter(self._values.values())
 
-    def consumers(self, value: Value) -> list[Node]:
-        return [n for n, _ in value.uses]
-
     def topological_order(self) -> list[Node]:
         """Return the nodes in a dependency order, stable by insertion order.
 

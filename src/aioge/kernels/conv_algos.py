@@ -451,7 +451,7 @@ def _direct_native(
     pack: Callable[[np.ndarray], np.ndarray],
     act: tuple[int, int, int],
     rows: bool = False,
-) -> Callable[[int, Sequence[int], int, str], RunFn] | None:
+) -> Callable[..., RunFn] | None:
     """What ``conv_direct_native`` and ``conv_direct_t_native`` share: the geometry and tap
     offsets in a stride-phase image of ``image`` floats per image (x itself when ``in_place``),
     the weight packed once by ``pack``, the bias, the activation ``act`` (``_epilogue``) applied
@@ -470,7 +470,9 @@ def _direct_native(
     consts = (geometry, offsets, native.ptr(geometry), native.ptr(offsets))  # the arrays kept alive, their addresses
     worth = g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow >= DIRECT_SPLIT_MACS
 
-    def make(job: int, tail: Sequence[int], total: int, no_memory: str) -> RunFn:
+    # images: job is JOB_CONV_IMAGES over the batch's images, each image's phases built by the
+    # thread that computes it.
+    def make(job: int, tail: Sequence[int], total: int, no_memory: str, images: bool = False) -> RunFn:
         packed = WeightDerived(pack)
         held: list[tuple[Any, int]] = [(None, 0)]  # the packed weight and its address, swapped whole
         bias = NativeOperand()
@@ -486,7 +488,7 @@ def _direct_native(
             y = _output(g, outputs, x.dtype)
             yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
             xa = native.ptr(x)
-            if in_place:
+            if in_place or images:
                 ph = (x, xa)
             elif scratch:
                 ph = scratch.pop()
@@ -494,13 +496,13 @@ def _direct_native(
                 image_array = np.empty(g.n * image, np.float32)
                 ph = (image_array, native.ptr(image_array))
             try:
-                if not in_place:
+                if not in_place and not images:
                     phases(xa, ph[1], consts[2])
                 args = np.array([ph[1], entry[1], consts[3], bp or 0, native.ptr(yc), consts[2], *tail], np.int64)
                 if split_native(par, job, native.ptr(args), total, worth=worth) < 0:
                     raise MemoryError(no_memory)
             finally:
-                if not in_place:
+                if not in_place and not images:
                     scratch.append(ph)
             if yc is not y:
                 np.copyto(y, yc)
@@ -537,6 +539,8 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
     panels, blocks = g.n * (g.oh * -(-g.ow // nr) if rows else -(-q // nr)), -(-g.m // mr)
     by_panels = panels >= 8 or blocks < 2
     no_memory = f"conv_direct_native: no memory for a {blocks * mr}x{nr} accumulator"
+    if not in_place and (g.n % 2 == 0 or g.n >= 7) and g.n > 1:  # whole images split evenly enough over two cores
+        return make(native.JOB_CONV_IMAGES, (), g.n, no_memory, images=True)
     return make(native.JOB_CONV_DIRECT, (panels, blocks, not by_panels), panels if by_panels else blocks, no_memory)
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "JOB_ACTIVATION",
     "JOB_CHAIN",
     "JOB_CONV_DIRECT",
+    "JOB_CONV_IMAGES",
     "JOB_CONV_T",
     "JOB_DEPTHWISE",
     "JOB_GEMM",
@@ -46,10 +47,11 @@ __all__ = [
 ]
 
 # The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C helper thread.
-JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION, JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL = range(9)
+JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = range(5)
+JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES = range(5, 10)
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
-ABI = 5
+ABI = 6
 
 
 @functools.cache

@@ -22,17 +22,19 @@ is such an error too (GE's overflow check). Kernels compute IEEE special values 
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import threading
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import anyio
 import anyio.lowlevel
 import numpy as np
+import sniffio
 
 from aioge.errors import SessionClosedError
 from aioge.kernels.parallel import cpu_tokens
@@ -49,10 +51,9 @@ log = logging.getLogger(__name__)
 # when no lane is computing: no lane hand-off, no loop wake-up, and a warm core. A lane woken
 # per run computed the MLP example in 370 us where the loop thread takes 190 (the VM's idle
 # cores come back slow), and the hand-offs cost about 150 us more. The loop keeps the
-# "nothing over a millisecond" rule; INLINE_BUDGET of every INLINE_WINDOW bounds concurrent
-# inline runs.
+# "nothing over a millisecond" rule; INLINE_BUDGET bounds concurrent
+# inline runs in one turn of the loop.
 INLINE_US = 1000.0
-INLINE_WINDOW = 0.010
 INLINE_BUDGET = 0.004
 
 
@@ -157,7 +158,7 @@ class Executable:
     def _lanes(
         workers: EngineWorkers, mapping: tuple[list[tuple[str, int]], dict[str, int]], *, rotate: bool = True
     ) -> list[Lane]:
-        """One run's lanes, per stream or thread of ``mapping`` (``_stream_lanes`` or ``_thread_lanes``)."""
+        # One run's lanes, per stream or thread of mapping (_stream_lanes or _thread_lanes).
         lane_of, counts = mapping
         lanes = workers.lanes(counts, rotate=rotate)
         return [lanes[engine][j] for engine, j in lane_of]
@@ -404,25 +405,39 @@ def _run_program(
         done.tick()
 
 
+# Concurrent tasks may each start a short run in one turn of the loop; past INLINE_BUDGET s the
+# rest go to the lanes, so inline runs hold the loop for a few milliseconds at most between two
+# polls of its I/O and timers, whatever the concurrency. The budget comes back at the loop's
+# next turn (a callback the first spend schedules). A window of wall time did this before: a
+# lone caller, whose runs hold the loop for one run per turn, spent it in 4 of every 10 ms and
+# sent the rest of its runs to a lane, 30-60 us of hand-off dearer each (the builder MLP:
+# 0.28 -> 0.17 ms a run in the benchmark).
 class _InlineBudget(threading.local):
-    """Per event-loop thread: how much of the last ``INLINE_WINDOW`` s went to inline runs.
-
-    Concurrent tasks may each start a short run in one turn of the loop; past
-    ``INLINE_BUDGET`` s in the window the rest go to the lanes, so inline runs hold the loop
-    for a few milliseconds at most, whatever the concurrency."""
+    """Per event-loop thread: how long inline runs have held the loop in its current turn."""
 
     def __init__(self) -> None:
-        self.start = 0.0
-        self.used = 0.0
+        self.used, self.pending = 0.0, False
 
     def allows(self) -> bool:
-        now = time.perf_counter()
-        if now - self.start > INLINE_WINDOW:
-            self.start, self.used = now, 0.0
         return self.used < INLINE_BUDGET
 
     def spend(self, seconds: float) -> None:
         self.used += seconds
+        if not self.pending:
+            self.pending = True
+            _next_turn(self._reset)
+
+    def _reset(self) -> None:
+        self.used, self.pending = 0.0, False
+
+
+def _next_turn(fn: Callable[[], None]) -> None:  # fn runs in the running loop's next turn (asyncio or trio)
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        trio.lowlevel.current_trio_token().run_sync_soon(fn)
+    else:
+        asyncio.get_running_loop().call_soon(fn)
 
 
 _inline = _InlineBudget()
@@ -499,9 +514,7 @@ def _restore_fp(token: Any) -> None:
         np.seterr(**token)
 
 
-class _Countdown:
-    """``Completion`` for a waiter that is a plain thread: the last tick sets a ``threading.Event``."""
-
+class _Countdown:  # Completion for a waiter that is a plain thread: the last tick sets a threading.Event
     __slots__ = ("_event", "_lock", "_left")
 
     def __init__(self, count: int) -> None:
@@ -531,8 +544,7 @@ def _lanes_of(engines: list[str]) -> tuple[list[tuple[str, int]], dict[str, int]
     return lane_of, counts
 
 
-def _with_poison(layout: Layout, model: CompiledModel) -> Layout:
-    """The layout with, per step, the arena bytes its outputs take over from earlier tensors."""
+def _with_poison(layout: Layout, model: CompiledModel) -> Layout:  # per step, the arena bytes its outputs take over
     from dataclasses import replace
 
     buffers = sorted(model.memory.buffers, key=lambda b: b.producer)

@@ -38,6 +38,8 @@
 
 int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
                           const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1);
+int aioge_conv_direct_images_f32(const float *x, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                                 const int64_t *g, int64_t n0, int64_t n1);
 void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, const float *bias, float *y, int64_t ldy,
                            int64_t N, int64_t K, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
 int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
@@ -145,8 +147,17 @@ static int job_pool(const int64_t *g, int64_t lo, int64_t hi)
                             (int32_t)g[3], (int32_t)g[4], (int32_t)g[5], lo, hi) ? 1 : 0;
 }
 
+/* conv direct by images: x, wpack, koff, bias, y, geometry: [lo, hi) are images, each one's
+ * stride phases built by the thread that computes it */
+static int job_conv_images(const int64_t *g, int64_t lo, int64_t hi)
+{
+    return aioge_conv_direct_images_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1],
+                                        (const int64_t *)(intptr_t)g[2], (const float *)(intptr_t)g[3], (float *)(intptr_t)g[4],
+                                        (const int64_t *)(intptr_t)g[5], lo, hi);
+}
+
 static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv_t, job_depthwise, job_activation, job_pack, job_gemv_t,
-                              job_chain, job_pool};
+                              job_chain, job_pool, job_conv_images};
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
