@@ -153,11 +153,20 @@ dtile_out(int nv, int64_t kc, const float *restrict a, const float *restrict xq,
                 acc[i][v] += s * bv[v];
         }
     }
+#ifdef __AVX512F__
+    const int relu = act == ACT_RELU; /* in the registers (act_span's rule: NaN and x >= 0 kept), not a pass per row */
+#else
+    const int relu = 0;
+#endif
     for (int i = 0; i < rows; i++) {
         const float add = bias ? bias[i] : 0.0f;
         float *yr = y + i * ldy;
         for (int v = 0; v < nv; v++) {
-            const v16 out = acc[i][v] + add;
+            v16 out = acc[i][v] + add;
+#ifdef __AVX512F__
+            if (relu)
+                out = (v16)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)out, _mm512_setzero_ps(), _CMP_NLT_UQ), (__m512)out);
+#endif
             if (16 * v + 16 <= ncols) {
                 *(v16u *)(yr + 16 * v) = out;
             } else { /* a masked store: memcpy of the tail cost a quarter of SqueezeNet's stem */
@@ -169,7 +178,7 @@ dtile_out(int nv, int64_t kc, const float *restrict a, const float *restrict xq,
 #endif
             }
         }
-        if (act)
+        if (act && !relu)
             aioge_act_span(yr, NULL, yr, ncols, act, p0, p1);
     }
 }
