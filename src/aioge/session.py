@@ -833,6 +833,7 @@ class Session:
                 max_rows=self._max_rows(entry),
                 max_delay=entry.resolved.batch_max_delay_us / 1e6,
                 batched=entry.batched,
+                sizes=entry.gears.batch if entry.gears is not None else _bucket_sizes(entry.resolved),
             )
         return batcher
 

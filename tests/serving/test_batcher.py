@@ -443,3 +443,31 @@ async def test_a_slow_first_batch_does_not_keep_fast_batches_split() -> None:
                 tg.start_soon(b.submit, {"x": np.full((1, 1), i)}, 1)
     assert sizes[1:3] == [4, 4], "after the slow first batch, the next is split"
     assert sizes[-10:] == [8] * 10, "fast batches are taken whole again"
+
+
+async def test_a_batch_takes_a_compiled_size_rather_than_pad_more_rows_than_it_leaves() -> None:
+    """With compiled sizes 1, 2, 4, 8, 16, 32, 64 queued 40 rows run as 32 and then 8 (not as
+    one batch padded to 64); 56 rows pad to 64 (8 padded against 24 left). Every caller gets
+    its own rows."""
+    sizes_run: list[int] = []
+
+    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        sizes_run.append(len(feeds["x"]))
+        await anyio.sleep(0.01)
+        return {"y": feeds["x"] * 2}
+
+    for queued, want in ((40, [32, 8]), (56, [56])):
+        sizes_run.clear()
+        b = Batcher(run, max_rows=64, max_delay=0.2, batched=frozenset({"y"}), in_flight=1, sizes=(1, 2, 4, 8, 16, 32, 64))
+        got: dict[int, np.ndarray] = {}
+
+        async def one(i: int, b: Batcher = b) -> None:
+            got[i] = (await b.submit({"x": np.full((1, 2), i)}, 1))["y"]
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for i in range(queued):  # all queued while the leader waits out max_delay
+                    tg.start_soon(one, i)
+        assert sizes_run == want, f"{queued} queued"
+        for i in range(queued):
+            np.testing.assert_array_equal(got[i], np.full((1, 2), 2 * i))

@@ -452,12 +452,12 @@ def _direct_native(
     act: tuple[int, int, int],
     rows: bool = False,
 ) -> Callable[..., RunFn] | None:
-    """What ``conv_direct_native`` and ``conv_direct_t_native`` share: the geometry and tap
-    offsets in a stride-phase image of ``image`` floats per image (x itself when ``in_place``),
-    the weight packed once by ``pack``, the bias, the activation ``act`` (``_epilogue``) applied
-    to each tile before it is stored, and a run that fills the phase image and hands the C job
-    ``(xph, weight, offsets, bias, y, geometry, *tail)`` over ``total`` units to
-    ``split_native``. Returns a maker of that run, or None without the compiled tier."""
+    # What ``conv_direct_native`` and ``conv_direct_t_native`` share: the geometry and tap
+    # offsets in a stride-phase image of ``image`` floats per image (x itself when ``in_place``),
+    # the weight packed once by ``pack``, the bias, the activation ``act`` (``_epilogue``) applied
+    # to each tile before it is stored, and a run that fills the phase image and hands the C job
+    # ``(xph, weight, offsets, bias, y, geometry, *tail)`` over ``total`` units to
+    # ``split_native``. Returns a maker of that run, or None without the compiled tier.
     par = native.par_run()
     phases = native.function("aioge_conv_phases_f32", _PTR, _PTR, _PTR)
     if par is None or phases is None or ins[0].dtype != "float32":  # type: ignore[union-attr]

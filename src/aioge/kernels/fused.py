@@ -608,16 +608,15 @@ _Instr = tuple[Any, StepFn, int, int, int, tuple[int, ...], tuple[float, ...]]
 
 
 def _allocate(steps: list[_Step], n_in: int) -> tuple[list[_Instr], int, tuple[int, int, int]]:
-    """Give every step result a frame slot: 0 is the output chunk, 1..n_in the inputs, then
-    the scratch registers. The last step writes the output chunk; any other result takes
-    the output chunk while nothing lives there (so a straight chain runs in place in the
-    output), else a free register; a register is free after its value's last reader.
-
-    Returns the program as (ufunc or None, step function, destination slot, first and
-    second source slot (-1 when unary), source slots, params), the
-    number of registers, and how many temporaries of each kind (``_KINDS``) the hungriest
-    step needs.
-    """
+    # Give every step result a frame slot: 0 is the output chunk, 1..n_in the inputs, then
+    # the scratch registers. The last step writes the output chunk; any other result takes
+    # the output chunk while nothing lives there (so a straight chain runs in place in the
+    # output), else a free register; a register is free after its value's last reader.
+    #
+    # Returns the program as (ufunc or None, step function, destination slot, first and
+    # second source slot (-1 when unary), source slots, params), the
+    # number of registers, and how many temporaries of each kind (``_KINDS``) the hungriest
+    # step needs.
     last_use: dict[int, int] = {}
     for i, st in enumerate(steps):
         for r in st.srcs:
