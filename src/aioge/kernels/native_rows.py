@@ -31,6 +31,9 @@ SPLIT_ELEMENTS = 1 << 21
 # while it spins, no Python hop) from this many, about 30-60 us of work: EfficientNet's SiLU
 # over 96x112x112 values, fused into its expansion conv, ran whole after a 0.7 ms GEMM.
 SPLIT_ACTIVATION = 1 << 16
+# The transcendental ones (all but the HardSigmoids) cost 0.5-1 ns a value: split from a quarter
+# as many (the builder transformer's tanh GELU over 32K values: 28 -> 20 us).
+_COSTLY = frozenset({1, 2, 3, 4, 5})
 
 # activation name -> its code in csrc/act.h (enum ACT_*); Gelu's parameter picks the tanh form
 _ACT = {"Erf": 1, "Gelu": 2, "Sigmoid": 4, "Swish": 5, "HardSigmoid": 6, "HardSwish": 7}
@@ -91,7 +94,8 @@ def activation(name: str, x: np.ndarray, y: np.ndarray, params: Sequence[float] 
     code, p0, p1 = act
     bits = np.array([p0, p1], np.float32).view(np.int32)
     args = np.array([native.ptr(x), native.ptr(y), code, bits[0], bits[1]], np.int64)
-    split_native(par, native.JOB_ACTIVATION, native.ptr(args), x.size, worth=x.size >= SPLIT_ACTIVATION)
+    worth = x.size * (4 if code in _COSTLY else 1) >= SPLIT_ACTIVATION
+    split_native(par, native.JOB_ACTIVATION, native.ptr(args), x.size, worth=worth)
     return True
 
 
