@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import anyio
 import anyio.lowlevel
@@ -217,10 +217,10 @@ class Executable:
                     workers.give_all_cpu()
                 self.inline_runs += 1
                 self.observe(ctx.elapsed)
-                if _inline.used >= INLINE_YIELD:  # others run (and a cancellation lands) between runs
-                    await anyio.lowlevel.checkpoint()
-                else:  # a turn of the loop per run cost 7.5 us of the builder MLP's 160
-                    await anyio.lowlevel.checkpoint_if_cancelled()
+                # Others run (and a cancellation lands) between runs; short of INLINE_YIELD only a
+                # cancellation: a turn of the loop per run cost 7.5 us of the builder MLP's 160.
+                yielding = _inline.used >= INLINE_YIELD
+                await (anyio.lowlevel.checkpoint() if yielding else anyio.lowlevel.checkpoint_if_cancelled())
             else:
                 # Short runs that could not go inline (the loop's budget spent: many callers)
                 # share one lane: two lanes running them ping-pong the GIL between their small
@@ -429,21 +429,18 @@ class _InlineBudget(threading.local):
 
     def spend(self, seconds: float) -> None:
         self.used += seconds
-        if not self.pending:
-            self.pending = True
-            _next_turn(self._reset)
+        if self.pending:
+            return
+        self.pending = True  # the budget comes back in the running loop's next turn
+        if sniffio.current_async_library() == "trio":
+            import trio
+
+            trio.lowlevel.current_trio_token().run_sync_soon(self._reset)
+        else:
+            asyncio.get_running_loop().call_soon(self._reset)
 
     def _reset(self) -> None:
         self.used, self.pending = 0.0, False
-
-
-def _next_turn(fn: Callable[[], None]) -> None:  # fn runs in the running loop's next turn (asyncio or trio)
-    if sniffio.current_async_library() == "trio":
-        import trio
-
-        trio.lowlevel.current_trio_token().run_sync_soon(fn)
-    else:
-        asyncio.get_running_loop().call_soon(fn)
 
 
 _inline = _InlineBudget()
