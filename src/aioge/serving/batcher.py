@@ -244,15 +244,13 @@ class Batcher:
         # Triton's preferred batch sizes: a batch that would pad more rows than it leaves for
         # the next one takes only a compiled size (40 rows run as 32 now and 8 with the next
         # batch's, not as 64), and the rows left start the next batch at once.
-        down = max((z for z in self._sizes if z <= rows), default=0)
-        up = min((z for z in self._sizes if z >= rows), default=None)
-        if down and rows != down and (up is None or up - rows > rows - down):
-            while len(batch) > 1 and rows > down:
-                r = batch.pop()
-                r.taken = False
-                rows -= r.rows
-                self._queue.appendleft(r)
-            self._split = True
+        down = max((z for z in self._sizes if z <= rows), default=rows)
+        up = min((z for z in self._sizes if z >= rows), default=2 * rows)
+        while len(batch) > 1 and rows > down and up - rows > rows - down:
+            r = batch.pop()
+            r.taken, self._split = False, True
+            rows -= r.rows
+            self._queue.appendleft(r)
         self._queued_rows -= rows
         return batch
 
