@@ -253,13 +253,15 @@ async def concurrency(w: Workload, session: Any, gid: int, conc: int, *, rounds:
     with ThreadPoolExecutor(conc) as pool:
         await anyio.to_thread.run_sync(_ort_burst, sess, w.feeds, pool, conc)  # warm both
         await _aioge_burst(session, gid, w.feeds, conc)
-        for _ in range(rounds):
+        for _ in range(rounds):  # each side SETTLE_S after the other's burst, as in latency()
+            await anyio.sleep(SETTLE_S)
             async with anyio.create_task_group() as tg:
                 await tg.start(monitor.run)
                 before = steal_seconds()
                 a_times.append(await _aioge_burst(session, gid, w.feeds, conc))
                 steal += steal_seconds() - before
                 tg.cancel_scope.cancel()
+            await anyio.sleep(SETTLE_S)
             o_times.append(await anyio.to_thread.run_sync(_ort_burst, sess, w.feeds, pool, conc))
     aioge_rps = conc / statistics.median(a_times)
     ort_rps = conc / statistics.median(o_times)
