@@ -313,8 +313,9 @@ def _applies_depthwise(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 # helper thread, handing half of its planes to the other core cost 15-20 us per call on 2
 # cores and depthwise convs under 1.5M multiply-adds (100 us) ran slower split (576x7x7 5x5:
 # 50 -> 66 us); 96x56x56 7x7 (15M) ran 418 -> 346 us. The depthwise conv now shares its
-# planes with the C helper (csrc/par.c), which costs about a microsecond when it spins.
-NATIVE_SPLIT_MACS = 1 << 21
+# planes with the C helper (csrc/par.c), which costs about a microsecond when it spins: split
+# from 128K, 576x7x7 5x5 ran 43 -> 27 us, 240x14x14 5x5 58 -> 35, 116x14x14 3x3 (204K) 20 -> 16.
+NATIVE_SPLIT_MACS = 1 << 17
 
 _PTR = ctypes.c_void_p
 
