@@ -326,7 +326,7 @@ def build_split(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
         head = (slice(None),) * a
         return _fill(outputs, [x[(*head, slice(int(lo), int(hi)))] for lo, hi in zip(bounds[:-1], bounds[1:])])
 
-    if not ins or ins[0] is None or not ins[0].static or not all(o is not None and o.static for o in outs):
+    if not ins or ins[0] is None or not ins[0].static or not ins[0].shape or not all(o is not None and o.static for o in outs):
         return run
     # Static shapes: the pieces' index tuples once, from the outputs' sizes along the axis (the
     # split input, checked at compile time, is not read again): the builder transformer's Q/K/V
