@@ -537,11 +537,12 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
     make = _direct_native(g, ins, in_place, hph, wph, image, pack, _epilogue(attrs), rows)
     if make is None:
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
-    panels, blocks = g.n * (g.oh * -(-g.ow // nr) if rows else -(-q // nr)), -(-g.m // mr)
-    by_panels = panels >= 8 or blocks < 2
+    blocks = -(-g.m // mr)
     no_memory = f"conv_direct_native: no memory for a {blocks * mr}x{nr} accumulator"
     if not in_place and (g.n % 2 == 0 or g.n >= 7) and g.n > 1:  # whole images split evenly enough over two cores
         return make(native.JOB_CONV_IMAGES, (), g.n, no_memory, images=True)
+    panels = g.n * (g.oh * -(-g.ow // nr) if rows else -(-q // nr))
+    by_panels = panels >= 8 or blocks < 2
     return make(native.JOB_CONV_DIRECT, (panels, blocks, not by_panels), panels if by_panels else blocks, no_memory)
 
 

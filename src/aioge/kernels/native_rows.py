@@ -31,13 +31,13 @@ SPLIT_ELEMENTS = 1 << 21
 # while it spins, no Python hop) from this many, about 30-60 us of work: EfficientNet's SiLU
 # over 96x112x112 values, fused into its expansion conv, ran whole after a 0.7 ms GEMM.
 SPLIT_ACTIVATION = 1 << 16
-# The transcendental ones (all but the HardSigmoids) cost 0.5-1 ns a value: split from a quarter
-# as many (the builder transformer's tanh GELU over 32K values: 28 -> 20 us).
-_COSTLY = frozenset({1, 2, 3, 4, 5})
 
 # activation name -> its code in csrc/act.h (enum ACT_*); Gelu's parameter picks the tanh form
 _ACT = {"Erf": 1, "Gelu": 2, "Sigmoid": 4, "Swish": 5, "HardSigmoid": 6, "HardSwish": 7}
 _GELU_TANH = 3
+# The transcendental ones (all but the HardSigmoids) cost 0.5-1 ns a value: SPLIT_ACTIVATION
+# splits them from a quarter as many (the builder transformer's tanh GELU over 32K values: 28 -> 20 us).
+_COSTLY = frozenset({*(_ACT[k] for k in ("Erf", "Gelu", "Sigmoid", "Swish")), _GELU_TANH})
 ACTIVATIONS = frozenset(_ACT)
 # What the compiled convolutions apply to an output tile before it leaves the cache (a fused
 # producer's activation, by its op name): the activations above less Erf (not one of

@@ -251,6 +251,14 @@ float *aioge_thread_scratch(int slot, size_t n)
 
 static float *accumulator(size_t n) { return aioge_thread_scratch(0, n); }
 
+/* Panels per image: of NR flattened positions, or with G_ROWS of up to NR outputs of one row. */
+static int64_t panels_per_image(const int64_t *g)
+{
+    if (g[G_ROWS])
+        return g[G_OH] * ((g[G_OW] + NR - 1) / NR);
+    return ((g[G_OH] - 1) * g[G_WPH] + g[G_OW] + NR - 1) / NR;
+}
+
 /* Panels [p0, p1) of NR flattened positions (image-major), or with the geometry's G_ROWS of up
  * to NR outputs of one output row (image-, then row-major: no junk columns, and with K in one
  * block every tile goes straight to y), and MR-row blocks [mb0, mb1) of y, reading xph (aioge_conv_phases_f32, or x itself for a 1x1 kernel at stride 1 without pads)
@@ -262,16 +270,16 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
     const int64_t K = C * g[G_KH] * g[G_KW], P = OH * OW, Q = (OH - 1) * WPH + OW;
     const int act = (int)g[G_ACT];
     const float act_p0 = aioge_float_of(g[G_ACT_P0]), act_p1 = aioge_float_of(g[G_ACT_P1]);
-    const int64_t per_image = (Q + NR - 1) / NR;
+    const int64_t per_image = panels_per_image(g);
     const int64_t rows = (mb1 - mb0) * MR;
     const int64_t kblocks = (K + KC - 1) / KC, kstep = (K + kblocks - 1) / kblocks;
     float *acc = accumulator((size_t)(rows > 0 ? rows : 1) * NR);
     if (!acc)
         return 1;
     if (g[G_ROWS]) { /* row panels: up to NR outputs of one output row, never a junk column */
-        const int64_t per_row = (OW + NR - 1) / NR, per_img = OH * per_row;
+        const int64_t per_row = (OW + NR - 1) / NR;
         for (int64_t q = p0; q < p1; q++) {
-            const int64_t n = q / per_img, oh = q % per_img / per_row, c0 = q % per_row * NR;
+            const int64_t n = q / per_image, oh = q % per_image / per_row, c0 = q % per_row * NR;
             const int64_t ncols = OW - c0 < NR ? OW - c0 : NR, nv = (ncols + 15) / 16;
             const float *xq = xph + n * IMAGE + oh * WPH + c0;
             float *yq = y + n * M * P + oh * OW + c0;
@@ -349,7 +357,7 @@ int aioge_conv_direct_images_f32(const float *x, const float *wpack, const int64
                                  const int64_t *g, int64_t n0, int64_t n1)
 {
     const int64_t image = g[G_C] * g[G_H] * g[G_W], P = g[G_OH] * g[G_OW];
-    const int64_t per_img = g[G_ROWS] ? g[G_OH] * ((g[G_OW] + NR - 1) / NR) : ((g[G_OH] - 1) * g[G_WPH] + g[G_OW] + NR - 1) / NR;
+    const int64_t per_img = panels_per_image(g);
     float *img = aioge_thread_scratch(2, (size_t)g[G_IMAGE]);
     if (!img)
         return 1;
