@@ -18,7 +18,9 @@ import aioge
 # sequences). The budget leaves ~9% headroom: the next capability should come with a deletion.
 # Raised to 30,050 on 2026-12-04 (speed and serving: a conv job per image, the inline budget per
 # loop turn, the tuner's second opinion, batches of compiled sizes), with Graph.consumers deleted.
-LINE_BUDGET = 30_050
+# Raised to 30,250 on 2026-12-05: tuning robust to noise (a kernel keeps its tuned time, its
+# runner-up and the margin; cache hits re-time close calls and re-tune drifted ones).
+LINE_BUDGET = 30_250
 _SRC = Path(aioge.__file__).parent
 GENERATED = {"ops/builders.py"}
 

@@ -20,6 +20,7 @@ import aioge
 from aioge import ops
 from aioge.cache.kernel_cache import ENTRY_KIND, KernelCache, cache_report
 from aioge.cache.kernel_limits import read_limits, resolve_cache_root
+from aioge.compiler.tuning import RECHECK_MARGIN
 from aioge.errors import OptionError
 from aioge.options import resolve_options
 from aioge.plan.io import make_envelope, pack
@@ -115,7 +116,8 @@ async def main():
         model = await s.build_graph(1)
         y = (await s.run_graph(1, {"x": np.ones((2, 3, 12, 12), np.float32)}))["y"]
     print(json.dumps({"compiled": model.stats.kernels_compiled, "hits": model.stats.kernel_cache_hits,
-                      "nodes": len(model.nodes), "kernels": [[n.kernel.impl, n.kernel.tuned] for n in model.nodes],
+                      "retuned": model.stats.kernels_retuned, "nodes": len(model.nodes),
+                      "kernels": [[n.kernel.impl, n.kernel.tuned, n.kernel.margin] for n in model.nodes],
                       "y": y.tolist()}))
 
 anyio.run(main)
@@ -135,8 +137,12 @@ def test_a_second_process_compiles_zero_kernels(tmp_path: Path) -> None:
     cold, warm = run(), run()
     assert cold["compiled"] == cold["nodes"] > 0 and cold["hits"] == 0
     assert warm["compiled"] == 0 and warm["hits"] == warm["nodes"] == cold["nodes"]
-    assert warm["kernels"] == cold["kernels"]  # the tuned choices come back as they were made
-    assert any(tuned for _, tuned in cold["kernels"])  # tune mode (the default) timed the convs
+    # The tuned choices come back as they were made, but for close calls a hit re-timed (and
+    # may have settled the other way: tests/compiler/test_recheck.py).
+    changed = [(c, w) for c, w in zip(cold["kernels"], warm["kernels"]) if c[0] != w[0]]
+    assert all(0 < c[2] < RECHECK_MARGIN for c, _ in changed), changed
+    assert not changed or warm["retuned"] > 0  # (retuned also counts a change of parameters alone)
+    assert any(tuned for _, tuned, _ in cold["kernels"])  # tune mode (the default) timed the convs
     np.testing.assert_allclose(warm["y"], cold["y"], rtol=1e-6)
 
 

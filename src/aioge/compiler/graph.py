@@ -127,3 +127,5 @@ def _count(stats: CompileStats, step: KernelStep) -> None:
     stats.kernel_cache_hits = step.hits
     stats.kernel_shared_in_session = step.shared
     stats.kernel_reuse_in_compile = step.reused
+    stats.kernels_rechecked = step.rechecked
+    stats.kernels_retuned = step.retuned

@@ -17,6 +17,7 @@ recompile and the others follow the mode.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from contextlib import AbstractAsyncContextManager
@@ -24,9 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Coroutine, Mapping, Protocol, Sequence
 
 import anyio
+import numpy as np
 
 from aioge._util.singleflight import SingleFlight
-from aioge.compiler.tuning import Choice, select_kernel
+from aioge.compiler import tuning
+from aioge.compiler.tuning import Choice
 from aioge.engines import Engine
 from aioge.errors import CompileError, OptionError
 from aioge.ir.fingerprint import array_digest
@@ -294,21 +297,71 @@ def compile_kernel_sync(
     """
     schema = schema or get_schema(node.op_type, node.domain)
     in_descs = [v.desc if v is not None else None for v in node.inputs]
-    consts = [v.data if v is not None and v.kind in (ValueKind.CONSTANT, ValueKind.VARIABLE) else None for v in node.inputs]
-    choice: Choice | None = select_kernel(
+    choice: Choice | None = tuning.select_kernel(
         schema,
         in_descs,
         [o.desc for o in node.outputs],
         node.attrs,
-        consts,
+        _const_values(node),
         mode=options.tune_mode,
         budget_ms=options.tune_budget_ms,
-        seed=int(hashlib.sha256(key.encode()).hexdigest()[:8], 16),
+        seed=_seed(key),
     )
     if choice is None:
         raise _no_kernel(node)
     ins, outs = signature_of(node)
-    return KernelDesc(key, node.op_type, node.domain, engine.value, ins, outs, choice.impl, dict(choice.params), 0, choice.tuned)
+    desc = KernelDesc(key, node.op_type, node.domain, engine.value, ins, outs, choice.impl, dict(choice.params), 0, choice.tuned)
+    alt, alt_params = choice.alternative or ("", {})
+    margin, best = round(choice.margin, 4), round(choice.best_ms, 6)
+    return dataclasses.replace(desc, tuned_ms=best, runner_up=alt, runner_up_params=dict(alt_params), margin=margin)
+
+
+def recheck_kernel_sync(node: Node, engine: Engine, options: CompileOptions, desc: KernelDesc) -> tuple[KernelDesc, str]:
+    """A cache hit's close call re-timed (``tuning.recheck``): the desc to use, and ``kept``,
+    ``switched``, ``drifted`` (tuned again) or ``skipped``. Blocking."""
+    schema = get_schema(node.op_type, node.domain)
+    found = tuning.recheck(
+        schema,
+        [v.desc if v is not None else None for v in node.inputs],
+        [o.desc for o in node.outputs],
+        node.attrs,
+        _const_values(node),
+        (desc.impl, desc.params),
+        (desc.runner_up, desc.runner_up_params),
+        desc.tuned_ms,
+        budget_ms=options.tune_budget_ms,
+        seed=_seed(desc.key),
+    )
+    if found.outcome == "skipped":
+        log.debug("kernel %s of %r not re-timed: %s", desc.key, node.name, found.why)
+        return desc, found.outcome
+    what = f"{desc.impl} {found.chosen_ms:.4f} ms (tuned {desc.tuned_ms:.4f}), runner-up {desc.runner_up} {found.runner_ms:.4f}"
+    log.info("kernel %s of %r re-timed: %s: %s", desc.key, node.name, what, found.outcome)
+    if found.outcome == "drifted":
+        return compile_kernel_sync(node, engine, options, desc.key, schema), found.outcome
+    if found.outcome == "switched":
+        return dataclasses.replace(
+            desc,
+            impl=desc.runner_up,
+            params=dict(desc.runner_up_params),
+            tuned_ms=round(found.runner_ms, 6),
+            runner_up=desc.impl,
+            runner_up_params=dict(desc.params),
+            margin=round(found.chosen_ms / found.runner_ms, 4) if found.runner_ms > 0 else 0.0,
+            checks=desc.checks + 1,
+        ), found.outcome
+    margin = found.runner_ms / found.chosen_ms if found.chosen_ms > 0 else desc.margin
+    return dataclasses.replace(
+        desc, tuned_ms=round(min(desc.tuned_ms, found.chosen_ms), 6), margin=round(margin, 4), checks=desc.checks + 1
+    ), found.outcome
+
+
+def _const_values(node: Node) -> list[np.ndarray | None]:
+    return [v.data if v is not None and v.kind in (ValueKind.CONSTANT, ValueKind.VARIABLE) else None for v in node.inputs]
+
+
+def _seed(key: str) -> int:
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
 
 
 def check_loaded(desc: KernelDesc, job: KernelJob) -> str:
@@ -334,6 +387,8 @@ class KernelStep:
     shared: int = 0  # not reading the cache (disable, a listed op): got from a concurrent compile in the session
     reused: int = 0  # nodes whose key another node of this compile has: one kernel serves them all
     misses: int = 0  # looked up on disk and not found (or unusable)
+    rechecked: int = 0  # hits whose close call was re-timed (``recheck_kernel_sync``); still hits
+    retuned: int = 0  # of those, the ones whose choice changed (and was written back)
     invalid: int = 0
     written: int = 0  # bytes published
     policy: CachePolicy = field(default_factory=lambda: CachePolicy(False, False))
@@ -448,7 +503,7 @@ async def _obtain(
     if read:
         found = await _load(job, cache, view, step)
         if found is not None:
-            return found, "hit"
+            return await _recheck(job, found, options, cache, view, write, limiter, step), "hit"
     async with cache.key_lock(job.key, view) as held:
         if read and held:
             # Another process may have compiled it while we waited for the lock.
@@ -479,6 +534,30 @@ async def _load(
         log.warning("kernel cache entry %s cannot serve node %r (%s); recompiling", job.key, job.node.name, reason)
         return None
     return result.desc
+
+
+async def _recheck(
+    job: KernelJob,
+    desc: KernelDesc,
+    options: CompileOptions,
+    cache: KernelStore,
+    view: KernelView,
+    write: bool,
+    limiter: anyio.CapacityLimiter | None,
+    step: KernelStep,
+) -> KernelDesc:
+    """A hit, with its close call re-timed in tune mode; what the re-timing learnt is written
+    back (when the compile writes), so an entry is re-timed ``RECHECKS`` times at most."""
+    if options.tune_mode != "tune" or not tuning.close_call(desc.tuned, desc.runner_up, desc.margin, desc.checks):
+        return desc
+    new, outcome = await anyio.to_thread.run_sync(recheck_kernel_sync, job.node, job.engine, options, desc, limiter=limiter)
+    if outcome == "skipped":
+        return desc
+    step.rechecked += 1
+    step.retuned += (new.impl, new.params) != (desc.impl, desc.params)
+    if write:
+        step.written += await cache.store(new, view)
+    return new
 
 
 async def _compile(job: KernelJob, options: CompileOptions, limiter: anyio.CapacityLimiter | None) -> KernelDesc:

@@ -17,7 +17,7 @@ from aioge.keys import Signature, signature_of
 if TYPE_CHECKING:
     from aioge.ops.schema import KernelImpl, OpSchema
 
-__all__ = ["KernelDesc", "candidates_of", "check_kernel", "desc_from_plain", "desc_to_plain"]
+__all__ = ["KernelDesc", "candidates_of", "check_kernel", "desc_from_plain", "desc_to_plain", "same_params"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,15 @@ class KernelDesc:
     params: Mapping[str, Any] = field(default_factory=dict)
     workspace_bytes: int = 0
     tuned: bool = False  # True when the impl was chosen by timing candidates
+    # What tuning saw, so that a cache hit can tell a close call from a clear win (and re-time
+    # the first, see ``compiler.tuning.recheck``): the choice's best time, the next fastest
+    # verified candidate and its time over the choice's (0.0 with no runner-up), and how many
+    # cache hits have re-timed the two since.
+    tuned_ms: float = 0.0
+    runner_up: str = ""
+    runner_up_params: Mapping[str, Any] = field(default_factory=dict)
+    margin: float = 0.0
+    checks: int = 0
 
 
 def desc_to_plain(desc: KernelDesc) -> Any:
@@ -94,13 +103,18 @@ def check_kernel(desc: KernelDesc, node: Node, engine: str) -> str:
     descs = [v.desc if v is not None else None for v in node.inputs]
     if not any(e.value == engine for e in schema.engines_for(descs)):
         return f"{node.op_type} does not run on {engine} for these inputs"
-    for impl, params in candidates_of(schema, descs, node.attrs, stored=True):
-        if impl.name == desc.impl and _same_params(params, desc.params):
-            return ""
-    return f"implementation {desc.impl!r} with {dict(desc.params)} is not a candidate for this node"
+    stored = candidates_of(schema, descs, node.attrs, stored=True)
+    for name, params, what in ((desc.impl, desc.params, "implementation"), (desc.runner_up, desc.runner_up_params, "runner-up")):
+        if name and not any(impl.name == name and same_params(p, params) for impl, p in stored):
+            return f"{what} {name!r} with {dict(params)} is not a candidate for this node"
+    if desc.margin < 0 or desc.tuned_ms < 0 or desc.checks < 0:
+        return f"negative tuning figures (tuned_ms {desc.tuned_ms}, margin {desc.margin}, checks {desc.checks})"
+    return ""
 
 
-def _same_params(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def same_params(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two parameter sets are equal, lists and tuples alike (a decoded desc has tuples)."""
+
     def norm(v: Any) -> Any:
         return tuple(norm(x) for x in v) if isinstance(v, (list, tuple)) else v.item() if isinstance(v, np.generic) else v
 

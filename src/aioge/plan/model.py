@@ -25,6 +25,8 @@ class CompileStats:
     kernel_cache_hits: int = 0  # served by the kernel cache (disk, or a concurrent compile that reads it); 0 in disable/force
     kernel_shared_in_session: int = 0  # not reading the cache: compiled by a concurrent compile in the session
     kernel_reuse_in_compile: int = 0  # nodes with the same kernel key as an earlier node of this graph
+    kernels_rechecked: int = 0  # cache hits whose close call between two kernels was re-timed (still hits)
+    kernels_retuned: int = 0  # of those, the ones whose kernel changed
     graph_cache_hit: bool = False
     compile_seconds: float = 0.0
     passes_applied: list[str] = field(default_factory=list)
@@ -119,6 +121,8 @@ class CompiledModel:
                 "kernel_cache_hits": self.stats.kernel_cache_hits,
                 "kernel_shared_in_session": self.stats.kernel_shared_in_session,
                 "kernel_reuse_in_compile": self.stats.kernel_reuse_in_compile,
+                "kernels_rechecked": self.stats.kernels_rechecked,
+                "kernels_retuned": self.stats.kernels_retuned,
                 "graph_cache_hit": self.stats.graph_cache_hit,
                 "compile_seconds": round(self.stats.compile_seconds, 6),
                 "passes_applied": list(self.stats.passes_applied),
