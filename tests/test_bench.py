@@ -192,6 +192,8 @@ def test_builder_workloads_export_to_onnx_that_onnxruntime_agrees_with() -> None
         (["--rounds", "0"], "at least 1"),
         (["--workloads", "mlp,nope"], "unknown workloads ['nope']"),
         (["--devices", "65"], "devices must be from 0 to 64"),
+        (["--startup-models", "resnet18,light_resnet50"], "unknown start-up models ['light_resnet50']"),
+        (["--startup-models", "/no/such/model.onnx"], "unknown start-up models ['/no/such/model.onnx']"),
     ],
 )
 def test_cli_rejects_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

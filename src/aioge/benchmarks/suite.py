@@ -88,6 +88,12 @@ class SuiteConfig:
         unknown = sorted(set(self.workloads) - set(ALL))
         if unknown:
             raise ValueError(f"unknown workloads {unknown}; expected some of {list(ALL)}")
+        missing = [m for m in self.startup_models if m not in REAL and not os.path.isfile(_startup_path(m))]
+        if missing:
+            raise ValueError(
+                f"unknown start-up models {missing}; expected .onnx paths that exist, real-weights models "
+                f"{sorted(REAL)} or light/ models {sorted(LIGHT)}"
+            )
 
 
 def machine() -> dict[str, Any]:
