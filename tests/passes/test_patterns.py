@@ -271,3 +271,138 @@ async def test_torch_export_fuses_and_matches_onnxruntime() -> None:
     assert "Gelu" not in without_gelu and without_gelu["FusedElementwise"] >= 1
     _, without_ln, _ = await compare(graph, feeds, "", without("LayerNormFusionPass"), **TOL)
     assert "LayerNormalization" not in without_ln and without_ln["ReduceMean"] == 2
+
+
+# -- squeeze-and-excitation ------------------------------------------------------------------
+
+SE_ACTS = {
+    "mobilenet": (("Relu", []), ("HardSigmoid", [1 / 6, 0.5])),
+    "efficientnet": (("Swish", []), ("Sigmoid", [])),
+    "plain": (("", []), ("", [])),
+}
+
+
+def _se_model(acts: str, n: int = 2, c: int = 24, c1: int = 8, hw: int = 7, bias: bool = True) -> onnx.ModelProto:
+    """An SE block as torchvision exports MobileNetV3's and EfficientNet's: GlobalAveragePool,
+    a 1x1 Conv and its activation, a 1x1 Conv and its gate, the Mul of x by the gate."""
+    (a1, p1), (a2, p2) = SE_ACTS[acts]
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["m"])]
+    nodes.append(helper.make_node("Conv", ["m", "w1", *(["b1"] if bias else [])], ["h0"]))
+    for src, act, params, dst in (("h0", a1, p1, "h"), ("s0", a2, p2, "s")):
+        if dst == "s":
+            nodes.append(helper.make_node("Conv", ["h", "w2", *(["b2"] if bias else [])], ["s0"]))
+        if act == "Swish":  # x * Sigmoid(x), as torch writes SiLU
+            nodes += [helper.make_node("Sigmoid", [src], [src + "_sig"]), helper.make_node("Mul", [src, src + "_sig"], [dst])]
+        elif act == "HardSigmoid":
+            nodes.append(helper.make_node(act, [src], [dst], alpha=params[0], beta=params[1]))
+        elif act:
+            nodes.append(helper.make_node(act, [src], [dst]))
+        else:
+            nodes.append(helper.make_node("Identity", [src], [dst]))
+    nodes.append(helper.make_node("Mul", ["x", "s"], ["y"]))
+    inits = [
+        numpy_helper.from_array(_f32(c1, c, 1, 1, seed=1) * 0.3, "w1"),
+        numpy_helper.from_array(_f32(c, c1, 1, 1, seed=3) * 0.3, "w2"),
+    ]
+    if bias:
+        inits += [numpy_helper.from_array(_f32(c1, seed=2), "b1"), numpy_helper.from_array(_f32(c, seed=4), "b2")]
+    graph = helper.make_graph(
+        nodes,
+        "se",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, c, hw, hw])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("acts", list(SE_ACTS))
+@pytest.mark.parametrize("bias", [True, False])
+async def test_a_squeeze_excite_block_becomes_one_node_matching_onnxruntime(acts: str, bias: bool) -> None:
+    model = _se_model(acts, bias=bias)
+    feeds = {"x": _f32(2, 24, 7, 7, seed=5) * 2}
+    on, off, out = await compare(aioge.load_onnx(model.SerializeToString()), feeds, "", without("SqueezeExciteFusionPass"), **TOL)
+    assert on == {"SqueezeExcite": 1}
+    assert off["GlobalAveragePool"] == 1 and off["Mul"] == 1 and sum(off.values()) == 4
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(out["y"], ref, rtol=1e-4, atol=1e-5)
+
+
+async def test_an_se_lookalike_stays() -> None:
+    """The pattern's intermediates must be private to it, its convs 1x1 over the pooled x with
+    constant weights, its Mul's other factor the pooled x itself."""
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((4, 8, 1, 1)).astype(np.float32)
+    w2 = rng.standard_normal((8, 4, 1, 1)).astype(np.float32)
+    w3 = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    feeds = {"x": _f32(1, 8, 5, 5), "z": _f32(1, 8, 5, 5, seed=1), "wv": w2}
+    g = aioge.Graph("lookalikes")
+    x, z = g.input("x", (1, 8, 5, 5), "float32"), g.input("z", (1, 8, 5, 5), "float32")
+    wv = g.input("wv", (8, 4, 1, 1), "float32")
+
+    def gate(src: aioge.ir.graph.Value, second: object, pads: tuple[int, ...] = (0, 0, 0, 0)) -> aioge.ir.graph.Value:
+        h = ops.relu(ops.conv2d(ops.global_average_pool(src), g.constant(w1)))
+        return ops.sigmoid(ops.conv2d(h, second, pads=pads))  # type: ignore[arg-type]
+
+    shared = ops.global_average_pool(x)
+    s_shared = ops.sigmoid(ops.conv2d(ops.relu(ops.conv2d(shared, g.constant(w1))), g.constant(w2)))
+    g.output(
+        ops.mul(z, gate(x, g.constant(w2))),  # the gate scales another tensor
+        ops.mul(x, gate(x, wv)),  # a weight fed at run time
+        ops.mul(x, gate(x, g.constant(w3), pads=(1, 1, 1, 1))),  # a 3x3 conv: the gate is not (1, C, 1, 1)
+        ops.mul(x, s_shared),
+        shared,  # the pooled x is an output too
+        ops.mul(gate(z, g.constant(w2 * 2)), z),  # the control: a real one (the Mul's factors either way round)
+        names=["other", "fed", "wide", "shared", "pooled", "control"],
+    )
+    on, _, _ = await compare(g, feeds, only("ActivationFusionPass", "SqueezeExciteFusionPass"), ALL_OFF, **TOL)
+    assert on["SqueezeExcite"] == 1
+
+
+@pytest.mark.parametrize("impl", ["numpy", "squeeze_excite_native"])
+@pytest.mark.parametrize(("n", "c", "c1", "hw"), [(1, 16, 8, 56), (3, 96, 24, 7), (2, 40, 10, 1)])
+def test_squeeze_excite_kernels_agree_with_numpy(impl: str, n: int, c: int, c1: int, hw: int) -> None:
+    from aioge.ir.desc import TensorDesc
+    from aioge.ops.registry import get_schema
+
+    schema = get_schema("SqueezeExcite", "aioge")
+    kernel = next(i for i in schema.impls if i.name == impl)
+    rng = np.random.default_rng(c)
+    args = [
+        rng.standard_normal((n, c, hw, hw)).astype(np.float32),
+        rng.standard_normal((c1, c, 1, 1)).astype(np.float32) * 0.3,
+        rng.standard_normal(c1).astype(np.float32),
+        rng.standard_normal((c, c1, 1, 1)).astype(np.float32) * 0.3,
+        rng.standard_normal(c).astype(np.float32),
+    ]
+    for a in args[1:]:
+        a.setflags(write=False)  # constants, as a graph's are
+    attrs = schema.normalise_attrs({"activation1": "Relu", "activation2": "HardSigmoid", "activation2_params": [1 / 6, 0.5]})
+    descs = [TensorDesc.of(a.shape, "float32") for a in args]
+    run = kernel.build(attrs, {}, descs, [descs[0]])
+
+    def want(x: np.ndarray) -> np.ndarray:
+        m = x.astype(np.float64).mean(axis=(2, 3))
+        h = np.maximum(m @ args[1].reshape(c1, c).T + args[2], 0)
+        s = np.clip((h @ args[3].reshape(c, c1).T + args[4]) / 6 + 0.5, 0, 1)
+        return x * s[:, :, None, None]
+
+    y = np.empty_like(args[0])
+    for step in range(3):  # again on the same arrays (the native kernel's prepared call), then new data in x
+        if step == 2:
+            args[0][...] = rng.standard_normal(args[0].shape)
+        (got,) = run(args, [y])
+        assert got is y
+        np.testing.assert_allclose(y, want(args[0]), rtol=1e-5, atol=1e-5)
+
+
+def test_the_native_squeeze_excite_falls_back_to_numpy_without_the_tier(numpy_kernels) -> None:
+    from aioge.ir.desc import TensorDesc
+    from aioge.kernels.fused import build_squeeze_excite_native
+
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((1, 8, 4, 4), (2, 8, 1, 1), (2,), (8, 2, 1, 1), (8,))]
+    descs = [TensorDesc.of(a.shape, "float32") for a in args]
+    (got,) = build_squeeze_excite_native({}, {}, descs, [descs[0]])(args, None)
+    s = (args[0].mean(axis=(2, 3)) @ args[1].reshape(2, 8).T + args[2]) @ args[3].reshape(8, 2).T + args[4]
+    np.testing.assert_allclose(got, args[0] * s[:, :, None, None], rtol=1e-5, atol=1e-5)

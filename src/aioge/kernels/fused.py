@@ -742,3 +742,94 @@ def with_activation(run: RunFn, name: str, params: Sequence[float], dtype: Any) 
         return res
 
     return fused
+
+
+def build_squeeze_excite(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
+    """SqueezeExcite (``ops.fused``): x times act2(W2 @ act1(W1 @ mean_hw(x) + b1) + b2), per
+    image and channel, in one kernel: the mean a GEMV over the spatial axis, the two 1x1 convs
+    of the squeezed vector GEMVs, the scale one broadcast multiply (MobileNetV3's and
+    EfficientNet's SE blocks ran as four nodes: ~50 us of mostly per-node cost each)."""
+    n, c, h, w = (int(d) for d in ins[0].shape)
+    c1 = int(ins[1].shape[0])
+    dt = np.dtype(outs[0].dtype)
+    act1 = activation_runner(attrs.get("activation1", ""), attrs.get("activation1_params", ()), dt)
+    act2 = activation_runner(attrs.get("activation2", ""), attrs.get("activation2_params", ()), dt)
+    inv = np.full(h * w, 1.0 / (h * w), dt)
+    mean, hidden, scale = np.empty(n * c, dt), np.empty((n, c1), dt), np.empty((n, c), dt)
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x, w1, b1, w2, b2 = inputs
+        y = np.empty((n, c, h, w), dt) if outputs is None else outputs[0]
+        rows = x.reshape(n * c, h * w)
+        np.dot(rows, inv, out=mean)
+        np.dot(mean.reshape(n, c), w1.reshape(c1, c).T, out=hidden)
+        np.add(hidden, b1, out=hidden)
+        if act1 is not None:
+            act1(hidden)
+        np.dot(hidden, w2.reshape(c, c1).T, out=scale)
+        np.add(scale, b2, out=scale)
+        if act2 is not None:
+            act2(scale)
+        np.multiply(rows, scale.reshape(n * c, 1), out=y.reshape(n * c, h * w))
+        return (y,)
+
+    return run
+
+
+def build_squeeze_excite_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
+    """SqueezeExcite in C for float32: the squeeze (``aioge_squeeze_f32``: plane means, the two
+    small matrix-vector products and their activations) per image, then the excite as the
+    channel chain's multiply by each plane's scale, its planes split over an idle core.
+    Without the compiled tier, or for other dtypes, ``build_squeeze_excite``."""
+    from aioge.kernels.conv_algos import NativeOperand, WeightDerived
+
+    fallback = build_squeeze_excite(attrs, params, ins, outs)
+    par = native.par_run()
+    if par is None or np.dtype(outs[0].dtype) != np.float32:
+        return fallback
+    n, c, h, w = (int(d) for d in ins[0].shape)
+    c1 = int(ins[1].shape[0])
+    codes = (
+        *native_rows.epilogue(attrs.get("activation1", ""), attrs.get("activation1_params", ())),
+        *native_rows.epilogue(attrs.get("activation2", ""), attrs.get("activation2_params", ())),
+    )
+    multiply = np.array([2], np.int64)  # the chain's step codes: 2 is *
+    # the weights transposed once (C, C1) and (C1, C), so each product sums scaled rows
+    w1t = WeightDerived(lambda a: np.ascontiguousarray(a.reshape(c1, c).T, np.float32))
+    w2t = WeightDerived(lambda a: np.ascontiguousarray(a.reshape(c, c1).T, np.float32))
+    biases = [NativeOperand() for _ in range(2)]
+    split = n * c * h * w >= native_rows.SPLIT_ACTIVATION
+
+    # The call's argument blocks by (x, y, weights) identity: a context binds the same arena
+    # views every run, so a run after the first only calls (the blocks cost ~7 us to build).
+    # An entry holds its arrays (no identity is reused while it lives) and its own scale scratch
+    # (a context runs one run at a time); a few contexts' entries are kept.
+    calls: dict[tuple[int, ...], tuple[Any, ...]] = {}
+
+    def prepare(x: np.ndarray, y: np.ndarray, inputs: Sequence[Any]) -> tuple[Any, ...]:
+        a1, a2 = w1t.get(inputs[1]), w2t.get(inputs[3])
+        (b1, p1), (b2, p2) = (op.get(b) for op, b in zip(biases, (inputs[2], inputs[4])))
+        scale = np.empty(n * c, np.float32)
+        xp, sp = native.ptr(x), native.ptr(scale)
+        squeeze = np.array([xp, native.ptr(a1), p1, native.ptr(a2), p2, sp, c, h * w, c1, *codes], np.int64)
+        k = np.array([sp], np.int64)
+        chain = np.array([xp, native.ptr(y), n * c, h * w, 1, native.ptr(multiply), native.ptr(k), 0, 0, 0], np.int64)
+        return (x, y, *inputs[1:], a1, a2, b1, b2, scale, k, squeeze, chain, native.ptr(squeeze), native.ptr(chain))
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x = inputs[0]
+        y = np.empty((n, c, h, w), np.float32) if outputs is None else outputs[0]
+        if x.dtype != np.float32 or not (x.flags.c_contiguous and y.flags.c_contiguous):
+            return fallback(inputs, outputs)
+        key = (id(x), id(y), *map(id, inputs[1:]))
+        entry = calls.get(key)
+        if entry is None or any(a.flags.writeable for a in inputs[1:]):  # a variable may change in place
+            if len(calls) >= 8:
+                calls.clear()
+            entry = calls[key] = prepare(x, y, inputs)
+        if par(native.JOB_SQUEEZE, entry[-2], n, 0) < 0:
+            raise MemoryError("SqueezeExcite: no scratch for the squeeze")
+        split_native(par, native.JOB_CHAIN, entry[-1], n * c, worth=split)
+        return (y,)
+
+    return run

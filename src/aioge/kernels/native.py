@@ -37,6 +37,7 @@ __all__ = [
     "JOB_GEMV_T",
     "JOB_PACK",
     "JOB_POOL",
+    "JOB_SQUEEZE",
     "aligned_empty",
     "available",
     "function",
@@ -48,10 +49,10 @@ __all__ = [
 
 # The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C helper thread.
 JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = range(5)
-JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES = range(5, 10)
+JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE = range(5, 11)
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
-ABI = 6
+ABI = 7
 
 
 @functools.cache

@@ -200,6 +200,7 @@ __all__ = [
     "split_to_sequence",
     "sqrt",
     "squeeze",
+    "squeeze_excite",
     "stft",
     "string_concat",
     "string_normalizer",
@@ -3755,6 +3756,43 @@ def squeeze(
     Attributes: none. Returns the output value.
     """
     return call_builder("Squeeze", "", (data, axes), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+
+
+def squeeze_excite(
+    x0: Operand,
+    x1: Operand,
+    x2: Operand,
+    x3: Operand,
+    x4: Operand,
+    /,
+    *,
+    activation1: str = "",
+    activation1_params: Sequence[float] = (),
+    activation2: str = "",
+    activation2_params: Sequence[float] = (),
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Value:
+    """SqueezeExcite: a squeeze-and-excitation block: x * act2(Conv1x1(act1(Conv1x1(GlobalAveragePool(x), W1, B1)), W2, B2)).
+
+    Attributes: activation1='', activation1_params=(), activation2='', activation2_params=(). Returns the output value.
+    """
+    return call_builder(
+        "SqueezeExcite",
+        "aioge",
+        (x0, x1, x2, x3, x4),
+        {
+            "activation1": activation1,
+            "activation1_params": activation1_params,
+            "activation2": activation2,
+            "activation2_params": activation2_params,
+            **unknown,
+        },
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
+    )
 
 
 def stft(

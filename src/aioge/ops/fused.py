@@ -8,6 +8,9 @@ ints, floats and lists of them) so they serialise and hash into kernel keys.
   ``operands``, ``params``; see ``aioge.kernels.fused``) run in one blocked pass.
 - ``FusedConv``, ``FusedGemm``: Conv and Gemm (same attributes, same kernels, tuned the
   same way) followed by an activation applied in place to the output.
+- ``SqueezeExcite``: a squeeze-and-excitation block (MobileNetV3, EfficientNet): the
+  global average pool, the two 1x1 convs of the squeezed vector with their activations
+  (``activation1``, ``activation2``) and the channel scale of x, as one node.
 - ``FusedMatMul``: MatMul with either operand's last two axes transposed, a scale
   ``alpha``, an optional bias ``C`` added to the product (as Gemm's with beta 1) and an
   optional activation. A product of a batch of rows by a matrix (A not transposed, B 2-D,
@@ -27,6 +30,7 @@ import numpy as np
 
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import fused as k
+from aioge.kernels import native
 from aioge.ops import conv, nn
 from aioge.ops.infer import broadcast_shapes
 from aioge.ops.schema import ALL_ENGINES, FLOAT_DTYPES, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema, RunFn
@@ -262,8 +266,52 @@ _FUSED_MATMUL = OpSchema(
     doc="alpha * A' @ B' + C (A', B': last two axes swapped when transA / transB; C optional) then an optional activation",
 )
 
+
+def _infer_squeeze_excite(ctx: InferContext) -> list[TensorDesc]:
+    for i in ("1", "2"):
+        _check_activation(
+            {"activation": ctx.attrs.get("activation" + i, ""), "activation_params": ctx.attrs.get(f"activation{i}_params", ())}
+        )
+    descs = [d for d in ctx.inputs if d is not None and d.static]
+    if len(ctx.inputs) != 5 or len(descs) != 5:
+        raise InferError("SqueezeExcite takes x, W1, B1, W2 and B2, all of static shapes")
+    x, w1, b1, w2, b2 = descs
+    if x.dtype not in _FLOATS or any(d.dtype != x.dtype for d in descs):
+        raise InferError(f"inputs must be float tensors of one dtype, got {[d.dtype for d in descs]}")
+    shapes = [tuple(int(v) for v in d.shape or ()) for d in descs]
+    if len(shapes[0]) != 4 or len(shapes[1]) != 4:
+        raise InferError(f"x and W1 must be 4-D, got {shapes[0]} and {shapes[1]}")
+    c, c1 = shapes[0][1], shapes[1][0]
+    want = {"W1": (c1, c, 1, 1), "B1": (c1,), "W2": (c, c1, 1, 1), "B2": (c,)}
+    for (name, shape), got in zip(want.items(), shapes[1:]):
+        if got != shape:
+            raise InferError(f"{name} must have shape {list(shape)} for x {list(shapes[0])}, got {list(got)}")
+    return [x]
+
+
+_SQUEEZE_EXCITE = OpSchema(
+    "SqueezeExcite",
+    _infer_squeeze_excite,
+    (
+        KernelImpl("numpy", k.build_squeeze_excite),
+        KernelImpl("squeeze_excite_native", k.build_squeeze_excite_native, offered=native.available, eager=True),
+    ),
+    ALL_ENGINES,
+    {
+        "activation1": Attr("string", "", ACTIVATIONS),
+        "activation1_params": Attr("floats", ()),
+        "activation2": Attr("string", "", ACTIVATIONS),
+        "activation2_params": Attr("floats", ()),
+    },
+    (5, 5),
+    domain="aioge",
+    family="fused",
+    doc="a squeeze-and-excitation block: x * act2(Conv1x1(act1(Conv1x1(GlobalAveragePool(x), W1, B1)), W2, B2))",
+)
+
 SCHEMAS: tuple[OpSchema, ...] = (
     _FUSED_ELEMENTWISE,
+    _SQUEEZE_EXCITE,
     _with_activation(_base(conv.SCHEMAS, "Conv"), "FusedConv", "Conv then an activation, in place"),
     _FUSED_GEMM,
     _FUSED_MATMUL,

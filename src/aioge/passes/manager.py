@@ -91,6 +91,12 @@ PASSES: tuple[GraphPass, ...] = (
         linear.fuse_activation,
     ),
     GraphPass(
+        "SqueezeExciteFusionPass",
+        True,
+        "replace a squeeze-and-excitation block (GlobalAveragePool, two 1x1 convs, the channel Mul) by one SqueezeExcite",
+        patterns.fuse_squeeze_excite,
+    ),
+    GraphPass(
         "DuplicateFilterPass",
         True,
         "compute repeated (filter, bias) pairs of a Conv with constant weights once and Gather the channels",

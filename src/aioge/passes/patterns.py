@@ -16,13 +16,14 @@ shape, so the fused op computes exactly what the pattern did.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from aioge.ir.graph import Graph, Node, Value
 from aioge.passes.rewrite import const_array, const_scalar, is_close, only_use, other_input, static_shape, substitute
 
-__all__ = ["fuse_gelu", "fuse_layer_norm", "fuse_swish"]
+__all__ = ["fuse_gelu", "fuse_layer_norm", "fuse_squeeze_excite", "fuse_swish"]
 
 
 def _op(node: Node | None, op: str) -> bool:
@@ -279,3 +280,71 @@ def _fits_normalised(v: Value, normalised: tuple[int, ...], x: Value) -> bool:
     if s is None or v.desc.dtype != x.desc.dtype or len(s) > len(normalised):
         return False
     return all(d in (1, n) for d, n in zip(reversed(s), reversed(normalised)))
+
+
+# -- squeeze-and-excitation ----------------------------------------------------------------
+
+
+def fuse_squeeze_excite(graph: Graph) -> bool:
+    """Replace ``Mul(x, act2(Conv1x1(act1(Conv1x1(GlobalAveragePool(x))))))`` (the convs plain
+    or FusedConv, with constant weights and biases) by one SqueezeExcite; returns True if it
+    replaced any."""
+    changed = False
+    for mul in graph.topological_order():
+        if not _op(mul, "Mul") or len(mul.inputs) != 2:
+            continue
+        for x in mul.inputs:
+            match = _match_squeeze_excite(graph, mul, x) if x is not None else None
+            if match is None:
+                continue
+            inputs, attrs, nodes = match
+            if substitute(graph, mul, "SqueezeExcite", inputs, attrs, nodes, domain="aioge") is not None:
+                changed = True
+                break
+            graph.remove_unused_values()  # zero biases made for it
+    return changed
+
+
+def _match_squeeze_excite(graph: Graph, mul: Node, x: Value) -> tuple[list[Value], dict[str, Any], list[Node]] | None:
+    shape = static_shape(x.desc)
+    s = other_input(mul, x)
+    if shape is None or len(shape) != 4 or s is None or static_shape(mul.outputs[0].desc) != shape:
+        return None
+    second = _squeezed_conv(graph, s, mul)
+    first = _squeezed_conv(graph, second[0].inputs[0], second[0]) if second else None
+    gap = first[0].inputs[0].producer if first and first[0].inputs[0] is not None else None
+    if second is None or first is None or gap is None or not _op(gap, "GlobalAveragePool") or gap.inputs[0] is not x:
+        return None
+    if only_use(graph, gap.outputs[0]) is not first[0] or only_use(graph, first[0].outputs[0]) is not second[0]:
+        return None
+    (c1, w1, b1, act1), (c2, w2, b2, act2) = first, second
+    b1 = b1 if b1 is not None else graph.constant(np.zeros(int(const_array(w1).shape[0]), const_array(w1).dtype))  # type: ignore[union-attr]
+    b2 = b2 if b2 is not None else graph.constant(np.zeros(shape[1], const_array(w2).dtype))  # type: ignore[union-attr]
+    attrs = {"activation1": act1[0], "activation1_params": act1[1], "activation2": act2[0], "activation2_params": act2[1]}
+    return [x, w1, b1, w2, b2], attrs, [mul, c2, c1, gap]
+
+
+def _squeezed_conv(
+    graph: Graph, value: Value | None, reader: Node
+) -> tuple[Node, Value, Value | None, tuple[str, list[float]]] | None:
+    """(the conv, its weight, its bias, its activation) when ``value``, read only by
+    ``reader``, is a 1x1 Conv or FusedConv of an (N, C, 1, 1) tensor with constant weights."""
+    conv = value.producer if value is not None and only_use(graph, value) is reader else None
+    plain = _op(conv, "Conv")
+    if conv is None or not (plain or (conv.op_type == "FusedConv" and conv.domain == "aioge")):
+        return None
+    w = conv.inputs[1] if len(conv.inputs) > 1 else None
+    b = conv.inputs[2] if len(conv.inputs) > 2 else None
+    wv = const_array(w)
+    if wv is None or w is None or wv.ndim != 4 or wv.shape[2:] != (1, 1) or int(conv.attrs.get("group", 1)) != 1:
+        return None
+    if any(int(p) for p in conv.attrs.get("pads") or ()) or (b is not None and const_array(b) is None):
+        return None
+    if static_shape(conv.outputs[0].desc) != (static_shape(conv.outputs[0].desc) or (0,))[:2] + (1, 1):
+        return None
+    act = (
+        ("", [])
+        if plain
+        else (str(conv.attrs.get("activation", "")), [float(p) for p in conv.attrs.get("activation_params", ())])
+    )
+    return conv, w, b, act

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "act.h"
 
 /* Products and sums round one by one, as numpy's ufuncs round them (HardSigmoid's alpha x + beta
@@ -300,4 +302,46 @@ void aioge_channel_chain_f32(const float *x, float *y, int64_t C, int64_t hw, in
         if (act)
             act_span(yp, NULL, yp, hw, act, a0, a1);
     }
+}
+
+/* SqueezeExcite's squeeze for images [i0, i1) of (C, hw) planes: scale[i][ch] = act2(b2[ch] +
+ * w2[ch] . act1(b1 + w1 . mean(x[i]))), given w1t = w1 transposed (C, C1) and w2t = w2
+ * transposed (C1, C), row-major, so that each product runs as a sum of scaled rows, vectorised
+ * along its output (no horizontal sums); the activations by the codes of act.h (0: none). The
+ * excite (x times its channel's scale) is the channel chain's multiply step. The mean of a plane
+ * is its sum (lanes summed in their own order) times 1/hw. Returns 1 when scratch cannot be had. */
+int aioge_squeeze_f32(const float *x, const float *w1t, const float *b1, const float *w2t, const float *b2, float *scale,
+                      int64_t C, int64_t hw, int64_t C1, const int64_t *acts, int64_t i0, int64_t i1)
+{
+    float *mean = malloc(sizeof(float) * (size_t)(C + C1));
+    if (!mean)
+        return 1;
+    float *hidden = mean + C;
+    const float inv = 1.0f / (float)hw;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *xi = x + i * C * hw;
+        for (int64_t c = 0; c < C; c++) {
+            const float *p = xi + c * hw;
+            float s = 0.0f;
+            _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < hw; j++) s += p[j];
+            mean[c] = s * inv;
+        }
+        memcpy(hidden, b1, sizeof(float) * (size_t)C1);
+        for (int64_t c = 0; c < C; c++) {
+            const float m = mean[c], *w = w1t + c * C1;
+            _Pragma("omp simd") for (int64_t j = 0; j < C1; j++) hidden[j] += m * w[j];
+        }
+        if (acts[0])
+            act_span(hidden, NULL, hidden, C1, (int)acts[0], aioge_float_of(acts[1]), aioge_float_of(acts[2]));
+        float *sc = scale + i * C;
+        memcpy(sc, b2, sizeof(float) * (size_t)C);
+        for (int64_t j = 0; j < C1; j++) {
+            const float h = hidden[j], *w = w2t + j * C;
+            _Pragma("omp simd") for (int64_t c = 0; c < C; c++) sc[c] += h * w[c];
+        }
+        if (acts[3])
+            act_span(sc, NULL, sc, C, (int)acts[3], aioge_float_of(acts[4]), aioge_float_of(acts[5]));
+    }
+    free(mean);
+    return 0;
 }

@@ -55,6 +55,9 @@ int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t 
 int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
                      const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1);
 
+int aioge_squeeze_f32(const float *x, const float *w1t, const float *b1, const float *w2t, const float *b2, float *scale,
+                      int64_t C, int64_t hw, int64_t C1, const int64_t *acts, int64_t i0, int64_t i1);
+
 typedef int (*job_fn)(const int64_t *args, int64_t lo, int64_t hi);
 
 /* gemm: a, lda, bpack, bias, y, ldy, N, K, M, panels, by_rows, MR: [lo, hi) are panels, or MR-row
@@ -156,8 +159,16 @@ static int job_conv_images(const int64_t *g, int64_t lo, int64_t hi)
                                         (const int64_t *)(intptr_t)g[5], lo, hi);
 }
 
-static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv_t, job_depthwise, job_activation, job_pack, job_gemv_t,
-                              job_chain, job_pool, job_conv_images};
+/* SqueezeExcite's squeeze: x, w1t (C, C1), b1, w2t (C1, C), b2, scale, C, hw, C1, acts (6 values): [lo, hi) are images */
+static int job_squeeze(const int64_t *g, int64_t lo, int64_t hi)
+{
+    return aioge_squeeze_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], (const float *)(intptr_t)g[2],
+                             (const float *)(intptr_t)g[3], (const float *)(intptr_t)g[4], (float *)(intptr_t)g[5], g[6], g[7],
+                             g[8], g + 9, lo, hi);
+}
+
+static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv_t,    job_depthwise,   job_activation, job_pack,
+                              job_gemv_t, job_chain,     job_pool,      job_conv_images, job_squeeze};
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
