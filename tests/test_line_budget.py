@@ -20,8 +20,9 @@ import aioge
 # loop turn, the tuner's second opinion, batches of compiled sizes), with Graph.consumers deleted.
 # Raised to 30,250 on 2026-12-05: tuning robust to noise (a kernel keeps its tuned time, its
 # runner-up and the margin; cache hits re-time close calls and re-tune drifted ones), then to
-# 30,400 for the squeeze-and-excitation fusion (its pass, op and C kernel).
-LINE_BUDGET = 30_400
+# 30,400 for the squeeze-and-excitation fusion (its pass, op and C kernel), then to 30,500 for
+# the compiled grouped conv.
+LINE_BUDGET = 30_500
 _SRC = Path(aioge.__file__).parent
 GENERATED = {"ops/builders.py"}
 

@@ -284,14 +284,27 @@ def _f32(*shape):
         ((1, 8, 7, 7), (4, 8, 1, 1), {"strides": (2, 2)}, 4),  # direct, direct_t, strided 1x1
         # depthwise, planes x3, native; mult 2
         ((2, 6, 7, 7), (12, 1, 3, 3), {"group": 6, "pads": (1, 1, 1, 1), "strides": (2, 2)}, 5),
-        ((1, 8, 6, 6), (8, 2, 3, 3), {"group": 4, "pads": (1, 1, 1, 1)}, 1),  # grouped
-        ((2, 8, 5, 5), (12, 2, 1, 1), {"group": 4}, 1),  # grouped 1x1: GEMMs on the input in place
+        ((1, 8, 6, 6), (8, 2, 3, 3), {"group": 4, "pads": (1, 1, 1, 1)}, 4),  # grouped, grouped_native x2, _t
+        ((2, 8, 5, 5), (12, 2, 1, 1), {"group": 4}, 3),  # grouped 1x1: GEMMs on the input in place; native, _t
+        ((2, 8, 9, 9), (8, 2, 3, 3), {"group": 4, "strides": (2, 2), "pads": (1, 1, 1, 1)}, 4),  # strided, 2 images
+        ((1, 12, 14, 14), (12, 3, 1, 1), {"group": 4}, 3),  # 14x14: phases for native (196 % 16), in place for _t
+        ((1, 8, 11, 11), (4, 4, 3, 3), {"group": 2, "dilations": (2, 2), "pads": (2, 2, 2, 2)}, 4),
         ((1, 3, 11, 11), (4, 3, 3, 3), {"dilations": (2, 2), "strides": (1, 2)}, 5),  # direct x2, direct_t
     ],
 )
 def test_conv_algorithms_agree_with_im2col(x, w, attrs, expect) -> None:
     arrays = [_f32(*x), _f32(*w), _f32(w[0])]
     assert _check(kconv.build_conv_im2col, NATIVE_CONV_ALGOS + CONV_ALGOS, attrs, arrays) == expect
+
+
+def test_grouped_native_convs_without_a_bias_and_again_on_the_same_weight() -> None:
+    for x, w, attrs in (
+        ((2, 8, 5, 5), (12, 2, 1, 1), {"group": 4}),
+        ((1, 8, 6, 6), (8, 4, 3, 3), {"group": 2, "pads": (1, 1, 1, 1)}),
+    ):
+        arrays = [_f32(*x), _f32(*w)]
+        assert _check(kconv.build_conv_im2col, NATIVE_CONV_ALGOS, attrs, arrays) >= 2
+        assert _check(kconv.build_conv_im2col, NATIVE_CONV_ALGOS, attrs, arrays) >= 2
 
 
 def test_winograd_in_float64_and_transformed_weights_reuse() -> None:

@@ -33,7 +33,7 @@ ACTIVATIONS = [
     ("Gelu", (0.0,), lambda y: ort_run("Gelu", [y])[0]),
     ("Gelu", (1.0,), lambda y: ort_run("Gelu", [y], {"approximate": "tanh"})[0]),
 ]
-NATIVE = ["conv_depthwise_native", "conv_direct_native", "conv_direct_t_native"]
+NATIVE = ["conv_depthwise_native", "conv_direct_native", "conv_direct_t_native", "conv_grouped_native"]
 
 
 def test_every_activation_a_fused_conv_takes_but_tanh_is_applied_in_the_compiled_kernels() -> None:
@@ -50,15 +50,18 @@ def test_every_activation_a_fused_conv_takes_but_tanh_is_applied_in_the_compiled
 
 def _case(impl: str, seed: int, n: int, c: int, size: int, stride: int, bias: bool, rows: bool):  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(seed)
-    depthwise = impl == "conv_depthwise_native"
-    m = c if depthwise else 2 * c + 3
+    depthwise, grouped = impl == "conv_depthwise_native", impl == "conv_grouped_native"
+    group = c if depthwise else 2 if grouped else 1
+    c = 2 * c if grouped else c  # two groups of c channels, each with c + 1 outputs
+    m = c if depthwise else c + 2 if grouped else 2 * c + 3
     x = rand(rng, n, c, size, size) * 3  # past HardSigmoid's and Clip's bounds both ways
     x[0, 0, 0, 0] = np.nan  # propagates through every activation as numpy's steps propagate it
-    w = rand(rng, m, 1 if depthwise else c, 3, 3)
+    w = rand(rng, m, c // group, 3, 3)
     w.setflags(write=False)
     inputs = [x, w] + ([rand(rng, m)] if bias else [])
-    attrs = {"kernel_shape": [3, 3], "strides": [stride, stride], "pads": [1, 1, 1, 1], "group": c if depthwise else 1}
+    attrs = {"kernel_shape": [3, 3], "strides": [stride, stride], "pads": [1, 1, 1, 1], "group": group}
     params = {"rows": 1} if rows and impl != "conv_direct_t_native" else {}
+    params = ({"t": 1} if rows else {}) if grouped else params  # the grouped conv's two kernels
     return inputs, attrs, params
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "JOB_ACTIVATION",
     "JOB_CHAIN",
     "JOB_CONV_DIRECT",
+    "JOB_CONV_GROUPED",
     "JOB_CONV_IMAGES",
     "JOB_CONV_T",
     "JOB_DEPTHWISE",
@@ -49,10 +50,10 @@ __all__ = [
 
 # The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C helper thread.
 JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = range(5)
-JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE = range(5, 11)
+JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE, JOB_CONV_GROUPED = range(5, 12)
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
-ABI = 7
+ABI = 8
 
 
 @functools.cache

@@ -159,6 +159,30 @@ static int job_conv_images(const int64_t *g, int64_t lo, int64_t hi)
                                         (const int64_t *)(intptr_t)g[5], lo, hi);
 }
 
+/* conv grouped: a direct conv's arguments (its geometry that of one group over N·group images
+ * of C/group channels), then the cut range's size (panels, or units with g[13]), the other's
+ * (weight row blocks, or channel panels), 0, groups, the floats of one group's packed weight,
+ * cut units per image, output channels per group, and g[13]: channels in the lanes
+ * (aioge_conv_t_f32). [lo, hi) are the cut units; image i computes with group i % groups'
+ * weight and bias. */
+static int job_conv_grouped(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const float *x = (const float *)(intptr_t)g[0], *w = (const float *)(intptr_t)g[1];
+    const int64_t *koff = (const int64_t *)(intptr_t)g[2], *geom = (const int64_t *)(intptr_t)g[5];
+    const float *bias = (const float *)(intptr_t)g[3];
+    float *y = (float *)(intptr_t)g[4];
+    const int64_t groups = g[9], wstride = g[10], per = g[11], mg = g[12];
+    const conv_fn fn = g[13] ? aioge_conv_t_f32 : aioge_conv_direct_f32;
+    while (lo < hi) {
+        const int64_t image = lo / per, end = (image + 1) * per < hi ? (image + 1) * per : hi, k = image % groups;
+        const int r = fn(x, w + k * wstride, koff, bias ? bias + k * mg : NULL, y, geom, lo, end, 0, g[7]);
+        if (r)
+            return r;
+        lo = end;
+    }
+    return 0;
+}
+
 /* SqueezeExcite's squeeze: x, w1t (C, C1), b1, w2t (C1, C), b2, scale, C, hw, C1, acts (6 values): [lo, hi) are images */
 static int job_squeeze(const int64_t *g, int64_t lo, int64_t hi)
 {
@@ -168,7 +192,7 @@ static int job_squeeze(const int64_t *g, int64_t lo, int64_t hi)
 }
 
 static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv_t,    job_depthwise,   job_activation, job_pack,
-                              job_gemv_t, job_chain,     job_pool,      job_conv_images, job_squeeze};
+                              job_gemv_t, job_chain,     job_pool,      job_conv_images, job_squeeze, job_conv_grouped};
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
