@@ -196,3 +196,17 @@ async def test_an_entry_whose_runner_up_is_not_a_candidate_is_recompiled(
     with caplog.at_level(logging.WARNING):
         model = await _build(tmp_path)
     assert model.stats.kernels_compiled == 1 and any("negative tuning figures" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_compile_re_times_the_close_calls_it_tuned_once_more_and_a_hit_does_not_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tuning, "RECHECK_MARGIN", 100.0)  # every tuned choice with a runner-up is a close call
+    cold = await _build(tmp_path)
+    conv = _conv(cold)
+    assert cold.stats.kernels_compiled == len(cold.nodes) and cold.stats.kernels_rechecked == 1
+    assert _entry(tmp_path, conv.key) == conv  # the second opinion is what the cache keeps
+    assert conv.checks == 1 or (conv.checks == 0 and conv.tuned_ms > 0)  # re-timed, or re-tuned after a drift
+    warm = await _build(tmp_path)
+    assert warm.stats.kernel_cache_hits == len(warm.nodes)
+    assert warm.stats.kernels_rechecked == (conv.checks == 0)  # a settled choice is not re-timed on a hit

@@ -15,16 +15,19 @@ An op schema lists its implementations in order of preference; the first is the
   one earlier in the schema's order of preference does, so that noise between near-equal
   kernels does not flip the choice from one compile (and kernel cache entry) to the next.
   The choice keeps its best time, its runner-up and the margin between them.
-- A kernel cache hit on a close call (a margin under ``RECHECK_MARGIN``) re-times the two
-  (``recheck``), ``RECHECKS`` times in the entry's life: the runner-up takes over when
-  it is now faster by more than ``TIE_MARGIN``, and a choice whose own time has drifted past
-  ``DRIFT`` times its tuned time (another host, another BLAS, a tune under load) is tuned
-  again from scratch. Clear wins are not re-timed: a hit stays as cheap as a lookup.
+- A close call (a margin under ``RECHECK_MARGIN``) is re-timed against its runner-up
+  (``recheck``) ``RECHECKS`` times in the entry's life: at the end of the compile that tuned
+  it (``compiler.ops``: after the other ops' tuning, a second opinion at another time), or on
+  a kernel cache hit of an entry stored without one. The runner-up takes over when it is now
+  faster by more than ``TIE_MARGIN``, and a choice whose own time has drifted past ``DRIFT``
+  times its tuned time (another host, another BLAS, a tune under load) is tuned again from
+  scratch. Clear wins are not re-timed: a hit stays as cheap as a lookup.
 
-Runs in a worker thread: the caller never blocks the loop.
   Candidates are timed as a run at batch 1 runs them: a kernel may split over the idle cores
   (``kernels.parallel.split_range``), so one that splits well is not ranked by its
   one-core time.
+
+Runs in a worker thread: the caller never blocks the loop.
 """
 
 from __future__ import annotations
@@ -53,10 +56,9 @@ CONFIRM_ROUNDS, CONFIRMED = 3, 3  # then this many more of the fastest this many
 # A later candidate must beat an earlier one's best time by this fraction to be chosen over
 # it: a few percent is within the run-to-run noise of one kernel on a shared machine.
 TIE_MARGIN = 0.05
-# A choice that beat its runner-up by less than this is a close call: the first cache hit
-# re-times the two (RECHECK_ROUNDS rounds of each, interleaved), a second opinion at another
-# time, and the entry keeps what it found; RECHECKS hits in its life do so. Only close calls:
-# a clear win is not overturned by noise, and re-timing every kernel would cost a warm compile
+# A choice that beat its runner-up by less than this is a close call: re-timed against it
+# (RECHECK_ROUNDS rounds of each, interleaved) RECHECKS times in the entry's life. Only close
+# calls: a clear win is not overturned by noise, and re-timing every kernel cost a warm compile
 # as much as several runs of the graph (resnet18: 0.27 -> 0.60 s). A choice re-timed at more
 # than DRIFT times its tuned time (and DRIFT_FLOOR_MS more) is tuned again.
 RECHECK_MARGIN, RECHECKS, RECHECK_ROUNDS = 1.10, 1, 2
