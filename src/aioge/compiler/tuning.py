@@ -15,14 +15,14 @@ An op schema lists its implementations in order of preference; the first is the
   one earlier in the schema's order of preference does, so that noise between near-equal
   kernels does not flip the choice from one compile (and kernel cache entry) to the next.
   The choice keeps its best time, its runner-up and the margin between them.
-- A close call (a margin under ``RECHECK_MARGIN``) is re-timed against its runner-up
-  (``recheck``) ``RECHECKS`` times in the entry's life: at the end of the compile that tuned
-  it (``compiler.ops``: after the other ops' tuning, a second opinion at another time), or on
-  a kernel cache hit of an entry stored without one. The runner-up takes over when it is now
-  faster by more than ``TIE_MARGIN``, and a choice whose own time has drifted past ``DRIFT``
-  times its tuned time (another host, another BLAS, a tune under load) is tuned again from
-  scratch. Clear wins are not re-timed: a hit stays as cheap as a lookup.
-
+- A close call (a margin under ``RECHECK_MARGIN``) gets a second opinion ``RECHECKS`` times in
+  the entry's life: at the end of the compile that tuned it, after the other ops' tuning, it is
+  tuned again on a quarter of the budget (``compiler.ops.retune_sync``); on a kernel cache hit
+  of an entry stored without one, it is re-timed against its runner-up (``recheck``). The
+  runner-up takes over when it is now faster by more than ``TIE_MARGIN``, and a choice whose
+  own time has drifted past ``DRIFT`` times its tuned time (another host, another BLAS, a
+  tune under load) is tuned again from scratch. Clear wins are not re-timed: a hit stays as
+  cheap as a lookup.
   Candidates are timed as a run at batch 1 runs them: a kernel may split over the idle cores
   (``kernels.parallel.split_range``), so one that splits well is not ranked by its
   one-core time.
