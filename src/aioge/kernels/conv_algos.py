@@ -33,7 +33,7 @@ reuse transformed weights across runs when the weight is a (read-only) constant.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -442,19 +442,44 @@ def pack_rows(w: np.ndarray, rows: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(blocks, rows, k).transpose(0, 2, 1))
 
 
+class _Layout(NamedTuple):
+    """How a compiled direct conv reads x and cuts its work (``_layout``)."""
+
+    hph: int  # rows and columns of a stride phase
+    wph: int
+    in_place: bool  # x read as it is (a 1x1 kernel at stride 1 without pads), no phases built
+    image: int  # floats of one image's phases (or of x's image when in place)
+    rows: bool  # row panels: no junk columns (conv_direct_native's ``rows`` parameter)
+    per_image: int  # units of the cut range per image: position panels, or with t MR-position units
+    other: int  # the other range: MR-row blocks of the weight, or with t NR-channel panels
+
+
+def _layout(g: ConvGeometry, tile: tuple[int, int], *, t: bool = False, rows: bool = False) -> _Layout:
+    """``conv_direct_native``'s layout, or with ``t`` ``conv_direct_t_native``'s (output
+    channels in the lanes, positions broadcast)."""
+    mr, nr = tile
+    direct = g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.unpadded
+    hph, wph = (g.h, g.w) if t and direct else (g.oh + (g.kh - 1) * g.dh // g.sh, g.ow + (g.kw - 1) * g.dw // g.sw)
+    q = (g.oh - 1) * wph + g.ow  # flattened positions per image, the last row's tail dropped
+    # a 1x1 kernel at stride 1 without pads reads x itself: with t always, else when no panel
+    # of NR positions reads past its end
+    in_place = direct and (t or q % 16 == 0)
+    image = g.c * g.h * g.w if in_place else g.c * g.sh * g.sw * hph * wph + (0 if t else nr)
+    if t:
+        return _Layout(hph, wph, in_place, image, False, -(-(g.oh * g.ow) // mr), -(-g.m // nr))
+    rows = rows and wph != g.ow
+    return _Layout(hph, wph, in_place, image, rows, g.oh * -(-g.ow // nr) if rows else -(-q // nr), -(-g.m // mr))
+
+
 def _direct_native(
     g: ConvGeometry,
     ins: Descs,
-    in_place: bool,
-    hph: int,
-    wph: int,
-    image: int,
+    lay: _Layout,
     pack: Callable[[np.ndarray], np.ndarray],
     act: tuple[int, int, int],
-    rows: bool = False,
 ) -> Callable[..., RunFn] | None:
-    # What ``conv_direct_native`` and ``conv_direct_t_native`` share: the geometry and tap
-    # offsets in a stride-phase image of ``image`` floats per image (x itself when ``in_place``),
+    # What the compiled direct convs share: the geometry and tap offsets in a stride-phase
+    # image of ``lay.image`` floats per image (x itself when ``lay.in_place``),
     # the weight packed once by ``pack``, the bias, the activation ``act`` (``_epilogue``) applied
     # to each tile before it is stored, and a run that fills the phase image and hands the C job
     # ``(xph, weight, offsets, bias, y, geometry, *tail)`` over ``total`` units to
@@ -463,11 +488,33 @@ def _direct_native(
     phases = native.function("aioge_conv_phases_f32", _PTR, _PTR, _PTR)
     if par is None or phases is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
         return None
+    in_place, image = lay.in_place, lay.image
     geometry = np.array(
-        [g.c, g.h, g.w, g.m, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow, g.n, hph, wph, image, *act, rows],
+        [
+            g.c,
+            g.h,
+            g.w,
+            g.m,
+            g.kh,
+            g.kw,
+            g.sh,
+            g.sw,
+            g.dh,
+            g.dw,
+            g.pt,
+            g.pl,
+            g.oh,
+            g.ow,
+            g.n,
+            lay.hph,
+            lay.wph,
+            image,
+            *act,
+            lay.rows,
+        ],
         np.int64,
     )
-    offsets = direct_offsets(g, hph, wph)
+    offsets = direct_offsets(g, lay.hph, lay.wph)
     consts = (geometry, offsets, native.ptr(geometry), native.ptr(offsets))  # the arrays kept alive, their addresses
     worth = g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow >= DIRECT_SPLIT_MACS
 
@@ -527,21 +574,16 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
     if tile is None:
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     mr, nr = tile
-    hph, wph = g.oh + (g.kh - 1) * g.dh // g.sh, g.ow + (g.kw - 1) * g.dw // g.sw
-    q = (g.oh - 1) * wph + g.ow  # flattened positions per image, the last row's tail dropped
-    # a 1x1 kernel at stride 1 without pads reads x itself, when no panel reads past its end
-    in_place = g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.unpadded and q % 16 == 0
-    image = g.c * g.h * g.w if in_place else g.c * g.sh * g.sw * hph * wph + nr
-    rows = bool(params.get("rows", 0)) and wph != g.ow
+    lay = _layout(g, tile, rows=bool(params.get("rows", 0)))
     pack = lambda w: pack_rows(np.asarray(w, np.float32), mr)  # noqa: E731
-    make = _direct_native(g, ins, in_place, hph, wph, image, pack, _epilogue(attrs), rows)
+    make = _direct_native(g, ins, lay, pack, _epilogue(attrs))
     if make is None:
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
-    blocks = -(-g.m // mr)
+    blocks = lay.other
     no_memory = f"conv_direct_native: no memory for a {blocks * mr}x{nr} accumulator"
-    if not in_place and (g.n % 2 == 0 or g.n >= 7) and g.n > 1:  # whole images split evenly enough over two cores
+    if not lay.in_place and (g.n % 2 == 0 or g.n >= 7) and g.n > 1:  # whole images split evenly enough over two cores
         return make(native.JOB_CONV_IMAGES, (), g.n, no_memory, images=True)
-    panels = g.n * (g.oh * -(-g.ow // nr) if rows else -(-q // nr))
+    panels = g.n * lay.per_image
     by_panels = panels >= 8 or blocks < 2
     return make(native.JOB_CONV_DIRECT, (panels, blocks, not by_panels), panels if by_panels else blocks, no_memory)
 
@@ -566,22 +608,11 @@ def build_conv_direct_t_native(attrs: Mapping[str, Any], params: Mapping[str, An
     if tile is None:
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     mr, nr = tile
-    in_place = g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.unpadded
-    hph, wph = (g.h, g.w) if in_place else (g.oh + (g.kh - 1) * g.dh // g.sh, g.ow + (g.kw - 1) * g.dw // g.sw)
-    image = g.c * g.sh * g.sw * hph * wph
-    make = _direct_native(
-        g,
-        ins,
-        in_place,
-        hph,
-        wph,
-        image,
-        lambda w: pack_columns(np.asarray(w, np.float32).reshape(g.m, -1).T, nr),
-        _epilogue(attrs),
-    )
+    lay = _layout(g, tile, t=True)
+    make = _direct_native(g, ins, lay, lambda w: pack_columns(np.asarray(w, np.float32).reshape(g.m, -1).T, nr), _epilogue(attrs))
     if make is None:
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
-    units, panels = g.n * -(-(g.oh * g.ow) // mr), -(-g.m // nr)
+    units, panels = g.n * lay.per_image, lay.other
     by_panels = panels >= 4 or units < 2
     no_memory = f"conv_direct_t_native: no memory for {units} partial {mr}x{nr} tiles"
     return make(native.JOB_CONV_T, (units, panels, by_panels), panels if by_panels else units, no_memory)
@@ -666,12 +697,7 @@ def build_conv_grouped_native(attrs: Mapping[str, Any], params: Mapping[str, Any
         return build_conv_grouped(attrs, params, ins, outs)
     mr, nr = tile
     t = bool(params.get("t", 0))
-    direct = sg.kh == sg.kw == 1 and sg.sh == sg.sw == 1 and sg.unpadded
-    hph, wph = (sg.h, sg.w) if t and direct else (sg.oh + (sg.kh - 1) * sg.dh // sg.sh, sg.ow + (sg.kw - 1) * sg.dw // sg.sw)
-    q = (sg.oh - 1) * wph + sg.ow
-    in_place = direct and (t or q % 16 == 0)
-    image = sg.c * sg.h * sg.w if in_place else sg.c * sg.sh * sg.sw * hph * wph + (0 if t else nr)
-    rows = not t and bool(params.get("rows", 0)) and wph != sg.ow
+    lay = _layout(sg, tile, t=t, rows=bool(params.get("rows", 0)))
     one = (  # one group's weight packed: conv_direct_t_native's layout with t, else conv_direct_native's
         (lambda w: pack_columns(w.reshape(mg, -1).T, nr)) if t else (lambda w: pack_rows(w, mr))
     )
@@ -681,15 +707,12 @@ def build_conv_grouped_native(attrs: Mapping[str, Any], params: Mapping[str, Any
         parts = np.asarray(w, np.float32).reshape(g.group, mg, -1)
         return np.concatenate([one(np.ascontiguousarray(p)).reshape(-1) for p in parts])
 
-    make = _direct_native(sg, sub_ins, in_place, hph, wph, image, pack, _epilogue(attrs), rows)
+    make = _direct_native(sg, sub_ins, lay, pack, _epilogue(attrs))
     if make is None:
         return build_conv_grouped(attrs, params, ins, outs)
-    if t:
-        per, other = -(-(sg.oh * sg.ow) // mr), -(-mg // nr)
-    else:
-        per, other = (sg.oh * -(-sg.ow // nr) if rows else -(-q // nr)), -(-mg // mr)
+    per = lay.per_image
     no_memory = f"conv_grouped_native: no memory for its {mr}x{nr} tiles"
-    tail = (sg.n * per, other, 0, g.group, stride, per, mg, int(t))
+    tail = (sg.n * per, lay.other, 0, g.group, stride, per, mg, int(t))
     run = make(native.JOB_CONV_GROUPED, tail, sg.n * per, no_memory)
 
     def grouped(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
