@@ -218,19 +218,13 @@ def tune(
                 # cache. Timed straight after the other candidates, a kernel that splits found
                 # the helper asleep and paid its wake-up: MLP's 32x784x256 Gemm measured 132 us
                 # split against 79 back to back, and lost to numpy's 116.
-                run()
-                t0 = clock()
-                run()
-                samples[label].append(clock() - t0)
+                samples[label].append(_after_one(run, clock))
     # A second opinion on the fastest few, interleaved again: a burst of load on the other core
     # (where a splitting kernel puts half its work) over all of one candidate's samples kept
     # a compiled conv at 74 us against its 30 (the builder CNN at batch 1, in the kernel cache).
     for label in sorted(samples, key=lambda k: min(samples[k]))[:CONFIRMED] * CONFIRM_ROUNDS if len(runs) > 1 else ():
         if clock() < deadline + budget_ms / 2e3:
-            runs[label]()
-            t0 = clock()
-            runs[label]()
-            samples[label].append(clock() - t0)
+            samples[label].append(_after_one(runs[label], clock))
     # Noise (other threads, other processes) only ever adds time: the fastest run is the best
     # estimate of a kernel's own cost. The first run also pays first-touch page faults.
     medians = {k: min(v[1:] if len(v) > 1 else v) * 1e3 for k, v in samples.items()}
@@ -314,16 +308,21 @@ def recheck(
             if round_ and clock() > deadline:
                 break
             for run, times in zip(runs, samples):
-                run()
-                t0 = clock()
-                run()
-                times.append(clock() - t0)
+                times.append(_after_one(run, clock))
     chosen_ms, runner_ms = min(samples[0]) * 1e3, min(samples[1]) * 1e3
     if tuned_ms > 0 and chosen_ms > tuned_ms * DRIFT and chosen_ms - tuned_ms > DRIFT_FLOOR_MS:
         return Recheck("drifted", chosen_ms, runner_ms)
     if runner_ms * (1 + TIE_MARGIN) < chosen_ms:
         return Recheck("switched", chosen_ms, runner_ms)
     return Recheck("kept", chosen_ms, runner_ms)
+
+
+def _after_one(run: Callable[[], object], clock: Callable[[], float]) -> float:
+    """The time of one run of a kernel right after an untimed one (every timed sample's rule)."""
+    run()
+    t0 = clock()
+    run()
+    return clock() - t0
 
 
 def _label(impl: KernelImpl, params: Mapping[str, Any]) -> str:

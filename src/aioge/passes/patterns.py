@@ -340,7 +340,8 @@ def _squeezed_conv(
         return None
     if any(int(p) for p in conv.attrs.get("pads") or ()) or (b is not None and const_array(b) is None):
         return None
-    if static_shape(conv.outputs[0].desc) != (static_shape(conv.outputs[0].desc) or (0,))[:2] + (1, 1):
+    out = static_shape(conv.outputs[0].desc)
+    if out is None or len(out) != 4 or out[2:] != (1, 1):
         return None
     act = (
         ("", [])
