@@ -493,3 +493,29 @@ async def test_a_kernel_cache_naming_native_algorithms_runs_without_the_tier(
     # every kernel came from the cache, native names and all, and ran its numpy algorithm
     assert child["hits"] >= 2 and {"layernorm_native", "softmax_native"} <= set(child["impls"])
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_a_small_softmax_keeps_its_addresses_and_reads_what_each_call_gives(log: bool) -> None:
+    """Below the split size the C function is called with the addresses it found before for
+    the same arrays: an input changed in place, a new input, fresh outputs and a strided
+    output are each computed from what the call gives."""
+    from aioge.kernels.norm_algos import LOGSOFTMAX_ALGOS, SOFTMAX_ALGOS
+
+    impl = next(i for i in (LOGSOFTMAX_ALGOS if log else SOFTMAX_ALGOS) if i.name.endswith("native"))
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 10)).astype(np.float32)
+    run = impl.build({"axis": -1}, {}, _descs(x.shape), _descs(x.shape))
+    planned = np.empty_like(x)
+    for _ in range(2):
+        (y,) = run([x], [planned])
+        assert y is planned
+        np.testing.assert_allclose(y, _ref_softmax(x, log), rtol=1e-5, atol=1e-6)
+        x *= 3.0  # the same array, new values
+    for _ in range(3):  # fresh outputs each call (a graph output), and new inputs
+        x2 = rng.standard_normal((1, 10)).astype(np.float32)
+        (fresh,) = run([x2], None)
+        np.testing.assert_allclose(fresh, _ref_softmax(x2, log), rtol=1e-5, atol=1e-6)
+    strided = np.empty((2, 10), np.float32)[::2]
+    (y,) = run([x], [strided])
+    np.testing.assert_allclose(y, _ref_softmax(x, log), rtol=1e-5, atol=1e-6)

@@ -375,3 +375,99 @@ def test_fused_matmul_rows_kernels_need_an_untransposed_a_a_matrix_b_and_a_row_b
         descs = [TensorDesc((2, 3, 4), "float32"), TensorDesc((4, 5), "float32"), bad]
         with pytest.raises(InferError, match="broadcast|must be float32"):
             schema.infer(InferContext(descs, [None] * 3, base, 1))
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "c_shape", "activation"),
+    [
+        (784, 256, (256,), ("Relu", ())),  # the builder MLP's first layer: two 128-column halves
+        (256, 128, (1, 128), ("", ())),
+        (128, 10, (10,), ("", ())),  # only a partial column group
+        (37, 300, None, ("HardSigmoid", (0.3, 0.4))),  # odd K; 18 whole groups and a partial one
+        (1, 17, (17,), ("LeakyRelu", (0.1,))),
+    ],
+)
+def test_one_row_times_a_row_major_weight_runs_gemv_native_and_matches_onnxruntime(
+    k, n, c_shape, activation, monkeypatch
+) -> None:
+    """An MLP layer at batch 1 (Gemm, one row, B as stored): the row bias and the fused
+    activation applied in the C call, bit-equal split or whole, equal columns giving equal
+    outputs (in whole groups and in the zero-padded last one), a new feed row and a new bias
+    read, planned and fresh outputs."""
+    from aioge.kernels.fused import activation_runner
+    from aioge.kernels.matmul_algos import build_gemv_native
+
+    rng = np.random.default_rng(k + n)
+    a, b = rand(rng, 1, k), rand(rng, k, n)
+    b[:, 1] = b[:, 0]
+    b[:, n - 1] = b[:, 0]  # equal columns: in the first group and in the last
+    b.setflags(write=False)
+    inputs = [a, b] + ([np.full(c_shape, 0.25, np.float32)] if c_shape else [])
+    name, params = activation
+    jobs: list[tuple[int, int]] = []
+    real = parallel.split_native
+
+    def counted(par, job, args, total, *, worth=True):  # type: ignore[no-untyped-def]
+        got = real(par, job, args, total, worth=worth)
+        jobs.append((job, got))
+        return got
+
+    def expected(inputs: list[np.ndarray]) -> np.ndarray:
+        (want,) = ort_run("Gemm", inputs, {})
+        act = activation_runner(name, params, np.float32)
+        if act is not None:
+            act(want)
+        return want
+
+    monkeypatch.setattr("aioge.kernels.matmul_algos.split_native", counted)
+    monkeypatch.setattr("aioge.kernels.matmul_algos.GEMV_N_SPLIT_VALUES", 0)
+    attrs = {"activation": name, "activation_params": params} if name else {}
+    run = build_gemv_native(attrs, {}, _descs(*inputs), None)
+    want = expected(inputs)
+    (whole,) = run(inputs, None)
+    np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5)
+    if c_shape is not None:
+        assert whole[0, 1] == whole[0, 0] == whole[0, n - 1]
+    planned = np.full((1, n), np.nan, np.float32)
+    with parallel.cpu_tokens(threading.Semaphore(1)):
+        (split,) = run(inputs, [planned])
+        assert split is planned
+        np.testing.assert_array_equal(split, whole)
+        other = [rand(rng, 1, k), b, *(np.full(c_shape, -0.5, np.float32) for _ in inputs[2:])]
+        (again,) = run(other, [planned])  # a new row and a new bias: read, not the last call's
+        np.testing.assert_allclose(again, expected(other), rtol=1e-5, atol=1e-5)
+    assert [j for j, _ in jobs] == [native.JOB_GEMV_N] * 3
+    assert jobs[0][1] == 1 and jobs[1][1] == (2 if n > 16 else 1)
+
+
+def test_gemv_native_takes_one_untransposed_row_a_row_bias_and_alpha_one() -> None:
+    from aioge.ops.registry import get_schema
+    from aioge.plan.kernel import candidates_of
+
+    def names(shapes: list[tuple[int, ...]], op: str = "Gemm", **attrs: float) -> set[str]:
+        descs = [TensorDesc(s, "float32") for s in shapes]
+        return {impl.name for impl, _ in candidates_of(get_schema(op, "aioge" if op.startswith("Fused") else ""), descs, attrs)}
+
+    assert "gemv_native" in names([(1, 8), (8, 5), (5,)]) and "gemv_native" in names([(1, 8), (8, 5)])
+    assert "gemv_native" in names([(1, 8), (8, 5), (1, 5)], "FusedGemm", activation="Relu", activation_params=())
+    assert "gemv_native" not in names([(2, 8), (8, 5), (5,)])  # two rows
+    assert "gemv_native" not in names([(1, 8), (5, 8), (5,)], transB=1)
+    assert "gemv_native" not in names([(8, 1), (8, 5)], transA=1)
+    assert "gemv_native" not in names([(1, 8), (8, 5), (5,)], alpha=2.0)
+    assert "gemv_native" not in names([(1, 8), (8, 5), (5,)], beta=0.5)
+    assert "gemv_native" not in names([(1, 8), (8, 5), (1, 1)])  # a scalar-like C broadcast
+
+
+def test_gemv_native_reads_strided_operands_through_numpy_and_runs_without_the_tier(monkeypatch) -> None:
+    from aioge.kernels.matmul_algos import build_gemv_native
+
+    rng = np.random.default_rng(5)
+    a, b, c = rand(rng, 1, 40), rand(rng, 40, 60), rand(rng, 30)
+    attrs = {"activation": "Relu", "activation_params": ()}
+    want = np.maximum(a @ b[:, ::2] + c, 0)
+    descs = _descs(a, b[:, ::2], c)
+    (got,) = build_gemv_native(attrs, {}, descs, None)([a, b[:, ::2], c], None)  # a column-strided B
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr(native, "par_run", lambda: None)
+    (got,) = build_gemv_native(attrs, {}, descs, None)([a, b[:, ::2], c], None)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -10,7 +10,7 @@ activations over the C helper thread (``parallel.split_native``).
 from __future__ import annotations
 
 import ctypes
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -145,13 +145,19 @@ def layer_norm(
     return True
 
 
+def softmax_function() -> Any:
+    """``aioge_softmax_f32(x, y, width, log_form, r0, r1)`` (pointers, then its rows [r0, r1)),
+    or None without the compiled tier."""
+    return native.function("aioge_softmax_f32", _P, _P, _I64, _INT, _I64, _I64)
+
+
 def softmax(x: np.ndarray, y: np.ndarray, log: bool = False) -> bool:
     """Softmax (or LogSoftmax) of the rows of 2-D ``x`` into ``y`` (which may be ``x``). False
     when it cannot (see the module)."""
     rows, width = x.shape
     if not _f32c(x, y) or y.shape != x.shape:
         return False
-    fn = native.function("aioge_softmax_f32", _P, _P, _I64, _INT, _I64, _I64)
+    fn = softmax_function()
     if fn is None:
         return False
     xp, yp = native.ptr(x), native.ptr(y)

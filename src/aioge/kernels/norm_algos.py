@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aioge.ir.desc import TensorDesc
-from aioge.kernels import native_rows
+from aioge.kernels import native, native_rows
 from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.nn import build_batch_norm, build_layer_norm, build_log_softmax
 
@@ -80,18 +80,45 @@ def build_softmax_rows(attrs: Mapping[str, Any], params: Mapping[str, Any], ins:
 
 def _native_softmax(log: bool) -> Any:
     def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-        """Softmax (LogSoftmax) over contiguous float32 last-axis rows in C; numpy otherwise."""
+        """Softmax (LogSoftmax) over contiguous float32 last-axis rows in C; numpy otherwise.
+
+        Below ``native_rows.SPLIT_ELEMENTS`` (no split over an idle core) the C function is
+        called directly, with the operands' addresses kept per output buffer: a classifier's
+        (1, 10) Softmax took 5.4 us in numpy's kernel and 3.2 us through the general path,
+        most of it finding the function and the addresses again."""
         fallback = (build_log_softmax if log else build_softmax_rows)(attrs, params, ins, outs)
         shape = tuple(int(d) for d in ins[0].shape)  # type: ignore[union-attr]
+        width, rows = shape[-1], int(np.prod(shape[:-1], dtype=np.int64))
+        fn = native_rows.softmax_function() if rows * width < native_rows.SPLIT_ELEMENTS else None
 
         def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
             x = inputs[0]
             y = _out(outputs, shape, x.dtype)
-            if y.flags.c_contiguous and native_rows.softmax(x.reshape(-1, shape[-1]), y.reshape(-1, shape[-1]), log):
+            if y.flags.c_contiguous and native_rows.softmax(x.reshape(-1, width), y.reshape(-1, width), log):
                 return (y,)
             return fallback(inputs, [y])
 
-        return run
+        if fn is None:
+            return run
+        # id(x) -> (x, y, their addresses): an arena view's address is found once; a fresh
+        # output's (a graph output) each run. Entries are replaced whole, never changed, so
+        # concurrent runs never see another's; holding the arrays keeps their ids.
+        bound: dict[int, tuple[Any, ...]] = {}
+
+        def direct(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+            x = inputs[0]
+            y = _out(outputs, shape, x.dtype)
+            e = bound.get(id(x))
+            if e is None or e[0] is not x or e[1] is not y:
+                if not (x.dtype == np.float32 and x.flags.c_contiguous and y.flags.c_contiguous):
+                    return run(inputs, [y])
+                if len(bound) >= 8:
+                    bound.clear()
+                e = bound[id(x)] = (x, y, e[2] if e is not None and e[0] is x else native.ptr(x), native.ptr(y))
+            fn(e[2], e[3], width, int(log), 0, rows)
+            return (y,)
+
+        return direct
 
     return build
 

@@ -665,3 +665,87 @@ void aioge_gemv_t_f32(const float *x, const float *w, int64_t ldw, const float *
         }
     }
 }
+
+/* nv 16-column vectors of y = x @ w (+ bias): even k summed in a0, odd k in a1, then a0 + a1 and
+ * the bias, each column through the same operations whatever the block it falls in. */
+static inline __attribute__((always_inline)) void
+gvn(int nv, const float *restrict x, const float *restrict w, int64_t ldw, int64_t K, const float *restrict bias,
+    float *restrict y)
+{
+    v16 a0[8], a1[8];
+    for (int j = 0; j < nv; j++)
+        a0[j] = a1[j] = (v16){0};
+    int64_t k = 0;
+    for (; k + 1 < K; k += 2) {
+        const float x0 = x[k], x1 = x[k + 1];
+        const float *r0 = w + k * ldw, *r1 = r0 + ldw;
+        for (int j = 0; j < nv; j++) {
+            a0[j] += x0 * *(const v16u *)(r0 + 16 * j);
+            a1[j] += x1 * *(const v16u *)(r1 + 16 * j);
+        }
+    }
+    if (k < K) {
+        const float x0 = x[k];
+        for (int j = 0; j < nv; j++)
+            a0[j] += x0 * *(const v16u *)(w + k * ldw + 16 * j);
+    }
+    for (int j = 0; j < nv; j++) {
+        v16 s = a0[j] + a1[j];
+        if (bias)
+            s += *(const v16u *)(bias + 16 * j);
+        *(v16u *)(y + 16 * j) = s;
+    }
+}
+
+typedef void (*gvn_fn)(const float *, const float *, int64_t, int64_t, const float *, float *);
+#define GVN(n)                                                                                                         \
+    static void gvn##n(const float *x, const float *w, int64_t l, int64_t K, const float *b, float *y)               \
+    {                                                                                                                  \
+        gvn(n, x, w, l, K, b, y);                                                                                      \
+    }
+GVN(1)
+GVN(2)
+GVN(3)
+GVN(4)
+GVN(5)
+GVN(6)
+GVN(7)
+GVN(8)
+static const gvn_fn GVNS[9] = {NULL, gvn1, gvn2, gvn3, gvn4, gvn5, gvn6, gvn7, gvn8};
+
+/* y[n] = act(bias[n] + sum_k x[k] * w[k][n]) for the 16-column groups [g0, g1) of N columns: a
+ * (1, K) row times a row-major (K, N) weight (a MatMul or Gemm at batch 1: an MLP's layers), read
+ * in place, up to 128 columns a pass over K, so each pass streams rows of w. Bound by reading w:
+ * two threads take groups of columns. The last group's columns past N go through a zero-padded
+ * copy of their weights (same operations, so columns with equal weights give equal outputs).
+ * Returns 1 when that copy finds no memory, else 0. */
+int aioge_gemv_n_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t N,
+                     int act, float p0, float p1, int64_t g0, int64_t g1)
+{
+    const int64_t full = N / 16, c0 = g0 * 16;
+    int64_t g = g0;
+    while (g < g1 && g < full) {
+        const int64_t nv = (g1 < full ? g1 : full) - g > 8 ? 8 : (g1 < full ? g1 : full) - g;
+        GVNS[nv](x, w + g * 16, ldw, K, bias ? bias + g * 16 : NULL, y + g * 16);
+        g += nv;
+    }
+    if (g < g1 && full * 16 < N) { /* the partial last group */
+        const int64_t tail = N - full * 16;
+        float *wt = aioge_thread_scratch(1, (size_t)K * 16);
+        if (!wt)
+            return 1; /* no memory for the copy */
+        for (int64_t k = 0; k < K; k++) {
+            for (int64_t i = 0; i < 16; i++)
+                wt[k * 16 + i] = i < tail ? w[k * ldw + full * 16 + i] : 0.0f;
+        }
+        float yt[16], bt[16];
+        for (int64_t i = 0; i < 16; i++)
+            bt[i] = bias && i < tail ? bias[full * 16 + i] : 0.0f;
+        gvn1(x, wt, 16, K, bias ? bt : NULL, yt);
+        memcpy(y + full * 16, yt, (size_t)tail * sizeof(float));
+    }
+    const int64_t c1 = g1 * 16 < N ? g1 * 16 : N;
+    if (act && c1 > c0)
+        aioge_act_span(y + c0, NULL, y + c0, c1 - c0, act, p0, p1);
+    return 0;
+}

@@ -55,6 +55,8 @@ int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t 
 int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
                      const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1);
 
+int aioge_gemv_n_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t N,
+                     int act, float p0, float p1, int64_t g0, int64_t g1);
 int aioge_squeeze_f32(const float *x, const float *w1t, const float *b1, const float *w2t, const float *b2, float *scale,
                       int64_t C, int64_t hw, int64_t C1, const int64_t *acts, int64_t i0, int64_t i1);
 
@@ -191,8 +193,19 @@ static int job_squeeze(const int64_t *g, int64_t lo, int64_t hi)
                              g[8], g + 9, lo, hi);
 }
 
-static const job_fn JOBS[] = {job_gemm, job_conv_direct, job_conv_t,    job_depthwise,   job_activation, job_pack,
-                              job_gemv_t, job_chain,     job_pool,      job_conv_images, job_squeeze, job_conv_grouped};
+/* a row times a row-major weight: x, w, ldw, bias, y, K, N, act, the bits of p0 and p1, and
+ * the 16-column groups a unit of [lo, hi) holds (the last unit may hold fewer) */
+static int job_gemv_n(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const int64_t groups = (g[6] + 15) / 16, g1 = hi * g[10] < groups ? hi * g[10] : groups;
+    return aioge_gemv_n_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], g[2], (const float *)(intptr_t)g[3],
+                            (float *)(intptr_t)g[4], g[5], g[6], (int)g[7], aioge_float_of(g[8]), aioge_float_of(g[9]),
+                            lo * g[10], g1);
+}
+
+static const job_fn JOBS[] = {job_gemm,   job_conv_direct, job_conv_t, job_depthwise,   job_activation, job_pack,
+                              job_gemv_t, job_chain,       job_pool,   job_conv_images, job_squeeze,    job_conv_grouped,
+                              job_gemv_n};
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
