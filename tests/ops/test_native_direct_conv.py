@@ -85,24 +85,33 @@ def _count_splits(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
     [(16, 70, 3, 1, 1, 40), (24, 13, 3, 2, 1, 33), (32, 64, 1, 1, 0, 16), (8, 20, 7, 2, 3, 50), (48, 130, 3, 1, 1, 5)],
 )
 @pytest.mark.parametrize("rows", [0, 1])
-@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("batch", [1, 2, 3])
 def test_direct_conv_split_over_a_helper_thread_matches_whole(c, m, k, stride, pad, size, rows, batch, monkeypatch) -> None:
     """Panels (large images) or 6-row blocks (one panel), flattened or row panels, shared with
-    the C helper thread give the same output; so do whole images (a batch of 2)."""
+    the C helper thread give the same output bit for bit; so do whole images (a batch of 2).
+    Each thread builds the phase rows its share reads (a batch of 3: shares that cross an
+    image), in a buffer the last conv left NaN in: no output reads a row it did not build."""
+    import threading
+
     rng = np.random.default_rng(c * m)
     x, wt, b = rand(rng, batch, c, size, size), rand(rng, m, c, k, k), rand(rng, m)
     wt.setflags(write=False)
     attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [pad] * 4}
     (want,) = ort_run("Conv", [x, wt, b], attrs)
     monkeypatch.setattr("aioge.kernels.conv_algos.DIRECT_SPLIT_MACS", 0)
-    run = build_conv_direct_native(attrs, {"rows": rows}, [TensorDesc(a.shape, "float32") for a in (x, wt, b)], None)
-    import threading
-
+    descs = [TensorDesc(a.shape, "float32") for a in (x, wt, b)]
+    run = build_conv_direct_native(attrs, {"rows": rows}, descs, None)
+    poison = build_conv_direct_native(attrs, {"rows": rows}, descs, None)
     pieces = _count_splits(monkeypatch)
+    nan = np.full_like(x, np.nan)
     with parallel.cpu_tokens(threading.Semaphore(2)):
+        poison([nan, wt, b], None)  # both threads' phase buffers full of NaN
         (got,) = run([x, wt, b], None)
-    assert pieces == [2]
+    assert pieces == [2, 2]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    poison([nan, wt, b], None)
+    (whole,) = run([x, wt, b], None)
+    np.testing.assert_array_equal(got, whole)
 
 
 def test_without_the_tier_the_direct_conv_runs_numpy(monkeypatch) -> None:

@@ -424,6 +424,14 @@ def _applies_depthwise_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 # CNN's 3->16 3x3 conv at batch 8 (3.5M, under the former bound of 4M): 118 -> 85 us. (A
 # Python helper's hop cost 60-90 us: the bound was 32M.)
 DIRECT_SPLIT_MACS = 1 << 20
+# Up to this many multiply-adds a split direct conv (one image, or an odd few) builds its
+# phase rows in each thread (JOB_CONV_LOCAL) rather than the whole phase image in the caller
+# first: the helper pulled every line of that from the caller's core, and on this VM's two
+# vCPUs that cost more than the split saved (the builder CNN's 16->32 3x3 at 16x16, 1.2M:
+# 67 us split against 32 whole; with local rows 23). On ResNet-18's 3x3 convs (58-116M) the
+# local rows were faster alone (64x56x56: 2.13 -> 1.75 ms split) but the tuner then took them
+# over conv_direct_t_native, and the model ran slower (23.0 -> 24.7-27.6 ms a run).
+LOCAL_PHASES_MACS = 1 << 23
 
 
 def direct_offsets(g: ConvGeometry, hph: int, wph: int) -> np.ndarray:
@@ -585,7 +593,11 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
         return make(native.JOB_CONV_IMAGES, (), g.n, no_memory, images=True)
     panels = g.n * lay.per_image
     by_panels = panels >= 8 or blocks < 2
-    return make(native.JOB_CONV_DIRECT, (panels, blocks, not by_panels), panels if by_panels else blocks, no_memory)
+    # A small conv's split pays only if each thread builds the phase rows its share reads:
+    # (see LOCAL_PHASES_MACS; x read in place needs none).
+    local = not lay.in_place and g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow <= LOCAL_PHASES_MACS
+    job = native.JOB_CONV_LOCAL if local else native.JOB_CONV_DIRECT
+    return make(job, (panels, blocks, not by_panels), panels if by_panels else blocks, no_memory, images=local)
 
 
 def _applies_direct_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:

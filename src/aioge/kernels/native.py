@@ -32,6 +32,7 @@ __all__ = [
     "JOB_CONV_DIRECT",
     "JOB_CONV_GROUPED",
     "JOB_CONV_IMAGES",
+    "JOB_CONV_LOCAL",
     "JOB_CONV_T",
     "JOB_DEPTHWISE",
     "JOB_GEMM",
@@ -51,10 +52,12 @@ __all__ = [
 
 # The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C helper thread.
 JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = range(5)
-JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE, JOB_CONV_GROUPED, JOB_GEMV_N = range(5, 13)
+(JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE, JOB_CONV_GROUPED, JOB_GEMV_N, JOB_CONV_LOCAL) = range(
+    5, 14
+)
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
-ABI = 9
+ABI = 10
 
 
 @functools.cache

@@ -16,7 +16,7 @@ import contextvars
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -25,8 +25,10 @@ __all__ = [
     "CORES",
     "SPLIT_MACS",
     "cpu_tokens",
+    "lend_tokens",
     "matmul_2d",
     "par_matmul",
+    "return_tokens",
     "split_matmul",
     "split_native",
     "split_range",
@@ -62,6 +64,16 @@ def cpu_tokens(tokens: threading.Semaphore | None) -> Iterator[None]:
         yield
     finally:
         _tokens.reset(reset)
+
+
+def lend_tokens(tokens: threading.Semaphore | None) -> Any:
+    """``cpu_tokens`` without a generator (a microsecond less, for a run's hot path): what
+    to give ``return_tokens`` in the same thread and context."""
+    return _tokens.set(tokens)
+
+
+def return_tokens(lent: Any) -> None:
+    _tokens.reset(lent)
 
 
 def _helper_pool() -> ThreadPoolExecutor:

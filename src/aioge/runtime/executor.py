@@ -37,7 +37,7 @@ import numpy as np
 import sniffio
 
 from aioge.errors import SessionClosedError
-from aioge.kernels.parallel import cpu_tokens
+from aioge.kernels.parallel import cpu_tokens, lend_tokens, return_tokens
 from aioge.plan.model import CompiledModel
 from aioge.runtime.bind import bind
 from aioge.runtime.context import Context, Layout, Program
@@ -210,8 +210,11 @@ class Executable:
                     start = time.perf_counter()
                     # The run holds every token: its big kernels may split onto the other cores
                     # (without this, none did: MLP's 32x784x256 Gemm ran in 200 us, not 80).
-                    with cpu_tokens(workers.inline_spare):
+                    lent = lend_tokens(workers.inline_spare)
+                    try:
                         _execute(ctx, ctx.programs(False, workers.cpu)[0], None)
+                    finally:
+                        return_tokens(lent)
                     _inline.spend(time.perf_counter() - start)
                 finally:
                     workers.give_all_cpu()
@@ -343,7 +346,7 @@ class Executable:
     def _collect(self, ctx: Context, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         arena = ctx.arena
-        foreign = [*self._variables.values(), *(f for f in feeds.values() if isinstance(f, np.ndarray))]
+        foreign: list[np.ndarray] | None = None
         for name, slot, intermediate in self._outputs:
             raw = ctx.env[slot]
             if raw is None or isinstance(raw, list):
@@ -351,6 +354,14 @@ class Executable:
                 out[name] = raw if raw is None else [t.copy() if not intermediate or not t.flags.writeable else t for t in raw]
                 continue
             a = np.asarray(raw)
+            if intermediate and a.base is None and a.flags.writeable:
+                # An array that owns its memory: made by this run's kernel (the caller's to keep),
+                # unless it is a feed or a variable itself (no view of one owns memory).
+                if all(a is not f for f in feeds.values()) and all(a is not v for v in self._variables.values()):
+                    out[name] = a
+                    continue
+            if foreign is None:
+                foreign = [*self._variables.values(), *(f for f in feeds.values() if isinstance(f, np.ndarray))]
             # Copy what the caller must not share: the arena, constants, variables, its own feeds.
             if (
                 not intermediate

@@ -55,6 +55,8 @@ int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t 
 int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
                      const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1);
 
+int aioge_conv_direct_local_f32(const float *x, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                                const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1);
 int aioge_gemv_n_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t N,
                      int act, float p0, float p1, int64_t g0, int64_t g1);
 int aioge_squeeze_f32(const float *x, const float *w1t, const float *b1, const float *w2t, const float *b2, float *scale,
@@ -203,9 +205,12 @@ static int job_gemv_n(const int64_t *g, int64_t lo, int64_t hi)
                             lo * g[10], g1);
 }
 
+/* conv direct with each thread's own phase rows, x in place of xph: as job_conv_direct */
+static int job_conv_local(const int64_t *g, int64_t lo, int64_t hi) { return conv_job(aioge_conv_direct_local_f32, g, lo, hi); }
+
 static const job_fn JOBS[] = {job_gemm,   job_conv_direct, job_conv_t, job_depthwise,   job_activation, job_pack,
                               job_gemv_t, job_chain,       job_pool,   job_conv_images, job_squeeze,    job_conv_grouped,
-                              job_gemv_n};
+                              job_gemv_n, job_conv_local};
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
