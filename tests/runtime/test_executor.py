@@ -313,6 +313,35 @@ async def test_outputs_are_fresh_arrays_the_caller_owns() -> None:
         assert x1[0, 0] == 1
 
 
+@pytest.mark.parametrize("mode", ["sink", "host"])
+async def test_an_output_that_is_a_variable_or_a_feed_itself_is_copied(mode: str, workers: EngineWorkers) -> None:
+    """An output array that owns its memory goes to the caller as it is, unless it is the
+    session's variable or the caller's feed: a kernel that returned its input itself (Identity,
+    patched to) would hand those out, so they are copied."""
+    g = Graph("own")
+    x = g.input("x", (3,))
+    v = g.variable("v", np.array([1.0, 2.0, 3.0], np.float32))
+    g.output(ops.identity(v, name="var"), ops.identity(x, name="feed"), ops.tanh(x, name="fresh"), names=["var", "feed", "fresh"])
+    options = {**OPTIONS, "ge.optimizationSwitch": OPTIONS["ge.optimizationSwitch"] + ";IdentityRemovalPass:off"}
+    x1 = np.zeros(3, np.float32)
+    async with aioge.Session(options) as s:
+        exe = await _executable(s, g, {"x": x1})
+        layout = exe._layout
+        steps = [
+            dataclasses.replace(st, run=lambda ins, outs: (ins[0],)) if st.name in ("var", "feed") else st for st in layout.steps
+        ]
+        exe._layout = dataclasses.replace(layout, steps=tuple(steps))
+        exe._pool.clear()
+        out = await exe.run({"x": x1}, workers=workers, mode=mode)
+        assert out["fresh"].base is None  # made by the kernel: handed over as it is
+        assert out["var"] is not exe._variables["v"] and out["feed"] is not x1
+        out["var"][:] = 7
+        out["feed"][:] = 9
+        again = await exe.run({"x": x1}, workers=workers, mode=mode)
+    np.testing.assert_array_equal(again["var"], [1, 2, 3])
+    np.testing.assert_array_equal(x1, 0)
+
+
 async def test_sink_and_host_modes_agree() -> None:
     g, weights = _branches(n=32)
     x = np.random.default_rng(5).standard_normal((32, 32)).astype(np.float32)
