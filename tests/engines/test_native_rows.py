@@ -519,3 +519,34 @@ def test_a_small_softmax_keeps_its_addresses_and_reads_what_each_call_gives(log:
     strided = np.empty((2, 10), np.float32)[::2]
     (y,) = run([x], [strided])
     np.testing.assert_allclose(y, _ref_softmax(x, log), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_a_small_layer_norm_keeps_its_addresses_and_reads_what_each_call_gives(with_bias: bool) -> None:
+    """As the small Softmax: one output (no Mean or InvStdDev) below the split size calls the C
+    function with the addresses found before for the same arrays; new values, a new input, a
+    new scale and fresh outputs are each read."""
+    from aioge.kernels.norm_algos import build_layernorm_native
+
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((4, 32)).astype(np.float32)
+    scale, bias = rng.standard_normal((2, 32)).astype(np.float32)
+    inputs = [x, scale] + ([bias] if with_bias else [])
+    run = build_layernorm_native({"axis": -1, "epsilon": 1e-5}, {}, _descs(*[a.shape for a in inputs]), _descs(x.shape))
+
+    def want(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        m = x.mean(-1, keepdims=True)
+        y = (x - m) / np.sqrt(((x - m) ** 2).mean(-1, keepdims=True) + 1e-5) * scale
+        return y + bias if with_bias else y
+
+    planned = np.empty_like(x)
+    for _ in range(2):
+        (y,) = run(inputs, [planned])
+        assert y is planned
+        np.testing.assert_allclose(y, want(x, scale), rtol=1e-4, atol=1e-5)
+        x *= 2.0
+        x += 1.0
+    scale2 = scale * 3
+    x2 = rng.standard_normal((4, 32)).astype(np.float32)
+    (fresh,) = run([x2, scale2, *inputs[2:]], None)
+    np.testing.assert_allclose(fresh, want(x2, scale2), rtol=1e-4, atol=1e-5)

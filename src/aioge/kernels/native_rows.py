@@ -122,6 +122,12 @@ def unary(name: str, x: np.ndarray, params: Sequence[float] = ()) -> np.ndarray 
     return y if activation(name, x, y, params) else None
 
 
+def layer_norm_function() -> Any:
+    """``aioge_layernorm_f32(x, scale, bias, y, mean, inv_std, width, eps, r0, r1)`` (pointers,
+    0 or None for an absent one, then its rows [r0, r1)), or None without the compiled tier."""
+    return native.function("aioge_layernorm_f32", _P, _P, _P, _P, _P, _P, _I64, _F, _I64, _I64)
+
+
 def layer_norm(
     x: np.ndarray,
     scale: np.ndarray,
@@ -137,7 +143,7 @@ def layer_norm(
     rows, width = x.shape
     if not _f32c(x, y, scale, bias, mean, inv_std) or scale.size != width or (bias is not None and bias.size != width):
         return False
-    fn = native.function("aioge_layernorm_f32", _P, _P, _P, _P, _P, _P, _I64, _F, _I64, _I64)
+    fn = layer_norm_function()
     if fn is None:
         return False
     ptrs = [native.ptr(x), native.ptr(scale), _ptr(bias), native.ptr(y), _ptr(mean), _ptr(inv_std)]
