@@ -133,6 +133,11 @@ def machine() -> dict[str, Any]:
 async def _workload(w: Workload, cfg: SuiteConfig, cache_dir: str, gid: int) -> dict[str, Any]:
     options = {"ge.op_compiler_cache_dir": cache_dir, **w.options}
     row: dict[str, Any] = {"workload": w.name, "group": w.group}
+    # The last workload's onnxruntime threads spin on for a while after its burst: a compile
+    # right after it tuned the builder transformer's split GEMMs with the other core taken
+    # (rows_numpy at 74 us chosen over rows_gemm_native's usual 45-47): settle first, as
+    # every measured round does.
+    await anyio.sleep(measure.SETTLE_S)
     async with aioge.Session(options) as session:
         with measure.RssSampler() as rss:
             t = time.perf_counter()
