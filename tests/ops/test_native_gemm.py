@@ -471,3 +471,34 @@ def test_gemv_native_reads_strided_operands_through_numpy_and_runs_without_the_t
     monkeypatch.setattr(native, "par_run", lambda: None)
     (got,) = build_gemv_native(attrs, {}, descs, None)([a, b[:, ::2], c], None)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("activation", [("", ()), ("Gelu", (1.0,)), ("Relu", ())])
+def test_fused_matmul_at_one_row_runs_rows_gemv_native_with_its_bias_and_activation(activation) -> None:
+    """A transformer's FusedMatMul at one token, (1, 1, K) @ (K, N) + bias, through the
+    ``rows_`` wrapper of gemv_native: into a planned output and a fresh one, against float64."""
+    from aioge.ops.registry import get_schema
+    from aioge.ops.schema import InferContext
+    from aioge.plan.kernel import candidates_of
+
+    rng = np.random.default_rng(8)
+    a, b, c = rand(rng, 1, 1, 70), rand(rng, 70, 40), rand(rng, 40)
+    b.setflags(write=False)
+    name, params = activation
+    attrs = {"transA": 0, "transB": 0, "alpha": 1.0, "activation": name, "activation_params": params}
+    schema = get_schema("FusedMatMul", "aioge")
+    descs = _descs(a, b, c)
+    (out,) = schema.infer(InferContext(descs, [None] * 3, attrs, 1))
+    impl = next(i for i, _ in candidates_of(schema, descs, attrs) if i.name == "rows_gemv_native")
+    want = a.astype(np.float64) @ b + c
+    if name == "Gelu":
+        want = 0.5 * want * (1 + np.tanh(np.sqrt(2 / np.pi) * (want + 0.044715 * want**3)))
+    elif name == "Relu":
+        want = np.maximum(want, 0)
+    run = impl.build(attrs, {}, descs, [out])
+    planned = np.full(out.shape, np.nan, np.float32)
+    (got,) = run([a, b, c], [planned])
+    assert got is planned
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    (fresh,) = run([a, b, c], None)
+    np.testing.assert_allclose(fresh, want, rtol=2e-5, atol=2e-5)
