@@ -383,7 +383,7 @@ def build_gemv_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
     (``aioge_gemv_n_f32``): B read in place, 128 columns a pass over its rows, the row C and a
     fused producer's activation (``native_rows.EPILOGUES``) applied before the columns leave
     the cache; column groups shared with the C helper on an idle core from
-    ``GEMV_SPLIT_VALUES`` weights. One call where numpy's kernel made four (product, bias,
+    ``GEMV_N_SPLIT_VALUES`` weights. One call where numpy's kernel made four (product, bias,
     activation, and the activation's own C call): the builder MLP's layers at batch 1, 784x256,
     256x128 and 128x10, took 15.8, 5.7 and 2.7 us in numpy's kernels. Without the compiled tier
     (or for operands it cannot read in place) ``gemm_dot`` and the activation after it."""

@@ -83,7 +83,7 @@ def _native_softmax(log: bool) -> Any:
         """Softmax (LogSoftmax) over contiguous float32 last-axis rows in C; numpy otherwise.
 
         Below ``native_rows.SPLIT_ELEMENTS`` (no split over an idle core) the C function is
-        called directly, with the operands' addresses kept per output buffer: a classifier's
+        called directly, with the operands' addresses kept per input: a classifier's
         (1, 10) Softmax took 5.4 us in numpy's kernel and 3.2 us through the general path,
         most of it finding the function and the addresses again."""
         fallback = (build_log_softmax if log else build_softmax_rows)(attrs, params, ins, outs)
