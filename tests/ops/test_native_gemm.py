@@ -26,6 +26,20 @@ def _descs(*arrays: np.ndarray) -> list[TensorDesc]:
     return [TensorDesc(a.shape, "float32") for a in arrays]
 
 
+def _count_jobs(monkeypatch) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    """(job, pieces) of every ``split_native`` call the matmul kernels make, as they happen."""
+    jobs: list[tuple[int, int]] = []
+    real = parallel.split_native
+
+    def counted(par, job, args, total, *, worth=True):  # type: ignore[no-untyped-def]
+        got = real(par, job, args, total, worth=worth)
+        jobs.append((job, got))
+        return got
+
+    monkeypatch.setattr("aioge.kernels.matmul_algos.split_native", counted)
+    return jobs
+
+
 @given(
     seed=st.integers(0, 2**16),
     batch=st.lists(st.integers(1, 3), max_size=2),
@@ -259,15 +273,7 @@ def test_one_row_times_a_transposed_weight_runs_the_gemv_and_matches_onnxruntime
     b.setflags(write=False)
     inputs = [a, b] + ([rand(rng, *c_shape)] if c_shape else [])
     attrs = {"transB": 1, "alpha": alpha, "beta": beta}
-    jobs: list[tuple[int, int]] = []
-    real = parallel.split_native
-
-    def counted(par, job, args, total, *, worth=True):  # type: ignore[no-untyped-def]
-        got = real(par, job, args, total, worth=worth)
-        jobs.append((job, got))
-        return got
-
-    monkeypatch.setattr("aioge.kernels.matmul_algos.split_native", counted)
+    jobs = _count_jobs(monkeypatch)
     monkeypatch.setattr("aioge.kernels.matmul_algos.GEMV_SPLIT_VALUES", 0)
     run = build_gemm_native(attrs, {}, _descs(*inputs), None)
     (want,) = ort_run("Gemm", inputs, attrs)
@@ -404,13 +410,6 @@ def test_one_row_times_a_row_major_weight_runs_gemv_native_and_matches_onnxrunti
     b.setflags(write=False)
     inputs = [a, b] + ([np.full(c_shape, 0.25, np.float32)] if c_shape else [])
     name, params = activation
-    jobs: list[tuple[int, int]] = []
-    real = parallel.split_native
-
-    def counted(par, job, args, total, *, worth=True):  # type: ignore[no-untyped-def]
-        got = real(par, job, args, total, worth=worth)
-        jobs.append((job, got))
-        return got
 
     def expected(inputs: list[np.ndarray]) -> np.ndarray:
         (want,) = ort_run("Gemm", inputs, {})
@@ -419,7 +418,7 @@ def test_one_row_times_a_row_major_weight_runs_gemv_native_and_matches_onnxrunti
             act(want)
         return want
 
-    monkeypatch.setattr("aioge.kernels.matmul_algos.split_native", counted)
+    jobs = _count_jobs(monkeypatch)
     monkeypatch.setattr("aioge.kernels.matmul_algos.GEMV_N_SPLIT_VALUES", 0)
     attrs = {"activation": name, "activation_params": params} if name else {}
     run = build_gemv_native(attrs, {}, _descs(*inputs), None)
