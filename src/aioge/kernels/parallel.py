@@ -59,11 +59,11 @@ CORES = os.cpu_count() or 1
 def cpu_tokens(tokens: threading.Semaphore | None) -> Iterator[None]:
     """Within the block, ``split_range`` may borrow idle tokens of ``tokens`` (the CPU semaphore
     of the engine workers running this run); the previous setting comes back after it."""
-    reset = _tokens.set(tokens)
+    lent = lend_tokens(tokens)
     try:
         yield
     finally:
-        _tokens.reset(reset)
+        return_tokens(lent)
 
 
 def lend_tokens(tokens: threading.Semaphore | None) -> Any:

@@ -304,10 +304,25 @@ void aioge_channel_chain_f32(const float *x, float *y, int64_t C, int64_t hw, in
     }
 }
 
+/* out[j] = act(bias[j] + sum_k v[k] * wt[k][j]) for j < N: a vector times a row-major (K, N)
+ * matrix as a sum of its scaled rows, vectorised along the output (no horizontal sums); act
+ * holds act.h's code and its parameters' float32 bits (code 0: none). */
+static void scaled_rows(const float *v, const float *wt, const float *bias, float *out, int64_t K, int64_t N,
+                        const int64_t *act)
+{
+    memcpy(out, bias, sizeof(float) * (size_t)N);
+    for (int64_t k = 0; k < K; k++) {
+        const float s = v[k], *w = wt + k * N;
+        _Pragma("omp simd") for (int64_t j = 0; j < N; j++) out[j] += s * w[j];
+    }
+    if (act[0])
+        act_span(out, NULL, out, N, (int)act[0], aioge_float_of(act[1]), aioge_float_of(act[2]));
+}
+
 /* SqueezeExcite's squeeze for images [i0, i1) of (C, hw) planes: scale[i][ch] = act2(b2[ch] +
  * w2[ch] . act1(b1 + w1 . mean(x[i]))), given w1t = w1 transposed (C, C1) and w2t = w2
- * transposed (C1, C), row-major, so that each product runs as a sum of scaled rows, vectorised
- * along its output (no horizontal sums); the activations by the codes of act.h (0: none). The
+ * transposed (C1, C), row-major, so that each product runs as a sum of scaled rows
+ * (scaled_rows); the activations by the codes of act.h (0: none). The
  * excite (x times its channel's scale) is the channel chain's multiply step. The mean of a plane
  * is its sum (lanes summed in their own order) times 1/hw. Returns 1 when scratch cannot be had. */
 int aioge_squeeze_f32(const float *x, const float *w1t, const float *b1, const float *w2t, const float *b2, float *scale,
@@ -326,21 +341,8 @@ int aioge_squeeze_f32(const float *x, const float *w1t, const float *b1, const f
             _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < hw; j++) s += p[j];
             mean[c] = s * inv;
         }
-        memcpy(hidden, b1, sizeof(float) * (size_t)C1);
-        for (int64_t c = 0; c < C; c++) {
-            const float m = mean[c], *w = w1t + c * C1;
-            _Pragma("omp simd") for (int64_t j = 0; j < C1; j++) hidden[j] += m * w[j];
-        }
-        if (acts[0])
-            act_span(hidden, NULL, hidden, C1, (int)acts[0], aioge_float_of(acts[1]), aioge_float_of(acts[2]));
-        float *sc = scale + i * C;
-        memcpy(sc, b2, sizeof(float) * (size_t)C);
-        for (int64_t j = 0; j < C1; j++) {
-            const float h = hidden[j], *w = w2t + j * C;
-            _Pragma("omp simd") for (int64_t c = 0; c < C; c++) sc[c] += h * w[c];
-        }
-        if (acts[3])
-            act_span(sc, NULL, sc, C, (int)acts[3], aioge_float_of(acts[4]), aioge_float_of(acts[5]));
+        scaled_rows(mean, w1t, b1, hidden, C, C1, acts);
+        scaled_rows(hidden, w2t, b2, scale + i * C, C1, C, acts + 3);
     }
     free(mean);
     return 0;
