@@ -23,7 +23,10 @@ import aioge
 # 30,400 for the squeeze-and-excitation fusion (its pass, op and C kernel), then to 30,500 for
 # the compiled grouped conv. Raised to 30,650 on 2026-12-05 (serving at batch 1: the one-row
 # GEMV with its bias and activation in C, the direct small Softmax call).
-LINE_BUDGET = 30_650
+# Raised to 31,600 on 2026-12-05 (native programs: a plan of C forms run as one C call, alone or
+# grouped; the forms of fourteen kernels, the BLAS matmul called from C, the strided-copy and
+# elementwise jobs, and the tuner's native alternative with the compiler's preference for it).
+LINE_BUDGET = 31_600
 _SRC = Path(aioge.__file__).parent
 GENERATED = {"ops/builders.py"}
 

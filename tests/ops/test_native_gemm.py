@@ -372,9 +372,10 @@ def test_fused_matmul_rows_kernels_need_an_untransposed_a_a_matrix_b_and_a_row_b
         return {impl.name for impl, _ in candidates_of(schema, descs, {**base, **attrs})}
 
     assert "rows_gemm_dot" in names([(2, 3, 4), (4, 5), (5,)])
+    # the BLAS kernel takes a value, a row or the output's shape as C, and any operand layout
     assert names([(2, 3, 4), (4, 5), (3, 5)]) == {"numpy"}  # a bias that varies along the rows
-    assert names([(2, 4, 3), (4, 5), (5,)], transA=1) == {"numpy"}
-    assert names([(2, 3, 4), (2, 4, 5)]) == {"numpy"}  # a batch of matrices on the right
+    assert names([(2, 4, 3), (4, 5), (5,)], transA=1) == {"numpy", "matmul_blas"}
+    assert names([(2, 3, 4), (2, 4, 5)]) == {"numpy", "matmul_blas"}  # a batch of matrices on the right
     from aioge.ops.schema import InferContext, InferError
 
     for bad in [TensorDesc((3, 1, 5), "float32"), TensorDesc((5,), "float64"), TensorDesc((4,), "float32")]:

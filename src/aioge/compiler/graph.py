@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -26,13 +27,14 @@ from aioge.compiler.streams import plan_streams
 from aioge.compiler.threads import plan_threads
 from aioge.engines import Engine
 from aioge.engines.assign import assign_engines
-from aioge.ir.graph import Graph
+from aioge.ir.graph import Graph, Node
+from aioge.ops.registry import get_schema
 from aioge.options import CompileOptions
 from aioge.passes import run_passes
 from aioge.plan.kernel import KernelDesc
 from aioge.plan.model import CompiledModel, CompileStats, NodePlan
 
-__all__ = ["compile_graph", "compile_graph_sync"]
+__all__ = ["NATIVE_EXTRA", "NATIVE_SLACK_MS", "compile_graph", "compile_graph_sync", "prefer_native"]
 
 log = logging.getLogger(__name__)
 
@@ -114,12 +116,53 @@ def _back(
     memory = plan_memory(g, order, streams, reuse=not options.disable_reuse_memory)
     threads = plan_threads(order, streams, options.exec_threads)
     g.nodes[:] = order
+    if options.exec_mode == "sink" and (len(threads) == 1 if threads else streams.num_streams == 1):
+        kernels = prefer_native(order, kernels)
     nodes = tuple(
         NodePlan(i, n.name, n.op_type, engines[n.name].value, streams.node_stream[i], kernels[n.name])
         for i, n in enumerate(order)
     )
     log.info("compiled %s: %d nodes, %d streams, arena %d bytes", g.name, len(nodes), streams.num_streams, memory.arena_bytes)
     return CompiledModel(g, nodes, streams, memory, front.fingerprint, signature, dict(options.raw), threads, stats=front.stats)
+
+
+# A one-thread plan whose every kernel has a native form runs as one C call (runtime.native_program):
+# no Python between its kernels, and concurrent runs of it on every core. Where tuning chose
+# kernels without one, their native alternatives are taken when they cost at most
+# NATIVE_EXTRA of the plan's tuned time more, plus NATIVE_SLACK_MS (the builder transformer's
+# two out-projections: 17.5 us through gemm_native against numpy's 10, in a 480 us run).
+NATIVE_EXTRA, NATIVE_SLACK_MS = 0.25, 0.005
+
+
+def prefer_native(nodes: Sequence[Node], kernels: dict[str, KernelDesc]) -> dict[str, KernelDesc]:
+    """``kernels`` with every node's native alternative taken, when each node has a native
+    kernel or one, at NATIVE_EXTRA's cost at most; else ``kernels`` as they are."""
+    swaps: dict[str, KernelDesc] = {}
+    extra = total = 0.0
+    for node in nodes:
+        d = kernels[node.name]
+        total += d.tuned_ms
+        if get_schema(d.op_type, d.domain).impl(d.impl).native:
+            continue
+        if not d.native_alt:
+            return kernels
+        extra += max(0.0, d.native_ms - d.tuned_ms)
+        swaps[node.name] = dataclasses.replace(
+            d,
+            impl=d.native_alt,
+            params=dict(d.native_alt_params),
+            tuned_ms=d.native_ms,
+            runner_up=d.impl,
+            runner_up_params=dict(d.params),
+            margin=round(d.tuned_ms / d.native_ms, 4) if d.native_ms > 0 else 0.0,
+            native_alt="",
+            native_alt_params={},
+            native_ms=0.0,
+        )
+    if not swaps or extra > NATIVE_EXTRA * total + NATIVE_SLACK_MS:
+        return kernels
+    log.info("native plan: %d kernel(s) swapped for native ones, %.1f us dearer", len(swaps), extra * 1e3)
+    return {**kernels, **swaps}
 
 
 def _count(stats: CompileStats, step: KernelStep) -> None:

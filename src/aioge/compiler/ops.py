@@ -313,7 +313,17 @@ def compile_kernel_sync(
     desc = KernelDesc(key, node.op_type, node.domain, engine.value, ins, outs, choice.impl, dict(choice.params), 0, choice.tuned)
     alt, alt_params = choice.alternative or ("", {})
     margin, best = round(choice.margin, 4), round(choice.best_ms, 6)
-    return dataclasses.replace(desc, tuned_ms=best, runner_up=alt, runner_up_params=dict(alt_params), margin=margin)
+    n_impl, n_params, n_ms = choice.native_alt or ("", {}, 0.0)
+    return dataclasses.replace(
+        desc,
+        tuned_ms=best,
+        runner_up=alt,
+        runner_up_params=dict(alt_params),
+        margin=margin,
+        native_alt=n_impl,
+        native_alt_params=dict(n_params),
+        native_ms=round(n_ms, 6),
+    )
 
 
 def recheck_kernel_sync(node: Node, engine: Engine, options: CompileOptions, desc: KernelDesc) -> tuple[KernelDesc, str]:

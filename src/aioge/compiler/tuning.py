@@ -86,6 +86,9 @@ class Choice:
     margin: float = 0.0  # runner-up's best time / the chosen one's (0.0: no runner-up)
     best_ms: float = 0.0  # the chosen one's best time (0.0: not timed)
     alternative: tuple[str, Mapping[str, Any]] | None = None  # the runner-up's (impl, params)
+    # The fastest verified candidate with a native form (KernelImpl.native) when the choice has
+    # none: (impl, params, best ms); a plan of native kernels runs as one C call (compiler.graph).
+    native_alt: tuple[str, Mapping[str, Any], float] | None = None
 
 
 def choose_heuristic(schema: OpSchema, in_descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> Choice | None:
@@ -249,7 +252,13 @@ def tune(
         rejected,
     )
     alt = (alternative[0].name, alternative[1]) if alternative is not None else None
-    return Choice(impl.name, params, len(medians) > 1, medians, rejected, runner_up, margin, medians[best], alt)
+    native_alt = None
+    natives = [k for k in medians if order[labels.index(k)][0].native]
+    if natives and not impl.native:
+        fastest = min(natives, key=lambda k: (medians[k], labels.index(k)))
+        n_impl, n_params = order[labels.index(fastest)]
+        native_alt = (n_impl.name, n_params, medians[fastest])
+    return Choice(impl.name, params, len(medians) > 1, medians, rejected, runner_up, margin, medians[best], alt, native_alt)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,14 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from aioge.ir.desc import TensorDesc
+from aioge.kernels import native
 from aioge.kernels.contract import KernelImpl, RunFn
 
 __all__ = ["into", "returning", "ufunc_impl"]
+
+# The ufuncs whose float32 forms a native program runs in C (kernels.native.binary): IEEE
+# single-precision results, the same as numpy's.
+_BINARY_UFUNCS: dict[Any, str] = {np.add: "Add", np.subtract: "Sub", np.multiply: "Mul", np.divide: "Div"}
 
 
 def into(outs: Sequence[np.ndarray] | None, results: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
@@ -63,6 +68,14 @@ def ufunc_impl(name: str, ufunc: Callable[..., Any]) -> KernelImpl:
             return outputs
 
         run.ufunc = ufunc  # type: ignore[attr-defined]  # the executor may call it directly (runtime.context)
+        op = _BINARY_UFUNCS.get(ufunc)
+        if op is not None and native.available():
+
+            def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+                call = native.binary(op, inputs[0], inputs[1], outputs[0]) if len(inputs) == 2 else None
+                return None if call is None else [call]
+
+            native.with_native(run, form)
         return run
 
-    return KernelImpl(name, build)
+    return KernelImpl(name, build, native=ufunc in _BINARY_UFUNCS)

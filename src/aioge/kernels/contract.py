@@ -40,7 +40,11 @@ class KernelImpl:
     costs little beside the numpy reference's, which alone can spend the budget).
     ``activations`` names the activations ``build`` applies itself when ``attrs`` carry a fused
     op's ``activation`` and ``activation_params`` (``ops.fused``): to each output tile while it
-    is in cache, instead of the fused op's second pass over the whole output.
+    is in cache, instead of the fused op's second pass over the whole output. A ``native``
+    implementation's run carries a native form (``kernels.native.with_native``) for the
+    float32 operands it reads in place: a plan of such kernels runs as one C call
+    (``runtime.native_program``), so the compiler may prefer one over a slightly faster
+    numpy kernel (``compiler.graph``).
     """
 
     name: str
@@ -50,6 +54,7 @@ class KernelImpl:
     offered: Callable[[], bool] = lambda: True
     eager: bool = False
     activations: frozenset[str] = frozenset()
+    native: bool = False
 
 
 class Engine(enum.Enum):

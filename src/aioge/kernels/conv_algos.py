@@ -564,9 +564,36 @@ def _direct_native(
                 np.copyto(y, yc)
             return (y,)
 
-        return run
+        def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+            # The same C calls over operands bound for good: a phase image of its own, if any.
+            x, y = inputs[0], outputs[0]
+            if not (_f32c(x, y) and (len(inputs) < 3 or inputs[2] is None or _f32c(inputs[2]))):
+                return None
+            wp = packed.get(inputs[1])
+            b = inputs[2] if len(inputs) > 2 else None
+            keep: tuple[Any, ...] = (x, y, wp, b, consts)
+            calls = []
+            src = x
+            if not (in_place or images):
+                src = np.empty(g.n * image, np.float32)
+                keep += (src,)
+                phase_args = np.array([native.ptr(x), native.ptr(src), consts[2]], np.int64)
+                calls.append(native.NativeCall(native.JOB_PHASES, phase_args, 1, keep=keep))
+            args = np.array(
+                [native.ptr(src), native.ptr(wp), consts[3], 0 if b is None else native.ptr(b), native.ptr(y), consts[2], *tail],
+                np.int64,
+            )
+            calls.append(native.NativeCall(job, args, total, worth, keep))
+            return calls
+
+        return native.with_native(run, form)
 
     return make
+
+
+def _f32c(*arrays: Any) -> bool:
+    """Every array float32 and C-contiguous (a native form reads them in place)."""
+    return all(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
 
 
 def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
@@ -890,7 +917,16 @@ def _direct_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str,
 # 25-70 ms each on a busy machine) used it up before the one that takes 0.4 ms was tried. They
 # apply a FusedConv's activation to each output tile themselves (native_rows.EPILOGUES).
 NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = tuple(
-    KernelImpl(name, build, applies, cands, offered=native.available, eager=True, activations=native_rows.EPILOGUES)
+    KernelImpl(
+        name,
+        build,
+        applies,
+        cands,
+        offered=native.available,
+        eager=True,
+        activations=native_rows.EPILOGUES,
+        native=name in ("conv_direct_native", "conv_direct_t_native"),  # their runs carry native forms
+    )
     for name, build, applies, cands in (
         ("conv_depthwise_native", build_conv_depthwise_native, _applies_depthwise_native, _depthwise_native_candidates),
         ("conv_direct_native", build_conv_direct_native, _applies_direct_native, _direct_candidates),

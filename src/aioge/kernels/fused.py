@@ -741,7 +741,19 @@ def with_activation(run: RunFn, name: str, params: Sequence[float], dtype: Any) 
         act(res[0])
         return res
 
-    return fused
+    inner = native.native_form(run)
+    if inner is None:
+        return fused
+
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        # the kernel's jobs, then the activation's C call as ``act`` makes it
+        calls = inner(inputs, outputs)
+        after = native_rows.activation_call(name, outputs[0].reshape(-1), outputs[0].reshape(-1), params)
+        if calls is None or after is None or not np.shares_memory(outputs[0].reshape(-1), outputs[0]):
+            return None
+        return [*calls, after]
+
+    return native.with_native(fused, form)
 
 
 def build_squeeze_excite(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:

@@ -26,11 +26,20 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import native, native_rows
 from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv_algos import DIRECT_SPLIT_MACS, NativeOperand, WeightDerived
-from aioge.kernels.fused import build_then_activation
-from aioge.kernels.nn import gemm_epilogue
-from aioge.kernels.parallel import matmul_2d, par_matmul, split_matmul, split_native
+from aioge.kernels.fused import activation_runner, build_then_activation
+from aioge.kernels.nn import build_matmul, gemm_epilogue
+from aioge.kernels.parallel import BATCH_SPLIT_MACS, matmul_2d, par_matmul, split_matmul, split_native
 
-__all__ = ["GEMM_ALGOS", "MATMUL_ALGOS", "NATIVE_GEMM_ALGOS", "NATIVE_MATMUL_ALGOS", "pack_columns"]
+__all__ = [
+    "GEMM_ALGOS",
+    "MATMUL_ALGOS",
+    "NATIVE_GEMM_ALGOS",
+    "NATIVE_MATMUL_ALGOS",
+    "blas_shapes",
+    "build_fused_matmul",
+    "build_matmul_blas",
+    "pack_columns",
+]
 
 Descs = Sequence[TensorDesc | None]
 _FLOATS = ("float16", "float32", "float64")
@@ -201,6 +210,12 @@ class _PackedGemm:
         if k == 0:
             y[...] = 0 if bias is None else bias
             return 1
+        call = self.call(a, bp, bias, y)
+        return split_native(self.par, call.job, native.ptr(call.args), call.total, worth=call.worth)
+
+    def call(self, a: np.ndarray, bp: np.ndarray, bias: np.ndarray | None, y: np.ndarray) -> native.NativeCall:
+        """The product's C job (at least one row, column and term)."""
+        m, (k, n) = a.shape[0], (self.k, self.n)
         panels, blocks = bp.shape[0], -(-m // self.mr)
         by_rows = panels < 2 and blocks >= 2
         args = np.array(
@@ -222,7 +237,7 @@ class _PackedGemm:
         )
         # a product of few rows is bound by reading B: two cores read it faster than one
         worth = m * k * n >= DIRECT_SPLIT_MACS or k * n >= GEMV_SPLIT_VALUES
-        return split_native(self.par, native.JOB_GEMM, native.ptr(args), blocks if by_rows else panels, worth=worth)
+        return native.NativeCall(native.JOB_GEMM, args, blocks if by_rows else panels, worth, (a, bp, bias, y))
 
 
 def _rows(a: np.ndarray, k: int) -> np.ndarray:
@@ -259,8 +274,179 @@ def _applies_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return s is not None and len(s[1]) == 2 and descs[0].dtype == "float32"  # type: ignore[union-attr]
 
 
+# -- through numpy's own BLAS, from C ---------------------------------------------------------------
+
+
+def blas_shapes(descs: Descs, attrs: Mapping[str, Any]) -> tuple[int, int, int, int, int, int] | None:
+    """(batch, M, K, N, A's and B's element strides between matrices) of float32 static
+    ``op(A) @ op(B)`` (transA/transB) whose batches are equal or one side a single matrix, the
+    output (..., M, N); None otherwise."""
+    s = _static2(descs)
+    if s is None or descs[0].dtype != "float32":  # type: ignore[union-attr]
+        return None
+    (sa, sb), ta, tb = s, bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0))
+    m, ka = (sa[-1], sa[-2]) if ta else (sa[-2], sa[-1])
+    kb, n = (sb[-1], sb[-2]) if tb else (sb[-2], sb[-1])
+    ba, bb = sa[:-2], sb[:-2]
+    if ka != kb or min(m, n, ka) < 1:
+        return None
+    if ba == bb or not bb:
+        batch = int(np.prod(ba, dtype=np.int64))
+    elif not ba:
+        batch = int(np.prod(bb, dtype=np.int64))
+    else:
+        return None
+    return batch, m, ka, n, (m * ka if ba else 0), (ka * n if bb else 0)
+
+
+def build_matmul_blas(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """float32 (batched) ``act(alpha * op(A) @ op(B) + C)`` through the BLAS numpy links, from
+    C (``JOB_SGEMM``: one sgemm per matrix, beta 0; a batch over one B folds into the rows of a
+    single one), then C and the activation as C jobs: what numpy's matmul computes, as steps a
+    native program runs without the GIL. MatMul, and FusedMatMul's C (a value, a row or the
+    output's shape) and activation (``native_rows.ACTIVATIONS``). Non-contiguous operands are
+    copied; without the BLAS, the reference."""
+    batch, m, k, n, stride_a, stride_b = blas_shapes(ins, attrs)  # type: ignore[misc]
+    ta, tb = bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0))
+    alpha = float(attrs.get("alpha", 1.0))
+    act, act_params = attrs.get("activation", ""), attrs.get("activation_params", ())
+    shape = tuple(int(d) for d in outs[0].shape)
+    found = native.sgemm()
+    fallback = _reference(attrs, params, ins, outs)
+    if found is None:
+        return fallback
+    fn, wide = found
+    alpha_bits = int(np.array([alpha], np.float32).view(np.int32)[0])
+    # One B for the whole batch, A not transposed: the batch's rows are one product's.
+    fold = stride_b == 0 and stride_a != 0 and not ta
+    rows, count = (batch * m, 1) if fold else (m, batch)
+    worth = count >= 2 and batch * m * k * n >= BATCH_SPLIT_MACS
+
+    def make(a: np.ndarray, b: np.ndarray, c: Any, y: np.ndarray) -> list[native.NativeCall] | None:
+        if not all(isinstance(t, np.ndarray) and t.dtype == np.float32 and t.flags.c_contiguous for t in (a, b, y)):
+            return None
+        lda, ldb = (rows if fold else m) if ta else k, k if tb else n
+        args = np.array(
+            [
+                fn,
+                wide,
+                ta,
+                tb,
+                rows,
+                n,
+                k,
+                native.ptr(a),
+                lda,
+                native.ptr(b),
+                ldb,
+                native.ptr(y),
+                n,
+                stride_a,
+                stride_b,
+                m * n,
+                alpha_bits,
+            ],
+            np.int64,
+        )
+        calls = [native.NativeCall(native.JOB_SGEMM, args, count, worth, (a, b, y))]
+        if c is not None:
+            add = native.binary("Add", y, c, y)
+            if add is None:
+                return None
+            calls.append(add)
+        if act:
+            flat = y.reshape(-1)
+            after = native_rows.activation_call(act, flat, flat, act_params)
+            if after is None:
+                return None
+            calls.append(after)
+        return calls
+
+    bound = native.BoundCalls(make)
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        a, b = inputs[0], inputs[1]
+        c = inputs[2] if len(inputs) > 2 else None
+        y = _out(outputs, shape, np.float32)
+        calls = bound.get(a, b, c, y)
+        if calls is None:
+            yc = y if y.flags.c_contiguous else np.empty(shape, np.float32)
+            ac, bc = np.ascontiguousarray(a, np.float32), np.ascontiguousarray(b, np.float32)
+            cc = None if c is None else np.ascontiguousarray(c, np.float32)
+            calls = make(ac, bc, cc, yc)
+            if calls is None:
+                return fallback(inputs, outputs)
+            native.run_calls(calls)
+            if yc is not y:
+                np.copyto(y, yc)
+            return (y,)
+        native.run_calls(calls)
+        return (y,)
+
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        return make(inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None, outputs[0])
+
+    return native.with_native(run, form)
+
+
+def _reference(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    # numpy's kernel of the op (MatMul's, or FusedMatMul's when it has FusedMatMul's attributes)
+    if "transA" in attrs:
+        return build_fused_matmul(attrs, params, ins, outs)
+    return build_matmul(attrs, params, ins, outs)
+
+
+def build_fused_matmul(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
+    """matmul of the (transposed) operands straight into the output, scaled, the bias added, activated."""
+    trans_a, trans_b = bool(attrs["transA"]), bool(attrs["transB"])
+    alpha = float(attrs["alpha"])
+    act = activation_runner(attrs.get("activation", ""), attrs.get("activation_params", ()), outs[0].dtype)
+
+    def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        a, b = inputs[0], inputs[1]
+        c = inputs[2] if len(inputs) > 2 else None
+        a = np.swapaxes(a, -1, -2) if trans_a else a
+        b = np.swapaxes(b, -1, -2) if trans_b else b
+        if outputs is None:
+            y = np.matmul(a, b)
+        else:
+            y = outputs[0]
+            np.matmul(a, b, out=y)
+        if alpha != 1.0:
+            np.multiply(y, alpha, out=y)
+        if c is not None:
+            np.add(y, c, out=y)
+        if act is not None:
+            act(y)
+        return (y,)
+
+    return run
+
+
+def _applies_blas(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    shapes = blas_shapes(descs, attrs)
+    if shapes is None:
+        return False
+    c = descs[2] if len(descs) > 2 else None
+    if c is not None:
+        # C as kernels.native.binary adds it: one value, a row, or the output's shape
+        sa, sb = (tuple(int(d) for d in t.shape) for t in descs[:2])  # type: ignore[union-attr]
+        out = (*(sa[:-2] or sb[:-2]), shapes[1], shapes[3])
+        cs = tuple(int(d) for d in c.shape) if c.static else None  # type: ignore[union-attr]
+        n = shapes[3]
+        if c.dtype != "float32" or cs is None:
+            return False
+        if not (int(np.prod(cs)) == 1 or (int(np.prod(cs)) == n and cs[-1:] == (n,)) or cs == out):
+            return False
+    act = attrs.get("activation", "")
+    return not act or act in native_rows.ACTIVATIONS
+
+
 NATIVE_MATMUL_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("matmul_native", build_matmul_native, _applies_native, offered=native.available, eager=True),
+    KernelImpl(
+        "matmul_blas", build_matmul_blas, _applies_blas, offered=lambda: native.sgemm() is not None, eager=True, native=True
+    ),
 )
 
 MATMUL_ALGOS: tuple[KernelImpl, ...] = (
@@ -328,14 +514,28 @@ def build_gemm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
     def product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, bp: int, yc: np.ndarray) -> None:
         gemm(_rows(a.T if ta else a, k), packed.get(b), bias, yc)
 
-    return _gemm_run(m, n, row_c, alpha, beta, product)
+    def product_form(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, yc: np.ndarray) -> list[native.NativeCall] | None:
+        ar = a.T if ta else a
+        if m == 0 or n == 0 or k == 0 or ar.dtype != np.float32 or ar.strides[1] != 4 or ar.strides[0] % 4:
+            return None
+        return [gemm.call(ar, packed.get(b), bias, yc)]
+
+    return _gemm_run(m, n, row_c, alpha, beta, product, product_form)
 
 
 # y = a @ b (+ the row bias, its array and address), written into the C-contiguous yc
 _Product = Callable[[np.ndarray, np.ndarray, "np.ndarray | None", int, np.ndarray], None]
 
 
-def _gemm_run(m: int, n: int, row_c: bool, alpha: float, beta: float, product: _Product) -> RunFn:
+def _gemm_run(
+    m: int,
+    n: int,
+    row_c: bool,
+    alpha: float,
+    beta: float,
+    product: _Product,
+    product_form: Callable[[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray], list[native.NativeCall] | None] | None = None,
+) -> RunFn:
     """gemm_native's run around a C ``product``: a row-vector beta·C given to it as the bias
     (taken once for a constant C), other C and alpha by ``gemm_epilogue``, a non-contiguous
     output written through a contiguous one."""
@@ -354,7 +554,24 @@ def _gemm_run(m: int, n: int, row_c: bool, alpha: float, beta: float, product: _
             np.copyto(y, yc)
         return (y,)
 
-    return run
+    if product_form is None:
+        return run
+
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        # only what the C product computes whole: no alpha, no C but a row bias
+        a, b, y = inputs[0], inputs[1], outputs[0]
+        c = inputs[2] if len(inputs) > 2 else None
+        if alpha != 1.0 or (c is not None and not (row_c and beta == 1.0)) or not isinstance(a, np.ndarray):
+            return None
+        if (
+            not y.flags.c_contiguous
+            or y.dtype != np.float32
+            or (c is not None and (c.dtype != np.float32 or not c.flags.c_contiguous))
+        ):
+            return None
+        return product_form(a, b, c, y)
+
+    return native.with_native(run, form)
 
 
 def _gemv_t(k: int, n: int, par: Any) -> _Product:
@@ -438,7 +655,19 @@ def build_gemv_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
             raise MemoryError("Gemm: no scratch for the last column group")
         return (y,)
 
-    return run
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        a, b, y = inputs[0], inputs[1], outputs[0]
+        c = inputs[2] if len(inputs) > 2 else None
+        f32c = lambda t: isinstance(t, np.ndarray) and t.dtype == np.float32 and t.flags.c_contiguous  # noqa: E731
+        if not (f32c(a) and f32c(y) and isinstance(b, np.ndarray) and b.dtype == np.float32 and b.strides[1] == 4):
+            return None
+        if b.strides[0] % 4 or (c is not None and not f32c(c)):
+            return None
+        cp = 0 if c is None else native.ptr(c)
+        args = np.array([native.ptr(a), native.ptr(b), b.strides[0] // 4, cp, native.ptr(y), k, n, code, p0, p1, unit], np.int64)
+        return [native.NativeCall(native.JOB_GEMV_N, args, units, worth, (a, b, c, y))]
+
+    return native.with_native(run, form)
 
 
 def _applies_gemv_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
@@ -453,7 +682,7 @@ def _applies_gemv_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 
 
 NATIVE_GEMM_ALGOS: tuple[KernelImpl, ...] = (
-    KernelImpl("gemm_native", build_gemm_native, _applies_gemm_native, offered=native.available, eager=True),
+    KernelImpl("gemm_native", build_gemm_native, _applies_gemm_native, offered=native.available, eager=True, native=True),
     KernelImpl(
         "gemv_native",
         build_gemv_native,
@@ -461,6 +690,7 @@ NATIVE_GEMM_ALGOS: tuple[KernelImpl, ...] = (
         offered=native.available,
         eager=True,
         activations=native_rows.EPILOGUES,
+        native=True,
     ),
 )
 

@@ -21,7 +21,8 @@ import importlib.util
 import mmap
 import os
 import warnings
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -41,6 +42,16 @@ __all__ = [
     "JOB_PACK",
     "JOB_POOL",
     "JOB_SQUEEZE",
+    "JOB_COPY",
+    "JOB_GLOBAL_MEAN",
+    "JOB_LAYERNORM",
+    "JOB_PHASES",
+    "JOB_STRIDED",
+    "JOB_BINARY",
+    "JOB_SGEMM",
+    "JOB_PROGRAMS",
+    "JOB_SOFTMAX",
+    "NativeCall",
     "aligned_empty",
     "available",
     "function",
@@ -48,6 +59,11 @@ __all__ = [
     "lib",
     "par_run",
     "ptr",
+    "BoundCalls",
+    "run_calls",
+    "run_jobs",
+    "sgemm",
+    "with_native",
 ]
 
 # The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C helper thread.
@@ -55,9 +71,12 @@ JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = range(5)
 (JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE, JOB_CONV_GROUPED, JOB_GEMV_N, JOB_CONV_LOCAL) = range(
     5, 14
 )
+(JOB_SOFTMAX, JOB_LAYERNORM, JOB_COPY, JOB_PHASES, JOB_GLOBAL_MEAN, JOB_PROGRAMS, JOB_STRIDED, JOB_BINARY, JOB_SGEMM) = range(
+    14, 23
+)
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
-ABI = 10
+ABI = 11
 
 
 @functools.cache
@@ -162,3 +181,164 @@ def par_run() -> Any:
     see ``kernels.parallel.split_native``. A library that has it has every job's kernel too
     (par.c's job table links them), so callers need not look those up."""
     return function("aioge_par_run", ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, restype=ctypes.c_int)
+
+
+@dataclass(frozen=True, slots=True)
+class NativeCall:
+    """One C job of a native program (``runtime.native_program``): ``aioge_par_run``'s job,
+    its argument block and range, whether it is worth splitting over an idle core, and every
+    array whose address the block holds (kept alive as long as the program)."""
+
+    job: int
+    args: np.ndarray
+    total: int
+    worth: bool = False
+    keep: tuple[Any, ...] = ()
+
+
+# A kernel's native form: given the operands a context binds it to for good (arena views,
+# constants, a feed's staging buffer), the C jobs that compute what the kernel would, bit for
+# bit; None when it cannot (an operand it cannot read in place).
+NativeForm = Callable[[Sequence[Any], Sequence[np.ndarray]], "list[NativeCall] | None"]
+
+
+def with_native(run: Any, form: NativeForm) -> Any:
+    """``run`` (a kernel's RunFn) with its native form attached as ``run.native``."""
+    run.native = form
+    return run
+
+
+def native_form(run: Any) -> NativeForm | None:
+    """The native form a kernel's RunFn carries, or None."""
+    return getattr(run, "native", None)
+
+
+def run_jobs() -> Any:
+    """``aioge_run_jobs(entries, n, split, failed)`` of ``csrc/par.c``, or None without the library."""
+    return function("aioge_run_jobs", ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, restype=ctypes.c_int)
+
+
+def strided_copy(src: np.ndarray, dst: np.ndarray) -> NativeCall | None:
+    """The copy of the view ``src`` (up to 6-D, any strides) into the C-contiguous ``dst`` of
+    its shape and dtype, or None when it is not such a pair."""
+    if not (isinstance(src, np.ndarray) and src.shape == dst.shape and src.dtype == dst.dtype and dst.flags.c_contiguous):
+        return None
+    if src.ndim > 6 or src.dtype.hasobject or src.size == 0:
+        return None
+    pad = 6 - src.ndim
+    sizes = [1] * pad + list(src.shape)
+    strides = [0] * pad + list(src.strides)
+    args = np.array(
+        [ptr(src) if src.flags.c_contiguous else _base_address(src), ptr(dst), src.itemsize, *sizes, *strides], np.int64
+    )
+    return NativeCall(JOB_STRIDED, args, sizes[0], False, (src, dst))
+
+
+def _base_address(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
+
+
+_BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}
+
+
+def binary(op: str, a: Any, b: Any, y: np.ndarray) -> NativeCall | None:
+    """float32 ``y = a op b`` (``op`` Add, Sub, Mul or Div) as one job, for operands of
+    ``y``'s shape, single values, or rows broadcast along the leading axes (all C-contiguous);
+    None otherwise."""
+    code = _BINARY.get(op)
+    f32 = np.dtype(np.float32)
+    if (
+        code is None
+        or not isinstance(a, np.ndarray)
+        or not isinstance(b, np.ndarray)
+        or y.dtype != f32
+        or not y.flags.c_contiguous
+    ):
+        return None
+    if a.dtype != f32 or b.dtype != f32 or not (a.flags.c_contiguous and b.flags.c_contiguous) or y.size == 0:
+        return None
+    width = int(y.shape[-1]) if y.ndim else 1
+    rows = y.size // width
+    steps = []
+    for t in (a, b):
+        if t.size == 1:
+            steps += [0, 0]
+        elif t.shape == y.shape:
+            steps += [width, 1]
+        elif t.size == width and t.shape[-1:] == y.shape[-1:]:
+            steps += [0, 1]
+        else:
+            return None
+    args = np.array([ptr(a), ptr(b), ptr(y), code, width, *steps], np.int64)
+    return NativeCall(JOB_BINARY, args, rows, False, (a, b, y))
+
+
+@functools.cache
+def sgemm() -> tuple[int, bool] | None:
+    """The address of ``cblas_sgemm`` in the OpenBLAS numpy uses and whether it takes 64-bit
+    integers (numpy's wheels bundle an ILP64 build, its symbols prefixed ``scipy_`` and
+    suffixed ``64_``); None without the compiled tier or without such a BLAS. The kernels that
+    call it (``JOB_SGEMM``) compute what numpy's matmul computes, through the same BLAS,
+    from a C job: a native program's step (``with_native``)."""
+    if lib() is None:
+        return None
+    try:
+        from threadpoolctl import threadpool_info
+
+        paths = [p["filepath"] for p in threadpool_info() if p.get("internal_api") == "openblas" and p.get("filepath")]
+    except Exception:  # noqa: BLE001 - no BLAS to find: the kernels use numpy's matmul
+        return None
+    for path in paths:
+        try:
+            blas = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name, wide in (
+            ("scipy_cblas_sgemm64_", True),
+            ("cblas_sgemm64_", True),
+            ("scipy_cblas_sgemm", False),
+            ("cblas_sgemm", False),
+        ):
+            fn = getattr(blas, name, None)
+            if fn is not None:
+                return ctypes.cast(fn, ctypes.c_void_p).value or 0, wide
+    return None
+
+
+class BoundCalls:
+    """A kernel's C jobs for one set of operands, kept while the same arrays come back (a
+    context's arena views do, run after run): the argument blocks are built once, not per call.
+
+    ``make(*operands)`` returns the jobs or None; entries are keyed by the last operand (the
+    output), replaced whole (concurrent runs never see another's) and dropped at eight."""
+
+    __slots__ = ("_make", "_bound")
+
+    def __init__(self, make: Callable[..., list[NativeCall] | None]) -> None:
+        self._make = make
+        self._bound: dict[int, tuple[tuple[Any, ...], list[NativeCall] | None]] = {}
+
+    def get(self, *operands: Any) -> list[NativeCall] | None:
+        e = self._bound.get(id(operands[-1]))
+        if e is not None and len(e[0]) == len(operands) and all(x is y for x, y in zip(e[0], operands)):
+            return e[1]
+        calls = self._make(*operands)
+        if len(self._bound) >= 8:
+            self._bound.clear()
+        self._bound[id(operands[-1])] = (operands, calls)
+        return calls
+
+
+def run_calls(calls: Sequence[NativeCall]) -> None:
+    """Run ``calls`` in order from Python, each split over an idle core when worth it
+    (``kernels.parallel.split_native``): a kernel's own run of its native form.
+
+    Raises:
+        MemoryError: a job found no memory for its scratch.
+    """
+    from aioge.kernels.parallel import split_native
+
+    par = par_run()
+    for c in calls:
+        if split_native(par, c.job, ptr(c.args), c.total, worth=c.worth) < 0:
+            raise MemoryError(f"a compiled kernel (job {c.job}) found no memory for its scratch")

@@ -17,7 +17,17 @@ import numpy as np
 from aioge.kernels import native
 from aioge.kernels.parallel import split_native, split_range
 
-__all__ = ["ACTIVATIONS", "EPILOGUES", "activation", "bias_activation", "epilogue", "layer_norm", "softmax", "unary"]
+__all__ = [
+    "ACTIVATIONS",
+    "EPILOGUES",
+    "activation",
+    "activation_call",
+    "bias_activation",
+    "epilogue",
+    "layer_norm",
+    "softmax",
+    "unary",
+]
 
 _P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 
@@ -85,18 +95,23 @@ def epilogue(name: str, params: Sequence[float] = ()) -> tuple[int, int, int]:
 def activation(name: str, x: np.ndarray, y: np.ndarray, params: Sequence[float] = ()) -> bool:
     """``y = name(x)`` elementwise (``y`` may be ``x``), for the names in ``ACTIVATIONS``;
     params as ``kernels.fused.EW_OPS`` takes them. False when it cannot (see the module)."""
+    call = activation_call(name, x, y, params)
+    if call is None:
+        return False
+    split_native(native.par_run(), call.job, native.ptr(call.args), call.total, worth=call.worth)
+    return True
+
+
+def activation_call(name: str, x: np.ndarray, y: np.ndarray, params: Sequence[float] = ()) -> native.NativeCall | None:
+    """``activation``'s C job, or None when it cannot (as ``activation``)."""
     act = _act(name, params)
-    if act is None or x.size != y.size or not _f32c(x, y):
-        return False
-    par = native.par_run()
-    if par is None:
-        return False
+    if act is None or x.size != y.size or not _f32c(x, y) or native.par_run() is None:
+        return None
     code, p0, p1 = act
     bits = np.array([p0, p1], np.float32).view(np.int32)
     args = np.array([native.ptr(x), native.ptr(y), code, bits[0], bits[1]], np.int64)
     worth = x.size * (4 if code in _COSTLY else 1) >= SPLIT_ACTIVATION
-    split_native(par, native.JOB_ACTIVATION, native.ptr(args), x.size, worth=worth)
-    return True
+    return native.NativeCall(native.JOB_ACTIVATION, args, x.size, worth, (x, y))
 
 
 def bias_activation(name: str, x: np.ndarray, bias: np.ndarray, y: np.ndarray, params: Sequence[float] = ()) -> bool:

@@ -98,8 +98,16 @@ def _native_softmax(log: bool) -> Any:
                 return (y,)
             return fallback(inputs, [y])
 
+        def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+            x, y = inputs[0], outputs[0]
+            if not all(isinstance(t, np.ndarray) and t.dtype == np.float32 and t.flags.c_contiguous for t in (x, y)):
+                return None
+            args = np.array([native.ptr(x), native.ptr(y), width, int(log)], np.int64)
+            worth = rows * width >= native_rows.SPLIT_ELEMENTS
+            return [native.NativeCall(native.JOB_SOFTMAX, args, rows, worth, (x, y))]
+
         if fn is None:
-            return run
+            return native.with_native(run, form) if native.available() else run
         # id(x) -> (x, y, their addresses): an arena view's address is found once; a fresh
         # output's (a graph output) each run. Entries are replaced whole, never changed, so
         # concurrent runs never see another's; holding the arrays keeps their ids.
@@ -118,7 +126,7 @@ def _native_softmax(log: bool) -> Any:
             fn(e[2], e[3], width, int(log), 0, rows)
             return (y,)
 
-        return direct
+        return native.with_native(direct, form)
 
     return build
 
@@ -138,9 +146,11 @@ def _applies_native_softmax(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 SOFTMAX_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("softmax_unfused", build_softmax_unfused, _applies_softmax),
     KernelImpl("softmax_rows", build_softmax_rows, _applies_softmax),
-    KernelImpl("softmax_native", _native_softmax(False), _applies_native_softmax),
+    KernelImpl("softmax_native", _native_softmax(False), _applies_native_softmax, native=True),
 )
-LOGSOFTMAX_ALGOS: tuple[KernelImpl, ...] = (KernelImpl("logsoftmax_native", _native_softmax(True), _applies_native_softmax),)
+LOGSOFTMAX_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl("logsoftmax_native", _native_softmax(True), _applies_native_softmax, native=True),
+)
 
 
 # -- LayerNormalization --------------------------------------------------------------------------
@@ -215,9 +225,24 @@ def build_layernorm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], 
         return fallback(inputs, ys)
 
     rows = int(np.prod(shape[:axis], dtype=np.int64))
+    eps_bits = int(np.array([eps], np.float32).view(np.int32)[0])
+
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        x, scale = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        ops = [x, scale, outputs[0], *([] if bias is None else [bias])]
+        if n_out != 1 or not all(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous for a in ops):
+            return None
+        if scale.size != width or (bias is not None and bias.size != width):
+            return None
+        bp = 0 if bias is None else native.ptr(bias)
+        args = np.array([native.ptr(x), native.ptr(scale), bp, native.ptr(outputs[0]), 0, 0, width, eps_bits], np.int64)
+        worth = rows * width >= native_rows.SPLIT_ELEMENTS
+        return [native.NativeCall(native.JOB_LAYERNORM, args, rows, worth, (x, scale, bias, outputs[0]))]
+
     fn = native_rows.layer_norm_function() if n_out == 1 and rows * width < native_rows.SPLIT_ELEMENTS else None
     if fn is None:
-        return run
+        return native.with_native(run, form) if native.available() else run
     # As the small Softmax: the C function called directly, the addresses kept per input (a
     # transformer's 32x128 LayerNorm at batch 1: 10 us through the general path); entries
     # replaced whole, holding their arrays.
@@ -242,7 +267,7 @@ def build_layernorm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], 
         fn(*e[4], None, None, width, eps, 0, rows)
         return (y,)
 
-    return direct
+    return native.with_native(direct, form)
 
 
 def _applies_native_layernorm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
@@ -251,7 +276,7 @@ def _applies_native_layernorm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 
 LAYERNORM_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("layernorm_fused", build_layernorm_fused, _applies_layernorm),
-    KernelImpl("layernorm_native", build_layernorm_native, _applies_native_layernorm),
+    KernelImpl("layernorm_native", build_layernorm_native, _applies_native_layernorm, native=True),
 )
 
 

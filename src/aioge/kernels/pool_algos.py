@@ -211,9 +211,20 @@ def _native_pool(average: bool) -> Callable[..., RunFn]:
                 np.copyto(y, yc)
             return (y,)
 
-        return run
+        def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+            x, y = inputs[0], outputs[0]
+            if not (_f32c(x) and _f32c(y)):
+                return None
+            args = np.array([native.ptr(x), native.ptr(y), geo[1], *flags], np.int64)
+            return [native.NativeCall(native.JOB_POOL, args, planes, worth, (x, y, geometry))]
+
+        return native.with_native(run, form)
 
     return build
+
+
+def _f32c(a: Any) -> bool:
+    return isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous
 
 
 def _applies_native_pool(descs: Descs, attrs: Mapping[str, Any]) -> bool:
@@ -229,12 +240,28 @@ def _native_pool_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict
 
 # The compiled kernels first: tried (and preferred within the tuner's margin) before the numpy ones.
 POOL_MAX_ALGOS: tuple[KernelImpl, ...] = (
-    KernelImpl("pool_native", _native_pool(False), _applies_native_pool, _native_pool_candidates, native.available, eager=True),
+    KernelImpl(
+        "pool_native",
+        _native_pool(False),
+        _applies_native_pool,
+        _native_pool_candidates,
+        native.available,
+        eager=True,
+        native=True,
+    ),
     KernelImpl("maxpool_taps", _taps(np.maximum, _lowest, False), _applies_pool),
     KernelImpl("maxpool_nhwc", build_maxpool_nhwc, _applies_pool),
 )
 POOL_AVG_ALGOS: tuple[KernelImpl, ...] = (
-    KernelImpl("pool_native", _native_pool(True), _applies_native_pool, _native_pool_candidates, native.available, eager=True),
+    KernelImpl(
+        "pool_native",
+        _native_pool(True),
+        _applies_native_pool,
+        _native_pool_candidates,
+        native.available,
+        eager=True,
+        native=True,
+    ),
     KernelImpl("avgpool_taps", _taps(np.add, _zero, True), _applies_pool),
 )
 
@@ -281,7 +308,59 @@ def _applies_global(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return d is not None and d.static and (d.rank or 0) >= 3 and d.dtype in _FLOATS
 
 
+def build_globalavg_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """float32 GlobalAveragePool in C: each plane summed in order over eight accumulators,
+    times 1/(H·W); planes shared with the C helper on an idle core from
+    ``_NATIVE_SPLIT_VALUES``. A native program's step too (``native.with_native``)."""
+    x_desc = ins[0]
+    assert x_desc is not None and x_desc.shape is not None  # static shapes only
+    shape = tuple(int(d) for d in x_desc.shape)
+    planes, hw = shape[0] * shape[1], int(np.prod(shape[2:], dtype=np.int64))
+    out_shape = (*shape[:2], *([1] * (len(shape) - 2)))
+    par, worth = native.par_run(), planes * hw >= _NATIVE_SPLIT_VALUES
+
+    # id(y) -> (x, y, the argument block's address, the block): a context's arena views are
+    # found once. Entries are replaced whole, so concurrent runs never see another's.
+    bound: dict[int, tuple[Any, ...]] = {}
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x = inputs[0]
+        y = np.empty(out_shape, np.float32) if outputs is None else outputs[0]
+        e = bound.get(id(y))
+        if e is None or e[0] is not x or e[1] is not y:
+            if not (_f32c(x) and _f32c(y)):
+                x = np.ascontiguousarray(x, np.float32)
+                yc = y if _f32c(y) else np.empty(out_shape, np.float32)
+                args = np.array([native.ptr(x), native.ptr(yc), hw], np.int64)
+                split_native(par, native.JOB_GLOBAL_MEAN, native.ptr(args), planes, worth=worth)
+                if yc is not y:
+                    np.copyto(y, yc)
+                return (y,)
+            if len(bound) >= 8:
+                bound.clear()
+            args = np.array([native.ptr(x), native.ptr(y), hw], np.int64)
+            e = bound[id(y)] = (x, y, native.ptr(args), args)
+        split_native(par, native.JOB_GLOBAL_MEAN, e[2], planes, worth=worth)
+        return (y,)
+
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        x, y = inputs[0], outputs[0]
+        if not (_f32c(x) and _f32c(y)):
+            return None
+        args = np.array([native.ptr(x), native.ptr(y), hw], np.int64)
+        return [native.NativeCall(native.JOB_GLOBAL_MEAN, args, planes, worth, (x, y))]
+
+    return native.with_native(run, form)
+
+
+def _applies_global_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    return _applies_global(descs, attrs) and descs[0].dtype == "float32"  # type: ignore[union-attr]
+
+
 GLOBAL_AVG_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl(
+        "globalavg_native", build_globalavg_native, _applies_global_native, offered=native.available, eager=True, native=True
+    ),
     KernelImpl("globalpool_rows", _global("mean"), _applies_global),
     KernelImpl("globalavg_gemv", build_globalavg_gemv, _applies_global),
 )

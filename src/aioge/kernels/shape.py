@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aioge.ir.desc import Dim
+from aioge.kernels import native
 from aioge.kernels.contract import RunFn
 
 __all__ = [
@@ -259,7 +260,19 @@ def build_transpose(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: An
         x = inputs[0]
         return _fill(outputs, [x.transpose(perm if perm is not None else tuple(reversed(range(x.ndim))))])
 
-    return run
+    def form(inputs: Inputs, outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        x = inputs[0]
+        if not isinstance(x, np.ndarray):
+            return None
+        return _copies([x.transpose(perm if perm is not None else tuple(reversed(range(x.ndim))))], outputs)
+
+    return native.with_native(run, form)
+
+
+def _copies(views: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+    """A native form's copies of ``views`` into ``outputs``, or None if one cannot be."""
+    calls = [native.strided_copy(v, o) for v, o in zip(views, outputs, strict=True)]
+    return None if any(c is None for c in calls) else calls  # type: ignore[return-value]
 
 
 def build_reshape_like(op: str) -> Any:
@@ -296,7 +309,18 @@ def build_reshape_like(op: str) -> Any:
             np.copyto(outputs[0], inputs[0].reshape(static))
             return outputs
 
-        return run_static
+        def form(inputs: Inputs, outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+            x, y = inputs[0], outputs[0]
+            if not (isinstance(x, np.ndarray) and x.flags.c_contiguous and y.flags.c_contiguous and x.dtype == y.dtype):
+                return None
+            if x.dtype.hasobject or x.nbytes != y.nbytes:
+                return None
+            if native.ptr(x) == native.ptr(y):  # the plan put the output on its input: nothing to do
+                return []
+            args = np.array([native.ptr(x), native.ptr(y), max(x.nbytes, 1), x.nbytes], np.int64)
+            return [native.NativeCall(native.JOB_COPY, args, 1, False, (x, y))]
+
+        return native.with_native(run_static, form)
 
     return build
 
@@ -334,7 +358,12 @@ def build_split(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
     a = axis % len(ins[0].shape)
     ends = np.cumsum([int(o.shape[a]) for o in outs]).tolist()
     pieces = [(*(slice(None),) * a, slice(lo, hi)) for lo, hi in zip([0, *ends[:-1]], ends)]
-    return lambda inputs, outputs: _fill(outputs, [inputs[0][p] for p in pieces])
+
+    def form(inputs: Inputs, outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        x = inputs[0]
+        return _copies([x[p] for p in pieces], outputs) if isinstance(x, np.ndarray) else None
+
+    return native.with_native(lambda inputs, outputs: _fill(outputs, [inputs[0][p] for p in pieces]), form)
 
 
 def build_slice(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:

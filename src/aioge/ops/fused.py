@@ -31,6 +31,7 @@ import numpy as np
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import fused as k
 from aioge.kernels import native
+from aioge.kernels.matmul_algos import NATIVE_MATMUL_ALGOS, build_fused_matmul
 from aioge.ops import conv, nn
 from aioge.ops.infer import broadcast_shapes
 from aioge.ops.schema import ALL_ENGINES, FLOAT_DTYPES, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema, RunFn
@@ -123,6 +124,7 @@ def _with_activation(base: OpSchema, name: str, doc: str) -> OpSchema:
             impl.offered,
             impl.eager,
             impl.activations,
+            impl.native,
         )
 
     return OpSchema(
@@ -219,36 +221,20 @@ def _rows_of(gemm: KernelImpl) -> KernelImpl:
                 np.copyto(y, got)
             return (got if y is None else y,)
 
-        return run
+        inner_form = native.native_form(inner)
+        if inner_form is None:
+            return run
 
-    return KernelImpl(f"rows_{gemm.name}", build, applies, candidates, gemm.offered, gemm.eager)
+        def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+            a, y = inputs[0], outputs[0]
+            if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and y.flags.c_contiguous):
+                return None
+            gin = [a.reshape(rows, kk), inputs[1], *(c.reshape(c.shape[-1:]) for c in inputs[2:3] if c is not None)]
+            return inner_form(gin, [y.reshape(rows, n)])
 
+        return native.with_native(run, form)
 
-def _build_fused_matmul(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
-    """matmul of the (transposed) operands straight into the output, scaled, the bias added, activated."""
-    trans_a, trans_b = bool(attrs["transA"]), bool(attrs["transB"])
-    alpha = float(attrs["alpha"])
-    act = k.activation_runner(attrs.get("activation", ""), attrs.get("activation_params", ()), outs[0].dtype)
-
-    def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
-        a, b = inputs[0], inputs[1]
-        c = inputs[2] if len(inputs) > 2 else None
-        a = np.swapaxes(a, -1, -2) if trans_a else a
-        b = np.swapaxes(b, -1, -2) if trans_b else b
-        if outputs is None:
-            y = np.matmul(a, b)
-        else:
-            y = outputs[0]
-            np.matmul(a, b, out=y)
-        if alpha != 1.0:
-            np.multiply(y, alpha, out=y)
-        if c is not None:
-            np.add(y, c, out=y)
-        if act is not None:
-            act(y)
-        return (y,)
-
-    return run
+    return KernelImpl(f"rows_{gemm.name}", build, applies, candidates, gemm.offered, gemm.eager, native=gemm.native)
 
 
 _FUSED_GEMM = _with_activation(_base(nn.SCHEMAS, "Gemm"), "FusedGemm", "Gemm then an activation, in place")
@@ -256,7 +242,11 @@ _FUSED_GEMM = _with_activation(_base(nn.SCHEMAS, "Gemm"), "FusedGemm", "Gemm the
 _FUSED_MATMUL = OpSchema(
     "FusedMatMul",
     _infer_fused_matmul,
-    (KernelImpl("numpy", _build_fused_matmul), *(_rows_of(impl) for impl in _FUSED_GEMM.impls)),
+    (
+        KernelImpl("numpy", build_fused_matmul),
+        *(_rows_of(impl) for impl in _FUSED_GEMM.impls),
+        *(impl for impl in NATIVE_MATMUL_ALGOS if impl.name == "matmul_blas"),
+    ),
     _MATMUL.engines,
     {"transA": Attr("int", 0, (0, 1)), "transB": Attr("int", 0, (0, 1)), "alpha": Attr("float", 1.0), **_ACTIVATION_ATTRS},
     (2, 3),

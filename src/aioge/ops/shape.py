@@ -249,6 +249,10 @@ def _one_value(v: np.ndarray) -> str | None:
     return None if v.size == 1 else f"value must hold exactly one element, got shape {v.shape}"
 
 
+# The shape ops whose kernels carry native forms (strided copies: kernels.native.strided_copy).
+_NATIVE = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Split"})
+
+
 def _shape_op(
     name: str,
     infer: Any,
@@ -262,7 +266,7 @@ def _shape_op(
     return OpSchema(
         name,
         infer,
-        (KernelImpl("numpy", build),),
+        (KernelImpl("numpy", build, native=name in _NATIVE),),
         CPU_ONLY,
         attrs or {},
         inputs,

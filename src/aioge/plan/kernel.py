@@ -43,6 +43,11 @@ class KernelDesc:
     runner_up_params: Mapping[str, Any] = field(default_factory=dict)
     margin: float = 0.0
     checks: int = 0
+    # The fastest candidate with a native form when the choice has none, and its tuned time:
+    # the compiler may take it so that a whole plan runs as one C call (compiler.graph).
+    native_alt: str = ""
+    native_alt_params: Mapping[str, Any] = field(default_factory=dict)
+    native_ms: float = 0.0
 
 
 def desc_to_plain(desc: KernelDesc) -> Any:
@@ -104,11 +109,15 @@ def check_kernel(desc: KernelDesc, node: Node, engine: str) -> str:
     if not any(e.value == engine for e in schema.engines_for(descs)):
         return f"{node.op_type} does not run on {engine} for these inputs"
     stored = candidates_of(schema, descs, node.attrs, stored=True)
-    for name, params, what in ((desc.impl, desc.params, "implementation"), (desc.runner_up, desc.runner_up_params, "runner-up")):
+    for name, params, what in (
+        (desc.impl, desc.params, "implementation"),
+        (desc.runner_up, desc.runner_up_params, "runner-up"),
+        (desc.native_alt, desc.native_alt_params, "native alternative"),
+    ):
         if name and not any(impl.name == name and same_params(p, params) for impl, p in stored):
             return f"{what} {name!r} with {dict(params)} is not a candidate for this node"
-    if desc.margin < 0 or desc.tuned_ms < 0 or desc.checks < 0:
-        return f"negative tuning figures (tuned_ms {desc.tuned_ms}, margin {desc.margin}, checks {desc.checks})"
+    if desc.margin < 0 or desc.tuned_ms < 0 or desc.checks < 0 or desc.native_ms < 0:
+        return f"negative tuning figures (tuned_ms {desc.tuned_ms}, margin {desc.margin}, checks {desc.checks}, native_ms {desc.native_ms})"
     return ""
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import ValueKind
 from aioge.ops.registry import get_schema
@@ -55,6 +57,7 @@ def bind(model: CompiledModel, *, threads: str = "auto", check_finite: bool = Fa
     by_name = {n.name: n for n in g.nodes}
     steps = []
     unplanned: set[int] = set()
+    fresh: dict[int, tuple[tuple[int, ...], np.dtype]] = {}
     for plan in model.nodes:
         node = by_name[plan.name]
         impl = get_schema(node.op_type, node.domain).impl(plan.kernel.impl)
@@ -68,6 +71,9 @@ def bind(model: CompiledModel, *, threads: str = "auto", check_finite: bool = Fa
         planned = all(o.name in offsets for o in node.outputs)
         if not planned:
             unplanned.update(outs)
+            for o in node.outputs:
+                if o.name not in offsets and o.desc.is_tensor and o.desc.static:
+                    fresh[slot[o.name]] = (tuple(int(d) for d in o.desc.shape), numpy_dtype(o.desc.dtype))  # type: ignore[union-attr]
         steps.append(
             Step(
                 index=plan.index,
@@ -99,6 +105,7 @@ def bind(model: CompiledModel, *, threads: str = "auto", check_finite: bool = Fa
         poison=(),  # computed on first use (tests only)
         check_finite=check_finite,
         threads=tuple(tuple(sorted(i for s in group for i in sp.streams[s].nodes)) for group in groups),
+        fresh=fresh,
         local_events=frozenset(
             e.id for e in sp.events if thread_of[sp.node_stream[e.producer]] == thread_of[sp.node_stream[e.consumer]]
         ),

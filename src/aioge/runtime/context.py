@@ -12,7 +12,7 @@ A context serves one run at a time; the executable's pool hands them out.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
@@ -63,12 +63,26 @@ class Layout:
     check_finite: bool = False  # op_debug_level != 0: a kernel whose outputs hold NaN/Inf from finite inputs fails
     threads: tuple[tuple[int, ...], ...] = ()  # sink mode: step indices per worker thread, in order (default: the streams)
     local_events: frozenset[int] = frozenset()  # events whose producer and consumer share a thread: dropped
+    fresh: Mapping[int, tuple[tuple[int, ...], np.dtype]] = field(default_factory=dict)  # unplanned outputs of static shape
 
 
 class Context:
     """An arena with its views and bound steps; owned by one run at a time."""
 
-    __slots__ = ("layout", "arena", "env", "events", "abort", "error", "calls", "elapsed", "_targets", "_programs", "_lock")
+    __slots__ = (
+        "layout",
+        "arena",
+        "env",
+        "events",
+        "abort",
+        "error",
+        "calls",
+        "elapsed",
+        "native",
+        "_targets",
+        "_programs",
+        "_lock",
+    )
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
@@ -84,6 +98,7 @@ class Context:
         self.abort = [False]  # a list: the programs' loops read it without an attribute lookup
         self.error: ExecutionError | None = None
         self.elapsed = 0.0  # seconds the last program of the run took (one-thread plans: the run's compute)
+        self.native: Any = None  # runtime.native_program: this context's program, False for none, None untried
         self._lock = threading.Lock()
         # Where each per-run value goes: (argument list, position) pairs.
         self._targets: dict[int, list[tuple[list[Any], int]]] = {s: [] for s in layout.runtime}

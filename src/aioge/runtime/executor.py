@@ -37,11 +37,13 @@ import numpy as np
 import sniffio
 
 from aioge.errors import SessionClosedError
+from aioge.ir.desc import numpy_dtype
 from aioge.kernels.parallel import cpu_tokens, lend_tokens, return_tokens
 from aioge.plan.model import CompiledModel
 from aioge.runtime.bind import bind
 from aioge.runtime.context import Context, Layout, Program
-from aioge.runtime.workers import Completion, EngineWorkers, Lane
+from aioge.runtime.native_program import NativeProgram
+from aioge.runtime.workers import Completion, EngineWorkers, Lane, new_event
 
 __all__ = ["INLINE_US", "Executable", "TraceSpan"]
 
@@ -58,6 +60,14 @@ INLINE_BUDGET = 0.004
 # An inline run yields the loop once the turn's inline runs have held it this long: a caller's
 # runs may follow each other without a turn of the loop between them (and its I/O poll) until then.
 INLINE_YIELD = 0.001
+# Native programs (runtime.native_program) of callers that run a graph in the same turn of the
+# loop run as a group: one C call runs them on this thread and the C helper beside it, each
+# program whole on one core (no GIL between their kernels). A caller joins groups once another
+# caller ran the graph within CONTENDED_S (a lone caller's runs split their big kernels instead);
+# a group holds at most GROUP_MAX programs and about GROUP_S of the loop.
+CONTENDED_S = 0.002
+GROUP_MAX = 8
+GROUP_S = 0.002
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +119,21 @@ class Executable:
         self._one_thread = len(self._layout.threads) == 1
         self._run_us: float | None = None
         self.inline_runs = 0
+        # Native programs (one-thread plans of C forms only): None until a context tried.
+        g = model.graph
+        tensors = all(v.desc.is_tensor for v in (*g.inputs, *g.outputs))
+        self._native_ok: bool | None = None if self._one_thread and not self._var_slots and tensors else False
+        shapes = dict(model.signature)
+        dtypes = {v.name: v.desc.dtype for v in g.inputs}
+        self._native_specs = (
+            [(name, slot, tuple(shapes.get(name, ())), numpy_dtype(dtypes[name])) for name, slot in self._inputs]
+            if self._native_ok is None
+            else []
+        )
+        self.native_runs = 0
+        self.grouped_runs = 0
+        self._pending: list[_Pending] = []  # grouped native runs waiting for the group's run
+        self._last_caller, self._last_at, self._contended_until = 0, 0.0, 0.0
 
     # -- inline runs ------------------------------------------------------------------
 
@@ -202,6 +227,10 @@ class Executable:
         """
         ctx = self._acquire(poison)
         try:
+            if self._native_ok is not False and mode == "sink" and trace is None and not poison:
+                prog = self._native_program(ctx)
+                if prog is not None:
+                    return await self._run_native(prog, feeds, workers, inline)
             self._bind(ctx, feeds)
             if mode == "host":
                 await self._run_host(ctx, workers, self._lanes(workers, self._stream_lanes), trace, poison)
@@ -238,6 +267,136 @@ class Executable:
         finally:
             # Every stream has ended (waited for even under cancellation): no worker touches the arena.
             self._release(ctx)
+
+    # -- native programs ----------------------------------------------------------------
+
+    def _native_program(self, ctx: Context) -> NativeProgram | None:
+        prog = ctx.native
+        if prog is None:
+            prog = NativeProgram.build(ctx, self._native_specs, [(n, s) for n, s, _ in self._outputs])
+            ctx.native = prog if prog is not None else False
+            self._native_ok = prog is not None
+        return prog or None
+
+    def _contended(self) -> bool:
+        """Whether another caller ran this executable within ``CONTENDED_S`` (a lone caller's
+        runs stay inline: a lane hand-off per run would cost it a thread wake-up each)."""
+        caller, now = _caller(), time.perf_counter()
+        if caller != self._last_caller and now - self._last_at < CONTENDED_S:
+            self._contended_until = now + CONTENDED_S
+        self._last_caller, self._last_at = caller, now
+        return now < self._contended_until
+
+    async def _run_native(
+        self, prog: NativeProgram, feeds: Mapping[str, np.ndarray], workers: EngineWorkers, inline: bool
+    ) -> dict[str, np.ndarray]:
+        """Run ``prog``: inline as a lone caller (every CPU token held: its big jobs split over
+        the idle cores), grouped with the turn's other callers, or on the engine's first lane
+        (a long run, a batch, or the loop's inline budget spent)."""
+        if inline and self.short:
+            if self._contended():
+                return await self._run_grouped(prog, feeds, workers)
+            if _inline.allows() and workers.take_all_cpu():
+                start = time.perf_counter()
+                try:
+                    outputs = prog.run(feeds, True)
+                finally:
+                    workers.give_all_cpu()
+                    elapsed = time.perf_counter() - start
+                    _inline.spend(elapsed)
+                self.inline_runs += 1
+                self.native_runs += 1
+                self.observe(elapsed)
+                yielding = _inline.used >= INLINE_YIELD
+                await (anyio.lowlevel.checkpoint() if yielding else anyio.lowlevel.checkpoint_if_cancelled())
+                return outputs
+        done = Completion(1)
+        box: list[Any] = []
+        cpu = workers.cpu
+
+        def work() -> None:
+            cpu.acquire()
+            extra = cpu.acquire(blocking=False)  # an idle core: the big jobs may split onto it
+            start = time.perf_counter()
+            try:
+                box.append(prog.run(feeds, extra))
+            except BaseException as exc:  # raised in the awaiting task
+                box.append(exc)
+            finally:
+                self.observe(time.perf_counter() - start)
+                if extra:
+                    cpu.release()
+                cpu.release()
+                done.tick()
+
+        workers.enqueue([(self._lanes(workers, self._thread_lanes, rotate=False)[0], work)])
+        try:
+            await done.wait()
+        except BaseException:
+            await done.wait_shielded()
+            raise
+        self.native_runs += 1
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    async def _run_grouped(
+        self, prog: NativeProgram, feeds: Mapping[str, np.ndarray], workers: EngineWorkers
+    ) -> dict[str, np.ndarray]:
+        """Join the graph's pending group. The first caller of a group runs it after one turn
+        of the loop (shielded: the others depend on it), then hands the turn after to the
+        next pending caller; the others wait for their program's outcome."""
+        me = _Pending(prog)
+        prog.stage(feeds)
+        pending = self._pending
+        pending.append(me)
+        if len(pending) == 1:
+            me.runner = True
+        while not me.ran:
+            if not me.runner:
+                try:
+                    await me.event.wait()
+                except BaseException:
+                    if not me.ran:
+                        pending.remove(me)
+                        if me.runner:
+                            self._pass_on()
+                    raise
+                me.event = new_event() if not me.ran else me.event
+                continue
+            with anyio.CancelScope(shield=True):
+                await anyio.lowlevel.checkpoint()  # the turn's other callers join
+            self._run_group(workers)
+        return prog.finish()
+
+    def _run_group(self, workers: EngineWorkers) -> None:
+        pending = self._pending
+        cores = workers.cpu_slots
+        limit = max(2, min(GROUP_MAX, int(GROUP_S * 1e6 * cores / max(self._run_us or 1.0, 1.0))))
+        group, self._pending = pending[:limit], pending[limit:]
+        split = workers.take_all_cpu()
+        start = time.perf_counter()
+        try:
+            NativeProgram.run_group([q.prog for q in group], split)
+        finally:
+            if split:
+                workers.give_all_cpu()
+            elapsed = time.perf_counter() - start
+            _inline.spend(elapsed)
+            self.observe(elapsed * min(cores, len(group)) / len(group) if split else elapsed / len(group))
+            for q in group:
+                q.ran = True
+                q.event.set()
+            self.native_runs += len(group)
+            self.grouped_runs += len(group)
+            self._pass_on()
+
+    def _pass_on(self) -> None:
+        """Make the first pending caller the next group's runner."""
+        if self._pending:
+            first = self._pending[0]
+            first.runner = True
+            first.event.set()
 
     def run_sync(self, feeds: Mapping[str, np.ndarray], *, workers: EngineWorkers) -> dict[str, np.ndarray]:
         """Run once in sink mode from a plain thread (a device process's main thread), blocking.
@@ -372,6 +531,30 @@ class Executable:
                 a = a.copy()
             out[name] = a
         return out
+
+
+class _Pending:
+    """A grouped native run waiting for its group."""
+
+    __slots__ = ("prog", "event", "runner", "ran")
+
+    def __init__(self, prog: NativeProgram) -> None:
+        self.prog = prog
+        self.event = new_event()
+        self.runner = False  # runs the next group (its own program first)
+        self.ran = False
+
+
+def _caller() -> int:
+    """The current task's identity (asyncio or trio), 0 elsewhere."""
+    lib = sniffio.current_async_library()
+    if lib == "asyncio":
+        return id(asyncio.current_task())
+    if lib == "trio":
+        import trio
+
+        return id(trio.lowlevel.current_task())
+    return 0
 
 
 def _execute(ctx: Context, program: Program, trace: list[TraceSpan] | None) -> None:

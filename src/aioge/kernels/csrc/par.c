@@ -61,6 +61,10 @@ int aioge_gemv_n_f32(const float *x, const float *w, int64_t ldw, const float *b
                      int act, float p0, float p1, int64_t g0, int64_t g1);
 int aioge_squeeze_f32(const float *x, const float *w1t, const float *b1, const float *w2t, const float *b2, float *scale,
                       int64_t C, int64_t hw, int64_t C1, const int64_t *acts, int64_t i0, int64_t i1);
+void aioge_softmax_f32(const float *x, float *y, int64_t width, int log_form, int64_t r0, int64_t r1);
+void aioge_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, float *mean_out, float *inv_out,
+                         int64_t width, float eps, int64_t r0, int64_t r1);
+void aioge_conv_phases_f32(const float *x, float *xph, const int64_t *g);
 
 typedef int (*job_fn)(const int64_t *args, int64_t lo, int64_t hi);
 
@@ -208,9 +212,190 @@ static int job_gemv_n(const int64_t *g, int64_t lo, int64_t hi)
 /* conv direct with each thread's own phase rows, x in place of xph: as job_conv_direct */
 static int job_conv_local(const int64_t *g, int64_t lo, int64_t hi) { return conv_job(aioge_conv_direct_local_f32, g, lo, hi); }
 
-static const job_fn JOBS[] = {job_gemm,   job_conv_direct, job_conv_t, job_depthwise,   job_activation, job_pack,
-                              job_gemv_t, job_chain,       job_pool,   job_conv_images, job_squeeze,    job_conv_grouped,
-                              job_gemv_n, job_conv_local};
+/* softmax (log_form: LogSoftmax): x, y, width, log_form: [lo, hi) are rows */
+static int job_softmax(const int64_t *g, int64_t lo, int64_t hi)
+{
+    aioge_softmax_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], g[2], (int)g[3], lo, hi);
+    return 0;
+}
+
+/* layer normalization: x, scale, bias, y, mean, inv_std (0: absent), width, the bits of eps:
+ * [lo, hi) are rows */
+static int job_layernorm(const int64_t *g, int64_t lo, int64_t hi)
+{
+    aioge_layernorm_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], (const float *)(intptr_t)g[2],
+                        (float *)(intptr_t)g[3], (float *)(intptr_t)g[4], (float *)(intptr_t)g[5], g[6], aioge_float_of(g[7]), lo,
+                        hi);
+    return 0;
+}
+
+/* copying bytes: src, dst, bytes per unit, units: [lo, hi) are units (the last may be short) */
+static int job_copy(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const int64_t unit = g[2], end = hi * unit < g[3] ? hi * unit : g[3];
+    if (end > lo * unit)
+        memmove((char *)(intptr_t)g[1] + lo * unit, (const char *)(intptr_t)g[0] + lo * unit, (size_t)(end - lo * unit));
+    return 0;
+}
+
+/* a direct conv's stride-phase image: x, xph, geometry (aioge_conv_phases_f32); one unit */
+static int job_phases(const int64_t *g, int64_t lo, int64_t hi)
+{
+    if (lo < hi)
+        aioge_conv_phases_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (const int64_t *)(intptr_t)g[2]);
+    return 0;
+}
+
+/* global average pooling: x, y, hw: [lo, hi) are planes, each the sum of its hw values over
+ * eight lanes (value i in lane i % 8), the lanes summed pairwise, times 1/hw */
+typedef float f32x8 __attribute__((vector_size(32)));
+
+static int job_global_mean(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const float *x = (const float *)(intptr_t)g[0];
+    float *y = (float *)(intptr_t)g[1];
+    const int64_t hw = g[2];
+    const float inv = 1.0f / (float)hw;
+    for (int64_t p = lo; p < hi; p++) {
+        const float *xp = x + p * hw;
+        f32x8 acc = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t i = 0;
+        for (; i + 8 <= hw; i += 8) {
+            f32x8 v;
+            memcpy(&v, xp + i, sizeof v);
+            acc += v;
+        }
+        for (int j = 0; i < hw; i++, j++)
+            acc[j] += xp[i];
+        y[p] = (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) * inv;
+    }
+    return 0;
+}
+
+/* a strided copy into a C-contiguous destination: src, dst, itemsize, then 6 sizes and 6
+ * source strides in bytes (leading sizes 1 for a lower rank): [lo, hi) index the first axis */
+static int job_strided(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const char *src = (const char *)(intptr_t)g[0];
+    char *dst = (char *)(intptr_t)g[1];
+    const int64_t item = g[2], *n = g + 3, *st = g + 9;
+    const int64_t inner = n[5] * item;
+    dst += lo * n[1] * n[2] * n[3] * n[4] * inner;
+    for (int64_t i0 = lo; i0 < hi; i0++)
+        for (int64_t i1 = 0; i1 < n[1]; i1++)
+            for (int64_t i2 = 0; i2 < n[2]; i2++)
+                for (int64_t i3 = 0; i3 < n[3]; i3++)
+                    for (int64_t i4 = 0; i4 < n[4]; i4++) {
+                        const char *s = src + i0 * st[0] + i1 * st[1] + i2 * st[2] + i3 * st[3] + i4 * st[4];
+                        if (st[5] == item)
+                            memcpy(dst, s, (size_t)inner);
+                        else if (item == 4)
+                            for (int64_t i5 = 0; i5 < n[5]; i5++)
+                                memcpy(dst + 4 * i5, s + i5 * st[5], 4);
+                        else
+                            for (int64_t i5 = 0; i5 < n[5]; i5++)
+                                memcpy(dst + item * i5, s + i5 * st[5], (size_t)item);
+                        dst += inner;
+                    }
+    return 0;
+}
+
+/* float32 y = a op b (op 0 add, 1 sub, 2 mul, 3 div) over rows of width values: a, b, y, op,
+ * width, then per operand its step between rows (0: the same row again) and within a row
+ * (0: one value), a's then b's: [lo, hi) are rows */
+static int job_binary(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const float *a = (const float *)(intptr_t)g[0], *b = (const float *)(intptr_t)g[1];
+    float *y = (float *)(intptr_t)g[2];
+    const int op = (int)g[3];
+    const int64_t w = g[4], ar = g[5], as = g[6], br = g[7], bs = g[8];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *x0 = a + r * ar, *x1 = b + r * br;
+        float *yr = y + r * w;
+#define BINARY_LOOP(EXPR)                                                                                              \
+    if (as && bs)                                                                                                      \
+        for (int64_t j = 0; j < w; j++) {                                                                              \
+            const float u = x0[j], v = x1[j];                                                                          \
+            yr[j] = EXPR;                                                                                              \
+        }                                                                                                              \
+    else if (as)                                                                                                       \
+        for (int64_t j = 0; j < w; j++) {                                                                              \
+            const float u = x0[j], v = x1[0];                                                                          \
+            yr[j] = EXPR;                                                                                              \
+        }                                                                                                              \
+    else if (bs)                                                                                                       \
+        for (int64_t j = 0; j < w; j++) {                                                                              \
+            const float u = x0[0], v = x1[j];                                                                          \
+            yr[j] = EXPR;                                                                                              \
+        }                                                                                                              \
+    else                                                                                                               \
+        for (int64_t j = 0; j < w; j++) {                                                                              \
+            const float u = x0[0], v = x1[0];                                                                          \
+            yr[j] = EXPR;                                                                                              \
+        }
+        switch (op) {
+        case 0:
+            BINARY_LOOP(u + v)
+            break;
+        case 1:
+            BINARY_LOOP(u - v)
+            break;
+        case 2:
+            BINARY_LOOP(u * v)
+            break;
+        default:
+            BINARY_LOOP(u / v)
+            break;
+        }
+#undef BINARY_LOOP
+    }
+    return 0;
+}
+
+/* The BLAS numpy links (kernels.native.sgemm): cblas_sgemm with 32- or 64-bit integers. */
+typedef void (*sgemm32_fn)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t, const float *, int32_t,
+                           float, float *, int32_t);
+typedef void (*sgemm64_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t, const float *, int64_t,
+                           float, float *, int64_t);
+
+/* y[i] = alpha * op(a[i]) @ op(b[i]) through BLAS: sgemm, 64-bit ints, transA, transB, M, N, K,
+ * a, lda, b, ldb, y, ldy, the element strides between matrices of a, b and y, the bits of
+ * alpha: [lo, hi) are matrices */
+static int job_sgemm(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const float *a = (const float *)(intptr_t)g[7], *b = (const float *)(intptr_t)g[9];
+    float *y = (float *)(intptr_t)g[11];
+    const int ta = g[2] ? 112 : 111, tb = g[3] ? 112 : 111; /* CblasTrans, CblasNoTrans */
+    const float alpha = aioge_float_of(g[16]);
+    for (int64_t m = lo; m < hi; m++) {
+        const float *am = a + m * g[13], *bm = b + m * g[14];
+        float *ym = y + m * g[15];
+        if (g[1])
+            ((sgemm64_fn)(intptr_t)g[0])(101, ta, tb, g[4], g[5], g[6], alpha, am, g[8], bm, g[10], 0.0f, ym, g[12]);
+        else
+            ((sgemm32_fn)(intptr_t)g[0])(101, ta, tb, (int32_t)g[4], (int32_t)g[5], (int32_t)g[6], alpha, am, (int32_t)g[8], bm,
+                                         (int32_t)g[10], 0.0f, ym, (int32_t)g[12]);
+    }
+    return 0;
+}
+
+int aioge_run_jobs(const int64_t *entries, int64_t n, int split, int64_t *failed);
+
+/* several native programs, each whole on one thread: records of (entries, count, failed,
+ * result), result getting what aioge_run_jobs returns: [lo, hi) are programs */
+static int job_programs(const int64_t *g, int64_t lo, int64_t hi)
+{
+    for (int64_t p = lo; p < hi; p++) {
+        const int64_t *r = g + 4 * p;
+        *(int64_t *)(intptr_t)r[3] = aioge_run_jobs((const int64_t *)(intptr_t)r[0], r[1], 0, (int64_t *)(intptr_t)r[2]);
+    }
+    return 0;
+}
+
+static const job_fn JOBS[] = {job_gemm,    job_conv_direct, job_conv_t,    job_depthwise, job_activation,  job_pack,
+                              job_gemv_t,  job_chain,       job_pool,      job_conv_images, job_squeeze,   job_conv_grouped,
+                              job_gemv_n,  job_conv_local,  job_softmax,   job_layernorm, job_copy,        job_phases,
+                              job_global_mean, job_programs,   job_strided,   job_binary,    job_sgemm};
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
@@ -464,6 +649,23 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
     atomic_store(&h->claimed, 0);
     const int err = atomic_load(&s.error);
     return err ? -err : 2;
+}
+
+/* A native program: n jobs run in order in this thread, entries holding (job, args, total,
+ * worth) each; a job whose worth is set splits over a helper when split is. The GIL is released
+ * once for the whole run (kernels.native.run_program). Returns 0, or the job's error (minus)
+ * with *failed set to its entry. */
+int aioge_run_jobs(const int64_t *entries, int64_t n, int split, int64_t *failed)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t *e = entries + 4 * i;
+        const int r = aioge_par_run((int)e[0], (const int64_t *)(intptr_t)e[1], e[2], split && e[3]);
+        if (r < 0) {
+            *failed = i;
+            return r;
+        }
+    }
+    return 0;
 }
 
 /* How many helpers a split may use (the cores less one; 0 on one core). */

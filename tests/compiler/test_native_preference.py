@@ -1,0 +1,101 @@
+"""Tuning records the fastest kernel with a native form beside its choice, and a one-thread
+plan takes those alternatives when that makes every kernel native at a small cost."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import aioge
+from aioge import ops
+from aioge.compiler import tuning
+from aioge.compiler.graph import NATIVE_EXTRA, prefer_native
+from aioge.ir.desc import TensorDesc
+from aioge.keys import signature_of
+from aioge.ops.schema import ALL_ENGINES, KernelImpl, OpSchema
+from aioge.plan.kernel import KernelDesc, check_kernel, desc_from_plain, desc_to_plain
+
+D = TensorDesc.of
+DESCS, OUTS = [D((8, 8), "float32")], [D((8, 8), "float32")]
+
+
+def _toy(cost: dict[str, float], native: set[str], now: list[float]) -> OpSchema:
+    def impl(name: str) -> KernelImpl:
+        def build(attrs, params, ins, outs):
+            def run(inputs, outputs):
+                now[0] += cost[name] * 1e-3
+                np.copyto(outputs[0], inputs[0] * 2)
+                return outputs
+
+            return run
+
+        return KernelImpl(name, build, native=name in native)
+
+    return OpSchema("Toy", lambda ctx: [ctx.inputs[0]], tuple(impl(n) for n in cost), ALL_ENGINES)
+
+
+def _tune(cost: dict[str, float], native: set[str]) -> tuning.Choice:
+    now = [0.0]
+    schema = _toy(cost, native, now)
+    cands = tuning.candidates_of(schema, DESCS, {})
+    return tuning.tune(schema, cands, DESCS, OUTS, {}, [np.ones((8, 8), np.float32)], budget_ms=100, clock=lambda: now[0])
+
+
+def test_tuning_names_the_fastest_native_candidate_when_the_choice_is_not_one() -> None:
+    choice = _tune({"a": 1.0, "b": 0.5, "c": 0.8, "d": 0.7}, {"c", "d"})
+    assert choice.impl == "b" and choice.native_alt is not None
+    impl, params, ms = choice.native_alt
+    assert (impl, dict(params)) == ("d", {}) and ms == pytest.approx(0.7)
+    assert _tune({"a": 1.0, "b": 0.5, "c": 0.8}, {"b"}).native_alt is None, "the choice is native itself"
+    assert _tune({"a": 1.0, "b": 0.5}, set()).native_alt is None
+
+
+def _plan(cost: dict[str, tuple[str, float, str, float]]) -> tuple[list, dict[str, KernelDesc]]:
+    """A MatMul -> Add -> Tanh graph's nodes and descs: per op type (impl, tuned ms, native alt, its ms)."""
+    g = aioge.Graph("pref")
+    x = g.input("x", (4, 8))
+    y = ops.tanh(ops.add(ops.matmul(x, g.constant(np.ones((8, 8), np.float32))), 1.0))
+    g.output(y, names=["y"])
+    kernels = {}
+    for node in g.nodes:
+        impl, ms, alt, alt_ms = cost[node.op_type]
+        ins, outs = signature_of(node)
+        kernels[node.name] = KernelDesc(
+            "k", node.op_type, node.domain, "AiCore", ins, outs, impl, {}, 0, True, ms, native_alt=alt, native_ms=alt_ms
+        )
+    return list(g.nodes), kernels
+
+
+def test_a_plan_takes_its_native_alternatives_when_they_cost_little() -> None:
+    nodes, kernels = _plan(
+        {"MatMul": ("numpy", 0.010, "matmul_blas", 0.011), "Add": ("numpy", 0.001, "", 0.0), "Tanh": ("numpy", 0.001, "", 0.0)}
+    )
+    # Tanh has no native kernel: nothing changes
+    assert prefer_native(nodes, kernels) is kernels
+    nodes, kernels = _plan(
+        {"MatMul": ("numpy", 0.010, "matmul_blas", 0.011), "Add": ("numpy", 0.001, "", 0.0), "Tanh": ("numpy", 0.001, "", 0.0)}
+    )
+    tanh = next(n for n in nodes if n.op_type == "Tanh")
+    del kernels[tanh.name]
+    nodes = [n for n in nodes if n is not tanh]
+    got = prefer_native(nodes, kernels)
+    mm = next(n.name for n in nodes if n.op_type == "MatMul")
+    assert got[mm].impl == "matmul_blas" and got[mm].runner_up == "numpy" and got[mm].tuned_ms == pytest.approx(0.011)
+    assert got[mm].native_alt == "" and got[mm].margin == pytest.approx(0.010 / 0.011, rel=1e-3)
+    # dearer than NATIVE_EXTRA of the plan's time (and the slack): kept as tuned
+    dear = {n: dataclasses.replace(d, native_ms=d.tuned_ms * (2 + NATIVE_EXTRA) + 0.01) for n, d in kernels.items()}
+    assert prefer_native(nodes, dear) is dear
+
+
+def test_a_stored_native_alternative_round_trips_and_is_checked() -> None:
+    nodes, kernels = _plan(
+        {"MatMul": ("numpy", 0.010, "matmul_blas", 0.011), "Add": ("numpy", 0.001, "", 0.0), "Tanh": ("numpy", 0.001, "", 0.0)}
+    )
+    mm = next(n for n in nodes if n.op_type == "MatMul")
+    desc = kernels[mm.name]
+    assert desc_from_plain(desc_to_plain(desc)) == desc
+    assert check_kernel(desc, mm, "AiCore") == ""
+    assert "native alternative 'nope'" in check_kernel(dataclasses.replace(desc, native_alt="nope"), mm, "AiCore")
+    assert "negative" in check_kernel(dataclasses.replace(desc, native_ms=-1.0), mm, "AiCore")

@@ -1,0 +1,113 @@
+"""The C jobs of native programs, and the kernels' native forms: what each computes is what
+the kernel's Python path (or numpy) computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aioge.ir.desc import TensorDesc
+from aioge.kernels import native
+from aioge.kernels.matmul_algos import build_matmul_blas
+from aioge.kernels.pool_algos import build_globalavg_native
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")
+
+
+def _run(calls: list[native.NativeCall] | None) -> None:
+    assert calls is not None
+    par = native.par_run()
+    for c in calls:
+        assert par(c.job, native.ptr(c.args), c.total, 0) >= 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 4), min_size=1, max_size=5),
+    data=st.data(),
+)
+def test_a_strided_copy_is_numpy_s_copy_of_any_view(shape: list[int], data: st.DataObject) -> None:
+    x = np.arange(int(np.prod(shape)) * 2, dtype=np.float32).reshape(*shape[:-1], shape[-1] * 2)
+    perm = data.draw(st.permutations(range(x.ndim)))
+    view = x.transpose(perm)[..., ::2] if data.draw(st.booleans()) else x.transpose(perm)
+    out = np.empty(view.shape, np.float32)
+    _run([native.strided_copy(view, out)])  # type: ignore[list-item]
+    assert np.array_equal(out, view)
+
+
+@pytest.mark.parametrize("op, ufunc", [("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply), ("Div", np.divide)])
+def test_binary_jobs_are_bit_equal_to_numpy_on_every_broadcast_they_take(op: str, ufunc) -> None:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 5, 7)).astype(np.float32)
+    row = rng.standard_normal(7).astype(np.float32)
+    one = np.array(0.37, np.float32)
+    for p, q in ((a, a), (a, row), (row, a), (a, one), (one, a), (a, row.reshape(1, 1, 7))):
+        y = np.empty(a.shape, np.float32)
+        _run([native.binary(op, p, q, y)])  # type: ignore[list-item]
+        assert np.array_equal(y, ufunc(p, q)), (p.shape, q.shape)
+    col = rng.standard_normal((3, 5, 1)).astype(np.float32)
+    assert native.binary(op, a, col, np.empty(a.shape, np.float32)) is None, "a column broadcast is not taken"
+    assert native.binary(op, a.astype(np.float64), a, np.empty(a.shape, np.float32)) is None
+
+
+def test_global_mean_is_the_plane_mean_through_both_paths() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 5, 7, 9)).astype(np.float32)
+    run = build_globalavg_native({}, {}, [TensorDesc((2, 5, 7, 9), "float32")], [TensorDesc((2, 5, 1, 1), "float32")])
+    (y,) = run([x], None)
+    np.testing.assert_allclose(y, x.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+    y2 = np.empty_like(y)
+    _run(native.native_form(run)([x], [y2]))  # type: ignore[misc]
+    assert np.array_equal(y, y2)
+
+
+@pytest.mark.skipif(native.sgemm() is None, reason="needs numpy's OpenBLAS")
+@pytest.mark.parametrize(
+    "sa, sb, attrs, c",
+    [
+        ((4, 8, 16), (4, 16, 8), {}, None),
+        ((2, 3, 8, 16), (2, 3, 8, 16), {"transA": 0, "transB": 1, "alpha": 0.25}, None),
+        ((5, 8, 16), (16, 12), {"transA": 0, "transB": 0, "alpha": 1.0}, (12,)),
+        ((16, 8), (3, 16, 12), {"transA": 1, "transB": 0, "alpha": 1.0}, ()),
+        ((5, 8, 16), (16, 12), {"transA": 0, "transB": 0, "alpha": 1.0, "activation": "Gelu", "activation_params": (1.0,)}, None),
+    ],
+)
+def test_matmul_blas_matches_numpy_and_its_form_is_bit_equal_to_its_run(sa, sb, attrs, c) -> None:
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    ins = [a, b] + ([] if c is None else [np.asarray(rng.standard_normal(c), np.float32)])
+    opa = np.swapaxes(a, -1, -2) if attrs.get("transA") else a
+    opb = np.swapaxes(b, -1, -2) if attrs.get("transB") else b
+    want = np.matmul(opa, opb) * attrs.get("alpha", 1.0) + (ins[2] if c is not None else 0)
+    if attrs.get("activation") == "Gelu":
+        want = 0.5 * want * (1 + np.tanh(np.sqrt(2 / np.pi) * (want + 0.044715 * want**3)))
+    descs = [TensorDesc(t.shape, "float32") for t in ins]
+    run = build_matmul_blas(attrs, {}, descs, [TensorDesc(want.shape, "float32")])
+    (y,) = run(ins, None)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    y2 = np.empty(want.shape, np.float32)
+    _run(native.native_form(run)(ins, [y2]))  # type: ignore[misc]
+    assert np.array_equal(y, y2), "the native form computes what the run does"
+    # a non-contiguous operand: the run copies it, the form declines
+    (y3,) = run([np.asfortranarray(a), *ins[1:]], None)
+    assert np.array_equal(y, y3)
+    assert native.native_form(run)([np.asfortranarray(a), *ins[1:]], [y2]) is None  # type: ignore[misc]
+
+
+def test_bound_calls_are_kept_for_the_same_operands_only() -> None:
+    made: list[tuple[int, ...]] = []
+
+    def make(*ops: np.ndarray) -> list[native.NativeCall]:
+        made.append(tuple(id(o) for o in ops))
+        return []
+
+    bound = native.BoundCalls(make)
+    x, y, z = np.zeros(2), np.zeros(2), np.zeros(2)
+    bound.get(x, y)
+    bound.get(x, y)
+    assert len(made) == 1
+    bound.get(z, y)  # another input into the same output: made again
+    assert len(made) == 2
