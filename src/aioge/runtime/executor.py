@@ -4,7 +4,9 @@ Sink mode (default, GE's model sinking): each stream's whole program runs inside
 (worker thread) of its engine; cross-stream events are ``threading.Event``s; the event loop
 is touched once per run, when the last stream ends; a run of a one-thread plan that computes
 for under a millisecond runs on the caller's thread instead, within a budget per turn of the
-event loop (``INLINE_US``). Host mode: the loop dispatches ops one
+event loop (``INLINE_US``); a one-thread plan whose kernels all have C forms runs as a native
+program instead (``runtime.native_program``: one C call, the GIL released once), grouped with
+the other callers of the same turn of the loop over the cores. Host mode: the loop dispatches ops one
 by one (one dispatcher task per stream, events as anyio events), each op on its stream's lane,
 for tracing and stepping.
 
