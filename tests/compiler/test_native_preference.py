@@ -14,31 +14,16 @@ from aioge.compiler import tuning
 from aioge.compiler.graph import NATIVE_EXTRA, prefer_native
 from aioge.ir.desc import TensorDesc
 from aioge.keys import signature_of
-from aioge.ops.schema import ALL_ENGINES, KernelImpl, OpSchema
 from aioge.plan.kernel import KernelDesc, check_kernel, desc_from_plain, desc_to_plain
+from tests.compiler.test_recheck import _toy
 
 D = TensorDesc.of
 DESCS, OUTS = [D((8, 8), "float32")], [D((8, 8), "float32")]
 
 
-def _toy(cost: dict[str, float], native: set[str], now: list[float]) -> OpSchema:
-    def impl(name: str) -> KernelImpl:
-        def build(attrs, params, ins, outs):
-            def run(inputs, outputs):
-                now[0] += cost[name] * 1e-3
-                np.copyto(outputs[0], inputs[0] * 2)
-                return outputs
-
-            return run
-
-        return KernelImpl(name, build, native=name in native)
-
-    return OpSchema("Toy", lambda ctx: [ctx.inputs[0]], tuple(impl(n) for n in cost), ALL_ENGINES)
-
-
 def _tune(cost: dict[str, float], native: set[str]) -> tuning.Choice:
     now = [0.0]
-    schema = _toy(cost, native, now)
+    schema = _toy(cost, now, native=frozenset(native))
     cands = tuning.candidates_of(schema, DESCS, {})
     return tuning.tune(schema, cands, DESCS, OUTS, {}, [np.ones((8, 8), np.float32)], budget_ms=100, clock=lambda: now[0])
 

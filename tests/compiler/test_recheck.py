@@ -26,8 +26,9 @@ D = TensorDesc.of
 DESCS, OUTS = [D((8, 8), "float32")], [D((8, 8), "float32")]
 
 
-def _toy(cost: dict[str, float], now: list[float], wrong: str = "") -> OpSchema:
-    """Candidates whose runs advance a fake clock by the time ``cost`` says (ms)."""
+def _toy(cost: dict[str, float], now: list[float], wrong: str = "", native: frozenset[str] = frozenset()) -> OpSchema:
+    """Candidates whose runs advance a fake clock by the time ``cost`` says (ms); those named
+    in ``native`` declare native forms."""
 
     def impl(name: str) -> KernelImpl:
         def build(attrs, params, ins, outs):
@@ -38,7 +39,7 @@ def _toy(cost: dict[str, float], now: list[float], wrong: str = "") -> OpSchema:
 
             return run
 
-        return KernelImpl(name, build)
+        return KernelImpl(name, build, native=name in native)
 
     return OpSchema("Toy", lambda ctx: [ctx.inputs[0]], tuple(impl(n) for n in cost), ALL_ENGINES)
 
