@@ -105,6 +105,52 @@ async def test_a_cancelled_caller_leaves_its_group_and_the_others_finish() -> No
             np.testing.assert_allclose(results[tag]["probs"], want, rtol=1e-5, atol=1e-6)
 
 
+async def test_a_caller_cancelled_after_a_group_took_the_first_ones_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aioge.runtime import executor
+
+    monkeypatch.setattr(executor, "GROUP_MAX", 2)  # groups of two: a and b, then c alone
+    graph, feeds, reference = EXAMPLES["mlp"](batch=1)  # type: ignore[call-arg]
+    async with aioge.Session() as s:
+        await s.add_graph(1, graph)
+        for _ in range(3):
+            await s.run_graph(1, feeds)
+        exe = s.executable(1)
+        exe._contended_until = math.inf
+        hold = _Pending(None)  # type: ignore[arg-type]
+        exe._pending.append(hold)
+        pass_on = exe._pass_on
+        results: dict[str, dict[str, np.ndarray]] = {}
+        scope = anyio.CancelScope()
+
+        async def caller(tag: str) -> None:
+            results[tag] = await s.run_graph(1, feeds)
+
+        async def cancelled() -> None:
+            with scope:
+                results["d"] = await s.run_graph(1, feeds)
+
+        before = exe.grouped_runs
+        async with anyio.create_task_group() as tg:
+            for tag in "abc":  # joined in this order (trio would run them in any)
+                tg.start_soon(caller, tag)
+                await anyio.wait_all_tasks_blocked()
+            tg.start_soon(cancelled)
+            await anyio.wait_all_tasks_blocked()
+            exe._pending.remove(hold)
+            monkeypatch.setattr(exe, "_pass_on", lambda: None)  # the group of a and b names no next runner
+            pass_on()
+            await anyio.wait_all_tasks_blocked()
+            assert exe.grouped_runs - before == 2 and len(exe._pending) == 2, "c and d wait"
+            scope.cancel()
+            await anyio.wait_all_tasks_blocked()
+            monkeypatch.setattr(exe, "_pass_on", pass_on)
+            pass_on()
+        assert scope.cancelled_caught and "d" not in results
+        assert exe.grouped_runs - before == 3, "d's program did not run after it left"
+        for tag in "abc":
+            np.testing.assert_allclose(results[tag]["probs"], reference(feeds)["probs"], rtol=1e-5, atol=1e-6)
+
+
 async def test_a_failing_job_fails_only_its_own_program_in_a_group() -> None:
     graph, feeds, reference = EXAMPLES["mlp"](batch=1)  # type: ignore[call-arg]
     async with aioge.Session() as s:

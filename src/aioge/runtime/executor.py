@@ -350,9 +350,8 @@ class Executable:
         next pending caller; the others wait for their program's outcome."""
         me = _Pending(prog)
         prog.stage(feeds)
-        pending = self._pending
-        pending.append(me)
-        if len(pending) == 1:
+        self._pending.append(me)
+        if len(self._pending) == 1:
             me.runner = True
         while not me.ran:
             if not me.runner:
@@ -360,7 +359,8 @@ class Executable:
                     await me.event.wait()
                 except BaseException:
                     if not me.ran:
-                        pending.remove(me)
+                        # the list of now: a group that ran meanwhile left the rest in a new one
+                        self._pending.remove(me)
                         if me.runner:
                             self._pass_on()
                     raise
