@@ -21,6 +21,11 @@ from aioge.runtime.native_program import NativeProgram
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")]
 
 
+def _kernels(exe: object) -> list[str]:
+    """The plan's kernels, for a failure's message (tuning chose them in this test's process)."""
+    return [f"{p.op_type}:{p.kernel.impl}(alt {p.kernel.native_alt or '-'})" for p in exe.model.nodes]  # type: ignore[attr-defined]
+
+
 def _feeds(name: str, seed: int) -> dict[str, np.ndarray]:
     _, feeds, _ = EXAMPLES[name](batch=1)  # type: ignore[call-arg]
     rng = np.random.default_rng(seed)
@@ -35,7 +40,7 @@ async def test_the_examples_run_as_native_programs_bit_equal_to_their_steps(name
         for _ in range(3):
             got = await s.run_graph(1, feeds)
         exe = s.executable(1)
-        assert exe.native_runs >= 3, "every kernel of the example has a C form"
+        assert exe.native_runs >= 3, f"every kernel of the example has a C form: {_kernels(exe)}"
         # a traced run goes step by step through the kernels' Python paths
         steps = await s.run_graph(1, feeds, trace=tmp_path / "trace.json")
     for k, want in reference(feeds).items():
@@ -60,7 +65,7 @@ async def test_concurrent_callers_are_grouped_and_each_gets_its_own_rows(tmp_pat
             for i in range(len(feeds)):
                 tg.start_soon(caller, i)
         exe = s.executable(1)
-        assert exe.grouped_runs > 0, "callers in the same turn of the loop run as groups"
+        assert exe.grouped_runs > 0, f"callers in the same turn of the loop run as groups: {_kernels(exe)}"
         assert not exe._pending
     for i, want in enumerate(alone):
         assert np.array_equal(got[i]["logits"], want["logits"]), f"caller {i} got another's rows"
@@ -159,7 +164,7 @@ async def test_a_failing_job_fails_only_its_own_program_in_a_group() -> None:
         exe = s.executable(1)
         ctxs = [exe._acquire(False) for _ in range(2)]
         progs = [exe._native_program(c) for c in ctxs]
-        assert all(isinstance(p, NativeProgram) for p in progs)
+        assert all(isinstance(p, NativeProgram) for p in progs), _kernels(exe)
         bad, good = progs
         bad._keep[0][0] = 999  # no such job: the C side refuses it
         for p in progs:

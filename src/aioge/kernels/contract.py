@@ -44,7 +44,8 @@ class KernelImpl:
     implementation's run carries a native form (``kernels.native.with_native``) for the
     float32 operands it reads in place: a plan of such kernels runs as one C call
     (``runtime.native_program``), so the compiler may prefer one over a slightly faster
-    numpy kernel (``compiler.graph``).
+    numpy kernel (``compiler.graph``); such kernels are ``eager`` too, so tuning always has
+    their times.
     """
 
     name: str

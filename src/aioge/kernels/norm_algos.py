@@ -146,10 +146,10 @@ def _applies_native_softmax(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 SOFTMAX_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("softmax_unfused", build_softmax_unfused, _applies_softmax),
     KernelImpl("softmax_rows", build_softmax_rows, _applies_softmax),
-    KernelImpl("softmax_native", _native_softmax(False), _applies_native_softmax, native=True),
+    KernelImpl("softmax_native", _native_softmax(False), _applies_native_softmax, eager=True, native=True),
 )
 LOGSOFTMAX_ALGOS: tuple[KernelImpl, ...] = (
-    KernelImpl("logsoftmax_native", _native_softmax(True), _applies_native_softmax, native=True),
+    KernelImpl("logsoftmax_native", _native_softmax(True), _applies_native_softmax, eager=True, native=True),
 )
 
 
@@ -276,7 +276,7 @@ def _applies_native_layernorm(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 
 LAYERNORM_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("layernorm_fused", build_layernorm_fused, _applies_layernorm),
-    KernelImpl("layernorm_native", build_layernorm_native, _applies_native_layernorm, native=True),
+    KernelImpl("layernorm_native", build_layernorm_native, _applies_native_layernorm, eager=True, native=True),
 )
 
 
