@@ -71,89 +71,84 @@ async def test_concurrent_callers_are_grouped_and_each_gets_its_own_rows(tmp_pat
         assert np.array_equal(got[i]["logits"], want["logits"]), f"caller {i} got another's rows"
 
 
-async def test_a_cancelled_caller_leaves_its_group_and_the_others_finish() -> None:
+class _Callers:
+    """Callers of graph 1 that all join groups, behind a group that has not run yet (``hold``:
+    everyone waits until the test takes it away)."""
+
+    def __init__(self, s: aioge.Session, feeds: dict[str, np.ndarray]) -> None:
+        self.s, self.feeds = s, feeds
+        self.exe = s.executable(1)
+        self.exe._contended_until = math.inf
+        self.hold = _Pending(None)  # type: ignore[arg-type]
+        self.exe._pending.append(self.hold)
+        self.results: dict[str, dict[str, np.ndarray]] = {}
+        self.scope = anyio.CancelScope()
+        self.before = self.exe.grouped_runs
+
+    async def caller(self, tag: str) -> None:
+        self.results[tag] = await self.s.run_graph(1, self.feeds)
+
+    async def cancelled(self, tag: str) -> None:
+        with self.scope:
+            await self.caller(tag)
+
+    def check(self, ran: str, gone: str, want: np.ndarray) -> None:
+        assert self.scope.cancelled_caught and gone not in self.results
+        assert self.exe.grouped_runs - self.before == len(ran) and not self.exe._pending, f"{gone}'s program did not run"
+        for tag in ran:
+            np.testing.assert_allclose(self.results[tag]["probs"], want, rtol=1e-5, atol=1e-6)
+
+
+async def _mlp_session(s: aioge.Session) -> tuple[dict[str, np.ndarray], np.ndarray]:
     graph, feeds, reference = EXAMPLES["mlp"](batch=1)  # type: ignore[call-arg]
+    await s.add_graph(1, graph)
+    for _ in range(3):
+        await s.run_graph(1, feeds)
+    return feeds, reference(feeds)["probs"]
+
+
+async def test_a_cancelled_caller_leaves_its_group_and_the_others_finish() -> None:
     async with aioge.Session() as s:
-        await s.add_graph(1, graph)
-        for _ in range(3):
-            await s.run_graph(1, feeds)
-        exe = s.executable(1)
-        exe._contended_until = math.inf  # every caller joins a group
-        hold = _Pending(None)  # type: ignore[arg-type]  # a group that has not run yet: everyone waits
-        exe._pending.append(hold)
-        results: dict[str, dict[str, np.ndarray]] = {}
-        scope = anyio.CancelScope()
-
-        async def caller(tag: str) -> None:
-            results[tag] = await s.run_graph(1, feeds)
-
-        async def cancelled() -> None:
-            with scope:
-                results["b"] = await s.run_graph(1, feeds)
-
-        before = exe.grouped_runs
+        feeds, want = await _mlp_session(s)
+        c = _Callers(s, feeds)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(caller, "a")
-            tg.start_soon(cancelled)
-            tg.start_soon(caller, "c")
+            tg.start_soon(c.caller, "a")
+            tg.start_soon(c.cancelled, "b")
+            tg.start_soon(c.caller, "c")
             await anyio.wait_all_tasks_blocked()
-            assert len(exe._pending) == 4
-            scope.cancel()
+            assert len(c.exe._pending) == 4
+            c.scope.cancel()
             await anyio.wait_all_tasks_blocked()
-            assert len(exe._pending) == 3, "b left the group it waited for"
-            exe._pending.remove(hold)
-            exe._pass_on()
-        assert scope.cancelled_caught and "b" not in results
-        assert exe.grouped_runs - before == 2 and not exe._pending
-        want = reference(feeds)["probs"]
-        for tag in ("a", "c"):
-            np.testing.assert_allclose(results[tag]["probs"], want, rtol=1e-5, atol=1e-6)
+            assert len(c.exe._pending) == 3, "b left the group it waited for"
+            c.exe._pending.remove(c.hold)
+            c.exe._pass_on()
+        c.check("ac", "b", want)
 
 
 async def test_a_caller_cancelled_after_a_group_took_the_first_ones_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
     from aioge.runtime import executor
 
     monkeypatch.setattr(executor, "GROUP_MAX", 2)  # groups of two: a and b, then c alone
-    graph, feeds, reference = EXAMPLES["mlp"](batch=1)  # type: ignore[call-arg]
     async with aioge.Session() as s:
-        await s.add_graph(1, graph)
-        for _ in range(3):
-            await s.run_graph(1, feeds)
-        exe = s.executable(1)
-        exe._contended_until = math.inf
-        hold = _Pending(None)  # type: ignore[arg-type]
-        exe._pending.append(hold)
-        pass_on = exe._pass_on
-        results: dict[str, dict[str, np.ndarray]] = {}
-        scope = anyio.CancelScope()
-
-        async def caller(tag: str) -> None:
-            results[tag] = await s.run_graph(1, feeds)
-
-        async def cancelled() -> None:
-            with scope:
-                results["d"] = await s.run_graph(1, feeds)
-
-        before = exe.grouped_runs
+        feeds, want = await _mlp_session(s)
+        c = _Callers(s, feeds)
+        pass_on = c.exe._pass_on
         async with anyio.create_task_group() as tg:
             for tag in "abc":  # joined in this order (trio would run them in any)
-                tg.start_soon(caller, tag)
+                tg.start_soon(c.caller, tag)
                 await anyio.wait_all_tasks_blocked()
-            tg.start_soon(cancelled)
+            tg.start_soon(c.cancelled, "d")
             await anyio.wait_all_tasks_blocked()
-            exe._pending.remove(hold)
-            monkeypatch.setattr(exe, "_pass_on", lambda: None)  # the group of a and b names no next runner
+            c.exe._pending.remove(c.hold)
+            monkeypatch.setattr(c.exe, "_pass_on", lambda: None)  # the group of a and b names no next runner
             pass_on()
             await anyio.wait_all_tasks_blocked()
-            assert exe.grouped_runs - before == 2 and len(exe._pending) == 2, "c and d wait"
-            scope.cancel()
+            assert c.exe.grouped_runs - c.before == 2 and len(c.exe._pending) == 2, "c and d wait"
+            c.scope.cancel()
             await anyio.wait_all_tasks_blocked()
-            monkeypatch.setattr(exe, "_pass_on", pass_on)
+            monkeypatch.setattr(c.exe, "_pass_on", pass_on)
             pass_on()
-        assert scope.cancelled_caught and "d" not in results
-        assert exe.grouped_runs - before == 3, "d's program did not run after it left"
-        for tag in "abc":
-            np.testing.assert_allclose(results[tag]["probs"], reference(feeds)["probs"], rtol=1e-5, atol=1e-6)
+        c.check("abc", "d", want)
 
 
 async def test_a_failing_job_fails_only_its_own_program_in_a_group() -> None:
