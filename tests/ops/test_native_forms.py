@@ -16,6 +16,20 @@ from aioge.kernels.pool_algos import build_globalavg_native
 pytestmark = pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")
 
 
+def test_stored_choices_of_the_new_kernels_bind_to_numpy_without_the_tier(numpy_kernels) -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    run = build_globalavg_native({}, {}, [TensorDesc(x.shape, "float32")], [TensorDesc((2, 3, 1, 1), "float32")])
+    np.testing.assert_allclose(run([x], None)[0], x.mean(axis=(2, 3), keepdims=True), rtol=1e-5)
+    assert native.native_form(run) is None
+    a, b = rng.standard_normal((3, 4, 5)).astype(np.float32), rng.standard_normal((5, 6)).astype(np.float32)
+    run = build_matmul_blas(
+        {}, {}, [TensorDesc(a.shape, "float32"), TensorDesc(b.shape, "float32")], [TensorDesc((3, 4, 6), "float32")]
+    )
+    np.testing.assert_allclose(run([a, b], None)[0], a @ b, rtol=1e-5, atol=1e-6)
+    assert native.native_form(run) is None
+
+
 def _run(calls: list[native.NativeCall] | None) -> None:
     assert calls is not None
     par = native.par_run()

@@ -313,7 +313,7 @@ def build_matmul_blas(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
     shape = tuple(int(d) for d in outs[0].shape)
     found = native.sgemm()
     fallback = _reference(attrs, params, ins, outs)
-    if found is None:
+    if found is None or native.par_run() is None:  # no BLAS to call, or a stored choice read without the tier
         return fallback
     fn, wide = found
     alpha_bits = int(np.array([alpha], np.float32).view(np.int32)[0])

@@ -311,13 +311,16 @@ def _applies_global(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 def build_globalavg_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
     """float32 GlobalAveragePool in C: each plane summed in order over eight accumulators,
     times 1/(H·W); planes shared with the C helper on an idle core from
-    ``_NATIVE_SPLIT_VALUES``. A native program's step too (``native.with_native``)."""
+    ``_NATIVE_SPLIT_VALUES``. A native program's step too (``native.with_native``). Without
+    the compiled tier, ``globalpool_rows``."""
     x_desc = ins[0]
     assert x_desc is not None and x_desc.shape is not None  # static shapes only
     shape = tuple(int(d) for d in x_desc.shape)
     planes, hw = shape[0] * shape[1], int(np.prod(shape[2:], dtype=np.int64))
     out_shape = (*shape[:2], *([1] * (len(shape) - 2)))
     par, worth = native.par_run(), planes * hw >= _NATIVE_SPLIT_VALUES
+    if par is None:  # a choice stored where the compiled tier was, read where it is not
+        return _global("mean")(attrs, params, ins, outs)
 
     # id(y) -> (x, y, the argument block's address, the block): a context's arena views are
     # found once. Entries are replaced whole, so concurrent runs never see another's.
