@@ -211,7 +211,7 @@ class _PackedGemm:
             y[...] = 0 if bias is None else bias
             return 1
         call = self.call(a, bp, bias, y)
-        return split_native(self.par, call.job, native.ptr(call.args), call.total, worth=call.worth)
+        return split_native(self.par, call.job, call.addr, call.total, worth=call.worth)
 
     def call(self, a: np.ndarray, bp: np.ndarray, bias: np.ndarray | None, y: np.ndarray) -> native.NativeCall:
         """The product's C job (at least one row, column and term)."""

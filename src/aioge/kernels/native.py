@@ -21,10 +21,12 @@ import importlib.util
 import mmap
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from aioge.kernels.parallel import split_native
 
 __all__ = [
     "ABI",
@@ -42,7 +44,6 @@ __all__ = [
     "JOB_PACK",
     "JOB_POOL",
     "JOB_SQUEEZE",
-    "JOB_COPY",
     "JOB_GLOBAL_MEAN",
     "JOB_LAYERNORM",
     "JOB_PHASES",
@@ -71,12 +72,10 @@ JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = range(5)
 (JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE, JOB_CONV_GROUPED, JOB_GEMV_N, JOB_CONV_LOCAL) = range(
     5, 14
 )
-(JOB_SOFTMAX, JOB_LAYERNORM, JOB_COPY, JOB_PHASES, JOB_GLOBAL_MEAN, JOB_PROGRAMS, JOB_STRIDED, JOB_BINARY, JOB_SGEMM) = range(
-    14, 23
-)
+(JOB_SOFTMAX, JOB_LAYERNORM, JOB_PHASES, JOB_GLOBAL_MEAN, JOB_PROGRAMS, JOB_STRIDED, JOB_BINARY, JOB_SGEMM) = range(14, 22)
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
-ABI = 11
+ABI = 12
 
 
 @functools.cache
@@ -194,6 +193,10 @@ class NativeCall:
     total: int
     worth: bool = False
     keep: tuple[Any, ...] = ()
+    addr: int = field(init=False)  # the argument block's address
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "addr", ptr(self.args))
 
 
 # A kernel's native form: given the operands a context binds it to for good (arena views,
@@ -336,9 +339,7 @@ def run_calls(calls: Sequence[NativeCall]) -> None:
     Raises:
         MemoryError: a job found no memory for its scratch.
     """
-    from aioge.kernels.parallel import split_native
-
     par = par_run()
     for c in calls:
-        if split_native(par, c.job, ptr(c.args), c.total, worth=c.worth) < 0:
+        if split_native(par, c.job, c.addr, c.total, worth=c.worth) < 0:
             raise MemoryError(f"a compiled kernel (job {c.job}) found no memory for its scratch")

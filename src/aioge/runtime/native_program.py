@@ -41,7 +41,7 @@ class NativeProgram:
     ) -> None:
         self._ctx = ctx
         self._staging, self._outputs, self._nodes = staging, outputs, nodes
-        table = np.array([[c.job, native.ptr(c.args), c.total, int(c.worth)] for c in calls], np.int64).reshape(-1)
+        table = np.array([[c.job, c.addr, c.total, int(c.worth)] for c in calls], np.int64).reshape(-1)
         self._entries, self._n = native.ptr(table), len(calls)
         self._keep = (table, calls)  # every argument block and what it points at
         self._fn = native.run_jobs()

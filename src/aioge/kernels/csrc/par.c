@@ -229,15 +229,6 @@ static int job_layernorm(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* copying bytes: src, dst, bytes per unit, units: [lo, hi) are units (the last may be short) */
-static int job_copy(const int64_t *g, int64_t lo, int64_t hi)
-{
-    const int64_t unit = g[2], end = hi * unit < g[3] ? hi * unit : g[3];
-    if (end > lo * unit)
-        memmove((char *)(intptr_t)g[1] + lo * unit, (const char *)(intptr_t)g[0] + lo * unit, (size_t)(end - lo * unit));
-    return 0;
-}
-
 /* a direct conv's stride-phase image: x, xph, geometry (aioge_conv_phases_f32); one unit */
 static int job_phases(const int64_t *g, int64_t lo, int64_t hi)
 {
@@ -394,7 +385,7 @@ static int job_programs(const int64_t *g, int64_t lo, int64_t hi)
 
 static const job_fn JOBS[] = {job_gemm,    job_conv_direct, job_conv_t,    job_depthwise, job_activation,  job_pack,
                               job_gemv_t,  job_chain,       job_pool,      job_conv_images, job_squeeze,   job_conv_grouped,
-                              job_gemv_n,  job_conv_local,  job_softmax,   job_layernorm, job_copy,        job_phases,
+                              job_gemv_n,  job_conv_local,  job_softmax,   job_layernorm, job_phases,
                               job_global_mean, job_programs,   job_strided,   job_binary,    job_sgemm};
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
