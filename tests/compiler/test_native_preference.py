@@ -74,6 +74,26 @@ def test_a_plan_takes_its_native_alternatives_when_they_cost_little() -> None:
     assert prefer_native(nodes, dear) is dear
 
 
+def test_a_kernel_that_packs_a_fed_weight_is_not_taken_as_native() -> None:
+    # gemm_native packs its weight once; over a weight fed per run (aioge.torch's parameters)
+    # its form declines, so swapping it in would cost tuned time for no program.
+    for weight, swapped in (("fed", False), ("constant", True)):
+        g = aioge.Graph("w")
+        x = g.input("x", (4, 8))
+        w = g.input("w", (8, 8)) if weight == "fed" else g.constant(np.ones((8, 8), np.float32))
+        g.output(ops.gemm(x, w, g.constant(np.ones(8, np.float32))), names=["y"])
+        (node,) = g.nodes
+        ins, outs = signature_of(node)
+        kernels = {
+            node.name: KernelDesc(
+                "k", "Gemm", "", "AiCore", ins, outs, "numpy", {}, 0, True, 0.010, native_alt="gemm_native", native_ms=0.0105
+            )
+        }
+        got = prefer_native([node], kernels)
+        assert (got is not kernels) is swapped, weight
+        assert got[node.name].impl == ("gemm_native" if swapped else "numpy")
+
+
 def test_a_stored_native_alternative_round_trips_and_is_checked() -> None:
     nodes, kernels = _plan(
         {"MatMul": ("numpy", 0.010, "matmul_blas", 0.011), "Add": ("numpy", 0.001, "", 0.0), "Tanh": ("numpy", 0.001, "", 0.0)}

@@ -125,3 +125,92 @@ def test_bound_calls_are_kept_for_the_same_operands_only() -> None:
     assert len(made) == 1
     bound.get(z, y)  # another input into the same output: made again
     assert len(made) == 2
+
+
+def _f(*shape: int) -> np.ndarray:
+    return np.zeros(shape, np.float32)
+
+
+def _i(*values: int) -> np.ndarray:
+    return np.array(values, np.int64)
+
+
+# Every kernel with a native form, on a signature it takes: (domain, op, kernel) -> (attrs, inputs,
+# outputs); float inputs are drawn afresh, the others (shapes, axes) are as given.
+_ACT = {"activation": "Relu"}
+_FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
+    ("", "Gemm", "gemm_native"): ({"transB": 1}, [_f(3, 8), _f(5, 8), _f(5)], 1),
+    ("", "Gemm", "gemv_native"): ({}, [_f(1, 8), _f(8, 5), _f(5)], 1),
+    ("aioge", "FusedGemm", "gemm_native"): ({"activation": "Sigmoid"}, [_f(3, 8), _f(8, 5), _f(5)], 1),
+    ("aioge", "FusedGemm", "gemv_native"): (_ACT, [_f(1, 8), _f(8, 5), _f(5)], 1),
+    ("", "Conv", "conv_direct_native"): ({"pads": (1, 1, 1, 1)}, [_f(1, 3, 8, 8), _f(4, 3, 3, 3), _f(4)], 1),
+    ("", "Conv", "conv_direct_t_native"): ({}, [_f(1, 8, 4, 4), _f(16, 8, 1, 1), _f(16)], 1),
+    ("aioge", "FusedConv", "conv_direct_native"): ({**_ACT, "strides": (2, 2)}, [_f(2, 3, 9, 9), _f(4, 3, 3, 3)], 1),
+    ("aioge", "FusedConv", "conv_direct_t_native"): (_ACT, [_f(1, 8, 4, 4), _f(16, 8, 3, 3), _f(16)], 1),
+    ("", "MatMul", "matmul_blas"): ({}, [_f(2, 4, 8), _f(8, 6)], 1),
+    ("aioge", "FusedMatMul", "matmul_blas"): ({"transB": 1, "activation": "Sigmoid"}, [_f(4, 8), _f(6, 8), _f(6)], 1),
+    ("aioge", "FusedMatMul", "rows_gemm_native"): ({"transB": 1}, [_f(2, 3, 8), _f(6, 8), _f(6)], 1),
+    ("aioge", "FusedMatMul", "rows_gemv_native"): ({}, [_f(1, 1, 8), _f(8, 6)], 1),
+    ("", "AveragePool", "pool_native"): ({"kernel_shape": (2, 2)}, [_f(1, 2, 6, 6)], 1),
+    ("", "MaxPool", "pool_native"): ({"kernel_shape": (3, 3), "strides": (2, 2)}, [_f(1, 2, 7, 7)], 1),
+    ("", "GlobalAveragePool", "globalavg_native"): ({}, [_f(1, 3, 4, 5)], 1),
+    ("", "LayerNormalization", "layernorm_native"): ({}, [_f(2, 3, 8), _f(8), _f(8)], 1),
+    ("", "Softmax", "softmax_native"): ({}, [_f(2, 5)], 1),
+    ("", "LogSoftmax", "logsoftmax_native"): ({}, [_f(2, 5)], 1),
+    ("", "Add", "numpy"): ({}, [_f(2, 3), _f(3)], 1),
+    ("", "Sub", "numpy"): ({}, [_f(2, 3), _f(2, 3)], 1),
+    ("", "Mul", "numpy"): ({}, [_f(1), _f(2, 3)], 1),
+    ("", "Flatten", "numpy"): ({}, [_f(2, 3, 4)], 1),
+    ("", "Reshape", "numpy"): ({}, [_f(2, 3, 4), _i(6, 4)], 1),
+    ("", "Squeeze", "numpy"): ({}, [_f(2, 1, 4), _i(1)], 1),
+    ("", "Unsqueeze", "numpy"): ({}, [_f(2, 4), _i(0)], 1),
+    ("", "Split", "numpy"): ({"axis": 1}, [_f(2, 6), _i(2, 4)], 2),
+    ("", "Transpose", "numpy"): ({"perm": (2, 0, 1)}, [_f(2, 3, 4)], 1),
+}
+
+
+def test_every_kernel_with_a_native_form_is_covered_below() -> None:
+    from aioge.ops.registry import _table
+
+    have = {(d, op, i.name) for (d, op), s in _table().items() for i in s.impls if i.native}
+    assert have == set(_FORMS), "add a signature for each new native kernel to _FORMS"
+
+
+@pytest.mark.parametrize("key", sorted(_FORMS), ids=lambda k: f"{k[1]}-{k[2]}")
+@pytest.mark.parametrize("weights", ["fed", "constant"])
+def test_a_form_reads_its_operands_when_it_runs_not_when_it_is_built(key, weights: str) -> None:
+    # A program binds a form once and runs it with every feed: the operands a run may change
+    # (writeable: feeds, intermediates) must be read by the jobs, never copied or packed when
+    # the form is made. Read-only inputs past the first (weights) are constants, which a form
+    # may derive from once.
+    from aioge.ops.registry import get_schema
+    from aioge.ops.schema import InferContext
+    from aioge.plan.kernel import candidates_of
+
+    domain, op, name = key
+    attrs, given, n_out = _FORMS[key]
+    schema = get_schema(op, domain)
+    attrs = schema.normalise_attrs(attrs)
+    rng = np.random.default_rng(7)
+    ins = [rng.standard_normal(a.shape).astype(np.float32) if a.dtype == np.float32 else a.copy() for a in given]
+    descs = [TensorDesc(a.shape, str(a.dtype)) for a in ins]
+    outs = schema.infer(InferContext(descs, ins, attrs, n_out))
+    fixed = weights == "constant"
+    for i, a in enumerate(ins):
+        a.setflags(write=not (fixed and i > 0) and a.dtype == np.float32)
+    cands = [p for impl, p in candidates_of(schema, descs, attrs) if impl.name == name]
+    assert cands, f"{name} takes this signature"
+    for params in cands:
+        run = schema.impl(name).build(attrs, params, descs, outs)
+        ys = [np.empty(tuple(int(d) for d in o.shape), np.float32) for o in outs]
+        calls = native.native_form(run)(ins, ys)  # type: ignore[misc]
+        if calls is None:  # only over a fed input the kernel packs: the compiler knows it has no program
+            assert not fixed and schema.impl(name).packs, f"{name} {params}: no form"
+            continue
+        for a in ins:  # the next run's values, in the same buffers
+            if a.flags.writeable:
+                a[...] = rng.standard_normal(a.shape)
+        _run(calls)
+        want = run([a.copy() if a.flags.writeable else a for a in ins], None)
+        for y, w in zip(ys, want):
+            assert np.array_equal(y, w), f"{name} {params}: the jobs computed with the values of when they were made"

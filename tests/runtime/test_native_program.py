@@ -193,3 +193,39 @@ async def test_a_wrong_feed_is_still_refused_before_a_native_run() -> None:
             await s.run_graph(1, {name: feeds[name].astype(np.float64)})
         with pytest.raises(aioge.errors.FeedError):
             await s.run_graph(1, {name: feeds[name][:, :-1]})
+
+
+async def test_weights_fed_as_inputs_are_read_by_every_run(monkeypatch) -> None:
+    # torch.compile feeds a module's parameters as graph inputs. A compiled Conv or Gemm packs
+    # a constant weight once; a program built over a fed one ran every later call with the
+    # packing of whatever its staging buffer held when it was built (NaN in one CI run).
+    from aioge.compiler import tuning
+    from aioge.examples.cnn import _conv_ref
+
+    chosen = {"Conv": "conv_direct_native", "FusedConv": "conv_direct_native", "Gemm": "gemm_native"}
+    select = tuning.select_kernel
+
+    def packing_kernels(schema, *args, **kwargs):  # the kernels that pack their weight, whatever tuning finds
+        impl = chosen.get(schema.name)
+        return tuning.Choice(impl, {}, False) if impl else select(schema, *args, **kwargs)
+
+    monkeypatch.setattr(tuning, "select_kernel", packing_kernels)
+    g = aioge.Graph("fed")
+    x = g.input("x", (2, 3, 6, 6), "float32")
+    w = g.input("w", (4, 3, 3, 3), "float32")
+    fw = g.input("fw", (4, 5), "float32")
+    h = ops.relu(ops.conv2d(x, w, g.constant(np.zeros(4, np.float32)), pads=(1, 1, 1, 1)))
+    h = ops.flatten(ops.global_average_pool(h), axis=1)
+    g.output(ops.softmax(ops.gemm(h, fw, g.constant(np.full(5, 0.5, np.float32)))), names=["y"])
+    rng = np.random.default_rng(3)
+    shapes = {"x": (2, 3, 6, 6), "w": (4, 3, 3, 3), "fw": (4, 5)}
+    async with aioge.Session() as s:
+        await s.add_graph(1, g)
+        for _ in range(4):
+            feeds = {k: rng.standard_normal(shape).astype(np.float32) for k, shape in shapes.items()}
+            got = (await s.run_graph(1, feeds))["y"]
+            z = np.maximum(_conv_ref(feeds["x"], feeds["w"], np.zeros(4, np.float32), 1), 0).mean(axis=(2, 3))
+            z = z @ feeds["fw"] + 0.5
+            e = np.exp(z - z.max(axis=1, keepdims=True))
+            np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+        assert {p.kernel.impl for p in s.executable(1).model.nodes} >= set(chosen.values())

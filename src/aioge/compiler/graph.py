@@ -27,8 +27,9 @@ from aioge.compiler.streams import plan_streams
 from aioge.compiler.threads import plan_threads
 from aioge.engines import Engine
 from aioge.engines.assign import assign_engines
-from aioge.ir.graph import Graph, Node
+from aioge.ir.graph import Graph, Node, ValueKind
 from aioge.ops.registry import get_schema
+from aioge.ops.schema import KernelImpl
 from aioge.options import CompileOptions
 from aioge.passes import run_passes
 from aioge.plan.kernel import KernelDesc
@@ -143,9 +144,10 @@ def prefer_native(nodes: Sequence[Node], kernels: dict[str, KernelDesc]) -> dict
     for node in nodes:
         d = kernels[node.name]
         total += d.tuned_ms
-        if get_schema(d.op_type, d.domain).impl(d.impl).native:
+        schema = get_schema(d.op_type, d.domain)
+        if _native_over(schema.impl(d.impl), node):
             continue
-        if not d.native_alt:
+        if not d.native_alt or not _native_over(schema.impl(d.native_alt), node):
             return kernels
         extra += max(0.0, d.native_ms - d.tuned_ms)
         swaps[node.name] = dataclasses.replace(
@@ -164,6 +166,14 @@ def prefer_native(nodes: Sequence[Node], kernels: dict[str, KernelDesc]) -> dict
         return kernels
     log.info("native plan: %d kernel(s) swapped for native ones, %.1f us dearer", len(swaps), extra * 1e3)
     return {**kernels, **swaps}
+
+
+def _native_over(impl: KernelImpl, node: Node) -> bool:
+    """``impl`` has a native form over ``node``'s inputs: the ones it packs are constants."""
+    return impl.native and all(
+        i < len(node.inputs) and node.inputs[i] is not None and node.inputs[i].kind is ValueKind.CONSTANT  # type: ignore[union-attr]
+        for i in impl.packs
+    )
 
 
 def _count(stats: CompileStats, step: KernelStep) -> None:

@@ -45,7 +45,9 @@ class KernelImpl:
     float32 operands it reads in place: a plan of such kernels runs as one C call
     (``runtime.native_program``), so the compiler may prefer one over a slightly faster
     numpy kernel (``compiler.graph``); such kernels are ``eager`` too, so tuning always has
-    their times.
+    their times. ``packs`` lists the inputs a native kernel derives an array from once (a
+    packed weight): its form needs them constant, and over a fed weight (``aioge.torch``'s
+    parameters) declines.
     """
 
     name: str
@@ -56,6 +58,7 @@ class KernelImpl:
     eager: bool = False
     activations: frozenset[str] = frozenset()
     native: bool = False
+    packs: tuple[int, ...] = ()
 
 
 class Engine(enum.Enum):

@@ -113,6 +113,21 @@ class WeightDerived:
         self._src, self._value = w, value
         return value
 
+    def fixed(self, w: np.ndarray) -> np.ndarray | None:
+        """The derived array for a native form, which binds it for good: only for a constant
+        weight (read-only, over read-only memory); None for one a run may change (a feed, an
+        intermediate), whose derived array would be stale from the next run on."""
+        return self.get(w) if _constant(w) else None
+
+
+def _constant(a: Any) -> bool:
+    """``a`` is read-only and so is every array it views: its values cannot change."""
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        a = a.base
+    return True
+
 
 def _output(g: ConvGeometry, outputs: Sequence[np.ndarray] | None, dtype: np.dtype) -> np.ndarray:
     return np.empty((g.n, g.m, g.oh, g.ow), dtype) if outputs is None else outputs[0]
@@ -569,7 +584,9 @@ def _direct_native(
             x, y = inputs[0], outputs[0]
             if not (_f32c(x, y) and (len(inputs) < 3 or inputs[2] is None or _f32c(inputs[2]))):
                 return None
-            wp = packed.get(inputs[1])
+            wp = packed.fixed(inputs[1])
+            if wp is None:
+                return None
             b = inputs[2] if len(inputs) > 2 else None
             keep: tuple[Any, ...] = (x, y, wp, b, consts)
             calls = []
@@ -926,6 +943,7 @@ NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = tuple(
         eager=True,
         activations=native_rows.EPILOGUES,
         native=name in ("conv_direct_native", "conv_direct_t_native"),  # their runs carry native forms
+        packs=(1,) if name in ("conv_direct_native", "conv_direct_t_native") else (),
     )
     for name, build, applies, cands in (
         ("conv_depthwise_native", build_conv_depthwise_native, _applies_depthwise_native, _depthwise_native_candidates),

@@ -516,9 +516,10 @@ def build_gemm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
 
     def product_form(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, yc: np.ndarray) -> list[native.NativeCall] | None:
         ar = a.T if ta else a
-        if m == 0 or n == 0 or k == 0 or ar.dtype != np.float32 or ar.strides[1] != 4 or ar.strides[0] % 4:
+        bp = packed.fixed(b)
+        if bp is None or m == 0 or n == 0 or k == 0 or ar.dtype != np.float32 or ar.strides[1] != 4 or ar.strides[0] % 4:
             return None
-        return [gemm.call(ar, packed.get(b), bias, yc)]
+        return [gemm.call(ar, bp, bias, yc)]
 
     return _gemm_run(m, n, row_c, alpha, beta, product, product_form)
 
@@ -682,7 +683,9 @@ def _applies_gemv_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 
 
 NATIVE_GEMM_ALGOS: tuple[KernelImpl, ...] = (
-    KernelImpl("gemm_native", build_gemm_native, _applies_gemm_native, offered=native.available, eager=True, native=True),
+    KernelImpl(
+        "gemm_native", build_gemm_native, _applies_gemm_native, offered=native.available, eager=True, native=True, packs=(1,)
+    ),
     KernelImpl(
         "gemv_native",
         build_gemv_native,

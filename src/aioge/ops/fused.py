@@ -125,6 +125,7 @@ def _with_activation(base: OpSchema, name: str, doc: str) -> OpSchema:
             impl.eager,
             impl.activations,
             impl.native,
+            impl.packs,
         )
 
     return OpSchema(
@@ -234,7 +235,9 @@ def _rows_of(gemm: KernelImpl) -> KernelImpl:
 
         return native.with_native(run, form)
 
-    return KernelImpl(f"rows_{gemm.name}", build, applies, candidates, gemm.offered, gemm.eager, native=gemm.native)
+    return KernelImpl(
+        f"rows_{gemm.name}", build, applies, candidates, gemm.offered, gemm.eager, native=gemm.native, packs=gemm.packs
+    )
 
 
 _FUSED_GEMM = _with_activation(_base(nn.SCHEMAS, "Gemm"), "FusedGemm", "Gemm then an activation, in place")
