@@ -214,3 +214,28 @@ def test_a_form_reads_its_operands_when_it_runs_not_when_it_is_built(key, weight
         want = run([a.copy() if a.flags.writeable else a for a in ins], None)
         for y, w in zip(ys, want):
             assert np.array_equal(y, w), f"{name} {params}: the jobs computed with the values of when they were made"
+
+
+@pytest.mark.parametrize("key", [("", "Gemm", "gemm_native"), ("", "Conv", "conv_direct_native")], ids=lambda k: k[2])
+def test_a_read_only_view_of_a_changing_weight_is_packed_again(key) -> None:
+    # A kernel packs a read-only weight once (a graph constant). A feed may be a read-only
+    # view of an array its caller changes between runs: its values are not constant.
+    from aioge.ops.registry import get_schema
+    from aioge.ops.schema import InferContext
+
+    domain, op, name = key
+    attrs, given, _ = _FORMS[key]
+    schema = get_schema(op, domain)
+    attrs = schema.normalise_attrs(attrs)
+    rng = np.random.default_rng(5)
+    ins = [rng.standard_normal(a.shape).astype(np.float32) for a in given]
+    descs = [TensorDesc(a.shape, "float32") for a in ins]
+    run = schema.impl(name).build(attrs, {}, descs, schema.infer(InferContext(descs, ins, attrs, 1)))
+    base = ins[1]
+    view = base.view()
+    view.setflags(write=False)
+    run([ins[0], view, ins[2]], None)
+    base[...] = rng.standard_normal(base.shape)
+    (got,) = run([ins[0], view, ins[2]], None)
+    (want,) = run([ins[0], base.copy(), ins[2]], None)
+    assert np.array_equal(got, want), "the weight's new values"

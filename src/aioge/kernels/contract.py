@@ -19,11 +19,23 @@ import numpy as np
 
 from aioge.ir.desc import TensorDesc
 
-__all__ = ["Engine", "KernelImpl", "RunFn", "engine_names", "parse_engine"]
+__all__ = ["Engine", "KernelImpl", "RunFn", "engine_names", "is_constant", "parse_engine"]
 
 # A bound kernel: reads ``inputs``; writes into ``outputs`` when given (preallocated arena
 # views of the inferred shapes) and returns them; otherwise returns fresh arrays.
 RunFn = Callable[[Sequence[np.ndarray], "Sequence[np.ndarray] | None"], Sequence[np.ndarray]]
+
+
+def is_constant(a: Any) -> bool:
+    """``a`` is read-only and so is every array it views: its values cannot change, so a
+    kernel may keep what it derives from it (a packed weight) for as long as it holds ``a``.
+    Graph constants are such arrays; a feed, an intermediate, or a read-only view of an array
+    its owner may still change is not."""
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        a = a.base
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import native, native_rows
-from aioge.kernels.contract import KernelImpl, RunFn
+from aioge.kernels.contract import KernelImpl, RunFn, is_constant
 from aioge.kernels.conv import window_geometry
 from aioge.kernels.fused import build_then_activation
 from aioge.kernels.parallel import par_matmul, split_native, split_range
@@ -97,7 +97,8 @@ def conv_geometry(descs: Descs, attrs: Mapping[str, Any]) -> ConvGeometry | None
 
 class WeightDerived:
     """A weight-derived array (packed, transformed), recomputed only when the weight changes.
-    A read-only weight is a graph constant: the same object is the same value."""
+    A read-only weight over read-only memory is a graph constant: the same object is the same
+    value (a read-only view of a writeable array is not: its values may change under it)."""
 
     __slots__ = ("_src", "_value", "_make")
 
@@ -107,7 +108,7 @@ class WeightDerived:
         self._make = make
 
     def get(self, w: np.ndarray) -> np.ndarray:
-        if self._value is not None and w is self._src and not w.flags.writeable:
+        if self._value is not None and w is self._src and is_constant(w):
             return self._value
         value = self._make(w)
         self._src, self._value = w, value
@@ -117,16 +118,7 @@ class WeightDerived:
         """The derived array for a native form, which binds it for good: only for a constant
         weight (read-only, over read-only memory); None for one a run may change (a feed, an
         intermediate), whose derived array would be stale from the next run on."""
-        return self.get(w) if _constant(w) else None
-
-
-def _constant(a: Any) -> bool:
-    """``a`` is read-only and so is every array it views: its values cannot change."""
-    while isinstance(a, np.ndarray):
-        if a.flags.writeable:
-            return False
-        a = a.base
-    return True
+        return self.get(w) if is_constant(w) else None
 
 
 def _output(g: ConvGeometry, outputs: Sequence[np.ndarray] | None, dtype: np.dtype) -> np.ndarray:
@@ -349,7 +341,7 @@ class NativeOperand:
     def get(self, a: np.ndarray) -> tuple[np.ndarray, int]:
         """The array to keep alive over the call, and its address."""
         entry = self._entry  # one read: concurrent runs swap whole entries
-        if entry is not None and entry[0] is a and not a.flags.writeable:
+        if entry is not None and entry[0] is a and is_constant(a):
             return entry[1], entry[2]
         arr = np.ascontiguousarray(a, self._dtype)
         addr = native.ptr(arr)

@@ -20,7 +20,7 @@ import numpy as np
 from aioge.kernels import elementwise as k
 from aioge.kernels import native, native_rows
 from aioge.kernels.activation import swish
-from aioge.kernels.contract import RunFn
+from aioge.kernels.contract import RunFn, is_constant
 from aioge.kernels.parallel import split_native
 
 __all__ = [
@@ -567,7 +567,7 @@ class _ChannelChain:
             return False
         consts = tuple(inputs[k] for k in self.ks)
         held = self._held  # one read: concurrent runs swap whole entries
-        if held is None or any(a is not b or a.flags.writeable for a, b in zip(held[0], consts)):
+        if held is None or any(a is not b or not is_constant(a) for a, b in zip(held[0], consts)):
             vectors = [
                 np.ascontiguousarray(np.broadcast_to(np.asarray(k, np.float32).reshape(-1), (self.channels,))) for k in consts
             ]
@@ -835,7 +835,7 @@ def build_squeeze_excite_native(attrs: Mapping[str, Any], params: Mapping[str, A
             return fallback(inputs, outputs)
         key = (id(x), id(y), *map(id, inputs[1:]))
         entry = calls.get(key)
-        if entry is None or any(a.flags.writeable for a in inputs[1:]):  # a variable may change in place
+        if entry is None or not all(is_constant(a) for a in inputs[1:]):  # a variable may change in place
             if len(calls) >= 8:
                 calls.clear()
             entry = calls[key] = prepare(x, y, inputs)

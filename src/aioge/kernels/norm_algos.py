@@ -21,7 +21,7 @@ import numpy as np
 
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import native, native_rows
-from aioge.kernels.contract import KernelImpl, RunFn
+from aioge.kernels.contract import KernelImpl, RunFn, is_constant
 from aioge.kernels.nn import build_batch_norm, build_layer_norm, build_log_softmax
 
 __all__ = ["BATCHNORM_ALGOS", "LAYERNORM_ALGOS", "LOGSOFTMAX_ALGOS", "SOFTMAX_ALGOS"]
@@ -294,7 +294,7 @@ def build_batchnorm_folded(attrs: Mapping[str, Any], params: Mapping[str, Any], 
     def fold(inputs: Sequence[np.ndarray], dtype: np.dtype, rank: int) -> tuple[np.ndarray, np.ndarray]:
         stats = inputs[1:5]
         key = tuple(id(s) for s in stats)
-        if folded["key"] == key and all(not s.flags.writeable for s in stats):
+        if folded["key"] == key and all(is_constant(s) for s in stats):
             return folded["value"]
         scale, bias, mean, var = stats
         a = (scale / np.sqrt(var + np.asarray(eps, var.dtype))).astype(dtype, copy=False)
