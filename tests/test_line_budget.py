@@ -26,7 +26,9 @@ import aioge
 # Raised to 31,600 on 2026-12-05 (native programs: a plan of C forms run as one C call, alone or
 # grouped; the forms of fourteen kernels, the BLAS matmul called from C, the strided-copy and
 # elementwise jobs, and the tuner's native alternative with the compiler's preference for it).
-LINE_BUDGET = 31_600
+# Raised to 31,700 on 2026-12-05: the program queue (C runner threads for concurrent callers'
+# programs, its eventfd poll) replacing the synchronous groups, which were deleted.
+LINE_BUDGET = 31_700
 _SRC = Path(aioge.__file__).parent
 GENERATED = {"ops/builders.py"}
 

@@ -3,10 +3,6 @@ grouped with the turn's other callers, bit-equal to the step-by-step run."""
 
 from __future__ import annotations
 
-import math
-
-import anyio
-import anyio.lowlevel
 import numpy as np
 import pytest
 
@@ -15,8 +11,8 @@ from aioge import ops
 from aioge.errors import ExecutionError
 from aioge.examples import EXAMPLES
 from aioge.kernels import native
-from aioge.runtime.executor import _Pending
 from aioge.runtime.native_program import NativeProgram
+from aioge.runtime.program_queue import ProgramQueue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")]
 
@@ -49,109 +45,7 @@ async def test_the_examples_run_as_native_programs_bit_equal_to_their_steps(name
         assert got[k].flags.writeable and got[k].flags.owndata
 
 
-async def test_concurrent_callers_are_grouped_and_each_gets_its_own_rows(tmp_path) -> None:
-    graph, _, _ = EXAMPLES["cnn"](batch=1)  # type: ignore[call-arg]
-    feeds = [_feeds("cnn", seed) for seed in range(24)]
-    async with aioge.Session() as s:
-        await s.add_graph(1, graph)
-        alone = [await s.run_graph(1, f, trace=tmp_path / "t.json") for f in feeds]
-        got: dict[int, dict[str, np.ndarray]] = {}
-
-        async def caller(i: int) -> None:
-            for _ in range(3):
-                got[i] = await s.run_graph(1, feeds[i])
-
-        async with anyio.create_task_group() as tg:
-            for i in range(len(feeds)):
-                tg.start_soon(caller, i)
-        exe = s.executable(1)
-        assert exe.grouped_runs > 0, f"callers in the same turn of the loop run as groups: {_kernels(exe)}"
-        assert not exe._pending
-    for i, want in enumerate(alone):
-        assert np.array_equal(got[i]["logits"], want["logits"]), f"caller {i} got another's rows"
-
-
-class _Callers:
-    """Callers of graph 1 that all join groups, behind a group that has not run yet (``hold``:
-    everyone waits until the test takes it away)."""
-
-    def __init__(self, s: aioge.Session, feeds: dict[str, np.ndarray]) -> None:
-        self.s, self.feeds = s, feeds
-        self.exe = s.executable(1)
-        self.exe._contended_until = math.inf
-        self.hold = _Pending(None)  # type: ignore[arg-type]
-        self.exe._pending.append(self.hold)
-        self.results: dict[str, dict[str, np.ndarray]] = {}
-        self.scope = anyio.CancelScope()
-        self.before = self.exe.grouped_runs
-
-    async def caller(self, tag: str) -> None:
-        self.results[tag] = await self.s.run_graph(1, self.feeds)
-
-    async def cancelled(self, tag: str) -> None:
-        with self.scope:
-            await self.caller(tag)
-
-    def check(self, ran: str, gone: str, want: np.ndarray) -> None:
-        assert self.scope.cancelled_caught and gone not in self.results
-        assert self.exe.grouped_runs - self.before == len(ran) and not self.exe._pending, f"{gone}'s program did not run"
-        for tag in ran:
-            np.testing.assert_allclose(self.results[tag]["probs"], want, rtol=1e-5, atol=1e-6)
-
-
-async def _mlp_session(s: aioge.Session) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    graph, feeds, reference = EXAMPLES["mlp"](batch=1)  # type: ignore[call-arg]
-    await s.add_graph(1, graph)
-    for _ in range(3):
-        await s.run_graph(1, feeds)
-    return feeds, reference(feeds)["probs"]
-
-
-async def test_a_cancelled_caller_leaves_its_group_and_the_others_finish() -> None:
-    async with aioge.Session() as s:
-        feeds, want = await _mlp_session(s)
-        c = _Callers(s, feeds)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(c.caller, "a")
-            tg.start_soon(c.cancelled, "b")
-            tg.start_soon(c.caller, "c")
-            await anyio.wait_all_tasks_blocked()
-            assert len(c.exe._pending) == 4
-            c.scope.cancel()
-            await anyio.wait_all_tasks_blocked()
-            assert len(c.exe._pending) == 3, "b left the group it waited for"
-            c.exe._pending.remove(c.hold)
-            c.exe._pass_on()
-        c.check("ac", "b", want)
-
-
-async def test_a_caller_cancelled_after_a_group_took_the_first_ones_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aioge.runtime import executor
-
-    monkeypatch.setattr(executor, "GROUP_MAX", 2)  # groups of two: a and b, then c alone
-    async with aioge.Session() as s:
-        feeds, want = await _mlp_session(s)
-        c = _Callers(s, feeds)
-        pass_on = c.exe._pass_on
-        async with anyio.create_task_group() as tg:
-            for tag in "abc":  # joined in this order (trio would run them in any)
-                tg.start_soon(c.caller, tag)
-                await anyio.wait_all_tasks_blocked()
-            tg.start_soon(c.cancelled, "d")
-            await anyio.wait_all_tasks_blocked()
-            c.exe._pending.remove(c.hold)
-            monkeypatch.setattr(c.exe, "_pass_on", lambda: None)  # the group of a and b names no next runner
-            pass_on()
-            await anyio.wait_all_tasks_blocked()
-            assert c.exe.grouped_runs - c.before == 2 and len(c.exe._pending) == 2, "c and d wait"
-            c.scope.cancel()
-            await anyio.wait_all_tasks_blocked()
-            monkeypatch.setattr(c.exe, "_pass_on", pass_on)
-            pass_on()
-        c.check("abc", "d", want)
-
-
-async def test_a_failing_job_fails_only_its_own_program_in_a_group() -> None:
+async def test_a_failing_job_fails_only_its_own_program_in_a_queue() -> None:
     graph, feeds, reference = EXAMPLES["mlp"](batch=1)  # type: ignore[call-arg]
     async with aioge.Session() as s:
         await s.add_graph(1, graph)
@@ -162,9 +56,15 @@ async def test_a_failing_job_fails_only_its_own_program_in_a_group() -> None:
         assert all(isinstance(p, NativeProgram) for p in progs), _kernels(exe)
         bad, good = progs
         bad._keep[0][0] = 999  # no such job: the C side refuses it
-        for p in progs:
-            p.stage(feeds)
-        NativeProgram.run_group([bad, good], True)
+        queue = ProgramQueue(1)
+        try:
+            for p in progs:
+                p.stage(feeds)
+                assert queue.submit(p)
+            for p in progs:
+                await queue.wait(p)
+        finally:
+            queue.close()
         with pytest.raises(ExecutionError) as err:
             bad.finish()
         assert err.value.node == exe.model.nodes[0].name and "unknown job" in str(err.value)

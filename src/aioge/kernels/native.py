@@ -50,7 +50,6 @@ __all__ = [
     "JOB_STRIDED",
     "JOB_BINARY",
     "JOB_SGEMM",
-    "JOB_PROGRAMS",
     "JOB_SOFTMAX",
     "NativeCall",
     "aligned_empty",
@@ -72,10 +71,10 @@ JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = range(5)
 (JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE, JOB_CONV_GROUPED, JOB_GEMV_N, JOB_CONV_LOCAL) = range(
     5, 14
 )
-(JOB_SOFTMAX, JOB_LAYERNORM, JOB_PHASES, JOB_GLOBAL_MEAN, JOB_PROGRAMS, JOB_STRIDED, JOB_BINARY, JOB_SGEMM) = range(14, 22)
+(JOB_SOFTMAX, JOB_LAYERNORM, JOB_PHASES, JOB_GLOBAL_MEAN, JOB_STRIDED, JOB_BINARY, JOB_SGEMM) = range(14, 21)
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
-ABI = 12
+ABI = 13
 
 
 @functools.cache

@@ -5,8 +5,9 @@ Sink mode (default, GE's model sinking): each stream's whole program runs inside
 is touched once per run, when the last stream ends; a run of a one-thread plan that computes
 for under a millisecond runs on the caller's thread instead, within a budget per turn of the
 event loop (``INLINE_US``); a one-thread plan whose kernels all have C forms runs as a native
-program instead (``runtime.native_program``: one C call, the GIL released once), grouped with
-the other callers of the same turn of the loop over the cores. Host mode: the loop dispatches ops one
+program instead (``runtime.native_program``: one C call, the GIL released once), and
+concurrent callers' programs go to the session's C runner threads (``runtime.program_queue``)
+while the loop runs the callers' Python. Host mode: the loop dispatches ops one
 by one (one dispatcher task per stream, events as anyio events), each op on its stream's lane,
 for tracing and stepping.
 
@@ -45,7 +46,8 @@ from aioge.plan.model import CompiledModel
 from aioge.runtime.bind import bind
 from aioge.runtime.context import Context, Layout, Program
 from aioge.runtime.native_program import NativeProgram
-from aioge.runtime.workers import Completion, EngineWorkers, Lane, new_event
+from aioge.runtime.program_queue import ProgramQueue
+from aioge.runtime.workers import Completion, EngineWorkers, Lane
 
 __all__ = ["INLINE_US", "Executable", "TraceSpan"]
 
@@ -62,14 +64,10 @@ INLINE_BUDGET = 0.004
 # An inline run yields the loop once the turn's inline runs have held it this long: a caller's
 # runs may follow each other without a turn of the loop between them (and its I/O poll) until then.
 INLINE_YIELD = 0.001
-# Native programs (runtime.native_program) of callers that run a graph in the same turn of the
-# loop run as a group: one C call runs them on this thread and the C helper beside it, each
-# program whole on one core (no GIL between their kernels). A caller joins groups once another
-# caller ran the graph within CONTENDED_S (a lone caller's runs split their big kernels instead);
-# a group holds at most GROUP_MAX programs and about GROUP_S of the loop.
+# Native programs (runtime.native_program) of concurrent callers are queued for the session's
+# C runner threads (runtime.program_queue), each program whole on one core, once another caller
+# ran the graph within CONTENDED_S; a lone caller's runs stay inline and split their big jobs.
 CONTENDED_S = 0.002
-GROUP_MAX = 8
-GROUP_S = 0.002
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +131,7 @@ class Executable:
             else []
         )
         self.native_runs = 0
-        self.grouped_runs = 0
-        self._pending: list[_Pending] = []  # grouped native runs waiting for the group's run
+        self.queued_runs = 0
         self._last_caller, self._last_at, self._contended_until = 0, 0.0, 0.0
 
     # -- inline runs ------------------------------------------------------------------
@@ -293,11 +290,13 @@ class Executable:
         self, prog: NativeProgram, feeds: Mapping[str, np.ndarray], workers: EngineWorkers, inline: bool
     ) -> dict[str, np.ndarray]:
         """Run ``prog``: inline as a lone caller (every CPU token held: its big jobs split over
-        the idle cores), grouped with the turn's other callers, or on the engine's first lane
-        (a long run, a batch, or the loop's inline budget spent)."""
+        the idle cores), queued for the runner threads beside other callers', or on the
+        engine's first lane (a long run, a batch, the loop's inline budget spent, no queue)."""
         if inline and self.short:
             if self._contended():
-                return await self._run_grouped(prog, feeds, workers)
+                queue = workers.program_queue()
+                if queue is not None:
+                    return await self._run_queued(queue, prog, feeds)
             if _inline.allows() and workers.take_all_cpu():
                 start = time.perf_counter()
                 try:
@@ -342,63 +341,17 @@ class Executable:
             raise box[0]
         return box[0]
 
-    async def _run_grouped(
-        self, prog: NativeProgram, feeds: Mapping[str, np.ndarray], workers: EngineWorkers
+    async def _run_queued(
+        self, queue: ProgramQueue, prog: NativeProgram, feeds: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
-        """Join the graph's pending group. The first caller of a group runs it after one turn
-        of the loop (shielded: the others depend on it), then hands the turn after to the
-        next pending caller; the others wait for their program's outcome."""
-        me = _Pending(prog)
+        """Stage ``prog`` and queue it for the runner threads; wait for its outcome."""
         prog.stage(feeds)
-        self._pending.append(me)
-        if len(self._pending) == 1:
-            me.runner = True
-        while not me.ran:
-            if not me.runner:
-                try:
-                    await me.event.wait()
-                except BaseException:
-                    if not me.ran:
-                        # the list of now: a group that ran meanwhile left the rest in a new one
-                        self._pending.remove(me)
-                        if me.runner:
-                            self._pass_on()
-                    raise
-                me.event = new_event() if not me.ran else me.event
-                continue
-            with anyio.CancelScope(shield=True):
-                await anyio.lowlevel.checkpoint()  # the turn's other callers join
-            self._run_group(workers)
+        if not queue.submit(prog):
+            return prog.run(feeds, False)
+        await queue.wait(prog)
+        self.native_runs += 1
+        self.queued_runs += 1
         return prog.finish()
-
-    def _run_group(self, workers: EngineWorkers) -> None:
-        pending = self._pending
-        cores = workers.cpu_slots
-        limit = max(2, min(GROUP_MAX, int(GROUP_S * 1e6 * cores / max(self._run_us or 1.0, 1.0))))
-        group, self._pending = pending[:limit], pending[limit:]
-        split = workers.take_all_cpu()
-        start = time.perf_counter()
-        try:
-            NativeProgram.run_group([q.prog for q in group], split)
-        finally:
-            if split:
-                workers.give_all_cpu()
-            elapsed = time.perf_counter() - start
-            _inline.spend(elapsed)
-            self.observe(elapsed * min(cores, len(group)) / len(group) if split else elapsed / len(group))
-            for q in group:
-                q.ran = True
-                q.event.set()
-            self.native_runs += len(group)
-            self.grouped_runs += len(group)
-            self._pass_on()
-
-    def _pass_on(self) -> None:
-        """Make the first pending caller the next group's runner."""
-        if self._pending:
-            first = self._pending[0]
-            first.runner = True
-            first.event.set()
 
     def run_sync(self, feeds: Mapping[str, np.ndarray], *, workers: EngineWorkers) -> dict[str, np.ndarray]:
         """Run once in sink mode from a plain thread (a device process's main thread), blocking.
@@ -533,18 +486,6 @@ class Executable:
                 a = a.copy()
             out[name] = a
         return out
-
-
-class _Pending:
-    """A grouped native run waiting for its group."""
-
-    __slots__ = ("prog", "event", "runner", "ran")
-
-    def __init__(self, prog: NativeProgram) -> None:
-        self.prog = prog
-        self.event = new_event()
-        self.runner = False  # runs the next group (its own program first)
-        self.ran = False
 
 
 def _caller() -> int:

@@ -25,11 +25,26 @@ from aioge.runtime.context import Context
 
 __all__ = ["NativeProgram"]
 
+_PENDING = -2000  # a queued program's result until it has run (results are 0 or an error, minus)
+
 
 class NativeProgram:
     """One context's plan as C jobs; runs one at a time (its context's)."""
 
-    __slots__ = ("_ctx", "_staging", "_outputs", "_entries", "_n", "_fn", "_failed", "_fptr", "_nodes", "_keep", "record")
+    __slots__ = (
+        "_ctx",
+        "_staging",
+        "_outputs",
+        "_entries",
+        "_n",
+        "_fn",
+        "_failed",
+        "_fptr",
+        "_nodes",
+        "_keep",
+        "_record",
+        "record_address",
+    )
 
     def __init__(
         self,
@@ -45,9 +60,11 @@ class NativeProgram:
         self._entries, self._n = native.ptr(table), len(calls)
         self._keep = (table, calls)  # every argument block and what it points at
         self._fn = native.run_jobs()
-        self._failed = np.zeros(2, np.int64)  # the failed entry, and the result of a grouped run
+        self._failed = np.zeros(2, np.int64)  # the failed entry, and the result of a queued run
         self._fptr = native.ptr(self._failed)
-        self.record = (self._entries, self._n, self._fptr, self._fptr + 8)  # a JOB_PROGRAMS record
+        # the program as a queue's record (csrc/queue.c): jobs, count, failed entry, result
+        self._record = np.array([self._entries, self._n, self._fptr, self._fptr + 8], np.int64)
+        self.record_address = native.ptr(self._record)
 
     @classmethod
     def build(
@@ -112,26 +129,24 @@ class NativeProgram:
         return {name: a.copy() for name, a in self._outputs}
 
     def stage(self, feeds: Mapping[str, Any]) -> None:
-        """Copy ``feeds`` into the program's staging buffers (before a grouped run)."""
+        """Copy ``feeds`` into the program's staging buffers (before a queued run)."""
         for name, buf in self._staging:
             np.copyto(buf, feeds[name], casting="no")
 
+    def pend(self) -> None:
+        """Mark the program not run yet (before it is queued)."""
+        self._failed[1] = _PENDING
+
+    def pending(self) -> bool:
+        """Whether a queued program has not run yet."""
+        return int(self._failed[1]) == _PENDING
+
     def finish(self) -> dict[str, np.ndarray]:
-        """The outputs of a grouped run (``run_group``), or its error raised."""
+        """The outputs of a queued run (``runtime.program_queue``), or its error raised."""
         r = int(self._failed[1])
         if r < 0:
             self._raise(-r)
         return {name: a.copy() for name, a in self._outputs}
-
-    @staticmethod
-    def run_group(programs: Sequence[NativeProgram], split: bool) -> None:
-        """Run staged ``programs``, each whole on one thread: on this one and, with ``split``,
-        on the C helper beside it (``JOB_PROGRAMS``), the GIL released once for all of them.
-        Each program's outcome is read with its ``finish``."""
-        records = np.array([p.record for p in programs], np.int64)
-        for p in programs:
-            p._failed[1] = -1000  # a program the group never reached (none: every one runs)
-        native.par_run()(native.JOB_PROGRAMS, native.ptr(records), len(programs), int(split))
 
     def _raise(self, code: int) -> None:
         step = self._ctx.layout.steps[self._nodes[int(self._failed[0])]]

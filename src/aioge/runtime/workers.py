@@ -23,7 +23,7 @@ import os
 import queue
 import threading
 import weakref
-from typing import Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 import anyio
 import anyio.lowlevel
@@ -148,7 +148,8 @@ class EngineWorkers:
         self._rotation: dict[str, int] = {}
         self._closed = False
         self._started: list[Lane] = []  # every lane ever started, for the finalizer
-        self._finalizer = weakref.finalize(self, _stop_lanes, self._started)
+        self._queues: list[Any] = []  # the program queue, once made (runtime.program_queue)
+        self._finalizer = weakref.finalize(self, _stop_lanes, self._started, self._queues)
 
     @property
     def threads(self) -> int:
@@ -177,6 +178,21 @@ class EngineWorkers:
                     self._rotation[engine] = (r + 1) % len(pool)
                 out[engine] = [pool[(r + j) % len(pool)] for j in range(k)]
             return out
+
+    def program_queue(self) -> Any:
+        """The pools' ``ProgramQueue`` (made on first use, runners on the cores less one), or
+        None without the compiled tier or once closed."""
+        if self._queues:
+            return self._queues[0]
+        from aioge.runtime.program_queue import ProgramQueue  # it imports this module
+
+        with self._lock:
+            if self._closed or self._queues:
+                return self._queues[0] if self._queues else None
+            q = ProgramQueue.create(max(1, self.cpu_slots - 1))
+            if q is not None:
+                self._queues.append(q)
+            return q
 
     def take_all_cpu(self) -> bool:
         """Take every CPU token if none is in use (no lane computing), without waiting."""
@@ -218,12 +234,17 @@ class EngineWorkers:
             lane.stop()
         for lane in lanes:
             lane.join(timeout)
+        for q in self._queues:
+            q.close()
 
 
-def _stop_lanes(lanes: list[Lane]) -> None:
-    """Finalizer of unclosed pools: tell every lane to end after its queued work (never blocks)."""
+def _stop_lanes(lanes: list[Lane], queues: list[Any]) -> None:
+    """Finalizer of unclosed pools: tell every lane to end after its queued work (never
+    blocks), and stop the program queue's runners (nothing is queued: no caller is left)."""
     for lane in lanes:
         lane.stop()
+    for q in queues:
+        q.close()
 
 
 class _LoopWaker:

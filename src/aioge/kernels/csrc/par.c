@@ -370,23 +370,10 @@ static int job_sgemm(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
-int aioge_run_jobs(const int64_t *entries, int64_t n, int split, int64_t *failed);
-
-/* several native programs, each whole on one thread: records of (entries, count, failed,
- * result), result getting what aioge_run_jobs returns: [lo, hi) are programs */
-static int job_programs(const int64_t *g, int64_t lo, int64_t hi)
-{
-    for (int64_t p = lo; p < hi; p++) {
-        const int64_t *r = g + 4 * p;
-        *(int64_t *)(intptr_t)r[3] = aioge_run_jobs((const int64_t *)(intptr_t)r[0], r[1], 0, (int64_t *)(intptr_t)r[2]);
-    }
-    return 0;
-}
-
 static const job_fn JOBS[] = {job_gemm,    job_conv_direct, job_conv_t,    job_depthwise, job_activation,  job_pack,
                               job_gemv_t,  job_chain,       job_pool,      job_conv_images, job_squeeze,   job_conv_grouped,
                               job_gemv_n,  job_conv_local,  job_softmax,   job_layernorm, job_phases,
-                              job_global_mean, job_programs,   job_strided,   job_binary,    job_sgemm};
+                              job_global_mean, job_strided,   job_binary,    job_sgemm};
 #define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the

@@ -1,0 +1,203 @@
+/* A queue of native programs with runner threads of its own (runtime.native_program).
+ *
+ * Concurrent callers of a small graph on an event loop spend part of each request in Python
+ * (the task switch, the feed check, staging, copying outputs) and part in their program's C
+ * jobs. Run one after the other on the loop's thread, the second core idles while Python runs;
+ * run in synchronous groups it idled while the group's callers ran their Python (the builder
+ * CNN's 64 callers: about 24K requests/s where a balance of both would give 31K). Here a
+ * caller pushes its staged program and goes back to the loop; runner threads (the cores less
+ * one) take programs off the queue as soon as they arrive and never wait for Python. The loop's
+ * thread may take one too (aioge_queue_take) when the queue grows: whichever side is behind
+ * gets help.
+ *
+ * A program is a record of four int64 (entries, count, failed, result), as JOB_PROGRAMS takes:
+ * the runner runs aioge_run_jobs(entries, count, 0, failed) and stores what it returns at
+ * result. The caller keeps the record and everything it points at alive until its result
+ * is in. Completions are counted; the event loop learns of them through an eventfd, written
+ * only when a waiter armed it (aioge_queue_arm), so a busy loop pays no system call per program.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define QCAP 256     /* programs queued at most (a session lets 2 x cores runs in flight) */
+#define RUNNERS 8    /* runner threads at most */
+#define QSPIN_US 300 /* how long an idle runner spins before it sleeps (as par.c's helper) */
+
+int aioge_run_jobs(const int64_t *entries, int64_t n, int split, int64_t *failed);
+
+struct queue {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t *slots[QCAP];
+    _Atomic int64_t head, tail; /* taken, pushed (both under mu; read without it to spin) */
+    _Atomic int64_t completed;
+    _Atomic int armed;
+    _Atomic int sleepers;
+    _Atomic int stop;
+    int efd, nrunners;
+    pthread_t runners[RUNNERS];
+};
+
+static int64_t q_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int64_t *q_pop(struct queue *q)
+{
+    int64_t *r = NULL;
+    pthread_mutex_lock(&q->mu);
+    const int64_t h = atomic_load(&q->head);
+    if (h < atomic_load(&q->tail)) {
+        r = q->slots[h % QCAP];
+        atomic_store(&q->head, h + 1);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return r;
+}
+
+static void q_run(struct queue *q, int64_t *r)
+{
+    const int64_t res = aioge_run_jobs((const int64_t *)(intptr_t)r[0], r[1], 0, (int64_t *)(intptr_t)r[2]);
+    atomic_store_explicit((_Atomic int64_t *)(intptr_t)r[3], res, memory_order_release);
+    atomic_fetch_add(&q->completed, 1); /* sequentially consistent: pairs with aioge_queue_arm */
+    if (atomic_exchange(&q->armed, 0)) {
+        const uint64_t one = 1;
+        ssize_t w;
+        do
+            w = write(q->efd, &one, sizeof one);
+        while (w < 0 && errno == EINTR);
+    }
+}
+
+static void *q_main(void *arg)
+{
+    struct queue *q = arg;
+    for (;;) {
+        int64_t *r = q_pop(q);
+        if (r) {
+            q_run(q, r);
+            continue;
+        }
+        if (atomic_load(&q->stop))
+            break; /* stopped, and every pushed program taken */
+        const int64_t deadline = q_now_ns() + QSPIN_US * 1000;
+        unsigned spins = 0;
+        while (atomic_load(&q->head) >= atomic_load(&q->tail) && !atomic_load(&q->stop)) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+            if ((++spins & 255) != 0)
+                continue;
+            sched_yield();
+            if (q_now_ns() > deadline) {
+                pthread_mutex_lock(&q->mu);
+                atomic_fetch_add(&q->sleepers, 1);
+                while (atomic_load(&q->head) >= atomic_load(&q->tail) && !atomic_load(&q->stop))
+                    pthread_cond_wait(&q->cv, &q->mu);
+                atomic_fetch_sub(&q->sleepers, 1);
+                pthread_mutex_unlock(&q->mu);
+                break;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* A queue with runners threads (1 to RUNNERS), or NULL. */
+void *aioge_queue_new(int runners)
+{
+    struct queue *q = calloc(1, sizeof *q);
+    if (!q)
+        return NULL;
+    q->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (q->efd < 0) {
+        free(q);
+        return NULL;
+    }
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    runners = runners < 1 ? 1 : runners > RUNNERS ? RUNNERS : runners;
+    for (int i = 0; i < runners; i++) {
+        if (pthread_create(&q->runners[i], NULL, q_main, q) != 0)
+            break;
+        q->nrunners++;
+    }
+    if (q->nrunners == 0) {
+        close(q->efd);
+        free(q);
+        return NULL;
+    }
+    return q;
+}
+
+/* The eventfd the event loop waits on (readable after an armed completion). */
+int aioge_queue_fd(void *handle) { return ((struct queue *)handle)->efd; }
+
+/* Queue the record; returns the programs queued and not yet taken, this one included, or -1
+ * when the queue is full (the caller runs the program itself). */
+int64_t aioge_queue_push(void *handle, int64_t *record)
+{
+    struct queue *q = handle;
+    pthread_mutex_lock(&q->mu);
+    const int64_t t = atomic_load(&q->tail), h = atomic_load(&q->head);
+    if (t - h >= QCAP) {
+        pthread_mutex_unlock(&q->mu);
+        return -1;
+    }
+    q->slots[t % QCAP] = record;
+    atomic_store(&q->tail, t + 1);
+    if (atomic_load(&q->sleepers))
+        pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    return t + 1 - h;
+}
+
+/* Take the oldest queued program and run it in this thread: 1, or 0 when none was queued. */
+int aioge_queue_take(void *handle)
+{
+    struct queue *q = handle;
+    int64_t *r = q_pop(q);
+    if (!r)
+        return 0;
+    q_run(q, r);
+    return 1;
+}
+
+/* Arm the eventfd for the next completion and return the completions so far: a waiter that
+ * finds the count unchanged may wait on the fd, since a program that completes after this
+ * call writes it. */
+int64_t aioge_queue_arm(void *handle)
+{
+    struct queue *q = handle;
+    atomic_store(&q->armed, 1);
+    return atomic_load(&q->completed);
+}
+
+/* Stop the runners once every pushed program has run, and free the queue (no push after). */
+void aioge_queue_free(void *handle)
+{
+    struct queue *q = handle;
+    if (!q)
+        return;
+    pthread_mutex_lock(&q->mu);
+    atomic_store(&q->stop, 1);
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    for (int i = 0; i < q->nrunners; i++)
+        pthread_join(q->runners[i], NULL);
+    close(q->efd);
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->cv);
+    free(q);
+}

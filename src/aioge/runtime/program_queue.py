@@ -1,0 +1,168 @@
+"""Native programs of concurrent callers, run by C runner threads while the loop goes on.
+
+A caller of a short graph on a busy loop spends part of its request in Python (the task
+switch, the feed check, staging, the output copies) and part in its program's C jobs. In
+synchronous groups (every pending caller's program run by one of them, the C helper taking
+half) the second core idled while the group's callers ran their Python: the builder CNN's 64
+callers ran about 24K requests/s, where the balance of both cores would give 31K. Here a
+caller stages and pushes its program (``csrc/queue.c``) and waits; runner threads (the cores
+less one) take programs as they arrive and never wait for Python. When the queue grows past
+``HELP_DEPTH`` the loop's thread runs one too: whichever side is behind gets help.
+
+The loop learns of completions through the queue's eventfd, which a runner writes only when a
+waiter armed it: one waiting caller at a time (the poller) arms it, wakes the callers whose
+programs are done, and hands the polling on when its own is. A cancelled caller still waits
+for its program, shielded: the runner is using its context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Any
+
+import anyio
+
+from aioge.kernels import native
+from aioge.runtime.native_program import NativeProgram
+from aioge.runtime.workers import Event, new_event
+
+__all__ = ["HELP_DEPTH", "ProgramQueue"]
+
+# Programs queued (this one included) from which the pushing caller runs one itself.
+HELP_DEPTH = 2
+_V, _I64 = ctypes.c_void_p, ctypes.c_int64
+
+
+def _functions() -> tuple[Any, ...] | None:
+    f = native.function
+    fns = (
+        f("aioge_queue_new", ctypes.c_int, restype=_V),
+        f("aioge_queue_fd", _V, restype=ctypes.c_int),
+        f("aioge_queue_push", _V, _V, restype=_I64),
+        f("aioge_queue_take", _V, restype=ctypes.c_int),
+        f("aioge_queue_arm", _V, restype=_I64),
+        f("aioge_queue_free", _V),
+    )
+    return None if any(fn is None for fn in fns) else fns
+
+
+class _Waiter:
+    __slots__ = ("prog", "event")
+
+    def __init__(self, prog: NativeProgram) -> None:
+        self.prog = prog
+        self.event: Event = new_event()
+
+
+class ProgramQueue:
+    """One session's queue of native programs and its runner threads."""
+
+    __slots__ = ("_h", "_fd", "_push", "_take", "_arm", "_free", "_waiting", "_polling", "_seen", "_lock", "taken")
+
+    def __init__(self, runners: int, fns: tuple[Any, ...] | None = None) -> None:
+        """``fns``: the C functions (``aioge_queue_new``, ``_fd``, ``_push``, ``_take``,
+        ``_arm``, ``_free``); by default the compiled tier's."""
+        fns = fns or _functions()
+        if fns is None:
+            raise OSError("the compiled kernels have no program queue")
+        new, fd, self._push, self._take, self._arm, self._free = fns
+        self._h = new(max(1, runners))
+        if not self._h:
+            raise OSError("no program queue: no memory, eventfd or thread for it")
+        self._fd = int(fd(self._h))
+        self._waiting: list[_Waiter] = []
+        self._polling = False
+        self._seen = 0
+        self._lock = threading.Lock()  # close against push (a finalizer may close from another thread)
+        self.taken = 0  # programs the loop's thread ran itself
+
+    @classmethod
+    def create(cls, runners: int) -> ProgramQueue | None:
+        """A queue with ``runners`` threads, or None without the compiled tier (or threads)."""
+        try:
+            return cls(runners)
+        except OSError:
+            return None
+
+    def submit(self, prog: NativeProgram) -> bool:
+        """Queue staged ``prog``; False when it cannot (closed, full): the caller runs it."""
+        with self._lock:
+            if not self._h:
+                return False
+            prog.pend()
+            depth = self._push(self._h, prog.record_address)
+        if depth < 0:
+            return False
+        if depth >= HELP_DEPTH and self._take(self._h):  # the runners are behind: this thread runs the oldest one
+            self.taken += 1
+        return True
+
+    async def wait(self, prog: NativeProgram) -> None:
+        """Until ``prog`` (submitted) has run; a cancelled caller waits on, shielded, then raises."""
+        me = _Waiter(prog)
+        self._waiting.append(me)
+        try:
+            try:
+                await self._until_done(me)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._until_done(me)
+                raise
+        finally:
+            self._waiting.remove(me)
+
+    async def _until_done(self, me: _Waiter) -> None:
+        try:
+            while me.prog.pending():
+                if self._polling:
+                    await me.event.wait()
+                    me.event = new_event()
+                    continue
+                self._polling = True
+                try:
+                    while me.prog.pending():
+                        count = self._arm(self._h)
+                        if count != self._seen:
+                            self._seen = count
+                            self._wake_done()
+                            continue
+                        await anyio.wait_readable(self._fd)
+                        try:
+                            os.read(self._fd, 8)
+                        except BlockingIOError:  # another reader emptied it
+                            pass
+                finally:
+                    self._polling = False
+        finally:
+            # Leaving with no poller (this one's poll done, or a poll handed to it after its
+            # program ended): the others must not be left waiting on a poll nobody runs.
+            if not self._polling:
+                self._hand_over(me)
+
+    def _wake_done(self) -> None:
+        for w in self._waiting:
+            if not w.prog.pending():
+                w.event.set()
+
+    def _hand_over(self, me: _Waiter) -> None:
+        """Wake the callers whose programs are done and hand the poll to the first one whose
+        program is not, in one pass: a program that ends during it is then either seen done
+        here or left to the new poller."""
+        handed = False
+        for w in self._waiting:
+            if w is me:
+                continue
+            if not w.prog.pending():
+                w.event.set()
+            elif not handed:
+                w.event.set()
+                handed = True
+
+    def close(self) -> None:
+        """Stop the runners after the programs queued (blocking until they have run)."""
+        with self._lock:
+            h, self._h = self._h, None
+        if h:
+            self._free(h)

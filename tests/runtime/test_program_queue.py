@@ -1,0 +1,191 @@
+"""The program queue: callers wait for their native programs while C runners run them.
+
+The waiting protocol (one caller polls the queue's eventfd at a time, wakes the callers whose
+programs ended and hands the poll on) is checked against a queue the test drives, over any
+order of arrivals, completions and cancellations; then the real queue under concurrent
+callers, cancellations and a session's close."""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+import anyio.lowlevel
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aioge
+from aioge.examples import EXAMPLES
+from aioge.kernels import native
+from aioge.runtime.program_queue import ProgramQueue
+
+pytestmark = pytest.mark.anyio
+
+
+class _Driven:
+    """The C side of a queue, driven by the test: a program ends when ``end`` says so."""
+
+    def __init__(self) -> None:
+        self.fd = os.eventfd(0, os.EFD_NONBLOCK)
+        self.completed = 0
+        self.armed = False
+        self.pushed: set[int] = set()
+
+    def fns(self) -> tuple:
+        return (lambda runners: 1, lambda h: self.fd, self.push, lambda h: 0, self.arm, lambda h: os.close(self.fd))
+
+    def push(self, h: int, record: int) -> int:
+        self.pushed.add(record)
+        return 1  # never deep enough for the caller to take one
+
+    def arm(self, h: int) -> int:
+        self.armed = True
+        return self.completed
+
+    def end(self, prog: _Program) -> None:
+        prog.done = True
+        self.completed += 1
+        if self.armed:
+            self.armed = False
+            os.eventfd_write(self.fd, 1)
+
+
+class _Program:
+    def __init__(self, i: int) -> None:
+        self.record_address = i
+        self.done = False
+
+    def pend(self) -> None:
+        self.done = False
+
+    def pending(self) -> bool:
+        return not self.done
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+async def test_every_caller_returns_once_its_program_ended_never_before(data: st.DataObject) -> None:
+    n = data.draw(st.integers(1, 6), label="callers")
+    order = data.draw(st.permutations(range(n)), label="order of the programs' ends")
+    cancelled = data.draw(st.sets(st.sampled_from(range(n))), label="cancelled callers")
+    turns = data.draw(st.lists(st.integers(0, 3), min_size=2 * n, max_size=2 * n), label="loop turns between events")
+    c = _Driven()
+    q = ProgramQueue(1, c.fns())
+    progs = [_Program(i) for i in range(n)]
+    scopes = [anyio.CancelScope() for _ in range(n)]
+    ended_first: dict[int, bool] = {}
+
+    async def caller(i: int) -> None:
+        with scopes[i]:
+            assert q.submit(progs[i])  # type: ignore[arg-type]
+            await q.wait(progs[i])  # type: ignore[arg-type]
+        ended_first[i] = progs[i].done  # a cancelled caller too: the runner used its context
+
+    async with anyio.create_task_group() as tg:
+        try:
+            with anyio.fail_after(2):  # a caller nobody wakes would wait forever
+                for i in range(n):
+                    tg.start_soon(caller, i)
+                    for _ in range(turns[i]):
+                        await anyio.lowlevel.checkpoint()
+                for k, i in enumerate(order):
+                    if i in cancelled:
+                        scopes[i].cancel()
+                    for _ in range(turns[n + k]):
+                        await anyio.lowlevel.checkpoint()
+                    while i not in c.pushed:
+                        await anyio.lowlevel.checkpoint()
+                    c.end(progs[i])
+                while len(ended_first) < n:
+                    await anyio.sleep(0.001)
+        finally:
+            for p in progs:  # a cancelled caller waits for its program, shielded
+                if p.pending():
+                    c.end(p)
+    assert ended_first == dict.fromkeys(range(n), True)
+    assert not q._waiting and not q._polling
+    q.close()
+
+
+needs_tier = pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")
+
+
+def _feeds(name: str, seed: int) -> dict[str, np.ndarray]:
+    _, feeds, _ = EXAMPLES[name](batch=1)  # type: ignore[call-arg]
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(v.shape).astype(v.dtype) for k, v in feeds.items()}
+
+
+@needs_tier
+async def test_concurrent_callers_run_through_the_queue_and_each_gets_its_own_rows(tmp_path) -> None:
+    graph, _, _ = EXAMPLES["cnn"](batch=1)  # type: ignore[call-arg]
+    feeds = [_feeds("cnn", seed) for seed in range(24)]
+    async with aioge.Session() as s:
+        await s.add_graph(1, graph)
+        alone = [await s.run_graph(1, f, trace=tmp_path / "t.json") for f in feeds]
+        got: dict[int, dict[str, np.ndarray]] = {}
+
+        async def caller(i: int) -> None:
+            for _ in range(3):
+                got[i] = await s.run_graph(1, feeds[i])
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(feeds)):
+                tg.start_soon(caller, i)
+        exe = s.executable(1)
+        assert exe.queued_runs > 0, "concurrent callers' programs go through the queue"
+    for i, want in enumerate(alone):
+        assert np.array_equal(got[i]["logits"], want["logits"]), f"caller {i} got another's rows"
+
+
+@needs_tier
+async def test_cancelled_callers_leave_the_others_their_rows() -> None:
+    # A cancelled caller waits for its queued program before its context is reused: were it
+    # given back at once, the next caller would stage its feeds under a running program.
+    graph, _, reference = EXAMPLES["cnn"](batch=1)  # type: ignore[call-arg]
+    feeds = [_feeds("cnn", seed) for seed in range(16)]
+    async with aioge.Session() as s:
+        await s.add_graph(1, graph)
+        for f in feeds[:3]:
+            await s.run_graph(1, f)
+        got: dict[tuple[int, int], np.ndarray] = {}
+
+        async def caller(i: int) -> None:
+            for k in range(40):
+                with anyio.CancelScope() as scope:
+                    if (i + k) % 3 == 0:
+                        scope.cancel()  # at its first checkpoint: while its program is queued or running
+                    got[i, k] = (await s.run_graph(1, feeds[i]))["logits"]
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(feeds)):
+                tg.start_soon(caller, i)
+        assert s.executable(1).queued_runs > 0
+    assert len(got) > len(feeds) * 20
+    for (i, _), logits in got.items():
+        np.testing.assert_allclose(logits, reference(feeds[i])["logits"], rtol=1e-4, atol=1e-5)
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@needs_tier
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+async def test_closing_stops_the_runner_threads() -> None:
+    before = _threads()
+    q = ProgramQueue(2)
+    assert _threads() == before + 2
+    q.close()
+    assert _threads() == before and not q.submit(None)  # type: ignore[arg-type]  # closed: the caller runs it
+    graph, feeds, _ = EXAMPLES["mlp"](batch=1)  # type: ignore[call-arg]
+    async with aioge.Session() as s:
+        await s.add_graph(1, graph)
+        async with anyio.create_task_group() as tg:
+            for _ in range(8):
+                tg.start_soon(s.run_graph, 1, feeds)
+        q = s._workers.program_queue()  # type: ignore[union-attr]
+        assert q is not None and q._h
+    assert not q._h, "the session's close closed its queue"
