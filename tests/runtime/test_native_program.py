@@ -58,11 +58,13 @@ async def test_a_failing_job_fails_only_its_own_program_in_a_queue() -> None:
         bad._keep[0][0] = 999  # no such job: the C side refuses it
         queue = ProgramQueue(1)
         try:
+            waiters = []
             for p in progs:
                 p.stage(feeds)
-                assert queue.submit(p)
-            for p in progs:
-                await queue.wait(p)
+                waiters.append(queue.submit(p))
+            for w in waiters:
+                assert w is not None
+                await queue.wait(w)
         finally:
             queue.close()
         with pytest.raises(ExecutionError) as err:

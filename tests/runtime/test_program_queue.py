@@ -34,7 +34,11 @@ class _Driven:
         self.pushed: set[int] = set()
 
     def fns(self) -> tuple:
-        return (lambda runners: 1, lambda h: self.fd, self.push, lambda h: 0, self.arm, lambda h: os.close(self.fd))
+        return (lambda runners: 1, lambda h: self.fd, self.push, lambda h: 0, self.arm, self.free)
+
+    def free(self, h: int) -> None:
+        os.close(self.fd)
+        self.fd = -1
 
     def push(self, h: int, record: int) -> int:
         self.pushed.add(record)
@@ -79,8 +83,9 @@ async def test_every_caller_returns_once_its_program_ended_never_before(data: st
 
     async def caller(i: int) -> None:
         with scopes[i]:
-            assert q.submit(progs[i])  # type: ignore[arg-type]
-            await q.wait(progs[i])  # type: ignore[arg-type]
+            me = q.submit(progs[i])  # type: ignore[arg-type]
+            assert me is not None
+            await q.wait(me)
         ended_first[i] = progs[i].done  # a cancelled caller too: the runner used its context
 
     async with anyio.create_task_group() as tg:
@@ -107,6 +112,37 @@ async def test_every_caller_returns_once_its_program_ended_never_before(data: st
     assert ended_first == dict.fromkeys(range(n), True)
     assert not q._waiting and not q._polling
     q.close()
+
+
+async def test_a_queue_closed_while_callers_wait_is_freed_by_the_last_of_them() -> None:
+    # A session closes its workers from a worker thread; callers still waiting poll the queue's
+    # eventfd, so it must outlive them.
+    c = _Driven()
+    q = ProgramQueue(1, c.fns())
+    progs = [_Program(i) for i in range(2)]
+    waiters = [q.submit(p) for p in progs]  # type: ignore[arg-type]
+    done: list[int] = []
+
+    async def caller(i: int) -> None:
+        await q.wait(waiters[i])  # type: ignore[arg-type]
+        done.append(i)
+
+    async with anyio.create_task_group() as tg:
+        try:
+            for i in range(2):
+                tg.start_soon(caller, i)
+            await anyio.wait_all_tasks_blocked()
+            await anyio.to_thread.run_sync(q.close)
+            assert c.fd >= 0 and q.submit(_Program(9)) is None, "closed: no new program, the waiters' queue lives"  # type: ignore[arg-type]
+            c.end(progs[0])
+            with anyio.fail_after(2):
+                while not done:
+                    await anyio.sleep(0.001)
+            assert done == [0] and c.fd >= 0
+        finally:
+            if progs[1].pending():
+                c.end(progs[1])
+    assert done == [0, 1] and c.fd == -1, "the last waiter freed it"
 
 
 needs_tier = pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")
@@ -179,7 +215,7 @@ async def test_closing_stops_the_runner_threads() -> None:
     q = ProgramQueue(2)
     assert _threads() == before + 2
     q.close()
-    assert _threads() == before and not q.submit(None)  # type: ignore[arg-type]  # closed: the caller runs it
+    assert _threads() == before and q.submit(None) is None  # type: ignore[arg-type]  # closed: the caller runs it
     graph, feeds, _ = EXAMPLES["mlp"](batch=1)  # type: ignore[call-arg]
     async with aioge.Session() as s:
         await s.add_graph(1, graph)

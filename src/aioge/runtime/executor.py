@@ -346,9 +346,10 @@ class Executable:
     ) -> dict[str, np.ndarray]:
         """Stage ``prog`` and queue it for the runner threads; wait for its outcome."""
         prog.stage(feeds)
-        if not queue.submit(prog):
+        waiter = queue.submit(prog)
+        if waiter is None:
             return prog.run(feeds, False)
-        await queue.wait(prog)
+        await queue.wait(waiter)
         self.native_runs += 1
         self.queued_runs += 1
         return prog.finish()

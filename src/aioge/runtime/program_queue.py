@@ -59,7 +59,7 @@ class _Waiter:
 class ProgramQueue:
     """One session's queue of native programs and its runner threads."""
 
-    __slots__ = ("_h", "_fd", "_push", "_take", "_arm", "_free", "_waiting", "_polling", "_seen", "_lock", "taken")
+    __slots__ = ("_h", "_fd", "_push", "_take", "_arm", "_free", "_waiting", "_polling", "_seen", "_lock", "_closing", "taken")
 
     def __init__(self, runners: int, fns: tuple[Any, ...] | None = None) -> None:
         """``fns``: the C functions (``aioge_queue_new``, ``_fd``, ``_push``, ``_take``,
@@ -75,7 +75,8 @@ class ProgramQueue:
         self._waiting: list[_Waiter] = []
         self._polling = False
         self._seen = 0
-        self._lock = threading.Lock()  # close against push (a finalizer may close from another thread)
+        self._lock = threading.Lock()  # close (from a worker thread) against submit and the last waiter
+        self._closing = False
         self.taken = 0  # programs the loop's thread ran itself
 
     @classmethod
@@ -86,23 +87,24 @@ class ProgramQueue:
         except OSError:
             return None
 
-    def submit(self, prog: NativeProgram) -> bool:
-        """Queue staged ``prog``; False when it cannot (closed, full): the caller runs it."""
+    def submit(self, prog: NativeProgram) -> _Waiter | None:
+        """Queue staged ``prog``: its waiter (give it to ``wait``), or None when it cannot be
+        queued (closed, full): the caller runs it."""
         with self._lock:
-            if not self._h:
-                return False
+            if self._closing:
+                return None
             prog.pend()
             depth = self._push(self._h, prog.record_address)
-        if depth < 0:
-            return False
+            if depth < 0:
+                return None
+            me = _Waiter(prog)
+            self._waiting.append(me)  # from now on close leaves the queue to the last waiter
         if depth >= HELP_DEPTH and self._take(self._h):  # the runners are behind: this thread runs the oldest one
             self.taken += 1
-        return True
+        return me
 
-    async def wait(self, prog: NativeProgram) -> None:
-        """Until ``prog`` (submitted) has run; a cancelled caller waits on, shielded, then raises."""
-        me = _Waiter(prog)
-        self._waiting.append(me)
+    async def wait(self, me: _Waiter) -> None:
+        """Until ``me``'s program has run; a cancelled caller waits on, shielded, then raises."""
         try:
             try:
                 await self._until_done(me)
@@ -111,7 +113,13 @@ class ProgramQueue:
                     await self._until_done(me)
                 raise
         finally:
-            self._waiting.remove(me)
+            with self._lock:
+                self._waiting.remove(me)
+                h = self._h if self._closing and not self._waiting else None
+                if h:
+                    self._h = None
+            if h:
+                self._free(h)  # closed while this one waited: its runners are idle now
 
     async def _until_done(self, me: _Waiter) -> None:
         try:
@@ -161,8 +169,12 @@ class ProgramQueue:
                 handed = True
 
     def close(self) -> None:
-        """Stop the runners after the programs queued (blocking until they have run)."""
+        """Stop the runners after the programs queued (blocking until they have run); with
+        callers still waiting, the last of them does it when its program is done."""
         with self._lock:
-            h, self._h = self._h, None
+            self._closing = True
+            h = self._h if not self._waiting else None
+            if h:
+                self._h = None
         if h:
             self._free(h)
