@@ -13,8 +13,9 @@
  * A program is a record of four int64 (entries, count, failed, result), as JOB_PROGRAMS takes:
  * the runner runs aioge_run_jobs(entries, count, 0, failed) and stores what it returns at
  * result. The caller keeps the record and everything it points at alive until its result
- * is in. Completions are counted; the event loop learns of them through an eventfd, written
- * only when a waiter armed it (aioge_queue_arm), so a busy loop pays no system call per program.
+ * is in. Completions are counted; the event loop learns of them through an eventfd (a pipe
+ * off Linux), written only when a waiter armed it (aioge_queue_arm), so a busy loop pays no
+ * system call per program.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,9 +24,12 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/eventfd.h>
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/eventfd.h>
+#endif
 
 #define QCAP 256     /* programs queued at most (a session lets 2 x cores runs in flight) */
 #define RUNNERS 8    /* runner threads at most */
@@ -42,7 +46,7 @@ struct queue {
     _Atomic int armed;
     _Atomic int sleepers;
     _Atomic int stop;
-    int efd, nrunners;
+    int efd, wfd, nrunners; /* read and write ends: one eventfd, or a pipe where there is none */
     pthread_t runners[RUNNERS];
 };
 
@@ -75,7 +79,7 @@ static void q_run(struct queue *q, int64_t *r)
         const uint64_t one = 1;
         ssize_t w;
         do
-            w = write(q->efd, &one, sizeof one);
+            w = write(q->wfd, &one, q->wfd == q->efd ? sizeof one : 1);
         while (w < 0 && errno == EINTR);
     }
 }
@@ -114,17 +118,38 @@ static void *q_main(void *arg)
     return NULL;
 }
 
-/* A queue with runners threads (1 to RUNNERS), or NULL. */
+static void close_fds(struct queue *q)
+{
+    close(q->efd);
+    if (q->wfd != q->efd)
+        close(q->wfd);
+}
+
+/* A queue with `runners` threads (1 to RUNNERS), or NULL. */
 void *aioge_queue_new(int runners)
 {
     struct queue *q = calloc(1, sizeof *q);
     if (!q)
         return NULL;
-    q->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+#ifdef __linux__
+    q->efd = q->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (q->efd < 0) {
         free(q);
         return NULL;
     }
+#else
+    int ends[2];
+    if (pipe(ends) != 0) {
+        free(q);
+        return NULL;
+    }
+    for (int i = 0; i < 2; i++) {
+        fcntl(ends[i], F_SETFL, fcntl(ends[i], F_GETFL) | O_NONBLOCK);
+        fcntl(ends[i], F_SETFD, FD_CLOEXEC);
+    }
+    q->efd = ends[0];
+    q->wfd = ends[1];
+#endif
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
     runners = runners < 1 ? 1 : runners > RUNNERS ? RUNNERS : runners;
@@ -134,7 +159,7 @@ void *aioge_queue_new(int runners)
         q->nrunners++;
     }
     if (q->nrunners == 0) {
-        close(q->efd);
+        close_fds(q);
         free(q);
         return NULL;
     }
@@ -196,7 +221,7 @@ void aioge_queue_free(void *handle)
     pthread_mutex_unlock(&q->mu);
     for (int i = 0; i < q->nrunners; i++)
         pthread_join(q->runners[i], NULL);
-    close(q->efd);
+    close_fds(q);
     pthread_mutex_destroy(&q->mu);
     pthread_cond_destroy(&q->cv);
     free(q);
