@@ -176,6 +176,22 @@ def test_every_kernel_with_a_native_form_is_covered_below() -> None:
     assert have == set(_FORMS), "add a signature for each new native kernel to _FORMS"
 
 
+def _signature(key: tuple[str, str, str], seed: int) -> tuple:
+    """``_FORMS[key]`` made concrete: the schema, its attributes, inputs (float ones drawn
+    afresh), their descs and the outputs' descs."""
+    from aioge.ops.registry import get_schema
+    from aioge.ops.schema import InferContext
+
+    domain, op, _ = key
+    attrs, given, n_out = _FORMS[key]
+    schema = get_schema(op, domain)
+    attrs = schema.normalise_attrs(attrs)
+    rng = np.random.default_rng(seed)
+    ins = [rng.standard_normal(a.shape).astype(np.float32) if a.dtype == np.float32 else a.copy() for a in given]
+    descs = [TensorDesc(a.shape, str(a.dtype)) for a in ins]
+    return schema, attrs, ins, descs, schema.infer(InferContext(descs, ins, attrs, n_out))
+
+
 @pytest.mark.parametrize("key", sorted(_FORMS), ids=lambda k: f"{k[1]}-{k[2]}")
 @pytest.mark.parametrize("weights", ["fed", "constant"])
 def test_a_form_reads_its_operands_when_it_runs_not_when_it_is_built(key, weights: str) -> None:
@@ -183,18 +199,11 @@ def test_a_form_reads_its_operands_when_it_runs_not_when_it_is_built(key, weight
     # (writeable: feeds, intermediates) must be read by the jobs, never copied or packed when
     # the form is made. Read-only inputs past the first (weights) are constants, which a form
     # may derive from once.
-    from aioge.ops.registry import get_schema
-    from aioge.ops.schema import InferContext
     from aioge.plan.kernel import candidates_of
 
-    domain, op, name = key
-    attrs, given, n_out = _FORMS[key]
-    schema = get_schema(op, domain)
-    attrs = schema.normalise_attrs(attrs)
-    rng = np.random.default_rng(7)
-    ins = [rng.standard_normal(a.shape).astype(np.float32) if a.dtype == np.float32 else a.copy() for a in given]
-    descs = [TensorDesc(a.shape, str(a.dtype)) for a in ins]
-    outs = schema.infer(InferContext(descs, ins, attrs, n_out))
+    name = key[2]
+    schema, attrs, ins, descs, outs = _signature(key, 7)
+    rng = np.random.default_rng(8)
     fixed = weights == "constant"
     for i, a in enumerate(ins):
         a.setflags(write=not (fixed and i > 0) and a.dtype == np.float32)
@@ -220,17 +229,9 @@ def test_a_form_reads_its_operands_when_it_runs_not_when_it_is_built(key, weight
 def test_a_read_only_view_of_a_changing_weight_is_packed_again(key) -> None:
     # A kernel packs a read-only weight once (a graph constant). A feed may be a read-only
     # view of an array its caller changes between runs: its values are not constant.
-    from aioge.ops.registry import get_schema
-    from aioge.ops.schema import InferContext
-
-    domain, op, name = key
-    attrs, given, _ = _FORMS[key]
-    schema = get_schema(op, domain)
-    attrs = schema.normalise_attrs(attrs)
-    rng = np.random.default_rng(5)
-    ins = [rng.standard_normal(a.shape).astype(np.float32) for a in given]
-    descs = [TensorDesc(a.shape, "float32") for a in ins]
-    run = schema.impl(name).build(attrs, {}, descs, schema.infer(InferContext(descs, ins, attrs, 1)))
+    schema, attrs, ins, descs, outs = _signature(key, 5)
+    rng = np.random.default_rng(6)
+    run = schema.impl(key[2]).build(attrs, {}, descs, outs)
     base = ins[1]
     view = base.view()
     view.setflags(write=False)

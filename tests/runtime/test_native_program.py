@@ -22,12 +22,6 @@ def _kernels(exe: object) -> list[str]:
     return [f"{p.op_type}:{p.kernel.impl}(alt {p.kernel.native_alt or '-'})" for p in exe.model.nodes]  # type: ignore[attr-defined]
 
 
-def _feeds(name: str, seed: int) -> dict[str, np.ndarray]:
-    _, feeds, _ = EXAMPLES[name](batch=1)  # type: ignore[call-arg]
-    rng = np.random.default_rng(seed)
-    return {k: rng.standard_normal(v.shape).astype(v.dtype) for k, v in feeds.items()}
-
-
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
 async def test_the_examples_run_as_native_programs_bit_equal_to_their_steps(name: str, tmp_path) -> None:
     graph, feeds, reference = EXAMPLES[name](batch=1)  # type: ignore[call-arg]

@@ -574,7 +574,7 @@ def _direct_native(
         def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
             # The same C calls over operands bound for good: a phase image of its own, if any.
             x, y = inputs[0], outputs[0]
-            if not (_f32c(x, y) and (len(inputs) < 3 or inputs[2] is None or _f32c(inputs[2]))):
+            if not (native.f32c(x, y) and (len(inputs) < 3 or inputs[2] is None or native.f32c(inputs[2]))):
                 return None
             wp = packed.fixed(inputs[1])
             if wp is None:
@@ -598,11 +598,6 @@ def _direct_native(
         return native.with_native(run, form)
 
     return make
-
-
-def _f32c(*arrays: Any) -> bool:
-    """Every array float32 and C-contiguous (a native form reads them in place)."""
-    return all(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
 
 
 def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:

@@ -33,6 +33,7 @@ from aioge.kernels.parallel import BATCH_SPLIT_MACS, matmul_2d, par_matmul, spli
 __all__ = [
     "GEMM_ALGOS",
     "MATMUL_ALGOS",
+    "MATMUL_BLAS",
     "NATIVE_GEMM_ALGOS",
     "NATIVE_MATMUL_ALGOS",
     "blas_shapes",
@@ -323,7 +324,7 @@ def build_matmul_blas(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
     worth = count >= 2 and batch * m * k * n >= BATCH_SPLIT_MACS
 
     def make(a: np.ndarray, b: np.ndarray, c: Any, y: np.ndarray) -> list[native.NativeCall] | None:
-        if not all(isinstance(t, np.ndarray) and t.dtype == np.float32 and t.flags.c_contiguous for t in (a, b, y)):
+        if not native.f32c(a, b, y):
             return None
         lda, ldb = (rows if fold else m) if ta else k, k if tb else n
         args = np.array(
@@ -442,11 +443,13 @@ def _applies_blas(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return not act or act in native_rows.ACTIVATIONS
 
 
+# MatMul's and FusedMatMul's (ops.fused): one kernel for both schemas.
+MATMUL_BLAS = KernelImpl(
+    "matmul_blas", build_matmul_blas, _applies_blas, offered=lambda: native.sgemm() is not None, eager=True, native=True
+)
 NATIVE_MATMUL_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("matmul_native", build_matmul_native, _applies_native, offered=native.available, eager=True),
-    KernelImpl(
-        "matmul_blas", build_matmul_blas, _applies_blas, offered=lambda: native.sgemm() is not None, eager=True, native=True
-    ),
+    MATMUL_BLAS,
 )
 
 MATMUL_ALGOS: tuple[KernelImpl, ...] = (
@@ -626,6 +629,10 @@ def build_gemv_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
     # buffer's next run).
     calls: dict[int, tuple[Any, ...]] = {}
 
+    def block(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, y: np.ndarray) -> np.ndarray:
+        cp = 0 if c is None else native.ptr(c)
+        return np.array([native.ptr(a), native.ptr(b), b.strides[0] // 4, cp, native.ptr(y), k, n, code, p0, p1, unit], np.int64)
+
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         a, b = inputs[0], inputs[1]
         c = inputs[2] if len(inputs) > 2 else None
@@ -645,10 +652,7 @@ def build_gemv_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
                     and (c is None or (c.dtype == np.float32 and c.flags.c_contiguous))
                 ):
                     return fallback(inputs, outputs)
-                cp = 0 if c is None else native.ptr(c)
-                args = np.array(
-                    [native.ptr(a), native.ptr(b), b.strides[0] // 4, cp, native.ptr(y), k, n, code, p0, p1, unit], np.int64
-                )
+                args = block(a, b, c, y)
             if len(calls) >= 8:
                 calls.clear()
             e = calls[key] = (y, a, b, c, args, native.ptr(args))
@@ -659,14 +663,11 @@ def build_gemv_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
     def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
         a, b, y = inputs[0], inputs[1], outputs[0]
         c = inputs[2] if len(inputs) > 2 else None
-        f32c = lambda t: isinstance(t, np.ndarray) and t.dtype == np.float32 and t.flags.c_contiguous  # noqa: E731
-        if not (f32c(a) and f32c(y) and isinstance(b, np.ndarray) and b.dtype == np.float32 and b.strides[1] == 4):
+        if not (native.f32c(a, y) and isinstance(b, np.ndarray) and b.dtype == np.float32 and b.strides[1] == 4):
             return None
-        if b.strides[0] % 4 or (c is not None and not f32c(c)):
+        if b.strides[0] % 4 or (c is not None and not native.f32c(c)):
             return None
-        cp = 0 if c is None else native.ptr(c)
-        args = np.array([native.ptr(a), native.ptr(b), b.strides[0] // 4, cp, native.ptr(y), k, n, code, p0, p1, unit], np.int64)
-        return [native.NativeCall(native.JOB_GEMV_N, args, units, worth, (a, b, c, y))]
+        return [native.NativeCall(native.JOB_GEMV_N, block(a, b, c, y), units, worth, (a, b, c, y))]
 
     return native.with_native(run, form)
 

@@ -60,6 +60,7 @@ __all__ = [
     "par_run",
     "ptr",
     "BoundCalls",
+    "f32c",
     "run_calls",
     "run_jobs",
     "sgemm",
@@ -181,6 +182,11 @@ def par_run() -> Any:
     return function("aioge_par_run", ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, restype=ctypes.c_int)
 
 
+def f32c(*arrays: Any) -> bool:
+    """Every one a float32, C-contiguous array: what a native form reads or writes in place."""
+    return all(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+
+
 @dataclass(frozen=True, slots=True)
 class NativeCall:
     """One C job of a native program (``runtime.native_program``): ``aioge_par_run``'s job,
@@ -248,16 +254,7 @@ def binary(op: str, a: Any, b: Any, y: np.ndarray) -> NativeCall | None:
     ``y``'s shape, single values, or rows broadcast along the leading axes (all C-contiguous);
     None otherwise."""
     code = _BINARY.get(op)
-    f32 = np.dtype(np.float32)
-    if (
-        code is None
-        or not isinstance(a, np.ndarray)
-        or not isinstance(b, np.ndarray)
-        or y.dtype != f32
-        or not y.flags.c_contiguous
-    ):
-        return None
-    if a.dtype != f32 or b.dtype != f32 or not (a.flags.c_contiguous and b.flags.c_contiguous) or y.size == 0:
+    if code is None or not f32c(a, b, y) or y.size == 0:
         return None
     width = int(y.shape[-1]) if y.ndim else 1
     rows = y.size // width

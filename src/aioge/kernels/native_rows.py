@@ -98,7 +98,7 @@ def activation(name: str, x: np.ndarray, y: np.ndarray, params: Sequence[float] 
     call = activation_call(name, x, y, params)
     if call is None:
         return False
-    split_native(native.par_run(), call.job, native.ptr(call.args), call.total, worth=call.worth)
+    split_native(native.par_run(), call.job, call.addr, call.total, worth=call.worth)
     return True
 
 

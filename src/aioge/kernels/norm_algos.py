@@ -100,7 +100,7 @@ def _native_softmax(log: bool) -> Any:
 
         def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
             x, y = inputs[0], outputs[0]
-            if not all(isinstance(t, np.ndarray) and t.dtype == np.float32 and t.flags.c_contiguous for t in (x, y)):
+            if not native.f32c(x, y):
                 return None
             args = np.array([native.ptr(x), native.ptr(y), width, int(log)], np.int64)
             worth = rows * width >= native_rows.SPLIT_ELEMENTS
@@ -231,7 +231,7 @@ def build_layernorm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], 
         x, scale = inputs[0], inputs[1]
         bias = inputs[2] if len(inputs) > 2 else None
         ops = [x, scale, outputs[0], *([] if bias is None else [bias])]
-        if n_out != 1 or not all(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous for a in ops):
+        if n_out != 1 or not native.f32c(*ops):
             return None
         if scale.size != width or (bias is not None and bias.size != width):
             return None

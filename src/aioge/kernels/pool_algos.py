@@ -213,7 +213,7 @@ def _native_pool(average: bool) -> Callable[..., RunFn]:
 
         def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
             x, y = inputs[0], outputs[0]
-            if not (_f32c(x) and _f32c(y)):
+            if not native.f32c(x, y):
                 return None
             args = np.array([native.ptr(x), native.ptr(y), geo[1], *flags], np.int64)
             return [native.NativeCall(native.JOB_POOL, args, planes, worth, (x, y, geometry))]
@@ -221,10 +221,6 @@ def _native_pool(average: bool) -> Callable[..., RunFn]:
         return native.with_native(run, form)
 
     return build
-
-
-def _f32c(a: Any) -> bool:
-    return isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous
 
 
 def _applies_native_pool(descs: Descs, attrs: Mapping[str, Any]) -> bool:
@@ -322,8 +318,13 @@ def build_globalavg_native(attrs: Mapping[str, Any], params: Mapping[str, Any], 
     if par is None:  # a choice stored where the compiled tier was, read where it is not
         return _global("mean")(attrs, params, ins, outs)
 
-    # id(y) -> (x, y, the argument block's address, the block): a context's arena views are
-    # found once. Entries are replaced whole, so concurrent runs never see another's.
+    def call(x: np.ndarray, y: np.ndarray) -> native.NativeCall:
+        return native.NativeCall(
+            native.JOB_GLOBAL_MEAN, np.array([native.ptr(x), native.ptr(y), hw], np.int64), planes, worth, (x, y)
+        )
+
+    # id(y) -> (x, y, the call): a context's arena views are found once. Entries are replaced
+    # whole, so concurrent runs never see another's.
     bound: dict[int, tuple[Any, ...]] = {}
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
@@ -331,27 +332,22 @@ def build_globalavg_native(attrs: Mapping[str, Any], params: Mapping[str, Any], 
         y = np.empty(out_shape, np.float32) if outputs is None else outputs[0]
         e = bound.get(id(y))
         if e is None or e[0] is not x or e[1] is not y:
-            if not (_f32c(x) and _f32c(y)):
-                x = np.ascontiguousarray(x, np.float32)
-                yc = y if _f32c(y) else np.empty(out_shape, np.float32)
-                args = np.array([native.ptr(x), native.ptr(yc), hw], np.int64)
-                split_native(par, native.JOB_GLOBAL_MEAN, native.ptr(args), planes, worth=worth)
+            if not native.f32c(x, y):
+                yc = y if native.f32c(y) else np.empty(out_shape, np.float32)
+                once = call(np.ascontiguousarray(x, np.float32), yc)  # held: the job reads its block
+                split_native(par, once.job, once.addr, planes, worth=worth)
                 if yc is not y:
                     np.copyto(y, yc)
                 return (y,)
             if len(bound) >= 8:
                 bound.clear()
-            args = np.array([native.ptr(x), native.ptr(y), hw], np.int64)
-            e = bound[id(y)] = (x, y, native.ptr(args), args)
-        split_native(par, native.JOB_GLOBAL_MEAN, e[2], planes, worth=worth)
+            e = bound[id(y)] = (x, y, call(x, y))
+        split_native(par, native.JOB_GLOBAL_MEAN, e[2].addr, planes, worth=worth)
         return (y,)
 
     def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
         x, y = inputs[0], outputs[0]
-        if not (_f32c(x) and _f32c(y)):
-            return None
-        args = np.array([native.ptr(x), native.ptr(y), hw], np.int64)
-        return [native.NativeCall(native.JOB_GLOBAL_MEAN, args, planes, worth, (x, y))]
+        return [call(x, y)] if native.f32c(x, y) else None
 
     return native.with_native(run, form)
 

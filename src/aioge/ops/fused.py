@@ -31,7 +31,7 @@ import numpy as np
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import fused as k
 from aioge.kernels import native
-from aioge.kernels.matmul_algos import NATIVE_MATMUL_ALGOS, build_fused_matmul
+from aioge.kernels.matmul_algos import MATMUL_BLAS, build_fused_matmul
 from aioge.ops import conv, nn
 from aioge.ops.infer import broadcast_shapes
 from aioge.ops.schema import ALL_ENGINES, FLOAT_DTYPES, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema, RunFn
@@ -248,7 +248,7 @@ _FUSED_MATMUL = OpSchema(
     (
         KernelImpl("numpy", build_fused_matmul),
         *(_rows_of(impl) for impl in _FUSED_GEMM.impls),
-        *(impl for impl in NATIVE_MATMUL_ALGOS if impl.name == "matmul_blas"),
+        MATMUL_BLAS,
     ),
     _MATMUL.engines,
     {"transA": Attr("int", 0, (0, 1)), "transB": Attr("int", 0, (0, 1)), "alpha": Attr("float", 1.0), **_ACTIVATION_ATTRS},

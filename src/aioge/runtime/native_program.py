@@ -123,10 +123,8 @@ class NativeProgram:
             ExecutionError: a job failed (names its node).
         """
         self.stage(feeds)
-        r = self._fn(self._entries, self._n, int(split), self._fptr)
-        if r < 0:
-            self._raise(-r)
-        return {name: a.copy() for name, a in self._outputs}
+        self._failed[1] = self._fn(self._entries, self._n, int(split), self._fptr)
+        return self.finish()
 
     def stage(self, feeds: Mapping[str, Any]) -> None:
         """Copy ``feeds`` into the program's staging buffers (before a queued run)."""
@@ -142,7 +140,7 @@ class NativeProgram:
         return int(self._failed[1]) == _PENDING
 
     def finish(self) -> dict[str, np.ndarray]:
-        """The outputs of a queued run (``runtime.program_queue``), or its error raised."""
+        """The outputs of the last run (``run``, or queued: ``runtime.program_queue``), or its error raised."""
         r = int(self._failed[1])
         if r < 0:
             self._raise(-r)
