@@ -156,6 +156,9 @@ void *aioge_queue_new(int runners)
     for (int i = 0; i < runners; i++) {
         if (pthread_create(&q->runners[i], NULL, q_main, q) != 0)
             break;
+#ifdef __linux__
+        pthread_setname_np(q->runners[i], "aioge-queue"); /* named before this returns: ps, /proc, the tests */
+#endif
         q->nrunners++;
     }
     if (q->nrunners == 0) {
