@@ -3,6 +3,7 @@ against float64 numpy, the numpy algorithms they replace, and onnxruntime; their
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import threading
@@ -75,6 +76,32 @@ def test_activations_match_float64_over_the_float32_range(name: str, params: tup
     np.testing.assert_allclose(y, ref, rtol=2e-6, atol=atol)
 
 
+@pytest.mark.parametrize(
+    ("name", "params"), [("Relu", ()), ("LeakyRelu", (0.1,)), ("LeakyRelu", (-1.5,)), ("Clip", (0.0, 6.0)), ("Clip", (-0.0, 0.5))]
+)
+def test_piecewise_linear_activations_are_the_numpy_steps_bit_for_bit(name: str, params: tuple[float, ...]) -> None:
+    # numpy's fused steps compute these in a step-by-step run, the C code in a native program
+    # and in the compiled kernels' epilogues: the two agree to the bit (numpy's maximum of -0
+    # and +0 is +0; NaN propagates). Clip has no C job of its own (it does not vectorise), only
+    # the epilogue, so it is called here by its C function.
+    from aioge.kernels.fused import EW_OPS
+
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(70_001) * 8, _SPECIAL, -_SPECIAL]).astype(np.float32)
+    want = x.copy()
+    op = EW_OPS[name]
+    op.step([want, want], 1, (0,), params, ([np.empty_like(x)], [np.empty(x.shape, bool)], []))
+    y = np.full_like(x, 7.0)
+    if name == "Clip":
+        fn = native.function(
+            "aioge_activation_f32", *[ctypes.c_void_p] * 2, ctypes.c_int, *[ctypes.c_float] * 2, *[ctypes.c_int64] * 2
+        )
+        fn(native.ptr(x), native.ptr(y), 10, *params, 0, x.size)
+    else:
+        assert native_rows.activation(name, x, y, params)
+    assert np.array_equal(y.view(np.int32), want.view(np.int32))
+
+
 class _CountingTokens(threading.Semaphore):
     def __init__(self) -> None:
         super().__init__(1)
@@ -114,7 +141,7 @@ def test_activation_declines_what_it_cannot_do() -> None:
     strided = np.ones(16, np.float32)[::2]
     assert not native_rows.activation("Gelu", x64, x64.copy(), (0,))
     assert not native_rows.activation("Gelu", strided, np.empty(8, np.float32), (0,))
-    assert not native_rows.activation("Relu", np.ones(8, np.float32), np.empty(8, np.float32))
+    assert not native_rows.activation("Clip", np.ones(8, np.float32), np.empty(8, np.float32), (0.0, 6.0))
     assert native_rows.unary("Sigmoid", x64) is None
 
 

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioge.ir.desc import TensorDesc
-from aioge.kernels import native
+from aioge.kernels import native, native_rows
 from aioge.kernels.matmul_algos import build_matmul_blas
 from aioge.kernels.pool_algos import build_globalavg_native
+from aioge.ops.fused import ACTIVATIONS
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")
 
@@ -223,6 +224,32 @@ def test_a_form_reads_its_operands_when_it_runs_not_when_it_is_built(key, weight
         want = run([a.copy() if a.flags.writeable else a for a in ins], None)
         for y, w in zip(ys, want):
             assert np.array_equal(y, w), f"{name} {params}: the jobs computed with the values of when they were made"
+
+
+@pytest.mark.parametrize("act", [a for a in ACTIVATIONS if a])
+@pytest.mark.parametrize("kernel", ["gemm_native", "matmul_blas"])
+def test_a_fused_product_has_a_form_for_every_activation_with_a_c_job(kernel: str, act: str) -> None:
+    # a FusedGemm(Relu) without one left the builder MLP's batch gears with no program
+    key = ("aioge", "FusedGemm", "gemm_native") if kernel == "gemm_native" else ("aioge", "FusedMatMul", "matmul_blas")
+    params = {"LeakyRelu": (0.1,), "Clip": (0.0, 6.0), "HardSigmoid": (0.2, 0.5), "Swish": (1.0,), "Gelu": (1.0,)}.get(act, ())
+    schema, attrs, ins, descs, outs = _signature(key, 3)
+    attrs = {**attrs, "activation": act, "activation_params": params}
+    for a in ins[1:]:
+        a.setflags(write=False)
+    if not schema.impl(kernel).applies(descs, attrs):
+        assert kernel == "matmul_blas" and act not in native_rows.ACTIVATIONS
+        return
+    run = schema.impl(kernel).build(attrs, {}, descs, outs)
+    ys = [np.empty(tuple(int(d) for d in outs[0].shape), np.float32)]
+    calls = native.native_form(run)(ins, ys)  # type: ignore[misc]
+    if act not in native_rows.ACTIVATIONS:
+        assert calls is None, f"{act} has no C job: no form"
+        return
+    ins[0][0, 0] = np.nan
+    ins[0][0, 1] = -0.0
+    _run(calls)
+    (want,) = run(ins, None)
+    assert np.array_equal(ys[0].view(np.int32), want.view(np.int32))
 
 
 @pytest.mark.parametrize("key", [("", "Gemm", "gemm_native"), ("", "Conv", "conv_direct_native")], ids=lambda k: k[2])

@@ -223,7 +223,7 @@ async def test_a_cancelled_caller_is_dropped_and_the_others_run() -> None:
 async def test_batches_in_flight_are_bounded_and_the_lead_moves_on() -> None:
     running = peak = 0
 
-    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    async def run(feeds: dict[str, np.ndarray], alone: bool) -> dict[str, np.ndarray]:
         nonlocal running, peak
         running += 1
         peak = max(peak, running)
@@ -248,8 +248,32 @@ async def test_batches_in_flight_are_bounded_and_the_lead_moves_on() -> None:
     assert stats.requests == 30 and stats.batches >= 10 and stats.mean_batch_rows > 1
 
 
+async def test_the_runner_learns_whether_requests_queue_behind_a_batch() -> None:
+    # 5 one-row requests at once, batches of at most 3: the first batch leaves 2 queued, the
+    # second leaves none (a session then runs a short batch on the loop's thread)
+    seen: list[tuple[int, bool]] = []
+
+    async def run(feeds: dict[str, np.ndarray], alone: bool) -> dict[str, np.ndarray]:
+        seen.append((len(feeds["x"]), alone))
+        await anyio.sleep(0)
+        return {"y": feeds["x"] * 3}
+
+    b = Batcher(run, max_rows=3, max_delay=0.0, batched=frozenset({"y"}), in_flight=1)
+    got: dict[int, np.ndarray] = {}
+
+    async def one(i: int) -> None:
+        got[i] = (await b.submit({"x": np.full((1, 2), i)}, 1))["y"]
+
+    async with anyio.create_task_group() as tg:
+        for i in range(5):
+            tg.start_soon(one, i)
+    assert seen == [(3, False), (2, True)]
+    for i in range(5):
+        np.testing.assert_array_equal(got[i], np.full((1, 2), 3 * i))
+
+
 async def test_a_cancelled_leader_hands_the_lead_on() -> None:
-    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    async def run(feeds: dict[str, np.ndarray], alone: bool) -> dict[str, np.ndarray]:
         return {"y": feeds["x"] + 1}
 
     b = Batcher(run, max_rows=3, max_delay=30.0, batched=frozenset({"y"}))
@@ -324,7 +348,7 @@ async def test_slow_batches_are_split_over_idle_slots_and_rows_stay_exact() -> N
     sizes: list[int] = []
     running = peak = 0
 
-    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    async def run(feeds: dict[str, np.ndarray], alone: bool) -> dict[str, np.ndarray]:
         nonlocal running, peak
         sizes.append(len(feeds["x"]))
         running += 1
@@ -355,22 +379,30 @@ async def test_slow_batches_are_split_over_idle_slots_and_rows_stay_exact() -> N
     assert sizes == [1, 8]
 
 
-async def test_batches_run_on_the_lanes_not_inline() -> None:
-    """A short batch runs on a lane, so the event loop gathers the next batch meanwhile (an
-    unbatched run of the same graph still goes inline)."""
+async def test_a_batch_runs_on_a_lane_while_requests_queue_behind_it_else_on_the_loop() -> None:
+    """A short batch with requests queued behind it runs on a lane, so the event loop gathers
+    the next batch meanwhile; with none queued the loop has nothing to gather, and the batch
+    runs on its thread (no hand-off, no wake-up)."""
     async with aioge.Session(SESSION) as s:
         await s.add_graph(1, _mlp(), {"aioge.batch_max_rows": "4", "aioge.batch_preferred_sizes": "4"})
-        for _ in range(3):
-            async with anyio.create_task_group() as tg:
-                for i in range(8):
-                    tg.start_soon(s.run_graph, 1, {"x": _rows(i, 1)})
+        for i in range(5):  # one at a time: nothing behind any batch
+            got = await s.run_graph(1, {"x": _rows(i, 1)})
+            np.testing.assert_allclose(got["y"], _ref(_rows(i, 1)), rtol=1e-5, atol=1e-6)
         exe = s.executable(1)
-        assert exe.short and exe.inline_runs == 0
-        assert s.batch_stats(1).rows == 24
-        await s.add_graph(2, _mlp())
-        for _ in range(5):
-            await s.run_graph(2, {"x": _rows(0, 4)})
-        assert s.executable(2).inline_runs >= 3
+        assert exe.short and exe.inline_runs >= 3  # the first run is timed on a lane
+        before = exe.inline_runs
+        got_all: dict[int, dict[str, np.ndarray]] = {}
+
+        async def one(i: int) -> None:
+            got_all[i] = await s.run_graph(1, {"x": _rows(i, 1)})
+
+        async with anyio.create_task_group() as tg:  # 8 at once: the first batch leaves 4 queued
+            for i in range(8):
+                tg.start_soon(one, i)
+        assert s.batch_stats(1).batches == 7
+        assert exe.inline_runs - before <= 1  # the first of the two went to a lane
+        for i in range(8):
+            np.testing.assert_allclose(got_all[i]["y"], _ref(_rows(i, 1)), rtol=1e-5, atol=1e-6)
 
 
 async def test_slow_batches_start_at_a_share_of_max_rows_without_waiting_out_the_delay() -> None:
@@ -378,7 +410,7 @@ async def test_slow_batches_start_at_a_share_of_max_rows_without_waiting_out_the
     callers of a split half queue again and start at once (a 30 s max_delay would otherwise
     hold them)."""
 
-    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    async def run(feeds: dict[str, np.ndarray], alone: bool) -> dict[str, np.ndarray]:
         await anyio.sleep(2 * SPLIT_AFTER)
         return {"y": feeds["x"] + 1}
 
@@ -405,7 +437,7 @@ async def test_splits_stop_when_overlapping_batches_run_no_faster() -> None:
     sizes: list[int] = []
     running = 0
 
-    async def one_core(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    async def one_core(feeds: dict[str, np.ndarray], alone: bool) -> dict[str, np.ndarray]:
         nonlocal running
         sizes.append(len(feeds["x"]))
         running += 1
@@ -431,7 +463,7 @@ async def test_a_slow_first_batch_does_not_keep_fast_batches_split() -> None:
     start) is forgotten once batches are fast, split or not."""
     sizes: list[int] = []
 
-    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    async def run(feeds: dict[str, np.ndarray], alone: bool) -> dict[str, np.ndarray]:
         sizes.append(len(feeds["x"]))
         await anyio.sleep(10 * SPLIT_AFTER if len(sizes) == 1 else SPLIT_AFTER / 40)
         return {"y": feeds["x"]}
@@ -451,7 +483,7 @@ async def test_a_batch_takes_a_compiled_size_rather_than_pad_more_rows_than_it_l
     its own rows."""
     sizes_run: list[int] = []
 
-    async def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    async def run(feeds: dict[str, np.ndarray], alone: bool) -> dict[str, np.ndarray]:
         sizes_run.append(len(feeds["x"]))
         await anyio.sleep(0.01)
         return {"y": feeds["x"] * 2}

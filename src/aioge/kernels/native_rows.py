@@ -42,8 +42,11 @@ SPLIT_ELEMENTS = 1 << 21
 # over 96x112x112 values, fused into its expansion conv, ran whole after a 0.7 ms GEMM.
 SPLIT_ACTIVATION = 1 << 16
 
-# activation name -> its code in csrc/act.h (enum ACT_*); Gelu's parameter picks the tanh form
-_ACT = {"Erf": 1, "Gelu": 2, "Sigmoid": 4, "Swish": 5, "HardSigmoid": 6, "HardSwish": 7}
+# activation name -> its code in csrc/act.h (enum ACT_*); Gelu's parameter picks the tanh form.
+# Relu and LeakyRelu keep numpy's maximum semantics (NaN propagates, -0 stays -0): their C job
+# lets a FusedGemm or FusedMatMul with one end a native program (the builder MLP's batch gears
+# had none). Clip stays numpy's: its C loop does not vectorise (4 ns a value against 0.2).
+_ACT = {"Erf": 1, "Gelu": 2, "Sigmoid": 4, "Swish": 5, "HardSigmoid": 6, "HardSwish": 7, "Relu": 8, "LeakyRelu": 9}
 _GELU_TANH = 3
 # The transcendental ones (all but the HardSigmoids) cost 0.5-1 ns a value: SPLIT_ACTIVATION
 # splits them from a quarter as many (the builder transformer's tanh GELU over 32K values: 28 -> 20 us).
@@ -51,8 +54,8 @@ _COSTLY = frozenset({*(_ACT[k] for k in ("Erf", "Gelu", "Sigmoid", "Swish")), _G
 ACTIVATIONS = frozenset(_ACT)
 # What the compiled convolutions apply to an output tile before it leaves the cache (a fused
 # producer's activation, by its op name): the activations above less Erf (not one of
-# ops.fused.ACTIVATIONS), and the piecewise-linear ones, computed as numpy's fused steps do.
-_EPILOGUE = {**{k: v for k, v in _ACT.items() if k != "Erf"}, "Relu": 8, "LeakyRelu": 9, "Clip": 10}
+# ops.fused.ACTIVATIONS), and Clip, computed as numpy's fused steps do.
+_EPILOGUE = {**{k: v for k, v in _ACT.items() if k != "Erf"}, "Clip": 10}
 EPILOGUES = frozenset(_EPILOGUE)
 _F32 = np.dtype(np.float32)
 

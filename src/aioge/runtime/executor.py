@@ -212,13 +212,16 @@ class Executable:
         trace: list[TraceSpan] | None = None,
         poison: bool = False,
         inline: bool = True,
+        alone: bool = False,
     ) -> dict[str, np.ndarray]:
         """Run once on checked feeds; returns the outputs by name (fresh arrays the caller owns).
 
         ``trace`` collects one span per node. ``poison`` fills the arena bytes each node
         reuses with NaN right before the node writes them, the test that reuse is safe.
         ``inline=False`` keeps a short run off the caller's thread (a batch, while the loop
-        gathers the next one).
+        gathers the next one). ``alone``: the caller vouches that no other caller runs this
+        executable now (a batch with nothing queued behind it), so a short native run goes
+        inline even when the callers change from run to run.
 
         Raises:
             ExecutionError: a kernel failed (names node, op type and engine).
@@ -229,7 +232,7 @@ class Executable:
             if self._native_ok is not False and mode == "sink" and trace is None and not poison:
                 prog = self._native_program(ctx)
                 if prog is not None:
-                    return await self._run_native(prog, feeds, workers, inline)
+                    return await self._run_native(prog, feeds, workers, inline, alone)
             self._bind(ctx, feeds)
             if mode == "host":
                 await self._run_host(ctx, workers, self._lanes(workers, self._stream_lanes), trace, poison)
@@ -287,13 +290,13 @@ class Executable:
         return now < self._contended_until
 
     async def _run_native(
-        self, prog: NativeProgram, feeds: Mapping[str, np.ndarray], workers: EngineWorkers, inline: bool
+        self, prog: NativeProgram, feeds: Mapping[str, np.ndarray], workers: EngineWorkers, inline: bool, alone: bool = False
     ) -> dict[str, np.ndarray]:
         """Run ``prog``: inline as a lone caller (every CPU token held: its big jobs split over
         the idle cores), queued for the runner threads beside other callers', or on the
         engine's first lane (a long run, a batch, the loop's inline budget spent, no queue)."""
         if inline and self.short:
-            if self._contended():
+            if not alone and self._contended():
                 queue = workers.program_queue()
                 if queue is not None:
                     return await self._run_queued(queue, prog, feeds)

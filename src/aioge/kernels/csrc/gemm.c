@@ -160,7 +160,7 @@ dtile_out(int nv, int64_t kc, const float *restrict a, const float *restrict xq,
         }
     }
 #ifdef __AVX512F__
-    const int relu = act == ACT_RELU; /* in the registers (act_span's rule: NaN and x >= 0 kept), not a pass per row */
+    const int relu = act == ACT_RELU; /* in the registers (act_span's rule: NaN and x > 0 kept), not a pass per row */
 #else
     const int relu = 0;
 #endif
@@ -171,7 +171,7 @@ dtile_out(int nv, int64_t kc, const float *restrict a, const float *restrict xq,
             v16 out = acc[i][v] + add;
 #ifdef __AVX512F__
             if (relu)
-                out = (v16)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)out, _mm512_setzero_ps(), _CMP_NLT_UQ), (__m512)out);
+                out = (v16)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)out, _mm512_setzero_ps(), _CMP_NLE_UQ), (__m512)out);
 #endif
             if (16 * v + 16 <= ncols) {
                 *(v16u *)(yr + 16 * v) = out;

@@ -215,10 +215,11 @@ static inline float hardsigmoid_f32(float v, float alpha, float beta) {
 }
 
 /* Clip as the numpy step computes it: max with lo, then min with hi (an infinite bound changes
- * nothing, NaN stays NaN). */
+ * nothing, NaN stays NaN). numpy's maximum(a, b) is a when a > b or a is NaN, else b: of -0 and
+ * +0 it gives the second, so Clip(0, 6) of -0 is +0. */
 static inline float clip_f32(float v, float lo, float hi) {
-    v = v >= lo || v != v ? v : lo;
-    return v <= hi || v != v ? v : hi;
+    v = v > lo || v != v ? v : lo;
+    return v < hi || v != v ? v : hi;
 }
 
 /* y[i] = act(x[i] + bias[i]) for i < n (no bias when it is NULL); y may be x. The switch sits
@@ -247,9 +248,9 @@ static void act_span(const float *x, const float *bias, float *y, int64_t n, int
     case ACT_SWISH: ACT_LOOP(swish_f32(v, p0)); break;
     case ACT_HARDSIGMOID: ACT_LOOP(hardsigmoid_f32(v, p0, p1)); break;
     case ACT_HARDSWISH: ACT_LOOP(v * hardsigmoid_f32(v, 1.0f / 6.0f, 0.5f)); break;
-    /* numpy's maximum and minimum: the first operand when the comparison holds or it is NaN, so
-     * NaN propagates and -0 stays -0, as the fused numpy steps give */
-    case ACT_RELU: ACT_LOOP(v >= 0.0f || v != v ? v : 0.0f); break;
+    /* numpy's maximum(v, 0) (clip_f32): NaN propagates, -0 becomes +0. LeakyRelu is numpy's
+     * where(v >= 0, v, v * alpha), which its max(v, alpha v) form equals for alpha in [0, 1]. */
+    case ACT_RELU: ACT_LOOP(v > 0.0f || v != v ? v : 0.0f); break;
     case ACT_LEAKY_RELU: ACT_LOOP(v >= 0.0f || v != v ? v : v * p0); break;
     case ACT_CLIP: ACT_LOOP(clip_f32(v, p0, p1)); break;
     default: break;
