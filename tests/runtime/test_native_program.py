@@ -3,6 +3,9 @@ grouped with the turn's other callers, bit-equal to the step-by-step run."""
 
 from __future__ import annotations
 
+import threading
+
+import anyio
 import numpy as np
 import pytest
 
@@ -65,6 +68,38 @@ async def test_a_failing_job_fails_only_its_own_program_in_a_queue() -> None:
             bad.finish()
         assert err.value.node == exe.model.nodes[0].name and "unknown job" in str(err.value)
         np.testing.assert_allclose(good.finish()["probs"], reference(feeds)["probs"], rtol=1e-5, atol=1e-6)
+
+
+async def test_runs_kept_off_the_loop_run_whole_on_lanes_of_their_own(monkeypatch) -> None:
+    # batches that others overlap (inline=False): one lane and one core each, not queued on
+    # the first lane splitting their jobs (the second batch then waited out the first)
+    graph, feeds, reference = EXAMPLES["mlp"](batch=1)  # type: ignore[call-arg]
+    async with aioge.Session() as s:
+        await s.add_graph(1, graph)
+        await s.run_graph(1, feeds)
+        exe = s.executable(1)
+        workers = s._engines.workers
+        seen: list[tuple[str, bool]] = []
+        real = NativeProgram.run
+        both = threading.Barrier(2, timeout=10)  # broken (the test fails) unless the two run at once
+
+        def run(self: NativeProgram, feeds: dict, split: bool) -> dict:
+            seen.append((threading.current_thread().name, split))
+            both.wait()
+            return real(self, feeds, split)
+
+        monkeypatch.setattr(NativeProgram, "run", run)
+        got = []
+
+        async def one() -> None:
+            got.append(await exe.run(feeds, workers=workers, inline=False))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+                tg.start_soon(one)
+    assert len({name for name, _ in seen}) == 2 and not any(split for _, split in seen), seen
+    for out in got:
+        np.testing.assert_allclose(out["probs"], reference(feeds)["probs"], rtol=1e-5, atol=1e-6)
 
 
 async def test_plans_with_a_numpy_kernel_or_several_threads_run_step_by_step() -> None:

@@ -272,6 +272,28 @@ async def test_the_runner_learns_whether_requests_queue_behind_a_batch() -> None
         np.testing.assert_array_equal(got[i], np.full((1, 2), 3 * i))
 
 
+@pytest.mark.parametrize("split_after", [SPLIT_AFTER, None])
+async def test_a_batch_beside_another_or_a_slow_one_does_not_run_alone(split_after: float | None) -> None:
+    # alone = nothing queued behind, no other batch running, and not slow (more requests would
+    # queue behind a slow one while it runs); a session runs the others whole on lanes of their own
+    seen: list[tuple[int, bool]] = []
+
+    async def run(feeds: dict[str, np.ndarray], alone: bool) -> dict[str, np.ndarray]:
+        seen.append((len(feeds["x"]), alone))
+        await anyio.sleep(0.05)
+        return {"y": feeds["x"] + 1}
+
+    b = Batcher(run, max_rows=3, max_delay=0.0, batched=frozenset({"y"}), in_flight=2, split_after=split_after)
+    async with anyio.create_task_group() as tg:
+        for i in range(5):
+            tg.start_soon(b.submit, {"x": np.full((1, 1), i)}, 1)
+    assert seen == [(3, False), (2, False)]  # the second started while the first ran
+    (y,) = (await b.submit({"x": np.full((1, 1), 9)}, 1)).values()
+    assert y[0, 0] == 10
+    # 16 ms a row: past SPLIT_AFTER a lone row counts as slow; with no split_after nothing does
+    assert seen[-1] == (1, split_after is None)
+
+
 async def test_a_cancelled_leader_hands_the_lead_on() -> None:
     async def run(feeds: dict[str, np.ndarray], alone: bool) -> dict[str, np.ndarray]:
         return {"y": feeds["x"] + 1}

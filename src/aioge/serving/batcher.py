@@ -7,8 +7,10 @@ queue's head up to ``max_rows`` rows, stacks every input along dim 0, runs the s
 (the runner pads it to a compiled size) and hands each request its rows of the batched
 outputs. The next queued request then leads the next batch, so a batch forms while the last
 one runs; at most ``in_flight`` batches run at once, and while a batch waits for its turn it
-takes in more rows. The runner learns whether any request is queued behind a batch: with none,
-the loop has nothing to gather while it runs, so a short one may run on the loop's thread. When batches are slow (the queued rows would take ``split_after`` s at
+takes in more rows. The runner learns whether a batch runs alone: no request queued behind it,
+no other batch running, and not slow (nothing will queue behind it meanwhile). Alone, it may
+run on the loop's thread when short (the loop has nothing to gather) or take an idle core for
+its big jobs; otherwise it runs whole on a lane of its own, one core a batch. When batches are slow (the queued rows would take ``split_after`` s at
 the recent seconds per row), other slots idle and splits are measured to pay (rows of
 batches that overlapped ran nearly as fast as alone: there was a free core), a batch takes
 only its share of the queue and the rest starts at once: with every client queued, two half
@@ -37,7 +39,7 @@ from aioge.runtime.workers import Event, FutureEvent
 
 __all__ = ["PROBE_EVERY", "SHARED_SLOWDOWN", "SPLIT_AFTER", "BatchStats", "Batcher"]
 
-# (stacked feeds, alone: no request is queued behind this batch) -> outputs
+# (stacked feeds, alone: no request queued behind this batch, no other batch running, not slow) -> outputs
 Runner = Callable[[dict[str, np.ndarray], bool], Awaitable[dict[str, np.ndarray]]]
 
 _DELAYS_KEPT = 4096  # queue delays kept for the percentiles: the latest ones
@@ -271,7 +273,7 @@ class Batcher:
                 stacked = dict(batch[0].arrays)
             else:
                 stacked = {n: np.concatenate([r.arrays[n] for r in batch]) for n in batch[0].arrays}
-            outputs = await self._run(stacked, not self._queue)
+            outputs = await self._run(stacked, not self._queue and alone and not self._slow(total))
             took = time.perf_counter() - start
             per_row = took / total
             self._row_any = per_row if self._row_any is None else 0.8 * self._row_any + 0.2 * per_row
