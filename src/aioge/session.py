@@ -6,7 +6,7 @@ import logging
 import os
 import warnings
 import weakref
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import partial
 from types import TracebackType
@@ -28,7 +28,7 @@ from aioge.plan.model import CompiledModel
 from aioge.runtime.blas import configure_blas
 from aioge.runtime.devices import DevicePool
 from aioge.runtime.executor import Executable, TraceSpan
-from aioge.runtime.workers import EngineWorkers, Event, new_event
+from aioge.runtime.workers import EngineWorkers, RunGate
 from aioge.serving.batcher import Batcher, BatchStats
 from aioge.serving.gears import GearSet, batched_outputs, gear_set, gear_set_of_model, pad_rows
 
@@ -68,39 +68,6 @@ class _GraphEntry:
         default_factory=dict
     )  # gears/batching: layouts checked, their rows and tail
     queued: dict[_FeedKey, tuple[Batcher, int]] = field(default_factory=dict)  # layouts that go straight to a batcher, their rows
-
-
-class _RunGate:
-    """A bound on runs in flight that costs nothing (no checkpoint) while it is not reached:
-    a CapacityLimiter checkpoints on every acquire, about 10 us a run."""
-
-    __slots__ = ("limit", "busy", "waiters")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.busy = 0
-        self.waiters: deque[Event] = deque()
-
-    async def enter(self) -> None:
-        if self.busy < self.limit and not self.waiters:
-            self.busy += 1
-            return
-        ev = new_event()
-        self.waiters.append(ev)
-        try:
-            await ev.wait()
-        except BaseException:
-            if ev in self.waiters:
-                self.waiters.remove(ev)
-            else:  # handed a slot while being cancelled: hand it on
-                self.leave()
-            raise
-
-    def leave(self) -> None:
-        if self.waiters:
-            self.waiters.popleft().set()  # the slot passes to the first waiter
-        else:
-            self.busy -= 1
 
 
 class _Engines:
@@ -177,7 +144,7 @@ class Session:
         self._next_anonymous = -1
         self._variables: dict[str, np.ndarray] = {}
         self._cpu: anyio.CapacityLimiter | None = None
-        self._runs: _RunGate | None = None
+        self._runs: RunGate | None = None
         # The engines' lanes (started with the session) and the device processes
         # (aioge.exec_devices, started on the first run that can use them).
         self._engines = _Engines(DevicePool(resolved.exec_devices) if resolved.exec_devices else None)
@@ -223,14 +190,14 @@ class Session:
         if self.remote_cache is not None:  # its queued writes go out first (bounded wait)
             await self.remote_cache.aclose()
 
-    def _limiters(self) -> tuple[anyio.CapacityLimiter, _RunGate]:
+    def _limiters(self) -> tuple[anyio.CapacityLimiter, RunGate]:
         if self._cpu is None:
             cores = os.cpu_count() or 2
             self._cpu = anyio.CapacityLimiter(cores)  # compile work
             # Runs in flight on the engine lanes (each holds an arena). Twice the cores, so a lane
             # that finishes a run finds the next one queued instead of idling through the
             # thread-to-loop-to-thread hand-off; the lanes' CPU tokens still bound the compute.
-            self._runs = _RunGate(2 * cores)
+            self._runs = RunGate(2 * cores)
         assert self._runs is not None
         return self._cpu, self._runs
 

@@ -26,16 +26,18 @@ queued, so a bad feed fails alone; an error of the run fails every request of th
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 from typing import Awaitable, Callable, Mapping
 
 import anyio
 import numpy as np
 import sniffio
 
-from aioge.runtime.workers import Event, FutureEvent
+from aioge.runtime.workers import Event, FutureEvent, RunGate
 
 __all__ = ["PROBE_EVERY", "SHARED_SLOWDOWN", "SPLIT_AFTER", "BatchStats", "Batcher"]
 
@@ -127,8 +129,8 @@ class Batcher:
         self._queue: deque[_Request] = deque()
         self._queued_rows = 0
         self._leading = False
-        self._full: anyio.Event | None = None
-        self._slots = anyio.Semaphore(in_flight)
+        self._full: Event | None = None
+        self._slots = RunGate(in_flight)  # a Semaphore checkpoints on every acquire
         self._batches = self._requests = self._rows = 0
         self._delays: deque[float] = deque(maxlen=_DELAYS_KEPT)
 
@@ -151,8 +153,11 @@ class Batcher:
             whatever the batch's run raised.
         """
         wake = self._wake
-        if wake is None:  # not anyio.Event(): it looks the backend up, per call
-            wake = self._wake = FutureEvent if sniffio.current_async_library() == "asyncio" else type(anyio.Event())
+        if wake is None:  # not anyio.Event(): it looks the backend up, per call (a session runs on one loop)
+            if sniffio.current_async_library() == "asyncio":
+                wake = self._wake = partial(FutureEvent, asyncio.get_running_loop())
+            else:
+                wake = self._wake = type(anyio.Event())
         req = _Request(arrays, rows, time.perf_counter(), wake())  # not anyio.current_time(): a look-up too
         self._queue.append(req)
         self._queued_rows += rows
@@ -204,15 +209,21 @@ class Batcher:
         if self._split:
             self._split = False
         elif self._queued_rows < self._target and self.max_delay > 0:
-            self._full = anyio.Event()
+            assert self._wake is not None
+            full = self._full = self._wake()
             with anyio.move_on_after(self.max_delay):
-                await self._full.wait()
+                await full.wait()
             self._full = None
-        async with self._slots:
+        elif self._queued_rows < self._target:
+            await anyio.lowlevel.checkpoint()  # with no delay, the requests of this turn of the loop still join
+        await self._slots.enter()
+        try:
             batch = self._take()
             self._pass_lead()
             with anyio.CancelScope(shield=True):  # the others' rows run even if this caller is cancelled
                 await self._run_batch(batch)
+        finally:
+            self._slots.leave()
 
     def _slow(self, rows: int) -> bool:
         """Whether a batch of ``rows`` rows would run for ``split_after`` s or more, at the
@@ -230,7 +241,7 @@ class Batcher:
         batch: list[_Request] = []
         rows = 0
         limit = self.max_rows
-        idle = self._slots.value
+        idle = self._slots.limit - self._slots.busy
         if idle and self._queued_rows > 1 and self._slow(self._queued_rows):
             split = self._splits_pay()
             self._probe += 1
@@ -240,10 +251,15 @@ class Batcher:
             if split:
                 limit = min(limit, -(-self._queued_rows // (idle + 1)))
                 self._split = self._queued_rows > limit
-        while self._queue and (not batch or rows + self._queue[0].rows <= limit) and rows + self._queue[0].rows <= self.max_rows:
-            r = self._queue.popleft()
+        queue, cap = self._queue, self.max_rows
+        while queue:  # the first request may pass limit (not max_rows): a batch takes at least one
+            r = queue[0]
+            more = rows + r.rows
+            if more > cap or (batch and more > limit):
+                break
+            queue.popleft()
             r.taken = True
-            rows += r.rows
+            rows = more
             batch.append(r)
         # Triton's preferred batch sizes: a batch that would pad more rows than it leaves for
         # the next one takes only a compiled size (40 rows run as 32 now and 8 with the next
@@ -288,8 +304,9 @@ class Batcher:
                 r.error = exc
         else:
             at = 0
+            split = [(n, o, n in self.batched) for n, o in outputs.items()]
             for r in batch:
-                r.outputs = {n: (o[at : at + r.rows] if n in self.batched else o) for n, o in outputs.items()}
+                r.outputs = {n: o[at : at + r.rows] if rows else o for n, o, rows in split}
                 at += r.rows
         finally:
             self._running -= 1
