@@ -28,7 +28,10 @@ import aioge
 # elementwise jobs, and the tuner's native alternative with the compiler's preference for it).
 # Raised to 31,700 on 2026-12-05: the program queue (C runner threads for concurrent callers'
 # programs, its eventfd poll) replacing the synchronous groups, which were deleted.
-LINE_BUDGET = 31_700
+# Raised to 31,750 on 2026-12-05: batches that run alone (on the loop's thread) or beside others
+# (whole, on lanes of their own), the run path straight to a batcher, and conv row panels in
+# blocks of 8 weight rows.
+LINE_BUDGET = 31_750
 _SRC = Path(aioge.__file__).parent
 GENERATED = {"ops/builders.py"}
 

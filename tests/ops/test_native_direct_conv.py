@@ -30,15 +30,14 @@ from tests.ops.conftest import ort_run, rand
     dilations=st.tuples(st.integers(1, 2), st.integers(1, 2)),
     pads=st.tuples(*[st.integers(0, 3)] * 4),
     bias=st.booleans(),
-    rows=st.booleans(),
+    rows=st.sampled_from([{}, {"rows": 1}, {"rows": 1, "mr": 8}]),
 )
 @settings(max_examples=120, deadline=None)
 def test_direct_conv_matches_onnxruntime(seed, n, c, m, h, w, kernel, strides, dilations, pads, bias, rows) -> None:
     """Flattened panels, and row panels (``rows``: tiles within one output row, stored straight
-    when K fits one block), bit-equal to each other: the same sums in the same order."""
-    got = _matches_onnxruntime(
-        build_conv_direct_native, seed, n, c, m, h, w, kernel, strides, dilations, pads, bias, {"rows": 1} if rows else {}
-    )
+    when K fits one block; ``mr`` 8: the weight in blocks of 8 rows, any M, a short last
+    block), bit-equal to each other: the same sums in the same order."""
+    got = _matches_onnxruntime(build_conv_direct_native, seed, n, c, m, h, w, kernel, strides, dilations, pads, bias, rows)
     if got is not None and rows:
         flat = _matches_onnxruntime(build_conv_direct_native, seed, n, c, m, h, w, kernel, strides, dilations, pads, bias)
         np.testing.assert_array_equal(got, flat)
@@ -84,7 +83,7 @@ def _count_splits(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
     ("c", "m", "k", "stride", "pad", "size"),
     [(16, 70, 3, 1, 1, 40), (24, 13, 3, 2, 1, 33), (32, 64, 1, 1, 0, 16), (8, 20, 7, 2, 3, 50), (48, 130, 3, 1, 1, 5)],
 )
-@pytest.mark.parametrize("rows", [0, 1])
+@pytest.mark.parametrize("rows", [{}, {"rows": 1}, {"rows": 1, "mr": 8}], ids=["flat", "rows", "rows8"])
 @pytest.mark.parametrize("batch", [1, 2, 3])
 def test_direct_conv_split_over_a_helper_thread_matches_whole(c, m, k, stride, pad, size, rows, batch, monkeypatch) -> None:
     """Panels (large images) or 6-row blocks (one panel), flattened or row panels, shared with
@@ -100,8 +99,8 @@ def test_direct_conv_split_over_a_helper_thread_matches_whole(c, m, k, stride, p
     (want,) = ort_run("Conv", [x, wt, b], attrs)
     monkeypatch.setattr("aioge.kernels.conv_algos.DIRECT_SPLIT_MACS", 0)
     descs = [TensorDesc(a.shape, "float32") for a in (x, wt, b)]
-    run = build_conv_direct_native(attrs, {"rows": rows}, descs, None)
-    poison = build_conv_direct_native(attrs, {"rows": rows}, descs, None)
+    run = build_conv_direct_native(attrs, rows, descs, None)
+    poison = build_conv_direct_native(attrs, rows, descs, None)
     pieces = _count_splits(monkeypatch)
     nan = np.full_like(x, np.nan)
     with parallel.cpu_tokens(threading.Semaphore(2)):
@@ -204,13 +203,17 @@ def test_full_tiles_of_whole_output_rows_go_straight_to_the_output(m, kernel, pa
 def test_row_panels_are_a_candidate_where_the_phase_rows_carry_junk_columns() -> None:
     from aioge.plan.kernel import candidates_of
 
-    def params(kernel: list[int], strides: list[int], pads: list[int]) -> list[dict[str, int]]:
-        descs = [TensorDesc((1, 8, 20, 20), "float32"), TensorDesc((16, 8, *kernel), "float32")]
+    def params(kernel: list[int], strides: list[int], pads: list[int], m: int = 12) -> list[dict[str, int]]:
+        descs = [TensorDesc((1, 8, 20, 20), "float32"), TensorDesc((m, 8, *kernel), "float32")]
         attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads}
         return [p for impl, p in candidates_of(get_schema("Conv"), descs, attrs) if impl.name == "conv_direct_native"]
 
     assert params([3, 3], [1, 1], [1, 1, 1, 1]) == [{}, {"rows": 1}]
     assert params([3, 3], [2, 2], [1, 1, 1, 1]) == [{}, {"rows": 1}]
+    # blocks of 8 weight rows where M is a multiple of 8 and not of 6 (16: 18 rows computed in 6s)
+    assert params([3, 3], [1, 1], [1, 1, 1, 1], m=16) == [{}, {"rows": 1}, {"rows": 1, "mr": 8}]
+    assert params([3, 3], [1, 1], [1, 1, 1, 1], m=48) == [{}, {"rows": 1}]
+    assert params([1, 1], [1, 1], [0, 0, 0, 0], m=16) == [{}]
     assert params([1, 1], [1, 1], [0, 0, 0, 0]) == [{}]  # every phase-image column is an output
     assert params([3, 1], [1, 1], [1, 0, 1, 0]) == [{}]
     assert params([2, 2], [2, 2], [0, 0, 0, 0]) == [{}]  # (2 - 1) // 2 = 0 junk columns

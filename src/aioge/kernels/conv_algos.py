@@ -467,11 +467,21 @@ class _Layout(NamedTuple):
     rows: bool  # row panels: no junk columns (conv_direct_native's ``rows`` parameter)
     per_image: int  # units of the cut range per image: position panels, or with t MR-position units
     other: int  # the other range: MR-row blocks of the weight, or with t NR-channel panels
+    mr: int = 0  # row panels' weight rows per block when not the compiled MR: ROWS_MR8 (csrc/gemm.c's G_MR)
 
 
-def _layout(g: ConvGeometry, tile: tuple[int, int], *, t: bool = False, rows: bool = False) -> _Layout:
+# Row panels may take the weight in blocks of 8 rows, 3 vectors of positions (csrc/gemm.c's MR8
+# and NR8: 24 accumulators, as MR = 6 by 4 vectors), where M is a multiple of 8 but not of 6:
+# MR = 6 computes 36 rows for 32 channels and 18 for 16. The builder CNN's convs at batch 64 on
+# one core: 16->32 3x3 1.61 -> 1.45 ms (94 -> 104 GFLOP/s; this core peaks at 117), 3->16 3x3
+# 0.68 -> 0.63 ms; onnxruntime's NCHWc kernels take 1.29 and 0.55.
+ROWS_MR8, ROWS_NR8 = 8, 48
+
+
+def _layout(g: ConvGeometry, tile: tuple[int, int], *, t: bool = False, rows: bool = False, mr8: bool = False) -> _Layout:
     """``conv_direct_native``'s layout, or with ``t`` ``conv_direct_t_native``'s (output
-    channels in the lanes, positions broadcast)."""
+    channels in the lanes, positions broadcast); ``mr8``: row panels take the weight in blocks
+    of ``ROWS_MR8`` rows."""
     mr, nr = tile
     direct = g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.unpadded
     hph, wph = (g.h, g.w) if t and direct else (g.oh + (g.kh - 1) * g.dh // g.sh, g.ow + (g.kw - 1) * g.dw // g.sw)
@@ -483,7 +493,11 @@ def _layout(g: ConvGeometry, tile: tuple[int, int], *, t: bool = False, rows: bo
     if t:
         return _Layout(hph, wph, in_place, image, False, -(-(g.oh * g.ow) // mr), -(-g.m // nr))
     rows = rows and wph != g.ow
-    return _Layout(hph, wph, in_place, image, rows, g.oh * -(-g.ow // nr) if rows else -(-q // nr), -(-g.m // mr))
+    if rows and mr8:
+        mr, nr = ROWS_MR8, ROWS_NR8
+    return _Layout(
+        hph, wph, in_place, image, rows, g.oh * -(-g.ow // nr) if rows else -(-q // nr), -(-g.m // mr), mr if rows and mr8 else 0
+    )
 
 
 def _direct_native(
@@ -526,6 +540,7 @@ def _direct_native(
             image,
             *act,
             lay.rows,
+            lay.mr,
         ],
         np.int64,
     )
@@ -613,7 +628,8 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
     if tile is None:
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     mr, nr = tile
-    lay = _layout(g, tile, rows=bool(params.get("rows", 0)))
+    lay = _layout(g, tile, rows=bool(params.get("rows", 0)), mr8=int(params.get("mr", 0)) == ROWS_MR8)
+    mr = lay.mr or mr
     pack = lambda w: pack_rows(np.asarray(w, np.float32), mr)  # noqa: E731
     make = _direct_native(g, ins, lay, pack, _epilogue(attrs))
     if make is None:
@@ -766,7 +782,7 @@ def build_conv_grouped_native(attrs: Mapping[str, Any], params: Mapping[str, Any
 
 
 def _grouped_native_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [*_direct_candidates(descs, attrs), {"t": 1}]
+    return [*(p for p in _direct_candidates(descs, attrs) if "mr" not in p), {"t": 1}]  # per group: blocks of MR rows
 
 
 def _applies_grouped_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
@@ -913,7 +929,9 @@ def _direct_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str,
     its stride) row panels too: no junk computed and the tiles stored straight, but a short
     last panel per row (the builder CNN's 3->16 3x3 at batch 8: 89 -> 48 us)."""
     g = conv_geometry(descs, attrs)
-    return [{}, {"rows": 1}] if g is not None and (g.kw - 1) * g.dw // g.sw else [{}]
+    if g is None or not (g.kw - 1) * g.dw // g.sw:
+        return [{}]
+    return [{}, {"rows": 1}] + ([{"rows": 1, "mr": ROWS_MR8}] if g.m % ROWS_MR8 == 0 and g.m % 6 else [])
 
 
 # The schema lists these right after its reference: the tuner tries candidates in order until

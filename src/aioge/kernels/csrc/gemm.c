@@ -25,6 +25,8 @@
 
 #define MR 6
 #define NR 64
+#define MR8 8  /* row panels' weight rows when M is a multiple of 8 ... */
+#define NR8 48 /* ... and their positions: 8 x 3 vectors */
 #define KC 160
 
 typedef float v16 __attribute__((vector_size(64), aligned(64)));
@@ -47,8 +49,9 @@ int aioge_conv_gemm_nr(void) { return NR; }
  */
 
 /* geometry: C, H, W, M, KH, KW, SH, SW, DH, DW, PT, PL, OH, OW, N, HPH, WPH, IMAGE (floats per image of
- * xph), then the activation applied to the outputs: act.h's code and its parameters' float32 bits */
-enum { G_HPH = G_LEN, G_WPH, G_IMAGE, G_ACT, G_ACT_P0, G_ACT_P1, G_ROWS, G_DIRECT_LEN };
+ * xph), then the activation applied to the outputs: act.h's code and its parameters' float32 bits,
+ * row panels (G_ROWS) and their weight rows per block (G_MR: MR, or MR8 with G_ROWS) */
+enum { G_HPH = G_LEN, G_WPH, G_IMAGE, G_ACT, G_ACT_P0, G_ACT_P1, G_ROWS, G_MR, G_DIRECT_LEN };
 
 /* Rows [i0, i1) of every phase plane of one image: x one image of C planes, xph its IMAGE floats. */
 static void phases_rows(const float *restrict x, float *restrict img, const int64_t *g, int64_t i0, int64_t i1)
@@ -110,12 +113,14 @@ void aioge_conv_phases_f32(const float *restrict x, float *restrict xph, const i
         phases_image(x + n * g[G_C] * g[G_H] * g[G_W], xph + n * g[G_IMAGE], g);
 }
 
+/* A tile of mr weight rows (MR, or MR8 for row panels over M a multiple of 8: no rows of zeros
+ * computed, as MR = 6 computes 36 for 32 channels) by nv vectors of positions, over kc taps. */
 static inline __attribute__((always_inline)) void
-dtile(int nv, int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff, float *restrict c,
-      int first)
+dtile_m(const int mr, int nv, int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff,
+        float *restrict c, int first)
 {
-    v16 acc[MR][4];
-    for (int i = 0; i < MR; i++)
+    v16 acc[MR8][4];
+    for (int i = 0; i < mr; i++)
         for (int v = 0; v < nv; v++)
             acc[i][v] = first ? (v16){0} : *(const v16 *)(c + i * NR + 16 * v);
     for (int64_t k = 0; k < kc; k++) {
@@ -123,13 +128,13 @@ dtile(int nv, int64_t kc, const float *restrict a, const float *restrict xq, con
         v16 bv[4];
         for (int v = 0; v < nv; v++)
             bv[v] = *(const v16u *)(b + 16 * v);
-        for (int i = 0; i < MR; i++) {
-            float s = a[k * MR + i];
+        for (int i = 0; i < mr; i++) {
+            float s = a[k * mr + i];
             for (int v = 0; v < nv; v++)
                 acc[i][v] += s * bv[v];
         }
     }
-    for (int i = 0; i < MR; i++)
+    for (int i = 0; i < mr; i++)
         for (int v = 0; v < nv; v++)
             *(v16 *)(c + i * NR + 16 * v) = acc[i][v];
 }
@@ -141,11 +146,13 @@ dtile(int nv, int64_t kc, const float *restrict a, const float *restrict xq, con
  * row panel) and K in one block. A small-K conv (EfficientNet's 16->96 1x1 at 112x112, K = 16)
  * spent as long on the round trip through the accumulator buffer as on its multiply-adds. */
 static inline __attribute__((always_inline)) void
-dtile_out(int nv, int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff, float *restrict y,
-          int64_t ldy, int64_t rows, int64_t ncols, const float *restrict bias, int act, float p0, float p1)
+dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff,
+          float *restrict y, int64_t ldy, int64_t rows, int64_t ncols, const float *restrict bias, int act, float p0, float p1)
 {
-    v16 acc[MR][4];
-    for (int i = 0; i < MR; i++)
+    v16 acc[MR8][4];
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
         for (int v = 0; v < nv; v++)
             acc[i][v] = (v16){0};
     for (int64_t k = 0; k < kc; k++) {
@@ -153,8 +160,8 @@ dtile_out(int nv, int64_t kc, const float *restrict a, const float *restrict xq,
         v16 bv[4];
         for (int v = 0; v < nv; v++)
             bv[v] = *(const v16u *)(b + 16 * v);
-        for (int i = 0; i < MR; i++) {
-            float s = a[k * MR + i];
+        for (int i = 0; i < mr; i++) {
+            float s = a[k * mr + i];
             for (int v = 0; v < nv; v++)
                 acc[i][v] += s * bv[v];
         }
@@ -164,9 +171,14 @@ dtile_out(int nv, int64_t kc, const float *restrict a, const float *restrict xq,
 #else
     const int relu = 0;
 #endif
-    for (int i = 0; i < rows; i++) {
+    /* unrolled over the constant mr (rows <= mr stops it early), so acc never leaves the registers */
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++) {
+        if (i >= rows)
+            break;
         const float add = bias ? bias[i] : 0.0f;
         float *yr = y + i * ldy;
+#pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
             v16 out = acc[i][v] + add;
 #ifdef __AVX512F__
@@ -191,24 +203,37 @@ dtile_out(int nv, int64_t kc, const float *restrict a, const float *restrict xq,
 
 typedef void (*dout_fn)(int64_t, const float *, const float *, const int64_t *, float *, int64_t, int64_t, int64_t,
                         const float *, int, float, float);
-#define DOUT(NV)                                                                                                        \
-    static void dout##NV(int64_t kc, const float *a, const float *xq, const int64_t *o, float *y, int64_t ldy, int64_t r, \
-                         int64_t nc, const float *b, int act, float p0, float p1)                                       \
-    {                                                                                                                   \
-        dtile_out(NV, kc, a, xq, o, y, ldy, r, nc, b, act, p0, p1);                                                     \
+#define DOUT(M, NV)                                                                                                      \
+    static void dout##M##_##NV(int64_t kc, const float *a, const float *xq, const int64_t *o, float *y, int64_t ldy,      \
+                               int64_t r, int64_t nc, const float *b, int act, float p0, float p1)                        \
+    {                                                                                                                    \
+        dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, act, p0, p1);                                                   \
     }
-DOUT(1)
-DOUT(2)
-DOUT(3)
-DOUT(4)
-static const dout_fn DOUTS[5] = {0, dout1, dout2, dout3, dout4};
+DOUT(6, 1)
+DOUT(6, 2)
+DOUT(6, 3)
+DOUT(6, 4)
+DOUT(8, 1)
+DOUT(8, 2)
+DOUT(8, 3)
+static const dout_fn DOUTS[5] = {0, dout6_1, dout6_2, dout6_3, dout6_4};
+static const dout_fn DOUTS8[4] = {0, dout8_1, dout8_2, dout8_3}; /* 8 x 3 vectors: 24 accumulators, as 6 x 4 */
 
 typedef void (*dtile_fn)(int64_t, const float *, const float *, const int64_t *, float *, int);
-static void dtile1(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f) { dtile(1, kc, a, b, o, c, f); }
-static void dtile2(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f) { dtile(2, kc, a, b, o, c, f); }
-static void dtile3(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f) { dtile(3, kc, a, b, o, c, f); }
-static void dtile4(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f) { dtile(4, kc, a, b, o, c, f); }
-static const dtile_fn DTILES[5] = {0, dtile1, dtile2, dtile3, dtile4};
+#define DTILE(M, NV)                                                                                                       \
+    static void dtile##M##_##NV(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f)            \
+    {                                                                                                                      \
+        dtile_m(M, NV, kc, a, b, o, c, f);                                                                                 \
+    }
+DTILE(6, 1)
+DTILE(6, 2)
+DTILE(6, 3)
+DTILE(6, 4)
+DTILE(8, 1)
+DTILE(8, 2)
+DTILE(8, 3)
+static const dtile_fn DTILES[5] = {0, dtile6_1, dtile6_2, dtile6_3, dtile6_4};
+static const dtile_fn DTILES8[4] = {0, dtile8_1, dtile8_2, dtile8_3};
 
 /* This thread's work buffer ``slot`` (of SCRATCH_SLOTS) of at least n floats, 64-byte aligned,
  * kept from call to call (and freed with the thread): an allocation per call past glibc's mmap
@@ -258,10 +283,13 @@ float *aioge_thread_scratch(int slot, size_t n)
 static float *accumulator(size_t n) { return aioge_thread_scratch(0, n); }
 
 /* Panels per image: of NR flattened positions, or with G_ROWS of up to NR outputs of one row. */
+static int64_t row_panel(const int64_t *g) { return g[G_MR] == MR8 ? NR8 : NR; }
+static int64_t block_rows(const int64_t *g) { return g[G_ROWS] && g[G_MR] == MR8 ? MR8 : MR; }
+
 static int64_t panels_per_image(const int64_t *g)
 {
     if (g[G_ROWS])
-        return g[G_OH] * ((g[G_OW] + NR - 1) / NR);
+        return g[G_OH] * ((g[G_OW] + row_panel(g) - 1) / row_panel(g));
     return ((g[G_OH] - 1) * g[G_WPH] + g[G_OW] + NR - 1) / NR;
 }
 
@@ -277,29 +305,31 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
     const int act = (int)g[G_ACT];
     const float act_p0 = aioge_float_of(g[G_ACT_P0]), act_p1 = aioge_float_of(g[G_ACT_P1]);
     const int64_t per_image = panels_per_image(g);
-    const int64_t rows = (mb1 - mb0) * MR;
+    const int64_t rows = (mb1 - mb0) * block_rows(g);
     const int64_t kblocks = (K + KC - 1) / KC, kstep = (K + kblocks - 1) / kblocks;
     float *acc = accumulator((size_t)(rows > 0 ? rows : 1) * NR);
     if (!acc)
         return 1;
-    if (g[G_ROWS]) { /* row panels: up to NR outputs of one output row, never a junk column */
-        const int64_t per_row = (OW + NR - 1) / NR;
+    if (g[G_ROWS]) { /* row panels: up to nr outputs of one output row, never a junk column */
+        const int64_t mr = block_rows(g), nr = row_panel(g), per_row = (OW + nr - 1) / nr;
+        const dout_fn *outs = mr == MR8 ? DOUTS8 : DOUTS;
+        const dtile_fn *tiles = mr == MR8 ? DTILES8 : DTILES;
         for (int64_t q = p0; q < p1; q++) {
-            const int64_t n = q / per_image, oh = q % per_image / per_row, c0 = q % per_row * NR;
-            const int64_t ncols = OW - c0 < NR ? OW - c0 : NR, nv = (ncols + 15) / 16;
+            const int64_t n = q / per_image, oh = q % per_image / per_row, c0 = q % per_row * nr;
+            const int64_t ncols = OW - c0 < nr ? OW - c0 : nr, nv = (ncols + 15) / 16;
             const float *xq = xph + n * IMAGE + oh * WPH + c0;
             float *yq = y + n * M * P + oh * OW + c0;
-            for (int64_t mb = mb0; mb < mb1 && mb * MR < M; mb++) {
-                const int64_t rows = M - mb * MR < MR ? M - mb * MR : MR;
-                const float *b = bias ? bias + mb * MR : 0;
+            for (int64_t mb = mb0; mb < mb1 && mb * mr < M; mb++) {
+                const int64_t rows = M - mb * mr < mr ? M - mb * mr : mr;
+                const float *b = bias ? bias + mb * mr : 0;
                 if (kblocks == 1) {
-                    DOUTS[nv](K, wpack + mb * K * MR, xq, koff, yq + mb * MR * P, P, rows, ncols, b, act, act_p0, act_p1);
+                    outs[nv](K, wpack + mb * K * mr, xq, koff, yq + mb * mr * P, P, rows, ncols, b, act, act_p0, act_p1);
                     continue;
                 }
                 for (int64_t k0 = 0; k0 < K; k0 += kstep)
-                    DTILES[nv](K - k0 < kstep ? K - k0 : kstep, wpack + mb * K * MR + k0 * MR, xq, koff + k0, acc, k0 == 0);
+                    tiles[nv](K - k0 < kstep ? K - k0 : kstep, wpack + mb * K * mr + k0 * mr, xq, koff + k0, acc, k0 == 0);
                 for (int64_t r = 0; r < rows; r++) {
-                    float *src = acc + r * NR, *dst = yq + (mb * MR + r) * P;
+                    float *src = acc + r * NR, *dst = yq + (mb * mr + r) * P;
                     for (int64_t j = 0; j < ncols; j++)
                         dst[j] = src[j] + (b ? b[r] : 0.0f);
                     if (act)
@@ -319,7 +349,7 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
         /* blocks below ``straight`` go from the registers to y (dtile_out); the rest through acc */
         const int64_t straight = in_rows && ncols == NR ? (M / MR < mb1 ? M / MR : mb1) : mb0;
         for (int64_t mb = mb0; mb < straight; mb++)
-            dout4(K, wpack + mb * K * MR, xq, koff, yn + mb * MR * P + start, P, MR, NR, bias ? bias + mb * MR : 0, act, act_p0,
+            dout6_4(K, wpack + mb * K * MR, xq, koff, yn + mb * MR * P + start, P, MR, NR, bias ? bias + mb * MR : 0, act, act_p0,
                   act_p1);
         const int64_t first = straight > mb0 ? straight : mb0;
         for (int64_t k0 = 0; k0 < K; k0 += kstep) {
@@ -370,7 +400,8 @@ int aioge_conv_direct_images_f32(const float *x, const float *wpack, const int64
     for (int64_t n = n0; n < n1; n++) {
         phases_image(x + n * image, img, g);
         /* the panels of image 0 of a one-image xph, written to image n of y */
-        const int err = aioge_conv_direct_f32(img, wpack, koff, bias, y + n * g[G_M] * P, g, 0, per_img, 0, (g[G_M] + MR - 1) / MR);
+        const int err = aioge_conv_direct_f32(img, wpack, koff, bias, y + n * g[G_M] * P, g, 0, per_img, 0,
+                                              (g[G_M] + block_rows(g) - 1) / block_rows(g));
         if (err)
             return err;
     }
@@ -401,7 +432,7 @@ int aioge_conv_direct_local_f32(const float *x, const float *wpack, const int64_
         const int64_t n = q / per_img, q0 = q % per_img, q1 = (p1 - n * per_img < per_img ? p1 - n * per_img : per_img);
         int64_t r0, r1; /* the output rows of panels [q0, q1) of this image */
         if (g[G_ROWS]) {
-            const int64_t per_row = (OW + NR - 1) / NR;
+            const int64_t per_row = (OW + row_panel(g) - 1) / row_panel(g);
             r0 = q0 / per_row;
             r1 = (q1 - 1) / per_row + 1;
         } else {
