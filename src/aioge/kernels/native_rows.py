@@ -43,9 +43,9 @@ SPLIT_ELEMENTS = 1 << 21
 SPLIT_ACTIVATION = 1 << 16
 
 # activation name -> its code in csrc/act.h (enum ACT_*); Gelu's parameter picks the tanh form.
-# Relu and LeakyRelu keep numpy's maximum semantics (NaN propagates, -0 stays -0): their C job
-# lets a FusedGemm or FusedMatMul with one end a native program (the builder MLP's batch gears
-# had none). Clip stays numpy's: its C loop does not vectorise (4 ns a value against 0.2).
+# Relu and LeakyRelu compute what numpy's fused steps compute, to the bit (NaN propagates; Relu
+# of -0 is +0, as numpy's maximum gives): their C job lets a FusedGemm or FusedMatMul with one
+# end a native program (the builder MLP's batch gears had none). Clip stays numpy's: its C loop does not vectorise (4 ns a value against 0.2).
 _ACT = {"Erf": 1, "Gelu": 2, "Sigmoid": 4, "Swish": 5, "HardSigmoid": 6, "HardSwish": 7, "Relu": 8, "LeakyRelu": 9}
 _GELU_TANH = 3
 # The transcendental ones (all but the HardSigmoids) cost 0.5-1 ns a value: SPLIT_ACTIVATION

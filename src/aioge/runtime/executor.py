@@ -220,9 +220,9 @@ class Executable:
         reuses with NaN right before the node writes them, the test that reuse is safe.
         ``inline=False`` keeps a short run off the caller's thread (a batch, while the loop
         gathers the next one) and, for a native program, runs it whole on a lane of its own
-        (other batches run beside it). ``alone``: the caller vouches that no other caller runs this
-        executable now (a batch with nothing queued behind it), so a short native run goes
-        inline even when the callers change from run to run.
+        (other batches run beside it). ``alone``: the caller vouches that no other caller runs
+        this executable now (a batch with nothing queued behind it), so a short native run
+        goes inline even when the callers change from run to run.
 
         Raises:
             ExecutionError: a kernel failed (names node, op type and engine).
@@ -294,8 +294,9 @@ class Executable:
         self, prog: NativeProgram, feeds: Mapping[str, np.ndarray], workers: EngineWorkers, inline: bool, alone: bool = False
     ) -> dict[str, np.ndarray]:
         """Run ``prog``: inline as a lone caller (every CPU token held: its big jobs split over
-        the idle cores), queued for the runner threads beside other callers', or on the
-        engine's first lane (a long run, a batch, the loop's inline budget spent, no queue)."""
+        the idle cores), queued for the runner threads beside other callers', on the engine's
+        first lane (a long run, the loop's inline budget spent, no queue), or kept off the
+        loop (``inline`` False: a batch beside others) whole on a lane of its own."""
         if inline and self.short:
             if not alone and self._contended():
                 queue = workers.program_queue()

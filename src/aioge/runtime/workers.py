@@ -360,6 +360,11 @@ class RunGate:
                 self.leave()
             raise
 
+    @property
+    def idle(self) -> int:
+        """Slots nobody holds."""
+        return self.limit - self.busy
+
     def leave(self) -> None:
         if self.waiters:
             self.waiters.popleft().set()  # the slot passes to the first waiter

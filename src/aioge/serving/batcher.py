@@ -10,12 +10,12 @@ one runs; at most ``in_flight`` batches run at once, and while a batch waits for
 takes in more rows. The runner learns whether a batch runs alone: no request queued behind it,
 no other batch running, and not slow (nothing will queue behind it meanwhile). Alone, it may
 run on the loop's thread when short (the loop has nothing to gather) or take an idle core for
-its big jobs; otherwise it runs whole on a lane of its own, one core a batch. When batches are slow (the queued rows would take ``split_after`` s at
-the recent seconds per row), other slots idle and splits are measured to pay (rows of
-batches that overlapped ran nearly as fast as alone: there was a free core), a batch takes
-only its share of the queue and the rest starts at once: with every client queued, two half
-batches run on two cores instead of one whole batch on one, and the half that ends first
-queues again while the other computes.
+its big jobs; otherwise it runs whole on a lane of its own, one core a batch. When batches are
+slow (the queued rows would take ``split_after`` s at the recent seconds per row), other slots
+idle and splits are measured to pay (rows of batches that overlapped ran nearly as fast as
+alone: there was a free core), a batch takes only its share of the queue and the rest starts
+at once: with every client queued, two half batches run on two cores instead of one whole
+batch on one, and the half that ends first queues again while the other computes.
 
 There is no background task (a session has no task group to own one, and trio wants one):
 leading moves from request to request. A request cancelled while queued leaves the queue
@@ -241,7 +241,7 @@ class Batcher:
         batch: list[_Request] = []
         rows = 0
         limit = self.max_rows
-        idle = self._slots.limit - self._slots.busy
+        idle = self._slots.idle
         if idle and self._queued_rows > 1 and self._slow(self._queued_rows):
             split = self._splits_pay()
             self._probe += 1
@@ -304,9 +304,9 @@ class Batcher:
                 r.error = exc
         else:
             at = 0
-            split = [(n, o, n in self.batched) for n, o in outputs.items()]
+            parts = [(n, o, n in self.batched) for n, o in outputs.items()]  # the batched ones are cut
             for r in batch:
-                r.outputs = {n: o[at : at + r.rows] if rows else o for n, o, rows in split}
+                r.outputs = {n: o[at : at + r.rows] if cut else o for n, o, cut in parts}
                 at += r.rows
         finally:
             self._running -= 1
