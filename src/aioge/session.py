@@ -67,7 +67,6 @@ class _GraphEntry:
     served: dict[_FeedKey, tuple[int, _Tail]] = field(
         default_factory=dict
     )  # gears/batching: layouts checked, their rows and tail
-    queued: dict[_FeedKey, tuple[Batcher, int]] = field(default_factory=dict)  # layouts that go straight to a batcher, their rows
 
 
 class _Engines:
@@ -329,11 +328,14 @@ class Session:
             SessionClosedError: the session is closed, or closed while this run was in flight.
         """
         entry = self._entry(graph_id)
-        if entry.queued and trace is None:  # checked before: straight to its batcher
+        if entry.batchers and trace is None:  # a layout checked before goes straight to its batcher
             key = _feed_key(feeds)
-            hit = entry.queued.get(key) if key is not None else None
-            if hit is not None:
-                return await hit[0].submit(dict(feeds), hit[1])
+            known = entry.served.get(key) if key is not None else None
+            if known is not None:
+                rows, tail = known
+                batcher = entry.batchers.get(tail)
+                if batcher is not None and rows <= batcher.max_rows:
+                    return await batcher.submit(dict(feeds), rows)
         return await self._run_entry(entry, feeds, trace)
 
     def batch_stats(self, graph_id: int) -> BatchStats:
@@ -754,10 +756,6 @@ class Session:
         max_rows = self._max_rows(entry)
         if max_rows and rows <= max_rows and trace is None:
             batcher = entry.batchers.get(tail) or await self._batcher(entry, tail)
-            if key is not None and key not in entry.queued:
-                if len(entry.queued) >= _FEED_KEYS:
-                    entry.queued.pop(next(iter(entry.queued)))
-                entry.queued[key] = (batcher, rows)
             return await batcher.submit(arrays, rows)
         return await self._run_padded(entry, arrays, trace)
 

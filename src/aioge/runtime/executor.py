@@ -358,7 +358,7 @@ class Executable:
         prog.stage(feeds)
         waiter = queue.submit(prog)
         if waiter is None:
-            return prog.run(feeds, False)
+            return prog.run_staged(False)
         await queue.wait(waiter)
         self.native_runs += 1
         self.queued_runs += 1

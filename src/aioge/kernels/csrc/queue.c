@@ -10,8 +10,8 @@
  * thread may take one too (aioge_queue_take) when the queue grows: whichever side is behind
  * gets help.
  *
- * A program is a record of four int64 (entries, count, failed, result), as JOB_PROGRAMS takes:
- * the runner runs aioge_run_jobs(entries, count, 0, failed) and stores what it returns at
+ * A program is a record of four int64 (entries, count, failed, result; NativeProgram's
+ * record_address): the runner runs aioge_run_jobs(entries, count, 0, failed) and stores what it returns at
  * result. The caller keeps the record and everything it points at alive until its result
  * is in. Completions are counted; the event loop learns of them through an eventfd (a pipe
  * off Linux), written only when a waiter armed it (aioge_queue_arm), so a busy loop pays no
