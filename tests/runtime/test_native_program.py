@@ -3,7 +3,9 @@ grouped with the turn's other callers, bit-equal to the step-by-step run."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from typing import Any, AsyncIterator
 
 import anyio
 import numpy as np
@@ -33,6 +35,17 @@ def _kernels(exe: object) -> list[str]:
     return [f"{p.op_type}:{p.kernel.impl}(alt {p.kernel.native_alt or '-'})" for p in exe.model.nodes]  # type: ignore[attr-defined]
 
 
+@contextlib.asynccontextmanager
+async def _mlp_ran_once() -> AsyncIterator[tuple[aioge.Session, Any, dict, Any]]:
+    """A session with the batch-1 MLP example run once: the session, its executable, the feeds
+    and the reference."""
+    graph, feeds, reference = EXAMPLES["mlp"](batch=1)  # type: ignore[call-arg]
+    async with aioge.Session() as s:
+        await s.add_graph(1, graph)
+        await s.run_graph(1, feeds)
+        yield s, s.executable(1), feeds, reference
+
+
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
 async def test_the_examples_run_as_native_programs_bit_equal_to_their_steps(name: str, tmp_path, native_plans: None) -> None:
     graph, feeds, reference = EXAMPLES[name](batch=1)  # type: ignore[call-arg]
@@ -51,11 +64,7 @@ async def test_the_examples_run_as_native_programs_bit_equal_to_their_steps(name
 
 
 async def test_a_failing_job_fails_only_its_own_program_in_a_queue(native_plans: None) -> None:
-    graph, feeds, reference = EXAMPLES["mlp"](batch=1)  # type: ignore[call-arg]
-    async with aioge.Session() as s:
-        await s.add_graph(1, graph)
-        await s.run_graph(1, feeds)
-        exe = s.executable(1)
+    async with _mlp_ran_once() as (s, exe, feeds, reference):
         ctxs = [exe._acquire(False) for _ in range(2)]
         progs = [exe._native_program(c) for c in ctxs]
         assert all(isinstance(p, NativeProgram) for p in progs), _kernels(exe)
@@ -79,11 +88,7 @@ async def test_a_failing_job_fails_only_its_own_program_in_a_queue(native_plans:
 
 
 async def test_a_program_a_closed_queue_refuses_runs_in_the_caller_on_what_it_staged(native_plans: None) -> None:
-    graph, feeds, reference = EXAMPLES["mlp"](batch=1)  # type: ignore[call-arg]
-    async with aioge.Session() as s:
-        await s.add_graph(1, graph)
-        await s.run_graph(1, feeds)
-        exe = s.executable(1)
+    async with _mlp_ran_once() as (s, exe, feeds, reference):
         prog = exe._native_program(exe._acquire(False))
         assert isinstance(prog, NativeProgram), _kernels(exe)
         queue = ProgramQueue(1)
@@ -95,11 +100,7 @@ async def test_a_program_a_closed_queue_refuses_runs_in_the_caller_on_what_it_st
 async def test_runs_kept_off_the_loop_run_whole_on_lanes_of_their_own(monkeypatch, native_plans: None) -> None:
     # batches that others overlap (inline=False): one lane and one core each, not queued on
     # the first lane splitting their jobs (the second batch then waited out the first)
-    graph, feeds, reference = EXAMPLES["mlp"](batch=1)  # type: ignore[call-arg]
-    async with aioge.Session() as s:
-        await s.add_graph(1, graph)
-        await s.run_graph(1, feeds)
-        exe = s.executable(1)
+    async with _mlp_ran_once() as (s, exe, feeds, reference):
         workers = s._engines.workers
         seen: list[tuple[str, bool]] = []
         real = NativeProgram.run
