@@ -11,7 +11,8 @@
  * helper that starts late only leaves more chunks to the caller. This VM's scheduler packs
  * threads onto few vCPUs (sched_vcpu_pack): a helper woken by the caller landed on the caller's
  * vCPU and ran only when the caller was done (1.4 ms for a 0.9 ms GEMM). So a caller that finds
- * the helper on its CPU, or asleep, first sets the helper's affinity to every other CPU.
+ * the helper on its CPU, or asleep, first sets the helper's affinity to every other CPU
+ * (aioge_keep_off; queue.c's runners get the same).
  *
  * Whether to split at all (an idle CPU token of the run) is the Python side's decision
  * (kernels.parallel.split_native); this file runs aioge_par_run(job, args, total, split), a job
@@ -397,7 +398,7 @@ struct helper {
     _Atomic int cpu;                    /* where the helper last looked for work, -1 unknown */
     _Atomic pid_t tid;
     int started;
-    int excluded;                       /* the CPU its affinity leaves out, -1 none */
+    _Atomic int excluded;               /* the CPU its affinity leaves out, -1 none */
     uint64_t initial;                   /* posted when the thread was created */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -497,7 +498,7 @@ static void reset_helpers(void)
         atomic_store(&h->cpu, -1);
         atomic_store(&h->tid, 0);
         h->started = 0;
-        h->excluded = -1;
+        atomic_store(&h->excluded, -1);
         pthread_mutex_init(&h->mu, NULL);
         pthread_cond_init(&h->cv, NULL);
     }
@@ -559,16 +560,20 @@ static struct helper *claim(void)
     return NULL;
 }
 
-/* A spinning helper on the caller's own CPU would only run when the caller yields it the CPU,
- * and a sleeping one is woken onto the waker's CPU (the scheduler packs threads onto few vCPUs
- * here: sched_vcpu_pack): let the helper run anywhere but there. The scheduler moves it at
- * once; the set stays until a caller on another CPU finds the helper beside it. */
-static void move_off(struct helper *h, int cpu)
+/* A thread that waits for work from a caller on `cpu` (a split's helper, a program queue's
+ * runner) would, spinning on that CPU, only run when the caller yields it, and asleep it is woken
+ * onto the waker's CPU (the scheduler packs threads onto few vCPUs here: sched_vcpu_pack) and
+ * shares it with the caller, while the other vCPU idles, for as long as the scheduler finds it
+ * cache-hot: 12 ms of a 14 ms program-queue burst. So let thread `tid` (last seen on `at`, -1
+ * asleep or unknown) run anywhere but there. The scheduler moves it at once; the set stays
+ * until a caller on another CPU finds the thread beside it (*excluded: the CPU its set leaves
+ * out, -1 none). */
+void aioge_keep_off(int tid, int at, int cpu, _Atomic int *excluded)
 {
 #ifdef __linux__
-    const pid_t tid = atomic_load(&h->tid);
-    const int at = atomic_load_explicit(&h->cpu, memory_order_relaxed);
-    if (cpu < 0 || tid <= 0 || (at != cpu && at != -1) || h->excluded == cpu)
+    if (nhelpers < 0)
+        init(); /* the process's CPUs */
+    if (cpu < 0 || tid <= 0 || (at != cpu && at != -1) || atomic_load(excluded) == cpu)
         return;
     cpu_set_t set = allowed; /* never a CPU the process may not use */
     if (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &set))
@@ -576,13 +581,18 @@ static void move_off(struct helper *h, int cpu)
     CPU_CLR(cpu, &set);
     if (CPU_COUNT(&set) == 0)
         return;
-    h->excluded = cpu;
+    atomic_store(excluded, cpu);
     sched_setaffinity(tid, sizeof set, &set);
 #else
-    (void)h;
+    (void)tid;
+    (void)at;
     (void)cpu;
+    (void)excluded;
 #endif
 }
+
+/* The CPU this thread runs on, -1 unknown. */
+int aioge_this_cpu(void) { return this_cpu(); }
 
 /* Run job over [0, total): whole, or with split != 0 and a helper free, in chunks that this
  * thread and the helper take in turn. Returns the number of threads that were offered the job
@@ -603,7 +613,7 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
     atomic_store(&s.next, 0);
     atomic_store(&s.done, 0);
     atomic_store(&s.error, 0);
-    move_off(h, this_cpu());
+    aioge_keep_off(atomic_load(&h->tid), atomic_load_explicit(&h->cpu, memory_order_relaxed), this_cpu(), &h->excluded);
     atomic_store(&h->current, &s);
     atomic_fetch_add(&h->posted, 1); /* sequentially consistent: pairs with the helper's sleeping flag */
     if (atomic_load(&h->sleeping)) {
