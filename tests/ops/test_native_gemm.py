@@ -240,17 +240,24 @@ def test_ptr_is_the_first_elements_address_for_every_kind_of_array() -> None:
 
 
 @pytest.mark.parametrize(("k", "n"), [(1, 1), (5, 64), (300, 130), (700, 200)])
-def test_pack_columns_in_c_matches_numpy_for_row_major_and_strided_weights(k, n) -> None:
-    """Row-major float32 weights pack in C (over the helper when big); strided ones in numpy."""
+def test_pack_columns_in_c_matches_numpy_for_row_major_and_strided_weights(k, n, monkeypatch) -> None:
+    """Row-major float32 weights, and transposes of row-major ones (a conv's W^T, Gemm's
+    transB, rows padded or not), pack in C (over the helper when big); others in numpy."""
+    from aioge.kernels import matmul_algos
+
+    in_c = []
+    monkeypatch.setattr(matmul_algos, "split_native", lambda *a, **k: in_c.append(a) or parallel.split_native(*a, **k))
     rng = np.random.default_rng(k)
-    wide = rand(rng, k, n + 7)
-    for b in (wide[:, :n], np.ascontiguousarray(wide[:, :n]), np.asfortranarray(wide[:, :n])):
+    wide, tall = rand(rng, k, n + 7), rand(rng, n, k + 5)
+    every = (wide[:, :n], np.ascontiguousarray(wide[:, :n]), np.asfortranarray(wide[:, :n]), tall[:, :k].T)
+    for b in (*every, wide[:, : 2 * (n // 2) : 2] if n > 1 else wide[:, :0]):
         with parallel.cpu_tokens(threading.Semaphore(1)):
             p = pack_columns(b, 64)
-        panels = -(-n // 64)
+        panels = -(-b.shape[1] // 64)
         want = np.zeros((k, panels * 64), np.float32)
-        want[:, :n] = b
+        want[:, : b.shape[1]] = b
         np.testing.assert_array_equal(p, want.reshape(k, panels, 64).transpose(1, 0, 2))
+    assert len(in_c) == len(every)  # the last one (every other column) went through numpy
 
 
 @pytest.mark.parametrize(

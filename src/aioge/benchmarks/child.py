@@ -1,10 +1,16 @@
-"""A fresh interpreter for start-up figures: ``python -m aioge.benchmarks.child MODE SPEC_JSON``.
+"""A fresh interpreter for start-up figures: ``python -P .../aioge/benchmarks/child.py MODE SPEC_JSON``.
 
 - ``aioge``: import aioge, ``load_onnx``, open a Session with the given options, ``add_graph`` +
   ``build_graph`` (a compile, a kernel-cache hit or a graph-cache load), first ``run_graph``;
 - ``ort``: import onnxruntime, create an ``InferenceSession``, first run.
 
-Prints one JSON line of seconds per step; ``start_s`` is everything after the import.
+Run by path, not with ``-m``, so that the aioge package is not imported before this file
+starts timing: both sides import numpy and onnx first (for the feeds), then time their own
+import (``import_s``: aioge with every module a run needs, which it would otherwise import
+lazily inside ``load_onnx`` and the first Session), so ``start_s``, everything after the
+import, counts the same steps on both sides.
+
+Prints one JSON line of seconds per step.
 """
 
 from __future__ import annotations
@@ -35,11 +41,14 @@ def _feeds(path: str) -> dict[str, Any]:
 
 
 def run_aioge(spec: dict[str, Any]) -> dict[str, Any]:
-    # aioge is imported already (this module is inside it), so only onnxruntime's import is timed.
     feeds = _feeds(spec["model"])
+    before = sum(1 for m in sys.modules if m == "aioge" or m.startswith("aioge."))  # 0 when run by path
+    t0 = time.perf_counter()
     import anyio
 
     import aioge
+    import aioge.frontends.onnx
+    import aioge.session  # noqa: F401  (what the first Session imports)
 
     t_import = time.perf_counter()
 
@@ -61,6 +70,8 @@ def run_aioge(spec: dict[str, Any]) -> dict[str, Any]:
             prev = v
         first = next(iter(out.values()))
         return {
+            "aioge_modules_before_import": before,
+            "import_s": t_import - t0,
             **steps,
             "start_s": marks["first_run_s"] - t_import,
             "checksum": float(first.astype("float64").sum()),

@@ -279,10 +279,14 @@ async def concurrency(w: Workload, session: Any, gid: int, conc: int, *, rounds:
 
 
 def fresh_process(mode: str, spec: dict[str, Any], *, env: dict[str, str] | None = None, timeout: float = 900) -> dict[str, Any]:
-    """Run ``python -m aioge.benchmarks.child MODE SPEC`` in a new interpreter; its JSON result."""
-    # -P: not the current directory first on sys.path (a stray msgpack.py there would be imported).
+    """Run ``benchmarks/child.py MODE SPEC`` in a new interpreter; its JSON result."""
+    from aioge.benchmarks import child
+
+    # By path: aioge is not imported before the child times its import. -P: neither the
+    # child's directory nor the current one first on sys.path (a stray msgpack.py there would
+    # be imported).
     proc = subprocess.run(
-        [sys.executable, "-P", "-m", "aioge.benchmarks.child", mode, json.dumps(spec)],
+        [sys.executable, "-P", child.__file__, mode, json.dumps(spec)],
         capture_output=True,
         text=True,
         timeout=timeout,

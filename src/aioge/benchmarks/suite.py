@@ -649,8 +649,8 @@ def render_markdown(results: dict[str, Any]) -> str:
     for st in results.get("startup") or []:
         out += [
             "",
-            f"## Start-up of {st['model']}, each in a fresh process (seconds after the import; "
-            "onnxruntime's import shown for scale)",
+            f"## Start-up of {st['model']}, each in a fresh process (seconds; `start total` is everything "
+            "after the import, which is shown apart: aioge's with every module a run needs)",
             "",
         ]
         rows = []
@@ -659,7 +659,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             rows.append(
                 [
                     k,
-                    "",
+                    f"{s['import_s']:.2f}" if "import_s" in s else "",
                     f"{s['load_s']:.3f}",
                     f"{s['compile_s']:.3f}",
                     f"{s['first_run_s']:.3f}",

@@ -153,23 +153,26 @@ PACK_SPLIT_VALUES = 1 << 16
 
 def pack_columns(b: np.ndarray, cols: int) -> np.ndarray:
     """(K, N) in panels of ``cols`` columns, k-major: (ceil(N / cols), K, cols), zero past N,
-    64-byte aligned. A row-major float32 B goes through C (``aioge_pack_columns_f32``, over an
-    idle core when big: BERT-base's 340 MB of weights took 0.44 s through numpy's strided copy
-    on the first run after a graph-cache load); the rest through numpy."""
+    64-byte aligned. A float32 B that is row-major, or the transpose of a row-major W (a conv's
+    weight, Gemm's transB), goes through C (``aioge_pack_columns_f32``, over an idle core when
+    big: BERT-base's 340 MB of weights took 0.44 s through numpy's strided copy on the first
+    run after a graph-cache load, resnet18's transposed ones 45 ms); the rest through numpy."""
     k, n = b.shape
     full, panels = n // cols, -(-n // cols)
     out = native.aligned_empty((panels, k, cols))
     par, tile = native.par_run(), native.gemm_tile()
+    sk, sn = b.strides
     if (
         par is not None
         and tile is not None
         and tile[1] == cols
         and b.dtype == np.float32
-        and b.strides[1] == 4
-        and b.strides[0] % 4 == 0
+        and (sn == 4 or sk == 4)
+        and sk % 4 == 0
+        and sn % 4 == 0
         and out.size
     ):
-        args = np.array([native.ptr(b), b.strides[0] // 4, k, n, native.ptr(out)], np.int64)
+        args = np.array([native.ptr(b), sk // 4, k, n, native.ptr(out), sn // 4], np.int64)
         split_native(par, native.JOB_PACK, native.ptr(args), panels, worth=b.size >= PACK_SPLIT_VALUES)
         return out
     out[:full] = b[:, : full * cols].reshape(k, full, cols).transpose(1, 0, 2)

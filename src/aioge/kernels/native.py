@@ -75,7 +75,7 @@ JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = range(5)
 (JOB_SOFTMAX, JOB_LAYERNORM, JOB_PHASES, JOB_GLOBAL_MEAN, JOB_STRIDED, JOB_BINARY, JOB_SGEMM) = range(14, 21)
 
 # Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
-ABI = 14
+ABI = 15
 
 
 @functools.cache

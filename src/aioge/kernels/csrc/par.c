@@ -46,7 +46,8 @@ void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, cons
 int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
                              int64_t p0, int64_t p1);
 void aioge_activation_f32(const float *x, float *y, int act, float p0, float p1, int64_t n0, int64_t n1);
-void aioge_pack_columns_f32(const float *b, int64_t ldb, int64_t K, int64_t N, float *bpack, int64_t p0, int64_t p1);
+void aioge_pack_columns_f32(const float *b, int64_t sk, int64_t sn, int64_t K, int64_t N, float *bpack, int64_t p0,
+                            int64_t p1);
 void aioge_gemv_t_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t n0,
                       int64_t n1);
 void aioge_channel_chain_f32(const float *x, float *y, int64_t C, int64_t hw, int64_t nsteps, const int64_t *ops,
@@ -128,10 +129,11 @@ static int job_activation(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* packing a GEMM's B: b, ldb, K, N, bpack: [lo, hi) are panels */
+/* packing a GEMM's B: b, its row stride, K, N, bpack, its column stride (1, or B = W^T with a
+ * row stride of 1): [lo, hi) are panels */
 static int job_pack(const int64_t *g, int64_t lo, int64_t hi)
 {
-    aioge_pack_columns_f32((const float *)(intptr_t)g[0], g[1], g[2], g[3], (float *)(intptr_t)g[4], lo, hi);
+    aioge_pack_columns_f32((const float *)(intptr_t)g[0], g[1], g[5], g[2], g[3], (float *)(intptr_t)g[4], lo, hi);
     return 0;
 }
 
