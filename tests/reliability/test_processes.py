@@ -119,7 +119,7 @@ def test_a_benchmark_child_ignores_a_hostile_module_in_the_current_directory(
 
     (tmp_path / "msgpack.py").write_text(_HOSTILE.format(marker="ran-msgpack", name="msgpack"))
     monkeypatch.chdir(tmp_path)
-    from aioge.benchmarks import measure
+    from aioge.benchmarks import child, measure
 
     captured: list[list[str]] = []
     real_run = subprocess.run
@@ -127,7 +127,7 @@ def test_a_benchmark_child_ignores_a_hostile_module_in_the_current_directory(
     def spy(cmd, *a, **kw):  # type: ignore[no-untyped-def]
         captured.append(list(cmd))
         # The same interpreter flags, a child that imports what the benchmark child imports.
-        probe = [*cmd[: cmd.index("-m")], "-c", "import aioge.plan.io, json; print(json.dumps({'ok': 1}))"]
+        probe = [*cmd[: cmd.index(child.__file__)], "-c", "import aioge.plan.io, json; print(json.dumps({'ok': 1}))"]
         return real_run(probe, *a, **kw)
 
     monkeypatch.setattr(measure.subprocess, "run", spy)

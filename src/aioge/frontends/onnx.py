@@ -198,8 +198,8 @@ class _Builder:
 
     def _constants(self) -> None:
         g = self.model.graph
-        for t in g.initializer:
-            array = tensor_to_array(t, self.src, "initializer")
+        for i, t in enumerate(g.initializer):
+            array = tensor_to_array(t, self.src, "initializer", self.src.raw.get(i))
             array.setflags(write=False)  # the graph shares a read-only array instead of copying it
             self.env[t.name] = self.graph.constant(array, t.name)
         if g.sparse_initializer:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import numpy as np
@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
 from aioge.errors import GraphError
+from aioge.frontends.onnx_lean import NotLean, raw_array, read_lean
 from aioge.ir.desc import canonical_dtype, numpy_dtype
 
 __all__ = [
@@ -39,11 +40,14 @@ _EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum", "basepat
 
 @dataclass(frozen=True, slots=True)
 class ModelSource:
-    """A parsed model and where its external data may be read from (None: nowhere)."""
+    """A parsed model and where its external data may be read from (None: nowhere). ``raw``:
+    the raw bytes of top-level initializers read apart from the proto (``onnx_lean``), by
+    their index in ``model.graph.initializer``."""
 
     model: onnx.ModelProto
     base_dir: str | None
     label: str  # the path, or "<bytes>" / "<ModelProto>", for error messages
+    raw: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 def read_model(source: Any, base_dir: str | os.PathLike[str] | None = None) -> ModelSource:
@@ -55,27 +59,34 @@ def read_model(source: Any, base_dir: str | os.PathLike[str] | None = None) -> M
     Raises:
         GraphError: the file cannot be read, is not a protobuf ModelProto, or holds no graph.
     """
+    raw: dict[int, np.ndarray] = {}
     if isinstance(source, onnx.ModelProto):
         model, label = source, "<ModelProto>"
         root = None
     elif isinstance(source, (bytes, bytearray, memoryview)):
-        model, label = _parse(bytes(source), "<bytes>"), "<bytes>"
-        root = None
+        label, root = "<bytes>", None
+        try:
+            model, raw = read_lean(bytes(source))
+        except NotLean:  # parsed whole: an error says what is wrong
+            model = _parse(bytes(source), label)
     elif isinstance(source, (str, os.PathLike)):
         label = os.fspath(source)
         try:
             with open(label, "rb") as f:
-                data = f.read()
+                try:
+                    model, raw = read_lean(f, os.fstat(f.fileno()).st_size)
+                except NotLean:
+                    f.seek(0)
+                    model = _parse(f.read(), label)
         except OSError as exc:
             raise GraphError(f"cannot read ONNX model {label!r}: {exc.strerror or exc}") from None
-        model = _parse(data, label)
         root = os.path.dirname(os.path.abspath(label))
     else:
         raise GraphError(f"load_onnx expects a path, bytes or onnx.ModelProto, got {type(source).__name__}")
     if base_dir is not None:
         root = os.fspath(base_dir)
     _check_model(model, label)
-    return ModelSource(model, root, label)
+    return ModelSource(model, root, label, raw)
 
 
 def _parse(data: bytes, label: str) -> onnx.ModelProto:
@@ -216,8 +227,12 @@ def dtype_of_enum(enum: int, what: str) -> str:
         raise GraphError(f"{what}: ONNX data type {name} is not supported by aioge") from None
 
 
-def tensor_to_array(tensor: onnx.TensorProto, source: ModelSource, what: str = "tensor") -> np.ndarray:
-    """Decode a TensorProto (inline or external data) to a numpy array.
+def tensor_to_array(
+    tensor: onnx.TensorProto, source: ModelSource, what: str = "tensor", raw: np.ndarray | None = None
+) -> np.ndarray:
+    """Decode a TensorProto (inline or external data) to a numpy array; ``raw``: its
+    ``raw_data``, read apart from the proto (``ModelSource.raw``), used as the array itself when
+    the element type allows.
 
     Raises:
         GraphError: an unsupported dtype, data of the wrong size, or external data that is
@@ -245,6 +260,14 @@ def tensor_to_array(tensor: onnx.TensorProto, source: ModelSource, what: str = "
         resolved.raw_data = _read_external(tensor, source, label, count, np.dtype(numpy_dtype(dtype)).itemsize)
         resolved.data_location = onnx.TensorProto.DEFAULT
         del resolved.external_data[:]
+        tensor = resolved
+    elif raw is not None:
+        array = raw_array(tensor, raw, count)
+        if array is not None:
+            return array
+        resolved = onnx.TensorProto()  # another element type, or the wrong size: onnx decodes (or refuses) it
+        resolved.CopyFrom(tensor)
+        resolved.raw_data = raw.tobytes()
         tensor = resolved
     try:
         array = numpy_helper.to_array(tensor)
