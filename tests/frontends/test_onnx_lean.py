@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from aioge.errors import GraphError
 from aioge.frontends import onnx_lean, onnx_model
 from aioge.frontends.onnx_model import ModelSource, read_model, tensor_to_array
+from aioge.kernels.contract import is_constant
 
 _RNG = np.random.default_rng(7)
 _SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3.5], np.float64)
@@ -93,6 +94,8 @@ def test_weights_of_every_element_type_equal_onnxs_whole_parse_bit_for_bit(tmp_p
         got = _read(src)
         assert all(_same(g, w) for g, w in zip(got, want, strict=True))
         for i in range(len(onnx_lean.RAW_DTYPES)):  # the raw bytes are the array: 64-byte aligned, no copy
+            # and a constant (read-only down to its memory), or kernels repack it on every run
+            assert is_constant(got[i])
             if got[i].size:
                 assert got[i].ctypes.data % 64 == 0 and np.shares_memory(got[i], src.raw[i])
 
