@@ -323,3 +323,39 @@ def test_a_median_of_runs_follows_untimed_runs_for_warm_seconds() -> None:
         else:
             anyio.run(measure.median_of_runs_async, afn, 3)
         assert len(calls) >= 4 and calls[-3] - start >= measure.WARM_S
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_concurrency_round_runs_bursts_back_to_back_for_round_seconds(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One burst of 64 small runs lasts milliseconds, and single bursts were the figure's noise:
+    each side's round repeats whole bursts until ROUND_S has passed, and its rate is all of
+    its runs over all of its time."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import anyio
+
+    from aioge.benchmarks import measure
+
+    monkeypatch.setattr(measure, "ROUND_S", 0.05)
+    calls = {"aioge": 0, "ort": 0}
+
+    class Session:
+        async def run_graph(self, gid: int, feeds: dict) -> None:
+            calls["aioge"] += 1
+            await anyio.sleep(0.004)
+
+    class Ort:
+        def run(self, names: object, feeds: dict) -> None:
+            calls["ort"] += 1
+            time.sleep(0.004)
+
+    t = time.perf_counter()
+    rate = anyio.run(measure._aioge_round, Session(), 1, {}, 4, backend=backend)
+    spent = time.perf_counter() - t
+    with ThreadPoolExecutor(4) as pool:
+        ort_rate = measure._ort_round(Ort(), {}, pool, 4)
+    for side, r in (("aioge", rate), ("ort", ort_rate)):
+        assert calls[side] % 4 == 0 and calls[side] >= 4 * 5, calls  # whole bursts, ROUND_S of them
+        assert r < 4 / 0.004 * 1.01  # no faster than the calls allow
+    assert spent >= 0.05 and rate == pytest.approx(calls["aioge"] / spent, rel=0.2)

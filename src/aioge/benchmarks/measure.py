@@ -227,12 +227,27 @@ def _timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t
 
 
+# A side's round of a concurrency measurement: bursts of the concurrent calls back to back for
+# at least this long. One burst of 64 small-model runs lasts 8-25 ms, and single bursts of the
+# same process ranged from 2.7K to 8.1K runs/s (the builder MLP): the round was the noise.
+ROUND_S = 0.25
+
+
 async def _aioge_burst(session: Any, gid: int, feeds: dict[str, np.ndarray], conc: int) -> float:
     t = time.perf_counter()
     async with anyio.create_task_group() as tg:
         for _ in range(conc):
             tg.start_soon(session.run_graph, gid, feeds)
     return time.perf_counter() - t
+
+
+async def _aioge_round(session: Any, gid: int, feeds: dict[str, np.ndarray], conc: int) -> float:
+    """Runs a second over bursts of ``conc`` calls lasting ``ROUND_S`` in all."""
+    runs, spent = 0, 0.0
+    while spent < ROUND_S:
+        spent += await _aioge_burst(session, gid, feeds, conc)
+        runs += conc
+    return runs / spent
 
 
 def _ort_burst(sess: Any, feeds: dict[str, np.ndarray], pool: ThreadPoolExecutor, conc: int) -> float:
@@ -242,29 +257,38 @@ def _ort_burst(sess: Any, feeds: dict[str, np.ndarray], pool: ThreadPoolExecutor
     return time.perf_counter() - t
 
 
+def _ort_round(sess: Any, feeds: dict[str, np.ndarray], pool: ThreadPoolExecutor, conc: int) -> float:
+    runs, spent = 0, 0.0
+    while spent < ROUND_S:
+        spent += _ort_burst(sess, feeds, pool, conc)
+        runs += conc
+    return runs / spent
+
+
 async def concurrency(w: Workload, session: Any, gid: int, conc: int, *, rounds: int) -> dict[str, Any]:
     """Throughput (runs/s) of ``conc`` concurrent ``run_graph`` calls from this event loop, beside
-    onnxruntime driven from a ``ThreadPoolExecutor`` of ``conc`` threads; the loop's lag meanwhile."""
+    onnxruntime driven from a ``ThreadPoolExecutor`` of ``conc`` threads (each side's round:
+    bursts back to back for ``ROUND_S``; the median round); the loop's lag meanwhile."""
     sess = ort_session(w.onnx_model)
     monitor = LagMonitor()
-    a_times: list[float] = []
-    o_times: list[float] = []
+    a_rates: list[float] = []
+    o_rates: list[float] = []
     steal = 0.0
     with ThreadPoolExecutor(conc) as pool:
         await anyio.to_thread.run_sync(_ort_burst, sess, w.feeds, pool, conc)  # warm both
         await _aioge_burst(session, gid, w.feeds, conc)
-        for _ in range(rounds):  # each side SETTLE_S after the other's burst, as in latency()
+        for _ in range(rounds):  # each side SETTLE_S after the other's round, as in latency()
             await anyio.sleep(SETTLE_S)
             async with anyio.create_task_group() as tg:
                 await tg.start(monitor.run)
                 before = steal_seconds()
-                a_times.append(await _aioge_burst(session, gid, w.feeds, conc))
+                a_rates.append(await _aioge_round(session, gid, w.feeds, conc))
                 steal += steal_seconds() - before
                 tg.cancel_scope.cancel()
             await anyio.sleep(SETTLE_S)
-            o_times.append(await anyio.to_thread.run_sync(_ort_burst, sess, w.feeds, pool, conc))
-    aioge_rps = conc / statistics.median(a_times)
-    ort_rps = conc / statistics.median(o_times)
+            o_rates.append(await anyio.to_thread.run_sync(_ort_round, sess, w.feeds, pool, conc))
+    aioge_rps = statistics.median(a_rates)
+    ort_rps = statistics.median(o_rates)
     return {
         "concurrency": conc,
         "aioge_runs_per_s": aioge_rps,
