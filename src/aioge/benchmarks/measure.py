@@ -6,7 +6,8 @@ numpy by hand) are synchronous and run in a worker thread while the loop idles, 
 of one never includes the other. Samples of the two sides alternate round by round, so load
 from other processes on a shared machine hits both alike; every figure is a median. Each
 side's round starts ``SETTLE_S`` after the other's ended (onnxruntime's pool threads spin on
-for 20-40 ms, OpenBLAS's for the numpy side longer), then runs untimed for ``WARM_S``.
+for 20-40 ms, OpenBLAS's for the numpy side longer), then runs untimed for ``WARM_S``; a
+concurrent round starts after a full garbage collection too (``settle``), as pyperf's do.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from aioge.benchmarks.workloads import Workload
 __all__ = [
     "LagMonitor",
     "SETTLE_S",
+    "settle",
     "WARM_S",
     "RssSampler",
     "concurrency",
@@ -52,6 +54,14 @@ SETTLE_S = 0.1
 # pay for idle threads and cores coming back (the builder transformer's five runs right after a
 # 0.1 s pause: 1.23 ms against 0.84 without it; after 0.02 s of warm-up 1.16, after 0.1 s 0.84-0.88).
 WARM_S = 0.1
+
+
+async def settle() -> None:
+    """Before a side's round of a concurrent measurement: collect the garbage earlier work left
+    (the full bench holds every workload's graph, 160K objects, and a full collection of them,
+    due at any time, stalled a round's event loop 39 ms), then ``SETTLE_S`` of quiet."""
+    gc.collect()
+    await anyio.sleep(SETTLE_S)
 
 
 def geomean(xs: list[float]) -> float:
@@ -278,14 +288,14 @@ async def concurrency(w: Workload, session: Any, gid: int, conc: int, *, rounds:
         await anyio.to_thread.run_sync(_ort_burst, sess, w.feeds, pool, conc)  # warm both
         await _aioge_burst(session, gid, w.feeds, conc)
         for _ in range(rounds):  # each side SETTLE_S after the other's round, as in latency()
-            await anyio.sleep(SETTLE_S)
+            await settle()
             async with anyio.create_task_group() as tg:
                 await tg.start(monitor.run)
                 before = steal_seconds()
                 a_rates.append(await _aioge_round(session, gid, w.feeds, conc))
                 steal += steal_seconds() - before
                 tg.cancel_scope.cancel()
-            await anyio.sleep(SETTLE_S)
+            await settle()
             o_rates.append(await anyio.to_thread.run_sync(_ort_round, sess, w.feeds, pool, conc))
     aioge_rps = statistics.median(a_rates)
     ort_rps = statistics.median(o_rates)

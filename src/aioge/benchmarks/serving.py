@@ -22,7 +22,7 @@ import anyio
 import numpy as np
 
 import aioge
-from aioge.benchmarks.measure import SETTLE_S, LagMonitor, ort_session, percentile
+from aioge.benchmarks.measure import LagMonitor, ort_session, percentile, settle
 
 __all__ = ["SERVING_WORKLOADS", "serving"]
 
@@ -127,11 +127,11 @@ async def serving(
             await _aioge_round(session, 2, feeds, clients, 2, None)
             await anyio.to_thread.run_sync(_ort_round, sess, feeds, pool, clients, 2)
             for _ in range(rounds):  # each side SETTLE_S after the last: onnxruntime's threads spin on
-                await anyio.sleep(SETTLE_S)
+                await settle()
                 sides["batched"].append(await _aioge_round(session, 1, feeds, clients, requests, monitor))
-                await anyio.sleep(SETTLE_S)
+                await settle()
                 sides["unbatched"].append(await _aioge_round(session, 2, feeds, clients, requests, None))
-                await anyio.sleep(SETTLE_S)
+                await settle()
                 sides["ort"].append(await anyio.to_thread.run_sync(_ort_round, sess, feeds, pool, clients, requests))
         stats = session.batch_stats(1)
     row: dict[str, Any] = {"workload": name, "clients": clients, "requests_per_client": requests, "compile_s": compile_s}
