@@ -127,7 +127,7 @@ def test_target_checks_pass_and_miss() -> None:
             1.0,
             1.0,
             concurrency=[
-                {"concurrency": 64, "ratio": 0.5, "lag_max_ms": 25.0, "devices": 0},
+                {"concurrency": 64, "ratio": 0.5, "lag_max_ms": 25.0, "devices": 0, "steal_ms": 40.0, "gc_max_ms": 0.5},
                 {"concurrency": 64, "ratio": 0.9, "lag_max_ms": 5.0, "devices": 2},
             ],
         ),
@@ -143,6 +143,8 @@ def test_target_checks_pass_and_miss() -> None:
     assert got["min 64-concurrent throughput aioge/ort (in-process)"] == (0.5, "MISS")
     assert got["min 64-concurrent throughput aioge/ort (aioge.exec_devices=2)"] == (0.9, "PASS")
     assert got["max event-loop lag ms"] == (25.0, "MISS")
+    lag = next(t for t in evaluate_targets(results) if t["target"] == "max event-loop lag ms")
+    assert "mlp, 64 in flight, devices 0, 40 ms steal, longest GC pause 0.5 ms" in lag["detail"]  # whose lag it was
     assert got["fresh-process start m: aioge (graph cache) / ort (create + first run)"] == (0.5, "PASS")
     assert got["sink us/node on the Add chain"] == (None, "n/a")
 
