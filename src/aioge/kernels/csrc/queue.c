@@ -45,7 +45,7 @@ struct runner {
     struct queue *q;
     pthread_t thread;
     _Atomic int tid;
-    _Atomic int cpu;      /* where it last looked for work, -1 asleep or unknown */
+    _Atomic int cpu;      /* where it last ran a program or looked for work, -1 asleep or unknown */
     _Atomic int excluded; /* the CPU its affinity leaves out, -1 none */
 };
 
@@ -107,6 +107,9 @@ static void *q_main(void *arg)
         int64_t *r = q_pop(q);
         if (r) {
             q_run(q, r);
+            /* where it is now, for a poller: the loop, woken by this runner's completion, may
+             * have been woken onto this CPU */
+            atomic_store_explicit(&me->cpu, aioge_this_cpu(), memory_order_relaxed);
             continue;
         }
         if (atomic_load(&q->stop))
