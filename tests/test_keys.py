@@ -20,21 +20,26 @@ def test_graph_match_key_names_every_part_and_each_part_changes_it() -> None:
         graph_match_key("f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "1"}),
     ):
         assert other != base
-    # Options that say where to cache or how to run are not part of it.
+    # Options that say where to cache or where to run are not part of it (exec_devices: issue 40).
     assert (
         graph_match_key(
-            "f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0", "ge.graph_key": "k", "aioge.exec_mode": "host"}
+            "f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0", "ge.graph_key": "k", "aioge.exec_devices": "2"}
         )
         == base
+    )
+    # aioge.exec_mode is: the compiler reads it (sink plans take native kernels, prefer_native).
+    host = {"ge.exec.disableReuseMemory": "0", "aioge.exec_mode": "host"}
+    assert graph_match_key("f" * 64, [("x", (2, 3))], host) != graph_match_key(
+        "f" * 64, [("x", (2, 3))], {**host, "aioge.exec_mode": "sink"}
     )
 
 
 def test_compile_options_follow_the_flag_in_the_options_table() -> None:
     raw = {key: spec.default for key, spec in OPTIONS.items()}
     kept = compile_options(raw)
-    assert set(kept) == {key for key, spec in OPTIONS.items() if spec.shapes_compile}
-    assert {"ge.graph_compiler_cache_dir", "ge.graph_key", "aioge.cache_shared", "aioge.exec_mode"}.isdisjoint(kept)
-    assert {"aioge.exec_threads", "aioge.tune_mode", "ge.exec.disableReuseMemory"} <= set(kept)
+    assert set(kept) == {key for key, spec in OPTIONS.items() if spec.stage == "compiler"}
+    assert {"ge.graph_compiler_cache_dir", "ge.graph_key", "aioge.cache_shared", "aioge.exec_devices"}.isdisjoint(kept)
+    assert {"aioge.exec_threads", "aioge.tune_mode", "ge.exec.disableReuseMemory", "aioge.exec_mode"} <= set(kept)
 
 
 def test_one_code_digest_for_kernel_keys_and_compiled_models() -> None:

@@ -5,8 +5,8 @@
 - ``graph_match_key``: what a graph cache entry must match to be reused (versions, code
   digest, the source graph's fingerprint, the input signature, the compile options);
 - ``versions`` and ``code_digest``: what every compiled artefact is made under;
-- ``compile_options``: the options that shape a compile (``OptionSpec.shapes_compile`` in the
-  options table), the only ones a key holds.
+- ``compile_options``: the options that shape a compile (``stage="compiler"`` in the options
+  table), the only ones a key holds.
 
 A key that forgets a part gives false hits (JAX's, vLLM's and torch-xla's bugs), so each part
 is named and each part's hash is logged at DEBUG: a miss can be explained in one log read.
@@ -152,11 +152,11 @@ def plain(value: Any) -> Any:
 
 
 def compile_options(raw: Mapping[str, str]) -> dict[str, str]:
-    """The options in ``raw`` that shape what a compile produces (all but those the options
-    table marks ``shapes_compile=False``: where and how to cache, where to run)."""
-    from aioge.options import OPTIONS
+    """The options in ``raw`` that shape what a compile produces: those the options table says
+    the compiler reads (``OptionSpec.stage``), not the runtime's, cache's or server's."""
+    from aioge.options import COMPILER, OPTIONS
 
-    return {k: v for k, v in dict(raw).items() if k not in OPTIONS or OPTIONS[k].shapes_compile}
+    return {k: v for k, v in dict(raw).items() if k not in OPTIONS or OPTIONS[k].stage == COMPILER}
 
 
 def graph_match_key(

@@ -1,7 +1,11 @@
-"""Every option aioge understands, in one table: key, ir_option alias, level, default, env fallback.
+"""Every option aioge understands, in one table: key, aliases, level, default, env fallback, and
+the stage that reads it.
 
-Keys are GE's strings; GE's ``ir_option`` names are accepted as aliases; keys aioge adds are
-spelled ``aioge.*``. Values are strings, as in GE, and are checked when given: an unknown
+Keys are GE's strings; GE's ``ir_option`` names and its other spellings of a key are accepted
+as aliases; keys aioge adds are spelled ``aioge.*``. ``CompileOptions``' defaults are the
+table's. Each option names the one stage that reads it (``compiler``, ``runtime``, ``cache``,
+``server``): compiled artefacts are keyed by the compiler's (``aioge.keys.compile_options``),
+and ``tests/test_options.py`` fails when a compiler module reads one of the others. Values are strings, as in GE, and are checked when given: an unknown
 key, a bad value or a key given at the wrong level raises ``OptionError`` naming the key,
 the value and what is allowed. Environment variables are read when a session resolves its
 options, never at import time.
@@ -13,7 +17,7 @@ import difflib
 import os
 import re
 import urllib.parse
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
@@ -31,11 +35,18 @@ __all__ = [
 
 SESSION = "session"
 GRAPH = "graph"
+# The stage that reads an option. COMPILER: it changes what a compile produces (the compiler
+# modules and the gears, which decide the signatures compiled, read it); the graph-cache key
+# holds these. RUNTIME: how a compiled model runs; CACHE: where and how compiled artefacts are
+# cached (``compiler/cached.py`` and the kernel cache's policy read these); SERVER: how runs
+# are batched.
+COMPILER, RUNTIME, CACHE, SERVER = "compiler", "runtime", "cache", "server"
+STAGES = (COMPILER, RUNTIME, CACHE, SERVER)
 
 
 @dataclass(frozen=True, slots=True)
 class OptionSpec:
-    """One option: its GE key, ir_option alias, the levels it may be given at, and its parser."""
+    """One option: its GE key, aliases, the levels it may be given at, its parser and its stage."""
 
     key: str
     alias: str | None
@@ -45,9 +56,8 @@ class OptionSpec:
     field: str  # the CompileOptions field it sets
     env: str | None = None  # environment fallback, read at resolve time
     doc: str = ""
-    # False for options that say where and how to cache or run, not what a compile produces:
-    # compiled artefacts are keyed by the others (``aioge.keys.compile_options``).
-    shapes_compile: bool = True
+    stage: str = field(kw_only=True)  # COMPILER, RUNTIME, CACHE or SERVER: who reads it
+    also: tuple[str, ...] = ()  # more aliases: GE's other spellings of the key, aioge's older keys
 
 
 # -- parsers: each raises ValueError whose text says what is allowed -------------------
@@ -242,6 +252,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _engines,
         "exclude_engines",
         doc="engines not to use, '|'-separated out of AiCore, AiVec (AiVector), AiCpu",
+        stage=COMPILER,
     ),
     OptionSpec(
         "ge.op_compiler_cache_mode",
@@ -251,7 +262,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _choice("enable", "force", "disable"),
         "op_cache_mode",
         doc="kernel cache: enable reuses, force recompiles and replaces, disable neither reads nor writes",
-        shapes_compile=False,
+        stage=CACHE,
     ),
     OptionSpec(
         "ge.op_compiler_cache_dir",
@@ -262,7 +273,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         "op_cache_dir",
         env="ASCEND_CACHE_PATH",
         doc="kernel cache root (default $ASCEND_CACHE_PATH, then $HOME/atc_data)",
-        shapes_compile=False,
+        stage=CACHE,
     ),
     OptionSpec(
         "ge.optimizationSwitch",
@@ -272,6 +283,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _switch,
         "optimization_switch",
         doc="'Pass:on;Pass:off' to switch graph passes (see `aioge passes`)",
+        stage=COMPILER,
     ),
     OptionSpec(
         "ge.graph_compiler_cache_dir",
@@ -281,7 +293,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _path,
         "graph_cache_dir",
         doc="directory of the compiled-graph cache; must exist; needs ge.graph_key too",
-        shapes_compile=False,
+        stage=CACHE,
     ),
     OptionSpec(
         "ge.graph_key",
@@ -291,7 +303,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _graph_key,
         "graph_key",
         doc="the graph's name in the graph cache: 1-128 of A-Z a-z 0-9 _ -",
-        shapes_compile=False,
+        stage=CACHE,
     ),
     OptionSpec(
         "ge.externalWeight",
@@ -301,16 +313,18 @@ _TABLE: tuple[OptionSpec, ...] = (
         _flag01,
         "external_weight",
         doc="1: keep constants in files under weight/ beside the compiled model",
-        shapes_compile=False,
+        stage=CACHE,
     ),
     OptionSpec(
-        "op_debug_level",
+        "ge.opDebugLevel",
         "OP_DEBUG_LEVEL",
         _S,
         "0",
         _int_range(0, 4),
         "op_debug_level",
         doc="not 0: kernels check their outputs for NaN/Inf and the kernel cache is bypassed",
+        stage=COMPILER,
+        also=("op_debug_level",),  # ATC's --op_debug_level; aioge's key before GE's
     ),
     OptionSpec(
         "op_debug_config",
@@ -320,6 +334,8 @@ _TABLE: tuple[OptionSpec, ...] = (
         _path,
         "op_debug_config",
         doc="path of an op debug config file (op_debug_list=OpA,OpB limits it to those ops)",
+        stage=COMPILER,
+        also=("ge.exec.opDebugConfig",),  # GE's OPTION_EXEC_OP_DEBUG_CONFIG
     ),
     OptionSpec(
         "ge.streamMaxParallelNum",
@@ -329,6 +345,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _stream_max,
         "stream_max_parallel",
         doc="streams per engine, 'AiCore:4,AiVec:2,AiCpu:1'",
+        stage=COMPILER,
     ),
     OptionSpec(
         "ge.enableSingleStream",
@@ -338,6 +355,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _bool,
         "single_stream",
         doc="true: every node on one stream",
+        stage=COMPILER,
     ),
     OptionSpec(
         "ge.exec.disableReuseMemory",
@@ -347,6 +365,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _flag01,
         "disable_reuse_memory",
         doc="1: every tensor gets its own arena region",
+        stage=COMPILER,
     ),
     OptionSpec(
         "ge.socVersion",
@@ -356,6 +375,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _graph_key,
         "soc_version",
         doc="the simulated chip; kernels are cached per soc",
+        stage=COMPILER,
     ),
     OptionSpec(
         "aioge.tune_mode",
@@ -365,8 +385,18 @@ _TABLE: tuple[OptionSpec, ...] = (
         _choice("tune", "heuristic"),
         "tune_mode",
         doc="tune: time candidate kernels on the real shapes; heuristic: pick by rule, no timing",
+        stage=COMPILER,
     ),
-    OptionSpec("aioge.tune_budget_ms", None, _SG, "200", _positive_float, "tune_budget_ms", doc="time budget for tuning one op"),
+    OptionSpec(
+        "aioge.tune_budget_ms",
+        None,
+        _SG,
+        "200",
+        _positive_float,
+        "tune_budget_ms",
+        doc="time budget for tuning one op",
+        stage=COMPILER,
+    ),
     OptionSpec(
         "aioge.exec_mode",
         None,
@@ -375,7 +405,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _choice("sink", "host"),
         "exec_mode",
         doc="sink: each stream runs in its worker; host: ops dispatched one by one from the loop",
-        shapes_compile=False,
+        stage=COMPILER,
     ),
     OptionSpec(
         "aioge.exec_devices",
@@ -385,6 +415,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _int_range(0, 64),
         "exec_devices",
         doc="N > 0: run graphs on N device processes (runs in parallel past the GIL); 0: in this process",
+        stage=RUNTIME,
     ),
     OptionSpec(
         "aioge.exec_threads",
@@ -394,6 +425,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _choice("auto", "streams"),
         "exec_threads",
         doc="sink mode: auto runs streams whose overlap does not pay for thread wake-ups in one thread; streams: a thread each",
+        stage=COMPILER,
     ),
     OptionSpec(
         "aioge.graph_cache_check",
@@ -403,7 +435,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _choice("fingerprint", "key"),
         "graph_cache_check",
         doc="fingerprint: reload only an identical graph; key: trust graph_key alone (GE)",
-        shapes_compile=False,
+        stage=CACHE,
     ),
     OptionSpec(
         "ge.inputShape",
@@ -412,7 +444,10 @@ _TABLE: tuple[OptionSpec, ...] = (
         "",
         _input_shape,
         "input_shape",
-        doc="input shapes for gears, 'data:-1,3,224,224;other:...': -1 marks the dims ge.dynamicBatchSize or ge.dynamicDims set",
+        doc="input shapes, 'data:1,3,224,224;other:...': static (ATC's --input_shape), or with -1 for the dims "
+        "ge.dynamicBatchSize or ge.dynamicDims set",
+        stage=COMPILER,
+        also=("input_shape",),  # GE's ir_option::INPUT_SHAPE string
     ),
     OptionSpec(
         "ge.dynamicBatchSize",
@@ -422,6 +457,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _batch_sizes,
         "dynamic_batch_size",
         doc="batch gears '1,2,4,8' (2-100), all compiled ahead; a run pads to the smallest that fits",
+        stage=COMPILER,
     ),
     OptionSpec(
         "ge.dynamicDims",
@@ -431,6 +467,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _dims,
         "dynamic_dims",
         doc="dims gears '4;8;16' or '1,64;2,32' (2-100), one value per -1 of ge.inputShape",
+        stage=COMPILER,
     ),
     OptionSpec(
         "aioge.batch_max_rows",
@@ -440,7 +477,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _int_range(0, 1 << 20),
         "batch_max_rows",
         doc="N > 0: stack concurrent runs of the graph into batches of up to N rows (dim 0); 0: off",
-        shapes_compile=False,
+        stage=SERVER,
     ),
     OptionSpec(
         "aioge.batch_max_delay_us",
@@ -450,7 +487,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _int_range(0, 10_000_000),
         "batch_max_delay_us",
         doc="how long a batch waits for more rows after its first, in microseconds",
-        shapes_compile=False,
+        stage=SERVER,
     ),
     OptionSpec(
         "aioge.batch_preferred_sizes",
@@ -460,7 +497,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _sizes,
         "batch_preferred_sizes",
         doc="batch sizes compiled up front and padded to, '1,4,16' (default: powers of 2 up to batch_max_rows)",
-        shapes_compile=False,
+        stage=SERVER,
     ),
     OptionSpec(
         "aioge.cache_shared",
@@ -470,7 +507,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _flag01,
         "cache_shared",
         doc="1: cache files are group-writable and files of other owners are trusted",
-        shapes_compile=False,
+        stage=CACHE,
     ),
     OptionSpec(
         "aioge.remote_cache",
@@ -481,7 +518,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         "remote_cache",
         env="AIOGE_REMOTE_CACHE",
         doc="a remote cache tier behind the disk caches (needs the redis extra): redis://host:port/db",
-        shapes_compile=False,
+        stage=CACHE,
     ),
     OptionSpec(
         "aioge.remote_cache_timeout_ms",
@@ -491,7 +528,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _positive_float,
         "remote_cache_timeout_ms",
         doc="deadline of one remote cache request; a remote that misses it is left alone for 30 s",
-        shapes_compile=False,
+        stage=CACHE,
     ),
     OptionSpec(
         "aioge.remote_cache_ttl",
@@ -501,7 +538,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         _int_range(1, 10 * 365 * 86400),
         "remote_cache_ttl",
         doc="seconds a remote cache entry lives after it is written",
-        shapes_compile=False,
+        stage=CACHE,
     ),
     OptionSpec(
         "aioge.remote_cache_max_entry_mb",
@@ -511,48 +548,56 @@ _TABLE: tuple[OptionSpec, ...] = (
         _int_range(1, 4096),
         "remote_cache_max_entry_mb",
         doc="entries larger than this are not sent to the remote cache",
-        shapes_compile=False,
+        stage=CACHE,
     ),
 )
 
 OPTIONS: Mapping[str, OptionSpec] = MappingProxyType({s.key: s for s in _TABLE})
-_ALIASES: Mapping[str, str] = MappingProxyType({s.alias: s.key for s in _TABLE if s.alias})
+_ALIASES: Mapping[str, str] = MappingProxyType({a: s.key for s in _TABLE for a in (s.alias, *s.also) if a})
+_BY_FIELD: Mapping[str, OptionSpec] = MappingProxyType({s.field: s for s in _TABLE})
+
+
+def _default(name: str) -> Any:
+    """The ``CompileOptions`` default of field ``name``: its option's default string, parsed
+    (when an instance is made without it, never at import: some parsers import passes)."""
+    spec = _BY_FIELD[name]
+    return field(default_factory=lambda: spec.parse(spec.default))
 
 
 @dataclass(frozen=True, slots=True)
 class CompileOptions:
     """Options resolved for one graph: session and graph levels merged, env fallbacks read, typed."""
 
-    exclude_engines: frozenset[Engine] = frozenset()
-    op_cache_mode: str = "enable"
-    op_cache_dir: str = ""
-    optimization_switch: Mapping[str, bool] = field(default_factory=dict)
-    graph_cache_dir: str = ""
-    graph_key: str = ""
-    external_weight: bool = False
-    op_debug_level: int = 0
-    op_debug_config: str = ""
-    stream_max_parallel: Mapping[Engine, int] = field(default_factory=dict)
-    single_stream: bool = False
-    disable_reuse_memory: bool = False
-    soc_version: str = "AiogeSim"
-    tune_mode: str = "tune"
-    tune_budget_ms: float = 200.0
-    exec_mode: str = "sink"
-    exec_threads: str = "auto"
-    exec_devices: int = 0
-    graph_cache_check: str = "fingerprint"
-    cache_shared: bool = False
-    input_shape: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    dynamic_batch_size: tuple[int, ...] = ()
-    dynamic_dims: tuple[tuple[int, ...], ...] = ()
-    batch_max_rows: int = 0
-    batch_max_delay_us: int = 1000
-    batch_preferred_sizes: tuple[int, ...] = ()
-    remote_cache: str = ""
-    remote_cache_timeout_ms: float = 500.0
-    remote_cache_ttl: int = 604800
-    remote_cache_max_entry_mb: int = 64
+    exclude_engines: frozenset[Engine] = _default("exclude_engines")
+    op_cache_mode: str = _default("op_cache_mode")
+    op_cache_dir: str = _default("op_cache_dir")
+    optimization_switch: Mapping[str, bool] = _default("optimization_switch")
+    graph_cache_dir: str = _default("graph_cache_dir")
+    graph_key: str = _default("graph_key")
+    external_weight: bool = _default("external_weight")
+    op_debug_level: int = _default("op_debug_level")
+    op_debug_config: str = _default("op_debug_config")
+    stream_max_parallel: Mapping[Engine, int] = _default("stream_max_parallel")
+    single_stream: bool = _default("single_stream")
+    disable_reuse_memory: bool = _default("disable_reuse_memory")
+    soc_version: str = _default("soc_version")
+    tune_mode: str = _default("tune_mode")
+    tune_budget_ms: float = _default("tune_budget_ms")
+    exec_mode: str = _default("exec_mode")
+    exec_threads: str = _default("exec_threads")
+    exec_devices: int = _default("exec_devices")
+    graph_cache_check: str = _default("graph_cache_check")
+    cache_shared: bool = _default("cache_shared")
+    input_shape: Mapping[str, tuple[int, ...]] = _default("input_shape")
+    dynamic_batch_size: tuple[int, ...] = _default("dynamic_batch_size")
+    dynamic_dims: tuple[tuple[int, ...], ...] = _default("dynamic_dims")
+    batch_max_rows: int = _default("batch_max_rows")
+    batch_max_delay_us: int = _default("batch_max_delay_us")
+    batch_preferred_sizes: tuple[int, ...] = _default("batch_preferred_sizes")
+    remote_cache: str = _default("remote_cache")
+    remote_cache_timeout_ms: float = _default("remote_cache_timeout_ms")
+    remote_cache_ttl: int = _default("remote_cache_ttl")
+    remote_cache_max_entry_mb: int = _default("remote_cache_max_entry_mb")
     raw: Mapping[str, str] = field(default_factory=dict)  # the effective string values, by GE key
 
     def streams_for(self, engine: Engine) -> int:
@@ -575,7 +620,7 @@ def canonical_key(key: str) -> str:
     known = ", ".join(sorted(OPTIONS))
     close = difflib.get_close_matches(key, [*OPTIONS, *_ALIASES], n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
-    raise OptionError(key, "", f"unknown option; {hint}known options: {known} (and their ir_option aliases)")
+    raise OptionError(key, "", f"unknown option; {hint}known options: {known} (and their aliases)")
 
 
 def check_options(options: Mapping[str, object] | None, level: str) -> dict[str, str]:
@@ -586,6 +631,7 @@ def check_options(options: Mapping[str, object] | None, level: str) -> dict[str,
             level, or a key given twice (under its key and its alias).
     """
     out: dict[str, str] = {}
+    spelled: dict[str, str] = {}
     if options is not None and not isinstance(options, Mapping):
         raise OptionError("options", options, "a mapping of option keys to string values, as in GE")
     for key, value in (options or {}).items():
@@ -599,12 +645,13 @@ def check_options(options: Mapping[str, object] | None, level: str) -> dict[str,
             where = " or ".join(sorted(spec.levels))
             raise OptionError(key, value, f"this option is set at {where} level, not {level} level")
         if canon in out:
-            raise OptionError(key, value, f"given twice (as {canon} and its alias {spec.alias})")
+            raise OptionError(key, value, f"given twice (as {spelled[canon]} and {key}, both {canon})")
         try:
             spec.parse(value)
         except ValueError as exc:
             raise OptionError(key, value, str(exc)) from None
         out[canon] = value
+        spelled[canon] = key
     return out
 
 
@@ -641,8 +688,6 @@ def resolve_options(
             text = spec.default
         values[spec.field] = spec.parse(text)
         raw[spec.key] = text
-    known = {f.name for f in fields(CompileOptions)}
-    assert set(values) <= known
     _check_gears(values, raw)
     return CompileOptions(**values, raw=MappingProxyType(raw))
 
@@ -667,7 +712,9 @@ def _check_gears(values: Mapping[str, Any], raw: Mapping[str, str]) -> None:
         raise OptionError(
             key, raw[key], f"each gear gives {len(dims[0])} dims; ge.inputShape {raw['ge.inputShape']!r} has {unknown} -1"
         )
-    if shapes and not (batch or dims):
+    if unknown and not (batch or dims):  # alone, it gives static shapes (ATC's --input_shape)
         raise OptionError(
-            "ge.inputShape", raw["ge.inputShape"], "aioge uses it with ge.dynamicBatchSize or ge.dynamicDims (the gears)"
+            "ge.inputShape",
+            raw["ge.inputShape"],
+            "-1 marks a dim the gears set: use it with ge.dynamicBatchSize or ge.dynamicDims, or give every dim",
         )

@@ -19,7 +19,7 @@ from aioge.cache.kernel_cache import KernelCache
 from aioge.cache.remote import TieredKernelStore, remote_tier_for
 from aioge.compiler import cached as graph_cache
 from aioge.compiler.graph import compile_graph
-from aioge.compiler.specialize import input_signature
+from aioge.compiler.specialize import input_signature, with_static_shapes
 from aioge.errors import FeedError, GraphError, GraphIdError, OptionError, SessionClosedError
 from aioge.ir.desc import TensorDesc, numpy_dtype
 from aioge.ir.graph import Graph, IOInfo
@@ -260,6 +260,9 @@ class Session:
                     stacklevel=3,
                 )
             await anyio.to_thread.run_sync(graph.validate)
+            if resolved.input_shape and not (resolved.dynamic_batch_size or resolved.dynamic_dims):
+                raw = resolved.raw["ge.inputShape"]  # alone: static shapes, as ATC's --input_shape
+                graph = await anyio.to_thread.run_sync(with_static_shapes, graph, resolved.input_shape, raw)
             cache = await anyio.to_thread.run_sync(graph_cache.cache_for, resolved, graph.name)
             self._check_open(graph.name)
             self._adopt_variables(graph)
@@ -475,13 +478,13 @@ class Session:
             session's. OptionError: a bad option, one that would need a recompile, or batching
             on a model without batch gears. SessionClosedError: the session is closed.
         """
-        from aioge.options import OPTIONS
+        from aioge.options import OPTIONS, SERVER
         from aioge.plan.serialize import load_model
 
         self._check_open()
         checked = check_options(options, "graph")
         for key, value in checked.items():
-            if OPTIONS[key].shapes_compile or not key.startswith("aioge.batch_"):
+            if OPTIONS[key].stage != SERVER:
                 raise OptionError(key, value, "the model is compiled already: only aioge.batch_* options apply to load_model")
         if graph_id is not None:
             _check_graph_id(graph_id)

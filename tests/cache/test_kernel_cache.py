@@ -314,6 +314,41 @@ def test_aging_removes_idle_entries_lru_first_down_to_the_ratio(tmp_path: Path) 
     assert all(p.exists() for p in paths[8:]) and foreign.exists()
 
 
+def test_a_folder_exactly_at_its_limit_is_aged(tmp_path: Path) -> None:
+    # GE ages at totalUsedSize >= maxSize: a folder of exactly 1 MB under a 1 MB limit is aged.
+    clock = Clock(1_000_000.0)
+    cache = KernelCache(tmp_path, "AiogeSim", env={"ASCEND_MAX_OP_CACHE_SIZE": "1"}, clock=clock)
+    paths = _fill(cache, [7200.0] * 9)
+    view = cache.open_view_sync(force=False)
+    last = cache.entry_path(_desc(8).key, view.generation)
+    short = (1 << 20) - sum(p.stat().st_size for p in paths)  # pad the last entry up to exactly 1 MB
+    last.unlink()
+    cache.store_sync(_desc(8, pad=100_000 + short), view)
+    os.utime(last, (clock.now - 7200.0, clock.now - 7200.0))
+    assert sum(p.stat().st_size for p in paths) == 1 << 20
+    report = cache.age_sync(estimate=1 << 20)
+    assert report.bytes_before == 1 << 20 and report.removed and report.bytes_after <= (1 << 20) // 2
+    assert report.skipped_reason != "under the limit"
+    short_by_one = cache.age_sync(estimate=(1 << 20) - 1)  # one byte under: nothing to do
+    assert short_by_one.skipped_reason == "under the limit" and not short_by_one.removed
+
+
+def test_an_ini_of_other_sections_warns(tmp_path: Path) -> None:
+    warned: list[str] = []
+    _ini(tmp_path, "[op_cache]\nmax_op_cache_size=100\nremain_cache_size_ratio=20\n")
+    lim = read_limits(tmp_path, {}, warn=lambda what, msg: warned.append(msg))
+    assert lim.max_source == "default" and len(warned) == 1
+    assert "[op_cache]" in warned[0] and "not [op_compiler_cache]" in warned[0] and "op_cache.ini" in warned[0]
+    warned.clear()
+    _ini(tmp_path, "max_op_cache_size=100\n")  # no header at all warns too
+    read_limits(tmp_path, {}, warn=lambda what, msg: warned.append(msg))
+    assert len(warned) == 1 and "not an ini file" in warned[0]
+    warned.clear()
+    _ini(tmp_path, "[op_compiler_cache]\n# max_op_cache_size=500\n")  # the template: silent
+    read_limits(tmp_path, {}, warn=lambda what, msg: warned.append(msg))
+    assert warned == []
+
+
 def test_aging_never_removes_entries_used_in_the_last_30_minutes(tmp_path: Path) -> None:
     clock = Clock(1_000_000.0)
     cache = KernelCache(tmp_path, "AiogeSim", env={"ASCEND_MAX_OP_CACHE_SIZE": "1"}, clock=clock)

@@ -562,7 +562,8 @@ class KernelCache:
     # -- aging ------------------------------------------------------------------------
 
     def age_sync(self, *, estimate: int | None = None, now: float | None = None) -> AgingReport:
-        """Age the soc folder as GE does: when it holds more than ``max_op_cache_size``,
+        """Age the soc folder as GE does: when it holds ``max_op_cache_size`` or more (GE ages at
+        ``totalUsedSize >= maxSize``; its documentation says "reaches"),
         remove entries not accessed for 30 minutes, least recently used first (entries of
         dead generations before current ones), until it holds at most
         ``remain_cache_size_ratio``% of the maximum. ``estimate`` (the recorded size) lets a
@@ -572,7 +573,7 @@ class KernelCache:
         if not limits.aging:
             report.skipped_reason = "aging is off (max_op_cache_size=-1)"
             return report
-        if estimate is not None and estimate <= limits.max_bytes:
+        if estimate is not None and estimate < limits.max_bytes:
             report.skipped_reason = "under the limit"
             return report
         if not self.soc_dir.is_dir():
@@ -583,7 +584,7 @@ class KernelCache:
         entries = self._scan()
         report.scanned = True
         report.bytes_before = report.bytes_after = sum(e.size for e in entries)
-        if report.bytes_before <= limits.max_bytes:
+        if report.bytes_before < limits.max_bytes:  # GE: ages at totalUsedSize >= maxSize
             report.skipped_reason = "under the limit"
             self._exact_size(report.bytes_after)
             return report

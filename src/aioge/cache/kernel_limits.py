@@ -200,6 +200,9 @@ def _read_ini(path: Path, warn: Warn) -> tuple[str | None, str | None] | None:
         warn(f"ini-parse:{path}:{exc}", f"{path}: not an ini file ({exc}); ignored")
         return None
     if not parser.has_section(INI_SECTION):
+        if parser.sections():  # a file of other sections only: its values would be ignored unseen
+            others = ", ".join(f"[{s}]" for s in parser.sections())
+            warn(f"ini-section:{path}", f"{path}: has {others}, not [{INI_SECTION}]; its values are ignored")
         return (None, None)
     section = parser[INI_SECTION]
     return section.get("max_op_cache_size"), section.get("remain_cache_size_ratio")

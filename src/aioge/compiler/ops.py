@@ -208,7 +208,7 @@ class CachePolicy:
 def cache_policy(options: CompileOptions, debug: DebugConfig) -> CachePolicy:
     """The compile-wide policy: the mode, unless a debug switch bypasses the cache."""
     if options.op_debug_level != 0:
-        return CachePolicy(False, False, f"op_debug_level={options.op_debug_level}")
+        return CachePolicy(False, False, f"ge.opDebugLevel (op_debug_level)={options.op_debug_level}")
     if debug.path and debug.names is None:
         return CachePolicy(False, False, "op_debug_config without op_debug_list")
     mode = options.op_cache_mode

@@ -20,7 +20,7 @@ from aioge.ops.evaluate import evaluate_node
 from aioge.ops.registry import get_schema
 from aioge.ops.schema import OpSchema
 
-__all__ = ["input_signature", "specialize"]
+__all__ = ["input_signature", "specialize", "with_static_shapes"]
 
 # Values at most this many elements are evaluated at compile time when their inputs are known.
 _KNOWN_VALUE_LIMIT = 4096
@@ -66,6 +66,29 @@ def _match(graph: str, v: Value, shape: tuple[int, ...], symbols: dict[str, int]
                     graph=graph,
                     input=v.name,
                 )
+
+
+def with_static_shapes(graph: Graph, shapes: Mapping[str, tuple[int, ...]], option: str) -> Graph:
+    """``graph`` with the named inputs fixed to ``shapes`` (ATC's ``--input_shape`` without
+    gears: ``ge.inputShape`` alone); ``graph`` itself when ``shapes`` is empty.
+
+    Raises:
+        OptionError: ``shapes`` names no input of the graph or disagrees with an input's
+            rank or static dims (``option`` is the value given, for the message).
+    """
+    from aioge.errors import OptionError
+
+    if not shapes:
+        return graph
+    names = [v.name for v in graph.inputs]
+    for name in shapes:
+        if name not in names:
+            raise OptionError("ge.inputShape", option, f"names no input {name!r} of graph {graph.name!r}; inputs are {names}")
+    try:
+        signature = input_signature(graph, shapes)
+    except FeedError as exc:
+        raise OptionError("ge.inputShape", option, f"a shape graph {graph.name!r} accepts: {exc}") from None
+    return specialize(graph, signature)
 
 
 def specialize(graph: Graph, signature: Sequence[tuple[str, tuple[int, ...]]]) -> Graph:

@@ -102,7 +102,7 @@ class Executable:
             raise ValueError(f"threads must be 'auto' or 'streams', not {threads!r}")
         self.model = model
         if check_finite is None:
-            check_finite = str(model.options.get("op_debug_level", "0")).strip() not in ("", "0")
+            check_finite = str(model.options.get("ge.opDebugLevel", "0")).strip() not in ("", "0")
         self._variables: Mapping[str, np.ndarray] = variables if variables is not None else {}
         bound = bind(model, threads=threads, check_finite=check_finite)
         self._layout = bound.layout
