@@ -49,3 +49,26 @@ def test_one_code_digest_for_kernel_keys_and_compiled_models() -> None:
     parts = kernel_key_parts(g.nodes[0], "AiVec", soc="s", op_debug_level=0, impl_version=1)
     assert parts["code"] == code_digest() == serialize.code_digest()
     assert {k: parts[k] for k in versions()} == versions()
+
+
+def test_code_digest_covers_what_decides_a_kernel_not_the_cli_or_server(tmp_path) -> None:
+    import shutil
+    from pathlib import Path
+
+    from aioge.keys import digest_of
+
+    src = Path(aioge.__file__).parent
+    root = tmp_path / "aioge"
+    shutil.copytree(src, root, ignore=shutil.ignore_patterns("*.so", "__pycache__", "build"))
+    base = digest_of(root)
+    assert base == code_digest()
+    for edit in ("cli.py", "server.py", "session.py", "serving/batcher.py", "runtime/executor.py"):
+        (root / edit).write_text((root / edit).read_text() + "\n# an edit\n")
+        assert digest_of(root) == base, edit  # cached kernels and graphs stay valid
+    c_file = sorted((root / "kernels" / "csrc").glob("*.c"))[0].relative_to(root).as_posix()
+    for edit in (c_file, "ops/nn.py", "compiler/graph.py", "plan/kernel.py"):
+        text = (root / edit).read_text()
+        (root / edit).write_text(text + "\n/* an edit */\n" if edit.endswith(".c") else text + "\n# an edit\n")
+        assert digest_of(root) != base, edit
+        (root / edit).write_text(text)
+    assert digest_of(root) == base

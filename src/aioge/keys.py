@@ -32,6 +32,7 @@ __all__ = [
     "Signature",
     "code_digest",
     "compile_options",
+    "digest_of",
     "graph_match_key",
     "kernel_key",
     "kernel_key_parts",
@@ -55,15 +56,27 @@ def versions() -> dict[str, str]:
     return {"aioge": __version__, "numpy": np.__version__, "python": platform.python_version()}
 
 
+# What decides a kernel or a compiled plan: the op schemas and kernels (with their C sources),
+# the compiler and the plan, and what they are built on (passes, engine assignment, the IR, the
+# option parsers, the keys themselves). Not the CLI, server, serving, session, runtime, caches or
+# frontends: editing those never invalidates a cached kernel or graph.
+CODE_PARTS = ("ops", "kernels", "compiler", "plan", "passes", "engines", "ir", "keys.py", "options.py")
+
+
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
-    """sha256 over aioge's own source files (Python, and the C of the compiled kernels), computed
-    once per process (JAX #18750: a version string alone lets a locally edited kernel or planner
-    load stale entries, the code itself does not). The one code digest: kernel keys, ``.om``
-    files and graph cache entries all use it."""
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256(b"aioge-code-v1")
-    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".c", ".h")):
+    """sha256 over the source files of ``CODE_PARTS`` (Python, and the C of the compiled
+    kernels), computed once per process (JAX #18750: a version string alone lets a locally
+    edited kernel or planner load stale entries, the code itself does not). The one code
+    digest: kernel keys, ``.om`` files and graph cache entries all use it."""
+    return digest_of(Path(__file__).resolve().parent)
+
+
+def digest_of(root: Path) -> str:
+    """The code digest of the package whose directory is ``root``."""
+    h = hashlib.sha256(b"aioge-code-v2")
+    paths = [p for part in CODE_PARTS for p in ([root / part] if part.endswith(".py") else (root / part).rglob("*"))]
+    for path in sorted(p for p in paths if p.suffix in (".py", ".c", ".h")):
         rel = path.relative_to(root).as_posix()
         try:
             h.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
