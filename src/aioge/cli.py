@@ -215,6 +215,17 @@ def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def _batch_shapes(models: list[str], items: list[str] | None) -> dict[str, dict[str, tuple[int, ...]]]:
+    """A batch's ``--input-shape`` items by model: ``NAME:D1,...`` applies to every model,
+    ``MODEL:NAME:D1,...`` (MODEL as given on the command line) to that model alone, and wins."""
+    common: list[str] = []
+    own: dict[str, list[str]] = {m: [] for m in models}
+    for item in (x for chunk in items or [] for x in chunk.split(";") if x):
+        model = max((m for m in models if item.startswith(m + ":")), key=len, default=None)
+        (own[model] if model is not None else common).append(item[len(model) + 1 :] if model is not None else item)
+    return {m: {**_parse_shapes(common), **_parse_shapes(own[m])} for m in models}
+
+
 def _model_options(args: argparse.Namespace) -> dict[str, str]:
     """The session-level options the command line sets (``_graph_level`` takes the rest)."""
     return {k: v for k, v in _all_model_options(args).items() if not _graph_only(k)}
@@ -255,12 +266,23 @@ def cmd_compile(args: argparse.Namespace) -> int:
     """Compile MODEL.onnx or GRAPH.py offline into an .om (GE's ATC)."""
     import aioge
     from aioge._util.progress import Progress
-    from aioge.errors import AiogeError
+    from aioge.errors import AiogeError, FeedError
 
     if len(args.model) > 1 or args.scheduler:  # a batch: -o is a directory (aioge.distributed)
         from aioge.distributed.batch import run_batch
 
-        return run_batch(args.model, _model_options(args), args.output, args.scheduler, quiet=args.quiet)
+        if args.dynamic_batch_size or args.dynamic_dims:
+            raise AiogeError("--dynamic-batch-size/--dynamic-dims compile one model at a time, not a batch")
+        return run_batch(
+            args.model,
+            _model_options(args),
+            args.output,
+            args.scheduler,
+            quiet=args.quiet,
+            shapes=_batch_shapes(args.model, args.input_shape),
+            external_weight=args.external_weight,
+            verbose=args.verbose > 0,
+        )
     args.model = args.model[0]
     shapes = _parse_shapes(args.input_shape)
     graph_options: dict[str, str] = dict(_graph_level(args))
@@ -294,6 +316,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
             model = anyio.run(go)
         except OSError as exc:
             raise AiogeError(f"{args.output}: cannot write: {exc}") from None
+        except FeedError as exc:
+            raise _needs_input_shape(exc) from None
     summary = model.summary()
     weights = f"external under {Path(args.output).resolve().parent / 'weight'}" if args.external_weight else "inline"
     gears = f", {len(model.all_gears())} gears" if model.gears else ""
@@ -303,6 +327,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
         f"{1e3 * model.stats.compile_seconds:.1f} ms"
     )
     return 0
+
+
+def _needs_input_shape(exc: Exception) -> Exception:
+    """A FeedError about a symbolic input, with the flag that gives its shape named."""
+    from aioge.errors import AiogeError, FeedError
+
+    if isinstance(exc, FeedError) and exc.input and "give its shape" in str(exc):
+        return AiogeError(f"{exc} with --input-shape {exc.input}:D1,D2,... (e.g. 1 for each named dim)")
+    return exc
 
 
 def _random_feed(name: str, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
@@ -322,7 +355,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     missing ones random, seed 0)."""
     import aioge
     from aioge.compiler.specialize import input_signature
-    from aioge.errors import AiogeError
+    from aioge.errors import AiogeError, FeedError
 
     given: dict[str, np.ndarray] = {}
     for item in args.input or []:
@@ -356,7 +389,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 await s.add_graph(gid, graph, _graph_level(args))
             _check_input_names(graph, given, defaults, args.random_inputs)
             known = {**shapes, **{k: v.shape for k, v in given.items()}}
-            signature = dict(input_signature(graph, {k: v for k, v in known.items() if graph.has_value(k)}))
+            try:
+                signature = dict(input_signature(graph, {k: v for k, v in known.items() if graph.has_value(k)}))
+            except FeedError as exc:
+                raise _needs_input_shape(exc) from None
             rng = np.random.default_rng(0)
             feeds = {}
             for v in graph.inputs:
@@ -570,7 +606,8 @@ def _add_model_commands(sub: Any) -> None:
         "model",
         nargs="+",
         help="MODEL.onnx, MODEL.pb (frozen TensorFlow GraphDef), or GRAPH.py[:function] returning a Graph "
-        "(default function build); several: a batch into the directory -o",
+        "(default function build); several: a batch into the directory -o (--input-shape MODEL:NAME:D1,... "
+        "for one model's input; NAME:D1,... for every model's)",
     )
     p.add_argument("-o", "--output", required=True, help="the .om to write (a directory for a batch)")
     p.add_argument("--scheduler", metavar="ADDRESS|local:N", help="compile the batch on a Dask cluster (aioge[distributed])")
@@ -683,13 +720,16 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
     print(f"  remain_cache_size_ratio: {lim['remain_cache_size_ratio']}% ({lim['ratio_source']})")
     if not report["socs"]:
         print("  no kernels cached")
+    remote = {r["soc"]: r for r in tiers["remote"]["socs"]}
     for s in report["socs"]:
         ratio = "n/a" if s["hit_ratio"] is None else f"{100 * s['hit_ratio']:.1f}%"
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s["since"])) if s["since"] else "never"
+        # A disk miss the remote tier served is a local miss: say how many, or 0% reads as all compiled.
+        served = remote.get(s["soc"], {}).get("hits", 0)
         print(
             f"  {s['soc']}: {s['entries']} entries, {s['bytes']} bytes ({s['current_generation_entries']} in generation "
             f"{s['generation']}); hits {s['hits']}, misses {s['misses']}, hit ratio {ratio}, compiles {s['compiles']}, "
-            f"invalid {s['invalid']}; since {since}"
+            f"invalid {s['invalid']}{f', served by remote: {served}' if served else ''}; since {since}"
         )
     print("\n".join(format_remote_report(tiers["remote"])))
     graph = tiers["graph"]
@@ -767,7 +807,7 @@ def _add_kernel_cache_commands(sub: Any) -> None:
     p = group.add_parser("stats", help="per cache tier: entries, bytes; kernels: hits, misses, hit ratio, since, limits")
     dirs(p)
     p.add_argument("--json", action="store_true", help="as JSON, one object per tier")
-    p.add_argument("--zero", action="store_true", help="zero the counters first (ccache -z)")
+    p.add_argument("-z", "--zero", action="store_true", help="zero the counters first (as ccache -z)")
     p.set_defaults(func=cmd_cache_stats)
     p = group.add_parser("prune", help="age the kernel cache now; drop unindexed graph cache models")
     dirs(p)
@@ -936,6 +976,9 @@ def main(argv: list[str] | None = None) -> int:
         code = int(args.func(args))
         sys.stdout.flush()  # here, not at exit: a reader that left (| head) is handled below
     except AiogeError as exc:
+        if getattr(args, "json", False):  # --json: stdout is still one JSON document, the error's
+            model = getattr(args, "model", None)
+            print(_json({"model": model, "error": {"type": type(exc).__name__, "message": str(exc)}}))
         print(f"aioge: error: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:

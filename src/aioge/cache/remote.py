@@ -413,8 +413,11 @@ def remote_report(root: str | os.PathLike[str] | None, *, env: Mapping[str, str]
 
 
 def format_remote_report(report: Mapping[str, Any]) -> list[str]:
-    """``remote_report`` as the lines ``aioge cache stats`` prints."""
-    lines = [f"remote cache: {report['url'] or '(off: set aioge.remote_cache or $AIOGE_REMOTE_CACHE)'}"]
+    """``remote_report`` as the lines ``aioge cache stats`` prints: with the tier off, no counts
+    (the kernel lines say how many kernels it served; ``--json`` keeps every count)."""
+    if not report["url"]:
+        return ["remote cache: off (set aioge.remote_cache or $AIOGE_REMOTE_CACHE)"]
+    lines = [f"remote cache: {report['url']}"]
     if not report["socs"]:
         lines.append("  nothing recorded")
     for s in report["socs"]:

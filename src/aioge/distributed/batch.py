@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -15,9 +15,13 @@ from aioge.distributed.executor import DaskExecutor, Executor, LocalExecutor
 __all__ = ["BatchResult", "compile_many", "compile_task", "run_batch"]
 
 
-@dataclass(slots=True)
+Shapes = Mapping[str, tuple[int, ...]]
+
+
+@dataclass(slots=True, repr=False)
 class BatchResult:
-    """One model's outcome: the ``.om`` bytes (and where they were written) or the error."""
+    """One model's outcome: the ``.om`` bytes (and where they were written) or the error.
+    Its repr gives the ``.om``'s size, not its bytes."""
 
     model: str
     om: bytes | None = None
@@ -33,6 +37,15 @@ class BatchResult:
     def ok(self) -> bool:
         return self.error is None
 
+    def __repr__(self) -> str:
+        parts = [
+            f"{f.name}=<{len(self.om)} bytes>"
+            if f.name == "om" and self.om is not None
+            else f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+        ]
+        return f"BatchResult({', '.join(parts)})"
+
 
 async def compile_many(
     models: Sequence[str | os.PathLike[str]],
@@ -42,6 +55,8 @@ async def compile_many(
     executor: Executor | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     progress: Callable[[BatchResult], None] | None = None,
+    shapes: Mapping[str, Shapes] | None = None,
+    external_weight: bool = False,
 ) -> list[BatchResult]:
     """Compile every model (``MODEL.onnx`` or ``GRAPH.py[:function]``, paths the workers can
     read) under session ``options``; results in the order of ``models``.
@@ -50,8 +65,10 @@ async def compile_many(
     Each worker uses the kernel cache the options name (its disk, and ``aioge.remote_cache``),
     and on a Dask cluster one scheduler-side lock per kernel key, so every kernel is compiled
     once across the cluster. A model that fails is reported in its result (``error``); the
-    others go on. With ``out_dir`` each ``.om`` is written there as ``<model stem>.om``;
-    ``progress`` is called with each result as it arrives.
+    others go on. With ``out_dir`` each ``.om`` is written there as ``<model stem>.om`` (with
+    ``external_weight``, its constants in ``weight/`` beside it, as ``ge.externalWeight=1``);
+    ``progress`` is called with each result as it arrives. ``shapes`` fixes input shapes per
+    model, by the model as given in ``models``: ``{"a.onnx": {"x": (1, 64)}}``.
 
     Raises:
         OptionError: bad ``options`` (checked here, before anything is submitted).
@@ -69,11 +86,11 @@ async def compile_many(
 
     async def one(i: int) -> None:
         try:
-            res = await executor.submit(compile_task, names[i], checked, on_dask)
+            res = await executor.submit(compile_task, names[i], checked, on_dask, dict((shapes or {}).get(names[i], {})))
         except Exception as exc:  # the worker or the wire failed (its own errors come back in the result)
             res = BatchResult(names[i], error=f"{type(exc).__name__}: {exc}")
         if out_dir is not None and res.om is not None:
-            res.path = await anyio.to_thread.run_sync(_write, Path(out_dir), names[i], res.om)
+            res.path = await anyio.to_thread.run_sync(_write, Path(out_dir), names[i], res.om, external_weight)
         results[i] = res
         if progress is not None:
             progress(res)
@@ -88,19 +105,23 @@ async def compile_many(
     return [r for r in results if r is not None]
 
 
-def _write(out_dir: Path, name: str, om: bytes) -> str:
+def _write(out_dir: Path, name: str, om: bytes, external: bool = False) -> str:
     from aioge.plan.io import write_atomic_sync
+    from aioge.plan.serialize import decode_model, save_model_sync
 
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = Path(name.split(".py:")[0]).stem + (f"_{name.split('.py:')[1]}" if ".py:" in name else "")
     path = out_dir / f"{stem}.om"
-    write_atomic_sync(path, om, mode=0o644)
+    if external:  # the worker sent it whole: its constants go to weight/ beside it here
+        save_model_sync(path, decode_model(om), external=True, mode=0o644)
+    else:
+        write_atomic_sync(path, om, mode=0o644)
     return str(path)
 
 
-def compile_task(spec: str, options: Mapping[str, str], on_dask: bool = False) -> BatchResult:
-    """One model's compile, where the executor runs it (blocking; its own event loop).
-    Errors of the model (load or compile) come back in the result."""
+def compile_task(spec: str, options: Mapping[str, str], on_dask: bool = False, shapes: Shapes | None = None) -> BatchResult:
+    """One model's compile, where the executor runs it (blocking; its own event loop), its
+    inputs of ``shapes`` fixed. Errors of the model (load or compile) come back in the result."""
     client = None
     if on_dask:
         from distributed import get_client
@@ -108,7 +129,7 @@ def compile_task(spec: str, options: Mapping[str, str], on_dask: bool = False) -
         client = get_client()
     start = time.perf_counter()
     try:
-        res = anyio.run(_compile_one, spec, dict(options), client)
+        res = anyio.run(_compile_one, spec, dict(options), client, dict(shapes or {}))
     except Exception as exc:
         res = BatchResult(spec, error=f"{type(exc).__name__}: {exc}")
     res.seconds = time.perf_counter() - start
@@ -125,24 +146,23 @@ def _worker_name() -> str:
         return f"pid {os.getpid()}"
 
 
-async def _compile_one(spec: str, options: dict[str, str], client: Any) -> BatchResult:
+async def _compile_one(spec: str, options: dict[str, str], client: Any, shapes: dict[str, tuple[int, ...]]) -> BatchResult:
     from aioge.cache.kernel_cache import KernelCache
     from aioge.cache.remote import TieredKernelStore, remote_tier_for
     from aioge.compiler.graph import compile_graph
-    from aioge.compiler.specialize import input_signature
     from aioge.distributed.cluster import ClusterKernelStore
     from aioge.options import resolve_options
     from aioge.plan.serialize import encode_model
 
     resolved = resolve_options(options)
-    graph = await anyio.to_thread.run_sync(_load, spec)
+    graph = await anyio.to_thread.run_sync(_load, spec, shapes)
     disk = KernelCache.from_options(resolved)
     remote = remote_tier_for(resolved)
     store: Any = disk if remote is None else TieredKernelStore(disk, remote)
     recorder = _Recorder(store) if client is None else ClusterKernelStore(store, disk, client, resolved.soc_version)
     try:
         model = await compile_graph(
-            graph, input_signature(graph, {}), resolved, kernel_cache=recorder, limiter=anyio.CapacityLimiter(os.cpu_count() or 2)
+            graph, _signature(graph, shapes), resolved, kernel_cache=recorder, limiter=anyio.CapacityLimiter(os.cpu_count() or 2)
         )
         om, _ = await anyio.to_thread.run_sync(encode_model, model)
     finally:
@@ -157,10 +177,27 @@ async def _compile_one(spec: str, options: dict[str, str], client: Any) -> Batch
     )
 
 
-def _load(spec: str) -> Any:
+def _load(spec: str, shapes: Shapes) -> Any:
     from aioge.frontends.source import load_source
 
-    return load_source(spec, {})[0]
+    return load_source(spec, dict(shapes))[0]
+
+
+def _signature(graph: Any, shapes: Shapes) -> Any:
+    from aioge.compiler.specialize import input_signature
+    from aioge.errors import AiogeError, FeedError
+
+    unknown = sorted(set(shapes) - {v.name for v in graph.inputs})
+    if unknown:
+        raise AiogeError(f"--input-shape {unknown[0]}: the model has no such input; its inputs: {[v.name for v in graph.inputs]}")
+    try:
+        return input_signature(graph, shapes)
+    except FeedError as exc:
+        if exc.input and "give its shape" in str(exc):
+            raise AiogeError(
+                f"{exc} with --input-shape {exc.input}:D1,D2,... (MODEL:{exc.input}:D1,... for this model alone)"
+            ) from None
+        raise
 
 
 class _Recorder:
@@ -180,13 +217,21 @@ class _Recorder:
 
 
 def run_batch(
-    models: Sequence[str], options: Mapping[str, str], out_dir: str, scheduler: str | None, *, quiet: bool = False
+    models: Sequence[str],
+    options: Mapping[str, str],
+    out_dir: str,
+    scheduler: str | None,
+    *,
+    quiet: bool = False,
+    shapes: Mapping[str, Shapes] | None = None,
+    external_weight: bool = False,
+    verbose: bool = False,
 ) -> int:
     """``aioge compile MODEL... -o DIR [--scheduler ADDRESS|local:N] [--quiet]``: compile every
     model into ``DIR/<stem>.om``, with progress on stderr (``_util.progress``: a bar on a
     terminal, a line per model as it finishes otherwise, nothing with ``quiet``) and a summary
-    on stdout. A failed model's error is on stderr in any case. Returns the exit code: 1 when a
-    model failed.
+    on stdout. A failed model's error is on stderr in any case. Dask's own loggers say only
+    warnings unless ``verbose``. Returns the exit code: 1 when a model failed.
 
     Raises:
         AiogeError: the scheduler cannot be reached or started, or the distributed extra is missing.
@@ -202,6 +247,8 @@ def run_batch(
         executor = LocalExecutor()
     else:
         try:
+            if not verbose:
+                _quiet_dask()
             executor = DaskExecutor.start(scheduler)
         except ImportError as exc:
             raise AiogeError(f"--scheduler needs the distributed extra: pip install 'aioge[distributed]' ({exc})") from None
@@ -222,7 +269,17 @@ def run_batch(
                 )
                 step(f"{res.model} {what}")
 
-            results = anyio.run(lambda: compile_many(models, options, executor=executor, out_dir=out_dir, progress=progress))
+            results = anyio.run(
+                lambda: compile_many(
+                    models,
+                    options,
+                    executor=executor,
+                    out_dir=out_dir,
+                    progress=progress,
+                    shapes=shapes,
+                    external_weight=external_weight,
+                )
+            )
     finally:
         anyio.run(executor.aclose)
     failed = [r for r in results if not r.ok]
@@ -235,3 +292,18 @@ def run_batch(
         + (f"; failed: {', '.join(r.model for r in failed)}" if failed else "")
     )
     return 1 if failed else 0
+
+
+def _quiet_dask() -> None:
+    """Dask's loggers at WARNING: its INFO lines (about 20 a batch) would bury the progress.
+    Set after importing it, since importing ``distributed`` sets their levels from its config.
+
+    Raises:
+        ImportError: the distributed extra is not installed.
+    """
+    import logging
+
+    import distributed  # noqa: F401
+
+    for name in ("distributed", "dask"):
+        logging.getLogger(name).setLevel(logging.WARNING)

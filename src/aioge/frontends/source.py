@@ -5,6 +5,7 @@ and ``aioge.distributed``, which sit above it."""
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 from typing import Any
 
@@ -17,7 +18,8 @@ __all__ = ["load_source"]
 
 def load_source(spec: str, shapes: dict[str, tuple[int, ...]]) -> tuple[Any, dict[str, np.ndarray], Any]:
     """``(graph, feeds, reference)`` from MODEL.onnx, or GRAPH.py[:function] whose function
-    (default ``build``) returns a Graph or ``(graph, feeds, reference)``."""
+    (default ``build``; without one, the script's only ``build*`` function, as the bundled
+    examples' ``build_mlp``) returns a Graph or ``(graph, feeds, reference)``."""
     from aioge.ir.graph import Graph
 
     if spec.endswith(".onnx"):
@@ -52,8 +54,23 @@ def load_source(spec: str, shapes: dict[str, tuple[int, ...]]) -> tuple[Any, dic
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     build = getattr(module, func, None)
+    if build is None and ".py:" not in spec:  # no build(): the script's one build* function, if it has one
+        found = sorted(n for n, f in vars(module).items() if n.startswith("build") and inspect.isfunction(f))
+        if len(found) == 1:
+            func, build = found[0], getattr(module, found[0])
     if not callable(build):
-        raise AiogeError(f"{path}: has no function {func}() returning a Graph")
+        funcs = sorted(n for n, f in vars(module).items() if inspect.isfunction(f) and not n.startswith("_"))
+        raise AiogeError(
+            f"{path}: has no function {func}() returning a Graph; its functions: {', '.join(funcs) or 'none'}. "
+            f"aioge takes GRAPH.py[:function], a function (default build) returning a Graph or (graph, feeds, "
+            f"reference): name one as {path}:FUNCTION"
+        )
+    try:
+        inspect.signature(build).bind()
+    except TypeError as exc:  # it needs arguments: not a builder this convention can call
+        raise AiogeError(f"{path}: {func}() cannot be called without arguments ({exc})") from None
+    except ValueError:
+        pass  # no signature to check (a builtin): call it and see
     made = build()
     graph, feeds, ref = (made, {}, None) if isinstance(made, Graph) else (tuple(made) + (None, None))[:3]
     if not isinstance(graph, Graph):

@@ -171,5 +171,5 @@ class TensorDesc:
         return d if self.container == "tensor" else TensorDesc(d.shape, d.dtype, d.format, self.container)
 
     def __str__(self) -> str:
-        dims = "?" if self.shape is None else "x".join(str(d) for d in self.shape) or "scalar"
+        dims = "?" if self.shape is None else ", ".join(str(d) for d in self.shape) or "scalar"
         return f"{self.dtype}[{dims}]" if self.container == "tensor" else f"{self.container}({self.dtype}[{dims}])"
