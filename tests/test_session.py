@@ -46,11 +46,11 @@ async def test_add_build_run_remove() -> None:
 async def test_feeds_are_checked() -> None:
     async with aioge.Session() as s:
         await s.add_graph(1, _graph())
-        with pytest.raises(FeedError, match=r"missing feeds for inputs x: float32\[Nx8\]"):
+        with pytest.raises(FeedError, match=r"missing feeds for inputs x: float32\[N, 8\]"):
             await s.run_graph(1, {})
         with pytest.raises(FeedError, match="unknown inputs"):
             await s.run_graph(1, {"x": np.zeros((1, 8), np.float32), "z": 1})
-        with pytest.raises(FeedError, match=r"'x' expects float32\[Nx8\], got shape \(1, 7\)"):
+        with pytest.raises(FeedError, match=r"'x' expects float32\[N, 8\], got shape \(1, 7\)"):
             await s.run_graph(1, {"x": np.zeros((1, 7), np.float32)})
         with pytest.raises(FeedError, match="got dtype float64"):
             await s.run_graph(1, {"x": np.zeros((1, 8))})

@@ -266,7 +266,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     """Compile MODEL.onnx or GRAPH.py offline into an .om (GE's ATC)."""
     import aioge
     from aioge._util.progress import Progress
-    from aioge.errors import AiogeError, FeedError
+    from aioge.errors import AiogeError
 
     if len(args.model) > 1 or args.scheduler:  # a batch: -o is a directory (aioge.distributed)
         from aioge.distributed.batch import run_batch
@@ -316,8 +316,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
             model = anyio.run(go)
         except OSError as exc:
             raise AiogeError(f"{args.output}: cannot write: {exc}") from None
-        except FeedError as exc:
-            raise _needs_input_shape(exc) from None
     summary = model.summary()
     weights = f"external under {Path(args.output).resolve().parent / 'weight'}" if args.external_weight else "inline"
     gears = f", {len(model.all_gears())} gears" if model.gears else ""
@@ -327,15 +325,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
         f"{1e3 * model.stats.compile_seconds:.1f} ms"
     )
     return 0
-
-
-def _needs_input_shape(exc: Exception) -> Exception:
-    """A FeedError about a symbolic input, with the flag that gives its shape named."""
-    from aioge.errors import AiogeError, FeedError
-
-    if isinstance(exc, FeedError) and exc.input and "give its shape" in str(exc):
-        return AiogeError(f"{exc} with --input-shape {exc.input}:D1,D2,... (e.g. 1 for each named dim)")
-    return exc
 
 
 def _random_feed(name: str, shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
@@ -355,7 +344,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     missing ones random, seed 0)."""
     import aioge
     from aioge.compiler.specialize import input_signature
-    from aioge.errors import AiogeError, FeedError
+    from aioge.errors import AiogeError
 
     given: dict[str, np.ndarray] = {}
     for item in args.input or []:
@@ -389,10 +378,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 await s.add_graph(gid, graph, _graph_level(args))
             _check_input_names(graph, given, defaults, args.random_inputs)
             known = {**shapes, **{k: v.shape for k, v in given.items()}}
-            try:
-                signature = dict(input_signature(graph, {k: v for k, v in known.items() if graph.has_value(k)}))
-            except FeedError as exc:
-                raise _needs_input_shape(exc) from None
+            signature = dict(input_signature(graph, {k: v for k, v in known.items() if graph.has_value(k)}))
             rng = np.random.default_rng(0)
             feeds = {}
             for v in graph.inputs:

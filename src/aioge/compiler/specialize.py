@@ -41,7 +41,12 @@ def input_signature(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> tuple[
             continue
         if v.name not in shapes:
             if not is_static(v.shape):
-                raise FeedError(f"input {v.name!r} is {v.desc}: give its shape", graph=graph.name, input=v.name)
+                raise FeedError(
+                    f"input {v.name!r} is {v.desc}: give its shape (shapes= or ge.inputShape; on the command "
+                    f"line --input-shape {v.name}:D1,D2,...)",
+                    graph=graph.name,
+                    input=v.name,
+                )
             out.append((v.name, tuple(int(d) for d in v.shape)))  # type: ignore[union-attr]
             continue
         shape = tuple(int(d) for d in shapes[v.name])

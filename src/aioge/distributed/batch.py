@@ -185,19 +185,12 @@ def _load(spec: str, shapes: Shapes) -> Any:
 
 def _signature(graph: Any, shapes: Shapes) -> Any:
     from aioge.compiler.specialize import input_signature
-    from aioge.errors import AiogeError, FeedError
+    from aioge.errors import AiogeError
 
     unknown = sorted(set(shapes) - {v.name for v in graph.inputs})
     if unknown:
         raise AiogeError(f"--input-shape {unknown[0]}: the model has no such input; its inputs: {[v.name for v in graph.inputs]}")
-    try:
-        return input_signature(graph, shapes)
-    except FeedError as exc:
-        if exc.input and "give its shape" in str(exc):
-            raise AiogeError(
-                f"{exc} with --input-shape {exc.input}:D1,D2,... (MODEL:{exc.input}:D1,... for this model alone)"
-            ) from None
-        raise
+    return input_signature(graph, shapes)
 
 
 class _Recorder:
@@ -296,11 +289,7 @@ def run_batch(
 
 def _quiet_dask() -> None:
     """Dask's loggers at WARNING: its INFO lines (about 20 a batch) would bury the progress.
-    Set after importing it, since importing ``distributed`` sets their levels from its config.
-
-    Raises:
-        ImportError: the distributed extra is not installed.
-    """
+    Set after importing it: importing ``distributed`` sets their levels from its config."""
     import logging
 
     import distributed  # noqa: F401
