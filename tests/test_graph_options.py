@@ -1,4 +1,5 @@
-"""``ge.inputShape`` alone (no gears) is ATC's static shape for the inputs it names (issue 43)."""
+"""Graph options end to end: ``ge.inputShape`` alone (no gears) is ATC's static shape for the
+inputs it names (issue 43); the graph cache keys the options the compiler reads (issue 40)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,22 @@ async def test_a_static_input_shape_the_graph_cannot_take_names_the_option(value
         with pytest.raises(OptionError, match=reason) as info:
             await s.add_graph(1, _graph(), {"ge.inputShape": value})
         assert info.value.key == "ge.inputShape"
+
+
+async def test_the_graph_cache_keys_exec_mode_and_not_exec_devices(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 40: the compiler reads aioge.exec_mode (sink plans take native kernels), so a graph
+    compiled for one mode is not served to the other; aioge.exec_devices only says where runs
+    go, so changing it reuses the entry."""
+
+    async def build(**session: str) -> bool:
+        opts = {"ge.graph_compiler_cache_dir": str(tmp_path), "aioge.tune_mode": "heuristic", **session}
+        async with aioge.Session(opts) as s:
+            g = aioge.Graph("static")
+            g.output(ops.relu(ops.matmul(g.input("x", (2, 64), "float32"), g.constant(W, "w"))), names=["y"])
+            await s.add_graph(1, g, {"ge.graph_key": "static"})
+            return (await s.build_graph(1)).stats.graph_cache_hit
+
+    assert not await build(**{"aioge.exec_mode": "sink"})
+    assert not await build(**{"aioge.exec_mode": "host"}), "a sink plan was served to host mode"
+    assert await build(**{"aioge.exec_mode": "host"})
+    assert await build(**{"aioge.exec_mode": "sink", "aioge.exec_devices": "1"}), "exec_devices recompiled"
