@@ -224,8 +224,9 @@ class Session:
     async def add_graph(self, graph_id: int, graph: Graph, options: Mapping[str, str] | None = None) -> None:
         """Register ``graph`` under ``graph_id`` with graph-level options.
 
-        With gears (``ge.dynamicBatchSize`` or ``ge.dynamicDims`` and ``ge.inputShape``) every
-        gear is compiled now, into one model; with batching (``aioge.batch_max_rows``) and
+        ``ge.inputShape`` alone fixes the shapes of the inputs it names (ATC's static
+        ``--input_shape``). With gears (``ge.dynamicBatchSize`` or ``ge.dynamicDims`` and
+        ``ge.inputShape``) every gear is compiled now, into one model; with batching (``aioge.batch_max_rows``) and
         inputs static past dim 0, every batch size is compiled now.
 
         Raises:
