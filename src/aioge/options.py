@@ -13,6 +13,7 @@ options, never at import time.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -56,7 +57,7 @@ class OptionSpec:
     field: str  # the CompileOptions field it sets
     env: str | None = None  # environment fallback, read at resolve time
     doc: str = ""
-    stage: str = field(kw_only=True)  # COMPILER, RUNTIME, CACHE or SERVER: who reads it
+    stage: str = dataclasses.field(kw_only=True)  # COMPILER, RUNTIME, CACHE or SERVER: who reads it
     also: tuple[str, ...] = ()  # more aliases: GE's other spellings of the key, aioge's older keys
 
 

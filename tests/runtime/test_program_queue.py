@@ -100,7 +100,7 @@ async def _callers_and_ends(n: int, order: list[int], cancelled: set[int], turns
 
     async with anyio.create_task_group() as tg:
         try:
-            with anyio.fail_after(2):  # a caller nobody wakes would wait forever
+            with anyio.fail_after(30):  # a caller nobody wakes would wait forever (a hang guard, not a time bound)
                 for i in range(n):
                     tg.start_soon(caller, i)
                     for _ in range(turns[i]):
@@ -145,7 +145,7 @@ async def test_a_queue_closed_while_callers_wait_is_freed_by_the_last_of_them() 
             await anyio.to_thread.run_sync(q.close)
             assert c.fd >= 0 and q.submit(_Program(9)) is None, "closed: no new program, the waiters' queue lives"  # type: ignore[arg-type]
             c.end(progs[0])
-            with anyio.fail_after(2):
+            with anyio.fail_after(30):  # a hang guard
                 while not done:
                     await anyio.sleep(0.001)
             assert done == [0] and c.fd >= 0
