@@ -161,7 +161,11 @@ async def test_compile_many_on_local_threads_reports_failures_per_model(models: 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("scheduler", [None, "local:2"])
 def test_aioge_compile_takes_several_models_and_a_scheduler(
-    models: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], scheduler: str | None
+    models: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    scheduler: str | None,
 ) -> None:
     from aioge.cli import main
 
@@ -179,6 +183,8 @@ def test_aioge_compile_takes_several_models_and_a_scheduler(
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["models_b0.om", "models_b1.om", "models_b2.om"]
     assert "compiled 3 of 4 models" in out.out and "broken FAILED: ValueError: this model does not build" in out.err
     assert ("dask dashboard:" in out.err) == (scheduler is not None)
+    # Dask's INFO lines (about 20 a batch) stay out of the progress without -v (issue 43).
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("distributed") and r.levelno < 30] == []
     np.testing.assert_array_equal(anyio.run(_outputs, tmp_path / "out" / "models_b0.om").shape, (4, 8))
 
 
