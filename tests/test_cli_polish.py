@@ -94,6 +94,13 @@ def test_a_script_without_a_builder_says_what_it_has_and_what_run_expects(
     assert "has no function build()" in err and "build_a, build_b" in err and f"{two}:FUNCTION" in err
 
 
+def test_options_lists_every_alias_and_the_stage_that_reads_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["options"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")}
+    assert "OP_DEBUG_LEVEL,op_debug_level" in lines["ge.opDebugLevel"] and "read by compiler" in lines["ge.opDebugLevel"]
+    assert "read by runtime" in lines["aioge.exec_devices"] and "read by compiler" in lines["aioge.exec_mode"]
+
+
 def test_batch_result_repr_leaves_out_the_om_bytes() -> None:
     from aioge.distributed import BatchResult
 

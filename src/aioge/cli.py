@@ -161,13 +161,14 @@ def cmd_passes(args: argparse.Namespace) -> int:
 
 
 def cmd_options(args: argparse.Namespace) -> int:
-    """List every option: key, aliases, levels, default, env fallback."""
+    """List every option: key, aliases, levels, the stage that reads it, default, env fallback."""
     from aioge.options import OPTIONS
 
     for spec in OPTIONS.values():
         extra = f" (env {spec.env})" if spec.env else ""
         aliases = ",".join(a for a in (spec.alias, *spec.also) if a) or "-"
-        print(f"{spec.key:<28} {aliases:<24} {'/'.join(sorted(spec.levels)):<14} default={spec.default!r}{extra}")
+        levels = "/".join(sorted(spec.levels))
+        print(f"{spec.key:<28} {aliases:<24} {levels:<14} read by {spec.stage:<9} default={spec.default!r}{extra}")
         print(f"    {spec.doc}")
     return 0
 
