@@ -48,6 +48,7 @@ class OptionSpec:
     # False for options that say where and how to cache or run, not what a compile produces:
     # compiled artefacts are keyed by the others (``aioge.keys.compile_options``).
     shapes_compile: bool = True
+    secret: bool = False  # kept out of ``raw`` (which compiled models and cache entries store) as "***"
 
 
 # -- parsers: each raises ValueError whose text says what is allowed -------------------
@@ -513,6 +514,30 @@ _TABLE: tuple[OptionSpec, ...] = (
         doc="entries larger than this are not sent to the remote cache",
         shapes_compile=False,
     ),
+    OptionSpec(
+        "aioge.remote_cache_key",
+        None,
+        _S,
+        "",
+        str,
+        "remote_cache_key",
+        env="AIOGE_REMOTE_CACHE_KEY",
+        doc="a secret the deployment shares: graph entries are HMAC-signed with it, and unsigned or badly signed ones "
+        "are a miss (empty: unsigned)",
+        shapes_compile=False,
+        secret=True,
+    ),
+    OptionSpec(
+        "aioge.max_builds_per_graph",
+        None,
+        _SG,
+        "8",
+        _int_range(1, 4096),
+        "max_builds_per_graph",
+        doc="input shapes whose build a graph keeps (least recently run dropped first, compiled again when it "
+        "comes back); gears are kept besides",
+        shapes_compile=False,
+    ),
 )
 
 OPTIONS: Mapping[str, OptionSpec] = MappingProxyType({s.key: s for s in _TABLE})
@@ -553,6 +578,8 @@ class CompileOptions:
     remote_cache_timeout_ms: float = 500.0
     remote_cache_ttl: int = 604800
     remote_cache_max_entry_mb: int = 64
+    remote_cache_key: str = ""
+    max_builds_per_graph: int = 8
     raw: Mapping[str, str] = field(default_factory=dict)  # the effective string values, by GE key
 
     def streams_for(self, engine: Engine) -> int:
@@ -640,7 +667,7 @@ def resolve_options(
         if text is None:
             text = spec.default
         values[spec.field] = spec.parse(text)
-        raw[spec.key] = text
+        raw[spec.key] = "***" if spec.secret and text else text
     known = {f.name for f in fields(CompileOptions)}
     assert set(values) <= known
     _check_gears(values, raw)
