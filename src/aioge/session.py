@@ -768,7 +768,7 @@ class Session:
                     entry.served.pop(next(iter(entry.served)))
                 entry.served[key] = (rows, tail)
         max_rows = self._max_rows(entry)
-        if max_rows and rows <= max_rows and trace is None:
+        if max_rows and 0 < rows <= max_rows and trace is None:  # an empty batch runs padded, unbatched
             batcher = entry.batchers.get(tail) or await self._batcher(entry, tail)
             return await batcher.submit(arrays, rows)
         return await self._run_padded(entry, arrays, trace)

@@ -115,3 +115,25 @@ async def test_an_empty_batch_model_saves_and_loads(tmp_path: Any) -> None:
         gid = await s.load_model(tmp_path / "empty.om")
         got = await s.run_graph(gid, feeds)
     assert {k: v.shape for k, v in got.items()} == {k: v.shape for k, v in reference(feeds).items()}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"aioge.batch_max_rows": "8"}, {"ge.inputShape": "x:-1,16", "ge.dynamicBatchSize": "1,4"}],
+    ids=["batching", "gears"],
+)
+async def test_an_empty_batch_with_gears_or_batching_runs_padded_and_gives_no_rows(options: dict[str, str]) -> None:
+    from aioge import ops
+
+    w = _w(np.random.default_rng(2), 16, 8)
+    graph = aioge.Graph("mlp")
+    x = graph.input("x", ("N", 16), "float32")
+    graph.output(ops.softmax(ops.relu(ops.matmul(x, graph.constant(w))), axis=-1), names=["y"])
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        await s.add_graph(1, graph, options)
+        got = (await s.run_graph(1, {"x": np.zeros((0, 16), np.float32)}))["y"]
+        assert got.shape == (0, 8) and got.dtype == np.float32
+        one = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)  # and rows still run right
+        z = np.maximum(one @ w, 0)
+        want = np.exp(z - z.max(-1, keepdims=True))
+        np.testing.assert_allclose((await s.run_graph(1, {"x": one}))["y"], want / want.sum(-1, keepdims=True), rtol=1e-5)
