@@ -522,8 +522,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         str,
         "remote_cache_key",
         env="AIOGE_REMOTE_CACHE_KEY",
-        doc="a secret the deployment shares: graph entries are HMAC-signed with it, and unsigned or badly signed ones "
-        "are a miss (empty: unsigned)",
+        doc="a shared secret: remote entries are HMAC-signed with it, unsigned or badly signed ones are a miss",
         shapes_compile=False,
         secret=True,
     ),
@@ -534,8 +533,7 @@ _TABLE: tuple[OptionSpec, ...] = (
         "8",
         _int_range(1, 4096),
         "max_builds_per_graph",
-        doc="input shapes whose build a graph keeps (least recently run dropped first, compiled again when it "
-        "comes back); gears are kept besides",
+        doc="input shapes whose build a graph keeps, least recently run dropped first (gears are kept besides)",
         shapes_compile=False,
     ),
 )

@@ -19,14 +19,9 @@ A remote that is down or slow never fails or stalls a compile: each request has 
 stays out of the way (every lookup a miss, every write dropped) for ``DOWN_SECONDS`` before it
 tries again.
 
-Trust: whoever can write to the store is not trusted to change results. A graph entry is
-decoded with every check of an ``.om`` load, and its graph (nodes, attributes, descs, every
-weight) must be the very graph this session's graph compiles to (``compiler.cached``); a
-kernel entry must name one of the tuner's candidates for its node. With a key the deployment
-shares (``aioge.remote_cache_key``), every entry is HMAC-SHA256-signed over its remote name
-and bytes, and one unsigned or badly signed is a miss and one warning. A writer can still
-deny service (delete entries, fill the store, store slow kernel choices, or without a key
-entries that fail the checks: each a recompile), never change a result or crash a reader.
+Trust (README, "Trust model of the remote tier"): a graph entry's graph must be the one this
+graph compiles to (``compiler.cached``); with ``aioge.remote_cache_key`` every entry is
+HMAC-SHA256-signed over its remote name and bytes, and an unsigned or badly signed one is a miss.
 
 The store protocol (``RemoteStore``) is three coroutines run on the tier's own asyncio loop
 thread, so an asyncio client (``redis.asyncio``) serves callers on any anyio backend (trio
@@ -84,7 +79,7 @@ MAX_KERNEL_BYTES = 1 << 20  # as the disk tier: a kernel desc is a few hundred b
 _MAX_PENDING = 1024  # write-behinds queued at once; more are dropped (and counted)
 _FLUSH_SECONDS = 5.0  # how long closing waits for queued writes
 _SIGNED = b"aioge-hmac-sha256\0"  # a signed entry: this, the 32-byte tag, the entry
-_SIGN_IN_THREAD = 1 << 16  # entries past this are signed and checked off the event loop
+_SIGN_IN_THREAD = 1 << 16  # entries past this are checked off the event loop
 
 
 class _Dropped(Exception):
@@ -270,8 +265,9 @@ class RemoteTier:
             self._count(misses=1)
             return None
         self._count(hits=1)
+        data = bytes(data)
         if not self._key:
-            return bytes(data)
+            return data
         name = self.name(kind, key)
         if len(data) > _SIGN_IN_THREAD:
             entry = await anyio.to_thread.run_sync(self._unsign, name, data)
@@ -287,17 +283,14 @@ class RemoteTier:
         return mac.digest()
 
     def _sign(self, name: str, data: bytes) -> bytes:
-        """``data`` signed (with a key), else as it is. The tag covers the remote name too: an
-        entry signed for one key does not verify under another."""
+        """``data`` signed (with a key; the tag covers the remote name too), else as it is."""
         return _SIGNED + self._tag(name, data) + data if self._key else data
 
     def _unsign(self, name: str, data: bytes) -> bytes | None:
         """The entry in signed ``data``, or None when unsigned or the tag is wrong."""
-        body = memoryview(data)[len(_SIGNED) + 32 :]
-        if not data.startswith(_SIGNED) or len(data) < len(_SIGNED) + 32:
-            return None
-        tag = data[len(_SIGNED) : len(_SIGNED) + 32]
-        return bytes(body) if hmac.compare_digest(tag, self._tag(name, body)) else None
+        n = len(_SIGNED)
+        body, tag = memoryview(data)[n + 32 :], data[n : n + 32]
+        return bytes(body) if data.startswith(_SIGNED) and hmac.compare_digest(tag, self._tag(name, body)) else None
 
     async def _deadline(self, coro: Coroutine[Any, Any, Any]) -> Any:
         import asyncio
@@ -316,10 +309,7 @@ class RemoteTier:
         if self.down or len(data) > self.max_entry_bytes or len(self._pending) >= _MAX_PENDING:
             self._count(dropped=1)
             return
-        if len(data) > _SIGN_IN_THREAD and self._key:
-            self.put_later(kind, key, lambda: data)
-            return
-        name = self.name(kind, key)
+        name = self.name(kind, key)  # a kernel entry: a few hundred bytes, signed here
         fut = self._thread.submit(self._deadline(self.store.set(name, self._sign(name, data), self.ttl_seconds)))
         with self._lock:
             self._pending.add(fut)

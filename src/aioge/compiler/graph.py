@@ -101,15 +101,12 @@ def compile_graph_sync(graph: Graph, signature: Sequence[tuple[str, tuple[int, .
 def optimised_graph(
     graph: Graph, signature: Sequence[tuple[str, tuple[int, ...]]], options: CompileOptions, stats: CompileStats | None = None
 ) -> Graph:
-    """The graph a compile plans: ``graph`` specialised to ``signature``, then the passes
-    (the same graph, weights and descs for the same inputs, in any process: the remote tier
-    checks an entry's graph against it)."""
+    """The graph a compile plans: specialised to ``signature``, then the passes (the same for
+    the same graph in any process: the remote tier checks an entry against it)."""
+    stats = CompileStats() if stats is None else stats
     g = specialize(graph, signature)
-    if stats is not None:
-        stats.nodes_before_passes = len(g.nodes)
-    applied = run_passes(g, options.optimization_switch)
-    if stats is not None:
-        stats.passes_applied = applied
+    stats.nodes_before_passes = len(g.nodes)
+    stats.passes_applied = run_passes(g, options.optimization_switch)
     return g
 
 

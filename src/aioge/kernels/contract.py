@@ -86,9 +86,8 @@ def bind_kernel(
     in_descs: Sequence[TensorDesc | None],
     out_descs: Sequence[TensorDesc],
 ) -> RunFn:
-    """``impl.build``, as the runtime, tuning and loading bind a kernel; a node with
-    ``no_compute`` outputs is bound to nothing at all (no kernel sees a zero-size geometry,
-    which C kernels and in-place activations cannot take), as onnxruntime returns empty outputs."""
+    """``impl.build`` (for the runtime, tuning and loading), or for ``no_compute`` outputs no
+    kernel at all: no C kernel or in-place activation sees a zero-size geometry."""
     if not no_compute(out_descs):
         return impl.build(attrs, params, in_descs, out_descs)
     shapes = [(tuple(int(x) for x in d.shape or ()), numpy_dtype(d.dtype)) for d in out_descs]
