@@ -51,10 +51,12 @@ _FEED_KEYS = 64  # feed layouts whose check is remembered per graph
 
 
 def _evict_builds(entry: _GraphEntry) -> None:
-    """Drop the least recently run builds past the bound (a run in flight keeps its own)."""
+    """Drop the least recently run builds past the bound, which is at least the batch sizes
+    batching compiles (a run in flight keeps its own)."""
     keep = frozenset(entry.gears.signatures) if entry.gears is not None else frozenset()
     extra = [s for s in entry.builds if s not in keep]
-    for signature in extra[: max(0, len(extra) - entry.resolved.max_builds_per_graph)]:
+    bound = max(entry.resolved.max_builds_per_graph, len(_bucket_sizes(entry.resolved)))
+    for signature in extra[: max(0, len(extra) - bound)]:
         del entry.builds[signature]
         log.info("graph %r: dropped the build for %s (aioge.max_builds_per_graph)", entry.graph.name, signature)
 
