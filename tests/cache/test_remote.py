@@ -549,8 +549,16 @@ class _NoStore:
         return None
 
 
-def test_the_remote_cache_key_comes_from_the_option_or_the_env_var_and_is_never_stored() -> None:
+def test_the_remote_cache_key_comes_from_the_option_or_the_env_var_and_is_never_stored(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from aioge.cli import main
     from aioge.options import resolve_options
+
+    assert main(["options"]) == 0
+    listed = capsys.readouterr().out
+    assert "aioge.remote_cache_key" in listed and "(env AIOGE_REMOTE_CACHE_KEY)" in listed
+    assert "aioge.max_builds_per_graph" in listed and "default='8'" in listed
 
     assert resolve_options({}, env={"AIOGE_REMOTE_CACHE_KEY": "k1"}).remote_cache_key == "k1"
     opts = resolve_options({"aioge.remote_cache_key": "k2"}, env={"AIOGE_REMOTE_CACHE_KEY": "k1"})
