@@ -66,6 +66,37 @@ async def test_dynamic_dims_compile_per_shape() -> None:
         assert len(s._graphs[1].builds) == 2
 
 
+async def test_builds_per_graph_are_bounded() -> None:
+    # aioge.max_builds_per_graph=2: a third shape drops the least recently run build, which
+    # is compiled again when it comes back; every result stays right.
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        await s.add_graph(1, _graph(), {"aioge.max_builds_per_graph": "2"})
+        builds = s._graphs[1].builds
+        for n in (1, 2, 1, 3, 2):
+            x = np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)
+            np.testing.assert_allclose((await s.run_graph(1, {"x": x}))["y"], _ref(x), rtol=1e-6, atol=1e-6)
+            assert len(builds) <= 2
+        # 1 was run after 2, so 3 dropped 2; 2 came back (compiled again) and dropped 1.
+        assert [sig[0][1][0] for sig in builds] == [3, 2]
+    with pytest.raises(OptionError, match="max_builds_per_graph"):
+        aioge.Session({"aioge.max_builds_per_graph": "0"})
+
+
+async def test_the_build_bound_keeps_every_batch_size_batching_compiled() -> None:
+    # Batching compiles sizes 1, 2, 4, 8, 16 up front: a bound of 2 must not make them evict
+    # each other (a recompile per batch); a new feed layout may evict an old one's, LRU.
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        await s.add_graph(1, _graph(), {"aioge.max_builds_per_graph": "2", "aioge.batch_max_rows": "16"})
+        builds = s._graphs[1].builds
+        for n in (1, 3, 16, 5):
+            x = np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)
+            np.testing.assert_allclose((await s.run_graph(1, {"x": x}))["y"], _ref(x), rtol=1e-6, atol=1e-6)
+            if n == 1:
+                first = dict(builds)
+        assert sorted(sig[0][1][0] for sig in builds) == [1, 2, 4, 8, 16]
+        assert all(builds[sig] is exe for sig, exe in first.items())  # none compiled twice
+
+
 async def test_bad_options_raise() -> None:
     with pytest.raises(OptionError):
         aioge.Session({"ge.exec.exclude_engines": "TPU"})

@@ -59,6 +59,7 @@ class OptionSpec:
     doc: str = ""
     stage: str = dataclasses.field(kw_only=True)  # COMPILER, RUNTIME, CACHE or SERVER: who reads it
     also: tuple[str, ...] = ()  # more aliases: GE's other spellings of the key, aioge's older keys
+    secret: bool = False  # kept out of ``raw`` (which compiled models and cache entries store) as "***"
 
 
 # -- parsers: each raises ValueError whose text says what is allowed -------------------
@@ -551,6 +552,28 @@ _TABLE: tuple[OptionSpec, ...] = (
         doc="entries larger than this are not sent to the remote cache",
         stage=CACHE,
     ),
+    OptionSpec(
+        "aioge.remote_cache_key",
+        None,
+        _S,
+        "",
+        str,
+        "remote_cache_key",
+        env="AIOGE_REMOTE_CACHE_KEY",
+        doc="a shared secret: remote entries are HMAC-signed with it, unsigned or badly signed ones are a miss",
+        stage=CACHE,
+        secret=True,
+    ),
+    OptionSpec(
+        "aioge.max_builds_per_graph",
+        None,
+        _SG,
+        "8",
+        _int_range(1, 4096),
+        "max_builds_per_graph",
+        doc="input shapes whose build a graph keeps, least recently run dropped first (gears are kept besides)",
+        stage=RUNTIME,
+    ),
 )
 
 OPTIONS: Mapping[str, OptionSpec] = MappingProxyType({s.key: s for s in _TABLE})
@@ -599,6 +622,8 @@ class CompileOptions:
     remote_cache_timeout_ms: float = _default("remote_cache_timeout_ms")
     remote_cache_ttl: int = _default("remote_cache_ttl")
     remote_cache_max_entry_mb: int = _default("remote_cache_max_entry_mb")
+    remote_cache_key: str = _default("remote_cache_key")
+    max_builds_per_graph: int = _default("max_builds_per_graph")
     raw: Mapping[str, str] = field(default_factory=dict)  # the effective string values, by GE key
 
     def streams_for(self, engine: Engine) -> int:
@@ -688,7 +713,7 @@ def resolve_options(
         if text is None:
             text = spec.default
         values[spec.field] = spec.parse(text)
-        raw[spec.key] = text
+        raw[spec.key] = "***" if spec.secret and text else text
     _check_gears(values, raw)
     return CompileOptions(**values, raw=MappingProxyType(raw))
 

@@ -50,13 +50,26 @@ _FeedKey = tuple[tuple[str, tuple[int, ...], np.dtype], ...]
 _FEED_KEYS = 64  # feed layouts whose check is remembered per graph
 
 
+def _evict_builds(entry: _GraphEntry) -> None:
+    """Drop the least recently run builds past the bound, which is at least the batch sizes
+    batching compiles (a run in flight keeps its own)."""
+    keep = frozenset(entry.gears.signatures) if entry.gears is not None else frozenset()
+    extra = [s for s in entry.builds if s not in keep]
+    bound = max(entry.resolved.max_builds_per_graph, len(_bucket_sizes(entry.resolved)))
+    for signature in extra[: max(0, len(extra) - bound)]:
+        del entry.builds[signature]
+        log.info("graph %r: dropped the build for %s (aioge.max_builds_per_graph)", entry.graph.name, signature)
+
+
 @dataclass(slots=True)
 class _GraphEntry:
     graph_id: int
     graph: Graph
     options: dict[str, str]
     resolved: CompileOptions
-    builds: dict[Signature, Executable] = field(default_factory=dict)
+    # Builds by input signature, least recently run first: past ``aioge.max_builds_per_graph``
+    # (default 8) beside the gears, the oldest is dropped and compiled again if it comes back.
+    builds: OrderedDict[Signature, Executable] = field(default_factory=OrderedDict)
     lock: anyio.Lock | None = None
     last: Signature | None = None
     graph_cache: graph_cache.GraphCache | None = None  # when ge.graph_compiler_cache_dir and ge.graph_key are set
@@ -598,7 +611,9 @@ class Session:
     async def _executable(self, entry: _GraphEntry, signature: Signature) -> Executable:
         exe = entry.builds.get(signature)
         if exe is not None:
-            entry.last = signature
+            if entry.last != signature:
+                entry.builds.move_to_end(signature)
+                entry.last = signature
             return exe
         assert entry.lock is not None
         async with entry.lock:  # one compile per graph and signature; waiters get the result
@@ -622,6 +637,7 @@ class Session:
                     partial(Executable, model, self._variables, threads=entry.resolved.exec_threads)
                 )
                 entry.builds[signature] = exe
+                _evict_builds(entry)
             entry.last = signature
             return exe
 
@@ -758,7 +774,7 @@ class Session:
                     entry.served.pop(next(iter(entry.served)))
                 entry.served[key] = (rows, tail)
         max_rows = self._max_rows(entry)
-        if max_rows and rows <= max_rows and trace is None:
+        if max_rows and 0 < rows <= max_rows and trace is None:  # an empty batch runs padded, unbatched
             batcher = entry.batchers.get(tail) or await self._batcher(entry, tail)
             return await batcher.submit(arrays, rows)
         return await self._run_padded(entry, arrays, trace)

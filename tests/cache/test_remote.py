@@ -470,3 +470,97 @@ async def test_a_corrupt_or_foreign_graph_entry_is_a_miss_and_a_warning(
     assert not b.stats.graph_cache_hit and (b.stats.kernels_compiled, b.stats.kernel_cache_hits) == (0, KERNELS)
     warnings = _remote_warnings(caplog)
     assert len(warnings) == 1 and "graph entry mlp_" in warnings[0], warnings
+
+
+def _y(x: np.ndarray) -> np.ndarray:
+    return np.tanh(np.maximum((x * 0.5) @ W, 0) + 1.0)
+
+
+@needs_server
+@pytest.mark.parametrize("lie", ["zeroed-weights", "output-desc"])
+async def test_a_graph_entry_with_other_weights_under_the_same_key_is_not_served(
+    server: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture, lie: str
+) -> None:
+    # The attacks of issue 37: the entry decoded, its weights zeroed (or a node's output desc
+    # shrunk, which a kernel would trust), written back whole under its key with its
+    # fingerprint unchanged. It must be a miss (recompiled), not a hit.
+    from aioge.ir.desc import TensorDesc
+    from aioge.plan.serialize import decode_model, encode_model
+
+    await _build_cached(_opts(tmp_path / "ka", server.url), tmp_path / "ga")
+    (key,) = [k for k in server.keys() if ":graph:mlp_" in k]
+    model = decode_model(server.client.get(key))
+    if lie == "zeroed-weights":
+        for v in model.graph.constants.values():
+            v.data = np.zeros_like(v.data)
+    else:
+        (matmul,) = [n for n in model.graph.nodes if n.op_type == "MatMul"]
+        matmul.outputs[0].desc = TensorDesc((1, 8), "float32")
+    server.client.set(key, encode_model(model)[0])
+    caplog.set_level(logging.WARNING)
+    b, y = await _build_cached(_opts(tmp_path / "kb", server.url), tmp_path / "gb")
+    assert not b.stats.graph_cache_hit and (b.stats.kernels_compiled, b.stats.kernel_cache_hits) == (0, KERNELS)
+    np.testing.assert_allclose(y, _y(np.ones((4, 8), np.float32)), rtol=1e-5, atol=1e-6)
+    (warning,) = _remote_warnings(caplog)
+    assert "graph entry mlp_" in warning, warning
+    if lie == "zeroed-weights":
+        assert "weights are not what graph 'g' compiles to" in warning
+
+
+@needs_server
+@pytest.mark.parametrize("entry", ["signed", "unsigned", "bad-tag", "other-key"])
+async def test_with_a_key_only_entries_signed_with_it_are_served(
+    server: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture, entry: str
+) -> None:
+    from aioge.cache.remote import _SIGNED
+
+    key_opt = {"aioge.remote_cache_key": "s3cret"}
+    a, ya = await _build_cached(_opts(tmp_path / "ka", server.url, **key_opt), tmp_path / "ga")
+    assert a.options["aioge.remote_cache_key"] == "***"  # the secret is never stored with a model
+    (key,) = [k for k in server.keys() if ":graph:mlp_" in k]
+    stored = server.client.get(key)
+    assert all(server.client.get(k).startswith(_SIGNED) for k in server.keys())  # kernels are signed too
+    if entry == "unsigned":
+        server.client.set(key, stored[len(_SIGNED) + 32 :])
+    elif entry == "bad-tag":
+        server.client.set(key, stored[: len(_SIGNED)] + bytes(32) + stored[len(_SIGNED) + 32 :])
+    elif entry == "other-key":  # a whole entry signed with another key: the tier of a writer without this one
+        tier = RemoteTier(_NoStore(), soc="AiogeSim", key=b"guess")
+        server.client.set(key, tier._sign(key, stored[len(_SIGNED) + 32 :]))
+    caplog.set_level(logging.WARNING)
+    b, yb = await _build_cached(_opts(tmp_path / "kb", server.url, **key_opt), tmp_path / "gb")
+    np.testing.assert_array_equal(ya, yb)
+    warnings = _remote_warnings(caplog)
+    if entry == "signed":
+        assert b.stats.graph_cache_hit and not warnings
+    else:
+        assert not b.stats.graph_cache_hit and (b.stats.kernels_compiled, b.stats.kernel_cache_hits) == (0, KERNELS)
+        assert len(warnings) == 1 and "graph entry mlp_" in warnings[0] and "badly signed" in warnings[0], warnings
+
+
+class _NoStore:
+    async def get(self, key: str) -> bytes | None:
+        return None
+
+    async def set(self, key: str, value: bytes, ttl_seconds: int) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_the_remote_cache_key_comes_from_the_option_or_the_env_var_and_is_never_stored(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from aioge.cli import main
+    from aioge.options import resolve_options
+
+    assert main(["options"]) == 0
+    listed = capsys.readouterr().out
+    assert "aioge.remote_cache_key" in listed and "(env AIOGE_REMOTE_CACHE_KEY)" in listed
+    assert "aioge.max_builds_per_graph" in listed and "default='8'" in listed
+
+    assert resolve_options({}, env={"AIOGE_REMOTE_CACHE_KEY": "k1"}).remote_cache_key == "k1"
+    opts = resolve_options({"aioge.remote_cache_key": "k2"}, env={"AIOGE_REMOTE_CACHE_KEY": "k1"})
+    assert opts.remote_cache_key == "k2" and opts.raw["aioge.remote_cache_key"] == "***"
+    assert resolve_options({}, env={}).raw["aioge.remote_cache_key"] == ""

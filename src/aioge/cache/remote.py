@@ -19,6 +19,10 @@ A remote that is down or slow never fails or stalls a compile: each request has 
 stays out of the way (every lookup a miss, every write dropped) for ``DOWN_SECONDS`` before it
 tries again.
 
+Trust (README, "Trust model of the remote tier"): a graph entry's graph must be the one this
+graph compiles to (``compiler.cached``); with ``aioge.remote_cache_key`` every entry is
+HMAC-SHA256-signed over its remote name and bytes, and an unsigned or badly signed one is a miss.
+
 The store protocol (``RemoteStore``) is three coroutines run on the tier's own asyncio loop
 thread, so an asyncio client (``redis.asyncio``) serves callers on any anyio backend (trio
 too) and writes outlive the compile that made them. ``RedisStore`` is the first backend.
@@ -28,6 +32,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import hashlib
+import hmac
 import logging
 import os
 import threading
@@ -72,6 +78,8 @@ DOWN_SECONDS = 30.0  # after a failure the tier stays out of the way this long
 MAX_KERNEL_BYTES = 1 << 20  # as the disk tier: a kernel desc is a few hundred bytes
 _MAX_PENDING = 1024  # write-behinds queued at once; more are dropped (and counted)
 _FLUSH_SECONDS = 5.0  # how long closing waits for queued writes
+_SIGNED = b"aioge-hmac-sha256\0"  # a signed entry: this, the 32-byte tag, the entry
+_SIGN_IN_THREAD = 1 << 16  # entries past this are checked off the event loop
 
 
 class _Dropped(Exception):
@@ -206,6 +214,7 @@ class RemoteTier:
         ttl_seconds: int = 7 * 86400,
         max_entry_bytes: int = 64 << 20,
         clock: Callable[[], float] = time.monotonic,
+        key: bytes = b"",
     ) -> None:
         self.store = store
         self.url = redact(url) if url else type(store).__name__
@@ -214,6 +223,7 @@ class RemoteTier:
         self.timeout = timeout
         self.ttl_seconds = ttl_seconds
         self.max_entry_bytes = max_entry_bytes
+        self._key = key  # HMAC key: entries are signed and only signed ones are taken
         self.stats = RemoteStats()
         self.recorded = RemoteStats()  # what ``record_stats_sync`` has written already
         self._clock = clock
@@ -255,7 +265,32 @@ class RemoteTier:
             self._count(misses=1)
             return None
         self._count(hits=1)
-        return bytes(data)
+        data = bytes(data)
+        if not self._key:
+            return data
+        name = self.name(kind, key)
+        if len(data) > _SIGN_IN_THREAD:
+            entry = await anyio.to_thread.run_sync(self._unsign, name, data)
+        else:
+            entry = self._unsign(name, data)
+        if entry is None:
+            self.invalid(kind, key, "unsigned or badly signed (aioge.remote_cache_key is set)")
+        return entry
+
+    def _tag(self, name: str, data: bytes | memoryview) -> bytes:
+        mac = hmac.new(self._key, name.encode() + b"\0", hashlib.sha256)
+        mac.update(data)
+        return mac.digest()
+
+    def _sign(self, name: str, data: bytes) -> bytes:
+        """``data`` signed (with a key; the tag covers the remote name too), else as it is."""
+        return _SIGNED + self._tag(name, data) + data if self._key else data
+
+    def _unsign(self, name: str, data: bytes) -> bytes | None:
+        """The entry in signed ``data``, or None when unsigned or the tag is wrong."""
+        n = len(_SIGNED)
+        body, tag = memoryview(data)[n + 32 :], data[n : n + 32]
+        return bytes(body) if data.startswith(_SIGNED) and hmac.compare_digest(tag, self._tag(name, body)) else None
 
     async def _deadline(self, coro: Coroutine[Any, Any, Any]) -> Any:
         import asyncio
@@ -274,7 +309,8 @@ class RemoteTier:
         if self.down or len(data) > self.max_entry_bytes or len(self._pending) >= _MAX_PENDING:
             self._count(dropped=1)
             return
-        fut = self._thread.submit(self._deadline(self.store.set(self.name(kind, key), data, self.ttl_seconds)))
+        name = self.name(kind, key)  # a kernel entry: a few hundred bytes, signed here
+        fut = self._thread.submit(self._deadline(self.store.set(name, self._sign(name, data), self.ttl_seconds)))
         with self._lock:
             self._pending.add(fut)
         fut.add_done_callback(self._written)
@@ -293,10 +329,16 @@ class RemoteTier:
     async def _make_and_set(self, kind: str, key: str, make: Callable[[], bytes | None]) -> None:
         import asyncio
 
-        data = await asyncio.get_running_loop().run_in_executor(None, make)
-        if data is None or len(data) > self.max_entry_bytes:
+        name = self.name(kind, key)
+
+        def signed() -> bytes | None:
+            data = make()
+            return None if data is None or len(data) > self.max_entry_bytes else self._sign(name, data)
+
+        data = await asyncio.get_running_loop().run_in_executor(None, signed)
+        if data is None:
             raise _Dropped
-        await self._deadline(self.store.set(self.name(kind, key), data, self.ttl_seconds))
+        await self._deadline(self.store.set(name, data, self.ttl_seconds))
 
     def _written(self, fut: concurrent.futures.Future[Any]) -> None:
         with self._lock:
@@ -547,4 +589,5 @@ def remote_tier_for(options: Any) -> RemoteTier | None:
         timeout=timeout,
         ttl_seconds=options.remote_cache_ttl,
         max_entry_bytes=options.remote_cache_max_entry_mb << 20,
+        key=options.remote_cache_key.encode(),
     )

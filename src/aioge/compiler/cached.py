@@ -6,6 +6,9 @@ versions, code digest, the source graph's fingerprint, the input signature, the 
 options), the graph's variable descs, and the check that a loaded model can serve the
 graph (the runtime binds feeds, outputs and variables by name).
 
+A remote entry (``cache.remote``) comes from a store others may write: it is used only when
+its optimised graph, weights included, is the one this graph compiles to (``_decode_remote``).
+
 Weights that survive the passes unchanged are not stored in an entry twice: with the
 fingerprint check, an entry references them by the digests the fingerprint hashes
 (``ir.fingerprint.data_digests``), and a hit takes them from the graph in hand, whose
@@ -258,16 +261,22 @@ async def _remote_load(
 def _decode_remote(
     data: bytes, graph: Graph, signature: Signature, options: CompileOptions, fingerprint: str | None
 ) -> CompiledModel:
+    from aioge.compiler.graph import optimised_graph
     from aioge.plan.serialize import decode_model
 
-    model = decode_model(data)
+    model = decode_model(data)  # every check of an .om load
     if fingerprint is not None and model.fingerprint != fingerprint:
         raise CacheError("compiled from another graph (fingerprint differs)")
-    if [[n, list(s)] for n, s in model.signature] != [[n, list(s)] for n, s in signature]:
+    if [[n, list(s)] for n, s in model.signature] != [[n, list(s)] for n, s in signature] or model.gears:
         raise CacheError(f"made for input shapes {list(model.signature)}, not {list(signature)}")
     why = fits(model, graph)
     if why is not None:
         raise CacheError(f"cannot serve graph {graph.name!r}: {why}")
+    # The store is not trusted with results: the entry's graph (nodes, attributes, descs and
+    # every weight, by digest) must be the one this graph compiles to. Its fingerprint names the
+    # graph it was compiled from, but only re-deriving proves that its weights are that graph's.
+    if graph_fingerprint(model.graph) != graph_fingerprint(optimised_graph(graph, signature, options)):
+        raise CacheError(f"its graph or weights are not what graph {graph.name!r} compiles to")
     model.options = dict(options.raw)  # the compile-shaping ones are equal (the key says so); the rest are this session's
     return model
 

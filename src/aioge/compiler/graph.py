@@ -35,7 +35,7 @@ from aioge.passes import run_passes
 from aioge.plan.kernel import KernelDesc
 from aioge.plan.model import CompiledModel, CompileStats, NodePlan
 
-__all__ = ["NATIVE_EXTRA", "NATIVE_SLACK_MS", "compile_graph", "compile_graph_sync", "prefer_native"]
+__all__ = ["NATIVE_EXTRA", "NATIVE_SLACK_MS", "compile_graph", "compile_graph_sync", "optimised_graph", "prefer_native"]
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +98,22 @@ def compile_graph_sync(graph: Graph, signature: Sequence[tuple[str, tuple[int, .
     return model
 
 
+def optimised_graph(
+    graph: Graph, signature: Sequence[tuple[str, tuple[int, ...]]], options: CompileOptions, stats: CompileStats | None = None
+) -> Graph:
+    """The graph a compile plans: specialised to ``signature``, then the passes (the same for
+    the same graph in any process: the remote tier checks an entry against it)."""
+    stats = CompileStats() if stats is None else stats
+    g = specialize(graph, signature)
+    stats.nodes_before_passes = len(g.nodes)
+    stats.passes_applied = run_passes(g, options.optimization_switch)
+    return g
+
+
 def _front(graph: Graph, signature: tuple[tuple[str, tuple[int, ...]], ...], options: CompileOptions) -> _Front:
     fingerprint = graph.fingerprint()
-    g = specialize(graph, signature)
-    stats = CompileStats(nodes_before_passes=len(g.nodes))
-    stats.passes_applied = run_passes(g, options.optimization_switch)
+    stats = CompileStats()
+    g = optimised_graph(graph, signature, options, stats)
     engines = assign_engines(g, options.exclude_engines)
     debug = read_debug_config(options.op_debug_config)
     jobs = kernel_jobs(g, engines, options, debug)

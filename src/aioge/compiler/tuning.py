@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from aioge.ir.desc import TensorDesc, numpy_dtype
+from aioge.kernels.contract import bind_kernel, no_compute
 from aioge.kernels.parallel import cpu_tokens
 from aioge.ops.schema import KernelImpl, OpSchema
 from aioge.plan.kernel import candidates_of, same_params
@@ -118,7 +119,7 @@ def select_kernel(
     cands = candidates_of(schema, in_descs, attrs)
     if not cands:
         return None
-    if mode != "tune" or len(cands) == 1:
+    if mode != "tune" or len(cands) == 1 or no_compute(out_descs):  # an empty output: nothing to time
         return Choice(cands[0][0].name, cands[0][1], False)
     inputs = make_inputs(in_descs, const_values, seed)
     if inputs is None or not all(d.static for d in out_descs):
@@ -350,7 +351,7 @@ def _bind(
     inputs: Sequence[np.ndarray | None],
 ) -> Callable[[], Sequence[np.ndarray]]:
     """The candidate bound as the executor binds it, with its own preallocated outputs."""
-    fn = impl.build(attrs, params, list(in_descs), list(out_descs))
+    fn = bind_kernel(impl, attrs, params, list(in_descs), list(out_descs))
     outs = [np.empty(tuple(int(s) for s in d.shape), numpy_dtype(d.dtype)) for d in out_descs]  # type: ignore[union-attr]
     args = list(inputs)
     return lambda: fn(args, outs)  # type: ignore[arg-type]

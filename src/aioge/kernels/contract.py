@@ -17,9 +17,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from aioge.ir.desc import TensorDesc
+from aioge.ir.desc import TensorDesc, numpy_dtype
 
-__all__ = ["Engine", "KernelImpl", "RunFn", "engine_names", "is_constant", "parse_engine"]
+__all__ = ["Engine", "KernelImpl", "RunFn", "bind_kernel", "engine_names", "is_constant", "no_compute", "parse_engine"]
 
 # A bound kernel: reads ``inputs``; writes into ``outputs`` when given (preallocated arena
 # views of the inferred shapes) and returns them; otherwise returns fresh arrays.
@@ -71,6 +71,31 @@ class KernelImpl:
     activations: frozenset[str] = frozenset()
     native: bool = False
     packs: tuple[int, ...] = ()
+
+
+def no_compute(out_descs: Sequence[TensorDesc]) -> bool:
+    """Every output is a tensor of a known shape with no elements (an empty batch): there is
+    nothing to compute, whatever the inputs."""
+    return bool(out_descs) and all(d.static and d.size == 0 for d in out_descs)
+
+
+def bind_kernel(
+    impl: KernelImpl,
+    attrs: Mapping[str, Any],
+    params: Mapping[str, Any],
+    in_descs: Sequence[TensorDesc | None],
+    out_descs: Sequence[TensorDesc],
+) -> RunFn:
+    """``impl.build`` (for the runtime, tuning and loading), or for ``no_compute`` outputs no
+    kernel at all: no C kernel or in-place activation sees a zero-size geometry."""
+    if not no_compute(out_descs):
+        return impl.build(attrs, params, in_descs, out_descs)
+    shapes = [(tuple(int(x) for x in d.shape or ()), numpy_dtype(d.dtype)) for d in out_descs]
+
+    def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        return outputs if outputs is not None else [np.empty(shape, dtype) for shape, dtype in shapes]
+
+    return run
 
 
 class Engine(enum.Enum):

@@ -44,6 +44,7 @@ import numpy as np
 from aioge.errors import CacheError, GraphError, ModelFormatError
 from aioge.ir.desc import CONTAINERS, DTYPES, TensorDesc
 from aioge.ir.graph import Graph, Value
+from aioge.kernels.contract import bind_kernel
 from aioge.keys import code_digest
 from aioge.plan import io
 from aioge.plan.codec import ARRAY_DTYPES as _ARRAY_DTYPES
@@ -633,7 +634,8 @@ def _check_plan(model: CompiledModel) -> None:
         # Bind once, as the executor will: a kernel that rejects its stored attrs, params or
         # descs makes the file unusable, which must show here as a format error.
         try:
-            get_schema(node.op_type, node.domain).impl(plan.kernel.impl).build(
+            bind_kernel(
+                get_schema(node.op_type, node.domain).impl(plan.kernel.impl),
                 node.attrs,
                 plan.kernel.params,
                 [v.desc if v is not None else None for v in node.inputs],

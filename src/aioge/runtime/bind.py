@@ -13,6 +13,7 @@ import numpy as np
 
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import ValueKind
+from aioge.kernels.contract import bind_kernel
 from aioge.ops.registry import get_schema
 from aioge.plan.model import CompiledModel
 from aioge.runtime.context import Layout, Step
@@ -61,7 +62,8 @@ def bind(model: CompiledModel, *, threads: str = "auto", check_finite: bool = Fa
     for plan in model.nodes:
         node = by_name[plan.name]
         impl = get_schema(node.op_type, node.domain).impl(plan.kernel.impl)
-        run = impl.build(
+        run = bind_kernel(
+            impl,
             node.attrs,
             plan.kernel.params,
             [v.desc if v is not None else None for v in node.inputs],

@@ -21,7 +21,10 @@ There is no background task (a session has no task group to own one, and trio wa
 leading moves from request to request. A request cancelled while queued leaves the queue
 (and hands the lead on); a leader cancelled once its batch runs lets the run finish for the
 others (shielded) and drops its own rows. Feeds are checked by the caller before they are
-queued, so a bad feed fails alone; an error of the run fails every request of the batch.
+queued, so a bad feed fails alone. A batch whose run fails (a value no feed check sees, such
+as an index out of range) runs again in halves, and each half that fails is halved again, so
+only the requests whose rows fail get the error and the others their outputs: one bad request
+among n costs about 2 log2(n) more runs, a batch that fails whatever its rows 2n - 1.
 """
 
 from __future__ import annotations
@@ -285,11 +288,7 @@ class Batcher:
         self._running += 1
         self._started += 1
         try:
-            if len(batch) == 1:
-                stacked = dict(batch[0].arrays)
-            else:
-                stacked = {n: np.concatenate([r.arrays[n] for r in batch]) for n in batch[0].arrays}
-            outputs = await self._run(stacked, not self._queue and alone and not self._slow(total))
+            outputs = await self._run(_stack(batch), not self._queue and alone and not self._slow(total))
             took = time.perf_counter() - start
             per_row = took / total
             self._row_any = per_row if self._row_any is None else 0.8 * self._row_any + 0.2 * per_row
@@ -300,15 +299,38 @@ class Batcher:
             share = self._slow(self.max_rows) and self._splits_pay()
             self._target = -(-self.max_rows // self._in_flight) if share else self.max_rows
         except Exception as exc:
-            for r in batch:
-                r.error = exc
+            await self._bisect(batch, exc)
         else:
-            at = 0
-            parts = [(n, o, n in self.batched) for n, o in outputs.items()]  # the batched ones are cut
-            for r in batch:
-                r.outputs = {n: o[at : at + r.rows] if cut else o for n, o, cut in parts}
-                at += r.rows
+            self._hand_out(batch, outputs)
         finally:
             self._running -= 1
             for r in batch:
                 r.wake.set()
+
+    async def _bisect(self, batch: list[_Request], exc: Exception) -> None:
+        """A failed run's requests, run again in halves (a half that fails is halved again):
+        a lone request that fails gets its error."""
+        if len(batch) == 1:
+            batch[0].error = exc
+            return
+        mid = len(batch) // 2
+        for half in (batch[:mid], batch[mid:]):
+            try:
+                outputs = await self._run(_stack(half), False)
+            except Exception as again:
+                await self._bisect(half, again)
+            else:
+                self._hand_out(half, outputs)
+
+    def _hand_out(self, batch: list[_Request], outputs: Mapping[str, np.ndarray]) -> None:
+        at = 0
+        parts = [(n, o, n in self.batched) for n, o in outputs.items()]  # the batched ones are cut
+        for r in batch:
+            r.outputs = {n: o[at : at + r.rows] if cut else o for n, o, cut in parts}
+            at += r.rows
+
+
+def _stack(batch: list[_Request]) -> dict[str, np.ndarray]:
+    if len(batch) == 1:
+        return dict(batch[0].arrays)
+    return {n: np.concatenate([r.arrays[n] for r in batch]) for n in batch[0].arrays}

@@ -152,7 +152,10 @@ def _dim0(model: CompiledModel, name: str) -> int | None:
 
 def pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
     """``x`` with its last row repeated up to ``rows`` rows: padding rows are real data, so a
-    kernel sees no zeros it would turn into inf or NaN (log, division)."""
+    kernel sees no zeros it would turn into inf or NaN (log, division). An empty batch has
+    no row to repeat: zeros pad it (every row of its outputs is dropped)."""
     if x.shape[0] == rows:
         return x
+    if x.shape[0] == 0:
+        return np.zeros((rows, *x.shape[1:]), x.dtype)
     return np.concatenate([x, np.repeat(x[-1:], rows - x.shape[0], axis=0)])
