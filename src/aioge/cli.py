@@ -854,14 +854,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from aioge.server import SessionBackend, create_app, serve
     except ImportError as exc:
         raise AiogeError(f"aioge serve needs the serve extra: pip install 'aioge[serve]' ({exc})") from None
+    for flag in ("keep_alive_timeout", "read_timeout", "graceful_seconds"):
+        if not getattr(args, flag) > 0:
+            raise AiogeError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected a number of seconds above 0")
+    if args.max_decoding < 1 or args.max_inflight < 1:
+        raise AiogeError(f"--max-decoding {args.max_decoding} --max-inflight {args.max_inflight}: expected 1 or more")
     session, graph = _serve_options(args)
     app = create_app(
-        args.model, SessionBackend(session, graph), max_body_bytes=args.max_body_bytes, max_inflight=args.max_inflight
+        args.model,
+        SessionBackend(session, graph),
+        max_body_bytes=args.max_body_bytes,
+        max_inflight=args.max_inflight,
+        max_decoding=args.max_decoding,
+        access_log=args.access_log,
     )
+    if args.access_log:  # INFO lines of its own logger reach stderr whatever -v says
+        logging.getLogger("aioge.access").setLevel(logging.INFO)
     print(
         f"aioge serve: {', '.join(sorted(app.state.models))} on http://{args.host}:{args.port} (metrics at /metrics)", flush=True
     )
-    serve(app, args.host, args.port, graceful_seconds=args.graceful_seconds)
+    serve(
+        app,
+        args.host,
+        args.port,
+        graceful_seconds=args.graceful_seconds,
+        keep_alive=args.keep_alive_timeout,
+        read_timeout=args.read_timeout,
+    )
     return 0
 
 
@@ -887,9 +906,43 @@ def _add_serve(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="an option (GE key or ir_option alias); graph-level ones go to every add_graph; repeatable",
     )
-    p.add_argument("--max-body-bytes", type=int, default=64 << 20, help="larger request bodies get 413 (default 64 MiB)")
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=64 << 20,
+        help="larger request bodies get 413, from their Content-Length before they are read (default 64 MiB; less "
+        "for a model with static inputs: 64 KiB + 40 B a value); a JSON part with far more items than its shapes "
+        "declare gets 413 before it is decoded",
+    )
     p.add_argument("--max-inflight", type=int, default=1024, help="inferences running at once; the rest queue (default 1024)")
-    p.add_argument("--graceful-seconds", type=float, default=30.0, help="on SIGTERM, how long in-flight requests may take")
+    p.add_argument("--max-decoding", type=int, default=2, help="request bodies decoded at once; the rest queue (default 2)")
+    p.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="close a connection idle this long, before its first request or between requests (default 5)",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="close a connection whose request (line, headers and body) has not all arrived this long after its "
+        "first byte (default 30)",
+    )
+    p.add_argument(
+        "--graceful-seconds",
+        type=float,
+        default=30.0,
+        help="on SIGTERM or Ctrl-C, how long in-flight requests may take (a second Ctrl-C stops at once); exit 0",
+    )
+    p.add_argument(
+        "--no-access-log",
+        dest="access_log",
+        action="store_false",
+        help="no access log (by default one line per request on stderr: client, request, status, bytes, ms)",
+    )
     p.set_defaults(func=cmd_serve)
 
 

@@ -395,7 +395,10 @@ def test_shutdown_finishes_in_flight_requests(models: dict[str, Path]) -> None:
     )
 
 
-def test_aioge_serve_command_serves_and_stops_on_sigterm(models: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_aioge_serve_command_serves_and_stops_on_sigterm_and_ctrl_c(
+    models: dict[str, Path], tmp_path: Path, sig: signal.Signals
+) -> None:
     port = _free_port()
     env = {**os.environ, "ASCEND_CACHE_PATH": str(tmp_path / "atc")}
     proc = subprocess.Popen(
@@ -438,12 +441,14 @@ def test_aioge_serve_command_serves_and_stops_on_sigterm(models: dict[str, Path]
                 client.infer(name, inputs).as_numpy("out"), _reference(models["onnx"], x, y)["out"], rtol=1e-5, atol=1e-6
             )
         client.close()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
-        # uvicorn drains, runs the lifespan exit (which closes the Session), then re-raises the signal.
-        assert proc.returncode == -signal.SIGTERM and "requests drained, models closed" in err, err
-        assert "Traceback" not in err
+        # uvicorn drains, runs the lifespan exit (which closes the Session), and the command exits 0.
+        assert proc.returncode == 0 and "requests drained, models closed" in err, err
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err
         assert f"mlp, mlp2 on http://127.0.0.1:{port}" in out
+        # the access log (on by default): one line per request, with its status
+        assert '"POST /v2/models/mlp2/infer HTTP/1.1" 200' in err and '"GET /v2/health/ready HTTP/1.1" 200' in err
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -22,7 +22,7 @@ from aioge.ir.graph import Graph
 from aioge.options import OPTIONS, CompileOptions
 from aioge.plan.model import CompiledModel
 
-__all__ = ["GEAR_KEYS", "GearSet", "batched_outputs", "gear_set", "gear_set_of_model", "pad_rows"]
+__all__ = ["GEAR_KEYS", "GearSet", "batched_outputs", "gear_set", "gear_set_of_model", "gear_shapes", "pad_rows"]
 
 Signature = tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -113,12 +113,33 @@ def gear_set(graph: Graph, options: CompileOptions) -> GearSet | None:
             sigs.append(tuple((n, (b, *s[1:]) if n in batched else s) for n, s in base.items()))
         return GearSet(graph.name, tuple(sigs), tuple(options.dynamic_batch_size), batched)
     for gear in options.dynamic_dims:
+        # GE's rule: the values fill the -1s in ge.inputShape's order; the signature lists the graph's order
         values = iter(gear)
-        filled = {n: tuple(next(values) if d == -1 else d for d in s) if n in pattern else s for n, s in base.items()}
-        # ge.inputShape's order decides which value fills which -1; the graph's order the signature's
-        ordered = {n: filled[n] for n in pattern} | filled
-        sigs.append(tuple((n, ordered[n]) for n in base))
+        filled = {n: tuple(next(values) if d == -1 else d for d in s) for n, s in pattern.items()}
+        sigs.append(tuple((n, filled.get(n, s)) for n, s in base.items()))
     return GearSet(graph.name, tuple(sigs), (), frozenset())
+
+
+def gear_shapes(model: CompiledModel) -> dict[str, tuple[int, ...]]:
+    """Each input's and output's shape over a geared model's gears, -1 for a dim that differs
+    between gears or is the batch of batch gears (what KServe metadata and ``aioge info`` show)."""
+    gears = model.all_gears()
+    found = gear_set_of_model(model)
+    batched = set(found.batched_inputs) if found is not None and found.batch else set()
+    if batched:
+        batched |= batched_outputs(dict(zip(found.batch, gears))) if found is not None else set()
+    out: dict[str, tuple[int, ...]] = {}
+    for v in (*model.graph.inputs, *model.graph.outputs):
+        shapes = [g.graph.value(v.name).desc.shape for g in gears]
+        if any(s is None or len(s) != len(shapes[0] or ()) for s in shapes):
+            continue
+        out[v.name] = tuple(
+            -1
+            if (i == 0 and v.name in batched) or len({s[i] for s in shapes if s is not None}) > 1 or not isinstance(d, int)
+            else d
+            for i, d in enumerate(shapes[0] or ())
+        )
+    return out
 
 
 def gear_set_of_model(model: CompiledModel) -> GearSet | None:
