@@ -355,7 +355,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                 await s.add_graph(gid, graph, _graph_level(args))
             _check_input_names(graph, given, defaults, args.random_inputs)
             known = {**shapes, **{k: v.shape for k, v in given.items()}}
-            signature = dict(input_signature(graph, {k: v for k, v in known.items() if graph.has_value(k)}))
+            gears = s.compiled(gid).all_gears() if args.model.endswith(".om") else ()
+            if len(gears) > 1:  # a geared .om: the run picks the gear; random inputs take the first that fits the rest
+                sigs = [dict(m.signature) for m in gears]
+                signature = next((g for g in sigs if all(g.get(k, v) == tuple(v) for k, v in known.items())), sigs[0])
+            else:
+                signature = dict(input_signature(graph, {k: v for k, v in known.items() if graph.has_value(k)}))
             rng = np.random.default_rng(0)
             feeds = {}
             for v in graph.inputs:
@@ -507,7 +512,16 @@ def cmd_info(args: argparse.Namespace) -> int:
         "options": meta["options"],
         "inputs": [_io_info(i) for i in model.get_inputs()],
         "outputs": [_io_info(o) for o in model.get_outputs()],
+        # GE's gears: every input signature the .om was compiled for (inputs in the graph's order)
+        "gears": [{n: list(shape) for n, shape in m.signature} for m in model.all_gears()] if model.gears else [],
     }
+    if model.gears:  # a geared dim shows as -1, as KServe metadata shows it
+        from aioge.serving.gears import gear_shapes
+
+        geared = gear_shapes(model)
+        for v in (*info["inputs"], *info["outputs"]):
+            if v["name"] in geared:
+                v["shape"] = list(geared[v["name"]])
     if args.json:
         print(_json(info))
         return 0
@@ -519,6 +533,9 @@ def cmd_info(args: argparse.Namespace) -> int:
             for v in info[what]
         )
         print(f"  {what}: {listed}")
+    if info["gears"]:
+        listed = "; ".join(", ".join(f"{n}{shape}" for n, shape in gear.items()) for gear in info["gears"])
+        print(f"  gears ({len(info['gears'])}): {listed}")
     print(f"  nodes per engine: {info['nodes_per_engine']}")
     for st in info["streams"]:
         print(f"  stream {st['id']} ({st['engine']}): {st['nodes']} nodes")
