@@ -945,8 +945,8 @@ def _add_serve(sub: Any) -> None:
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="close a connection whose request (line, headers and body) has not all arrived this long after its "
-        "first byte (default 30)",
+        help="close a connection whose request line and headers have not all arrived this long after their first "
+        "byte, or whose body stops arriving for this long (default 30)",
     )
     p.add_argument(
         "--graceful-seconds",

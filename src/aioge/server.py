@@ -693,8 +693,9 @@ def uvicorn_config(
     read_timeout: float = READ_TIMEOUT_SECONDS,
 ) -> Any:
     """uvicorn's configuration for ``app``: a connection idle for ``keep_alive`` seconds (before
-    its first request or between requests) is closed, and so is one whose request (line,
-    headers and body) has not all arrived ``read_timeout`` seconds after its first byte."""
+    its first request or between requests) is closed, and so is one whose request line and
+    headers have not all arrived ``read_timeout`` seconds after their first byte, or whose body
+    stops arriving for ``read_timeout`` seconds."""
     import uvicorn
 
     return uvicorn.Config(
@@ -718,10 +719,13 @@ def _timed_protocol(read_timeout: float) -> Any:
 
     class TimedProtocol(HttpToolsProtocol):
         _read_timer: asyncio.TimerHandle | None = None
+        _last_read = 0.0  # loop time of the last body bytes (0: reading the head, whose time is not reset)
 
-        def _close(self) -> None:
+        def _timed_out(self) -> None:
             self._read_timer = None
-            if not self.transport.is_closing():
+            if self._last_read and (left := self._last_read + read_timeout - self.loop.time()) > 0:
+                self._read_timer = self.loop.call_later(left, self._timed_out)  # the body is still coming
+            elif not self.transport.is_closing():
                 self.transport.close()
 
         def _stop_read_timer(self) -> None:
@@ -737,7 +741,16 @@ def _timed_protocol(read_timeout: float) -> Any:
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._stop_read_timer()
-            self._read_timer = self.loop.call_later(read_timeout, self._close)
+            self._last_read = 0.0
+            self._read_timer = self.loop.call_later(read_timeout, self._timed_out)
+
+        def on_headers_complete(self) -> None:
+            self._last_read = self.loop.time()
+            super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            self._last_read = self.loop.time()
+            super().on_body(body)
 
         def on_message_complete(self) -> None:
             self._stop_read_timer()
