@@ -511,3 +511,33 @@ def test_graph_only_options_with_an_om_are_a_clear_model_error(models: dict[str,
         assert "graph options apply to .onnx models" in meta["error"]
         r = httpx.post(f"http://{url}/v2/models/mlp2/infer", json={"inputs": [_x(shape=[2, 4]), _Y]})
         assert r.status_code == 503 and "graph options" in r.json()["error"]
+
+
+def test_metrics_report_the_real_batch_stats(models: dict[str, Path]) -> None:
+    backend = SessionBackend(graph_options={"aioge.batch_max_rows": "8", "aioge.batch_preferred_sizes": "1,2,4,8"})
+    with running(create_app([str(models["onnx"])], backend)) as (url, _, _):
+        _wait_ready(url)
+        x = RNG.standard_normal((2, 4)).astype(np.float32)
+        y = RNG.standard_normal((2, 3)).astype(np.float32)
+        body = {
+            "inputs": [
+                {"name": "x", "shape": [2, 4], "datatype": "FP32", "data": x.ravel().tolist()},
+                {"name": "y", "shape": [2, 3], "datatype": "FP32", "data": y.ravel().tolist()},
+            ]
+        }
+        for _ in range(3):
+            r = httpx.post(f"http://{url}/v2/models/mlp/infer", json=body)
+            assert r.status_code == 200, r.text
+            out = next(o for o in r.json()["outputs"] if o["name"] == "out")
+            np.testing.assert_allclose(
+                np.array(out["data"], np.float32).reshape(2, 3), _reference(models["onnx"], x, y)["out"], rtol=1e-5, atol=1e-6
+            )
+        stats = backend.session.batch_stats(1)  # the session's own figures, as /metrics must show them
+        text = httpx.get(f"http://{url}/metrics").text
+    samples = {
+        line.split("stat=", 1)[1].split('"')[1]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith('aioge_batch{model="mlp"')
+    }
+    assert samples["requests"] == 3 and samples["rows"] == 6 and samples["batches"] == stats.batches >= 1
+    assert samples["queue_delay_p99"] == pytest.approx(stats.queue_delay_p99)
