@@ -73,6 +73,36 @@ class TensorSpec:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
 
 
+_PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
+
+
+@dataclass(slots=True)
+class ModelStats:
+    """A model's inference statistics as Triton reports them (``GET .../stats``): a count and
+    nanoseconds per phase (input = decoding, infer = the backend, output = encoding)."""
+
+    inference_count: int = 0  # rows (dim 0 of the first input) inferred
+    execution_count: int = 0  # requests run
+    last_inference: int = 0  # ms since the epoch
+    phases: dict[str, list[int]] = field(default_factory=lambda: {k: [0, 0] for k in _PHASES})
+
+    def add(self, phase: str, seconds: float) -> None:
+        entry = self.phases[phase]
+        entry[0] += 1
+        entry[1] += int(seconds * 1e9)
+
+    def triton(self, name: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "version": "1",
+            "last_inference": self.last_inference,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {k: {"count": c, "ns": ns} for k, (c, ns) in self.phases.items()},
+            "batch_stats": [],
+        }
+
+
 @dataclass(slots=True)
 class ServedModel:
     """A model the server offers: its name (the file's stem), file, specs and readiness."""
@@ -84,6 +114,16 @@ class ServedModel:
     ready: bool = False
     error: str | None = None  # why loading or compiling failed (the model then stays not ready)
     handle: Any = None  # the backend's own reference (a graph id for SessionBackend)
+    unloaded: bool = False  # unloaded through the repository API (POST .../load loads it again)
+    stats: ModelStats = field(default_factory=ModelStats)
+    lock: anyio.Lock = field(default_factory=anyio.Lock)  # one load or unload at a time
+
+    @property
+    def state(self) -> str:
+        """Triton's repository state of the model."""
+        if self.ready:
+            return "READY"
+        return "UNAVAILABLE" if self.unloaded or self.error else "LOADING"
 
 
 class Backend(Protocol):
@@ -101,6 +141,8 @@ class Backend(Protocol):
 
     def metrics(self, models: Sequence[ServedModel]) -> Iterable[Any]:
         """Extra Prometheus metric families (called in a worker thread at scrape time)."""
+
+    # and optionally ``async def unload(self, model: ServedModel) -> None``: free what ``load`` made
 
 
 def model_names(paths: Sequence[str], suffixes: tuple[str, ...] = (".onnx", ".om")) -> dict[str, ServedModel]:
@@ -186,6 +228,10 @@ class SessionBackend:
     async def infer(self, model: ServedModel, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = await self.session.run_graph(model.handle, feeds)
         return out
+
+    async def unload(self, model: ServedModel) -> None:
+        """Forget the model's graph and its builds (a load adds it again, under a new id)."""
+        await self.session.remove_graph(model.handle)
 
     def metrics(self, models: Sequence[ServedModel]) -> Iterable[Any]:
         """Compile and cache counters per model, the kernel cache's counters, batch statistics."""
@@ -508,8 +554,11 @@ def create_app(
     inflight = anyio.CapacityLimiter(max_inflight)
     decoding = anyio.CapacityLimiter(max_decoding)
 
-    async def load_all() -> None:
-        for m in models.values():  # one at a time: compiles already use every core
+    async def load(m: ServedModel) -> None:
+        async with m.lock:
+            if m.ready:
+                return
+            m.error, m.unloaded = None, False
             try:
                 await runner.load(m)
             except (AiogeError, OSError, ValueError) as exc:
@@ -518,6 +567,10 @@ def create_app(
             else:
                 m.ready = True
                 log.info("model %s ready", m.name)
+
+    async def load_all() -> None:
+        for m in models.values():  # one at a time: compiles already use every core
+            await load(m)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -532,24 +585,98 @@ def create_app(
         headers = {"connection": "close"} if status == 413 else None
         return JSONResponse({"error": message}, status_code=status, headers=headers)
 
-    def lookup(request: Request) -> ServedModel:
+    def lookup(request: Request, status: int = 404) -> ServedModel:
         name = request.path_params["name"]
         version = request.path_params.get("version", "1")
         if name not in models or version != "1":
-            raise _BadRequest(404, f"no model {name!r} version {version!r}; served: {sorted(models)} (version 1)")
+            raise _BadRequest(status, f"no model {name!r} version {version!r}; served: {sorted(models)} (version 1)")
         return models[name]
+
+    def not_ready(m: ServedModel) -> _BadRequest:
+        if m.unloaded:
+            return _BadRequest(503, f"model {m.name!r} is unloaded (POST /v2/repository/models/{m.name}/load loads it)")
+        return _BadRequest(503, f"model {m.name!r} is not ready" + (f": {m.error}" if m.error else " (still compiling)"))
 
     async def live(request: Request) -> Response:
         return JSONResponse({"live": True})
 
     async def ready(request: Request) -> Response:
-        ok = all(m.ready for m in models.values())
+        ok = all(m.ready or m.unloaded for m in models.values())  # unloaded on purpose: as Triton, still ready
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
     async def server_metadata(request: Request) -> Response:
         from aioge import __version__
 
-        return JSONResponse({"name": "aioge", "version": __version__, "extensions": ["binary_tensor_data"]})
+        extensions = ["binary_tensor_data", "model_repository", "model_configuration", "statistics"]
+        return JSONResponse({"name": "aioge", "version": __version__, "extensions": extensions})
+
+    async def repository_index(request: Request) -> Response:
+        body = await request.body()
+        ready_only = False
+        if body.strip():
+            try:
+                params = json.loads(body)
+            except (ValueError, RecursionError):
+                raise _BadRequest(400, 'the repository index request must be JSON, e.g. {"ready": true}') from None
+            ready_only = isinstance(params, dict) and params.get("ready") is True
+        listed = [m for m in models.values() if m.ready or not ready_only]
+        return JSONResponse(
+            [
+                {"name": m.name, "version": "1", "state": m.state, "reason": m.error or ("unloaded" if m.unloaded else "")}
+                for m in listed
+            ]
+        )
+
+    async def repository_load(request: Request) -> Response:
+        m = lookup(request, 400)
+        body = await request.body()
+        try:
+            params = _params(json.loads(body), "the load request") if body.strip() else {}
+        except (ValueError, RecursionError, AttributeError):
+            raise _BadRequest(400, 'the load request must be a JSON object, e.g. {"parameters": {}}') from None
+        if params:
+            raise _BadRequest(400, f"model {m.name!r}: aioge serve loads the model's own file; it takes no {sorted(params)}")
+        await load(m)
+        if not m.ready:
+            raise _BadRequest(400, f"model {m.name!r} did not load: {m.error}")
+        return JSONResponse({})
+
+    async def repository_unload(request: Request) -> Response:
+        m = lookup(request, 400)
+        async with m.lock:
+            if m.ready:
+                m.ready = False
+                unload = getattr(runner, "unload", None)
+                if unload is not None:
+                    await unload(m)
+            m.unloaded = True
+            log.info("model %s unloaded", m.name)
+        return JSONResponse({})
+
+    async def model_config(request: Request) -> Response:
+        m = lookup(request)
+
+        def tensors(specs: list[TensorSpec]) -> list[dict[str, Any]]:
+            return [{"name": s.name, "data_type": "TYPE_" + s.datatype, "dims": list(s.shape)} for s in specs]
+
+        if not m.ready:
+            raise not_ready(m)
+        return JSONResponse(
+            {
+                "name": m.name,
+                "platform": "aioge_" + Path(m.path).suffix[1:],
+                "backend": "aioge",
+                "max_batch_size": 0,  # dim 0 is part of each shape (-1 where it varies), as Triton's 0 means
+                "input": tensors(m.inputs),
+                "output": tensors(m.outputs),
+                "version_policy": {"specific": {"versions": [1]}},
+                "default_model_filename": Path(m.path).name,
+            }
+        )
+
+    async def statistics(request: Request) -> Response:
+        chosen = [lookup(request)] if "name" in request.path_params else list(models.values())
+        return JSONResponse({"model_stats": [m.stats.triton(m.name) for m in chosen]})
 
     async def model_metadata(request: Request) -> Response:
         m = lookup(request)
@@ -592,29 +719,39 @@ def create_app(
         try:
             m = lookup(request)
             if not m.ready:
-                raise _BadRequest(503, f"model {m.name!r} is not ready" + (f": {m.error}" if m.error else " (still compiling)"))
+                raise not_ready(m)
             body = await read_body(request, m)
             header_length = request.headers.get(HEADER_LENGTH)
             async with decoding:
+                decoded = time.perf_counter()
                 if len(body) > _OFF_LOOP_BYTES:
                     feeds, wanted, rid = await anyio.to_thread.run_sync(_decode_request, body, header_length, m)
                 else:
                     feeds, wanted, rid = _decode_request(body, header_length, m)
+                m.stats.add("compute_input", time.perf_counter() - decoded)
             del body
             first = next(iter(feeds.values()), None)
-            if first is not None and first.ndim:
-                metrics.rows.labels(m.name).observe(first.shape[0])
+            rows = first.shape[0] if first is not None and first.ndim else 1
+            metrics.rows.labels(m.name).observe(rows)
             queued = time.perf_counter()
             async with inflight:
-                metrics.queue.labels(m.name).observe(time.perf_counter() - queued)
+                waited = time.perf_counter() - queued
+                metrics.queue.labels(m.name).observe(waited)
+                m.stats.add("queue", waited)
                 try:
                     outputs = await runner.infer(m, feeds)
                 except FeedError as exc:
                     raise _BadRequest(400, str(exc)) from None
+                m.stats.add("compute_infer", time.perf_counter() - queued - waited)
+            encoded = time.perf_counter()
             if sum(a.nbytes for a in outputs.values()) > _OFF_LOOP_BYTES:
                 payload, json_length = await anyio.to_thread.run_sync(_encode_response, m, outputs, wanted, rid)
             else:
                 payload, json_length = _encode_response(m, outputs, wanted, rid)
+            m.stats.add("compute_output", time.perf_counter() - encoded)
+            m.stats.inference_count += rows
+            m.stats.execution_count += 1
+            m.stats.last_inference = time.time_ns() // 1_000_000
             status = 200
         except _BadRequest as exc:
             status = exc.status
@@ -628,6 +765,8 @@ def create_app(
         finally:
             metrics.requests.labels(label, str(status)).inc()
             metrics.latency.labels(label).observe(time.perf_counter() - start)
+            if label in models:
+                models[label].stats.add("success" if status == 200 else "fail", time.perf_counter() - start)
         if json_length is None:
             return Response(payload, media_type="application/json")
         return Response(
@@ -653,11 +792,18 @@ def create_app(
         Route("/v2/health/ready", ready),
         Route("/v2", server_metadata),
         Route("/metrics", prometheus),
+        # Triton's extensions (model repository, configuration, statistics) that tritonclient calls
+        Route("/v2/repository/index", guarded(repository_index), methods=["POST"]),
+        Route("/v2/repository/models/{name}/load", guarded(repository_load), methods=["POST"]),
+        Route("/v2/repository/models/{name}/unload", guarded(repository_unload), methods=["POST"]),
+        Route("/v2/models/stats", guarded(statistics)),
     ]
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
         routes += [
             Route(prefix, guarded(model_metadata)),
             Route(prefix + "/ready", guarded(model_ready)),
+            Route(prefix + "/config", guarded(model_config)),
+            Route(prefix + "/stats", guarded(statistics)),
             Route(prefix + "/infer", infer, methods=["POST"]),
         ]
 

@@ -541,3 +541,81 @@ def test_metrics_report_the_real_batch_stats(models: dict[str, Path]) -> None:
     }
     assert samples["requests"] == 3 and samples["rows"] == 6 and samples["batches"] == stats.batches >= 1
     assert samples["queue_delay_p99"] == pytest.approx(stats.queue_delay_p99)
+
+
+def test_triton_repository_config_and_statistics_endpoints(models: dict[str, Path], tmp_path: Path) -> None:
+    broken = tmp_path / "broken.om"
+    broken.write_bytes(b"not an om")
+    with running(create_app([str(models["onnx"]), str(models["om"]), str(broken)])) as (url, _, _):
+        client = triton.InferenceServerClient(url=url)
+        deadline = time.monotonic() + 60
+        while {m["name"]: m["state"] for m in client.get_model_repository_index()}.get("mlp2") != "READY":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        assert {n: (m["version"], m["state"]) for n, m in index.items()} == {
+            "mlp": ("1", "READY"),
+            "mlp2": ("1", "READY"),
+            "broken": ("1", "UNAVAILABLE"),
+        }
+        assert "broken.om" in index["broken"]["reason"]
+        ready_only = httpx.post(f"http://{url}/v2/repository/index", json={"ready": True}).json()
+        assert sorted(m["name"] for m in ready_only) == ["mlp", "mlp2"]
+
+        config = client.get_model_config("mlp")
+        assert config["name"] == "mlp" and config["max_batch_size"] == 0
+        assert {t["name"]: (t["data_type"], t["dims"]) for t in config["input"]} == {
+            "x": ("TYPE_FP32", [-1, 4]),
+            "y": ("TYPE_FP32", [-1, 3]),
+        }
+        assert {t["name"]: t["data_type"] for t in config["output"]} == {"out": "TYPE_FP32", "total": "TYPE_INT64"}
+        assert [t["dims"] for t in client.get_model_config("mlp2", "1")["input"]] == [[2, 4], [2, 3]]
+
+        x = RNG.standard_normal((3, 4)).astype(np.float32)
+        y = RNG.standard_normal((3, 3)).astype(np.float32)
+
+        def infer() -> np.ndarray:
+            inputs = [triton.InferInput("x", [3, 4], "FP32"), triton.InferInput("y", [3, 3], "FP32")]
+            inputs[0].set_data_from_numpy(x)
+            inputs[1].set_data_from_numpy(y)
+            return client.infer("mlp", inputs).as_numpy("out")
+
+        for _ in range(2):
+            np.testing.assert_allclose(infer(), _reference(models["onnx"], x, y)["out"], rtol=1e-5, atol=1e-6)
+        assert httpx.post(f"http://{url}/v2/models/mlp/infer", json={"inputs": []}).status_code == 400
+        stats = client.get_inference_statistics("mlp")["model_stats"]
+        assert [s["name"] for s in stats] == ["mlp"]
+        s = stats[0]
+        assert s["inference_count"] == 6 and s["execution_count"] == 2 and s["last_inference"] > 0
+        phases = s["inference_stats"]
+        assert phases["success"]["count"] == 2 and phases["fail"]["count"] == 1 and phases["compute_infer"]["count"] == 2
+        assert phases["success"]["ns"] >= phases["compute_infer"]["ns"] > 0
+        every = client.get_inference_statistics()["model_stats"]
+        assert sorted(m["name"] for m in every) == ["broken", "mlp", "mlp2"]
+
+        client.unload_model("mlp")
+        assert {m["name"]: m["state"] for m in client.get_model_repository_index()}["mlp"] == "UNAVAILABLE"
+        assert not client.is_model_ready("mlp")
+        r = httpx.post(f"http://{url}/v2/models/mlp/infer", json={"inputs": [_x(), _Y]})
+        assert r.status_code == 503 and "unloaded" in r.json()["error"]
+        client.load_model("mlp")
+        assert client.is_model_ready("mlp")
+        np.testing.assert_allclose(infer(), _reference(models["onnx"], x, y)["out"], rtol=1e-5, atol=1e-6)
+
+        with pytest.raises(InferenceServerException, match="no model 'nope'"):
+            client.load_model("nope")
+        with pytest.raises(InferenceServerException, match="no model 'nope'"):
+            client.unload_model("nope")
+        with pytest.raises(InferenceServerException, match="no model 'nope'"):
+            client.get_model_config("nope")
+        with pytest.raises(InferenceServerException, match="no model 'nope'"):
+            client.get_inference_statistics("nope")
+        with pytest.raises(InferenceServerException, match="takes no"):
+            client.load_model("mlp", config='{"max_batch_size": 8}')
+        with pytest.raises(InferenceServerException, match="did not load"):
+            client.load_model("broken")
+        client.close()
+        # errors are JSON everywhere, also for routes and methods the server does not have
+        for method, path, status in [("GET", "/v2/nothing", 404), ("GET", "/v2/models/mlp/infer", 405)]:
+            r = httpx.request(method, f"http://{url}{path}")
+            assert r.status_code == status and r.json()["error"], r.text
