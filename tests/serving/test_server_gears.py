@@ -5,9 +5,10 @@ compiles on the request path; and ``ge.dynamicDims`` fills the -1s in ``ge.input
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -44,7 +45,11 @@ def _feeds(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _aioge(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "aioge", *argv], capture_output=True, text=True, timeout=120, cwd=cwd)
+    """``aioge ARGV`` run in this process (in ``cwd``): its exit code, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = aioge_main(list(argv))
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 def test_aioge_run_takes_every_gear_and_names_them_otherwise(geared: dict[str, Path], tmp_path: Path) -> None:
