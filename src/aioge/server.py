@@ -366,14 +366,15 @@ def _check_json_size(head: bytes | bytearray, model: ServedModel) -> None:
     """Refuse, before decoding, a JSON part with far more items than its tensors need.
 
     Python's JSON objects take 8 to 20 times their text (a float 32 bytes, a list 56), so the
-    items (commas and brackets, counted at C speed) may be at most twice the values the
-    request's ``shape`` fields declare (capped by the model's static shapes) plus some slack.
+    items (commas and brackets, counted at C speed) may be at most rank + 1 a value (a value
+    nested in one list per dim) for the values the request's ``shape`` fields declare (capped
+    by the model's static shapes), plus some slack.
     """
-    declared = 0
+    declared, rank = 0, 1
     for m in _SHAPE.finditer(head):
         dims = [int(d) for d in m.group(1).split(b",") if d.strip()]
-        declared += math.prod(dims)
-    allowed = 2 * min(declared, _declared_values(model)) + _SLACK_ITEMS
+        declared, rank = declared + math.prod(dims), max(rank, len(dims))
+    allowed = (rank + 1) * min(declared, _declared_values(model)) + _SLACK_ITEMS
     items = head.count(b",") + head.count(b"[") + head.count(b"{")
     if items > allowed:
         raise _BadRequest(

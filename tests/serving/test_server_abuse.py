@@ -82,7 +82,9 @@ def _peak_rss(pid: int) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="peak RSS is read from /proc")
-def test_a_huge_json_body_is_refused_before_decoding_and_rss_stays_flat(proc: tuple[str, subprocess.Popen[str], object]) -> None:
+def test_a_huge_json_body_is_refused_before_decoding_and_rss_stays_flat(
+    proc: tuple[str, subprocess.Popen[str], dict[str, Path]],
+) -> None:
     url, server, _ = proc
     before = _peak_rss(server.pid)
     # 60 MiB of JSON for a 4-value input: decoding it took ~8x its size (a float object per value).
@@ -92,7 +94,25 @@ def test_a_huge_json_body_is_refused_before_decoding_and_rss_stays_flat(proc: tu
     assert r.status_code == 413 and "binary_data_size" in r.json()["error"], r.text
     grown = _peak_rss(server.pid) - before
     assert grown < 3 * len(body), f"peak RSS grew {grown >> 20} MiB for a {len(body) >> 20} MiB body"
-    assert httpx.get(f"http://{url}/v2/health/live").status_code == 200
+    # a big request whose JSON nests every value in lists of its own is not refused
+    rows = 5000
+    x = np.random.default_rng(1).standard_normal((rows, 4)).astype(np.float32)
+    y = np.random.default_rng(2).standard_normal((rows, 3)).astype(np.float32)
+    nested = {
+        "inputs": [
+            {"name": "x", "shape": [rows, 4], "datatype": "FP32", "data": x[..., None].tolist()},
+            {"name": "y", "shape": [rows, 3], "datatype": "FP32", "data": y.tolist()},
+        ],
+        "outputs": [{"name": "out"}],
+    }
+    r = httpx.post(f"http://{url}/v2/models/mlp/infer", json=nested, timeout=60)
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(
+        np.array(r.json()["outputs"][0]["data"], np.float32).reshape(rows, 3),
+        _reference(proc[2]["onnx"], x, y)["out"],
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_a_body_over_the_limit_is_refused_from_its_content_length_unread(proc: tuple[str, object, object]) -> None:

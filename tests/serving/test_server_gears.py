@@ -177,3 +177,24 @@ def test_dynamic_dims_follow_the_input_shape_order_from_the_cli(
     assert run.returncode == 0, run.stderr
     info = json.loads(_aioge("info", "--json", "two.om", cwd=tmp_path).stdout)
     assert info["gears"] == gears
+
+
+def test_an_om_whose_gears_disagree_with_its_options_is_refused(tmp_path: Path) -> None:
+    """An .om of an aioge that filled ge.dynamicDims in graph order: its stored gears are not the
+    ones its options now give, so it is stale (never run against the wrong gear)."""
+    import dataclasses
+
+    from aioge.errors import ModelFormatError
+    from aioge.plan.serialize import load_model_sync
+    from aioge.serving.gears import gear_set_of_model
+
+    _two_inputs(tmp_path / "two.onnx")
+    run = _aioge(
+        "compile", "two.onnx", "-o", "two.om", "--input-shape", "y:1,-1;x:1,-1", "--dynamic-dims", "2,3;4,5", "-q", cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr
+    model = load_model_sync(tmp_path / "two.om")
+    assert gear_set_of_model(model) is not None
+    old = dataclasses.replace(model, options={**model.options, "ge.inputShape": "x:1,-1;y:1,-1"})
+    with pytest.raises(ModelFormatError, match="compile it again"):
+        gear_set_of_model(old)

@@ -17,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from aioge.errors import FeedError, OptionError
+from aioge.errors import FeedError, ModelFormatError, OptionError
 from aioge.ir.graph import Graph
 from aioge.options import OPTIONS, CompileOptions
 from aioge.plan.model import CompiledModel
@@ -143,7 +143,12 @@ def gear_shapes(model: CompiledModel) -> dict[str, tuple[int, ...]]:
 
 
 def gear_set_of_model(model: CompiledModel) -> GearSet | None:
-    """The gears a compiled model (from an .om) was made with, from the options stored in it."""
+    """The gears a compiled model (from an .om) was made with, from the options stored in it.
+
+    Raises:
+        ModelFormatError: the stored gears are not the ones the options give (an .om of an
+            aioge that filled ``ge.dynamicDims`` in the graph's input order: compile it again).
+    """
     if not model.gears:
         return None
     stored = {k: model.options[k] for k in GEAR_KEYS if k in model.options}
@@ -153,7 +158,14 @@ def gear_set_of_model(model: CompiledModel) -> GearSet | None:
         dynamic_dims=OPTIONS["ge.dynamicDims"].parse(stored.get("ge.dynamicDims", "")),
         raw=stored,
     )
-    return gear_set(model.graph, options)
+    found = gear_set(model.graph, options)
+    stored_sigs = [tuple((n, tuple(s)) for n, s in m.signature) for m in model.all_gears()]
+    if found is None or list(found.signatures) != stored_sigs:
+        raise ModelFormatError(
+            f"its gears {stored_sigs} are not those of its options {stored} (ge.dynamicDims fills the -1s in "
+            "ge.inputShape's order since this aioge); compile it again"
+        )
+    return found
 
 
 def batched_outputs(models: Mapping[int, CompiledModel]) -> frozenset[str]:
