@@ -198,3 +198,37 @@ def test_an_om_whose_gears_disagree_with_its_options_is_refused(tmp_path: Path) 
     old = dataclasses.replace(model, options={**model.options, "ge.inputShape": "x:1,-1;y:1,-1"})
     with pytest.raises(ModelFormatError, match="compile it again"):
         gear_set_of_model(old)
+
+
+def test_a_served_dims_geared_om_answers_each_gear_and_names_them_otherwise(tmp_path: Path) -> None:
+    _two_inputs(tmp_path / "two.onnx")
+    run = _aioge(
+        "compile", "two.onnx", "-o", "two.om", "--input-shape", "y:1,-1;x:1,-1", "--dynamic-dims", "2,3;4,5", "-q", cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr
+    with running(create_app([str(tmp_path / "two.om")])) as (url, _, _):
+        _wait_ready(url)
+        meta = httpx.get(f"http://{url}/v2/models/two").json()
+        assert {i["name"]: i["shape"] for i in meta["inputs"]} == {"x": [1, -1], "y": [1, -1]}
+        for gear in ORDERS[0][1]:  # y[1,2] x[1,3], then y[1,4] x[1,5]
+            x = np.linspace(-1, 1, gear["x"][1], dtype=np.float32)
+            y = np.linspace(-2, 2, gear["y"][1], dtype=np.float32)
+            body = {
+                "inputs": [
+                    {"name": "x", "shape": gear["x"], "datatype": "FP32", "data": x.tolist()},
+                    {"name": "y", "shape": gear["y"], "datatype": "FP32", "data": y.tolist()},
+                ]
+            }
+            r = httpx.post(f"http://{url}/v2/models/two/infer", json=body)
+            assert r.status_code == 200, r.text
+            outs = {o["name"]: np.array(o["data"], np.float32) for o in r.json()["outputs"]}
+            np.testing.assert_array_equal(outs["ox"], np.maximum(x, 0))
+            np.testing.assert_array_equal(outs["oy"], -y)
+        body = {
+            "inputs": [
+                {"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [0.0, 1.0]},
+                {"name": "y", "shape": [1, 3], "datatype": "FP32", "data": [0.0, 1.0, 2.0]},
+            ]
+        }
+        r = httpx.post(f"http://{url}/v2/models/two/infer", json=body)
+        assert r.status_code == 400 and "x[1, 3], y[1, 2]; x[1, 5], y[1, 4]" in r.json()["error"], r.text
