@@ -414,11 +414,14 @@ def test_aioge_serve_command_serves_and_stops_on_sigterm_and_ctrl_c(
             str(port),
             "--option",
             "ge.exec.disableReuseMemory=1",
+            # Ctrl-C: a terminal signals the whole process group, here with a device process in it
+            *(["--option", "aioge.exec_devices=1"] if sig == signal.SIGINT else []),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        start_new_session=True,
     )
     try:
         url = f"127.0.0.1:{port}"
@@ -441,7 +444,7 @@ def test_aioge_serve_command_serves_and_stops_on_sigterm_and_ctrl_c(
                 client.infer(name, inputs).as_numpy("out"), _reference(models["onnx"], x, y)["out"], rtol=1e-5, atol=1e-6
             )
         client.close()
-        proc.send_signal(sig)
+        os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=30)
         # uvicorn drains, runs the lifespan exit (which closes the Session), and the command exits 0.
         assert proc.returncode == 0 and "requests drained, models closed" in err, err
