@@ -862,7 +862,11 @@ def _timed_protocol(read_timeout: float) -> Any:
     """uvicorn's httptools protocol with the timeouts it lacks: it arms its keep-alive timer
     only after a response and drops it at the first byte of the next request, so a connection
     that sends nothing, half a request line or part of a body was held for ever."""
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # uvicorn without its [standard] extra
+        log.warning("httptools is not installed: no --read-timeout (pip install 'uvicorn[standard]')")
+        return "auto"
 
     class TimedProtocol(HttpToolsProtocol):
         _read_timer: asyncio.TimerHandle | None = None
