@@ -341,8 +341,8 @@ class _BadRequest(Exception):
         self.status = status
 
 
-_SHAPE = re.compile(rb'"shape"\s*:\s*\[([0-9,\s]*)\]')
-_SLACK_ITEMS = 4096  # JSON items (values and containers) allowed past twice the declared values: names, parameters, ...
+_SHAPE = re.compile(rb'"shape"\s*:\s*\[\s*([0-9]+(?:\s*,\s*[0-9]+)*)?\s*\]')
+_SLACK_ITEMS = 4096  # JSON items (values and containers) allowed past those of the declared values: names, parameters, ...
 
 
 def _declared_values(model: ServedModel) -> float:
@@ -372,7 +372,7 @@ def _check_json_size(head: bytes | bytearray, model: ServedModel) -> None:
     """
     declared, rank = 0, 1
     for m in _SHAPE.finditer(head):
-        dims = [int(d) for d in m.group(1).split(b",") if d.strip()]
+        dims = [int(d) for d in (m.group(1) or b"").split(b",") if d.strip()]
         declared, rank = declared + math.prod(dims), max(rank, len(dims))
     allowed = (rank + 1) * min(declared, _declared_values(model)) + _SLACK_ITEMS
     items = head.count(b",") + head.count(b"[") + head.count(b"{")
@@ -421,6 +421,8 @@ def _decode_request(
     if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
         raise _BadRequest(400, 'the request must be a JSON object with an "inputs" list')
     request_params = _params(request, "the request")
+    if not isinstance(request.get("id", ""), str):
+        raise _BadRequest(400, f'the request "id" must be a string, got {type(request["id"]).__name__}')
     specs = {s.name: s for s in model.inputs}
     binary, offset = memoryview(body)[n:], 0
     feeds: dict[str, np.ndarray] = {}

@@ -210,7 +210,8 @@ MALFORMED = [
     ("mlp", {"inputs": [{**_X, "data": [[1, 2], [3]]}, _Y]}, "not FP32 values"),
     ("mlp", {"inputs": [{**_X, "parameters": {"binary_data_size": True}}, _Y]}, "binary_data_size"),
     ("mlp", {"inputs": [{**_X, "name": ["x"]}, _Y]}, '"name" string'),
-    ("mlp", {"inputs": [_X, _Y], "id": {"nested": [1, 2]}}, ""),
+    ("mlp", {"inputs": [_X, _Y], "id": {"nested": [1, 2]}}, '"id" must be a string'),
+    ("mlp", {"inputs": [_X, _Y], "id": "r1"}, ""),
 ]
 
 
@@ -240,6 +241,8 @@ def test_deeply_nested_json_is_a_400(proc: tuple[str, object, object]) -> None:
         for nested in (b"[" * 100_000 + b"]" * 100_000, b'{"inputs": [' + b"[" * 50_000 + b"]" * 50_000 + b"]}"):
             status, payload = _post(conn, "/v2/models/mlp/infer", nested)
             assert status in (400, 413) and ("nested too deeply" in payload["error"] or "items" in payload["error"]), payload
+        status, payload = _post(conn, "/v2/models/mlp/infer", b'{"inputs": [{"name": "x", "shape": [1 4]}]}')
+        assert status == 400 and "malformed JSON" in payload["error"], payload
         assert _post(conn, "/v2/models/mlp/infer", json.dumps({"inputs": [_X, _Y]}).encode())[0] == 200
     finally:
         conn.close()
