@@ -59,6 +59,7 @@ READ_TIMEOUT_SECONDS = 30.0  # a request's line and headers, and then its body, 
 HEADER_LENGTH = "inference-header-content-length"
 # Bodies and outputs past this many bytes are decoded and encoded in a worker thread (~1 ms of work).
 _OFF_LOOP_BYTES = 64 << 10
+_CONTROL_BYTES = 64 << 10  # the most a repository request's body may hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -614,7 +615,7 @@ def create_app(
         return JSONResponse({"name": "aioge", "version": __version__, "extensions": extensions})
 
     async def repository_index(request: Request) -> Response:
-        body = await request.body()
+        body = await read_body(request, _CONTROL_BYTES, "a control request")
         ready_only = False
         if body.strip():
             try:
@@ -632,7 +633,7 @@ def create_app(
 
     async def repository_load(request: Request) -> Response:
         m = lookup(request, 400)
-        body = await request.body()
+        body = await read_body(request, _CONTROL_BYTES, "a control request")
         try:
             params = _params(json.loads(body), "the load request") if body.strip() else {}
         except (ValueError, RecursionError, AttributeError):
@@ -698,9 +699,7 @@ def create_app(
         m = lookup(request)
         return JSONResponse({"name": m.name, "ready": m.ready}, status_code=200 if m.ready else 503)
 
-    async def read_body(request: Request, model: ServedModel) -> bytearray:
-        limit = body_limit(model, max_body_bytes)
-        why = "--max-body-bytes" if limit == max_body_bytes else f"model {model.name!r} takes at most {limit} bytes"
+    async def read_body(request: Request, limit: int, why: str) -> bytearray:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise _BadRequest(413, f"request body of {declared} bytes is over the limit of {limit} ({why})")
@@ -723,7 +722,9 @@ def create_app(
             m = lookup(request)
             if not m.ready:
                 raise not_ready(m)
-            body = await read_body(request, m)
+            limit = body_limit(m, max_body_bytes)
+            why = "--max-body-bytes" if limit == max_body_bytes else f"model {m.name!r} takes at most {limit} bytes"
+            body = await read_body(request, limit, why)
             header_length = request.headers.get(HEADER_LENGTH)
             async with decoding:
                 decoded = time.perf_counter()

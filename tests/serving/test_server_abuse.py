@@ -122,6 +122,8 @@ def test_a_body_over_the_limit_is_refused_from_its_content_length_unread(proc: t
         ("/v2/models/mlp/infer", 100 << 20, "over the limit of 67108864 (--max-body-bytes)"),
         # a model with static inputs takes 64 KiB + 40 B a value (14 values)
         ("/v2/models/mlp2/infer", 1 << 20, f"over the limit of {(64 << 10) + 40 * 14} (model 'mlp2' takes at most"),
+        ("/v2/repository/index", 1 << 20, "over the limit of 65536 (a control request)"),
+        ("/v2/repository/models/mlp/load", 1 << 20, "over the limit of 65536 (a control request)"),
     ]:
         with socket.create_connection((host, int(port)), timeout=10) as sock:
             sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode())
