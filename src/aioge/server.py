@@ -914,6 +914,12 @@ def _timed_protocol(read_timeout: float) -> Any:
             self._stop_read_timer()
             super().connection_lost(exc)
 
+        def send_400_response(self, msg: str) -> None:  # a request the parser refuses: JSON too, then close
+            body = json.dumps({"error": msg}).encode()
+            head = f"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            self.transport.write(head.encode() + b"connection: close\r\n\r\n" + body)
+            self.transport.close()
+
     return TimedProtocol
 
 

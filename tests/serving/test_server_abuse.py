@@ -359,3 +359,13 @@ def test_a_keep_alive_connection_is_closed_when_idle_and_trickling_does_not_hold
                 closed = True
                 break
         assert closed, "a trickled request line was held open"
+
+
+def test_a_request_the_http_parser_refuses_gets_a_json_400(proc: tuple[str, object, object]) -> None:
+    url, _, _ = proc
+    host, port = url.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"GET /v2 HTTP/1.1\r\nHost: x\r\nBad Header Line\r\n\r\n")
+        head, _, body = _read_response(sock)
+        assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head, head
+        assert "Invalid HTTP request" in json.loads(body)["error"]
