@@ -932,7 +932,9 @@ def _add_serve(sub: Any) -> None:
         "declare gets 413 before it is decoded",
     )
     p.add_argument("--max-inflight", type=int, default=1024, help="inferences running at once; the rest queue (default 1024)")
-    p.add_argument("--max-decoding", type=int, default=2, help="request bodies decoded at once; the rest queue (default 2)")
+    p.add_argument(
+        "--max-decoding", type=int, default=2, help="request bodies over 64 KiB decoded at once; the rest queue (default 2)"
+    )
     p.add_argument(
         "--keep-alive-timeout",
         type=float,

@@ -538,7 +538,7 @@ def create_app(
     A body is refused (413) past ``max_body_bytes`` (less for a model with static inputs, see
     ``body_limit``) from its Content-Length before it is read, and while it streams; its JSON
     is refused before decoding when it holds far more items than its tensors need; at most
-    ``max_decoding`` bodies decode at once and ``max_inflight`` inferences run at once (the
+    ``max_decoding`` bodies past 64 KiB decode at once (in worker threads) and ``max_inflight`` inferences run at once (the
     read timeouts are the protocol's: ``uvicorn_config``). Every error is a JSON object
     ``{"error": ...}``. With ``access_log``, one INFO line per request on the
     ``aioge.access`` logger.
@@ -726,13 +726,14 @@ def create_app(
             why = "--max-body-bytes" if limit == max_body_bytes else f"model {m.name!r} takes at most {limit} bytes"
             body = await read_body(request, limit, why)
             header_length = request.headers.get(HEADER_LENGTH)
-            async with decoding:
-                decoded = time.perf_counter()
-                if len(body) > _OFF_LOOP_BYTES:
+            if len(body) > _OFF_LOOP_BYTES:  # a worker thread, at most max_decoding at once
+                async with decoding:
+                    decoded = time.perf_counter()
                     feeds, wanted, rid = await anyio.to_thread.run_sync(_decode_request, body, header_length, m)
-                else:
-                    feeds, wanted, rid = _decode_request(body, header_length, m)
-                m.stats.add("compute_input", time.perf_counter() - decoded)
+            else:  # small: on the loop, one at a time anyway
+                decoded = time.perf_counter()
+                feeds, wanted, rid = _decode_request(body, header_length, m)
+            m.stats.add("compute_input", time.perf_counter() - decoded)
             del body
             first = next(iter(feeds.values()), None)
             rows = first.shape[0] if first is not None and first.ndim else 1
