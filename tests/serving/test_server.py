@@ -465,6 +465,9 @@ def test_aioge_serve_command_serves_and_stops_on_sigterm_and_ctrl_c(
         (["model.txt"], "takes .onnx or .om"),
         (["{onnx}", "--option", "ge.bogus=1"], "ge.bogus"),
         (["{onnx}", "--batch-max-rows", "abc"], "invalid int value"),
+        (["{onnx}", "--read-timeout", "0"], "--read-timeout 0"),
+        (["{onnx}", "--keep-alive-timeout", "-1"], "--keep-alive-timeout -1"),
+        (["{onnx}", "--max-decoding", "0"], "--max-decoding 0"),
     ],
 )
 def test_serve_command_rejects_bad_arguments_before_binding(
@@ -622,3 +625,17 @@ def test_triton_repository_config_and_statistics_endpoints(models: dict[str, Pat
         for method, path, status in [("GET", "/v2/nothing", 404), ("GET", "/v2/models/mlp/infer", 405)]:
             r = httpx.request(method, f"http://{url}{path}")
             assert r.status_code == status and r.json()["error"], r.text
+
+
+def test_serve_help_documents_the_limits_timeouts_and_access_log(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        aioge_main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for words in (
+        "--keep-alive-timeout SECONDS close a connection idle this long",
+        "--read-timeout SECONDS close a connection whose request line and headers",
+        "--max-decoding",
+        "--no-access-log",
+        "before they are read",
+    ):
+        assert words in text, words
