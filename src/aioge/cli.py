@@ -884,7 +884,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_inflight=args.max_inflight,
         max_decoding=args.max_decoding,
         access_log=args.access_log,
+        load=(args.load_model or []) if args.model_control_mode == "explicit" else None,
     )
+    if args.load_model and args.model_control_mode != "explicit":
+        raise AiogeError("--load-model goes with --model-control-mode explicit (otherwise every model loads)")
     if args.access_log:  # INFO lines of its own logger reach stderr whatever -v says
         logging.getLogger("aioge.access").setLevel(logging.INFO)
     print(
@@ -956,6 +959,14 @@ def _add_serve(sub: Any) -> None:
         default=30.0,
         help="on SIGTERM or Ctrl-C, how long in-flight requests may take (a second Ctrl-C stops at once); exit 0",
     )
+    p.add_argument(
+        "--model-control-mode",
+        choices=["none", "explicit"],
+        default="none",
+        help="none: every model loads at start; explicit (Triton's): only --load-model ones, the others on "
+        "POST /v2/repository/models/NAME/load (load and unload work in both modes)",
+    )
+    p.add_argument("--load-model", action="append", metavar="NAME", help="with --model-control-mode explicit: load at start")
     p.add_argument(
         "--no-access-log",
         dest="access_log",

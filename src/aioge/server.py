@@ -531,6 +531,7 @@ def create_app(
     max_inflight: int = 1024,
     max_decoding: int = 2,
     access_log: bool = False,
+    load: Sequence[str] | None = None,
 ) -> Any:
     """The Starlette app serving ``paths`` (.onnx and .om files) through ``backend``
     (default: ``SessionBackend()``).
@@ -541,10 +542,11 @@ def create_app(
     ``max_decoding`` bodies past 64 KiB decode at once (in worker threads) and ``max_inflight`` inferences run at once (the
     read timeouts are the protocol's: ``uvicorn_config``). Every error is a JSON object
     ``{"error": ...}``. With ``access_log``, one INFO line per request on the
-    ``aioge.access`` logger.
+    ``aioge.access`` logger. ``load`` names the models loaded at start (Triton's explicit
+    model control; default: all); the others wait, unloaded, for ``POST .../load``.
 
     Raises:
-        AiogeError: a bad model path (see ``model_names``).
+        AiogeError: a bad model path (see ``model_names``), or ``load`` names no served model.
     """
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.applications import Starlette
@@ -553,12 +555,17 @@ def create_app(
     from starlette.routing import Route
 
     models = model_names(paths)
+    unknown = sorted(set(load or ()) - set(models))
+    if unknown:
+        raise AiogeError(f"--load-model {', '.join(unknown)}: no such model; served: {sorted(models)}")
+    for m in models.values():
+        m.unloaded = load is not None and m.name not in load
     runner: Backend = backend if backend is not None else SessionBackend()
     metrics = _Metrics(runner, models)
     inflight = anyio.CapacityLimiter(max_inflight)
     decoding = anyio.CapacityLimiter(max_decoding)
 
-    async def load(m: ServedModel) -> None:
+    async def load_one(m: ServedModel) -> None:
         async with m.lock:
             if m.ready:
                 return
@@ -574,7 +581,8 @@ def create_app(
 
     async def load_all() -> None:
         for m in models.values():  # one at a time: compiles already use every core
-            await load(m)
+            if not m.unloaded:
+                await load_one(m)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -640,7 +648,7 @@ def create_app(
             raise _BadRequest(400, 'the load request must be a JSON object, e.g. {"parameters": {}}') from None
         if params:
             raise _BadRequest(400, f"model {m.name!r}: aioge serve loads the model's own file; it takes no {sorted(params)}")
-        await load(m)
+        await load_one(m)
         if not m.ready:
             raise _BadRequest(400, f"model {m.name!r} did not load: {m.error}")
         return JSONResponse({})

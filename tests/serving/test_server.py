@@ -26,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
 from aioge.cli import main as aioge_main
+from aioge.errors import AiogeError
 from aioge.server import ServedModel, SessionBackend, batch_stats, create_app
 
 RNG = np.random.default_rng(7)
@@ -639,3 +640,27 @@ def test_serve_help_documents_the_limits_timeouts_and_access_log(capsys: pytest.
         "before they are read",
     ):
         assert words in text, words
+
+
+def test_explicit_model_control_loads_only_the_named_models(models: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(AiogeError, match="--load-model nope: no such model"):
+        create_app([str(models["onnx"])], load=["nope"])
+    assert aioge_main(["serve", str(models["onnx"]), "--load-model", "mlp"]) == 1
+    assert "--load-model goes with --model-control-mode explicit" in capsys.readouterr().err
+    with running(create_app([str(models["onnx"]), str(models["om"])], load=["mlp2"])) as (url, _, _):
+        _wait_ready(url)  # ready: the models it was asked to load are
+        client = triton.InferenceServerClient(url=url)
+        states = {m["name"]: m["state"] for m in client.get_model_repository_index()}
+        assert states == {"mlp": "UNAVAILABLE", "mlp2": "READY"}
+        r = httpx.post(f"http://{url}/v2/models/mlp/infer", json={"inputs": [_x(), _Y]})
+        assert r.status_code == 503 and "unloaded" in r.json()["error"]
+        client.load_model("mlp")
+        x = np.full((1, 4), 0.5, np.float32)
+        y = np.array([[0.0, 1.0, 2.0]], np.float32)
+        r = httpx.post(f"http://{url}/v2/models/mlp/infer", json={"inputs": [_x(), _Y]})
+        assert r.status_code == 200, r.text
+        out = next(o for o in r.json()["outputs"] if o["name"] == "out")
+        np.testing.assert_allclose(
+            np.array(out["data"], np.float32).reshape(1, 3), _reference(models["onnx"], x, y)["out"], rtol=1e-5
+        )
+        client.close()
