@@ -291,7 +291,7 @@ _request = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(model=st.sampled_from(["mlp", "mlp2", "ints"]), request=_request | _json)
 def test_no_request_body_gets_a_500(proc: tuple[str, object, object], model: str, request: object) -> None:
     url, _, _ = proc
