@@ -466,9 +466,6 @@ def test_aioge_serve_command_serves_and_stops_on_sigterm_and_ctrl_c(
         (["model.txt"], "takes .onnx or .om"),
         (["{onnx}", "--option", "ge.bogus=1"], "ge.bogus"),
         (["{onnx}", "--batch-max-rows", "abc"], "invalid int value"),
-        (["{onnx}", "--read-timeout", "0"], "--read-timeout 0"),
-        (["{onnx}", "--keep-alive-timeout", "-1"], "--keep-alive-timeout -1"),
-        (["{onnx}", "--max-decoding", "0"], "--max-decoding 0"),
     ],
 )
 def test_serve_command_rejects_bad_arguments_before_binding(
@@ -626,6 +623,14 @@ def test_triton_repository_config_and_statistics_endpoints(models: dict[str, Pat
         for method, path, status in [("GET", "/v2/nothing", 404), ("GET", "/v2/models/mlp/infer", 405)]:
             r = httpx.request(method, f"http://{url}{path}")
             assert r.status_code == status and r.json()["error"], r.text
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--read-timeout", "0"), ("--keep-alive-timeout", "-1"), ("--max-decoding", "0")])
+def test_serve_refuses_bad_limits_before_binding(
+    models: dict[str, Path], flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert aioge_main(["serve", str(models["onnx"]), flag, value, "--port", str(_free_port())]) == 1
+    assert f"{flag} {value}" in capsys.readouterr().err
 
 
 def test_serve_help_documents_the_limits_timeouts_and_access_log(capsys: pytest.CaptureFixture[str]) -> None:
