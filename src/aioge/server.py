@@ -209,9 +209,13 @@ class SessionBackend:
 
         gid, self._next_id = self._next_id, self._next_id + 1
         if model.path.endswith(".om"):
-            if self._graph_options:
-                raise AiogeError(f"{model.path}: graph options apply to .onnx models; an .om carries its compile options")
-            await self.session.load_model(model.path, gid)
+            batching = {k: v for k, v in self._graph_options.items() if k.startswith("aioge.batch_")}
+            if len(batching) != len(self._graph_options):
+                raise AiogeError(
+                    f"{model.path}: graph options other than aioge.batch_* apply to .onnx models; "
+                    "an .om carries its compile options"
+                )
+            await self.session.load_model(model.path, gid, options=batching)  # batching pads to its batch gears
             graph = self.session.compiled(gid).graph
         else:
             graph = await anyio.to_thread.run_sync(aioge.load_onnx, model.path)

@@ -232,3 +232,38 @@ def test_a_served_dims_geared_om_answers_each_gear_and_names_them_otherwise(tmp_
         }
         r = httpx.post(f"http://{url}/v2/models/two/infer", json=body)
         assert r.status_code == 400 and "x[1, 3], y[1, 2]; x[1, 5], y[1, 4]" in r.json()["error"], r.text
+
+
+def test_a_served_geared_om_batches_concurrent_requests_to_its_gears(geared: dict[str, Path]) -> None:
+    """`aioge serve mlpg.om --batch-max-rows 4`: batching takes an .om's batch gears."""
+    import threading
+
+    backend = SessionBackend(graph_options={"aioge.batch_max_rows": "4"})
+    results: dict[int, httpx.Response] = {}
+    with running(create_app([str(geared["om"])], backend)) as (url, _, _):
+        _wait_ready(url)
+
+        def post(i: int) -> None:
+            x, y = _feeds(1, 100 + i)
+            body = {
+                "inputs": [
+                    {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": x.ravel().tolist()},
+                    {"name": "y", "shape": [1, 3], "datatype": "FP32", "data": y.ravel().tolist()},
+                ]
+            }
+            results[i] = httpx.post(f"http://{url}/v2/models/mlpg/infer", json=body, timeout=30)
+
+        threads = [threading.Thread(target=post, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        text = httpx.get(f"http://{url}/metrics").text
+    for i, r in results.items():
+        assert r.status_code == 200, r.text
+        x, y = _feeds(1, 100 + i)
+        out = next(o for o in r.json()["outputs"] if o["name"] == "out")
+        np.testing.assert_allclose(
+            np.array(out["data"], np.float32).reshape(1, 3), _reference(geared["onnx"], x, y)["out"], rtol=1e-5, atol=1e-6
+        )
+    assert len(results) == 6 and 'aioge_batch{model="mlpg",stat="requests"} 6.0' in text
