@@ -55,12 +55,14 @@ def proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subpro
     port = _free_port()
     argv = [sys.executable, "-m", "aioge", "serve", str(src), str(root / "mlp2.om"), str(_ints_model(root / "ints.onnx"))]
     argv += ["--port", str(port), "--keep-alive-timeout", "0.5", "--read-timeout", "1.5", "--max-decoding", "1"]
-    server = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # stderr to a file: the access log writes a line a request, more than a pipe holds unread
+    log = (root / "stderr.txt").open("w")
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, text=True, env=env)
     url = f"127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
-            assert server.poll() is None, server.communicate()
+            assert server.poll() is None, (root / "stderr.txt").read_text()
             with contextlib.suppress(httpx.TransportError):
                 if httpx.get(f"http://{url}/v2/health/ready").status_code == 200:
                     break
@@ -69,8 +71,11 @@ def proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subpro
         yield url, server, {"onnx": src}
     finally:
         server.terminate()
-        _, err = server.communicate(timeout=30)
+        server.wait(timeout=30)
+        log.close()
+        err = (root / "stderr.txt").read_text()
         assert server.returncode == 0 and "Traceback" not in err, err
+        assert '"POST /v2/models/mlp/infer HTTP/1.1" 400' in err  # the access log, on by default
 
 
 def _peak_rss(pid: int) -> int:
