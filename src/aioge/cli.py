@@ -874,8 +874,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for flag in ("keep_alive_timeout", "read_timeout", "graceful_seconds"):
         if not getattr(args, flag) > 0:
             raise AiogeError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected a number of seconds above 0")
-    if args.max_decoding < 1 or args.max_inflight < 1:
-        raise AiogeError(f"--max-decoding {args.max_decoding} --max-inflight {args.max_inflight}: expected 1 or more")
+    for flag in ("max_decoding", "max_inflight", "max_body_bytes"):
+        if getattr(args, flag) < 1:
+            raise AiogeError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected 1 or more")
     session, graph = _serve_options(args)
     app = create_app(
         args.model,
