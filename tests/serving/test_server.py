@@ -625,7 +625,10 @@ def test_triton_repository_config_and_statistics_endpoints(models: dict[str, Pat
             assert r.status_code == status and r.json()["error"], r.text
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--read-timeout", "0"), ("--keep-alive-timeout", "-1"), ("--max-decoding", "0")])
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--read-timeout", "0"), ("--keep-alive-timeout", "-1"), ("--max-decoding", "0"), ("--max-body-bytes", "0")],
+)
 def test_serve_refuses_bad_limits_before_binding(
     models: dict[str, Path], flag: str, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
