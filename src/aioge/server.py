@@ -416,7 +416,8 @@ def _decode_request(
             400, f"Inference-Header-Content-Length {header_length!r} is not a length within the body ({len(body)} bytes)"
         ) from None
     head = body if n == len(body) else bytes(memoryview(body)[:n])
-    _check_json_size(head, model)
+    if n > _OFF_LOOP_BYTES:  # a smaller one decodes to a few MB at most: not worth the scan
+        _check_json_size(head, model)
     try:
         request = json.loads(head)
     except (ValueError, UnicodeDecodeError) as exc:
