@@ -379,7 +379,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                 await s.add_graph(gid, graph, _graph_level(args))
             _check_input_names(graph, given, defaults, args.random_inputs)
             known = {**shapes, **{k: v.shape for k, v in given.items()}}
-            signature = dict(input_signature(graph, {k: v for k, v in known.items() if graph.has_value(k)}))
+            gears = s.compiled(gid).all_gears() if args.model.endswith(".om") else ()
+            if len(gears) > 1:  # a geared .om: the run picks the gear; random inputs take the first that fits the rest
+                sigs = [dict(m.signature) for m in gears]
+                signature = next((g for g in sigs if all(g.get(k, v) == tuple(v) for k, v in known.items())), sigs[0])
+            else:
+                signature = dict(input_signature(graph, {k: v for k, v in known.items() if graph.has_value(k)}))
             rng = np.random.default_rng(0)
             feeds = {}
             for v in graph.inputs:
@@ -531,7 +536,16 @@ def cmd_info(args: argparse.Namespace) -> int:
         "options": meta["options"],
         "inputs": [_io_info(i) for i in model.get_inputs()],
         "outputs": [_io_info(o) for o in model.get_outputs()],
+        # GE's gears: every input signature the .om was compiled for (inputs in the graph's order)
+        "gears": [{n: list(shape) for n, shape in m.signature} for m in model.all_gears()] if model.gears else [],
     }
+    if model.gears:  # a geared dim shows as -1, as KServe metadata shows it
+        from aioge.serving.gears import gear_shapes
+
+        geared = gear_shapes(model)
+        for v in (*info["inputs"], *info["outputs"]):
+            if v["name"] in geared:
+                v["shape"] = list(geared[v["name"]])
     if args.json:
         print(_json(info))
         return 0
@@ -543,6 +557,9 @@ def cmd_info(args: argparse.Namespace) -> int:
             for v in info[what]
         )
         print(f"  {what}: {listed}")
+    if info["gears"]:
+        listed = "; ".join(", ".join(f"{n}{shape}" for n, shape in gear.items()) for gear in info["gears"])
+        print(f"  gears ({len(info['gears'])}): {listed}")
     print(f"  nodes per engine: {info['nodes_per_engine']}")
     for st in info["streams"]:
         print(f"  stream {st['id']} ({st['engine']}): {st['nodes']} nodes")
@@ -882,14 +899,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from aioge.server import SessionBackend, create_app, serve
     except ImportError as exc:
         raise AiogeError(f"aioge serve needs the serve extra: pip install 'aioge[serve]' ({exc})") from None
+    for flag in ("keep_alive_timeout", "read_timeout", "graceful_seconds"):
+        if not getattr(args, flag) > 0:
+            raise AiogeError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected a number of seconds above 0")
+    for flag in ("max_decoding", "max_inflight", "max_body_bytes"):
+        if getattr(args, flag) < 1:
+            raise AiogeError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected 1 or more")
     session, graph = _serve_options(args)
     app = create_app(
-        args.model, SessionBackend(session, graph), max_body_bytes=args.max_body_bytes, max_inflight=args.max_inflight
+        args.model,
+        SessionBackend(session, graph),
+        max_body_bytes=args.max_body_bytes,
+        max_inflight=args.max_inflight,
+        max_decoding=args.max_decoding,
+        access_log=args.access_log,
+        load=(args.load_model or []) if args.model_control_mode == "explicit" else None,
     )
+    if args.load_model and args.model_control_mode != "explicit":
+        raise AiogeError("--load-model goes with --model-control-mode explicit (otherwise every model loads)")
+    if args.access_log:  # INFO lines of its own logger reach stderr whatever -v says
+        logging.getLogger("aioge.access").setLevel(logging.INFO)
     print(
         f"aioge serve: {', '.join(sorted(app.state.models))} on http://{args.host}:{args.port} (metrics at /metrics)", flush=True
     )
-    serve(app, args.host, args.port, graceful_seconds=args.graceful_seconds)
+    serve(
+        app,
+        args.host,
+        args.port,
+        graceful_seconds=args.graceful_seconds,
+        keep_alive=args.keep_alive_timeout,
+        read_timeout=args.read_timeout,
+    )
     return 0
 
 
@@ -915,9 +955,53 @@ def _add_serve(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="an option (GE key or ir_option alias); graph-level ones go to every add_graph; repeatable",
     )
-    p.add_argument("--max-body-bytes", type=int, default=64 << 20, help="larger request bodies get 413 (default 64 MiB)")
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=64 << 20,
+        help="larger request bodies get 413, from their Content-Length before they are read (default 64 MiB; less "
+        "for a model with static inputs: 64 KiB + 40 B a value); a JSON part with far more items than its shapes "
+        "declare gets 413 before it is decoded",
+    )
     p.add_argument("--max-inflight", type=int, default=1024, help="inferences running at once; the rest queue (default 1024)")
-    p.add_argument("--graceful-seconds", type=float, default=30.0, help="on SIGTERM, how long in-flight requests may take")
+    p.add_argument(
+        "--max-decoding", type=int, default=2, help="request bodies over 64 KiB decoded at once; the rest queue (default 2)"
+    )
+    p.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="close a connection idle this long, before its first request or between requests (default 5)",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="close a connection whose request line and headers have not all arrived this long after their first "
+        "byte, or whose body stops arriving for this long (default 30)",
+    )
+    p.add_argument(
+        "--graceful-seconds",
+        type=float,
+        default=30.0,
+        help="on SIGTERM or Ctrl-C, how long in-flight requests may take (a second Ctrl-C stops at once); exit 0",
+    )
+    p.add_argument(
+        "--model-control-mode",
+        choices=["none", "explicit"],
+        default="none",
+        help="none: every model loads at start; explicit (Triton's): only --load-model ones, the others on "
+        "POST /v2/repository/models/NAME/load (load and unload work in both modes)",
+    )
+    p.add_argument("--load-model", action="append", metavar="NAME", help="with --model-control-mode explicit: load at start")
+    p.add_argument(
+        "--no-access-log",
+        dest="access_log",
+        action="store_false",
+        help="no access log (by default one line per request on stderr: client, request, status, bytes, ms)",
+    )
     p.set_defaults(func=cmd_serve)
 
 

@@ -15,10 +15,12 @@ code; the default is ``SessionBackend``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,11 +31,12 @@ from typing import Any, Protocol
 import anyio
 import numpy as np
 
-from aioge.errors import AiogeError, FeedError
+from aioge.errors import AiogeError, FeedError, GraphError
 
 __all__ = ["Backend", "ServedModel", "SessionBackend", "TensorSpec", "create_app", "model_names", "serve"]
 
 log = logging.getLogger(__name__)
+_access = logging.getLogger("aioge.access")
 
 # numpy dtype name <-> KServe v2 datatype (the protocol has no complex type; str is BYTES, not served).
 DATATYPES = {
@@ -51,9 +54,12 @@ DATATYPES = {
     "float64": "FP64",
 }
 MAX_BODY_BYTES = 64 << 20
+KEEP_ALIVE_SECONDS = 5.0  # an idle keep-alive connection is closed after this long
+READ_TIMEOUT_SECONDS = 30.0  # a request's line and headers, and then its body, must arrive within this long each
 HEADER_LENGTH = "inference-header-content-length"
 # Bodies and outputs past this many bytes are decoded and encoded in a worker thread (~1 ms of work).
 _OFF_LOOP_BYTES = 64 << 10
+_CONTROL_BYTES = 64 << 10  # the most a repository request's body may hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,36 @@ class TensorSpec:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
 
 
+_PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
+
+
+@dataclass(slots=True)
+class ModelStats:
+    """A model's inference statistics as Triton reports them (``GET .../stats``): a count and
+    nanoseconds per phase (input = decoding, infer = the backend, output = encoding)."""
+
+    inference_count: int = 0  # rows (dim 0 of the first input) inferred
+    execution_count: int = 0  # requests run
+    last_inference: int = 0  # ms since the epoch
+    phases: dict[str, list[int]] = field(default_factory=lambda: {k: [0, 0] for k in _PHASES})
+
+    def add(self, phase: str, seconds: float) -> None:
+        entry = self.phases[phase]
+        entry[0] += 1
+        entry[1] += int(seconds * 1e9)
+
+    def triton(self, name: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "version": "1",
+            "last_inference": self.last_inference,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {k: {"count": c, "ns": ns} for k, (c, ns) in self.phases.items()},
+            "batch_stats": [],
+        }
+
+
 @dataclass(slots=True)
 class ServedModel:
     """A model the server offers: its name (the file's stem), file, specs and readiness."""
@@ -79,6 +115,16 @@ class ServedModel:
     ready: bool = False
     error: str | None = None  # why loading or compiling failed (the model then stays not ready)
     handle: Any = None  # the backend's own reference (a graph id for SessionBackend)
+    unloaded: bool = False  # unloaded through the repository API (POST .../load loads it again)
+    stats: ModelStats = field(default_factory=ModelStats)
+    lock: anyio.Lock = field(default_factory=anyio.Lock)  # one load or unload at a time
+
+    @property
+    def state(self) -> str:
+        """Triton's repository state of the model."""
+        if self.ready:
+            return "READY"
+        return "UNAVAILABLE" if self.unloaded or self.error else "LOADING"
 
 
 class Backend(Protocol):
@@ -96,6 +142,8 @@ class Backend(Protocol):
 
     def metrics(self, models: Sequence[ServedModel]) -> Iterable[Any]:
         """Extra Prometheus metric families (called in a worker thread at scrape time)."""
+
+    # and optionally ``async def unload(self, model: ServedModel) -> None``: free what ``load`` made
 
 
 def model_names(paths: Sequence[str], suffixes: tuple[str, ...] = (".onnx", ".om")) -> dict[str, ServedModel]:
@@ -119,20 +167,22 @@ def model_names(paths: Sequence[str], suffixes: tuple[str, ...] = (".onnx", ".om
     return models
 
 
-def _specs(values: Iterable[Any], model: str) -> list[TensorSpec]:
+def _specs(values: Iterable[Any], model: str, geared: Mapping[str, tuple[int, ...]]) -> list[TensorSpec]:
     out = []
     for v in values:
         desc = v.desc
         if desc.dtype not in DATATYPES:
             raise AiogeError(f"model {model!r}: {v.name!r} is {desc.dtype}, which KServe v2 has no datatype for")
         shape = (-1,) if desc.shape is None else tuple(d if isinstance(d, int) else -1 for d in desc.shape)
-        out.append(TensorSpec(v.name, DATATYPES[desc.dtype], shape))
+        out.append(TensorSpec(v.name, DATATYPES[desc.dtype], geared.get(v.name, shape)))
     return out
 
 
 class SessionBackend:
     """One aioge Session for every model: .onnx files are added with the graph options and
-    built ahead (dynamic dims as 1), .om files are loaded as compiled."""
+    built ahead (dynamic dims as 1, or every gear when the options give gears), .om files are
+    loaded as compiled (with all their gears). A geared model's metadata shows -1 for each
+    geared dim, and a request no gear fits is a 400 naming the gears: it never compiles."""
 
     def __init__(self, session_options: Mapping[str, str] | None = None, graph_options: Mapping[str, str] | None = None) -> None:
         from aioge.options import check_options
@@ -155,24 +205,38 @@ class SessionBackend:
     async def load(self, model: ServedModel) -> None:
         """Register and compile one model (ModelFormatError, CompileError, ... on failure)."""
         import aioge
+        from aioge.serving.gears import gear_shapes
 
         gid, self._next_id = self._next_id, self._next_id + 1
         if model.path.endswith(".om"):
-            if self._graph_options:
-                raise AiogeError(f"{model.path}: graph options apply to .onnx models; an .om carries its compile options")
-            await self.session.load_model(model.path, gid)
+            batching = {k: v for k, v in self._graph_options.items() if k.startswith("aioge.batch_")}
+            if len(batching) != len(self._graph_options):
+                raise AiogeError(
+                    f"{model.path}: graph options other than aioge.batch_* apply to .onnx models; "
+                    "an .om carries its compile options"
+                )
+            await self.session.load_model(model.path, gid, options=batching)  # batching pads to its batch gears
             graph = self.session.compiled(gid).graph
         else:
             graph = await anyio.to_thread.run_sync(aioge.load_onnx, model.path)
-            await self.session.add_graph(gid, graph, self._graph_options)
-            shapes = {v.name: tuple(d if isinstance(d, int) else 1 for d in v.desc.shape or ()) for v in graph.inputs}
-            await self.session.build_graph(gid, shapes)
-        model.inputs, model.outputs = _specs(graph.inputs, model.name), _specs(graph.outputs, model.name)
+            await self.session.add_graph(gid, graph, self._graph_options)  # builds every gear, if it has gears
+            try:
+                self.session.compiled(gid)
+            except GraphError:  # no gears: built once ahead, dynamic dims as 1
+                shapes = {v.name: tuple(d if isinstance(d, int) else 1 for d in v.desc.shape or ()) for v in graph.inputs}
+                await self.session.build_graph(gid, shapes)
+        compiled = self.session.compiled(gid)
+        geared = gear_shapes(compiled) if compiled.gears else {}
+        model.inputs, model.outputs = _specs(graph.inputs, model.name, geared), _specs(graph.outputs, model.name, geared)
         model.handle = gid
 
     async def infer(self, model: ServedModel, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = await self.session.run_graph(model.handle, feeds)
         return out
+
+    async def unload(self, model: ServedModel) -> None:
+        """Forget the model's graph and its builds (a load adds it again, under a new id)."""
+        await self.session.remove_graph(model.handle)
 
     def metrics(self, models: Sequence[ServedModel]) -> Iterable[Any]:
         """Compile and cache counters per model, the kernel cache's counters, batch statistics."""
@@ -224,7 +288,8 @@ def batch_stats(session: Any, graph_id: int) -> dict[str, float]:
         raw = getter(graph_id)
     except AiogeError:
         return {}
-    items = raw.items() if isinstance(raw, Mapping) else (getattr(raw, "__dict__", None) or {}).items()
+    as_dict = getattr(raw, "as_dict", None)  # BatchStats (a slotted dataclass: no __dict__)
+    items = (raw if isinstance(raw, Mapping) else as_dict() if callable(as_dict) else {}).items()
     return {str(k): float(v) for k, v in items if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
@@ -281,10 +346,67 @@ class _BadRequest(Exception):
         self.status = status
 
 
+_SHAPE = re.compile(rb'"shape"\s*:\s*\[\s*([0-9]+(?:\s*,\s*[0-9]+)*)?\s*\]')
+_SLACK_ITEMS = 4096  # JSON items (values and containers) allowed past those of the declared values: names, parameters, ...
+
+
+def _declared_values(model: ServedModel) -> float:
+    """The most tensor values a request to ``model`` can hold (inf when an input has a dynamic dim)."""
+    total = 0.0
+    for spec in model.inputs:
+        if any(d < 0 for d in spec.shape):
+            return math.inf
+        total += math.prod(spec.shape)
+    return total
+
+
+def body_limit(model: ServedModel, max_body_bytes: int) -> int:
+    """The largest body ``model`` takes: ``max_body_bytes``, or less when its inputs are static
+    (64 KiB plus 40 bytes a value: room for any value's JSON text or binary bytes)."""
+    values = _declared_values(model)
+    return max_body_bytes if math.isinf(values) else min(max_body_bytes, (64 << 10) + 40 * int(values))
+
+
+def _check_json_size(head: bytes | bytearray, model: ServedModel) -> None:
+    """Refuse, before decoding, a JSON part with far more items than its tensors need.
+
+    Python's JSON objects take 8 to 20 times their text (a float 32 bytes, a list 56), so the
+    items (commas and brackets, counted at C speed) may be at most rank + 1 a value (a value
+    nested in one list per dim) for the values the request's ``shape`` fields declare (capped
+    by the model's static shapes), plus some slack.
+    """
+    declared, rank = 0, 1
+    for m in _SHAPE.finditer(head):
+        dims = [int(d) for d in (m.group(1) or b"").split(b",") if d.strip()]
+        declared, rank = declared + math.prod(dims), max(rank, len(dims))
+    allowed = (rank + 1) * min(declared, _declared_values(model)) + _SLACK_ITEMS
+    items = head.count(b",") + head.count(b"[") + head.count(b"{")
+    if items > allowed:
+        raise _BadRequest(
+            413,
+            f"the request's JSON holds about {items} items, more than its shapes' {declared} values need; "
+            "send large tensors as binary data (binary_data_size)",
+        )
+
+
+def _params(item: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    params = item.get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise _BadRequest(400, f'{where}: "parameters" must be a JSON object, got {type(params).__name__}')
+    return params
+
+
 def _decode_request(
-    body: bytes, header_length: str | None, model: ServedModel
+    body: bytes | bytearray, header_length: str | None, model: ServedModel
 ) -> tuple[dict[str, np.ndarray], list[tuple[str, bool]], Any]:
-    """Feeds, the requested outputs (name, binary) and the request id from an infer body."""
+    """Feeds, the requested outputs (name, binary) and the request id from an infer body.
+
+    Raises:
+        _BadRequest: 400 for anything malformed (never another exception), 413 for a JSON
+            part far larger than its tensors.
+    """
     try:
         n = len(body) if header_length is None else int(header_length)
         if not 0 <= n <= len(body):
@@ -293,18 +415,26 @@ def _decode_request(
         raise _BadRequest(
             400, f"Inference-Header-Content-Length {header_length!r} is not a length within the body ({len(body)} bytes)"
         ) from None
+    head = body if n == len(body) else bytes(memoryview(body)[:n])
+    if n > _OFF_LOOP_BYTES:  # a smaller one decodes to a few MB at most: not worth the scan
+        _check_json_size(head, model)
     try:
-        request = json.loads(body[:n])
+        request = json.loads(head)
     except (ValueError, UnicodeDecodeError) as exc:
         raise _BadRequest(400, f"malformed JSON in the request: {exc}") from None
+    except RecursionError:
+        raise _BadRequest(400, "malformed JSON in the request: nested too deeply") from None
     if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
         raise _BadRequest(400, 'the request must be a JSON object with an "inputs" list')
+    request_params = _params(request, "the request")
+    if not isinstance(request.get("id", ""), str):
+        raise _BadRequest(400, f'the request "id" must be a string, got {type(request["id"]).__name__}')
     specs = {s.name: s for s in model.inputs}
     binary, offset = memoryview(body)[n:], 0
     feeds: dict[str, np.ndarray] = {}
     for item in request["inputs"]:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise _BadRequest(400, 'every input must be an object with a "name"')
+            raise _BadRequest(400, 'every input must be an object with a "name" string')
         name = item["name"]
         spec = specs.get(name)
         if spec is None:
@@ -320,9 +450,14 @@ def _decode_request(
             raise _BadRequest(400, f"input {name!r} expects shape {list(spec.shape)} (-1: any), got {shape}")
         dtype = np.dtype([k for k, v in DATATYPES.items() if v == spec.datatype][0])
         count = math.prod(shape)
-        size = (item.get("parameters") or {}).get("binary_data_size")
+        size = _params(item, f"input {name!r}").get("binary_data_size")
         if size is not None:
-            if not isinstance(size, int) or size != count * dtype.itemsize or offset + size > len(binary):
+            if (
+                not isinstance(size, int)
+                or isinstance(size, bool)
+                or size != count * dtype.itemsize
+                or offset + size > len(binary)
+            ):
                 raise _BadRequest(
                     400,
                     f"input {name!r}: binary_data_size {size!r} does not match {shape} {spec.datatype} "
@@ -331,9 +466,14 @@ def _decode_request(
             array = np.frombuffer(binary[offset : offset + size], dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
             offset += size
         else:
+            data = item.get("data")
+            if not isinstance(data, list):
+                raise _BadRequest(
+                    400, f"input {name!r}: data must be a list of {spec.datatype} values, got {type(data).__name__}"
+                )
             try:
-                flat = np.asarray(item.get("data"), dtype=dtype).reshape(-1)
-            except (TypeError, ValueError) as exc:
+                flat = np.asarray(data, dtype=dtype).reshape(-1)
+            except (TypeError, ValueError, OverflowError, RecursionError) as exc:
                 raise _BadRequest(400, f"input {name!r}: data is not {spec.datatype} values: {exc}") from None
             if flat.size != count:
                 raise _BadRequest(400, f"input {name!r}: {flat.size} data values for shape {shape} ({count})")
@@ -344,17 +484,22 @@ def _decode_request(
         raise _BadRequest(400, f"model {model.name!r}: missing inputs {missing}")
     if offset != len(binary):
         raise _BadRequest(400, f"{len(binary) - offset} binary bytes after the last binary input")
-    default_binary = bool((request.get("parameters") or {}).get("binary_data_output", False))
+    default_binary = bool(request_params.get("binary_data_output", False))
     known = {s.name for s in model.outputs}
+    outputs = request.get("outputs")
+    if outputs is None:
+        outputs = [{"name": s.name} for s in model.outputs]
+    if not isinstance(outputs, list):
+        raise _BadRequest(400, f'"outputs" must be a list of objects with a "name", got {type(outputs).__name__}')
     wanted: list[tuple[str, bool]] = []
-    for item in request.get("outputs") or [{"name": s.name} for s in model.outputs]:
-        if not isinstance(item, dict) or item.get("name") not in known:
+    for item in outputs:
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str) or name not in known:
             raise _BadRequest(
                 400,
-                f"model {model.name!r} has no output {item.get('name') if isinstance(item, dict) else item!r}; "
-                f"its outputs are {sorted(known)}",
+                f"model {model.name!r} has no output {name if isinstance(item, dict) else item!r}; its outputs are {sorted(known)}",
             )
-        wanted.append((item["name"], bool((item.get("parameters") or {}).get("binary_data", default_binary))))
+        wanted.append((name, bool(_params(item, f"output {name!r}").get("binary_data", default_binary))))
     return feeds, wanted, request.get("id")
 
 
@@ -384,27 +529,52 @@ def _encode_response(
 
 
 def create_app(
-    paths: Sequence[str], backend: Backend | None = None, *, max_body_bytes: int = MAX_BODY_BYTES, max_inflight: int = 1024
+    paths: Sequence[str],
+    backend: Backend | None = None,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    max_inflight: int = 1024,
+    max_decoding: int = 2,
+    access_log: bool = False,
+    load: Sequence[str] | None = None,
 ) -> Any:
     """The Starlette app serving ``paths`` (.onnx and .om files) through ``backend``
     (default: ``SessionBackend()``).
 
+    A body is refused (413) past ``max_body_bytes`` (less for a model with static inputs, see
+    ``body_limit``) from its Content-Length before it is read, and while it streams; its JSON
+    is refused before decoding when it holds far more items than its tensors need; at most
+    ``max_decoding`` bodies past 64 KiB decode at once (in worker threads) and ``max_inflight`` inferences run at once (the
+    read timeouts are the protocol's: ``uvicorn_config``). Every error is a JSON object
+    ``{"error": ...}``. With ``access_log``, one INFO line per request on the
+    ``aioge.access`` logger. ``load`` names the models loaded at start (Triton's explicit
+    model control; default: all); the others wait, unloaded, for ``POST .../load``.
+
     Raises:
-        AiogeError: a bad model path (see ``model_names``).
+        AiogeError: a bad model path (see ``model_names``), or ``load`` names no served model.
     """
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.applications import Starlette
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
     models = model_names(paths)
+    unknown = sorted(set(load or ()) - set(models))
+    if unknown:
+        raise AiogeError(f"--load-model {', '.join(unknown)}: no such model; served: {sorted(models)}")
+    for m in models.values():
+        m.unloaded = load is not None and m.name not in load
     runner: Backend = backend if backend is not None else SessionBackend()
     metrics = _Metrics(runner, models)
     inflight = anyio.CapacityLimiter(max_inflight)
+    decoding = anyio.CapacityLimiter(max_decoding)
 
-    async def load_all() -> None:
-        for m in models.values():  # one at a time: compiles already use every core
+    async def load_one(m: ServedModel) -> None:
+        async with m.lock:
+            if m.ready:
+                return
+            m.error, m.unloaded = None, False
             try:
                 await runner.load(m)
             except (AiogeError, OSError, ValueError) as exc:
@@ -413,6 +583,11 @@ def create_app(
             else:
                 m.ready = True
                 log.info("model %s ready", m.name)
+
+    async def load_all() -> None:
+        for m in models.values():  # one at a time: compiles already use every core
+            if not m.unloaded:
+                await load_one(m)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -423,26 +598,102 @@ def create_app(
         log.info("requests drained, models closed")
 
     def error(status: int, message: str) -> Response:
-        return JSONResponse({"error": message}, status_code=status)
+        # a body left unread (413) is not worth reading on: the connection closes after the answer
+        headers = {"connection": "close"} if status == 413 else None
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
 
-    def lookup(request: Request) -> ServedModel:
+    def lookup(request: Request, status: int = 404) -> ServedModel:
         name = request.path_params["name"]
         version = request.path_params.get("version", "1")
         if name not in models or version != "1":
-            raise _BadRequest(404, f"no model {name!r} version {version!r}; served: {sorted(models)} (version 1)")
+            raise _BadRequest(status, f"no model {name!r} version {version!r}; served: {sorted(models)} (version 1)")
         return models[name]
+
+    def not_ready(m: ServedModel) -> _BadRequest:
+        if m.unloaded:
+            return _BadRequest(503, f"model {m.name!r} is unloaded (POST /v2/repository/models/{m.name}/load loads it)")
+        return _BadRequest(503, f"model {m.name!r} is not ready" + (f": {m.error}" if m.error else " (still compiling)"))
 
     async def live(request: Request) -> Response:
         return JSONResponse({"live": True})
 
     async def ready(request: Request) -> Response:
-        ok = all(m.ready for m in models.values())
+        ok = all(m.ready or m.unloaded for m in models.values())  # unloaded on purpose: as Triton, still ready
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
     async def server_metadata(request: Request) -> Response:
         from aioge import __version__
 
-        return JSONResponse({"name": "aioge", "version": __version__, "extensions": ["binary_tensor_data"]})
+        extensions = ["binary_tensor_data", "model_repository", "model_configuration", "statistics"]
+        return JSONResponse({"name": "aioge", "version": __version__, "extensions": extensions})
+
+    async def repository_index(request: Request) -> Response:
+        body = await read_body(request, _CONTROL_BYTES, "a control request")
+        ready_only = False
+        if body.strip():
+            try:
+                params = json.loads(body)
+            except (ValueError, RecursionError):
+                raise _BadRequest(400, 'the repository index request must be JSON, e.g. {"ready": true}') from None
+            ready_only = isinstance(params, dict) and params.get("ready") is True
+        listed = [m for m in models.values() if m.ready or not ready_only]
+        return JSONResponse(
+            [
+                {"name": m.name, "version": "1", "state": m.state, "reason": m.error or ("unloaded" if m.unloaded else "")}
+                for m in listed
+            ]
+        )
+
+    async def repository_load(request: Request) -> Response:
+        m = lookup(request, 400)
+        body = await read_body(request, _CONTROL_BYTES, "a control request")
+        try:
+            params = _params(json.loads(body), "the load request") if body.strip() else {}
+        except (ValueError, RecursionError, AttributeError):
+            raise _BadRequest(400, 'the load request must be a JSON object, e.g. {"parameters": {}}') from None
+        if params:
+            raise _BadRequest(400, f"model {m.name!r}: aioge serve loads the model's own file; it takes no {sorted(params)}")
+        await load_one(m)
+        if not m.ready:
+            raise _BadRequest(400, f"model {m.name!r} did not load: {m.error}")
+        return JSONResponse({})
+
+    async def repository_unload(request: Request) -> Response:
+        m = lookup(request, 400)
+        async with m.lock:
+            if m.ready:
+                m.ready = False
+                unload = getattr(runner, "unload", None)
+                if unload is not None:
+                    await unload(m)
+            m.unloaded = True
+            log.info("model %s unloaded", m.name)
+        return JSONResponse({})
+
+    async def model_config(request: Request) -> Response:
+        m = lookup(request)
+
+        def tensors(specs: list[TensorSpec]) -> list[dict[str, Any]]:
+            return [{"name": s.name, "data_type": "TYPE_" + s.datatype, "dims": list(s.shape)} for s in specs]
+
+        if not m.ready:
+            raise not_ready(m)
+        return JSONResponse(
+            {
+                "name": m.name,
+                "platform": "aioge_" + Path(m.path).suffix[1:],
+                "backend": "aioge",
+                "max_batch_size": 0,  # dim 0 is part of each shape (-1 where it varies), as Triton's 0 means
+                "input": tensors(m.inputs),
+                "output": tensors(m.outputs),
+                "version_policy": {"specific": {"versions": [1]}},
+                "default_model_filename": Path(m.path).name,
+            }
+        )
+
+    async def statistics(request: Request) -> Response:
+        chosen = [lookup(request)] if "name" in request.path_params else list(models.values())
+        return JSONResponse({"model_stats": [m.stats.triton(m.name) for m in chosen]})
 
     async def model_metadata(request: Request) -> Response:
         m = lookup(request)
@@ -461,17 +712,19 @@ def create_app(
         m = lookup(request)
         return JSONResponse({"name": m.name, "ready": m.ready}, status_code=200 if m.ready else 503)
 
-    async def read_body(request: Request) -> bytes:
+    async def read_body(request: Request, limit: int, why: str) -> bytearray:
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-            raise _BadRequest(413, f"request body of {declared} bytes is over the limit of {max_body_bytes} (--max-body-bytes)")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body_bytes:
-                raise _BadRequest(413, f"request body is over the limit of {max_body_bytes} bytes (--max-body-bytes)")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _BadRequest(413, f"request body of {declared} bytes is over the limit of {limit} ({why})")
+        body = bytearray()
+        try:
+            async for chunk in request.stream():
+                if len(body) + len(chunk) > limit:
+                    raise _BadRequest(413, f"request body is over the limit of {limit} bytes ({why})")
+                body += chunk
+        except ClientDisconnect:  # gone (or cut off by --read-timeout): the answer goes nowhere
+            raise _BadRequest(400, "the client disconnected before the whole body arrived") from None
+        return body
 
     async def infer(request: Request) -> Response:
         start = time.perf_counter()
@@ -481,27 +734,42 @@ def create_app(
         try:
             m = lookup(request)
             if not m.ready:
-                raise _BadRequest(503, f"model {m.name!r} is not ready" + (f": {m.error}" if m.error else " (still compiling)"))
-            body = await read_body(request)
+                raise not_ready(m)
+            limit = body_limit(m, max_body_bytes)
+            why = "--max-body-bytes" if limit == max_body_bytes else f"model {m.name!r} takes at most {limit} bytes"
+            body = await read_body(request, limit, why)
             header_length = request.headers.get(HEADER_LENGTH)
-            if len(body) > _OFF_LOOP_BYTES:
-                feeds, wanted, rid = await anyio.to_thread.run_sync(_decode_request, body, header_length, m)
-            else:
+            if len(body) > _OFF_LOOP_BYTES:  # a worker thread, at most max_decoding at once
+                async with decoding:
+                    decoded = time.perf_counter()
+                    feeds, wanted, rid = await anyio.to_thread.run_sync(_decode_request, body, header_length, m)
+            else:  # small: on the loop, one at a time anyway
+                decoded = time.perf_counter()
                 feeds, wanted, rid = _decode_request(body, header_length, m)
+            m.stats.add("compute_input", time.perf_counter() - decoded)
+            del body
             first = next(iter(feeds.values()), None)
-            if first is not None and first.ndim:
-                metrics.rows.labels(m.name).observe(first.shape[0])
+            rows = first.shape[0] if first is not None and first.ndim else 1
+            metrics.rows.labels(m.name).observe(rows)
             queued = time.perf_counter()
             async with inflight:
-                metrics.queue.labels(m.name).observe(time.perf_counter() - queued)
+                waited = time.perf_counter() - queued
+                metrics.queue.labels(m.name).observe(waited)
+                m.stats.add("queue", waited)
                 try:
                     outputs = await runner.infer(m, feeds)
                 except FeedError as exc:
                     raise _BadRequest(400, str(exc)) from None
+                m.stats.add("compute_infer", time.perf_counter() - queued - waited)
+            encoded = time.perf_counter()
             if sum(a.nbytes for a in outputs.values()) > _OFF_LOOP_BYTES:
                 payload, json_length = await anyio.to_thread.run_sync(_encode_response, m, outputs, wanted, rid)
             else:
                 payload, json_length = _encode_response(m, outputs, wanted, rid)
+            m.stats.add("compute_output", time.perf_counter() - encoded)
+            m.stats.inference_count += rows
+            m.stats.execution_count += 1
+            m.stats.last_inference = time.time_ns() // 1_000_000
             status = 200
         except _BadRequest as exc:
             status = exc.status
@@ -509,9 +777,14 @@ def create_app(
         except AiogeError as exc:
             log.error("model %s: inference failed: %s", name, exc)
             return error(500, str(exc))
+        except Exception as exc:  # a bug: logged with its traceback, answered as JSON
+            log.exception("model %s: inference failed", name)
+            return error(500, f"internal error: {type(exc).__name__}: {exc}")
         finally:
             metrics.requests.labels(label, str(status)).inc()
             metrics.latency.labels(label).observe(time.perf_counter() - start)
+            if label in models:
+                models[label].stats.add("success" if status == 200 else "fail", time.perf_counter() - start)
         if json_length is None:
             return Response(payload, media_type="application/json")
         return Response(
@@ -537,32 +810,187 @@ def create_app(
         Route("/v2/health/ready", ready),
         Route("/v2", server_metadata),
         Route("/metrics", prometheus),
+        # Triton's extensions (model repository, configuration, statistics) that tritonclient calls
+        Route("/v2/repository/index", guarded(repository_index), methods=["POST"]),
+        Route("/v2/repository/models/{name}/load", guarded(repository_load), methods=["POST"]),
+        Route("/v2/repository/models/{name}/unload", guarded(repository_unload), methods=["POST"]),
+        Route("/v2/models/stats", guarded(statistics)),
     ]
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
         routes += [
             Route(prefix, guarded(model_metadata)),
             Route(prefix + "/ready", guarded(model_ready)),
+            Route(prefix + "/config", guarded(model_config)),
+            Route(prefix + "/stats", guarded(statistics)),
             Route(prefix + "/infer", infer, methods=["POST"]),
         ]
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    async def http_error(request: Request, exc: Exception) -> Response:
+        from starlette.exceptions import HTTPException
+
+        if isinstance(exc, HTTPException):  # no such route (404), a wrong method (405), ...
+            return JSONResponse({"error": f"{request.method} {request.url.path}: {exc.detail}"}, exc.status_code, exc.headers)
+        log.error("%s %s failed: %r", request.method, request.url.path, exc)
+        return error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
+
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error, Exception: http_error},
+        middleware=[Middleware(_AccessLog)] if access_log else [],
+    )
     app.state.models = models
     app.state.backend = runner
     return app
 
 
-def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, *, graceful_seconds: float = 30.0) -> None:
-    """Run ``app`` under uvicorn until SIGINT or SIGTERM (in-flight requests get up to
-    ``graceful_seconds`` to finish)."""
+def uvicorn_config(
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    graceful_seconds: float = 30.0,
+    keep_alive: float = KEEP_ALIVE_SECONDS,
+    read_timeout: float = READ_TIMEOUT_SECONDS,
+) -> Any:
+    """uvicorn's configuration for ``app``: a connection idle for ``keep_alive`` seconds (before
+    its first request or between requests) is closed, and so is one whose request line and
+    headers have not all arrived ``read_timeout`` seconds after their first byte, or whose body
+    stops arriving for ``read_timeout`` seconds."""
     import uvicorn
 
-    config = uvicorn.Config(
+    return uvicorn.Config(
         app,
         host=host,
         port=port,
         lifespan="on",
         log_level="warning",
         timeout_graceful_shutdown=max(1, round(graceful_seconds)),
-        access_log=False,
+        timeout_keep_alive=keep_alive,  # type: ignore[arg-type]  # a float works: it goes to call_later
+        access_log=False,  # aioge's own access log (create_app's access_log) has the latency too
+        http=_timed_protocol(read_timeout),
     )
-    uvicorn.Server(config).run()
+
+
+def _timed_protocol(read_timeout: float) -> Any:
+    """uvicorn's httptools protocol with the timeouts it lacks: it arms its keep-alive timer
+    only after a response and drops it at the first byte of the next request, so a connection
+    that sends nothing, half a request line or part of a body was held for ever."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # uvicorn without its [standard] extra
+        log.warning("httptools is not installed: no --read-timeout (pip install 'uvicorn[standard]')")
+        return "auto"
+
+    class TimedProtocol(HttpToolsProtocol):
+        _read_timer: asyncio.TimerHandle | None = None
+        _last_read = 0.0  # loop time of the last body bytes (0: reading the head, whose time is not reset)
+
+        def _timed_out(self) -> None:
+            self._read_timer = None
+            if self._last_read and (left := self._last_read + read_timeout - self.loop.time()) > 0:
+                self._read_timer = self.loop.call_later(left, self._timed_out)  # the body is still coming
+            elif not self.transport.is_closing():
+                self.transport.close()
+
+        def _stop_read_timer(self) -> None:
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+                self._read_timer = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            # idle before the first request counts as keep-alive idle
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._stop_read_timer()
+            self._last_read = 0.0
+            self._read_timer = self.loop.call_later(read_timeout, self._timed_out)
+
+        def on_headers_complete(self) -> None:
+            self._last_read = self.loop.time()
+            super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            self._last_read = self.loop.time()
+            super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            self._stop_read_timer()
+            super().on_message_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_read_timer()
+            super().connection_lost(exc)
+
+        def send_400_response(self, msg: str) -> None:  # a request the parser refuses: JSON too, then close
+            body = json.dumps({"error": msg}).encode()
+            head = f"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            self.transport.write(head.encode() + b"connection: close\r\n\r\n" + body)
+            self.transport.close()
+
+    return TimedProtocol
+
+
+class _AccessLog:
+    """ASGI middleware: one INFO line per request on the ``aioge.access`` logger (client,
+    request line, status, response bytes, milliseconds)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status, size = time.perf_counter(), [0], [0]
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            elif message["type"] == "http.response.body":
+                size[0] += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            client = scope.get("client")
+            _access.info(
+                '%s "%s %s HTTP/%s" %d %d %.2fms',
+                f"{client[0]}:{client[1]}" if client else "-",
+                scope["method"],
+                scope["path"],
+                scope["http_version"],
+                status[0],
+                size[0],
+                1e3 * (time.perf_counter() - start),
+            )
+
+
+def serve(
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    graceful_seconds: float = 30.0,
+    keep_alive: float = KEEP_ALIVE_SECONDS,
+    read_timeout: float = READ_TIMEOUT_SECONDS,
+) -> None:
+    """Run ``app`` under uvicorn until SIGINT (Ctrl-C) or SIGTERM: either stops accepting,
+    gives in-flight requests up to ``graceful_seconds`` to finish, closes the models and
+    returns (a second Ctrl-C stops at once). Timeouts as ``uvicorn_config``."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            self._captured_signals.clear()  # drained and closed: a clean exit, not the signal raised again
+
+    config = uvicorn_config(app, host, port, graceful_seconds=graceful_seconds, keep_alive=keep_alive, read_timeout=read_timeout)
+    Server(config).run()

@@ -26,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
 from aioge.cli import main as aioge_main
+from aioge.errors import AiogeError
 from aioge.server import ServedModel, SessionBackend, batch_stats, create_app
 
 RNG = np.random.default_rng(7)
@@ -395,7 +396,10 @@ def test_shutdown_finishes_in_flight_requests(models: dict[str, Path]) -> None:
     )
 
 
-def test_aioge_serve_command_serves_and_stops_on_sigterm(models: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_aioge_serve_command_serves_and_stops_on_sigterm_and_ctrl_c(
+    models: dict[str, Path], tmp_path: Path, sig: signal.Signals
+) -> None:
     port = _free_port()
     env = {**os.environ, "ASCEND_CACHE_PATH": str(tmp_path / "atc")}
     proc = subprocess.Popen(
@@ -411,11 +415,14 @@ def test_aioge_serve_command_serves_and_stops_on_sigterm(models: dict[str, Path]
             str(port),
             "--option",
             "ge.exec.disableReuseMemory=1",
+            # Ctrl-C: a terminal signals the whole process group, here with a device process in it
+            *(["--option", "aioge.exec_devices=1"] if sig == signal.SIGINT else []),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        start_new_session=True,
     )
     try:
         url = f"127.0.0.1:{port}"
@@ -438,12 +445,14 @@ def test_aioge_serve_command_serves_and_stops_on_sigterm(models: dict[str, Path]
                 client.infer(name, inputs).as_numpy("out"), _reference(models["onnx"], x, y)["out"], rtol=1e-5, atol=1e-6
             )
         client.close()
-        proc.send_signal(signal.SIGTERM)
+        os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=30)
-        # uvicorn drains, runs the lifespan exit (which closes the Session), then re-raises the signal.
-        assert proc.returncode == -signal.SIGTERM and "requests drained, models closed" in err, err
-        assert "Traceback" not in err
+        # uvicorn drains, runs the lifespan exit (which closes the Session), and the command exits 0.
+        assert proc.returncode == 0 and "requests drained, models closed" in err, err
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err
         assert f"mlp, mlp2 on http://127.0.0.1:{port}" in out
+        # the access log (on by default): one line per request, with its status
+        assert '"POST /v2/models/mlp2/infer HTTP/1.1" 200' in err and '"GET /v2/health/ready HTTP/1.1" 200' in err
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -503,6 +512,163 @@ def test_graph_only_options_with_an_om_are_a_clear_model_error(models: dict[str,
         while "error" not in (meta := httpx.get(f"http://{url}/v2/models/mlp2").json()):
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        assert "graph options apply to .onnx models" in meta["error"]
+        assert "graph options other than aioge.batch_* apply to .onnx models" in meta["error"]
         r = httpx.post(f"http://{url}/v2/models/mlp2/infer", json={"inputs": [_x(shape=[2, 4]), _Y]})
         assert r.status_code == 503 and "graph options" in r.json()["error"]
+
+
+def test_metrics_report_the_real_batch_stats(models: dict[str, Path]) -> None:
+    backend = SessionBackend(graph_options={"aioge.batch_max_rows": "8", "aioge.batch_preferred_sizes": "1,2,4,8"})
+    with running(create_app([str(models["onnx"])], backend)) as (url, _, _):
+        _wait_ready(url)
+        x = RNG.standard_normal((2, 4)).astype(np.float32)
+        y = RNG.standard_normal((2, 3)).astype(np.float32)
+        body = {
+            "inputs": [
+                {"name": "x", "shape": [2, 4], "datatype": "FP32", "data": x.ravel().tolist()},
+                {"name": "y", "shape": [2, 3], "datatype": "FP32", "data": y.ravel().tolist()},
+            ]
+        }
+        for _ in range(3):
+            r = httpx.post(f"http://{url}/v2/models/mlp/infer", json=body)
+            assert r.status_code == 200, r.text
+            out = next(o for o in r.json()["outputs"] if o["name"] == "out")
+            np.testing.assert_allclose(
+                np.array(out["data"], np.float32).reshape(2, 3), _reference(models["onnx"], x, y)["out"], rtol=1e-5, atol=1e-6
+            )
+        stats = backend.session.batch_stats(1)  # the session's own figures, as /metrics must show them
+        text = httpx.get(f"http://{url}/metrics").text
+    samples = {
+        line.split("stat=", 1)[1].split('"')[1]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith('aioge_batch{model="mlp"')
+    }
+    assert samples["requests"] == 3 and samples["rows"] == 6 and samples["batches"] == stats.batches >= 1
+    assert samples["queue_delay_p99"] == pytest.approx(stats.queue_delay_p99)
+
+
+def test_triton_repository_config_and_statistics_endpoints(models: dict[str, Path], tmp_path: Path) -> None:
+    broken = tmp_path / "broken.om"
+    broken.write_bytes(b"not an om")
+    with running(create_app([str(models["onnx"]), str(models["om"]), str(broken)])) as (url, _, _):
+        client = triton.InferenceServerClient(url=url)
+        deadline = time.monotonic() + 60
+        while {m["name"]: m["state"] for m in client.get_model_repository_index()}.get("mlp2") != "READY":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        assert {n: (m["version"], m["state"]) for n, m in index.items()} == {
+            "mlp": ("1", "READY"),
+            "mlp2": ("1", "READY"),
+            "broken": ("1", "UNAVAILABLE"),
+        }
+        assert "broken.om" in index["broken"]["reason"]
+        ready_only = httpx.post(f"http://{url}/v2/repository/index", json={"ready": True}).json()
+        assert sorted(m["name"] for m in ready_only) == ["mlp", "mlp2"]
+
+        config = client.get_model_config("mlp")
+        assert config["name"] == "mlp" and config["max_batch_size"] == 0
+        assert {t["name"]: (t["data_type"], t["dims"]) for t in config["input"]} == {
+            "x": ("TYPE_FP32", [-1, 4]),
+            "y": ("TYPE_FP32", [-1, 3]),
+        }
+        assert {t["name"]: t["data_type"] for t in config["output"]} == {"out": "TYPE_FP32", "total": "TYPE_INT64"}
+        assert [t["dims"] for t in client.get_model_config("mlp2", "1")["input"]] == [[2, 4], [2, 3]]
+
+        x = RNG.standard_normal((3, 4)).astype(np.float32)
+        y = RNG.standard_normal((3, 3)).astype(np.float32)
+
+        def infer() -> np.ndarray:
+            inputs = [triton.InferInput("x", [3, 4], "FP32"), triton.InferInput("y", [3, 3], "FP32")]
+            inputs[0].set_data_from_numpy(x)
+            inputs[1].set_data_from_numpy(y)
+            return client.infer("mlp", inputs).as_numpy("out")
+
+        for _ in range(2):
+            np.testing.assert_allclose(infer(), _reference(models["onnx"], x, y)["out"], rtol=1e-5, atol=1e-6)
+        assert httpx.post(f"http://{url}/v2/models/mlp/infer", json={"inputs": []}).status_code == 400
+        stats = client.get_inference_statistics("mlp")["model_stats"]
+        assert [s["name"] for s in stats] == ["mlp"]
+        s = stats[0]
+        assert s["inference_count"] == 6 and s["execution_count"] == 2 and s["last_inference"] > 0
+        phases = s["inference_stats"]
+        assert phases["success"]["count"] == 2 and phases["fail"]["count"] == 1 and phases["compute_infer"]["count"] == 2
+        assert phases["success"]["ns"] >= phases["compute_infer"]["ns"] > 0
+        every = client.get_inference_statistics()["model_stats"]
+        assert sorted(m["name"] for m in every) == ["broken", "mlp", "mlp2"]
+
+        client.unload_model("mlp")
+        assert {m["name"]: m["state"] for m in client.get_model_repository_index()}["mlp"] == "UNAVAILABLE"
+        assert not client.is_model_ready("mlp")
+        r = httpx.post(f"http://{url}/v2/models/mlp/infer", json={"inputs": [_x(), _Y]})
+        assert r.status_code == 503 and "unloaded" in r.json()["error"]
+        client.load_model("mlp")
+        assert client.is_model_ready("mlp")
+        np.testing.assert_allclose(infer(), _reference(models["onnx"], x, y)["out"], rtol=1e-5, atol=1e-6)
+
+        with pytest.raises(InferenceServerException, match="no model 'nope'"):
+            client.load_model("nope")
+        with pytest.raises(InferenceServerException, match="no model 'nope'"):
+            client.unload_model("nope")
+        with pytest.raises(InferenceServerException, match="no model 'nope'"):
+            client.get_model_config("nope")
+        with pytest.raises(InferenceServerException, match="no model 'nope'"):
+            client.get_inference_statistics("nope")
+        with pytest.raises(InferenceServerException, match="takes no"):
+            client.load_model("mlp", config='{"max_batch_size": 8}')
+        with pytest.raises(InferenceServerException, match="did not load"):
+            client.load_model("broken")
+        client.close()
+        # errors are JSON everywhere, also for routes and methods the server does not have
+        for method, path, status in [("GET", "/v2/nothing", 404), ("GET", "/v2/models/mlp/infer", 405)]:
+            r = httpx.request(method, f"http://{url}{path}")
+            assert r.status_code == status and r.json()["error"], r.text
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--read-timeout", "0"), ("--keep-alive-timeout", "-1"), ("--max-decoding", "0"), ("--max-body-bytes", "0")],
+)
+def test_serve_refuses_bad_limits_before_binding(
+    models: dict[str, Path], flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert aioge_main(["serve", str(models["onnx"]), flag, value, "--port", str(_free_port())]) == 1
+    assert f"{flag} {value}" in capsys.readouterr().err
+
+
+def test_serve_help_documents_the_limits_timeouts_and_access_log(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        aioge_main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for words in (
+        "--keep-alive-timeout SECONDS close a connection idle this long",
+        "--read-timeout SECONDS close a connection whose request line and headers",
+        "--max-decoding",
+        "--no-access-log",
+        "before they are read",
+    ):
+        assert words in text, words
+
+
+def test_explicit_model_control_loads_only_the_named_models(models: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(AiogeError, match="--load-model nope: no such model"):
+        create_app([str(models["onnx"])], load=["nope"])
+    assert aioge_main(["serve", str(models["onnx"]), "--load-model", "mlp"]) == 1
+    assert "--load-model goes with --model-control-mode explicit" in capsys.readouterr().err
+    with running(create_app([str(models["onnx"]), str(models["om"])], load=["mlp2"])) as (url, _, _):
+        _wait_ready(url)  # ready: the models it was asked to load are
+        client = triton.InferenceServerClient(url=url)
+        states = {m["name"]: m["state"] for m in client.get_model_repository_index()}
+        assert states == {"mlp": "UNAVAILABLE", "mlp2": "READY"}
+        r = httpx.post(f"http://{url}/v2/models/mlp/infer", json={"inputs": [_x(), _Y]})
+        assert r.status_code == 503 and "unloaded" in r.json()["error"]
+        client.load_model("mlp")
+        x = np.full((1, 4), 0.5, np.float32)
+        y = np.array([[0.0, 1.0, 2.0]], np.float32)
+        r = httpx.post(f"http://{url}/v2/models/mlp/infer", json={"inputs": [_x(), _Y]})
+        assert r.status_code == 200, r.text
+        out = next(o for o in r.json()["outputs"] if o["name"] == "out")
+        np.testing.assert_allclose(
+            np.array(out["data"], np.float32).reshape(1, 3), _reference(models["onnx"], x, y)["out"], rtol=1e-5
+        )
+        client.close()

@@ -226,7 +226,8 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
             body, headers = _request(feeds)
             want = reference(feeds)
             arms = {
-                "aioge serve": ["-m", "aioge", "serve", path, *cfg.serve_args],
+                # no access log: the onnxruntime arm has none, and a line a request is not what is measured
+                "aioge serve": ["-m", "aioge", "serve", path, "--no-access-log", *cfg.serve_args],
                 f"onnxruntime ({cfg.ort_threads} threads)": [
                     "-m",
                     "aioge.benchmarks.serve_bench",

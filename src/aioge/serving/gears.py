@@ -17,12 +17,12 @@ from typing import Mapping
 
 import numpy as np
 
-from aioge.errors import FeedError, OptionError
+from aioge.errors import FeedError, ModelFormatError, OptionError
 from aioge.ir.graph import Graph
 from aioge.options import OPTIONS, CompileOptions
 from aioge.plan.model import CompiledModel
 
-__all__ = ["GEAR_KEYS", "GearSet", "batched_outputs", "gear_set", "gear_set_of_model", "pad_rows"]
+__all__ = ["GEAR_KEYS", "GearSet", "batched_outputs", "gear_set", "gear_set_of_model", "gear_shapes", "pad_rows"]
 
 Signature = tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -113,16 +113,42 @@ def gear_set(graph: Graph, options: CompileOptions) -> GearSet | None:
             sigs.append(tuple((n, (b, *s[1:]) if n in batched else s) for n, s in base.items()))
         return GearSet(graph.name, tuple(sigs), tuple(options.dynamic_batch_size), batched)
     for gear in options.dynamic_dims:
+        # GE's rule: the values fill the -1s in ge.inputShape's order; the signature lists the graph's order
         values = iter(gear)
-        filled = {n: tuple(next(values) if d == -1 else d for d in s) if n in pattern else s for n, s in base.items()}
-        # ge.inputShape's order decides which value fills which -1; the graph's order the signature's
-        ordered = {n: filled[n] for n in pattern} | filled
-        sigs.append(tuple((n, ordered[n]) for n in base))
+        filled = {n: tuple(next(values) if d == -1 else d for d in s) for n, s in pattern.items()}
+        sigs.append(tuple((n, filled.get(n, s)) for n, s in base.items()))
     return GearSet(graph.name, tuple(sigs), (), frozenset())
 
 
+def gear_shapes(model: CompiledModel) -> dict[str, tuple[int, ...]]:
+    """Each input's and output's shape over a geared model's gears, -1 for a dim that differs
+    between gears or is the batch of batch gears (what KServe metadata and ``aioge info`` show)."""
+    gears = model.all_gears()
+    found = gear_set_of_model(model)
+    batched = set(found.batched_inputs) if found is not None and found.batch else set()
+    if batched:
+        batched |= batched_outputs(dict(zip(found.batch, gears))) if found is not None else set()
+    out: dict[str, tuple[int, ...]] = {}
+    for v in (*model.graph.inputs, *model.graph.outputs):
+        shapes = [g.graph.value(v.name).desc.shape for g in gears]
+        if any(s is None or len(s) != len(shapes[0] or ()) for s in shapes):
+            continue
+        out[v.name] = tuple(
+            -1
+            if (i == 0 and v.name in batched) or len({s[i] for s in shapes if s is not None}) > 1 or not isinstance(d, int)
+            else d
+            for i, d in enumerate(shapes[0] or ())
+        )
+    return out
+
+
 def gear_set_of_model(model: CompiledModel) -> GearSet | None:
-    """The gears a compiled model (from an .om) was made with, from the options stored in it."""
+    """The gears a compiled model (from an .om) was made with, from the options stored in it.
+
+    Raises:
+        ModelFormatError: the stored gears are not the ones the options give (an .om of an
+            aioge that filled ``ge.dynamicDims`` in the graph's input order: compile it again).
+    """
     if not model.gears:
         return None
     stored = {k: model.options[k] for k in GEAR_KEYS if k in model.options}
@@ -132,7 +158,14 @@ def gear_set_of_model(model: CompiledModel) -> GearSet | None:
         dynamic_dims=OPTIONS["ge.dynamicDims"].parse(stored.get("ge.dynamicDims", "")),
         raw=stored,
     )
-    return gear_set(model.graph, options)
+    found = gear_set(model.graph, options)
+    stored_sigs = [tuple((n, tuple(s)) for n, s in m.signature) for m in model.all_gears()]
+    if found is None or list(found.signatures) != stored_sigs:
+        raise ModelFormatError(
+            f"its gears {stored_sigs} are not those of its options {stored} (ge.dynamicDims fills the -1s in "
+            "ge.inputShape's order since this aioge); compile it again"
+        )
+    return found
 
 
 def batched_outputs(models: Mapping[int, CompiledModel]) -> frozenset[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from typing import Any, BinaryIO
@@ -90,6 +91,9 @@ def main() -> None:
     frames = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    # A terminal's Ctrl-C reaches the whole process group: the parent drains and stops its
+    # devices (by closing stdin); a KeyboardInterrupt here would only print a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Devices compute flat out; a lower priority lets the parent's event loop (mostly asleep,
     # never long awake) take a core the moment it wakes, instead of queueing behind them.
     nice = int(os.environ.get("AIOGE_DEVICE_NICE", "5"))
