@@ -5,15 +5,26 @@ The input projection X W^T of every time step is one matrix product; the recurre
 loops over time steps (inherently sequential), each step a batched matrix product over the
 whole batch. Steps past a sample's sequence length leave its state unchanged and write
 zeros to Y, as ONNX specifies. Arithmetic is in the input's dtype (float32 stays float32).
+
+With the compiled tier (chosen when the kernel is built), float32 recurrences run in C
+(``csrc/rnn.c``): the projection stays one GEMM here, each step's product with R^T and its
+gates are one C pass, and the two directions of a bidirectional layer run on two cores when
+an idle one can be taken (``kernels.parallel.split_range``). The numpy loop is the fallback.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import ctypes
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["ACTIVATIONS", "gru", "lstm", "rnn"]
+from aioge.kernels import native
+from aioge.kernels.base import into
+from aioge.kernels.contract import KernelImpl, RunFn
+from aioge.kernels.parallel import matmul_2d, split_range
+
+__all__ = ["ACTIVATIONS", "gru", "kernel", "lstm", "rnn"]
 
 
 def _sigmoid(x: np.ndarray, a: float, b: float) -> np.ndarray:
@@ -40,7 +51,12 @@ Act = Callable[[np.ndarray], np.ndarray]
 
 
 def _activations(attrs: dict[str, Any], defaults: Sequence[str], directions: int) -> list[list[Act]]:
-    """Per direction, the bound activation functions (alphas and betas consumed in order).
+    """Per direction, the bound activation functions."""
+    return [[_bind(ACTIVATIONS[name][0], a, b) for name, a, b in d] for d in _specs(attrs, defaults, directions)]
+
+
+def _specs(attrs: dict[str, Any], defaults: Sequence[str], directions: int) -> list[list[tuple[str, float, float]]]:
+    """Per direction, each activation's (lower-case name, alpha, beta), alphas and betas consumed in order.
 
     Raises:
         ValueError: an unknown activation name or the wrong number of them.
@@ -53,16 +69,14 @@ def _activations(attrs: dict[str, Any], defaults: Sequence[str], directions: int
         raise ValueError(f"expected {per * directions} activations, got {names}")
     alphas = list(attrs.get("activation_alpha") or [])
     betas = list(attrs.get("activation_beta") or [])
-    bound: list[Act] = []
+    specs: list[tuple[str, float, float]] = []
     for i, name in enumerate(names):
         try:
-            fn, a, b = ACTIVATIONS[name.lower()]
+            _, a, b = ACTIVATIONS[name.lower()]
         except KeyError:
             raise ValueError(f"unknown activation {name!r}; known: {sorted(ACTIVATIONS)}") from None
-        a = alphas[i] if i < len(alphas) else a
-        b = betas[i] if i < len(betas) else b
-        bound.append(_bind(fn, a, b))
-    return [bound[d * per : (d + 1) * per] for d in range(directions)]
+        specs.append((name.lower(), alphas[i] if i < len(alphas) else a, betas[i] if i < len(betas) else b))
+    return [specs[d * per : (d + 1) * per] for d in range(directions)]
 
 
 def _bind(fn: Callable[[np.ndarray, float, float], np.ndarray], a: float, b: float) -> Act:
@@ -88,9 +102,14 @@ class _Setup:
         self.clip = attrs.get("clip")
 
     def lengths(self, sequence_lens: np.ndarray | None) -> np.ndarray:
+        """Raises:
+        ValueError: sequence_lens is not one length in [0, seq] per batch row."""
         if sequence_lens is None:
             return np.full(self.batch, self.seq, np.int64)
-        return sequence_lens.astype(np.int64).reshape(-1)
+        lens = np.ascontiguousarray(sequence_lens, np.int64).reshape(-1)
+        if lens.shape != (self.batch,) or (lens.size and (lens.min() < 0 or lens.max() > self.seq)):
+            raise ValueError(f"sequence_lens must hold {self.batch} lengths in [0, {self.seq}], got {sequence_lens.tolist()}")
+        return lens
 
     def order(self, d: int, lens: np.ndarray) -> np.ndarray:
         """(seq, batch) source step per processing step: reversed within each valid length."""
@@ -253,3 +272,119 @@ def lstm(
     y, y_h = s.outputs(ys, [f[0] for f in finals])
     y_c = np.stack([f[1] for f in finals], axis=0)
     return y, y_h, (np.swapaxes(y_c, 0, 1) if s.layout else y_c)
+
+
+# ---- the compiled recurrence (csrc/rnn.c) ----------------------------------------------------
+
+_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_DEFAULTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
+_NUMPY = {"RNN": rnn, "GRU": gru, "LSTM": lstm}
+_CODES = {name: i for i, name in enumerate(ACTIVATIONS)}  # rnn.c's A_* codes, in the same order
+_GEO = 20  # rnn.h's RNN_GEO
+# From this many multiply-adds a bidirectional layer's second direction is worth a helper
+# thread's hop (tens of microseconds).
+_SPLIT_MACS = 1 << 20
+
+
+def _native() -> Any:
+    v = ctypes.c_void_p
+    return native.function("aioge_rnn", v, v, v, v, v, v, v, v, v, v, ctypes.c_int64, ctypes.c_int64, restype=ctypes.c_int)
+
+
+def _f32(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else np.ascontiguousarray(a, np.float32)
+
+
+def _addr(a: np.ndarray | None) -> int | None:
+    return None if a is None or a.size == 0 else native.ptr(a)
+
+
+def _run_native(fn: Any, op: str, inputs: Sequence[Any], attrs: dict[str, Any], y_out: np.ndarray | None) -> tuple[np.ndarray, ...]:
+    """``op`` over float32 inputs in C; ``y_out`` (Y's output buffer, or None) is written in place when it fits."""
+    padded = list(inputs) + [None] * (8 - len(inputs))
+    x, w, r, b, sequence_lens, initial_h, initial_c, p = padded
+    s = _Setup(x, w, attrs, _GATES[op])
+    specs = _specs(attrs, _DEFAULTS[op], s.directions)
+    lens = s.lengths(None if sequence_lens is None or sequence_lens.size == 0 else sequence_lens)
+    dirs, seq, batch, n = s.directions, s.seq, s.batch, s.hidden
+    gh = _GATES[op] * n
+    if r.shape != (dirs, gh, n):
+        raise ValueError(f"R must have shape {(dirs, gh, n)}, got {r.shape}")
+    x = np.ascontiguousarray(x, np.float32)
+    w = np.ascontiguousarray(w, np.float32)
+    xw = np.empty(x.shape[:2] + (dirs * gh,), np.float32)
+    if xw.size:
+        matmul_2d(x.reshape(-1, x.shape[2]), w.reshape(dirs * gh, -1).T, xw.reshape(-1, dirs * gh))
+    y_shape = (batch, seq, dirs, n) if s.layout else (seq, dirs, batch, n)
+    y = y_out if y_out is not None and y_out.shape == y_shape and native.f32c(y_out) else np.empty(y_shape, np.float32)
+    h = _state(initial_h, s)
+    c = _state(initial_c, s) if op == "LSTM" else None
+    geo = np.zeros(_GEO, np.int64)
+    xs, ys = (xw.strides, y.strides)
+    geo[:14] = [
+        {"RNN": 0, "GRU": 1, "LSTM": 2}[op],
+        seq,
+        batch,
+        n,
+        dirs,
+        attrs.get("direction", "forward") == "reverse",
+        bool(attrs.get("linear_before_reset", 0)),
+        bool(attrs.get("input_forget", 0)),
+        s.clip is not None,
+        *(v // 4 for v in ((xs[1], xs[0]) if s.layout else xs[:2])),
+        *(v // 4 for v in ((ys[1], ys[0], ys[2]) if s.layout else (ys[0], ys[2], ys[1]))),
+    ]
+    fp = np.zeros(13, np.float32)
+    fp[0] = s.clip or 0.0
+    for d, dspecs in enumerate(specs):
+        for slot, (name, a, bb) in enumerate(dspecs):
+            geo[14 + 3 * d + slot] = _CODES[name]
+            fp[1 + 6 * d + 2 * slot : 3 + 6 * d + 2 * slot] = a, bb
+    bias, peep = _f32(b), _f32(p)
+    for name, v, shape in (("B", bias, (dirs, 2 * gh)), ("P", peep, (dirs, 3 * n))):
+        if v is not None and v.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {v.shape}")
+    r = np.ascontiguousarray(r, np.float32)
+    args = [_addr(v) for v in (geo, fp, xw, r, bias, peep, lens, y, h, c)]
+
+    def directions(lo: int, hi: int) -> None:
+        if fn(*args, lo, hi) < 0:
+            raise MemoryError(f"{op}: the compiled recurrence found no memory for its scratch (or bad geometry {geo.tolist()})")
+
+    split_range(dirs, directions, worth=seq * batch * gh * n >= _SPLIT_MACS)
+    y_h = np.swapaxes(h, 0, 1) if s.layout else h
+    if c is None:
+        return y, y_h
+    return y, y_h, (np.swapaxes(c, 0, 1) if s.layout else c)
+
+
+def _state(v: np.ndarray | None, s: _Setup) -> np.ndarray:
+    """An initial state as a fresh (directions, batch, hidden) float32 array the C kernel updates."""
+    if v is None:
+        return np.zeros((s.directions, s.batch, s.hidden), np.float32)
+    v = np.swapaxes(v, 0, 1) if s.layout else v
+    if v.shape != (s.directions, s.batch, s.hidden):
+        raise ValueError(f"an initial state must have {(s.directions, s.batch, s.hidden)} (layout {s.layout}), got {v.shape}")
+    return np.array(v, np.float32, order="C")
+
+
+def kernel(op: str) -> KernelImpl:
+    """RNN, GRU or LSTM: the C recurrence for float32 when the compiled tier is loaded at build
+    time, else (and for other dtypes) the numpy loop; the node's declared outputs."""
+    numpy_fn = _NUMPY[op]
+
+    def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Sequence[Any]) -> RunFn:
+        kw = dict(attrs)
+        count = len(outs)
+        fn = _native()
+
+        def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+            if fn is not None and inputs[0].dtype == np.float32:
+                res = _run_native(fn, op, inputs, kw, outputs[0] if outputs else None)
+            else:
+                res = numpy_fn(*inputs, **kw)
+            return into(outputs, tuple(res)[:count])
+
+        return run
+
+    return KernelImpl("numpy", build)
