@@ -4,7 +4,9 @@ peepholes, clipping and the named activation functions).
 The input projection X W^T of every time step is one matrix product; the recurrence then
 loops over time steps (inherently sequential), each step a batched matrix product over the
 whole batch. Steps past a sample's sequence length leave its state unchanged and write
-zeros to Y, as ONNX specifies. Arithmetic is in the input's dtype (float32 stays float32).
+zeros to Y, as ONNX specifies; a sample of length 0 ends with zero states, as onnxruntime
+gives. Activation alphas and betas go, in order, to the functions that take one (as
+onnxruntime reads them). Arithmetic is in the input's dtype (float32 stays float32).
 
 With the compiled tier (chosen when the kernel is built), float32 recurrences run in C
 (``csrc/rnn.c``): the projection stays one GEMM here, each step's product with R^T and its
@@ -47,6 +49,8 @@ ACTIVATIONS: dict[str, tuple[Callable[[np.ndarray, float, float], np.ndarray], f
     "softplus": (lambda x, a, b: np.logaddexp(0, x), 0.0, 0.0),
 }
 
+_TAKES_ALPHA = {"affine", "leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu"}
+_TAKES_BETA = {"affine", "scaledtanh", "hardsigmoid"}
 Act = Callable[[np.ndarray], np.ndarray]
 
 
@@ -56,7 +60,7 @@ def _activations(attrs: dict[str, Any], defaults: Sequence[str], directions: int
 
 
 def _specs(attrs: dict[str, Any], defaults: Sequence[str], directions: int) -> list[list[tuple[str, float, float]]]:
-    """Per direction, each activation's (lower-case name, alpha, beta), alphas and betas consumed in order.
+    """Per direction, each activation's (lower-case name, alpha, beta).
 
     Raises:
         ValueError: an unknown activation name or the wrong number of them.
@@ -70,12 +74,16 @@ def _specs(attrs: dict[str, Any], defaults: Sequence[str], directions: int) -> l
     alphas = list(attrs.get("activation_alpha") or [])
     betas = list(attrs.get("activation_beta") or [])
     specs: list[tuple[str, float, float]] = []
-    for i, name in enumerate(names):
+    for name in names:
         try:
             _, a, b = ACTIVATIONS[name.lower()]
         except KeyError:
             raise ValueError(f"unknown activation {name!r}; known: {sorted(ACTIVATIONS)}") from None
-        specs.append((name.lower(), alphas[i] if i < len(alphas) else a, betas[i] if i < len(betas) else b))
+        key = name.lower()
+        # as onnxruntime reads them: each function that takes an alpha (a beta) takes the next one
+        a = alphas.pop(0) if key in _TAKES_ALPHA and alphas else a
+        b = betas.pop(0) if key in _TAKES_BETA and betas else b
+        specs.append((key, a, b))
     return [specs[d * per : (d + 1) * per] for d in range(directions)]
 
 
@@ -167,7 +175,7 @@ def _run(
             state = tuple(np.where(live, n, o) for n, o in zip(new, state))
             hs[t] = np.where(live, h, 0)
         ys.append(_scatter_back(hs, order))
-        finals.append(state)
+        finals.append(tuple(np.where((lens > 0)[:, None], v, 0).astype(dtype, copy=False) for v in state))
     return ys, finals
 
 
@@ -299,7 +307,9 @@ def _addr(a: np.ndarray | None) -> int | None:
     return None if a is None or a.size == 0 else native.ptr(a)
 
 
-def _run_native(fn: Any, op: str, inputs: Sequence[Any], attrs: dict[str, Any], y_out: np.ndarray | None) -> tuple[np.ndarray, ...]:
+def _run_native(
+    fn: Any, op: str, inputs: Sequence[Any], attrs: dict[str, Any], y_out: np.ndarray | None
+) -> tuple[np.ndarray, ...]:
     """``op`` over float32 inputs in C; ``y_out`` (Y's output buffer, or None) is written in place when it fits."""
     padded = list(inputs) + [None] * (8 - len(inputs))
     x, w, r, b, sequence_lens, initial_h, initial_c, p = padded
@@ -352,6 +362,11 @@ def _run_native(fn: Any, op: str, inputs: Sequence[Any], attrs: dict[str, Any], 
             raise MemoryError(f"{op}: the compiled recurrence found no memory for its scratch (or bad geometry {geo.tolist()})")
 
     split_range(dirs, directions, worth=seq * batch * gh * n >= _SPLIT_MACS)
+    empty = lens == 0
+    if empty.any():
+        for v in (h, c):
+            if v is not None:
+                v[:, empty] = 0
     y_h = np.swapaxes(h, 0, 1) if s.layout else h
     if c is None:
         return y, y_h

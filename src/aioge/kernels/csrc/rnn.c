@@ -45,7 +45,7 @@ static inline float tanh_f32(float x)
 static void act_apply(float *v, int64_t n, int64_t code, float a, float b)
 {
     switch (code) {
-    case A_RELU: ACT_EACH(x > 0.0f ? x : 0.0f) break;
+    case A_RELU: ACT_EACH(x > 0.0f || x != x ? x : 0.0f) break; /* NaN stays NaN, as numpy's maximum */
     case A_TANH: ACT_EACH(tanh_f32(x)) break;
     case A_SIGMOID: ACT_EACH(1.0f / (1.0f + exp_f32(-x))) break;
     case A_AFFINE: ACT_EACH(a * x + b) break;
