@@ -289,9 +289,9 @@ _DEFAULTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "T
 _NUMPY = {"RNN": rnn, "GRU": gru, "LSTM": lstm}
 _CODES = {name: i for i, name in enumerate(ACTIVATIONS)}  # rnn.c's A_* codes, in the same order
 _GEO = 20  # rnn.h's RNN_GEO
-# From this many multiply-adds a bidirectional layer's second direction is worth a helper
+# From this many multiply-adds (both directions) a bidirectional layer's second direction is worth a helper
 # thread's hop (tens of microseconds).
-_SPLIT_MACS = 1 << 20
+_SPLIT_MACS = 1 << 22
 
 
 def _native() -> Any:

@@ -81,18 +81,20 @@ static void pack(const float *r, int64_t c0, int64_t n, int64_t k, float *pk)
 }
 
 /* out[b][0 .. panels * NP) = h[b] . pk over k for rows [0, rows): four rows by one panel (eight
- * accumulators), the leftover rows one at a time by four panels. */
+ * accumulators), the leftover rows one at a time by four panels (eight accumulators too). */
 static void recur(const float *h, int64_t rows, int64_t k, const float *pk, int64_t panels, float *out)
 {
     const int64_t ld = panels * NP;
     int64_t b = 0;
-    for (; b + 4 <= rows; b += 4) {
-        const float *h0 = h + b * k, *h1 = h0 + k, *h2 = h1 + k, *h3 = h2 + k;
-        for (int64_t p = 0; p < panels; p++) {
+    const int64_t blocks = rows / 4;
+    for (int64_t p = 0; p < panels; p++) /* a panel (k x 16 values) stays in L1 for every block */
+        for (b = 0; b < 4 * blocks; b += 4) {
+            const float *h0 = h + b * k, *h1 = h0 + k, *h2 = h1 + k, *h3 = h2 + k;
             const float *w = pk + p * k * NP;
             v8 a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
             for (int64_t kk = 0; kk < k; kk++) {
-                const v8 w0 = *(const v8 *)(w + kk * NP), w1 = *(const v8 *)(w + kk * NP + 8);
+                v8 w0 = *(const v8 *)(w + kk * NP), w1 = *(const v8 *)(w + kk * NP + 8);
+                __asm__("" : "+x"(w0), "+x"(w1)); /* in registers: not reloaded by each multiply-add */
                 a00 += h0[kk] * w0, a01 += h0[kk] * w1;
                 a10 += h1[kk] * w0, a11 += h1[kk] * w1;
                 a20 += h2[kk] * w0, a21 += h2[kk] * w1;
@@ -104,8 +106,7 @@ static void recur(const float *h, int64_t rows, int64_t k, const float *pk, int6
             *(v8u *)(o + 2 * ld) = a20, *(v8u *)(o + 2 * ld + 8) = a21;
             *(v8u *)(o + 3 * ld) = a30, *(v8u *)(o + 3 * ld + 8) = a31;
         }
-    }
-    for (; b < rows; b++) {
+    for (b = 4 * blocks; b < rows; b++) {
         const float *hb = h + b * k;
         float *o = out + b * ld;
         int64_t p = 0;
