@@ -110,10 +110,10 @@ def test_compiled_recurrence_matches_onnxruntime(case: Any, layout: int) -> None
 
     def counted(*args: Any) -> int:
         calls.append(1)
-        return int(real(*args))
+        return int(real[2](*args))
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(krnn, "_native", lambda: counted)
+        mp.setattr(krnn, "_native", lambda: (real[0], real[1], counted))
         _check(op, inputs, attrs, layout)
     assert calls, "the kernel did not run the compiled recurrence"
 
@@ -136,19 +136,31 @@ def test_sequence_lengths_out_of_range_are_refused(rng: np.random.Generator) -> 
 
 
 @pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
-def test_compiled_recurrence_refuses_bad_geometry() -> None:
-    fn = krnn._native()
-    h = np.zeros(8, np.float32)
-    fp = np.zeros(13, np.float32)
-    lens = np.array([5], np.int64)
-    good = [2, 4, 1, 2, 1, 0, 0, 0, 0, 8, 8, 2, 2, 2, 2, 1, 1, 2, 1, 1]  # LSTM seq 4 batch 1 hidden 2
+def test_compiled_recurrence_packs_r_and_refuses_bad_geometry() -> None:
+    floats, pack, run = krnn._native()
     p = native.ptr
-    for slot, bad in ((0, 3), (1, -1), (4, 3), (14, 11), (9, -8)):
-        geo = np.array(good, np.int64)
-        geo[slot] = bad
-        assert fn(p(geo), p(fp), p(h), p(h), None, None, None, p(h), p(h), p(h), 0, 1) < 0, (slot, bad)
+    good = [2, 4, 1, 2, 1, 0, 0, 0, 0, 8, 8, 2, 2, 2, 2, 1, 1, 2, 1, 1]  # LSTM seq 4 batch 1 hidden 2
     geo = np.array(good, np.int64)
-    assert fn(p(geo), p(fp), p(h), p(h), None, None, p(lens), p(h), p(h), p(h), 0, 1) < 0  # a length past seq
-    assert fn(p(geo), p(fp), p(h), p(h), None, None, None, p(h), p(h), p(h), 0, 2) < 0  # a direction it has not
-    geo[1] = 0  # seq 0: nothing to do
-    assert fn(p(geo), p(fp), None, None, None, None, None, None, None, None, 0, 1) == 0
+    assert floats(p(geo)) == 32  # one panel of 16 columns (4 gates x 2 units) by 2 rows
+    r = np.arange(16, dtype=np.float32).reshape(1, 8, 2)
+    pk = native.aligned_empty((32,), np.float32)
+    assert pack(p(geo), p(r), p(pk), 31) < 0  # too short
+    assert pack(p(geo), p(r), p(pk), 32) == 0
+    np.testing.assert_array_equal(pk.reshape(2, 16), np.pad(r[0].T, ((0, 0), (0, 8))))  # R^T, zeros past 8 columns
+    fp, xw, st = np.zeros(13, np.float32), np.zeros(32, np.float32), np.zeros(8, np.float32)
+
+    def call(g: np.ndarray, pk_floats: int = 32, lens: np.ndarray | None = None, d1: int = 1) -> int:
+        return int(
+            run(p(g), p(fp), p(xw), p(pk), pk_floats, None, None, None if lens is None else p(lens), p(st), p(st), p(st), 0, d1)
+        )
+
+    assert call(geo) == 0
+    for slot, bad in ((0, 3), (1, -1), (3, -2), (4, 3), (14, 11), (9, -8)):
+        g = geo.copy()
+        g[slot] = bad
+        assert floats(p(g)) == -1 and pack(p(g), p(r), p(pk), 32) < 0 and call(g) < 0, (slot, bad)
+    assert call(geo, lens=np.array([5], np.int64)) < 0  # a length past seq
+    assert call(geo, d1=2) < 0  # a direction it has not
+    assert call(geo, pk_floats=31) < 0  # a short packed R
+    geo[1] = 0  # seq 0: nothing to do, nothing read
+    assert run(p(geo), p(fp), None, None, 0, None, None, None, None, None, None, 0, 1) == 0

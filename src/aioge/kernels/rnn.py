@@ -24,6 +24,7 @@ import numpy as np
 from aioge.kernels import native
 from aioge.kernels.base import into
 from aioge.kernels.contract import KernelImpl, RunFn
+from aioge.kernels.conv_algos import WeightDerived
 from aioge.kernels.parallel import matmul_2d, split_range
 
 __all__ = ["ACTIVATIONS", "gru", "kernel", "lstm", "rnn"]
@@ -288,6 +289,7 @@ _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _DEFAULTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
 _NUMPY = {"RNN": rnn, "GRU": gru, "LSTM": lstm}
 _CODES = {name: i for i, name in enumerate(ACTIVATIONS)}  # rnn.c's A_* codes, in the same order
+_CELL = {"RNN": 0, "GRU": 1, "LSTM": 2}
 _GEO = 20  # rnn.h's RNN_GEO
 # From this many multiply-adds (both directions) a bidirectional layer's second direction is worth a helper
 # thread's hop (tens of microseconds).
@@ -295,8 +297,25 @@ _SPLIT_MACS = 1 << 22
 
 
 def _native() -> Any:
-    v = ctypes.c_void_p
-    return native.function("aioge_rnn", v, v, v, v, v, v, v, v, v, v, ctypes.c_int64, ctypes.c_int64, restype=ctypes.c_int)
+    """(packed_floats, pack, run): csrc/rnn.c's entry points, or None without the compiled tier."""
+    v, i64 = ctypes.c_void_p, ctypes.c_int64
+    fns = (
+        native.function("aioge_rnn_packed_floats", v, restype=i64),
+        native.function("aioge_rnn_pack", v, v, v, i64, restype=ctypes.c_int),
+        native.function("aioge_rnn", v, v, v, v, i64, v, v, v, v, v, v, i64, i64, restype=ctypes.c_int),
+    )
+    return None if None in fns else fns
+
+
+def _packed(fns: Any, op: str, attrs: Mapping[str, Any], r: np.ndarray) -> np.ndarray:
+    """R (directions, G*H, H) packed for the C recurrence (R^T in panels; done once per constant R)."""
+    geo = np.zeros(_GEO, np.int64)
+    geo[[0, 3, 4, 6]] = _CELL[op], r.shape[2], r.shape[0], bool(attrs.get("linear_before_reset", 0))
+    floats = int(fns[0](native.ptr(geo)))
+    pk = native.aligned_empty((max(floats, 16),), np.float32)
+    if floats < 0 or fns[1](native.ptr(geo), _addr(np.ascontiguousarray(r, np.float32)), native.ptr(pk), pk.size) < 0:
+        raise ValueError(f"{op}: R {r.shape} does not fit the recurrence's geometry {geo.tolist()}")
+    return pk
 
 
 def _f32(a: np.ndarray | None) -> np.ndarray | None:
@@ -308,9 +327,15 @@ def _addr(a: np.ndarray | None) -> int | None:
 
 
 def _run_native(
-    fn: Any, op: str, inputs: Sequence[Any], attrs: dict[str, Any], y_out: np.ndarray | None
+    fns: Any,
+    op: str,
+    inputs: Sequence[Any],
+    attrs: dict[str, Any],
+    y_out: np.ndarray | None,
+    pack: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, ...]:
-    """``op`` over float32 inputs in C; ``y_out`` (Y's output buffer, or None) is written in place when it fits."""
+    """``op`` over float32 inputs in C; ``y_out`` (Y's output buffer, or None) is written in
+    place when it fits; ``pack(R)`` gives R packed (a kernel's ``WeightDerived``), else packed here."""
     padded = list(inputs) + [None] * (8 - len(inputs))
     x, w, r, b, sequence_lens, initial_h, initial_c, p = padded
     s = _Setup(x, w, attrs, _GATES[op])
@@ -332,7 +357,7 @@ def _run_native(
     geo = np.zeros(_GEO, np.int64)
     xs, ys = (xw.strides, y.strides)
     geo[:14] = [
-        {"RNN": 0, "GRU": 1, "LSTM": 2}[op],
+        _CELL[op],
         seq,
         batch,
         n,
@@ -354,11 +379,11 @@ def _run_native(
     for name, v, shape in (("B", bias, (dirs, 2 * gh)), ("P", peep, (dirs, 3 * n))):
         if v is not None and v.shape != shape:
             raise ValueError(f"{name} must have shape {shape}, got {v.shape}")
-    r = np.ascontiguousarray(r, np.float32)
-    args = [_addr(v) for v in (geo, fp, xw, r, bias, peep, lens, y, h, c)]
+    pk = pack(r) if pack is not None else _packed(fns, op, attrs, r)
+    args = [_addr(geo), _addr(fp), _addr(xw), _addr(pk), pk.size, *(_addr(v) for v in (bias, peep, lens, y, h, c))]
 
     def directions(lo: int, hi: int) -> None:
-        if fn(*args, lo, hi) < 0:
+        if fns[2](*args, lo, hi) < 0:
             raise MemoryError(f"{op}: the compiled recurrence found no memory for its scratch (or bad geometry {geo.tolist()})")
 
     split_range(dirs, directions, worth=seq * batch * gh * n >= _SPLIT_MACS)
@@ -391,11 +416,12 @@ def kernel(op: str) -> KernelImpl:
     def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Sequence[Any]) -> RunFn:
         kw = dict(attrs)
         count = len(outs)
-        fn = _native()
+        fns = _native()
+        packed = WeightDerived(lambda r: _packed(fns, op, kw, r))
 
         def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
-            if fn is not None and inputs[0].dtype == np.float32:
-                res = _run_native(fn, op, inputs, kw, outputs[0] if outputs else None)
+            if fns is not None and inputs[0].dtype == np.float32:
+                res = _run_native(fns, op, inputs, kw, outputs[0] if outputs else None, packed.get)
             else:
                 res = numpy_fn(*inputs, **kw)
             return into(outputs, tuple(res)[:count])

@@ -2,8 +2,8 @@
  *
  * The caller (aioge.kernels.rnn) has computed the input projection X W^T of every time step as
  * one GEMM (xw: a row of D * G * H values per (t, b), direction d at column d * G * H); here each
- * step is the product of the batch's hidden rows with R^T, packed once per call into panels of
- * 16 columns (pk[p][k][16], k over the hidden units), followed by the gates of each row in a
+ * step is the product of the batch's hidden rows with R^T, packed once per weight into panels
+ * of 16 columns (pk[p][k][16], k over the hidden units), followed by the gates of each row in a
  * few vectorised passes over H values while they sit in L1. Rows past their sequence length
  * keep their state and write zeros to Y, as ONNX says; a reverse direction reads each row's
  * steps from its own length backwards.
@@ -12,9 +12,10 @@
  * reverse (direction 0 runs backwards: "reverse"), linear_before_reset, input_forget, has_clip,
  * the strides of xw per step and per batch row, Y's per step, row and direction, then three
  * activation codes per direction (aioge.kernels.rnn's _CODES). fp: clip, then (alpha, beta) per
- * activation slot (d * 3 + slot). r: (D, G*H, H); bias: (D, 2*G*H) or NULL; peep: (D, 3*H) or
- * NULL; lens: (batch) or NULL (every row the whole sequence); h (and c for LSTM): (D, batch, H)
- * holding the initial states, left holding the last ones.
+ * activation slot (d * 3 + slot). pk: R (D, G*H, H) as aioge_rnn_pack packed it (once per weight);
+ * bias: (D, 2*G*H) or NULL; peep: (D, 3*H) or NULL; lens: (batch) or NULL (every row the whole
+ * sequence); h (and c for LSTM): (D, batch, H) holding the initial states, left holding the last
+ * ones.
  */
 #include <math.h>
 #include <stdint.h>
@@ -138,13 +139,63 @@ static void recur(const float *h, int64_t rows, int64_t k, const float *pk, int6
 typedef struct {
     const int64_t *geo;
     const float *fp;
-    int64_t cell, seq, batch, n, gates, gh;
+    int64_t cell, seq, batch, n, gh;
+    int64_t cols1;  /* R^T's columns in the first panel set (the rest, GRU's h gate, in a second) */
+    int64_t packed; /* floats of one direction's packed R^T */
 } Rnn;
 
 static inline int64_t panels_of(int64_t cols) { return (cols + NP - 1) / NP; }
 
+/* The geometry in s, checked: 0, or -1 when it is not one rnn.c runs. */
+static int setup(const int64_t *geo, const float *fp, Rnn *s)
+{
+    if (!geo)
+        return -1;
+    *s = (Rnn){geo, fp, geo[RNN_CELL], geo[RNN_SEQ], geo[RNN_BATCH], geo[RNN_HIDDEN], 0, 0, 0};
+    if (s->cell < 0 || s->cell > 2 || s->seq < 0 || s->batch < 0 || s->n < 0 || geo[RNN_DIRS] < 1 || geo[RNN_DIRS] > 2)
+        return -1;
+    if (s->n > (INT64_C(1) << 16) || s->batch > (INT64_C(1) << 30) || s->seq > (INT64_C(1) << 40))
+        return -1;
+    for (int i = RNN_XW_ST; i <= RNN_Y_SD; i++)
+        if (geo[i] < 0)
+            return -1;
+    for (int i = 0; i < 3 * geo[RNN_DIRS]; i++)
+        if (geo[RNN_ACTS + i] < 0 || geo[RNN_ACTS + i] >= A_COUNT)
+            return -1;
+    s->gh = (s->cell == 0 ? 1 : s->cell == 1 ? 3 : 4) * s->n;
+    /* GRU without linear_before_reset multiplies r into h before the candidate's product, so its
+     * R^T is two panel sets: z and r's columns, then h's. */
+    s->cols1 = s->cell == 1 && !geo[RNN_LBR] ? 2 * s->n : s->gh;
+    s->packed = (panels_of(s->cols1) + panels_of(s->gh - s->cols1)) * NP * s->n;
+    return 0;
+}
+
+/* The floats of R^T packed for every direction, or -1 on a bad geometry. */
+int64_t aioge_rnn_packed_floats(const int64_t *geo)
+{
+    Rnn s;
+    return setup(geo, NULL, &s) ? -1 : s.packed * geo[RNN_DIRS];
+}
+
+/* R (directions, G*H, H) packed for aioge_rnn into pk, which holds `floats` floats (at least
+ * aioge_rnn_packed_floats(geo)); 0, or -1 on a bad geometry or a short pk. */
+int aioge_rnn_pack(const int64_t *geo, const float *r, float *pk, int64_t floats)
+{
+    Rnn s;
+    if (setup(geo, NULL, &s) || floats < s.packed * geo[RNN_DIRS] || (s.packed && (!r || !pk)))
+        return -1;
+    for (int64_t d = 0; d < geo[RNN_DIRS]; d++) {
+        const float *rd = r + d * s.gh * s.n;
+        float *pd = pk + d * s.packed;
+        pack(rd, 0, s.cols1, s.n, pd);
+        if (s.gh > s.cols1)
+            pack(rd, s.cols1, s.gh - s.cols1, s.n, pd + panels_of(s.cols1) * NP * s.n);
+    }
+    return 0;
+}
+
 /* One direction d over every step. */
-static int run_direction(const Rnn *s, int d, const float *xw, const float *r, const float *bias, const float *peep,
+static int run_direction(const Rnn *s, int d, const float *xw, const float *pk, const float *bias, const float *peep,
                          const int64_t *lens, float *y, float *h, float *c)
 {
     const int64_t *geo = s->geo;
@@ -154,26 +205,20 @@ static int run_direction(const Rnn *s, int d, const float *xw, const float *r, c
     const float clip = s->fp[0];
     const int64_t *code = geo + RNN_ACTS + 3 * d;
     const float *ab = s->fp + 1 + 6 * d;
-    /* GRU without linear_before_reset multiplies r into h before the candidate's product, so its
-     * R^T is two panel sets: z and r's columns, then h's. */
-    const int64_t cols1 = cell == 1 && !lbr ? 2 * n : gh, cols2 = gh - cols1;
-    const int64_t p1 = panels_of(cols1), p2 = panels_of(cols2);
-    const size_t floats = (size_t)((p1 + p2) * NP * n + B * (p1 + p2) * NP + B * n + 2 * gh + 4 * n + 64);
+    const int64_t cols1 = s->cols1, p1 = panels_of(cols1), p2 = panels_of(gh - cols1);
+    const size_t floats = (size_t)(B * (p1 + p2) * NP + B * n + 2 * gh + 4 * n + 64);
     float *mem = NULL;
     if (posix_memalign((void **)&mem, 64, floats * sizeof(float)))
         return -2;
-    float *pk1 = mem, *pk2 = pk1 + p1 * NP * n, *g1 = pk2 + p2 * NP * n, *g2 = g1 + B * p1 * NP, *rh = g2 + B * p2 * NP;
+    const float *pk1 = pk + d * s->packed, *pk2 = pk1 + p1 * NP * n;
+    float *g1 = mem, *g2 = g1 + B * p1 * NP, *rh = g2 + B * p2 * NP;
     float *bx = rh + B * n, *bh = bx + gh, *tmp = bh + gh;
-    r += d * gh * n;
     xw += d * gh;
     y += d * geo[RNN_Y_SD];
     h += d * B * n;
     if (c)
         c += d * B * n;
     memset(rh, 0, (size_t)(B * n) * sizeof(float));
-    pack(r, 0, cols1, n, pk1);
-    if (cols2)
-        pack(r, cols1, cols2, n, pk2);
     /* bx: what every step adds to the projection; bh: GRU's Rbh, kept apart as it meets r. */
     for (int64_t j = 0; j < gh; j++) {
         const float wb = bias ? bias[2 * d * gh + j] : 0.0f, rb = bias ? bias[2 * d * gh + gh + j] : 0.0f;
@@ -265,34 +310,22 @@ static int run_direction(const Rnn *s, int d, const float *xw, const float *r, c
     return 0;
 }
 
-int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float *r, const float *bias, const float *peep,
-              const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1)
+int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float *pk, int64_t pk_floats, const float *bias,
+              const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1)
 {
-    if (!geo || !fp)
+    Rnn s;
+    if (setup(geo, fp, &s) || !fp || d0 < 0 || d1 > geo[RNN_DIRS] || d0 > d1)
         return -1;
-    Rnn s = {geo, fp, geo[RNN_CELL], geo[RNN_SEQ], geo[RNN_BATCH], geo[RNN_HIDDEN], 0, 0};
-    if (s.cell < 0 || s.cell > 2 || s.seq < 0 || s.batch < 0 || s.n < 0 || geo[RNN_DIRS] < 1 || geo[RNN_DIRS] > 2)
-        return -1;
-    if (d0 < 0 || d1 > geo[RNN_DIRS] || d0 > d1 || s.n > (INT64_C(1) << 24) || s.batch > (INT64_C(1) << 30))
-        return -1;
-    for (int i = RNN_XW_ST; i <= RNN_Y_SD; i++)
-        if (geo[i] < 0)
-            return -1;
-    for (int i = 0; i < 3 * geo[RNN_DIRS]; i++)
-        if (geo[RNN_ACTS + i] < 0 || geo[RNN_ACTS + i] >= A_COUNT)
-            return -1;
-    s.gates = s.cell == 0 ? 1 : s.cell == 1 ? 3 : 4;
-    s.gh = s.gates * s.n;
     if (lens)
         for (int64_t b = 0; b < s.batch; b++)
             if (lens[b] < 0 || lens[b] > s.seq)
                 return -1;
     if (s.seq == 0 || s.batch == 0 || s.n == 0)
         return 0;
-    if (!xw || !r || !y || !h || (s.cell == 2 && !c))
+    if (!xw || !pk || pk_floats < s.packed * geo[RNN_DIRS] || ((uintptr_t)pk & 31) || !y || !h || (s.cell == 2 && !c))
         return -1;
     for (int64_t d = d0; d < d1; d++) {
-        const int err = run_direction(&s, (int)d, xw, r, bias, peep, lens, y, h, c);
+        const int err = run_direction(&s, (int)d, xw, pk, bias, peep, lens, y, h, c);
         if (err)
             return err;
     }

@@ -11,9 +11,16 @@ enum {
     RNN_GEO = RNN_ACTS + 6
 };
 
+/* The floats of R^T packed for every direction (aioge_rnn_pack's pk), or -1 on a bad geometry. */
+int64_t aioge_rnn_packed_floats(const int64_t *geo);
+
+/* R (directions, G*H, H) packed into pk (floats long, 32-byte aligned); 0, or -1 on a bad
+ * geometry or a short pk. */
+int aioge_rnn_pack(const int64_t *geo, const float *r, float *pk, int64_t floats);
+
 /* Runs directions [d0, d1) of one recurrent layer; 0 on success, negative on bad geometry (-1)
  * or no memory for scratch (-2). */
-int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float *r, const float *bias, const float *peep,
-              const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1);
+int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float *pk, int64_t pk_floats, const float *bias,
+              const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1);
 
 #endif
