@@ -285,14 +285,16 @@ def lstm(
 
 # ---- the compiled recurrence (csrc/rnn.c) ----------------------------------------------------
 
-_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
-_DEFAULTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
-_NUMPY = {"RNN": rnn, "GRU": gru, "LSTM": lstm}
+# op -> (numpy kernel, gates, rnn.c's cell code, default activations)
+_OPS: dict[str, tuple[Callable[..., tuple[np.ndarray, ...]], int, int, list[str]]] = {
+    "RNN": (rnn, 1, 0, ["Tanh"]),
+    "GRU": (gru, 3, 1, ["Sigmoid", "Tanh"]),
+    "LSTM": (lstm, 4, 2, ["Sigmoid", "Tanh", "Tanh"]),
+}
 _CODES = {name: i for i, name in enumerate(ACTIVATIONS)}  # rnn.c's A_* codes, in the same order
-_CELL = {"RNN": 0, "GRU": 1, "LSTM": 2}
 _GEO = 20  # rnn.h's RNN_GEO
-# From this many multiply-adds (both directions) a bidirectional layer's second direction is worth a helper
-# thread's hop (tens of microseconds).
+# From this many multiply-adds (both directions) a bidirectional layer's second direction is
+# worth a helper thread's hop (tens of microseconds).
 _SPLIT_MACS = 1 << 22
 
 
@@ -310,16 +312,12 @@ def _native() -> Any:
 def _packed(fns: Any, op: str, attrs: Mapping[str, Any], r: np.ndarray) -> np.ndarray:
     """R (directions, G*H, H) packed for the C recurrence (R^T in panels; done once per constant R)."""
     geo = np.zeros(_GEO, np.int64)
-    geo[[0, 3, 4, 6]] = _CELL[op], r.shape[2], r.shape[0], bool(attrs.get("linear_before_reset", 0))
+    geo[[0, 3, 4, 6]] = _OPS[op][2], r.shape[2], r.shape[0], bool(attrs.get("linear_before_reset", 0))
     floats = int(fns[0](native.ptr(geo)))
     pk = native.aligned_empty((max(floats, 16),), np.float32)
     if floats < 0 or fns[1](native.ptr(geo), _addr(np.ascontiguousarray(r, np.float32)), native.ptr(pk), pk.size) < 0:
         raise ValueError(f"{op}: R {r.shape} does not fit the recurrence's geometry {geo.tolist()}")
     return pk
-
-
-def _f32(a: np.ndarray | None) -> np.ndarray | None:
-    return None if a is None else np.ascontiguousarray(a, np.float32)
 
 
 def _addr(a: np.ndarray | None) -> int | None:
@@ -332,70 +330,55 @@ def _run_native(
     inputs: Sequence[Any],
     attrs: dict[str, Any],
     y_out: np.ndarray | None,
-    pack: Callable[[np.ndarray], np.ndarray] | None = None,
+    pack: Callable[[np.ndarray], np.ndarray],
 ) -> tuple[np.ndarray, ...]:
-    """``op`` over float32 inputs in C; ``y_out`` (Y's output buffer, or None) is written in
-    place when it fits; ``pack(R)`` gives R packed (a kernel's ``WeightDerived``), else packed here."""
-    padded = list(inputs) + [None] * (8 - len(inputs))
-    x, w, r, b, sequence_lens, initial_h, initial_c, p = padded
-    s = _Setup(x, w, attrs, _GATES[op])
-    specs = _specs(attrs, _DEFAULTS[op], s.directions)
+    """``op`` over float32 inputs in C, R packed by ``pack`` (a kernel's ``WeightDerived``);
+    ``y_out`` (Y's output buffer, or None) is written in place when it fits."""
+    x, w, r, b, sequence_lens, initial_h, initial_c, p = list(inputs) + [None] * (8 - len(inputs))
+    s = _Setup(x, w, attrs, _OPS[op][1])
+    specs = _specs(attrs, _OPS[op][3], s.directions)
     lens = s.lengths(None if sequence_lens is None or sequence_lens.size == 0 else sequence_lens)
     dirs, seq, batch, n = s.directions, s.seq, s.batch, s.hidden
-    gh = _GATES[op] * n
-    if r.shape != (dirs, gh, n):
-        raise ValueError(f"R must have shape {(dirs, gh, n)}, got {r.shape}")
-    x = np.ascontiguousarray(x, np.float32)
-    w = np.ascontiguousarray(w, np.float32)
+    gh = _OPS[op][1] * n
+    bias, peep = (None if v is None else np.ascontiguousarray(v, np.float32) for v in (b, p))
+    for name, v, shape in (("R", r, (dirs, gh, n)), ("B", bias, (dirs, 2 * gh)), ("P", peep, (dirs, 3 * n))):
+        if v is not None and v.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {v.shape}")
+    x, w = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(w, np.float32)
     xw = np.empty(x.shape[:2] + (dirs * gh,), np.float32)
     if xw.size:
         matmul_2d(x.reshape(-1, x.shape[2]), w.reshape(dirs * gh, -1).T, xw.reshape(-1, dirs * gh))
     y_shape = (batch, seq, dirs, n) if s.layout else (seq, dirs, batch, n)
     y = y_out if y_out is not None and y_out.shape == y_shape and native.f32c(y_out) else np.empty(y_shape, np.float32)
-    h = _state(initial_h, s)
-    c = _state(initial_c, s) if op == "LSTM" else None
-    geo = np.zeros(_GEO, np.int64)
-    xs, ys = (xw.strides, y.strides)
-    geo[:14] = [
-        _CELL[op],
-        seq,
-        batch,
-        n,
-        dirs,
-        attrs.get("direction", "forward") == "reverse",
-        bool(attrs.get("linear_before_reset", 0)),
-        bool(attrs.get("input_forget", 0)),
+    states = [_state(initial_h, s)] + ([_state(initial_c, s)] if op == "LSTM" else [])
+    xs, ys = xw.strides, y.strides  # (t, b) and (t, b, direction) steps, in either layout
+    steps = (xs[1], xs[0], ys[1], ys[0], ys[2]) if s.layout else (xs[0], xs[1], ys[0], ys[2], ys[1])
+    flags = (
+        attrs.get("direction") == "reverse",
+        attrs.get("linear_before_reset", 0),
+        attrs.get("input_forget", 0),
         s.clip is not None,
-        *(v // 4 for v in ((xs[1], xs[0]) if s.layout else xs[:2])),
-        *(v // 4 for v in ((ys[1], ys[0], ys[2]) if s.layout else (ys[0], ys[2], ys[1]))),
-    ]
+    )
+    geo = np.zeros(_GEO, np.int64)
+    geo[:14] = (_OPS[op][2], seq, batch, n, dirs, *map(bool, flags), *(v // 4 for v in steps))
     fp = np.zeros(13, np.float32)
     fp[0] = s.clip or 0.0
     for d, dspecs in enumerate(specs):
         for slot, (name, a, bb) in enumerate(dspecs):
             geo[14 + 3 * d + slot] = _CODES[name]
             fp[1 + 6 * d + 2 * slot : 3 + 6 * d + 2 * slot] = a, bb
-    bias, peep = _f32(b), _f32(p)
-    for name, v, shape in (("B", bias, (dirs, 2 * gh)), ("P", peep, (dirs, 3 * n))):
-        if v is not None and v.shape != shape:
-            raise ValueError(f"{name} must have shape {shape}, got {v.shape}")
-    pk = pack(r) if pack is not None else _packed(fns, op, attrs, r)
-    args = [_addr(geo), _addr(fp), _addr(xw), _addr(pk), pk.size, *(_addr(v) for v in (bias, peep, lens, y, h, c))]
+    pk = pack(r)
+    c = states[1] if op == "LSTM" else None
+    args = [_addr(v) for v in (geo, fp, xw, pk)] + [pk.size] + [_addr(v) for v in (bias, peep, lens, y, states[0], c)]
 
     def directions(lo: int, hi: int) -> None:
         if fns[2](*args, lo, hi) < 0:
             raise MemoryError(f"{op}: the compiled recurrence found no memory for its scratch (or bad geometry {geo.tolist()})")
 
     split_range(dirs, directions, worth=seq * batch * gh * n >= _SPLIT_MACS)
-    empty = lens == 0
-    if empty.any():
-        for v in (h, c):
-            if v is not None:
-                v[:, empty] = 0
-    y_h = np.swapaxes(h, 0, 1) if s.layout else h
-    if c is None:
-        return y, y_h
-    return y, y_h, (np.swapaxes(c, 0, 1) if s.layout else c)
+    for v in states:
+        v[:, lens == 0] = 0
+    return (y, *(np.swapaxes(v, 0, 1) if s.layout else v for v in states))
 
 
 def _state(v: np.ndarray | None, s: _Setup) -> np.ndarray:
@@ -411,12 +394,10 @@ def _state(v: np.ndarray | None, s: _Setup) -> np.ndarray:
 def kernel(op: str) -> KernelImpl:
     """RNN, GRU or LSTM: the C recurrence for float32 when the compiled tier is loaded at build
     time, else (and for other dtypes) the numpy loop; the node's declared outputs."""
-    numpy_fn = _NUMPY[op]
+    numpy_fn = _OPS[op][0]
 
     def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Sequence[Any]) -> RunFn:
-        kw = dict(attrs)
-        count = len(outs)
-        fns = _native()
+        kw, count, fns = dict(attrs), len(outs), _native()
         packed = WeightDerived(lambda r: _packed(fns, op, kw, r))
 
         def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
