@@ -164,3 +164,27 @@ def test_compiled_recurrence_packs_r_and_refuses_bad_geometry() -> None:
     assert call(geo, pk_floats=31) < 0  # a short packed R
     geo[1] = 0  # seq 0: nothing to do, nothing read
     assert run(p(geo), p(fp), None, None, 0, None, None, None, None, None, None, 0, 1) == 0
+
+
+@pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
+@pytest.mark.parametrize("helper_first", [False, True])
+def test_each_direction_runs_once_whichever_thread_takes_it(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, helper_first: bool
+) -> None:
+    """A helper that starts after the caller finished direction 0 finds direction 1 taken (the
+    caller ran it instead of waiting); one that starts first runs it, and the caller does not."""
+
+    def split(total: int, fn: Any, *, worth: bool = True) -> int:
+        for lo, hi in [(1, 2), (0, 1)] if helper_first else [(0, 1), (1, 2)]:
+            fn(lo, hi)
+        return 2
+
+    real, ran = krnn._native(), []
+    monkeypatch.setattr(krnn, "split_range", split)
+    monkeypatch.setattr(krnn, "_native", lambda: (real[0], real[1], lambda *a: ran.append(a[-2]) or real[2](*a)))
+    ins = [rand(rng, 5, 3, 4), rand(rng, 2, 20, 4), rand(rng, 2, 20, 5), rand(rng, 2, 40)]
+    attrs = {"hidden_size": 5, "direction": "bidirectional"}
+    got = krnn.kernel("LSTM").build(attrs, {}, [], [None] * 3)(ins, None)
+    assert sorted(ran) == [0, 1]
+    for g, w in zip(got, krnn.lstm(*ins, **attrs)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

@@ -17,6 +17,7 @@ an idle one can be taken (``kernels.parallel.split_range``). The numpy loop is t
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -371,9 +372,17 @@ def _run_native(
     c = states[1] if op == "LSTM" else None
     args = [_addr(v) for v in (geo, fp, xw, pk)] + [pk.size] + [_addr(v) for v in (bias, peep, lens, y, states[0], c)]
 
+    second = threading.Lock()  # taken by whichever thread runs the second direction
+
     def directions(lo: int, hi: int) -> None:
-        if fns[2](*args, lo, hi) < 0:
-            raise MemoryError(f"{op}: the compiled recurrence found no memory for its scratch (or bad geometry {geo.tolist()})")
+        """Direction 0 when lo is 0; then the second one, unless the other thread has it. The
+        caller takes it back from a helper that has not started (on a busy machine it may wait
+        long for a core)."""
+        for d in range(lo, dirs):
+            if (d == 0 or second.acquire(blocking=False)) and fns[2](*args, d, d + 1) < 0:
+                raise MemoryError(
+                    f"{op}: the compiled recurrence found no memory for its scratch (or bad geometry {geo.tolist()})"
+                )
 
     split_range(dirs, directions, worth=seq * batch * gh * n >= _SPLIT_MACS)
     for v in states:
