@@ -188,3 +188,14 @@ def test_each_direction_runs_once_whichever_thread_takes_it(
     assert sorted(ran) == [0, 1]
     for g, w in zip(got, krnn.lstm(*ins, **attrs)):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_an_empty_batch_gives_empty_outputs(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, compiled: bool) -> None:
+    if not compiled:
+        monkeypatch.setattr(native, "function", lambda *a, **k: None)
+    elif not native.available():
+        pytest.skip("the compiled tier is not built")
+    ins = [np.zeros((3, 0, 4), np.float32), rand(rng, 2, 20, 4), rand(rng, 2, 20, 5)]
+    got = krnn.kernel("LSTM").build({"direction": "bidirectional"}, {}, [], [None] * 3)(ins, None)
+    assert [g.shape for g in got] == [(3, 2, 0, 5), (2, 0, 5), (2, 0, 5)]
