@@ -49,6 +49,8 @@ REAL_RECIPES: dict[str, tuple[str, tuple[int, ...]]] = {
     "vit_b_16": ("torchvision", (1, 3, 224, 224)),
     "bert_base": ("bert", (1, 128)),  # BertConfig() defaults: 12 layers x 768, seq 128
     "gpt2_small": ("gpt2", (1, 128)),  # 6 layers x 768, 8192-token vocabulary, no past
+    "lstm_text": ("lstm", (1, 256)),  # embedding 128, 2-layer bidirectional LSTM 256, linear on the last step
+    "gru_tagger": ("gru", (1, 256)),  # embedding 128, bidirectional GRU 256, a linear per step
 }
 REAL = tuple(REAL_RECIPES)
 _RECIPE_VERSION = 1  # bump when an export changes (opset, seeds, configs): a new cache directory
@@ -165,6 +167,8 @@ def _torch_model(name: str) -> tuple[Any, Any]:
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(_SEED + 2))
         return model, x
     ids = torch.randint(0, 1000, shape, generator=torch.Generator().manual_seed(_SEED + 2))
+    if kind in ("lstm", "gru"):
+        return _recurrent(kind), ids
     if kind == "bert":
         from transformers import BertConfig, BertModel
 
@@ -190,6 +194,26 @@ def _torch_model(name: str) -> tuple[Any, Any]:
     wrapper = Gpt()
     wrapper.gpt = gpt
     return wrapper.eval(), ids
+
+
+def _recurrent(kind: str) -> Any:
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(1000, 128)
+            lstm = kind == "lstm"
+            self.rnn = (torch.nn.LSTM if lstm else torch.nn.GRU)(
+                128, 256, num_layers=2 if lstm else 1, bidirectional=True, batch_first=True
+            )
+            self.fc = torch.nn.Linear(512, 10 if lstm else 20)
+
+        def forward(self, ids: Any) -> Any:
+            y, _ = self.rnn(self.emb(ids))
+            return self.fc(y[:, -1] if kind == "lstm" else y)
+
+    return Net().eval()
 
 
 def export(name: str, out: str) -> None:

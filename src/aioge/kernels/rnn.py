@@ -4,16 +4,31 @@ peepholes, clipping and the named activation functions).
 The input projection X W^T of every time step is one matrix product; the recurrence then
 loops over time steps (inherently sequential), each step a batched matrix product over the
 whole batch. Steps past a sample's sequence length leave its state unchanged and write
-zeros to Y, as ONNX specifies. Arithmetic is in the input's dtype (float32 stays float32).
+zeros to Y, as ONNX specifies; a sample of length 0 ends with zero states, as onnxruntime
+gives. Activation alphas and betas go, in order, to the functions that take one (as
+onnxruntime reads them). Arithmetic is in the input's dtype (float32 stays float32).
+
+With the compiled tier (chosen when the kernel is built), float32 recurrences run in C
+(``csrc/rnn.c``): the projection stays one GEMM here, each step's product with R^T and its
+gates are one C pass, and the two directions of a bidirectional layer run on two cores when
+an idle one can be taken (``kernels.parallel.split_range``). The numpy loop is the fallback.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import ctypes
+import threading
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["ACTIVATIONS", "gru", "lstm", "rnn"]
+from aioge.kernels import native
+from aioge.kernels.base import into
+from aioge.kernels.contract import KernelImpl, RunFn
+from aioge.kernels.conv_algos import WeightDerived
+from aioge.kernels.parallel import matmul_2d, split_range
+
+__all__ = ["ACTIVATIONS", "gru", "kernel", "lstm", "rnn"]
 
 
 def _sigmoid(x: np.ndarray, a: float, b: float) -> np.ndarray:
@@ -36,11 +51,18 @@ ACTIVATIONS: dict[str, tuple[Callable[[np.ndarray, float, float], np.ndarray], f
     "softplus": (lambda x, a, b: np.logaddexp(0, x), 0.0, 0.0),
 }
 
+_TAKES_ALPHA = {"affine", "leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu"}
+_TAKES_BETA = {"affine", "scaledtanh", "hardsigmoid"}
 Act = Callable[[np.ndarray], np.ndarray]
 
 
 def _activations(attrs: dict[str, Any], defaults: Sequence[str], directions: int) -> list[list[Act]]:
-    """Per direction, the bound activation functions (alphas and betas consumed in order).
+    """Per direction, the bound activation functions."""
+    return [[_bind(ACTIVATIONS[name][0], a, b) for name, a, b in d] for d in _specs(attrs, defaults, directions)]
+
+
+def _specs(attrs: dict[str, Any], defaults: Sequence[str], directions: int) -> list[list[tuple[str, float, float]]]:
+    """Per direction, each activation's (lower-case name, alpha, beta).
 
     Raises:
         ValueError: an unknown activation name or the wrong number of them.
@@ -53,16 +75,18 @@ def _activations(attrs: dict[str, Any], defaults: Sequence[str], directions: int
         raise ValueError(f"expected {per * directions} activations, got {names}")
     alphas = list(attrs.get("activation_alpha") or [])
     betas = list(attrs.get("activation_beta") or [])
-    bound: list[Act] = []
-    for i, name in enumerate(names):
+    specs: list[tuple[str, float, float]] = []
+    for name in names:
         try:
-            fn, a, b = ACTIVATIONS[name.lower()]
+            _, a, b = ACTIVATIONS[name.lower()]
         except KeyError:
             raise ValueError(f"unknown activation {name!r}; known: {sorted(ACTIVATIONS)}") from None
-        a = alphas[i] if i < len(alphas) else a
-        b = betas[i] if i < len(betas) else b
-        bound.append(_bind(fn, a, b))
-    return [bound[d * per : (d + 1) * per] for d in range(directions)]
+        key = name.lower()
+        # as onnxruntime reads them: each function that takes an alpha (a beta) takes the next one
+        a = alphas.pop(0) if key in _TAKES_ALPHA and alphas else a
+        b = betas.pop(0) if key in _TAKES_BETA and betas else b
+        specs.append((key, a, b))
+    return [specs[d * per : (d + 1) * per] for d in range(directions)]
 
 
 def _bind(fn: Callable[[np.ndarray, float, float], np.ndarray], a: float, b: float) -> Act:
@@ -88,9 +112,14 @@ class _Setup:
         self.clip = attrs.get("clip")
 
     def lengths(self, sequence_lens: np.ndarray | None) -> np.ndarray:
+        """Raises:
+        ValueError: sequence_lens is not one length in [0, seq] per batch row."""
         if sequence_lens is None:
             return np.full(self.batch, self.seq, np.int64)
-        return sequence_lens.astype(np.int64).reshape(-1)
+        lens = np.ascontiguousarray(sequence_lens, np.int64).reshape(-1)
+        if lens.shape != (self.batch,) or (lens.size and (lens.min() < 0 or lens.max() > self.seq)):
+            raise ValueError(f"sequence_lens must hold {self.batch} lengths in [0, {self.seq}], got {sequence_lens.tolist()}")
+        return lens
 
     def order(self, d: int, lens: np.ndarray) -> np.ndarray:
         """(seq, batch) source step per processing step: reversed within each valid length."""
@@ -148,7 +177,7 @@ def _run(
             state = tuple(np.where(live, n, o) for n, o in zip(new, state))
             hs[t] = np.where(live, h, 0)
         ys.append(_scatter_back(hs, order))
-        finals.append(state)
+        finals.append(tuple(np.where((lens > 0)[:, None], v, 0).astype(dtype, copy=False) for v in state))
     return ys, finals
 
 
@@ -253,3 +282,140 @@ def lstm(
     y, y_h = s.outputs(ys, [f[0] for f in finals])
     y_c = np.stack([f[1] for f in finals], axis=0)
     return y, y_h, (np.swapaxes(y_c, 0, 1) if s.layout else y_c)
+
+
+# ---- the compiled recurrence (csrc/rnn.c) ----------------------------------------------------
+
+# op -> (numpy kernel, gates, rnn.c's cell code, default activations)
+_OPS: dict[str, tuple[Callable[..., tuple[np.ndarray, ...]], int, int, list[str]]] = {
+    "RNN": (rnn, 1, 0, ["Tanh"]),
+    "GRU": (gru, 3, 1, ["Sigmoid", "Tanh"]),
+    "LSTM": (lstm, 4, 2, ["Sigmoid", "Tanh", "Tanh"]),
+}
+_CODES = {name: i for i, name in enumerate(ACTIVATIONS)}  # rnn.c's A_* codes, in the same order
+_GEO = 20  # rnn.h's RNN_GEO
+# From this many multiply-adds (both directions) a bidirectional layer's second direction is
+# worth a helper thread's hop (tens of microseconds).
+_SPLIT_MACS = 1 << 22
+
+
+def _native() -> Any:
+    """(packed_floats, pack, run): csrc/rnn.c's entry points, or None without the compiled tier."""
+    v, i64 = ctypes.c_void_p, ctypes.c_int64
+    fns = (
+        native.function("aioge_rnn_packed_floats", v, restype=i64),
+        native.function("aioge_rnn_pack", v, v, v, i64, restype=ctypes.c_int),
+        native.function("aioge_rnn", v, v, v, v, i64, v, v, v, v, v, v, i64, i64, restype=ctypes.c_int),
+    )
+    return None if None in fns else fns
+
+
+def _packed(fns: Any, op: str, attrs: Mapping[str, Any], r: np.ndarray) -> np.ndarray:
+    """R (directions, G*H, H) packed for the C recurrence (R^T in panels; done once per constant R)."""
+    geo = np.zeros(_GEO, np.int64)
+    geo[[0, 3, 4, 6]] = _OPS[op][2], r.shape[2], r.shape[0], bool(attrs.get("linear_before_reset", 0))
+    floats = int(fns[0](native.ptr(geo)))
+    pk = native.aligned_empty((max(floats, 16),), np.float32)
+    if floats < 0 or fns[1](native.ptr(geo), _addr(np.ascontiguousarray(r, np.float32)), native.ptr(pk), pk.size) < 0:
+        raise ValueError(f"{op}: R {r.shape} does not fit the recurrence's geometry {geo.tolist()}")
+    return pk
+
+
+def _addr(a: np.ndarray | None) -> int | None:
+    return None if a is None or a.size == 0 else native.ptr(a)
+
+
+def _run_native(
+    fns: Any,
+    op: str,
+    inputs: Sequence[Any],
+    attrs: dict[str, Any],
+    y_out: np.ndarray | None,
+    pack: Callable[[np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, ...]:
+    """``op`` over float32 inputs in C, R packed by ``pack`` (a kernel's ``WeightDerived``);
+    ``y_out`` (Y's output buffer, or None) is written in place when it fits."""
+    x, w, r, b, sequence_lens, initial_h, initial_c, p = list(inputs) + [None] * (8 - len(inputs))
+    s = _Setup(x, w, attrs, _OPS[op][1])
+    specs = _specs(attrs, _OPS[op][3], s.directions)
+    lens = s.lengths(None if sequence_lens is None or sequence_lens.size == 0 else sequence_lens)
+    dirs, seq, batch, n = s.directions, s.seq, s.batch, s.hidden
+    gh = _OPS[op][1] * n
+    bias, peep = (None if v is None else np.ascontiguousarray(v, np.float32) for v in (b, p))
+    for name, v, shape in (("R", r, (dirs, gh, n)), ("B", bias, (dirs, 2 * gh)), ("P", peep, (dirs, 3 * n))):
+        if v is not None and v.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {v.shape}")
+    x, w = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(w, np.float32)
+    xw = np.empty(x.shape[:2] + (dirs * gh,), np.float32)
+    if xw.size:
+        matmul_2d(x.reshape(-1, x.shape[2]), w.reshape(dirs * gh, -1).T, xw.reshape(-1, dirs * gh))
+    y_shape = (batch, seq, dirs, n) if s.layout else (seq, dirs, batch, n)
+    y = y_out if y_out is not None and y_out.shape == y_shape and native.f32c(y_out) else np.empty(y_shape, np.float32)
+    states = [_state(initial_h, s)] + ([_state(initial_c, s)] if op == "LSTM" else [])
+    xs, ys = xw.strides, y.strides  # (t, b) and (t, b, direction) steps, in either layout
+    steps = (xs[1], xs[0], ys[1], ys[0], ys[2]) if s.layout else (xs[0], xs[1], ys[0], ys[2], ys[1])
+    flags = (
+        attrs.get("direction") == "reverse",
+        attrs.get("linear_before_reset", 0),
+        attrs.get("input_forget", 0),
+        s.clip is not None,
+    )
+    geo = np.zeros(_GEO, np.int64)
+    geo[:14] = (_OPS[op][2], seq, batch, n, dirs, *map(bool, flags), *(v // 4 for v in steps))
+    fp = np.zeros(13, np.float32)
+    fp[0] = s.clip or 0.0
+    for d, dspecs in enumerate(specs):
+        for slot, (name, a, bb) in enumerate(dspecs):
+            geo[14 + 3 * d + slot] = _CODES[name]
+            fp[1 + 6 * d + 2 * slot : 3 + 6 * d + 2 * slot] = a, bb
+    pk = pack(r)
+    c = states[1] if op == "LSTM" else None
+    args = [_addr(v) for v in (geo, fp, xw, pk)] + [pk.size] + [_addr(v) for v in (bias, peep, lens, y, states[0], c)]
+
+    second = threading.Lock()  # taken by whichever thread runs the second direction
+
+    def directions(lo: int, hi: int) -> None:
+        """Direction 0 when lo is 0; then the second one, unless the other thread has it. The
+        caller takes it back from a helper that has not started (on a busy machine it may wait
+        long for a core)."""
+        for d in range(lo, dirs):
+            if (d == 0 or second.acquire(blocking=False)) and fns[2](*args, d, d + 1) < 0:
+                raise MemoryError(
+                    f"{op}: the compiled recurrence found no memory for its scratch (or bad geometry {geo.tolist()})"
+                )
+
+    split_range(dirs, directions, worth=seq * batch * gh * n >= _SPLIT_MACS)
+    for v in states:
+        v[:, lens == 0] = 0
+    return (y, *(np.swapaxes(v, 0, 1) if s.layout else v for v in states))
+
+
+def _state(v: np.ndarray | None, s: _Setup) -> np.ndarray:
+    """An initial state as a fresh (directions, batch, hidden) float32 array the C kernel updates."""
+    if v is None:
+        return np.zeros((s.directions, s.batch, s.hidden), np.float32)
+    v = np.swapaxes(v, 0, 1) if s.layout else v
+    if v.shape != (s.directions, s.batch, s.hidden):
+        raise ValueError(f"an initial state must have {(s.directions, s.batch, s.hidden)} (layout {s.layout}), got {v.shape}")
+    return np.array(v, np.float32, order="C")
+
+
+def kernel(op: str) -> KernelImpl:
+    """RNN, GRU or LSTM: the C recurrence for float32 when the compiled tier is loaded at build
+    time, else (and for other dtypes) the numpy loop; the node's declared outputs."""
+    numpy_fn = _OPS[op][0]
+
+    def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Sequence[Any]) -> RunFn:
+        kw, count, fns = dict(attrs), len(outs), _native()
+        packed = WeightDerived(lambda r: _packed(fns, op, kw, r))
+
+        def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+            if fns is not None and inputs[0].dtype == np.float32:
+                res = _run_native(fns, op, inputs, kw, outputs[0] if outputs else None, packed.get)
+            else:
+                res = numpy_fn(*inputs, **kw)
+            return into(outputs, tuple(res)[:count])
+
+        return run
+
+    return KernelImpl("numpy", build)

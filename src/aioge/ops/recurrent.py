@@ -101,7 +101,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
         "RNN",
         _rnn_infer(1, 2),
-        (returning_some("numpy", k.rnn),),
+        (k.kernel("RNN"),),
         VECTOR_ENGINES,
         _common(),
         (3, 6),
@@ -113,7 +113,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
         "GRU",
         _rnn_infer(3, 2),
-        (returning_some("numpy", k.gru),),
+        (k.kernel("GRU"),),
         VECTOR_ENGINES,
         {**_common(), "linear_before_reset": Attr("int", 0, (0, 1))},
         (3, 6),
@@ -125,7 +125,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
         "LSTM",
         _rnn_infer(4, 3),
-        (returning_some("numpy", k.lstm),),
+        (k.kernel("LSTM"),),
         VECTOR_ENGINES,
         {**_common(), "input_forget": Attr("int", 0, (0, 1))},
         (3, 8),

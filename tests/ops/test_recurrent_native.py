@@ -1,0 +1,201 @@
+"""RNN, GRU and LSTM in C (csrc/rnn.c, aioge.kernels.rnn) and their numpy fallback against
+onnxruntime over drawn geometries: every direction, both layouts (onnxruntime runs layout 0;
+layout 1's inputs and outputs are its transposes), sequence lengths with padding and zero,
+initial states, peepholes, clip, linear_before_reset, input_forget and every activation with
+drawn alphas and betas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aioge.kernels.rnn as krnn
+from aioge.kernels import native
+from tests.ops.conftest import aioge_graph, compare, evaluate, ort_run, rand
+
+_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_OUTPUTS = {"RNN": 2, "GRU": 2, "LSTM": 3}
+_ACTS = [
+    "Relu",
+    "Tanh",
+    "Sigmoid",
+    "Affine",
+    "LeakyRelu",
+    "ThresholdedRelu",
+    "ScaledTanh",
+    "HardSigmoid",
+    "Elu",
+    "Softsign",
+    "Softplus",
+]
+_DEFAULTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
+
+
+@st.composite
+def _cases(draw: Any) -> tuple[str, list[np.ndarray | None], dict[str, Any]]:
+    op = draw(st.sampled_from(["RNN", "GRU", "LSTM"]))
+    direction = draw(st.sampled_from(["forward", "reverse", "bidirectional"]))
+    dirs = 2 if direction == "bidirectional" else 1
+    seq, batch, inp = draw(st.integers(0, 6)), draw(st.integers(1, 5)), draw(st.integers(1, 7))
+    n = draw(st.sampled_from([1, 2, 3, 5, 8, 13, 16, 17, 33]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    g = _GATES[op]
+    attrs: dict[str, Any] = {"hidden_size": n, "direction": direction}
+    x = rand(rng, seq, batch, inp)
+    # R scaled by 1 / sqrt(n): unbounded activations (Relu gates) stay far from overflow in six steps
+    inputs: list[np.ndarray | None] = [x, rand(rng, dirs, g * n, inp), rand(rng, dirs, g * n, n) / np.float32(np.sqrt(n))]
+    inputs.append(rand(rng, dirs, 2 * g * n) if draw(st.booleans()) else None)
+    lens = draw(st.none() | st.lists(st.integers(0, seq), min_size=batch, max_size=batch))
+    inputs.append(None if lens is None else np.array(lens, np.int32))
+    states = draw(st.booleans())
+    inputs.append(rand(rng, dirs, batch, n) if states else None)
+    if op == "LSTM":
+        inputs.append(rand(rng, dirs, batch, n) if states else None)
+        inputs.append(rand(rng, dirs, 3 * n) if draw(st.booleans()) else None)
+        attrs["input_forget"] = draw(st.integers(0, 1))
+    if op == "GRU":
+        attrs["linear_before_reset"] = draw(st.integers(0, 1))
+    acts = draw(st.booleans())
+    if acts:
+        names = draw(st.lists(st.sampled_from(_ACTS), min_size=len(_DEFAULTS[op]) * dirs, max_size=len(_DEFAULTS[op]) * dirs))
+        # onnxruntime's own defaults for these three are 0, where ONNX's operators say 1: always given
+        given = bool({"Affine", "ScaledTanh", "ThresholdedRelu"} & set(names))
+        params = st.lists(st.floats(0.125, 1.5, width=32), min_size=len(names) if given else 1, max_size=6)
+        attrs["activations"] = names
+        for key in ("activation_alpha", "activation_beta"):
+            if given or draw(st.booleans()):
+                attrs[key] = draw(params)
+    if acts or draw(st.booleans()):  # unbounded gates (Relu, Softplus) overflow in a few steps unclipped
+        attrs["clip"] = draw(st.floats(0.25, 3.0, width=32))
+    while inputs[-1] is None:
+        inputs.pop()
+    return op, inputs, attrs
+
+
+def _batch_major(v: np.ndarray | None, index: int) -> np.ndarray | None:
+    """Layout 1's form of input ``index``: X (seq, batch, in) and the states (dirs, batch, n) swap their first axes."""
+    return None if v is None or index not in (0, 5, 6) else np.ascontiguousarray(np.swapaxes(v, 0, 1))
+
+
+def _check(op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any], layout: int) -> None:
+    x = inputs[0]
+    assert x is not None
+    if x.shape[0]:
+        want = ort_run(op, inputs, attrs, _OUTPUTS[op])
+    else:  # onnxruntime aborts on an empty GRU and leaves LSTM's Y_c unset: its zero-length rows' outputs
+        dirs, n = inputs[1].shape[0], attrs["hidden_size"]  # type: ignore[union-attr]
+        want = [np.zeros((0, dirs, x.shape[1], n), np.float32)] + [np.zeros((dirs, x.shape[1], n), np.float32)] * (
+            _OUTPUTS[op] - 1
+        )
+    if layout:  # Y (seq, dirs, batch, n) -> (batch, seq, dirs, n); the states' first two axes swap
+        inputs = [_batch_major(v, i) if i in (0, 5, 6) else v for i, v in enumerate(inputs)]
+        want = [np.transpose(want[0], (2, 0, 1, 3))] + [np.swapaxes(w, 0, 1) for w in want[1:]]
+    graph, feeds = aioge_graph(op, inputs, {**attrs, "layout": layout}, num_outputs=_OUTPUTS[op])
+    for i, (w, g) in enumerate(zip(want, evaluate(graph, feeds))):
+        compare(w, g, f"{op} output {i} ({attrs}, layout {layout})")
+
+
+@pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
+@given(case=_cases(), layout=st.integers(0, 1))
+@settings(max_examples=150, deadline=None)
+def test_compiled_recurrence_matches_onnxruntime(case: Any, layout: int) -> None:
+    op, inputs, attrs = case
+    calls: list[int] = []
+    real = krnn._native()
+    assert real is not None
+
+    def counted(*args: Any) -> int:
+        calls.append(1)
+        return int(real[2](*args))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(krnn, "_native", lambda: (real[0], real[1], counted))
+        _check(op, inputs, attrs, layout)
+    assert calls, "the kernel did not run the compiled recurrence"
+
+
+@given(case=_cases(), layout=st.integers(0, 1))
+@settings(max_examples=60, deadline=None)
+def test_without_the_tier_the_recurrence_runs_numpy(case: Any, layout: int) -> None:
+    op, inputs, attrs = case
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native, "function", lambda *a, **k: None)
+        assert krnn._native() is None
+        _check(op, inputs, attrs, layout)
+
+
+def test_sequence_lengths_out_of_range_are_refused(rng: np.random.Generator) -> None:
+    x, w, r = rand(rng, 3, 2, 4), rand(rng, 1, 12, 4), rand(rng, 1, 12, 4)
+    run = krnn.kernel("GRU").build({"hidden_size": 4}, {}, [], [None, None])
+    with pytest.raises(ValueError, match=r"sequence_lens must hold 2 lengths in \[0, 3\]"):
+        run([x, w, r, None, np.array([4, 1], np.int32)], None)
+
+
+@pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
+def test_compiled_recurrence_packs_r_and_refuses_bad_geometry() -> None:
+    floats, pack, run = krnn._native()
+    p = native.ptr
+    good = [2, 4, 1, 2, 1, 0, 0, 0, 0, 8, 8, 2, 2, 2, 2, 1, 1, 2, 1, 1]  # LSTM seq 4 batch 1 hidden 2
+    geo = np.array(good, np.int64)
+    assert floats(p(geo)) == 32  # one panel of 16 columns (4 gates x 2 units) by 2 rows
+    r = np.arange(16, dtype=np.float32).reshape(1, 8, 2)
+    pk = native.aligned_empty((32,), np.float32)
+    assert pack(p(geo), p(r), p(pk), 31) < 0  # too short
+    assert pack(p(geo), p(r), p(pk), 32) == 0
+    np.testing.assert_array_equal(pk.reshape(2, 16), np.pad(r[0].T, ((0, 0), (0, 8))))  # R^T, zeros past 8 columns
+    fp, xw, st = np.zeros(13, np.float32), np.zeros(32, np.float32), np.zeros(8, np.float32)
+
+    def call(g: np.ndarray, pk_floats: int = 32, lens: np.ndarray | None = None, d1: int = 1) -> int:
+        return int(
+            run(p(g), p(fp), p(xw), p(pk), pk_floats, None, None, None if lens is None else p(lens), p(st), p(st), p(st), 0, d1)
+        )
+
+    assert call(geo) == 0
+    for slot, bad in ((0, 3), (1, -1), (3, -2), (4, 3), (14, 11), (9, -8)):
+        g = geo.copy()
+        g[slot] = bad
+        assert floats(p(g)) == -1 and pack(p(g), p(r), p(pk), 32) < 0 and call(g) < 0, (slot, bad)
+    assert call(geo, lens=np.array([5], np.int64)) < 0  # a length past seq
+    assert call(geo, d1=2) < 0  # a direction it has not
+    assert call(geo, pk_floats=31) < 0  # a short packed R
+    geo[1] = 0  # seq 0: nothing to do, nothing read
+    assert run(p(geo), p(fp), None, None, 0, None, None, None, None, None, None, 0, 1) == 0
+
+
+@pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
+@pytest.mark.parametrize("helper_first", [False, True])
+def test_each_direction_runs_once_whichever_thread_takes_it(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, helper_first: bool
+) -> None:
+    """A helper that starts after the caller finished direction 0 finds direction 1 taken (the
+    caller ran it instead of waiting); one that starts first runs it, and the caller does not."""
+
+    def split(total: int, fn: Any, *, worth: bool = True) -> int:
+        for lo, hi in [(1, 2), (0, 1)] if helper_first else [(0, 1), (1, 2)]:
+            fn(lo, hi)
+        return 2
+
+    real, ran = krnn._native(), []
+    monkeypatch.setattr(krnn, "split_range", split)
+    monkeypatch.setattr(krnn, "_native", lambda: (real[0], real[1], lambda *a: ran.append(a[-2]) or real[2](*a)))
+    ins = [rand(rng, 5, 3, 4), rand(rng, 2, 20, 4), rand(rng, 2, 20, 5), rand(rng, 2, 40)]
+    attrs = {"hidden_size": 5, "direction": "bidirectional"}
+    got = krnn.kernel("LSTM").build(attrs, {}, [], [None] * 3)(ins, None)
+    assert sorted(ran) == [0, 1]
+    for g, w in zip(got, krnn.lstm(*ins, **attrs)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_an_empty_batch_gives_empty_outputs(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, compiled: bool) -> None:
+    if not compiled:
+        monkeypatch.setattr(native, "function", lambda *a, **k: None)
+    elif not native.available():
+        pytest.skip("the compiled tier is not built")
+    ins = [np.zeros((3, 0, 4), np.float32), rand(rng, 2, 20, 4), rand(rng, 2, 20, 5)]
+    got = krnn.kernel("LSTM").build({"direction": "bidirectional"}, {}, [], [None] * 3)(ins, None)
+    assert [g.shape for g in got] == [(3, 2, 0, 5), (2, 0, 5), (2, 0, 5)]
