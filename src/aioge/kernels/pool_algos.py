@@ -205,8 +205,7 @@ def _native_pool(average: bool) -> Callable[..., RunFn]:
             y = np.empty((n, c, *g.out), x.dtype) if outputs is None else outputs[0]
             yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
             args = np.array([native.ptr(x), native.ptr(yc), geo[1], *flags], np.int64)
-            if split_native(par, native.JOB_POOL, native.ptr(args), planes, worth=worth) < 0:
-                raise MemoryError("pool_native: no memory for its scratch rows")
+            split_native(par, native.JOB_POOL, native.ptr(args), planes, worth=worth)
             if yc is not y:
                 np.copyto(y, yc)
             return (y,)

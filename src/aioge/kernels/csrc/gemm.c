@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "act.h"
+#include "aioge.h"
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -49,7 +49,7 @@ int aioge_conv_gemm_nr(void) { return NR; }
  */
 
 /* geometry: C, H, W, M, KH, KW, SH, SW, DH, DW, PT, PL, OH, OW, N, HPH, WPH, IMAGE (floats per image of
- * xph), then the activation applied to the outputs: act.h's code and its parameters' float32 bits,
+ * xph), then the activation applied to the outputs: aioge.h's code and its parameters' float32 bits,
  * row panels (G_ROWS) and their weight rows per block (G_MR: MR, or MR8 with G_ROWS) */
 enum { G_HPH = G_LEN, G_WPH, G_IMAGE, G_ACT, G_ACT_P0, G_ACT_P1, G_ROWS, G_MR, G_DIRECT_LEN };
 
@@ -263,14 +263,14 @@ float *aioge_thread_scratch(int slot, size_t n)
     pthread_once(&scratch_once, make_scratch_key);
     struct scratch *a = pthread_getspecific(scratch_key);
     if (!a) {
-        a = calloc(1, sizeof *a);
+        a = aioge_calloc(sizeof *a);
         if (!a || pthread_setspecific(scratch_key, a)) {
             free(a);
             return NULL;
         }
     }
     if (n > a->cap[slot]) {
-        float *grown = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+        float *grown = aioge_aligned_alloc(64, n * sizeof(float));
         if (!grown)
             return NULL;
         free(a->buf[slot]);
@@ -296,10 +296,16 @@ static int64_t panels_per_image(const int64_t *g)
 /* Panels [p0, p1) of NR flattened positions (image-major), or with the geometry's G_ROWS of up
  * to NR outputs of one output row (image-, then row-major: no junk columns, and with K in one
  * block every tile goes straight to y), and MR-row blocks [mb0, mb1) of y, reading xph (aioge_conv_phases_f32, or x itself for a 1x1 kernel at stride 1 without pads)
- * at the offsets koff[k] of the K taps. Returns 1 when the work buffer cannot be had. */
+ * at the offsets koff[k] of the K taps. Returns AIOGE_ENOMEM when the work buffer cannot be
+ * had, AIOGE_EGEOMETRY for a geometry without taps (K = 0: the caller computes the bias), and
+ * does nothing for an empty output. */
 int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
                           const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1)
 {
+    if (p0 >= p1 || mb0 >= mb1 || g[G_OH] <= 0 || g[G_OW] <= 0 || g[G_M] <= 0 || g[G_N] <= 0)
+        return AIOGE_OK;
+    if (g[G_C] <= 0 || g[G_KH] <= 0 || g[G_KW] <= 0 || g[G_WPH] <= 0 || p0 < 0 || mb0 < 0)
+        return AIOGE_EGEOMETRY;
     const int64_t C = g[G_C], M = g[G_M], OH = g[G_OH], OW = g[G_OW], WPH = g[G_WPH], IMAGE = g[G_IMAGE];
     const int64_t K = C * g[G_KH] * g[G_KW], P = OH * OW, Q = (OH - 1) * WPH + OW;
     const int act = (int)g[G_ACT];
@@ -309,7 +315,7 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
     const int64_t kblocks = (K + KC - 1) / KC, kstep = (K + kblocks - 1) / kblocks;
     float *acc = accumulator((size_t)(rows > 0 ? rows : 1) * NR);
     if (!acc)
-        return 1;
+        return AIOGE_ENOMEM;
     if (g[G_ROWS]) { /* row panels: up to nr outputs of one output row, never a junk column */
         const int64_t mr = block_rows(g), nr = row_panel(g), per_row = (OW + nr - 1) / nr;
         const dout_fn *outs = mr == MR8 ? DOUTS8 : DOUTS;
@@ -394,9 +400,11 @@ int aioge_conv_direct_images_f32(const float *x, const float *wpack, const int64
 {
     const int64_t image = g[G_C] * g[G_H] * g[G_W], P = g[G_OH] * g[G_OW];
     const int64_t per_img = panels_per_image(g);
+    if (n0 >= n1 || g[G_OH] <= 0 || g[G_OW] <= 0 || g[G_M] <= 0)
+        return AIOGE_OK;
     float *img = aioge_thread_scratch(2, (size_t)g[G_IMAGE]);
     if (!img)
-        return 1;
+        return AIOGE_ENOMEM;
     for (int64_t n = n0; n < n1; n++) {
         phases_image(x + n * image, img, g);
         /* the panels of image 0 of a one-image xph, written to image n of y */
@@ -421,10 +429,14 @@ int aioge_conv_direct_local_f32(const float *x, const float *wpack, const int64_
 {
     const int64_t image = g[G_C] * g[G_H] * g[G_W], P = g[G_OH] * g[G_OW], per_img = panels_per_image(g);
     const int64_t OH = g[G_OH], OW = g[G_OW], WPH = g[G_WPH], HPH = g[G_HPH];
+    if (p0 >= p1 || mb0 >= mb1 || OH <= 0 || OW <= 0 || g[G_M] <= 0)
+        return AIOGE_OK;
+    if (g[G_SH] <= 0)
+        return AIOGE_EGEOMETRY;
     const int64_t reach = (g[G_KH] - 1) * g[G_DH] / g[G_SH]; /* phase rows below an output row that its taps read */
     float *img = aioge_thread_scratch(2, (size_t)g[G_IMAGE]);
     if (!img)
-        return 1;
+        return AIOGE_ENOMEM;
     const int64_t used = g[G_C] * g[G_SH] * g[G_SW] * HPH * WPH;
     for (int64_t t = used; t < g[G_IMAGE]; t++)
         img[t] = 0.0f;
@@ -645,6 +657,10 @@ static const ttile_fn TTILES[5] = {0, ttile1, ttile2, ttile3, ttile4};
 int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
                      const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1)
 {
+    if (u0 >= u1 || p0 >= p1 || g[G_OH] <= 0 || g[G_OW] <= 0 || g[G_M] <= 0)
+        return AIOGE_OK;
+    if (g[G_C] <= 0 || g[G_KH] <= 0 || g[G_KW] <= 0 || u0 < 0 || p0 < 0)
+        return AIOGE_EGEOMETRY;
     const int64_t M = g[G_M], OW = g[G_OW], WPH = g[G_WPH], IMAGE = g[G_IMAGE];
     const int64_t K = g[G_C] * g[G_KH] * g[G_KW], P = g[G_OH] * OW, blocks = (P + MR - 1) / MR;
     const int act = (int)g[G_ACT];
@@ -652,7 +668,7 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
     const int64_t kblocks = (K + KCT - 1) / KCT, kstep = (K + kblocks - 1) / kblocks;
     float *parts = accumulator((size_t)(u1 > u0 ? u1 - u0 : 1) * MR * NR); /* each unit's tile between K blocks */
     if (!parts)
-        return 1;
+        return AIOGE_ENOMEM;
     for (int64_t p = p0; p < p1; p++) {
         const int64_t col0 = p * NR, ncols = M - col0 < NR ? M - col0 : NR;
         const ttile_fn fn = TTILES[(ncols + 15) / 16];
@@ -828,7 +844,7 @@ static const gvn_fn GVNS[9] = {NULL, gvn1, gvn2, gvn3, gvn4, gvn5, gvn6, gvn7, g
  * in place, up to 128 columns a pass over K, so each pass streams rows of w. Bound by reading w:
  * two threads take groups of columns. The last group's columns past N go through a zero-padded
  * copy of their weights (same operations, so columns with equal weights give equal outputs).
- * Returns 1 when that copy finds no memory, else 0. */
+ * Returns AIOGE_ENOMEM when that copy finds no memory, else 0. */
 int aioge_gemv_n_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t N,
                      int act, float p0, float p1, int64_t g0, int64_t g1)
 {
@@ -843,7 +859,7 @@ int aioge_gemv_n_f32(const float *x, const float *w, int64_t ldw, const float *b
         const int64_t tail = N - full * 16;
         float *wt = aioge_thread_scratch(1, (size_t)K * 16);
         if (!wt)
-            return 1; /* no memory for the copy */
+            return AIOGE_ENOMEM; /* no memory for the copy */
         for (int64_t k = 0; k < K; k++) {
             for (int64_t i = 0; i < 16; i++)
                 wt[k * 16 + i] = i < tail ? w[k * ldw + full * 16 + i] : 0.0f;

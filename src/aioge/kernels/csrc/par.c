@@ -31,42 +31,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "act.h"
+#include "aioge.h"
 
 #define MAX_HELPERS 64
 #define SPIN_US 300
 #define CHUNKS 8 /* a split range is cut into this many chunks at most */
-
-int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
-                          const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1);
-int aioge_conv_direct_images_f32(const float *x, const float *wpack, const int64_t *koff, const float *bias, float *y,
-                                 const int64_t *g, int64_t n0, int64_t n1);
-void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, const float *bias, float *y, int64_t ldy,
-                           int64_t N, int64_t K, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
-int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
-                             int64_t p0, int64_t p1);
-void aioge_activation_f32(const float *x, float *y, int act, float p0, float p1, int64_t n0, int64_t n1);
-void aioge_pack_columns_f32(const float *b, int64_t sk, int64_t sn, int64_t K, int64_t N, float *bpack, int64_t p0,
-                            int64_t p1);
-void aioge_gemv_t_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t n0,
-                      int64_t n1);
-void aioge_channel_chain_f32(const float *x, float *y, int64_t C, int64_t hw, int64_t nsteps, const int64_t *ops,
-                             const float *const *k, int act, float a0, float a1, int64_t p0, int64_t p1);
-int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t average, int32_t include_pad,
-                     int32_t per_pixel, int64_t p0, int64_t p1);
-int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
-                     const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1);
-
-int aioge_conv_direct_local_f32(const float *x, const float *wpack, const int64_t *koff, const float *bias, float *y,
-                                const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1);
-int aioge_gemv_n_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t N,
-                     int act, float p0, float p1, int64_t g0, int64_t g1);
-int aioge_squeeze_f32(const float *x, const float *w1t, const float *b1, const float *w2t, const float *b2, float *scale,
-                      int64_t C, int64_t hw, int64_t C1, const int64_t *acts, int64_t i0, int64_t i1);
-void aioge_softmax_f32(const float *x, float *y, int64_t width, int log_form, int64_t r0, int64_t r1);
-void aioge_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, float *mean_out, float *inv_out,
-                         int64_t width, float eps, int64_t r0, int64_t r1);
-void aioge_conv_phases_f32(const float *x, float *xph, const int64_t *g);
 
 typedef int (*job_fn)(const int64_t *args, int64_t lo, int64_t hi);
 
@@ -158,7 +127,7 @@ static int job_chain(const int64_t *g, int64_t lo, int64_t hi)
 static int job_pool(const int64_t *g, int64_t lo, int64_t hi)
 {
     return aioge_pool2d_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (const int64_t *)(intptr_t)g[2],
-                            (int32_t)g[3], (int32_t)g[4], (int32_t)g[5], lo, hi) ? 1 : 0;
+                            (int32_t)g[3], (int32_t)g[4], (int32_t)g[5], lo, hi);
 }
 
 /* conv direct by images: x, wpack, koff, bias, y, geometry: [lo, hi) are images, each one's
@@ -373,11 +342,22 @@ static int job_sgemm(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
-static const job_fn JOBS[] = {job_gemm,    job_conv_direct, job_conv_t,    job_depthwise, job_activation,  job_pack,
-                              job_gemv_t,  job_chain,       job_pool,      job_conv_images, job_squeeze,   job_conv_grouped,
-                              job_gemv_n,  job_conv_local,  job_softmax,   job_layernorm, job_phases,
-                              job_global_mean, job_strided,   job_binary,    job_sgemm};
-#define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
+/* By aioge.h's job numbers: a table out of step with them does not compile. */
+static const job_fn JOBS[] = {
+    [JOB_GEMM] = job_gemm,           [JOB_CONV_DIRECT] = job_conv_direct, [JOB_CONV_T] = job_conv_t,
+    [JOB_DEPTHWISE] = job_depthwise, [JOB_ACTIVATION] = job_activation,   [JOB_PACK] = job_pack,
+    [JOB_GEMV_T] = job_gemv_t,       [JOB_CHAIN] = job_chain,             [JOB_POOL] = job_pool,
+    [JOB_CONV_IMAGES] = job_conv_images, [JOB_SQUEEZE] = job_squeeze,     [JOB_CONV_GROUPED] = job_conv_grouped,
+    [JOB_GEMV_N] = job_gemv_n,       [JOB_CONV_LOCAL] = job_conv_local,   [JOB_SOFTMAX] = job_softmax,
+    [JOB_LAYERNORM] = job_layernorm, [JOB_PHASES] = job_phases,           [JOB_GLOBAL_MEAN] = job_global_mean,
+    [JOB_STRIDED] = job_strided,     [JOB_BINARY] = job_binary,           [JOB_SGEMM] = job_sgemm,
+};
+_Static_assert(sizeof JOBS / sizeof JOBS[0] == AIOGE_NJOBS, "a job of aioge.h has no entry in JOBS");
+#define NJOBS AIOGE_NJOBS
+
+/* A job's result by the one error rule: negative is an error (a job that answered a positive
+ * code, as some once did for "no memory", counts as that error too); 0 is success. */
+static inline int job_error(int r) { return r > 0 ? -r : r; }
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
  * helper take in turn, so a helper that starts late (or not at all: on a VM a vCPU may be
@@ -443,7 +423,7 @@ static void work(struct split *s)
     int64_t i;
     while ((i = atomic_fetch_add(&s->next, 1)) < s->nchunks) {
         const int64_t lo = i * s->chunk, hi = lo + s->chunk < s->total ? lo + s->chunk : s->total;
-        const int err = JOBS[s->job](s->args, lo, hi);
+        const int err = job_error(JOBS[s->job](s->args, lo, hi));
         if (err)
             atomic_store(&s->error, err);
         atomic_fetch_add(&s->done, 1);
@@ -598,15 +578,17 @@ int aioge_this_cpu(void) { return this_cpu(); }
 
 /* Run job over [0, total): whole, or with split != 0 and a helper free, in chunks that this
  * thread and the helper take in turn. Returns the number of threads that were offered the job
- * (1 or 2), or minus the job's error code, or -1000 for an unknown job. */
+ * (1 or 2), or the job's (negative) error code, or AIOGE_EJOB for an unknown job. */
 int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
 {
-    if (job < 0 || job >= NJOBS)
-        return -1000;
+    if (job < 0 || job >= NJOBS || !JOBS[job])
+        return AIOGE_EJOB;
+    if (total < 0)
+        return AIOGE_EGEOMETRY;
     struct helper *h = split && total >= 2 ? claim() : NULL;
     if (!h) {
-        const int r = JOBS[job](args, 0, total);
-        return r ? -r : 1;
+        const int r = job_error(JOBS[job](args, 0, total));
+        return r ? r : 1;
     }
     struct split s = {.job = job, .args = args, .total = total};
     s.nchunks = total < CHUNKS ? total : CHUNKS;
@@ -638,7 +620,7 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
             sched_yield();
     atomic_store(&h->claimed, 0);
     const int err = atomic_load(&s.error);
-    return err ? -err : 2;
+    return err ? err : 2;
 }
 
 /* A native program: n jobs run in order in this thread, entries holding (job, args, total,
