@@ -60,7 +60,7 @@ def test_par_run_passes_a_jobs_error_on_and_python_raises_it() -> None:
     par = native.par_run()
     x, w, y = np.ones((1, 4, 5, 5), np.float32), np.ones((4, 1, 3, 3), np.float32), np.full((1, 4, 3, 3), np.nan, np.float32)
     geometry = np.array([4, 5, 5, 1, 3, 3, 0, 1, 1, 1, 0, 0, 3, 3, 0, 0, 0, 0], np.int64)  # stride 0: no conv has it
-    args = np.array([native.ptr(x), native.ptr(w), 0, native.ptr(y), native.ptr(geometry), 16, 4], np.int64)
+    args = np.array([native.ptr(x), native.ptr(w), 0, native.ptr(y), native.ptr(geometry), 16, 4, x.size, y.size], np.int64)
     assert par(native.JOB_DEPTHWISE, native.ptr(args), 1, 0) == -2  # was +2: "success", output unwritten
     with pytest.raises(ExecutionError, match=r"job 3: .*a geometry that does not fit its buffers \(-2\)"):
         split_native(par, native.JOB_DEPTHWISE, native.ptr(args), 1)
@@ -71,3 +71,23 @@ def test_par_run_passes_a_jobs_error_on_and_python_raises_it() -> None:
     assert native.run_jobs()(native.ptr(entries), 1, 0, native.ptr(failed)) == -2 and failed[0] == 0
     geometry[6] = 1  # the real geometry runs
     assert split_native(par, native.JOB_DEPTHWISE, native.ptr(args), 1) == 1 and np.isfinite(y).all()
+
+
+def test_a_job_whose_geometry_reaches_past_its_buffers_writes_nothing() -> None:
+    """The checked boundary: each windowed job is told its buffers' sizes and checks its
+    geometry against them at entry (a geometry made up by a crafted .om)."""
+    par = native.par_run()
+    x, w = np.ones((1, 4, 5, 5), np.float32), np.ones((4, 1, 3, 3), np.float32)
+    y = np.full((1, 4, 3, 3), np.nan, np.float32)
+    geometry = np.array([4, 5, 5, 1, 3, 3, 1, 1, 1, 1, 0, 0, 3, 3, 0, 0, 0, 0], np.int64)
+    for xn, yn, planes in ((x.size, y.size - 1, 4), (x.size - 1, y.size, 4), (x.size, y.size, 5)):
+        args = np.array([native.ptr(x), native.ptr(w), 0, native.ptr(y), native.ptr(geometry), 16, planes, xn, yn], np.int64)
+        assert par(native.JOB_DEPTHWISE, native.ptr(args), 1, 0) == -2
+    assert np.isnan(y).all()
+    pool = np.array([5, 5, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 3, 3], np.int64)
+    for xn, yn, planes in ((x.size, y.size - 1, 4), (x.size - 1, y.size, 4), (x.size, y.size, 5)):
+        args = np.array([native.ptr(x), native.ptr(y), native.ptr(pool), 0, 0, 0, planes, xn, yn], np.int64)
+        assert par(native.JOB_POOL, native.ptr(args), planes, 0) == -2
+    assert np.isnan(y).all()
+    args = np.array([native.ptr(x), native.ptr(y), native.ptr(pool), 0, 0, 0, 4, x.size, y.size], np.int64)
+    assert par(native.JOB_POOL, native.ptr(args), 4, 0) == 1 and (y == 1).all()

@@ -404,7 +404,7 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
         b, bp = operands[1].get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
         y = _output(g, outputs, x.dtype)
         yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-        args = np.array([native.ptr(x), wp, bp or 0, native.ptr(yc), geo[1], unit, planes], np.int64)
+        args = np.array([native.ptr(x), wp, bp or 0, native.ptr(yc), geo[1], unit, planes, x.size, yc.size], np.int64)
         split_native(par, native.JOB_DEPTHWISE, native.ptr(args), -(-planes // unit), worth=worth)
         if yc is not y:
             np.copyto(y, yc)
@@ -572,7 +572,9 @@ def _direct_native(
             try:
                 if not in_place and not images:
                     phases(xa, ph[1], consts[2])
-                args = np.array([ph[1], entry[1], consts[3], bp or 0, native.ptr(yc), consts[2], *tail], np.int64)
+                args = np.array(
+                    [ph[1], entry[1], consts[3], bp or 0, native.ptr(yc), consts[2], *tail, ph[0].size, yc.size], np.int64
+                )
                 split_native(par, job, native.ptr(args), total, worth=worth)
             finally:
                 if not in_place and not images:
@@ -596,10 +598,11 @@ def _direct_native(
             if not (in_place or images):
                 src = np.empty(g.n * image, np.float32)
                 keep += (src,)
-                phase_args = np.array([native.ptr(x), native.ptr(src), consts[2]], np.int64)
+                phase_args = np.array([native.ptr(x), native.ptr(src), consts[2], x.size, src.size], np.int64)
                 calls.append(native.NativeCall(native.JOB_PHASES, phase_args, 1, keep=keep))
             args = np.array(
-                [native.ptr(src), native.ptr(wp), consts[3], 0 if b is None else native.ptr(b), native.ptr(y), consts[2], *tail],
+                [native.ptr(src), native.ptr(wp), consts[3], 0 if b is None else native.ptr(b), native.ptr(y), consts[2], *tail]
+                + [src.size, y.size],
                 np.int64,
             )
             calls.append(native.NativeCall(job, args, total, worth, keep))

@@ -23,7 +23,10 @@ enum aioge_error {
 };
 
 /* The jobs of aioge_par_run (par.c's JOBS[] in this order); their argument blocks are
- * described beside each job in par.c. */
+ * described beside each job in par.c. The windowed ones (the convolutions, pools and phase
+ * images) end with the sizes in floats of the buffers they read and write, checked against
+ * their geometry at entry (a job whose geometry reaches past them writes nothing and returns
+ * AIOGE_EGEOMETRY): the geometry comes from descs a crafted .om could have made up. */
 enum aioge_job {
     JOB_GEMM = 0,
     JOB_CONV_DIRECT = 1,
@@ -90,6 +93,9 @@ int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t 
                      int32_t per_pixel, int64_t p0, int64_t p1);
 
 /* gemm.c */
+/* The checked boundary of the direct convolutions: whether buffers of xn and yn floats hold
+ * what geometry g reaches (x itself with reads_x, else its stride-phase image; y whole). */
+int aioge_conv_fits(const int64_t *g, int64_t xn, int64_t yn, int reads_x);
 int aioge_conv_gemm_mr(void);
 int aioge_conv_gemm_nr(void);
 float *aioge_thread_scratch(int slot, size_t n);

@@ -34,6 +34,16 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
 
 /* geometry: C, H, W, M, KH, KW, SH, SW, DH, DW, PT, PL, OH, OW, N */
 enum { G_C, G_H, G_W, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_PT, G_PL, G_OH, G_OW, G_N, G_LEN };
+enum { G_IMAGE_AT = G_LEN + 2 }; /* the direct geometry's G_IMAGE (below) */
+
+int aioge_conv_fits(const int64_t *g, int64_t xn, int64_t yn, int reads_x)
+{
+    for (int i = 0; i < G_LEN; i++)
+        if (g[i] < 0 || g[i] > ((int64_t)1 << 40))
+            return 0;
+    const int64_t need_x = reads_x ? g[G_N] * g[G_C] * g[G_H] * g[G_W] : g[G_N] * g[G_IMAGE_AT];
+    return xn >= need_x && yn >= g[G_N] * g[G_M] * g[G_OH] * g[G_OW];
+}
 
 int aioge_conv_gemm_mr(void) { return MR; }
 int aioge_conv_gemm_nr(void) { return NR; }

@@ -59,9 +59,12 @@ typedef int (*conv_fn)(const float *, const float *, const int64_t *, const floa
                        int64_t, int64_t, int64_t);
 
 /* The two direct convs' jobs: xph, wpack, koff, bias, y, geometry, then the two ranges' sizes and
- * which of them [lo, hi) cuts (g[8]: the second) */
+ * which of them [lo, hi) cuts (g[8]: the second), then the floats of xph (x itself for the local
+ * job) and y */
 static int conv_job(conv_fn fn, const int64_t *g, int64_t lo, int64_t hi)
 {
+    if (!aioge_conv_fits((const int64_t *)(intptr_t)g[5], g[9], g[10], fn == aioge_conv_direct_local_f32))
+        return AIOGE_EGEOMETRY;
     const float *x = (const float *)(intptr_t)g[0], *w = (const float *)(intptr_t)g[1];
     const int64_t *koff = (const int64_t *)(intptr_t)g[2], *geom = (const int64_t *)(intptr_t)g[5];
     const float *bias = (const float *)(intptr_t)g[3];
@@ -79,12 +82,16 @@ static int job_conv_direct(const int64_t *g, int64_t lo, int64_t hi) { return co
  * units, or panels of NR output channels when by_panels */
 static int job_conv_t(const int64_t *g, int64_t lo, int64_t hi) { return conv_job(aioge_conv_t_f32, g, lo, hi); }
 
-/* depthwise conv: x, w, bias, y, geometry, unit, planes: [lo, hi) are blocks of unit output
+/* depthwise conv: x, w, bias, y, geometry, unit, planes, floats of x and y: [lo, hi) are blocks of unit output
  * planes (the interleaved layout computes 16 planes at a time: a chunk of 4 filled 4 of its 16
  * lanes) */
 static int job_depthwise(const int64_t *g, int64_t lo, int64_t hi)
 {
-    const int64_t unit = g[5], planes = g[6];
+    const int64_t unit = g[5], planes = g[6], *geom = (const int64_t *)(intptr_t)g[4];
+    /* then the floats of x and y: planes of oh x ow outputs, each from one of h x w inputs */
+    if (planes < 0 || unit <= 0 || geom[3] <= 0 || g[8] < planes * geom[12] * geom[13] ||
+        g[7] < planes / geom[3] * geom[1] * geom[2] || lo * unit > planes)
+        return AIOGE_EGEOMETRY;
     return aioge_conv_depthwise_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1],
                                     (const float *)(intptr_t)g[2], (float *)(intptr_t)g[3], (const int64_t *)(intptr_t)g[4],
                                     lo * unit, hi * unit < planes ? hi * unit : planes);
@@ -123,17 +130,23 @@ static int job_chain(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* 2-D pool: x, y, geometry, average, include_pad, per_pixel: [lo, hi) are planes */
+/* 2-D pool: x, y, geometry, average, include_pad, per_pixel, planes, floats of x and y: [lo, hi)
+ * are planes */
 static int job_pool(const int64_t *g, int64_t lo, int64_t hi)
 {
+    const int64_t *geom = (const int64_t *)(intptr_t)g[2], planes = g[6];
+    if (hi > planes || g[7] < planes * geom[0] * geom[1] || g[8] < planes * geom[12] * geom[13] || geom[12] < 0 || geom[13] < 0)
+        return AIOGE_EGEOMETRY;
     return aioge_pool2d_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (const int64_t *)(intptr_t)g[2],
                             (int32_t)g[3], (int32_t)g[4], (int32_t)g[5], lo, hi);
 }
 
-/* conv direct by images: x, wpack, koff, bias, y, geometry: [lo, hi) are images, each one's
- * stride phases built by the thread that computes it */
+/* conv direct by images: x, wpack, koff, bias, y, geometry, floats of x and y: [lo, hi) are
+ * images, each one's stride phases built by the thread that computes it */
 static int job_conv_images(const int64_t *g, int64_t lo, int64_t hi)
 {
+    if (!aioge_conv_fits((const int64_t *)(intptr_t)g[5], g[6], g[7], 1))
+        return AIOGE_EGEOMETRY;
     return aioge_conv_direct_images_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1],
                                         (const int64_t *)(intptr_t)g[2], (const float *)(intptr_t)g[3], (float *)(intptr_t)g[4],
                                         (const int64_t *)(intptr_t)g[5], lo, hi);
@@ -142,11 +155,13 @@ static int job_conv_images(const int64_t *g, int64_t lo, int64_t hi)
 /* conv grouped: a direct conv's arguments (its geometry that of one group over N·group images
  * of C/group channels), then the cut range's size (panels, or units with g[13]), the other's
  * (weight row blocks, or channel panels), 0, groups, the floats of one group's packed weight,
- * cut units per image, output channels per group, and g[13]: channels in the lanes
- * (aioge_conv_t_f32). [lo, hi) are the cut units; image i computes with group i % groups'
+ * cut units per image, output channels per group, g[13]: channels in the lanes
+ * (aioge_conv_t_f32), then the floats of xph and y. [lo, hi) are the cut units; image i computes with group i % groups'
  * weight and bias. */
 static int job_conv_grouped(const int64_t *g, int64_t lo, int64_t hi)
 {
+    if (!aioge_conv_fits((const int64_t *)(intptr_t)g[5], g[14], g[15], 0))
+        return AIOGE_EGEOMETRY;
     const float *x = (const float *)(intptr_t)g[0], *w = (const float *)(intptr_t)g[1];
     const int64_t *koff = (const int64_t *)(intptr_t)g[2], *geom = (const int64_t *)(intptr_t)g[5];
     const float *bias = (const float *)(intptr_t)g[3];
@@ -201,9 +216,12 @@ static int job_layernorm(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* a direct conv's stride-phase image: x, xph, geometry (aioge_conv_phases_f32); one unit */
+/* a direct conv's stride-phase image: x, xph, geometry (aioge_conv_phases_f32), floats of x and
+ * xph; one unit */
 static int job_phases(const int64_t *g, int64_t lo, int64_t hi)
 {
+    if (!aioge_conv_fits((const int64_t *)(intptr_t)g[2], g[3], INT64_MAX, 1) || !aioge_conv_fits((const int64_t *)(intptr_t)g[2], g[4], INT64_MAX, 0))
+        return AIOGE_EGEOMETRY;
     if (lo < hi)
         aioge_conv_phases_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (const int64_t *)(intptr_t)g[2]);
     return 0;
