@@ -84,19 +84,8 @@ JOB_GLOBAL_MEAN, JOB_STRIDED, JOB_BINARY, JOB_SGEMM = 17, 18, 19, 20
 
 # The activation codes of aioge.h's ``enum aioge_act``, by op name (the one Python copy:
 # ``native_rows`` and the convolutions' epilogues read them here).
-ACT = {
-    "": 0,
-    "Erf": 1,
-    "Gelu": 2,
-    "GeluTanh": 3,
-    "Sigmoid": 4,
-    "Swish": 5,
-    "HardSigmoid": 6,
-    "HardSwish": 7,
-    "Relu": 8,
-    "LeakyRelu": 9,
-    "Clip": 10,
-}
+_ACTS = ("", "Erf", "Gelu", "GeluTanh", "Sigmoid", "Swish", "HardSigmoid", "HardSwish", "Relu", "LeakyRelu", "Clip")
+ACT = {name: code for code, name in enumerate(_ACTS)}
 
 # The error codes of ``enum aioge_error``: one rule, negative is an error, everywhere.
 ERRORS = {-1: "no memory for its scratch", -2: "a geometry that does not fit its buffers", -1000: "an unknown job"}
