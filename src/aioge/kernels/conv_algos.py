@@ -9,7 +9,7 @@
 - ``conv_depthwise_native``: group == C, float32, in C (``csrc/conv.c``): 16 planes in the
   vector lanes, one vector multiply-add per tap and output pixel; the output planes shared
   with the C helper thread on an idle core. Offered only with the compiled tier loaded.
-- ``conv_direct_native``: group 1, float32, in C (``csrc/gemm.c``): the input split into its
+- ``conv_direct_native``: group 1, float32, in C (``csrc/conv_direct.c``): the input split into its
   stride phases, so every tap reads contiguous positions, and a 6x64 register-tiled GEMM
   reading them in place (no im2col) with the weight packed once. Offered only with the tier.
 - ``conv_direct_t_native``: the same with the roles swapped: 64 output channels in the
@@ -463,10 +463,10 @@ class _Layout(NamedTuple):
     rows: bool  # row panels: no junk columns (conv_direct_native's ``rows`` parameter)
     per_image: int  # units of the cut range per image: position panels, or with t MR-position units
     other: int  # the other range: MR-row blocks of the weight, or with t NR-channel panels
-    mr: int = 0  # row panels' weight rows per block when not the compiled MR: ROWS_MR8 (csrc/gemm.c's G_MR)
+    mr: int = 0  # row panels' weight rows per block when not the compiled MR: ROWS_MR8 (csrc/conv_direct.c's G_MR)
 
 
-# Row panels may take the weight in blocks of 8 rows, 3 vectors of positions (csrc/gemm.c's MR8
+# Row panels may take the weight in blocks of 8 rows, 3 vectors of positions (csrc/tile.h's MR8
 # and NR8: 24 accumulators, as MR = 6 by 4 vectors), where M is a multiple of 8 but not of 6:
 # MR = 6 computes 36 rows for 32 channels and 18 for 16. The builder CNN's convs at batch 64 on
 # one core: 16->32 3x3 1.61 -> 1.45 ms (94 -> 104 GFLOP/s; this core peaks at 117), 3->16 3x3
@@ -614,7 +614,7 @@ def _direct_native(
 
 
 def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """group 1, float32, in C (``csrc/gemm.c``): the input split into its stride phases, then
+    """group 1, float32, in C (``csrc/conv_direct.c``): the input split into its stride phases, then
     a GEMM whose micro-kernel reads every tap's positions straight from them (no im2col),
     the weight packed once; panels of positions (or row blocks) shared with the C helper thread
     on an idle core. Without the compiled tier (a desc stored by a process that had it) the
@@ -651,7 +651,7 @@ def _applies_direct_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 
 
 def build_conv_direct_t_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """group 1, float32, in C (``csrc/gemm.c``) with the roles of ``conv_direct_native``
+    """group 1, float32, in C (``csrc/conv_direct.c``) with the roles of ``conv_direct_native``
     swapped: output channels in the vector lanes from W^T packed once, 6 output positions
     broadcast from the stride-phase image (x itself for a 1x1 kernel at stride 1 without
     pads), the tile stored transposed. For planes too small to fill 64-position panels (7x7,
@@ -738,7 +738,7 @@ def build_conv_grouped_native(attrs: Mapping[str, Any], params: Mapping[str, Any
     """1 < group < C, float32, in C: the conv over an (N, C, H, W) input is the group-1 direct
     conv over its (N·group, C/group, H, W) view, whose images are the groups' channel blocks
     and whose outputs land as (N, M, OH, OW), image i taking group i % group's packed weight
-    and bias (``job_conv_grouped``, csrc/par.c): ``conv_direct_native``'s kernel, or with ``t``
+    and bias (``job_conv_grouped``, csrc/jobs.c): ``conv_direct_native``'s kernel, or with ``t``
     ``conv_direct_t_native``'s (channels in the lanes, for small planes); shared with the C
     helper on an idle core. light/ ShuffleNet's 4-group 1x1 convs: 123 -> 90 us at 56x56 (24
     channels in, 112 out), 93 -> 74 at 28x28. Without the compiled tier, ``conv_grouped``."""

@@ -75,7 +75,7 @@ __all__ = [
 
 # ``csrc/aioge.h`` is the contract: its job enum, activation codes, error codes and
 # prototypes; tests/engines/test_native_header.py checks the numbers and signatures here
-# against it. The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C
+# against it. The jobs of ``aioge_par_run`` (``csrc/jobs.c``, split by ``csrc/par.c``) over a C
 # helper thread:
 JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = 0, 1, 2, 3, 4
 JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE = 5, 6, 7, 8, 9, 10
@@ -228,7 +228,7 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any = np.float32, align: int = 
 
 
 def gemm_tile() -> tuple[int, int] | None:
-    """The rows and columns (MR, NR) of the micro-kernels' register tile in ``csrc/gemm.c``,
+    """The rows and columns (MR, NR) of the micro-kernels' register tile (``csrc/tile.h``),
     which the packed operands' layouts follow; None without the library."""
     mr = function("aioge_conv_gemm_mr")
     nr = function("aioge_conv_gemm_nr")
@@ -238,7 +238,7 @@ def gemm_tile() -> tuple[int, int] | None:
 def par_run() -> Any:
     """``aioge_par_run(job, args, total, split)`` of ``csrc/par.c``, or None without the library:
     see ``kernels.parallel.split_native``. A library that has it has every job's kernel too
-    (par.c's job table links them), so callers need not look those up."""
+    (jobs.c's job table links them), so callers need not look those up."""
     return function("aioge_par_run")
 
 

@@ -22,8 +22,8 @@ enum aioge_error {
     AIOGE_EJOB = -1000,   /* an unknown job */
 };
 
-/* The jobs of aioge_par_run (par.c's JOBS[] in this order); their argument blocks are
- * described beside each job in par.c. The windowed ones (the convolutions, pools and phase
+/* The jobs of aioge_par_run (jobs.c's JOBS[] in this order); their argument blocks are
+ * described beside each job in jobs.c. The windowed ones (the convolutions, pools and phase
  * images) end with the sizes in floats of the buffers they read and write, checked against
  * their geometry at entry (a job whose geometry reaches past them writes nothing and returns
  * AIOGE_EGEOMETRY): the geometry comes from descs a crafted .om could have made up. */
@@ -75,6 +75,15 @@ static inline float aioge_float_of(int64_t bits)
     float f;
     memcpy(&f, &b, sizeof f);
     return f;
+}
+
+/* Whether a buffer of `have` values holds a * b * c * d of them (computed without overflow; a
+ * negative factor never fits): the checked boundary's one test. */
+static inline int aioge_fits(int64_t have, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    if (a < 0 || b < 0 || c < 0 || d < 0)
+        return 0;
+    return (__int128)have >= (__int128)a * b * c * d;
 }
 
 /* module.c */
@@ -132,10 +141,16 @@ void aioge_channel_chain_f32(const float *x, float *y, int64_t C, int64_t hw, in
 int aioge_squeeze_f32(const float *x, const float *w1t, const float *b1, const float *w2t, const float *b2, float *scale,
                       int64_t C, int64_t hw, int64_t C1, const int64_t *acts, int64_t i0, int64_t i1);
 
+/* jobs.c */
+int aioge_job(int job, const int64_t *args, int64_t lo, int64_t hi);
+
 /* par.c */
 int aioge_par_run(int job, const int64_t *args, int64_t total, int split);
 int aioge_run_jobs(const int64_t *entries, int64_t n, int split, int64_t *failed);
 int aioge_par_helpers(void);
+
+/* affinity.c */
+int aioge_allowed_cpus(void);
 int aioge_this_cpu(void);
 void aioge_keep_off(int tid, int at, int cpu, _Atomic int *excluded);
 
