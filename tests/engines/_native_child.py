@@ -15,6 +15,7 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import native
 from aioge.ops import infer_node
 from aioge.ops.registry import get_schema
+from aioge.plan.kernel import candidates_of
 
 F = np.float32
 
@@ -142,5 +143,46 @@ def empty() -> None:
     print(json.dumps({"shape": [1, 4, 0, 3], "params": "session", "y": anyio.run(served), "ref": [1, 4, 0, 1]}), flush=True)
 
 
+def _zero_cases() -> list[tuple[str, list[list[int]], dict[str, Any]]]:
+    cases: list[tuple[str, list[list[int]], dict[str, Any]]] = []
+    for shape in ([1, 4, 0, 3], [1, 4, 3, 0], [0, 4, 5, 5], [1, 4, 1, 3]):
+        for k, s, pads in ((3, 4, [1, 0, 0, 0]), (3, 1, [1, 1, 1, 1]), (1, 1, [0, 0, 0, 0])):
+            window = {"kernel_shape": [k, k], "strides": [s, s], "pads": pads}
+            cases.append(("Conv", [shape, [4, 1, k, k], [4]], {**window, "group": 4}))
+            cases.append(("Conv", [shape, [8, 4, k, k], [8]], window))
+            cases.append(("Conv", [shape, [8, 2, k, k]], {**window, "group": 2}))
+            cases += [("MaxPool", [shape], window), ("AveragePool", [shape], window)]
+        cases.append(("GlobalAveragePool", [shape], {}))
+    cases.append(("Conv", [[1, 0, 5, 5], [8, 0, 3, 3]], {"kernel_shape": [3, 3]}))
+    for m, k, n in ((0, 4, 5), (3, 0, 5), (3, 4, 0), (1, 4, 0), (1, 0, 5)):
+        cases += [
+            ("MatMul", [[m, k], [k, n]], {}),
+            ("Gemm", [[m, k], [k, n], [n]], {}),
+            ("Gemm", [[m, k], [n, k]], {"transB": 1}),
+        ]
+    for sh in ([0, 5], [3, 0]):
+        cases += [("Softmax", [sh], {}), ("LayerNormalization", [sh, sh[-1:], sh[-1:]], {}), ("Gelu", [sh], {})]
+    return cases
+
+
+def zero() -> None:
+    """Every C candidate of the ops with a compiled kernel, on inputs with a zero-size dim:
+    the output's shape, or the error it raised."""
+    for op, shapes, attrs in _zero_cases():
+        schema = get_schema(op)
+        norm = schema.normalise_attrs(attrs)
+        arrays = [_rand(*s) for s in shapes]
+        descs = [TensorDesc(a.shape, "float32") for a in arrays]
+        try:
+            outs = infer_node(schema, descs, arrays, norm, None, "g", "n")
+        except Exception:  # noqa: BLE001 - a shape the op refuses: nothing to run
+            continue
+        for impl, params in candidates_of(schema, descs, norm):
+            if "native" in impl.name:
+                ys = impl.build(norm, params, descs, outs)(arrays, None)
+                got, want = [list(y.shape) for y in ys], [list(o.shape) for o in outs]  # type: ignore[arg-type]
+                print(json.dumps({"op": op, "shapes": shapes, "impl": impl.name, "got": got, "want": want}), flush=True)
+
+
 if __name__ == "__main__":
-    {"alloc": alloc, "empty": empty}[sys.argv[1]]()
+    {"alloc": alloc, "empty": empty, "zero": zero}[sys.argv[1]]()

@@ -56,6 +56,16 @@ def test_depthwise_convs_with_an_empty_output_dim_return_it_empty() -> None:
         assert r["y"] == r["ref"] and 0 in r["y"], r
 
 
+def test_every_c_candidate_runs_inputs_with_a_zero_size_dim() -> None:
+    """Convs, pools, GEMMs and row kernels: the output of its inferred (empty) shape, no crash
+    (a direct conv with no input channels divided by zero; an empty B failed to pack)."""
+    rows = _child("zero")
+    assert len(rows) >= 60
+    for r in rows:
+        assert r["got"] == r["want"], r
+    assert {r["impl"] for r in rows} >= {"conv_depthwise_native", "conv_direct_native", "pool_native", "gemm_native"}
+
+
 def test_par_run_passes_a_jobs_error_on_and_python_raises_it() -> None:
     par = native.par_run()
     x, w, y = np.ones((1, 4, 5, 5), np.float32), np.ones((4, 1, 3, 3), np.float32), np.full((1, 4, 3, 3), np.nan, np.float32)
