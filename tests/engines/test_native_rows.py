@@ -3,7 +3,6 @@ against float64 numpy, the numpy algorithms they replace, and onnxruntime; their
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import threading
@@ -93,9 +92,7 @@ def test_piecewise_linear_activations_are_the_numpy_steps_bit_for_bit(name: str,
     op.step([want, want], 1, (0,), params, ([np.empty_like(x)], [np.empty(x.shape, bool)], []))
     y = np.full_like(x, 7.0)
     if name == "Clip":
-        fn = native.function(
-            "aioge_activation_f32", *[ctypes.c_void_p] * 2, ctypes.c_int, *[ctypes.c_float] * 2, *[ctypes.c_int64] * 2
-        )
+        fn = native.function("aioge_activation_f32")
         fn(native.ptr(x), native.ptr(y), 10, *params, 0, x.size)
     else:
         assert native_rows.activation(name, x, y, params)

@@ -16,14 +16,11 @@ from aioge.errors import FeedError
 from aioge.ir.desc import is_static
 from aioge.ir.graph import Graph, Node, Value
 from aioge.ops import infer_node
-from aioge.ops.evaluate import evaluate_node
+from aioge.ops.evaluate import known_outputs
 from aioge.ops.registry import get_schema
 from aioge.ops.schema import OpSchema
 
 __all__ = ["input_signature", "specialize", "with_static_shapes"]
-
-# Values at most this many elements are evaluated at compile time when their inputs are known.
-_KNOWN_VALUE_LIMIT = 4096
 
 
 def input_signature(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -146,11 +143,9 @@ def _evaluate_known(node: Node, schema: OpSchema, inputs: list[Value | None], kn
     Raises:
         GraphError: the node's kernel failed on its constant inputs.
     """
-    if not all(o.desc.static and o.desc.size <= _KNOWN_VALUE_LIMIT for o in node.outputs):
-        return
     in_descs = [None if x is None else x.desc for x in inputs]
     in_values = [None if x is None else known.get(id(x)) for x in inputs]
-    results = evaluate_node(
+    results = known_outputs(
         schema, node.attrs, in_descs, in_values, [o.desc for o in node.outputs], graph=node.graph.name, node=node.name
     )
     for out, res in zip(node.outputs, results or ()):

@@ -9,7 +9,7 @@
 - ``conv_depthwise_native``: group == C, float32, in C (``csrc/conv.c``): 16 planes in the
   vector lanes, one vector multiply-add per tap and output pixel; the output planes shared
   with the C helper thread on an idle core. Offered only with the compiled tier loaded.
-- ``conv_direct_native``: group 1, float32, in C (``csrc/gemm.c``): the input split into its
+- ``conv_direct_native``: group 1, float32, in C (``csrc/conv_direct.c``): the input split into its
   stride phases, so every tap reads contiguous positions, and a 6x64 register-tiled GEMM
   reading them in place (no im2col) with the weight packed once. Offered only with the tier.
 - ``conv_direct_t_native``: the same with the roles swapped: 64 output channels in the
@@ -32,7 +32,6 @@ reuse transformed weights across runs when the weight is a (read-only) constant.
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -324,8 +323,6 @@ def _applies_depthwise(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 # from 128K, 576x7x7 5x5 ran 43 -> 27 us, 240x14x14 5x5 58 -> 35, 116x14x14 3x3 (204K) 20 -> 16.
 NATIVE_SPLIT_MACS = 1 << 17
 
-_PTR = ctypes.c_void_p
-
 
 class NativeOperand:
     """A contiguous form (of ``dtype``) of a kernel input and its address for a C call, taken
@@ -407,9 +404,8 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
         b, bp = operands[1].get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
         y = _output(g, outputs, x.dtype)
         yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-        args = np.array([native.ptr(x), wp, bp or 0, native.ptr(yc), geo[1], unit, planes], np.int64)
-        if split_native(par, native.JOB_DEPTHWISE, native.ptr(args), -(-planes // unit), worth=worth) < 0:
-            raise MemoryError(f"conv_depthwise_native: no memory for the padded planes of {g.oh}x{g.ow} outputs")
+        args = np.array([native.ptr(x), wp, bp or 0, native.ptr(yc), geo[1], unit, planes, x.size, yc.size], np.int64)
+        split_native(par, native.JOB_DEPTHWISE, native.ptr(args), -(-planes // unit), worth=worth)
         if yc is not y:
             np.copyto(y, yc)
         return (y,)
@@ -467,10 +463,10 @@ class _Layout(NamedTuple):
     rows: bool  # row panels: no junk columns (conv_direct_native's ``rows`` parameter)
     per_image: int  # units of the cut range per image: position panels, or with t MR-position units
     other: int  # the other range: MR-row blocks of the weight, or with t NR-channel panels
-    mr: int = 0  # row panels' weight rows per block when not the compiled MR: ROWS_MR8 (csrc/gemm.c's G_MR)
+    mr: int = 0  # row panels' weight rows per block when not the compiled MR: ROWS_MR8 (csrc/conv_direct.c's G_MR)
 
 
-# Row panels may take the weight in blocks of 8 rows, 3 vectors of positions (csrc/gemm.c's MR8
+# Row panels may take the weight in blocks of 8 rows, 3 vectors of positions (csrc/tile.h's MR8
 # and NR8: 24 accumulators, as MR = 6 by 4 vectors), where M is a multiple of 8 but not of 6:
 # MR = 6 computes 36 rows for 32 channels and 18 for 16. The builder CNN's convs at batch 64 on
 # one core: 16->32 3x3 1.61 -> 1.45 ms (94 -> 104 GFLOP/s; this core peaks at 117), 3->16 3x3
@@ -514,7 +510,7 @@ def _direct_native(
     # ``(xph, weight, offsets, bias, y, geometry, *tail)`` over ``total`` units to
     # ``split_native``. Returns a maker of that run, or None without the compiled tier.
     par = native.par_run()
-    phases = native.function("aioge_conv_phases_f32", _PTR, _PTR, _PTR)
+    phases = native.function("aioge_conv_phases_f32")
     if par is None or phases is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
         return None
     in_place, image = lay.in_place, lay.image
@@ -550,7 +546,7 @@ def _direct_native(
 
     # images: job is JOB_CONV_IMAGES over the batch's images, each image's phases built by the
     # thread that computes it.
-    def make(job: int, tail: Sequence[int], total: int, no_memory: str, images: bool = False) -> RunFn:
+    def make(job: int, tail: Sequence[int], total: int, images: bool = False) -> RunFn:
         packed = WeightDerived(pack)
         held: list[tuple[Any, int]] = [(None, 0)]  # the packed weight and its address, swapped whole
         bias = NativeOperand()
@@ -576,9 +572,10 @@ def _direct_native(
             try:
                 if not in_place and not images:
                     phases(xa, ph[1], consts[2])
-                args = np.array([ph[1], entry[1], consts[3], bp or 0, native.ptr(yc), consts[2], *tail], np.int64)
-                if split_native(par, job, native.ptr(args), total, worth=worth) < 0:
-                    raise MemoryError(no_memory)
+                args = np.array(
+                    [ph[1], entry[1], consts[3], bp or 0, native.ptr(yc), consts[2], *tail, ph[0].size, yc.size], np.int64
+                )
+                split_native(par, job, native.ptr(args), total, worth=worth)
             finally:
                 if not in_place and not images:
                     scratch.append(ph)
@@ -601,10 +598,11 @@ def _direct_native(
             if not (in_place or images):
                 src = np.empty(g.n * image, np.float32)
                 keep += (src,)
-                phase_args = np.array([native.ptr(x), native.ptr(src), consts[2]], np.int64)
+                phase_args = np.array([native.ptr(x), native.ptr(src), consts[2], x.size, src.size], np.int64)
                 calls.append(native.NativeCall(native.JOB_PHASES, phase_args, 1, keep=keep))
             args = np.array(
-                [native.ptr(src), native.ptr(wp), consts[3], 0 if b is None else native.ptr(b), native.ptr(y), consts[2], *tail],
+                [native.ptr(src), native.ptr(wp), consts[3], 0 if b is None else native.ptr(b), native.ptr(y), consts[2], *tail]
+                + [src.size, y.size],
                 np.int64,
             )
             calls.append(native.NativeCall(job, args, total, worth, keep))
@@ -616,7 +614,7 @@ def _direct_native(
 
 
 def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """group 1, float32, in C (``csrc/gemm.c``): the input split into its stride phases, then
+    """group 1, float32, in C (``csrc/conv_direct.c``): the input split into its stride phases, then
     a GEMM whose micro-kernel reads every tap's positions straight from them (no im2col),
     the weight packed once; panels of positions (or row blocks) shared with the C helper thread
     on an idle core. Without the compiled tier (a desc stored by a process that had it) the
@@ -635,25 +633,25 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
     if make is None:
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     blocks = lay.other
-    no_memory = f"conv_direct_native: no memory for a {blocks * mr}x{nr} accumulator"
     if not lay.in_place and (g.n % 2 == 0 or g.n >= 7) and g.n > 1:  # whole images split evenly enough over two cores
-        return make(native.JOB_CONV_IMAGES, (), g.n, no_memory, images=True)
+        return make(native.JOB_CONV_IMAGES, (), g.n, images=True)
     panels = g.n * lay.per_image
     by_panels = panels >= 8 or blocks < 2
     # A small conv's split pays only if each thread builds the phase rows its share reads
     # (LOCAL_PHASES_MACS); x read in place needs no phases at all.
     local = not lay.in_place and g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow <= LOCAL_PHASES_MACS
     job = native.JOB_CONV_LOCAL if local else native.JOB_CONV_DIRECT
-    return make(job, (panels, blocks, not by_panels), panels if by_panels else blocks, no_memory, images=local)
+    return make(job, (panels, blocks, not by_panels), panels if by_panels else blocks, images=local)
 
 
 def _applies_direct_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     g = conv_geometry(descs, attrs)
-    return g is not None and g.group == 1 and descs[0].dtype == "float32"  # type: ignore[union-attr]
+    # no input channels (K = 0: the output is the bias) is the numpy kernels' (the C ones refuse it)
+    return g is not None and g.group == 1 and g.c > 0 and descs[0].dtype == "float32"  # type: ignore[union-attr]
 
 
 def build_conv_direct_t_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """group 1, float32, in C (``csrc/gemm.c``) with the roles of ``conv_direct_native``
+    """group 1, float32, in C (``csrc/conv_direct.c``) with the roles of ``conv_direct_native``
     swapped: output channels in the vector lanes from W^T packed once, 6 output positions
     broadcast from the stride-phase image (x itself for a 1x1 kernel at stride 1 without
     pads), the tile stored transposed. For planes too small to fill 64-position panels (7x7,
@@ -673,8 +671,7 @@ def build_conv_direct_t_native(attrs: Mapping[str, Any], params: Mapping[str, An
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     units, panels = g.n * lay.per_image, lay.other
     by_panels = panels >= 4 or units < 2
-    no_memory = f"conv_direct_t_native: no memory for {units} partial {mr}x{nr} tiles"
-    return make(native.JOB_CONV_T, (units, panels, by_panels), panels if by_panels else units, no_memory)
+    return make(native.JOB_CONV_T, (units, panels, by_panels), panels if by_panels else units)
 
 
 # -- grouped -----------------------------------------------------------------------------------
@@ -741,7 +738,7 @@ def build_conv_grouped_native(attrs: Mapping[str, Any], params: Mapping[str, Any
     """1 < group < C, float32, in C: the conv over an (N, C, H, W) input is the group-1 direct
     conv over its (N·group, C/group, H, W) view, whose images are the groups' channel blocks
     and whose outputs land as (N, M, OH, OW), image i taking group i % group's packed weight
-    and bias (``job_conv_grouped``, csrc/par.c): ``conv_direct_native``'s kernel, or with ``t``
+    and bias (``job_conv_grouped``, csrc/jobs.c): ``conv_direct_native``'s kernel, or with ``t``
     ``conv_direct_t_native``'s (channels in the lanes, for small planes); shared with the C
     helper on an idle core. light/ ShuffleNet's 4-group 1x1 convs: 123 -> 90 us at 56x56 (24
     channels in, 112 out), 93 -> 74 at 28x28. Without the compiled tier, ``conv_grouped``."""
@@ -770,9 +767,8 @@ def build_conv_grouped_native(attrs: Mapping[str, Any], params: Mapping[str, Any
     if make is None:
         return build_conv_grouped(attrs, params, ins, outs)
     per = lay.per_image
-    no_memory = f"conv_grouped_native: no memory for its {mr}x{nr} tiles"
     tail = (sg.n * per, lay.other, 0, g.group, stride, per, mg, int(t))
-    run = make(native.JOB_CONV_GROUPED, tail, sg.n * per, no_memory)
+    run = make(native.JOB_CONV_GROUPED, tail, sg.n * per)
 
     def grouped(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         (y,) = run(inputs, outputs)

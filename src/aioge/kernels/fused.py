@@ -839,8 +839,7 @@ def build_squeeze_excite_native(attrs: Mapping[str, Any], params: Mapping[str, A
             if len(calls) >= 8:
                 calls.clear()
             entry = calls[key] = prepare(x, y, inputs)
-        if par(native.JOB_SQUEEZE, entry[-2], n, 0) < 0:
-            raise MemoryError("SqueezeExcite: no scratch for the squeeze")
+        native.check(par(native.JOB_SQUEEZE, entry[-2], n, 0), "SqueezeExcite's squeeze")
         split_native(par, native.JOB_CHAIN, entry[-1], n * c, worth=split)
         return (y,)
 

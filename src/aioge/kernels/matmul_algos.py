@@ -274,8 +274,8 @@ def build_matmul_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins
 
 
 def _applies_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
-    s = _static2(descs)
-    return s is not None and len(s[1]) == 2 and descs[0].dtype == "float32"  # type: ignore[union-attr]
+    s = _static2(descs)  # an empty B (K or N zero) is the numpy kernels': nothing to pack
+    return s is not None and len(s[1]) == 2 and min(s[1]) > 0 and descs[0].dtype == "float32"  # type: ignore[union-attr]
 
 
 # -- through numpy's own BLAS, from C ---------------------------------------------------------------
@@ -599,7 +599,9 @@ def _gemv_t(k: int, n: int, par: Any) -> _Product:
 
 
 def _applies_gemm_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
-    return _gemm_shapes(descs, attrs) is not None and descs[0].dtype == "float32"  # type: ignore[union-attr]
+    if _gemm_shapes(descs, attrs) is None or descs[0].dtype != "float32":  # type: ignore[union-attr]
+        return False
+    return 0 not in descs[1].shape  # type: ignore[union-attr,operator]  # an empty B is the numpy kernels': nothing to pack
 
 
 def build_gemv_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
@@ -659,8 +661,7 @@ def build_gemv_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
             if len(calls) >= 8:
                 calls.clear()
             e = calls[key] = (y, a, b, c, args, native.ptr(args))
-        if split_native(par, native.JOB_GEMV_N, e[5], units, worth=worth) < 0:
-            raise MemoryError("Gemm: no scratch for the last column group")
+        split_native(par, native.JOB_GEMV_N, e[5], units, worth=worth)
         return (y,)
 
     def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:

@@ -26,10 +26,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from aioge.errors import ExecutionError
 from aioge.kernels.parallel import split_native
 
 __all__ = [
     "ABI",
+    "ACT",
+    "ERRORS",
+    "SIGNATURES",
+    "check",
+    "fail_alloc",
     "JOB_ACTIVATION",
     "JOB_CHAIN",
     "JOB_CONV_DIRECT",
@@ -67,15 +73,51 @@ __all__ = [
     "with_native",
 ]
 
-# The jobs of ``aioge_par_run`` (``csrc/par.c``), which splits a C kernel over a C helper thread.
-JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = range(5)
-(JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE, JOB_CONV_GROUPED, JOB_GEMV_N, JOB_CONV_LOCAL) = range(
-    5, 14
-)
-(JOB_SOFTMAX, JOB_LAYERNORM, JOB_PHASES, JOB_GLOBAL_MEAN, JOB_STRIDED, JOB_BINARY, JOB_SGEMM) = range(14, 21)
+# ``csrc/aioge.h`` is the contract: its job enum, activation codes, error codes and
+# prototypes; tests/engines/test_native_header.py checks the numbers and signatures here
+# against it. The jobs of ``aioge_par_run`` (``csrc/jobs.c``, split by ``csrc/par.c``) over a C
+# helper thread:
+JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = 0, 1, 2, 3, 4
+JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE = 5, 6, 7, 8, 9, 10
+JOB_CONV_GROUPED, JOB_GEMV_N, JOB_CONV_LOCAL, JOB_SOFTMAX, JOB_LAYERNORM, JOB_PHASES = 11, 12, 13, 14, 15, 16
+JOB_GLOBAL_MEAN, JOB_STRIDED, JOB_BINARY, JOB_SGEMM = 17, 18, 19, 20
 
-# Bumped with every change to an exported signature in csrc/ (and in module.c's aioge_native_abi).
-ABI = 15
+# The activation codes of aioge.h's ``enum aioge_act``, by op name (the one Python copy:
+# ``native_rows`` and the convolutions' epilogues read them here).
+_ACTS = ("", "Erf", "Gelu", "GeluTanh", "Sigmoid", "Swish", "HardSigmoid", "HardSwish", "Relu", "LeakyRelu", "Clip")
+ACT = {name: code for code, name in enumerate(_ACTS)}
+
+# The error codes of ``enum aioge_error``: one rule, negative is an error, everywhere.
+ERRORS = {-1: "no memory for its scratch", -2: "a geometry that does not fit its buffers", -1000: "an unknown job"}
+
+# aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
+ABI = 16
+
+_P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
+# Every C function Python calls: (result type, argument types), as aioge.h declares them.
+SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
+    "aioge_native_abi": (_INT, ()),
+    "aioge_fail_alloc": (None, (_I64,)),
+    "aioge_conv_gemm_mr": (_INT, ()),
+    "aioge_conv_gemm_nr": (_INT, ()),
+    "aioge_conv_phases_f32": (None, (_P, _P, _P)),
+    "aioge_par_run": (_INT, (_INT, _P, _I64, _INT)),
+    "aioge_run_jobs": (_INT, (_P, _I64, _INT, _P)),
+    "aioge_par_helpers": (_INT, ()),
+    "aioge_activation_f32": (None, (_P, _P, _INT, _F, _F, _I64, _I64)),
+    "aioge_bias_activation_f32": (None, (_P, _P, _P, _I64, _INT, _F, _F, _I64, _I64)),
+    "aioge_layernorm_f32": (None, (_P, _P, _P, _P, _P, _P, _I64, _F, _I64, _I64)),
+    "aioge_softmax_f32": (None, (_P, _P, _I64, _INT, _I64, _I64)),
+    "aioge_queue_new": (_P, (_INT,)),
+    "aioge_queue_fd": (_INT, (_P,)),
+    "aioge_queue_push": (_I64, (_P, _P)),
+    "aioge_queue_take": (_INT, (_P,)),
+    "aioge_queue_arm": (_I64, (_P,)),
+    "aioge_queue_free": (None, (_P,)),
+    "aioge_rnn_packed_floats": (_I64, (_P,)),
+    "aioge_rnn_pack": (_INT, (_P, _P, _P, _I64)),
+    "aioge_rnn": (_INT, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)),
+}
 
 
 @functools.cache
@@ -106,20 +148,29 @@ def lib() -> ctypes.CDLL | None:
     return dll
 
 
+def fail_alloc(nth: int) -> None:
+    """Make the ``nth`` allocation of the C tier from now fail (0: none), once: for tests of
+    the paths that report no memory (``csrc/alloc.c``)."""
+    fn = function("aioge_fail_alloc")
+    if fn is not None:
+        fn(nth)
+
+
 def available() -> bool:
     """True when the compiled kernels are loaded and enabled."""
     return lib() is not None
 
 
 @functools.cache
-def function(name: str, *argtypes: Any, restype: Any = None) -> Any:
-    """The C function ``name`` with its argument types set, or None without the library (or
-    when the library was built from sources older than the function).
+def function(name: str) -> Any:
+    """The C function ``name`` with its types from ``SIGNATURES`` (aioge.h's), or None without
+    the library (or when the library was built from sources older than the function).
 
     Pointers are passed as ``ctypes.c_void_p`` (give ``ptr(array)``), sizes as ``ctypes.c_int64``."""
     dll = lib()
     if dll is None:
         return None
+    restype, argtypes = SIGNATURES[name]
     try:
         fn = getattr(dll, name)
     except AttributeError:  # a build from older sources: this kernel runs its numpy code
@@ -127,6 +178,18 @@ def function(name: str, *argtypes: Any, restype: Any = None) -> Any:
     fn.argtypes = list(argtypes)
     fn.restype = restype
     return fn
+
+
+def check(code: int, what: str) -> int:
+    """``code`` (a C call's result) when it is not negative, else the error raised.
+
+    Raises:
+        ExecutionError: the C tier reported an error (negative is an error, everywhere):
+            names ``what`` and the error.
+    """
+    if code < 0:
+        raise ExecutionError(f"{what}: the compiled kernel failed with {ERRORS.get(code, f'error {code}')} ({code})")
+    return code
 
 
 _CHAR, _ADDRESSOF = ctypes.c_char, ctypes.addressof
@@ -168,18 +231,18 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any = np.float32, align: int = 
 
 
 def gemm_tile() -> tuple[int, int] | None:
-    """The rows and columns (MR, NR) of the micro-kernels' register tile in ``csrc/gemm.c``,
+    """The rows and columns (MR, NR) of the micro-kernels' register tile (``csrc/tile.h``),
     which the packed operands' layouts follow; None without the library."""
-    mr = function("aioge_conv_gemm_mr", restype=ctypes.c_int)
-    nr = function("aioge_conv_gemm_nr", restype=ctypes.c_int)
+    mr = function("aioge_conv_gemm_mr")
+    nr = function("aioge_conv_gemm_nr")
     return None if mr is None or nr is None else (int(mr()), int(nr()))
 
 
 def par_run() -> Any:
     """``aioge_par_run(job, args, total, split)`` of ``csrc/par.c``, or None without the library:
     see ``kernels.parallel.split_native``. A library that has it has every job's kernel too
-    (par.c's job table links them), so callers need not look those up."""
-    return function("aioge_par_run", ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, restype=ctypes.c_int)
+    (jobs.c's job table links them), so callers need not look those up."""
+    return function("aioge_par_run")
 
 
 def f32c(*arrays: Any) -> bool:
@@ -223,7 +286,7 @@ def native_form(run: Any) -> NativeForm | None:
 
 def run_jobs() -> Any:
     """``aioge_run_jobs(entries, n, split, failed)`` of ``csrc/par.c``, or None without the library."""
-    return function("aioge_run_jobs", ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, restype=ctypes.c_int)
+    return function("aioge_run_jobs")
 
 
 def strided_copy(src: np.ndarray, dst: np.ndarray) -> NativeCall | None:
@@ -333,9 +396,8 @@ def run_calls(calls: Sequence[NativeCall]) -> None:
     (``kernels.parallel.split_native``): a kernel's own run of its native form.
 
     Raises:
-        MemoryError: a job found no memory for its scratch.
+        ExecutionError: a job failed (no memory for its scratch, a geometry that does not fit).
     """
     par = par_run()
     for c in calls:
-        if split_native(par, c.job, c.addr, c.total, worth=c.worth) < 0:
-            raise MemoryError(f"a compiled kernel (job {c.job}) found no memory for its scratch")
+        split_native(par, c.job, c.addr, c.total, worth=c.worth)

@@ -9,7 +9,6 @@ activations over the C helper thread (``parallel.split_native``).
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any, Sequence
 
 import numpy as np
@@ -29,7 +28,6 @@ __all__ = [
     "unary",
 ]
 
-_P, _I64, _F, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 
 # Elements below which a second thread costs more than it saves. These kernels run 0.3-1 ns an
 # element; the helper thread's hop costs tens of microseconds on a quiet machine, and when the
@@ -42,12 +40,13 @@ SPLIT_ELEMENTS = 1 << 21
 # over 96x112x112 values, fused into its expansion conv, ran whole after a 0.7 ms GEMM.
 SPLIT_ACTIVATION = 1 << 16
 
-# activation name -> its code in csrc/act.h (enum ACT_*); Gelu's parameter picks the tanh form.
-# Relu and LeakyRelu compute what numpy's fused steps compute, to the bit (NaN propagates; Relu
-# of -0 is +0, as numpy's maximum gives): their C job lets a FusedGemm or FusedMatMul with one
-# end a native program (the builder MLP's batch gears had none). Clip stays numpy's: its C loop does not vectorise (4 ns a value against 0.2).
-_ACT = {"Erf": 1, "Gelu": 2, "Sigmoid": 4, "Swish": 5, "HardSigmoid": 6, "HardSwish": 7, "Relu": 8, "LeakyRelu": 9}
-_GELU_TANH = 3
+# The activations applied on their own, by name -> code (``native.ACT``, aioge.h's enum); Gelu's
+# parameter picks the tanh form. Relu and LeakyRelu compute what numpy's fused steps compute,
+# to the bit (NaN propagates; Relu of -0 is +0, as numpy's maximum gives): their C job lets a
+# FusedGemm or FusedMatMul with one end a native program (the builder MLP's batch gears had
+# none). Clip stays numpy's: its C loop does not vectorise (4 ns a value against 0.2).
+_ACT = {k: native.ACT[k] for k in ("Erf", "Gelu", "Sigmoid", "Swish", "HardSigmoid", "HardSwish", "Relu", "LeakyRelu")}
+_GELU_TANH = native.ACT["GeluTanh"]
 # The transcendental ones (all but the HardSigmoids) cost 0.5-1 ns a value: SPLIT_ACTIVATION
 # splits them from a quarter as many (the builder transformer's tanh GELU over 32K values: 28 -> 20 us).
 _COSTLY = frozenset({*(_ACT[k] for k in ("Erf", "Gelu", "Sigmoid", "Swish")), _GELU_TANH})
@@ -55,7 +54,7 @@ ACTIVATIONS = frozenset(_ACT)
 # What the compiled convolutions apply to an output tile before it leaves the cache (a fused
 # producer's activation, by its op name): the activations above less Erf (not one of
 # ops.fused.ACTIVATIONS), and Clip, computed as numpy's fused steps do.
-_EPILOGUE = {**{k: v for k, v in _ACT.items() if k != "Erf"}, "Clip": 10}
+_EPILOGUE = {**{k: v for k, v in _ACT.items() if k != "Erf"}, "Clip": native.ACT["Clip"]}
 EPILOGUES = frozenset(_EPILOGUE)
 _F32 = np.dtype(np.float32)
 
@@ -124,7 +123,7 @@ def bias_activation(name: str, x: np.ndarray, bias: np.ndarray, y: np.ndarray, p
     rows, width = x.shape
     if act is None or y.shape != x.shape or bias.size != width or not _f32c(x, y, bias):
         return False
-    fn = native.function("aioge_bias_activation_f32", _P, _P, _P, _I64, _INT, _F, _F, _I64, _I64)
+    fn = native.function("aioge_bias_activation_f32")
     if fn is None:
         return False
     xp, bp, yp = native.ptr(x), native.ptr(bias), native.ptr(y)
@@ -143,7 +142,7 @@ def unary(name: str, x: np.ndarray, params: Sequence[float] = ()) -> np.ndarray 
 def layer_norm_function() -> Any:
     """``aioge_layernorm_f32(x, scale, bias, y, mean, inv_std, width, eps, r0, r1)`` (pointers,
     0 or None for an absent one, then its rows [r0, r1)), or None without the compiled tier."""
-    return native.function("aioge_layernorm_f32", _P, _P, _P, _P, _P, _P, _I64, _F, _I64, _I64)
+    return native.function("aioge_layernorm_f32")
 
 
 def layer_norm(
@@ -172,7 +171,7 @@ def layer_norm(
 def softmax_function() -> Any:
     """``aioge_softmax_f32(x, y, width, log_form, r0, r1)`` (pointers, then its rows [r0, r1)),
     or None without the compiled tier."""
-    return native.function("aioge_softmax_f32", _P, _P, _I64, _INT, _I64, _I64)
+    return native.function("aioge_softmax_f32")
 
 
 def softmax(x: np.ndarray, y: np.ndarray, log: bool = False) -> bool:

@@ -114,14 +114,24 @@ def split_native(par_run: Callable[[int, int, int, int], int], job: int, args: i
     runs ``job`` (its arguments at address ``args``) over ``[0, total)``, the upper half on a
     spinning C helper thread when told to split: no Python thread hop. It is told to when
     ``worth`` and an idle CPU token can be taken without waiting, as ``split_range`` decides.
-    Returns what ``par_run`` does: the pieces (1 or 2), or minus the job's error code."""
+    Returns the pieces (1 or 2).
+
+    Raises:
+        ExecutionError: the job failed (``par_run`` returned a negative code: no memory for
+            its scratch, a geometry that does not fit its buffers).
+    """
     tokens = _tokens.get()
     took = worth and total >= 2 and tokens is not None and CORES >= 2 and tokens.acquire(blocking=False)
     try:
-        return par_run(job, args, total, 1 if took else 0)
+        r = par_run(job, args, total, 1 if took else 0)
     finally:
         if took:
             tokens.release()  # type: ignore[union-attr]
+    if r < 0:
+        from aioge.kernels.native import check
+
+        check(r, f"job {job}")
+    return int(r)
 
 
 def split_matmul(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> int:

@@ -204,9 +204,8 @@ def _native_pool(average: bool) -> Callable[..., RunFn]:
             x = np.ascontiguousarray(inputs[0])
             y = np.empty((n, c, *g.out), x.dtype) if outputs is None else outputs[0]
             yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-            args = np.array([native.ptr(x), native.ptr(yc), geo[1], *flags], np.int64)
-            if split_native(par, native.JOB_POOL, native.ptr(args), planes, worth=worth) < 0:
-                raise MemoryError("pool_native: no memory for its scratch rows")
+            args = np.array([native.ptr(x), native.ptr(yc), geo[1], *flags, planes, x.size, yc.size], np.int64)
+            split_native(par, native.JOB_POOL, native.ptr(args), planes, worth=worth)
             if yc is not y:
                 np.copyto(y, yc)
             return (y,)
@@ -215,7 +214,7 @@ def _native_pool(average: bool) -> Callable[..., RunFn]:
             x, y = inputs[0], outputs[0]
             if not native.f32c(x, y):
                 return None
-            args = np.array([native.ptr(x), native.ptr(y), geo[1], *flags], np.int64)
+            args = np.array([native.ptr(x), native.ptr(y), geo[1], *flags, planes, x.size, y.size], np.int64)
             return [native.NativeCall(native.JOB_POOL, args, planes, worth, (x, y, geometry))]
 
         return native.with_native(run, form)

@@ -293,7 +293,7 @@ _OPS: dict[str, tuple[Callable[..., tuple[np.ndarray, ...]], int, int, list[str]
     "LSTM": (lstm, 4, 2, ["Sigmoid", "Tanh", "Tanh"]),
 }
 _CODES = {name: i for i, name in enumerate(ACTIVATIONS)}  # rnn.c's A_* codes, in the same order
-_GEO = 20  # rnn.h's RNN_GEO
+_GEO = 20  # aioge.h's RNN_GEO
 # From this many multiply-adds (both directions) a bidirectional layer's second direction is
 # worth a helper thread's hop (tens of microseconds).
 _SPLIT_MACS = 1 << 22
@@ -301,11 +301,10 @@ _SPLIT_MACS = 1 << 22
 
 def _native() -> Any:
     """(packed_floats, pack, run): csrc/rnn.c's entry points, or None without the compiled tier."""
-    v, i64 = ctypes.c_void_p, ctypes.c_int64
     fns = (
-        native.function("aioge_rnn_packed_floats", v, restype=i64),
-        native.function("aioge_rnn_pack", v, v, v, i64, restype=ctypes.c_int),
-        native.function("aioge_rnn", v, v, v, v, i64, v, v, v, v, v, v, i64, i64, restype=ctypes.c_int),
+        native.function("aioge_rnn_packed_floats"),
+        native.function("aioge_rnn_pack"),
+        native.function("aioge_rnn"),
     )
     return None if None in fns else fns
 

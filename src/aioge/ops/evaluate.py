@@ -20,7 +20,11 @@ from aioge.errors import GraphError
 from aioge.ir.desc import TensorDesc, numpy_dtype
 from aioge.ops.schema import OpSchema
 
-__all__ = ["evaluate_node"]
+__all__ = ["KNOWN_VALUE_LIMIT", "evaluate_node", "known_outputs"]
+
+# Values of at most this many elements are evaluated ahead of a run when shape inference may
+# need them (specialisation, and the re-inference that checks a decoded .om).
+KNOWN_VALUE_LIMIT = 4096
 
 
 def evaluate_node(
@@ -73,3 +77,24 @@ def evaluate_node(
         if a.shape != tuple(d.shape) or a.dtype != numpy_dtype(d.dtype):  # type: ignore[arg-type]
             return None
     return results
+
+
+def known_outputs(
+    schema: OpSchema,
+    attrs: Mapping[str, Any],
+    in_descs: Sequence[TensorDesc | None],
+    in_values: Sequence[np.ndarray | None],
+    out_descs: Sequence[TensorDesc],
+    *,
+    graph: str,
+    node: str,
+) -> list[np.ndarray] | None:
+    """``evaluate_node`` for outputs of at most ``KNOWN_VALUE_LIMIT`` elements each (what
+    shape inference downstream may need), else None.
+
+    Raises:
+        GraphError: as ``evaluate_node``.
+    """
+    if not all(d.static and d.size <= KNOWN_VALUE_LIMIT for d in out_descs):
+        return None
+    return evaluate_node(schema, attrs, in_descs, in_values, out_descs, graph=graph, node=node)

@@ -21,8 +21,8 @@ loads only with that graph (``aioge compile -o`` and ``CompiledModel.save`` neve
 The plan dataclasses are encoded generically from their fields by ``plan.codec``, with a
 digest of their layout stored: a file written under another layout is stale
 (``ModelFormatError``), never decoded into the wrong shape. Loading rebuilds the graph from
-the stored descs (no shape inference), checks every field against its annotation and the
-plans against the graph, and binds each kernel once; anything malformed is a
+the stored descs, checks them against shape inference (as a compile made them: kernels size
+their C calls from them), checks every field against its annotation and the plans against the graph, and binds each kernel once; anything malformed is a
 ``ModelFormatError``.
 """
 
@@ -415,6 +415,7 @@ def _dec_one(x: Any, weight_dir: str, require_owner: bool, blob: memoryview, hel
     values["gears"] = ()
     model: CompiledModel = _build_dataclass(CompiledModel, "CompiledModel", values)
     _check_ops(model, x["ops"])
+    _check_shapes(graph)
     _check_plan(model)
     stored = model.stats
     if not isinstance(stored, CompileStats):
@@ -599,6 +600,59 @@ def _check_ops(model: CompiledModel, ops: Any) -> None:
         stored = ops.get(f"{n.domain}::{n.op_type}")
         if stored != schema.version:
             raise ModelFormatError(f"op {n.op_type} was version {stored} when compiled, it is {schema.version} now; recompile")
+
+
+def _check_shapes(g: Graph) -> None:
+    """Every node's stored output descs must be what shape inference gives from its inputs,
+    as a compile made them: kernels size their C calls' geometry from the descs, and a desc
+    smaller than the tensor its kernel writes (a Conv's output stored as 1x8x1x1 where the
+    kernel computes 1x8x32x32) would have the C tier write past its buffer. Small values
+    inference may need are evaluated on the way, as specialisation does."""
+    from aioge.ops import infer_node
+    from aioge.ops.evaluate import known_outputs
+    from aioge.ops.registry import get_schema
+
+    known: dict[int, np.ndarray] = {id(v): v.data for v in g.constants.values() if isinstance(v.data, np.ndarray)}
+    for node in g.topological_order():
+        schema = get_schema(node.op_type, node.domain)
+        in_descs = [None if v is None else v.desc for v in node.inputs]
+        in_values = [None if v is None else known.get(id(v)) for v in node.inputs]
+        try:
+            want = infer_node(schema, in_descs, in_values, node.attrs, len(node.outputs), g.name, node.name)
+        except GraphError as exc:
+            raise ModelFormatError(f"node {node.name!r}: shape inference rejects the stored inputs: {exc}") from None
+        for i, (out, inferred) in enumerate(zip(node.outputs, want)):
+            reason = _desc_differs(out.desc, inferred)
+            if reason:
+                raise ModelFormatError(
+                    f"node {node.name!r} ({node.op_type}): output {i} {out.name!r} is stored as {out.desc}, "
+                    f"shape inference gives {inferred} ({reason})"
+                )
+        try:
+            results = known_outputs(
+                schema, node.attrs, in_descs, in_values, [o.desc for o in node.outputs], graph=g.name, node=node.name
+            )
+        except GraphError as exc:
+            raise ModelFormatError(f"node {node.name!r}: {exc}") from None
+        for out, res in zip(node.outputs, results or ()):
+            known[id(out)] = res
+
+
+def _desc_differs(stored: TensorDesc, inferred: TensorDesc) -> str:
+    """Which field of a stored desc differs from the inferred one ('' when none): dtype,
+    container, rank, or a dim (a symbolic dim matches any symbol: it is sized at run time)."""
+    if stored.dtype != inferred.dtype:
+        return "dtype"
+    if stored.container != inferred.container:
+        return "container"
+    if stored.shape is None or inferred.shape is None:
+        return "" if stored.shape is None and (inferred.shape is None or not stored.is_tensor) else "shape"
+    if len(stored.shape) != len(inferred.shape):
+        return "rank"
+    for axis, (a, b) in enumerate(zip(stored.shape, inferred.shape)):
+        if a != b and not (isinstance(a, str) and isinstance(b, str)):
+            return f"dim {axis}"
+    return ""
 
 
 def _check_plan(model: CompiledModel) -> None:

@@ -147,14 +147,13 @@ class NativeProgram:
         """The outputs of the last run (``run``, or queued: ``runtime.program_queue``), or its error raised."""
         r = int(self._failed[1])
         if r < 0:
-            self._raise(-r)
+            self._raise(r)
         return {name: a.copy() for name, a in self._outputs}
 
     def _raise(self, code: int) -> None:
         step = self._ctx.layout.steps[self._nodes[int(self._failed[0])]]
-        what = "an unknown job" if code == 1000 else f"error {code} (no memory for its scratch)"
         raise ExecutionError(
-            f"the compiled kernel failed: {what}",
+            f"the compiled kernel failed with {native.ERRORS.get(code, f'error {code}')} ({code})",
             graph=self._ctx.layout.graph,
             node=step.name,
             op_type=step.op_type,

@@ -17,7 +17,6 @@ for its program, shielded: the runner is using its context.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from typing import Any
@@ -32,18 +31,17 @@ __all__ = ["HELP_DEPTH", "ProgramQueue"]
 
 # Programs queued (this one included) from which the pushing caller runs one itself.
 HELP_DEPTH = 2
-_V, _I64 = ctypes.c_void_p, ctypes.c_int64
 
 
 def _functions() -> tuple[Any, ...] | None:
     f = native.function
     fns = (
-        f("aioge_queue_new", ctypes.c_int, restype=_V),
-        f("aioge_queue_fd", _V, restype=ctypes.c_int),
-        f("aioge_queue_push", _V, _V, restype=_I64),
-        f("aioge_queue_take", _V, restype=ctypes.c_int),
-        f("aioge_queue_arm", _V, restype=_I64),
-        f("aioge_queue_free", _V),
+        f("aioge_queue_new"),
+        f("aioge_queue_fd"),
+        f("aioge_queue_push"),
+        f("aioge_queue_take"),
+        f("aioge_queue_arm"),
+        f("aioge_queue_free"),
     )
     return None if any(fn is None for fn in fns) else fns
 
@@ -95,7 +93,7 @@ class ProgramQueue:
                 return None
             prog.pend()
             depth = self._push(self._h, prog.record_address)
-            if depth < 0:
+            if depth <= 0:  # full
                 return None
             me = _Waiter(prog)
             self._waiting.append(me)  # from now on close leaves the queue to the last waiter

@@ -14,9 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "act.h"
-
-float *aioge_thread_scratch(int slot, size_t n); /* gemm.c */
+#include "aioge.h"
 
 /* The output columns [lo, hi) whose input column q * stride + off lies in [0, width). */
 static void tap_cols(int64_t off, int64_t stride, int64_t width, int64_t ow, int64_t *lo, int64_t *hi) {
@@ -38,7 +36,7 @@ static void tap_cols(int64_t off, int64_t stride, int64_t width, int64_t ow, int
 /* A depthwise convolution's geometry, passed as one int64 array (one ctypes argument, not
  * eighteen): channels, input rows and columns, filters per channel, kernel rows and columns,
  * strides, dilations, begin pads (rows, columns), output rows and columns; then the activation
- * applied to the output (act.h's code, its two parameters' float32 bits) and the layout (1: a
+ * applied to the output (aioge.h's code, its two parameters' float32 bits) and the layout (1: a
  * plane at a time along its rows, 0: LANES planes interleaved). */
 #define UNPACK_GEOMETRY(g)                                                                                   \
     const int64_t c = (g)[0], h = (g)[1], wd = (g)[2], mult = (g)[3], kh = (g)[4], kw = (g)[5], sh = (g)[6], \
@@ -103,7 +101,7 @@ static int depthwise_interleaved(const float *x, const float *w, const float *bi
     /* every block of LANES floats in the buffer starts on a vector boundary */
     float *xb = aioge_thread_scratch(1, (size_t)LANES * (size_t)(hp * wp + oh * ow + taps + 1));
     if (!xb)
-        return -1;
+        return AIOGE_ENOMEM;
     float *yb = xb + hp * wp * LANES, *wb = yb + oh * ow * LANES, *bb = wb + taps * LANES;
     /* cells outside the input stay zero for every block: the interior is rewritten by each */
     memset(xb, 0, sizeof(vec) * (size_t)(hp * wp));
@@ -266,7 +264,7 @@ static int depthwise_rows(const float *x, const float *w, const float *bias, flo
     const int64_t plane = (hp * wq + LANES - 1) / LANES * LANES; /* floats of a phase, whole vectors */
     float *buf = aioge_thread_scratch(1, (size_t)(sw * plane + owv + taps * 2));
     if (!buf)
-        return -1;
+        return AIOGE_ENOMEM;
     float *row = buf + sw * plane;
     int64_t *off = (int64_t *)(row + owv); /* tap (i, j)'s offset from its output row's start */
     for (int64_t i = 0; i < kh; i++)
@@ -321,10 +319,18 @@ static int depthwise_rows(const float *x, const float *w, const float *bias, flo
 /* Depthwise convolution (group == channels, ``mult`` filters per input channel):
  * y[n, m, r, q] = act(bias[m] + sum over taps (i, j) of w[m, 0, i, j] * x[n, m / mult, r*sh - pt + i*dh, q*sw - pl + j*dw]),
  * taps outside the input counting zero, for output planes [p0, p1) numbered over N x (c * mult);
- * ``bias`` may be NULL; the layout and the activation are the geometry's. Returns -1 when the
- * work buffer cannot be had (nothing written), else 0. */
+ * ``bias`` may be NULL; the layout and the activation are the geometry's. Returns AIOGE_ENOMEM
+ * when the work buffer cannot be had (nothing written), AIOGE_EGEOMETRY for a geometry no
+ * convolution has, else 0. An empty output (a zero-size dim) is no work: its padded extent
+ * would be negative, and the scratch sized from it about 2^64 bytes. */
 int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
                              int64_t p0, int64_t p1) {
+    const int64_t *g = geometry;
+    if (p0 >= p1 || g[12] <= 0 || g[13] <= 0)
+        return AIOGE_OK;
+    if (g[0] <= 0 || g[1] < 0 || g[2] < 0 || g[3] <= 0 || g[4] <= 0 || g[5] <= 0 || g[6] <= 0 || g[7] <= 0 || g[8] <= 0 ||
+        g[9] <= 0 || p0 < 0)
+        return AIOGE_EGEOMETRY;
     return (geometry[DW_ROWS] ? depthwise_rows : depthwise_interleaved)(x, w, bias, y, geometry, p0, p1);
 }
 
@@ -442,9 +448,14 @@ static void pool_pixels(const float *xp, float *yp, const int64_t *geometry, int
  * inside the input, or (include_pad) inside the input grown by its pads (pb, pr: the declared
  * end pads, which a ceil_mode window may overhang; overhanging cells never count). A window
  * with no cell in the input gives -inf (max) or 0 (average), as the padded numpy kernels do.
- * Returns -1 when its scratch rows cannot be allocated (nothing written), else 0. */
+ * Returns AIOGE_ENOMEM when its scratch rows cannot be allocated (nothing written), else 0;
+ * an empty output is no work. */
 int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t average, int32_t include_pad,
                       int32_t per_pixel, int64_t p0, int64_t p1) {
+    if (p0 >= p1 || geometry[12] <= 0 || geometry[13] <= 0)
+        return AIOGE_OK;
+    if (geometry[4] <= 0 || geometry[5] <= 0 || geometry[6] <= 0 || geometry[7] <= 0 || geometry[0] < 0 || geometry[1] < 0)
+        return AIOGE_EGEOMETRY;
     /* input rows and columns, kernel rows and columns, strides, dilations, begin and end pads, output rows and columns */
     const int64_t h = geometry[0], wd = geometry[1], kh = geometry[2], kw = geometry[3], sh = geometry[4],
                   sw = geometry[5], dh = geometry[6], dw = geometry[7], pt = geometry[8], pl = geometry[9],
@@ -453,9 +464,9 @@ int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t 
     /* scratch: 1 / the cells of each window column inside the input (or input + pads), one
      * count per output column, the same for every row and plane; then one input row */
     const int64_t half = (wd + 1) / 2;
-    float *inv_cols = per_pixel ? NULL : malloc(sizeof(float) * (size_t)(ow + wd + 1 + 2 * half) + sizeof(int64_t) * (size_t)(2 * kw + 2 * oh));
+    float *inv_cols = per_pixel ? NULL : aioge_malloc(sizeof(float) * (size_t)(ow + wd + 1 + 2 * half) + sizeof(int64_t) * (size_t)(2 * kw + 2 * oh));
     if (!per_pixel && !inv_cols)
-        return -1;
+        return AIOGE_ENOMEM;
     /* the kernel rows inside the input per output row, the output columns each kernel column
      * reaches: the same for every plane, worked out once (tap_cols' two divisions per row and
      * kernel column cost more than the maxima themselves: 5 us of a 7 us 111x111 plane) */

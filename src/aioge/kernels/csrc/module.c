@@ -11,7 +11,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-int aioge_native_abi(void) { return 15; }
+#include "aioge.h"
+
+int aioge_native_abi(void) { return AIOGE_ABI; }
 
 static struct PyModuleDef native_module = {PyModuleDef_HEAD_INIT, "_native", "aioge's compiled kernels (see aioge.kernels.native)", -1, NULL};
 

@@ -19,7 +19,8 @@
 
 #include <stdlib.h>
 
-#include "act.h"
+#include "aioge.h"
+#include "mathf.h"
 
 /* Products and sums round one by one, as numpy's ufuncs round them (HardSigmoid's alpha x + beta
  * equals numpy's to the bit); the polynomials below ask for fused multiply-adds explicitly. */
@@ -150,7 +151,7 @@ void aioge_softmax_f32(const float *x, float *y, int64_t width, int log_form, in
 
 /* ---- elementwise activations ------------------------------------------------------------------ */
 
-/* The activations, by the codes of act.h. */
+/* The activations, by the codes of aioge.h. */
 
 /* GELU: x/2 (1 + erf(x / sqrt 2)). */
 static inline float gelu_f32(float v) { return 0.5f * v * (1.0f + erf_f32(v * 0.70710678118654752f)); }
@@ -236,7 +237,7 @@ void aioge_bias_activation_f32(const float *x, const float *bias, float *y, int6
 
 /* y = act(chain(x)) over planes [p0, p1) of hw values each: the chain's steps in order, step s
  * v = v op k[s][c] with c = p % C the plane's channel (op 0: +, 1: -, 2: *, 3: /), each rounded
- * in float32 as numpy's ufunc rounds it (no contraction here), then the activation (act.h; 0:
+ * in float32 as numpy's ufunc rounds it (no contraction here), then the activation (aioge.h; 0:
  * none). A FusedElementwise program of per-channel constants, most often an unfolded
  * BatchNormalization and its ReLU (DenseNet's pre-activations): numpy ran it as a pass per step
  * over cache-sized chunks, 2.6 ns a value for four steps and a ReLU; here each plane is one pass
@@ -265,7 +266,7 @@ void aioge_channel_chain_f32(const float *x, float *y, int64_t C, int64_t hw, in
 
 /* out[j] = act(bias[j] + sum_k v[k] * wt[k][j]) for j < N: a vector times a row-major (K, N)
  * matrix as a sum of its scaled rows, vectorised along the output (no horizontal sums); act
- * holds act.h's code and its parameters' float32 bits (code 0: none). */
+ * holds aioge.h's code and its parameters' float32 bits (code 0: none). */
 static void scaled_rows(const float *v, const float *wt, const float *bias, float *out, int64_t K, int64_t N,
                         const int64_t *act)
 {
@@ -281,15 +282,18 @@ static void scaled_rows(const float *v, const float *wt, const float *bias, floa
 /* SqueezeExcite's squeeze for images [i0, i1) of (C, hw) planes: scale[i][ch] = act2(b2[ch] +
  * w2[ch] . act1(b1 + w1 . mean(x[i]))), given w1t = w1 transposed (C, C1) and w2t = w2
  * transposed (C1, C), row-major, so that each product runs as a sum of scaled rows
- * (scaled_rows); the activations by the codes of act.h (0: none). The
+ * (scaled_rows); the activations by the codes of aioge.h (0: none). The
  * excite (x times its channel's scale) is the channel chain's multiply step. The mean of a plane
- * is its sum (lanes summed in their own order) times 1/hw. Returns 1 when scratch cannot be had. */
+ * is its sum (lanes summed in their own order) times 1/hw. Returns AIOGE_ENOMEM when scratch
+ * cannot be had. */
 int aioge_squeeze_f32(const float *x, const float *w1t, const float *b1, const float *w2t, const float *b2, float *scale,
                       int64_t C, int64_t hw, int64_t C1, const int64_t *acts, int64_t i0, int64_t i1)
 {
-    float *mean = malloc(sizeof(float) * (size_t)(C + C1));
+    if (i0 >= i1)
+        return AIOGE_OK;
+    float *mean = aioge_malloc(sizeof(float) * (size_t)(C + C1));
     if (!mean)
-        return 1;
+        return AIOGE_ENOMEM;
     float *hidden = mean + C;
     const float inv = 1.0f / (float)hw;
     for (int64_t i = i0; i < i1; i++) {

@@ -16,7 +16,7 @@
  *
  * Whether to split at all (an idle CPU token of the run) is the Python side's decision
  * (kernels.parallel.split_native); this file runs aioge_par_run(job, args, total, split), a job
- * being one of the kernels below with its arguments in an int64 array. Helpers are claimed one
+ * being one of jobs.c's kernels with its arguments in an int64 array. Helpers are claimed one
  * caller at a time, up to the cores less one; with none free the job runs whole. A forked child
  * starts with no helpers (pthread_atfork), so a fork in the middle cannot leave a job waiting.
  */
@@ -31,353 +31,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "act.h"
+#include "aioge.h"
 
 #define MAX_HELPERS 64
 #define SPIN_US 300
 #define CHUNKS 8 /* a split range is cut into this many chunks at most */
-
-int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
-                          const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1);
-int aioge_conv_direct_images_f32(const float *x, const float *wpack, const int64_t *koff, const float *bias, float *y,
-                                 const int64_t *g, int64_t n0, int64_t n1);
-void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, const float *bias, float *y, int64_t ldy,
-                           int64_t N, int64_t K, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
-int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
-                             int64_t p0, int64_t p1);
-void aioge_activation_f32(const float *x, float *y, int act, float p0, float p1, int64_t n0, int64_t n1);
-void aioge_pack_columns_f32(const float *b, int64_t sk, int64_t sn, int64_t K, int64_t N, float *bpack, int64_t p0,
-                            int64_t p1);
-void aioge_gemv_t_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t n0,
-                      int64_t n1);
-void aioge_channel_chain_f32(const float *x, float *y, int64_t C, int64_t hw, int64_t nsteps, const int64_t *ops,
-                             const float *const *k, int act, float a0, float a1, int64_t p0, int64_t p1);
-int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t average, int32_t include_pad,
-                     int32_t per_pixel, int64_t p0, int64_t p1);
-int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
-                     const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1);
-
-int aioge_conv_direct_local_f32(const float *x, const float *wpack, const int64_t *koff, const float *bias, float *y,
-                                const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1);
-int aioge_gemv_n_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t N,
-                     int act, float p0, float p1, int64_t g0, int64_t g1);
-int aioge_squeeze_f32(const float *x, const float *w1t, const float *b1, const float *w2t, const float *b2, float *scale,
-                      int64_t C, int64_t hw, int64_t C1, const int64_t *acts, int64_t i0, int64_t i1);
-void aioge_softmax_f32(const float *x, float *y, int64_t width, int log_form, int64_t r0, int64_t r1);
-void aioge_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, float *mean_out, float *inv_out,
-                         int64_t width, float eps, int64_t r0, int64_t r1);
-void aioge_conv_phases_f32(const float *x, float *xph, const int64_t *g);
-
-typedef int (*job_fn)(const int64_t *args, int64_t lo, int64_t hi);
-
-/* gemm: a, lda, bpack, bias, y, ldy, N, K, M, panels, by_rows, MR: [lo, hi) are panels, or MR-row
- * blocks when by_rows */
-static int job_gemm(const int64_t *g, int64_t lo, int64_t hi)
-{
-    const float *a = (const float *)(intptr_t)g[0], *bp = (const float *)(intptr_t)g[2];
-    const float *bias = (const float *)(intptr_t)g[3];
-    float *y = (float *)(intptr_t)g[4];
-    const int64_t M = g[8], panels = g[9], mr = g[11];
-    if (g[10]) {
-        const int64_t r1 = hi * mr < M ? hi * mr : M;
-        aioge_gemm_packed_f32(a, g[1], bp, bias, y, g[5], g[6], g[7], lo * mr, r1, 0, panels);
-    } else
-        aioge_gemm_packed_f32(a, g[1], bp, bias, y, g[5], g[6], g[7], 0, M, lo, hi);
-    return 0;
-}
-
-typedef int (*conv_fn)(const float *, const float *, const int64_t *, const float *, float *, const int64_t *, int64_t,
-                       int64_t, int64_t, int64_t);
-
-/* The two direct convs' jobs: xph, wpack, koff, bias, y, geometry, then the two ranges' sizes and
- * which of them [lo, hi) cuts (g[8]: the second) */
-static int conv_job(conv_fn fn, const int64_t *g, int64_t lo, int64_t hi)
-{
-    const float *x = (const float *)(intptr_t)g[0], *w = (const float *)(intptr_t)g[1];
-    const int64_t *koff = (const int64_t *)(intptr_t)g[2], *geom = (const int64_t *)(intptr_t)g[5];
-    const float *bias = (const float *)(intptr_t)g[3];
-    float *y = (float *)(intptr_t)g[4];
-    if (g[8])
-        return fn(x, w, koff, bias, y, geom, 0, g[6], lo, hi);
-    return fn(x, w, koff, bias, y, geom, lo, hi, 0, g[7]);
-}
-
-/* conv direct: ..., panels, blocks, by_blocks: [lo, hi) are panels, or MR-row blocks of the
- * weight when by_blocks */
-static int job_conv_direct(const int64_t *g, int64_t lo, int64_t hi) { return conv_job(aioge_conv_direct_f32, g, lo, hi); }
-
-/* conv, channels in the lanes: ..., units, panels, by_panels: [lo, hi) are image-and-MR-position
- * units, or panels of NR output channels when by_panels */
-static int job_conv_t(const int64_t *g, int64_t lo, int64_t hi) { return conv_job(aioge_conv_t_f32, g, lo, hi); }
-
-/* depthwise conv: x, w, bias, y, geometry, unit, planes: [lo, hi) are blocks of unit output
- * planes (the interleaved layout computes 16 planes at a time: a chunk of 4 filled 4 of its 16
- * lanes) */
-static int job_depthwise(const int64_t *g, int64_t lo, int64_t hi)
-{
-    const int64_t unit = g[5], planes = g[6];
-    return aioge_conv_depthwise_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1],
-                                    (const float *)(intptr_t)g[2], (float *)(intptr_t)g[3], (const int64_t *)(intptr_t)g[4],
-                                    lo * unit, hi * unit < planes ? hi * unit : planes);
-}
-
-/* activation: x, y, act, the bits of p0 and p1 as float32: [lo, hi) are elements */
-static int job_activation(const int64_t *g, int64_t lo, int64_t hi)
-{
-    aioge_activation_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (int)g[2], aioge_float_of(g[3]), aioge_float_of(g[4]), lo,
-                         hi);
-    return 0;
-}
-
-/* packing a GEMM's B: b, its row stride, K, N, bpack, its column stride (1, or B = W^T with a
- * row stride of 1): [lo, hi) are panels */
-static int job_pack(const int64_t *g, int64_t lo, int64_t hi)
-{
-    aioge_pack_columns_f32((const float *)(intptr_t)g[0], g[1], g[5], g[2], g[3], (float *)(intptr_t)g[4], lo, hi);
-    return 0;
-}
-
-/* gemv with a transposed weight: x, w, ldw, bias, y, K: [lo, hi) are output values */
-static int job_gemv_t(const int64_t *g, int64_t lo, int64_t hi)
-{
-    aioge_gemv_t_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], g[2], (const float *)(intptr_t)g[3],
-                     (float *)(intptr_t)g[4], g[5], lo, hi);
-    return 0;
-}
-
-/* channel chain: x, y, C, hw, nsteps, ops, k, act, the bits of p0 and p1: [lo, hi) are planes */
-static int job_chain(const int64_t *g, int64_t lo, int64_t hi)
-{
-    aioge_channel_chain_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], g[2], g[3], g[4],
-                            (const int64_t *)(intptr_t)g[5], (const float *const *)(intptr_t)g[6], (int)g[7],
-                            aioge_float_of(g[8]), aioge_float_of(g[9]), lo, hi);
-    return 0;
-}
-
-/* 2-D pool: x, y, geometry, average, include_pad, per_pixel: [lo, hi) are planes */
-static int job_pool(const int64_t *g, int64_t lo, int64_t hi)
-{
-    return aioge_pool2d_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (const int64_t *)(intptr_t)g[2],
-                            (int32_t)g[3], (int32_t)g[4], (int32_t)g[5], lo, hi) ? 1 : 0;
-}
-
-/* conv direct by images: x, wpack, koff, bias, y, geometry: [lo, hi) are images, each one's
- * stride phases built by the thread that computes it */
-static int job_conv_images(const int64_t *g, int64_t lo, int64_t hi)
-{
-    return aioge_conv_direct_images_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1],
-                                        (const int64_t *)(intptr_t)g[2], (const float *)(intptr_t)g[3], (float *)(intptr_t)g[4],
-                                        (const int64_t *)(intptr_t)g[5], lo, hi);
-}
-
-/* conv grouped: a direct conv's arguments (its geometry that of one group over N·group images
- * of C/group channels), then the cut range's size (panels, or units with g[13]), the other's
- * (weight row blocks, or channel panels), 0, groups, the floats of one group's packed weight,
- * cut units per image, output channels per group, and g[13]: channels in the lanes
- * (aioge_conv_t_f32). [lo, hi) are the cut units; image i computes with group i % groups'
- * weight and bias. */
-static int job_conv_grouped(const int64_t *g, int64_t lo, int64_t hi)
-{
-    const float *x = (const float *)(intptr_t)g[0], *w = (const float *)(intptr_t)g[1];
-    const int64_t *koff = (const int64_t *)(intptr_t)g[2], *geom = (const int64_t *)(intptr_t)g[5];
-    const float *bias = (const float *)(intptr_t)g[3];
-    float *y = (float *)(intptr_t)g[4];
-    const int64_t groups = g[9], wstride = g[10], per = g[11], mg = g[12];
-    const conv_fn fn = g[13] ? aioge_conv_t_f32 : aioge_conv_direct_f32;
-    while (lo < hi) {
-        const int64_t image = lo / per, end = (image + 1) * per < hi ? (image + 1) * per : hi, k = image % groups;
-        const int r = fn(x, w + k * wstride, koff, bias ? bias + k * mg : NULL, y, geom, lo, end, 0, g[7]);
-        if (r)
-            return r;
-        lo = end;
-    }
-    return 0;
-}
-
-/* SqueezeExcite's squeeze: x, w1t (C, C1), b1, w2t (C1, C), b2, scale, C, hw, C1, acts (6 values): [lo, hi) are images */
-static int job_squeeze(const int64_t *g, int64_t lo, int64_t hi)
-{
-    return aioge_squeeze_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], (const float *)(intptr_t)g[2],
-                             (const float *)(intptr_t)g[3], (const float *)(intptr_t)g[4], (float *)(intptr_t)g[5], g[6], g[7],
-                             g[8], g + 9, lo, hi);
-}
-
-/* a row times a row-major weight: x, w, ldw, bias, y, K, N, act, the bits of p0 and p1, and
- * the 16-column groups a unit of [lo, hi) holds (the last unit may hold fewer) */
-static int job_gemv_n(const int64_t *g, int64_t lo, int64_t hi)
-{
-    const int64_t groups = (g[6] + 15) / 16, g1 = hi * g[10] < groups ? hi * g[10] : groups;
-    return aioge_gemv_n_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], g[2], (const float *)(intptr_t)g[3],
-                            (float *)(intptr_t)g[4], g[5], g[6], (int)g[7], aioge_float_of(g[8]), aioge_float_of(g[9]),
-                            lo * g[10], g1);
-}
-
-/* conv direct with each thread's own phase rows, x in place of xph: as job_conv_direct */
-static int job_conv_local(const int64_t *g, int64_t lo, int64_t hi) { return conv_job(aioge_conv_direct_local_f32, g, lo, hi); }
-
-/* softmax (log_form: LogSoftmax): x, y, width, log_form: [lo, hi) are rows */
-static int job_softmax(const int64_t *g, int64_t lo, int64_t hi)
-{
-    aioge_softmax_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], g[2], (int)g[3], lo, hi);
-    return 0;
-}
-
-/* layer normalization: x, scale, bias, y, mean, inv_std (0: absent), width, the bits of eps:
- * [lo, hi) are rows */
-static int job_layernorm(const int64_t *g, int64_t lo, int64_t hi)
-{
-    aioge_layernorm_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], (const float *)(intptr_t)g[2],
-                        (float *)(intptr_t)g[3], (float *)(intptr_t)g[4], (float *)(intptr_t)g[5], g[6], aioge_float_of(g[7]), lo,
-                        hi);
-    return 0;
-}
-
-/* a direct conv's stride-phase image: x, xph, geometry (aioge_conv_phases_f32); one unit */
-static int job_phases(const int64_t *g, int64_t lo, int64_t hi)
-{
-    if (lo < hi)
-        aioge_conv_phases_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (const int64_t *)(intptr_t)g[2]);
-    return 0;
-}
-
-/* global average pooling: x, y, hw: [lo, hi) are planes, each the sum of its hw values over
- * eight lanes (value i in lane i % 8), the lanes summed pairwise, times 1/hw */
-typedef float f32x8 __attribute__((vector_size(32)));
-
-static int job_global_mean(const int64_t *g, int64_t lo, int64_t hi)
-{
-    const float *x = (const float *)(intptr_t)g[0];
-    float *y = (float *)(intptr_t)g[1];
-    const int64_t hw = g[2];
-    const float inv = 1.0f / (float)hw;
-    for (int64_t p = lo; p < hi; p++) {
-        const float *xp = x + p * hw;
-        f32x8 acc = {0, 0, 0, 0, 0, 0, 0, 0};
-        int64_t i = 0;
-        for (; i + 8 <= hw; i += 8) {
-            f32x8 v;
-            memcpy(&v, xp + i, sizeof v);
-            acc += v;
-        }
-        for (int j = 0; i < hw; i++, j++)
-            acc[j] += xp[i];
-        y[p] = (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) * inv;
-    }
-    return 0;
-}
-
-/* a strided copy into a C-contiguous destination: src, dst, itemsize, then 6 sizes and 6
- * source strides in bytes (leading sizes 1 for a lower rank): [lo, hi) index the first axis */
-static int job_strided(const int64_t *g, int64_t lo, int64_t hi)
-{
-    const char *src = (const char *)(intptr_t)g[0];
-    char *dst = (char *)(intptr_t)g[1];
-    const int64_t item = g[2], *n = g + 3, *st = g + 9;
-    const int64_t inner = n[5] * item;
-    dst += lo * n[1] * n[2] * n[3] * n[4] * inner;
-    for (int64_t i0 = lo; i0 < hi; i0++)
-        for (int64_t i1 = 0; i1 < n[1]; i1++)
-            for (int64_t i2 = 0; i2 < n[2]; i2++)
-                for (int64_t i3 = 0; i3 < n[3]; i3++)
-                    for (int64_t i4 = 0; i4 < n[4]; i4++) {
-                        const char *s = src + i0 * st[0] + i1 * st[1] + i2 * st[2] + i3 * st[3] + i4 * st[4];
-                        if (st[5] == item)
-                            memcpy(dst, s, (size_t)inner);
-                        else if (item == 4)
-                            for (int64_t i5 = 0; i5 < n[5]; i5++)
-                                memcpy(dst + 4 * i5, s + i5 * st[5], 4);
-                        else
-                            for (int64_t i5 = 0; i5 < n[5]; i5++)
-                                memcpy(dst + item * i5, s + i5 * st[5], (size_t)item);
-                        dst += inner;
-                    }
-    return 0;
-}
-
-/* float32 y = a op b (op 0 add, 1 sub, 2 mul, 3 div) over rows of width values: a, b, y, op,
- * width, then per operand its step between rows (0: the same row again) and within a row
- * (0: one value), a's then b's: [lo, hi) are rows */
-static int job_binary(const int64_t *g, int64_t lo, int64_t hi)
-{
-    const float *a = (const float *)(intptr_t)g[0], *b = (const float *)(intptr_t)g[1];
-    float *y = (float *)(intptr_t)g[2];
-    const int op = (int)g[3];
-    const int64_t w = g[4], ar = g[5], as = g[6], br = g[7], bs = g[8];
-    for (int64_t r = lo; r < hi; r++) {
-        const float *x0 = a + r * ar, *x1 = b + r * br;
-        float *yr = y + r * w;
-#define BINARY_LOOP(EXPR)                                                                                              \
-    if (as && bs)                                                                                                      \
-        for (int64_t j = 0; j < w; j++) {                                                                              \
-            const float u = x0[j], v = x1[j];                                                                          \
-            yr[j] = EXPR;                                                                                              \
-        }                                                                                                              \
-    else if (as)                                                                                                       \
-        for (int64_t j = 0; j < w; j++) {                                                                              \
-            const float u = x0[j], v = x1[0];                                                                          \
-            yr[j] = EXPR;                                                                                              \
-        }                                                                                                              \
-    else if (bs)                                                                                                       \
-        for (int64_t j = 0; j < w; j++) {                                                                              \
-            const float u = x0[0], v = x1[j];                                                                          \
-            yr[j] = EXPR;                                                                                              \
-        }                                                                                                              \
-    else                                                                                                               \
-        for (int64_t j = 0; j < w; j++) {                                                                              \
-            const float u = x0[0], v = x1[0];                                                                          \
-            yr[j] = EXPR;                                                                                              \
-        }
-        switch (op) {
-        case 0:
-            BINARY_LOOP(u + v)
-            break;
-        case 1:
-            BINARY_LOOP(u - v)
-            break;
-        case 2:
-            BINARY_LOOP(u * v)
-            break;
-        default:
-            BINARY_LOOP(u / v)
-            break;
-        }
-#undef BINARY_LOOP
-    }
-    return 0;
-}
-
-/* The BLAS numpy links (kernels.native.sgemm): cblas_sgemm with 32- or 64-bit integers. */
-typedef void (*sgemm32_fn)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t, const float *, int32_t,
-                           float, float *, int32_t);
-typedef void (*sgemm64_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t, const float *, int64_t,
-                           float, float *, int64_t);
-
-/* y[i] = alpha * op(a[i]) @ op(b[i]) through BLAS: sgemm, 64-bit ints, transA, transB, M, N, K,
- * a, lda, b, ldb, y, ldy, the element strides between matrices of a, b and y, the bits of
- * alpha: [lo, hi) are matrices */
-static int job_sgemm(const int64_t *g, int64_t lo, int64_t hi)
-{
-    const float *a = (const float *)(intptr_t)g[7], *b = (const float *)(intptr_t)g[9];
-    float *y = (float *)(intptr_t)g[11];
-    const int ta = g[2] ? 112 : 111, tb = g[3] ? 112 : 111; /* CblasTrans, CblasNoTrans */
-    const float alpha = aioge_float_of(g[16]);
-    for (int64_t m = lo; m < hi; m++) {
-        const float *am = a + m * g[13], *bm = b + m * g[14];
-        float *ym = y + m * g[15];
-        if (g[1])
-            ((sgemm64_fn)(intptr_t)g[0])(101, ta, tb, g[4], g[5], g[6], alpha, am, g[8], bm, g[10], 0.0f, ym, g[12]);
-        else
-            ((sgemm32_fn)(intptr_t)g[0])(101, ta, tb, (int32_t)g[4], (int32_t)g[5], (int32_t)g[6], alpha, am, (int32_t)g[8], bm,
-                                         (int32_t)g[10], 0.0f, ym, (int32_t)g[12]);
-    }
-    return 0;
-}
-
-static const job_fn JOBS[] = {job_gemm,    job_conv_direct, job_conv_t,    job_depthwise, job_activation,  job_pack,
-                              job_gemv_t,  job_chain,       job_pool,      job_conv_images, job_squeeze,   job_conv_grouped,
-                              job_gemv_n,  job_conv_local,  job_softmax,   job_layernorm, job_phases,
-                              job_global_mean, job_strided,   job_binary,    job_sgemm};
-#define NJOBS ((int)(sizeof JOBS / sizeof JOBS[0]))
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
  * helper take in turn, so a helper that starts late (or not at all: on a VM a vCPU may be
@@ -410,9 +68,6 @@ static struct helper helpers[MAX_HELPERS];
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int nhelpers = -1;
 static int64_t spin_ns;
-#ifdef __linux__
-static cpu_set_t allowed; /* the process's CPUs when the first split came (taskset, cpusets) */
-#endif
 
 static inline void relax(void)
 {
@@ -428,22 +83,13 @@ static int64_t now_ns(void)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static int this_cpu(void)
-{
-#ifdef __linux__
-    return sched_getcpu();
-#else
-    return -1;
-#endif
-}
-
 /* Take chunks of s until none is left. */
 static void work(struct split *s)
 {
     int64_t i;
     while ((i = atomic_fetch_add(&s->next, 1)) < s->nchunks) {
         const int64_t lo = i * s->chunk, hi = lo + s->chunk < s->total ? lo + s->chunk : s->total;
-        const int err = JOBS[s->job](s->args, lo, hi);
+        const int err = aioge_job(s->job, s->args, lo, hi);
         if (err)
             atomic_store(&s->error, err);
         atomic_fetch_add(&s->done, 1);
@@ -461,7 +107,7 @@ static void *helper_main(void *arg)
         uint64_t now;
         const int64_t deadline = now_ns() + spin_ns;
         unsigned spins = 0;
-        atomic_store_explicit(&h->cpu, this_cpu(), memory_order_relaxed);
+        atomic_store_explicit(&h->cpu, aioge_this_cpu(), memory_order_relaxed);
         while ((now = atomic_load_explicit(&h->posted, memory_order_acquire)) == seen) {
             relax();
             if ((++spins & 255) != 0)
@@ -520,12 +166,8 @@ static void init(void)
         const long us = env ? strtol(env, NULL, 10) : SPIN_US;
         spin_ns = (int64_t)(us > 0 ? us : 0) * 1000;
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
-#ifdef __linux__
-        if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
-            cores = CPU_COUNT(&allowed);
-        else
-            CPU_ZERO(&allowed);
-#endif
+        if (aioge_allowed_cpus() > 0) /* taskset, cpusets */
+            cores = aioge_allowed_cpus();
         reset_helpers();
         pthread_atfork(NULL, NULL, after_fork_in_child);
         nhelpers = cores > 1 ? (cores - 1 < MAX_HELPERS ? (int)cores - 1 : MAX_HELPERS) : 0;
@@ -562,51 +204,19 @@ static struct helper *claim(void)
     return NULL;
 }
 
-/* A thread that waits for work from a caller on `cpu` (a split's helper, a program queue's
- * runner) would, spinning on that CPU, only run when the caller yields it, and asleep it is woken
- * onto the waker's CPU (the scheduler packs threads onto few vCPUs here: sched_vcpu_pack) and
- * shares it with the caller, while the other vCPU idles, for as long as the scheduler finds it
- * cache-hot: 12 ms of a 14 ms program-queue burst. So let thread `tid` (last seen on `at`, -1
- * asleep or unknown) run anywhere but there. The scheduler moves it at once; the set stays
- * until a caller on another CPU finds the thread beside it (*excluded: the CPU its set leaves
- * out, -1 none). */
-void aioge_keep_off(int tid, int at, int cpu, _Atomic int *excluded)
-{
-#ifdef __linux__
-    if (nhelpers < 0)
-        init(); /* the process's CPUs */
-    if (cpu < 0 || tid <= 0 || (at != cpu && at != -1) || atomic_load(excluded) == cpu)
-        return;
-    cpu_set_t set = allowed; /* never a CPU the process may not use */
-    if (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &set))
-        return;
-    CPU_CLR(cpu, &set);
-    if (CPU_COUNT(&set) == 0)
-        return;
-    atomic_store(excluded, cpu);
-    sched_setaffinity(tid, sizeof set, &set);
-#else
-    (void)tid;
-    (void)at;
-    (void)cpu;
-    (void)excluded;
-#endif
-}
-
-/* The CPU this thread runs on, -1 unknown. */
-int aioge_this_cpu(void) { return this_cpu(); }
-
 /* Run job over [0, total): whole, or with split != 0 and a helper free, in chunks that this
  * thread and the helper take in turn. Returns the number of threads that were offered the job
- * (1 or 2), or minus the job's error code, or -1000 for an unknown job. */
+ * (1 or 2), or the job's (negative) error code, or AIOGE_EJOB for an unknown job. */
 int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
 {
-    if (job < 0 || job >= NJOBS)
-        return -1000;
+    if (job < 0 || job >= AIOGE_NJOBS)
+        return AIOGE_EJOB;
+    if (total < 0)
+        return AIOGE_EGEOMETRY;
     struct helper *h = split && total >= 2 ? claim() : NULL;
     if (!h) {
-        const int r = JOBS[job](args, 0, total);
-        return r ? -r : 1;
+        const int r = aioge_job(job, args, 0, total);
+        return r ? r : 1;
     }
     struct split s = {.job = job, .args = args, .total = total};
     s.nchunks = total < CHUNKS ? total : CHUNKS;
@@ -615,7 +225,7 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
     atomic_store(&s.next, 0);
     atomic_store(&s.done, 0);
     atomic_store(&s.error, 0);
-    aioge_keep_off(atomic_load(&h->tid), atomic_load_explicit(&h->cpu, memory_order_relaxed), this_cpu(), &h->excluded);
+    aioge_keep_off(atomic_load(&h->tid), atomic_load_explicit(&h->cpu, memory_order_relaxed), aioge_this_cpu(), &h->excluded);
     atomic_store(&h->current, &s);
     atomic_fetch_add(&h->posted, 1); /* sequentially consistent: pairs with the helper's sleeping flag */
     if (atomic_load(&h->sleeping)) {
@@ -638,7 +248,7 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
             sched_yield();
     atomic_store(&h->claimed, 0);
     const int err = atomic_load(&s.error);
-    return err ? -err : 2;
+    return err ? err : 2;
 }
 
 /* A native program: n jobs run in order in this thread, entries holding (job, args, total,

@@ -32,13 +32,12 @@
 #include <sys/eventfd.h>
 #endif
 
+#include "aioge.h"
+
 #define QCAP 256     /* programs queued at most (a session lets 2 x cores runs in flight) */
 #define RUNNERS 8    /* runner threads at most */
 #define QSPIN_US 300 /* how long an idle runner spins before it sleeps (as par.c's helper) */
 
-int aioge_run_jobs(const int64_t *entries, int64_t n, int split, int64_t *failed);
-void aioge_keep_off(int tid, int at, int cpu, _Atomic int *excluded); /* par.c */
-int aioge_this_cpu(void);
 
 /* A runner thread: where it is, for a pusher to keep it off the pusher's CPU (aioge_keep_off). */
 struct runner {
@@ -163,7 +162,7 @@ static void keep_runners_off(struct queue *q)
 /* A queue with `runners` threads (1 to RUNNERS), or NULL. */
 void *aioge_queue_new(int runners)
 {
-    struct queue *q = calloc(1, sizeof *q);
+    struct queue *q = aioge_calloc(sizeof *q);
     if (!q)
         return NULL;
 #ifdef __linux__
@@ -211,7 +210,7 @@ void *aioge_queue_new(int runners)
 /* The eventfd the event loop waits on (readable after an armed completion). */
 int aioge_queue_fd(void *handle) { return ((struct queue *)handle)->efd; }
 
-/* Queue the record; returns the programs queued and not yet taken, this one included, or -1
+/* Queue the record; returns the programs queued and not yet taken, this one included, or 0
  * when the queue is full (the caller runs the program itself). */
 int64_t aioge_queue_push(void *handle, int64_t *record)
 {
@@ -220,7 +219,7 @@ int64_t aioge_queue_push(void *handle, int64_t *record)
     const int64_t t = atomic_load(&q->tail), h = atomic_load(&q->head);
     if (t - h >= QCAP) {
         pthread_mutex_unlock(&q->mu);
-        return -1;
+        return 0;
     }
     q->slots[t % QCAP] = record;
     atomic_store(&q->tail, t + 1);

@@ -8,7 +8,7 @@
  * keep their state and write zeros to Y, as ONNX says; a reverse direction reads each row's
  * steps from its own length backwards.
  *
- * Geometry (rnn.h's slots): cell (0 RNN, 1 GRU, 2 LSTM), seq, batch, hidden, directions,
+ * Geometry (aioge.h's RNN_ slots): cell (0 RNN, 1 GRU, 2 LSTM), seq, batch, hidden, directions,
  * reverse (direction 0 runs backwards: "reverse"), linear_before_reset, input_forget, has_clip,
  * the strides of xw per step and per batch row, Y's per step, row and direction, then three
  * activation codes per direction (aioge.kernels.rnn's _CODES). fp: clip, then (alpha, beta) per
@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "act.h"
-#include "rnn.h"
+#include "aioge.h"
+#include "mathf.h"
 
 #define NP 16 /* columns of a packed panel of R^T: two 8-float vectors */
 
@@ -150,18 +150,18 @@ static inline int64_t panels_of(int64_t cols) { return (cols + NP - 1) / NP; }
 static int setup(const int64_t *geo, const float *fp, Rnn *s)
 {
     if (!geo)
-        return -1;
+        return AIOGE_EGEOMETRY;
     *s = (Rnn){geo, fp, geo[RNN_CELL], geo[RNN_SEQ], geo[RNN_BATCH], geo[RNN_HIDDEN], 0, 0, 0};
     if (s->cell < 0 || s->cell > 2 || s->seq < 0 || s->batch < 0 || s->n < 0 || geo[RNN_DIRS] < 1 || geo[RNN_DIRS] > 2)
-        return -1;
+        return AIOGE_EGEOMETRY;
     if (s->n > (INT64_C(1) << 16) || s->batch > (INT64_C(1) << 30) || s->seq > (INT64_C(1) << 40))
-        return -1;
+        return AIOGE_EGEOMETRY;
     for (int i = RNN_XW_ST; i <= RNN_Y_SD; i++)
         if (geo[i] < 0)
-            return -1;
+            return AIOGE_EGEOMETRY;
     for (int i = 0; i < 3 * geo[RNN_DIRS]; i++)
         if (geo[RNN_ACTS + i] < 0 || geo[RNN_ACTS + i] >= A_COUNT)
-            return -1;
+            return AIOGE_EGEOMETRY;
     s->gh = (s->cell == 0 ? 1 : s->cell == 1 ? 3 : 4) * s->n;
     /* GRU without linear_before_reset multiplies r into h before the candidate's product, so its
      * R^T is two panel sets: z and r's columns, then h's. */
@@ -174,7 +174,7 @@ static int setup(const int64_t *geo, const float *fp, Rnn *s)
 int64_t aioge_rnn_packed_floats(const int64_t *geo)
 {
     Rnn s;
-    return setup(geo, NULL, &s) ? -1 : s.packed * geo[RNN_DIRS];
+    return setup(geo, NULL, &s) ? AIOGE_EGEOMETRY : s.packed * geo[RNN_DIRS];
 }
 
 /* R (directions, G*H, H) packed for aioge_rnn into pk, which holds `floats` floats (at least
@@ -183,7 +183,7 @@ int aioge_rnn_pack(const int64_t *geo, const float *r, float *pk, int64_t floats
 {
     Rnn s;
     if (setup(geo, NULL, &s) || floats < s.packed * geo[RNN_DIRS] || (s.packed && (!r || !pk)))
-        return -1;
+        return AIOGE_EGEOMETRY;
     for (int64_t d = 0; d < geo[RNN_DIRS]; d++) {
         const float *rd = r + d * s.gh * s.n;
         float *pd = pk + d * s.packed;
@@ -207,9 +207,9 @@ static int run_direction(const Rnn *s, int d, const float *xw, const float *pk, 
     const float *ab = s->fp + 1 + 6 * d;
     const int64_t cols1 = s->cols1, p1 = panels_of(cols1), p2 = panels_of(gh - cols1);
     const size_t floats = (size_t)(B * (p1 + p2) * NP + B * n + 2 * gh + 4 * n + 64);
-    float *mem = NULL;
-    if (posix_memalign((void **)&mem, 64, floats * sizeof(float)))
-        return -2;
+    float *mem = aioge_aligned_alloc(64, floats * sizeof(float));
+    if (!mem)
+        return AIOGE_ENOMEM;
     const float *pk1 = pk + d * s->packed, *pk2 = pk1 + p1 * NP * n;
     float *g1 = mem, *g2 = g1 + B * p1 * NP, *rh = g2 + B * p2 * NP;
     float *bx = rh + B * n, *bh = bx + gh, *tmp = bh + gh;
@@ -315,15 +315,15 @@ int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float 
 {
     Rnn s;
     if (setup(geo, fp, &s) || !fp || d0 < 0 || d1 > geo[RNN_DIRS] || d0 > d1)
-        return -1;
+        return AIOGE_EGEOMETRY;
     if (lens)
         for (int64_t b = 0; b < s.batch; b++)
             if (lens[b] < 0 || lens[b] > s.seq)
-                return -1;
+                return AIOGE_EGEOMETRY;
     if (s.seq == 0 || s.batch == 0 || s.n == 0)
         return 0;
     if (!xw || !pk || pk_floats < s.packed * geo[RNN_DIRS] || ((uintptr_t)pk & 31) || !y || !h || (s.cell == 2 && !c))
-        return -1;
+        return AIOGE_EGEOMETRY;
     for (int64_t d = d0; d < d1; d++) {
         const int err = run_direction(&s, (int)d, xw, pk, bias, peep, lens, y, h, c);
         if (err)

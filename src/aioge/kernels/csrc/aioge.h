@@ -1,0 +1,184 @@
+/* The C tier's one contract with Python (aioge.kernels.native) and between its files: every
+ * exported function, the jobs of aioge_par_run, the error codes and the activation codes.
+ * Every .c file of this folder includes it; tests/engines/test_native_header.py parses it and
+ * checks native.py's job numbers, activation codes and ctypes signatures against it.
+ * AIOGE_ABI bumps with any change here (module.c's aioge_native_abi returns it).
+ *
+ * One error rule: a function that can fail returns 0 (or a count) on success and a negative
+ * AIOGE_E* code on failure, never a positive one; aioge_par_run and aioge_run_jobs pass a
+ * job's negative code on unchanged, and the Python side raises on any negative return. */
+#ifndef AIOGE_H
+#define AIOGE_H
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define AIOGE_ABI 16
+
+enum aioge_error {
+    AIOGE_OK = 0,
+    AIOGE_ENOMEM = -1,    /* a scratch buffer could not be allocated (nothing written) */
+    AIOGE_EGEOMETRY = -2, /* the geometry does not fit the buffer sizes it came with (nothing written) */
+    AIOGE_EJOB = -1000,   /* an unknown job */
+};
+
+/* The jobs of aioge_par_run (jobs.c's JOBS[] in this order); their argument blocks are
+ * described beside each job in jobs.c. The windowed ones (the convolutions, pools and phase
+ * images) end with the sizes in floats of the buffers they read and write, checked against
+ * their geometry at entry (a job whose geometry reaches past them writes nothing and returns
+ * AIOGE_EGEOMETRY): the geometry comes from descs a crafted .om could have made up. */
+enum aioge_job {
+    JOB_GEMM = 0,
+    JOB_CONV_DIRECT = 1,
+    JOB_CONV_T = 2,
+    JOB_DEPTHWISE = 3,
+    JOB_ACTIVATION = 4,
+    JOB_PACK = 5,
+    JOB_GEMV_T = 6,
+    JOB_CHAIN = 7,
+    JOB_POOL = 8,
+    JOB_CONV_IMAGES = 9,
+    JOB_SQUEEZE = 10,
+    JOB_CONV_GROUPED = 11,
+    JOB_GEMV_N = 12,
+    JOB_CONV_LOCAL = 13,
+    JOB_SOFTMAX = 14,
+    JOB_LAYERNORM = 15,
+    JOB_PHASES = 16,
+    JOB_GLOBAL_MEAN = 17,
+    JOB_STRIDED = 18,
+    JOB_BINARY = 19,
+    JOB_SGEMM = 20,
+    AIOGE_NJOBS = 21,
+};
+
+/* The activations the C kernels apply (norm.c computes them; the convolutions of conv.c and
+ * gemm.c apply one to each output tile while it is still in L1). */
+enum aioge_act {
+    ACT_NONE = 0,
+    ACT_ERF = 1,
+    ACT_GELU = 2,
+    ACT_GELU_TANH = 3,
+    ACT_SIGMOID = 4,
+    ACT_SWISH = 5,
+    ACT_HARDSIGMOID = 6,
+    ACT_HARDSWISH = 7,
+    ACT_RELU = 8,
+    ACT_LEAKY_RELU = 9,
+    ACT_CLIP = 10,
+};
+
+/* A float32 parameter travelling in an int64 geometry slot as its bit pattern. */
+static inline float aioge_float_of(int64_t bits)
+{
+    const int32_t b = (int32_t)bits;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/* Whether a buffer of `have` values holds a * b * c * d of them (computed without overflow; a
+ * negative factor never fits): the checked boundary's one test. */
+static inline int aioge_fits(int64_t have, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    if (a < 0 || b < 0 || c < 0 || d < 0)
+        return 0;
+    return (__int128)have >= (__int128)a * b * c * d;
+}
+
+/* module.c */
+int aioge_native_abi(void);
+
+/* alloc.c: every allocation of the tier, which tests can make fail (the nth from now) */
+void *aioge_malloc(size_t n);
+void *aioge_calloc(size_t n);
+void *aioge_aligned_alloc(size_t align, size_t n);
+void aioge_fail_alloc(int64_t nth);
+
+/* conv.c */
+int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
+                             int64_t p0, int64_t p1);
+int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t average, int32_t include_pad,
+                     int32_t per_pixel, int64_t p0, int64_t p1);
+
+/* gemm.c */
+/* The checked boundary of the direct convolutions: whether buffers of xn and yn floats hold
+ * what geometry g reaches (x itself with reads_x, else its stride-phase image; y whole). */
+int aioge_conv_fits(const int64_t *g, int64_t xn, int64_t yn, int reads_x);
+int aioge_conv_gemm_mr(void);
+int aioge_conv_gemm_nr(void);
+float *aioge_thread_scratch(int slot, size_t n);
+void aioge_conv_phases_f32(const float *x, float *xph, const int64_t *g);
+int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                          const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1);
+int aioge_conv_direct_images_f32(const float *x, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                                 const int64_t *g, int64_t n0, int64_t n1);
+int aioge_conv_direct_local_f32(const float *x, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                                const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1);
+void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, const float *bias, float *y, int64_t ldy,
+                           int64_t N, int64_t K, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
+int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                     const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1);
+void aioge_pack_columns_f32(const float *b, int64_t sk, int64_t sn, int64_t K, int64_t N, float *bpack, int64_t p0,
+                            int64_t p1);
+void aioge_gemv_t_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t n0,
+                      int64_t n1);
+int aioge_gemv_n_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t N,
+                     int act, float p0, float p1, int64_t g0, int64_t g1);
+
+/* norm.c */
+void aioge_layernorm_f32(const float *x, const float *scale, const float *bias, float *y, float *mean_out, float *inv_out,
+                         int64_t width, float eps, int64_t r0, int64_t r1);
+void aioge_softmax_f32(const float *x, float *y, int64_t width, int log_form, int64_t r0, int64_t r1);
+/* y[i] = act(x[i] + bias[i]) for i < n (no bias when it is NULL); y may be x. p0, p1: Swish's
+ * alpha, HardSigmoid's alpha and beta, LeakyRelu's alpha, Clip's bounds. */
+void aioge_act_span(const float *x, const float *bias, float *y, int64_t n, int act, float p0, float p1);
+void aioge_activation_f32(const float *x, float *y, int act, float p0, float p1, int64_t n0, int64_t n1);
+void aioge_bias_activation_f32(const float *x, const float *bias, float *y, int64_t width, int act, float p0, float p1,
+                               int64_t r0, int64_t r1);
+void aioge_channel_chain_f32(const float *x, float *y, int64_t C, int64_t hw, int64_t nsteps, const int64_t *ops,
+                             const float *const *k, int act, float a0, float a1, int64_t p0, int64_t p1);
+int aioge_squeeze_f32(const float *x, const float *w1t, const float *b1, const float *w2t, const float *b2, float *scale,
+                      int64_t C, int64_t hw, int64_t C1, const int64_t *acts, int64_t i0, int64_t i1);
+
+/* jobs.c */
+int aioge_job(int job, const int64_t *args, int64_t lo, int64_t hi);
+
+/* par.c */
+int aioge_par_run(int job, const int64_t *args, int64_t total, int split);
+int aioge_run_jobs(const int64_t *entries, int64_t n, int split, int64_t *failed);
+int aioge_par_helpers(void);
+
+/* affinity.c */
+int aioge_allowed_cpus(void);
+int aioge_this_cpu(void);
+void aioge_keep_off(int tid, int at, int cpu, _Atomic int *excluded);
+
+/* queue.c */
+void *aioge_queue_new(int runners);
+int aioge_queue_fd(void *handle);
+int64_t aioge_queue_push(void *handle, int64_t *record);
+int aioge_queue_take(void *handle);
+int64_t aioge_queue_arm(void *handle);
+void aioge_queue_free(void *handle);
+
+/* rnn.c: the recurrences of RNN, GRU and LSTM (geometry slots RNN_*) */
+enum {
+    RNN_CELL, RNN_SEQ, RNN_BATCH, RNN_HIDDEN, RNN_DIRS, RNN_REVERSE, RNN_LBR, RNN_COUPLE, RNN_HAS_CLIP,
+    RNN_XW_ST, RNN_XW_SB, RNN_Y_ST, RNN_Y_SB, RNN_Y_SD, RNN_ACTS, /* 3 codes per direction */
+    RNN_GEO = RNN_ACTS + 6
+};
+
+/* The floats of R^T packed for every direction (aioge_rnn_pack's pk), or -1 on a bad geometry. */
+int64_t aioge_rnn_packed_floats(const int64_t *geo);
+
+/* R (directions, G*H, H) packed into pk (floats long, 32-byte aligned); 0, or -1 on a bad
+ * geometry or a short pk. */
+int aioge_rnn_pack(const int64_t *geo, const float *r, float *pk, int64_t floats);
+
+/* Runs directions [d0, d1) of one recurrent layer; 0 on success, negative on bad geometry (-1)
+ * or no memory for scratch (-2). */
+int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float *pk, int64_t pk_floats, const float *bias,
+              const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1);
+
+#endif

@@ -1,0 +1,520 @@
+/* A 2-D convolution (group 1, float32, NCHW) as a GEMM with its own micro-kernel:
+ *
+ *     y[n, m, p] = bias[m] + sum_k W[m, k] * x_k[n, p]      k = (c, ky, kx), p = (oh, ow)
+ *
+ * The weight is packed once by the caller (aioge.kernels.conv_algos.pack_rows) into blocks of
+ * MR rows, k-major: wpack[mb][k][MR] (rows past M are zero). The micro-kernel holds an
+ * MR x (16 * nv) tile in vector registers (6 x 64: 24 of the 32 512-bit registers; GCC lowers
+ * the 64-byte vectors to pairs of 256-bit ones without AVX-512): per k, nv vector loads of the
+ * input, MR broadcasts of the weight and 6 * nv multiply-adds. KC values of k at a time, so
+ * the input they read stays in L1 while every MR-row block of the weight runs over it; the
+ * products accumulate in a per-thread buffer of the panel's M rows, which gets the bias and
+ * goes to y when the panel is done.
+ *
+ * The caller hands each thread a range of panels (or of MR-row blocks when there is one
+ * panel), so two threads never write the same outputs.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "aioge.h"
+#include "tile.h"
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+/* geometry: C, H, W, M, KH, KW, SH, SW, DH, DW, PT, PL, OH, OW, N */
+enum { G_C, G_H, G_W, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_PT, G_PL, G_OH, G_OW, G_N, G_LEN };
+int aioge_conv_gemm_mr(void) { return MR; }
+int aioge_conv_gemm_nr(void) { return NR; }
+
+/* -- direct: no im2col at all ------------------------------------------------------------------
+ *
+ * With the input split into its stride phases (xph[n][c][py][px][i][j] = x[n][c][i*SH + py - PT]
+ * [j*SW + px - PL], zero outside x), every kernel tap reads one phase plane at a fixed offset
+ * with unit stride, and over the flattened positions q = oh * WPH + ow of an output plane
+ * WPH wide those reads are contiguous: tap k reads xph + koff[k] + q. So the micro-kernel loads
+ * its NR positions straight from xph and nothing is packed. The WPH - OW columns past each
+ * output row are computed and dropped (2 of 58 for a 3x3 kernel on 56 columns).
+ */
+
+/* geometry: C, H, W, M, KH, KW, SH, SW, DH, DW, PT, PL, OH, OW, N, HPH, WPH, IMAGE (floats per image of
+ * xph), then the activation applied to the outputs: aioge.h's code and its parameters' float32 bits,
+ * row panels (G_ROWS) and their weight rows per block (G_MR: MR, or MR8 with G_ROWS) */
+enum { G_HPH = G_LEN, G_WPH, G_IMAGE, G_ACT, G_ACT_P0, G_ACT_P1, G_ROWS, G_MR, G_DIRECT_LEN };
+
+int aioge_conv_fits(const int64_t *g, int64_t xn, int64_t yn, int reads_x)
+{
+    const int fits_x = reads_x ? aioge_fits(xn, g[G_N], g[G_C], g[G_H], g[G_W]) : aioge_fits(xn, g[G_N], g[G_IMAGE], 1, 1);
+    return fits_x && aioge_fits(yn, g[G_N], g[G_M], g[G_OH], g[G_OW]);
+}
+
+/* Rows [i0, i1) of every phase plane of one image: x one image of C planes, xph its IMAGE floats. */
+static void phases_rows(const float *restrict x, float *restrict img, const int64_t *g, int64_t i0, int64_t i1)
+{
+    const int64_t C = g[G_C], H = g[G_H], W = g[G_W], SH = g[G_SH], SW = g[G_SW];
+    const int64_t PT = g[G_PT], PL = g[G_PL], HPH = g[G_HPH], WPH = g[G_WPH];
+    for (int64_t c = 0; c < C; c++) {
+        const float *plane = x + c * H * W;
+        for (int64_t py = 0; py < SH; py++)
+            for (int64_t px = 0; px < SW; px++) {
+                float *dst = img + ((c * SH + py) * SW + px) * HPH * WPH;
+                /* columns j whose source column j * SW + px - PL lies in [0, W) */
+                int64_t lo = PL - px <= 0 ? 0 : (PL - px + SW - 1) / SW;
+                int64_t hi = W - 1 + PL - px < 0 ? 0 : (W - 1 + PL - px) / SW + 1;
+                if (hi > WPH)
+                    hi = WPH;
+                if (lo > hi)
+                    lo = hi;
+                for (int64_t i = i0; i < i1; i++) {
+                    float *restrict row = dst + i * WPH;
+                    const int64_t ih = i * SH + py - PT;
+                    if (ih < 0 || ih >= H) {
+                        for (int64_t j = 0; j < WPH; j++)
+                            row[j] = 0.0f;
+                        continue;
+                    }
+                    const float *restrict src = plane + ih * W + px - PL;
+                    for (int64_t j = 0; j < lo; j++)
+                        row[j] = 0.0f;
+                    if (SW == 1)
+                        for (int64_t j = lo; j < hi; j++)
+                            row[j] = src[j];
+                    else if (SW == 2) /* a constant stride vectorises (loads and permutes): a 3x224x224 stem 49 -> 26 us */
+                        for (int64_t j = lo; j < hi; j++)
+                            row[j] = src[2 * j];
+                    else
+                        for (int64_t j = lo; j < hi; j++)
+                            row[j] = src[j * SW];
+                    for (int64_t j = hi; j < WPH; j++)
+                        row[j] = 0.0f;
+                }
+            }
+    }
+}
+
+/* One image's stride phases: x one image of C planes, xph its IMAGE floats (zero past what the
+ * phases use). */
+static void phases_image(const float *restrict x, float *restrict img, const int64_t *g)
+{
+    const int64_t used = g[G_C] * g[G_SH] * g[G_SW] * g[G_HPH] * g[G_WPH];
+    for (int64_t t = used; t < g[G_IMAGE]; t++)
+        img[t] = 0.0f;
+    phases_rows(x, img, g, 0, g[G_HPH]);
+}
+
+void aioge_conv_phases_f32(const float *restrict x, float *restrict xph, const int64_t *g)
+{
+    for (int64_t n = 0; n < g[G_N]; n++)
+        phases_image(x + n * g[G_C] * g[G_H] * g[G_W], xph + n * g[G_IMAGE], g);
+}
+
+/* A tile of mr weight rows (MR, or MR8 for row panels over M a multiple of 8: no rows of zeros
+ * computed, as MR = 6 computes 36 for 32 channels) by nv vectors of positions, over kc taps. */
+static inline __attribute__((always_inline)) void
+dtile_m(const int mr, int nv, int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff,
+        float *restrict c, int first)
+{
+    v16 acc[MR8][4];
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++)
+            acc[i][v] = first ? (v16){0} : *(const v16 *)(c + i * NR + 16 * v);
+    for (int64_t k = 0; k < kc; k++) {
+        const float *b = xq + koff[k];
+        v16 bv[4];
+        for (int v = 0; v < nv; v++)
+            bv[v] = *(const v16u *)(b + 16 * v);
+        for (int i = 0; i < mr; i++) {
+            float s = a[k * mr + i];
+            for (int v = 0; v < nv; v++)
+                acc[i][v] += s * bv[v];
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++)
+            *(v16 *)(c + i * NR + 16 * v) = acc[i][v];
+}
+
+/* A whole tile over all of K, straight from the registers to the first ``rows`` of its MR rows
+ * of y (ldy apart), ``ncols`` columns each (the last vector's tail masked off), with each row's
+ * bias added as the copy-out adds it and the activation applied after: for a conv whose tile
+ * columns are consecutive outputs of a row of y (a 1x1 conv at stride 1 read in place, or a
+ * row panel) and K in one block. A small-K conv (EfficientNet's 16->96 1x1 at 112x112, K = 16)
+ * spent as long on the round trip through the accumulator buffer as on its multiply-adds. */
+static inline __attribute__((always_inline)) void
+dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff,
+          float *restrict y, int64_t ldy, int64_t rows, int64_t ncols, const float *restrict bias, int act, float p0, float p1)
+{
+    v16 acc[MR8][4];
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            acc[i][v] = (v16){0};
+    for (int64_t k = 0; k < kc; k++) {
+        const float *b = xq + koff[k];
+        v16 bv[4];
+        for (int v = 0; v < nv; v++)
+            bv[v] = *(const v16u *)(b + 16 * v);
+        for (int i = 0; i < mr; i++) {
+            float s = a[k * mr + i];
+            for (int v = 0; v < nv; v++)
+                acc[i][v] += s * bv[v];
+        }
+    }
+#ifdef __AVX512F__
+    const int relu = act == ACT_RELU; /* in the registers (act_span's rule: NaN and x > 0 kept), not a pass per row */
+#else
+    const int relu = 0;
+#endif
+    /* unrolled over the constant mr (rows <= mr stops it early), so acc never leaves the registers */
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++) {
+        if (i >= rows)
+            break;
+        const float add = bias ? bias[i] : 0.0f;
+        float *yr = y + i * ldy;
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            v16 out = acc[i][v] + add;
+#ifdef __AVX512F__
+            if (relu)
+                out = (v16)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)out, _mm512_setzero_ps(), _CMP_NLE_UQ), (__m512)out);
+#endif
+            if (16 * v + 16 <= ncols) {
+                *(v16u *)(yr + 16 * v) = out;
+            } else { /* a masked store: memcpy of the tail cost a quarter of SqueezeNet's stem */
+#ifdef __AVX512F__
+                _mm512_mask_storeu_ps(yr + 16 * v, (__mmask16)((1u << (ncols - 16 * v)) - 1), (__m512)out);
+#else
+                for (int64_t j = 16 * v; j < ncols; j++)
+                    yr[j] = out[j - 16 * v];
+#endif
+            }
+        }
+        if (act && !relu)
+            aioge_act_span(yr, NULL, yr, ncols, act, p0, p1);
+    }
+}
+
+typedef void (*dout_fn)(int64_t, const float *, const float *, const int64_t *, float *, int64_t, int64_t, int64_t,
+                        const float *, int, float, float);
+#define DOUT(M, NV)                                                                                                      \
+    static void dout##M##_##NV(int64_t kc, const float *a, const float *xq, const int64_t *o, float *y, int64_t ldy,      \
+                               int64_t r, int64_t nc, const float *b, int act, float p0, float p1)                        \
+    {                                                                                                                    \
+        dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, act, p0, p1);                                                   \
+    }
+DOUT(6, 1)
+DOUT(6, 2)
+DOUT(6, 3)
+DOUT(6, 4)
+DOUT(8, 1)
+DOUT(8, 2)
+DOUT(8, 3)
+static const dout_fn DOUTS[5] = {0, dout6_1, dout6_2, dout6_3, dout6_4};
+static const dout_fn DOUTS8[4] = {0, dout8_1, dout8_2, dout8_3}; /* 8 x 3 vectors: 24 accumulators, as 6 x 4 */
+
+typedef void (*dtile_fn)(int64_t, const float *, const float *, const int64_t *, float *, int);
+#define DTILE(M, NV)                                                                                                       \
+    static void dtile##M##_##NV(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f)            \
+    {                                                                                                                      \
+        dtile_m(M, NV, kc, a, b, o, c, f);                                                                                 \
+    }
+DTILE(6, 1)
+DTILE(6, 2)
+DTILE(6, 3)
+DTILE(6, 4)
+DTILE(8, 1)
+DTILE(8, 2)
+DTILE(8, 3)
+static const dtile_fn DTILES[5] = {0, dtile6_1, dtile6_2, dtile6_3, dtile6_4};
+static const dtile_fn DTILES8[4] = {0, dtile8_1, dtile8_2, dtile8_3};
+
+
+/* Panels per image: of NR flattened positions, or with G_ROWS of up to NR outputs of one row. */
+static int64_t row_panel(const int64_t *g) { return g[G_MR] == MR8 ? NR8 : NR; }
+static int64_t block_rows(const int64_t *g) { return g[G_ROWS] && g[G_MR] == MR8 ? MR8 : MR; }
+
+static int64_t panels_per_image(const int64_t *g)
+{
+    if (g[G_ROWS])
+        return g[G_OH] * ((g[G_OW] + row_panel(g) - 1) / row_panel(g));
+    return ((g[G_OH] - 1) * g[G_WPH] + g[G_OW] + NR - 1) / NR;
+}
+
+/* Panels [p0, p1) of NR flattened positions (image-major), or with the geometry's G_ROWS of up
+ * to NR outputs of one output row (image-, then row-major: no junk columns, and with K in one
+ * block every tile goes straight to y), and MR-row blocks [mb0, mb1) of y, reading xph (aioge_conv_phases_f32, or x itself for a 1x1 kernel at stride 1 without pads)
+ * at the offsets koff[k] of the K taps. Returns AIOGE_ENOMEM when the work buffer cannot be
+ * had, AIOGE_EGEOMETRY for a geometry without taps (K = 0: the caller computes the bias), and
+ * does nothing for an empty output. */
+int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                          const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1)
+{
+    if (p0 >= p1 || mb0 >= mb1 || g[G_OH] <= 0 || g[G_OW] <= 0 || g[G_M] <= 0 || g[G_N] <= 0)
+        return AIOGE_OK;
+    if (g[G_C] <= 0 || g[G_KH] <= 0 || g[G_KW] <= 0 || g[G_WPH] <= 0 || p0 < 0 || mb0 < 0)
+        return AIOGE_EGEOMETRY;
+    const int64_t C = g[G_C], M = g[G_M], OH = g[G_OH], OW = g[G_OW], WPH = g[G_WPH], IMAGE = g[G_IMAGE];
+    const int64_t K = C * g[G_KH] * g[G_KW], P = OH * OW, Q = (OH - 1) * WPH + OW;
+    const int act = (int)g[G_ACT];
+    const float act_p0 = aioge_float_of(g[G_ACT_P0]), act_p1 = aioge_float_of(g[G_ACT_P1]);
+    const int64_t per_image = panels_per_image(g);
+    const int64_t rows = (mb1 - mb0) * block_rows(g);
+    const int64_t kblocks = (K + KC - 1) / KC, kstep = (K + kblocks - 1) / kblocks;
+    float *acc = accumulator((size_t)(rows > 0 ? rows : 1) * NR);
+    if (!acc)
+        return AIOGE_ENOMEM;
+    if (g[G_ROWS]) { /* row panels: up to nr outputs of one output row, never a junk column */
+        const int64_t mr = block_rows(g), nr = row_panel(g), per_row = (OW + nr - 1) / nr;
+        const dout_fn *outs = mr == MR8 ? DOUTS8 : DOUTS;
+        const dtile_fn *tiles = mr == MR8 ? DTILES8 : DTILES;
+        for (int64_t q = p0; q < p1; q++) {
+            const int64_t n = q / per_image, oh = q % per_image / per_row, c0 = q % per_row * nr;
+            const int64_t ncols = OW - c0 < nr ? OW - c0 : nr, nv = (ncols + 15) / 16;
+            const float *xq = xph + n * IMAGE + oh * WPH + c0;
+            float *yq = y + n * M * P + oh * OW + c0;
+            for (int64_t mb = mb0; mb < mb1 && mb * mr < M; mb++) {
+                const int64_t rows = M - mb * mr < mr ? M - mb * mr : mr;
+                const float *b = bias ? bias + mb * mr : 0;
+                if (kblocks == 1) {
+                    outs[nv](K, wpack + mb * K * mr, xq, koff, yq + mb * mr * P, P, rows, ncols, b, act, act_p0, act_p1);
+                    continue;
+                }
+                for (int64_t k0 = 0; k0 < K; k0 += kstep)
+                    tiles[nv](K - k0 < kstep ? K - k0 : kstep, wpack + mb * K * mr + k0 * mr, xq, koff + k0, acc, k0 == 0);
+                for (int64_t r = 0; r < rows; r++) {
+                    float *src = acc + r * NR, *dst = yq + (mb * mr + r) * P;
+                    for (int64_t j = 0; j < ncols; j++)
+                        dst[j] = src[j] + (b ? b[r] : 0.0f);
+                    if (act)
+                        aioge_act_span(dst, NULL, dst, ncols, act, act_p0, act_p1);
+                }
+            }
+        }
+        return 0;
+    }
+    const int in_rows = kblocks == 1 && WPH == OW; /* a full panel is NR consecutive outputs of a row of y */
+    for (int64_t q = p0; q < p1; q++) {
+        const int64_t n = q / per_image, start = (q % per_image) * NR;
+        const int64_t ncols = Q - start < NR ? Q - start : NR;
+        const dtile_fn fn = DTILES[(ncols + 15) / 16];
+        const float *xq = xph + n * IMAGE + start;
+        float *yn = y + n * M * P;
+        /* blocks below ``straight`` go from the registers to y (dtile_out); the rest through acc */
+        const int64_t straight = in_rows && ncols == NR ? (M / MR < mb1 ? M / MR : mb1) : mb0;
+        for (int64_t mb = mb0; mb < straight; mb++)
+            dout6_4(K, wpack + mb * K * MR, xq, koff, yn + mb * MR * P + start, P, MR, NR, bias ? bias + mb * MR : 0, act, act_p0,
+                  act_p1);
+        const int64_t first = straight > mb0 ? straight : mb0;
+        for (int64_t k0 = 0; k0 < K; k0 += kstep) {
+            const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
+            for (int64_t mb = first; mb < mb1; mb++)
+                fn(kc, wpack + mb * K * MR + k0 * MR, xq, koff + k0, acc + (mb - mb0) * MR * NR, k0 == 0);
+        }
+        for (int64_t r = (first - mb0) * MR; r < rows; r++) {
+            const int64_t m = mb0 * MR + r;
+            if (m >= M)
+                break;
+            const float add = bias ? bias[m] : 0.0f;
+            float *src = acc + r * NR;
+            for (int64_t j = 0; j < ncols; j++)
+                src[j] += add;
+            if (act)
+                aioge_act_span(src, NULL, src, ncols, act, act_p0, act_p1);
+            float *dst = yn + m * P;
+            /* flattened positions start + j: row oh = (start + j) / WPH, kept when its column < OW */
+            for (int64_t j = 0; j < ncols;) {
+                const int64_t qq = start + j, oh = qq / WPH, ow = qq % WPH;
+                const int64_t run = WPH - ow < ncols - j ? WPH - ow : ncols - j;
+                const int64_t keep = ow < OW ? (OW - ow < run ? OW - ow : run) : 0;
+                float *restrict d = dst + oh * OW + ow;
+                const float *restrict s = src + j;
+                for (int64_t t = 0; t < keep; t++)
+                    d[t] = s[t];
+                j += run;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Images [n0, n1) of x whole: each one's stride phases built in this thread's own buffer right
+ * before its panels read them. Building the whole batch's phases up front in the caller cost
+ * the builder CNN's 16->32 3x3 conv at batch 8 49 of its 170 us, three times as long as the
+ * same copy alone: the helper had read the buffer last, so every line of it moved between the
+ * cores; here a buffer never leaves its thread and the copy splits with the work. */
+int aioge_conv_direct_images_f32(const float *x, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                                 const int64_t *g, int64_t n0, int64_t n1)
+{
+    const int64_t image = g[G_C] * g[G_H] * g[G_W], P = g[G_OH] * g[G_OW];
+    const int64_t per_img = panels_per_image(g);
+    if (n0 >= n1 || g[G_OH] <= 0 || g[G_OW] <= 0 || g[G_M] <= 0)
+        return AIOGE_OK;
+    float *img = aioge_thread_scratch(2, (size_t)g[G_IMAGE]);
+    if (!img)
+        return AIOGE_ENOMEM;
+    for (int64_t n = n0; n < n1; n++) {
+        phases_image(x + n * image, img, g);
+        /* the panels of image 0 of a one-image xph, written to image n of y */
+        const int err = aioge_conv_direct_f32(img, wpack, koff, bias, y + n * g[G_M] * P, g, 0, per_img, 0,
+                                              (g[G_M] + block_rows(g) - 1) / block_rows(g));
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+/* Panels [p0, p1) (image-major, as aioge_conv_direct_f32 numbers them) and MR-row blocks
+ * [mb0, mb1) of y, x read through this thread's own phase rows: for each image's share, only
+ * the phase rows its panels' outputs read are built, here, right before they are read (two
+ * threads that split the blocks both build all of them). Building the whole phase image in the caller
+ * before a split made the helper pull every line of it from the caller's core: the builder
+ * CNN's 16->32 3x3 conv at batch 1 took 63-69 us split against 28 whole (25.5 split on phases
+ * already in both caches). Rows outside the share hold whatever the buffer held: only junk
+ * columns and masked lanes read them. Returns 1 when a buffer cannot be had. */
+int aioge_conv_direct_local_f32(const float *x, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                                const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1)
+{
+    const int64_t image = g[G_C] * g[G_H] * g[G_W], P = g[G_OH] * g[G_OW], per_img = panels_per_image(g);
+    const int64_t OH = g[G_OH], OW = g[G_OW], WPH = g[G_WPH], HPH = g[G_HPH];
+    if (p0 >= p1 || mb0 >= mb1 || OH <= 0 || OW <= 0 || g[G_M] <= 0)
+        return AIOGE_OK;
+    if (g[G_SH] <= 0)
+        return AIOGE_EGEOMETRY;
+    const int64_t reach = (g[G_KH] - 1) * g[G_DH] / g[G_SH]; /* phase rows below an output row that its taps read */
+    float *img = aioge_thread_scratch(2, (size_t)g[G_IMAGE]);
+    if (!img)
+        return AIOGE_ENOMEM;
+    const int64_t used = g[G_C] * g[G_SH] * g[G_SW] * HPH * WPH;
+    for (int64_t t = used; t < g[G_IMAGE]; t++)
+        img[t] = 0.0f;
+    for (int64_t q = p0; q < p1;) {
+        const int64_t n = q / per_img, q0 = q % per_img, q1 = (p1 - n * per_img < per_img ? p1 - n * per_img : per_img);
+        int64_t r0, r1; /* the output rows of panels [q0, q1) of this image */
+        if (g[G_ROWS]) {
+            const int64_t per_row = (OW + row_panel(g) - 1) / row_panel(g);
+            r0 = q0 / per_row;
+            r1 = (q1 - 1) / per_row + 1;
+        } else {
+            r0 = q0 * NR / WPH;
+            r1 = ((q1 * NR < (OH - 1) * WPH + OW ? q1 * NR : (OH - 1) * WPH + OW) - 1) / WPH + 1;
+        }
+        phases_rows(x + n * image, img, g, r0, r1 + reach < HPH ? r1 + reach : HPH);
+        const int err = aioge_conv_direct_f32(img, wpack, koff, bias, y + n * g[G_M] * P, g, q0, q1, mb0, mb1);
+        if (err)
+            return err;
+        q = n * per_img + q1;
+    }
+    return 0;
+}
+
+/* conv_t prefetches the weight panel this many rows ahead: a deep layer's weight streams from
+ * L3 once per call (ResNet's 512x512x3x3, 9.4 MB, for a 7x7 plane: 1.85 -> 1.68 ms, one core) */
+#define PF_ROWS 16
+#define KCT 256 /* conv_t: K values at a time, a 64 KB block of a weight panel */
+
+/* -- convolutions on small planes: y^T = patches^T @ W^T ---------------------------------------
+ *
+ * conv_direct puts positions in the vector lanes; a 7x7 plane fills 49 of 64 and a 14x14 one
+ * wastes the panel tails, and the 1x1 convs of EfficientNet's and MobileNet's last stages and
+ * ResNet's 7x7 and 14x14 layers ran at 30-60 GMAC/s through it or through BLAS. Here the roles
+ * swap: output channels go in the lanes, from W^T packed once into panels of NR channels
+ * (pack_columns, as for a GEMM's B), and MR output positions are broadcast straight from the
+ * stride-phase image, tap k of position q at xph[q + koff[k]] (the offsets of conv_direct; a
+ * 1x1 conv at stride 1 without pads reads x itself, koff[k] = k * P). Over all of K at once (a
+ * K x NR panel stays in L2); the MR x NR tile goes out transposed, the MR positions of each
+ * channel side by side in y. Only valid positions are computed: the junk columns past OW that
+ * conv_direct computes and drops are skipped.
+ */
+static inline __attribute__((always_inline)) void
+ttile(int nv, int64_t kc, const float *const *restrict r, const int64_t *restrict koff, const float *restrict b,
+      float *restrict part, int first, const float *restrict bias)
+{
+    const float *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3], *r4 = r[4], *r5 = r[5];
+    v16 acc[MR][4];
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < nv; v++)
+            acc[i][v] = !first ? *(const v16 *)(part + i * NR + 16 * v) : bias ? *(const v16u *)(bias + 16 * v) : (v16){0};
+    for (int64_t k = 0; k < kc; k++) {
+        const int64_t o = koff[k];
+        v16 bv[4];
+        for (int v = 0; v < nv; v++) {
+            bv[v] = *(const v16u *)(b + k * NR + 16 * v);
+            __builtin_prefetch(b + (k + PF_ROWS) * NR + 16 * v, 0, 3);
+        }
+        const float s[MR] = {r0[o], r1[o], r2[o], r3[o], r4[o], r5[o]};
+        for (int i = 0; i < MR; i++)
+            for (int v = 0; v < nv; v++)
+                acc[i][v] += s[i] * bv[v];
+    }
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < nv; v++)
+            *(v16 *)(part + i * NR + 16 * v) = acc[i][v];
+}
+
+typedef void (*ttile_fn)(int64_t, const float *const *, const int64_t *, const float *, float *, int, const float *);
+#define TTILE(NV)                                                                                                      \
+    static void ttile##NV(int64_t kc, const float *const *r, const int64_t *koff, const float *b, float *part, int first, \
+                          const float *bias)                                                                           \
+    {                                                                                                                  \
+        ttile(NV, kc, r, koff, b, part, first, bias);                                                                  \
+    }
+TTILE(1)
+TTILE(2)
+TTILE(3)
+TTILE(4)
+static const ttile_fn TTILES[5] = {0, ttile1, ttile2, ttile3, ttile4};
+
+/* y[n][m][p] = bias[m] + sum_k xph[n][q(p) + koff[k]] * W[m][k] for the images and MR-position
+ * blocks u = n * blocks + block in [u0, u1) and the panels [p0, p1) of NR output channels;
+ * q(p) = (p / OW) * WPH + p % OW. wpack = pack_columns(W^T), W of M rows of K = C * KH * KW. */
+int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
+                     const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1)
+{
+    if (u0 >= u1 || p0 >= p1 || g[G_OH] <= 0 || g[G_OW] <= 0 || g[G_M] <= 0)
+        return AIOGE_OK;
+    if (g[G_C] <= 0 || g[G_KH] <= 0 || g[G_KW] <= 0 || u0 < 0 || p0 < 0)
+        return AIOGE_EGEOMETRY;
+    const int64_t M = g[G_M], OW = g[G_OW], WPH = g[G_WPH], IMAGE = g[G_IMAGE];
+    const int64_t K = g[G_C] * g[G_KH] * g[G_KW], P = g[G_OH] * OW, blocks = (P + MR - 1) / MR;
+    const int act = (int)g[G_ACT];
+    const float act_p0 = aioge_float_of(g[G_ACT_P0]), act_p1 = aioge_float_of(g[G_ACT_P1]);
+    const int64_t kblocks = (K + KCT - 1) / KCT, kstep = (K + kblocks - 1) / kblocks;
+    float *parts = accumulator((size_t)(u1 > u0 ? u1 - u0 : 1) * MR * NR); /* each unit's tile between K blocks */
+    if (!parts)
+        return AIOGE_ENOMEM;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t col0 = p * NR, ncols = M - col0 < NR ? M - col0 : NR;
+        const ttile_fn fn = TTILES[(ncols + 15) / 16];
+        float bpad[NR] __attribute__((aligned(64))) = {0};
+        for (int64_t j = 0; bias && j < ncols; j++)
+            bpad[j] = bias[col0 + j];
+        const float *bp = wpack + p * K * NR;
+        for (int64_t k0 = 0; k0 < K; k0 += kstep) {
+            const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
+            const int last = k0 + kc == K;
+            for (int64_t u = u0; u < u1; u++) {
+                const int64_t n = u / blocks, q = (u % blocks) * MR, mv = P - q < MR ? P - q : MR;
+                const float *r[MR];
+                for (int64_t i = 0; i < MR; i++) {
+                    const int64_t pos = q + (i < mv ? i : mv - 1);
+                    r[i] = xph + n * IMAGE + (pos / OW) * WPH + pos % OW;
+                }
+                float *part = parts + (u - u0) * MR * NR;
+                fn(kc, r, koff + k0, bp + k0 * NR, part, k0 == 0, bias ? bpad : 0);
+                if (!last)
+                    continue; /* more of K to come */
+                for (int64_t i = 0; act && i < mv; i++)
+                    aioge_act_span(part + i * NR, NULL, part + i * NR, ncols, act, act_p0, act_p1);
+                /* the tile goes out transposed: the mv positions of each channel side by side */
+                float *yt = y + (n * M + col0) * P + q;
+                for (int64_t c = 0; c < ncols; c++)
+                    for (int64_t i = 0; i < mv; i++)
+                        yt[c * P + i] = part[i * NR + c];
+            }
+        }
+    }
+    return 0;
+}

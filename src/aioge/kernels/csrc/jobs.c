@@ -1,0 +1,353 @@
+/* The jobs of aioge_par_run (par.c): each adapts one kernel of conv.c, conv_direct.c, gemm.c or
+ * norm.c (or a small loop of its own) to a range [lo, hi) and an int64 argument block, numbered
+ * by aioge.h's enum aioge_job. The windowed ones check their geometry against the sizes of the
+ * buffers they are told before they touch them. */
+#include <stdint.h>
+#include <string.h>
+
+#include "aioge.h"
+
+typedef int (*job_fn)(const int64_t *args, int64_t lo, int64_t hi);
+
+/* gemm: a, lda, bpack, bias, y, ldy, N, K, M, panels, by_rows, MR: [lo, hi) are panels, or MR-row
+ * blocks when by_rows */
+static int job_gemm(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const float *a = (const float *)(intptr_t)g[0], *bp = (const float *)(intptr_t)g[2];
+    const float *bias = (const float *)(intptr_t)g[3];
+    float *y = (float *)(intptr_t)g[4];
+    const int64_t M = g[8], panels = g[9], mr = g[11];
+    if (g[10]) {
+        const int64_t r1 = hi * mr < M ? hi * mr : M;
+        aioge_gemm_packed_f32(a, g[1], bp, bias, y, g[5], g[6], g[7], lo * mr, r1, 0, panels);
+    } else
+        aioge_gemm_packed_f32(a, g[1], bp, bias, y, g[5], g[6], g[7], 0, M, lo, hi);
+    return 0;
+}
+
+typedef int (*conv_fn)(const float *, const float *, const int64_t *, const float *, float *, const int64_t *, int64_t,
+                       int64_t, int64_t, int64_t);
+
+/* The two direct convs' jobs: xph, wpack, koff, bias, y, geometry, then the two ranges' sizes and
+ * which of them [lo, hi) cuts (g[8]: the second), then the floats of xph (x itself for the local
+ * job) and y */
+static int conv_job(conv_fn fn, const int64_t *g, int64_t lo, int64_t hi)
+{
+    if (!aioge_conv_fits((const int64_t *)(intptr_t)g[5], g[9], g[10], fn == aioge_conv_direct_local_f32))
+        return AIOGE_EGEOMETRY;
+    const float *x = (const float *)(intptr_t)g[0], *w = (const float *)(intptr_t)g[1];
+    const int64_t *koff = (const int64_t *)(intptr_t)g[2], *geom = (const int64_t *)(intptr_t)g[5];
+    const float *bias = (const float *)(intptr_t)g[3];
+    float *y = (float *)(intptr_t)g[4];
+    if (g[8])
+        return fn(x, w, koff, bias, y, geom, 0, g[6], lo, hi);
+    return fn(x, w, koff, bias, y, geom, lo, hi, 0, g[7]);
+}
+
+/* conv direct: ..., panels, blocks, by_blocks: [lo, hi) are panels, or MR-row blocks of the
+ * weight when by_blocks */
+static int job_conv_direct(const int64_t *g, int64_t lo, int64_t hi) { return conv_job(aioge_conv_direct_f32, g, lo, hi); }
+
+/* conv, channels in the lanes: ..., units, panels, by_panels: [lo, hi) are image-and-MR-position
+ * units, or panels of NR output channels when by_panels */
+static int job_conv_t(const int64_t *g, int64_t lo, int64_t hi) { return conv_job(aioge_conv_t_f32, g, lo, hi); }
+
+/* depthwise conv: x, w, bias, y, geometry, unit, planes, floats of x and y: [lo, hi) are blocks of unit output
+ * planes (the interleaved layout computes 16 planes at a time: a chunk of 4 filled 4 of its 16
+ * lanes) */
+static int job_depthwise(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const int64_t unit = g[5], planes = g[6], *geom = (const int64_t *)(intptr_t)g[4];
+    /* then the floats of x and y: planes of oh x ow outputs, each from one of h x w inputs */
+    if (unit <= 0 || geom[3] <= 0 || !aioge_fits(g[8], planes, geom[12], geom[13], 1) ||
+        !aioge_fits(g[7], planes / geom[3], geom[1], geom[2], 1) || lo * unit > planes)
+        return AIOGE_EGEOMETRY;
+    return aioge_conv_depthwise_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1],
+                                    (const float *)(intptr_t)g[2], (float *)(intptr_t)g[3], (const int64_t *)(intptr_t)g[4],
+                                    lo * unit, hi * unit < planes ? hi * unit : planes);
+}
+
+/* activation: x, y, act, the bits of p0 and p1 as float32: [lo, hi) are elements */
+static int job_activation(const int64_t *g, int64_t lo, int64_t hi)
+{
+    aioge_activation_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (int)g[2], aioge_float_of(g[3]), aioge_float_of(g[4]), lo,
+                         hi);
+    return 0;
+}
+
+/* packing a GEMM's B: b, its row stride, K, N, bpack, its column stride (1, or B = W^T with a
+ * row stride of 1): [lo, hi) are panels */
+static int job_pack(const int64_t *g, int64_t lo, int64_t hi)
+{
+    aioge_pack_columns_f32((const float *)(intptr_t)g[0], g[1], g[5], g[2], g[3], (float *)(intptr_t)g[4], lo, hi);
+    return 0;
+}
+
+/* gemv with a transposed weight: x, w, ldw, bias, y, K: [lo, hi) are output values */
+static int job_gemv_t(const int64_t *g, int64_t lo, int64_t hi)
+{
+    aioge_gemv_t_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], g[2], (const float *)(intptr_t)g[3],
+                     (float *)(intptr_t)g[4], g[5], lo, hi);
+    return 0;
+}
+
+/* channel chain: x, y, C, hw, nsteps, ops, k, act, the bits of p0 and p1: [lo, hi) are planes */
+static int job_chain(const int64_t *g, int64_t lo, int64_t hi)
+{
+    aioge_channel_chain_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], g[2], g[3], g[4],
+                            (const int64_t *)(intptr_t)g[5], (const float *const *)(intptr_t)g[6], (int)g[7],
+                            aioge_float_of(g[8]), aioge_float_of(g[9]), lo, hi);
+    return 0;
+}
+
+/* 2-D pool: x, y, geometry, average, include_pad, per_pixel, planes, floats of x and y: [lo, hi)
+ * are planes */
+static int job_pool(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const int64_t *geom = (const int64_t *)(intptr_t)g[2], planes = g[6];
+    if (hi > planes || !aioge_fits(g[7], planes, geom[0], geom[1], 1) || !aioge_fits(g[8], planes, geom[12], geom[13], 1))
+        return AIOGE_EGEOMETRY;
+    return aioge_pool2d_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (const int64_t *)(intptr_t)g[2],
+                            (int32_t)g[3], (int32_t)g[4], (int32_t)g[5], lo, hi);
+}
+
+/* conv direct by images: x, wpack, koff, bias, y, geometry, floats of x and y: [lo, hi) are
+ * images, each one's stride phases built by the thread that computes it */
+static int job_conv_images(const int64_t *g, int64_t lo, int64_t hi)
+{
+    if (!aioge_conv_fits((const int64_t *)(intptr_t)g[5], g[6], g[7], 1))
+        return AIOGE_EGEOMETRY;
+    return aioge_conv_direct_images_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1],
+                                        (const int64_t *)(intptr_t)g[2], (const float *)(intptr_t)g[3], (float *)(intptr_t)g[4],
+                                        (const int64_t *)(intptr_t)g[5], lo, hi);
+}
+
+/* conv grouped: a direct conv's arguments (its geometry that of one group over N·group images
+ * of C/group channels), then the cut range's size (panels, or units with g[13]), the other's
+ * (weight row blocks, or channel panels), 0, groups, the floats of one group's packed weight,
+ * cut units per image, output channels per group, g[13]: channels in the lanes
+ * (aioge_conv_t_f32), then the floats of xph and y. [lo, hi) are the cut units; image i computes with group i % groups'
+ * weight and bias. */
+static int job_conv_grouped(const int64_t *g, int64_t lo, int64_t hi)
+{
+    if (!aioge_conv_fits((const int64_t *)(intptr_t)g[5], g[14], g[15], 0))
+        return AIOGE_EGEOMETRY;
+    const float *x = (const float *)(intptr_t)g[0], *w = (const float *)(intptr_t)g[1];
+    const int64_t *koff = (const int64_t *)(intptr_t)g[2], *geom = (const int64_t *)(intptr_t)g[5];
+    const float *bias = (const float *)(intptr_t)g[3];
+    float *y = (float *)(intptr_t)g[4];
+    const int64_t groups = g[9], wstride = g[10], per = g[11], mg = g[12];
+    const conv_fn fn = g[13] ? aioge_conv_t_f32 : aioge_conv_direct_f32;
+    while (lo < hi) {
+        const int64_t image = lo / per, end = (image + 1) * per < hi ? (image + 1) * per : hi, k = image % groups;
+        const int r = fn(x, w + k * wstride, koff, bias ? bias + k * mg : NULL, y, geom, lo, end, 0, g[7]);
+        if (r)
+            return r;
+        lo = end;
+    }
+    return 0;
+}
+
+/* SqueezeExcite's squeeze: x, w1t (C, C1), b1, w2t (C1, C), b2, scale, C, hw, C1, acts (6 values): [lo, hi) are images */
+static int job_squeeze(const int64_t *g, int64_t lo, int64_t hi)
+{
+    return aioge_squeeze_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], (const float *)(intptr_t)g[2],
+                             (const float *)(intptr_t)g[3], (const float *)(intptr_t)g[4], (float *)(intptr_t)g[5], g[6], g[7],
+                             g[8], g + 9, lo, hi);
+}
+
+/* a row times a row-major weight: x, w, ldw, bias, y, K, N, act, the bits of p0 and p1, and
+ * the 16-column groups a unit of [lo, hi) holds (the last unit may hold fewer) */
+static int job_gemv_n(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const int64_t groups = (g[6] + 15) / 16, g1 = hi * g[10] < groups ? hi * g[10] : groups;
+    return aioge_gemv_n_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], g[2], (const float *)(intptr_t)g[3],
+                            (float *)(intptr_t)g[4], g[5], g[6], (int)g[7], aioge_float_of(g[8]), aioge_float_of(g[9]),
+                            lo * g[10], g1);
+}
+
+/* conv direct with each thread's own phase rows, x in place of xph: as job_conv_direct */
+static int job_conv_local(const int64_t *g, int64_t lo, int64_t hi) { return conv_job(aioge_conv_direct_local_f32, g, lo, hi); }
+
+/* softmax (log_form: LogSoftmax): x, y, width, log_form: [lo, hi) are rows */
+static int job_softmax(const int64_t *g, int64_t lo, int64_t hi)
+{
+    aioge_softmax_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], g[2], (int)g[3], lo, hi);
+    return 0;
+}
+
+/* layer normalization: x, scale, bias, y, mean, inv_std (0: absent), width, the bits of eps:
+ * [lo, hi) are rows */
+static int job_layernorm(const int64_t *g, int64_t lo, int64_t hi)
+{
+    aioge_layernorm_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], (const float *)(intptr_t)g[2],
+                        (float *)(intptr_t)g[3], (float *)(intptr_t)g[4], (float *)(intptr_t)g[5], g[6], aioge_float_of(g[7]), lo,
+                        hi);
+    return 0;
+}
+
+/* a direct conv's stride-phase image: x, xph, geometry (aioge_conv_phases_f32), floats of x and
+ * xph; one unit */
+static int job_phases(const int64_t *g, int64_t lo, int64_t hi)
+{
+    if (!aioge_conv_fits((const int64_t *)(intptr_t)g[2], g[3], INT64_MAX, 1) || !aioge_conv_fits((const int64_t *)(intptr_t)g[2], g[4], INT64_MAX, 0))
+        return AIOGE_EGEOMETRY;
+    if (lo < hi)
+        aioge_conv_phases_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (const int64_t *)(intptr_t)g[2]);
+    return 0;
+}
+
+/* global average pooling: x, y, hw: [lo, hi) are planes, each the sum of its hw values over
+ * eight lanes (value i in lane i % 8), the lanes summed pairwise, times 1/hw */
+typedef float f32x8 __attribute__((vector_size(32)));
+
+static int job_global_mean(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const float *x = (const float *)(intptr_t)g[0];
+    float *y = (float *)(intptr_t)g[1];
+    const int64_t hw = g[2];
+    const float inv = 1.0f / (float)hw;
+    for (int64_t p = lo; p < hi; p++) {
+        const float *xp = x + p * hw;
+        f32x8 acc = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t i = 0;
+        for (; i + 8 <= hw; i += 8) {
+            f32x8 v;
+            memcpy(&v, xp + i, sizeof v);
+            acc += v;
+        }
+        for (int j = 0; i < hw; i++, j++)
+            acc[j] += xp[i];
+        y[p] = (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) * inv;
+    }
+    return 0;
+}
+
+/* a strided copy into a C-contiguous destination: src, dst, itemsize, then 6 sizes and 6
+ * source strides in bytes (leading sizes 1 for a lower rank): [lo, hi) index the first axis */
+static int job_strided(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const char *src = (const char *)(intptr_t)g[0];
+    char *dst = (char *)(intptr_t)g[1];
+    const int64_t item = g[2], *n = g + 3, *st = g + 9;
+    const int64_t inner = n[5] * item;
+    dst += lo * n[1] * n[2] * n[3] * n[4] * inner;
+    for (int64_t i0 = lo; i0 < hi; i0++)
+        for (int64_t i1 = 0; i1 < n[1]; i1++)
+            for (int64_t i2 = 0; i2 < n[2]; i2++)
+                for (int64_t i3 = 0; i3 < n[3]; i3++)
+                    for (int64_t i4 = 0; i4 < n[4]; i4++) {
+                        const char *s = src + i0 * st[0] + i1 * st[1] + i2 * st[2] + i3 * st[3] + i4 * st[4];
+                        if (st[5] == item)
+                            memcpy(dst, s, (size_t)inner);
+                        else if (item == 4)
+                            for (int64_t i5 = 0; i5 < n[5]; i5++)
+                                memcpy(dst + 4 * i5, s + i5 * st[5], 4);
+                        else
+                            for (int64_t i5 = 0; i5 < n[5]; i5++)
+                                memcpy(dst + item * i5, s + i5 * st[5], (size_t)item);
+                        dst += inner;
+                    }
+    return 0;
+}
+
+/* float32 y = a op b (op 0 add, 1 sub, 2 mul, 3 div) over rows of width values: a, b, y, op,
+ * width, then per operand its step between rows (0: the same row again) and within a row
+ * (0: one value), a's then b's: [lo, hi) are rows */
+static int job_binary(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const float *a = (const float *)(intptr_t)g[0], *b = (const float *)(intptr_t)g[1];
+    float *y = (float *)(intptr_t)g[2];
+    const int op = (int)g[3];
+    const int64_t w = g[4], ar = g[5], as = g[6], br = g[7], bs = g[8];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *x0 = a + r * ar, *x1 = b + r * br;
+        float *yr = y + r * w;
+#define BINARY_LOOP(EXPR)                                                                                              \
+    if (as && bs)                                                                                                      \
+        for (int64_t j = 0; j < w; j++) {                                                                              \
+            const float u = x0[j], v = x1[j];                                                                          \
+            yr[j] = EXPR;                                                                                              \
+        }                                                                                                              \
+    else if (as)                                                                                                       \
+        for (int64_t j = 0; j < w; j++) {                                                                              \
+            const float u = x0[j], v = x1[0];                                                                          \
+            yr[j] = EXPR;                                                                                              \
+        }                                                                                                              \
+    else if (bs)                                                                                                       \
+        for (int64_t j = 0; j < w; j++) {                                                                              \
+            const float u = x0[0], v = x1[j];                                                                          \
+            yr[j] = EXPR;                                                                                              \
+        }                                                                                                              \
+    else                                                                                                               \
+        for (int64_t j = 0; j < w; j++) {                                                                              \
+            const float u = x0[0], v = x1[0];                                                                          \
+            yr[j] = EXPR;                                                                                              \
+        }
+        switch (op) {
+        case 0:
+            BINARY_LOOP(u + v)
+            break;
+        case 1:
+            BINARY_LOOP(u - v)
+            break;
+        case 2:
+            BINARY_LOOP(u * v)
+            break;
+        default:
+            BINARY_LOOP(u / v)
+            break;
+        }
+#undef BINARY_LOOP
+    }
+    return 0;
+}
+
+/* The BLAS numpy links (kernels.native.sgemm): cblas_sgemm with 32- or 64-bit integers. */
+typedef void (*sgemm32_fn)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t, const float *, int32_t,
+                           float, float *, int32_t);
+typedef void (*sgemm64_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t, const float *, int64_t,
+                           float, float *, int64_t);
+
+/* y[i] = alpha * op(a[i]) @ op(b[i]) through BLAS: sgemm, 64-bit ints, transA, transB, M, N, K,
+ * a, lda, b, ldb, y, ldy, the element strides between matrices of a, b and y, the bits of
+ * alpha: [lo, hi) are matrices */
+static int job_sgemm(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const float *a = (const float *)(intptr_t)g[7], *b = (const float *)(intptr_t)g[9];
+    float *y = (float *)(intptr_t)g[11];
+    const int ta = g[2] ? 112 : 111, tb = g[3] ? 112 : 111; /* CblasTrans, CblasNoTrans */
+    const float alpha = aioge_float_of(g[16]);
+    for (int64_t m = lo; m < hi; m++) {
+        const float *am = a + m * g[13], *bm = b + m * g[14];
+        float *ym = y + m * g[15];
+        if (g[1])
+            ((sgemm64_fn)(intptr_t)g[0])(101, ta, tb, g[4], g[5], g[6], alpha, am, g[8], bm, g[10], 0.0f, ym, g[12]);
+        else
+            ((sgemm32_fn)(intptr_t)g[0])(101, ta, tb, (int32_t)g[4], (int32_t)g[5], (int32_t)g[6], alpha, am, (int32_t)g[8], bm,
+                                         (int32_t)g[10], 0.0f, ym, (int32_t)g[12]);
+    }
+    return 0;
+}
+
+/* By aioge.h's job numbers: a table out of step with them does not compile. */
+static const job_fn JOBS[] = {
+    [JOB_GEMM] = job_gemm,           [JOB_CONV_DIRECT] = job_conv_direct, [JOB_CONV_T] = job_conv_t,
+    [JOB_DEPTHWISE] = job_depthwise, [JOB_ACTIVATION] = job_activation,   [JOB_PACK] = job_pack,
+    [JOB_GEMV_T] = job_gemv_t,       [JOB_CHAIN] = job_chain,             [JOB_POOL] = job_pool,
+    [JOB_CONV_IMAGES] = job_conv_images, [JOB_SQUEEZE] = job_squeeze,     [JOB_CONV_GROUPED] = job_conv_grouped,
+    [JOB_GEMV_N] = job_gemv_n,       [JOB_CONV_LOCAL] = job_conv_local,   [JOB_SOFTMAX] = job_softmax,
+    [JOB_LAYERNORM] = job_layernorm, [JOB_PHASES] = job_phases,           [JOB_GLOBAL_MEAN] = job_global_mean,
+    [JOB_STRIDED] = job_strided,     [JOB_BINARY] = job_binary,           [JOB_SGEMM] = job_sgemm,
+};
+_Static_assert(sizeof JOBS / sizeof JOBS[0] == AIOGE_NJOBS, "a job of aioge.h has no entry in JOBS");
+
+/* Job `job` over [lo, hi) of its range, by the one error rule: 0, or a negative code (a job that
+ * answered a positive code, as some once did for "no memory", counts as that error too). */
+int aioge_job(int job, const int64_t *args, int64_t lo, int64_t hi)
+{
+    if (job < 0 || job >= AIOGE_NJOBS || !JOBS[job])
+        return AIOGE_EJOB;
+    const int r = JOBS[job](args, lo, hi);
+    return r > 0 ? -r : r;
+}
