@@ -16,7 +16,6 @@ an idle one can be taken (``kernels.parallel.split_range``). The numpy loop is t
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from typing import Any, Callable, Mapping, Sequence
 
