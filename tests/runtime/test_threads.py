@@ -94,7 +94,8 @@ async def test_exec_threads_shapes_the_compile() -> None:
     from aioge.keys import compile_options
 
     assert "aioge.exec_threads" in compile_options({"aioge.exec_threads": "streams", "aioge.exec_mode": "host"})
-    assert "aioge.exec_mode" not in compile_options({"aioge.exec_mode": "host"})
+    assert "aioge.exec_mode" in compile_options({"aioge.exec_mode": "host"})  # the compiler reads it (prefer_native)
+    assert "aioge.exec_devices" not in compile_options({"aioge.exec_devices": "2"})  # the compiler never reads it
 
 
 async def test_the_transformer_chain_runs_on_fewer_threads_than_streams_and_agrees() -> None:
