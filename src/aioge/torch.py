@@ -65,7 +65,14 @@ from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 from torch._functorch.aot_autograd import make_boxed_func  # noqa: E402
 
 from aioge.errors import AiogeError, GraphError  # noqa: E402
-from aioge.frontends.torch_fx import ConvertedGraph, convert_fx  # noqa: E402
+from aioge.frontends.torch_fx import (  # noqa: E402
+    ConvertedGraph,
+    Converters,
+    convert_fx,
+    decompositions,
+    is_supported,
+    unsupported_nodes,
+)
 from aioge.ir.graph import Graph  # noqa: E402
 from aioge.options import OPTIONS, check_options  # noqa: E402
 from aioge.session import Session  # noqa: E402
@@ -79,7 +86,13 @@ class EagerFallbackWarning(UserWarning):
     """Warned when a captured graph runs eagerly in PyTorch because aioge cannot convert or compile it."""
 
 
-def backend(options: Mapping[str, str] | None = None, *, frozen_parameters: bool = False, name: str = "torch") -> AiogeBackend:
+def backend(
+    options: Mapping[str, str] | None = None,
+    *,
+    frozen_parameters: bool = False,
+    name: str = "torch",
+    converters: Converters | None = None,
+) -> AiogeBackend:
     """A ``torch.compile`` backend that runs captured graphs on aioge.
 
     ``options`` are GE session options (as for ``aioge.Session``); ``name`` prefixes the
@@ -88,12 +101,12 @@ def backend(options: Mapping[str, str] | None = None, *, frozen_parameters: bool
     off bake the module's parameters and buffers in as constants, so aioge can fold them
     (batch norm into convolution) and need not take them on every call; later changes to
     those tensors are then not seen. Graphs captured with gradients on always take them
-    as inputs.
+    as inputs. ``converters`` map ATen ops to user converters (see ``AiogeBackend.register_converter``).
 
     Raises:
         OptionError: a bad option.
     """
-    return AiogeBackend(options, frozen_parameters=frozen_parameters, name=name)
+    return AiogeBackend(options, frozen_parameters=frozen_parameters, name=name, converters=converters)
 
 
 def from_module(
@@ -102,6 +115,7 @@ def from_module(
     dynamic_shapes: Any = None,
     *,
     name: str | None = None,
+    converters: Converters | None = None,
 ) -> Graph:
     """Export ``module`` with ``torch.export`` and convert it to an aioge Graph.
 
@@ -120,9 +134,9 @@ def from_module(
     label = name or type(module).__name__
     try:
         exported = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-        # An empty table keeps ops whole (linear, layer_norm, attention) but removes
-        # in-place and training-only forms.
-        exported = exported.run_decompositions({})
+        # torch's core table minus the ops aioge maps whole (linear, layer_norm, attention);
+        # in-place and training-only forms go too.
+        exported = exported.run_decompositions(decompositions(converters))
     except (RuntimeError, TypeError, ValueError, AssertionError) as exc:  # torch.export's errors derive from these
         raise GraphError(f"torch.export could not trace {type(module).__name__}: {exc}", graph=label) from None
     from torch.export.graph_signature import InputKind
@@ -137,7 +151,7 @@ def from_module(
             input_names[spec.arg.name] = spec.arg.name
         else:
             raise GraphError(f"input {spec.arg.name!r} of kind {spec.kind.name} is not supported", graph=label)
-    converted = convert_fx(exported.graph_module, name=label, constants=constants, input_names=input_names)
+    converted = convert_fx(exported.graph_module, name=label, constants=constants, input_names=input_names, converters=converters)
     if any(n is None for n in converted.outputs):
         raise GraphError("the module returns values that are not tensors; from_module needs tensor outputs", graph=label)
     return converted.graph
@@ -146,16 +160,26 @@ def from_module(
 class AiogeBackend:
     """The ``torch.compile`` backend object: one aioge Session, one aioge graph per captured graph.
 
-    ``graphs`` lists the aioge graphs converted so far (in capture order); ``fallbacks``
-    the names of those that run eagerly. ``close()`` ends the session (also done when the
+    ``graphs`` lists the aioge graphs converted so far (in capture order, one per partition);
+    ``fallbacks`` the names of those that run eagerly; ``partitioned`` the ops that ran
+    eagerly between partitions, per captured graph that needed partitions. ``close()`` ends the session (also done when the
     backend is garbage-collected or at exit).
     """
 
-    def __init__(self, options: Mapping[str, str] | None = None, *, frozen_parameters: bool = False, name: str = "torch") -> None:
+    def __init__(
+        self,
+        options: Mapping[str, str] | None = None,
+        *,
+        frozen_parameters: bool = False,
+        name: str = "torch",
+        converters: Converters | None = None,
+    ) -> None:
         self.name = name
+        self.converters: dict[Any, Callable[..., Any]] = dict(converters or {})
         self.frozen_parameters = frozen_parameters
         self.graphs: list[Graph] = []
         self.fallbacks: list[str] = []
+        self.partitioned: list[tuple[str, ...]] = []  # per partitioned graph: the ops run eagerly
         self._ids = itertools.count()
         options = dict(options or {})
         # A graph option: each captured graph gets it with the ge.inputShape of its own inputs.
@@ -164,15 +188,39 @@ class AiogeBackend:
             check_options({"ge.dynamicBatchSize": self._batch_gears}, "graph")
         self._runner = _SessionThread(options)
         self._frozen: tuple[dict[int, torch.Tensor], int] = ({}, 0)
-        self._aot = aot_autograd(fw_compiler=self._compile, inference_compiler=self._compile, bw_compiler=_eager)
+
+    def register_converter(self, op: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """A decorator registering ``fn`` as this backend's converter for an ATen op
+        (``torch.ops.aten.erfinv`` for every overload, or ``torch.ops.aten.erfinv.default``)::
+
+            @be.register_converter(torch.ops.aten.erfinv)
+            def erfinv(x): ...   # aioge values in (Python values for non-tensor arguments), aioge values out
+
+        It overrides the built-in table and keeps the op whole (out of the decomposition
+        table) in graphs captured from then on.
+        """
+        if not isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            raise GraphError(f"register_converter takes an ATen op such as torch.ops.aten.cumsum, not {op!r}")
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self.converters[op] = fn
+            return fn
+
+        return register
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         frozen = _parameter_inputs(gm, example_inputs) if self.frozen_parameters and not torch.is_grad_enabled() else []
         # AOTAutograd traces with fake tensors, so the real weights are handed to _compile
         # aside; its inference graph takes the same inputs in the same order.
         self._frozen = ({i: example_inputs[i] for i in frozen}, len(example_inputs))
+        aot = aot_autograd(
+            fw_compiler=self._compile,
+            inference_compiler=self._compile,
+            bw_compiler=_eager,
+            decompositions=decompositions(self.converters),
+        )
         try:
-            return self._aot(gm, example_inputs)
+            return aot(gm, example_inputs)
         finally:
             self._frozen = ({}, 0)
 
@@ -181,21 +229,69 @@ class AiogeBackend:
         self._runner.close()
 
     def _compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        constants = self._constants(gm)
+        refused: dict[str, str] = {}  # node -> why: converters that failed on it
+        names = {n.name for n in gm.graph.nodes}
+        while True:
+            try:
+                if not refused and not unsupported_nodes(gm, self.converters):
+                    return make_boxed_func(self._compile_graph(gm, constants))
+                return make_boxed_func(self._compile_partitions(gm, constants, refused))
+            except GraphError as exc:
+                if exc.node is None or exc.node not in names or exc.node in refused:
+                    return make_boxed_func(self._fallback(f"{self.name}_{next(self._ids)}", gm, exc))
+                refused[exc.node] = str(exc)  # run that node eagerly and partition again
+
+    def _compile_partitions(
+        self, gm: torch.fx.GraphModule, constants: Mapping[str, torch.Tensor], refused: Mapping[str, str]
+    ) -> torch.fx.GraphModule:
+        """Split ``gm`` into partitions of convertible nodes (torch's capability-based
+        partitioner); each becomes an aioge graph, the rest runs eagerly between them."""
+        from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+        from torch.fx.passes.operator_support import OperatorSupportBase
+
+        converters = self.converters
+
+        class Support(OperatorSupportBase):
+            def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: torch.fx.Node) -> bool:
+                return node.name not in refused and is_supported(node, converters)
+
+        graph = torch.fx.Graph()
+        outputs = graph.graph_copy(gm.graph, {})
+        graph.output(outputs)
+        copy = torch.fx.GraphModule(gm, graph)  # the partitioner fuses in place: keep gm whole
+        partitioner = CapabilityBasedPartitioner(copy, Support(), allows_single_node_partition=True)
+        fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+        eager = [n for n in fused.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+        for node in fused.graph.nodes:
+            if node.op == "call_module":
+                sub = getattr(fused, node.target)
+                single = isinstance(sub.graph.output_node().args[0], torch.fx.Node)
+                setattr(fused, node.target, _Partition(self._compile_graph(sub, constants), single))
+        ops = sorted({_op_label(n) for n in eager})
+        warnings.warn(
+            EagerFallbackWarning(
+                f"aioge.torch: {len(eager)} node(s) run eagerly in PyTorch between aioge partitions: {', '.join(ops)}"
+                + "".join(f"; {n}: {why}" for n, why in refused.items())
+            ),
+            stacklevel=4,
+        )
+        self.partitioned.append(tuple(ops))
+        return fused
+
+    def _compile_graph(self, gm: torch.fx.GraphModule, constants: Mapping[str, torch.Tensor]) -> _CompiledGraph:
         graph_id = next(self._ids)
         label = f"{self.name}_{graph_id}"
-        try:
-            converted = convert_fx(gm, name=label, constants=self._constants(gm))
-            gears = self._gear_options(converted)
-            self._runner.call(self._runner.session.add_graph, graph_id, converted.graph, gears)
-        except GraphError as exc:
-            return make_boxed_func(self._fallback(label, gm, exc))
+        converted = convert_fx(gm, name=label, constants=constants, converters=self.converters)
+        gears = self._gear_options(converted)
+        self._runner.call(self._runner.session.add_graph, graph_id, converted.graph, gears)
         self.graphs.append(converted.graph)
         log.debug("aioge.torch: %s has %d nodes%s", label, len(converted.graph.nodes), " (batch gears)" if gears else "")
         compiled = _CompiledGraph(self, graph_id, converted, gm)
         if gears:
             compiled.max_batch = max(OPTIONS["ge.dynamicBatchSize"].parse(gears["ge.dynamicBatchSize"]))
             compiled.batched = frozenset(n.split(":", 1)[0] for n in gears["ge.inputShape"].split(";"))
-        return make_boxed_func(compiled)
+        return compiled
 
     def _gear_options(self, converted: ConvertedGraph) -> dict[str, str]:
         """The graph options of batch gears for this graph: ``ge.inputShape`` with -1 for dim 0 of
@@ -289,9 +385,27 @@ class _CompiledGraph:
             elif symint:
                 result.append(int(outputs[out_name].reshape(-1)[0]))
             else:
-                t = torch.from_numpy(np.ascontiguousarray(outputs[out_name]))
+                array = outputs[out_name]  # np.ascontiguousarray would make a 0-d array 1-d
+                t = torch.from_numpy(array if array.flags.c_contiguous else np.ascontiguousarray(array).reshape(array.shape))
                 result.append(t if device is None or device.type == "cpu" else t.to(device))
         return result
+
+
+class _Partition(torch.nn.Module):
+    """A fused partition of a split graph, run by aioge: the parent graph calls it as a submodule."""
+
+    def __init__(self, compiled: _CompiledGraph, single: bool) -> None:
+        super().__init__()
+        self.compiled = compiled
+        self.single = single
+
+    def forward(self, *args: Any) -> Any:
+        out = self.compiled(*args)
+        return out[0] if self.single else tuple(out)
+
+
+def _op_label(node: torch.fx.Node) -> str:
+    return node.target.name()  # type: ignore[union-attr]
 
 
 def _parameter_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[int]:

@@ -16,7 +16,8 @@ pytest.importorskip("torchvision")
 pytest.importorskip("transformers")
 
 import aioge.torch as aioge_torch  # noqa: E402
-from aioge.errors import OptionError  # noqa: E402
+from aioge import ops as aioge_ops  # noqa: E402
+from aioge.errors import GraphError, OptionError  # noqa: E402
 from tests.frontends import torch_models  # noqa: E402
 
 
@@ -84,14 +85,51 @@ def test_mark_dynamic_batch(backend: aioge_torch.AiogeBackend) -> None:
     assert isinstance(x_in.shape[0], str)
 
 
-def test_unsupported_op_falls_back_to_eager_with_a_warning(backend: aioge_torch.AiogeBackend) -> None:
-    model = torch_models.WithCumsum()
+def test_unsupported_op_splits_the_graph(backend: aioge_torch.AiogeBackend) -> None:
+    # erfinv has no converter: the linear layers around it run on aioge as two partitions,
+    # erfinv alone eagerly, with one warning naming it.
+    model = torch_models.WithErfinv().eval()
     compiled = torch.compile(model, backend=backend)
     x = torch.randn(2, 5)
-    with pytest.warns(aioge_torch.EagerFallbackWarning, match=r"cumsum.*at nodes cumsum"):
-        got = compiled(x)
-    torch.testing.assert_close(got, model(x))
-    assert backend.fallbacks == ["torch_0"] and backend.graphs == []
+    with pytest.warns(aioge_torch.EagerFallbackWarning, match=r"1 node\(s\) run eagerly .*: aten::erfinv$"):
+        _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+    _check(compiled, model, torch.randn(2, 5), rtol=1e-5, atol=1e-6)  # filterwarnings=error: no second warning
+    assert len(backend.graphs) == 2 and not backend.fallbacks
+    assert backend.partitioned == [("aten::erfinv",)]
+    assert {n.op_type for n in backend.graphs[0].nodes} & {"Gemm", "Tanh"}
+    assert {n.op_type for n in backend.graphs[1].nodes} & {"Gemm", "Relu"}
+
+
+def test_node_a_converter_refuses_runs_eagerly_alone(backend: aioge_torch.AiogeBackend) -> None:
+    # A converter that fails on one node (here a user's, raising GraphError) sends that node
+    # to eager and the rest to aioge.
+    from aioge.errors import GraphError
+
+    @backend.register_converter(torch.ops.aten.tanh.default)
+    def refuse(x: object) -> object:
+        raise GraphError("not this one")
+
+    model = torch_models.WithErfinv().eval()
+    backend.register_converter(torch.ops.aten.erfinv)(aioge_ops.atanh)
+    with pytest.warns(aioge_torch.EagerFallbackWarning, match=r"aten::tanh; tanh: .*not this one"):
+        got = torch.compile(model, backend=backend)(x := torch.randn(3, 5))
+    with torch.no_grad():
+        ref = model.b(torch.atanh(torch.tanh(model.a(x)) * 0.5)).relu() + 1.0
+    np.testing.assert_allclose(got.detach().numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+    assert len(backend.graphs) == 2 and backend.partitioned == [("aten::tanh",)]
+
+
+def test_registered_converter_keeps_the_graph_whole(backend: aioge_torch.AiogeBackend) -> None:
+    backend.register_converter(torch.ops.aten.erfinv)(aioge_ops.atanh)
+    model = torch_models.WithErfinv().eval()
+    x = torch.randn(4, 5)
+    with torch.no_grad():
+        got = torch.compile(model, backend=backend)(x)
+        ref = model.b(torch.atanh(torch.tanh(model.a(x)) * 0.5)).relu() + 1.0
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+    assert len(backend.graphs) == 1 and not backend.partitioned and not backend.fallbacks
+    with pytest.raises(GraphError, match="ATen op"):
+        backend.register_converter("erfinv")
 
 
 def test_outputs_keep_gradients_flowing_through_eager_backward(backend: aioge_torch.AiogeBackend) -> None:

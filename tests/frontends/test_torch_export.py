@@ -80,9 +80,20 @@ async def test_dynamic_batch_is_a_symbolic_dim() -> None:
 
 
 def test_unsupported_op_names_op_and_node() -> None:
-    with pytest.raises(UnsupportedOpError, match=r"aten::cumsum.*at nodes cumsum") as info:
-        aioge_torch.from_module(torch_models.WithCumsum(), (torch.randn(2, 5),))
-    assert info.value.nodes == ["cumsum"]
+    with pytest.raises(UnsupportedOpError, match=r"aten::erfinv.*at nodes erfinv") as info:
+        aioge_torch.from_module(torch_models.WithErfinv(), (torch.randn(2, 5),))
+    assert info.value.nodes == ["erfinv"]
+
+
+async def test_user_converter_maps_an_op() -> None:
+    model = torch_models.WithErfinv().eval()
+    graph = aioge_torch.from_module(model, (torch.randn(2, 5),), converters={torch.ops.aten.erfinv: aioge.ops.atanh})
+    x = torch.randn(2, 5)
+    with torch.no_grad():
+        ref = model.b(torch.atanh(torch.tanh(model.a(x)) * 0.5)).relu() + 1.0
+    async with aioge.Session() as session:
+        out = await session.run(graph, {"x": x.numpy()})
+    np.testing.assert_allclose(out["output_0"], ref.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_training_mode_batch_norm_is_refused() -> None:

@@ -85,8 +85,15 @@ class WithGraphBreak(torch.nn.Module):
         return self.b(h) * 2.0 - 1.0
 
 
-class WithCumsum(torch.nn.Module):
-    """Uses aten.cumsum, which aioge's table does not map: the backend falls back to eager."""
+class WithErfinv(torch.nn.Module):
+    """Uses aten.erfinv, which aioge's table does not map, between two linear layers: the
+    backend splits the graph around it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(5, 8)
+        self.b = torch.nn.Linear(8, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cumsum(x, dim=1) + 1.0
+        return self.b(torch.erfinv(torch.tanh(self.a(x)) * 0.5)).relu() + 1.0
