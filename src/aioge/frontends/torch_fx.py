@@ -18,6 +18,7 @@ before decomposition), and the same table serves ``torch.export`` and ``torch.co
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from dataclasses import dataclass
@@ -113,9 +114,14 @@ def is_supported(node: torch.fx.Node, converters: Converters | None = None) -> b
 def decompositions(converters: Converters | None = None) -> dict[Any, Callable[..., Any]]:
     """torch's core ATen decomposition table minus the ops converted whole (as inductor does:
     composite ops arrive decomposed into ones the table maps, mapped ones stay whole)."""
+    return {op: fn for op, fn in _core_table().items() if _converter(op, converters) is None}
+
+
+@functools.cache
+def _core_table() -> Mapping[Any, Callable[..., Any]]:
     from torch._decomp import core_aten_decompositions
 
-    return {op: fn for op, fn in core_aten_decompositions().items() if _converter(op, converters) is None}
+    return core_aten_decompositions()  # 0.2 s to build: once per process
 
 
 def convert_fx(
@@ -407,8 +413,11 @@ def _compare_operands(a: Any, b: Any) -> tuple[Any, Any]:
             b = b if b.dtype == common else ops.cast(b, to=common)
         return a, b
     if isinstance(a, Value):
-        return a, np.asarray(b, dtype=a.dtype if not isinstance(b, float) or a.dtype.startswith("float") else "float32")
-    return np.asarray(a, dtype=b.dtype), b
+        if isinstance(b, float) and not a.dtype.startswith("float"):  # torch compares an int with 0.5 in float
+            return ops.cast(a, to="float32"), np.asarray(b, "float32")
+        return a, np.asarray(b, dtype=a.dtype)
+    b, a = _compare_operands(b, a)
+    return a, b
 
 
 def _not(x: Value) -> Value:
@@ -462,9 +471,14 @@ def _compare(op: Callable[..., Value], negate: bool = False) -> Callable[..., Va
     return convert
 
 
-def _unary(op: Callable[..., Value]) -> Callable[..., Value]:
+def _unary(op: Callable[..., Value], integral: bool = False) -> Callable[..., Value]:
+    """An elementwise op in the result's dtype (``sin`` of an int is float32); ``integral`` ops
+    (floor, ceil, round, trunc) leave integers as they are."""
+
     def convert(c: _Converter, node: torch.fx.Node, x: Value, *rest: Any, **kwargs: Any) -> Value:
-        return op(x)
+        if integral and not x.dtype.startswith("float"):
+            return x
+        return op(_to_dtype(c, node, x))
 
     return convert
 
@@ -506,7 +520,7 @@ def _hardtanh(c: _Converter, node: torch.fx.Node, x: Value, lo: float = -1.0, hi
 
 
 def _rsqrt(c: _Converter, node: torch.fx.Node, x: Value) -> Value:
-    return ops.reciprocal(ops.sqrt(x))
+    return ops.reciprocal(ops.sqrt(_to_dtype(c, node, x)))
 
 
 def _pow(c: _Converter, node: torch.fx.Node, x: Any, e: Any) -> Value:
@@ -675,6 +689,11 @@ def _max_pool(
     ceil_mode: bool = False,
 ) -> Any:
     n = len(kernel)
+    if len(x.shape or ()) == n + 1:  # unbatched (C, H, W)
+        batched = _max_pool(c, node, ops.unsqueeze(x, np.array([0], np.int64)), kernel, stride, padding, dilation, ceil_mode)
+        out = batched[0] if isinstance(batched, tuple) else batched
+        out = ops.squeeze(out, np.array([0], np.int64))
+        return (out, None) if isinstance(batched, tuple) else out
     pads = _spatial(padding, n)
     out = ops.max_pool(
         x,
@@ -701,6 +720,10 @@ def _avg_pool(
     if divisor_override is not None:
         raise c.fail("avg_pool with divisor_override is not mapped")
     n = len(kernel)
+    if len(x.shape or ()) == n + 1:  # unbatched (C, H, W)
+        x1 = ops.unsqueeze(x, np.array([0], np.int64))
+        out = _avg_pool(c, node, x1, kernel, stride, padding, ceil_mode, count_include_pad)
+        return ops.squeeze(out, np.array([0], np.int64))
     pads = _spatial(padding, n)
     return ops.average_pool(
         x,
@@ -853,7 +876,8 @@ def _squeeze(c: _Converter, node: torch.fx.Node, x: Value, dims: Any = None) -> 
     if dims is None:
         return ops.squeeze(x)
     axes = [int(dims)] if isinstance(dims, int) else [int(d) for d in dims]
-    shape = x.shape or ()
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    shape = tuple(_dim(d) for d in val.shape) if isinstance(val, torch.Tensor) else (x.shape or ())
     axes = [a for a in axes if shape and shape[a] == 1]  # torch ignores squeezing a dim that is not 1
     return ops.squeeze(x, np.array(axes, np.int64)) if axes else x
 
@@ -1206,7 +1230,7 @@ def _var(root: bool = False, with_mean: bool = False) -> Callable[..., Any]:
             if dims is None or (isinstance(dims, (list, tuple)) and not dims)
             else ([int(dims) % rank] if isinstance(dims, int) else [int(d) % max(rank, 1) for d in dims])
         )
-        x = _to_dtype(c, node, x) if x.dtype != c.out_dtype(node) and not with_mean else x
+        x = x if x.dtype.startswith("float") else ops.cast(x, to="float32")
         ax = np.array(axes, np.int64)
         mean = ops.reduce_mean(x, ax, keepdims=1)
         centred = ops.sub(x, mean)
@@ -1288,8 +1312,8 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "tanh": _unary(ops.tanh),
     "sigmoid": _unary(ops.sigmoid),
     "erf": _unary(ops.erf),
-    "floor": _unary(ops.floor),
-    "ceil": _unary(ops.ceil),
+    "floor": _unary(ops.floor, integral=True),
+    "ceil": _unary(ops.ceil, integral=True),
     "relu": _unary(ops.relu),
     "relu_": _unary(ops.relu),
     "gelu": _gelu,
@@ -1371,6 +1395,11 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "convolution": _conv,
     "_native_batch_norm_legit_no_training": _batch_norm_eval,
     "batch_norm": _batch_norm,
+    "native_batch_norm": lambda c, n, x, w, b, mean, var, training, momentum, eps: (
+        _batch_norm(c, n, x, w, b, mean, var, training, momentum, eps),
+        None,
+        None,
+    ),
     "_native_batch_norm_legit_functional": _batch_norm_training,
     "_native_batch_norm_legit": _batch_norm_training,
     "layer_norm": _layer_norm,
