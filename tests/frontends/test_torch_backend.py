@@ -254,3 +254,42 @@ def test_batch_gears_compile_a_dynamic_batch_once() -> None:
     finally:
         be.close()
         torch._dynamo.reset()
+
+
+# -- correctness: issue 41's crash and silent wrong results ----------------------------------------
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch"])
+def test_eval_norm_layers_in_grad_mode(backend: aioge_torch.AiogeBackend, norm: str) -> None:
+    # Without torch.no_grad() autograd saves the norm's mean and 1/std: the converter produces them.
+    layer = torch.nn.LayerNorm(6) if norm == "layer" else torch.nn.BatchNorm1d(6)
+    model = torch_models.randomise_norm_stats(torch.nn.Sequential(torch.nn.Linear(4, 6), layer, torch.nn.Tanh()), 3)
+    if norm == "batch":
+        layer.running_mean.copy_(torch.linspace(-0.5, 0.5, 6))
+        layer.running_var.copy_(torch.linspace(0.5, 2.0, 6))
+    x = torch.randn(5, 4)
+    got = torch.compile(model, backend=backend)(x)
+    got.square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    ref = model(x)
+    ref.square().sum().backward()
+    np.testing.assert_allclose(got.detach().numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for g, p in zip(grads, model.parameters()):
+        np.testing.assert_allclose(g.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-5)
+    assert len(backend.graphs) == 1 and not backend.fallbacks and not backend.partitioned
+
+
+def test_reductions_follow_torch_promotion(backend: aioge_torch.AiogeBackend) -> None:
+    def reductions(i64: torch.Tensor, i8: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return i64.mean(1, dtype=torch.float32), i8.sum(), i8.sum(0), i64.float().sum()
+
+    i64 = torch.tensor([[1, 2, 4], [3, 3, 4]])
+    i8 = torch.full((200, 2), 100, dtype=torch.int8)
+    got = torch.compile(reductions, backend=backend)(i64, i8)
+    want = reductions(i64, i8)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
+        torch.testing.assert_close(g, w)
+    assert got[0].tolist() == pytest.approx([7 / 3, 10 / 3]) and int(got[1]) == 40000
+    assert got[1].shape == () and got[3].shape == ()  # 0-d outputs stay 0-d
