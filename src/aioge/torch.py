@@ -34,6 +34,7 @@ import logging
 import warnings
 import weakref
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import anyio.from_thread
@@ -291,6 +292,8 @@ class AiogeBackend:
         if gears:
             compiled.max_batch = max(OPTIONS["ge.dynamicBatchSize"].parse(gears["ge.dynamicBatchSize"]))
             compiled.batched = frozenset(n.split(":", 1)[0] for n in gears["ge.inputShape"].split(";"))
+        elif self._batch_gears is None:
+            compiled.buckets = _batch_buckets(gm, converted)
         return compiled
 
     def _gear_options(self, converted: ConvertedGraph) -> dict[str, str]:
@@ -298,20 +301,8 @@ class AiogeBackend:
         the inputs whose batch is dynamic, or none (compiled per shape) when the gears could not
         hold it: no gears asked for, no symbolic batch, other symbolic dims, or a size that
         PyTorch feeds or takes back as an int (it would see the padded batch)."""
-        if self._batch_gears is None or any(s.kind == "symint" for s in converted.inputs) or any(converted.symints):
-            return {}
-        batched: dict[str, tuple[Any, ...]] = {}
-        symbols = set()
-        for v in converted.graph.inputs:
-            shape = v.shape
-            if shape is None:
-                return {}
-            if any(isinstance(d, str) for d in shape[1:]):
-                return {}  # another dim varies: batch gears fill dim 0 only
-            if shape and isinstance(shape[0], str):
-                symbols.add(shape[0])
-                batched[v.name] = shape
-        if len(symbols) != 1:
+        batched = _batched_inputs(converted) if self._batch_gears is not None else {}
+        if len({shape[0] for shape in batched.values()}) != 1:
             return {}
         pattern = ";".join(f"{n}:{','.join(['-1', *map(str, s[1:])])}" for n, s in batched.items())
         return {"ge.inputShape": pattern, "ge.dynamicBatchSize": self._batch_gears}
@@ -346,6 +337,7 @@ class _CompiledGraph:
         self.eager: Callable[..., Any] | None = None
         self.max_batch = 0  # with batch gears: the largest, and the inputs they batch
         self.batched: frozenset[str] = frozenset()
+        self.buckets: _Buckets | None = None  # a symbolic batch padded to powers of two
 
     def __call__(self, *args: Any) -> list[Any]:
         if self.eager is not None:
@@ -363,6 +355,7 @@ class _CompiledGraph:
                 return list(self.gm.forward(*args))
         feeds: dict[str, np.ndarray] = {}
         device = None
+        buckets, rows = self.buckets, 0
         for slot in self.converted.inputs:
             arg = args[slot.index]
             if slot.kind == "tensor":
@@ -370,6 +363,14 @@ class _CompiledGraph:
                 feeds[slot.name] = arg.detach().cpu().numpy()
             elif slot.kind == "symint":
                 feeds[slot.name] = np.array([int(arg)], np.int64)
+        if buckets is not None and len({feeds[n].shape[0] for n in buckets.inputs}) > 1:
+            buckets = None  # the batched inputs disagree: no padding, this shape compiles as it is
+        if buckets is not None:
+            rows = feeds[next(iter(buckets.inputs))].shape[0]
+            gear = 1 << max(rows - 1, 0).bit_length()
+            for name in buckets.inputs:  # repeat the last row: padding rows stay ordinary data
+                a = feeds[name]
+                feeds[name] = np.concatenate([a, np.repeat(a[-1:], gear - rows, axis=0)]) if gear > rows else a
         runner = self.owner._runner
         try:
             outputs = runner.call(runner.session.run_graph, self.graph_id, feeds)
@@ -379,16 +380,155 @@ class _CompiledGraph:
             self.eager = self.owner._fallback(self.converted.graph.name, self.gm, exc)
             return list(self.eager(*args))
         result: list[Any] = []
-        for out_name, literal, symint in zip(self.converted.outputs, self.converted.literals, self.converted.symints):
+        for i, (out_name, literal, symint) in enumerate(
+            zip(self.converted.outputs, self.converted.literals, self.converted.symints)
+        ):
             if out_name is None:
                 result.append(literal)
             elif symint:
                 result.append(int(outputs[out_name].reshape(-1)[0]))
             else:
                 array = outputs[out_name]  # np.ascontiguousarray would make a 0-d array 1-d
+                if buckets is not None and buckets.rows[i] is not None:
+                    array = array[: int(buckets.rows[i].subs({s: rows for s in buckets.symbols}))]
                 t = torch.from_numpy(array if array.flags.c_contiguous else np.ascontiguousarray(array).reshape(array.shape))
                 result.append(t if device is None or device.type == "cpu" else t.to(device))
         return result
+
+
+@dataclass(frozen=True)
+class _Buckets:
+    """A graph whose symbolic batch pads to the next power of two, so that it compiles once
+    per power of two rather than once per batch size: the inputs padded (dim 0 is the batch)
+    and, per output, the expression of its dim 0 in the batch (None: not batched)."""
+
+    symbols: frozenset[Any]  # the sympy symbols of the batch (one per input, when TorchDynamo gives them apart)
+    inputs: frozenset[str]
+    rows: tuple[Any, ...]
+
+
+def _batched_inputs(converted: ConvertedGraph) -> dict[str, tuple[Any, ...]]:
+    """The inputs whose dim 0 is symbolic (the batch), or none when the graph has other
+    symbolic dims or takes or gives back sizes as ints (they would see a padded batch)."""
+    if any(s.kind == "symint" for s in converted.inputs) or any(converted.symints):
+        return {}
+    batched: dict[str, tuple[Any, ...]] = {}
+    for v in converted.graph.inputs:
+        shape = v.shape
+        if shape is None or any(isinstance(d, str) for d in shape[1:]):
+            return {}  # another dim varies: padding fills dim 0 only
+        if shape and isinstance(shape[0], str):
+            batched[v.name] = shape
+    return batched
+
+
+def _batch_buckets(gm: torch.fx.GraphModule, converted: ConvertedGraph) -> _Buckets | None:
+    """Power-of-two buckets for a graph whose rows are independent along its symbolic batch
+    (checked op by op: see ``_row_mixer``), else None (compiled per shape)."""
+    batched = _batched_inputs(converted)
+    names = {shape[0] for shape in batched.values()}
+    placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    # TorchDynamo may give each input's batch its own symbol: all are the batch (equal at run time)
+    symbols = frozenset(d.node.expr for v in placeholders if isinstance(v, torch.Tensor) for d in v.shape[:1] if str(d) in names)
+    if not batched or len(symbols) != len(names):
+        return None
+    mixer = _row_mixer(gm, symbols)
+    if mixer is not None:
+        log.debug("aioge.torch: %s compiles per batch size: node %s mixes rows of the batch", converted.graph.name, mixer)
+        return None
+    out_vals = [x.meta.get("val") if isinstance(x, torch.fx.Node) else None for x in _flat(gm.graph.output_node().args[0])]
+    rows: list[Any] = []
+    for v in out_vals:
+        dim0 = v.shape[0] if isinstance(v, torch.Tensor) and v.dim() else None
+        expr = dim0.node.expr if isinstance(dim0, torch.SymInt) else None
+        rows.append(expr if expr is not None and expr.free_symbols & symbols else None)
+    return _Buckets(symbols, frozenset(batched), tuple(rows))
+
+
+def _flat(x: Any) -> list[Any]:
+    return [y for item in x for y in _flat(item)] if isinstance(x, (list, tuple)) else [x]
+
+
+# Ops that mix rows along the dim their argument names (position, default when absent; None:
+# absent means every dim, which the output check catches).
+_DIM_ARGS: dict[str, tuple[int, int | None]] = {
+    **dict.fromkeys(["_softmax", "softmax", "_log_softmax", "log_softmax", "cumsum", "select", "index_select"], (1, None)),
+    **dict.fromkeys(["gather", "argmax", "argmin", "sum", "mean", "prod", "amax", "amin", "any", "all"], (1, None)),
+    **dict.fromkeys(["max", "min", "var", "std", "var_mean", "std_mean"], (1, None)),
+    **dict.fromkeys(["cat", "stack", "slice"], (1, 0)),
+    **dict.fromkeys(["split", "split_with_sizes"], (2, 0)),
+    "topk": (2, -1),
+    "roll": (2, None),
+}
+# Ops whose second (matrix) operand, when batched, is contracted over the batch.
+_MATRIX_ARGS = {"mm": 1, "addmm": 2, "linear": 1}
+
+
+def _row_mixer(gm: torch.fx.GraphModule, symbol: frozenset[Any]) -> str | None:
+    """The first node through which rows of the batch can reach one another (None: row i of
+    every output depends on row i of the batched inputs only, so padding rows change nothing). Conservative: every tensor keeps the batch in dim 0 alone
+    (no transpose moves it), no op reduces, sorts, slices, concatenates or contracts along it,
+    and no tensor that depends on the batch loses it (a reduction over it)."""
+
+    def batched(n: Any) -> bool:
+        v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+        vals = _flat(v)
+        return any(isinstance(t, torch.Tensor) and any(_has(d, symbol) for d in t.shape) for t in vals)
+
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        outs = [t for t in _flat(node.meta.get("val")) if isinstance(t, torch.Tensor)]
+        if any(_has(d, symbol) for t in outs for d in t.shape[1:]):
+            return node.name  # the batch moved away from dim 0
+        ins = [a for a in _flat(list(node.args) + list(node.kwargs.values())) if isinstance(a, torch.fx.Node)]
+        if outs and any(batched(a) for a in ins) and not all(t.dim() and _has(t.shape[0], symbol) for t in outs):
+            return node.name  # reduced over the batch, or rows picked from it
+        name = node.target.overloadpacket.__name__
+        first = node.args[0] if node.args else None
+        first = first[0] if isinstance(first, (list, tuple)) and first else first
+        if name in _DIM_ARGS and batched(first):
+            pos, default = _DIM_ARGS[name]
+            dims = node.args[pos] if len(node.args) > pos else node.kwargs.get("dim", default)
+            if isinstance(dims, torch.fx.Node):
+                continue  # max.other, min.other: elementwise
+            rank = first.meta["val"].dim()
+            if dims is None or any(int(d) % max(rank, 1) == 0 for d in _flat(dims)):
+                if name == "slice" and _whole(*node.args[2:]):
+                    continue  # x[:, i] slices all of dim 0 first
+                return node.name
+        if name in _MATRIX_ARGS and batched(node.args[_MATRIX_ARGS[name]]):
+            return node.name
+        if name in ("index", "_unsafe_index") and batched(first) and node.args[1] and not _row_iota(node.args[1][0], symbol):
+            return node.name
+        if name == "repeat" and int(node.args[1][0]) != 1 or name == "constant_pad_nd" and batched(first):
+            return node.name  # tiles the batch, or pads it
+    return None
+
+
+def _row_iota(node: Any, symbols: frozenset[Any]) -> bool:
+    """Whether ``node`` is None or ``arange(batch)`` reshaped: indexing dim 0 with it picks row i for row i
+    (transformers' masks index ``mask[arange(batch)[:, None, None, None], kv]``)."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+        name = node.target.overloadpacket.__name__
+        if name == "arange":
+            ends = [a for a in node.args if not isinstance(a, int) or a != 0]
+            end = ends[0].meta.get("val") if len(ends) == 1 and isinstance(ends[0], torch.fx.Node) else None
+            return len(ends) == 1 and _has(end, symbols)
+        if name == "slice" and not _whole(*node.args[2:]):
+            return False
+        if name not in ("unsqueeze", "view", "reshape", "_unsafe_view", "expand", "clone", "_to_copy", "alias", "slice"):
+            return False
+        node = node.args[0]
+    return node is None
+
+
+def _whole(start: Any = None, end: Any = None, step: int = 1) -> bool:
+    return start in (None, 0) and (end is None or isinstance(end, int) and end >= 2**62) and step == 1
+
+
+def _has(d: Any, symbols: frozenset[Any]) -> bool:
+    return isinstance(d, torch.SymInt) and bool(symbols & d.node.expr.free_symbols)
 
 
 class _Partition(torch.nn.Module):

@@ -293,3 +293,52 @@ def test_reductions_follow_torch_promotion(backend: aioge_torch.AiogeBackend) ->
         torch.testing.assert_close(g, w)
     assert got[0].tolist() == pytest.approx([7 / 3, 10 / 3]) and int(got[1]) == 40000
     assert got[1].shape == () and got[3].shape == ()  # 0-d outputs stay 0-d
+
+
+# -- dynamic shapes compile once -----------------------------------------------------------
+
+
+def _builds(be: aioge_torch.AiogeBackend) -> list[int]:
+    return [len(entry.builds) for entry in be._runner.session._graphs.values()]
+
+
+def test_dynamic_batch_builds_once_per_power_of_two(backend: aioge_torch.AiogeBackend) -> None:
+    # A symbolic batch pads to the next power of two (repeating the last row): batches 5-8 share
+    # one build, 3 and 4 a second; results are sliced back to the batch asked for.
+    model = torch_models.Mlp().eval()
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    for rows in (5, 8, 6, 7):
+        got = _check(compiled, model, torch.randn(rows, 16), rtol=1e-5, atol=1e-6)
+        assert got.shape == (rows, 4)
+    assert len(backend.graphs) == 1 and _builds(backend) == [1]
+    for rows in (3, 4):
+        _check(compiled, model, torch.randn(rows, 16), rtol=1e-5, atol=1e-6)
+    assert _builds(backend) == [2]
+
+
+def test_dynamic_batch_of_a_transformer_builds_once(backend: aioge_torch.AiogeBackend) -> None:
+    # BERT with its padded attention mask, batch marked dynamic: the mask's
+    # mask[arange(batch)[:, None, None, None], kv] indexing, attention, layer norms and reshapes
+    # through batch*tokens keep rows apart, so batches 5 to 8 share one build.
+    model, kwargs = torch_models.transformers_model("bert")
+    compiled = torch.compile(model, backend=backend)
+    for rows in (5, 8, 6, 7):  # (batch 1 would be a graph of its own: TorchDynamo specialises sizes 0 and 1)
+        batch = {k: v.repeat(4, 1)[:rows] for k, v in kwargs.items()}
+        for v in batch.values():
+            torch._dynamo.mark_dynamic(v, 0)
+        with torch.no_grad():
+            got, ref = compiled(**batch).last_hidden_state, model(**batch).last_hidden_state
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-5)
+    assert len(backend.graphs) == 1 and not backend.fallbacks and _builds(backend) == [1]
+
+
+def test_rows_mixed_along_the_batch_compile_per_shape(backend: aioge_torch.AiogeBackend) -> None:
+    # x - x.mean(0) mixes rows: padding would change every row, so each batch size builds its own.
+    def centre(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x - x.mean(0))
+
+    compiled = torch.compile(centre, backend=backend, dynamic=True)
+    for rows in (5, 6, 7):
+        x = torch.randn(rows, 3)
+        torch.testing.assert_close(compiled(x), centre(x))
+    assert _builds(backend) == [3]

@@ -760,7 +760,8 @@ def _sdpa(
 ) -> Value:
     if dropout_p:
         raise c.fail("attention dropout is random; call module.eval() first")
-    head = (q.shape or (None,))[-1]
+    traced = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    head = _dim(traced.shape[-1]) if isinstance(traced, torch.Tensor) else (q.shape or (None,))[-1]
     if scale is None:
         if not isinstance(head, int):
             raise c.fail("attention needs a static head size to compute its scale")
@@ -939,13 +940,16 @@ def _split(c: _Converter, node: torch.fx.Node, x: Value, size: Any, dim: int = 0
 
 
 def _arange(c: _Converter, node: torch.fx.Node, *args: Any, **kwargs: Any) -> Any:
-    start, end, step = (0, args[0], 1) if len(args) == 1 else (args + (1,))[:3]
+    start, end, step = (
+        _literal(a) if isinstance(a, np.ndarray) else a for a in ((0, args[0], 1) if len(args) == 1 else (args + (1,))[:3])
+    )
     dtype = c.out_dtype(node)
     if all(isinstance(a, (int, float)) for a in (start, end, step)):
         return c.graph.constant(np.arange(start, end, step, dtype=dtype))
     parts = [a if isinstance(a, Value) else np.array([a], np.int64) for a in (start, end, step)]
     scalars = [
-        ops.squeeze(ops.cast(p, to=dtype) if isinstance(p, Value) else p.astype(dtype), np.array([0], np.int64)) for p in parts
+        ops.squeeze(ops.cast(p, to=dtype), np.array([0], np.int64)) if isinstance(p, Value) else p.astype(dtype).reshape(())
+        for p in parts
     ]
     return ops.range(*scalars)
 
