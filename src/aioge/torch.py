@@ -10,21 +10,21 @@ Modelled on TorchAir, GE's PyTorch front end::
     outputs = await session.run(graph, {"x": x.numpy()})  # numpy arrays
 
 The backend takes the FX graphs that TorchDynamo captures (one per graph break), lowers
-each to ATen through AOTAutograd and converts it with ``aioge.frontends.torch_fx``; each
-becomes its own aioge graph in one ``Session`` that the backend owns, so GE options
-(excluded engines, optimisation switch, kernel and graph caches) apply to all of them. A
-graph with an op aioge lacks runs eagerly in PyTorch instead, with an
-``EagerFallbackWarning`` naming the op and the node. Weights are fed on every call on this
-path (PyTorch may update them between calls); ``from_module`` bakes them in as constants,
-a snapshot like ``torch.export``'s.
+each to ATen through AOTAutograd (with torch's core decompositions minus the ops converted
+whole) and converts it with ``aioge.frontends.torch_fx``, in one ``Session`` that the backend
+owns, so GE options (excluded engines, optimisation switch, kernel and graph caches) apply to
+all graphs. Nodes with no converter (or that a converter refuses) split the graph with torch's
+``CapabilityBasedPartitioner``: each partition of convertible nodes is an aioge graph, the
+rest runs eagerly between them, with one ``EagerFallbackWarning`` naming the eager ops.
+Weights are fed on every call on this path (PyTorch may update them between calls);
+``from_module`` bakes them in as constants, a snapshot like ``torch.export``'s.
 
-With ``ge.dynamicBatchSize`` in the backend's options ("1,2,4,8", GE's batch gears), a graph
-captured with a dynamic batch (``dynamic=True``: dim 0 of its inputs one symbol, no other
-symbolic dim, no size fed or returned as an int) is compiled once for every gear; a call pads
-its batch to the smallest gear that holds it (no recompile), and a batch beyond the largest
-runs eagerly in PyTorch with an ``EagerFallbackWarning``. As in GE, the rows of a batch must
-be independent (padding rows would count in a sum over the batch). Other graphs compile per
-shape as without the option.
+A symbolic batch (dim 0 of the inputs symbolic, no other symbolic dim, no size fed or returned
+as an int) pads to the next power of two when every op keeps the rows apart (``_row_mixer``),
+so it builds once per power of two; with ``ge.dynamicBatchSize`` in the options ("1,2,4,8",
+GE's batch gears) it is compiled once for every gear instead, and a batch beyond the largest
+runs eagerly with an ``EagerFallbackWarning`` (as in GE, the rows must be independent). Other
+graphs compile per shape.
 """
 
 from __future__ import annotations
@@ -305,7 +305,7 @@ class AiogeBackend:
         if len({shape[0] for shape in batched.values()}) != 1:
             return {}
         pattern = ";".join(f"{n}:{','.join(['-1', *map(str, s[1:])])}" for n, s in batched.items())
-        return {"ge.inputShape": pattern, "ge.dynamicBatchSize": self._batch_gears}
+        return {"ge.inputShape": pattern, "ge.dynamicBatchSize": str(self._batch_gears)}
 
     def _constants(self, gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
         frozen, count = self._frozen
@@ -429,7 +429,8 @@ def _batch_buckets(gm: torch.fx.GraphModule, converted: ConvertedGraph) -> _Buck
     names = {shape[0] for shape in batched.values()}
     placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     # TorchDynamo may give each input's batch its own symbol: all are the batch (equal at run time)
-    symbols = frozenset(d.node.expr for v in placeholders if isinstance(v, torch.Tensor) for d in v.shape[:1] if str(d) in names)
+    dims0 = [v.shape[0] for v in placeholders if isinstance(v, torch.Tensor) and v.dim()]
+    symbols = frozenset(d.node.expr for d in dims0 if isinstance(d, torch.SymInt) and str(d) in names)
     if not batched or len(symbols) != len(names):
         return None
     mixer = _row_mixer(gm, symbols)
@@ -492,7 +493,7 @@ def _row_mixer(gm: torch.fx.GraphModule, symbol: frozenset[Any]) -> str | None:
             dims = node.args[pos] if len(node.args) > pos else node.kwargs.get("dim", default)
             if isinstance(dims, torch.fx.Node):
                 continue  # max.other, min.other: elementwise
-            rank = first.meta["val"].dim()
+            rank = first.meta["val"].dim()  # type: ignore[union-attr]
             if dims is None or any(int(d) % max(rank, 1) == 0 for d in _flat(dims)):
                 if name == "slice" and _whole(*node.args[2:]):
                     continue  # x[:, i] slices all of dim 0 first
@@ -523,7 +524,7 @@ def _row_iota(node: Any, symbols: frozenset[Any]) -> bool:
     return node is None
 
 
-def _whole(start: Any = None, end: Any = None, step: int = 1) -> bool:
+def _whole(start: Any = None, end: Any = None, step: Any = 1) -> bool:
     return start in (None, 0) and (end is None or isinstance(end, int) and end >= 2**62) and step == 1
 
 

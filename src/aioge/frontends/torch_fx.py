@@ -274,7 +274,7 @@ class _Converter:
         as autograd's saved tensors are: zeros of the traced shape when it is static."""
         if not isinstance(result, tuple) or all(r is not None for r in result):
             return result
-        used = {u.args[1] for u in node.users if u.target is operator.getitem}
+        used = {int(u.args[1]) for u in node.users if u.target is operator.getitem}
         vals = node.meta.get("val")
         out = list(result)
         for i in used:
@@ -283,7 +283,7 @@ class _Converter:
                 shape = [_dim(d) for d in val.shape] if isinstance(val, torch.Tensor) else [None]
                 if not all(isinstance(d, int) for d in shape):
                     raise self.fail(f"output {i} is used but not computed by the converter")
-                out[i] = self.graph.constant(np.zeros(shape, numpy_dtype_of(val.dtype)))  # type: ignore[union-attr]
+                out[i] = self.graph.constant(np.zeros(shape, numpy_dtype_of(val.dtype)))
         return tuple(out)
 
     def arg(self, a: Any) -> Any:
@@ -1088,13 +1088,13 @@ def _index(c: _Converter, node: torch.fx.Node, x: Value, indices: Sequence[Value
     rank = c.rank(node)
     dims = [d for d, i in enumerate(indices) if i is not None]
     for d in dims:
-        if indices[d].dtype == "bool":  # type: ignore[union-attr]
+        if indices[d].dtype == "bool":
             raise c.fail("indexing with a boolean mask has a data-dependent shape; it is not mapped")
     if len(dims) == 1:
         return ops.gather(x, indices[dims[0]], axis=dims[0])
     rest = [d for d in range(rank) if d not in dims]
     moved = x if dims == list(range(len(dims))) else ops.transpose(x, perm=dims + rest)
-    idx = [ops.cast(i, to="int64") if i.dtype != "int64" else i for i in (indices[d] for d in dims)]  # type: ignore[union-attr]
+    idx = [ops.cast(i, to="int64") if i.dtype != "int64" else i for i in (indices[d] for d in dims)]
     shape = idx[0]
     for i in idx[1:]:  # broadcast the index tensors together
         shape = ops.add(ops.mul(shape, np.asarray(0, np.int64)), ops.mul(i, np.asarray(0, np.int64)))
@@ -1241,7 +1241,7 @@ def _var(root: bool = False, with_mean: bool = False) -> Callable[..., Any]:
         total = ops.reduce_sum(ops.mul(centred, centred), ax, keepdims=int(bool(keepdim)))
         shape = x.shape
         if shape is not None and all(isinstance(shape[a], int) for a in axes):
-            count: Any = np.asarray(max(math.prod(int(shape[a]) for a in axes) - corr, 0), x.dtype)  # type: ignore[arg-type]
+            count: Any = np.asarray(max(math.prod(int(shape[a]) for a in axes) - corr, 0), x.dtype)
         else:
             n = ops.cast(ops.reduce_prod(ops.gather(ops.shape(x), ax, axis=0), keepdims=0), to=x.dtype)
             count = ops.max(ops.sub(n, np.asarray(corr, x.dtype)), np.asarray(0, x.dtype))
