@@ -78,7 +78,7 @@ from aioge.ir.graph import Graph  # noqa: E402
 from aioge.options import OPTIONS, check_options  # noqa: E402
 from aioge.session import Session  # noqa: E402
 
-__all__ = ["AiogeBackend", "EagerFallbackWarning", "backend", "from_module"]
+__all__ = ["AiogeBackend", "EagerFallbackWarning", "backend", "call_async", "from_module"]
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +96,12 @@ def backend(
 ) -> AiogeBackend:
     """A ``torch.compile`` backend that runs captured graphs on aioge.
 
-    ``options`` are GE session options (as for ``aioge.Session``); ``name`` prefixes the
-    aioge graph names (``torch_0``, ``torch_1``, ... one per captured graph).
+    ``options`` are GE session options (as for ``aioge.Session``) and two graph options applied
+    to every captured graph: ``ge.dynamicBatchSize`` (gears) and ``ge.graph_key``: with
+    ``ge.graph_compiler_cache_dir`` each graph is cached as ``<key>_<n>`` (``<name>_<n>``
+    without a key), so that another process compiling the same module with the same options
+    loads its graphs from the cache. ``name`` prefixes the aioge graph names (``torch_0``,
+    ``torch_1``, ... one per captured graph or partition).
     ``frozen_parameters`` (TorchAir's ``frozen_parameter``): graphs captured with gradients
     off bake the module's parameters and buffers in as constants, so aioge can fold them
     (batch norm into convolution) and need not take them on every call; later changes to
@@ -108,6 +112,25 @@ def backend(
         OptionError: a bad option.
     """
     return AiogeBackend(options, frozen_parameters=frozen_parameters, name=name, converters=converters)
+
+
+async def call_async(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``await aioge.torch.call_async(compiled, x)``: call a compiled module (or any function)
+    in a worker thread, so that the event loop runs other tasks for the length of the call.
+
+    A ``torch.compile``'d module called directly from ``async def`` blocks its loop while
+    PyTorch and aioge run (its graphs run on the backend's own loop thread, and the caller
+    waits for them). The caller's grad mode (``torch.no_grad()``) applies to the call.
+    """
+    import anyio.to_thread
+
+    grad = torch.is_grad_enabled()  # thread-local: the worker thread gets the caller's mode
+
+    def call() -> Any:
+        with torch.set_grad_enabled(grad):
+            return fn(*args, **kwargs)
+
+    return await anyio.to_thread.run_sync(call)
 
 
 def from_module(
@@ -187,6 +210,12 @@ class AiogeBackend:
         self._batch_gears = options.pop("ge.dynamicBatchSize", None)
         if self._batch_gears is not None:
             check_options({"ge.dynamicBatchSize": self._batch_gears}, "graph")
+        # The graph cache: each captured graph (and partition) is cached as <key>_<n>, n in capture
+        # order, so that a process compiling the same module the same way loads them.
+        key = options.pop("ge.graph_key", None)
+        if key is not None:
+            check_options({"ge.graph_key": key}, "graph")
+        self._graph_key = key or (name if options.get("ge.graph_compiler_cache_dir") else None)
         self._runner = _SessionThread(options)
         self._frozen: tuple[dict[int, torch.Tensor], int] = ({}, 0)
 
@@ -285,7 +314,8 @@ class AiogeBackend:
         label = f"{self.name}_{graph_id}"
         converted = convert_fx(gm, name=label, constants=constants, converters=self.converters)
         gears = self._gear_options(converted)
-        self._runner.call(self._runner.session.add_graph, graph_id, converted.graph, gears)
+        graph_options = {**gears, "ge.graph_key": f"{self._graph_key}_{graph_id}"} if self._graph_key else gears
+        self._runner.call(self._runner.session.add_graph, graph_id, converted.graph, graph_options)
         self.graphs.append(converted.graph)
         log.debug("aioge.torch: %s has %d nodes%s", label, len(converted.graph.nodes), " (batch gears)" if gears else "")
         compiled = _CompiledGraph(self, graph_id, converted, gm)

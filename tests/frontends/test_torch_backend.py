@@ -342,3 +342,64 @@ def test_rows_mixed_along_the_batch_compile_per_shape(backend: aioge_torch.Aioge
         x = torch.randn(rows, 3)
         torch.testing.assert_close(compiled(x), centre(x))
     assert _builds(backend) == [3]
+
+
+# -- graph cache across processes, and the awaitable call -------------------------------------------
+
+_CACHED_RUN = """
+import json, sys, torch
+import aioge.torch
+from tests.frontends import torch_models
+
+model = torch_models.Mlp().eval()
+be = aioge.torch.backend(options={"ge.graph_compiler_cache_dir": sys.argv[1], "ge.graph_key": "mlp"})
+x = torch.linspace(-1, 1, 32).reshape(2, 16)
+with torch.no_grad():
+    got = torch.compile(model, backend=be)(x)
+    ok = bool(torch.allclose(got, model(x), rtol=1e-5, atol=1e-6))
+hits = [exe.model.stats.graph_cache_hit for e in be._runner.session._graphs.values() for exe in e.builds.values()]
+print(json.dumps({"ok": ok, "hits": hits}))
+be.close()
+"""
+
+
+def test_second_process_loads_graphs_from_the_cache(tmp_path: os.PathLike[str]) -> None:
+    import json
+    import subprocess
+    import sys
+
+    cache = tmp_path / "graphs"
+    cache.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(p) for p in sys.path if p])}
+    runs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", _CACHED_RUN, str(cache)], capture_output=True, text=True, timeout=300, env=env, cwd=os.getcwd()
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert runs[0] == {"ok": True, "hits": [False]}
+    assert runs[1] == {"ok": True, "hits": [True]}, "the second process compiles nothing"
+    assert any(p.name.startswith("mlp_") for p in cache.rglob("*"))
+
+
+@pytest.mark.anyio
+async def test_call_async_runs_off_the_event_loop(backend: aioge_torch.AiogeBackend) -> None:
+    import threading
+
+    model = torch_models.Mlp().eval()
+    compiled = torch.compile(model, backend=backend)
+    threads = []
+    original = aioge_torch._CompiledGraph.__call__
+
+    def spy(self: object, *args: object) -> object:
+        threads.append(threading.get_ident())
+        return original(self, *args)  # type: ignore[arg-type]
+
+    x = torch.randn(3, 16)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(aioge_torch._CompiledGraph, "__call__", spy)
+        with torch.no_grad():
+            got = await aioge_torch.call_async(compiled, x)
+    np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert threads and threading.get_ident() not in threads
