@@ -90,7 +90,7 @@ class EagerFallbackWarning(UserWarning):
 def backend(
     options: Mapping[str, str] | None = None,
     *,
-    frozen_parameters: bool = False,
+    frozen_parameters: bool = True,
     name: str = "torch",
     converters: Converters | None = None,
 ) -> AiogeBackend:
@@ -102,11 +102,12 @@ def backend(
     without a key), so that another process compiling the same module with the same options
     loads its graphs from the cache. ``name`` prefixes the aioge graph names (``torch_0``,
     ``torch_1``, ... one per captured graph or partition).
-    ``frozen_parameters`` (TorchAir's ``frozen_parameter``): graphs captured with gradients
-    off bake the module's parameters and buffers in as constants, so aioge can fold them
-    (batch norm into convolution) and need not take them on every call; later changes to
-    those tensors are then not seen. Graphs captured with gradients on always take them
-    as inputs. ``converters`` map ATen ops to user converters (see ``AiogeBackend.register_converter``).
+    ``frozen_parameters`` (TorchAir's ``frozen_parameter``, on by default): graphs captured
+    with gradients off bake the module's parameters and buffers in as constants, so aioge can
+    fold them (batch norm into convolution) and need not take them on every call. A call
+    whose parameters changed since (in place, or replaced: ``_version`` or ``data_ptr``)
+    rebuilds the graph with the new values first. Graphs captured with gradients on, and all
+    graphs with ``frozen_parameters=False``, take them as inputs on every call. ``converters`` map ATen ops to user converters (see ``AiogeBackend.register_converter``).
 
     Raises:
         OptionError: a bad option.
@@ -194,7 +195,7 @@ class AiogeBackend:
         self,
         options: Mapping[str, str] | None = None,
         *,
-        frozen_parameters: bool = False,
+        frozen_parameters: bool = True,
         name: str = "torch",
         converters: Converters | None = None,
     ) -> None:
@@ -313,18 +314,24 @@ class AiogeBackend:
         graph_id = next(self._ids)
         label = f"{self.name}_{graph_id}"
         converted = convert_fx(gm, name=label, constants=constants, converters=self.converters)
-        gears = self._gear_options(converted)
-        graph_options = {**gears, "ge.graph_key": f"{self._graph_key}_{graph_id}"} if self._graph_key else gears
-        self._runner.call(self._runner.session.add_graph, graph_id, converted.graph, graph_options)
+        gears = self._add(graph_id, converted)
         self.graphs.append(converted.graph)
         log.debug("aioge.torch: %s has %d nodes%s", label, len(converted.graph.nodes), " (batch gears)" if gears else "")
         compiled = _CompiledGraph(self, graph_id, converted, gm)
+        compiled.stamps = _stamps(converted, gm, constants)
         if gears:
             compiled.max_batch = max(OPTIONS["ge.dynamicBatchSize"].parse(gears["ge.dynamicBatchSize"]))
             compiled.batched = frozenset(n.split(":", 1)[0] for n in gears["ge.inputShape"].split(";"))
         elif self._batch_gears is None:
             compiled.buckets = _batch_buckets(gm, converted)
         return compiled
+
+    def _add(self, graph_id: int, converted: ConvertedGraph) -> dict[str, str]:
+        """Add a converted graph to the session with its graph options; returns its gears' options."""
+        gears = self._gear_options(converted)
+        graph_options = {**gears, "ge.graph_key": f"{self._graph_key}_{graph_id}"} if self._graph_key else gears
+        self._runner.call(self._runner.session.add_graph, graph_id, converted.graph, graph_options)
+        return gears
 
     def _gear_options(self, converted: ConvertedGraph) -> dict[str, str]:
         """The graph options of batch gears for this graph: ``ge.inputShape`` with -1 for dim 0 of
@@ -368,10 +375,27 @@ class _CompiledGraph:
         self.max_batch = 0  # with batch gears: the largest, and the inputs they batch
         self.batched: frozenset[str] = frozenset()
         self.buckets: _Buckets | None = None  # a symbolic batch padded to powers of two
+        self.stamps: list[tuple[int, str, tuple[int, int]]] = []  # frozen weights: arg index, placeholder, stamp
+
+    def _refresh(self, args: Sequence[Any]) -> None:
+        """Rebuild the graph with the frozen weights' current values when one changed since."""
+        if not any(_stamp(args[i]) != stamp for i, _, stamp in self.stamps):
+            return
+        owner = self.owner
+        constants = {name: args[i] for i, name, _ in self.stamps}
+        graph_id = next(owner._ids)
+        converted = convert_fx(self.gm, name=f"{owner.name}_{graph_id}", constants=constants, converters=owner.converters)
+        owner._add(graph_id, converted)
+        owner._runner.call(owner._runner.session.remove_graph, self.graph_id)
+        log.info("aioge.torch: %s rebuilt as %s: its frozen parameters changed", self.converted.graph.name, converted.graph.name)
+        self.graph_id, self.converted = graph_id, converted
+        self.stamps = _stamps(converted, self.gm, constants)
 
     def __call__(self, *args: Any) -> list[Any]:
         if self.eager is not None:
             return list(self.eager(*args))
+        if self.stamps:
+            self._refresh(args)
         if self.max_batch:
             rows = max((args[s.index].shape[0] for s in self.converted.inputs if s.name in self.batched), default=0)
             if rows > self.max_batch:  # this call only: a later one may fit the gears again
@@ -459,7 +483,7 @@ def _batch_buckets(gm: torch.fx.GraphModule, converted: ConvertedGraph) -> _Buck
     names = {shape[0] for shape in batched.values()}
     placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     # TorchDynamo may give each input's batch its own symbol: all are the batch (equal at run time)
-    dims0 = [v.shape[0] for v in placeholders if isinstance(v, torch.Tensor) and v.dim()]
+    dims0: list[Any] = [v.shape[0] for v in placeholders if isinstance(v, torch.Tensor) and v.dim()]
     symbols = frozenset(d.node.expr for d in dims0 if isinstance(d, torch.SymInt) and str(d) in names)
     if not batched or len(symbols) != len(names):
         return None
@@ -560,6 +584,22 @@ def _whole(start: Any = None, end: Any = None, step: Any = 1) -> bool:
 
 def _has(d: Any, symbols: frozenset[Any]) -> bool:
     return isinstance(d, torch.SymInt) and bool(symbols & d.node.expr.free_symbols)
+
+
+def _stamp(t: torch.Tensor) -> tuple[int, int]:
+    return t.data_ptr(), t._version
+
+
+def _stamps(
+    converted: ConvertedGraph, gm: torch.fx.GraphModule, constants: Mapping[str, torch.Tensor]
+) -> list[tuple[int, str, tuple[int, int]]]:
+    """Per frozen weight of the graph: its argument index, placeholder and current stamp."""
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    return [
+        (s.index, placeholders[s.index], _stamp(constants[placeholders[s.index]]))
+        for s in converted.inputs
+        if s.kind == "constant"
+    ]
 
 
 class _Partition(torch.nn.Module):

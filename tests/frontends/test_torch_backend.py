@@ -202,15 +202,39 @@ def test_import_aioge_imports_neither_torch_nor_tensorflow() -> None:
     assert done.stdout.strip() == "[]"
 
 
-def test_weights_are_inputs_by_default_so_updates_are_seen(backend: aioge_torch.AiogeBackend) -> None:
+def test_frozen_weights_are_rebuilt_when_they_change(backend: aioge_torch.AiogeBackend) -> None:
+    # Weights are bound once (constants) by default; an in-place update or a replaced tensor
+    # rebuilds the graph with the new values on the next call.
     model = torch_models.Mlp().eval()
     compiled = torch.compile(model, backend=backend)
     x = torch.randn(2, 16)
     _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+    assert len(backend.graphs[0].inputs) == 1  # x only
+    _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+    assert len(backend._runner.session._graphs) == 1
     with torch.no_grad():
         model.fc2.bias.add_(1.0)
     _check(compiled, model, x, rtol=1e-5, atol=1e-6)
-    assert len(backend.graphs[0].inputs) == 5  # x and the four weights
+    model.fc1.weight.data = torch.randn(32, 16)
+    _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+    assert len(backend._runner.session._graphs) == 1  # the old builds are dropped
+
+
+def test_weights_are_inputs_with_frozen_parameters_off() -> None:
+    torch._dynamo.reset()
+    be = aioge_torch.backend(frozen_parameters=False)
+    try:
+        model = torch_models.Mlp().eval()
+        compiled = torch.compile(model, backend=be)
+        x = torch.randn(2, 16)
+        _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+        with torch.no_grad():
+            model.fc2.bias.add_(1.0)
+        _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+        assert len(be.graphs) == 1 and len(be.graphs[0].inputs) == 5  # x and the four weights
+    finally:
+        be.close()
+        torch._dynamo.reset()
 
 
 def test_frozen_parameters_become_constants() -> None:
