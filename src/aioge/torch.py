@@ -340,6 +340,14 @@ class AiogeBackend:
         PyTorch feeds or takes back as an int (it would see the padded batch)."""
         batched = _batched_inputs(converted) if self._batch_gears is not None else {}
         if len({shape[0] for shape in batched.values()}) != 1:
+            symbolic = any(isinstance(d, str) for v in converted.graph.inputs for d in v.shape or ())
+            if self._batch_gears is not None and symbolic:
+                warnings.warn(
+                    f"aioge.torch: ge.dynamicBatchSize is not applied to graph {converted.graph.name}: gears need one "
+                    "symbolic dim, dim 0 of its inputs, and no size passed as an int; it compiles per shape",
+                    UserWarning,
+                    stacklevel=2,
+                )
             return {}
         pattern = ";".join(f"{n}:{','.join(['-1', *map(str, s[1:])])}" for n, s in batched.items())
         return {"ge.inputShape": pattern, "ge.dynamicBatchSize": str(self._batch_gears)}

@@ -275,6 +275,11 @@ def test_batch_gears_compile_a_dynamic_batch_once() -> None:
         assert len(entry.builds) == 3 and be.fallbacks == [] and len(be.graphs) == 1
         with pytest.raises(OptionError, match="ge.dynamicBatchSize"):
             aioge_torch.backend(options={"ge.dynamicBatchSize": "0,two"})
+        # Gears cannot hold a symbolic dim other than the batch: said, not silently ignored.
+        torch._dynamo.reset()
+        with pytest.warns(UserWarning, match="ge.dynamicBatchSize is not applied to graph torch_1"):
+            out = torch.compile(lambda x: (x * 2).sum(1), backend=be, dynamic=True)(torch.ones(3, 5))
+        torch.testing.assert_close(out, torch.full((3,), 10.0))
     finally:
         be.close()
         torch._dynamo.reset()
