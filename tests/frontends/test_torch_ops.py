@@ -192,6 +192,22 @@ CASES: list[Case] = [
     ("batch_norm", lambda a: F.batch_norm(a, torch.zeros(3), torch.ones(3) * 2, training=False), 1, FLOAT, False),
     ("conv1d", lambda a: F.conv1d(a[None], torch.ones(1, 2, 2)), 1, FLOAT, False),
     ("conv2d", lambda a: F.conv2d(a[None, None], torch.ones(1, 1, 2, 2), padding=1), 1, FLOAT, False),
+    (
+        "conv_transpose2d",
+        lambda a: F.conv_transpose2d(
+            a[None, None], torch.linspace(-1, 1, 18).reshape(1, 2, 3, 3), stride=2, padding=1, output_padding=1
+        ),
+        1,
+        FLOAT,
+        False,
+    ),
+    (
+        "conv_transpose1d_groups",
+        lambda a: F.conv_transpose1d(a[None], torch.linspace(-1, 1, 8).reshape(2, 2, 2), torch.ones(4), groups=2, dilation=2),
+        1,
+        FLOAT,
+        False,
+    ),
     ("max_pool2d", lambda a: F.max_pool2d(a[None], 2, 1), 1, FLOAT, False),
     ("avg_pool2d", lambda a: F.avg_pool2d(a[None], 2, 1), 1, FLOAT, False),
     ("adaptive_avg_pool2d", lambda a: F.adaptive_avg_pool2d(a[None], 1), 1, FLOAT, False),

@@ -577,13 +577,15 @@ def _conv(
     # conv{1,2,3}d(x, w, b, stride, padding, dilation, groups); convolution(..., transposed, output_padding, groups)
     spatial = len(w.shape or ()) - 2
     name = node.target.overloadpacket.__name__
+    transposed, output_padding = False, 0
     if name == "convolution":
-        transposed, _, groups = rest
-        if transposed:
-            raise c.fail("transposed convolution is not mapped yet")
+        transposed, output_padding, groups = rest
     else:
         groups = rest[0] if rest else 1
     attrs: dict[str, Any] = {"strides": _spatial(stride, spatial), "dilations": _spatial(dilation, spatial), "group": int(groups)}
+    if transposed:  # torch's weight is (in, out / groups, *kernel), as ConvTranspose's
+        pads = _spatial(padding, spatial)
+        return ops.conv_transpose(x, w, b, pads=pads + pads, output_padding=_spatial(output_padding, spatial), **attrs)
     if isinstance(padding, str):
         attrs["auto_pad"] = {"same": "SAME_UPPER", "valid": "VALID"}[padding]
     else:
