@@ -10,21 +10,21 @@ Modelled on TorchAir, GE's PyTorch front end::
     outputs = await session.run(graph, {"x": x.numpy()})  # numpy arrays
 
 The backend takes the FX graphs that TorchDynamo captures (one per graph break), lowers
-each to ATen through AOTAutograd and converts it with ``aioge.frontends.torch_fx``; each
-becomes its own aioge graph in one ``Session`` that the backend owns, so GE options
-(excluded engines, optimisation switch, kernel and graph caches) apply to all of them. A
-graph with an op aioge lacks runs eagerly in PyTorch instead, with an
-``EagerFallbackWarning`` naming the op and the node. Weights are fed on every call on this
-path (PyTorch may update them between calls); ``from_module`` bakes them in as constants,
-a snapshot like ``torch.export``'s.
+each to ATen through AOTAutograd (with torch's core decompositions minus the ops converted
+whole) and converts it with ``aioge.frontends.torch_fx``, in one ``Session`` that the backend
+owns, so GE options (excluded engines, optimisation switch, kernel and graph caches) apply to
+all graphs. Nodes with no converter (or that a converter refuses) split the graph with torch's
+``CapabilityBasedPartitioner``: each partition of convertible nodes is an aioge graph, the
+rest runs eagerly between them, with one ``EagerFallbackWarning`` naming the eager ops.
+Weights are fed on every call on this path (PyTorch may update them between calls);
+``from_module`` bakes them in as constants, a snapshot like ``torch.export``'s.
 
-With ``ge.dynamicBatchSize`` in the backend's options ("1,2,4,8", GE's batch gears), a graph
-captured with a dynamic batch (``dynamic=True``: dim 0 of its inputs one symbol, no other
-symbolic dim, no size fed or returned as an int) is compiled once for every gear; a call pads
-its batch to the smallest gear that holds it (no recompile), and a batch beyond the largest
-runs eagerly in PyTorch with an ``EagerFallbackWarning``. As in GE, the rows of a batch must
-be independent (padding rows would count in a sum over the batch). Other graphs compile per
-shape as without the option.
+A symbolic batch (dim 0 of the inputs symbolic, no other symbolic dim, no size fed or returned
+as an int) pads to the next power of two when every op keeps the rows apart (``_row_mixer``),
+so it builds once per power of two; with ``ge.dynamicBatchSize`` in the options ("1,2,4,8",
+GE's batch gears) it is compiled once for every gear instead, and a batch beyond the largest
+runs eagerly with an ``EagerFallbackWarning`` (as in GE, the rows must be independent). Other
+graphs compile per shape.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import logging
 import warnings
 import weakref
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import anyio.from_thread
@@ -65,12 +66,19 @@ from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 from torch._functorch.aot_autograd import make_boxed_func  # noqa: E402
 
 from aioge.errors import AiogeError, GraphError  # noqa: E402
-from aioge.frontends.torch_fx import ConvertedGraph, convert_fx  # noqa: E402
+from aioge.frontends.torch_fx import (  # noqa: E402
+    ConvertedGraph,
+    Converters,
+    convert_fx,
+    decompositions,
+    is_supported,
+    unsupported_nodes,
+)
 from aioge.ir.graph import Graph  # noqa: E402
 from aioge.options import OPTIONS, check_options  # noqa: E402
 from aioge.session import Session  # noqa: E402
 
-__all__ = ["AiogeBackend", "EagerFallbackWarning", "backend", "from_module"]
+__all__ = ["AiogeBackend", "EagerFallbackWarning", "backend", "call_async", "from_module"]
 
 log = logging.getLogger(__name__)
 
@@ -79,21 +87,51 @@ class EagerFallbackWarning(UserWarning):
     """Warned when a captured graph runs eagerly in PyTorch because aioge cannot convert or compile it."""
 
 
-def backend(options: Mapping[str, str] | None = None, *, frozen_parameters: bool = False, name: str = "torch") -> AiogeBackend:
+def backend(
+    options: Mapping[str, str] | None = None,
+    *,
+    frozen_parameters: bool = True,
+    name: str = "torch",
+    converters: Converters | None = None,
+) -> AiogeBackend:
     """A ``torch.compile`` backend that runs captured graphs on aioge.
 
-    ``options`` are GE session options (as for ``aioge.Session``); ``name`` prefixes the
-    aioge graph names (``torch_0``, ``torch_1``, ... one per captured graph).
-    ``frozen_parameters`` (TorchAir's ``frozen_parameter``): graphs captured with gradients
-    off bake the module's parameters and buffers in as constants, so aioge can fold them
-    (batch norm into convolution) and need not take them on every call; later changes to
-    those tensors are then not seen. Graphs captured with gradients on always take them
-    as inputs.
+    ``options`` are GE session options (as for ``aioge.Session``) and two graph options applied
+    to every captured graph: ``ge.dynamicBatchSize`` (gears) and ``ge.graph_key``: with
+    ``ge.graph_compiler_cache_dir`` each graph is cached as ``<key>_<n>`` (``<name>_<n>``
+    without a key), so that another process compiling the same module with the same options
+    loads its graphs from the cache. ``name`` prefixes the aioge graph names (``torch_0``,
+    ``torch_1``, ... one per captured graph or partition).
+    ``frozen_parameters`` (TorchAir's ``frozen_parameter``, on by default): graphs captured
+    with gradients off bake the module's parameters and buffers in as constants, so aioge can
+    fold them (batch norm into convolution) and need not take them on every call. A call
+    whose parameters changed since (in place, or replaced: ``_version`` or ``data_ptr``)
+    rebuilds the graph with the new values first. Graphs captured with gradients on, and all
+    graphs with ``frozen_parameters=False``, take them as inputs on every call. ``converters`` map ATen ops to user converters (see ``AiogeBackend.register_converter``).
 
     Raises:
         OptionError: a bad option.
     """
-    return AiogeBackend(options, frozen_parameters=frozen_parameters, name=name)
+    return AiogeBackend(options, frozen_parameters=frozen_parameters, name=name, converters=converters)
+
+
+async def call_async(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``await aioge.torch.call_async(compiled, x)``: call a compiled module (or any function)
+    in a worker thread, so that the event loop runs other tasks for the length of the call.
+
+    A ``torch.compile``'d module called directly from ``async def`` blocks its loop while
+    PyTorch and aioge run (its graphs run on the backend's own loop thread, and the caller
+    waits for them). The caller's grad mode (``torch.no_grad()``) applies to the call.
+    """
+    import anyio.to_thread
+
+    grad = torch.is_grad_enabled()  # thread-local: the worker thread gets the caller's mode
+
+    def call() -> Any:
+        with torch.set_grad_enabled(grad):
+            return fn(*args, **kwargs)
+
+    return await anyio.to_thread.run_sync(call)
 
 
 def from_module(
@@ -102,6 +140,7 @@ def from_module(
     dynamic_shapes: Any = None,
     *,
     name: str | None = None,
+    converters: Converters | None = None,
 ) -> Graph:
     """Export ``module`` with ``torch.export`` and convert it to an aioge Graph.
 
@@ -120,9 +159,9 @@ def from_module(
     label = name or type(module).__name__
     try:
         exported = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-        # An empty table keeps ops whole (linear, layer_norm, attention) but removes
-        # in-place and training-only forms.
-        exported = exported.run_decompositions({})
+        # torch's core table minus the ops aioge maps whole (linear, layer_norm, attention);
+        # in-place and training-only forms go too.
+        exported = exported.run_decompositions(decompositions(converters))
     except (RuntimeError, TypeError, ValueError, AssertionError) as exc:  # torch.export's errors derive from these
         raise GraphError(f"torch.export could not trace {type(module).__name__}: {exc}", graph=label) from None
     from torch.export.graph_signature import InputKind
@@ -137,7 +176,7 @@ def from_module(
             input_names[spec.arg.name] = spec.arg.name
         else:
             raise GraphError(f"input {spec.arg.name!r} of kind {spec.kind.name} is not supported", graph=label)
-    converted = convert_fx(exported.graph_module, name=label, constants=constants, input_names=input_names)
+    converted = convert_fx(exported.graph_module, name=label, constants=constants, input_names=input_names, converters=converters)
     if any(n is None for n in converted.outputs):
         raise GraphError("the module returns values that are not tensors; from_module needs tensor outputs", graph=label)
     return converted.graph
@@ -146,33 +185,73 @@ def from_module(
 class AiogeBackend:
     """The ``torch.compile`` backend object: one aioge Session, one aioge graph per captured graph.
 
-    ``graphs`` lists the aioge graphs converted so far (in capture order); ``fallbacks``
-    the names of those that run eagerly. ``close()`` ends the session (also done when the
+    ``graphs`` lists the aioge graphs converted so far (in capture order, one per partition);
+    ``fallbacks`` the names of those that run eagerly; ``partitioned`` the ops that ran
+    eagerly between partitions, per captured graph that needed partitions. ``close()`` ends the session (also done when the
     backend is garbage-collected or at exit).
     """
 
-    def __init__(self, options: Mapping[str, str] | None = None, *, frozen_parameters: bool = False, name: str = "torch") -> None:
+    def __init__(
+        self,
+        options: Mapping[str, str] | None = None,
+        *,
+        frozen_parameters: bool = True,
+        name: str = "torch",
+        converters: Converters | None = None,
+    ) -> None:
         self.name = name
+        self.converters: dict[Any, Callable[..., Any]] = dict(converters or {})
         self.frozen_parameters = frozen_parameters
         self.graphs: list[Graph] = []
         self.fallbacks: list[str] = []
+        self.partitioned: list[tuple[str, ...]] = []  # per partitioned graph: the ops run eagerly
         self._ids = itertools.count()
         options = dict(options or {})
         # A graph option: each captured graph gets it with the ge.inputShape of its own inputs.
         self._batch_gears = options.pop("ge.dynamicBatchSize", None)
         if self._batch_gears is not None:
             check_options({"ge.dynamicBatchSize": self._batch_gears}, "graph")
+        # The graph cache: each captured graph (and partition) is cached as <key>_<n>, n in capture
+        # order, so that a process compiling the same module the same way loads them.
+        key = options.pop("ge.graph_key", None)
+        if key is not None:
+            check_options({"ge.graph_key": key}, "graph")
+        self._graph_key = key or (name if options.get("ge.graph_compiler_cache_dir") else None)
         self._runner = _SessionThread(options)
         self._frozen: tuple[dict[int, torch.Tensor], int] = ({}, 0)
-        self._aot = aot_autograd(fw_compiler=self._compile, inference_compiler=self._compile, bw_compiler=_eager)
+
+    def register_converter(self, op: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """A decorator registering ``fn`` as this backend's converter for an ATen op
+        (``torch.ops.aten.erfinv`` for every overload, or ``torch.ops.aten.erfinv.default``)::
+
+            @be.register_converter(torch.ops.aten.erfinv)
+            def erfinv(x): ...   # aioge values in (Python values for non-tensor arguments), aioge values out
+
+        It overrides the built-in table and keeps the op whole (out of the decomposition
+        table) in graphs captured from then on.
+        """
+        if not isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            raise GraphError(f"register_converter takes an ATen op such as torch.ops.aten.cumsum, not {op!r}")
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self.converters[op] = fn
+            return fn
+
+        return register
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         frozen = _parameter_inputs(gm, example_inputs) if self.frozen_parameters and not torch.is_grad_enabled() else []
         # AOTAutograd traces with fake tensors, so the real weights are handed to _compile
         # aside; its inference graph takes the same inputs in the same order.
         self._frozen = ({i: example_inputs[i] for i in frozen}, len(example_inputs))
+        aot = aot_autograd(
+            fw_compiler=self._compile,
+            inference_compiler=self._compile,
+            bw_compiler=_eager,
+            decompositions=decompositions(self.converters),
+        )
         try:
-            return self._aot(gm, example_inputs)
+            return aot(gm, example_inputs)
         finally:
             self._frozen = ({}, 0)
 
@@ -181,44 +260,97 @@ class AiogeBackend:
         self._runner.close()
 
     def _compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        constants = self._constants(gm)
+        refused: dict[str, str] = {}  # node -> why: converters that failed on it
+        names = {n.name for n in gm.graph.nodes}
+        while True:
+            try:
+                if not refused and not unsupported_nodes(gm, self.converters):
+                    return make_boxed_func(self._compile_graph(gm, constants))
+                return make_boxed_func(self._compile_partitions(gm, constants, refused))
+            except GraphError as exc:
+                if exc.node is None or exc.node not in names or exc.node in refused:
+                    return make_boxed_func(self._fallback(f"{self.name}_{next(self._ids)}", gm, exc))
+                refused[exc.node] = str(exc)  # run that node eagerly and partition again
+
+    def _compile_partitions(
+        self, gm: torch.fx.GraphModule, constants: Mapping[str, torch.Tensor], refused: Mapping[str, str]
+    ) -> torch.fx.GraphModule:
+        """Split ``gm`` into partitions of convertible nodes (torch's capability-based
+        partitioner); each becomes an aioge graph, the rest runs eagerly between them."""
+        from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+        from torch.fx.passes.operator_support import OperatorSupportBase
+
+        converters = self.converters
+
+        class Support(OperatorSupportBase):
+            def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: torch.fx.Node) -> bool:
+                return node.name not in refused and is_supported(node, converters)
+
+        graph = torch.fx.Graph()
+        outputs = graph.graph_copy(gm.graph, {})
+        graph.output(outputs)
+        copy = torch.fx.GraphModule(gm, graph)  # the partitioner fuses in place: keep gm whole
+        partitioner = CapabilityBasedPartitioner(copy, Support(), allows_single_node_partition=True)
+        fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+        eager = [n for n in fused.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+        for node in fused.graph.nodes:
+            if node.op == "call_module":
+                sub = getattr(fused, node.target)
+                single = isinstance(sub.graph.output_node().args[0], torch.fx.Node)
+                setattr(fused, node.target, _Partition(self._compile_graph(sub, constants), single))
+        ops = sorted({_op_label(n) for n in eager})
+        warnings.warn(
+            EagerFallbackWarning(
+                f"aioge.torch: {len(eager)} node(s) run eagerly in PyTorch between aioge partitions: {', '.join(ops)}"
+                + "".join(f"; {n}: {why}" for n, why in refused.items())
+            ),
+            stacklevel=4,
+        )
+        self.partitioned.append(tuple(ops))
+        return fused
+
+    def _compile_graph(self, gm: torch.fx.GraphModule, constants: Mapping[str, torch.Tensor]) -> _CompiledGraph:
         graph_id = next(self._ids)
         label = f"{self.name}_{graph_id}"
-        try:
-            converted = convert_fx(gm, name=label, constants=self._constants(gm))
-            gears = self._gear_options(converted)
-            self._runner.call(self._runner.session.add_graph, graph_id, converted.graph, gears)
-        except GraphError as exc:
-            return make_boxed_func(self._fallback(label, gm, exc))
+        converted = convert_fx(gm, name=label, constants=constants, converters=self.converters)
+        gears = self._add(graph_id, converted)
         self.graphs.append(converted.graph)
         log.debug("aioge.torch: %s has %d nodes%s", label, len(converted.graph.nodes), " (batch gears)" if gears else "")
         compiled = _CompiledGraph(self, graph_id, converted, gm)
+        compiled.stamps = _stamps(converted, gm, constants)
         if gears:
             compiled.max_batch = max(OPTIONS["ge.dynamicBatchSize"].parse(gears["ge.dynamicBatchSize"]))
             compiled.batched = frozenset(n.split(":", 1)[0] for n in gears["ge.inputShape"].split(";"))
-        return make_boxed_func(compiled)
+        elif self._batch_gears is None:
+            compiled.buckets = _batch_buckets(gm, converted)
+        return compiled
+
+    def _add(self, graph_id: int, converted: ConvertedGraph) -> dict[str, str]:
+        """Add a converted graph to the session with its graph options; returns its gears' options."""
+        gears = self._gear_options(converted)
+        graph_options = {**gears, "ge.graph_key": f"{self._graph_key}_{graph_id}"} if self._graph_key else gears
+        self._runner.call(self._runner.session.add_graph, graph_id, converted.graph, graph_options)
+        return gears
 
     def _gear_options(self, converted: ConvertedGraph) -> dict[str, str]:
         """The graph options of batch gears for this graph: ``ge.inputShape`` with -1 for dim 0 of
         the inputs whose batch is dynamic, or none (compiled per shape) when the gears could not
         hold it: no gears asked for, no symbolic batch, other symbolic dims, or a size that
         PyTorch feeds or takes back as an int (it would see the padded batch)."""
-        if self._batch_gears is None or any(s.kind == "symint" for s in converted.inputs) or any(converted.symints):
-            return {}
-        batched: dict[str, tuple[Any, ...]] = {}
-        symbols = set()
-        for v in converted.graph.inputs:
-            shape = v.shape
-            if shape is None:
-                return {}
-            if any(isinstance(d, str) for d in shape[1:]):
-                return {}  # another dim varies: batch gears fill dim 0 only
-            if shape and isinstance(shape[0], str):
-                symbols.add(shape[0])
-                batched[v.name] = shape
-        if len(symbols) != 1:
+        batched = _batched_inputs(converted) if self._batch_gears is not None else {}
+        if len({shape[0] for shape in batched.values()}) != 1:
+            symbolic = any(isinstance(d, str) for v in converted.graph.inputs for d in v.shape or ())
+            if self._batch_gears is not None and symbolic:
+                warnings.warn(
+                    f"aioge.torch: ge.dynamicBatchSize is not applied to graph {converted.graph.name}: gears need one "
+                    "symbolic dim, dim 0 of its inputs, and no size passed as an int; it compiles per shape",
+                    UserWarning,
+                    stacklevel=2,
+                )
             return {}
         pattern = ";".join(f"{n}:{','.join(['-1', *map(str, s[1:])])}" for n, s in batched.items())
-        return {"ge.inputShape": pattern, "ge.dynamicBatchSize": self._batch_gears}
+        return {"ge.inputShape": pattern, "ge.dynamicBatchSize": str(self._batch_gears)}
 
     def _constants(self, gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
         frozen, count = self._frozen
@@ -250,10 +382,28 @@ class _CompiledGraph:
         self.eager: Callable[..., Any] | None = None
         self.max_batch = 0  # with batch gears: the largest, and the inputs they batch
         self.batched: frozenset[str] = frozenset()
+        self.buckets: _Buckets | None = None  # a symbolic batch padded to powers of two
+        self.stamps: list[tuple[int, str, tuple[int, int]]] = []  # frozen weights: arg index, placeholder, stamp
+
+    def _refresh(self, args: Sequence[Any]) -> None:
+        """Rebuild the graph with the frozen weights' current values when one changed since."""
+        if not any(_stamp(args[i]) != stamp for i, _, stamp in self.stamps):
+            return
+        owner = self.owner
+        constants = {name: args[i] for i, name, _ in self.stamps}
+        graph_id = next(owner._ids)
+        converted = convert_fx(self.gm, name=f"{owner.name}_{graph_id}", constants=constants, converters=owner.converters)
+        owner._add(graph_id, converted)
+        owner._runner.call(owner._runner.session.remove_graph, self.graph_id)
+        log.info("aioge.torch: %s rebuilt as %s: its frozen parameters changed", self.converted.graph.name, converted.graph.name)
+        self.graph_id, self.converted = graph_id, converted
+        self.stamps = _stamps(converted, self.gm, constants)
 
     def __call__(self, *args: Any) -> list[Any]:
         if self.eager is not None:
             return list(self.eager(*args))
+        if self.stamps:
+            self._refresh(args)
         if self.max_batch:
             rows = max((args[s.index].shape[0] for s in self.converted.inputs if s.name in self.batched), default=0)
             if rows > self.max_batch:  # this call only: a later one may fit the gears again
@@ -267,6 +417,7 @@ class _CompiledGraph:
                 return list(self.gm.forward(*args))
         feeds: dict[str, np.ndarray] = {}
         device = None
+        buckets, rows = self.buckets, 0
         for slot in self.converted.inputs:
             arg = args[slot.index]
             if slot.kind == "tensor":
@@ -274,6 +425,14 @@ class _CompiledGraph:
                 feeds[slot.name] = arg.detach().cpu().numpy()
             elif slot.kind == "symint":
                 feeds[slot.name] = np.array([int(arg)], np.int64)
+        if buckets is not None and len({feeds[n].shape[0] for n in buckets.inputs}) > 1:
+            buckets = None  # the batched inputs disagree: no padding, this shape compiles as it is
+        if buckets is not None:
+            rows = feeds[next(iter(buckets.inputs))].shape[0]
+            gear = 1 << max(rows - 1, 0).bit_length()
+            for name in buckets.inputs:  # repeat the last row: padding rows stay ordinary data
+                a = feeds[name]
+                feeds[name] = np.concatenate([a, np.repeat(a[-1:], gear - rows, axis=0)]) if gear > rows else a
         runner = self.owner._runner
         try:
             outputs = runner.call(runner.session.run_graph, self.graph_id, feeds)
@@ -283,15 +442,189 @@ class _CompiledGraph:
             self.eager = self.owner._fallback(self.converted.graph.name, self.gm, exc)
             return list(self.eager(*args))
         result: list[Any] = []
-        for out_name, literal, symint in zip(self.converted.outputs, self.converted.literals, self.converted.symints):
+        for i, (out_name, literal, symint) in enumerate(
+            zip(self.converted.outputs, self.converted.literals, self.converted.symints)
+        ):
             if out_name is None:
                 result.append(literal)
             elif symint:
                 result.append(int(outputs[out_name].reshape(-1)[0]))
             else:
-                t = torch.from_numpy(np.ascontiguousarray(outputs[out_name]))
+                array = outputs[out_name]  # np.ascontiguousarray would make a 0-d array 1-d
+                if buckets is not None and buckets.rows[i] is not None:
+                    array = array[: int(buckets.rows[i].subs({s: rows for s in buckets.symbols}))]
+                t = torch.from_numpy(array if array.flags.c_contiguous else np.ascontiguousarray(array).reshape(array.shape))
                 result.append(t if device is None or device.type == "cpu" else t.to(device))
         return result
+
+
+@dataclass(frozen=True)
+class _Buckets:
+    """A graph whose symbolic batch pads to the next power of two, so that it compiles once
+    per power of two rather than once per batch size: the inputs padded (dim 0 is the batch)
+    and, per output, the expression of its dim 0 in the batch (None: not batched)."""
+
+    symbols: frozenset[Any]  # the sympy symbols of the batch (one per input, when TorchDynamo gives them apart)
+    inputs: frozenset[str]
+    rows: tuple[Any, ...]
+
+
+def _batched_inputs(converted: ConvertedGraph) -> dict[str, tuple[Any, ...]]:
+    """The inputs whose dim 0 is symbolic (the batch), or none when the graph has other
+    symbolic dims or takes or gives back sizes as ints (they would see a padded batch)."""
+    if any(s.kind == "symint" for s in converted.inputs) or any(converted.symints):
+        return {}
+    batched: dict[str, tuple[Any, ...]] = {}
+    for v in converted.graph.inputs:
+        shape = v.shape
+        if shape is None or any(isinstance(d, str) for d in shape[1:]):
+            return {}  # another dim varies: padding fills dim 0 only
+        if shape and isinstance(shape[0], str):
+            batched[v.name] = shape
+    return batched
+
+
+def _batch_buckets(gm: torch.fx.GraphModule, converted: ConvertedGraph) -> _Buckets | None:
+    """Power-of-two buckets for a graph whose rows are independent along its symbolic batch
+    (checked op by op: see ``_row_mixer``), else None (compiled per shape)."""
+    batched = _batched_inputs(converted)
+    names = {shape[0] for shape in batched.values()}
+    placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    # TorchDynamo may give each input's batch its own symbol: all are the batch (equal at run time)
+    dims0: list[Any] = [v.shape[0] for v in placeholders if isinstance(v, torch.Tensor) and v.dim()]
+    symbols = frozenset(d.node.expr for d in dims0 if isinstance(d, torch.SymInt) and str(d) in names)
+    if not batched or len(symbols) != len(names):
+        return None
+    mixer = _row_mixer(gm, symbols)
+    if mixer is not None:
+        log.debug("aioge.torch: %s compiles per batch size: node %s mixes rows of the batch", converted.graph.name, mixer)
+        return None
+    out_vals = [x.meta.get("val") if isinstance(x, torch.fx.Node) else None for x in _flat(gm.graph.output_node().args[0])]
+    rows: list[Any] = []
+    for v in out_vals:
+        dim0 = v.shape[0] if isinstance(v, torch.Tensor) and v.dim() else None
+        expr = dim0.node.expr if isinstance(dim0, torch.SymInt) else None
+        rows.append(expr if expr is not None and expr.free_symbols & symbols else None)
+    return _Buckets(symbols, frozenset(batched), tuple(rows))
+
+
+def _flat(x: Any) -> list[Any]:
+    return [y for item in x for y in _flat(item)] if isinstance(x, (list, tuple)) else [x]
+
+
+# Ops that mix rows along the dim their argument names (position, default when absent; None:
+# absent means every dim, which the output check catches).
+_DIM_ARGS: dict[str, tuple[int, int | None]] = {
+    **dict.fromkeys(["_softmax", "softmax", "_log_softmax", "log_softmax", "cumsum", "select", "index_select"], (1, None)),
+    **dict.fromkeys(["gather", "argmax", "argmin", "sum", "mean", "prod", "amax", "amin", "any", "all"], (1, None)),
+    **dict.fromkeys(["max", "min", "var", "std", "var_mean", "std_mean"], (1, None)),
+    **dict.fromkeys(["cat", "stack", "slice"], (1, 0)),
+    **dict.fromkeys(["split", "split_with_sizes"], (2, 0)),
+    "topk": (2, -1),
+    "roll": (2, None),
+}
+# Ops whose second (matrix) operand, when batched, is contracted over the batch.
+_MATRIX_ARGS = {"mm": 1, "addmm": 2, "linear": 1}
+
+
+def _row_mixer(gm: torch.fx.GraphModule, symbol: frozenset[Any]) -> str | None:
+    """The first node through which rows of the batch can reach one another (None: row i of
+    every output depends on row i of the batched inputs only, so padding rows change nothing). Conservative: every tensor keeps the batch in dim 0 alone
+    (no transpose moves it), no op reduces, sorts, slices, concatenates or contracts along it,
+    and no tensor that depends on the batch loses it (a reduction over it)."""
+
+    def batched(n: Any) -> bool:
+        v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+        vals = _flat(v)
+        return any(isinstance(t, torch.Tensor) and any(_has(d, symbol) for d in t.shape) for t in vals)
+
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        outs = [t for t in _flat(node.meta.get("val")) if isinstance(t, torch.Tensor)]
+        if any(_has(d, symbol) for t in outs for d in t.shape[1:]):
+            return node.name  # the batch moved away from dim 0
+        ins = [a for a in _flat(list(node.args) + list(node.kwargs.values())) if isinstance(a, torch.fx.Node)]
+        if outs and any(batched(a) for a in ins) and not all(t.dim() and _has(t.shape[0], symbol) for t in outs):
+            return node.name  # reduced over the batch, or rows picked from it
+        name = node.target.overloadpacket.__name__
+        first = node.args[0] if node.args else None
+        first = first[0] if isinstance(first, (list, tuple)) and first else first
+        if name in _DIM_ARGS and batched(first):
+            pos, default = _DIM_ARGS[name]
+            dims = node.args[pos] if len(node.args) > pos else node.kwargs.get("dim", default)
+            if isinstance(dims, torch.fx.Node):
+                continue  # max.other, min.other: elementwise
+            rank = first.meta["val"].dim()  # type: ignore[union-attr]
+            if dims is None or any(int(d) % max(rank, 1) == 0 for d in _flat(dims)):
+                if name == "slice" and _whole(*node.args[2:]):
+                    continue  # x[:, i] slices all of dim 0 first
+                return node.name
+        if name in _MATRIX_ARGS and batched(node.args[_MATRIX_ARGS[name]]):
+            return node.name
+        if name in ("index", "_unsafe_index") and batched(first) and node.args[1] and not _row_iota(node.args[1][0], symbol):
+            return node.name
+        if name == "repeat" and int(node.args[1][0]) != 1 or name == "constant_pad_nd" and batched(first):
+            return node.name  # tiles the batch, or pads it
+    return None
+
+
+def _row_iota(node: Any, symbols: frozenset[Any]) -> bool:
+    """Whether ``node`` is None or ``arange(batch)`` reshaped: indexing dim 0 with it picks row i for row i
+    (transformers' masks index ``mask[arange(batch)[:, None, None, None], kv]``)."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+        name = node.target.overloadpacket.__name__
+        if name == "arange":
+            ends = [a for a in node.args if not isinstance(a, int) or a != 0]
+            end = ends[0].meta.get("val") if len(ends) == 1 and isinstance(ends[0], torch.fx.Node) else None
+            return len(ends) == 1 and _has(end, symbols)
+        if name == "slice" and not _whole(*node.args[2:]):
+            return False
+        if name not in ("unsqueeze", "view", "reshape", "_unsafe_view", "expand", "clone", "_to_copy", "alias", "slice"):
+            return False
+        node = node.args[0]
+    return node is None
+
+
+def _whole(start: Any = None, end: Any = None, step: Any = 1) -> bool:
+    return start in (None, 0) and (end is None or isinstance(end, int) and end >= 2**62) and step == 1
+
+
+def _has(d: Any, symbols: frozenset[Any]) -> bool:
+    return isinstance(d, torch.SymInt) and bool(symbols & d.node.expr.free_symbols)
+
+
+def _stamp(t: torch.Tensor) -> tuple[int, int]:
+    return t.data_ptr(), t._version
+
+
+def _stamps(
+    converted: ConvertedGraph, gm: torch.fx.GraphModule, constants: Mapping[str, torch.Tensor]
+) -> list[tuple[int, str, tuple[int, int]]]:
+    """Per frozen weight of the graph: its argument index, placeholder and current stamp."""
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    return [
+        (s.index, placeholders[s.index], _stamp(constants[placeholders[s.index]]))
+        for s in converted.inputs
+        if s.kind == "constant"
+    ]
+
+
+class _Partition(torch.nn.Module):
+    """A fused partition of a split graph, run by aioge: the parent graph calls it as a submodule."""
+
+    def __init__(self, compiled: _CompiledGraph, single: bool) -> None:
+        super().__init__()
+        self.compiled = compiled
+        self.single = single
+
+    def forward(self, *args: Any) -> Any:
+        out = self.compiled(*args)
+        return out[0] if self.single else tuple(out)
+
+
+def _op_label(node: torch.fx.Node) -> str:
+    return node.target.name()  # type: ignore[union-attr]
 
 
 def _parameter_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> list[int]:

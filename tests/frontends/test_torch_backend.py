@@ -16,7 +16,8 @@ pytest.importorskip("torchvision")
 pytest.importorskip("transformers")
 
 import aioge.torch as aioge_torch  # noqa: E402
-from aioge.errors import OptionError  # noqa: E402
+from aioge import ops as aioge_ops  # noqa: E402
+from aioge.errors import GraphError, OptionError  # noqa: E402
 from tests.frontends import torch_models  # noqa: E402
 
 
@@ -84,14 +85,51 @@ def test_mark_dynamic_batch(backend: aioge_torch.AiogeBackend) -> None:
     assert isinstance(x_in.shape[0], str)
 
 
-def test_unsupported_op_falls_back_to_eager_with_a_warning(backend: aioge_torch.AiogeBackend) -> None:
-    model = torch_models.WithCumsum()
+def test_unsupported_op_splits_the_graph(backend: aioge_torch.AiogeBackend) -> None:
+    # erfinv has no converter: the linear layers around it run on aioge as two partitions,
+    # erfinv alone eagerly, with one warning naming it.
+    model = torch_models.WithErfinv().eval()
     compiled = torch.compile(model, backend=backend)
     x = torch.randn(2, 5)
-    with pytest.warns(aioge_torch.EagerFallbackWarning, match=r"cumsum.*at nodes cumsum"):
-        got = compiled(x)
-    torch.testing.assert_close(got, model(x))
-    assert backend.fallbacks == ["torch_0"] and backend.graphs == []
+    with pytest.warns(aioge_torch.EagerFallbackWarning, match=r"1 node\(s\) run eagerly .*: aten::erfinv$"):
+        _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+    _check(compiled, model, torch.randn(2, 5), rtol=1e-5, atol=1e-6)  # filterwarnings=error: no second warning
+    assert len(backend.graphs) == 2 and not backend.fallbacks
+    assert backend.partitioned == [("aten::erfinv",)]
+    assert {n.op_type for n in backend.graphs[0].nodes} & {"Gemm", "Tanh"}
+    assert {n.op_type for n in backend.graphs[1].nodes} & {"Gemm", "Relu"}
+
+
+def test_node_a_converter_refuses_runs_eagerly_alone(backend: aioge_torch.AiogeBackend) -> None:
+    # A converter that fails on one node (here a user's, raising GraphError) sends that node
+    # to eager and the rest to aioge.
+    from aioge.errors import GraphError
+
+    @backend.register_converter(torch.ops.aten.tanh.default)
+    def refuse(x: object) -> object:
+        raise GraphError("not this one")
+
+    model = torch_models.WithErfinv().eval()
+    backend.register_converter(torch.ops.aten.erfinv)(aioge_ops.atanh)
+    with pytest.warns(aioge_torch.EagerFallbackWarning, match=r"aten::tanh; tanh: .*not this one"):
+        got = torch.compile(model, backend=backend)(x := torch.randn(3, 5))
+    with torch.no_grad():
+        ref = model.b(torch.atanh(torch.tanh(model.a(x)) * 0.5)).relu() + 1.0
+    np.testing.assert_allclose(got.detach().numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+    assert len(backend.graphs) == 2 and backend.partitioned == [("aten::tanh",)]
+
+
+def test_registered_converter_keeps_the_graph_whole(backend: aioge_torch.AiogeBackend) -> None:
+    backend.register_converter(torch.ops.aten.erfinv)(aioge_ops.atanh)
+    model = torch_models.WithErfinv().eval()
+    x = torch.randn(4, 5)
+    with torch.no_grad():
+        got = torch.compile(model, backend=backend)(x)
+        ref = model.b(torch.atanh(torch.tanh(model.a(x)) * 0.5)).relu() + 1.0
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+    assert len(backend.graphs) == 1 and not backend.partitioned and not backend.fallbacks
+    with pytest.raises(GraphError, match="ATen op"):
+        backend.register_converter("erfinv")
 
 
 def test_outputs_keep_gradients_flowing_through_eager_backward(backend: aioge_torch.AiogeBackend) -> None:
@@ -164,15 +202,39 @@ def test_import_aioge_imports_neither_torch_nor_tensorflow() -> None:
     assert done.stdout.strip() == "[]"
 
 
-def test_weights_are_inputs_by_default_so_updates_are_seen(backend: aioge_torch.AiogeBackend) -> None:
+def test_frozen_weights_are_rebuilt_when_they_change(backend: aioge_torch.AiogeBackend) -> None:
+    # Weights are bound once (constants) by default; an in-place update or a replaced tensor
+    # rebuilds the graph with the new values on the next call.
     model = torch_models.Mlp().eval()
     compiled = torch.compile(model, backend=backend)
     x = torch.randn(2, 16)
     _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+    assert len(backend.graphs[0].inputs) == 1  # x only
+    _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+    assert len(backend._runner.session._graphs) == 1
     with torch.no_grad():
         model.fc2.bias.add_(1.0)
     _check(compiled, model, x, rtol=1e-5, atol=1e-6)
-    assert len(backend.graphs[0].inputs) == 5  # x and the four weights
+    model.fc1.weight.data = torch.randn(32, 16)
+    _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+    assert len(backend._runner.session._graphs) == 1  # the old builds are dropped
+
+
+def test_weights_are_inputs_with_frozen_parameters_off() -> None:
+    torch._dynamo.reset()
+    be = aioge_torch.backend(frozen_parameters=False)
+    try:
+        model = torch_models.Mlp().eval()
+        compiled = torch.compile(model, backend=be)
+        x = torch.randn(2, 16)
+        _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+        with torch.no_grad():
+            model.fc2.bias.add_(1.0)
+        _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+        assert len(be.graphs) == 1 and len(be.graphs[0].inputs) == 5  # x and the four weights
+    finally:
+        be.close()
+        torch._dynamo.reset()
 
 
 def test_frozen_parameters_become_constants() -> None:
@@ -213,6 +275,160 @@ def test_batch_gears_compile_a_dynamic_batch_once() -> None:
         assert len(entry.builds) == 3 and be.fallbacks == [] and len(be.graphs) == 1
         with pytest.raises(OptionError, match="ge.dynamicBatchSize"):
             aioge_torch.backend(options={"ge.dynamicBatchSize": "0,two"})
+        # Gears cannot hold a symbolic dim other than the batch: said, not silently ignored.
+        torch._dynamo.reset()
+        with pytest.warns(UserWarning, match="ge.dynamicBatchSize is not applied to graph torch_1"):
+            out = torch.compile(lambda x: (x * 2).sum(1), backend=be, dynamic=True)(torch.ones(3, 5))
+        torch.testing.assert_close(out, torch.full((3,), 10.0))
     finally:
         be.close()
         torch._dynamo.reset()
+
+
+# -- correctness: issue 41's crash and silent wrong results ----------------------------------------
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch"])
+def test_eval_norm_layers_in_grad_mode(backend: aioge_torch.AiogeBackend, norm: str) -> None:
+    # Without torch.no_grad() autograd saves the norm's mean and 1/std: the converter produces them.
+    layer = torch.nn.LayerNorm(6) if norm == "layer" else torch.nn.BatchNorm1d(6)
+    model = torch_models.randomise_norm_stats(torch.nn.Sequential(torch.nn.Linear(4, 6), layer, torch.nn.Tanh()), 3)
+    if norm == "batch":
+        layer.running_mean.copy_(torch.linspace(-0.5, 0.5, 6))
+        layer.running_var.copy_(torch.linspace(0.5, 2.0, 6))
+    x = torch.randn(5, 4)
+    got = torch.compile(model, backend=backend)(x)
+    got.square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    ref = model(x)
+    ref.square().sum().backward()
+    np.testing.assert_allclose(got.detach().numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for g, p in zip(grads, model.parameters()):
+        np.testing.assert_allclose(g.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-5)
+    assert len(backend.graphs) == 1 and not backend.fallbacks and not backend.partitioned
+
+
+def test_reductions_follow_torch_promotion(backend: aioge_torch.AiogeBackend) -> None:
+    def reductions(i64: torch.Tensor, i8: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return i64.mean(1, dtype=torch.float32), i8.sum(), i8.sum(0), i64.float().sum()
+
+    i64 = torch.tensor([[1, 2, 4], [3, 3, 4]])
+    i8 = torch.full((200, 2), 100, dtype=torch.int8)
+    got = torch.compile(reductions, backend=backend)(i64, i8)
+    want = reductions(i64, i8)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
+        torch.testing.assert_close(g, w)
+    assert got[0].tolist() == pytest.approx([7 / 3, 10 / 3]) and int(got[1]) == 40000
+    assert got[1].shape == () and got[3].shape == ()  # 0-d outputs stay 0-d
+
+
+# -- dynamic shapes compile once -----------------------------------------------------------
+
+
+def _builds(be: aioge_torch.AiogeBackend) -> list[int]:
+    return [len(entry.builds) for entry in be._runner.session._graphs.values()]
+
+
+def test_dynamic_batch_builds_once_per_power_of_two(backend: aioge_torch.AiogeBackend) -> None:
+    # A symbolic batch pads to the next power of two (repeating the last row): batches 5-8 share
+    # one build, 3 and 4 a second; results are sliced back to the batch asked for.
+    model = torch_models.Mlp().eval()
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    for rows in (5, 8, 6, 7):
+        got = _check(compiled, model, torch.randn(rows, 16), rtol=1e-5, atol=1e-6)
+        assert got.shape == (rows, 4)
+    assert len(backend.graphs) == 1 and _builds(backend) == [1]
+    for rows in (3, 4):
+        _check(compiled, model, torch.randn(rows, 16), rtol=1e-5, atol=1e-6)
+    assert _builds(backend) == [2]
+
+
+def test_dynamic_batch_of_a_transformer_builds_once(backend: aioge_torch.AiogeBackend) -> None:
+    # BERT with its padded attention mask, batch marked dynamic: the mask's
+    # mask[arange(batch)[:, None, None, None], kv] indexing, attention, layer norms and reshapes
+    # through batch*tokens keep rows apart, so batches 5 to 8 share one build.
+    model, kwargs = torch_models.transformers_model("bert")
+    compiled = torch.compile(model, backend=backend)
+    for rows in (5, 8, 6, 7):  # (batch 1 would be a graph of its own: TorchDynamo specialises sizes 0 and 1)
+        batch = {k: v.repeat(4, 1)[:rows] for k, v in kwargs.items()}
+        for v in batch.values():
+            torch._dynamo.mark_dynamic(v, 0)
+        with torch.no_grad():
+            got, ref = compiled(**batch).last_hidden_state, model(**batch).last_hidden_state
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-5)
+    assert len(backend.graphs) == 1 and not backend.fallbacks and _builds(backend) == [1]
+
+
+def test_rows_mixed_along_the_batch_compile_per_shape(backend: aioge_torch.AiogeBackend) -> None:
+    # x - x.mean(0) mixes rows: padding would change every row, so each batch size builds its own.
+    def centre(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x - x.mean(0))
+
+    compiled = torch.compile(centre, backend=backend, dynamic=True)
+    for rows in (5, 6, 7):
+        x = torch.randn(rows, 3)
+        torch.testing.assert_close(compiled(x), centre(x))
+    assert _builds(backend) == [3]
+
+
+# -- graph cache across processes, and the awaitable call -------------------------------------------
+
+_CACHED_RUN = """
+import json, sys, torch
+import aioge.torch
+from tests.frontends import torch_models
+
+model = torch_models.Mlp().eval()
+be = aioge.torch.backend(options={"ge.graph_compiler_cache_dir": sys.argv[1], "ge.graph_key": "mlp"})
+x = torch.linspace(-1, 1, 32).reshape(2, 16)
+with torch.no_grad():
+    got = torch.compile(model, backend=be)(x)
+    ok = bool(torch.allclose(got, model(x), rtol=1e-5, atol=1e-6))
+hits = [exe.model.stats.graph_cache_hit for e in be._runner.session._graphs.values() for exe in e.builds.values()]
+print(json.dumps({"ok": ok, "hits": hits}))
+be.close()
+"""
+
+
+def test_second_process_loads_graphs_from_the_cache(tmp_path: os.PathLike[str]) -> None:
+    import json
+    import subprocess
+    import sys
+
+    cache = tmp_path / "graphs"
+    cache.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(p) for p in sys.path if p])}
+    runs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", _CACHED_RUN, str(cache)], capture_output=True, text=True, timeout=300, env=env, cwd=os.getcwd()
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert runs[0] == {"ok": True, "hits": [False]}
+    assert runs[1] == {"ok": True, "hits": [True]}, "the second process compiles nothing"
+    assert any(p.name.startswith("mlp_") for p in cache.rglob("*"))
+
+
+@pytest.mark.anyio
+async def test_call_async_runs_off_the_event_loop(backend: aioge_torch.AiogeBackend) -> None:
+    import threading
+
+    model = torch_models.Mlp().eval()
+    compiled = torch.compile(model, backend=backend)
+    threads = []
+    original = aioge_torch._CompiledGraph.__call__
+
+    def spy(self: object, *args: object) -> object:
+        threads.append(threading.get_ident())
+        return original(self, *args)  # type: ignore[arg-type]
+
+    x = torch.randn(3, 16)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(aioge_torch._CompiledGraph, "__call__", spy)
+        with torch.no_grad():
+            got = await aioge_torch.call_async(compiled, x)
+    np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert threads and threading.get_ident() not in threads

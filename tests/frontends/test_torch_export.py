@@ -79,10 +79,34 @@ async def test_dynamic_batch_is_a_symbolic_dim() -> None:
             np.testing.assert_allclose(out["output_0"], _eager(model, x), rtol=1e-5, atol=1e-6)
 
 
+async def test_bert_dynamic_sequence_length() -> None:
+    # Issue 41: the position ids' arange over a symbolic length failed (GraphError in arange).
+    model = torch_models.BertEncoder().eval()
+    seq = torch.export.Dim("seq", min=2, max=32)
+    graph = aioge_torch.from_module(model, (torch.randint(0, 100, (2, 16)),), dynamic_shapes=({1: seq},))
+    assert isinstance(graph.inputs[0].shape[1], str)
+    async with aioge.Session() as session:
+        for length in (5, 9):
+            ids = torch.randint(0, 100, (2, length), generator=torch.Generator().manual_seed(length))
+            out = await session.run(graph, {"ids": ids.numpy()})
+            np.testing.assert_allclose(out["output_0"], _eager(model, ids), rtol=1e-4, atol=1e-5)
+
+
 def test_unsupported_op_names_op_and_node() -> None:
-    with pytest.raises(UnsupportedOpError, match=r"aten::cumsum.*at nodes cumsum") as info:
-        aioge_torch.from_module(torch_models.WithCumsum(), (torch.randn(2, 5),))
-    assert info.value.nodes == ["cumsum"]
+    with pytest.raises(UnsupportedOpError, match=r"aten::erfinv.*at nodes erfinv") as info:
+        aioge_torch.from_module(torch_models.WithErfinv(), (torch.randn(2, 5),))
+    assert info.value.nodes == ["erfinv"]
+
+
+async def test_user_converter_maps_an_op() -> None:
+    model = torch_models.WithErfinv().eval()
+    graph = aioge_torch.from_module(model, (torch.randn(2, 5),), converters={torch.ops.aten.erfinv: aioge.ops.atanh})
+    x = torch.randn(2, 5)
+    with torch.no_grad():
+        ref = model.b(torch.atanh(torch.tanh(model.a(x)) * 0.5)).relu() + 1.0
+    async with aioge.Session() as session:
+        out = await session.run(graph, {"x": x.numpy()})
+    np.testing.assert_allclose(out["output_0"], ref.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_training_mode_batch_norm_is_refused() -> None:

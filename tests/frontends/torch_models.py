@@ -85,8 +85,71 @@ class WithGraphBreak(torch.nn.Module):
         return self.b(h) * 2.0 - 1.0
 
 
-class WithCumsum(torch.nn.Module):
-    """Uses aten.cumsum, which aioge's table does not map: the backend falls back to eager."""
+class WithErfinv(torch.nn.Module):
+    """Uses aten.erfinv, which aioge's table does not map, between two linear layers: the
+    backend splits the graph around it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(5, 8)
+        self.b = torch.nn.Linear(8, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cumsum(x, dim=1) + 1.0
+        return self.b(torch.erfinv(torch.tanh(self.a(x)) * 0.5)).relu() + 1.0
+
+
+def transformers_model(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """A tiny Hugging Face model from its config class (random weights: hidden 32, 2 layers,
+    2 heads, vocabulary 100) and the keyword arguments users call it with: token ids with an
+    attention mask whose second row is padded, or pixel values / audio features."""
+    import transformers as tr
+
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 100, (2, 7), generator=gen)
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 4:] = 0
+    text = {"input_ids": ids, "attention_mask": mask}
+    pixels = {"pixel_values": torch.randn(2, 3, 16, 16, generator=gen)}
+    sizes = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+    vision = {"image_size": 16, "patch_size": 8, **sizes}
+    model: torch.nn.Module
+    if name == "bert":
+        model, kwargs = tr.BertModel(tr.BertConfig(vocab_size=100, max_position_embeddings=32, **sizes)), text
+    elif name == "roberta":
+        model, kwargs = tr.RobertaModel(tr.RobertaConfig(vocab_size=100, max_position_embeddings=32, **sizes)), text
+    elif name == "distilbert":
+        cfg = tr.DistilBertConfig(vocab_size=100, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=32)
+        model, kwargs = tr.DistilBertModel(cfg), text
+    elif name == "gpt2":
+        cfg = tr.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=32, bos_token_id=0, eos_token_id=0)
+        model, kwargs = tr.GPT2Model(cfg), text
+    elif name == "t5_encoder":
+        cfg = tr.T5Config(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2)
+        model, kwargs = tr.T5EncoderModel(cfg), text
+    elif name == "vit":
+        model, kwargs = tr.ViTModel(tr.ViTConfig(num_channels=3, **vision)), pixels
+    elif name == "clip_text":
+        model, kwargs = tr.CLIPTextModel(tr.CLIPTextConfig(vocab_size=100, max_position_embeddings=32, **sizes)), text
+    elif name == "clip_vision":
+        model, kwargs = tr.CLIPVisionModel(tr.CLIPVisionConfig(**vision)), pixels
+    elif name == "whisper_encoder":
+        from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+        cfg = tr.WhisperConfig(
+            vocab_size=100,
+            d_model=32,
+            encoder_layers=2,
+            encoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            num_mel_bins=8,
+            max_source_positions=8,
+        )
+        model, kwargs = WhisperEncoder(cfg), {"input_features": torch.randn(2, 8, 16, generator=gen)}
+    elif name == "llama":
+        cfg = tr.LlamaConfig(vocab_size=100, max_position_embeddings=32, num_key_value_heads=1, **sizes)
+        model, kwargs = tr.LlamaModel(cfg), text
+    else:
+        raise ValueError(f"no transformers model {name!r}")
+    return model.eval(), kwargs

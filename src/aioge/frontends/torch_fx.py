@@ -18,6 +18,7 @@ before decomposition), and the same table serves ``torch.export`` and ``torch.co
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from dataclasses import dataclass
@@ -31,7 +32,16 @@ from aioge import ops
 from aioge.errors import GraphError, UnsupportedOpError
 from aioge.ir.graph import Graph, Value
 
-__all__ = ["ConvertedGraph", "InputSlot", "convert_fx", "numpy_dtype_of", "unsupported_nodes"]
+__all__ = [
+    "ConvertedGraph",
+    "Converters",
+    "InputSlot",
+    "convert_fx",
+    "decompositions",
+    "is_supported",
+    "numpy_dtype_of",
+    "unsupported_nodes",
+]
 
 _INT64_MAX = np.iinfo(np.int64).max
 
@@ -77,13 +87,41 @@ def numpy_dtype_of(dtype: torch.dtype) -> str:
 _DTYPES = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"})
 
 
-def unsupported_nodes(gm: torch.fx.GraphModule) -> list[tuple[str, str]]:
+Converters = Mapping[Any, Callable[..., Any]]
+"""User converters: an ATen op (``torch.ops.aten.cumsum`` or one overload, ``.default``) ->
+a function of the op's arguments (aioge values for tensors, Python values for the rest)
+returning an aioge value, or a tuple of them for an op with several outputs."""
+
+
+def unsupported_nodes(gm: torch.fx.GraphModule, converters: Converters | None = None) -> list[tuple[str, str]]:
     """(op name, node name) of every call in ``gm`` that the table has no converter for."""
-    missing = []
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and _converter(node.target) is None:
-            missing.append((_op_name(node.target), node.name))
-    return missing
+    return [
+        (_op_name(n.target), n.name)
+        for n in gm.graph.nodes
+        if n.op == "call_function" and _converter(n.target, converters) is None
+    ]
+
+
+def is_supported(node: torch.fx.Node, converters: Converters | None = None) -> bool:
+    """Whether ``node`` has a converter (the partitioner's question); ``getitem`` follows its source."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+        return is_supported(node.args[0], converters)
+    return _converter(node.target, converters) is not None
+
+
+def decompositions(converters: Converters | None = None) -> dict[Any, Callable[..., Any]]:
+    """torch's core ATen decomposition table minus the ops converted whole (as inductor does:
+    composite ops arrive decomposed into ones the table maps, mapped ones stay whole)."""
+    return {op: fn for op, fn in _core_table().items() if _converter(op, converters) is None}
+
+
+@functools.cache
+def _core_table() -> Mapping[Any, Callable[..., Any]]:
+    from torch._decomp import core_aten_decompositions
+
+    return core_aten_decompositions()  # 0.2 s to build: once per process
 
 
 def convert_fx(
@@ -92,27 +130,35 @@ def convert_fx(
     name: str,
     constants: Mapping[str, torch.Tensor] | None = None,
     input_names: Mapping[str, str] | None = None,
+    converters: Converters | None = None,
 ) -> ConvertedGraph:
     """Convert an ATen-level FX graph to an aioge Graph.
 
     ``constants`` maps placeholder names to tensors baked into the graph (weights);
-    ``input_names`` renames placeholders for the aioge graph (``x`` rather than ``arg3_1``).
+    ``input_names`` renames placeholders for the aioge graph (``x`` rather than ``arg3_1``);
+    ``converters`` add to or override the table (see ``Converters``).
 
     Raises:
         UnsupportedOpError: calls with no converter, listed with their FX node names.
         GraphError: a call whose arguments aioge cannot express (naming the node).
     """
-    missing = unsupported_nodes(gm)
+    missing = unsupported_nodes(gm, converters)
     if missing:
         raise UnsupportedOpError([("aten", op) for op, _ in missing], graph=name, nodes=[node for _, node in missing])
-    return _Converter(gm, name, constants or {}, input_names or {}).run()
+    return _Converter(gm, name, constants or {}, input_names or {}, converters or {}).run()
 
 
 class _Converter:
     def __init__(
-        self, gm: torch.fx.GraphModule, name: str, constants: Mapping[str, torch.Tensor], input_names: Mapping[str, str]
+        self,
+        gm: torch.fx.GraphModule,
+        name: str,
+        constants: Mapping[str, torch.Tensor],
+        input_names: Mapping[str, str],
+        converters: Converters,
     ) -> None:
         self.gm = gm
+        self.converters = converters
         self.graph = Graph(name)
         self.constants = constants
         self.input_names = input_names
@@ -208,19 +254,37 @@ class _Converter:
     # -- calls ---------------------------------------------------------------------------
 
     def _call(self, node: torch.fx.Node) -> Any:
-        fn = _converter(node.target)
+        fn = _converter(node.target, self.converters)
         if fn is None:  # checked up front; kept for a graph edited since
             raise UnsupportedOpError([("aten", _op_name(node.target))], graph=self.graph.name, nodes=[node.name])
         args = [self.arg(a) for a in node.args]
         kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
         try:
-            return fn(self, node, *args, **kwargs)
+            return self._fill_outputs(node, fn(self, node, *args, **kwargs))
         except GraphError as exc:
-            if exc.node is not None:
+            if exc.node == node.name:
                 raise
+            # an aioge node's name means nothing to the caller: name the FX node (the partitioner reads it)
             raise GraphError(f"{_op_name(node.target)}: {exc}", graph=self.graph.name, node=node.name) from None
         except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as exc:
             raise GraphError(f"{_op_name(node.target)}: cannot convert ({exc})", graph=self.graph.name, node=node.name) from None
+
+    def _fill_outputs(self, node: torch.fx.Node, result: Any) -> Any:
+        """Outputs a converter left out (None: unused in inference) but that the graph reads,
+        as autograd's saved tensors are: zeros of the traced shape when it is static."""
+        if not isinstance(result, tuple) or all(r is not None for r in result):
+            return result
+        used = {int(u.args[1]) for u in node.users if u.target is operator.getitem}
+        vals = node.meta.get("val")
+        out = list(result)
+        for i in used:
+            if out[i] is None:
+                val = vals[i] if isinstance(vals, (list, tuple)) else None
+                shape = [_dim(d) for d in val.shape] if isinstance(val, torch.Tensor) else [None]
+                if not all(isinstance(d, int) for d in shape):
+                    raise self.fail(f"output {i} is used but not computed by the converter")
+                out[i] = self.graph.constant(np.zeros(shape, numpy_dtype_of(val.dtype)))
+        return tuple(out)
 
     def arg(self, a: Any) -> Any:
         if isinstance(a, torch.fx.Node):
@@ -250,6 +314,14 @@ class _Converter:
         if isinstance(val, torch.Tensor):
             return val.dim()
         raise self.fail(f"argument {arg} carries no traced value (meta['val']) to read its rank from")
+
+    def rank_of(self, node: torch.fx.Node) -> int:
+        """The rank PyTorch traced for the node's own (first) result."""
+        val = node.meta.get("val")
+        val = val[0] if isinstance(val, (list, tuple)) else val
+        if isinstance(val, torch.Tensor):
+            return val.dim()
+        raise self.fail("the node carries no traced value (meta['val']) to read its rank from")
 
     def out_dtype(self, node: torch.fx.Node) -> str:
         val = node.meta.get("val")
@@ -304,8 +376,12 @@ def _op_name(target: Any) -> str:
     return getattr(target, "__name__", str(target))
 
 
-def _converter(target: Any) -> Callable[..., Any] | None:
+def _converter(target: Any, converters: Converters | None = None) -> Callable[..., Any] | None:
     if isinstance(target, torch._ops.OpOverload):
+        if converters:
+            user = converters.get(target) or converters.get(target.overloadpacket)
+            if user is not None:
+                return lambda c, node, *args, **kwargs: user(*args, **kwargs)
         if target.namespace != "aten":
             return None
         return _ATEN.get(target.name().removeprefix("aten::")) or _ATEN.get(target.overloadpacket.__name__)
@@ -337,12 +413,15 @@ def _compare_operands(a: Any, b: Any) -> tuple[Any, Any]:
             b = b if b.dtype == common else ops.cast(b, to=common)
         return a, b
     if isinstance(a, Value):
-        return a, np.asarray(b, dtype=a.dtype if not isinstance(b, float) or a.dtype.startswith("float") else "float32")
-    return np.asarray(a, dtype=b.dtype), b
+        if isinstance(b, float) and not a.dtype.startswith("float"):  # torch compares an int with 0.5 in float
+            return ops.cast(a, to="float32"), np.asarray(b, "float32")
+        return a, np.asarray(b, dtype=a.dtype)
+    b, a = _compare_operands(b, a)
+    return a, b
 
 
 def _not(x: Value) -> Value:
-    return getattr(ops, "not")(x)
+    return ops.not_(x)
 
 
 def _torch_dtype(name: str) -> torch.dtype:
@@ -354,6 +433,18 @@ def _binary(op: Callable[..., Value]) -> Callable[..., Value]:
         if alpha != 1:
             b = ops.mul(*_promote(c, node, b, alpha))
         x, y = _promote(c, node, a, b)
+        dtype = c.out_dtype(node)
+        if dtype == "bool" and op in _BOOL_ARITH:
+            return _BOOL_ARITH[op](x, y)
+        if rounding_mode is not None and not dtype.startswith("float"):
+            # Div truncates integers; round the exact quotient instead (float64 holds int32 exactly)
+            x, y = (
+                ops.cast(x, to="float64") if isinstance(x, Value) else x.astype("float64"),
+                (ops.cast(y, to="float64") if isinstance(y, Value) else y.astype("float64")),
+            )
+            q = op(x, y)
+            q = ops.floor(q) if rounding_mode == "floor" else ops.mul(ops.sign(q), ops.floor(ops.abs(q)))
+            return ops.cast(q, to=dtype)
         out = op(x, y)
         if rounding_mode == "floor":
             out = ops.floor(out)
@@ -380,9 +471,14 @@ def _compare(op: Callable[..., Value], negate: bool = False) -> Callable[..., Va
     return convert
 
 
-def _unary(op: Callable[..., Value]) -> Callable[..., Value]:
+def _unary(op: Callable[..., Value], integral: bool = False) -> Callable[..., Value]:
+    """An elementwise op in the result's dtype (``sin`` of an int is float32); ``integral`` ops
+    (floor, ceil, round, trunc) leave integers as they are."""
+
     def convert(c: _Converter, node: torch.fx.Node, x: Value, *rest: Any, **kwargs: Any) -> Value:
-        return op(x)
+        if integral and not x.dtype.startswith("float"):
+            return x
+        return op(_to_dtype(c, node, x))
 
     return convert
 
@@ -424,7 +520,7 @@ def _hardtanh(c: _Converter, node: torch.fx.Node, x: Value, lo: float = -1.0, hi
 
 
 def _rsqrt(c: _Converter, node: torch.fx.Node, x: Value) -> Value:
-    return ops.reciprocal(ops.sqrt(x))
+    return ops.reciprocal(ops.sqrt(_to_dtype(c, node, x)))
 
 
 def _pow(c: _Converter, node: torch.fx.Node, x: Any, e: Any) -> Value:
@@ -481,13 +577,15 @@ def _conv(
     # conv{1,2,3}d(x, w, b, stride, padding, dilation, groups); convolution(..., transposed, output_padding, groups)
     spatial = len(w.shape or ()) - 2
     name = node.target.overloadpacket.__name__
+    transposed, output_padding = False, 0
     if name == "convolution":
-        transposed, _, groups = rest
-        if transposed:
-            raise c.fail("transposed convolution is not mapped yet")
+        transposed, output_padding, groups = rest
     else:
         groups = rest[0] if rest else 1
     attrs: dict[str, Any] = {"strides": _spatial(stride, spatial), "dilations": _spatial(dilation, spatial), "group": int(groups)}
+    if transposed:  # torch's weight is (in, out / groups, *kernel), as ConvTranspose's
+        pads = _spatial(padding, spatial)
+        return ops.conv_transpose(x, w, b, pads=pads + pads, output_padding=_spatial(output_padding, spatial), **attrs)
     if isinstance(padding, str):
         attrs["auto_pad"] = {"same": "SAME_UPPER", "valid": "VALID"}[padding]
     else:
@@ -558,7 +656,21 @@ def _layer_norm(
 ) -> Any:
     w = w if w is not None else np.ones(list(shape), x.dtype)
     out = ops.layer_normalization(x, w, b, axis=-len(shape), epsilon=float(eps))
-    return (out, None, None) if node.target.overloadpacket.__name__ == "native_layer_norm" else out
+    if node.target.overloadpacket.__name__ != "native_layer_norm":
+        return out
+    if not _uses_outputs(node):
+        return out, None, None
+    # Grad mode: autograd saves the mean and 1/std (keepdim over the normalised dims).
+    axes = np.arange(-len(shape), 0, dtype=np.int64)
+    mean = ops.reduce_mean(x, axes, keepdims=1)
+    centred = ops.sub(x, mean)
+    var = ops.reduce_mean(ops.mul(centred, centred), axes, keepdims=1)
+    return out, mean, ops.reciprocal(ops.sqrt(ops.add(var, np.asarray(eps, x.dtype))))
+
+
+def _uses_outputs(node: torch.fx.Node) -> bool:
+    """Whether the graph reads outputs after the first of a multi-output node."""
+    return any(u.target is operator.getitem and u.args[1] != 0 for u in node.users)
 
 
 def _softmax(op: Callable[..., Value]) -> Callable[..., Value]:
@@ -579,6 +691,11 @@ def _max_pool(
     ceil_mode: bool = False,
 ) -> Any:
     n = len(kernel)
+    if len(x.shape or ()) == n + 1:  # unbatched (C, H, W)
+        batched = _max_pool(c, node, ops.unsqueeze(x, np.array([0], np.int64)), kernel, stride, padding, dilation, ceil_mode)
+        out = batched[0] if isinstance(batched, tuple) else batched
+        out = ops.squeeze(out, np.array([0], np.int64))
+        return (out, None) if isinstance(batched, tuple) else out
     pads = _spatial(padding, n)
     out = ops.max_pool(
         x,
@@ -605,6 +722,10 @@ def _avg_pool(
     if divisor_override is not None:
         raise c.fail("avg_pool with divisor_override is not mapped")
     n = len(kernel)
+    if len(x.shape or ()) == n + 1:  # unbatched (C, H, W)
+        x1 = ops.unsqueeze(x, np.array([0], np.int64))
+        out = _avg_pool(c, node, x1, kernel, stride, padding, ceil_mode, count_include_pad)
+        return ops.squeeze(out, np.array([0], np.int64))
     pads = _spatial(padding, n)
     return ops.average_pool(
         x,
@@ -641,7 +762,8 @@ def _sdpa(
 ) -> Value:
     if dropout_p:
         raise c.fail("attention dropout is random; call module.eval() first")
-    head = (q.shape or (None,))[-1]
+    traced = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    head = _dim(traced.shape[-1]) if isinstance(traced, torch.Tensor) else (q.shape or (None,))[-1]
     if scale is None:
         if not isinstance(head, int):
             raise c.fail("attention needs a static head size to compute its scale")
@@ -657,7 +779,12 @@ def _sdpa(
             scores = ops.where(attn_mask, scores, np.asarray(-np.inf, q.dtype))
         else:
             scores = ops.add(scores, attn_mask)
-    return ops.matmul(ops.softmax(scores, axis=-1), v)
+    out = ops.matmul(ops.softmax(scores, axis=-1), v)
+    if node.target.overloadpacket.__name__ == "_scaled_dot_product_flash_attention_for_cpu":
+        # (output, logsumexp): autograd saves the second in grad mode
+        lse = ops.reduce_log_sum_exp(scores, np.array([-1], np.int64), keepdims=0) if _uses_outputs(node) else None
+        return out, lse  # type: ignore[return-value]
+    return out
 
 
 def _sdpa_cpu(
@@ -673,7 +800,7 @@ def _sdpa_cpu(
     scale: float | None = None,
 ) -> tuple[Value, None]:
     # AOTAutograd's CPU lowering of scaled_dot_product_attention: (output, logsumexp)
-    return _sdpa(c, node, q, k, v, attn_mask, dropout_p, is_causal, scale=scale), None
+    return _sdpa(c, node, q, k, v, attn_mask, dropout_p, is_causal, scale=scale)  # type: ignore[return-value]
 
 
 def _swap_last(rank: int) -> list[int]:
@@ -697,12 +824,19 @@ def _index_select(c: _Converter, node: torch.fx.Node, x: Value, dim: int, index:
 # -- reductions ----------------------------------------------------------------------------------
 
 
-def _reduce(op: Callable[..., Value]) -> Callable[..., Value]:
+def _reduce(op: Callable[..., Value], accumulate: bool = False) -> Callable[..., Value]:
+    """A reduction; ``accumulate`` (sum, mean, prod) computes in the result's dtype, as torch
+    does (``int8.sum()`` is int64, ``x.mean(dtype=torch.float32)`` divides in float)."""
+
     def convert(
         c: _Converter, node: torch.fx.Node, x: Value, dims: Any = None, keepdim: bool = False, *, dtype: Any = None
     ) -> Value:
+        if accumulate:
+            x = _to_dtype(c, node, x)
+        elif x.dtype == "bool":
+            x = ops.cast(x, to="uint8")
         if dims is None or (isinstance(dims, (list, tuple)) and not dims):
-            out = op(x, keepdims=0)
+            out = op(x, keepdims=int(bool(keepdim)))
         else:
             axes = [int(dims)] if isinstance(dims, int) else [int(d) for d in dims]
             out = op(x, np.array(axes, np.int64), keepdims=int(bool(keepdim)))
@@ -745,7 +879,8 @@ def _squeeze(c: _Converter, node: torch.fx.Node, x: Value, dims: Any = None) -> 
     if dims is None:
         return ops.squeeze(x)
     axes = [int(dims)] if isinstance(dims, int) else [int(d) for d in dims]
-    shape = x.shape or ()
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    shape = tuple(_dim(d) for d in val.shape) if isinstance(val, torch.Tensor) else (x.shape or ())
     axes = [a for a in axes if shape and shape[a] == 1]  # torch ignores squeezing a dim that is not 1
     return ops.squeeze(x, np.array(axes, np.int64)) if axes else x
 
@@ -778,7 +913,10 @@ def _select(c: _Converter, node: torch.fx.Node, x: Value, dim: int, index: Any) 
 
 def _cat(c: _Converter, node: torch.fx.Node, tensors: Sequence[Value], dim: int = 0) -> Value:
     dtype = c.out_dtype(node)
-    parts = [t if t.dtype == dtype else ops.cast(t, to=dtype) for t in tensors]
+    # torch.cat skips 1-d empty tensors whatever the others' rank (an empty cache, as in GPT-2)
+    rank = c.rank_of(node)
+    parts = [t for t in tensors if not (rank != 1 and t.shape is not None and tuple(t.shape) == (0,))] or list(tensors)
+    parts = [t if t.dtype == dtype else ops.cast(t, to=dtype) for t in parts]
     return ops.concat(*parts, axis=int(dim))
 
 
@@ -804,13 +942,16 @@ def _split(c: _Converter, node: torch.fx.Node, x: Value, size: Any, dim: int = 0
 
 
 def _arange(c: _Converter, node: torch.fx.Node, *args: Any, **kwargs: Any) -> Any:
-    start, end, step = (0, args[0], 1) if len(args) == 1 else (args + (1,))[:3]
+    start, end, step = (
+        _literal(a) if isinstance(a, np.ndarray) else a for a in ((0, args[0], 1) if len(args) == 1 else (args + (1,))[:3])
+    )
     dtype = c.out_dtype(node)
     if all(isinstance(a, (int, float)) for a in (start, end, step)):
         return c.graph.constant(np.arange(start, end, step, dtype=dtype))
     parts = [a if isinstance(a, Value) else np.array([a], np.int64) for a in (start, end, step)]
     scalars = [
-        ops.squeeze(ops.cast(p, to=dtype) if isinstance(p, Value) else p.astype(dtype), np.array([0], np.int64)) for p in parts
+        ops.squeeze(ops.cast(p, to=dtype), np.array([0], np.int64)) if isinstance(p, Value) else p.astype(dtype).reshape(())
+        for p in parts
     ]
     return ops.range(*scalars)
 
@@ -871,6 +1012,292 @@ def _getitem(c: _Converter, node: torch.fx.Node, seq: Any, index: int) -> Any:
     return seq[index]
 
 
+# -- masks, indexing and the ops that transformers and torchvision models use --------------------
+
+_BOOL_ARITH: dict[Callable[..., Value], Callable[..., Value]] = {
+    ops.mul: ops.and_,
+    ops.add: ops.or_,
+    ops.max: ops.or_,
+    ops.min: ops.and_,
+}
+
+
+def _bitwise(logical: Callable[..., Value], bitwise: Callable[..., Value]) -> Callable[..., Value]:
+    def convert(c: _Converter, node: torch.fx.Node, a: Any, b: Any) -> Value:
+        x, y = _promote(c, node, a, b)
+        return (logical if c.out_dtype(node) == "bool" else bitwise)(x, y)
+
+    return convert
+
+
+def _logical(op: Callable[..., Value]) -> Callable[..., Value]:
+    def convert(c: _Converter, node: torch.fx.Node, a: Any, b: Any) -> Value:
+        return op(*(x if isinstance(x, Value) and x.dtype == "bool" else _bool(x) for x in (a, b)))
+
+    return convert
+
+
+def _bool(x: Any) -> Any:
+    return ops.cast(x, to="bool") if isinstance(x, Value) else np.asarray(x).astype(bool)
+
+
+def _remainder(c: _Converter, node: torch.fx.Node, a: Any, b: Any) -> Value:
+    x, y = _promote(c, node, a, b)
+    if c.out_dtype(node).startswith("float"):  # the divisor's sign: a - floor(a / b) * b
+        return ops.sub(x, ops.mul(ops.floor(ops.div(x, y)), y))
+    return ops.mod(x, y)
+
+
+def _fmod(c: _Converter, node: torch.fx.Node, a: Any, b: Any) -> Value:
+    return ops.mod(*_promote(c, node, a, b), fmod=1)
+
+
+def _round(c: _Converter, node: torch.fx.Node, x: Value, decimals: int = 0) -> Value:
+    if not x.dtype.startswith("float"):
+        return x
+    if not decimals:
+        return ops.round(x)
+    scale = np.asarray(10.0**decimals, x.dtype)
+    return ops.div(ops.round(ops.mul(x, scale)), scale)
+
+
+def _elu(c: _Converter, node: torch.fx.Node, x: Value, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> Value:
+    if scale == 1 and input_scale == 1:
+        return ops.elu(x, alpha=float(alpha))
+    neg = ops.mul(
+        ops.sub(ops.exp(ops.mul(x, np.asarray(input_scale, x.dtype))), np.asarray(1, x.dtype)), np.asarray(alpha, x.dtype)
+    )
+    return ops.mul(ops.where(ops.greater(x, np.asarray(0, x.dtype)), x, neg), np.asarray(scale, x.dtype))
+
+
+def _softplus(c: _Converter, node: torch.fx.Node, x: Value, beta: float = 1.0, threshold: float = 20.0) -> Value:
+    bx = ops.mul(x, np.asarray(beta, x.dtype))
+    soft = ops.div(ops.softplus(bx), np.asarray(beta, x.dtype))
+    return ops.where(ops.greater(bx, np.asarray(threshold, x.dtype)), x, soft)
+
+
+def _trilu(upper: int) -> Callable[..., Value]:
+    def convert(c: _Converter, node: torch.fx.Node, x: Value, diagonal: int = 0) -> Value:
+        if x.dtype == "bool":  # Trilu keeps to numbers
+            return ops.cast(ops.trilu(ops.cast(x, to="uint8"), np.asarray(int(diagonal), np.int64), upper=upper), to="bool")
+        return ops.trilu(x, np.asarray(int(diagonal), np.int64), upper=upper)
+
+    return convert
+
+
+def _index(c: _Converter, node: torch.fx.Node, x: Value, indices: Sequence[Value | None]) -> Value:
+    """``x[i0, i1, ...]`` with index tensors (advanced indexing): Gather for one, GatherND for several."""
+    rank = c.rank(node)
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    for d in dims:
+        if indices[d].dtype == "bool":
+            raise c.fail("indexing with a boolean mask has a data-dependent shape; it is not mapped")
+    if len(dims) == 1:
+        return ops.gather(x, indices[dims[0]], axis=dims[0])
+    rest = [d for d in range(rank) if d not in dims]
+    moved = x if dims == list(range(len(dims))) else ops.transpose(x, perm=dims + rest)
+    idx = [ops.cast(i, to="int64") if i.dtype != "int64" else i for i in (indices[d] for d in dims)]
+    shape = idx[0]
+    for i in idx[1:]:  # broadcast the index tensors together
+        shape = ops.add(ops.mul(shape, np.asarray(0, np.int64)), ops.mul(i, np.asarray(0, np.int64)))
+    stacked = ops.concat(*[ops.unsqueeze(ops.add(i, shape), np.array([-1], np.int64)) for i in idx], axis=-1)
+    out = ops.gather_nd(moved, stacked)
+    if dims == list(range(dims[0], dims[-1] + 1)) and dims[0] > 0:
+        # adjacent index dims keep their place: torch puts the broadcast dims at the first one
+        nb = c.rank_of(node) - len(rest)
+        perm = list(range(nb, nb + dims[0])) + list(range(nb)) + list(range(nb + dims[0], nb + len(rest)))
+        out = ops.transpose(out, perm=perm)
+    return out
+
+
+def _baddbmm(c: _Converter, node: torch.fx.Node, b: Value, x: Value, y: Value, *, beta: float = 1, alpha: float = 1) -> Value:
+    prod = ops.matmul(x, y)
+    if alpha != 1:
+        prod = ops.mul(prod, np.asarray(alpha, prod.dtype))
+    if beta == 0:
+        return prod
+    return ops.add(prod, b if beta == 1 else ops.mul(b, np.asarray(beta, b.dtype)))
+
+
+def _group_norm(
+    c: _Converter,
+    node: torch.fx.Node,
+    x: Value,
+    w: Value | None,
+    b: Value | None,
+    n: Any,
+    ch: Any,
+    hw: Any,
+    groups: int,
+    eps: float,
+) -> tuple[Value, Value, Value]:
+    grouped = ops.reshape(x, np.array([0, int(groups), -1], np.int64))
+    axes = np.array([2], np.int64)
+    mean = ops.reduce_mean(grouped, axes, keepdims=1)
+    centred = ops.sub(grouped, mean)
+    var = ops.reduce_mean(ops.mul(centred, centred), axes, keepdims=1)
+    rstd = ops.reciprocal(ops.sqrt(ops.add(var, np.asarray(eps, x.dtype))))
+    out = ops.reshape(ops.mul(centred, rstd), ops.shape(x))
+    affine = np.array([-1] + [1] * (c.rank(node) - 2), np.int64)
+    if w is not None:
+        out = ops.mul(out, ops.reshape(w, affine))
+    if b is not None:
+        out = ops.add(out, ops.reshape(b, affine))
+    return out, ops.squeeze(mean, axes), ops.squeeze(rstd, axes)
+
+
+def _pad(mode: str) -> Callable[..., Value]:
+    def convert(c: _Converter, node: torch.fx.Node, x: Value, pad: Sequence[Any], value: Any = 0) -> Value:
+        rank = c.rank(node)
+        begins: list[Any] = [0] * rank
+        ends: list[Any] = [0] * rank
+        for i in range(len(pad) // 2):  # torch lists (left, right) pairs from the last dim backwards
+            begins[rank - 1 - i], ends[rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
+        fill = np.asarray(value, x.dtype) if mode == "constant" else None
+        return ops.pad(x, c.ints(begins + ends), fill, mode=mode)
+
+    return convert
+
+
+def _upsample(mode: str) -> Callable[..., Value]:
+    def convert(c: _Converter, node: torch.fx.Node, x: Value, output_size: Any, *rest: Any) -> Value:
+        val = node.meta.get("val")
+        spatial = [_dim(d) for d in val.shape[2:]] if isinstance(val, torch.Tensor) else [None]
+        if not all(isinstance(d, int) for d in spatial):
+            raise c.fail("interpolation to a dynamic size is not mapped")
+        align = bool(rest[0]) if mode == "linear" and rest and isinstance(rest[0], bool) else False
+        sizes = ops.concat(ops.shape(x, start=0, end=2), np.array(spatial, np.int64), axis=0)
+        transform = "asymmetric" if mode == "nearest" else "align_corners" if align else "pytorch_half_pixel"
+        return ops.resize(x, None, None, sizes, mode=mode, coordinate_transformation_mode=transform, nearest_mode="floor")
+
+    return convert
+
+
+def _any_all(op: Callable[..., Value]) -> Callable[..., Value]:
+    def convert(c: _Converter, node: torch.fx.Node, x: Value, dims: Any = None, keepdim: bool = False) -> Value:
+        as_int = ops.cast(x if x.dtype == "bool" else ops.not_(ops.equal(x, np.asarray(0, x.dtype))), to="uint8")
+        if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+            out = op(as_int, keepdims=int(bool(keepdim)))
+        else:
+            axes = [int(dims)] if isinstance(dims, int) else [int(d) for d in dims]
+            out = op(as_int, np.array(axes, np.int64), keepdims=int(bool(keepdim)))
+        return _to_dtype(c, node, out)
+
+    return convert
+
+
+def _extreme(reduce: Callable[..., Value], binary: Callable[..., Value], arg: Callable[..., Value]) -> Callable[..., Any]:
+    """max/min: of the whole tensor, of two tensors (``.other``), or along a dim with the indices (``.dim``)."""
+
+    def convert(c: _Converter, node: torch.fx.Node, x: Value, other: Any = None, keepdim: bool = False) -> Any:
+        if isinstance(other, Value):
+            return _binary(binary)(c, node, x, other)
+        data = ops.cast(x, to="uint8") if x.dtype == "bool" else x
+        if other is None:
+            return _to_dtype(c, node, reduce(data, keepdims=0))
+        values = reduce(data, np.array([int(other)], np.int64), keepdims=int(bool(keepdim)))
+        values = values if x.dtype != "bool" else ops.cast(values, to="bool")
+        return values, arg(data, axis=int(other), keepdims=int(bool(keepdim)))
+
+    return convert
+
+
+def _arg(op: Callable[..., Value]) -> Callable[..., Value]:
+    def convert(c: _Converter, node: torch.fx.Node, x: Value, dim: int | None = None, keepdim: bool = False) -> Value:
+        data = ops.cast(x, to="uint8") if x.dtype == "bool" else x
+        if dim is None:
+            flat = op(ops.reshape(data, np.array([-1], np.int64)), axis=0, keepdims=0)
+            rank = c.rank(node)
+            return ops.reshape(flat, np.ones(rank, np.int64)) if keepdim else flat
+        return op(data, axis=int(dim), keepdims=int(bool(keepdim)))
+
+    return convert
+
+
+def _var(root: bool = False, with_mean: bool = False) -> Callable[..., Any]:
+    """var/std (``.correction``, ``.dim``, or whole), and var_mean/std_mean."""
+
+    def convert(
+        c: _Converter,
+        node: torch.fx.Node,
+        x: Value,
+        dims: Any = None,
+        unbiased: Any = None,
+        keepdim: bool = False,
+        *,
+        correction: Any = None,
+    ) -> Any:
+        if isinstance(dims, bool):
+            unbiased, dims = dims, None
+        corr = float(correction if correction is not None else (0 if unbiased is False else 1))
+        rank = c.rank(node)
+        axes = (
+            list(range(rank))
+            if dims is None or (isinstance(dims, (list, tuple)) and not dims)
+            else ([int(dims) % rank] if isinstance(dims, int) else [int(d) % max(rank, 1) for d in dims])
+        )
+        x = x if x.dtype.startswith("float") else ops.cast(x, to="float32")
+        ax = np.array(axes, np.int64)
+        mean = ops.reduce_mean(x, ax, keepdims=1)
+        centred = ops.sub(x, mean)
+        total = ops.reduce_sum(ops.mul(centred, centred), ax, keepdims=int(bool(keepdim)))
+        shape = x.shape
+        if shape is not None and all(isinstance(shape[a], int) for a in axes):
+            count: Any = np.asarray(max(math.prod(int(shape[a]) for a in axes) - corr, 0), x.dtype)
+        else:
+            n = ops.cast(ops.reduce_prod(ops.gather(ops.shape(x), ax, axis=0), keepdims=0), to=x.dtype)
+            count = ops.max(ops.sub(n, np.asarray(corr, x.dtype)), np.asarray(0, x.dtype))
+        out = ops.div(total, count)
+        out = ops.sqrt(out) if root else out
+        if not with_mean:
+            return out
+        return out, mean if keepdim else ops.squeeze(mean, ax)
+
+    return convert
+
+
+def _cumsum(c: _Converter, node: torch.fx.Node, x: Value, dim: int, *, dtype: Any = None) -> Value:
+    return ops.cum_sum(_to_dtype(c, node, x), np.asarray(int(dim), np.int64))
+
+
+def _topk(c: _Converter, node: torch.fx.Node, x: Value, k: Any, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:
+    kk = c.ints([k])
+    values, indices = ops.top_k(x, kk, axis=int(dim), largest=int(bool(largest)), sorted=1)
+    return values, indices
+
+
+def _stack(c: _Converter, node: torch.fx.Node, tensors: Sequence[Value], dim: int = 0) -> Value:
+    axis = int(dim) % (c.rank_of(node))
+    parts = [ops.unsqueeze(t, np.array([axis], np.int64)) for t in tensors]
+    return _cat(c, node, parts, axis)
+
+
+def _roll(c: _Converter, node: torch.fx.Node, x: Value, shifts: Sequence[int], dims: Sequence[int] = ()) -> Value:
+    shape = x.shape
+    if not dims:
+        flat = _roll(c, node, ops.reshape(x, np.array([-1], np.int64)), shifts, [0]) if shape else x
+        return ops.reshape(flat, ops.shape(x))
+    out = x
+    for shift, dim in zip(shifts, dims):
+        size = (out.shape or shape or ())[dim] if out.shape else None
+        if not isinstance(size, int) or not isinstance(shift, int):
+            raise c.fail("roll needs a static size and shift")
+        s = shift % size if size else 0
+        if s:
+            axis = np.array([int(dim)], np.int64)
+            tail = ops.slice(out, np.array([size - s], np.int64), np.array([size], np.int64), axis)
+            head = ops.slice(out, np.array([0], np.int64), np.array([size - s], np.int64), axis)
+            out = ops.concat(tail, head, axis=int(dim))
+    return out
+
+
+def _repeat(c: _Converter, node: torch.fx.Node, x: Value, repeats: Sequence[Any]) -> Value:
+    extra = len(repeats) - c.rank(node)
+    if extra > 0:
+        x = ops.reshape(x, ops.concat(np.ones(extra, np.int64), ops.shape(x), axis=0))
+    return ops.tile(x, c.ints(repeats))
+
+
 _ATEN: dict[str, Callable[..., Any]] = {
     # elementwise
     "add": _binary(ops.add),
@@ -891,8 +1318,8 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "tanh": _unary(ops.tanh),
     "sigmoid": _unary(ops.sigmoid),
     "erf": _unary(ops.erf),
-    "floor": _unary(ops.floor),
-    "ceil": _unary(ops.ceil),
+    "floor": _unary(ops.floor, integral=True),
+    "ceil": _unary(ops.ceil, integral=True),
     "relu": _unary(ops.relu),
     "relu_": _unary(ops.relu),
     "gelu": _gelu,
@@ -910,8 +1337,43 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "gt": _compare(ops.greater),
     "ge": _compare(ops.greater_or_equal),
     "logical_not": _logical_not,
-    "bitwise_not": _logical_not,
+    "bitwise_not": lambda c, n, x: _logical_not(c, n, x) if x.dtype == "bool" else ops.bitwise_not(x),
+    "bitwise_and": _bitwise(ops.and_, ops.bitwise_and),
+    "bitwise_or": _bitwise(ops.or_, ops.bitwise_or),
+    "bitwise_xor": _bitwise(ops.xor, ops.bitwise_xor),
+    "__and__": _bitwise(ops.and_, ops.bitwise_and),
+    "__or__": _bitwise(ops.or_, ops.bitwise_or),
+    "logical_and": _logical(ops.and_),
+    "logical_or": _logical(ops.or_),
+    "logical_xor": _logical(ops.xor),
+    "minimum": _binary(ops.min),
+    "maximum": _binary(ops.max),
+    "remainder": _remainder,
+    "fmod": _fmod,
+    "log1p": lambda c, n, x: ops.log(ops.add(*_promote(c, n, x, 1))),
+    "expm1": lambda c, n, x: ops.sub(ops.exp(*_promote(c, n, x)), np.asarray(1, c.out_dtype(n))),
+    "log2": lambda c, n, x: ops.div(ops.log(*_promote(c, n, x)), np.asarray(math.log(2), c.out_dtype(n))),
+    "log10": lambda c, n, x: ops.div(ops.log(*_promote(c, n, x)), np.asarray(math.log(10), c.out_dtype(n))),
+    "exp2": lambda c, n, x: ops.pow(np.asarray(2, c.out_dtype(n)), *_promote(c, n, x)),
+    "tan": _unary(ops.tan),
+    "atan": _unary(ops.atan),
+    "asin": _unary(ops.asin),
+    "acos": _unary(ops.acos),
+    "sinh": _unary(ops.sinh),
+    "cosh": _unary(ops.cosh),
+    "sign": _unary(ops.sign),
+    "round": lambda c, n, x, decimals=0: _round(c, n, x, decimals),
+    "trunc": lambda c, n, x: x if not x.dtype.startswith("float") else ops.mul(ops.sign(x), ops.floor(ops.abs(x))),
+    "isnan": lambda c, n, x: ops.is_na_n(x),
+    "isinf": lambda c, n, x: ops.is_inf(x),
+    "leaky_relu": lambda c, n, x, slope=0.01: ops.leaky_relu(x, alpha=float(slope)),
+    "elu": _elu,
+    "softplus": _softplus,
+    "tril": _trilu(0),
+    "triu": _trilu(1),
     "where": _where,
+    "index": _index,
+    "_unsafe_index": _index,
     "masked_fill": _masked_fill,
     # copies and casts
     "clone": _identity,
@@ -932,15 +1394,35 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "bmm": _matmul,
     "matmul": _matmul,
     "t": _t,
+    "baddbmm": _baddbmm,
     "conv1d": _conv,
     "conv2d": _conv,
     "conv3d": _conv,
     "convolution": _conv,
     "_native_batch_norm_legit_no_training": _batch_norm_eval,
     "batch_norm": _batch_norm,
+    "native_batch_norm": lambda c, n, x, w, b, mean, var, training, momentum, eps: (
+        _batch_norm(c, n, x, w, b, mean, var, training, momentum, eps),
+        None,
+        None,
+    ),
     "_native_batch_norm_legit_functional": _batch_norm_training,
     "_native_batch_norm_legit": _batch_norm_training,
     "layer_norm": _layer_norm,
+    "native_group_norm": _group_norm,
+    "constant_pad_nd": _pad("constant"),
+    "reflection_pad1d": _pad("reflect"),
+    "reflection_pad2d": _pad("reflect"),
+    "reflection_pad3d": _pad("reflect"),
+    "replication_pad1d": _pad("edge"),
+    "replication_pad2d": _pad("edge"),
+    "replication_pad3d": _pad("edge"),
+    "upsample_nearest1d": _upsample("nearest"),
+    "upsample_nearest2d": _upsample("nearest"),
+    "upsample_nearest3d": _upsample("nearest"),
+    "upsample_linear1d": _upsample("linear"),
+    "upsample_bilinear2d": _upsample("linear"),
+    "upsample_trilinear3d": _upsample("linear"),
     "native_layer_norm": _layer_norm,
     "_softmax": _softmax(ops.softmax),
     "softmax": _softmax(ops.softmax),
@@ -957,10 +1439,23 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "_scaled_dot_product_flash_attention_for_cpu": _sdpa_cpu,
     "gather": _gather,
     # reductions
-    "mean": _reduce(ops.reduce_mean),
-    "sum": _reduce(ops.reduce_sum),
+    "mean": _reduce(ops.reduce_mean, accumulate=True),
+    "sum": _reduce(ops.reduce_sum, accumulate=True),
+    "prod": _reduce(ops.reduce_prod, accumulate=True),
     "amax": _reduce(ops.reduce_max),
     "amin": _reduce(ops.reduce_min),
+    "any": _any_all(ops.reduce_max),
+    "all": _any_all(ops.reduce_min),
+    "max": _extreme(ops.reduce_max, ops.max, ops.arg_max),
+    "min": _extreme(ops.reduce_min, ops.min, ops.arg_min),
+    "argmax": _arg(ops.arg_max),
+    "argmin": _arg(ops.arg_min),
+    "var": _var(),
+    "std": _var(root=True),
+    "var_mean": _var(with_mean=True),
+    "std_mean": _var(root=True, with_mean=True),
+    "cumsum": _cumsum,
+    "topk": _topk,
     # shapes
     "view": _view,
     "reshape": _view,
@@ -974,6 +1469,9 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "slice": _slice,
     "select": _select,
     "cat": _cat,
+    "stack": _stack,
+    "roll": _roll,
+    "repeat": _repeat,
     "split": _split,
     "split_with_sizes": _split,
     # constructors
@@ -985,6 +1483,15 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "zeros_like": _like(0),
     "ones_like": _like(1),
     "scalar_tensor": _scalar_tensor,
+    "new_ones": lambda c, n, x, size, **k: _full(c, n, size, 1),
+    "new_zeros": lambda c, n, x, size, **k: _full(c, n, size, 0),
+    "new_empty": lambda c, n, x, size, **k: _full(c, n, size, 0),
+    "new_full": lambda c, n, x, size, value, **k: _full(c, n, size, value),
+    "empty": lambda c, n, size, **k: _full(c, n, size, 0),
+    "empty_like": _like(0),
+    "fill": lambda c, n, x, value: (
+        _full_like(c, n, x, value) if not isinstance(value, Value) else ops.expand(_to_dtype(c, n, value), ops.shape(x))
+    ),
     # SymInts
     "sym_size.int": _sym_size,
     "sym_size": _sym_size,
