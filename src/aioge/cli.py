@@ -906,9 +906,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if getattr(args, flag) < 1:
             raise AiogeError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected 1 or more")
     session, graph = _serve_options(args)
+    if args.model_repository is not None and graph:
+        raise AiogeError(
+            f"--model-repository: graph options ({', '.join(sorted(graph))}) go in each model's config.toml "
+            "([options], [dynamic_batching]), so each applies to its own model"
+        )
+    if args.model_repository is None and not args.model:
+        raise AiogeError("aioge serve: give MODEL.onnx / MODEL.om files or --model-repository DIR")
     app = create_app(
         args.model,
         SessionBackend(session, graph),
+        repository=args.model_repository,
         max_body_bytes=args.max_body_bytes,
         max_inflight=args.max_inflight,
         max_decoding=args.max_decoding,
@@ -922,6 +930,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(
         f"aioge serve: {', '.join(sorted(app.state.models))} on http://{args.host}:{args.port} (metrics at /metrics)", flush=True
     )
+    failures = app.state.load_failures
     serve(
         app,
         args.host,
@@ -929,7 +938,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         graceful_seconds=args.graceful_seconds,
         keep_alive=args.keep_alive_timeout,
         read_timeout=args.read_timeout,
+        stop_when=(lambda: bool(failures)) if args.strict else None,
     )
+    if args.strict and failures:
+        raise AiogeError(
+            "--strict: stopped, a model failed to load: "
+            + "; ".join(f"{m.name} version {m.version} ({m.path}): {m.error}" for m in failures)
+        )
     return 0
 
 
@@ -937,7 +952,18 @@ def _add_serve(sub: Any) -> None:
     p = sub.add_parser(
         "serve", help="serve .onnx/.om models over the Open Inference Protocol (KServe v2 REST) with Prometheus metrics"
     )
-    p.add_argument("model", nargs="+", help="MODEL.onnx or MODEL.om files; each is served under its file stem")
+    p.add_argument("model", nargs="*", help="MODEL.onnx or MODEL.om files; each is served under its file stem")
+    p.add_argument(
+        "--model-repository",
+        metavar="DIR",
+        help="serve a Triton-style model repository: DIR/<model>/<version>/model.onnx (or model.om) and an optional "
+        "DIR/<model>/config.toml with its inputs, gears, batching, options and version policy (see the README)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit non-zero when a model fails to load (Triton's --exit-on-error); by default the others serve",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument(
