@@ -191,6 +191,9 @@ def test_a_repository_serves_every_version_with_onnxruntime_outputs_and_never_co
         for route in ("mlp/versions/1", "mlp"):
             r = httpx.post(f"http://{url}/v2/models/{route}/infer", json=body)
             assert r.status_code == 400 and "batch sizes [1, 2, 4]" in r.json()["error"], r.text
+        # [dynamic_batching] reached the .om version too: its 8 requests (4 by version, 4 unversioned) batched
+        text = httpx.get(f"http://{url}/metrics").text
+        assert 'aioge_batch{model="mlp",stat="requests"} 8.0' in text
         # per-model options: mlp's [options] and input shapes reached mlp alone
         session = app.state.backend.session
         options = {(m.name, m.version): session.compiled(m.handle).options for m in app.state.entries}
@@ -262,19 +265,27 @@ def _broken_repo(root: Path) -> Path:
     return root
 
 
-def test_a_model_that_fails_to_load_leaves_the_others_serving_and_the_server_ready(tmp_path: Path) -> None:
-    with running(create_app([], repository=str(_broken_repo(tmp_path)))) as (url, _, _):
+@pytest.mark.parametrize("layout", ["repository", "files"])
+def test_a_model_that_fails_to_load_leaves_the_others_serving_and_the_server_ready(tmp_path: Path, layout: str) -> None:
+    root = _broken_repo(tmp_path)
+    if layout == "repository":
+        app = create_app([], repository=str(root))
+    else:  # aioge serve good.onnx bad.om
+        (root / "good" / "1" / "model.onnx").rename(root / "good.onnx")
+        (root / "bad" / "1" / "model.om").rename(root / "bad.om")
+        app = create_app([str(root / "good.onnx"), str(root / "bad.om")])
+    with running(app) as (url, _, _):
         _wait_ready(url)  # ready: bad's failure does not hold it back
         index = httpx.post(f"http://{url}/v2/repository/index").json()
         states = {m["name"]: (m["state"], m["reason"]) for m in index}
-        assert states["good"] == ("READY", "") and states["bad"][0] == "UNAVAILABLE" and "model.om" in states["bad"][1]
+        assert states["good"] == ("READY", "") and states["bad"][0] == "UNAVAILABLE" and ".om" in states["bad"][1]
         body = {"inputs": [{"name": "a", "shape": [1, 1], "datatype": "FP32", "data": [-3.0]}]}
         r = httpx.post(f"http://{url}/v2/models/good/infer", json=body)
         assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [-6.0], r.text
-        # no config: the file's shapes, its dynamic dim built as 1, and nothing else (never compiled on a request)
-        body = {"inputs": [{"name": "a", "shape": [1, 2], "datatype": "FP32", "data": [1.0, -3.0]}]}
-        r = httpx.post(f"http://{url}/v2/models/good/infer", json=body)
-        assert r.status_code == 400 and "expects shape [1, 1]" in r.json()["error"], r.text
+        if layout == "repository":  # no config: the file's shapes (a dynamic dim built as 1), never compiled on a request
+            body = {"inputs": [{"name": "a", "shape": [1, 2], "datatype": "FP32", "data": [1.0, -3.0]}]}
+            r = httpx.post(f"http://{url}/v2/models/good/infer", json=body)
+            assert r.status_code == 400 and "expects shape [1, 1]" in r.json()["error"], r.text
         assert httpx.get(f"http://{url}/v2/models/bad/ready").status_code == 503
 
 
