@@ -251,7 +251,11 @@ class SessionBackend:
         geared = gear_shapes(compiled) if compiled.gears else {}
         if model.config is not None and not compiled.gears:  # a repository model serves what it built, nothing else
             built = (*compiled.graph.inputs, *compiled.graph.outputs)
-            geared = {v.name: tuple(v.desc.shape) for v in built if v.desc.shape is not None and all(isinstance(d, int) for d in v.desc.shape)}
+            geared = {
+                v.name: tuple(v.desc.shape)
+                for v in built
+                if v.desc.shape is not None and all(isinstance(d, int) for d in v.desc.shape)
+            }
         model.inputs, model.outputs = _specs(graph.inputs, model.name, geared), _specs(graph.outputs, model.name, geared)
         model.handle = gid
 
@@ -747,7 +751,7 @@ def create_app(
             if m.config.max_batch_size:  # Triton's dims leave the batch dim out when max_batch_size > 0
                 config["max_batch_size"] = m.config.max_batch_size
                 for t in (*config["input"], *config["output"]):
-                    t["dims"] = t["dims"][1:] if t["dims"][:1] == [-1] else t["dims"]
+                    t["dims"] = t["dims"][1:] if t["dims"][:1] in ([-1], [m.config.max_batch_size]) else t["dims"]
             if m.config.batching:
                 config["dynamic_batching"] = {k.removeprefix("aioge.batch_"): v for k, v in m.config.batching.items()}
             config["parameters"] = {k: {"string_value": v} for k, v in m.config.options.items()}

@@ -311,3 +311,19 @@ def test_strict_exits_non_zero_when_a_model_fails_and_config_errors_exit_without
     assert "Traceback" not in proc.stderr
     proc = _serve("--model-repository", str(tmp_path / "c"), "--option", "ge.graph_key=k", cwd=tmp_path, env=env)
     assert proc.returncode == 1 and "go in each model's config.toml" in proc.stderr, proc.stderr
+
+
+def test_config_fields_become_each_versions_graph_options(tmp_path: Path) -> None:
+    config = read_config("m", _write(tmp_path, MLP_CONFIG))
+    assert config.graph_options("m/1/model.onnx") == {
+        "ge.exec.disableReuseMemory": "1",
+        "aioge.batch_max_delay_us": "200",
+        "aioge.batch_max_rows": "4",
+        "ge.inputShape": "x:-1,4;y:-1,3",
+        "ge.dynamicBatchSize": "1,2,4",
+    }
+    assert config.graph_options("m/2/model.om") == {"aioge.batch_max_delay_us": "200", "aioge.batch_max_rows": "4"}
+    assert config.static_shapes() == {} and config.triton_policy() == {"all": {}}
+    one = read_config("m", _write(tmp_path, "max_batch_size = 1\n[[input]]\nname = 'x'\ndims = [-1, 4]"))
+    assert one.static_shapes() == {"x": (1, 4)} and one.graph_options("model.onnx") == {"ge.inputShape": "x:1,4"}
+    assert one.triton_policy() == {"latest": {"num_versions": 1}}

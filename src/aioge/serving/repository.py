@@ -97,7 +97,13 @@ class ModelConfig:
 
     def triton_policy(self) -> dict[str, Any]:
         kind, arg = self.policy
-        return {"all": {}} if kind == "all" else {"latest": {"num_versions": arg[0]}} if kind == "latest" else {"specific": {"versions": list(arg)}}
+        return (
+            {"all": {}}
+            if kind == "all"
+            else {"latest": {"num_versions": arg[0]}}
+            if kind == "latest"
+            else {"specific": {"versions": list(arg)}}
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +169,7 @@ def read_config(name: str, path: Path) -> ModelConfig:
         raise ConfigError(where, "max_batch_size", f"expected an int >= 0, got {mbs!r}")
     raw_inputs = data.get("input", [])
     if not isinstance(raw_inputs, list):
-        raise ConfigError(where, "input", 'expected a list of tables ([[input]] with name and dims)')
+        raise ConfigError(where, "input", "expected a list of tables ([[input]] with name and dims)")
     inputs: list[tuple[str, tuple[int, ...]]] = []
     for i, item in enumerate(raw_inputs):
         if not isinstance(item, dict) or not isinstance(item.get("name"), str) or set(item) - {"name", "dims"}:
@@ -177,21 +183,27 @@ def read_config(name: str, path: Path) -> ModelConfig:
     gears = _table(data, "gears", where, ("batch_sizes", "dims"))
     batch_sizes = _ints(gears["batch_sizes"], "gears.batch_sizes", where, 1) if "batch_sizes" in gears else ()
     dims_gears = _ints(gears["dims"], "gears.dims", where, 1, nested=True) if "dims" in gears else ()
-    if mbs and not batch_sizes and not dims_gears:  # Triton's max_batch_size: every batch up to it
+    if mbs == 1 and not batch_sizes and not dims_gears:  # one batch size: static shapes, no gears
+        inputs = [(n, (1, *d[1:])) for n, d in inputs]
+    elif mbs and not batch_sizes and not dims_gears:  # Triton's max_batch_size: every batch up to it
         batch_sizes = tuple(sorted({min(1 << i, mbs) for i in range(mbs.bit_length() + 1)}))
     if mbs and batch_sizes and max(batch_sizes) > mbs:
         raise ConfigError(where, "gears.batch_sizes", f"{list(batch_sizes)} go past max_batch_size {mbs}")
-    unknown = sum(d == -1 for _, d in inputs for d in d)
+    unknown = sum(d == -1 for _, shape in inputs for d in shape)
     if (batch_sizes or dims_gears) and not unknown:
         field_ = "gears.batch_sizes" if batch_sizes else "gears.dims"
         raise ConfigError(where, field_, "gears set the -1 dims of the inputs: declare them ([[input]] dims with -1)")
     if unknown and not (batch_sizes or dims_gears):
-        raise ConfigError(where, "input", "a -1 dim needs gears ([gears] batch_sizes or dims, or max_batch_size) to compile at load")
+        raise ConfigError(
+            where, "input", "a -1 dim needs gears ([gears] batch_sizes or dims, or max_batch_size) to compile at load"
+        )
     batching_table = _table(data, "dynamic_batching", where, tuple(_BATCHING))
     batching = {_BATCHING[k]: ",".join(map(str, v)) if isinstance(v, list) else v for k, v in batching_table.items()}
     if "dynamic_batching" in data:
         if not batch_sizes:
-            raise ConfigError(where, "dynamic_batching", "batching stacks rows along dim 0: it needs max_batch_size or gears.batch_sizes")
+            raise ConfigError(
+                where, "dynamic_batching", "batching stacks rows along dim 0: it needs max_batch_size or gears.batch_sizes"
+            )
         batching.setdefault("aioge.batch_max_rows", max(batch_sizes))
     options = data.get("options", {})
     if not isinstance(options, dict):
