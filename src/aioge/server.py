@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import anyio
 import numpy as np
 
-from aioge.errors import AiogeError, FeedError, GraphError
+from aioge.errors import AiogeError, ConfigError, FeedError, GraphError, OptionError
 
 __all__ = ["Backend", "ServedModel", "SessionBackend", "TensorSpec", "create_app", "model_names", "serve", "served_models"]
 
@@ -241,7 +241,14 @@ class SessionBackend:
             graph = self.session.compiled(gid).graph
         else:
             graph = await anyio.to_thread.run_sync(aioge.load_onnx, model.path)
-            await self.session.add_graph(gid, graph, options)  # builds every gear, if it has gears
+            try:
+                await self.session.add_graph(gid, graph, options)  # builds every gear, if it has gears
+            except OptionError as exc:
+                if model.config is None or not model.config.path:
+                    raise
+                from aioge.serving.repository import config_field
+
+                raise ConfigError(model.config.path, config_field(exc.key), f"{model.path}: {exc}") from None
             try:
                 self.session.compiled(gid)
             except GraphError:  # no gears: built once ahead, dynamic dims as 1

@@ -258,16 +258,18 @@ def test_repository_layout_errors_and_the_default_policy(tmp_path: Path) -> None
         read_repository(tmp_path / "nowhere")
 
 
-def _broken_repo(root: Path) -> Path:
+def _broken_repo(root: Path, wrong: bool = False) -> Path:
     _scale(root / "good" / "1" / "model.onnx", 2.0)
     (root / "bad" / "1").mkdir(parents=True)
     (root / "bad" / "1" / "model.om").write_bytes(b"not an om")
+    if wrong:  # a config that reads well but does not fit its model: it has no input x
+        _write(root, SCALE_CONFIG.replace('"a"', '"x"'))  # model m
     return root
 
 
 @pytest.mark.parametrize("layout", ["repository", "files"])
 def test_a_model_that_fails_to_load_leaves_the_others_serving_and_the_server_ready(tmp_path: Path, layout: str) -> None:
-    root = _broken_repo(tmp_path)
+    root = _broken_repo(tmp_path, wrong=layout == "repository")
     if layout == "repository":
         app = create_app([], repository=str(root))
     else:  # aioge serve good.onnx bad.om
@@ -282,6 +284,10 @@ def test_a_model_that_fails_to_load_leaves_the_others_serving_and_the_server_rea
         body = {"inputs": [{"name": "a", "shape": [1, 1], "datatype": "FP32", "data": [-3.0]}]}
         r = httpx.post(f"http://{url}/v2/models/good/infer", json=body)
         assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [-6.0], r.text
+        if layout == "repository":
+            reason = states["m"][1]  # the wrong config's model, named by its folder
+            assert states["m"][0] == "UNAVAILABLE" and reason.startswith(f"{root / 'm' / 'config.toml'}: input: ")
+            assert "names no input 'x'" in reason, reason
         if layout == "repository":  # no config: the file's shapes (a dynamic dim built as 1), never compiled on a request
             body = {"inputs": [{"name": "a", "shape": [1, 2], "datatype": "FP32", "data": [1.0, -3.0]}]}
             r = httpx.post(f"http://{url}/v2/models/good/infer", json=body)

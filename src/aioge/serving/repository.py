@@ -39,7 +39,7 @@ from typing import Any, Mapping
 from aioge.errors import ConfigError, OptionError
 from aioge.options import check_options, resolve_options
 
-__all__ = ["CONFIG", "ModelConfig", "ModelVersion", "read_config", "read_repository"]
+__all__ = ["CONFIG", "ModelConfig", "ModelVersion", "config_field", "read_config", "read_repository"]
 
 CONFIG = "config.toml"
 _FILES = ("model.onnx", "model.om")
@@ -225,15 +225,16 @@ def read_config(name: str, path: Path) -> ModelConfig:
         {k: strs[k] for k in options},
         _policy(data.get("version_policy", {"latest": 1}), where),
     )
-    options_all = config.graph_options("model.onnx")
     try:
-        resolve_options({}, check_options(options_all, "graph"), env={})
+        resolve_options({}, check_options(config.graph_options("model.onnx"), "graph"), env={})
     except OptionError as exc:
-        key = getattr(exc, "key", "")
-        fields = {v: k for k, v in _BATCHING.items()}
-        field_ = _OWN.get(key) or (f"dynamic_batching.{fields[key]}" if key in fields else f"options.{key}")
-        raise ConfigError(where, field_, str(exc)) from None
+        raise ConfigError(where, config_field(exc.key), str(exc)) from None
     return config
+
+
+def config_field(key: str) -> str:
+    """The config field that sets graph option ``key`` (to name it in an error)."""
+    return _OWN.get(key) or f"options.{key}"
 
 
 def read_repository(root: str | Path) -> list[ModelVersion]:
