@@ -760,7 +760,11 @@ def create_app(
                 for t in (*config["input"], *config["output"]):
                     t["dims"] = t["dims"][1:] if t["dims"][:1] in ([-1], [m.config.max_batch_size]) else t["dims"]
             if m.config.batching:
-                config["dynamic_batching"] = {k.removeprefix("aioge.batch_"): v for k, v in m.config.batching.items()}
+                b = m.config.batching  # Triton's fields (its max rows is max_batch_size)
+                config["dynamic_batching"] = {
+                    "max_queue_delay_microseconds": int(b.get("aioge.batch_max_delay_us", "1000")),
+                    "preferred_batch_size": [int(v) for v in b.get("aioge.batch_preferred_sizes", "").split(",") if v],
+                }
             config["parameters"] = {k: {"string_value": v} for k, v in m.config.options.items()}
         return JSONResponse(config)
 

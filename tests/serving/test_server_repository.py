@@ -168,7 +168,9 @@ def test_a_repository_serves_every_version_with_onnxruntime_outputs_and_never_co
                 np.testing.assert_allclose(result.as_numpy("out"), _ort(ref, feeds)[0], rtol=1e-5, atol=1e-6)
         config = client.get_model_config("mlp", "1")
         assert config["max_batch_size"] == 4 and config["version_policy"] == {"all": {}}
-        assert [i["dims"] for i in config["input"]] == [[4], [3]] and config["dynamic_batching"]["max_delay_us"] == "200"
+        assert [i["dims"] for i in config["input"]] == [[4], [3]] and config["dynamic_batching"][
+            "max_queue_delay_microseconds"
+        ] == 200
         # scale: latest 2 of 3 versions, each gear of its dims gears
         for version, k in (("2", 2.0), ("3", 3.0), ("", 3.0)):
             for length in (2, 5):
@@ -333,3 +335,12 @@ def test_config_fields_become_each_versions_graph_options(tmp_path: Path) -> Non
     one = read_config("m", _write(tmp_path, "max_batch_size = 1\n[[input]]\nname = 'x'\ndims = [-1, 4]"))
     assert one.static_shapes() == {"x": (1, 4)} and one.graph_options("model.onnx") == {"ge.inputShape": "x:1,4"}
     assert one.triton_policy() == {"latest": {"num_versions": 1}}
+
+
+def test_serve_takes_files_or_a_repository(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write(tmp_path, "")
+    model = str(tmp_path / "m" / "1" / "model.onnx")
+    assert aioge_main(["serve", model, "--model-repository", str(tmp_path), "--port", str(_free_port())]) == 1
+    assert "give model files or --model-repository, not both" in capsys.readouterr().err
+    assert aioge_main(["serve", "--port", str(_free_port())]) == 1
+    assert "give MODEL.onnx / MODEL.om files or --model-repository DIR" in capsys.readouterr().err
