@@ -33,7 +33,17 @@ import numpy as np
 
 from aioge.errors import AiogeError, ConfigError, FeedError, GraphError, OptionError
 
-__all__ = ["Backend", "ServedModel", "SessionBackend", "TensorSpec", "create_app", "model_names", "serve", "served_models"]
+__all__ = [
+    "Backend",
+    "ServedModel",
+    "SessionBackend",
+    "TensorSpec",
+    "create_app",
+    "find_version",
+    "model_names",
+    "serve",
+    "served_models",
+]
 
 log = logging.getLogger(__name__)
 _access = logging.getLogger("aioge.access")
@@ -184,6 +194,15 @@ def served_models(paths: Sequence[str] = (), repository: str | None = None) -> l
     from aioge.serving.repository import read_repository
 
     return [ServedModel(v.name, v.path, str(v.version), v.config) for v in read_repository(repository)]
+
+
+def find_version(versions: Mapping[str, Mapping[str, ServedModel]], name: str, version: str | None) -> ServedModel | None:
+    """The served version ``version`` of ``name`` (``versions``: name -> version -> model), or
+    for no version the latest ready one (the latest if none is ready); None when not served."""
+    found = versions.get(name, {})
+    if version is None and found:
+        return max([m for m in found.values() if m.ready] or found.values(), key=lambda m: int(m.version))
+    return found.get(version) if version is not None else None
 
 
 def _specs(values: Iterable[Any], model: str, geared: Mapping[str, tuple[int, ...]]) -> list[TensorSpec]:
@@ -657,11 +676,9 @@ def create_app(
         """The version the route names, or else the model's latest ready version (its latest if none is)."""
         name = request.path_params["name"]
         version = request.path_params.get("version")
-        found = versions.get(name, {})
-        if version is None and found:
-            return max([m for m in found.values() if m.ready] or found.values(), key=lambda m: int(m.version))
-        if version in found:
-            return found[version]
+        m = find_version(versions, name, version)
+        if m is not None:
+            return m
         served = {n: sorted(f, key=int) for n, f in versions.items()}
         raise _BadRequest(status, f"no model {name!r} version {version!r}; served (name: versions): {served}")
 
@@ -921,6 +938,7 @@ def create_app(
     )
     app.state.models = models  # the latest version of each model
     app.state.entries = entries  # every served version
+    app.state.versions = versions  # name -> version -> model (find_version)
     app.state.load_failures = failures
     app.state.backend = runner
     return app
