@@ -872,7 +872,7 @@ def _serve_options(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, 
     from aioge.errors import OptionError
     from aioge.options import OPTIONS, canonical_key
 
-    options = _all_model_options(args)
+    options = {k: v for k, v in _all_model_options(args).items() if ":" not in k}  # NAME:KEY: _serve_model_options
     if args.batch_max_rows is not None:  # only when given: the keys are the batcher's
         options["aioge.batch_max_rows"] = str(args.batch_max_rows)
     if args.batch_max_delay_us is not None:
@@ -891,6 +891,16 @@ def _serve_options(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, 
     return session, graph
 
 
+def _serve_model_options(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """``aioge serve``'s per-model graph options: ``--option NAME:KEY=VALUE`` for model NAME alone."""
+    out: dict[str, dict[str, str]] = {}
+    for key, value in _all_model_options(args).items():
+        name, sep, key = key.partition(":")
+        if sep:
+            out.setdefault(name, {})[key] = value
+    return out
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve .onnx and .om files over the Open Inference Protocol (KServe v2 REST) until SIGTERM."""
     from aioge.errors import AiogeError
@@ -906,16 +916,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if getattr(args, flag) < 1:
             raise AiogeError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected 1 or more")
     session, graph = _serve_options(args)
-    if args.model_repository is not None and graph:
+    per_model = _serve_model_options(args)
+    if args.model_repository is not None and (graph or per_model):
+        given = sorted(graph) + [f"{n}:{k}" for n, keys in per_model.items() for k in keys]
         raise AiogeError(
-            f"--model-repository: graph options ({', '.join(sorted(graph))}) go in each model's config.toml "
+            f"--model-repository: graph options ({', '.join(given)}) go in each model's config.toml "
             "([options], [dynamic_batching]), so each applies to its own model"
         )
     if args.model_repository is None and not args.model:
         raise AiogeError("aioge serve: give MODEL.onnx / MODEL.om files or --model-repository DIR")
     app = create_app(
         args.model,
-        SessionBackend(session, graph),
+        SessionBackend(session, graph, per_model),
         repository=args.model_repository,
         max_body_bytes=args.max_body_bytes,
         max_inflight=args.max_inflight,
@@ -923,6 +935,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         load=(args.load_model or []) if args.model_control_mode == "explicit" else None,
     )
+    unknown = sorted(set(per_model) - set(app.state.models))
+    if unknown:
+        raise AiogeError(f"--option {unknown[0]}:KEY=VALUE: no model {unknown[0]!r}; served: {sorted(app.state.models)}")
     if args.load_model and args.model_control_mode != "explicit":
         raise AiogeError("--load-model goes with --model-control-mode explicit (otherwise every model loads)")
     if args.access_log:  # INFO lines of its own logger reach stderr whatever -v says
@@ -979,7 +994,8 @@ def _add_serve(sub: Any) -> None:
         "--option",
         action="append",
         metavar="KEY=VALUE",
-        help="an option (GE key or ir_option alias); graph-level ones go to every add_graph; repeatable",
+        help="an option (GE key or ir_option alias); graph-level ones go to every model's add_graph, or with "
+        "NAME:KEY=VALUE to model NAME alone; repeatable",
     )
     p.add_argument(
         "--max-body-bytes",

@@ -217,17 +217,24 @@ def _specs(values: Iterable[Any], model: str, geared: Mapping[str, tuple[int, ..
 
 
 class SessionBackend:
-    """One aioge Session for every model: .onnx files are added with the graph options and
-    built ahead (dynamic dims as 1, or every gear when the options give gears), .om files are
+    """One aioge Session for every model: .onnx files are added with the graph options (and a
+    model's own: ``model_options`` by name, a repository model's config) and built ahead (dynamic dims as 1, or every gear when the options give gears), .om files are
     loaded as compiled (with all their gears). A geared model's metadata shows -1 for each
     geared dim, and a request no gear fits is a 400 naming the gears: it never compiles."""
 
-    def __init__(self, session_options: Mapping[str, str] | None = None, graph_options: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        session_options: Mapping[str, str] | None = None,
+        graph_options: Mapping[str, str] | None = None,
+        model_options: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
         from aioge.options import check_options
 
         # Checked now, so a bad --option fails before the server binds its port.
         self._session_options = check_options(session_options, "session")
         self._graph_options = check_options(graph_options, "graph")
+        # model name -> graph options for that model alone (over graph_options)
+        self._model_options = {n: check_options(o, "graph") for n, o in (model_options or {}).items()}
         self.session: Any = None
         self._next_id = 1
 
@@ -246,7 +253,7 @@ class SessionBackend:
         from aioge.serving.gears import gear_shapes
 
         gid, self._next_id = self._next_id, self._next_id + 1
-        options = self._graph_options  # a repository model's own options too, for it alone
+        options = {**self._graph_options, **self._model_options.get(model.name, {})}  # its own, for it alone
         if model.config is not None:
             options = {**options, **model.config.graph_options(model.path)}
         if model.path.endswith(".om"):

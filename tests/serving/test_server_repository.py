@@ -344,3 +344,36 @@ def test_serve_takes_files_or_a_repository(tmp_path: Path, capsys: pytest.Captur
     assert "give model files or --model-repository, not both" in capsys.readouterr().err
     assert aioge_main(["serve", "--port", str(_free_port())]) == 1
     assert "give MODEL.onnx / MODEL.om files or --model-repository DIR" in capsys.readouterr().err
+
+
+def test_plain_serve_takes_options_for_one_model_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``aioge serve mlp.onnx scale.onnx --option mlp:ge.inputShape=...``: mlp's gears, and scale
+    (no input x) still loads; before, every graph option went to every model."""
+    from aioge.cli import _serve_model_options, _serve_options, build_parser
+    from aioge.server import SessionBackend
+
+    mlp, scale = _mlp(tmp_path / "mlp.onnx", 1), _scale(tmp_path / "scale.onnx", 2.0)
+    args = build_parser().parse_args(
+        [
+            "serve",
+            str(mlp),
+            str(scale),
+            "--option",
+            "mlp:ge.inputShape=x:-1,4;y:-1,3",
+            "--option",
+            "mlp:ge.dynamicBatchSize=1,2,4",
+        ]
+    )
+    per_model = _serve_model_options(args)
+    assert per_model == {"mlp": {"ge.inputShape": "x:-1,4;y:-1,3", "ge.dynamicBatchSize": "1,2,4"}}
+    assert _serve_options(args) == ({}, {})
+    with running(create_app([str(mlp), str(scale)], SessionBackend(model_options=per_model))) as (url, _, _):
+        _wait_ready(url)
+        client = triton.InferenceServerClient(url=url)
+        assert [(m["name"], m["state"]) for m in client.get_model_repository_index()] == [("mlp", "READY"), ("scale", "READY")]
+        assert {i["name"]: i["shape"] for i in client.get_model_metadata("mlp")["inputs"]} == {"x": [-1, 4], "y": [-1, 3]}
+        inputs, feeds = _mlp_inputs(3, 3)
+        np.testing.assert_allclose(client.infer("mlp", inputs).as_numpy("out"), _ort(mlp, feeds)[0], rtol=1e-5, atol=1e-6)
+        client.close()
+    assert aioge_main(["serve", str(mlp), "--option", "nope:ge.graph_key=k", "--port", str(_free_port())]) == 1
+    assert "--option nope:KEY=VALUE: no model 'nope'; served: ['mlp']" in capsys.readouterr().err
