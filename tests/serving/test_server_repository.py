@@ -377,3 +377,27 @@ def test_plain_serve_takes_options_for_one_model_alone(tmp_path: Path, capsys: p
         client.close()
     assert aioge_main(["serve", str(mlp), "--option", "nope:ge.graph_key=k", "--port", str(_free_port())]) == 1
     assert "--option nope:KEY=VALUE: no model 'nope'; served: ['mlp']" in capsys.readouterr().err
+
+
+def test_load_and_unload_act_on_every_version_of_a_repository_model(tmp_path: Path) -> None:
+    for k in (1, 2):
+        _scale(tmp_path / "scale" / str(k) / "model.onnx", float(k))
+    (tmp_path / "scale" / "config.toml").write_text(SCALE_CONFIG)
+    with running(create_app([], repository=str(tmp_path), load=[])) as (url, _, _):  # explicit mode, nothing loaded
+        _wait_ready(url)
+        client = triton.InferenceServerClient(url=url)
+        assert [(m["version"], m["state"]) for m in client.get_model_repository_index()] == [
+            ("1", "UNAVAILABLE"),
+            ("2", "UNAVAILABLE"),
+        ]
+        client.load_model("scale")
+        assert client.is_model_ready("scale", "1") and client.is_model_ready("scale", "2")
+        a = np.array([[1.0, -2.0]], np.float32)
+        inp = triton.InferInput("a", [1, 2], "FP32")
+        inp.set_data_from_numpy(a)
+        np.testing.assert_array_equal(client.infer("scale", [inp], model_version="1").as_numpy("b"), a)
+        np.testing.assert_array_equal(client.infer("scale", [inp]).as_numpy("b"), 2 * a)  # the latest
+        client.unload_model("scale")
+        assert not client.is_model_ready("scale", "1") and not client.is_model_ready("scale", "2")
+        assert client.is_server_ready()  # unloaded on purpose: still ready, as Triton
+        client.close()
