@@ -218,8 +218,9 @@ def _specs(values: Iterable[Any], model: str, geared: Mapping[str, tuple[int, ..
 
 class SessionBackend:
     """One aioge Session for every model: .onnx files are added with the graph options (and a
-    model's own: ``model_options`` by name, a repository model's config) and built ahead (dynamic dims as 1, or every gear when the options give gears), .om files are
-    loaded as compiled (with all their gears). A geared model's metadata shows -1 for each
+    model's own: ``model_options`` by name, a repository model's config) and built ahead
+    (dynamic dims as 1, or every gear when the options give gears), .om files are loaded as
+    compiled (with all their gears). A geared model's metadata shows -1 for each
     geared dim, and a request no gear fits is a 400 naming the gears: it never compiles."""
 
     def __init__(
@@ -650,11 +651,12 @@ def create_app(
             m.error, m.unloaded = None, False
             try:
                 await runner.load(m)
-            except Exception as exc:  # a model that fails never stops the others (a bug's traceback is logged)
-                m.error = str(exc) if isinstance(exc, (AiogeError, OSError, ValueError)) else f"{type(exc).__name__}: {exc}"
-                log.error("model %s version %s (%s) did not load: %s", m.name, m.version, m.path, m.error)
-                if m.error.startswith(type(exc).__name__):
-                    log.debug("the traceback", exc_info=exc)
+            except (AiogeError, OSError, ValueError) as exc:
+                m.error = str(exc)
+                log.error("model %s version %s (%s) did not load: %s", m.name, m.version, m.path, exc)
+            except Exception as exc:  # a bug: logged with its traceback, and the other models still load
+                m.error = f"internal error: {type(exc).__name__}: {exc}"
+                log.exception("model %s version %s (%s) did not load", m.name, m.version, m.path)
             else:
                 m.ready = True
                 log.info("model %s ready", m.name)

@@ -401,3 +401,21 @@ def test_load_and_unload_act_on_every_version_of_a_repository_model(tmp_path: Pa
         assert not client.is_model_ready("scale", "1") and not client.is_model_ready("scale", "2")
         assert client.is_server_ready()  # unloaded on purpose: still ready, as Triton
         client.close()
+
+
+def test_a_bug_in_one_models_load_leaves_the_others_serving(tmp_path: Path) -> None:
+    """Before, an exception other than AiogeError/OSError/ValueError in a load ended the loading
+    task group: no model after it loaded and the server never became ready."""
+    from aioge.server import ServedModel, SessionBackend
+
+    class Buggy(SessionBackend):
+        async def load(self, model: ServedModel) -> None:
+            if model.name == "a":
+                raise RuntimeError("boom")
+            await super().load(model)
+
+    a, b = _scale(tmp_path / "a.onnx", 1.0), _scale(tmp_path / "b.onnx", 3.0)
+    with running(create_app([str(a), str(b)], Buggy())) as (url, _, _):
+        _wait_ready(url)
+        index = {m["name"]: (m["state"], m["reason"]) for m in httpx.post(f"http://{url}/v2/repository/index").json()}
+        assert index == {"a": ("UNAVAILABLE", "internal error: RuntimeError: boom"), "b": ("READY", "")}
