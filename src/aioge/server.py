@@ -3,7 +3,9 @@
 Routes: ``GET /v2/health/live``, ``/v2/health/ready``, ``/v2``, ``/v2/models/{name}``,
 ``/v2/models/{name}/ready``, ``POST /v2/models/{name}/infer`` (JSON tensors and the binary
 tensor extension: an ``Inference-Header-Content-Length`` header, ``binary_data_size`` input
-parameters, ``binary_data`` output parameters), and ``GET /metrics`` (Prometheus text).
+parameters, ``binary_data`` output parameters), each model route also under
+``/v2/models/{name}/versions/{v}``, and ``GET /metrics`` (Prometheus text). The models are
+files or a Triton-style repository folder (``served_models``, ``aioge.serving.repository``).
 
 Starlette (ASGI on anyio, the concurrency layer aioge itself uses) under uvicorn (the
 reference ASGI server; on SIGTERM it stops accepting, lets in-flight requests finish, then
