@@ -3,7 +3,9 @@
 Routes: ``GET /v2/health/live``, ``/v2/health/ready``, ``/v2``, ``/v2/models/{name}``,
 ``/v2/models/{name}/ready``, ``POST /v2/models/{name}/infer`` (JSON tensors and the binary
 tensor extension: an ``Inference-Header-Content-Length`` header, ``binary_data_size`` input
-parameters, ``binary_data`` output parameters), and ``GET /metrics`` (Prometheus text).
+parameters, ``binary_data`` output parameters), each model route also under
+``/v2/models/{name}/versions/{v}``, and ``GET /metrics`` (Prometheus text). The models are
+files or a Triton-style repository folder (``served_models``, ``aioge.serving.repository``).
 
 Starlette (ASGI on anyio, the concurrency layer aioge itself uses) under uvicorn (the
 reference ASGI server; on SIGTERM it stops accepting, lets in-flight requests finish, then
@@ -22,7 +24,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -31,9 +33,19 @@ from typing import Any, Protocol
 import anyio
 import numpy as np
 
-from aioge.errors import AiogeError, FeedError, GraphError
+from aioge.errors import AiogeError, ConfigError, FeedError, GraphError, OptionError
 
-__all__ = ["Backend", "ServedModel", "SessionBackend", "TensorSpec", "create_app", "model_names", "serve"]
+__all__ = [
+    "Backend",
+    "ServedModel",
+    "SessionBackend",
+    "TensorSpec",
+    "create_app",
+    "find_version",
+    "model_names",
+    "serve",
+    "served_models",
+]
 
 log = logging.getLogger(__name__)
 _access = logging.getLogger("aioge.access")
@@ -92,10 +104,10 @@ class ModelStats:
         entry[0] += 1
         entry[1] += int(seconds * 1e9)
 
-    def triton(self, name: str) -> dict[str, Any]:
+    def triton(self, name: str, version: str = "1") -> dict[str, Any]:
         return {
             "name": name,
-            "version": "1",
+            "version": version,
             "last_inference": self.last_inference,
             "inference_count": self.inference_count,
             "execution_count": self.execution_count,
@@ -106,10 +118,13 @@ class ModelStats:
 
 @dataclass(slots=True)
 class ServedModel:
-    """A model the server offers: its name (the file's stem), file, specs and readiness."""
+    """A model version the server offers: its name (the file's stem, or its repository folder),
+    file, specs and readiness; ``config`` is its repository config (``serving.repository``)."""
 
     name: str
     path: str
+    version: str = "1"
+    config: Any = None  # a ModelConfig: per-model graph options, shapes and gears built at load
     inputs: list[TensorSpec] = field(default_factory=list)
     outputs: list[TensorSpec] = field(default_factory=list)
     ready: bool = False
@@ -167,6 +182,31 @@ def model_names(paths: Sequence[str], suffixes: tuple[str, ...] = (".onnx", ".om
     return models
 
 
+def served_models(paths: Sequence[str] = (), repository: str | None = None) -> list[ServedModel]:
+    """The served model versions: of the files ``paths`` (version 1 each), or of a model
+    repository folder (``aioge.serving.repository``), by name then version.
+
+    Raises:
+        AiogeError: a bad path (``model_names``); ConfigError: a bad repository or config.
+    """
+    if repository is None:
+        return list(model_names(paths).values())
+    if paths:
+        raise AiogeError("aioge serve: give model files or --model-repository, not both")
+    from aioge.serving.repository import read_repository
+
+    return [ServedModel(v.name, v.path, str(v.version), v.config) for v in read_repository(repository)]
+
+
+def find_version(versions: Mapping[str, Mapping[str, ServedModel]], name: str, version: str | None) -> ServedModel | None:
+    """The served version ``version`` of ``name`` (``versions``: name -> version -> model), or
+    for no version the latest ready one (the latest if none is ready); None when not served."""
+    found = versions.get(name, {})
+    if version is None and found:
+        return max([m for m in found.values() if m.ready] or found.values(), key=lambda m: int(m.version))
+    return found.get(version) if version is not None else None
+
+
 def _specs(values: Iterable[Any], model: str, geared: Mapping[str, tuple[int, ...]]) -> list[TensorSpec]:
     out = []
     for v in values:
@@ -179,17 +219,25 @@ def _specs(values: Iterable[Any], model: str, geared: Mapping[str, tuple[int, ..
 
 
 class SessionBackend:
-    """One aioge Session for every model: .onnx files are added with the graph options and
-    built ahead (dynamic dims as 1, or every gear when the options give gears), .om files are
-    loaded as compiled (with all their gears). A geared model's metadata shows -1 for each
+    """One aioge Session for every model: .onnx files are added with the graph options (and a
+    model's own: ``model_options`` by name, a repository model's config) and built ahead
+    (dynamic dims as 1, or every gear when the options give gears), .om files are loaded as
+    compiled (with all their gears). A geared model's metadata shows -1 for each
     geared dim, and a request no gear fits is a 400 naming the gears: it never compiles."""
 
-    def __init__(self, session_options: Mapping[str, str] | None = None, graph_options: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        session_options: Mapping[str, str] | None = None,
+        graph_options: Mapping[str, str] | None = None,
+        model_options: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
         from aioge.options import check_options
 
         # Checked now, so a bad --option fails before the server binds its port.
         self._session_options = check_options(session_options, "session")
         self._graph_options = check_options(graph_options, "graph")
+        # model name -> graph options for that model alone (over graph_options)
+        self._model_options = {n: check_options(o, "graph") for n, o in (model_options or {}).items()}
         self.session: Any = None
         self._next_id = 1
 
@@ -208,9 +256,12 @@ class SessionBackend:
         from aioge.serving.gears import gear_shapes
 
         gid, self._next_id = self._next_id, self._next_id + 1
+        options = {**self._graph_options, **self._model_options.get(model.name, {})}  # its own, for it alone
+        if model.config is not None:
+            options = {**options, **model.config.graph_options(model.path)}
         if model.path.endswith(".om"):
-            batching = {k: v for k, v in self._graph_options.items() if k.startswith("aioge.batch_")}
-            if len(batching) != len(self._graph_options):
+            batching = {k: v for k, v in options.items() if k.startswith("aioge.batch_")}
+            if len(batching) != len(options):
                 raise AiogeError(
                     f"{model.path}: graph options other than aioge.batch_* apply to .onnx models; "
                     "an .om carries its compile options"
@@ -219,14 +270,28 @@ class SessionBackend:
             graph = self.session.compiled(gid).graph
         else:
             graph = await anyio.to_thread.run_sync(aioge.load_onnx, model.path)
-            await self.session.add_graph(gid, graph, self._graph_options)  # builds every gear, if it has gears
+            try:
+                await self.session.add_graph(gid, graph, options)  # builds every gear, if it has gears
+            except OptionError as exc:
+                if model.config is None or not model.config.path:
+                    raise
+                from aioge.serving.repository import config_field
+
+                raise ConfigError(model.config.path, config_field(exc.key), f"{model.path}: {exc}") from None
             try:
                 self.session.compiled(gid)
             except GraphError:  # no gears: built once ahead, dynamic dims as 1
                 shapes = {v.name: tuple(d if isinstance(d, int) else 1 for d in v.desc.shape or ()) for v in graph.inputs}
-                await self.session.build_graph(gid, shapes)
+                await self.session.build_graph(gid, {**shapes, **(model.config.static_shapes() if model.config else {})})
         compiled = self.session.compiled(gid)
         geared = gear_shapes(compiled) if compiled.gears else {}
+        if model.config is not None and not compiled.gears:  # a repository model serves what it built, nothing else
+            built = (*compiled.graph.inputs, *compiled.graph.outputs)
+            geared = {
+                v.name: tuple(v.desc.shape)
+                for v in built
+                if v.desc.shape is not None and all(isinstance(d, int) for d in v.desc.shape)
+            }
         model.inputs, model.outputs = _specs(graph.inputs, model.name, geared), _specs(graph.outputs, model.name, geared)
         model.handle = gid
 
@@ -521,7 +586,7 @@ def _encode_response(
         else:
             entry["data"] = a.reshape(-1).tolist()
         entries.append(entry)
-    response: dict[str, Any] = {"model_name": model.name, "model_version": "1", "outputs": entries}
+    response: dict[str, Any] = {"model_name": model.name, "model_version": model.version, "outputs": entries}
     if request_id is not None:
         response["id"] = request_id
     head = json.dumps(response, allow_nan=True).encode()
@@ -532,6 +597,7 @@ def create_app(
     paths: Sequence[str],
     backend: Backend | None = None,
     *,
+    repository: str | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_inflight: int = 1024,
     max_decoding: int = 2,
@@ -549,9 +615,14 @@ def create_app(
     ``{"error": ...}``. With ``access_log``, one INFO line per request on the
     ``aioge.access`` logger. ``load`` names the models loaded at start (Triton's explicit
     model control; default: all); the others wait, unloaded, for ``POST .../load``.
+    ``repository`` serves a model repository folder instead of ``paths`` (``served_models``):
+    every version its configs choose, the unversioned routes at the latest ready version.
+    ``/v2/health/ready`` answers 200 once no model is loading and one loaded (or none failed);
+    ``app.state.load_failures`` lists the models that failed their first load.
 
     Raises:
-        AiogeError: a bad model path (see ``model_names``), or ``load`` names no served model.
+        AiogeError: a bad model path (see ``model_names``), or ``load`` names no served model;
+            ConfigError: a bad repository or config.
     """
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.applications import Starlette
@@ -559,11 +630,16 @@ def create_app(
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    models = model_names(paths)
+    entries = served_models(paths, repository)
+    versions: dict[str, dict[str, ServedModel]] = {}
+    for m in entries:
+        versions.setdefault(m.name, {})[m.version] = m
+    models = {name: found[max(found, key=int)] for name, found in versions.items()}  # the latest version of each
+    failures: list[ServedModel] = []
     unknown = sorted(set(load or ()) - set(models))
     if unknown:
         raise AiogeError(f"--load-model {', '.join(unknown)}: no such model; served: {sorted(models)}")
-    for m in models.values():
+    for m in entries:
         m.unloaded = load is not None and m.name not in load
     runner: Backend = backend if backend is not None else SessionBackend()
     metrics = _Metrics(runner, models)
@@ -579,15 +655,20 @@ def create_app(
                 await runner.load(m)
             except (AiogeError, OSError, ValueError) as exc:
                 m.error = str(exc)
-                log.error("model %s (%s) did not load: %s", m.name, m.path, exc)
+                log.error("model %s version %s (%s) did not load: %s", m.name, m.version, m.path, exc)
+            except Exception as exc:  # a bug: logged with its traceback, and the other models still load
+                m.error = f"internal error: {type(exc).__name__}: {exc}"
+                log.exception("model %s version %s (%s) did not load", m.name, m.version, m.path)
             else:
                 m.ready = True
                 log.info("model %s ready", m.name)
 
     async def load_all() -> None:
-        for m in models.values():  # one at a time: compiles already use every core
+        for m in entries:  # one at a time: compiles already use every core
             if not m.unloaded:
                 await load_one(m)
+                if m.error:
+                    failures.append(m)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -603,11 +684,19 @@ def create_app(
         return JSONResponse({"error": message}, status_code=status, headers=headers)
 
     def lookup(request: Request, status: int = 404) -> ServedModel:
+        """The version the route names, or else the model's latest ready version (its latest if none is)."""
         name = request.path_params["name"]
-        version = request.path_params.get("version", "1")
-        if name not in models or version != "1":
-            raise _BadRequest(status, f"no model {name!r} version {version!r}; served: {sorted(models)} (version 1)")
-        return models[name]
+        version = request.path_params.get("version")
+        m = find_version(versions, name, version)
+        if m is not None:
+            return m
+        served = {n: sorted(f, key=int) for n, f in versions.items()}
+        raise _BadRequest(status, f"no model {name!r} version {version!r}; served (name: versions): {served}")
+
+    def chosen(request: Request, status: int = 404) -> list[ServedModel]:
+        """The version the route names, or every version of the model."""
+        m = lookup(request, status)
+        return [m] if "version" in request.path_params else sorted(versions[m.name].values(), key=lambda v: int(v.version))
 
     def not_ready(m: ServedModel) -> _BadRequest:
         if m.unloaded:
@@ -618,7 +707,9 @@ def create_app(
         return JSONResponse({"live": True})
 
     async def ready(request: Request) -> Response:
-        ok = all(m.ready or m.unloaded for m in models.values())  # unloaded on purpose: as Triton, still ready
+        # ready once none is loading (unloaded on purpose counts as done, as Triton) and one loaded or none failed
+        loading = any(not (m.ready or m.unloaded or m.error) for m in entries)
+        ok = not loading and (any(m.ready for m in entries) or not any(m.error for m in entries))
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
     async def server_metadata(request: Request) -> Response:
@@ -636,16 +727,17 @@ def create_app(
             except (ValueError, RecursionError):
                 raise _BadRequest(400, 'the repository index request must be JSON, e.g. {"ready": true}') from None
             ready_only = isinstance(params, dict) and params.get("ready") is True
-        listed = [m for m in models.values() if m.ready or not ready_only]
+        listed = [m for m in entries if m.ready or not ready_only]
         return JSONResponse(
             [
-                {"name": m.name, "version": "1", "state": m.state, "reason": m.error or ("unloaded" if m.unloaded else "")}
+                {"name": m.name, "version": m.version, "state": m.state, "reason": m.error or ("unloaded" if m.unloaded else "")}
                 for m in listed
             ]
         )
 
     async def repository_load(request: Request) -> Response:
-        m = lookup(request, 400)
+        ms = chosen(request, 400)
+        m = ms[-1]
         body = await read_body(request, _CONTROL_BYTES, "a control request")
         try:
             params = _params(json.loads(body), "the load request") if body.strip() else {}
@@ -653,21 +745,22 @@ def create_app(
             raise _BadRequest(400, 'the load request must be a JSON object, e.g. {"parameters": {}}') from None
         if params:
             raise _BadRequest(400, f"model {m.name!r}: aioge serve loads the model's own file; it takes no {sorted(params)}")
-        await load_one(m)
-        if not m.ready:
-            raise _BadRequest(400, f"model {m.name!r} did not load: {m.error}")
+        for m in ms:
+            await load_one(m)
+            if not m.ready:
+                raise _BadRequest(400, f"model {m.name!r} version {m.version} did not load: {m.error}")
         return JSONResponse({})
 
     async def repository_unload(request: Request) -> Response:
-        m = lookup(request, 400)
-        async with m.lock:
-            if m.ready:
-                m.ready = False
-                unload = getattr(runner, "unload", None)
-                if unload is not None:
-                    await unload(m)
-            m.unloaded = True
-            log.info("model %s unloaded", m.name)
+        for m in chosen(request, 400):
+            async with m.lock:
+                if m.ready:
+                    m.ready = False
+                    unload = getattr(runner, "unload", None)
+                    if unload is not None:
+                        await unload(m)
+                m.unloaded = True
+                log.info("model %s version %s unloaded", m.name, m.version)
         return JSONResponse({})
 
     async def model_config(request: Request) -> Response:
@@ -678,28 +771,40 @@ def create_app(
 
         if not m.ready:
             raise not_ready(m)
-        return JSONResponse(
-            {
-                "name": m.name,
-                "platform": "aioge_" + Path(m.path).suffix[1:],
-                "backend": "aioge",
-                "max_batch_size": 0,  # dim 0 is part of each shape (-1 where it varies), as Triton's 0 means
-                "input": tensors(m.inputs),
-                "output": tensors(m.outputs),
-                "version_policy": {"specific": {"versions": [1]}},
-                "default_model_filename": Path(m.path).name,
-            }
-        )
+        config: dict[str, Any] = {
+            "name": m.name,
+            "platform": "aioge_" + Path(m.path).suffix[1:],
+            "backend": "aioge",
+            "max_batch_size": 0,  # dim 0 is part of each shape (-1 where it varies), as Triton's 0 means
+            "input": tensors(m.inputs),
+            "output": tensors(m.outputs),
+            "version_policy": {"specific": {"versions": [int(v) for v in versions[m.name]]}},
+            "default_model_filename": Path(m.path).name,
+        }
+        if m.config is not None:
+            config["version_policy"] = m.config.triton_policy()
+            if m.config.max_batch_size:  # Triton's dims leave the batch dim out when max_batch_size > 0
+                config["max_batch_size"] = m.config.max_batch_size
+                for t in (*config["input"], *config["output"]):
+                    t["dims"] = t["dims"][1:] if t["dims"][:1] in ([-1], [m.config.max_batch_size]) else t["dims"]
+            if m.config.batching:
+                b = m.config.batching  # Triton's fields (its max rows is max_batch_size)
+                config["dynamic_batching"] = {
+                    "max_queue_delay_microseconds": int(b.get("aioge.batch_max_delay_us", "1000")),
+                    "preferred_batch_size": [int(v) for v in b.get("aioge.batch_preferred_sizes", "").split(",") if v],
+                }
+            config["parameters"] = {k: {"string_value": v} for k, v in m.config.options.items()}
+        return JSONResponse(config)
 
     async def statistics(request: Request) -> Response:
-        chosen = [lookup(request)] if "name" in request.path_params else list(models.values())
-        return JSONResponse({"model_stats": [m.stats.triton(m.name) for m in chosen]})
+        listed = chosen(request) if "name" in request.path_params else entries
+        return JSONResponse({"model_stats": [m.stats.triton(m.name, m.version) for m in listed]})
 
     async def model_metadata(request: Request) -> Response:
         m = lookup(request)
         body: dict[str, Any] = {
             "name": m.name,
-            "versions": ["1"],
+            "versions": sorted(versions[m.name], key=int),
             "platform": "aioge_" + Path(m.path).suffix[1:],
             "inputs": [s.metadata() for s in m.inputs],
             "outputs": [s.metadata() for s in m.outputs],
@@ -730,7 +835,7 @@ def create_app(
         start = time.perf_counter()
         name = request.path_params["name"]
         label = name if name in models else "unknown"
-        status = 500
+        status, m = 500, None
         try:
             m = lookup(request)
             if not m.ready:
@@ -783,8 +888,8 @@ def create_app(
         finally:
             metrics.requests.labels(label, str(status)).inc()
             metrics.latency.labels(label).observe(time.perf_counter() - start)
-            if label in models:
-                models[label].stats.add("success" if status == 200 else "fail", time.perf_counter() - start)
+            if m is not None:
+                m.stats.add("success" if status == 200 else "fail", time.perf_counter() - start)
         if json_length is None:
             return Response(payload, media_type="application/json")
         return Response(
@@ -842,7 +947,10 @@ def create_app(
         exception_handlers={HTTPException: http_error, Exception: http_error},
         middleware=[Middleware(_AccessLog)] if access_log else [],
     )
-    app.state.models = models
+    app.state.models = models  # the latest version of each model
+    app.state.entries = entries  # every served version
+    app.state.versions = versions  # name -> version -> model (find_version)
+    app.state.load_failures = failures
     app.state.backend = runner
     return app
 
@@ -981,16 +1089,21 @@ def serve(
     graceful_seconds: float = 30.0,
     keep_alive: float = KEEP_ALIVE_SECONDS,
     read_timeout: float = READ_TIMEOUT_SECONDS,
+    stop_when: Callable[[], bool] | None = None,
 ) -> None:
     """Run ``app`` under uvicorn until SIGINT (Ctrl-C) or SIGTERM: either stops accepting,
     gives in-flight requests up to ``graceful_seconds`` to finish, closes the models and
-    returns (a second Ctrl-C stops at once). Timeouts as ``uvicorn_config``."""
+    returns (a second Ctrl-C stops at once). ``stop_when`` (checked ten times a second) true
+    stops it the same way (``--strict``: a model failed to load). Timeouts as ``uvicorn_config``."""
     import uvicorn
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             super().handle_exit(sig, frame)
             self._captured_signals.clear()  # drained and closed: a clean exit, not the signal raised again
+
+        async def on_tick(self, counter: int) -> bool:
+            return await super().on_tick(counter) or (stop_when is not None and stop_when())
 
     config = uvicorn_config(app, host, port, graceful_seconds=graceful_seconds, keep_alive=keep_alive, read_timeout=read_timeout)
     Server(config).run()
