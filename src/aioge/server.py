@@ -482,7 +482,7 @@ def _decode_request(
             raise _BadRequest(400, f"model {model.name!r} has no input {name!r}; its inputs are {sorted(specs)}")
         if name in feeds:
             raise _BadRequest(400, f"input {name!r} is given twice")
-        shape = item.get("shape")
+        shape: Any = item.get("shape")
         dtype = check_input(spec, shape, item.get("datatype"))
         count = math.prod(shape)
         size = _params(item, f"input {name!r}").get("binary_data_size")

@@ -196,7 +196,7 @@ def _guarded(handler: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, An
     return run
 
 
-_MESSAGES = {
+_MESSAGES: dict[str, tuple[Any, Any]] = {
     "ServerLive": (pb.ServerLiveRequest, pb.ServerLiveResponse),
     "ServerReady": (pb.ServerReadyRequest, pb.ServerReadyResponse),
     "ModelReady": (pb.ModelReadyRequest, pb.ModelReadyResponse),
