@@ -921,6 +921,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     if args.load_model and args.model_control_mode != "explicit":
         raise AiogeError("--load-model goes with --model-control-mode explicit (otherwise every model loads)")
+    if args.grpc_port is not None:
+        from aioge.serving.kserve_grpc import check_port
+
+        check_port(args.host, args.grpc_port)
     if args.access_log:  # INFO lines of its own logger reach stderr whatever -v says
         logging.getLogger("aioge.access").setLevel(logging.INFO)
     print(

@@ -8,12 +8,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import grpc
 import numpy as np
 import pytest
@@ -22,7 +25,7 @@ import tritonclient.http as triton
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from aioge.server import SessionBackend, create_app
+from aioge.server import ServedModel, SessionBackend, create_app
 from tests.serving.test_server import _free_port, _onnx_model, _reference, _wait_ready, running
 from tests.serving.test_server_gears import _feeds
 
@@ -164,7 +167,8 @@ def test_a_geared_model_answers_at_its_gears_and_names_them_otherwise(tmp_path: 
         client.close()
 
 
-def test_the_serve_command_serves_grpc_and_drains_on_sigterm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_the_serve_command_serves_grpc_and_drains_on_sigterm_and_ctrl_c(tmp_path: Path, sig: signal.Signals) -> None:
     src = _onnx_model(tmp_path / "mlp.onnx")
     port, gport = _free_port(), _free_port()
     proc = subprocess.Popen(
@@ -190,7 +194,7 @@ def test_the_serve_command_serves_grpc_and_drains_on_sigterm(tmp_path: Path) -> 
             client.infer("mlp", _grpc_inputs(x, y)).as_numpy("out"), _reference(src, x, y)["out"], rtol=1e-5, atol=1e-6
         )
         client.close()
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0 and "requests drained, models closed" in err, err
         assert "Traceback" not in err and f"gRPC on 127.0.0.1:{gport}" in out
@@ -200,7 +204,7 @@ def test_the_serve_command_serves_grpc_and_drains_on_sigterm(tmp_path: Path) -> 
             proc.communicate()
 
 
-def test_serve_help_and_a_bad_grpc_port(capsys: pytest.CaptureFixture[str]) -> None:
+def test_serve_help_a_bad_grpc_port_and_a_busy_one(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from aioge.cli import main as aioge_main
 
     with pytest.raises(SystemExit):
@@ -208,3 +212,61 @@ def test_serve_help_and_a_bad_grpc_port(capsys: pytest.CaptureFixture[str]) -> N
     assert "--grpc-port" in capsys.readouterr().out
     assert aioge_main(["serve", "x.onnx", "--grpc-port", "70000"]) != 0
     assert "--grpc-port 70000" in capsys.readouterr().err
+    src = _onnx_model(tmp_path / "m.onnx")
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        assert aioge_main(["serve", str(src), "--port", str(_free_port()), "--grpc-port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert f"--grpc-port {port}: cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err, err
+
+
+def test_large_binary_tensors_both_ways_and_the_size_limit(tmp_path: Path) -> None:
+    src = _onnx_model(tmp_path / "big.onnx")
+    gport = _free_port()
+    app = create_app([str(src)], max_body_bytes=1 << 20, grpc=("127.0.0.1", gport), grpc_grace=5)
+    with running(app) as (url, _, _):
+        _wait_ready(url)
+        client = tgrpc.InferenceServerClient(url=f"127.0.0.1:{gport}")
+        x, y = _feeds(20_000, 4)  # 320 KB in, 240 KB out: decoded and encoded in worker threads
+        result = client.infer("big", _grpc_inputs(x, y))
+        ref = _reference(src, x, y)
+        np.testing.assert_allclose(result.as_numpy("out"), ref["out"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(result.as_numpy("total"), ref["total"])
+        with pytest.raises(InferenceServerException) as info:
+            client.infer("big", _grpc_inputs(*_feeds(60_000, 5)))  # 1.7 MB: over --max-body-bytes
+        assert info.value.status() == "StatusCode.RESOURCE_EXHAUSTED", info.value
+        assert client.is_server_live()
+        client.close()
+
+
+def test_shutdown_lets_an_in_flight_rpc_finish(tmp_path: Path) -> None:
+    src = _onnx_model(tmp_path / "slow.onnx")
+    gate, entered = threading.Event(), threading.Event()
+
+    class SlowRun(SessionBackend):
+        async def infer(self, model: ServedModel, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            entered.set()
+            await anyio.to_thread.run_sync(gate.wait)
+            return await super().infer(model, feeds)
+
+    x, y = _feeds(2, 6)
+    result: dict[str, object] = {}
+    gport = _free_port()
+    app = create_app([str(src)], SlowRun(), grpc=("127.0.0.1", gport), grpc_grace=10)
+    with running(app) as (url, server, thread):
+        _wait_ready(url)
+        client = tgrpc.InferenceServerClient(url=f"127.0.0.1:{gport}")
+        caller = threading.Thread(target=lambda: result.update(r=client.infer("slow", _grpc_inputs(x, y))))
+        caller.start()
+        assert entered.wait(10)
+        server.should_exit = True  # what uvicorn's SIGTERM handler does
+        time.sleep(0.3)
+        assert thread.is_alive() and caller.is_alive()  # waiting for the RPC, not cut off
+        gate.set()
+        caller.join(10)
+        thread.join(10)
+        assert not thread.is_alive()
+        client.close()
+    answer = result["r"]
+    assert isinstance(answer, tgrpc.InferResult)
+    np.testing.assert_allclose(answer.as_numpy("out"), _reference(src, x, y)["out"], rtol=1e-5, atol=1e-6)

@@ -27,7 +27,7 @@ from google.protobuf import json_format
 from aioge.errors import AiogeError
 from aioge.serving import kserve_pb2 as pb
 
-__all__ = ["start"]
+__all__ = ["check_port", "start"]
 
 log = logging.getLogger(__name__)
 SERVICE = "inference.GRPCInferenceService"
@@ -209,6 +209,18 @@ _MESSAGES: dict[str, tuple[Any, Any]] = {
 }
 
 
+def check_port(host: str, port: int) -> None:
+    """Raise AiogeError naming ``--grpc-port`` when ``host:port`` cannot be listened on (checked
+    before the server starts, so a busy port is one clear line, not a failed start-up)."""
+    import socket
+
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        raise AiogeError(f"--grpc-port {port}: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+
+
 async def start(core: Any, host: str, port: int, *, max_message_bytes: int = 64 << 20) -> grpc.aio.Server:
     """The gRPC service on ``host:port``, started in the running asyncio loop (``await
     server.stop(grace)`` drains it). Requests past ``max_message_bytes`` are refused.
@@ -226,7 +238,11 @@ async def start(core: Any, host: str, port: int, *, max_message_bytes: int = 64 
         for name, (request, reply) in _MESSAGES.items()
     }
     server = grpc.aio.server(
-        options=[("grpc.max_receive_message_length", max_message_bytes), ("grpc.max_send_message_length", -1)]
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),  # a second server on a busy port fails, not shares it unseen
+        ]
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     try:
