@@ -359,6 +359,7 @@ class Core:
     check_input: Callable[[TensorSpec, Any, Any], np.dtype[Any]] = field(default_factory=lambda: check_input)
     check_complete: Callable[[ServedModel, Mapping[str, np.ndarray]], None] = field(default_factory=lambda: check_complete)
     error: Callable[[int, str], Exception] = field(default_factory=lambda: _BadRequest)  # (HTTP status, message)
+    access_log: bool = False  # one INFO line per request on ``aioge.access``
 
 
 class _BadRequest(Exception):
@@ -867,7 +868,9 @@ def create_app(
             payload, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(json_length)}
         )
 
-    core = Core(find, all_ready, server_info, metadata_of, config_of, statistics_of, index, infer_with, models)
+    core = Core(
+        find, all_ready, server_info, metadata_of, config_of, statistics_of, index, infer_with, models, access_log=access_log
+    )
 
     async def prometheus(request: Request) -> Response:
         text = await anyio.to_thread.run_sync(generate_latest, metrics.registry)

@@ -198,6 +198,8 @@ def test_the_serve_command_serves_grpc_and_drains_on_sigterm_and_ctrl_c(tmp_path
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0 and "requests drained, models closed" in err, err
         assert "Traceback" not in err and f"gRPC on 127.0.0.1:{gport}" in out
+        # the access log (on by default) has a line per RPC too
+        assert '"GRPC /inference.GRPCInferenceService/ModelInfer" OK' in err, err
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -270,3 +272,22 @@ def test_shutdown_lets_an_in_flight_rpc_finish(tmp_path: Path) -> None:
     answer = result["r"]
     assert isinstance(answer, tgrpc.InferResult)
     np.testing.assert_allclose(answer.as_numpy("out"), _reference(src, x, y)["out"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_that_fails_to_load_is_unavailable_with_its_error(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.om"
+    broken.write_bytes(b"not an om")
+    gport = _free_port()
+    with running(create_app([str(broken)], grpc=("127.0.0.1", gport), grpc_grace=5)):
+        client = tgrpc.InferenceServerClient(url=f"127.0.0.1:{gport}")
+        deadline = time.monotonic() + 30
+        while True:
+            with pytest.raises(InferenceServerException) as info:
+                client.infer("broken", _grpc_inputs(*_feeds(1, 0)))
+            if "still compiling" not in info.value.message():
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert info.value.status() == "StatusCode.UNAVAILABLE" and "broken.om" in info.value.message(), info.value
+        assert not client.is_model_ready("broken") and not client.is_server_ready() and client.is_server_live()
+        client.close()

@@ -30,6 +30,7 @@ from aioge.serving import kserve_pb2 as pb
 __all__ = ["check_port", "start"]
 
 log = logging.getLogger(__name__)
+_access = logging.getLogger("aioge.access")
 SERVICE = "inference.GRPCInferenceService"
 _OFF_LOOP_BYTES = 64 << 10  # inputs past this many bytes are decoded in a worker thread
 _CODES = {
@@ -175,10 +176,12 @@ class _Service:
         return reply
 
 
-def _guarded(handler: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
-    """``handler`` with every failure turned into a status and message (never a crash)."""
+def _guarded(handler: Callable[[Any, Any], Awaitable[Any]], name: str, access_log: bool) -> Callable[[Any, Any], Awaitable[Any]]:
+    """``handler`` with every failure turned into a status and message (never a crash), and
+    with ``access_log`` one line per RPC on ``aioge.access`` (peer, method, status, ms)."""
 
     async def run(request: Any, context: Any) -> Any:
+        start, code = time.perf_counter(), grpc.StatusCode.OK
         try:
             return await handler(request, context)
         except _Invalid as exc:
@@ -191,6 +194,10 @@ def _guarded(handler: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, An
             if status is None:
                 log.exception("gRPC request failed")
             code, message = _CODES.get(status or 500, grpc.StatusCode.INTERNAL), str(exc)
+        finally:
+            if access_log:
+                ms = 1e3 * (time.perf_counter() - start)
+                _access.info('%s "GRPC /%s/%s" %s %.2fms', context.peer(), SERVICE, name, code.name, ms)
         await context.abort(code, message)
 
     return run
@@ -231,7 +238,7 @@ async def start(core: Any, host: str, port: int, *, max_message_bytes: int = 64 
     service = _Service(core)
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(
-            _guarded(getattr(service, name)),
+            _guarded(getattr(service, name), name, core.access_log),
             request_deserializer=request.FromString,
             response_serializer=reply.SerializeToString,
         )
