@@ -912,6 +912,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for flag in ("keep_alive_timeout", "read_timeout", "graceful_seconds"):
         if not getattr(args, flag) > 0:
             raise AiogeError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected a number of seconds above 0")
+    if args.grpc_port is not None and not 0 < args.grpc_port < 65536:
+        raise AiogeError(f"--grpc-port {args.grpc_port}: expected a port from 1 to 65535")
     for flag in ("max_decoding", "max_inflight", "max_body_bytes"):
         if getattr(args, flag) < 1:
             raise AiogeError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected 1 or more")
@@ -934,16 +936,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_decoding=args.max_decoding,
         access_log=args.access_log,
         load=(args.load_model or []) if args.model_control_mode == "explicit" else None,
+        grpc=None if args.grpc_port is None else (args.host, args.grpc_port),
+        grpc_grace=args.graceful_seconds,
     )
     unknown = sorted(set(per_model) - set(app.state.models))
     if unknown:
         raise AiogeError(f"--option {unknown[0]}:KEY=VALUE: no model {unknown[0]!r}; served: {sorted(app.state.models)}")
     if args.load_model and args.model_control_mode != "explicit":
         raise AiogeError("--load-model goes with --model-control-mode explicit (otherwise every model loads)")
+    if args.grpc_port is not None:
+        from aioge.serving.kserve_grpc import check_port
+
+        check_port(args.host, args.grpc_port)
     if args.access_log:  # INFO lines of its own logger reach stderr whatever -v says
         logging.getLogger("aioge.access").setLevel(logging.INFO)
     print(
-        f"aioge serve: {', '.join(sorted(app.state.models))} on http://{args.host}:{args.port} (metrics at /metrics)", flush=True
+        f"aioge serve: {', '.join(sorted(app.state.models))} on http://{args.host}:{args.port} (metrics at /metrics)"
+        + ("" if args.grpc_port is None else f", gRPC on {args.host}:{args.grpc_port}"),
+        flush=True,
     )
     failures = app.state.load_failures
     serve(
@@ -981,6 +991,12 @@ def _add_serve(sub: Any) -> None:
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="also serve the KServe v2 gRPC service (tritonclient.grpc; Triton uses 8001) on this port; default: off",
+    )
     p.add_argument(
         "--batch-max-rows", type=int, default=None, help="dynamic batching: most rows stacked into one run (aioge.batch_max_rows)"
     )

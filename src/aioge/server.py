@@ -24,7 +24,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -405,6 +405,30 @@ def _is_ready(model: ServedModel) -> float:
     return float(model.ready)
 
 
+@dataclass(frozen=True, slots=True)
+class Core:
+    """One request-handling core for both fronts (KServe v2 REST here, gRPC in
+    ``aioge.serving.kserve_grpc``): lookup by name and version ("": the latest ready one; a 404
+    _BadRequest), ``chosen`` (name, version) -> the versions a statistics request means ("" name:
+    every served version; "" version: every version of the model), the answers as the protocol's
+    JSON objects, and ``infer`` (see create_app's ``infer_with``)."""
+
+    find: Callable[[str, str], ServedModel]
+    ready: Callable[[], bool]
+    server_metadata: Callable[[], dict[str, Any]]
+    metadata: Callable[[ServedModel], dict[str, Any]]
+    config: Callable[[ServedModel], dict[str, Any]]
+    statistics: Callable[[Iterable[ServedModel]], dict[str, Any]]
+    index: Callable[[bool], list[dict[str, Any]]]
+    infer: Callable[[str, str, Any, Any], Awaitable[Any]]
+    chosen: Callable[[str, str], list[ServedModel]]
+    datatypes: Mapping[str, str] = field(default_factory=lambda: DATATYPES)
+    check_input: Callable[[TensorSpec, Any, Any], np.dtype[Any]] = field(default_factory=lambda: check_input)
+    check_complete: Callable[[ServedModel, Mapping[str, np.ndarray]], None] = field(default_factory=lambda: check_complete)
+    error: Callable[[int, str], Exception] = field(default_factory=lambda: _BadRequest)  # (HTTP status, message)
+    access_log: bool = False  # one INFO line per request on ``aioge.access``
+
+
 class _BadRequest(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -463,6 +487,26 @@ def _params(item: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     return params
 
 
+def check_input(spec: TensorSpec, shape: Any, datatype: Any) -> np.dtype[Any]:
+    """The numpy dtype of an input given as ``shape`` and ``datatype`` (KServe's name), checked
+    against its spec (REST and gRPC alike). Raises _BadRequest 400 naming what is wrong."""
+    name = spec.name
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise _BadRequest(400, f"input {name!r}: shape must be a list of non-negative ints, got {shape!r}")
+    if datatype != spec.datatype:
+        raise _BadRequest(400, f"input {name!r} is {spec.datatype}, got datatype {datatype!r}")
+    if len(shape) != len(spec.shape) or any(w not in (-1, d) for w, d in zip(spec.shape, shape)):
+        raise _BadRequest(400, f"input {name!r} expects shape {list(spec.shape)} (-1: any), got {shape}")
+    return np.dtype([k for k, v in DATATYPES.items() if v == spec.datatype][0])
+
+
+def check_complete(model: ServedModel, feeds: Mapping[str, np.ndarray]) -> None:
+    """Every input of ``model`` is fed (400 naming the missing ones otherwise)."""
+    missing = sorted({s.name for s in model.inputs} - set(feeds))
+    if missing:
+        raise _BadRequest(400, f"model {model.name!r}: missing inputs {missing}")
+
+
 def _decode_request(
     body: bytes | bytearray, header_length: str | None, model: ServedModel
 ) -> tuple[dict[str, np.ndarray], list[tuple[str, bool]], Any]:
@@ -506,14 +550,8 @@ def _decode_request(
             raise _BadRequest(400, f"model {model.name!r} has no input {name!r}; its inputs are {sorted(specs)}")
         if name in feeds:
             raise _BadRequest(400, f"input {name!r} is given twice")
-        shape = item.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            raise _BadRequest(400, f"input {name!r}: shape must be a list of non-negative ints, got {shape!r}")
-        if item.get("datatype") != spec.datatype:
-            raise _BadRequest(400, f"input {name!r} is {spec.datatype}, got datatype {item.get('datatype')!r}")
-        if len(shape) != len(spec.shape) or any(w not in (-1, d) for w, d in zip(spec.shape, shape)):
-            raise _BadRequest(400, f"input {name!r} expects shape {list(spec.shape)} (-1: any), got {shape}")
-        dtype = np.dtype([k for k, v in DATATYPES.items() if v == spec.datatype][0])
+        shape: Any = item.get("shape")
+        dtype = check_input(spec, shape, item.get("datatype"))
         count = math.prod(shape)
         size = _params(item, f"input {name!r}").get("binary_data_size")
         if size is not None:
@@ -544,9 +582,7 @@ def _decode_request(
                 raise _BadRequest(400, f"input {name!r}: {flat.size} data values for shape {shape} ({count})")
             array = flat.reshape(shape)
         feeds[name] = array
-    missing = sorted(set(specs) - set(feeds))
-    if missing:
-        raise _BadRequest(400, f"model {model.name!r}: missing inputs {missing}")
+    check_complete(model, feeds)
     if offset != len(binary):
         raise _BadRequest(400, f"{len(binary) - offset} binary bytes after the last binary input")
     default_binary = bool(request_params.get("binary_data_output", False))
@@ -603,6 +639,8 @@ def create_app(
     max_decoding: int = 2,
     access_log: bool = False,
     load: Sequence[str] | None = None,
+    grpc: tuple[str, int] | None = None,
+    grpc_grace: float = 30.0,
 ) -> Any:
     """The Starlette app serving ``paths`` (.onnx and .om files) through ``backend``
     (default: ``SessionBackend()``).
@@ -618,7 +656,10 @@ def create_app(
     ``repository`` serves a model repository folder instead of ``paths`` (``served_models``):
     every version its configs choose, the unversioned routes at the latest ready version.
     ``/v2/health/ready`` answers 200 once no model is loading and one loaded (or none failed);
-    ``app.state.load_failures`` lists the models that failed their first load.
+    ``app.state.load_failures`` lists the models that failed their first load. With
+    ``grpc`` (host, port), the KServe v2 gRPC service (``aioge.serving.kserve_grpc``) runs in
+    the same event loop on the same model versions, from start-up until shutdown, when in-flight
+    RPCs get ``grpc_grace`` seconds to finish.
 
     Raises:
         AiogeError: a bad model path (see ``model_names``), or ``load`` names no served model;
@@ -673,8 +714,15 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         async with runner, anyio.create_task_group() as tg:
+            grpc_server = None
+            if grpc is not None:
+                from aioge.serving.kserve_grpc import start
+
+                grpc_server = await start(core, *grpc, max_message_bytes=max_body_bytes)
             tg.start_soon(load_all)
             yield
+            if grpc_server is not None:
+                await grpc_server.stop(grpc_grace)  # refuses new RPCs, lets running ones finish
             tg.cancel_scope.cancel()
         log.info("requests drained, models closed")
 
@@ -683,20 +731,28 @@ def create_app(
         headers = {"connection": "close"} if status == 413 else None
         return JSONResponse({"error": message}, status_code=status, headers=headers)
 
-    def lookup(request: Request, status: int = 404) -> ServedModel:
-        """The version the route names, or else the model's latest ready version (its latest if none is)."""
-        name = request.path_params["name"]
-        version = request.path_params.get("version")
-        m = find_version(versions, name, version)
+    def find(name: str, version: str = "", status: int = 404) -> ServedModel:
+        """Version ``version`` of ``name``, or for "" (no version route, gRPC's empty
+        ``model_version``) the model's latest ready version (its latest if none is)."""
+        m = find_version(versions, name, version or None)
         if m is not None:
             return m
         served = {n: sorted(f, key=int) for n, f in versions.items()}
         raise _BadRequest(status, f"no model {name!r} version {version!r}; served (name: versions): {served}")
 
-    def chosen(request: Request, status: int = 404) -> list[ServedModel]:
-        """The version the route names, or every version of the model."""
-        m = lookup(request, status)
-        return [m] if "version" in request.path_params else sorted(versions[m.name].values(), key=lambda v: int(v.version))
+    def chosen(name: str, version: str = "", status: int = 404) -> list[ServedModel]:
+        """Version ``version`` of ``name``, or for "" every version of the model; for no
+        ``name``, every served version of every model."""
+        if not name:
+            return list(entries)
+        m = find(name, version, status)
+        return [m] if version else sorted(versions[m.name].values(), key=lambda v: int(v.version))
+
+    def lookup(request: Request, status: int = 404) -> ServedModel:
+        return find(request.path_params["name"], request.path_params.get("version", ""), status)
+
+    def chosen_by(request: Request, status: int = 404) -> list[ServedModel]:
+        return chosen(request.path_params.get("name", ""), request.path_params.get("version", ""), status)
 
     def not_ready(m: ServedModel) -> _BadRequest:
         if m.unloaded:
@@ -706,17 +762,30 @@ def create_app(
     async def live(request: Request) -> Response:
         return JSONResponse({"live": True})
 
-    async def ready(request: Request) -> Response:
+    def all_ready() -> bool:
         # ready once none is loading (unloaded on purpose counts as done, as Triton) and one loaded or none failed
         loading = any(not (m.ready or m.unloaded or m.error) for m in entries)
-        ok = not loading and (any(m.ready for m in entries) or not any(m.error for m in entries))
+        return not loading and (any(m.ready for m in entries) or not any(m.error for m in entries))
+
+    async def ready(request: Request) -> Response:
+        ok = all_ready()
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
-    async def server_metadata(request: Request) -> Response:
+    def server_info() -> dict[str, Any]:
         from aioge import __version__
 
         extensions = ["binary_tensor_data", "model_repository", "model_configuration", "statistics"]
-        return JSONResponse({"name": "aioge", "version": __version__, "extensions": extensions})
+        return {"name": "aioge", "version": __version__, "extensions": extensions}
+
+    async def server_metadata(request: Request) -> Response:
+        return JSONResponse(server_info())
+
+    def index(ready_only: bool) -> list[dict[str, Any]]:
+        listed = [m for m in entries if m.ready or not ready_only]  # every version
+        return [
+            {"name": m.name, "version": m.version, "state": m.state, "reason": m.error or ("unloaded" if m.unloaded else "")}
+            for m in listed
+        ]
 
     async def repository_index(request: Request) -> Response:
         body = await read_body(request, _CONTROL_BYTES, "a control request")
@@ -727,16 +796,10 @@ def create_app(
             except (ValueError, RecursionError):
                 raise _BadRequest(400, 'the repository index request must be JSON, e.g. {"ready": true}') from None
             ready_only = isinstance(params, dict) and params.get("ready") is True
-        listed = [m for m in entries if m.ready or not ready_only]
-        return JSONResponse(
-            [
-                {"name": m.name, "version": m.version, "state": m.state, "reason": m.error or ("unloaded" if m.unloaded else "")}
-                for m in listed
-            ]
-        )
+        return JSONResponse(index(ready_only))
 
     async def repository_load(request: Request) -> Response:
-        ms = chosen(request, 400)
+        ms = chosen_by(request, 400)
         m = ms[-1]
         body = await read_body(request, _CONTROL_BYTES, "a control request")
         try:
@@ -752,7 +815,7 @@ def create_app(
         return JSONResponse({})
 
     async def repository_unload(request: Request) -> Response:
-        for m in chosen(request, 400):
+        for m in chosen_by(request, 400):
             async with m.lock:
                 if m.ready:
                     m.ready = False
@@ -763,9 +826,7 @@ def create_app(
                 log.info("model %s version %s unloaded", m.name, m.version)
         return JSONResponse({})
 
-    async def model_config(request: Request) -> Response:
-        m = lookup(request)
-
+    def config_of(m: ServedModel) -> dict[str, Any]:
         def tensors(specs: list[TensorSpec]) -> list[dict[str, Any]]:
             return [{"name": s.name, "data_type": "TYPE_" + s.datatype, "dims": list(s.shape)} for s in specs]
 
@@ -794,14 +855,18 @@ def create_app(
                     "preferred_batch_size": [int(v) for v in b.get("aioge.batch_preferred_sizes", "").split(",") if v],
                 }
             config["parameters"] = {k: {"string_value": v} for k, v in m.config.options.items()}
-        return JSONResponse(config)
+        return config
+
+    async def model_config(request: Request) -> Response:
+        return JSONResponse(config_of(lookup(request)))
+
+    def statistics_of(listed: Iterable[ServedModel]) -> dict[str, Any]:
+        return {"model_stats": [m.stats.triton(m.name, m.version) for m in listed]}
 
     async def statistics(request: Request) -> Response:
-        listed = chosen(request) if "name" in request.path_params else entries
-        return JSONResponse({"model_stats": [m.stats.triton(m.name, m.version) for m in listed]})
+        return JSONResponse(statistics_of(chosen_by(request)))
 
-    async def model_metadata(request: Request) -> Response:
-        m = lookup(request)
+    def metadata_of(m: ServedModel) -> dict[str, Any]:
         body: dict[str, Any] = {
             "name": m.name,
             "versions": sorted(versions[m.name], key=int),
@@ -811,7 +876,10 @@ def create_app(
         }
         if m.error:
             body["error"] = m.error
-        return JSONResponse(body)
+        return body
+
+    async def model_metadata(request: Request) -> Response:
+        return JSONResponse(metadata_of(lookup(request)))
 
     async def model_ready(request: Request) -> Response:
         m = lookup(request)
@@ -831,28 +899,19 @@ def create_app(
             raise _BadRequest(400, "the client disconnected before the whole body arrived") from None
         return body
 
-    async def infer(request: Request) -> Response:
+    async def infer_with(name: str, version: str, decode: Any, encode: Any) -> Any:
+        """The inference path both fronts share: the model's lookup and readiness, the front's
+        ``await decode(m)`` -> (feeds, extra) (which adds its own compute_input time), the run,
+        ``encode(m, outputs, extra)`` (in a worker thread past 64 KiB of outputs), the
+        statistics and metrics. Raises _BadRequest with the HTTP status of any failure."""
         start = time.perf_counter()
-        name = request.path_params["name"]
         label = name if name in models else "unknown"
         status, m = 500, None
         try:
-            m = lookup(request)
+            m = find(name, version)
             if not m.ready:
                 raise not_ready(m)
-            limit = body_limit(m, max_body_bytes)
-            why = "--max-body-bytes" if limit == max_body_bytes else f"model {m.name!r} takes at most {limit} bytes"
-            body = await read_body(request, limit, why)
-            header_length = request.headers.get(HEADER_LENGTH)
-            if len(body) > _OFF_LOOP_BYTES:  # a worker thread, at most max_decoding at once
-                async with decoding:
-                    decoded = time.perf_counter()
-                    feeds, wanted, rid = await anyio.to_thread.run_sync(_decode_request, body, header_length, m)
-            else:  # small: on the loop, one at a time anyway
-                decoded = time.perf_counter()
-                feeds, wanted, rid = _decode_request(body, header_length, m)
-            m.stats.add("compute_input", time.perf_counter() - decoded)
-            del body
+            feeds, extra = await decode(m)
             first = next(iter(feeds.values()), None)
             rows = first.shape[0] if first is not None and first.ndim else 1
             metrics.rows.labels(m.name).observe(rows)
@@ -866,35 +925,67 @@ def create_app(
                 except FeedError as exc:
                     raise _BadRequest(400, str(exc)) from None
                 m.stats.add("compute_infer", time.perf_counter() - queued - waited)
+            del feeds
             encoded = time.perf_counter()
             if sum(a.nbytes for a in outputs.values()) > _OFF_LOOP_BYTES:
-                payload, json_length = await anyio.to_thread.run_sync(_encode_response, m, outputs, wanted, rid)
+                result = await anyio.to_thread.run_sync(encode, m, outputs, extra)
             else:
-                payload, json_length = _encode_response(m, outputs, wanted, rid)
+                result = encode(m, outputs, extra)
             m.stats.add("compute_output", time.perf_counter() - encoded)
             m.stats.inference_count += rows
             m.stats.execution_count += 1
             m.stats.last_inference = time.time_ns() // 1_000_000
             status = 200
+            return result
         except _BadRequest as exc:
             status = exc.status
-            return error(exc.status, str(exc))
+            raise
         except AiogeError as exc:
             log.error("model %s: inference failed: %s", name, exc)
-            return error(500, str(exc))
-        except Exception as exc:  # a bug: logged with its traceback, answered as JSON
+            raise _BadRequest(500, str(exc)) from None
+        except Exception as exc:  # a bug: logged with its traceback, answered as an error
             log.exception("model %s: inference failed", name)
-            return error(500, f"internal error: {type(exc).__name__}: {exc}")
+            raise _BadRequest(500, f"internal error: {type(exc).__name__}: {exc}") from None
         finally:
             metrics.requests.labels(label, str(status)).inc()
             metrics.latency.labels(label).observe(time.perf_counter() - start)
             if m is not None:
                 m.stats.add("success" if status == 200 else "fail", time.perf_counter() - start)
+
+    async def infer(request: Request) -> Response:
+        async def decode(m: ServedModel) -> tuple[dict[str, np.ndarray], Any]:
+            limit = body_limit(m, max_body_bytes)
+            why = "--max-body-bytes" if limit == max_body_bytes else f"model {m.name!r} takes at most {limit} bytes"
+            body = await read_body(request, limit, why)
+            header_length = request.headers.get(HEADER_LENGTH)
+            if len(body) > _OFF_LOOP_BYTES:  # a worker thread, at most max_decoding at once
+                async with decoding:
+                    decoded = time.perf_counter()
+                    feeds, wanted, rid = await anyio.to_thread.run_sync(_decode_request, body, header_length, m)
+            else:  # small: on the loop, one at a time anyway
+                decoded = time.perf_counter()
+                feeds, wanted, rid = _decode_request(body, header_length, m)
+            m.stats.add("compute_input", time.perf_counter() - decoded)
+            return feeds, (wanted, rid)
+
+        def encode(m: ServedModel, outputs: Mapping[str, np.ndarray], extra: Any) -> tuple[bytes, int | None]:
+            return _encode_response(m, outputs, *extra)
+
+        try:
+            payload, json_length = await infer_with(
+                request.path_params["name"], request.path_params.get("version", ""), decode, encode
+            )
+        except _BadRequest as exc:
+            return error(exc.status, str(exc))
         if json_length is None:
             return Response(payload, media_type="application/json")
         return Response(
             payload, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(json_length)}
         )
+
+    core = Core(
+        find, all_ready, server_info, metadata_of, config_of, statistics_of, index, infer_with, chosen, access_log=access_log
+    )
 
     async def prometheus(request: Request) -> Response:
         text = await anyio.to_thread.run_sync(generate_latest, metrics.registry)
@@ -952,6 +1043,7 @@ def create_app(
     app.state.versions = versions  # name -> version -> model (find_version)
     app.state.load_failures = failures
     app.state.backend = runner
+    app.state.core = core
     return app
 
 
