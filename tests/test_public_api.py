@@ -21,10 +21,12 @@ from aioge.ops.registry import REGISTRY, builder_name
 _SCRIPTS = {"aioge.benchmarks.child"}
 # Compiled: an empty module whose C functions aioge.kernels.native calls through ctypes.
 _COMPILED = {"aioge.kernels._native"}
+# protoc's output (the gRPC front's messages, regenerated from kserve.proto): names from a descriptor.
+_GENERATED = {"aioge.serving.kserve_pb2"}
 _MODULES = ["aioge"] + sorted(
     m.name
     for m in pkgutil.walk_packages(aioge.__path__, "aioge.")
-    if not m.name.endswith("__main__") and m.name not in _SCRIPTS | _COMPILED
+    if not m.name.endswith("__main__") and m.name not in _SCRIPTS | _COMPILED | _GENERATED
 )
 # Builder names that stand for another op's builder (kept for the GE/PyTorch spelling).
 _ALIASES = {"conv": "conv2d"}

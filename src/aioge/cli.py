@@ -872,7 +872,7 @@ def _serve_options(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, 
     from aioge.errors import OptionError
     from aioge.options import OPTIONS, canonical_key
 
-    options = _all_model_options(args)
+    options = {k: v for k, v in _all_model_options(args).items() if ":" not in k}  # NAME:KEY: _serve_model_options
     if args.batch_max_rows is not None:  # only when given: the keys are the batcher's
         options["aioge.batch_max_rows"] = str(args.batch_max_rows)
     if args.batch_max_delay_us is not None:
@@ -891,6 +891,16 @@ def _serve_options(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, 
     return session, graph
 
 
+def _serve_model_options(args: argparse.Namespace) -> dict[str, dict[str, str]]:
+    """``aioge serve``'s per-model graph options: ``--option NAME:KEY=VALUE`` for model NAME alone."""
+    out: dict[str, dict[str, str]] = {}
+    for key, value in _all_model_options(args).items():
+        name, sep, key = key.partition(":")
+        if sep:
+            out.setdefault(name, {})[key] = value
+    return out
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve .onnx and .om files over the Open Inference Protocol (KServe v2 REST) until SIGTERM."""
     from aioge.errors import AiogeError
@@ -902,26 +912,50 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for flag in ("keep_alive_timeout", "read_timeout", "graceful_seconds"):
         if not getattr(args, flag) > 0:
             raise AiogeError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected a number of seconds above 0")
+    if args.grpc_port is not None and not 0 < args.grpc_port < 65536:
+        raise AiogeError(f"--grpc-port {args.grpc_port}: expected a port from 1 to 65535")
     for flag in ("max_decoding", "max_inflight", "max_body_bytes"):
         if getattr(args, flag) < 1:
             raise AiogeError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected 1 or more")
     session, graph = _serve_options(args)
+    per_model = _serve_model_options(args)
+    if args.model_repository is not None and (graph or per_model):
+        given = sorted(graph) + [f"{n}:{k}" for n, keys in per_model.items() for k in keys]
+        raise AiogeError(
+            f"--model-repository: graph options ({', '.join(given)}) go in each model's config.toml "
+            "([options], [dynamic_batching]), so each applies to its own model"
+        )
+    if args.model_repository is None and not args.model:
+        raise AiogeError("aioge serve: give MODEL.onnx / MODEL.om files or --model-repository DIR")
     app = create_app(
         args.model,
-        SessionBackend(session, graph),
+        SessionBackend(session, graph, per_model),
+        repository=args.model_repository,
         max_body_bytes=args.max_body_bytes,
         max_inflight=args.max_inflight,
         max_decoding=args.max_decoding,
         access_log=args.access_log,
         load=(args.load_model or []) if args.model_control_mode == "explicit" else None,
+        grpc=None if args.grpc_port is None else (args.host, args.grpc_port),
+        grpc_grace=args.graceful_seconds,
     )
+    unknown = sorted(set(per_model) - set(app.state.models))
+    if unknown:
+        raise AiogeError(f"--option {unknown[0]}:KEY=VALUE: no model {unknown[0]!r}; served: {sorted(app.state.models)}")
     if args.load_model and args.model_control_mode != "explicit":
         raise AiogeError("--load-model goes with --model-control-mode explicit (otherwise every model loads)")
+    if args.grpc_port is not None:
+        from aioge.serving.kserve_grpc import check_port
+
+        check_port(args.host, args.grpc_port)
     if args.access_log:  # INFO lines of its own logger reach stderr whatever -v says
         logging.getLogger("aioge.access").setLevel(logging.INFO)
     print(
-        f"aioge serve: {', '.join(sorted(app.state.models))} on http://{args.host}:{args.port} (metrics at /metrics)", flush=True
+        f"aioge serve: {', '.join(sorted(app.state.models))} on http://{args.host}:{args.port} (metrics at /metrics)"
+        + ("" if args.grpc_port is None else f", gRPC on {args.host}:{args.grpc_port}"),
+        flush=True,
     )
+    failures = app.state.load_failures
     serve(
         app,
         args.host,
@@ -929,7 +963,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         graceful_seconds=args.graceful_seconds,
         keep_alive=args.keep_alive_timeout,
         read_timeout=args.read_timeout,
+        stop_when=(lambda: bool(failures)) if args.strict else None,
     )
+    if args.strict and failures:
+        raise AiogeError(
+            "--strict: stopped, a model failed to load: "
+            + "; ".join(f"{m.name} version {m.version} ({m.path}): {m.error}" for m in failures)
+        )
     return 0
 
 
@@ -937,9 +977,26 @@ def _add_serve(sub: Any) -> None:
     p = sub.add_parser(
         "serve", help="serve .onnx/.om models over the Open Inference Protocol (KServe v2 REST) with Prometheus metrics"
     )
-    p.add_argument("model", nargs="+", help="MODEL.onnx or MODEL.om files; each is served under its file stem")
+    p.add_argument("model", nargs="*", help="MODEL.onnx or MODEL.om files; each is served under its file stem")
+    p.add_argument(
+        "--model-repository",
+        metavar="DIR",
+        help="serve a Triton-style model repository: DIR/<model>/<version>/model.onnx (or model.om) and an optional "
+        "DIR/<model>/config.toml with its inputs, gears, batching, options and version policy (see the README)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit non-zero when a model fails to load (Triton's --exit-on-error); by default the others serve",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="also serve the KServe v2 gRPC service (tritonclient.grpc; Triton uses 8001) on this port; default: off",
+    )
     p.add_argument(
         "--batch-max-rows", type=int, default=None, help="dynamic batching: most rows stacked into one run (aioge.batch_max_rows)"
     )
@@ -953,7 +1010,8 @@ def _add_serve(sub: Any) -> None:
         "--option",
         action="append",
         metavar="KEY=VALUE",
-        help="an option (GE key or ir_option alias); graph-level ones go to every add_graph; repeatable",
+        help="an option (GE key or ir_option alias); graph-level ones go to every model's add_graph, or with "
+        "NAME:KEY=VALUE to model NAME alone; repeatable",
     )
     p.add_argument(
         "--max-body-bytes",

@@ -11,6 +11,7 @@ __all__ = [
     "AiogeError",
     "CacheError",
     "CompileError",
+    "ConfigError",
     "ExecutionError",
     "FeedError",
     "GraphError",
@@ -153,3 +154,12 @@ class CacheError(AiogeError):
 
 class ModelFormatError(CacheError):
     """Raised when a compiled model file (.om) cannot be decoded or does not match this aioge."""
+
+
+class ConfigError(AiogeError, ValueError):
+    """Raised for a model repository's config file (``config.toml``) or layout at fault: the
+    message names the file, the field and what was expected."""
+
+    def __init__(self, path: str, field: str, reason: str) -> None:
+        self.path, self.field = path, field
+        super().__init__(f"{path}: {field}: {reason}")

@@ -3,7 +3,9 @@
 Routes: ``GET /v2/health/live``, ``/v2/health/ready``, ``/v2``, ``/v2/models/{name}``,
 ``/v2/models/{name}/ready``, ``POST /v2/models/{name}/infer`` (JSON tensors and the binary
 tensor extension: an ``Inference-Header-Content-Length`` header, ``binary_data_size`` input
-parameters, ``binary_data`` output parameters), and ``GET /metrics`` (Prometheus text).
+parameters, ``binary_data`` output parameters), each model route also under
+``/v2/models/{name}/versions/{v}``, and ``GET /metrics`` (Prometheus text). The models are
+files or a Triton-style repository folder (``served_models``, ``aioge.serving.repository``).
 
 Starlette (ASGI on anyio, the concurrency layer aioge itself uses) under uvicorn (the
 reference ASGI server; on SIGTERM it stops accepting, lets in-flight requests finish, then
@@ -22,7 +24,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -31,9 +33,19 @@ from typing import Any, Protocol
 import anyio
 import numpy as np
 
-from aioge.errors import AiogeError, FeedError, GraphError
+from aioge.errors import AiogeError, ConfigError, FeedError, GraphError, OptionError
 
-__all__ = ["Backend", "ServedModel", "SessionBackend", "TensorSpec", "create_app", "model_names", "serve"]
+__all__ = [
+    "Backend",
+    "ServedModel",
+    "SessionBackend",
+    "TensorSpec",
+    "create_app",
+    "find_version",
+    "model_names",
+    "serve",
+    "served_models",
+]
 
 log = logging.getLogger(__name__)
 _access = logging.getLogger("aioge.access")
@@ -92,10 +104,10 @@ class ModelStats:
         entry[0] += 1
         entry[1] += int(seconds * 1e9)
 
-    def triton(self, name: str) -> dict[str, Any]:
+    def triton(self, name: str, version: str = "1") -> dict[str, Any]:
         return {
             "name": name,
-            "version": "1",
+            "version": version,
             "last_inference": self.last_inference,
             "inference_count": self.inference_count,
             "execution_count": self.execution_count,
@@ -106,10 +118,13 @@ class ModelStats:
 
 @dataclass(slots=True)
 class ServedModel:
-    """A model the server offers: its name (the file's stem), file, specs and readiness."""
+    """A model version the server offers: its name (the file's stem, or its repository folder),
+    file, specs and readiness; ``config`` is its repository config (``serving.repository``)."""
 
     name: str
     path: str
+    version: str = "1"
+    config: Any = None  # a ModelConfig: per-model graph options, shapes and gears built at load
     inputs: list[TensorSpec] = field(default_factory=list)
     outputs: list[TensorSpec] = field(default_factory=list)
     ready: bool = False
@@ -167,6 +182,31 @@ def model_names(paths: Sequence[str], suffixes: tuple[str, ...] = (".onnx", ".om
     return models
 
 
+def served_models(paths: Sequence[str] = (), repository: str | None = None) -> list[ServedModel]:
+    """The served model versions: of the files ``paths`` (version 1 each), or of a model
+    repository folder (``aioge.serving.repository``), by name then version.
+
+    Raises:
+        AiogeError: a bad path (``model_names``); ConfigError: a bad repository or config.
+    """
+    if repository is None:
+        return list(model_names(paths).values())
+    if paths:
+        raise AiogeError("aioge serve: give model files or --model-repository, not both")
+    from aioge.serving.repository import read_repository
+
+    return [ServedModel(v.name, v.path, str(v.version), v.config) for v in read_repository(repository)]
+
+
+def find_version(versions: Mapping[str, Mapping[str, ServedModel]], name: str, version: str | None) -> ServedModel | None:
+    """The served version ``version`` of ``name`` (``versions``: name -> version -> model), or
+    for no version the latest ready one (the latest if none is ready); None when not served."""
+    found = versions.get(name, {})
+    if version is None and found:
+        return max([m for m in found.values() if m.ready] or found.values(), key=lambda m: int(m.version))
+    return found.get(version) if version is not None else None
+
+
 def _specs(values: Iterable[Any], model: str, geared: Mapping[str, tuple[int, ...]]) -> list[TensorSpec]:
     out = []
     for v in values:
@@ -179,17 +219,25 @@ def _specs(values: Iterable[Any], model: str, geared: Mapping[str, tuple[int, ..
 
 
 class SessionBackend:
-    """One aioge Session for every model: .onnx files are added with the graph options and
-    built ahead (dynamic dims as 1, or every gear when the options give gears), .om files are
-    loaded as compiled (with all their gears). A geared model's metadata shows -1 for each
+    """One aioge Session for every model: .onnx files are added with the graph options (and a
+    model's own: ``model_options`` by name, a repository model's config) and built ahead
+    (dynamic dims as 1, or every gear when the options give gears), .om files are loaded as
+    compiled (with all their gears). A geared model's metadata shows -1 for each
     geared dim, and a request no gear fits is a 400 naming the gears: it never compiles."""
 
-    def __init__(self, session_options: Mapping[str, str] | None = None, graph_options: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        session_options: Mapping[str, str] | None = None,
+        graph_options: Mapping[str, str] | None = None,
+        model_options: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
         from aioge.options import check_options
 
         # Checked now, so a bad --option fails before the server binds its port.
         self._session_options = check_options(session_options, "session")
         self._graph_options = check_options(graph_options, "graph")
+        # model name -> graph options for that model alone (over graph_options)
+        self._model_options = {n: check_options(o, "graph") for n, o in (model_options or {}).items()}
         self.session: Any = None
         self._next_id = 1
 
@@ -208,9 +256,12 @@ class SessionBackend:
         from aioge.serving.gears import gear_shapes
 
         gid, self._next_id = self._next_id, self._next_id + 1
+        options = {**self._graph_options, **self._model_options.get(model.name, {})}  # its own, for it alone
+        if model.config is not None:
+            options = {**options, **model.config.graph_options(model.path)}
         if model.path.endswith(".om"):
-            batching = {k: v for k, v in self._graph_options.items() if k.startswith("aioge.batch_")}
-            if len(batching) != len(self._graph_options):
+            batching = {k: v for k, v in options.items() if k.startswith("aioge.batch_")}
+            if len(batching) != len(options):
                 raise AiogeError(
                     f"{model.path}: graph options other than aioge.batch_* apply to .onnx models; "
                     "an .om carries its compile options"
@@ -219,14 +270,28 @@ class SessionBackend:
             graph = self.session.compiled(gid).graph
         else:
             graph = await anyio.to_thread.run_sync(aioge.load_onnx, model.path)
-            await self.session.add_graph(gid, graph, self._graph_options)  # builds every gear, if it has gears
+            try:
+                await self.session.add_graph(gid, graph, options)  # builds every gear, if it has gears
+            except OptionError as exc:
+                if model.config is None or not model.config.path:
+                    raise
+                from aioge.serving.repository import config_field
+
+                raise ConfigError(model.config.path, config_field(exc.key), f"{model.path}: {exc}") from None
             try:
                 self.session.compiled(gid)
             except GraphError:  # no gears: built once ahead, dynamic dims as 1
                 shapes = {v.name: tuple(d if isinstance(d, int) else 1 for d in v.desc.shape or ()) for v in graph.inputs}
-                await self.session.build_graph(gid, shapes)
+                await self.session.build_graph(gid, {**shapes, **(model.config.static_shapes() if model.config else {})})
         compiled = self.session.compiled(gid)
         geared = gear_shapes(compiled) if compiled.gears else {}
+        if model.config is not None and not compiled.gears:  # a repository model serves what it built, nothing else
+            built = (*compiled.graph.inputs, *compiled.graph.outputs)
+            geared = {
+                v.name: tuple(v.desc.shape)
+                for v in built
+                if v.desc.shape is not None and all(isinstance(d, int) for d in v.desc.shape)
+            }
         model.inputs, model.outputs = _specs(graph.inputs, model.name, geared), _specs(graph.outputs, model.name, geared)
         model.handle = gid
 
@@ -340,6 +405,30 @@ def _is_ready(model: ServedModel) -> float:
     return float(model.ready)
 
 
+@dataclass(frozen=True, slots=True)
+class Core:
+    """One request-handling core for both fronts (KServe v2 REST here, gRPC in
+    ``aioge.serving.kserve_grpc``): lookup by name and version ("": the latest ready one; a 404
+    _BadRequest), ``chosen`` (name, version) -> the versions a statistics request means ("" name:
+    every served version; "" version: every version of the model), the answers as the protocol's
+    JSON objects, and ``infer`` (see create_app's ``infer_with``)."""
+
+    find: Callable[[str, str], ServedModel]
+    ready: Callable[[], bool]
+    server_metadata: Callable[[], dict[str, Any]]
+    metadata: Callable[[ServedModel], dict[str, Any]]
+    config: Callable[[ServedModel], dict[str, Any]]
+    statistics: Callable[[Iterable[ServedModel]], dict[str, Any]]
+    index: Callable[[bool], list[dict[str, Any]]]
+    infer: Callable[[str, str, Any, Any], Awaitable[Any]]
+    chosen: Callable[[str, str], list[ServedModel]]
+    datatypes: Mapping[str, str] = field(default_factory=lambda: DATATYPES)
+    check_input: Callable[[TensorSpec, Any, Any], np.dtype[Any]] = field(default_factory=lambda: check_input)
+    check_complete: Callable[[ServedModel, Mapping[str, np.ndarray]], None] = field(default_factory=lambda: check_complete)
+    error: Callable[[int, str], Exception] = field(default_factory=lambda: _BadRequest)  # (HTTP status, message)
+    access_log: bool = False  # one INFO line per request on ``aioge.access``
+
+
 class _BadRequest(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -398,6 +487,26 @@ def _params(item: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     return params
 
 
+def check_input(spec: TensorSpec, shape: Any, datatype: Any) -> np.dtype[Any]:
+    """The numpy dtype of an input given as ``shape`` and ``datatype`` (KServe's name), checked
+    against its spec (REST and gRPC alike). Raises _BadRequest 400 naming what is wrong."""
+    name = spec.name
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise _BadRequest(400, f"input {name!r}: shape must be a list of non-negative ints, got {shape!r}")
+    if datatype != spec.datatype:
+        raise _BadRequest(400, f"input {name!r} is {spec.datatype}, got datatype {datatype!r}")
+    if len(shape) != len(spec.shape) or any(w not in (-1, d) for w, d in zip(spec.shape, shape)):
+        raise _BadRequest(400, f"input {name!r} expects shape {list(spec.shape)} (-1: any), got {shape}")
+    return np.dtype([k for k, v in DATATYPES.items() if v == spec.datatype][0])
+
+
+def check_complete(model: ServedModel, feeds: Mapping[str, np.ndarray]) -> None:
+    """Every input of ``model`` is fed (400 naming the missing ones otherwise)."""
+    missing = sorted({s.name for s in model.inputs} - set(feeds))
+    if missing:
+        raise _BadRequest(400, f"model {model.name!r}: missing inputs {missing}")
+
+
 def _decode_request(
     body: bytes | bytearray, header_length: str | None, model: ServedModel
 ) -> tuple[dict[str, np.ndarray], list[tuple[str, bool]], Any]:
@@ -441,14 +550,8 @@ def _decode_request(
             raise _BadRequest(400, f"model {model.name!r} has no input {name!r}; its inputs are {sorted(specs)}")
         if name in feeds:
             raise _BadRequest(400, f"input {name!r} is given twice")
-        shape = item.get("shape")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            raise _BadRequest(400, f"input {name!r}: shape must be a list of non-negative ints, got {shape!r}")
-        if item.get("datatype") != spec.datatype:
-            raise _BadRequest(400, f"input {name!r} is {spec.datatype}, got datatype {item.get('datatype')!r}")
-        if len(shape) != len(spec.shape) or any(w not in (-1, d) for w, d in zip(spec.shape, shape)):
-            raise _BadRequest(400, f"input {name!r} expects shape {list(spec.shape)} (-1: any), got {shape}")
-        dtype = np.dtype([k for k, v in DATATYPES.items() if v == spec.datatype][0])
+        shape: Any = item.get("shape")
+        dtype = check_input(spec, shape, item.get("datatype"))
         count = math.prod(shape)
         size = _params(item, f"input {name!r}").get("binary_data_size")
         if size is not None:
@@ -479,9 +582,7 @@ def _decode_request(
                 raise _BadRequest(400, f"input {name!r}: {flat.size} data values for shape {shape} ({count})")
             array = flat.reshape(shape)
         feeds[name] = array
-    missing = sorted(set(specs) - set(feeds))
-    if missing:
-        raise _BadRequest(400, f"model {model.name!r}: missing inputs {missing}")
+    check_complete(model, feeds)
     if offset != len(binary):
         raise _BadRequest(400, f"{len(binary) - offset} binary bytes after the last binary input")
     default_binary = bool(request_params.get("binary_data_output", False))
@@ -521,7 +622,7 @@ def _encode_response(
         else:
             entry["data"] = a.reshape(-1).tolist()
         entries.append(entry)
-    response: dict[str, Any] = {"model_name": model.name, "model_version": "1", "outputs": entries}
+    response: dict[str, Any] = {"model_name": model.name, "model_version": model.version, "outputs": entries}
     if request_id is not None:
         response["id"] = request_id
     head = json.dumps(response, allow_nan=True).encode()
@@ -532,11 +633,14 @@ def create_app(
     paths: Sequence[str],
     backend: Backend | None = None,
     *,
+    repository: str | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_inflight: int = 1024,
     max_decoding: int = 2,
     access_log: bool = False,
     load: Sequence[str] | None = None,
+    grpc: tuple[str, int] | None = None,
+    grpc_grace: float = 30.0,
 ) -> Any:
     """The Starlette app serving ``paths`` (.onnx and .om files) through ``backend``
     (default: ``SessionBackend()``).
@@ -549,9 +653,17 @@ def create_app(
     ``{"error": ...}``. With ``access_log``, one INFO line per request on the
     ``aioge.access`` logger. ``load`` names the models loaded at start (Triton's explicit
     model control; default: all); the others wait, unloaded, for ``POST .../load``.
+    ``repository`` serves a model repository folder instead of ``paths`` (``served_models``):
+    every version its configs choose, the unversioned routes at the latest ready version.
+    ``/v2/health/ready`` answers 200 once no model is loading and one loaded (or none failed);
+    ``app.state.load_failures`` lists the models that failed their first load. With
+    ``grpc`` (host, port), the KServe v2 gRPC service (``aioge.serving.kserve_grpc``) runs in
+    the same event loop on the same model versions, from start-up until shutdown, when in-flight
+    RPCs get ``grpc_grace`` seconds to finish.
 
     Raises:
-        AiogeError: a bad model path (see ``model_names``), or ``load`` names no served model.
+        AiogeError: a bad model path (see ``model_names``), or ``load`` names no served model;
+            ConfigError: a bad repository or config.
     """
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from starlette.applications import Starlette
@@ -559,11 +671,16 @@ def create_app(
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    models = model_names(paths)
+    entries = served_models(paths, repository)
+    versions: dict[str, dict[str, ServedModel]] = {}
+    for m in entries:
+        versions.setdefault(m.name, {})[m.version] = m
+    models = {name: found[max(found, key=int)] for name, found in versions.items()}  # the latest version of each
+    failures: list[ServedModel] = []
     unknown = sorted(set(load or ()) - set(models))
     if unknown:
         raise AiogeError(f"--load-model {', '.join(unknown)}: no such model; served: {sorted(models)}")
-    for m in models.values():
+    for m in entries:
         m.unloaded = load is not None and m.name not in load
     runner: Backend = backend if backend is not None else SessionBackend()
     metrics = _Metrics(runner, models)
@@ -579,21 +696,33 @@ def create_app(
                 await runner.load(m)
             except (AiogeError, OSError, ValueError) as exc:
                 m.error = str(exc)
-                log.error("model %s (%s) did not load: %s", m.name, m.path, exc)
+                log.error("model %s version %s (%s) did not load: %s", m.name, m.version, m.path, exc)
+            except Exception as exc:  # a bug: logged with its traceback, and the other models still load
+                m.error = f"internal error: {type(exc).__name__}: {exc}"
+                log.exception("model %s version %s (%s) did not load", m.name, m.version, m.path)
             else:
                 m.ready = True
                 log.info("model %s ready", m.name)
 
     async def load_all() -> None:
-        for m in models.values():  # one at a time: compiles already use every core
+        for m in entries:  # one at a time: compiles already use every core
             if not m.unloaded:
                 await load_one(m)
+                if m.error:
+                    failures.append(m)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         async with runner, anyio.create_task_group() as tg:
+            grpc_server = None
+            if grpc is not None:
+                from aioge.serving.kserve_grpc import start
+
+                grpc_server = await start(core, *grpc, max_message_bytes=max_body_bytes)
             tg.start_soon(load_all)
             yield
+            if grpc_server is not None:
+                await grpc_server.stop(grpc_grace)  # refuses new RPCs, lets running ones finish
             tg.cancel_scope.cancel()
         log.info("requests drained, models closed")
 
@@ -602,12 +731,28 @@ def create_app(
         headers = {"connection": "close"} if status == 413 else None
         return JSONResponse({"error": message}, status_code=status, headers=headers)
 
+    def find(name: str, version: str = "", status: int = 404) -> ServedModel:
+        """Version ``version`` of ``name``, or for "" (no version route, gRPC's empty
+        ``model_version``) the model's latest ready version (its latest if none is)."""
+        m = find_version(versions, name, version or None)
+        if m is not None:
+            return m
+        served = {n: sorted(f, key=int) for n, f in versions.items()}
+        raise _BadRequest(status, f"no model {name!r} version {version!r}; served (name: versions): {served}")
+
+    def chosen(name: str, version: str = "", status: int = 404) -> list[ServedModel]:
+        """Version ``version`` of ``name``, or for "" every version of the model; for no
+        ``name``, every served version of every model."""
+        if not name:
+            return list(entries)
+        m = find(name, version, status)
+        return [m] if version else sorted(versions[m.name].values(), key=lambda v: int(v.version))
+
     def lookup(request: Request, status: int = 404) -> ServedModel:
-        name = request.path_params["name"]
-        version = request.path_params.get("version", "1")
-        if name not in models or version != "1":
-            raise _BadRequest(status, f"no model {name!r} version {version!r}; served: {sorted(models)} (version 1)")
-        return models[name]
+        return find(request.path_params["name"], request.path_params.get("version", ""), status)
+
+    def chosen_by(request: Request, status: int = 404) -> list[ServedModel]:
+        return chosen(request.path_params.get("name", ""), request.path_params.get("version", ""), status)
 
     def not_ready(m: ServedModel) -> _BadRequest:
         if m.unloaded:
@@ -617,15 +762,30 @@ def create_app(
     async def live(request: Request) -> Response:
         return JSONResponse({"live": True})
 
+    def all_ready() -> bool:
+        # ready once none is loading (unloaded on purpose counts as done, as Triton) and one loaded or none failed
+        loading = any(not (m.ready or m.unloaded or m.error) for m in entries)
+        return not loading and (any(m.ready for m in entries) or not any(m.error for m in entries))
+
     async def ready(request: Request) -> Response:
-        ok = all(m.ready or m.unloaded for m in models.values())  # unloaded on purpose: as Triton, still ready
+        ok = all_ready()
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
-    async def server_metadata(request: Request) -> Response:
+    def server_info() -> dict[str, Any]:
         from aioge import __version__
 
         extensions = ["binary_tensor_data", "model_repository", "model_configuration", "statistics"]
-        return JSONResponse({"name": "aioge", "version": __version__, "extensions": extensions})
+        return {"name": "aioge", "version": __version__, "extensions": extensions}
+
+    async def server_metadata(request: Request) -> Response:
+        return JSONResponse(server_info())
+
+    def index(ready_only: bool) -> list[dict[str, Any]]:
+        listed = [m for m in entries if m.ready or not ready_only]  # every version
+        return [
+            {"name": m.name, "version": m.version, "state": m.state, "reason": m.error or ("unloaded" if m.unloaded else "")}
+            for m in listed
+        ]
 
     async def repository_index(request: Request) -> Response:
         body = await read_body(request, _CONTROL_BYTES, "a control request")
@@ -636,16 +796,11 @@ def create_app(
             except (ValueError, RecursionError):
                 raise _BadRequest(400, 'the repository index request must be JSON, e.g. {"ready": true}') from None
             ready_only = isinstance(params, dict) and params.get("ready") is True
-        listed = [m for m in models.values() if m.ready or not ready_only]
-        return JSONResponse(
-            [
-                {"name": m.name, "version": "1", "state": m.state, "reason": m.error or ("unloaded" if m.unloaded else "")}
-                for m in listed
-            ]
-        )
+        return JSONResponse(index(ready_only))
 
     async def repository_load(request: Request) -> Response:
-        m = lookup(request, 400)
+        ms = chosen_by(request, 400)
+        m = ms[-1]
         body = await read_body(request, _CONTROL_BYTES, "a control request")
         try:
             params = _params(json.loads(body), "the load request") if body.strip() else {}
@@ -653,60 +808,78 @@ def create_app(
             raise _BadRequest(400, 'the load request must be a JSON object, e.g. {"parameters": {}}') from None
         if params:
             raise _BadRequest(400, f"model {m.name!r}: aioge serve loads the model's own file; it takes no {sorted(params)}")
-        await load_one(m)
-        if not m.ready:
-            raise _BadRequest(400, f"model {m.name!r} did not load: {m.error}")
+        for m in ms:
+            await load_one(m)
+            if not m.ready:
+                raise _BadRequest(400, f"model {m.name!r} version {m.version} did not load: {m.error}")
         return JSONResponse({})
 
     async def repository_unload(request: Request) -> Response:
-        m = lookup(request, 400)
-        async with m.lock:
-            if m.ready:
-                m.ready = False
-                unload = getattr(runner, "unload", None)
-                if unload is not None:
-                    await unload(m)
-            m.unloaded = True
-            log.info("model %s unloaded", m.name)
+        for m in chosen_by(request, 400):
+            async with m.lock:
+                if m.ready:
+                    m.ready = False
+                    unload = getattr(runner, "unload", None)
+                    if unload is not None:
+                        await unload(m)
+                m.unloaded = True
+                log.info("model %s version %s unloaded", m.name, m.version)
         return JSONResponse({})
 
-    async def model_config(request: Request) -> Response:
-        m = lookup(request)
-
+    def config_of(m: ServedModel) -> dict[str, Any]:
         def tensors(specs: list[TensorSpec]) -> list[dict[str, Any]]:
             return [{"name": s.name, "data_type": "TYPE_" + s.datatype, "dims": list(s.shape)} for s in specs]
 
         if not m.ready:
             raise not_ready(m)
-        return JSONResponse(
-            {
-                "name": m.name,
-                "platform": "aioge_" + Path(m.path).suffix[1:],
-                "backend": "aioge",
-                "max_batch_size": 0,  # dim 0 is part of each shape (-1 where it varies), as Triton's 0 means
-                "input": tensors(m.inputs),
-                "output": tensors(m.outputs),
-                "version_policy": {"specific": {"versions": [1]}},
-                "default_model_filename": Path(m.path).name,
-            }
-        )
+        config: dict[str, Any] = {
+            "name": m.name,
+            "platform": "aioge_" + Path(m.path).suffix[1:],
+            "backend": "aioge",
+            "max_batch_size": 0,  # dim 0 is part of each shape (-1 where it varies), as Triton's 0 means
+            "input": tensors(m.inputs),
+            "output": tensors(m.outputs),
+            "version_policy": {"specific": {"versions": [int(v) for v in versions[m.name]]}},
+            "default_model_filename": Path(m.path).name,
+        }
+        if m.config is not None:
+            config["version_policy"] = m.config.triton_policy()
+            if m.config.max_batch_size:  # Triton's dims leave the batch dim out when max_batch_size > 0
+                config["max_batch_size"] = m.config.max_batch_size
+                for t in (*config["input"], *config["output"]):
+                    t["dims"] = t["dims"][1:] if t["dims"][:1] in ([-1], [m.config.max_batch_size]) else t["dims"]
+            if m.config.batching:
+                b = m.config.batching  # Triton's fields (its max rows is max_batch_size)
+                config["dynamic_batching"] = {
+                    "max_queue_delay_microseconds": int(b.get("aioge.batch_max_delay_us", "1000")),
+                    "preferred_batch_size": [int(v) for v in b.get("aioge.batch_preferred_sizes", "").split(",") if v],
+                }
+            config["parameters"] = {k: {"string_value": v} for k, v in m.config.options.items()}
+        return config
+
+    async def model_config(request: Request) -> Response:
+        return JSONResponse(config_of(lookup(request)))
+
+    def statistics_of(listed: Iterable[ServedModel]) -> dict[str, Any]:
+        return {"model_stats": [m.stats.triton(m.name, m.version) for m in listed]}
 
     async def statistics(request: Request) -> Response:
-        chosen = [lookup(request)] if "name" in request.path_params else list(models.values())
-        return JSONResponse({"model_stats": [m.stats.triton(m.name) for m in chosen]})
+        return JSONResponse(statistics_of(chosen_by(request)))
 
-    async def model_metadata(request: Request) -> Response:
-        m = lookup(request)
+    def metadata_of(m: ServedModel) -> dict[str, Any]:
         body: dict[str, Any] = {
             "name": m.name,
-            "versions": ["1"],
+            "versions": sorted(versions[m.name], key=int),
             "platform": "aioge_" + Path(m.path).suffix[1:],
             "inputs": [s.metadata() for s in m.inputs],
             "outputs": [s.metadata() for s in m.outputs],
         }
         if m.error:
             body["error"] = m.error
-        return JSONResponse(body)
+        return body
+
+    async def model_metadata(request: Request) -> Response:
+        return JSONResponse(metadata_of(lookup(request)))
 
     async def model_ready(request: Request) -> Response:
         m = lookup(request)
@@ -726,28 +899,19 @@ def create_app(
             raise _BadRequest(400, "the client disconnected before the whole body arrived") from None
         return body
 
-    async def infer(request: Request) -> Response:
+    async def infer_with(name: str, version: str, decode: Any, encode: Any) -> Any:
+        """The inference path both fronts share: the model's lookup and readiness, the front's
+        ``await decode(m)`` -> (feeds, extra) (which adds its own compute_input time), the run,
+        ``encode(m, outputs, extra)`` (in a worker thread past 64 KiB of outputs), the
+        statistics and metrics. Raises _BadRequest with the HTTP status of any failure."""
         start = time.perf_counter()
-        name = request.path_params["name"]
         label = name if name in models else "unknown"
-        status = 500
+        status, m = 500, None
         try:
-            m = lookup(request)
+            m = find(name, version)
             if not m.ready:
                 raise not_ready(m)
-            limit = body_limit(m, max_body_bytes)
-            why = "--max-body-bytes" if limit == max_body_bytes else f"model {m.name!r} takes at most {limit} bytes"
-            body = await read_body(request, limit, why)
-            header_length = request.headers.get(HEADER_LENGTH)
-            if len(body) > _OFF_LOOP_BYTES:  # a worker thread, at most max_decoding at once
-                async with decoding:
-                    decoded = time.perf_counter()
-                    feeds, wanted, rid = await anyio.to_thread.run_sync(_decode_request, body, header_length, m)
-            else:  # small: on the loop, one at a time anyway
-                decoded = time.perf_counter()
-                feeds, wanted, rid = _decode_request(body, header_length, m)
-            m.stats.add("compute_input", time.perf_counter() - decoded)
-            del body
+            feeds, extra = await decode(m)
             first = next(iter(feeds.values()), None)
             rows = first.shape[0] if first is not None and first.ndim else 1
             metrics.rows.labels(m.name).observe(rows)
@@ -761,35 +925,67 @@ def create_app(
                 except FeedError as exc:
                     raise _BadRequest(400, str(exc)) from None
                 m.stats.add("compute_infer", time.perf_counter() - queued - waited)
+            del feeds
             encoded = time.perf_counter()
             if sum(a.nbytes for a in outputs.values()) > _OFF_LOOP_BYTES:
-                payload, json_length = await anyio.to_thread.run_sync(_encode_response, m, outputs, wanted, rid)
+                result = await anyio.to_thread.run_sync(encode, m, outputs, extra)
             else:
-                payload, json_length = _encode_response(m, outputs, wanted, rid)
+                result = encode(m, outputs, extra)
             m.stats.add("compute_output", time.perf_counter() - encoded)
             m.stats.inference_count += rows
             m.stats.execution_count += 1
             m.stats.last_inference = time.time_ns() // 1_000_000
             status = 200
+            return result
         except _BadRequest as exc:
             status = exc.status
-            return error(exc.status, str(exc))
+            raise
         except AiogeError as exc:
             log.error("model %s: inference failed: %s", name, exc)
-            return error(500, str(exc))
-        except Exception as exc:  # a bug: logged with its traceback, answered as JSON
+            raise _BadRequest(500, str(exc)) from None
+        except Exception as exc:  # a bug: logged with its traceback, answered as an error
             log.exception("model %s: inference failed", name)
-            return error(500, f"internal error: {type(exc).__name__}: {exc}")
+            raise _BadRequest(500, f"internal error: {type(exc).__name__}: {exc}") from None
         finally:
             metrics.requests.labels(label, str(status)).inc()
             metrics.latency.labels(label).observe(time.perf_counter() - start)
-            if label in models:
-                models[label].stats.add("success" if status == 200 else "fail", time.perf_counter() - start)
+            if m is not None:
+                m.stats.add("success" if status == 200 else "fail", time.perf_counter() - start)
+
+    async def infer(request: Request) -> Response:
+        async def decode(m: ServedModel) -> tuple[dict[str, np.ndarray], Any]:
+            limit = body_limit(m, max_body_bytes)
+            why = "--max-body-bytes" if limit == max_body_bytes else f"model {m.name!r} takes at most {limit} bytes"
+            body = await read_body(request, limit, why)
+            header_length = request.headers.get(HEADER_LENGTH)
+            if len(body) > _OFF_LOOP_BYTES:  # a worker thread, at most max_decoding at once
+                async with decoding:
+                    decoded = time.perf_counter()
+                    feeds, wanted, rid = await anyio.to_thread.run_sync(_decode_request, body, header_length, m)
+            else:  # small: on the loop, one at a time anyway
+                decoded = time.perf_counter()
+                feeds, wanted, rid = _decode_request(body, header_length, m)
+            m.stats.add("compute_input", time.perf_counter() - decoded)
+            return feeds, (wanted, rid)
+
+        def encode(m: ServedModel, outputs: Mapping[str, np.ndarray], extra: Any) -> tuple[bytes, int | None]:
+            return _encode_response(m, outputs, *extra)
+
+        try:
+            payload, json_length = await infer_with(
+                request.path_params["name"], request.path_params.get("version", ""), decode, encode
+            )
+        except _BadRequest as exc:
+            return error(exc.status, str(exc))
         if json_length is None:
             return Response(payload, media_type="application/json")
         return Response(
             payload, media_type="application/octet-stream", headers={"Inference-Header-Content-Length": str(json_length)}
         )
+
+    core = Core(
+        find, all_ready, server_info, metadata_of, config_of, statistics_of, index, infer_with, chosen, access_log=access_log
+    )
 
     async def prometheus(request: Request) -> Response:
         text = await anyio.to_thread.run_sync(generate_latest, metrics.registry)
@@ -842,8 +1038,12 @@ def create_app(
         exception_handlers={HTTPException: http_error, Exception: http_error},
         middleware=[Middleware(_AccessLog)] if access_log else [],
     )
-    app.state.models = models
+    app.state.models = models  # the latest version of each model
+    app.state.entries = entries  # every served version
+    app.state.versions = versions  # name -> version -> model (find_version)
+    app.state.load_failures = failures
     app.state.backend = runner
+    app.state.core = core
     return app
 
 
@@ -981,16 +1181,21 @@ def serve(
     graceful_seconds: float = 30.0,
     keep_alive: float = KEEP_ALIVE_SECONDS,
     read_timeout: float = READ_TIMEOUT_SECONDS,
+    stop_when: Callable[[], bool] | None = None,
 ) -> None:
     """Run ``app`` under uvicorn until SIGINT (Ctrl-C) or SIGTERM: either stops accepting,
     gives in-flight requests up to ``graceful_seconds`` to finish, closes the models and
-    returns (a second Ctrl-C stops at once). Timeouts as ``uvicorn_config``."""
+    returns (a second Ctrl-C stops at once). ``stop_when`` (checked ten times a second) true
+    stops it the same way (``--strict``: a model failed to load). Timeouts as ``uvicorn_config``."""
     import uvicorn
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             super().handle_exit(sig, frame)
             self._captured_signals.clear()  # drained and closed: a clean exit, not the signal raised again
+
+        async def on_tick(self, counter: int) -> bool:
+            return await super().on_tick(counter) or (stop_when is not None and stop_when())
 
     config = uvicorn_config(app, host, port, graceful_seconds=graceful_seconds, keep_alive=keep_alive, read_timeout=read_timeout)
     Server(config).run()

@@ -1,5 +1,6 @@
-"""Serving: GE's dynamic gears (shape variants compiled ahead, one .om) and the dynamic
-batcher (concurrent runs of a graph stacked into one). Between runtime/ and session.py.
+"""Serving: GE's dynamic gears (shape variants compiled ahead, one .om), the dynamic
+batcher (concurrent runs of a graph stacked into one), and the model repository reader
+(``serving.repository``: Triton's folders and config.toml). Between runtime/ and session.py.
 The HTTP server (`aioge serve`) sits above the session, in ``aioge.server``."""
 
 from aioge.serving.batcher import Batcher, BatchStats
