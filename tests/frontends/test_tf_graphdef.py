@@ -1,13 +1,16 @@
-"""aioge.load_tf: frozen TensorFlow GraphDefs (made here with Keras, seeded) against TensorFlow's own outputs.
+"""aioge.load_tf: frozen GraphDefs, SavedModels, .keras files and Keras models (made here,
+seeded) against TensorFlow's own outputs; crafted graphs that must not run anything.
 
 Tolerances: float32; rtol 1e-4 / atol 1e-5 (reordered sums: im2col and blocked matmuls
-against TensorFlow's kernels).
+against TensorFlow's kernels), on logits scaled to a largest magnitude of 1 where random
+weights make them tiny or large.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +29,7 @@ keras = pytest.importorskip("keras")
 
 import aioge  # noqa: E402
 from aioge.errors import GraphError, UnsupportedOpError  # noqa: E402
+from tensorflow.core.framework import graph_pb2  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 
@@ -180,3 +184,76 @@ def test_aioge_torch_after_tensorflow_is_an_import_error_not_a_crash() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith(("ImportError aioge.torch must be imported before tensorflow", "imported True"))
+
+
+async def _run(graph: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    async with aioge.Session() as session:
+        return list((await session.run(graph, feeds)).values())
+
+
+# -- security: a GraphDef is never run by TensorFlow; constants are bounded -------------------
+
+
+def test_crafted_graph_runs_nothing_while_loading(tmp_path: Path) -> None:
+    """A Transpose whose perm is AddV2 of two Consts, with a WriteFile control dependency:
+    the perm is computed by aioge's kernels, the WriteFile is dropped (with a warning), no file."""
+    target = tmp_path / "pwned.txt"
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (2, 3, 4), name="x")
+        perm = tf.raw_ops.AddV2(x=tf.constant([1, 0, 0], name="a"), y=tf.constant([1, 0, 1], name="b"), name="perm")
+        evil = tf.raw_ops.WriteFile(filename=str(target), contents="pwned", name="evil")
+        with tf.control_dependencies([evil]):
+            tf.raw_ops.Transpose(x=x, perm=perm, name="y")
+    pb = tmp_path / "crafted.pb"
+    pb.write_bytes(g.as_graph_def().SerializeToString())
+    with pytest.warns(UserWarning, match=r"control inputs, not run: evil \(WriteFile\)"):
+        graph = aioge.load_tf(pb, outputs=["y"])
+    assert not target.exists()
+    x_val = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    (got,) = anyio_run(_run, graph, {"x": x_val})
+    np.testing.assert_array_equal(got, x_val.transpose(2, 0, 1))
+    assert not target.exists()
+
+
+def anyio_run(fn: Any, *args: Any) -> Any:
+    import anyio
+
+    return anyio.run(fn, *args)
+
+
+def _const_graph(dims: list[int], *, stored: int = 1) -> bytes:
+    from tensorflow.core.framework import node_def_pb2, tensor_pb2, types_pb2
+
+    tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[1.0] * stored)
+    for d in dims:
+        tensor.tensor_shape.dim.add(size=d)
+    const = node_def_pb2.NodeDef(name="huge", op="Const")
+    const.attr["dtype"].type = types_pb2.DT_FLOAT
+    const.attr["value"].tensor.CopyFrom(tensor)
+    neg = node_def_pb2.NodeDef(name="out", op="Neg", input=["huge"])
+    neg.attr["T"].type = types_pb2.DT_FLOAT
+    return graph_pb2.GraphDef(node=[const, neg]).SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("dims", "match"),
+    [
+        ([8192, 8192], r"Const 'huge' expands its stored values to 268435456 bytes"),  # a 256 MiB splat
+        ([10**6, 10**6], r"Const 'huge' declares 4000000000000 bytes"),
+        ([1 << 40, 1 << 40, 1 << 40], r"Const 'huge' declares"),  # past int64: no overflow
+    ],
+)
+def test_const_size_is_checked_before_it_is_materialised(dims: list[int], match: str) -> None:
+    data = _const_graph(dims)
+    assert len(data) < 200
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(GraphError, match=match) as err:
+        aioge.load_tf(data)
+    assert err.value.node == "huge"
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB: nothing materialised
+    graph = aioge.load_tf(_const_graph([2, 3]))  # small splats still load
+    (got,) = anyio_run(_run, graph, {})
+    np.testing.assert_array_equal(got, -np.ones((2, 3), np.float32))
+    with pytest.raises(GraphError, match=r"declares 24 bytes .* 16-byte limit"):
+        aioge.load_tf(_const_graph([2, 3], stored=6), max_const_bytes=16)

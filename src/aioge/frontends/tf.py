@@ -495,11 +495,16 @@ def _const(node: Any, limit: int, label: str) -> np.ndarray:
         raise GraphError(f"{label}: Const {node.name!r} has an unknown dtype {proto.dtype}", node=node.name) from None
     declared = itemsize * int(np.prod(dims, dtype=object))
     stored = len(proto.tensor_content) or proto.ByteSize()
-    if declared > limit or (declared > _SPLAT_BYTES and declared > 2 * stored):
-        what = "expands its stored values" if declared > 2 * stored else "declares"
+    if declared > limit:
         raise GraphError(
-            f"{label}: Const {node.name!r} {what} to {declared} bytes (shape {dims}), more than the "
-            f"{min(limit, _SPLAT_BYTES) if declared <= limit else limit}-byte limit (max_const_bytes=)",
+            f"{label}: Const {node.name!r} declares {declared} bytes (shape {dims}), more than the {limit}-byte limit "
+            "(load_tf's max_const_bytes=)",
+            node=node.name,
+        )
+    if declared > _SPLAT_BYTES and declared > 2 * stored:
+        raise GraphError(
+            f"{label}: Const {node.name!r} expands its stored values to {declared} bytes (shape {dims}), more than "
+            f"the {_SPLAT_BYTES}-byte limit of a splat constant",
             node=node.name,
         )
     return np.asarray(make_ndarray(proto))
@@ -797,11 +802,13 @@ def _strided_slice(n: _Node, x: Value, begin: Value, end: Value, strides: Value)
         steps.append(step)
         starts.append((0 if step > 0 else _BIG) if bit("begin", j) else _element(n, begin, b, j))
         ends.append((_BIG if step > 0 else -_BIG - 1) if bit("end", j) else _element(n, end, e, j))
-    if axes and not (
-        all(isinstance(s, int) for s in starts + ends)
-        and all(s == 0 and t == _BIG and p == 1 for s, t, p in zip(starts, ends, steps))
-    ):
-        x = ops.slice(x, _vector(starts), _vector(ends), np.array(axes, np.int64), np.array(steps, np.int64))
+    whole = [s == 0 and t == _BIG and p == 1 for s, t, p in zip(starts, ends, steps)]  # slices of a symbolic dim lose it
+    keep = [i for i, w in enumerate(whole) if not w]
+    if keep:
+        pick = lambda xs: [xs[i] for i in keep]  # noqa: E731
+        x = ops.slice(
+            x, _vector(pick(starts)), _vector(pick(ends)), np.array(pick(axes), np.int64), np.array(pick(steps), np.int64)
+        )
     for a in reversed([a for a, (k, _) in enumerate(dense) if k == "shrink"]):
         j = dense[a][1]
         index = _element(n, begin, b, j)
