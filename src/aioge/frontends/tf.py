@@ -212,7 +212,7 @@ def _frozen(fn: Any, label: str, keep: Any = None) -> _Read:
         flat = tf.nest.flatten(structured)
         outs = {f"output_{i}": t.name for i, t in enumerate(flat)}
     outs = {k: v[:-2] if v.endswith(":0") else v for k, v in outs.items()}
-    return frozen.graph.as_graph_def(), label, ins, outs
+    return frozen.graph.as_graph_def(add_shapes=True), label, ins, outs
 
 
 class _Builder:
@@ -240,6 +240,7 @@ class _Builder:
         self.env: dict[str, tuple[Any, ...]] = {}
         self.known = KnownValues()
         self.calls = 0
+        self.arg_shapes: dict[str, list[int] | None] = {}
         self.scope = ""  # a prefix for the constants of an inlined function body
 
     def build(self) -> Graph:
@@ -430,6 +431,18 @@ class _Builder:
             )
         return outs[index]
 
+    def tf_shape(self, ref: str) -> list[int] | None:
+        """The static shape TensorFlow recorded for a tensor (``_output_shapes``, which TF writes
+        when asked to, as load_tf's freezing does); None when not recorded or unknown."""
+        name, index = _tensor(ref)
+        node = self.nodes.get(name)
+        if node is _ARG:
+            return self.arg_shapes.get(name)
+        if node is None or "_output_shapes" not in node.attr or index >= len(node.attr["_output_shapes"].list.shape):
+            return None
+        shape = node.attr["_output_shapes"].list.shape[index]
+        return None if shape.unknown_rank else [d.size for d in shape.dim]
+
     def _count(self) -> int:
         self.calls += 1
         return self.calls
@@ -557,6 +570,10 @@ def _conv2d(n: _Node, x: Value, w: Value) -> Value:
     nhwc = _nhwc(n)
     attrs = {"strides": _spatial(n, "strides", nhwc), "dilations": _spatial(n, "dilations", nhwc), **_padding(n, nhwc)}
     kernel = _filter(w, [3, 2, 0, 1])  # HWIO -> OIHW
+    shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[0])
+    channels = shape[3 if nhwc else 1] if shape is not None and len(shape) == 4 else None
+    if isinstance(channels, int) and w.shape is not None and isinstance(w.shape[2], int) and channels != w.shape[2]:
+        attrs["group"] = channels // w.shape[2]  # a grouped convolution: the filter holds C / groups inputs
     return _in_nchw(n, x, lambda t: ops.conv(t, kernel, **attrs))
 
 
@@ -658,6 +675,15 @@ def _partial(b: _Builder, ref: str, depth: int = 0) -> list[int | str | None] | 
     if node.op in ("Pack", "ConcatV2"):
         parts = [_partial(b, a, depth + 1) for a in (args if node.op == "Pack" else args[:-1])]
         return None if any(p is None for p in parts) else [x for p in parts for x in p]  # type: ignore[union-attr]
+    if node.op == "GatherV2" and len(args) == 3:
+        src, at, axis = _partial(b, args[0], depth + 1), b.evaluate(b.value(args[1], None)), b.evaluate(b.value(args[2], None))
+        if src is not None and at is not None and axis is not None and int(axis) == 0 and at.ndim <= 1:
+            return [src[int(i)] for i in at.reshape(-1)]
+    if node.op == "Prod" and len(args) == 2:
+        src = _partial(b, args[0], depth + 1)
+        if src is not None and all(isinstance(d, int) for d in src):
+            return [int(np.prod(src, dtype=np.int64))]
+        return [None] if src is not None and not node.attr["keep_dims"].b else None
     if node.op == "Shape":
         src = b.value(args[0], None)
         return None if src.shape is None else list(src.shape)
@@ -938,7 +964,7 @@ def _call(n: _Node, *args: Value) -> tuple[Value, ...]:
     """PartitionedCall / StatefulPartitionedCall / a call of a library function by name: inlined."""
     f = n.attr("f")
     name = f.name if f is not None else n.node.op
-    return tuple(_inline(n.builder, name, list(args), n.node.name))
+    return tuple(_inline(n.builder, name, list(args), n.node.name, [i for i in n.node.input if not i.startswith("^")]))
 
 
 _TF: dict[str, Callable[..., Any]] = {
@@ -1072,7 +1098,7 @@ def _flat_index(node: Any, arg: str, index: int) -> int:
     raise GraphError(f"node {node.name!r} ({node.op}) has no output {arg!r}")
 
 
-def _inline(builder: _Builder, name: str, args: list[Value], caller: str) -> list[Value]:
+def _inline(builder: _Builder, name: str, args: list[Value], caller: str, inputs: Sequence[str] | None = None) -> list[Value]:
     """The outputs of library function ``name`` applied to ``args``: its nodes converted in a scope of their own."""
     from tensorflow.core.framework import node_def_pb2
 
@@ -1093,7 +1119,8 @@ def _inline(builder: _Builder, name: str, args: list[Value], caller: str) -> lis
         return r
 
     rets = [ref(fdef.ret[o.name]) for o in sig.output_arg]
-    saved = (builder.env, builder.nodes, builder.scope)
+    shapes = {a.name: builder.tf_shape(i) for a, i in zip(sig.input_arg, inputs or ())}
+    saved = (builder.env, builder.nodes, builder.scope, builder.arg_shapes)
     env: dict[str, tuple[Any, ...]] = {a.name: (v,) for a, v in zip(sig.input_arg, args)}
     rewritten: dict[str, Any] = {}
     for node in fdef.node_def:
@@ -1102,7 +1129,7 @@ def _inline(builder: _Builder, name: str, args: list[Value], caller: str) -> lis
         del copy.input[:]
         copy.input.extend(ref(i) for i in node.input if not i.startswith("^"))
         rewritten[node.name] = copy
-    builder.env, builder.nodes = env, {**rewritten}
+    builder.env, builder.nodes, builder.arg_shapes = env, {**rewritten}, shapes
     builder.scope = f"{saved[2]}{caller}/{builder._count()}/"
     try:
         for arg in sig.input_arg:
@@ -1113,7 +1140,7 @@ def _inline(builder: _Builder, name: str, args: list[Value], caller: str) -> lis
                 env[node.name] = builder._convert(node)
         return [builder.value(r, None) for r in rets]
     finally:
-        builder.env, builder.nodes, builder.scope = saved
+        builder.env, builder.nodes, builder.scope, builder.arg_shapes = saved
 
 
 class _Arg:
