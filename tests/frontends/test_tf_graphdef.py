@@ -13,6 +13,7 @@ import os
 import resource
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,10 @@ with contextlib.suppress(ImportError):
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
+from tensorflow.core.framework import graph_pb2  # noqa: E402
+
 import aioge  # noqa: E402
 from aioge.errors import GraphError, UnsupportedOpError  # noqa: E402
-from tensorflow.core.framework import graph_pb2  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 
@@ -257,3 +259,165 @@ def test_const_size_is_checked_before_it_is_materialised(dims: list[int], match:
     np.testing.assert_array_equal(got, -np.ones((2, 3), np.float32))
     with pytest.raises(GraphError, match=r"declares 24 bytes .* 16-byte limit"):
         aioge.load_tf(_const_graph([2, 3], stored=6), max_const_bytes=16)
+
+
+# -- the formats TF users hold: SavedModel, .keras, frozen .pb -------------------------------
+
+
+def _randomise_norms(model: Any, seed: int = 1) -> Any:
+    """Batch-norm statistics away from 0/1 so that FusedBatchNorm's folding is checked."""
+    rng = np.random.default_rng(seed)
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.set_weights(
+                [
+                    (
+                        0.5 + rng.random(w.shape)
+                        if "variance" in w.path or "gamma" in w.path
+                        else 0.2 * rng.standard_normal(w.shape)
+                    )
+                    for w in layer.weights
+                ]
+            )
+    return model
+
+
+def _check_scaled(got: np.ndarray, ref: np.ndarray) -> None:
+    """rtol 1e-4 / atol 1e-5 on logits scaled to a largest magnitude of 1 (random weights make them tiny or large)."""
+    scale = float(np.abs(ref).max()) or 1.0
+    np.testing.assert_allclose(got / scale, ref / scale, rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """MobileNetV3Small (Pad, StridedSlice, hard-swish, squeeze-excite) saved once in every format."""
+    keras.utils.set_random_seed(0)
+    model = _randomise_norms(
+        keras.applications.MobileNetV3Small(weights=None, input_shape=(32, 32, 3), classifier_activation=None)
+    )
+    root = tmp_path_factory.mktemp("tf_formats")
+    with warnings.catch_warnings():  # keras' own numpy-2 DeprecationWarning while saving
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model.export(str(root / "saved_model"), verbose=False)
+        model.save(root / "model.keras")
+    graph_def, _ = _freeze(model, (None, 32, 32, 3))
+    (root / "model.pb").write_bytes(graph_def.SerializeToString())
+    x = np.random.default_rng(3).standard_normal((4, 32, 32, 3)).astype(np.float32)
+    return {"model": model, "root": root, "x": x, "ref": model(x, training=False).numpy(), "input": model.inputs[0].name}
+
+
+@pytest.mark.parametrize("fmt", ["saved_model", "model.keras", "model.pb"])
+def test_formats_load_and_match_tensorflow(fmt: str, saved: dict[str, Any]) -> None:
+    graph = aioge.load_tf(saved["root"] / fmt)
+    names = {
+        "saved_model": ([saved["input"]], ["output_0"]),
+        "model.keras": ([saved["model"].layers[0].name], None),
+        "model.pb": (["x"], None),
+    }
+    ins, outs = names[fmt]
+    assert [v.name for v in graph.inputs] == ins
+    if outs is not None:
+        assert [v.name for v in graph.outputs] == outs
+    assert isinstance(graph.inputs[0].shape[0], str)  # the batch stays symbolic
+    for batch in (1, 4):
+        (got,) = anyio_run(_run, graph, {ins[0]: saved["x"][:batch]})
+        _check_scaled(got, saved["ref"][:batch])
+
+
+def test_saved_model_signature_errors_list_what_exists(saved: dict[str, Any], tmp_path: Path) -> None:
+    with pytest.raises(GraphError, match=r"no signature 'nope'; its signatures are \['serve', 'serving_default'\]"):
+        aioge.load_tf(saved["root"] / "saved_model", signature="nope")
+    graph = aioge.load_tf(saved["root"] / "saved_model", signature="serve", shapes={saved["input"]: [2, 32, 32, 3]})
+    assert graph.inputs[0].shape == (2, 32, 32, 3)
+    with pytest.raises(GraphError, match="without saved_model.pb is not a SavedModel"):
+        aioge.load_tf(tmp_path)
+    with pytest.raises(GraphError, match="cannot read: no such file"):
+        aioge.load_tf(tmp_path / "missing.keras")
+
+
+def test_unfrozen_graph_def_says_how_to_freeze() -> None:
+    dense = keras.layers.Dense(3)
+    fn = tf.function(lambda x: dense(x)).get_concrete_function(tf.TensorSpec((None, 4), tf.float32, name="x"))
+    with pytest.raises(GraphError, match=r"reads variables \(ReadVariableOp.*convert_variables_to_constants_v2.*SavedModel"):
+        aioge.load_tf(fn.graph.as_graph_def())
+
+
+def test_tf1_while_loop_is_an_unsupported_op_not_a_cycle() -> None:
+    from tensorflow.core.framework import node_def_pb2, types_pb2
+
+    def node(name: str, op: str, *inputs: str) -> Any:
+        n = node_def_pb2.NodeDef(name=name, op=op, input=list(inputs))
+        n.attr["T"].type = types_pb2.DT_FLOAT
+        return n
+
+    x = node("x", "Placeholder")
+    x.attr["dtype"].type = types_pb2.DT_FLOAT
+    nodes = [
+        x,
+        node("enter", "Enter", "x"),
+        node("merge", "Merge", "enter", "next"),
+        node("cond", "LoopCond", "merge"),
+        node("switch", "Switch", "merge", "cond"),
+        node("body", "Square", "switch:1"),
+        node("next", "NextIteration", "body"),
+        node("exit", "Exit", "switch"),
+    ]
+    with pytest.raises(UnsupportedOpError, match=r"tf::Enter, tf::Exit, tf::LoopCond, tf::Merge, tf::NextIteration, tf::Switch"):
+        aioge.load_tf(graph_pb2.GraphDef(node=nodes), outputs=["exit"])
+
+
+def test_cli_compiles_a_saved_model(saved: dict[str, Any], tmp_path: Path) -> None:
+    om = tmp_path / "m.om"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aioge",
+            "compile",
+            str(saved["root"] / "saved_model"),
+            "-o",
+            str(om),
+            "--input-shape",
+            f"{saved['input']}:1,32,32,3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert om.is_file() and om.stat().st_size > 0
+
+
+# -- every tf.keras.applications family, random weights, against TensorFlow -------------------
+
+_APPS = [
+    ("MobileNet", 32),
+    ("MobileNetV2", 32),
+    ("MobileNetV3Small", 32),
+    ("MobileNetV3Large", 32),
+    ("ResNet50", 32),
+    ("ResNet50V2", 32),
+    ("InceptionV3", 75),  # the smallest input it accepts
+    ("Xception", 71),  # the smallest input it accepts
+    ("DenseNet121", 32),
+    ("EfficientNetB0", 32),
+    ("EfficientNetV2B0", 32),
+    ("NASNetMobile", 32),
+    ("ConvNeXtTiny", 32),
+    ("VGG16", 32),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # freezing the bigger ones takes TensorFlow 5-15 s on a loaded 2-core machine
+@pytest.mark.parametrize(("name", "size"), _APPS, ids=[a for a, _ in _APPS])
+def test_keras_application_matches_tensorflow(name: str, size: int) -> None:
+    keras.utils.set_random_seed(0)
+    model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classifier_activation=None)
+    graph = aioge.load_tf(_randomise_norms(model))  # frozen by TensorFlow's own convert_variables_to_constants_v2
+    assert isinstance(graph.inputs[0].shape[0], str)
+    x = np.random.default_rng(7).standard_normal((4, size, size, 3)).astype(np.float32)
+    ref = model(x, training=False).numpy()
+    for batch in (1, 4):
+        (got,) = anyio_run(_run, graph, {graph.inputs[0].name: x[:batch]})
+        _check_scaled(got, ref[:batch])

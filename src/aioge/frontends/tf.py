@@ -180,7 +180,8 @@ def _keras_model(model: Any, label: str) -> _Read:
     tensors = list(getattr(model, "inputs", None) or ())
     if not tensors:
         raise GraphError(f"{label}: the Keras model has no defined inputs (build it with keras.Input or call it once)")
-    names = [t.name.split(":")[0] for t in tensors]
+    # Named after their InputLayer (what a .keras file keeps), else the tensor.
+    names = [getattr(getattr(t, "_keras_history", None), "operation", t).name.split(":")[0] for t in tensors]
     specs = [tf.TensorSpec(t.shape, t.dtype, name=f"input_{i}") for i, t in enumerate(tensors)]
 
     def call(*xs: Any) -> Any:
