@@ -421,3 +421,41 @@ def test_keras_application_matches_tensorflow(name: str, size: int) -> None:
     for batch in (1, 4):
         (got,) = anyio_run(_run, graph, {graph.inputs[0].name: x[:batch]})
         _check_scaled(got, ref[:batch])
+
+
+# -- Keras text models: TF2 While loops unrolled from their body functions ---------------------
+
+
+def _text_model(kind: str) -> Any:
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((12,), dtype="int32")
+    h = keras.layers.Embedding(50, 16)(inp)
+    if kind == "lstm":
+        h = keras.layers.LSTM(8)(h)
+    elif kind == "gru":
+        h = keras.layers.GRU(8, return_sequences=True)(h)
+        h = keras.layers.GlobalAveragePooling1D()(h)
+    else:
+        h = keras.layers.Bidirectional(keras.layers.LSTM(8, return_sequences=True))(h)
+        h = keras.layers.GlobalMaxPooling1D()(h)
+    return keras.Model(inp, keras.layers.Dense(3)(h))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "bidirectional"])
+def test_keras_recurrent_text_models_match_tensorflow(kind: str) -> None:
+    model = _text_model(kind)
+    graph = aioge.load_tf(model)
+    x = np.random.default_rng(2).integers(0, 50, (4, 12)).astype(np.int32)
+    ref = model(x, training=False).numpy()
+    for batch in (1, 4):
+        (got,) = anyio_run(_run, graph, {graph.inputs[0].name: x[:batch]})
+        _check_scaled(got, ref[:batch])
+
+
+def test_while_with_a_run_time_trip_count_is_unsupported() -> None:
+    def halve(x: Any) -> Any:
+        return tf.while_loop(lambda v: tf.reduce_sum(v) > 1.0, lambda v: [v * 0.5], [x])[0]
+
+    fn = tf.function(halve).get_concrete_function(tf.TensorSpec((3,), tf.float32, name="x"))
+    with pytest.raises(UnsupportedOpError, match=r"tf::(Stateless)?While \(a loop whose trip count is known only at run time\)"):
+        aioge.load_tf(fn)

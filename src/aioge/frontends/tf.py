@@ -201,7 +201,7 @@ def _frozen(fn: Any, label: str, keep: Any = None) -> _Read:
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    frozen = convert_variables_to_constants_v2(fn)
+    frozen = convert_variables_to_constants_v2(fn, lower_control_flow=False)  # While stays functional
     del keep  # the SavedModel object must outlive the freezing
     kwargs = fn.structured_input_signature[1] if fn.structured_input_signature else {}
     placeholders = [t.name.split(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
@@ -322,7 +322,10 @@ class _Builder:
                 continue
             seen.add(name)
             stack.extend(_tensor(i.lstrip("^"))[0] for i in self.nodes[name].input)
-        dropped = sorted(n for n in seen if self.nodes[n].op not in _SKIP and self.nodes[n].op != "Const")
+        # The pure ops aioge maps do nothing when dropped: name the others (WriteFile, Print, ...)
+        dropped = sorted(
+            n for n in seen if not (self.nodes[n].op in _TF or self.nodes[n].op in _SKIP or self.nodes[n].op == "Const")
+        )
         if dropped:
             shown = ", ".join(f"{n} ({self.nodes[n].op})" for n in dropped[:10])
             more = f" and {len(dropped) - 10} more" if len(dropped) > 10 else ""
@@ -393,7 +396,7 @@ class _Builder:
             convert = _TF.get(node.op) or (_call if node.op in self.functions else _while)
             out = convert(_Node(self, node), *args)
         except GraphError as exc:
-            if exc.node is not None:
+            if exc.node is not None or isinstance(exc, UnsupportedOpError):
                 raise
             raise GraphError(f"{node.op}: {exc}", graph=self.graph.name, node=node.name) from None
         except (TypeError, ValueError, IndexError, KeyError) as exc:
@@ -486,6 +489,8 @@ class _Node:
         raise GraphError(f"{what} must be a constant in a frozen graph", graph=self.builder.graph.name, node=self.node.name)
 
     def maybe_const(self, v: Value) -> np.ndarray | None:
+        if not isinstance(v, Value):
+            return None
         return v.data if v.is_const and v.data is not None else self.builder.evaluate(v)
 
 
@@ -795,11 +800,12 @@ def _element(n: _Node, v: Value, known: np.ndarray | None, i: int) -> int | Valu
 
 def _strided_slice(n: _Node, x: Value, begin: Value, end: Value, strides: Value) -> Value:
     """TF's StridedSlice (every mask) as Unsqueeze (new axes), Slice, and Gather (shrunk axes)."""
-    if x.shape is None:
-        raise GraphError("StridedSlice needs an input of known rank")
     b, e = n.maybe_const(begin), n.maybe_const(end)
     st = n.const(strides, "the strides").reshape(-1).astype(np.int64)
     masks = {k: int(n.attr(f"{k}_mask", 0)) for k in ("begin", "end", "ellipsis", "new_axis", "shrink_axis")}
+    known = _sliced_shape(n, x, b, e, st, masks)
+    if known is not None:
+        return n.builder.graph.constant(known)
     sparse = len(st)
     bit = lambda k, j: bool(masks[k] >> j & 1)  # noqa: E731
     real = sum(1 for j in range(sparse) if not bit("new_axis", j) and not bit("ellipsis", j))
@@ -808,6 +814,8 @@ def _strided_slice(n: _Node, x: Value, begin: Value, end: Value, strides: Value)
     seen_ellipsis = False
     for j in range(sparse):
         if bit("ellipsis", j) and not seen_ellipsis:
+            if x.shape is None:
+                raise GraphError("StridedSlice with an ellipsis needs an input of known rank")
             seen_ellipsis = True
             dense += [("full", -1)] * (len(x.shape) - real)
         elif bit("new_axis", j):
@@ -816,7 +824,8 @@ def _strided_slice(n: _Node, x: Value, begin: Value, end: Value, strides: Value)
             dense.append(("shrink", j))
         else:
             dense.append(("slice", j))
-    dense += [("full", -1)] * (len(x.shape) + sum(k == "new" for k, _ in dense) - len(dense))
+    if x.shape is not None:
+        dense += [("full", -1)] * (len(x.shape) + sum(k == "new" for k, _ in dense) - len(dense))
     new_axes = [a for a, (k, _) in enumerate(dense) if k == "new"]
     if new_axes:
         x = ops.unsqueeze(x, np.array(new_axes, np.int64))
@@ -842,6 +851,25 @@ def _strided_slice(n: _Node, x: Value, begin: Value, end: Value, strides: Value)
         index = np.asarray(index, np.int64) if isinstance(index, int) else ops.reshape(index, np.zeros(0, np.int64))
         x = ops.gather(x, index, axis=a)
     return x
+
+
+def _sliced_shape(n: _Node, x: Value, b: Any, e: Any, st: np.ndarray, masks: dict[str, int]) -> np.ndarray | None:
+    """A 1-D slice of a shape vector whose picked dims are static (a loop's trip count from
+    ``Shape(x)[1]`` while the batch is symbolic): known at load time."""
+    if x.shape is None or len(x.shape) != 1 or len(st) != 1 or b is None or e is None or masks["ellipsis"] or masks["new_axis"]:
+        return None
+    part = _partial(n.builder, n.node.input[0])
+    if part is None:
+        return None
+    begin = None if masks["begin"] & 1 else int(b.reshape(-1)[0])
+    if masks["shrink_axis"] & 1:
+        picked = [part[begin or 0]] if -len(part) <= (begin or 0) < len(part) else [None]
+    else:
+        picked = part[slice(begin, None if masks["end"] & 1 else int(e.reshape(-1)[0]), int(st[0]))]
+    if not all(isinstance(p, int) for p in picked):
+        return None
+    out = np.array(picked, np.dtype(x.dtype))
+    return out.reshape(()) if masks["shrink_axis"] & 1 else out
 
 
 def _slice(n: _Node, x: Value, begin: Value, size: Value) -> Value:
@@ -961,6 +989,54 @@ def _l2_loss(n: _Node, x: Value) -> Value:
     return ops.mul(ops.reduce_sum(ops.mul(x, x), keepdims=0), np.asarray(0.5, x.dtype))
 
 
+def _reverse(n: _Node, x: Value, axis: Value) -> Value:
+    axes = n.const(axis, "the axes").astype(np.int64).reshape(-1)
+    k = len(axes)
+    return ops.slice(x, np.full(k, -1, np.int64), np.full(k, -_BIG - 1, np.int64), axes, np.full(k, -1, np.int64))
+
+
+class _TensorList(list):  # type: ignore[type-arg]
+    """A TF ``TensorList`` (a TensorArray in a While loop), held at load time as a list of
+    Values: loops are unrolled, so every index is known when it is used."""
+
+
+def _index(n: _Node, v: Value, size: int | None = None) -> int:
+    i = int(n.const(v, "a TensorList index").reshape(-1)[0])
+    if size is not None and not -size <= i < size:
+        raise GraphError(f"TensorList index {i} is out of range for {size} elements")
+    return i
+
+
+def _list_from_tensor(n: _Node, x: Value, shape: Value) -> _TensorList:
+    if x.shape is None or not x.shape or not isinstance(x.shape[0], int):
+        raise GraphError("TensorListFromTensor needs a static leading dim (the sequence length)")
+    return _TensorList(ops.gather(x, np.asarray(i, np.int64), axis=0) for i in range(x.shape[0]))
+
+
+def _list_reserve(n: _Node, shape: Value, count: Value) -> _TensorList:
+    return _TensorList([None] * _index(n, count))
+
+
+def _list_get(n: _Node, items: _TensorList, index: Value, shape: Value) -> Value:
+    item = items[_index(n, index, len(items))]
+    if item is None:
+        raise GraphError("TensorListGetItem reads an element never set")
+    return item
+
+
+def _list_set(n: _Node, items: _TensorList, index: Value, item: Value) -> _TensorList:
+    out = _TensorList(items)
+    out[_index(n, index, len(items))] = item
+    return out
+
+
+def _list_stack(n: _Node, items: _TensorList, shape: Value) -> Value:
+    if not items or any(i is None for i in items):
+        raise GraphError("TensorListStack of a list with unset elements")
+    zero = np.array([0], np.int64)
+    return ops.concat(*[ops.unsqueeze(i, zero) for i in items], axis=0)
+
+
 def _call(n: _Node, *args: Value) -> tuple[Value, ...]:
     """PartitionedCall / StatefulPartitionedCall / a call of a library function by name: inlined."""
     f = n.attr("f")
@@ -1067,6 +1143,12 @@ _TF: dict[str, Callable[..., Any]] = {
     "PreventGradient": _unary(lambda x: x),
     "EnsureShape": _unary(lambda x: x),
     "CheckNumerics": _unary(lambda x: x),
+    "TensorListFromTensor": _list_from_tensor,
+    "TensorListReserve": _list_reserve,
+    "TensorListGetItem": _list_get,
+    "TensorListSetItem": _list_set,
+    "TensorListStack": _list_stack,
+    "ReverseV2": _reverse,
     "PartitionedCall": _call,
     "StatefulPartitionedCall": _call,
 }
