@@ -459,3 +459,35 @@ def test_while_with_a_run_time_trip_count_is_unsupported() -> None:
     fn = tf.function(halve).get_concrete_function(tf.TensorSpec((3,), tf.float32, name="x"))
     with pytest.raises(UnsupportedOpError, match=r"tf::(Stateless)?While \(a loop whose trip count is known only at run time\)"):
         aioge.load_tf(fn)
+
+
+# -- single ops by TensorFlow's semantics (graphs traced here, compared with TF) ---------------
+
+_X = np.arange(2 * 5 * 6 * 3, dtype=np.float32).reshape(2, 5, 6, 3) / 7.0 - 4.0
+_OPS: dict[str, Any] = {
+    "strided_slice_basic": lambda x: x[:, 1:4, ::2],
+    "strided_slice_negative": lambda x: x[::-1, -2:, ::-3, 1],
+    "strided_slice_ellipsis": lambda x: x[..., 1:],
+    "strided_slice_ellipsis_new_axis": lambda x: x[1, ..., tf.newaxis, 0],
+    "strided_slice_new_axis_shrink": lambda x: x[tf.newaxis, :, 2, :, ::-1],
+    "strided_slice_dynamic_begin": lambda x: x[:, tf.shape(x)[1] - 3 :],
+    "pad": lambda x: tf.pad(x, [[0, 0], [1, 2], [2, 0], [0, 0]]),
+    "pad_v2": lambda x: tf.pad(x, [[0, 0], [1, 1], [0, 3], [0, 0]], constant_values=-1.5),
+    "mirror_pad_reflect": lambda x: tf.pad(x, [[0, 0], [2, 1], [1, 2], [0, 0]], mode="REFLECT"),
+    "mirror_pad_symmetric": lambda x: tf.pad(x, [[0, 0], [2, 1], [1, 3], [0, 0]], mode="SYMMETRIC"),
+    "split_v": lambda x: tf.split(x, [1, -1, 2], axis=2)[1] * 2.0,
+    "unstack_reverse": lambda x: tf.reverse(tf.unstack(x, axis=1)[3], axis=[0, 2]),
+    "select_v2": lambda x: tf.where(x < 0.5, x, tf.zeros_like(x) + 3.0),
+    "tile_fill": lambda x: tf.tile(x[:, :1], [1, 2, 1, 1]) + tf.fill([2, 2, 6, 3], 0.25),
+    "floor_div_mod": lambda x: tf.math.floordiv(x, 1.5) + tf.math.floormod(x, -1.25),
+    "grouped_conv": lambda x: tf.nn.conv2d(tf.concat([x, x], -1), tf.reshape(tf.range(54.0) / 50.0, (3, 3, 2, 3)), 1, "SAME"),
+    "slice_range": lambda x: tf.slice(x, [0, 1, 2, 0], [-1, 3, 2, 2]) * tf.range(2.0),
+}
+
+
+@pytest.mark.parametrize("op", list(_OPS))
+def test_op_matches_tensorflow(op: str) -> None:
+    fn = tf.function(_OPS[op]).get_concrete_function(tf.TensorSpec((None, 5, 6, 3), tf.float32, name="x"))
+    graph = aioge.load_tf(fn)
+    (got,) = anyio_run(_run, graph, {"x": _X})
+    np.testing.assert_allclose(got, fn(tf.constant(_X)).numpy(), rtol=1e-5, atol=1e-5)

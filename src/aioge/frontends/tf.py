@@ -577,9 +577,11 @@ def _conv2d(n: _Node, x: Value, w: Value) -> Value:
     attrs = {"strides": _spatial(n, "strides", nhwc), "dilations": _spatial(n, "dilations", nhwc), **_padding(n, nhwc)}
     kernel = _filter(w, [3, 2, 0, 1])  # HWIO -> OIHW
     shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[0])
+    wshape = w.shape if w.shape is not None else n.builder.tf_shape(n.node.input[1])
     channels = shape[3 if nhwc else 1] if shape is not None and len(shape) == 4 else None
-    if isinstance(channels, int) and w.shape is not None and isinstance(w.shape[2], int) and channels != w.shape[2]:
-        attrs["group"] = channels // w.shape[2]  # a grouped convolution: the filter holds C / groups inputs
+    per_group = wshape[2] if wshape is not None and len(wshape) == 4 else None
+    if isinstance(channels, int) and isinstance(per_group, int) and 0 < per_group != channels:
+        attrs["group"] = channels // per_group  # a grouped convolution: the filter holds C / groups inputs
     return _in_nchw(n, x, lambda t: ops.conv(t, kernel, **attrs))
 
 
@@ -953,6 +955,9 @@ def _unpack(n: _Node, x: Value) -> tuple[Value, ...]:
 
 
 def _range(n: _Node, start: Value, limit: Value, delta: Value) -> Value:
+    known = [n.maybe_const(v) for v in (start, limit, delta)]
+    if all(k is not None for k in known):
+        return n.builder.graph.constant(np.arange(*[k.item() for k in known], dtype=np.dtype(start.dtype)))  # type: ignore[union-attr]
     return ops.range(start, limit, delta)
 
 
