@@ -159,7 +159,7 @@ def _saved_model(path: str, signature: str) -> _Read:
 
 
 def _keras_file(path: str) -> _Read:
-    import keras
+    import keras  # type: ignore[import-untyped]
 
     if not os.path.isfile(path):
         raise GraphError(f"{path}: cannot read: no such file")
@@ -690,11 +690,11 @@ def _partial(b: _Builder, ref: str, depth: int = 0) -> list[int | str | None] | 
     if node.op == "Prod" and len(args) == 2:
         src = _partial(b, args[0], depth + 1)
         if src is not None and all(isinstance(d, int) for d in src):
-            return [int(np.prod(src, dtype=np.int64))]
+            return [int(np.prod([int(d) for d in src if isinstance(d, int)], dtype=np.int64))]
         return [None] if src is not None and not node.attr["keep_dims"].b else None
     if node.op == "Shape":
-        src = b.value(args[0], None)
-        return None if src.shape is None else list(src.shape)
+        shape_of = b.value(args[0], None)
+        return None if shape_of.shape is None else list(shape_of.shape)
     shape = value[0].shape
     if shape is not None and len(shape) <= 1 and all(isinstance(d, int) for d in shape):
         return [None] * int(np.prod(shape, dtype=np.int64))
@@ -849,9 +849,8 @@ def _strided_slice(n: _Node, x: Value, begin: Value, end: Value, strides: Value)
         )
     for a in reversed([a for a, (k, _) in enumerate(dense) if k == "shrink"]):
         j = dense[a][1]
-        index = _element(n, begin, b, j)
-        index = np.asarray(index, np.int64) if isinstance(index, int) else ops.reshape(index, np.zeros(0, np.int64))
-        x = ops.gather(x, index, axis=a)
+        at = _element(n, begin, b, j)
+        x = ops.gather(x, np.asarray(at, np.int64) if isinstance(at, int) else ops.reshape(at, np.zeros(0, np.int64)), axis=a)
     return x
 
 
@@ -955,9 +954,9 @@ def _unpack(n: _Node, x: Value) -> tuple[Value, ...]:
 
 
 def _range(n: _Node, start: Value, limit: Value, delta: Value) -> Value:
-    known = [n.maybe_const(v) for v in (start, limit, delta)]
-    if all(k is not None for k in known):
-        return n.builder.graph.constant(np.arange(*[k.item() for k in known], dtype=np.dtype(start.dtype)))  # type: ignore[union-attr]
+    known = [k.item() for k in (n.maybe_const(v) for v in (start, limit, delta)) if k is not None]
+    if len(known) == 3:
+        return n.builder.graph.constant(np.arange(*known, dtype=np.dtype(start.dtype)))
     return ops.range(start, limit, delta)
 
 
@@ -1000,7 +999,7 @@ def _reverse(n: _Node, x: Value, axis: Value) -> Value:
     return ops.slice(x, np.full(k, -1, np.int64), np.full(k, -_BIG - 1, np.int64), axes, np.full(k, -1, np.int64))
 
 
-class _TensorList(list):  # type: ignore[type-arg]
+class _TensorList(list[Any]):
     """A TF ``TensorList`` (a TensorArray in a While loop), held at load time as a list of
     Values: loops are unrolled, so every index is known when it is used."""
 
