@@ -491,3 +491,24 @@ def test_op_matches_tensorflow(op: str) -> None:
     graph = aioge.load_tf(fn)
     (got,) = anyio_run(_run, graph, {"x": _X})
     np.testing.assert_allclose(got, fn(tf.constant(_X)).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_crafted_function_body_runs_nothing_while_loading(tmp_path: Path) -> None:
+    """The same WriteFile inside a library function that a (Stateful)PartitionedCall calls."""
+    target = tmp_path / "pwned.txt"
+
+    @tf.function
+    def inner(x: Any) -> Any:
+        evil = tf.raw_ops.WriteFile(filename=str(target), contents="pwned", name="evil")
+        with tf.control_dependencies([evil]):
+            return tf.identity(tf.transpose(x, tf.constant([1, 0]) + tf.constant([0, 0])) * 2.0)
+
+    fn = tf.function(lambda x: inner(x)).get_concrete_function(tf.TensorSpec((2, 3), tf.float32, name="x"))
+    graph_def = fn.graph.as_graph_def()
+    assert any(n.op.endswith("PartitionedCall") for n in graph_def.node)
+    with pytest.warns(UserWarning, match=r"of function .* control inputs, not run: evil \(WriteFile\)"):
+        graph = aioge.load_tf(graph_def, outputs=["Identity"])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (got,) = anyio_run(_run, graph, {"x": x})
+    np.testing.assert_array_equal(got, x.T * 2.0)
+    assert not target.exists()

@@ -241,6 +241,7 @@ class _Builder:
         self.env: dict[str, tuple[Any, ...]] = {}
         self.known = KnownValues()
         self.calls = 0
+        self.checked: set[str] = set()  # functions whose control-only nodes were reported
         self.arg_shapes: dict[str, list[int] | None] = {}
         self.scope = ""  # a prefix for the constants of an inlined function body
 
@@ -311,14 +312,14 @@ class _Builder:
                             stack.append((dep, False))
         return order
 
-    def _drop_control_only(self, order: Sequence[Any]) -> None:
+    def _drop_control_only(self, order: Sequence[Any], where: str = "") -> None:
         """Warn about the nodes the outputs' nodes reach only through control inputs: never converted, never run."""
         kept = {n.name for n in order}
         seen: set[str] = set()
         stack = [i[1:] for n in order for i in n.input if i.startswith("^")]
         while stack:
             name = stack.pop()
-            if name in kept or name in seen or name not in self.nodes:
+            if name in kept or name in seen or name not in self.nodes or self.nodes[name] is _ARG:
                 continue
             seen.add(name)
             stack.extend(_tensor(i.lstrip("^"))[0] for i in self.nodes[name].input)
@@ -330,7 +331,8 @@ class _Builder:
             shown = ", ".join(f"{n} ({self.nodes[n].op})" for n in dropped[:10])
             more = f" and {len(dropped) - 10} more" if len(dropped) > 10 else ""
             warnings.warn(
-                f"{self.label}: dropped {len(dropped)} node(s) reached only through control inputs, not run: {shown}{more}",
+                f"{self.label}: dropped {len(dropped)} node(s){' of ' + where if where else ''} reached only through "
+                f"control inputs, not run: {shown}{more}",
                 UserWarning,
                 stacklevel=4,
             )
@@ -354,7 +356,7 @@ class _Builder:
             for f in [n.attr[k].func.name for k in ("f", "cond", "body") if k in n.attr] + [n.op]:
                 if f in self.functions and f not in seen:
                     seen.add(f)
-                    stack.extend(self.functions[f].node_def)
+                    stack.extend(_needed(self.functions[f]))
         if missing:
             raise UnsupportedOpError([("tf", op) for op, _ in missing], graph=self.graph.name, nodes=[n for _, n in missing])
 
@@ -1165,6 +1167,20 @@ def _has_functions(builder: _Builder, node: Any) -> bool:
     return all(node.attr[k].func.name in builder.functions for k in ("cond", "body"))
 
 
+def _needed(fdef: Any) -> list[Any]:
+    """The nodes of a function body its results need through data inputs (control-only ones are dropped)."""
+    nodes = {n.name: n for n in fdef.node_def}
+    stack = [r.split(":")[0] for r in fdef.ret.values()]
+    seen: dict[str, Any] = {}
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in nodes:
+            continue
+        seen[name] = nodes[name]
+        stack.extend(i.split(":")[0] for i in nodes[name].input if not i.startswith("^"))
+    return list(seen.values())
+
+
 def _flat_index(node: Any, arg: str, index: int) -> int:
     """The flat output index of ``node:arg:index`` in a FunctionDef (output args may be lists)."""
     from tensorflow.python.framework import op_def_registry
@@ -1214,7 +1230,7 @@ def _inline(builder: _Builder, name: str, args: list[Value], caller: str, inputs
         copy = node_def_pb2.NodeDef()
         copy.CopyFrom(node)
         del copy.input[:]
-        copy.input.extend(ref(i) for i in node.input if not i.startswith("^"))
+        copy.input.extend(i if i.startswith("^") else ref(i) for i in node.input)
         rewritten[node.name] = copy
     builder.env, builder.nodes, builder.arg_shapes = env, {**rewritten}, shapes
     builder.scope = f"{saved[2]}{caller}/{builder._count()}/"
@@ -1222,6 +1238,9 @@ def _inline(builder: _Builder, name: str, args: list[Value], caller: str, inputs
         for arg in sig.input_arg:
             builder.nodes[arg.name] = _ARG
         order = builder._order([_tensor(r)[0] for r in rets])
+        if name not in builder.checked:  # once per function, not once per unrolled step
+            builder.checked.add(name)
+            builder._drop_control_only(order, f"function {name!r}")
         for node in order:
             if node is not _ARG:
                 env[node.name] = builder._convert(node)
