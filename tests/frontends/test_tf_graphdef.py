@@ -429,8 +429,8 @@ def test_keras_application_matches_tensorflow(name: str, size: int) -> None:
 def _text_model(kind: str) -> Any:
     keras.utils.set_random_seed(0)
     inp = keras.Input((12,), dtype="int32")
-    h = keras.layers.Embedding(50, 16)(inp)
-    if kind == "lstm":
+    h = keras.layers.Embedding(50, 16, mask_zero=kind == "lstm_masked")(inp)  # the mask: Select in the loop body
+    if kind in ("lstm", "lstm_masked"):
         h = keras.layers.LSTM(8)(h)
     elif kind == "gru":
         h = keras.layers.GRU(8, return_sequences=True)(h)
@@ -441,11 +441,12 @@ def _text_model(kind: str) -> Any:
     return keras.Model(inp, keras.layers.Dense(3)(h))
 
 
-@pytest.mark.parametrize("kind", ["lstm", "gru", "bidirectional"])
+@pytest.mark.parametrize("kind", ["lstm", "lstm_masked", "gru", "bidirectional"])
 def test_keras_recurrent_text_models_match_tensorflow(kind: str) -> None:
     model = _text_model(kind)
     graph = aioge.load_tf(model)
-    x = np.random.default_rng(2).integers(0, 50, (4, 12)).astype(np.int32)
+    x = np.random.default_rng(2).integers(1, 50, (4, 12)).astype(np.int32)
+    x[1:, 8:] = 0  # padded sequences
     ref = model(x, training=False).numpy()
     for batch in (1, 4):
         (got,) = anyio_run(_run, graph, {graph.inputs[0].name: x[:batch]})
