@@ -36,11 +36,13 @@ from aioge.errors import GraphError, UnsupportedOpError  # noqa: E402
 pytestmark = pytest.mark.anyio
 
 
-def _freeze(model: Any, shape: tuple[int | None, ...]) -> Any:
+def _freeze(model: Any, shape: tuple[int | None, ...], dtype: Any = None) -> Any:
     """A frozen GraphDef of ``model`` in inference mode, input placeholder ``x``, and the concrete function."""
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    fn = tf.function(lambda x: model(x, training=False)).get_concrete_function(tf.TensorSpec(shape, tf.float32, name="x"))
+    fn = tf.function(lambda x: model(x, training=False)).get_concrete_function(
+        tf.TensorSpec(shape, dtype or tf.float32, name="x")
+    )
     frozen = convert_variables_to_constants_v2(fn)
     return frozen.graph.as_graph_def(), frozen
 
@@ -513,3 +515,11 @@ def test_crafted_function_body_runs_nothing_while_loading(tmp_path: Path) -> Non
     (got,) = anyio_run(_run, graph, {"x": x})
     np.testing.assert_array_equal(got, x.T * 2.0)
     assert not target.exists()
+
+
+def test_keras_lstm_frozen_with_lowered_loops_is_an_unsupported_op_not_a_cycle() -> None:
+    graph_def, _ = _freeze(_text_model("lstm"), (None, 12), tf.int32)  # convert_variables_to_constants_v2 lowers While by default
+    with pytest.raises(UnsupportedOpError, match=r"tf::Enter, tf::Exit, .*tf::NextIteration"):
+        aioge.load_tf(graph_def)
+    graph = aioge.load_tf(_text_model("lstm"))  # given the model, load_tf keeps the loop functional
+    assert graph.outputs

@@ -248,8 +248,8 @@ class _Builder:
     def build(self) -> Graph:
         outputs = self._outputs()
         order = self._order([_tensor(o)[0] for o in outputs])
-        self._drop_control_only(order)
         self._check_ops(order)
+        self._drop_control_only(order)
         self._check_inputs(order)
         for node in order:
             self.env[node.name] = self._convert(node)
