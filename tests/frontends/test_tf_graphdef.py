@@ -341,6 +341,12 @@ def test_saved_model_signature_errors_list_what_exists(saved: dict[str, Any], tm
         aioge.load_tf(tmp_path)
     with pytest.raises(GraphError, match="cannot read: no such file"):
         aioge.load_tf(tmp_path / "missing.keras")
+    (tmp_path / "bad.keras").write_bytes(b"not a zip")
+    with pytest.raises(GraphError, match="bad.keras: cannot load the Keras model"):
+        aioge.load_tf(tmp_path / "bad.keras")
+    (tmp_path / "saved_model.pb").write_bytes(b"\x00junk")
+    with pytest.raises(GraphError, match="cannot load the SavedModel"):
+        aioge.load_tf(tmp_path)
 
 
 def test_unfrozen_graph_def_says_how_to_freeze() -> None:

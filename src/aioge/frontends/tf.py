@@ -150,8 +150,8 @@ def _saved_model(path: str, signature: str) -> _Read:
         raise GraphError(f"{path}: a directory without saved_model.pb is not a SavedModel")
     try:
         loaded = tf.saved_model.load(path)
-    except (OSError, ValueError, tf.errors.OpError) as exc:
-        raise GraphError(f"{path}: cannot load the SavedModel ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - protobuf, OS and TF errors alike
+        raise GraphError(f"{path}: cannot load the SavedModel ({type(exc).__name__}: {exc})") from None
     sigs = dict(loaded.signatures)
     if signature not in sigs:
         raise GraphError(f"{path}: the SavedModel has no signature {signature!r}; its signatures are {sorted(sigs)}")
@@ -165,8 +165,8 @@ def _keras_file(path: str) -> _Read:
         raise GraphError(f"{path}: cannot read: no such file")
     try:
         model = keras.saving.load_model(path, compile=False)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise GraphError(f"{path}: cannot load the Keras model ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - keras raises many kinds (zip, JSON, h5, deserialisation)
+        raise GraphError(f"{path}: cannot load the Keras model ({type(exc).__name__}: {exc})") from None
     return _keras_model(model, path)
 
 
