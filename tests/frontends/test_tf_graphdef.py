@@ -335,7 +335,8 @@ def test_formats_load_and_match_tensorflow(fmt: str, saved: dict[str, Any]) -> N
 def test_saved_model_signature_errors_list_what_exists(saved: dict[str, Any], tmp_path: Path) -> None:
     with pytest.raises(GraphError, match=r"no signature 'nope'; its signatures are \['serve', 'serving_default'\]"):
         aioge.load_tf(saved["root"] / "saved_model", signature="nope")
-    graph = aioge.load_tf(saved["root"] / "saved_model", signature="serve", shapes={saved["input"]: [2, 32, 32, 3]})
+    path = saved["root"] / "saved_model" / "saved_model.pb"  # the file inside names its directory
+    graph = aioge.load_tf(path, signature="serve", shapes={saved["input"]: [2, 32, 32, 3]})
     assert graph.inputs[0].shape == (2, 32, 32, 3)
     with pytest.raises(GraphError, match="without saved_model.pb is not a SavedModel"):
         aioge.load_tf(tmp_path)

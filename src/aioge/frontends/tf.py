@@ -115,8 +115,8 @@ def _read(source: Any, signature: str) -> _Read:
         data, label = bytes(source), "<bytes>"
     elif isinstance(source, (str, os.PathLike)):
         label = os.fspath(source)
-        if os.path.isdir(label):
-            return _saved_model(label, signature)
+        if os.path.isdir(label) or os.path.basename(label) == "saved_model.pb":
+            return _saved_model(label if os.path.isdir(label) else os.path.dirname(label) or ".", signature)
         if label.endswith(".keras"):
             return _keras_file(label)
         try:
