@@ -13,8 +13,9 @@ calling the model; load only models you would run. A GraphDef itself is never ru
   load time (a Transpose's permutation computed by AddV2 from two Consts) is computed by
   aioge's own kernels on the constants it depends on (``KnownValues``), never by TensorFlow.
 - Nodes reached only through control inputs (``^node``: ``WriteFile``, ``Assert``, ``Print``
-  and the like) are dropped with a ``UserWarning`` naming them: an inference graph's
-  outputs never depend on them, and running them would do what the file says.
+  and the like), in the graph or in a library function it calls, are dropped: never
+  converted, never run. A ``UserWarning`` names those that are not pure ops of ``_TF``: an
+  inference graph's outputs never depend on them, and running them would do what the file says.
 - A ``Const`` is checked before it is decoded: one that declares more than ``max_const_bytes``
   (default 2 GiB), or a splat (fewer stored values than its shape) that would expand past
   64 MiB, is a ``GraphError`` naming the node.
