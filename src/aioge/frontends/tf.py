@@ -359,7 +359,13 @@ class _Builder:
                     seen.add(f)
                     stack.extend(_needed(self.functions[f]))
         if missing:
-            raise UnsupportedOpError([("tf", op) for op, _ in missing], graph=self.graph.name, nodes=[n for _, n in missing])
+            err = UnsupportedOpError([("tf", op) for op, _ in missing], graph=self.graph.name, nodes=[n for _, n in missing])
+            if any(op in _V1_LOOP for op, _ in missing):
+                err.args = (
+                    f"{err.args[0]}; these are a TF1 while loop: pass load_tf the Keras model, SavedModel or .keras file, "
+                    "or freeze with convert_variables_to_constants_v2(fn, lower_control_flow=False)",
+                )
+            raise err
 
     def _known_op(self, n: Any) -> bool:
         return n.op in _TF or n.op in ("Const", "Placeholder") or n.op in _SKIP or n.op in self.functions or self._loop(n)
