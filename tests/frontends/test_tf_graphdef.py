@@ -534,3 +534,23 @@ def test_keras_lstm_frozen_with_lowered_loops_is_an_unsupported_op_not_a_cycle()
         aioge.load_tf(graph_def)
     graph = aioge.load_tf(_text_model("lstm"))  # given the model, load_tf keeps the loop functional
     assert graph.outputs
+
+
+def test_recurrent_attention_encoder_from_saved_model_and_keras_file(tmp_path: Path) -> None:
+    """A Bidirectional GRU under a MultiHeadAttention block, saved both ways: While bodies in a SavedModel's library."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((12,), dtype="int32")
+    h = keras.layers.Embedding(50, 16)(inp)
+    h = keras.layers.Bidirectional(keras.layers.GRU(8, return_sequences=True))(h)
+    h = keras.layers.LayerNormalization()(h + keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)(h, h))
+    model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling1D()(h)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model.export(str(tmp_path / "saved"), verbose=False)
+        model.save(tmp_path / "m.keras")
+    x = np.random.default_rng(2).integers(1, 50, (4, 12)).astype(np.int32)
+    ref = model(x, training=False).numpy()
+    for path in (tmp_path / "saved", tmp_path / "m.keras"):
+        graph = aioge.load_tf(path)
+        for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
+            _check_scaled(got, ref[:batch])
