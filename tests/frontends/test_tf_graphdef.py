@@ -496,13 +496,17 @@ _OPS: dict[str, Any] = {
     "floor_div_mod": lambda x: tf.math.floordiv(x, 1.5) + tf.math.floormod(x, -1.25),
     "grouped_conv": lambda x: tf.nn.conv2d(tf.concat([x, x], -1), tf.reshape(tf.range(54.0) / 50.0, (3, 3, 2, 3)), 1, "SAME"),
     "slice_range": lambda x: tf.slice(x, [0, 1, 2, 0], [-1, 3, 2, 2]) * tf.range(2.0),
+    # Keras' Dense on 4-D: Tensordot (Reshape to [-1, K], MatMul, Reshape back), then a grouped conv (ConvNeXt)
+    "tensordot_grouped_conv": lambda x: tf.nn.conv2d(
+        tf.tensordot(x, tf.reshape(tf.range(18.0) / 9.0, (3, 6)), 1), tf.reshape(tf.range(54.0) / 50.0, (3, 3, 2, 3)), 1, "SAME"
+    ),
 }
 
 
 @pytest.mark.parametrize("op", list(_OPS))
 def test_op_matches_tensorflow(op: str) -> None:
     fn = tf.function(_OPS[op]).get_concrete_function(tf.TensorSpec((None, 5, 6, 3), tf.float32, name="x"))
-    graph = aioge.load_tf(fn)
+    graph = aioge.load_tf(fn.graph.as_graph_def())  # no _output_shapes: shapes come from aioge's inference alone
     (got,) = anyio_run(_run, graph, {"x": _X})
     np.testing.assert_allclose(got, fn(tf.constant(_X)).numpy(), rtol=1e-5, atol=1e-5)
 

@@ -643,7 +643,24 @@ def _matmul(n: _Node, a: Value, b: Value) -> Value:
         a = ops.transpose(a, perm=_swap_last(len(a.shape or ())))
     if n.attr("transpose_b", False) or n.attr("adj_y", False):
         b = ops.transpose(b, perm=_swap_last(len(b.shape or ())))
+    flat = _unflattened(a)
+    if flat is not None and b.shape is not None and len(b.shape) == 2:
+        # Tensordot's Reshape(x, [-1, K]) @ W: x @ W keeps x's dims (a -1 over a symbolic batch
+        # loses the shape, and later a grouped Conv2D needs its channels), then flattened alike.
+        return ops.reshape(ops.matmul(flat, b), np.array([-1, b.shape[1]], np.int64))
     return ops.matmul(a, b)
+
+
+def _unflattened(a: Value) -> Value | None:
+    """``x`` when ``a`` is an unknown-shaped Reshape of ``x`` (of known shape) to [-1, x's last dim]."""
+    node = a.producer
+    if a.shape is not None or node is None or node.op_type != "Reshape":
+        return None
+    x, target = node.inputs[0], node.inputs[1]
+    if x is None or x.shape is None or len(x.shape) < 2 or target is None or not target.is_const or target.data is None:
+        return None
+    t = [int(d) for d in np.asarray(target.data).reshape(-1)]
+    return x if len(t) == 2 and t[0] == -1 and t[1] == x.shape[-1] else None
 
 
 def _swap_last(rank: int) -> list[int]:
@@ -711,6 +728,9 @@ def _partial(b: _Builder, ref: str, depth: int = 0) -> list[int | str | None] | 
 
 
 def _reshape(n: _Node, x: Value, shape: Value) -> Value:
+    inner = x.producer
+    if x.shape is None and inner is not None and inner.op_type == "Reshape" and inner.inputs[0] is not None:
+        x = inner.inputs[0]  # a reshape of a reshape reshapes the original: its shape may be known
     part = _partial(n.builder, n.node.input[1]) if n.maybe_const(shape) is None else None
     if part is not None and x.shape is not None:
         # a run-time dim is the input's own dim at the same place (copied: 0), or the one -1
