@@ -60,7 +60,9 @@ def load_onnx(source: Any, **kwargs: Any) -> Graph:
 
 
 def load_tf(source: Any, **kwargs: Any) -> Graph:
-    """Load a frozen TensorFlow GraphDef (path, bytes or GraphDef) as an aioge Graph; see ``aioge.frontends.tf``.
+    """Load a TensorFlow model (frozen GraphDef, SavedModel dir, .keras file, Keras model) as an aioge Graph.
+
+    See ``aioge.frontends.tf``.
 
     Raises:
         ImportError: TensorFlow is not installed (``pip install 'aioge[tensorflow]'``).

@@ -605,13 +605,15 @@ def _add_model_commands(sub: Any) -> None:
         p.add_argument("--optimization-switch", metavar="PASS:off;...", help="switch passes (ge.optimizationSwitch)")
         p.add_argument("--option", action="append", metavar="KEY=VALUE", help="any other option (repeatable)")
 
-    p = sub.add_parser("compile", help="compile MODEL.onnx, MODEL.pb or GRAPH.py offline into an .om (GE's ATC)")
+    p = sub.add_parser(
+        "compile", help="compile MODEL.onnx, MODEL.pb, MODEL.keras, a SavedModel or GRAPH.py offline into an .om (GE's ATC)"
+    )
     p.add_argument(
         "model",
         nargs="+",
-        help="MODEL.onnx, MODEL.pb (frozen TensorFlow GraphDef), or GRAPH.py[:function] returning a Graph "
-        "(default function build); several: a batch into the directory -o (--input-shape MODEL:NAME:D1,... "
-        "for one model's input; NAME:D1,... for every model's)",
+        help="MODEL.onnx, MODEL.pb (frozen TensorFlow GraphDef), MODEL.keras, a SavedModel directory, or GRAPH.py[:function] "
+        "returning a Graph (default function build); several: a batch into the directory -o (--input-shape "
+        "MODEL:NAME:D1,... for one model's input; NAME:D1,... for every model's)",
     )
     p.add_argument("-o", "--output", required=True, help="the .om to write (a directory for a batch)")
     p.add_argument("--scheduler", metavar="ADDRESS|local:N", help="compile the batch on a Dask cluster (aioge[distributed])")

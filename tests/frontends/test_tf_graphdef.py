@@ -1,15 +1,19 @@
-"""aioge.load_tf: frozen TensorFlow GraphDefs (made here with Keras, seeded) against TensorFlow's own outputs.
+"""aioge.load_tf: frozen GraphDefs, SavedModels, .keras files and Keras models (made here,
+seeded) against TensorFlow's own outputs; crafted graphs that must not run anything.
 
 Tolerances: float32; rtol 1e-4 / atol 1e-5 (reordered sums: im2col and blocked matmuls
-against TensorFlow's kernels).
+against TensorFlow's kernels), on logits scaled to a largest magnitude of 1 where random
+weights make them tiny or large.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +28,21 @@ with contextlib.suppress(ImportError):
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
+from tensorflow.core.framework import graph_pb2  # noqa: E402
+
 import aioge  # noqa: E402
 from aioge.errors import GraphError, UnsupportedOpError  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 
 
-def _freeze(model: Any, shape: tuple[int | None, ...]) -> Any:
+def _freeze(model: Any, shape: tuple[int | None, ...], dtype: Any = None) -> Any:
     """A frozen GraphDef of ``model`` in inference mode, input placeholder ``x``, and the concrete function."""
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    fn = tf.function(lambda x: model(x, training=False)).get_concrete_function(tf.TensorSpec(shape, tf.float32, name="x"))
+    fn = tf.function(lambda x: model(x, training=False)).get_concrete_function(
+        tf.TensorSpec(shape, dtype or tf.float32, name="x")
+    )
     frozen = convert_variables_to_constants_v2(fn)
     return frozen.graph.as_graph_def(), frozen
 
@@ -180,3 +188,373 @@ def test_aioge_torch_after_tensorflow_is_an_import_error_not_a_crash() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith(("ImportError aioge.torch must be imported before tensorflow", "imported True"))
+
+
+async def _run(graph: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    # heuristic kernel choice: the results are the same, the compile skips timing candidates
+    async with aioge.Session(options={"aioge.tune_mode": "heuristic"}) as session:
+        return list((await session.run(graph, feeds)).values())
+
+
+# -- security: a GraphDef is never run by TensorFlow; constants are bounded -------------------
+
+
+def test_crafted_graph_runs_nothing_while_loading(tmp_path: Path) -> None:
+    """A Transpose whose perm is AddV2 of two Consts, with a WriteFile control dependency:
+    the perm is computed by aioge's kernels, the WriteFile is dropped (with a warning), no file."""
+    target = tmp_path / "pwned.txt"
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (2, 3, 4), name="x")
+        perm = tf.raw_ops.AddV2(x=tf.constant([1, 0, 0], name="a"), y=tf.constant([1, 0, 1], name="b"), name="perm")
+        evil = tf.raw_ops.WriteFile(filename=str(target), contents="pwned", name="evil")
+        with tf.control_dependencies([evil]):
+            tf.raw_ops.Transpose(x=x, perm=perm, name="y")
+    pb = tmp_path / "crafted.pb"
+    pb.write_bytes(g.as_graph_def().SerializeToString())
+    with pytest.warns(UserWarning, match=r"control inputs, not run: evil \(WriteFile\)"):
+        graph = aioge.load_tf(pb, outputs=["y"])
+    assert not target.exists()
+    x_val = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    (got,) = anyio_run(_run, graph, {"x": x_val})
+    np.testing.assert_array_equal(got, x_val.transpose(2, 0, 1))
+    assert not target.exists()
+
+
+async def _run_batches(graph: Any, x: np.ndarray, batches: tuple[int, ...] = (1, 4)) -> list[np.ndarray]:
+    """The graph's first output at each batch size (the first rows of ``x``), in one session."""
+    async with aioge.Session(options={"aioge.tune_mode": "heuristic"}) as session:
+        return [list((await session.run(graph, {graph.inputs[0].name: x[:b]})).values())[0] for b in batches]
+
+
+def anyio_run(fn: Any, *args: Any) -> Any:
+    import anyio
+
+    return anyio.run(fn, *args)
+
+
+def _const_graph(dims: list[int], *, stored: int = 1) -> bytes:
+    from tensorflow.core.framework import node_def_pb2, tensor_pb2, types_pb2
+
+    tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[1.0] * stored)
+    for d in dims:
+        tensor.tensor_shape.dim.add(size=d)
+    const = node_def_pb2.NodeDef(name="huge", op="Const")
+    const.attr["dtype"].type = types_pb2.DT_FLOAT
+    const.attr["value"].tensor.CopyFrom(tensor)
+    neg = node_def_pb2.NodeDef(name="out", op="Neg", input=["huge"])
+    neg.attr["T"].type = types_pb2.DT_FLOAT
+    return graph_pb2.GraphDef(node=[const, neg]).SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("dims", "match"),
+    [
+        ([8192, 8192], r"Const 'huge' expands its stored values to 268435456 bytes"),  # a 256 MiB splat
+        ([10**6, 10**6], r"Const 'huge' declares 4000000000000 bytes"),
+        ([1 << 40, 1 << 40, 1 << 40], r"Const 'huge' declares"),  # past int64: no overflow
+    ],
+)
+def test_const_size_is_checked_before_it_is_materialised(dims: list[int], match: str) -> None:
+    data = _const_graph(dims)
+    assert len(data) < 200
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(GraphError, match=match) as err:
+        aioge.load_tf(data)
+    assert err.value.node == "huge"
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB: nothing materialised
+    graph = aioge.load_tf(_const_graph([2, 3]))  # small splats still load
+    (got,) = anyio_run(_run, graph, {})
+    np.testing.assert_array_equal(got, -np.ones((2, 3), np.float32))
+    with pytest.raises(GraphError, match=r"declares 24 bytes .* 16-byte limit"):
+        aioge.load_tf(_const_graph([2, 3], stored=6), max_const_bytes=16)
+
+
+# -- the formats TF users hold: SavedModel, .keras, frozen .pb -------------------------------
+
+
+def _randomise_norms(model: Any, seed: int = 1) -> Any:
+    """Batch-norm statistics away from 0/1 so that FusedBatchNorm's folding is checked."""
+    rng = np.random.default_rng(seed)
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.set_weights(
+                [
+                    (
+                        0.5 + rng.random(w.shape)
+                        if "variance" in w.path or "gamma" in w.path
+                        else 0.2 * rng.standard_normal(w.shape)
+                    )
+                    for w in layer.weights
+                ]
+            )
+    return model
+
+
+def _check_scaled(got: np.ndarray, ref: np.ndarray) -> None:
+    """rtol 1e-4 / atol 1e-5 on logits scaled to a largest magnitude of 1 (random weights make them tiny or large)."""
+    scale = float(np.abs(ref).max()) or 1.0
+    np.testing.assert_allclose(got / scale, ref / scale, rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """MobileNetV3Small (Pad, StridedSlice, hard-swish, squeeze-excite) saved once in every format."""
+    keras.utils.set_random_seed(0)
+    model = _randomise_norms(
+        keras.applications.MobileNetV3Small(weights=None, input_shape=(32, 32, 3), classifier_activation=None)
+    )
+    root = tmp_path_factory.mktemp("tf_formats")
+    with warnings.catch_warnings():  # keras' own numpy-2 DeprecationWarning while saving
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model.export(str(root / "saved_model"), verbose=False)
+        model.save(root / "model.keras")
+    graph_def, _ = _freeze(model, (None, 32, 32, 3))
+    (root / "model.pb").write_bytes(graph_def.SerializeToString())
+    x = np.random.default_rng(3).standard_normal((4, 32, 32, 3)).astype(np.float32)
+    return {"model": model, "root": root, "x": x, "ref": model(x, training=False).numpy(), "input": model.inputs[0].name}
+
+
+@pytest.mark.parametrize("fmt", ["saved_model", "model.keras", "model.pb"])
+def test_formats_load_and_match_tensorflow(fmt: str, saved: dict[str, Any]) -> None:
+    graph = aioge.load_tf(saved["root"] / fmt)
+    names = {
+        "saved_model": ([saved["input"]], ["output_0"]),
+        "model.keras": ([saved["model"].layers[0].name], None),
+        "model.pb": (["x"], None),
+    }
+    ins, outs = names[fmt]
+    assert [v.name for v in graph.inputs] == ins
+    if outs is not None:
+        assert [v.name for v in graph.outputs] == outs
+    assert isinstance(graph.inputs[0].shape[0], str)  # the batch stays symbolic
+    for batch, got in zip((1, 4), anyio_run(_run_batches, graph, saved["x"])):
+        _check_scaled(got, saved["ref"][:batch])
+
+
+def test_saved_model_signature_errors_list_what_exists(saved: dict[str, Any], tmp_path: Path) -> None:
+    with pytest.raises(GraphError, match=r"no signature 'nope'; its signatures are \['serve', 'serving_default'\]"):
+        aioge.load_tf(saved["root"] / "saved_model", signature="nope")
+    path = saved["root"] / "saved_model" / "saved_model.pb"  # the file inside names its directory
+    graph = aioge.load_tf(path, signature="serve", shapes={saved["input"]: [2, 32, 32, 3]})
+    assert graph.inputs[0].shape == (2, 32, 32, 3)
+    with pytest.raises(GraphError, match="without saved_model.pb is not a SavedModel"):
+        aioge.load_tf(tmp_path)
+    with pytest.raises(GraphError, match="cannot read: no such file"):
+        aioge.load_tf(tmp_path / "missing.keras")
+    (tmp_path / "bad.keras").write_bytes(b"not a zip")
+    with pytest.raises(GraphError, match="bad.keras: cannot load the Keras model"):
+        aioge.load_tf(tmp_path / "bad.keras")
+    (tmp_path / "saved_model.pb").write_bytes(b"\x00junk")
+    with pytest.raises(GraphError, match="cannot load the SavedModel"):
+        aioge.load_tf(tmp_path)
+
+
+def test_unfrozen_graph_def_says_how_to_freeze() -> None:
+    dense = keras.layers.Dense(3)
+    fn = tf.function(lambda x: dense(x)).get_concrete_function(tf.TensorSpec((None, 4), tf.float32, name="x"))
+    with pytest.raises(GraphError, match=r"reads variables \(ReadVariableOp.*convert_variables_to_constants_v2.*SavedModel"):
+        aioge.load_tf(fn.graph.as_graph_def())
+
+
+def test_tf1_while_loop_is_an_unsupported_op_not_a_cycle() -> None:
+    from tensorflow.core.framework import node_def_pb2, types_pb2
+
+    def node(name: str, op: str, *inputs: str) -> Any:
+        n = node_def_pb2.NodeDef(name=name, op=op, input=list(inputs))
+        n.attr["T"].type = types_pb2.DT_FLOAT
+        return n
+
+    x = node("x", "Placeholder")
+    x.attr["dtype"].type = types_pb2.DT_FLOAT
+    nodes = [
+        x,
+        node("enter", "Enter", "x"),
+        node("merge", "Merge", "enter", "next"),
+        node("cond", "LoopCond", "merge"),
+        node("switch", "Switch", "merge", "cond"),
+        node("body", "Square", "switch:1"),
+        node("next", "NextIteration", "body"),
+        node("exit", "Exit", "switch"),
+    ]
+    with pytest.raises(UnsupportedOpError, match=r"tf::Enter, tf::Exit, tf::LoopCond, tf::Merge, tf::NextIteration, tf::Switch"):
+        aioge.load_tf(graph_pb2.GraphDef(node=nodes), outputs=["exit"])
+
+
+def test_cli_compiles_a_saved_model(saved: dict[str, Any], tmp_path: Path) -> None:
+    om = tmp_path / "m.om"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aioge",
+            "compile",
+            str(saved["root"] / "saved_model"),
+            "-o",
+            str(om),
+            "--input-shape",
+            f"{saved['input']}:1,32,32,3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert om.is_file() and om.stat().st_size > 0
+
+
+# -- every tf.keras.applications family, random weights, against TensorFlow -------------------
+
+_APPS = [
+    ("MobileNet", 32),
+    ("MobileNetV2", 32),
+    ("MobileNetV3Small", 32),
+    ("MobileNetV3Large", 32),
+    ("ResNet50", 32),
+    ("ResNet50V2", 32),
+    ("InceptionV3", 75),  # the smallest input it accepts
+    ("Xception", 71),  # the smallest input it accepts
+    ("DenseNet121", 32),
+    ("EfficientNetB0", 32),
+    ("EfficientNetV2B0", 32),
+    ("NASNetMobile", 32),
+    ("ConvNeXtTiny", 32),
+    ("VGG16", 32),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # freezing the bigger ones takes TensorFlow 5-15 s on a loaded 2-core machine
+@pytest.mark.parametrize(("name", "size"), _APPS, ids=[a for a, _ in _APPS])
+def test_keras_application_matches_tensorflow(name: str, size: int) -> None:
+    keras.utils.set_random_seed(0)
+    model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classifier_activation=None)
+    graph = aioge.load_tf(_randomise_norms(model))  # frozen by TensorFlow's own convert_variables_to_constants_v2
+    assert isinstance(graph.inputs[0].shape[0], str)
+    x = np.random.default_rng(7).standard_normal((4, size, size, 3)).astype(np.float32)
+    ref = model(x, training=False).numpy()
+    for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
+        _check_scaled(got, ref[:batch])
+
+
+# -- Keras text models: TF2 While loops unrolled from their body functions ---------------------
+
+
+def _text_model(kind: str) -> Any:
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((12,), dtype="int32")
+    h = keras.layers.Embedding(50, 16, mask_zero=kind == "lstm_masked")(inp)  # the mask: Select in the loop body
+    if kind in ("lstm", "lstm_masked"):
+        h = keras.layers.LSTM(8)(h)
+    elif kind == "gru":
+        h = keras.layers.GRU(8, return_sequences=True)(h)
+        h = keras.layers.GlobalAveragePooling1D()(h)
+    else:
+        h = keras.layers.Bidirectional(keras.layers.LSTM(8, return_sequences=True))(h)
+        h = keras.layers.GlobalMaxPooling1D()(h)
+    return keras.Model(inp, keras.layers.Dense(3)(h))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "lstm_masked", "gru", "bidirectional"])
+def test_keras_recurrent_text_models_match_tensorflow(kind: str) -> None:
+    model = _text_model(kind)
+    graph = aioge.load_tf(model)
+    x = np.random.default_rng(2).integers(1, 50, (4, 12)).astype(np.int32)
+    x[1:, 8:] = 0  # padded sequences
+    ref = model(x, training=False).numpy()
+    for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
+        _check_scaled(got, ref[:batch])
+
+
+def test_while_with_a_run_time_trip_count_is_unsupported() -> None:
+    def halve(x: Any) -> Any:
+        return tf.while_loop(lambda v: tf.reduce_sum(v) > 1.0, lambda v: [v * 0.5], [x])[0]
+
+    fn = tf.function(halve).get_concrete_function(tf.TensorSpec((3,), tf.float32, name="x"))
+    with pytest.raises(UnsupportedOpError, match=r"tf::(Stateless)?While \(a loop whose trip count is known only at run time\)"):
+        aioge.load_tf(fn)
+
+
+# -- single ops by TensorFlow's semantics (graphs traced here, compared with TF) ---------------
+
+_X = np.arange(2 * 5 * 6 * 3, dtype=np.float32).reshape(2, 5, 6, 3) / 7.0 - 4.0
+_OPS: dict[str, Any] = {
+    "strided_slice_basic": lambda x: x[:, 1:4, ::2],
+    "strided_slice_negative": lambda x: x[::-1, -2:, ::-3, 1],
+    "strided_slice_ellipsis": lambda x: x[..., 1:],
+    "strided_slice_ellipsis_new_axis": lambda x: x[1, ..., tf.newaxis, 0],
+    "strided_slice_new_axis_shrink": lambda x: x[tf.newaxis, :, 2, :, ::-1],
+    "strided_slice_dynamic_begin": lambda x: x[:, tf.shape(x)[1] - 3 :],
+    "pad": lambda x: tf.pad(x, [[0, 0], [1, 2], [2, 0], [0, 0]]),
+    "pad_v2": lambda x: tf.pad(x, [[0, 0], [1, 1], [0, 3], [0, 0]], constant_values=-1.5),
+    "mirror_pad_reflect": lambda x: tf.pad(x, [[0, 0], [2, 1], [1, 2], [0, 0]], mode="REFLECT"),
+    "mirror_pad_symmetric": lambda x: tf.pad(x, [[0, 0], [2, 1], [1, 3], [0, 0]], mode="SYMMETRIC"),
+    "split_v": lambda x: tf.split(x, [1, -1, 2], axis=2)[1] * 2.0,
+    "unstack_reverse": lambda x: tf.reverse(tf.unstack(x, axis=1)[3], axis=[0, 2]),
+    "select_v2": lambda x: tf.where(x < 0.5, x, tf.zeros_like(x) + 3.0),
+    "tile_fill": lambda x: tf.tile(x[:, :1], [1, 2, 1, 1]) + tf.fill([2, 2, 6, 3], 0.25),
+    "floor_div_mod": lambda x: tf.math.floordiv(x, 1.5) + tf.math.floormod(x, -1.25),
+    "grouped_conv": lambda x: tf.nn.conv2d(tf.concat([x, x], -1), tf.reshape(tf.range(54.0) / 50.0, (3, 3, 2, 3)), 1, "SAME"),
+    "slice_range": lambda x: tf.slice(x, [0, 1, 2, 0], [-1, 3, 2, 2]) * tf.range(2.0),
+    # Keras' Dense on 4-D: Tensordot (Reshape to [-1, K], MatMul, Reshape back), then a grouped conv (ConvNeXt)
+    "tensordot_grouped_conv": lambda x: tf.nn.conv2d(
+        tf.tensordot(x, tf.reshape(tf.range(18.0) / 9.0, (3, 6)), 1), tf.reshape(tf.range(54.0) / 50.0, (3, 3, 2, 3)), 1, "SAME"
+    ),
+}
+
+
+@pytest.mark.parametrize("op", list(_OPS))
+def test_op_matches_tensorflow(op: str) -> None:
+    fn = tf.function(_OPS[op]).get_concrete_function(tf.TensorSpec((None, 5, 6, 3), tf.float32, name="x"))
+    graph = aioge.load_tf(fn.graph.as_graph_def())  # no _output_shapes: shapes come from aioge's inference alone
+    (got,) = anyio_run(_run, graph, {"x": _X})
+    np.testing.assert_allclose(got, fn(tf.constant(_X)).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_crafted_function_body_runs_nothing_while_loading(tmp_path: Path) -> None:
+    """The same WriteFile inside a library function that a (Stateful)PartitionedCall calls."""
+    target = tmp_path / "pwned.txt"
+
+    @tf.function
+    def inner(x: Any) -> Any:
+        evil = tf.raw_ops.WriteFile(filename=str(target), contents="pwned", name="evil")
+        with tf.control_dependencies([evil]):
+            return tf.identity(tf.transpose(x, tf.constant([1, 0]) + tf.constant([0, 0])) * 2.0)
+
+    fn = tf.function(lambda x: inner(x)).get_concrete_function(tf.TensorSpec((2, 3), tf.float32, name="x"))
+    graph_def = fn.graph.as_graph_def()
+    assert any(n.op.endswith("PartitionedCall") for n in graph_def.node)
+    with pytest.warns(UserWarning, match=r"of function .* control inputs, not run: evil \(WriteFile\)"):
+        graph = aioge.load_tf(graph_def, outputs=["Identity"])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (got,) = anyio_run(_run, graph, {"x": x})
+    np.testing.assert_array_equal(got, x.T * 2.0)
+    assert not target.exists()
+
+
+def test_keras_lstm_frozen_with_lowered_loops_is_an_unsupported_op_not_a_cycle() -> None:
+    graph_def, _ = _freeze(_text_model("lstm"), (None, 12), tf.int32)  # convert_variables_to_constants_v2 lowers While by default
+    with pytest.raises(UnsupportedOpError, match=r"tf::Enter, tf::Exit, .*tf::NextIteration.*lower_control_flow=False"):
+        aioge.load_tf(graph_def)
+    graph = aioge.load_tf(_text_model("lstm"))  # given the model, load_tf keeps the loop functional
+    assert graph.outputs
+
+
+def test_recurrent_attention_encoder_from_saved_model_and_keras_file(tmp_path: Path) -> None:
+    """A Bidirectional GRU under a MultiHeadAttention block, saved both ways: While bodies in a SavedModel's library."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((12,), dtype="int32")
+    h = keras.layers.Embedding(50, 16)(inp)
+    h = keras.layers.Bidirectional(keras.layers.GRU(8, return_sequences=True))(h)
+    h = keras.layers.LayerNormalization()(h + keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)(h, h))
+    model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling1D()(h)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model.export(str(tmp_path / "saved"), verbose=False)
+        model.save(tmp_path / "m.keras")
+    x = np.random.default_rng(2).integers(1, 50, (4, 12)).astype(np.int32)
+    ref = model(x, training=False).numpy()
+    for path in (tmp_path / "saved", tmp_path / "m.keras"):
+        graph = aioge.load_tf(path)
+        for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
+            _check_scaled(got, ref[:batch])

@@ -1,5 +1,5 @@
 """A model named on the command line (or in a batch compile) as a Graph: MODEL.onnx, MODEL.pb,
-or GRAPH.py[:function], a script whose function builds the graph. Shared by ``aioge`` commands
+MODEL.keras, a SavedModel directory, or GRAPH.py[:function], a script whose function builds the graph. Shared by ``aioge`` commands
 and ``aioge.distributed``, which sit above it."""
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ def load_source(spec: str, shapes: dict[str, tuple[int, ...]]) -> tuple[Any, dic
         except ImportError as exc:
             raise AiogeError(f"{spec}: this aioge has no ONNX frontend ({exc})") from None
         return graph, {}, None
-    if spec.endswith(".pb"):
+    if spec.endswith((".pb", ".keras")) or os.path.isfile(os.path.join(spec, "saved_model.pb")):
         try:
             from aioge.frontends.tf import load_tf
 
             graph = load_tf(spec, shapes=shapes or None)
         except ImportError as exc:
             raise AiogeError(
-                f"{spec}: a TensorFlow .pb needs the tensorflow extra: pip install 'aioge[tensorflow]' ({exc})"
+                f"{spec}: a TensorFlow model needs the tensorflow extra: pip install 'aioge[tensorflow]' ({exc})"
             ) from None
         return graph, {}, None
     if ".py:" in spec:
@@ -46,7 +46,9 @@ def load_source(spec: str, shapes: dict[str, tuple[int, ...]]) -> tuple[Any, dic
     else:
         path, func = spec, "build"
     if not path.endswith(".py") or not os.path.isfile(path):
-        raise AiogeError(f"{spec}: expected MODEL.onnx, GRAPH.py[:function] or OUT.om (an existing file), or MODEL.pb")
+        raise AiogeError(
+            f"{spec}: expected MODEL.onnx, GRAPH.py[:function] or OUT.om (an existing file), MODEL.pb, MODEL.keras or a SavedModel directory"
+        )
     # The user names this script on the command line to build their graph, as with `python GRAPH.py`.
     module_spec = importlib.util.spec_from_file_location("_aioge_user_graph", path)
     if module_spec is None or module_spec.loader is None:

@@ -1,27 +1,42 @@
-"""TensorFlow frozen GraphDef (``.pb``) -> ``aioge.Graph`` (GE's ATC ``--framework=3``).
+"""TensorFlow models -> ``aioge.Graph`` (GE's ATC ``--framework=3``).
 
-``load_tf(path_or_bytes, inputs=None, outputs=None, shapes=None)``: ``Const`` nodes become
-constants, ``Placeholder`` nodes become inputs, and every other node becomes aioge ops
-(which are ONNX-shaped) through the table ``_TF`` at the bottom. TensorFlow's NHWC
-convolutions and pools are wrapped in transposes to aioge's NCHW; their filters are
-transposed once, here, when they are constants. Unknown dims (``-1``) stay symbolic, named
-``<input>_<axis>``, unless ``shapes=`` fixes them.
+``load_tf(source, inputs=None, outputs=None, shapes=None, *, signature="serving_default")``
+takes a frozen GraphDef (a ``.pb`` path, its bytes or a ``GraphDef``), a SavedModel
+directory, a ``.keras`` file, or a Keras model or ``tf.function`` concrete function in hand.
+A SavedModel, ``.keras`` file or model object is frozen first with TensorFlow's own
+``convert_variables_to_constants_v2``: that traces and runs TensorFlow's Python on the
+user's own model (a SavedModel's or Keras file's code and layers), which is as trusted as
+calling the model; load only models you would run. A GraphDef itself is never run:
 
-The mapping is direct rather than through tf2onnx: tf2onnx pins an old protobuf that
-neither ``onnx`` nor current TensorFlow accept in the same environment, and a frozen graph
-of inference ops is a small table. TensorFlow itself is needed only to parse the protobuf
-and to decode ``TensorProto`` constants.
+- ``Const`` nodes become constants, ``Placeholder`` nodes inputs, every other node aioge
+  ops (ONNX-shaped) through the table ``_TF`` at the bottom. A value a converter needs at
+  load time (a Transpose's permutation computed by AddV2 from two Consts) is computed by
+  aioge's own kernels on the constants it depends on (``KnownValues``), never by TensorFlow.
+- Nodes reached only through control inputs (``^node``: ``WriteFile``, ``Assert``, ``Print``
+  and the like), in the graph or in a library function it calls, are dropped: never
+  converted, never run. A ``UserWarning`` names those that are not pure ops of ``_TF``: an
+  inference graph's outputs never depend on them, and running them would do what the file says.
+- A ``Const`` is checked before it is decoded: one that declares more than ``max_const_bytes``
+  (default 2 GiB), or a splat (fewer stored values than its shape) that would expand past
+  64 MiB, is a ``GraphError`` naming the node.
+
+NHWC convolutions and pools are wrapped in transposes to aioge's NCHW; their filters are
+transposed once, here. Unknown dims (``-1``) stay symbolic, named ``<input>_<axis>``, unless
+``shapes=`` fixes them. TF2 ``While`` loops whose trip count is known at load time (Keras
+LSTM/GRU over a fixed sequence length) are unrolled from their body ``FunctionDef``.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from aioge import ops
 from aioge.errors import GraphError, UnsupportedOpError
+from aioge.frontends.onnx_context import KnownValues
 from aioge.ir.graph import Graph, Value
 
 __all__ = ["load_tf"]
@@ -30,6 +45,12 @@ ShapeSpec = Sequence["int | str | None"]
 
 # Nodes that carry no computation in a frozen inference graph.
 _SKIP = frozenset({"NoOp", "Assert"})
+# Reading variables: the graph is not frozen.
+_VARIABLES = frozenset({"ReadVariableOp", "VarHandleOp", "VariableV2", "Variable", "ResourceGather", "VarIsInitializedOp"})
+# TF1 while loops (tf.compat.v1 control flow): NextIteration closes a cycle.
+_V1_LOOP = frozenset({"Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond"})
+MAX_CONST_BYTES = 2 << 30
+_SPLAT_BYTES = 64 << 20
 
 
 def load_tf(
@@ -37,44 +58,82 @@ def load_tf(
     inputs: Sequence[str] | None = None,
     outputs: Sequence[str] | None = None,
     shapes: Mapping[str, ShapeSpec] | None = None,
+    *,
+    signature: str = "serving_default",
+    max_const_bytes: int = MAX_CONST_BYTES,
 ) -> Graph:
-    """Load a frozen TensorFlow GraphDef as an aioge Graph.
+    """Load a TensorFlow model as an aioge Graph.
 
-    ``source`` is a path, the serialised bytes, or a ``GraphDef``. ``inputs`` names the
-    ``Placeholder`` nodes to feed (default: all of them); ``outputs`` names the tensors to
-    return (``node`` or ``node:1``; default: the nodes nothing else consumes). ``shapes``
-    maps an input name to its shape, fixing unknown dims.
+    ``source`` is a frozen GraphDef (a ``.pb`` path, the serialised bytes, or a ``GraphDef``),
+    a SavedModel directory (its ``signature``, default ``serving_default``), a ``.keras``
+    file, a Keras model, or a concrete function. Frozen GraphDefs are converted without
+    running TensorFlow; SavedModels, ``.keras`` files and models are first frozen by
+    TensorFlow's ``convert_variables_to_constants_v2``, which runs TensorFlow's Python on
+    that model: pass only models you trust as you would trust running them.
 
-    Returns the graph: inputs keep the placeholder names, outputs the names asked for
-    (``node`` for ``node:0``). Loading is blocking work: from async code, run it in a
-    worker thread.
+    ``inputs`` names the inputs to feed (default: all), ``outputs`` the outputs to return
+    (default: all the signature's, or for a GraphDef the nodes nothing else consumes; a
+    GraphDef names tensors as ``node`` or ``node:1``), ``shapes`` maps an input name to its
+    shape, fixing unknown dims. SavedModel and Keras inputs and outputs are named as the
+    signature (or the model's inputs and outputs) name them.
+
+    Loading is blocking work: from async code, run it in a worker thread.
 
     Raises:
-        GraphError: the file is not a GraphDef; a named input or output does not exist; an
-            input is not a Placeholder; a node's inputs cannot be expressed.
+        GraphError: the file is not a GraphDef, SavedModel or Keras file; a signature, input
+            or output does not exist; the GraphDef reads variables (not frozen); a Const is
+            bigger than ``max_const_bytes``; a node's inputs cannot be expressed.
         UnsupportedOpError: TensorFlow op types aioge lacks (all listed, with their nodes).
     """
-    graph_def, label = _read(source)
-    return _Builder(graph_def, label, inputs, outputs, shapes or {}).build()
+    graph_def, label, ins, outs = _read(source, signature)
+    renames: dict[str, str] = {}
+    if ins is not None:
+        inputs = [_lookup(ins, n, "input", label) for n in inputs] if inputs is not None else list(ins.values())
+        shapes = {_lookup(ins, k, "input", label): v for k, v in (shapes or {}).items()}
+        renames.update({v: k for k, v in ins.items()})
+    if outs is not None:
+        outputs = [_lookup(outs, n, "output", label) for n in outputs] if outputs is not None else list(outs.values())
+        renames.update({v: k for k, v in outs.items()})
+    return _Builder(graph_def, label, inputs, outputs, shapes or {}, renames, max_const_bytes).build()
 
 
-def _read(source: Any) -> tuple[Any, str]:
+def _lookup(names: Mapping[str, str], name: str, what: str, label: str) -> str:
+    if name not in names:
+        raise GraphError(f"{label}: no {what} {name!r}; the model's {what}s are {sorted(names)}")
+    return names[name]
+
+
+_Read = tuple[Any, str, "dict[str, str] | None", "dict[str, str] | None"]
+
+
+def _read(source: Any, signature: str) -> _Read:
     from google.protobuf.message import DecodeError
     from tensorflow.core.framework import graph_pb2
 
     if isinstance(source, graph_pb2.GraphDef):
-        return source, "<GraphDef>"
+        return source, "<GraphDef>", None, None
     if isinstance(source, (bytes, bytearray, memoryview)):
         data, label = bytes(source), "<bytes>"
     elif isinstance(source, (str, os.PathLike)):
         label = os.fspath(source)
+        if os.path.isdir(label) or os.path.basename(label) == "saved_model.pb":
+            return _saved_model(label if os.path.isdir(label) else os.path.dirname(label) or ".", signature)
+        if label.endswith(".keras"):
+            return _keras_file(label)
         try:
             with open(label, "rb") as f:
                 data = f.read()
         except OSError as exc:
             raise GraphError(f"{label}: cannot read: {exc.strerror or exc}") from None
+    elif hasattr(source, "structured_outputs") and hasattr(source, "graph"):
+        return _frozen(source, "<concrete function>")
+    elif _is_keras_model(source):
+        return _keras_model(source, f"<{type(source).__name__}>")
     else:
-        raise GraphError(f"load_tf expects a path, bytes or a GraphDef, got {type(source).__name__}")
+        raise GraphError(
+            "load_tf expects a path (.pb, .keras, SavedModel directory), bytes, a GraphDef, a Keras model or a concrete "
+            f"function, got {type(source).__name__}"
+        )
     graph_def = graph_pb2.GraphDef()
     try:
         graph_def.ParseFromString(data)
@@ -82,7 +141,80 @@ def _read(source: Any) -> tuple[Any, str]:
         raise GraphError(f"{label}: not a TensorFlow GraphDef ({exc})") from None
     if not graph_def.node:
         raise GraphError(f"{label}: not a TensorFlow GraphDef (no nodes)")
-    return graph_def, label
+    return graph_def, label, None, None
+
+
+def _saved_model(path: str, signature: str) -> _Read:
+    import tensorflow as tf
+
+    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+        raise GraphError(f"{path}: a directory without saved_model.pb is not a SavedModel")
+    try:
+        loaded = tf.saved_model.load(path)
+    except Exception as exc:  # noqa: BLE001 - protobuf, OS and TF errors alike
+        raise GraphError(f"{path}: cannot load the SavedModel ({type(exc).__name__}: {exc})") from None
+    sigs = dict(loaded.signatures)
+    if signature not in sigs:
+        raise GraphError(f"{path}: the SavedModel has no signature {signature!r}; its signatures are {sorted(sigs)}")
+    return _frozen(sigs[signature], path, loaded)
+
+
+def _keras_file(path: str) -> _Read:
+    import keras  # type: ignore[import-untyped]
+
+    if not os.path.isfile(path):
+        raise GraphError(f"{path}: cannot read: no such file")
+    try:
+        model = keras.saving.load_model(path, compile=False)
+    except Exception as exc:  # noqa: BLE001 - keras raises many kinds (zip, JSON, h5, deserialisation)
+        raise GraphError(f"{path}: cannot load the Keras model ({type(exc).__name__}: {exc})") from None
+    return _keras_model(model, path)
+
+
+def _is_keras_model(obj: Any) -> bool:
+    return any(c.__name__ == "Model" and c.__module__.startswith(("keras", "tf_keras")) for c in type(obj).__mro__)
+
+
+def _keras_model(model: Any, label: str) -> _Read:
+    import tensorflow as tf
+
+    tensors = list(getattr(model, "inputs", None) or ())
+    if not tensors:
+        raise GraphError(f"{label}: the Keras model has no defined inputs (build it with keras.Input or call it once)")
+    # Named after their InputLayer (what a .keras file keeps), else the tensor.
+    names = [getattr(getattr(t, "_keras_history", None), "operation", t).name.split(":")[0] for t in tensors]
+    specs = [tf.TensorSpec(t.shape, t.dtype, name=f"input_{i}") for i, t in enumerate(tensors)]
+
+    def call(*xs: Any) -> Any:
+        out = model(list(xs) if len(xs) > 1 else xs[0], training=False)
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        out_names = list(getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(outs))])
+        return dict(zip(out_names, outs))
+
+    fn = tf.function(call).get_concrete_function(*specs)
+    graph_def, _, ins, outs = _frozen(fn, label)
+    assert ins is not None
+    return graph_def, label, dict(zip(names, ins.values())), outs
+
+
+def _frozen(fn: Any, label: str, keep: Any = None) -> _Read:
+    """Freeze a concrete function (TensorFlow's own API); its placeholders and outputs by signature name."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    frozen = convert_variables_to_constants_v2(fn, lower_control_flow=False)  # While stays functional
+    del keep  # the SavedModel object must outlive the freezing
+    kwargs = fn.structured_input_signature[1] if fn.structured_input_signature else {}
+    placeholders = [t.name.split(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
+    ins = dict(zip(sorted(kwargs), placeholders)) if kwargs else {p: p for p in placeholders}
+    structured = frozen.structured_outputs
+    if isinstance(structured, Mapping):
+        outs = {k: v.name for k, v in structured.items()}
+    else:
+        flat = tf.nest.flatten(structured)
+        outs = {f"output_{i}": t.name for i, t in enumerate(flat)}
+    outs = {k: v[:-2] if v.endswith(":0") else v for k, v in outs.items()}
+    return frozen.graph.as_graph_def(add_shapes=True), label, ins, outs
 
 
 class _Builder:
@@ -93,39 +225,41 @@ class _Builder:
         inputs: Sequence[str] | None,
         outputs: Sequence[str] | None,
         shapes: Mapping[str, ShapeSpec],
+        renames: Mapping[str, str] | None = None,
+        max_const_bytes: int = MAX_CONST_BYTES,
     ) -> None:
         self.graph_def = graph_def
         self.label = label
         self.nodes = {n.name: n for n in graph_def.node}
-        stem = os.path.splitext(os.path.basename(label))[0] if label[0] != "<" else "tf"
+        self.functions = {f.signature.name: f for f in graph_def.library.function}
+        stem = os.path.splitext(os.path.basename(label.rstrip("/")))[0] if label[0] != "<" else "tf"
         self.graph = Graph(stem or "tf")
         self.want_inputs = list(inputs) if inputs is not None else None
         self.want_outputs = list(outputs) if outputs is not None else None
         self.shapes = dict(shapes)
+        self.renames = dict(renames or {})
+        self.max_const_bytes = max_const_bytes
         self.env: dict[str, tuple[Any, ...]] = {}
-        self.refs: dict[int, str] = {}  # id(value) -> the TF tensor it came from
-        self._session: Any = None
+        self.known = KnownValues()
+        self.calls = 0
+        self.checked: set[str] = set()  # functions whose control-only nodes were reported
+        self.arg_shapes: dict[str, list[int] | None] = {}
+        self.scope = ""  # a prefix for the constants of an inlined function body
 
     def build(self) -> Graph:
         outputs = self._outputs()
         order = self._order([_tensor(o)[0] for o in outputs])
-        missing = [
-            (n.op, n.name) for n in order if n.op not in _TF and n.op not in ("Const", "Placeholder") and n.op not in _SKIP
-        ]
-        if missing:
-            raise UnsupportedOpError([("tf", op) for op, _ in missing], graph=self.graph.name, nodes=[n for _, n in missing])
+        self._check_ops(order)
+        self._drop_control_only(order)
         self._check_inputs(order)
-        try:
-            for node in order:
-                self.env[node.name] = self._convert(node)
-        finally:
-            if self._session is not None:
-                self._session.close()
+        for node in order:
+            self.env[node.name] = self._convert(node)
         values: list[Any] = []
         for out in outputs:
             v = self.value(out, None)
             values.append(ops.identity(v) if v.producer is None or any(v is w for w in values) else v)
-        self.graph.output(*values, names=[o[:-2] if o.endswith(":0") else o for o in outputs])
+        names = [self.renames.get(o, o[:-2] if o.endswith(":0") else o) for o in outputs]
+        self.graph.output(*values, names=names)
         return self.graph
 
     # -- which nodes ---------------------------------------------------------------------------
@@ -148,7 +282,8 @@ class _Builder:
         return found
 
     def _order(self, roots: Sequence[str]) -> list[Any]:
-        """The nodes the outputs need, inputs first (iterative DFS; control inputs ignored)."""
+        """The nodes the outputs need, inputs first (iterative DFS; control inputs ignored; a
+        TF1 loop's NextIteration is a leaf, so the loop is reported as unsupported ops)."""
         order: list[Any] = []
         state: dict[str, int] = {}
         for root in roots:
@@ -167,6 +302,8 @@ class _Builder:
                     raise GraphError(f"{self.label}: a node reads {name!r}, which does not exist", graph=self.graph.name)
                 state[name] = 1
                 stack.append((name, True))
+                if self.nodes[name].op == "NextIteration":
+                    continue
                 for inp in reversed(self.nodes[name].input):
                     if not inp.startswith("^"):
                         dep = _tensor(inp)[0]
@@ -175,6 +312,66 @@ class _Builder:
                                 raise GraphError(f"{self.label}: the graph has a cycle through {dep!r}", graph=self.graph.name)
                             stack.append((dep, False))
         return order
+
+    def _drop_control_only(self, order: Sequence[Any], where: str = "") -> None:
+        """Warn about the nodes the outputs' nodes reach only through control inputs: never converted, never run."""
+        kept = {n.name for n in order}
+        seen: set[str] = set()
+        stack = [i[1:] for n in order for i in n.input if i.startswith("^")]
+        while stack:
+            name = stack.pop()
+            if name in kept or name in seen or name not in self.nodes or self.nodes[name] is _ARG:
+                continue
+            seen.add(name)
+            stack.extend(_tensor(i.lstrip("^"))[0] for i in self.nodes[name].input)
+        # The pure ops aioge maps do nothing when dropped: name the others (WriteFile, Print, ...)
+        dropped = sorted(
+            n for n in seen if not (self.nodes[n].op in _TF or self.nodes[n].op in _SKIP or self.nodes[n].op == "Const")
+        )
+        if dropped:
+            shown = ", ".join(f"{n} ({self.nodes[n].op})" for n in dropped[:10])
+            more = f" and {len(dropped) - 10} more" if len(dropped) > 10 else ""
+            warnings.warn(
+                f"{self.label}: dropped {len(dropped)} node(s){' of ' + where if where else ''} reached only through "
+                f"control inputs, not run: {shown}{more}",
+                UserWarning,
+                stacklevel=4,
+            )
+
+    def _check_ops(self, order: Sequence[Any]) -> None:
+        variables = [n for n in order if n.op in _VARIABLES]
+        if variables:
+            raise GraphError(
+                f"{self.label}: the graph reads variables ({variables[0].op} at node {variables[0].name!r}): it is not "
+                "frozen. Freeze it with tensorflow.python.framework.convert_to_constants.convert_variables_to_constants_v2, "
+                "or pass load_tf the SavedModel directory or .keras file",
+                graph=self.graph.name,
+            )
+        missing: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        stack = list(order)
+        while stack:
+            n = stack.pop()
+            if not self._known_op(n):
+                missing.append((n.op, n.name))
+            for f in [n.attr[k].func.name for k in ("f", "cond", "body") if k in n.attr] + [n.op]:
+                if f in self.functions and f not in seen:
+                    seen.add(f)
+                    stack.extend(_needed(self.functions[f]))
+        if missing:
+            err = UnsupportedOpError([("tf", op) for op, _ in missing], graph=self.graph.name, nodes=[n for _, n in missing])
+            if any(op in _V1_LOOP for op, _ in missing):
+                err.args = (
+                    f"{err.args[0]}; these are a TF1 while loop: pass load_tf the Keras model, SavedModel or .keras file, "
+                    "or freeze with convert_variables_to_constants_v2(fn, lower_control_flow=False)",
+                )
+            raise err
+
+    def _known_op(self, n: Any) -> bool:
+        return n.op in _TF or n.op in ("Const", "Placeholder") or n.op in _SKIP or n.op in self.functions or self._loop(n)
+
+    def _loop(self, node: Any) -> bool:
+        return node.op in ("While", "StatelessWhile") and _has_functions(self, node)
 
     def _check_inputs(self, order: Sequence[Any]) -> None:
         placeholders = [n.name for n in order if n.op == "Placeholder"]
@@ -197,16 +394,18 @@ class _Builder:
 
     def _convert(self, node: Any) -> tuple[Any, ...]:
         if node.op == "Const":
-            return (self.graph.constant(_const(node), node.name.replace("/", "_")),)
+            name = (self.scope + node.name).replace("/", "_")
+            return (self.graph.constant(_const(node, self.max_const_bytes, self.label), name),)
         if node.op == "Placeholder":
             return (self._placeholder(node),)
         if node.op in _SKIP:
             return ()
         args = [self.value(i, node) for i in node.input if not i.startswith("^")]
         try:
-            out = _TF[node.op](_Node(self, node), *args)
+            convert = _TF.get(node.op) or (_call if node.op in self.functions else _while)
+            out = convert(_Node(self, node), *args)
         except GraphError as exc:
-            if exc.node is not None:
+            if exc.node is not None or isinstance(exc, UnsupportedOpError):
                 raise
             raise GraphError(f"{node.op}: {exc}", graph=self.graph.name, node=node.name) from None
         except (TypeError, ValueError, IndexError, KeyError) as exc:
@@ -218,20 +417,21 @@ class _Builder:
 
         dtype = np.dtype(as_dtype(node.attr["dtype"].type).as_numpy_dtype).name
         shape_attr = node.attr["shape"].shape
+        name = self.renames.get(node.name, node.name)
         if shape_attr.unknown_rank and node.name not in self.shapes:
             raise GraphError(
-                f"{self.label}: input {node.name!r} has an unknown rank; give its shape with shapes=", graph=self.graph.name
+                f"{self.label}: input {name!r} has an unknown rank; give its shape with shapes=", graph=self.graph.name
             )
         dims: list[Any] = [d.size for d in shape_attr.dim]
         given = self.shapes.get(node.name)
         if given is not None:
             if not shape_attr.unknown_rank and len(given) != len(dims):
                 raise GraphError(
-                    f"{self.label}: shapes[{node.name!r}] has {len(given)} dims, the input has {len(dims)}", graph=self.graph.name
+                    f"{self.label}: shapes[{name!r}] has {len(given)} dims, the input has {len(dims)}", graph=self.graph.name
                 )
             dims = [g if g is not None else (dims[i] if i < len(dims) else -1) for i, g in enumerate(given)]
-        dims = [d if isinstance(d, str) or d >= 0 else f"{node.name}_{i}" for i, d in enumerate(dims)]
-        return self.graph.input(node.name, dims, dtype)
+        dims = [d if isinstance(d, str) or d >= 0 else f"{name}_{i}" for i, d in enumerate(dims)]
+        return self.graph.input(name, dims, dtype)
 
     def value(self, ref: str, consumer: Any) -> Value:
         name, index = _tensor(ref)
@@ -242,26 +442,28 @@ class _Builder:
                 graph=self.graph.name,
                 node=consumer.name if consumer is not None else None,
             )
-        self.refs.setdefault(id(outs[index]), f"{name}:{index}")
         return outs[index]
 
-    def evaluate(self, value: Value) -> np.ndarray | None:
-        """The value of a tensor that depends on constants only (a permutation built by Tensordot),
-        computed by TensorFlow; None when it depends on an input."""
-        ref = self.refs.get(id(value))
-        if ref is None:
+    def tf_shape(self, ref: str) -> list[int] | None:
+        """The static shape TensorFlow recorded for a tensor (``_output_shapes``, which TF writes
+        when asked to, as load_tf's freezing does); None when not recorded or unknown."""
+        name, index = _tensor(ref)
+        node = self.nodes.get(name)
+        if node is _ARG:
+            return self.arg_shapes.get(name)
+        if node is None or "_output_shapes" not in node.attr or index >= len(node.attr["_output_shapes"].list.shape):
             return None
-        import tensorflow as tf
+        shape = node.attr["_output_shapes"].list.shape[index]
+        return None if shape.unknown_rank else [d.size for d in shape.dim]
 
-        if self._session is None:
-            g = tf.Graph()
-            with g.as_default():
-                tf.graph_util.import_graph_def(self.graph_def, name="")
-            self._session = tf.compat.v1.Session(graph=g)
-        try:
-            return np.asarray(self._session.run(ref))
-        except tf.errors.InvalidArgumentError:  # it needs a placeholder's value
-            return None
+    def _count(self) -> int:
+        self.calls += 1
+        return self.calls
+
+    def evaluate(self, value: Value) -> np.ndarray | None:
+        """The value of a tensor computed from constants only (a permutation built by AddV2), by
+        aioge's own kernels on the constants it needs; None when it depends on an input."""
+        return self.known.value(value)
 
 
 class _Node:
@@ -295,16 +497,45 @@ class _Node:
             return known
         raise GraphError(f"{what} must be a constant in a frozen graph", graph=self.builder.graph.name, node=self.node.name)
 
+    def maybe_const(self, v: Value) -> np.ndarray | None:
+        if not isinstance(v, Value):
+            return None
+        return v.data if v.is_const and v.data is not None else self.builder.evaluate(v)
+
 
 def _tensor(ref: str) -> tuple[str, int]:
     name, _, index = ref.partition(":")
     return name, int(index) if index else 0
 
 
-def _const(node: Any) -> np.ndarray:
+def _const(node: Any, limit: int, label: str) -> np.ndarray:
+    """A Const's value, its declared size checked against ``limit`` (and a splat's expansion) before decoding."""
     from tensorflow import make_ndarray
+    from tensorflow.dtypes import as_dtype
 
-    return np.asarray(make_ndarray(node.attr["value"].tensor))
+    proto = node.attr["value"].tensor
+    dims = [d.size for d in proto.tensor_shape.dim]
+    if any(d < 0 for d in dims):
+        raise GraphError(f"{label}: Const {node.name!r} declares a negative dim {dims}", node=node.name)
+    try:
+        itemsize = max(1, as_dtype(proto.dtype).size) if proto.dtype != 7 else 1  # DT_STRING: one byte an element at least
+    except (TypeError, ValueError):
+        raise GraphError(f"{label}: Const {node.name!r} has an unknown dtype {proto.dtype}", node=node.name) from None
+    declared = itemsize * int(np.prod(dims, dtype=object))
+    stored = len(proto.tensor_content) or proto.ByteSize()
+    if declared > limit:
+        raise GraphError(
+            f"{label}: Const {node.name!r} declares {declared} bytes (shape {dims}), more than the {limit}-byte limit "
+            "(load_tf's max_const_bytes=)",
+            node=node.name,
+        )
+    if declared > _SPLAT_BYTES and declared > 2 * stored:
+        raise GraphError(
+            f"{label}: Const {node.name!r} expands its stored values to {declared} bytes (shape {dims}), more than "
+            f"the {_SPLAT_BYTES}-byte limit of a splat constant",
+            node=node.name,
+        )
+    return np.asarray(make_ndarray(proto))
 
 
 # -- converters ---------------------------------------------------------------------------
@@ -354,6 +585,12 @@ def _conv2d(n: _Node, x: Value, w: Value) -> Value:
     nhwc = _nhwc(n)
     attrs = {"strides": _spatial(n, "strides", nhwc), "dilations": _spatial(n, "dilations", nhwc), **_padding(n, nhwc)}
     kernel = _filter(w, [3, 2, 0, 1])  # HWIO -> OIHW
+    shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[0])
+    wshape = w.shape if w.shape is not None else n.builder.tf_shape(n.node.input[1])
+    channels = shape[3 if nhwc else 1] if shape is not None and len(shape) == 4 else None
+    per_group = wshape[2] if wshape is not None and len(wshape) == 4 else None
+    if isinstance(channels, int) and isinstance(per_group, int) and 0 < per_group != channels:
+        attrs["group"] = channels // per_group  # a grouped convolution: the filter holds C / groups inputs
     return _in_nchw(n, x, lambda t: ops.conv(t, kernel, **attrs))
 
 
@@ -406,7 +643,24 @@ def _matmul(n: _Node, a: Value, b: Value) -> Value:
         a = ops.transpose(a, perm=_swap_last(len(a.shape or ())))
     if n.attr("transpose_b", False) or n.attr("adj_y", False):
         b = ops.transpose(b, perm=_swap_last(len(b.shape or ())))
+    flat = _unflattened(a)
+    if flat is not None and b.shape is not None and len(b.shape) == 2:
+        # Tensordot's Reshape(x, [-1, K]) @ W: x @ W keeps x's dims (a -1 over a symbolic batch
+        # loses the shape, and later a grouped Conv2D needs its channels), then flattened alike.
+        return ops.reshape(ops.matmul(flat, b), np.array([-1, b.shape[1]], np.int64))
     return ops.matmul(a, b)
+
+
+def _unflattened(a: Value) -> Value | None:
+    """``x`` when ``a`` is an unknown-shaped Reshape of ``x`` (of known shape) to [-1, x's last dim]."""
+    node = a.producer
+    if a.shape is not None or node is None or node.op_type != "Reshape":
+        return None
+    x, target = node.inputs[0], node.inputs[1]
+    if x is None or x.shape is None or len(x.shape) < 2 or target is None or not target.is_const or target.data is None:
+        return None
+    t = [int(d) for d in np.asarray(target.data).reshape(-1)]
+    return x if len(t) == 2 and t[0] == -1 and t[1] == x.shape[-1] else None
 
 
 def _swap_last(rank: int) -> list[int]:
@@ -427,8 +681,63 @@ def _reduce(op: Callable[..., Value]) -> Callable[..., Value]:
     return convert
 
 
+def _int64(n: _Node, v: Value) -> Value | np.ndarray:
+    """An int64 operand: the value when constants give it (so shapes stay inferable), else a cast."""
+    known = n.maybe_const(v)
+    if known is not None:
+        return np.asarray(known, np.int64)
+    return v if v.dtype == "int64" else ops.cast(v, to="int64")
+
+
+def _partial(b: _Builder, ref: str, depth: int = 0) -> list[int | str | None] | None:
+    """The entries of a 1-D int tensor that the graph fixes at load time (a dim's symbol, or
+    None, where it is known only at run time): Keras builds ``Reshape`` shapes as Pack(batch, consts)."""
+    name, index = _tensor(ref)
+    node, value = b.nodes.get(name), b.env.get(name, ())[index : index + 1]
+    if node is None or not value or depth > 8:
+        return None
+    known = b.evaluate(value[0]) if value[0] is not None else None
+    if known is not None:
+        return [int(k) for k in np.asarray(known).reshape(-1)]
+    args = [i for i in node.input if not i.startswith("^")]
+    if node.op in ("Cast", "Identity"):
+        return _partial(b, args[0], depth + 1)
+    if node.op == "StridedSlice" and node.attr["shrink_axis_mask"].i == 1 and len(args) == 4:
+        whole, at = _partial(b, args[0], depth + 1), b.evaluate(b.value(args[1], None))
+        if whole is not None and at is not None and -len(whole) <= int(at.reshape(-1)[0]) < len(whole):
+            return [whole[int(at.reshape(-1)[0])]]
+    if node.op in ("Pack", "ConcatV2"):
+        parts = [_partial(b, a, depth + 1) for a in (args if node.op == "Pack" else args[:-1])]
+        return None if any(p is None for p in parts) else [x for p in parts for x in p]  # type: ignore[union-attr]
+    if node.op == "GatherV2" and len(args) == 3:
+        src, at, axis = _partial(b, args[0], depth + 1), b.evaluate(b.value(args[1], None)), b.evaluate(b.value(args[2], None))
+        if src is not None and at is not None and axis is not None and int(axis) == 0 and at.ndim <= 1:
+            return [src[int(i)] for i in at.reshape(-1)]
+    if node.op == "Prod" and len(args) == 2:
+        src = _partial(b, args[0], depth + 1)
+        if src is not None and all(isinstance(d, int) for d in src):
+            return [int(np.prod([int(d) for d in src if isinstance(d, int)], dtype=np.int64))]
+        return [None] if src is not None and not node.attr["keep_dims"].b else None
+    if node.op == "Shape":
+        shape_of = b.value(args[0], None)
+        return None if shape_of.shape is None else list(shape_of.shape)
+    shape = value[0].shape
+    if shape is not None and len(shape) <= 1 and all(isinstance(d, int) for d in shape):
+        return [None] * int(np.prod(shape, dtype=np.int64))
+    return None
+
+
 def _reshape(n: _Node, x: Value, shape: Value) -> Value:
-    return ops.reshape(x, shape if shape.dtype == "int64" else ops.cast(shape, to="int64"))
+    inner = x.producer
+    if x.shape is None and inner is not None and inner.op_type == "Reshape" and inner.inputs[0] is not None:
+        x = inner.inputs[0]  # a reshape of a reshape reshapes the original: its shape may be known
+    part = _partial(n.builder, n.node.input[1]) if n.maybe_const(shape) is None else None
+    if part is not None and x.shape is not None:
+        # a run-time dim is the input's own dim at the same place (copied: 0), or the one -1
+        part = [0 if isinstance(p, str) and i < len(x.shape) and x.shape[i] == p else p for i, p in enumerate(part)]
+        if sum(not isinstance(p, int) or p < 0 for p in part) <= 1:
+            return ops.reshape(x, np.array([p if isinstance(p, int) else -1 for p in part], np.int64))
+    return ops.reshape(x, _int64(n, shape))
 
 
 def _squeeze(n: _Node, x: Value) -> Value:
@@ -504,6 +813,270 @@ def _rsqrt(n: _Node, x: Value) -> Value:
     return ops.reciprocal(ops.sqrt(x))
 
 
+_BIG = np.iinfo(np.int64).max
+
+
+def _vector(parts: Sequence[int | Value]) -> Value | np.ndarray:
+    """An int64 vector of known ints and 1-element Values."""
+    if all(isinstance(p, (int, np.integer)) for p in parts):
+        return np.array(parts, np.int64)
+    return ops.concat(*[np.array([p], np.int64) if isinstance(p, (int, np.integer)) else p for p in parts], axis=0)
+
+
+def _element(n: _Node, v: Value, known: np.ndarray | None, i: int) -> int | Value:
+    if known is not None:
+        return int(known.reshape(-1)[i])
+    return ops.cast(ops.slice(v, np.array([i], np.int64), np.array([i + 1], np.int64)), to="int64")
+
+
+def _strided_slice(n: _Node, x: Value, begin: Value, end: Value, strides: Value) -> Value:
+    """TF's StridedSlice (every mask) as Unsqueeze (new axes), Slice, and Gather (shrunk axes)."""
+    b, e = n.maybe_const(begin), n.maybe_const(end)
+    st = n.const(strides, "the strides").reshape(-1).astype(np.int64)
+    masks = {k: int(n.attr(f"{k}_mask", 0)) for k in ("begin", "end", "ellipsis", "new_axis", "shrink_axis")}
+    known = _sliced_shape(n, x, b, e, st, masks)
+    if known is not None:
+        return n.builder.graph.constant(known)
+    sparse = len(st)
+    bit = lambda k, j: bool(masks[k] >> j & 1)  # noqa: E731
+    real = sum(1 for j in range(sparse) if not bit("new_axis", j) and not bit("ellipsis", j))
+    # The dense spec: one entry per axis of x with its new axes inserted: (kind, sparse index).
+    dense: list[tuple[str, int]] = []
+    seen_ellipsis = False
+    for j in range(sparse):
+        if bit("ellipsis", j) and not seen_ellipsis:
+            if x.shape is None:
+                raise GraphError("StridedSlice with an ellipsis needs an input of known rank")
+            seen_ellipsis = True
+            dense += [("full", -1)] * (len(x.shape) - real)
+        elif bit("new_axis", j):
+            dense.append(("new", j))
+        elif bit("shrink_axis", j):
+            dense.append(("shrink", j))
+        else:
+            dense.append(("slice", j))
+    if x.shape is not None:
+        dense += [("full", -1)] * (len(x.shape) + sum(k == "new" for k, _ in dense) - len(dense))
+    new_axes = [a for a, (k, _) in enumerate(dense) if k == "new"]
+    if new_axes:
+        x = ops.unsqueeze(x, np.array(new_axes, np.int64))
+    axes, starts, ends, steps = [], [], [], []
+    for a, (kind, j) in enumerate(dense):
+        if kind != "slice":
+            continue
+        step = int(st[j])
+        axes.append(a)
+        steps.append(step)
+        starts.append((0 if step > 0 else _BIG) if bit("begin", j) else _element(n, begin, b, j))
+        ends.append((_BIG if step > 0 else -_BIG - 1) if bit("end", j) else _element(n, end, e, j))
+    whole = [s == 0 and t == _BIG and p == 1 for s, t, p in zip(starts, ends, steps)]  # slices of a symbolic dim lose it
+    keep = [i for i, w in enumerate(whole) if not w]
+    if keep:
+        pick = lambda xs: [xs[i] for i in keep]  # noqa: E731
+        x = ops.slice(
+            x, _vector(pick(starts)), _vector(pick(ends)), np.array(pick(axes), np.int64), np.array(pick(steps), np.int64)
+        )
+    for a in reversed([a for a, (k, _) in enumerate(dense) if k == "shrink"]):
+        j = dense[a][1]
+        at = _element(n, begin, b, j)
+        x = ops.gather(x, np.asarray(at, np.int64) if isinstance(at, int) else ops.reshape(at, np.zeros(0, np.int64)), axis=a)
+    return x
+
+
+def _sliced_shape(n: _Node, x: Value, b: Any, e: Any, st: np.ndarray, masks: dict[str, int]) -> np.ndarray | None:
+    """A 1-D slice of a shape vector whose picked dims are static (a loop's trip count from
+    ``Shape(x)[1]`` while the batch is symbolic): known at load time."""
+    if x.shape is None or len(x.shape) != 1 or len(st) != 1 or b is None or e is None or masks["ellipsis"] or masks["new_axis"]:
+        return None
+    part = _partial(n.builder, n.node.input[0])
+    if part is None:
+        return None
+    begin = None if masks["begin"] & 1 else int(b.reshape(-1)[0])
+    if masks["shrink_axis"] & 1:
+        picked = [part[begin or 0]] if -len(part) <= (begin or 0) < len(part) else [None]
+    else:
+        picked = part[slice(begin, None if masks["end"] & 1 else int(e.reshape(-1)[0]), int(st[0]))]
+    if not all(isinstance(p, int) for p in picked):
+        return None
+    out = np.array(picked, np.dtype(x.dtype))
+    return out.reshape(()) if masks["shrink_axis"] & 1 else out
+
+
+def _slice(n: _Node, x: Value, begin: Value, size: Value) -> Value:
+    b, s = n.maybe_const(begin), n.maybe_const(size)
+    if b is None or s is None:
+        raise GraphError("Slice needs constant begin and size")
+    b, s = b.reshape(-1).astype(np.int64), s.reshape(-1).astype(np.int64)
+    ends = np.where(s < 0, _BIG, b + s)
+    return ops.slice(x, b, ends, np.arange(len(b), dtype=np.int64))
+
+
+def _pads(n: _Node, paddings: Value) -> np.ndarray:
+    p = n.const(paddings, "the paddings").astype(np.int64)
+    return np.concatenate([p[:, 0], p[:, 1]])
+
+
+def _pad(n: _Node, x: Value, paddings: Value, value: Value | None = None) -> Value:
+    return ops.pad(x, _pads(n, paddings), value if value is not None else np.asarray(0, x.dtype))
+
+
+def _mirror_pad(n: _Node, x: Value, paddings: Value) -> Value:
+    mode = n.attr("mode")
+    if mode == "REFLECT":
+        return ops.pad(x, _pads(n, paddings), mode="reflect")
+    if mode != "SYMMETRIC":
+        raise GraphError(f"MirrorPad mode {mode!r} is not supported (REFLECT, SYMMETRIC)")
+    p = n.const(paddings, "the paddings").astype(np.int64)
+    for axis, (before, after) in enumerate(p):  # SYMMETRIC repeats the edge: reversed slices either side
+        parts = []
+        if before:
+            parts.append(ops.slice(x, np.array([before - 1]), np.array([-_BIG - 1]), np.array([axis]), np.array([-1])))
+        parts.append(x)
+        if after:
+            parts.append(ops.slice(x, np.array([-1]), np.array([-int(after) - 1]), np.array([axis]), np.array([-1])))
+        x = ops.concat(*parts, axis=axis) if len(parts) > 1 else x
+    return x
+
+
+def _identity_n(n: _Node, *xs: Value) -> tuple[Value, ...]:
+    return tuple(xs)
+
+
+def _select(n: _Node, c: Value, a: Value, b: Value) -> Value:
+    if n.node.op == "Select" and c.shape is not None and a.shape is not None and len(c.shape) == 1 < len(a.shape):
+        c = ops.reshape(c, np.array([-1] + [1] * (len(a.shape) - 1), np.int64))  # TF1 Select picks rows
+    return ops.where(c, a, b)
+
+
+def _fill(n: _Node, dims: Value, value: Value) -> Value:
+    return ops.expand(value, _int64(n, dims))
+
+
+def _like(fill: int) -> Callable[..., Value]:
+    return lambda n, x: ops.expand(np.asarray(fill, x.dtype), ops.shape(x))
+
+
+def _tile(n: _Node, x: Value, reps: Value) -> Value:
+    return ops.tile(x, _int64(n, reps))
+
+
+def _split(n: _Node, axis: Value, x: Value) -> tuple[Value, ...]:
+    k = int(n.attr("num_split"))
+    out = ops.split(x, axis=int(n.const(axis, "the axis")), num_outputs=k)
+    return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+
+
+def _split_v(n: _Node, x: Value, sizes: Value, axis: Value) -> tuple[Value, ...]:
+    ax = int(n.const(axis, "the axis"))
+    s = n.const(sizes, "the sizes").astype(np.int64).reshape(-1)
+    if (s < 0).any():
+        if x.shape is None or not isinstance(x.shape[ax], int):
+            raise GraphError("SplitV with a -1 size needs a static dim")
+        s[s < 0] = x.shape[ax] - s[s >= 0].sum()
+    out = ops.split(x, s, axis=ax, num_outputs=len(s))
+    return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+
+
+def _unpack(n: _Node, x: Value) -> tuple[Value, ...]:
+    axis = int(n.attr("axis", 0))
+    return tuple(ops.gather(x, np.asarray(i, np.int64), axis=axis) for i in range(int(n.attr("num"))))
+
+
+def _range(n: _Node, start: Value, limit: Value, delta: Value) -> Value:
+    known = [k.item() for k in (n.maybe_const(v) for v in (start, limit, delta)) if k is not None]
+    if len(known) == 3:
+        return n.builder.graph.constant(np.arange(*known, dtype=np.dtype(start.dtype)))
+    return ops.range(start, limit, delta)
+
+
+def _arg(op: Callable[..., Value]) -> Callable[..., Value]:
+    def convert(n: _Node, x: Value, axis: Value) -> Value:
+        out = op(x, axis=int(n.const(axis, "the axis")), keepdims=0)
+        dtype = n.attr("output_type", "int64")
+        return out if dtype == "int64" else ops.cast(out, to=dtype)
+
+    return convert
+
+
+def _leaky_relu(n: _Node, x: Value) -> Value:
+    return ops.leaky_relu(x, alpha=float(n.attr("alpha", 0.2)))
+
+
+def _floor_div(n: _Node, a: Value, b: Value) -> Value:
+    if np.dtype(a.dtype).kind == "f":
+        return ops.floor(ops.div(a, b))
+    return ops.div(ops.sub(a, ops.mod(a, b)), b)  # exact: a - floor_mod(a, b) is a multiple of b
+
+
+def _floor_mod(n: _Node, a: Value, b: Value) -> Value:
+    if np.dtype(a.dtype).kind == "f":
+        return ops.sub(a, ops.mul(ops.floor(ops.div(a, b)), b))
+    return ops.mod(a, b)  # the divisor's sign, as TF's
+
+
+def _logical(op: Callable[..., Value]) -> Callable[..., Value]:
+    return lambda n, *xs: op(*xs)
+
+
+def _l2_loss(n: _Node, x: Value) -> Value:
+    return ops.mul(ops.reduce_sum(ops.mul(x, x), keepdims=0), np.asarray(0.5, x.dtype))
+
+
+def _reverse(n: _Node, x: Value, axis: Value) -> Value:
+    axes = n.const(axis, "the axes").astype(np.int64).reshape(-1)
+    k = len(axes)
+    return ops.slice(x, np.full(k, -1, np.int64), np.full(k, -_BIG - 1, np.int64), axes, np.full(k, -1, np.int64))
+
+
+class _TensorList(list[Any]):
+    """A TF ``TensorList`` (a TensorArray in a While loop), held at load time as a list of
+    Values: loops are unrolled, so every index is known when it is used."""
+
+
+def _index(n: _Node, v: Value, size: int | None = None) -> int:
+    i = int(n.const(v, "a TensorList index").reshape(-1)[0])
+    if size is not None and not -size <= i < size:
+        raise GraphError(f"TensorList index {i} is out of range for {size} elements")
+    return i
+
+
+def _list_from_tensor(n: _Node, x: Value, shape: Value) -> _TensorList:
+    if x.shape is None or not x.shape or not isinstance(x.shape[0], int):
+        raise GraphError("TensorListFromTensor needs a static leading dim (the sequence length)")
+    return _TensorList(ops.gather(x, np.asarray(i, np.int64), axis=0) for i in range(x.shape[0]))
+
+
+def _list_reserve(n: _Node, shape: Value, count: Value) -> _TensorList:
+    return _TensorList([None] * _index(n, count))
+
+
+def _list_get(n: _Node, items: _TensorList, index: Value, shape: Value) -> Value:
+    item = items[_index(n, index, len(items))]
+    if item is None:
+        raise GraphError("TensorListGetItem reads an element never set")
+    return item
+
+
+def _list_set(n: _Node, items: _TensorList, index: Value, item: Value) -> _TensorList:
+    out = _TensorList(items)
+    out[_index(n, index, len(items))] = item
+    return out
+
+
+def _list_stack(n: _Node, items: _TensorList, shape: Value) -> Value:
+    if not items or any(i is None for i in items):
+        raise GraphError("TensorListStack of a list with unset elements")
+    zero = np.array([0], np.int64)
+    return ops.concat(*[ops.unsqueeze(i, zero) for i in items], axis=0)
+
+
+def _call(n: _Node, *args: Value) -> tuple[Value, ...]:
+    """PartitionedCall / StatefulPartitionedCall / a call of a library function by name: inlined."""
+    f = n.attr("f")
+    name = f.name if f is not None else n.node.op
+    return tuple(_inline(n.builder, name, list(args), n.node.name, [i for i in n.node.input if not i.startswith("^")]))
+
+
 _TF: dict[str, Callable[..., Any]] = {
     "Identity": _unary(lambda x: x),
     "StopGradient": _unary(lambda x: x),
@@ -558,4 +1131,182 @@ _TF: dict[str, Callable[..., Any]] = {
     "Pack": _pack,
     "GatherV2": _gather,
     "Shape": _shape,
+    "Pad": _pad,
+    "PadV2": _pad,
+    "MirrorPad": _mirror_pad,
+    "StridedSlice": _strided_slice,
+    "Slice": _slice,
+    "IdentityN": _identity_n,
+    "Less": _binary(ops.less),
+    "LessEqual": _binary(ops.less_or_equal),
+    "Greater": _binary(ops.greater),
+    "GreaterEqual": _binary(ops.greater_or_equal),
+    "Equal": _binary(ops.equal),
+    "NotEqual": _binary(lambda a, b: ops.not_(ops.equal(a, b))),
+    "LogicalAnd": _logical(ops.and_),
+    "LogicalOr": _logical(ops.or_),
+    "LogicalNot": _logical(ops.not_),
+    "Select": _select,
+    "SelectV2": _select,
+    "Fill": _fill,
+    "ZerosLike": _like(0),
+    "OnesLike": _like(1),
+    "Tile": _tile,
+    "Split": _split,
+    "SplitV": _split_v,
+    "Unpack": _unpack,
+    "Range": _range,
+    "ArgMax": _arg(ops.arg_max),
+    "ArgMin": _arg(ops.arg_min),
+    "LeakyRelu": _leaky_relu,
+    "Selu": _unary(ops.selu),
+    "Softplus": _unary(ops.softplus),
+    "Sign": _unary(ops.sign),
+    "Floor": _unary(ops.floor),
+    "Ceil": _unary(ops.ceil),
+    "Round": _unary(ops.round),
+    "Reciprocal": _unary(ops.reciprocal),
+    "Inv": _unary(ops.reciprocal),
+    "Sin": _unary(ops.sin),
+    "Cos": _unary(ops.cos),
+    "FloorDiv": _floor_div,
+    "FloorMod": _floor_mod,
+    "DivNoNan": _binary(lambda a, b: ops.where(ops.equal(b, np.asarray(0, b.dtype)), np.asarray(0, a.dtype), ops.div(a, b))),
+    "LogSoftmax": lambda n, x: ops.log_softmax(x, axis=-1),
+    "PreventGradient": _unary(lambda x: x),
+    "EnsureShape": _unary(lambda x: x),
+    "CheckNumerics": _unary(lambda x: x),
+    "TensorListFromTensor": _list_from_tensor,
+    "TensorListReserve": _list_reserve,
+    "TensorListGetItem": _list_get,
+    "TensorListSetItem": _list_set,
+    "TensorListStack": _list_stack,
+    "ReverseV2": _reverse,
+    "PartitionedCall": _call,
+    "StatefulPartitionedCall": _call,
 }
+
+
+# -- functions: calls inlined, While loops unrolled -------------------------------------------
+
+
+def _has_functions(builder: _Builder, node: Any) -> bool:
+    return all(node.attr[k].func.name in builder.functions for k in ("cond", "body"))
+
+
+def _needed(fdef: Any) -> list[Any]:
+    """The nodes of a function body its results need through data inputs (control-only ones are dropped)."""
+    nodes = {n.name: n for n in fdef.node_def}
+    stack = [r.split(":")[0] for r in fdef.ret.values()]
+    seen: dict[str, Any] = {}
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in nodes:
+            continue
+        seen[name] = nodes[name]
+        stack.extend(i.split(":")[0] for i in nodes[name].input if not i.startswith("^"))
+    return list(seen.values())
+
+
+def _flat_index(node: Any, arg: str, index: int) -> int:
+    """The flat output index of ``node:arg:index`` in a FunctionDef (output args may be lists)."""
+    from tensorflow.python.framework import op_def_registry
+
+    op_def = op_def_registry.get(node.op)
+    if op_def is None:  # a call of a library function: its outputs are named by the function
+        return index
+    flat = 0
+    for out in op_def.output_arg:
+        if out.name == arg:
+            return flat + index
+        if out.number_attr:
+            flat += node.attr[out.number_attr].i
+        elif out.type_list_attr:
+            flat += len(node.attr[out.type_list_attr].list.type)
+        else:
+            flat += 1
+    raise GraphError(f"node {node.name!r} ({node.op}) has no output {arg!r}")
+
+
+def _inline(builder: _Builder, name: str, args: list[Value], caller: str, inputs: Sequence[str] | None = None) -> list[Value]:
+    """The outputs of library function ``name`` applied to ``args``: its nodes converted in a scope of their own."""
+    from tensorflow.core.framework import node_def_pb2
+
+    fdef = builder.functions.get(name)
+    if fdef is None:
+        raise GraphError(f"calls function {name!r}, which the graph's library lacks")
+    sig = fdef.signature
+    if len(args) != len(sig.input_arg):
+        raise GraphError(f"function {name!r} takes {len(sig.input_arg)} inputs, got {len(args)}")
+    nodes = {n.name: n for n in fdef.node_def}
+
+    def ref(r: str) -> str:
+        parts = r.split(":")
+        if len(parts) == 1:
+            return f"{r}:0"
+        if len(parts) == 3:
+            return f"{parts[0]}:{_flat_index(nodes[parts[0]], parts[1], int(parts[2]))}"
+        return r
+
+    rets = [ref(fdef.ret[o.name]) for o in sig.output_arg]
+    shapes = {a.name: builder.tf_shape(i) for a, i in zip(sig.input_arg, inputs or ())}
+    saved = (builder.env, builder.nodes, builder.scope, builder.arg_shapes)
+    env: dict[str, tuple[Any, ...]] = {a.name: (v,) for a, v in zip(sig.input_arg, args)}
+    rewritten: dict[str, Any] = {}
+    for node in fdef.node_def:
+        copy = node_def_pb2.NodeDef()
+        copy.CopyFrom(node)
+        del copy.input[:]
+        copy.input.extend(i if i.startswith("^") else ref(i) for i in node.input)
+        rewritten[node.name] = copy
+    builder.env, builder.nodes, builder.arg_shapes = env, {**rewritten}, shapes
+    builder.scope = f"{saved[2]}{caller}/{builder._count()}/"
+    try:
+        for arg in sig.input_arg:
+            builder.nodes[arg.name] = _ARG
+        order = builder._order([_tensor(r)[0] for r in rets])
+        if name not in builder.checked:  # once per function, not once per unrolled step
+            builder.checked.add(name)
+            builder._drop_control_only(order, f"function {name!r}")
+        for node in order:
+            if node is not _ARG:
+                env[node.name] = builder._convert(node)
+        return [builder.value(r, None) for r in rets]
+    finally:
+        builder.env, builder.nodes, builder.scope, builder.arg_shapes = saved
+
+
+class _Arg:
+    """A function argument in a function body's node table: already in the scope's env."""
+
+    name = "_arg"
+    op = "_Arg"
+    input: tuple[str, ...] = ()
+
+
+_ARG: Any = _Arg()
+
+
+def _while(n: _Node, *state: Value) -> tuple[Any, ...]:
+    """TF2 ``While``: unrolled, each step's condition computed at load time from constants."""
+    builder = n.builder
+    cond, body = n.node.attr["cond"].func.name, n.node.attr["body"].func.name
+    values: list[Any] = list(state)
+    for step in range(_MAX_UNROLL + 1):
+        (keep,) = _inline(builder, cond, values, f"{n.node.name}/cond{step}")
+        known = n.maybe_const(keep)
+        if known is None:
+            raise UnsupportedOpError(
+                [("tf", f"{n.node.op} (a loop whose trip count is known only at run time)")],
+                graph=builder.graph.name,
+                nodes=[n.node.name],
+            )
+        if not bool(known.reshape(-1)[0]):
+            return tuple(values)
+        values = _inline(builder, body, values, f"{n.node.name}/body{step}")
+    raise UnsupportedOpError(
+        [("tf", f"{n.node.op} (more than {_MAX_UNROLL} steps)")], graph=builder.graph.name, nodes=[n.node.name]
+    )
+
+
+_MAX_UNROLL = 1024
