@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import aioge
 from aioge import ops
+from aioge.compiler import tuning
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import conv as kconv
 from aioge.kernels import native
@@ -182,8 +183,12 @@ async def test_the_tuner_picks_the_native_kernels_and_a_process_without_the_tier
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     *_, want = _depthwise_graph()
-    impls, y, _ = await _compile_and_run(tmp_path)
-    # about 2x (MaxPool) and 4x (Conv) faster than the numpy candidates here: not noise
+    # The tuner chooses among the C kernels only: whether they beat the numpy candidates is the
+    # machine's (on Zen 4 about 2x for MaxPool and 4x for the Conv; on an AVX2-only core the
+    # separable MaxPool won), and this test is about their cache entries in a process without them.
+    with monkeypatch.context() as m:
+        m.setattr(tuning, "candidates_of", lambda *a, **k: [c for c in candidates_of(*a, **k) if c[0].name.endswith("_native")])
+        impls, y, _ = await _compile_and_run(tmp_path)
     assert impls == {"FusedConv": "conv_depthwise_native", "MaxPool": "pool_native"}
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
     monkeypatch.setenv("AIOGE_NATIVE", "0")  # as the numpy_kernels fixture does, for this second "process"
