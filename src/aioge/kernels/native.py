@@ -129,9 +129,7 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
 # What ``aioge_native_isa()``'s bits mean, each named as /proc/cpuinfo names the CPU flag.
 ISA = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni", "asimd")
 
-_SLOWER = (
-    "every kernel runs its numpy code, 2-10x slower (the demo CNN 0.34 -> 2.95 ms a run, resnet18 36 -> 79 ms)"
-)
+_SLOWER = "every kernel runs its numpy code, 2-10x slower (the demo CNN 0.34 -> 2.95 ms a run, resnet18 36 -> 79 ms)"
 _REBUILD = "pip install --force-reinstall --no-binary aioge aioge"
 
 
@@ -194,6 +192,14 @@ def describe() -> str:
 
     isa = f"{platform.machine()} ({', '.join(built)})" if built else platform.machine()
     return f"compiled kernels: yes, built with -march=native for {isa}, {why}"
+
+
+def fail_alloc(nth: int) -> None:
+    """Make the ``nth`` allocation of the C tier from now fail (0: none), once: for tests of
+    the paths that report no memory (``csrc/alloc.c``)."""
+    fn = function("aioge_fail_alloc")
+    if fn is not None:
+        fn(nth)
 
 
 def available() -> bool:
