@@ -1076,11 +1076,23 @@ _COMMANDS: list[Callable[[Any], None]] = [
 ]
 
 
+class _Version(argparse.Action):
+    """``--version``: the package's and, looked up only when asked, the compiled tier's."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from aioge import __version__
+        from aioge.kernels import native
+
+        print(f"aioge {__version__} ({native.describe()})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aioge", description="asyncio-native graph compiler and executor (GE-style)")
-    from aioge import __version__
-
-    parser.add_argument("--version", action="version", version=f"aioge {__version__}")
+    parser.add_argument("--version", action=_Version, help="print the version and whether the compiled kernels run")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in _COMMANDS:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import platform
 import subprocess
 import sys
+import warnings
+
+import pytest
 
 from aioge.kernels import native
 
@@ -36,3 +41,88 @@ def test_a_function_the_build_lacks_is_none(monkeypatch):
     native.function.cache_clear()
     assert native.function("aioge_no_such_kernel") is None
     native.function.cache_clear()
+
+
+def _fresh_lib() -> object:
+    native.lib.cache_clear()
+    native.function.cache_clear()
+    return native.lib()
+
+
+def test_a_missing_tier_warns_once_with_its_cost_and_fix(monkeypatch):
+    real_find = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "aioge.kernels._native" else real_find(name, *a)
+    )
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert _fresh_lib() is None
+            assert native.lib() is None and not native.available()  # cached: said once
+        assert len(caught) == 1 and caught[0].category is RuntimeWarning
+        text = str(caught[0].message)
+        assert "not built" in text and "2-10x slower" in text and "build-essential" in text and "reinstall" in text
+        assert "not built" in native.describe()
+    finally:
+        monkeypatch.undo()
+        native.lib.cache_clear()
+        native.function.cache_clear()
+
+
+def test_aioge_native_0_is_not_warned_about(numpy_kernels):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _fresh_lib() is None
+    assert native.describe() == "compiled kernels: no — numpy kernels; disabled by AIOGE_NATIVE=0"
+
+
+def test_a_build_for_instructions_the_cpu_lacks_is_refused_with_a_warning(monkeypatch):
+    if native.lib() is None:
+        pytest.skip("needs the compiled tier")  # test_the_install_built_the_compiled_kernels fails then
+    built = [name for i, name in enumerate(native.ISA) if native.lib().aioge_native_isa() >> i & 1]
+    assert built, "a -march=native build targets at least one of native.ISA here"
+    flags = native.cpu_flags()
+    assert flags is not None and set(built) <= flags  # the build runs where it was built
+    monkeypatch.setattr(native, "cpu_flags", lambda: flags - {built[-1]})
+    try:
+        with pytest.warns(RuntimeWarning, match=rf"built for {built[-1]}, which this CPU lacks.*--no-binary aioge"):
+            assert _fresh_lib() is None
+        assert native.function("aioge_native_abi") is None
+    finally:
+        monkeypatch.undo()
+        native.lib.cache_clear()
+        native.function.cache_clear()
+    assert native.available()
+
+
+def test_version_says_whether_the_compiled_tier_runs_with_its_isa_and_abi():
+    def version(**env: str) -> str:
+        cmd = [sys.executable, "-m", "aioge", "--version"]
+        out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, check=True)
+        assert out.stderr == ""
+        return out.stdout.strip()
+
+    from aioge import __version__
+
+    isa = [name for i, name in enumerate(native.ISA) if native.lib().aioge_native_isa() >> i & 1]
+    assert version() == (
+        f"aioge {__version__} (compiled kernels: yes, built with -march=native for {platform.machine()} "
+        f"({', '.join(isa)}), ABI {native.ABI})"
+    )
+    assert version(AIOGE_NATIVE="0") == f"aioge {__version__} (compiled kernels: no — numpy kernels; disabled by AIOGE_NATIVE=0)"
+
+
+def test_version_without_the_tier_says_why(monkeypatch, capsys):
+    from aioge import cli
+
+    real_find = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "aioge.kernels._native" else real_find(name, *a)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # --version describes the tier; it does not warn
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["--version"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "(compiled kernels: no — numpy kernels; not built (no C compiler at install" in out and "build-essential" in out

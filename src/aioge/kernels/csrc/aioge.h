@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 16
+#define AIOGE_ABI 17
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -86,8 +86,11 @@ static inline int aioge_fits(int64_t have, int64_t a, int64_t b, int64_t c, int6
     return (__int128)have >= (__int128)a * b * c * d;
 }
 
-/* module.c */
+/* module.c; aioge_native_isa: the instruction sets the compiler targeted, one bit each in the
+ * order of native.py's ISA (avx, avx2, fma, avx512f, avx512bw, avx512vl, avx512_bf16,
+ * avx512_vnni, asimd), so Python can refuse a build this CPU cannot run */
 int aioge_native_abi(void);
+int64_t aioge_native_isa(void);
 
 /* alloc.c: every allocation of the tier, which tests can make fail (the nth from now) */
 void *aioge_malloc(size_t n);
