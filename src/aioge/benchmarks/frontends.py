@@ -93,7 +93,7 @@ async def _tf_model(name: str, size: int, rounds: int, runs: int) -> list[dict[s
     model = _keras_model(name, size)
     x = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype(np.float32)
     xt = tf.constant(x)
-    fn = tf.function(lambda t: model(t, training=False))
+    fn = tf.function(lambda t: model(t, training=False), autograph=False)
     t = time.perf_counter()
     ref = fn(xt).numpy()
     ref_compile = time.perf_counter() - t
@@ -134,7 +134,9 @@ def _torch_model(name: str) -> tuple[Any, dict[str, Any]]:
         cfg = tr.BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
         m = tr.BertModel(cfg)
     else:
-        m = tr.GPT2Model(tr.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=2, n_positions=64))
+        m = tr.GPT2Model(
+            tr.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=2, n_positions=64, bos_token_id=0, eos_token_id=0)
+        )
     return m.eval(), {"input_ids": ids, "attention_mask": mask}
 
 
