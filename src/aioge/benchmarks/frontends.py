@@ -11,6 +11,7 @@ A reference that fails to compile is a row with its error, never a failed sectio
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import statistics
 import time
@@ -68,7 +69,7 @@ def _row(
 
 
 def _keras_model(name: str, size: int) -> Any:
-    import keras
+    import keras  # type: ignore[import-untyped]
 
     keras.utils.set_random_seed(0)
     if name == "cnn":
@@ -118,11 +119,12 @@ def _torch_model(name: str) -> tuple[Any, dict[str, Any]]:
     import torch
 
     torch.manual_seed(0)
+    m: torch.nn.Module
     if name == "mlp":
         m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
         return m.eval(), {"input": torch.randn(4, 64)}
     if name == "resnet18":
-        import torchvision
+        import torchvision  # type: ignore[import-untyped]
 
         return torchvision.models.resnet18().eval(), {"x": torch.randn(1, 3, 128, 128)}
     import transformers as tr
@@ -166,7 +168,7 @@ def _torch_rows(name: str, be: Any, references: tuple[str, ...], rounds: int, ru
                 errors[side] = f"{type(exc).__name__}: {exc}"[:300]
                 continue
             compile_s[side] = 0.0 if side == "eager" else time.perf_counter() - t
-            sides[side] = lambda fn=fn: fn(**kwargs)
+            sides[side] = functools.partial(fn, **kwargs)
         medians = _alternate(sides, rounds, runs)
     ref_out = outs.get("eager", next(iter(outs.values())))
     rows = []

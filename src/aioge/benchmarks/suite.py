@@ -455,11 +455,11 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
         skipped: dict[str, str] = {}
         if cfg.frontends_only:
             section = frontends(cfg.frontends, rounds=cfg.rounds, runs=cfg.runs, progress=on_workload)
-            results = {"machine": machine(), "config": asdict(cfg), "rows": [], "skipped": section["skipped"]}
-            results["frontends"] = section
-            results["targets"] = evaluate_targets(results)
-            results["seconds"] = time.perf_counter() - t0
-            return results
+            alone: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "rows": [], "skipped": section["skipped"]}
+            alone["frontends"] = section
+            alone["targets"] = evaluate_targets(alone)
+            alone["seconds"] = time.perf_counter() - t0
+            return alone
         why = real_available() if set(cfg.workloads or ALL) & set(REAL) else None
         if why:  # the real-weights models need the torch extra to export them: say so, run the rest
             skipped = {n: why for n in REAL if n in (cfg.workloads or ALL)}
