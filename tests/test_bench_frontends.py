@@ -79,3 +79,10 @@ def test_config_checks_front_ends() -> None:
         SuiteConfig(frontends=["jax"])
     with pytest.raises(ValueError, match="frontends_only needs"):
         SuiteConfig(frontends_only=True)
+
+
+def test_cli_rejects_unknown_front_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    from aioge.cli import main
+
+    assert main(["bench", "--frontends", "jax", "--frontends-only"]) == 2
+    assert "unknown front ends ['jax']" in capsys.readouterr().err
