@@ -66,7 +66,8 @@ def test_failed_reference_is_a_row_and_missing_framework_a_skip(monkeypatch: pyt
         rows = fe._torch_rows("mlp", be, ("no_such_backend",), 1, 1)
     finally:
         be.close()
-    assert rows[0]["reference"] == "no_such_backend" and "error" in rows[0] and rows[0]["aioge"] > 0
+    assert rows[0]["reference"] == "torch.compile no_such_backend" and rows[0]["aioge"] > 0
+    assert "no_such_backend" in rows[0]["error"] and "ref" not in rows[0] and "ratio" not in rows[0]
     assert "failed" in fe.frontends_table({"rows": rows})[2]
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "keras" else real(name, *a))

@@ -52,20 +52,13 @@ def _err(got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(got - ref).max() / (np.abs(ref).max() or 1.0))
 
 
-def _row(
-    frontend: str, model: str, reference: str, aioge_s: float, ref_s: float, compile_s: float, ref_compile_s: float, err: float
-) -> dict[str, Any]:
-    return {
-        "frontend": frontend,
-        "model": model,
-        "reference": reference,
-        "aioge": aioge_s,
-        "ref": ref_s,
-        "ratio": aioge_s / ref_s,
-        "compile_s": compile_s,
-        "ref_compile_s": ref_compile_s,
-        "max_rel_err": err,
-    }
+_KEYS = ("frontend", "model", "reference", "aioge", "compile_s", "ref", "ref_compile_s", "max_rel_err")
+
+
+def _row(*values: Any) -> dict[str, Any]:
+    """A row from ``_KEYS``' values (seconds), with ``ratio`` = aioge / reference."""
+    row = dict(zip(_KEYS, values))
+    return {**row, "ratio": row["aioge"] / row["ref"]}
 
 
 def _keras_model(name: str, size: int) -> Any:
@@ -112,7 +105,7 @@ async def _tf_model(name: str, size: int, rounds: int, runs: int) -> list[dict[s
             await anyio.sleep(measure.SETTLE_S)
             samples["tf"].append(await anyio.to_thread.run_sync(measure.median_of_runs, lambda: fn(xt).numpy(), runs))
     a, r = statistics.median(samples["aioge"]), statistics.median(samples["tf"])
-    return [_row("tf", f"{name} {size}x{size}", "tf.function", a, r, compile_s, ref_compile, _err(np.asarray(got), ref))]
+    return [_row("tf", f"{name} {size}x{size}", "tf.function", a, compile_s, r, ref_compile, _err(np.asarray(got), ref))]
 
 
 def _torch_model(name: str) -> tuple[Any, dict[str, Any]]:
@@ -173,31 +166,12 @@ def _torch_rows(name: str, be: Any, references: tuple[str, ...], rounds: int, ru
     ref_out = outs.get("eager", next(iter(outs.values())))
     rows = []
     for side in references:
-        if side in errors:
-            rows.append(
-                {
-                    "frontend": "torch",
-                    "model": label,
-                    "reference": side,
-                    "aioge": medians["aioge"],
-                    "compile_s": compile_s["aioge"],
-                    "error": errors[side],
-                }
-            )
-            continue
         reference = "eager" if side == "eager" else f"torch.compile {side}"
-        rows.append(
-            _row(
-                "torch",
-                label,
-                reference,
-                medians["aioge"],
-                medians[side],
-                compile_s["aioge"],
-                compile_s[side],
-                _err(outs["aioge"], ref_out),
-            )
-        )
+        if side in errors:  # the row without the reference's figures: its error instead
+            figures = ("torch", label, reference, medians["aioge"], compile_s["aioge"])
+            rows.append({**dict(zip(_KEYS, figures)), "error": errors[side]})
+            continue
+        rows.append(_row("torch", label, reference, medians["aioge"], compile_s["aioge"], medians[side], compile_s[side], _err(outs["aioge"], ref_out)))  # fmt: skip
     return rows
 
 
@@ -243,31 +217,12 @@ def _line(r: dict[str, Any]) -> str:
 
 def frontends_table(section: dict[str, Any]) -> list[str]:
     """The section as markdown lines."""
-    head = [
-        "front end",
-        "model",
-        "reference",
-        "aioge ms",
-        "reference ms",
-        "aioge/reference",
-        "aioge compile s",
-        "reference compile s",
-        "max rel err",
-    ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = "front end|model|reference|aioge ms|reference ms|aioge/reference|aioge compile s|reference compile s|max rel err"
+    head_cells = head.split("|")
+    lines = ["| " + " | ".join(head_cells) + " |", "|" + "---|" * len(head_cells)]
     for r in section["rows"]:
         if "error" in r:
-            cells = [
-                r["frontend"],
-                r["model"],
-                r["reference"],
-                f"{r['aioge'] * 1e3:.3f}",
-                "failed",
-                "",
-                f"{r['compile_s']:.2f}",
-                r["error"][:120],
-                "",
-            ]
+            cells = [r["frontend"], r["model"], r["reference"], f"{r['aioge'] * 1e3:.3f}", "failed", "", f"{r['compile_s']:.2f}", r["error"][:120], ""]  # fmt: skip
         else:
             cells = [
                 r["frontend"], r["model"], r["reference"], f"{r['aioge'] * 1e3:.3f}", f"{r['ref'] * 1e3:.3f}", f"{r['ratio']:.2f}",
