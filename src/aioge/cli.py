@@ -847,7 +847,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from aioge._util.progress import Progress
     from aioge.benchmarks.workloads import ALL
 
-    with Progress(quiet=args.quiet).task("bench", total=len(cfg.workloads or ALL)) as step:
+    total = None if cfg.frontends else len(cfg.workloads or ALL)  # front-end rows: one per model and reference
+    with Progress(quiet=args.quiet).task("bench", total=total) as step:
         results = run_suite(cfg, on_workload=step)
     if args.json_only:
         Path(args.json_only).write_text(json.dumps(results, default=float))

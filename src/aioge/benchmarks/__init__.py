@@ -51,6 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--serving-workloads", default=None, help="builder models for the serving section (default: mlp,cnn,transformer)"
     )
     p.add_argument("--no-serving", action="store_true", help="skip the serving section (concurrent single-row clients)")
+    p.add_argument(
+        "--frontends",
+        default="",
+        help="front-end section (issue 41): tf,torch (aioge.load_tf vs tf.function; torch.compile aioge vs eager and inductor)",
+    )
+    p.add_argument("--frontends-only", action="store_true", help="run the front-end section alone")
     p.add_argument("--json-only", metavar="PATH", default=None, help="write the raw figures to PATH, no RESULTS.md")
     p.add_argument(
         "--serve",
@@ -75,6 +81,8 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
         startup_models=[] if args.no_startup else [m for m in args.startup_models.split(",") if m],
         blas_variant=not args.no_blas_variant,
         chain=args.chain,
+        frontends=[f for f in args.frontends.split(",") if f],
+        frontends_only=args.frontends_only,
     )
     if args.quick:
         cfg.rounds, cfg.runs, cfg.concurrency_rounds = 3, 3, 2

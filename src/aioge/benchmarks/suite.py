@@ -25,6 +25,7 @@ import numpy as np
 
 import aioge
 from aioge.benchmarks import measure
+from aioge.benchmarks.frontends import FRONTENDS, frontends, frontends_table
 from aioge.benchmarks.real_models import real_available, real_model_path
 from aioge.benchmarks.serving import SERVING_WORKLOADS, serving
 from aioge.benchmarks.workloads import ALL, BUILDER, LIGHT, LIGHT_NODUP, REAL, Workload, expand_names, light_dir, load_workloads
@@ -73,6 +74,8 @@ class SuiteConfig:
     serving_clients: int = 64
     serving_requests: int = 20  # one-row requests per client per round
     serving_rounds: int = 3
+    frontends: list[str] = field(default_factory=list)  # issue 41: "tf", "torch"; empty: no front-end section
+    frontends_only: bool = False  # the front-end section alone
 
     def __post_init__(self) -> None:
         self.concurrency = tuple(int(c) for c in self.concurrency)
@@ -85,6 +88,10 @@ class SuiteConfig:
             raise ValueError("serving clients, requests and rounds must be at least 1")
         if sorted(set(self.serving_workloads) - set(SERVING_WORKLOADS)):
             raise ValueError(f"unknown serving workloads {self.serving_workloads}; expected some of {list(SERVING_WORKLOADS)}")
+        if sorted(set(self.frontends) - set(FRONTENDS)):
+            raise ValueError(f"unknown front ends {self.frontends}; expected some of {list(FRONTENDS)}")
+        if self.frontends_only and not self.frontends:
+            raise ValueError("frontends_only needs front ends to run (--frontends tf,torch)")
         unknown = sorted(set(self.workloads) - set(ALL))
         if unknown:
             raise ValueError(f"unknown workloads {unknown}; expected some of {list(ALL)}")
@@ -446,6 +453,13 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
     try:
         t0 = time.perf_counter()
         skipped: dict[str, str] = {}
+        if cfg.frontends_only:
+            section = frontends(cfg.frontends, rounds=cfg.rounds, runs=cfg.runs, progress=on_workload)
+            alone: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "rows": [], "skipped": section["skipped"]}
+            alone["frontends"] = section
+            alone["targets"] = evaluate_targets(alone)
+            alone["seconds"] = time.perf_counter() - t0
+            return alone
         why = real_available() if set(cfg.workloads or ALL) & set(REAL) else None
         if why:  # the real-weights models need the torch extra to export them: say so, run the rest
             skipped = {n: why for n in REAL if n in (cfg.workloads or ALL)}
@@ -458,6 +472,9 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
         startups = [m for m in cfg.startup_models if m not in REAL or not real_available()]
         skipped.update({f"start-up {m}": real_available() or "" for m in cfg.startup_models if m not in startups})
         results["startup"] = [_startup(m, os.path.join(work, "startup", str(i))) for i, m in enumerate(startups)]
+        if cfg.frontends:
+            results["frontends"] = frontends(cfg.frontends, rounds=cfg.rounds, runs=cfg.runs, progress=on_workload)
+            skipped.update(results["frontends"]["skipped"])
         if cfg.blas_variant:
             results["blas_variant"] = _blas_variant(cfg, [r["workload"] for r in rows if r["workload"] in LIGHT])
         results["targets"] = evaluate_targets(results)
@@ -704,6 +721,9 @@ def render_markdown(results: dict[str, Any]) -> str:
             rows,
         )
         out += ["", f"Outputs agree across processes: {st['checksums_agree']}."]
+    if results.get("frontends"):
+        out += ["", "## Front ends (issue 41): aioge.load_tf and aioge.torch.backend() beside TensorFlow and PyTorch", ""]
+        out += frontends_table(results["frontends"])
     out += ["", f"Suite time: {results['seconds']:.0f} s.", ""]
     return "\n".join(out)
 

@@ -1,0 +1,89 @@
+"""The front-end bench section (issue 41): one tiny model per framework, measured for real."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+pytest.importorskip("transformers")
+import aioge.torch  # noqa: E402, F401  (before TensorFlow: see aioge.torch._check_import_order)
+
+pytest.importorskip("tensorflow")
+pytest.importorskip("keras")
+
+from aioge.benchmarks import frontends as fe  # noqa: E402
+from aioge.benchmarks.suite import SuiteConfig, render_markdown  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def section() -> dict:
+    lines: list[str] = []
+    out = fe.frontends(
+        ["torch", "tf"],
+        tf_models=["cnn"],
+        torch_models=["mlp"],
+        torch_references=("eager",),
+        rounds=1,
+        runs=2,
+        progress=lines.append,
+    )
+    assert len(lines) == 2
+    return out
+
+
+def test_one_tiny_model_per_framework_measured(section: dict) -> None:
+    rows = {r["frontend"]: r for r in section["rows"]}
+    assert set(rows) == {"tf", "torch"} and len(section["rows"]) == 2 and section["skipped"] == {}
+    assert rows["tf"]["reference"] == "tf.function" and rows["torch"]["reference"] == "eager"
+    for r in rows.values():
+        assert r["aioge"] > 0 and r["ref"] > 0 and r["compile_s"] > 0
+        assert r["ratio"] == pytest.approx(r["aioge"] / r["ref"])
+        assert r["max_rel_err"] < 1e-4  # aioge's outputs agree with the framework's
+    assert rows["tf"]["ref_compile_s"] > 0 and rows["torch"]["ref_compile_s"] == 0.0  # eager compiles nothing
+
+
+def test_table_and_report(section: dict) -> None:
+    table = fe.frontends_table(section)
+    assert table[0].startswith("| front end | model | reference | aioge ms | reference ms | aioge/reference")
+    assert len(table) == 4 and "| tf | cnn 64x64 | tf.function |" in table[3]
+    results = {
+        "machine": {k: "x" for k in ("date", "cpus", "platform", "python", "aioge", "numpy", "onnx", "onnxruntime")}
+        | {"OPENBLAS_CORETYPE": "", "OPENBLAS_L2_SIZE": ""},
+        "rows": [],
+        "targets": [],
+        "seconds": 1.0,
+        "frontends": section,
+    }
+    assert "\n".join(table) in render_markdown(results)
+
+
+def test_failed_reference_is_a_row_and_missing_framework_a_skip(monkeypatch: pytest.MonkeyPatch) -> None:
+    be = aioge.torch.backend()
+    try:
+        rows = fe._torch_rows("mlp", be, ("no_such_backend",), 1, 1)
+    finally:
+        be.close()
+    assert rows[0]["reference"] == "torch.compile no_such_backend" and rows[0]["aioge"] > 0
+    assert "no_such_backend" in rows[0]["error"] and "ref" not in rows[0] and "ratio" not in rows[0]
+    assert "failed" in fe.frontends_table({"rows": rows})[2]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "keras" else real(name, *a))
+    out = fe.frontends(["tf"])
+    assert out["rows"] == [] and "keras not installed" in out["skipped"]["frontend tf"]
+
+
+def test_config_checks_front_ends() -> None:
+    with pytest.raises(ValueError, match="unknown front ends"):
+        SuiteConfig(frontends=["jax"])
+    with pytest.raises(ValueError, match="frontends_only needs"):
+        SuiteConfig(frontends_only=True)
+
+
+def test_cli_rejects_unknown_front_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    from aioge.cli import main
+
+    assert main(["bench", "--frontends", "jax", "--frontends-only"]) == 2
+    assert "unknown front ends ['jax']" in capsys.readouterr().err
