@@ -1208,11 +1208,11 @@ def serve_workers(argv: Sequence[str], host: str, port: int, workers: int, *, gr
     ``python -m aioge ARGV --worker-fd FD`` that all accept on that socket (each with its own
     Session; the kernel and graph caches lock across processes, so one compiles and the others
     load its result), and supervise them. SIGTERM or SIGINT here is passed on as SIGTERM: each
-    drains and exits, then this returns. A worker that exits on its own (crash, ``--strict``)
+    drains and exits, then this returns. A worker that exits non-zero (crash, ``--strict``)
     stops the others and raises: no restart, the supervisor above (systemd, Kubernetes) decides.
 
     Raises:
-        AiogeError: the port cannot be bound, or a worker exited on its own or non-zero.
+        AiogeError: the port cannot be bound, or a worker exited non-zero.
     """
     import signal
     import socket
@@ -1237,15 +1237,17 @@ def serve_workers(argv: Sequence[str], host: str, port: int, workers: int, *, gr
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     failed: list[str] = []
     try:
-        cmd = [sys.executable, "-m", "aioge", *argv, "--worker-fd", str(sock.fileno())]
+        cmd = [sys.executable, "-P", "-m", "aioge", *argv, "--worker-fd", str(sock.fileno())]
         procs.extend(subprocess.Popen(cmd, pass_fds=(sock.fileno(),)) for _ in range(workers))
         deadline = math.inf
         while any(p.poll() is None for p in procs):
             for i, p in enumerate(procs):
-                if p.returncode is not None and (p.returncode != 0 or not stopping) and not any(str(p.pid) in f for f in failed):
+                if p.returncode is None or (p.returncode == 0 and stopping) or any(str(p.pid) in f for f in failed):
+                    continue
+                if p.returncode:
                     failed.append(f"worker {i + 1} (pid {p.pid}) exited with status {p.returncode}")
                     log.error("%s: stopping the others", failed[-1])
-                    stop()
+                stop()  # status 0: it was signalled itself (Ctrl-C reaches the whole group), so stop them all
             if stopping and deadline == math.inf:
                 deadline = time.monotonic() + graceful_seconds + 10
             if time.monotonic() > deadline:  # past the drain: stop them now

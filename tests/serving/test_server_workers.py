@@ -51,7 +51,8 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def test_workers_share_the_port_compile_once_and_drain_on_sigterm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ctrl_c", [False, True])
+def test_workers_share_the_port_compile_once_and_drain_on_sigterm(tmp_path: Path, ctrl_c: bool) -> None:
     model = _onnx_model(tmp_path / "mlp.onnx")
     port = _free_port()
     graphs = tmp_path / "graphs"
@@ -91,7 +92,10 @@ def test_workers_share_the_port_compile_once_and_drain_on_sigterm(tmp_path: Path
             np.testing.assert_allclose(got, _reference(model, x, y)["out"], rtol=1e-5, atol=1e-6)
         # two rows are a new shape: both workers answered, so one compiled it and the other loaded it
         assert read_graph_stats(graphs)["keys"]["mlp"] == {"hits": 2, "misses": 2}
-        os.kill(proc.pid, signal.SIGTERM)
+        if ctrl_c:  # a terminal's Ctrl-C signals the whole group: the workers see SIGINT, then the parent's SIGTERM
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
         assert "Traceback" not in err and "KeyboardInterrupt" not in err
