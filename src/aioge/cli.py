@@ -972,6 +972,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve_workers(args.argv, args.host, args.port, args.workers, graceful_seconds=args.graceful_seconds)
         return 0
     failures = app.state.load_failures
+    parent = os.getppid()  # a worker whose parent died (SIGKILL) drains and exits, not serves on orphaned
     serve(
         app,
         args.host,
@@ -979,7 +980,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         graceful_seconds=args.graceful_seconds,
         keep_alive=args.keep_alive_timeout,
         read_timeout=args.read_timeout,
-        stop_when=(lambda: bool(failures)) if args.strict else None,
+        stop_when=lambda: (args.strict and bool(failures)) or (args.worker_fd is not None and os.getppid() != parent),
         sock=None if args.worker_fd is None else socket.socket(fileno=args.worker_fd),
     )
     if args.strict and failures:

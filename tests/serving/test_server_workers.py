@@ -132,6 +132,33 @@ def test_a_worker_that_dies_stops_the_others_and_exits_1(tmp_path: Path) -> None
             proc.communicate()
 
 
+def _gone(pid: int) -> bool:
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text(errors="replace")
+    except FileNotFoundError:
+        return True
+
+
+def test_workers_stop_when_the_parent_is_killed(tmp_path: Path) -> None:
+    model = _onnx_model(tmp_path / "mlp.onnx")
+    port = _free_port()
+    proc = _start(model, tmp_path, port)
+    try:
+        _wait_ready(proc, port)
+        workers = _children(proc.pid)
+        assert len(workers) == 2
+        proc.kill()  # no chance to stop them: each sees its parent gone and drains
+        proc.communicate()
+        deadline = time.monotonic() + 30
+        for pid in workers:
+            while not _gone(pid):
+                assert time.monotonic() < deadline, f"worker {pid} still serving after its parent was killed"
+                time.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [(["--workers", "0"], "--workers 0: expected 1 or more"), (["--workers", "2", "--grpc-port", "8001"], "--grpc-port")],
