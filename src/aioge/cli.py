@@ -906,15 +906,21 @@ def _serve_model_options(args: argparse.Namespace) -> dict[str, dict[str, str]]:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve .onnx and .om files over the Open Inference Protocol (KServe v2 REST) until SIGTERM."""
+    import socket
+
     from aioge.errors import AiogeError
 
     try:
-        from aioge.server import SessionBackend, create_app, serve
+        from aioge.server import SessionBackend, create_app, serve, serve_workers
     except ImportError as exc:
         raise AiogeError(f"aioge serve needs the serve extra: pip install 'aioge[serve]' ({exc})") from None
     for flag in ("keep_alive_timeout", "read_timeout", "graceful_seconds"):
         if not getattr(args, flag) > 0:
             raise AiogeError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected a number of seconds above 0")
+    if args.workers < 1:
+        raise AiogeError(f"--workers {args.workers}: expected 1 or more")
+    if args.workers > 1 and args.grpc_port is not None:
+        raise AiogeError("--grpc-port serves from one process: give it without --workers, or run a second aioge serve")
     if args.grpc_port is not None and not 0 < args.grpc_port < 65536:
         raise AiogeError(f"--grpc-port {args.grpc_port}: expected a port from 1 to 65535")
     for flag in ("max_decoding", "max_inflight", "max_body_bytes"):
@@ -953,12 +959,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_port(args.host, args.grpc_port)
     if args.access_log:  # INFO lines of its own logger reach stderr whatever -v says
         logging.getLogger("aioge.access").setLevel(logging.INFO)
-    print(
-        f"aioge serve: {', '.join(sorted(app.state.models))} on http://{args.host}:{args.port} (metrics at /metrics)"
-        + ("" if args.grpc_port is None else f", gRPC on {args.host}:{args.grpc_port}"),
-        flush=True,
-    )
+    if args.worker_fd is not None:  # one of --workers N: log lines name it; the parent printed the banner
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(logging.Formatter("%(levelname)s %(name)s [worker %(process)d]: %(message)s"))
+    else:
+        print(
+            f"aioge serve: {', '.join(sorted(app.state.models))} on http://{args.host}:{args.port} (metrics at /metrics)"
+            + ("" if args.grpc_port is None else f", gRPC on {args.host}:{args.grpc_port}")
+            + (f", {args.workers} workers" if args.workers > 1 else ""),
+            flush=True,
+        )
+    if args.workers > 1 and args.worker_fd is None:
+        serve_workers(args.argv, args.host, args.port, args.workers, graceful_seconds=args.graceful_seconds)
+        return 0
     failures = app.state.load_failures
+    parent = os.getppid()  # a worker whose parent died (SIGKILL) drains and exits, not serves on orphaned
     serve(
         app,
         args.host,
@@ -966,7 +981,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         graceful_seconds=args.graceful_seconds,
         keep_alive=args.keep_alive_timeout,
         read_timeout=args.read_timeout,
-        stop_when=(lambda: bool(failures)) if args.strict else None,
+        stop_when=lambda: (args.strict and bool(failures)) or (args.worker_fd is not None and os.getppid() != parent),
+        sock=None if args.worker_fd is None else socket.socket(fileno=args.worker_fd),
     )
     if args.strict and failures:
         raise AiogeError(
@@ -1000,6 +1016,15 @@ def _add_serve(sub: Any) -> None:
         default=None,
         help="also serve the KServe v2 gRPC service (tritonclient.grpc; Triton uses 8001) on this port; default: off",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes accepting on the one port, each with its own Session (the caches on disk are shared: "
+        "one compiles, the others load). SIGTERM/Ctrl-C drains them all; a worker that dies stops the rest and "
+        "the command exits 1 (no restart). Not with --grpc-port. Default 1",
+    )
+    p.add_argument("--worker-fd", type=int, default=None, help=argparse.SUPPRESS)  # set by --workers for its workers
     p.add_argument(
         "--batch-max-rows", type=int, default=None, help="dynamic batching: most rows stacked into one run (aioge.batch_max_rows)"
     )
@@ -1105,6 +1130,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``aioge`` command; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # aioge serve --workers runs its workers with it
     logging.basicConfig(
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
         format="%(levelname)s %(name)s: %(message)s",

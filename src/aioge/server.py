@@ -1182,8 +1182,10 @@ def serve(
     keep_alive: float = KEEP_ALIVE_SECONDS,
     read_timeout: float = READ_TIMEOUT_SECONDS,
     stop_when: Callable[[], bool] | None = None,
+    sock: Any = None,
 ) -> None:
-    """Run ``app`` under uvicorn until SIGINT (Ctrl-C) or SIGTERM: either stops accepting,
+    """Run ``app`` under uvicorn (on the listening socket ``sock`` when given, else it binds
+    ``host``:``port``) until SIGINT (Ctrl-C) or SIGTERM: either stops accepting,
     gives in-flight requests up to ``graceful_seconds`` to finish, closes the models and
     returns (a second Ctrl-C stops at once). ``stop_when`` (checked ten times a second) true
     stops it the same way (``--strict``: a model failed to load). Timeouts as ``uvicorn_config``."""
@@ -1198,4 +1200,74 @@ def serve(
             return await super().on_tick(counter) or (stop_when is not None and stop_when())
 
     config = uvicorn_config(app, host, port, graceful_seconds=graceful_seconds, keep_alive=keep_alive, read_timeout=read_timeout)
-    Server(config).run()
+    Server(config).run(sockets=None if sock is None else [sock])
+
+
+def serve_workers(argv: Sequence[str], host: str, port: int, workers: int, *, graceful_seconds: float = 30.0) -> None:
+    """``aioge serve --workers N``: bind ``host``:``port`` once, run ``workers`` processes of
+    ``python -m aioge ARGV --worker-fd FD`` that all accept on that socket (each with its own
+    Session; the kernel and graph caches lock across processes, so one compiles and the others
+    load its result), and supervise them. SIGTERM or SIGINT here is passed on as SIGTERM: each
+    drains and exits, then this returns. A worker that exits non-zero (crash, ``--strict``)
+    stops the others and raises: no restart, the supervisor above (systemd, Kubernetes) decides.
+
+    Raises:
+        AiogeError: the port cannot be bound, or a worker exited non-zero.
+    """
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        raise AiogeError(f"--port {port}: cannot listen on {host}:{port} ({exc})") from None
+    sock.set_inheritable(True)
+    stopping: list[int] = []
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def stop(sig: int = signal.SIGTERM, frame: Any = None) -> None:
+        stopping.append(sig)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    failed: list[str] = []
+    try:
+        cmd = [sys.executable, "-P", "-m", "aioge", *argv, "--worker-fd", str(sock.fileno())]
+        procs.extend(subprocess.Popen(cmd, pass_fds=(sock.fileno(),)) for _ in range(workers))
+        deadline = math.inf
+        while any(p.poll() is None for p in procs):
+            for i, p in enumerate(procs):
+                if p.returncode is None or (p.returncode == 0 and stopping) or any(str(p.pid) in f for f in failed):
+                    continue
+                if p.returncode:
+                    failed.append(f"worker {i + 1} (pid {p.pid}) exited with status {p.returncode}")
+                    log.error("%s: stopping the others", failed[-1])
+                stop()  # status 0: it was signalled itself (Ctrl-C reaches the whole group), so stop them all
+            if stopping and deadline == math.inf:
+                deadline = time.monotonic() + graceful_seconds + 10
+            if time.monotonic() > deadline:  # past the drain: stop them now
+                for p in procs:
+                    if p.poll() is None:
+                        log.error("worker pid %d still running %.0f s after SIGTERM: killed", p.pid, graceful_seconds + 10)
+                        p.kill()
+            time.sleep(0.1)
+        failed += [
+            f"worker {i + 1} (pid {p.pid}) exited with status {p.returncode}"
+            for i, p in enumerate(procs)
+            if p.returncode != 0 and not any(str(p.pid) in f for f in failed)
+        ]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        sock.close()
+    if failed:
+        raise AiogeError("aioge serve --workers: " + "; ".join(failed))
