@@ -136,7 +136,9 @@ _REBUILD = "pip install --force-reinstall --no-binary aioge aioge"
 def cpu_flags() -> frozenset[str] | None:
     """The CPU's instruction-set flags from /proc/cpuinfo, or None where it cannot be read."""
     try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+        # utf-8: the one codec every interpreter has loaded (a child that dropped privileges could
+        # not import encodings.ascii from an unreadable stdlib: "unknown encoding: ascii")
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 key, _, value = line.partition(":")
                 if key.strip() in ("flags", "Features"):
