@@ -1189,10 +1189,14 @@ def serve(
     gives in-flight requests up to ``graceful_seconds`` to finish, closes the models and
     returns (a second Ctrl-C stops at once). ``stop_when`` (checked ten times a second) true
     stops it the same way (``--strict``: a model failed to load). Timeouts as ``uvicorn_config``."""
+    import signal
+
     import uvicorn
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.should_exit and sig == signal.SIGTERM:
+                return  # already draining: a SIGTERM asks for that again (a --workers parent passes Ctrl-C on)
             super().handle_exit(sig, frame)
             self._captured_signals.clear()  # drained and closed: a clean exit, not the signal raised again
 
