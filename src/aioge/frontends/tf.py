@@ -38,6 +38,7 @@ from aioge import ops
 from aioge.errors import GraphError, UnsupportedOpError
 from aioge.frontends.onnx_context import KnownValues
 from aioge.ir.graph import Graph, Value
+from aioge.passes.rewrite import add_op
 
 __all__ = ["load_tf"]
 
@@ -245,6 +246,9 @@ class _Builder:
         self.checked: set[str] = set()  # functions whose control-only nodes were reported
         self.arg_shapes: dict[str, list[int] | None] = {}
         self.scope = ""  # a prefix for the constants of an inlined function body
+        # An NHWC value made as Transpose(t, NCHW->NHWC) -> (the value, t): the ops that read it
+        # read t, so a chain of NHWC convs, pointwise ops and pads stays NCHW between transposes.
+        self.nchw: dict[int, tuple[Value, Value]] = {}
 
     def build(self) -> Graph:
         outputs = self._outputs()
@@ -403,7 +407,8 @@ class _Builder:
         args = [self.value(i, node) for i in node.input if not i.startswith("^")]
         try:
             convert = _TF.get(node.op) or (_call if node.op in self.functions else _while)
-            out = convert(_Node(self, node), *args)
+            out = _layout(_Node(self, node), convert, args)
+            out = convert(_Node(self, node), *args) if out is None else out
         except GraphError as exc:
             if exc.node is not None or isinstance(exc, UnsupportedOpError):
                 raise
@@ -571,10 +576,105 @@ def _padding(n: _Node, nhwc: bool) -> dict[str, Any]:
     raise GraphError(f"padding {pad!r} is not supported (SAME, VALID, EXPLICIT)")
 
 
+def _twin(b: _Builder, x: Value) -> Value | None:
+    """The NCHW value ``x`` (NHWC) is a transpose of, or None."""
+    pair = b.nchw.get(id(x))
+    return pair[1] if pair is not None and pair[0] is x else None
+
+
+def _to_nchw(b: _Builder, x: Value) -> Value:
+    twin = _twin(b, x)
+    return twin if twin is not None else ops.transpose(x, perm=_TO_NCHW)
+
+
+def _from_nchw(b: _Builder, t: Value) -> Value:
+    out = ops.transpose(t, perm=_TO_NHWC)  # dead, and dropped, when every reader reads t
+    b.nchw[id(out)] = (out, t)
+    return out
+
+
 def _in_nchw(n: _Node, x: Value, fn: Callable[[Value], Value]) -> Value:
     if not _nhwc(n):
         return fn(x)
-    return ops.transpose(fn(ops.transpose(x, perm=_TO_NCHW)), perm=_TO_NHWC)
+    return _from_nchw(n.builder, fn(_to_nchw(n.builder, x)))
+
+
+# Ops computed per element (after broadcasting): on NCHW inputs they give the NCHW result.
+_POINTWISE = frozenset(
+    "Identity StopGradient Snapshot Add AddV2 Sub Mul RealDiv Maximum Minimum Pow SquaredDifference BiasAdd Neg Abs "
+    "Exp Log Sqrt Rsqrt Square Erf Tanh Sigmoid Relu Relu6 Elu Selu Softplus LeakyRelu FusedBatchNorm "
+    "FusedBatchNormV3".split()
+)
+_SMALL = 4096  # elements: a non-constant operand this small may be transposed to join NCHW
+
+
+def _fold_into_conv(n: _Node, args: list[Value]) -> Value | None:
+    """BiasAdd or inference FusedBatchNorm of a Conv's NCHW result, with constant weights and
+    parameters, as one Conv with scaled weights and a bias (the product taken in float64)."""
+    conv = _twin(n.builder, args[0])
+    conv_node = conv.producer if conv is not None else None
+    if n.node.op not in ("BiasAdd", "FusedBatchNorm", "FusedBatchNormV3") or conv_node is None or conv_node.op_type != "Conv":
+        return None
+    params = [n.maybe_const(a) for a in args[1:5]]
+    w = conv_node.inputs[1].data if conv_node.inputs[1].is_const else None
+    b_in = conv_node.inputs[2] if len(conv_node.inputs) > 2 else None
+    if w is None or any(p is None for p in params) or b_in is not None and not b_in.is_const or n.attr("is_training", False):
+        return None
+    b64 = np.zeros(w.shape[0]) if b_in is None else np.asarray(b_in.data, np.float64)
+    if n.node.op == "BiasAdd":
+        a, shift = np.ones(w.shape[0]), params[0].astype(np.float64).reshape(-1)  # type: ignore[union-attr]
+    else:
+        scale, offset, mean, var = (np.asarray(p, np.float64).reshape(-1) for p in params)
+        a = scale / np.sqrt(var + float(n.attr("epsilon", 1e-3)))
+        shift = offset - mean * a
+    if a.shape != (w.shape[0],) or shift.shape != (w.shape[0],):
+        return None
+    w2 = (w.astype(np.float64) * a.reshape(-1, 1, 1, 1)).astype(w.dtype)
+    g = n.builder.graph
+    inputs = [conv_node.inputs[0], g.constant(w2), g.constant((b64 * a + shift).astype(w.dtype))]
+    return add_op(g, "Conv", inputs, dict(conv_node.attrs)).outputs[0]
+
+
+def _layout(n: _Node, convert: Callable[..., Any], args: list[Value]) -> tuple[Any, ...] | Value | None:
+    """Convert a pointwise op, Pad or reduction reading NHWC values that have NCHW twins on
+    those twins (the result gets a twin of its own); None when it cannot (then as usual)."""
+    b, op = n.builder, n.node.op
+    if not args or _twin(b, args[0]) is None and not (op in _POINTWISE and any(_twin(b, a) is not None for a in args)):
+        return None
+    if op in ("Pad", "PadV2") and n.maybe_const(args[1]) is not None and n.maybe_const(args[1]).shape == (4, 2):
+        p = n.maybe_const(args[1]).astype(np.int64)[_TO_NCHW]
+        value = args[2] if len(args) > 2 else np.asarray(0, args[0].dtype)
+        return _from_nchw(b, ops.pad(_twin(b, args[0]), np.concatenate([p[:, 0], p[:, 1]]), value))
+    if op in ("Mean", "Sum", "Max", "Min") and n.maybe_const(args[1]) is not None:
+        axes = sorted({_TO_NHWC[int(a) % 4] for a in n.maybe_const(args[1]).reshape(-1)})
+        keep = bool(n.attr("keep_dims", False))
+        if not keep and [a for a in _TO_NHWC if a not in axes] != [a for a in range(4) if a not in axes]:
+            return None  # the kept axes would come out in another order
+        out = convert(n, _twin(b, args[0]), b.graph.constant(np.asarray(axes, np.int64)))
+        return _from_nchw(b, out) if keep else out
+    if op not in _POINTWISE:
+        return None
+    folded = _fold_into_conv(n, args)
+    if folded is not None:
+        return (_from_nchw(b, folded),)
+    moved: list[Value | np.ndarray] = []
+    for a in args:
+        twin = _twin(b, a)
+        data = n.maybe_const(a)
+        if twin is not None:
+            moved.append(twin)
+        elif data is not None and data.ndim <= 4:
+            full = data.reshape((1,) * (4 - data.ndim) + data.shape) if data.ndim else data
+            moved.append(np.ascontiguousarray(full.transpose(_TO_NCHW)) if data.ndim else data)
+        elif a.shape is not None and len(a.shape) == 4 and all(isinstance(d, int) for d in a.shape):
+            if int(np.prod(a.shape)) > _SMALL:
+                return None
+            moved.append(ops.transpose(a, perm=_TO_NCHW))
+        else:
+            return None
+    out = convert(n, *[m if isinstance(m, Value) else b.graph.constant(m) for m in moved])
+    outs = out if isinstance(out, tuple) else (out,)
+    return tuple(_from_nchw(b, o) for o in outs)
 
 
 def _filter(w: Value, perm: list[int]) -> Value | np.ndarray:
