@@ -635,10 +635,22 @@ def _fold_into_conv(n: _Node, args: list[Value]) -> Value | None:
     return add_op(g, "Conv", inputs, dict(conv_node.attrs)).outputs[0]
 
 
+def _reshape_to_channels(n: _Node, convert: Callable[..., Any], args: list[Value]) -> Value:
+    """Reshape of [N, C] to [N, 1, 1, C] (a squeeze-and-excite's scales): the same data is
+    [N, C, 1, 1], so the result gets that as its NCHW twin."""
+    x, out = args[0], convert(n, *args)
+    if x.shape is None or len(x.shape) != 2 or out.shape is None or tuple(out.shape) != (x.shape[0], 1, 1, x.shape[1]):
+        return out
+    n.builder.nchw[id(out)] = (out, ops.unsqueeze(x, np.array([2, 3], np.int64)))
+    return out
+
+
 def _layout(n: _Node, convert: Callable[..., Any], args: list[Value]) -> tuple[Any, ...] | Value | None:
     """Convert a pointwise op, Pad or reduction reading NHWC values that have NCHW twins on
     those twins (the result gets a twin of its own); None when it cannot (then as usual)."""
     b, op = n.builder, n.node.op
+    if op == "Reshape":
+        return _reshape_to_channels(n, convert, args)
     if not args or _twin(b, args[0]) is None and not (op in _POINTWISE and any(_twin(b, a) is not None for a in args)):
         return None
     if op in ("Pad", "PadV2") and n.maybe_const(args[1]) is not None and n.maybe_const(args[1]).shape == (4, 2):
@@ -691,6 +703,22 @@ def _conv2d(n: _Node, x: Value, w: Value) -> Value:
     per_group = wshape[2] if wshape is not None and len(wshape) == 4 else None
     if isinstance(channels, int) and isinstance(per_group, int) and 0 < per_group != channels:
         attrs["group"] = channels // per_group  # a grouped convolution: the filter holds C / groups inputs
+    return _conv_nchw(n, x, kernel, attrs)
+
+
+def _conv_nchw(n: _Node, x: Value, kernel: Value | np.ndarray, attrs: dict[str, Any]) -> Value:
+    """Conv of NHWC ``x``; a VALID one reading a zero Pad of H and W (Keras ZeroPadding2D,
+    MobileNet's stride-2 pads) takes the pads itself and reads the Pad's input."""
+    twin = _twin(n.builder, x) if _nhwc(n) and attrs.get("auto_pad") == "VALID" else None
+    pad = twin.producer if twin is not None else None
+    if pad is not None and pad.op_type == "Pad" and pad.attrs.get("mode", "constant") == "constant":
+        p = pad.inputs[1].data if pad.inputs[1] is not None and pad.inputs[1].is_const else None
+        fill = pad.inputs[2] if len(pad.inputs) > 2 else None
+        zero = fill is None or fill.is_const and fill.data is not None and not np.any(fill.data)
+        if p is not None and p.shape == (8,) and zero and len(pad.inputs) < 4 and not p[[0, 1, 4, 5]].any() and p.min() >= 0:
+            pads = [int(v) for v in p[[2, 3, 6, 7]]]
+            rest = {k: v for k, v in attrs.items() if k != "auto_pad"}
+            return _from_nchw(n.builder, ops.conv(pad.inputs[0], kernel, **rest, pads=pads))
     return _in_nchw(n, x, lambda t: ops.conv(t, kernel, **attrs))
 
 
@@ -705,7 +733,7 @@ def _depthwise(n: _Node, x: Value, w: Value) -> Value:
         "group": int(c),
         **_padding(n, nhwc),
     }
-    return _in_nchw(n, x, lambda t: ops.conv(t, kernel, **attrs))
+    return _conv_nchw(n, x, kernel, attrs)
 
 
 def _pool(op: Callable[..., Value]) -> Callable[..., Value]:
