@@ -708,18 +708,26 @@ def _conv2d(n: _Node, x: Value, w: Value) -> Value:
 
 def _conv_nchw(n: _Node, x: Value, kernel: Value | np.ndarray, attrs: dict[str, Any]) -> Value:
     """Conv of NHWC ``x``; a VALID one reading a zero Pad of H and W (Keras ZeroPadding2D,
-    MobileNet's stride-2 pads) takes the pads itself and reads the Pad's input."""
-    twin = _twin(n.builder, x) if _nhwc(n) and attrs.get("auto_pad") == "VALID" else None
-    pad = twin.producer if twin is not None else None
-    if pad is not None and pad.op_type == "Pad" and pad.attrs.get("mode", "constant") == "constant":
+    MobileNet's stride-2 pads), of the NCHW twin or of ``x`` itself, takes the pads and reads
+    the Pad's input."""
+    if not _nhwc(n):
+        return ops.conv(x, kernel, **attrs)
+    twin = _twin(n.builder, x)
+    pad, hw = (twin.producer, [2, 3, 6, 7]) if twin is not None else (x.producer, [1, 2, 5, 6])
+    if (
+        attrs.get("auto_pad") == "VALID"
+        and pad is not None
+        and pad.op_type == "Pad"
+        and pad.attrs.get("mode", "constant") == "constant"
+    ):
         p = pad.inputs[1].data if pad.inputs[1] is not None and pad.inputs[1].is_const else None
         fill = pad.inputs[2] if len(pad.inputs) > 2 else None
         zero = fill is None or fill.is_const and fill.data is not None and not np.any(fill.data)
-        if p is not None and p.shape == (8,) and zero and len(pad.inputs) < 4 and not p[[0, 1, 4, 5]].any() and p.min() >= 0:
-            pads = [int(v) for v in p[[2, 3, 6, 7]]]
+        if p is not None and p.shape == (8,) and zero and len(pad.inputs) < 4 and p.min() >= 0 and p.sum() == p[hw].sum():
+            source = pad.inputs[0] if twin is not None else _to_nchw(n.builder, pad.inputs[0])
             rest = {k: v for k, v in attrs.items() if k != "auto_pad"}
-            return _from_nchw(n.builder, ops.conv(pad.inputs[0], kernel, **rest, pads=pads))
-    return _in_nchw(n, x, lambda t: ops.conv(t, kernel, **attrs))
+            return _from_nchw(n.builder, ops.conv(source, kernel, **rest, pads=[int(v) for v in p[hw]]))
+    return _from_nchw(n.builder, ops.conv(_to_nchw(n.builder, x), kernel, **attrs))
 
 
 def _depthwise(n: _Node, x: Value, w: Value) -> Value:
