@@ -20,8 +20,12 @@ calling the model; load only models you would run. A GraphDef itself is never ru
   (default 2 GiB), or a splat (fewer stored values than its shape) that would expand past
   64 MiB, is a ``GraphError`` naming the node.
 
-NHWC convolutions and pools are wrapped in transposes to aioge's NCHW; their filters are
-transposed once, here. Unknown dims (``-1``) stay symbolic, named ``<input>_<axis>``, unless
+NHWC convolutions and pools run in aioge's NCHW; their filters are transposed once, here.
+A value a conv or pool makes is ``Transpose(t, NCHW->NHWC)`` with ``t`` kept as its NCHW
+twin (``_Builder.nchw``): pointwise ops, BiasAdd, FusedBatchNorm, Pad, spatial reductions
+and the next conv read the twins, so a Keras CNN is transposed once at its input and the
+NHWC transposes nobody reads are dead code. A BiasAdd or inference FusedBatchNorm of a
+conv folds into its weights, and a zero Pad of H and W into the VALID conv after it. Unknown dims (``-1``) stay symbolic, named ``<input>_<axis>``, unless
 ``shapes=`` fixes them. TF2 ``While`` loops whose trip count is known at load time (Keras
 LSTM/GRU over a fixed sequence length) are unrolled from their body ``FunctionDef``.
 """
