@@ -620,7 +620,8 @@ def _fold_into_conv(n: _Node, args: list[Value]) -> Value | None:
     if n.node.op not in ("BiasAdd", "FusedBatchNorm", "FusedBatchNormV3") or conv_node is None or conv_node.op_type != "Conv":
         return None
     params = [n.maybe_const(a) for a in args[1:5]]
-    w = conv_node.inputs[1].data if conv_node.inputs[1].is_const else None
+    w_in = conv_node.inputs[1]
+    w = w_in.data if w_in is not None and w_in.is_const else None
     b_in = conv_node.inputs[2] if len(conv_node.inputs) > 2 else None
     if w is None or any(p is None for p in params) or b_in is not None and not b_in.is_const or n.attr("is_training", False):
         return None
@@ -657,12 +658,13 @@ def _layout(n: _Node, convert: Callable[..., Any], args: list[Value]) -> tuple[A
         return _reshape_to_channels(n, convert, args)
     if not args or _twin(b, args[0]) is None and not (op in _POINTWISE and any(_twin(b, a) is not None for a in args)):
         return None
-    if op in ("Pad", "PadV2") and n.maybe_const(args[1]) is not None and n.maybe_const(args[1]).shape == (4, 2):
-        p = n.maybe_const(args[1]).astype(np.int64)[_TO_NCHW]
+    second = n.maybe_const(args[1]) if len(args) > 1 else None
+    if op in ("Pad", "PadV2") and second is not None and second.shape == (4, 2):
+        p = second.astype(np.int64)[_TO_NCHW]
         value = args[2] if len(args) > 2 else np.asarray(0, args[0].dtype)
         return _from_nchw(b, ops.pad(_twin(b, args[0]), np.concatenate([p[:, 0], p[:, 1]]), value))
-    if op in ("Mean", "Sum", "Max", "Min") and n.maybe_const(args[1]) is not None:
-        axes = sorted({_TO_NHWC[int(a) % 4] for a in n.maybe_const(args[1]).reshape(-1)})
+    if op in ("Mean", "Sum", "Max", "Min") and second is not None:
+        axes = sorted({_TO_NHWC[int(a) % 4] for a in second.reshape(-1)})
         keep = bool(n.attr("keep_dims", False))
         if not keep and [a for a in _TO_NHWC if a not in axes] != [a for a in range(4) if a not in axes]:
             return None  # the kept axes would come out in another order
@@ -683,7 +685,7 @@ def _layout(n: _Node, convert: Callable[..., Any], args: list[Value]) -> tuple[A
             full = data.reshape((1,) * (4 - data.ndim) + data.shape) if data.ndim else data
             moved.append(np.ascontiguousarray(full.transpose(_TO_NCHW)) if data.ndim else data)
         elif a.shape is not None and len(a.shape) == 4 and all(isinstance(d, int) for d in a.shape):
-            if int(np.prod(a.shape)) > _SMALL:
+            if int(np.prod([int(d) for d in a.shape])) > _SMALL:
                 return None
             moved.append(ops.transpose(a, perm=_TO_NCHW))
         else:
@@ -728,7 +730,7 @@ def _conv_nchw(n: _Node, x: Value, kernel: Value | np.ndarray, attrs: dict[str, 
         fill = pad.inputs[2] if len(pad.inputs) > 2 else None
         zero = fill is None or fill.is_const and fill.data is not None and not np.any(fill.data)
         if p is not None and p.shape == (8,) and zero and len(pad.inputs) < 4 and p.min() >= 0 and p.sum() == p[hw].sum():
-            source = pad.inputs[0] if twin is not None else _to_nchw(n.builder, pad.inputs[0])
+            source = pad.inputs[0] if twin is not None or pad.inputs[0] is None else _to_nchw(n.builder, pad.inputs[0])
             rest = {k: v for k, v in attrs.items() if k != "auto_pad"}
             return _from_nchw(n.builder, ops.conv(source, kernel, **rest, pads=[int(v) for v in p[hw]]))
     return _from_nchw(n.builder, ops.conv(_to_nchw(n.builder, x), kernel, **attrs))
