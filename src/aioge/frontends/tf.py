@@ -938,6 +938,17 @@ def _binary(op: Callable[..., Value]) -> Callable[..., Value]:
     return lambda n, a, b: op(a, b)
 
 
+def _mul(n: _Node, a: Value, b: Value) -> Value:
+    """Mul; by a constant 1 that does not broadcast (Keras swish's beta), the other operand,
+    so the SiLU is Mul(x, Sigmoid(x)) for the passes to fuse."""
+    for x, one in ((a, b), (b, a)):
+        c = one.data if one.is_const else None
+        if c is not None and c.size == 1 and c.dtype == x.dtype and x.shape is not None and c.ndim <= len(x.shape):
+            if c.reshape(-1)[0] == 1:
+                return x
+    return ops.mul(a, b)
+
+
 def _relu6(n: _Node, x: Value) -> Value:
     return ops.clip(x, np.asarray(0, x.dtype), np.asarray(6, x.dtype))
 
@@ -1226,7 +1237,7 @@ _TF: dict[str, Callable[..., Any]] = {
     "Add": _binary(ops.add),
     "AddV2": _binary(ops.add),
     "Sub": _binary(ops.sub),
-    "Mul": _binary(ops.mul),
+    "Mul": _mul,
     "RealDiv": _binary(ops.div),
     "Maximum": _binary(ops.max),
     "Minimum": _binary(ops.min),
