@@ -126,6 +126,38 @@ async def test_matches_tensorflow(name: str, frozen: dict[str, Any], tmp_path: P
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
 
 
+def _nhwc_block() -> Any:
+    keras.utils.set_random_seed(0)
+    L = keras.layers
+    x = inp = keras.Input((16, 16, 3))
+    x = L.ZeroPadding2D(1)(x)
+    x = L.Activation("swish")(L.BatchNormalization()(L.Conv2D(8, 3, strides=2)(x)))  # x * sigmoid(1 * x)
+    x = L.ZeroPadding2D(((0, 1), (0, 1)))(x)
+    x = L.ReLU(6.0)(L.BatchNormalization()(L.DepthwiseConv2D(3, strides=2, use_bias=False)(x)))
+    s = L.Reshape((1, 1, 8))(L.GlobalAveragePooling2D()(x))
+    s = L.Conv2D(8, 1, activation="sigmoid")(s)
+    x = L.Add()([x, L.Multiply()([x, s])])
+    return _randomise_batch_norm(keras.Model(inp, L.Dense(4)(L.GlobalAveragePooling2D()(x))), 3)
+
+
+async def test_nhwc_graph_runs_nchw_between_transposes() -> None:
+    # Keras convs are NHWC, aioge's NCHW: only the input is transposed; BN and biases fold into
+    # the convs, the ZeroPadding2D pads into the conv after them, the SE scales stay NCHW;
+    # Keras swish's Mul by beta=1 goes, so the SiLU fuses into its conv.
+    model = _nhwc_block()
+    graph = aioge.load_tf(model)
+    x = np.random.default_rng(2).standard_normal((2, 16, 16, 3)).astype(np.float32)
+    async with aioge.Session() as session:
+        await session.add_graph(1, graph)
+        (got,) = (await session.run_graph(1, {graph.inputs[0].name: x})).values()
+        ops_run = [n.op_type for n in session.compiled(1).nodes]
+    np.testing.assert_allclose(got, model(x, training=False).numpy(), rtol=1e-4, atol=1e-5)
+    assert ops_run.count("Transpose") == 1
+    assert sum(op in ("Conv", "FusedConv") for op in ops_run) == 3
+    assert not {"Pad", "BatchNormalization", "Sub", "Sigmoid", "Swish"} & set(ops_run), ops_run
+    assert ops_run[:3] == ["Transpose", "FusedConv", "FusedConv"]  # swish and Relu6 fused into their convs
+
+
 def test_named_outputs_and_fixed_shapes(frozen: dict[str, Any]) -> None:
     graph_def, _, _ = frozen["mlp"]
     matmuls = [n.name for n in graph_def.node if n.op == "MatMul"]

@@ -20,8 +20,12 @@ calling the model; load only models you would run. A GraphDef itself is never ru
   (default 2 GiB), or a splat (fewer stored values than its shape) that would expand past
   64 MiB, is a ``GraphError`` naming the node.
 
-NHWC convolutions and pools are wrapped in transposes to aioge's NCHW; their filters are
-transposed once, here. Unknown dims (``-1``) stay symbolic, named ``<input>_<axis>``, unless
+NHWC convolutions and pools run in aioge's NCHW; their filters are transposed once, here.
+A value a conv or pool makes is ``Transpose(t, NCHW->NHWC)`` with ``t`` kept as its NCHW
+twin (``_Builder.nchw``): pointwise ops, BiasAdd, FusedBatchNorm, Pad, spatial reductions
+and the next conv read the twins, so a Keras CNN is transposed once at its input and the
+NHWC transposes nobody reads are dead code. A BiasAdd or inference FusedBatchNorm of a
+conv folds into its weights, and a zero Pad of H and W into the VALID conv after it. Unknown dims (``-1``) stay symbolic, named ``<input>_<axis>``, unless
 ``shapes=`` fixes them. TF2 ``While`` loops whose trip count is known at load time (Keras
 LSTM/GRU over a fixed sequence length) are unrolled from their body ``FunctionDef``.
 """
@@ -38,6 +42,7 @@ from aioge import ops
 from aioge.errors import GraphError, UnsupportedOpError
 from aioge.frontends.onnx_context import KnownValues
 from aioge.ir.graph import Graph, Value
+from aioge.passes.rewrite import add_op
 
 __all__ = ["load_tf"]
 
@@ -245,6 +250,9 @@ class _Builder:
         self.checked: set[str] = set()  # functions whose control-only nodes were reported
         self.arg_shapes: dict[str, list[int] | None] = {}
         self.scope = ""  # a prefix for the constants of an inlined function body
+        # An NHWC value made as Transpose(t, NCHW->NHWC) -> (the value, t): the ops that read it
+        # read t, so a chain of NHWC convs, pointwise ops and pads stays NCHW between transposes.
+        self.nchw: dict[int, tuple[Value, Value]] = {}
 
     def build(self) -> Graph:
         outputs = self._outputs()
@@ -403,7 +411,8 @@ class _Builder:
         args = [self.value(i, node) for i in node.input if not i.startswith("^")]
         try:
             convert = _TF.get(node.op) or (_call if node.op in self.functions else _while)
-            out = convert(_Node(self, node), *args)
+            out = _layout(_Node(self, node), convert, args)
+            out = convert(_Node(self, node), *args) if out is None else out
         except GraphError as exc:
             if exc.node is not None or isinstance(exc, UnsupportedOpError):
                 raise
@@ -571,10 +580,119 @@ def _padding(n: _Node, nhwc: bool) -> dict[str, Any]:
     raise GraphError(f"padding {pad!r} is not supported (SAME, VALID, EXPLICIT)")
 
 
+def _twin(b: _Builder, x: Value) -> Value | None:
+    """The NCHW value ``x`` (NHWC) is a transpose of, or None."""
+    pair = b.nchw.get(id(x))
+    return pair[1] if pair is not None and pair[0] is x else None
+
+
+def _to_nchw(b: _Builder, x: Value) -> Value:
+    twin = _twin(b, x)
+    return twin if twin is not None else ops.transpose(x, perm=_TO_NCHW)
+
+
+def _from_nchw(b: _Builder, t: Value) -> Value:
+    out = ops.transpose(t, perm=_TO_NHWC)  # dead, and dropped, when every reader reads t
+    b.nchw[id(out)] = (out, t)
+    return out
+
+
 def _in_nchw(n: _Node, x: Value, fn: Callable[[Value], Value]) -> Value:
     if not _nhwc(n):
         return fn(x)
-    return ops.transpose(fn(ops.transpose(x, perm=_TO_NCHW)), perm=_TO_NHWC)
+    return _from_nchw(n.builder, fn(_to_nchw(n.builder, x)))
+
+
+# Ops computed per element (after broadcasting): on NCHW inputs they give the NCHW result.
+_POINTWISE = frozenset(
+    "Identity StopGradient Snapshot Add AddV2 Sub Mul RealDiv Maximum Minimum Pow SquaredDifference BiasAdd Neg Abs "
+    "Exp Log Sqrt Rsqrt Square Erf Tanh Sigmoid Relu Relu6 Elu Selu Softplus LeakyRelu FusedBatchNorm "
+    "FusedBatchNormV3".split()
+)
+_SMALL = 4096  # elements: a non-constant operand this small may be transposed to join NCHW
+
+
+def _fold_into_conv(n: _Node, args: list[Value]) -> Value | None:
+    """BiasAdd or inference FusedBatchNorm of a Conv's NCHW result, with constant weights and
+    parameters, as one Conv with scaled weights and a bias (the product taken in float64)."""
+    conv = _twin(n.builder, args[0])
+    conv_node = conv.producer if conv is not None else None
+    if n.node.op not in ("BiasAdd", "FusedBatchNorm", "FusedBatchNormV3") or conv_node is None or conv_node.op_type != "Conv":
+        return None
+    params = [n.maybe_const(a) for a in args[1:5]]
+    w_in = conv_node.inputs[1]
+    w = w_in.data if w_in is not None and w_in.is_const else None
+    b_in = conv_node.inputs[2] if len(conv_node.inputs) > 2 else None
+    if w is None or any(p is None for p in params) or b_in is not None and not b_in.is_const or n.attr("is_training", False):
+        return None
+    b64 = np.zeros(w.shape[0]) if b_in is None else np.asarray(b_in.data, np.float64)
+    if n.node.op == "BiasAdd":
+        a, shift = np.ones(w.shape[0]), params[0].astype(np.float64).reshape(-1)  # type: ignore[union-attr]
+    else:
+        scale, offset, mean, var = (np.asarray(p, np.float64).reshape(-1) for p in params)
+        a = scale / np.sqrt(var + float(n.attr("epsilon", 1e-3)))
+        shift = offset - mean * a
+    if a.shape != (w.shape[0],) or shift.shape != (w.shape[0],):
+        return None
+    w2 = (w.astype(np.float64) * a.reshape(-1, 1, 1, 1)).astype(w.dtype)
+    g = n.builder.graph
+    inputs = [conv_node.inputs[0], g.constant(w2), g.constant((b64 * a + shift).astype(w.dtype))]
+    return add_op(g, "Conv", inputs, dict(conv_node.attrs)).outputs[0]
+
+
+def _reshape_to_channels(n: _Node, convert: Callable[..., Any], args: list[Value]) -> Value:
+    """Reshape of [N, C] to [N, 1, 1, C] (a squeeze-and-excite's scales): the same data is
+    [N, C, 1, 1], so the result gets that as its NCHW twin."""
+    x, out = args[0], convert(n, *args)
+    if x.shape is None or len(x.shape) != 2 or out.shape is None or tuple(out.shape) != (x.shape[0], 1, 1, x.shape[1]):
+        return out
+    n.builder.nchw[id(out)] = (out, ops.unsqueeze(x, np.array([2, 3], np.int64)))
+    return out
+
+
+def _layout(n: _Node, convert: Callable[..., Any], args: list[Value]) -> tuple[Any, ...] | Value | None:
+    """Convert a pointwise op, Pad or reduction reading NHWC values that have NCHW twins on
+    those twins (the result gets a twin of its own); None when it cannot (then as usual)."""
+    b, op = n.builder, n.node.op
+    if op == "Reshape":
+        return _reshape_to_channels(n, convert, args)
+    if not args or _twin(b, args[0]) is None and not (op in _POINTWISE and any(_twin(b, a) is not None for a in args)):
+        return None
+    second = n.maybe_const(args[1]) if len(args) > 1 else None
+    if op in ("Pad", "PadV2") and second is not None and second.shape == (4, 2):
+        p = second.astype(np.int64)[_TO_NCHW]
+        value = args[2] if len(args) > 2 else np.asarray(0, args[0].dtype)
+        return _from_nchw(b, ops.pad(_twin(b, args[0]), np.concatenate([p[:, 0], p[:, 1]]), value))
+    if op in ("Mean", "Sum", "Max", "Min") and second is not None:
+        axes = sorted({_TO_NHWC[int(a) % 4] for a in second.reshape(-1)})
+        keep = bool(n.attr("keep_dims", False))
+        if not keep and [a for a in _TO_NHWC if a not in axes] != [a for a in range(4) if a not in axes]:
+            return None  # the kept axes would come out in another order
+        out = convert(n, _twin(b, args[0]), b.graph.constant(np.asarray(axes, np.int64)))
+        return _from_nchw(b, out) if keep else out
+    if op not in _POINTWISE:
+        return None
+    folded = _fold_into_conv(n, args)
+    if folded is not None:
+        return (_from_nchw(b, folded),)
+    moved: list[Value | np.ndarray] = []
+    for a in args:
+        twin = _twin(b, a)
+        data = n.maybe_const(a)
+        if twin is not None:
+            moved.append(twin)
+        elif data is not None and data.ndim <= 4:
+            full = data.reshape((1,) * (4 - data.ndim) + data.shape) if data.ndim else data
+            moved.append(np.ascontiguousarray(full.transpose(_TO_NCHW)) if data.ndim else data)
+        elif a.shape is not None and len(a.shape) == 4 and all(isinstance(d, int) for d in a.shape):
+            if int(np.prod([int(d) for d in a.shape])) > _SMALL:
+                return None
+            moved.append(ops.transpose(a, perm=_TO_NCHW))
+        else:
+            return None
+    out = convert(n, *[m if isinstance(m, Value) else b.graph.constant(m) for m in moved])
+    outs = out if isinstance(out, tuple) else (out,)
+    return tuple(_from_nchw(b, o) for o in outs)
 
 
 def _filter(w: Value, perm: list[int]) -> Value | np.ndarray:
@@ -591,7 +709,31 @@ def _conv2d(n: _Node, x: Value, w: Value) -> Value:
     per_group = wshape[2] if wshape is not None and len(wshape) == 4 else None
     if isinstance(channels, int) and isinstance(per_group, int) and 0 < per_group != channels:
         attrs["group"] = channels // per_group  # a grouped convolution: the filter holds C / groups inputs
-    return _in_nchw(n, x, lambda t: ops.conv(t, kernel, **attrs))
+    return _conv_nchw(n, x, kernel, attrs)
+
+
+def _conv_nchw(n: _Node, x: Value, kernel: Value | np.ndarray, attrs: dict[str, Any]) -> Value:
+    """Conv of NHWC ``x``; a VALID one reading a zero Pad of H and W (Keras ZeroPadding2D,
+    MobileNet's stride-2 pads), of the NCHW twin or of ``x`` itself, takes the pads and reads
+    the Pad's input."""
+    if not _nhwc(n):
+        return ops.conv(x, kernel, **attrs)
+    twin = _twin(n.builder, x)
+    pad, hw = (twin.producer, [2, 3, 6, 7]) if twin is not None else (x.producer, [1, 2, 5, 6])
+    if (
+        attrs.get("auto_pad") == "VALID"
+        and pad is not None
+        and pad.op_type == "Pad"
+        and pad.attrs.get("mode", "constant") == "constant"
+    ):
+        p = pad.inputs[1].data if pad.inputs[1] is not None and pad.inputs[1].is_const else None
+        fill = pad.inputs[2] if len(pad.inputs) > 2 else None
+        zero = fill is None or fill.is_const and fill.data is not None and not np.any(fill.data)
+        if p is not None and p.shape == (8,) and zero and len(pad.inputs) < 4 and p.min() >= 0 and p.sum() == p[hw].sum():
+            source = pad.inputs[0] if twin is not None or pad.inputs[0] is None else _to_nchw(n.builder, pad.inputs[0])
+            rest = {k: v for k, v in attrs.items() if k != "auto_pad"}
+            return _from_nchw(n.builder, ops.conv(source, kernel, **rest, pads=[int(v) for v in p[hw]]))
+    return _from_nchw(n.builder, ops.conv(_to_nchw(n.builder, x), kernel, **attrs))
 
 
 def _depthwise(n: _Node, x: Value, w: Value) -> Value:
@@ -605,7 +747,7 @@ def _depthwise(n: _Node, x: Value, w: Value) -> Value:
         "group": int(c),
         **_padding(n, nhwc),
     }
-    return _in_nchw(n, x, lambda t: ops.conv(t, kernel, **attrs))
+    return _conv_nchw(n, x, kernel, attrs)
 
 
 def _pool(op: Callable[..., Value]) -> Callable[..., Value]:
@@ -794,6 +936,17 @@ def _unary(op: Callable[..., Value]) -> Callable[..., Value]:
 
 def _binary(op: Callable[..., Value]) -> Callable[..., Value]:
     return lambda n, a, b: op(a, b)
+
+
+def _mul(n: _Node, a: Value, b: Value) -> Value:
+    """Mul; by a constant 1 that does not broadcast (Keras swish's beta), the other operand,
+    so the SiLU is Mul(x, Sigmoid(x)) for the passes to fuse."""
+    for x, one in ((a, b), (b, a)):
+        c = one.data if one.is_const else None
+        if c is not None and c.size == 1 and c.dtype == x.dtype and x.shape is not None and c.ndim <= len(x.shape):
+            if c.reshape(-1)[0] == 1:
+                return x
+    return ops.mul(a, b)
 
 
 def _relu6(n: _Node, x: Value) -> Value:
@@ -1084,7 +1237,7 @@ _TF: dict[str, Callable[..., Any]] = {
     "Add": _binary(ops.add),
     "AddV2": _binary(ops.add),
     "Sub": _binary(ops.sub),
-    "Mul": _binary(ops.mul),
+    "Mul": _mul,
     "RealDiv": _binary(ops.div),
     "Maximum": _binary(ops.max),
     "Minimum": _binary(ops.min),
