@@ -42,7 +42,6 @@ from aioge import ops
 from aioge.errors import GraphError, UnsupportedOpError
 from aioge.frontends.onnx_context import KnownValues
 from aioge.ir.graph import Graph, Value
-from aioge.passes.rewrite import add_op
 
 __all__ = ["load_tf"]
 
@@ -637,7 +636,7 @@ def _fold_into_conv(n: _Node, args: list[Value]) -> Value | None:
     w2 = (w.astype(np.float64) * a.reshape(-1, 1, 1, 1)).astype(w.dtype)
     g = n.builder.graph
     inputs = [conv_node.inputs[0], g.constant(w2), g.constant((b64 * a + shift).astype(w.dtype))]
-    return add_op(g, "Conv", inputs, dict(conv_node.attrs)).outputs[0]
+    return ops.apply("Conv", inputs, dict(conv_node.attrs), graph=g)[0]
 
 
 def _reshape_to_channels(n: _Node, convert: Callable[..., Any], args: list[Value]) -> Value:
