@@ -406,3 +406,22 @@ def stalled_saver(directory: str, stall: str, ready: Any) -> None:
     else:
         graph_cache.GraphCache._append = stop  # type: ignore[method-assign]
     cached.save_sync(graph_cache.GraphCache(directory, "stall"), model, g)
+
+
+def rewrite_cache_entry(gc: Path, key: str, graph: aioge.Graph, edit: Any) -> None:
+    """An attacker's edit of graph-cache entry ``key`` in ``gc``: its .om decoded (with the
+    graph's weights, as a hit reads it), changed by ``edit(model)``, encoded again, and the
+    index's sha256 of it updated to match."""
+    from aioge.ir.fingerprint import data_digests
+
+    om = next(gc.glob(f"{key}_*.om"))
+    model = serialize.decode_model(om.read_bytes(), path=str(om), held=dict(data_digests(graph)).get)
+    edit(model)
+    data = serialize.encode_model(model)[0]
+    io.write_atomic_sync(om, data)
+    idx = gc / f"{key}.idx"
+    header, payload = io.open_envelope(idx.read_bytes(), "idx")
+    index = io.unpack(payload)
+    index["cache_file_list"][0]["om_sha256"] = io.open_envelope(data, "om")[0]["sha256"]
+    extra = {k: v for k, v in header.items() if k not in ("format", "kind", "versions", "size", "sha256")}
+    io.write_atomic_sync(idx, io.make_envelope("idx", io.pack(index), extra))

@@ -31,6 +31,7 @@ from aioge.errors import ModelFormatError
 from aioge.options import resolve_options
 from aioge.plan import io, serialize
 from aioge.plan.model import CompiledModel
+from tests.reliability._faults import rewrite_cache_entry
 
 X = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
 W1 = np.cos(np.arange(256 * 256, dtype=np.float32)).reshape(256, 256) / 16
@@ -205,20 +206,8 @@ def test_graph_cache_warns_and_recompiles_a_crafted_entry(name: str, tmp_path: P
     assert anyio.run(run)[1] is False
     assert anyio.run(run)[1] is True  # the real entry hits
     # The attacker rewrites the .om and the index entry's sha256 to match it.
-    om = next((tmp_path / "gc").glob("crafted_*.om"))
-    from aioge.ir.fingerprint import data_digests
-
     # The entry references the graph's weights: it decodes with them, as a hit does.
-    model = serialize.decode_model(om.read_bytes(), path=str(om), held=dict(data_digests(_graph())).get)
-    CRAFTED[name][0](model)
-    data = serialize.encode_model(model)[0]
-    io.write_atomic_sync(om, data)
-    idx = tmp_path / "gc" / "crafted.idx"
-    header, payload = io.open_envelope(idx.read_bytes(), "idx")
-    index = io.unpack(payload)
-    index["cache_file_list"][0]["om_sha256"] = io.open_envelope(data, "om")[0]["sha256"]
-    extra = {k: v for k, v in header.items() if k not in ("format", "kind", "versions", "size", "sha256")}
-    io.write_atomic_sync(idx, io.make_envelope("idx", io.pack(index), extra))
+    rewrite_cache_entry(tmp_path / "gc", "crafted", _graph(), CRAFTED[name][0])
 
     with caplog.at_level(logging.WARNING, logger="aioge"):
         y, hit = anyio.run(run)

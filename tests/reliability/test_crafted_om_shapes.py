@@ -33,6 +33,7 @@ from aioge.plan import io, serialize
 from aioge.plan.kernel import candidates_of
 from aioge.plan.model import CompiledModel
 from tests.reliability import _om_fuzz
+from tests.reliability._faults import rewrite_cache_entry
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_native = pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
@@ -105,8 +106,6 @@ def test_a_conv_stored_smaller_than_its_kernel_writes_is_refused_not_run(tmp_pat
 def test_the_graph_cache_warns_and_recompiles_an_entry_with_a_shrunk_desc(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from aioge.ir.fingerprint import data_digests
-
     opts = {"ge.graph_compiler_cache_dir": str(tmp_path / "gc"), "aioge.tune_mode": "heuristic"}
     (tmp_path / "gc").mkdir(mode=0o700)
     x = np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype(np.float32)
@@ -119,17 +118,7 @@ def test_the_graph_cache_warns_and_recompiles_an_entry_with_a_shrunk_desc(
 
     want, hit = anyio.run(run)
     assert not hit and anyio.run(run)[1]
-    om = next((tmp_path / "gc").glob("attack_*.om"))
-    model = serialize.decode_model(om.read_bytes(), path=str(om), held=dict(data_digests(_conv_graph())).get)
-    _shrunk_conv(model)
-    data = serialize.encode_model(model)[0]
-    io.write_atomic_sync(om, data)
-    idx = tmp_path / "gc" / "attack.idx"  # the index names the new file's sha256
-    header, payload = io.open_envelope(idx.read_bytes(), "idx")
-    index = io.unpack(payload)
-    index["cache_file_list"][0]["om_sha256"] = io.open_envelope(data, "om")[0]["sha256"]
-    extra = {k: v for k, v in header.items() if k not in ("format", "kind", "versions", "size", "sha256")}
-    io.write_atomic_sync(idx, io.make_envelope("idx", io.pack(index), extra))
+    rewrite_cache_entry(tmp_path / "gc", "attack", _conv_graph(), _shrunk_conv)  # the index names the new file's sha256
 
     with caplog.at_level(logging.WARNING, logger="aioge"):
         y, hit = anyio.run(run)
