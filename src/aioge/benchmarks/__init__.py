@@ -57,6 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="front-end section (issue 41): tf,torch (aioge.load_tf vs tf.function; torch.compile aioge vs eager and inductor)",
     )
     p.add_argument("--frontends-only", action="store_true", help="run the front-end section alone")
+    p.add_argument(
+        "--states",
+        default="",
+        help="machine-states section (issue 42): quiet,busy1,busy4 (each side alone in its own process, beside N busy ones)",
+    )
+    p.add_argument("--states-models", default=None, help="real-weights models for --states (default: five of them)")
+    p.add_argument("--states-only", action="store_true", help="run the machine-states section alone")
     p.add_argument("--json-only", metavar="PATH", default=None, help="write the raw figures to PATH, no RESULTS.md")
     p.add_argument(
         "--serve",
@@ -83,7 +90,11 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
         chain=args.chain,
         frontends=[f for f in args.frontends.split(",") if f],
         frontends_only=args.frontends_only,
+        states=[s for s in args.states.split(",") if s],
+        states_only=args.states_only,
     )
+    if args.states_models is not None:
+        cfg.states_models = [m for m in args.states_models.split(",") if m]
     if args.quick:
         cfg.rounds, cfg.runs, cfg.concurrency_rounds = 3, 3, 2
         cfg.concurrency_workloads = ["mlp", "squeezenet"]

@@ -4,6 +4,9 @@
   ``build_graph`` (a compile, a kernel-cache hit or a graph-cache load), first ``run_graph``;
 - ``ort``: import onnxruntime, create an ``InferenceSession``, first run.
 
+With ``"runs": N`` in the spec, either side then runs untimed for ``warm_s`` seconds and times N
+runs back to back (``run_s``): the machine-states section's process-alone figures.
+
 Run by path, not with ``-m``, so that the aioge package is not imported before this file
 starts timing: both sides import numpy and onnx first (for the feeds), then time their own
 import (``import_s``: aioge with every module a run needs, which it would otherwise import
@@ -40,6 +43,28 @@ def _feeds(path: str) -> dict[str, Any]:
     return feeds
 
 
+def _as_async(fn: Any) -> Any:
+    async def call() -> Any:
+        return fn()
+
+    return call
+
+
+async def _timed_runs_async(call: Any, spec: dict[str, Any]) -> list[float]:
+    """``spec["runs"]`` timed calls after ``spec["warm_s"]`` seconds of untimed ones ([] without runs)."""
+    if not spec.get("runs"):
+        return []
+    end = time.perf_counter() + spec.get("warm_s", 0.5)
+    while time.perf_counter() < end:
+        await call()
+    times = []
+    for _ in range(spec["runs"]):
+        t = time.perf_counter()
+        await call()
+        times.append(time.perf_counter() - t)
+    return times
+
+
 def run_aioge(spec: dict[str, Any]) -> dict[str, Any]:
     feeds = _feeds(spec["model"])
     before = sum(1 for m in sys.modules if m == "aioge" or m.startswith("aioge."))  # 0 when run by path
@@ -63,6 +88,7 @@ def run_aioge(spec: dict[str, Any]) -> dict[str, Any]:
             out = await session.run_graph(1, feeds)
             marks["first_run_s"] = time.perf_counter()
             stats = session.compiled(1).summary()["stats"]
+            runs = await _timed_runs_async(lambda: session.run_graph(1, feeds), spec)
         prev = t_import
         steps = {}
         for k, v in marks.items():
@@ -78,6 +104,7 @@ def run_aioge(spec: dict[str, Any]) -> dict[str, Any]:
             "graph_cache_hit": stats["graph_cache_hit"],
             "kernels_compiled": stats["kernels_compiled"],
             "kernel_cache_hits": stats["kernel_cache_hits"],
+            "run_s": runs,
         }
 
     return anyio.run(go)
@@ -95,12 +122,16 @@ def run_ort(spec: dict[str, Any]) -> dict[str, Any]:
     t_create = time.perf_counter()
     out = sess.run(None, feeds)
     t_run = time.perf_counter()
+    import anyio  # after the timed start: aioge's side imports it before its clock too
+
+    runs = anyio.run(_timed_runs_async, _as_async(lambda: sess.run(None, feeds)), spec)
     return {
         "import_s": t_import - t0,
         "create_s": t_create - t_import,
         "first_run_s": t_run - t_create,
         "start_s": t_run - t_import,
         "checksum": float(out[0].astype("float64").sum()),
+        "run_s": runs,
     }
 
 

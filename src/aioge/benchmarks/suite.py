@@ -28,6 +28,7 @@ from aioge.benchmarks import measure
 from aioge.benchmarks.frontends import FRONTENDS, frontends, frontends_table
 from aioge.benchmarks.real_models import real_available, real_model_path
 from aioge.benchmarks.serving import SERVING_WORKLOADS, serving
+from aioge.benchmarks.states import STATE_MODELS, STATES, states, states_table
 from aioge.benchmarks.workloads import ALL, BUILDER, LIGHT, LIGHT_NODUP, REAL, Workload, expand_names, light_dir, load_workloads
 
 __all__ = ["SERVING_BATCHED_VS_ORT", "SuiteConfig", "TARGETS", "evaluate_targets", "run_suite", "write_results"]
@@ -49,6 +50,10 @@ TARGETS = {
     "real_max_vs_ort": 2.5,  # ... and on each of them
     "light_nodup_geomean_vs_ort": 1.3,  # light/ with DuplicateFilterPass off
     "builder_max_vs_ort": 2.0,  # mlp, cnn, transformer, each
+    # issue 42, the machine-states section: each side alone in its process
+    "quiet_solo_geomean_vs_ort": 0.95,
+    "quiet_solo_max_vs_ort": 1.3,
+    "busy_vs_quiet_ratio": 1.2,  # a model's aioge/ort ratio on a busy machine over its quiet one
 }
 SERVING_BATCHED_VS_ORT = {"mlp": 2.0, "transformer": 2.0, "cnn": 1.0}  # req/s with batching on, per model
 
@@ -76,6 +81,9 @@ class SuiteConfig:
     serving_rounds: int = 3
     frontends: list[str] = field(default_factory=list)  # issue 41: "tf", "torch"; empty: no front-end section
     frontends_only: bool = False  # the front-end section alone
+    states: list[str] = field(default_factory=list)  # issue 42: "quiet", "busy1", "busy4"; empty: no such section
+    states_models: list[str] = field(default_factory=lambda: list(STATE_MODELS))  # real-weights names
+    states_only: bool = False  # the machine-states section alone
 
     def __post_init__(self) -> None:
         self.concurrency = tuple(int(c) for c in self.concurrency)
@@ -95,6 +103,10 @@ class SuiteConfig:
         unknown = sorted(set(self.workloads) - set(ALL))
         if unknown:
             raise ValueError(f"unknown workloads {unknown}; expected some of {list(ALL)}")
+        if sorted(set(self.states) - set(STATES)) or (self.states_only and not self.states):
+            raise ValueError(f"machine states must be some of {list(STATES)}, not {self.states}")
+        if sorted(set(self.states_models) - set(REAL)):
+            raise ValueError(f"machine-states models must be real-weights models {sorted(REAL)}, not {self.states_models}")
         missing = [m for m in self.startup_models if m not in REAL and not os.path.isfile(_startup_path(m))]
         if missing:
             raise ValueError(
@@ -390,6 +402,18 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         add(f"serving {w}: loop lag p99 ms", r["lag_p99_ms"], TARGETS["serving_lag_p99_ms"], False, "batched bursts")
         gc = f"batched bursts; longest GC pause {r.get('gc_max_ms', 0.0):.1f} ms"
         add(f"serving {w}: loop lag max ms", r["lag_max_ms"], TARGETS["serving_lag_max_ms"], False, gc)
+    section = results.get("states") or {"rows": []}
+    quiet = [r for r in section["rows"] if r["state"] == "quiet"]
+    worst = max(quiet, key=lambda r: r["ratio"], default=None)
+    add("quiet solo geomean aioge/ort", measure.geomean([r["ratio"] for r in quiet]) if quiet else None,
+        TARGETS["quiet_solo_geomean_vs_ort"], False, f"over {len(quiet)} models, each side alone in its process")  # fmt: skip
+    add("quiet solo max aioge/ort", worst["ratio"] if worst else None, TARGETS["quiet_solo_max_vs_ort"], False,
+        worst["model"] if worst else "")  # fmt: skip
+    for state in sorted({r["state"] for r in section["rows"]} - {"quiet"}):
+        busy = [r for r in section["rows"] if r["state"] == state and r["vs_quiet"] is not None]
+        top = max(busy, key=lambda r: r["vs_quiet"], default=None)
+        add(f"{state}: max aioge/ort ratio over its quiet one", top["vs_quiet"] if top else None,
+            TARGETS["busy_vs_quiet_ratio"], False, top["model"] if top else "")  # fmt: skip
     for st in results.get("startup") or []:
         add(
             f"fresh-process start {st['model']}: aioge (graph cache) / ort (create + first run)",
@@ -399,6 +423,14 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "",
         )
     return checks
+
+
+def _states(cfg: SuiteConfig, progress: Callable[[str], None]) -> dict[str, Any]:
+    why = real_available()
+    if why:
+        raise RuntimeError(f"the machine-states section runs the real-weights models: {why}")
+    models = {m: str(real_model_path(m)) for m in cfg.states_models}
+    return states(cfg.states, models, rounds=cfg.rounds, runs=4 * cfg.runs, progress=progress)
 
 
 def _print_progress(line: str) -> None:
@@ -453,10 +485,13 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
     try:
         t0 = time.perf_counter()
         skipped: dict[str, str] = {}
-        if cfg.frontends_only:
-            section = frontends(cfg.frontends, rounds=cfg.rounds, runs=cfg.runs, progress=on_workload)
-            alone: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "rows": [], "skipped": section["skipped"]}
-            alone["frontends"] = section
+        if cfg.frontends_only or cfg.states_only:
+            alone: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "rows": [], "skipped": {}}
+            if cfg.frontends_only:
+                alone["frontends"] = frontends(cfg.frontends, rounds=cfg.rounds, runs=cfg.runs, progress=on_workload)
+                alone["skipped"] = alone["frontends"]["skipped"]
+            if cfg.states_only:
+                alone["states"] = _states(cfg, on_workload)
             alone["targets"] = evaluate_targets(alone)
             alone["seconds"] = time.perf_counter() - t0
             return alone
@@ -475,6 +510,8 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
         if cfg.frontends:
             results["frontends"] = frontends(cfg.frontends, rounds=cfg.rounds, runs=cfg.runs, progress=on_workload)
             skipped.update(results["frontends"]["skipped"])
+        if cfg.states:
+            results["states"] = _states(cfg, on_workload)
         if cfg.blas_variant:
             results["blas_variant"] = _blas_variant(cfg, [r["workload"] for r in rows if r["workload"] in LIGHT])
         results["targets"] = evaluate_targets(results)
@@ -721,6 +758,9 @@ def render_markdown(results: dict[str, Any]) -> str:
             rows,
         )
         out += ["", f"Outputs agree across processes: {st['checksums_agree']}."]
+    if results.get("states"):
+        out += ["", "## Machine states (issue 42): each side alone, quiet and beside busy processes", ""]
+        out += states_table(results["states"])
     if results.get("frontends"):
         out += ["", "## Front ends (issue 41): aioge.load_tf and aioge.torch.backend() beside TensorFlow and PyTorch", ""]
         out += frontends_table(results["frontends"])
