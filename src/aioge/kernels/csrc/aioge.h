@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 17
+#define AIOGE_ABI 18
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -151,6 +151,8 @@ int aioge_job(int job, const int64_t *args, int64_t lo, int64_t hi);
 int aioge_par_run(int job, const int64_t *args, int64_t total, int split);
 int aioge_run_jobs(const int64_t *entries, int64_t n, int split, int64_t *failed);
 int aioge_par_helpers(void);
+int64_t aioge_par_backoff(int64_t caller_ns, int64_t mine, int64_t wait_ns, int64_t now);
+void aioge_par_stats(int64_t *out);
 
 /* affinity.c */
 int aioge_allowed_cpus(void);
