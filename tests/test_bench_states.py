@@ -30,10 +30,11 @@ def test_each_side_runs_alone_in_its_own_process_quiet_and_beside_a_busy_one(tmp
 
     def spy(mode: str, spec: dict, **kw: object) -> dict:
         calls.append((mode, spec["runs"], _spinners()))  # the state's busy processes run beside
+        assert spec["pause_s"] == (0.01 if spec["runs"] else 0.0)
         return real(mode, spec, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(measure, "fresh_process", spy)
-    section = states.states(["quiet", "busy1"], {"mlp": str(path)}, rounds=1, runs=3)
+    section = states.states(["quiet", "busy1"], {"mlp": str(path)}, rounds=1, runs=3, pause_s=0.01)
     # One compiling process first, then per state: aioge alone, then onnxruntime alone.
     assert calls == [("aioge", 0, 0), ("aioge", 3, 0), ("ort", 3, 0), ("aioge", 3, 1), ("ort", 3, 1)]
     assert _spinners() == 0  # killed with their state
@@ -48,12 +49,14 @@ def test_each_side_runs_alone_in_its_own_process_quiet_and_beside_a_busy_one(tmp
     assert checks["quiet solo max aioge/ort"]["figure"] == quiet["ratio"]
     assert checks["busy1: max aioge/ort ratio over its quiet one"]["figure"] == busy["vs_quiet"]
     table = "\n".join(states.states_table(section))
-    assert "| mlp | busy1 |" in table and f"{busy['ratio']:.2f}" in table
+    assert "| mlp | busy1 |" in table and f"{busy['ratio']:.2f}" in table and "10 ms apart" in table
 
 
 def test_unknown_states_and_models_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ValueError, match=r"machine states must be some of \['quiet', 'busy1', 'busy4'\]"):
         SuiteConfig(states=["idle"])
+    with pytest.raises(ValueError, match="states_pause_ms must be at least 0"):
+        SuiteConfig(states=["quiet"], states_pause_ms=-1)
     with pytest.raises(ValueError, match="machine-states models must be real-weights models"):
         SuiteConfig(states=["quiet"], states_models=["mlp"])
     assert main(["bench", "--states-only"]) == 2

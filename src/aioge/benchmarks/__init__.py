@@ -64,6 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--states-models", default=None, help="real-weights models for --states (default: five of them)")
     p.add_argument("--states-only", action="store_true", help="run the machine-states section alone")
+    p.add_argument("--states-pause-ms", type=float, default=0.0, help="pause before each timed run of --states (sporadic calls)")
     p.add_argument("--json-only", metavar="PATH", default=None, help="write the raw figures to PATH, no RESULTS.md")
     p.add_argument(
         "--serve",
@@ -92,6 +93,7 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
         frontends_only=args.frontends_only,
         states=[s for s in args.states.split(",") if s],
         states_only=args.states_only,
+        states_pause_ms=args.states_pause_ms,
     )
     if args.states_models is not None:
         cfg.states_models = [m for m in args.states_models.split(",") if m]

@@ -5,7 +5,8 @@
 - ``ort``: import onnxruntime, create an ``InferenceSession``, first run.
 
 With ``"runs": N`` in the spec, either side then runs untimed for ``warm_s`` seconds and times N
-runs back to back (``run_s``): the machine-states section's process-alone figures.
+runs (``run_s``), back to back or ``pause_s`` apart (a caller's sporadic requests: each run then
+starts with the side's threads asleep): the machine-states section's process-alone figures.
 
 Run by path, not with ``-m``, so that the aioge package is not imported before this file
 starts timing: both sides import numpy and onnx first (for the feeds), then time their own
@@ -59,6 +60,8 @@ async def _timed_runs_async(call: Any, spec: dict[str, Any]) -> list[float]:
         await call()
     times = []
     for _ in range(spec["runs"]):
+        if spec.get("pause_s"):
+            time.sleep(spec["pause_s"])  # blocking on purpose: the process has nothing else to do
         t = time.perf_counter()
         await call()
         times.append(time.perf_counter() - t)

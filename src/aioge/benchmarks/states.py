@@ -3,7 +3,8 @@ what a service sharing its machine sees.
 
 Each side runs **alone in its own process** (``child.py`` with ``runs``): aioge loads the model
 from the graph cache a first process compiled into, onnxruntime creates its session, each warms
-up for ``WARM_S`` and times ``runs`` runs back to back. The processes alternate (aioge, ort,
+up for ``WARM_S`` and times ``runs`` runs, back to back or ``pause_s`` apart (sporadic
+requests: each run starts with the side's threads asleep). The processes alternate (aioge, ort,
 aioge, ...) ``rounds`` times, so drift on a shared host hits both alike; nothing of one side
 (onnxruntime's spinning pool threads, aioge's lanes) is alive while the other runs.
 
@@ -33,10 +34,11 @@ WARM_S = 0.5
 _SPIN = "while True: pass"
 
 
-def _side(mode: str, model: str, cache: str, runs: int) -> list[float]:
+def _side(mode: str, model: str, cache: str, runs: int, pause_s: float = 0.0) -> list[float]:
     spec = {
         "model": model,
         "runs": runs,
+        "pause_s": pause_s,
         "warm_s": WARM_S,
         "options": {"ge.graph_compiler_cache_dir": cache},
         "graph_options": {"ge.graph_key": os.path.basename(model).removesuffix(".onnx")},
@@ -64,6 +66,7 @@ def states(
     *,
     rounds: int = 3,
     runs: int = 20,
+    pause_s: float = 0.0,
     progress: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
     """Rows per model and state; ``models`` maps a name to its .onnx path."""
@@ -82,7 +85,7 @@ def states(
                     samples: dict[str, list[float]] = {"aioge": [], "ort": []}
                     for _ in range(rounds):
                         for side in samples:
-                            samples[side] += _side(side, path, cache, runs)
+                            samples[side] += _side(side, path, cache, runs, pause_s)
                     rows.append(_row(name, state, samples))
                     progress(f"states {name} {state}: aioge/ort {rows[-1]['ratio']:.2f}")
             finally:
@@ -92,14 +95,15 @@ def states(
     quiet = {r["model"]: r["ratio"] for r in rows if r["state"] == "quiet"}
     for r in rows:
         r["vs_quiet"] = r["ratio"] / quiet[r["model"]] if r["model"] in quiet else None
-    return {"rows": rows, "rounds": rounds, "runs": runs}
+    return {"rows": rows, "rounds": rounds, "runs": runs, "pause_s": pause_s}
 
 
 def states_table(section: dict[str, Any]) -> list[str]:
     """The section's markdown lines."""
+    pause = f" {section['pause_s'] * 1e3:.0f} ms apart" if section.get("pause_s") else " back to back"
     out = [
         f"Each side alone in its own process, processes alternating, {section['rounds']} rounds of "
-        f"{section['runs']} runs; busyN: N CPU-bound processes beside. Times in ms.",
+        f"{section['runs']} runs{pause}; busyN: N CPU-bound processes beside. Times in ms.",
         "",
         "| model | state | aioge median | aioge best | ort median | ort best | aioge/ort | x quiet ratio |",
         "|---|---|---|---|---|---|---|---|",

@@ -84,6 +84,7 @@ class SuiteConfig:
     states: list[str] = field(default_factory=list)  # issue 42: "quiet", "busy1", "busy4"; empty: no such section
     states_models: list[str] = field(default_factory=lambda: list(STATE_MODELS))  # real-weights names
     states_only: bool = False  # the machine-states section alone
+    states_pause_ms: float = 0.0  # between the timed runs of a machine-states process (0: back to back)
 
     def __post_init__(self) -> None:
         self.concurrency = tuple(int(c) for c in self.concurrency)
@@ -105,6 +106,8 @@ class SuiteConfig:
             raise ValueError(f"unknown workloads {unknown}; expected some of {list(ALL)}")
         if sorted(set(self.states) - set(STATES)) or (self.states_only and not self.states):
             raise ValueError(f"machine states must be some of {list(STATES)}, not {self.states}")
+        if self.states_pause_ms < 0:
+            raise ValueError(f"states_pause_ms must be at least 0, not {self.states_pause_ms}")
         if sorted(set(self.states_models) - set(REAL)):
             raise ValueError(f"machine-states models must be real-weights models {sorted(REAL)}, not {self.states_models}")
         missing = [m for m in self.startup_models if m not in REAL and not os.path.isfile(_startup_path(m))]
@@ -430,7 +433,8 @@ def _states(cfg: SuiteConfig, progress: Callable[[str], None]) -> dict[str, Any]
     if why:
         raise RuntimeError(f"the machine-states section runs the real-weights models: {why}")
     models = {m: str(real_model_path(m)) for m in cfg.states_models}
-    return states(cfg.states, models, rounds=cfg.rounds, runs=4 * cfg.runs, progress=progress)
+    pause = cfg.states_pause_ms / 1e3
+    return states(cfg.states, models, rounds=cfg.rounds, runs=4 * cfg.runs, pause_s=pause, progress=progress)
 
 
 def _print_progress(line: str) -> None:
