@@ -64,9 +64,9 @@ SIDEWAYS: dict[tuple[str, str], tuple[set[str], str]] = {
 # Narrower than the floor: what these packages may import, of everything below them.
 NARROWER: dict[str, tuple[set[str], str]] = {
     "cache": ({"plan", "keys", "errors", "_util"}, "the cache stores and loads by key; it never interprets a graph"),
-    "runtime": ({"plan", "ir", "ops", "kernels", "errors"}, "the runtime binds plans; it never plans nor reads options"),
+    "runtime": ({"plan", "ir", "ops", "kernels", "errors", "_util"}, "the runtime binds plans; it never plans nor reads options"),
     "plan": (
-        {"errors", "ir", "keys", "ops", "kernels", "engines"},
+        {"errors", "_util", "ir", "keys", "ops", "kernels", "engines"},
         "plans are data; an .om checks its kernels against the op schemas",
     ),
     "keys": ({"ir", "options", "_version"}, "keys are built from named parts"),

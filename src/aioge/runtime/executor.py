@@ -25,7 +25,6 @@ is such an error too (GE's overflow check). Kernels compute IEEE special values 
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import logging
 import threading
@@ -37,8 +36,8 @@ from typing import Any, Mapping
 import anyio
 import anyio.lowlevel
 import numpy as np
-import sniffio
 
+from aioge._util import backend
 from aioge.errors import SessionClosedError
 from aioge.ir.desc import numpy_dtype
 from aioge.kernels.parallel import cpu_tokens, lend_tokens, return_tokens
@@ -284,7 +283,7 @@ class Executable:
     def _contended(self) -> bool:
         """Whether another caller ran this executable within ``CONTENDED_S`` (a lone caller's
         runs stay inline: a lane hand-off per run would cost it a thread wake-up each)."""
-        caller, now = _caller(), time.perf_counter()
+        caller, now = backend.current().task(), time.perf_counter()
         if caller != self._last_caller and now - self._last_at < CONTENDED_S:
             self._contended_until = now + CONTENDED_S
         self._last_caller, self._last_at = caller, now
@@ -499,18 +498,6 @@ class Executable:
         return out
 
 
-def _caller() -> int:
-    """The current task's identity (asyncio or trio), 0 elsewhere."""
-    lib = sniffio.current_async_library()
-    if lib == "asyncio":
-        return id(asyncio.current_task())
-    if lib == "trio":
-        import trio
-
-        return id(trio.lowlevel.current_task())
-    return 0
-
-
 def _execute(ctx: Context, program: Program, trace: list[TraceSpan] | None) -> None:
     """Run one thread's program (one or more streams) here; a kernel error aborts the run and
     is recorded on it, never raised. Trace spans carry each node's own stream."""
@@ -580,12 +567,7 @@ class _InlineBudget(threading.local):
         if self.pending:
             return
         self.pending = True  # the budget comes back in the running loop's next turn
-        if sniffio.current_async_library() == "trio":
-            import trio
-
-            trio.lowlevel.current_trio_token().run_sync_soon(self._reset)
-        else:
-            asyncio.get_running_loop().call_soon(self._reset)
+        backend.current().call_soon(self._reset)
 
     def _reset(self) -> None:
         self.used, self.pending = 0.0, False

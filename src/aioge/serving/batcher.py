@@ -29,18 +29,16 @@ among n costs about 2 log2(n) more runs, a batch that fails whatever its rows 2n
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass
-from functools import partial
 from typing import Awaitable, Callable, Mapping
 
 import anyio
 import numpy as np
-import sniffio
 
-from aioge.runtime.workers import Event, FutureEvent, RunGate
+from aioge._util import backend
+from aioge.runtime.workers import Event, RunGate
 
 __all__ = ["PROBE_EVERY", "SHARED_SLOWDOWN", "SPLIT_AFTER", "BatchStats", "Batcher"]
 
@@ -157,10 +155,7 @@ class Batcher:
         """
         wake = self._wake
         if wake is None:  # not anyio.Event(): it looks the backend up, per call (a session runs on one loop)
-            if sniffio.current_async_library() == "asyncio":
-                wake = self._wake = partial(FutureEvent, asyncio.get_running_loop())
-            else:
-                wake = self._wake = type(anyio.Event())
+            wake = self._wake = backend.current().event_factory()
         req = _Request(arrays, rows, time.perf_counter(), wake())  # not anyio.current_time(): a look-up too
         self._queue.append(req)
         self._queued_rows += rows
