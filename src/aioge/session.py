@@ -28,6 +28,7 @@ from aioge.plan.model import CompiledModel
 from aioge.runtime.blas import configure_blas
 from aioge.runtime.devices import DevicePool
 from aioge.runtime.executor import Executable, TraceSpan
+from aioge.runtime.schedule import Placement
 from aioge.runtime.workers import EngineWorkers, RunGate
 from aioge.serving.batcher import Batcher, BatchStats
 from aioge.serving.gears import GearSet, batched_outputs, gear_set, gear_set_of_model, pad_rows
@@ -394,8 +395,7 @@ class Session:
         exe: Executable,
         arrays: dict[str, np.ndarray],
         trace: str | os.PathLike[str] | None = None,
-        inline: bool = True,
-        alone: bool = False,
+        placement: Placement = Placement.QUEUE,
     ) -> dict[str, np.ndarray]:
         _, runs = self._limiters()
         workers = self._engines.workers
@@ -406,11 +406,9 @@ class Session:
         await runs.enter()
         try:
             self._check_open(entry.graph.name)
-            if devices is not None and spans is None and entry.resolved.exec_mode == "sink" and devices.eligible(exe):
-                return await devices.run(exe, arrays, entry.resolved.exec_threads)
             start = anyio.current_time() if spans is not None else 0.0
             outputs = await exe.run(
-                arrays, mode=entry.resolved.exec_mode, workers=workers, trace=spans, inline=inline, alone=alone
+                arrays, mode=entry.resolved.exec_mode, workers=workers, trace=spans, placement=placement, devices=devices
             )
         finally:
             runs.leave()
@@ -784,8 +782,7 @@ class Session:
         entry: _GraphEntry,
         arrays: dict[str, np.ndarray],
         trace: str | os.PathLike[str] | None = None,
-        inline: bool = True,
-        alone: bool = False,
+        placement: Placement = Placement.QUEUE,
     ) -> dict[str, np.ndarray]:
         """Run checked feeds padded along dim 0 to the smallest gear or batch size that holds
         them; outputs sliced back to their rows."""
@@ -804,7 +801,7 @@ class Session:
                 arrays = {n: pad_rows(a, size) for n, a in arrays.items()}
             signature = tuple((v.name, arrays[v.name].shape) for v in entry.graph.inputs)
         exe = await self._executable(entry, signature)
-        outputs = await self._run_exe(entry, exe, arrays, trace, inline, alone)
+        outputs = await self._run_exe(entry, exe, arrays, trace, placement)
         if size is not None and size != rows:
             outputs = {n: o[:rows] if n in entry.batched else o for n, o in outputs.items()}
         return outputs
@@ -815,7 +812,7 @@ class Session:
         each way: the builder MLP's 64-row batches took 0.30 ms inline against 0.42 on a
         lane), else on the first lane, splitting its big jobs over an idle core. Otherwise
         whole on a lane of its own, beside the other batches."""
-        return await self._run_padded(entry, arrays, inline=alone, alone=alone)
+        return await self._run_padded(entry, arrays, placement=Placement.INLINE if alone else Placement.LANE_WHOLE)
 
     def _max_rows(self, entry: _GraphEntry) -> int:
         max_rows = entry.resolved.batch_max_rows

@@ -38,6 +38,7 @@ import anyio
 import numpy as np
 
 from aioge._util import backend
+from aioge.runtime.schedule import PROBE_EVERY, SHARED_SLOWDOWN, SPLIT_AFTER
 from aioge.runtime.workers import Event, RunGate
 
 __all__ = ["PROBE_EVERY", "SHARED_SLOWDOWN", "SPLIT_AFTER", "BatchStats", "Batcher"]
@@ -46,14 +47,6 @@ __all__ = ["PROBE_EVERY", "SHARED_SLOWDOWN", "SPLIT_AFTER", "BatchStats", "Batch
 Runner = Callable[[dict[str, np.ndarray], bool], Awaitable[dict[str, np.ndarray]]]
 
 _DELAYS_KEPT = 4096  # queue delays kept for the percentiles: the latest ones
-# Batches that would run this long (seconds, at the recent seconds per row) are split over
-# idle slots. A split costs a lane hand-off (about 0.1 ms) and, on small models, efficiency:
-# the MLP example's rows cost 8.6 us each in batches of 32 against 5.7 in batches of 64, so
-# with no idle core (a loaded machine) its split batches served 30-40% fewer requests, while a
-# CNN's 64 rows take 6 ms and halve on two cores.
-SPLIT_AFTER = 0.004
-SHARED_SLOWDOWN = 1.5  # splits pay while rows of overlapping batches run at most this much slower
-PROBE_EVERY = 16  # every 16th slow batch goes the other way (split or whole), to measure both again
 
 
 @dataclass(frozen=True, slots=True)
