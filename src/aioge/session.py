@@ -418,16 +418,14 @@ class Session:
                     str(resolved.batch_max_rows),
                     f"{os.fspath(path)} has no batch gears to pad batches to; compile it with --dynamic-batch-size",
                 )
-            exe = await anyio.to_thread.run_sync(partial(Executable, model, self._variables, threads=resolved.exec_threads))
+            exe = await self._bind(model, resolved)
             self._check_open(model.graph.name)
             entry = _GraphEntry(graph_id, model.graph, checked, resolved, lock=anyio.Lock())
             signature = tuple((name, tuple(shape)) for name, shape in model.signature)
             entry.builds[signature] = exe
             entry.last = signature
             for gear in model.gears:  # the other gears of a geared .om
-                entry.builds[_sig(gear)] = await anyio.to_thread.run_sync(
-                    partial(Executable, gear, self._variables, threads=resolved.exec_threads)
-                )
+                entry.builds[_sig(gear)] = await self._bind(gear, resolved)
             gears = gear_set_of_model(model)
             if gears is not None or resolved.batch_max_rows:
                 entry.served = ServedModel(model.graph, resolved, gears, self._engines, partial(self._executable, entry))
@@ -509,6 +507,10 @@ class Session:
                     graph=graph.name,
                 )
 
+    async def _bind(self, model: CompiledModel, resolved: CompileOptions) -> Executable:
+        # Binding kernels takes milliseconds on big models: off the loop.
+        return await anyio.to_thread.run_sync(partial(Executable, model, self._variables, threads=resolved.exec_threads))
+
     async def _executable(self, entry: _GraphEntry, signature: Signature) -> Executable:
         exe = entry.builds.get(signature)
         if exe is not None:
@@ -533,10 +535,7 @@ class Session:
                     )
                 else:
                     model = await compile_now()
-                # Binding kernels takes milliseconds on big models: off the loop.
-                exe = await anyio.to_thread.run_sync(
-                    partial(Executable, model, self._variables, threads=entry.resolved.exec_threads)
-                )
+                exe = await self._bind(model, entry.resolved)
                 entry.builds[signature] = exe
                 _evict_builds(entry)
             entry.last = signature
@@ -598,9 +597,7 @@ class Session:
         ):  # pragma: no cover - the cache key holds the gear options
             raise GraphError("the cached model's gears differ from the options' gears", graph=graph.name)
         for m in model.all_gears():
-            entry.builds[_sig(m)] = await anyio.to_thread.run_sync(
-                partial(Executable, m, self._variables, threads=resolved.exec_threads)
-            )
+            entry.builds[_sig(m)] = await self._bind(m, resolved)
         entry.last = gears.signatures[0]
         if gears.batch and entry.served is not None:
             entry.served.batched = batched_outputs(dict(zip(gears.batch, model.all_gears())))

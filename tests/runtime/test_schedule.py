@@ -29,7 +29,8 @@ def _pick(
     taken = []
     exe = SimpleNamespace(short=short, native_ok=None if native else False, callers=SimpleNamespace(contended=lambda: contended))
     workers = SimpleNamespace(
-        program_queue=lambda: object() if queue else None, take_all_cpu=lambda: bool(taken.append(tokens) or tokens)
+        program_queue=lambda: object() if queue else None,
+        cpu=SimpleNamespace(take_all=lambda: bool(taken.append(tokens) or tokens)),
     )
     pool = None if devices is None else SimpleNamespace(eligible=lambda e: devices)
     strategy = choose(exe, workers, mode=mode, placement=placement, traced=traced, devices=pool)  # type: ignore[arg-type]

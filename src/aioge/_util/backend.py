@@ -1,10 +1,6 @@
-"""The event-loop library's specifics behind one lookup, as anyio keeps its backends.
-
-aioge runs on asyncio and trio through anyio; where anyio's generic path costs microseconds a
-run (its events, its backend look-up per call) or a library is asyncio-only (aiofiles), the
-few things that differ are here: ``current()`` looks the running library up once (sniffio)
-and returns its ``Backend``; nothing else in the package asks which library runs.
-"""
+"""The event-loop library's specifics behind one lookup (``current()``), as anyio keeps its
+backends: where anyio's generic path costs microseconds a run or a library is asyncio-only
+(aiofiles). Nothing else in the package asks which library runs."""
 
 from __future__ import annotations
 
@@ -56,32 +52,27 @@ Event = Union[anyio.Event, FutureEvent]
 
 
 class Backend:
-    """What differs between event-loop libraries, for the running one (trio's and anyio's generic path here)."""
+    """What differs between event-loop libraries (trio's, and anyio's generic path, here)."""
 
     name = "trio"
 
-    def task(self) -> int:
-        """The current task's identity."""
+    def task(self) -> int:  # the current task's identity
         import trio
 
         return id(trio.lowlevel.current_task())
 
-    def loop(self) -> object | None:
-        """A key for the running loop that a weak dict may hold, or None (use an ``anyio.lowlevel.RunVar``)."""
+    def loop(self) -> object | None:  # a key for the running loop a weak dict may hold, or None: a RunVar
         return None
 
-    def call_soon(self, fn: Callable[[], object]) -> None:
-        """Call ``fn`` in the running loop's next turn (from its thread)."""
+    def call_soon(self, fn: Callable[[], object]) -> None:  # in the running loop's next turn
         import trio
 
         trio.lowlevel.current_trio_token().run_sync_soon(fn)
 
-    def event_factory(self) -> Callable[[], Event]:
-        """What makes one-shot events of the running loop (cheaper per call than ``anyio.Event()``)."""
+    def event_factory(self) -> Callable[[], Event]:  # one-shot events of the running loop, cheaper than anyio.Event()
         return type(anyio.Event())
 
-    async def to_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` in a worker thread."""
+    async def to_thread(self, fn: Callable[..., Any], *args: Any) -> Any:  # fn(*args) in a worker thread
         return await anyio.to_thread.run_sync(fn, *args)
 
 
@@ -109,6 +100,5 @@ class _Asyncio(Backend):
 ASYNCIO, TRIO = _Asyncio(), Backend()
 
 
-def current() -> Backend:
-    """The running library's backend (asyncio's, else trio's: anyio supports those two)."""
+def current() -> Backend:  # asyncio's, else trio's: anyio runs on those two
     return ASYNCIO if sniffio.current_async_library() == "asyncio" else TRIO

@@ -62,6 +62,11 @@ class TraceSpan:
     end: float
 
 
+Feeds = Mapping[str, np.ndarray]
+Outputs = dict[str, np.ndarray]
+Spans = list[TraceSpan] | None
+
+
 class Executable:
     """A compiled model bound to kernels, ready to run concurrently."""
 
@@ -212,7 +217,7 @@ class Executable:
         try:
             if strategy.value.startswith("native") and self._native_program(ctx) is None:
                 if strategy is Strategy.NATIVE_INLINE:  # chosen holding every token: the next choice may take them again
-                    workers.give_all_cpu()
+                    workers.cpu.give_all()
                 strategy = choose(self, workers, mode=mode, placement=placement, traced=traced)
             return await _STRATEGIES[strategy](self, ctx, feeds, workers, trace, poison)
         finally:
@@ -221,16 +226,12 @@ class Executable:
 
     # -- the strategies (schedule.Strategy; each runs ctx and returns the outputs) --------
 
-    async def _host(
-        self, ctx: Context, feeds: Mapping[str, np.ndarray], workers: EngineWorkers, trace: list[TraceSpan] | None, poison: bool
-    ) -> dict[str, np.ndarray]:
+    async def _host(self, ctx: Context, feeds: Feeds, workers: EngineWorkers, trace: Spans, poison: bool) -> Outputs:
         self._bind(ctx, feeds)
         await self._run_host(ctx, workers, self._lanes(workers, self._stream_lanes), trace, poison)
         return self._outputs_of(ctx, feeds)
 
-    async def _inline(
-        self, ctx: Context, feeds: Mapping[str, np.ndarray], workers: EngineWorkers, *_: Any
-    ) -> dict[str, np.ndarray]:
+    async def _inline(self, ctx: Context, feeds: Feeds, workers: EngineWorkers, *_: Any) -> Outputs:
         self._bind(ctx, feeds)
         try:
             start = time.perf_counter()
@@ -243,15 +244,13 @@ class Executable:
                 return_tokens(lent)
             inline_budget.spend(time.perf_counter() - start)
         finally:
-            workers.give_all_cpu()
+            workers.cpu.give_all()
         self.inline_runs += 1
         self.observe(ctx.elapsed)
         await _after_inline()
         return self._outputs_of(ctx, feeds)
 
-    async def _on_lanes(
-        self, ctx: Context, feeds: Mapping[str, np.ndarray], workers: EngineWorkers, trace: list[TraceSpan] | None, poison: bool
-    ) -> dict[str, np.ndarray]:
+    async def _on_lanes(self, ctx: Context, feeds: Feeds, workers: EngineWorkers, trace: Spans, poison: bool) -> Outputs:
         # Short runs that could not go inline (the loop's budget spent: many callers) share one
         # lane: two lanes running them ping-pong the GIL between their small kernels (a third
         # of the transformer example's CPU went to context switches), while one leaves the
@@ -262,20 +261,18 @@ class Executable:
         self.observe(ctx.elapsed)
         return self._outputs_of(ctx, feeds)
 
-    def _outputs_of(self, ctx: Context, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _outputs_of(self, ctx: Context, feeds: Feeds) -> Outputs:
         if ctx.error is not None:
             raise ctx.error
         return self._collect(ctx, feeds)
 
-    async def _native_inline(
-        self, ctx: Context, feeds: Mapping[str, np.ndarray], workers: EngineWorkers, *_: Any
-    ) -> dict[str, np.ndarray]:
+    async def _native_inline(self, ctx: Context, feeds: Feeds, workers: EngineWorkers, *_: Any) -> Outputs:
         """A lone caller's program on the loop's thread, every CPU token held: its big jobs split over the idle cores."""
         start = time.perf_counter()
         try:
             outputs = ctx.native.run(feeds, True)
         finally:
-            workers.give_all_cpu()
+            workers.cpu.give_all()
             elapsed = time.perf_counter() - start
             inline_budget.spend(elapsed)
         self.inline_runs += 1
@@ -284,14 +281,10 @@ class Executable:
         await _after_inline()
         return outputs
 
-    async def _native_queue(
-        self, ctx: Context, feeds: Mapping[str, np.ndarray], workers: EngineWorkers, *_: Any
-    ) -> dict[str, np.ndarray]:
+    async def _native_queue(self, ctx: Context, feeds: Feeds, workers: EngineWorkers, *_: Any) -> Outputs:
         return await self._run_queued(workers.program_queue(), ctx.native, feeds)
 
-    async def _run_queued(
-        self, queue: ProgramQueue, prog: NativeProgram, feeds: Mapping[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
+    async def _run_queued(self, queue: ProgramQueue, prog: NativeProgram, feeds: Feeds) -> Outputs:
         """Stage ``prog`` and queue it for the runner threads; wait for its outcome."""
         prog.stage(feeds)
         waiter = queue.submit(prog)
@@ -302,9 +295,7 @@ class Executable:
         self.queued_runs += 1
         return prog.finish()
 
-    async def _native_lane(
-        self, ctx: Context, feeds: Mapping[str, np.ndarray], workers: EngineWorkers, *_: Any, split: bool = True
-    ) -> dict[str, np.ndarray]:
+    async def _native_lane(self, ctx: Context, feeds: Feeds, workers: EngineWorkers, *_: Any, split: bool = True) -> Outputs:
         """The program on the engine's first lane, its big jobs split over an idle core, or
         (``split`` False: a batch beside others) whole on a lane of its own. The transformer
         example's 32-row batches, two at a time, served 1.5x the requests whole on lanes of

@@ -107,10 +107,10 @@ def choose(
         if may_inline:
             if placement is Placement.QUEUE and exe.callers.contended() and workers.program_queue() is not None:
                 return Strategy.NATIVE_QUEUE
-            if inline_budget.allows() and workers.take_all_cpu():
+            if inline_budget.allows() and workers.cpu.take_all():
                 return Strategy.NATIVE_INLINE
         return Strategy.NATIVE_LANE_WHOLE if placement is Placement.LANE_WHOLE else Strategy.NATIVE_LANE_SPLIT
-    if may_inline and inline_budget.allows() and workers.take_all_cpu():
+    if may_inline and inline_budget.allows() and workers.cpu.take_all():
         return Strategy.INLINE
     return Strategy.LANES
 

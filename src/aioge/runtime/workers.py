@@ -142,7 +142,7 @@ class EngineWorkers:
         self.cpu_slots = max(1, cpu_slots if cpu_slots is not None else cores)
         self.cpu = CpuTokens(self.cpu_slots)
         # What an inline run lends its kernels to split onto: it holds every CPU token
-        # (``take_all_cpu``), so the other cores are its own.
+        # (``cpu.take_all``), so the other cores are its own.
         self.inline_spare = threading.Semaphore(self.cpu_slots - 1)
         self._lock = threading.Lock()
         self._lanes: dict[str, list[Lane]] = {}
@@ -194,14 +194,6 @@ class EngineWorkers:
             if q is not None:
                 self._queues.append(q)
             return q
-
-    def take_all_cpu(self) -> bool:
-        """Take every CPU token if none is in use (no lane computing), without waiting."""
-        return self.cpu.take_all()
-
-    def give_all_cpu(self) -> None:
-        """Give back the tokens ``take_all_cpu`` took."""
-        self.cpu.give_all()
 
     def enqueue(self, items: Sequence[tuple[Lane, Callable[[], object]]]) -> None:
         """Put one run's items on their lanes, all at once with respect to other runs.

@@ -30,6 +30,9 @@ __all__ = ["ServedModel", "Signature", "bucket_sizes", "static_tail"]
 
 Signature = tuple[tuple[str, tuple[int, ...]], ...]
 Tail = tuple[tuple[str, tuple[int, ...], str], ...]  # each input's name, shape past dim 0 and dtype: what a batch shares
+Builds = Callable[[Signature], Awaitable[Executable]]
+Arrays = dict[str, np.ndarray]
+TracePath = str | os.PathLike[str] | None
 
 
 class ServedModel:
@@ -39,14 +42,7 @@ class ServedModel:
     to ``engines``.
     """
 
-    def __init__(
-        self,
-        graph: Graph,
-        options: CompileOptions,
-        gears: GearSet | None,
-        engines: Engines,
-        builds: Callable[[Signature], Awaitable[Executable]],
-    ) -> None:
+    def __init__(self, graph: Graph, options: CompileOptions, gears: GearSet | None, engines: Engines, builds: Builds) -> None:
         self._lists = [v.name for v in graph.inputs if not v.desc.is_tensor]
         self.graph, self.options, self.gears = graph, options, gears
         self._engines, self._builds = engines, builds
@@ -76,7 +72,7 @@ class ServedModel:
             busiest.queue_delay_p99 if busiest else 0.0,
         )
 
-    async def run(self, feeds: Mapping[str, Any], trace: str | os.PathLike[str] | None = None) -> dict[str, np.ndarray]:
+    async def run(self, feeds: Mapping[str, Any], trace: TracePath = None) -> Arrays:
         """A request: feeds checked here, once per layout (a bad one fails alone), then queued
         for a batch, or run alone padded to a gear or batch size.
 
@@ -130,7 +126,7 @@ class ServedModel:
             )
         return batcher
 
-    async def _run_batch(self, arrays: dict[str, np.ndarray], alone: bool) -> dict[str, np.ndarray]:
+    async def _run_batch(self, arrays: Arrays, alone: bool) -> Arrays:
         """A batcher's run. Alone (see ``Batcher``): on the loop's thread when its runs are
         short (the loop has nothing else to do, and a lane would cost a hand-off and a wake-up
         each way: the builder MLP's 64-row batches took 0.30 ms inline against 0.42 on a
@@ -138,12 +134,7 @@ class ServedModel:
         whole on a lane of its own, beside the other batches."""
         return await self._run_padded(arrays, None, Placement.INLINE if alone else Placement.LANE_WHOLE)
 
-    async def _run_padded(
-        self,
-        arrays: dict[str, np.ndarray],
-        trace: str | os.PathLike[str] | None = None,
-        placement: Placement = Placement.QUEUE,
-    ) -> dict[str, np.ndarray]:
+    async def _run_padded(self, arrays: Arrays, trace: TracePath = None, placement: Placement = Placement.QUEUE) -> Arrays:
         """Run checked feeds padded along dim 0 to the smallest gear or batch size that holds
         them; outputs sliced back to their rows."""
         shapes = {n: a.shape for n, a in arrays.items()}
