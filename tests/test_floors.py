@@ -1,4 +1,4 @@
-"""Which floor may import which (issue 21; DESIGN.md, "Round 2: where the map grows").
+"""Which floor may import which (issue 21; docs/ARCHITECTURE.md, "Floors").
 
 The packages of aioge (the first level under ``aioge``: ``aioge.ir``, ``aioge.session``, ...)
 stand on floors, bottom up. A floor imports only floors below it: top-level imports, lazy
@@ -8,7 +8,7 @@ each other, except for the arrows ``SIDEWAYS`` names with their reason. A new pa
 placed on a floor before it can import anything. Checked on the source with ast (nothing
 imported), so it also fails on an import that no test executes.
 
-- ``errors``, ``_util`` (single-flight) and ``_version``: leaves, import nothing of aioge;
+- ``errors``, ``_util`` (single-flight, the event-loop backend) and ``_version``: leaves, import nothing of aioge;
 - ``ir``: tensor descs, values, nodes, graphs;
 - ``kernels``: numpy implementations and their contract (``kernels/contract.py``, which also
   holds the ``Engine`` kind that every op schema names);
@@ -19,7 +19,8 @@ imported), so it also fails on an import that no test executes.
 - ``keys``, then ``plan`` (plans as data, their codec and the .om format; plans carry keys);
 - ``cache`` (stores and loads by key) and ``compiler`` (plans) side by side;
 - ``runtime``: binds plans and runs them, never plans;
-- ``serving``: GE's dynamic gears and the dynamic batcher, between the runtime and the session;
+- ``serving``: the served model (gears, padding, batch sizes, the dynamic batcher), between the
+  runtime it runs on and the session that holds it;
 - ``session``; then the package root ``aioge/__init__.py``, the public face that re-exports it;
 - ``torch`` (``aioge.torch``, above the root: it is a user of the public face), ``server``
   (``aioge serve``), ``distributed`` (batch compile on Dask) and ``benchmarks`` (measures the
@@ -64,9 +65,9 @@ SIDEWAYS: dict[tuple[str, str], tuple[set[str], str]] = {
 # Narrower than the floor: what these packages may import, of everything below them.
 NARROWER: dict[str, tuple[set[str], str]] = {
     "cache": ({"plan", "keys", "errors", "_util"}, "the cache stores and loads by key; it never interprets a graph"),
-    "runtime": ({"plan", "ir", "ops", "kernels", "errors"}, "the runtime binds plans; it never plans nor reads options"),
+    "runtime": ({"plan", "ir", "ops", "kernels", "errors", "_util"}, "the runtime binds plans; it never plans nor reads options"),
     "plan": (
-        {"errors", "ir", "keys", "ops", "kernels", "engines"},
+        {"errors", "_util", "ir", "keys", "ops", "kernels", "engines"},
         "plans are data; an .om checks its kernels against the op schemas",
     ),
     "keys": ({"ir", "options", "_version"}, "keys are built from named parts"),

@@ -58,7 +58,7 @@ async def test_runs_in_flight_stay_bounded_and_waiters_can_be_cancelled(monkeypa
     monkeypatch.setattr(Executable, "run", slow)
     async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
         await s.add_graph(1, _graph())
-        _, gate = s._limiters()
+        gate = s._engines.runs
         done = 0
 
         async def one() -> None:

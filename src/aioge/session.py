@@ -21,22 +21,21 @@ from aioge.compiler import cached as graph_cache
 from aioge.compiler.graph import compile_graph
 from aioge.compiler.specialize import input_signature, with_static_shapes
 from aioge.errors import FeedError, GraphError, GraphIdError, OptionError, SessionClosedError
-from aioge.ir.desc import TensorDesc, numpy_dtype
 from aioge.ir.graph import Graph, IOInfo
 from aioge.options import CompileOptions, check_options, resolve_options
 from aioge.plan.model import CompiledModel
-from aioge.runtime.blas import configure_blas
 from aioge.runtime.devices import DevicePool
-from aioge.runtime.executor import Executable, TraceSpan
-from aioge.runtime.workers import EngineWorkers, RunGate
-from aioge.serving.batcher import Batcher, BatchStats
-from aioge.serving.gears import GearSet, batched_outputs, gear_set, gear_set_of_model, pad_rows
+from aioge.runtime.engines import Engines
+from aioge.runtime.executor import Executable
+from aioge.runtime.feeds import FEED_KEYS, FeedKey, feed_arrays, feed_key
+from aioge.runtime.workers import EngineWorkers
+from aioge.serving.batcher import BatchStats
+from aioge.serving.gears import GearSet, batched_outputs, gear_set, gear_set_of_model
+from aioge.serving.served import ServedModel, Signature, bucket_sizes, static_tail
 
 __all__ = ["ANONYMOUS_GRAPHS", "Session"]
 
 log = logging.getLogger(__name__)
-
-Signature = tuple[tuple[str, tuple[int, ...]], ...]
 
 # How many graphs ``Session.run`` keeps registered (with their builds) per session, least
 # recently run dropped first. The entry holds the graph itself, so a key of ``id(graph)`` can
@@ -45,17 +44,15 @@ Signature = tuple[tuple[str, tuple[int, ...]], ...]
 ANONYMOUS_GRAPHS = 16
 
 _OptionsKey = tuple[tuple[str, str], ...]
-_Tail = tuple[tuple[str, tuple[int, ...], str], ...]  # each input's name, shape past dim 0 and dtype: what a batch shares
-_FeedKey = tuple[tuple[str, tuple[int, ...], np.dtype], ...]
-_FEED_KEYS = 64  # feed layouts whose check is remembered per graph
 
 
 def _evict_builds(entry: _GraphEntry) -> None:
     """Drop the least recently run builds past the bound, which is at least the batch sizes
     batching compiles (a run in flight keeps its own)."""
-    keep = frozenset(entry.gears.signatures) if entry.gears is not None else frozenset()
+    gears = entry.served.gears if entry.served is not None else None
+    keep = frozenset(gears.signatures) if gears is not None else frozenset()
     extra = [s for s in entry.builds if s not in keep]
-    bound = max(entry.resolved.max_builds_per_graph, len(_bucket_sizes(entry.resolved)))
+    bound = max(entry.resolved.max_builds_per_graph, len(bucket_sizes(entry.resolved)))
     for signature in extra[: max(0, len(extra) - bound)]:
         del entry.builds[signature]
         log.info("graph %r: dropped the build for %s (aioge.max_builds_per_graph)", entry.graph.name, signature)
@@ -73,30 +70,11 @@ class _GraphEntry:
     lock: anyio.Lock | None = None
     last: Signature | None = None
     graph_cache: graph_cache.GraphCache | None = None  # when ge.graph_compiler_cache_dir and ge.graph_key are set
-    gears: GearSet | None = None  # GE's dynamic gears, all built when the graph is added
-    batched: frozenset[str] = frozenset()  # outputs whose dim 0 is the batch (gears, batching)
-    batchers: dict[_Tail, Batcher] = field(default_factory=dict)  # aioge.batch_max_rows: one per feed layout
-    checked: dict[_FeedKey, Signature] = field(default_factory=dict)  # feed layouts already checked
-    served: dict[_FeedKey, tuple[int, _Tail]] = field(
-        default_factory=dict
-    )  # gears/batching: layouts checked, their rows and tail
+    served: ServedModel | None = None  # with gears (all built when the graph is added) or batching
+    checked: dict[FeedKey, Signature] = field(default_factory=dict)  # feed layouts already checked
 
 
-class _Engines:
-    """What a session starts and must stop: its engine workers and device processes.
-
-    Kept apart from the session so the finalizer of a session that is never closed can reach
-    them without keeping the session alive.
-    """
-
-    __slots__ = ("workers", "devices")
-
-    def __init__(self, devices: DevicePool | None) -> None:
-        self.workers: EngineWorkers | None = None
-        self.devices = devices
-
-
-def _release_unclosed(engines: _Engines) -> None:
+def _release_unclosed(engines: Engines) -> None:
     """Finalizer of a session dropped without ``aclose()``: stop its threads and processes
     (without blocking: they end after their queued work), then warn as an unclosed file does."""
     workers, devices = engines.workers, engines.devices
@@ -156,10 +134,7 @@ class Session:
         self._next_anonymous = -1
         self._variables: dict[str, np.ndarray] = {}
         self._cpu: anyio.CapacityLimiter | None = None
-        self._runs: RunGate | None = None
-        # The engines' lanes (started with the session) and the device processes
-        # (aioge.exec_devices, started on the first run that can use them).
-        self._engines = _Engines(DevicePool(resolved.exec_devices) if resolved.exec_devices else None)
+        self._engines = Engines(DevicePool(resolved.exec_devices) if resolved.exec_devices else None)
         self._finalizer = weakref.finalize(self, _release_unclosed, self._engines)
         self._finalizer.atexit = False  # at exit the daemon threads and the pool's own finalizer suffice
         self._closed = False
@@ -175,8 +150,8 @@ class Session:
     # -- lifecycle --------------------------------------------------------------------
 
     async def __aenter__(self) -> Session:
-        self._limiters()
-        await self._start()
+        self._limiter()
+        await self._engines.start()
         return self
 
     async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
@@ -192,41 +167,14 @@ class Session:
         self._anonymous.clear()
         self._closed = True
         self._finalizer.detach()
-        engines = self._engines
-        workers, engines.workers = engines.workers, None
-        devices, engines.devices = engines.devices, None
-        if workers is not None:  # lanes finish what is queued, then stop; joining blocks, so off the loop
-            await anyio.to_thread.run_sync(workers.close)
-        if devices is not None:
-            await anyio.to_thread.run_sync(devices.close)
+        await self._engines.aclose()  # lanes finish what is queued, then stop
         if self.remote_cache is not None:  # its queued writes go out first (bounded wait)
             await self.remote_cache.aclose()
 
-    def _limiters(self) -> tuple[anyio.CapacityLimiter, RunGate]:
+    def _limiter(self) -> anyio.CapacityLimiter:
         if self._cpu is None:
-            cores = os.cpu_count() or 2
-            self._cpu = anyio.CapacityLimiter(cores)  # compile work
-            # Runs in flight on the engine lanes (each holds an arena). Twice the cores, so a lane
-            # that finishes a run finds the next one queued instead of idling through the
-            # thread-to-loop-to-thread hand-off; the lanes' CPU tokens still bound the compute.
-            self._runs = RunGate(2 * cores)
-        assert self._runs is not None
-        return self._cpu, self._runs
-
-    async def _start(self) -> EngineWorkers:
-        """The engine workers, started on first use; BLAS threads are set once before any kernel runs.
-
-        Raises:
-            SessionClosedError: the session closed (also while this waited).
-        """
-        self._check_open()
-        if self._engines.workers is None:
-            # Several lanes run kernels at once (streams, concurrent runs): one BLAS thread each.
-            await anyio.to_thread.run_sync(configure_blas, 1)
-            self._check_open()  # a session closed meanwhile must not start engines nobody stops
-            if self._engines.workers is None:
-                self._engines.workers = EngineWorkers()
-        return self._engines.workers
+            self._cpu = anyio.CapacityLimiter(os.cpu_count() or 2)  # compile work
+        return self._cpu
 
     def _check_open(self, graph: str | None = None) -> None:
         if self._closed:
@@ -287,19 +235,19 @@ class Session:
                     str(resolved.batch_max_rows),
                     f"graph {graph.name!r} has variables: runs stacked into one would update them once, not per caller",
                 )
-            entry.gears = gear_set(graph, resolved)
-            if entry.gears is not None and resolved.batch_max_rows and not entry.gears.batch:
+            gears = gear_set(graph, resolved)
+            if gears is not None and resolved.batch_max_rows and not gears.batch:
                 raise OptionError(
                     "aioge.batch_max_rows",
                     str(resolved.batch_max_rows),
                     "batching stacks along dim 0: it works with ge.dynamicBatchSize gears, not ge.dynamicDims",
                 )
-            if entry.gears is not None:
-                await self._build_gears(entry, entry.gears)
-            elif resolved.batch_max_rows:
-                tail = _static_tail(graph)
-                if tail is not None:
-                    await self._batcher(entry, tail)
+            if gears is not None or resolved.batch_max_rows:
+                entry.served = ServedModel(graph, resolved, gears, self._engines, partial(self._executable, entry))
+            if gears is not None:
+                await self._build_gears(entry, gears)
+            elif entry.served is not None and (tail := static_tail(graph)) is not None:
+                await entry.served.batcher(tail)
             self._check_open(graph.name)
             self._graphs[graph_id] = entry
             return entry
@@ -324,8 +272,9 @@ class Session:
             FeedError: a dynamic input without a shape. GraphError, CompileError: as compile_graph.
         """
         entry = self._entry(graph_id)
-        if entry.gears is not None and not shapes:  # every gear was built when it was added: the model holds them all
-            return entry.builds[entry.gears.signatures[0]].model
+        gears = entry.served.gears if entry.served is not None else None
+        if gears is not None and not shapes:  # every gear was built when it was added: the model holds them all
+            return entry.builds[gears.signatures[0]].model
         given = {k: (np.shape(v) if not isinstance(v, (tuple, list)) else tuple(v)) for k, v in (shapes or {}).items()}
         unknown = sorted(set(given) - {v.name for v in entry.graph.inputs})
         if unknown:
@@ -345,14 +294,8 @@ class Session:
             SessionClosedError: the session is closed, or closed while this run was in flight.
         """
         entry = self._entry(graph_id)
-        if entry.batchers and trace is None:  # a layout checked before goes straight to its batcher
-            key = _feed_key(feeds)
-            known = entry.served.get(key) if key is not None else None
-            if known is not None:
-                rows, tail = known
-                batcher = entry.batchers.get(tail)
-                if batcher is not None and rows <= batcher.max_rows:
-                    return await batcher.submit(dict(feeds), rows)
+        if entry.served is not None:  # gears or batching: the served model's (serving.served)
+            return await entry.served.run(feeds, trace)
         return await self._run_entry(entry, feeds, trace)
 
     def batch_stats(self, graph_id: int) -> BatchStats:
@@ -363,62 +306,18 @@ class Session:
             GraphError: no such graph, or batching is off for it.
         """
         entry = self._entry(graph_id)
-        if not entry.resolved.batch_max_rows:
+        if not entry.resolved.batch_max_rows or entry.served is None:
             raise GraphError(f"graph id {graph_id} does not batch (aioge.batch_max_rows is not set)", graph=entry.graph.name)
-        stats = [b.stats() for b in entry.batchers.values()]
-        if len(stats) == 1:
-            return stats[0]
-        batches, requests, rows = (sum(getattr(x, f) for x in stats) for f in ("batches", "requests", "rows"))
-        busiest = max(stats, key=lambda x: x.requests, default=None)
-        return BatchStats(
-            batches,
-            requests,
-            rows,
-            rows / batches if batches else 0.0,
-            busiest.queue_delay_p50 if busiest else 0.0,
-            busiest.queue_delay_p99 if busiest else 0.0,
-        )
+        return entry.served.stats()
 
     async def _run_entry(
         self, entry: _GraphEntry, feeds: Mapping[str, Any], trace: str | os.PathLike[str] | None = None
     ) -> dict[str, np.ndarray]:
-        if entry.gears is not None or entry.resolved.batch_max_rows:
-            return await self._run_serving(entry, feeds, trace)
+        if entry.served is not None:
+            return await entry.served.run(feeds, trace)
         arrays, signature = self._check_feeds(entry, feeds)
         exe = await self._executable(entry, signature)
-        return await self._run_exe(entry, exe, arrays, trace)
-
-    async def _run_exe(
-        self,
-        entry: _GraphEntry,
-        exe: Executable,
-        arrays: dict[str, np.ndarray],
-        trace: str | os.PathLike[str] | None = None,
-        inline: bool = True,
-        alone: bool = False,
-    ) -> dict[str, np.ndarray]:
-        _, runs = self._limiters()
-        workers = self._engines.workers
-        if workers is None:
-            workers = await self._start()
-        spans: list[TraceSpan] | None = [] if trace is not None else None
-        devices = self._engines.devices
-        await runs.enter()
-        try:
-            self._check_open(entry.graph.name)
-            if devices is not None and spans is None and entry.resolved.exec_mode == "sink" and devices.eligible(exe):
-                return await devices.run(exe, arrays, entry.resolved.exec_threads)
-            start = anyio.current_time() if spans is not None else 0.0
-            outputs = await exe.run(
-                arrays, mode=entry.resolved.exec_mode, workers=workers, trace=spans, inline=inline, alone=alone
-            )
-        finally:
-            runs.leave()
-        if trace is not None and spans is not None:
-            from aioge.runtime.trace import write_trace
-
-            await anyio.to_thread.run_sync(write_trace, os.fspath(trace), exe.model, spans, start)
-        return outputs
+        return await self._engines.run(exe, arrays, mode=entry.resolved.exec_mode, trace=trace)
 
     async def run(
         self, graph: Graph, feeds: Mapping[str, Any], options: Mapping[str, str] | None = None
@@ -519,19 +418,19 @@ class Session:
                     str(resolved.batch_max_rows),
                     f"{os.fspath(path)} has no batch gears to pad batches to; compile it with --dynamic-batch-size",
                 )
-            exe = await anyio.to_thread.run_sync(partial(Executable, model, self._variables, threads=resolved.exec_threads))
+            exe = await self._bind(model, resolved)
             self._check_open(model.graph.name)
             entry = _GraphEntry(graph_id, model.graph, checked, resolved, lock=anyio.Lock())
             signature = tuple((name, tuple(shape)) for name, shape in model.signature)
             entry.builds[signature] = exe
             entry.last = signature
             for gear in model.gears:  # the other gears of a geared .om
-                entry.builds[_sig(gear)] = await anyio.to_thread.run_sync(
-                    partial(Executable, gear, self._variables, threads=resolved.exec_threads)
-                )
-            entry.gears = gear_set_of_model(model)
-            if entry.gears is not None and entry.gears.batch:
-                entry.batched = batched_outputs(dict(zip(entry.gears.batch, model.all_gears())))
+                entry.builds[_sig(gear)] = await self._bind(gear, resolved)
+            gears = gear_set_of_model(model)
+            if gears is not None or resolved.batch_max_rows:
+                entry.served = ServedModel(model.graph, resolved, gears, self._engines, partial(self._executable, entry))
+                if gears is not None and gears.batch:
+                    entry.served.batched = batched_outputs(dict(zip(gears.batch, model.all_gears())))
             self._check_open(model.graph.name)
             self._graphs[graph_id] = entry
             return graph_id
@@ -608,6 +507,10 @@ class Session:
                     graph=graph.name,
                 )
 
+    async def _bind(self, model: CompiledModel, resolved: CompileOptions) -> Executable:
+        # Binding kernels takes milliseconds on big models: off the loop.
+        return await anyio.to_thread.run_sync(partial(Executable, model, self._variables, threads=resolved.exec_threads))
+
     async def _executable(self, entry: _GraphEntry, signature: Signature) -> Executable:
         exe = entry.builds.get(signature)
         if exe is not None:
@@ -619,7 +522,7 @@ class Session:
         async with entry.lock:  # one compile per graph and signature; waiters get the result
             exe = entry.builds.get(signature)
             if exe is None:
-                cpu, _ = self._limiters()
+                cpu = self._limiter()
 
                 async def compile_now() -> CompiledModel:
                     return await compile_graph(
@@ -632,10 +535,7 @@ class Session:
                     )
                 else:
                     model = await compile_now()
-                # Binding kernels takes milliseconds on big models: off the loop.
-                exe = await anyio.to_thread.run_sync(
-                    partial(Executable, model, self._variables, threads=entry.resolved.exec_threads)
-                )
+                exe = await self._bind(model, entry.resolved)
                 entry.builds[signature] = exe
                 _evict_builds(entry)
             entry.last = signature
@@ -648,60 +548,25 @@ class Session:
         Raises:
             FeedError: a missing, extra or mis-shaped/typed feed.
         """
-        key = _feed_key(feeds)
+        key = feed_key(feeds)
         if key is not None:
             signature = entry.checked.get(key)
             if signature is not None:
                 return dict(feeds), signature
-        arrays = self._feed_arrays(entry.graph, feeds)
+        arrays = feed_arrays(entry.graph, feeds)
         signature = input_signature(entry.graph, {n: a.shape for n, a in arrays.items() if isinstance(a, np.ndarray)})
         if key is not None:
-            if len(entry.checked) >= _FEED_KEYS:
+            if len(entry.checked) >= FEED_KEYS:
                 entry.checked.pop(next(iter(entry.checked)))
             entry.checked[key] = signature
         return arrays, signature
 
-    def _feed_arrays(self, graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """The feeds as arrays of the inputs' dtypes, every input fed and nothing else.
-
-        Raises:
-            FeedError: a missing, extra or mistyped feed.
-        """
-        if not isinstance(feeds, Mapping):
-            raise FeedError(f"feeds must be a mapping of input name to array, got {type(feeds).__name__}", graph=graph.name)
-        names = [v.name for v in graph.inputs]
-        missing = [n for n in names if n not in feeds]
-        extra = sorted(set(feeds) - set(names))
-        if missing:
-            descs = ", ".join(f"{n}: {graph.value(n).desc}" for n in missing)
-            # A misspelt name shows up twice: as the unknown key given and as the input missing.
-            also = f"; got feeds for unknown inputs {extra} instead" if extra else ""
-            raise FeedError(f"missing feeds for inputs {descs}{also}", graph=graph.name, input=missing[0])
-        if extra:
-            raise FeedError(f"feeds for unknown inputs {extra}; inputs are {names}", graph=graph.name, input=extra[0])
-        arrays: dict[str, np.ndarray] = {}
-        for v in graph.inputs:
-            x = feeds[v.name]
-            want = numpy_dtype(v.dtype)
-            if not v.desc.is_tensor:
-                arrays[v.name] = _container_feed(graph, v.name, v.desc, x)
-                continue
-            if not isinstance(x, np.ndarray):
-                try:
-                    x = np.asarray(x, dtype=want)
-                except (TypeError, ValueError) as exc:
-                    raise FeedError(f"input {v.name!r} expects {v.desc}: {exc}", graph=graph.name, input=v.name) from None
-            if x.dtype != want and not (v.dtype == "str" and x.dtype.kind in "UO"):
-                raise FeedError(f"input {v.name!r} expects {v.desc}, got dtype {x.dtype}", graph=graph.name, input=v.name)
-            arrays[v.name] = x
-        return arrays
-
-    # -- serving: gears and batching ------------------------------------------------------
+    # -- gears -----------------------------------------------------------------------------
 
     async def _build_gears(self, entry: _GraphEntry, gears: GearSet) -> None:
         """Compile every gear (through the graph cache when it is on: one entry holds them all)
         and bind each; a run never compiles."""
-        cpu, _ = self._limiters()
+        cpu = self._limiter()
         graph, resolved = entry.graph, entry.resolved
 
         async def compile_all() -> CompiledModel:
@@ -732,115 +597,10 @@ class Session:
         ):  # pragma: no cover - the cache key holds the gear options
             raise GraphError("the cached model's gears differ from the options' gears", graph=graph.name)
         for m in model.all_gears():
-            entry.builds[_sig(m)] = await anyio.to_thread.run_sync(
-                partial(Executable, m, self._variables, threads=resolved.exec_threads)
-            )
+            entry.builds[_sig(m)] = await self._bind(m, resolved)
         entry.last = gears.signatures[0]
-        if gears.batch:
-            entry.batched = batched_outputs(dict(zip(gears.batch, model.all_gears())))
-
-    async def _run_serving(
-        self, entry: _GraphEntry, feeds: Mapping[str, Any], trace: str | os.PathLike[str] | None
-    ) -> dict[str, np.ndarray]:
-        """A run of a graph with gears or batching: feeds checked here (a bad one fails alone),
-        then queued for a batch, or run alone padded to a gear or batch size.
-
-        Raises:
-            FeedError: a bad feed, or a graph with sequence or optional inputs (rows are a tensor's).
-        """
-        lists = [v.name for v in entry.graph.inputs if not v.desc.is_tensor]
-        if lists:
-            raise FeedError(
-                f"gears and batching (aioge.batch_max_rows) take tensor inputs; {lists} are sequences or optionals",
-                graph=entry.graph.name,
-                input=lists[0],
-            )
-        key = _feed_key(feeds)
-        known = entry.served.get(key) if key is not None else None
-        if known is not None:
-            arrays = dict(feeds)
-            rows, tail = known
-        else:
-            arrays = self._feed_arrays(entry.graph, feeds)
-            shapes = {n: a.shape for n, a in arrays.items()}
-            if entry.gears is not None:
-                rows = entry.gears.pick(shapes)[1]
-            else:
-                rows = _rows(entry.graph, arrays)
-                input_signature(entry.graph, shapes)
-            tail = tuple((n, a.shape[1:], a.dtype.str) for n, a in arrays.items())
-            if key is not None:
-                if len(entry.served) >= _FEED_KEYS:
-                    entry.served.pop(next(iter(entry.served)))
-                entry.served[key] = (rows, tail)
-        max_rows = self._max_rows(entry)
-        if max_rows and 0 < rows <= max_rows and trace is None:  # an empty batch runs padded, unbatched
-            batcher = entry.batchers.get(tail) or await self._batcher(entry, tail)
-            return await batcher.submit(arrays, rows)
-        return await self._run_padded(entry, arrays, trace)
-
-    async def _run_padded(
-        self,
-        entry: _GraphEntry,
-        arrays: dict[str, np.ndarray],
-        trace: str | os.PathLike[str] | None = None,
-        inline: bool = True,
-        alone: bool = False,
-    ) -> dict[str, np.ndarray]:
-        """Run checked feeds padded along dim 0 to the smallest gear or batch size that holds
-        them; outputs sliced back to their rows."""
-        shapes = {n: a.shape for n, a in arrays.items()}
-        size: int | None = None
-        if entry.gears is not None:
-            index, rows = entry.gears.pick(shapes)
-            signature = entry.gears.signatures[index]
-            if entry.gears.batch:
-                size = entry.gears.batch[index]
-                arrays = {n: pad_rows(a, size) if n in entry.gears.batched_inputs else a for n, a in arrays.items()}
-        else:
-            rows = _rows(entry.graph, arrays)
-            size = next((b for b in _bucket_sizes(entry.resolved) if b >= rows), None)
-            if size is not None:
-                arrays = {n: pad_rows(a, size) for n, a in arrays.items()}
-            signature = tuple((v.name, arrays[v.name].shape) for v in entry.graph.inputs)
-        exe = await self._executable(entry, signature)
-        outputs = await self._run_exe(entry, exe, arrays, trace, inline, alone)
-        if size is not None and size != rows:
-            outputs = {n: o[:rows] if n in entry.batched else o for n, o in outputs.items()}
-        return outputs
-
-    async def _run_batch(self, entry: _GraphEntry, arrays: dict[str, np.ndarray], alone: bool) -> dict[str, np.ndarray]:
-        """A batcher's run. Alone (see ``Batcher``): on the loop's thread when its runs are
-        short (the loop has nothing else to do, and a lane would cost a hand-off and a wake-up
-        each way: the builder MLP's 64-row batches took 0.30 ms inline against 0.42 on a
-        lane), else on the first lane, splitting its big jobs over an idle core. Otherwise
-        whole on a lane of its own, beside the other batches."""
-        return await self._run_padded(entry, arrays, inline=alone, alone=alone)
-
-    def _max_rows(self, entry: _GraphEntry) -> int:
-        max_rows = entry.resolved.batch_max_rows
-        if max_rows and entry.gears is not None:
-            return min(max_rows, max(entry.gears.batch))
-        return max_rows
-
-    async def _batcher(self, entry: _GraphEntry, tail: _Tail) -> Batcher:
-        """The batcher of one feed layout; without gears, every batch size is compiled first."""
-        if entry.gears is None:
-            models = {}
-            for size in _bucket_sizes(entry.resolved):
-                signature = tuple((name, (size, *rest)) for name, rest, _ in tail)
-                models[size] = (await self._executable(entry, signature)).model
-            entry.batched = batched_outputs(models)  # with one size, an output of that dim 0 counts as batched
-        batcher = entry.batchers.get(tail)
-        if batcher is None:
-            batcher = entry.batchers[tail] = Batcher(
-                partial(self._run_batch, entry),
-                max_rows=self._max_rows(entry),
-                max_delay=entry.resolved.batch_max_delay_us / 1e6,
-                batched=entry.batched,
-                sizes=entry.gears.batch if entry.gears is not None else _bucket_sizes(entry.resolved),
-            )
-        return batcher
+        if gears.batch and entry.served is not None:
+            entry.served.batched = batched_outputs(dict(zip(gears.batch, model.all_gears())))
 
 
 _NO_GEARS = GearSet("", (), (), frozenset())
@@ -848,84 +608,3 @@ _NO_GEARS = GearSet("", (), (), frozenset())
 
 def _sig(model: CompiledModel) -> Signature:
     return tuple((name, tuple(shape)) for name, shape in model.signature)
-
-
-def _container_feed(graph: Graph, name: str, desc: TensorDesc, x: Any) -> Any:
-    """A sequence feed as a list of arrays of the element dtype, an optional's as None or its value.
-
-    Raises:
-        FeedError: a feed that is not what the input holds.
-    """
-    if x is None:
-        if desc.container.startswith("optional"):
-            return None
-        raise FeedError(f"input {name!r} expects {desc}, got None", graph=graph.name, input=name)
-    if desc.container == "optional":
-        items, one = [x], True
-    elif isinstance(x, (list, tuple)):
-        items, one = list(x), False
-    else:
-        raise FeedError(f"input {name!r} expects {desc}: a list of arrays, got {type(x).__name__}", graph=graph.name, input=name)
-    want = numpy_dtype(desc.dtype)
-    out = []
-    for i, t in enumerate(items):
-        try:
-            a = t if isinstance(t, np.ndarray) else np.asarray(t, dtype=want)
-        except (TypeError, ValueError) as exc:
-            raise FeedError(f"input {name!r} element {i} expects {desc.element}: {exc}", graph=graph.name, input=name) from None
-        if a.dtype != want and not (desc.dtype == "str" and a.dtype.kind in "UO"):
-            raise FeedError(
-                f"input {name!r} element {i} expects {desc.element}, got dtype {a.dtype}", graph=graph.name, input=name
-            )
-        if desc.shape is not None and (
-            a.ndim != len(desc.shape) or any(isinstance(d, int) and d != n for d, n in zip(desc.shape, a.shape))
-        ):
-            raise FeedError(
-                f"input {name!r} element {i} expects {desc.element}, got shape {list(a.shape)}", graph=graph.name, input=name
-            )
-        out.append(a)
-    return out[0] if one else out
-
-
-def _feed_key(feeds: Mapping[str, Any]) -> _FeedKey | None:
-    """Names, shapes and dtypes of feeds that are all arrays, or None."""
-    if type(feeds) is not dict and not isinstance(feeds, Mapping):  # an ABC check costs a microsecond
-        return None
-    key = []
-    for n, x in feeds.items():
-        if type(x) is not np.ndarray:
-            return None
-        key.append((n, x.shape, x.dtype))
-    return tuple(key)
-
-
-def _rows(graph: Graph, arrays: Mapping[str, np.ndarray]) -> int:
-    """The batch of feeds that share dim 0.
-
-    Raises:
-        FeedError: a scalar feed, or feeds whose dim 0 differ.
-    """
-    rows = {n: a.shape[0] if a.ndim else None for n, a in arrays.items()}
-    if None in rows.values() or len(set(rows.values())) > 1:
-        raise FeedError(f"batching stacks inputs along dim 0, so every input needs the same dim 0; got {rows}", graph=graph.name)
-    return next(iter(rows.values()))  # type: ignore[return-value]
-
-
-def _bucket_sizes(options: CompileOptions) -> tuple[int, ...]:
-    """The batch sizes compiled for batching without gears: aioge.batch_preferred_sizes up to
-    batch_max_rows (default powers of 2), and batch_max_rows itself."""
-    top = options.batch_max_rows
-    if not top:
-        return ()
-    chosen = options.batch_preferred_sizes or tuple(1 << i for i in range(top.bit_length()))
-    return tuple(sorted({b for b in chosen if b <= top} | {top}))
-
-
-def _static_tail(graph: Graph) -> _Tail | None:
-    """The feed layout of a graph whose inputs are static past dim 0, or None."""
-    tail = []
-    for v in graph.inputs:
-        if not v.shape or not all(isinstance(d, int) for d in v.shape[1:]):
-            return None
-        tail.append((v.name, tuple(int(d) for d in v.shape[1:]), np.dtype(numpy_dtype(v.dtype)).str))
-    return tuple(tail)

@@ -105,9 +105,9 @@ def test_cache_codec_carries_every_narrow_dtype(name: str) -> None:
 
 async def test_device_processes_carry_narrow_dtypes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The device wire format takes the same allow-list: float8 in, bfloat16 out, as in this process."""
-    from aioge.runtime import executor as executor_module
+    from aioge.runtime import schedule
 
-    monkeypatch.setattr(executor_module, "INLINE_US", 0.0)  # small runs would otherwise stay in this process
+    monkeypatch.setattr(schedule, "INLINE_US", 0.0)  # small runs would otherwise stay in this process
     g = aioge.Graph("narrow_wire")
     x = g.input("x", (4, 8), "float8_e4m3fn")
     g.output(aioge.ops.cast(aioge.ops.cast(x, to="float32") * 3.0, to="bfloat16"), names=["y"])

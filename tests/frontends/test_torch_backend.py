@@ -267,7 +267,7 @@ def test_batch_gears_compile_a_dynamic_batch_once() -> None:
             _check(compiled, model, torch.randn(rows, 16), rtol=1e-5, atol=1e-6)
         (graph,) = be.graphs
         entry = be._runner.session._graphs[0]
-        assert entry.gears is not None and entry.gears.batch == (2, 4, 8)
+        assert entry.served is not None and entry.served.gears is not None and entry.served.gears.batch == (2, 4, 8)
         assert len(entry.builds) == 3, "one build per gear, none per batch size"
         with pytest.warns(aioge_torch.EagerFallbackWarning, match=r"batch of 9: beyond its gears"):
             _check(compiled, model, torch.randn(9, 16), rtol=1e-5, atol=1e-6)

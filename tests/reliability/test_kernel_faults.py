@@ -19,7 +19,7 @@ import aioge
 import aioge.runtime.bind as binding
 from aioge import ops
 from aioge.errors import ExecutionError
-from aioge.runtime import executor
+from aioge.runtime import schedule
 
 pytestmark = pytest.mark.anyio
 
@@ -57,7 +57,7 @@ async def test_gather_out_of_range_fails_only_that_run(mode, monkeypatch) -> Non
     # "devices": the runs go to two device processes (aioge.exec_devices), the error comes back
     # (even though they are short: runs under a millisecond would come back to this process).
     if mode == "devices":
-        monkeypatch.setattr(executor, "INLINE_US", 0.0)
+        monkeypatch.setattr(schedule, "INLINE_US", 0.0)
     options = _opts("sink", **{"aioge.exec_devices": "2"}) if mode == "devices" else _opts(mode)
     async with aioge.Session(options) as s:
         await s.add_graph(1, g)

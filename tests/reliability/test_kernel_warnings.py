@@ -20,7 +20,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import aioge
-from aioge.runtime import executor as executor_module
+from aioge.runtime import schedule
 
 pytestmark = pytest.mark.anyio
 
@@ -134,7 +134,7 @@ async def test_t5_relative_position_buckets_run_without_warnings_and_match_onnxr
 
 async def test_t5_buckets_on_a_device_match_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
     """The device process runs the same kernels (its warnings would go to its stderr)."""
-    monkeypatch.setattr(executor_module, "INLINE_US", 0.0)
+    monkeypatch.setattr(schedule, "INLINE_US", 0.0)
     rel = (np.arange(12)[None, :] - np.arange(12)[:, None]).astype(np.int64)
     model = t5_relative_position_bucket()
     async with aioge.Session({"aioge.tune_mode": "heuristic", "aioge.exec_devices": "1"}) as s:

@@ -25,7 +25,7 @@ import pytest
 import aioge
 from aioge import ops
 from aioge.errors import ExecutionError
-from aioge.runtime import executor as executor_module
+from aioge.runtime import schedule
 
 pytestmark = pytest.mark.anyio
 
@@ -36,7 +36,7 @@ OPTS = {"aioge.tune_mode": "heuristic", "aioge.exec_devices": "1"}
 @pytest.fixture(autouse=True)
 def _runs_go_to_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     """These graphs are small; runs under a millisecond would stay in this process."""
-    monkeypatch.setattr(executor_module, "INLINE_US", 0.0)
+    monkeypatch.setattr(schedule, "INLINE_US", 0.0)
 
 
 def _graph() -> aioge.Graph:

@@ -268,9 +268,9 @@ def _long_ref(x: np.ndarray, n: int = 150) -> np.ndarray:
 @pytest.mark.timeout(60)  # before the fix, host mode hung past fail_after: only this stopped it
 @pytest.mark.parametrize("mode", ["sink", "host", "devices"])
 async def test_closing_with_runs_in_flight_fails_them_promptly(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from aioge.runtime import executor
+    from aioge.runtime import schedule
 
-    monkeypatch.setattr(executor, "INLINE_US", 0.0)  # every run goes to the lanes (or devices)
+    monkeypatch.setattr(schedule, "INLINE_US", 0.0)  # every run goes to the lanes (or devices)
     opts = {**OPTS, "aioge.exec_mode": "host" if mode == "host" else "sink"}
     if mode == "devices":
         opts["aioge.exec_devices"] = "1"

@@ -19,7 +19,7 @@ from aioge import ops
 from aioge.errors import ExecutionError, OptionError
 from aioge.examples import build_cnn
 from aioge.plan import io as cache_io
-from aioge.runtime import executor as executor_module
+from aioge.runtime import schedule
 from aioge.runtime.devices.protocol import read_frame as _read_frame
 from aioge.runtime.devices.protocol import write_frame as _write_frame
 from tests.reliability.test_kernel_faults import _concurrently
@@ -34,7 +34,7 @@ OPTS = {"aioge.tune_mode": "heuristic", "aioge.exec_devices": "2"}
 def _no_short_runs(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """These graphs are small; runs under a millisecond would stay in this process."""
     if "keeps_short_runs" not in request.keywords:
-        monkeypatch.setattr(executor_module, "INLINE_US", 0.0)
+        monkeypatch.setattr(schedule, "INLINE_US", 0.0)
 
 
 @pytest.mark.parametrize("threads", ["auto", "streams"])

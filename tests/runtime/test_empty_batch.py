@@ -131,8 +131,9 @@ async def test_an_empty_batch_with_gears_or_batching_runs_padded_and_gives_no_ro
     graph.output(ops.softmax(ops.relu(ops.matmul(x, graph.constant(w))), axis=-1), names=["y"])
     async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
         await s.add_graph(1, graph, options)
-        got = (await s.run_graph(1, {"x": np.zeros((0, 16), np.float32)}))["y"]
-        assert got.shape == (0, 8) and got.dtype == np.float32
+        for _ in range(2):  # the second with its layout known (it once reached the batcher: ZeroDivisionError)
+            got = (await s.run_graph(1, {"x": np.zeros((0, 16), np.float32)}))["y"]
+            assert got.shape == (0, 8) and got.dtype == np.float32
         one = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)  # and rows still run right
         z = np.maximum(one @ w, 0)
         want = np.exp(z - z.max(-1, keepdims=True))

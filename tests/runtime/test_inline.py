@@ -12,6 +12,7 @@ import aioge
 from aioge import ops
 from aioge.errors import ExecutionError
 from aioge.runtime import executor as executor_module
+from aioge.runtime import schedule
 from tests.runtime.test_executor import _branches
 
 pytestmark = pytest.mark.anyio
@@ -103,9 +104,9 @@ async def test_concurrent_short_runs_are_right_and_share_the_cpu_tokens() -> Non
 async def test_the_inline_budget_bounds_each_turn_of_the_loop() -> None:
     """Runs past ``INLINE_BUDGET`` in one turn of the loop go to the lanes; the budget comes
     back once the loop has polled again, on asyncio and trio."""
-    budget = executor_module._InlineBudget()
+    budget = schedule.InlineBudget()
     assert budget.allows()
-    budget.spend(executor_module.INLINE_BUDGET)
+    budget.spend(schedule.INLINE_BUDGET)
     assert not budget.allows(), "spent: the rest of this turn's runs go to the lanes"
     budget.spend(0.001)  # spent again in the same turn: still one reset scheduled
     assert not budget.allows()
@@ -166,7 +167,7 @@ async def test_short_runs_the_loop_cannot_take_share_one_lane_and_long_ones_rota
         return real(ctx, program, trace, cpu, done)
 
     monkeypatch.setattr(executor_module, "_run_program", watched)
-    monkeypatch.setattr(executor_module, "INLINE_BUDGET", 0.0)  # every caller finds the loop's budget spent
+    monkeypatch.setattr(schedule, "INLINE_BUDGET", 0.0)  # every caller finds the loop's budget spent
     rng = np.random.default_rng(2)
     xs = [rng.standard_normal((16, 16)).astype(np.float32) for _ in range(24)]
     outs: dict[int, dict[str, np.ndarray]] = {}
@@ -185,7 +186,7 @@ async def test_short_runs_the_loop_cannot_take_share_one_lane_and_long_ones_rota
         assert len(lanes) == len(xs) and len(set(lanes)) == 1, lanes
         for i, x in enumerate(xs):
             np.testing.assert_allclose(outs[i]["y"], np.tanh(x + 1), rtol=1e-6)
-        monkeypatch.setattr(executor_module, "INLINE_US", 0.0)  # now every run counts as long
+        monkeypatch.setattr(schedule, "INLINE_US", 0.0)  # now every run counts as long
         assert not s.executable(1).short
         lanes.clear()
         for x in xs[:4]:

@@ -18,6 +18,7 @@ from aioge.examples import EXAMPLES
 from aioge.kernels import native
 from aioge.runtime.native_program import NativeProgram
 from aioge.runtime.program_queue import ProgramQueue
+from aioge.runtime.schedule import Placement
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")]
 
@@ -98,7 +99,7 @@ async def test_a_program_a_closed_queue_refuses_runs_in_the_caller_on_what_it_st
 
 
 async def test_runs_kept_off_the_loop_run_whole_on_lanes_of_their_own(monkeypatch, native_plans: None) -> None:
-    # batches that others overlap (inline=False): one lane and one core each, not queued on
+    # batches that others overlap (placement=Placement.LANE_WHOLE): one lane and one core each, not queued on
     # the first lane splitting their jobs (the second batch then waited out the first)
     async with _mlp_ran_once() as (s, exe, feeds, reference):
         workers = s._engines.workers
@@ -115,7 +116,7 @@ async def test_runs_kept_off_the_loop_run_whole_on_lanes_of_their_own(monkeypatc
         got = []
 
         async def one() -> None:
-            got.append(await exe.run(feeds, workers=workers, inline=False))
+            got.append(await exe.run(feeds, workers=workers, placement=Placement.LANE_WHOLE))
 
         async with anyio.create_task_group() as tg:
             for _ in range(2):
@@ -133,7 +134,7 @@ async def test_plans_with_a_numpy_kernel_or_several_threads_run_step_by_step() -
         await s.add_graph(1, g)
         for _ in range(3):
             out = await s.run_graph(1, {"x": np.ones((4, 8), np.float32)})
-        assert s.executable(1).native_runs == 0 and s.executable(1)._native_ok is False
+        assert s.executable(1).native_runs == 0 and s.executable(1).native_ok is False
     np.testing.assert_allclose(out["y"], np.tanh(2.0), rtol=1e-6)
 
 

@@ -33,8 +33,8 @@ from typing import Any, Mapping, Sequence
 import anyio
 import msgpack
 import numpy as np
-import sniffio
 
+from aioge._util import backend
 from aioge.errors import CacheError
 from aioge.plan.codec import ARRAY_DTYPES as _ARRAY_DTYPES
 
@@ -492,11 +492,8 @@ async def read_bytes(
 
 
 async def _hop(fn: Any, *args: Any, limiter: anyio.CapacityLimiter | None) -> Any:
-    # aiofiles is asyncio-only: use its executor hop there, anyio's worker threads elsewhere.
-    if limiter is None and sniffio.current_async_library() == "asyncio":
-        import aiofiles.os
-
-        return await aiofiles.os.wrap(fn)(*args)
+    if limiter is None:  # the backend's cheapest hop (aiofiles' executor on asyncio)
+        return await backend.current().to_thread(fn, *args)
     return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
 
 

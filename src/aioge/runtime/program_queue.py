@@ -25,12 +25,10 @@ import anyio
 
 from aioge.kernels import native
 from aioge.runtime.native_program import NativeProgram
+from aioge.runtime.schedule import HELP_DEPTH
 from aioge.runtime.workers import Event, new_event
 
-__all__ = ["HELP_DEPTH", "ProgramQueue"]
-
-# Programs queued (this one included) from which the pushing caller runs one itself.
-HELP_DEPTH = 2
+__all__ = ["ProgramQueue"]
 
 
 def _functions() -> tuple[Any, ...] | None:

@@ -17,20 +17,20 @@ stream blocked on an event never holds a token its producer needs.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import queue
 import threading
 import weakref
 from collections import deque
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence
 
 import anyio
 import anyio.lowlevel
-import sniffio
 from anyio.from_thread import RunFinishedError
 
+from aioge._util import backend
+from aioge._util.backend import Event, FutureEvent
 from aioge.errors import SessionClosedError
 
 __all__ = ["Completion", "CpuTokens", "EngineWorkers", "FutureEvent", "Lane", "RunGate", "new_event"]
@@ -142,7 +142,7 @@ class EngineWorkers:
         self.cpu_slots = max(1, cpu_slots if cpu_slots is not None else cores)
         self.cpu = CpuTokens(self.cpu_slots)
         # What an inline run lends its kernels to split onto: it holds every CPU token
-        # (``take_all_cpu``), so the other cores are its own.
+        # (``cpu.take_all``), so the other cores are its own.
         self.inline_spare = threading.Semaphore(self.cpu_slots - 1)
         self._lock = threading.Lock()
         self._lanes: dict[str, list[Lane]] = {}
@@ -194,14 +194,6 @@ class EngineWorkers:
             if q is not None:
                 self._queues.append(q)
             return q
-
-    def take_all_cpu(self) -> bool:
-        """Take every CPU token if none is in use (no lane computing), without waiting."""
-        return self.cpu.take_all()
-
-    def give_all_cpu(self) -> None:
-        """Give back the tokens ``take_all_cpu`` took."""
-        self.cpu.give_all()
 
     def enqueue(self, items: Sequence[tuple[Lane, Callable[[], object]]]) -> None:
         """Put one run's items on their lanes, all at once with respect to other runs.
@@ -287,51 +279,12 @@ class _LoopWaker:
 
 _waker: anyio.lowlevel.RunVar[_LoopWaker] = anyio.lowlevel.RunVar("aioge_loop_waker")
 # asyncio loops' wakers, found without anyio's RunVar (a backend look-up, about 1.3 us a run).
-_asyncio_wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker] = weakref.WeakKeyDictionary()
-
-
-class FutureEvent:
-    """A one-shot event of an asyncio loop, set from the loop's thread: a bare future.
-
-    anyio's Event on asyncio is an asyncio.Event holding a list of futures; making, awaiting
-    and setting this one costs half as much, which counts once per run and per batched
-    request. A wait that is cancelled cancels the future; the next wait gets a fresh one (set
-    if the event was), so a shielded wait after a cancelled one still waits for ``set``.
-    """
-
-    __slots__ = ("_fut", "_set")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """An event of ``loop`` (default: the running loop; finding it costs 0.2 us)."""
-        self._fut: asyncio.Future[None] = (loop or asyncio.get_running_loop()).create_future()
-        self._set = False
-
-    def set(self) -> None:
-        self._set = True
-        if not self._fut.done():
-            self._fut.set_result(None)
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def wait(self) -> asyncio.Future[None]:
-        """An awaitable that ends once the event is set (the future itself: no coroutine)."""
-        fut = self._fut
-        if fut.cancelled():
-            fut = self._fut = fut.get_loop().create_future()
-            if self._set:
-                fut.set_result(None)
-        return fut
-
-
-Event = Union[anyio.Event, FutureEvent]
+_wakers: weakref.WeakKeyDictionary[object, _LoopWaker] = weakref.WeakKeyDictionary()
 
 
 def new_event() -> Event:
     """A fresh one-shot event of the running loop: a ``FutureEvent`` on asyncio, else anyio's."""
-    if sniffio.current_async_library() == "asyncio":
-        return FutureEvent()
-    return anyio.Event()
+    return backend.current().event_factory()()
 
 
 class RunGate:
@@ -373,11 +326,11 @@ class RunGate:
 
 
 def _loop_waker() -> _LoopWaker:
-    if sniffio.current_async_library() == "asyncio":
-        loop = asyncio.get_running_loop()
-        waker = _asyncio_wakers.get(loop)
+    loop = backend.current().loop()
+    if loop is not None:
+        waker = _wakers.get(loop)
         if waker is None:
-            waker = _asyncio_wakers[loop] = _LoopWaker(anyio.lowlevel.current_token())
+            waker = _wakers[loop] = _LoopWaker(anyio.lowlevel.current_token())
         return waker
     try:
         return _waker.get()

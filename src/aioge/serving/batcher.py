@@ -29,18 +29,17 @@ among n costs about 2 log2(n) more runs, a batch that fails whatever its rows 2n
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass
-from functools import partial
 from typing import Awaitable, Callable, Mapping
 
 import anyio
 import numpy as np
-import sniffio
 
-from aioge.runtime.workers import Event, FutureEvent, RunGate
+from aioge._util import backend
+from aioge.runtime.schedule import PROBE_EVERY, SHARED_SLOWDOWN, SPLIT_AFTER
+from aioge.runtime.workers import Event, RunGate
 
 __all__ = ["PROBE_EVERY", "SHARED_SLOWDOWN", "SPLIT_AFTER", "BatchStats", "Batcher"]
 
@@ -48,14 +47,6 @@ __all__ = ["PROBE_EVERY", "SHARED_SLOWDOWN", "SPLIT_AFTER", "BatchStats", "Batch
 Runner = Callable[[dict[str, np.ndarray], bool], Awaitable[dict[str, np.ndarray]]]
 
 _DELAYS_KEPT = 4096  # queue delays kept for the percentiles: the latest ones
-# Batches that would run this long (seconds, at the recent seconds per row) are split over
-# idle slots. A split costs a lane hand-off (about 0.1 ms) and, on small models, efficiency:
-# the MLP example's rows cost 8.6 us each in batches of 32 against 5.7 in batches of 64, so
-# with no idle core (a loaded machine) its split batches served 30-40% fewer requests, while a
-# CNN's 64 rows take 6 ms and halve on two cores.
-SPLIT_AFTER = 0.004
-SHARED_SLOWDOWN = 1.5  # splits pay while rows of overlapping batches run at most this much slower
-PROBE_EVERY = 16  # every 16th slow batch goes the other way (split or whole), to measure both again
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +148,7 @@ class Batcher:
         """
         wake = self._wake
         if wake is None:  # not anyio.Event(): it looks the backend up, per call (a session runs on one loop)
-            if sniffio.current_async_library() == "asyncio":
-                wake = self._wake = partial(FutureEvent, asyncio.get_running_loop())
-            else:
-                wake = self._wake = type(anyio.Event())
+            wake = self._wake = backend.current().event_factory()
         req = _Request(arrays, rows, time.perf_counter(), wake())  # not anyio.current_time(): a look-up too
         self._queue.append(req)
         self._queued_rows += rows
