@@ -189,7 +189,7 @@ def _open() -> _Opened:
     names = [t[0] for t in TIERS]
     want = os.environ.get("AIOGE_ISA", "").strip().lower()
     if want and want not in names:
-        raise OptionError(f"AIOGE_ISA={want!r}: expected one of {', '.join(names)} (or unset: the best this CPU runs)")
+        raise OptionError("AIOGE_ISA", want, f"expected one of {', '.join(names)} (or unset: the best this CPU runs)")
     found = [(t, s.origin) for t in TIERS if (s := importlib.util.find_spec(t[1])) and str(s.origin).endswith((".so", ".pyd"))]
     if not found or found[0][0][0] != "baseline":
         why = "not built (no C compiler at install: install one, e.g. `apt-get install build-essential`, and reinstall aioge)"
@@ -242,14 +242,14 @@ def describe() -> str:
     try:
         opened = _open()
     except OptionError as exc:
-        return f"compiled kernels: not loaded — {exc}"
+        return f"compiled kernels: not loaded — {exc}"  # lib() raises it at first use
     if opened.dll is None:
         return f"compiled kernels: no — numpy kernels; {opened.why}"
     import platform
 
     isa = f" ({', '.join(opened.built)})" if opened.built else ""
     want = os.environ.get("AIOGE_ISA", "").strip()
-    forced = f" (AIOGE_ISA={want})" if want else ""
+    forced = f" ({opened.warn})" if opened.warn else f" (AIOGE_ISA={want})" if want else ""
     if len(opened.tiers) == 1 and opened.built and opened.tier != "baseline":
         return f"compiled kernels: yes, built with -march=native for {platform.machine()}, running {opened.tier}{isa}, {opened.why}"
     return (
