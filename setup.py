@@ -27,7 +27,9 @@ def tiers() -> list[tuple[str, list[str]]]:
     if os.environ.get("AIOGE_NATIVE_ARCH", "0").strip() not in ("", "0"):
         return [("", ["-march=native"])]
     if platform.machine().lower() in ("x86_64", "amd64"):
-        return [(suffix, [f"-march={arch}", "-mtune=generic"]) for suffix, arch in X86_TIERS]
+        # -mtune=native: tuned for the build machine (it adds no instruction; generic tuning made
+        # the AVX2 tier's conv and GEMM 15-18% slower than -march=native on a Zen 3)
+        return [(suffix, [f"-march={arch}", "-mtune=native"]) for suffix, arch in X86_TIERS]
     return [("", [])]  # aarch64 and the rest: the compiler's default target (NEON on aarch64)
 
 
