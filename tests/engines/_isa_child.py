@@ -14,7 +14,13 @@ from tests.engines._native_child import _rand, kernel
 
 CASES = [
     ("conv", "Conv", "conv_direct_native", [_rand(2, 8, 13, 13), _rand(16, 8, 3, 3), _rand(16)], {"pads": [1, 1, 1, 1]}),
-    ("depthwise", "Conv", "conv_depthwise_native", [_rand(1, 8, 17, 17), _rand(8, 1, 3, 3)], {"group": 8, "kernel_shape": [3, 3]}),
+    (
+        "depthwise",
+        "Conv",
+        "conv_depthwise_native",
+        [_rand(1, 8, 17, 17), _rand(8, 1, 3, 3)],
+        {"group": 8, "kernel_shape": [3, 3]},
+    ),
     ("gemm", "Gemm", "gemm_native", [_rand(37, 70), _rand(70, 129), _rand(129)], {}),
     ("pool", "AveragePool", "pool_native", [_rand(1, 4, 15, 15)], {"kernel_shape": [3, 3], "strides": [2, 2]}),
     ("lstm", "LSTM", "numpy", [_rand(5, 3, 7), _rand(1, 64, 7), _rand(1, 64, 16) / 4], {"hidden_size": 16}),

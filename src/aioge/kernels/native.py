@@ -251,7 +251,9 @@ def describe() -> str:
     want = os.environ.get("AIOGE_ISA", "").strip()
     forced = f" ({opened.warn})" if opened.warn else f" (AIOGE_ISA={want})" if want else ""
     if len(opened.tiers) == 1 and opened.built and opened.tier != "baseline":
-        return f"compiled kernels: yes, built with -march=native for {platform.machine()}, running {opened.tier}{isa}, {opened.why}"
+        return (
+            f"compiled kernels: yes, built with -march=native for {platform.machine()}, running {opened.tier}{isa}, {opened.why}"
+        )
     return (
         f"compiled kernels: yes, {platform.machine()} tiers {', '.join(opened.tiers)}, running {opened.tier}{isa}{forced}, "
         f"{opened.why}"
