@@ -130,3 +130,15 @@ def test_a_stored_native_alternative_round_trips_and_is_checked() -> None:
     assert check_kernel(desc, mm, "AiCore") == ""
     assert "native alternative 'nope'" in check_kernel(_with(desc, native_alt="nope"), mm, "AiCore")
     assert "negative" in check_kernel(_with(desc, native_ms=-1.0), mm, "AiCore")
+
+
+def test_a_desc_stored_with_the_old_flat_tuning_fields_is_refused_by_name() -> None:
+    # Before TuningRecord a desc carried tuned_ms, runner_up, ... itself: such an entry (a kernel
+    # cache file from an older aioge) is a clean ValueError naming the field (a miss, recompiled),
+    # never a desc with its history silently lost. (.om files: the layout digest differs too.)
+    _, kernels = _plan({"MatMul": ("numpy", 0.010, "", 0.0), "Add": ("numpy", 0.001, "", 0.0), "Tanh": ("numpy", 0.001, "", 0.0)})
+    plain = desc_to_plain(next(iter(kernels.values())))
+    fields = plain["~dc"][1]
+    old = {k: v for k, v in fields.items() if k != "history"} | {"tuned_ms": 0.01, "runner_up": "", "margin": 0.0}
+    with pytest.raises(ValueError, match="tuned_ms|history"):
+        desc_from_plain({"~dc": ["kernel.KernelDesc", old]})
