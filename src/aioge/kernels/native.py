@@ -190,7 +190,8 @@ def _open() -> _Opened:
     want = os.environ.get("AIOGE_ISA", "").strip().lower()
     if want and want not in names:
         raise OptionError("AIOGE_ISA", want, f"expected one of {', '.join(names)} (or unset: the best this CPU runs)")
-    found = [(t, s.origin) for t in TIERS if (s := importlib.util.find_spec(t[1])) and str(s.origin).endswith((".so", ".pyd"))]
+    specs = [(t, importlib.util.find_spec(t[1])) for t in TIERS]
+    found = [(t, str(s.origin)) for t, s in specs if s is not None and str(s.origin).endswith((".so", ".pyd"))]
     if not found or found[0][0][0] != "baseline":
         why = "not built (no C compiler at install: install one, e.g. `apt-get install build-essential`, and reinstall aioge)"
         return _Opened(None, why, warn=why)
@@ -206,8 +207,8 @@ def _open() -> _Opened:
     have, note = cpu_flags(dll), None
     runs = [(t, path) for t, path in found if t[2] <= (have or frozenset())]
     if want and names.index(want) > names.index(runs[-1][0][0]):
-        lacks = ", ".join(sorted(TIERS[names.index(want)][2] - (have or frozenset())))
-        note = f"AIOGE_ISA={want} asks for {lacks}, which this CPU lacks: it runs {runs[-1][0][0]}"
+        missing = ", ".join(sorted(TIERS[names.index(want)][2] - (have or frozenset())))
+        note = f"AIOGE_ISA={want} asks for {missing}, which this CPU lacks: it runs {runs[-1][0][0]}"
     (tier, _, _), path = [r for r in runs if not want or names.index(r[0][0]) <= names.index(want)][-1]
     if path != found[0][1]:
         dll = _cdll(path)
