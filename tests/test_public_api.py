@@ -19,8 +19,9 @@ from aioge.ops.registry import REGISTRY, builder_name
 
 # Run as scripts (``python -m``), not imported: they have no names to export.
 _SCRIPTS = {"aioge.benchmarks.child"}
-# Compiled: an empty module whose C functions aioge.kernels.native calls through ctypes.
-_COMPILED = {"aioge.kernels._native"}
+# Compiled: empty modules whose C functions aioge.kernels.native calls through ctypes (one per ISA
+# tier; a tier above this CPU's must not even be imported).
+_COMPILED = {"aioge.kernels._native", "aioge.kernels._native_avx2", "aioge.kernels._native_avx512"}
 # protoc's output (the gRPC front's messages, regenerated from kserve.proto): names from a descriptor.
 _GENERATED = {"aioge.serving.kserve_pb2"}
 _MODULES = ["aioge"] + sorted(

@@ -117,7 +117,7 @@ async def main():
         y = (await s.run_graph(1, {"x": np.ones((2, 3, 12, 12), np.float32)}))["y"]
     print(json.dumps({"compiled": model.stats.kernels_compiled, "hits": model.stats.kernel_cache_hits,
                       "retuned": model.stats.kernels_retuned, "nodes": len(model.nodes),
-                      "kernels": [[n.kernel.impl, n.kernel.tuned, n.kernel.margin] for n in model.nodes],
+                      "kernels": [[n.kernel.impl, n.kernel.tuned, n.kernel.history.margin] for n in model.nodes],
                       "y": y.tolist()}))
 
 anyio.run(main)

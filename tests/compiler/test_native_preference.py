@@ -14,7 +14,7 @@ from aioge.compiler import tuning
 from aioge.compiler.graph import NATIVE_EXTRA, prefer_native
 from aioge.ir.desc import TensorDesc
 from aioge.keys import signature_of
-from aioge.plan.kernel import KernelDesc, check_kernel, desc_from_plain, desc_to_plain
+from aioge.plan.kernel import KernelDesc, TuningRecord, check_kernel, desc_from_plain, desc_to_plain
 from tests.compiler.test_recheck import _toy
 
 D = TensorDesc.of
@@ -37,6 +37,11 @@ def test_tuning_names_the_fastest_native_candidate_when_the_choice_is_not_one() 
     assert _tune({"a": 1.0, "b": 0.5}, set()).native_alt is None
 
 
+def _with(desc: KernelDesc, **history: object) -> KernelDesc:
+    """``desc`` with fields of its tuning history replaced."""
+    return dataclasses.replace(desc, history=dataclasses.replace(desc.history, **history))  # type: ignore[arg-type]
+
+
 def _plan(cost: dict[str, tuple[str, float, str, float]]) -> tuple[list, dict[str, KernelDesc]]:
     """A MatMul -> Add -> Tanh graph's nodes and descs: per op type (impl, tuned ms, native alt, its ms)."""
     g = aioge.Graph("pref")
@@ -48,7 +53,17 @@ def _plan(cost: dict[str, tuple[str, float, str, float]]) -> tuple[list, dict[st
         impl, ms, alt, alt_ms = cost[node.op_type]
         ins, outs = signature_of(node)
         kernels[node.name] = KernelDesc(
-            "k", node.op_type, node.domain, "AiCore", ins, outs, impl, {}, 0, True, ms, native_alt=alt, native_ms=alt_ms
+            "k",
+            node.op_type,
+            node.domain,
+            "AiCore",
+            ins,
+            outs,
+            impl,
+            {},
+            0,
+            True,
+            TuningRecord(ms, native_alt=alt, native_ms=alt_ms),
         )
     return list(g.nodes), kernels
 
@@ -67,10 +82,11 @@ def test_a_plan_takes_its_native_alternatives_when_they_cost_little() -> None:
     nodes = [n for n in nodes if n is not tanh]
     got = prefer_native(nodes, kernels)
     mm = next(n.name for n in nodes if n.op_type == "MatMul")
-    assert got[mm].impl == "matmul_blas" and got[mm].runner_up == "numpy" and got[mm].tuned_ms == pytest.approx(0.011)
-    assert got[mm].native_alt == "" and got[mm].margin == pytest.approx(0.010 / 0.011, rel=1e-3)
+    h = got[mm].history
+    assert got[mm].impl == "matmul_blas" and h.runner_up == "numpy" and h.tuned_ms == pytest.approx(0.011)
+    assert h.native_alt == "" and h.margin == pytest.approx(0.010 / 0.011, rel=1e-3)
     # dearer than NATIVE_EXTRA of the plan's time (and the slack): kept as tuned
-    dear = {n: dataclasses.replace(d, native_ms=d.tuned_ms * (2 + NATIVE_EXTRA) + 0.01) for n, d in kernels.items()}
+    dear = {n: _with(d, native_ms=d.history.tuned_ms * (2 + NATIVE_EXTRA) + 0.01) for n, d in kernels.items()}
     assert prefer_native(nodes, dear) is dear
 
 
@@ -86,7 +102,17 @@ def test_a_kernel_that_packs_a_fed_weight_is_not_taken_as_native() -> None:
         ins, outs = signature_of(node)
         kernels = {
             node.name: KernelDesc(
-                "k", "Gemm", "", "AiCore", ins, outs, "numpy", {}, 0, True, 0.010, native_alt="gemm_native", native_ms=0.0105
+                "k",
+                "Gemm",
+                "",
+                "AiCore",
+                ins,
+                outs,
+                "numpy",
+                {},
+                0,
+                True,
+                TuningRecord(0.010, native_alt="gemm_native", native_ms=0.0105),
             )
         }
         got = prefer_native([node], kernels)
@@ -102,5 +128,17 @@ def test_a_stored_native_alternative_round_trips_and_is_checked() -> None:
     desc = kernels[mm.name]
     assert desc_from_plain(desc_to_plain(desc)) == desc
     assert check_kernel(desc, mm, "AiCore") == ""
-    assert "native alternative 'nope'" in check_kernel(dataclasses.replace(desc, native_alt="nope"), mm, "AiCore")
-    assert "negative" in check_kernel(dataclasses.replace(desc, native_ms=-1.0), mm, "AiCore")
+    assert "native alternative 'nope'" in check_kernel(_with(desc, native_alt="nope"), mm, "AiCore")
+    assert "negative" in check_kernel(_with(desc, native_ms=-1.0), mm, "AiCore")
+
+
+def test_a_desc_stored_with_the_old_flat_tuning_fields_is_refused_by_name() -> None:
+    # Before TuningRecord a desc carried tuned_ms, runner_up, ... itself: such an entry (a kernel
+    # cache file from an older aioge) is a clean ValueError naming the field (a miss, recompiled),
+    # never a desc with its history silently lost. (.om files: the layout digest differs too.)
+    _, kernels = _plan({"MatMul": ("numpy", 0.010, "", 0.0), "Add": ("numpy", 0.001, "", 0.0), "Tanh": ("numpy", 0.001, "", 0.0)})
+    plain = desc_to_plain(next(iter(kernels.values())))
+    fields = plain["~dc"][1]
+    old = {k: v for k, v in fields.items() if k != "history"} | {"tuned_ms": 0.01, "runner_up": "", "margin": 0.0}
+    with pytest.raises(ValueError, match="tuned_ms|history"):
+        desc_from_plain({"~dc": ["kernel.KernelDesc", old]})

@@ -1,6 +1,6 @@
 """Tuning robust to noise: a cached close call is re-timed against its runner-up on a hit;
 the runner-up takes over when it is faster now, a drifted choice is tuned again, and an
-entry is re-timed a bounded number of times."""
+entry is re-timed a bounded number of times; every such decision is ``tuning.revisit``'s."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import aioge
 from aioge import ops
 from aioge.cache.kernel_cache import KernelCache
 from aioge.compiler import tuning
-from aioge.compiler.tuning import RECHECK_MARGIN, RECHECKS, close_call, recheck
+from aioge.compiler.tuning import RECHECK_MARGIN, RECHECKS, close_call, recheck, revisit
 from aioge.ir.desc import TensorDesc
 from aioge.ops.schema import ALL_ENGINES, KernelImpl, OpSchema
-from aioge.plan.kernel import KernelDesc
+from aioge.plan.kernel import KernelDesc, TuningRecord
 
 pytestmark = pytest.mark.anyio
 
@@ -72,12 +72,50 @@ def test_a_pair_that_cannot_be_timed_here_is_skipped() -> None:
     assert found.outcome == "skipped" and "not offered" in found.why
 
 
+def _desc(tuned: bool, runner_up: str, margin: float, checks: int, **more: Any) -> KernelDesc:
+    record = TuningRecord(1.0, runner_up, {}, margin, checks, **more)
+    return KernelDesc("k", "Toy", "", "AiCore", ((None, "float32", "ND"),), ((None, "float32", "ND"),), "a", {}, 0, tuned, record)
+
+
 def test_only_close_calls_are_rechecked_and_only_a_few_times() -> None:
-    assert close_call(True, "b", 1.05, 0) and close_call(True, "b", 0.97, 0)  # a tie kept for preference, too
-    assert not close_call(True, "b", RECHECK_MARGIN + 0.01, 0)  # a clear win
-    assert not close_call(True, "b", 1.05, RECHECKS)  # settled
-    assert not close_call(True, "", 0.0, 0)  # no runner-up
-    assert not close_call(False, "b", 1.05, 0)  # chosen by rule
+    assert close_call(_desc(True, "b", 1.05, 0)) and close_call(_desc(True, "b", 0.97, 0))  # a tie kept for preference, too
+    assert not close_call(_desc(True, "b", RECHECK_MARGIN + 0.01, 0))  # a clear win
+    assert not close_call(_desc(True, "b", 1.05, RECHECKS))  # settled
+    assert not close_call(_desc(True, "", 0.0, 0))  # no runner-up
+    assert not close_call(_desc(False, "b", 1.05, 0))  # chosen by rule
+
+
+def _never() -> Any:
+    raise AssertionError("revisit timed or tuned what it should have left alone")
+
+
+def test_revisit_decides_every_stage_from_the_record() -> None:
+    # a hit on a clear win, a settled choice or a rule's pick: nothing timed, nothing changed
+    for desc in (_desc(True, "b", 2.0, 0), _desc(True, "b", 1.05, RECHECKS), _desc(False, "b", 1.05, 0)):
+        for stage in ("hit", "fresh"):
+            assert revisit(desc, stage, retime=_never, retune=_never) == (desc, "")  # type: ignore[arg-type]
+    close = _desc(True, "b", 1.05, 0, native_alt="n", native_ms=1.5)
+    # a hit: the runner-up takes over with the re-timing's figures; kept keeps the best time seen
+    got, outcome = revisit(close, "hit", retime=lambda: tuning.Recheck("switched", 1.2, 0.9), retune=_never)
+    assert outcome == "switched" and (got.impl, got.history.runner_up) == ("b", "a")
+    assert got.history == TuningRecord(0.9, "a", {}, round(1.2 / 0.9, 4), 1, "n", {}, 1.5)
+    got, outcome = revisit(close, "hit", retime=lambda: tuning.Recheck("kept", 1.1, 1.3), retune=_never)
+    assert (
+        outcome == "kept" and got.impl == "a" and got.history == TuningRecord(1.0, "b", {}, round(1.3 / 1.1, 4), 1, "n", {}, 1.5)
+    )
+    got, outcome = revisit(close, "hit", retime=lambda: tuning.Recheck("skipped", why="gone"), retune=_never)
+    assert (got, outcome) == (close, "skipped")
+    fresh = _desc(True, "c", 1.5, 0)
+    assert revisit(close, "hit", retime=lambda: tuning.Recheck("drifted", 3.0, 3.1), retune=lambda: fresh) == (fresh, "drifted")
+    # the compile's second opinion: tuned again, counted as one check
+    got, outcome = revisit(close, "fresh", retune=lambda: fresh)
+    assert outcome == "retuned" and got.history == dataclasses.replace(fresh.history, checks=1)
+    # a native plan: the native alternative taken, the choice its runner-up
+    got, outcome = revisit(close, "native")
+    assert outcome == "native" and got.impl == "n" and got.history == TuningRecord(1.5, "a", {}, round(1.0 / 1.5, 4), 0)
+    assert revisit(_desc(True, "b", 1.05, 0), "native") == (_desc(True, "b", 1.05, 0), "")
+    with pytest.raises(ValueError, match="needs retune"):
+        revisit(close, "hit")
 
 
 def test_tuning_records_the_best_time_and_the_runner_up() -> None:
@@ -147,6 +185,11 @@ def _choice(impl: str, params: Mapping[str, Any]) -> tuple[str, tuple[tuple[str,
     return impl, tuple(sorted(params.items()))
 
 
+def _with(desc: KernelDesc, **history: Any) -> KernelDesc:
+    """``desc`` with fields of its tuning history replaced."""
+    return dataclasses.replace(desc, history=dataclasses.replace(desc.history, **history))
+
+
 def _plant(root: Path, desc: KernelDesc) -> None:
     cache = KernelCache(root, "AiogeSim")
     cache.store_sync(desc, cache.open_view_sync(force=False))
@@ -154,62 +197,63 @@ def _plant(root: Path, desc: KernelDesc) -> None:
 
 async def _tuned_conv(root: Path) -> KernelDesc:
     conv = _conv(await _build(root))
-    assert conv.tuned and conv.runner_up and conv.tuned_ms > 0 and conv.margin > 0  # tuning saw a runner-up
+    h = conv.history
+    assert conv.tuned and h.runner_up and h.tuned_ms > 0 and h.margin > 0  # tuning saw a runner-up
     assert _entry(root, conv.key) == conv  # ... and the cache keeps it
     return conv
 
 
 async def test_a_hit_on_a_close_call_re_times_it_and_writes_back_what_it_learnt(tmp_path: Path) -> None:
     conv = await _tuned_conv(tmp_path)
-    _plant(tmp_path, dataclasses.replace(conv, margin=1.01, checks=0, tuned_ms=1e3))
+    _plant(tmp_path, _with(conv, margin=1.01, checks=0, tuned_ms=1e3))
     model = await _build(tmp_path)
     assert model.stats.kernel_cache_hits == len(model.nodes) and model.stats.kernels_compiled == 0
     assert model.stats.kernels_rechecked == 1
     after = _entry(tmp_path, conv.key)
-    assert after is not None and after.checks == 1 and after == _conv(model)
+    assert after is not None and after.history.checks == 1 and after == _conv(model)
     # a choice is a kernel and its parameters: the kernel and its runner-up may be one kernel
     # with two parameter sets (conv_direct_native's row panels in blocks of 6 or of 8 rows)
-    pair = {_choice(conv.impl, conv.params), _choice(conv.runner_up, conv.runner_up_params)}
-    assert {_choice(after.impl, after.params), _choice(after.runner_up, after.runner_up_params)} == pair  # kept, or switched
+    pair = {_choice(conv.impl, conv.params), _choice(conv.history.runner_up, conv.history.runner_up_params)}
+    assert {_choice(after.impl, after.params), _choice(after.history.runner_up, after.history.runner_up_params)} == pair
     assert model.stats.kernels_retuned == ((after.impl, after.params) != (conv.impl, conv.params))
-    assert after.tuned_ms < 1e3 and after.margin > 0  # the re-timing's figures
+    assert after.history.tuned_ms < 1e3 and after.history.margin > 0  # the re-timing's figures
 
 
 async def test_a_settled_or_clear_choice_is_not_re_timed(tmp_path: Path) -> None:
     conv = await _tuned_conv(tmp_path)
     for planted in (
-        dataclasses.replace(conv, margin=1.01, checks=RECHECKS, tuned_ms=1e3),
-        dataclasses.replace(conv, margin=RECHECK_MARGIN * 2, checks=0, tuned_ms=1e-6),
+        _with(conv, margin=1.01, checks=RECHECKS, tuned_ms=1e3),
+        _with(conv, margin=RECHECK_MARGIN * 2, checks=0, tuned_ms=1e-6),
     ):
         _plant(tmp_path, planted)
         model = await _build(tmp_path)
         assert model.stats.kernels_rechecked == 0 and _conv(model) == planted == _entry(tmp_path, conv.key)
     # heuristic mode never times anything, close call or not
-    _plant(tmp_path, dataclasses.replace(conv, margin=1.01, checks=0))
+    _plant(tmp_path, _with(conv, margin=1.01, checks=0))
     model = await _build(tmp_path, mode="heuristic")
     assert model.stats.kernels_rechecked == 0
 
 
 async def test_a_drifted_close_call_is_tuned_again(tmp_path: Path) -> None:
     conv = await _tuned_conv(tmp_path)
-    _plant(tmp_path, dataclasses.replace(conv, margin=1.01, checks=0, tuned_ms=1e-6))  # it ran a million times faster once
+    _plant(tmp_path, _with(conv, margin=1.01, checks=0, tuned_ms=1e-6))  # it ran a million times faster once
     model = await _build(tmp_path)
     assert model.stats.kernels_rechecked == 1 and model.stats.kernels_compiled == 0
     after = _entry(tmp_path, conv.key)
     assert after is not None and after == _conv(model)
-    assert after.checks == 0 and after.tuned_ms > 1e-3  # a fresh tune: its own time, its own count
+    assert after.history.checks == 0 and after.history.tuned_ms > 1e-3  # a fresh tune: its own time, its own count
 
 
 async def test_an_entry_whose_runner_up_is_not_a_candidate_is_recompiled(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     conv = await _tuned_conv(tmp_path)
-    _plant(tmp_path, dataclasses.replace(conv, runner_up="conv_im2col", runner_up_params={"block": 7}))
+    _plant(tmp_path, _with(conv, runner_up="conv_im2col", runner_up_params={"block": 7}))
     with caplog.at_level(logging.WARNING):
         model = await _build(tmp_path)
     assert model.stats.kernels_compiled == 1
     assert any("runner-up 'conv_im2col'" in r.getMessage() and "not a candidate" in r.getMessage() for r in caplog.records)
-    _plant(tmp_path, dataclasses.replace(conv, margin=-1.0))
+    _plant(tmp_path, _with(conv, margin=-1.0))
     with caplog.at_level(logging.WARNING):
         model = await _build(tmp_path)
     assert model.stats.kernels_compiled == 1 and any("negative tuning figures" in r.getMessage() for r in caplog.records)
@@ -223,7 +267,8 @@ async def test_a_compile_re_times_the_close_calls_it_tuned_once_more_and_a_hit_d
     conv = _conv(cold)
     assert cold.stats.kernels_compiled == len(cold.nodes) and cold.stats.kernels_rechecked == 1
     assert _entry(tmp_path, conv.key) == conv  # the second opinion is what the cache keeps
-    assert conv.checks == 1 or (conv.checks == 0 and conv.tuned_ms > 0)  # re-timed, or re-tuned after a drift
+    h = conv.history
+    assert h.checks == 1 or (h.checks == 0 and h.tuned_ms > 0)  # re-timed, or re-tuned after a drift
     warm = await _build(tmp_path)
     assert warm.stats.kernel_cache_hits == len(warm.nodes)
-    assert warm.stats.kernels_rechecked == (conv.checks == 0)  # a settled choice is not re-timed on a hit
+    assert warm.stats.kernels_rechecked == (h.checks == 0)  # a settled choice is not re-timed on a hit

@@ -76,16 +76,26 @@ def test_aioge_native_0_is_not_warned_about(numpy_kernels):
     assert native.describe() == "compiled kernels: no — numpy kernels; disabled by AIOGE_NATIVE=0"
 
 
+def _only_native_as(monkeypatch, module: str) -> None:
+    """Make ``module`` the one tier installed, found as aioge.kernels._native (as an
+    AIOGE_NATIVE_ARCH=1 build is: one extension, built with -march=native)."""
+    real_find = importlib.util.find_spec
+    tier = real_find(module)
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: tier if name == "aioge.kernels._native" else None if "._native" in name else real_find(name, *a),
+    )
+
+
 def test_a_build_for_instructions_the_cpu_lacks_is_refused_with_a_warning(monkeypatch):
-    if native.lib() is None:
-        pytest.skip("needs the compiled tier")  # test_the_install_built_the_compiled_kernels fails then
-    built = [name for i, name in enumerate(native.ISA) if native.lib().aioge_native_isa() >> i & 1]
-    assert built, "a -march=native build targets at least one of native.ISA here"
-    flags = native.cpu_flags()
-    assert flags is not None and set(built) <= flags  # the build runs where it was built
-    monkeypatch.setattr(native, "cpu_flags", lambda: flags - {built[-1]})
+    flags = native.cpu_flags(native.lib())
+    if flags is None or not {"avx", "avx2", "fma"} <= flags:
+        pytest.skip("needs an x86-64-v3 CPU (the AVX2 tier stands in for a -march=native build)")
+    _only_native_as(monkeypatch, "aioge.kernels._native_avx2")
+    monkeypatch.setattr(native, "cpu_flags", lambda *a: flags - {"fma"})
     try:
-        with pytest.warns(RuntimeWarning, match=rf"built for {built[-1]}, which this CPU lacks.*--no-binary aioge"):
+        with pytest.warns(RuntimeWarning, match=r"built for fma, which this CPU lacks.*--no-binary aioge"):
             assert _fresh_lib() is None
         assert native.function("aioge_native_abi") is None
     finally:
@@ -95,19 +105,62 @@ def test_a_build_for_instructions_the_cpu_lacks_is_refused_with_a_warning(monkey
     assert native.available()
 
 
-def test_version_says_whether_the_compiled_tier_runs_with_its_isa_and_abi():
+def test_a_native_arch_build_says_so_and_refuses_a_lower_aioge_isa(monkeypatch):
+    flags = native.cpu_flags(native.lib())
+    if flags is None or not {"avx", "avx2", "fma"} <= flags:
+        pytest.skip("needs an x86-64-v3 CPU (the AVX2 tier stands in for a -march=native build)")
+    _only_native_as(monkeypatch, "aioge.kernels._native_avx2")
+    monkeypatch.delenv("AIOGE_ISA", raising=False)
+    try:
+        assert "built with -march=native for x86_64, running avx2 (avx, avx2, fma)" in native.describe()
+        monkeypatch.setenv("AIOGE_ISA", "baseline")
+        with pytest.warns(RuntimeWarning, match=r"AIOGE_ISA=baseline, but this build \(AIOGE_NATIVE_ARCH=1\) has only its avx2"):
+            assert _fresh_lib() is None
+    finally:
+        monkeypatch.undo()
+        native.lib.cache_clear()
+        native.function.cache_clear()
+    assert native.available()
+
+
+def test_a_cpu_without_a_tiers_flags_runs_the_tier_below(monkeypatch):
+    flags = native.cpu_flags(native.lib())
+    if flags is None or "avx2" not in flags:
+        pytest.skip("needs an x86-64-v3 CPU")
+    monkeypatch.setattr(native, "cpu_flags", lambda *a: flags - {"avx2", "avx512f"})
+    monkeypatch.delenv("AIOGE_ISA", raising=False)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # nothing asked for more: no warning
+            dll = _fresh_lib()
+        assert dll is not None and dll.aioge_native_isa() == 0  # the baseline tier: no ISA bits
+        assert "running baseline, ABI" in native.describe()
+    finally:
+        monkeypatch.undo()
+        native.lib.cache_clear()
+        native.function.cache_clear()
+
+
+def test_version_says_whether_the_compiled_tier_runs_with_its_isa_and_abi(monkeypatch):
     def version(**env: str) -> str:
         cmd = [sys.executable, "-m", "aioge", "--version"]
-        out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, check=True)
+        inherited = {k: v for k, v in os.environ.items() if k != "AIOGE_ISA"}
+        out = subprocess.run(cmd, env={**inherited, **env}, capture_output=True, text=True, check=True)
         assert out.stderr == ""
         return out.stdout.strip()
 
     from aioge import __version__
 
-    isa = [name for i, name in enumerate(native.ISA) if native.lib().aioge_native_isa() >> i & 1]
+    monkeypatch.delenv("AIOGE_ISA", raising=False)
+    opened = native._open()  # what the child runs without AIOGE_ISA
+    shown = f" ({', '.join(opened.built)})" if opened.built else ""
     assert version() == (
-        f"aioge {__version__} (compiled kernels: yes, built with -march=native for {platform.machine()} "
-        f"({', '.join(isa)}), ABI {native.ABI})"
+        f"aioge {__version__} (compiled kernels: yes, {platform.machine()} tiers {', '.join(opened.tiers)}, "
+        f"running {opened.tier}{shown}, ABI {native.ABI})"
+    )
+    assert version(AIOGE_ISA="baseline") == (
+        f"aioge {__version__} (compiled kernels: yes, {platform.machine()} tiers {', '.join(opened.tiers)}, "
+        f"running baseline (AIOGE_ISA=baseline), ABI {native.ABI})"
     )
     assert version(AIOGE_NATIVE="0") == f"aioge {__version__} (compiled kernels: no — numpy kernels; disabled by AIOGE_NATIVE=0)"
 

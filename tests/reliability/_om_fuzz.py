@@ -54,9 +54,10 @@ def native_model() -> CompiledModel:
         ]
         if native:
             name, params = native[0]
-            kernel = dataclasses.replace(
-                plan.kernel, impl=name, params=params, runner_up="", runner_up_params={}, native_alt="", native_alt_params={}
+            cleared = dataclasses.replace(
+                plan.kernel.history, runner_up="", runner_up_params={}, native_alt="", native_alt_params={}
             )
+            kernel = dataclasses.replace(plan.kernel, impl=name, params=params, history=cleared)
             plan = dataclasses.replace(plan, kernel=kernel)
         plans.append(plan)
     model.nodes = tuple(plans)

@@ -61,15 +61,10 @@ def _shrunk_conv(m: CompiledModel) -> None:
     (node,) = [n for n in m.graph.nodes if n.op_type == "Conv"]
     node.outputs[0].desc = TensorDesc((1, 8, 1, 1), "float32")
     i = m.graph.nodes.index(node)
-    kernel = dataclasses.replace(
-        m.nodes[i].kernel,
-        impl="conv_direct_native",
-        params={},
-        runner_up="",
-        runner_up_params={},
-        native_alt="",
-        native_alt_params={},
+    cleared = dataclasses.replace(
+        m.nodes[i].kernel.history, runner_up="", runner_up_params={}, native_alt="", native_alt_params={}
     )
+    kernel = dataclasses.replace(m.nodes[i].kernel, impl="conv_direct_native", params={}, history=cleared)
     m.nodes = tuple(dataclasses.replace(p, kernel=kernel) if j == i else p for j, p in enumerate(m.nodes))
     _resign(m)
 
@@ -155,9 +150,10 @@ def _set_dtype(node: int, dtype: str) -> Edit:
 
 def _set_kernel(node: int, impl: str, params: dict[str, object]) -> Edit:
     def edit(m: CompiledModel) -> None:
-        k = dataclasses.replace(
-            m.nodes[node].kernel, impl=impl, params=params, runner_up="", runner_up_params={}, native_alt="", native_alt_params={}
+        cleared = dataclasses.replace(
+            m.nodes[node].kernel.history, runner_up="", runner_up_params={}, native_alt="", native_alt_params={}
         )
+        k = dataclasses.replace(m.nodes[node].kernel, impl=impl, params=params, history=cleared)
         m.nodes = tuple(dataclasses.replace(p, kernel=k) if i == node else p for i, p in enumerate(m.nodes))
 
     return edit

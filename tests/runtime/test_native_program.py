@@ -33,7 +33,7 @@ def native_plans(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _kernels(exe: object) -> list[str]:
     """The plan's kernels, for a failure's message (tuning chose them in this test's process)."""
-    return [f"{p.op_type}:{p.kernel.impl}(alt {p.kernel.native_alt or '-'})" for p in exe.model.nodes]  # type: ignore[attr-defined]
+    return [f"{p.op_type}:{p.kernel.impl}(alt {p.kernel.history.native_alt or '-'})" for p in exe.model.nodes]  # type: ignore[attr-defined]
 
 
 @contextlib.asynccontextmanager

@@ -184,7 +184,9 @@ async def _workload(w: Workload, cfg: SuiteConfig, cache_dir: str, gid: int) -> 
         summary = model.summary()
         # what tuning chose, for reading a surprising figure: node, kernel, its time, runner-up, margin
         row["tuned"] = [
-            [n.name, n.kernel.impl, n.kernel.tuned_ms, n.kernel.runner_up, n.kernel.margin] for n in model.nodes if n.kernel.tuned
+            [n.name, n.kernel.impl, n.kernel.history.tuned_ms, n.kernel.history.runner_up, n.kernel.history.margin]
+            for n in model.nodes
+            if n.kernel.tuned
         ]
     if w.name in cfg.concurrency_workloads and cfg.devices and cfg.concurrency:
         # The same burst with the runs on device processes (aioge.exec_devices), past the GIL.

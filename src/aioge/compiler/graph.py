@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -10,6 +9,7 @@ from typing import Sequence
 
 import anyio
 
+from aioge.compiler import tuning
 from aioge.compiler.memory import plan_memory
 from aioge.compiler.ops import (
     CachePolicy,
@@ -154,25 +154,14 @@ def prefer_native(nodes: Sequence[Node], kernels: dict[str, KernelDesc]) -> dict
     extra = total = 0.0
     for node in nodes:
         d = kernels[node.name]
-        total += d.tuned_ms
+        total += d.history.tuned_ms
         schema = get_schema(d.op_type, d.domain)
         if _native_over(schema.impl(d.impl), node):
             continue
-        if not d.native_alt or not _native_over(schema.impl(d.native_alt), node):
+        if not d.history.native_alt or not _native_over(schema.impl(d.history.native_alt), node):
             return kernels
-        extra += max(0.0, d.native_ms - d.tuned_ms)
-        swaps[node.name] = dataclasses.replace(
-            d,
-            impl=d.native_alt,
-            params=dict(d.native_alt_params),
-            tuned_ms=d.native_ms,
-            runner_up=d.impl,
-            runner_up_params=dict(d.params),
-            margin=round(d.tuned_ms / d.native_ms, 4) if d.native_ms > 0 else 0.0,
-            native_alt="",
-            native_alt_params={},
-            native_ms=0.0,
-        )
+        extra += max(0.0, d.history.native_ms - d.history.tuned_ms)
+        swaps[node.name], _ = tuning.revisit(d, "native")
     if not swaps or extra > NATIVE_EXTRA * total + NATIVE_SLACK_MS:
         return kernels
     log.info("native plan: %d kernel(s) swapped for native ones, %.1f us dearer", len(swaps), extra * 1e3)

@@ -22,7 +22,7 @@ import hashlib
 import logging
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine, Mapping, Protocol, Sequence
+from typing import Any, Callable, Coroutine, Literal, Mapping, Protocol, Sequence
 
 import anyio
 import numpy as np
@@ -39,7 +39,7 @@ from aioge.ops.registry import get_schema
 from aioge.ops.schema import OpSchema
 from aioge.options import CompileOptions
 from aioge.plan import kernel as kernel_plan
-from aioge.plan.kernel import KernelDesc, candidates_of
+from aioge.plan.kernel import KernelDesc, TuningRecord, candidates_of
 
 
 class KernelView(Protocol):
@@ -310,72 +310,36 @@ def compile_kernel_sync(
     if choice is None:
         raise _no_kernel(node)
     ins, outs = signature_of(node)
-    desc = KernelDesc(key, node.op_type, node.domain, engine.value, ins, outs, choice.impl, dict(choice.params), 0, choice.tuned)
     alt, alt_params = choice.alternative or ("", {})
-    margin, best = round(choice.margin, 4), round(choice.best_ms, 6)
     n_impl, n_params, n_ms = choice.native_alt or ("", {}, 0.0)
-    return dataclasses.replace(
-        desc,
-        tuned_ms=best,
-        runner_up=alt,
-        runner_up_params=dict(alt_params),
-        margin=margin,
-        native_alt=n_impl,
-        native_alt_params=dict(n_params),
-        native_ms=round(n_ms, 6),
+    seen = TuningRecord(
+        round(choice.best_ms, 6), alt, dict(alt_params), round(choice.margin, 4), 0, n_impl, dict(n_params), round(n_ms, 6)
     )
+    params = dict(choice.params)
+    return KernelDesc(key, node.op_type, node.domain, engine.value, ins, outs, choice.impl, params, 0, choice.tuned, seen)
 
 
-def recheck_kernel_sync(node: Node, engine: Engine, options: CompileOptions, desc: KernelDesc) -> tuple[KernelDesc, str]:
-    """A cache hit's close call re-timed (``tuning.recheck``): the desc to use, and ``kept``,
-    ``switched``, ``drifted`` (tuned again) or ``skipped``. Blocking."""
+def revisit_kernel_sync(
+    node: Node, engine: Engine, options: CompileOptions, desc: KernelDesc, stage: Literal["hit", "fresh"]
+) -> tuple[KernelDesc, str]:
+    """``tuning.revisit`` of a node's close call: on a cache ``hit``, re-timed against its
+    runner-up (tuned again with the whole budget when it drifted); ``fresh`` (the compile's
+    second opinion), tuned again over every candidate on a quarter of the budget: a kernel
+    that splits over the other core, timed while that core was busy, can rank third (the
+    builder transformer's first FusedMatMul came out numpy's at 75 us, runner-up np.dot, its
+    compiled kernel at 44 us behind both). The desc to use and the outcome. Blocking."""
     schema = get_schema(node.op_type, node.domain)
-    found = tuning.recheck(
-        schema,
-        [v.desc if v is not None else None for v in node.inputs],
-        [o.desc for o in node.outputs],
-        node.attrs,
-        _const_values(node),
-        (desc.impl, desc.params),
-        (desc.runner_up, desc.runner_up_params),
-        desc.tuned_ms,
-        budget_ms=options.tune_budget_ms,
-        seed=_seed(desc.key),
-    )
-    if found.outcome == "skipped":
-        log.debug("kernel %s of %r not re-timed: %s", desc.key, node.name, found.why)
-        return desc, found.outcome
-    what = f"{desc.impl} {found.chosen_ms:.4f} ms (tuned {desc.tuned_ms:.4f}), runner-up {desc.runner_up} {found.runner_ms:.4f}"
-    log.info("kernel %s of %r re-timed: %s: %s", desc.key, node.name, what, found.outcome)
-    if found.outcome == "drifted":
-        return compile_kernel_sync(node, engine, options, desc.key, schema), found.outcome
-    if found.outcome == "switched":
-        return dataclasses.replace(
-            desc,
-            impl=desc.runner_up,
-            params=dict(desc.runner_up_params),
-            tuned_ms=round(found.runner_ms, 6),
-            runner_up=desc.impl,
-            runner_up_params=dict(desc.params),
-            margin=round(found.chosen_ms / found.runner_ms, 4) if found.runner_ms > 0 else 0.0,
-            checks=desc.checks + 1,
-        ), found.outcome
-    margin = found.runner_ms / found.chosen_ms if found.chosen_ms > 0 else desc.margin
-    return dataclasses.replace(
-        desc, tuned_ms=round(min(desc.tuned_ms, found.chosen_ms), 6), margin=round(margin, 4), checks=desc.checks + 1
-    ), found.outcome
+    ins, outs, h = [v.desc if v is not None else None for v in node.inputs], [o.desc for o in node.outputs], desc.history
 
+    def retime() -> tuning.Recheck:
+        chosen, runner = (desc.impl, desc.params), (h.runner_up, h.runner_up_params)
+        consts, budget = _const_values(node), options.tune_budget_ms
+        return tuning.recheck(
+            schema, ins, outs, node.attrs, consts, chosen, runner, h.tuned_ms, budget_ms=budget, seed=_seed(desc.key)
+        )
 
-def retune_sync(node: Node, engine: Engine, options: CompileOptions, desc: KernelDesc) -> KernelDesc:
-    """A close call tuned again over every candidate on a quarter of the budget (the end of a
-    compile's second opinion): its choice, counted as one re-check. Every candidate, not only
-    the runner-up: a kernel that splits over the other core, timed while that core was busy,
-    can rank third (the builder transformer's first FusedMatMul came out numpy's at 75 us,
-    runner-up np.dot, its compiled kernel at 44 us behind both). Blocking."""
-    quick = dataclasses.replace(options, tune_budget_ms=options.tune_budget_ms / 4)
-    new = compile_kernel_sync(node, engine, quick, desc.key)
-    log.info("kernel %s of %r tuned again: %s -> %s", desc.key, node.name, desc.impl, new.impl)
-    return dataclasses.replace(new, checks=desc.checks + 1)
+    budget = options if stage == "hit" else dataclasses.replace(options, tune_budget_ms=options.tune_budget_ms / 4)
+    return tuning.revisit(desc, stage, retime=retime, retune=lambda: compile_kernel_sync(node, engine, budget, desc.key, schema))
 
 
 def _const_values(node: Node) -> list[np.ndarray | None]:
@@ -409,7 +373,7 @@ class KernelStep:
     shared: int = 0  # not reading the cache (disable, a listed op): got from a concurrent compile in the session
     reused: int = 0  # nodes whose key another node of this compile has: one kernel serves them all
     misses: int = 0  # looked up on disk and not found (or unusable)
-    rechecked: int = 0  # close calls re-timed (``recheck_kernel_sync``): tuned here, or cache hits
+    rechecked: int = 0  # close calls revisited (``revisit_kernel_sync``): tuned here, or cache hits
     retuned: int = 0  # of those, the ones whose choice changed (and was written back)
     fresh: dict[str, KernelJob] = field(default_factory=dict)  # keys this compile tuned, by their leader job
     invalid: int = 0
@@ -574,9 +538,11 @@ async def _recheck(
 ) -> KernelDesc:
     """A hit, with its close call re-timed in tune mode; what the re-timing learnt is written
     back (when the compile writes), so an entry is re-timed ``RECHECKS`` times at most."""
-    if options.tune_mode != "tune" or not tuning.close_call(desc.tuned, desc.runner_up, desc.margin, desc.checks):
+    if options.tune_mode != "tune" or not tuning.close_call(desc):
         return desc
-    new, outcome = await anyio.to_thread.run_sync(recheck_kernel_sync, job.node, job.engine, options, desc, limiter=limiter)
+    new, outcome = await anyio.to_thread.run_sync(
+        revisit_kernel_sync, job.node, job.engine, options, desc, "hit", limiter=limiter
+    )
     if outcome == "skipped":
         return desc
     step.rechecked += 1
@@ -595,15 +561,17 @@ async def _second_opinions(
     limiter: anyio.CapacityLimiter | None,
 ) -> None:
     """The close calls this compile tuned, tuned once more after all of its tuning
-    (``retune_sync``): a second opinion seconds later, past a burst of load on the other core
+    (``revisit_kernel_sync``, stage ``fresh``): a second opinion seconds later, past a burst of load on the other core
     during one op's tuning, which makes a kernel that splits look no faster than one that does
     not. The outcome replaces the kernel of every node with the key and is written over the
     entry (``checks`` 1: a hit does not re-time it)."""
     for key, job in step.fresh.items():
         desc = step.kernels[job.node.name]
-        if not tuning.close_call(desc.tuned, desc.runner_up, desc.margin, desc.checks):
+        if not tuning.close_call(desc):
             continue
-        new = await anyio.to_thread.run_sync(retune_sync, job.node, job.engine, options, desc, limiter=limiter)
+        new, _ = await anyio.to_thread.run_sync(
+            revisit_kernel_sync, job.node, job.engine, options, desc, "fresh", limiter=limiter
+        )
         step.rechecked += 1
         step.retuned += (new.impl, new.params) != (desc.impl, desc.params)
         for name, d in step.kernels.items():

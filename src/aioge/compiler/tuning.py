@@ -15,14 +15,17 @@ An op schema lists its implementations in order of preference; the first is the
   one earlier in the schema's order of preference does, so that noise between near-equal
   kernels does not flip the choice from one compile (and kernel cache entry) to the next.
   The choice keeps its best time, its runner-up and the margin between them.
-- A close call (a margin under ``RECHECK_MARGIN``) gets a second opinion ``RECHECKS`` times in
-  the entry's life: at the end of the compile that tuned it, after the other ops' tuning, it is
-  tuned again on a quarter of the budget (``compiler.ops.retune_sync``); on a kernel cache hit
-  of an entry stored without one, it is re-timed against its runner-up (``recheck``). The
-  runner-up takes over when it is now faster by more than ``TIE_MARGIN``, and a choice whose
-  own time has drifted past ``DRIFT`` times its tuned time (another host, another BLAS, a
-  tune under load) is tuned again from scratch. Clear wins are not re-timed: a hit stays as
-  cheap as a lookup.
+- Every later decision about a choice is ``revisit``'s, from the choice's history (its
+  ``TuningRecord``). A close call (a margin under ``RECHECK_MARGIN``) gets a second opinion
+  ``RECHECKS`` times in the entry's life: at the end of the compile that tuned it, after the
+  other ops' tuning, it is tuned again on a quarter of the budget (stage ``fresh``); on a
+  kernel cache hit of an entry stored without one, it is re-timed against its runner-up
+  (stage ``hit``, ``recheck``). The runner-up takes over when it is now faster by more than
+  ``TIE_MARGIN``, and a choice whose own time has drifted past ``DRIFT`` times its tuned time
+  (another host, another BLAS, a tune under load) is tuned again from scratch. Clear wins are
+  not re-timed: a hit stays as cheap as a lookup. For a one-thread plan, ``revisit`` also
+  swaps in a choice's native alternative (stage ``native``; ``compiler.graph.prefer_native``
+  decides whether the plan's sum of them is worth it).
   Candidates are timed as a run at batch 1 runs them: a kernel may split over the idle cores
   (``kernels.parallel.split_range``), so one that splits well is not ranked by its
   one-core time.
@@ -37,8 +40,8 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -46,9 +49,20 @@ from aioge.ir.desc import TensorDesc, numpy_dtype
 from aioge.kernels.contract import bind_kernel, no_compute
 from aioge.kernels.parallel import cpu_tokens
 from aioge.ops.schema import KernelImpl, OpSchema
-from aioge.plan.kernel import candidates_of, same_params
+from aioge.plan.kernel import KernelDesc, TuningRecord, candidates_of, same_params
 
-__all__ = ["TIE_MARGIN", "Choice", "Recheck", "candidates_of", "choose_heuristic", "recheck", "select_kernel", "tune"]
+__all__ = [
+    "TIE_MARGIN",
+    "Choice",
+    "Recheck",
+    "candidates_of",
+    "choose_heuristic",
+    "close_call",
+    "recheck",
+    "revisit",
+    "select_kernel",
+    "tune",
+]
 
 log = logging.getLogger(__name__)
 
@@ -275,9 +289,61 @@ class Recheck:
     why: str = ""
 
 
-def close_call(tuned: bool, runner_up: str, margin: float, checks: int) -> bool:
-    """Whether a cached choice is re-timed on a hit (see the module docstring)."""
-    return tuned and bool(runner_up) and 0.0 < margin < RECHECK_MARGIN and checks < RECHECKS
+def close_call(desc: KernelDesc) -> bool:
+    """Whether a choice is a close call still due a second opinion (see the module docstring)."""
+    h = desc.history
+    return desc.tuned and bool(h.runner_up) and 0.0 < h.margin < RECHECK_MARGIN and h.checks < RECHECKS
+
+
+def revisit(
+    desc: KernelDesc,
+    stage: Literal["hit", "fresh", "native"],
+    *,
+    retime: Callable[[], Recheck] | None = None,
+    retune: Callable[[], KernelDesc] | None = None,
+) -> tuple[KernelDesc, str]:
+    """Decide a tuned choice again (the one place that does): the kernel to use and the outcome
+    ('' when there was nothing to decide).
+
+    - ``hit`` (a kernel cache hit): a close call is re-timed against its runner-up (``retime``:
+      ``recheck`` bound to the node): ``switched`` to the runner-up when it is faster by more
+      than ``TIE_MARGIN``, tuned again when ``drifted`` (``retune``), else ``kept`` with the new
+      figures; ``skipped`` when the pair cannot be timed in this process.
+    - ``fresh`` (the end of the compile that tuned it): a close call is tuned again over every
+      candidate (``retune``, on a quarter of the budget), counted as one check: ``retuned``.
+    - ``native`` (a one-thread plan): the choice swapped for its native alternative, ``native``
+      (its cost: ``history.native_ms - history.tuned_ms``), when it has one."""
+    h = desc.history
+    if stage == "native":
+        if not h.native_alt:
+            return desc, ""
+        margin = round(h.tuned_ms / h.native_ms, 4) if h.native_ms > 0 else 0.0
+        record = TuningRecord(h.native_ms, desc.impl, dict(desc.params), margin, h.checks)
+        return replace(desc, impl=h.native_alt, params=dict(h.native_alt_params), history=record), "native"
+    if not close_call(desc):
+        return desc, ""
+    if retune is None or (stage == "hit" and retime is None):
+        raise ValueError(f"revisit({stage!r}): a close call needs retune (and retime on a hit)")
+    if stage == "fresh" or retime is None:
+        new = retune()
+        log.info("kernel %s tuned again: %s -> %s", desc.key, desc.impl, new.impl)
+        return replace(new, history=replace(new.history, checks=h.checks + 1)), "retuned"
+    found = retime()
+    if found.outcome == "skipped":
+        log.debug("kernel %s not re-timed: %s", desc.key, found.why)
+        return desc, found.outcome
+    what = f"{desc.impl} {found.chosen_ms:.4f} ms (tuned {h.tuned_ms:.4f}), runner-up {h.runner_up} {found.runner_ms:.4f}"
+    log.info("kernel %s re-timed: %s: %s", desc.key, what, found.outcome)
+    if found.outcome == "drifted":
+        return retune(), found.outcome
+    if found.outcome == "switched":
+        margin = round(found.chosen_ms / found.runner_ms, 4) if found.runner_ms > 0 else 0.0
+        record = replace(h, tuned_ms=round(found.runner_ms, 6), runner_up=desc.impl, runner_up_params=dict(desc.params))
+        record = replace(record, margin=margin, checks=h.checks + 1)
+        return replace(desc, impl=h.runner_up, params=dict(h.runner_up_params), history=record), found.outcome
+    margin = found.runner_ms / found.chosen_ms if found.chosen_ms > 0 else h.margin
+    record = replace(h, tuned_ms=round(min(h.tuned_ms, found.chosen_ms), 6), margin=round(margin, 4), checks=h.checks + 1)
+    return replace(desc, history=record), found.outcome
 
 
 def recheck(

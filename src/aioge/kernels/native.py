@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from aioge.errors import ExecutionError
+from aioge.errors import ExecutionError, OptionError
 from aioge.kernels.parallel import split_native
 
 __all__ = [
@@ -103,6 +103,7 @@ _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
 SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_native_abi": (_INT, ()),
     "aioge_native_isa": (_I64, ()),
+    "aioge_cpu_isa": (_I64, ()),
     "aioge_fail_alloc": (None, (_I64,)),
     "aioge_conv_gemm_mr": (_INT, ()),
     "aioge_conv_gemm_nr": (_INT, ()),
@@ -135,8 +136,22 @@ _SLOWER = "every kernel runs its numpy code, 2-10x slower (the demo CNN 0.34 -> 
 _REBUILD = "pip install --force-reinstall --no-binary aioge aioge"
 
 
-def cpu_flags() -> frozenset[str] | None:
-    """The CPU's instruction-set flags from /proc/cpuinfo, or None where it cannot be read."""
+# setup.py's ISA tiers, lowest first: (name, module, the CPU flags it needs; cpu_flags's names).
+# The baseline tier runs on every CPU of its architecture; AIOGE_ISA=NAME forces a lower one.
+TIERS = (
+    ("baseline", "aioge.kernels._native", frozenset[str]()),
+    ("avx2", "aioge.kernels._native_avx2", frozenset({"avx", "avx2", "fma"})),
+    ("avx512", "aioge.kernels._native_avx512", frozenset({"avx2", "avx512f", "avx512bw", "avx512vl"})),
+)
+
+
+def cpu_flags(base: ctypes.CDLL | None = None) -> frozenset[str] | None:
+    """The CPU's instruction-set flags: from CPUID through the baseline tier's
+    ``aioge_cpu_isa()`` when it answers (right under an emulator, whose /proc/cpuinfo is the
+    host's), else from /proc/cpuinfo; None where neither can be read."""
+    bits = int(base.aioge_cpu_isa()) if base is not None and hasattr(base, "aioge_cpu_isa") else -1
+    if bits >= 0:
+        return frozenset(name for i, name in enumerate(ISA) if bits >> i & 1)
     try:
         # utf-8: the one codec every interpreter has loaded (a child that dropped privileges could
         # not import encodings.ascii from an unreadable stdlib: "unknown encoding: ascii")
@@ -150,52 +165,102 @@ def cpu_flags() -> frozenset[str] | None:
     return None
 
 
-def _open() -> tuple[ctypes.CDLL | None, str, list[str], bool]:
-    """The compiled kernels or None, why not, the instruction sets they were built for, and
-    whether their absence deserves a warning (not when ``AIOGE_NATIVE=0`` asked for it)."""
+@dataclass
+class _Opened:
+    """What ``_open`` found: the library or None, why (or its ABI), the ISA it was built for, a
+    warning to give once (None: nothing to say), the tier it runs and the tiers installed."""
+
+    dll: ctypes.CDLL | None
+    why: str
+    built: list[str] = field(default_factory=list)
+    warn: str | None = None
+    tier: str = ""
+    tiers: list[str] = field(default_factory=list)
+
+
+def _cdll(path: str) -> ctypes.CDLL:
+    dll = ctypes.CDLL(path)
+    dll.aioge_native_isa.restype = dll.aioge_cpu_isa.restype = ctypes.c_int64
+    return dll
+
+
+def _open() -> _Opened:
+    """Load the best ISA tier this CPU runs, at most AIOGE_ISA's (raises on an unknown name)."""
     if os.environ.get("AIOGE_NATIVE", "1").strip() == "0":
-        return None, "disabled by AIOGE_NATIVE=0", [], False
-    spec = importlib.util.find_spec("aioge.kernels._native")
-    if spec is None or not spec.origin or not spec.origin.endswith((".so", ".pyd", ".dylib")):
+        return _Opened(None, "disabled by AIOGE_NATIVE=0")
+    names = [t[0] for t in TIERS]
+    want = os.environ.get("AIOGE_ISA", "").strip().lower()
+    if want and want not in names:
+        raise OptionError("AIOGE_ISA", want, f"expected one of {', '.join(names)} (or unset: the best this CPU runs)")
+    specs = [(t, importlib.util.find_spec(t[1])) for t in TIERS]
+    found = [(t, str(s.origin)) for t, s in specs if s is not None and str(s.origin).endswith((".so", ".pyd"))]
+    if not found or found[0][0][0] != "baseline":
         why = "not built (no C compiler at install: install one, e.g. `apt-get install build-essential`, and reinstall aioge)"
-        return None, why, [], True
+        return _Opened(None, why, warn=why)
     try:
-        dll = ctypes.CDLL(spec.origin)
+        dll = _cdll(found[0][1])
         abi = dll.aioge_native_abi()
     except (OSError, AttributeError) as exc:
-        return None, f"{spec.origin} does not load ({exc}; reinstall aioge: {_REBUILD})", [], True
+        why = f"{found[0][1]} does not load ({exc}; reinstall aioge: {_REBUILD})"
+        return _Opened(None, why, warn=why)
     if abi != ABI:
-        return None, f"{spec.origin} is ABI {abi}, this code expects {ABI} (stale build; reinstall aioge: {_REBUILD})", [], True
-    dll.aioge_native_isa.restype = ctypes.c_int64
-    bits = int(dll.aioge_native_isa())
-    built = [name for i, name in enumerate(ISA) if bits >> i & 1]
-    have = cpu_flags()
+        why = f"{found[0][1]} is ABI {abi}, this code expects {ABI} (stale build; reinstall aioge: {_REBUILD})"
+        return _Opened(None, why, warn=why)
+    have, note = cpu_flags(dll), None
+    runs = [(t, path) for t, path in found if t[2] <= (have or frozenset())]
+    if want and names.index(want) > names.index(runs[-1][0][0]):
+        missing = ", ".join(sorted(TIERS[names.index(want)][2] - (have or frozenset())))
+        note = f"AIOGE_ISA={want} asks for {missing}, which this CPU lacks: it runs {runs[-1][0][0]}"
+    (tier, _, _), path = [r for r in runs if not want or names.index(r[0][0]) <= names.index(want)][-1]
+    if path != found[0][1]:
+        dll = _cdll(path)
+    built = [name for i, name in enumerate(ISA) if int(dll.aioge_native_isa()) >> i & 1]
+    if len(found) == 1 and "avx2" in built:  # an AIOGE_NATIVE_ARCH=1 build: its one tier is -march=native
+        tier = "avx512" if "avx512f" in built else "avx2"
     lacks = [name for name in built if have is not None and name not in have]
     if lacks:
-        why = f"{spec.origin} was built for {', '.join(lacks)}, which this CPU lacks (rebuild on this machine: {_REBUILD})"
-        return None, why, built, True
-    return dll, f"ABI {abi}", built, False
+        why = f"{path} was built for {', '.join(lacks)}, which this CPU lacks (rebuild on this machine: {_REBUILD})"
+        return _Opened(None, why, built, warn=why)
+    if want and names.index(tier) > names.index(want):
+        why = f"AIOGE_ISA={want}, but this build (AIOGE_NATIVE_ARCH=1) has only its {tier} tier"
+        return _Opened(None, why, built, warn=why)
+    return _Opened(dll, f"ABI {abi}", built, note, tier, [t[0] for t, _ in found])
 
 
 @functools.cache
 def lib() -> ctypes.CDLL | None:
-    """The compiled kernels, or None: not built, disabled by ``AIOGE_NATIVE=0``, stale, or built
-    for instructions this CPU lacks. Said once a process (cached), unless ``AIOGE_NATIVE=0``."""
-    dll, why, _, warn = _open()
-    if warn:
-        warnings.warn(f"aioge: the compiled kernels are unavailable: {why}; {_SLOWER}", RuntimeWarning, stacklevel=2)
-    return dll
+    """The compiled kernels' best ISA tier for this CPU, or None: not built, disabled by
+    ``AIOGE_NATIVE=0``, stale, or built for instructions this CPU lacks. Said once a process
+    (cached), unless ``AIOGE_NATIVE=0``; so is an ``AIOGE_ISA`` above what the CPU runs."""
+    opened = _open()
+    if opened.warn and opened.dll is None:
+        warnings.warn(f"aioge: the compiled kernels are unavailable: {opened.warn}; {_SLOWER}", RuntimeWarning, stacklevel=2)
+    elif opened.warn:
+        warnings.warn(f"aioge: {opened.warn}", RuntimeWarning, stacklevel=2)
+    return opened.dll
 
 
 def describe() -> str:
-    """One line for ``aioge --version``: whether the compiled tier runs, its ABI and ISA."""
-    dll, why, built, _ = _open()
-    if dll is None:
-        return f"compiled kernels: no — numpy kernels; {why}"
+    """One line for ``aioge --version``: whether the compiled tier runs, which ISA path, its ABI."""
+    try:
+        opened = _open()
+    except OptionError as exc:
+        return f"compiled kernels: not loaded — {exc}"  # lib() raises it at first use
+    if opened.dll is None:
+        return f"compiled kernels: no — numpy kernels; {opened.why}"
     import platform
 
-    isa = f"{platform.machine()} ({', '.join(built)})" if built else platform.machine()
-    return f"compiled kernels: yes, built with -march=native for {isa}, {why}"
+    isa = f" ({', '.join(opened.built)})" if opened.built else ""
+    want = os.environ.get("AIOGE_ISA", "").strip()
+    forced = f" ({opened.warn})" if opened.warn else f" (AIOGE_ISA={want})" if want else ""
+    if len(opened.tiers) == 1 and opened.built and opened.tier != "baseline":
+        return (
+            f"compiled kernels: yes, built with -march=native for {platform.machine()}, running {opened.tier}{isa}, {opened.why}"
+        )
+    return (
+        f"compiled kernels: yes, {platform.machine()} tiers {', '.join(opened.tiers)}, running {opened.tier}{isa}{forced}, "
+        f"{opened.why}"
+    )
 
 
 def fail_alloc(nth: int) -> None:

@@ -17,7 +17,26 @@ from aioge.keys import Signature, signature_of
 if TYPE_CHECKING:
     from aioge.ops.schema import KernelImpl, OpSchema
 
-__all__ = ["KernelDesc", "candidates_of", "check_kernel", "desc_from_plain", "desc_to_plain", "same_params"]
+__all__ = ["KernelDesc", "TuningRecord", "candidates_of", "check_kernel", "desc_from_plain", "desc_to_plain", "same_params"]
+
+
+@dataclass(frozen=True, slots=True)
+class TuningRecord:
+    """What tuning saw, so that a later look (``compiler.tuning.revisit``: a cache hit, the
+    compile's second opinion, a native plan) can tell a close call from a clear win: the
+    choice's best time, the next fastest verified candidate and its time over the choice's
+    (0.0 with no runner-up), how many times the two have been re-timed since, and the fastest
+    candidate with a native form when the choice has none, with its time (the compiler may
+    take it so that a whole plan runs as one C call)."""
+
+    tuned_ms: float = 0.0
+    runner_up: str = ""
+    runner_up_params: Mapping[str, Any] = field(default_factory=dict)
+    margin: float = 0.0
+    checks: int = 0
+    native_alt: str = ""
+    native_alt_params: Mapping[str, Any] = field(default_factory=dict)
+    native_ms: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,20 +53,7 @@ class KernelDesc:
     params: Mapping[str, Any] = field(default_factory=dict)
     workspace_bytes: int = 0
     tuned: bool = False  # True when the impl was chosen by timing candidates
-    # What tuning saw, so that a cache hit can tell a close call from a clear win (and re-time
-    # the first, see ``compiler.tuning.recheck``): the choice's best time, the next fastest
-    # verified candidate and its time over the choice's (0.0 with no runner-up), and how many
-    # cache hits have re-timed the two since.
-    tuned_ms: float = 0.0
-    runner_up: str = ""
-    runner_up_params: Mapping[str, Any] = field(default_factory=dict)
-    margin: float = 0.0
-    checks: int = 0
-    # The fastest candidate with a native form when the choice has none, and its tuned time:
-    # the compiler may take it so that a whole plan runs as one C call (compiler.graph).
-    native_alt: str = ""
-    native_alt_params: Mapping[str, Any] = field(default_factory=dict)
-    native_ms: float = 0.0
+    history: TuningRecord = field(default_factory=TuningRecord)
 
 
 def desc_to_plain(desc: KernelDesc) -> Any:
@@ -109,15 +115,16 @@ def check_kernel(desc: KernelDesc, node: Node, engine: str) -> str:
     if not any(e.value == engine for e in schema.engines_for(descs)):
         return f"{node.op_type} does not run on {engine} for these inputs"
     stored = candidates_of(schema, descs, node.attrs, stored=True)
+    h = desc.history
     for name, params, what in (
         (desc.impl, desc.params, "implementation"),
-        (desc.runner_up, desc.runner_up_params, "runner-up"),
-        (desc.native_alt, desc.native_alt_params, "native alternative"),
+        (h.runner_up, h.runner_up_params, "runner-up"),
+        (h.native_alt, h.native_alt_params, "native alternative"),
     ):
         if name and not any(impl.name == name and same_params(p, params) for impl, p in stored):
             return f"{what} {name!r} with {dict(params)} is not a candidate for this node"
-    if desc.margin < 0 or desc.tuned_ms < 0 or desc.checks < 0 or desc.native_ms < 0:
-        return f"negative tuning figures (tuned_ms {desc.tuned_ms}, margin {desc.margin}, checks {desc.checks}, native_ms {desc.native_ms})"
+    if h.margin < 0 or h.tuned_ms < 0 or h.checks < 0 or h.native_ms < 0:
+        return f"negative tuning figures (tuned_ms {h.tuned_ms}, margin {h.margin}, checks {h.checks}, native_ms {h.native_ms})"
     return ""
 
 

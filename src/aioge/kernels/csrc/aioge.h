@@ -88,9 +88,11 @@ static inline int aioge_fits(int64_t have, int64_t a, int64_t b, int64_t c, int6
 
 /* module.c; aioge_native_isa: the instruction sets the compiler targeted, one bit each in the
  * order of native.py's ISA (avx, avx2, fma, avx512f, avx512bw, avx512vl, avx512_bf16,
- * avx512_vnni, asimd), so Python can refuse a build this CPU cannot run */
+ * avx512_vnni, asimd), so Python can refuse a build this CPU cannot run; aioge_cpu_isa: what
+ * this CPU runs, in the same bits (from CPUID; -1 where unknown), so Python picks the ISA tier */
 int aioge_native_abi(void);
 int64_t aioge_native_isa(void);
+int64_t aioge_cpu_isa(void);
 
 /* alloc.c: every allocation of the tier, which tests can make fail (the nth from now) */
 void *aioge_malloc(size_t n);

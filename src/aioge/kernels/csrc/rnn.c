@@ -95,7 +95,9 @@ static void recur(const float *h, int64_t rows, int64_t k, const float *pk, int6
             v8 a00 = {0}, a01 = {0}, a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
             for (int64_t kk = 0; kk < k; kk++) {
                 v8 w0 = *(const v8 *)(w + kk * NP), w1 = *(const v8 *)(w + kk * NP + 8);
+#ifdef __AVX__ /* a v8 fits one register from AVX on (the baseline tier has none that wide) */
                 __asm__("" : "+x"(w0), "+x"(w1)); /* in registers: not reloaded by each multiply-add */
+#endif
                 a00 += h0[kk] * w0, a01 += h0[kk] * w1;
                 a10 += h1[kk] * w0, a11 += h1[kk] * w1;
                 a20 += h2[kk] * w0, a21 += h2[kk] * w1;

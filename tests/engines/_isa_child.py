@@ -1,0 +1,38 @@
+"""Run by tests/engines/test_native_isa.py in a child process (AIOGE_ISA is read once a process):
+``python -m tests.engines._isa_child OUT.npz`` runs a few C kernels on fixed inputs and saves
+their outputs and the ISA tier that ran them (``native.describe()``) to OUT.npz."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from aioge.kernels import native
+from aioge.kernels import rnn as krnn
+from tests.engines._native_child import _rand, kernel
+
+CASES = [
+    ("conv", "Conv", "conv_direct_native", [_rand(2, 8, 13, 13), _rand(16, 8, 3, 3), _rand(16)], {"pads": [1, 1, 1, 1]}),
+    (
+        "depthwise",
+        "Conv",
+        "conv_depthwise_native",
+        [_rand(1, 8, 17, 17), _rand(8, 1, 3, 3)],
+        {"group": 8, "kernel_shape": [3, 3]},
+    ),
+    ("gemm", "Gemm", "gemm_native", [_rand(37, 70), _rand(70, 129), _rand(129)], {}),
+    ("pool", "AveragePool", "pool_native", [_rand(1, 4, 15, 15)], {"kernel_shape": [3, 3], "strides": [2, 2]}),
+    ("lstm", "LSTM", "numpy", [_rand(5, 3, 7), _rand(1, 64, 7), _rand(1, 64, 16) / 4], {"hidden_size": 16}),
+    ("softmax", "Softmax", "softmax_native", [_rand(9, 100) * 5], {}),
+]
+
+
+def main(out: str) -> None:
+    assert native.available() and krnn._native() is not None, native.describe()
+    arrays = {name: kernel(op, impl, {}, ins, attrs)()[0] for name, op, impl, ins, attrs in CASES}
+    np.savez(out, describe=np.array(native.describe()), **arrays)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
