@@ -155,6 +155,7 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("", "AveragePool", "pool_native"): ({"kernel_shape": (2, 2)}, [_f(1, 2, 6, 6)], 1),
     ("", "MaxPool", "pool_native"): ({"kernel_shape": (3, 3), "strides": (2, 2)}, [_f(1, 2, 7, 7)], 1),
     ("", "GlobalAveragePool", "globalavg_native"): ({}, [_f(1, 3, 4, 5)], 1),
+    ("", "GlobalMaxPool", "globalmax_native"): ({}, [_f(1, 3, 4, 5)], 1),
     ("", "LayerNormalization", "layernorm_native"): ({}, [_f(2, 3, 8), _f(8), _f(8)], 1),
     ("", "Softmax", "softmax_native"): ({}, [_f(2, 5)], 1),
     ("", "LogSoftmax", "logsoftmax_native"): ({}, [_f(2, 5)], 1),

@@ -119,22 +119,46 @@ def test_native_pools_match_onnxruntime_and_numpy(
         np.testing.assert_allclose(numpy_path, want, rtol=1e-5, atol=1e-6, err_msg=op)
         impl = get_schema(op).impl("pool_native")
         assert impl.applies(descs, attrs)
-        for params in ({"per_pixel": 0}, {"per_pixel": 1}):
-            run = impl.build(attrs, params, descs, [TensorDesc(want.shape, "float32")])
+        for simd in _SIMD:  # AVX2 where the CPU has it, and the plain loops
+            native.function("aioge_pool_simd")(simd)
+            run = impl.build(attrs, {}, descs, [TensorDesc(want.shape, "float32")])
             out = np.full(want.shape, np.nan, np.float32)
             (got,) = run([x], [out])
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{op} {params} {attrs}")
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{op} simd {simd} {attrs}")
+        native.function("aioge_pool_simd")(1)
+    # MaxPool's Indices (row-major and storage_order 1), in C: the first maximum in the window's
+    # row-major order, as onnxruntime names it
+    for order in (0, 1):
+        attrs = {**base, "dilations": dilations, "storage_order": order}
+        want, want_at = ort_run("MaxPool", [x], attrs, num_outputs=2)
+        real = want != np.finfo(np.float32).min
+        descs, outs = [TensorDesc(x.shape, "float32")], [TensorDesc(want.shape, "float32"), TensorDesc(want.shape, "int64")]
+        for simd in _SIMD:
+            native.function("aioge_pool_simd")(simd)
+            given = [np.full(want.shape, np.nan, np.float32), np.full(want.shape, -7, np.int64)]
+            got, got_at = get_schema("MaxPool").impl("pool_native").build(attrs, {}, descs, outs)([x], given)
+            np.testing.assert_array_equal(got[real], want[real])
+            np.testing.assert_array_equal(got_at[real], want_at[real], err_msg=f"simd {simd} {attrs}")
+        native.function("aioge_pool_simd")(1)
 
 
-def test_max_pool_with_indices_keeps_the_reference_kernel() -> None:
-    x = rand(np.random.default_rng(0), 1, 3, 6, 6)
-    attrs = {"kernel_shape": (2, 2), "strides": (2, 2)}
-    want = ort_run("MaxPool", [x], attrs, num_outputs=2)
+# the pools' two C paths: plain loops (0) and AVX2 (1) when this CPU has it
+_SIMD = (0, 1) if native.available() else ()
+
+
+@given(seed=st.integers(0, 2**16), c=st.integers(1, 9), h=st.integers(1, 40), w=st.integers(1, 40))
+@settings(max_examples=30, deadline=None)
+def test_native_global_max_pool_matches_onnxruntime(seed, c, h, w) -> None:
+    x = rand(np.random.default_rng(seed), 2, c, h, w)
+    (want,) = ort_run("GlobalMaxPool", [x], {})
+    impl = get_schema("GlobalMaxPool").impl("globalmax_native")
     descs = [TensorDesc(x.shape, "float32")]
-    outs = [TensorDesc(want[0].shape, "float32"), TensorDesc(want[1].shape, "int64")]
-    got = get_schema("MaxPool").impl("pool_native").build(attrs, {}, descs, outs)([x], None)
-    np.testing.assert_array_equal(got[0], want[0])
-    np.testing.assert_array_equal(got[1], want[1])
+    assert impl.applies(descs, {})
+    for simd in _SIMD:
+        native.function("aioge_pool_simd")(simd)
+        (got,) = impl.build({}, {}, descs, None)([x], None)
+        np.testing.assert_array_equal(got, want)
+    native.function("aioge_pool_simd")(1)
 
 
 def test_without_the_tier_the_native_kernels_are_not_offered_but_stored_ones_bind_to_numpy(numpy_kernels) -> None:
@@ -150,8 +174,16 @@ def test_without_the_tier_the_native_kernels_are_not_offered_but_stored_ones_bin
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     pool = {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}
     (want,) = ort_run("AveragePool", inputs[:1], pool)
-    (got,) = get_schema("AveragePool").impl("pool_native").build(pool, {"per_pixel": 1}, descs[:1], None)(inputs[:1], None)
+    (got,) = get_schema("AveragePool").impl("pool_native").build(pool, {}, descs[:1], None)(inputs[:1], None)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    want = ort_run("MaxPool", inputs[:1], pool, num_outputs=2)
+    outs = [TensorDesc(want[0].shape, "float32"), TensorDesc(want[1].shape, "int64")]
+    got = get_schema("MaxPool").impl("pool_native").build(pool, {}, descs[:1], outs)(inputs[:1], None)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    (want,) = ort_run("GlobalMaxPool", inputs[:1], {})
+    (got,) = get_schema("GlobalMaxPool").impl("globalmax_native").build({}, {}, descs[:1], None)(inputs[:1], None)
+    np.testing.assert_array_equal(got, want)
 
 
 def _depthwise_graph() -> tuple[aioge.Graph, dict[str, np.ndarray], np.ndarray]:
@@ -262,7 +294,7 @@ def test_native_max_pool_propagates_nan_as_numpy_does_and_matches_onnxruntime_wi
     x[rng.random(x.shape) < 0.03] = np.nan
     attrs = {"kernel_shape": [kernel, kernel], "strides": [stride, stride], "pads": [pad] * 4}
     impl = next(i for i in get_schema("MaxPool").impls if i.name == "pool_native")
-    (got,) = impl.build(attrs, {"per_pixel": 0}, [TensorDesc(x.shape, "float32")], None)([x], None)
+    (got,) = impl.build(attrs, {}, [TensorDesc(x.shape, "float32")], None)([x], None)
     o = (size + 2 * pad - kernel) // stride + 1
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-np.inf)
     want = np.full((1, 3, o, o), -np.inf, np.float32)
@@ -272,7 +304,7 @@ def test_native_max_pool_propagates_nan_as_numpy_does_and_matches_onnxruntime_wi
     assert np.isnan(want).any()
     np.testing.assert_array_equal(got, want)
     clean = np.nan_to_num(x, nan=0.5)
-    (got_clean,) = impl.build(attrs, {"per_pixel": 0}, [TensorDesc(x.shape, "float32")], None)([clean], None)
+    (got_clean,) = impl.build(attrs, {}, [TensorDesc(x.shape, "float32")], None)([clean], None)
     np.testing.assert_array_equal(got_clean, ort_run("MaxPool", [clean], attrs)[0])
 
 
@@ -286,7 +318,7 @@ def test_native_pool_shares_its_planes_with_the_helper_and_splits_bit_equal(kern
     x = rng.standard_normal((8, 16, 32, 32)).astype(np.float32)  # 131,072 values: worth a split
     attrs = {"kernel_shape": [kernel, kernel], "strides": [2, 2]}
     impl = next(i for i in get_schema("MaxPool").impls if i.name == "pool_native")
-    run = impl.build(attrs, {"per_pixel": 0}, [TensorDesc(x.shape, "float32")], None)
+    run = impl.build(attrs, {}, [TensorDesc(x.shape, "float32")], None)
     pieces: list[int] = []
     real = parallel.split_native
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 17
+#define AIOGE_ABI 18
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -101,8 +101,6 @@ void aioge_fail_alloc(int64_t nth);
 /* conv.c */
 int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
                              int64_t p0, int64_t p1);
-int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t average, int32_t include_pad,
-                     int32_t per_pixel, int64_t p0, int64_t p1);
 
 /* gemm.c */
 /* The checked boundary of the direct convolutions: whether buffers of xn and yn floats hold
@@ -183,5 +181,11 @@ int aioge_rnn_pack(const int64_t *geo, const float *r, float *pk, int64_t floats
  * or no memory for scratch (-2). */
 int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float *pk, int64_t pk_floats, const float *bias,
               const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1);
+
+/* pool.c: 2-D max and average pools (geometry: POOL_GEO slots, pool.c's G_*), ind NULL or
+ * MaxPool's Indices; aioge_pool_simd: whether the pools run AVX2 (force 0 or 1: plain loops or
+ * AVX2 where the CPU has it; -1 asks) */
+int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int64_t p0, int64_t p1);
+int aioge_pool_simd(int force);
 
 #endif

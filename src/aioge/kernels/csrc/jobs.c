@@ -100,15 +100,14 @@ static int job_chain(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* 2-D pool: x, y, geometry, average, include_pad, per_pixel, planes, floats of x and y: [lo, hi)
- * are planes */
+/* 2-D pool: x, y, geometry (pool.c's 17 slots), indices or 0, planes, floats of x and y: [lo,
+ * hi) are planes */
 static int job_pool(const int64_t *g, int64_t lo, int64_t hi)
 {
-    const int64_t *geom = (const int64_t *)(intptr_t)g[2], planes = g[6];
-    if (hi > planes || !aioge_fits(g[7], planes, geom[0], geom[1], 1) || !aioge_fits(g[8], planes, geom[12], geom[13], 1))
+    const int64_t *geom = (const int64_t *)(intptr_t)g[2], planes = g[4];
+    if (hi > planes || !aioge_fits(g[5], planes, geom[0], geom[1], 1) || !aioge_fits(g[6], planes, geom[12], geom[13], 1))
         return AIOGE_EGEOMETRY;
-    return aioge_pool2d_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (const int64_t *)(intptr_t)g[2],
-                            (int32_t)g[3], (int32_t)g[4], (int32_t)g[5], lo, hi);
+    return aioge_pool_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (int64_t *)(intptr_t)g[3], geom, lo, hi);
 }
 
 /* conv direct by images: x, wpack, koff, bias, y, geometry, floats of x and y: [lo, hi) are
