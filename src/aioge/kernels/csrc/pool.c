@@ -252,9 +252,9 @@ static inline __attribute__((always_inline)) void separable(const float *xp, flo
                 phase[(k % sw) * wph + k / sw] = pad[k];
             src = phase;
         }
-        /* the vector loops write up to a vector past the row: straight into the plane but for
-         * its last row (the next plane may be another thread's) */
-        float *out = r + 1 < oh ? yr : sc->yrow;
+        /* the vector loops write up to a vector past the row: straight into the plane where
+         * that stays inside it (the next plane may be another thread's) */
+        float *out = vec && r * ow + (ow + V - 1) / V * V <= oh * ow ? yr : sc->yrow;
         for (int64_t j = 0; j < kw; j++) {
             const int64_t off = j * dw;
             const float *s = sw > 1 ? src + (off % sw) * wph + off / sw : src + off;
