@@ -1,4 +1,4 @@
-"""The compiled windowed kernels (``kernels/csrc/conv.c``): depthwise Conv, MaxPool and
+"""The compiled windowed kernels (``kernels/csrc/dwconv.c``, ``pool.c``): depthwise Conv, MaxPool and
 AveragePool against onnxruntime and the numpy kernels, their numpy fallback without the tier,
 kernel-cache entries that name them read by a process without it, and whole models."""
 
@@ -31,10 +31,10 @@ def _has_output(size: int, kernel: int, stride: int, dilation: int, begin: int, 
 @given(
     seed=st.integers(0, 2**16),
     n=st.integers(1, 2),
-    c=st.integers(1, 21),  # past one 16-plane block, with a short last one
+    c=st.integers(1, 21),
     mult=st.integers(1, 2),
     h=st.integers(1, 17),
-    w=st.integers(1, 17),
+    w=st.integers(1, 41),  # past the stride-2 split's vectors
     kernel=st.tuples(st.sampled_from([1, 3, 5, 7]), st.sampled_from([1, 3, 5, 7])),
     strides=st.tuples(st.integers(1, 3), st.integers(1, 3)),
     dilations=st.tuples(st.integers(1, 2), st.integers(1, 2)),
@@ -63,9 +63,13 @@ def test_depthwise_native_matches_onnxruntime_and_numpy(
     run = build_conv_depthwise_native(attrs, {}, descs, None)
     (got,) = run(inputs, None)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    # a plane at a time along its rows: the same operations in the same order as the lanes
-    (by_rows,) = build_conv_depthwise_native(attrs, {"rows": 1}, descs, None)(inputs, None)
-    np.testing.assert_array_equal(by_rows, got)
+    # the plain loops (a CPU without AVX2): the same multiply-adds in the same order, up to FMA's rounding
+    native.function("aioge_simd_avx2")(0)
+    try:
+        (plain,) = build_conv_depthwise_native(attrs, {}, descs, None)(inputs, None)
+    finally:
+        native.function("aioge_simd_avx2")(1)
+    np.testing.assert_allclose(plain, want, rtol=1e-4, atol=1e-5)
     out = np.full(want.shape, np.nan, np.float32)
     run(inputs, [out])  # into a preallocated (garbage-filled) output, twice
     (again,) = run(inputs, [out])
@@ -120,12 +124,12 @@ def test_native_pools_match_onnxruntime_and_numpy(
         impl = get_schema(op).impl("pool_native")
         assert impl.applies(descs, attrs)
         for simd in _SIMD:  # AVX2 where the CPU has it, and the plain loops
-            native.function("aioge_pool_simd")(simd)
+            native.function("aioge_simd_avx2")(simd)
             run = impl.build(attrs, {}, descs, [TensorDesc(want.shape, "float32")])
             out = np.full(want.shape, np.nan, np.float32)
             (got,) = run([x], [out])
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{op} simd {simd} {attrs}")
-        native.function("aioge_pool_simd")(1)
+        native.function("aioge_simd_avx2")(1)
     # MaxPool's Indices (row-major and storage_order 1), in C: the first maximum in the window's
     # row-major order, as onnxruntime names it
     for order in (0, 1):
@@ -134,12 +138,12 @@ def test_native_pools_match_onnxruntime_and_numpy(
         real = want != np.finfo(np.float32).min
         descs, outs = [TensorDesc(x.shape, "float32")], [TensorDesc(want.shape, "float32"), TensorDesc(want.shape, "int64")]
         for simd in _SIMD:
-            native.function("aioge_pool_simd")(simd)
+            native.function("aioge_simd_avx2")(simd)
             given = [np.full(want.shape, np.nan, np.float32), np.full(want.shape, -7, np.int64)]
             got, got_at = get_schema("MaxPool").impl("pool_native").build(attrs, {}, descs, outs)([x], given)
             np.testing.assert_array_equal(got[real], want[real])
             np.testing.assert_array_equal(got_at[real], want_at[real], err_msg=f"simd {simd} {attrs}")
-        native.function("aioge_pool_simd")(1)
+        native.function("aioge_simd_avx2")(1)
 
 
 # the pools' two C paths: plain loops (0) and AVX2 (1) when this CPU has it
@@ -155,10 +159,10 @@ def test_native_global_max_pool_matches_onnxruntime(seed, c, h, w) -> None:
     descs = [TensorDesc(x.shape, "float32")]
     assert impl.applies(descs, {})
     for simd in _SIMD:
-        native.function("aioge_pool_simd")(simd)
+        native.function("aioge_simd_avx2")(simd)
         (got,) = impl.build({}, {}, descs, None)([x], None)
         np.testing.assert_array_equal(got, want)
-    native.function("aioge_pool_simd")(1)
+    native.function("aioge_simd_avx2")(1)
 
 
 def test_without_the_tier_the_native_kernels_are_not_offered_but_stored_ones_bind_to_numpy(numpy_kernels) -> None:
@@ -264,21 +268,6 @@ def test_real_weights_models_run_the_native_depthwise_kernel_and_match_torch(nam
     pytest.importorskip("torchvision")  # the models are exported from torchvision on first use
     _, impls = _run_workload(name, tmp_path)  # against torch's outputs, stored at export
     assert "conv_depthwise_native" in impls
-
-
-def test_the_tuner_tries_the_rows_layout_on_wide_stride_1_planes_only() -> None:
-    from aioge.kernels.conv_algos import NATIVE_CONV_ALGOS
-
-    impl = next(i for i in NATIVE_CONV_ALGOS if i.name == "conv_depthwise_native")
-
-    def cands(size: int, stride: int) -> list[dict[str, int]]:
-        descs = [TensorDesc((1, 32, size, size), "float32"), TensorDesc((32, 1, 3, 3), "float32")]
-        return impl.candidates(descs, {"group": 32, "kernel_shape": [3, 3], "strides": [stride, stride], "pads": [1, 1, 1, 1]})
-
-    assert cands(112, 1) == [{}, {"rows": 1}]
-    assert cands(28, 1) == [{}, {"rows": 1}]
-    assert cands(14, 1) == [{}]
-    assert cands(112, 2) == [{}]
 
 
 @pytest.mark.parametrize(

@@ -123,7 +123,7 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_rnn_packed_floats": (_I64, (_P,)),
     "aioge_rnn_pack": (_INT, (_P, _P, _P, _I64)),
     "aioge_rnn": (_INT, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)),
-    "aioge_pool_simd": (_INT, (_INT,)),
+    "aioge_simd_avx2": (_INT, (_INT,)),
 }
 
 

@@ -7,9 +7,10 @@ and ``reduce.build_reduce``.
   into the output; the references pass over rows then columns (k_h + k_w passes, one
   temporary), which small windows may not repay.
 - ``maxpool_nhwc``: the tap loop on a channels-last copy (contiguous channel runs).
-- ``pool_native`` (MaxPool, AveragePool): float32 in C (``csrc/conv.c``),
-  no padded copy, over the (image, channel) planes in two halves on an idle core; offered only
-  with the compiled tier loaded (a stored choice without it binds the numpy tap loop).
+- ``pool_native`` (MaxPool with Indices too, AveragePool): float32 in C (``csrc/pool.c``),
+  over the (image, channel) planes in two halves on an idle core; offered only with the
+  compiled tier loaded (a stored choice without it binds the numpy kernels).
+- ``globalmax_native``: GlobalMaxPool as ``pool_native`` with the plane as the window.
 - ``globalpool_rows``: global pooling as a reduction over contiguous rows (N·C, H·W).
 - ``globalavg_gemv``: global average pooling as one matrix-vector product (BLAS).
 - ``reduce_rows``: the reduced axes moved last in one contiguous copy, then a row reduction.

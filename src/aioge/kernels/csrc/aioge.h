@@ -52,7 +52,7 @@ enum aioge_job {
     AIOGE_NJOBS = 21,
 };
 
-/* The activations the C kernels apply (norm.c computes them; the convolutions of conv.c and
+/* The activations the C kernels apply (norm.c computes them; the convolutions of dwconv.c and
  * gemm.c apply one to each output tile while it is still in L1). */
 enum aioge_act {
     ACT_NONE = 0,
@@ -98,7 +98,7 @@ void *aioge_calloc(size_t n);
 void *aioge_aligned_alloc(size_t align, size_t n);
 void aioge_fail_alloc(int64_t nth);
 
-/* conv.c */
+/* dwconv.c */
 int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
                              int64_t p0, int64_t p1);
 
@@ -183,9 +183,9 @@ int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float 
               const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1);
 
 /* pool.c: 2-D max and average pools (geometry: POOL_GEO slots, pool.c's G_*), ind NULL or
- * MaxPool's Indices; aioge_pool_simd: whether the pools run AVX2 (force 0 or 1: plain loops or
- * AVX2 where the CPU has it; -1 asks) */
+ * MaxPool's Indices; aioge_simd_avx2: whether pool.c and dwconv.c run AVX2 (force 0 or 1: plain
+ * loops, or AVX2 where the CPU has it; -1 asks) */
 int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int64_t p0, int64_t p1);
-int aioge_pool_simd(int force);
+int aioge_simd_avx2(int force);
 
 #endif

@@ -27,7 +27,7 @@
 
 static int simd = -1; /* -1: not yet asked; 0: plain loops; 1: AVX2 */
 
-int aioge_pool_simd(int force)
+int aioge_simd_avx2(int force)
 {
     if (force >= 0)
         simd = force && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -115,8 +115,7 @@ AVX2 static inline void row_div_v(float *y, const float *cnt, float rows, int64_
         _mm256_storeu_ps(y + q, _mm256_div_ps(_mm256_loadu_ps(y + q), _mm256_mul_ps(_mm256_loadu_ps(cnt + q), r)));
 }
 
-/* The output columns [lo, hi) whose input column q * stride + off lies in [0, width): as
- * conv.c's tap_cols. */
+/* The output columns [lo, hi) whose input column q * stride + off lies in [0, width): */
 static void inside(int64_t off, int64_t stride, int64_t width, int64_t n, int64_t *lo, int64_t *hi)
 {
     int64_t a = off < 0 ? (-off + stride - 1) / stride : 0, b = width - 1 - off < 0 ? 0 : (width - 1 - off) / stride + 1;
@@ -305,7 +304,7 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
     if (h <= 0 || wd <= 0 || kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0 || pt < 0 || pl < 0 || p0 < 0 ||
         (ind && h * wd >= INT32_MAX))
         return AIOGE_EGEOMETRY;
-    const int avg = (int)g[G_AVG], vec = aioge_pool_simd(-1);
+    const int avg = (int)g[G_AVG], vec = aioge_simd_avx2(-1);
     /* the padded row: every window's columns, from input column -pl */
     const int64_t need = (ow - 1) * sw + (kw - 1) * dw + 1, wpad = (need > pl + wd ? need : pl + wd) + V;
     const int64_t wph = wpad / sw + 2 * V; /* one phase of it */
