@@ -69,7 +69,7 @@ async def main(folder: Path, names, profile: bool) -> None:
         path = folder / f"{name}.onnx"
         data = np.load(folder / f"{name}.npz")
         feeds = {"input": data["input"]}
-        async with aioge.Session({"ge.op_compiler_cache_dir": str(folder / "kcache")}) as session:
+        async with aioge.Session({"ge.op_compiler_cache_dir": str(folder / os.environ.get("KCACHE", "kcache"))}) as session:
             await session.add_graph(1, aioge.load_onnx(str(path)))
             out = await session.run_graph(1, feeds)
             got = next(iter(out.values())) if isinstance(out, dict) else out[0]

@@ -49,7 +49,8 @@ enum aioge_job {
     JOB_STRIDED = 18,
     JOB_BINARY = 19,
     JOB_SGEMM = 20,
-    AIOGE_NJOBS = 21,
+    JOB_RESIDUAL = 21,
+    AIOGE_NJOBS = 22,
 };
 
 /* The activations the C kernels apply (norm.c computes them; the convolutions of dwconv.c and
