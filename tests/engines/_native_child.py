@@ -55,7 +55,7 @@ SITES: list[tuple[str, str, str, dict[str, Any], list[np.ndarray], dict[str, Any
         "pool rows",
         "MaxPool",
         "pool_native",
-        {"per_pixel": 0},
+        {},
         [_rand(1, 4, 9, 9)],
         {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
         "",

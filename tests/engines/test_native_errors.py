@@ -94,10 +94,10 @@ def test_a_job_whose_geometry_reaches_past_its_buffers_writes_nothing() -> None:
         args = np.array([native.ptr(x), native.ptr(w), 0, native.ptr(y), native.ptr(geometry), 16, planes, xn, yn], np.int64)
         assert par(native.JOB_DEPTHWISE, native.ptr(args), 1, 0) == -2
     assert np.isnan(y).all()
-    pool = np.array([5, 5, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 3, 3], np.int64)
+    pool = np.array([5, 5, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 3, 3, 0, 0, 0], np.int64)
     for xn, yn, planes in ((x.size, y.size - 1, 4), (x.size - 1, y.size, 4), (x.size, y.size, 5)):
-        args = np.array([native.ptr(x), native.ptr(y), native.ptr(pool), 0, 0, 0, planes, xn, yn], np.int64)
+        args = np.array([native.ptr(x), native.ptr(y), native.ptr(pool), 0, planes, xn, yn], np.int64)
         assert par(native.JOB_POOL, native.ptr(args), planes, 0) == -2
     assert np.isnan(y).all()
-    args = np.array([native.ptr(x), native.ptr(y), native.ptr(pool), 0, 0, 0, 4, x.size, y.size], np.int64)
+    args = np.array([native.ptr(x), native.ptr(y), native.ptr(pool), 0, 4, x.size, y.size], np.int64)
     assert par(native.JOB_POOL, native.ptr(args), 4, 0) == 1 and (y == 1).all()

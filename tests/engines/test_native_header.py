@@ -48,7 +48,7 @@ def _prototypes() -> dict[str, tuple[object, tuple[object, ...]]]:
 def test_abi_job_numbers_and_codes_are_the_headers() -> None:
     assert int(re.search(r"#define AIOGE_ABI (\d+)", HEADER).group(1)) == native.ABI  # type: ignore[union-attr]
     jobs = _enum("aioge_job")
-    assert jobs.pop("AIOGE_NJOBS") == len(jobs) == 21
+    assert jobs.pop("AIOGE_NJOBS") == len(jobs) == 22
     assert jobs == {k: getattr(native, k) for k in dir(native) if k.startswith("JOB_")}
     acts = _enum("aioge_act")
     assert {k.removeprefix("ACT_").replace("_", "").lower(): v for k, v in acts.items()} == {
@@ -69,7 +69,7 @@ def test_every_ctypes_signature_is_the_headers_prototype() -> None:
 
 def test_every_c_file_includes_the_header_and_declares_nothing_by_hand() -> None:
     files = sorted(CSRC.glob("*.c"))
-    assert {f.name for f in files} >= {"alloc.c", "conv.c", "gemm.c", "module.c", "norm.c", "par.c", "queue.c"}
+    assert {f.name for f in files} >= {"alloc.c", "dwconv.c", "pool.c", "gemm.c", "module.c", "norm.c", "par.c", "queue.c"}
     for f in files:
         text = f.read_text()
         assert '#include "aioge.h"' in text, f.name

@@ -155,6 +155,7 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("", "AveragePool", "pool_native"): ({"kernel_shape": (2, 2)}, [_f(1, 2, 6, 6)], 1),
     ("", "MaxPool", "pool_native"): ({"kernel_shape": (3, 3), "strides": (2, 2)}, [_f(1, 2, 7, 7)], 1),
     ("", "GlobalAveragePool", "globalavg_native"): ({}, [_f(1, 3, 4, 5)], 1),
+    ("", "GlobalMaxPool", "globalmax_native"): ({}, [_f(1, 3, 4, 5)], 1),
     ("", "LayerNormalization", "layernorm_native"): ({}, [_f(2, 3, 8), _f(8), _f(8)], 1),
     ("", "Softmax", "softmax_native"): ({}, [_f(2, 5)], 1),
     ("", "LogSoftmax", "logsoftmax_native"): ({}, [_f(2, 5)], 1),
@@ -267,3 +268,28 @@ def test_a_read_only_view_of_a_changing_weight_is_packed_again(key) -> None:
     (got,) = run([ins[0], view, ins[2]], None)
     (want,) = run([ins[0], base.copy(), ins[2]], None)
     assert np.array_equal(got, want), "the weight's new values"
+
+
+@pytest.mark.parametrize("act", ["", "Relu", "Tanh"])
+def test_a_conv_with_a_residual_adds_it_in_its_form_as_its_run_does(act: str) -> None:
+    # FusedConv's Z (ResidualAddFusionPass): the conv's jobs, then JOB_RESIDUAL (act(y + Z));
+    # an activation without a C job (Tanh) leaves the kernel without a form
+    schema, attrs, ins, descs, outs = _signature(("aioge", "FusedConv", "conv_direct_native"), 4)
+    attrs = {**attrs, "activation": act, "activation_params": ()}
+    z = np.random.default_rng(5).standard_normal(tuple(int(d) for d in outs[0].shape)).astype(np.float32)
+    ins, descs = [*ins, *[None] * (3 - len(ins)), z], [*descs, *[None] * (3 - len(descs)), TensorDesc(z.shape, "float32")]
+    for a in ins[1:3]:
+        if a is not None:
+            a.setflags(write=False)
+    run = schema.impl("conv_direct_native").build(attrs, {}, descs, outs)
+    (want,) = run(ins, None)
+    ys = [np.empty(z.shape, np.float32)]
+    form = native.native_form(run)
+    if act == "Tanh":
+        assert form is None
+    else:
+        _run(form(ins, ys))  # type: ignore[misc]
+        assert np.array_equal(ys[0], want)
+    (plain,) = schema.impl("conv_direct_native").build({**attrs, "activation": ""}, {}, descs[:3], outs)(ins[:3], None)
+    ref = plain + z
+    np.testing.assert_allclose(want, {"": ref, "Relu": np.maximum(ref, 0), "Tanh": np.tanh(ref)}[act], rtol=1e-6, atol=1e-6)

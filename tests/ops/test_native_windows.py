@@ -1,4 +1,4 @@
-"""The compiled windowed kernels (``kernels/csrc/conv.c``): depthwise Conv, MaxPool and
+"""The compiled windowed kernels (``kernels/csrc/dwconv.c``, ``pool.c``): depthwise Conv, MaxPool and
 AveragePool against onnxruntime and the numpy kernels, their numpy fallback without the tier,
 kernel-cache entries that name them read by a process without it, and whole models."""
 
@@ -31,10 +31,10 @@ def _has_output(size: int, kernel: int, stride: int, dilation: int, begin: int, 
 @given(
     seed=st.integers(0, 2**16),
     n=st.integers(1, 2),
-    c=st.integers(1, 21),  # past one 16-plane block, with a short last one
+    c=st.integers(1, 21),
     mult=st.integers(1, 2),
     h=st.integers(1, 17),
-    w=st.integers(1, 17),
+    w=st.integers(1, 41),  # past the stride-2 split's vectors
     kernel=st.tuples(st.sampled_from([1, 3, 5, 7]), st.sampled_from([1, 3, 5, 7])),
     strides=st.tuples(st.integers(1, 3), st.integers(1, 3)),
     dilations=st.tuples(st.integers(1, 2), st.integers(1, 2)),
@@ -63,9 +63,13 @@ def test_depthwise_native_matches_onnxruntime_and_numpy(
     run = build_conv_depthwise_native(attrs, {}, descs, None)
     (got,) = run(inputs, None)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    # a plane at a time along its rows: the same operations in the same order as the lanes
-    (by_rows,) = build_conv_depthwise_native(attrs, {"rows": 1}, descs, None)(inputs, None)
-    np.testing.assert_array_equal(by_rows, got)
+    # the plain loops (a CPU without AVX2): the same multiply-adds in the same order, up to FMA's rounding
+    native.function("aioge_simd_avx2")(0)
+    try:
+        (plain,) = build_conv_depthwise_native(attrs, {}, descs, None)(inputs, None)
+    finally:
+        native.function("aioge_simd_avx2")(1)
+    np.testing.assert_allclose(plain, want, rtol=1e-4, atol=1e-5)
     out = np.full(want.shape, np.nan, np.float32)
     run(inputs, [out])  # into a preallocated (garbage-filled) output, twice
     (again,) = run(inputs, [out])
@@ -119,22 +123,46 @@ def test_native_pools_match_onnxruntime_and_numpy(
         np.testing.assert_allclose(numpy_path, want, rtol=1e-5, atol=1e-6, err_msg=op)
         impl = get_schema(op).impl("pool_native")
         assert impl.applies(descs, attrs)
-        for params in ({"per_pixel": 0}, {"per_pixel": 1}):
-            run = impl.build(attrs, params, descs, [TensorDesc(want.shape, "float32")])
+        for simd in _SIMD:  # AVX2 where the CPU has it, and the plain loops
+            native.function("aioge_simd_avx2")(simd)
+            run = impl.build(attrs, {}, descs, [TensorDesc(want.shape, "float32")])
             out = np.full(want.shape, np.nan, np.float32)
             (got,) = run([x], [out])
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{op} {params} {attrs}")
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{op} simd {simd} {attrs}")
+        native.function("aioge_simd_avx2")(1)
+    # MaxPool's Indices (row-major and storage_order 1), in C: the first maximum in the window's
+    # row-major order, as onnxruntime names it
+    for order in (0, 1):
+        attrs = {**base, "dilations": dilations, "storage_order": order}
+        want, want_at = ort_run("MaxPool", [x], attrs, num_outputs=2)
+        real = want != np.finfo(np.float32).min
+        descs, outs = [TensorDesc(x.shape, "float32")], [TensorDesc(want.shape, "float32"), TensorDesc(want.shape, "int64")]
+        for simd in _SIMD:
+            native.function("aioge_simd_avx2")(simd)
+            given = [np.full(want.shape, np.nan, np.float32), np.full(want.shape, -7, np.int64)]
+            got, got_at = get_schema("MaxPool").impl("pool_native").build(attrs, {}, descs, outs)([x], given)
+            np.testing.assert_array_equal(got[real], want[real])
+            np.testing.assert_array_equal(got_at[real], want_at[real], err_msg=f"simd {simd} {attrs}")
+        native.function("aioge_simd_avx2")(1)
 
 
-def test_max_pool_with_indices_keeps_the_reference_kernel() -> None:
-    x = rand(np.random.default_rng(0), 1, 3, 6, 6)
-    attrs = {"kernel_shape": (2, 2), "strides": (2, 2)}
-    want = ort_run("MaxPool", [x], attrs, num_outputs=2)
+# the pools' two C paths: plain loops (0) and AVX2 (1) when this CPU has it
+_SIMD = (0, 1) if native.available() else ()
+
+
+@given(seed=st.integers(0, 2**16), c=st.integers(1, 9), h=st.integers(1, 40), w=st.integers(1, 40))
+@settings(max_examples=30, deadline=None)
+def test_native_global_max_pool_matches_onnxruntime(seed, c, h, w) -> None:
+    x = rand(np.random.default_rng(seed), 2, c, h, w)
+    (want,) = ort_run("GlobalMaxPool", [x], {})
+    impl = get_schema("GlobalMaxPool").impl("globalmax_native")
     descs = [TensorDesc(x.shape, "float32")]
-    outs = [TensorDesc(want[0].shape, "float32"), TensorDesc(want[1].shape, "int64")]
-    got = get_schema("MaxPool").impl("pool_native").build(attrs, {}, descs, outs)([x], None)
-    np.testing.assert_array_equal(got[0], want[0])
-    np.testing.assert_array_equal(got[1], want[1])
+    assert impl.applies(descs, {})
+    for simd in _SIMD:
+        native.function("aioge_simd_avx2")(simd)
+        (got,) = impl.build({}, {}, descs, None)([x], None)
+        np.testing.assert_array_equal(got, want)
+    native.function("aioge_simd_avx2")(1)
 
 
 def test_without_the_tier_the_native_kernels_are_not_offered_but_stored_ones_bind_to_numpy(numpy_kernels) -> None:
@@ -150,8 +178,16 @@ def test_without_the_tier_the_native_kernels_are_not_offered_but_stored_ones_bin
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     pool = {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}
     (want,) = ort_run("AveragePool", inputs[:1], pool)
-    (got,) = get_schema("AveragePool").impl("pool_native").build(pool, {"per_pixel": 1}, descs[:1], None)(inputs[:1], None)
+    (got,) = get_schema("AveragePool").impl("pool_native").build(pool, {}, descs[:1], None)(inputs[:1], None)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    want = ort_run("MaxPool", inputs[:1], pool, num_outputs=2)
+    outs = [TensorDesc(want[0].shape, "float32"), TensorDesc(want[1].shape, "int64")]
+    got = get_schema("MaxPool").impl("pool_native").build(pool, {}, descs[:1], outs)(inputs[:1], None)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    (want,) = ort_run("GlobalMaxPool", inputs[:1], {})
+    (got,) = get_schema("GlobalMaxPool").impl("globalmax_native").build({}, {}, descs[:1], None)(inputs[:1], None)
+    np.testing.assert_array_equal(got, want)
 
 
 def _depthwise_graph() -> tuple[aioge.Graph, dict[str, np.ndarray], np.ndarray]:
@@ -234,21 +270,6 @@ def test_real_weights_models_run_the_native_depthwise_kernel_and_match_torch(nam
     assert "conv_depthwise_native" in impls
 
 
-def test_the_tuner_tries_the_rows_layout_on_wide_stride_1_planes_only() -> None:
-    from aioge.kernels.conv_algos import NATIVE_CONV_ALGOS
-
-    impl = next(i for i in NATIVE_CONV_ALGOS if i.name == "conv_depthwise_native")
-
-    def cands(size: int, stride: int) -> list[dict[str, int]]:
-        descs = [TensorDesc((1, 32, size, size), "float32"), TensorDesc((32, 1, 3, 3), "float32")]
-        return impl.candidates(descs, {"group": 32, "kernel_shape": [3, 3], "strides": [stride, stride], "pads": [1, 1, 1, 1]})
-
-    assert cands(112, 1) == [{}, {"rows": 1}]
-    assert cands(28, 1) == [{}, {"rows": 1}]
-    assert cands(14, 1) == [{}]
-    assert cands(112, 2) == [{}]
-
-
 @pytest.mark.parametrize(
     ("size", "kernel", "stride", "pad"),
     [(37, 3, 2, 1), (40, 3, 1, 1), (33, 2, 2, 0), (70, 2, 2, 0), (9, 2, 2, 0), (112, 3, 2, 1)],  # 2x2 / 2: vectors and tails
@@ -262,7 +283,7 @@ def test_native_max_pool_propagates_nan_as_numpy_does_and_matches_onnxruntime_wi
     x[rng.random(x.shape) < 0.03] = np.nan
     attrs = {"kernel_shape": [kernel, kernel], "strides": [stride, stride], "pads": [pad] * 4}
     impl = next(i for i in get_schema("MaxPool").impls if i.name == "pool_native")
-    (got,) = impl.build(attrs, {"per_pixel": 0}, [TensorDesc(x.shape, "float32")], None)([x], None)
+    (got,) = impl.build(attrs, {}, [TensorDesc(x.shape, "float32")], None)([x], None)
     o = (size + 2 * pad - kernel) // stride + 1
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-np.inf)
     want = np.full((1, 3, o, o), -np.inf, np.float32)
@@ -272,7 +293,7 @@ def test_native_max_pool_propagates_nan_as_numpy_does_and_matches_onnxruntime_wi
     assert np.isnan(want).any()
     np.testing.assert_array_equal(got, want)
     clean = np.nan_to_num(x, nan=0.5)
-    (got_clean,) = impl.build(attrs, {"per_pixel": 0}, [TensorDesc(x.shape, "float32")], None)([clean], None)
+    (got_clean,) = impl.build(attrs, {}, [TensorDesc(x.shape, "float32")], None)([clean], None)
     np.testing.assert_array_equal(got_clean, ort_run("MaxPool", [clean], attrs)[0])
 
 
@@ -286,7 +307,7 @@ def test_native_pool_shares_its_planes_with_the_helper_and_splits_bit_equal(kern
     x = rng.standard_normal((8, 16, 32, 32)).astype(np.float32)  # 131,072 values: worth a split
     attrs = {"kernel_shape": [kernel, kernel], "strides": [2, 2]}
     impl = next(i for i in get_schema("MaxPool").impls if i.name == "pool_native")
-    run = impl.build(attrs, {"per_pixel": 0}, [TensorDesc(x.shape, "float32")], None)
+    run = impl.build(attrs, {}, [TensorDesc(x.shape, "float32")], None)
     pieces: list[int] = []
     real = parallel.split_native
 

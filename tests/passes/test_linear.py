@@ -259,3 +259,32 @@ async def test_one_distinct_filter_without_bias_becomes_a_one_channel_conv() -> 
     y = out["y"]
     assert all(np.array_equal(y[:, 0], y[:, k]) for k in range(1, 6))
     np.testing.assert_allclose(y, _conv_ref(feeds["x"], w, np.zeros(6, np.float32)), **TOL)
+
+
+# -- ResidualAddFusionPass --------------------------------------------------------------
+
+
+def _residual_graph() -> tuple[aioge.Graph, dict[str, np.ndarray]]:
+    g = aioge.Graph("residual")
+    x = g.input("x", (2, 8, 9, 7), "float32")
+    h = ops.relu(ops.conv2d(x, g.constant(_f32(8, 8, 3, 3, seed=1)), g.constant(_f32(8, seed=2)), pads=(1, 1, 1, 1)))
+    y = ops.relu(ops.add(ops.conv2d(h, g.constant(_f32(8, 8, 3, 3, seed=3)), pads=(1, 1, 1, 1)), x))  # ResNet: Add, Relu
+    y = ops.add(y, ops.conv2d(y, g.constant(_f32(8, 8, 1, 1, seed=4)), g.constant(_f32(8, seed=5))))  # a projection, Z first
+    shared = ops.conv2d(y, g.constant(_f32(8, 8, 1, 1, seed=6)))
+    z = ops.add(shared, y)  # the conv's output has another reader: stays
+    b = g.input("b", (1, 8, 1, 1), "float32")
+    g.output(z, ops.mul(shared, shared), ops.add(ops.conv2d(z, g.constant(_f32(8, 8, 1, 1, seed=7))), b), names=["z", "s", "c"])
+    return g, {"x": _f32(2, 8, 9, 7, seed=8), "b": _f32(1, 8, 1, 1, seed=9)}  # a broadcast Add stays
+
+
+async def test_residual_adds_fold_into_the_conv_and_the_relu_after_them_too() -> None:
+    g, feeds = _residual_graph()
+    on, off, _ = await compare(g, feeds, only("ResidualAddFusionPass", "ActivationFusionPass"), ALL_OFF, **TOL)
+    assert off == {"Conv": 5, "Relu": 2, "Add": 4, "Mul": 1}
+    assert on == {"FusedConv": 3, "Conv": 2, "Add": 2, "Mul": 1}  # two residual Adds and a Relu folded
+
+
+async def test_residual_fusion_without_the_compiled_tier_matches(numpy_kernels) -> None:  # type: ignore[no-untyped-def]
+    g, feeds = _residual_graph()
+    on, _, _ = await compare(g, feeds, only("ResidualAddFusionPass", "ActivationFusionPass"), ALL_OFF, **TOL)
+    assert on["FusedConv"] == 3

@@ -6,9 +6,9 @@
 - ``conv_depthwise``: group == C: per-channel multiply-adds over the kernel taps, no GEMM.
 - ``conv_depthwise_planes``: the same over the stride phases of the padded input, each tap
   one multiply-add over contiguous flattened planes (long rows on small images).
-- ``conv_depthwise_native``: group == C, float32, in C (``csrc/conv.c``): 16 planes in the
-  vector lanes, one vector multiply-add per tap and output pixel; the output planes shared
-  with the C helper thread on an idle core. Offered only with the compiled tier loaded.
+- ``conv_depthwise_native``: group == C, float32, in C (``csrc/dwconv.c``): a plane at a time
+  over its stride phases, each tap one AVX2 multiply-add run over the flattened plane; the
+  output planes shared with the C helper thread on an idle core. Offered only with the tier.
 - ``conv_direct_native``: group 1, float32, in C (``csrc/conv_direct.c``): the input split into its
   stride phases, so every tap reads contiguous positions, and a 6x64 register-tiled GEMM
   reading them in place (no im2col) with the weight packed once. Offered only with the tier.
@@ -363,25 +363,14 @@ def _numpy_instead(
     return build_then_activation(build, attrs, params, ins, outs, ins[0].dtype)  # type: ignore[union-attr]
 
 
-_DEPTHWISE_LANES = 16  # csrc/conv.c LANES: planes the interleaved layout computes at a time
-
-
-def _depthwise_native_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The interleaved layout, and for stride-1 planes 28 or more wide also a plane at a time
-    along its rows (``rows``). Single-thread, in cache: 16x112x112 3x3 97 us by rows against
-    156 interleaved, 16x56x56 26 against 36, 16x28x28 equal; strided and 5x5 and 7x7 kernels
-    ran faster interleaved (96x112x112 stride 2: 513 against 371)."""
-    g = conv_geometry(descs, attrs)
-    wide = g is not None and g.sw == 1 and g.ow >= 28
-    return [{}, {"rows": 1}] if wide else [{}]
-
-
 def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """group == C in C (``csrc/conv.c``): 16 planes side by side in the vector lanes, or with
-    ``rows`` a plane at a time along its rows from a zero-padded copy split into its column
-    phases; the fused activation applied to each block or plane while it is in cache; the
-    output planes shared with the C helper thread on an idle core. Without the compiled tier
-    (a desc stored by a process that had it) the numpy ``conv_depthwise_planes``."""
+    """group == C in C (``csrc/dwconv.c``): a plane at a time from a zero-padded copy split
+    into its stride phases, each tap one multiply-add over the flattened plane (AVX2 where the
+    CPU has it); the fused activation applied to each plane while it is in cache; the output
+    planes shared with the C helper thread on an idle core. Without the compiled tier (a desc
+    stored by a process that had it) the numpy ``conv_depthwise_planes``. On MobileNet's and
+    EfficientNet's shapes 0.9-1.5x onnxruntime's single-thread time (the 16-lane layout it
+    replaced: 2.5-6x)."""
     g = _geometry(attrs, ins)
     par = native.par_run()
     if par is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
@@ -389,12 +378,11 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
     mult = g.m // g.c
     planes = g.n * g.m
     worth = planes * g.oh * g.ow * g.kh * g.kw >= NATIVE_SPLIT_MACS
-    rows = int(params.get("rows", 0))
     geometry = np.array(
-        [g.c, g.h, g.w, mult, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow, *_epilogue(attrs), rows], np.int64
+        [g.c, g.h, g.w, mult, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow, *_epilogue(attrs), 0], np.int64
     )
     geo = (geometry, native.ptr(geometry))  # the array, kept alive by the closure, and its address
-    unit = 1 if rows else _DEPTHWISE_LANES  # planes the C kernel computes together, never split
+    unit = 1  # planes per unit of the split
     operands = (NativeOperand(), NativeOperand())  # weight, bias
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
@@ -947,7 +935,7 @@ NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = tuple(
         packs=(1,) if name in ("conv_direct_native", "conv_direct_t_native") else (),
     )
     for name, build, applies, cands in (
-        ("conv_depthwise_native", build_conv_depthwise_native, _applies_depthwise_native, _depthwise_native_candidates),
+        ("conv_depthwise_native", build_conv_depthwise_native, _applies_depthwise_native, _no_candidates),
         ("conv_direct_native", build_conv_direct_native, _applies_direct_native, _direct_candidates),
         ("conv_direct_t_native", build_conv_direct_t_native, _applies_direct_native, _no_candidates),
         ("conv_grouped_native", build_conv_grouped_native, _applies_grouped_native, _grouped_native_candidates),

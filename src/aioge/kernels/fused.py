@@ -724,6 +724,53 @@ def build_then_activation(
     return with_activation(run, attrs.get("activation", ""), attrs.get("activation_params", ()), dtype)
 
 
+def build_then_residual(
+    build: Callable[[Mapping[str, Any], Mapping[str, Any], Any, Any], RunFn],
+    attrs: Mapping[str, Any],
+    params: Mapping[str, Any],
+    ins: Any,
+    outs: Any,
+) -> RunFn:
+    """A FusedConv with a residual Z (its last input): the base kernel (``build`` on ``ins``,
+    without the activation) into the output, then ``y = act(y + Z)`` in place, float32 in C
+    while the output is hot; the base kernel's native form followed by that job."""
+    run = build(without_activation(attrs), params, ins, outs)
+    name, act_params = attrs.get("activation", ""), attrs.get("activation_params", ())
+    n = len(ins)
+    code = native_rows.epilogue(name, act_params) if name in native_rows.EPILOGUES or not name else None
+    par = native.par_run()
+    act = activation_runner(name, act_params, outs[0].dtype) if code is None or par is None else None
+
+    def call(y: np.ndarray, z: np.ndarray) -> native.NativeCall:
+        args = np.array([native.ptr(y), native.ptr(z), native.ptr(y), *code, y.size], np.int64)  # type: ignore[misc]
+        return native.NativeCall(native.JOB_RESIDUAL, args, y.size, y.size >= 1 << 16, (y, z))
+
+    def fused(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        res = run(inputs[:n], outputs)
+        y, z = res[0], inputs[n]
+        if par is not None and code is not None and native.f32c(y, z):
+            once = call(y, z)
+            split_native(par, once.job, once.addr, once.total, worth=once.worth)
+            return res
+        np.add(y, z, out=y)
+        if act is not None:
+            act(y)
+        return res
+
+    form = native.native_form(run)
+    if form is None or par is None or code is None:
+        return fused
+
+    def jobs(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        base = form(inputs[:n], outputs)
+        y, z = outputs[0], inputs[n]
+        if base is None or not native.f32c(y, z):
+            return None
+        return [*base, call(y, z)]
+
+    return native.with_native(fused, jobs)
+
+
 def with_activation(run: RunFn, name: str, params: Sequence[float], dtype: Any) -> RunFn:
     """``run`` followed by ``activation_runner(name, params, dtype)`` in place on its first
     output: a fused op's kernel that does not apply its activation itself (``run`` when

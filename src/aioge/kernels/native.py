@@ -60,6 +60,7 @@ __all__ = [
     "JOB_PHASES",
     "JOB_STRIDED",
     "JOB_BINARY",
+    "JOB_RESIDUAL",
     "JOB_SGEMM",
     "JOB_SOFTMAX",
     "NativeCall",
@@ -86,6 +87,7 @@ JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = 0, 1, 2, 
 JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE = 5, 6, 7, 8, 9, 10
 JOB_CONV_GROUPED, JOB_GEMV_N, JOB_CONV_LOCAL, JOB_SOFTMAX, JOB_LAYERNORM, JOB_PHASES = 11, 12, 13, 14, 15, 16
 JOB_GLOBAL_MEAN, JOB_STRIDED, JOB_BINARY, JOB_SGEMM = 17, 18, 19, 20
+JOB_RESIDUAL = 21
 
 # The activation codes of aioge.h's ``enum aioge_act``, by op name (the one Python copy:
 # ``native_rows`` and the convolutions' epilogues read them here).
@@ -126,6 +128,7 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_rnn_packed_floats": (_I64, (_P,)),
     "aioge_rnn_pack": (_INT, (_P, _P, _P, _I64)),
     "aioge_rnn": (_INT, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)),
+    "aioge_simd_avx2": (_INT, (_INT,)),
 }
 
 

@@ -7,9 +7,10 @@ and ``reduce.build_reduce``.
   into the output; the references pass over rows then columns (k_h + k_w passes, one
   temporary), which small windows may not repay.
 - ``maxpool_nhwc``: the tap loop on a channels-last copy (contiguous channel runs).
-- ``pool_native`` (MaxPool, AveragePool): float32 in C (``csrc/conv.c``),
-  no padded copy, over the (image, channel) planes in two halves on an idle core; offered only
-  with the compiled tier loaded (a stored choice without it binds the numpy tap loop).
+- ``pool_native`` (MaxPool with Indices too, AveragePool): float32 in C (``csrc/pool.c``),
+  over the (image, channel) planes in two halves on an idle core; offered only with the
+  compiled tier loaded (a stored choice without it binds the numpy kernels).
+- ``globalmax_native``: GlobalMaxPool as ``pool_native`` with the plane as the window.
 - ``globalpool_rows``: global pooling as a reduction over contiguous rows (N·C, H·W).
 - ``globalavg_gemv``: global average pooling as one matrix-vector product (BLAS).
 - ``reduce_rows``: the reduced axes moved last in one contiguous copy, then a row reduction.
@@ -81,10 +82,14 @@ class _PoolGeometry:
         return np.maximum(count, 1)
 
 
-def _pool2d(descs: Descs, attrs: Mapping[str, Any]) -> _PoolGeometry | None:
+def _pool2d(descs: Descs, attrs: Mapping[str, Any], storage: bool = False) -> _PoolGeometry | None:
     if not descs or descs[0] is None or not descs[0].static or descs[0].rank != 4 or descs[0].dtype not in _FLOATS:
         return None
-    if "kernel_shape" not in attrs or len(attrs["kernel_shape"]) != 2 or int(attrs.get("storage_order", 0) or 0):
+    if (
+        "kernel_shape" not in attrs
+        or len(attrs["kernel_shape"]) != 2
+        or (int(attrs.get("storage_order", 0) or 0) and not storage)
+    ):
         return None
     try:
         return _PoolGeometry(attrs, descs[0].shape)  # type: ignore[arg-type]
@@ -186,51 +191,62 @@ def _native_pool(average: bool) -> Callable[..., RunFn]:
     fallback = _taps(np.add, _zero, True) if average else _taps(np.maximum, _lowest, False)
 
     def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-        """A 2-D pool in C over the planes, ``params['per_pixel']`` 1 window by window (small
-        outputs), 0 separably per output row (the window's rows, then its columns; vectorised
-        along the rows); the planes shared with the C helper on an idle core. The numpy tap
-        loop without the compiled tier."""
+        """A 2-D pool in C (``csrc/pool.c``) over the planes, separably per output row (the
+        window's rows, then its columns; AVX2 where the CPU has it), MaxPool's Indices window by
+        window; the planes shared with the C helper on an idle core. The numpy kernels without
+        the compiled tier."""
         par = native.par_run()
-        g = _pool2d(ins, attrs)
-        if par is None or g is None or ins[0].dtype != "float32" or _with_indices(outs):  # type: ignore[union-attr]
-            return fallback(attrs, params, ins, outs)
+        g = _pool2d(ins, attrs, storage=True)
+        if par is None or g is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
+            return build_max_pool(attrs, params, ins, outs) if _with_indices(outs) else fallback(attrs, params, ins, outs)
         n, c, h, w = (int(d) for d in ins[0].shape)  # type: ignore[union-attr]
-        geometry = np.array([h, w, *g.kernel, *g.strides, *g.dilations, *g.begin, *g.pad_end, *g.out], np.int64)
-        flags = (int(average), int(bool(attrs.get("count_include_pad", 0))), int(params.get("per_pixel", 0)))
-        geo = (geometry, native.ptr(geometry))  # the array, kept alive by the closure, and its address
-        planes, worth = n * c, n * c * h * w >= _NATIVE_SPLIT_VALUES
-
-        def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
-            x = np.ascontiguousarray(inputs[0])
-            y = np.empty((n, c, *g.out), x.dtype) if outputs is None else outputs[0]
-            yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-            args = np.array([native.ptr(x), native.ptr(yc), geo[1], *flags, planes, x.size, yc.size], np.int64)
-            split_native(par, native.JOB_POOL, native.ptr(args), planes, worth=worth)
-            if yc is not y:
-                np.copyto(y, yc)
-            return (y,)
-
-        def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
-            x, y = inputs[0], outputs[0]
-            if not native.f32c(x, y):
-                return None
-            args = np.array([native.ptr(x), native.ptr(y), geo[1], *flags, planes, x.size, y.size], np.int64)
-            return [native.NativeCall(native.JOB_POOL, args, planes, worth, (x, y, geometry))]
-
-        return native.with_native(run, form)
+        flags = (int(average), int(bool(attrs.get("count_include_pad", 0))), int(attrs.get("storage_order", 0) or 0))
+        geometry = np.array([h, w, *g.kernel, *g.strides, *g.dilations, *g.begin, *g.pad_end, *g.out, *flags], np.int64)
+        return _pool_job(par, geometry, n * c, (n, c, *g.out), _with_indices(outs))
 
     return build
 
 
+def _pool_job(par: Any, geometry: np.ndarray, planes: int, out_shape: tuple[int, ...], indices: bool) -> RunFn:
+    """The run (and native form) of JOB_POOL over ``planes`` planes with ``geometry``."""
+    geo = native.ptr(geometry)  # the array is kept alive by the closures
+    worth = planes * int(geometry[0] * geometry[1]) >= _NATIVE_SPLIT_VALUES
+
+    def args(x: np.ndarray, y: np.ndarray, ind: np.ndarray | None) -> np.ndarray:
+        return np.array(
+            [native.ptr(x), native.ptr(y), geo, 0 if ind is None else native.ptr(ind), planes, x.size, y.size], np.int64
+        )
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        x = np.ascontiguousarray(inputs[0], np.float32)
+        given = list(outputs or ())
+        y = given[0] if given else np.empty(out_shape, np.float32)
+        yc = y if native.f32c(y) else np.empty(out_shape, np.float32)
+        ind = None
+        if indices:
+            ind = given[1] if len(given) > 1 else np.empty(out_shape, np.int64)
+            ind = ind if ind.dtype == np.int64 and ind.flags.c_contiguous else np.empty(out_shape, np.int64)
+        split_native(par, native.JOB_POOL, native.ptr(args(x, yc, ind)), planes, worth=worth)
+        if yc is not y:
+            np.copyto(y, yc)
+        if ind is None:
+            return (y,)
+        if len(given) > 1 and given[1] is not ind:
+            np.copyto(given[1], ind)
+            return (y, given[1])
+        return (y, ind)
+
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        x, y = inputs[0], outputs[0]
+        if indices or not native.f32c(x, y):
+            return None
+        return [native.NativeCall(native.JOB_POOL, args(x, y, None), planes, worth, (x, y, geometry))]
+
+    return native.with_native(run, form)
+
+
 def _applies_native_pool(descs: Descs, attrs: Mapping[str, Any]) -> bool:
-    return _applies_pool(descs, attrs) and descs[0].dtype == "float32"  # type: ignore[union-attr]
-
-
-def _native_pool_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    # window by window only pays on small outputs (a 7x7 window over a 7x7 plane: 3x faster);
-    # on large ones it is 10-30x slower, not worth the tuning time
-    g = _pool2d(descs, attrs)
-    return [{"per_pixel": 0}] + ([{"per_pixel": 1}] if g is not None and g.out[0] * g.out[1] <= 64 else [])
+    return _pool2d(descs, attrs, storage=True) is not None and descs[0].dtype == "float32"  # type: ignore[union-attr]
 
 
 # The compiled kernels first: tried (and preferred within the tuner's margin) before the numpy ones.
@@ -239,8 +255,7 @@ POOL_MAX_ALGOS: tuple[KernelImpl, ...] = (
         "pool_native",
         _native_pool(False),
         _applies_native_pool,
-        _native_pool_candidates,
-        native.available,
+        offered=native.available,
         eager=True,
         native=True,
     ),
@@ -252,8 +267,7 @@ POOL_AVG_ALGOS: tuple[KernelImpl, ...] = (
         "pool_native",
         _native_pool(True),
         _applies_native_pool,
-        _native_pool_candidates,
-        native.available,
+        offered=native.available,
         eager=True,
         native=True,
     ),
@@ -362,7 +376,30 @@ GLOBAL_AVG_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl("globalpool_rows", _global("mean"), _applies_global),
     KernelImpl("globalavg_gemv", build_globalavg_gemv, _applies_global),
 )
-GLOBAL_MAX_ALGOS: tuple[KernelImpl, ...] = (KernelImpl("globalpool_rows", _global("max"), _applies_global),)
+
+
+def build_globalmax_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """float32 GlobalMaxPool of (N, C, H, W) in C: JOB_POOL with the plane as its window
+    (the rows maxed into one, then its columns). ``globalpool_rows`` without the tier."""
+    par = native.par_run()
+    if par is None:
+        return _global("max")(attrs, params, ins, outs)
+    n, c, h, w = (int(d) for d in ins[0].shape)  # type: ignore[union-attr]
+    geometry = np.array([h, w, h, w, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0], np.int64)
+    return _pool_job(par, geometry, n * c, (n, c, 1, 1), False)
+
+
+def _applies_globalmax_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    d = descs[0] if descs else None
+    return _applies_global(descs, attrs) and d.rank == 4 and d.dtype == "float32" and all(d.shape[2:])  # type: ignore[union-attr]
+
+
+GLOBAL_MAX_ALGOS: tuple[KernelImpl, ...] = (
+    KernelImpl(
+        "globalmax_native", build_globalmax_native, _applies_globalmax_native, offered=native.available, eager=True, native=True
+    ),
+    KernelImpl("globalpool_rows", _global("max"), _applies_global),
+)
 
 
 # -- reductions ----------------------------------------------------------------------------------

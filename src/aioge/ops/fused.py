@@ -7,7 +7,8 @@ ints, floats and lists of them) so they serialise and hash into kernel keys.
 - ``FusedElementwise``: a chain of elementwise ops as a small program (``ops``,
   ``operands``, ``params``; see ``aioge.kernels.fused``) run in one blocked pass.
 - ``FusedConv``, ``FusedGemm``: Conv and Gemm (same attributes, same kernels, tuned the
-  same way) followed by an activation applied in place to the output.
+  same way) followed by an activation applied in place to the output; FusedConv's optional
+  fourth input Z (a residual of the output's shape) is added before the activation.
 - ``SqueezeExcite``: a squeeze-and-excitation block (MobileNetV3, EfficientNet): the
   global average pool, the two 1x1 convs of the squeezed vector with their activations
   (``activation1``, ``activation2``) and the channel scale of x, as one node.
@@ -102,16 +103,25 @@ def _check_activation(attrs: Mapping[str, Any]) -> None:
             raise InferError(f"activation {name} takes {want} activation_params, got {got}")
 
 
-def _with_activation(base: OpSchema, name: str, doc: str) -> OpSchema:
+def _with_activation(base: OpSchema, name: str, doc: str, residual: bool = False) -> OpSchema:
     """``base`` followed by an in-place activation: its attributes, inference and every one
-    of its kernels (so tuning chooses among the same candidates)."""
+    of its kernels (so tuning chooses among the same candidates). With ``residual`` one more
+    optional input, Z of the output's shape, added before the activation: act(base + Z)."""
+    n_base = base.inputs[1]
 
     def infer(ctx: InferContext) -> list[TensorDesc]:
         _check_activation(ctx.attrs)
-        return base.infer(InferContext(ctx.inputs, ctx.values, k.without_activation(ctx.attrs), ctx.num_outputs))
+        ins = ctx.inputs[:n_base]
+        (out,) = base.infer(InferContext(ins, ctx.values[:n_base], k.without_activation(ctx.attrs), ctx.num_outputs))
+        z = ctx.inputs[n_base] if len(ctx.inputs) > n_base else None
+        if z is not None and (z.dtype != out.dtype or z.shape != out.shape or not out.static):
+            raise InferError(f"Z must be the output's {out.dtype} {out.shape}, got {z.dtype} {z.shape}")
+        return [out]
 
     def wrap(impl: KernelImpl) -> KernelImpl:
         def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
+            if len(ins) > n_base and ins[n_base] is not None:
+                return k.build_then_residual(impl.build, attrs, params, ins[:n_base], outs)
             if attrs.get("activation", "") in impl.activations:
                 return impl.build(attrs, params, ins, outs)  # it applies the activation itself
             return k.build_then_activation(impl.build, attrs, params, ins, outs, outs[0].dtype)
@@ -119,8 +129,8 @@ def _with_activation(base: OpSchema, name: str, doc: str) -> OpSchema:
         return KernelImpl(
             impl.name,
             build,
-            lambda descs, attrs: impl.applies(descs, k.without_activation(attrs)),
-            lambda descs, attrs: impl.candidates(descs, k.without_activation(attrs)),
+            lambda descs, attrs: impl.applies(descs[:n_base], k.without_activation(attrs)),
+            lambda descs, attrs: impl.candidates(descs[:n_base], k.without_activation(attrs)),
             impl.offered,
             impl.eager,
             impl.activations,
@@ -134,7 +144,7 @@ def _with_activation(base: OpSchema, name: str, doc: str) -> OpSchema:
         tuple(wrap(i) for i in base.impls),
         base.engines,
         {**base.attrs, **_ACTIVATION_ATTRS},
-        base.inputs,
+        (base.inputs[0], n_base + 1) if residual else base.inputs,
         base.outputs,
         domain="aioge",
         family="fused",
@@ -305,7 +315,9 @@ _SQUEEZE_EXCITE = OpSchema(
 SCHEMAS: tuple[OpSchema, ...] = (
     _FUSED_ELEMENTWISE,
     _SQUEEZE_EXCITE,
-    _with_activation(_base(conv.SCHEMAS, "Conv"), "FusedConv", "Conv then an activation, in place"),
+    _with_activation(
+        _base(conv.SCHEMAS, "Conv"), "FusedConv", "Conv, plus Z (a residual) when given, then an activation, in place", True
+    ),
     _FUSED_GEMM,
     _FUSED_MATMUL,
 )

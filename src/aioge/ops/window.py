@@ -13,6 +13,7 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import window as k
 from aioge.kernels.base import returning
 from aioge.kernels.conv import build_global_pool, window_geometry
+from aioge.kernels.pool_algos import GLOBAL_MAX_ALGOS
 from aioge.ops.schema import (
     ALL_ENGINES,
     CPU_ONLY,
@@ -190,7 +191,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
         "GlobalMaxPool",
         _infer_global_max_pool,
-        (KernelImpl("numpy", build_global_pool("max")),),
+        (KernelImpl("numpy", build_global_pool("max")), *GLOBAL_MAX_ALGOS),
         VECTOR_ENGINES,
         family="window",
         doc="the maximum over all spatial axes, kept as size 1",

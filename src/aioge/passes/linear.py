@@ -16,7 +16,7 @@ from aioge.ops.fused import ACTIVATIONS, rows_shapes
 from aioge.passes.elementwise import node_steps
 from aioge.passes.rewrite import add_op, const_array, only_use, other_input, static_shape, substitute
 
-__all__ = ["dedup_filters", "fold_transposes", "fuse_activation", "fuse_bias_add", "fuse_matmul_add"]
+__all__ = ["dedup_filters", "fold_transposes", "fuse_activation", "fuse_bias_add", "fuse_matmul_add", "fuse_residual"]
 
 _FLOATS = frozenset({"float16", "float32", "float64"})
 
@@ -222,8 +222,8 @@ def fuse_activation(graph: Graph) -> bool:
             attrs = dict(p.attrs)
             if p.op_type == "MatMul":
                 attrs.update(transA=0, transB=0, alpha=1.0)
-        elif _is(p, "FusedMatMul", "aioge") and not p.attrs.get("activation"):
-            op, attrs = "FusedMatMul", dict(p.attrs)
+        elif (_is(p, "FusedMatMul", "aioge") or _is(p, "FusedConv", "aioge")) and not p.attrs.get("activation"):
+            op, attrs = p.op_type, dict(p.attrs)
         else:
             continue
         steps = node_steps(act)  # after the cheap checks: most activations follow no matmul
@@ -232,6 +232,27 @@ def fuse_activation(graph: Graph) -> bool:
         attrs.update(activation=steps[0].op, activation_params=list(steps[0].params))
         if substitute(graph, act, op, list(p.inputs), attrs, [act, p], domain="aioge") is not None:
             changed = True
+    return changed
+
+
+def fuse_residual(graph: Graph) -> bool:
+    """Fold a residual Add into the Conv before it (the Conv's output read by the Add alone, the
+    other operand of the output's shape and dtype) as FusedConv with Z: the conv kernel adds Z
+    to its output while it is hot, and ActivationFusionPass then takes an activation after the
+    Add too (ResNet's Conv, Add, Relu). Returns True if it folded any."""
+    changed = False
+    for add in graph.topological_order():
+        if not _is(add, "Add") or len(add.inputs) != 2 or add.outputs[0].desc.dtype not in _FLOATS:
+            continue
+        for i in (0, 1):
+            p, z = _producer(graph, add.inputs[i], add), add.inputs[1 - i]
+            plain = _is(p, "Conv") or (_is(p, "FusedConv", "aioge") and not p.attrs.get("activation"))
+            if not plain or z is None or z.desc != add.outputs[0].desc or not z.desc.static or len(p.inputs) > 3:  # type: ignore[union-attr]
+                continue
+            ins = [*p.inputs, *[None] * (3 - len(p.inputs)), z]  # type: ignore[union-attr]
+            if substitute(graph, add, "FusedConv", ins, dict(p.attrs), [add, p], domain="aioge") is not None:  # type: ignore[union-attr, arg-type]
+                changed = True
+                break
     return changed
 
 
@@ -263,7 +284,7 @@ def dedup_filters(graph: Graph) -> bool:
     changed = False
     for conv in graph.topological_order():
         op = _CONVS.get((conv.op_type, conv.domain if conv.domain != "ai.onnx" else ""))
-        if op is None or int(conv.attrs.get("group", 1)) != 1 or len(conv.inputs) < 2:
+        if op is None or int(conv.attrs.get("group", 1)) != 1 or not 2 <= len(conv.inputs) <= 3:
             continue
         w = const_array(conv.inputs[1])
         b_in = conv.inputs[2] if len(conv.inputs) > 2 else None

@@ -85,6 +85,12 @@ PASSES: tuple[GraphPass, ...] = (
     ),
     GraphPass("BiasAddFusionPass", True, "fold a bias Add into the Conv bias or the Gemm C before it", linear.fuse_bias_add),
     GraphPass(
+        "ResidualAddFusionPass",
+        True,
+        "fold a residual Add into the Conv before it (FusedConv's Z, added by the conv kernel)",
+        linear.fuse_residual,
+    ),
+    GraphPass(
         "ActivationFusionPass",
         True,
         "fuse Relu/LeakyRelu/Clip/Sigmoid/HardSigmoid/HardSwish/Swish/Tanh/Gelu into the Conv, Gemm or MatMul before it",

@@ -49,10 +49,11 @@ enum aioge_job {
     JOB_STRIDED = 18,
     JOB_BINARY = 19,
     JOB_SGEMM = 20,
-    AIOGE_NJOBS = 21,
+    JOB_RESIDUAL = 21,
+    AIOGE_NJOBS = 22,
 };
 
-/* The activations the C kernels apply (norm.c computes them; the convolutions of conv.c and
+/* The activations the C kernels apply (norm.c computes them; the convolutions of dwconv.c and
  * gemm.c apply one to each output tile while it is still in L1). */
 enum aioge_act {
     ACT_NONE = 0,
@@ -100,11 +101,9 @@ void *aioge_calloc(size_t n);
 void *aioge_aligned_alloc(size_t align, size_t n);
 void aioge_fail_alloc(int64_t nth);
 
-/* conv.c */
+/* dwconv.c */
 int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, float *y, const int64_t *geometry,
                              int64_t p0, int64_t p1);
-int aioge_pool2d_f32(const float *x, float *y, const int64_t *geometry, int32_t average, int32_t include_pad,
-                     int32_t per_pixel, int64_t p0, int64_t p1);
 
 /* gemm.c */
 /* The checked boundary of the direct convolutions: whether buffers of xn and yn floats hold
@@ -187,5 +186,11 @@ int aioge_rnn_pack(const int64_t *geo, const float *r, float *pk, int64_t floats
  * or no memory for scratch (-2). */
 int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float *pk, int64_t pk_floats, const float *bias,
               const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1);
+
+/* pool.c: 2-D max and average pools (geometry: POOL_GEO slots, pool.c's G_*), ind NULL or
+ * MaxPool's Indices; aioge_simd_avx2: whether pool.c and dwconv.c run AVX2 (force 0 or 1: plain
+ * loops, or AVX2 where the CPU has it; -1 asks) */
+int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int64_t p0, int64_t p1);
+int aioge_simd_avx2(int force);
 
 #endif

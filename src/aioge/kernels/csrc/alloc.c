@@ -39,7 +39,7 @@ void *aioge_aligned_alloc(size_t align, size_t n)
 /* This thread's work buffer ``slot`` (of SCRATCH_SLOTS) of at least n floats, 64-byte aligned,
  * kept from call to call (and freed with the thread): an allocation per call past glibc's mmap
  * threshold (128 KB at M = 512) paid its page faults every time. Slot 0 is the GEMM
- * accumulators' (tile.h), slot 1 the depthwise conv's padded plane (conv.c), slot 2 a direct
+ * accumulators' (tile.h), slot 1 gemm.c's weight copy, slot 2 a direct
  * conv's phase image of one image. NULL without memory. */
 #define SCRATCH_SLOTS 3
 struct scratch {

@@ -100,15 +100,14 @@ static int job_chain(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* 2-D pool: x, y, geometry, average, include_pad, per_pixel, planes, floats of x and y: [lo, hi)
- * are planes */
+/* 2-D pool: x, y, geometry (pool.c's 17 slots), indices or 0, planes, floats of x and y: [lo,
+ * hi) are planes */
 static int job_pool(const int64_t *g, int64_t lo, int64_t hi)
 {
-    const int64_t *geom = (const int64_t *)(intptr_t)g[2], planes = g[6];
-    if (hi > planes || !aioge_fits(g[7], planes, geom[0], geom[1], 1) || !aioge_fits(g[8], planes, geom[12], geom[13], 1))
+    const int64_t *geom = (const int64_t *)(intptr_t)g[2], planes = g[4];
+    if (hi > planes || !aioge_fits(g[5], planes, geom[0], geom[1], 1) || !aioge_fits(g[6], planes, geom[12], geom[13], 1))
         return AIOGE_EGEOMETRY;
-    return aioge_pool2d_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (const int64_t *)(intptr_t)g[2],
-                            (int32_t)g[3], (int32_t)g[4], (int32_t)g[5], lo, hi);
+    return aioge_pool_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (int64_t *)(intptr_t)g[3], geom, lo, hi);
 }
 
 /* conv direct by images: x, wpack, koff, bias, y, geometry, floats of x and y: [lo, hi) are
@@ -331,6 +330,22 @@ static int job_sgemm(const int64_t *g, int64_t lo, int64_t hi)
 }
 
 /* By aioge.h's job numbers: a table out of step with them does not compile. */
+/* a conv's residual: y = act(a + z): a, z, y, act, the bits of p0 and p1, n: [lo, hi) are
+ * elements (FusedConv's Z, added while the output is hot) */
+static int job_residual(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const float *a = (const float *)(intptr_t)g[0], *z = (const float *)(intptr_t)g[1];
+    float *y = (float *)(intptr_t)g[2];
+    if (hi > g[6])
+        return AIOGE_EGEOMETRY;
+    if (!g[3])
+        for (int64_t i = lo; i < hi; i++)
+            y[i] = a[i] + z[i];
+    else
+        aioge_act_span(a + lo, z + lo, y + lo, hi - lo, (int)g[3], aioge_float_of(g[4]), aioge_float_of(g[5]));
+    return 0;
+}
+
 static const job_fn JOBS[] = {
     [JOB_GEMM] = job_gemm,           [JOB_CONV_DIRECT] = job_conv_direct, [JOB_CONV_T] = job_conv_t,
     [JOB_DEPTHWISE] = job_depthwise, [JOB_ACTIVATION] = job_activation,   [JOB_PACK] = job_pack,
@@ -339,6 +354,7 @@ static const job_fn JOBS[] = {
     [JOB_GEMV_N] = job_gemv_n,       [JOB_CONV_LOCAL] = job_conv_local,   [JOB_SOFTMAX] = job_softmax,
     [JOB_LAYERNORM] = job_layernorm, [JOB_PHASES] = job_phases,           [JOB_GLOBAL_MEAN] = job_global_mean,
     [JOB_STRIDED] = job_strided,     [JOB_BINARY] = job_binary,           [JOB_SGEMM] = job_sgemm,
+    [JOB_RESIDUAL] = job_residual,
 };
 _Static_assert(sizeof JOBS / sizeof JOBS[0] == AIOGE_NJOBS, "a job of aioge.h has no entry in JOBS");
 

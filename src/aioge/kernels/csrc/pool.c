@@ -1,0 +1,352 @@
+/* 2-D max and average pooling over NCHW float32 planes (MaxPool with its Indices output and
+ * dilations, AveragePool with count_include_pad, ceil mode and pads, and the global pools as a
+ * window the size of the plane): pool_algos.py calls it through JOB_POOL.
+ *
+ * Separable, one output row at a time: the window's input rows (those inside the plane) are
+ * reduced into a row buffer whose pads hold the identity (-inf or 0); at column stride 2 that
+ * row is split into its even and odd columns (at stride s into its s phases), so each kernel
+ * column reads a contiguous run, and the kernel columns are reduced into the output row. Every
+ * row operation runs 8 floats at a time with AVX2 where the CPU has it (chosen at run time: the
+ * library is not built for one CPU), else in plain loops. The scratch rows are padded by a
+ * vector so the vector loops never need a tail; reads of the input use masked loads at a row's
+ * end. MaxPool with indices runs window by window in row-major order instead (the first
+ * maximum in that order is the one ONNX names, which a separable pass cannot tell), 8 outputs
+ * at a time.
+ *
+ * A max takes a NaN wherever one is in the window, as np.maximum does. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aioge.h"
+
+#define AVX2 __attribute__((target("avx2,fma")))
+#define V 8 /* floats per vector and the scratch rows' slack */
+
+static int simd = -1; /* -1: not yet asked; 0: plain loops; 1: AVX2 */
+
+int aioge_simd_avx2(int force)
+{
+    if (force >= 0)
+        simd = force && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    else if (simd < 0)
+        simd = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return simd;
+}
+
+static inline float max_nan1(float a, float v) { return v > a || v != v ? v : a; }
+
+/* -- the row operations: dst (scratch) with src over n values; the AVX2 ones round n up to a
+ * vector for dst and for src when src is scratch (``in``: src is the input, read masked) -- */
+
+static inline void row_copy_c(float *d, const float *s, int64_t n, int in) { (void)in; memcpy(d, s, sizeof(float) * (size_t)n); }
+static inline void row_max_c(float *d, const float *s, int64_t n, int in)
+{
+    (void)in;
+    for (int64_t i = 0; i < n; i++)
+        d[i] = max_nan1(d[i], s[i]);
+}
+static inline void row_add_c(float *d, const float *s, int64_t n, int in)
+{
+    (void)in;
+    for (int64_t i = 0; i < n; i++)
+        d[i] += s[i];
+}
+
+AVX2 static inline __m256i tail_mask(int64_t left)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+AVX2 static inline __m256 max_nan8(__m256 a, __m256 v)
+{
+    return _mm256_blendv_ps(_mm256_max_ps(v, a), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+/* the vector loop of a row operation; the last vector of an input row read masked */
+#define ROW_AVX2(name, expr)                                                                \
+    AVX2 static inline void name(float *d, const float *s, int64_t n, int in)                      \
+    {                                                                                       \
+        const int64_t whole = in ? n / V * V : n;                                           \
+        int64_t i = 0;                                                                      \
+        for (; i < whole; i += V) {                                                         \
+            const __m256 a = _mm256_loadu_ps(d + i), v = _mm256_loadu_ps(s + i);            \
+            (void)a;                                                                        \
+            _mm256_storeu_ps(d + i, expr);                                                  \
+        }                                                                                   \
+        if (i < n) {                                                                        \
+            const __m256 a = _mm256_loadu_ps(d + i), v = _mm256_maskload_ps(s + i, tail_mask(n - i)); \
+            (void)a;                                                                        \
+            _mm256_storeu_ps(d + i, expr);                                                  \
+        }                                                                                   \
+    }
+ROW_AVX2(row_copy_v, v)
+ROW_AVX2(row_max_v, max_nan8(a, v))
+ROW_AVX2(row_add_v, _mm256_add_ps(a, v))
+
+/* the even and odd columns of s[0, n) into e and o (scratch both ways) */
+static inline void split2_c(const float *s, float *e, float *o, int64_t n)
+{
+    for (int64_t m = 0; 2 * m < n; m++) {
+        e[m] = s[2 * m];
+        o[m] = s[2 * m + 1];
+    }
+}
+AVX2 static inline void split2_v(const float *s, float *e, float *o, int64_t n)
+{
+    for (int64_t m = 0; 2 * m < n; m += V) {
+        const __m256 a = _mm256_loadu_ps(s + 2 * m), b = _mm256_loadu_ps(s + 2 * m + V);
+        const __m256 ev = _mm256_shuffle_ps(a, b, 0x88), od = _mm256_shuffle_ps(a, b, 0xDD);
+        _mm256_storeu_ps(e + m, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xD8)));
+        _mm256_storeu_ps(o + m, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xD8)));
+    }
+}
+
+/* y[q] /= count[q] * rows */
+static inline void row_div_c(float *y, const float *cnt, float rows, int64_t n)
+{
+    for (int64_t q = 0; q < n; q++)
+        y[q] /= cnt[q] * rows;
+}
+AVX2 static inline void row_div_v(float *y, const float *cnt, float rows, int64_t n)
+{
+    const __m256 r = _mm256_set1_ps(rows);
+    for (int64_t q = 0; q < n; q += V)
+        _mm256_storeu_ps(y + q, _mm256_div_ps(_mm256_loadu_ps(y + q), _mm256_mul_ps(_mm256_loadu_ps(cnt + q), r)));
+}
+
+/* The output columns [lo, hi) whose input column q * stride + off lies in [0, width): */
+static void inside(int64_t off, int64_t stride, int64_t width, int64_t n, int64_t *lo, int64_t *hi)
+{
+    int64_t a = off < 0 ? (-off + stride - 1) / stride : 0, b = width - 1 - off < 0 ? 0 : (width - 1 - off) / stride + 1;
+    b = b > n ? n : b;
+    *lo = a > b ? b : a;
+    *hi = b;
+}
+
+/* The cells of window o along one axis inside [lo, hi) of input coordinates. */
+static int64_t cells(int64_t o, int64_t stride, int64_t begin, int64_t k, int64_t dil, int64_t lo, int64_t hi)
+{
+    int64_t n = 0;
+    for (int64_t t = 0; t < k; t++) {
+        const int64_t pos = o * stride - begin + t * dil;
+        n += pos >= lo && pos < hi;
+    }
+    return n;
+}
+
+enum { G_H, G_W, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_PT, G_PL, G_PB, G_PR, G_OH, G_OW, G_AVG, G_INCLUDE, G_ORDER, POOL_GEO };
+
+/* the indices kernel's tap for 8 outputs at a time: acc/at against s at base + q * sw */
+AVX2 static void indices8(float *acc, int32_t *at, const float *s, int64_t base, int64_t sw, int64_t ow)
+{
+    const __m256i step = _mm256_set1_epi32((int)(V * sw));
+    __m256i pos = _mm256_add_epi32(_mm256_set1_epi32((int)base), _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)sw)));
+    for (int64_t q = 0; q < ow; q += V) {
+        const __m256 v = _mm256_loadu_ps(s + q), a = _mm256_loadu_ps(acc + q);
+        const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, a, _CMP_GT_OQ),
+                                         _mm256_andnot_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q), _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+        _mm256_storeu_ps(acc + q, _mm256_blendv_ps(a, v, take));
+        const __m256i old = _mm256_loadu_si256((const __m256i *)(at + q));
+        _mm256_storeu_si256((__m256i *)(at + q), _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(old), _mm256_castsi256_ps(pos), take)));
+        pos = _mm256_add_epi32(pos, step);
+    }
+}
+
+/* One plane's output row r of a MaxPool with indices, window by window in row-major order (the
+ * window's rows, then its columns): a strictly greater value (or a NaN over a number) takes
+ * the place, so the first maximum stays, as ONNX's Indices name it. ``acc``/``at``: the row's
+ * maxima and their (row * w + column) in the plane; ``phase``: the padded input row split by
+ * column stride. */
+static void indices_row(const float *xp, const int64_t *g, int64_t r, float *acc, int32_t *at, float *pad, float *phase,
+                        int64_t wpad, int64_t wph, int vec)
+{
+    const int64_t wd = g[G_W], sw = g[G_SW], dw = g[G_DW], pl = g[G_PL], ow = g[G_OW];
+    int64_t i0, i1;
+    inside(r * g[G_SH] - g[G_PT], g[G_DH], g[G_H], g[G_KH], &i0, &i1);
+    for (int64_t q = 0; q < ow + V; q++) {
+        acc[q] = -INFINITY;
+        at[q] = 0;
+    }
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t ir = r * g[G_SH] - g[G_PT] + i * g[G_DH];
+        (vec ? row_copy_v : row_copy_c)(pad + pl, xp + ir * wd, wd, 1);
+        for (int64_t k = pl + wd; k < wpad; k++)
+            pad[k] = -INFINITY; /* the vector copy wrote past the row */
+        const float *src = pad;
+        if (sw > 1) {
+            for (int64_t k = 0; k < wpad; k++)
+                phase[(k % sw) * wph + k / sw] = pad[k];
+            src = phase;
+        }
+        for (int64_t j = 0; j < g[G_KW]; j++) {
+            const int64_t off = j * dw, base = ir * wd + off - pl;
+            const float *s = sw > 1 ? src + (off % sw) * wph + off / sw : src + off;
+            if (vec)
+                indices8(acc, at, s, base, sw, ow);
+            else
+                for (int64_t q = 0; q < ow; q++) {
+                    const float v = s[q];
+                    if (v > acc[q] || (v != v && acc[q] == acc[q])) {
+                        acc[q] = v;
+                        at[q] = (int32_t)(base + q * sw);
+                    }
+                }
+        }
+    }
+}
+
+/* The scratch of the separable pass (aioge_pool_f32 sizes it). */
+struct scratch {
+    float *pad, *phase, *yrow, *cnt, *rows;
+    const int64_t *span; /* the kernel rows [i0, i1) inside the plane of each output row */
+    int64_t wpad, wph;
+};
+
+/* One plane of the separable pass; ``vec`` a constant where it is inlined, so the row
+ * operations inline too (a call per row operation cost 2x on 14x14 planes). */
+static inline __attribute__((always_inline)) void separable(const float *xp, float *yp, const int64_t *g,
+                                                            const struct scratch *sc, const int vec)
+{
+    const int64_t wd = g[G_W], kw = g[G_KW], sh = g[G_SH], sw = g[G_SW], dh = g[G_DH], dw = g[G_DW], pt = g[G_PT],
+                  pl = g[G_PL], oh = g[G_OH], ow = g[G_OW], wpad = sc->wpad, wph = sc->wph;
+    const int avg = (int)g[G_AVG];
+    const float fill = avg ? 0.0f : -INFINITY;
+    float *pad = sc->pad, *phase = sc->phase;
+    for (int64_t r = 0; r < oh; r++) {
+        const int64_t i0 = sc->span[2 * r], i1 = sc->span[2 * r + 1];
+        float *yr = yp + r * ow;
+        if (i0 >= i1) {
+            for (int64_t q = 0; q < ow; q++)
+                yr[q] = fill;
+            continue;
+        }
+        /* the window's rows into the padded row, then its slack past the row restored */
+        const float *x0 = xp + (r * sh - pt) * wd;
+        if (vec)
+            row_copy_v(pad + pl, x0 + i0 * dh * wd, wd, 1);
+        else
+            row_copy_c(pad + pl, x0 + i0 * dh * wd, wd, 1);
+        for (int64_t i = i0 + 1; i < i1; i++) {
+            if (vec && avg)
+                row_add_v(pad + pl, x0 + i * dh * wd, wd, 1);
+            else if (vec)
+                row_max_v(pad + pl, x0 + i * dh * wd, wd, 1);
+            else if (avg)
+                row_add_c(pad + pl, x0 + i * dh * wd, wd, 1);
+            else
+                row_max_c(pad + pl, x0 + i * dh * wd, wd, 1);
+        }
+        for (int64_t k = pl + wd; k < pl + wd + V && k < wpad; k++)
+            pad[k] = fill;
+        const float *src = pad;
+        if (sw == 2) {
+            if (vec)
+                split2_v(pad, phase, phase + wph, wpad - V);
+            else
+                split2_c(pad, phase, phase + wph, wpad - V);
+            src = phase;
+        } else if (sw > 2) {
+            for (int64_t k = 0; k < wpad - V; k++)
+                phase[(k % sw) * wph + k / sw] = pad[k];
+            src = phase;
+        }
+        /* the vector loops write up to a vector past the row: straight into the plane where
+         * that stays inside it (the next plane may be another thread's) */
+        float *out = vec && r * ow + (ow + V - 1) / V * V <= oh * ow ? yr : sc->yrow;
+        for (int64_t j = 0; j < kw; j++) {
+            const int64_t off = j * dw;
+            const float *s = sw > 1 ? src + (off % sw) * wph + off / sw : src + off;
+            if (j == 0 && vec)
+                row_copy_v(out, s, ow, 0);
+            else if (j == 0)
+                row_copy_c(out, s, ow, 0);
+            else if (vec && avg)
+                row_add_v(out, s, ow, 0);
+            else if (vec)
+                row_max_v(out, s, ow, 0);
+            else if (avg)
+                row_add_c(out, s, ow, 0);
+            else
+                row_max_c(out, s, ow, 0);
+        }
+        if (avg && vec)
+            row_div_v(out, sc->cnt, sc->rows[r], ow);
+        else if (avg)
+            row_div_c(out, sc->cnt, sc->rows[r], ow);
+        if (out != yr)
+            memcpy(yr, out, sizeof(float) * (size_t)ow);
+    }
+}
+AVX2 static void separable_v(const float *xp, float *yp, const int64_t *g, const struct scratch *sc)
+{
+    separable(xp, yp, g, sc, 1);
+}
+static void separable_c(const float *xp, float *yp, const int64_t *g, const struct scratch *sc)
+{
+    separable(xp, yp, g, sc, 0);
+}
+
+/* Pooling over planes [p0, p1) (a plane: one image's channel), geometry g (POOL_GEO slots:
+ * input rows and columns, kernel, strides, dilations, begin pads, end pads, output rows and
+ * columns, average, count_include_pad, storage_order). y gets the max or the average of each
+ * window's cells inside the plane (a window with none: -inf or 0); an average divides by the
+ * window's cells inside the plane, or inside the plane grown by its declared pads
+ * (count_include_pad: a ceil_mode window's overhang never counts). ind, when not NULL, gets
+ * each maximum's flat index in x (storage_order 1: the plane's columns first). Returns 0,
+ * AIOGE_EGEOMETRY, or AIOGE_ENOMEM (nothing written). */
+int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int64_t p0, int64_t p1)
+{
+    if (p0 >= p1 || g[G_OH] <= 0 || g[G_OW] <= 0)
+        return AIOGE_OK;
+    const int64_t h = g[G_H], wd = g[G_W], kh = g[G_KH], kw = g[G_KW], sh = g[G_SH], sw = g[G_SW], dh = g[G_DH], dw = g[G_DW],
+                  pt = g[G_PT], pl = g[G_PL], oh = g[G_OH], ow = g[G_OW];
+    if (h <= 0 || wd <= 0 || kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0 || pt < 0 || pl < 0 || p0 < 0 ||
+        (ind && h * wd >= INT32_MAX))
+        return AIOGE_EGEOMETRY;
+    const int avg = (int)g[G_AVG], vec = aioge_simd_avx2(-1);
+    /* the padded row: every window's columns, from input column -pl */
+    const int64_t need = (ow - 1) * sw + (kw - 1) * dw + 1, wpad = (need > pl + wd ? need : pl + wd) + V;
+    const int64_t wph = wpad / sw + 2 * V; /* one phase of it */
+    const size_t floats = (size_t)(wpad + sw * wph + 3 * (ow + V) + 6 * oh + 2);
+    float *buf = aioge_calloc(sizeof(float) * floats);
+    if (!buf)
+        return AIOGE_ENOMEM;
+    float *pad = buf, *phase = pad + wpad, *yrow = phase + sw * wph, *cnt = yrow + ow + V, *rows = cnt + ow + V;
+    int32_t *at = (int32_t *)(rows + 2 * oh);
+    const float fill = avg ? 0.0f : -INFINITY;
+    for (int64_t k = 0; k < wpad; k++)
+        pad[k] = fill;
+    const int include = (int)g[G_INCLUDE];
+    for (int64_t q = 0; q < ow; q++)
+        cnt[q] = (float)cells(q, sw, pl, kw, dw, include ? -pl : 0, include ? wd + g[G_PR] : wd);
+    for (int64_t q = ow; q < ow + V; q++)
+        cnt[q] = 1.0f;
+    for (int64_t r = 0; r < oh; r++) {
+        const int64_t n = cells(r, sh, pt, kh, dh, include ? -pt : 0, include ? h + g[G_PB] : h);
+        rows[r] = (float)n;
+    }
+    int64_t *span = (int64_t *)(rows + 2 * oh + ow + V + 1); /* after ``at``, 8-byte aligned */
+    span = (int64_t *)(((uintptr_t)span + 7) & ~(uintptr_t)7);
+    for (int64_t r = 0; r < oh; r++)
+        inside(r * sh - pt, dh, h, kh, &span[2 * r], &span[2 * r + 1]);
+    const struct scratch sc = {pad, phase, yrow, cnt, rows, span, wpad, wph};
+    const int64_t plane = h * wd;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *xp = x + p * plane;
+        float *yp = y + p * oh * ow;
+        if (ind) {
+            int64_t *ip = ind + p * oh * ow;
+            for (int64_t r = 0; r < oh; r++) {
+                indices_row(xp, g, r, yrow, at, pad, phase, wpad, wph, vec);
+                memcpy(yp + r * ow, yrow, sizeof(float) * (size_t)ow);
+                for (int64_t q = 0; q < ow; q++)
+                    ip[r * ow + q] = p * plane + (g[G_ORDER] ? at[q] % wd * h + at[q] / wd : at[q]);
+            }
+            continue;
+        }
+        (vec ? separable_v : separable_c)(xp, yp, g, &sc);
+    }
+    free(buf);
+    return 0;
+}
