@@ -61,6 +61,7 @@ __all__ = [
     "JOB_STRIDED",
     "JOB_BINARY",
     "JOB_SGEMM",
+    "JOB_QGEMM",
     "JOB_SOFTMAX",
     "NativeCall",
     "aligned_empty",
@@ -85,7 +86,7 @@ __all__ = [
 JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = 0, 1, 2, 3, 4
 JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE = 5, 6, 7, 8, 9, 10
 JOB_CONV_GROUPED, JOB_GEMV_N, JOB_CONV_LOCAL, JOB_SOFTMAX, JOB_LAYERNORM, JOB_PHASES = 11, 12, 13, 14, 15, 16
-JOB_GLOBAL_MEAN, JOB_STRIDED, JOB_BINARY, JOB_SGEMM = 17, 18, 19, 20
+JOB_GLOBAL_MEAN, JOB_STRIDED, JOB_BINARY, JOB_SGEMM, JOB_QGEMM = 17, 18, 19, 20, 21
 
 # The activation codes of aioge.h's ``enum aioge_act``, by op name (the one Python copy:
 # ``native_rows`` and the convolutions' epilogues read them here).
@@ -96,7 +97,7 @@ ACT = {name: code for code, name in enumerate(_ACTS)}
 ERRORS = {-1: "no memory for its scratch", -2: "a geometry that does not fit its buffers", -1000: "an unknown job"}
 
 # aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
-ABI = 17
+ABI = 18
 
 _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
 # Every C function Python calls: (result type, argument types), as aioge.h declares them.
@@ -123,6 +124,10 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_rnn_packed_floats": (_I64, (_P,)),
     "aioge_rnn_pack": (_INT, (_P, _P, _P, _I64)),
     "aioge_rnn": (_INT, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)),
+    "aioge_qgemm_packed": (_I64, (_I64, _I64)),
+    "aioge_qgemm_pack": (_INT, (_P, _INT, _I64, _I64, _I64, _I64, _P, _I64, _P, _I64)),
+    "aioge_qgemm_rows": (_INT, (_P, _I64, _I64)),
+    "aioge_qgemm_path": (_INT, (_INT,)),
 }
 
 

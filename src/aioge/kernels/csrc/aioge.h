@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 17
+#define AIOGE_ABI 18
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -49,7 +49,8 @@ enum aioge_job {
     JOB_STRIDED = 18,
     JOB_BINARY = 19,
     JOB_SGEMM = 20,
-    AIOGE_NJOBS = 21,
+    JOB_QGEMM = 21,
+    AIOGE_NJOBS = 22,
 };
 
 /* The activations the C kernels apply (norm.c computes them; the convolutions of conv.c and
@@ -183,5 +184,17 @@ int aioge_rnn_pack(const int64_t *geo, const float *r, float *pk, int64_t floats
  * or no memory for scratch (-2). */
 int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float *pk, int64_t pk_floats, const float *bias,
               const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1);
+
+/* qgemm.c: the int8 GEMM of the quantised ops. aioge_qgemm_packed: the int16 values of B (K x N)
+ * packed (-1 on a bad geometry); aioge_qgemm_pack: B (element (k, j) at b[k * sk + j * sn], u8 or
+ * s8) less its zero points (1 or N of them) into packed; aioge_qgemm_rows: row blocks [b0, b1) (4
+ * rows each) of y = requant((a - za) @ packed + bias), by the geometry block of qgemm.c (also
+ * JOB_QGEMM's); aioge_qgemm_path: the tile in use (0 scalar, 1 AVX2, 2 AVX512-VNNI), forced down
+ * to `force` when it is not negative (tests). */
+int64_t aioge_qgemm_packed(int64_t k, int64_t n);
+int aioge_qgemm_pack(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
+                     int64_t nzb, int16_t *packed, int64_t packed_len);
+int aioge_qgemm_rows(const int64_t *g, int64_t b0, int64_t b1);
+int aioge_qgemm_path(int force);
 
 #endif
