@@ -34,8 +34,11 @@ def _plain(node: Node | None, op: str) -> bool:
 
 
 def _dq(value: Value | None) -> Node | None:
-    """The DequantizeLinear producing ``value`` from an 8-bit tensor with constant scale and zero point."""
+    """The DequantizeLinear producing ``value`` (through Identity nodes: the quantizer shares one
+    bias that way) with constant scale and zero point."""
     node = value.producer if value is not None else None
+    while _plain(node, "Identity") and node.inputs and node.inputs[0] is not None:  # type: ignore[union-attr]
+        node = node.inputs[0].producer  # type: ignore[union-attr]
     if not _plain(node, "DequantizeLinear") or node.attrs.get("block_size") or len(node.inputs) < 3:  # type: ignore[union-attr]
         return None
     x, scale, zero = node.inputs  # type: ignore[union-attr]
@@ -62,14 +65,17 @@ def _weight(node: Node | None, axis: int) -> bool:
     return s.ndim == 1 and int(node.attrs.get("axis", 1)) % w.ndim == axis % w.ndim and s.size == w.shape[axis]
 
 
-def _bias(node: Node | None, x_scale: np.ndarray, w_scale: np.ndarray, n: int) -> Value | None:
+def _bias(node: Node | None, x_scale: np.ndarray, w_scale: np.ndarray, n: int) -> Value | None | bool:
     """The int32 bias a DequantizeLinear reads, when its scale is x_scale * w_scale (float32)
-    and its zero point 0; else None."""
+    and its zero point 0; True for a bias of zeros (whatever its scale: the quantizer shares
+    one such bias between convs); else None."""
     if node is None:
         return None
     b, s, z = (const_array(v) for v in node.inputs[:3])
     if b is None or s is None or b.dtype != np.int32 or b.ndim != 1 or b.size != n or (z is not None and np.any(z != 0)):
         return None
+    if not b.any():
+        return True
     want = np.float32(x_scale.reshape(-1)[0]) * w_scale.astype(np.float32).reshape(-1)
     if not np.array_equal(np.broadcast_to(s.astype(np.float32).reshape(-1), (n,)), np.broadcast_to(want, (n,))):
         return None
@@ -115,15 +121,18 @@ def _fuse(graph: Graph, node: Node) -> bool:
     xs, ws = const_array(xdq.inputs[1]), const_array(wdq.inputs[1])
     assert xs is not None and ws is not None
     bias: Value | None = None
+    found: Value | None | bool
     remove = [q, *reversed(between), node, *_only_here(graph, wdq, node)]
     if len(node.inputs) > 2 and node.inputs[2] is not None:
         if op == "MatMul":
             return False
-        bdq = _dq(node.inputs[2]) if node.inputs[2].producer is not None else None
-        bias = _bias(bdq, xs, ws, w.shape[axis])
-        if bias is None:
+        bdq = _dq(node.inputs[2])
+        found = _bias(bdq, xs, ws, w.shape[axis])
+        if found is None:
             return False
-        remove += _only_here(graph, bdq, node)  # type: ignore[arg-type]
+        bias = None if found is True else found  # type: ignore[assignment]
+        if bdq.outputs[0] is node.inputs[2]:  # type: ignore[union-attr]
+            remove += _only_here(graph, bdq, node)  # type: ignore[arg-type]
     x, w_in = [xdq.inputs[0], xdq.inputs[1], xdq.inputs[2]], [wdq.inputs[0], wdq.inputs[1], wdq.inputs[2]]
     y = [q.inputs[1], q.inputs[2]]
     if op == "Conv":
