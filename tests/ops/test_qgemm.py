@@ -59,21 +59,26 @@ def tile(request):  # type: ignore[no-untyped-def]
     per_col=st.booleans(),
     with_bias=st.booleans(),
     relu=st.booleans(),
+    narrow=st.booleans(),
     seed=st.integers(0, 2**31),
 )
-def test_qgemm_equals_the_integer_reference(tile, m, k, n, a_t, b_t, out, per_col, with_bias, relu, seed) -> None:  # type: ignore[no-untyped-def]
+def test_qgemm_equals_the_integer_reference(tile, m, k, n, a_t, b_t, out, per_col, with_bias, relu, narrow, seed) -> None:  # type: ignore[no-untyped-def]
+    """``narrow``: 7-bit weights about their zero points, which take the u8 x s8 form (vpmaddubsw)."""
     rng = np.random.default_rng(seed)
     adt, bdt = _DT[a_t], _DT[b_t]
     a, b = _ints(rng, adt, (m, k)), _ints(rng, bdt, (k, n))
     za = int(_ints(rng, adt, ()))
     zb = _ints(rng, bdt, (n,) if per_col else (1,))
+    if narrow:
+        zb = (zb // 2).astype(bdt) if bdt == np.int8 else (zb // 2 + 64).astype(bdt)
+        b = (zb.astype(np.int32) + rng.integers(-64, 64, (k, n))).astype(bdt)
     bias = rng.integers(-(2**20), 2**20, n).astype(np.int32) if with_bias else None
     odt = {"i32": np.int32, "u8": np.uint8, "s8": np.int8}[out]
     mult = None if out == "i32" else (rng.random(n if per_col else 1) * 2e-4).astype(np.float32)
     zy = 0 if out == "i32" else int(_ints(rng, odt, ()))
     lo = zy if relu else -128
     packed = q.pack(b, zb)
-    assert packed.native
+    assert packed.native and (packed.fmt == 1 or not narrow)
     y = np.empty((m, n), odt)
     q.qgemm(a, za, packed, y, bias, mult, zy, lo if relu else None)
     np.testing.assert_array_equal(y, _reference(a, za, b, zb, bias, mult, zy, odt, lo))
@@ -91,6 +96,19 @@ def test_qgemm_reads_strided_rows_and_writes_into_wider_rows(tile) -> None:  # t
 
 
 @needs_tier
+def test_the_u8s8_form_is_taken_only_where_no_int16_sum_can_saturate() -> None:
+    ok = np.array([[64, -64, 0], [64, -64, 0]], np.int8)  # per column, |b0| + |b1| <= 128
+    assert q.pack(ok, None).fmt == 1
+    assert q.pack(np.array([[64], [65]], np.int8), None).fmt == 0  # 255 * 129 > 32767
+    assert q.pack(np.array([[200], [0]], np.uint8), np.array([0], np.uint8)).fmt == 0  # not an int8
+    a = np.full((1, 2), 255, np.uint8)
+    for b in (np.array([[64], [64]], np.int8), np.array([[127], [127]], np.int8)):
+        y = np.empty((1, 1), np.int32)
+        q.qgemm(a, 0, q.pack(b, None), y)
+        assert y[0, 0] == 255 * int(b.astype(np.int32).sum())  # exact on either form
+
+
+@needs_tier
 def test_ties_round_half_to_even() -> None:
     a = np.array([[1], [3], [5], [-1], [-3]], np.int8)
     b = np.array([[1]], np.int8)
@@ -103,7 +121,7 @@ def test_ties_round_half_to_even() -> None:
 def test_the_boundary_refuses_a_geometry_its_buffers_do_not_hold() -> None:
     packed = q.pack(np.ones((4, 4), np.int8), None)
     a, y = np.ones((4, 4), np.uint8), np.empty((4, 4), np.int32)
-    geo = np.array([native.ptr(a), native.ptr(packed.data), 0, 0, native.ptr(y), 4, 4, 4, 4, 4, 0, 0, 0, 0, 1, packed.data.size - 1, 16, 16, -128], np.int64)
+    geo = np.array([native.ptr(a), native.ptr(packed.data), 0, 0, native.ptr(y), 4, 4, 4, 4, 4, 0, 0, 0, 0, 1, packed.data.size - 1, 16, 16, -128, packed.fmt, native.ptr(packed.colsum)], np.int64)
     assert native.function("aioge_qgemm_rows")(native.ptr(geo), 0, 1) == -2  # a short packed B
     geo[15] = packed.data.size
     geo[17] = 15  # y one value short

@@ -128,6 +128,8 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_qgemm_pack": (_INT, (_P, _INT, _I64, _I64, _I64, _I64, _P, _I64, _P, _I64)),
     "aioge_qgemm_rows": (_INT, (_P, _I64, _I64)),
     "aioge_qgemm_path": (_INT, (_INT,)),
+    "aioge_qgemm_packed8": (_I64, (_I64, _I64)),
+    "aioge_qgemm_pack8": (_INT, (_P, _INT, _I64, _I64, _I64, _I64, _P, _I64, _P, _I64, _P)),
 }
 
 

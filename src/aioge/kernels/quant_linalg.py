@@ -62,12 +62,15 @@ def multiplier(*scales: Any, y_scale: Any = None) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class Packed:
-    """B (K x N) less its zero points: the C tier's int16 panels, or an int32 matrix for numpy."""
+    """B (K x N) less its zero points: the C tier's int16 panels (``fmt`` 0) or u8 x s8 quads
+    with B's column sums (``fmt`` 1: where vpmaddubsw is exact), or an int32 matrix for numpy."""
 
     k: int
     n: int
     data: np.ndarray
     native: bool
+    fmt: int = 0
+    colsum: np.ndarray | None = None
 
 
 def pack(b: np.ndarray, zero: np.ndarray | None, *, use_native: bool = True) -> Packed:
@@ -77,9 +80,16 @@ def pack(b: np.ndarray, zero: np.ndarray | None, *, use_native: bool = True) -> 
     fn = native.function("aioge_qgemm_pack") if use_native else None
     if fn is None or b.dtype.itemsize != 1:
         return Packed(k, n, b.astype(np.int32) - (zb if zb.size > 1 else zb[0]), False)
+    sk, sn = b.strides
+    size8 = int(native.function("aioge_qgemm_packed8")(k, n))
+    out8 = native.aligned_empty((max(size8, 1),), np.int8)
+    colsum = np.zeros(max(n, 1), np.int32)
+    signed = int(b.dtype == np.int8)
+    args8 = (signed, k, n, sk, sn, native.ptr(zb), zb.size, native.ptr(out8), size8, native.ptr(colsum))
+    if native.check(native.function("aioge_qgemm_pack8")(_addr(b), *args8), "qgemm pack") == 1:
+        return Packed(k, n, out8[:size8], True, 1, colsum)
     size = int(native.function("aioge_qgemm_packed")(k, n))
     out = native.aligned_empty((max(size, 1),), np.int16)
-    sk, sn = b.strides
     native.check(fn(_addr(b), int(b.dtype == np.int8), k, n, sk, sn, native.ptr(zb), zb.size, native.ptr(out), size), "qgemm pack")
     return Packed(k, n, out[:size], True)
 
@@ -132,6 +142,8 @@ def qgemm(
             (m - 1) * (a.strides[0] // a.itemsize) + b.k if m else 0,
             (m - 1) * (y.strides[0] // y.itemsize) + b.n if m else 0,
             -128 if lo is None else lo,
+            b.fmt,
+            0 if b.colsum is None else native.ptr(b.colsum),
         ],
         np.int64,
     )
