@@ -76,7 +76,9 @@ def _bert(tmp: str) -> tuple[str, str, dict[str, np.ndarray]]:
     with torch.no_grad():
         torch.onnx.export(model, (x,), f32, input_names=["x"], output_names=["y"], opset_version=17, dynamo=False)
     pre, q = os.path.join(tmp, "bert_pre.onnx"), os.path.join(tmp, "bert_dyn.onnx")
-    quant_pre_process(f32, pre, skip_symbolic_shape=True)  # onnxruntime's advice: fold the weights' Transposes so MatMuls see initializers
+    quant_pre_process(
+        f32, pre, skip_symbolic_shape=True
+    )  # onnxruntime's advice: fold the weights' Transposes so MatMuls see initializers
     quantize_dynamic(pre, q)
     return f32, q, {"x": np.random.default_rng(0).standard_normal((1, 128, 768)).astype(np.float32)}
 

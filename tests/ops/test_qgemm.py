@@ -48,7 +48,9 @@ def tile(request):  # type: ignore[no-untyped-def]
 
 
 @needs_tier
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # the tile is the same for every example
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)  # the tile is the same for every example
 @given(
     m=st.integers(1, 19),
     k=st.integers(1, 70),
@@ -121,7 +123,32 @@ def test_ties_round_half_to_even() -> None:
 def test_the_boundary_refuses_a_geometry_its_buffers_do_not_hold() -> None:
     packed = q.pack(np.ones((4, 4), np.int8), None)
     a, y = np.ones((4, 4), np.uint8), np.empty((4, 4), np.int32)
-    geo = np.array([native.ptr(a), native.ptr(packed.data), 0, 0, native.ptr(y), 4, 4, 4, 4, 4, 0, 0, 0, 0, 1, packed.data.size - 1, 16, 16, -128, packed.fmt, native.ptr(packed.colsum)], np.int64)
+    geo = np.array(
+        [
+            native.ptr(a),
+            native.ptr(packed.data),
+            0,
+            0,
+            native.ptr(y),
+            4,
+            4,
+            4,
+            4,
+            4,
+            0,
+            0,
+            0,
+            0,
+            1,
+            packed.data.size - 1,
+            16,
+            16,
+            -128,
+            packed.fmt,
+            native.ptr(packed.colsum),
+        ],
+        np.int64,
+    )
     assert native.function("aioge_qgemm_rows")(native.ptr(geo), 0, 1) == -2  # a short packed B
     geo[15] = packed.data.size
     geo[17] = 15  # y one value short

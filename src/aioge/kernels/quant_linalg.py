@@ -24,12 +24,10 @@ from aioge.kernels.parallel import split_native
 
 __all__ = [
     "build_qlinear",
-    "conv_integer",
     "matmul_integer",
     "pack",
     "qgemm",
     "qlinear_add",
-    "qlinear_conv",
     "qlinear_global_average_pool",
     "qlinear_matmul",
     "requantise",
@@ -90,7 +88,9 @@ def pack(b: np.ndarray, zero: np.ndarray | None, *, use_native: bool = True) -> 
         return Packed(k, n, out8[:size8], True, 1, colsum)
     size = int(native.function("aioge_qgemm_packed")(k, n))
     out = native.aligned_empty((max(size, 1),), np.int16)
-    native.check(fn(_addr(b), int(b.dtype == np.int8), k, n, sk, sn, native.ptr(zb), zb.size, native.ptr(out), size), "qgemm pack")
+    native.check(
+        fn(_addr(b), int(b.dtype == np.int8), k, n, sk, sn, native.ptr(zb), zb.size, native.ptr(out), size), "qgemm pack"
+    )
     return Packed(k, n, out[:size], True)
 
 
@@ -178,7 +178,9 @@ class _Weights:
         return packed
 
 
-def _matmul(a: np.ndarray, b: np.ndarray, za: Any, zb: Any, out_dtype: Any, mult: Any, zy: int, cache: _Weights, use: bool) -> Any:
+def _matmul(
+    a: np.ndarray, b: np.ndarray, za: Any, zb: Any, out_dtype: Any, mult: Any, zy: int, cache: _Weights, use: bool
+) -> Any:
     """(..., M, K) @ (K, N) by qgemm, or None for what it does not take (batched or 1-D B,
     per-row zero points of A)."""
     za_v = _scalar(za)
@@ -233,30 +235,6 @@ def qlinear_matmul(
     else:
         mult = multiplier(a_s, b_scale, y_scale=y_scale)
     return requantise(acc, mult, int(np.asarray(y_zero_point).reshape(-1)[0]), y_zero_point.dtype)
-
-
-def conv_integer(
-    x: np.ndarray, w: np.ndarray, x_zero_point: np.ndarray | None = None, w_zero_point: np.ndarray | None = None, **attrs: Any
-) -> np.ndarray:
-    """Conv of (x - x_zero_point) with (w - w_zero_point) in int32 (w's zero point per output channel)."""
-    return _conv(x, w, x_zero_point, w_zero_point, None, np.int32, None, 0, attrs, _Weights(), False)
-
-
-def qlinear_conv(
-    x: np.ndarray,
-    x_scale: np.ndarray,
-    x_zero_point: np.ndarray,
-    w: np.ndarray,
-    w_scale: np.ndarray,
-    w_zero_point: np.ndarray,
-    y_scale: np.ndarray,
-    y_zero_point: np.ndarray,
-    b: np.ndarray | None = None,
-    **attrs: Any,
-) -> np.ndarray:
-    """Quantised conv: int32 accumulation (+ int32 bias), requantised per output channel."""
-    mult = multiplier(x_scale, w_scale, y_scale=y_scale)
-    return _conv(x, w, x_zero_point, w_zero_point, b, y_zero_point.dtype, mult, _scalar(y_zero_point) or 0, attrs, _Weights(), False)
 
 
 def _conv(

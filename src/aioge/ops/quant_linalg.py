@@ -143,7 +143,16 @@ def _op(
 ) -> OpSchema:
     impl = returning("numpy", fn) if fn is not None else KernelImpl("numpy", k.build_qlinear(name))
     return OpSchema(
-        name, infer, (impl,), ALL_ENGINES, attrs or {}, inputs, domain=domain, family="quant_linalg", float_only=False, doc=doc,
+        name,
+        infer,
+        (impl,),
+        ALL_ENGINES,
+        attrs or {},
+        inputs,
+        domain=domain,
+        family="quant_linalg",
+        float_only=False,
+        doc=doc,
         version=2,
     )
 

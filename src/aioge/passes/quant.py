@@ -136,7 +136,9 @@ def _fuse(graph: Graph, node: Node) -> bool:
     x, w_in = [xdq.inputs[0], xdq.inputs[1], xdq.inputs[2]], [wdq.inputs[0], wdq.inputs[1], wdq.inputs[2]]
     y = [q.inputs[1], q.inputs[2]]
     if op == "Conv":
-        attrs = {k: v for k, v in node.attrs.items() if k in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")}
+        attrs = {
+            k: v for k, v in node.attrs.items() if k in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+        }
         return substitute(graph, q, "QLinearConv", [*x, *w_in, *y, bias], attrs, remove) is not None
     if op == "MatMul":
         return substitute(graph, q, "QLinearMatMul", [*x, *w_in, *y], {}, remove) is not None
