@@ -49,7 +49,7 @@ def requantise(acc: np.ndarray, mult: np.ndarray, zero: int, dtype: Any, lo: int
 
 def multiplier(*scales: Any, y_scale: Any = None) -> np.ndarray:
     """The float32 product of ``scales`` (each a scalar or per column), over ``y_scale``."""
-    m = np.float32(1)
+    m: Any = np.float32(1)
     for s in scales:
         s = np.asarray(s, np.float32)
         m = m * (s.reshape(()) if s.size == 1 else s.reshape(-1))
@@ -416,4 +416,4 @@ def qlinear_global_average_pool(
     zx, zy = _scalar(x_zero_point) or 0, _scalar(y_zero_point) or 0
     acc = x.astype(np.int32).sum(axis=axes, keepdims=True, dtype=np.int32) - np.int32(zx * count)
     scale = np.float32(np.asarray(x_scale).reshape(-1)[0]) / np.float32(np.asarray(y_scale).reshape(-1)[0]) / np.float32(count)
-    return requantise(acc, scale, zy, x.dtype)
+    return requantise(acc, np.asarray(scale), zy, x.dtype)

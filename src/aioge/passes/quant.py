@@ -86,15 +86,15 @@ def _tail(graph: Graph, node: Node) -> tuple[Node, list[Node]] | None:
     """The QuantizeLinear ending the pattern at ``node`` (through one Relu), and the nodes between."""
     nxt = only_use(graph, node.outputs[0])
     between: list[Node] = []
-    if _plain(nxt, "Relu"):
-        between.append(nxt)  # type: ignore[arg-type]
-        nxt = only_use(graph, nxt.outputs[0])  # type: ignore[union-attr]
-    if not _plain(nxt, "QuantizeLinear") or len(nxt.inputs) < 3 or not _scalar_q(nxt):  # type: ignore[union-attr]
+    if nxt is not None and _plain(nxt, "Relu"):
+        between.append(nxt)
+        nxt = only_use(graph, nxt.outputs[0])
+    if nxt is None or not _plain(nxt, "QuantizeLinear") or len(nxt.inputs) < 3 or not _scalar_q(nxt):
         return None
-    zero = const_array(nxt.inputs[2])  # type: ignore[union-attr]
-    if between and int(zero.reshape(-1)[0]) != np.iinfo(zero.dtype).min:  # type: ignore[union-attr]
+    zero = const_array(nxt.inputs[2])
+    if between and (zero is None or int(zero.reshape(-1)[0]) != np.iinfo(zero.dtype).min):
         return None
-    return nxt, between  # type: ignore[return-value]
+    return nxt, between
 
 
 def _only_here(graph: Graph, dq: Node, node: Node) -> list[Node]:
