@@ -62,6 +62,7 @@ __all__ = [
     "JOB_BINARY",
     "JOB_RESIDUAL",
     "JOB_SGEMM",
+    "JOB_QGEMM",
     "JOB_SOFTMAX",
     "NativeCall",
     "aligned_empty",
@@ -88,6 +89,7 @@ JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE = 5, 6, 
 JOB_CONV_GROUPED, JOB_GEMV_N, JOB_CONV_LOCAL, JOB_SOFTMAX, JOB_LAYERNORM, JOB_PHASES = 11, 12, 13, 14, 15, 16
 JOB_GLOBAL_MEAN, JOB_STRIDED, JOB_BINARY, JOB_SGEMM = 17, 18, 19, 20
 JOB_RESIDUAL = 21
+JOB_QGEMM = 22
 
 # The activation codes of aioge.h's ``enum aioge_act``, by op name (the one Python copy:
 # ``native_rows`` and the convolutions' epilogues read them here).
@@ -129,6 +131,12 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_rnn_pack": (_INT, (_P, _P, _P, _I64)),
     "aioge_rnn": (_INT, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)),
     "aioge_simd_avx2": (_INT, (_INT,)),
+    "aioge_qgemm_packed": (_I64, (_I64, _I64)),
+    "aioge_qgemm_pack": (_INT, (_P, _INT, _I64, _I64, _I64, _I64, _P, _I64, _P, _I64)),
+    "aioge_qgemm_rows": (_INT, (_P, _I64, _I64)),
+    "aioge_qgemm_path": (_INT, (_INT,)),
+    "aioge_qgemm_packed8": (_I64, (_I64, _I64)),
+    "aioge_qgemm_pack8": (_INT, (_P, _INT, _I64, _I64, _I64, _I64, _P, _I64, _P, _I64, _P)),
 }
 
 

@@ -1,20 +1,205 @@
-"""Integer matrix products and convolutions: MatMulInteger, QLinearMatMul, ConvInteger and
-QLinearConv.
+"""Integer matrix products and convolutions: MatMulInteger, QLinearMatMul, QGemm, ConvInteger
+and QLinearConv.
 
-Zero points are subtracted in int32, the product or convolution accumulates in int32 (the
-convolution through ``kernels.conv``'s im2col kernel), and the QLinear forms requantise with
-round-half-to-even and saturation, as the ONNX reference does.
+Zero points are subtracted in int32 and the product or convolution (im2col, its padding the
+input's zero point) accumulates in int32 through one GEMM, ``qgemm``: the C tier's
+(``csrc/qgemm.c``: B packed once per constant weight, int16 pairs and ``madd``, exact) or numpy's.
+The QLinear forms requantise as onnxruntime's MLAS does, which the ONNX spec leaves to "higher
+precision": the multiplier ``x_scale * w_scale / y_scale`` and ``float(acc) * multiplier`` in
+float32, clamped, rounded half to even, plus the zero point; both tiers compute exactly that.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
-from aioge.kernels.conv import build_conv_im2col
+from aioge.kernels import native
+from aioge.kernels.contract import RunFn, is_constant
+from aioge.kernels.conv import _padded, _window_attrs, window_geometry
+from aioge.kernels.parallel import split_native
 
-__all__ = ["conv_integer", "matmul_integer", "qlinear_conv", "qlinear_matmul"]
+__all__ = [
+    "build_qlinear",
+    "matmul_integer",
+    "pack",
+    "qgemm",
+    "qlinear_add",
+    "qlinear_global_average_pool",
+    "qlinear_matmul",
+    "requantise",
+]
+
+_MODES = {np.dtype(np.int32): 0, np.dtype(np.uint8): 1, np.dtype(np.int8): 2}
+
+
+def requantise(acc: np.ndarray, mult: np.ndarray, zero: int, dtype: Any, lo: int | None = None) -> np.ndarray:
+    """MLAS's requantisation of int32 ``acc``: float32 ``acc * mult`` clamped to the type's range
+    less ``zero`` (from ``lo`` rather than the type's least value when given), rounded to
+    nearest even, plus ``zero``."""
+    info = np.iinfo(dtype)
+    low = info.min if lo is None else max(info.min, lo)
+    f = acc.astype(np.float32) * np.asarray(mult, np.float32)
+    f = np.clip(f, np.float32(low - zero), np.float32(info.max - zero))
+    return (np.rint(f).astype(np.int32) + zero).astype(dtype)
+
+
+def multiplier(*scales: Any, y_scale: Any = None) -> np.ndarray:
+    """The float32 product of ``scales`` (each a scalar or per column), over ``y_scale``."""
+    m: Any = np.float32(1)
+    for s in scales:
+        s = np.asarray(s, np.float32)
+        m = m * (s.reshape(()) if s.size == 1 else s.reshape(-1))
+    if y_scale is not None:
+        m = m / np.asarray(y_scale, np.float32).reshape(())
+    return np.asarray(m, np.float32)
+
+
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """B (K x N) less its zero points: the C tier's int16 panels (``fmt`` 0) or u8 x s8 quads
+    with B's column sums (``fmt`` 1: where vpmaddubsw is exact), or an int32 matrix for numpy."""
+
+    k: int
+    n: int
+    data: np.ndarray
+    native: bool
+    fmt: int = 0
+    colsum: np.ndarray | None = None
+
+
+def pack(b: np.ndarray, zero: np.ndarray | None, *, use_native: bool = True) -> Packed:
+    """B (K x N, any strides, u8 or s8) less ``zero`` (one value or one a column), packed."""
+    k, n = b.shape
+    zb = np.zeros(1, np.int32) if zero is None else np.ascontiguousarray(np.asarray(zero).reshape(-1), np.int32)
+    fn = native.function("aioge_qgemm_pack") if use_native else None
+    if fn is None or b.dtype.itemsize != 1:
+        return Packed(k, n, b.astype(np.int32) - (zb if zb.size > 1 else zb[0]), False)
+    sk, sn = b.strides
+    size8 = int(native.function("aioge_qgemm_packed8")(k, n))
+    out8 = native.aligned_empty((max(size8, 1),), np.int8)
+    colsum = np.zeros(max(n, 1), np.int32)
+    signed = int(b.dtype == np.int8)
+    args8 = (signed, k, n, sk, sn, native.ptr(zb), zb.size, native.ptr(out8), size8, native.ptr(colsum))
+    if native.check(native.function("aioge_qgemm_pack8")(_addr(b), *args8), "qgemm pack") == 1:
+        return Packed(k, n, out8[:size8], True, 1, colsum)
+    size = int(native.function("aioge_qgemm_packed")(k, n))
+    out = native.aligned_empty((max(size, 1),), np.int16)
+    native.check(
+        fn(_addr(b), int(b.dtype == np.int8), k, n, sk, sn, native.ptr(zb), zb.size, native.ptr(out), size), "qgemm pack"
+    )
+    return Packed(k, n, out[:size], True)
+
+
+def _addr(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
+
+
+def qgemm(
+    a: np.ndarray,
+    za: int,
+    b: Packed,
+    y: np.ndarray,
+    bias: np.ndarray | None = None,
+    mult: np.ndarray | None = None,
+    zy: int = 0,
+    lo: int | None = None,
+) -> None:
+    """``y = (a - za) @ B (+ bias)``: int32 into an int32 ``y``, else requantised by ``mult`` and
+    ``zy`` into a u8/s8 ``y`` (``lo``: a least value, Relu's ``zy``). ``a`` is (M, K) with unit
+    stride along K, ``y`` (M, N) with unit stride along N; both may be views of wider rows."""
+    m = a.shape[0]
+    bias32 = None if bias is None else np.ascontiguousarray(bias.reshape(-1), np.int32)
+    if not b.native:
+        acc = (a.astype(np.int32) - za) @ b.data
+        if bias32 is not None:
+            acc += bias32
+        y[...] = acc if mult is None else requantise(acc, mult, zy, y.dtype, lo)
+        return
+    scale = None if mult is None else np.ascontiguousarray(np.asarray(mult, np.float32).reshape(-1))
+    mode = _MODES[y.dtype]
+    geo = np.array(
+        [
+            _addr(a),
+            _addr(b.data),
+            0 if bias32 is None else native.ptr(bias32),
+            0 if scale is None else native.ptr(scale),
+            _addr(y),
+            m,
+            b.k,
+            b.n,
+            a.strides[0] // a.itemsize if m > 1 else b.k,
+            y.strides[0] // y.itemsize if m > 1 else b.n,
+            int(a.dtype == np.int8),
+            za,
+            mode,
+            zy,
+            1 if scale is None else scale.size,
+            b.data.size,
+            (m - 1) * (a.strides[0] // a.itemsize) + b.k if m else 0,
+            (m - 1) * (y.strides[0] // y.itemsize) + b.n if m else 0,
+            -128 if lo is None else lo,
+            b.fmt,
+            0 if b.colsum is None else native.ptr(b.colsum),
+        ],
+        np.int64,
+    )
+    blocks = (m + 3) // 4
+    split_native(native.par_run(), native.JOB_QGEMM, native.ptr(geo), blocks, worth=m * b.k * b.n >= 1 << 18)
+
+
+def _scalar(v: np.ndarray | None) -> int | None:
+    """A zero point's one value, or None when it holds more (per row or channel)."""
+    if v is None:
+        return 0
+    v = np.asarray(v)
+    return int(v.reshape(-1)[0]) if v.size == 1 else None
+
+
+class _Weights:
+    """B packed once per constant weight array (a fed weight is packed every run)."""
+
+    __slots__ = ("_key", "_packed")
+
+    def __init__(self) -> None:
+        self._key: tuple[Any, ...] = ()
+        self._packed: Any = None
+
+    def get(self, w: np.ndarray, zero: Any, make: Any) -> Any:
+        key = (id(w), id(zero))
+        if self._key == key and self._packed is not None and is_constant(w):
+            return self._packed
+        packed = make()
+        if is_constant(w):
+            self._key, self._packed = key, packed
+        return packed
+
+
+def _matmul(
+    a: np.ndarray, b: np.ndarray, za: Any, zb: Any, out_dtype: Any, mult: Any, zy: int, cache: _Weights, use: bool
+) -> Any:
+    """(..., M, K) @ (K, N) by qgemm, or None for what it does not take (batched or 1-D B,
+    per-row zero points of A)."""
+    za_v = _scalar(za)
+    if b.ndim != 2 or a.ndim < 2 or za_v is None or (zb is not None and np.asarray(zb).size not in (1, b.shape[1])):
+        return None
+    packed = cache.get(b, zb, lambda: pack(b, zb, use_native=use))
+    a2 = np.ascontiguousarray(a.reshape(-1, a.shape[-1]))
+    y = np.empty((a2.shape[0], b.shape[1]), out_dtype)
+    qgemm(a2, za_v, packed, y, None, mult, zy)
+    return y.reshape(*a.shape[:-1], b.shape[1])
+
+
+def matmul_integer(
+    a: np.ndarray, b: np.ndarray, a_zero_point: np.ndarray | None = None, b_zero_point: np.ndarray | None = None
+) -> np.ndarray:
+    """(A - a_zero_point) @ (B - b_zero_point) in int32 (zero points per tensor, per row of A, per column of B)."""
+    a32 = _centred(a, a_zero_point, a.ndim - 2 if a.ndim >= 2 else None)
+    b32 = _centred(b, b_zero_point, b.ndim - 1)
+    return np.matmul(a32, b32).astype(np.int32)
 
 
 def _centred(x: np.ndarray, zero: np.ndarray | None, per_axis: int | None = None) -> np.ndarray:
@@ -32,26 +217,6 @@ def _centred(x: np.ndarray, zero: np.ndarray | None, per_axis: int | None = None
     return v - z.reshape(shape)
 
 
-def _requantise(acc: np.ndarray, multiplier: np.ndarray, zero: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    info = np.iinfo(dtype)
-    return np.clip(np.rint(acc * multiplier + np.asarray(zero, np.float64)), info.min, info.max).astype(dtype)
-
-
-def _row_scale(scale: np.ndarray) -> np.ndarray:
-    """An A-side scale: a scalar, or one value per row (the second-to-last axis)."""
-    s = np.asarray(scale, np.float64)
-    return s.reshape(()) if s.size == 1 else s.reshape((-1, 1))
-
-
-def matmul_integer(
-    a: np.ndarray, b: np.ndarray, a_zero_point: np.ndarray | None = None, b_zero_point: np.ndarray | None = None
-) -> np.ndarray:
-    """(A - a_zero_point) @ (B - b_zero_point) in int32 (zero points per tensor, per row of A, per column of B)."""
-    a32 = _centred(a, a_zero_point, a.ndim - 2 if a.ndim >= 2 else None)
-    b32 = _centred(b, b_zero_point, b.ndim - 1)
-    return np.matmul(a32, b32).astype(np.int32)
-
-
 def qlinear_matmul(
     a: np.ndarray,
     a_scale: np.ndarray,
@@ -62,44 +227,193 @@ def qlinear_matmul(
     y_scale: np.ndarray,
     y_zero_point: np.ndarray,
 ) -> np.ndarray:
-    """Quantised matmul: requantise (A - za)(B - zb) by a_scale * b_scale / y_scale, add zy."""
-    acc = matmul_integer(a, b, a_zero_point, b_zero_point).astype(np.float64)
-    bs = np.asarray(b_scale, np.float64)
-    bs = bs.reshape(()) if bs.size == 1 else bs.reshape(-1)  # per column of B
-    mult = _row_scale(a_scale) * bs / np.asarray(y_scale, np.float64).reshape(())
-    zero = np.asarray(y_zero_point)
-    return _requantise(acc, mult, zero.reshape(()) if zero.size == 1 else zero, y_zero_point.dtype)
+    """Quantised matmul, any shapes: (A - za)(B - zb) requantised by a_scale * b_scale / y_scale."""
+    acc = matmul_integer(a, b, a_zero_point, b_zero_point)
+    a_s = np.asarray(a_scale, np.float32)
+    if a_s.size > 1:  # per row of A: float32 products row by row
+        mult = a_s.reshape(-1, 1) * multiplier(b_scale).reshape(1, -1) / np.asarray(y_scale, np.float32).reshape(())
+    else:
+        mult = multiplier(a_s, b_scale, y_scale=y_scale)
+    return requantise(acc, mult, int(np.asarray(y_zero_point).reshape(-1)[0]), y_zero_point.dtype)
 
 
-def _conv(x32: np.ndarray, w32: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
-    run = build_conv_im2col(attrs, {}, None, None)
-    return np.asarray(run([x32, w32], None)[0])
-
-
-def conv_integer(
-    x: np.ndarray, w: np.ndarray, x_zero_point: np.ndarray | None = None, w_zero_point: np.ndarray | None = None, **attrs: Any
+def _conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    zx: Any,
+    zw: Any,
+    bias: np.ndarray | None,
+    out_dtype: Any,
+    mult: np.ndarray | None,
+    zy: int,
+    attrs: Mapping[str, Any],
+    cache: _Weights,
+    use: bool,
 ) -> np.ndarray:
-    """Conv of (x - x_zero_point) with (w - w_zero_point) in int32 (w's zero point per output channel)."""
-    return _conv(_centred(x, x_zero_point), _centred(w, w_zero_point, 0), attrs).astype(np.int32)
+    """Any-rank conv by a channels-last im2col (each tap's channels one contiguous run: ten
+    times faster to gather than NCHW windows; the padding is x's zero point) and one qgemm
+    per group, B the weight as (taps x channels) rows."""
+    n, c = x.shape[:2]
+    m, kernel = w.shape[0], list(w.shape[2:])
+    group = int(attrs.get("group", 1))
+    strides, dilations, pads, auto_pad = _window_attrs(attrs, kernel)
+    begin, end, out = window_geometry(list(x.shape[2:]), kernel, strides, dilations, pads, auto_pad)
+    zx_v = _scalar(zx)
+    if zx_v is None:
+        raise ValueError("x_zero_point must be one value")
+    d, cg, mg = len(kernel), c // group, m // group
+    taps = int(np.prod(kernel, dtype=np.int64))
+    opos = int(np.prod(out, dtype=np.int64))
+    zw_all = None if zw is None else np.asarray(zw).reshape(-1)
+
+    def make() -> list[Packed]:
+        wt = np.moveaxis(w, 1, -1).reshape(m, taps * cg)  # (M, taps..., C/G) rows
+        return [
+            pack(
+                wt[g * mg : (g + 1) * mg].T,
+                None if zw_all is None else (zw_all if zw_all.size == 1 else zw_all[g * mg : (g + 1) * mg]),
+                use_native=use,
+            )
+            for g in range(group)
+        ]
+
+    packs = cache.get(w, zw, make)
+    xp = _padded(x, begin, end, np.asarray(zx_v).astype(x.dtype))
+    xh = np.ascontiguousarray(np.moveaxis(xp, 1, -1))  # (N, spatial..., C)
+    y = np.empty((n * opos, m), out_dtype)
+    m_all = None if mult is None else np.broadcast_to(mult, (m,)) if mult.size == 1 else mult.reshape(-1)
+    st = xh.strides
+    for g in range(group):
+        xg = xh[..., g * cg : (g + 1) * cg]
+        if all(k == 1 for k in kernel) and all(s == 1 for s in strides):
+            cols = xg.reshape(n * opos, cg)
+        else:
+            view = as_strided(
+                xg,
+                (n, *out, *kernel, cg),
+                (st[0], *(st[1 + i] * strides[i] for i in range(d)), *(st[1 + i] * dilations[i] for i in range(d)), st[-1]),
+                writeable=False,
+            )
+            cols = np.ascontiguousarray(view).reshape(n * opos, taps * cg)
+        sl = slice(g * mg, (g + 1) * mg)
+        bg = None if bias is None else bias.reshape(-1)[sl]
+        mg_mult = None if m_all is None else np.ascontiguousarray(m_all[sl])
+        qgemm(cols, zx_v, packs[g], y[:, sl], bg, mg_mult, zy)
+    return np.ascontiguousarray(np.moveaxis(y.reshape(n, *out, m), -1, 1))
 
 
-def qlinear_conv(
+def build_qlinear(op: str) -> Any:
+    """A kernel builder for ``op`` (MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv) whose
+    B is packed once per constant weight, through the C tier when the build has it (decided
+    when the kernel is built)."""
+
+    def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
+        use = native.function("aioge_qgemm_rows") is not None and native.par_run() is not None
+        cache = _Weights()
+        kw = dict(attrs)
+
+        def compute(inputs: Sequence[Any]) -> np.ndarray:
+            if op == "MatMulInteger":
+                a, b = inputs[0], inputs[1]
+                za = inputs[2] if len(inputs) > 2 else None
+                zb = inputs[3] if len(inputs) > 3 else None
+                r = _matmul(a, b, za, zb, np.int32, None, 0, cache, use)
+                return matmul_integer(a, b, za, zb) if r is None else r
+            if op == "QLinearMatMul":
+                a, sa, za, b, sb, zb, sy, zy = inputs
+                r = None
+                if np.asarray(sa).size == 1:
+                    mult = multiplier(sa, sb, y_scale=sy)
+                    r = _matmul(a, b, za, zb, zy.dtype, mult, int(np.asarray(zy).reshape(-1)[0]), cache, use)
+                return qlinear_matmul(*inputs) if r is None else r
+            if op == "QGemm":
+                return _qgemm_op(inputs, kw, cache, use)
+            if op == "ConvInteger":
+                x, w = inputs[0], inputs[1]
+                zx = inputs[2] if len(inputs) > 2 else None
+                zw = inputs[3] if len(inputs) > 3 else None
+                return _conv(x, w, zx, zw, None, np.int32, None, 0, kw, cache, use)
+            x, sx, zx, w, sw, zw, sy, zy = inputs[:8]
+            bias = inputs[8] if len(inputs) > 8 else None
+            mult = multiplier(sx, sw, y_scale=sy)
+            return _conv(x, w, zx, zw, bias, zy.dtype, mult, int(np.asarray(zy).reshape(-1)[0]), kw, cache, use)
+
+        def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+            r = compute(inputs)
+            if outputs is None:
+                return (r,)
+            np.copyto(outputs[0], r.reshape(outputs[0].shape))
+            return outputs
+
+        return run
+
+    return build
+
+
+def _qgemm_op(inputs: Sequence[Any], attrs: Mapping[str, Any], cache: _Weights, use: bool) -> np.ndarray:
+    """com.microsoft QGemm: alpha (A' - za)(B' - zb) + C, requantised by alpha * a_scale *
+    b_scale / y_scale, or in float32 (times alpha * a_scale * b_scale) without y_scale."""
+    a, sa, za, b, sb, zb = inputs[:6]
+    c, sy, zy = (list(inputs[6:]) + [None, None, None])[:3]
+    w = b
+    a = np.ascontiguousarray(a.T if attrs["transA"] else a)
+    b = b.T if attrs["transB"] else b
+    n = b.shape[1]
+    quantised = sy is not None
+    zy_v = _scalar(zy) or 0
+    out_dtype = (np.uint8 if zy is None else zy.dtype) if quantised else np.int32
+    mult = multiplier(np.float32(attrs["alpha"]), sa, sb, y_scale=sy)
+    c32 = None if c is None else np.asarray(c, np.int32)
+    za_v = _scalar(za)
+    if za_v is not None and (c32 is None or c32.size in (1, n)) and (zb is None or np.asarray(zb).size in (1, n)):
+        packed = cache.get(w, zb, lambda: pack(b, zb, use_native=use))
+        acc = np.empty((a.shape[0], n), out_dtype)
+        bias = None if c32 is None else np.broadcast_to(c32.reshape(-1), (n,))
+        qgemm(a, za_v, packed, acc, bias, mult if quantised else None, zy_v)
+        if quantised:
+            return acc
+    else:
+        acc = matmul_integer(a, b, za, zb) + (0 if c32 is None else c32)
+        if quantised:
+            return requantise(acc, mult, zy_v, out_dtype)
+    return acc.astype(np.float32) * mult
+
+
+def qlinear_add(
+    a: np.ndarray,
+    a_scale: np.ndarray,
+    a_zero_point: np.ndarray | None,
+    b: np.ndarray,
+    b_scale: np.ndarray,
+    b_zero_point: np.ndarray | None,
+    c_scale: np.ndarray,
+    c_zero_point: np.ndarray | None = None,
+) -> np.ndarray:
+    """MLAS's QLinearAdd: (a - za) * (sa / sc) + (b - zb) * (sb / sc) in float32, rounded to
+    nearest even, plus zc, saturated."""
+    sc = np.float32(np.asarray(c_scale).reshape(-1)[0])
+    ra = np.float32(np.asarray(a_scale).reshape(-1)[0]) / sc
+    rb = np.float32(np.asarray(b_scale).reshape(-1)[0]) / sc
+    za, zb, zc = (_scalar(z) or 0 for z in (a_zero_point, b_zero_point, c_zero_point))
+    f = (a.astype(np.int32) - za).astype(np.float32) * ra + (b.astype(np.int32) - zb).astype(np.float32) * rb
+    info = np.iinfo(a.dtype)
+    return np.clip(np.rint(f).astype(np.int32) + zc, info.min, info.max).astype(a.dtype)
+
+
+def qlinear_global_average_pool(
     x: np.ndarray,
     x_scale: np.ndarray,
-    x_zero_point: np.ndarray,
-    w: np.ndarray,
-    w_scale: np.ndarray,
-    w_zero_point: np.ndarray,
+    x_zero_point: np.ndarray | None,
     y_scale: np.ndarray,
-    y_zero_point: np.ndarray,
-    b: np.ndarray | None = None,
-    **attrs: Any,
+    y_zero_point: np.ndarray | None = None,
+    *,
+    channels_last: int = 0,
 ) -> np.ndarray:
-    """Quantised conv: int32 accumulation (+ int32 bias), requantised per output channel."""
-    acc = _conv(_centred(x, x_zero_point), _centred(w, w_zero_point, 0), attrs).astype(np.float64)
-    if b is not None:
-        acc = acc + b.astype(np.float64).reshape((-1,) + (1,) * (acc.ndim - 2))
-    ws = np.asarray(w_scale, np.float64)
-    ws = ws.reshape(()) if ws.size == 1 else ws.reshape((-1,) + (1,) * (acc.ndim - 2))
-    mult = np.asarray(x_scale, np.float64).reshape(()) * ws / np.asarray(y_scale, np.float64).reshape(())
-    return _requantise(acc, mult, np.asarray(y_zero_point).reshape(()), y_zero_point.dtype)
+    """MLAS's QLinearGlobalAveragePool: the int32 sum less zx per value, times
+    x_scale / y_scale / count in float32, rounded to nearest even, plus zy, saturated."""
+    axes = tuple(range(1, x.ndim - 1)) if channels_last else tuple(range(2, x.ndim))
+    count = int(np.prod([x.shape[i] for i in axes]))
+    zx, zy = _scalar(x_zero_point) or 0, _scalar(y_zero_point) or 0
+    acc = x.astype(np.int32).sum(axis=axes, keepdims=True, dtype=np.int32) - np.int32(zx * count)
+    scale = np.float32(np.asarray(x_scale).reshape(-1)[0]) / np.float32(np.asarray(y_scale).reshape(-1)[0]) / np.float32(count)
+    return requantise(acc, np.asarray(scale), zy, x.dtype)

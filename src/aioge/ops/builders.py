@@ -147,7 +147,10 @@ __all__ = [
     "p_relu",
     "pad",
     "pow",
+    "q_gemm",
+    "q_linear_add",
     "q_linear_conv",
+    "q_linear_global_average_pool",
     "q_linear_mat_mul",
     "quantize_linear",
     "range",
@@ -2657,6 +2660,70 @@ def pow(x: Operand, y: Operand, /, *, name: str | None = None, num_outputs: int 
     return call_builder("Pow", "", (x, y), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
 
 
+def q_gemm(
+    x0: Operand,
+    x1: Operand,
+    x2: Operand,
+    x3: Operand,
+    x4: Operand,
+    x5: Operand,
+    x6: Operand | None = None,
+    x7: Operand | None = None,
+    x8: Operand | None = None,
+    /,
+    *,
+    alpha: float = 1.0,
+    transA: int = 0,
+    transB: int = 0,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Value:
+    """QGemm: onnxruntime's quantised Gemm: alpha (A - za)(B - zb) + C (int32), requantised, or float without y_scale.
+
+    Attributes: alpha=1.0, transA=0, transB=0. Returns the output value.
+    """
+    return call_builder(
+        "QGemm",
+        "com.microsoft",
+        (x0, x1, x2, x3, x4, x5, x6, x7, x8),
+        {"alpha": alpha, "transA": transA, "transB": transB, **unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
+    )
+
+
+def q_linear_add(
+    x0: Operand,
+    x1: Operand,
+    x2: Operand,
+    x3: Operand,
+    x4: Operand,
+    x5: Operand,
+    x6: Operand,
+    x7: Operand | None = None,
+    /,
+    *,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Value:
+    """QLinearAdd: onnxruntime's quantised Add.
+
+    Attributes: none. Returns the output value.
+    """
+    return call_builder(
+        "QLinearAdd",
+        "com.microsoft",
+        (x0, x1, x2, x3, x4, x5, x6, x7),
+        {**unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
+    )
+
+
 def q_linear_conv(
     x: Operand,
     x_scale: Operand,
@@ -2696,6 +2763,34 @@ def q_linear_conv(
             "strides": strides,
             **unknown,
         },
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
+    )
+
+
+def q_linear_global_average_pool(
+    x0: Operand,
+    x1: Operand,
+    x2: Operand,
+    x3: Operand,
+    x4: Operand | None = None,
+    /,
+    *,
+    channels_last: int = 0,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Value:
+    """QLinearGlobalAveragePool: onnxruntime's quantised GlobalAveragePool.
+
+    Attributes: channels_last=0. Returns the output value.
+    """
+    return call_builder(
+        "QLinearGlobalAveragePool",
+        "com.microsoft",
+        (x0, x1, x2, x3, x4),
+        {"channels_last": channels_last, **unknown},
         variadic=False,
         name=name,
         num_outputs=num_outputs,

@@ -1,5 +1,6 @@
 """Integer matrix products and convolutions: MatMulInteger, QLinearMatMul, ConvInteger and
-QLinearConv.
+QLinearConv, and the quantised ops onnxruntime's quantizer writes in its own domain
+(com.microsoft: QGemm, QLinearAdd, QLinearGlobalAveragePool).
 
 Integer products are what the AiCore's cube unit is built for, so every engine takes them
 (``float_only`` is off: their inputs are integers by definition).
@@ -12,6 +13,7 @@ from typing import Any, Callable, Mapping
 from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import quant_linalg as k
 from aioge.kernels.base import returning
+from aioge.kernels.contract import KernelImpl
 from aioge.kernels.conv import window_geometry
 from aioge.ops.schema import ALL_ENGINES, Attr, InferContext, InferError, InferFn, OpSchema
 
@@ -98,19 +100,86 @@ def _infer_qlinear_conv(ctx: InferContext) -> list[TensorDesc]:
     return [TensorDesc(_conv_shape(ctx, 0, 3), ctx.dtype(7))]
 
 
+def _infer_qgemm(ctx: InferContext) -> list[TensorDesc]:
+    _check_int8(ctx, 0, 2, 3, 5, 8)
+    a, b = ctx.shape(0), ctx.shape(3)
+    if a is not None and b is not None:
+        if len(a) != 2 or len(b) != 2:
+            raise InferError(f"QGemm takes matrices, got shapes {a} and {b}")
+        a = a[::-1] if ctx.attrs["transA"] else a
+        b = b[::-1] if ctx.attrs["transB"] else b
+    shape = _matmul_shape(a, b)
+    return [TensorDesc(shape, ctx.dtype(8) if ctx.has(8) else ("float32" if not ctx.has(7) else "uint8"))]
+
+
+def _infer_qlinear_add(ctx: InferContext) -> list[TensorDesc]:
+    _check_int8(ctx, 0, 3)
+    if ctx.has(0) and ctx.has(3) and ctx.dtype(0) != ctx.dtype(3):
+        raise InferError(f"A and B must have one dtype, got {ctx.dtype(0)} and {ctx.dtype(3)}")
+    from aioge.ops.infer import broadcast_shapes
+
+    return [TensorDesc(broadcast_shapes(ctx.shape(0), ctx.shape(3)), ctx.dtype(0))]
+
+
+def _infer_qlinear_gap(ctx: InferContext) -> list[TensorDesc]:
+    _check_int8(ctx, 0)
+    x = ctx.shape(0)
+    if x is None:
+        return [TensorDesc(None, ctx.dtype(0))]
+    if len(x) < 3:
+        raise InferError(f"X needs rank >= 3, got shape {x}")
+    out = (x[0], *([1] * (len(x) - 2)), x[-1]) if ctx.attrs["channels_last"] else (x[0], x[1], *([1] * (len(x) - 2)))
+    return [TensorDesc(out, ctx.dtype(0))]
+
+
 def _op(
-    name: str, infer: InferFn, fn: Callable[..., Any], inputs: tuple[int, int], doc: str, attrs: Mapping[str, Attr] | None = None
+    name: str,
+    infer: InferFn,
+    fn: Callable[..., Any] | None,
+    inputs: tuple[int, int],
+    doc: str,
+    attrs: Mapping[str, Attr] | None = None,
+    domain: str = "",
 ) -> OpSchema:
+    impl = returning("numpy", fn) if fn is not None else KernelImpl("numpy", k.build_qlinear(name))
     return OpSchema(
-        name, infer, (returning("numpy", fn),), ALL_ENGINES, attrs or {}, inputs, family="quant_linalg", float_only=False, doc=doc
+        name,
+        infer,
+        (impl,),
+        ALL_ENGINES,
+        attrs or {},
+        inputs,
+        domain=domain,
+        family="quant_linalg",
+        float_only=False,
+        doc=doc,
+        version=2,
     )
 
 
+_MS = "com.microsoft"
 SCHEMAS: tuple[OpSchema, ...] = (
-    _op("MatMulInteger", _infer_matmul_integer, k.matmul_integer, (2, 4), "int32 (A - za) @ (B - zb)"),
-    _op("QLinearMatMul", _infer_qlinear_matmul, k.qlinear_matmul, (8, 8), "quantised matmul with requantisation"),
+    _op("MatMulInteger", _infer_matmul_integer, None, (2, 4), "int32 (A - za) @ (B - zb)"),
+    _op("QLinearMatMul", _infer_qlinear_matmul, None, (8, 8), "quantised matmul with requantisation"),
+    _op("ConvInteger", _infer_conv_integer, None, (2, 4), "int32 convolution of zero-point-shifted inputs", _CONV_ATTRS),
+    _op("QLinearConv", _infer_qlinear_conv, None, (8, 9), "quantised convolution with requantisation", _CONV_ATTRS),
     _op(
-        "ConvInteger", _infer_conv_integer, k.conv_integer, (2, 4), "int32 convolution of zero-point-shifted inputs", _CONV_ATTRS
+        "QGemm",
+        _infer_qgemm,
+        None,
+        (6, 9),
+        "onnxruntime's quantised Gemm: alpha (A - za)(B - zb) + C (int32), requantised, or float without y_scale",
+        {"alpha": Attr("float", 1.0), "transA": Attr("int", 0), "transB": Attr("int", 0)},
+        _MS,
     ),
-    _op("QLinearConv", _infer_qlinear_conv, k.qlinear_conv, (8, 9), "quantised convolution with requantisation", _CONV_ATTRS),
+    _op("QLinearAdd", _infer_qlinear_add, k.qlinear_add, (7, 8), "onnxruntime's quantised Add", None, _MS),
+    _op(
+        "QLinearGlobalAveragePool",
+        _infer_qlinear_gap,
+        k.qlinear_global_average_pool,
+        (4, 5),
+        "onnxruntime's quantised GlobalAveragePool",
+        {"channels_last": Attr("int", 0)},
+        _MS,
+    ),
 )

@@ -2,7 +2,8 @@
 
 ``PASSES`` is the fixed order: clean-ups and folding first (they expose patterns), then the
 pattern fusions from the most specific to the most general, elementwise fusion last (it
-would otherwise swallow the activations and bias adds the specific fusions want). The
+would otherwise swallow the activations and bias adds the specific fusions want). QDQ fusion
+comes before them all (folding would make the weights' DequantizeLinear float constants). The
 table repeats until a whole round changes nothing, because a fusion can expose a fold or a
 common subexpression and the other way round.
 """
@@ -15,7 +16,7 @@ from typing import Callable, Mapping
 
 from aioge.errors import CompileError, GraphError
 from aioge.ir.graph import Graph
-from aioge.passes import batchnorm, cleanup, cse, elementwise, fold, linear, patterns
+from aioge.passes import batchnorm, cleanup, cse, elementwise, fold, linear, patterns, quant
 
 __all__ = ["PASSES", "GraphPass", "pass_names", "run_passes"]
 
@@ -33,6 +34,12 @@ class GraphPass:
 
 
 PASSES: tuple[GraphPass, ...] = (
+    GraphPass(
+        "QdqFusionPass",
+        True,
+        "fuse DequantizeLinear -> Conv/MatMul/Gemm [-> Relu] -> QuantizeLinear into QLinearConv/QLinearMatMul/QGemm (int8)",
+        quant.fuse_qdq,
+    ),
     GraphPass(
         "ConstantFoldingPass",
         True,

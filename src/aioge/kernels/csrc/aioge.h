@@ -50,7 +50,8 @@ enum aioge_job {
     JOB_BINARY = 19,
     JOB_SGEMM = 20,
     JOB_RESIDUAL = 21,
-    AIOGE_NJOBS = 22,
+    JOB_QGEMM = 22,
+    AIOGE_NJOBS = 23,
 };
 
 /* The activations the C kernels apply (norm.c computes them; the convolutions of dwconv.c and
@@ -192,5 +193,22 @@ int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float 
  * loops, or AVX2 where the CPU has it; -1 asks) */
 int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int64_t p0, int64_t p1);
 int aioge_simd_avx2(int force);
+/* qgemm.c: the int8 GEMM of the quantised ops. aioge_qgemm_packed: the int16 values of B (K x N)
+ * packed (-1 on a bad geometry); aioge_qgemm_pack: B (element (k, j) at b[k * sk + j * sn], u8 or
+ * s8) less its zero points (1 or N of them) into packed; aioge_qgemm_rows: row blocks [b0, b1) (4
+ * rows each) of y = requant((a - za) @ packed + bias), by the geometry block of qgemm.c (also
+ * JOB_QGEMM's); aioge_qgemm_path: the tile in use (0 scalar, 1 AVX2, 2 AVX512-VNNI), forced down
+ * to `force` when it is not negative (tests). */
+int64_t aioge_qgemm_packed(int64_t k, int64_t n);
+int aioge_qgemm_pack(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
+                     int64_t nzb, int16_t *packed, int64_t packed_len);
+int aioge_qgemm_rows(const int64_t *g, int64_t b0, int64_t b1);
+int aioge_qgemm_path(int force);
+/* The u8 x s8 form of B (bytes; -1 on a bad geometry) and its packing: 1 when B (less its zero
+ * points) is int8 with |b[k][j]| + |b[k+1][j]| <= 128 for every even k, so vpmaddubsw is exact
+ * (packed and colsum written), 0 when not (nothing written), negative on a bad geometry. */
+int64_t aioge_qgemm_packed8(int64_t k, int64_t n);
+int aioge_qgemm_pack8(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
+                      int64_t nzb, int8_t *packed, int64_t packed_len, int32_t *colsum);
 
 #endif

@@ -355,6 +355,7 @@ static const job_fn JOBS[] = {
     [JOB_LAYERNORM] = job_layernorm, [JOB_PHASES] = job_phases,           [JOB_GLOBAL_MEAN] = job_global_mean,
     [JOB_STRIDED] = job_strided,     [JOB_BINARY] = job_binary,           [JOB_SGEMM] = job_sgemm,
     [JOB_RESIDUAL] = job_residual,
+    [JOB_QGEMM] = aioge_qgemm_rows,
 };
 _Static_assert(sizeof JOBS / sizeof JOBS[0] == AIOGE_NJOBS, "a job of aioge.h has no entry in JOBS");
 

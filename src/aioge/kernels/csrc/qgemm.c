@@ -1,0 +1,483 @@
+/* The int8 GEMM of the quantised ops (QLinearMatMul, QLinearConv, QGemm, MatMulInteger,
+ * ConvInteger): y = (a - za) @ (B - zb) (+ bias) in int32, stored as int32 or requantised to
+ * 8 bits.
+ *
+ * B (K x N, u8 or s8, per-column zero points) is packed once at compile into int16 panels of
+ * QNR columns with its zero points subtracted: packed[p][k/2][QNR][2], k padded to even and
+ * columns past N zero. a is widened four rows at a time to int16 pairs (a - za). Per pair of
+ * k, _mm256_madd_epi16 of a broadcast (a[k], a[k+1]) with the panel's 8 columns gives each
+ * column a[k]b[k] + a[k+1]b[k+1] exactly: both factors lie in [-255, 255], so nothing
+ * saturates (vpmaddubsw, the u8 x s8 instruction, saturates its int16 sums and is not used).
+ * A VNNI machine runs the same tile with vpdpwssd (AVX512-VNNI on 256-bit vectors), which
+ * is the madd and the add in one; that path cannot be tested on an AVX2-only machine.
+ *
+ * Requantisation is MLAS's (onnxruntime's): float(acc + bias) * scale[j] in float32, clamped
+ * to [qmin - zy, qmax - zy], rounded to nearest even, plus zy; so the 8-bit results equal
+ * onnxruntime's QLinearConv / QLinearMatMul where its multiplier is a float32 too.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aioge.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define QGEMM_X86 1
+#endif
+
+#define QMR 4
+#define QNR 16
+
+int64_t aioge_qgemm_packed(int64_t k, int64_t n)
+{
+    if (k < 0 || n < 0)
+        return -1;
+    return (k + 1) / 2 * 2 * ((n + QNR - 1) / QNR * QNR);
+}
+
+static inline int32_t qload(const void *p, int64_t i, int is_signed)
+{
+    return is_signed ? ((const int8_t *)p)[i] : ((const uint8_t *)p)[i];
+}
+
+int aioge_qgemm_pack(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
+                     int64_t nzb, int16_t *packed, int64_t packed_len)
+{
+    if (k < 0 || n < 0 || (nzb != 1 && nzb != n) || packed_len != aioge_qgemm_packed(k, n))
+        return AIOGE_EGEOMETRY;
+    const int64_t kp = (k + 1) / 2 * 2, panels = (n + QNR - 1) / QNR;
+    for (int64_t p = 0; p < panels; p++) {
+        int16_t *dst = packed + p * kp * QNR;
+        for (int64_t kk = 0; kk < kp; kk++)
+            for (int64_t c = 0; c < QNR; c++) {
+                const int64_t j = p * QNR + c;
+                int32_t v = 0;
+                if (kk < k && j < n)
+                    v = qload(b, kk * sk + j * sn, b_signed) - zb[nzb == 1 ? 0 : j];
+                dst[(kk / 2) * QNR * 2 + c * 2 + (kk & 1)] = (int16_t)v;
+            }
+    }
+    return 0;
+}
+
+/* The u8 x s8 form, for a B whose values (less zero points) are int8 and whose pairs of k in
+ * every column have |b0| + |b1| <= 128: then vpmaddubsw's int16 sum of two u8 x s8 products
+ * (at most 255 * 128 = 32640) never saturates, and is exact; its sums go on in int32 (vpmaddwd
+ * by ones). B in quads of k: packed8[p][k/4][QNR][4] int8, k padded to 4 with zeros; a is
+ * read as unsigned (an s8 a flipped to u8 by +128) and (a - za) @ B = a @ B - za * colsum(B).
+ * Onnxruntime's quantizer writes such weights with reduce_range (7-bit weights). */
+int64_t aioge_qgemm_packed8(int64_t k, int64_t n)
+{
+    if (k < 0 || n < 0)
+        return -1;
+    return (k + 3) / 4 * 4 * ((n + QNR - 1) / QNR * QNR);
+}
+
+int aioge_qgemm_pack8(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
+                      int64_t nzb, int8_t *packed, int64_t packed_len, int32_t *colsum)
+{
+    if (k < 0 || n < 0 || (nzb != 1 && nzb != n) || packed_len != aioge_qgemm_packed8(k, n))
+        return AIOGE_EGEOMETRY;
+    for (int64_t j = 0; j < n; j++) { /* the form's condition first: nothing written without it */
+        const int32_t z = zb[nzb == 1 ? 0 : j];
+        for (int64_t kk = 0; kk < k; kk += 2) {
+            const int32_t v0 = qload(b, kk * sk + j * sn, b_signed) - z;
+            const int32_t v1 = kk + 1 < k ? qload(b, (kk + 1) * sk + j * sn, b_signed) - z : 0;
+            if (v0 < -128 || v0 > 127 || v1 < -128 || v1 > 127 || abs(v0) + abs(v1) > 128)
+                return 0;
+        }
+    }
+    const int64_t kq = (k + 3) / 4 * 4, panels = (n + QNR - 1) / QNR;
+    for (int64_t j = 0; j < panels * QNR; j++)
+        if (j < n)
+            colsum[j] = 0;
+    for (int64_t p = 0; p < panels; p++) {
+        int8_t *dst = packed + p * kq * QNR;
+        for (int64_t kk = 0; kk < kq; kk++)
+            for (int64_t c = 0; c < QNR; c++) {
+                const int64_t j = p * QNR + c;
+                int32_t v = 0;
+                if (kk < k && j < n) {
+                    v = qload(b, kk * sk + j * sn, b_signed) - zb[nzb == 1 ? 0 : j];
+                    colsum[j] += v;
+                }
+                dst[(kk / 4) * QNR * 4 + c * 4 + (kk & 3)] = (int8_t)v;
+            }
+    }
+    return 1;
+}
+
+/* The geometry block of aioge_qgemm_rows / JOB_QGEMM. */
+enum {
+    QG_A, QG_PACKED, QG_BIAS, QG_SCALE, QG_Y, QG_M, QG_K, QG_N, QG_LDA, QG_LDY, QG_A_SIGNED, QG_ZA,
+    QG_MODE, /* 0: int32 out, 1: uint8, 2: int8 */
+    QG_ZY, QG_NSCALE, QG_PACKED_LEN, QG_A_LEN, QG_Y_LEN, QG_LO, /* the least 8-bit value stored (Relu: zy) */
+    QG_FORMAT, /* 0: int16 pairs (aioge_qgemm_pack), 1: u8 x s8 quads (aioge_qgemm_pack8) */
+    QG_COLSUM, /* format 1: the column sums of B */
+    QG_NARGS
+};
+
+/* The int32 tile of rows [0, QMR) x panel columns [0, QNR): acc[r][c]. */
+static void tile_scalar(const int16_t *aw, int64_t kp, const int16_t *panel, int32_t acc[QMR][QNR])
+{
+    memset(acc, 0, sizeof(int32_t) * QMR * QNR);
+    for (int64_t t = 0; t < kp / 2; t++) {
+        const int16_t *b = panel + t * QNR * 2;
+        for (int r = 0; r < QMR; r++) {
+            const int32_t a0 = aw[r * kp + 2 * t], a1 = aw[r * kp + 2 * t + 1];
+            for (int c = 0; c < QNR; c++)
+                acc[r][c] += a0 * b[2 * c] + a1 * b[2 * c + 1];
+        }
+    }
+}
+
+#ifdef QGEMM_X86
+#define TILE_BODY(MADD_ACC)                                                                                                \
+    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;    \
+    const int16_t *r0 = aw, *r1 = aw + kp, *r2 = aw + 2 * kp, *r3 = aw + 3 * kp;                                          \
+    for (int64_t t = 0; t < kp / 2; t++) {                                                                                 \
+        const __m256i b0 = _mm256_loadu_si256((const __m256i *)(panel + t * QNR * 2));                                    \
+        const __m256i b1 = _mm256_loadu_si256((const __m256i *)(panel + t * QNR * 2 + 16));                               \
+        int32_t s;                                                                                                         \
+        memcpy(&s, r0 + 2 * t, 4);                                                                                         \
+        __m256i a = _mm256_set1_epi32(s);                                                                                  \
+        MADD_ACC(c00, a, b0);                                                                                              \
+        MADD_ACC(c01, a, b1);                                                                                              \
+        memcpy(&s, r1 + 2 * t, 4);                                                                                         \
+        a = _mm256_set1_epi32(s);                                                                                          \
+        MADD_ACC(c10, a, b0);                                                                                              \
+        MADD_ACC(c11, a, b1);                                                                                              \
+        memcpy(&s, r2 + 2 * t, 4);                                                                                         \
+        a = _mm256_set1_epi32(s);                                                                                          \
+        MADD_ACC(c20, a, b0);                                                                                              \
+        MADD_ACC(c21, a, b1);                                                                                              \
+        memcpy(&s, r3 + 2 * t, 4);                                                                                         \
+        a = _mm256_set1_epi32(s);                                                                                          \
+        MADD_ACC(c30, a, b0);                                                                                              \
+        MADD_ACC(c31, a, b1);                                                                                              \
+    }                                                                                                                      \
+    _mm256_storeu_si256((__m256i *)acc[0], c00);                                                                           \
+    _mm256_storeu_si256((__m256i *)(acc[0] + 8), c01);                                                                     \
+    _mm256_storeu_si256((__m256i *)acc[1], c10);                                                                           \
+    _mm256_storeu_si256((__m256i *)(acc[1] + 8), c11);                                                                     \
+    _mm256_storeu_si256((__m256i *)acc[2], c20);                                                                           \
+    _mm256_storeu_si256((__m256i *)(acc[2] + 8), c21);                                                                     \
+    _mm256_storeu_si256((__m256i *)acc[3], c30);                                                                           \
+    _mm256_storeu_si256((__m256i *)(acc[3] + 8), c31);
+
+#define MADD_AVX2(c, a, b) c = _mm256_add_epi32(c, _mm256_madd_epi16(a, b))
+#define MADD_VNNI(c, a, b) c = _mm256_dpwssd_epi32(c, a, b)
+
+__attribute__((target("avx2"))) static void tile_avx2(const int16_t *aw, int64_t kp, const int16_t *panel,
+                                                      int32_t acc[QMR][QNR])
+{
+    TILE_BODY(MADD_AVX2)
+}
+
+__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void tile_vnni(const int16_t *aw, int64_t kp,
+                                                                                  const int16_t *panel, int32_t acc[QMR][QNR])
+{
+    TILE_BODY(MADD_VNNI)
+}
+#endif
+
+typedef void (*tile_fn)(const int16_t *, int64_t, const int16_t *, int32_t[QMR][QNR]);
+typedef void (*tile8_fn)(const uint8_t *, int64_t, const int8_t *, int32_t[QMR][QNR]);
+
+static void tile8_scalar(const uint8_t *aw, int64_t kq, const int8_t *panel, int32_t acc[QMR][QNR])
+{
+    memset(acc, 0, sizeof(int32_t) * QMR * QNR);
+    for (int64_t t = 0; t < kq / 4; t++) {
+        const int8_t *b = panel + t * QNR * 4;
+        for (int r = 0; r < QMR; r++) {
+            const uint8_t *a = aw + r * kq + 4 * t;
+            for (int c = 0; c < QNR; c++)
+                acc[r][c] += a[0] * b[4 * c] + a[1] * b[4 * c + 1] + a[2] * b[4 * c + 2] + a[3] * b[4 * c + 3];
+        }
+    }
+}
+
+#ifdef QGEMM_X86
+#define TILE8_BODY(DOT)                                                                                                    \
+    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;    \
+    for (int64_t t = 0; t < kq / 4; t++) {                                                                                 \
+        const __m256i b0 = _mm256_loadu_si256((const __m256i *)(panel + t * QNR * 4));                                    \
+        const __m256i b1 = _mm256_loadu_si256((const __m256i *)(panel + t * QNR * 4 + 32));                               \
+        int32_t s;                                                                                                         \
+        memcpy(&s, aw + 4 * t, 4);                                                                                         \
+        __m256i a = _mm256_set1_epi32(s);                                                                                  \
+        DOT(c00, a, b0);                                                                                                   \
+        DOT(c01, a, b1);                                                                                                   \
+        memcpy(&s, aw + kq + 4 * t, 4);                                                                                    \
+        a = _mm256_set1_epi32(s);                                                                                          \
+        DOT(c10, a, b0);                                                                                                   \
+        DOT(c11, a, b1);                                                                                                   \
+        memcpy(&s, aw + 2 * kq + 4 * t, 4);                                                                                \
+        a = _mm256_set1_epi32(s);                                                                                          \
+        DOT(c20, a, b0);                                                                                                   \
+        DOT(c21, a, b1);                                                                                                   \
+        memcpy(&s, aw + 3 * kq + 4 * t, 4);                                                                                \
+        a = _mm256_set1_epi32(s);                                                                                          \
+        DOT(c30, a, b0);                                                                                                   \
+        DOT(c31, a, b1);                                                                                                   \
+    }                                                                                                                      \
+    _mm256_storeu_si256((__m256i *)acc[0], c00);                                                                           \
+    _mm256_storeu_si256((__m256i *)(acc[0] + 8), c01);                                                                     \
+    _mm256_storeu_si256((__m256i *)acc[1], c10);                                                                           \
+    _mm256_storeu_si256((__m256i *)(acc[1] + 8), c11);                                                                     \
+    _mm256_storeu_si256((__m256i *)acc[2], c20);                                                                           \
+    _mm256_storeu_si256((__m256i *)(acc[2] + 8), c21);                                                                     \
+    _mm256_storeu_si256((__m256i *)acc[3], c30);                                                                           \
+    _mm256_storeu_si256((__m256i *)(acc[3] + 8), c31);
+
+/* exact under the pack8 condition: the int16 pair sums never saturate */
+#define DOT_AVX2(c, a, b) c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones))
+#define DOT_VNNI(c, a, b) c = _mm256_dpbusd_epi32(c, a, b)
+
+__attribute__((target("avx2"))) static void tile8_avx2(const uint8_t *aw, int64_t kq, const int8_t *panel,
+                                                       int32_t acc[QMR][QNR])
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    TILE8_BODY(DOT_AVX2)
+}
+
+__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void tile8_vnni(const uint8_t *aw, int64_t kq,
+                                                                                   const int8_t *panel, int32_t acc[QMR][QNR])
+{
+    TILE8_BODY(DOT_VNNI)
+}
+#endif
+
+/* -1: not chosen yet; 0 scalar, 1 AVX2, 2 AVX512-VNNI. */
+static int qpath = -1;
+
+static int best_path(void)
+{
+#ifdef QGEMM_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+        return 2;
+    if (__builtin_cpu_supports("avx2"))
+        return 1;
+#endif
+    return 0;
+}
+
+int aioge_qgemm_path(int force)
+{
+    const int best = best_path();
+    if (force >= 0)
+        qpath = force < best ? force : best;
+    else if (qpath < 0)
+        qpath = best;
+    return qpath;
+}
+
+static tile_fn pick_tile(void)
+{
+    int p = qpath >= 0 ? qpath : aioge_qgemm_path(-1);
+#ifdef QGEMM_X86
+    if (p == 2)
+        return tile_vnni;
+    if (p == 1)
+        return tile_avx2;
+#endif
+    (void)p;
+    return tile_scalar;
+}
+
+#ifdef QGEMM_X86
+/* store_tile's 8-bit modes for a whole tile row of QNR columns, 8 lanes at a time: the same
+ * float32 multiply, clamp and round to nearest even (vcvtps2dq under the default rounding). */
+__attribute__((target("avx2"))) static void store_row8_avx2(const int64_t *g, const int32_t *acc, int64_t row, int64_t j0)
+{
+    const int mode = (int)g[QG_MODE];
+    const int32_t *bias = (const int32_t *)(intptr_t)g[QG_BIAS];
+    const float *scale = (const float *)(intptr_t)g[QG_SCALE];
+    const int32_t zy = (int32_t)g[QG_ZY];
+    const int32_t qmin = mode == 1 ? 0 : -128, qmax = mode == 1 ? 255 : 127;
+    const int32_t lo = (int32_t)g[QG_LO] > qmin ? (int32_t)g[QG_LO] : qmin;
+    const __m256 fmin = _mm256_set1_ps((float)(lo - zy)), fmax = _mm256_set1_ps((float)(qmax - zy));
+    __m256i q[2];
+    for (int h = 0; h < 2; h++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(acc + 8 * h));
+        if (bias)
+            v = _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)(bias + j0 + 8 * h)));
+        const __m256 s = g[QG_NSCALE] == 1 ? _mm256_set1_ps(scale[0]) : _mm256_loadu_ps(scale + j0 + 8 * h);
+        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), s);
+        f = _mm256_min_ps(_mm256_max_ps(f, fmin), fmax);
+        q[h] = _mm256_add_epi32(_mm256_cvtps_epi32(f), _mm256_set1_epi32(zy));
+    }
+    /* 16 int32 in range -> 16 bytes: pack to int16 (lane-wise), then to 8 bits, fix the lane order */
+    __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
+    __m128i lo16 = _mm256_castsi256_si128(w), hi16 = _mm256_extracti128_si256(w, 1);
+    __m128i bytes = mode == 1 ? _mm_packus_epi16(lo16, hi16) : _mm_packs_epi16(lo16, hi16);
+    _mm_storeu_si128((__m128i *)((uint8_t *)(intptr_t)g[QG_Y] + row), bytes);
+}
+#endif
+
+static tile8_fn pick_tile8(void)
+{
+    int p = qpath >= 0 ? qpath : aioge_qgemm_path(-1);
+#ifdef QGEMM_X86
+    if (p == 2)
+        return tile8_vnni;
+    if (p == 1)
+        return tile8_avx2;
+#endif
+    (void)p;
+    return tile8_scalar;
+}
+
+/* Stores rows [0, rows) and columns [j0, j0 + cols) of a tile. */
+static void store_tile(const int64_t *g, int32_t acc[QMR][QNR], int64_t i0, int rows, int64_t j0, int cols)
+{
+    const int mode = (int)g[QG_MODE];
+    const int32_t *bias = (const int32_t *)(intptr_t)g[QG_BIAS];
+    const float *scale = (const float *)(intptr_t)g[QG_SCALE];
+    const int64_t ldy = g[QG_LDY];
+    const int32_t zy = (int32_t)g[QG_ZY];
+    const int32_t qmin = mode == 1 ? 0 : -128, qmax = mode == 1 ? 255 : 127;
+    const int32_t lo = (int32_t)g[QG_LO] > qmin ? (int32_t)g[QG_LO] : qmin;
+    const float fmin = (float)(lo - zy), fmax = (float)(qmax - zy);
+    for (int r = 0; r < rows; r++) {
+        const int64_t row = (i0 + r) * ldy + j0;
+#ifdef QGEMM_X86
+        if (mode && cols == QNR && qpath >= 1) {
+            store_row8_avx2(g, acc[r], row, j0);
+            continue;
+        }
+#endif
+        for (int c = 0; c < cols; c++) {
+            int32_t v = acc[r][c] + (bias ? bias[j0 + c] : 0);
+            if (mode == 0) {
+                ((int32_t *)(intptr_t)g[QG_Y])[row + c] = v;
+                continue;
+            }
+            float f = (float)v * scale[g[QG_NSCALE] == 1 ? 0 : j0 + c];
+            f = f < fmin ? fmin : (f > fmax ? fmax : f);
+            const int32_t q = (int32_t)nearbyintf(f) + zy; /* the default rounding: to nearest even */
+            if (mode == 1)
+                ((uint8_t *)(intptr_t)g[QG_Y])[row + c] = (uint8_t)q;
+            else
+                ((int8_t *)(intptr_t)g[QG_Y])[row + c] = (int8_t)q;
+        }
+    }
+}
+
+static int qgemm_fits(const int64_t *g)
+{
+    const int64_t m = g[QG_M], k = g[QG_K], n = g[QG_N];
+    if (m < 0 || k < 0 || n < 0 || g[QG_LDA] < k || g[QG_LDY] < n || g[QG_MODE] < 0 || g[QG_MODE] > 2)
+        return 0;
+    if (g[QG_FORMAT] != 0 && (g[QG_FORMAT] != 1 || !g[QG_COLSUM]))
+        return 0;
+    if (g[QG_PACKED_LEN] != (g[QG_FORMAT] ? aioge_qgemm_packed8(k, n) : aioge_qgemm_packed(k, n)))
+        return 0;
+    if (g[QG_MODE] && g[QG_NSCALE] != 1 && g[QG_NSCALE] != n)
+        return 0;
+    if (m == 0)
+        return 1;
+    return aioge_fits(g[QG_A_LEN] - k, m - 1, g[QG_LDA], 1, 1) && aioge_fits(g[QG_Y_LEN] - n, m - 1, g[QG_LDY], 1, 1);
+}
+
+/* Row blocks [b0, b1) of y from the u8 x s8 form: rows copied as unsigned bytes (an s8 a
+ * flipped by +128, and za with it), the za * colsum(B) term taken off each tile. */
+static int rows8(const int64_t *g, int64_t b0, int64_t b1)
+{
+    const int64_t m = g[QG_M], k = g[QG_K], n = g[QG_N], kq = (k + 3) / 4 * 4, lda = g[QG_LDA];
+    const int a_signed = (int)g[QG_A_SIGNED];
+    const int32_t za = (int32_t)g[QG_ZA] + (a_signed ? 128 : 0);
+    const uint8_t *a = (const uint8_t *)(intptr_t)g[QG_A];
+    const int8_t *packed = (const int8_t *)(intptr_t)g[QG_PACKED];
+    const int32_t *colsum = (const int32_t *)(intptr_t)g[QG_COLSUM];
+    uint8_t *aw = (uint8_t *)aioge_thread_scratch(1, (size_t)(QMR * kq) / 4 + 1);
+    if (!aw)
+        return AIOGE_ENOMEM;
+    const tile8_fn tile = pick_tile8();
+    int32_t acc[QMR][QNR];
+    const int64_t panels = (n + QNR - 1) / QNR, chunk = 1 + (192 * 1024) / (kq * QNR + 1);
+    for (int64_t p0 = 0; p0 < panels; p0 += chunk) {
+        const int64_t p1 = p0 + chunk < panels ? p0 + chunk : panels;
+        for (int64_t blk = b0; blk < b1; blk++) {
+            const int64_t i0 = blk * QMR;
+            const int rows = (int)(m - i0 < QMR ? m - i0 : QMR);
+            for (int r = 0; r < QMR; r++) {
+                uint8_t *dst = aw + r * kq;
+                memset(dst + k, 0, (size_t)(kq - k));
+                if (r >= rows) {
+                    memset(dst, 0, (size_t)k);
+                    continue;
+                }
+                if (a_signed)
+                    for (int64_t kk = 0; kk < k; kk++)
+                        dst[kk] = (uint8_t)(a[(i0 + r) * lda + kk] ^ 0x80);
+                else
+                    memcpy(dst, a + (i0 + r) * lda, (size_t)k);
+            }
+            for (int64_t p = p0; p < p1; p++) {
+                tile(aw, kq, packed + p * kq * QNR, acc);
+                const int cols = (int)(n - p * QNR < QNR ? n - p * QNR : QNR);
+                for (int r = 0; r < rows; r++)
+                    for (int c = 0; c < cols; c++)
+                        acc[r][c] -= za * colsum[p * QNR + c];
+                store_tile(g, acc, i0, rows, p * QNR, cols);
+            }
+        }
+    }
+    return 0;
+}
+
+/* Row blocks [b0, b1) (QMR rows each) of y. */
+int aioge_qgemm_rows(const int64_t *g, int64_t b0, int64_t b1)
+{
+    if (!qgemm_fits(g))
+        return AIOGE_EGEOMETRY;
+    const int64_t m = g[QG_M], k = g[QG_K], n = g[QG_N], kp = (k + 1) / 2 * 2, lda = g[QG_LDA];
+    const int a_signed = (int)g[QG_A_SIGNED];
+    const int32_t za = (int32_t)g[QG_ZA];
+    const void *a = (const void *)(intptr_t)g[QG_A];
+    const int16_t *packed = (const int16_t *)(intptr_t)g[QG_PACKED];
+    if (b1 * QMR > m + QMR - 1)
+        b1 = (m + QMR - 1) / QMR;
+    if (g[QG_FORMAT] == 1)
+        return rows8(g, b0, b1);
+    int16_t *aw = (int16_t *)aioge_thread_scratch(1, (size_t)(QMR * kp + 2) / 2 + 1);
+    if (!aw)
+        return AIOGE_ENOMEM;
+    const tile_fn tile = pick_tile();
+    int32_t acc[QMR][QNR];
+    /* Panels a chunk at a time (up to ~192 KB of them, which stay in L2) over every row block:
+     * the rows are widened again for each chunk, K values against 16 * K products a panel. */
+    const int64_t panels = (n + QNR - 1) / QNR, chunk = 1 + (192 * 1024) / (kp * QNR * 2 + 1);
+    for (int64_t p0 = 0; p0 < panels; p0 += chunk) {
+        const int64_t p1 = p0 + chunk < panels ? p0 + chunk : panels;
+        for (int64_t blk = b0; blk < b1; blk++) {
+            const int64_t i0 = blk * QMR;
+            const int rows = (int)(m - i0 < QMR ? m - i0 : QMR);
+            for (int r = 0; r < QMR; r++) {
+                int16_t *dst = aw + r * kp;
+                if (r >= rows) {
+                    memset(dst, 0, (size_t)kp * sizeof(int16_t));
+                    continue;
+                }
+                const int64_t base = (i0 + r) * lda;
+                if (a_signed)
+                    for (int64_t kk = 0; kk < k; kk++)
+                        dst[kk] = (int16_t)(((const int8_t *)a)[base + kk] - za);
+                else
+                    for (int64_t kk = 0; kk < k; kk++)
+                        dst[kk] = (int16_t)(((const uint8_t *)a)[base + kk] - za);
+                if (kp > k)
+                    dst[k] = 0;
+            }
+            for (int64_t p = p0; p < p1; p++) {
+                tile(aw, kp, packed + p * kp * QNR, acc);
+                store_tile(g, acc, i0, rows, p * QNR, (int)(n - p * QNR < QNR ? n - p * QNR : QNR));
+            }
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,155 @@
+"""QDQ fusion: a float Conv, MatMul or Gemm between DequantizeLinear and QuantizeLinear nodes
+(as ``onnxruntime.quantization.quantize_static`` writes a QDQ model) becomes one integer op.
+
+``DQ(x) -> Conv(DQ(w), DQ(bias)) [-> Relu] -> Q`` becomes QLinearConv, ``DQ(a) -> MatMul(DQ(w))
+[-> Relu] -> Q`` QLinearMatMul and ``DQ(a) -> Gemm(DQ(w), DQ(bias)) [-> Relu] -> Q``
+onnxruntime's QGemm (com.microsoft), which int8 kernels run (``kernels.quant_linalg``). What the
+fused op computes is what onnxruntime computes for the same model (it fuses the same patterns):
+
+- the weight is a constant 8-bit tensor, per tensor or per output channel (axis 0 of a Conv's
+  weight, the column axis of a MatMul's or Gemm's B); x, y and their zero points per tensor;
+- a bias is a constant int32 tensor dequantised with zero point 0 and scale ``x_scale *
+  w_scale`` (float32, as the quantizer wrote it), so it adds into the int32 accumulator;
+- a Relu is taken only when y's zero point is the type's least value: saturation then does
+  what the Relu did, exactly (round(max(v, 0) / s) + z = max(round(v / s) + z, z)).
+
+Anything else keeps the float path. The pass runs before constant folding, which would
+otherwise turn the weights' DequantizeLinear into float constants.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aioge.ir.graph import Graph, Node, Value
+from aioge.passes.rewrite import const_array, only_use, substitute
+
+__all__ = ["fuse_qdq"]
+
+_INT8 = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def _plain(node: Node | None, op: str) -> bool:
+    return node is not None and node.op_type == op and node.domain in ("", "ai.onnx")
+
+
+def _dq(value: Value | None) -> Node | None:
+    """The DequantizeLinear producing ``value`` (through Identity nodes: the quantizer shares one
+    bias that way) with constant scale and zero point."""
+    node = value.producer if value is not None else None
+    while _plain(node, "Identity") and node.inputs and node.inputs[0] is not None:  # type: ignore[union-attr]
+        node = node.inputs[0].producer  # type: ignore[union-attr]
+    if not _plain(node, "DequantizeLinear") or node.attrs.get("block_size") or len(node.inputs) < 3:  # type: ignore[union-attr]
+        return None
+    x, scale, zero = node.inputs  # type: ignore[union-attr]
+    if x is None or const_array(scale) is None or const_array(zero) is None:
+        return None
+    return node
+
+
+def _scalar_q(node: Node) -> bool:
+    """A (de)quantisation of an 8-bit tensor with one scale and zero point."""
+    s, z = const_array(node.inputs[1]), const_array(node.inputs[2])
+    return s is not None and z is not None and s.size == 1 and z.size == 1 and z.dtype in _INT8
+
+
+def _weight(node: Node | None, axis: int) -> bool:
+    """A DequantizeLinear of a constant 8-bit weight, per tensor or along ``axis``."""
+    if node is None:
+        return False
+    w, s, z = (const_array(v) for v in node.inputs[:3])
+    if w is None or s is None or z is None or w.dtype not in _INT8 or z.dtype != w.dtype or s.size != z.size:
+        return False
+    if s.size == 1:
+        return True
+    return s.ndim == 1 and int(node.attrs.get("axis", 1)) % w.ndim == axis % w.ndim and s.size == w.shape[axis]
+
+
+def _bias(node: Node | None, x_scale: np.ndarray, w_scale: np.ndarray, n: int) -> Value | None | bool:
+    """The int32 bias a DequantizeLinear reads, when its scale is x_scale * w_scale (float32)
+    and its zero point 0; True for a bias of zeros (whatever its scale: the quantizer shares
+    one such bias between convs); else None."""
+    if node is None:
+        return None
+    b, s, z = (const_array(v) for v in node.inputs[:3])
+    if b is None or s is None or b.dtype != np.int32 or b.ndim != 1 or b.size != n or (z is not None and np.any(z != 0)):
+        return None
+    if not b.any():
+        return True
+    want = np.float32(x_scale.reshape(-1)[0]) * w_scale.astype(np.float32).reshape(-1)
+    if not np.array_equal(np.broadcast_to(s.astype(np.float32).reshape(-1), (n,)), np.broadcast_to(want, (n,))):
+        return None
+    return node.inputs[0]
+
+
+def _tail(graph: Graph, node: Node) -> tuple[Node, list[Node]] | None:
+    """The QuantizeLinear ending the pattern at ``node`` (through one Relu), and the nodes between."""
+    nxt = only_use(graph, node.outputs[0])
+    between: list[Node] = []
+    if nxt is not None and _plain(nxt, "Relu"):
+        between.append(nxt)
+        nxt = only_use(graph, nxt.outputs[0])
+    if nxt is None or not _plain(nxt, "QuantizeLinear") or len(nxt.inputs) < 3 or not _scalar_q(nxt):
+        return None
+    zero = const_array(nxt.inputs[2])
+    if between and (zero is None or int(zero.reshape(-1)[0]) != np.iinfo(zero.dtype).min):
+        return None
+    return nxt, between
+
+
+def _only_here(graph: Graph, dq: Node, node: Node) -> list[Node]:
+    """[dq] when ``node`` is its only reader (it goes with the fused pattern), else []."""
+    return [dq] if only_use(graph, dq.outputs[0]) is node else []
+
+
+def _fuse(graph: Graph, node: Node) -> bool:
+    op = node.op_type
+    if op == "Gemm" and (node.attrs.get("beta", 1.0) != 1.0 or node.attrs.get("alpha", 1.0) != 1.0 or node.attrs.get("transA")):
+        return False
+    xdq = _dq(node.inputs[0])
+    wdq = _dq(node.inputs[1]) if len(node.inputs) > 1 else None
+    tail = _tail(graph, node)
+    if xdq is None or wdq is None or tail is None or not _scalar_q(xdq):
+        return False
+    q, between = tail
+    w = const_array(wdq.inputs[0])
+    assert w is not None
+    trans_b = op == "Gemm" and bool(node.attrs.get("transB"))
+    axis = 0 if op == "Conv" or trans_b else 1
+    if w.ndim < 2 or (op != "Conv" and w.ndim != 2) or not _weight(wdq, axis):
+        return False
+    xs, ws = const_array(xdq.inputs[1]), const_array(wdq.inputs[1])
+    assert xs is not None and ws is not None
+    bias: Value | None = None
+    found: Value | None | bool
+    remove = [q, *reversed(between), node, *_only_here(graph, wdq, node)]
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        if op == "MatMul":
+            return False
+        bdq = _dq(node.inputs[2])
+        found = _bias(bdq, xs, ws, w.shape[axis])
+        if found is None:
+            return False
+        bias = None if found is True else found  # type: ignore[assignment]
+        if bdq.outputs[0] is node.inputs[2]:  # type: ignore[union-attr]
+            remove += _only_here(graph, bdq, node)  # type: ignore[arg-type]
+    x, w_in = [xdq.inputs[0], xdq.inputs[1], xdq.inputs[2]], [wdq.inputs[0], wdq.inputs[1], wdq.inputs[2]]
+    y = [q.inputs[1], q.inputs[2]]
+    if op == "Conv":
+        attrs = {
+            k: v for k, v in node.attrs.items() if k in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+        }
+        return substitute(graph, q, "QLinearConv", [*x, *w_in, *y, bias], attrs, remove) is not None
+    if op == "MatMul":
+        return substitute(graph, q, "QLinearMatMul", [*x, *w_in, *y], {}, remove) is not None
+    attrs = {"transB": int(trans_b)}
+    return substitute(graph, q, "QGemm", [*x, *w_in, bias, *y], attrs, remove, domain="com.microsoft") is not None
+
+
+def fuse_qdq(graph: Graph) -> bool:
+    """Fuse every QDQ Conv, MatMul and Gemm into its integer op; returns True if it fused any."""
+    changed = False
+    for node in graph.topological_order():
+        if node.op_type in ("Conv", "MatMul", "Gemm") and node.domain in ("", "ai.onnx") and len(node.inputs) >= 2:
+            changed |= _fuse(graph, node)
+    return changed

@@ -1,0 +1,238 @@
+"""Quantized ONNX models as onnxruntime's quantizer writes them (quantize_static in the QDQ and
+QOperator formats, per tensor and per channel, U8S8 and S8S8; quantize_dynamic) of a small CNN
+and a small transformer-like MatMul block, built here with seeded weights: aioge's outputs
+against onnxruntime's on the same quantized model, and the QDQ patterns fused into int8 ops.
+
+Static models quantize with ``reduce_range`` (7-bit weights), as onnxruntime advises for U8S8
+on AVX2 machines: its u8 x s8 kernel sums pairs of products in int16 with saturation
+(vpmaddubsw), so with full-range weights its results can differ from the exact integer
+products by a few units, while aioge's GEMM is exact (int16 x int16 pairs, no saturation).
+With 7-bit weights nothing saturates and the outputs are equal bit for bit; the full-range
+case is checked against aioge's own numpy tier instead (exact integers too).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+quantization = pytest.importorskip("onnxruntime.quantization")
+
+import aioge  # noqa: E402
+from aioge.kernels import native  # noqa: E402
+from tests.frontends.onnx_suite import Runner, runner  # noqa: E402
+
+helper, T, numpy_helper = onnx.helper, onnx.TensorProto, onnx.numpy_helper
+QF, QT = quantization.QuantFormat, quantization.QuantType
+
+
+def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float = 0.2) -> Any:
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def _cnn() -> Any:
+    """Conv-Relu, strided Conv-Relu, a residual-style Add, GlobalAveragePool, Flatten, Gemm."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Add", ["r2", "r2b"], ["a"]),
+        helper.make_node("GlobalAveragePool", ["a"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1),
+    ]
+    inits = [
+        _init(rng, "w1", (8, 3, 3, 3)),
+        _init(rng, "b1", (8,)),
+        _init(rng, "w2", (16, 8, 3, 3)),
+        _init(rng, "b2", (16,)),
+        _init(rng, "r2b", (1, 16, 1, 1)),
+        _init(rng, "wf", (10, 16)),
+        _init(rng, "bf", (10,)),
+    ]
+    x = helper.make_tensor_value_info("x", T.FLOAT, [2, 3, 11, 11])
+    y = helper.make_tensor_value_info("y", T.FLOAT, [2, 10])
+    return helper.make_model(helper.make_graph(nodes, "cnn", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _block() -> Any:
+    """A transformer-style feed-forward block: MatMul + bias, Relu, MatMul, residual Add."""
+    rng = np.random.default_rng(1)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"]),
+        helper.make_node("Add", ["m1", "b1"], ["a1"]),
+        helper.make_node("Relu", ["a1"], ["r1"]),
+        helper.make_node("MatMul", ["r1", "w2"], ["m2"]),
+        helper.make_node("Add", ["m2", "x"], ["y"]),
+    ]
+    inits = [_init(rng, "w1", (24, 37)), _init(rng, "b1", (37,)), _init(rng, "w2", (37, 24))]
+    x = helper.make_tensor_value_info("x", T.FLOAT, [2, 5, 24])
+    y = helper.make_tensor_value_info("y", T.FLOAT, [2, 5, 24])
+    return helper.make_model(helper.make_graph(nodes, "block", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+
+
+MODELS = {"cnn": (_cnn, (2, 3, 11, 11)), "block": (_block, (2, 5, 24))}
+# The int8 ops each QDQ model's Conv/MatMul/Gemm nodes become.
+FUSED = {"cnn": {"QLinearConv": 2, "QGemm": 1}, "block": {"QLinearMatMul": 2}}
+
+
+class _Reader(quantization.CalibrationDataReader):  # type: ignore[misc]
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        rng = np.random.default_rng(7)
+        self._it = iter([{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(3)])
+
+    def get_next(self) -> Any:
+        return next(self._it, None)
+
+
+def _quantize(tmp: Any, name: str, how: str, *, per_channel: bool = False, s8s8: bool = False, reduce_range: bool = True) -> str:
+    make, shape = MODELS[name]
+    src, dst = tmp / f"{name}.onnx", tmp / f"{name}_{how}_{per_channel}_{s8s8}_{reduce_range}.onnx"
+    onnx.save(make(), src)
+    if how == "dynamic":
+        quantization.quantize_dynamic(str(src), str(dst))
+    else:
+        quantization.quantize_static(
+            str(src),
+            str(dst),
+            _Reader(shape),
+            quant_format=QF.QDQ if how == "qdq" else QF.QOperator,
+            per_channel=per_channel,
+            activation_type=QT.QInt8 if s8s8 else QT.QUInt8,
+            weight_type=QT.QInt8,
+            reduce_range=reduce_range,
+        )
+    return str(dst)
+
+
+@pytest.fixture(scope="module")
+def run() -> Iterator[Runner]:
+    with runner() as r:
+        yield r
+
+
+def _aioge(run: Runner, path: str, x: np.ndarray) -> tuple[np.ndarray, collections.Counter[str]]:
+    graph = aioge.load_onnx(path)
+
+    async def go() -> tuple[np.ndarray, collections.Counter[str]]:
+        await run.session.add_graph(1, graph)
+        try:
+            y = (await run.session.run_graph(1, {"x": x}))["y"]
+            return y, collections.Counter(n.op_type for n in run.session.compiled(1).graph.nodes)
+        finally:
+            await run.session.remove_graph(1)
+
+    return run.portal.call(go)
+
+
+def _ort(path: str, x: np.ndarray) -> np.ndarray:
+    return ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def _feed(name: str) -> np.ndarray:
+    return np.random.default_rng(11).standard_normal(MODELS[name][1]).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", ["cnn", "block"])
+@pytest.mark.parametrize("how", ["qdq", "qoperator"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("s8s8", [False, True], ids=["U8S8", "S8S8"])
+def test_static_quantized_models_equal_onnxruntime(run, tmp_path, name, how, per_channel, s8s8) -> None:  # type: ignore[no-untyped-def]
+    path = _quantize(tmp_path, name, how, per_channel=per_channel, s8s8=s8s8)
+    x = _feed(name)
+    got, ops = _aioge(run, path, x)
+    np.testing.assert_array_equal(got, _ort(path, x))  # dequantised int8 outputs: equal integers
+    if how == "qdq":
+        assert {op: ops[op] for op in FUSED[name]} == FUSED[name]
+        assert not {"Conv", "MatMul", "Gemm"} & set(ops)  # no float product left
+
+
+@pytest.mark.parametrize("name", ["cnn", "block"])
+def test_dynamic_quantized_models_match_onnxruntime(run, tmp_path, name) -> None:  # type: ignore[no-untyped-def]
+    path = _quantize(tmp_path, name, "dynamic")
+    x = _feed(name)
+    got, ops = _aioge(run, path, x)
+    assert (ops["ConvInteger"], ops["MatMulInteger"]) == ((2, 1) if name == "cnn" else (0, 2))
+    # integer products are exact; the float scaling afterwards is float32 either way
+    np.testing.assert_allclose(got, _ort(path, x), rtol=1e-6, atol=1e-6)
+
+
+def test_full_range_u8s8_is_exact_where_onnxruntime_saturates(run, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Full-range weights: aioge's C GEMM equals its numpy tier (both exact integers), and
+    both stay within onnxruntime's dequantised output by its int16 saturation's few steps."""
+    path = _quantize(tmp_path, "cnn", "qdq", per_channel=True, reduce_range=False)
+    x = _feed("cnn")
+    got, ops = _aioge(run, path, x)
+    assert ops["QLinearConv"] == 2
+    monkeypatch.setattr(native, "function", lambda *a, **k: None)
+    monkeypatch.setattr(native, "par_run", lambda: None)
+    numpy_tier, _ = _aioge(run, path, x)
+    np.testing.assert_array_equal(got, numpy_tier)
+    np.testing.assert_allclose(got, _ort(path, x), atol=0.1)
+
+
+def test_without_the_tier_a_qdq_model_still_equals_onnxruntime(run, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(native, "function", lambda *a, **k: None)
+    monkeypatch.setattr(native, "par_run", lambda: None)
+    path = _quantize(tmp_path, "block", "qdq", per_channel=True)
+    x = _feed("block")
+    got, ops = _aioge(run, path, x)
+    assert ops["QLinearMatMul"] == 2
+    np.testing.assert_array_equal(got, _ort(path, x))
+
+
+def test_a_relu_whose_zero_point_is_not_the_least_value_keeps_the_float_path(run) -> None:  # type: ignore[no-untyped-def]
+    """Q(Relu(Conv)) with y's zero point inside the range: saturation would not do the Relu."""
+    rng = np.random.default_rng(2)
+    w = rng.integers(-100, 100, (4, 3, 1, 1)).astype(np.int8)
+    c = np.array
+    nodes = [
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xf"]),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"]),
+        helper.make_node("Conv", ["xf", "wf"], ["c"]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(v, k)
+        for k, v in {
+            "xs": c(0.05, np.float32),
+            "xz": c(128, np.uint8),
+            "w": w,
+            "ws": c(0.01, np.float32),
+            "wz": c(0, np.int8),
+            "ys": c(0.02, np.float32),
+            "yz": c(100, np.uint8),
+        }.items()
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("xq", T.UINT8, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", T.UINT8, [1, 4, 4, 4])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    xq = rng.integers(0, 256, (1, 3, 4, 4)).astype(np.uint8)
+    g = aioge.load_onnx(model)
+
+    async def go() -> tuple[np.ndarray, set[str]]:
+        await run.session.add_graph(2, g)
+        try:
+            y = (await run.session.run_graph(2, {"xq": xq}))["y"]
+            return y, {n.op_type for n in run.session.compiled(2).graph.nodes}
+        finally:
+            await run.session.remove_graph(2)
+
+    got, ops = run.portal.call(go)
+    assert "QLinearConv" not in ops
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"xq": xq})[0]
+    np.testing.assert_array_equal(got, want)
+    assert got.min() == 100 and got.max() > 100

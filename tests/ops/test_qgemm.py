@@ -1,0 +1,185 @@
+"""The int8 GEMM (``kernels/csrc/qgemm.c`` through ``kernels.quant_linalg.qgemm``) against an
+int64 numpy reference and MLAS's float32 requantisation written out here, over shapes,
+dtypes and zero points drawn by hypothesis, on the AVX2 tile and the scalar one; its checked
+boundary; and the numpy tier that runs without the C build."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aioge.kernels import native
+from aioge.kernels import quant_linalg as q
+
+needs_tier = pytest.mark.skipif(native.function("aioge_qgemm_rows") is None, reason="the compiled tier is not built")
+_DT = {"u8": np.uint8, "s8": np.int8}
+
+
+def _ints(rng: np.random.Generator, dtype: type, shape: tuple[int, ...]) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, size=shape).astype(dtype)
+
+
+def _reference(a, za, b, zb, bias, mult, zy, dtype, lo):  # type: ignore[no-untyped-def]
+    """Exact int64 product; then float32 acc * mult, clamp, round half to even, + zy (MLAS)."""
+    acc = (a.astype(np.int64) - za) @ (b.astype(np.int64) - zb.astype(np.int64))
+    acc = acc + (0 if bias is None else bias.astype(np.int64))
+    if mult is None:
+        return acc.astype(np.int32)
+    info = np.iinfo(dtype)
+    f = acc.astype(np.float32) * mult
+    f = np.clip(f, np.float32(max(info.min, lo) - zy), np.float32(info.max - zy))
+    return (np.rint(f).astype(np.int64) + zy).astype(dtype)
+
+
+@pytest.fixture(params=[1, 0], ids=["avx2", "scalar"])
+def tile(request):  # type: ignore[no-untyped-def]
+    fn = native.function("aioge_qgemm_path")
+    if fn is None:
+        pytest.skip("the compiled tier is not built")
+    best = fn(9)
+    if request.param > best:
+        pytest.skip("this CPU has no AVX2")
+    fn(request.param)
+    yield request.param
+    fn(best)
+
+
+@needs_tier
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)  # the tile is the same for every example
+@given(
+    m=st.integers(1, 19),
+    k=st.integers(1, 70),
+    n=st.integers(1, 40),
+    a_t=st.sampled_from(["u8", "s8"]),
+    b_t=st.sampled_from(["u8", "s8"]),
+    out=st.sampled_from(["i32", "u8", "s8"]),
+    per_col=st.booleans(),
+    with_bias=st.booleans(),
+    relu=st.booleans(),
+    narrow=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
+def test_qgemm_equals_the_integer_reference(tile, m, k, n, a_t, b_t, out, per_col, with_bias, relu, narrow, seed) -> None:  # type: ignore[no-untyped-def]
+    """``narrow``: 7-bit weights about their zero points, which take the u8 x s8 form (vpmaddubsw)."""
+    rng = np.random.default_rng(seed)
+    adt, bdt = _DT[a_t], _DT[b_t]
+    a, b = _ints(rng, adt, (m, k)), _ints(rng, bdt, (k, n))
+    za = int(_ints(rng, adt, ()))
+    zb = _ints(rng, bdt, (n,) if per_col else (1,))
+    if narrow:
+        zb = (zb // 2).astype(bdt) if bdt == np.int8 else (zb // 2 + 64).astype(bdt)
+        b = (zb.astype(np.int32) + rng.integers(-64, 64, (k, n))).astype(bdt)
+    bias = rng.integers(-(2**20), 2**20, n).astype(np.int32) if with_bias else None
+    odt = {"i32": np.int32, "u8": np.uint8, "s8": np.int8}[out]
+    mult = None if out == "i32" else (rng.random(n if per_col else 1) * 2e-4).astype(np.float32)
+    zy = 0 if out == "i32" else int(_ints(rng, odt, ()))
+    lo = zy if relu else -128
+    packed = q.pack(b, zb)
+    assert packed.native and (packed.fmt == 1 or not narrow)
+    y = np.empty((m, n), odt)
+    q.qgemm(a, za, packed, y, bias, mult, zy, lo if relu else None)
+    np.testing.assert_array_equal(y, _reference(a, za, b, zb, bias, mult, zy, odt, lo))
+
+
+@needs_tier
+def test_qgemm_reads_strided_rows_and_writes_into_wider_rows(tile) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(1)
+    a = _ints(rng, np.uint8, (9, 40))[:, 3:30]  # rows 40 apart
+    b = _ints(rng, np.int8, (60, 11)).T[:, :27].T  # B (27, 11) read through strides
+    y = np.zeros((9, 20), np.int32)
+    q.qgemm(a, 7, q.pack(b, None), y[:, 4:15])
+    np.testing.assert_array_equal(y[:, 4:15], _reference(a, 7, b, np.zeros(1, np.int8), None, None, 0, np.int32, 0))
+    assert not y[:, :4].any() and not y[:, 15:].any()
+
+
+@needs_tier
+def test_the_u8s8_form_is_taken_only_where_no_int16_sum_can_saturate() -> None:
+    ok = np.array([[64, -64, 0], [64, -64, 0]], np.int8)  # per column, |b0| + |b1| <= 128
+    assert q.pack(ok, None).fmt == 1
+    assert q.pack(np.array([[64], [65]], np.int8), None).fmt == 0  # 255 * 129 > 32767
+    assert q.pack(np.array([[200], [0]], np.uint8), np.array([0], np.uint8)).fmt == 0  # not an int8
+    a = np.full((1, 2), 255, np.uint8)
+    for b in (np.array([[64], [64]], np.int8), np.array([[127], [127]], np.int8)):
+        y = np.empty((1, 1), np.int32)
+        q.qgemm(a, 0, q.pack(b, None), y)
+        assert y[0, 0] == 255 * int(b.astype(np.int32).sum())  # exact on either form
+
+
+@needs_tier
+def test_ties_round_half_to_even() -> None:
+    a = np.array([[1], [3], [5], [-1], [-3]], np.int8)
+    b = np.array([[1]], np.int8)
+    y = np.empty((5, 1), np.int8)
+    q.qgemm(a, 0, q.pack(b, None), y, None, np.array([0.5], np.float32), 0)
+    assert y.reshape(-1).tolist() == [0, 2, 2, 0, -2]
+
+
+@needs_tier
+def test_the_boundary_refuses_a_geometry_its_buffers_do_not_hold() -> None:
+    packed = q.pack(np.ones((4, 4), np.int8), None)
+    a, y = np.ones((4, 4), np.uint8), np.empty((4, 4), np.int32)
+    geo = np.array(
+        [
+            native.ptr(a),
+            native.ptr(packed.data),
+            0,
+            0,
+            native.ptr(y),
+            4,
+            4,
+            4,
+            4,
+            4,
+            0,
+            0,
+            0,
+            0,
+            1,
+            packed.data.size - 1,
+            16,
+            16,
+            -128,
+            packed.fmt,
+            native.ptr(packed.colsum),
+        ],
+        np.int64,
+    )
+    assert native.function("aioge_qgemm_rows")(native.ptr(geo), 0, 1) == -2  # a short packed B
+    geo[15] = packed.data.size
+    geo[17] = 15  # y one value short
+    assert native.function("aioge_qgemm_rows")(native.ptr(geo), 0, 1) == -2
+    geo[17] = 16
+    assert native.function("aioge_qgemm_rows")(native.ptr(geo), 0, 1) == 0
+    np.testing.assert_array_equal(y, np.full((4, 4), 4))
+
+
+@needs_tier
+def test_the_vnni_tile_is_chosen_only_where_the_cpu_has_it() -> None:
+    fn = native.function("aioge_qgemm_path")
+    flags = native.cpu_flags() or frozenset()
+    best = fn(9)
+    assert best == (2 if {"avx512_vnni", "avx512vl"} <= flags else 1 if "avx2" in flags else 0)
+    assert fn(0) == 0 and fn(best) == best
+
+
+def test_without_the_tier_qgemm_and_the_ops_run_numpy(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(native, "function", lambda *a, **k: None)
+    monkeypatch.setattr(native, "par_run", lambda: None)
+    rng = np.random.default_rng(4)
+    a, b = _ints(rng, np.uint8, (5, 13)), _ints(rng, np.int8, (13, 6))
+    zb = _ints(rng, np.int8, (6,))
+    packed = q.pack(b, zb)
+    assert not packed.native
+    mult = np.full(6, 3e-3, np.float32)
+    y = np.empty((5, 6), np.uint8)
+    q.qgemm(a, 9, packed, y, None, mult, 100)
+    np.testing.assert_array_equal(y, _reference(a, 9, b, zb, None, mult, 100, np.uint8, -128))
+    run = q.build_qlinear("QLinearMatMul")({}, {}, None, None)
+    args = [a, np.float32(0.1), np.uint8(9), b, np.full(6, 0.03, np.float32), zb, np.float32(0.5), np.uint8(100)]
+    (got,) = run(args, None)
+    np.testing.assert_array_equal(got, q.qlinear_matmul(*[np.asarray(x) for x in args]))
