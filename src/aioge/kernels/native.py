@@ -96,7 +96,7 @@ ACT = {name: code for code, name in enumerate(_ACTS)}
 ERRORS = {-1: "no memory for its scratch", -2: "a geometry that does not fit its buffers", -1000: "an unknown job"}
 
 # aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
-ABI = 17
+ABI = 18
 
 _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
 # Every C function Python calls: (result type, argument types), as aioge.h declares them.
@@ -123,6 +123,11 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_rnn_packed_floats": (_I64, (_P,)),
     "aioge_rnn_pack": (_INT, (_P, _P, _P, _I64)),
     "aioge_rnn": (_INT, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64)),
+    "aioge_lowp_force_scalar": (None, (_INT,)),
+    "aioge_lowp_isa": (_INT, ()),
+    "aioge_lowp_round_f32": (None, (_INT, _P, _P, _I64)),
+    "aioge_lowp_pack": (_INT, (_INT, _P, _I64, _I64, _I64, _I64, _P, _I64)),
+    "aioge_lowp_gemm": (_INT, (_INT, _P, _I64, _P, _I64, _P, _P, _I64, _I64, _I64, _I64, _INT, _F, _F, _I64, _I64)),
 }
 
 

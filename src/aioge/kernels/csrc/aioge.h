@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 17
+#define AIOGE_ABI 18
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -183,5 +183,13 @@ int aioge_rnn_pack(const int64_t *geo, const float *r, float *pk, int64_t floats
  * or no memory for scratch (-2). */
 int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float *pk, int64_t pk_floats, const float *bias,
               const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1);
+
+/* lowp.c: bf16 (kind 0) and fp16 (kind 1) operands, float32 accumulation (GE's precision modes) */
+void aioge_lowp_force_scalar(int on);
+int aioge_lowp_isa(void);
+void aioge_lowp_round_f32(int kind, const float *x, float *y, int64_t n);
+int aioge_lowp_pack(int kind, const float *b, int64_t sk, int64_t sn, int64_t K, int64_t N, uint16_t *bp, int64_t bp_len);
+int aioge_lowp_gemm(int kind, const float *a, int64_t lda, const uint16_t *bp, int64_t bp_len, const float *bias, float *y,
+                    int64_t ldy, int64_t M, int64_t K, int64_t N, int act, float p0, float p1, int64_t m0, int64_t m1);
 
 #endif
