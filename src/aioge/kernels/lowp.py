@@ -39,7 +39,7 @@ def round_to(x: np.ndarray, precision: str) -> np.ndarray:
     fn = native.function("aioge_lowp_round_f32")
     x = np.asarray(x, np.float32)
     if fn is None:
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):
             return x.astype(_NUMPY[precision]).astype(np.float32)
     x = np.ascontiguousarray(x)
     y = np.empty_like(x)
