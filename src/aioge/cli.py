@@ -866,7 +866,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from aioge._util.progress import Progress
     from aioge.benchmarks.workloads import ALL
 
-    total = None if cfg.frontends else len(cfg.workloads or ALL)  # front-end rows: one per model and reference
+    total = None if cfg.frontends or cfg.precision else len(cfg.workloads or ALL)  # those sections have rows of their own
     with Progress(quiet=args.quiet).task("bench", total=total) as step:
         results = run_suite(cfg, on_workload=step)
     if args.json_only:

@@ -57,6 +57,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="front-end section (issue 41): tf,torch (aioge.load_tf vs tf.function; torch.compile aioge vs eager and inductor)",
     )
     p.add_argument("--frontends-only", action="store_true", help="run the front-end section alone")
+    p.add_argument(
+        "--precision",
+        default="",
+        help="precision section (issue 39): 'all' or comma-separated GE precision modes, over --precision-models",
+    )
+    p.add_argument(
+        "--precision-models", default="resnet18,vit_b_16,bert_base", help="real-weights models of the precision section"
+    )
+    p.add_argument("--precision-only", action="store_true", help="run the precision section alone")
     p.add_argument("--json-only", metavar="PATH", default=None, help="write the raw figures to PATH, no RESULTS.md")
     p.add_argument(
         "--serve",
@@ -83,6 +92,9 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
         chain=args.chain,
         frontends=[f for f in args.frontends.split(",") if f],
         frontends_only=args.frontends_only,
+        precision=_modes(args.precision),
+        precision_models=[m for m in args.precision_models.split(",") if m],
+        precision_only=args.precision_only,
     )
     if args.quick:
         cfg.rounds, cfg.runs, cfg.concurrency_rounds = 3, 3, 2
@@ -104,3 +116,9 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
         cfg.serving_workloads = []
     cfg.__post_init__()
     return cfg
+
+
+def _modes(text: str) -> list[str]:
+    from aioge.benchmarks.precision import MODES
+
+    return list(MODES) if text == "all" else [m for m in text.split(",") if m]

@@ -26,6 +26,9 @@ import numpy as np
 import aioge
 from aioge.benchmarks import measure
 from aioge.benchmarks.frontends import FRONTENDS, frontends, frontends_table
+from aioge.benchmarks.precision import MODELS as PRECISION_MODELS
+from aioge.benchmarks.precision import MODES as PRECISION_MODES
+from aioge.benchmarks.precision import precision_section, precision_table
 from aioge.benchmarks.real_models import real_available, real_model_path
 from aioge.benchmarks.serving import SERVING_WORKLOADS, serving
 from aioge.benchmarks.workloads import ALL, BUILDER, LIGHT, LIGHT_NODUP, REAL, Workload, expand_names, light_dir, load_workloads
@@ -76,6 +79,9 @@ class SuiteConfig:
     serving_rounds: int = 3
     frontends: list[str] = field(default_factory=list)  # issue 41: "tf", "torch"; empty: no front-end section
     frontends_only: bool = False  # the front-end section alone
+    precision: list[str] = field(default_factory=list)  # issue 39: GE precision modes; empty: no precision section
+    precision_models: list[str] = field(default_factory=lambda: list(PRECISION_MODELS))
+    precision_only: bool = False  # the precision section alone
 
     def __post_init__(self) -> None:
         self.concurrency = tuple(int(c) for c in self.concurrency)
@@ -92,6 +98,10 @@ class SuiteConfig:
             raise ValueError(f"unknown front ends {self.frontends}; expected some of {list(FRONTENDS)}")
         if self.frontends_only and not self.frontends:
             raise ValueError("frontends_only needs front ends to run (--frontends tf,torch)")
+        if sorted(set(self.precision) - set(PRECISION_MODES)):
+            raise ValueError(f"unknown precision modes {self.precision}; expected some of {list(PRECISION_MODES)}")
+        if self.precision_only and not self.precision:
+            raise ValueError("precision_only needs modes to run (--precision all)")
         unknown = sorted(set(self.workloads) - set(ALL))
         if unknown:
             raise ValueError(f"unknown workloads {unknown}; expected some of {list(ALL)}")
@@ -445,6 +455,12 @@ def _progress(row: dict[str, Any]) -> str:
     return s
 
 
+def _precision(cfg: SuiteConfig, work: str, progress: Callable[[str], None]) -> dict[str, Any]:
+    models = cfg.precision_models
+    cache = os.path.join(work, "precision-kernels")
+    return precision_section(models, cfg.precision, rounds=cfg.rounds, runs=cfg.runs, cache_dir=cache, progress=progress)
+
+
 def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None] = _print_progress) -> dict[str, Any]:
     """Run the suite (blocking: call it from a script or a worker thread) and return the figures;
     ``on_workload`` gets a one-line summary as each workload is done (default: to stderr)."""
@@ -453,6 +469,13 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
     try:
         t0 = time.perf_counter()
         skipped: dict[str, str] = {}
+        if cfg.precision_only:
+            section = _precision(cfg, work, on_workload)
+            only: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "rows": [], "skipped": section["skipped"]}
+            only["precision"] = section
+            only["targets"] = evaluate_targets(only)
+            only["seconds"] = time.perf_counter() - t0
+            return only
         if cfg.frontends_only:
             section = frontends(cfg.frontends, rounds=cfg.rounds, runs=cfg.runs, progress=on_workload)
             alone: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "rows": [], "skipped": section["skipped"]}
@@ -475,6 +498,9 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
         if cfg.frontends:
             results["frontends"] = frontends(cfg.frontends, rounds=cfg.rounds, runs=cfg.runs, progress=on_workload)
             skipped.update(results["frontends"]["skipped"])
+        if cfg.precision:
+            results["precision"] = _precision(cfg, work, on_workload)
+            skipped.update(results["precision"]["skipped"])
         if cfg.blas_variant:
             results["blas_variant"] = _blas_variant(cfg, [r["workload"] for r in rows if r["workload"] in LIGHT])
         results["targets"] = evaluate_targets(results)
@@ -724,6 +750,9 @@ def render_markdown(results: dict[str, Any]) -> str:
     if results.get("frontends"):
         out += ["", "## Front ends (issue 41): aioge.load_tf and aioge.torch.backend() beside TensorFlow and PyTorch", ""]
         out += frontends_table(results["frontends"])
+    if results.get("precision"):
+        out += ["", "## Precision modes (issue 39): GE's precision modes against onnxruntime float32", ""]
+        out += precision_table(results["precision"])
     out += ["", f"Suite time: {results['seconds']:.0f} s.", ""]
     return "\n".join(out)
 
