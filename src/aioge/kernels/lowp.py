@@ -24,6 +24,7 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import native, native_rows
 from aioge.kernels.contract import KernelImpl, RunFn, is_constant
 from aioge.kernels.fused import with_activation
+from aioge.kernels.parallel import split_range
 
 __all__ = ["KINDS", "LOWP", "PRECISION_ATTR", "lowp_impls", "round_to"]
 
@@ -32,6 +33,7 @@ LOWP = "lowp"  # in the name of every low-precision kernel
 KINDS = {"bf16": 0, "fp16": 1}  # the C tier's kind codes
 _NUMPY = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}
 _NR = 16  # csrc/lowp.c's LOWP_NR
+_SPLIT_MACS = 1 << 21  # a product of at least this many multiply-adds splits its rows over an idle core
 
 
 def round_to(x: np.ndarray, precision: str) -> np.ndarray:
@@ -161,13 +163,13 @@ def _build_gemm(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
         c = np.ascontiguousarray(inputs[2], np.float32).reshape(n) if len(inputs) > 2 and inputs[2] is not None else None
         y = outputs[0] if outputs is not None and outputs[0].flags.c_contiguous else np.empty((m, n), np.float32)
         bp = panels(b)
-        cptr = native.ptr(c) if c is not None else None
-        native.check(
-            gemm(
-                KINDS[precision], native.ptr(a), k, native.ptr(bp), bp.size, cptr, native.ptr(y), n, m, k, n, code, p0, p1, 0, m
-            ),
-            "aioge_lowp_gemm",
-        )
+        args = (KINDS[precision], native.ptr(a), k, native.ptr(bp), bp.size, native.ptr(c) if c is not None else None)
+        rest = (native.ptr(y), n, m, k, n, code, p0, p1)
+
+        def rows(lo: int, hi: int) -> None:
+            native.check(gemm(*args, *rest, lo, hi), "aioge_lowp_gemm")
+
+        split_range(m, rows, worth=m >= 8 and m * k * n >= _SPLIT_MACS)
         if outputs is not None and y is not outputs[0]:
             np.copyto(outputs[0], y)
             return outputs
