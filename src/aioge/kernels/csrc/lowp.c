@@ -136,6 +136,29 @@ __attribute__((target("avx2,fma,f16c"))) static void tile_avx2(int kind, const f
     _mm256_storeu_ps(acc + 56, c31);
 }
 
+/* A one-row tile (a GEMV, or a last block of one row): acc[0..NR) = ar @ panel, two k at a
+ * time into four sums so that the FMAs do not wait on each other. */
+__attribute__((target("avx2,fma,f16c"))) static void row_avx2(int kind, const float *ar, int64_t K, const uint16_t *panel,
+                                                              float *acc)
+{
+    __m256 c0 = _mm256_setzero_ps(), c1 = c0, d0 = c0, d1 = c0;
+    int64_t k = 0;
+    for (; k + 1 < K; k += 2) {
+        __m256 a0 = _mm256_broadcast_ss(ar + k), a1 = _mm256_broadcast_ss(ar + k + 1);
+        c0 = _mm256_fmadd_ps(a0, widen(kind, panel + k * LOWP_NR), c0);
+        c1 = _mm256_fmadd_ps(a0, widen(kind, panel + k * LOWP_NR + 8), c1);
+        d0 = _mm256_fmadd_ps(a1, widen(kind, panel + (k + 1) * LOWP_NR), d0);
+        d1 = _mm256_fmadd_ps(a1, widen(kind, panel + (k + 1) * LOWP_NR + 8), d1);
+    }
+    if (k < K) {
+        __m256 a0 = _mm256_broadcast_ss(ar + k);
+        c0 = _mm256_fmadd_ps(a0, widen(kind, panel + k * LOWP_NR), c0);
+        c1 = _mm256_fmadd_ps(a0, widen(kind, panel + k * LOWP_NR + 8), c1);
+    }
+    _mm256_storeu_ps(acc, _mm256_add_ps(c0, d0));
+    _mm256_storeu_ps(acc + 8, _mm256_add_ps(c1, d1));
+}
+
 /* Rows [m0, m1) of y = act(round(A) @ B + bias): A (M, K) at row stride lda, bp packed by
  * aioge_lowp_pack (bp_len values), bias N values or NULL, y at row stride ldy; act, p0, p1 as
  * aioge_act_span's. 0, AIOGE_EGEOMETRY (nothing written) or AIOGE_ENOMEM. */
@@ -164,7 +187,9 @@ int aioge_lowp_gemm(int kind, const float *a, int64_t lda, const uint16_t *bp, i
         const uint16_t *panel = bp + p * K * LOWP_NR;
         int64_t n0 = p * LOWP_NR, w = N - n0 < LOWP_NR ? N - n0 : LOWP_NR;
         for (int64_t b = 0; b < blocks; b++) {
-            if (vec)
+            if (vec && rows - b * LOWP_MR == 1)
+                row_avx2(kind, ar + b * LOWP_MR * K, K, panel, acc);
+            else if (vec)
                 tile_avx2(kind, ar + b * LOWP_MR * K, K, panel, acc);
             else
                 tile_scalar(kind, ar + b * LOWP_MR * K, K, panel, acc);
