@@ -61,19 +61,19 @@ class _Rounded:
     """A constant operand rounded once (kept while the kernel holds the very array); any
     other operand rounded at every call."""
 
-    __slots__ = ("precision", "src", "value")
+    __slots__ = ("kept", "precision")
 
     def __init__(self, precision: str) -> None:
         self.precision = precision
-        self.src: np.ndarray | None = None
-        self.value: np.ndarray | None = None
+        self.kept: tuple[Any, Any] = (None, None)  # (the constant, rounded), swapped as one (runs may overlap)
 
     def __call__(self, a: np.ndarray) -> np.ndarray:
-        if a is self.src and self.value is not None:
-            return self.value
+        src, value = self.kept
+        if a is src:
+            return value
         value = round_to(a, self.precision)
         if is_constant(a):
-            self.src, self.value = a, value
+            self.kept = (a, value)
         return value
 
 
@@ -127,16 +127,17 @@ def _build_gemm(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
     precision, trans_b = _lowp(attrs), bool(attrs.get("transB", 0))
     name, act_params = str(attrs.get("activation", "")), tuple(attrs.get("activation_params", ()))
     gemm, pack = native.function("aioge_lowp_gemm"), native.function("aioge_lowp_pack")
-    packed: list[Any] = [None, None]  # (the B it packed, the panels)
+    packed: list[Any] = [(None, None)]  # (the B it packed, the panels), swapped as one (runs may overlap)
 
     def panels(b: np.ndarray) -> np.ndarray:
-        if packed[0] is b:
-            return packed[1]
+        src, done = packed[0]
+        if src is b:
+            return done
         bp = np.empty(((n + _NR - 1) // _NR) * _NR * k, np.uint16)
         sk, sn = (b.strides[1] // 4, b.strides[0] // 4) if trans_b else (b.strides[0] // 4, b.strides[1] // 4)
         native.check(pack(KINDS[precision], native.ptr(b), sk, sn, k, n, native.ptr(bp), bp.size), "aioge_lowp_pack")
         if is_constant(b):
-            packed[0], packed[1] = b, bp
+            packed[0] = (b, bp)
         return bp
 
     if gemm is None or (name and name not in native_rows.EPILOGUES):
