@@ -216,3 +216,27 @@ def test_aioge_info_names_the_precision_of_the_nodes(tmp_path: Path) -> None:
     assert "precision (allow_fp32_to_fp16): {'fp16': 1}" in info.stdout, info.stdout
     bad = subprocess.run([*cli, "compile", str(src), "--precision-mode", "fp8", "-o", str(om)], capture_output=True, text=True)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and "allow_fp32_to_bf16" in bad.stderr
+
+
+@pytest.mark.anyio
+async def test_the_graph_cache_serves_a_lowered_graph_only_to_its_mode_and_mixlist(tmp_path: Path) -> None:
+    mix = tmp_path / "mix.json"
+    mix.write_text('{"gray-list": {"to-add": ["Conv"]}}')
+    x = RNG.standard_normal((2, 5, 24)).astype(np.float32)
+
+    async def build(**graph: str) -> tuple[bool, np.ndarray]:
+        opts = {"ge.graph_compiler_cache_dir": str(tmp_path), "aioge.tune_mode": "heuristic"}
+        async with aioge.Session(opts) as s:
+            await s.add_graph(1, _matmul_graph(x.shape, W3), {"ge.graph_key": "prec", **graph})
+            hit = (await s.build_graph(1)).stats.graph_cache_hit
+            return hit, (await s.run_graph(1, {"x": x}))["y"]
+
+    bf16 = {"ge.exec.precision_mode": "allow_mix_precision_bf16", "ge.exec.modify_mixlist": str(mix)}
+    first, y_bf16 = await build(**bf16)
+    again, y_again = await build(**bf16)
+    assert not first and again and np.array_equal(y_bf16, y_again), "a lowered .om loads and runs as compiled"
+    hit, y32 = await build()
+    assert not hit and not np.array_equal(y32, y_bf16), "served to float32"
+    mix.write_text('{"gray-list": {"to-add": ["MatMul"]}}')  # the MatMul after an input is gray: float32
+    hit, y_mixed = await build(**bf16)
+    assert not hit and np.array_equal(y_mixed, y32), "a changed mixlist file was served the old placement"
