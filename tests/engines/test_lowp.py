@@ -113,7 +113,27 @@ def test_rounding_is_ml_dtypes_round_to_nearest_even_bit_for_bit(precision: str)
     rng = np.random.default_rng(2)
     bits = rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32)
     x = np.concatenate(
-        [bits.view(np.float32), np.array([0.0, -0.0, np.inf, -np.inf, 65504.0, 65520.0, 1e-8, 1 + 2**-8], np.float32)]
+        [
+            bits.view(np.float32),
+            np.array(
+                [
+                    0.0,
+                    -0.0,
+                    np.inf,
+                    -np.inf,
+                    65504.0,
+                    65519.996,
+                    65520.0,
+                    1e-8,
+                    1 + 2**-8,
+                    2**-25,
+                    3 * 2**-25,
+                    2**-14 * (1 - 2**-12),
+                    -(2**-24) * 1.5,
+                ],
+                np.float32,
+            ),
+        ]
     )
     got = lowp.round_to(x, precision)
     with np.errstate(over="ignore", invalid="ignore"):

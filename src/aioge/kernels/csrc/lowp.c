@@ -6,9 +6,12 @@
  * F16C's vcvtph2ps. The result equals float32 arithmetic on the rounded operands up to the
  * order of the sums. The vector path is compiled for AVX2+FMA+F16C whatever the build's
  * -march, and chosen at run time by __builtin_cpu_supports; the scalar path is the same
- * arithmetic for any x86-64 (and what aioge_lowp_force_scalar selects, for tests). */
-#include <immintrin.h>
+ * arithmetic in plain C for any CPU (and what aioge_lowp_force_scalar selects, for tests). */
 #include <stdlib.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define LOWP_X86 1
+#endif
 
 #include "aioge.h"
 
@@ -37,27 +40,54 @@ static float f32_of_bf16(uint16_t h)
     return f;
 }
 
+/* float32 -> fp16, round to nearest even, in integer steps (no _Float16: any C compiler) */
 static uint16_t f16_of(float f)
 {
-    _Float16 h = (_Float16)f; /* IEEE round to nearest even (libgcc's __truncsfhf2 without F16C) */
-    uint16_t u;
-    memcpy(&u, &h, 2);
-    return u;
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) /* NaN stays a quiet NaN */
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax >= 0x477ff000u) /* 65520 and past round to infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) { /* below 2^-14: a multiple of 2^-24, rounded by the float adder */
+        float v, t;
+        memcpy(&v, &ax, 4);
+        t = v * 16777216.0f + 8388608.0f; /* exact scaling, then the add rounds to an integer */
+        uint32_t b;
+        memcpy(&b, &t, 4);
+        return (uint16_t)(sign | (b & 0x7fffffu));
+    }
+    ax += 0xfffu + ((ax >> 13) & 1u); /* round the 13 dropped bits to nearest even */
+    return (uint16_t)(sign | ((ax - 0x38000000u) >> 13));
 }
 
-static float f32_of_f16(uint16_t u)
+static float f32_of_f16(uint16_t h)
 {
-    _Float16 h;
-    memcpy(&h, &u, 2);
-    return (float)h;
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0) {
+        float v = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
+        memcpy(&x, &v, 4);
+        x |= sign;
+    } else if (e == 31)
+        x = sign | 0x7f800000u | (m << 13);
+    else
+        x = sign | ((e + 112u) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
 }
 
 static int vector_path(void)
 {
+#ifdef LOWP_X86
     static int have = -1;
     if (have < 0)
         have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     return have && !force_scalar;
+#else
+    return 0;
+#endif
 }
 
 int aioge_lowp_isa(void) { return vector_path(); }
@@ -101,6 +131,7 @@ static void tile_scalar(int kind, const float *ar, int64_t K, const uint16_t *pa
     }
 }
 
+#ifdef LOWP_X86
 __attribute__((target("avx2,fma,f16c"))) static inline __m256 widen(int kind, const uint16_t *p)
 {
     __m128i h = _mm_loadu_si128((const __m128i *)p);
@@ -159,6 +190,8 @@ __attribute__((target("avx2,fma,f16c"))) static void row_avx2(int kind, const fl
     _mm256_storeu_ps(acc + 8, _mm256_add_ps(c1, d1));
 }
 
+#endif
+
 /* Rows [m0, m1) of y = act(round(A) @ B + bias): A (M, K) at row stride lda, bp packed by
  * aioge_lowp_pack (bp_len values), bias N values or NULL, y at row stride ldy; act, p0, p1 as
  * aioge_act_span's. 0, AIOGE_EGEOMETRY (nothing written) or AIOGE_ENOMEM. */
@@ -187,11 +220,13 @@ int aioge_lowp_gemm(int kind, const float *a, int64_t lda, const uint16_t *bp, i
         const uint16_t *panel = bp + p * K * LOWP_NR;
         int64_t n0 = p * LOWP_NR, w = N - n0 < LOWP_NR ? N - n0 : LOWP_NR;
         for (int64_t b = 0; b < blocks; b++) {
+#ifdef LOWP_X86
             if (vec && rows - b * LOWP_MR == 1)
                 row_avx2(kind, ar + b * LOWP_MR * K, K, panel, acc);
             else if (vec)
                 tile_avx2(kind, ar + b * LOWP_MR * K, K, panel, acc);
             else
+#endif
                 tile_scalar(kind, ar + b * LOWP_MR * K, K, panel, acc);
             for (int64_t r = 0; r < LOWP_MR && b * LOWP_MR + r < rows; r++) {
                 float *yr = y + (m0 + b * LOWP_MR + r) * ldy + n0;
