@@ -240,3 +240,12 @@ async def test_the_graph_cache_serves_a_lowered_graph_only_to_its_mode_and_mixli
     mix.write_text('{"gray-list": {"to-add": ["MatMul"]}}')  # the MatMul after an input is gray: float32
     hit, y_mixed = await build(**bf16)
     assert not hit and np.array_equal(y_mixed, y32), "a changed mixlist file was served the old placement"
+
+
+@pytest.mark.anyio
+async def test_without_the_compiled_tier_a_lowered_graph_computes_the_same_numbers(numpy_kernels: None) -> None:
+    x = RNG.standard_normal((3, 24)).astype(np.float32)
+    async with aioge.Session({"aioge.tune_mode": "heuristic", "ge.exec.precision_mode": "allow_mix_precision_fp16"}) as s:
+        await s.add_graph(1, _matmul_graph(x.shape, W3))
+        y = (await s.run_graph(1, {"x": x}))["y"]
+    assert np.all(np.abs(y - _ref(x, W3, "fp16")) <= 24 * 2.0**-23 * (np.abs(x) @ np.abs(W3)))

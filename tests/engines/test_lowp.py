@@ -152,3 +152,18 @@ def test_a_short_packed_weight_is_refused_before_anything_is_written() -> None:
     with pytest.raises(ExecutionError, match="geometry"):
         native.check(code, "aioge_lowp_gemm")
     assert (y == 7.0).all()
+
+
+@needs_c
+def test_no_memory_for_the_rounded_rows_is_an_error_and_nothing_is_written() -> None:
+    gemm = native.function("aioge_lowp_gemm")
+    a, y = np.ones((4, 8), np.float32), np.full((4, 16), 7.0, np.float32)
+    bp = np.zeros(16 * 8, np.uint16)
+    native.fail_alloc(1)
+    try:
+        code = gemm(0, native.ptr(a), 8, native.ptr(bp), bp.size, None, native.ptr(y), 16, 4, 8, 16, 0, 0.0, 0.0, 0, 4)
+    finally:
+        native.fail_alloc(0)
+    with pytest.raises(ExecutionError, match="no memory"):
+        native.check(code, "aioge_lowp_gemm")
+    assert (y == 7.0).all()

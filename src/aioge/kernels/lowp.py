@@ -73,14 +73,25 @@ class _Rounded:
             return value
         value = round_to(a, self.precision)
         if is_constant(a):
+            value.flags.writeable = False  # a constant too: a kernel may pack it
             self.kept = (a, value)
         return value
 
 
 def lowp_impls(base: Sequence[KernelImpl]) -> tuple[KernelImpl, ...]:
     """``lowp_round``: every float32 kernel of ``base`` as a candidate (parameter ``base``
-    names it) over operands 0 and 1 rounded to the node's precision."""
+    names it) over operands 0 and 1 rounded to the node's precision; ``lowp_round_native``
+    the same over the native ones (their forms after a C job that rounds each operand), so
+    that tuning records a native alternative as for any op."""
     plain = tuple(i for i in base if LOWP not in i.name)
+    return _rounded(tuple(i for i in plain if not i.native), "lowp_round") + _rounded(
+        tuple(i for i in plain if i.native), "lowp_round_native"
+    )
+
+
+def _rounded(plain: tuple[KernelImpl, ...], name: str) -> tuple[KernelImpl, ...]:
+    if not plain:
+        return ()
 
     def applies(descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> bool:
         return bool(_lowp(attrs)) and any(i.applies(descs, _plain(attrs)) for i in plain)
@@ -88,21 +99,44 @@ def lowp_impls(base: Sequence[KernelImpl]) -> tuple[KernelImpl, ...]:
     def candidates(descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
         out = []
         for impl in plain:
-            if impl.applies(descs, _plain(attrs)) and impl.offered():
+            if impl.applies(descs, _plain(attrs)):  # whether a compile may choose it: the group's ``offered``
                 out += [{"base": impl.name, **p} for p in impl.candidates(descs, _plain(attrs)) or [{}]]
         return out
 
     def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
         impl = next(i for i in plain if i.name == params["base"])
         inner = impl.build(_plain(attrs), {k: v for k, v in params.items() if k != "base"}, ins, outs)
-        first, second = _Rounded(_lowp(attrs)), _Rounded(_lowp(attrs))
+        precision = _lowp(attrs)
+        first, second = _Rounded(precision), _Rounded(precision)
 
         def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
             return inner([first(inputs[0]), second(inputs[1]), *inputs[2:]], outputs)
 
-        return run
+        inner_form = native.native_form(inner)
+        if inner_form is None:
+            return run
 
-    return (KernelImpl("lowp_round", build, applies, candidates),)
+        def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+            calls: list[native.NativeCall] = []
+            ops: list[Any] = []
+            for x, rounded in ((inputs[0], first), (inputs[1], second)):
+                if is_constant(x):  # rounded once, itself a constant the inner form may pack
+                    ops.append(rounded(x))
+                    continue
+                if not native.f32c(x):
+                    return None
+                y = native.aligned_empty(x.shape)
+                block = np.array([KINDS[precision], native.ptr(x), native.ptr(y)], np.int64)
+                calls.append(native.NativeCall(native.JOB_LOWP_ROUND, block, x.size, x.size >= 1 << 16, (x, y)))
+                ops.append(y)
+            got = inner_form([*ops, *inputs[2:]], outputs)
+            return None if got is None else [*calls, *got]
+
+        return native.with_native(run, form)
+
+    native_ = plain[0].native
+    offered = lambda: any(i.offered() for i in plain)  # noqa: E731
+    return (KernelImpl(name, build, applies, candidates, offered, eager=native_, native=native_),)
 
 
 def _gemm_shapes(descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> tuple[int, int, int] | None:
@@ -176,7 +210,20 @@ def _build_gemm(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
             return outputs
         return (y,)
 
-    return run
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        a, b, y = inputs[0], inputs[1], outputs[0]
+        c = inputs[2] if len(inputs) > 2 else None
+        if not (native.f32c(a, y) and is_constant(b) and b.dtype == np.float32 and (c is None or native.f32c(c))):
+            return None
+        if b.strides[0] % 4 or b.strides[1] % 4:
+            return None
+        bp = panels(b)
+        block = [KINDS[precision], native.ptr(a), k, native.ptr(bp), bp.size, native.ptr(c) if c is not None else 0]
+        block += [native.ptr(y), n, m, k, n, code, b0, b1]
+        worth = m >= 8 and m * k * n >= _SPLIT_MACS
+        return [native.NativeCall(native.JOB_LOWP_GEMM, np.array(block, np.int64), m, worth, (a, bp, c, y))]
+
+    return native.with_native(run, form)
 
 
 # Gemm's (and FusedGemm's, FusedMatMul's rows') low-precision kernel in C.
@@ -185,4 +232,6 @@ LOWP_GEMM = KernelImpl(
     _build_gemm,
     lambda descs, attrs: _gemm_shapes(descs, attrs) is not None,
     activations=native_rows.EPILOGUES,
+    native=True,
+    packs=(1,),
 )

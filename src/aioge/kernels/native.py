@@ -61,6 +61,8 @@ __all__ = [
     "JOB_STRIDED",
     "JOB_BINARY",
     "JOB_SGEMM",
+    "JOB_LOWP_GEMM",
+    "JOB_LOWP_ROUND",
     "JOB_SOFTMAX",
     "NativeCall",
     "aligned_empty",
@@ -86,6 +88,7 @@ JOB_GEMM, JOB_CONV_DIRECT, JOB_CONV_T, JOB_DEPTHWISE, JOB_ACTIVATION = 0, 1, 2, 
 JOB_PACK, JOB_GEMV_T, JOB_CHAIN, JOB_POOL, JOB_CONV_IMAGES, JOB_SQUEEZE = 5, 6, 7, 8, 9, 10
 JOB_CONV_GROUPED, JOB_GEMV_N, JOB_CONV_LOCAL, JOB_SOFTMAX, JOB_LAYERNORM, JOB_PHASES = 11, 12, 13, 14, 15, 16
 JOB_GLOBAL_MEAN, JOB_STRIDED, JOB_BINARY, JOB_SGEMM = 17, 18, 19, 20
+JOB_LOWP_GEMM, JOB_LOWP_ROUND = 21, 22
 
 # The activation codes of aioge.h's ``enum aioge_act``, by op name (the one Python copy:
 # ``native_rows`` and the convolutions' epilogues read them here).

@@ -49,7 +49,9 @@ enum aioge_job {
     JOB_STRIDED = 18,
     JOB_BINARY = 19,
     JOB_SGEMM = 20,
-    AIOGE_NJOBS = 21,
+    JOB_LOWP_GEMM = 21,
+    JOB_LOWP_ROUND = 22,
+    AIOGE_NJOBS = 23,
 };
 
 /* The activations the C kernels apply (norm.c computes them; the convolutions of conv.c and

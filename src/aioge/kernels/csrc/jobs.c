@@ -330,6 +330,22 @@ static int job_sgemm(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
+/* lowp gemm (lowp.c): kind, a, lda, bp, bp_len, bias, y, ldy, M, K, N, act, the bits of p0 and p1:
+ * [lo, hi) are rows */
+static int job_lowp_gemm(const int64_t *g, int64_t lo, int64_t hi)
+{
+    return aioge_lowp_gemm((int)g[0], (const float *)(intptr_t)g[1], g[2], (const uint16_t *)(intptr_t)g[3], g[4],
+                           (const float *)(intptr_t)g[5], (float *)(intptr_t)g[6], g[7], g[8], g[9], g[10], (int)g[11],
+                           aioge_float_of(g[12]), aioge_float_of(g[13]), lo, hi);
+}
+
+/* lowp round (lowp.c): kind, x, y: [lo, hi) are elements */
+static int job_lowp_round(const int64_t *g, int64_t lo, int64_t hi)
+{
+    aioge_lowp_round_f32((int)g[0], (const float *)(intptr_t)g[1] + lo, (float *)(intptr_t)g[2] + lo, hi - lo);
+    return 0;
+}
+
 /* By aioge.h's job numbers: a table out of step with them does not compile. */
 static const job_fn JOBS[] = {
     [JOB_GEMM] = job_gemm,           [JOB_CONV_DIRECT] = job_conv_direct, [JOB_CONV_T] = job_conv_t,
@@ -339,6 +355,7 @@ static const job_fn JOBS[] = {
     [JOB_GEMV_N] = job_gemv_n,       [JOB_CONV_LOCAL] = job_conv_local,   [JOB_SOFTMAX] = job_softmax,
     [JOB_LAYERNORM] = job_layernorm, [JOB_PHASES] = job_phases,           [JOB_GLOBAL_MEAN] = job_global_mean,
     [JOB_STRIDED] = job_strided,     [JOB_BINARY] = job_binary,           [JOB_SGEMM] = job_sgemm,
+    [JOB_LOWP_GEMM] = job_lowp_gemm, [JOB_LOWP_ROUND] = job_lowp_round,
 };
 _Static_assert(sizeof JOBS / sizeof JOBS[0] == AIOGE_NJOBS, "a job of aioge.h has no entry in JOBS");
 
