@@ -255,6 +255,14 @@ def _all_model_options(args: argparse.Namespace) -> dict[str, str]:
         options["ge.exec.exclude_engines"] = args.exclude_engines
     if getattr(args, "optimization_switch", None):
         options["ge.optimizationSwitch"] = args.optimization_switch
+    for flag, key in (
+        ("precision_mode", "ge.exec.precision_mode"),
+        ("precision_mode_v2", "ge.exec.precision_mode_v2"),
+        ("modify_mixlist", "ge.exec.modify_mixlist"),
+        ("keep_dtype", "ge.keep_dtype"),
+    ):
+        if getattr(args, flag, None):
+            options[key] = getattr(args, flag)
     for item in getattr(args, "option", None) or []:
         key, sep, value = item.partition("=")
         if not sep:
@@ -561,6 +569,11 @@ def cmd_info(args: argparse.Namespace) -> int:
         listed = "; ".join(", ".join(f"{n}{shape}" for n, shape in gear.items()) for gear in info["gears"])
         print(f"  gears ({len(info['gears'])}): {listed}")
     print(f"  nodes per engine: {info['nodes_per_engine']}")
+    lowered = {n.name: p for n, p in zip(model.nodes, model.precisions()) if p in ("bf16", "fp16")}
+    print(
+        f"  precision ({info['options'].get('ge.exec.precision_mode_v2') or info['options'].get('ge.exec.precision_mode', '')}): "
+        f"{info['precision']}" + (f"; lowered: {', '.join(lowered)}" if 0 < len(lowered) <= 8 else "")
+    )
     for st in info["streams"]:
         print(f"  stream {st['id']} ({st['engine']}): {st['nodes']} nodes")
     print(
@@ -603,6 +616,12 @@ def _add_model_commands(sub: Any) -> None:
         p.add_argument("--input-shape", action="append", metavar="NAME:D1,D2,...", help="fix an input's shape (repeatable)")
         p.add_argument("--exclude-engines", metavar="E1|E2", help="engines not to use (ge.exec.exclude_engines)")
         p.add_argument("--optimization-switch", metavar="PASS:off;...", help="switch passes (ge.optimizationSwitch)")
+        p.add_argument(
+            "--precision-mode", metavar="MODE", help="GE's precision mode (ge.exec.precision_mode), e.g. allow_fp32_to_bf16"
+        )
+        p.add_argument("--precision-mode-v2", metavar="MODE", help="the same by GE's newer names (ge.exec.precision_mode_v2)")
+        p.add_argument("--modify-mixlist", metavar="FILE.json", help="the mixed modes' list edits (ge.exec.modify_mixlist)")
+        p.add_argument("--keep-dtype", metavar="FILE", help="nodes kept float32: names, OpType::X (ge.keep_dtype)")
         p.add_argument("--option", action="append", metavar="KEY=VALUE", help="any other option (repeatable)")
 
     p = sub.add_parser(
@@ -847,7 +866,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from aioge._util.progress import Progress
     from aioge.benchmarks.workloads import ALL
 
-    total = None if cfg.frontends or cfg.states else len(cfg.workloads or ALL)  # rows per model and reference or state
+    total = None if cfg.frontends or cfg.states or cfg.precision else len(cfg.workloads or ALL)  # those sections have rows of their own
     with Progress(quiet=args.quiet).task("bench", total=total) as step:
         results = run_suite(cfg, on_workload=step)
     if args.json_only:

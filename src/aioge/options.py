@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import os
 import re
 import urllib.parse
@@ -60,6 +61,7 @@ class OptionSpec:
     stage: str = dataclasses.field(kw_only=True)  # COMPILER, RUNTIME, CACHE or SERVER: who reads it
     also: tuple[str, ...] = ()  # more aliases: GE's other spellings of the key, aioge's older keys
     secret: bool = False  # kept out of ``raw`` (which compiled models and cache entries store) as "***"
+    content: bool = False  # the value names a file whose content shapes a compile: keys hold its digest
 
 
 # -- parsers: each raises ValueError whose text says what is allowed -------------------
@@ -238,6 +240,31 @@ def _sizes(v: str) -> tuple[int, ...]:
 def _remote_url(v: str) -> str:
     if v and urllib.parse.urlsplit(v).scheme not in ("redis", "rediss", "unix"):
         raise ValueError("empty (no remote cache) or a Redis URL: redis://host:port/db, rediss://..., unix:///path")
+    return v
+
+
+# GE's precision modes (ge.exec.precision_mode, and _v2's names); aioge.compiler.precision places them.
+PRECISION_MODES = (
+    "must_keep_origin_dtype",
+    "force_fp32",
+    "cube_fp16in_fp32out",
+    "force_fp16",
+    "allow_fp32_to_fp16",
+    "allow_fp32_to_bf16",
+    "allow_mix_precision",
+    "allow_mix_precision_fp16",
+    "allow_mix_precision_bf16",
+)
+PRECISION_MODES_V2 = ("origin", "fp16", "cube_fp16in_fp32out", "mixed_float16", "mixed_bfloat16")
+
+
+def _precision_v2(v: str) -> str:
+    if v in ("cube_hif8", "mixed_hif8"):
+        raise ValueError(
+            f"{v}: HiFloat8 is an Ascend data type aioge has no kernels for; allowed values: {', '.join(PRECISION_MODES_V2)}"
+        )
+    if v and v not in PRECISION_MODES_V2:
+        raise ValueError(f"allowed values: {', '.join(PRECISION_MODES_V2)} (or empty: ge.exec.precision_mode decides)")
     return v
 
 
@@ -574,6 +601,55 @@ _TABLE: tuple[OptionSpec, ...] = (
         doc="input shapes whose build a graph keeps, least recently run dropped first (gears are kept besides)",
         stage=RUNTIME,
     ),
+    OptionSpec(
+        "ge.exec.precision_mode",
+        "PRECISION_MODE",
+        _SG,
+        "must_keep_origin_dtype",
+        _choice(*PRECISION_MODES),
+        "precision_mode",
+        doc="GE's precision mode: matrix ops (MatMul, Gemm, Conv...) in bf16/fp16 with float32 accumulation, or not "
+        "(must_keep_origin_dtype, the default: float32 as given)",
+        stage=COMPILER,
+        also=("precision_mode",),  # ATC's --precision_mode
+    ),
+    OptionSpec(
+        "ge.exec.precision_mode_v2",
+        "PRECISION_MODE_V2",
+        _SG,
+        "",
+        _precision_v2,
+        "precision_mode_v2",
+        doc="GE's newer names for the precision modes (origin, fp16, cube_fp16in_fp32out, mixed_float16, "
+        "mixed_bfloat16); excludes ge.exec.precision_mode",
+        stage=COMPILER,
+        also=("precision_mode_v2",),
+    ),
+    OptionSpec(
+        "ge.exec.modify_mixlist",
+        "MODIFY_MIXLIST",
+        _SG,
+        "",
+        _path,
+        "modify_mixlist",
+        doc='a JSON file moving op types between the mixed modes\' lists: {"white-list": {"to-add": [...], '
+        '"to-remove": [...]}, "black-list": ..., "gray-list": ...}',
+        stage=COMPILER,
+        also=("modify_mixlist",),
+        content=True,
+    ),
+    OptionSpec(
+        "ge.keep_dtype",
+        "KEEP_DTYPE",
+        _SG,
+        "",
+        _path,
+        "keep_dtype",
+        doc="a file of node names and OpType::X lines, one a line: those nodes keep their float32 whatever the mode",
+        stage=COMPILER,
+        also=("keep_dtype",),
+        content=True,
+    ),
 )
 
 OPTIONS: Mapping[str, OptionSpec] = MappingProxyType({s.key: s for s in _TABLE})
@@ -624,6 +700,10 @@ class CompileOptions:
     remote_cache_max_entry_mb: int = _default("remote_cache_max_entry_mb")
     remote_cache_key: str = _default("remote_cache_key")
     max_builds_per_graph: int = _default("max_builds_per_graph")
+    precision_mode: str = _default("precision_mode")
+    precision_mode_v2: str = _default("precision_mode_v2")
+    modify_mixlist: str = _default("modify_mixlist")
+    keep_dtype: str = _default("keep_dtype")
     raw: Mapping[str, str] = field(default_factory=dict)  # the effective string values, by GE key
 
     def streams_for(self, engine: Engine) -> int:
@@ -714,8 +794,29 @@ def resolve_options(
             text = spec.default
         values[spec.field] = spec.parse(text)
         raw[spec.key] = "***" if spec.secret and text else text
+        if spec.content and text:  # the file's content shapes the compile: the keys hold its digest
+            raw[spec.key + "#sha256"] = _file_digest(spec.key, text)
     _check_gears(values, raw)
+    if "ge.exec.precision_mode" in merged and values["precision_mode_v2"]:
+        raise OptionError(
+            "ge.exec.precision_mode_v2",
+            raw["ge.exec.precision_mode_v2"],
+            f"ge.exec.precision_mode ({raw['ge.exec.precision_mode']}) is given too: they exclude each other, as in ATC",
+        )
     return CompileOptions(**values, raw=MappingProxyType(raw))
+
+
+def _file_digest(key: str, path: str) -> str:
+    """sha256 of the file an option names (a small config file).
+
+    Raises:
+        OptionError: the file cannot be read.
+    """
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read(1 << 20)).hexdigest()
+    except OSError as exc:
+        raise OptionError(key, path, f"a readable file ({exc.strerror})") from None
 
 
 def _check_gears(values: Mapping[str, Any], raw: Mapping[str, str]) -> None:

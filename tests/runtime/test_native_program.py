@@ -184,3 +184,21 @@ async def test_weights_fed_as_inputs_are_read_by_every_run(monkeypatch) -> None:
             e = np.exp(z - z.max(axis=1, keepdims=True))
             np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
         assert {p.kernel.impl for p in s.executable(1).model.nodes} >= set(chosen.values())
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+async def test_lowered_plans_run_as_native_programs_bit_equal_to_their_steps(name: str, tmp_path, native_plans: None) -> None:
+    """Issue 39: a bf16 plan's kernels (the C lowp GEMM, the float32 kernels over operands
+    rounded by a C job) carry native forms too."""
+    graph, feeds, reference = EXAMPLES[name](batch=1)  # type: ignore[call-arg]
+    async with aioge.Session({"ge.exec.precision_mode": "allow_fp32_to_bf16"}) as s:
+        await s.add_graph(1, graph)
+        for _ in range(3):
+            got = await s.run_graph(1, feeds)
+        exe = s.executable(1)
+        assert "bf16" in exe.model.summary()["precision"]
+        assert exe.native_runs >= 3, f"every kernel has a C form: {_kernels(exe)}"
+        steps = await s.run_graph(1, feeds, trace=tmp_path / "trace.json")
+    for k, want in reference(feeds).items():
+        np.testing.assert_allclose(got[k], want, rtol=0.05, atol=0.05)
+        assert np.array_equal(got[k], steps[k]), f"{k}: the program and the steps disagree"

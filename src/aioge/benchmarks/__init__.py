@@ -65,6 +65,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--states-models", default=None, help="real-weights models for --states (default: five of them)")
     p.add_argument("--states-only", action="store_true", help="run the machine-states section alone")
     p.add_argument("--states-pause-ms", type=float, default=0.0, help="pause before each timed run of --states (sporadic calls)")
+    p.add_argument(
+        "--precision",
+        default="",
+        help="precision section (issue 39): 'all' or comma-separated GE precision modes, over --precision-models",
+    )
+    p.add_argument(
+        "--precision-models", default="resnet18,vit_b_16,bert_base", help="real-weights models of the precision section"
+    )
+    p.add_argument("--precision-only", action="store_true", help="run the precision section alone")
     p.add_argument("--json-only", metavar="PATH", default=None, help="write the raw figures to PATH, no RESULTS.md")
     p.add_argument(
         "--serve",
@@ -94,6 +103,9 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
         states=[s for s in args.states.split(",") if s],
         states_only=args.states_only,
         states_pause_ms=args.states_pause_ms,
+        precision=_modes(args.precision),
+        precision_models=[m for m in args.precision_models.split(",") if m],
+        precision_only=args.precision_only,
     )
     if args.states_models is not None:
         cfg.states_models = [m for m in args.states_models.split(",") if m]
@@ -117,3 +129,9 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
         cfg.serving_workloads = []
     cfg.__post_init__()
     return cfg
+
+
+def _modes(text: str) -> list[str]:
+    from aioge.benchmarks.precision import MODES
+
+    return list(MODES) if text == "all" else [m for m in text.split(",") if m]

@@ -26,6 +26,9 @@ import numpy as np
 import aioge
 from aioge.benchmarks import measure
 from aioge.benchmarks.frontends import FRONTENDS, frontends, frontends_table
+from aioge.benchmarks.precision import MODELS as PRECISION_MODELS
+from aioge.benchmarks.precision import MODES as PRECISION_MODES
+from aioge.benchmarks.precision import precision_section, precision_table
 from aioge.benchmarks.real_models import real_available, real_model_path
 from aioge.benchmarks.serving import SERVING_WORKLOADS, serving
 from aioge.benchmarks.states import STATE_MODELS, STATES, states, states_table
@@ -85,6 +88,9 @@ class SuiteConfig:
     states_models: list[str] = field(default_factory=lambda: list(STATE_MODELS))  # real-weights names
     states_only: bool = False  # the machine-states section alone
     states_pause_ms: float = 0.0  # between the timed runs of a machine-states process (0: back to back)
+    precision: list[str] = field(default_factory=list)  # issue 39: GE precision modes; empty: no precision section
+    precision_models: list[str] = field(default_factory=lambda: list(PRECISION_MODELS))
+    precision_only: bool = False  # the precision section alone
 
     def __post_init__(self) -> None:
         self.concurrency = tuple(int(c) for c in self.concurrency)
@@ -101,6 +107,10 @@ class SuiteConfig:
             raise ValueError(f"unknown front ends {self.frontends}; expected some of {list(FRONTENDS)}")
         if self.frontends_only and not self.frontends:
             raise ValueError("frontends_only needs front ends to run (--frontends tf,torch)")
+        if sorted(set(self.precision) - set(PRECISION_MODES)):
+            raise ValueError(f"unknown precision modes {self.precision}; expected some of {list(PRECISION_MODES)}")
+        if self.precision_only and not self.precision:
+            raise ValueError("precision_only needs modes to run (--precision all)")
         unknown = sorted(set(self.workloads) - set(ALL))
         if unknown:
             raise ValueError(f"unknown workloads {unknown}; expected some of {list(ALL)}")
@@ -483,6 +493,12 @@ def _progress(row: dict[str, Any]) -> str:
     return s
 
 
+def _precision(cfg: SuiteConfig, work: str, progress: Callable[[str], None]) -> dict[str, Any]:
+    models = cfg.precision_models
+    cache = os.path.join(work, "precision-kernels")
+    return precision_section(models, cfg.precision, rounds=cfg.rounds, runs=cfg.runs, cache_dir=cache, progress=progress)
+
+
 def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None] = _print_progress) -> dict[str, Any]:
     """Run the suite (blocking: call it from a script or a worker thread) and return the figures;
     ``on_workload`` gets a one-line summary as each workload is done (default: to stderr)."""
@@ -491,13 +507,16 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
     try:
         t0 = time.perf_counter()
         skipped: dict[str, str] = {}
-        if cfg.frontends_only or cfg.states_only:
+        if cfg.frontends_only or cfg.states_only or cfg.precision_only:
             alone: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "rows": [], "skipped": {}}
             if cfg.frontends_only:
                 alone["frontends"] = frontends(cfg.frontends, rounds=cfg.rounds, runs=cfg.runs, progress=on_workload)
-                alone["skipped"] = alone["frontends"]["skipped"]
+                alone["skipped"].update(alone["frontends"]["skipped"])
             if cfg.states_only:
                 alone["states"] = _states(cfg, on_workload)
+            if cfg.precision_only:
+                alone["precision"] = _precision(cfg, work, on_workload)
+                alone["skipped"].update(alone["precision"]["skipped"])
             alone["targets"] = evaluate_targets(alone)
             alone["seconds"] = time.perf_counter() - t0
             return alone
@@ -518,6 +537,9 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
             skipped.update(results["frontends"]["skipped"])
         if cfg.states:
             results["states"] = _states(cfg, on_workload)
+        if cfg.precision:
+            results["precision"] = _precision(cfg, work, on_workload)
+            skipped.update(results["precision"]["skipped"])
         if cfg.blas_variant:
             results["blas_variant"] = _blas_variant(cfg, [r["workload"] for r in rows if r["workload"] in LIGHT])
         results["targets"] = evaluate_targets(results)
@@ -770,6 +792,9 @@ def render_markdown(results: dict[str, Any]) -> str:
     if results.get("frontends"):
         out += ["", "## Front ends (issue 41): aioge.load_tf and aioge.torch.backend() beside TensorFlow and PyTorch", ""]
         out += frontends_table(results["frontends"])
+    if results.get("precision"):
+        out += ["", "## Precision modes (issue 39): GE's precision modes against onnxruntime float32", ""]
+        out += precision_table(results["precision"])
     out += ["", f"Suite time: {results['seconds']:.0f} s.", ""]
     return "\n".join(out)
 

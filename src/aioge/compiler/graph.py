@@ -22,6 +22,7 @@ from aioge.compiler.ops import (
     kernel_jobs,
     read_debug_config,
 )
+from aioge.compiler.precision import place_precision
 from aioge.compiler.specialize import specialize
 from aioge.compiler.streams import plan_streams
 from aioge.compiler.threads import plan_threads
@@ -101,12 +102,14 @@ def compile_graph_sync(graph: Graph, signature: Sequence[tuple[str, tuple[int, .
 def optimised_graph(
     graph: Graph, signature: Sequence[tuple[str, tuple[int, ...]]], options: CompileOptions, stats: CompileStats | None = None
 ) -> Graph:
-    """The graph a compile plans: specialised to ``signature``, then the passes (the same for
-    the same graph in any process: the remote tier checks an entry against it)."""
+    """The graph a compile plans: specialised to ``signature``, then the passes and the
+    precision mode's placement (the same for the same graph in any process: the remote tier
+    checks an entry against it)."""
     stats = CompileStats() if stats is None else stats
     g = specialize(graph, signature)
     stats.nodes_before_passes = len(g.nodes)
     stats.passes_applied = run_passes(g, options.optimization_switch)
+    place_precision(g, options)
     return g
 
 

@@ -63,6 +63,8 @@ __all__ = [
     "JOB_RESIDUAL",
     "JOB_SGEMM",
     "JOB_QGEMM",
+    "JOB_LOWP_GEMM",
+    "JOB_LOWP_ROUND",
     "JOB_SOFTMAX",
     "NativeCall",
     "aligned_empty",
@@ -90,6 +92,7 @@ JOB_CONV_GROUPED, JOB_GEMV_N, JOB_CONV_LOCAL, JOB_SOFTMAX, JOB_LAYERNORM, JOB_PH
 JOB_GLOBAL_MEAN, JOB_STRIDED, JOB_BINARY, JOB_SGEMM = 17, 18, 19, 20
 JOB_RESIDUAL = 21
 JOB_QGEMM = 22
+JOB_LOWP_GEMM, JOB_LOWP_ROUND = 23, 24
 
 # The activation codes of aioge.h's ``enum aioge_act``, by op name (the one Python copy:
 # ``native_rows`` and the convolutions' epilogues read them here).
@@ -137,6 +140,11 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_qgemm_path": (_INT, (_INT,)),
     "aioge_qgemm_packed8": (_I64, (_I64, _I64)),
     "aioge_qgemm_pack8": (_INT, (_P, _INT, _I64, _I64, _I64, _I64, _P, _I64, _P, _I64, _P)),
+    "aioge_lowp_force_scalar": (None, (_INT,)),
+    "aioge_lowp_isa": (_INT, ()),
+    "aioge_lowp_round_f32": (None, (_INT, _P, _P, _I64)),
+    "aioge_lowp_pack": (_INT, (_INT, _P, _I64, _I64, _I64, _I64, _P, _I64)),
+    "aioge_lowp_gemm": (_INT, (_INT, _P, _I64, _P, _I64, _P, _P, _I64, _I64, _I64, _I64, _INT, _F, _F, _I64, _I64)),
 }
 
 

@@ -900,13 +900,14 @@ def conv2d(
     strides: Sequence[int] | None = None,
     dilations: Sequence[int] | None = None,
     group: int = 1,
+    precision: str | None = None,
     name: str | None = None,
     num_outputs: int | None = None,
     **unknown: Never,
 ) -> Value:
     """Conv: N-D convolution (NCHW), grouped and depthwise, with optional bias.
 
-    Attributes: auto_pad='NOTSET', kernel_shape=None, pads=None, strides=None, dilations=None, group=1. Returns the output value.
+    Attributes: auto_pad='NOTSET', kernel_shape=None, pads=None, strides=None, dilations=None, group=1, precision=None. Returns the output value.
     """
     return call_builder(
         "Conv",
@@ -919,6 +920,7 @@ def conv2d(
             "strides": strides,
             "dilations": dilations,
             "group": group,
+            "precision": precision,
             **unknown,
         },
         variadic=False,
@@ -981,13 +983,14 @@ def conv_transpose(
     kernel_shape: Sequence[int] | None = None,
     output_padding: Sequence[int] | None = None,
     output_shape: Sequence[int] | None = None,
+    precision: str | None = None,
     name: str | None = None,
     num_outputs: int | None = None,
     **unknown: Never,
 ) -> Value:
     """ConvTranspose: transposed convolution (any spatial rank; groups, strides, dilations, pads).
 
-    Attributes: dilations=None, pads=None, strides=None, auto_pad='NOTSET', group=1, kernel_shape=None, output_padding=None, output_shape=None. Returns the output value.
+    Attributes: dilations=None, pads=None, strides=None, auto_pad='NOTSET', group=1, kernel_shape=None, output_padding=None, output_shape=None, precision=None. Returns the output value.
     """
     return call_builder(
         "ConvTranspose",
@@ -1002,6 +1005,7 @@ def conv_transpose(
             "kernel_shape": kernel_shape,
             "output_padding": output_padding,
             "output_shape": output_shape,
+            "precision": precision,
             **unknown,
         },
         variadic=False,
@@ -1374,6 +1378,7 @@ def fused_conv(
     strides: Sequence[int] | None = None,
     dilations: Sequence[int] | None = None,
     group: int = 1,
+    precision: str | None = None,
     activation: str = "",
     activation_params: Sequence[float] = (),
     name: str | None = None,
@@ -1382,7 +1387,7 @@ def fused_conv(
 ) -> Value:
     """FusedConv: Conv then an activation, in place.
 
-    Attributes: auto_pad='NOTSET', kernel_shape=None, pads=None, strides=None, dilations=None, group=1, activation='', activation_params=(). Returns the output value.
+    Attributes: auto_pad='NOTSET', kernel_shape=None, pads=None, strides=None, dilations=None, group=1, precision=None, activation='', activation_params=(). Returns the output value.
     """
     return call_builder(
         "FusedConv",
@@ -1395,6 +1400,7 @@ def fused_conv(
             "strides": strides,
             "dilations": dilations,
             "group": group,
+            "precision": precision,
             "activation": activation,
             "activation_params": activation_params,
             **unknown,
@@ -1439,6 +1445,7 @@ def fused_gemm(
     beta: float = 1.0,
     transA: int = 0,
     transB: int = 0,
+    precision: str | None = None,
     activation: str = "",
     activation_params: Sequence[float] = (),
     name: str | None = None,
@@ -1447,7 +1454,7 @@ def fused_gemm(
 ) -> Value:
     """FusedGemm: Gemm then an activation, in place.
 
-    Attributes: alpha=1.0, beta=1.0, transA=0, transB=0, activation='', activation_params=(). Returns the output value.
+    Attributes: alpha=1.0, beta=1.0, transA=0, transB=0, precision=None, activation='', activation_params=(). Returns the output value.
     """
     return call_builder(
         "FusedGemm",
@@ -1458,6 +1465,7 @@ def fused_gemm(
             "beta": beta,
             "transA": transA,
             "transB": transB,
+            "precision": precision,
             "activation": activation,
             "activation_params": activation_params,
             **unknown,
@@ -1479,13 +1487,14 @@ def fused_mat_mul(
     alpha: float = 1.0,
     activation: str = "",
     activation_params: Sequence[float] = (),
+    precision: str | None = None,
     name: str | None = None,
     num_outputs: int | None = None,
     **unknown: Never,
 ) -> Value:
     """FusedMatMul: alpha * A' @ B' + C (A', B': last two axes swapped when transA / transB; C optional) then an optional activation.
 
-    Attributes: transA=0, transB=0, alpha=1.0, activation='', activation_params=(). Returns the output value.
+    Attributes: transA=0, transB=0, alpha=1.0, activation='', activation_params=(), precision=None. Returns the output value.
     """
     return call_builder(
         "FusedMatMul",
@@ -1497,6 +1506,7 @@ def fused_mat_mul(
             "alpha": alpha,
             "activation": activation,
             "activation_params": activation_params,
+            "precision": precision,
             **unknown,
         },
         variadic=False,
@@ -1584,19 +1594,20 @@ def gemm(
     beta: float = 1.0,
     transA: int = 0,
     transB: int = 0,
+    precision: str | None = None,
     name: str | None = None,
     num_outputs: int | None = None,
     **unknown: Never,
 ) -> Value:
     """Gemm: alpha * A' @ B' + beta * C, C optional and broadcast.
 
-    Attributes: alpha=1.0, beta=1.0, transA=0, transB=0. Returns the output value.
+    Attributes: alpha=1.0, beta=1.0, transA=0, transB=0, precision=None. Returns the output value.
     """
     return call_builder(
         "Gemm",
         "",
         (a, b, c),
-        {"alpha": alpha, "beta": beta, "transA": transA, "transB": transB, **unknown},
+        {"alpha": alpha, "beta": beta, "transA": transA, "transB": transB, "precision": precision, **unknown},
         variadic=False,
         name=name,
         num_outputs=num_outputs,
@@ -2273,12 +2284,23 @@ def mat_mul_integer(
     )
 
 
-def matmul(a: Operand, b: Operand, /, *, name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:
+def matmul(
+    a: Operand,
+    b: Operand,
+    /,
+    *,
+    precision: str | None = None,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Value:
     """MatMul: numpy matmul: batched, broadcasting, 1-D operands promoted and squeezed.
 
-    Attributes: none. Returns the output value.
+    Attributes: precision=None. Returns the output value.
     """
-    return call_builder("MatMul", "", (a, b), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+    return call_builder(
+        "MatMul", "", (a, b), {"precision": precision, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+    )
 
 
 def max(*inputs: Operand | Sequence[Operand], name: str | None = None, num_outputs: int | None = None, **unknown: Never) -> Value:

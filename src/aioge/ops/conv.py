@@ -14,7 +14,17 @@ from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import conv as k
 from aioge.kernels.conv_algos import CONV_ALGOS, NATIVE_CONV_ALGOS
 from aioge.kernels.pool_algos import GLOBAL_AVG_ALGOS, POOL_AVG_ALGOS, POOL_MAX_ALGOS
-from aioge.ops.schema import ALL_ENGINES, FLOAT_DTYPES, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema
+from aioge.ops.schema import (
+    ALL_ENGINES,
+    FLOAT_DTYPES,
+    REQUIRED,
+    Attr,
+    InferContext,
+    InferError,
+    KernelImpl,
+    OpSchema,
+    low_precision,
+)
 
 __all__ = ["SCHEMAS"]
 
@@ -152,17 +162,19 @@ def _infer_global_pool(ctx: InferContext) -> list[TensorDesc]:
 _CEIL = {"ceil_mode": Attr("int", 0, (0, 1))}
 
 SCHEMAS: tuple[OpSchema, ...] = (
-    OpSchema(
-        "Conv",
-        _infer_conv,
-        (KernelImpl("im2col", k.build_conv_im2col), *NATIVE_CONV_ALGOS, KernelImpl("taps", k.build_conv_taps), *CONV_ALGOS),
-        ALL_ENGINES,
-        _window_attrs({"group": Attr("int", 1, check=lambda g: None if g >= 1 else f"group must be >= 1, got {g}")}),
-        (2, 3),
-        family="nn",
-        builder="conv2d",
-        cost="conv",
-        doc="N-D convolution (NCHW), grouped and depthwise, with optional bias",
+    low_precision(
+        OpSchema(
+            "Conv",
+            _infer_conv,
+            (KernelImpl("im2col", k.build_conv_im2col), *NATIVE_CONV_ALGOS, KernelImpl("taps", k.build_conv_taps), *CONV_ALGOS),
+            ALL_ENGINES,
+            _window_attrs({"group": Attr("int", 1, check=lambda g: None if g >= 1 else f"group must be >= 1, got {g}")}),
+            (2, 3),
+            family="nn",
+            builder="conv2d",
+            cost="conv",
+            doc="N-D convolution (NCHW), grouped and depthwise, with optional bias",
+        ),
     ),
     OpSchema(
         "MaxPool",

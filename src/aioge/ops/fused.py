@@ -35,7 +35,18 @@ from aioge.kernels import native
 from aioge.kernels.matmul_algos import MATMUL_BLAS, build_fused_matmul
 from aioge.ops import conv, nn
 from aioge.ops.infer import broadcast_shapes
-from aioge.ops.schema import ALL_ENGINES, FLOAT_DTYPES, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema, RunFn
+from aioge.ops.schema import (
+    ALL_ENGINES,
+    FLOAT_DTYPES,
+    REQUIRED,
+    Attr,
+    InferContext,
+    InferError,
+    KernelImpl,
+    OpSchema,
+    RunFn,
+    low_precision,
+)
 
 __all__ = ["ACTIVATIONS", "EW_OPS", "SCHEMAS", "rows_shapes"]
 
@@ -252,21 +263,23 @@ def _rows_of(gemm: KernelImpl) -> KernelImpl:
 
 _FUSED_GEMM = _with_activation(_base(nn.SCHEMAS, "Gemm"), "FusedGemm", "Gemm then an activation, in place")
 
-_FUSED_MATMUL = OpSchema(
-    "FusedMatMul",
-    _infer_fused_matmul,
-    (
-        KernelImpl("numpy", build_fused_matmul),
-        *(_rows_of(impl) for impl in _FUSED_GEMM.impls),
-        MATMUL_BLAS,
-    ),
-    _MATMUL.engines,
-    {"transA": Attr("int", 0, (0, 1)), "transB": Attr("int", 0, (0, 1)), "alpha": Attr("float", 1.0), **_ACTIVATION_ATTRS},
-    (2, 3),
-    domain="aioge",
-    family="fused",
-    cost="matmul",
-    doc="alpha * A' @ B' + C (A', B': last two axes swapped when transA / transB; C optional) then an optional activation",
+_FUSED_MATMUL = low_precision(
+    OpSchema(
+        "FusedMatMul",
+        _infer_fused_matmul,
+        (
+            KernelImpl("numpy", build_fused_matmul),
+            *(_rows_of(impl) for impl in _FUSED_GEMM.impls),
+            MATMUL_BLAS,
+        ),
+        _MATMUL.engines,
+        {"transA": Attr("int", 0, (0, 1)), "transB": Attr("int", 0, (0, 1)), "alpha": Attr("float", 1.0), **_ACTIVATION_ATTRS},
+        (2, 3),
+        domain="aioge",
+        family="fused",
+        cost="matmul",
+        doc="alpha * A' @ B' + C (A', B': last two axes swapped when transA / transB; C optional) then an optional activation",
+    )
 )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import nn as k
+from aioge.kernels.lowp import LOWP_GEMM
 from aioge.kernels.matmul_algos import GEMM_ALGOS, MATMUL_ALGOS, NATIVE_GEMM_ALGOS, NATIVE_MATMUL_ALGOS
 from aioge.kernels.norm_algos import BATCHNORM_ALGOS, LAYERNORM_ALGOS, LOGSOFTMAX_ALGOS, SOFTMAX_ALGOS
 from aioge.ops.infer import broadcast_shapes, normalise_axis
@@ -20,6 +21,7 @@ from aioge.ops.schema import (
     InferError,
     KernelImpl,
     OpSchema,
+    low_precision,
 )
 
 __all__ = ["SCHEMAS"]
@@ -211,33 +213,38 @@ SCHEMAS: tuple[OpSchema, ...] = (
         family="nn",
         doc="log of Softmax along one axis, computed stably (opset 13)",
     ),
-    OpSchema(
-        "MatMul",
-        _infer_matmul,
-        (KernelImpl("numpy", k.build_matmul), *NATIVE_MATMUL_ALGOS, *MATMUL_ALGOS),
-        ALL_ENGINES,
-        {},
-        (2, 2),
-        family="nn",
-        builder="matmul",
-        cost="matmul",
-        doc="numpy matmul: batched, broadcasting, 1-D operands promoted and squeezed",
+    low_precision(
+        OpSchema(
+            "MatMul",
+            _infer_matmul,
+            (KernelImpl("numpy", k.build_matmul), *NATIVE_MATMUL_ALGOS, *MATMUL_ALGOS),
+            ALL_ENGINES,
+            {},
+            (2, 2),
+            family="nn",
+            builder="matmul",
+            cost="matmul",
+            doc="numpy matmul: batched, broadcasting, 1-D operands promoted and squeezed",
+        )
     ),
-    OpSchema(
-        "Gemm",
-        _infer_gemm,
-        (KernelImpl("numpy", k.build_gemm), *NATIVE_GEMM_ALGOS, *GEMM_ALGOS),
-        ALL_ENGINES,
-        {
-            "alpha": Attr("float", 1.0),
-            "beta": Attr("float", 1.0),
-            "transA": Attr("int", 0, _FLAG),
-            "transB": Attr("int", 0, _FLAG),
-        },
-        (2, 3),
-        family="nn",
-        cost="matmul",
-        doc="alpha * A' @ B' + beta * C, C optional and broadcast",
+    low_precision(
+        OpSchema(
+            "Gemm",
+            _infer_gemm,
+            (KernelImpl("numpy", k.build_gemm), *NATIVE_GEMM_ALGOS, *GEMM_ALGOS),
+            ALL_ENGINES,
+            {
+                "alpha": Attr("float", 1.0),
+                "beta": Attr("float", 1.0),
+                "transA": Attr("int", 0, _FLAG),
+                "transB": Attr("int", 0, _FLAG),
+            },
+            (2, 3),
+            family="nn",
+            cost="matmul",
+            doc="alpha * A' @ B' + beta * C, C optional and broadcast",
+        ),
+        LOWP_GEMM,
     ),
     OpSchema(
         "BatchNormalization",

@@ -7,6 +7,7 @@ all of them; nothing registers itself at import time.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -28,6 +29,7 @@ __all__ = [
     "OpSchema",
     "REQUIRED",
     "RunFn",
+    "low_precision",
     "VECTOR_ENGINES",
 ]
 
@@ -196,3 +198,13 @@ class OpSchema:
             if impl.name == name:
                 return impl
         raise KeyError(f"{self.name} has no implementation {name!r}")
+
+
+def low_precision(schema: OpSchema, *first: KernelImpl) -> OpSchema:
+    """``schema`` as GE's precision modes may place it in bf16 or fp16 (a matrix op): its
+    ``precision`` attribute (``aioge.compiler.precision`` sets it) and its low-precision
+    kernels (``first``, then its own over operands rounded at its input: ``kernels.lowp``)."""
+    from aioge.kernels.lowp import PRECISION_ATTR, lowp_impls
+
+    attrs = {**schema.attrs, PRECISION_ATTR: Attr("string", None, ("bf16", "fp16"))}
+    return dataclasses.replace(schema, impls=(*schema.impls, *first, *lowp_impls(schema.impls)), attrs=attrs)

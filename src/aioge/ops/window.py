@@ -25,6 +25,7 @@ from aioge.ops.schema import (
     InferError,
     KernelImpl,
     OpSchema,
+    low_precision,
 )
 
 __all__ = ["SCHEMAS"]
@@ -145,22 +146,24 @@ def _infer_max_unpool(ctx: InferContext) -> list[TensorDesc]:
 _WINDOW = {"dilations": Attr("ints"), "pads": Attr("ints"), "strides": Attr("ints"), "auto_pad": _AUTO_PAD}
 
 SCHEMAS: tuple[OpSchema, ...] = (
-    OpSchema(
-        "ConvTranspose",
-        _infer_conv_transpose,
-        (returning("numpy", k.conv_transpose),),
-        ALL_ENGINES,
-        {
-            **_WINDOW,
-            "group": Attr("int", 1),
-            "kernel_shape": Attr("ints"),
-            "output_padding": Attr("ints"),
-            "output_shape": Attr("ints"),
-        },
-        (2, 3),
-        family="window",
-        cost="conv",
-        doc="transposed convolution (any spatial rank; groups, strides, dilations, pads)",
+    low_precision(
+        OpSchema(
+            "ConvTranspose",
+            _infer_conv_transpose,
+            (returning("numpy", k.conv_transpose),),
+            ALL_ENGINES,
+            {
+                **_WINDOW,
+                "group": Attr("int", 1),
+                "kernel_shape": Attr("ints"),
+                "output_padding": Attr("ints"),
+                "output_shape": Attr("ints"),
+            },
+            (2, 3),
+            family="window",
+            cost="conv",
+            doc="transposed convolution (any spatial rank; groups, strides, dilations, pads)",
+        ),
     ),
     OpSchema(
         "DeformConv",

@@ -91,7 +91,10 @@ def candidates_of(
     those a compile in this process may choose, or with ``stored`` every one a compile in any
     process may have chosen (a compiled kernel's choice, read where its tier is missing)."""
     out = []
+    lowp = bool(attrs.get("precision"))  # GE's precision modes: only, or never, the low-precision kernels
     for impl in schema.impls:
+        if ("lowp" in impl.name) != lowp:
+            continue
         if impl.applies(in_descs, attrs) and (stored or impl.offered()):
             for params in impl.candidates(in_descs, attrs) or [{}]:
                 out.append((impl, dict(params)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -101,6 +102,16 @@ class CompiledModel:
                 return n
         raise KeyError(name)
 
+    def precisions(self) -> list[str]:
+        """The precision each node computes in, in plan order: the one a precision mode lowered
+        it to (bf16, fp16: operands rounded, float32 accumulation), else its output's dtype."""
+        by_name = {n.name: n for n in self.graph.nodes}
+        out = []
+        for plan in self.nodes:
+            n = by_name.get(plan.name)
+            out.append("" if n is None else str(n.attrs.get("precision") or (n.outputs[0].desc.dtype if n.outputs else "")))
+        return out
+
     def summary(self) -> dict[str, Any]:
         """Counts per engine and stream, memory figures and compile statistics, as plain data."""
         per_engine: dict[str, int] = {}
@@ -116,6 +127,7 @@ class CompiledModel:
             "arena_bytes": self.memory.arena_bytes,
             "lower_bound_bytes": self.memory.lower_bound_bytes,
             "no_reuse_bytes": self.memory.no_reuse_bytes,
+            "precision": {p: n for p, n in sorted(Counter(self.precisions()).items())},
             "stats": {
                 "kernels_compiled": self.stats.kernels_compiled,
                 "kernel_cache_hits": self.stats.kernel_cache_hits,

@@ -37,6 +37,7 @@ def trace_events(model: CompiledModel, spans: Sequence[TraceSpan]) -> list[dict[
         return round((t - t0) * 1e6, 4)
 
     by_node: dict[int, TraceSpan] = {}
+    precisions = model.precisions()
     for s in sorted(spans, key=lambda s: s.start):
         by_node[s.node] = s
         plan = model.nodes[s.node]
@@ -49,7 +50,13 @@ def trace_events(model: CompiledModel, spans: Sequence[TraceSpan]) -> list[dict[
                 "tid": s.stream,
                 "ts": us(s.start),
                 "dur": max(round((s.end - s.start) * 1e6, 4), 2 * _INSIDE_US + 0.001),
-                "args": {"op_type": plan.op_type, "engine": plan.engine, "impl": plan.kernel.impl, "node": s.node},
+                "args": {
+                    "op_type": plan.op_type,
+                    "engine": plan.engine,
+                    "impl": plan.kernel.impl,
+                    "node": s.node,
+                    "precision": precisions[s.node],
+                },
             }
         )
     for e in model.streams.events:

@@ -51,7 +51,9 @@ enum aioge_job {
     JOB_SGEMM = 20,
     JOB_RESIDUAL = 21,
     JOB_QGEMM = 22,
-    AIOGE_NJOBS = 23,
+    JOB_LOWP_GEMM = 23,
+    JOB_LOWP_ROUND = 24,
+    AIOGE_NJOBS = 25,
 };
 
 /* The activations the C kernels apply (norm.c computes them; the convolutions of dwconv.c and
@@ -210,5 +212,12 @@ int aioge_qgemm_path(int force);
 int64_t aioge_qgemm_packed8(int64_t k, int64_t n);
 int aioge_qgemm_pack8(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
                       int64_t nzb, int8_t *packed, int64_t packed_len, int32_t *colsum);
+/* lowp.c: bf16 (kind 0) and fp16 (kind 1) operands, float32 accumulation (GE's precision modes) */
+void aioge_lowp_force_scalar(int on);
+int aioge_lowp_isa(void);
+void aioge_lowp_round_f32(int kind, const float *x, float *y, int64_t n);
+int aioge_lowp_pack(int kind, const float *b, int64_t sk, int64_t sn, int64_t K, int64_t N, uint16_t *bp, int64_t bp_len);
+int aioge_lowp_gemm(int kind, const float *a, int64_t lda, const uint16_t *bp, int64_t bp_len, const float *bias, float *y,
+                    int64_t ldy, int64_t M, int64_t K, int64_t N, int act, float p0, float p1, int64_t m0, int64_t m1);
 
 #endif

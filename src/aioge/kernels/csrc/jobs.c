@@ -329,6 +329,22 @@ static int job_sgemm(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
+/* lowp gemm (lowp.c): kind, a, lda, bp, bp_len, bias, y, ldy, M, K, N, act, the bits of p0 and p1:
+ * [lo, hi) are rows */
+static int job_lowp_gemm(const int64_t *g, int64_t lo, int64_t hi)
+{
+    return aioge_lowp_gemm((int)g[0], (const float *)(intptr_t)g[1], g[2], (const uint16_t *)(intptr_t)g[3], g[4],
+                           (const float *)(intptr_t)g[5], (float *)(intptr_t)g[6], g[7], g[8], g[9], g[10], (int)g[11],
+                           aioge_float_of(g[12]), aioge_float_of(g[13]), lo, hi);
+}
+
+/* lowp round (lowp.c): kind, x, y: [lo, hi) are elements */
+static int job_lowp_round(const int64_t *g, int64_t lo, int64_t hi)
+{
+    aioge_lowp_round_f32((int)g[0], (const float *)(intptr_t)g[1] + lo, (float *)(intptr_t)g[2] + lo, hi - lo);
+    return 0;
+}
+
 /* By aioge.h's job numbers: a table out of step with them does not compile. */
 /* a conv's residual: y = act(a + z): a, z, y, act, the bits of p0 and p1, n: [lo, hi) are
  * elements (FusedConv's Z, added while the output is hot) */
@@ -356,6 +372,7 @@ static const job_fn JOBS[] = {
     [JOB_STRIDED] = job_strided,     [JOB_BINARY] = job_binary,           [JOB_SGEMM] = job_sgemm,
     [JOB_RESIDUAL] = job_residual,
     [JOB_QGEMM] = aioge_qgemm_rows,
+    [JOB_LOWP_GEMM] = job_lowp_gemm, [JOB_LOWP_ROUND] = job_lowp_round,
 };
 _Static_assert(sizeof JOBS / sizeof JOBS[0] == AIOGE_NJOBS, "a job of aioge.h has no entry in JOBS");
 
