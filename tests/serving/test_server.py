@@ -696,3 +696,20 @@ def test_explicit_model_control_loads_only_the_named_models(models: dict[str, Pa
             np.array(out["data"], np.float32).reshape(1, 3), _reference(models["onnx"], x, y)["out"], rtol=1e-5
         )
         client.close()
+
+
+@pytest.mark.anyio
+async def test_wait_loaded_starts_after_the_models_load_and_fails_on_one_that_does_not(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """``create_app(wait_loaded=True)`` (a Ray Serve replica): start-up returns with every model
+    ready, and raises naming a model that did not load (Ray then fails the replica)."""
+    app = create_app([str(models["onnx"])], wait_loaded=True)
+    async with app.router.lifespan_context(app):
+        assert app.state.models["mlp"].ready  # loaded before start-up returned, not in the background
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not an onnx file")
+    app = create_app([str(models["onnx"]), str(broken)], wait_loaded=True)
+    with pytest.raises(AiogeError, match="model broken version 1: "):
+        async with app.router.lifespan_context(app):
+            pass

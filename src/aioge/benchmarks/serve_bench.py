@@ -234,6 +234,7 @@ async def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg:
     latencies: list[float] = []
     errors = 0
     sent = 0
+    dropped: list[str] = []
     limits = httpx.Limits(max_connections=cfg.clients, max_keepalive_connections=cfg.clients)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
         path = f"/v2/models/{model}/infer"
@@ -243,7 +244,12 @@ async def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg:
             while sent < budget and time.perf_counter() < deadline:
                 sent += 1
                 start = time.perf_counter()
-                r = await client.post(path, content=body, headers=headers)
+                try:
+                    r = await client.post(path, content=body, headers=headers)
+                except httpx.TransportError as exc:  # a connection the server closed or reset: an error, not the end
+                    errors += record
+                    dropped.append(repr(exc))
+                    continue
                 if record:
                     latencies.append(time.perf_counter() - start)
                     errors += r.status_code != 200
@@ -264,6 +270,7 @@ async def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg:
         outputs = _decode(r.content, r.headers.get("Inference-Header-Content-Length"))
     lat = np.array(latencies)
     return {
+        "transport_errors": sorted(set(dropped)),  # of the warm-up too
         "client_cpu_pct": 100 * cpu / elapsed,  # of one core: the load generator's own share
         "requests": len(lat),
         "errors": errors,
@@ -335,6 +342,7 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
                     arms.append((arm, start, as_json, mlserver, ml_env))
             for arm, argv_for, (body, headers), python, arm_env in arms:
                 port = _free_port()
+                print(f"serve bench: {name}, {arm}", file=sys.stderr)
                 with _server(argv_for(port), port, arm_env, python, f"/v2/models/{name}/ready") as url:
                     row = anyio.run(_load, url, name, body, headers, cfg)
                 got = row.pop("outputs")
