@@ -679,14 +679,17 @@ def create_app(
                 grpc_server = await start(core, *grpc, max_message_bytes=max_body_bytes)
             if wait_loaded:
                 await load_all()
-                if failures:
-                    raise AiogeError("; ".join(f"model {m.name} version {m.version}: {m.error}" for m in failures))
             else:
                 tg.start_soon(load_all)
-            yield
+            if wait_loaded and failures:
+                tg.cancel_scope.cancel()
+            else:
+                yield
             if grpc_server is not None:
                 await grpc_server.stop(grpc_grace)  # refuses new RPCs, lets running ones finish
             tg.cancel_scope.cancel()
+        if wait_loaded and failures:  # raised out here, not as a group from inside the task group
+            raise AiogeError("; ".join(f"model {m.name} version {m.version}: {m.error}" for m in failures))
         log.info("requests drained, models closed")
 
     def error(status: int, message: str) -> Response:
