@@ -74,4 +74,5 @@ def deployment(
     check_options(graph_options, "graph")
     ingress = serve.ingress()(AiogeReplica)
     args = (list(paths), repository, dict(session_options or {}), dict(graph_options or {}), replica_cache)
-    return serve.deployment(ingress, name=name, **ray_options).bind(*args)
+    wrapped: Any = serve.deployment(ingress, name=name, **ray_options)
+    return wrapped.bind(*args)

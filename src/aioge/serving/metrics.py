@@ -17,7 +17,7 @@ _SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 class ServerMetrics:
     """The server's metrics; ``backend`` () -> metric families, collected at every scrape."""
 
-    def __init__(self, backend: Callable[[], Iterable[Any]], ready: Mapping[str, Callable[[], object]]) -> None:
+    def __init__(self, backend: Callable[[], Iterable[Any]], ready: Mapping[str, Callable[[], float]]) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = r = CollectorRegistry()
