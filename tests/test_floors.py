@@ -24,7 +24,7 @@ imported), so it also fails on an import that no test executes.
 - ``session``; then the package root ``aioge/__init__.py``, the public face that re-exports it;
 - ``torch`` (``aioge.torch``, above the root: it is a user of the public face), ``server``
   (``aioge serve``), ``distributed`` (batch compile on Dask) and ``benchmarks`` (measures the
-  public face against onnxruntime);
+  public face against onnxruntime), with ``ray`` (``aioge.ray``: the server's app on Ray Serve) between;
 - ``cli`` (``aioge bench`` runs the benchmarks), then ``__main__``.
 """
 
@@ -52,6 +52,7 @@ FLOORS: list[set[str]] = [
     {"session"},
     {"aioge"},
     {"torch", "server", "distributed"},
+    {"ray"},
     {"benchmarks"},
     {"cli"},
     {"__main__"},

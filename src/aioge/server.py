@@ -358,53 +358,6 @@ def batch_stats(session: Any, graph_id: int) -> dict[str, float]:
     return {str(k): float(v) for k, v in items if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-class _Metrics:
-    """The server's own Prometheus metrics, in a registry of its own (several servers may share a process)."""
-
-    def __init__(self, backend: Backend, models: Mapping[str, ServedModel]) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter("aioge_requests", "inference requests by model and HTTP status", ["model", "code"], registry=r)
-        self.latency = Histogram(
-            "aioge_request_duration_seconds",
-            "inference request time, body read to response",
-            ["model"],
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-            registry=r,
-        )
-        self.rows = Histogram(
-            "aioge_request_batch_rows",
-            "rows (first dim of the first input) per request",
-            ["model"],
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024),
-            registry=r,
-        )
-        self.queue = Histogram(
-            "aioge_request_queue_seconds",
-            "time a request waited for an inference slot (--max-inflight)",
-            ["model"],
-            buckets=(0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
-            registry=r,
-        )
-        ready = Gauge("aioge_model_ready", "1 when the model is loaded and compiled", ["model"], registry=r)
-        for m in models.values():
-            ready.labels(m.name).set_function(partial(_is_ready, m))
-        backend_metrics = backend.metrics
-        served = list(models.values())
-
-        class _FromBackend:
-            def collect(self) -> Iterable[Any]:
-                return backend_metrics(served)
-
-        r.register(_FromBackend())
-
-
-def _is_ready(model: ServedModel) -> float:
-    return float(model.ready)
-
-
 @dataclass(frozen=True, slots=True)
 class Core:
     """One request-handling core for both fronts (KServe v2 REST here, gRPC in
@@ -641,6 +594,7 @@ def create_app(
     load: Sequence[str] | None = None,
     grpc: tuple[str, int] | None = None,
     grpc_grace: float = 30.0,
+    wait_loaded: bool = False,
 ) -> Any:
     """The Starlette app serving ``paths`` (.onnx and .om files) through ``backend``
     (default: ``SessionBackend()``).
@@ -659,7 +613,8 @@ def create_app(
     ``app.state.load_failures`` lists the models that failed their first load. With
     ``grpc`` (host, port), the KServe v2 gRPC service (``aioge.serving.kserve_grpc``) runs in
     the same event loop on the same model versions, from start-up until shutdown, when in-flight
-    RPCs get ``grpc_grace`` seconds to finish.
+    RPCs get ``grpc_grace`` seconds to finish. With ``wait_loaded``, start-up returns once the
+    models loaded and fails (AiogeError) if one did not (a Ray Serve replica: ``aioge.ray``).
 
     Raises:
         AiogeError: a bad model path (see ``model_names``), or ``load`` names no served model;
@@ -683,7 +638,10 @@ def create_app(
     for m in entries:
         m.unloaded = load is not None and m.name not in load
     runner: Backend = backend if backend is not None else SessionBackend()
-    metrics = _Metrics(runner, models)
+    from aioge.serving.metrics import ServerMetrics
+
+    served = list(models.values())
+    metrics = ServerMetrics(partial(runner.metrics, served), {m.name: partial(getattr, m, "ready") for m in served})
     inflight = anyio.CapacityLimiter(max_inflight)
     decoding = anyio.CapacityLimiter(max_decoding)
 
@@ -719,11 +677,19 @@ def create_app(
                 from aioge.serving.kserve_grpc import start
 
                 grpc_server = await start(core, *grpc, max_message_bytes=max_body_bytes)
-            tg.start_soon(load_all)
-            yield
+            if wait_loaded:
+                await load_all()
+            else:
+                tg.start_soon(load_all)
+            if wait_loaded and failures:
+                tg.cancel_scope.cancel()
+            else:
+                yield
             if grpc_server is not None:
                 await grpc_server.stop(grpc_grace)  # refuses new RPCs, lets running ones finish
             tg.cancel_scope.cancel()
+        if wait_loaded and failures:  # raised out here, not as a group from inside the task group
+            raise AiogeError("; ".join(f"model {m.name} version {m.version}: {m.error}" for m in failures))
         log.info("requests drained, models closed")
 
     def error(status: int, message: str) -> Response:
@@ -914,11 +880,11 @@ def create_app(
             feeds, extra = await decode(m)
             first = next(iter(feeds.values()), None)
             rows = first.shape[0] if first is not None and first.ndim else 1
-            metrics.rows.labels(m.name).observe(rows)
+            metrics.rows.labels(m.name, m.version).observe(rows)
             queued = time.perf_counter()
             async with inflight:
                 waited = time.perf_counter() - queued
-                metrics.queue.labels(m.name).observe(waited)
+                metrics.queue.labels(m.name, m.version).observe(waited)
                 m.stats.add("queue", waited)
                 try:
                     outputs = await runner.infer(m, feeds)
@@ -947,8 +913,7 @@ def create_app(
             log.exception("model %s: inference failed", name)
             raise _BadRequest(500, f"internal error: {type(exc).__name__}: {exc}") from None
         finally:
-            metrics.requests.labels(label, str(status)).inc()
-            metrics.latency.labels(label).observe(time.perf_counter() - start)
+            metrics.request(label, m.version if m is not None else "", status, time.perf_counter() - start)
             if m is not None:
                 m.stats.add("success" if status == 200 else "fail", time.perf_counter() - start)
 

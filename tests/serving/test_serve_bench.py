@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ def test_bench_serve_runs_both_arms_and_writes_figures(tmp_path: Path, capsys: p
         "40",
         "--serve-workloads",
         "mlp",
+        "--serve-workers",
+        "1",
         "--output-dir",
         str(tmp_path),
     ]
@@ -31,8 +34,10 @@ def test_bench_serve_runs_both_arms_and_writes_figures(tmp_path: Path, capsys: p
         assert r["workload"] == "mlp" and r["clients"] == 8
         assert r["requests"] == 40 and r["errors"] == 0
         assert r["max_abs_err"] < 1e-5  # the softmax of the last response vs the numpy reference
-        assert 0 < r["p50_ms"] <= r["p99_ms"] and r["rps"] > 0
-    assert "| mlp | aioge serve | 8 | 40 | 0 |" in (tmp_path / "SERVE.md").read_text()
+        assert 0 < r["p50_ms"] <= r["p99_ms"] and r["rps"] > 0 and r["client_cpu_pct"] > 0
+    md = (tmp_path / "SERVE.md").read_text()
+    assert "| mlp | aioge serve | 8 | 40 | 0 |" in md
+    assert "MLServer arms skipped: no --mlserver-python" in md  # said, not silently left out
     assert "wrote" in capsys.readouterr().out
 
 
@@ -41,3 +46,43 @@ def test_bench_serve_rejects_unknown_workloads(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="unknown serving workloads"):
         run_serve_bench(ServeBenchConfig(workloads=("nope",)))
+
+
+def test_mlserver_folder_holds_the_runtime_and_its_batching(tmp_path: Path) -> None:
+    """The folder the MLServer arms start from: its port, the runtime (valid Python, naming
+    the class model-settings.json implements) and adaptive batching on or off."""
+    import ast
+
+    from aioge.benchmarks.serve_bench import mlserver_folder, mlserver_usable
+
+    for batch in (None, (64, 0.002)):
+        folder = tmp_path / str(batch is not None)
+        argv = mlserver_folder(str(folder), "mlp", "/models/mlp.onnx", 18123, batch=batch)
+        assert argv == ["-m", "mlserver.cli.main", "start", str(folder)]
+        settings = json.loads((folder / "settings.json").read_text())
+        assert settings["http_port"] == 18123 and settings["host"] == "127.0.0.1"
+        model = json.loads((folder / "mlp" / "model-settings.json").read_text())
+        assert model["implementation"] == "ort_runtime.OrtRuntime" and model["parameters"]["uri"] == "/models/mlp.onnx"
+        tree = ast.parse((folder / "ort_runtime.py").read_text())
+        assert "OrtRuntime" in [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+        if batch is None:
+            assert "max_batch_size" not in model and "max_batch_time" not in model
+        else:
+            assert (model["max_batch_size"], model["max_batch_time"]) == batch
+    assert "cannot import mlserver" in (mlserver_usable(str(tmp_path / "no-python")) or "")
+
+
+MLSERVER_PYTHON = os.environ.get("AIOGE_MLSERVER_PYTHON")
+
+
+@pytest.mark.skipif(not MLSERVER_PYTHON, reason="AIOGE_MLSERVER_PYTHON: a python with mlserver and onnxruntime")
+@pytest.mark.timeout(400)
+def test_bench_serve_runs_mlserver_beside_aioge(tmp_path: Path) -> None:
+    from aioge.benchmarks.serve_bench import ServeBenchConfig, run_serve_bench
+
+    cfg = ServeBenchConfig(workloads=("mlp",), clients=4, total=20, warmup=8, mlserver_python=MLSERVER_PYTHON)
+    rows = run_serve_bench(cfg)
+    arms = [r["arm"] for r in rows]
+    assert arms[-3:] == ["aioge serve (JSON)", "MLServer, batching off", "MLServer, batching on (64 rows, 2 ms)"]
+    for r in rows:
+        assert r["requests"] == 20 and r["errors"] == 0 and r["max_abs_err"] < 1e-5

@@ -270,43 +270,67 @@ def test_triton_client_sees_errors_and_metadata_of_unknown_models(server: str) -
     client.close()
 
 
-def test_metrics_count_requests_latency_rows_and_compiles(server: str) -> None:
-    x = {"name": "x", "shape": [4, 4], "datatype": "FP32", "data": [0.1] * 16}
-    y = {"name": "y", "shape": [4, 3], "datatype": "FP32", "data": [0.1] * 12}
-    before = httpx.get(f"http://{server}/metrics").text
-    assert httpx.post(f"http://{server}/v2/models/mlp/infer", json={"inputs": [x, y]}).status_code == 200
-    assert httpx.post(f"http://{server}/v2/models/mlp/infer", json={"inputs": [x]}).status_code == 400
-    r = httpx.get(f"http://{server}/metrics")
+def _scrape(url: str) -> dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
+    """/metrics parsed by prometheus_client's own parser: family -> (sample name, labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = httpx.get(f"http://{url}/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    return {
+        f.name: {(s.name, tuple(sorted(s.labels.items()))): s.value for s in f.samples}
+        for f in text_string_to_metric_families(r.text)
+    }
 
-    def value(text: str, sample: str) -> float:
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(sample + " "))
 
-    text = r.text
-    assert (
-        value(text, 'aioge_requests_total{code="200",model="mlp"}')
-        == value(before, 'aioge_requests_total{code="200",model="mlp"}') + 1
+def test_metrics_count_requests_latency_rows_and_compiles(server: str) -> None:
+    """Per model and version: success and failure counts and the duration histogram (buckets
+    cumulative up to +Inf == _count, a positive _sum), after a real client's requests."""
+    before = _scrape(server)
+    client = triton.InferenceServerClient(url=server)
+    x, y = (triton.InferInput(n, [4, k], "FP32") for n, k in (("x", 4), ("y", 3)))
+    x.set_data_from_numpy(np.full((4, 4), 0.1, np.float32))
+    y.set_data_from_numpy(np.full((4, 3), 0.1, np.float32))
+    assert client.infer("mlp", [x, y]).as_numpy("out").shape == (4, 3)
+    with pytest.raises(InferenceServerException, match="missing inputs"):
+        client.infer("mlp", [x])
+    with pytest.raises(InferenceServerException, match="no model 'nope'"):
+        client.infer("nope", [x])
+    client.close()
+    after = _scrape(server)
+    mv = (("model", "mlp"), ("version", "1"))
+
+    def delta(family: str, sample: str, labels: tuple[tuple[str, str], ...]) -> float:
+        key = (sample, labels)
+        return after[family][key] - before.get(family, {}).get(key, 0.0)
+
+    assert delta("aioge_request_success", "aioge_request_success_total", mv) == 1
+    assert delta("aioge_request_failure", "aioge_request_failure_total", (("code", "400"), *mv)) == 1
+    unknown = (("code", "404"), ("model", "unknown"), ("version", ""))
+    assert delta("aioge_request_failure", "aioge_request_failure_total", unknown) == 1
+    hist = after["aioge_request_duration_seconds"]
+    buckets = sorted(
+        (float(dict(labels)["le"]), v)
+        for (name, labels), v in hist.items()
+        if name.endswith("_bucket") and dict(labels)["model"] == "mlp" and dict(labels)["version"] == "1"
     )
-    assert (
-        value(text, 'aioge_requests_total{code="400",model="mlp"}')
-        == value(before, 'aioge_requests_total{code="400",model="mlp"}') + 1
-    )
-    assert value(text, 'aioge_request_duration_seconds_count{model="mlp"}') >= 2
-    assert (
-        value(text, 'aioge_request_batch_rows_bucket{le="4.0",model="mlp"}')
-        - value(text, 'aioge_request_batch_rows_bucket{le="2.0",model="mlp"}')
-        >= 1
-    )
-    assert value(text, 'aioge_request_queue_seconds_count{model="mlp"}') >= 1
-    assert value(text, 'aioge_model_ready{model="mlp"}') == 1 and value(text, 'aioge_model_ready{model="mlp2"}') == 1
+    assert len(buckets) == 15 and buckets[-1][0] == float("inf")
+    assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:]))  # cumulative
+    count = hist[("aioge_request_duration_seconds_count", mv)]
+    assert buckets[-1][1] == count and count >= 2 and hist[("aioge_request_duration_seconds_sum", mv)] > 0
+    assert delta("aioge_request_duration_seconds", "aioge_request_duration_seconds_count", mv) == 2
+    rows = after["aioge_request_batch_rows"]
+    le = {dict(k[1])["le"]: v for k, v in rows.items() if k[0].endswith("_bucket") and dict(k[1])["model"] == "mlp"}
+    assert le["4.0"] - le["2.0"] >= 1  # the 4-row request
+    assert after["aioge_request_queue_seconds"][("aioge_request_queue_seconds_count", mv)] >= 1
+    ready = after["aioge_model_ready"]
+    assert ready[("aioge_model_ready", (("model", "mlp"),))] == 1 and ready[("aioge_model_ready", (("model", "mlp2"),))] == 1
     # The .onnx was compiled by this server: 5 nodes, each compiled or from the kernel cache.
-    assert (
-        value(text, 'aioge_model_kernels_compiled_total{model="mlp"}')
-        + value(text, 'aioge_model_kernel_cache_hits_total{model="mlp"}')
-        >= 1
-    )
-    assert value(text, 'aioge_model_compile_seconds{model="mlp"}') > 0
-    assert value(text, "aioge_kernel_cache_compiles_total") + value(text, "aioge_kernel_cache_hits_total") >= 1
+    m = (("model", "mlp"),)
+    compiled = after["aioge_model_kernels_compiled"][("aioge_model_kernels_compiled_total", m)]
+    assert compiled + after["aioge_model_kernel_cache_hits"][("aioge_model_kernel_cache_hits_total", m)] >= 1
+    assert after["aioge_model_compile_seconds"][("aioge_model_compile_seconds", m)] > 0
+    kernel = after["aioge_kernel_cache_compiles"][("aioge_kernel_cache_compiles_total", ())]
+    assert kernel + after["aioge_kernel_cache_hits"][("aioge_kernel_cache_hits_total", ())] >= 1
 
 
 def test_batch_stats_are_read_only_when_the_session_has_them() -> None:
@@ -672,3 +696,20 @@ def test_explicit_model_control_loads_only_the_named_models(models: dict[str, Pa
             np.array(out["data"], np.float32).reshape(1, 3), _reference(models["onnx"], x, y)["out"], rtol=1e-5
         )
         client.close()
+
+
+@pytest.mark.anyio
+async def test_wait_loaded_starts_after_the_models_load_and_fails_on_one_that_does_not(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """``create_app(wait_loaded=True)`` (a Ray Serve replica): start-up returns with every model
+    ready, and raises naming a model that did not load (Ray then fails the replica)."""
+    app = create_app([str(models["onnx"])], wait_loaded=True)
+    async with app.router.lifespan_context(app):
+        assert app.state.models["mlp"].ready  # loaded before start-up returned, not in the background
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not an onnx file")
+    app = create_app([str(models["onnx"]), str(broken)], wait_loaded=True)
+    with pytest.raises(AiogeError, match="model broken version 1: "):
+        async with app.router.lifespan_context(app):
+            pass

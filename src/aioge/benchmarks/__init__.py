@@ -78,12 +78,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--serve",
         action="store_true",
-        help="instead: `aioge serve` over HTTP with --serve-clients concurrent clients beside onnxruntime behind the same server",
+        help="instead: `aioge serve` over HTTP with --serve-clients concurrent clients beside onnxruntime behind the same server (and MLServer: --mlserver-python)",
     )
     p.add_argument("--serve-clients", type=int, default=200)
     p.add_argument("--serve-total", type=int, default=4000, help="requests per server (bounded also by --serve-seconds)")
     p.add_argument("--serve-seconds", type=float, default=30.0)
     p.add_argument("--serve-workloads", default="mlp,cnn")
+    p.add_argument("--serve-workers", default="1,2", help="an `aioge serve --workers N` arm for each N")
+    p.add_argument(
+        "--mlserver-python",
+        default=None,
+        help="a python with mlserver and onnxruntime (a venv of its own): adds MLServer arms, adaptive batching off and on",
+    )
     p.add_argument("--serve-args", default="", help="extra `aioge serve` flags, space-separated (e.g. '--batch-max-rows 64')")
 
 

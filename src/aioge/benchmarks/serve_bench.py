@@ -1,5 +1,10 @@
-"""``aioge bench --serve``: ``aioge serve`` over HTTP under many concurrent clients, beside the
-same HTTP server (``aioge.server``) calling onnxruntime in worker threads.
+"""``aioge bench --serve``: ``aioge serve`` over HTTP under many concurrent clients (one worker
+process and more), beside the same HTTP server (``aioge.server``) calling onnxruntime in worker
+threads and, given a python with ``mlserver`` (``--mlserver-python``, a venv of its own),
+MLServer serving the same ONNX file through onnxruntime in a custom runtime, with its adaptive
+batching off and on. MLServer takes JSON tensors only, so an ``aioge serve (JSON)`` arm sends
+the same JSON bodies; the other aioge arms send the binary extension, as Triton's client does.
+The client's CPU time is measured apart: the load generator shares the cores.
 
 Each arm is a server subprocess on 127.0.0.1 (a free port); this process is the load: ``clients``
 concurrent httpx clients, each sending single-row requests (binary tensor extension, as
@@ -20,8 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
@@ -41,6 +47,9 @@ class ServeBenchConfig:
     warmup: int = 200
     ort_threads: int = 64  # onnxruntime's worker threads in its arm (the issue's 64-thread pool)
     serve_args: tuple[str, ...] = ()  # extra `aioge serve` flags (e.g. --batch-max-rows 64)
+    workers: tuple[int, ...] = (1,)  # an `aioge serve --workers N` arm for each
+    mlserver_python: str | None = None  # a python with mlserver and onnxruntime: the MLServer arms
+    mlserver_batch: tuple[int, float] = (64, 0.002)  # adaptive batching's max_batch_size, max_batch_time (s)
 
 
 class OrtBackend:
@@ -91,15 +100,17 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _server(argv: list[str], port: int, env: Mapping[str, str]) -> Iterator[str]:
-    """A server subprocess, ready (``/v2/health/ready`` 200) on 127.0.0.1:port; stopped on exit."""
+def _server(
+    argv: list[str], port: int, env: Mapping[str, str], python: str = sys.executable, ready: str = "/v2/health/ready"
+) -> Iterator[str]:
+    """A server subprocess, ready (GET ``ready`` 200) on 127.0.0.1:port; stopped on exit."""
     import httpx
 
     # stderr to a file, not a pipe: a chatty server can never block on a full pipe.
     # -P: the current directory does not come first on sys.path (a stray msgpack.py there must not run).
     with (
         tempfile.TemporaryFile() as log,
-        subprocess.Popen([sys.executable, "-P", *argv], stdout=subprocess.DEVNULL, stderr=log, env=dict(env)) as proc,
+        subprocess.Popen([python, "-P", *argv], stdout=subprocess.DEVNULL, stderr=log, env=dict(env)) as proc,
     ):
         url = f"http://127.0.0.1:{port}"
         try:
@@ -109,7 +120,7 @@ def _server(argv: list[str], port: int, env: Mapping[str, str]) -> Iterator[str]
                     log.seek(0)
                     raise RuntimeError(f"server {argv} exited: {log.read().decode(errors='replace')[-2000:]}")
                 with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(url + "/v2/health/ready").status_code == 200:
+                    if httpx.get(url + ready).status_code == 200:
                         break
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"server {argv} not ready after 120 s")
@@ -138,17 +149,83 @@ def _request(feeds: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
     }
 
 
-def _decode(content: bytes, header_length: str) -> dict[str, np.ndarray]:
+def _json_request(feeds: Mapping[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
+    """A JSON infer body for ``feeds`` (what MLServer takes)."""
     from aioge.server import DATATYPES
 
-    n = int(header_length)
+    inputs = [
+        {"name": k, "shape": list(a.shape), "datatype": DATATYPES[a.dtype.name], "data": a.ravel().tolist()}
+        for k, a in feeds.items()
+    ]
+    return json.dumps({"inputs": inputs}).encode(), {"Content-Type": "application/json"}
+
+
+def _decode(content: bytes, header_length: str | None) -> dict[str, np.ndarray]:
+    """The outputs of a response, binary (``header_length``) or JSON."""
+    from aioge.server import DATATYPES
+
+    n = len(content) if header_length is None else int(header_length)
     meta, offset, out = json.loads(content[:n]), n, {}
     for o in meta["outputs"]:
-        size = o["parameters"]["binary_data_size"]
         dtype = next(k for k, v in DATATYPES.items() if v == o["datatype"])
+        if "data" in o:
+            out[o["name"]] = np.asarray(o["data"], dtype).reshape(o["shape"])
+            continue
+        size = o["parameters"]["binary_data_size"]
         out[o["name"]] = np.frombuffer(content[offset : offset + size], dtype).reshape(o["shape"])
         offset += size
     return out
+
+
+# MLServer's custom runtime (written into the arm's folder): onnxruntime on the decoded tensors,
+# run in predict as MLServer's own runtimes do (in its inference worker process).
+_MLSERVER_RUNTIME = """
+import onnxruntime as ort
+from mlserver import MLModel
+from mlserver.codecs import NumpyCodec
+from mlserver.types import InferenceRequest, InferenceResponse
+
+
+class OrtRuntime(MLModel):
+    async def load(self) -> bool:
+        self._sess = ort.InferenceSession(self.settings.parameters.uri, providers=["CPUExecutionProvider"])
+        self._names = [o.name for o in self._sess.get_outputs()]
+        return True
+
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        outs = self._sess.run(None, {i.name: NumpyCodec.decode_input(i) for i in payload.inputs})
+        encoded = [NumpyCodec.encode_output(n, a) for n, a in zip(self._names, outs)]
+        return InferenceResponse(model_name=self.name, outputs=encoded)
+"""
+
+
+def mlserver_folder(folder: str, model: str, path: str, port: int, *, batch: tuple[int, float] | None) -> list[str]:
+    """Write an MLServer folder serving ``path`` as ``model`` on 127.0.0.1:port (settings.json,
+    the runtime, model-settings.json with adaptive batching ``batch`` = (max_batch_size,
+    max_batch_time) or off) and return the arguments of ``python -m mlserver.cli.main``."""
+    os.makedirs(os.path.join(folder, model), exist_ok=True)
+    with open(os.path.join(folder, "ort_runtime.py"), "w") as f:
+        f.write(_MLSERVER_RUNTIME)
+    settings = {"debug": False, "host": "127.0.0.1", "http_port": port, "grpc_port": _free_port(), "parallel_workers": 1}
+    settings |= {"metrics_port": _free_port(), "metrics_dir": os.path.join(folder, "metrics")}
+    model_settings: dict[str, Any] = {"name": model, "implementation": "ort_runtime.OrtRuntime", "parameters": {"uri": path}}
+    if batch is not None:
+        model_settings |= {"max_batch_size": batch[0], "max_batch_time": batch[1]}
+    for name, data in (("settings.json", settings), (os.path.join(model, "model-settings.json"), model_settings)):
+        with open(os.path.join(folder, name), "w") as f:
+            json.dump(data, f)
+    return ["-m", "mlserver.cli.main", "start", folder]
+
+
+def mlserver_usable(python: str | None) -> str | None:
+    """Why the MLServer arms cannot run with ``python`` (None when they can)."""
+    if not python:
+        return "MLServer arms skipped: no --mlserver-python (a python with mlserver and onnxruntime, e.g. a venv of its own)"
+    try:
+        subprocess.run([python, "-c", "import mlserver, onnxruntime"], capture_output=True, timeout=120, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"MLServer arms skipped: {python} cannot import mlserver and onnxruntime ({type(exc).__name__})"
+    return None
 
 
 async def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg: ServeBenchConfig) -> dict[str, Any]:
@@ -157,6 +234,7 @@ async def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg:
     latencies: list[float] = []
     errors = 0
     sent = 0
+    dropped: list[str] = []
     limits = httpx.Limits(max_connections=cfg.clients, max_keepalive_connections=cfg.clients)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
         path = f"/v2/models/{model}/infer"
@@ -166,7 +244,12 @@ async def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg:
             while sent < budget and time.perf_counter() < deadline:
                 sent += 1
                 start = time.perf_counter()
-                r = await client.post(path, content=body, headers=headers)
+                try:
+                    r = await client.post(path, content=body, headers=headers)
+                except httpx.TransportError as exc:  # a connection the server closed or reset: an error, not the end
+                    errors += record
+                    dropped.append(repr(exc))
+                    continue
                 if record:
                     latencies.append(time.perf_counter() - start)
                     errors += r.status_code != 200
@@ -180,11 +263,15 @@ async def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg:
 
         await burst(cfg.warmup, False)  # connections opened, first compiles and caches warm
         sent = 0
+        cpu = time.process_time()
         elapsed = await burst(cfg.total, True)
+        cpu = time.process_time() - cpu
         r = await client.post(path, content=body, headers=headers)
-        outputs = _decode(r.content, r.headers["Inference-Header-Content-Length"])
+        outputs = _decode(r.content, r.headers.get("Inference-Header-Content-Length"))
     lat = np.array(latencies)
     return {
+        "transport_errors": sorted(set(dropped)),  # of the warm-up too
+        "client_cpu_pct": 100 * cpu / elapsed,  # of one core: the load generator's own share
         "requests": len(lat),
         "errors": errors,
         "seconds": elapsed,
@@ -212,6 +299,11 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
     if unknown:
         raise ValueError(f"unknown serving workloads {unknown}; known: {sorted(EXAMPLES)}")
     rows = []
+    py, mlserver = sys.executable, cfg.mlserver_python
+    skipped = mlserver_usable(mlserver)
+    if skipped:
+        print(skipped, file=sys.stderr)
+        mlserver = None
     with tempfile.TemporaryDirectory(prefix="aioge-serve-bench-") as work:
         env = {**os.environ, "ASCEND_CACHE_PATH": os.path.join(work, "atc")}
         for name in cfg.workloads:
@@ -223,23 +315,35 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
             model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
             path = os.path.join(work, f"{name}.onnx")
             onnx.save(model, path)
-            body, headers = _request(feeds)
+            binary, as_json = _request(feeds), _json_request(feeds)
             want = reference(feeds)
-            arms = {
-                # no access log: the onnxruntime arm has none, and a line a request is not what is measured
-                "aioge serve": ["-m", "aioge", "serve", path, "--no-access-log", *cfg.serve_args],
-                f"onnxruntime ({cfg.ort_threads} threads)": [
-                    "-m",
-                    "aioge.benchmarks.serve_bench",
-                    "--ort-server",
-                    path,
-                    "--ort-threads",
-                    str(cfg.ort_threads),
-                ],
-            }
-            for arm, argv in arms.items():
+            # no access log: the other servers have none, and a line a request is not what is measured
+            serve = ["-m", "aioge", "serve", path, "--no-access-log", *cfg.serve_args]
+            ort = ["-m", "aioge.benchmarks.serve_bench", "--ort-server", path, "--ort-threads", str(cfg.ort_threads)]
+            # (arm, port -> the server's arguments, request, python, environment)
+            arms: list[tuple[str, Callable[[int], list[str]], Any, str, Mapping[str, str]]] = [
+                (
+                    "aioge serve" + (f" --workers {w}" if w > 1 else ""),
+                    lambda port, w=w: [*serve, "--workers", str(w), "--port", str(port)],  # type: ignore[misc]
+                    binary,
+                    py,
+                    env,
+                )
+                for w in cfg.workers
+            ]
+            arms.append((f"onnxruntime ({cfg.ort_threads} threads)", lambda port: [*ort, "--port", str(port)], binary, py, env))
+            if mlserver is not None:
+                arms.append(("aioge serve (JSON)", lambda port: [*serve, "--port", str(port)], as_json, py, env))
+                for batch in (None, cfg.mlserver_batch):
+                    arm = "MLServer, batching " + (f"on ({batch[0]} rows, {batch[1] * 1e3:g} ms)" if batch else "off")
+                    folder = os.path.join(work, f"mlserver-{name}-{'on' if batch else 'off'}")
+                    ml_env = {**{k: v for k, v in env.items() if k != "PYTHONPATH"}, "PYTHONPATH": folder}
+                    start = partial(mlserver_folder, folder, name, path, batch=batch)
+                    arms.append((arm, start, as_json, mlserver, ml_env))
+            for arm, argv_for, (body, headers), python, arm_env in arms:
                 port = _free_port()
-                with _server([*argv, "--port", str(port)], port, env) as url:
+                print(f"serve bench: {name}, {arm}", file=sys.stderr)
+                with _server(argv_for(port), port, arm_env, python, f"/v2/models/{name}/ready") as url:
                     row = anyio.run(_load, url, name, body, headers, cfg)
                 got = row.pop("outputs")
                 row["max_abs_err"] = max(float(np.max(np.abs(got[k] - np.asarray(v)))) for k, v in want.items())
@@ -250,12 +354,12 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
 def format_rows(rows: Sequence[Mapping[str, Any]]) -> str:
     """The rows as a Markdown table."""
     lines = [
-        "| workload | server | clients | requests | errors | req/s | p50 ms | p99 ms | max abs err |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| workload | server | clients | requests | errors | req/s | p50 ms | p99 ms | client CPU % | max abs err |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     lines += [
         f"| {r['workload']} | {r['arm']} | {r['clients']} | {r['requests']} | {r['errors']} | {r['rps']:.0f} | "
-        f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['max_abs_err']:.2g} |"
+        f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['client_cpu_pct']:.0f} | {r['max_abs_err']:.2g} |"
         for r in rows
     ]
     return "\n".join(lines)
@@ -269,16 +373,22 @@ def bench_from_args(args: argparse.Namespace) -> int:
         total=args.serve_total,
         seconds=args.serve_seconds,
         serve_args=tuple(args.serve_args.split()),
+        workers=tuple(int(w) for w in args.serve_workers.split(",") if w),
+        mlserver_python=args.mlserver_python,
     )
+    load = os.getloadavg()[0]
     rows = run_serve_bench(cfg)
     table = format_rows(rows)
     print(table)
+    skipped = mlserver_usable(cfg.mlserver_python)
     os.makedirs(args.output_dir, exist_ok=True)
     md, js = os.path.join(args.output_dir, "SERVE.md"), os.path.join(args.output_dir, "serve.json")
     with open(md, "w") as f:
         f.write(
             f"# aioge serve over HTTP\n\n{cfg.clients} concurrent single-row clients on 127.0.0.1, "
-            f"at most {cfg.total} requests or {cfg.seconds:g} s per server.\n\n{table}\n"
+            f"at most {cfg.total} requests or {cfg.seconds:g} s per server; load average {load:.1f} before, "
+            f"{os.getloadavg()[0]:.1f} after (a shared machine: other jobs run beside it). Client CPU %: the load "
+            f"generator's own CPU time over the run, of one core.\n\n{table}\n" + (f"\n{skipped}.\n" if skipped else "")
         )
     with open(js, "w") as f:
         json.dump(rows, f, indent=2)
