@@ -713,26 +713,41 @@ def _conv2d(n: _Node, x: Value, w: Value) -> Value:
 
 def _conv_nchw(n: _Node, x: Value, kernel: Value | np.ndarray, attrs: dict[str, Any]) -> Value:
     """Conv of NHWC ``x``; a VALID one reading a zero Pad of H and W (Keras ZeroPadding2D,
-    MobileNet's stride-2 pads), of the NCHW twin or of ``x`` itself, takes the pads and reads
-    the Pad's input."""
+    MobileNet's stride-2 pads) takes the pads and reads the Pad's input."""
     if not _nhwc(n):
         return ops.conv(x, kernel, **attrs)
+    padded = _zero_padded(n, x) if attrs.get("auto_pad") == "VALID" else None
+    if padded is not None:
+        rest = {k: v for k, v in attrs.items() if k != "auto_pad"}
+        return _from_nchw(n.builder, ops.conv(padded[0], kernel, **rest, pads=padded[1]))
+    return _from_nchw(n.builder, ops.conv(_to_nchw(n.builder, x), kernel, **attrs))
+
+
+def _zero_padded(n: _Node, x: Value) -> tuple[Value, list[int], Value] | None:
+    """(the NCHW input, its H and W pads [top, left, bottom, right], the Pad's NHWC-or-NCHW
+    input) when NHWC ``x`` (or its NCHW twin) is a zero Pad of H and W alone."""
     twin = _twin(n.builder, x)
     pad, hw = (twin.producer, [2, 3, 6, 7]) if twin is not None else (x.producer, [1, 2, 5, 6])
-    if (
-        attrs.get("auto_pad") == "VALID"
-        and pad is not None
-        and pad.op_type == "Pad"
-        and pad.attrs.get("mode", "constant") == "constant"
-    ):
-        p = pad.inputs[1].data if pad.inputs[1] is not None and pad.inputs[1].is_const else None
-        fill = pad.inputs[2] if len(pad.inputs) > 2 else None
-        zero = fill is None or fill.is_const and fill.data is not None and not np.any(fill.data)
-        if p is not None and p.shape == (8,) and zero and len(pad.inputs) < 4 and p.min() >= 0 and p.sum() == p[hw].sum():
-            source = pad.inputs[0] if twin is not None or pad.inputs[0] is None else _to_nchw(n.builder, pad.inputs[0])
-            rest = {k: v for k, v in attrs.items() if k != "auto_pad"}
-            return _from_nchw(n.builder, ops.conv(source, kernel, **rest, pads=[int(v) for v in p[hw]]))
-    return _from_nchw(n.builder, ops.conv(_to_nchw(n.builder, x), kernel, **attrs))
+    if pad is None or pad.op_type != "Pad" or pad.attrs.get("mode", "constant") != "constant" or len(pad.inputs) > 3:
+        return None
+    p = pad.inputs[1].data if pad.inputs[1] is not None and pad.inputs[1].is_const else None
+    fill = pad.inputs[2] if len(pad.inputs) > 2 else None
+    zero = fill is None or fill.is_const and fill.data is not None and not np.any(fill.data)
+    if p is None or p.shape != (8,) or not zero or p.min() < 0 or p.sum() != p[hw].sum() or pad.inputs[0] is None:
+        return None
+    source = pad.inputs[0] if twin is not None else _to_nchw(n.builder, pad.inputs[0])
+    return source, [int(v) for v in p[hw]], pad.inputs[0]
+
+
+def _non_negative(v: Value) -> bool:
+    """Whether ``v`` is >= 0 wherever it is defined by what makes it (a Relu, a Clip at >= 0, a Sigmoid)."""
+    node = v.producer
+    if node is None:
+        return False
+    if node.op_type in ("Relu", "Sigmoid", "Softplus", "Abs", "HardSigmoid"):
+        return True
+    low = node.inputs[1] if node.op_type == "Clip" and len(node.inputs) > 1 else None
+    return low is not None and low.is_const and low.data is not None and float(low.data) >= 0
 
 
 def _depthwise(n: _Node, x: Value, w: Value) -> Value:
@@ -804,7 +819,8 @@ def _resize(mode: str) -> Callable[..., Value]:
             "mode": mode,
             "coordinate_transformation_mode": coords,
             "nearest_mode": nearest,
-            "cubic_coeff_a": -0.5 if half else -0.75,
+            "cubic_coeff_a": -0.5 if half else -0.75,  # half pixels: Keys' cubic, taps outside dropped
+            "exclude_outside": int(half and mode == "cubic"),
             "axes": [2, 3],
         }
         if mode != "nearest" and x.dtype != "float32":
@@ -867,9 +883,18 @@ def _any_all(op: Callable[..., Value]) -> Callable[..., Value]:
 
 
 def _pool(op: Callable[..., Value]) -> Callable[..., Value]:
+    """MaxPool / AvgPool; a VALID one reading a zero Pad of H and W takes the pads: an
+    average counting them (count_include_pad), a max over values >= 0 (a padded 0 never wins)."""
+
     def convert(n: _Node, x: Value) -> Value:
         nhwc = _nhwc(n)
         attrs = {"kernel_shape": _spatial(n, "ksize", nhwc), "strides": _spatial(n, "strides", nhwc), **_padding(n, nhwc)}
+        padded = _zero_padded(n, x) if nhwc and attrs["auto_pad"] == "VALID" else None
+        within = padded is not None and all(p < k for p, k in zip(padded[1], attrs["kernel_shape"] * 2))
+        if padded is not None and within and (op is ops.average_pool or _non_negative(padded[2])):
+            del attrs["auto_pad"]
+            extra = {"count_include_pad": 1} if op is ops.average_pool else {}
+            return _from_nchw(n.builder, op(padded[0], **attrs, pads=padded[1], **extra))
         return _in_nchw(n, x, lambda t: op(t, **attrs))
 
     return convert
