@@ -499,6 +499,44 @@ def test_keras_recurrent_text_models_match_tensorflow(kind: str) -> None:
         _check_scaled(got, ref[:batch])
 
 
+def _layer_model(kind: str) -> tuple[Any, np.ndarray]:
+    keras.utils.set_random_seed(0)
+    L = keras.layers
+    rng = np.random.default_rng(4)
+    if kind in ("dilated_conv1d", "attention"):
+        inp = keras.Input((12,), dtype="int32")
+        h = L.Embedding(50, 16, mask_zero=kind == "attention")(inp)
+        if kind == "dilated_conv1d":  # a dilated Conv1D: SpaceToBatchND, Conv2D, BatchToSpaceND
+            h = L.Conv1D(8, 3, padding="causal", dilation_rate=2)(L.Conv1D(8, 3, activation="relu")(h))
+        else:  # the masks' Any
+            h = L.Concatenate()([L.Attention(use_scale=True)([h, h]), L.AdditiveAttention()([h, h])])
+        x = rng.integers(1, 50, (4, 12)).astype(np.int32)
+        x[1:, 8:] = 0
+        return keras.Model(inp, L.Dense(3)(L.GlobalAveragePooling1D()(h))), x
+    inp = keras.Input((16, 16, 3))
+    if kind == "conv_transpose_upsampling":
+        h = L.Conv2DTranspose(4, 3, strides=2, padding="valid")(inp)
+        h = L.Conv2DTranspose(3, 3, strides=2, padding="same", activation="relu")(h)
+        h = L.Concatenate()(
+            [L.UpSampling2D(2)(inp), L.UpSampling2D(2, interpolation="bilinear")(inp), L.Cropping2D(((16, 18), (15, 19)))(h)]
+        )
+    else:  # preprocessing layers: Rescaling, Resizing (both ways), Normalization, CenterCrop
+        h = L.Resizing(12, 20)(L.Rescaling(1 / 127.5, offset=-1)(inp))
+        h = L.Normalization(mean=[0.5, -0.2, 1.0], variance=[2.0, 0.5, 1.5])(h)
+        h = L.CenterCrop(8, 8)(L.Resizing(24, 24, interpolation="nearest")(h))
+    x = (rng.random((4, 16, 16, 3)) * 255).astype(np.float32)
+    return keras.Model(inp, L.Conv2D(4, 3)(h)), x
+
+
+@pytest.mark.parametrize("kind", ["dilated_conv1d", "attention", "conv_transpose_upsampling", "preprocessing"])
+def test_keras_layer_models_match_tensorflow(kind: str) -> None:
+    model, x = _layer_model(kind)
+    graph = aioge.load_tf(model)
+    ref = model(x, training=False).numpy()
+    for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
+        _check_scaled(got, ref[:batch])
+
+
 def test_while_with_a_run_time_trip_count_is_unsupported() -> None:
     def halve(x: Any) -> Any:
         return tf.while_loop(lambda v: tf.reduce_sum(v) > 1.0, lambda v: [v * 0.5], [x])[0]
