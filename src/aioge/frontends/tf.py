@@ -713,26 +713,41 @@ def _conv2d(n: _Node, x: Value, w: Value) -> Value:
 
 def _conv_nchw(n: _Node, x: Value, kernel: Value | np.ndarray, attrs: dict[str, Any]) -> Value:
     """Conv of NHWC ``x``; a VALID one reading a zero Pad of H and W (Keras ZeroPadding2D,
-    MobileNet's stride-2 pads), of the NCHW twin or of ``x`` itself, takes the pads and reads
-    the Pad's input."""
+    MobileNet's stride-2 pads) takes the pads and reads the Pad's input."""
     if not _nhwc(n):
         return ops.conv(x, kernel, **attrs)
+    padded = _zero_padded(n, x) if attrs.get("auto_pad") == "VALID" else None
+    if padded is not None:
+        rest = {k: v for k, v in attrs.items() if k != "auto_pad"}
+        return _from_nchw(n.builder, ops.conv(padded[0], kernel, **rest, pads=padded[1]))
+    return _from_nchw(n.builder, ops.conv(_to_nchw(n.builder, x), kernel, **attrs))
+
+
+def _zero_padded(n: _Node, x: Value) -> tuple[Value, list[int], Value] | None:
+    """(the NCHW input, its H and W pads [top, left, bottom, right], the Pad's NHWC-or-NCHW
+    input) when NHWC ``x`` (or its NCHW twin) is a zero Pad of H and W alone."""
     twin = _twin(n.builder, x)
     pad, hw = (twin.producer, [2, 3, 6, 7]) if twin is not None else (x.producer, [1, 2, 5, 6])
-    if (
-        attrs.get("auto_pad") == "VALID"
-        and pad is not None
-        and pad.op_type == "Pad"
-        and pad.attrs.get("mode", "constant") == "constant"
-    ):
-        p = pad.inputs[1].data if pad.inputs[1] is not None and pad.inputs[1].is_const else None
-        fill = pad.inputs[2] if len(pad.inputs) > 2 else None
-        zero = fill is None or fill.is_const and fill.data is not None and not np.any(fill.data)
-        if p is not None and p.shape == (8,) and zero and len(pad.inputs) < 4 and p.min() >= 0 and p.sum() == p[hw].sum():
-            source = pad.inputs[0] if twin is not None or pad.inputs[0] is None else _to_nchw(n.builder, pad.inputs[0])
-            rest = {k: v for k, v in attrs.items() if k != "auto_pad"}
-            return _from_nchw(n.builder, ops.conv(source, kernel, **rest, pads=[int(v) for v in p[hw]]))
-    return _from_nchw(n.builder, ops.conv(_to_nchw(n.builder, x), kernel, **attrs))
+    if pad is None or pad.op_type != "Pad" or pad.attrs.get("mode", "constant") != "constant" or len(pad.inputs) > 3:
+        return None
+    p = pad.inputs[1].data if pad.inputs[1] is not None and pad.inputs[1].is_const else None
+    fill = pad.inputs[2] if len(pad.inputs) > 2 else None
+    zero = fill is None or fill.is_const and fill.data is not None and not np.any(fill.data)
+    if p is None or p.shape != (8,) or not zero or p.min() < 0 or p.sum() != p[hw].sum() or pad.inputs[0] is None:
+        return None
+    source = pad.inputs[0] if twin is not None else _to_nchw(n.builder, pad.inputs[0])
+    return source, [int(v) for v in p[hw]], pad.inputs[0]
+
+
+def _non_negative(v: Value) -> bool:
+    """Whether ``v`` is >= 0 wherever it is defined by what makes it (a Relu, a Clip at >= 0, a Sigmoid)."""
+    node = v.producer
+    if node is None:
+        return False
+    if node.op_type in ("Relu", "Sigmoid", "Softplus", "Abs", "HardSigmoid"):
+        return True
+    low = node.inputs[1] if node.op_type == "Clip" and len(node.inputs) > 1 else None
+    return low is not None and low.is_const and low.data is not None and float(low.data) >= 0
 
 
 def _depthwise(n: _Node, x: Value, w: Value) -> Value:
@@ -749,10 +764,137 @@ def _depthwise(n: _Node, x: Value, w: Value) -> Value:
     return _conv_nchw(n, x, kernel, attrs)
 
 
+def _conv_backprop_input(n: _Node, sizes: Value, w: Value, x: Value) -> Value:
+    """Conv2DBackpropInput (Keras Conv2DTranspose) as ConvTranspose: TF names the output size,
+    ONNX takes pads and an output_padding; both are worked out from the forward conv's padding."""
+    nhwc = _nhwc(n)
+    out = _partial(n.builder, n.node.input[0])
+    hw = out[1:3] if nhwc else out[2:4] if out is not None and len(out) == 4 else None
+    ws = w.shape if w.shape is not None else n.builder.tf_shape(n.node.input[1])
+    if hw is None or not all(isinstance(d, int) for d in hw) or ws is None or not all(isinstance(d, int) for d in ws):
+        raise GraphError("Conv2DBackpropInput needs a static output height and width and filter shape")
+    shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[2])
+    ins = (shape[1:3] if nhwc else shape[2:4]) if shape is not None and len(shape) == 4 else None
+    if ins is None or not all(isinstance(d, int) for d in ins):
+        raise GraphError("Conv2DBackpropInput needs a static input height and width")
+    strides, dilations = _spatial(n, "strides", nhwc), _spatial(n, "dilations", nhwc)
+    pad = _padding(n, nhwc)
+    begin, extra = [], []
+    for i in range(2):
+        span = (int(ws[i]) - 1) * dilations[i] + 1
+        full = (int(ins[i]) - 1) * strides[i] + span  # the transposed conv's output before padding
+        if "pads" in pad:
+            before, after = pad["pads"][i], pad["pads"][i + 2]
+        elif pad["auto_pad"] == "SAME_UPPER":
+            total = max((int(ins[i]) - 1) * strides[i] + span - int(hw[i]), 0)
+            before, after = total // 2, total - total // 2
+        else:
+            before = after = 0
+        begin.append((before, after))
+        extra.append(int(hw[i]) - (full - before - after))
+    if min(extra) < 0:
+        raise GraphError(f"Conv2DBackpropInput: output size {list(hw)} is smaller than its input gives")
+    kernel = _filter(w, [3, 2, 0, 1])  # H W O I -> I O H W
+    attrs = {
+        "strides": strides,
+        "dilations": dilations,
+        "pads": [begin[0][0], begin[1][0], begin[0][1], begin[1][1]],
+        "output_padding": extra,
+    }
+    return _in_nchw(n, x, lambda t: ops.conv_transpose(t, kernel, **attrs))
+
+
+def _resize(mode: str) -> Callable[..., Value]:
+    """ResizeBilinear / ResizeNearestNeighbor / ResizeBicubic of NHWC images to ``size`` (H, W),
+    with TF's align_corners and half_pixel_centers as Resize's coordinate modes."""
+
+    def convert(n: _Node, x: Value, size: Value) -> Value:
+        hw = [int(s) for s in n.const(size, "the size").reshape(-1)]
+        corners, half = bool(n.attr("align_corners", False)), bool(n.attr("half_pixel_centers", False))
+        coords = "align_corners" if corners else "half_pixel" if half else "asymmetric"
+        # TF's nearest: floor((y + 0.5) * in / out) with half pixels (= round_prefer_ceil of
+        # ONNX's half_pixel coordinate), round with align_corners, else floor.
+        nearest = "floor" if not (corners or half) else "round_prefer_ceil"
+        attrs = {
+            "mode": mode,
+            "coordinate_transformation_mode": coords,
+            "nearest_mode": nearest,
+            "cubic_coeff_a": -0.5 if half else -0.75,  # half pixels: Keys' cubic, taps outside dropped
+            "exclude_outside": int(half and mode == "cubic"),
+            "axes": [2, 3],
+        }
+        if mode != "nearest" and x.dtype != "float32":
+            x = ops.cast(x, to="float32")  # TF's bilinear and bicubic resizes give float32
+        return _in_nchw(n, x, lambda t: ops.resize(t, None, None, np.array(hw, np.int64), **attrs))
+
+    return convert
+
+
+def _space_to_batch(n: _Node, x: Value, block: Value, paddings: Value) -> Value:
+    """SpaceToBatchND: pad the M spatial dims, split each into (dim / b, b), move the b's to the front of the batch."""
+    bs = [int(v) for v in n.const(block, "the block shape").reshape(-1)]
+    m = len(bs)
+    p = n.const(paddings, "the paddings").astype(np.int64).reshape(m, 2)
+    shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[0])
+    if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape[1:]):
+        raise GraphError("SpaceToBatchND needs static dims after the batch")
+    dims = [int(d) for d in shape[1:]]
+    rank = len(dims) + 1
+    full = np.zeros((rank, 2), np.int64)
+    full[1 : m + 1] = p
+    x = ops.pad(x, np.concatenate([full[:, 0], full[:, 1]]), np.asarray(0, x.dtype)) if p.any() else x
+    padded = [dims[i] + int(p[i].sum()) for i in range(m)]
+    if any(d % b for d, b in zip(padded, bs)):
+        raise GraphError(f"SpaceToBatchND: padded dims {padded} are not multiples of the block shape {bs}")
+    split = [-1] + [v for d, b in zip(padded, bs) for v in (d // b, b)] + dims[m:]
+    x = ops.reshape(x, np.array(split, np.int64))
+    perm = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)] + list(range(2 * m + 1, 2 * m + 1 + rank - 1 - m))
+    x = ops.transpose(x, perm=perm)
+    return ops.reshape(x, np.array([-1] + [d // b for d, b in zip(padded, bs)] + dims[m:], np.int64))
+
+
+def _batch_to_space(n: _Node, x: Value, block: Value, crops: Value) -> Value:
+    """BatchToSpaceND: SpaceToBatchND undone, then the crops."""
+    bs = [int(v) for v in n.const(block, "the block shape").reshape(-1)]
+    m = len(bs)
+    c = n.const(crops, "the crops").astype(np.int64).reshape(m, 2)
+    shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[0])
+    if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape[1:]):
+        raise GraphError("BatchToSpaceND needs static dims after the batch")
+    dims = [int(d) for d in shape[1:]]
+    x = ops.reshape(x, np.array(bs + [-1] + dims, np.int64))
+    perm = [m] + [v for i in range(m) for v in (m + 1 + i, i)] + list(range(2 * m + 1, m + 1 + len(dims)))
+    x = ops.transpose(x, perm=perm)
+    x = ops.reshape(x, np.array([-1] + [d * b for d, b in zip(dims[:m], bs)] + dims[m:], np.int64))
+    if not c.any():
+        return x
+    ends = [d * b - int(c[i, 1]) for i, (d, b) in enumerate(zip(dims[:m], bs))]
+    return ops.slice(x, c[:, 0].copy(), np.array(ends, np.int64), np.arange(1, m + 1, dtype=np.int64))
+
+
+def _any_all(op: Callable[..., Value]) -> Callable[..., Value]:
+    """Any / All of bools as ReduceMax / ReduceMin of 0/1."""
+
+    def convert(n: _Node, x: Value, axes: Value) -> Value:
+        out = _reduce(op)(n, ops.cast(x, to="int32"), axes)
+        return ops.cast(out, to="bool")
+
+    return convert
+
+
 def _pool(op: Callable[..., Value]) -> Callable[..., Value]:
+    """MaxPool / AvgPool; a VALID one reading a zero Pad of H and W takes the pads: an
+    average counting them (count_include_pad), a max over values >= 0 (a padded 0 never wins)."""
+
     def convert(n: _Node, x: Value) -> Value:
         nhwc = _nhwc(n)
         attrs = {"kernel_shape": _spatial(n, "ksize", nhwc), "strides": _spatial(n, "strides", nhwc), **_padding(n, nhwc)}
+        padded = _zero_padded(n, x) if nhwc and attrs["auto_pad"] == "VALID" else None
+        within = padded is not None and all(p < k for p, k in zip(padded[1], attrs["kernel_shape"] * 2))
+        if padded is not None and within and (op is ops.average_pool or _non_negative(padded[2])):
+            del attrs["auto_pad"]
+            extra = {"count_include_pad": 1} if op is ops.average_pool else {}
+            return _from_nchw(n.builder, op(padded[0], **attrs, pads=padded[1], **extra))
         return _in_nchw(n, x, lambda t: op(t, **attrs))
 
     return convert
@@ -1261,6 +1403,14 @@ _TF: dict[str, Callable[..., Any]] = {
     "Cast": _cast,
     "Conv2D": _conv2d,
     "DepthwiseConv2dNative": _depthwise,
+    "Conv2DBackpropInput": _conv_backprop_input,
+    "ResizeBilinear": _resize("linear"),
+    "ResizeNearestNeighbor": _resize("nearest"),
+    "ResizeBicubic": _resize("cubic"),
+    "SpaceToBatchND": _space_to_batch,
+    "BatchToSpaceND": _batch_to_space,
+    "Any": _any_all(ops.reduce_max),
+    "All": _any_all(ops.reduce_min),
     "MaxPool": _pool(ops.max_pool),
     "AvgPool": _pool(ops.average_pool),
     "FusedBatchNorm": _fused_batch_norm,

@@ -1,0 +1,251 @@
+"""Every ``keras.applications`` model and a set of Keras text and layer models, random
+weights, through the three formats TF users hold (SavedModel directory, ``.keras`` file,
+frozen ``.pb``): does ``aioge.load_tf`` load it, and does it match TensorFlow?
+
+    PYTHONPATH=src .venv/bin/python bench/tf_sweep.py [--only ResNet50,lstm] [--out sweep.jsonl] [--formats sm,keras,pb]
+
+Each model runs in a subprocess of its own (memory, and a crash is one row); a row per model
+and format is printed and appended to ``--out`` as JSON. Matching is rtol 1e-4 / atol 1e-5 on
+outputs scaled to a largest magnitude of 1, at batch 1 and 2 from one loaded graph (symbolic
+batch). The frozen ``.pb`` is frozen as TensorFlow's ``convert_variables_to_constants_v2``
+does by default (TF1 control flow for loops: Keras RNNs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+# The smallest input each application accepts (32 for the rest).
+_SIZES = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71, "NASNetLarge": 32, "NASNetMobile": 32}
+
+
+def _apps() -> list[str]:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras  # type: ignore[import-untyped]
+
+    return sorted(n for n in dir(keras.applications) if n[0].isupper())
+
+
+def _layer_models() -> dict[str, Callable[[], tuple[Any, np.ndarray]]]:
+    import keras
+
+    L = keras.layers
+    rng = np.random.default_rng(2)
+
+    def tokens(t: int = 12) -> np.ndarray:
+        x = rng.integers(1, 50, (2, t)).astype(np.int32)
+        x[1, 8:] = 0
+        return x
+
+    def text(body: Callable[[Any], Any], mask: bool = False) -> Callable[[], tuple[Any, np.ndarray]]:
+        def make() -> tuple[Any, np.ndarray]:
+            inp = keras.Input((12,), dtype="int32")
+            h = body(L.Embedding(50, 16, mask_zero=mask)(inp))
+            return keras.Model(inp, L.Dense(3)(h)), tokens()
+
+        return make
+
+    def image(body: Callable[[Any], Any], size: int = 16, channels: int = 3) -> Callable[[], tuple[Any, np.ndarray]]:
+        def make() -> tuple[Any, np.ndarray]:
+            inp = keras.Input((size, size, channels))
+            out = body(inp)
+            return keras.Model(inp, out), rng.standard_normal((2, size, size, channels)).astype(np.float32)
+
+        return make
+
+    def mha_masked() -> tuple[Any, np.ndarray]:
+        inp = keras.Input((12,), dtype="int32")
+        h = L.Embedding(50, 16)(inp)
+        mask = keras.ops.cast(keras.ops.not_equal(inp, 0), "bool")
+        att = L.MultiHeadAttention(num_heads=2, key_dim=8)(h, h, attention_mask=mask[:, None, :] & mask[:, :, None])
+        h = L.LayerNormalization()(h + att)
+        return keras.Model(inp, L.Dense(3)(L.GlobalAveragePooling1D()(h))), tokens()
+
+    def attention() -> tuple[Any, np.ndarray]:
+        inp = keras.Input((12,), dtype="int32")
+        h = L.Embedding(50, 16, mask_zero=True)(inp)
+        a = L.Attention(use_scale=True)([h, h])
+        b = L.AdditiveAttention()([h, h])
+        return keras.Model(inp, L.Dense(3)(L.GlobalAveragePooling1D()(L.Concatenate()([a, b])))), tokens()
+
+    def normalization() -> tuple[Any, np.ndarray]:
+        norm = L.Normalization(mean=[0.5, -0.2, 1.0], variance=[2.0, 0.5, 1.5])
+        inp = keras.Input((16, 16, 3))
+        h = L.Rescaling(1 / 127.5, offset=-1)(inp)
+        h = norm(L.Resizing(12, 20)(h))
+        h = L.Resizing(24, 24, interpolation="nearest")(h)
+        h = L.Resizing(10, 10, interpolation="bilinear", crop_to_aspect_ratio=True)(h)
+        h = L.CenterCrop(8, 8)(h)
+        return keras.Model(inp, L.Conv2D(4, 3)(h)), (rng.random((2, 16, 16, 3)) * 255).astype(np.float32)
+
+    return {
+        "lstm": text(lambda h: L.LSTM(8)(h)),
+        "lstm_masked": text(lambda h: L.LSTM(8)(h), mask=True),
+        "gru_reset_after": text(lambda h: L.GlobalAveragePooling1D()(L.GRU(8, return_sequences=True)(h))),
+        "gru_reset_before": text(lambda h: L.GRU(8, reset_after=False)(h)),
+        "gru_masked": text(lambda h: L.GRU(8, go_backwards=True)(h), mask=True),
+        "simple_rnn": text(lambda h: L.SimpleRNN(8, return_sequences=True)(h)[:, -1]),
+        "bidirectional": text(lambda h: L.GlobalMaxPooling1D()(L.Bidirectional(L.LSTM(8, return_sequences=True))(h))),
+        "bidirectional_masked": text(lambda h: L.Bidirectional(L.GRU(8), merge_mode="sum")(h), mask=True),
+        "stacked_lstm_state": text(lambda h: L.LSTM(6)(L.LSTM(8, return_sequences=True, unroll=True)(h))),
+        "conv1d": text(
+            lambda h: L.GlobalAveragePooling1D()(
+                L.MaxPooling1D(2)(L.Conv1D(8, 3, padding="causal", dilation_rate=2)(L.Conv1D(8, 3, activation="relu")(h)))
+            )
+        ),
+        "time_distributed": text(lambda h: L.Flatten()(L.TimeDistributed(L.Dense(4, activation="tanh"))(h))),
+        "mha_layernorm": mha_masked,
+        "attention": attention,
+        "conv2d_transpose": image(
+            lambda x: L.Conv2DTranspose(3, 3, strides=2, padding="same")(L.Conv2DTranspose(4, 3, strides=2, padding="valid")(x))
+        ),
+        "separable_conv": image(lambda x: L.SeparableConv2D(8, 3, depth_multiplier=2, padding="same", activation="relu")(x)),
+        "upsampling": image(
+            lambda x: L.Concatenate()(
+                [L.UpSampling2D(2)(x), L.UpSampling2D(2, interpolation="bilinear")(x), L.Conv2DTranspose(2, 2, strides=2)(x)]
+            )
+        ),
+        "preprocessing": normalization,
+        "crop_pad_concat": image(
+            lambda x: L.Concatenate()(
+                [L.ZeroPadding2D(((1, 2), (0, 3)))(L.Cropping2D(((2, 1), (3, 0)))(x)), L.Dropout(0.5)(x)[:, :, :, :2]]
+            )
+        ),
+        "batchnorm_dense": image(
+            lambda x: L.Dense(5)(
+                L.Flatten()(L.BatchNormalization()(L.MaxPooling2D(2)(L.BatchNormalization(axis=-1)(L.Conv2D(4, 3)(x)))))
+            )
+        ),
+    }
+
+
+def _randomise_norms(model: Any) -> Any:
+    import keras
+
+    rng = np.random.default_rng(1)
+    for layer in model._flatten_layers() if hasattr(model, "_flatten_layers") else model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.set_weights(
+                [
+                    0.5 + rng.random(w.shape) if "variance" in w.path or "gamma" in w.path else 0.2 * rng.standard_normal(w.shape)
+                    for w in layer.weights
+                ]
+            )
+    return model
+
+
+def _scaled_err(got: np.ndarray, ref: np.ndarray) -> tuple[bool, float]:
+    scale = float(np.abs(ref).max()) or 1.0
+    ok = got.shape == ref.shape and bool(np.allclose(got / scale, ref / scale, rtol=1e-4, atol=1e-5))
+    err = float(np.abs(got - ref).max() / scale) if got.shape == ref.shape else float("inf")
+    return ok, err
+
+
+def one(name: str, formats: list[str]) -> list[dict[str, Any]]:
+    import anyio
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    import aioge
+
+    keras.utils.set_random_seed(0)
+    t0 = time.perf_counter()
+    layers = _layer_models()
+    if name in layers:
+        model, x = layers[name]()
+    else:
+        size = _SIZES.get(name, 32)
+        model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classifier_activation=None)
+        x = np.random.default_rng(7).standard_normal((2, size, size, 3)).astype(np.float32)
+    _randomise_norms(model)
+    ref = np.asarray(model(x, training=False))
+    rows = []
+    root = tempfile.mkdtemp(prefix=f"tfsweep_{name}_")
+    paths = {"sm": os.path.join(root, "saved"), "keras": os.path.join(root, "m.keras"), "pb": os.path.join(root, "m.pb")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if "sm" in formats:
+            model.export(paths["sm"], verbose=False)
+        if "keras" in formats:
+            model.save(paths["keras"])
+        if "pb" in formats:
+            spec = tf.TensorSpec((None,) + x.shape[1:], tf.as_dtype(x.dtype), name="x")
+            fn = tf.function(lambda t: model(t, training=False)).get_concrete_function(spec)
+            frozen = convert_variables_to_constants_v2(fn)
+            with open(paths["pb"], "wb") as f:
+                f.write(frozen.graph.as_graph_def().SerializeToString())
+    setup = time.perf_counter() - t0
+
+    async def run(graph: Any) -> list[np.ndarray]:
+        async with aioge.Session(options={"aioge.tune_mode": "heuristic"}) as session:
+            return [list((await session.run(graph, {graph.inputs[0].name: x[:b]})).values())[0] for b in (1, 2)]
+
+    for fmt in formats:
+        row: dict[str, Any] = {"model": name, "format": fmt, "setup_s": round(setup, 1)}
+        t1 = time.perf_counter()
+        try:
+            graph = aioge.load_tf(paths[fmt])
+            row["loads"] = True
+            outs = anyio.run(run, graph)
+            checks = [_scaled_err(got, ref[: len(got)]) for got in outs]
+            row["matches"] = all(ok for ok, _ in checks)
+            row["max_err"] = max(e for _, e in checks)
+        except Exception as exc:  # noqa: BLE001 - a sweep records every failure
+            row.setdefault("loads", False)
+            row["matches"] = False
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:600]}"
+            if os.environ.get("TF_SWEEP_TRACE"):
+                traceback.print_exc()
+        row["s"] = round(time.perf_counter() - t1, 1)
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--only", default="")
+    p.add_argument("--out", default="")
+    p.add_argument("--formats", default="sm,keras,pb")
+    p.add_argument("--one", default="")
+    p.add_argument("--timeout", type=float, default=1800)
+    args = p.parse_args()
+    formats = args.formats.split(",")
+    if args.one:
+        for row in one(args.one, formats):
+            print("ROW " + json.dumps(row), flush=True)
+        return
+    names = args.only.split(",") if args.only else _apps() + list(_layer_models())
+    for name in names:
+        try:
+            done = subprocess.run(
+                [sys.executable, __file__, "--one", name, "--formats", args.formats],
+                capture_output=True,
+                text=True,
+                timeout=args.timeout,
+            )
+            rows = [json.loads(line[4:]) for line in done.stdout.splitlines() if line.startswith("ROW ")]
+            if not rows:
+                rows = [{"model": name, "format": "all", "loads": False, "matches": False, "error": done.stderr[-800:]}]
+        except subprocess.TimeoutExpired:
+            rows = [{"model": name, "format": "all", "loads": False, "matches": False, "error": "timeout"}]
+        for row in rows:
+            print(json.dumps(row), flush=True)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
