@@ -49,6 +49,8 @@ CASES: list[Case] = [
     ("mul", lambda a, b: a * b, 2, DTYPES, False),
     ("mul_float_scalar", lambda a: a * 1.5, 1, NUMBER, False),
     ("div", lambda a, b: a / b, 2, DTYPES, True),
+    ("true_divide", lambda a, b: torch.ops.aten.true_divide.Tensor(a, b), 2, DTYPES, True),
+    ("prims_convert_element_type", lambda a: torch.ops.prims.convert_element_type(a, torch.float32), 1, DTYPES, False),
     ("div_floor", lambda a, b: torch.div(a, b.abs() + 1, rounding_mode="floor"), 2, NUMBER, False),
     ("div_trunc", lambda a, b: torch.div(a, -b.abs() - 1, rounding_mode="trunc"), 2, NUMBER, False),
     ("remainder", lambda a, b: torch.remainder(a, b), 2, NUMBER, True),

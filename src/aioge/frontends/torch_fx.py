@@ -53,6 +53,7 @@ class InputSlot:
     index: int
     name: str
     kind: str  # "tensor", "symint" (fed as a 1-element int64 tensor), "computed" (a SymInt derived from a shape), "constant"
+    axis: int = -1  # kind "size" (``padded`` graphs): fed as the size of dim ``axis`` of argument ``index``
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,12 +132,16 @@ def convert_fx(
     constants: Mapping[str, torch.Tensor] | None = None,
     input_names: Mapping[str, str] | None = None,
     converters: Converters | None = None,
+    padded: bool = False,
 ) -> ConvertedGraph:
     """Convert an ATen-level FX graph to an aioge Graph.
 
     ``constants`` maps placeholder names to tensors baked into the graph (weights);
     ``input_names`` renames placeholders for the aioge graph (``x`` rather than ``arg3_1``);
-    ``converters`` add to or override the table (see ``Converters``).
+    ``converters`` add to or override the table (see ``Converters``). ``padded``: every symbolic
+    dim of a tensor input may be fed padded; its true size is fed as well (an ``InputSlot`` of
+    kind "size") and the graph slices the input back to it first, so one compile (for the
+    padded shapes) serves every size up to them.
 
     Raises:
         UnsupportedOpError: calls with no converter, listed with their FX node names.
@@ -145,7 +150,7 @@ def convert_fx(
     missing = unsupported_nodes(gm, converters)
     if missing:
         raise UnsupportedOpError([("aten", op) for op, _ in missing], graph=name, nodes=[node for _, node in missing])
-    return _Converter(gm, name, constants or {}, input_names or {}, converters or {}).run()
+    return _Converter(gm, name, constants or {}, input_names or {}, converters or {}, padded).run()
 
 
 class _Converter:
@@ -156,7 +161,9 @@ class _Converter:
         constants: Mapping[str, torch.Tensor],
         input_names: Mapping[str, str],
         converters: Converters,
+        padded: bool = False,
     ) -> None:
+        self.padded = padded
         self.gm = gm
         self.converters = converters
         self.graph = Graph(name)
@@ -192,6 +199,7 @@ class _Converter:
 
     def _placeholders(self, placeholders: Sequence[torch.fx.Node]) -> list[InputSlot]:
         slots: list[InputSlot] = []
+        sizes: list[InputSlot] = []  # padded: the true sizes fed
         pending_syms: list[tuple[int, torch.fx.Node]] = []
         for i, node in enumerate(placeholders):
             self.node = node
@@ -203,10 +211,20 @@ class _Converter:
             elif isinstance(val, torch.Tensor):
                 dims = [_dim(d) for d in val.shape]
                 self.env[node] = v = self.graph.input(name, dims, numpy_dtype_of(val.dtype))
-                for axis, d in enumerate(dims):
-                    if isinstance(d, str) and d not in self.symbols:
-                        self.symbols[d] = ops.gather(ops.shape(v), np.array([axis], np.int64), axis=0)
                 slots.append(InputSlot(i, name, "tensor"))
+                for axis, d in enumerate(dims):
+                    if self.padded and d is None:
+                        raise self.fail(f"input {name} has a derived dynamic size: it cannot be padded")
+                    if isinstance(d, str) and d not in self.symbols:
+                        if self.padded:
+                            self.symbols[d] = self.graph.input(f"size_{d}", [1], "int64")
+                            sizes.append(InputSlot(i, f"size_{d}", "size", axis))
+                        else:
+                            self.symbols[d] = ops.gather(ops.shape(v), np.array([axis], np.int64), axis=0)
+                axes = [a for a, d in enumerate(dims) if isinstance(d, str)]
+                if self.padded and axes:  # the true sizes of the padded dims
+                    ends = ops.concat(*[self.symbols[dims[a]] for a in axes], axis=0)  # type: ignore[index]
+                    self.env[node] = ops.slice(v, np.zeros(len(axes), np.int64), ends, np.array(axes, np.int64))
             elif isinstance(val, (torch.SymInt, int)):
                 pending_syms.append((i, node))
                 slots.append(InputSlot(i, name, "computed"))
@@ -229,7 +247,7 @@ class _Converter:
                 name = slots[i].name
                 self.env[node] = self.graph.input(name, [1], "int64")
                 slots[i] = InputSlot(i, name, "symint")
-        return slots
+        return slots + sizes
 
     def _outputs(self, result: Any) -> tuple[list[str | None], list[Any]]:
         flat = list(result) if isinstance(result, (list, tuple)) else [result]
@@ -382,6 +400,8 @@ def _converter(target: Any, converters: Converters | None = None) -> Callable[..
             user = converters.get(target) or converters.get(target.overloadpacket)
             if user is not None:
                 return lambda c, node, *args, **kwargs: user(*args, **kwargs)
+        if target.namespace == "prims":
+            return _ATEN.get(target.name())
         if target.namespace != "aten":
             return None
         return _ATEN.get(target.name().removeprefix("aten::")) or _ATEN.get(target.overloadpacket.__name__)
@@ -1420,6 +1440,7 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "sub": _binary(ops.sub),
     "mul": _binary(ops.mul),
     "div": _binary(ops.div),
+    "true_divide": _binary(ops.div),
     "rsub": _rsub,
     "pow": _pow,
     "neg": _unary(ops.neg),
@@ -1498,6 +1519,7 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "detach": _identity,
     "lift_fresh_copy": _identity,
     "_to_copy": _to_dtype,
+    "prims::convert_element_type": _to_dtype,
     "to": _to_dtype,
     "type_as": _to_dtype,
     "dropout": _dropout,
