@@ -324,6 +324,8 @@ class AiogeBackend:
             compiled.batched = frozenset(n.split(":", 1)[0] for n in gears["ge.inputShape"].split(";"))
         elif self._batch_gears is None:
             compiled.buckets = _batch_buckets(gm, converted)
+            if compiled.buckets is None and any(isinstance(d, str) for v in converted.graph.inputs for d in v.shape or ()):
+                compiled.pad(constants)
         return compiled
 
     def _add(self, graph_id: int, converted: ConvertedGraph) -> dict[str, str]:
@@ -384,20 +386,34 @@ class _CompiledGraph:
         self.batched: frozenset[str] = frozenset()
         self.buckets: _Buckets | None = None  # a symbolic batch padded to powers of two
         self.stamps: list[tuple[int, str, tuple[int, int]]] = []  # frozen weights: arg index, placeholder, stamp
+        self.padded = False  # symbolic dims fed padded (convert_fx(padded=True))
+
+    def pad(self, constants: Mapping[str, torch.Tensor]) -> None:
+        """Replace the graph by its padded form (``convert_fx(padded=True)``): symbolic dims are
+        fed padded to the next power of two and sliced back inside, so that one build serves
+        every size up to it; kept per shape when that form cannot be converted."""
+        try:
+            self._replace(constants, padded=True)
+        except GraphError as exc:
+            log.debug("aioge.torch: %s compiles per shape: %s", self.converted.graph.name, exc)
+
+    def _replace(self, constants: Mapping[str, torch.Tensor], *, padded: bool) -> None:
+        owner = self.owner
+        graph_id = next(owner._ids)
+        name = f"{owner.name}_{graph_id}"
+        converted = convert_fx(self.gm, name=name, constants=constants, converters=owner.converters, padded=padded)
+        owner._add(graph_id, converted)
+        owner._runner.call(owner._runner.session.remove_graph, self.graph_id)
+        self.graph_id, self.converted, self.padded = graph_id, converted, padded
+        self.stamps = _stamps(converted, self.gm, constants)
 
     def _refresh(self, args: Sequence[Any]) -> None:
         """Rebuild the graph with the frozen weights' current values when one changed since."""
         if not any(_stamp(args[i]) != stamp for i, _, stamp in self.stamps):
             return
-        owner = self.owner
-        constants = {name: args[i] for i, name, _ in self.stamps}
-        graph_id = next(owner._ids)
-        converted = convert_fx(self.gm, name=f"{owner.name}_{graph_id}", constants=constants, converters=owner.converters)
-        owner._add(graph_id, converted)
-        owner._runner.call(owner._runner.session.remove_graph, self.graph_id)
-        log.info("aioge.torch: %s rebuilt as %s: its frozen parameters changed", self.converted.graph.name, converted.graph.name)
-        self.graph_id, self.converted = graph_id, converted
-        self.stamps = _stamps(converted, self.gm, constants)
+        old = self.converted.graph.name
+        self._replace({name: args[i] for i, name, _ in self.stamps}, padded=self.padded)
+        log.info("aioge.torch: %s rebuilt as %s: its frozen parameters changed", old, self.converted.graph.name)
 
     def __call__(self, *args: Any) -> list[Any]:
         if self.eager is not None:
@@ -425,6 +441,16 @@ class _CompiledGraph:
                 feeds[slot.name] = arg.detach().cpu().numpy()
             elif slot.kind == "symint":
                 feeds[slot.name] = np.array([int(arg)], np.int64)
+            elif slot.kind == "size":
+                feeds[slot.name] = np.array([arg.shape[slot.axis]], np.int64)
+        if self.padded:  # symbolic dims padded to the next power of two
+            for v in self.converted.graph.inputs:
+                if v.shape and any(isinstance(d, str) for d in v.shape):
+                    a = feeds[v.name]
+                    width = [
+                        (0, (1 << max(n - 1, 0).bit_length()) - n if isinstance(d, str) else 0) for d, n in zip(v.shape, a.shape)
+                    ]
+                    feeds[v.name] = np.pad(a, width) if any(w for _, w in width) else a
         if buckets is not None and len({feeds[n].shape[0] for n in buckets.inputs}) > 1:
             buckets = None  # the batched inputs disagree: no padding, this shape compiles as it is
         if buckets is not None:
@@ -439,6 +465,10 @@ class _CompiledGraph:
         except (GraphError, AiogeError) as exc:
             if not _is_compile_failure(exc):
                 raise
+            if self.padded:  # the padded graph did not compile: per shape, then
+                log.info("aioge.torch: %s compiles per shape: the padded form failed: %s", self.converted.graph.name, exc)
+                self._replace({name: args[i] for i, name, _ in self.stamps}, padded=False)
+                return self(*args)
             self.eager = self.owner._fallback(self.converted.graph.name, self.gm, exc)
             return list(self.eager(*args))
         result: list[Any] = []

@@ -150,6 +150,39 @@ def transformers_model(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tens
     elif name == "llama":
         cfg = tr.LlamaConfig(vocab_size=100, max_position_embeddings=32, num_key_value_heads=1, **sizes)
         model, kwargs = tr.LlamaModel(cfg), text
+    elif name == "bart":  # held out (issue 41's sweep): encoder-decoder, decoder ids shifted from input_ids (aten.copy)
+        cfg = tr.BartConfig(
+            vocab_size=100,
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=32,
+        )
+        model, kwargs = tr.BartModel(cfg), text
+    elif name == "t5":  # encoder-decoder with relative position buckets on both sides
+        cfg = tr.T5Config(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2)
+        model, kwargs = tr.T5Model(cfg), {**text, "decoder_input_ids": torch.randint(3, 100, (2, 5), generator=gen)}
+    elif name == "deberta_v2":  # disentangled relative attention
+        model, kwargs = tr.DebertaV2Model(tr.DebertaV2Config(vocab_size=100, max_position_embeddings=32, **sizes)), text
+    elif name == "swin":  # shifted windows: roll, a window mask built by slice assignment (slice_scatter)
+        cfg = tr.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4)
+        model, kwargs = tr.SwinModel(cfg), {"pixel_values": torch.randn(2, 3, 32, 32, generator=gen)}
     else:
         raise ValueError(f"no transformers model {name!r}")
     return model.eval(), kwargs
+
+
+def swin_t_small() -> torch.nn.Module:
+    """torchvision's Swin transformer (swin_t's code) at 2 stages of width 16: its shifted-window
+    mask is built by slice assignment and its layer scale reads through as_strided."""
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    torch.manual_seed(0)
+    model = SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=[4, 4], num_classes=10)
+    with torch.no_grad():  # torchvision zero-initialises the head: outputs near zero prove little
+        model.head.weight.normal_(0, 0.3)
+    return model.eval()

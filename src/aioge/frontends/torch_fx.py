@@ -53,6 +53,7 @@ class InputSlot:
     index: int
     name: str
     kind: str  # "tensor", "symint" (fed as a 1-element int64 tensor), "computed" (a SymInt derived from a shape), "constant"
+    axis: int = -1  # kind "size" (``padded`` graphs): fed as the size of dim ``axis`` of argument ``index``
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,12 +132,16 @@ def convert_fx(
     constants: Mapping[str, torch.Tensor] | None = None,
     input_names: Mapping[str, str] | None = None,
     converters: Converters | None = None,
+    padded: bool = False,
 ) -> ConvertedGraph:
     """Convert an ATen-level FX graph to an aioge Graph.
 
     ``constants`` maps placeholder names to tensors baked into the graph (weights);
     ``input_names`` renames placeholders for the aioge graph (``x`` rather than ``arg3_1``);
-    ``converters`` add to or override the table (see ``Converters``).
+    ``converters`` add to or override the table (see ``Converters``). ``padded``: every symbolic
+    dim of a tensor input may be fed padded; its true size is fed as well (an ``InputSlot`` of
+    kind "size") and the graph slices the input back to it first, so one compile (for the
+    padded shapes) serves every size up to them.
 
     Raises:
         UnsupportedOpError: calls with no converter, listed with their FX node names.
@@ -145,7 +150,7 @@ def convert_fx(
     missing = unsupported_nodes(gm, converters)
     if missing:
         raise UnsupportedOpError([("aten", op) for op, _ in missing], graph=name, nodes=[node for _, node in missing])
-    return _Converter(gm, name, constants or {}, input_names or {}, converters or {}).run()
+    return _Converter(gm, name, constants or {}, input_names or {}, converters or {}, padded).run()
 
 
 class _Converter:
@@ -156,7 +161,9 @@ class _Converter:
         constants: Mapping[str, torch.Tensor],
         input_names: Mapping[str, str],
         converters: Converters,
+        padded: bool = False,
     ) -> None:
+        self.padded = padded
         self.gm = gm
         self.converters = converters
         self.graph = Graph(name)
@@ -192,6 +199,7 @@ class _Converter:
 
     def _placeholders(self, placeholders: Sequence[torch.fx.Node]) -> list[InputSlot]:
         slots: list[InputSlot] = []
+        sizes: list[InputSlot] = []  # padded: the true sizes fed
         pending_syms: list[tuple[int, torch.fx.Node]] = []
         for i, node in enumerate(placeholders):
             self.node = node
@@ -203,10 +211,20 @@ class _Converter:
             elif isinstance(val, torch.Tensor):
                 dims = [_dim(d) for d in val.shape]
                 self.env[node] = v = self.graph.input(name, dims, numpy_dtype_of(val.dtype))
-                for axis, d in enumerate(dims):
-                    if isinstance(d, str) and d not in self.symbols:
-                        self.symbols[d] = ops.gather(ops.shape(v), np.array([axis], np.int64), axis=0)
                 slots.append(InputSlot(i, name, "tensor"))
+                for axis, d in enumerate(dims):
+                    if self.padded and d is None:
+                        raise self.fail(f"input {name} has a derived dynamic size: it cannot be padded")
+                    if isinstance(d, str) and d not in self.symbols:
+                        if self.padded:
+                            self.symbols[d] = self.graph.input(f"size_{d}", [1], "int64")
+                            sizes.append(InputSlot(i, f"size_{d}", "size", axis))
+                        else:
+                            self.symbols[d] = ops.gather(ops.shape(v), np.array([axis], np.int64), axis=0)
+                axes = [a for a, d in enumerate(dims) if isinstance(d, str)]
+                if self.padded and axes:  # the true sizes of the padded dims
+                    ends = ops.concat(*[self.symbols[dims[a]] for a in axes], axis=0)  # type: ignore[index]
+                    self.env[node] = ops.slice(v, np.zeros(len(axes), np.int64), ends, np.array(axes, np.int64))
             elif isinstance(val, (torch.SymInt, int)):
                 pending_syms.append((i, node))
                 slots.append(InputSlot(i, name, "computed"))
@@ -229,7 +247,7 @@ class _Converter:
                 name = slots[i].name
                 self.env[node] = self.graph.input(name, [1], "int64")
                 slots[i] = InputSlot(i, name, "symint")
-        return slots
+        return slots + sizes
 
     def _outputs(self, result: Any) -> tuple[list[str | None], list[Any]]:
         flat = list(result) if isinstance(result, (list, tuple)) else [result]
@@ -382,6 +400,8 @@ def _converter(target: Any, converters: Converters | None = None) -> Callable[..
             user = converters.get(target) or converters.get(target.overloadpacket)
             if user is not None:
                 return lambda c, node, *args, **kwargs: user(*args, **kwargs)
+        if target.namespace == "prims":
+            return _ATEN.get(target.name())
         if target.namespace != "aten":
             return None
         return _ATEN.get(target.name().removeprefix("aten::")) or _ATEN.get(target.overloadpacket.__name__)
@@ -1110,6 +1130,63 @@ def _index(c: _Converter, node: torch.fx.Node, x: Value, indices: Sequence[Value
     return out
 
 
+def _index_put(
+    c: _Converter, node: torch.fx.Node, x: Value, indices: Sequence[Value | None], values: Any, accumulate: bool = False
+) -> Value:
+    """``x[i0, i1, ...] = values`` (``+=`` with ``accumulate``): ScatterND on the indexed dims
+    moved to the front; a boolean mask (``x[mask] = v``) is a Where."""
+    rank = c.rank(node)
+    values = values if isinstance(values, Value) else c.graph.constant(np.asarray(values, x.dtype))
+    values = values if values.dtype == x.dtype else ops.cast(values, to=x.dtype)
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    if len(dims) == 1 and indices[dims[0]].dtype == "bool":  # type: ignore[union-attr]
+        mask = indices[dims[0]]
+        mrank = c.rank(node.args[1][dims[0]])  # type: ignore[index]
+        if dims[0] != 0 or c.rank(node, 2) > 1:
+            raise c.fail("index_put with a boolean mask and non-scalar values has a data-dependent shape")
+        mask = ops.reshape(mask, c.ints([*([-1] if mrank else []), *([1] * (rank - mrank))])) if mrank < rank else mask
+        return ops.where(mask, ops.add(x, values) if accumulate else values, x)
+    if any(indices[d].dtype == "bool" for d in dims):  # type: ignore[union-attr]
+        raise c.fail("index_put with boolean masks among several indices is not mapped")
+    rest = [d for d in range(rank) if d not in dims]
+    perm = dims + rest
+    moved = x if perm == list(range(rank)) else ops.transpose(x, perm=perm)
+    idx = [ops.cast(i, to="int64") if i.dtype != "int64" else i for i in (indices[d] for d in dims)]  # type: ignore[union-attr]
+    sizes = ops.shape(x)
+    idx = [  # negative indices count from the end
+        ops.where(ops.less(i, np.asarray(0, np.int64)), ops.add(i, ops.gather(sizes, np.asarray(d, np.int64), axis=0)), i)
+        for i, d in zip(idx, dims)
+    ]
+    shape = ops.mul(idx[0], np.asarray(0, np.int64))  # zeros of the indices' broadcast shape
+    for i in idx[1:]:
+        shape = ops.add(shape, ops.mul(i, np.asarray(0, np.int64)))
+    stacked = ops.concat(*[ops.unsqueeze(ops.add(i, shape), np.array([-1], np.int64)) for i in idx], axis=-1)
+    # values broadcast to x[indices]: the index dims first, or in place of adjacent index dims after the first
+    nb = max(c.rank(node.args[1][d]) for d in dims)  # type: ignore[index]
+    adjacent = dims == list(range(dims[0], dims[-1] + 1)) and dims[0] > 0
+    ishape = ops.shape(stacked, start=0, end=-1)
+    rest_shape = ops.gather(sizes, np.array(rest, np.int64), axis=0) if rest else np.zeros(0, np.int64)
+    if adjacent:
+        target = ops.concat(
+            ops.gather(sizes, np.arange(dims[0]), axis=0),
+            ishape,
+            ops.gather(sizes, np.array(rest[dims[0] :], np.int64), axis=0),
+            axis=0,
+        )
+        vals = ops.expand(values, target)
+        vperm = list(range(dims[0], dims[0] + nb)) + list(range(dims[0])) + list(range(dims[0] + nb, nb + len(rest)))
+        vals = ops.transpose(vals, perm=vperm)
+    else:
+        vals = ops.expand(values, ops.concat(ishape, rest_shape, axis=0) if rest else ishape)
+    out = ops.scatter_nd(moved, stacked, vals, reduction="add" if accumulate else "none")
+    return out if perm == list(range(rank)) else ops.transpose(out, perm=[perm.index(d) for d in range(rank)])
+
+
+def _copy(c: _Converter, node: torch.fx.Node, x: Value, src: Any, non_blocking: bool = False) -> Value:
+    src = src if isinstance(src, Value) else c.graph.constant(np.asarray(src, x.dtype))
+    return ops.expand(src if src.dtype == x.dtype else ops.cast(src, to=x.dtype), ops.shape(x))
+
+
 def _baddbmm(c: _Converter, node: torch.fx.Node, b: Value, x: Value, y: Value, *, beta: float = 1, alpha: float = 1) -> Value:
     prod = ops.matmul(x, y)
     if alpha != 1:
@@ -1291,6 +1368,65 @@ def _roll(c: _Converter, node: torch.fx.Node, x: Value, shifts: Sequence[int], d
     return out
 
 
+def _slice_scatter(
+    c: _Converter, node: torch.fx.Node, x: Value, src: Value, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
+) -> Value:
+    """``x`` with ``x[..., start:end:step, ...]`` (along ``dim``) replaced by ``src``."""
+    val = node.args[0].meta.get("val")  # type: ignore[union-attr]
+    axis = int(dim) % c.rank(node)
+    size = _dim(val.shape[axis]) if isinstance(val, torch.Tensor) else None
+    src = src if src.dtype == x.dtype else ops.cast(src, to=x.dtype)
+    if not isinstance(size, int) or not all(isinstance(a, (int, type(None))) for a in (start, end)):
+        if step != 1:
+            raise c.fail("a strided slice_scatter on a dynamic dim is not mapped")
+        head = _slice(c, node, x, axis, 0, 0 if start is None else start)
+        tail = _slice(c, node, x, axis, _INT64_MAX if end is None else end, None)
+        return ops.concat(head, src, tail, axis=axis)
+    positions = range(size)[slice(start, None if end is None else min(end, _INT64_MAX), step)]
+    if not len(positions):
+        return x
+    index = np.zeros(size, np.int64)
+    index[list(positions)] = np.arange(len(positions))
+    mask = np.zeros([size] + [1] * (c.rank(node) - axis - 1), bool)
+    mask[list(positions)] = True
+    return ops.where(mask, ops.gather(src, index, axis=axis), x)
+
+
+def _select_scatter(c: _Converter, node: torch.fx.Node, x: Value, src: Value, dim: int, index: int) -> Value:
+    axis = int(dim) % c.rank(node)
+    part = ops.unsqueeze(src, np.array([axis], np.int64))
+    if index < 0:
+        return _slice_scatter(c, node, x, part, axis, index, index + 1 if index < -1 else None)
+    return _slice_scatter(c, node, x, part, axis, index, index + 1)
+
+
+def _as_strided(
+    c: _Converter, node: torch.fx.Node, x: Value, size: Sequence[Any], stride: Sequence[Any], offset: Any = None
+) -> Value:
+    """``as_strided`` on a tensor that is dense in memory (any dim order): the storage is ``x``
+    with its dims in stride order, flattened; the view gathers from it."""
+    val = node.args[0].meta.get("val")  # type: ignore[union-attr]
+    if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in (*val.shape, *val.stride(), *size, *stride)):
+        raise c.fail("as_strided needs static sizes and strides")
+    order = sorted(range(val.dim()), key=lambda d: -val.stride()[d])
+    dense = 1
+    for d in reversed(order):
+        if val.shape[d] != 1 and val.stride()[d] != dense:
+            raise c.fail("as_strided of a tensor that is not dense in memory is not mapped")
+        dense *= val.shape[d]
+    base = int(val.storage_offset())
+    start = base if offset is None else int(offset)
+    index = np.full(tuple(size), start - base, np.int64)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        index += (np.arange(n, dtype=np.int64) * st).reshape([-1 if k == d else 1 for k in range(len(size))])
+    if index.size and (index.min() < 0 or index.max() >= dense):
+        raise c.fail("as_strided reads outside the tensor")
+    flat = ops.reshape(x if order == sorted(order) else ops.transpose(x, perm=order), np.array([-1], np.int64))
+    if np.array_equal(index.reshape(-1), np.arange(index.size)):
+        return ops.reshape(flat, np.array(size, np.int64))
+    return ops.gather(flat, index, axis=0)
+
+
 def _repeat(c: _Converter, node: torch.fx.Node, x: Value, repeats: Sequence[Any]) -> Value:
     extra = len(repeats) - c.rank(node)
     if extra > 0:
@@ -1304,6 +1440,7 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "sub": _binary(ops.sub),
     "mul": _binary(ops.mul),
     "div": _binary(ops.div),
+    "true_divide": _binary(ops.div),
     "rsub": _rsub,
     "pow": _pow,
     "neg": _unary(ops.neg),
@@ -1382,6 +1519,7 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "detach": _identity,
     "lift_fresh_copy": _identity,
     "_to_copy": _to_dtype,
+    "prims::convert_element_type": _to_dtype,
     "to": _to_dtype,
     "type_as": _to_dtype,
     "dropout": _dropout,
@@ -1472,6 +1610,12 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "stack": _stack,
     "roll": _roll,
     "repeat": _repeat,
+    "slice_scatter": _slice_scatter,
+    "select_scatter": _select_scatter,
+    "as_strided": _as_strided,
+    "index_put": _index_put,
+    "_unsafe_index_put": _index_put,
+    "copy": _copy,
     "split": _split,
     "split_with_sizes": _split,
     # constructors
