@@ -196,6 +196,12 @@ def test_a_repository_serves_every_version_with_onnxruntime_outputs_and_never_co
         # [dynamic_batching] reached the .om version too: its 8 requests (4 by version, 4 unversioned) batched
         text = httpx.get(f"http://{url}/metrics").text
         assert 'aioge_batch{model="mlp",stat="requests"} 8.0' in text
+        # /metrics per version: scale 2 answered 2 (and refused the [1, 3] request), scale 3 answered 4
+        assert 'aioge_request_success_total{model="scale",version="2"} 2.0' in text
+        assert 'aioge_request_success_total{model="scale",version="3"} 4.0' in text
+        assert 'aioge_request_failure_total{code="400",model="scale",version="2"} 1.0' in text
+        assert 'aioge_request_failure_total{code="400",model="mlp",version="1"} 1.0' in text  # the 5-row request
+        assert 'aioge_request_duration_seconds_count{model="scale",version="3"} 4.0' in text
         # per-model options: mlp's [options] and input shapes reached mlp alone
         session = app.state.backend.session
         options = {(m.name, m.version): session.compiled(m.handle).options for m in app.state.entries}

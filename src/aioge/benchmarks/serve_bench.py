@@ -11,7 +11,7 @@ concurrent httpx clients, each sending single-row requests (binary tensor extens
 Triton's client sends) one after another until ``total`` requests were sent or ``seconds``
 passed. Loopback only, bounded in count and time. Figures: requests/s, p50 and p99 latency.
 
-    python -m aioge.benchmarks.serve_bench [--clients 200] [--total 4000] [--workloads mlp,cnn]
+    aioge bench --serve [--serve-clients 200] [--serve-total 4000] [--mlserver-python PY]
 """
 
 from __future__ import annotations
@@ -397,30 +397,17 @@ def bench_from_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m aioge.benchmarks.serve_bench``: run the bench, or (``--ort-server``) one onnxruntime arm."""
+    """``python -m aioge.benchmarks.serve_bench --ort-server MODEL.onnx``: the onnxruntime arm's server."""
     p = argparse.ArgumentParser(prog="python -m aioge.benchmarks.serve_bench")
-    p.add_argument("--ort-server", metavar="MODEL.onnx", help="serve MODEL with onnxruntime behind aioge's HTTP code")
+    p.add_argument(
+        "--ort-server", metavar="MODEL.onnx", required=True, help="serve MODEL with onnxruntime behind aioge's HTTP code"
+    )
     p.add_argument("--ort-threads", type=int, default=64)
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--workloads", default="mlp,cnn")
-    p.add_argument("--clients", type=int, default=200)
-    p.add_argument("--total", type=int, default=4000)
-    p.add_argument("--seconds", type=float, default=30.0)
-    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = p.parse_args(argv)
-    if args.ort_server:
-        from aioge.server import create_app, serve
+    from aioge.server import create_app, serve
 
-        serve(create_app([args.ort_server], OrtBackend(args.ort_threads)), "127.0.0.1", args.port)
-        return 0
-    cfg = ServeBenchConfig(
-        workloads=tuple(w for w in args.workloads.split(",") if w), clients=args.clients, total=args.total, seconds=args.seconds
-    )
-    rows = run_serve_bench(cfg)
-    print(format_rows(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+    serve(create_app([args.ort_server], OrtBackend(args.ort_threads)), "127.0.0.1", args.port)
     return 0
 
 
