@@ -118,11 +118,11 @@ async def _row(name: str, f32: str, q: str, feeds: dict[str, np.ndarray], reps: 
 
         runs = {"aioge_int8": aioge_run, "ort_int8": lambda: ort_run(ort_q), "ort_f32": lambda: ort_run(ort_f)}
         for _ in range(reps):
-            for name, fn in runs.items():
+            for engine, fn in runs.items():
                 t, c = time.perf_counter(), time.process_time()
                 await fn()
-                times[name].append(time.perf_counter() - t)
-                cpu[name].append(time.process_time() - c)
+                times[engine].append(time.perf_counter() - t)
+                cpu[engine].append(time.process_time() - c)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     med.update({f"{k}_cpu": statistics.median(v) * 1e3 for k, v in cpu.items()})
     int_ops = {k: v for k, v in ops.items() if k.startswith(("QLinear", "QGemm", "MatMulInteger", "ConvInteger"))}

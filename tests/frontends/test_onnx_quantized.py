@@ -236,3 +236,26 @@ def test_a_relu_whose_zero_point_is_not_the_least_value_keeps_the_float_path(run
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"xq": xq})[0]
     np.testing.assert_array_equal(got, want)
     assert got.min() == 100 and got.max() > 100
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_qlinear_matmul_ties_round_half_to_even_as_onnxruntime(run, dtype) -> None:  # type: ignore[no-untyped-def]
+    """a * 0.5 lands on .5 for every odd a: onnxruntime (and aioge) round those to even."""
+    tt = T.INT8 if dtype == np.int8 else T.UINT8
+    consts = {"as": np.array(0.5, np.float32), "az": np.array(0, dtype), "b": np.array([[1]], np.int8)}
+    consts.update({"bs": np.array(1.0, np.float32), "bz": np.array(0, np.int8), "ys": np.array(1.0, np.float32)})
+    consts["yz"] = np.array(0, dtype)
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "ties",
+        [helper.make_tensor_value_info("a", tt, [6, 1])],
+        [helper.make_tensor_value_info("y", tt, [6, 1])],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    a = np.array([[1], [3], [5], [7], [9], [11]], dtype)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    assert want.ravel().tolist() == [0, 2, 2, 4, 4, 6]
+    got = run.run(aioge.load_onnx(model), {"a": a})["y"]
+    np.testing.assert_array_equal(got, want)

@@ -120,33 +120,15 @@ def qgemm(
         y[...] = acc if mult is None else requantise(acc, mult, zy, y.dtype, lo)
         return
     scale = None if mult is None else np.ascontiguousarray(np.asarray(mult, np.float32).reshape(-1))
-    mode = _MODES[y.dtype]
-    geo = np.array(
-        [
-            _addr(a),
-            _addr(b.data),
-            0 if bias32 is None else native.ptr(bias32),
-            0 if scale is None else native.ptr(scale),
-            _addr(y),
-            m,
-            b.k,
-            b.n,
-            a.strides[0] // a.itemsize if m > 1 else b.k,
-            y.strides[0] // y.itemsize if m > 1 else b.n,
-            int(a.dtype == np.int8),
-            za,
-            mode,
-            zy,
-            1 if scale is None else scale.size,
-            b.data.size,
-            (m - 1) * (a.strides[0] // a.itemsize) + b.k if m else 0,
-            (m - 1) * (y.strides[0] // y.itemsize) + b.n if m else 0,
-            -128 if lo is None else lo,
-            b.fmt,
-            0 if b.colsum is None else native.ptr(b.colsum),
-        ],
-        np.int64,
-    )
+    lda = a.strides[0] // a.itemsize if m > 1 else b.k
+    ldy = y.strides[0] // y.itemsize if m > 1 else b.n
+    # qgemm.c's QG_* slots, in order
+    geo = np.array([
+        _addr(a), _addr(b.data), 0 if bias32 is None else native.ptr(bias32), 0 if scale is None else native.ptr(scale),
+        _addr(y), m, b.k, b.n, lda, ldy, int(a.dtype == np.int8), za, _MODES[y.dtype], zy,
+        1 if scale is None else scale.size, b.data.size, (m - 1) * lda + b.k if m else 0, (m - 1) * ldy + b.n if m else 0,
+        -128 if lo is None else lo, b.fmt, 0 if b.colsum is None else native.ptr(b.colsum),
+    ], np.int64)  # fmt: skip
     blocks = (m + 3) // 4
     split_native(native.par_run(), native.JOB_QGEMM, native.ptr(geo), blocks, worth=m * b.k * b.n >= 1 << 18)
 
