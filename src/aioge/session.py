@@ -412,7 +412,8 @@ class Session:
                 self._reserved.add(graph_id)
             self._adopt_variables(model.graph)
             resolved = resolve_options(self._options, checked)
-            if resolved.batch_max_rows and not (gear_set_of_model(model) or _NO_GEARS).batch:
+            gears = gear_set_of_model(model)
+            if resolved.batch_max_rows and not (gears is not None and gears.batch):
                 raise OptionError(
                     "aioge.batch_max_rows",
                     str(resolved.batch_max_rows),
@@ -426,7 +427,6 @@ class Session:
             entry.last = signature
             for gear in model.gears:  # the other gears of a geared .om
                 entry.builds[_sig(gear)] = await self._bind(gear, resolved)
-            gears = gear_set_of_model(model)
             if gears is not None or resolved.batch_max_rows:
                 entry.served = ServedModel(model.graph, resolved, gears, self._engines, partial(self._executable, entry))
                 if gears is not None and gears.batch:
@@ -601,9 +601,6 @@ class Session:
         entry.last = gears.signatures[0]
         if gears.batch and entry.served is not None:
             entry.served.batched = batched_outputs(dict(zip(gears.batch, model.all_gears())))
-
-
-_NO_GEARS = GearSet("", (), (), frozenset())
 
 
 def _sig(model: CompiledModel) -> Signature:
