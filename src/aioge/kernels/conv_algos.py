@@ -398,7 +398,28 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
             np.copyto(y, yc)
         return (y,)
 
-    return run
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        ops = [inputs[0], inputs[1], *inputs[2:3], outputs[0]]  # the job reads w and b where they are
+        if any(a is None for a in ops) or not native.f32c(*ops):
+            return None
+        b = native.ptr(inputs[2]) if len(inputs) > 2 else 0
+        a = np.array(
+            [
+                native.ptr(inputs[0]),
+                native.ptr(inputs[1]),
+                b,
+                native.ptr(outputs[0]),
+                geo[1],
+                unit,
+                planes,
+                inputs[0].size,
+                outputs[0].size,
+            ],
+            np.int64,
+        )
+        return [native.NativeCall(native.JOB_DEPTHWISE, a, planes, worth, (*ops, geometry))]
+
+    return native.with_native(run, form)
 
 
 def _applies_depthwise_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
@@ -931,7 +952,7 @@ NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = tuple(
         offered=native.available,
         eager=True,
         activations=native_rows.EPILOGUES,
-        native=name in ("conv_direct_native", "conv_direct_t_native"),  # their runs carry native forms
+        native=name in ("conv_direct_native", "conv_direct_t_native", "conv_depthwise_native"),  # their runs carry native forms
         packs=(1,) if name in ("conv_direct_native", "conv_direct_t_native") else (),
     )
     for name, build, applies, cands in (
