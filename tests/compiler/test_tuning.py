@@ -357,8 +357,8 @@ def test_gemm_candidates_keep_equal_weight_columns_bit_for_bit_equal() -> None:
 )
 def test_pool_algorithms_agree(attrs) -> None:
     x = _f32(2, 3, 8, 7)
-    # pool_native, then the tap loops (and NHWC for max)
-    assert _check(kconv.build_max_pool, POOL_MAX_ALGOS, attrs, [x]) == 3
+    # pool_native, then the tap loops
+    assert _check(kconv.build_max_pool, POOL_MAX_ALGOS, attrs, [x]) == 2
     assert _check(kconv.build_average_pool, POOL_AVG_ALGOS, attrs, [x]) == 2
 
 
@@ -407,7 +407,7 @@ def test_registered_ops_offer_their_candidates_after_the_reference() -> None:
         "Conv": ("im2col", {"conv_im2col_nhwc", "conv_gemm_1x1", "conv_depthwise", "conv_grouped", "conv_winograd_f23"}),
         "MatMul": ("numpy", {"matmul_fold_2d", "matmul_packed_bt", "matmul_batch_loop", "matmul_einsum"}),
         "Gemm": ("numpy", {"gemm_dot"}),
-        "MaxPool": ("separable", {"maxpool_taps", "maxpool_nhwc"}),
+        "MaxPool": ("separable", {"maxpool_taps"}),
         "AveragePool": ("separable", {"avgpool_taps"}),
         "GlobalAveragePool": ("numpy", {"globalpool_rows", "globalavg_gemv"}),
         "Softmax": ("numpy", {"softmax_unfused", "softmax_rows"}),

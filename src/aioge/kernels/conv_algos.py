@@ -382,8 +382,10 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
         [g.c, g.h, g.w, mult, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow, *_epilogue(attrs), 0], np.int64
     )
     geo = (geometry, native.ptr(geometry))  # the array, kept alive by the closure, and its address
-    unit = 1  # planes per unit of the split
     operands = (NativeOperand(), NativeOperand())  # weight, bias
+
+    def args(x: np.ndarray, wp: int, bp: int, y: np.ndarray) -> np.ndarray:  # [lo, hi) are single planes
+        return np.array([native.ptr(x), wp, bp, native.ptr(y), geo[1], 1, planes, x.size, y.size], np.int64)
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         x = np.ascontiguousarray(inputs[0], np.float32)
@@ -392,13 +394,19 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
         b, bp = operands[1].get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
         y = _output(g, outputs, x.dtype)
         yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-        args = np.array([native.ptr(x), wp, bp or 0, native.ptr(yc), geo[1], unit, planes, x.size, yc.size], np.int64)
-        split_native(par, native.JOB_DEPTHWISE, native.ptr(args), -(-planes // unit), worth=worth)
+        split_native(par, native.JOB_DEPTHWISE, native.ptr(args(x, wp, bp or 0, yc)), planes, worth=worth)
         if yc is not y:
             np.copyto(y, yc)
         return (y,)
 
-    return run
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        x, w, b, y = inputs[0], inputs[1], (inputs[2:3] or [None])[0], outputs[0]  # read where they are
+        if not native.f32c(x, w, y, *([] if b is None else [b])):
+            return None
+        a = args(x, native.ptr(w), 0 if b is None else native.ptr(b), y)
+        return [native.NativeCall(native.JOB_DEPTHWISE, a, planes, worth, (x, w, b, y, geometry))]
+
+    return native.with_native(run, form)
 
 
 def _applies_depthwise_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
@@ -931,7 +939,7 @@ NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = tuple(
         offered=native.available,
         eager=True,
         activations=native_rows.EPILOGUES,
-        native=name in ("conv_direct_native", "conv_direct_t_native"),  # their runs carry native forms
+        native=name in ("conv_direct_native", "conv_direct_t_native", "conv_depthwise_native"),  # their runs carry native forms
         packs=(1,) if name in ("conv_direct_native", "conv_direct_t_native") else (),
     )
     for name, build, applies, cands in (

@@ -734,16 +734,14 @@ def build_then_residual(
     """A FusedConv with a residual Z (its last input): the base kernel (``build`` on ``ins``,
     without the activation) into the output, then ``y = act(y + Z)`` in place, float32 in C
     while the output is hot; the base kernel's native form followed by that job."""
-    run = build(without_activation(attrs), params, ins, outs)
+    run, n, par = build(without_activation(attrs), params, ins, outs), len(ins), native.par_run()
     name, act_params = attrs.get("activation", ""), attrs.get("activation_params", ())
-    n = len(ins)
     code = native_rows.epilogue(name, act_params) if name in native_rows.EPILOGUES or not name else None
-    par = native.par_run()
-    act = activation_runner(name, act_params, outs[0].dtype) if code is None or par is None else None
+    act = activation_runner(name, act_params, outs[0].dtype)
 
-    def call(y: np.ndarray, z: np.ndarray) -> native.NativeCall:
-        args = np.array([native.ptr(y), native.ptr(z), native.ptr(y), *code, y.size], np.int64)  # type: ignore[misc]
-        return native.NativeCall(native.JOB_RESIDUAL, args, y.size, y.size >= 1 << 16, (y, z))
+    def call(y: np.ndarray, z: np.ndarray) -> native.NativeCall:  # y = act(y + z)
+        a = np.array([native.ptr(y), native.ptr(z), native.ptr(y), *code, y.size], np.int64)  # type: ignore[misc]
+        return native.NativeCall(native.JOB_RESIDUAL, a, y.size, y.size >= 1 << 16, (y, z))
 
     def fused(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         res = run(inputs[:n], outputs)
@@ -751,10 +749,10 @@ def build_then_residual(
         if par is not None and code is not None and native.f32c(y, z):
             once = call(y, z)
             split_native(par, once.job, once.addr, once.total, worth=once.worth)
-            return res
-        np.add(y, z, out=y)
-        if act is not None:
-            act(y)
+        else:
+            np.add(y, z, out=y)
+            if act is not None:
+                act(y)
         return res
 
     form = native.native_form(run)
@@ -762,11 +760,8 @@ def build_then_residual(
         return fused
 
     def jobs(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
-        base = form(inputs[:n], outputs)
-        y, z = outputs[0], inputs[n]
-        if base is None or not native.f32c(y, z):
-            return None
-        return [*base, call(y, z)]
+        base, y, z = form(inputs[:n], outputs), outputs[0], inputs[n]
+        return None if base is None or not native.f32c(y, z) else [*base, call(y, z)]
 
     return native.with_native(fused, jobs)
 

@@ -6,7 +6,6 @@ and ``reduce.build_reduce``.
 - ``maxpool_taps`` / ``avgpool_taps``: one pass per kernel tap (k_h·k_w of them) reduced
   into the output; the references pass over rows then columns (k_h + k_w passes, one
   temporary), which small windows may not repay.
-- ``maxpool_nhwc``: the tap loop on a channels-last copy (contiguous channel runs).
 - ``pool_native`` (MaxPool with Indices too, AveragePool): float32 in C (``csrc/pool.c``),
   over the (image, channel) planes in two halves on an idle core; offered only with the
   compiled tier loaded (a stored choice without it binds the numpy kernels).
@@ -151,33 +150,6 @@ def _zero(dtype: np.dtype) -> float:
     return 0.0
 
 
-def build_maxpool_nhwc(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """MaxPool's tap loop on a channels-last copy, transposed back into the output."""
-    if _with_indices(outs):
-        return build_max_pool(attrs, params, ins, outs)
-    g = _pool2d(ins, attrs)
-    if g is None:
-        raise ValueError("maxpool_nhwc needs a static 2-D float input")
-    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = g.kernel, g.strides, g.dilations, g.out
-
-    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
-        x = inputs[0]
-        xh = np.ascontiguousarray(_padded(x, g, -np.inf).transpose(0, 2, 3, 1))
-        acc: np.ndarray | None = None
-        for i in range(kh):
-            for j in range(kw):
-                tap = xh[:, i * dh : i * dh + (oh - 1) * sh + 1 : sh, j * dw : j * dw + (ow - 1) * sw + 1 : sw]
-                if acc is None:
-                    acc = np.array(tap)
-                else:
-                    np.maximum(acc, tap, out=acc)
-        y = np.empty((*x.shape[:2], oh, ow), x.dtype) if outputs is None else outputs[0]
-        np.copyto(y, acc.transpose(0, 3, 1, 2))  # type: ignore[union-attr]
-        return (y,)
-
-    return run
-
-
 def _applies_pool(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     return _pool2d(descs, attrs) is not None
 
@@ -195,8 +167,7 @@ def _native_pool(average: bool) -> Callable[..., RunFn]:
         window's rows, then its columns; AVX2 where the CPU has it), MaxPool's Indices window by
         window; the planes shared with the C helper on an idle core. The numpy kernels without
         the compiled tier."""
-        par = native.par_run()
-        g = _pool2d(ins, attrs, storage=True)
+        par, g = native.par_run(), _pool2d(ins, attrs, storage=True)
         if par is None or g is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
             return build_max_pool(attrs, params, ins, outs) if _with_indices(outs) else fallback(attrs, params, ins, outs)
         n, c, h, w = (int(d) for d in ins[0].shape)  # type: ignore[union-attr]
@@ -219,22 +190,17 @@ def _pool_job(par: Any, geometry: np.ndarray, planes: int, out_shape: tuple[int,
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         x = np.ascontiguousarray(inputs[0], np.float32)
-        given = list(outputs or ())
-        y = given[0] if given else np.empty(out_shape, np.float32)
-        yc = y if native.f32c(y) else np.empty(out_shape, np.float32)
-        ind = None
-        if indices:
-            ind = given[1] if len(given) > 1 else np.empty(out_shape, np.int64)
-            ind = ind if ind.dtype == np.int64 and ind.flags.c_contiguous else np.empty(out_shape, np.int64)
-        split_native(par, native.JOB_POOL, native.ptr(args(x, yc, ind)), planes, worth=worth)
-        if yc is not y:
-            np.copyto(y, yc)
-        if ind is None:
-            return (y,)
-        if len(given) > 1 and given[1] is not ind:
-            np.copyto(given[1], ind)
-            return (y, given[1])
-        return (y, ind)
+        fresh: list[np.ndarray] = [np.empty(out_shape, np.float32), np.empty(out_shape, np.int64)]
+        given: list[np.ndarray] = list(outputs or ())[: 1 + indices] or fresh[: 1 + indices]
+        # the outputs themselves when the C job can write them in place, else a buffer copied out
+        work = [
+            a if a.flags.c_contiguous and a.dtype == t else np.empty(out_shape, t) for a, t in zip(given, (np.float32, np.int64))
+        ]
+        split_native(par, native.JOB_POOL, native.ptr(args(x, work[0], work[1] if indices else None)), planes, worth=worth)
+        for a, w in zip(given, work):
+            if a is not w:
+                np.copyto(a, w)
+        return tuple(given)
 
     def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
         x, y = inputs[0], outputs[0]
@@ -260,7 +226,6 @@ POOL_MAX_ALGOS: tuple[KernelImpl, ...] = (
         native=True,
     ),
     KernelImpl("maxpool_taps", _taps(np.maximum, _lowest, False), _applies_pool),
-    KernelImpl("maxpool_nhwc", build_maxpool_nhwc, _applies_pool),
 )
 POOL_AVG_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl(
@@ -381,22 +346,20 @@ GLOBAL_AVG_ALGOS: tuple[KernelImpl, ...] = (
 def build_globalmax_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
     """float32 GlobalMaxPool of (N, C, H, W) in C: JOB_POOL with the plane as its window
     (the rows maxed into one, then its columns). ``globalpool_rows`` without the tier."""
-    par = native.par_run()
-    if par is None:
+    if (par := native.par_run()) is None:
         return _global("max")(attrs, params, ins, outs)
     n, c, h, w = (int(d) for d in ins[0].shape)  # type: ignore[union-attr]
-    geometry = np.array([h, w, h, w, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0], np.int64)
-    return _pool_job(par, geometry, n * c, (n, c, 1, 1), False)
-
-
-def _applies_globalmax_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
-    d = descs[0] if descs else None
-    return _applies_global(descs, attrs) and d.rank == 4 and d.dtype == "float32" and all(d.shape[2:])  # type: ignore[union-attr]
+    return _pool_job(par, np.array([h, w, h, w, *[1] * 4, *[0] * 4, 1, 1, 0, 0, 0], np.int64), n * c, (n, c, 1, 1), False)
 
 
 GLOBAL_MAX_ALGOS: tuple[KernelImpl, ...] = (
     KernelImpl(
-        "globalmax_native", build_globalmax_native, _applies_globalmax_native, offered=native.available, eager=True, native=True
+        "globalmax_native",
+        build_globalmax_native,
+        lambda d, a: _applies_global(d, a) and d[0].rank == 4 and d[0].dtype == "float32" and all(d[0].shape[2:]),  # type: ignore[union-attr, index]
+        offered=native.available,
+        eager=True,
+        native=True,
     ),
     KernelImpl("globalpool_rows", _global("max"), _applies_global),
 )

@@ -1370,6 +1370,7 @@ def fused_conv(
     x0: Operand,
     x1: Operand,
     x2: Operand | None = None,
+    x3: Operand | None = None,
     /,
     *,
     auto_pad: str = "NOTSET",
@@ -1385,14 +1386,14 @@ def fused_conv(
     num_outputs: int | None = None,
     **unknown: Never,
 ) -> Value:
-    """FusedConv: Conv then an activation, in place.
+    """FusedConv: Conv, plus Z (a residual) when given, then an activation, in place.
 
     Attributes: auto_pad='NOTSET', kernel_shape=None, pads=None, strides=None, dilations=None, group=1, precision=None, activation='', activation_params=(). Returns the output value.
     """
     return call_builder(
         "FusedConv",
         "aioge",
-        (x0, x1, x2),
+        (x0, x1, x2, x3),
         {
             "auto_pad": auto_pad,
             "kernel_shape": kernel_shape,

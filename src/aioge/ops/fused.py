@@ -122,10 +122,12 @@ def _with_activation(base: OpSchema, name: str, doc: str, residual: bool = False
 
     def infer(ctx: InferContext) -> list[TensorDesc]:
         _check_activation(ctx.attrs)
-        ins = ctx.inputs[:n_base]
-        (out,) = base.infer(InferContext(ins, ctx.values[:n_base], k.without_activation(ctx.attrs), ctx.num_outputs))
-        z = ctx.inputs[n_base] if len(ctx.inputs) > n_base else None
-        if z is not None and (z.dtype != out.dtype or z.shape != out.shape or not out.static):
+        (out,) = base.infer(InferContext(ctx.inputs[:n_base], ctx.values[:n_base], k.without_activation(ctx.attrs), 1))
+        if (z := (ctx.inputs[n_base:] or [None])[0]) is not None and (z.dtype, z.shape, out.static) != (
+            out.dtype,
+            out.shape,
+            True,
+        ):
             raise InferError(f"Z must be the output's {out.dtype} {out.shape}, got {z.dtype} {z.shape}")
         return [out]
 

@@ -1,6 +1,7 @@
 """Fusions around the linear ops (Conv, Gemm, MatMul): transposes folded into operands,
 MatMul + Add into Gemm (or a FusedMatMul with a bias, over a batch of rows), a bias Add
-into Conv/Gemm, and an activation into the producer.
+into Conv/Gemm, a residual Add into the Conv (FusedConv's Z), and an activation into the
+producer.
 
 Each pass walks the graph in topological order from the consumer side (the Add, the
 activation, the MatMul reading a Transpose) and looks at its producer, so a rewrite made
@@ -246,11 +247,12 @@ def fuse_residual(graph: Graph) -> bool:
             continue
         for i in (0, 1):
             p, z = _producer(graph, add.inputs[i], add), add.inputs[1 - i]
-            plain = _is(p, "Conv") or (_is(p, "FusedConv", "aioge") and not p.attrs.get("activation"))
-            if not plain or z is None or z.desc != add.outputs[0].desc or not z.desc.static or len(p.inputs) > 3:  # type: ignore[union-attr]
+            if p is None or z is None or not (_is(p, "Conv") or (_is(p, "FusedConv", "aioge") and not p.attrs.get("activation"))):
                 continue
-            ins = [*p.inputs, *[None] * (3 - len(p.inputs)), z]  # type: ignore[union-attr]
-            if substitute(graph, add, "FusedConv", ins, dict(p.attrs), [add, p], domain="aioge") is not None:  # type: ignore[union-attr, arg-type]
+            if z.desc != add.outputs[0].desc or not z.desc.static or len(p.inputs) > 3:
+                continue
+            ins = [*p.inputs, *[None] * (3 - len(p.inputs)), z]
+            if substitute(graph, add, "FusedConv", ins, dict(p.attrs), [add, p], domain="aioge") is not None:
                 changed = True
                 break
     return changed
