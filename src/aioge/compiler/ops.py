@@ -322,12 +322,10 @@ def compile_kernel_sync(
 def revisit_kernel_sync(
     node: Node, engine: Engine, options: CompileOptions, desc: KernelDesc, stage: Literal["hit", "fresh"]
 ) -> tuple[KernelDesc, str]:
-    """``tuning.revisit`` of a node's close call: on a cache ``hit``, re-timed against its
-    runner-up (tuned again with the whole budget when it drifted); ``fresh`` (the compile's
-    second opinion), tuned again over every candidate on a quarter of the budget: a kernel
-    that splits over the other core, timed while that core was busy, can rank third (the
-    builder transformer's first FusedMatMul came out numpy's at 75 us, runner-up np.dot, its
-    compiled kernel at 44 us behind both). The desc to use and the outcome. Blocking."""
+    """``tuning.revisit`` of a node's close call, blocking. A ``fresh`` one is tuned again over
+    every candidate on a quarter of the budget: a kernel that splits over the other core, timed
+    while that core was busy, can rank third (the builder transformer's first FusedMatMul came
+    out numpy's at 75 us, runner-up np.dot, its compiled kernel at 44 us behind both)."""
     schema = get_schema(node.op_type, node.domain)
     ins, outs, h = [v.desc if v is not None else None for v in node.inputs], [o.desc for o in node.outputs], desc.history
 

@@ -51,18 +51,7 @@ from aioge.kernels.parallel import cpu_tokens
 from aioge.ops.schema import KernelImpl, OpSchema
 from aioge.plan.kernel import KernelDesc, TuningRecord, candidates_of, same_params
 
-__all__ = [
-    "TIE_MARGIN",
-    "Choice",
-    "Recheck",
-    "candidates_of",
-    "choose_heuristic",
-    "close_call",
-    "recheck",
-    "revisit",
-    "select_kernel",
-    "tune",
-]
+__all__ = ["TIE_MARGIN", "Choice", "Recheck", "choose_heuristic", "close_call", "recheck", "revisit", "select_kernel", "tune"]
 
 log = logging.getLogger(__name__)
 
@@ -303,16 +292,10 @@ def revisit(
     retune: Callable[[], KernelDesc] | None = None,
 ) -> tuple[KernelDesc, str]:
     """Decide a tuned choice again (the one place that does): the kernel to use and the outcome
-    ('' when there was nothing to decide).
-
-    - ``hit`` (a kernel cache hit): a close call is re-timed against its runner-up (``retime``:
-      ``recheck`` bound to the node): ``switched`` to the runner-up when it is faster by more
-      than ``TIE_MARGIN``, tuned again when ``drifted`` (``retune``), else ``kept`` with the new
-      figures; ``skipped`` when the pair cannot be timed in this process.
-    - ``fresh`` (the end of the compile that tuned it): a close call is tuned again over every
-      candidate (``retune``, on a quarter of the budget), counted as one check: ``retuned``.
-    - ``native`` (a one-thread plan): the choice swapped for its native alternative, ``native``
-      (its cost: ``history.native_ms - history.tuned_ms``), when it has one."""
+    ('' when there was nothing to decide). ``hit``: a close call re-timed against its runner-up
+    (``retime``): ``switched``, ``drifted`` (tuned again: ``retune``), ``kept`` or ``skipped``.
+    ``fresh`` (the compile's second opinion): a close call tuned again (``retune``), one check.
+    ``native``: the choice swapped for its native alternative when it has one."""
     h = desc.history
     if stage == "native":
         if not h.native_alt:

@@ -165,9 +165,8 @@ TIERS = (
 
 
 def cpu_flags(base: ctypes.CDLL | None = None) -> frozenset[str] | None:
-    """The CPU's instruction-set flags: from CPUID through the baseline tier's
-    ``aioge_cpu_isa()`` when it answers (right under an emulator, whose /proc/cpuinfo is the
-    host's), else from /proc/cpuinfo; None where neither can be read."""
+    """The CPU's instruction-set flags: from CPUID through ``base``'s ``aioge_cpu_isa()`` (right
+    under an emulator too), else /proc/cpuinfo's; None where neither can be read."""
     bits = int(base.aioge_cpu_isa()) if base is not None and hasattr(base, "aioge_cpu_isa") else -1
     if bits >= 0:
         return frozenset(name for i, name in enumerate(ISA) if bits >> i & 1)
@@ -186,8 +185,7 @@ def cpu_flags(base: ctypes.CDLL | None = None) -> frozenset[str] | None:
 
 @dataclass
 class _Opened:
-    """What ``_open`` found: the library or None, why (or its ABI), the ISA it was built for, a
-    warning to give once (None: nothing to say), the tier it runs and the tiers installed."""
+    """What ``_open`` found: the library or None, why, its ISA, a warning, its tier, every tier."""
 
     dll: ctypes.CDLL | None
     why: str
@@ -249,8 +247,7 @@ def _open() -> _Opened:
 @functools.cache
 def lib() -> ctypes.CDLL | None:
     """The compiled kernels' best ISA tier for this CPU, or None: not built, disabled by
-    ``AIOGE_NATIVE=0``, stale, or built for instructions this CPU lacks. Said once a process
-    (cached), unless ``AIOGE_NATIVE=0``; so is an ``AIOGE_ISA`` above what the CPU runs."""
+    ``AIOGE_NATIVE=0``, stale, or built for instructions this CPU lacks (said once a process)."""
     opened = _open()
     if opened.warn and opened.dll is None:
         warnings.warn(f"aioge: the compiled kernels are unavailable: {opened.warn}; {_SLOWER}", RuntimeWarning, stacklevel=2)

@@ -22,12 +22,9 @@ __all__ = ["KernelDesc", "TuningRecord", "candidates_of", "check_kernel", "desc_
 
 @dataclass(frozen=True, slots=True)
 class TuningRecord:
-    """What tuning saw, so that a later look (``compiler.tuning.revisit``: a cache hit, the
-    compile's second opinion, a native plan) can tell a close call from a clear win: the
-    choice's best time, the next fastest verified candidate and its time over the choice's
-    (0.0 with no runner-up), how many times the two have been re-timed since, and the fastest
-    candidate with a native form when the choice has none, with its time (the compiler may
-    take it so that a whole plan runs as one C call)."""
+    """What tuning saw, for ``compiler.tuning.revisit``: the choice's best time, the next fastest
+    verified candidate and its time over the choice's (0.0: none), re-checks since, and the
+    fastest candidate with a native form when the choice has none, with its time."""
 
     tuned_ms: float = 0.0
     runner_up: str = ""
