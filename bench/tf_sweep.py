@@ -230,7 +230,7 @@ def main() -> None:
     for name in names:
         try:
             done = subprocess.run(
-                [sys.executable, __file__, "--one", name, "--formats", args.formats],
+                [sys.executable, "-P", __file__, "--one", name, "--formats", args.formats],
                 capture_output=True,
                 text=True,
                 timeout=args.timeout,

@@ -756,6 +756,8 @@ def check_options(options: Mapping[str, object] | None, level: str) -> dict[str,
             spec.parse(value)
         except ValueError as exc:
             raise OptionError(key, value, str(exc)) from None
+        if spec.content and value:
+            _file_digest(key, value)  # a file that cannot be read is named as the caller spelled it
         out[canon] = value
         spelled[canon] = key
     return out

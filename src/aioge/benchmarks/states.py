@@ -78,7 +78,7 @@ def states(
         for path in models.values():  # compile once: every timed process loads from the graph cache
             _side("aioge", path, cache, 0)
         for state in names:
-            busy = [subprocess.Popen([sys.executable, "-c", _SPIN]) for _ in range(STATES[state])]
+            busy = [subprocess.Popen([sys.executable, "-P", "-c", _SPIN]) for _ in range(STATES[state])]
             try:
                 time.sleep(1.0 if busy else 0.0)  # the scheduler spreads them before the first timing
                 for name, path in models.items():

@@ -136,7 +136,8 @@ def _rounded(plain: tuple[KernelImpl, ...], name: str) -> tuple[KernelImpl, ...]
 
     native_ = plain[0].native
     offered = lambda: any(i.offered() for i in plain)  # noqa: E731
-    return (KernelImpl(name, build, applies, candidates, offered, eager=native_, native=native_),)
+    packs = tuple(sorted({p for i in plain for p in i.packs}))  # a fed operand a base packs: no form over it
+    return (KernelImpl(name, build, applies, candidates, offered, eager=native_, native=native_, packs=packs),)
 
 
 def _gemm_shapes(descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any]) -> tuple[int, int, int] | None:
