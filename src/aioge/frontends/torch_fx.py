@@ -1355,8 +1355,10 @@ def _roll(c: _Converter, node: torch.fx.Node, x: Value, shifts: Sequence[int], d
         flat = _roll(c, node, ops.reshape(x, np.array([-1], np.int64)), shifts, [0]) if shape else x
         return ops.reshape(flat, ops.shape(x))
     out = x
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    traced = [_dim(d) for d in val.shape] if isinstance(val, torch.Tensor) else None  # aioge may not infer it
     for shift, dim in zip(shifts, dims):
-        size = (out.shape or shape or ())[dim] if out.shape else None
+        size = traced[dim] if traced else (out.shape or shape or ())[dim] if out.shape else None
         if not isinstance(size, int) or not isinstance(shift, int):
             raise c.fail("roll needs a static size and shift")
         s = shift % size if size else 0
