@@ -1349,14 +1349,18 @@ def _stack(c: _Converter, node: torch.fx.Node, tensors: Sequence[Value], dim: in
     return _cat(c, node, parts, axis)
 
 
-def _roll(c: _Converter, node: torch.fx.Node, x: Value, shifts: Sequence[int], dims: Sequence[int] = ()) -> Value:
+def _roll(
+    c: _Converter, node: torch.fx.Node, x: Value, shifts: Sequence[int], dims: Sequence[int] = (), *, flat: bool = False
+) -> Value:
     shape = x.shape
-    if not dims:
-        flat = _roll(c, node, ops.reshape(x, np.array([-1], np.int64)), shifts, [0]) if shape else x
-        return ops.reshape(flat, ops.shape(x))
-    out = x
     val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
     traced = [_dim(d) for d in val.shape] if isinstance(val, torch.Tensor) else None  # aioge may not infer it
+    if not dims:
+        rolled = _roll(c, node, ops.reshape(x, np.array([-1], np.int64)), shifts, [0], flat=True) if shape else x
+        return ops.reshape(rolled, ops.shape(x))
+    if flat and traced is not None:
+        traced = [math.prod(traced)] if all(isinstance(d, int) for d in traced) else None
+    out = x
     for shift, dim in zip(shifts, dims):
         size = traced[dim] if traced else (out.shape or shape or ())[dim] if out.shape else None
         if not isinstance(size, int) or not isinstance(shift, int):
