@@ -1139,19 +1139,19 @@ def _index_put(
     values = values if isinstance(values, Value) else c.graph.constant(np.asarray(values, x.dtype))
     values = values if values.dtype == x.dtype else ops.cast(values, to=x.dtype)
     dims = [d for d, i in enumerate(indices) if i is not None]
-    if len(dims) == 1 and indices[dims[0]].dtype == "bool":  # type: ignore[union-attr]
+    if len(dims) == 1 and indices[dims[0]].dtype == "bool":
         mask = indices[dims[0]]
         mrank = c.rank(node.args[1][dims[0]])  # type: ignore[index]
         if dims[0] != 0 or c.rank(node, 2) > 1:
             raise c.fail("index_put with a boolean mask and non-scalar values has a data-dependent shape")
         mask = ops.reshape(mask, c.ints([*([-1] if mrank else []), *([1] * (rank - mrank))])) if mrank < rank else mask
         return ops.where(mask, ops.add(x, values) if accumulate else values, x)
-    if any(indices[d].dtype == "bool" for d in dims):  # type: ignore[union-attr]
+    if any(indices[d].dtype == "bool" for d in dims):
         raise c.fail("index_put with boolean masks among several indices is not mapped")
     rest = [d for d in range(rank) if d not in dims]
     perm = dims + rest
     moved = x if perm == list(range(rank)) else ops.transpose(x, perm=perm)
-    idx = [ops.cast(i, to="int64") if i.dtype != "int64" else i for i in (indices[d] for d in dims)]  # type: ignore[union-attr]
+    idx = [ops.cast(i, to="int64") if i.dtype != "int64" else i for i in (indices[d] for d in dims)]
     sizes = ops.shape(x)
     idx = [  # negative indices count from the end
         ops.where(ops.less(i, np.asarray(0, np.int64)), ops.add(i, ops.gather(sizes, np.asarray(d, np.int64), axis=0)), i)
@@ -1349,14 +1349,20 @@ def _stack(c: _Converter, node: torch.fx.Node, tensors: Sequence[Value], dim: in
     return _cat(c, node, parts, axis)
 
 
-def _roll(c: _Converter, node: torch.fx.Node, x: Value, shifts: Sequence[int], dims: Sequence[int] = ()) -> Value:
+def _roll(
+    c: _Converter, node: torch.fx.Node, x: Value, shifts: Sequence[int], dims: Sequence[int] = (), *, flat: bool = False
+) -> Value:
     shape = x.shape
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    traced = [_dim(d) for d in val.shape] if isinstance(val, torch.Tensor) else None  # aioge may not infer it
     if not dims:
-        flat = _roll(c, node, ops.reshape(x, np.array([-1], np.int64)), shifts, [0]) if shape else x
-        return ops.reshape(flat, ops.shape(x))
+        rolled = _roll(c, node, ops.reshape(x, np.array([-1], np.int64)), shifts, [0], flat=True) if shape else x
+        return ops.reshape(rolled, ops.shape(x))
+    if flat and traced is not None:
+        traced = [math.prod(traced)] if all(isinstance(d, int) for d in traced) else None
     out = x
     for shift, dim in zip(shifts, dims):
-        size = (out.shape or shape or ())[dim] if out.shape else None
+        size = traced[dim] if traced else (out.shape or shape or ())[dim] if out.shape else None
         if not isinstance(size, int) or not isinstance(shift, int):
             raise c.fail("roll needs a static size and shift")
         s = shift % size if size else 0
@@ -1372,7 +1378,7 @@ def _slice_scatter(
     c: _Converter, node: torch.fx.Node, x: Value, src: Value, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
 ) -> Value:
     """``x`` with ``x[..., start:end:step, ...]`` (along ``dim``) replaced by ``src``."""
-    val = node.args[0].meta.get("val")  # type: ignore[union-attr]
+    val = node.args[0].meta.get("val")
     axis = int(dim) % c.rank(node)
     size = _dim(val.shape[axis]) if isinstance(val, torch.Tensor) else None
     src = src if src.dtype == x.dtype else ops.cast(src, to=x.dtype)
@@ -1405,7 +1411,7 @@ def _as_strided(
 ) -> Value:
     """``as_strided`` on a tensor that is dense in memory (any dim order): the storage is ``x``
     with its dims in stride order, flattened; the view gathers from it."""
-    val = node.args[0].meta.get("val")  # type: ignore[union-attr]
+    val = node.args[0].meta.get("val")
     if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in (*val.shape, *val.stride(), *size, *stride)):
         raise c.fail("as_strided needs static sizes and strides")
     order = sorted(range(val.dim()), key=lambda d: -val.stride()[d])
