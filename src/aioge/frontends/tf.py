@@ -25,9 +25,12 @@ A value a conv or pool makes is ``Transpose(t, NCHW->NHWC)`` with ``t`` kept as 
 twin (``_Builder.nchw``): pointwise ops, BiasAdd, FusedBatchNorm, Pad, spatial reductions
 and the next conv read the twins, so a Keras CNN is transposed once at its input and the
 NHWC transposes nobody reads are dead code. A BiasAdd or inference FusedBatchNorm of a
-conv folds into its weights, and a zero Pad of H and W into the VALID conv after it. Unknown dims (``-1``) stay symbolic, named ``<input>_<axis>``, unless
-``shapes=`` fixes them. TF2 ``While`` loops whose trip count is known at load time (Keras
-LSTM/GRU over a fixed sequence length) are unrolled from their body ``FunctionDef``.
+conv folds into its weights, and a zero Pad of H and W into the VALID conv or pool after it
+(a max pool only over values >= 0). Unknown dims (``-1``) stay symbolic, named ``<input>_<axis>``,
+unless ``shapes=`` fixes them. While loops whose trip count is known at load time (Keras
+LSTM/GRU over a fixed sequence length) are unrolled: TF2 ``While`` from its body
+``FunctionDef``, a TF1 frame (``Enter`` ... ``Exit``, what freezing lowers ``While`` to by
+default) from its nodes, a step at a time.
 """
 
 from __future__ import annotations
