@@ -272,7 +272,7 @@ class _Builder:
             frame = self.frames.member.get(node.name) if self.frames is not None else None
             if frame is None and node.name not in self.env:  # (a loop body may have converted it)
                 self.env[node.name] = self._convert(node)
-            elif node.op == "Exit" and node.name not in self.env:
+            elif frame is not None and node.op == "Exit" and node.name not in self.env:
                 _v1_loop(self, frame)
         values: list[Any] = []
         for out in outputs:
@@ -793,10 +793,11 @@ def _conv_backprop_input(n: _Node, sizes: Value, w: Value, x: Value) -> Value:
     ONNX takes pads and an output_padding; both are worked out from the forward conv's padding."""
     nhwc = _nhwc(n)
     out = _partial(n.builder, n.node.input[0])
-    hw = out[1:3] if nhwc else out[2:4] if out is not None and len(out) == 4 else None
+    found = None if out is None or len(out) != 4 else out[1:3] if nhwc else out[2:4]
     ws = w.shape if w.shape is not None else n.builder.tf_shape(n.node.input[1])
-    if hw is None or not all(isinstance(d, int) for d in hw) or ws is None or not all(isinstance(d, int) for d in ws):
+    if found is None or not all(isinstance(d, int) for d in found) or ws is None or not all(isinstance(d, int) for d in ws):
         raise GraphError("Conv2DBackpropInput needs a static output height and width and filter shape")
+    hw = [int(d) for d in found if isinstance(d, int)]
     shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[2])
     ins = (shape[1:3] if nhwc else shape[2:4]) if shape is not None and len(shape) == 4 else None
     if ins is None or not all(isinstance(d, int) for d in ins):
@@ -819,13 +820,10 @@ def _conv_backprop_input(n: _Node, sizes: Value, w: Value, x: Value) -> Value:
     if min(extra) < 0:
         raise GraphError(f"Conv2DBackpropInput: output size {list(hw)} is smaller than its input gives")
     kernel = _filter(w, [3, 2, 0, 1])  # H W O I -> I O H W
-    attrs = {
-        "strides": strides,
-        "dilations": dilations,
-        "pads": [begin[0][0], begin[1][0], begin[0][1], begin[1][1]],
-        "output_padding": extra,
-    }
-    return _in_nchw(n, x, lambda t: ops.conv_transpose(t, kernel, **attrs))
+    pads = [begin[0][0], begin[1][0], begin[0][1], begin[1][1]]
+    return _in_nchw(
+        n, x, lambda t: ops.conv_transpose(t, kernel, strides=strides, dilations=dilations, pads=pads, output_padding=extra)
+    )
 
 
 def _resize(mode: str) -> Callable[..., Value]:
@@ -839,17 +837,24 @@ def _resize(mode: str) -> Callable[..., Value]:
         # TF's nearest: floor((y + 0.5) * in / out) with half pixels (= round_prefer_ceil of
         # ONNX's half_pixel coordinate), round with align_corners, else floor.
         nearest = "floor" if not (corners or half) else "round_prefer_ceil"
-        attrs = {
-            "mode": mode,
-            "coordinate_transformation_mode": coords,
-            "nearest_mode": nearest,
-            "cubic_coeff_a": -0.5 if half else -0.75,  # half pixels: Keys' cubic, taps outside dropped
-            "exclude_outside": int(half and mode == "cubic"),
-            "axes": [2, 3],
-        }
         if mode != "nearest" and x.dtype != "float32":
             x = ops.cast(x, to="float32")  # TF's bilinear and bicubic resizes give float32
-        return _in_nchw(n, x, lambda t: ops.resize(t, None, None, np.array(hw, np.int64), **attrs))
+
+        def resize(t: Value) -> Value:
+            return ops.resize(
+                t,
+                None,
+                None,
+                np.array(hw, np.int64),
+                mode=mode,
+                coordinate_transformation_mode=coords,
+                nearest_mode=nearest,
+                cubic_coeff_a=-0.5 if half else -0.75,  # half pixels: Keys' cubic, taps outside dropped
+                exclude_outside=int(half and mode == "cubic"),
+                axes=[2, 3],
+            )
+
+        return _in_nchw(n, x, resize)
 
     return convert
 
