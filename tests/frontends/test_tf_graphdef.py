@@ -410,7 +410,8 @@ def test_tf1_while_loop_is_an_unsupported_op_not_a_cycle() -> None:
         node("next", "NextIteration", "body"),
         node("exit", "Exit", "switch"),
     ]
-    with pytest.raises(UnsupportedOpError, match=r"tf::Enter, tf::Exit, tf::LoopCond, tf::Merge, tf::NextIteration, tf::Switch"):
+    # TF1 loops are unrolled when their trip count is known at load time; this one's is not
+    with pytest.raises(UnsupportedOpError, match=r"tf::LoopCond \(a TF1 loop whose trip count is known only at run time\)"):
         aioge.load_tf(graph_pb2.GraphDef(node=nodes), outputs=["exit"])
 
 
@@ -632,12 +633,22 @@ def test_crafted_function_body_runs_nothing_while_loading(tmp_path: Path) -> Non
     assert not target.exists()
 
 
-def test_keras_lstm_frozen_with_lowered_loops_is_an_unsupported_op_not_a_cycle() -> None:
-    graph_def, _ = _freeze(_text_model("lstm"), (None, 12), tf.int32)  # convert_variables_to_constants_v2 lowers While by default
-    with pytest.raises(UnsupportedOpError, match=r"tf::Enter, tf::Exit, .*tf::NextIteration.*lower_control_flow=False"):
-        aioge.load_tf(graph_def)
-    graph = aioge.load_tf(_text_model("lstm"))  # given the model, load_tf keeps the loop functional
-    assert graph.outputs
+@pytest.mark.parametrize("kind", ["lstm_masked", "gru"])
+def test_keras_rnn_frozen_with_lowered_tf1_loops_is_unrolled(kind: str) -> None:
+    """convert_variables_to_constants_v2 lowers While to TF1 Enter/Merge/Switch/NextIteration/Exit
+    by default: the frame is unrolled as the functional While is."""
+    model = _text_model(kind)
+    graph_def, _ = _freeze(model, (None, 12), tf.int32)
+    assert {"Enter", "NextIteration", "LoopCond"} <= {n.op for n in graph_def.node}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the loop's own bookkeeping is dropped without a warning
+        graph = aioge.load_tf(graph_def)
+    assert [v.name for v in graph.outputs] == ["Identity"]  # not the Identity(Const) variable reads freezing left
+    x = np.random.default_rng(2).integers(1, 50, (4, 12)).astype(np.int32)
+    x[1:, 8:] = 0
+    ref = model(x, training=False).numpy()
+    for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
+        _check_scaled(got, ref[:batch])
 
 
 def test_recurrent_attention_encoder_from_saved_model_and_keras_file(tmp_path: Path) -> None:

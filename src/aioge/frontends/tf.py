@@ -25,9 +25,12 @@ A value a conv or pool makes is ``Transpose(t, NCHW->NHWC)`` with ``t`` kept as 
 twin (``_Builder.nchw``): pointwise ops, BiasAdd, FusedBatchNorm, Pad, spatial reductions
 and the next conv read the twins, so a Keras CNN is transposed once at its input and the
 NHWC transposes nobody reads are dead code. A BiasAdd or inference FusedBatchNorm of a
-conv folds into its weights, and a zero Pad of H and W into the VALID conv after it. Unknown dims (``-1``) stay symbolic, named ``<input>_<axis>``, unless
-``shapes=`` fixes them. TF2 ``While`` loops whose trip count is known at load time (Keras
-LSTM/GRU over a fixed sequence length) are unrolled from their body ``FunctionDef``.
+conv folds into its weights, and a zero Pad of H and W into the VALID conv or pool after it
+(a max pool only over values >= 0). Unknown dims (``-1``) stay symbolic, named ``<input>_<axis>``,
+unless ``shapes=`` fixes them. While loops whose trip count is known at load time (Keras
+LSTM/GRU over a fixed sequence length) are unrolled: TF2 ``While`` from its body
+``FunctionDef``, a TF1 frame (``Enter`` ... ``Exit``, what freezing lowers ``While`` to by
+default) from its nodes, a step at a time.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ _SKIP = frozenset({"NoOp", "Assert"})
 _VARIABLES = frozenset({"ReadVariableOp", "VarHandleOp", "VariableV2", "Variable", "ResourceGather", "VarIsInitializedOp"})
 # TF1 while loops (tf.compat.v1 control flow): NextIteration closes a cycle.
 _V1_LOOP = frozenset({"Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond"})
+_PURE = _V1_LOOP | {"Const"}  # dropped without a warning when only control inputs reach them
 MAX_CONST_BYTES = 2 << 30
 _SPLAT_BYTES = 64 << 20
 
@@ -252,15 +256,24 @@ class _Builder:
         # An NHWC value made as Transpose(t, NCHW->NHWC) -> (the value, t): the ops that read it
         # read t, so a chain of NHWC convs, pointwise ops and pads stays NCHW between transposes.
         self.nchw: dict[int, tuple[Value, Value]] = {}
+        self.frames: _V1Frames | None = None  # TF1 while loops (Enter ... Exit), unrolled
 
     def build(self) -> Graph:
+        self.frames = _V1Frames(self.graph_def.node) if any(n.op == "NextIteration" for n in self.graph_def.node) else None
         outputs = self._outputs()
-        order = self._order([_tensor(o)[0] for o in outputs])
+        roots = [_tensor(o)[0] for o in outputs]
+        if self.frames is not None:  # TF1 loop bodies, and what they read, are reached through NextIteration
+            roots += [_tensor(n.input[0])[0] for n in self.graph_def.node if n.op == "NextIteration"]
+        order = self._order(roots)
         self._check_ops(order)
         self._drop_control_only(order)
         self._check_inputs(order)
         for node in order:
-            self.env[node.name] = self._convert(node)
+            frame = self.frames.member.get(node.name) if self.frames is not None else None
+            if frame is None and node.name not in self.env:  # (a loop body may have converted it)
+                self.env[node.name] = self._convert(node)
+            elif frame is not None and node.op == "Exit" and node.name not in self.env:
+                _v1_loop(self, frame)
         values: list[Any] = []
         for out in outputs:
             v = self.value(out, None)
@@ -282,11 +295,18 @@ class _Builder:
         found = [
             n.name
             for n in self.graph_def.node
-            if n.name not in consumed and n.op not in ("Const", "Placeholder") and n.op not in _SKIP
+            if n.name not in consumed
+            and n.op not in ("Const", "Placeholder")
+            and n.op not in _SKIP
+            and (self.frames is None or n.name not in self.frames.member)  # a TF1 loop's own bookkeeping
         ]
         if not found:
             raise GraphError(f"{self.label}: the graph has no output nodes; name them with outputs=", graph=self.graph.name)
-        return found
+        # Identity(Const) left by freezing (a variable read that a TF1 loop's Enter no longer reads) is no output
+        frozen = [
+            n for n in found if self.nodes[n].op == "Identity" and self.nodes[_tensor(self.nodes[n].input[0])[0]].op == "Const"
+        ]
+        return [n for n in found if n not in frozen] or found
 
     def _order(self, roots: Sequence[str]) -> list[Any]:
         """The nodes the outputs need, inputs first (iterative DFS; control inputs ignored; a
@@ -333,7 +353,7 @@ class _Builder:
             stack.extend(_tensor(i.lstrip("^"))[0] for i in self.nodes[name].input)
         # The pure ops aioge maps do nothing when dropped: name the others (WriteFile, Print, ...)
         dropped = sorted(
-            n for n in seen if not (self.nodes[n].op in _TF or self.nodes[n].op in _SKIP or self.nodes[n].op == "Const")
+            n for n in seen if not (self.nodes[n].op in _TF or self.nodes[n].op in _SKIP or self.nodes[n].op in _PURE)
         )
         if dropped:
             shown = ", ".join(f"{n} ({self.nodes[n].op})" for n in dropped[:10])
@@ -357,6 +377,8 @@ class _Builder:
         missing: list[tuple[str, str]] = []
         seen: set[str] = set()
         stack = list(order)
+        if self.frames is not None:  # a TF1 loop's body: reached only through its NextIteration nodes
+            stack += [self.nodes[m] for m in self.frames.member if self.nodes[m] not in order]
         while stack:
             n = stack.pop()
             if not self._known_op(n):
@@ -375,6 +397,8 @@ class _Builder:
             raise err
 
     def _known_op(self, n: Any) -> bool:
+        if n.op in _V1_LOOP:
+            return self.frames is not None and n.name in self.frames.member and not self.frames.nested
         return n.op in _TF or n.op in ("Const", "Placeholder") or n.op in _SKIP or n.op in self.functions or self._loop(n)
 
     def _loop(self, node: Any) -> bool:
@@ -769,10 +793,11 @@ def _conv_backprop_input(n: _Node, sizes: Value, w: Value, x: Value) -> Value:
     ONNX takes pads and an output_padding; both are worked out from the forward conv's padding."""
     nhwc = _nhwc(n)
     out = _partial(n.builder, n.node.input[0])
-    hw = out[1:3] if nhwc else out[2:4] if out is not None and len(out) == 4 else None
+    found = None if out is None or len(out) != 4 else out[1:3] if nhwc else out[2:4]
     ws = w.shape if w.shape is not None else n.builder.tf_shape(n.node.input[1])
-    if hw is None or not all(isinstance(d, int) for d in hw) or ws is None or not all(isinstance(d, int) for d in ws):
+    if found is None or not all(isinstance(d, int) for d in found) or ws is None or not all(isinstance(d, int) for d in ws):
         raise GraphError("Conv2DBackpropInput needs a static output height and width and filter shape")
+    hw = [int(d) for d in found if isinstance(d, int)]
     shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[2])
     ins = (shape[1:3] if nhwc else shape[2:4]) if shape is not None and len(shape) == 4 else None
     if ins is None or not all(isinstance(d, int) for d in ins):
@@ -795,13 +820,10 @@ def _conv_backprop_input(n: _Node, sizes: Value, w: Value, x: Value) -> Value:
     if min(extra) < 0:
         raise GraphError(f"Conv2DBackpropInput: output size {list(hw)} is smaller than its input gives")
     kernel = _filter(w, [3, 2, 0, 1])  # H W O I -> I O H W
-    attrs = {
-        "strides": strides,
-        "dilations": dilations,
-        "pads": [begin[0][0], begin[1][0], begin[0][1], begin[1][1]],
-        "output_padding": extra,
-    }
-    return _in_nchw(n, x, lambda t: ops.conv_transpose(t, kernel, **attrs))
+    pads = [begin[0][0], begin[1][0], begin[0][1], begin[1][1]]
+    return _in_nchw(
+        n, x, lambda t: ops.conv_transpose(t, kernel, strides=strides, dilations=dilations, pads=pads, output_padding=extra)
+    )
 
 
 def _resize(mode: str) -> Callable[..., Value]:
@@ -815,17 +837,24 @@ def _resize(mode: str) -> Callable[..., Value]:
         # TF's nearest: floor((y + 0.5) * in / out) with half pixels (= round_prefer_ceil of
         # ONNX's half_pixel coordinate), round with align_corners, else floor.
         nearest = "floor" if not (corners or half) else "round_prefer_ceil"
-        attrs = {
-            "mode": mode,
-            "coordinate_transformation_mode": coords,
-            "nearest_mode": nearest,
-            "cubic_coeff_a": -0.5 if half else -0.75,  # half pixels: Keys' cubic, taps outside dropped
-            "exclude_outside": int(half and mode == "cubic"),
-            "axes": [2, 3],
-        }
         if mode != "nearest" and x.dtype != "float32":
             x = ops.cast(x, to="float32")  # TF's bilinear and bicubic resizes give float32
-        return _in_nchw(n, x, lambda t: ops.resize(t, None, None, np.array(hw, np.int64), **attrs))
+
+        def resize(t: Value) -> Value:
+            return ops.resize(
+                t,
+                None,
+                None,
+                np.array(hw, np.int64),
+                mode=mode,
+                coordinate_transformation_mode=coords,
+                nearest_mode=nearest,
+                cubic_coeff_a=-0.5 if half else -0.75,  # half pixels: Keys' cubic, taps outside dropped
+                exclude_outside=int(half and mode == "cubic"),
+                axes=[2, 3],
+            )
+
+        return _in_nchw(n, x, resize)
 
     return convert
 
@@ -1612,3 +1641,116 @@ def _while(n: _Node, *state: Value) -> tuple[Any, ...]:
 
 
 _MAX_UNROLL = 1024
+
+
+# -- TF1 while loops (what convert_variables_to_constants_v2 lowers a While to by default) -----
+
+
+class _V1Frames:
+    """The nodes of each TF1 loop frame: those reached from its Enter nodes through data
+    inputs, up to and including its Exit nodes (a loop body's constants read no frame value
+    and stay outside, converted once)."""
+
+    def __init__(self, nodes: Sequence[Any]) -> None:
+        readers: dict[str, list[Any]] = {}
+        for n in nodes:
+            for i in n.input:
+                if not i.startswith("^"):
+                    readers.setdefault(_tensor(i)[0], []).append(n)
+        self.member: dict[str, str] = {}
+        self.nested = False
+        for enter in (n for n in nodes if n.op == "Enter"):
+            frame = enter.attr["frame_name"].s.decode()
+            stack = [enter]
+            while stack:
+                n = stack.pop()
+                if self.member.get(n.name, frame) != frame or n is not enter and n.op == "Enter":
+                    self.nested = True  # a loop in a loop: reported as unsupported
+                    continue
+                if n.name in self.member:
+                    continue
+                self.member[n.name] = frame
+                if n.op != "Exit":
+                    stack.extend(readers.get(n.name, ()))
+
+
+def _v1_loop(b: _Builder, frame: str) -> None:
+    """Unroll a TF1 loop: each Merge starts at its Enter's value; each step computes the
+    LoopCond from the Merges (known at load time), then the NextIteration values; when the
+    condition is false, each Exit takes its Switch's data."""
+    names = [m for m, f in b.frames.member.items() if f == frame]  # type: ignore[union-attr]
+    nodes = [b.nodes[m] for m in names]
+    merges = [n for n in nodes if n.op == "Merge"]
+    exits = [n for n in nodes if n.op == "Exit"]
+    conds = [n for n in nodes if n.op == "LoopCond"]
+    if len(conds) != 1:
+        raise UnsupportedOpError([("tf", "LoopCond (a TF1 loop frame without one condition)")], graph=b.graph.name, nodes=[frame])
+    outer = b.env
+    members = set(names)
+
+    def enter_of(m: Any) -> tuple[Any, Any]:
+        ins = [b.nodes[_tensor(i)[0]] for i in m.input if not i.startswith("^")]
+        first = [n for n in ins if n.op == "Enter"]
+        later = [n for n in ins if n.op == "NextIteration"]
+        if len(first) != 1 or len(later) != 1:
+            raise GraphError(f"Merge {m.name!r} of a TF1 loop reads no Enter and NextIteration pair", node=m.name)
+        return first[0], later[0]
+
+    pairs = {m.name: enter_of(m) for m in merges}
+    state = {m: _eval_v1(b, outer, members, pairs[m][0].input[0]) for m in pairs}
+    for step in range(_MAX_UNROLL + 1):
+        env = dict(outer)
+        for m, v in state.items():
+            env[m] = (v, b.graph.constant(np.asarray(1 if step else 0, np.int32)))
+        keep = _eval_v1(b, env, members, conds[0].input[0], outer)
+        known = _Node(b, conds[0]).maybe_const(keep)
+        if known is None:
+            raise UnsupportedOpError(
+                [("tf", "LoopCond (a TF1 loop whose trip count is known only at run time)")],
+                graph=b.graph.name,
+                nodes=[conds[0].name],
+            )
+        if not bool(known.reshape(-1)[0]):
+            for x in exits:
+                switch = b.nodes[_tensor(x.input[0])[0]]
+                outer[x.name] = (_eval_v1(b, env, members, switch.input[0], outer),)
+            return
+        state = {m: _eval_v1(b, env, members, pairs[m][1].input[0], outer) for m in pairs}
+    raise UnsupportedOpError([("tf", f"LoopCond (more than {_MAX_UNROLL} steps)")], graph=b.graph.name, nodes=[conds[0].name])
+
+
+def _eval_v1(b: _Builder, env: dict[str, tuple[Any, ...]], members: set[str], ref: str, outer: Any = None) -> Any:
+    """The value of ``ref`` in one step's ``env``: frame nodes converted into it, anything
+    else (constants a body reads) converted once into ``outer``."""
+    outer = env if outer is None else outer
+    stack = [_tensor(ref)[0]]
+    while stack:
+        name = stack[-1]
+        inside = name in members
+        scope = env if inside else outer
+        if name in scope:
+            env.setdefault(name, scope[name])
+            stack.pop()
+            continue
+        node = b.nodes[name]
+        deps = [_tensor(i)[0] for i in node.input if not i.startswith("^")]
+        if node.op in ("Switch", "Enter", "LoopCond"):
+            deps = deps[:1]  # a Switch's predicate is the loop's, known to be true here
+        todo = [d for d in deps if d not in (env if d in members else outer)]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        saved, b.env = b.env, {**outer, **env} if inside else outer
+        try:
+            if node.op in ("Enter", "Switch", "LoopCond"):  # the branch taken is known: both outputs are the data
+                v = b.value(node.input[0], node)
+                out: tuple[Any, ...] = (v, v)
+            else:
+                out = b._convert(node)
+        finally:
+            b.env = saved
+        scope[name] = out
+        env.setdefault(name, out)
+    name, index = _tensor(ref)
+    return env[name][index]
