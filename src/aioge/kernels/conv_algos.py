@@ -466,8 +466,9 @@ class _Layout(NamedTuple):
 # and NR8: 24 accumulators, as MR = 6 by 4 vectors), where M is a multiple of 8 but not of 6:
 # MR = 6 computes 36 rows for 32 channels and 18 for 16. The builder CNN's convs at batch 64 on
 # one core: 16->32 3x3 1.61 -> 1.45 ms (94 -> 104 GFLOP/s; this core peaks at 117), 3->16 3x3
-# 0.68 -> 0.63 ms; onnxruntime's NCHWc kernels take 1.29 and 0.55.
-ROWS_MR8, ROWS_NR8 = 8, 48
+# 0.68 -> 0.63 ms; onnxruntime's NCHWc kernels take 1.29 and 0.55. Only the AVX-512 tier's
+# tile (6, 64) has them: the AVX2 and baseline tiers' 16 registers hold no 8-row tile.
+ROWS_MR8, ROWS_NR8, MR8_TILE = 8, 48, (6, 64)
 
 
 def _layout(g: ConvGeometry, tile: tuple[int, int], *, t: bool = False, rows: bool = False, mr8: bool = False) -> _Layout:
@@ -485,6 +486,7 @@ def _layout(g: ConvGeometry, tile: tuple[int, int], *, t: bool = False, rows: bo
     if t:
         return _Layout(hph, wph, in_place, image, False, -(-(g.oh * g.ow) // mr), -(-g.m // nr))
     rows = rows and wph != g.ow
+    mr8 = mr8 and tile == MR8_TILE
     if rows and mr8:
         mr, nr = ROWS_MR8, ROWS_NR8
     return _Layout(
@@ -923,7 +925,8 @@ def _direct_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str,
     g = conv_geometry(descs, attrs)
     if g is None or not (g.kw - 1) * g.dw // g.sw:
         return [{}]
-    return [{}, {"rows": 1}] + ([{"rows": 1, "mr": ROWS_MR8}] if g.m % ROWS_MR8 == 0 and g.m % 6 else [])
+    mr8 = g.m % ROWS_MR8 == 0 and g.m % 6 and native.gemm_tile() == MR8_TILE
+    return [{}, {"rows": 1}] + ([{"rows": 1, "mr": ROWS_MR8}] if mr8 else [])
 
 
 # The schema lists these right after its reference: the tuner tries candidates in order until
