@@ -10,11 +10,12 @@
   over its stride phases, each tap one AVX2 multiply-add run over the flattened plane; the
   output planes shared with the C helper thread on an idle core. Offered only with the tier.
 - ``conv_direct_native``: group 1, float32, in C (``csrc/conv_direct.c``): the input split into its
-  stride phases, so every tap reads contiguous positions, and a 6x64 register-tiled GEMM
+  stride phases, so every tap reads contiguous positions, and a register-tiled GEMM (6x64 on
+  AVX-512, 6x16 on AVX2, 6x8 on SSE2: ``csrc/tile.h``)
   reading them in place (no im2col) with the weight packed once. Offered only with the tier.
-- ``conv_direct_t_native``: the same with the roles swapped: 64 output channels in the
+- ``conv_direct_t_native``: the same with the roles swapped: NR output channels in the
   vector lanes (W^T packed once), 6 valid output positions broadcast from the phase image,
-  the tile stored transposed; for small planes (7x7, 14x14), where 64-position panels waste
+  the tile stored transposed; for small planes (7x7, 14x14), where NR-position panels waste
   lanes. Offered only with the tier.
 - ``conv_grouped``: 1 < group < C: one im2col and GEMM per group (smaller working sets).
 - ``conv_winograd_f23``: Winograd F(2x2, 3x3) for 3x3, stride 1, dilation 1, group 1:
