@@ -171,7 +171,8 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
 #ifdef __AVX512F__
     const int relu = act == ACT_RELU; /* in the registers (act_span's rule: NaN and x > 0 kept), not a pass per row */
 #else
-    const int relu = 0;
+    const int relu = act == ACT_RELU; /* the same rule in the tier's vectors: keep where !(x <= 0) */
+    typedef int32_t vfi __attribute__((vector_size(VL * 4)));
 #endif
     /* unrolled over the constant mr (rows <= mr stops it early), so acc never leaves the registers */
 #pragma GCC unroll 8
@@ -186,6 +187,9 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
 #ifdef __AVX512F__
             if (relu)
                 out = (vf)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)out, _mm512_setzero_ps(), _CMP_NLE_UQ), (__m512)out);
+#else
+            if (relu)
+                out = (vf)((vfi)out & ~(out <= (vf){0}));
 #endif
             if (VL * v + VL <= ncols) {
                 *(vfu *)(yr + VL * v) = out;
