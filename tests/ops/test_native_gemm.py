@@ -250,13 +250,14 @@ def test_pack_columns_in_c_matches_numpy_for_row_major_and_strided_weights(k, n,
     rng = np.random.default_rng(k)
     wide, tall = rand(rng, k, n + 7), rand(rng, n, k + 5)
     every = (wide[:, :n], np.ascontiguousarray(wide[:, :n]), np.asfortranarray(wide[:, :n]), tall[:, :k].T)
+    nr = native.gemm_tile()[1]  # the compiled tier's panel width: C packs only that one
     for b in (*every, wide[:, : 2 * (n // 2) : 2] if n > 1 else wide[:, :0]):
         with parallel.cpu_tokens(threading.Semaphore(1)):
-            p = pack_columns(b, 64)
-        panels = -(-b.shape[1] // 64)
-        want = np.zeros((k, panels * 64), np.float32)
+            p = pack_columns(b, nr)
+        panels = -(-b.shape[1] // nr)
+        want = np.zeros((k, panels * nr), np.float32)
         want[:, : b.shape[1]] = b
-        np.testing.assert_array_equal(p, want.reshape(k, panels, 64).transpose(1, 0, 2))
+        np.testing.assert_array_equal(p, want.reshape(k, panels, nr).transpose(1, 0, 2))
     assert len(in_c) == len(every)  # the last one (every other column) went through numpy
 
 

@@ -190,7 +190,7 @@ def test_edited_om_files_load_and_run_in_a_child_without_a_crash(tmp_path: Path)
         path = tmp_path / f"{n:03d}_{name}.om"
         path.write_bytes(serialize.encode_model(m)[0])
         expect[str(path)] = valid
-    assert 120 <= len(expect) <= 400
+    assert 100 <= len(expect) <= 400  # 115 without the AVX-512 tile's mr 8 candidates (AVX2 and baseline tiers)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     proc = subprocess.run(
         [sys.executable, "-m", "tests.reliability._om_fuzz", str(tmp_path)],

@@ -10,11 +10,12 @@
   over its stride phases, each tap one AVX2 multiply-add run over the flattened plane; the
   output planes shared with the C helper thread on an idle core. Offered only with the tier.
 - ``conv_direct_native``: group 1, float32, in C (``csrc/conv_direct.c``): the input split into its
-  stride phases, so every tap reads contiguous positions, and a 6x64 register-tiled GEMM
+  stride phases, so every tap reads contiguous positions, and a register-tiled GEMM (6x64 on
+  AVX-512, 6x16 on AVX2, 6x8 on SSE2: ``csrc/tile.h``)
   reading them in place (no im2col) with the weight packed once. Offered only with the tier.
-- ``conv_direct_t_native``: the same with the roles swapped: 64 output channels in the
+- ``conv_direct_t_native``: the same with the roles swapped: NR output channels in the
   vector lanes (W^T packed once), 6 valid output positions broadcast from the phase image,
-  the tile stored transposed; for small planes (7x7, 14x14), where 64-position panels waste
+  the tile stored transposed; for small planes (7x7, 14x14), where NR-position panels waste
   lanes. Offered only with the tier.
 - ``conv_grouped``: 1 < group < C: one im2col and GEMM per group (smaller working sets).
 - ``conv_winograd_f23``: Winograd F(2x2, 3x3) for 3x3, stride 1, dilation 1, group 1:
@@ -466,8 +467,9 @@ class _Layout(NamedTuple):
 # and NR8: 24 accumulators, as MR = 6 by 4 vectors), where M is a multiple of 8 but not of 6:
 # MR = 6 computes 36 rows for 32 channels and 18 for 16. The builder CNN's convs at batch 64 on
 # one core: 16->32 3x3 1.61 -> 1.45 ms (94 -> 104 GFLOP/s; this core peaks at 117), 3->16 3x3
-# 0.68 -> 0.63 ms; onnxruntime's NCHWc kernels take 1.29 and 0.55.
-ROWS_MR8, ROWS_NR8 = 8, 48
+# 0.68 -> 0.63 ms; onnxruntime's NCHWc kernels take 1.29 and 0.55. Only the AVX-512 tier's
+# tile (6, 64) has them: the AVX2 and baseline tiers' 16 registers hold no 8-row tile.
+ROWS_MR8, ROWS_NR8, MR8_TILE = 8, 48, (6, 64)
 
 
 def _layout(g: ConvGeometry, tile: tuple[int, int], *, t: bool = False, rows: bool = False, mr8: bool = False) -> _Layout:
@@ -485,6 +487,7 @@ def _layout(g: ConvGeometry, tile: tuple[int, int], *, t: bool = False, rows: bo
     if t:
         return _Layout(hph, wph, in_place, image, False, -(-(g.oh * g.ow) // mr), -(-g.m // nr))
     rows = rows and wph != g.ow
+    mr8 = mr8 and tile == MR8_TILE
     if rows and mr8:
         mr, nr = ROWS_MR8, ROWS_NR8
     return _Layout(
@@ -923,7 +926,8 @@ def _direct_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str,
     g = conv_geometry(descs, attrs)
     if g is None or not (g.kw - 1) * g.dw // g.sw:
         return [{}]
-    return [{}, {"rows": 1}] + ([{"rows": 1, "mr": ROWS_MR8}] if g.m % ROWS_MR8 == 0 and g.m % 6 else [])
+    mr8 = g.m % ROWS_MR8 == 0 and g.m % 6 and native.gemm_tile() == MR8_TILE
+    return [{}, {"rows": 1}] + ([{"rows": 1, "mr": ROWS_MR8}] if mr8 else [])
 
 
 # The schema lists these right after its reference: the tuner tries candidates in order until

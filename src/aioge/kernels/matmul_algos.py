@@ -9,7 +9,8 @@
 - ``matmul_einsum``: ``np.einsum`` with path optimisation (tensordot/BLAS where it can).
 - ``gemm_dot``: Gemm through ``np.dot`` into the output.
 - ``matmul_native`` and ``gemm_native``: float32 with a 2-D B, in C (``csrc/gemm.c``): B
-  packed once into panels of 64 columns, a 6x64 register-tiled micro-kernel reading A in
+  packed once into panels of NR columns, a 6 x NR register-tiled micro-kernel (``csrc/tile.h``:
+  NR 64 on AVX-512, 16 on AVX2, 8 on SSE2) reading A in
   place; panels (or row blocks) in two halves over an idle core. Every column goes through
   the same operations, so equal weight columns give equal outputs.
 - ``gemv_native``: Gemm at one row with a row-major B (an MLP's layers at batch 1), in C: B
@@ -252,7 +253,7 @@ def _rows(a: np.ndarray, k: int) -> np.ndarray:
 
 def build_matmul_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
     """float32 (..., M, K) @ (K, N) in C (``csrc/gemm.c``): B packed once (a constant) into
-    panels of 64 columns; the folded rows of A read in place. Without the compiled tier (a
+    panels of NR (``csrc/tile.h``) columns; the folded rows of A read in place. Without the compiled tier (a
     desc stored by a process that had it) ``matmul_fold_2d``'s numpy."""
     sa, sb = _static2(ins)  # type: ignore[misc]
     k, n = sb

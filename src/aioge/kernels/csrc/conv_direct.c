@@ -4,9 +4,9 @@
  *
  * The weight is packed once by the caller (aioge.kernels.conv_algos.pack_rows) into blocks of
  * MR rows, k-major: wpack[mb][k][MR] (rows past M are zero). The micro-kernel holds an
- * MR x (16 * nv) tile in vector registers (6 x 64: 24 of the 32 512-bit registers; GCC lowers
- * the 64-byte vectors to pairs of 256-bit ones without AVX-512): per k, nv vector loads of the
- * input, MR broadcasts of the weight and 6 * nv multiply-adds. KC values of k at a time, so
+ * MR x (VL * nv) tile in vector registers (tile.h's, per tier: 6 x 64 in 24 zmm, 6 x 16 in 12
+ * ymm): per k, nv vector loads of the input, MR broadcasts of the weight and 6 * nv
+ * multiply-adds. KC values of k at a time, so
  * the input they read stays in L1 while every MR-row block of the weight runs over it; the
  * products accumulate in a per-thread buffer of the panel's M rows, which gets the bias and
  * goes to y when the panel is done.
@@ -109,21 +109,27 @@ void aioge_conv_phases_f32(const float *restrict x, float *restrict xph, const i
         phases_image(x + n * g[G_C] * g[G_H] * g[G_W], xph + n * g[G_IMAGE], g);
 }
 
+#ifdef MR8
+#define TILE_ROWS MR8
+#else
+#define TILE_ROWS MR
+#endif
+
 /* A tile of mr weight rows (MR, or MR8 for row panels over M a multiple of 8: no rows of zeros
  * computed, as MR = 6 computes 36 for 32 channels) by nv vectors of positions, over kc taps. */
 static inline __attribute__((always_inline)) void
 dtile_m(const int mr, int nv, int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff,
         float *restrict c, int first)
 {
-    v16 acc[MR8][4];
+    vf acc[TILE_ROWS][NV];
     for (int i = 0; i < mr; i++)
         for (int v = 0; v < nv; v++)
-            acc[i][v] = first ? (v16){0} : *(const v16 *)(c + i * NR + 16 * v);
+            acc[i][v] = first ? (vf){0} : *(const vf *)(c + i * NR + VL * v);
     for (int64_t k = 0; k < kc; k++) {
         const float *b = xq + koff[k];
-        v16 bv[4];
+        vf bv[NV];
         for (int v = 0; v < nv; v++)
-            bv[v] = *(const v16u *)(b + 16 * v);
+            bv[v] = *(const vfu *)(b + VL * v);
         for (int i = 0; i < mr; i++) {
             float s = a[k * mr + i];
             for (int v = 0; v < nv; v++)
@@ -132,7 +138,7 @@ dtile_m(const int mr, int nv, int64_t kc, const float *restrict a, const float *
     }
     for (int i = 0; i < mr; i++)
         for (int v = 0; v < nv; v++)
-            *(v16 *)(c + i * NR + 16 * v) = acc[i][v];
+            *(vf *)(c + i * NR + VL * v) = acc[i][v];
 }
 
 /* A whole tile over all of K, straight from the registers to the first ``rows`` of its MR rows
@@ -145,17 +151,17 @@ static inline __attribute__((always_inline)) void
 dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff,
           float *restrict y, int64_t ldy, int64_t rows, int64_t ncols, const float *restrict bias, int act, float p0, float p1)
 {
-    v16 acc[MR8][4];
+    vf acc[TILE_ROWS][NV];
 #pragma GCC unroll 8
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++)
-            acc[i][v] = (v16){0};
+            acc[i][v] = (vf){0};
     for (int64_t k = 0; k < kc; k++) {
         const float *b = xq + koff[k];
-        v16 bv[4];
+        vf bv[NV];
         for (int v = 0; v < nv; v++)
-            bv[v] = *(const v16u *)(b + 16 * v);
+            bv[v] = *(const vfu *)(b + VL * v);
         for (int i = 0; i < mr; i++) {
             float s = a[k * mr + i];
             for (int v = 0; v < nv; v++)
@@ -165,7 +171,8 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
 #ifdef __AVX512F__
     const int relu = act == ACT_RELU; /* in the registers (act_span's rule: NaN and x > 0 kept), not a pass per row */
 #else
-    const int relu = 0;
+    const int relu = act == ACT_RELU; /* the same rule in the tier's vectors: keep where !(x <= 0) */
+    typedef int32_t vfi __attribute__((vector_size(VL * 4)));
 #endif
     /* unrolled over the constant mr (rows <= mr stops it early), so acc never leaves the registers */
 #pragma GCC unroll 8
@@ -176,19 +183,22 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
         float *yr = y + i * ldy;
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
-            v16 out = acc[i][v] + add;
+            vf out = acc[i][v] + add;
 #ifdef __AVX512F__
             if (relu)
-                out = (v16)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)out, _mm512_setzero_ps(), _CMP_NLE_UQ), (__m512)out);
+                out = (vf)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)out, _mm512_setzero_ps(), _CMP_NLE_UQ), (__m512)out);
+#else
+            if (relu)
+                out = (vf)((vfi)out & ~(out <= (vf){0}));
 #endif
-            if (16 * v + 16 <= ncols) {
-                *(v16u *)(yr + 16 * v) = out;
+            if (VL * v + VL <= ncols) {
+                *(vfu *)(yr + VL * v) = out;
             } else { /* a masked store: memcpy of the tail cost a quarter of SqueezeNet's stem */
 #ifdef __AVX512F__
-                _mm512_mask_storeu_ps(yr + 16 * v, (__mmask16)((1u << (ncols - 16 * v)) - 1), (__m512)out);
+                _mm512_mask_storeu_ps(yr + VL * v, (__mmask16)((1u << (ncols - VL * v)) - 1), (__m512)out);
 #else
-                for (int64_t j = 16 * v; j < ncols; j++)
-                    yr[j] = out[j - 16 * v];
+                for (int64_t j = VL * v; j < ncols; j++)
+                    yr[j] = out[j - VL * v];
 #endif
             }
         }
@@ -207,13 +217,19 @@ typedef void (*dout_fn)(int64_t, const float *, const float *, const int64_t *, 
     }
 DOUT(6, 1)
 DOUT(6, 2)
+#if NV == 4
 DOUT(6, 3)
 DOUT(6, 4)
 DOUT(8, 1)
 DOUT(8, 2)
 DOUT(8, 3)
-static const dout_fn DOUTS[5] = {0, dout6_1, dout6_2, dout6_3, dout6_4};
+static const dout_fn DOUTS[NV + 1] = {0, dout6_1, dout6_2, dout6_3, dout6_4};
 static const dout_fn DOUTS8[4] = {0, dout8_1, dout8_2, dout8_3}; /* 8 x 3 vectors: 24 accumulators, as 6 x 4 */
+#define dout_full dout6_4
+#else
+static const dout_fn DOUTS[NV + 1] = {0, dout6_1, dout6_2};
+#define dout_full dout6_2
+#endif
 
 typedef void (*dtile_fn)(int64_t, const float *, const float *, const int64_t *, float *, int);
 #define DTILE(M, NV)                                                                                                       \
@@ -223,18 +239,26 @@ typedef void (*dtile_fn)(int64_t, const float *, const float *, const int64_t *,
     }
 DTILE(6, 1)
 DTILE(6, 2)
+#if NV == 4
 DTILE(6, 3)
 DTILE(6, 4)
 DTILE(8, 1)
 DTILE(8, 2)
 DTILE(8, 3)
-static const dtile_fn DTILES[5] = {0, dtile6_1, dtile6_2, dtile6_3, dtile6_4};
+static const dtile_fn DTILES[NV + 1] = {0, dtile6_1, dtile6_2, dtile6_3, dtile6_4};
 static const dtile_fn DTILES8[4] = {0, dtile8_1, dtile8_2, dtile8_3};
-
+#else
+static const dtile_fn DTILES[NV + 1] = {0, dtile6_1, dtile6_2};
+#endif
 
 /* Panels per image: of NR flattened positions, or with G_ROWS of up to NR outputs of one row. */
+#ifdef MR8
 static int64_t row_panel(const int64_t *g) { return g[G_MR] == MR8 ? NR8 : NR; }
 static int64_t block_rows(const int64_t *g) { return g[G_ROWS] && g[G_MR] == MR8 ? MR8 : MR; }
+#else /* no 8-row tile on this tier: conv_algos asks for none (G_MR 0) */
+static int64_t row_panel(const int64_t *g) { return (void)g, NR; }
+static int64_t block_rows(const int64_t *g) { return (void)g, MR; }
+#endif
 
 static int64_t panels_per_image(const int64_t *g)
 {
@@ -268,11 +292,16 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
         return AIOGE_ENOMEM;
     if (g[G_ROWS]) { /* row panels: up to nr outputs of one output row, never a junk column */
         const int64_t mr = block_rows(g), nr = row_panel(g), per_row = (OW + nr - 1) / nr;
+#ifdef MR8
         const dout_fn *outs = mr == MR8 ? DOUTS8 : DOUTS;
         const dtile_fn *tiles = mr == MR8 ? DTILES8 : DTILES;
+#else
+        const dout_fn *outs = DOUTS;
+        const dtile_fn *tiles = DTILES;
+#endif
         for (int64_t q = p0; q < p1; q++) {
             const int64_t n = q / per_image, oh = q % per_image / per_row, c0 = q % per_row * nr;
-            const int64_t ncols = OW - c0 < nr ? OW - c0 : nr, nv = (ncols + 15) / 16;
+            const int64_t ncols = OW - c0 < nr ? OW - c0 : nr, nv = (ncols + VL - 1) / VL;
             const float *xq = xph + n * IMAGE + oh * WPH + c0;
             float *yq = y + n * M * P + oh * OW + c0;
             for (int64_t mb = mb0; mb < mb1 && mb * mr < M; mb++) {
@@ -299,13 +328,13 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
     for (int64_t q = p0; q < p1; q++) {
         const int64_t n = q / per_image, start = (q % per_image) * NR;
         const int64_t ncols = Q - start < NR ? Q - start : NR;
-        const dtile_fn fn = DTILES[(ncols + 15) / 16];
+        const dtile_fn fn = DTILES[(ncols + VL - 1) / VL];
         const float *xq = xph + n * IMAGE + start;
         float *yn = y + n * M * P;
         /* blocks below ``straight`` go from the registers to y (dtile_out); the rest through acc */
         const int64_t straight = in_rows && ncols == NR ? (M / MR < mb1 ? M / MR : mb1) : mb0;
         for (int64_t mb = mb0; mb < straight; mb++)
-            dout6_4(K, wpack + mb * K * MR, xq, koff, yn + mb * MR * P + start, P, MR, NR, bias ? bias + mb * MR : 0, act, act_p0,
+            dout_full(K, wpack + mb * K * MR, xq, koff, yn + mb * MR * P + start, P, MR, NR, bias ? bias + mb * MR : 0, act, act_p0,
                   act_p1);
         const int64_t first = straight > mb0 ? straight : mb0;
         for (int64_t k0 = 0; k0 < K; k0 += kstep) {
@@ -433,16 +462,16 @@ ttile(int nv, int64_t kc, const float *const *restrict r, const int64_t *restric
       float *restrict part, int first, const float *restrict bias)
 {
     const float *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3], *r4 = r[4], *r5 = r[5];
-    v16 acc[MR][4];
+    vf acc[MR][NV];
     for (int i = 0; i < MR; i++)
         for (int v = 0; v < nv; v++)
-            acc[i][v] = !first ? *(const v16 *)(part + i * NR + 16 * v) : bias ? *(const v16u *)(bias + 16 * v) : (v16){0};
+            acc[i][v] = !first ? *(const vf *)(part + i * NR + VL * v) : bias ? *(const vfu *)(bias + VL * v) : (vf){0};
     for (int64_t k = 0; k < kc; k++) {
         const int64_t o = koff[k];
-        v16 bv[4];
+        vf bv[NV];
         for (int v = 0; v < nv; v++) {
-            bv[v] = *(const v16u *)(b + k * NR + 16 * v);
-            __builtin_prefetch(b + (k + PF_ROWS) * NR + 16 * v, 0, 3);
+            bv[v] = *(const vfu *)(b + k * NR + VL * v);
+            __builtin_prefetch(b + (k + PF_ROWS) * NR + VL * v, 0, 3);
         }
         const float s[MR] = {r0[o], r1[o], r2[o], r3[o], r4[o], r5[o]};
         for (int i = 0; i < MR; i++)
@@ -451,7 +480,7 @@ ttile(int nv, int64_t kc, const float *const *restrict r, const int64_t *restric
     }
     for (int i = 0; i < MR; i++)
         for (int v = 0; v < nv; v++)
-            *(v16 *)(part + i * NR + 16 * v) = acc[i][v];
+            *(vf *)(part + i * NR + VL * v) = acc[i][v];
 }
 
 typedef void (*ttile_fn)(int64_t, const float *const *, const int64_t *, const float *, float *, int, const float *);
@@ -463,9 +492,13 @@ typedef void (*ttile_fn)(int64_t, const float *const *, const int64_t *, const f
     }
 TTILE(1)
 TTILE(2)
+#if NV == 4
 TTILE(3)
 TTILE(4)
-static const ttile_fn TTILES[5] = {0, ttile1, ttile2, ttile3, ttile4};
+static const ttile_fn TTILES[NV + 1] = {0, ttile1, ttile2, ttile3, ttile4};
+#else
+static const ttile_fn TTILES[NV + 1] = {0, ttile1, ttile2};
+#endif
 
 /* y[n][m][p] = bias[m] + sum_k xph[n][q(p) + koff[k]] * W[m][k] for the images and MR-position
  * blocks u = n * blocks + block in [u0, u1) and the panels [p0, p1) of NR output channels;
@@ -487,7 +520,7 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
         return AIOGE_ENOMEM;
     for (int64_t p = p0; p < p1; p++) {
         const int64_t col0 = p * NR, ncols = M - col0 < NR ? M - col0 : NR;
-        const ttile_fn fn = TTILES[(ncols + 15) / 16];
+        const ttile_fn fn = TTILES[(ncols + VL - 1) / VL];
         float bpad[NR] __attribute__((aligned(64))) = {0};
         for (int64_t j = 0; bias && j < ncols; j++)
             bpad[j] = bias[col0 + j];

@@ -31,15 +31,15 @@ gtile(int nv, int64_t kc, const float *restrict a, int64_t lda, int64_t mv, cons
     const float *r[MR];
     for (int i = 0; i < MR; i++)
         r[i] = a + (i < mv ? i : mv - 1) * lda;
-    v16 acc[MR][4];
+    vf acc[MR][NV];
     for (int i = 0; i < MR; i++)
         for (int v = 0; v < nv; v++)
-            acc[i][v] = first ? (bias ? *(const v16u *)(bias + 16 * v) : (v16){0})
-                              : (i < mv ? *(const v16u *)(c + i * ldc + 16 * v) : (v16){0});
+            acc[i][v] = first ? (bias ? *(const vfu *)(bias + VL * v) : (vf){0})
+                              : (i < mv ? *(const vfu *)(c + i * ldc + VL * v) : (vf){0});
     for (int64_t k = 0; k < kc; k++) {
-        v16 bv[4];
+        vf bv[NV];
         for (int v = 0; v < nv; v++)
-            bv[v] = *(const v16u *)(b + k * NR + 16 * v);
+            bv[v] = *(const vfu *)(b + k * NR + VL * v);
         for (int i = 0; i < MR; i++) {
             float s = r[i][k];
             for (int v = 0; v < nv; v++)
@@ -49,7 +49,7 @@ gtile(int nv, int64_t kc, const float *restrict a, int64_t lda, int64_t mv, cons
     for (int i = 0; i < MR; i++)
         if (i < mv)
             for (int v = 0; v < nv; v++)
-                *(v16u *)(c + i * ldc + 16 * v) = acc[i][v];
+                *(vfu *)(c + i * ldc + VL * v) = acc[i][v];
 }
 
 typedef void (*gtile_fn)(int64_t, const float *, int64_t, int64_t, const float *, float *, int64_t, const float *, int);
@@ -61,36 +61,42 @@ typedef void (*gtile_fn)(int64_t, const float *, int64_t, int64_t, const float *
     }
 GTILE(1)
 GTILE(2)
+#if NV == 4
 GTILE(3)
 GTILE(4)
-static const gtile_fn GTILES[5] = {0, gtile1, gtile2, gtile3, gtile4};
+static const gtile_fn GTILES[NV + 1] = {0, gtile1, gtile2, gtile3, gtile4};
+#define gtile_full gtile4
+#else
+static const gtile_fn GTILES[NV + 1] = {0, gtile1, gtile2};
+#define gtile_full gtile2
+#endif
 
 /* One row of a against a whole panel (a GEMV: a classifier at batch 1). The MR-row tile would
- * compute MR - 1 repeated rows; here each k is one broadcast and 4 multiply-adds, split over two
+ * compute MR - 1 repeated rows; here each k is one broadcast and NV multiply-adds, split over two
  * sets of accumulators (even and odd k) so that consecutive multiply-adds do not wait on each
  * other. The panel streams from memory once. All NR columns are computed (the panel is zero past
  * N) with the same operations, so equal weight columns still give equal outputs. */
 static void grow(int64_t K, const float *restrict a, const float *restrict b, const float *restrict bias,
                  float *restrict c)
 {
-    v16 acc[4], odd[4];
-    for (int v = 0; v < 4; v++) {
-        acc[v] = bias ? *(const v16u *)(bias + 16 * v) : (v16){0};
-        odd[v] = (v16){0};
+    vf acc[NV], odd[NV];
+    for (int v = 0; v < NV; v++) {
+        acc[v] = bias ? *(const vfu *)(bias + VL * v) : (vf){0};
+        odd[v] = (vf){0};
     }
     int64_t k = 0;
     for (; k + 2 <= K; k += 2) {
         const float s0 = a[k], s1 = a[k + 1];
-        for (int v = 0; v < 4; v++) {
-            acc[v] += s0 * *(const v16 *)(b + k * NR + 16 * v);
-            odd[v] += s1 * *(const v16 *)(b + (k + 1) * NR + 16 * v);
+        for (int v = 0; v < NV; v++) {
+            acc[v] += s0 * *(const vf *)(b + k * NR + VL * v);
+            odd[v] += s1 * *(const vf *)(b + (k + 1) * NR + VL * v);
         }
     }
     for (; k < K; k++)
-        for (int v = 0; v < 4; v++)
-            acc[v] += a[k] * *(const v16 *)(b + k * NR + 16 * v);
-    for (int v = 0; v < 4; v++)
-        *(v16 *)(c + 16 * v) = acc[v] + odd[v];
+        for (int v = 0; v < NV; v++)
+            acc[v] += a[k] * *(const vf *)(b + k * NR + VL * v);
+    for (int v = 0; v < NV; v++)
+        *(vf *)(c + VL * v) = acc[v] + odd[v];
 }
 
 /* Rows [r0, r1) of y and its column panels [p0, p1): y[r][n] = bias[n] + sum_k a[r][k] * B[k][n]
@@ -120,12 +126,12 @@ void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, cons
             for (int64_t k0 = 0; k0 < K; k0 += kstep) {
                 const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
                 for (int64_t i = r0; i < r1; i += MR)
-                    gtile4(kc, a + i * lda + k0, lda, r1 - i < MR ? r1 - i : MR, bp + k0 * NR, y + i * ldy + col0, ldy,
+                    gtile_full(kc, a + i * lda + k0, lda, r1 - i < MR ? r1 - i : MR, bp + k0 * NR, y + i * ldy + col0, ldy,
                            bb, k0 == 0);
             }
             continue;
         }
-        const gtile_fn fn = GTILES[(ncols + 15) / 16];
+        const gtile_fn fn = GTILES[(ncols + VL - 1) / VL];
         float tile[MR * NR] __attribute__((aligned(64)));
         float bpad[NR] __attribute__((aligned(64))) = {0};
         for (int64_t j = 0; bb && j < ncols; j++)
