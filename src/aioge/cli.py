@@ -866,7 +866,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from aioge._util.progress import Progress
     from aioge.benchmarks.workloads import ALL
 
-    total = None if cfg.frontends or cfg.states or cfg.precision else len(cfg.workloads or ALL)  # those sections have rows of their own
+    sectioned = cfg.frontends or cfg.states or cfg.precision  # those sections have rows of their own
+    total = None if sectioned else len(cfg.workloads or ALL)
     with Progress(quiet=args.quiet).task("bench", total=total) as step:
         results = run_suite(cfg, on_workload=step)
     if args.json_only:

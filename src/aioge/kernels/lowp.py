@@ -82,10 +82,15 @@ def lowp_impls(base: Sequence[KernelImpl]) -> tuple[KernelImpl, ...]:
     """``lowp_round``: every float32 kernel of ``base`` as a candidate (parameter ``base``
     names it) over operands 0 and 1 rounded to the node's precision; ``lowp_round_native``
     the same over the native ones (their forms after a C job that rounds each operand), so
-    that tuning records a native alternative as for any op."""
+    that tuning records a native alternative as for any op; ``lowp_round_packed_native`` over
+    the native ones that pack an operand once (a form only where that operand is a constant,
+    which its ``packs`` tells the compiler)."""
     plain = tuple(i for i in base if LOWP not in i.name)
-    return _rounded(tuple(i for i in plain if not i.native), "lowp_round") + _rounded(
-        tuple(i for i in plain if i.native), "lowp_round_native"
+    natives = tuple(i for i in plain if i.native)
+    return (
+        _rounded(tuple(i for i in plain if not i.native), "lowp_round")
+        + _rounded(tuple(i for i in natives if not i.packs), "lowp_round_native")
+        + _rounded(tuple(i for i in natives if i.packs), "lowp_round_packed_native")
     )
 
 
@@ -136,7 +141,7 @@ def _rounded(plain: tuple[KernelImpl, ...], name: str) -> tuple[KernelImpl, ...]
 
     native_ = plain[0].native
     offered = lambda: any(i.offered() for i in plain)  # noqa: E731
-    packs = tuple(sorted({p for i in plain for p in i.packs}))  # a fed operand a base packs: no form over it
+    packs = tuple(sorted({p for i in plain for p in i.packs}))
     return (KernelImpl(name, build, applies, candidates, offered, eager=native_, native=native_, packs=packs),)
 
 

@@ -318,13 +318,17 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
     for (int64_t k = 0; k < wpad; k++)
         pad[k] = fill;
     const int include = (int)g[G_INCLUDE];
-    for (int64_t q = 0; q < ow; q++)
-        cnt[q] = (float)cells(q, sw, pl, kw, dw, include ? -pl : 0, include ? wd + g[G_PR] : wd);
+    /* A window with no cell in the plane (its dilated taps all in the padding) sums nothing:
+     * an infinite count makes its average 0, as onnxruntime's, not 0 / 0. */
+    for (int64_t q = 0; q < ow; q++) {
+        const int64_t n = cells(q, sw, pl, kw, dw, include ? -pl : 0, include ? wd + g[G_PR] : wd);
+        cnt[q] = n ? (float)n : INFINITY;
+    }
     for (int64_t q = ow; q < ow + V; q++)
         cnt[q] = 1.0f;
     for (int64_t r = 0; r < oh; r++) {
         const int64_t n = cells(r, sh, pt, kh, dh, include ? -pt : 0, include ? h + g[G_PB] : h);
-        rows[r] = (float)n;
+        rows[r] = n ? (float)n : INFINITY;
     }
     int64_t *span = (int64_t *)(rows + 2 * oh + ow + V + 1); /* after ``at``, 8-byte aligned */
     span = (int64_t *)(((uintptr_t)span + 7) & ~(uintptr_t)7);
