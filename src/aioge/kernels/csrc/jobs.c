@@ -1,7 +1,7 @@
-/* The jobs of aioge_par_run (par.c): each adapts one kernel of conv.c, conv_direct.c, gemm.c or
- * norm.c (or a small loop of its own) to a range [lo, hi) and an int64 argument block, numbered
- * by aioge.h's enum aioge_job. The windowed ones check their geometry against the sizes of the
- * buffers they are told before they touch them. */
+/* The jobs of aioge_par_run (par.c): each adapts one kernel of dwconv.c, pool.c, conv_direct.c,
+ * gemm.c, qgemm.c, lowp.c or norm.c (or a small loop of its own) to a range [lo, hi) and an
+ * int64 argument block, numbered by aioge.h's enum aioge_job. The windowed ones check their
+ * geometry against the sizes of the buffers they are told before they touch them. */
 #include <stdint.h>
 #include <string.h>
 
