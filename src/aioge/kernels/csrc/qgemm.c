@@ -134,38 +134,37 @@ static void tile_scalar(const int16_t *aw, int64_t kp, const int16_t *panel, int
 }
 
 #ifdef QGEMM_X86
-#define TILE_BODY(MADD_ACC)                                                                                                \
-    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;    \
-    const int16_t *r0 = aw, *r1 = aw + kp, *r2 = aw + 2 * kp, *r3 = aw + 3 * kp;                                          \
-    for (int64_t t = 0; t < kp / 2; t++) {                                                                                 \
-        const __m256i b0 = _mm256_loadu_si256((const __m256i *)(panel + t * QNR * 2));                                    \
-        const __m256i b1 = _mm256_loadu_si256((const __m256i *)(panel + t * QNR * 2 + 16));                               \
-        int32_t s;                                                                                                         \
-        memcpy(&s, r0 + 2 * t, 4);                                                                                         \
-        __m256i a = _mm256_set1_epi32(s);                                                                                  \
-        MADD_ACC(c00, a, b0);                                                                                              \
-        MADD_ACC(c01, a, b1);                                                                                              \
-        memcpy(&s, r1 + 2 * t, 4);                                                                                         \
-        a = _mm256_set1_epi32(s);                                                                                          \
-        MADD_ACC(c10, a, b0);                                                                                              \
-        MADD_ACC(c11, a, b1);                                                                                              \
-        memcpy(&s, r2 + 2 * t, 4);                                                                                         \
-        a = _mm256_set1_epi32(s);                                                                                          \
-        MADD_ACC(c20, a, b0);                                                                                              \
-        MADD_ACC(c21, a, b1);                                                                                              \
-        memcpy(&s, r3 + 2 * t, 4);                                                                                         \
-        a = _mm256_set1_epi32(s);                                                                                          \
-        MADD_ACC(c30, a, b0);                                                                                              \
-        MADD_ACC(c31, a, b1);                                                                                              \
-    }                                                                                                                      \
-    _mm256_storeu_si256((__m256i *)acc[0], c00);                                                                           \
-    _mm256_storeu_si256((__m256i *)(acc[0] + 8), c01);                                                                     \
-    _mm256_storeu_si256((__m256i *)acc[1], c10);                                                                           \
-    _mm256_storeu_si256((__m256i *)(acc[1] + 8), c11);                                                                     \
-    _mm256_storeu_si256((__m256i *)acc[2], c20);                                                                           \
-    _mm256_storeu_si256((__m256i *)(acc[2] + 8), c21);                                                                     \
-    _mm256_storeu_si256((__m256i *)acc[3], c30);                                                                           \
+/* The 4 x 16 int32 tile both operand forms share: each step of the k loop is one 4-byte group
+ * of each of A's 4 rows (an int16 pair, or 4 uint8), broadcast, against 64 bytes of the panel
+ * (16 columns' groups in two vectors) by OP, which accumulates into its first argument. */
+#define TILE_4X16(OP, A, LDA_BYTES, PANEL, STEPS)                                                                      \
+    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00; \
+    const char *a_ = (const char *)(A), *p_ = (const char *)(PANEL);                                                   \
+    for (int64_t t = 0; t < (STEPS); t++) {                                                                            \
+        const __m256i b0 = _mm256_loadu_si256((const __m256i *)(p_ + 64 * t));                                         \
+        const __m256i b1 = _mm256_loadu_si256((const __m256i *)(p_ + 64 * t + 32));                                    \
+        TILE_ROW(OP, c00, c01, a_ + 4 * t);                                                                            \
+        TILE_ROW(OP, c10, c11, a_ + (LDA_BYTES) + 4 * t);                                                              \
+        TILE_ROW(OP, c20, c21, a_ + 2 * (LDA_BYTES) + 4 * t);                                                          \
+        TILE_ROW(OP, c30, c31, a_ + 3 * (LDA_BYTES) + 4 * t);                                                          \
+    }                                                                                                                  \
+    _mm256_storeu_si256((__m256i *)acc[0], c00);                                                                       \
+    _mm256_storeu_si256((__m256i *)(acc[0] + 8), c01);                                                                 \
+    _mm256_storeu_si256((__m256i *)acc[1], c10);                                                                       \
+    _mm256_storeu_si256((__m256i *)(acc[1] + 8), c11);                                                                 \
+    _mm256_storeu_si256((__m256i *)acc[2], c20);                                                                       \
+    _mm256_storeu_si256((__m256i *)(acc[2] + 8), c21);                                                                 \
+    _mm256_storeu_si256((__m256i *)acc[3], c30);                                                                       \
     _mm256_storeu_si256((__m256i *)(acc[3] + 8), c31);
+
+#define TILE_ROW(OP, lo, hi, at)                                                                                       \
+    do {                                                                                                               \
+        int32_t s_;                                                                                                    \
+        memcpy(&s_, (at), 4);                                                                                          \
+        const __m256i a_row = _mm256_set1_epi32(s_);                                                                   \
+        OP(lo, a_row, b0);                                                                                             \
+        OP(hi, a_row, b1);                                                                                             \
+    } while (0)
 
 #define MADD_AVX2(c, a, b) c = _mm256_add_epi32(c, _mm256_madd_epi16(a, b))
 #define MADD_VNNI(c, a, b) c = _mm256_dpwssd_epi32(c, a, b)
@@ -173,13 +172,13 @@ static void tile_scalar(const int16_t *aw, int64_t kp, const int16_t *panel, int
 __attribute__((target("avx2"))) static void tile_avx2(const int16_t *aw, int64_t kp, const int16_t *panel,
                                                       int32_t acc[QMR][QNR])
 {
-    TILE_BODY(MADD_AVX2)
+    TILE_4X16(MADD_AVX2, aw, 2 * kp, panel, kp / 2)
 }
 
 __attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void tile_vnni(const int16_t *aw, int64_t kp,
                                                                                   const int16_t *panel, int32_t acc[QMR][QNR])
 {
-    TILE_BODY(MADD_VNNI)
+    TILE_4X16(MADD_VNNI, aw, 2 * kp, panel, kp / 2)
 }
 #endif
 
@@ -200,38 +199,6 @@ static void tile8_scalar(const uint8_t *aw, int64_t kq, const int8_t *panel, int
 }
 
 #ifdef QGEMM_X86
-#define TILE8_BODY(DOT)                                                                                                    \
-    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;    \
-    for (int64_t t = 0; t < kq / 4; t++) {                                                                                 \
-        const __m256i b0 = _mm256_loadu_si256((const __m256i *)(panel + t * QNR * 4));                                    \
-        const __m256i b1 = _mm256_loadu_si256((const __m256i *)(panel + t * QNR * 4 + 32));                               \
-        int32_t s;                                                                                                         \
-        memcpy(&s, aw + 4 * t, 4);                                                                                         \
-        __m256i a = _mm256_set1_epi32(s);                                                                                  \
-        DOT(c00, a, b0);                                                                                                   \
-        DOT(c01, a, b1);                                                                                                   \
-        memcpy(&s, aw + kq + 4 * t, 4);                                                                                    \
-        a = _mm256_set1_epi32(s);                                                                                          \
-        DOT(c10, a, b0);                                                                                                   \
-        DOT(c11, a, b1);                                                                                                   \
-        memcpy(&s, aw + 2 * kq + 4 * t, 4);                                                                                \
-        a = _mm256_set1_epi32(s);                                                                                          \
-        DOT(c20, a, b0);                                                                                                   \
-        DOT(c21, a, b1);                                                                                                   \
-        memcpy(&s, aw + 3 * kq + 4 * t, 4);                                                                                \
-        a = _mm256_set1_epi32(s);                                                                                          \
-        DOT(c30, a, b0);                                                                                                   \
-        DOT(c31, a, b1);                                                                                                   \
-    }                                                                                                                      \
-    _mm256_storeu_si256((__m256i *)acc[0], c00);                                                                           \
-    _mm256_storeu_si256((__m256i *)(acc[0] + 8), c01);                                                                     \
-    _mm256_storeu_si256((__m256i *)acc[1], c10);                                                                           \
-    _mm256_storeu_si256((__m256i *)(acc[1] + 8), c11);                                                                     \
-    _mm256_storeu_si256((__m256i *)acc[2], c20);                                                                           \
-    _mm256_storeu_si256((__m256i *)(acc[2] + 8), c21);                                                                     \
-    _mm256_storeu_si256((__m256i *)acc[3], c30);                                                                           \
-    _mm256_storeu_si256((__m256i *)(acc[3] + 8), c31);
-
 /* exact under the pack8 condition: the int16 pair sums never saturate */
 #define DOT_AVX2(c, a, b) c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones))
 #define DOT_VNNI(c, a, b) c = _mm256_dpbusd_epi32(c, a, b)
@@ -240,13 +207,13 @@ __attribute__((target("avx2"))) static void tile8_avx2(const uint8_t *aw, int64_
                                                        int32_t acc[QMR][QNR])
 {
     const __m256i ones = _mm256_set1_epi16(1);
-    TILE8_BODY(DOT_AVX2)
+    TILE_4X16(DOT_AVX2, aw, kq, panel, kq / 4)
 }
 
 __attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void tile8_vnni(const uint8_t *aw, int64_t kq,
                                                                                    const int8_t *panel, int32_t acc[QMR][QNR])
 {
-    TILE8_BODY(DOT_VNNI)
+    TILE_4X16(DOT_VNNI, aw, kq, panel, kq / 4)
 }
 #endif
 
