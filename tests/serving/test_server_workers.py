@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import numpy as np
@@ -51,16 +52,34 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+@contextlib.contextmanager
+def _serving(model: Path, tmp_path: Path, port: int, *extra: str) -> Iterator[tuple[subprocess.Popen[str], list[int]]]:
+    """``aioge serve --workers 2`` ready on ``port``: the command and its two workers; the whole
+    group is killed on the way out if the test left it running."""
+    proc = _start(model, tmp_path, port, *extra)
+    try:
+        _wait_ready(proc, port)
+        workers = _children(proc.pid)
+        assert len(workers) == 2
+        yield proc, workers
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        else:  # the parent is gone; a worker it left would still be in the group
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("ctrl_c", [False, True])
 def test_workers_share_the_port_compile_once_and_drain_on_sigterm(tmp_path: Path, ctrl_c: bool) -> None:
     model = _onnx_model(tmp_path / "mlp.onnx")
     port = _free_port()
     graphs = tmp_path / "graphs"
-    proc = _start(model, tmp_path, port, "--option", f"ge.graph_compiler_cache_dir={graphs}", "--option", "ge.graph_key=mlp")
-    try:
-        _wait_ready(proc, port)
-        workers = _children(proc.pid)
-        assert len(workers) == 2
+    with _serving(model, tmp_path, port, "--option", f"ge.graph_compiler_cache_dir={graphs}", "--option", "ge.graph_key=mlp") as (
+        proc,
+        workers,
+    ):
         # both must be ready, not only the one that answered the probe: each compiles or loads at start
         deadline = time.monotonic() + 60
         while sum(read_graph_stats(graphs)["keys"].get("mlp", {}).values()) < 2:
@@ -106,30 +125,18 @@ def test_workers_share_the_port_compile_once_and_drain_on_sigterm(tmp_path: Path
         for pid in workers:  # none left behind
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
 
 
 def test_a_worker_that_dies_stops_the_others_and_exits_1(tmp_path: Path) -> None:
     model = _onnx_model(tmp_path / "mlp.onnx")
     port = _free_port()
-    proc = _start(model, tmp_path, port)
-    try:
-        _wait_ready(proc, port)
-        workers = _children(proc.pid)
-        assert len(workers) == 2
+    with _serving(model, tmp_path, port) as (proc, workers):
         os.kill(workers[0], signal.SIGKILL)
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 1, err
         assert f"(pid {workers[0]}) exited with status -9" in err and "Traceback" not in err
         with pytest.raises(ProcessLookupError):
             os.kill(workers[1], 0)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
 
 
 def _gone(pid: int) -> bool:
@@ -142,11 +149,7 @@ def _gone(pid: int) -> bool:
 def test_workers_stop_when_the_parent_is_killed(tmp_path: Path) -> None:
     model = _onnx_model(tmp_path / "mlp.onnx")
     port = _free_port()
-    proc = _start(model, tmp_path, port)
-    try:
-        _wait_ready(proc, port)
-        workers = _children(proc.pid)
-        assert len(workers) == 2
+    with _serving(model, tmp_path, port) as (proc, workers):
         proc.kill()  # no chance to stop them: each sees its parent gone and drains
         proc.communicate()
         deadline = time.monotonic() + 30
@@ -154,9 +157,6 @@ def test_workers_stop_when_the_parent_is_killed(tmp_path: Path) -> None:
             while not _gone(pid):
                 assert time.monotonic() < deadline, f"worker {pid} still serving after its parent was killed"
                 time.sleep(0.1)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize(
