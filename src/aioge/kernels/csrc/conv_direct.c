@@ -49,7 +49,18 @@ int aioge_conv_fits(const int64_t *g, int64_t xn, int64_t yn, int reads_x)
     return fits_x && aioge_fits(yn, g[G_N], g[G_M], g[G_OH], g[G_OW]);
 }
 
-/* Rows [i0, i1) of every phase plane of one image: x one image of C planes, xph its IMAGE floats. */
+/* Whether some tap of a kernel of k taps d apart reads phase p of stride s. */
+static int phase_read(int64_t p, int64_t k, int64_t d, int64_t s)
+{
+    for (int64_t t = 0; t < k; t++)
+        if (t * d % s == p)
+            return 1;
+    return 0;
+}
+
+/* Rows [i0, i1) of every phase plane of one image that a tap reads: x one image of C planes, xph
+ * its IMAGE floats. The planes no tap reads are left as they are: a 1x1 conv at stride 2 reads
+ * one of four (ResNet's 64x56x56 -> 128 downsample copied 4x what it read). */
 static void phases_rows(const float *restrict x, float *restrict img, const int64_t *g, int64_t i0, int64_t i1)
 {
     const int64_t C = g[G_C], H = g[G_H], W = g[G_W], SH = g[G_SH], SW = g[G_SW];
@@ -58,6 +69,8 @@ static void phases_rows(const float *restrict x, float *restrict img, const int6
         const float *plane = x + c * H * W;
         for (int64_t py = 0; py < SH; py++)
             for (int64_t px = 0; px < SW; px++) {
+                if (!phase_read(py, g[G_KH], g[G_DH], SH) || !phase_read(px, g[G_KW], g[G_DW], SW))
+                    continue;
                 float *dst = img + ((c * SH + py) * SW + px) * HPH * WPH;
                 /* columns j whose source column j * SW + px - PL lies in [0, W) */
                 int64_t lo = PL - px <= 0 ? 0 : (PL - px + SW - 1) / SW;
@@ -458,47 +471,66 @@ int aioge_conv_direct_local_f32(const float *x, const float *wpack, const int64_
  * conv_direct computes and drops are skipped.
  */
 static inline __attribute__((always_inline)) void
-ttile(int nv, int64_t kc, const float *const *restrict r, const int64_t *restrict koff, const float *restrict b,
-      float *restrict part, int first, const float *restrict bias)
+ttile(const int mr, int nv, int64_t kc, const float *const *restrict r, const int64_t *restrict koff, const float *restrict b,
+      float *restrict part, int first, const float *restrict bias, int relu)
 {
-    const float *r0 = r[0], *r1 = r[1], *r2 = r[2], *r3 = r[3], *r4 = r[4], *r5 = r[5];
     vf acc[MR][NV];
-    for (int i = 0; i < MR; i++)
+    for (int i = 0; i < mr; i++)
         for (int v = 0; v < nv; v++)
             acc[i][v] = !first ? *(const vf *)(part + i * NR + VL * v) : bias ? *(const vfu *)(bias + VL * v) : (vf){0};
     for (int64_t k = 0; k < kc; k++) {
         const int64_t o = koff[k];
         vf bv[NV];
-        for (int v = 0; v < nv; v++) {
-            bv[v] = *(const vfu *)(b + k * NR + VL * v);
-            __builtin_prefetch(b + (k + PF_ROWS) * NR + VL * v, 0, 3);
-        }
-        const float s[MR] = {r0[o], r1[o], r2[o], r3[o], r4[o], r5[o]};
-        for (int i = 0; i < MR; i++)
-            for (int v = 0; v < nv; v++)
-                acc[i][v] += s[i] * bv[v];
-    }
-    for (int i = 0; i < MR; i++)
         for (int v = 0; v < nv; v++)
-            *(vf *)(part + i * NR + VL * v) = acc[i][v];
+            bv[v] = *(const vfu *)(b + k * NR + VL * v);
+        __builtin_prefetch(b + (k + PF_ROWS) * NR, 0, 3); /* one line: NR floats are 64 bytes on AVX2 */
+#if NV * VL > 16
+        __builtin_prefetch(b + (k + PF_ROWS) * NR + 16, 0, 3);
+        __builtin_prefetch(b + (k + PF_ROWS) * NR + 32, 0, 3);
+        __builtin_prefetch(b + (k + PF_ROWS) * NR + 48, 0, 3);
+#endif
+        for (int i = 0; i < mr; i++) {
+            const float s = r[i][o];
+            for (int v = 0; v < nv; v++)
+                acc[i][v] += s * bv[v];
+        }
+    }
+#ifndef __AVX512F__
+    typedef int32_t vfi __attribute__((vector_size(VL * 4)));
+#endif
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++) {
+            vf out = acc[i][v];
+            if (relu) /* the last K block: act_span's rule in the registers (NaN and x > 0 kept) */
+#ifdef __AVX512F__
+                out = (vf)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)out, _mm512_setzero_ps(), _CMP_NLE_UQ), (__m512)out);
+#else
+                out = (vf)((vfi)out & ~(out <= (vf){0}));
+#endif
+            *(vf *)(part + i * NR + VL * v) = out;
+        }
 }
 
-typedef void (*ttile_fn)(int64_t, const float *const *, const int64_t *, const float *, float *, int, const float *);
-#define TTILE(NV)                                                                                                      \
-    static void ttile##NV(int64_t kc, const float *const *r, const int64_t *koff, const float *b, float *part, int first, \
-                          const float *bias)                                                                           \
+/* Tiles of MR positions, and of the 1 to MR - 1 a plane's last block holds (ResNet's 7x7 planes:
+ * 49 = 8 x 6 + 1, and an MR-row tile over the last one computed 5 repeated positions, a tenth of
+ * the layer), by 1 to NV vectors of channels. */
+typedef void (*ttile_fn)(int64_t, const float *const *, const int64_t *, const float *, float *, int, const float *, int);
+#define TTILE(M, NV)                                                                                                   \
+    static void ttile##M##_##NV(int64_t kc, const float *const *r, const int64_t *koff, const float *b, float *part,   \
+                                int first, const float *bias, int relu)                                                \
     {                                                                                                                  \
-        ttile(NV, kc, r, koff, b, part, first, bias);                                                                  \
+        ttile(M, NV, kc, r, koff, b, part, first, bias, relu);                                                         \
     }
-TTILE(1)
-TTILE(2)
+#define TTILE_ROW(M) TTILE(M, 1) TTILE(M, 2)
+TTILE_ROW(1) TTILE_ROW(2) TTILE_ROW(3) TTILE_ROW(4) TTILE_ROW(5) TTILE_ROW(6)
 #if NV == 4
-TTILE(3)
-TTILE(4)
-static const ttile_fn TTILES[NV + 1] = {0, ttile1, ttile2, ttile3, ttile4};
+#define TTILE_ROW4(M) TTILE(M, 3) TTILE(M, 4)
+TTILE_ROW4(1) TTILE_ROW4(2) TTILE_ROW4(3) TTILE_ROW4(4) TTILE_ROW4(5) TTILE_ROW4(6)
+#define TT(M) {0, ttile##M##_1, ttile##M##_2, ttile##M##_3, ttile##M##_4}
 #else
-static const ttile_fn TTILES[NV + 1] = {0, ttile1, ttile2};
+#define TT(M) {0, ttile##M##_1, ttile##M##_2}
 #endif
+static const ttile_fn TTILES[MR + 1][NV + 1] = {{0}, TT(1), TT(2), TT(3), TT(4), TT(5), TT(6)};
 
 /* y[n][m][p] = bias[m] + sum_k xph[n][q(p) + koff[k]] * W[m][k] for the images and MR-position
  * blocks u = n * blocks + block in [u0, u1) and the panels [p0, p1) of NR output channels;
@@ -518,9 +550,9 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
     float *parts = accumulator((size_t)(u1 > u0 ? u1 - u0 : 1) * MR * NR); /* each unit's tile between K blocks */
     if (!parts)
         return AIOGE_ENOMEM;
+    const int relu = act == ACT_RELU;
     for (int64_t p = p0; p < p1; p++) {
-        const int64_t col0 = p * NR, ncols = M - col0 < NR ? M - col0 : NR;
-        const ttile_fn fn = TTILES[(ncols + VL - 1) / VL];
+        const int64_t col0 = p * NR, ncols = M - col0 < NR ? M - col0 : NR, nv = (ncols + VL - 1) / VL;
         float bpad[NR] __attribute__((aligned(64))) = {0};
         for (int64_t j = 0; bias && j < ncols; j++)
             bpad[j] = bias[col0 + j];
@@ -531,15 +563,15 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
             for (int64_t u = u0; u < u1; u++) {
                 const int64_t n = u / blocks, q = (u % blocks) * MR, mv = P - q < MR ? P - q : MR;
                 const float *r[MR];
-                for (int64_t i = 0; i < MR; i++) {
-                    const int64_t pos = q + (i < mv ? i : mv - 1);
+                for (int64_t i = 0; i < mv; i++) {
+                    const int64_t pos = q + i;
                     r[i] = xph + n * IMAGE + (pos / OW) * WPH + pos % OW;
                 }
                 float *part = parts + (u - u0) * MR * NR;
-                fn(kc, r, koff + k0, bp + k0 * NR, part, k0 == 0, bias ? bpad : 0);
+                TTILES[mv][nv](kc, r, koff + k0, bp + k0 * NR, part, k0 == 0, bias ? bpad : 0, last && relu);
                 if (!last)
                     continue; /* more of K to come */
-                for (int64_t i = 0; act && i < mv; i++)
+                for (int64_t i = 0; act && !relu && i < mv; i++)
                     aioge_act_span(part + i * NR, NULL, part + i * NR, ncols, act, act_p0, act_p1);
                 /* the tile goes out transposed: the mv positions of each channel side by side */
                 float *yt = y + (n * M + col0) * P + q;
