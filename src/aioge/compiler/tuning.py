@@ -137,9 +137,26 @@ def select_kernel(
 @contextlib.contextmanager
 def _measuring() -> Iterator[None]:
     # Ops are timed one at a time, so the other cores are as idle as a lone run's: a candidate
-    # may split over them as it would at run time.
-    with _MEASURE, np.errstate(all="ignore"), cpu_tokens(threading.Semaphore(max(0, (os.cpu_count() or 1) - 1))):
+    # may split over them as it would at run time (unless other processes hold them: _idle_cores).
+    with _MEASURE, np.errstate(all="ignore"), cpu_tokens(threading.Semaphore(_idle_cores())):
         yield
+
+
+def _idle_cores() -> int:
+    """The cores a candidate may split over while it is timed: all but this one, or none while
+    the machine is busy (a 1-minute load average of at least its cores). On a busy machine a
+    compiled kernel's split backs off for a while after its helper lost a core (csrc/par.c)
+    while a numpy one's Python helper still splits, so one candidate's samples flipped between
+    split and whole: on 2 cores at load 6, ResNet-18's 64x56x56 3x3 conv timed 2.0 or 4.5 ms
+    split against 2.8-3.0 whole, and the numpy im2col and taps (1.4x its CPU time) won 9 of its
+    20 dense convs. Timed whole, every candidate is ranked by its one-core time, which is what
+    a busy machine gives it at run time too."""
+    cores = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0] >= cores
+    except OSError:  # no load average on this platform
+        busy = False
+    return 0 if busy else max(0, cores - 1)
 
 
 def make_inputs(
