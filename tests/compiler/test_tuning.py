@@ -180,6 +180,31 @@ def test_candidates_are_timed_able_to_split_over_the_idle_cores(cores, load, idl
     assert parallel._tokens.get() is None  # and none are left behind
 
 
+@pytest.mark.parametrize(("load", "winner"), [(0.0, "spins"), (8.0, "sleeps")])
+def test_on_a_busy_machine_candidates_are_timed_by_cpu_time(load, winner, monkeypatch) -> None:
+    """Whole on a busy machine, each sample is the process's CPU time: the time other
+    processes hold the core is no part of a kernel's cost. A candidate that sleeps 30 ms (wall
+    time, no CPU) loses to one that spins 1 ms by the wall clock and wins by the CPU clock."""
+    from aioge.compiler import tuning
+
+    monkeypatch.setattr(tuning.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(tuning.os, "getloadavg", lambda: (load, load, load))
+
+    def spin(seconds):
+        t = time.process_time()
+        while time.process_time() - t < seconds:
+            pass
+
+    def sleeps(x):
+        time.sleep(0.03)
+        return x * 2
+
+    reference = _impl("reference", lambda x: spin(3e-3) or x * 2)  # slower than "spins" by either clock
+    schema = _schema(reference, _impl("spins", lambda x: spin(1e-3) or x * 2), _impl("sleeps", sleeps))
+    choice = select_kernel(schema, DESCS, OUTS, {}, [None], mode="tune", budget_ms=400)
+    assert choice is not None and choice.impl == winner, choice.timings_ms
+
+
 def test_tune_explores_parameter_sets() -> None:
     schema = _schema(
         _impl("reference", lambda x: x * 2, delay=0.003),

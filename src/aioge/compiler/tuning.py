@@ -130,16 +130,21 @@ def select_kernel(
         return Choice(cands[0][0].name, cands[0][1], False)
     # Random data may leave an op's domain (a negative variance, a log of a negative): numpy's
     # warnings about it are noise here (errstate is per thread), NaNs compare equal in the check.
-    with _measuring():
-        return tune(schema, cands, in_descs, out_descs, attrs, inputs, budget_ms=budget_ms)
+    with _measuring() as cost:
+        return tune(schema, cands, in_descs, out_descs, attrs, inputs, budget_ms=budget_ms, cost=cost)
 
 
 @contextlib.contextmanager
-def _measuring() -> Iterator[None]:
+def _measuring() -> Iterator[Callable[[], float] | None]:
     # Ops are timed one at a time, so the other cores are as idle as a lone run's: a candidate
     # may split over them as it would at run time (unless other processes hold them: _idle_cores).
-    with _MEASURE, np.errstate(all="ignore"), cpu_tokens(threading.Semaphore(_idle_cores())):
-        yield
+    # Yields the clock samples are timed by: None (wall time) while candidates may split, else
+    # the process's CPU time: a candidate then runs whole, and the time other processes take
+    # the core from it is no part of its cost (at load 8 on 2 cores the wall time of ResNet's
+    # 64x56x56 -> 192 3x3 conv ran 28-400 ms against 9 of CPU, and chose im2col by chance).
+    idle = _idle_cores()
+    with _MEASURE, np.errstate(all="ignore"), cpu_tokens(threading.Semaphore(idle)):
+        yield None if idle else time.process_time
 
 
 def _idle_cores() -> int:
@@ -194,10 +199,13 @@ def tune(
     *,
     budget_ms: float,
     clock: Callable[[], float] = time.perf_counter,
+    cost: Callable[[], float] | None = None,
 ) -> Choice:
     """Time ``cands`` on ``inputs`` within ``budget_ms`` and return the fastest one that
     agrees with the reference (the schema's first implementation, or the first candidate
-    when that one does not apply)."""
+    when that one does not apply). ``clock`` bounds the budget and times the samples, unless
+    ``cost`` is given to time them (``_measuring``'s)."""
+    cost = cost or clock
     start = clock()
     deadline = start + budget_ms / 1e3
     reference = next(((impl, p) for impl, p in cands if impl is schema.impls[0]), cands[0])
@@ -213,9 +221,9 @@ def tune(
             continue
         try:
             run = _bind(impl, params, attrs, in_descs, out_descs, inputs)
-            t0 = clock()
+            t0 = cost()
             got = run()
-            elapsed = clock() - t0
+            elapsed = cost() - t0
         except Exception as exc:  # a candidate that cannot run this signature is rejected, never fatal
             if expected is None:
                 raise
@@ -230,9 +238,9 @@ def tune(
                 log.warning("%s: candidate %s disagrees with the reference (%s); rejected", schema.name, label, reason)
                 continue
         if impl.eager:  # a compiled kernel packs its weight on the first call: time a second one
-            t0 = clock()
+            t0 = cost()
             run()
-            elapsed = clock() - t0
+            elapsed = cost() - t0
         runs[label] = run
         samples[label] = [elapsed]
     while clock() < deadline and any(len(s) < MAX_SAMPLES for s in samples.values()):
@@ -243,13 +251,13 @@ def tune(
                 # cache. Timed straight after the other candidates, a kernel that splits found
                 # the helper asleep and paid its wake-up: MLP's 32x784x256 Gemm measured 132 us
                 # split against 79 back to back, and lost to numpy's 116.
-                samples[label].append(_after_one(run, clock))
+                samples[label].append(_after_one(run, cost))
     # A second opinion on the fastest few, interleaved again: a burst of load on the other core
     # (where a splitting kernel puts half its work) over all of one candidate's samples kept
     # a compiled conv at 74 us against its 30 (the builder CNN at batch 1, in the kernel cache).
     for label in sorted(samples, key=lambda k: min(samples[k]))[:CONFIRMED] * CONFIRM_ROUNDS if len(runs) > 1 else ():
         if clock() < deadline + budget_ms / 2e3:
-            samples[label].append(_after_one(runs[label], clock))
+            samples[label].append(_after_one(runs[label], cost))
     # Noise (other threads, other processes) only ever adds time: the fastest run is the best
     # estimate of a kernel's own cost. The first run also pays first-touch page faults.
     medians = {k: min(v[1:] if len(v) > 1 else v) * 1e3 for k, v in samples.items()}
@@ -373,7 +381,8 @@ def recheck(
     inputs = make_inputs(in_descs, const_values, seed)
     if inputs is None or not all(d.static for d in out_descs):
         return Recheck("skipped", why="no inputs to time it on")
-    with _measuring():
+    with _measuring() as cost:
+        timer = cost if cost is not None and clock is time.perf_counter else clock  # a caller's own clock times all
         runs = [_bind(impl, params, attrs, in_descs, out_descs, inputs) for impl, params in pair]
         first = [np.array(g, copy=True) for g in runs[0]()]  # also packs an eager kernel's weight
         reason = _disagreement(runs[1](), first)
@@ -385,7 +394,7 @@ def recheck(
             if round_ and clock() > deadline:
                 break
             for run, times in zip(runs, samples):
-                times.append(_after_one(run, clock))
+                times.append(_after_one(run, timer))
     chosen_ms, runner_ms = min(samples[0]) * 1e3, min(samples[1]) * 1e3
     if tuned_ms > 0 and chosen_ms > tuned_ms * DRIFT and chosen_ms - tuned_ms > DRIFT_FLOOR_MS:
         return Recheck("drifted", chosen_ms, runner_ms)
