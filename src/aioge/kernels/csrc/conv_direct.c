@@ -530,6 +530,7 @@ TTILE_ROW4(1) TTILE_ROW4(2) TTILE_ROW4(3) TTILE_ROW4(4) TTILE_ROW4(5) TTILE_ROW4
 #else
 #define TT(M) {0, ttile##M##_1, ttile##M##_2}
 #endif
+_Static_assert(MR == 6, "TTILES lists tiles of 1 to 6 positions");
 static const ttile_fn TTILES[MR + 1][NV + 1] = {{0}, TT(1), TT(2), TT(3), TT(4), TT(5), TT(6)};
 
 /* y[n][m][p] = bias[m] + sum_k xph[n][q(p) + koff[k]] * W[m][k] for the images and MR-position
