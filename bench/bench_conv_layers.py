@@ -6,7 +6,8 @@ every compiled candidate) beside onnxruntime's same node, each in this process's
 aioge: the model compiled with tuning; each Conv/FusedConv of group 1 rebuilt with the chosen
 (implementation, parameters) and each compiled candidate, timed by thread CPU in interleaved rounds (min and median) on the
 node's real input shapes. onnxruntime: its optimised model (NCHWc Convs, fused activations and
-residuals), each Conv node alone in a model of its own fed the tensors a full run gives it,
+residuals), each Conv node alone in a model of its own fed the tensors a full run gives it
+(with the activation node that follows it, if any: aioge fuses it),
 timed by thread CPU of ``run`` with one intra-op thread, minus the run of an empty-ish model.
 """
 
@@ -46,6 +47,9 @@ def cpu_ms(fn: Callable[[], Any], n: int = 9, reps: int = 3) -> float:
             fn()
         times.append((time.thread_time() - t) / reps)
     return statistics.median(times) * 1e3
+
+
+_ACTIVATIONS = ("QuickGelu", "Sigmoid", "Relu", "Clip", "HardSigmoid", "LeakyRelu", "Tanh")
 
 
 def ort_layers(path: str, feeds: dict[str, np.ndarray]) -> tuple[list[tuple[tuple[int, ...], Any]], float]:
@@ -107,7 +111,11 @@ def ort_layers(path: str, feeds: dict[str, np.ndarray]) -> tuple[list[tuple[tupl
         x = vals[n.input[0]]
         c = x.shape[1] * (x.shape[4] if x.ndim == 5 else 1)
         key = (c, x.shape[2], x.shape[3], w.shape[0], w.shape[2], w.shape[3], attrs.get("strides", [1])[0], attrs.get("group", 1))
-        s1 = session([n], ins, list(n.output), consts)
+        # an activation onnxruntime keeps as a node of its own (EfficientNet's SiLU: QuickGelu)
+        # is timed with its conv: aioge's FusedConv applies it to each tile
+        act = [u for u in m.graph.node if u.op_type in _ACTIVATIONS and list(u.input) == [n.output[0]]]
+        outs = [act[0].output[0]] if act else list(n.output)
+        s1 = session([n, *act[:1]], ins, outs, consts)
         feed = {i: vals[i] for i in ins}
         out.append((key, lambda s1=s1, feed=feed: s1.run(None, feed)))
     return out, base
