@@ -153,8 +153,8 @@ def _idle_cores() -> int:
     compiled kernel's split backs off for a while after its helper lost a core (csrc/par.c)
     while a numpy one's Python helper still splits, so one candidate's samples flipped between
     split and whole: on 2 cores at load 6, ResNet-18's 64x56x56 3x3 conv timed 2.0 or 4.5 ms
-    split against 2.8-3.0 whole, and the numpy im2col and taps (1.4x its CPU time) won 9 of its
-    20 dense convs. Timed whole, every candidate is ranked by its one-core time, which is what
+    split against 2.8-3.0 whole, and numpy's im2col, taps or kn2row (1.2-1.7x the CPU time of
+    the best compiled kernel) took 5-6 of its 20 dense convs. Timed whole, every candidate is ranked by its one-core time, which is what
     a busy machine gives it at run time too."""
     cores = os.cpu_count() or 1
     try:
