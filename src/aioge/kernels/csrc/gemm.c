@@ -36,6 +36,7 @@ gtile(int nv, int64_t kc, const float *restrict a, int64_t lda, int64_t mv, cons
         for (int v = 0; v < nv; v++)
             acc[i][v] = first ? (bias ? *(const vfu *)(bias + VL * v) : (vf){0})
                               : (i < mv ? *(const vfu *)(c + i * ldc + VL * v) : (vf){0});
+#pragma GCC unroll 4
     for (int64_t k = 0; k < kc; k++) {
         vf bv[NV];
         for (int v = 0; v < nv; v++)
