@@ -18,6 +18,14 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(autouse=True)
+def _tuning_sees_an_idle_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tuning times candidates by the wall clock, split over the idle cores, unless the machine
+    is busy (``compiler.tuning._idle_cores``): tests that rank candidates by their sleeps see an
+    idle one whatever the load of the machine running them; the busy case's tests set the load."""
+    monkeypatch.setattr("aioge.compiler.tuning._load_average", lambda: 0.0)
+
+
+@pytest.fixture(autouse=True)
 def _isolated_kernel_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test gets its own default kernel cache dir, never the user's ~/atc_data.
 

@@ -160,7 +160,7 @@ def test_candidates_are_timed_able_to_split_over_the_idle_cores(cores, load, idl
     from aioge.kernels import parallel
 
     monkeypatch.setattr(tuning.os, "cpu_count", lambda: cores)
-    monkeypatch.setattr(tuning.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(tuning, "_load_average", lambda: load)
 
     seen: list[int] = []
 
@@ -188,7 +188,7 @@ def test_on_a_busy_machine_candidates_are_timed_by_cpu_time(load, winner, monkey
     from aioge.compiler import tuning
 
     monkeypatch.setattr(tuning.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(tuning.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(tuning, "_load_average", lambda: load)
 
     def spin(seconds):
         t = time.process_time()
