@@ -567,10 +567,13 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
     const int64_t K = g[G_C] * g[G_KH] * g[G_KW], P = g[G_OH] * OW, blocks = (P + MR - 1) / MR;
     const int act = (int)g[G_ACT];
     const float act_p0 = aioge_float_of(g[G_ACT_P0]), act_p1 = aioge_float_of(g[G_ACT_P1]);
-    /* a 1x1 kernel's taps are whole channels of x, each its own lines: half the block keeps a
-     * block's rows of x in L1 across the units (EfficientNet's 1152x7x7 -> 192: 0.37 -> 0.33 ms;
-     * the 3x3 convs' taps share lines, and ran 3-7% slower so) */
-    const int64_t kct = g[G_KH] * g[G_KW] == 1 ? KCT / 2 : KCT;
+    /* A kernel no wider than its stride (1x1, ConvNeXt's 2x2/2) reads every tap from a plane of
+     * its own, on lines of its own: on a small plane half the block keeps a block's rows in L1
+     * across the units (EfficientNet's 1152x7x7 -> 192 1x1: 0.37 -> 0.33 ms; ConvNeXt's
+     * 384x14x14 -> 768 2x2/2: 1.76 -> 1.55). The 3x3 convs' taps share lines (3-7% slower so),
+     * and on a 28x28 output no block fits (96x56x56 -> 192 2x2/2: 3-12% slower). */
+    const int own = (g[G_KH] - 1) * g[G_DH] < g[G_SH] && (g[G_KW] - 1) * g[G_DW] < g[G_SW];
+    const int64_t kct = own && P <= 256 ? KCT / 2 : KCT;
     const int64_t kblocks = (K + kct - 1) / kct, kstep = (K + kblocks - 1) / kblocks;
     float *parts = accumulator((size_t)(u1 > u0 ? u1 - u0 : 1) * MR * NR); /* each unit's tile between K blocks */
     if (!parts)
