@@ -33,7 +33,7 @@ __all__ = [
     "requantise",
 ]
 
-_MODES = {np.dtype(np.int32): 0, np.dtype(np.uint8): 1, np.dtype(np.int8): 2}
+_MODES = {np.dtype(np.int32): 0, np.dtype(np.uint8): 1, np.dtype(np.int8): 2, np.dtype(np.float32): 3}
 
 
 def requantise(acc: np.ndarray, mult: np.ndarray, zero: int, dtype: Any, lo: int | None = None) -> np.ndarray:
@@ -61,7 +61,8 @@ def multiplier(*scales: Any, y_scale: Any = None) -> np.ndarray:
 @dataclass(frozen=True, slots=True)
 class Packed:
     """B (K x N) less its zero points: the C tier's int16 panels (``fmt`` 0) or u8 x s8 quads
-    with B's column sums (``fmt`` 1: where vpmaddubsw is exact), or an int32 matrix for numpy."""
+    with B's column sums (``fmt`` 1: where vpmaddubsw is exact, the rest of B in ``residual``:
+    offsets per column, rows, values), or an int32 matrix for numpy."""
 
     k: int
     n: int
@@ -69,6 +70,12 @@ class Packed:
     native: bool
     fmt: int = 0
     colsum: np.ndarray | None = None
+    residual: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+
+# The most of B the u8 x s8 form leaves to its sparse residual (each value of it costs about as
+# much as a hundred of the tile's products), else B takes the int16 form.
+RESIDUAL_SHARE = 1 / 512
 
 
 def pack(b: np.ndarray, zero: np.ndarray | None, *, use_native: bool = True) -> Packed:
@@ -82,10 +89,16 @@ def pack(b: np.ndarray, zero: np.ndarray | None, *, use_native: bool = True) -> 
     size8 = int(native.function("aioge_qgemm_packed8")(k, n))
     out8 = native.aligned_empty((max(size8, 1),), np.int8)
     colsum = np.zeros(max(n, 1), np.int32)
+    cap = int(k * n * RESIDUAL_SHARE)
+    rptr, ridx, rval = np.zeros(n + 1, np.int32), np.zeros(max(cap, 1), np.int32), np.zeros(max(cap, 1), np.int16)
     signed = int(b.dtype == np.int8)
     args8 = (signed, k, n, sk, sn, native.ptr(zb), zb.size, native.ptr(out8), size8, native.ptr(colsum))
-    if native.check(native.function("aioge_qgemm_pack8")(_addr(b), *args8), "qgemm pack") == 1:
-        return Packed(k, n, out8[:size8], True, 1, colsum)
+    got = native.check(
+        native.function("aioge_qgemm_pack8")(_addr(b), *args8, *map(native.ptr, (rptr, ridx, rval)), cap), "qgemm pack"
+    )
+    if got >= 1:
+        residual = None if got == 1 else (rptr, ridx[: got - 1].copy(), rval[: got - 1].copy())
+        return Packed(k, n, out8[:size8], True, 1, colsum, residual)
     size = int(native.function("aioge_qgemm_packed")(k, n))
     out = native.aligned_empty((max(size, 1),), np.int16)
     native.check(
@@ -107,16 +120,23 @@ def qgemm(
     mult: np.ndarray | None = None,
     zy: int = 0,
     lo: int | None = None,
+    fbias: np.ndarray | None = None,
 ) -> None:
-    """``y = (a - za) @ B (+ bias)``: int32 into an int32 ``y``, else requantised by ``mult`` and
-    ``zy`` into a u8/s8 ``y`` (``lo``: a least value, Relu's ``zy``). ``a`` is (M, K) with unit
-    stride along K, ``y`` (M, N) with unit stride along N; both may be views of wider rows."""
+    """``y = (a - za) @ B (+ bias)``: int32 into an int32 ``y``, requantised by ``mult`` and
+    ``zy`` into a u8/s8 ``y`` (``lo``: a least value, Relu's ``zy``), or into a float32 ``y`` as
+    ``float32(acc) * mult (+ fbias)`` (two roundings). ``a`` is (M, K) with unit stride along K,
+    ``y`` (M, N) with unit stride along N; both may be views of wider rows."""
     m = a.shape[0]
     bias32 = None if bias is None else np.ascontiguousarray(bias.reshape(-1), np.int32)
+    fb = None if fbias is None else np.ascontiguousarray(np.broadcast_to(fbias.reshape(-1), (b.n,)), np.float32)
     if not b.native:
         acc = (a.astype(np.int32) - za) @ b.data
         if bias32 is not None:
             acc += bias32
+        if y.dtype == np.float32:
+            f = acc.astype(np.float32) * np.asarray(mult, np.float32)
+            y[...] = f if fb is None else f + fb
+            return
         y[...] = acc if mult is None else requantise(acc, mult, zy, y.dtype, lo)
         return
     scale = None if mult is None else np.ascontiguousarray(np.asarray(mult, np.float32).reshape(-1))
@@ -128,6 +148,7 @@ def qgemm(
         _addr(y), m, b.k, b.n, lda, ldy, int(a.dtype == np.int8), za, _MODES[y.dtype], zy,
         1 if scale is None else scale.size, b.data.size, (m - 1) * lda + b.k if m else 0, (m - 1) * ldy + b.n if m else 0,
         -128 if lo is None else lo, b.fmt, 0 if b.colsum is None else native.ptr(b.colsum),
+        *((0, 0, 0) if b.residual is None else map(native.ptr, b.residual)), 0 if fb is None else native.ptr(fb),
     ], np.int64)  # fmt: skip
     blocks = (m + 3) // 4
     split_native(native.par_run(), native.JOB_QGEMM, native.ptr(geo), blocks, worth=m * b.k * b.n >= 1 << 18)

@@ -62,12 +62,15 @@ int aioge_qgemm_pack(const void *b, int b_signed, int64_t k, int64_t n, int64_t 
     return 0;
 }
 
-/* The u8 x s8 form, for a B whose values (less zero points) are int8 and whose pairs of k in
- * every column have |b0| + |b1| <= 128: then vpmaddubsw's int16 sum of two u8 x s8 products
- * (at most 255 * 128 = 32640) never saturates, and is exact; its sums go on in int32 (vpmaddwd
- * by ones). B in quads of k: packed8[p][k/4][QNR][4] int8, k padded to 4 with zeros; a is
- * read as unsigned (an s8 a flipped to u8 by +128) and (a - za) @ B = a @ B - za * colsum(B).
- * Onnxruntime's quantizer writes such weights with reduce_range (7-bit weights). */
+/* The u8 x s8 form: vpmaddubsw sums two u8 x s8 products in int16 with saturation, exact
+ * where each pair of k of B (less zero points) has |b0| + |b1| <= 128 (255 * 128 = 32640), its
+ * sums going on in int32 (vpmaddwd by ones). B in quads of k: packed8[p][k/4][QNR][4] int8, k
+ * padded to 4 with zeros; a is read as unsigned (an s8 a flipped to u8 by +128) and
+ * (a - za) @ B = a @ B - za * colsum(B). A pair that breaks the bound is split: B = B' + R, B'
+ * in the quads within the bound and the rest R (a few values: full-range weights rarely have
+ * two large ones side by side) as a sparse list per column (rptr, ridx, rval), added to each
+ * tile exactly in int32. Onnxruntime's quantizer writes 7-bit weights (R empty) with
+ * reduce_range; full-range ones have R of about 0.1% of B. */
 int64_t aioge_qgemm_packed8(int64_t k, int64_t n)
 {
     if (k < 0 || n < 0)
@@ -75,47 +78,86 @@ int64_t aioge_qgemm_packed8(int64_t k, int64_t n)
     return (k + 3) / 4 * 4 * ((n + QNR - 1) / QNR * QNR);
 }
 
-int aioge_qgemm_pack8(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
-                      int64_t nzb, int8_t *packed, int64_t packed_len, int32_t *colsum)
+/* B' of the pair (v0, v1) (each in [-255, 255]): the smaller in magnitude kept within 64, the
+ * other within 128 less it, so |p0| + |p1| <= 128 and both are int8. */
+static void split_pair(int32_t v0, int32_t v1, int32_t *p0, int32_t *p1)
 {
-    if (k < 0 || n < 0 || (nzb != 1 && nzb != n) || packed_len != aioge_qgemm_packed8(k, n))
+    if (abs(v0) + abs(v1) <= 128 && v0 >= -128 && v0 <= 127 && v1 >= -128 && v1 <= 127) {
+        *p0 = v0, *p1 = v1;
+        return;
+    }
+    int32_t *ps = abs(v0) <= abs(v1) ? p0 : p1, *pb = ps == p0 ? p1 : p0;
+    const int32_t vs = ps == p0 ? v0 : v1, vb = ps == p0 ? v1 : v0;
+    *ps = vs < -64 ? -64 : (vs > 64 ? 64 : vs);
+    const int32_t room = 128 - abs(*ps), hi = room < 127 ? room : 127;
+    *pb = vb < -room ? -room : (vb > hi ? hi : vb);
+}
+
+static inline int32_t bval(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
+                           int64_t nzb, int64_t kk, int64_t j)
+{
+    return kk < k && j < n ? qload(b, kk * sk + j * sn, b_signed) - zb[nzb == 1 ? 0 : j] : 0;
+}
+
+int aioge_qgemm_pack8(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
+                      int64_t nzb, int8_t *packed, int64_t packed_len, int32_t *colsum, int32_t *rptr, int32_t *ridx,
+                      int16_t *rval, int64_t rcap)
+{
+    if (k < 0 || n < 0 || (nzb != 1 && nzb != n) || packed_len != aioge_qgemm_packed8(k, n) || rcap < 0)
         return AIOGE_EGEOMETRY;
-    for (int64_t j = 0; j < n; j++) { /* the form's condition first: nothing written without it */
-        const int32_t z = zb[nzb == 1 ? 0 : j];
+    int64_t nres = 0; /* the residual's size first: nothing written when it is over rcap */
+    for (int64_t j = 0; j < n; j++)
         for (int64_t kk = 0; kk < k; kk += 2) {
-            const int32_t v0 = qload(b, kk * sk + j * sn, b_signed) - z;
-            const int32_t v1 = kk + 1 < k ? qload(b, (kk + 1) * sk + j * sn, b_signed) - z : 0;
-            if (v0 < -128 || v0 > 127 || v1 < -128 || v1 > 127 || abs(v0) + abs(v1) > 128)
+            const int32_t v0 = bval(b, b_signed, k, n, sk, sn, zb, nzb, kk, j);
+            const int32_t v1 = bval(b, b_signed, k, n, sk, sn, zb, nzb, kk + 1, j);
+            int32_t p0, p1;
+            split_pair(v0, v1, &p0, &p1);
+            nres += (p0 != v0) + (p1 != v1);
+            if (nres > rcap)
                 return 0;
         }
-    }
+    if (nres && (!rptr || !ridx || !rval))
+        return AIOGE_EGEOMETRY;
     const int64_t kq = (k + 3) / 4 * 4, panels = (n + QNR - 1) / QNR;
-    for (int64_t j = 0; j < panels * QNR; j++)
-        if (j < n)
-            colsum[j] = 0;
-    for (int64_t p = 0; p < panels; p++) {
-        int8_t *dst = packed + p * kq * QNR;
-        for (int64_t kk = 0; kk < kq; kk++)
-            for (int64_t c = 0; c < QNR; c++) {
-                const int64_t j = p * QNR + c;
-                int32_t v = 0;
-                if (kk < k && j < n) {
-                    v = qload(b, kk * sk + j * sn, b_signed) - zb[nzb == 1 ? 0 : j];
-                    colsum[j] += v;
+    nres = 0;
+    for (int64_t j = 0; j < n; j++) {
+        colsum[j] = 0;
+        if (rptr)
+            rptr[j] = (int32_t)nres;
+        for (int64_t kk = 0; kk < k; kk += 2) {
+            const int32_t v[2] = {bval(b, b_signed, k, n, sk, sn, zb, nzb, kk, j),
+                                  bval(b, b_signed, k, n, sk, sn, zb, nzb, kk + 1, j)};
+            int32_t p[2];
+            split_pair(v[0], v[1], &p[0], &p[1]);
+            for (int h = 0; h < 2; h++) {
+                colsum[j] += v[h];
+                packed[(j / QNR) * kq * QNR + ((kk + h) / 4) * QNR * 4 + (j % QNR) * 4 + ((kk + h) & 3)] = (int8_t)p[h];
+                if (p[h] != v[h]) {
+                    ridx[nres] = (int32_t)(kk + h);
+                    rval[nres++] = (int16_t)(v[h] - p[h]);
                 }
-                dst[(kk / 4) * QNR * 4 + c * 4 + (kk & 3)] = (int8_t)v;
             }
+        }
+        for (int64_t kk = (k + 1) / 2 * 2; kk < kq; kk++)
+            packed[(j / QNR) * kq * QNR + (kk / 4) * QNR * 4 + (j % QNR) * 4 + (kk & 3)] = 0;
     }
-    return 1;
+    if (rptr)
+        rptr[n] = (int32_t)nres;
+    for (int64_t j = n; j < panels * QNR; j++) /* the last panel's columns past N */
+        for (int64_t kk = 0; kk < kq; kk++)
+            packed[(j / QNR) * kq * QNR + (kk / 4) * QNR * 4 + (j % QNR) * 4 + (kk & 3)] = 0;
+    return (int)(1 + nres);
 }
 
 /* The geometry block of aioge_qgemm_rows / JOB_QGEMM. */
 enum {
     QG_A, QG_PACKED, QG_BIAS, QG_SCALE, QG_Y, QG_M, QG_K, QG_N, QG_LDA, QG_LDY, QG_A_SIGNED, QG_ZA,
-    QG_MODE, /* 0: int32 out, 1: uint8, 2: int8 */
+    QG_MODE, /* 0: int32 out, 1: uint8, 2: int8, 3: float32 (acc * scale[j] + fbias[j]) */
     QG_ZY, QG_NSCALE, QG_PACKED_LEN, QG_A_LEN, QG_Y_LEN, QG_LO, /* the least 8-bit value stored (Relu: zy) */
     QG_FORMAT, /* 0: int16 pairs (aioge_qgemm_pack), 1: u8 x s8 quads (aioge_qgemm_pack8) */
     QG_COLSUM, /* format 1: the column sums of B */
+    QG_RPTR, QG_RIDX, QG_RVAL, /* format 1: B's residual per column (0 when it has none) */
+    QG_FBIAS, /* mode 3: a float32 bias per column, or 0 */
     QG_NARGS
 };
 
@@ -298,6 +340,23 @@ static tile8_fn pick_tile8(void)
     return tile8_scalar;
 }
 
+/* Mode 3's store of a tile row: float32 (acc + bias) * scale[j], then + fbias[j], two roundings
+ * (as the Cast, Mul and Add it stands for: no contraction to a fused multiply-add). */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+static void store_rowf(const int64_t *g, const int32_t *acc, int64_t i, int64_t j0, int cols)
+{
+    const int32_t *bias = (const int32_t *)(intptr_t)g[QG_BIAS];
+    const float *scale = (const float *)(intptr_t)g[QG_SCALE], *fbias = (const float *)(intptr_t)g[QG_FBIAS];
+    float *y = (float *)(intptr_t)g[QG_Y] + i * g[QG_LDY] + j0;
+    const int per_col = g[QG_NSCALE] != 1;
+    for (int c = 0; c < cols; c++) {
+        float f = (float)(acc[c] + (bias ? bias[j0 + c] : 0)) * scale[per_col ? j0 + c : 0];
+        y[c] = fbias ? f + fbias[j0 + c] : f;
+    }
+}
+#pragma GCC pop_options
+
 /* Stores rows [0, rows) and columns [j0, j0 + cols) of a tile. */
 static void store_tile(const int64_t *g, int32_t acc[QMR][QNR], int64_t i0, int rows, int64_t j0, int cols)
 {
@@ -312,11 +371,15 @@ static void store_tile(const int64_t *g, int32_t acc[QMR][QNR], int64_t i0, int 
     for (int r = 0; r < rows; r++) {
         const int64_t row = (i0 + r) * ldy + j0;
 #ifdef QGEMM_X86
-        if (mode && cols == QNR && qpath >= 1) {
+        if (mode && mode < 3 && cols == QNR && qpath >= 1) {
             store_row8_avx2(g, acc[r], row, j0);
             continue;
         }
 #endif
+        if (mode == 3) {
+            store_rowf(g, acc[r], i0 + r, j0, cols);
+            continue;
+        }
         for (int c = 0; c < cols; c++) {
             int32_t v = acc[r][c] + (bias ? bias[j0 + c] : 0);
             if (mode == 0) {
@@ -337,9 +400,11 @@ static void store_tile(const int64_t *g, int32_t acc[QMR][QNR], int64_t i0, int 
 static int qgemm_fits(const int64_t *g)
 {
     const int64_t m = g[QG_M], k = g[QG_K], n = g[QG_N];
-    if (m < 0 || k < 0 || n < 0 || g[QG_LDA] < k || g[QG_LDY] < n || g[QG_MODE] < 0 || g[QG_MODE] > 2)
+    if (m < 0 || k < 0 || n < 0 || g[QG_LDA] < k || g[QG_LDY] < n || g[QG_MODE] < 0 || g[QG_MODE] > 3)
         return 0;
     if (g[QG_FORMAT] != 0 && (g[QG_FORMAT] != 1 || !g[QG_COLSUM]))
+        return 0;
+    if (g[QG_RPTR] && (g[QG_FORMAT] != 1 || !g[QG_RIDX] || !g[QG_RVAL]))
         return 0;
     if (g[QG_PACKED_LEN] != (g[QG_FORMAT] ? aioge_qgemm_packed8(k, n) : aioge_qgemm_packed(k, n)))
         return 0;
@@ -360,6 +425,8 @@ static int rows8(const int64_t *g, int64_t b0, int64_t b1)
     const uint8_t *a = (const uint8_t *)(intptr_t)g[QG_A];
     const int8_t *packed = (const int8_t *)(intptr_t)g[QG_PACKED];
     const int32_t *colsum = (const int32_t *)(intptr_t)g[QG_COLSUM];
+    const int32_t *rptr = (const int32_t *)(intptr_t)g[QG_RPTR], *ridx = (const int32_t *)(intptr_t)g[QG_RIDX];
+    const int16_t *rval = (const int16_t *)(intptr_t)g[QG_RVAL];
     uint8_t *aw = (uint8_t *)aioge_thread_scratch(1, (size_t)(QMR * kq) / 4 + 1);
     if (!aw)
         return AIOGE_ENOMEM;
@@ -387,6 +454,10 @@ static int rows8(const int64_t *g, int64_t b0, int64_t b1)
             for (int64_t p = p0; p < p1; p++) {
                 tile(aw, kq, packed + p * kq * QNR, acc);
                 const int cols = (int)(n - p * QNR < QNR ? n - p * QNR : QNR);
+                for (int c = 0; rptr && c < cols; c++)
+                    for (int32_t e = rptr[p * QNR + c]; e < rptr[p * QNR + c + 1]; e++)
+                        for (int r = 0; r < rows; r++)
+                            acc[r][c] += aw[r * kq + ridx[e]] * (int32_t)rval[e];
                 for (int r = 0; r < rows; r++)
                     for (int c = 0; c < cols; c++)
                         acc[r][c] -= za * colsum[p * QNR + c];
