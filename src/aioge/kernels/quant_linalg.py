@@ -1,5 +1,5 @@
-"""Integer matrix products and convolutions: MatMulInteger, QLinearMatMul, QGemm, ConvInteger
-and QLinearConv.
+"""Integer matrix products and convolutions: MatMulInteger, QLinearMatMul, QGemm, ConvInteger,
+QLinearConv and DynamicQuantizeMatMul (float in and out, its product in int8).
 
 Zero points are subtracted in int32 and the product or convolution (im2col, its padding the
 input's zero point) accumulates in int32 through one GEMM, ``qgemm``: the C tier's
@@ -19,6 +19,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from aioge.kernels import native
 from aioge.kernels.contract import RunFn, is_constant
+from aioge.kernels.convert import dynamic_quantize_linear
 from aioge.kernels.conv import _padded, _window_attrs, window_geometry
 from aioge.kernels.parallel import split_native
 
@@ -182,7 +183,16 @@ class _Weights:
 
 
 def _matmul(
-    a: np.ndarray, b: np.ndarray, za: Any, zb: Any, out_dtype: Any, mult: Any, zy: int, cache: _Weights, use: bool
+    a: np.ndarray,
+    b: np.ndarray,
+    za: Any,
+    zb: Any,
+    out_dtype: Any,
+    mult: Any,
+    zy: int,
+    cache: _Weights,
+    use: bool,
+    fbias: np.ndarray | None = None,
 ) -> Any:
     """(..., M, K) @ (K, N) by qgemm, or None for what it does not take (batched or 1-D B,
     per-row zero points of A)."""
@@ -192,8 +202,25 @@ def _matmul(
     packed = cache.get(b, zb, lambda: pack(b, zb, use_native=use))
     a2 = np.ascontiguousarray(a.reshape(-1, a.shape[-1]))
     y = np.empty((a2.shape[0], b.shape[1]), out_dtype)
-    qgemm(a2, za_v, packed, y, None, mult, zy)
+    qgemm(a2, za_v, packed, y, None, mult, zy, None, fbias)
     return y.reshape(*a.shape[:-1], b.shape[1])
+
+
+def _dynamic_matmul(inputs: Sequence[Any], cache: _Weights, use: bool) -> np.ndarray:
+    """com.microsoft DynamicQuantizeMatMul: A quantised as DynamicQuantizeLinear does, (Aq - za)
+    @ (B - zb) in int32, times float32 a_scale * b_scale, plus bias: the chain
+    DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul [-> Add] it stands for, roundings and all."""
+    a, b, b_scale = inputs[:3]
+    zb, bias = (list(inputs[3:]) + [None, None])[:2]
+    aq, a_scale, za = dynamic_quantize_linear(a)
+    mult = np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)
+    n = b.shape[-1]
+    if a.dtype == np.float32 and mult.size in (1, n) and (bias is None or (bias.dtype == np.float32 and bias.shape == (n,))):
+        r = _matmul(aq, b, za, zb, np.float32, mult.reshape(-1), 0, cache, use, bias)
+        if r is not None:
+            return r
+    y = matmul_integer(aq, b, za, zb).astype(np.float32) * mult
+    return y if bias is None else y + bias
 
 
 def matmul_integer(
@@ -331,6 +358,8 @@ def build_qlinear(op: str) -> Any:
                 return qlinear_matmul(*inputs) if r is None else r
             if op == "QGemm":
                 return _qgemm_op(inputs, kw, cache, use)
+            if op == "DynamicQuantizeMatMul":
+                return _dynamic_matmul(inputs, cache, use)
             if op == "ConvInteger":
                 x, w = inputs[0], inputs[1]
                 zx = inputs[2] if len(inputs) > 2 else None

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from aioge.ir.desc import canonical_dtype
 from aioge.ir.graph import Graph, Node, Value
-from aioge.passes.rewrite import const_array, only_use, substitute
+from aioge.passes.rewrite import const_array, only_use, other_input, substitute
 
-__all__ = ["fuse_qdq"]
+__all__ = ["fuse_dynamic_matmul", "fuse_qdq"]
 
 _INT8 = (np.dtype(np.uint8), np.dtype(np.int8))
 
@@ -144,6 +145,48 @@ def _fuse(graph: Graph, node: Node) -> bool:
         return substitute(graph, q, "QLinearMatMul", [*x, *w_in, *y], {}, remove) is not None
     attrs = {"transB": int(trans_b)}
     return substitute(graph, q, "QGemm", [*x, *w_in, bias, *y], attrs, remove, domain="com.microsoft") is not None
+
+
+def _dynamic_matmul(graph: Graph, mm: Node) -> bool:
+    """DynamicQuantizeLinear(a) -> MatMulInteger(aq, W, za[, zw]) -> Cast(float) -> Mul(a_scale *
+    w_scale) [-> Add(bias)], as ``quantize_dynamic`` writes a MatMul, into DynamicQuantizeMatMul."""
+    ins = mm.inputs
+    dql = ins[0].producer if ins[0] is not None else None
+    if len(ins) < 3 or not _plain(dql, "DynamicQuantizeLinear") or [ins[0], ins[2]] != [dql.outputs[0], dql.outputs[2]]:  # type: ignore[union-attr]
+        return False
+    w, wz = const_array(ins[1]), ins[3] if len(ins) > 3 else None
+    if w is None or w.ndim != 2 or w.dtype not in _INT8 or (wz is not None and const_array(wz) is None):
+        return False
+    n = w.shape[1]
+    cast = only_use(graph, mm.outputs[0])
+    mul = only_use(graph, cast.outputs[0]) if _plain(cast, "Cast") and canonical_dtype(cast.attrs["to"]) == "float32" else None  # type: ignore[union-attr]
+    scale = other_input(mul, cast.outputs[0]) if _plain(mul, "Mul") else None  # type: ignore[arg-type,union-attr]
+    smul = scale.producer if scale is not None else None
+    a_scale = dql.outputs[1]  # type: ignore[union-attr]
+    ws = other_input(smul, a_scale) if _plain(smul, "Mul") and a_scale in smul.inputs else None  # type: ignore[union-attr]
+    wsa = const_array(ws)
+    if wsa is None or wsa.dtype != np.float32 or wsa.size not in (1, n) or wsa.ndim > 1:
+        return False
+    assert mul is not None and cast is not None
+    last, bias = mul, None
+    add = only_use(graph, mul.outputs[0])
+    if _plain(add, "Add"):
+        b = other_input(add, mul.outputs[0])  # type: ignore[arg-type]
+        ba = const_array(b)
+        if ba is not None and ba.dtype == np.float32 and ba.shape == (n,):
+            last, bias = add, b  # type: ignore[assignment]
+    remove = [*([last] if last is not mul else []), mul, cast, mm]
+    inputs = [dql.inputs[0], ins[1], ws, wz, bias]  # type: ignore[union-attr]
+    return substitute(graph, last, "DynamicQuantizeMatMul", inputs, {}, remove, domain="com.microsoft") is not None
+
+
+def fuse_dynamic_matmul(graph: Graph) -> bool:
+    """Fuse every dynamically quantised MatMul chain into DynamicQuantizeMatMul; True if any."""
+    changed = False
+    for node in graph.topological_order():
+        if _plain(node, "MatMulInteger"):
+            changed |= _dynamic_matmul(graph, node)
+    return changed
 
 
 def fuse_qdq(graph: Graph) -> bool:
