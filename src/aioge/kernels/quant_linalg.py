@@ -19,8 +19,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from aioge.kernels import native
 from aioge.kernels.contract import RunFn, is_constant
-from aioge.kernels.convert import dynamic_quantize_linear
 from aioge.kernels.conv import _padded, _window_attrs, window_geometry
+from aioge.kernels.convert import dynamic_quantize_linear
 from aioge.kernels.parallel import split_native
 
 __all__ = [
