@@ -255,14 +255,23 @@ def _narrow(v: np.ndarray, out: np.dtype) -> Any:
     return (v.astype(np.float32) if out.name in ML_DTYPES else v).astype(out)
 
 
+def dynamic_quantize_params(lo: float, hi: float) -> tuple[np.float32, np.ndarray] | None:
+    """DynamicQuantizeLinear's float32 scale and uint8 zero point for x's range [lo, hi] (0
+    in it), or None for a scale of 0 (an all-zero x)."""
+    scale = np.float32((hi - lo) / 255.0)
+    if scale == 0:
+        return None
+    return scale, _saturate(np.rint(np.float32(0.0) - np.float32(lo) / scale), np.dtype(np.uint8))
+
+
 def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """uint8 quantisation with a scale and zero point chosen from x's range (which includes 0)."""
     lo = min(float(x.min()) if x.size else 0.0, 0.0)
     hi = max(float(x.max()) if x.size else 0.0, 0.0)
-    scale = np.float32((hi - lo) / 255.0)
-    if scale == 0:
+    params = dynamic_quantize_params(lo, hi)
+    if params is None:
         # an all-zero input: onnxruntime reports scale 1 (any scale quantises 0 to 0)
         return np.zeros(x.shape, np.uint8), np.asarray(1.0, dtype=x.dtype), np.asarray(0, dtype=np.uint8)
-    zero = _saturate(np.rint(np.float32(0.0) - np.float32(lo) / scale), np.dtype(np.uint8))
+    scale, zero = params
     y = _saturate(np.rint(x.astype(np.float32) / scale) + float(zero), np.dtype(np.uint8))
     return y, np.asarray(scale, dtype=x.dtype), np.asarray(zero, dtype=np.uint8)

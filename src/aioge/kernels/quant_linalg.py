@@ -20,7 +20,7 @@ from numpy.lib.stride_tricks import as_strided
 from aioge.kernels import native
 from aioge.kernels.contract import RunFn, is_constant
 from aioge.kernels.conv import _padded, _window_attrs, window_geometry
-from aioge.kernels.convert import dynamic_quantize_linear
+from aioge.kernels.convert import dynamic_quantize_linear, dynamic_quantize_params
 from aioge.kernels.parallel import split_native
 
 __all__ = [
@@ -193,30 +193,50 @@ def _matmul(
     cache: _Weights,
     use: bool,
     fbias: np.ndarray | None = None,
+    out: np.ndarray | None = None,
 ) -> Any:
-    """(..., M, K) @ (K, N) by qgemm, or None for what it does not take (batched or 1-D B,
-    per-row zero points of A)."""
+    """(..., M, K) @ (K, N) by qgemm (into ``out`` when it is a contiguous array of the result's
+    size and dtype), or None for what it does not take (batched or 1-D B, per-row zero points
+    of A)."""
     za_v = _scalar(za)
     if b.ndim != 2 or a.ndim < 2 or za_v is None or (zb is not None and np.asarray(zb).size not in (1, b.shape[1])):
         return None
     packed = cache.get(b, zb, lambda: pack(b, zb, use_native=use))
     a2 = np.ascontiguousarray(a.reshape(-1, a.shape[-1]))
-    y = np.empty((a2.shape[0], b.shape[1]), out_dtype)
+    size = a2.shape[0] * b.shape[1]
+    fits = out is not None and out.dtype == out_dtype and out.flags.c_contiguous and out.size == size
+    y = out.reshape(a2.shape[0], b.shape[1]) if fits else np.empty((a2.shape[0], b.shape[1]), out_dtype)  # type: ignore[union-attr]
     qgemm(a2, za_v, packed, y, None, mult, zy, None, fbias)
     return y.reshape(*a.shape[:-1], b.shape[1])
 
 
-def _dynamic_matmul(inputs: Sequence[Any], cache: _Weights, use: bool) -> np.ndarray:
+def _quantize_a(a: np.ndarray, use: bool) -> tuple[np.ndarray, Any, Any]:
+    """DynamicQuantizeLinear of A, by the C tier's two passes for a contiguous float32 A."""
+    if not use or a.dtype != np.float32 or not a.flags.c_contiguous or native.function("aioge_qgemm_range") is None:
+        return dynamic_quantize_linear(a)
+    lohi = np.zeros(2, np.float32)
+    native.check(native.function("aioge_qgemm_range")(native.ptr(a), a.size, native.ptr(lohi)), "DynamicQuantizeMatMul")
+    params = dynamic_quantize_params(float(lohi[0]), float(lohi[1]))
+    if params is None:
+        return dynamic_quantize_linear(a)
+    scale, zero = params
+    aq = np.empty(a.shape, np.uint8)
+    fn = native.function("aioge_qgemm_quantize")
+    native.check(fn(native.ptr(a), a.size, float(scale), float(zero), native.ptr(aq)), "DynamicQuantizeMatMul")
+    return aq, scale, zero
+
+
+def _dynamic_matmul(inputs: Sequence[Any], cache: _Weights, use: bool, out: np.ndarray | None = None) -> np.ndarray:
     """com.microsoft DynamicQuantizeMatMul: A quantised as DynamicQuantizeLinear does, (Aq - za)
     @ (B - zb) in int32, times float32 a_scale * b_scale, plus bias: the chain
     DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul [-> Add] it stands for, roundings and all."""
     a, b, b_scale = inputs[:3]
     zb, bias = (list(inputs[3:]) + [None, None])[:2]
-    aq, a_scale, za = dynamic_quantize_linear(a)
+    aq, a_scale, za = _quantize_a(a, use)
     mult = np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)
     n = b.shape[-1]
     if a.dtype == np.float32 and mult.size in (1, n) and (bias is None or (bias.dtype == np.float32 and bias.shape == (n,))):
-        r = _matmul(aq, b, za, zb, np.float32, mult.reshape(-1), 0, cache, use, bias)
+        r = _matmul(aq, b, za, zb, np.float32, mult.reshape(-1), 0, cache, use, bias, out)
         if r is not None:
             return r
     y = matmul_integer(aq, b, za, zb).astype(np.float32) * mult
@@ -358,8 +378,6 @@ def build_qlinear(op: str) -> Any:
                 return qlinear_matmul(*inputs) if r is None else r
             if op == "QGemm":
                 return _qgemm_op(inputs, kw, cache, use)
-            if op == "DynamicQuantizeMatMul":
-                return _dynamic_matmul(inputs, cache, use)
             if op == "ConvInteger":
                 x, w = inputs[0], inputs[1]
                 zx = inputs[2] if len(inputs) > 2 else None
@@ -371,10 +389,14 @@ def build_qlinear(op: str) -> Any:
             return _conv(x, w, zx, zw, bias, zy.dtype, mult, int(np.asarray(zy).reshape(-1)[0]), kw, cache, use)
 
         def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
-            r = compute(inputs)
+            if op == "DynamicQuantizeMatMul":  # written in place where the output buffer fits
+                r = _dynamic_matmul(inputs, cache, use, None if outputs is None else outputs[0])
+            else:
+                r = compute(inputs)
             if outputs is None:
                 return (r,)
-            np.copyto(outputs[0], r.reshape(outputs[0].shape))
+            if not np.shares_memory(r, outputs[0]):
+                np.copyto(outputs[0], r.reshape(outputs[0].shape))
             return outputs
 
         return run

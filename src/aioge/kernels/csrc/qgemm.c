@@ -519,3 +519,70 @@ int aioge_qgemm_rows(const int64_t *g, int64_t b0, int64_t b1)
     }
     return 0;
 }
+
+/* DynamicQuantizeLinear's passes over a float32 x, for DynamicQuantizeMatMul: its range with 0
+ * in it (lohi[0] = min(x, 0), lohi[1] = max(x, 0)), and y = saturate(rint(x / scale) + zero) as
+ * uint8 (a division, as the spec writes it, rounded half to even: numpy's float32 steps). */
+#ifdef QGEMM_X86
+__attribute__((target("avx2"))) static void range_avx2(const float *x, int64_t n, float *lohi)
+{
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        lo = _mm256_min_ps(lo, v), hi = _mm256_max_ps(hi, v);
+    }
+    float l[8], h[8];
+    _mm256_storeu_ps(l, lo), _mm256_storeu_ps(h, hi);
+    for (int j = 0; j < 8; j++)
+        lohi[0] = l[j] < lohi[0] ? l[j] : lohi[0], lohi[1] = h[j] > lohi[1] ? h[j] : lohi[1];
+    for (; i < n; i++)
+        lohi[0] = x[i] < lohi[0] ? x[i] : lohi[0], lohi[1] = x[i] > lohi[1] ? x[i] : lohi[1];
+}
+
+__attribute__((target("avx2"))) static int64_t quantize_avx2(const float *x, int64_t n, float scale, float zero, uint8_t *y)
+{
+    const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zero), top = _mm256_set1_ps(255.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(v, z), _mm256_setzero_ps()), top);
+        const __m256i q = _mm256_cvtps_epi32(v);
+        const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+        _mm_storel_epi64((__m128i *)(y + i), _mm_packus_epi16(w, w));
+    }
+    return i;
+}
+#endif
+
+int aioge_qgemm_range(const float *x, int64_t n, float *lohi)
+{
+    if (n < 0)
+        return AIOGE_EGEOMETRY;
+    lohi[0] = lohi[1] = 0.0f;
+#ifdef QGEMM_X86
+    if (aioge_qgemm_path(-1) >= 1) {
+        range_avx2(x, n, lohi);
+        return 0;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        lohi[0] = x[i] < lohi[0] ? x[i] : lohi[0], lohi[1] = x[i] > lohi[1] ? x[i] : lohi[1];
+    return 0;
+}
+
+int aioge_qgemm_quantize(const float *x, int64_t n, float scale, float zero, uint8_t *y)
+{
+    if (n < 0 || !(scale > 0.0f))
+        return AIOGE_EGEOMETRY;
+    int64_t i = 0;
+#ifdef QGEMM_X86
+    if (aioge_qgemm_path(-1) >= 1)
+        i = quantize_avx2(x, n, scale, zero, y);
+#endif
+    for (; i < n; i++) {
+        float v = nearbyintf(x[i] / scale) + zero;
+        y[i] = (uint8_t)(v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v));
+    }
+    return 0;
+}
