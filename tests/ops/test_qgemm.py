@@ -116,12 +116,18 @@ def test_full_range_weights_take_the_u8s8_form_with_their_few_outliers_as_a_resi
 
 
 @needs_tier
-def test_qgemm_reads_strided_rows_and_writes_into_wider_rows(tile) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("k", [27, 28])  # 28, u8 x s8 form: full blocks of A's rows read in place
+@pytest.mark.parametrize("narrow", [False, True])
+def test_qgemm_reads_strided_rows_and_writes_into_wider_rows(tile, k, narrow) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(1)
-    a = _ints(rng, np.uint8, (9, 40))[:, 3:30]  # rows 40 apart
-    b = _ints(rng, np.int8, (60, 11)).T[:, :27].T  # B (27, 11) read through strides
+    a = _ints(rng, np.uint8, (9, 40))[:, 3 : 3 + k]  # rows 40 apart
+    b = _ints(rng, np.int8, (60, 11)).T[:, :k].T  # B (k, 11) read through strides
+    if narrow:
+        b = b // 2
     y = np.zeros((9, 20), np.int32)
-    q.qgemm(a, 7, q.pack(b, None), y[:, 4:15])
+    packed = q.pack(b, None)
+    assert packed.fmt == int(narrow)
+    q.qgemm(a, 7, packed, y[:, 4:15])
     np.testing.assert_array_equal(y[:, 4:15], _reference(a, 7, b, np.zeros(1, np.int8), None, None, 0, np.int32, 0))
     assert not y[:, :4].any() and not y[:, 15:].any()
 

@@ -225,15 +225,16 @@ __attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void tile_vnn
 #endif
 
 typedef void (*tile_fn)(const int16_t *, int64_t, const int16_t *, int32_t[QMR][QNR]);
-typedef void (*tile8_fn)(const uint8_t *, int64_t, const int8_t *, int32_t[QMR][QNR]);
+typedef void (*tile8_fn)(const uint8_t *, int64_t, int64_t, const int8_t *, int32_t[QMR][QNR]);
 
-static void tile8_scalar(const uint8_t *aw, int64_t kq, const int8_t *panel, int32_t acc[QMR][QNR])
+/* The u8 tiles read A's 4 rows lda bytes apart (the copy, or A itself), kq bytes of each. */
+static void tile8_scalar(const uint8_t *aw, int64_t lda, int64_t kq, const int8_t *panel, int32_t acc[QMR][QNR])
 {
     memset(acc, 0, sizeof(int32_t) * QMR * QNR);
     for (int64_t t = 0; t < kq / 4; t++) {
         const int8_t *b = panel + t * QNR * 4;
         for (int r = 0; r < QMR; r++) {
-            const uint8_t *a = aw + r * kq + 4 * t;
+            const uint8_t *a = aw + r * lda + 4 * t;
             for (int c = 0; c < QNR; c++)
                 acc[r][c] += a[0] * b[4 * c] + a[1] * b[4 * c + 1] + a[2] * b[4 * c + 2] + a[3] * b[4 * c + 3];
         }
@@ -245,17 +246,17 @@ static void tile8_scalar(const uint8_t *aw, int64_t kq, const int8_t *panel, int
 #define DOT_AVX2(c, a, b) c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones))
 #define DOT_VNNI(c, a, b) c = _mm256_dpbusd_epi32(c, a, b)
 
-__attribute__((target("avx2"))) static void tile8_avx2(const uint8_t *aw, int64_t kq, const int8_t *panel,
+__attribute__((target("avx2"))) static void tile8_avx2(const uint8_t *aw, int64_t lda, int64_t kq, const int8_t *panel,
                                                        int32_t acc[QMR][QNR])
 {
     const __m256i ones = _mm256_set1_epi16(1);
-    TILE_4X16(DOT_AVX2, aw, kq, panel, kq / 4)
+    TILE_4X16(DOT_AVX2, aw, lda, panel, kq / 4)
 }
 
-__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void tile8_vnni(const uint8_t *aw, int64_t kq,
+__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void tile8_vnni(const uint8_t *aw, int64_t lda, int64_t kq,
                                                                                    const int8_t *panel, int32_t acc[QMR][QNR])
 {
-    TILE_4X16(DOT_VNNI, aw, kq, panel, kq / 4)
+    TILE_4X16(DOT_VNNI, aw, lda, panel, kq / 4)
 }
 #endif
 
@@ -438,7 +439,11 @@ static int rows8(const int64_t *g, int64_t b0, int64_t b1)
         for (int64_t blk = b0; blk < b1; blk++) {
             const int64_t i0 = blk * QMR;
             const int rows = (int)(m - i0 < QMR ? m - i0 : QMR);
-            for (int r = 0; r < QMR; r++) {
+            /* a full block of unsigned rows whose k is a multiple of 4 is read where it lies */
+            const int direct = !a_signed && kq == k && rows == QMR;
+            const uint8_t *at = direct ? a + i0 * lda : aw;
+            const int64_t ld = direct ? lda : kq;
+            for (int r = 0; r < QMR && !direct; r++) {
                 uint8_t *dst = aw + r * kq;
                 memset(dst + k, 0, (size_t)(kq - k));
                 if (r >= rows) {
@@ -452,12 +457,12 @@ static int rows8(const int64_t *g, int64_t b0, int64_t b1)
                     memcpy(dst, a + (i0 + r) * lda, (size_t)k);
             }
             for (int64_t p = p0; p < p1; p++) {
-                tile(aw, kq, packed + p * kq * QNR, acc);
+                tile(at, ld, kq, packed + p * kq * QNR, acc);
                 const int cols = (int)(n - p * QNR < QNR ? n - p * QNR : QNR);
                 for (int c = 0; rptr && c < cols; c++)
                     for (int32_t e = rptr[p * QNR + c]; e < rptr[p * QNR + c + 1]; e++)
                         for (int r = 0; r < rows; r++)
-                            acc[r][c] += aw[r * kq + ridx[e]] * (int32_t)rval[e];
+                            acc[r][c] += at[r * ld + ridx[e]] * (int32_t)rval[e];
                 for (int r = 0; r < rows; r++)
                     for (int c = 0; c < cols; c++)
                         acc[r][c] -= za * colsum[p * QNR + c];
