@@ -345,12 +345,34 @@ static tile8_fn pick_tile8(void)
  * (as the Cast, Mul and Add it stands for: no contraction to a fused multiply-add). */
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
+#ifdef QGEMM_X86
+__attribute__((target("avx2"))) static void store_rowf_avx2(const int32_t *acc, const int32_t *bias, const float *scale,
+                                                            int per_col, const float *fbias, float *y)
+{
+    for (int h = 0; h < QNR; h += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(acc + h));
+        if (bias)
+            v = _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)(bias + h)));
+        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), per_col ? _mm256_loadu_ps(scale + h) : _mm256_set1_ps(scale[0]));
+        if (fbias)
+            f = _mm256_add_ps(f, _mm256_loadu_ps(fbias + h));
+        _mm256_storeu_ps(y + h, f);
+    }
+}
+#endif
+
 static void store_rowf(const int64_t *g, const int32_t *acc, int64_t i, int64_t j0, int cols)
 {
     const int32_t *bias = (const int32_t *)(intptr_t)g[QG_BIAS];
     const float *scale = (const float *)(intptr_t)g[QG_SCALE], *fbias = (const float *)(intptr_t)g[QG_FBIAS];
     float *y = (float *)(intptr_t)g[QG_Y] + i * g[QG_LDY] + j0;
     const int per_col = g[QG_NSCALE] != 1;
+#ifdef QGEMM_X86
+    if (cols == QNR && qpath >= 1) {
+        store_rowf_avx2(acc, bias ? bias + j0 : NULL, per_col ? scale + j0 : scale, per_col, fbias ? fbias + j0 : NULL, y);
+        return;
+    }
+#endif
     for (int c = 0; c < cols; c++) {
         float f = (float)(acc[c] + (bias ? bias[j0 + c] : 0)) * scale[per_col ? j0 + c : 0];
         y[c] = fbias ? f + fbias[j0 + c] : f;
@@ -463,9 +485,10 @@ static int rows8(const int64_t *g, int64_t b0, int64_t b1)
                     for (int32_t e = rptr[p * QNR + c]; e < rptr[p * QNR + c + 1]; e++)
                         for (int r = 0; r < rows; r++)
                             acc[r][c] += at[r * ld + ridx[e]] * (int32_t)rval[e];
-                for (int r = 0; r < rows; r++)
-                    for (int c = 0; c < cols; c++)
-                        acc[r][c] -= za * colsum[p * QNR + c];
+                if (za)
+                    for (int r = 0; r < rows; r++)
+                        for (int c = 0; c < QNR; c++) /* past cols too: a whole row vectorises, and is not stored */
+                            acc[r][c] -= za * (c < cols ? colsum[p * QNR + c] : 0);
                 store_tile(g, acc, i0, rows, p * QNR, cols);
             }
         }
