@@ -222,7 +222,7 @@ def _quantize_a(a: np.ndarray, use: bool) -> tuple[np.ndarray, Any, Any]:
     scale, zero = params
     aq = np.empty(a.shape, np.uint8)
     fn = native.function("aioge_qgemm_quantize")
-    native.check(fn(native.ptr(a), a.size, float(scale), float(zero), native.ptr(aq)), "DynamicQuantizeMatMul")
+    native.check(fn(native.ptr(a), a.size, float(scale), float(zero), 0, native.ptr(aq)), "DynamicQuantizeMatMul")
     return aq, scale, zero
 
 

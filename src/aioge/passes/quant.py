@@ -113,11 +113,10 @@ def _fuse(graph: Graph, node: Node) -> bool:
     if xdq is None or wdq is None or tail is None or not _scalar_q(xdq):
         return False
     q, between = tail
-    w = const_array(wdq.inputs[0])
-    assert w is not None
+    w = const_array(wdq.inputs[0])  # None for a product of two activations (attention's): kept float
     trans_b = op == "Gemm" and bool(node.attrs.get("transB"))
     axis = 0 if op == "Conv" or trans_b else 1
-    if w.ndim < 2 or (op != "Conv" and w.ndim != 2) or not _weight(wdq, axis):
+    if w is None or w.ndim < 2 or (op != "Conv" and w.ndim != 2) or not _weight(wdq, axis):
         return False
     xs, ws = const_array(xdq.inputs[1]), const_array(wdq.inputs[1])
     assert xs is not None and ws is not None

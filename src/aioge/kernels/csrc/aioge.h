@@ -214,10 +214,11 @@ int64_t aioge_qgemm_packed8(int64_t k, int64_t n);
 int aioge_qgemm_pack8(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
                       int64_t nzb, int8_t *packed, int64_t packed_len, int32_t *colsum, int32_t *rptr, int32_t *ridx,
                       int16_t *rval, int64_t rcap);
-/* DynamicQuantizeMatMul's quantisation of A (as DynamicQuantizeLinear): lohi = (min(x, 0),
- * max(x, 0)); y = saturate_u8(rint(x / scale) + zero), scale > 0. */
+/* DynamicQuantizeMatMul's quantisation of A (as DynamicQuantizeLinear; QuantizeLinear's per-tensor
+ * one too): lohi = (min(x, 0), max(x, 0)); y = saturate(rint(x / scale) + zero) to uint8 or int8
+ * (is_signed), scale > 0. */
 int aioge_qgemm_range(const float *x, int64_t n, float *lohi);
-int aioge_qgemm_quantize(const float *x, int64_t n, float scale, float zero, uint8_t *y);
+int aioge_qgemm_quantize(const float *x, int64_t n, float scale, float zero, int is_signed, void *y);
 /* lowp.c: bf16 (kind 0) and fp16 (kind 1) operands, float32 accumulation (GE's precision modes) */
 void aioge_lowp_force_scalar(int on);
 int aioge_lowp_isa(void);

@@ -550,7 +550,8 @@ int aioge_qgemm_rows(const int64_t *g, int64_t b0, int64_t b1)
 
 /* DynamicQuantizeLinear's passes over a float32 x, for DynamicQuantizeMatMul: its range with 0
  * in it (lohi[0] = min(x, 0), lohi[1] = max(x, 0)), and y = saturate(rint(x / scale) + zero) as
- * uint8 (a division, as the spec writes it, rounded half to even: numpy's float32 steps). */
+ * uint8 or int8 (a division, as the spec writes it, rounded half to even: numpy's float32
+ * steps; QuantizeLinear's per-tensor case too). */
 #ifdef QGEMM_X86
 __attribute__((target("avx2"))) static void range_avx2(const float *x, int64_t n, float *lohi)
 {
@@ -568,16 +569,18 @@ __attribute__((target("avx2"))) static void range_avx2(const float *x, int64_t n
         lohi[0] = x[i] < lohi[0] ? x[i] : lohi[0], lohi[1] = x[i] > lohi[1] ? x[i] : lohi[1];
 }
 
-__attribute__((target("avx2"))) static int64_t quantize_avx2(const float *x, int64_t n, float scale, float zero, uint8_t *y)
+__attribute__((target("avx2"))) static int64_t quantize_avx2(const float *x, int64_t n, float scale, float zero, int is_signed,
+                                                          uint8_t *y)
 {
-    const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zero), top = _mm256_set1_ps(255.0f);
+    const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zero);
+    const __m256 bot = _mm256_set1_ps(is_signed ? -128.0f : 0.0f), top = _mm256_set1_ps(is_signed ? 127.0f : 255.0f);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        v = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(v, z), _mm256_setzero_ps()), top);
+        v = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(v, z), bot), top);
         const __m256i q = _mm256_cvtps_epi32(v);
         const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-        _mm_storel_epi64((__m128i *)(y + i), _mm_packus_epi16(w, w));
+        _mm_storel_epi64((__m128i *)(y + i), is_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w));
     }
     return i;
 }
@@ -599,18 +602,21 @@ int aioge_qgemm_range(const float *x, int64_t n, float *lohi)
     return 0;
 }
 
-int aioge_qgemm_quantize(const float *x, int64_t n, float scale, float zero, uint8_t *y)
+int aioge_qgemm_quantize(const float *x, int64_t n, float scale, float zero, int is_signed, void *out)
 {
+    uint8_t *y = (uint8_t *)out;
+    const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
     if (n < 0 || !(scale > 0.0f))
         return AIOGE_EGEOMETRY;
     int64_t i = 0;
 #ifdef QGEMM_X86
     if (aioge_qgemm_path(-1) >= 1)
-        i = quantize_avx2(x, n, scale, zero, y);
+        i = quantize_avx2(x, n, scale, zero, is_signed, y);
 #endif
     for (; i < n; i++) {
         float v = nearbyintf(x[i] / scale) + zero;
-        y[i] = (uint8_t)(v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v));
+        v = v < lo ? lo : (v > hi ? hi : v);
+        y[i] = is_signed ? (uint8_t)(int8_t)v : (uint8_t)v;
     }
     return 0;
 }
