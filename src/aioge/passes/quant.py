@@ -188,10 +188,42 @@ def fuse_dynamic_matmul(graph: Graph) -> bool:
     return changed
 
 
+_MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Gather", "Slice", "Identity")
+
+
+def _same_q(a: Node, b: Node) -> bool:
+    return all(
+        (x := const_array(a.inputs[i])) is not None
+        and (y := const_array(b.inputs[i])) is not None
+        and x.dtype == y.dtype
+        and np.array_equal(x.reshape(-1), y.reshape(-1))
+        for i in (1, 2)
+    )
+
+
+def _drop_pair(graph: Graph, dq: Node) -> bool:
+    """DQ(x) -> Reshape/Transpose/... -> Q by DQ's own scale and zero point: the op moves x's
+    integers instead (exact: for 8-bit x, Q(DQ(x)) is x, |x - z| <= 255 far inside float32)."""
+    op = only_use(graph, dq.outputs[0])
+    if op is None or op.op_type not in _MOVES or op.domain not in ("", "ai.onnx") or len(op.outputs) != 1:
+        return False
+    if op.inputs[0] is not dq.outputs[0] or dq.outputs[0] in op.inputs[1:] or len(dq.inputs) < 3 or not _scalar_q(dq):
+        return False
+    q = only_use(graph, op.outputs[0])
+    if q is None or not _plain(q, "QuantizeLinear") or len(q.inputs) < 3 or not _same_q(dq, q):
+        return False
+    inputs = [dq.inputs[0], *op.inputs[1:]]
+    return substitute(graph, q, op.op_type, inputs, dict(op.attrs), [q, op, dq]) is not None
+
+
 def fuse_qdq(graph: Graph) -> bool:
-    """Fuse every QDQ Conv, MatMul and Gemm into its integer op; returns True if it fused any."""
+    """Fuse every QDQ Conv, MatMul and Gemm into its integer op, and run data movement between
+    a DQ and a Q of one scale on the integers; returns True if it changed anything."""
     changed = False
     for node in graph.topological_order():
         if node.op_type in ("Conv", "MatMul", "Gemm") and node.domain in ("", "ai.onnx") and len(node.inputs) >= 2:
             changed |= _fuse(graph, node)
+    for node in graph.topological_order():
+        if _plain(node, "DequantizeLinear"):
+            changed |= _drop_pair(graph, node)
     return changed
