@@ -162,7 +162,7 @@ def _dynamic_matmul(graph: Graph, mm: Node) -> bool:
     scale = other_input(mul, cast.outputs[0]) if _plain(mul, "Mul") else None  # type: ignore[arg-type,union-attr]
     smul = scale.producer if scale is not None else None
     a_scale = dql.outputs[1]  # type: ignore[union-attr]
-    ws = other_input(smul, a_scale) if _plain(smul, "Mul") and a_scale in smul.inputs else None  # type: ignore[union-attr]
+    ws = other_input(smul, a_scale) if _plain(smul, "Mul") and a_scale in smul.inputs else None  # type: ignore[arg-type,union-attr]
     wsa = const_array(ws)
     if wsa is None or wsa.dtype != np.float32 or wsa.size not in (1, n) or wsa.ndim > 1:
         return False
