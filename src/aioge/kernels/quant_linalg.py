@@ -395,7 +395,7 @@ def build_qlinear(op: str) -> Any:
                 r = compute(inputs)
             if outputs is None:
                 return (r,)
-            if not np.shares_memory(r, outputs[0]):
+            if not np.may_share_memory(r, outputs[0]):
                 np.copyto(outputs[0], r.reshape(outputs[0].shape))
             return outputs
 
