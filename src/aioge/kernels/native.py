@@ -142,6 +142,7 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_qgemm_pack8": (_INT, (_P, _INT, _I64, _I64, _I64, _I64, _P, _I64, _P, _I64, _P, _P, _P, _P, _I64)),
     "aioge_qgemm_range": (_INT, (_P, _I64, _P)),
     "aioge_qgemm_quantize": (_INT, (_P, _I64, _F, _F, _INT, _P)),
+    "aioge_qgemm_dequantize": (_INT, (_P, _INT, _I64, _F, _F, _P)),
     "aioge_lowp_force_scalar": (None, (_INT,)),
     "aioge_lowp_isa": (_INT, ()),
     "aioge_lowp_round_f32": (None, (_INT, _P, _P, _I64)),

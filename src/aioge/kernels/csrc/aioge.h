@@ -219,6 +219,8 @@ int aioge_qgemm_pack8(const void *b, int b_signed, int64_t k, int64_t n, int64_t
  * (is_signed), scale > 0. */
 int aioge_qgemm_range(const float *x, int64_t n, float *lohi);
 int aioge_qgemm_quantize(const float *x, int64_t n, float scale, float zero, int is_signed, void *y);
+/* DequantizeLinear's per-tensor 8-bit case: y = (x - zero) * scale, x uint8 or int8 (is_signed). */
+int aioge_qgemm_dequantize(const void *x, int is_signed, int64_t n, float scale, float zero, float *y);
 /* lowp.c: bf16 (kind 0) and fp16 (kind 1) operands, float32 accumulation (GE's precision modes) */
 void aioge_lowp_force_scalar(int on);
 int aioge_lowp_isa(void);

@@ -620,3 +620,33 @@ int aioge_qgemm_quantize(const float *x, int64_t n, float scale, float zero, int
     }
     return 0;
 }
+
+/* DequantizeLinear's per-tensor 8-bit case: y = (x - zero) * scale in float32 (x - zero exact). */
+#ifdef QGEMM_X86
+__attribute__((target("avx2"))) static int64_t dequantize_avx2(const void *x, int is_signed, int64_t n, float scale,
+                                                            float zero, float *y)
+{
+    const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zero);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i b = _mm_loadl_epi64((const __m128i *)((const uint8_t *)x + i));
+        const __m256i w = is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(w), z), s));
+    }
+    return i;
+}
+#endif
+
+int aioge_qgemm_dequantize(const void *x, int is_signed, int64_t n, float scale, float zero, float *y)
+{
+    if (n < 0)
+        return AIOGE_EGEOMETRY;
+    int64_t i = 0;
+#ifdef QGEMM_X86
+    if (aioge_qgemm_path(-1) >= 1)
+        i = dequantize_avx2(x, is_signed, n, scale, zero, y);
+#endif
+    for (; i < n; i++)
+        y[i] = ((float)(is_signed ? ((const int8_t *)x)[i] : ((const uint8_t *)x)[i]) - zero) * scale;
+    return 0;
+}
