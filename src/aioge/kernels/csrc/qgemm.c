@@ -1,13 +1,14 @@
 /* The int8 GEMM of the quantised ops (QLinearMatMul, QLinearConv, QGemm, MatMulInteger,
- * ConvInteger): y = (a - za) @ (B - zb) (+ bias) in int32, stored as int32 or requantised to
- * 8 bits.
+ * ConvInteger, DynamicQuantizeMatMul): y = (a - za) @ (B - zb) (+ bias) in int32, stored as
+ * int32, requantised to 8 bits, or scaled to float32.
  *
  * B (K x N, u8 or s8, per-column zero points) is packed once at compile into int16 panels of
  * QNR columns with its zero points subtracted: packed[p][k/2][QNR][2], k padded to even and
  * columns past N zero. a is widened four rows at a time to int16 pairs (a - za). Per pair of
  * k, _mm256_madd_epi16 of a broadcast (a[k], a[k+1]) with the panel's 8 columns gives each
  * column a[k]b[k] + a[k+1]b[k+1] exactly: both factors lie in [-255, 255], so nothing
- * saturates (vpmaddubsw, the u8 x s8 instruction, saturates its int16 sums and is not used).
+ * saturates (vpmaddubsw, the u8 x s8 instruction, saturates its int16 sums: the u8 x s8 form
+ * below uses it only on weights split so that it cannot).
  * A VNNI machine runs the same tile with vpdpwssd (AVX512-VNNI on 256-bit vectors), which
  * is the madd and the add in one; that path cannot be tested on an AVX2-only machine.
  *
