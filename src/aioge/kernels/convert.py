@@ -270,16 +270,14 @@ def dequantize_linear(
         # one scale, from 8 bits: float32 is exact for x - zero, and rounds the product as float64 then float32 would
         from aioge.kernels import native
 
-        zero, scale = np.float32(0 if x_zero_point is None else x_zero_point.reshape(-1)[0]), np.float32(x_scale.reshape(-1)[0])
+        z, sc = np.float32(0 if x_zero_point is None else x_zero_point.reshape(-1)[0]), np.float32(x_scale.reshape(-1)[0])
         fn = native.function("aioge_qgemm_dequantize")
         if fn is None:
-            y = np.subtract(x, zero, dtype=np.float32)
-            y *= scale
+            y = np.subtract(x, z, dtype=np.float32)
+            y *= sc
             return y
         xc, y = np.ascontiguousarray(x), np.empty(x.shape, np.float32)
-        native.check(
-            fn(native.ptr(xc), int(x.dtype == np.int8), xc.size, float(scale), float(zero), native.ptr(y)), "DequantizeLinear"
-        )
+        native.check(fn(native.ptr(xc), int(x.dtype == np.int8), xc.size, float(sc), float(z), native.ptr(y)), "DequantizeLinear")
         return y
     scale = expand_scale(x_scale, x.shape, axis, block_size).astype(np.float64)
     v = x.astype(np.float64)
