@@ -11,8 +11,9 @@ against onnxruntime's float32 run of the original model.
   ``quantize_dynamic`` (MatMulInteger, DynamicQuantizeLinear) after onnxruntime's ``quant_pre_process``.
 
 - bert_rr: the same with ``reduce_range`` (7-bit weights), which onnxruntime advises on AVX2
-  (its u8 x s8 kernel saturates int16 sums otherwise) and which lets aioge's exact GEMM use
-  vpmaddubsw too.
+  (its u8 x s8 kernel saturates int16 sums otherwise).
+- bert_qdq: the same encoder by ``quantize_static`` in the QDQ format (U8S8, per tensor, 4
+  random calibration inputs).
 
 Each row runs the three interleaved in one process (aioge int8, onnxruntime int8, onnxruntime
 float32), each at its default thread count, and reports medians of wall time and of process
@@ -65,9 +66,9 @@ def _resnet18(tmp: str) -> tuple[str, str, dict[str, np.ndarray]]:
     return f32, q, {"x": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
 
 
-def _bert(tmp: str, reduce_range: bool = False) -> tuple[str, str, dict[str, np.ndarray]]:
+def _bert(tmp: str, reduce_range: bool = False, static: bool = False) -> tuple[str, str, dict[str, np.ndarray]]:
     import torch
-    from onnxruntime.quantization import quantize_dynamic
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     torch.manual_seed(0)
@@ -84,7 +85,21 @@ def _bert(tmp: str, reduce_range: bool = False) -> tuple[str, str, dict[str, np.
     quant_pre_process(
         f32, pre, skip_symbolic_shape=True
     )  # onnxruntime's advice: fold the weights' Transposes so MatMuls see initializers
-    quantize_dynamic(pre, q, reduce_range=reduce_range)
+    if not static:
+        quantize_dynamic(pre, q, reduce_range=reduce_range)
+        return f32, q, {"x": np.random.default_rng(0).standard_normal((1, 128, 768)).astype(np.float32)}
+    rng = np.random.default_rng(1)
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.it = iter([{"x": rng.standard_normal((1, 128, 768)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self) -> Any:
+            return next(self.it, None)
+
+    quantize_static(
+        pre, q, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8
+    )  # fmt: skip
     return f32, q, {"x": np.random.default_rng(0).standard_normal((1, 128, 768)).astype(np.float32)}
 
 
@@ -92,6 +107,7 @@ MODELS: dict[str, Callable[[str], tuple[str, str, dict[str, np.ndarray]]]] = {
     "resnet18": _resnet18,
     "bert": _bert,
     "bert_rr": lambda tmp: _bert(tmp, reduce_range=True),
+    "bert_qdq": lambda tmp: _bert(tmp, static=True),
 }
 
 
@@ -125,14 +141,18 @@ async def _row(name: str, f32: str, q: str, feeds: dict[str, np.ndarray], reps: 
                 cpu[engine].append(time.process_time() - c)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     med.update({f"{k}_cpu": statistics.median(v) * 1e3 for k, v in cpu.items()})
-    int_ops = {k: v for k, v in ops.items() if k.startswith(("QLinear", "QGemm", "MatMulInteger", "ConvInteger"))}
+    int_ops = {
+        k: v
+        for k, v in ops.items()
+        if k.startswith(("QLinear", "QGemm", "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul"))
+    }
     return {"model": name, **med, "max_abs_vs_ort_int8": float(np.abs(got - want).max()), "int8_ops": int_ops}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--models", default="resnet18,bert,bert_rr")
+    ap.add_argument("--models", default="resnet18,bert,bert_rr,bert_qdq")
     args = ap.parse_args()
     print(f"load average before: {_load()}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -159,7 +159,9 @@ def test_dynamic_quantized_models_match_onnxruntime(run, tmp_path, name) -> None
     path = _quantize(tmp_path, name, "dynamic")
     x = _feed(name)
     got, ops = _aioge(run, path, x)
-    assert (ops["ConvInteger"], ops["MatMulInteger"]) == ((2, 1) if name == "cnn" else (0, 2))
+    # every MatMul chain fused (DynamicQuantizeMatMulFusionPass)
+    assert (ops["ConvInteger"], ops["DynamicQuantizeMatMul"]) == ((2, 1) if name == "cnn" else (0, 2))
+    assert "MatMulInteger" not in ops
     # integer products are exact; the float scaling afterwards is float32 either way
     np.testing.assert_allclose(got, _ort(path, x), rtol=1e-6, atol=1e-6)
 
@@ -259,3 +261,58 @@ def test_qlinear_matmul_ties_round_half_to_even_as_onnxruntime(run, dtype) -> No
     assert want.ravel().tolist() == [0, 2, 2, 4, 4, 6]
     got = run.run(aioge.load_onnx(model), {"a": a})["y"]
     np.testing.assert_array_equal(got, want)
+
+
+def _qdq_chain(run: Runner, nodes: list[Any], consts: dict[str, np.ndarray], x: np.ndarray, out_shape: list[int]) -> Any:
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", T.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", T.FLOAT, out_shape)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    got, ops = _aioge(run, model.SerializeToString(), x)  # type: ignore[arg-type]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return got, want, ops
+
+
+def test_data_movement_between_a_dq_and_a_q_of_one_scale_runs_on_the_integers(run) -> None:  # type: ignore[no-untyped-def]
+    """Q -> DQ -> Reshape -> Q -> DQ -> Transpose -> Q(other scale) -> DQ: the Reshape's pair goes
+    (Q(DQ(q)) is q exactly), the Transpose's stays (its Q has another scale)."""
+    consts = {"s": np.array(0.05, np.float32), "z": np.array(3, np.int8), "s2": np.array(0.07, np.float32)}
+    consts["shape"] = np.array([4, 6], np.int64)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q0"]),
+        helper.make_node("DequantizeLinear", ["q0", "s", "z"], ["d0"]),
+        helper.make_node("Reshape", ["d0", "shape"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q1"]),
+        helper.make_node("DequantizeLinear", ["q1", "s", "z"], ["d1"]),
+        helper.make_node("Transpose", ["d1"], ["t"], perm=[1, 0]),
+        helper.make_node("QuantizeLinear", ["t", "s2", "z"], ["q2"]),
+        helper.make_node("DequantizeLinear", ["q2", "s2", "z"], ["y"]),
+    ]
+    x = (np.random.default_rng(3).standard_normal((2, 12)) * 4).astype(np.float32)
+    got, want, ops = _qdq_chain(run, nodes, consts, x, [6, 4])
+    np.testing.assert_array_equal(got, want)
+    assert (ops["QuantizeLinear"], ops["DequantizeLinear"]) == (2, 2)  # 3 of each before
+
+
+def test_a_qdq_matmul_of_two_activations_keeps_the_float_product(run) -> None:  # type: ignore[no-untyped-def]
+    """Attention's Q @ K^T in a quantize_static model: both sides DequantizeLinear'd activations
+    (no constant weight to pack), which the fusion leaves in float (it used to fail the compile)."""
+    consts = {"s": np.array(0.05, np.float32), "z": np.array(128, np.uint8), "sy": np.array(0.2, np.float32)}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["a"]),
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
+        helper.make_node("QuantizeLinear", ["xt", "s", "z"], ["qt"]),
+        helper.make_node("DequantizeLinear", ["qt", "s", "z"], ["b"]),
+        helper.make_node("MatMul", ["a", "b"], ["m"]),
+        helper.make_node("QuantizeLinear", ["m", "sy", "z"], ["qy"]),
+        helper.make_node("DequantizeLinear", ["qy", "sy", "z"], ["y"]),
+    ]
+    x = (np.random.default_rng(4).standard_normal((5, 8)) * 2).astype(np.float32)
+    got, want, ops = _qdq_chain(run, nodes, consts, x, [5, 5])
+    assert ops["MatMul"] == 1 and "QLinearMatMul" not in ops
+    np.testing.assert_allclose(got, want, atol=0.2 + 1e-6)  # onnxruntime's integer product may round one step apart

@@ -34,6 +34,22 @@ def test_quantize_per_tensor(rng, zero):
     check_op("QuantizeLinear", inputs, static=True)
 
 
+@pytest.mark.parametrize("zero", ["uint8", "int8"])
+@pytest.mark.parametrize("tier", ["c", "numpy"])
+def test_quantize_and_dequantize_8bit_per_tensor_fast_paths(rng, zero, tier, monkeypatch):
+    """The float32 per-tensor 8-bit cases (the C pass, or numpy in float32 without the build):
+    ties to even, both saturations, and a tail past the 8-lane vectors."""
+    if tier == "numpy":
+        from aioge.kernels import native
+
+        monkeypatch.setattr(native, "function", lambda *a, **k: None)
+    x = rand(rng, 5, 37, low=-400, high=400)
+    x[0, :6] = [0.5, 1.5, 2.5, -2.5, -0.5, 3.5]
+    check_op("QuantizeLinear", [x, np.array(2.0, np.float32), np.array(3, zero)], static=True)
+    q = np.asarray(rng.integers(np.iinfo(zero).min, np.iinfo(zero).max + 1, (5, 37)), zero)
+    check_op("DequantizeLinear", [q, np.array(0.37, np.float32), np.array(-3 if zero == "int8" else 200, zero)], static=True)
+
+
 def test_quantize_per_axis_and_blocked(rng):
     x = rand(rng, 2, 4, 3, low=-50, high=50)
     check_op("QuantizeLinear", [x, rand(rng, 4, low=0.5, high=2), np.array([0, 10, 128, 255], np.uint8)], {"axis": 1})

@@ -22,12 +22,16 @@ def _ints(rng: np.random.Generator, dtype: type, shape: tuple[int, ...]) -> np.n
     return rng.integers(info.min, info.max + 1, size=shape).astype(dtype)
 
 
-def _reference(a, za, b, zb, bias, mult, zy, dtype, lo):  # type: ignore[no-untyped-def]
-    """Exact int64 product; then float32 acc * mult, clamp, round half to even, + zy (MLAS)."""
+def _reference(a, za, b, zb, bias, mult, zy, dtype, lo, fbias=None):  # type: ignore[no-untyped-def]
+    """Exact int64 product; then float32 acc * mult, clamp, round half to even, + zy (MLAS), or
+    for a float32 result float32 acc * mult (+ fbias)."""
     acc = (a.astype(np.int64) - za) @ (b.astype(np.int64) - zb.astype(np.int64))
     acc = acc + (0 if bias is None else bias.astype(np.int64))
     if mult is None:
         return acc.astype(np.int32)
+    if dtype == np.float32:
+        f = acc.astype(np.int32).astype(np.float32) * mult
+        return f if fbias is None else f + fbias
     info = np.iinfo(dtype)
     f = acc.astype(np.float32) * mult
     f = np.clip(f, np.float32(max(info.min, lo) - zy), np.float32(info.max - zy))
@@ -57,42 +61,73 @@ def tile(request):  # type: ignore[no-untyped-def]
     n=st.integers(1, 40),
     a_t=st.sampled_from(["u8", "s8"]),
     b_t=st.sampled_from(["u8", "s8"]),
-    out=st.sampled_from(["i32", "u8", "s8"]),
+    out=st.sampled_from(["i32", "u8", "s8", "f32"]),
     per_col=st.booleans(),
     with_bias=st.booleans(),
     relu=st.booleans(),
-    narrow=st.booleans(),
+    weights=st.sampled_from(["full", "narrow", "outliers"]),
     seed=st.integers(0, 2**31),
 )
-def test_qgemm_equals_the_integer_reference(tile, m, k, n, a_t, b_t, out, per_col, with_bias, relu, narrow, seed) -> None:  # type: ignore[no-untyped-def]
-    """``narrow``: 7-bit weights about their zero points, which take the u8 x s8 form (vpmaddubsw)."""
+def test_qgemm_equals_the_integer_reference(tile, m, k, n, a_t, b_t, out, per_col, with_bias, relu, weights, seed) -> None:  # type: ignore[no-untyped-def]
+    """``narrow``: 7-bit weights about their zero points, which take the u8 x s8 form (vpmaddubsw);
+    ``outliers``: the same with a few full-range values, which go to the form's sparse residual."""
     rng = np.random.default_rng(seed)
     adt, bdt = _DT[a_t], _DT[b_t]
     a, b = _ints(rng, adt, (m, k)), _ints(rng, bdt, (k, n))
     za = int(_ints(rng, adt, ()))
     zb = _ints(rng, bdt, (n,) if per_col else (1,))
-    if narrow:
+    outliers = int(k * n * q.RESIDUAL_SHARE) // 2 if weights == "outliers" else 0
+    if weights != "full":
         zb = (zb // 2).astype(bdt) if bdt == np.int8 else (zb // 2 + 64).astype(bdt)
         b = (zb.astype(np.int32) + rng.integers(-64, 64, (k, n))).astype(bdt)
+        info = np.iinfo(bdt)
+        for i in rng.choice(k * n, outliers, replace=False):
+            b[i // n, i % n] = rng.choice([info.min, info.max])
     bias = rng.integers(-(2**20), 2**20, n).astype(np.int32) if with_bias else None
-    odt = {"i32": np.int32, "u8": np.uint8, "s8": np.int8}[out]
+    odt = {"i32": np.int32, "u8": np.uint8, "s8": np.int8, "f32": np.float32}[out]
     mult = None if out == "i32" else (rng.random(n if per_col else 1) * 2e-4).astype(np.float32)
-    zy = 0 if out == "i32" else int(_ints(rng, odt, ()))
+    fbias = rng.standard_normal(n).astype(np.float32) if out == "f32" and relu else None
+    zy = 0 if out in ("i32", "f32") else int(_ints(rng, odt, ()))
     lo = zy if relu else -128
     packed = q.pack(b, zb)
-    assert packed.native and (packed.fmt == 1 or not narrow)
+    assert packed.native and (packed.fmt == 1 or weights == "full")
+    assert packed.residual is None or weights != "narrow"  # an outlier may land within the bound: no assertion then
     y = np.empty((m, n), odt)
-    q.qgemm(a, za, packed, y, bias, mult, zy, lo if relu else None)
-    np.testing.assert_array_equal(y, _reference(a, za, b, zb, bias, mult, zy, odt, lo))
+    q.qgemm(a, za, packed, y, bias, mult, zy, lo if relu and out != "f32" else None, fbias)
+    np.testing.assert_array_equal(y, _reference(a, za, b, zb, bias, mult, zy, odt, lo, fbias))
 
 
 @needs_tier
-def test_qgemm_reads_strided_rows_and_writes_into_wider_rows(tile) -> None:  # type: ignore[no-untyped-def]
+def test_full_range_weights_take_the_u8s8_form_with_their_few_outliers_as_a_residual(tile) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(3)
+    b = np.clip(rng.normal(0, 25, (300, 70)), -127, 127).round().astype(np.int8)  # as a full-range quantizer writes
+    b[0, :3], b[1, :3] = 127, [127, -128, 2]  # pairs of k past the bound
+    packed = q.pack(b, np.zeros(1, np.int8))
+    assert packed.fmt == 1 and packed.residual is not None
+    rptr, ridx, rval = packed.residual
+    assert 3 <= ridx.size <= b.size * q.RESIDUAL_SHARE and rptr[-1] == ridx.size
+    a = _ints(rng, np.uint8, (9, 300))
+    a[:, :2] = 255
+    y = np.empty((9, 70), np.int32)
+    q.qgemm(a, 0, packed, y)
+    np.testing.assert_array_equal(y, a.astype(np.int64) @ b.astype(np.int64))
+    dense = np.clip(rng.normal(0, 60, (300, 70)), -127, 127).round().astype(np.int8)  # too many large pairs
+    assert q.pack(dense, None).fmt == 0
+
+
+@needs_tier
+@pytest.mark.parametrize("k", [27, 28])  # 28, u8 x s8 form: full blocks of A's rows read in place
+@pytest.mark.parametrize("narrow", [False, True])
+def test_qgemm_reads_strided_rows_and_writes_into_wider_rows(tile, k, narrow) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(1)
-    a = _ints(rng, np.uint8, (9, 40))[:, 3:30]  # rows 40 apart
-    b = _ints(rng, np.int8, (60, 11)).T[:, :27].T  # B (27, 11) read through strides
+    a = _ints(rng, np.uint8, (9, 40))[:, 3 : 3 + k]  # rows 40 apart
+    b = _ints(rng, np.int8, (60, 11)).T[:, :k].T  # B (k, 11) read through strides
+    if narrow:
+        b = b // 2
     y = np.zeros((9, 20), np.int32)
-    q.qgemm(a, 7, q.pack(b, None), y[:, 4:15])
+    packed = q.pack(b, None)
+    assert packed.fmt == int(narrow)
+    q.qgemm(a, 7, packed, y[:, 4:15])
     np.testing.assert_array_equal(y[:, 4:15], _reference(a, 7, b, np.zeros(1, np.int8), None, None, 0, np.int32, 0))
     assert not y[:, :4].any() and not y[:, 15:].any()
 
@@ -146,6 +181,10 @@ def test_the_boundary_refuses_a_geometry_its_buffers_do_not_hold() -> None:
             -128,
             packed.fmt,
             native.ptr(packed.colsum),
+            0,
+            0,
+            0,
+            0,
         ],
         np.int64,
     )
@@ -183,3 +222,23 @@ def test_without_the_tier_qgemm_and_the_ops_run_numpy(monkeypatch) -> None:  # t
     args = [a, np.float32(0.1), np.uint8(9), b, np.full(6, 0.03, np.float32), zb, np.float32(0.5), np.uint8(100)]
     (got,) = run(args, None)
     np.testing.assert_array_equal(got, q.qlinear_matmul(*[np.asarray(x) for x in args]))
+
+
+@needs_tier
+@pytest.mark.parametrize("case", ["random", "ties", "zeros", "positive"])
+def test_the_c_quantisation_of_a_equals_dynamic_quantize_linear(tile, case) -> None:  # type: ignore[no-untyped-def]
+    """DynamicQuantizeMatMul's A through C (range, then rint(x / scale) + zero, saturated) equals
+    DynamicQuantizeLinear's numpy kernel bit for bit: ties to even, both ends, a tail past 8."""
+    from aioge.kernels.convert import dynamic_quantize_linear
+
+    rng = np.random.default_rng(5)
+    x = {
+        "random": rng.standard_normal((3, 37)) * 4,
+        "ties": np.arange(-256, 255).reshape(1, -1) * 0.0625,  # scale 0.125: every odd x / scale a half
+        "zeros": np.zeros((2, 9)),
+        "positive": rng.random((5, 13)) + 1,  # the range's low end is 0, not min(x)
+    }[case].astype(np.float32)
+    got, want = q._quantize_a(x, True), dynamic_quantize_linear(x)
+    assert case != "ties" or (float(got[1]), int(got[2])) == (0.125, 128)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

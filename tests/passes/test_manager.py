@@ -29,7 +29,8 @@ def test_table_names_are_unique_documented_and_on_by_default() -> None:
     assert all(p.name.endswith("Pass") and p.doc and isinstance(p.default, bool) for p in PASSES)
     # QDQ fusion before folding (which would make the weights' DequantizeLinear float constants),
     # then clean-ups, the elementwise fusion last (it would swallow the specific fusions' patterns).
-    assert names[:2] == ("QdqFusionPass", "ConstantFoldingPass") and names[-1] == "ElementwiseFusionPass"
+    quant = ("QdqFusionPass", "DynamicQuantizeMatMulFusionPass")  # before the elementwise fusion takes their Mul/Add
+    assert names[:3] == (*quant, "ConstantFoldingPass") and names[-1] == "ElementwiseFusionPass"
     assert names.index("ConvBatchNormFusionPass") < names.index("BiasAddFusionPass") < names.index("ActivationFusionPass")
     assert names.index("TransposeMatMulFusionPass") < names.index("MatMulAddFusionPass")
 
@@ -37,7 +38,10 @@ def test_table_names_are_unique_documented_and_on_by_default() -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("NoSuchPass:on", "unknown pass 'NoSuchPass'; passes: QdqFusionPass, ConstantFoldingPass, "),
+        (
+            "NoSuchPass:on",
+            "unknown pass 'NoSuchPass'; passes: QdqFusionPass, DynamicQuantizeMatMulFusionPass, ConstantFoldingPass, ",
+        ),
         ("constantFoldingPass:off", "unknown pass 'constantFoldingPass'"),  # case-sensitive, as GE
         ("ConstantFoldingPass:OFF", "bad item 'ConstantFoldingPass:OFF'"),
         ("ConstantFoldingPass", "bad item"),

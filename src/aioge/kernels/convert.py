@@ -216,6 +216,8 @@ def quantize_linear(
         target = numpy_dtype(dtype_of_code(output_dtype, "output_dtype") if output_dtype else "uint8")
     if not _is_int(target) and target.name not in _SATURATING:
         raise ValueError(f"QuantizeLinear to {target} is not supported")
+    if x.dtype == y_scale.dtype == np.float32 and y_scale.size == 1 and target in _INT8 and not block_size:
+        return _quantize_8bit(x, y_scale, y_zero_point, target)
     scale = expand_scale(y_scale, x.shape, axis, block_size)
     work = np.promote_types(_compute_dtype(x.dtype), _compute_dtype(scale.dtype))
     q = x.astype(work) / scale.astype(work)
@@ -226,6 +228,27 @@ def quantize_linear(
     if _is_int(target):
         return _saturate(q, target)
     return cast(q, target.name, saturate)
+
+
+_INT8 = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def _quantize_8bit(x: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray | None, target: np.dtype) -> np.ndarray:
+    """QuantizeLinear's common case (float32, one scale, to 8 bits) in float32 steps: by the C
+    tier's pass where it is built (the same division, rounding and saturation)."""
+    from aioge.kernels import native
+
+    scale = np.float32(y_scale.reshape(-1)[0])
+    zero = 0 if y_zero_point is None else int(y_zero_point.reshape(-1)[0])
+    fn = native.function("aioge_qgemm_quantize")
+    if fn is None or not scale > 0:
+        q = np.rint(x / scale)
+        q += np.float32(zero)
+        return _saturate(q, target)
+    xc = np.ascontiguousarray(x)
+    y = np.empty(x.shape, target)
+    native.check(fn(native.ptr(xc), xc.size, float(scale), float(zero), int(target == np.int8), native.ptr(y)), "QuantizeLinear")
+    return y
 
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -243,6 +266,19 @@ def dequantize_linear(
 ) -> np.ndarray:
     """(x - zero_point) * scale, in the scale's dtype (or output_dtype)."""
     out = numpy_dtype(dtype_of_code(output_dtype, "output_dtype")) if output_dtype else x_scale.dtype
+    if out == x_scale.dtype == np.float32 and x.dtype in _INT8 and x_scale.size == 1 and not block_size:
+        # one scale, from 8 bits: float32 is exact for x - zero, and rounds the product as float64 then float32 would
+        from aioge.kernels import native
+
+        z, sc = np.float32(0 if x_zero_point is None else x_zero_point.reshape(-1)[0]), np.float32(x_scale.reshape(-1)[0])
+        fn = native.function("aioge_qgemm_dequantize")
+        if fn is None:
+            y = np.subtract(x, z, dtype=np.float32)
+            y *= sc
+            return y
+        xc, y = np.ascontiguousarray(x), np.empty(x.shape, np.float32)
+        native.check(fn(native.ptr(xc), int(x.dtype == np.int8), xc.size, float(sc), float(z), native.ptr(y)), "DequantizeLinear")
+        return y
     scale = expand_scale(x_scale, x.shape, axis, block_size).astype(np.float64)
     v = x.astype(np.float64)
     if x_zero_point is not None:
@@ -255,14 +291,23 @@ def _narrow(v: np.ndarray, out: np.dtype) -> Any:
     return (v.astype(np.float32) if out.name in ML_DTYPES else v).astype(out)
 
 
+def dynamic_quantize_params(lo: float, hi: float) -> tuple[np.float32, np.ndarray] | None:
+    """DynamicQuantizeLinear's float32 scale and uint8 zero point for x's range [lo, hi] (0
+    in it), or None for a scale of 0 (an all-zero x)."""
+    scale = np.float32((hi - lo) / 255.0)
+    if scale == 0:
+        return None
+    return scale, _saturate(np.rint(np.float32(0.0) - np.float32(lo) / scale), np.dtype(np.uint8))
+
+
 def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """uint8 quantisation with a scale and zero point chosen from x's range (which includes 0)."""
     lo = min(float(x.min()) if x.size else 0.0, 0.0)
     hi = max(float(x.max()) if x.size else 0.0, 0.0)
-    scale = np.float32((hi - lo) / 255.0)
-    if scale == 0:
+    params = dynamic_quantize_params(lo, hi)
+    if params is None:
         # an all-zero input: onnxruntime reports scale 1 (any scale quantises 0 to 0)
         return np.zeros(x.shape, np.uint8), np.asarray(1.0, dtype=x.dtype), np.asarray(0, dtype=np.uint8)
-    zero = _saturate(np.rint(np.float32(0.0) - np.float32(lo) / scale), np.dtype(np.uint8))
+    scale, zero = params
     y = _saturate(np.rint(x.astype(np.float32) / scale) + float(zero), np.dtype(np.uint8))
     return y, np.asarray(scale, dtype=x.dtype), np.asarray(zero, dtype=np.uint8)

@@ -103,7 +103,7 @@ ACT = {name: code for code, name in enumerate(_ACTS)}
 ERRORS = {-1: "no memory for its scratch", -2: "a geometry that does not fit its buffers", -1000: "an unknown job"}
 
 # aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
-ABI = 18
+ABI = 19
 
 _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
 # Every C function Python calls: (result type, argument types), as aioge.h declares them.
@@ -139,7 +139,10 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_qgemm_rows": (_INT, (_P, _I64, _I64)),
     "aioge_qgemm_path": (_INT, (_INT,)),
     "aioge_qgemm_packed8": (_I64, (_I64, _I64)),
-    "aioge_qgemm_pack8": (_INT, (_P, _INT, _I64, _I64, _I64, _I64, _P, _I64, _P, _I64, _P)),
+    "aioge_qgemm_pack8": (_INT, (_P, _INT, _I64, _I64, _I64, _I64, _P, _I64, _P, _I64, _P, _P, _P, _P, _I64)),
+    "aioge_qgemm_range": (_INT, (_P, _I64, _P)),
+    "aioge_qgemm_quantize": (_INT, (_P, _I64, _F, _F, _INT, _P)),
+    "aioge_qgemm_dequantize": (_INT, (_P, _INT, _I64, _F, _F, _P)),
     "aioge_lowp_force_scalar": (None, (_INT,)),
     "aioge_lowp_isa": (_INT, ()),
     "aioge_lowp_round_f32": (None, (_INT, _P, _P, _I64)),

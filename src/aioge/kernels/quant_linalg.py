@@ -1,5 +1,5 @@
-"""Integer matrix products and convolutions: MatMulInteger, QLinearMatMul, QGemm, ConvInteger
-and QLinearConv.
+"""Integer matrix products and convolutions: MatMulInteger, QLinearMatMul, QGemm, ConvInteger,
+QLinearConv and DynamicQuantizeMatMul (float in and out, its product in int8).
 
 Zero points are subtracted in int32 and the product or convolution (im2col, its padding the
 input's zero point) accumulates in int32 through one GEMM, ``qgemm``: the C tier's
@@ -20,6 +20,7 @@ from numpy.lib.stride_tricks import as_strided
 from aioge.kernels import native
 from aioge.kernels.contract import RunFn, is_constant
 from aioge.kernels.conv import _padded, _window_attrs, window_geometry
+from aioge.kernels.convert import dynamic_quantize_linear, dynamic_quantize_params
 from aioge.kernels.parallel import split_native
 
 __all__ = [
@@ -33,7 +34,7 @@ __all__ = [
     "requantise",
 ]
 
-_MODES = {np.dtype(np.int32): 0, np.dtype(np.uint8): 1, np.dtype(np.int8): 2}
+_MODES = {np.dtype(np.int32): 0, np.dtype(np.uint8): 1, np.dtype(np.int8): 2, np.dtype(np.float32): 3}
 
 
 def requantise(acc: np.ndarray, mult: np.ndarray, zero: int, dtype: Any, lo: int | None = None) -> np.ndarray:
@@ -61,7 +62,8 @@ def multiplier(*scales: Any, y_scale: Any = None) -> np.ndarray:
 @dataclass(frozen=True, slots=True)
 class Packed:
     """B (K x N) less its zero points: the C tier's int16 panels (``fmt`` 0) or u8 x s8 quads
-    with B's column sums (``fmt`` 1: where vpmaddubsw is exact), or an int32 matrix for numpy."""
+    with B's column sums (``fmt`` 1: where vpmaddubsw is exact, the rest of B in ``residual``:
+    offsets per column, rows, values), or an int32 matrix for numpy."""
 
     k: int
     n: int
@@ -69,6 +71,12 @@ class Packed:
     native: bool
     fmt: int = 0
     colsum: np.ndarray | None = None
+    residual: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+
+# The most of B the u8 x s8 form leaves to its sparse residual (each value of it costs about as
+# much as a hundred of the tile's products), else B takes the int16 form.
+RESIDUAL_SHARE = 1 / 512
 
 
 def pack(b: np.ndarray, zero: np.ndarray | None, *, use_native: bool = True) -> Packed:
@@ -82,10 +90,16 @@ def pack(b: np.ndarray, zero: np.ndarray | None, *, use_native: bool = True) -> 
     size8 = int(native.function("aioge_qgemm_packed8")(k, n))
     out8 = native.aligned_empty((max(size8, 1),), np.int8)
     colsum = np.zeros(max(n, 1), np.int32)
+    cap = int(k * n * RESIDUAL_SHARE)
+    rptr, ridx, rval = np.zeros(n + 1, np.int32), np.zeros(max(cap, 1), np.int32), np.zeros(max(cap, 1), np.int16)
     signed = int(b.dtype == np.int8)
     args8 = (signed, k, n, sk, sn, native.ptr(zb), zb.size, native.ptr(out8), size8, native.ptr(colsum))
-    if native.check(native.function("aioge_qgemm_pack8")(_addr(b), *args8), "qgemm pack") == 1:
-        return Packed(k, n, out8[:size8], True, 1, colsum)
+    got = native.check(
+        native.function("aioge_qgemm_pack8")(_addr(b), *args8, *map(native.ptr, (rptr, ridx, rval)), cap), "qgemm pack"
+    )
+    if got >= 1:
+        residual = None if got == 1 else (rptr, ridx[: got - 1].copy(), rval[: got - 1].copy())
+        return Packed(k, n, out8[:size8], True, 1, colsum, residual)
     size = int(native.function("aioge_qgemm_packed")(k, n))
     out = native.aligned_empty((max(size, 1),), np.int16)
     native.check(
@@ -107,16 +121,23 @@ def qgemm(
     mult: np.ndarray | None = None,
     zy: int = 0,
     lo: int | None = None,
+    fbias: np.ndarray | None = None,
 ) -> None:
-    """``y = (a - za) @ B (+ bias)``: int32 into an int32 ``y``, else requantised by ``mult`` and
-    ``zy`` into a u8/s8 ``y`` (``lo``: a least value, Relu's ``zy``). ``a`` is (M, K) with unit
-    stride along K, ``y`` (M, N) with unit stride along N; both may be views of wider rows."""
+    """``y = (a - za) @ B (+ bias)``: int32 into an int32 ``y``, requantised by ``mult`` and
+    ``zy`` into a u8/s8 ``y`` (``lo``: a least value, Relu's ``zy``), or into a float32 ``y`` as
+    ``float32(acc) * mult (+ fbias)`` (two roundings). ``a`` is (M, K) with unit stride along K,
+    ``y`` (M, N) with unit stride along N; both may be views of wider rows."""
     m = a.shape[0]
     bias32 = None if bias is None else np.ascontiguousarray(bias.reshape(-1), np.int32)
+    fb = None if fbias is None else np.ascontiguousarray(np.broadcast_to(fbias.reshape(-1), (b.n,)), np.float32)
     if not b.native:
         acc = (a.astype(np.int32) - za) @ b.data
         if bias32 is not None:
             acc += bias32
+        if y.dtype == np.float32:
+            f = acc.astype(np.float32) * np.asarray(mult, np.float32)
+            y[...] = f if fb is None else f + fb
+            return
         y[...] = acc if mult is None else requantise(acc, mult, zy, y.dtype, lo)
         return
     scale = None if mult is None else np.ascontiguousarray(np.asarray(mult, np.float32).reshape(-1))
@@ -128,6 +149,7 @@ def qgemm(
         _addr(y), m, b.k, b.n, lda, ldy, int(a.dtype == np.int8), za, _MODES[y.dtype], zy,
         1 if scale is None else scale.size, b.data.size, (m - 1) * lda + b.k if m else 0, (m - 1) * ldy + b.n if m else 0,
         -128 if lo is None else lo, b.fmt, 0 if b.colsum is None else native.ptr(b.colsum),
+        *((0, 0, 0) if b.residual is None else map(native.ptr, b.residual)), 0 if fb is None else native.ptr(fb),
     ], np.int64)  # fmt: skip
     blocks = (m + 3) // 4
     split_native(native.par_run(), native.JOB_QGEMM, native.ptr(geo), blocks, worth=m * b.k * b.n >= 1 << 18)
@@ -161,18 +183,64 @@ class _Weights:
 
 
 def _matmul(
-    a: np.ndarray, b: np.ndarray, za: Any, zb: Any, out_dtype: Any, mult: Any, zy: int, cache: _Weights, use: bool
+    a: np.ndarray,
+    b: np.ndarray,
+    za: Any,
+    zb: Any,
+    out_dtype: Any,
+    mult: Any,
+    zy: int,
+    cache: _Weights,
+    use: bool,
+    fbias: np.ndarray | None = None,
+    out: np.ndarray | None = None,
 ) -> Any:
-    """(..., M, K) @ (K, N) by qgemm, or None for what it does not take (batched or 1-D B,
-    per-row zero points of A)."""
+    """(..., M, K) @ (K, N) by qgemm (into ``out`` when it is a contiguous array of the result's
+    size and dtype), or None for what it does not take (batched or 1-D B, per-row zero points
+    of A)."""
     za_v = _scalar(za)
     if b.ndim != 2 or a.ndim < 2 or za_v is None or (zb is not None and np.asarray(zb).size not in (1, b.shape[1])):
         return None
     packed = cache.get(b, zb, lambda: pack(b, zb, use_native=use))
     a2 = np.ascontiguousarray(a.reshape(-1, a.shape[-1]))
-    y = np.empty((a2.shape[0], b.shape[1]), out_dtype)
-    qgemm(a2, za_v, packed, y, None, mult, zy)
+    size = a2.shape[0] * b.shape[1]
+    fits = out is not None and out.dtype == out_dtype and out.flags.c_contiguous and out.size == size
+    y = out.reshape(a2.shape[0], b.shape[1]) if fits else np.empty((a2.shape[0], b.shape[1]), out_dtype)  # type: ignore[union-attr]
+    qgemm(a2, za_v, packed, y, None, mult, zy, None, fbias)
     return y.reshape(*a.shape[:-1], b.shape[1])
+
+
+def _quantize_a(a: np.ndarray, use: bool) -> tuple[np.ndarray, Any, Any]:
+    """DynamicQuantizeLinear of A, by the C tier's two passes for a contiguous float32 A."""
+    if not use or a.dtype != np.float32 or not a.flags.c_contiguous or native.function("aioge_qgemm_range") is None:
+        return dynamic_quantize_linear(a)
+    lohi = np.zeros(2, np.float32)
+    native.check(native.function("aioge_qgemm_range")(native.ptr(a), a.size, native.ptr(lohi)), "DynamicQuantizeMatMul")
+    params = dynamic_quantize_params(float(lohi[0]), float(lohi[1]))
+    if params is None:
+        return dynamic_quantize_linear(a)
+    scale, zero = params
+    aq = np.empty(a.shape, np.uint8)
+    fn = native.function("aioge_qgemm_quantize")
+    native.check(fn(native.ptr(a), a.size, float(scale), float(zero), 0, native.ptr(aq)), "DynamicQuantizeMatMul")
+    return aq, scale, zero
+
+
+def _dynamic_matmul(inputs: Sequence[Any], cache: _Weights, use: bool, out: np.ndarray | None = None) -> np.ndarray:
+    """com.microsoft DynamicQuantizeMatMul: A quantised as DynamicQuantizeLinear does, (Aq - za)
+    @ (B - zb) in int32, times float32 a_scale * b_scale, plus bias: the chain
+    DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul [-> Add] it stands for, roundings and all."""
+    a, b, b_scale = inputs[:3]
+    zb, bias = (list(inputs[3:]) + [None, None])[:2]
+    aq, a_scale, za = _quantize_a(a, use)
+    mult = np.asarray(a_scale, np.float32) * np.asarray(b_scale, np.float32)
+    n = b.shape[-1]
+    if a.dtype == np.float32 and mult.size in (1, n) and (bias is None or (bias.dtype == np.float32 and bias.shape == (n,))):
+        r = _matmul(aq, b, za, zb, np.float32, mult.reshape(-1), 0, cache, use, bias, out)
+        if r is not None:
+            return r
+    y = matmul_integer(aq, b, za, zb).astype(np.float32) * mult
+    return y if bias is None else y + bias
 
 
 def matmul_integer(
@@ -321,10 +389,14 @@ def build_qlinear(op: str) -> Any:
             return _conv(x, w, zx, zw, bias, zy.dtype, mult, int(np.asarray(zy).reshape(-1)[0]), kw, cache, use)
 
         def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
-            r = compute(inputs)
+            if op == "DynamicQuantizeMatMul":  # written in place where the output buffer fits
+                r = _dynamic_matmul(inputs, cache, use, None if outputs is None else outputs[0])
+            else:
+                r = compute(inputs)
             if outputs is None:
                 return (r,)
-            np.copyto(outputs[0], r.reshape(outputs[0].shape))
+            if not np.may_share_memory(r, outputs[0]):
+                np.copyto(outputs[0], r.reshape(outputs[0].shape))
             return outputs
 
         return run

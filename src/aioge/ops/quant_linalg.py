@@ -1,6 +1,6 @@
 """Integer matrix products and convolutions: MatMulInteger, QLinearMatMul, ConvInteger and
 QLinearConv, and the quantised ops onnxruntime's quantizer writes in its own domain
-(com.microsoft: QGemm, QLinearAdd, QLinearGlobalAveragePool).
+(com.microsoft: QGemm, DynamicQuantizeMatMul, QLinearAdd, QLinearGlobalAveragePool).
 
 Integer products are what the AiCore's cube unit is built for, so every engine takes them
 (``float_only`` is off: their inputs are integers by definition).
@@ -112,6 +112,13 @@ def _infer_qgemm(ctx: InferContext) -> list[TensorDesc]:
     return [TensorDesc(shape, ctx.dtype(8) if ctx.has(8) else ("float32" if not ctx.has(7) else "uint8"))]
 
 
+def _infer_dynamic_matmul(ctx: InferContext) -> list[TensorDesc]:
+    _check_int8(ctx, 1, 3)
+    if ctx.has(0) and ctx.dtype(0) != "float32":
+        raise InferError(f"A must be float32, got {ctx.dtype(0)}")
+    return [TensorDesc(_matmul_shape(ctx.shape(0), ctx.shape(1)), "float32")]
+
+
 def _infer_qlinear_add(ctx: InferContext) -> list[TensorDesc]:
     _check_int8(ctx, 0, 3)
     if ctx.has(0) and ctx.has(3) and ctx.dtype(0) != ctx.dtype(3):
@@ -170,6 +177,15 @@ SCHEMAS: tuple[OpSchema, ...] = (
         (6, 9),
         "onnxruntime's quantised Gemm: alpha (A - za)(B - zb) + C (int32), requantised, or float without y_scale",
         {"alpha": Attr("float", 1.0), "transA": Attr("int", 0), "transB": Attr("int", 0)},
+        _MS,
+    ),
+    _op(
+        "DynamicQuantizeMatMul",
+        _infer_dynamic_matmul,
+        None,
+        (3, 5),
+        "onnxruntime's float matmul through int8: A quantised as DynamicQuantizeLinear, times B - zb, scaled, plus bias",
+        None,
         _MS,
     ),
     _op("QLinearAdd", _infer_qlinear_add, k.qlinear_add, (7, 8), "onnxruntime's quantised Add", None, _MS),

@@ -41,6 +41,12 @@ PASSES: tuple[GraphPass, ...] = (
         quant.fuse_qdq,
     ),
     GraphPass(
+        "DynamicQuantizeMatMulFusionPass",
+        True,
+        "fuse DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul [-> Add] into DynamicQuantizeMatMul (int8, float out)",
+        quant.fuse_dynamic_matmul,
+    ),
+    GraphPass(
         "ConstantFoldingPass",
         True,
         "evaluate nodes whose inputs are known (incl. static Shape chains) into constants",

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from aioge.ir.desc import canonical_dtype
 from aioge.ir.graph import Graph, Node, Value
-from aioge.passes.rewrite import const_array, only_use, substitute
+from aioge.passes.rewrite import const_array, only_use, other_input, substitute
 
-__all__ = ["fuse_qdq"]
+__all__ = ["fuse_dynamic_matmul", "fuse_qdq"]
 
 _INT8 = (np.dtype(np.uint8), np.dtype(np.int8))
 
@@ -112,11 +113,10 @@ def _fuse(graph: Graph, node: Node) -> bool:
     if xdq is None or wdq is None or tail is None or not _scalar_q(xdq):
         return False
     q, between = tail
-    w = const_array(wdq.inputs[0])
-    assert w is not None
+    w = const_array(wdq.inputs[0])  # None for a product of two activations (attention's): kept float
     trans_b = op == "Gemm" and bool(node.attrs.get("transB"))
     axis = 0 if op == "Conv" or trans_b else 1
-    if w.ndim < 2 or (op != "Conv" and w.ndim != 2) or not _weight(wdq, axis):
+    if w is None or w.ndim < 2 or (op != "Conv" and w.ndim != 2) or not _weight(wdq, axis):
         return False
     xs, ws = const_array(xdq.inputs[1]), const_array(wdq.inputs[1])
     assert xs is not None and ws is not None
@@ -146,10 +146,84 @@ def _fuse(graph: Graph, node: Node) -> bool:
     return substitute(graph, q, "QGemm", [*x, *w_in, bias, *y], attrs, remove, domain="com.microsoft") is not None
 
 
+def _dynamic_matmul(graph: Graph, mm: Node) -> bool:
+    """DynamicQuantizeLinear(a) -> MatMulInteger(aq, W, za[, zw]) -> Cast(float) -> Mul(a_scale *
+    w_scale) [-> Add(bias)], as ``quantize_dynamic`` writes a MatMul, into DynamicQuantizeMatMul."""
+    ins = mm.inputs
+    dql = ins[0].producer if ins[0] is not None else None
+    if len(ins) < 3 or not _plain(dql, "DynamicQuantizeLinear") or [ins[0], ins[2]] != [dql.outputs[0], dql.outputs[2]]:  # type: ignore[union-attr]
+        return False
+    w, wz = const_array(ins[1]), ins[3] if len(ins) > 3 else None
+    if w is None or w.ndim != 2 or w.dtype not in _INT8 or (wz is not None and const_array(wz) is None):
+        return False
+    n = w.shape[1]
+    cast = only_use(graph, mm.outputs[0])
+    mul = only_use(graph, cast.outputs[0]) if _plain(cast, "Cast") and canonical_dtype(cast.attrs["to"]) == "float32" else None  # type: ignore[union-attr]
+    scale = other_input(mul, cast.outputs[0]) if _plain(mul, "Mul") else None  # type: ignore[arg-type,union-attr]
+    smul = scale.producer if scale is not None else None
+    a_scale = dql.outputs[1]  # type: ignore[union-attr]
+    ws = other_input(smul, a_scale) if _plain(smul, "Mul") and a_scale in smul.inputs else None  # type: ignore[arg-type,union-attr]
+    wsa = const_array(ws)
+    if wsa is None or wsa.dtype != np.float32 or wsa.size not in (1, n) or wsa.ndim > 1:
+        return False
+    assert mul is not None and cast is not None
+    last, bias = mul, None
+    add = only_use(graph, mul.outputs[0])
+    if _plain(add, "Add"):
+        b = other_input(add, mul.outputs[0])  # type: ignore[arg-type]
+        ba = const_array(b)
+        if ba is not None and ba.dtype == np.float32 and ba.shape == (n,):
+            last, bias = add, b  # type: ignore[assignment]
+    remove = [*([last] if last is not mul else []), mul, cast, mm]
+    inputs = [dql.inputs[0], ins[1], ws, wz, bias]  # type: ignore[union-attr]
+    return substitute(graph, last, "DynamicQuantizeMatMul", inputs, {}, remove, domain="com.microsoft") is not None
+
+
+def fuse_dynamic_matmul(graph: Graph) -> bool:
+    """Fuse every dynamically quantised MatMul chain into DynamicQuantizeMatMul; True if any."""
+    changed = False
+    for node in graph.topological_order():
+        if _plain(node, "MatMulInteger"):
+            changed |= _dynamic_matmul(graph, node)
+    return changed
+
+
+_MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Gather", "Slice", "Identity")
+
+
+def _same_q(a: Node, b: Node) -> bool:
+    return all(
+        (x := const_array(a.inputs[i])) is not None
+        and (y := const_array(b.inputs[i])) is not None
+        and x.dtype == y.dtype
+        and np.array_equal(x.reshape(-1), y.reshape(-1))
+        for i in (1, 2)
+    )
+
+
+def _drop_pair(graph: Graph, dq: Node) -> bool:
+    """DQ(x) -> Reshape/Transpose/... -> Q by DQ's own scale and zero point: the op moves x's
+    integers instead (exact: for 8-bit x, Q(DQ(x)) is x, |x - z| <= 255 far inside float32)."""
+    op = only_use(graph, dq.outputs[0])
+    if op is None or op.op_type not in _MOVES or op.domain not in ("", "ai.onnx") or len(op.outputs) != 1:
+        return False
+    if op.inputs[0] is not dq.outputs[0] or dq.outputs[0] in op.inputs[1:] or len(dq.inputs) < 3 or not _scalar_q(dq):
+        return False
+    q = only_use(graph, op.outputs[0])
+    if q is None or not _plain(q, "QuantizeLinear") or len(q.inputs) < 3 or not _same_q(dq, q):
+        return False
+    inputs = [dq.inputs[0], *op.inputs[1:]]
+    return substitute(graph, q, op.op_type, inputs, dict(op.attrs), [q, op, dq]) is not None
+
+
 def fuse_qdq(graph: Graph) -> bool:
-    """Fuse every QDQ Conv, MatMul and Gemm into its integer op; returns True if it fused any."""
+    """Fuse every QDQ Conv, MatMul and Gemm into its integer op, and run data movement between
+    a DQ and a Q of one scale on the integers; returns True if it changed anything."""
     changed = False
     for node in graph.topological_order():
         if node.op_type in ("Conv", "MatMul", "Gemm") and node.domain in ("", "ai.onnx") and len(node.inputs) >= 2:
             changed |= _fuse(graph, node)
+    for node in graph.topological_order():
+        if _plain(node, "DequantizeLinear"):
+            changed |= _drop_pair(graph, node)
     return changed

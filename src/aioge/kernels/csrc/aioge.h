@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 18
+#define AIOGE_ABI 19
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -206,12 +206,21 @@ int aioge_qgemm_pack(const void *b, int b_signed, int64_t k, int64_t n, int64_t 
                      int64_t nzb, int16_t *packed, int64_t packed_len);
 int aioge_qgemm_rows(const int64_t *g, int64_t b0, int64_t b1);
 int aioge_qgemm_path(int force);
-/* The u8 x s8 form of B (bytes; -1 on a bad geometry) and its packing: 1 when B (less its zero
- * points) is int8 with |b[k][j]| + |b[k+1][j]| <= 128 for every even k, so vpmaddubsw is exact
- * (packed and colsum written), 0 when not (nothing written), negative on a bad geometry. */
+/* The u8 x s8 form of B (bytes; -1 on a bad geometry) and its packing: B (less its zero points)
+ * as B' + R, B' with |b[k][j]| + |b[k+1][j]| <= 128 for every even k (vpmaddubsw exact) and R
+ * sparse (rptr: N + 1 offsets, ridx/rval: k and value); 1 + R's size when written, 0 when R
+ * would pass rcap (nothing written), negative on a bad geometry. */
 int64_t aioge_qgemm_packed8(int64_t k, int64_t n);
 int aioge_qgemm_pack8(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
-                      int64_t nzb, int8_t *packed, int64_t packed_len, int32_t *colsum);
+                      int64_t nzb, int8_t *packed, int64_t packed_len, int32_t *colsum, int32_t *rptr, int32_t *ridx,
+                      int16_t *rval, int64_t rcap);
+/* DynamicQuantizeMatMul's quantisation of A (as DynamicQuantizeLinear; QuantizeLinear's per-tensor
+ * one too): lohi = (min(x, 0), max(x, 0)); y = saturate(rint(x / scale) + zero) to uint8 or int8
+ * (is_signed), scale > 0. */
+int aioge_qgemm_range(const float *x, int64_t n, float *lohi);
+int aioge_qgemm_quantize(const float *x, int64_t n, float scale, float zero, int is_signed, void *y);
+/* DequantizeLinear's per-tensor 8-bit case: y = (x - zero) * scale, x uint8 or int8 (is_signed). */
+int aioge_qgemm_dequantize(const void *x, int is_signed, int64_t n, float scale, float zero, float *y);
 /* lowp.c: bf16 (kind 0) and fp16 (kind 1) operands, float32 accumulation (GE's precision modes) */
 void aioge_lowp_force_scalar(int on);
 int aioge_lowp_isa(void);

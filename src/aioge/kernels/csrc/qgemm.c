@@ -1,13 +1,14 @@
 /* The int8 GEMM of the quantised ops (QLinearMatMul, QLinearConv, QGemm, MatMulInteger,
- * ConvInteger): y = (a - za) @ (B - zb) (+ bias) in int32, stored as int32 or requantised to
- * 8 bits.
+ * ConvInteger, DynamicQuantizeMatMul): y = (a - za) @ (B - zb) (+ bias) in int32, stored as
+ * int32, requantised to 8 bits, or scaled to float32.
  *
  * B (K x N, u8 or s8, per-column zero points) is packed once at compile into int16 panels of
  * QNR columns with its zero points subtracted: packed[p][k/2][QNR][2], k padded to even and
  * columns past N zero. a is widened four rows at a time to int16 pairs (a - za). Per pair of
  * k, _mm256_madd_epi16 of a broadcast (a[k], a[k+1]) with the panel's 8 columns gives each
  * column a[k]b[k] + a[k+1]b[k+1] exactly: both factors lie in [-255, 255], so nothing
- * saturates (vpmaddubsw, the u8 x s8 instruction, saturates its int16 sums and is not used).
+ * saturates (vpmaddubsw, the u8 x s8 instruction, saturates its int16 sums: the u8 x s8 form
+ * below uses it only on weights split so that it cannot).
  * A VNNI machine runs the same tile with vpdpwssd (AVX512-VNNI on 256-bit vectors), which
  * is the madd and the add in one; that path cannot be tested on an AVX2-only machine.
  *
@@ -62,12 +63,15 @@ int aioge_qgemm_pack(const void *b, int b_signed, int64_t k, int64_t n, int64_t 
     return 0;
 }
 
-/* The u8 x s8 form, for a B whose values (less zero points) are int8 and whose pairs of k in
- * every column have |b0| + |b1| <= 128: then vpmaddubsw's int16 sum of two u8 x s8 products
- * (at most 255 * 128 = 32640) never saturates, and is exact; its sums go on in int32 (vpmaddwd
- * by ones). B in quads of k: packed8[p][k/4][QNR][4] int8, k padded to 4 with zeros; a is
- * read as unsigned (an s8 a flipped to u8 by +128) and (a - za) @ B = a @ B - za * colsum(B).
- * Onnxruntime's quantizer writes such weights with reduce_range (7-bit weights). */
+/* The u8 x s8 form: vpmaddubsw sums two u8 x s8 products in int16 with saturation, exact
+ * where each pair of k of B (less zero points) has |b0| + |b1| <= 128 (255 * 128 = 32640), its
+ * sums going on in int32 (vpmaddwd by ones). B in quads of k: packed8[p][k/4][QNR][4] int8, k
+ * padded to 4 with zeros; a is read as unsigned (an s8 a flipped to u8 by +128) and
+ * (a - za) @ B = a @ B - za * colsum(B). A pair that breaks the bound is split: B = B' + R, B'
+ * in the quads within the bound and the rest R (a few values: full-range weights rarely have
+ * two large ones side by side) as a sparse list per column (rptr, ridx, rval), added to each
+ * tile exactly in int32. Onnxruntime's quantizer writes 7-bit weights (R empty) with
+ * reduce_range; full-range ones have R of about 0.1% of B. */
 int64_t aioge_qgemm_packed8(int64_t k, int64_t n)
 {
     if (k < 0 || n < 0)
@@ -75,47 +79,86 @@ int64_t aioge_qgemm_packed8(int64_t k, int64_t n)
     return (k + 3) / 4 * 4 * ((n + QNR - 1) / QNR * QNR);
 }
 
-int aioge_qgemm_pack8(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
-                      int64_t nzb, int8_t *packed, int64_t packed_len, int32_t *colsum)
+/* B' of the pair (v0, v1) (each in [-255, 255]): the smaller in magnitude kept within 64, the
+ * other within 128 less it, so |p0| + |p1| <= 128 and both are int8. */
+static void split_pair(int32_t v0, int32_t v1, int32_t *p0, int32_t *p1)
 {
-    if (k < 0 || n < 0 || (nzb != 1 && nzb != n) || packed_len != aioge_qgemm_packed8(k, n))
+    if (abs(v0) + abs(v1) <= 128 && v0 >= -128 && v0 <= 127 && v1 >= -128 && v1 <= 127) {
+        *p0 = v0, *p1 = v1;
+        return;
+    }
+    int32_t *ps = abs(v0) <= abs(v1) ? p0 : p1, *pb = ps == p0 ? p1 : p0;
+    const int32_t vs = ps == p0 ? v0 : v1, vb = ps == p0 ? v1 : v0;
+    *ps = vs < -64 ? -64 : (vs > 64 ? 64 : vs);
+    const int32_t room = 128 - abs(*ps), hi = room < 127 ? room : 127;
+    *pb = vb < -room ? -room : (vb > hi ? hi : vb);
+}
+
+static inline int32_t bval(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
+                           int64_t nzb, int64_t kk, int64_t j)
+{
+    return kk < k && j < n ? qload(b, kk * sk + j * sn, b_signed) - zb[nzb == 1 ? 0 : j] : 0;
+}
+
+int aioge_qgemm_pack8(const void *b, int b_signed, int64_t k, int64_t n, int64_t sk, int64_t sn, const int32_t *zb,
+                      int64_t nzb, int8_t *packed, int64_t packed_len, int32_t *colsum, int32_t *rptr, int32_t *ridx,
+                      int16_t *rval, int64_t rcap)
+{
+    if (k < 0 || n < 0 || (nzb != 1 && nzb != n) || packed_len != aioge_qgemm_packed8(k, n) || rcap < 0)
         return AIOGE_EGEOMETRY;
-    for (int64_t j = 0; j < n; j++) { /* the form's condition first: nothing written without it */
-        const int32_t z = zb[nzb == 1 ? 0 : j];
+    int64_t nres = 0; /* the residual's size first: nothing written when it is over rcap */
+    for (int64_t j = 0; j < n; j++)
         for (int64_t kk = 0; kk < k; kk += 2) {
-            const int32_t v0 = qload(b, kk * sk + j * sn, b_signed) - z;
-            const int32_t v1 = kk + 1 < k ? qload(b, (kk + 1) * sk + j * sn, b_signed) - z : 0;
-            if (v0 < -128 || v0 > 127 || v1 < -128 || v1 > 127 || abs(v0) + abs(v1) > 128)
+            const int32_t v0 = bval(b, b_signed, k, n, sk, sn, zb, nzb, kk, j);
+            const int32_t v1 = bval(b, b_signed, k, n, sk, sn, zb, nzb, kk + 1, j);
+            int32_t p0, p1;
+            split_pair(v0, v1, &p0, &p1);
+            nres += (p0 != v0) + (p1 != v1);
+            if (nres > rcap)
                 return 0;
         }
-    }
+    if (nres && (!rptr || !ridx || !rval))
+        return AIOGE_EGEOMETRY;
     const int64_t kq = (k + 3) / 4 * 4, panels = (n + QNR - 1) / QNR;
-    for (int64_t j = 0; j < panels * QNR; j++)
-        if (j < n)
-            colsum[j] = 0;
-    for (int64_t p = 0; p < panels; p++) {
-        int8_t *dst = packed + p * kq * QNR;
-        for (int64_t kk = 0; kk < kq; kk++)
-            for (int64_t c = 0; c < QNR; c++) {
-                const int64_t j = p * QNR + c;
-                int32_t v = 0;
-                if (kk < k && j < n) {
-                    v = qload(b, kk * sk + j * sn, b_signed) - zb[nzb == 1 ? 0 : j];
-                    colsum[j] += v;
+    nres = 0;
+    for (int64_t j = 0; j < n; j++) {
+        colsum[j] = 0;
+        if (rptr)
+            rptr[j] = (int32_t)nres;
+        for (int64_t kk = 0; kk < k; kk += 2) {
+            const int32_t v[2] = {bval(b, b_signed, k, n, sk, sn, zb, nzb, kk, j),
+                                  bval(b, b_signed, k, n, sk, sn, zb, nzb, kk + 1, j)};
+            int32_t p[2];
+            split_pair(v[0], v[1], &p[0], &p[1]);
+            for (int h = 0; h < 2; h++) {
+                colsum[j] += v[h];
+                packed[(j / QNR) * kq * QNR + ((kk + h) / 4) * QNR * 4 + (j % QNR) * 4 + ((kk + h) & 3)] = (int8_t)p[h];
+                if (p[h] != v[h]) {
+                    ridx[nres] = (int32_t)(kk + h);
+                    rval[nres++] = (int16_t)(v[h] - p[h]);
                 }
-                dst[(kk / 4) * QNR * 4 + c * 4 + (kk & 3)] = (int8_t)v;
             }
+        }
+        for (int64_t kk = (k + 1) / 2 * 2; kk < kq; kk++)
+            packed[(j / QNR) * kq * QNR + (kk / 4) * QNR * 4 + (j % QNR) * 4 + (kk & 3)] = 0;
     }
-    return 1;
+    if (rptr)
+        rptr[n] = (int32_t)nres;
+    for (int64_t j = n; j < panels * QNR; j++) /* the last panel's columns past N */
+        for (int64_t kk = 0; kk < kq; kk++)
+            packed[(j / QNR) * kq * QNR + (kk / 4) * QNR * 4 + (j % QNR) * 4 + (kk & 3)] = 0;
+    return (int)(1 + nres);
 }
 
 /* The geometry block of aioge_qgemm_rows / JOB_QGEMM. */
 enum {
     QG_A, QG_PACKED, QG_BIAS, QG_SCALE, QG_Y, QG_M, QG_K, QG_N, QG_LDA, QG_LDY, QG_A_SIGNED, QG_ZA,
-    QG_MODE, /* 0: int32 out, 1: uint8, 2: int8 */
+    QG_MODE, /* 0: int32 out, 1: uint8, 2: int8, 3: float32 (acc * scale[j] + fbias[j]) */
     QG_ZY, QG_NSCALE, QG_PACKED_LEN, QG_A_LEN, QG_Y_LEN, QG_LO, /* the least 8-bit value stored (Relu: zy) */
     QG_FORMAT, /* 0: int16 pairs (aioge_qgemm_pack), 1: u8 x s8 quads (aioge_qgemm_pack8) */
     QG_COLSUM, /* format 1: the column sums of B */
+    QG_RPTR, QG_RIDX, QG_RVAL, /* format 1: B's residual per column (0 when it has none) */
+    QG_FBIAS, /* mode 3: a float32 bias per column, or 0 */
     QG_NARGS
 };
 
@@ -183,15 +226,16 @@ __attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void tile_vnn
 #endif
 
 typedef void (*tile_fn)(const int16_t *, int64_t, const int16_t *, int32_t[QMR][QNR]);
-typedef void (*tile8_fn)(const uint8_t *, int64_t, const int8_t *, int32_t[QMR][QNR]);
+typedef void (*tile8_fn)(const uint8_t *, int64_t, int64_t, const int8_t *, int32_t[QMR][QNR]);
 
-static void tile8_scalar(const uint8_t *aw, int64_t kq, const int8_t *panel, int32_t acc[QMR][QNR])
+/* The u8 tiles read A's 4 rows lda bytes apart (the copy, or A itself), kq bytes of each. */
+static void tile8_scalar(const uint8_t *aw, int64_t lda, int64_t kq, const int8_t *panel, int32_t acc[QMR][QNR])
 {
     memset(acc, 0, sizeof(int32_t) * QMR * QNR);
     for (int64_t t = 0; t < kq / 4; t++) {
         const int8_t *b = panel + t * QNR * 4;
         for (int r = 0; r < QMR; r++) {
-            const uint8_t *a = aw + r * kq + 4 * t;
+            const uint8_t *a = aw + r * lda + 4 * t;
             for (int c = 0; c < QNR; c++)
                 acc[r][c] += a[0] * b[4 * c] + a[1] * b[4 * c + 1] + a[2] * b[4 * c + 2] + a[3] * b[4 * c + 3];
         }
@@ -203,17 +247,17 @@ static void tile8_scalar(const uint8_t *aw, int64_t kq, const int8_t *panel, int
 #define DOT_AVX2(c, a, b) c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones))
 #define DOT_VNNI(c, a, b) c = _mm256_dpbusd_epi32(c, a, b)
 
-__attribute__((target("avx2"))) static void tile8_avx2(const uint8_t *aw, int64_t kq, const int8_t *panel,
+__attribute__((target("avx2"))) static void tile8_avx2(const uint8_t *aw, int64_t lda, int64_t kq, const int8_t *panel,
                                                        int32_t acc[QMR][QNR])
 {
     const __m256i ones = _mm256_set1_epi16(1);
-    TILE_4X16(DOT_AVX2, aw, kq, panel, kq / 4)
+    TILE_4X16(DOT_AVX2, aw, lda, panel, kq / 4)
 }
 
-__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void tile8_vnni(const uint8_t *aw, int64_t kq,
+__attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static void tile8_vnni(const uint8_t *aw, int64_t lda, int64_t kq,
                                                                                    const int8_t *panel, int32_t acc[QMR][QNR])
 {
-    TILE_4X16(DOT_VNNI, aw, kq, panel, kq / 4)
+    TILE_4X16(DOT_VNNI, aw, lda, panel, kq / 4)
 }
 #endif
 
@@ -298,6 +342,45 @@ static tile8_fn pick_tile8(void)
     return tile8_scalar;
 }
 
+/* Mode 3's store of a tile row: float32 (acc + bias) * scale[j], then + fbias[j], two roundings
+ * (as the Cast, Mul and Add it stands for: no contraction to a fused multiply-add). */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#ifdef QGEMM_X86
+__attribute__((target("avx2"))) static void store_rowf_avx2(const int32_t *acc, const int32_t *bias, const float *scale,
+                                                            int per_col, const float *fbias, float *y)
+{
+    for (int h = 0; h < QNR; h += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(acc + h));
+        if (bias)
+            v = _mm256_add_epi32(v, _mm256_loadu_si256((const __m256i *)(bias + h)));
+        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), per_col ? _mm256_loadu_ps(scale + h) : _mm256_set1_ps(scale[0]));
+        if (fbias)
+            f = _mm256_add_ps(f, _mm256_loadu_ps(fbias + h));
+        _mm256_storeu_ps(y + h, f);
+    }
+}
+#endif
+
+static void store_rowf(const int64_t *g, const int32_t *acc, int64_t i, int64_t j0, int cols)
+{
+    const int32_t *bias = (const int32_t *)(intptr_t)g[QG_BIAS];
+    const float *scale = (const float *)(intptr_t)g[QG_SCALE], *fbias = (const float *)(intptr_t)g[QG_FBIAS];
+    float *y = (float *)(intptr_t)g[QG_Y] + i * g[QG_LDY] + j0;
+    const int per_col = g[QG_NSCALE] != 1;
+#ifdef QGEMM_X86
+    if (cols == QNR && qpath >= 1) {
+        store_rowf_avx2(acc, bias ? bias + j0 : NULL, per_col ? scale + j0 : scale, per_col, fbias ? fbias + j0 : NULL, y);
+        return;
+    }
+#endif
+    for (int c = 0; c < cols; c++) {
+        float f = (float)(acc[c] + (bias ? bias[j0 + c] : 0)) * scale[per_col ? j0 + c : 0];
+        y[c] = fbias ? f + fbias[j0 + c] : f;
+    }
+}
+#pragma GCC pop_options
+
 /* Stores rows [0, rows) and columns [j0, j0 + cols) of a tile. */
 static void store_tile(const int64_t *g, int32_t acc[QMR][QNR], int64_t i0, int rows, int64_t j0, int cols)
 {
@@ -312,11 +395,15 @@ static void store_tile(const int64_t *g, int32_t acc[QMR][QNR], int64_t i0, int 
     for (int r = 0; r < rows; r++) {
         const int64_t row = (i0 + r) * ldy + j0;
 #ifdef QGEMM_X86
-        if (mode && cols == QNR && qpath >= 1) {
+        if (mode && mode < 3 && cols == QNR && qpath >= 1) {
             store_row8_avx2(g, acc[r], row, j0);
             continue;
         }
 #endif
+        if (mode == 3) {
+            store_rowf(g, acc[r], i0 + r, j0, cols);
+            continue;
+        }
         for (int c = 0; c < cols; c++) {
             int32_t v = acc[r][c] + (bias ? bias[j0 + c] : 0);
             if (mode == 0) {
@@ -337,9 +424,11 @@ static void store_tile(const int64_t *g, int32_t acc[QMR][QNR], int64_t i0, int 
 static int qgemm_fits(const int64_t *g)
 {
     const int64_t m = g[QG_M], k = g[QG_K], n = g[QG_N];
-    if (m < 0 || k < 0 || n < 0 || g[QG_LDA] < k || g[QG_LDY] < n || g[QG_MODE] < 0 || g[QG_MODE] > 2)
+    if (m < 0 || k < 0 || n < 0 || g[QG_LDA] < k || g[QG_LDY] < n || g[QG_MODE] < 0 || g[QG_MODE] > 3)
         return 0;
     if (g[QG_FORMAT] != 0 && (g[QG_FORMAT] != 1 || !g[QG_COLSUM]))
+        return 0;
+    if (g[QG_RPTR] && (g[QG_FORMAT] != 1 || !g[QG_RIDX] || !g[QG_RVAL]))
         return 0;
     if (g[QG_PACKED_LEN] != (g[QG_FORMAT] ? aioge_qgemm_packed8(k, n) : aioge_qgemm_packed(k, n)))
         return 0;
@@ -360,6 +449,8 @@ static int rows8(const int64_t *g, int64_t b0, int64_t b1)
     const uint8_t *a = (const uint8_t *)(intptr_t)g[QG_A];
     const int8_t *packed = (const int8_t *)(intptr_t)g[QG_PACKED];
     const int32_t *colsum = (const int32_t *)(intptr_t)g[QG_COLSUM];
+    const int32_t *rptr = (const int32_t *)(intptr_t)g[QG_RPTR], *ridx = (const int32_t *)(intptr_t)g[QG_RIDX];
+    const int16_t *rval = (const int16_t *)(intptr_t)g[QG_RVAL];
     uint8_t *aw = (uint8_t *)aioge_thread_scratch(1, (size_t)(QMR * kq) / 4 + 1);
     if (!aw)
         return AIOGE_ENOMEM;
@@ -371,7 +462,11 @@ static int rows8(const int64_t *g, int64_t b0, int64_t b1)
         for (int64_t blk = b0; blk < b1; blk++) {
             const int64_t i0 = blk * QMR;
             const int rows = (int)(m - i0 < QMR ? m - i0 : QMR);
-            for (int r = 0; r < QMR; r++) {
+            /* a full block of unsigned rows whose k is a multiple of 4 is read where it lies */
+            const int direct = !a_signed && kq == k && rows == QMR;
+            const uint8_t *at = direct ? a + i0 * lda : aw;
+            const int64_t ld = direct ? lda : kq;
+            for (int r = 0; r < QMR && !direct; r++) {
                 uint8_t *dst = aw + r * kq;
                 memset(dst + k, 0, (size_t)(kq - k));
                 if (r >= rows) {
@@ -385,11 +480,16 @@ static int rows8(const int64_t *g, int64_t b0, int64_t b1)
                     memcpy(dst, a + (i0 + r) * lda, (size_t)k);
             }
             for (int64_t p = p0; p < p1; p++) {
-                tile(aw, kq, packed + p * kq * QNR, acc);
+                tile(at, ld, kq, packed + p * kq * QNR, acc);
                 const int cols = (int)(n - p * QNR < QNR ? n - p * QNR : QNR);
-                for (int r = 0; r < rows; r++)
-                    for (int c = 0; c < cols; c++)
-                        acc[r][c] -= za * colsum[p * QNR + c];
+                for (int c = 0; rptr && c < cols; c++)
+                    for (int32_t e = rptr[p * QNR + c]; e < rptr[p * QNR + c + 1]; e++)
+                        for (int r = 0; r < rows; r++)
+                            acc[r][c] += at[r * ld + ridx[e]] * (int32_t)rval[e];
+                if (za)
+                    for (int r = 0; r < rows; r++)
+                        for (int c = 0; c < QNR; c++) /* past cols too: a whole row vectorises, and is not stored */
+                            acc[r][c] -= za * (c < cols ? colsum[p * QNR + c] : 0);
                 store_tile(g, acc, i0, rows, p * QNR, cols);
             }
         }
@@ -446,5 +546,108 @@ int aioge_qgemm_rows(const int64_t *g, int64_t b0, int64_t b1)
             }
         }
     }
+    return 0;
+}
+
+/* DynamicQuantizeLinear's passes over a float32 x, for DynamicQuantizeMatMul: its range with 0
+ * in it (lohi[0] = min(x, 0), lohi[1] = max(x, 0)), and y = saturate(rint(x / scale) + zero) as
+ * uint8 or int8 (a division, as the spec writes it, rounded half to even: numpy's float32
+ * steps; QuantizeLinear's per-tensor case too). */
+#ifdef QGEMM_X86
+__attribute__((target("avx2"))) static void range_avx2(const float *x, int64_t n, float *lohi)
+{
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        lo = _mm256_min_ps(lo, v), hi = _mm256_max_ps(hi, v);
+    }
+    float l[8], h[8];
+    _mm256_storeu_ps(l, lo), _mm256_storeu_ps(h, hi);
+    for (int j = 0; j < 8; j++)
+        lohi[0] = l[j] < lohi[0] ? l[j] : lohi[0], lohi[1] = h[j] > lohi[1] ? h[j] : lohi[1];
+    for (; i < n; i++)
+        lohi[0] = x[i] < lohi[0] ? x[i] : lohi[0], lohi[1] = x[i] > lohi[1] ? x[i] : lohi[1];
+}
+
+__attribute__((target("avx2"))) static int64_t quantize_avx2(const float *x, int64_t n, float scale, float zero, int is_signed,
+                                                          uint8_t *y)
+{
+    const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zero);
+    const __m256 bot = _mm256_set1_ps(is_signed ? -128.0f : 0.0f), top = _mm256_set1_ps(is_signed ? 127.0f : 255.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(v, z), bot), top);
+        const __m256i q = _mm256_cvtps_epi32(v);
+        const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+        _mm_storel_epi64((__m128i *)(y + i), is_signed ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w));
+    }
+    return i;
+}
+#endif
+
+int aioge_qgemm_range(const float *x, int64_t n, float *lohi)
+{
+    if (n < 0)
+        return AIOGE_EGEOMETRY;
+    lohi[0] = lohi[1] = 0.0f;
+#ifdef QGEMM_X86
+    if (aioge_qgemm_path(-1) >= 1) {
+        range_avx2(x, n, lohi);
+        return 0;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        lohi[0] = x[i] < lohi[0] ? x[i] : lohi[0], lohi[1] = x[i] > lohi[1] ? x[i] : lohi[1];
+    return 0;
+}
+
+int aioge_qgemm_quantize(const float *x, int64_t n, float scale, float zero, int is_signed, void *out)
+{
+    uint8_t *y = (uint8_t *)out;
+    const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+    if (n < 0 || !(scale > 0.0f))
+        return AIOGE_EGEOMETRY;
+    int64_t i = 0;
+#ifdef QGEMM_X86
+    if (aioge_qgemm_path(-1) >= 1)
+        i = quantize_avx2(x, n, scale, zero, is_signed, y);
+#endif
+    for (; i < n; i++) {
+        float v = nearbyintf(x[i] / scale) + zero;
+        v = v < lo ? lo : (v > hi ? hi : v);
+        y[i] = is_signed ? (uint8_t)(int8_t)v : (uint8_t)v;
+    }
+    return 0;
+}
+
+/* DequantizeLinear's per-tensor 8-bit case: y = (x - zero) * scale in float32 (x - zero exact). */
+#ifdef QGEMM_X86
+__attribute__((target("avx2"))) static int64_t dequantize_avx2(const void *x, int is_signed, int64_t n, float scale,
+                                                            float zero, float *y)
+{
+    const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zero);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i b = _mm_loadl_epi64((const __m128i *)((const uint8_t *)x + i));
+        const __m256i w = is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(w), z), s));
+    }
+    return i;
+}
+#endif
+
+int aioge_qgemm_dequantize(const void *x, int is_signed, int64_t n, float scale, float zero, float *y)
+{
+    if (n < 0)
+        return AIOGE_EGEOMETRY;
+    int64_t i = 0;
+#ifdef QGEMM_X86
+    if (aioge_qgemm_path(-1) >= 1)
+        i = dequantize_avx2(x, is_signed, n, scale, zero, y);
+#endif
+    for (; i < n; i++)
+        y[i] = ((float)(is_signed ? ((const int8_t *)x)[i] : ((const uint8_t *)x)[i]) - zero) * scale;
     return 0;
 }
