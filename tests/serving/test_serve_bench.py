@@ -86,3 +86,37 @@ def test_bench_serve_runs_mlserver_beside_aioge(tmp_path: Path) -> None:
     assert arms[-3:] == ["aioge serve (JSON)", "MLServer, batching off", "MLServer, batching on (64 rows, 2 ms)"]
     for r in rows:
         assert r["requests"] == 20 and r["errors"] == 0 and r["max_abs_err"] < 1e-5
+
+
+@pytest.mark.timeout(180)  # one aioge serve process starts and compiles a tiny model; four load runs of a second or so
+def test_load_generator_counts_requests_errors_and_latencies(tmp_path: Path) -> None:
+    """The multi-process load generator against a real ``aioge serve``: every request it
+    counts the server counted too (the model's Triton statistics, success and fail), 400s are
+    errors, and each latency lies within the run."""
+    import httpx
+    import numpy as np
+
+    from aioge.benchmarks.loadgen import http_request, run_load
+    from aioge.benchmarks.serve_bench import _free_port, _request, _server
+
+    from .test_server import _onnx_model
+
+    model = _onnx_model(tmp_path / "mlp.onnx")
+    port = _free_port()
+    env = {**os.environ, "ASCEND_CACHE_PATH": str(tmp_path / "atc")}
+    good = _request({"x": np.ones((1, 4), np.float32), "y": np.ones((1, 3), np.float32)})
+    bad = _request({"x": np.ones((1, 5), np.float32), "y": np.ones((1, 3), np.float32)})  # x has 4 columns: a 400
+    with _server(["-m", "aioge", "serve", str(model), "--no-access-log", "--port", str(port)], port, env) as url:
+        path = "/v2/models/mlp/infer"
+        runs = [(good, 3, 2, 23, 4), (good, 4, 4, 8, 0), (bad, 3, 2, 11, 3)]  # (request, clients, procs, total, warmup)
+        for (body, headers), clients, procs, total, warmup in runs:
+            request = http_request("127.0.0.1", port, path, body, headers)
+            got = run_load("127.0.0.1", port, request, clients=clients, procs=procs, total=total, seconds=60, warmup=warmup)
+            assert got["requests"] == total and len(got["latencies"]) == total and got["transport_errors"] == []
+            assert got["errors"] == (total if body is bad[0] else 0)
+            assert all(0 < x <= got["seconds"] for x in got["latencies"])
+            assert got["client_cpu_s"] > 0 and 0 < got["client_max_pct"]
+        stats = httpx.get(f"{url}/v2/models/mlp/stats").json()["model_stats"][0]["inference_stats"]
+    assert stats["success"]["count"] == 23 + 4 + 8 and stats["fail"]["count"] == 11 + 3  # warm-ups included
+    with pytest.raises(RuntimeError, match="load generator process failed"):  # nothing listens there any more
+        run_load("127.0.0.1", port, request, clients=2, procs=2, total=4, seconds=5, warmup=0)

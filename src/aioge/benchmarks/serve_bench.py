@@ -45,6 +45,7 @@ class ServeBenchConfig:
     total: int = 4000
     seconds: float = 30.0
     warmup: int = 200
+    client_procs: int = 2  # load generator processes (loadgen.py): see bench/SERVE.md for the sweep
     ort_threads: int = 64  # onnxruntime's worker threads in its arm (the 64-thread pool)
     serve_args: tuple[str, ...] = ()  # extra `aioge serve` flags (e.g. --batch-max-rows 64)
     workers: tuple[int, ...] = (1,)  # an `aioge serve --workers N` arm for each
@@ -228,57 +229,32 @@ def mlserver_usable(python: str | None) -> str | None:
     return None
 
 
-async def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg: ServeBenchConfig) -> dict[str, Any]:
+def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg: ServeBenchConfig) -> dict[str, Any]:
     import httpx
 
-    latencies: list[float] = []
-    errors = 0
-    sent = 0
-    dropped: list[str] = []
-    limits = httpx.Limits(max_connections=cfg.clients, max_keepalive_connections=cfg.clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
-        path = f"/v2/models/{model}/infer"
+    from aioge.benchmarks.loadgen import http_request, run_load
 
-        async def one_client(budget: int, deadline: float, record: bool) -> None:
-            nonlocal sent, errors
-            while sent < budget and time.perf_counter() < deadline:
-                sent += 1
-                start = time.perf_counter()
-                try:
-                    r = await client.post(path, content=body, headers=headers)
-                except httpx.TransportError as exc:  # a connection the server closed or reset: an error, not the end
-                    errors += record
-                    dropped.append(repr(exc))
-                    continue
-                if record:
-                    latencies.append(time.perf_counter() - start)
-                    errors += r.status_code != 200
-
-        async def burst(budget: int, record: bool) -> float:
-            t0 = time.perf_counter()
-            async with anyio.create_task_group() as tg:
-                for _ in range(cfg.clients):
-                    tg.start_soon(one_client, budget, t0 + cfg.seconds, record)
-            return time.perf_counter() - t0
-
-        await burst(cfg.warmup, False)  # connections opened, first compiles and caches warm
-        sent = 0
-        cpu = time.process_time()
-        elapsed = await burst(cfg.total, True)
-        cpu = time.process_time() - cpu
-        r = await client.post(path, content=body, headers=headers)
-        outputs = _decode(r.content, r.headers.get("Inference-Header-Content-Length"))
-    lat = np.array(latencies)
+    host, port = url.removeprefix("http://").split(":")
+    path = f"/v2/models/{model}/infer"
+    request = http_request(host, int(port), path, body, headers)
+    kw = {"clients": cfg.clients, "procs": cfg.client_procs, "total": cfg.total, "seconds": cfg.seconds}
+    load = run_load(host, int(port), request, warmup=cfg.warmup, **kw)
+    r = httpx.post(url + path, content=body, headers=headers, timeout=120)
+    lat, elapsed, cores = np.array(load["latencies"]), load["seconds"], min(cfg.client_procs, os.cpu_count() or 1)
     return {
-        "transport_errors": sorted(set(dropped)),  # of the warm-up too
-        "client_cpu_pct": 100 * cpu / elapsed,  # of one core: the load generator's own share
-        "requests": len(lat),
-        "errors": errors,
+        "transport_errors": load["transport_errors"],  # of the warm-up too
+        "client_procs": cfg.client_procs,
+        "client_cpu_pct": 100 * load["client_cpu_s"] / elapsed,  # of one core: the load generator's own share
+        "client_us_per_request": 1e6 * load["client_cpu_s"] / max(len(lat), 1),
+        # the client used > 80% of the cores it can use (a process each): its limit, maybe not the server's
+        "client_bound": 100 * load["client_cpu_s"] / elapsed > 80 * cores or load["client_max_pct"] > 90,
+        "requests": load["requests"],
+        "errors": load["errors"],
         "seconds": elapsed,
         "rps": len(lat) / elapsed,
         "p50_ms": float(np.percentile(lat, 50) * 1e3),
         "p99_ms": float(np.percentile(lat, 99) * 1e3),
-        "outputs": outputs,
+        "outputs": _decode(r.content, r.headers.get("Inference-Header-Content-Length")),
     }
 
 
@@ -344,7 +320,7 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
                 port = _free_port()
                 print(f"serve bench: {name}, {arm}", file=sys.stderr)
                 with _server(argv_for(port), port, arm_env, python, f"/v2/models/{name}/ready") as url:
-                    row = anyio.run(_load, url, name, body, headers, cfg)
+                    row = _load(url, name, body, headers, cfg)
                 got = row.pop("outputs")
                 row["max_abs_err"] = max(float(np.max(np.abs(got[k] - np.asarray(v)))) for k, v in want.items())
                 rows.append({"workload": name, "arm": arm, "clients": cfg.clients, **row})

@@ -1,0 +1,176 @@
+"""The serving benchmark's load generator: ``procs`` client processes (this file run as a script,
+standard library only, uvloop when installed), each holding its share of ``clients`` HTTP/1.1
+keep-alive connections that send one pre-encoded request after another (a closed loop). Far
+less CPU a request than an HTTP client library, and more than one core when one is not enough.
+
+The parent sends each process its spec (one JSON line on stdin); each connects, runs its share
+of the warm-up, says ``ready`` and waits; on ``go`` (all at once) it runs its share of ``total``
+requests, bounded by ``seconds``, and answers one JSON line: its start and end on the shared
+monotonic clock, its CPU time and each response's latency and status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+__all__ = ["http_request", "run_load"]
+
+_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
+
+
+def http_request(host: str, port: int, path: str, body: bytes, headers: dict[str, str]) -> bytes:
+    """The bytes of an HTTP/1.1 keep-alive POST of ``body`` to ``path``."""
+    lines = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", f"Content-Length: {len(body)}"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def _share(n: int, parts: int, i: int) -> int:
+    return n // parts + (i < n % parts)
+
+
+async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
+    host, port, request = spec["host"], spec["port"], base64.b64decode(spec["request"])
+    latencies: list[float] = []
+    statuses: list[int] = []
+    dropped: list[str] = []
+    sent = 0
+
+    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(host, port)
+
+    async def client(conn: list[Any], budget: int, deadline: float, record: bool) -> None:
+        nonlocal sent
+        while sent < budget and time.monotonic() < deadline:
+            sent += 1
+            start = time.monotonic()
+            try:
+                if conn[0].at_eof():  # the server closed it while idle (keep-alive timeout)
+                    conn[:] = await connect()
+                conn[1].write(request)
+                head = await conn[0].readuntil(b"\r\n\r\n")
+                length = _LENGTH.search(head)
+                if length is None:  # no body length (chunked): not what a KServe server sends
+                    raise ConnectionError(f"response without Content-Length: {head[:200]!r}")
+                await conn[0].readexactly(int(length[1]))
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+                dropped.append(repr(exc))  # an error, not the end: a fresh connection goes on
+                conn[1].close()
+                if record:
+                    statuses.append(0)
+                conn[:] = await connect()
+                continue
+            if record:
+                latencies.append(time.monotonic() - start)
+                statuses.append(int(head[9:12]))
+            if b"connection: close" in head.lower():
+                conn[1].close()
+                conn[:] = await connect()
+
+    async def burst(budget: int, record: bool) -> None:
+        deadline = time.monotonic() + spec["seconds"]
+        async with asyncio.timeout(spec["seconds"] + 120):  # a server that stops answering: fail, not hang
+            await asyncio.gather(*(client(c, budget, deadline, record) for c in conns))
+
+    conns = [list(await connect()) for _ in range(spec["clients"])]
+    await burst(spec["warmup"], False)
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # go
+    sent = 0
+    start, cpu = time.monotonic(), time.process_time()
+    await burst(spec["total"], True)
+    end, cpu = time.monotonic(), time.process_time() - cpu
+    for _, writer in conns:
+        writer.close()
+    return {"start": start, "end": end, "cpu": cpu, "latencies": latencies, "statuses": statuses, "dropped": dropped}
+
+
+def run_load(
+    host: str,
+    port: int,
+    request: bytes,
+    *,
+    clients: int,
+    procs: int,
+    total: int,
+    seconds: float,
+    warmup: int,
+) -> dict[str, Any]:
+    """Drive ``host``:``port`` with ``request`` from ``clients`` connections spread over
+    ``procs`` processes: ``total`` requests (split evenly) or ``seconds``, after ``warmup``.
+
+    Returns requests (responses, whatever their status), errors (non-200 responses and dropped
+    connections), latencies (seconds, one a response), seconds (first start to last end),
+    client_cpu_s (every process's CPU over its run), client_max_pct (the busiest process's
+    share of a core) and transport_errors (distinct, of the warm-up too).
+
+    Raises:
+        RuntimeError: a client process failed.
+    """
+    procs = max(1, min(procs, clients))
+    code = base64.b64encode(request).decode()
+    with tempfile.TemporaryFile() as log:
+        workers = [
+            subprocess.Popen(
+                [sys.executable, "-P", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+            )
+            for _ in range(procs)
+        ]
+        try:
+            for i, w in enumerate(workers):
+                share = {"clients": _share(clients, procs, i), "total": _share(total, procs, i)}
+                spec = {"host": host, "port": port, "request": code, "seconds": seconds, **share}
+                assert w.stdin is not None
+                w.stdin.write(json.dumps(spec | {"warmup": _share(warmup, procs, i)}) + "\n")
+                w.stdin.flush()
+            results = []
+            if all(w.stdout is not None and w.stdout.readline().strip() == "ready" for w in workers):
+                for w in workers:
+                    assert w.stdin is not None
+                    w.stdin.write("go\n")
+                    w.stdin.flush()
+                results = [json.loads(w.stdout.readline() or "null") for w in workers if w.stdout is not None]
+        finally:
+            for w in workers:
+                if w.poll() is None:
+                    w.kill()
+                w.wait()
+                for pipe in (w.stdin, w.stdout):
+                    with contextlib.suppress(OSError):
+                        pipe.close()  # type: ignore[union-attr]
+        if len(results) < procs or None in results:
+            log.seek(0)
+            raise RuntimeError(f"a load generator process failed: {log.read().decode(errors='replace')[-2000:]}")
+    elapsed = max(r["end"] for r in results) - min(r["start"] for r in results)
+    statuses = [s for r in results for s in r["statuses"]]
+    return {
+        "requests": sum(s != 0 for s in statuses),
+        "errors": sum(s != 200 for s in statuses),
+        "latencies": [x for r in results for x in r["latencies"]],
+        "seconds": elapsed,
+        "client_cpu_s": sum(r["cpu"] for r in results),
+        "client_max_pct": max(100 * r["cpu"] / max(r["end"] - r["start"], 1e-9) for r in results),
+        "transport_errors": sorted({d for r in results for d in r["dropped"]}),
+    }
+
+
+def _main() -> None:
+    spec = json.loads(sys.stdin.readline())
+    try:
+        from uvloop import run  # less CPU a request than asyncio's own loop
+    except ImportError:
+        run = asyncio.run
+    sys.stdout.write(json.dumps(run(_worker(spec))) + "\n")
+
+
+if __name__ == "__main__":
+    _main()
