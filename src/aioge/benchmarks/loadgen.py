@@ -169,9 +169,11 @@ def _main() -> None:
         from uvloop import run  # less CPU a request than asyncio's own loop
     except ImportError:
         run = asyncio.run
-    result = json.dumps(run(_worker(spec))) + "\n"
-    os.set_blocking(sys.stdout.fileno(), True)  # the loop may have left it non-blocking: a full pipe would cut the line
-    sys.stdout.write(result)
+    result = (json.dumps(run(_worker(spec))) + "\n").encode()
+    # os.write, not sys.stdout: after uvloop's run, sys.stdout cut a line at 64 KiB when the parent read late
+    os.set_blocking(1, True)
+    while result:
+        result = result[os.write(1, result) :]
 
 
 if __name__ == "__main__":
