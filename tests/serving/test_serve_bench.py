@@ -35,17 +35,21 @@ def test_bench_serve_runs_both_arms_and_writes_figures(tmp_path: Path, capsys: p
         assert r["requests"] == 40 and r["errors"] == 0
         assert r["max_abs_err"] < 1e-5  # the softmax of the last response vs the numpy reference
         assert 0 < r["p50_ms"] <= r["p99_ms"] and r["rps"] > 0 and r["client_cpu_pct"] > 0
+        assert r["client_procs"] == 2 and r["client_us_per_request"] > 0 and isinstance(r["client_bound"], bool)
     md = (tmp_path / "SERVE.md").read_text()
     assert "| mlp | aioge serve | 8 | 40 | 0 |" in md
     assert "MLServer arms skipped: no --mlserver-python" in md  # said, not silently left out
     assert "wrote" in capsys.readouterr().out
 
 
-def test_bench_serve_rejects_unknown_workloads(tmp_path: Path) -> None:
+def test_bench_serve_rejects_unknown_workloads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from aioge.benchmarks.serve_bench import ServeBenchConfig, run_serve_bench
 
     with pytest.raises(ValueError, match="unknown serving workloads"):
         run_serve_bench(ServeBenchConfig(workloads=("nope",)))
+    for flag in ("--serve-client-procs", "--serve-clients"):  # from the command line: one line naming the flag
+        assert main(["bench", "--serve", flag, "0", "--output-dir", str(tmp_path)]) == 1
+        assert f"Value 0 for parameter '{flag}' is invalid. Reason: expected 1 or more" in capsys.readouterr().err
 
 
 def test_mlserver_folder_holds_the_runtime_and_its_batching(tmp_path: Path) -> None:
@@ -120,3 +124,14 @@ def test_load_generator_counts_requests_errors_and_latencies(tmp_path: Path) -> 
     assert stats["success"]["count"] == 23 + 4 + 8 and stats["fail"]["count"] == 11 + 3  # warm-ups included
     with pytest.raises(RuntimeError, match="load generator process failed"):  # nothing listens there any more
         run_load("127.0.0.1", port, request, clients=2, procs=2, total=4, seconds=5, warmup=0)
+
+
+def test_format_rows_marks_a_client_bound_row() -> None:
+    from aioge.benchmarks.serve_bench import format_rows
+
+    row = {"workload": "mlp", "arm": "aioge serve", "clients": 50, "requests": 2000, "errors": 0, "rps": 300.0}
+    row |= {"p50_ms": 80.0, "p99_ms": 1000.0, "client_cpu_pct": 97.0, "client_us_per_request": 3100.0, "max_abs_err": 0.0}
+    quiet = format_rows([row | {"client_bound": False}])
+    assert "| 97 | 3100 |" in quiet and "CLIENT-BOUND" not in quiet
+    bound = format_rows([row | {"client_bound": True}])
+    assert "| 97 CLIENT-BOUND | 3100 |" in bound and "is the client's limit, not the server's" in bound
