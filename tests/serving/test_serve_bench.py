@@ -135,3 +135,15 @@ def test_format_rows_marks_a_client_bound_row() -> None:
     assert "| 97 | 3100 |" in quiet and "CLIENT-BOUND" not in quiet
     bound = format_rows([row | {"client_bound": True}])
     assert "| 97 CLIENT-BOUND | 3100 |" in bound and "is the client's limit, not the server's" in bound
+
+
+@pytest.mark.timeout(300)
+def test_bench_serve_runs_each_client_process_count_on_one_server() -> None:
+    from aioge.benchmarks.serve_bench import ServeBenchConfig, run_serve_bench
+
+    cfg = ServeBenchConfig(workloads=("mlp",), clients=5, total=17, warmup=4, workers=(1,), client_procs=(1, 3))
+    rows = run_serve_bench(cfg)
+    arms = ["aioge serve", "onnxruntime (64 threads)"]
+    assert [(r["arm"], r["client_procs"]) for r in rows] == [(f"{a}, {p} client procs", p) for a in arms for p in (1, 3)]
+    for r in rows:
+        assert r["requests"] == 17 and r["errors"] == 0 and r["max_abs_err"] < 1e-5

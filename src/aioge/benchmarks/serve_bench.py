@@ -46,7 +46,7 @@ class ServeBenchConfig:
     total: int = 4000
     seconds: float = 30.0
     warmup: int = 200
-    client_procs: int = 2  # load generator processes (loadgen.py): see bench/SERVE.md for the sweep
+    client_procs: tuple[int, ...] = (2,)  # load generator processes (loadgen.py), a run each: bench/SERVE.md's sweep
     ort_threads: int = 64  # onnxruntime's worker threads in its arm (the 64-thread pool)
     serve_args: tuple[str, ...] = ()  # extra `aioge serve` flags (e.g. --batch-max-rows 64)
     workers: tuple[int, ...] = (1,)  # an `aioge serve --workers N` arm for each
@@ -230,7 +230,7 @@ def mlserver_usable(python: str | None) -> str | None:
     return None
 
 
-def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg: ServeBenchConfig) -> dict[str, Any]:
+def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg: ServeBenchConfig, procs: int) -> dict[str, Any]:
     import httpx
 
     from aioge.benchmarks.loadgen import http_request, run_load
@@ -238,13 +238,13 @@ def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg: Serve
     host, port = url.removeprefix("http://").split(":")
     path = f"/v2/models/{model}/infer"
     request = http_request(host, int(port), path, body, headers)
-    kw = {"clients": cfg.clients, "procs": cfg.client_procs, "total": cfg.total, "seconds": cfg.seconds}
+    kw = {"clients": cfg.clients, "procs": procs, "total": cfg.total, "seconds": cfg.seconds}
     load = run_load(host, int(port), request, warmup=cfg.warmup, **kw)
     r = httpx.post(url + path, content=body, headers=headers, timeout=120)
-    lat, elapsed, cores = np.array(load["latencies"]), load["seconds"], min(cfg.client_procs, os.cpu_count() or 1)
+    lat, elapsed, cores = np.array(load["latencies"]), load["seconds"], min(procs, os.cpu_count() or 1)
     return {
         "transport_errors": load["transport_errors"],  # of the warm-up too
-        "client_procs": cfg.client_procs,
+        "client_procs": procs,
         "client_cpu_pct": 100 * load["client_cpu_s"] / elapsed,  # of one core: the load generator's own share
         "client_us_per_request": 1e6 * load["client_cpu_s"] / max(len(lat), 1),
         # the client used > 80% of the cores it can use (a process each): its limit, maybe not the server's
@@ -277,7 +277,8 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
     unknown = sorted(set(cfg.workloads) - set(EXAMPLES))
     if unknown:
         raise OptionError("--serve-workloads", ",".join(unknown), f"unknown serving workloads; known: {sorted(EXAMPLES)}")
-    for flag, n in (("--serve-clients", cfg.clients), ("--serve-client-procs", cfg.client_procs), ("--serve-total", cfg.total)):
+    counts = [("--serve-clients", cfg.clients), ("--serve-total", cfg.total)]
+    for flag, n in [*counts, *(("--serve-client-procs", p) for p in cfg.client_procs)]:
         if n < 1:
             raise OptionError(flag, n, "expected 1 or more")
     rows = []
@@ -326,10 +327,12 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
                 port = _free_port()
                 print(f"serve bench: {name}, {arm}", file=sys.stderr)
                 with _server(argv_for(port), port, arm_env, python, f"/v2/models/{name}/ready") as url:
-                    row = _load(url, name, body, headers, cfg)
-                got = row.pop("outputs")
-                row["max_abs_err"] = max(float(np.max(np.abs(got[k] - np.asarray(v)))) for k, v in want.items())
-                rows.append({"workload": name, "arm": arm, "clients": cfg.clients, **row})
+                    for procs in cfg.client_procs:  # one server, a run each
+                        row = _load(url, name, body, headers, cfg, procs)
+                        got = row.pop("outputs")
+                        row["max_abs_err"] = max(float(np.max(np.abs(got[k] - np.asarray(v)))) for k, v in want.items())
+                        label = arm + (f", {procs} client procs" if len(cfg.client_procs) > 1 else "")
+                        rows.append({"workload": name, "arm": label, "clients": cfg.clients, **row})
     return rows
 
 
@@ -358,7 +361,7 @@ def bench_from_args(args: argparse.Namespace) -> int:
     cfg = ServeBenchConfig(
         workloads=tuple(w for w in args.serve_workloads.split(",") if w),
         clients=args.serve_clients,
-        client_procs=args.serve_client_procs,
+        client_procs=tuple(int(p) for p in args.serve_client_procs.split(",") if p),
         total=args.serve_total,
         seconds=args.serve_seconds,
         serve_args=tuple(args.serve_args.split()),
