@@ -80,7 +80,7 @@ async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
         async with asyncio.timeout(spec["seconds"] + 120):  # a server that stops answering: fail, not hang
             await asyncio.gather(*(client(c, budget, deadline, record) for c in conns))
 
-    conns = [list(await connect()) for _ in range(spec["clients"])]
+    conns: list[list[Any]] = [list(await connect()) for _ in range(spec["clients"])]
     await burst(spec["warmup"], False)
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # go
@@ -165,10 +165,9 @@ def run_load(
 
 def _main() -> None:
     spec = json.loads(sys.stdin.readline())
-    try:
+    run: Any = asyncio.run
+    with contextlib.suppress(ImportError):
         from uvloop import run  # less CPU a request than asyncio's own loop
-    except ImportError:
-        run = asyncio.run
     result = (json.dumps(run(_worker(spec))) + "\n").encode()
     # os.write, not sys.stdout: after uvloop's run, sys.stdout cut a line at 64 KiB when the parent read late
     os.set_blocking(1, True)

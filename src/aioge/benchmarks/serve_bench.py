@@ -238,8 +238,9 @@ def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg: Serve
     host, port = url.removeprefix("http://").split(":")
     path = f"/v2/models/{model}/infer"
     request = http_request(host, int(port), path, body, headers)
-    kw = {"clients": cfg.clients, "procs": procs, "total": cfg.total, "seconds": cfg.seconds}
-    load = run_load(host, int(port), request, warmup=cfg.warmup, **kw)
+    load = run_load(
+        host, int(port), request, clients=cfg.clients, procs=procs, total=cfg.total, seconds=cfg.seconds, warmup=cfg.warmup
+    )
     r = httpx.post(url + path, content=body, headers=headers, timeout=120)
     lat, elapsed, cores = np.array(load["latencies"]), load["seconds"], min(procs, os.cpu_count() or 1)
     return {
