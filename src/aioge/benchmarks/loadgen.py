@@ -1,13 +1,8 @@
-"""The serving benchmark's load generator: ``procs`` client processes (this file run as a script,
-standard library only, uvloop when installed), each holding its share of ``clients`` HTTP/1.1
-keep-alive connections that send one pre-encoded request after another (a closed loop). Far
-less CPU a request than an HTTP client library, and more than one core when one is not enough.
-
-The parent sends each process its spec (one JSON line on stdin); each connects, runs its share
-of the warm-up, says ``ready`` and waits; on ``go`` (all at once) it runs its share of ``total``
-requests, bounded by ``seconds``, and answers one JSON line: its start and end on the shared
-monotonic clock, its CPU time, each response's latency and its count of errors.
-"""
+"""The serving benchmark's load generator: client processes (this file as a script: standard
+library, uvloop when installed), each with its share of the HTTP/1.1 keep-alive connections, each
+sending one pre-encoded request after another. Each process gets its spec as a JSON line on
+stdin, warms up, says ``ready``; on ``go`` (all at once) it runs and answers a JSON line: start
+and end (the shared monotonic clock), CPU time, latencies, errors."""
 
 from __future__ import annotations
 
@@ -65,8 +60,7 @@ async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
                 dropped.append(repr(exc))  # an error, not the end: a fresh connection goes on
                 conn[1].close()
-                errors += record
-                conn[:] = await connect()
+                errors, conn[:] = errors + record, await connect()
                 continue
             if record:
                 latencies.append(time.monotonic() - start)
@@ -104,12 +98,10 @@ def run_load(
     seconds: float,
     warmup: int,
 ) -> dict[str, Any]:
-    """Drive ``host``:``port`` with ``request`` from ``clients`` connections spread over
-    ``procs`` processes: ``total`` requests (split evenly) or ``seconds``, after ``warmup``.
-
-    Returns requests (responses, whatever their status), errors (non-200 responses and dropped
-    connections), latencies (seconds, one a response), seconds (first start to last end),
-    client_cpu_s (every process's CPU over its run), client_max_pct (the busiest process's
+    """Drive ``host``:``port`` with ``request`` from ``clients`` connections over ``procs``
+    processes: ``total`` requests (split evenly) or ``seconds``, after ``warmup``. Returns
+    requests (responses of any status), errors (non-200 and dropped connections), latencies,
+    seconds (first start to last end), client_cpu_s, client_max_pct (the busiest process's
     share of a core) and transport_errors (distinct, of the warm-up too).
 
     Raises:
@@ -163,17 +155,12 @@ def run_load(
     }
 
 
-def _main() -> None:
-    spec = json.loads(sys.stdin.readline())
+if __name__ == "__main__":
     run: Any = asyncio.run
     with contextlib.suppress(ImportError):
         from uvloop import run  # less CPU a request than asyncio's own loop
-    result = (json.dumps(run(_worker(spec))) + "\n").encode()
+    result = (json.dumps(run(_worker(json.loads(sys.stdin.readline())))) + "\n").encode()
     # os.write, not sys.stdout: after uvloop's run, sys.stdout cut a line at 64 KiB when the parent read late
     os.set_blocking(1, True)
     while result:
         result = result[os.write(1, result) :]
-
-
-if __name__ == "__main__":
-    _main()

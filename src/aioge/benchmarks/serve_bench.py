@@ -381,7 +381,8 @@ def bench_from_args(args: argparse.Namespace) -> int:
             f"# aioge serve over HTTP\n\n{cfg.clients} concurrent single-row clients on 127.0.0.1, "
             f"at most {cfg.total} requests or {cfg.seconds:g} s per server; load average {load:.1f} before, "
             f"{os.getloadavg()[0]:.1f} after (a shared machine: other jobs run beside it). Client CPU %: the load "
-            f"generator's own CPU time over the run, of one core.\n\n{table}\n" + (f"\n{skipped}.\n" if skipped else "")
+            f"generator's CPU time over the run ({'/'.join(map(str, cfg.client_procs))} processes), of one core.\n\n{table}\n"
+            + (f"\n{skipped}.\n" if skipped else "")
         )
     with open(js, "w") as f:
         json.dump(rows, f, indent=2)
