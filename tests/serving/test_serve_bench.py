@@ -36,6 +36,7 @@ def test_bench_serve_runs_both_arms_and_writes_figures(tmp_path: Path, capsys: p
         assert r["max_abs_err"] < 1e-5  # the softmax of the last response vs the numpy reference
         assert 0 < r["p50_ms"] <= r["p99_ms"] and r["rps"] > 0 and r["client_cpu_pct"] > 0
         assert r["client_procs"] == 2 and r["client_us_per_request"] > 0 and isinstance(r["client_bound"], bool)
+        assert r["server_cpu_pct"] >= 0  # measured from /proc (NaN fails), at the clock tick's resolution
     md = (tmp_path / "SERVE.md").read_text()
     assert "| mlp | aioge serve | 8 | 40 | 0 |" in md
     assert "MLServer arms skipped: no --mlserver-python" in md  # said, not silently left out
@@ -110,16 +111,17 @@ def test_load_generator_counts_requests_errors_and_latencies(tmp_path: Path) -> 
     env = {**os.environ, "ASCEND_CACHE_PATH": str(tmp_path / "atc")}
     good = _request({"x": np.ones((1, 4), np.float32), "y": np.ones((1, 3), np.float32)})
     bad = _request({"x": np.ones((1, 5), np.float32), "y": np.ones((1, 3), np.float32)})  # x has 4 columns: a 400
-    with _server(["-m", "aioge", "serve", str(model), "--no-access-log", "--port", str(port)], port, env) as url:
+    with _server(["-m", "aioge", "serve", str(model), "--no-access-log", "--port", str(port)], port, env) as (url, pid):
         path = "/v2/models/mlp/infer"
         runs = [(good, 3, 2, 23, 4), (good, 4, 4, 8, 0), (bad, 3, 2, 11, 3)]  # (request, clients, procs, total, warmup)
         for (body, headers), clients, procs, total, warmup in runs:
             request = http_request("127.0.0.1", port, path, body, headers)
-            got = run_load("127.0.0.1", port, request, clients=clients, procs=procs, total=total, seconds=60, warmup=warmup)
+            kw = {"clients": clients, "procs": procs, "total": total, "warmup": warmup}
+            got = run_load("127.0.0.1", port, request, seconds=60, server_pid=pid, **kw)
             assert got["requests"] == total and len(got["latencies"]) == total and got["transport_errors"] == []
             assert got["errors"] == (total if body is bad[0] else 0)
             assert all(0 < x <= got["seconds"] for x in got["latencies"])
-            assert got["client_cpu_s"] > 0 and 0 < got["client_max_pct"]
+            assert got["client_cpu_s"] > 0 and 0 < got["client_max_pct"] and got["server_cpu_s"] >= 0
         stats = httpx.get(f"{url}/v2/models/mlp/stats").json()["model_stats"][0]["inference_stats"]
     assert stats["success"]["count"] == 23 + 4 + 8 and stats["fail"]["count"] == 11 + 3  # warm-ups included
     with pytest.raises(RuntimeError, match="load generator process failed"):  # nothing listens there any more
@@ -131,10 +133,11 @@ def test_format_rows_marks_a_client_bound_row() -> None:
 
     row = {"workload": "mlp", "arm": "aioge serve", "clients": 50, "requests": 2000, "errors": 0, "rps": 300.0}
     row |= {"p50_ms": 80.0, "p99_ms": 1000.0, "client_cpu_pct": 97.0, "client_us_per_request": 3100.0, "max_abs_err": 0.0}
+    row["server_cpu_pct"] = 55.0
     quiet = format_rows([row | {"client_bound": False}])
-    assert "| 97 | 3100 |" in quiet and "CLIENT-BOUND" not in quiet
+    assert "| 97 | 3100 | 55 |" in quiet and "CLIENT-BOUND" not in quiet
     bound = format_rows([row | {"client_bound": True}])
-    assert "| 97 CLIENT-BOUND | 3100 |" in bound and "is the client's limit, not the server's" in bound
+    assert "| 97 CLIENT-BOUND | 3100 | 55 |" in bound and "is the client's limit, not the server's" in bound
 
 
 @pytest.mark.timeout(300)

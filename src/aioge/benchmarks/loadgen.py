@@ -34,6 +34,19 @@ def _share(n: int, parts: int, i: int) -> int:
     return n // parts + (i < n % parts)
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) of process ``pid`` and its live descendants (Linux /proc;
+    NaN elsewhere or when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = [int(k) for k in f.read().split()]
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the name: fields 3.. (utime, stime: 14, 15)
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") + sum(tree_cpu_s(k) for k in kids)
+
+
 async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     host, port, request = spec["host"], spec["port"], base64.b64decode(spec["request"])
     latencies: list[float] = []
@@ -97,12 +110,14 @@ def run_load(
     total: int,
     seconds: float,
     warmup: int,
+    server_pid: int | None = None,
 ) -> dict[str, Any]:
     """Drive ``host``:``port`` with ``request`` from ``clients`` connections over ``procs``
     processes: ``total`` requests (split evenly) or ``seconds``, after ``warmup``. Returns
     requests (responses of any status), errors (non-200 and dropped connections), latencies,
     seconds (first start to last end), client_cpu_s, client_max_pct (the busiest process's
-    share of a core) and transport_errors (distinct, of the warm-up too).
+    share of a core), transport_errors (distinct, of the warm-up too) and server_cpu_s (of
+    ``server_pid`` and its children from go to the last answer; NaN without it).
 
     Raises:
         RuntimeError: a client process failed.
@@ -123,14 +138,16 @@ def run_load(
                 assert w.stdin is not None
                 w.stdin.write(json.dumps(spec | {"warmup": _share(warmup, procs, i)}) + "\n")
                 w.stdin.flush()
-            results = []
+            results, server_cpu = [], float("nan")
             if all(w.stdout is not None and w.stdout.readline().strip() == "ready" for w in workers):
+                server_cpu = -tree_cpu_s(server_pid) if server_pid else server_cpu
                 for w in workers:
                     assert w.stdin is not None
                     w.stdin.write("go\n")
                     w.stdin.flush()
                 with contextlib.suppress(ValueError):  # a line cut short: a process that failed
                     results = [json.loads(w.stdout.readline() or "null") for w in workers if w.stdout is not None]
+                server_cpu += tree_cpu_s(server_pid) if server_pid else server_cpu
         finally:
             for w in workers:
                 if w.poll() is None:
@@ -152,6 +169,7 @@ def run_load(
         "client_cpu_s": sum(r["cpu"] for r in results),
         "client_max_pct": max(100 * r["cpu"] / max(r["end"] - r["start"], 1e-9) for r in results),
         "transport_errors": sorted({d for r in results for d in r["dropped"]}),
+        "server_cpu_s": server_cpu,
     }
 
 

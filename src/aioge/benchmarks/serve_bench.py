@@ -104,8 +104,8 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def _server(
     argv: list[str], port: int, env: Mapping[str, str], python: str = sys.executable, ready: str = "/v2/health/ready"
-) -> Iterator[str]:
-    """A server subprocess, ready (GET ``ready`` 200) on 127.0.0.1:port; stopped on exit."""
+) -> Iterator[tuple[str, int]]:
+    """A server subprocess, ready (GET ``ready`` 200) on 127.0.0.1:port: its URL and pid; stopped on exit."""
     import httpx
 
     # stderr to a file, not a pipe: a chatty server can never block on a full pipe.
@@ -127,7 +127,7 @@ def _server(
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"server {argv} not ready after 120 s")
                 time.sleep(0.05)
-            yield url
+            yield url, proc.pid
         finally:
             proc.terminate()
             try:
@@ -230,7 +230,9 @@ def mlserver_usable(python: str | None) -> str | None:
     return None
 
 
-def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg: ServeBenchConfig, procs: int) -> dict[str, Any]:
+def _load(
+    url: str, pid: int, model: str, body: bytes, headers: dict[str, str], cfg: ServeBenchConfig, procs: int
+) -> dict[str, Any]:
     import httpx
 
     from aioge.benchmarks.loadgen import http_request, run_load
@@ -239,7 +241,15 @@ def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg: Serve
     path = f"/v2/models/{model}/infer"
     request = http_request(host, int(port), path, body, headers)
     load = run_load(
-        host, int(port), request, clients=cfg.clients, procs=procs, total=cfg.total, seconds=cfg.seconds, warmup=cfg.warmup
+        host,
+        int(port),
+        request,
+        clients=cfg.clients,
+        procs=procs,
+        total=cfg.total,
+        seconds=cfg.seconds,
+        warmup=cfg.warmup,
+        server_pid=pid,
     )
     r = httpx.post(url + path, content=body, headers=headers, timeout=120)
     lat, elapsed, cores = np.array(load["latencies"]), load["seconds"], min(procs, os.cpu_count() or 1)
@@ -248,6 +258,7 @@ def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg: Serve
         "client_procs": procs,
         "client_cpu_pct": 100 * load["client_cpu_s"] / elapsed,  # of one core: the load generator's own share
         "client_us_per_request": 1e6 * load["client_cpu_s"] / max(len(lat), 1),
+        "server_cpu_pct": 100 * load["server_cpu_s"] / elapsed,  # the server's processes, of one core
         # the client used > 80% of the cores it can use (a process each): its limit, maybe not the server's
         "client_bound": load["client_cpu_s"] / elapsed > 0.8 * cores or load["client_max_pct"] > 90,
         "requests": load["requests"],
@@ -327,9 +338,9 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
             for arm, argv_for, (body, headers), python, arm_env in arms:
                 port = _free_port()
                 print(f"serve bench: {name}, {arm}", file=sys.stderr)
-                with _server(argv_for(port), port, arm_env, python, f"/v2/models/{name}/ready") as url:
+                with _server(argv_for(port), port, arm_env, python, f"/v2/models/{name}/ready") as (url, pid):
                     for procs in cfg.client_procs:  # one server, a run each
-                        row = _load(url, name, body, headers, cfg, procs)
+                        row = _load(url, pid, name, body, headers, cfg, procs)
                         got = row.pop("outputs")
                         row["max_abs_err"] = max(float(np.max(np.abs(got[k] - np.asarray(v)))) for k, v in want.items())
                         label = arm + (f", {procs} client procs" if len(cfg.client_procs) > 1 else "")
@@ -340,13 +351,14 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
 def format_rows(rows: Sequence[Mapping[str, Any]]) -> str:
     """The rows as a Markdown table."""
     lines = [
-        "| workload | server | clients | requests | errors | req/s | p50 ms | p99 ms | client CPU % | client µs/req | max abs err |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| workload | server | clients | requests | errors | req/s | p50 ms | p99 ms | client CPU % | client µs/req | server CPU % "
+        "| max abs err |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     lines += [
         f"| {r['workload']} | {r['arm']} | {r['clients']} | {r['requests']} | {r['errors']} | {r['rps']:.0f} | "
         f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['client_cpu_pct']:.0f}{' CLIENT-BOUND' * r['client_bound']} | "
-        f"{r['client_us_per_request']:.0f} | {r['max_abs_err']:.2g} |"
+        f"{r['client_us_per_request']:.0f} | {r['server_cpu_pct']:.0f} | {r['max_abs_err']:.2g} |"
         for r in rows
     ]
     if any(r["client_bound"] for r in rows):
@@ -381,8 +393,8 @@ def bench_from_args(args: argparse.Namespace) -> int:
             f"# aioge serve over HTTP\n\n{cfg.clients} concurrent single-row clients on 127.0.0.1, "
             f"at most {cfg.total} requests or {cfg.seconds:g} s per server; load average {load:.1f} before, "
             f"{os.getloadavg()[0]:.1f} after (a shared machine: other jobs run beside it). Client CPU %: the load "
-            f"generator's CPU time over the run ({'/'.join(map(str, cfg.client_procs))} processes), of one core.\n\n{table}\n"
-            + (f"\n{skipped}.\n" if skipped else "")
+            f"generator's CPU time over the run ({'/'.join(map(str, cfg.client_procs))} processes), of one core; server CPU %: the "
+            f"server's processes', of one core ({os.cpu_count()} cores).\n\n{table}\n" + (f"\n{skipped}.\n" if skipped else "")
         )
     with open(js, "w") as f:
         json.dump(rows, f, indent=2)
