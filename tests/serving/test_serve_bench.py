@@ -120,6 +120,7 @@ def test_load_generator_counts_requests_errors_and_latencies(tmp_path: Path) -> 
             got = run_load("127.0.0.1", port, request, seconds=60, server_pid=pid, **kw)
             assert got["requests"] == total and len(got["latencies"]) == total and got["transport_errors"] == []
             assert got["errors"] == (total if body is bad[0] else 0)
+            assert got["error_statuses"] == ({"400": total} if body is bad[0] else {})
             assert all(0 < x <= got["seconds"] for x in got["latencies"])
             assert got["client_cpu_s"] > 0 and 0 < got["client_max_pct"] and got["server_cpu_s"] >= 0
         stats = httpx.get(f"{url}/v2/models/mlp/stats").json()["model_stats"][0]["inference_stats"]

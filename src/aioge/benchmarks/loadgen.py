@@ -51,6 +51,7 @@ async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     host, port, request = spec["host"], spec["port"], base64.b64decode(spec["request"])
     latencies: list[float] = []
     dropped: list[str] = []
+    statuses: dict[str, int] = {}  # of the non-200 responses
     sent = errors = 0
 
     async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -77,7 +78,9 @@ async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
                 continue
             if record:
                 latencies.append(time.monotonic() - start)
-                errors += head[9:12] != b"200"
+                if head[9:12] != b"200":
+                    errors, code = errors + 1, head[9:12].decode()
+                    statuses[code] = statuses.get(code, 0) + 1
             if b"connection: close" in head.lower():
                 conn[1].close()
                 conn[:] = await connect()
@@ -97,7 +100,15 @@ async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     end, cpu = time.monotonic(), time.process_time() - cpu
     for _, writer in conns:
         writer.close()
-    return {"start": start, "end": end, "cpu": cpu, "latencies": latencies, "errors": errors, "dropped": dropped}
+    return {
+        "start": start,
+        "end": end,
+        "cpu": cpu,
+        "latencies": latencies,
+        "errors": errors,
+        "statuses": statuses,
+        "dropped": dropped,
+    }
 
 
 def run_load(
@@ -116,7 +127,8 @@ def run_load(
     processes: ``total`` requests (split evenly) or ``seconds``, after ``warmup``. Returns
     requests (responses of any status), errors (non-200 and dropped connections), latencies,
     seconds (first start to last end), client_cpu_s, client_max_pct (the busiest process's
-    share of a core), transport_errors (distinct, of the warm-up too) and server_cpu_s (of
+    share of a core), error_statuses (count by status), transport_errors (distinct, of the
+    warm-up too) and server_cpu_s (of
     ``server_pid`` and its children from go to the last answer; NaN without it).
 
     Raises:
@@ -169,6 +181,7 @@ def run_load(
         "client_cpu_s": sum(r["cpu"] for r in results),
         "client_max_pct": max(100 * r["cpu"] / max(r["end"] - r["start"], 1e-9) for r in results),
         "transport_errors": sorted({d for r in results for d in r["dropped"]}),
+        "error_statuses": {k: sum(r["statuses"].get(k, 0) for r in results) for k in {k for r in results for k in r["statuses"]}},
         "server_cpu_s": server_cpu,
     }
 

@@ -255,6 +255,7 @@ def _load(
     lat, elapsed, cores = np.array(load["latencies"]), load["seconds"], min(procs, os.cpu_count() or 1)
     return {
         "transport_errors": load["transport_errors"],  # of the warm-up too
+        "error_statuses": load["error_statuses"],
         "client_procs": procs,
         "client_cpu_pct": 100 * load["client_cpu_s"] / elapsed,  # of one core: the load generator's own share
         "client_us_per_request": 1e6 * load["client_cpu_s"] / max(len(lat), 1),
