@@ -116,17 +116,18 @@ def _server(
     ):
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 120
-            while True:
+            deadline, ok = time.monotonic() + 120, 0
+            while ok < 10:  # on 10 fresh connections in a row: with --workers N, each lands on any worker
                 if proc.poll() is not None:
                     log.seek(0)
                     raise RuntimeError(f"server {argv} exited: {log.read().decode(errors='replace')[-2000:]}")
-                with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(url + ready).status_code == 200:
-                        break
+                try:
+                    ok = ok + 1 if httpx.get(url + ready).status_code == 200 else 0
+                except httpx.TransportError:
+                    ok = 0
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"server {argv} not ready after 120 s")
-                time.sleep(0.05)
+                time.sleep(0.05 * (ok == 0))
             yield url, proc.pid
         finally:
             proc.terminate()
