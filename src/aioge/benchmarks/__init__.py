@@ -83,7 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--serve-clients", type=int, default=200)
     p.add_argument(
         "--serve-client-procs",
-        default="2",
+        default="4",
         help="load generator processes the clients are spread over; a list (1,2,4): a run of each on every server",
     )
     p.add_argument("--serve-total", type=int, default=4000, help="requests per server (bounded also by --serve-seconds)")

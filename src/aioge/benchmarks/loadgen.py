@@ -183,6 +183,7 @@ def run_load(
         "transport_errors": sorted({d for r in results for d in r["dropped"]}),
         "error_statuses": {k: sum(r["statuses"].get(k, 0) for r in results) for k in {k for r in results for k in r["statuses"]}},
         "server_cpu_s": server_cpu,
+        "procs": procs,  # at most one a connection
     }
 
 

@@ -12,7 +12,7 @@ sockets, ~0.1 ms of client CPU a request where httpx took 2-3 ms), each sending 
 requests one after another until ``total`` requests were sent or ``seconds`` passed. Loopback
 only, bounded in count and time. Figures: requests/s, p50 and p99 latency, client CPU.
 
-    aioge bench --serve [--serve-clients 200] [--serve-total 4000] [--serve-client-procs 2] [--mlserver-python PY]
+    aioge bench --serve [--serve-clients 200] [--serve-total 4000] [--serve-client-procs 4] [--mlserver-python PY]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class ServeBenchConfig:
     total: int = 4000
     seconds: float = 30.0
     warmup: int = 200
-    client_procs: tuple[int, ...] = (2,)  # load generator processes (loadgen.py), a run each: bench/SERVE.md's sweep
+    client_procs: tuple[int, ...] = (4,)  # load generator processes (loadgen.py), a run each: bench/SERVE.md's sweep
     ort_threads: int = 64  # onnxruntime's worker threads in its arm (the issue's 64-thread pool)
     serve_args: tuple[str, ...] = ()  # extra `aioge serve` flags (e.g. --batch-max-rows 64)
     workers: tuple[int, ...] = (1,)  # an `aioge serve --workers N` arm for each
@@ -253,11 +253,11 @@ def _load(
         server_pid=pid,
     )
     r = httpx.post(url + path, content=body, headers=headers, timeout=120)
-    lat, elapsed, cores = np.array(load["latencies"]), load["seconds"], min(procs, os.cpu_count() or 1)
+    lat, elapsed, cores = np.array(load["latencies"]), load["seconds"], min(load["procs"], os.cpu_count() or 1)
     return {
         "transport_errors": load["transport_errors"],  # of the warm-up too
         "error_statuses": load["error_statuses"],
-        "client_procs": procs,
+        "client_procs": load["procs"],
         "client_cpu_pct": 100 * load["client_cpu_s"] / elapsed,  # of one core: the load generator's own share
         "client_us_per_request": 1e6 * load["client_cpu_s"] / max(len(lat), 1),
         "server_cpu_pct": 100 * load["server_cpu_s"] / elapsed,  # the server's processes, of one core
