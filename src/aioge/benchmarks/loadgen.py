@@ -51,14 +51,14 @@ async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     host, port, request = spec["host"], spec["port"], base64.b64decode(spec["request"])
     latencies: list[float] = []
     dropped: list[str] = []
-    statuses: dict[str, int] = {}  # of the non-200 responses
-    sent = errors = 0
+    errors: dict[str, int] = {}  # by status; "dropped": connections that failed
+    sent = 0
 
     async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection(host, port)
 
     async def client(conn: list[Any], budget: int, deadline: float, record: bool) -> None:
-        nonlocal sent, errors
+        nonlocal sent
         while sent < budget and time.monotonic() < deadline:
             sent += 1
             start = time.monotonic()
@@ -74,13 +74,14 @@ async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
                 dropped.append(repr(exc))  # an error, not the end: a fresh connection goes on
                 conn[1].close()
-                errors, conn[:] = errors + record, await connect()
+                if record:
+                    errors["dropped"] = errors.get("dropped", 0) + 1
+                conn[:] = await connect()
                 continue
             if record:
                 latencies.append(time.monotonic() - start)
-                if head[9:12] != b"200":
-                    errors, code = errors + 1, head[9:12].decode()
-                    statuses[code] = statuses.get(code, 0) + 1
+                if (code := head[9:12].decode()) != "200":
+                    errors[code] = errors.get(code, 0) + 1
             if b"connection: close" in head.lower():
                 conn[1].close()
                 conn[:] = await connect()
@@ -100,15 +101,7 @@ async def _worker(spec: dict[str, Any]) -> dict[str, Any]:
     end, cpu = time.monotonic(), time.process_time() - cpu
     for _, writer in conns:
         writer.close()
-    return {
-        "start": start,
-        "end": end,
-        "cpu": cpu,
-        "latencies": latencies,
-        "errors": errors,
-        "statuses": statuses,
-        "dropped": dropped,
-    }
+    return {"start": start, "end": end, "cpu": cpu, "latencies": latencies, "errors": errors, "dropped": dropped}
 
 
 def run_load(
@@ -125,11 +118,10 @@ def run_load(
 ) -> dict[str, Any]:
     """Drive ``host``:``port`` with ``request`` from ``clients`` connections over ``procs``
     processes: ``total`` requests (split evenly) or ``seconds``, after ``warmup``. Returns
-    requests (responses of any status), errors (non-200 and dropped connections), latencies,
-    seconds (first start to last end), client_cpu_s, client_max_pct (the busiest process's
-    share of a core), error_statuses (count by status), transport_errors (distinct, of the
-    warm-up too) and server_cpu_s (of
-    ``server_pid`` and its children from go to the last answer; NaN without it).
+    requests (responses of any status), errors (non-200 and dropped connections; by status in
+    error_statuses), latencies, seconds (first start to last end), client_cpu_s, client_max_pct
+    (the busiest process's share of a core), transport_errors (distinct, of the warm-up too)
+    and server_cpu_s (``server_pid``'s tree from go to the last answer; NaN without it).
 
     Raises:
         RuntimeError: a client process failed.
@@ -175,13 +167,13 @@ def run_load(
     latencies = [x for r in results for x in r["latencies"]]
     return {
         "requests": len(latencies),
-        "errors": sum(r["errors"] for r in results),
+        "errors": sum(n for r in results for n in r["errors"].values()),
         "latencies": latencies,
         "seconds": elapsed,
         "client_cpu_s": sum(r["cpu"] for r in results),
         "client_max_pct": max(100 * r["cpu"] / max(r["end"] - r["start"], 1e-9) for r in results),
         "transport_errors": sorted({d for r in results for d in r["dropped"]}),
-        "error_statuses": {k: sum(r["statuses"].get(k, 0) for r in results) for k in {k for r in results for k in r["statuses"]}},
+        "error_statuses": {k: sum(r["errors"].get(k, 0) for r in results) for k in {k for r in results for k in r["errors"]}},
         "server_cpu_s": server_cpu,
         "procs": procs,  # at most one a connection
     }
