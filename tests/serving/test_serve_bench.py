@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -152,3 +155,81 @@ def test_bench_serve_runs_each_client_process_count_on_one_server() -> None:
     assert [(r["arm"], r["client_procs"]) for r in rows] == [(f"{a}, {p} client procs", p) for a in arms for p in (1, 3)]
     for r in rows:
         assert r["requests"] == 17 and r["errors"] == 0 and r["max_abs_err"] < 1e-5
+
+
+@contextlib.contextmanager
+def _tiny_http(drop_every: int = 0) -> Iterator[int]:
+    """A keep-alive HTTP/1.1 server in threads answering every POST with a 2-byte 200; every
+    ``drop_every``-th request it closes the connection instead. Yields its port."""
+    import re
+    import socketserver
+    import threading
+
+    seen = [0]
+    lock = threading.Lock()
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            buf = b""
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    chunk = self.request.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                length = int(re.search(rb"Content-Length: (\d+)", head)[1])  # type: ignore[index]
+                while len(buf) < length:
+                    buf += self.request.recv(65536)
+                buf = buf[length:]
+                with lock:
+                    seen[0] += 1
+                    drop = drop_every and seen[0] % drop_every == 0
+                if drop:
+                    return  # the connection closes unanswered
+                self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+    socketserver.ThreadingTCPServer.daemon_threads = True
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield server.server_address[1]
+        finally:
+            server.shutdown()
+
+
+def test_load_generator_counts_dropped_connections_and_goes_on() -> None:
+    from aioge.benchmarks.loadgen import http_request, run_load
+
+    with _tiny_http(drop_every=5) as port:
+        request = http_request("127.0.0.1", port, "/x", b"{}", {})
+        got = run_load("127.0.0.1", port, request, clients=2, procs=1, total=20, seconds=60, warmup=0)
+    assert got["requests"] == 16 and len(got["latencies"]) == 16  # requests 5, 10, 15 and 20 were dropped
+    assert got["errors"] == 4 and got["error_statuses"] == {"dropped": 4} and got["transport_errors"]
+
+
+def test_load_generator_result_line_survives_a_late_reader() -> None:
+    """A worker's result line longer than a pipe's 64 KiB, read only after the worker finished
+    (uvloop's run once left sys.stdout cutting it there)."""
+    import base64
+    import subprocess
+    import sys
+
+    from aioge.benchmarks import loadgen
+
+    with _tiny_http() as port:
+        request = base64.b64encode(loadgen.http_request("127.0.0.1", port, "/x", b"{}", {})).decode()
+        spec = {"host": "127.0.0.1", "port": port, "request": request, "seconds": 60, "clients": 4, "total": 5000, "warmup": 0}
+        with subprocess.Popen(
+            [sys.executable, "-P", loadgen.__file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        ) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps(spec) + "\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline() == "ready\n"
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            time.sleep(3)  # the worker is done (or blocked on the full pipe) before this reads
+            line = proc.stdout.readline()
+    assert len(line) > 65536 and len(json.loads(line)["latencies"]) == 5000
