@@ -81,6 +81,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="instead: `aioge serve` over HTTP with --serve-clients concurrent clients beside onnxruntime behind the same server (and MLServer: --mlserver-python)",
     )
     p.add_argument("--serve-clients", type=int, default=200)
+    p.add_argument(
+        "--serve-client-procs",
+        default="4",
+        help="load generator processes the clients are spread over; a list (1,2,4): a run of each on every server",
+    )
     p.add_argument("--serve-total", type=int, default=4000, help="requests per server (bounded also by --serve-seconds)")
     p.add_argument("--serve-seconds", type=float, default=30.0)
     p.add_argument("--serve-workloads", default="mlp,cnn")

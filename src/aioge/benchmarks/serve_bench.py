@@ -6,12 +6,13 @@ batching off and on. MLServer takes JSON tensors only, so an ``aioge serve (JSON
 the same JSON bodies; the other aioge arms send the binary extension, as Triton's client does.
 The client's CPU time is measured apart: the load generator shares the cores.
 
-Each arm is a server subprocess on 127.0.0.1 (a free port); this process is the load: ``clients``
-concurrent httpx clients, each sending single-row requests (binary tensor extension, as
-Triton's client sends) one after another until ``total`` requests were sent or ``seconds``
-passed. Loopback only, bounded in count and time. Figures: requests/s, p50 and p99 latency.
+Each arm is a server subprocess on 127.0.0.1 (a free port); the load is ``clients`` keep-alive
+connections spread over ``client_procs`` processes (``loadgen``: pre-encoded requests on raw
+sockets, ~0.1 ms of client CPU a request where httpx took 2-3 ms), each sending single-row
+requests one after another until ``total`` requests were sent or ``seconds`` passed. Loopback
+only, bounded in count and time. Figures: requests/s, p50 and p99 latency, client CPU.
 
-    aioge bench --serve [--serve-clients 200] [--serve-total 4000] [--mlserver-python PY]
+    aioge bench --serve [--serve-clients 200] [--serve-total 4000] [--serve-client-procs 4] [--mlserver-python PY]
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class ServeBenchConfig:
     total: int = 4000
     seconds: float = 30.0
     warmup: int = 200
+    client_procs: tuple[int, ...] = (4,)  # load generator processes (loadgen.py), a run each: bench/SERVE.md's sweep
     ort_threads: int = 64  # onnxruntime's worker threads in its arm (the issue's 64-thread pool)
     serve_args: tuple[str, ...] = ()  # extra `aioge serve` flags (e.g. --batch-max-rows 64)
     workers: tuple[int, ...] = (1,)  # an `aioge serve --workers N` arm for each
@@ -102,8 +104,8 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def _server(
     argv: list[str], port: int, env: Mapping[str, str], python: str = sys.executable, ready: str = "/v2/health/ready"
-) -> Iterator[str]:
-    """A server subprocess, ready (GET ``ready`` 200) on 127.0.0.1:port; stopped on exit."""
+) -> Iterator[tuple[str, int]]:
+    """A server subprocess, ready (GET ``ready`` 200) on 127.0.0.1:port: its URL and pid; stopped on exit."""
     import httpx
 
     # stderr to a file, not a pipe: a chatty server can never block on a full pipe.
@@ -114,18 +116,19 @@ def _server(
     ):
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 120
-            while True:
+            deadline, ok = time.monotonic() + 120, 0
+            while ok < 10:  # on 10 fresh connections in a row: with --workers N, each lands on any worker
                 if proc.poll() is not None:
                     log.seek(0)
                     raise RuntimeError(f"server {argv} exited: {log.read().decode(errors='replace')[-2000:]}")
-                with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(url + ready).status_code == 200:
-                        break
+                try:
+                    ok = ok + 1 if httpx.get(url + ready).status_code == 200 else 0
+                except httpx.TransportError:
+                    ok = 0
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"server {argv} not ready after 120 s")
-                time.sleep(0.05)
-            yield url
+                time.sleep(0.05 * (ok == 0))
+            yield url, proc.pid
         finally:
             proc.terminate()
             try:
@@ -228,57 +231,45 @@ def mlserver_usable(python: str | None) -> str | None:
     return None
 
 
-async def _load(url: str, model: str, body: bytes, headers: dict[str, str], cfg: ServeBenchConfig) -> dict[str, Any]:
+def _load(
+    url: str, pid: int, model: str, body: bytes, headers: dict[str, str], cfg: ServeBenchConfig, procs: int
+) -> dict[str, Any]:
     import httpx
 
-    latencies: list[float] = []
-    errors = 0
-    sent = 0
-    dropped: list[str] = []
-    limits = httpx.Limits(max_connections=cfg.clients, max_keepalive_connections=cfg.clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as client:
-        path = f"/v2/models/{model}/infer"
+    from aioge.benchmarks.loadgen import http_request, run_load
 
-        async def one_client(budget: int, deadline: float, record: bool) -> None:
-            nonlocal sent, errors
-            while sent < budget and time.perf_counter() < deadline:
-                sent += 1
-                start = time.perf_counter()
-                try:
-                    r = await client.post(path, content=body, headers=headers)
-                except httpx.TransportError as exc:  # a connection the server closed or reset: an error, not the end
-                    errors += record
-                    dropped.append(repr(exc))
-                    continue
-                if record:
-                    latencies.append(time.perf_counter() - start)
-                    errors += r.status_code != 200
-
-        async def burst(budget: int, record: bool) -> float:
-            t0 = time.perf_counter()
-            async with anyio.create_task_group() as tg:
-                for _ in range(cfg.clients):
-                    tg.start_soon(one_client, budget, t0 + cfg.seconds, record)
-            return time.perf_counter() - t0
-
-        await burst(cfg.warmup, False)  # connections opened, first compiles and caches warm
-        sent = 0
-        cpu = time.process_time()
-        elapsed = await burst(cfg.total, True)
-        cpu = time.process_time() - cpu
-        r = await client.post(path, content=body, headers=headers)
-        outputs = _decode(r.content, r.headers.get("Inference-Header-Content-Length"))
-    lat = np.array(latencies)
+    host, port = url.removeprefix("http://").split(":")
+    path = f"/v2/models/{model}/infer"
+    request = http_request(host, int(port), path, body, headers)
+    load = run_load(
+        host,
+        int(port),
+        request,
+        clients=cfg.clients,
+        procs=procs,
+        total=cfg.total,
+        seconds=cfg.seconds,
+        warmup=cfg.warmup,
+        server_pid=pid,
+    )
+    r = httpx.post(url + path, content=body, headers=headers, timeout=120)
+    lat, elapsed, cores = np.array(load["latencies"]), load["seconds"], min(load["procs"], os.cpu_count() or 1)
     return {
-        "transport_errors": sorted(set(dropped)),  # of the warm-up too
-        "client_cpu_pct": 100 * cpu / elapsed,  # of one core: the load generator's own share
-        "requests": len(lat),
-        "errors": errors,
+        "transport_errors": load["transport_errors"],  # of the warm-up too
+        "error_statuses": load["error_statuses"],
+        "client_procs": load["procs"],
+        "client_cpu_pct": 100 * load["client_cpu_s"] / elapsed,  # of one core: the load generator's own share
+        "client_us_per_request": 1e6 * load["client_cpu_s"] / max(len(lat), 1),
+        "server_cpu_pct": 100 * load["server_cpu_s"] / elapsed,  # the server's processes, of one core
+        # the client used > 80% of the cores it can use (a process each): its limit, maybe not the server's
+        "client_bound": load["client_cpu_s"] / elapsed > 0.8 * cores or load["client_max_pct"] > 90,
+        "requests": load["requests"],
+        "errors": load["errors"],
         "seconds": elapsed,
         "rps": len(lat) / elapsed,
         "p50_ms": float(np.percentile(lat, 50) * 1e3),
         "p99_ms": float(np.percentile(lat, 99) * 1e3),
-        "outputs": outputs,
+        "outputs": _decode(r.content, r.headers.get("Inference-Header-Content-Length")),
     }
 
 
@@ -287,17 +278,23 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
     p50_ms, p99_ms, and the max abs error of a response against the workload's reference.
 
     Raises:
-        RuntimeError: a server did not start.
+        OptionError: an unknown workload, or fewer than one client, client process or request.
+        RuntimeError: a server or a load generator process failed.
     """
     import onnx
 
     from aioge.benchmarks.workloads import to_onnx
+    from aioge.errors import OptionError
     from aioge.examples import EXAMPLES
 
     cfg = cfg or ServeBenchConfig()
     unknown = sorted(set(cfg.workloads) - set(EXAMPLES))
     if unknown:
-        raise ValueError(f"unknown serving workloads {unknown}; known: {sorted(EXAMPLES)}")
+        raise OptionError("--serve-workloads", ",".join(unknown), f"unknown serving workloads; known: {sorted(EXAMPLES)}")
+    counts = [("--serve-clients", cfg.clients), ("--serve-total", cfg.total)]
+    for flag, n in [*counts, *(("--serve-client-procs", p) for p in cfg.client_procs)]:
+        if n < 1:
+            raise OptionError(flag, n, "expected 1 or more")
     rows = []
     py, mlserver = sys.executable, cfg.mlserver_python
     skipped = mlserver_usable(mlserver)
@@ -343,25 +340,34 @@ def run_serve_bench(cfg: ServeBenchConfig | None = None) -> list[dict[str, Any]]
             for arm, argv_for, (body, headers), python, arm_env in arms:
                 port = _free_port()
                 print(f"serve bench: {name}, {arm}", file=sys.stderr)
-                with _server(argv_for(port), port, arm_env, python, f"/v2/models/{name}/ready") as url:
-                    row = anyio.run(_load, url, name, body, headers, cfg)
-                got = row.pop("outputs")
-                row["max_abs_err"] = max(float(np.max(np.abs(got[k] - np.asarray(v)))) for k, v in want.items())
-                rows.append({"workload": name, "arm": arm, "clients": cfg.clients, **row})
+                with _server(argv_for(port), port, arm_env, python, f"/v2/models/{name}/ready") as (url, pid):
+                    for procs in cfg.client_procs:  # one server, a run each
+                        row = _load(url, pid, name, body, headers, cfg, procs)
+                        got = row.pop("outputs")
+                        row["max_abs_err"] = max(float(np.max(np.abs(got[k] - np.asarray(v)))) for k, v in want.items())
+                        label = arm + (f", {procs} client procs" if len(cfg.client_procs) > 1 else "")
+                        rows.append({"workload": name, "arm": label, "clients": cfg.clients, **row})
     return rows
 
 
 def format_rows(rows: Sequence[Mapping[str, Any]]) -> str:
     """The rows as a Markdown table."""
     lines = [
-        "| workload | server | clients | requests | errors | req/s | p50 ms | p99 ms | client CPU % | max abs err |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| workload | server | clients | requests | errors | req/s | p50 ms | p99 ms | client CPU % | client µs/req | server CPU % "
+        "| max abs err |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     lines += [
         f"| {r['workload']} | {r['arm']} | {r['clients']} | {r['requests']} | {r['errors']} | {r['rps']:.0f} | "
-        f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['client_cpu_pct']:.0f} | {r['max_abs_err']:.2g} |"
+        f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['client_cpu_pct']:.0f}{' CLIENT-BOUND' * r['client_bound']} | "
+        f"{r['client_us_per_request']:.0f} | {r['server_cpu_pct']:.0f} | {r['max_abs_err']:.2g} |"
         for r in rows
     ]
+    if any(r["client_bound"] for r in rows):
+        lines.append(
+            "\nCLIENT-BOUND: the load generator used more than 80% of the cores its processes can use (or one "
+            "process more than 90% of a core): that row's req/s is the client's limit, not the server's."
+        )
     return "\n".join(lines)
 
 
@@ -370,6 +376,7 @@ def bench_from_args(args: argparse.Namespace) -> int:
     cfg = ServeBenchConfig(
         workloads=tuple(w for w in args.serve_workloads.split(",") if w),
         clients=args.serve_clients,
+        client_procs=tuple(int(p) for p in args.serve_client_procs.split(",") if p),
         total=args.serve_total,
         seconds=args.serve_seconds,
         serve_args=tuple(args.serve_args.split()),
@@ -388,7 +395,8 @@ def bench_from_args(args: argparse.Namespace) -> int:
             f"# aioge serve over HTTP\n\n{cfg.clients} concurrent single-row clients on 127.0.0.1, "
             f"at most {cfg.total} requests or {cfg.seconds:g} s per server; load average {load:.1f} before, "
             f"{os.getloadavg()[0]:.1f} after (a shared machine: other jobs run beside it). Client CPU %: the load "
-            f"generator's own CPU time over the run, of one core.\n\n{table}\n" + (f"\n{skipped}.\n" if skipped else "")
+            f"generator's CPU time over the run ({'/'.join(map(str, cfg.client_procs))} processes), of one core; server CPU %: the "
+            f"server's processes', of one core ({os.cpu_count()} cores).\n\n{table}\n" + (f"\n{skipped}.\n" if skipped else "")
         )
     with open(js, "w") as f:
         json.dump(rows, f, indent=2)
