@@ -385,8 +385,20 @@ class _CompiledGraph:
         self.max_batch = 0  # with batch gears: the largest, and the inputs they batch
         self.batched: frozenset[str] = frozenset()
         self.buckets: _Buckets | None = None  # a symbolic batch padded to powers of two
-        self.stamps: list[tuple[int, str, tuple[int, int]]] = []  # frozen weights: arg index, placeholder, stamp
+        self._stamps: list[tuple[int, str, tuple[int, int]]] = []
+        self._stamped: list[int] = []
+        self._stamp_values: list[tuple[int, int]] = []
         self.padded = False  # symbolic dims fed padded (convert_fx(padded=True))
+
+    @property
+    def stamps(self) -> list[tuple[int, str, tuple[int, int]]]:
+        """Per frozen weight: its argument index, placeholder and stamp when the graph was built."""
+        return self._stamps
+
+    @stamps.setter
+    def stamps(self, stamps: list[tuple[int, str, tuple[int, int]]]) -> None:
+        self._stamps = stamps
+        self._stamped, self._stamp_values = [i for i, _, _ in stamps], [st for _, _, st in stamps]
 
     def pad(self, constants: Mapping[str, torch.Tensor]) -> None:
         """Replace the graph by its padded form (``convert_fx(padded=True)``): symbolic dims are
@@ -409,7 +421,7 @@ class _CompiledGraph:
 
     def _refresh(self, args: Sequence[Any]) -> None:
         """Rebuild the graph with the frozen weights' current values when one changed since."""
-        if not any(_stamp(args[i]) != stamp for i, _, stamp in self.stamps):
+        if [(a.data_ptr(), a._version) for a in map(args.__getitem__, self._stamped)] == self._stamp_values:
             return
         old = self.converted.graph.name
         self._replace({name: args[i] for i, name, _ in self.stamps}, padded=self.padded)
@@ -461,7 +473,11 @@ class _CompiledGraph:
                 feeds[name] = np.concatenate([a, np.repeat(a[-1:], gear - rows, axis=0)]) if gear > rows else a
         runner = self.owner._runner
         try:
-            outputs = runner.call(runner.session.run_graph, self.graph_id, feeds)
+            # A layout run before goes in this thread (no hop to the session's loop and back:
+            # 0.1-1 ms a call, the most of a small model's); the first, or one that cannot, hops.
+            outputs = runner.session.run_graph_here(self.graph_id, feeds)
+            if outputs is None:
+                outputs = runner.call(runner.session.run_graph, self.graph_id, feeds)
         except (GraphError, AiogeError) as exc:
             if not _is_compile_failure(exc):
                 raise
