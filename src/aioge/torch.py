@@ -18,6 +18,9 @@ all graphs. Nodes with no converter (or that a converter refuses) split the grap
 rest runs eagerly between them, with one ``EagerFallbackWarning`` naming the eager ops.
 Weights are fed on every call on this path (PyTorch may update them between calls);
 ``from_module`` bakes them in as constants, a snapshot like ``torch.export``'s.
+A call whose input layout ran before runs the built graph in the calling thread
+(``Session.run_graph_here``), when no other run holds a CPU token; the first call of a layout,
+and one that finds the tokens taken, goes through the session's loop thread.
 
 A symbolic batch (dim 0 of the inputs symbolic, no other symbolic dim, no size fed or returned
 as an int) pads to the next power of two when every op keeps the rows apart (``_row_mixer``),
@@ -120,8 +123,8 @@ async def call_async(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> An
     in a worker thread, so that the event loop runs other tasks for the length of the call.
 
     A ``torch.compile``'d module called directly from ``async def`` blocks its loop while
-    PyTorch and aioge run (its graphs run on the backend's own loop thread, and the caller
-    waits for them). The caller's grad mode (``torch.no_grad()``) applies to the call.
+    PyTorch and aioge run (its graphs run in the calling thread, or on the backend's own loop
+    thread while the caller waits). The caller's grad mode (``torch.no_grad()``) applies to the call.
     """
     import anyio.to_thread
 
