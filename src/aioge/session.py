@@ -298,6 +298,25 @@ class Session:
             return await entry.served.run(feeds, trace)
         return await self._run_entry(entry, feeds, trace)
 
+    def run_graph_here(self, graph_id: int, feeds: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
+        """``run_graph`` in the calling thread, blocking, for a synchronous caller on a thread
+        other than the session's loop (``aioge.torch``): feeds of a layout an earlier
+        ``run_graph`` checked and built, in sink mode, with no gears, batching or device
+        processes, run by ``Executable.run_here``; None otherwise (then await ``run_graph``).
+
+        Raises:
+            SessionClosedError, GraphError: as ``run_graph``. ExecutionError: a kernel failed.
+        """
+        entry, engines = self._entry(graph_id), self._engines
+        if entry.served is not None or entry.resolved.exec_mode != "sink" or engines.devices is not None:
+            return None
+        if engines.workers is None or engines.closed:
+            return None
+        key = feed_key(feeds)
+        signature = entry.checked.get(key) if key is not None else None
+        exe = entry.builds.get(signature) if signature is not None else None
+        return exe.run_here(feeds, engines.workers) if exe is not None else None
+
     def batch_stats(self, graph_id: int) -> BatchStats:
         """The graph's dynamic batching so far (``aioge.batch_max_rows``): batches run, requests
         and rows in them, mean batch rows, queue delay p50/p99 in seconds; all feed layouts summed.

@@ -18,6 +18,9 @@ all graphs. Nodes with no converter (or that a converter refuses) split the grap
 rest runs eagerly between them, with one ``EagerFallbackWarning`` naming the eager ops.
 Weights are fed on every call on this path (PyTorch may update them between calls);
 ``from_module`` bakes them in as constants, a snapshot like ``torch.export``'s.
+A call whose input layout ran before runs the built graph in the calling thread
+(``Session.run_graph_here``), when no other run holds a CPU token; the first call of a layout,
+and one that finds the tokens taken, goes through the session's loop thread.
 
 A symbolic batch (dim 0 of the inputs symbolic, no other symbolic dim, no size fed or returned
 as an int) pads to the next power of two when every op keeps the rows apart (``_row_mixer``),
@@ -120,8 +123,8 @@ async def call_async(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> An
     in a worker thread, so that the event loop runs other tasks for the length of the call.
 
     A ``torch.compile``'d module called directly from ``async def`` blocks its loop while
-    PyTorch and aioge run (its graphs run on the backend's own loop thread, and the caller
-    waits for them). The caller's grad mode (``torch.no_grad()``) applies to the call.
+    PyTorch and aioge run (its graphs run in the calling thread, or on the backend's own loop
+    thread while the caller waits). The caller's grad mode (``torch.no_grad()``) applies to the call.
     """
     import anyio.to_thread
 
@@ -385,8 +388,20 @@ class _CompiledGraph:
         self.max_batch = 0  # with batch gears: the largest, and the inputs they batch
         self.batched: frozenset[str] = frozenset()
         self.buckets: _Buckets | None = None  # a symbolic batch padded to powers of two
-        self.stamps: list[tuple[int, str, tuple[int, int]]] = []  # frozen weights: arg index, placeholder, stamp
+        self._stamps: list[tuple[int, str, tuple[int, int]]] = []
+        self._stamped: list[int] = []
+        self._stamp_values: list[tuple[int, int]] = []
         self.padded = False  # symbolic dims fed padded (convert_fx(padded=True))
+
+    @property
+    def stamps(self) -> list[tuple[int, str, tuple[int, int]]]:
+        """Per frozen weight: its argument index, placeholder and stamp when the graph was built."""
+        return self._stamps
+
+    @stamps.setter
+    def stamps(self, stamps: list[tuple[int, str, tuple[int, int]]]) -> None:
+        self._stamps = stamps
+        self._stamped, self._stamp_values = [i for i, _, _ in stamps], [st for _, _, st in stamps]
 
     def pad(self, constants: Mapping[str, torch.Tensor]) -> None:
         """Replace the graph by its padded form (``convert_fx(padded=True)``): symbolic dims are
@@ -409,7 +424,7 @@ class _CompiledGraph:
 
     def _refresh(self, args: Sequence[Any]) -> None:
         """Rebuild the graph with the frozen weights' current values when one changed since."""
-        if not any(_stamp(args[i]) != stamp for i, _, stamp in self.stamps):
+        if [(a.data_ptr(), a._version) for a in map(args.__getitem__, self._stamped)] == self._stamp_values:
             return
         old = self.converted.graph.name
         self._replace({name: args[i] for i, name, _ in self.stamps}, padded=self.padded)
@@ -461,7 +476,11 @@ class _CompiledGraph:
                 feeds[name] = np.concatenate([a, np.repeat(a[-1:], gear - rows, axis=0)]) if gear > rows else a
         runner = self.owner._runner
         try:
-            outputs = runner.call(runner.session.run_graph, self.graph_id, feeds)
+            # A layout run before goes in this thread (no hop to the session's loop and back:
+            # 0.1-1 ms a call, the most of a small model's); the first, or one that cannot, hops.
+            outputs = runner.session.run_graph_here(self.graph_id, feeds)
+            if outputs is None:
+                outputs = runner.call(runner.session.run_graph, self.graph_id, feeds)
         except (GraphError, AiogeError) as exc:
             if not _is_compile_failure(exc):
                 raise

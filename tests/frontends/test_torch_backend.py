@@ -471,3 +471,55 @@ async def test_call_async_runs_off_the_event_loop(backend: aioge_torch.AiogeBack
             got = await aioge_torch.call_async(compiled, x)
     np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
     assert threads and threading.get_ident() not in threads
+
+
+def test_repeat_calls_run_in_the_callers_thread(backend: aioge_torch.AiogeBackend) -> None:
+    # The first call of a layout compiles on the session's loop; the next ones run the built
+    # executable in the calling thread (Session.run_graph_here), no hop to the loop, same outputs.
+    model = torch_models.Mlp().eval()
+    compiled = torch.compile(model, backend=backend)
+    runner = backend._runner
+    hops = []
+    original = runner.call
+
+    def counted(fn: object, *args: object) -> object:
+        hops.append(getattr(fn, "__name__", fn))
+        return original(fn, *args)  # type: ignore[arg-type]
+
+    xs = [torch.randn(2, 16) for _ in range(4)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "call", counted)
+        for x in xs:
+            _check(compiled, model, x, rtol=1e-5, atol=1e-6)
+        exe = runner.session.executable(0)
+        assert hops.count("run_graph") == 1 and exe.here_runs == 3
+        # Forced through the loop, the same executable gives the same numbers.
+        with torch.no_grad():
+            direct = compiled(xs[0])
+            mp.setattr(runner.session, "run_graph_here", lambda *a: None)
+            hopped = compiled(xs[0])
+    assert hops.count("run_graph") == 2 and exe.here_runs == 4
+    np.testing.assert_array_equal(direct.numpy(), hopped.numpy())
+
+
+@pytest.mark.anyio
+async def test_concurrent_calls_from_worker_threads_are_right(backend: aioge_torch.AiogeBackend) -> None:
+    import anyio
+
+    model = torch_models.Mlp().eval()
+    compiled = torch.compile(model, backend=backend)
+    xs = [torch.randn(2, 16) for _ in range(16)]
+    with torch.no_grad():
+        compiled(xs[0])
+        got: dict[int, torch.Tensor] = {}
+
+        async def one(k: int) -> None:
+            got[k] = await aioge_torch.call_async(compiled, xs[k])
+
+        async with anyio.create_task_group() as tg:
+            for k in range(16):
+                tg.start_soon(one, k)
+        for k, x in enumerate(xs):
+            np.testing.assert_allclose(got[k].numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
+    workers = backend._runner.session._workers
+    assert workers is not None and workers.cpu._value == workers.cpu_slots

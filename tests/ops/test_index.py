@@ -64,6 +64,8 @@ def test_gather_elements(rng, axis):
         ((2, 2), [[1], [0]], 0),
         ((2, 2, 2), [[0, 1], [1, 0]], 0),
         ((2, 2, 2), [[[0, 1]], [[1, 0]]], 0),
+        ((2, 3, 4), [[-1, -3], [1, 2]], 0),  # negative indices count from the end (batch_dims 0: numpy's indexing)
+        ((3, 4), [[[-3, 0]], [[2, -4]]], 0),
         ((2, 2, 2), [[1], [0]], 1),
         ((2, 3, 4), [[[-1, 2], [0, 0]], [[1, -4], [2, 3]]], 1),
         ((2, 3, 4, 2), [[[1], [2], [0]], [[3], [0], [-1]]], 2),
@@ -71,6 +73,18 @@ def test_gather_elements(rng, axis):
 )
 def test_gather_nd(rng, data_shape, idx, batch_dims):
     check_op("GatherND", [rand(rng, *data_shape), np.array(idx, np.int64)], {"batch_dims": batch_dims}, static=True)
+
+
+@pytest.mark.parametrize("batch_dims", [0, 1])
+@pytest.mark.parametrize("bad", [3, -4])
+def test_gather_nd_index_out_of_range_is_an_index_error(batch_dims, bad):
+    from aioge.kernels.index import gather_nd
+
+    with pytest.raises(IndexError, match="GatherND/ScatterND index out of range"):
+        if batch_dims == 0:
+            gather_nd(np.zeros((3, 3)), np.array([[0, 1], [bad, 0]], np.int64))
+        else:
+            gather_nd(np.zeros((2, 3)), np.array([[1], [bad]], np.int64), 1)
 
 
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])

@@ -247,6 +247,23 @@ async def test_filters_equal_but_biases_not_stay_apart_and_distinct_filters_are_
     np.testing.assert_allclose(out["same_w"], _conv_ref(_f32(1, 2, 5, 5, seed=5), w, b), **TOL)
 
 
+async def test_filters_of_equal_sums_are_compared_by_their_bytes() -> None:
+    # Distinct sums rule repeats out at once; equal sums (a permuted filter, -0.0 for 0.0) are
+    # compared byte for byte: only the true repeat is shared.
+    w0 = np.arange(18, dtype=np.float32).reshape(2, 3, 3)
+    zero = np.zeros((2, 3, 3), np.float32)
+    w = np.stack([w0, w0[::-1, ::-1, ::-1], w0, zero, -zero])  # sums 153, 153, 153, 0, 0
+    g = aioge.Graph("sums")
+    x = g.input("x", (1, 2, 5, 5), "float32")
+    g.output(ops.conv2d(x, g.constant(w)), names=["y"])
+    feeds = {"x": _f32(1, 2, 5, 5, seed=7)}
+    m_on, out = await run_switched(g, feeds, only("DuplicateFilterPass"))
+    conv = next(n for n in m_on.graph.nodes if n.op_type == "Conv")
+    assert conv.inputs[1].desc.shape == (4, 2, 3, 3), "w0 once; its reverse, 0.0 and -0.0 apart"
+    np.testing.assert_array_equal(out["y"][:, 0], out["y"][:, 2])
+    np.testing.assert_allclose(out["y"], _conv_ref(feeds["x"], w, np.zeros(5, np.float32)), **TOL)
+
+
 async def test_one_distinct_filter_without_bias_becomes_a_one_channel_conv() -> None:
     w = np.full((6, 3, 3, 3), 0.25, np.float32)  # constant weights, as in the ONNX light/ models
     g = aioge.Graph("splat")

@@ -193,3 +193,54 @@ async def test_short_runs_the_loop_cannot_take_share_one_lane_and_long_ones_rota
             await s.run_graph(1, {"x": x})
         workers = s._workers
         assert workers is not None and len(set(lanes)) == min(4, workers.cpu_slots), lanes
+
+
+async def test_run_graph_here_runs_a_built_layout_in_the_calling_thread() -> None:
+    # aioge.torch's synchronous calls: a layout run_graph built runs in the caller's thread
+    # (a worker thread here), by its native program or its steps, with no hop to the loop.
+    gather = aioge.Graph("gather")
+    d, i = gather.input("d", (5, 4)), gather.input("i", (3,), "int64")
+    gather.output(ops.gather(d, i, axis=0) * 2.0, names=["y"])
+    data = np.arange(20, dtype=np.float32).reshape(5, 4)
+    x = np.linspace(-1, 1, 256, dtype=np.float32).reshape(16, 16)
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        await s.add_graph(1, _small())
+        await s.add_graph(2, gather)
+        assert s.run_graph_here(1, {"x": x}) is None, "not built yet: the caller awaits run_graph"
+        await s.run_graph(1, {"x": x})
+        await s.run_graph(2, {"d": data, "i": np.array([0, 1, 2])})
+        assert s.run_graph_here(1, {"x": x[:8]}) is None, "a layout not built: None"
+        small, gathered = s.executable(1), s.executable(2)
+        before = (small.here_runs, gathered.here_runs)
+        y = await anyio.to_thread.run_sync(s.run_graph_here, 1, {"x": x})
+        g = await anyio.to_thread.run_sync(s.run_graph_here, 2, {"d": data, "i": np.array([4, 3, 0])})
+        assert y is not None and g is not None
+        np.testing.assert_allclose(y["y"], np.tanh(x + 1), rtol=1e-6)
+        np.testing.assert_array_equal(g["y"], data[[4, 3, 0]] * 2)
+        assert (small.here_runs, gathered.here_runs) == (before[0] + 1, before[1] + 1)
+        # A kernel error is raised to the caller; the context goes back to the pool for the next run.
+        with pytest.raises(ExecutionError) as info:
+            await anyio.to_thread.run_sync(s.run_graph_here, 2, {"d": data, "i": np.array([0, 9, 2])})
+        assert "IndexError" in str(info.value) and gathered.pool_size >= 1
+        # A token taken (another run in flight): None, and every token is still there after.
+        workers = s._workers
+        assert workers is not None and workers.cpu.take_all()
+        try:
+            assert await anyio.to_thread.run_sync(s.run_graph_here, 1, {"x": x}) is None
+        finally:
+            workers.cpu.give_all()
+        assert workers.cpu._value == workers.cpu_slots
+
+
+async def test_run_graph_here_declines_host_mode_and_multi_thread_plans() -> None:
+    branches, weights = _branches(n=32)
+    x = np.ones((32, 32), np.float32)
+    async with aioge.Session({"aioge.tune_mode": "heuristic"}) as s:
+        await s.add_graph(1, _small(), {"aioge.exec_mode": "host"})
+        await s.add_graph(2, branches, {"aioge.exec_threads": "streams"})
+        await s.run_graph(1, {"x": x[:16, :16]})
+        await s.run_graph(2, {"x": x})
+        assert len(s.executable(2).thread_groups) > 1
+        assert s.run_graph_here(1, {"x": x[:16, :16]}) is None
+        assert s.run_graph_here(2, {"x": x}) is None
+        assert s.executable(1).here_runs == s.executable(2).here_runs == 0

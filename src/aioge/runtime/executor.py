@@ -121,6 +121,7 @@ class Executable:
         )
         self.native_runs = 0
         self.queued_runs = 0
+        self.here_runs = 0  # run_here: synchronous callers' runs in their own thread
         self.callers = schedule.Callers()
         self.threads = threads
 
@@ -159,8 +160,10 @@ class Executable:
         if poison and not self._layout.poison:
             self._layout = _with_poison(self._layout, self.model)
             self._pool.clear()  # contexts made before hold the old layout
-        if self._pool:
+        try:  # a synchronous caller (run_here) may take the last one between a check and a pop
             return self._pool.pop()
+        except IndexError:
+            pass
         self._contexts_made += 1
         return Context(self._layout)
 
@@ -336,6 +339,41 @@ class Executable:
             ctx.native = prog if prog is not None else False
             self.native_ok = prog is not None
         return prog or None
+
+    def run_here(self, feeds: Mapping[str, np.ndarray], workers: EngineWorkers) -> dict[str, np.ndarray] | None:
+        """Run on checked feeds in the calling thread, blocking, as a lone caller's inline run
+        (every CPU token held; the native program when the plan has one), for a synchronous
+        caller that is not on the session's loop (``aioge.torch``'s compiled modules): no hop to
+        the loop's thread and back. None when the plan has more than one thread or a CPU token
+        is taken (other runs in flight): the caller runs it through ``run`` instead.
+
+        Raises:
+            ExecutionError: a kernel failed (names node, op type and engine).
+        """
+        if not self._one_thread or not workers.cpu.take_all():
+            return None
+        start = time.perf_counter()
+        ctx = self._acquire(False)
+        try:
+            prog = self._native_program(ctx) if self.native_ok is not False else None
+            if prog is not None:
+                outputs = prog.run(feeds, True)
+                self.native_runs += 1
+            else:
+                self._bind(ctx, feeds)
+                lent = lend_tokens(workers.inline_spare)
+                try:
+                    for program in ctx.programs(False, workers.cpu)[:1]:
+                        _execute(ctx, program, None)
+                finally:
+                    return_tokens(lent)
+                outputs = self._outputs_of(ctx, feeds)
+        finally:
+            workers.cpu.give_all()
+            self._release(ctx)
+        self.observe(time.perf_counter() - start)
+        self.here_runs += 1
+        return outputs
 
     def run_sync(self, feeds: Mapping[str, np.ndarray], *, workers: EngineWorkers) -> dict[str, np.ndarray]:
         """Run once in sink mode from a plain thread (a device process's main thread), blocking.
