@@ -241,6 +241,9 @@ static struct helper *claim(void)
                 atomic_store(&h->claimed, 0);
                 return NULL;
             }
+#ifdef __linux__
+            pthread_setname_np(t, "aioge-par"); /* for ps and per-thread CPU in bench/twocore.py */
+#endif
             h->started = 1;
         }
         return h;
