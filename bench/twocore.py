@@ -4,9 +4,10 @@
     python bench/twocore.py walls mobilenet_v3_small     # wall medians back to back and 20 ms paused,
                                                          # per-thread CPU (named threads)
 
-``walls`` with ``--ab`` alternates, run by run in one process, the program's split flags as
-built (A) and every job with a range of 2 or more marked worth splitting (B): what lower split
-thresholds would buy, without a rebuild. Models are the bench cache's (``aioge bench``'s
+``walls`` with ``--ab split`` alternates, run by run in one process, the program's split flags
+as built (A) and every job with a range of 2 or more marked worth splitting (B): what lower
+split thresholds would buy, without a rebuild; ``--ab wake`` runs B without waking the C helper
+ahead of each run (``kernels.parallel.WAKE``). Models are the bench cache's (``aioge bench``'s
 torch-exported ones), feeds from the ``.npz`` beside each.
 """
 
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import aioge
-from aioge.kernels import native
+from aioge.kernels import native, parallel
 from aioge.runtime.native_program import NativeProgram
 
 MODELS = Path(os.environ.get("AIOGE_BENCH_MODELS", "/root/.cache/aioge/bench-models/torch2.14.1-17338171bedf"))
@@ -110,12 +111,15 @@ async def jobs(name: str, cache: str, n: int) -> None:
     await s.__aexit__(None, None, None)
 
 
-async def walls(name: str, cache: str, n: int, ab: bool) -> None:
+async def walls(name: str, cache: str, n: int, ab: str) -> None:
     s, feeds = await session_for(name, cache)
     progs = programs()
     built = [p._keep[0].reshape(-1, 4)[:, 3].copy() for p in progs]
 
     def setting(b: bool) -> None:
+        if ab == "wake":  # B: no helper wake-up ahead of a run
+            parallel.WAKE = not b
+            return
         for p, w in zip(progs, built):
             t = p._keep[0].reshape(-1, 4)
             t[:, 3] = (t[:, 2] >= 2) if b else w
@@ -135,7 +139,7 @@ async def walls(name: str, cache: str, n: int, ab: bool) -> None:
                     res[b].append(time.perf_counter() - t)
         for b in sides:
             w = sorted(res[b])
-            label = "split-all" if b else "as built"
+            label = ("no-wake" if ab == "wake" else "split-all") if b else "as built"
             print(
                 f"  pause {pause * 1e3:2.0f} ms {label:9s}: median {statistics.median(w) * 1e3:6.2f} ms, p10 {w[len(w) // 10] * 1e3:6.2f}"
             )
@@ -160,7 +164,9 @@ def main() -> None:
     ap.add_argument("what", choices=["jobs", "walls"])
     ap.add_argument("models")
     ap.add_argument("-n", type=int, default=30)
-    ap.add_argument("--ab", action="store_true")
+    ap.add_argument(
+        "--ab", choices=["split", "wake"], help="B, alternated run by run with A (as built): every job split, or no helper wake"
+    )
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "aioge-twocore"))
     ap.add_argument(
         "--native",

@@ -103,7 +103,7 @@ ACT = {name: code for code, name in enumerate(_ACTS)}
 ERRORS = {-1: "no memory for its scratch", -2: "a geometry that does not fit its buffers", -1000: "an unknown job"}
 
 # aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
-ABI = 18
+ABI = 19
 
 _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
 # Every C function Python calls: (result type, argument types), as aioge.h declares them.
@@ -145,6 +145,7 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_lowp_round_f32": (None, (_INT, _P, _P, _I64)),
     "aioge_lowp_pack": (_INT, (_INT, _P, _I64, _I64, _I64, _I64, _P, _I64)),
     "aioge_lowp_gemm": (_INT, (_INT, _P, _I64, _P, _I64, _P, _P, _I64, _I64, _I64, _I64, _INT, _F, _F, _I64, _I64)),
+    "aioge_par_wake": (_INT, ()),
 }
 
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 18
+#define AIOGE_ABI 19
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -219,5 +219,8 @@ void aioge_lowp_round_f32(int kind, const float *x, float *y, int64_t n);
 int aioge_lowp_pack(int kind, const float *b, int64_t sk, int64_t sn, int64_t K, int64_t N, uint16_t *bp, int64_t bp_len);
 int aioge_lowp_gemm(int kind, const float *a, int64_t lda, const uint16_t *bp, int64_t bp_len, const float *bias, float *y,
                     int64_t ldy, int64_t M, int64_t K, int64_t N, int act, float p0, float p1, int64_t m0, int64_t m1);
+
+/* par.c: wake the sleeping C helpers ahead of a run (kernels.parallel.wake_helpers) */
+int aioge_par_wake(void);
 
 #endif

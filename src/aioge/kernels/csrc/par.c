@@ -322,6 +322,34 @@ int aioge_run_jobs(const int64_t *entries, int64_t n, int split, int64_t *failed
     return 0;
 }
 
+/* Wake the free helpers that sleep, with no job: each spins SPIN_US from now, so the first split
+ * of a run that is about to start (its lane or the loop's thread still waking up) finds it
+ * spinning instead of paying its wake-up (tens of microseconds on this VM, and the helper's
+ * vCPU halted) in the middle of a big job. Nothing while splits back off or a helper is
+ * claimed or spinning. Returns the helpers woken. */
+int aioge_par_wake(void)
+{
+    if (nhelpers < 0)
+        init();
+    if (now_ns() < atomic_load_explicit(&backoff_until, memory_order_relaxed))
+        return 0;
+    int woken = 0;
+    for (int i = 0; i < nhelpers; i++) {
+        struct helper *h = &helpers[i];
+        int free_ = 0;
+        if (!h->started || !atomic_load(&h->sleeping) || !atomic_compare_exchange_strong(&h->claimed, &free_, 1))
+            continue;
+        pthread_mutex_lock(&h->mu);
+        atomic_store(&h->current, NULL); /* no job: it only wakes, then spins for the next post */
+        atomic_fetch_add(&h->posted, 1);
+        pthread_cond_signal(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+        atomic_store(&h->claimed, 0);
+        woken++;
+    }
+    return woken;
+}
+
 /* The split counters since the process started: out[0] splits run, out[1] of them lost (the
  * caller waited for the helper), out[2] splits run whole in a back-off window. */
 void aioge_par_stats(int64_t *out)
