@@ -103,6 +103,9 @@ async def jobs(name: str, cache: str, n: int) -> None:
         v[2] += r[5]
     for (job, worth), (count, w, sp) in sorted(by.items(), key=lambda kv: -kv[1][1]):
         print(f"  {job:14s} worth={worth!s:5s} x{count:3d} whole {w:7.0f} us split {sp:7.0f} us")
+    if os.environ.get("TOP"):
+        for r in sorted(rows, key=lambda r: -r[4])[: int(os.environ["TOP"])]:
+            print(f"    #{r[0]:3d} {r[1]:12s} total {r[2]:6d} worth {r[3]!s:5s} whole {r[4]:7.1f} split {r[5]:7.1f}")
     for r in rows:
         if not r[3] and r[5] < r[4] * 0.8:
             print(f"    #{r[0]:3d} {r[1]:12s} total {r[2]:6d} whole {r[4]:6.1f} split {r[5]:6.1f} (not worth)")
