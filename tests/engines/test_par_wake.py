@@ -56,6 +56,52 @@ def test_a_sleeping_helper_is_woken_with_no_job_and_splits_after() -> None:
     assert out["in_backoff"] == 0, "splits back off: no helper is woken to spin for nothing"
 
 
+_DESCHEDULED = r"""
+import json, os, time
+import numpy as np
+from aioge.kernels import native
+wake, par = native.function("aioge_par_wake"), native.par_run()
+a = np.ones((64, 64), np.float32)
+y = np.zeros_like(a)
+call = native.binary("Add", a, a, y)
+out = {"helpers": native.function("aioge_par_helpers")(), "split": par(call.job, native.ptr(call.args), call.total, 1)}
+cpu = sorted(os.sched_getaffinity(0))[0]
+for tid in os.listdir("/proc/self/task"):  # every thread, the spinning helper too, on one CPU
+    os.sched_setaffinity(int(tid), {cpu})
+woken = 0
+for _ in range(int(os.environ["TRIES"])):  # this thread computes: the helper waits for the CPU
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.02:
+        pass
+    woken = wake()
+    if woken:
+        break
+out["woken"] = woken
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs sched_setaffinity")
+@pytest.mark.parametrize(("desched_us", "tries", "asleep"), [(None, 100, True), ("0", 5, False)])
+def test_a_helper_descheduled_while_spinning_sleeps(desched_us: str | None, tries: int, asleep: bool) -> None:
+    """A spinning helper that another thread kept off its CPU (longer than DESCHED_NS between
+    two looks) sleeps at once, however long its spin had left (AIOGE_SPIN_US 10 s here), so a
+    post wakes it with the scheduler's wake-up preference; AIOGE_SPIN_DESCHED_US=0 keeps it
+    spinning."""
+    env = {**os.environ, "AIOGE_SPIN_US": "10000000", "TRIES": str(tries)}
+    env.pop("AIOGE_SPIN_DESCHED_US", None)
+    if desched_us is not None:
+        env["AIOGE_SPIN_DESCHED_US"] = desched_us
+    proc = subprocess.run([sys.executable, "-c", _DESCHEDULED], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not out["helpers"]:  # one core: no helper, every job whole
+        assert out["split"] == 1 and out["woken"] == 0
+        return
+    assert out["split"] == 2
+    assert out["woken"] == (1 if asleep else 0)
+
+
 def test_wake_helpers_is_off_with_wake_off(monkeypatch) -> None:
     monkeypatch.setattr(parallel, "WAKE", False)
     assert parallel.wake_helpers() == 0
