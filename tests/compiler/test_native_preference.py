@@ -142,3 +142,25 @@ def test_a_desc_stored_with_the_old_flat_tuning_fields_is_refused_by_name() -> N
     old = {k: v for k, v in fields.items() if k != "history"} | {"tuned_ms": 0.01, "runner_up": "", "margin": 0.0}
     with pytest.raises(ValueError, match="tuned_ms|history"):
         desc_from_plain({"~dc": ["kernel.KernelDesc", old]})
+
+
+def test_the_slack_grows_with_the_steps_a_program_saves() -> None:
+    """NATIVE_SLACK_MS is per node: a plan of many small steps saves a Python dispatch on each,
+    so it may take native kernels dearer by that much more than a plan of one."""
+    from aioge.compiler.graph import NATIVE_SLACK_MS
+
+    nodes, kernels = _plan(
+        {"MatMul": ("numpy", 0.010, "matmul_blas", 0.011), "Add": ("numpy", 0.001, "", 0.0), "Tanh": ("numpy", 0.001, "", 0.0)}
+    )
+    tanh = next(n for n in nodes if n.op_type == "Tanh")
+    del kernels[tanh.name]
+    nodes = [n for n in nodes if n is not tanh]  # MatMul (swappable) and Add (native already)
+    mm = next(n.name for n in nodes if n.op_type == "MatMul")
+    total = sum(d.history.tuned_ms for d in kernels.values())
+    # dearer than one node's slack, within two nodes': taken
+    extra = NATIVE_EXTRA * total + 1.5 * NATIVE_SLACK_MS
+    swapped = {**kernels, mm: _with(kernels[mm], native_ms=kernels[mm].history.tuned_ms + extra)}
+    assert prefer_native(nodes, swapped)[mm].impl == "matmul_blas"
+    extra = NATIVE_EXTRA * total + 2.5 * NATIVE_SLACK_MS  # past both nodes' slack: kept
+    kept = {**kernels, mm: _with(kernels[mm], native_ms=kernels[mm].history.tuned_ms + extra)}
+    assert prefer_native(nodes, kept) is kept

@@ -202,3 +202,51 @@ async def test_lowered_plans_run_as_native_programs_bit_equal_to_their_steps(nam
     for k, want in reference(feeds).items():
         np.testing.assert_allclose(got[k], want, rtol=0.05, atol=0.05)
         assert np.array_equal(got[k], steps[k]), f"{k}: the program and the steps disagree"
+
+
+async def test_squeeze_excite_and_a_batch_1_classifier_run_in_native_programs(monkeypatch, tmp_path, native_plans: None) -> None:
+    """MobileNetV3's and EfficientNet's plans ran step by step: their SE blocks and their
+    batch-1 classifiers (Gemm with transB, a GEMV over the weight as it is) had no C form.
+    Both have one now, bit-equal to their steps."""
+    from aioge.compiler import tuning
+    from aioge.examples.cnn import _conv_ref
+
+    chosen = {"SqueezeExcite": "squeeze_excite_native", "Gemm": "gemm_native"}
+    chosen |= {"Conv": "conv_direct_native", "FusedConv": "conv_direct_native"}
+    select = tuning.select_kernel
+
+    def native_kernels(schema, *args, **kwargs):  # whatever tuning finds on a busy machine
+        impl = chosen.get(schema.name)
+        return tuning.Choice(impl, {}, False) if impl else select(schema, *args, **kwargs)
+
+    monkeypatch.setattr(tuning, "select_kernel", native_kernels)
+    rng = np.random.default_rng(7)
+    w = {k: (rng.standard_normal(shape) * 0.3).astype(np.float32) for k, shape in _SE_NET.items()}
+    g = aioge.Graph("se_classifier")
+    x = g.input("x", (1, 3, 12, 12), "float32")
+    c = {k: g.constant(v) for k, v in w.items()}
+    h = ops.relu(ops.conv2d(x, c["conv"], c["conv_b"], pads=(1, 1, 1, 1)))
+    s = ops.relu(ops.conv2d(ops.global_average_pool(h), c["w1"], c["b1"]))
+    s = ops.hard_sigmoid(ops.conv2d(s, c["w2"], c["b2"]), alpha=1 / 6, beta=0.5)
+    pooled = ops.flatten(ops.global_average_pool(ops.mul(h, s)), axis=1)
+    g.output(ops.gemm(pooled, c["fc"], c["fc_b"], transB=1), names=["y"])
+    feeds = {"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
+    async with aioge.Session() as sess:
+        await sess.add_graph(1, g)
+        for _ in range(3):
+            got = (await sess.run_graph(1, feeds))["y"]
+        exe = sess.executable(1)
+        impls = {p.op_type: p.kernel.impl for p in exe.model.nodes}
+        assert impls.get("SqueezeExcite") == "squeeze_excite_native", impls
+        assert exe.native_runs >= 3, f"every kernel has a C form: {_kernels(exe)}"
+        steps = (await sess.run_graph(1, feeds, trace=tmp_path / "trace.json"))["y"]
+    assert np.array_equal(got, steps), "the program and the steps disagree"
+    hr = np.maximum(_conv_ref(feeds["x"], w["conv"], w["conv_b"], 1), 0)
+    sq = np.maximum(w["w1"].reshape(8, 24) @ hr.mean(axis=(2, 3))[0] + w["b1"], 0)
+    gate = np.clip((w["w2"].reshape(24, 8) @ sq + w["b2"]) / 6 + 0.5, 0, 1)
+    want = (hr[0] * gate[:, None, None]).mean(axis=(1, 2)) @ w["fc"].T + w["fc_b"]
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-5)
+
+
+_SE_NET = {"conv": (24, 3, 3, 3), "conv_b": (24,), "w1": (8, 24, 1, 1), "b1": (8,), "w2": (24, 8, 1, 1), "b2": (24,)}
+_SE_NET |= {"fc": (10, 24), "fc_b": (10,)}

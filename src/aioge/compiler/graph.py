@@ -144,9 +144,11 @@ def _back(
 # A one-thread plan whose every kernel has a native form runs as one C call (runtime.native_program):
 # no Python between its kernels, and concurrent runs of it on every core. Where tuning chose
 # kernels without one, their native alternatives are taken when they cost at most
-# NATIVE_EXTRA of the plan's tuned time more, plus NATIVE_SLACK_MS: a tenth, so that a long
-# plan (run on a lane, where Python between kernels costs little) loses little; the builder
-# transformer's swaps cost 3% of its kernels' time.
+# NATIVE_EXTRA of the plan's tuned time more, plus NATIVE_SLACK_MS per node (the Python
+# dispatch a program saves each step): a tenth, so that a long plan (run on a lane, where
+# Python between kernels costs little) loses little; the builder transformer's swaps cost 3% of
+# its kernels' time. MobileNetV3-small's (47 nodes) cost 8-13% in tuning's times on a busy
+# machine: a flat 5 us of slack left it op by op in Python on one compile in two.
 NATIVE_EXTRA, NATIVE_SLACK_MS = 0.10, 0.005
 
 
@@ -165,7 +167,7 @@ def prefer_native(nodes: Sequence[Node], kernels: dict[str, KernelDesc]) -> dict
             return kernels
         extra += max(0.0, d.history.native_ms - d.history.tuned_ms)
         swaps[node.name], _ = tuning.revisit(d, "native")
-    if not swaps or extra > NATIVE_EXTRA * total + NATIVE_SLACK_MS:
+    if not swaps or extra > NATIVE_EXTRA * total + NATIVE_SLACK_MS * len(nodes):
         return kernels
     log.info("native plan: %d kernel(s) swapped for native ones, %.1f us dearer", len(swaps), extra * 1e3)
     return {**kernels, **swaps}

@@ -885,4 +885,16 @@ def build_squeeze_excite_native(attrs: Mapping[str, Any], params: Mapping[str, A
         split_native(par, native.JOB_CHAIN, entry[-1], n * c, worth=split)
         return (y,)
 
-    return run
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        # the same two calls over the program's operands, in place (MobileNetV3 and
+        # EfficientNet ran step by step for want of this form: every SE block a Python step)
+        x, y = inputs[0], outputs[0]
+        if not native.f32c(x, y) or x.shape != (n, c, h, w) or not all(is_constant(a) for a in inputs[1:]):
+            return None
+        e = prepare(x, y, inputs)
+        return [
+            native.NativeCall(native.JOB_SQUEEZE, e[-4], n, False, e),
+            native.NativeCall(native.JOB_CHAIN, e[-3], n * c, split, e),
+        ]
+
+    return native.with_native(run, form)

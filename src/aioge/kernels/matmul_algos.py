@@ -515,7 +515,7 @@ def build_gemm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
         return build_gemm_dot(attrs, params, ins, outs)
     row_c = len(ins) > 2 and ins[2] is not None and alpha == 1.0 and beta != 0.0 and ins[2].shape in ((n,), (1, n))
     if m == 1 and tb and not ta:
-        return _gemm_run(m, n, row_c, alpha, beta, _gemv_t(k, n, gemm.par))
+        return _gemm_run(m, n, row_c, alpha, beta, *_gemv_t(k, n, gemm.par))
     packed = WeightDerived(lambda b: pack_columns(np.asarray(b.T if tb else b, np.float32), gemm.nr))
 
     def product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, bp: int, yc: np.ndarray) -> None:
@@ -582,7 +582,7 @@ def _gemm_run(
     return native.with_native(run, form)
 
 
-def _gemv_t(k: int, n: int, par: Any) -> _Product:
+def _gemv_t(k: int, n: int, par: Any) -> tuple[_Product, Callable[..., list[native.NativeCall] | None]]:
     """One row times a transposed (N, K) weight (a classifier at batch 1), in C
     (``aioge_gemv_t_f32``) on the weight as it is, no packed copy: 4 rows of it at a time, the
     rows shared with the C helper on an idle core. MobileNetV3's 1024x1000 classifier, its
@@ -596,7 +596,19 @@ def _gemv_t(k: int, n: int, par: Any) -> _Product:
         args = np.array([native.ptr(x), native.ptr(w), w.strides[0] // 4, bp, native.ptr(yc), k], np.int64)
         split_native(par, native.JOB_GEMV_T, native.ptr(args), n, worth=worth)
 
-    return product
+    def form(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, yc: np.ndarray) -> list[native.NativeCall] | None:
+        # the same call on the operands in place (a classifier at batch 1 kept its plan off native programs)
+        if not (native.f32c(a) and isinstance(b, np.ndarray) and b.dtype == np.float32 and b.strides[1] == 4):
+            return None
+        if b.strides[0] % 4 or (bias is not None and not native.f32c(bias)):
+            return None
+        args = np.array(
+            [native.ptr(a), native.ptr(b), b.strides[0] // 4, 0 if bias is None else native.ptr(bias), native.ptr(yc), k],
+            np.int64,
+        )
+        return [native.NativeCall(native.JOB_GEMV_T, args, n, worth, (a, b, bias, yc))]
+
+    return product, form
 
 
 def _applies_gemm_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:

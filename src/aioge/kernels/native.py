@@ -148,6 +148,7 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_lowp_round_f32": (None, (_INT, _P, _P, _I64)),
     "aioge_lowp_pack": (_INT, (_INT, _P, _I64, _I64, _I64, _I64, _P, _I64)),
     "aioge_lowp_gemm": (_INT, (_INT, _P, _I64, _P, _I64, _P, _P, _I64, _I64, _I64, _I64, _INT, _F, _F, _I64, _I64)),
+    "aioge_par_wake": (_INT, ()),
 }
 
 

@@ -312,7 +312,14 @@ _SQUEEZE_EXCITE = OpSchema(
     _infer_squeeze_excite,
     (
         KernelImpl("numpy", k.build_squeeze_excite),
-        KernelImpl("squeeze_excite_native", k.build_squeeze_excite_native, offered=native.available, eager=True),
+        KernelImpl(
+            "squeeze_excite_native",
+            k.build_squeeze_excite_native,
+            offered=native.available,
+            eager=True,
+            native=True,
+            packs=(1, 3),
+        ),
     ),
     ALL_ENGINES,
     {

@@ -39,7 +39,7 @@ import numpy as np
 
 from aioge.errors import SessionClosedError
 from aioge.ir.desc import numpy_dtype
-from aioge.kernels.parallel import cpu_tokens, lend_tokens, return_tokens
+from aioge.kernels.parallel import cpu_tokens, lend_tokens, return_tokens, wake_helpers
 from aioge.plan.model import CompiledModel
 from aioge.runtime import schedule
 from aioge.runtime.bind import bind
@@ -260,6 +260,8 @@ class Executable:
         # other core to the kernels' C helper and the loop.
         self._bind(ctx, feeds)
         lanes = self._lanes(workers, self._thread_lanes, rotate=not self.short)
+        if workers.cpu.idle() > len(lanes):
+            wake_helpers()  # the C helper spins by the first split (csrc/par.c): it wakes with the lane
         await self._run_sink(ctx, workers, lanes, trace, poison)
         self.observe(ctx.elapsed)
         return self._outputs_of(ctx, feeds)
@@ -272,6 +274,7 @@ class Executable:
     async def _native_inline(self, ctx: Context, feeds: Feeds, workers: EngineWorkers, *_: Any) -> Outputs:
         """A lone caller's program on the loop's thread, every CPU token held: its big jobs split over the idle cores."""
         start = time.perf_counter()
+        wake_helpers()  # spinning by the first split, woken while the feeds are staged
         try:
             outputs = ctx.native.run(feeds, True)
         finally:
@@ -321,6 +324,8 @@ class Executable:
                 cpu.release()
                 done.tick()
 
+        if split and cpu.idle() >= 2:
+            wake_helpers()  # the C helper spins by the first split: it wakes while the lane does
         workers.enqueue([(self._lanes(workers, self._thread_lanes, rotate=not split)[0], work)])
         try:
             await done.wait()

@@ -110,6 +110,10 @@ class CpuTokens(threading.Semaphore):
             if self._waiting:
                 self._cond.notify(n)
 
+    def idle(self) -> int:
+        """The tokens no one holds (read without the lock: a hint)."""
+        return self._value
+
     def take_all(self) -> bool:
         """Every token if none is taken, without waiting."""
         with self._lock:

@@ -229,4 +229,7 @@ int aioge_lowp_pack(int kind, const float *b, int64_t sk, int64_t sn, int64_t K,
 int aioge_lowp_gemm(int kind, const float *a, int64_t lda, const uint16_t *bp, int64_t bp_len, const float *bias, float *y,
                     int64_t ldy, int64_t M, int64_t K, int64_t N, int act, float p0, float p1, int64_t m0, int64_t m1);
 
+/* par.c: wake the sleeping C helpers ahead of a run (kernels.parallel.wake_helpers) */
+int aioge_par_wake(void);
+
 #endif

@@ -5,7 +5,10 @@
  * sixth of a 0.45 ms GEMM half. Here the caller posts the job to a C helper thread that spins
  * for a while after each job (SPIN_US, or AIOGE_SPIN_US in the environment), so a kernel that
  * follows within that time is picked up in about a microsecond; past it the helper sleeps on a
- * condition variable. onnxruntime's thread pool spins the same way.
+ * condition variable. onnxruntime's thread pool spins the same way. A helper that finds it was
+ * descheduled while spinning (DESCHED_NS between two looks: another process took the CPU)
+ * sleeps at once, so the next post wakes it with the scheduler's wake-up preference instead of
+ * finding it queued behind that process.
  *
  * The range is cut into up to CHUNKS chunks that the caller and the helper take in turn, so a
  * helper that starts late only leaves more chunks to the caller. This VM's scheduler packs
@@ -47,6 +50,7 @@
 #define BACKOFF_MIN_NS 10000000LL   /* splits stop this long after a lost one (AIOGE_SPLIT_BACKOFF_US) ... */
 #define BACKOFF_MAX_NS 1000000000LL /* ... doubling on each further loss up to this */
 #define LOST_SLACK_NS 250000LL      /* a wait this much past 1.5 chunks: a helper descheduled, not slow to wake */
+#define DESCHED_NS 200000LL         /* a spinning helper that went this long between two looks sleeps */
 
 /* One split job, on the caller's stack: its range cut into chunks that the caller and the
  * helper take in turn, so a helper that starts late (or not at all: on a VM a vCPU may be
@@ -79,6 +83,7 @@ static struct helper helpers[MAX_HELPERS];
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int nhelpers = -1;
 static int64_t spin_ns;
+static int64_t desched_ns = DESCHED_NS; /* AIOGE_SPIN_DESCHED_US; 0: spin on however long descheduled */
 
 static inline void relax(void)
 {
@@ -144,7 +149,8 @@ static void *helper_main(void *arg)
     uint64_t seen = h->initial; /* not posted: the first job may be posted before this thread runs */
     for (;;) {
         uint64_t now;
-        const int64_t deadline = now_ns() + spin_ns;
+        int64_t last = now_ns();
+        const int64_t deadline = last + spin_ns;
         unsigned spins = 0;
         atomic_store_explicit(&h->cpu, aioge_this_cpu(), memory_order_relaxed);
         while ((now = atomic_load_explicit(&h->posted, memory_order_acquire)) == seen) {
@@ -152,7 +158,12 @@ static void *helper_main(void *arg)
             if ((++spins & 255) != 0)
                 continue;
             sched_yield(); /* a lane's thread on this CPU runs first: spinning holds no CPU token */
-            if (now_ns() > deadline) {
+            const int64_t t = now_ns(), gap = t - last;
+            last = t;
+            /* Descheduled (the yield gave the CPU to another process for a slice): on a busy
+             * machine a spinning helper is seldom running when a job comes, while a sleeping one
+             * is woken by the post with the scheduler's wake-up preference, so sleep. */
+            if (t > deadline || (desched_ns && gap > desched_ns)) {
                 pthread_mutex_lock(&h->mu);
                 atomic_store(&h->sleeping, 1);
                 atomic_store_explicit(&h->cpu, -1, memory_order_relaxed);
@@ -204,6 +215,9 @@ static void init(void)
         const char *env = getenv("AIOGE_SPIN_US");
         const long us = env ? strtol(env, NULL, 10) : SPIN_US;
         spin_ns = (int64_t)(us > 0 ? us : 0) * 1000;
+        const char *desched = getenv("AIOGE_SPIN_DESCHED_US");
+        if (desched)
+            desched_ns = strtol(desched, NULL, 10) > 0 ? (int64_t)strtol(desched, NULL, 10) * 1000 : 0;
         const char *backoff = getenv("AIOGE_SPLIT_BACKOFF_US");
         if (backoff) {
             const long b = strtol(backoff, NULL, 10);
@@ -241,6 +255,9 @@ static struct helper *claim(void)
                 atomic_store(&h->claimed, 0);
                 return NULL;
             }
+#ifdef __linux__
+            pthread_setname_np(t, "aioge-par"); /* for ps and per-thread CPU in bench/twocore.py */
+#endif
             h->started = 1;
         }
         return h;
@@ -317,6 +334,34 @@ int aioge_run_jobs(const int64_t *entries, int64_t n, int split, int64_t *failed
         }
     }
     return 0;
+}
+
+/* Wake the free helpers that sleep, with no job: each spins SPIN_US from now, so the first split
+ * of a run that is about to start (its lane or the loop's thread still waking up) finds it
+ * spinning instead of paying its wake-up (tens of microseconds on this VM, and the helper's
+ * vCPU halted) in the middle of a big job. Nothing while splits back off or a helper is
+ * claimed or spinning. Returns the helpers woken. */
+int aioge_par_wake(void)
+{
+    if (nhelpers < 0)
+        init();
+    if (now_ns() < atomic_load_explicit(&backoff_until, memory_order_relaxed))
+        return 0;
+    int woken = 0;
+    for (int i = 0; i < nhelpers; i++) {
+        struct helper *h = &helpers[i];
+        int free_ = 0;
+        if (!h->started || !atomic_load(&h->sleeping) || !atomic_compare_exchange_strong(&h->claimed, &free_, 1))
+            continue;
+        pthread_mutex_lock(&h->mu);
+        atomic_store(&h->current, NULL); /* no job: it only wakes, then spins for the next post */
+        atomic_fetch_add(&h->posted, 1);
+        pthread_cond_signal(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+        atomic_store(&h->claimed, 0);
+        woken++;
+    }
+    return woken;
 }
 
 /* The split counters since the process started: out[0] splits run, out[1] of them lost (the
