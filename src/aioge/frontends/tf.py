@@ -257,6 +257,9 @@ class _Builder:
         # read t, so a chain of NHWC convs, pointwise ops and pads stays NCHW between transposes.
         self.nchw: dict[int, tuple[Value, Value]] = {}
         self.frames: _V1Frames | None = None  # TF1 while loops (Enter ... Exit), unrolled
+        # SpaceToBatchND -> conv -> BatchToSpaceND (TF's dilated conv) as one dilated conv: a value
+        # standing for a space-to-batched one (id -> (the value, each axis' block)), see _dilated
+        self.dilated: dict[int, tuple[Value, list[int]]] = {}
 
     def build(self) -> Graph:
         self.frames = _V1Frames(self.graph_def.node) if any(n.op == "NextIteration" for n in self.graph_def.node) else None
@@ -434,6 +437,9 @@ class _Builder:
         args = [self.value(i, node) for i in node.input if not i.startswith("^")]
         try:
             convert = _TF.get(node.op) or (_call if node.op in self.functions else _while)
+            mark = self.dilated.get(id(args[0])) if args and self.dilated else None
+            if mark is not None and mark[0] is args[0]:
+                return (_dilated(_Node(self, node), mark[1], args),)
             out = _layout(_Node(self, node), convert, args)
             out = convert(_Node(self, node), *args) if out is None else out
         except GraphError as exc:
@@ -504,6 +510,7 @@ class _Node:
     def __init__(self, builder: _Builder, node: Any) -> None:
         self.builder = builder
         self.node = node
+        self.dilate: list[int] | None = None  # a dilation the conv's input carries (_dilated)
 
     def attr(self, key: str, default: Any = None) -> Any:
         if key not in self.node.attr:
@@ -586,7 +593,8 @@ def _nhwc(n: _Node) -> bool:
 
 def _spatial(n: _Node, key: str, nhwc: bool) -> list[int]:
     vals = n.attr(key, [1, 1, 1, 1])
-    return list(vals[1:3] if nhwc else vals[2:4])
+    out = list(vals[1:3] if nhwc else vals[2:4])
+    return [v * d for v, d in zip(out, n.dilate)] if key == "dilations" and n.dilate else out
 
 
 def _padding(n: _Node, nhwc: bool) -> dict[str, Any]:
@@ -864,6 +872,14 @@ def _space_to_batch(n: _Node, x: Value, block: Value, paddings: Value) -> Value:
     bs = [int(v) for v in n.const(block, "the block shape").reshape(-1)]
     m = len(bs)
     p = n.const(paddings, "the paddings").astype(np.int64).reshape(m, 2)
+    if x.shape is not None and _dilated_conv_chain(n, bs):
+        # TF's dilated conv: the padded x stands for its space-to-batched self; the conv dilates, BatchToSpaceND crops
+        rank = len(x.shape)
+        full = np.zeros((rank, 2), np.int64)
+        full[1 : m + 1] = p
+        out = ops.pad(x, np.concatenate([full[:, 0], full[:, 1]]), np.asarray(0, x.dtype)) if p.any() else ops.identity(x)
+        n.builder.dilated[id(out)] = (out, [1, *bs] + [1] * (rank - 1 - m))
+        return out
     shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[0])
     if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape[1:]):
         raise GraphError("SpaceToBatchND needs static dims after the batch")
@@ -880,6 +896,67 @@ def _space_to_batch(n: _Node, x: Value, block: Value, paddings: Value) -> Value:
     perm = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)] + list(range(2 * m + 1, 2 * m + 1 + rank - 1 - m))
     x = ops.transpose(x, perm=perm)
     return ops.reshape(x, np.array([-1] + [d // b for d, b in zip(padded, bs)] + dims[m:], np.int64))
+
+
+_CONVS = frozenset({"Conv2D", "DepthwiseConv2dNative", "Conv3D"})
+
+
+def _dilated_conv_chain(n: _Node, bs: list[int]) -> bool:
+    """Whether this SpaceToBatchND's only reader chain is [ExpandDims] -> a stride-1 VALID
+    undilated conv -> [Squeeze] -> BatchToSpaceND with the same blocks (as TF builds a dilated conv)."""
+    nodes = n.builder.nodes
+    at, conv = n.node, None
+    while True:
+        refs = (at.name, at.name + ":0")
+        readers = [r for r in nodes.values() if r is not _ARG and any(i in refs for i in r.input)]
+        if len(readers) != 1 or readers[0].input[0] not in refs or sum(i in refs for i in readers[0].input) > 1:
+            return False
+        at = readers[0]
+        if at.op in _CONVS and at.op in _TF and conv is None:
+            ones = [1] * len(at.attr["strides"].list.i)
+            plain = list(at.attr["strides"].list.i) == ones and list(at.attr["dilations"].list.i or ones) == ones
+            if not plain or at.attr["padding"].s != b"VALID":
+                return False
+            conv = at
+        elif at.op == "BatchToSpaceND":
+            block = nodes.get(_tensor(at.input[1])[0])
+            if conv is None or block is None or block is _ARG or block.op != "Const":
+                return False
+            return [int(v) for v in _const(block, 1 << 10, n.builder.label).reshape(-1)] == bs
+        elif at.op not in ("ExpandDims", "Squeeze", "Identity"):
+            return False
+
+
+def _dilated(n: _Node, dil: list[int], args: list[Value]) -> Value:
+    """One op of a dilated conv's chain (_dilated_conv_chain) on the value standing for the
+    space-to-batched one: its result stands for the op's result, blocks following their axes."""
+    op, x, b = n.node.op, args[0], n.builder
+    rank = len(dil)
+    if op == "Identity":
+        return x
+    if op == "ExpandDims":
+        axis = int(n.const(args[1], "the axis").reshape(-1)[0]) % (rank + 1)
+        out, dil = _expand_dims(n, *args), dil[:axis] + [1] + dil[axis:]
+    elif op == "Squeeze":
+        axes = {int(a) % rank for a in n.attr("squeeze_dims", [])}
+        if not axes or any(dil[a] != 1 for a in axes):
+            raise GraphError("a dilated conv's Squeeze must name its axes, none of them dilated")
+        out, dil = _squeeze(n, x), [d for i, d in enumerate(dil) if i not in axes]
+    elif op in _CONVS:
+        spatial = list(range(1, rank - 1)) if n.attr("data_format", "NHWC").endswith("C") else list(range(2, rank))
+        if any(dil[i] != 1 for i in range(rank) if i not in spatial):
+            raise GraphError("a dilated conv's blocks must be on its spatial axes")
+        n.dilate = [dil[i] for i in spatial]
+        out = _TF[op](n, *args)
+    else:  # BatchToSpaceND: the conv's result already is the whole space; its crops remain
+        crops = n.const(args[2], "the crops").astype(np.int64).reshape(-1, 2)
+        del b.dilated[id(x)]  # the chain's only reader: what reads on reads the plain value
+        if not crops.any():
+            return x
+        ends = np.array([-c if c else _BIG for c in crops[:, 1]], np.int64)
+        return ops.slice(x, crops[:, 0].copy(), ends, np.arange(1, len(crops) + 1, dtype=np.int64))
+    b.dilated[id(out)] = (out, dil)
+    return out
 
 
 def _batch_to_space(n: _Node, x: Value, block: Value, crops: Value) -> Value:
