@@ -1349,7 +1349,34 @@ def _select(n: _Node, c: Value, a: Value, b: Value) -> Value:
 
 
 def _fill(n: _Node, dims: Value, value: Value) -> Value:
-    return ops.expand(value, _int64(n, dims))
+    out = _broadcast_to(n.builder, value, _partial(n.builder, n.node.input[0]))
+    return out if out is not None else ops.expand(value, _int64(n, dims))
+
+
+def _broadcast_to(b: _Builder, value: Value, dims: Sequence[int | str | None] | None) -> Value | None:
+    """A constant ``value`` broadcast to ``dims`` whose unknown entries are the inputs' symbols
+    (a Keras RNN's zero state: Fill([batch, units])) with that shape known at load time, as
+    Where(True shaped by each symbol, v, v); None when some entry is not known so."""
+    v = b.evaluate(value) if value.shape == () else None
+    if v is None or dims is None or not all(isinstance(d, (int, str)) for d in dims):
+        return None
+    rank, mask = len(dims), None
+    for j, d in enumerate(dims):
+        if isinstance(d, str):
+            found = [(x, x.shape.index(d)) for x in b.graph.inputs if x.shape is not None and d in x.shape]
+            if not found:
+                return None
+            x, k = found[0]
+            r = len(x.shape or ())
+            others = [a for a in range(r) if a != k]
+            one = ops.slice(x, np.zeros(len(others), np.int64), np.ones(len(others), np.int64), np.array(others, np.int64))
+            col = ops.squeeze(one, np.array(others, np.int64)) if others else one  # (d,): its values unused
+            col = ops.unsqueeze(col, np.array([a for a in range(rank) if a != j], np.int64)) if rank > 1 else col
+            same = ops.equal(col, col)
+            true = ops.or_(same, ops.not_(same))  # True, NaN or not
+            mask = true if mask is None else ops.and_(mask, true)
+    full = np.broadcast_to(np.asarray(v), [d if isinstance(d, int) else 1 for d in dims]).copy()
+    return b.graph.constant(full) if mask is None else ops.where(mask, full, full)
 
 
 def _like(fill: int) -> Callable[..., Value]:
