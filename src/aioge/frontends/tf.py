@@ -797,27 +797,33 @@ def _depthwise(n: _Node, x: Value, w: Value) -> Value:
 
 
 def _conv_backprop_input(n: _Node, sizes: Value, w: Value, x: Value) -> Value:
-    """Conv2DBackpropInput (Keras Conv2DTranspose) as ConvTranspose: TF names the output size,
-    ONNX takes pads and an output_padding; both are worked out from the forward conv's padding."""
-    nhwc = _nhwc(n)
+    """Conv2DBackpropInput / Conv3DBackpropInputV2 (Keras Conv2DTranspose, Conv3DTranspose) as
+    ConvTranspose: TF names the output size, ONNX takes pads and an output_padding; both are
+    worked out from the forward conv's padding."""
+    op = n.node.op
+    rank = 5 if op.startswith("Conv3D") else 4
+    if rank == 5:
+        last, strides, dilations, pad = _nd(n, 5)
+    else:
+        last = _nhwc(n)
+        strides, dilations, pad = _spatial(n, "strides", last), _spatial(n, "dilations", last), _padding(n, last)
+    sp = slice(1, rank - 1) if last else slice(2, rank)
     out = _partial(n.builder, n.node.input[0])
-    found = None if out is None or len(out) != 4 else out[1:3] if nhwc else out[2:4]
+    found = None if out is None or len(out) != rank else out[sp]
     ws = w.shape if w.shape is not None else n.builder.tf_shape(n.node.input[1])
     if found is None or not all(isinstance(d, int) for d in found) or ws is None or not all(isinstance(d, int) for d in ws):
-        raise GraphError("Conv2DBackpropInput needs a static output height and width and filter shape")
+        raise GraphError(f"{op} needs a static output size and filter shape")
     hw = [int(d) for d in found if isinstance(d, int)]
     shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[2])
-    ins = (shape[1:3] if nhwc else shape[2:4]) if shape is not None and len(shape) == 4 else None
+    ins = shape[sp] if shape is not None and len(shape) == rank else None
     if ins is None or not all(isinstance(d, int) for d in ins):
-        raise GraphError("Conv2DBackpropInput needs a static input height and width")
-    strides, dilations = _spatial(n, "strides", nhwc), _spatial(n, "dilations", nhwc)
-    pad = _padding(n, nhwc)
+        raise GraphError(f"{op} needs a static input size")
     begin, extra = [], []
-    for i in range(2):
+    for i in range(rank - 2):
         span = (int(ws[i]) - 1) * dilations[i] + 1
         full = (int(ins[i]) - 1) * strides[i] + span  # the transposed conv's output before padding
         if "pads" in pad:
-            before, after = pad["pads"][i], pad["pads"][i + 2]
+            before, after = pad["pads"][i], pad["pads"][i + rank - 2]
         elif pad["auto_pad"] == "SAME_UPPER":
             total = max((int(ins[i]) - 1) * strides[i] + span - int(hw[i]), 0)
             before, after = total // 2, total - total // 2
@@ -826,12 +832,57 @@ def _conv_backprop_input(n: _Node, sizes: Value, w: Value, x: Value) -> Value:
         begin.append((before, after))
         extra.append(int(hw[i]) - (full - before - after))
     if min(extra) < 0:
-        raise GraphError(f"Conv2DBackpropInput: output size {list(hw)} is smaller than its input gives")
-    kernel = _filter(w, [3, 2, 0, 1])  # H W O I -> I O H W
-    pads = [begin[0][0], begin[1][0], begin[0][1], begin[1][1]]
-    return _in_nchw(
-        n, x, lambda t: ops.conv_transpose(t, kernel, strides=strides, dilations=dilations, pads=pads, output_padding=extra)
-    )
+        raise GraphError(f"{op}: output size {list(hw)} is smaller than its input gives")
+    kernel = _filter(w, [rank - 1, rank - 2, *range(rank - 2)])  # spatial O I -> I O spatial
+    pads = [p for p, _ in begin] + [p for _, p in begin]
+
+    def conv(t: Value) -> Value:
+        return ops.conv_transpose(t, kernel, strides=strides, dilations=dilations, pads=pads, output_padding=extra)
+
+    return _in_nchw(n, x, conv) if rank == 4 else _channels_first(last, 5, x, conv)
+
+
+def _nd(n: _Node, rank: int) -> tuple[bool, list[int], list[int], dict[str, Any]]:
+    """A 3-D conv's or pool's (channels last, strides, dilations, padding), for any spatial rank."""
+    fmt = n.attr("data_format", "NDHWC")
+    if fmt not in ("NDHWC", "NCDHW"):
+        raise GraphError(f"data_format {fmt!r} is not supported (NDHWC, NCDHW)")
+    last = fmt == "NDHWC"
+    sp = slice(1, rank - 1) if last else slice(2, rank)
+    strides, dilations = list(n.attr("strides", [1] * rank))[sp], list(n.attr("dilations", [1] * rank))[sp]
+    if n.dilate:
+        dilations = [d * e for d, e in zip(dilations, n.dilate)]
+    pad = n.attr("padding")
+    if pad not in ("SAME", "VALID"):
+        raise GraphError(f"padding {pad!r} is not supported (SAME, VALID)")
+    return last, strides, dilations, {"auto_pad": "SAME_UPPER" if pad == "SAME" else "VALID"}
+
+
+def _channels_first(last: bool, rank: int, x: Value, fn: Callable[[Value], Value]) -> Value:
+    if not last:
+        return fn(x)
+    t = fn(ops.transpose(x, perm=[0, rank - 1, *range(1, rank - 1)]))
+    return ops.transpose(t, perm=[0, *range(2, rank), 1])
+
+
+def _conv3d(n: _Node, x: Value, w: Value) -> Value:
+    last, strides, dilations, pad = _nd(n, 5)
+    kernel = _filter(w, [4, 3, 0, 1, 2])  # DHWIO -> OIDHW
+    attrs: dict[str, Any] = {"strides": strides, "dilations": dilations, **pad}
+    channels = x.shape[4 if last else 1] if x.shape is not None and len(x.shape) == 5 else None
+    per_group = w.shape[3] if w.shape is not None and len(w.shape) == 5 else None
+    if isinstance(channels, int) and isinstance(per_group, int) and 0 < per_group != channels:
+        attrs["group"] = channels // per_group
+    return _channels_first(last, 5, x, lambda t: ops.conv(t, kernel, **attrs))
+
+
+def _pool3d(op: Callable[..., Value]) -> Callable[..., Value]:
+    def convert(n: _Node, x: Value) -> Value:
+        last, strides, _, pad = _nd(n, 5)
+        kernel = list(n.attr("ksize"))[1:4] if last else list(n.attr("ksize"))[2:5]
+        return _channels_first(last, 5, x, lambda t: op(t, kernel_shape=kernel, strides=strides, **pad))
+
+    return convert
 
 
 def _resize(mode: str) -> Callable[..., Value]:
@@ -1537,6 +1588,10 @@ _TF: dict[str, Callable[..., Any]] = {
     "Conv2D": _conv2d,
     "DepthwiseConv2dNative": _depthwise,
     "Conv2DBackpropInput": _conv_backprop_input,
+    "Conv3D": _conv3d,
+    "Conv3DBackpropInputV2": _conv_backprop_input,
+    "MaxPool3D": _pool3d(ops.max_pool),
+    "AvgPool3D": _pool3d(ops.average_pool),
     "ResizeBilinear": _resize("linear"),
     "ResizeNearestNeighbor": _resize("nearest"),
     "ResizeBicubic": _resize("cubic"),
