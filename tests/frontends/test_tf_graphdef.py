@@ -483,6 +483,8 @@ def _text_model(kind: str) -> Any:
     elif kind == "gru":
         h = keras.layers.GRU(8, return_sequences=True)(h)
         h = keras.layers.GlobalAveragePooling1D()(h)
+    elif kind == "stacked":  # frozen with TF1 loops: the GRU's loop reads the SimpleRNN loop's result
+        h = keras.layers.GRU(4)(keras.layers.SimpleRNN(6, return_sequences=True, go_backwards=True)(h))
     else:
         h = keras.layers.Bidirectional(keras.layers.LSTM(8, return_sequences=True))(h)
         h = keras.layers.GlobalMaxPooling1D()(h)
@@ -633,7 +635,7 @@ def test_crafted_function_body_runs_nothing_while_loading(tmp_path: Path) -> Non
     assert not target.exists()
 
 
-@pytest.mark.parametrize("kind", ["lstm_masked", "gru"])
+@pytest.mark.parametrize("kind", ["lstm_masked", "gru", "stacked"])
 def test_keras_rnn_frozen_with_lowered_tf1_loops_is_unrolled(kind: str) -> None:
     """convert_variables_to_constants_v2 lowers While to TF1 Enter/Merge/Switch/NextIteration/Exit
     by default: the frame is unrolled as the functional While is."""
@@ -669,3 +671,56 @@ def test_recurrent_attention_encoder_from_saved_model_and_keras_file(tmp_path: P
         graph = aioge.load_tf(path)
         for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
             _check_scaled(got, ref[:batch])
+
+
+# -- frozen .pb files with no recorded shapes: dilated convs, an unrolled LSTM's zero state ------
+
+_DILATED: dict[str, tuple[tuple[int, ...], Any]] = {
+    "conv1d_causal_same": (
+        (12, 6),
+        lambda L, x: L.Conv1D(4, 3, padding="causal", dilation_rate=2)(L.Conv1D(5, 3, dilation_rate=3, padding="same")(x)),
+    ),
+    "depthwise_conv1d": ((12, 6), lambda L, x: L.DepthwiseConv1D(3, depth_multiplier=2, dilation_rate=2)(x)),
+    "conv2d_depthwise_separable": (
+        (16, 16, 3),
+        lambda L, x: L.SeparableConv2D(4, 3, dilation_rate=2, padding="same")(
+            L.DepthwiseConv2D(3, dilation_rate=(2, 3), padding="same")(L.Conv2D(4, 3, dilation_rate=2)(x))
+        ),
+    ),
+    "conv3d": ((5, 7, 8, 2), lambda L, x: L.Conv3D(3, 3, dilation_rate=(1, 2, 3), padding="same")(x)),
+}
+
+
+@pytest.mark.parametrize("kind", list(_DILATED))
+def test_dilated_conv_frozen_without_shapes_matches_tensorflow(kind: str) -> None:
+    """TF builds a dilated conv as SpaceToBatchND -> conv -> BatchToSpaceND with run-time shapes:
+    it loads as one dilated conv, whatever the rank, dilation and padding, with a symbolic batch."""
+    shape, body = _DILATED[kind]
+    keras.utils.set_random_seed(0)
+    inp = keras.Input(shape)
+    model = keras.Model(inp, body(keras.layers, inp))
+    graph_def, _ = _freeze(model, (None, *shape))
+    assert not any("_output_shapes" in n.attr for n in graph_def.node)
+    graph = aioge.load_tf(graph_def)
+    dilations = [tuple(n.attrs.get("dilations") or ()) for n in graph.nodes if n.op_type == "Conv"]
+    assert any(max(d, default=1) > 1 for d in dilations)
+    x = np.random.default_rng(5).standard_normal((4, *shape)).astype(np.float32)
+    ref = model(x, training=False).numpy()
+    for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
+        _check_scaled(got, ref[:batch])
+
+
+def test_unrolled_lstm_under_an_lstm_frozen_without_shapes_matches_tensorflow() -> None:
+    """An unroll=True LSTM's zero state is Fill(Pack(batch, units)): its shape stays known at
+    load time, so the LSTM above it finds its sequence length (TensorListFromTensor)."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((6,), dtype="int32")
+    h = keras.layers.Embedding(50, 8)(inp)
+    h = keras.layers.LSTM(4)(keras.layers.LSTM(6, return_sequences=True, unroll=True)(h))
+    model = keras.Model(inp, keras.layers.Dense(3)(h))
+    graph_def, _ = _freeze(model, (None, 6), tf.int32)
+    graph = aioge.load_tf(graph_def)
+    x = np.random.default_rng(2).integers(1, 50, (4, 6)).astype(np.int32)
+    ref = model(x, training=False).numpy()
+    for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
+        _check_scaled(got, ref[:batch])

@@ -1892,6 +1892,12 @@ def _eval_v1(b: _Builder, env: dict[str, tuple[Any, ...]], members: set[str], re
             stack.pop()
             continue
         node = b.nodes[name]
+        other = None if inside or b.frames is None else b.frames.member.get(name)
+        if other is not None:  # another loop's result (a stacked RNN's): that loop unrolled first
+            if node.op != "Exit":
+                raise GraphError(f"a TF1 loop reads {name!r} ({node.op}) inside another loop", node=name)
+            _v1_loop(b, other)
+            continue
         deps = [_tensor(i)[0] for i in node.input if not i.startswith("^")]
         if node.op in ("Switch", "Enter", "LoopCond"):
             deps = deps[:1]  # a Switch's predicate is the loop's, known to be true here
