@@ -153,7 +153,13 @@ def _layer_models() -> dict[str, Callable[[], tuple[Any, np.ndarray]]]:
         "text_cnn_classifier": text(
             lambda h: L.Dropout(0.3)(L.GlobalMaxPooling1D()(L.Conv1D(8, 5, activation="relu", padding="same")(h)))
         ),
-        "einsum_dense": text(lambda h: L.Flatten()(L.EinsumDense("abc,cde->abde", output_shape=(None, 2, 4), bias_axes="de")(h))),
+        "einsum_dense": text(
+            lambda h: L.Flatten()(
+                L.EinsumDense("abc,cd->abd", output_shape=(12, 5), bias_axes="d")(
+                    L.EinsumDense("abc,cde->abde", output_shape=(12, 2, 4), bias_axes="de")(h)[:, :, 1]
+                )
+            )
+        ),
         "dot_concat": dot_concat,
         "activations": tensor(
             seq,

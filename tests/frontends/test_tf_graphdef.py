@@ -597,6 +597,35 @@ _OPS: dict[str, Any] = {
     "pad_avg_pool": lambda x: tf.nn.avg_pool2d(
         tf.pad(tf.nn.conv2d(x, tf.ones((1, 1, 3, 2)), 1, "SAME"), [[0, 0], [1, 0], [1, 2], [0, 0]]), 2, 1, "VALID"
     ),
+    # activations and elementwise ops Keras layers and keras.ops emit
+    "unary_math": lambda x: (
+        tf.nn.softsign(x)
+        + tf.math.log1p(tf.abs(x))
+        + tf.math.expm1(x / 4)
+        + tf.clip_by_value(x, -1.0, 2.0)
+        + tf.tan(x / 8)
+        + tf.atan(x)
+        + tf.asin(x / 5)
+        + tf.acos(x / 5)
+        + tf.sinh(x / 3)
+        + tf.cosh(x / 3)
+        + tf.asinh(x)
+        + tf.acosh(tf.abs(x) + 1)
+        + tf.atanh(x / 5)
+    ),
+    "is_finite_add_n_broadcast": lambda x: (
+        tf.cast(tf.math.is_finite(x / (x - x[:, :1])), tf.float32)
+        + tf.cast(tf.math.is_nan(x - x), tf.float32)
+        + tf.cast(tf.math.is_inf(1 / x), tf.float32)
+        + tf.add_n([x, x * 2.0, -x])
+        + tf.broadcast_to(x[:1, :1, :1], tf.shape(x))
+    ),
+    "cumsum": lambda x: tf.cumsum(x, axis=2) + tf.cumsum(x, axis=1, exclusive=True, reverse=True),
+    "depth_space": lambda x: tf.nn.depth_to_space(tf.nn.space_to_depth(tf.concat([x, x], 1)[:, :, :, :2], 2) * 1.5, 2),
+    "one_hot_xor": lambda x: (
+        tf.transpose(tf.one_hot(tf.cast(tf.abs(x[..., 0]), tf.int32), 4, 2.0, -1.0, axis=1), [0, 2, 3, 1])[..., :3]
+        + tf.cast(tf.math.logical_xor(x[..., :1] > 0, x[..., 1:2] > 1), tf.float32)
+    ),
     "tensordot_grouped_conv": lambda x: tf.nn.conv2d(
         tf.tensordot(x, tf.reshape(tf.range(18.0) / 9.0, (3, 6)), 1), tf.reshape(tf.range(54.0) / 50.0, (3, 3, 2, 3)), 1, "SAME"
     ),

@@ -1555,6 +1555,25 @@ def _call(n: _Node, *args: Value) -> tuple[Value, ...]:
     return tuple(_inline(n.builder, name, list(args), n.node.name, [i for i in n.node.input if not i.startswith("^")]))
 
 
+def _cumsum(n: _Node, x: Value, axis: Value) -> Value:
+    ax = np.asarray(n.const(axis, "the axis"), np.int64).reshape(())
+    return ops.cum_sum(x, ax, exclusive=int(bool(n.attr("exclusive", False))), reverse=int(bool(n.attr("reverse", False))))
+
+
+def _depth_space(op: Callable[..., Value]) -> Callable[..., Value]:
+    """DepthToSpace / SpaceToDepth: TF's NHWC channel order is ONNX's DCR."""
+    return lambda n, x: _in_nchw(n, x, lambda t: op(t, blocksize=int(n.attr("block_size")), mode="DCR"))
+
+
+def _one_hot(n: _Node, idx: Value, depth: Value, on: Value, off: Value) -> Value:
+    values = ops.concat(ops.reshape(off, np.array([1], np.int64)), ops.reshape(on, np.array([1], np.int64)), axis=0)
+    return ops.one_hot(idx, _int64(n, depth), values, axis=int(n.attr("axis", -1)))
+
+
+def _finite(n: _Node, x: Value) -> Value:
+    return ops.not_(ops.or_(ops.is_inf(x), ops.is_na_n(x)))
+
+
 _TF: dict[str, Callable[..., Any]] = {
     "Identity": _unary(lambda x: x),
     "StopGradient": _unary(lambda x: x),
@@ -1672,6 +1691,29 @@ _TF: dict[str, Callable[..., Any]] = {
     "TensorListSetItem": _list_set,
     "TensorListStack": _list_stack,
     "ReverseV2": _reverse,
+    "Softsign": _unary(ops.softsign),
+    "Log1p": _unary(lambda x: ops.log(ops.add(x, np.asarray(1, x.dtype)))),
+    "Expm1": _unary(lambda x: ops.sub(ops.exp(x), np.asarray(1, x.dtype))),
+    "ClipByValue": lambda n, x, lo, hi: ops.min(ops.max(x, lo), hi),
+    "IsNan": _unary(ops.is_na_n),
+    "IsInf": _unary(ops.is_inf),
+    "IsFinite": _finite,
+    "Tan": _unary(ops.tan),
+    "Atan": _unary(ops.atan),
+    "Asin": _unary(ops.asin),
+    "Acos": _unary(ops.acos),
+    "Sinh": _unary(ops.sinh),
+    "Cosh": _unary(ops.cosh),
+    "Asinh": _unary(ops.asinh),
+    "Acosh": _unary(ops.acosh),
+    "Atanh": _unary(ops.atanh),
+    "AddN": lambda n, *xs: ops.sum(*xs) if len(xs) > 1 else xs[0],
+    "BroadcastTo": lambda n, x, shape: ops.expand(x, _int64(n, shape)),
+    "Cumsum": _cumsum,
+    "DepthToSpace": _depth_space(ops.depth_to_space),
+    "SpaceToDepth": _depth_space(ops.space_to_depth),
+    "OneHot": _one_hot,
+    "LogicalXor": _logical(ops.xor),
     "PartitionedCall": _call,
     "StatefulPartitionedCall": _call,
 }
