@@ -188,6 +188,74 @@ def _layer_models() -> dict[str, Callable[[], tuple[Any, np.ndarray]]]:
             seq, lambda x: L.Flatten()(L.RepeatVector(2)(L.Flatten()(L.Permute((2, 1))(L.Reshape((6, 12))(x)))))
         ),
     }
+
+    def lstm_state() -> tuple[Any, np.ndarray]:
+        inp = keras.Input((12,), dtype="int32")
+        h = L.Masking(0.0)(L.Embedding(50, 16)(inp))
+        seq, state_h, state_c = L.LSTM(6, return_sequences=True, return_state=True, go_backwards=True)(h)
+        out = L.GRU(5)(seq, initial_state=None)
+        return keras.Model(inp, L.Concatenate()([out, state_h, state_c])), tokens()
+
+    def mha_causal() -> tuple[Any, np.ndarray]:
+        inp = keras.Input((12,), dtype="int32")
+        h = L.Embedding(50, 16)(inp)
+        att = L.MultiHeadAttention(num_heads=2, key_dim=4, value_dim=6)(h, h[:, :6], use_causal_mask=False)
+        self_att = L.MultiHeadAttention(num_heads=4, key_dim=4)(h, h, use_causal_mask=True)
+        a = L.Attention(score_mode="concat")([h, h], use_causal_mask=True)
+        return keras.Model(inp, L.Flatten()(L.Concatenate()([att, self_att, a]))), tokens()
+
+    more |= {
+        "lstm_return_state_masking": lstm_state,
+        "mha_cross_causal": mha_causal,
+        "conv_lstm2d": tensor((3, 8, 8, 2), lambda x: L.ConvLSTM2D(3, 3, padding="same", return_sequences=True)(x)),
+        "norms_rms_batch_seq": tensor(
+            seq,
+            lambda x: L.Concatenate()(
+                [
+                    L.LayerNormalization(rms_scaling=True)(x),
+                    L.BatchNormalization()(x),
+                    L.LayerNormalization(axis=[1, 2])(x),
+                ]
+            ),
+        ),
+        "inference_noop_layers": image(
+            lambda x: L.ActivityRegularization(0.1)(
+                L.SpatialDropout2D(0.3)(
+                    L.GaussianDropout(0.2)(L.GaussianNoise(0.5)(L.AlphaDropout(0.1)(L.RandomFlip()(L.RandomRotation(0.2)(x)))))
+                )
+            )
+        ),
+        "resizing_modes": image(
+            lambda x: L.Concatenate()(
+                [
+                    L.Resizing(9, 11, interpolation="bicubic")(x),
+                    L.Resizing(9, 11, interpolation="area")(x),
+                    L.Resizing(9, 11, interpolation="lanczos3")(x),
+                    L.Resizing(9, 11, pad_to_aspect_ratio=True)(x),
+                ]
+            )
+        ),
+        "grouped_strided_convs": tensor(
+            (12, 8),
+            lambda x: L.GlobalMaxPooling1D()(
+                L.Conv1D(4, 3, strides=2, groups=2)(L.Conv1D(8, 3, groups=4, padding="same", activation="gelu")(x))
+            ),
+        ),
+        "pooling_same_strides": image(
+            lambda x: L.Concatenate()(
+                [L.AveragePooling2D(3, strides=2, padding="same")(x), L.MaxPooling2D((3, 2), strides=2, padding="same")(x)]
+            )
+        ),
+        "category_encoding_discretization": tensor(
+            (6,),
+            lambda x: L.Concatenate()(
+                [
+                    L.CategoryEncoding(8, output_mode="multi_hot")(L.Discretization(bin_boundaries=[-1.0, 0.0, 0.5, 1.0])(x)),
+                    L.CategoryEncoding(8, output_mode="count")(L.Discretization(bin_boundaries=[-0.5, 0.2])(x)),
+                ]
+            ),
+        ),
+    }
     return more | {
         "lstm": text(lambda h: L.LSTM(8)(h)),
         "lstm_masked": text(lambda h: L.LSTM(8)(h), mask=True),

@@ -626,6 +626,19 @@ _OPS: dict[str, Any] = {
         tf.transpose(tf.one_hot(tf.cast(tf.abs(x[..., 0]), tf.int32), 4, 2.0, -1.0, axis=1), [0, 2, 3, 1])[..., :3]
         + tf.cast(tf.math.logical_xor(x[..., :1] > 0, x[..., 1:2] > 1), tf.float32)
     ),
+    # causal masks (MultiHeadAttention's use_causal_mask), Discretization, CategoryEncoding, a load-time If
+    "band_part": lambda x: tf.linalg.band_part(x, 1, -1) + tf.linalg.band_part(x, -1, 0) * 2.0 + tf.linalg.band_part(x, 0, 2),
+    "bucketize_bincount": lambda x: (
+        tf.cast(tf.raw_ops.Bucketize(input=x, boundaries=[-1.0, 0.0, 2.5]), tf.float32)
+        + tf.raw_ops.DenseBincount(
+            input=tf.cast(tf.abs(x[:, :, 0, 0]), tf.int32), size=5, weights=tf.constant([], tf.float32), binary_output=True
+        )[:, None, None, :3]
+        + tf.raw_ops.DenseBincount(input=tf.cast(tf.abs(x[:, :, 1, 0]), tf.int32), size=4, weights=tf.constant([], tf.float32))[
+            :, None, None, 1:
+        ]
+        + tf.cast(tf.size(x), tf.float32)
+    ),
+    "if_known_at_load_time": lambda x: tf.cond(tf.shape(x)[1] > 3, lambda: x * 2.0, lambda: x - 1.0),
     "tensordot_grouped_conv": lambda x: tf.nn.conv2d(
         tf.tensordot(x, tf.reshape(tf.range(18.0) / 9.0, (3, 6)), 1), tf.reshape(tf.range(54.0) / 50.0, (3, 3, 2, 3)), 1, "SAME"
     ),

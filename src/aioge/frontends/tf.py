@@ -386,7 +386,7 @@ class _Builder:
             n = stack.pop()
             if not self._known_op(n):
                 missing.append((n.op, n.name))
-            for f in [n.attr[k].func.name for k in ("f", "cond", "body") if k in n.attr] + [n.op]:
+            for f in [n.attr[k].func.name for k in ("f", "cond", "body", "then_branch", "else_branch") if k in n.attr] + [n.op]:
                 if f in self.functions and f not in seen:
                     seen.add(f)
                     stack.extend(_needed(self.functions[f]))
@@ -1574,6 +1574,50 @@ def _finite(n: _Node, x: Value) -> Value:
     return ops.not_(ops.or_(ops.is_inf(x), ops.is_na_n(x)))
 
 
+def _band_part(n: _Node, x: Value, lower: Value, upper: Value) -> Value:
+    """MatrixBandPart (a causal mask's ones): Trilu on each side that is bounded (>= 0)."""
+    lo, up = int(n.const(lower, "num_lower")), int(n.const(upper, "num_upper"))
+    if lo >= 0:
+        x = ops.trilu(x, np.asarray(-lo, np.int64), upper=1)  # i - j <= lo
+    return ops.trilu(x, np.asarray(up, np.int64), upper=0) if up >= 0 else x  # j - i <= up
+
+
+def _bucketize(n: _Node, x: Value) -> Value:
+    """Bucketize: how many boundaries each value reaches (x >= b)."""
+    bounds = np.asarray(n.attr("boundaries", []), x.dtype if x.dtype.startswith("float") else np.float32)
+    if not bounds.size:
+        return ops.expand(np.asarray(0, np.int32), ops.shape(x))
+    reached = ops.cast(ops.greater_or_equal(ops.unsqueeze(x, np.array([-1], np.int64)), bounds.astype(x.dtype)), to="int32")
+    return ops.reduce_sum(reached, np.array([-1], np.int64), keepdims=0)
+
+
+def _dense_bincount(n: _Node, x: Value, size: Value, weights: Value) -> Value:
+    """DenseBincount of each row's values below ``size`` (Keras CategoryEncoding): a one-hot sum."""
+    w = n.maybe_const(weights)
+    if w is None or w.size:
+        raise GraphError("DenseBincount with weights is not supported")
+    depth = int(n.const(size, "the size"))
+    hot = ops.one_hot(x, np.asarray(depth, np.int64), np.array([0, 1], n.attr("T", "float32")), axis=-1)
+    counts = ops.reduce_sum(hot, np.array([-2 if len(x.shape or ()) > 1 else 0], np.int64), keepdims=0)
+    return ops.min(counts, np.asarray(1, counts.dtype)) if n.attr("binary_output", False) else counts
+
+
+def _size(n: _Node, x: Value) -> Value:
+    return ops.cast(ops.size(x), to=n.attr("out_type", "int32"))
+
+
+def _if(n: _Node, cond: Value, *args: Value) -> tuple[Value, ...]:
+    """If / StatelessIf whose condition constants give at load time: that branch, inlined."""
+    known = n.maybe_const(cond)
+    if known is None:
+        raise UnsupportedOpError(
+            [("tf", f"{n.node.op} (a condition known only at run time)")], graph=n.builder.graph.name, nodes=[n.node.name]
+        )
+    branch = n.node.attr["then_branch" if bool(np.asarray(known).reshape(-1)[0]) else "else_branch"].func.name
+    inputs = [i for i in n.node.input if not i.startswith("^")][1:]
+    return tuple(_inline(n.builder, branch, list(args), n.node.name, inputs))
+
+
 _TF: dict[str, Callable[..., Any]] = {
     "Identity": _unary(lambda x: x),
     "StopGradient": _unary(lambda x: x),
@@ -1714,6 +1758,12 @@ _TF: dict[str, Callable[..., Any]] = {
     "SpaceToDepth": _depth_space(ops.space_to_depth),
     "OneHot": _one_hot,
     "LogicalXor": _logical(ops.xor),
+    "MatrixBandPart": _band_part,
+    "Bucketize": _bucketize,
+    "DenseBincount": _dense_bincount,
+    "Size": _size,
+    "If": _if,
+    "StatelessIf": _if,
     "PartitionedCall": _call,
     "StatefulPartitionedCall": _call,
 }
