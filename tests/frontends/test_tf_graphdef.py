@@ -633,7 +633,7 @@ _OPS: dict[str, Any] = {
         + tf.raw_ops.DenseBincount(
             input=tf.cast(tf.abs(x[:, :, 0, 0]), tf.int32), size=5, weights=tf.constant([], tf.float32), binary_output=True
         )[:, None, None, :3]
-        + tf.raw_ops.DenseBincount(input=tf.cast(tf.abs(x[:, :, 1, 0]), tf.int32), size=4, weights=tf.constant([], tf.float32))[
+        + tf.math.bincount(tf.cast(tf.abs(x[:, :, 1, 0]), tf.int32), minlength=4, maxlength=4, axis=-1, dtype=tf.float32)[
             :, None, None, 1:
         ]
         + tf.cast(tf.size(x), tf.float32)

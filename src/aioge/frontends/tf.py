@@ -1596,10 +1596,26 @@ def _dense_bincount(n: _Node, x: Value, size: Value, weights: Value) -> Value:
     w = n.maybe_const(weights)
     if w is None or w.size:
         raise GraphError("DenseBincount with weights is not supported")
-    depth = int(n.const(size, "the size"))
+    known = n.maybe_const(size)
+    depth = int(known) if known is not None else _clamp_bound(n.builder, n.node.input[1])
     hot = ops.one_hot(x, np.asarray(depth, np.int64), np.array([0, 1], n.attr("T", "float32")), axis=-1)
     counts = ops.reduce_sum(hot, np.array([-2 if len(x.shape or ()) > 1 else 0], np.int64), keepdims=0)
     return ops.min(counts, np.asarray(1, counts.dtype)) if n.attr("binary_output", False) else counts
+
+
+def _clamp_bound(b: _Builder, ref: str) -> int:
+    """The value of Minimum(Maximum(v, lo), hi) with constants lo >= hi, whatever v: hi (tf.math.bincount's
+    size when minlength == maxlength, as Keras CategoryEncoding gives num_tokens)."""
+    node = b.nodes.get(_tensor(ref)[0])
+    args = [i for i in getattr(node, "input", ()) if not i.startswith("^")]
+    if node is not None and node.op == "Minimum" and len(args) == 2:
+        for inner, hi in (args, args[::-1]):
+            top, low = b.evaluate(b.value(hi, None)), b.nodes.get(_tensor(inner)[0])
+            if top is not None and low is not None and low.op == "Maximum":
+                los = [b.evaluate(b.value(i, None)) for i in low.input if not i.startswith("^")]
+                if any(v is not None and int(v) >= int(top) for v in los):
+                    return int(top)
+    raise GraphError("DenseBincount's size must be a constant (or minlength == maxlength) in a frozen graph")
 
 
 def _size(n: _Node, x: Value) -> Value:
