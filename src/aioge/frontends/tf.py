@@ -1431,7 +1431,12 @@ def _broadcast_to(b: _Builder, value: Value, dims: Sequence[int | str | None] | 
 
 
 def _like(fill: int) -> Callable[..., Value]:
-    return lambda n, x: ops.expand(np.asarray(fill, x.dtype), ops.shape(x))
+    def convert(n: _Node, x: Value) -> Value:
+        value = n.builder.graph.constant(np.asarray(fill, x.dtype))
+        out = _broadcast_to(n.builder, value, x.shape) if x.shape is not None else None  # the shape kept
+        return out if out is not None else ops.expand(value, ops.shape(x))
+
+    return convert
 
 
 def _tile(n: _Node, x: Value, reps: Value) -> Value:
