@@ -506,6 +506,22 @@ def _layer_model(kind: str) -> tuple[Any, np.ndarray]:
     keras.utils.set_random_seed(0)
     L = keras.layers
     rng = np.random.default_rng(4)
+    if kind == "conv3d":  # Conv3D, MaxPool3D, AvgPool3D, Conv3DBackpropInputV2
+        inp = keras.Input((4, 6, 6, 2))
+        h = L.MaxPooling3D(2)(L.Conv3D(4, 3, padding="same", activation="relu")(inp))
+        h = L.Conv3DTranspose(3, 3, strides=2, padding="same")(L.AveragePooling3D(2, strides=1, padding="same")(h))
+        return keras.Model(inp, L.GlobalMaxPooling3D()(h)), rng.standard_normal((4, 4, 6, 6, 2)).astype(np.float32)
+    if kind == "category_encoding":  # Bucketize, DenseBincount (its size a Minimum of a Maximum)
+        inp = keras.Input((6,))
+        h = L.Discretization(bin_boundaries=[-1.0, 0.0, 0.5, 1.0])(inp)
+        h = L.Concatenate()([L.CategoryEncoding(8, output_mode="multi_hot")(h), L.CategoryEncoding(8, output_mode="count")(h)])
+        return keras.Model(inp, L.Dense(3)(h)), rng.standard_normal((4, 6)).astype(np.float32)
+    if kind == "causal_attention":  # MatrixBandPart
+        inp = keras.Input((12,), dtype="int32")
+        h = L.Embedding(50, 16)(inp)
+        h = L.MultiHeadAttention(num_heads=2, key_dim=4)(h, h, use_causal_mask=True)
+        h = L.Concatenate()([h, L.Attention()([h, h], use_causal_mask=True)])
+        return keras.Model(inp, L.Dense(3)(L.Flatten()(h))), rng.integers(1, 50, (4, 12)).astype(np.int32)
     if kind in ("dilated_conv1d", "attention"):
         inp = keras.Input((12,), dtype="int32")
         h = L.Embedding(50, 16, mask_zero=kind == "attention")(inp)
@@ -531,7 +547,18 @@ def _layer_model(kind: str) -> tuple[Any, np.ndarray]:
     return keras.Model(inp, L.Conv2D(4, 3)(h)), x
 
 
-@pytest.mark.parametrize("kind", ["dilated_conv1d", "attention", "conv_transpose_upsampling", "preprocessing"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "dilated_conv1d",
+        "attention",
+        "conv_transpose_upsampling",
+        "preprocessing",
+        "conv3d",
+        "category_encoding",
+        "causal_attention",
+    ],
+)
 def test_keras_layer_models_match_tensorflow(kind: str) -> None:
     model, x = _layer_model(kind)
     graph = aioge.load_tf(model)
@@ -752,17 +779,25 @@ def test_dilated_conv_frozen_without_shapes_matches_tensorflow(kind: str) -> Non
         _check_scaled(got, ref[:batch])
 
 
-def test_unrolled_lstm_under_an_lstm_frozen_without_shapes_matches_tensorflow() -> None:
-    """An unroll=True LSTM's zero state is Fill(Pack(batch, units)): its shape stays known at
-    load time, so the LSTM above it finds its sequence length (TensorListFromTensor)."""
+@pytest.mark.parametrize("kind", ["unrolled_under_lstm", "masked_state"])
+def test_rnn_zero_states_keep_their_shapes_frozen_without_shapes(kind: str) -> None:
+    """An unroll=True LSTM's zero state is Fill(Pack(batch, units)), a masked RNN's zero output
+    ZerosLike: their shapes stay known at load time, so the RNN above finds its sequence length
+    (TensorListFromTensor)."""
     keras.utils.set_random_seed(0)
     inp = keras.Input((6,), dtype="int32")
-    h = keras.layers.Embedding(50, 8)(inp)
-    h = keras.layers.LSTM(4)(keras.layers.LSTM(6, return_sequences=True, unroll=True)(h))
+    h = keras.layers.Embedding(50, 8, mask_zero=kind == "masked_state")(inp)
+    if kind == "unrolled_under_lstm":
+        h = keras.layers.LSTM(4)(keras.layers.LSTM(6, return_sequences=True, unroll=True)(h))
+    else:
+        lstm = keras.layers.LSTM(6, return_sequences=True, return_state=True, go_backwards=True)
+        seq, state_h, _ = lstm(h)
+        h = keras.layers.Concatenate()([keras.layers.GRU(4)(seq), state_h])
     model = keras.Model(inp, keras.layers.Dense(3)(h))
     graph_def, _ = _freeze(model, (None, 6), tf.int32)
     graph = aioge.load_tf(graph_def)
     x = np.random.default_rng(2).integers(1, 50, (4, 6)).astype(np.int32)
+    x[1:, 4:] = 0  # padded: the masked RNN keeps its state there
     ref = model(x, training=False).numpy()
     for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
         _check_scaled(got, ref[:batch])
