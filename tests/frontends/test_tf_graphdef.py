@@ -607,6 +607,8 @@ _OPS: dict[str, Any] = {
     "resize_nearest_align_corners": lambda x: tf.compat.v1.image.resize_nearest_neighbor(x, (9, 4), align_corners=True),
     "resize_nearest_legacy": lambda x: tf.compat.v1.image.resize_nearest_neighbor(x, (7, 13)),
     "resize_bicubic_half_pixel": lambda x: tf.image.resize(x, (10, 9), method="bicubic"),
+    "resize_area": lambda x: tf.image.resize(x, (3, 4), method="area") + tf.image.resize(x, (7, 9), method="area")[:, :3, :4],
+    "resize_area_align_corners": lambda x: tf.compat.v1.image.resize_area(x, (4, 4), align_corners=True),
     "space_to_batch": lambda x: tf.space_to_batch_nd(x, [2, 3], [[1, 0], [0, 0]]),
     "batch_to_space": lambda x: tf.batch_to_space(x, [2, 1], [[0, 1], [0, 0]]),
     "conv2d_transpose_same": lambda x: tf.nn.conv2d_transpose(

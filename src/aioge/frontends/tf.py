@@ -918,6 +918,29 @@ def _resize(mode: str) -> Callable[..., Value]:
     return convert
 
 
+def _area_weights(n_in: int, n_out: int, corners: bool) -> np.ndarray:
+    """ResizeArea along one axis: each output cell averages the input cells its span overlaps, by overlap."""
+    scale = (n_in - 1) / (n_out - 1) if corners and n_out > 1 else n_in / n_out
+    w = np.zeros((n_out, n_in), np.float64)
+    for o in range(n_out):
+        lo, hi = o * scale, (o + 1) * scale
+        for i in range(int(np.floor(lo)), min(int(np.ceil(hi)), n_in + 1)):
+            w[o, min(i, n_in - 1)] += (min(i + 1, hi) - max(i, lo)) / scale
+    return w.astype(np.float32)
+
+
+def _resize_area(n: _Node, x: Value, size: Value) -> Value:
+    """ResizeArea of NHWC images as two constant matmuls, one per spatial axis (area weights are separable)."""
+    hw = [int(s) for s in n.const(size, "the size").reshape(-1)]
+    shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[0])
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[1:3]):
+        raise GraphError("ResizeArea needs a static input height and width")
+    corners = bool(n.attr("align_corners", False))
+    wh, ww = (_area_weights(int(d), o, corners) for d, o in zip(shape[1:3], hw))
+    x = x if x.dtype == "float32" else ops.cast(x, to="float32")
+    return ops.einsum(wh, ops.einsum(ww, x, equation="pw,nhwc->nhpc"), equation="oh,nhpc->nopc")
+
+
 def _space_to_batch(n: _Node, x: Value, block: Value, paddings: Value) -> Value:
     """SpaceToBatchND: pad the M spatial dims, split each into (dim / b, b), move the b's to the front of the batch."""
     bs = [int(v) for v in n.const(block, "the block shape").reshape(-1)]
@@ -1679,6 +1702,7 @@ _TF: dict[str, Callable[..., Any]] = {
     "ResizeBilinear": _resize("linear"),
     "ResizeNearestNeighbor": _resize("nearest"),
     "ResizeBicubic": _resize("cubic"),
+    "ResizeArea": _resize_area,
     "SpaceToBatchND": _space_to_batch,
     "BatchToSpaceND": _batch_to_space,
     "Any": _any_all(ops.reduce_max),
