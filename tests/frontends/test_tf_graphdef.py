@@ -609,6 +609,16 @@ _OPS: dict[str, Any] = {
     "resize_bicubic_half_pixel": lambda x: tf.image.resize(x, (10, 9), method="bicubic"),
     "resize_area": lambda x: tf.image.resize(x, (3, 4), method="area") + tf.image.resize(x, (7, 9), method="area")[:, :3, :4],
     "resize_area_align_corners": lambda x: tf.compat.v1.image.resize_area(x, (4, 4), align_corners=True),
+    "resize_lanczos_gaussian": lambda x: (
+        tf.image.resize(x, (3, 9), method="lanczos3")
+        + tf.image.resize(x, (3, 9), method="gaussian")
+        + tf.image.resize(x, (3, 9), method="lanczos5", antialias=True)
+    ),
+    "resize_mitchell_antialiased": lambda x: (
+        tf.image.resize(x, (8, 4), method="mitchellcubic")
+        + tf.image.resize(x, (8, 4), antialias=True)
+        + tf.image.resize(x, (8, 4), method="bicubic", antialias=True)
+    ),
     "space_to_batch": lambda x: tf.space_to_batch_nd(x, [2, 3], [[1, 0], [0, 0]]),
     "batch_to_space": lambda x: tf.batch_to_space(x, [2, 1], [[0, 1], [0, 0]]),
     "conv2d_transpose_same": lambda x: tf.nn.conv2d_transpose(

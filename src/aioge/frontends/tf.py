@@ -941,6 +941,55 @@ def _resize_area(n: _Node, x: Value, size: Value) -> Value:
     return ops.einsum(wh, ops.einsum(ww, x, equation="pw,nhwc->nhpc"), equation="oh,nhpc->nopc")
 
 
+# ScaleAndTranslate's kernels: (radius, weight of |distance|), as TF's sampling_kernels (np.sinc: sin(pi x) / (pi x))
+_KERNELS: dict[str, tuple[float, Callable[[np.ndarray], np.ndarray]]] = {
+    "lanczos3": (3.0, lambda x: np.sinc(x) * np.sinc(x / 3)),
+    "lanczos5": (5.0, lambda x: np.sinc(x) * np.sinc(x / 5)),
+    "gaussian": (1.5, lambda x: np.exp(-2.0 * x * x)),  # sigma 1/2, radius 3 sigma
+    "triangle": (1.0, lambda x: np.maximum(1.0 - x, 0.0)),
+    "keyscubic": (2.0, lambda x: np.where(x < 1, (1.5 * x - 2.5) * x * x + 1, ((-0.5 * x + 2.5) * x - 4) * x + 2)),
+    "mitchellcubic": (
+        2.0,
+        lambda x: np.where(x < 1, (7 / 6 * x - 2) * x * x + 8 / 9, ((-7 / 18 * x + 2) * x - 10 / 3) * x + 16 / 9),
+    ),
+}
+
+
+def _scale_weights(n_in: int, n_out: int, scale: float, shift: float, kernel: str, antialias: bool) -> np.ndarray:
+    """ScaleAndTranslate along one axis, as TF computes its spans: (n_out, n_in) normalised kernel weights."""
+    radius, fn = _KERNELS[kernel]
+    inv = 1.0 / scale
+    kscale = max(inv, 1.0) if antialias else 1.0
+    w = np.zeros((n_out, n_in), np.float64)
+    for o in range(n_out):
+        sample = (o + 0.5) * inv - inv * shift
+        if sample < 0 or sample > n_in:
+            continue
+        lo = min(max(int(np.ceil(sample - radius * kscale - 0.5)), 0), n_in - 1)
+        hi = min(max(int(np.floor(sample + radius * kscale - 0.5)), 0), n_in - 1) + 1
+        src = np.arange(lo, hi)
+        dist = np.abs((src + 0.5 - sample) / kscale)
+        k = np.where(dist < radius, fn(dist), 0.0).astype(np.float32).astype(np.float64)
+        total = k.sum()
+        w[o, lo:hi] = k / total if abs(total) >= 1000 * np.finfo(np.float32).eps else k
+    return w.astype(np.float32)
+
+
+def _scale_and_translate(n: _Node, x: Value, size: Value, scale: Value, shift: Value) -> Value:
+    """ScaleAndTranslate (tf.image.resize's lanczos, gaussian, mitchellcubic and antialiased
+    methods) of NHWC images as two constant matmuls, one per spatial axis."""
+    hw = [int(s) for s in n.const(size, "the size").reshape(-1)]
+    sc, tr = n.const(scale, "the scale").reshape(-1), n.const(shift, "the translation").reshape(-1)
+    shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[0])
+    kernel = n.attr("kernel_type", "lanczos3")
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[1:3]) or kernel not in _KERNELS:
+        raise GraphError(f"ScaleAndTranslate needs a static input height and width and a known kernel (got {kernel!r})")
+    anti = bool(n.attr("antialias", True))
+    wh, ww = (_scale_weights(int(d), o, float(a), float(t), kernel, anti) for d, o, a, t in zip(shape[1:3], hw, sc, tr))
+    x = x if x.dtype == "float32" else ops.cast(x, to="float32")
+    return ops.einsum(wh, ops.einsum(ww, x, equation="pw,nhwc->nhpc"), equation="oh,nhpc->nopc")
+
+
 def _space_to_batch(n: _Node, x: Value, block: Value, paddings: Value) -> Value:
     """SpaceToBatchND: pad the M spatial dims, split each into (dim / b, b), move the b's to the front of the batch."""
     bs = [int(v) for v in n.const(block, "the block shape").reshape(-1)]
@@ -1703,6 +1752,7 @@ _TF: dict[str, Callable[..., Any]] = {
     "ResizeNearestNeighbor": _resize("nearest"),
     "ResizeBicubic": _resize("cubic"),
     "ResizeArea": _resize_area,
+    "ScaleAndTranslate": _scale_and_translate,
     "SpaceToBatchND": _space_to_batch,
     "BatchToSpaceND": _batch_to_space,
     "Any": _any_all(ops.reduce_max),
