@@ -89,7 +89,174 @@ def _layer_models() -> dict[str, Callable[[], tuple[Any, np.ndarray]]]:
         h = L.CenterCrop(8, 8)(h)
         return keras.Model(inp, L.Conv2D(4, 3)(h)), (rng.random((2, 16, 16, 3)) * 255).astype(np.float32)
 
-    return {
+    def tensor(shape: tuple[int, ...], body: Callable[[Any], Any]) -> Callable[[], tuple[Any, np.ndarray]]:
+        def make() -> tuple[Any, np.ndarray]:
+            inp = keras.Input(shape)
+            return keras.Model(inp, body(inp)), rng.standard_normal((2, *shape)).astype(np.float32)
+
+        return make
+
+    def dot_concat() -> tuple[Any, np.ndarray]:
+        inp = keras.Input((12,), dtype="int32")
+        h = L.Embedding(50, 16)(inp)
+        a, b = L.Dense(8)(h), L.Dense(8)(h)
+        s = L.Softmax(axis=1)(L.Dot(axes=(2, 2))([a, b]))
+        h = L.Concatenate(axis=-1)([L.Dot(axes=(2, 1))([s, b]), a])
+        return keras.Model(inp, L.Dense(3)(L.GlobalMaxPooling1D()(h))), tokens()
+
+    seq = (12, 6)
+    vol = (6, 8, 8, 2)
+    more: dict[str, Callable[[], tuple[Any, np.ndarray]]] = {
+        # layers beyond the ones above that users commonly have
+        "conv1d_transpose": tensor(seq, lambda x: L.Conv1DTranspose(4, 3, strides=2, padding="same")(L.Conv1DTranspose(5, 3)(x))),
+        "separable_conv1d": tensor(seq, lambda x: L.SeparableConv1D(8, 3, depth_multiplier=2, padding="same")(x)),
+        "depthwise_conv1d": tensor(seq, lambda x: L.DepthwiseConv1D(3, depth_multiplier=2, dilation_rate=2)(x)),
+        "pool_pad_crop_1d": tensor(
+            seq,
+            lambda x: L.Concatenate()(
+                [L.Cropping1D((2, 1))(L.ZeroPadding1D((1, 2))(L.UpSampling1D(2)(x))), L.UpSampling1D(2)(x)]
+            ),
+        ),
+        "pooling_1d": tensor(
+            seq,
+            lambda x: L.Concatenate()(
+                [L.GlobalMaxPooling1D()(x), L.GlobalAveragePooling1D()(L.AveragePooling1D(2, padding="same")(x))]
+            ),
+        ),
+        "conv3d_pooling": tensor(
+            vol,
+            lambda x: L.Concatenate()(
+                [
+                    L.GlobalAveragePooling3D()(L.MaxPooling3D(2)(L.Conv3D(4, 3, padding="same", activation="relu")(x))),
+                    L.GlobalMaxPooling3D()(L.AveragePooling3D(2, strides=1)(L.Conv3D(3, (1, 3, 3), strides=(1, 2, 2))(x))),
+                ]
+            ),
+        ),
+        "conv3d_transpose": tensor(vol, lambda x: L.Conv3DTranspose(3, 3, strides=2, padding="same")(x)),
+        "upsample_pad_crop_3d": tensor(
+            vol, lambda x: L.Cropping3D(((1, 0), (2, 1), (0, 3)))(L.ZeroPadding3D((1, 2, 1))(L.UpSampling3D((1, 2, 2))(x)))
+        ),
+        "dilated_conv2d": image(
+            lambda x: L.DepthwiseConv2D(3, dilation_rate=(2, 3), padding="same")(
+                L.Conv2D(4, 3, dilation_rate=2, padding="valid")(x)
+            )
+        ),
+        "separable_conv_dilated": image(lambda x: L.SeparableConv2D(4, 3, dilation_rate=2, padding="same")(x)),
+        "bidirectional_gru_seq": text(lambda h: L.Flatten()(L.Bidirectional(L.GRU(4, return_sequences=True))(h))),
+        "simple_rnn_stacked": text(lambda h: L.SimpleRNN(4)(L.SimpleRNN(6, return_sequences=True, go_backwards=True)(h))),
+        "norms": text(
+            lambda h: L.Flatten()(
+                L.UnitNormalization()(L.GroupNormalization(groups=4)(L.LayerNormalization(axis=-1, center=False)(h)))
+            )
+        ),
+        "embedding_masked_pool": text(lambda h: L.GlobalAveragePooling1D()(h), mask=True),
+        "text_cnn_classifier": text(
+            lambda h: L.Dropout(0.3)(L.GlobalMaxPooling1D()(L.Conv1D(8, 5, activation="relu", padding="same")(h)))
+        ),
+        "einsum_dense": text(
+            lambda h: L.Flatten()(
+                L.EinsumDense("abc,cd->abd", output_shape=(12, 5), bias_axes="d")(
+                    L.EinsumDense("abc,cde->abde", output_shape=(12, 2, 4), bias_axes="de")(h)[:, :, 1]
+                )
+            )
+        ),
+        "dot_concat": dot_concat,
+        "activations": tensor(
+            seq,
+            lambda x: L.Concatenate()(
+                [
+                    L.PReLU()(x),
+                    L.ELU(0.7)(x),
+                    L.LeakyReLU(0.2)(x),
+                    L.Softmax(axis=1)(x),
+                    L.ReLU(max_value=1.5, threshold=0.1, negative_slope=0.05)(x),
+                    L.Activation("selu")(x),
+                    L.Activation("softsign")(x),
+                    L.Activation("swish")(x),
+                ]
+            ),
+        ),
+        "prelu_shared_image": image(lambda x: L.PReLU(shared_axes=[1, 2])(L.Conv2D(4, 3)(x))),
+        "time_distributed_conv": tensor(
+            (4, 8, 8, 3), lambda x: L.TimeDistributed(L.GlobalAveragePooling2D())(L.TimeDistributed(L.Conv2D(4, 3))(x))
+        ),
+        "multiply_subtract_average": tensor(
+            seq,
+            lambda x: L.Average()([L.Multiply()([x, L.Dense(6)(x)]), L.Subtract()([x, L.Dense(6)(x)]), L.Maximum()([x, -x])]),
+        ),
+        "reshape_permute_repeat": tensor(
+            seq, lambda x: L.Flatten()(L.RepeatVector(2)(L.Flatten()(L.Permute((2, 1))(L.Reshape((6, 12))(x)))))
+        ),
+    }
+
+    def lstm_state() -> tuple[Any, np.ndarray]:
+        inp = keras.Input((12,), dtype="int32")
+        h = L.Masking(0.0)(L.Embedding(50, 16)(inp))
+        seq, state_h, state_c = L.LSTM(6, return_sequences=True, return_state=True, go_backwards=True)(h)
+        out = L.GRU(5)(seq, initial_state=None)
+        return keras.Model(inp, L.Concatenate()([out, state_h, state_c])), tokens()
+
+    def mha_causal() -> tuple[Any, np.ndarray]:
+        inp = keras.Input((12,), dtype="int32")
+        h = L.Embedding(50, 16)(inp)
+        att = L.MultiHeadAttention(num_heads=2, key_dim=4, value_dim=6)(h, h[:, :6], use_causal_mask=False)
+        self_att = L.MultiHeadAttention(num_heads=4, key_dim=4)(h, h, use_causal_mask=True)
+        a = L.Attention(score_mode="concat")([h, h], use_causal_mask=True)
+        return keras.Model(inp, L.Flatten()(L.Concatenate()([att, self_att, a]))), tokens()
+
+    more |= {
+        "lstm_return_state_masking": lstm_state,
+        "mha_cross_causal": mha_causal,
+        "conv_lstm2d": tensor((3, 8, 8, 2), lambda x: L.ConvLSTM2D(3, 3, padding="same", return_sequences=True)(x)),
+        "norms_rms_batch_seq": tensor(
+            seq,
+            lambda x: L.Concatenate()(
+                [
+                    L.LayerNormalization(rms_scaling=True)(x),
+                    L.BatchNormalization()(x),
+                    L.LayerNormalization(axis=[1, 2])(x),
+                ]
+            ),
+        ),
+        "inference_noop_layers": image(
+            lambda x: L.ActivityRegularization(0.1)(
+                L.SpatialDropout2D(0.3)(
+                    L.GaussianDropout(0.2)(L.GaussianNoise(0.5)(L.AlphaDropout(0.1)(L.RandomFlip()(L.RandomRotation(0.2)(x)))))
+                )
+            )
+        ),
+        "resizing_modes": image(
+            lambda x: L.Concatenate()(
+                [
+                    L.Resizing(9, 11, interpolation="bicubic")(x),
+                    L.Resizing(9, 11, interpolation="area")(x),
+                    L.Resizing(9, 11, interpolation="lanczos3")(x),
+                    L.Resizing(9, 11, pad_to_aspect_ratio=True)(x),
+                ]
+            )
+        ),
+        "grouped_strided_convs": tensor(
+            (12, 8),
+            lambda x: L.GlobalMaxPooling1D()(
+                L.Conv1D(4, 3, strides=2, groups=2)(L.Conv1D(8, 3, groups=4, padding="same", activation="gelu")(x))
+            ),
+        ),
+        "pooling_same_strides": image(
+            lambda x: L.Concatenate()(
+                [L.AveragePooling2D(3, strides=2, padding="same")(x), L.MaxPooling2D((3, 2), strides=2, padding="same")(x)]
+            )
+        ),
+        "category_encoding_discretization": tensor(
+            (6,),
+            lambda x: L.Concatenate()(
+                [
+                    L.CategoryEncoding(8, output_mode="multi_hot")(L.Discretization(bin_boundaries=[-1.0, 0.0, 0.5, 1.0])(x)),
+                    L.CategoryEncoding(8, output_mode="count")(L.Discretization(bin_boundaries=[-0.5, 0.2])(x)),
+                ]
+            ),
+        ),
+    }
+    return more | {
         "lstm": text(lambda h: L.LSTM(8)(h)),
         "lstm_masked": text(lambda h: L.LSTM(8)(h), mask=True),
         "gru_reset_after": text(lambda h: L.GlobalAveragePooling1D()(L.GRU(8, return_sequences=True)(h))),

@@ -180,8 +180,10 @@ def test_bad_inputs_name_the_thing_at_fault(frozen: dict[str, Any], tmp_path: Pa
 
 
 def test_unsupported_op_is_listed_with_its_node() -> None:
-    fn = tf.function(lambda x: tf.math.cumsum(x, axis=1) + 1.0).get_concrete_function(tf.TensorSpec((2, 3), tf.float32, name="x"))
-    with pytest.raises(UnsupportedOpError, match=r"tf::Cumsum.*at nodes Cumsum"):
+    fn = tf.function(lambda x: tf.math.cumprod(x, axis=1) + 1.0).get_concrete_function(
+        tf.TensorSpec((2, 3), tf.float32, name="x")
+    )
+    with pytest.raises(UnsupportedOpError, match=r"tf::Cumprod.*at nodes Cumprod"):
         aioge.load_tf(fn.graph.as_graph_def())
 
 
@@ -483,6 +485,8 @@ def _text_model(kind: str) -> Any:
     elif kind == "gru":
         h = keras.layers.GRU(8, return_sequences=True)(h)
         h = keras.layers.GlobalAveragePooling1D()(h)
+    elif kind == "stacked":  # frozen with TF1 loops: the GRU's loop reads the SimpleRNN loop's result
+        h = keras.layers.GRU(4)(keras.layers.SimpleRNN(6, return_sequences=True, go_backwards=True)(h))
     else:
         h = keras.layers.Bidirectional(keras.layers.LSTM(8, return_sequences=True))(h)
         h = keras.layers.GlobalMaxPooling1D()(h)
@@ -504,6 +508,22 @@ def _layer_model(kind: str) -> tuple[Any, np.ndarray]:
     keras.utils.set_random_seed(0)
     L = keras.layers
     rng = np.random.default_rng(4)
+    if kind == "conv3d":  # Conv3D, MaxPool3D, AvgPool3D, Conv3DBackpropInputV2
+        inp = keras.Input((4, 6, 6, 2))
+        h = L.MaxPooling3D(2)(L.Conv3D(4, 3, padding="same", activation="relu")(inp))
+        h = L.Conv3DTranspose(3, 3, strides=2, padding="same")(L.AveragePooling3D(2, strides=1, padding="same")(h))
+        return keras.Model(inp, L.GlobalMaxPooling3D()(h)), rng.standard_normal((4, 4, 6, 6, 2)).astype(np.float32)
+    if kind == "category_encoding":  # Bucketize, DenseBincount (its size a Minimum of a Maximum)
+        inp = keras.Input((6,))
+        h = L.Discretization(bin_boundaries=[-1.0, 0.0, 0.5, 1.0])(inp)
+        h = L.Concatenate()([L.CategoryEncoding(8, output_mode="multi_hot")(h), L.CategoryEncoding(8, output_mode="count")(h)])
+        return keras.Model(inp, L.Dense(3)(h)), rng.standard_normal((4, 6)).astype(np.float32)
+    if kind == "causal_attention":  # MatrixBandPart
+        inp = keras.Input((12,), dtype="int32")
+        h = L.Embedding(50, 16)(inp)
+        h = L.MultiHeadAttention(num_heads=2, key_dim=4)(h, h, use_causal_mask=True)
+        h = L.Concatenate()([h, L.Attention()([h, h], use_causal_mask=True)])
+        return keras.Model(inp, L.Dense(3)(L.Flatten()(h))), rng.integers(1, 50, (4, 12)).astype(np.int32)
     if kind in ("dilated_conv1d", "attention"):
         inp = keras.Input((12,), dtype="int32")
         h = L.Embedding(50, 16, mask_zero=kind == "attention")(inp)
@@ -529,7 +549,18 @@ def _layer_model(kind: str) -> tuple[Any, np.ndarray]:
     return keras.Model(inp, L.Conv2D(4, 3)(h)), x
 
 
-@pytest.mark.parametrize("kind", ["dilated_conv1d", "attention", "conv_transpose_upsampling", "preprocessing"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "dilated_conv1d",
+        "attention",
+        "conv_transpose_upsampling",
+        "preprocessing",
+        "conv3d",
+        "category_encoding",
+        "causal_attention",
+    ],
+)
 def test_keras_layer_models_match_tensorflow(kind: str) -> None:
     model, x = _layer_model(kind)
     graph = aioge.load_tf(model)
@@ -576,6 +607,18 @@ _OPS: dict[str, Any] = {
     "resize_nearest_align_corners": lambda x: tf.compat.v1.image.resize_nearest_neighbor(x, (9, 4), align_corners=True),
     "resize_nearest_legacy": lambda x: tf.compat.v1.image.resize_nearest_neighbor(x, (7, 13)),
     "resize_bicubic_half_pixel": lambda x: tf.image.resize(x, (10, 9), method="bicubic"),
+    "resize_area": lambda x: tf.image.resize(x, (3, 4), method="area") + tf.image.resize(x, (7, 9), method="area")[:, :3, :4],
+    "resize_area_align_corners": lambda x: tf.compat.v1.image.resize_area(x, (4, 4), align_corners=True),
+    "resize_lanczos_gaussian": lambda x: (
+        tf.image.resize(x, (3, 9), method="lanczos3")
+        + tf.image.resize(x, (3, 9), method="gaussian")
+        + tf.image.resize(x, (3, 9), method="lanczos5", antialias=True)
+    ),
+    "resize_mitchell_antialiased": lambda x: (
+        tf.image.resize(x, (8, 4), method="mitchellcubic")
+        + tf.image.resize(x, (8, 4), antialias=True)
+        + tf.image.resize(x, (8, 4), method="bicubic", antialias=True)
+    ),
     "space_to_batch": lambda x: tf.space_to_batch_nd(x, [2, 3], [[1, 0], [0, 0]]),
     "batch_to_space": lambda x: tf.batch_to_space(x, [2, 1], [[0, 1], [0, 0]]),
     "conv2d_transpose_same": lambda x: tf.nn.conv2d_transpose(
@@ -595,6 +638,48 @@ _OPS: dict[str, Any] = {
     "pad_avg_pool": lambda x: tf.nn.avg_pool2d(
         tf.pad(tf.nn.conv2d(x, tf.ones((1, 1, 3, 2)), 1, "SAME"), [[0, 0], [1, 0], [1, 2], [0, 0]]), 2, 1, "VALID"
     ),
+    # activations and elementwise ops Keras layers and keras.ops emit
+    "unary_math": lambda x: (
+        tf.nn.softsign(x)
+        + tf.math.log1p(tf.abs(x))
+        + tf.math.expm1(x / 4)
+        + tf.clip_by_value(x, -1.0, 2.0)
+        + tf.tan(x / 8)
+        + tf.atan(x)
+        + tf.asin(x / 5)
+        + tf.acos(x / 5)
+        + tf.sinh(x / 3)
+        + tf.cosh(x / 3)
+        + tf.asinh(x)
+        + tf.acosh(tf.abs(x) + 1)
+        + tf.atanh(x / 5)
+    ),
+    "is_finite_add_n_broadcast": lambda x: (
+        tf.cast(tf.math.is_finite(x / (x - x[:, :1])), tf.float32)
+        + tf.cast(tf.math.is_nan(x - x), tf.float32)
+        + tf.cast(tf.math.is_inf(1 / x), tf.float32)
+        + tf.add_n([x, x * 2.0, -x])
+        + tf.broadcast_to(x[:1, :1, :1], tf.shape(x))
+    ),
+    "cumsum": lambda x: tf.cumsum(x, axis=2) + tf.cumsum(x, axis=1, exclusive=True, reverse=True),
+    "depth_space": lambda x: tf.nn.depth_to_space(tf.nn.space_to_depth(tf.concat([x, x], 1)[:, :, :, :2], 2) * 1.5, 2),
+    "one_hot_xor": lambda x: (
+        tf.transpose(tf.one_hot(tf.cast(tf.abs(x[..., 0]), tf.int32), 4, 2.0, -1.0, axis=1), [0, 2, 3, 1])[..., :3]
+        + tf.cast(tf.math.logical_xor(x[..., :1] > 0, x[..., 1:2] > 1), tf.float32)
+    ),
+    # causal masks (MultiHeadAttention's use_causal_mask), Discretization, CategoryEncoding, a load-time If
+    "band_part": lambda x: tf.linalg.band_part(x, 1, -1) + tf.linalg.band_part(x, -1, 0) * 2.0 + tf.linalg.band_part(x, 0, 2),
+    "bucketize_bincount": lambda x: (
+        tf.cast(tf.raw_ops.Bucketize(input=x, boundaries=[-1.0, 0.0, 2.5]), tf.float32)
+        + tf.raw_ops.DenseBincount(
+            input=tf.cast(tf.abs(x[:, :, 0, 0]), tf.int32), size=5, weights=tf.constant([], tf.float32), binary_output=True
+        )[:, None, None, :3]
+        + tf.math.bincount(tf.cast(tf.abs(x[:, :, 1, 0]), tf.int32), minlength=4, maxlength=4, axis=-1, dtype=tf.float32)[
+            :, None, None, 1:
+        ]
+        + tf.cast(tf.size(x), tf.float32)
+    ),
+    "if_known_at_load_time": lambda x: tf.cond(tf.shape(x)[1] > 3, lambda: x * 2.0, lambda: x - 1.0),
     "tensordot_grouped_conv": lambda x: tf.nn.conv2d(
         tf.tensordot(x, tf.reshape(tf.range(18.0) / 9.0, (3, 6)), 1), tf.reshape(tf.range(54.0) / 50.0, (3, 3, 2, 3)), 1, "SAME"
     ),
@@ -633,7 +718,7 @@ def test_crafted_function_body_runs_nothing_while_loading(tmp_path: Path) -> Non
     assert not target.exists()
 
 
-@pytest.mark.parametrize("kind", ["lstm_masked", "gru"])
+@pytest.mark.parametrize("kind", ["lstm_masked", "gru", "stacked"])
 def test_keras_rnn_frozen_with_lowered_tf1_loops_is_unrolled(kind: str) -> None:
     """convert_variables_to_constants_v2 lowers While to TF1 Enter/Merge/Switch/NextIteration/Exit
     by default: the frame is unrolled as the functional While is."""
@@ -669,3 +754,64 @@ def test_recurrent_attention_encoder_from_saved_model_and_keras_file(tmp_path: P
         graph = aioge.load_tf(path)
         for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
             _check_scaled(got, ref[:batch])
+
+
+# -- frozen .pb files with no recorded shapes: dilated convs, an unrolled LSTM's zero state ------
+
+_DILATED: dict[str, tuple[tuple[int, ...], Any]] = {
+    "conv1d_causal_same": (
+        (12, 6),
+        lambda L, x: L.Conv1D(4, 3, padding="causal", dilation_rate=2)(L.Conv1D(5, 3, dilation_rate=3, padding="same")(x)),
+    ),
+    "depthwise_conv1d": ((12, 6), lambda L, x: L.DepthwiseConv1D(3, depth_multiplier=2, dilation_rate=2)(x)),
+    "conv2d_depthwise_separable": (
+        (16, 16, 3),
+        lambda L, x: L.SeparableConv2D(4, 3, dilation_rate=2, padding="same")(
+            L.DepthwiseConv2D(3, dilation_rate=(2, 3), padding="same")(L.Conv2D(4, 3, dilation_rate=2)(x))
+        ),
+    ),
+    "conv3d": ((5, 7, 8, 2), lambda L, x: L.Conv3D(3, 3, dilation_rate=(1, 2, 3), padding="same")(x)),
+}
+
+
+@pytest.mark.parametrize("kind", list(_DILATED))
+def test_dilated_conv_frozen_without_shapes_matches_tensorflow(kind: str) -> None:
+    """TF builds a dilated conv as SpaceToBatchND -> conv -> BatchToSpaceND with run-time shapes:
+    it loads as one dilated conv, whatever the rank, dilation and padding, with a symbolic batch."""
+    shape, body = _DILATED[kind]
+    keras.utils.set_random_seed(0)
+    inp = keras.Input(shape)
+    model = keras.Model(inp, body(keras.layers, inp))
+    graph_def, _ = _freeze(model, (None, *shape))
+    assert not any("_output_shapes" in n.attr for n in graph_def.node)
+    graph = aioge.load_tf(graph_def)
+    dilations = [tuple(n.attrs.get("dilations") or ()) for n in graph.nodes if n.op_type == "Conv"]
+    assert any(max(d, default=1) > 1 for d in dilations)
+    x = np.random.default_rng(5).standard_normal((4, *shape)).astype(np.float32)
+    ref = model(x, training=False).numpy()
+    for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
+        _check_scaled(got, ref[:batch])
+
+
+@pytest.mark.parametrize("kind", ["unrolled_under_lstm", "masked_state"])
+def test_rnn_zero_states_keep_their_shapes_frozen_without_shapes(kind: str) -> None:
+    """An unroll=True LSTM's zero state is Fill(Pack(batch, units)), a masked RNN's zero output
+    ZerosLike: their shapes stay known at load time, so the RNN above finds its sequence length
+    (TensorListFromTensor)."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((6,), dtype="int32")
+    h = keras.layers.Embedding(50, 8, mask_zero=kind == "masked_state")(inp)
+    if kind == "unrolled_under_lstm":
+        h = keras.layers.LSTM(4)(keras.layers.LSTM(6, return_sequences=True, unroll=True)(h))
+    else:
+        lstm = keras.layers.LSTM(6, return_sequences=True, return_state=True, go_backwards=True)
+        seq, state_h, _ = lstm(h)
+        h = keras.layers.Concatenate()([keras.layers.GRU(4)(seq), state_h])
+    model = keras.Model(inp, keras.layers.Dense(3)(h))
+    graph_def, _ = _freeze(model, (None, 6), tf.int32)
+    graph = aioge.load_tf(graph_def)
+    x = np.random.default_rng(2).integers(1, 50, (4, 6)).astype(np.int32)
+    x[1:, 4:] = 0  # padded: the masked RNN keeps its state there
+    ref = model(x, training=False).numpy()
+    for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
+        _check_scaled(got, ref[:batch])

@@ -257,6 +257,9 @@ class _Builder:
         # read t, so a chain of NHWC convs, pointwise ops and pads stays NCHW between transposes.
         self.nchw: dict[int, tuple[Value, Value]] = {}
         self.frames: _V1Frames | None = None  # TF1 while loops (Enter ... Exit), unrolled
+        # SpaceToBatchND -> conv -> BatchToSpaceND (TF's dilated conv) as one dilated conv: a value
+        # standing for a space-to-batched one (id -> (the value, each axis' block)), see _dilated
+        self.dilated: dict[int, tuple[Value, list[int]]] = {}
 
     def build(self) -> Graph:
         self.frames = _V1Frames(self.graph_def.node) if any(n.op == "NextIteration" for n in self.graph_def.node) else None
@@ -383,7 +386,7 @@ class _Builder:
             n = stack.pop()
             if not self._known_op(n):
                 missing.append((n.op, n.name))
-            for f in [n.attr[k].func.name for k in ("f", "cond", "body") if k in n.attr] + [n.op]:
+            for f in [n.attr[k].func.name for k in ("f", "cond", "body", "then_branch", "else_branch") if k in n.attr] + [n.op]:
                 if f in self.functions and f not in seen:
                     seen.add(f)
                     stack.extend(_needed(self.functions[f]))
@@ -434,6 +437,9 @@ class _Builder:
         args = [self.value(i, node) for i in node.input if not i.startswith("^")]
         try:
             convert = _TF.get(node.op) or (_call if node.op in self.functions else _while)
+            mark = self.dilated.get(id(args[0])) if args and self.dilated else None
+            if mark is not None and mark[0] is args[0]:
+                return (_dilated(_Node(self, node), mark[1], args),)
             out = _layout(_Node(self, node), convert, args)
             out = convert(_Node(self, node), *args) if out is None else out
         except GraphError as exc:
@@ -504,6 +510,7 @@ class _Node:
     def __init__(self, builder: _Builder, node: Any) -> None:
         self.builder = builder
         self.node = node
+        self.dilate: list[int] | None = None  # a dilation the conv's input carries (_dilated)
 
     def attr(self, key: str, default: Any = None) -> Any:
         if key not in self.node.attr:
@@ -586,7 +593,8 @@ def _nhwc(n: _Node) -> bool:
 
 def _spatial(n: _Node, key: str, nhwc: bool) -> list[int]:
     vals = n.attr(key, [1, 1, 1, 1])
-    return list(vals[1:3] if nhwc else vals[2:4])
+    out = list(vals[1:3] if nhwc else vals[2:4])
+    return [v * d for v, d in zip(out, n.dilate)] if key == "dilations" and n.dilate else out
 
 
 def _padding(n: _Node, nhwc: bool) -> dict[str, Any]:
@@ -789,27 +797,33 @@ def _depthwise(n: _Node, x: Value, w: Value) -> Value:
 
 
 def _conv_backprop_input(n: _Node, sizes: Value, w: Value, x: Value) -> Value:
-    """Conv2DBackpropInput (Keras Conv2DTranspose) as ConvTranspose: TF names the output size,
-    ONNX takes pads and an output_padding; both are worked out from the forward conv's padding."""
-    nhwc = _nhwc(n)
+    """Conv2DBackpropInput / Conv3DBackpropInputV2 (Keras Conv2DTranspose, Conv3DTranspose) as
+    ConvTranspose: TF names the output size, ONNX takes pads and an output_padding; both are
+    worked out from the forward conv's padding."""
+    op = n.node.op
+    rank = 5 if op.startswith("Conv3D") else 4
+    if rank == 5:
+        last, strides, dilations, pad = _nd(n, 5)
+    else:
+        last = _nhwc(n)
+        strides, dilations, pad = _spatial(n, "strides", last), _spatial(n, "dilations", last), _padding(n, last)
+    sp = slice(1, rank - 1) if last else slice(2, rank)
     out = _partial(n.builder, n.node.input[0])
-    found = None if out is None or len(out) != 4 else out[1:3] if nhwc else out[2:4]
+    found = None if out is None or len(out) != rank else out[sp]
     ws = w.shape if w.shape is not None else n.builder.tf_shape(n.node.input[1])
     if found is None or not all(isinstance(d, int) for d in found) or ws is None or not all(isinstance(d, int) for d in ws):
-        raise GraphError("Conv2DBackpropInput needs a static output height and width and filter shape")
+        raise GraphError(f"{op} needs a static output size and filter shape")
     hw = [int(d) for d in found if isinstance(d, int)]
     shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[2])
-    ins = (shape[1:3] if nhwc else shape[2:4]) if shape is not None and len(shape) == 4 else None
+    ins = shape[sp] if shape is not None and len(shape) == rank else None
     if ins is None or not all(isinstance(d, int) for d in ins):
-        raise GraphError("Conv2DBackpropInput needs a static input height and width")
-    strides, dilations = _spatial(n, "strides", nhwc), _spatial(n, "dilations", nhwc)
-    pad = _padding(n, nhwc)
+        raise GraphError(f"{op} needs a static input size")
     begin, extra = [], []
-    for i in range(2):
+    for i in range(rank - 2):
         span = (int(ws[i]) - 1) * dilations[i] + 1
         full = (int(ins[i]) - 1) * strides[i] + span  # the transposed conv's output before padding
         if "pads" in pad:
-            before, after = pad["pads"][i], pad["pads"][i + 2]
+            before, after = pad["pads"][i], pad["pads"][i + rank - 2]
         elif pad["auto_pad"] == "SAME_UPPER":
             total = max((int(ins[i]) - 1) * strides[i] + span - int(hw[i]), 0)
             before, after = total // 2, total - total // 2
@@ -818,12 +832,57 @@ def _conv_backprop_input(n: _Node, sizes: Value, w: Value, x: Value) -> Value:
         begin.append((before, after))
         extra.append(int(hw[i]) - (full - before - after))
     if min(extra) < 0:
-        raise GraphError(f"Conv2DBackpropInput: output size {list(hw)} is smaller than its input gives")
-    kernel = _filter(w, [3, 2, 0, 1])  # H W O I -> I O H W
-    pads = [begin[0][0], begin[1][0], begin[0][1], begin[1][1]]
-    return _in_nchw(
-        n, x, lambda t: ops.conv_transpose(t, kernel, strides=strides, dilations=dilations, pads=pads, output_padding=extra)
-    )
+        raise GraphError(f"{op}: output size {list(hw)} is smaller than its input gives")
+    kernel = _filter(w, [rank - 1, rank - 2, *range(rank - 2)])  # spatial O I -> I O spatial
+    pads = [p for p, _ in begin] + [p for _, p in begin]
+
+    def conv(t: Value) -> Value:
+        return ops.conv_transpose(t, kernel, strides=strides, dilations=dilations, pads=pads, output_padding=extra)
+
+    return _in_nchw(n, x, conv) if rank == 4 else _channels_first(last, 5, x, conv)
+
+
+def _nd(n: _Node, rank: int) -> tuple[bool, list[int], list[int], dict[str, Any]]:
+    """A 3-D conv's or pool's (channels last, strides, dilations, padding), for any spatial rank."""
+    fmt = n.attr("data_format", "NDHWC")
+    if fmt not in ("NDHWC", "NCDHW"):
+        raise GraphError(f"data_format {fmt!r} is not supported (NDHWC, NCDHW)")
+    last = fmt == "NDHWC"
+    sp = slice(1, rank - 1) if last else slice(2, rank)
+    strides, dilations = list(n.attr("strides", [1] * rank))[sp], list(n.attr("dilations", [1] * rank))[sp]
+    if n.dilate:
+        dilations = [d * e for d, e in zip(dilations, n.dilate)]
+    pad = n.attr("padding")
+    if pad not in ("SAME", "VALID"):
+        raise GraphError(f"padding {pad!r} is not supported (SAME, VALID)")
+    return last, strides, dilations, {"auto_pad": "SAME_UPPER" if pad == "SAME" else "VALID"}
+
+
+def _channels_first(last: bool, rank: int, x: Value, fn: Callable[[Value], Value]) -> Value:
+    if not last:
+        return fn(x)
+    t = fn(ops.transpose(x, perm=[0, rank - 1, *range(1, rank - 1)]))
+    return ops.transpose(t, perm=[0, *range(2, rank), 1])
+
+
+def _conv3d(n: _Node, x: Value, w: Value) -> Value:
+    last, strides, dilations, pad = _nd(n, 5)
+    kernel = _filter(w, [4, 3, 0, 1, 2])  # DHWIO -> OIDHW
+    attrs: dict[str, Any] = {"strides": strides, "dilations": dilations, **pad}
+    channels = x.shape[4 if last else 1] if x.shape is not None and len(x.shape) == 5 else None
+    per_group = w.shape[3] if w.shape is not None and len(w.shape) == 5 else None
+    if isinstance(channels, int) and isinstance(per_group, int) and 0 < per_group != channels:
+        attrs["group"] = channels // per_group
+    return _channels_first(last, 5, x, lambda t: ops.conv(t, kernel, **attrs))
+
+
+def _pool3d(op: Callable[..., Value]) -> Callable[..., Value]:
+    def convert(n: _Node, x: Value) -> Value:
+        last, strides, _, pad = _nd(n, 5)
+        kernel = list(n.attr("ksize"))[1:4] if last else list(n.attr("ksize"))[2:5]
+        return _channels_first(last, 5, x, lambda t: op(t, kernel_shape=kernel, strides=strides, **pad))
+
+    return convert
 
 
 def _resize(mode: str) -> Callable[..., Value]:
@@ -859,11 +918,91 @@ def _resize(mode: str) -> Callable[..., Value]:
     return convert
 
 
+def _area_weights(n_in: int, n_out: int, corners: bool) -> np.ndarray:
+    """ResizeArea along one axis: each output cell averages the input cells its span overlaps, by overlap."""
+    scale = (n_in - 1) / (n_out - 1) if corners and n_out > 1 else n_in / n_out
+    w = np.zeros((n_out, n_in), np.float64)
+    for o in range(n_out):
+        lo, hi = o * scale, (o + 1) * scale
+        for i in range(int(np.floor(lo)), min(int(np.ceil(hi)), n_in + 1)):
+            w[o, min(i, n_in - 1)] += (min(i + 1, hi) - max(i, lo)) / scale
+    return w.astype(np.float32)
+
+
+def _resize_area(n: _Node, x: Value, size: Value) -> Value:
+    """ResizeArea of NHWC images as two constant matmuls, one per spatial axis (area weights are separable)."""
+    hw = [int(s) for s in n.const(size, "the size").reshape(-1)]
+    shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[0])
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[1:3]):
+        raise GraphError("ResizeArea needs a static input height and width")
+    corners = bool(n.attr("align_corners", False))
+    wh, ww = (_area_weights(int(d), o, corners) for d, o in zip(shape[1:3], hw))
+    x = x if x.dtype == "float32" else ops.cast(x, to="float32")
+    return ops.einsum(wh, ops.einsum(ww, x, equation="pw,nhwc->nhpc"), equation="oh,nhpc->nopc")
+
+
+# ScaleAndTranslate's kernels: (radius, weight of |distance|), as TF's sampling_kernels (np.sinc: sin(pi x) / (pi x))
+_KERNELS: dict[str, tuple[float, Callable[[np.ndarray], np.ndarray]]] = {
+    "lanczos3": (3.0, lambda x: np.sinc(x) * np.sinc(x / 3)),
+    "lanczos5": (5.0, lambda x: np.sinc(x) * np.sinc(x / 5)),
+    "gaussian": (1.5, lambda x: np.exp(-2.0 * x * x)),  # sigma 1/2, radius 3 sigma
+    "triangle": (1.0, lambda x: np.maximum(1.0 - x, 0.0)),
+    "keyscubic": (2.0, lambda x: np.where(x < 1, (1.5 * x - 2.5) * x * x + 1, ((-0.5 * x + 2.5) * x - 4) * x + 2)),
+    "mitchellcubic": (
+        2.0,
+        lambda x: np.where(x < 1, (7 / 6 * x - 2) * x * x + 8 / 9, ((-7 / 18 * x + 2) * x - 10 / 3) * x + 16 / 9),
+    ),
+}
+
+
+def _scale_weights(n_in: int, n_out: int, scale: float, shift: float, kernel: str, antialias: bool) -> np.ndarray:
+    """ScaleAndTranslate along one axis, as TF computes its spans: (n_out, n_in) normalised kernel weights."""
+    radius, fn = _KERNELS[kernel]
+    inv = 1.0 / scale
+    kscale = max(inv, 1.0) if antialias else 1.0
+    w = np.zeros((n_out, n_in), np.float64)
+    for o in range(n_out):
+        sample = (o + 0.5) * inv - inv * shift
+        if sample < 0 or sample > n_in:
+            continue
+        lo = min(max(int(np.ceil(sample - radius * kscale - 0.5)), 0), n_in - 1)
+        hi = min(max(int(np.floor(sample + radius * kscale - 0.5)), 0), n_in - 1) + 1
+        src = np.arange(lo, hi)
+        dist = np.abs((src + 0.5 - sample) / kscale)
+        k = np.where(dist < radius, fn(dist), 0.0).astype(np.float32).astype(np.float64)
+        total = k.sum()
+        w[o, lo:hi] = k / total if abs(total) >= 1000 * np.finfo(np.float32).eps else k
+    return w.astype(np.float32)
+
+
+def _scale_and_translate(n: _Node, x: Value, size: Value, scale: Value, shift: Value) -> Value:
+    """ScaleAndTranslate (tf.image.resize's lanczos, gaussian, mitchellcubic and antialiased
+    methods) of NHWC images as two constant matmuls, one per spatial axis."""
+    hw = [int(s) for s in n.const(size, "the size").reshape(-1)]
+    sc, tr = n.const(scale, "the scale").reshape(-1), n.const(shift, "the translation").reshape(-1)
+    shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[0])
+    kernel = n.attr("kernel_type", "lanczos3")
+    if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[1:3]) or kernel not in _KERNELS:
+        raise GraphError(f"ScaleAndTranslate needs a static input height and width and a known kernel (got {kernel!r})")
+    anti = bool(n.attr("antialias", True))
+    wh, ww = (_scale_weights(int(d), o, float(a), float(t), kernel, anti) for d, o, a, t in zip(shape[1:3], hw, sc, tr))
+    x = x if x.dtype == "float32" else ops.cast(x, to="float32")
+    return ops.einsum(wh, ops.einsum(ww, x, equation="pw,nhwc->nhpc"), equation="oh,nhpc->nopc")
+
+
 def _space_to_batch(n: _Node, x: Value, block: Value, paddings: Value) -> Value:
     """SpaceToBatchND: pad the M spatial dims, split each into (dim / b, b), move the b's to the front of the batch."""
     bs = [int(v) for v in n.const(block, "the block shape").reshape(-1)]
     m = len(bs)
     p = n.const(paddings, "the paddings").astype(np.int64).reshape(m, 2)
+    if x.shape is not None and _dilated_conv_chain(n, bs):
+        # TF's dilated conv: the padded x stands for its space-to-batched self; the conv dilates, BatchToSpaceND crops
+        rank = len(x.shape)
+        full = np.zeros((rank, 2), np.int64)
+        full[1 : m + 1] = p
+        out = ops.pad(x, np.concatenate([full[:, 0], full[:, 1]]), np.asarray(0, x.dtype)) if p.any() else ops.identity(x)
+        n.builder.dilated[id(out)] = (out, [1, *bs] + [1] * (rank - 1 - m))
+        return out
     shape = x.shape if x.shape is not None else n.builder.tf_shape(n.node.input[0])
     if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape[1:]):
         raise GraphError("SpaceToBatchND needs static dims after the batch")
@@ -880,6 +1019,67 @@ def _space_to_batch(n: _Node, x: Value, block: Value, paddings: Value) -> Value:
     perm = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)] + list(range(2 * m + 1, 2 * m + 1 + rank - 1 - m))
     x = ops.transpose(x, perm=perm)
     return ops.reshape(x, np.array([-1] + [d // b for d, b in zip(padded, bs)] + dims[m:], np.int64))
+
+
+_CONVS = frozenset({"Conv2D", "DepthwiseConv2dNative", "Conv3D"})
+
+
+def _dilated_conv_chain(n: _Node, bs: list[int]) -> bool:
+    """Whether this SpaceToBatchND's only reader chain is [ExpandDims] -> a stride-1 VALID
+    undilated conv -> [Squeeze] -> BatchToSpaceND with the same blocks (as TF builds a dilated conv)."""
+    nodes = n.builder.nodes
+    at, conv = n.node, None
+    while True:
+        refs = (at.name, at.name + ":0")
+        readers = [r for r in nodes.values() if r is not _ARG and any(i in refs for i in r.input)]
+        if len(readers) != 1 or readers[0].input[0] not in refs or sum(i in refs for i in readers[0].input) > 1:
+            return False
+        at = readers[0]
+        if at.op in _CONVS and at.op in _TF and conv is None:
+            ones = [1] * len(at.attr["strides"].list.i)
+            plain = list(at.attr["strides"].list.i) == ones and list(at.attr["dilations"].list.i or ones) == ones
+            if not plain or at.attr["padding"].s != b"VALID":
+                return False
+            conv = at
+        elif at.op == "BatchToSpaceND":
+            block = nodes.get(_tensor(at.input[1])[0])
+            if conv is None or block is None or block is _ARG or block.op != "Const":
+                return False
+            return [int(v) for v in _const(block, 1 << 10, n.builder.label).reshape(-1)] == bs
+        elif at.op not in ("ExpandDims", "Squeeze", "Identity"):
+            return False
+
+
+def _dilated(n: _Node, dil: list[int], args: list[Value]) -> Value:
+    """One op of a dilated conv's chain (_dilated_conv_chain) on the value standing for the
+    space-to-batched one: its result stands for the op's result, blocks following their axes."""
+    op, x, b = n.node.op, args[0], n.builder
+    rank = len(dil)
+    if op == "Identity":
+        return x
+    if op == "ExpandDims":
+        axis = int(n.const(args[1], "the axis").reshape(-1)[0]) % (rank + 1)
+        out, dil = _expand_dims(n, *args), dil[:axis] + [1] + dil[axis:]
+    elif op == "Squeeze":
+        axes = {int(a) % rank for a in n.attr("squeeze_dims", [])}
+        if not axes or any(dil[a] != 1 for a in axes):
+            raise GraphError("a dilated conv's Squeeze must name its axes, none of them dilated")
+        out, dil = _squeeze(n, x), [d for i, d in enumerate(dil) if i not in axes]
+    elif op in _CONVS:
+        spatial = list(range(1, rank - 1)) if n.attr("data_format", "NHWC").endswith("C") else list(range(2, rank))
+        if any(dil[i] != 1 for i in range(rank) if i not in spatial):
+            raise GraphError("a dilated conv's blocks must be on its spatial axes")
+        n.dilate = [dil[i] for i in spatial]
+        out = _TF[op](n, *args)
+    else:  # BatchToSpaceND: the conv's result already is the whole space; its crops remain
+        crops = n.const(args[2], "the crops").astype(np.int64).reshape(-1, 2)
+        del b.dilated[id(x)]  # the chain's only reader: what reads on reads the plain value
+        if not crops.any():
+            return x
+        ends = np.array([-c if c else _BIG for c in crops[:, 1]], np.int64)
+        return ops.slice(x, crops[:, 0].copy(), ends, np.arange(1, len(crops) + 1, dtype=np.int64))
+    b.dilated[id(out)] = (out, dil)
+    return out
 
 
 def _batch_to_space(n: _Node, x: Value, block: Value, crops: Value) -> Value:
@@ -1272,11 +1472,43 @@ def _select(n: _Node, c: Value, a: Value, b: Value) -> Value:
 
 
 def _fill(n: _Node, dims: Value, value: Value) -> Value:
-    return ops.expand(value, _int64(n, dims))
+    out = _broadcast_to(n.builder, value, _partial(n.builder, n.node.input[0]))
+    return out if out is not None else ops.expand(value, _int64(n, dims))
+
+
+def _broadcast_to(b: _Builder, value: Value, dims: Sequence[int | str | None] | None) -> Value | None:
+    """A constant ``value`` broadcast to ``dims`` whose unknown entries are the inputs' symbols
+    (a Keras RNN's zero state: Fill([batch, units])) with that shape known at load time, as
+    Where(True shaped by each symbol, v, v); None when some entry is not known so."""
+    v = b.evaluate(value) if value.shape == () else None
+    if v is None or dims is None or not all(isinstance(d, (int, str)) for d in dims):
+        return None
+    rank, mask = len(dims), None
+    for j, d in enumerate(dims):
+        if isinstance(d, str):
+            found = [(x, x.shape.index(d)) for x in b.graph.inputs if x.shape is not None and d in x.shape]
+            if not found:
+                return None
+            x, k = found[0]
+            r = len(x.shape or ())
+            others = [a for a in range(r) if a != k]
+            one = ops.slice(x, np.zeros(len(others), np.int64), np.ones(len(others), np.int64), np.array(others, np.int64))
+            col = ops.squeeze(one, np.array(others, np.int64)) if others else one  # (d,): its values unused
+            col = ops.unsqueeze(col, np.array([a for a in range(rank) if a != j], np.int64)) if rank > 1 else col
+            same = ops.equal(col, col)
+            true = ops.or_(same, ops.not_(same))  # True, NaN or not
+            mask = true if mask is None else ops.and_(mask, true)
+    full = np.broadcast_to(np.asarray(v), [d if isinstance(d, int) else 1 for d in dims]).copy()
+    return b.graph.constant(full) if mask is None else ops.where(mask, full, full)
 
 
 def _like(fill: int) -> Callable[..., Value]:
-    return lambda n, x: ops.expand(np.asarray(fill, x.dtype), ops.shape(x))
+    def convert(n: _Node, x: Value) -> Value:
+        value = n.builder.graph.constant(np.asarray(fill, x.dtype))
+        out = _broadcast_to(n.builder, value, x.shape) if x.shape is not None else None  # the shape kept
+        return out if out is not None else ops.expand(value, ops.shape(x))
+
+    return convert
 
 
 def _tile(n: _Node, x: Value, reps: Value) -> Value:
@@ -1400,6 +1632,85 @@ def _call(n: _Node, *args: Value) -> tuple[Value, ...]:
     return tuple(_inline(n.builder, name, list(args), n.node.name, [i for i in n.node.input if not i.startswith("^")]))
 
 
+def _cumsum(n: _Node, x: Value, axis: Value) -> Value:
+    ax = np.asarray(n.const(axis, "the axis"), np.int64).reshape(())
+    return ops.cum_sum(x, ax, exclusive=int(bool(n.attr("exclusive", False))), reverse=int(bool(n.attr("reverse", False))))
+
+
+def _depth_space(op: Callable[..., Value]) -> Callable[..., Value]:
+    """DepthToSpace / SpaceToDepth: TF's NHWC channel order is ONNX's DCR."""
+    return lambda n, x: _in_nchw(n, x, lambda t: op(t, blocksize=int(n.attr("block_size")), mode="DCR"))
+
+
+def _one_hot(n: _Node, idx: Value, depth: Value, on: Value, off: Value) -> Value:
+    values = ops.concat(ops.reshape(off, np.array([1], np.int64)), ops.reshape(on, np.array([1], np.int64)), axis=0)
+    return ops.one_hot(idx, _int64(n, depth), values, axis=int(n.attr("axis", -1)))
+
+
+def _finite(n: _Node, x: Value) -> Value:
+    return ops.not_(ops.or_(ops.is_inf(x), ops.is_na_n(x)))
+
+
+def _band_part(n: _Node, x: Value, lower: Value, upper: Value) -> Value:
+    """MatrixBandPart (a causal mask's ones): Trilu on each side that is bounded (>= 0)."""
+    lo, up = int(n.const(lower, "num_lower")), int(n.const(upper, "num_upper"))
+    if lo >= 0:
+        x = ops.trilu(x, np.asarray(-lo, np.int64), upper=1)  # i - j <= lo
+    return ops.trilu(x, np.asarray(up, np.int64), upper=0) if up >= 0 else x  # j - i <= up
+
+
+def _bucketize(n: _Node, x: Value) -> Value:
+    """Bucketize: how many boundaries each value reaches (x >= b)."""
+    bounds = np.asarray(n.attr("boundaries", []), x.dtype if x.dtype.startswith("float") else np.float32)
+    if not bounds.size:
+        return ops.expand(np.asarray(0, np.int32), ops.shape(x))
+    reached = ops.cast(ops.greater_or_equal(ops.unsqueeze(x, np.array([-1], np.int64)), bounds.astype(x.dtype)), to="int32")
+    return ops.reduce_sum(reached, np.array([-1], np.int64), keepdims=0)
+
+
+def _dense_bincount(n: _Node, x: Value, size: Value, weights: Value) -> Value:
+    """DenseBincount of each row's values below ``size`` (Keras CategoryEncoding): a one-hot sum."""
+    w = n.maybe_const(weights)
+    if w is None or w.size:
+        raise GraphError("DenseBincount with weights is not supported")
+    known = n.maybe_const(size)
+    depth = int(known) if known is not None else _clamp_bound(n.builder, n.node.input[1])
+    hot = ops.one_hot(x, np.asarray(depth, np.int64), np.array([0, 1], n.attr("T", "float32")), axis=-1)
+    counts = ops.reduce_sum(hot, np.array([-2 if len(x.shape or ()) > 1 else 0], np.int64), keepdims=0)
+    return ops.min(counts, np.asarray(1, counts.dtype)) if n.attr("binary_output", False) else counts
+
+
+def _clamp_bound(b: _Builder, ref: str) -> int:
+    """The value of Minimum(Maximum(v, lo), hi) with constants lo >= hi, whatever v: hi (tf.math.bincount's
+    size when minlength == maxlength, as Keras CategoryEncoding gives num_tokens)."""
+    node = b.nodes.get(_tensor(ref)[0])
+    args = [i for i in getattr(node, "input", ()) if not i.startswith("^")]
+    if node is not None and node.op == "Minimum" and len(args) == 2:
+        for inner, hi in (args, args[::-1]):
+            top, low = b.evaluate(b.value(hi, None)), b.nodes.get(_tensor(inner)[0])
+            if top is not None and low is not None and low.op == "Maximum":
+                los = [b.evaluate(b.value(i, None)) for i in low.input if not i.startswith("^")]
+                if any(v is not None and int(v) >= int(top) for v in los):
+                    return int(top)
+    raise GraphError("DenseBincount's size must be a constant (or minlength == maxlength) in a frozen graph")
+
+
+def _size(n: _Node, x: Value) -> Value:
+    return ops.cast(ops.size(x), to=n.attr("out_type", "int32"))
+
+
+def _if(n: _Node, cond: Value, *args: Value) -> tuple[Value, ...]:
+    """If / StatelessIf whose condition constants give at load time: that branch, inlined."""
+    known = n.maybe_const(cond)
+    if known is None:
+        raise UnsupportedOpError(
+            [("tf", f"{n.node.op} (a condition known only at run time)")], graph=n.builder.graph.name, nodes=[n.node.name]
+        )
+    branch = n.node.attr["then_branch" if bool(np.asarray(known).reshape(-1)[0]) else "else_branch"].func.name
+    inputs = [i for i in n.node.input if not i.startswith("^")][1:]
+    return tuple(_inline(n.builder, branch, list(args), n.node.name, inputs))
+
+
 _TF: dict[str, Callable[..., Any]] = {
     "Identity": _unary(lambda x: x),
     "StopGradient": _unary(lambda x: x),
@@ -1433,9 +1744,15 @@ _TF: dict[str, Callable[..., Any]] = {
     "Conv2D": _conv2d,
     "DepthwiseConv2dNative": _depthwise,
     "Conv2DBackpropInput": _conv_backprop_input,
+    "Conv3D": _conv3d,
+    "Conv3DBackpropInputV2": _conv_backprop_input,
+    "MaxPool3D": _pool3d(ops.max_pool),
+    "AvgPool3D": _pool3d(ops.average_pool),
     "ResizeBilinear": _resize("linear"),
     "ResizeNearestNeighbor": _resize("nearest"),
     "ResizeBicubic": _resize("cubic"),
+    "ResizeArea": _resize_area,
+    "ScaleAndTranslate": _scale_and_translate,
     "SpaceToBatchND": _space_to_batch,
     "BatchToSpaceND": _batch_to_space,
     "Any": _any_all(ops.reduce_max),
@@ -1513,6 +1830,26 @@ _TF: dict[str, Callable[..., Any]] = {
     "TensorListSetItem": _list_set,
     "TensorListStack": _list_stack,
     "ReverseV2": _reverse,
+    "Log1p": _unary(lambda x: ops.log(ops.add(x, np.asarray(1, x.dtype)))),
+    "Expm1": _unary(lambda x: ops.sub(ops.exp(x), np.asarray(1, x.dtype))),
+    "ClipByValue": lambda n, x, lo, hi: ops.min(ops.max(x, lo), hi),
+    "IsNan": _unary(ops.is_na_n),
+    "IsInf": _unary(ops.is_inf),
+    "IsFinite": _finite,
+    "AddN": lambda n, *xs: ops.sum(*xs) if len(xs) > 1 else xs[0],
+    "BroadcastTo": lambda n, x, shape: ops.expand(x, _int64(n, shape)),
+    "Cumsum": _cumsum,
+    "DepthToSpace": _depth_space(ops.depth_to_space),
+    "SpaceToDepth": _depth_space(ops.space_to_depth),
+    "OneHot": _one_hot,
+    "LogicalXor": _logical(ops.xor),
+    "MatrixBandPart": _band_part,
+    "Bucketize": _bucketize,
+    "DenseBincount": _dense_bincount,
+    "Size": _size,
+    "If": _if,
+    "StatelessIf": _if,
+    **{op: _unary(getattr(ops, op.lower())) for op in "Softsign Tan Atan Asin Acos Sinh Cosh Asinh Acosh Atanh".split()},
     "PartitionedCall": _call,
     "StatefulPartitionedCall": _call,
 }
@@ -1733,6 +2070,12 @@ def _eval_v1(b: _Builder, env: dict[str, tuple[Any, ...]], members: set[str], re
             stack.pop()
             continue
         node = b.nodes[name]
+        other = None if inside or b.frames is None else b.frames.member.get(name)
+        if other is not None:  # another loop's result (a stacked RNN's): that loop unrolled first
+            if node.op != "Exit":
+                raise GraphError(f"a TF1 loop reads {name!r} ({node.op}) inside another loop", node=name)
+            _v1_loop(b, other)
+            continue
         deps = [_tensor(i)[0] for i in node.input if not i.startswith("^")]
         if node.op in ("Switch", "Enter", "LoopCond"):
             deps = deps[:1]  # a Switch's predicate is the loop's, known to be true here
