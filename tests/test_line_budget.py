@@ -52,7 +52,7 @@ import aioge
 # padded symbolic dims (~170), serving metrics and Ray Serve (~170), the machine-states bench
 # (~150), the serving room and run-strategy table (~140: five modules out of session.py and
 # executor.py), pools/depthwise in C and the residual fusion (~15).
-LINE_BUDGET = 37_900
+LINE_BUDGET = 38_900
 _SRC = Path(aioge.__file__).parent
 GENERATED = {"ops/builders.py", "serving/kserve_pb2.py"}
 
