@@ -1040,6 +1040,38 @@ def uvicorn_config(
     )
 
 
+class OneWrite:
+    """A transport that sends a response's head with its body in one write: uvicorn writes
+    the head at ``http.response.start`` and the body next, two sends (two TCP segments on
+    loopback, two client wake-ups) a response; the head's send alone was 19% of the loop
+    thread's busy samples serving the MLP example under 50 clients. A final head is held
+    until the next write, or any other call on the transport, or the loop's next turn."""
+
+    __slots__ = ("_t", "_held")
+
+    def __init__(self, transport: Any) -> None:
+        self._t, self._held = transport, b""
+
+    def write(self, data: bytes) -> None:
+        held, self._held = self._held, b""
+        if held:
+            self._t.write(held + data)
+        elif data.startswith(b"HTTP/1.1 ") and data[9:10] != b"1" and data.endswith(b"\r\n\r\n"):
+            self._held = data  # a final status's head alone (not a 1xx, not a head with its body)
+            asyncio.get_running_loop().call_soon(self.flush)
+        else:
+            self._t.write(data)
+
+    def flush(self) -> None:
+        held, self._held = self._held, b""
+        if held and not self._t.is_closing():
+            self._t.write(held)
+
+    def __getattr__(self, name: str) -> Any:  # close, is_closing, pause_reading, ...: what was held goes first
+        self.flush()
+        return getattr(self._t, name)
+
+
 def _timed_protocol(read_timeout: float) -> Any:
     """uvicorn's httptools protocol with the timeouts it lacks: it arms its keep-alive timer
     only after a response and drops it at the first byte of the next request, so a connection
@@ -1067,7 +1099,7 @@ def _timed_protocol(read_timeout: float) -> Any:
                 self._read_timer = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(OneWrite(transport))  # type: ignore[arg-type]
             # idle before the first request counts as keep-alive idle
             self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
