@@ -155,51 +155,6 @@ async def test_a_queue_closed_while_callers_wait_is_freed_by_the_last_of_them() 
     assert done == [0, 1] and c.fd == -1, "the last waiter freed it"
 
 
-class _Taken(_Driven):
-    """A queue whose runners never run anything: only ``take`` (the loop's thread) does."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.queued: list[_Program] = []
-        self.took = 0
-
-    def fns(self) -> tuple:
-        return (lambda runners: 1, lambda h: self.fd, self.push, self.take, self.arm, self.free)
-
-    def push(self, h: int, record: int) -> int:
-        self.queued.append(self.progs[record])
-        return 1  # never deep enough for the pusher to take one
-
-    def take(self, h: int) -> int:
-        if not self.queued:
-            return 0
-        self.took += 1
-        self.end(self.queued.pop(0))
-        return 1
-
-
-async def test_the_poller_runs_queued_programs_rather_than_sleep_on_the_runners() -> None:
-    c = _Taken()
-    c.progs = progs = [_Program(i) for i in range(3)]  # type: ignore[attr-defined]
-    q = ProgramQueue(1, c.fns())
-    waiters = [q.submit(p) for p in progs]  # type: ignore[arg-type]
-    done: list[int] = []
-
-    async def caller(i: int) -> None:
-        await q.wait(waiters[i])  # type: ignore[arg-type]
-        done.append(i)
-
-    async with anyio.create_task_group() as tg:
-        for i in range(3):
-            tg.start_soon(caller, i)
-        await anyio.wait_all_tasks_blocked()  # before, the poller slept here on an eventfd no runner writes
-        finished = sorted(done)
-        while c.queued:  # (then ended here, so the test fails rather than hangs)
-            c.end(c.queued.pop(0))
-    assert finished == [0, 1, 2] and c.took == 3 == q.taken
-    q.close()
-
-
 needs_tier = pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")
 
 

@@ -7,11 +7,7 @@ half) the second core idled while the group's callers ran their Python: the buil
 callers ran about 24K requests/s, where the balance of both cores would give 31K. Here a
 caller stages and pushes its program (``csrc/queue.c``) and waits; runner threads (the cores
 less one) take programs as they arrive and never wait for Python. When the queue grows past
-``HELP_DEPTH`` the loop's thread runs one too: whichever side is behind gets help; and the
-poller runs queued programs itself rather than sleep: on a loaded machine the runner thread
-waits for a core (a wake-up each program) while the loop's thread, which has one, idled. Under
-six CPU-bound neighbours on 2 cores the queued MLP was served at 134 requests/s against
-onnxruntime's 209 (its threads got 2-3x the CPU), ...
+``HELP_DEPTH`` the loop's thread runs one too: whichever side is behind gets help.
 
 The loop learns of completions through the queue's eventfd, which a runner writes only when a
 waiter armed it: one waiting caller at a time (the poller) arms it, wakes the callers whose
@@ -135,10 +131,6 @@ class ProgramQueue:
                         if count != self._seen:
                             self._seen = count
                             self._wake_done()
-                            continue
-                        if self._take(self._h):  # one still queued: run it here rather than sleep on the runners
-                            self.taken += 1
-                            await anyio.lowlevel.checkpoint()  # the loop's other tasks between two
                             continue
                         await anyio.wait_readable(self._fd)
                         try:
