@@ -191,6 +191,14 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("", "Unsqueeze", "numpy"): ({}, [_f(2, 4), _i(0)], 1),
     ("", "Split", "numpy"): ({"axis": 1}, [_f(2, 6), _i(2, 4)], 2),
     ("", "Transpose", "numpy"): ({"perm": (2, 0, 1)}, [_f(2, 3, 4)], 1),
+    ("", "Concat", "numpy"): ({"axis": 1}, [_f(2, 3, 4), _f(2, 2, 4)], 1),
+    ("", "Slice", "numpy"): ({}, [_f(2, 6, 4), _i(1), _i(5), _i(1), _i(2)], 1),
+    ("", "ReduceMean", "reduce_mean_native"): ({"keepdims": 0}, [_f(2, 3, 4, 5), _i(2, 3)], 1),
+    ("aioge", "SqueezeExcite", "squeeze_excite_native"): (
+        {"activation1": "Relu", "activation2": "Sigmoid"},
+        [_f(1, 4, 3, 3), _f(2, 4, 1, 1), _f(2), _f(4, 2, 1, 1), _f(4)],
+        1,
+    ),
 }
 
 

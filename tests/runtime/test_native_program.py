@@ -250,3 +250,56 @@ async def test_squeeze_excite_and_a_batch_1_classifier_run_in_native_programs(mo
 
 _SE_NET = {"conv": (24, 3, 3, 3), "conv_b": (24,), "w1": (8, 24, 1, 1), "b1": (8,), "w2": (24, 8, 1, 1), "b2": (24,)}
 _SE_NET |= {"fc": (10, 24), "fc_b": (10,)}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+async def test_a_shufflenet_like_plan_runs_as_a_native_program(batch: int, monkeypatch, tmp_path, native_plans: None) -> None:
+    """ShuffleNet's plans ran step by step: its channel splits (Slice, Split), joins (Concat)
+    and its head (ReduceMean over H and W) had no C form. They have now, bit-equal to their
+    steps and equal to numpy."""
+    from aioge.compiler import tuning
+    from aioge.examples.cnn import _conv_ref
+
+    chosen = {"ReduceMean": "reduce_mean_native", "Gemm": "gemm_native"}
+    chosen |= {"Conv": "conv_direct_native", "FusedConv": "conv_direct_native"}
+    select = tuning.select_kernel
+
+    def native_kernels(schema, *args, **kwargs):
+        impl = chosen.get(schema.name)
+        return tuning.Choice(impl, {}, False) if impl else select(schema, *args, **kwargs)
+
+    monkeypatch.setattr(tuning, "select_kernel", native_kernels)
+    rng = np.random.default_rng(3)
+    shapes = {"conv": (8, 3, 3, 3), "conv_b": (8,), "pw": (4, 4, 1, 1), "pw_b": (4,), "fc": (5, 8), "fc_b": (5,)}
+    w = {k: (rng.standard_normal(s) * 0.3).astype(np.float32) for k, s in shapes.items()}
+    g = aioge.Graph("shuffle")
+    x = g.input("x", (batch, 3, 10, 10), "float32")
+    c = {k: g.constant(v) for k, v in w.items()}
+    i64 = lambda *v: g.constant(np.array(v, np.int64))  # noqa: E731
+    h = ops.relu(ops.conv2d(x, c["conv"], c["conv_b"], pads=(1, 1, 1, 1)))
+    left = ops.slice(h, i64(0), i64(4), i64(1))
+    right = ops.relu(ops.conv2d(ops.slice(h, i64(4), i64(8), i64(1)), c["pw"], c["pw_b"]))
+    joined = ops.concat(left, right, axis=1)
+    shuffled = ops.reshape(
+        ops.transpose(ops.reshape(joined, i64(batch, 2, 4, 10, 10)), perm=(0, 2, 1, 3, 4)), i64(batch, 8, 10, 10)
+    )
+    a, b = ops.split(shuffled, i64(3, 5), axis=1)
+    pooled = ops.reduce_mean(ops.concat(b, a, axis=1), i64(2, 3), keepdims=0)
+    g.output(ops.gemm(pooled, c["fc"], c["fc_b"], transB=1), names=["y"])
+    feeds = {"x": rng.standard_normal((batch, 3, 10, 10)).astype(np.float32)}
+    async with aioge.Session() as sess:
+        await sess.add_graph(1, g)
+        for _ in range(3):
+            got = (await sess.run_graph(1, feeds))["y"]
+        exe = sess.executable(1)
+        impls = {p.op_type: p.kernel.impl for p in exe.model.nodes}
+        assert impls.get("ReduceMean") == "reduce_mean_native", impls
+        assert {"Slice", "Concat", "Split", "Transpose"} <= set(impls), impls
+        assert exe.native_runs >= 3, f"every kernel has a C form: {_kernels(exe)}"
+        steps = (await sess.run_graph(1, feeds, trace=tmp_path / "trace.json"))["y"]
+    assert np.array_equal(got, steps), "the program and the steps disagree"
+    hr = np.maximum(_conv_ref(feeds["x"], w["conv"], w["conv_b"], 1), 0)
+    rr = np.maximum(np.einsum("oc,nchw->nohw", w["pw"][:, :, 0, 0], hr[:, 4:]) + w["pw_b"][:, None, None], 0)
+    sh = np.concatenate([hr[:, :4], rr], 1).reshape(batch, 2, 4, 10, 10).transpose(0, 2, 1, 3, 4).reshape(batch, 8, 10, 10)
+    want = np.concatenate([sh[:, 3:], sh[:, :3]], 1).mean(axis=(2, 3)) @ w["fc"].T + w["fc_b"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -24,7 +24,7 @@ import numpy as np
 
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import native
-from aioge.kernels.contract import KernelImpl, RunFn
+from aioge.kernels.contract import KernelImpl, RunFn, is_constant
 from aioge.kernels.conv import build_max_pool, window_geometry
 from aioge.kernels.parallel import split_native
 from aioge.kernels.reduce import REDUCERS, build_reduce, reduce_axes
@@ -400,6 +400,40 @@ def _reduce_build(reducer: str, strategy: str) -> Callable[..., RunFn]:
     return build
 
 
+def build_reduce_mean_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
+    """ReduceMean over H and W of a float32 (N, C, H, W) (ShuffleNet's head, which kept its
+    plan off native programs): ``globalavg_native``'s C job, a native program's step too;
+    over other axes the stepwise reduction."""
+    other = _reduce_build("mean", "stepwise")(attrs, params, ins, outs)
+    pool = build_globalavg_native(attrs, params, ins, outs)
+    pool_form, noop = native.native_form(pool), bool(attrs.get("noop_with_empty_axes", 0))
+
+    def plane(inputs: Sequence[Any]) -> bool:
+        given = inputs[1] if len(inputs) > 1 and inputs[1] is not None else attrs.get("axes")
+        try:
+            return reduce_axes(4, None if given is None else [int(a) for a in np.asarray(given).reshape(-1)], noop) == (2, 3)
+        except ValueError:
+            return False
+
+    def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        if not plane(inputs):
+            return other(inputs, outputs)
+        y = pool(inputs, outputs)[0]
+        return (y if outputs is not None else y.reshape(outs[0].shape),)
+
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        if pool_form is None or not all(is_constant(a) for a in inputs[1:] if a is not None) or not plane(inputs):
+            return None
+        return pool_form(inputs, outputs)
+
+    return native.with_native(run, form)
+
+
+def _applies_reduce_mean_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
+    d = descs[0] if descs else None
+    return _applies_global_native(descs, attrs) and d.rank == 4 and all(d.shape)  # type: ignore[union-attr, arg-type]
+
+
 def _applies_reduce(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     d = descs[0] if descs else None
     return d is not None and d.static and (d.rank or 0) >= 2 and d.dtype in _FLOATS
@@ -410,4 +444,18 @@ def reduce_algos(reducer: str) -> tuple[KernelImpl, ...]:
     return (
         KernelImpl("reduce_rows", _reduce_build(reducer, "rows"), _applies_reduce),
         KernelImpl("reduce_stepwise", _reduce_build(reducer, "stepwise"), _applies_reduce),
+        *(
+            (
+                KernelImpl(
+                    "reduce_mean_native",
+                    build_reduce_mean_native,
+                    _applies_reduce_mean_native,
+                    offered=native.available,
+                    eager=True,
+                    native=True,
+                ),
+            )
+            if reducer == "mean"
+            else ()
+        ),
     )

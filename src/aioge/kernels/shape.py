@@ -17,7 +17,7 @@ import numpy as np
 
 from aioge.ir.desc import Dim
 from aioge.kernels import native
-from aioge.kernels.contract import RunFn
+from aioge.kernels.contract import RunFn, is_constant
 
 __all__ = [
     "build_concat",
@@ -333,7 +333,20 @@ def build_concat(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
         np.concatenate(inputs, axis=axis, out=outputs[0])
         return outputs
 
-    return run
+    def form(inputs: Inputs, outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        # a copy per input and leading index into its contiguous block of the output
+        # (ShuffleNet's channel joins at batch 1: one copy each)
+        y = outputs[0]
+        if not all(isinstance(x, np.ndarray) for x in inputs) or not y.flags.c_contiguous or y.ndim == 0:
+            return None
+        a = axis % y.ndim
+        ends = np.cumsum([0, *(x.shape[a] for x in inputs)]).tolist()
+        if ends[-1] != y.shape[a] or int(np.prod(y.shape[:a])) > 64:
+            return None
+        pairs = [(x[i], y[i][lo:hi]) for i in np.ndindex(*y.shape[:a]) for x, lo, hi in zip(inputs, ends, ends[1:]) if hi > lo]
+        return _copies([v for v, _ in pairs], [d for _, d in pairs])
+
+    return native.with_native(run, form)
 
 
 def build_split(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
@@ -372,7 +385,17 @@ def build_slice(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
         index, _ = slice_plan(x.shape, _ints(inputs[1]) or [], _ints(inputs[2]) or [], extra[0], extra[1])
         return _fill(outputs, [x[index]])
 
-    return run
+    def form(inputs: Inputs, outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        # constant starts, ends, axes and steps: the view once, copied per run
+        x = inputs[0]
+        if not isinstance(x, np.ndarray) or not all(is_constant(a) for a in inputs[1:] if a is not None):
+            return None
+        extra = [_ints(inputs[i]) if len(inputs) > i else None for i in (3, 4)]
+        index, _ = slice_plan(x.shape, _ints(inputs[1]) or [], _ints(inputs[2]) or [], extra[0], extra[1])
+        view = x[index]
+        return None if min(view.strides, default=0) < 0 else _copies([view], outputs)
+
+    return native.with_native(run, form)
 
 
 def build_gather(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
