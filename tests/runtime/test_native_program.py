@@ -250,3 +250,48 @@ async def test_squeeze_excite_and_a_batch_1_classifier_run_in_native_programs(mo
 
 _SE_NET = {"conv": (24, 3, 3, 3), "conv_b": (24,), "w1": (8, 24, 1, 1), "b1": (8,), "w2": (24, 8, 1, 1), "b2": (24,)}
 _SE_NET |= {"fc": (10, 24), "fc_b": (10,)}
+
+
+async def test_a_transformers_mask_and_embedding_ops_run_in_a_native_program(tmp_path, native_plans: None) -> None:
+    """Issue 41: Gather, Cast, GatherND, And, Expand, Where and a broadcast Mul/Add chain (a
+    BERT's embeddings and attention mask) had no C form, so its plan ran step by step. They
+    run in one program now, bit-equal to the steps; an index outside the table is an
+    ExecutionError naming the Gather, from the program as from the steps."""
+    rng = np.random.default_rng(3)
+    table, pos = rng.standard_normal((10, 8)).astype(np.float32), rng.standard_normal((1, 5, 8)).astype(np.float32)
+    g = aioge.Graph("masks")
+    ids, mask = g.input("ids", (2, 5), "int64"), g.input("mask", (2, 5), "int64")
+    emb = ops.add(ops.gather(g.constant(table), ids), g.constant(pos))
+    keep = ops.gather_nd(ops.cast(mask, to="bool"), g.constant(np.array([[[0, 1], [1, 4]]], np.int64)))
+    both = ops.expand(
+        ops.and_(ops.reshape(keep, g.constant(np.array([1, 2, 1], np.int64))), ops.cast(mask, to="bool")),
+        g.constant(np.array([3, 2, 5], np.int64)),
+    )
+    bias = ops.where(both, g.constant(np.float32(0.0)), g.constant(np.float32(-1e4)))
+    g.output(
+        emb,
+        ops.add(ops.mul(bias, g.constant(np.float32(0.5))), ops.gather(emb, g.constant(np.int64(-1)), axis=2)),
+        names=["emb", "att"],
+    )
+    m = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int64)
+    feeds = {"ids": np.array([[1, 2, 3, -1, 0], [9, 8, 7, 6, 5]], np.int64), "mask": m}
+    async with aioge.Session() as s:
+        await s.add_graph(1, g)
+        for _ in range(3):
+            got = await s.run_graph(1, feeds)
+        exe = s.executable(1)
+        assert exe.native_runs >= 3, f"every kernel has a C form: {_kernels(exe)}"
+        kinds = {p.op_type for p in exe.model.nodes}
+        assert kinds >= {"Gather", "Cast", "GatherND", "And", "Expand", "Where", "FusedElementwise"}, kinds
+        steps = await s.run_graph(1, feeds, trace=tmp_path / "trace.json")
+        with pytest.raises(ExecutionError, match="Gather"):
+            await s.run_graph(1, {**feeds, "ids": np.full((2, 5), 10, np.int64)})
+        with pytest.raises(ExecutionError, match="Gather"):
+            await s.run_graph(1, {**feeds, "ids": np.full((2, 5), -11, np.int64)}, trace=tmp_path / "t2.json")
+    e = table[feeds["ids"]] + pos
+    keep_ref = m.astype(bool)[[0, 1], [1, 4]].reshape(1, 2, 1) & m.astype(bool)
+    want = np.where(np.broadcast_to(keep_ref, (3, 2, 5)), np.float32(0), np.float32(-1e4)) * np.float32(0.5) + e[:, :, -1]
+    np.testing.assert_array_equal(got["emb"], e)
+    np.testing.assert_array_equal(got["att"], want)
+    for k in got:
+        assert np.array_equal(got[k], steps[k]), f"{k}: the program and the steps disagree"

@@ -386,7 +386,12 @@ def build_gather(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
         np.take(x, idx, axis=axis, out=outputs[0])
         return outputs
 
-    return run
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        x = inputs[0]
+        call = native.gather(x, inputs[1], outputs[0], axis % max(x.ndim, 1)) if isinstance(x, np.ndarray) else None
+        return None if call is None else [call]
+
+    return native.with_native(run, form)
 
 
 def build_expand(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
@@ -395,7 +400,15 @@ def build_expand(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
         shape = np.broadcast_shapes(x.shape, tuple(_ints(inputs[1]) or []))
         return _fill(outputs, [np.broadcast_to(x, shape)])
 
-    return run
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        x, y = inputs[0], outputs[0]
+        try:
+            call = native.strided_copy(np.broadcast_to(x, y.shape), y) if isinstance(x, np.ndarray) else None
+        except ValueError:
+            return None
+        return None if call is None else [call]
+
+    return native.with_native(run, form)
 
 
 def build_shape(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
