@@ -128,3 +128,16 @@ def test_an_index_outside_its_axis_is_an_aioge_error(bad: int) -> None:
         _run(native.gather(x, np.array([0, bad], np.int64), y, 0))
     with pytest.raises(ExecutionError, match="an index outside its axis"):
         _run(native.gather(x, np.array([[0, 1], [bad, 1]], np.int64), np.empty(2, np.float32), 0, 2))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=4), st.data(), st.sampled_from([np.float32, np.int64, np.bool_]))
+def test_a_copy_into_a_strided_slice_writes_that_slice_alone(shape: list[int], data: Any, dtype: Any) -> None:
+    """Concat's form: each input cast (copied) into its slice of the output."""
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    parts = [np.asarray(np.random.default_rng(i).standard_normal(shape) * 9).astype(dtype) for i in range(2)]
+    y = np.zeros(np.concatenate(parts, axis=axis).shape, dtype)
+    for i, x in enumerate(parts):
+        view = y[(slice(None),) * axis + (slice(i * shape[axis], (i + 1) * shape[axis]),)]
+        _run(native.elemwise(native.EW_CAST, view, x))
+    assert np.array_equal(y, np.concatenate(parts, axis=axis))

@@ -253,7 +253,7 @@ _SE_NET |= {"fc": (10, 24), "fc_b": (10,)}
 
 
 async def test_a_transformers_mask_and_embedding_ops_run_in_a_native_program(tmp_path, native_plans: None) -> None:
-    """Issue 41: Gather, Cast, GatherND, And, Expand, Where and a broadcast Mul/Add chain (a
+    """Issue 41: Gather, Cast, GatherND, And, Expand, Where, Concat and a broadcast Mul/Add chain (a
     BERT's embeddings and attention mask) had no C form, so its plan ran step by step. They
     run in one program now, bit-equal to the steps; an index outside the table is an
     ExecutionError naming the Gather, from the program as from the steps."""
@@ -271,7 +271,8 @@ async def test_a_transformers_mask_and_embedding_ops_run_in_a_native_program(tmp
     g.output(
         emb,
         ops.add(ops.mul(bias, g.constant(np.float32(0.5))), ops.gather(emb, g.constant(np.int64(-1)), axis=2)),
-        names=["emb", "att"],
+        ops.concat(ops.cast(mask, to="float32"), ops.cast(ids, to="float32"), axis=1),
+        names=["emb", "att", "cat"],
     )
     m = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int64)
     feeds = {"ids": np.array([[1, 2, 3, -1, 0], [9, 8, 7, 6, 5]], np.int64), "mask": m}
@@ -282,7 +283,7 @@ async def test_a_transformers_mask_and_embedding_ops_run_in_a_native_program(tmp
         exe = s.executable(1)
         assert exe.native_runs >= 3, f"every kernel has a C form: {_kernels(exe)}"
         kinds = {p.op_type for p in exe.model.nodes}
-        assert kinds >= {"Gather", "Cast", "GatherND", "And", "Expand", "Where", "FusedElementwise"}, kinds
+        assert kinds >= {"Gather", "Cast", "GatherND", "And", "Expand", "Where", "FusedElementwise", "Concat"}, kinds
         steps = await s.run_graph(1, feeds, trace=tmp_path / "trace.json")
         with pytest.raises(ExecutionError, match="Gather"):
             await s.run_graph(1, {**feeds, "ids": np.full((2, 5), 10, np.int64)})
@@ -293,5 +294,6 @@ async def test_a_transformers_mask_and_embedding_ops_run_in_a_native_program(tmp
     want = np.where(np.broadcast_to(keep_ref, (3, 2, 5)), np.float32(0), np.float32(-1e4)) * np.float32(0.5) + e[:, :, -1]
     np.testing.assert_array_equal(got["emb"], e)
     np.testing.assert_array_equal(got["att"], want)
+    np.testing.assert_array_equal(got["cat"], np.concatenate([m, feeds["ids"]], axis=1).astype(np.float32))
     for k in got:
         assert np.array_equal(got[k], steps[k]), f"{k}: the program and the steps disagree"

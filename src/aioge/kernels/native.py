@@ -470,8 +470,8 @@ _EW_TYPES = {np.dtype(t): code for code, t in enumerate((np.float32, np.int64, n
 def elemwise(op: int, y: Any, *xs: Any) -> NativeCall | None:
     """``y = op(*xs)`` as one job: EW_CAST (x to y's dtype, as numpy's astype), EW_AND, EW_OR,
     EW_XOR (bools), EW_WHERE (a bool condition, then two of y's dtype), EW_ARITH's (float32), for operands broadcast to
-    the C-contiguous ``y`` (up to 6-D; float32, float64, int64, int32, bool); None otherwise."""
-    if not (isinstance(y, np.ndarray) and y.flags.c_contiguous and y.size and y.ndim <= 6 and y.dtype in _EW_TYPES):
+    ``y`` (any strides: a slice of Concat's output; up to 6-D; float32, float64, int64, int32, bool); None otherwise."""
+    if not (isinstance(y, np.ndarray) and y.flags.writeable and y.size and y.ndim <= 6 and y.dtype in _EW_TYPES):
         return None
     if not all(isinstance(x, np.ndarray) and x.dtype in _EW_TYPES for x in xs) or len(xs) != {EW_CAST: 1, EW_WHERE: 3}.get(op, 2):
         return None
@@ -487,7 +487,7 @@ def elemwise(op: int, y: Any, *xs: Any) -> NativeCall | None:
     except ValueError:
         return None
     pad = [1] * (6 - y.ndim)
-    block = [op, ptr(y), _EW_TYPES[y.dtype], *pad, *y.shape]
+    block = [op, _base_address(y), _EW_TYPES[y.dtype], *pad, *y.shape, *[0] * len(pad), *y.strides]
     for v in views + views[:1] * (3 - len(views)):
         block += [_base_address(v), _EW_TYPES[v.dtype], *[0] * len(pad), *v.strides]
     return NativeCall(JOB_ELEMWISE, np.array(block, np.int64), block[3], False, (y, *xs))

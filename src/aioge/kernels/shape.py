@@ -333,7 +333,20 @@ def build_concat(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
         np.concatenate(inputs, axis=axis, out=outputs[0])
         return outputs
 
-    return run
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        y, calls, at = outputs[0], [], 0  # each input copied into its slice of y (GPT-2's present keys)
+        a = axis % max(y.ndim, 1)
+        for x in inputs:
+            if not isinstance(x, np.ndarray) or x.dtype != y.dtype or x.ndim != y.ndim:
+                return None
+            call = native.elemwise(native.EW_CAST, y[(slice(None),) * a + (slice(at, at + x.shape[a]),)], x) if x.size else None
+            if x.size and call is None:
+                return None
+            calls += [call] if call else []
+            at += x.shape[a]
+        return calls if calls and at == y.shape[a] else None
+
+    return native.with_native(run, form)
 
 
 def build_split(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:

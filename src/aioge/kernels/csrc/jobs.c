@@ -384,28 +384,29 @@ static void ew_cast(char *y, int yt, const char *a, int at)
 /* y = op(a, b, c) over operands broadcast by their byte strides: op 0 cast a to y's dtype, 1 and,
  * 2 or, 3 xor (bools), 4 where (a a bool; b, c of y's dtype), 5 add, 6 sub, 7 mul, 8 div (float32,
  * each rounded as numpy's ufunc rounds it: one operation a statement). Arguments: op, y, y's dtype, 6
- * sizes, then per operand its address, dtype and 6 byte strides: [lo, hi) index the first axis */
+ * sizes, y's 6 byte strides (a slice: Concat's), then per operand its address, dtype and 6 byte strides: [lo, hi) index the first axis */
 static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
 {
     static const int64_t SIZE[] = {4, 8, 4, 1, 8};
     const int op = (int)g[0], yt = (int)g[2];
-    const int64_t *n = g + 3, *o[3] = {g + 9, g + 17, g + 25};
+    const int64_t *n = g + 3, *ys = g + 9, *o[3] = {g + 15, g + 23, g + 31};
     if (op < 0 || op > 8 || yt < 0 || yt > 4 || o[0][1] < 0 || o[0][1] > 4)
         return AIOGE_EGEOMETRY;
     const int64_t item = SIZE[yt];
-    char *y = (char *)(intptr_t)g[1] + lo * n[1] * n[2] * n[3] * n[4] * n[5] * item;
     for (int64_t i0 = lo; i0 < hi; i0++)
         for (int64_t i1 = 0; i1 < n[1]; i1++)
             for (int64_t i2 = 0; i2 < n[2]; i2++)
                 for (int64_t i3 = 0; i3 < n[3]; i3++)
                     for (int64_t i4 = 0; i4 < n[4]; i4++)
-                        for (int64_t i5 = 0; i5 < n[5]; i5++, y += item) {
+                        for (int64_t i5 = 0; i5 < n[5]; i5++) {
                             const char *p[3];
                             for (int k = 0; k < 3; k++) {
                                 const int64_t *s = o[k] + 2;
                                 p[k] = (const char *)(intptr_t)o[k][0] + i0 * s[0] + i1 * s[1] + i2 * s[2] + i3 * s[3] +
                                        i4 * s[4] + i5 * s[5];
                             }
+                            char *y = (char *)(intptr_t)g[1] + i0 * ys[0] + i1 * ys[1] + i2 * ys[2] + i3 * ys[3] +
+                                      i4 * ys[4] + i5 * ys[5];
                             const uint8_t u = op && op < 4 ? *(const uint8_t *)p[0] != 0 : 0;
                             const uint8_t v = op && op < 4 ? *(const uint8_t *)p[1] != 0 : 0;
                             switch (op) {
