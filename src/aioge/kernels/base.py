@@ -86,7 +86,9 @@ def ufunc_impl(name: str, ufunc: Callable[..., Any]) -> KernelImpl:
             def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
                 if len(inputs) != 2:
                     return None  # broadcasts JOB_BINARY's rows cannot take: JOB_ELEMWISE's (GPT-2's positions)
-                call = native.binary(op, *inputs, outputs[0]) or native.elemwise(native.EW_ARITH[op], outputs[0], *inputs)
+                call = native.binary(op, inputs[0], inputs[1], outputs[0]) or native.elemwise(
+                    native.EW_ARITH[op], outputs[0], *inputs
+                )
                 return None if call is None else [call]
 
             native.with_native(run, form)
