@@ -303,3 +303,50 @@ async def test_a_shufflenet_like_plan_runs_as_a_native_program(batch: int, monke
     sh = np.concatenate([hr[:, :4], rr], 1).reshape(batch, 2, 4, 10, 10).transpose(0, 2, 1, 3, 4).reshape(batch, 8, 10, 10)
     want = np.concatenate([sh[:, 3:], sh[:, :3]], 1).mean(axis=(2, 3)) @ w["fc"].T + w["fc_b"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+async def test_a_transformers_mask_and_embedding_ops_run_in_a_native_program(tmp_path, native_plans: None) -> None:
+    """Issue 41: Gather, Cast, GatherND, And, Expand, Where, Concat and a broadcast Mul/Add chain (a
+    BERT's embeddings and attention mask) had no C form, so its plan ran step by step. They
+    run in one program now, bit-equal to the steps; an index outside the table is an
+    ExecutionError naming the Gather, from the program as from the steps."""
+    rng = np.random.default_rng(3)
+    table, pos = rng.standard_normal((10, 8)).astype(np.float32), rng.standard_normal((1, 5, 8)).astype(np.float32)
+    g = aioge.Graph("masks")
+    ids, mask = g.input("ids", (2, 5), "int64"), g.input("mask", (2, 5), "int64")
+    emb = ops.add(ops.gather(g.constant(table), ids), g.constant(pos))
+    keep = ops.gather_nd(ops.cast(mask, to="bool"), g.constant(np.array([[[0, 1], [1, 4]]], np.int64)))
+    both = ops.expand(
+        ops.and_(ops.reshape(keep, g.constant(np.array([1, 2, 1], np.int64))), ops.cast(mask, to="bool")),
+        g.constant(np.array([3, 2, 5], np.int64)),
+    )
+    bias = ops.where(both, g.constant(np.float32(0.0)), g.constant(np.float32(-1e4)))
+    g.output(
+        emb,
+        ops.add(ops.mul(bias, g.constant(np.float32(0.5))), ops.gather(emb, g.constant(np.int64(-1)), axis=2)),
+        ops.concat(ops.cast(mask, to="float32"), ops.cast(ids, to="float32"), axis=1),
+        names=["emb", "att", "cat"],
+    )
+    m = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int64)
+    feeds = {"ids": np.array([[1, 2, 3, -1, 0], [9, 8, 7, 6, 5]], np.int64), "mask": m}
+    async with aioge.Session() as s:
+        await s.add_graph(1, g)
+        for _ in range(3):
+            got = await s.run_graph(1, feeds)
+        exe = s.executable(1)
+        assert exe.native_runs >= 3, f"every kernel has a C form: {_kernels(exe)}"
+        kinds = {p.op_type for p in exe.model.nodes}
+        assert kinds >= {"Gather", "Cast", "GatherND", "And", "Expand", "Where", "FusedElementwise", "Concat"}, kinds
+        steps = await s.run_graph(1, feeds, trace=tmp_path / "trace.json")
+        with pytest.raises(ExecutionError, match="Gather"):
+            await s.run_graph(1, {**feeds, "ids": np.full((2, 5), 10, np.int64)})
+        with pytest.raises(ExecutionError, match="Gather"):
+            await s.run_graph(1, {**feeds, "ids": np.full((2, 5), -11, np.int64)}, trace=tmp_path / "t2.json")
+    e = table[feeds["ids"]] + pos
+    keep_ref = m.astype(bool)[[0, 1], [1, 4]].reshape(1, 2, 1) & m.astype(bool)
+    want = np.where(np.broadcast_to(keep_ref, (3, 2, 5)), np.float32(0), np.float32(-1e4)) * np.float32(0.5) + e[:, :, -1]
+    np.testing.assert_array_equal(got["emb"], e)
+    np.testing.assert_array_equal(got["att"], want)
+    np.testing.assert_array_equal(got["cat"], np.concatenate([m, feeds["ids"]], axis=1).astype(np.float32))
+    for k in got:
+        assert np.array_equal(got[k], steps[k]), f"{k}: the program and the steps disagree"

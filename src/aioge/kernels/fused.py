@@ -474,13 +474,45 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
             np.copyto(y, yc.reshape(out_shape))
         return (y,)
 
-    return run
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        if whole is not None:  # the whole path's own call, or none (a bias: a fused pass of its own)
+            call = native_rows.activation_call(whole[0], inputs[whole[2]], outputs[0], whole[1]) if whole[3] is None else None
+            return None if call is None else [call]
+        return _chain_calls(steps, inputs, outputs[0])
+
+    return native.with_native(run, form)
 
 
 # A program the compiled tier runs as one call over the whole tensor: (activation, its params,
 # the input it reads, the input added to it first as a bias of the trailing dims or None, the
 # bias's size).
 _Whole = tuple[str, tuple[float, ...], int, "int | None", int]
+
+
+def _chain_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> list[native.NativeCall] | None:
+    """A straight chain of float32 Add/Sub/Mul/Div (each step on the one before and an input;
+    BERT's embedding sum, its attention scale and mask) as JOB_ELEMWISE calls in ``y``, in
+    place, each rounding as its ufunc; None for any other program or inputs ``y`` overlaps
+    (but the first step's, when it is ``y`` itself)."""
+    calls = []
+    for i, st in enumerate(steps):
+        code = native.EW_ARITH.get(st.op.name)
+        if code is None or len(st.srcs) != 2 or [s for s in st.srcs if s < 0] != ([-i] if i else []):
+            return None
+        xs = [y if s < 0 else inputs[s] for s in st.srcs]
+        for s, x in zip(st.srcs, xs):  # y may be an input the first step alone reads (in place), value for value
+            same = i == 0 and isinstance(x, np.ndarray) and x.shape == y.shape and x.strides == y.strides
+            if s >= 0 and (not isinstance(x, np.ndarray) or (np.may_share_memory(x, y) and not (same and _at(x) == _at(y)))):
+                return None
+        call = native.elemwise(code, y, *xs)
+        if call is None:
+            return None
+        calls.append(call)
+    return calls
+
+
+def _at(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
 
 
 def _whole_activation(steps: list[_Step], in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]) -> _Whole | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+import math
 import mmap
 import os
 import warnings
@@ -66,6 +67,16 @@ __all__ = [
     "JOB_LOWP_GEMM",
     "JOB_LOWP_ROUND",
     "JOB_SOFTMAX",
+    "JOB_ELEMWISE",
+    "JOB_GATHER",
+    "EW_CAST",
+    "EW_AND",
+    "EW_OR",
+    "EW_XOR",
+    "EW_WHERE",
+    "EW_ARITH",
+    "elemwise",
+    "gather",
     "NativeCall",
     "aligned_empty",
     "available",
@@ -93,6 +104,7 @@ JOB_GLOBAL_MEAN, JOB_STRIDED, JOB_BINARY, JOB_SGEMM = 17, 18, 19, 20
 JOB_RESIDUAL = 21
 JOB_QGEMM = 22
 JOB_LOWP_GEMM, JOB_LOWP_ROUND = 23, 24
+JOB_ELEMWISE, JOB_GATHER = 25, 26
 
 # The activation codes of aioge.h's ``enum aioge_act``, by op name (the one Python copy:
 # ``native_rows`` and the convolutions' epilogues read them here).
@@ -100,10 +112,15 @@ _ACTS = ("", "Erf", "Gelu", "GeluTanh", "Sigmoid", "Swish", "HardSigmoid", "Hard
 ACT = {name: code for code, name in enumerate(_ACTS)}
 
 # The error codes of ``enum aioge_error``: one rule, negative is an error, everywhere.
-ERRORS = {-1: "no memory for its scratch", -2: "a geometry that does not fit its buffers", -1000: "an unknown job"}
+ERRORS = {
+    -1: "no memory for its scratch",
+    -2: "a geometry that does not fit its buffers",
+    -3: "an index outside its axis",
+    -1000: "an unknown job",
+}
 
 # aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
-ABI = 19
+ABI = 20
 
 _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
 # Every C function Python calls: (result type, argument types), as aioge.h declares them.
@@ -442,6 +459,56 @@ def strided_copy(src: np.ndarray, dst: np.ndarray) -> NativeCall | None:
 
 def _base_address(a: np.ndarray) -> int:
     return int(a.__array_interface__["data"][0])
+
+
+# JOB_ELEMWISE's ops and dtypes (csrc/jobs.c)
+EW_CAST, EW_AND, EW_OR, EW_XOR, EW_WHERE = range(5)
+EW_ARITH = {"Add": 5, "Sub": 6, "Mul": 7, "Div": 8}  # float32
+_EW_TYPES = {np.dtype(t): code for code, t in enumerate((np.float32, np.int64, np.int32, np.bool_, np.float64))}
+
+
+def elemwise(op: int, y: Any, *xs: Any) -> NativeCall | None:
+    """``y = op(*xs)`` as one job: EW_CAST (x to y's dtype, as numpy's astype), EW_AND, EW_OR,
+    EW_XOR (bools), EW_WHERE (a bool condition, then two of y's dtype), EW_ARITH's (float32), for operands broadcast to
+    ``y`` (any strides: a slice of Concat's output; up to 6-D; float32, float64, int64, int32, bool); None otherwise."""
+    if not (isinstance(y, np.ndarray) and y.flags.writeable and y.size and y.ndim <= 6 and y.dtype in _EW_TYPES):
+        return None
+    if not all(isinstance(x, np.ndarray) and x.dtype in _EW_TYPES for x in xs) or len(xs) != {EW_CAST: 1, EW_WHERE: 3}.get(op, 2):
+        return None
+    kinds = [x.dtype for x in (y, *xs)]
+    if (
+        (op in (EW_AND, EW_OR, EW_XOR) and any(k != np.bool_ for k in kinds))
+        or (op > EW_WHERE and any(k != np.float32 for k in kinds))
+        or (op == EW_WHERE and (kinds[1] != np.bool_ or kinds[2] != y.dtype or kinds[3] != y.dtype))
+    ):
+        return None
+    try:
+        views = [np.broadcast_to(x, y.shape) for x in xs]
+    except ValueError:
+        return None
+    pad = [1] * (6 - y.ndim)
+    block = [op, _base_address(y), _EW_TYPES[y.dtype], *pad, *y.shape, *[0] * len(pad), *y.strides]
+    for v in views + views[:1] * (3 - len(views)):
+        block += [_base_address(v), _EW_TYPES[v.dtype], *[0] * len(pad), *v.strides]
+    return NativeCall(JOB_ELEMWISE, np.array(block, np.int64), block[3], False, (y, *xs))
+
+
+def gather(data: Any, idx: Any, out: Any, axis: int = 0, k: int = 1) -> NativeCall | None:
+    """``out``: ``data``'s slices picked by the int64 ``idx`` along ``axis`` (Gather, k 1) or by
+    its k-tuples over data's leading k axes (GatherND), as one job; a negative index counts from
+    its axis's end, one outside it fails the job (AIOGE_EINDEX). None for other operands."""
+    arrays = (data, idx, out)
+    if not all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in arrays) or idx.dtype != np.int64:
+        return None
+    if data.dtype != out.dtype or data.dtype.hasobject or not 1 <= k <= 6 or axis + k > data.ndim or not out.size:
+        return None
+    dims = data.shape[axis : axis + k]
+    outer, inner = math.prod(data.shape[:axis]), math.prod(data.shape[axis + k :]) * data.itemsize
+    m = idx.size // k
+    if out.nbytes != outer * m * inner or idx.size != m * k:
+        return None
+    block = [ptr(data), ptr(out), math.prod(dims) * inner, inner, ptr(idx), m, k, *dims, *[1] * (6 - k)]
+    return NativeCall(JOB_GATHER, np.array(block, np.int64), outer, False, arrays)
 
 
 _BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}

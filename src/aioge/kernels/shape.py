@@ -333,18 +333,18 @@ def build_concat(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
         np.concatenate(inputs, axis=axis, out=outputs[0])
         return outputs
 
-    def form(inputs: Inputs, outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
-        # a copy per input and leading index into its contiguous block of the output
-        # (ShuffleNet's channel joins at batch 1: one copy each)
-        y = outputs[0]
-        if not all(isinstance(x, np.ndarray) for x in inputs) or not y.flags.c_contiguous or y.ndim == 0:
-            return None
-        a = axis % y.ndim
-        ends = np.cumsum([0, *(x.shape[a] for x in inputs)]).tolist()
-        if ends[-1] != y.shape[a] or int(np.prod(y.shape[:a])) > 64:
-            return None
-        pairs = [(x[i], y[i][lo:hi]) for i in np.ndindex(*y.shape[:a]) for x, lo, hi in zip(inputs, ends, ends[1:]) if hi > lo]
-        return _copies([v for v, _ in pairs], [d for _, d in pairs])
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        y, calls, at = outputs[0], [], 0  # each input copied into its slice of y (GPT-2's present keys)
+        a = axis % max(y.ndim, 1)
+        for x in inputs:
+            if not isinstance(x, np.ndarray) or x.dtype != y.dtype or x.ndim != y.ndim:
+                return None
+            call = native.elemwise(native.EW_CAST, y[(slice(None),) * a + (slice(at, at + x.shape[a]),)], x) if x.size else None
+            if x.size and call is None:
+                return None
+            calls += [call] if call else []
+            at += x.shape[a]
+        return calls if calls and at == y.shape[a] else None
 
     return native.with_native(run, form)
 
@@ -409,7 +409,12 @@ def build_gather(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
         np.take(x, idx, axis=axis, out=outputs[0])
         return outputs
 
-    return run
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        x = inputs[0]
+        call = native.gather(x, inputs[1], outputs[0], axis % max(x.ndim, 1)) if isinstance(x, np.ndarray) else None
+        return None if call is None else [call]
+
+    return native.with_native(run, form)
 
 
 def build_expand(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
@@ -418,7 +423,15 @@ def build_expand(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
         shape = np.broadcast_shapes(x.shape, tuple(_ints(inputs[1]) or []))
         return _fill(outputs, [np.broadcast_to(x, shape)])
 
-    return run
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        x, y = inputs[0], outputs[0]
+        try:
+            call = native.strided_copy(np.broadcast_to(x, y.shape), y) if isinstance(x, np.ndarray) else None
+        except ValueError:
+            return None
+        return None if call is None else [call]
+
+    return native.with_native(run, form)
 
 
 def build_shape(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:

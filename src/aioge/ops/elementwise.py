@@ -8,7 +8,8 @@ import numpy as np
 
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import elementwise as k
-from aioge.kernels.base import returning, ufunc_impl
+from aioge.kernels import native
+from aioge.kernels.base import one_call, returning, ufunc_impl
 from aioge.ops.infer import infer_binary, infer_broadcast_same_dtype, infer_like_input
 from aioge.ops.schema import ALL_ENGINES, CPU_ONLY, REQUIRED, Attr, InferContext, InferError, KernelImpl, OpSchema
 
@@ -125,7 +126,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
         "Where",
         _infer_where,
-        (_fn("numpy", np.where),),
+        (returning("numpy", np.where, form=lambda kw: one_call(lambda i, o: native.elemwise(native.EW_WHERE, o[0], *i))),),
         ALL_ENGINES,
         {},
         (3, 3),
@@ -148,7 +149,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
         "Cast",
         _infer_cast,
-        (_fn("numpy", _cast),),
+        (returning("numpy", _cast, form=lambda kw: one_call(lambda i, o: native.elemwise(native.EW_CAST, o[0], i[0]))),),
         CPU_ONLY,
         {
             "to": Attr("dtype", REQUIRED),

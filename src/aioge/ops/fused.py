@@ -85,7 +85,7 @@ def _block_candidates(descs: object, attrs: object) -> list[dict[str, int]]:
 _FUSED_ELEMENTWISE = OpSchema(
     "FusedElementwise",
     _infer_elementwise,
-    (KernelImpl("blocked", k.build_fused_elementwise, candidates=_block_candidates),),
+    (KernelImpl("blocked", k.build_fused_elementwise, candidates=_block_candidates, native=True),),
     ALL_ENGINES,
     {
         "ops": Attr("strings", REQUIRED, check=_check_ops),

@@ -15,7 +15,8 @@ import numpy as np
 
 from aioge.ir.desc import Dim, TensorDesc
 from aioge.kernels import index as k
-from aioge.kernels.base import returning
+from aioge.kernels import native
+from aioge.kernels.base import one_call, returning
 from aioge.kernels.optional_outputs import returning_some
 from aioge.ops.infer import infer_like_input, normalise_axis
 from aioge.ops.schema import CPU_ONLY, Attr, InferContext, InferError, InferFn, OpSchema
@@ -212,11 +213,12 @@ def _op(
     attrs: dict[str, Attr] | None = None,
     inputs: tuple[int, int] = (1, 1),
     outputs: tuple[int, int] = (1, 1),
+    form: Callable[[Any], Any] | None = None,
 ) -> OpSchema:
     return OpSchema(
         name,
         infer,
-        (returning("numpy", fn),),
+        (returning("numpy", fn, form=form),),
         CPU_ONLY,
         attrs or {},
         inputs,
@@ -251,7 +253,15 @@ SCHEMAS: tuple[OpSchema, ...] = (
         (2, 2),
     ),
     _op(
-        "GatherND", _infer_gather_nd, k.gather_nd, "slices of data picked by index tuples", {"batch_dims": Attr("int", 0)}, (2, 2)
+        "GatherND",
+        _infer_gather_nd,
+        k.gather_nd,
+        "slices of data picked by index tuples",
+        {"batch_dims": Attr("int", 0)},
+        (2, 2),
+        form=lambda kw: one_call(
+            lambda i, o: None if kw.get("batch_dims", 0) else native.gather(i[0], i[1], o[0], 0, i[1].shape[-1])
+        ),
     ),
     _op(
         "ScatterElements",

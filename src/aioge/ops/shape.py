@@ -250,7 +250,7 @@ def _one_value(v: np.ndarray) -> str | None:
 
 
 # The shape ops whose kernels carry native forms (strided copies: kernels.native.strided_copy).
-_NATIVE = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Split", "Concat", "Slice"})
+_NATIVE = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Split", "Gather", "Expand", "Concat", "Slice"})
 
 
 def _shape_op(

@@ -13,12 +13,13 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 19
+#define AIOGE_ABI 20
 
 enum aioge_error {
     AIOGE_OK = 0,
     AIOGE_ENOMEM = -1,    /* a scratch buffer could not be allocated (nothing written) */
     AIOGE_EGEOMETRY = -2, /* the geometry does not fit the buffer sizes it came with (nothing written) */
+    AIOGE_EINDEX = -3,    /* an index (JOB_GATHER's) outside its axis */
     AIOGE_EJOB = -1000,   /* an unknown job */
 };
 
@@ -53,7 +54,9 @@ enum aioge_job {
     JOB_QGEMM = 22,
     JOB_LOWP_GEMM = 23,
     JOB_LOWP_ROUND = 24,
-    AIOGE_NJOBS = 25,
+    JOB_ELEMWISE = 25,
+    JOB_GATHER = 26,
+    AIOGE_NJOBS = 27,
 };
 
 /* The activations the C kernels apply (norm.c computes them; the convolutions of dwconv.c and

@@ -362,6 +362,97 @@ static int job_residual(const int64_t *g, int64_t lo, int64_t hi)
     return 0;
 }
 
+/* JOB_ELEMWISE's dtypes: 0 float32, 1 int64, 2 int32, 3 bool (a byte), 4 float64 */
+#define EW_LOAD(T, p, t)                                                                                               \
+    ((t) == 0 ? (T) * (const float *)(p)                                                                               \
+     : (t) == 1 ? (T) * (const int64_t *)(p)                                                                           \
+     : (t) == 2 ? (T) * (const int32_t *)(p)                                                                           \
+     : (t) == 3 ? (T)(*(const uint8_t *)(p) != 0)                                                                      \
+                : (T) * (const double *)(p))
+
+static void ew_cast(char *y, int yt, const char *a, int at)
+{
+    switch (yt) {
+    case 0: *(float *)y = EW_LOAD(float, a, at); break;
+    case 1: *(int64_t *)y = EW_LOAD(int64_t, a, at); break;
+    case 2: *(int32_t *)y = EW_LOAD(int32_t, a, at); break;
+    case 3: *(uint8_t *)y = at == 0 ? *(const float *)a != 0 : at == 4 ? *(const double *)a != 0 : EW_LOAD(int64_t, a, at) != 0; break;
+    default: *(double *)y = EW_LOAD(double, a, at);
+    }
+}
+
+/* y = op(a, b, c) over operands broadcast by their byte strides: op 0 cast a to y's dtype, 1 and,
+ * 2 or, 3 xor (bools), 4 where (a a bool; b, c of y's dtype), 5 add, 6 sub, 7 mul, 8 div (float32,
+ * each rounded as numpy's ufunc rounds it: one operation a statement). Arguments: op, y, y's dtype, 6
+ * sizes, y's 6 byte strides (a slice: Concat's), then per operand its address, dtype and 6 byte strides: [lo, hi) index the first axis */
+static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
+{
+    static const int64_t SIZE[] = {4, 8, 4, 1, 8};
+    const int op = (int)g[0], yt = (int)g[2];
+    const int64_t *n = g + 3, *ys = g + 9, *o[3] = {g + 15, g + 23, g + 31};
+    if (op < 0 || op > 8 || yt < 0 || yt > 4 || o[0][1] < 0 || o[0][1] > 4)
+        return AIOGE_EGEOMETRY;
+    const int64_t item = SIZE[yt];
+    for (int64_t i0 = lo; i0 < hi; i0++)
+        for (int64_t i1 = 0; i1 < n[1]; i1++)
+            for (int64_t i2 = 0; i2 < n[2]; i2++)
+                for (int64_t i3 = 0; i3 < n[3]; i3++)
+                    for (int64_t i4 = 0; i4 < n[4]; i4++)
+                        for (int64_t i5 = 0; i5 < n[5]; i5++) {
+                            const char *p[3];
+                            for (int k = 0; k < 3; k++) {
+                                const int64_t *s = o[k] + 2;
+                                p[k] = (const char *)(intptr_t)o[k][0] + i0 * s[0] + i1 * s[1] + i2 * s[2] + i3 * s[3] +
+                                       i4 * s[4] + i5 * s[5];
+                            }
+                            char *y = (char *)(intptr_t)g[1] + i0 * ys[0] + i1 * ys[1] + i2 * ys[2] + i3 * ys[3] +
+                                      i4 * ys[4] + i5 * ys[5];
+                            const uint8_t u = op && op < 4 ? *(const uint8_t *)p[0] != 0 : 0;
+                            const uint8_t v = op && op < 4 ? *(const uint8_t *)p[1] != 0 : 0;
+                            switch (op) {
+                            case 0: ew_cast(y, yt, p[0], (int)o[0][1]); break;
+                            case 1: *(uint8_t *)y = u & v; break;
+                            case 2: *(uint8_t *)y = u | v; break;
+                            case 3: *(uint8_t *)y = u ^ v; break;
+                            case 4: memcpy(y, *(const uint8_t *)p[0] ? p[1] : p[2], (size_t)item); break;
+                            case 5: *(float *)y = *(const float *)p[0] + *(const float *)p[1]; break;
+                            case 6: *(float *)y = *(const float *)p[0] - *(const float *)p[1]; break;
+                            case 7: *(float *)y = *(const float *)p[0] * *(const float *)p[1]; break;
+                            default: *(float *)y = *(const float *)p[0] / *(const float *)p[1];
+                            }
+                        }
+    return 0;
+}
+
+/* out[o, j] = data[o, idx[j]] over blocks of `inner` bytes, idx[j] a tuple of k int64 indices
+ * into k axes (Gather: k = 1; GatherND: the leading k), each negative one counted from its axis's
+ * end. Arguments: data, out, the bytes between outer blocks of data, inner bytes, idx, m index
+ * tuples, k, k axis sizes (up to 6): [lo, hi) are outer blocks. An index outside its axis:
+ * AIOGE_EINDEX (the blocks before it written). */
+static int job_gather(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const char *data = (const char *)(intptr_t)g[0];
+    char *out = (char *)(intptr_t)g[1];
+    const int64_t ostride = g[2], inner = g[3], *idx = (const int64_t *)(intptr_t)g[4], m = g[5], k = g[6];
+    const int64_t *dims = g + 7;
+    if (k < 1 || k > 6)
+        return AIOGE_EGEOMETRY;
+    for (int64_t b = lo; b < hi; b++)
+        for (int64_t j = 0; j < m; j++) {
+            int64_t off = 0;
+            for (int64_t d = 0; d < k; d++) {
+                int64_t i = idx[j * k + d];
+                if (i < 0)
+                    i += dims[d];
+                if (i < 0 || i >= dims[d])
+                    return AIOGE_EINDEX;
+                off = off * dims[d] + i;
+            }
+            memcpy(out + (b * m + j) * inner, data + b * ostride + off * inner, (size_t)inner);
+        }
+    return 0;
+}
+
 static const job_fn JOBS[] = {
     [JOB_GEMM] = job_gemm,           [JOB_CONV_DIRECT] = job_conv_direct, [JOB_CONV_T] = job_conv_t,
     [JOB_DEPTHWISE] = job_depthwise, [JOB_ACTIVATION] = job_activation,   [JOB_PACK] = job_pack,
@@ -373,6 +464,7 @@ static const job_fn JOBS[] = {
     [JOB_RESIDUAL] = job_residual,
     [JOB_QGEMM] = aioge_qgemm_rows,
     [JOB_LOWP_GEMM] = job_lowp_gemm, [JOB_LOWP_ROUND] = job_lowp_round,
+    [JOB_ELEMWISE] = job_elemwise,   [JOB_GATHER] = job_gather,
 };
 _Static_assert(sizeof JOBS / sizeof JOBS[0] == AIOGE_NJOBS, "a job of aioge.h has no entry in JOBS");
 

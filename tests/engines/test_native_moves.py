@@ -1,0 +1,143 @@
+"""The C tier's data-movement jobs (issue 41): JOB_ELEMWISE (casts, logical ops, Where and
+float32 arithmetic over broadcast operands) and JOB_GATHER (Gather along an axis, GatherND over
+the leading axes), against numpy over random shapes; an index outside its axis fails the job
+with an aioge error, never a crash or a read past the data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aioge.errors import ExecutionError
+from aioge.kernels import native
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
+
+_TYPES = [np.float32, np.int64, np.int32, np.bool_, np.float64]
+
+
+def _operand(draw: Any, shape: tuple[int, ...], dtype: Any, rng: np.random.Generator) -> np.ndarray:
+    """A random array broadcastable to ``shape``: some axes 1, some leading ones dropped."""
+    ones = draw(st.lists(st.booleans(), min_size=len(shape), max_size=len(shape)))
+    drop = draw(st.integers(0, len(shape)))
+    s = tuple(1 if o else d for o, d in zip(ones, shape))[drop:]
+    v = rng.standard_normal(s) * 50
+    return np.asarray(v > 0 if dtype == np.bool_ else v).astype(dtype)
+
+
+@st.composite
+def _case(draw: Any, arity: int, types: list[Any]) -> tuple[np.ndarray, list[np.ndarray]]:
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=0, max_size=6)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    dtypes = [draw(st.sampled_from(t)) if isinstance(t, list) else t for t in types]
+    xs = [_operand(draw, shape, dtypes[i + 1], rng) for i in range(arity)]
+    return np.empty(shape, dtypes[0]), xs
+
+
+def _run(call: native.NativeCall | None) -> None:
+    assert call is not None
+    native.run_calls([call])
+
+
+@settings(max_examples=60, deadline=None)
+@given(_case(1, [_TYPES, _TYPES]))
+def test_cast_converts_as_numpy_does(case: tuple[np.ndarray, list[np.ndarray]]) -> None:
+    y, (x,) = case
+    _run(native.elemwise(native.EW_CAST, y, x))
+    assert np.array_equal(y, np.broadcast_to(x, y.shape).astype(y.dtype))
+
+
+@settings(max_examples=40, deadline=None)
+@given(_case(2, [np.bool_, np.bool_, np.bool_]), st.sampled_from(["and", "or", "xor"]))
+def test_logical_ops_broadcast_as_numpy_does(case: tuple[np.ndarray, list[np.ndarray]], op: str) -> None:
+    y, (a, b) = case
+    code = {"and": native.EW_AND, "or": native.EW_OR, "xor": native.EW_XOR}[op]
+    _run(native.elemwise(code, y, a, b))
+    assert np.array_equal(y, np.broadcast_to(getattr(np, f"logical_{op}")(a, b), y.shape))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(_TYPES).flatmap(lambda t: _case(3, [t, np.bool_, t, t])))
+def test_where_selects_as_numpy_does(case: tuple[np.ndarray, list[np.ndarray]]) -> None:
+    y, (c, a, b) = case
+    _run(native.elemwise(native.EW_WHERE, y, c, a, b))
+    assert np.array_equal(y, np.broadcast_to(np.where(c, a, b), y.shape))
+
+
+@settings(max_examples=40, deadline=None)
+@given(_case(2, [np.float32, np.float32, np.float32]), st.sampled_from(["Add", "Sub", "Mul", "Div"]))
+def test_arithmetic_rounds_as_the_ufuncs_do(case: tuple[np.ndarray, list[np.ndarray]], op: str) -> None:
+    y, (a, b) = case
+    _run(native.elemwise(native.EW_ARITH[op], y, a, b))
+    want = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}[op](a, b)
+    assert np.array_equal(y, np.broadcast_to(want, y.shape), equal_nan=True)
+
+
+def test_operands_the_job_cannot_take_have_no_call() -> None:
+    f, b = np.zeros((2, 3), np.float32), np.zeros((2, 3), bool)
+    assert native.elemwise(native.EW_AND, b, f, b) is None  # a float to a logical op
+    assert native.elemwise(native.EW_WHERE, f, b, f, np.zeros(3, np.int64)) is None  # a branch of another dtype
+    assert native.elemwise(native.EW_CAST, f, np.zeros((4,), np.float32)) is None  # does not broadcast
+    assert native.elemwise(native.EW_CAST, f, np.zeros((2, 3), np.float16)) is None  # a dtype it lacks
+    assert native.gather(f, np.zeros(2, np.int32), np.zeros((2, 3), np.float32)) is None  # int32 indices
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    st.data(),
+    st.sampled_from([np.float32, np.int64, np.bool_]),
+)
+def test_gather_takes_along_an_axis_as_numpy_does(shape: list[int], data: Any, dtype: Any) -> None:
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    n = shape[axis]
+    idx = np.array(data.draw(st.lists(st.integers(-n, n - 1), max_size=5)), np.int64)
+    idx = idx.reshape(data.draw(st.sampled_from([(-1,), (1, -1)]))) if idx.size else idx
+    x = (np.random.default_rng(idx.size).standard_normal(shape) * 9).astype(dtype)
+    want = np.take(x, idx, axis=axis)
+    y = np.empty_like(want)
+    if want.size == 0:
+        assert native.gather(x, idx, y, axis) is None
+        return
+    _run(native.gather(x, idx, y, axis))
+    assert np.array_equal(y, want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=4), st.data())
+def test_gather_nd_picks_index_tuples_as_numpy_does(shape: list[int], data: Any) -> None:
+    k = data.draw(st.integers(1, len(shape)))
+    tuples = data.draw(st.lists(st.tuples(*[st.integers(-d, d - 1) for d in shape[:k]]), min_size=1, max_size=6))
+    idx = np.array(tuples, np.int64)
+    x = np.random.default_rng(k).standard_normal(shape).astype(np.float32)
+    want = x[tuple(np.moveaxis(idx, -1, 0))]
+    y = np.empty_like(want)
+    _run(native.gather(x, idx, y, 0, k))
+    assert np.array_equal(y, want)
+
+
+@pytest.mark.parametrize("bad", [3, -4, 2**40, -(2**62)])
+def test_an_index_outside_its_axis_is_an_aioge_error(bad: int) -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    y = np.empty((2, 4), np.float32)
+    with pytest.raises(ExecutionError, match="an index outside its axis"):
+        _run(native.gather(x, np.array([0, bad], np.int64), y, 0))
+    with pytest.raises(ExecutionError, match="an index outside its axis"):
+        _run(native.gather(x, np.array([[0, 1], [bad, 1]], np.int64), np.empty(2, np.float32), 0, 2))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=4), st.data(), st.sampled_from([np.float32, np.int64, np.bool_]))
+def test_a_copy_into_a_strided_slice_writes_that_slice_alone(shape: list[int], data: Any, dtype: Any) -> None:
+    """Concat's form: each input cast (copied) into its slice of the output."""
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    parts = [np.asarray(np.random.default_rng(i).standard_normal(shape) * 9).astype(dtype) for i in range(2)]
+    y = np.zeros(np.concatenate(parts, axis=axis).shape, dtype)
+    for i, x in enumerate(parts):
+        view = y[(slice(None),) * axis + (slice(i * shape[axis], (i + 1) * shape[axis]),)]
+        _run(native.elemwise(native.EW_CAST, view, x))
+    assert np.array_equal(y, np.concatenate(parts, axis=axis))
