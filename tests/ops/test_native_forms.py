@@ -136,6 +136,10 @@ def _i(*values: int) -> np.ndarray:
     return np.array(values, np.int64)
 
 
+def _b(*values: int) -> np.ndarray:
+    return np.array(values, bool)
+
+
 # Every kernel with a native form, on a signature it takes: (domain, op, kernel) -> (attrs, inputs,
 # outputs); float inputs are drawn afresh, the others (shapes, axes) are as given.
 _ACT = {"activation": "Relu"}
@@ -194,6 +198,15 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("", "Concat", "numpy"): ({"axis": 1}, [_f(2, 3, 4), _f(2, 2, 4)], 1),
     ("", "Slice", "numpy"): ({}, [_f(2, 6, 4), _i(1), _i(5), _i(1), _i(2)], 1),
     ("", "ReduceMean", "reduce_mean_native"): ({"keepdims": 0}, [_f(2, 3, 4, 5), _i(2, 3)], 1),
+    ("", "Cast", "numpy"): ({"to": "float32"}, [_i(3, -2, 7, 0)], 1),
+    ("", "And", "numpy"): ({}, [_b(1, 0, 1), _b(1, 1, 0)], 1),
+    ("", "Or", "numpy"): ({}, [_b(1, 0, 1), _b(0, 1, 0)], 1),
+    ("", "Xor", "numpy"): ({}, [_b(1, 0, 1), _b(1, 1, 0)], 1),
+    ("", "Where", "numpy"): ({}, [_b(1, 0, 1), _f(2, 3), _f(2, 3)], 1),
+    ("", "Expand", "numpy"): ({}, [_f(3, 1), _i(2, 3, 4)], 1),
+    ("", "Gather", "numpy"): ({"axis": 1}, [_f(2, 5, 3), _i(4, -1, 0)], 1),
+    ("", "GatherND", "numpy"): ({}, [_f(4, 3), np.array([[1], [3]], np.int64)], 1),
+    ("aioge", "FusedElementwise", "blocked"): ({"ops": ("Add", "Mul"), "operands": (0, 1, -1, 1)}, [_f(2, 3, 4), _f(2, 3, 4)], 1),
     ("aioge", "SqueezeExcite", "squeeze_excite_native"): (
         {"activation1": "Relu", "activation2": "Sigmoid"},
         [_f(1, 4, 3, 3), _f(2, 4, 1, 1), _f(2), _f(4, 2, 1, 1), _f(4)],
@@ -244,7 +257,7 @@ def test_a_form_reads_its_operands_when_it_runs_not_when_it_is_built(key, weight
     assert cands, f"{name} takes this signature"
     for params in cands:
         run = schema.impl(name).build(attrs, params, descs, outs)
-        ys = [np.empty(tuple(int(d) for d in o.shape), np.float32) for o in outs]
+        ys = [np.empty(tuple(int(d) for d in o.shape), o.dtype) for o in outs]
         calls = native.native_form(run)(ins, ys)  # type: ignore[misc]
         if calls is None:  # only over a fed input the kernel packs: the compiler knows it has no program
             assert not fixed and schema.impl(name).packs, f"{name} {params}: no form"

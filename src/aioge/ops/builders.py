@@ -71,6 +71,7 @@ __all__ = [
     "div",
     "dropout",
     "dynamic_quantize_linear",
+    "dynamic_quantize_mat_mul",
     "einsum",
     "elu",
     "equal",
@@ -1246,6 +1247,33 @@ def dynamic_quantize_linear(x: Operand, /, *, name: str | None = None, num_outpu
     Attributes: none. Returns the output value, or a tuple of them when there are several.
     """
     return call_builder("DynamicQuantizeLinear", "", (x,), {**unknown}, variadic=False, name=name, num_outputs=num_outputs)
+
+
+def dynamic_quantize_mat_mul(
+    x0: Operand,
+    x1: Operand,
+    x2: Operand,
+    x3: Operand | None = None,
+    x4: Operand | None = None,
+    /,
+    *,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Value:
+    """DynamicQuantizeMatMul: onnxruntime's float matmul through int8: A quantised as DynamicQuantizeLinear, times B - zb, scaled, plus bias.
+
+    Attributes: none. Returns the output value.
+    """
+    return call_builder(
+        "DynamicQuantizeMatMul",
+        "com.microsoft",
+        (x0, x1, x2, x3, x4),
+        {**unknown},
+        variadic=False,
+        name=name,
+        num_outputs=num_outputs,
+    )
 
 
 def einsum(
