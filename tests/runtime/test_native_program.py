@@ -36,6 +36,20 @@ def _kernels(exe: object) -> list[str]:
     return [f"{p.op_type}:{p.kernel.impl}(alt {p.kernel.history.native_alt or '-'})" for p in exe.model.nodes]  # type: ignore[attr-defined]
 
 
+async def _program_equals_steps(g: aioge.Graph, feeds: dict, tmp_path: Any) -> tuple[np.ndarray, dict[str, str]]:
+    """Output ``y`` of three runs that must each be a native program, checked bit-equal to a
+    traced (step-by-step) run; and the kernel each op type got."""
+    async with aioge.Session() as sess:
+        await sess.add_graph(1, g)
+        for _ in range(3):
+            got = (await sess.run_graph(1, feeds))["y"]
+        exe = sess.executable(1)
+        assert exe.native_runs >= 3, f"every kernel has a C form: {_kernels(exe)}"
+        steps = (await sess.run_graph(1, feeds, trace=tmp_path / "trace.json"))["y"]
+    assert np.array_equal(got, steps), "the program and the steps disagree"
+    return got, {p.op_type: p.kernel.impl for p in exe.model.nodes}
+
+
 @contextlib.asynccontextmanager
 async def _mlp_ran_once() -> AsyncIterator[tuple[aioge.Session, Any, dict, Any]]:
     """A session with the batch-1 MLP example run once: the session, its executable, the feeds
@@ -231,16 +245,8 @@ async def test_squeeze_excite_and_a_batch_1_classifier_run_in_native_programs(mo
     pooled = ops.flatten(ops.global_average_pool(ops.mul(h, s)), axis=1)
     g.output(ops.gemm(pooled, c["fc"], c["fc_b"], transB=1), names=["y"])
     feeds = {"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
-    async with aioge.Session() as sess:
-        await sess.add_graph(1, g)
-        for _ in range(3):
-            got = (await sess.run_graph(1, feeds))["y"]
-        exe = sess.executable(1)
-        impls = {p.op_type: p.kernel.impl for p in exe.model.nodes}
-        assert impls.get("SqueezeExcite") == "squeeze_excite_native", impls
-        assert exe.native_runs >= 3, f"every kernel has a C form: {_kernels(exe)}"
-        steps = (await sess.run_graph(1, feeds, trace=tmp_path / "trace.json"))["y"]
-    assert np.array_equal(got, steps), "the program and the steps disagree"
+    got, impls = await _program_equals_steps(g, feeds, tmp_path)
+    assert impls.get("SqueezeExcite") == "squeeze_excite_native", impls
     hr = np.maximum(_conv_ref(feeds["x"], w["conv"], w["conv_b"], 1), 0)
     sq = np.maximum(w["w1"].reshape(8, 24) @ hr.mean(axis=(2, 3))[0] + w["b1"], 0)
     gate = np.clip((w["w2"].reshape(24, 8) @ sq + w["b2"]) / 6 + 0.5, 0, 1)
@@ -287,17 +293,9 @@ async def test_a_shufflenet_like_plan_runs_as_a_native_program(batch: int, monke
     pooled = ops.reduce_mean(ops.concat(b, a, axis=1), i64(2, 3), keepdims=0)
     g.output(ops.gemm(pooled, c["fc"], c["fc_b"], transB=1), names=["y"])
     feeds = {"x": rng.standard_normal((batch, 3, 10, 10)).astype(np.float32)}
-    async with aioge.Session() as sess:
-        await sess.add_graph(1, g)
-        for _ in range(3):
-            got = (await sess.run_graph(1, feeds))["y"]
-        exe = sess.executable(1)
-        impls = {p.op_type: p.kernel.impl for p in exe.model.nodes}
-        assert impls.get("ReduceMean") == "reduce_mean_native", impls
-        assert {"Slice", "Concat", "Split", "Transpose"} <= set(impls), impls
-        assert exe.native_runs >= 3, f"every kernel has a C form: {_kernels(exe)}"
-        steps = (await sess.run_graph(1, feeds, trace=tmp_path / "trace.json"))["y"]
-    assert np.array_equal(got, steps), "the program and the steps disagree"
+    got, impls = await _program_equals_steps(g, feeds, tmp_path)
+    assert impls.get("ReduceMean") == "reduce_mean_native", impls
+    assert {"Slice", "Concat", "Split", "Transpose"} <= set(impls), impls
     hr = np.maximum(_conv_ref(feeds["x"], w["conv"], w["conv_b"], 1), 0)
     rr = np.maximum(np.einsum("oc,nchw->nohw", w["pw"][:, :, 0, 0], hr[:, 4:]) + w["pw_b"][:, None, None], 0)
     sh = np.concatenate([hr[:, :4], rr], 1).reshape(batch, 2, 4, 10, 10).transpose(0, 2, 1, 3, 4).reshape(batch, 8, 10, 10)
