@@ -398,7 +398,9 @@ def test_global_pool_and_reduce_algorithms_agree() -> None:
     for reducer in ("sum", "mean", "max", "min", "prod"):
         for axes in (np.array([1, 3]), np.array([0]), np.array([-1])):
             for keepdims in (0, 1):
-                assert _check(kreduce.build_reduce(reducer), reduce_algos(reducer), {"keepdims": keepdims}, [x, axes]) == 2
+                # ReduceMean's third: reduce_mean_native (the global-average job over H and W, else the rows)
+                want = 3 if reducer == "mean" else 2
+                assert _check(kreduce.build_reduce(reducer), reduce_algos(reducer), {"keepdims": keepdims}, [x, axes]) == want
 
 
 @pytest.mark.parametrize("axis", [-1, 1, 0])
