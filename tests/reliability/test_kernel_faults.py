@@ -67,9 +67,7 @@ async def test_gather_out_of_range_fails_only_that_run(mode, monkeypatch) -> Non
             if k % 4 == 1:
                 assert isinstance(r, ExecutionError)
                 assert (r.graph, r.node, r.op_type, r.engine) == ("gather", gather.name, "Gather", gather.engine)
-                assert f"node {gather.name!r} (Gather on {gather.engine})" in str(r)
-                # numpy's IndexError, or the C job's (a native program: JOB_GATHER's AIOGE_EINDEX)
-                assert "IndexError" in str(r) or "index outside its axis" in str(r), str(r)
+                assert f"node {gather.name!r} (Gather on {gather.engine})" in str(r) and "IndexError" in str(r)
                 assert ("on device" in str(r)) == (mode == "devices")
             else:
                 np.testing.assert_array_equal(r["y"], data[feeds[k]["i"]] * 2)

@@ -115,7 +115,7 @@ ACT = {name: code for code, name in enumerate(_ACTS)}
 ERRORS = {
     -1: "no memory for its scratch",
     -2: "a geometry that does not fit its buffers",
-    -3: "an index outside its axis",
+    -3: "IndexError: an index outside its axis",  # the same kind as numpy's on the step path
     -1000: "an unknown job",
 }
 

@@ -277,12 +277,12 @@ class Executable:
         wake_helpers()  # spinning by the first split, woken while the feeds are staged
         try:
             outputs = ctx.native.run(feeds, True)
-        finally:
+        finally:  # a run a kernel failed ran inline too, as _inline counts it
             workers.cpu.give_all()
             elapsed = time.perf_counter() - start
             inline_budget.spend(elapsed)
-        self.inline_runs += 1
-        self.native_runs += 1
+            self.inline_runs += 1
+            self.native_runs += 1
         self.observe(elapsed)
         await _after_inline()
         return outputs
