@@ -379,21 +379,21 @@ def build_split(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
 
 
 def build_slice(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
-    def run(inputs: Inputs, outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+    def view(inputs: Inputs) -> np.ndarray:
         x = inputs[0]
         extra = [_ints(inputs[i]) if len(inputs) > i else None for i in (3, 4)]
         index, _ = slice_plan(x.shape, _ints(inputs[1]) or [], _ints(inputs[2]) or [], extra[0], extra[1])
-        return _fill(outputs, [x[index]])
+        return x[index]
+
+    def run(inputs: Inputs, outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        return _fill(outputs, [view(inputs)])
 
     def form(inputs: Inputs, outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
         # constant starts, ends, axes and steps: the view once, copied per run
-        x = inputs[0]
-        if not isinstance(x, np.ndarray) or not all(is_constant(a) for a in inputs[1:] if a is not None):
+        if not isinstance(inputs[0], np.ndarray) or not all(is_constant(a) for a in inputs[1:] if a is not None):
             return None
-        extra = [_ints(inputs[i]) if len(inputs) > i else None for i in (3, 4)]
-        index, _ = slice_plan(x.shape, _ints(inputs[1]) or [], _ints(inputs[2]) or [], extra[0], extra[1])
-        view = x[index]
-        return None if min(view.strides, default=0) < 0 else _copies([view], outputs)
+        v = view(inputs)
+        return None if min(v.strides, default=0) < 0 else _copies([v], outputs)
 
     return native.with_native(run, form)
 
