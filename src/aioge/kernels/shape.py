@@ -17,6 +17,7 @@ import numpy as np
 
 from aioge.ir.desc import Dim
 from aioge.kernels import native
+from aioge.kernels.base import one_call
 from aioge.kernels.contract import RunFn, is_constant
 
 __all__ = [
@@ -409,12 +410,11 @@ def build_gather(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
         np.take(x, idx, axis=axis, out=outputs[0])
         return outputs
 
-    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+    def call(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> native.NativeCall | None:
         x = inputs[0]
-        call = native.gather(x, inputs[1], outputs[0], axis % max(x.ndim, 1)) if isinstance(x, np.ndarray) else None
-        return None if call is None else [call]
+        return native.gather(x, inputs[1], outputs[0], axis % max(x.ndim, 1)) if isinstance(x, np.ndarray) else None
 
-    return native.with_native(run, form)
+    return native.with_native(run, one_call(call))
 
 
 def build_expand(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
