@@ -393,20 +393,26 @@ static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
     if (op < 0 || op > 8 || yt < 0 || yt > 4 || o[0][1] < 0 || o[0][1] > 4)
         return AIOGE_EGEOMETRY;
     const int64_t item = SIZE[yt];
+    /* a copy of rows contiguous on both sides (Concat's slices, a cast to the same dtype) */
+    const int copy = op == 0 && o[0][1] == yt && ys[5] == item && o[0][7] == item;
     for (int64_t i0 = lo; i0 < hi; i0++)
         for (int64_t i1 = 0; i1 < n[1]; i1++)
             for (int64_t i2 = 0; i2 < n[2]; i2++)
                 for (int64_t i3 = 0; i3 < n[3]; i3++)
-                    for (int64_t i4 = 0; i4 < n[4]; i4++)
+                    for (int64_t i4 = 0; i4 < n[4]; i4++) {
+                        const char *r[3];
+                        for (int k = 0; k < 3; k++) {
+                            const int64_t *s = o[k] + 2;
+                            r[k] = (const char *)(intptr_t)o[k][0] + i0 * s[0] + i1 * s[1] + i2 * s[2] + i3 * s[3] + i4 * s[4];
+                        }
+                        char *yr = (char *)(intptr_t)g[1] + i0 * ys[0] + i1 * ys[1] + i2 * ys[2] + i3 * ys[3] + i4 * ys[4];
+                        if (copy) {
+                            memcpy(yr, r[0], (size_t)(n[5] * item));
+                            continue;
+                        }
                         for (int64_t i5 = 0; i5 < n[5]; i5++) {
-                            const char *p[3];
-                            for (int k = 0; k < 3; k++) {
-                                const int64_t *s = o[k] + 2;
-                                p[k] = (const char *)(intptr_t)o[k][0] + i0 * s[0] + i1 * s[1] + i2 * s[2] + i3 * s[3] +
-                                       i4 * s[4] + i5 * s[5];
-                            }
-                            char *y = (char *)(intptr_t)g[1] + i0 * ys[0] + i1 * ys[1] + i2 * ys[2] + i3 * ys[3] +
-                                      i4 * ys[4] + i5 * ys[5];
+                            const char *p[3] = {r[0] + i5 * o[0][7], r[1] + i5 * o[1][7], r[2] + i5 * o[2][7]};
+                            char *y = yr + i5 * ys[5];
                             const uint8_t u = op && op < 4 ? *(const uint8_t *)p[0] != 0 : 0;
                             const uint8_t v = op && op < 4 ? *(const uint8_t *)p[1] != 0 : 0;
                             switch (op) {
@@ -421,6 +427,7 @@ static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
                             default: *(float *)y = *(const float *)p[0] / *(const float *)p[1];
                             }
                         }
+                    }
     return 0;
 }
 
