@@ -6,6 +6,7 @@ against onnxruntime's float32 run of the original model.
 - resnet18: torchvision's ResNet-18 (random weights, seeded), exported to ONNX (opset 17,
   batch 1, 224x224), quantized by ``quantize_static`` in the QDQ format (U8S8, per channel,
   ``reduce_range``) with 8 random calibration images; aioge fuses the QDQ pairs (QdqFusionPass).
+- resnet50: the same recipe on torchvision's ResNet-50.
 - bert: a BERT-base-sized encoder (torch ``TransformerEncoder``: 12 layers, hidden 768, 12
   heads, FFN 3072, GELU; seeded random weights; batch 1, 128 tokens), quantized by
   ``quantize_dynamic`` (MatMulInteger, DynamicQuantizeLinear) after onnxruntime's ``quant_pre_process``.
@@ -39,15 +40,15 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _resnet18(tmp: str) -> tuple[str, str, dict[str, np.ndarray]]:
+def _resnet(tmp: str, arch: str = "resnet18") -> tuple[str, str, dict[str, np.ndarray]]:
     import torch
     import torchvision
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     torch.manual_seed(0)
-    model = torchvision.models.resnet18(weights=None).eval()
+    model = getattr(torchvision.models, arch)(weights=None).eval()
     x = torch.randn(1, 3, 224, 224)
-    f32 = os.path.join(tmp, "resnet18.onnx")
+    f32 = os.path.join(tmp, f"{arch}.onnx")
     torch.onnx.export(model, (x,), f32, input_names=["x"], output_names=["y"], opset_version=17, dynamo=False)
     rng = np.random.default_rng(0)
 
@@ -58,7 +59,7 @@ def _resnet18(tmp: str) -> tuple[str, str, dict[str, np.ndarray]]:
         def get_next(self) -> Any:
             return next(self.it, None)
 
-    q = os.path.join(tmp, "resnet18_qdq.onnx")
+    q = os.path.join(tmp, f"{arch}_qdq.onnx")
     quantize_static(
         f32, q, Reader(), quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=True,
         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
@@ -104,7 +105,8 @@ def _bert(tmp: str, reduce_range: bool = False, static: bool = False) -> tuple[s
 
 
 MODELS: dict[str, Callable[[str], tuple[str, str, dict[str, np.ndarray]]]] = {
-    "resnet18": _resnet18,
+    "resnet18": _resnet,
+    "resnet50": lambda tmp: _resnet(tmp, "resnet50"),
     "bert": _bert,
     "bert_rr": lambda tmp: _bert(tmp, reduce_range=True),
     "bert_qdq": lambda tmp: _bert(tmp, static=True),
@@ -152,7 +154,7 @@ async def _row(name: str, f32: str, q: str, feeds: dict[str, np.ndarray], reps: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--models", default="resnet18,bert,bert_rr,bert_qdq")
+    ap.add_argument("--models", default="resnet18,resnet50,bert,bert_rr,bert_qdq")
     args = ap.parse_args()
     print(f"load average before: {_load()}")
     with tempfile.TemporaryDirectory() as tmp:

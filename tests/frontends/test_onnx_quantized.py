@@ -78,7 +78,35 @@ def _block() -> Any:
     return helper.make_model(helper.make_graph(nodes, "block", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
 
 
-MODELS = {"cnn": (_cnn, (2, 3, 11, 11)), "block": (_block, (2, 5, 24))}
+def _attention() -> Any:
+    """One self-attention layer as torch exports it: projections, heads split by Reshape and
+    Transpose, Q·K^T scaled, Softmax, P·V, heads joined, the output projection."""
+    rng = np.random.default_rng(5)
+    c = numpy_helper.from_array
+    nodes = [helper.make_node("MatMul", ["x", f"w{t}"], [f"{t}0"]) for t in "qkv"]
+    for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [
+            helper.make_node("Reshape", [f"{t}0", "heads"], [f"{t}1"]),
+            helper.make_node("Transpose", [f"{t}1"], [f"{t}2"], perm=perm),
+        ]
+    nodes += [
+        helper.make_node("MatMul", ["q2", "k2"], ["s0"]),
+        helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+        helper.make_node("Softmax", ["s1"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v2"], ["o0"]),
+        helper.make_node("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["o1", "joined"], ["o2"]),
+        helper.make_node("MatMul", ["o2", "wo"], ["y"]),
+    ]
+    inits = [_init(rng, f"w{t}", (16, 16), 0.5) for t in "qkvo"]
+    inits += [c(np.array([1, 6, 2, 8], np.int64), "heads"), c(np.array([1, 6, 16], np.int64), "joined")]
+    inits.append(c(np.array(8**-0.5, np.float32), "scale"))
+    x = helper.make_tensor_value_info("x", T.FLOAT, [1, 6, 16])
+    y = helper.make_tensor_value_info("y", T.FLOAT, [1, 6, 16])
+    return helper.make_model(helper.make_graph(nodes, "attn", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+
+
+MODELS = {"cnn": (_cnn, (2, 3, 11, 11)), "block": (_block, (2, 5, 24)), "attn": (_attention, (1, 6, 16))}
 # The int8 ops each QDQ model's Conv/MatMul/Gemm nodes become.
 FUSED = {"cnn": {"QLinearConv": 2, "QGemm": 1}, "block": {"QLinearMatMul": 2}}
 
@@ -298,9 +326,9 @@ def test_data_movement_between_a_dq_and_a_q_of_one_scale_runs_on_the_integers(ru
     assert (ops["QuantizeLinear"], ops["DequantizeLinear"]) == (2, 2)  # 3 of each before
 
 
-def test_a_qdq_matmul_of_two_activations_keeps_the_float_product(run) -> None:  # type: ignore[no-untyped-def]
+def test_a_qdq_matmul_of_two_activations_is_an_integer_product_equal_to_onnxruntime(run) -> None:  # type: ignore[no-untyped-def]
     """Attention's Q @ K^T in a quantize_static model: both sides DequantizeLinear'd activations
-    (no constant weight to pack), which the fusion leaves in float (it used to fail the compile)."""
+    (no constant weight to pack) fuse into QLinearMatMul, as onnxruntime's, equal to its integers."""
     consts = {"s": np.array(0.05, np.float32), "z": np.array(128, np.uint8), "sy": np.array(0.2, np.float32)}
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
@@ -314,5 +342,27 @@ def test_a_qdq_matmul_of_two_activations_keeps_the_float_product(run) -> None:  
     ]
     x = (np.random.default_rng(4).standard_normal((5, 8)) * 2).astype(np.float32)
     got, want, ops = _qdq_chain(run, nodes, consts, x, [5, 5])
-    assert ops["MatMul"] == 1 and "QLinearMatMul" not in ops
-    np.testing.assert_allclose(got, want, atol=0.2 + 1e-6)  # onnxruntime's integer product may round one step apart
+    assert ops["QLinearMatMul"] == 1 and "MatMul" not in ops
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("s8s8", [False, True], ids=["U8S8", "S8S8"])
+def test_static_attention_runs_its_two_activation_products_as_integers(run, tmp_path, s8s8) -> None:  # type: ignore[no-untyped-def]
+    """quantize_static's attention: Q·K^T and P·V (both operands quantised activations) become
+    QLinearMatMul beside the four weight products, as onnxruntime fuses them; the output stays
+    within one quantisation step of onnxruntime's and of aioge's own run without the fusion."""
+    path = _quantize(tmp_path, "attn", "qdq", s8s8=s8s8)
+    x = _feed("attn")
+    got, ops = _aioge(run, path, x)
+    assert ops["QLinearMatMul"] == 6 and "MatMul" not in ops
+    step = float(numpy_helper.to_array(next(i for i in onnx.load(path).graph.initializer if i.name == "y_scale")))
+    np.testing.assert_allclose(got, _ort(path, x), rtol=0, atol=step * 1.001)
+
+    async def unfused() -> np.ndarray:
+        await run.session.add_graph(3, aioge.load_onnx(path), {"ge.optimizationSwitch": "QdqFusionPass:off"})
+        try:
+            return (await run.session.run_graph(3, {"x": x}))["y"]
+        finally:
+            await run.session.remove_graph(3)
+
+    np.testing.assert_allclose(got, run.portal.call(unfused), rtol=0, atol=step * 1.001)

@@ -242,3 +242,44 @@ def test_the_c_quantisation_of_a_equals_dynamic_quantize_linear(tile, case) -> N
     assert case != "ties" or (float(got[1]), int(got[2])) == (0.125, 128)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batch=st.sampled_from([(), (1,), (3,), (2, 2)]),
+    m=st.integers(1, 9),
+    k=st.sampled_from([1, 5, 64, 258, 259, 300]),
+    n=st.integers(1, 9),
+    a_t=st.sampled_from(["u8", "s8"]),
+    b_t=st.sampled_from(["u8", "s8"]),
+    y_t=st.sampled_from(["u8", "s8"]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_a_product_of_two_activations_equals_the_integer_reference(batch, m, k, n, a_t, b_t, y_t, seed) -> None:  # type: ignore[no-untyped-def]
+    """QLinearMatMul with a fed (not constant) B, batched as attention's Q·K^T and P·V: the
+    float32 GEMM of the centred integers where every partial sum is exact (K up to 258 at
+    any zero points, further when they sit mid-range), the integer path past it; both equal
+    the int64 reference requantised as MLAS does, extreme operands and zero points included."""
+    rng = np.random.default_rng(seed)
+    da, db, dy = _DT[a_t], _DT[b_t], _DT[y_t]
+    a, b = _ints(rng, da, (*batch, m, k)), _ints(rng, db, (*batch, k, n))
+    if seed % 3 == 0:  # every operand at its extreme: the largest partial sums
+        a[...], b[...] = np.iinfo(da).max, np.iinfo(db).min
+    za, zb, zy = (_ints(rng, d, ()) for d in (da, db, dy))
+    if seed % 3 == 0:
+        za, zb = np.asarray(np.iinfo(da).min, da), np.asarray(np.iinfo(db).max, db)
+    sa, sb, sy = (np.float32(rng.uniform(1e-3, 0.1)) for _ in range(3))
+    mult = q.multiplier(sa, sb, y_scale=sy)
+    want = np.stack([
+        _reference(a2, int(za), b2, zb, None, mult, int(zy), dy, -128)
+        for a2, b2 in zip(a.reshape(-1, m, k), b.reshape(-1, k, n))
+    ]).reshape(*batch, m, n)  # fmt: skip
+    run = q.build_qlinear("QLinearMatMul")({}, {}, None, None)
+    (got,) = run([a, sa, za, b, sb, zb, sy, zy], None)
+    assert got.dtype == dy
+    np.testing.assert_array_equal(got, want)
+    fast = q._activation_matmul(a, za, b, zb, mult, int(zy), dy)
+    ra, rb = (max(int(z) - np.iinfo(d).min, np.iinfo(d).max - int(z)) for z, d in ((za, da), (zb, db)))
+    assert (fast is None) == (k * ra * rb >= 1 << 24)
+    if fast is not None:
+        np.testing.assert_array_equal(fast, want)

@@ -21,7 +21,7 @@ from aioge.kernels import native
 from aioge.kernels.contract import RunFn, is_constant
 from aioge.kernels.conv import _padded, _window_attrs, window_geometry
 from aioge.kernels.convert import dynamic_quantize_linear, dynamic_quantize_params
-from aioge.kernels.parallel import split_native
+from aioge.kernels.parallel import par_matmul, split_native
 
 __all__ = [
     "build_qlinear",
@@ -210,6 +210,33 @@ def _matmul(
     return y.reshape(*a.shape[:-1], b.shape[1])
 
 
+def _activation_matmul(a: np.ndarray, za: Any, b: np.ndarray, zb: Any, mult: np.ndarray, zy: int, dtype: Any) -> Any:
+    """QLinearMatMul of two activations (attention's Q·K^T and P·V; nothing to pack once): (A -
+    za) @ (B - zb) by a float32 GEMM, exact when every partial sum is an integer below 2**24
+    (K * max|a - za| * max|b - zb| under it: K <= 258 for any 8-bit operands), requantised as
+    ``requantise`` does; None where that does not hold (per-row or per-column zero points or
+    scales, 1-D operands, a longer K)."""
+    za_v, zb_v = _scalar(za), _scalar(zb)
+    if za_v is None or zb_v is None or mult.size != 1 or a.ndim < 2 or b.ndim < 2:
+        return None
+    ia, ib = np.iinfo(a.dtype), np.iinfo(b.dtype)
+    if a.shape[-1] * max(za_v - ia.min, ia.max - za_v) * max(zb_v - ib.min, ib.max - zb_v) >= 1 << 24:
+        return None
+    af = np.subtract(a, np.float32(za_v), dtype=np.float32)
+    bf = np.subtract(b, np.float32(zb_v), dtype=np.float32)
+    acc = np.empty((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]), np.float32)
+    if a.ndim == b.ndim == acc.ndim and a.shape[:-2] == b.shape[:-2]:
+        par_matmul(af, bf, acc)
+    else:
+        np.matmul(af, bf, out=acc)
+    info = np.iinfo(dtype)
+    acc *= mult.reshape(())
+    np.clip(acc, np.float32(info.min - zy), np.float32(info.max - zy), out=acc)
+    np.rint(acc, out=acc)
+    acc += np.float32(zy)
+    return acc.astype(dtype)
+
+
 def _quantize_a(a: np.ndarray, use: bool) -> tuple[np.ndarray, Any, Any]:
     """DynamicQuantizeLinear of A, by the C tier's two passes for a contiguous float32 A."""
     if not use or a.dtype != np.float32 or not a.flags.c_contiguous or native.function("aioge_qgemm_range") is None:
@@ -373,8 +400,11 @@ def build_qlinear(op: str) -> Any:
                 a, sa, za, b, sb, zb, sy, zy = inputs
                 r = None
                 if np.asarray(sa).size == 1:
-                    mult = multiplier(sa, sb, y_scale=sy)
-                    r = _matmul(a, b, za, zb, zy.dtype, mult, int(np.asarray(zy).reshape(-1)[0]), cache, use)
+                    mult, zy_v = multiplier(sa, sb, y_scale=sy), int(np.asarray(zy).reshape(-1)[0])
+                    if not is_constant(b):
+                        r = _activation_matmul(a, za, b, zb, mult, zy_v, zy.dtype)
+                    if r is None:
+                        r = _matmul(a, b, za, zb, zy.dtype, mult, zy_v, cache, use)
                 return qlinear_matmul(*inputs) if r is None else r
             if op == "QGemm":
                 return _qgemm_op(inputs, kw, cache, use)

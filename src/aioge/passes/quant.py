@@ -2,7 +2,8 @@
 (as ``onnxruntime.quantization.quantize_static`` writes a QDQ model) becomes one integer op.
 
 ``DQ(x) -> Conv(DQ(w), DQ(bias)) [-> Relu] -> Q`` becomes QLinearConv, ``DQ(a) -> MatMul(DQ(w))
-[-> Relu] -> Q`` QLinearMatMul and ``DQ(a) -> Gemm(DQ(w), DQ(bias)) [-> Relu] -> Q``
+[-> Relu] -> Q`` QLinearMatMul (also ``DQ(a) -> MatMul(DQ(b)) -> Q`` of two activations per
+tensor, attention's Q·K^T and P·V, as onnxruntime fuses them) and ``DQ(a) -> Gemm(DQ(w), DQ(bias)) [-> Relu] -> Q``
 onnxruntime's QGemm (com.microsoft), which int8 kernels run (``kernels.quant_linalg``). What the
 fused op computes is what onnxruntime computes for the same model (it fuses the same patterns):
 
@@ -113,7 +114,11 @@ def _fuse(graph: Graph, node: Node) -> bool:
     if xdq is None or wdq is None or tail is None or not _scalar_q(xdq):
         return False
     q, between = tail
-    w = const_array(wdq.inputs[0])  # None for a product of two activations (attention's): kept float
+    w = const_array(wdq.inputs[0])
+    if w is None and op == "MatMul" and _scalar_q(wdq) and len(node.inputs) == 2:  # two activations (attention's)
+        ins = [*xdq.inputs[:3], *wdq.inputs[:3], *q.inputs[1:3]]
+        remove = [q, *reversed(between), node, *_only_here(graph, wdq, node)]
+        return substitute(graph, q, "QLinearMatMul", ins, {}, remove) is not None
     trans_b = op == "Gemm" and bool(node.attrs.get("transB"))
     axis = 0 if op == "Conv" or trans_b else 1
     if w is None or w.ndim < 2 or (op != "Conv" and w.ndim != 2) or not _weight(wdq, axis):
