@@ -210,20 +210,21 @@ def _matmul(
     return y.reshape(*a.shape[:-1], b.shape[1])
 
 
-def _activation_matmul(a: np.ndarray, za: Any, b: np.ndarray, zb: Any, mult: np.ndarray, zy: int, dtype: Any) -> Any:
+def _activation_matmul(
+    a: np.ndarray, za: Any, b: np.ndarray, zb: Any, mult: np.ndarray, zy: int, dtype: Any, out: np.ndarray | None = None
+) -> Any:
     """QLinearMatMul of two activations (attention's Q·K^T and P·V; nothing to pack once): (A -
     za) @ (B - zb) by a float32 GEMM, exact when every partial sum is an integer below 2**24
     (K * max|a - za| * max|b - zb| under it: K <= 258 for any 8-bit operands), requantised as
     ``requantise`` does; None where that does not hold (per-row or per-column zero points or
-    scales, 1-D operands, a longer K)."""
+    scales, 1-D operands, a longer K). Written into ``out`` where it fits."""
     za_v, zb_v = _scalar(za), _scalar(zb)
     if za_v is None or zb_v is None or mult.size != 1 or a.ndim < 2 or b.ndim < 2:
         return None
     ia, ib = np.iinfo(a.dtype), np.iinfo(b.dtype)
     if a.shape[-1] * max(za_v - ia.min, ia.max - za_v) * max(zb_v - ib.min, ib.max - zb_v) >= 1 << 24:
         return None
-    af = np.subtract(a, np.float32(za_v), dtype=np.float32)
-    bf = np.subtract(b, np.float32(zb_v), dtype=np.float32)
+    af, bf = _centred_f32(a, za_v), _centred_f32(b, zb_v)
     acc = np.empty((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]), np.float32)
     if a.ndim == b.ndim == acc.ndim and a.shape[:-2] == b.shape[:-2]:
         par_matmul(af, bf, acc)
@@ -233,8 +234,21 @@ def _activation_matmul(a: np.ndarray, za: Any, b: np.ndarray, zb: Any, mult: np.
     acc *= mult.reshape(())
     np.clip(acc, np.float32(info.min - zy), np.float32(info.max - zy), out=acc)
     np.rint(acc, out=acc)
-    acc += np.float32(zy)
-    return acc.astype(dtype)
+    fits = out is not None and out.dtype == dtype and out.flags.c_contiguous and out.size == acc.size
+    y = out.reshape(acc.shape) if fits else np.empty(acc.shape, dtype)  # type: ignore[union-attr]
+    np.add(acc, np.float32(zy), out=y, casting="unsafe")  # integers in the type's range: exact
+    return y
+
+
+def _centred_f32(x: np.ndarray, zero: int) -> np.ndarray:
+    """x - zero as float32 (exact), by the C tier's DequantizeLinear at scale 1 where built."""
+    fn = native.function("aioge_qgemm_dequantize")
+    if fn is None:
+        return np.subtract(x, np.float32(zero), dtype=np.float32)
+    x = np.ascontiguousarray(x)
+    y = np.empty(x.shape, np.float32)
+    native.check(fn(native.ptr(x), int(x.dtype == np.int8), x.size, 1.0, float(zero), native.ptr(y)), "QLinearMatMul")
+    return y
 
 
 def _quantize_a(a: np.ndarray, use: bool) -> tuple[np.ndarray, Any, Any]:
@@ -389,7 +403,7 @@ def build_qlinear(op: str) -> Any:
         cache = _Weights()
         kw = dict(attrs)
 
-        def compute(inputs: Sequence[Any]) -> np.ndarray:
+        def compute(inputs: Sequence[Any], out: np.ndarray | None = None) -> np.ndarray:
             if op == "MatMulInteger":
                 a, b = inputs[0], inputs[1]
                 za = inputs[2] if len(inputs) > 2 else None
@@ -402,7 +416,7 @@ def build_qlinear(op: str) -> Any:
                 if np.asarray(sa).size == 1:
                     mult, zy_v = multiplier(sa, sb, y_scale=sy), int(np.asarray(zy).reshape(-1)[0])
                     if not is_constant(b):
-                        r = _activation_matmul(a, za, b, zb, mult, zy_v, zy.dtype)
+                        r = _activation_matmul(a, za, b, zb, mult, zy_v, zy.dtype, out)
                     if r is None:
                         r = _matmul(a, b, za, zb, zy.dtype, mult, zy_v, cache, use)
                 return qlinear_matmul(*inputs) if r is None else r
@@ -422,7 +436,7 @@ def build_qlinear(op: str) -> Any:
             if op == "DynamicQuantizeMatMul":  # written in place where the output buffer fits
                 r = _dynamic_matmul(inputs, cache, use, None if outputs is None else outputs[0])
             else:
-                r = compute(inputs)
+                r = compute(inputs, None if outputs is None else outputs[0])
             if outputs is None:
                 return (r,)
             if not np.may_share_memory(r, outputs[0]):
