@@ -6,7 +6,9 @@ against onnxruntime's float32 run of the original model.
 - resnet18: torchvision's ResNet-18 (random weights, seeded), exported to ONNX (opset 17,
   batch 1, 224x224), quantized by ``quantize_static`` in the QDQ format (U8S8, per channel,
   ``reduce_range``) with 8 random calibration images; aioge fuses the QDQ pairs (QdqFusionPass).
-- resnet50: the same recipe on torchvision's ResNet-50.
+- resnet50: the same recipe on torchvision's ResNet-50, its BatchNorms' statistics seeded random
+  too (untrained ones fold into all-zero conv biases, which onnxruntime then leaves in float:
+  see resnet18).
 - bert: a BERT-base-sized encoder (torch ``TransformerEncoder``: 12 layers, hidden 768, 12
   heads, FFN 3072, GELU; seeded random weights; batch 1, 128 tokens), quantized by
   ``quantize_dynamic`` (MatMulInteger, DynamicQuantizeLinear) after onnxruntime's ``quant_pre_process``.
@@ -47,6 +49,11 @@ def _resnet(tmp: str, arch: str = "resnet18") -> tuple[str, str, dict[str, np.nd
 
     torch.manual_seed(0)
     model = getattr(torchvision.models, arch)(weights=None).eval()
+    if arch != "resnet18":  # seeded BatchNorm statistics too: untrained ones fold into all-zero conv biases
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                for t, lo, hi in ((m.weight, 0.5, 1.5), (m.bias, -0.2, 0.2), (m.running_mean, -0.2, 0.2), (m.running_var, 0.5, 2)):
+                    t.data.uniform_(lo, hi)
     x = torch.randn(1, 3, 224, 224)
     f32 = os.path.join(tmp, f"{arch}.onnx")
     torch.onnx.export(model, (x,), f32, input_names=["x"], output_names=["y"], opset_version=17, dynamo=False)

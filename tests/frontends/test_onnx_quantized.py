@@ -106,7 +106,45 @@ def _attention() -> Any:
     return helper.make_model(helper.make_graph(nodes, "attn", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
 
 
-MODELS = {"cnn": (_cnn, (2, 3, 11, 11)), "block": (_block, (2, 5, 24)), "attn": (_attention, (1, 6, 16))}
+def _bottleneck() -> Any:
+    """ResNet-50's pattern in small: a bottleneck (1x1, 3x3, 1x1 convs, biases as folded
+    BatchNorms leave them) with an identity shortcut, a strided block with a projection
+    shortcut, residual Adds and Relus, GlobalAveragePool, Flatten, Gemm."""
+    rng = np.random.default_rng(6)
+    conv = helper.make_node
+    nodes = [
+        conv("Conv", ["x", "w1", "b1"], ["c1"]),
+        conv("Relu", ["c1"], ["r1"]),
+        conv("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        conv("Relu", ["c2"], ["r2"]),
+        conv("Conv", ["r2", "w3", "b3"], ["c3"]),
+        conv("Add", ["c3", "x"], ["a1"]),
+        conv("Relu", ["a1"], ["r3"]),
+        conv("Conv", ["r3", "w4", "b4"], ["c4"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        conv("Relu", ["c4"], ["r4"]),
+        conv("Conv", ["r4", "w5", "b5"], ["c5"]),
+        conv("Conv", ["r3", "ws", "bs"], ["sc"], strides=[2, 2]),
+        conv("Add", ["c5", "sc"], ["a2"]),
+        conv("Relu", ["a2"], ["r5"]),
+        conv("GlobalAveragePool", ["r5"], ["g"]),
+        conv("Flatten", ["g"], ["f"]),
+        conv("Gemm", ["f", "wf", "bf"], ["y"], transB=1),
+    ]
+    shapes = {"w1": (4, 8, 1, 1), "w2": (4, 4, 3, 3), "w3": (8, 4, 1, 1), "w4": (16, 8, 3, 3), "w5": (16, 16, 1, 1)}
+    shapes.update({"ws": (16, 8, 1, 1), "wf": (10, 16)})
+    inits = [_init(rng, k, v, 0.3) for k, v in shapes.items()]
+    inits += [_init(rng, "b" + k[1:], (v[0],), 0.1) for k, v in shapes.items()]
+    x = helper.make_tensor_value_info("x", T.FLOAT, [1, 8, 10, 10])
+    y = helper.make_tensor_value_info("y", T.FLOAT, [1, 10])
+    return helper.make_model(helper.make_graph(nodes, "res", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+
+
+MODELS = {
+    "res": (_bottleneck, (1, 8, 10, 10)),
+    "cnn": (_cnn, (2, 3, 11, 11)),
+    "block": (_block, (2, 5, 24)),
+    "attn": (_attention, (1, 6, 16)),
+}
 # The int8 ops each QDQ model's Conv/MatMul/Gemm nodes become.
 FUSED = {"cnn": {"QLinearConv": 2, "QGemm": 1}, "block": {"QLinearMatMul": 2}}
 
@@ -366,3 +404,19 @@ def test_static_attention_runs_its_two_activation_products_as_integers(run, tmp_
             await run.session.remove_graph(3)
 
     np.testing.assert_allclose(got, run.portal.call(unfused), rtol=0, atol=step * 1.001)
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+def test_static_resnet_blocks_fuse_every_conv_and_match_onnxruntime(run, tmp_path, per_channel) -> None:  # type: ignore[no-untyped-def]
+    """ResNet-50's blocks by quantize_static (QDQ, U8S8, 7-bit weights): every Conv and the Gemm
+    run as integer ops, through the C tier's channel transposes; onnxruntime runs the residual
+    Adds and the pooling as QLinearAdd / QLinearGlobalAveragePool where aioge keeps DQ -> Add ->
+    Q in float32, so the two may round a value one step apart: within two output steps."""
+    path = _quantize(tmp_path, "res", "qdq", per_channel=per_channel)
+    x = _feed("res")
+    got, ops = _aioge(run, path, x)
+    assert (ops["QLinearConv"], ops["QGemm"]) == (6, 1) and not {"Conv", "Gemm"} & set(ops)
+    step = float(numpy_helper.to_array(next(i for i in onnx.load(path).graph.initializer if i.name == "y_scale")))
+    want = _ort(path, x)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2 * step * 1.001)
+    assert np.mean(got == want) >= 0.9

@@ -283,3 +283,19 @@ def test_a_product_of_two_activations_equals_the_integer_reference(batch, m, k, 
     assert (fast is None) == (k * ra * rb >= 1 << 24)
     if fast is not None:
         np.testing.assert_array_equal(fast, want)
+
+
+@needs_tier
+@pytest.mark.parametrize("shape", [(2, 37, 5, 7), (1, 16, 4, 8), (3, 64, 33), (1, 5, 2, 2, 3), (1, 1, 1)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_the_c_channel_transpose_equals_numpys(shape, dtype) -> None:  # type: ignore[no-untyped-def]
+    """QLinearConv's NCHW -> NHWC and back by the C tier's 16 x 16 byte blocks (and the scalar
+    edges): numpy's moveaxis, into a given output buffer too."""
+    x = _ints(np.random.default_rng(len(shape)), dtype, shape)
+    last = q._swap_channels(x, True, last=True)
+    np.testing.assert_array_equal(last, np.moveaxis(x, 1, -1))
+    dst = np.empty(shape, dtype)
+    back = q._swap_channels(last, True, last=False, dst=dst)
+    assert back is dst
+    np.testing.assert_array_equal(back, x)
+    assert native.function("aioge_transpose8")(native.ptr(x), -1, 1, 1, native.ptr(dst)) < 0

@@ -340,8 +340,9 @@ def _conv(
     attrs: Mapping[str, Any],
     cache: _Weights,
     use: bool,
+    dst: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Any-rank conv by a channels-last im2col (each tap's channels one contiguous run: ten
+    """Any-rank conv (into ``dst`` where it fits) by a channels-last im2col (each tap's channels one contiguous run: ten
     times faster to gather than NCHW windows; the padding is x's zero point) and one qgemm
     per group, B the weight as (taps x channels) rows."""
     n, c = x.shape[:2]
@@ -370,7 +371,7 @@ def _conv(
 
     packs = cache.get(w, zw, make)
     xp = _padded(x, begin, end, np.asarray(zx_v).astype(x.dtype))
-    xh = np.ascontiguousarray(np.moveaxis(xp, 1, -1))  # (N, spatial..., C)
+    xh = _swap_channels(xp, use, last=True)  # (N, spatial..., C)
     y = np.empty((n * opos, m), out_dtype)
     m_all = None if mult is None else np.broadcast_to(mult, (m,)) if mult.size == 1 else mult.reshape(-1)
     st = xh.strides
@@ -390,7 +391,24 @@ def _conv(
         bg = None if bias is None else bias.reshape(-1)[sl]
         mg_mult = None if m_all is None else np.ascontiguousarray(m_all[sl])
         qgemm(cols, zx_v, packs[g], y[:, sl], bg, mg_mult, zy)
-    return np.ascontiguousarray(np.moveaxis(y.reshape(n, *out, m), -1, 1))
+    return _swap_channels(y.reshape(n, *out, m), use, last=False, dst=dst)
+
+
+def _swap_channels(x: np.ndarray, use: bool, *, last: bool, dst: np.ndarray | None = None) -> np.ndarray:
+    """(N, C, spatial...) -> (N, spatial..., C) (``last``) or back, contiguous (into ``dst`` where
+    it fits): by the C tier's blocked 8-bit transpose, else numpy's strided copy."""
+    fn = native.function("aioge_transpose8") if use else None
+    if fn is None or x.dtype.itemsize != 1 or x.ndim < 3:
+        return np.ascontiguousarray(np.moveaxis(x, 1, -1) if last else np.moveaxis(x, -1, 1))
+    x = np.ascontiguousarray(x)
+    c = x.shape[1] if last else x.shape[-1]
+    shape = (x.shape[0], *x.shape[2:], c) if last else (x.shape[0], c, *x.shape[1:-1])
+    fits = dst is not None and dst.dtype == x.dtype and dst.flags.c_contiguous and dst.shape == shape
+    y = dst if fits else np.empty(shape, x.dtype)
+    inner = x.size // max(x.shape[0] * c, 1)
+    rows, cols = (c, inner) if last else (inner, c)
+    native.check(fn(native.ptr(x), x.shape[0], rows, cols, native.ptr(y)), "QLinearConv")
+    return y  # type: ignore[return-value]
 
 
 def build_qlinear(op: str) -> Any:
@@ -430,7 +448,7 @@ def build_qlinear(op: str) -> Any:
             x, sx, zx, w, sw, zw, sy, zy = inputs[:8]
             bias = inputs[8] if len(inputs) > 8 else None
             mult = multiplier(sx, sw, y_scale=sy)
-            return _conv(x, w, zx, zw, bias, zy.dtype, mult, int(np.asarray(zy).reshape(-1)[0]), kw, cache, use)
+            return _conv(x, w, zx, zw, bias, zy.dtype, mult, int(np.asarray(zy).reshape(-1)[0]), kw, cache, use, out)
 
         def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
             if op == "DynamicQuantizeMatMul":  # written in place where the output buffer fits
