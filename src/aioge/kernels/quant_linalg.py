@@ -404,11 +404,11 @@ def _swap_channels(x: np.ndarray, use: bool, *, last: bool, dst: np.ndarray | No
     c = x.shape[1] if last else x.shape[-1]
     shape = (x.shape[0], *x.shape[2:], c) if last else (x.shape[0], c, *x.shape[1:-1])
     fits = dst is not None and dst.dtype == x.dtype and dst.flags.c_contiguous and dst.shape == shape
-    y = dst if fits else np.empty(shape, x.dtype)
+    y = dst if fits and dst is not None else np.empty(shape, x.dtype)
     inner = x.size // max(x.shape[0] * c, 1)
     rows, cols = (c, inner) if last else (inner, c)
     native.check(fn(native.ptr(x), x.shape[0], rows, cols, native.ptr(y)), "QLinearConv")
-    return y  # type: ignore[return-value]
+    return y
 
 
 def build_qlinear(op: str) -> Any:
