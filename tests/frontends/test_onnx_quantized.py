@@ -409,11 +409,11 @@ def test_static_attention_runs_its_two_activation_products_as_integers(run, tmp_
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
 def test_static_resnet_blocks_fuse_every_conv_and_match_onnxruntime(run, tmp_path, per_channel) -> None:  # type: ignore[no-untyped-def]
     """ResNet-50's blocks by quantize_static (QDQ, U8S8, 7-bit weights): every Conv and the Gemm
-    run as integer ops, through the C tier's channel transposes, equal to onnxruntime's output
-    (which runs the residual Adds as QLinearAdd where aioge keeps DQ -> Add -> Q in float32: on
-    other data the two can round a value one step apart, hence the op check apart)."""
+    run as integer ops, through the C tier's channel transposes, and the residual Adds as
+    QdqAdd (DQ -> Add -> Q in one pass), equal to onnxruntime's output (which runs them as
+    QLinearAdd, MLAS's fixed point: on other data the two can round a value one step apart)."""
     path = _quantize(tmp_path, "res", "qdq", per_channel=per_channel)
     x = _feed("res")
     got, ops = _aioge(run, path, x)
-    assert (ops["QLinearConv"], ops["QGemm"]) == (6, 1) and not {"Conv", "Gemm"} & set(ops)
+    assert (ops["QLinearConv"], ops["QGemm"], ops["QdqAdd"]) == (6, 1, 2) and not {"Conv", "Gemm", "Add"} & set(ops)
     np.testing.assert_array_equal(got, _ort(path, x))

@@ -299,3 +299,28 @@ def test_the_c_channel_transpose_equals_numpys(shape, dtype) -> None:  # type: i
     assert back is dst
     np.testing.assert_array_equal(back, x)
     assert native.function("aioge_transpose8")(native.ptr(x), -1, 1, 1, native.ptr(dst)) < 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=st.sampled_from([(1,), (3, 5), (2, 3, 7, 9), (1, 40)]),
+    dt=st.sampled_from(["u8", "s8"]),
+    broadcast=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_qdq_add_rounds_as_the_three_nodes_it_stands_for(shape, dt, broadcast, seed) -> None:  # type: ignore[no-untyped-def]
+    """QdqAdd (C for equal shapes, numpy when broadcasting or without the tier) equals
+    DequantizeLinear, Add, QuantizeLinear in float32 step by step: (x - z) * s, the sum,
+    rint(v / sc) + zc saturated; ties and saturation included (the scales are drawn small and large)."""
+    rng = np.random.default_rng(seed)
+    d = _DT[dt]
+    a = _ints(rng, d, shape)
+    b = _ints(rng, d, (1,) * (len(shape) - 1) + (shape[-1],) if broadcast else shape)
+    za, zb, zc = (_ints(rng, d, ()) for _ in range(3))
+    sa, sb, sc = (np.float32(v) for v in rng.choice([0.5, 0.25, 0.01, 0.37, 2.0], 3))
+    dq = [(x.astype(np.float32) - np.float32(z)) * s for x, z, s in ((a, za, sa), (b, zb, sb))]
+    info = np.iinfo(d)
+    want = np.clip(np.rint((dq[0] + dq[1]) / sc) + np.float32(zc), info.min, info.max).astype(d)
+    got = q.qdq_add(a, sa, za, b, sb, zb, sc, zc)
+    assert got.dtype == d and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)

@@ -167,6 +167,7 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_lowp_gemm": (_INT, (_INT, _P, _I64, _P, _I64, _P, _P, _I64, _I64, _I64, _I64, _INT, _F, _F, _I64, _I64)),
     "aioge_par_wake": (_INT, ()),
     "aioge_transpose8": (_INT, (_P, _I64, _I64, _I64, _P)),
+    "aioge_qdq_add": (_INT, (_P, _F, _F, _P, _F, _F, _INT, _I64, _F, _F, _P)),
 }
 
 

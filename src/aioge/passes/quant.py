@@ -221,6 +221,21 @@ def _drop_pair(graph: Graph, dq: Node) -> bool:
     return substitute(graph, q, op.op_type, inputs, dict(op.attrs), [q, op, dq]) is not None
 
 
+def _add(graph: Graph, add: Node) -> bool:
+    """DQ(a) + DQ(b) -> Q, every side 8-bit of one kind per tensor (ResNet's residual Adds), into
+    aioge's QdqAdd: the same float32 roundings in one pass over the bytes."""
+    dqs = [_dq(v) for v in add.inputs[:2]]
+    q = only_use(graph, add.outputs[0])
+    if len(add.inputs) != 2 or None in dqs or q is None or not _plain(q, "QuantizeLinear") or len(q.inputs) < 3:
+        return False
+    sides = [*dqs, q]
+    if not all(_scalar_q(n) for n in sides) or len({const_array(n.inputs[2]).dtype for n in sides}) != 1:  # type: ignore[union-attr]
+        return False
+    ins = [*dqs[0].inputs[:3], *dqs[1].inputs[:3], *q.inputs[1:3]]  # type: ignore[union-attr]
+    remove = [q, add, *{id(d): d for d in dqs if only_use(graph, d.outputs[0]) is add}.values()]  # type: ignore[union-attr]
+    return substitute(graph, q, "QdqAdd", ins, {}, remove, domain="aioge") is not None
+
+
 def fuse_qdq(graph: Graph) -> bool:
     """Fuse every QDQ Conv, MatMul and Gemm into its integer op, and run data movement between
     a DQ and a Q of one scale on the integers; returns True if it changed anything."""
@@ -231,4 +246,6 @@ def fuse_qdq(graph: Graph) -> bool:
     for node in graph.topological_order():
         if _plain(node, "DequantizeLinear"):
             changed |= _drop_pair(graph, node)
+        elif _plain(node, "Add"):
+            changed |= _add(graph, node)
     return changed

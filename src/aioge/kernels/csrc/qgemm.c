@@ -692,3 +692,28 @@ int aioge_transpose8(const uint8_t *x, int64_t batch, int64_t rows, int64_t cols
     }
     return 0;
 }
+
+/* A QDQ model's DQ(a) + DQ(b) -> Q in one pass, rounding as the three nodes do in float32
+ * (DequantizeLinear, Add, QuantizeLinear): v = (a - za) * sa + (b - zb) * sb, then
+ * saturate(rint(v / sc) + zc); a, b and y n 8-bit values of one kind (is_signed). */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+int aioge_qdq_add(const void *a, float sa, float za, const void *b, float sb, float zb, int is_signed, int64_t n,
+                  float sc, float zc, void *y)
+{
+    if (n < 0 || !(sc > 0.0f))
+        return AIOGE_EGEOMETRY;
+    const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+    const uint8_t *ua = (const uint8_t *)a, *ub = (const uint8_t *)b;
+    const int8_t *sa8 = (const int8_t *)a, *sb8 = (const int8_t *)b;
+    uint8_t *uy = (uint8_t *)y;
+    for (int64_t i = 0; i < n; i++) {
+        const float va = is_signed ? (float)sa8[i] : (float)ua[i], vb = is_signed ? (float)sb8[i] : (float)ub[i];
+        const float v = (va - za) * sa + (vb - zb) * sb;
+        float q = nearbyintf(v / sc) + zc;
+        q = q < lo ? lo : (q > hi ? hi : q);
+        uy[i] = is_signed ? (uint8_t)(int8_t)q : (uint8_t)q;
+    }
+    return 0;
+}
+#pragma GCC pop_options
