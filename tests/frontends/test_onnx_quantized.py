@@ -364,6 +364,23 @@ def test_data_movement_between_a_dq_and_a_q_of_one_scale_runs_on_the_integers(ru
     assert (ops["QuantizeLinear"], ops["DequantizeLinear"]) == (2, 2)  # 3 of each before
 
 
+def test_a_maxpool_between_a_dq_and_a_q_of_one_scale_runs_on_the_integers(run) -> None:  # type: ignore[no-untyped-def]
+    """ResNet's stem: Q -> DQ -> MaxPool (padded, strided) -> Q of the same scale -> DQ: the pool
+    runs on the bytes (a max commutes with DQ's increasing map), equal to onnxruntime."""
+    consts = {"s": np.array(0.05, np.float32), "z": np.array(7, np.uint8)}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q0"]),
+        helper.make_node("DequantizeLinear", ["q0", "s", "z"], ["d0"]),
+        helper.make_node("MaxPool", ["d0"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["p", "s", "z"], ["q1"]),
+        helper.make_node("DequantizeLinear", ["q1", "s", "z"], ["y"]),
+    ]
+    x = (np.random.default_rng(8).standard_normal((1, 3, 9, 9)) * 4).astype(np.float32)
+    got, want, ops = _qdq_chain(run, nodes, consts, x, [1, 3, 5, 5])
+    np.testing.assert_array_equal(got, want)
+    assert (ops["QuantizeLinear"], ops["DequantizeLinear"], ops["MaxPool"]) == (1, 1, 1)
+
+
 def test_a_qdq_matmul_of_two_activations_is_an_integer_product_equal_to_onnxruntime(run) -> None:  # type: ignore[no-untyped-def]
     """Attention's Q @ K^T in a quantize_static model: both sides DequantizeLinear'd activations
     (no constant weight to pack) fuse into QLinearMatMul, as onnxruntime's, equal to its integers."""

@@ -193,7 +193,7 @@ def fuse_dynamic_matmul(graph: Graph) -> bool:
     return changed
 
 
-_MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Gather", "Slice", "Identity")
+_MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Gather", "Slice", "Identity", "MaxPool")
 
 
 def _same_q(a: Node, b: Node) -> bool:
@@ -207,13 +207,16 @@ def _same_q(a: Node, b: Node) -> bool:
 
 
 def _drop_pair(graph: Graph, dq: Node) -> bool:
-    """DQ(x) -> Reshape/Transpose/... -> Q by DQ's own scale and zero point: the op moves x's
-    integers instead (exact: for 8-bit x, Q(DQ(x)) is x, |x - z| <= 255 far inside float32)."""
+    """DQ(x) -> Reshape/Transpose/.../MaxPool -> Q by DQ's own scale and zero point: the op runs
+    on x's integers instead (exact: for 8-bit x, Q(DQ(x)) is x, |x - z| <= 255 far inside
+    float32, and a max commutes with DQ's increasing map)."""
     op = only_use(graph, dq.outputs[0])
     if op is None or op.op_type not in _MOVES or op.domain not in ("", "ai.onnx") or len(op.outputs) != 1:
         return False
     if op.inputs[0] is not dq.outputs[0] or dq.outputs[0] in op.inputs[1:] or len(dq.inputs) < 3 or not _scalar_q(dq):
         return False
+    if op.op_type == "MaxPool" and not float(const_array(dq.inputs[1]).reshape(-1)[0]) > 0:  # type: ignore[union-attr]
+        return False  # a max commutes with DQ's increasing map only
     q = only_use(graph, op.outputs[0])
     if q is None or not _plain(q, "QuantizeLinear") or len(q.inputs) < 3 or not _same_q(dq, q):
         return False
