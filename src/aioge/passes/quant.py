@@ -14,6 +14,8 @@ fused op computes is what onnxruntime computes for the same model (it fuses the 
 - a Relu is taken only when y's zero point is the type's least value: saturation then does
   what the Relu did, exactly (round(max(v, 0) / s) + z = max(round(v / s) + z, z)).
 
+``DQ(a) + DQ(b) -> Q`` (a residual Add) becomes aioge's QdqAdd (the same float32 roundings in
+one pass), and data movement or a MaxPool between a DQ and a Q of one scale runs on the integers.
 Anything else keeps the float path. The pass runs before constant folding, which would
 otherwise turn the weights' DequantizeLinear into float constants.
 """
