@@ -434,3 +434,45 @@ def test_static_resnet_blocks_fuse_every_conv_and_match_onnxruntime(run, tmp_pat
     got, ops = _aioge(run, path, x)
     assert (ops["QLinearConv"], ops["QGemm"], ops["QdqAdd"]) == (6, 1, 2) and not {"Conv", "Gemm", "Add"} & set(ops)
     np.testing.assert_array_equal(got, _ort(path, x))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_a_qdq_add_equals_the_unfused_nodes_and_onnxruntime_within_a_step(run, dtype) -> None:  # type: ignore[no-untyped-def]
+    """DQ(a) + DQ(b) -> Q as one QdqAdd: equal to aioge's own DequantizeLinear, Add and
+    QuantizeLinear nodes (QdqFusionPass off), and within one step of onnxruntime's QLinearAdd."""
+    tt = T.INT8 if dtype == np.int8 else T.UINT8
+    consts = {"sa": np.array(0.05, np.float32), "za": np.array(3, dtype), "sb": np.array(0.15, np.float32)}
+    consts.update({"zb": np.array(-5 if dtype == np.int8 else 9, dtype), "sc": np.array(0.1, np.float32)})
+    consts["zc"] = np.array(1, dtype)
+    nodes = [
+        helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["fa"]),
+        helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["fb"]),
+        helper.make_node("Add", ["fa", "fb"], ["s"]),
+        helper.make_node("QuantizeLinear", ["s", "sc", "zc"], ["y"]),
+    ]
+    shape = [2, 4, 16, 16]
+    graph = helper.make_graph(
+        nodes,
+        "add",
+        [helper.make_tensor_value_info(n, tt, shape) for n in "ab"],
+        [helper.make_tensor_value_info("y", tt, shape)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(9)
+    info = np.iinfo(dtype)
+    feeds = {n: rng.integers(info.min, info.max + 1, shape).astype(dtype) for n in "ab"}
+
+    async def go(gid: int, options: dict[str, str]) -> tuple[np.ndarray, set[str]]:
+        await run.session.add_graph(gid, aioge.load_onnx(model), options)
+        try:
+            return (await run.session.run_graph(gid, feeds))["y"], {n.op_type for n in run.session.compiled(gid).graph.nodes}
+        finally:
+            await run.session.remove_graph(gid)
+
+    got, ops = run.portal.call(go, 4, {})
+    unfused, ops_off = run.portal.call(go, 5, {"ge.optimizationSwitch": "QdqFusionPass:off"})
+    assert ops == {"QdqAdd"} and "QdqAdd" not in ops_off
+    np.testing.assert_array_equal(got, unfused)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.abs(got.astype(np.int32) - want).max() <= 1
