@@ -227,13 +227,9 @@ def _activation_matmul(
         return None
     af, bf = _centred_f32(a, za_v), _centred_f32(b, zb_v)
     acc = np.empty((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]), np.float32)
-    if a.ndim == b.ndim == acc.ndim and a.shape[:-2] == b.shape[:-2]:
-        par_matmul(af, bf, acc)
-    else:
-        np.matmul(af, bf, out=acc)
-    info = np.iinfo(dtype)
+    (par_matmul if a.ndim == b.ndim == acc.ndim and a.shape[:-2] == b.shape[:-2] else np.matmul)(af, bf, acc)
     acc *= mult.reshape(())
-    np.clip(acc, np.float32(info.min - zy), np.float32(info.max - zy), out=acc)
+    np.clip(acc, np.float32(np.iinfo(dtype).min - zy), np.float32(np.iinfo(dtype).max - zy), out=acc)
     np.rint(acc, out=acc)
     fits = out is not None and out.dtype == dtype and out.flags.c_contiguous and out.size == acc.size
     y = out.reshape(acc.shape) if fits else np.empty(acc.shape, dtype)  # type: ignore[union-attr]
@@ -246,8 +242,7 @@ def _centred_f32(x: np.ndarray, zero: int) -> np.ndarray:
     fn = native.function("aioge_qgemm_dequantize")
     if fn is None:
         return np.subtract(x, np.float32(zero), dtype=np.float32)
-    x = np.ascontiguousarray(x)
-    y = np.empty(x.shape, np.float32)
+    x, y = np.ascontiguousarray(x), np.empty(x.shape, np.float32)
     native.check(fn(native.ptr(x), int(x.dtype == np.int8), x.size, 1.0, float(zero), native.ptr(y)), "QLinearMatMul")
     return y
 
@@ -517,30 +512,18 @@ def qlinear_add(
     return np.clip(np.rint(f).astype(np.int32) + zc, info.min, info.max).astype(a.dtype)
 
 
-def qdq_add(
-    a: np.ndarray,
-    a_scale: np.ndarray,
-    a_zero_point: np.ndarray,
-    b: np.ndarray,
-    b_scale: np.ndarray,
-    b_zero_point: np.ndarray,
-    c_scale: np.ndarray,
-    c_zero_point: np.ndarray,
-) -> np.ndarray:
+def qdq_add(a: np.ndarray, sa: Any, za: Any, b: np.ndarray, sb: Any, zb: Any, sc: Any, zc: np.ndarray) -> np.ndarray:
     """aioge's QdqAdd: DQ(a) + DQ(b) -> Q as those three nodes compute it in float32 ((a - za) *
     sa + (b - zb) * sb, rint(v / sc) + zc, saturated), in one C pass for equal shapes."""
-    s = [np.float32(np.asarray(v).reshape(-1)[0]) for v in (a_scale, a_zero_point, b_scale, b_zero_point, c_scale)]
-    zc = np.float32(np.asarray(c_zero_point).reshape(-1)[0])
+    s = [np.float32(np.asarray(v).reshape(-1)[0]) for v in (sa, za, sb, zb, sc, zc)]
     fn = native.function("aioge_qdq_add")
-    if fn is not None and a.shape == b.shape and a.dtype == b.dtype == c_zero_point.dtype and s[4] > 0:
-        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-        y = np.empty(a.shape, a.dtype)
-        signed = int(a.dtype == np.int8)
-        native.check(fn(native.ptr(a), s[0], s[1], native.ptr(b), s[2], s[3], signed, a.size, s[4], zc, native.ptr(y)), "QdqAdd")
+    if fn is not None and a.shape == b.shape and a.dtype == b.dtype == zc.dtype and s[4] > 0:
+        a, b, y = np.ascontiguousarray(a), np.ascontiguousarray(b), np.empty(a.shape, a.dtype)
+        args = (native.ptr(b), s[2], s[3], int(a.dtype == np.int8), a.size, s[4], s[5], native.ptr(y))
+        native.check(fn(native.ptr(a), s[0], s[1], *args), "QdqAdd")
         return y
     v = (a.astype(np.float32) - s[1]) * s[0] + (b.astype(np.float32) - s[3]) * s[2]
-    info = np.iinfo(c_zero_point.dtype)
-    return np.clip(np.rint(v / s[4]) + zc, info.min, info.max).astype(c_zero_point.dtype)
+    return np.clip(np.rint(v / s[4]) + s[5], np.iinfo(zc.dtype).min, np.iinfo(zc.dtype).max).astype(zc.dtype)
 
 
 def qlinear_global_average_pool(

@@ -229,15 +229,15 @@ def _drop_pair(graph: Graph, dq: Node) -> bool:
 def _add(graph: Graph, add: Node) -> bool:
     """DQ(a) + DQ(b) -> Q, every side 8-bit of one kind per tensor (ResNet's residual Adds), into
     aioge's QdqAdd: the same float32 roundings in one pass over the bytes."""
-    dqs = [_dq(v) for v in add.inputs[:2]]
+    dqs = [d for d in (_dq(v) for v in add.inputs[:2]) if d is not None]
     q = only_use(graph, add.outputs[0])
-    if len(add.inputs) != 2 or None in dqs or q is None or not _plain(q, "QuantizeLinear") or len(q.inputs) < 3:
+    if len(add.inputs) != 2 or len(dqs) != 2 or q is None or not _plain(q, "QuantizeLinear") or len(q.inputs) < 3:
         return False
     sides = [*dqs, q]
     if not all(_scalar_q(n) for n in sides) or len({const_array(n.inputs[2]).dtype for n in sides}) != 1:  # type: ignore[union-attr]
         return False
-    ins = [*dqs[0].inputs[:3], *dqs[1].inputs[:3], *q.inputs[1:3]]  # type: ignore[union-attr]
-    remove = [q, add, *{id(d): d for d in dqs if only_use(graph, d.outputs[0]) is add}.values()]  # type: ignore[union-attr]
+    ins = [*dqs[0].inputs[:3], *dqs[1].inputs[:3], *q.inputs[1:3]]
+    remove = [q, add, *{id(d): d for d in dqs if only_use(graph, d.outputs[0]) is add}.values()]
     return substitute(graph, q, "QdqAdd", ins, {}, remove, domain="aioge") is not None
 
 
