@@ -6,6 +6,9 @@ against onnxruntime's float32 run of the original model.
 - resnet18: torchvision's ResNet-18 (random weights, seeded), exported to ONNX (opset 17,
   batch 1, 224x224), quantized by ``quantize_static`` in the QDQ format (U8S8, per channel,
   ``reduce_range``) with 8 random calibration images; aioge fuses the QDQ pairs (QdqFusionPass).
+- resnet50: the same recipe on torchvision's ResNet-50, its BatchNorms' statistics seeded random
+  too (untrained ones fold into all-zero conv biases, which onnxruntime then leaves in float:
+  see resnet18).
 - bert: a BERT-base-sized encoder (torch ``TransformerEncoder``: 12 layers, hidden 768, 12
   heads, FFN 3072, GELU; seeded random weights; batch 1, 128 tokens), quantized by
   ``quantize_dynamic`` (MatMulInteger, DynamicQuantizeLinear) after onnxruntime's ``quant_pre_process``.
@@ -16,7 +19,7 @@ against onnxruntime's float32 run of the original model.
   random calibration inputs).
 
 Each row runs the three interleaved in one process (aioge int8, onnxruntime int8, onnxruntime
-float32), each at its default thread count, and reports medians of wall time and of process
+float32) in blocks of ``BLOCK`` runs, each at its default thread count, and reports medians of wall time and of process
 CPU time (every thread's, spinning included) in ms; the output error is aioge's max abs
 difference from onnxruntime int8. The machine's load is printed before and after.
 """
@@ -39,15 +42,25 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _resnet18(tmp: str) -> tuple[str, str, dict[str, np.ndarray]]:
+def _resnet(tmp: str, arch: str = "resnet18") -> tuple[str, str, dict[str, np.ndarray]]:
     import torch
     import torchvision
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     torch.manual_seed(0)
-    model = torchvision.models.resnet18(weights=None).eval()
+    model = getattr(torchvision.models, arch)(weights=None).eval()
+    if arch != "resnet18":  # seeded BatchNorm statistics too: untrained ones fold into all-zero conv biases
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                for t, lo, hi in (
+                    (m.weight, 0.5, 1.5),
+                    (m.bias, -0.2, 0.2),
+                    (m.running_mean, -0.2, 0.2),
+                    (m.running_var, 0.5, 2),
+                ):
+                    t.data.uniform_(lo, hi)
     x = torch.randn(1, 3, 224, 224)
-    f32 = os.path.join(tmp, "resnet18.onnx")
+    f32 = os.path.join(tmp, f"{arch}.onnx")
     torch.onnx.export(model, (x,), f32, input_names=["x"], output_names=["y"], opset_version=17, dynamo=False)
     rng = np.random.default_rng(0)
 
@@ -58,7 +71,7 @@ def _resnet18(tmp: str) -> tuple[str, str, dict[str, np.ndarray]]:
         def get_next(self) -> Any:
             return next(self.it, None)
 
-    q = os.path.join(tmp, "resnet18_qdq.onnx")
+    q = os.path.join(tmp, f"{arch}_qdq.onnx")
     quantize_static(
         f32, q, Reader(), quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=True,
         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
@@ -104,11 +117,18 @@ def _bert(tmp: str, reduce_range: bool = False, static: bool = False) -> tuple[s
 
 
 MODELS: dict[str, Callable[[str], tuple[str, str, dict[str, np.ndarray]]]] = {
-    "resnet18": _resnet18,
+    "resnet18": _resnet,
+    "resnet50": lambda tmp: _resnet(tmp, "resnet50"),
     "bert": _bert,
     "bert_rr": lambda tmp: _bert(tmp, reduce_range=True),
     "bert_qdq": lambda tmp: _bert(tmp, static=True),
 }
+
+
+# Runs an engine makes in a row, the first left out: onnxruntime's pool and aioge's C helpers
+# spin for a while after a run, and run by run alternation charged that CPU time to the next
+# engine (resnet18: aioge 71 ms CPU alternating run by run, 35 in blocks).
+BLOCK = 5
 
 
 async def _row(name: str, f32: str, q: str, feeds: dict[str, np.ndarray], reps: int) -> dict[str, Any]:
@@ -133,12 +153,14 @@ async def _row(name: str, f32: str, q: str, feeds: dict[str, np.ndarray], reps: 
             sess.run(None, feeds)
 
         runs = {"aioge_int8": aioge_run, "ort_int8": lambda: ort_run(ort_q), "ort_f32": lambda: ort_run(ort_f)}
-        for _ in range(reps):
+        for _ in range(max(1, reps // (BLOCK - 1))):
             for engine, fn in runs.items():
-                t, c = time.perf_counter(), time.process_time()
-                await fn()
-                times[engine].append(time.perf_counter() - t)
-                cpu[engine].append(time.process_time() - c)
+                for i in range(BLOCK):
+                    t, c = time.perf_counter(), time.process_time()
+                    await fn()
+                    if i:  # a block's first run: the engine before it still spinning, counted as CPU here
+                        times[engine].append(time.perf_counter() - t)
+                        cpu[engine].append(time.process_time() - c)
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     med.update({f"{k}_cpu": statistics.median(v) * 1e3 for k, v in cpu.items()})
     int_ops = {
@@ -152,7 +174,7 @@ async def _row(name: str, f32: str, q: str, feeds: dict[str, np.ndarray], reps: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--models", default="resnet18,bert,bert_rr,bert_qdq")
+    ap.add_argument("--models", default="resnet18,resnet50,bert,bert_rr,bert_qdq")
     args = ap.parse_args()
     print(f"load average before: {_load()}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -78,7 +78,73 @@ def _block() -> Any:
     return helper.make_model(helper.make_graph(nodes, "block", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
 
 
-MODELS = {"cnn": (_cnn, (2, 3, 11, 11)), "block": (_block, (2, 5, 24))}
+def _attention() -> Any:
+    """One self-attention layer as torch exports it: projections, heads split by Reshape and
+    Transpose, Q·K^T scaled, Softmax, P·V, heads joined, the output projection."""
+    rng = np.random.default_rng(5)
+    c = numpy_helper.from_array
+    nodes = [helper.make_node("MatMul", ["x", f"w{t}"], [f"{t}0"]) for t in "qkv"]
+    for t, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [
+            helper.make_node("Reshape", [f"{t}0", "heads"], [f"{t}1"]),
+            helper.make_node("Transpose", [f"{t}1"], [f"{t}2"], perm=perm),
+        ]
+    nodes += [
+        helper.make_node("MatMul", ["q2", "k2"], ["s0"]),
+        helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+        helper.make_node("Softmax", ["s1"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v2"], ["o0"]),
+        helper.make_node("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["o1", "joined"], ["o2"]),
+        helper.make_node("MatMul", ["o2", "wo"], ["y"]),
+    ]
+    inits = [_init(rng, f"w{t}", (16, 16), 0.5) for t in "qkvo"]
+    inits += [c(np.array([1, 6, 2, 8], np.int64), "heads"), c(np.array([1, 6, 16], np.int64), "joined")]
+    inits.append(c(np.array(8**-0.5, np.float32), "scale"))
+    x = helper.make_tensor_value_info("x", T.FLOAT, [1, 6, 16])
+    y = helper.make_tensor_value_info("y", T.FLOAT, [1, 6, 16])
+    return helper.make_model(helper.make_graph(nodes, "attn", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _bottleneck() -> Any:
+    """ResNet-50's pattern in small: a bottleneck (1x1, 3x3, 1x1 convs, biases as folded
+    BatchNorms leave them) with an identity shortcut, a strided block with a projection
+    shortcut, residual Adds and Relus, GlobalAveragePool, Flatten, Gemm."""
+    rng = np.random.default_rng(6)
+    conv = helper.make_node
+    nodes = [
+        conv("Conv", ["x", "w1", "b1"], ["c1"]),
+        conv("Relu", ["c1"], ["r1"]),
+        conv("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        conv("Relu", ["c2"], ["r2"]),
+        conv("Conv", ["r2", "w3", "b3"], ["c3"]),
+        conv("Add", ["c3", "x"], ["a1"]),
+        conv("Relu", ["a1"], ["r3"]),
+        conv("Conv", ["r3", "w4", "b4"], ["c4"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        conv("Relu", ["c4"], ["r4"]),
+        conv("Conv", ["r4", "w5", "b5"], ["c5"]),
+        conv("Conv", ["r3", "ws", "bs"], ["sc"], strides=[2, 2]),
+        conv("Add", ["c5", "sc"], ["a2"]),
+        conv("Relu", ["a2"], ["r5"]),
+        conv("GlobalAveragePool", ["r5"], ["g"]),
+        conv("Flatten", ["g"], ["f"]),
+        conv("Gemm", ["f", "wf", "bf"], ["y"], transB=1),
+    ]
+    shapes = {"w1": (4, 8, 1, 1), "w2": (4, 4, 3, 3), "w3": (8, 4, 1, 1), "w4": (16, 8, 3, 3), "w5": (16, 16, 1, 1)}
+    shapes.update({"ws": (16, 8, 1, 1), "wf": (10, 16)})
+    inits = [_init(rng, k, v, 0.3) for k, v in shapes.items()]
+    inits += [_init(rng, "b" + k[1:], (v[0],), 0.1) for k, v in shapes.items()]
+    x = helper.make_tensor_value_info("x", T.FLOAT, [1, 8, 10, 10])
+    y = helper.make_tensor_value_info("y", T.FLOAT, [1, 10])
+    return helper.make_model(helper.make_graph(nodes, "res", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+
+
+MODELS = {
+    "res": (_bottleneck, (1, 8, 10, 10)),
+    "cnn": (_cnn, (2, 3, 11, 11)),
+    "block": (_block, (2, 5, 24)),
+    "attn": (_attention, (1, 6, 16)),
+}
 # The int8 ops each QDQ model's Conv/MatMul/Gemm nodes become.
 FUSED = {"cnn": {"QLinearConv": 2, "QGemm": 1}, "block": {"QLinearMatMul": 2}}
 
@@ -298,9 +364,26 @@ def test_data_movement_between_a_dq_and_a_q_of_one_scale_runs_on_the_integers(ru
     assert (ops["QuantizeLinear"], ops["DequantizeLinear"]) == (2, 2)  # 3 of each before
 
 
-def test_a_qdq_matmul_of_two_activations_keeps_the_float_product(run) -> None:  # type: ignore[no-untyped-def]
+def test_a_maxpool_between_a_dq_and_a_q_of_one_scale_runs_on_the_integers(run) -> None:  # type: ignore[no-untyped-def]
+    """ResNet's stem: Q -> DQ -> MaxPool (padded, strided) -> Q of the same scale -> DQ: the pool
+    runs on the bytes (a max commutes with DQ's increasing map), equal to onnxruntime."""
+    consts = {"s": np.array(0.05, np.float32), "z": np.array(7, np.uint8)}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q0"]),
+        helper.make_node("DequantizeLinear", ["q0", "s", "z"], ["d0"]),
+        helper.make_node("MaxPool", ["d0"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["p", "s", "z"], ["q1"]),
+        helper.make_node("DequantizeLinear", ["q1", "s", "z"], ["y"]),
+    ]
+    x = (np.random.default_rng(8).standard_normal((1, 3, 9, 9)) * 4).astype(np.float32)
+    got, want, ops = _qdq_chain(run, nodes, consts, x, [1, 3, 5, 5])
+    np.testing.assert_array_equal(got, want)
+    assert (ops["QuantizeLinear"], ops["DequantizeLinear"], ops["MaxPool"]) == (1, 1, 1)
+
+
+def test_a_qdq_matmul_of_two_activations_is_an_integer_product_equal_to_onnxruntime(run) -> None:  # type: ignore[no-untyped-def]
     """Attention's Q @ K^T in a quantize_static model: both sides DequantizeLinear'd activations
-    (no constant weight to pack), which the fusion leaves in float (it used to fail the compile)."""
+    (no constant weight to pack) fuse into QLinearMatMul, as onnxruntime's, equal to its integers."""
     consts = {"s": np.array(0.05, np.float32), "z": np.array(128, np.uint8), "sy": np.array(0.2, np.float32)}
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
@@ -314,5 +397,82 @@ def test_a_qdq_matmul_of_two_activations_keeps_the_float_product(run) -> None:  
     ]
     x = (np.random.default_rng(4).standard_normal((5, 8)) * 2).astype(np.float32)
     got, want, ops = _qdq_chain(run, nodes, consts, x, [5, 5])
-    assert ops["MatMul"] == 1 and "QLinearMatMul" not in ops
-    np.testing.assert_allclose(got, want, atol=0.2 + 1e-6)  # onnxruntime's integer product may round one step apart
+    assert ops["QLinearMatMul"] == 1 and "MatMul" not in ops
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("s8s8", [False, True], ids=["U8S8", "S8S8"])
+def test_static_attention_runs_its_two_activation_products_as_integers(run, tmp_path, s8s8) -> None:  # type: ignore[no-untyped-def]
+    """quantize_static's attention: Q·K^T and P·V (both operands quantised activations) become
+    QLinearMatMul beside the four weight products, as onnxruntime fuses them; the output stays
+    within one quantisation step of onnxruntime's and of aioge's own run without the fusion."""
+    path = _quantize(tmp_path, "attn", "qdq", s8s8=s8s8)
+    x = _feed("attn")
+    got, ops = _aioge(run, path, x)
+    assert ops["QLinearMatMul"] == 6 and "MatMul" not in ops
+    step = float(numpy_helper.to_array(next(i for i in onnx.load(path).graph.initializer if i.name == "y_scale")))
+    np.testing.assert_allclose(got, _ort(path, x), rtol=0, atol=step * 1.001)
+
+    async def unfused() -> np.ndarray:
+        await run.session.add_graph(3, aioge.load_onnx(path), {"ge.optimizationSwitch": "QdqFusionPass:off"})
+        try:
+            return (await run.session.run_graph(3, {"x": x}))["y"]
+        finally:
+            await run.session.remove_graph(3)
+
+    np.testing.assert_allclose(got, run.portal.call(unfused), rtol=0, atol=step * 1.001)
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+def test_static_resnet_blocks_fuse_every_conv_and_match_onnxruntime(run, tmp_path, per_channel) -> None:  # type: ignore[no-untyped-def]
+    """ResNet-50's blocks by quantize_static (QDQ, U8S8, 7-bit weights): every Conv and the Gemm
+    run as integer ops, through the C tier's channel transposes, and the residual Adds as
+    QdqAdd (DQ -> Add -> Q in one pass), equal to onnxruntime's output (which runs them as
+    QLinearAdd, MLAS's fixed point: on other data the two can round a value one step apart)."""
+    path = _quantize(tmp_path, "res", "qdq", per_channel=per_channel)
+    x = _feed("res")
+    got, ops = _aioge(run, path, x)
+    assert (ops["QLinearConv"], ops["QGemm"], ops["QdqAdd"]) == (6, 1, 2) and not {"Conv", "Gemm", "Add"} & set(ops)
+    np.testing.assert_array_equal(got, _ort(path, x))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_a_qdq_add_equals_the_unfused_nodes_and_onnxruntime_within_a_step(run, dtype) -> None:  # type: ignore[no-untyped-def]
+    """DQ(a) + DQ(b) -> Q as one QdqAdd: equal to aioge's own DequantizeLinear, Add and
+    QuantizeLinear nodes (QdqFusionPass off), and within one step of onnxruntime's QLinearAdd."""
+    tt = T.INT8 if dtype == np.int8 else T.UINT8
+    consts = {"sa": np.array(0.05, np.float32), "za": np.array(3, dtype), "sb": np.array(0.15, np.float32)}
+    consts.update({"zb": np.array(-5 if dtype == np.int8 else 9, dtype), "sc": np.array(0.1, np.float32)})
+    consts["zc"] = np.array(1, dtype)
+    nodes = [
+        helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["fa"]),
+        helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["fb"]),
+        helper.make_node("Add", ["fa", "fb"], ["s"]),
+        helper.make_node("QuantizeLinear", ["s", "sc", "zc"], ["y"]),
+    ]
+    shape = [2, 4, 16, 16]
+    graph = helper.make_graph(
+        nodes,
+        "add",
+        [helper.make_tensor_value_info(n, tt, shape) for n in "ab"],
+        [helper.make_tensor_value_info("y", tt, shape)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(9)
+    info = np.iinfo(dtype)
+    feeds = {n: rng.integers(info.min, info.max + 1, shape).astype(dtype) for n in "ab"}
+
+    async def go(gid: int, options: dict[str, str]) -> tuple[np.ndarray, set[str]]:
+        await run.session.add_graph(gid, aioge.load_onnx(model), options)
+        try:
+            return (await run.session.run_graph(gid, feeds))["y"], {n.op_type for n in run.session.compiled(gid).graph.nodes}
+        finally:
+            await run.session.remove_graph(gid)
+
+    got, ops = run.portal.call(go, 4, {})
+    unfused, ops_off = run.portal.call(go, 5, {"ge.optimizationSwitch": "QdqFusionPass:off"})
+    assert ops == {"QdqAdd"} and "QdqAdd" not in ops_off
+    np.testing.assert_array_equal(got, unfused)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.abs(got.astype(np.int32) - want).max() <= 1

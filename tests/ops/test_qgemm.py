@@ -242,3 +242,85 @@ def test_the_c_quantisation_of_a_equals_dynamic_quantize_linear(tile, case) -> N
     assert case != "ties" or (float(got[1]), int(got[2])) == (0.125, 128)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batch=st.sampled_from([(), (1,), (3,), (2, 2)]),
+    m=st.integers(1, 9),
+    k=st.sampled_from([1, 5, 64, 258, 259, 300]),
+    n=st.integers(1, 9),
+    a_t=st.sampled_from(["u8", "s8"]),
+    b_t=st.sampled_from(["u8", "s8"]),
+    y_t=st.sampled_from(["u8", "s8"]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_a_product_of_two_activations_equals_the_integer_reference(batch, m, k, n, a_t, b_t, y_t, seed) -> None:  # type: ignore[no-untyped-def]
+    """QLinearMatMul with a fed (not constant) B, batched as attention's Q·K^T and P·V: the
+    float32 GEMM of the centred integers where every partial sum is exact (K up to 258 at
+    any zero points, further when they sit mid-range), the integer path past it; both equal
+    the int64 reference requantised as MLAS does, extreme operands and zero points included."""
+    rng = np.random.default_rng(seed)
+    da, db, dy = _DT[a_t], _DT[b_t], _DT[y_t]
+    a, b = _ints(rng, da, (*batch, m, k)), _ints(rng, db, (*batch, k, n))
+    if seed % 3 == 0:  # every operand at its extreme: the largest partial sums
+        a[...], b[...] = np.iinfo(da).max, np.iinfo(db).min
+    za, zb, zy = (_ints(rng, d, ()) for d in (da, db, dy))
+    if seed % 3 == 0:
+        za, zb = np.asarray(np.iinfo(da).min, da), np.asarray(np.iinfo(db).max, db)
+    sa, sb, sy = (np.float32(rng.uniform(1e-3, 0.1)) for _ in range(3))
+    mult = q.multiplier(sa, sb, y_scale=sy)
+    want = np.stack([
+        _reference(a2, int(za), b2, zb, None, mult, int(zy), dy, -128)
+        for a2, b2 in zip(a.reshape(-1, m, k), b.reshape(-1, k, n))
+    ]).reshape(*batch, m, n)  # fmt: skip
+    run = q.build_qlinear("QLinearMatMul")({}, {}, None, None)
+    (got,) = run([a, sa, za, b, sb, zb, sy, zy], None)
+    assert got.dtype == dy
+    np.testing.assert_array_equal(got, want)
+    fast = q._activation_matmul(a, za, b, zb, mult, int(zy), dy)
+    ra, rb = (max(int(z) - np.iinfo(d).min, np.iinfo(d).max - int(z)) for z, d in ((za, da), (zb, db)))
+    assert (fast is None) == (k * ra * rb >= 1 << 24)
+    if fast is not None:
+        np.testing.assert_array_equal(fast, want)
+
+
+@needs_tier
+@pytest.mark.parametrize("shape", [(2, 37, 5, 7), (1, 16, 4, 8), (3, 64, 33), (1, 5, 2, 2, 3), (1, 1, 1)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_the_c_channel_transpose_equals_numpys(shape, dtype) -> None:  # type: ignore[no-untyped-def]
+    """QLinearConv's NCHW -> NHWC and back by the C tier's 16 x 16 byte blocks (and the scalar
+    edges): numpy's moveaxis, into a given output buffer too."""
+    x = _ints(np.random.default_rng(len(shape)), dtype, shape)
+    last = q._swap_channels(x, True, last=True)
+    np.testing.assert_array_equal(last, np.moveaxis(x, 1, -1))
+    dst = np.empty(shape, dtype)
+    back = q._swap_channels(last, True, last=False, dst=dst)
+    assert back is dst
+    np.testing.assert_array_equal(back, x)
+    assert native.function("aioge_transpose8")(native.ptr(x), -1, 1, 1, native.ptr(dst)) < 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=st.sampled_from([(1,), (3, 5), (2, 3, 7, 9), (1, 40)]),
+    dt=st.sampled_from(["u8", "s8"]),
+    broadcast=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_qdq_add_rounds_as_the_three_nodes_it_stands_for(shape, dt, broadcast, seed) -> None:  # type: ignore[no-untyped-def]
+    """QdqAdd (C for equal shapes, numpy when broadcasting or without the tier) equals
+    DequantizeLinear, Add, QuantizeLinear in float32 step by step: (x - z) * s, the sum,
+    rint(v / sc) + zc saturated; ties and saturation included (the scales are drawn small and large)."""
+    rng = np.random.default_rng(seed)
+    d = _DT[dt]
+    a = _ints(rng, d, shape)
+    b = _ints(rng, d, (1,) * (len(shape) - 1) + (shape[-1],) if broadcast else shape)
+    za, zb, zc = (_ints(rng, d, ()) for _ in range(3))
+    sa, sb, sc = (np.float32(v) for v in rng.choice([0.5, 0.25, 0.01, 0.37, 2.0], 3))
+    dq = [(x.astype(np.float32) - np.float32(z)) * s for x, z, s in ((a, za, sa), (b, zb, sb))]
+    info = np.iinfo(d)
+    want = np.clip(np.rint((dq[0] + dq[1]) / sc) + np.float32(zc), info.min, info.max).astype(d)
+    got = q.qdq_add(a, sa, za, b, sb, zb, sc, zc)
+    assert got.dtype == d and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)

@@ -21,12 +21,13 @@ from aioge.kernels import native
 from aioge.kernels.contract import RunFn, is_constant
 from aioge.kernels.conv import _padded, _window_attrs, window_geometry
 from aioge.kernels.convert import dynamic_quantize_linear, dynamic_quantize_params
-from aioge.kernels.parallel import split_native
+from aioge.kernels.parallel import par_matmul, split_native
 
 __all__ = [
     "build_qlinear",
     "matmul_integer",
     "pack",
+    "qdq_add",
     "qgemm",
     "qlinear_add",
     "qlinear_global_average_pool",
@@ -210,6 +211,42 @@ def _matmul(
     return y.reshape(*a.shape[:-1], b.shape[1])
 
 
+def _activation_matmul(
+    a: np.ndarray, za: Any, b: np.ndarray, zb: Any, mult: np.ndarray, zy: int, dtype: Any, out: np.ndarray | None = None
+) -> Any:
+    """QLinearMatMul of two activations (attention's Q·K^T and P·V; nothing to pack once): (A -
+    za) @ (B - zb) by a float32 GEMM, exact when every partial sum is an integer below 2**24
+    (K * max|a - za| * max|b - zb| under it: K <= 258 for any 8-bit operands), requantised as
+    ``requantise`` does; None where that does not hold (per-row or per-column zero points or
+    scales, 1-D operands, a longer K). Written into ``out`` where it fits."""
+    za_v, zb_v = _scalar(za), _scalar(zb)
+    if za_v is None or zb_v is None or mult.size != 1 or a.ndim < 2 or b.ndim < 2:
+        return None
+    ia, ib = np.iinfo(a.dtype), np.iinfo(b.dtype)
+    if a.shape[-1] * max(za_v - ia.min, ia.max - za_v) * max(zb_v - ib.min, ib.max - zb_v) >= 1 << 24:
+        return None
+    af, bf = _centred_f32(a, za_v), _centred_f32(b, zb_v)
+    acc = np.empty((*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]), np.float32)
+    (par_matmul if a.ndim == b.ndim == acc.ndim and a.shape[:-2] == b.shape[:-2] else np.matmul)(af, bf, acc)
+    acc *= mult.reshape(())
+    np.clip(acc, np.float32(np.iinfo(dtype).min - zy), np.float32(np.iinfo(dtype).max - zy), out=acc)
+    np.rint(acc, out=acc)
+    fits = out is not None and out.dtype == dtype and out.flags.c_contiguous and out.size == acc.size
+    y = out.reshape(acc.shape) if fits else np.empty(acc.shape, dtype)  # type: ignore[union-attr]
+    np.add(acc, np.float32(zy), out=y, casting="unsafe")  # integers in the type's range: exact
+    return y
+
+
+def _centred_f32(x: np.ndarray, zero: int) -> np.ndarray:
+    """x - zero as float32 (exact), by the C tier's DequantizeLinear at scale 1 where built."""
+    fn = native.function("aioge_qgemm_dequantize")
+    if fn is None:
+        return np.subtract(x, np.float32(zero), dtype=np.float32)
+    x, y = np.ascontiguousarray(x), np.empty(x.shape, np.float32)
+    native.check(fn(native.ptr(x), int(x.dtype == np.int8), x.size, 1.0, float(zero), native.ptr(y)), "QLinearMatMul")
+    return y
+
+
 def _quantize_a(a: np.ndarray, use: bool) -> tuple[np.ndarray, Any, Any]:
     """DynamicQuantizeLinear of A, by the C tier's two passes for a contiguous float32 A."""
     if not use or a.dtype != np.float32 or not a.flags.c_contiguous or native.function("aioge_qgemm_range") is None:
@@ -299,8 +336,9 @@ def _conv(
     attrs: Mapping[str, Any],
     cache: _Weights,
     use: bool,
+    dst: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Any-rank conv by a channels-last im2col (each tap's channels one contiguous run: ten
+    """Any-rank conv (into ``dst`` where it fits) by a channels-last im2col (each tap's channels one contiguous run: ten
     times faster to gather than NCHW windows; the padding is x's zero point) and one qgemm
     per group, B the weight as (taps x channels) rows."""
     n, c = x.shape[:2]
@@ -329,7 +367,7 @@ def _conv(
 
     packs = cache.get(w, zw, make)
     xp = _padded(x, begin, end, np.asarray(zx_v).astype(x.dtype))
-    xh = np.ascontiguousarray(np.moveaxis(xp, 1, -1))  # (N, spatial..., C)
+    xh = _swap_channels(xp, use, last=True)  # (N, spatial..., C)
     y = np.empty((n * opos, m), out_dtype)
     m_all = None if mult is None else np.broadcast_to(mult, (m,)) if mult.size == 1 else mult.reshape(-1)
     st = xh.strides
@@ -349,7 +387,24 @@ def _conv(
         bg = None if bias is None else bias.reshape(-1)[sl]
         mg_mult = None if m_all is None else np.ascontiguousarray(m_all[sl])
         qgemm(cols, zx_v, packs[g], y[:, sl], bg, mg_mult, zy)
-    return np.ascontiguousarray(np.moveaxis(y.reshape(n, *out, m), -1, 1))
+    return _swap_channels(y.reshape(n, *out, m), use, last=False, dst=dst)
+
+
+def _swap_channels(x: np.ndarray, use: bool, *, last: bool, dst: np.ndarray | None = None) -> np.ndarray:
+    """(N, C, spatial...) -> (N, spatial..., C) (``last``) or back, contiguous (into ``dst`` where
+    it fits): by the C tier's blocked 8-bit transpose, else numpy's strided copy."""
+    fn = native.function("aioge_transpose8") if use else None
+    if fn is None or x.dtype.itemsize != 1 or x.ndim < 3:
+        return np.ascontiguousarray(np.moveaxis(x, 1, -1) if last else np.moveaxis(x, -1, 1))
+    x = np.ascontiguousarray(x)
+    c = x.shape[1] if last else x.shape[-1]
+    shape = (x.shape[0], *x.shape[2:], c) if last else (x.shape[0], c, *x.shape[1:-1])
+    fits = dst is not None and dst.dtype == x.dtype and dst.flags.c_contiguous and dst.shape == shape
+    y = dst if fits and dst is not None else np.empty(shape, x.dtype)
+    inner = x.size // max(x.shape[0] * c, 1)
+    rows, cols = (c, inner) if last else (inner, c)
+    native.check(fn(native.ptr(x), x.shape[0], rows, cols, native.ptr(y)), "QLinearConv")
+    return y
 
 
 def build_qlinear(op: str) -> Any:
@@ -362,7 +417,7 @@ def build_qlinear(op: str) -> Any:
         cache = _Weights()
         kw = dict(attrs)
 
-        def compute(inputs: Sequence[Any]) -> np.ndarray:
+        def compute(inputs: Sequence[Any], out: np.ndarray | None = None) -> np.ndarray:
             if op == "MatMulInteger":
                 a, b = inputs[0], inputs[1]
                 za = inputs[2] if len(inputs) > 2 else None
@@ -373,8 +428,11 @@ def build_qlinear(op: str) -> Any:
                 a, sa, za, b, sb, zb, sy, zy = inputs
                 r = None
                 if np.asarray(sa).size == 1:
-                    mult = multiplier(sa, sb, y_scale=sy)
-                    r = _matmul(a, b, za, zb, zy.dtype, mult, int(np.asarray(zy).reshape(-1)[0]), cache, use)
+                    mult, zy_v = multiplier(sa, sb, y_scale=sy), int(np.asarray(zy).reshape(-1)[0])
+                    if not is_constant(b):
+                        r = _activation_matmul(a, za, b, zb, mult, zy_v, zy.dtype, out)
+                    if r is None:
+                        r = _matmul(a, b, za, zb, zy.dtype, mult, zy_v, cache, use)
                 return qlinear_matmul(*inputs) if r is None else r
             if op == "QGemm":
                 return _qgemm_op(inputs, kw, cache, use)
@@ -386,13 +444,13 @@ def build_qlinear(op: str) -> Any:
             x, sx, zx, w, sw, zw, sy, zy = inputs[:8]
             bias = inputs[8] if len(inputs) > 8 else None
             mult = multiplier(sx, sw, y_scale=sy)
-            return _conv(x, w, zx, zw, bias, zy.dtype, mult, int(np.asarray(zy).reshape(-1)[0]), kw, cache, use)
+            return _conv(x, w, zx, zw, bias, zy.dtype, mult, int(np.asarray(zy).reshape(-1)[0]), kw, cache, use, out)
 
         def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
             if op == "DynamicQuantizeMatMul":  # written in place where the output buffer fits
                 r = _dynamic_matmul(inputs, cache, use, None if outputs is None else outputs[0])
             else:
-                r = compute(inputs)
+                r = compute(inputs, None if outputs is None else outputs[0])
             if outputs is None:
                 return (r,)
             if not np.may_share_memory(r, outputs[0]):
@@ -452,6 +510,20 @@ def qlinear_add(
     f = (a.astype(np.int32) - za).astype(np.float32) * ra + (b.astype(np.int32) - zb).astype(np.float32) * rb
     info = np.iinfo(a.dtype)
     return np.clip(np.rint(f).astype(np.int32) + zc, info.min, info.max).astype(a.dtype)
+
+
+def qdq_add(a: np.ndarray, sa: Any, za: Any, b: np.ndarray, sb: Any, zb: Any, sc: Any, zc: np.ndarray) -> np.ndarray:
+    """aioge's QdqAdd: DQ(a) + DQ(b) -> Q as those three nodes compute it in float32 ((a - za) *
+    sa + (b - zb) * sb, rint(v / sc) + zc, saturated), in one C pass for equal shapes."""
+    s = [np.float32(np.asarray(v).reshape(-1)[0]) for v in (sa, za, sb, zb, sc, zc)]
+    fn = native.function("aioge_qdq_add")
+    if fn is not None and a.shape == b.shape and a.dtype == b.dtype == zc.dtype and s[4] > 0:
+        a, b, y = np.ascontiguousarray(a), np.ascontiguousarray(b), np.empty(a.shape, a.dtype)
+        args = (native.ptr(b), s[2], s[3], int(a.dtype == np.int8), a.size, s[4], s[5], native.ptr(y))
+        native.check(fn(native.ptr(a), s[0], s[1], *args), "QdqAdd")
+        return y
+    v = (a.astype(np.float32) - s[1]) * s[0] + (b.astype(np.float32) - s[3]) * s[2]
+    return np.clip(np.rint(v / s[4]) + s[5], np.iinfo(zc.dtype).min, np.iinfo(zc.dtype).max).astype(zc.dtype)
 
 
 def qlinear_global_average_pool(

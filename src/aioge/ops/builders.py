@@ -153,6 +153,7 @@ __all__ = [
     "q_linear_conv",
     "q_linear_global_average_pool",
     "q_linear_mat_mul",
+    "qdq_add",
     "quantize_linear",
     "range",
     "reciprocal",
@@ -2875,6 +2876,30 @@ def q_linear_mat_mul(
         variadic=False,
         name=name,
         num_outputs=num_outputs,
+    )
+
+
+def qdq_add(
+    x0: Operand,
+    x1: Operand,
+    x2: Operand,
+    x3: Operand,
+    x4: Operand,
+    x5: Operand,
+    x6: Operand,
+    x7: Operand,
+    /,
+    *,
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Value:
+    """QdqAdd: DQ(a) + DQ(b) -> Q as the three round, one pass.
+
+    Attributes: none. Returns the output value.
+    """
+    return call_builder(
+        "QdqAdd", "aioge", (x0, x1, x2, x3, x4, x5, x6, x7), {**unknown}, variadic=False, name=name, num_outputs=num_outputs
     )
 
 

@@ -189,6 +189,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
         _MS,
     ),
     _op("QLinearAdd", _infer_qlinear_add, k.qlinear_add, (7, 8), "onnxruntime's quantised Add", None, _MS),
+    _op("QdqAdd", _infer_qlinear_add, k.qdq_add, (8, 8), "DQ(a) + DQ(b) -> Q as the three round, one pass", None, "aioge"),
     _op(
         "QLinearGlobalAveragePool",
         _infer_qlinear_gap,

@@ -2,7 +2,8 @@
 (as ``onnxruntime.quantization.quantize_static`` writes a QDQ model) becomes one integer op.
 
 ``DQ(x) -> Conv(DQ(w), DQ(bias)) [-> Relu] -> Q`` becomes QLinearConv, ``DQ(a) -> MatMul(DQ(w))
-[-> Relu] -> Q`` QLinearMatMul and ``DQ(a) -> Gemm(DQ(w), DQ(bias)) [-> Relu] -> Q``
+[-> Relu] -> Q`` QLinearMatMul (also ``DQ(a) -> MatMul(DQ(b)) -> Q`` of two activations per
+tensor, attention's Q·K^T and P·V, as onnxruntime fuses them) and ``DQ(a) -> Gemm(DQ(w), DQ(bias)) [-> Relu] -> Q``
 onnxruntime's QGemm (com.microsoft), which int8 kernels run (``kernels.quant_linalg``). What the
 fused op computes is what onnxruntime computes for the same model (it fuses the same patterns):
 
@@ -13,6 +14,8 @@ fused op computes is what onnxruntime computes for the same model (it fuses the 
 - a Relu is taken only when y's zero point is the type's least value: saturation then does
   what the Relu did, exactly (round(max(v, 0) / s) + z = max(round(v / s) + z, z)).
 
+``DQ(a) + DQ(b) -> Q`` (a residual Add) becomes aioge's QdqAdd (the same float32 roundings in
+one pass), and data movement or a MaxPool between a DQ and a Q of one scale runs on the integers.
 Anything else keeps the float path. The pass runs before constant folding, which would
 otherwise turn the weights' DequantizeLinear into float constants.
 """
@@ -113,7 +116,11 @@ def _fuse(graph: Graph, node: Node) -> bool:
     if xdq is None or wdq is None or tail is None or not _scalar_q(xdq):
         return False
     q, between = tail
-    w = const_array(wdq.inputs[0])  # None for a product of two activations (attention's): kept float
+    w = const_array(wdq.inputs[0])
+    if w is None and op == "MatMul" and _scalar_q(wdq) and len(node.inputs) == 2:  # two activations (attention's)
+        ins = [*xdq.inputs[:3], *wdq.inputs[:3], *q.inputs[1:3]]
+        remove = [q, *reversed(between), node, *_only_here(graph, wdq, node)]
+        return substitute(graph, q, "QLinearMatMul", ins, {}, remove) is not None
     trans_b = op == "Gemm" and bool(node.attrs.get("transB"))
     axis = 0 if op == "Conv" or trans_b else 1
     if w is None or w.ndim < 2 or (op != "Conv" and w.ndim != 2) or not _weight(wdq, axis):
@@ -188,7 +195,7 @@ def fuse_dynamic_matmul(graph: Graph) -> bool:
     return changed
 
 
-_MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Gather", "Slice", "Identity")
+_MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Gather", "Slice", "Identity", "MaxPool")
 
 
 def _same_q(a: Node, b: Node) -> bool:
@@ -202,18 +209,36 @@ def _same_q(a: Node, b: Node) -> bool:
 
 
 def _drop_pair(graph: Graph, dq: Node) -> bool:
-    """DQ(x) -> Reshape/Transpose/... -> Q by DQ's own scale and zero point: the op moves x's
-    integers instead (exact: for 8-bit x, Q(DQ(x)) is x, |x - z| <= 255 far inside float32)."""
+    """DQ(x) -> Reshape/Transpose/.../MaxPool -> Q by DQ's own scale and zero point: the op runs
+    on x's integers instead (exact: for 8-bit x, Q(DQ(x)) is x, |x - z| <= 255 far inside
+    float32, and a max commutes with DQ's increasing map)."""
     op = only_use(graph, dq.outputs[0])
     if op is None or op.op_type not in _MOVES or op.domain not in ("", "ai.onnx") or len(op.outputs) != 1:
         return False
     if op.inputs[0] is not dq.outputs[0] or dq.outputs[0] in op.inputs[1:] or len(dq.inputs) < 3 or not _scalar_q(dq):
         return False
+    if op.op_type == "MaxPool" and not float(const_array(dq.inputs[1]).reshape(-1)[0]) > 0:  # type: ignore[union-attr]
+        return False  # a max commutes with DQ's increasing map only
     q = only_use(graph, op.outputs[0])
     if q is None or not _plain(q, "QuantizeLinear") or len(q.inputs) < 3 or not _same_q(dq, q):
         return False
     inputs = [dq.inputs[0], *op.inputs[1:]]
     return substitute(graph, q, op.op_type, inputs, dict(op.attrs), [q, op, dq]) is not None
+
+
+def _add(graph: Graph, add: Node) -> bool:
+    """DQ(a) + DQ(b) -> Q, every side 8-bit of one kind per tensor (ResNet's residual Adds), into
+    aioge's QdqAdd: the same float32 roundings in one pass over the bytes."""
+    dqs = [d for d in (_dq(v) for v in add.inputs[:2]) if d is not None]
+    q = only_use(graph, add.outputs[0])
+    if len(add.inputs) != 2 or len(dqs) != 2 or q is None or not _plain(q, "QuantizeLinear") or len(q.inputs) < 3:
+        return False
+    sides = [*dqs, q]
+    if not all(_scalar_q(n) for n in sides) or len({const_array(n.inputs[2]).dtype for n in sides}) != 1:  # type: ignore[union-attr]
+        return False
+    ins = [*dqs[0].inputs[:3], *dqs[1].inputs[:3], *q.inputs[1:3]]
+    remove = [q, add, *{id(d): d for d in dqs if only_use(graph, d.outputs[0]) is add}.values()]
+    return substitute(graph, q, "QdqAdd", ins, {}, remove, domain="aioge") is not None
 
 
 def fuse_qdq(graph: Graph) -> bool:
@@ -226,4 +251,6 @@ def fuse_qdq(graph: Graph) -> bool:
     for node in graph.topological_order():
         if _plain(node, "DequantizeLinear"):
             changed |= _drop_pair(graph, node)
+        elif _plain(node, "Add"):
+            changed |= _add(graph, node)
     return changed

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 20
+#define AIOGE_ABI 21
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -234,5 +234,10 @@ int aioge_lowp_gemm(int kind, const float *a, int64_t lda, const uint16_t *bp, i
 
 /* par.c: wake the sleeping C helpers ahead of a run (kernels.parallel.wake_helpers) */
 int aioge_par_wake(void);
+/* qgemm.c: an 8-bit (batch, rows, cols) -> (batch, cols, rows) transpose (QLinearConv's NCHW <-> NHWC) */
+int aioge_transpose8(const uint8_t *x, int64_t batch, int64_t rows, int64_t cols, uint8_t *y);
+/* qgemm.c: a QDQ model's DQ(a) + DQ(b) -> Q in one pass (float32, rounding as the three nodes do) */
+int aioge_qdq_add(const void *a, float sa, float za, const void *b, float sb, float zb, int is_signed, int64_t n,
+                  float sc, float zc, void *y);
 
 #endif

@@ -651,3 +651,69 @@ int aioge_qgemm_dequantize(const void *x, int is_signed, int64_t n, float scale,
         y[i] = ((float)(is_signed ? ((const int8_t *)x)[i] : ((const uint8_t *)x)[i]) - zero) * scale;
     return 0;
 }
+
+/* An 8-bit (batch, rows, cols) -> (batch, cols, rows) transpose: the int8 convolutions' NCHW <->
+ * NHWC (numpy copies it a byte at a time, strided). 16 x 16 blocks by four rounds of SSE2 byte
+ * interleaves (out[2i], out[2i + 1] = lo, hi(in[i], in[i + 8]): four rounds transpose), the
+ * edges scalar. */
+int aioge_transpose8(const uint8_t *x, int64_t batch, int64_t rows, int64_t cols, uint8_t *y)
+{
+    if (batch < 0 || rows < 0 || cols < 0)
+        return AIOGE_EGEOMETRY;
+    for (int64_t b = 0; b < batch; b++) {
+        const uint8_t *xb = x + b * rows * cols;
+        uint8_t *yb = y + b * rows * cols;
+        int64_t r0 = 0;
+#ifdef __SSE2__
+        for (; r0 + 16 <= rows; r0 += 16) {
+            int64_t c0 = 0;
+            for (; c0 + 16 <= cols; c0 += 16) {
+                __m128i v[16], o[16];
+                for (int i = 0; i < 16; i++)
+                    v[i] = _mm_loadu_si128((const __m128i *)(xb + (r0 + i) * cols + c0));
+                for (int round = 0; round < 4; round++) {
+                    for (int i = 0; i < 8; i++) {
+                        o[2 * i] = _mm_unpacklo_epi8(v[i], v[i + 8]);
+                        o[2 * i + 1] = _mm_unpackhi_epi8(v[i], v[i + 8]);
+                    }
+                    memcpy(v, o, sizeof v);
+                }
+                for (int i = 0; i < 16; i++)
+                    _mm_storeu_si128((__m128i *)(yb + (c0 + i) * rows + r0), v[i]);
+            }
+            for (; c0 < cols; c0++)
+                for (int i = 0; i < 16; i++)
+                    yb[c0 * rows + r0 + i] = xb[(r0 + i) * cols + c0];
+        }
+#endif
+        for (; r0 < rows; r0++)
+            for (int64_t c = 0; c < cols; c++)
+                yb[c * rows + r0] = xb[r0 * cols + c];
+    }
+    return 0;
+}
+
+/* A QDQ model's DQ(a) + DQ(b) -> Q in one pass, rounding as the three nodes do in float32
+ * (DequantizeLinear, Add, QuantizeLinear): v = (a - za) * sa + (b - zb) * sb, then
+ * saturate(rint(v / sc) + zc); a, b and y n 8-bit values of one kind (is_signed). */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+int aioge_qdq_add(const void *a, float sa, float za, const void *b, float sb, float zb, int is_signed, int64_t n,
+                  float sc, float zc, void *y)
+{
+    if (n < 0 || !(sc > 0.0f))
+        return AIOGE_EGEOMETRY;
+    const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+    const uint8_t *ua = (const uint8_t *)a, *ub = (const uint8_t *)b;
+    const int8_t *sa8 = (const int8_t *)a, *sb8 = (const int8_t *)b;
+    uint8_t *uy = (uint8_t *)y;
+    for (int64_t i = 0; i < n; i++) {
+        const float va = is_signed ? (float)sa8[i] : (float)ua[i], vb = is_signed ? (float)sb8[i] : (float)ub[i];
+        const float v = (va - za) * sa + (vb - zb) * sb;
+        float q = nearbyintf(v / sc) + zc;
+        q = q < lo ? lo : (q > hi ? hi : q);
+        uy[i] = is_signed ? (uint8_t)(int8_t)q : (uint8_t)q;
+    }
+    return 0;
+}
+#pragma GCC pop_options
