@@ -74,3 +74,32 @@ def test_depthwise_forms_match_numpy_over_every_range_split(simd, c, mult, h, k,
             np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5, err_msg=f"simd {simd} cuts {cuts}")
     finally:
         native.function("aioge_simd_avx2")(1)
+
+
+@pytest.mark.parametrize("act", sorted(ACTS))
+def test_eight_plane_form_equals_the_flat_form_to_the_bit(act) -> None:
+    """The same multiply-adds in the same order and the activation's same operations (taken in
+    registers by the eight-plane form): equal outputs, NaN where the flat form has NaN, -0 too."""
+    rng = np.random.default_rng(7)
+    c, h, k = 21, 9, 3
+    x = rng.uniform(-8, 8, (1, c, h, h)).astype(np.float32)
+    x[0, 3, 4, 4], x[0, 5, 0, 0] = np.nan, -0.0
+    w = rng.uniform(-1, 1, (c, 1, k, k)).astype(np.float32)
+    w[5] = 0.0  # channel 5: the bias alone (-0 below), and its NaN-free window
+    b = rng.uniform(-1, 1, c).astype(np.float32)
+    b[5] = -0.0
+    code, a0, a1, _ = ACTS[act]
+    g = np.array([c, h, h, 1, k, k, 1, 1, 1, 1, 1, 1, h, h, code, _bits(a0), _bits(a1), 0], np.int64)
+    fn = native.lib().aioge_conv_depthwise_f32
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
+    got = {}
+    try:
+        for simd in (1, 2):
+            native.function("aioge_simd_avx2")(simd)
+            y = np.full((1, c, h, h), 7.0, np.float32)
+            assert fn(native.ptr(x), native.ptr(w), native.ptr(b), native.ptr(y), native.ptr(g), 0, c) == 0
+            got[simd] = y
+    finally:
+        native.function("aioge_simd_avx2")(1)
+    assert np.isnan(got[1][0, 3, 4, 4])  # every one of these keeps NaN
+    np.testing.assert_array_equal(got[1].view(np.int32), got[2].view(np.int32))

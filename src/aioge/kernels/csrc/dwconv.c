@@ -166,6 +166,39 @@ AVX2 static inline void transpose8(__m256 *r)
     r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
+/* lanes [0, n) of 8 set (n in 1..7) */
+AVX2 static inline __m256i tail_mask(int64_t n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The activations taken in registers on the way out (norm.c's act_span forms, the same operations
+ * in the same order: HardSigmoid's product and sum each rounded, NaN kept); the others go through
+ * act_span, a pass of their own. */
+static int act_in_regs(int act) { return act == ACT_HARDSWISH || act == ACT_HARDSIGMOID || act == ACT_RELU || act == ACT_CLIP; }
+
+AVX2 static inline __attribute__((always_inline)) void act8(__m256 *v, int act, float a0, float a1)
+{
+    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    const __m256 al = _mm256_set1_ps(act == ACT_HARDSWISH ? 1.0f / 6.0f : a0), be = _mm256_set1_ps(act == ACT_HARDSWISH ? 0.5f : a1);
+    for (int k = 0; k < 8; k++) {
+        const __m256 x = v[k];
+        if (act == ACT_RELU)
+            v[k] = _mm256_blendv_ps(zero, x, _mm256_cmp_ps(x, zero, _CMP_NLE_UQ));
+        else if (act == ACT_CLIP) {
+            const __m256 lo = _mm256_blendv_ps(al, x, _mm256_cmp_ps(x, al, _CMP_NLE_UQ));
+            v[k] = _mm256_blendv_ps(be, lo, _mm256_cmp_ps(lo, be, _CMP_NGE_UQ));
+        } else {
+            __m256 h = _mm256_mul_ps(al, x);
+            __asm__("" : "+x"(h)); /* rounded on its own: no contraction into an FMA */
+            h = _mm256_add_ps(h, be);
+            h = _mm256_blendv_ps(h, zero, _mm256_cmp_ps(h, zero, _CMP_LT_OQ));
+            h = _mm256_blendv_ps(h, one, _mm256_cmp_ps(h, one, _CMP_GT_OQ));
+            v[k] = act == ACT_HARDSWISH ? _mm256_mul_ps(x, h) : h;
+        }
+    }
+}
+
 /* n values of each of the eight runs src[k] into dst as n 8-vectors (dst[8 t + k] = src[k][t]) */
 AVX2 static void interleave8(const float *const *src, int64_t n, float *dst)
 {
@@ -178,9 +211,15 @@ AVX2 static void interleave8(const float *const *src, int64_t n, float *dst)
         for (int k = 0; k < 8; k++)
             _mm256_storeu_ps(dst + 8 * (t + k), r[k]);
     }
-    for (; t < n; t++)
+    if (t < n) { /* the last n - t columns by masked loads: no read past a run */
+        const __m256i mask = tail_mask(n - t);
+        __m256 r[8];
         for (int k = 0; k < 8; k++)
-            dst[8 * t + k] = src[k][t];
+            r[k] = _mm256_maskload_ps(src[k] + t, mask);
+        transpose8(r);
+        for (int64_t k = 0; k < n - t; k++)
+            _mm256_storeu_ps(dst + 8 * (t + k), r[k]);
+    }
 }
 
 /* bq outputs of one row, from q: acc = b + sum of taps, each tap a weight vector and bq inputs
@@ -252,9 +291,10 @@ AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float
                 for (; q < ow; q++)
                     pixels8(rows, wt, b, kh, kw, sw, dw, q, o + 8 * q, 1);
         }
-        if (act)
+        const int in_regs = act_in_regs(act);
+        if (act && !in_regs)
             aioge_act_span(out, NULL, out, 8 * oh * ow, act, a0, a1);
-        /* back into the planes: 8x8 transposes, a scalar tail */
+        /* back into the planes: 8x8 transposes (the simple activations applied there) */
         const int64_t n = oh * ow;
         float *dst = y + p * n;
         int64_t t = 0;
@@ -262,13 +302,23 @@ AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float
             __m256 v[8];
             for (int k = 0; k < 8; k++)
                 v[k] = _mm256_loadu_ps(out + 8 * (t + k));
+            if (in_regs)
+                act8(v, act, a0, a1);
             transpose8(v);
             for (int64_t k = 0; k < lanes; k++)
                 _mm256_storeu_ps(dst + k * n + t, v[k]);
         }
-        for (; t < n; t++)
+        if (t < n) { /* the last n - t outputs of each plane by masked stores */
+            const __m256i mask = tail_mask(n - t);
+            __m256 v[8];
+            for (int k = 0; k < 8; k++)
+                v[k] = t + k < n ? _mm256_loadu_ps(out + 8 * (t + k)) : _mm256_setzero_ps();
+            if (in_regs)
+                act8(v, act, a0, a1);
+            transpose8(v);
             for (int64_t k = 0; k < lanes; k++)
-                dst[k * n + t] = out[8 * t + k];
+                _mm256_maskstore_ps(dst + k * n + t, mask, v[k]);
+        }
     }
     free(img);
     return 0;
