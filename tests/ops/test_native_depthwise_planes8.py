@@ -103,3 +103,27 @@ def test_eight_plane_form_equals_the_flat_form_to_the_bit(act) -> None:
         native.function("aioge_simd_avx2")(1)
     assert np.isnan(got[1][0, 3, 4, 4])  # every one of these keeps NaN
     np.testing.assert_array_equal(got[1].view(np.int32), got[2].view(np.int32))
+
+
+@pytest.mark.parametrize("c, n", [(13, 2), (9, 1), (40, 1)])
+def test_depthwise_job_split_in_eight_plane_units_matches_onnxruntime(c, n) -> None:
+    """The native form's range counts eight-plane units (planes not a multiple of eight: a short
+    last unit); run whole and split over the C helper, it equals onnxruntime's Conv."""
+    from aioge.ir.desc import TensorDesc
+    from aioge.kernels.conv_algos import build_conv_depthwise_native
+    from tests.ops.conftest import ort_run
+
+    rng = np.random.default_rng(c)
+    x, w, b = rng.uniform(-1, 1, (n, c, 14, 14)), rng.uniform(-1, 1, (c, 1, 5, 5)), rng.uniform(-1, 1, c)
+    x, w, b = (a.astype(np.float32) for a in (x, w, b))
+    attrs = {"group": c, "kernel_shape": (5, 5), "pads": (2, 2, 2, 2)}
+    (want,) = ort_run("Conv", [x, w, b], attrs)
+    run = build_conv_depthwise_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, w, b)], None)
+    y = np.full(want.shape, np.nan, np.float32)
+    (call,) = native.native_form(run)([x, w, b], [y])
+    assert call.total == (-(-n * c // 8) if n * c >= 16 else n * c)
+    native.function("aioge_par_helpers")()
+    for split in (0, 1):
+        y[...] = np.nan
+        assert native.par_run()(call.job, call.addr, call.total, split) >= 0  # negative: an error
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5, err_msg=f"split {split}")
