@@ -340,7 +340,11 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
         g[9] <= 0 || p0 < 0)
         return AIOGE_EGEOMETRY;
     /* eight planes at a time where its padded image stays in L2 (a 112x112 plane's does not:
-     * there the flat-phase form is faster) and the range has most of eight planes */
+     * there the flat-phase form is faster) and the range has most of eight planes; the factors
+     * bounded first, so the extents below cannot overflow */
+    for (int i = 1; i <= 13; i++)
+        if (g[i] < 0 || g[i] > 4096)
+            return dwconv(x, w, bias, y, geometry, p0, p1);
     int64_t hp = (g[12] - 1) * g[6] + (g[4] - 1) * g[8] + 1, wp = (g[13] - 1) * g[7] + (g[5] - 1) * g[9] + 1;
     hp = hp > g[10] + g[1] ? hp : g[10] + g[1];
     wp = wp > g[11] + g[2] ? wp : g[11] + g[2];
