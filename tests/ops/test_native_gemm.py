@@ -272,12 +272,12 @@ def test_pack_columns_in_c_matches_numpy_for_row_major_and_strided_weights(k, n,
     ],
 )
 def test_one_row_times_a_transposed_weight_runs_the_gemv_and_matches_onnxruntime(k, c_shape, alpha, beta, monkeypatch) -> None:
-    """A classifier at batch 1 (Gemm, transB, one row): the weight read in place 4 rows at a
+    """A classifier at batch 1 (Gemm, transB, one row): the weight read in place 8 rows at a
     time (the tail of K past whole vectors and a last group of 1 row included), shared with the
     C helper, bit-equal split or whole, equal rows giving equal outputs."""
     rng = np.random.default_rng(k)
     a, b = rand(rng, 1, k), rand(rng, 1001, k)
-    b[:4] = b[4]  # equal rows, in a group of 4 and the next
+    b[5:10] = b[10]  # equal rows, in a group of 8 and the next
     b.setflags(write=False)
     inputs = [a, b] + ([rand(rng, *c_shape)] if c_shape else [])
     attrs = {"transB": 1, "alpha": alpha, "beta": beta}
@@ -293,7 +293,7 @@ def test_one_row_times_a_transposed_weight_runs_the_gemv_and_matches_onnxruntime
     assert jobs == [(native.JOB_GEMV_T, 1), (native.JOB_GEMV_T, 2)]
     np.testing.assert_array_equal(split, whole)
     if c_shape in (None, (1, 1)):  # the same bias everywhere
-        assert (whole[0, :5] == whole[0, 4]).all()
+        assert (whole[0, 5:11] == whole[0, 10]).all()
 
 
 @pytest.mark.parametrize("n", [64, 70, 300])

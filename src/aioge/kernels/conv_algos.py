@@ -365,19 +365,21 @@ def _numpy_instead(
 
 
 def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """group == C in C (``csrc/dwconv.c``): a plane at a time from a zero-padded copy split
-    into its stride phases, each tap one multiply-add over the flattened plane (AVX2 where the
-    CPU has it); the fused activation applied to each plane while it is in cache; the output
-    planes shared with the C helper thread on an idle core. Without the compiled tier (a desc
-    stored by a process that had it) the numpy ``conv_depthwise_planes``. On MobileNet's and
-    EfficientNet's shapes 0.9-1.5x onnxruntime's single-thread time (the 16-lane layout it
-    replaced: 2.5-6x)."""
+    """group == C in C (``csrc/dwconv.c``): with AVX2, eight planes at a time channel-interleaved
+    (planes up to about 90x90), else a plane at a time from a zero-padded copy split into its
+    stride phases; the fused activation applied while the output is in cache; the output planes
+    shared, in units of eight (whole eight-plane groups), with the C helper thread on an idle
+    core. Without the compiled tier (a desc stored by a process that had it) the numpy
+    ``conv_depthwise_planes``. Thread CPU on MobileNetV3's and EfficientNet's shapes, with their
+    layout changes, 0.6-1.0x onnxruntime's reorder, conv and reorder nodes."""
     g = _geometry(attrs, ins)
     par = native.par_run()
     if par is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
         return _numpy_instead(build_conv_depthwise_planes, attrs, {"block_kib": 192}, ins, outs)
     mult = g.m // g.c
     planes = g.n * g.m
+    unit = 8 if planes >= 16 else 1  # a split's chunks whole eight-plane groups (par.c cuts up to 8)
+    units = -(-planes // unit)
     worth = planes * g.oh * g.ow * g.kh * g.kw >= NATIVE_SPLIT_MACS
     geometry = np.array(
         [g.c, g.h, g.w, mult, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, g.oh, g.ow, *_epilogue(attrs), 0], np.int64
@@ -385,8 +387,8 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
     geo = (geometry, native.ptr(geometry))  # the array, kept alive by the closure, and its address
     operands = (NativeOperand(), NativeOperand())  # weight, bias
 
-    def args(x: np.ndarray, wp: int, bp: int, y: np.ndarray) -> np.ndarray:  # [lo, hi) are single planes
-        return np.array([native.ptr(x), wp, bp, native.ptr(y), geo[1], 1, planes, x.size, y.size], np.int64)
+    def args(x: np.ndarray, wp: int, bp: int, y: np.ndarray) -> np.ndarray:  # [lo, hi) are units of planes
+        return np.array([native.ptr(x), wp, bp, native.ptr(y), geo[1], unit, planes, x.size, y.size], np.int64)
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         x = np.ascontiguousarray(inputs[0], np.float32)
@@ -395,7 +397,7 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
         b, bp = operands[1].get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
         y = _output(g, outputs, x.dtype)
         yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-        split_native(par, native.JOB_DEPTHWISE, native.ptr(args(x, wp, bp or 0, yc)), planes, worth=worth)
+        split_native(par, native.JOB_DEPTHWISE, native.ptr(args(x, wp, bp or 0, yc)), units, worth=worth)
         if yc is not y:
             np.copyto(y, yc)
         return (y,)
@@ -405,7 +407,7 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
         if not native.f32c(x, w, y, *([] if b is None else [b])):
             return None
         a = args(x, native.ptr(w), 0 if b is None else native.ptr(b), y)
-        return [native.NativeCall(native.JOB_DEPTHWISE, a, planes, worth, (x, w, b, y, geometry))]
+        return [native.NativeCall(native.JOB_DEPTHWISE, a, units, worth, (x, w, b, y, geometry))]
 
     return native.with_native(run, form)
 

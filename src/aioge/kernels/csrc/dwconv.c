@@ -139,6 +139,191 @@ static int dwconv(const float *x, const float *w, const float *bias, float *y, c
     return 0;
 }
 
+/* -- eight planes at a time, channel-interleaved (AVX2): the taps of eight output channels are
+ * one vector, so every output pixel of the eight is kh x kw multiply-adds with no waste (the
+ * flat-phase form above computes Wq - ow spare columns a row and rounds a plane up to BLOCK: a
+ * 7x7 plane with a 5x5 kernel costs it 96 outputs for 49). The eight input planes are copied by
+ * 8x8 transposes into a zero-padded hp x wp image of 8-vectors, the outputs computed into an
+ * oh x ow image of 8-vectors, activated there, and transposed back into the eight planes. -- */
+
+AVX2 static inline void transpose8(__m256 *r)
+{
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* lanes [0, n) of 8 set (n in 1..7) */
+AVX2 static inline __m256i tail_mask(int64_t n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* The activations taken in registers on the way out (norm.c's act_span forms, the same operations
+ * in the same order: HardSigmoid's product and sum each rounded, NaN kept); the others go through
+ * act_span, a pass of their own. */
+static int act_in_regs(int act) { return act == ACT_HARDSWISH || act == ACT_HARDSIGMOID || act == ACT_RELU || act == ACT_CLIP; }
+
+AVX2 static inline __attribute__((always_inline)) void act8(__m256 *v, int act, float a0, float a1)
+{
+    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    const __m256 al = _mm256_set1_ps(act == ACT_HARDSWISH ? 1.0f / 6.0f : a0), be = _mm256_set1_ps(act == ACT_HARDSWISH ? 0.5f : a1);
+    for (int k = 0; k < 8; k++) {
+        const __m256 x = v[k];
+        if (act == ACT_RELU)
+            v[k] = _mm256_blendv_ps(zero, x, _mm256_cmp_ps(x, zero, _CMP_NLE_UQ));
+        else if (act == ACT_CLIP) {
+            const __m256 lo = _mm256_blendv_ps(al, x, _mm256_cmp_ps(x, al, _CMP_NLE_UQ));
+            v[k] = _mm256_blendv_ps(be, lo, _mm256_cmp_ps(lo, be, _CMP_NGE_UQ));
+        } else {
+            __m256 h = _mm256_mul_ps(al, x);
+            __asm__("" : "+x"(h)); /* rounded on its own: no contraction into an FMA */
+            h = _mm256_add_ps(h, be);
+            h = _mm256_blendv_ps(h, zero, _mm256_cmp_ps(h, zero, _CMP_LT_OQ));
+            h = _mm256_blendv_ps(h, one, _mm256_cmp_ps(h, one, _CMP_GT_OQ));
+            v[k] = act == ACT_HARDSWISH ? _mm256_mul_ps(x, h) : h;
+        }
+    }
+}
+
+/* n values of each of the eight runs src[k] into dst as n 8-vectors (dst[8 t + k] = src[k][t]) */
+AVX2 static void interleave8(const float *const *src, int64_t n, float *dst)
+{
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+        __m256 r[8];
+        for (int k = 0; k < 8; k++)
+            r[k] = _mm256_loadu_ps(src[k] + t);
+        transpose8(r);
+        for (int k = 0; k < 8; k++)
+            _mm256_storeu_ps(dst + 8 * (t + k), r[k]);
+    }
+    if (t < n) { /* the last n - t columns by masked loads: no read past a run */
+        const __m256i mask = tail_mask(n - t);
+        __m256 r[8];
+        for (int k = 0; k < 8; k++)
+            r[k] = _mm256_maskload_ps(src[k] + t, mask);
+        transpose8(r);
+        for (int64_t k = 0; k < n - t; k++)
+            _mm256_storeu_ps(dst + 8 * (t + k), r[k]);
+    }
+}
+
+/* bq outputs of one row, from q: acc = b + sum of taps, each tap a weight vector and bq inputs
+ * sw vectors apart (row pointers of the taps' kernel rows in ``rows``) */
+AVX2 static inline __attribute__((always_inline)) void pixels8(const float *const *rows, const float *wt, __m256 b, int64_t kh,
+                                                                int64_t kw, int64_t sw, int64_t dw, int64_t q, float *out, const int bq)
+{
+    __m256 acc[8];
+    for (int u = 0; u < bq; u++)
+        acc[u] = b;
+    for (int64_t i = 0; i < kh; i++)
+        for (int64_t j = 0; j < kw; j++) {
+            const __m256 w = _mm256_loadu_ps(wt + 8 * (i * kw + j));
+            const float *s = rows[i] + 8 * (q * sw + j * dw);
+            for (int u = 0; u < bq; u++)
+                acc[u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(s + 8 * sw * u), acc[u]);
+        }
+    for (int u = 0; u < bq; u++)
+        _mm256_storeu_ps(out + 8 * u, acc[u]);
+}
+
+AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float *y, const int64_t *g, int64_t p0, int64_t p1)
+{
+    const int64_t c = g[0], h = g[1], wd = g[2], mult = g[3], kh = g[4], kw = g[5], sh = g[6], sw = g[7], dh = g[8], dw = g[9],
+                  pt = g[10], pl = g[11], oh = g[12], ow = g[13];
+    const int act = (int)g[14];
+    const float a0 = aioge_float_of(g[15]), a1 = aioge_float_of(g[16]);
+    const int64_t m = c * mult, taps = kh * kw;
+    int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
+    hp = hp > pt + h ? hp : pt + h;
+    wp = wp > pl + wd ? wp : pl + wd;
+    const size_t floats = (size_t)(8 * (hp * wp + oh * ow + taps + 1)) + (size_t)(8 + kh) * sizeof(void *) / sizeof(float) + 8;
+    float *img = aioge_calloc(sizeof(float) * floats);
+    if (!img)
+        return AIOGE_ENOMEM;
+    float *out = img + 8 * hp * wp, *wt = out + 8 * oh * ow, *b8 = wt + 8 * taps;
+    const float **src = (const float **)(b8 + 8), **rows = src + 8;
+    for (int64_t p = p0; p < p1; p += 8) {
+        const int64_t lanes = p1 - p < 8 ? p1 - p : 8;
+        const float *planes[8];
+        for (int64_t k = 0; k < 8; k++) { /* lanes past the range repeat the last: computed, not written */
+            const int64_t q = p + (k < lanes ? k : lanes - 1), om = q % m;
+            planes[k] = x + ((q / m) * c + om / mult) * h * wd;
+            for (int64_t t = 0; t < taps; t++)
+                wt[8 * t + k] = w[om * taps + t];
+            b8[k] = bias ? bias[om] : 0.0f;
+        }
+        for (int64_t r = 0; r < h; r++) {
+            for (int k = 0; k < 8; k++)
+                src[k] = planes[k] + r * wd;
+            interleave8(src, wd, img + 8 * ((r + pt) * wp + pl));
+        }
+        const __m256 b = _mm256_loadu_ps(b8);
+        for (int64_t r = 0; r < oh; r++) {
+            for (int64_t i = 0; i < kh; i++)
+                rows[i] = img + 8 * (r * sh + i * dh) * wp;
+            float *o = out + 8 * r * ow;
+            int64_t q = 0;
+            if (ow >= 8) {
+                for (; q + 8 <= ow; q += 8)
+                    pixels8(rows, wt, b, kh, kw, sw, dw, q, o + 8 * q, 8);
+                if (q < ow) /* the last 8, overlapping the block before: the same values again */
+                    pixels8(rows, wt, b, kh, kw, sw, dw, ow - 8, o + 8 * (ow - 8), 8);
+            } else if (ow >= 4) {
+                pixels8(rows, wt, b, kh, kw, sw, dw, 0, o, 4);
+                if (ow > 4)
+                    pixels8(rows, wt, b, kh, kw, sw, dw, ow - 4, o + 8 * (ow - 4), 4);
+            } else
+                for (; q < ow; q++)
+                    pixels8(rows, wt, b, kh, kw, sw, dw, q, o + 8 * q, 1);
+        }
+        const int in_regs = act_in_regs(act);
+        if (act && !in_regs)
+            aioge_act_span(out, NULL, out, 8 * oh * ow, act, a0, a1);
+        /* back into the planes: 8x8 transposes (the simple activations applied there) */
+        const int64_t n = oh * ow;
+        float *dst = y + p * n;
+        int64_t t = 0;
+        for (; t + 8 <= n; t += 8) {
+            __m256 v[8];
+            for (int k = 0; k < 8; k++)
+                v[k] = _mm256_loadu_ps(out + 8 * (t + k));
+            if (in_regs)
+                act8(v, act, a0, a1);
+            transpose8(v);
+            for (int64_t k = 0; k < lanes; k++)
+                _mm256_storeu_ps(dst + k * n + t, v[k]);
+        }
+        if (t < n) { /* the last n - t outputs of each plane by masked stores */
+            const __m256i mask = tail_mask(n - t);
+            __m256 v[8];
+            for (int k = 0; k < 8; k++)
+                v[k] = t + k < n ? _mm256_loadu_ps(out + 8 * (t + k)) : _mm256_setzero_ps();
+            if (in_regs)
+                act8(v, act, a0, a1);
+            transpose8(v);
+            for (int64_t k = 0; k < lanes; k++)
+                _mm256_maskstore_ps(dst + k * n + t, mask, v[k]);
+        }
+    }
+    free(img);
+    return 0;
+}
+
 /* Depthwise convolution (group == channels, ``mult`` filters per input channel):
  * y[n, m, r, q] = act(bias[m] + sum over taps (i, j) of w[m, 0, i, j] * x[n, m / mult, r*sh - pt + i*dh, q*sw - pl + j*dw]),
  * taps outside the input counting zero, for output planes [p0, p1) numbered over N x (c * mult);
@@ -154,5 +339,16 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
     if (g[0] <= 0 || g[1] < 0 || g[2] < 0 || g[3] <= 0 || g[4] <= 0 || g[5] <= 0 || g[6] <= 0 || g[7] <= 0 || g[8] <= 0 ||
         g[9] <= 0 || p0 < 0)
         return AIOGE_EGEOMETRY;
+    /* eight planes at a time where its padded image stays in L2 (a 112x112 plane's does not:
+     * there the flat-phase form is faster) and the range has most of eight planes; the factors
+     * bounded first, so the extents below cannot overflow */
+    for (int i = 1; i <= 13; i++)
+        if (g[i] < 0 || g[i] > 4096)
+            return dwconv(x, w, bias, y, geometry, p0, p1);
+    int64_t hp = (g[12] - 1) * g[6] + (g[4] - 1) * g[8] + 1, wp = (g[13] - 1) * g[7] + (g[5] - 1) * g[9] + 1;
+    hp = hp > g[10] + g[1] ? hp : g[10] + g[1];
+    wp = wp > g[11] + g[2] ? wp : g[11] + g[2];
+    if (aioge_simd_avx2(-1) == 1 && p1 - p0 >= 6 && hp * wp <= 8192)
+        return dwconv8(x, w, bias, y, geometry, p0, p1);
     return dwconv(x, w, bias, y, geometry, p0, p1);
 }

@@ -212,28 +212,33 @@ void aioge_pack_columns_f32(const float *b, int64_t sk, int64_t sn, int64_t K, i
 
 /* y[n] = bias[n] + sum_k x[k] * w[n][k] for n in [n0, n1): a (1, K) row times the transpose of a
  * row-major (N, K) weight (Gemm with transB: a classifier at batch 1), the weight read in place,
- * 4 rows at a time, each row a contiguous stream. Bound by reading w: two threads each take
- * half of the rows. Every row goes through the same operations, so equal rows give equal
- * outputs. */
+ * 8 rows at a time in 8-float vectors, each row a contiguous stream. Bound by reading w: two
+ * threads each take half of the rows. (4 rows in 16-float vectors read MobileNetV3's 1024 x 1000
+ * classifier in 300 us, this 94; thread CPU, load 11.) Every row goes through the same
+ * operations (a short last block repeats its last row), so equal rows give equal outputs. */
+typedef float v8f __attribute__((vector_size(32), aligned(32)));
+typedef float v8fu __attribute__((vector_size(32), aligned(4)));
+
 void aioge_gemv_t_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t n0,
                       int64_t n1)
 {
-    const int64_t kv = K / 16 * 16;
-    int64_t n = n0;
-    for (; n < n1; n += 4) {
-        const int64_t rows = n1 - n < 4 ? n1 - n : 4;
-        const float *r[4];
-        for (int i = 0; i < 4; i++)
+    const int64_t kv = K / 8 * 8;
+    for (int64_t n = n0; n < n1; n += 8) {
+        const int64_t rows = n1 - n < 8 ? n1 - n : 8;
+        const float *r[8];
+        for (int i = 0; i < 8; i++)
             r[i] = w + (n + (i < rows ? i : rows - 1)) * ldw;
-        v16 acc[4] = {{0}, {0}, {0}, {0}};
-        for (int64_t k = 0; k < kv; k += 16) {
-            const v16 xv = *(const v16u *)(x + k);
-            for (int i = 0; i < 4; i++)
-                acc[i] += xv * *(const v16u *)(r[i] + k);
+        v8f acc[8];
+        for (int i = 0; i < 8; i++)
+            acc[i] = (v8f){0};
+        for (int64_t k = 0; k < kv; k += 8) {
+            const v8f xv = *(const v8fu *)(x + k);
+            for (int i = 0; i < 8; i++)
+                acc[i] += xv * *(const v8fu *)(r[i] + k);
         }
         for (int i = 0; i < rows; i++) {
             float s = 0.0f;
-            for (int l = 0; l < 16; l++)
+            for (int l = 0; l < 8; l++)
                 s += acc[i][l];
             for (int64_t k = kv; k < K; k++)
                 s += x[k] * r[i][k];

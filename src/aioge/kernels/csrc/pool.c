@@ -25,12 +25,12 @@
 #define AVX2 __attribute__((target("avx2,fma")))
 #define V 8 /* floats per vector and the scratch rows' slack */
 
-static int simd = -1; /* -1: not yet asked; 0: plain loops; 1: AVX2 */
+static int simd = -1; /* -1: not yet asked; 0: plain loops; 1: AVX2; 2: AVX2, flat-phase depthwise */
 
 int aioge_simd_avx2(int force)
 {
     if (force >= 0)
-        simd = force && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        simd = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? force : 0;
     else if (simd < 0)
         simd = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     return simd;
