@@ -314,6 +314,13 @@ def available() -> bool:
 
 
 @functools.cache
+def tier() -> str:
+    """The ISA tier the compiled kernels run, "" when they do not: a kernel key part (a kernel
+    tuned without them, or on another tier, chose among other candidates)."""
+    return _open().tier if lib() is not None else ""
+
+
+@functools.cache
 def function(name: str) -> Any:
     """The C function ``name`` with its types from ``SIGNATURES`` (aioge.h's), or None without
     the library (or when the library was built from sources older than the function).
