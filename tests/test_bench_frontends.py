@@ -95,6 +95,8 @@ def test_failed_reference_is_a_row_and_missing_framework_a_skip(monkeypatch: pyt
 def test_config_checks_front_ends() -> None:
     with pytest.raises(ValueError, match="unknown front ends"):
         SuiteConfig(frontends=["jax"])
+    with pytest.raises(ValueError, match="unknown torch models"):
+        SuiteConfig(frontends=["torch"], torch_models=["bert", "gpt5"])
     with pytest.raises(ValueError, match="frontends_only needs"):
         SuiteConfig(frontends_only=True)
 
@@ -104,3 +106,5 @@ def test_cli_rejects_unknown_front_ends(capsys: pytest.CaptureFixture[str]) -> N
 
     assert main(["bench", "--frontends", "jax", "--frontends-only"]) == 2
     assert "unknown front ends ['jax']" in capsys.readouterr().err
+    assert main(["bench", "--frontends", "torch", "--frontends-only", "--torch-models", "bert,gpt5"]) == 2
+    assert "unknown torch models ['bert', 'gpt5']" in capsys.readouterr().err
