@@ -386,3 +386,31 @@ def test_relu_alone_is_the_c_activation_job_to_the_bit() -> None:
     assert calls is not None and calls[0].job == native.JOB_ACTIVATION
     _run(calls)
     assert np.array_equal(y.view(np.int32), np.maximum(x, np.float32(0)).view(np.int32))
+
+
+@pytest.mark.parametrize(
+    ("ops", "operands", "shapes"),
+    [
+        (("Mul", "Mul", "Add"), (0, 1, 2, 3, -1, -2), [(2, 1, 16, 32), (1, 1, 16, 32)] * 2),  # Llama's rotary
+        (("Add", "Sqrt", "Reciprocal"), (0, 1, -1, -2), [(2, 16, 1), ()]),  # RMSNorm's rsqrt(mean + eps)
+    ],
+    ids=["rotary", "rsqrt"],
+)
+def test_a_fused_elementwise_program_is_jobs_equal_to_its_steps(ops: tuple, operands: tuple, shapes: list) -> None:
+    from aioge.ops.registry import get_schema
+    from aioge.ops.schema import InferContext
+
+    schema = get_schema("FusedElementwise", "aioge")
+    rng = np.random.default_rng(3)
+    ins = [np.asarray(np.abs(rng.standard_normal(s)) + 0.01, np.float32) for s in shapes]
+    ins[0].reshape(-1)[:2] = [np.nan, 0.0]
+    attrs = schema.normalise_attrs({"ops": ops, "operands": operands})
+    descs = [TensorDesc(a.shape, "float32") for a in ins]
+    outs = schema.infer(InferContext(descs, ins, attrs, 1))
+    run = schema.impl("blocked").build(attrs, {}, descs, outs)
+    (want,) = run(ins, None)
+    y = np.empty(want.shape, np.float32)
+    calls = native.native_form(run)(ins, [y])  # type: ignore[misc]
+    assert calls is not None and len(calls) == 3
+    _run(calls)
+    assert np.array_equal(y.view(np.int32), want.view(np.int32))

@@ -491,13 +491,15 @@ _Whole = tuple[str, tuple[float, ...], int, "int | None", int]
 
 def _chain_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> list[native.NativeCall] | None:
     """A straight chain of float32 Add/Sub/Mul/Div (each step on the one before and an input;
-    BERT's embedding sum, its attention scale and mask) as JOB_ELEMWISE calls in ``y``, in
+    BERT's embedding sum, its attention scale and mask) and Sqrt/Reciprocal (RMSNorm's rsqrt) as JOB_ELEMWISE calls in ``y``, in
     place, each rounding as its ufunc; None for any other program or inputs ``y`` overlaps
     (but the first step's, when it is ``y`` itself)."""
+    if any([s for s in st.srcs if s < 0] != ([-i] if i else []) for i, st in enumerate(steps)):
+        return _tree_calls(steps, inputs, y)
     calls = []
     for i, st in enumerate(steps):
-        code = native.EW_ARITH.get(st.op.name)
-        if code is None or len(st.srcs) != 2 or [s for s in st.srcs if s < 0] != ([-i] if i else []):
+        code = native.EW_ARITH.get(st.op.name) if len(st.srcs) == 2 else native.EW_UNARY.get(st.op.name)
+        if code is None or len(st.srcs) > 2 or [s for s in st.srcs if s < 0] != ([-i] if i else []):
             return None
         xs = [y if s < 0 else inputs[s] for s in st.srcs]
         for s, x in zip(st.srcs, xs):  # y may be an input the first step alone reads (in place), value for value
@@ -508,6 +510,25 @@ def _chain_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> li
         if call is None:
             return None
         calls.append(call)
+    return calls
+
+
+def _tree_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> list[native.NativeCall] | None:
+    """``_chain_calls`` of a program whose steps read earlier ones out of order (Llama's rotary
+    ``q * cos + rotate_half(q) * sin``): each step but the last into a buffer of ``y``'s shape
+    the program keeps; None when an input overlaps ``y``."""
+    calls, results = [], []
+    for i, st in enumerate(steps):
+        code = native.EW_ARITH.get(st.op.name) if len(st.srcs) == 2 else native.EW_UNARY.get(st.op.name)
+        xs = [results[-1 - s] if s < 0 else inputs[s] for s in st.srcs]
+        if code is None or len(xs) > 2 or any(not isinstance(x, np.ndarray) or np.may_share_memory(x, y) for x in xs):
+            return None
+        out = y if i == len(steps) - 1 else np.empty(y.shape, np.float32)
+        call = native.elemwise(code, out, *xs)
+        if call is None:
+            return None
+        calls.append(call)
+        results.append(out)
     return calls
 
 
