@@ -388,15 +388,20 @@ def test_relu_alone_is_the_c_activation_job_to_the_bit() -> None:
     assert np.array_equal(y.view(np.int32), np.maximum(x, np.float32(0)).view(np.int32))
 
 
+_SIG = lambda v: 1 / (1 + np.exp(-v.astype(np.float64)))  # noqa: E731
+
+
 @pytest.mark.parametrize(
-    ("ops", "operands", "shapes"),
-    [
-        (("Mul", "Mul", "Add"), (0, 1, 2, 3, -1, -2), [(2, 1, 16, 32), (1, 1, 16, 32)] * 2),  # Llama's rotary
-        (("Add", "Sqrt", "Reciprocal"), (0, 1, -1, -2), [(2, 16, 1), ()]),  # RMSNorm's rsqrt(mean + eps)
+    ("ops", "operands", "shapes", "numpy"),
+    [  # Llama's rotary, RMSNorm's rsqrt(mean + eps), Llama's SwiGLU (SiLU of the gate times up)
+        (("Mul", "Mul", "Add"), (0, 1, 2, 3, -1, -2), [(2, 1, 16, 32), (1, 1, 16, 32)] * 2, lambda a, b, c, d: a * b + c * d),
+        (("Add", "Sqrt", "Reciprocal"), (0, 1, -1, -2), [(2, 16, 1), ()], lambda a, b: 1 / np.sqrt(a + b)),
+        (("Sigmoid", "Mul", "Mul"), (0, 0, -1, -2, 1), [(2, 16, 128)] * 2, lambda a, b: a * _SIG(a) * b),
+        (("Swish", "Mul"), (0, -1, 1), [(2, 16, 128)] * 2, lambda a, b: a * _SIG(a) * b),
     ],
-    ids=["rotary", "rsqrt"],
+    ids=["rotary", "rsqrt", "silu_gate", "swiglu"],
 )
-def test_a_fused_elementwise_program_is_jobs_equal_to_its_steps(ops: tuple, operands: tuple, shapes: list) -> None:
+def test_a_fused_elementwise_program_is_jobs_equal_to_its_steps(ops: tuple, operands: tuple, shapes: list, numpy) -> None:
     from aioge.ops.registry import get_schema
     from aioge.ops.schema import InferContext
 
@@ -404,13 +409,16 @@ def test_a_fused_elementwise_program_is_jobs_equal_to_its_steps(ops: tuple, oper
     rng = np.random.default_rng(3)
     ins = [np.asarray(np.abs(rng.standard_normal(s)) + 0.01, np.float32) for s in shapes]
     ins[0].reshape(-1)[:2] = [np.nan, 0.0]
-    attrs = schema.normalise_attrs({"ops": ops, "operands": operands})
+    ins = [a - np.float32(0.5) if ops[0] in ("Sigmoid", "Swish") else a for a in ins]  # negative gates too
+    attrs = schema.normalise_attrs({"ops": ops, "operands": operands, "params": (1.0,) if ops[0] == "Swish" else ()})
     descs = [TensorDesc(a.shape, "float32") for a in ins]
     outs = schema.infer(InferContext(descs, ins, attrs, 1))
     run = schema.impl("blocked").build(attrs, {}, descs, outs)
     (want,) = run(ins, None)
     y = np.empty(want.shape, np.float32)
     calls = native.native_form(run)(ins, [y])  # type: ignore[misc]
-    assert calls is not None and len(calls) == 3
+    assert calls is not None and len(calls) == (2 if "Mul" in ops[1:] and ops[0] in ("Sigmoid", "Swish") else len(ops))
     _run(calls)
     assert np.array_equal(y.view(np.int32), want.view(np.int32))
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(y, numpy(*ins), rtol=2e-6, atol=1e-7)

@@ -435,6 +435,7 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
     # One compiled activation over an input of the output's shape (a Gelu or Sigmoid node alone):
     # one C call over the whole tensor, in two halves over an idle core when it is large.
     whole = _whole_activation(steps, in_shapes, out_shape)
+    gated = _gated(steps, in_shapes, out_shape)
     chain = _ChannelChain.of(steps, in_shapes, out_shape, dtype)
 
     def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
@@ -442,6 +443,8 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
         if size == 0:
             return (y,)
         if whole is not None and _run_whole(whole, inputs, y):
+            return (y,)
+        if gated is not None and _gated_calls(gated, inputs, y, run=True):
             return (y,)
         if chain is not None and chain.run(inputs, y):
             return (y,)
@@ -478,6 +481,8 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
         if whole is not None:  # the whole path's own call, or none (a bias: a fused pass of its own)
             call = native_rows.activation_call(whole[0], inputs[whole[2]], outputs[0], whole[1]) if whole[3] is None else None
             return None if call is None else [call]
+        if gated is not None:
+            return _gated_calls(gated, inputs, outputs[0])
         return _chain_calls(steps, inputs, outputs[0])
 
     return native.with_native(run, form)
@@ -555,6 +560,43 @@ def _whole_activation(steps: list[_Step], in_shapes: list[tuple[int, ...]], out_
         if x in full and x != b and bias and out_shape[len(out_shape) - len(bias) :] == bias:
             return names[1], steps[1].params, x, b, math.prod(bias)
     return None
+
+
+def _gated(steps: list[_Step], in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]) -> _Gated | None:
+    """(activation, params, x, m) when the program is ``act(x) * m`` over inputs of the output's
+    shape (Llama's SwiGLU: Swish of the gate times the up projection; SiLU spelled
+    ``x * sigmoid(x) * m``), an activation with a C job; else None."""
+    names = tuple(st.op.name for st in steps)
+    if names == ("Sigmoid", "Mul", "Mul") and sorted(steps[1].srcs) == [-1, steps[0].srcs[0]]:
+        act, params, last = "Swish", (1.0,), steps[2]
+    elif len(steps) == 2 and names[0] in native_rows.ACTIVATIONS and names[1] == "Mul":
+        act, params, last = names[0], steps[0].params, steps[1]
+    else:
+        return None
+    x, m = steps[0].srcs[0], [r for r in last.srcs if r != 1 - len(steps)]
+    full = [i for i, s in enumerate(in_shapes) if s == out_shape]
+    if len(last.srcs) != 2 or len(m) != 1 or m[0] == x or not {x, m[0]} <= set(full):
+        return None
+    return act, params, x, m[0]
+
+
+_Gated = tuple[str, tuple[float, ...], int, int]
+
+
+def _gated_calls(gated: _Gated, inputs: Sequence[Any], y: np.ndarray, run: bool = False) -> Any:
+    """``_gated``'s program as two C jobs (the activation into ``y``, then ``y * m`` in place),
+    run at once when ``run`` (False when they cannot: the Python steps do); None when they cannot."""
+    act, params, xi, mi = gated
+    x, m = np.asarray(inputs[xi]), np.asarray(inputs[mi])
+    calls = None if np.may_share_memory(m, y) else [native_rows.activation_call(act, x, y, params)]
+    if calls is not None and calls[0] is not None:
+        calls.append(native.elemwise(native.EW_ARITH["Mul"], y, y, m))
+    if calls is None or any(c is None for c in calls):
+        return False if run else None
+    if run:
+        native.run_calls(calls)
+        return True
+    return calls
 
 
 _CHAIN_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}
