@@ -135,9 +135,10 @@ def _hf_model(name: str) -> tuple[Any, dict[str, Any]]:
     mask[1, 10:] = 0
     text = {"input_ids": ids, "attention_mask": mask}
     pixels = {"pixel_values": torch.randn(2, 3, 32, 32, generator=gen)}
-    sizes = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
-    vision = {"image_size": 32, "patch_size": 8, **sizes}
-    vocab = {"vocab_size": 100, "max_position_embeddings": 64}
+    sizes: dict[str, Any] = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
+    vision: dict[str, Any] = {"image_size": 32, "patch_size": 8, **sizes}
+    vocab: dict[str, Any] = {"vocab_size": 100, "max_position_embeddings": 64}
+    cfg: Any
     if name in ("bert", "roberta", "clip_text"):
         cls = {"bert": "Bert", "roberta": "Roberta", "clip_text": "CLIPText"}[name]
         return getattr(tr, f"{cls}Model")(getattr(tr, f"{cls}Config")(**vocab, **sizes)), text

@@ -522,7 +522,8 @@ def _tree_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> lis
     """``_chain_calls`` of a program whose steps read earlier ones out of order (Llama's rotary
     ``q * cos + rotate_half(q) * sin``): each step but the last into a buffer of ``y``'s shape
     the program keeps; None when an input overlaps ``y``."""
-    calls, results = [], []
+    calls: list[native.NativeCall] = []
+    results: list[np.ndarray] = []
     for i, st in enumerate(steps):
         code = native.EW_ARITH.get(st.op.name) if len(st.srcs) == 2 else native.EW_UNARY.get(st.op.name)
         xs = [results[-1 - s] if s < 0 else inputs[s] for s in st.srcs]
@@ -567,8 +568,9 @@ def _gated(steps: list[_Step], in_shapes: list[tuple[int, ...]], out_shape: tupl
     shape (Llama's SwiGLU: Swish of the gate times the up projection; SiLU spelled
     ``x * sigmoid(x) * m``), an activation with a C job; else None."""
     names = tuple(st.op.name for st in steps)
+    params: tuple[float, ...] = (1.0,)
     if names == ("Sigmoid", "Mul", "Mul") and sorted(steps[1].srcs) == [-1, steps[0].srcs[0]]:
-        act, params, last = "Swish", (1.0,), steps[2]
+        act, last = "Swish", steps[2]
     elif len(steps) == 2 and names[0] in native_rows.ACTIVATIONS and names[1] == "Mul":
         act, params, last = names[0], steps[0].params, steps[1]
     else:
@@ -588,15 +590,14 @@ def _gated_calls(gated: _Gated, inputs: Sequence[Any], y: np.ndarray, run: bool 
     run at once when ``run`` (False when they cannot: the Python steps do); None when they cannot."""
     act, params, xi, mi = gated
     x, m = np.asarray(inputs[xi]), np.asarray(inputs[mi])
-    calls = None if np.may_share_memory(m, y) else [native_rows.activation_call(act, x, y, params)]
-    if calls is not None and calls[0] is not None:
-        calls.append(native.elemwise(native.EW_ARITH["Mul"], y, y, m))
-    if calls is None or any(c is None for c in calls):
+    first = None if np.may_share_memory(m, y) else native_rows.activation_call(act, x, y, params)
+    then = None if first is None else native.elemwise(native.EW_ARITH["Mul"], y, y, m)
+    if first is None or then is None:
         return False if run else None
     if run:
-        native.run_calls(calls)
+        native.run_calls([first, then])
         return True
-    return calls
+    return [first, then]
 
 
 _CHAIN_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}
