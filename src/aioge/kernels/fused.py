@@ -566,9 +566,16 @@ def _whole_activation(steps: list[_Step], in_shapes: list[tuple[int, ...]], out_
 def _gated(steps: list[_Step], in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]) -> _Gated | None:
     """(activation, params, x, m) when the program is ``act(x) * m`` over inputs of the output's
     shape (Llama's SwiGLU: Swish of the gate times the up projection; SiLU spelled
-    ``x * sigmoid(x) * m``), an activation with a C job; else None."""
+    ``x * sigmoid(x) * m``), an activation with a C job; ("Swish", (), x, -1 - s) for
+    ``x * sigmoid(s * x)``, s a scalar input (CLIP's quick GELU); else None."""
     names = tuple(st.op.name for st in steps)
     params: tuple[float, ...] = (1.0,)
+    first = steps[0].srcs
+    if names == ("Mul", "Sigmoid", "Mul") and steps[1].srcs == (-1,) and len(first) == 2:  # CLIP's quick GELU
+        for x, s in (first, first[::-1]):  # x * sigmoid(s * x), s a scalar input: Swish of alpha s
+            if in_shapes[x] == out_shape and not any(in_shapes[s]) and sorted(steps[2].srcs) == [-2, x]:
+                return "Swish", (), x, -1 - s
+        return None
     if names == ("Sigmoid", "Mul", "Mul") and sorted(steps[1].srcs) == [-1, steps[0].srcs[0]]:
         act, last = "Swish", steps[2]
     elif len(steps) == 2 and names[0] in native_rows.ACTIVATIONS and names[1] == "Mul":
@@ -586,18 +593,23 @@ _Gated = tuple[str, tuple[float, ...], int, int]
 
 
 def _gated_calls(gated: _Gated, inputs: Sequence[Any], y: np.ndarray, run: bool = False) -> Any:
-    """``_gated``'s program as two C jobs (the activation into ``y``, then ``y * m`` in place),
+    """``_gated``'s program as C jobs (the activation into ``y``, then ``y * m`` in place if any),
     run at once when ``run`` (False when they cannot: the Python steps do); None when they cannot."""
     act, params, xi, mi = gated
-    x, m = np.asarray(inputs[xi]), np.asarray(inputs[mi])
-    first = None if np.may_share_memory(m, y) else native_rows.activation_call(act, x, y, params)
-    then = None if first is None else native.elemwise(native.EW_ARITH["Mul"], y, y, m)
-    if first is None or then is None:
+    x, m = np.asarray(inputs[xi]), np.asarray(inputs[mi if mi >= 0 else xi])
+    if mi < 0:  # Swish's alpha: the scalar input -1 - mi, read as the job is made (a program's: a constant)
+        if not run and not is_constant(inputs[-1 - mi]):
+            return None
+        params = (float(np.asarray(inputs[-1 - mi], np.float32)),)
+    first = None if mi >= 0 and np.may_share_memory(m, y) else native_rows.activation_call(act, x, y, params)
+    then = native.elemwise(native.EW_ARITH["Mul"], y, y, m) if first is not None and mi >= 0 else None
+    if first is None or (then is None and mi >= 0):
         return False if run else None
+    calls = [first] if then is None else [first, then]
     if run:
-        native.run_calls([first, then])
+        native.run_calls(calls)
         return True
-    return [first, then]
+    return calls
 
 
 _CHAIN_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}
