@@ -29,19 +29,11 @@ FRONTENDS = ("tf", "torch")
 TF_MODELS = {"cnn": 64, "MobileNetV2": 96, "ResNet50": 96, "EfficientNetB0": 96}
 # name -> row label; mlp: the tiny one the test runs; the transformers ones are issue 41's named models
 TORCH_MODELS = {
-    "mlp": "mlp 4x64",
-    "resnet18": "resnet18 1x3x128x128",
-    "bert": "BertModel 2x16 + mask",
-    "roberta": "RobertaModel 2x16 + mask",
-    "distilbert": "DistilBertModel 2x16 + mask",
-    "gpt2": "GPT2Model 2x16 + mask",
-    "t5_encoder": "T5EncoderModel 2x16 + mask",
-    "vit": "ViTModel 2x3x32x32",
-    "whisper_encoder": "WhisperEncoder 2x16x32",
-    "clip_text": "CLIPTextModel 2x16 + mask",
-    "clip_vision": "CLIPVisionModel 2x3x32x32",
-    "llama": "LlamaModel 2x16 + mask",
-}
+    "mlp": "mlp 4x64", "resnet18": "resnet18 1x3x128x128", "bert": "BertModel 2x16 + mask", "roberta": "RobertaModel 2x16 + mask",
+    "distilbert": "DistilBertModel 2x16 + mask", "gpt2": "GPT2Model 2x16 + mask", "t5_encoder": "T5EncoderModel 2x16 + mask",
+    "vit": "ViTModel 2x3x32x32", "whisper_encoder": "WhisperEncoder 2x16x32", "clip_text": "CLIPTextModel 2x16 + mask",
+    "clip_vision": "CLIPVisionModel 2x3x32x32", "llama": "LlamaModel 2x16 + mask",
+}  # fmt: skip
 TORCH_REFERENCES = ("eager", "inductor")
 
 
