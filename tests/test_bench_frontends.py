@@ -25,7 +25,7 @@ def section() -> dict:
         ["torch", "tf"],
         tf_models=["cnn"],
         torch_models=["mlp"],
-        torch_references=("eager",),
+        torch_references=("eager", "inductor"),
         rounds=1,
         runs=2,
         progress=lines.append,
@@ -37,18 +37,35 @@ def section() -> dict:
 def test_one_tiny_model_per_framework_measured(section: dict) -> None:
     rows = {r["frontend"]: r for r in section["rows"]}
     assert set(rows) == {"tf", "torch"} and len(section["rows"]) == 2 and section["skipped"] == {}
-    assert rows["tf"]["reference"] == "tf.function" and rows["torch"]["reference"] == "eager"
-    for r in rows.values():
-        assert r["aioge"] > 0 and r["ref"] > 0 and r["compile_s"] > 0
-        assert r["ratio"] == pytest.approx(r["aioge"] / r["ref"])
-        assert r["max_rel_err"] < 1e-4  # aioge's outputs agree with the framework's
-    assert rows["tf"]["ref_compile_s"] > 0 and rows["torch"]["ref_compile_s"] == 0.0  # eager compiles nothing
+    tf = rows["tf"]
+    assert tf["reference"] == "tf.function" and tf["aioge"] > 0 and tf["ref"] > 0 and tf["compile_s"] > 0
+    assert tf["ratio"] == pytest.approx(tf["aioge"] / tf["ref"]) and tf["ref_compile_s"] > 0
+    assert tf["max_rel_err"] < 1e-4  # aioge's outputs agree with the framework's
+
+
+def test_torch_row_has_every_column_measured(section: dict) -> None:
+    # one row per model: every side's time a call, both compile times, the error against eager,
+    # the graphs aioge compiled and the eager fallbacks (none for the tiny MLP)
+    row = next(r for r in section["rows"] if r["frontend"] == "torch")
+    assert row["model"] == "mlp 4x64" and not any(k.endswith("_error") for k in row)
+    assert all(row[k] > 0 for k in ("aioge", "eager", "inductor", "compile_s", "inductor_compile_s"))
+    assert row["eager_compile_s"] == 0.0 and row["max_rel_err"] < 1e-5  # eager compiles nothing
+    assert row["graphs"] == 1 and row["fallbacks"] == 0
+    cells = fe.torch_table([row])[2].strip("| ").split(" | ")
+    assert cells[0] == "mlp 4x64" and len(cells) == 11
+    assert [float(c) for c in cells[1:]] == pytest.approx(
+        [row["aioge"] * 1e3, row["eager"] * 1e3, row["inductor"] * 1e3, row["aioge"] / row["eager"],
+         row["aioge"] / row["inductor"], row["compile_s"], row["inductor_compile_s"], row["max_rel_err"], 1, 0],
+        rel=0.06, abs=6e-3,
+    )  # fmt: skip
 
 
 def test_table_and_report(section: dict) -> None:
     table = fe.frontends_table(section)
     assert table[0].startswith("| front end | model | reference | aioge ms | reference ms | aioge/reference")
-    assert len(table) == 4 and "| tf | cnn 64x64 | tf.function |" in table[3]
+    assert "| tf | cnn 64x64 | tf.function |" in table[2] and table[3] == ""
+    assert table[4].startswith("| model | aioge ms | eager ms | inductor ms |") and table[6].startswith("| mlp 4x64 |")
+    assert len(table) == 7
     results = {
         "machine": {k: "x" for k in ("date", "cpus", "platform", "python", "aioge", "numpy", "onnx", "onnxruntime")}
         | {"OPENBLAS_CORETYPE": "", "OPENBLAS_L2_SIZE": ""},
@@ -66,9 +83,9 @@ def test_failed_reference_is_a_row_and_missing_framework_a_skip(monkeypatch: pyt
         rows = fe._torch_rows("mlp", be, ("no_such_backend",), 1, 1)
     finally:
         be.close()
-    assert rows[0]["reference"] == "torch.compile no_such_backend" and rows[0]["aioge"] > 0
-    assert "no_such_backend" in rows[0]["error"] and "ref" not in rows[0] and "ratio" not in rows[0]
-    assert "failed" in fe.frontends_table({"rows": rows})[2]
+    assert rows[0]["aioge"] > 0 and "no_such_backend" in rows[0]["no_such_backend_error"] and "no_such_backend" not in rows[0]
+    failed = {**rows[0], "inductor_error": "BackendCompilerFailed: boom"}
+    assert "| failed |" in fe.torch_table([failed])[2] and "BackendCompilerFailed: boom" in fe.torch_table([failed])[2]
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "keras" else real(name, *a))
     out = fe.frontends(["tf"])
@@ -78,6 +95,8 @@ def test_failed_reference_is_a_row_and_missing_framework_a_skip(monkeypatch: pyt
 def test_config_checks_front_ends() -> None:
     with pytest.raises(ValueError, match="unknown front ends"):
         SuiteConfig(frontends=["jax"])
+    with pytest.raises(ValueError, match="unknown torch models"):
+        SuiteConfig(frontends=["torch"], torch_models=["bert", "gpt5"])
     with pytest.raises(ValueError, match="frontends_only needs"):
         SuiteConfig(frontends_only=True)
 
@@ -87,3 +106,5 @@ def test_cli_rejects_unknown_front_ends(capsys: pytest.CaptureFixture[str]) -> N
 
     assert main(["bench", "--frontends", "jax", "--frontends-only"]) == 2
     assert "unknown front ends ['jax']" in capsys.readouterr().err
+    assert main(["bench", "--frontends", "torch", "--frontends-only", "--torch-models", "bert,gpt5"]) == 2
+    assert "unknown torch models ['bert', 'gpt5']" in capsys.readouterr().err

@@ -111,6 +111,7 @@ def kernel_key_parts(
     tune_mode: str = "heuristic",
     impls: Sequence[str] = (),
     code: str | None = None,
+    native: str | None = None,
 ) -> dict[str, Any]:
     """Everything that can change a kernel, by name. Names and ids of nodes are left out.
 
@@ -119,7 +120,9 @@ def kernel_key_parts(
     the debug config file's content (empty without one); ``tune_mode`` is part of the key
     because a heuristic pick is not a tuned kernel; ``impls`` names the op's candidate
     implementations (a new candidate may win); ``code`` is a digest of the kernel library's
-    source (default: ``code_digest()``), so a local edit never loads a stale kernel.
+    source (default: ``code_digest()``), so a local edit never loads a stale kernel; ``native``
+    the compiled kernels' ISA tier, "" without them (default: this process's): a kernel tuned
+    without them had no native candidate and would keep a plan out of its native program.
     """
     ins, outs = signature_of(node)
     return {
@@ -136,8 +139,15 @@ def kernel_key_parts(
         "impls": list(impls),
         "impl_version": impl_version,
         "code": code_digest() if code is None else code,
+        "native": _native_tier() if native is None else native,
         **versions(),  # aioge, numpy, python
     }
+
+
+def _native_tier() -> str:
+    from aioge.kernels import native
+
+    return native.tier()
 
 
 def kernel_key(parts: Mapping[str, Any]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import subprocess
 import sys
 
@@ -30,6 +31,7 @@ PARTS = (
     "impls",
     "impl_version",
     "code",
+    "native",
     "aioge",
     "numpy",
     "python",
@@ -84,6 +86,26 @@ def test_real_changes_change_the_key_and_names_do_not() -> None:
     assert kernel_key(_parts(_node(), code="0" * 64)) != key
     assert kernel_key(_parts(_node(), const_inputs={1: "d"})) != key
     assert kernel_key_parts(_node(), "AiVec", soc="AiogeSim", op_debug_level=0, impl_version=1) != _parts(_node())
+
+
+def test_compiled_kernels_tier_is_keyed() -> None:
+    # A kernel tuned where the C tier was not loaded had only numpy candidates: a process that
+    # loads it must not take that pick (it kept tiny BERT, GPT-2, T5 out of their native programs).
+    from aioge.kernels import native
+
+    assert _parts(_node())["native"] == native.tier() and kernel_key(_parts(_node(), native="")) != kernel_key(
+        _parts(_node(), native="avx2")
+    )
+    if not native.available():
+        pytest.skip("the compiled kernels are not built here: this process's key is the no-C one")
+    code = (
+        "import aioge; from aioge import ops; from aioge.keys import kernel_key_parts\n"
+        "g = aioge.Graph('g'); x = g.input('x', (2, 3), 'float32'); y = ops.leaky_relu(x, alpha=0.1, name='n')\n"
+        "print(kernel_key_parts(y.producer, 'AiCore', soc='AiogeSim', op_debug_level=0, impl_version=1)['native'])\n"
+    )
+    env = {**os.environ, "AIOGE_NATIVE": "0"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.strip() == "" and native.tier() in ("baseline", "avx2", "avx512")
 
 
 def test_key_shape_and_debug_log(caplog: pytest.LogCaptureFixture) -> None:

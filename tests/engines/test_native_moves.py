@@ -78,12 +78,28 @@ def test_arithmetic_rounds_as_the_ufuncs_do(case: tuple[np.ndarray, list[np.ndar
     assert np.array_equal(y, np.broadcast_to(want, y.shape), equal_nan=True)
 
 
+@settings(max_examples=40, deadline=None)
+@given(_case(1, [np.float32, np.float32]), st.sampled_from(["Sqrt", "Reciprocal"]))
+def test_sqrt_and_reciprocal_round_as_the_ufuncs_do(case: tuple[np.ndarray, list[np.ndarray]], op: str) -> None:
+    # RMSNorm's rsqrt (T5, Llama): NaN for a negative square root, inf for 1 / 0, -0 kept
+    y, (a,) = case
+    a.reshape(-1)[:3] = [-0.0, 0.0, 4.0][: a.size]
+    _run(native.elemwise(native.EW_UNARY[op], y, a))
+    with np.errstate(all="ignore"):
+        want = {"Sqrt": np.sqrt, "Reciprocal": np.reciprocal}[op](a)
+    assert np.array_equal(y.view(np.int32), np.broadcast_to(want, y.shape).view(np.int32)) or np.array_equal(
+        y, np.broadcast_to(want, y.shape), equal_nan=True
+    )
+
+
 def test_operands_the_job_cannot_take_have_no_call() -> None:
     f, b = np.zeros((2, 3), np.float32), np.zeros((2, 3), bool)
     assert native.elemwise(native.EW_AND, b, f, b) is None  # a float to a logical op
     assert native.elemwise(native.EW_WHERE, f, b, f, np.zeros(3, np.int64)) is None  # a branch of another dtype
     assert native.elemwise(native.EW_CAST, f, np.zeros((4,), np.float32)) is None  # does not broadcast
     assert native.elemwise(native.EW_CAST, f, np.zeros((2, 3), np.float16)) is None  # a dtype it lacks
+    assert native.elemwise(native.EW_UNARY["Sqrt"], f, f, f) is None  # one operand
+    assert native.elemwise(native.EW_UNARY["Sqrt"], np.zeros((2, 3)), np.zeros((2, 3))) is None  # float32 only
     assert native.gather(f, np.zeros(2, np.int32), np.zeros((2, 3), np.float32)) is None  # int32 indices
 
 

@@ -45,3 +45,27 @@ def test_model_compiles_fully_and_matches_eager(backend: aioge_torch.AiogeBacken
     assert float(ref.abs().max()) > 0.1
     np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-5)
     torch._dynamo.reset()
+
+
+# Their plans' every kernel has a C form: each call is one native program (no Python between
+# kernels). RMSNorm (T5, Llama), rotary and SwiGLU (Llama) and quick GELU (CLIP) brought forms.
+NATIVE = ["distilbert", "gpt2", "t5_encoder", "llama", "clip_vision"]
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_model_runs_as_one_native_program(backend: aioge_torch.AiogeBackend, name: str) -> None:
+    from aioge.kernels import native
+
+    if not native.available():
+        pytest.skip("the compiled tier is not built")
+    torch._dynamo.reset()
+    model, kwargs = torch_models.transformers_model(name)
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for _ in range(3):
+            got = compiled(**kwargs).last_hidden_state
+        ref = model(**kwargs).last_hidden_state
+    exe = backend._runner.session.executable(int(backend.graphs[-1].name.rsplit("_", 1)[1]))
+    assert exe.native_ok is True and exe.native_runs >= 2, (exe.native_ok, exe.native_runs)
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-5)
+    torch._dynamo.reset()

@@ -198,6 +198,7 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("", "Concat", "numpy"): ({"axis": 1}, [_f(2, 3, 4), _f(2, 2, 4)], 1),
     ("", "Slice", "numpy"): ({}, [_f(2, 6, 4), _i(1), _i(5), _i(1), _i(2)], 1),
     ("", "ReduceMean", "reduce_mean_native"): ({"keepdims": 0}, [_f(2, 3, 4, 5), _i(2, 3)], 1),
+    ("", "Relu", "numpy"): ({}, [_f(2, 3, 4)], 1),
     ("", "Cast", "numpy"): ({"to": "float32"}, [_i(3, -2, 7, 0)], 1),
     ("", "And", "numpy"): ({}, [_b(1, 0, 1), _b(1, 1, 0)], 1),
     ("", "Or", "numpy"): ({}, [_b(1, 0, 1), _b(0, 1, 0)], 1),
@@ -337,3 +338,90 @@ def test_a_conv_with_a_residual_adds_it_in_its_form_as_its_run_does(act: str) ->
     (plain,) = schema.impl("conv_direct_native").build({**attrs, "activation": ""}, {}, descs[:3], outs)(ins[:3], None)
     ref = plain + z
     np.testing.assert_allclose(want, {"": ref, "Relu": np.maximum(ref, 0), "Tanh": np.tanh(ref)}[act], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(("shape", "axes", "keepdims", "job"), [
+    ((2, 16, 64), (-1,), 1, True),  # T5's and Llama's RMSNorm: the hidden axis, one C job over 32 rows
+    ((2, 3, 4, 5), (2, 3), 0, True),  # ShuffleNet's head: H and W
+    ((3, 5, 7), (1, 2), 1, True),
+    ((2, 16, 64), (1,), 1, False),  # not the trailing axes: numpy's steps, no form
+    ((2, 16, 64), (0, 2), 1, False),
+])  # fmt: skip
+def test_reduce_mean_over_trailing_axes_is_one_c_job(shape: tuple, axes: tuple, keepdims: int, job: bool) -> None:
+    from aioge.ops.registry import get_schema
+    from aioge.ops.schema import InferContext
+
+    schema = get_schema("ReduceMean", "")
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32) * 3 + 1
+    ax = np.array(axes, np.int64)
+    ax.setflags(write=False)
+    attrs = schema.normalise_attrs({"keepdims": keepdims})
+    descs = [TensorDesc(x.shape, "float32"), TensorDesc(ax.shape, "int64")]
+    outs = schema.infer(InferContext(descs, [x, ax], attrs, 1))
+    impl = schema.impl("reduce_mean_native")
+    assert impl.applies(descs, attrs)
+    run = impl.build(attrs, {}, descs, outs)
+    want = x.mean(axis=axes, keepdims=bool(keepdims))
+    (got,) = run([x, ax], None)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+    assert got.shape == want.shape
+    y = np.empty(want.shape, np.float32)
+    calls = native.native_form(run)([x, ax], [y])  # type: ignore[misc]
+    assert (calls is not None) == job
+    if job:
+        _run(calls)
+        np.testing.assert_allclose(y, want, rtol=2e-6, atol=1e-6)
+
+
+def test_relu_alone_is_the_c_activation_job_to_the_bit() -> None:
+    # T5's Relu follows a bias-free MatMul: with no form it kept the plan off a native program
+    from aioge.ops.registry import get_schema
+
+    schema = get_schema("Relu", "")
+    x = np.random.default_rng(1).standard_normal((2, 16, 128)).astype(np.float32)
+    x[0, 0, :3] = [np.nan, -0.0, 0.0]
+    run = schema.impl("numpy").build({}, {}, [TensorDesc(x.shape, "float32")], [TensorDesc(x.shape, "float32")])
+    y = np.empty_like(x)
+    calls = native.native_form(run)([x], [y])  # type: ignore[misc]
+    assert calls is not None and calls[0].job == native.JOB_ACTIVATION
+    _run(calls)
+    assert np.array_equal(y.view(np.int32), np.maximum(x, np.float32(0)).view(np.int32))
+
+
+_SIG = lambda v: 1 / (1 + np.exp(-v.astype(np.float64)))  # noqa: E731
+
+
+@pytest.mark.parametrize(
+    ("ops", "operands", "shapes", "numpy"),
+    [  # Llama's rotary, RMSNorm's rsqrt(mean + eps), Llama's SwiGLU (SiLU of the gate times up)
+        (("Mul", "Mul", "Add"), (0, 1, 2, 3, -1, -2), [(2, 1, 16, 32), (1, 1, 16, 32)] * 2, lambda a, b, c, d: a * b + c * d),
+        (("Add", "Sqrt", "Reciprocal"), (0, 1, -1, -2), [(2, 16, 1), ()], lambda a, b: 1 / np.sqrt(a + b)),
+        (("Sigmoid", "Mul", "Mul"), (0, 0, -1, -2, 1), [(2, 16, 128)] * 2, lambda a, b: a * _SIG(a) * b),
+        (("Swish", "Mul"), (0, -1, 1), [(2, 16, 128)] * 2, lambda a, b: a * _SIG(a) * b),
+        (("Mul", "Sigmoid", "Mul"), (0, 1, -1, 0, -2), [(2, 17, 128), ()], lambda a, b: a * _SIG(b * a)),  # CLIP's quick GELU
+    ],
+    ids=["rotary", "rsqrt", "silu_gate", "swiglu", "quick_gelu"],
+)
+def test_a_fused_elementwise_program_is_jobs_equal_to_its_steps(ops: tuple, operands: tuple, shapes: list, numpy) -> None:
+    from aioge.ops.registry import get_schema
+    from aioge.ops.schema import InferContext
+
+    schema = get_schema("FusedElementwise", "aioge")
+    rng = np.random.default_rng(3)
+    ins = [np.asarray(np.abs(rng.standard_normal(s)) + 0.01, np.float32) for s in shapes]
+    ins[0].reshape(-1)[:2] = [np.nan, 0.0]
+    ins = [a - np.float32(0.5) if "Sigmoid" in ops or "Swish" in ops else a for a in ins]  # negative gates too
+    for a in ins[1:]:
+        a.setflags(write=False)  # weights and scalars: a graph's constants
+    attrs = schema.normalise_attrs({"ops": ops, "operands": operands, "params": (1.0,) if ops[0] == "Swish" else ()})
+    descs = [TensorDesc(a.shape, "float32") for a in ins]
+    outs = schema.infer(InferContext(descs, ins, attrs, 1))
+    run = schema.impl("blocked").build(attrs, {}, descs, outs)
+    (want,) = run(ins, None)
+    y = np.empty(want.shape, np.float32)
+    calls = native.native_form(run)(ins, [y])  # type: ignore[misc]
+    assert calls is not None and len(calls) == {"Sigmoid": 2, "Swish": 2}.get(ops[0], 1 if ops[1] == "Sigmoid" else len(ops))
+    _run(calls)
+    assert np.array_equal(y.view(np.int32), want.view(np.int32))
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(y, numpy(*ins), rtol=2e-6, atol=1e-7)

@@ -58,6 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--frontends-only", action="store_true", help="run the front-end section alone")
     p.add_argument(
+        "--torch-models", default=None, help="torch models of --frontends (default: all but mlp; see frontends.TORCH_MODELS)"
+    )
+    p.add_argument(
         "--states",
         default="",
         help="machine-states section (issue 42): quiet,busy1,busy4 (each side alone in its own process, beside N busy ones)",
@@ -118,6 +121,8 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
         precision_models=[m for m in args.precision_models.split(",") if m],
         precision_only=args.precision_only,
     )
+    if args.torch_models is not None:
+        cfg.torch_models = [m for m in args.torch_models.split(",") if m]
     if args.states_models is not None:
         cfg.states_models = [m for m in args.states_models.split(",") if m]
     if args.quick:

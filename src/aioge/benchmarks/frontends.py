@@ -22,12 +22,18 @@ import numpy as np
 
 from aioge.benchmarks import measure
 
-__all__ = ["FRONTENDS", "TF_MODELS", "TORCH_MODELS", "frontends", "frontends_table"]
+__all__ = ["FRONTENDS", "TF_MODELS", "TORCH_MODELS", "frontends", "frontends_table", "torch_table"]
 
 FRONTENDS = ("tf", "torch")
 # Keras applications with random weights at input size 96, and a plain Keras CNN; batch 1.
 TF_MODELS = {"cnn": 64, "MobileNetV2": 96, "ResNet50": 96, "EfficientNetB0": 96}
-TORCH_MODELS = ("mlp", "resnet18", "bert", "gpt2")  # mlp: the tiny one the test runs
+# name -> row label; mlp: the tiny one the test runs; the transformers ones are issue 41's named models
+TORCH_MODELS = {
+    "mlp": "mlp 4x64", "resnet18": "resnet18 1x3x128x128", "bert": "BertModel 2x16 + mask", "roberta": "RobertaModel 2x16 + mask",
+    "distilbert": "DistilBertModel 2x16 + mask", "gpt2": "GPT2Model 2x16 + mask", "t5_encoder": "T5EncoderModel 2x16 + mask",
+    "vit": "ViTModel 2x3x32x32", "whisper_encoder": "WhisperEncoder 2x16x32", "clip_text": "CLIPTextModel 2x16 + mask",
+    "clip_vision": "CLIPVisionModel 2x3x32x32", "llama": "LlamaModel 2x16 + mask",
+}  # fmt: skip
 TORCH_REFERENCES = ("eager", "inductor")
 
 
@@ -108,6 +114,49 @@ async def _tf_model(name: str, size: int, rounds: int, runs: int) -> list[dict[s
     return [_row("tf", f"{name} {size}x{size}", "tf.function", a, compile_s, r, ref_compile, _err(np.asarray(got), ref))]
 
 
+def _hf_model(name: str) -> tuple[Any, dict[str, Any]]:
+    """A small Hugging Face model from its config (random weights: hidden 64, 2 layers, 2 heads)
+    called as users call it: 2x16 token ids with the second row padded in ``attention_mask``,
+    2x3x32x32 pixels, or 2x16x32 log-mel features."""
+    import torch
+    import transformers as tr
+
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 100, (2, 16), generator=gen)
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[1, 10:] = 0
+    text = {"input_ids": ids, "attention_mask": mask}
+    pixels = {"pixel_values": torch.randn(2, 3, 32, 32, generator=gen)}
+    sizes: dict[str, Any] = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128}
+    vision: dict[str, Any] = {"image_size": 32, "patch_size": 8, **sizes}
+    vocab: dict[str, Any] = {"vocab_size": 100, "max_position_embeddings": 64}
+    cfg: Any
+    if name in ("bert", "roberta", "clip_text"):
+        cls = {"bert": "Bert", "roberta": "Roberta", "clip_text": "CLIPText"}[name]
+        return getattr(tr, f"{cls}Model")(getattr(tr, f"{cls}Config")(**vocab, **sizes)), text
+    if name == "distilbert":
+        return tr.DistilBertModel(tr.DistilBertConfig(**vocab, dim=64, n_layers=2, n_heads=2, hidden_dim=128)), text
+    if name == "gpt2":
+        cfg = tr.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=2, n_positions=64, bos_token_id=0, eos_token_id=0)
+        return tr.GPT2Model(cfg), text
+    if name == "t5_encoder":
+        return tr.T5EncoderModel(tr.T5Config(vocab_size=100, d_model=64, d_kv=32, d_ff=128, num_layers=2, num_heads=2)), text
+    if name in ("vit", "clip_vision"):
+        return (
+            tr.ViTModel(tr.ViTConfig(**vision)) if name == "vit" else tr.CLIPVisionModel(tr.CLIPVisionConfig(**vision))
+        ), pixels
+    if name == "whisper_encoder":
+        from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+        cfg = tr.WhisperConfig(
+            vocab_size=100, d_model=64, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=128,
+            num_mel_bins=16, max_source_positions=16,
+        )  # fmt: skip
+        return WhisperEncoder(cfg), {"input_features": torch.randn(2, 16, 32, generator=gen)}
+    assert name == "llama"
+    return tr.LlamaModel(tr.LlamaConfig(**vocab, num_key_value_heads=1, **sizes)), text
+
+
 def _torch_model(name: str) -> tuple[Any, dict[str, Any]]:
     import torch
 
@@ -120,19 +169,8 @@ def _torch_model(name: str) -> tuple[Any, dict[str, Any]]:
         import torchvision  # type: ignore[import-untyped]
 
         return torchvision.models.resnet18().eval(), {"x": torch.randn(1, 3, 128, 128)}
-    import transformers as tr
-
-    ids = torch.randint(3, 100, (2, 16), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones(2, 16, dtype=torch.long)
-    mask[1, 10:] = 0
-    if name == "bert":
-        cfg = tr.BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
-        m = tr.BertModel(cfg)
-    else:
-        m = tr.GPT2Model(
-            tr.GPT2Config(vocab_size=100, n_embd=64, n_layer=2, n_head=2, n_positions=64, bos_token_id=0, eos_token_id=0)
-        )
-    return m.eval(), {"input_ids": ids, "attention_mask": mask}
+    m, kwargs = _hf_model(name)
+    return m.eval(), kwargs
 
 
 def _tensor(out: Any) -> np.ndarray:
@@ -140,39 +178,42 @@ def _tensor(out: Any) -> np.ndarray:
 
 
 def _torch_rows(name: str, be: Any, references: tuple[str, ...], rounds: int, runs: int) -> list[dict[str, Any]]:
+    """One row for the model: each side's median seconds a call (``aioge``, then ``eager``,
+    ``inductor``...), compile seconds (``compile_s``, ``<side>_compile_s``), ``max_rel_err``
+    against eager, the aioge ``graphs`` Dynamo captured and the ``fallbacks`` (graphs or
+    partitions run eagerly in PyTorch: EagerFallbackWarnings); ``<side>_error`` for a reference
+    that failed to compile."""
+    import warnings
+
     import torch
 
+    import aioge.torch
+
     model, kwargs = _torch_model(name)
-    label = {"mlp": "mlp 4x64", "resnet18": "resnet18 1x3x128x128"}.get(name, f"{name} tiny 2x16 + mask")
+    row: dict[str, Any] = {"frontend": "torch", "model": TORCH_MODELS[name]}
     sides: dict[str, Callable[[], Any]] = {}
-    compile_s: dict[str, float] = {}
-    errors: dict[str, str] = {}
     outs: dict[str, np.ndarray] = {}
-    with torch.no_grad():
+    graphs = len(be.graphs)
+    torch._dynamo.reset()  # once: a reset between sides would drop the compiled ones (recompiled while timed)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", aioge.torch.EagerFallbackWarning)
         for side in ("aioge", *references):
-            torch._dynamo.reset()
             t = time.perf_counter()
             try:
                 fn = model if side == "eager" else torch.compile(model, backend=be if side == "aioge" else side)
                 outs[side] = _tensor(fn(**kwargs))
-            except Exception as exc:  # noqa: BLE001 - a reference's failure is recorded beside its row
+            except Exception as exc:  # noqa: BLE001 - a reference's failure is recorded in its row
                 if side == "aioge":
                     raise
-                errors[side] = f"{type(exc).__name__}: {exc}"[:300]
+                row[f"{side}_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 continue
-            compile_s[side] = 0.0 if side == "eager" else time.perf_counter() - t
+            row["compile_s" if side == "aioge" else f"{side}_compile_s"] = 0.0 if side == "eager" else time.perf_counter() - t
             sides[side] = functools.partial(fn, **kwargs)
-        medians = _alternate(sides, rounds, runs)
-    ref_out = outs.get("eager", next(iter(outs.values())))
-    rows = []
-    for side in references:
-        reference = "eager" if side == "eager" else f"torch.compile {side}"
-        if side in errors:  # the row without the reference's figures: its error instead
-            figures = ("torch", label, reference, medians["aioge"], compile_s["aioge"])
-            rows.append({**dict(zip(_KEYS, figures)), "error": errors[side]})
-            continue
-        rows.append(_row("torch", label, reference, medians["aioge"], compile_s["aioge"], medians[side], compile_s[side], _err(outs["aioge"], ref_out)))  # fmt: skip
-    return rows
+            row.setdefault("graphs", len(be.graphs) - graphs)
+        row |= _alternate(sides, rounds, runs)
+    row["fallbacks"] = sum(isinstance(w.message, aioge.torch.EagerFallbackWarning) for w in caught)
+    row["max_rel_err"] = _err(outs["aioge"], outs.get("eager", outs["aioge"]))
+    return [row]
 
 
 def frontends(
@@ -185,7 +226,7 @@ def frontends(
     runs: int = 5,
     progress: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
-    """The section's rows (one per model and reference) and what was skipped with why."""
+    """The section's rows (TF: one per model and reference; torch: one per model, see ``_torch_rows``) and what was skipped with why."""
     rows: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
     why = {n: missing(n) for n in names}
@@ -208,6 +249,12 @@ def frontends(
 
 
 def _line(r: dict[str, Any]) -> str:
+    if r["frontend"] == "torch":
+        sides = [k for k in ("eager", "inductor") if k in r] + [
+            k[: -len("_error")] + " failed" for k in r if k.endswith("_error")
+        ]
+        figures = "  ".join(f"{k} {r[k] * 1e3:8.3f} ms" if k in r else k for k in sides)
+        return f"{r['model']:28s} aioge {r['aioge'] * 1e3:8.3f} ms  {figures}  fallbacks {r['fallbacks']}"
     if "error" in r:
         return f"{r['model']:28s} aioge {r['aioge'] * 1e3:9.3f} ms  {r['reference']}: {r['error'][:80]}"
     return (
@@ -215,12 +262,29 @@ def _line(r: dict[str, Any]) -> str:
     )
 
 
+def torch_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The torch rows as markdown lines: one per model, every side's ms a call and compile seconds."""
+    head = "model|aioge ms|eager ms|inductor ms|aioge/eager|aioge/inductor|aioge compile s|inductor compile s|max rel err|aioge graphs|eager fallbacks"
+    lines = ["| " + head.replace("|", " | ") + " |", "|" + "---|" * (head.count("|") + 1)]
+    for r in rows:
+        ms = {k: f"{r[k] * 1e3:.3f}" if k in r else ("failed" if f"{k}_error" in r else "") for k in ("eager", "inductor")}
+        ratio = {k: f"{r['aioge'] / r[k]:.2f}" if k in r else "" for k in ("eager", "inductor")}
+        ind_compile = f"{r['inductor_compile_s']:.2f}" if "inductor_compile_s" in r else r.get("inductor_error", "")[:120]
+        cells = [r["model"], f"{r['aioge'] * 1e3:.3f}", ms["eager"], ms["inductor"], ratio["eager"], ratio["inductor"],
+                 f"{r['compile_s']:.2f}", ind_compile, f"{r['max_rel_err']:.1e}", str(r["graphs"]), str(r["fallbacks"])]  # fmt: skip
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return lines
+
+
 def frontends_table(section: dict[str, Any]) -> list[str]:
     """The section as markdown lines."""
     head = "front end|model|reference|aioge ms|reference ms|aioge/reference|aioge compile s|reference compile s|max rel err"
     head_cells = head.split("|")
     lines = ["| " + " | ".join(head_cells) + " |", "|" + "---|" * len(head_cells)]
+    torch_rows = [r for r in section["rows"] if r["frontend"] == "torch"]
     for r in section["rows"]:
+        if r["frontend"] == "torch":
+            continue
         if "error" in r:
             cells = [r["frontend"], r["model"], r["reference"], f"{r['aioge'] * 1e3:.3f}", "failed", "", f"{r['compile_s']:.2f}", r["error"][:120], ""]  # fmt: skip
         else:
@@ -229,5 +293,6 @@ def frontends_table(section: dict[str, Any]) -> list[str]:
                 f"{r['compile_s']:.2f}", f"{r['ref_compile_s']:.2f}", f"{r['max_rel_err']:.1e}",
             ]  # fmt: skip
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    lines = (lines if len(lines) > 2 else []) + (["", *torch_table(torch_rows)] if torch_rows else [])
     lines += [f"\nSkipped {k}: {v}." for k, v in section.get("skipped", {}).items()]
     return lines

@@ -545,7 +545,14 @@ def _rsqrt(c: _Converter, node: torch.fx.Node, x: Value) -> Value:
 
 def _pow(c: _Converter, node: torch.fx.Node, x: Any, e: Any) -> Value:
     x, e = _promote(c, node, x, e)
+    if isinstance(x, Value) and x.dtype.startswith("float") and isinstance(node.args[1], (int, float)) and node.args[1] == 2:
+        return ops.mul(x, x)  # x ** 2 as torch computes it (RMSNorm's): a Mul, which the C tier runs
     return ops.pow(x, e)
+
+
+def _neg(c: _Converter, node: torch.fx.Node, x: Value) -> Value:
+    x = _to_dtype(c, node, x)  # a float's -x is x * -1 to the bit (signed zeros too): a Mul, which the C tier runs
+    return ops.mul(x, c.const(-1, x.dtype)) if x.dtype.startswith("float") else ops.neg(x)
 
 
 def _where(c: _Converter, node: torch.fx.Node, cond: Value, a: Any, b: Any) -> Value:
@@ -1449,7 +1456,7 @@ _ATEN: dict[str, Callable[..., Any]] = {
     "true_divide": _binary(ops.div),
     "rsub": _rsub,
     "pow": _pow,
-    "neg": _unary(ops.neg),
+    "neg": _neg,
     "abs": _unary(ops.abs),
     "exp": _unary(ops.exp),
     "log": _unary(ops.log),

@@ -435,6 +435,7 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
     # One compiled activation over an input of the output's shape (a Gelu or Sigmoid node alone):
     # one C call over the whole tensor, in two halves over an idle core when it is large.
     whole = _whole_activation(steps, in_shapes, out_shape)
+    gated = _gated(steps, in_shapes, out_shape)
     chain = _ChannelChain.of(steps, in_shapes, out_shape, dtype)
 
     def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
@@ -442,6 +443,8 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
         if size == 0:
             return (y,)
         if whole is not None and _run_whole(whole, inputs, y):
+            return (y,)
+        if gated is not None and _gated_calls(gated, inputs, y, run=True):
             return (y,)
         if chain is not None and chain.run(inputs, y):
             return (y,)
@@ -478,6 +481,8 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
         if whole is not None:  # the whole path's own call, or none (a bias: a fused pass of its own)
             call = native_rows.activation_call(whole[0], inputs[whole[2]], outputs[0], whole[1]) if whole[3] is None else None
             return None if call is None else [call]
+        if gated is not None:
+            return _gated_calls(gated, inputs, outputs[0])
         return _chain_calls(steps, inputs, outputs[0])
 
     return native.with_native(run, form)
@@ -491,13 +496,15 @@ _Whole = tuple[str, tuple[float, ...], int, "int | None", int]
 
 def _chain_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> list[native.NativeCall] | None:
     """A straight chain of float32 Add/Sub/Mul/Div (each step on the one before and an input;
-    BERT's embedding sum, its attention scale and mask) as JOB_ELEMWISE calls in ``y``, in
+    BERT's embedding sum, its attention scale and mask) and Sqrt/Reciprocal (RMSNorm's rsqrt) as JOB_ELEMWISE calls in ``y``, in
     place, each rounding as its ufunc; None for any other program or inputs ``y`` overlaps
     (but the first step's, when it is ``y`` itself)."""
+    if any([s for s in st.srcs if s < 0] != ([-i] if i else []) for i, st in enumerate(steps)):
+        return _tree_calls(steps, inputs, y)
     calls = []
     for i, st in enumerate(steps):
-        code = native.EW_ARITH.get(st.op.name)
-        if code is None or len(st.srcs) != 2 or [s for s in st.srcs if s < 0] != ([-i] if i else []):
+        code = native.EW_ARITH.get(st.op.name) if len(st.srcs) == 2 else native.EW_UNARY.get(st.op.name)
+        if code is None or len(st.srcs) > 2 or [s for s in st.srcs if s < 0] != ([-i] if i else []):
             return None
         xs = [y if s < 0 else inputs[s] for s in st.srcs]
         for s, x in zip(st.srcs, xs):  # y may be an input the first step alone reads (in place), value for value
@@ -508,6 +515,26 @@ def _chain_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> li
         if call is None:
             return None
         calls.append(call)
+    return calls
+
+
+def _tree_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> list[native.NativeCall] | None:
+    """``_chain_calls`` of a program whose steps read earlier ones out of order (Llama's rotary
+    ``q * cos + rotate_half(q) * sin``): each step but the last into a buffer of ``y``'s shape
+    the program keeps; None when an input overlaps ``y``."""
+    calls: list[native.NativeCall] = []
+    results: list[np.ndarray] = []
+    for i, st in enumerate(steps):
+        code = native.EW_ARITH.get(st.op.name) if len(st.srcs) == 2 else native.EW_UNARY.get(st.op.name)
+        xs = [results[-1 - s] if s < 0 else inputs[s] for s in st.srcs]
+        if code is None or len(xs) > 2 or any(not isinstance(x, np.ndarray) or np.may_share_memory(x, y) for x in xs):
+            return None
+        out = y if i == len(steps) - 1 else np.empty(y.shape, np.float32)
+        call = native.elemwise(code, out, *xs)
+        if call is None:
+            return None
+        calls.append(call)
+        results.append(out)
     return calls
 
 
@@ -534,6 +561,55 @@ def _whole_activation(steps: list[_Step], in_shapes: list[tuple[int, ...]], out_
         if x in full and x != b and bias and out_shape[len(out_shape) - len(bias) :] == bias:
             return names[1], steps[1].params, x, b, math.prod(bias)
     return None
+
+
+def _gated(steps: list[_Step], in_shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]) -> _Gated | None:
+    """(activation, params, x, m) when the program is ``act(x) * m`` over inputs of the output's
+    shape (Llama's SwiGLU: Swish of the gate times the up projection; SiLU spelled
+    ``x * sigmoid(x) * m``), an activation with a C job; ("Swish", (), x, -1 - s) for
+    ``x * sigmoid(s * x)``, s a scalar input (CLIP's quick GELU); else None."""
+    names = tuple(st.op.name for st in steps)
+    params: tuple[float, ...] = (1.0,)
+    first = steps[0].srcs
+    if names == ("Mul", "Sigmoid", "Mul") and steps[1].srcs == (-1,) and len(first) == 2:  # CLIP's quick GELU
+        for x, s in (first, first[::-1]):  # x * sigmoid(s * x), s a scalar input: Swish of alpha s
+            if in_shapes[x] == out_shape and not any(in_shapes[s]) and sorted(steps[2].srcs) == [-2, x]:
+                return "Swish", (), x, -1 - s
+        return None
+    if names == ("Sigmoid", "Mul", "Mul") and sorted(steps[1].srcs) == [-1, steps[0].srcs[0]]:
+        act, last = "Swish", steps[2]
+    elif len(steps) == 2 and names[0] in native_rows.ACTIVATIONS and names[1] == "Mul":
+        act, params, last = names[0], steps[0].params, steps[1]
+    else:
+        return None
+    x, m = steps[0].srcs[0], [r for r in last.srcs if r != 1 - len(steps)]
+    full = [i for i, s in enumerate(in_shapes) if s == out_shape]
+    if len(last.srcs) != 2 or len(m) != 1 or m[0] == x or not {x, m[0]} <= set(full):
+        return None
+    return act, params, x, m[0]
+
+
+_Gated = tuple[str, tuple[float, ...], int, int]
+
+
+def _gated_calls(gated: _Gated, inputs: Sequence[Any], y: np.ndarray, run: bool = False) -> Any:
+    """``_gated``'s program as C jobs (the activation into ``y``, then ``y * m`` in place if any),
+    run at once when ``run`` (False when they cannot: the Python steps do); None when they cannot."""
+    act, params, xi, mi = gated
+    x, m = np.asarray(inputs[xi]), np.asarray(inputs[mi if mi >= 0 else xi])
+    if mi < 0:  # Swish's alpha: the scalar input -1 - mi, read as the job is made (a program's: a constant)
+        if not run and not is_constant(inputs[-1 - mi]):
+            return None
+        params = (float(np.asarray(inputs[-1 - mi], np.float32)),)
+    first = None if mi >= 0 and np.may_share_memory(m, y) else native_rows.activation_call(act, x, y, params)
+    then = native.elemwise(native.EW_ARITH["Mul"], y, y, m) if first is not None and mi >= 0 else None
+    if first is None or (then is None and mi >= 0):
+        return False if run else None
+    calls = [first] if then is None else [first, then]
+    if run:
+        native.run_calls(calls)
+        return True
+    return calls
 
 
 _CHAIN_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}

@@ -75,6 +75,7 @@ __all__ = [
     "EW_XOR",
     "EW_WHERE",
     "EW_ARITH",
+    "EW_UNARY",
     "elemwise",
     "gather",
     "NativeCall",
@@ -316,6 +317,13 @@ def available() -> bool:
 
 
 @functools.cache
+def tier() -> str:
+    """The ISA tier the compiled kernels run, "" when they do not: a kernel key part (a kernel
+    tuned without them, or on another tier, chose among other candidates)."""
+    return _open().tier if lib() is not None else ""
+
+
+@functools.cache
 def function(name: str) -> Any:
     """The C function ``name`` with its types from ``SIGNATURES`` (aioge.h's), or None without
     the library (or when the library was built from sources older than the function).
@@ -485,16 +493,18 @@ def _base_address(a: np.ndarray) -> int:
 # JOB_ELEMWISE's ops and dtypes (csrc/jobs.c)
 EW_CAST, EW_AND, EW_OR, EW_XOR, EW_WHERE = range(5)
 EW_ARITH = {"Add": 5, "Sub": 6, "Mul": 7, "Div": 8}  # float32
+EW_UNARY = {"Sqrt": 9, "Reciprocal": 10}  # float32: RMSNorm's rsqrt (T5, Llama)
 _EW_TYPES = {np.dtype(t): code for code, t in enumerate((np.float32, np.int64, np.int32, np.bool_, np.float64))}
 
 
 def elemwise(op: int, y: Any, *xs: Any) -> NativeCall | None:
     """``y = op(*xs)`` as one job: EW_CAST (x to y's dtype, as numpy's astype), EW_AND, EW_OR,
-    EW_XOR (bools), EW_WHERE (a bool condition, then two of y's dtype), EW_ARITH's (float32), for operands broadcast to
+    EW_XOR (bools), EW_WHERE (a bool condition, then two of y's dtype), EW_ARITH's and EW_UNARY's (float32), for operands broadcast to
     ``y`` (any strides: a slice of Concat's output; up to 6-D; float32, float64, int64, int32, bool); None otherwise."""
     if not (isinstance(y, np.ndarray) and y.flags.writeable and y.size and y.ndim <= 6 and y.dtype in _EW_TYPES):
         return None
-    if not all(isinstance(x, np.ndarray) and x.dtype in _EW_TYPES for x in xs) or len(xs) != {EW_CAST: 1, EW_WHERE: 3}.get(op, 2):
+    arity = 1 if op == EW_CAST or op in EW_UNARY.values() else 3 if op == EW_WHERE else 2
+    if not all(isinstance(x, np.ndarray) and x.dtype in _EW_TYPES for x in xs) or len(xs) != arity:
         return None
     kinds = [x.dtype for x in (y, *xs)]
     if (

@@ -18,6 +18,7 @@ and ``reduce.build_reduce``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -401,37 +402,51 @@ def _reduce_build(reducer: str, strategy: str) -> Callable[..., RunFn]:
 
 
 def build_reduce_mean_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """ReduceMean over H and W of a float32 (N, C, H, W) (ShuffleNet's head, which kept its
-    plan off native programs): ``globalavg_native``'s C job, a native program's step too;
-    over other axes the stepwise reduction."""
+    """float32 ReduceMean over trailing axes of a contiguous tensor (H and W of ShuffleNet's
+    head; the hidden axis of T5's and Llama's RMSNorm, which kept their plans off native
+    programs): ``globalavg_native``'s C job over (leading, trailing) rows, a native program's
+    step too; over other axes the stepwise reduction."""
     other = _reduce_build("mean", "stepwise")(attrs, params, ins, outs)
-    pool = build_globalavg_native(attrs, params, ins, outs)
-    pool_form, noop = native.native_form(pool), bool(attrs.get("noop_with_empty_axes", 0))
+    x_desc, noop = ins[0], bool(attrs.get("noop_with_empty_axes", 0))
+    assert x_desc is not None and x_desc.shape is not None  # static shapes only
+    shape = tuple(int(d) for d in x_desc.shape)
+    pools: dict[int, RunFn] = {}  # trailing axes reduced -> the job's kernel over (leading, 1, trailing)
 
-    def plane(inputs: Sequence[Any]) -> bool:
+    def trailing(inputs: Sequence[Any]) -> int:
         given = inputs[1] if len(inputs) > 1 and inputs[1] is not None else attrs.get("axes")
         try:
-            return reduce_axes(4, None if given is None else [int(a) for a in np.asarray(given).reshape(-1)], noop) == (2, 3)
+            axes = reduce_axes(len(shape), None if given is None else [int(a) for a in np.asarray(given).reshape(-1)], noop)
         except ValueError:
-            return False
+            return 0
+        k = len(axes or ())
+        return k if 0 < k < len(shape) and axes == tuple(range(len(shape) - k, len(shape))) else 0
+
+    def pool(k: int) -> RunFn:
+        if k not in pools:
+            rows = (int(np.prod(shape[:-k], dtype=np.int64)), 1, int(np.prod(shape[-k:], dtype=np.int64)))
+            pools[k] = build_globalavg_native(attrs, params, (replace(x_desc, shape=rows), *ins[1:]), outs)
+        return pools[k]
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
-        if not plane(inputs):
+        k = trailing(inputs)
+        if not k or (outputs is not None and not native.f32c(outputs[0])):
             return other(inputs, outputs)
-        y = pool(inputs, outputs)[0]
+        y = pool(k)(inputs, outputs)[0]
         return (y if outputs is not None else y.reshape(outs[0].shape),)
 
     def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
-        if pool_form is None or not all(is_constant(a) for a in inputs[1:] if a is not None) or not plane(inputs):
-            return None
-        return pool_form(inputs, outputs)
+        k = trailing(inputs) if all(is_constant(a) for a in inputs[1:] if a is not None) else 0
+        pool_form = native.native_form(pool(k)) if k else None
+        return None if pool_form is None else pool_form(inputs, outputs)
 
     return native.with_native(run, form)
 
 
 def _applies_reduce_mean_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
     d = descs[0] if descs else None
-    return _applies_global_native(descs, attrs) and d.rank == 4 and all(d.shape)  # type: ignore[union-attr, arg-type]
+    return (
+        d is not None and d.static and (d.rank or 0) >= 2 and d.dtype == "float32" and all(d.shape)  # type: ignore[arg-type]
+    )
 
 
 def _applies_reduce(descs: Descs, attrs: Mapping[str, Any]) -> bool:

@@ -28,6 +28,13 @@ def _fn(name: str, fn: Callable[..., Any]) -> KernelImpl:
     return returning(name, fn)
 
 
+def _relu_call(ins: Any, outs: Any) -> native.NativeCall | None:
+    """Relu on its own (T5's, after a bias-free MatMul) as the C activation job: numpy's maximum to the bit."""
+    from aioge.kernels import native_rows
+
+    return native_rows.activation_call("Relu", ins[0], outs[0])
+
+
 def _infer_pow(ctx: InferContext) -> list[TensorDesc]:
     from aioge.ops.infer import broadcast_shapes
 
@@ -96,7 +103,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     _unary("Abs", ufunc_impl("numpy", np.absolute), "|x|"),
     _unary("Reciprocal", ufunc_impl("numpy", np.reciprocal), "1 / x"),
     _unary("Tanh", ufunc_impl("numpy", np.tanh), "hyperbolic tangent"),
-    _unary("Relu", _fn("numpy", k.relu), "max(x, 0)"),
+    _unary("Relu", returning("numpy", k.relu, form=lambda kw: one_call(_relu_call)), "max(x, 0)"),
     _unary("LeakyRelu", _fn("numpy", k.leaky_relu), "x if x >= 0 else alpha * x", _ALPHA),
     _unary("Sigmoid", _fn("numpy", k.sigmoid), "1 / (1 + e ** -x), overflow-free"),
     _unary("Erf", _fn("numpy", k.erf), "the error function"),

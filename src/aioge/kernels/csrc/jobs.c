@@ -2,6 +2,7 @@
  * gemm.c, qgemm.c, lowp.c or norm.c (or a small loop of its own) to a range [lo, hi) and an
  * int64 argument block, numbered by aioge.h's enum aioge_job. The windowed ones check their
  * geometry against the sizes of the buffers they are told before they touch them. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -382,15 +383,15 @@ static void ew_cast(char *y, int yt, const char *a, int at)
 }
 
 /* y = op(a, b, c) over operands broadcast by their byte strides: op 0 cast a to y's dtype, 1 and,
- * 2 or, 3 xor (bools), 4 where (a a bool; b, c of y's dtype), 5 add, 6 sub, 7 mul, 8 div (float32,
- * each rounded as numpy's ufunc rounds it: one operation a statement). Arguments: op, y, y's dtype, 6
+ * 2 or, 3 xor (bools), 4 where (a a bool; b, c of y's dtype), 5 add, 6 sub, 7 mul, 8 div, 9 sqrt a,
+ * 10 1 / a (float32, each rounded as numpy's ufunc rounds it: one IEEE operation a statement). Arguments: op, y, y's dtype, 6
  * sizes, y's 6 byte strides (a slice: Concat's), then per operand its address, dtype and 6 byte strides: [lo, hi) index the first axis */
 static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
 {
     static const int64_t SIZE[] = {4, 8, 4, 1, 8};
     const int op = (int)g[0], yt = (int)g[2];
     const int64_t *n = g + 3, *ys = g + 9, *o[3] = {g + 15, g + 23, g + 31};
-    if (op < 0 || op > 8 || yt < 0 || yt > 4 || o[0][1] < 0 || o[0][1] > 4)
+    if (op < 0 || op > 10 || yt < 0 || yt > 4 || o[0][1] < 0 || o[0][1] > 4)
         return AIOGE_EGEOMETRY;
     const int64_t item = SIZE[yt];
     /* a copy of rows contiguous on both sides (Concat's slices, a cast to the same dtype) */
@@ -424,7 +425,9 @@ static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
                             case 5: *(float *)y = *(const float *)p[0] + *(const float *)p[1]; break;
                             case 6: *(float *)y = *(const float *)p[0] - *(const float *)p[1]; break;
                             case 7: *(float *)y = *(const float *)p[0] * *(const float *)p[1]; break;
-                            default: *(float *)y = *(const float *)p[0] / *(const float *)p[1];
+                            case 8: *(float *)y = *(const float *)p[0] / *(const float *)p[1]; break;
+                            case 9: *(float *)y = sqrtf(*(const float *)p[0]); break;
+                            default: *(float *)y = 1.0f / *(const float *)p[0];
                             }
                         }
                     }
