@@ -481,7 +481,7 @@ async def _build_and_run(graph: aioge.Graph) -> tuple[Any, np.ndarray]:
 
 
 @pytest.mark.anyio
-async def test_a_kernel_cache_naming_native_algorithms_runs_without_the_tier(
+async def test_a_kernel_cache_written_with_the_tier_is_not_reused_without_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     import json
@@ -514,8 +514,9 @@ async def test_a_kernel_cache_naming_native_algorithms_runs_without_the_tier(
     )
     assert out.returncode == 0, out.stderr
     child = json.loads(out.stdout.strip().splitlines()[-1])
-    # every kernel came from the cache, native names and all, and ran its numpy algorithm
-    assert child["hits"] >= 2 and {"layernorm_native", "softmax_native"} <= set(child["impls"])
+    # kernel keys carry the ISA tier: the tier-less process tunes its own kernels (each runs its
+    # numpy algorithm), so a choice timed among C kernels never stands in for one made without them
+    assert child["hits"] == 0
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-5, atol=1e-7)
 
 
