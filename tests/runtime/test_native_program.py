@@ -348,3 +348,23 @@ async def test_a_transformers_mask_and_embedding_ops_run_in_a_native_program(tmp
     np.testing.assert_array_equal(got["cat"], np.concatenate([m, feeds["ids"]], axis=1).astype(np.float32))
     for k in got:
         assert np.array_equal(got[k], steps[k]), f"{k}: the program and the steps disagree"
+
+
+async def test_comparisons_and_not_run_in_the_program(tmp_path, native_plans: None) -> None:
+    """An embedding's index checks (Keras: ``Less(ids, 0)``; a padding mask ``Not(Equal(ids, 0))``)
+    and a float comparison no longer keep the plan step by step: Less, Equal, Greater, Not have C forms."""
+    g = aioge.Graph("masks")
+    ids = g.input("ids", (2, 6), "int64")
+    x = g.input("x", (2, 6), "float32")
+    neg = ops.less(ids, g.constant(np.int64(0)))
+    keep = ops.not_(ops.equal(ids, g.constant(np.int64(0))))
+    pos = ops.greater(x, g.constant(np.float32(0.25)))
+    picked = ops.where(ops.and_(keep, pos), x, g.constant(np.float32(-1.0)))
+    g.output(ops.concat(picked, ops.cast(neg, to="float32"), axis=1), names=["y"])
+    feeds = {"ids": np.array([[3, 0, -2, 5, 0, 1], [0, 7, 8, -1, 2, 0]], np.int64)}
+    feeds["x"] = np.random.default_rng(3).standard_normal((2, 6)).astype(np.float32)
+    got, impls = await _program_equals_steps(g, feeds, tmp_path)
+    assert {"Less", "Equal", "Greater", "Not"} <= set(impls), impls
+    i, v = feeds["ids"], feeds["x"]
+    want = np.concatenate([np.where((i != 0) & (v > 0.25), v, -1.0), (i < 0).astype(np.float32)], axis=1)
+    np.testing.assert_array_equal(got, want.astype(np.float32))

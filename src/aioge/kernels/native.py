@@ -120,7 +120,7 @@ ERRORS = {
 }
 
 # aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
-ABI = 20
+ABI = 21
 
 _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
 # Every C function Python calls: (result type, argument types), as aioge.h declares them.
@@ -464,21 +464,26 @@ def _base_address(a: np.ndarray) -> int:
 # JOB_ELEMWISE's ops and dtypes (csrc/jobs.c)
 EW_CAST, EW_AND, EW_OR, EW_XOR, EW_WHERE = range(5)
 EW_ARITH = {"Add": 5, "Sub": 6, "Mul": 7, "Div": 8}  # float32
+EW_COMPARE = {"Equal": 9, "Less": 10, "LessOrEqual": 11, "Greater": 12, "GreaterOrEqual": 13}  # numbers -> bool
+EW_NOT = 14
 _EW_TYPES = {np.dtype(t): code for code, t in enumerate((np.float32, np.int64, np.int32, np.bool_, np.float64))}
 
 
 def elemwise(op: int, y: Any, *xs: Any) -> NativeCall | None:
     """``y = op(*xs)`` as one job: EW_CAST (x to y's dtype, as numpy's astype), EW_AND, EW_OR,
-    EW_XOR (bools), EW_WHERE (a bool condition, then two of y's dtype), EW_ARITH's (float32), for operands broadcast to
+    EW_XOR, EW_NOT (bools), EW_WHERE (a bool condition, then two of y's dtype), EW_ARITH's (float32),
+    EW_COMPARE's (two numbers of any of the dtypes to a bool y, as numpy promotes them), for operands broadcast to
     ``y`` (any strides: a slice of Concat's output; up to 6-D; float32, float64, int64, int32, bool); None otherwise."""
     if not (isinstance(y, np.ndarray) and y.flags.writeable and y.size and y.ndim <= 6 and y.dtype in _EW_TYPES):
         return None
-    if not all(isinstance(x, np.ndarray) and x.dtype in _EW_TYPES for x in xs) or len(xs) != {EW_CAST: 1, EW_WHERE: 3}.get(op, 2):
+    arity = {EW_CAST: 1, EW_NOT: 1, EW_WHERE: 3}.get(op, 2)
+    if not all(isinstance(x, np.ndarray) and x.dtype in _EW_TYPES for x in xs) or len(xs) != arity:
         return None
     kinds = [x.dtype for x in (y, *xs)]
     if (
-        (op in (EW_AND, EW_OR, EW_XOR) and any(k != np.bool_ for k in kinds))
-        or (op > EW_WHERE and any(k != np.float32 for k in kinds))
+        (op in (EW_AND, EW_OR, EW_XOR, EW_NOT) and any(k != np.bool_ for k in kinds))
+        or (op in EW_ARITH.values() and any(k != np.float32 for k in kinds))
+        or (op in EW_COMPARE.values() and y.dtype != np.bool_)
         or (op == EW_WHERE and (kinds[1] != np.bool_ or kinds[2] != y.dtype or kinds[3] != y.dtype))
     ):
         return None

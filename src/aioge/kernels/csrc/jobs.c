@@ -383,16 +383,19 @@ static void ew_cast(char *y, int yt, const char *a, int at)
 
 /* y = op(a, b, c) over operands broadcast by their byte strides: op 0 cast a to y's dtype, 1 and,
  * 2 or, 3 xor (bools), 4 where (a a bool; b, c of y's dtype), 5 add, 6 sub, 7 mul, 8 div (float32,
- * each rounded as numpy's ufunc rounds it: one operation a statement). Arguments: op, y, y's dtype, 6
+ * each rounded as numpy's ufunc rounds it: one operation a statement), 9 ==, 10 <, 11 <=, 12 >, 13 >=
+ * (a bool y; as doubles when either side is a float, which holds float32/64 exactly, else as int64:
+ * numpy's promotion), 14 not (a bool). Arguments: op, y, y's dtype, 6
  * sizes, y's 6 byte strides (a slice: Concat's), then per operand its address, dtype and 6 byte strides: [lo, hi) index the first axis */
 static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
 {
     static const int64_t SIZE[] = {4, 8, 4, 1, 8};
     const int op = (int)g[0], yt = (int)g[2];
     const int64_t *n = g + 3, *ys = g + 9, *o[3] = {g + 15, g + 23, g + 31};
-    if (op < 0 || op > 8 || yt < 0 || yt > 4 || o[0][1] < 0 || o[0][1] > 4)
+    if (op < 0 || op > 14 || yt < 0 || yt > 4 || o[0][1] < 0 || o[0][1] > 4 || o[1][1] < 0 || o[1][1] > 4)
         return AIOGE_EGEOMETRY;
     const int64_t item = SIZE[yt];
+    const int ta = (int)o[0][1], tb = (int)o[1][1], as_float = ta == 0 || ta == 4 || tb == 0 || tb == 4;
     for (int64_t i0 = lo; i0 < hi; i0++)
         for (int64_t i1 = 0; i1 < n[1]; i1++)
             for (int64_t i2 = 0; i2 < n[2]; i2++)
@@ -418,7 +421,23 @@ static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
                             case 5: *(float *)y = *(const float *)p[0] + *(const float *)p[1]; break;
                             case 6: *(float *)y = *(const float *)p[0] - *(const float *)p[1]; break;
                             case 7: *(float *)y = *(const float *)p[0] * *(const float *)p[1]; break;
-                            default: *(float *)y = *(const float *)p[0] / *(const float *)p[1];
+                            case 8: *(float *)y = *(const float *)p[0] / *(const float *)p[1]; break;
+                            case 14: *(uint8_t *)y = *(const uint8_t *)p[0] == 0; break;
+                            default: {
+                                int c; /* -1, 0, 1, or 2 when unordered (a NaN: every comparison false) */
+                                if (as_float) {
+                                    const double a = EW_LOAD(double, p[0], ta), b = EW_LOAD(double, p[1], tb);
+                                    c = a < b ? -1 : a > b ? 1 : a == b ? 0 : 2;
+                                } else {
+                                    const int64_t a = EW_LOAD(int64_t, p[0], ta), b = EW_LOAD(int64_t, p[1], tb);
+                                    c = a < b ? -1 : a > b;
+                                }
+                                *(uint8_t *)y = op == 9    ? c == 0
+                                                : op == 10 ? c == -1
+                                                : op == 11 ? c == -1 || c == 0
+                                                : op == 12 ? c == 1
+                                                           : c == 1 || c == 0;
+                            }
                             }
                         }
     return 0;
