@@ -89,6 +89,21 @@ def test_comparisons_promote_as_numpy_does(case: tuple[np.ndarray, list[np.ndarr
     assert np.array_equal(y, np.broadcast_to(ufunc(a, b), y.shape))
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([np.int32, np.int64]).flatmap(lambda t: _case(2, [t, t, t])), st.sampled_from(["Add", "Sub", "Mul"]))
+def test_integer_arithmetic_wraps_as_numpy_does(case: tuple[np.ndarray, list[np.ndarray]], op: str) -> None:
+    y, (a, b) = case
+    big = np.iinfo(y.dtype).max // 3  # past the range: numpy's arrays wrap
+    with np.errstate(over="ignore"):
+        a, b = np.array(a * big, y.dtype), np.array(b + 1, y.dtype)
+    _run(native.elemwise(native.EW_ARITH[op], y, a, b))
+    with np.errstate(over="ignore"):
+        want = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[op](a, b)
+    assert np.array_equal(y, np.broadcast_to(want, y.shape))
+    assert native.elemwise(native.EW_ARITH["Div"], y, a, b) is None  # integer Div is numpy's (floor, zero)
+    assert native.elemwise(native.EW_ARITH[op], y, a.astype(np.float32), b) is None  # mixed dtypes
+
+
 def test_comparisons_edge_values_and_not() -> None:
     # NaN is unordered (every comparison false); int64s past 2**53 compare exactly, not as doubles
     a = np.array([np.nan, 1.0, -0.0, np.inf], np.float32)

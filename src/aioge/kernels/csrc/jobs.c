@@ -383,7 +383,8 @@ static void ew_cast(char *y, int yt, const char *a, int at)
 
 /* y = op(a, b, c) over operands broadcast by their byte strides: op 0 cast a to y's dtype, 1 and,
  * 2 or, 3 xor (bools), 4 where (a a bool; b, c of y's dtype), 5 add, 6 sub, 7 mul, 8 div (float32,
- * each rounded as numpy's ufunc rounds it: one operation a statement), 9 ==, 10 <, 11 <=, 12 >, 13 >=
+ * each rounded as numpy's ufunc rounds it: one operation a statement; add, sub and mul also of
+ * int64 or int32, wrapping as numpy's do), 9 ==, 10 <, 11 <=, 12 >, 13 >=
  * (a bool y; as doubles when either side is a float, which holds float32/64 exactly, else as int64:
  * numpy's promotion), 14 not (a bool). Arguments: op, y, y's dtype, 6
  * sizes, y's 6 byte strides (a slice: Concat's), then per operand its address, dtype and 6 byte strides: [lo, hi) index the first axis */
@@ -418,9 +419,21 @@ static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
                             case 2: *(uint8_t *)y = u | v; break;
                             case 3: *(uint8_t *)y = u ^ v; break;
                             case 4: memcpy(y, *(const uint8_t *)p[0] ? p[1] : p[2], (size_t)item); break;
-                            case 5: *(float *)y = *(const float *)p[0] + *(const float *)p[1]; break;
-                            case 6: *(float *)y = *(const float *)p[0] - *(const float *)p[1]; break;
-                            case 7: *(float *)y = *(const float *)p[0] * *(const float *)p[1]; break;
+                            case 5:
+                            case 6:
+                            case 7:
+                                if (yt == 0) {
+                                    const float a = *(const float *)p[0], b = *(const float *)p[1];
+                                    *(float *)y = op == 5 ? a + b : op == 6 ? a - b : a * b;
+                                } else { /* unsigned: wraps as numpy's int32 and int64 do */
+                                    const uint64_t a = (uint64_t)EW_LOAD(int64_t, p[0], ta), b = (uint64_t)EW_LOAD(int64_t, p[1], tb);
+                                    const uint64_t r = op == 5 ? a + b : op == 6 ? a - b : a * b;
+                                    if (yt == 1)
+                                        *(int64_t *)y = (int64_t)r;
+                                    else
+                                        *(int32_t *)y = (int32_t)(uint32_t)r;
+                                }
+                                break;
                             case 8: *(float *)y = *(const float *)p[0] / *(const float *)p[1]; break;
                             case 14: *(uint8_t *)y = *(const uint8_t *)p[0] == 0; break;
                             default: {
