@@ -117,6 +117,11 @@ def _leaky_relu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float,
     np.copyto(f[d], t[0][0])
 
 
+def _tanh(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    if not _native_step("Tanh", f[s[0]], f[d]):  # float32: kernels.elementwise.tanh's C pass
+        np.tanh(f[s[0]], out=f[d])
+
+
 def _sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
     # kernels.elementwise.sigmoid, step for step. float32/float64: 1 / (1 + exp(min(-x, B))),
     # B the largest argument whose exp is finite, so nothing overflows (five passes). float16
@@ -291,6 +296,7 @@ _STEPS: dict[str, StepFn] = {"Pow": _pow}
 EW_OPS: Mapping[str, EwOp] = {
     **{n: EwOp(n, 1, 0, "", _unary(u), u) for n, u in _UNARY_UFUNCS.items()},
     **{n: EwOp(n, 2, 0, "", _STEPS[n]) if n in _STEPS else EwOp(n, 2, 0, "", _binary(u), u) for n, u in _BINARY_UFUNCS.items()},
+    "Tanh": EwOp("Tanh", 1, 0, "", _tanh),  # not the ufunc: float32 in C, as the Tanh op
     "Relu": EwOp("Relu", 1, 0, "", _relu),
     "LeakyRelu": EwOp("LeakyRelu", 1, 1, "f?", _leaky_relu),  # params: alpha
     "Sigmoid": EwOp("Sigmoid", 1, 0, "ff?", _sigmoid),
@@ -508,8 +514,8 @@ def _step_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> lis
     ``native_rows`` over an operand of the output's shape), each into a register of its own
     (held by its call), the last into ``y``; None for any other program, or inputs ``y``
     overlaps."""
-    if not all(isinstance(x, np.ndarray) for x in inputs) or not isinstance(y, np.ndarray):
-        return None
+    if native.par_run() is None or not all(isinstance(x, np.ndarray) for x in inputs) or not isinstance(y, np.ndarray):
+        return None  # without the compiled tier: numpy's steps
     if any(
         np.may_share_memory(x, y) and not (x.shape == y.shape and x.strides == y.strides and _at(x) == _at(y)) for x in inputs
     ):
