@@ -108,3 +108,22 @@ def test_cli_rejects_unknown_front_ends(capsys: pytest.CaptureFixture[str]) -> N
     assert "unknown front ends ['jax']" in capsys.readouterr().err
     assert main(["bench", "--frontends", "torch", "--frontends-only", "--torch-models", "bert,gpt5"]) == 2
     assert "unknown torch models ['bert', 'gpt5']" in capsys.readouterr().err
+
+
+def test_every_keras_family_and_the_text_models_are_tf_workloads() -> None:
+    import anyio
+    import keras  # type: ignore[import-untyped]
+
+    families = "MobileNet MobileNetV2 MobileNetV3Small MobileNetV3Large ResNet50 ResNet50V2 InceptionV3 Xception DenseNet121 EfficientNetB0 EfficientNetV2B0 NASNetMobile ConvNeXtTiny VGG16"  # fmt: skip
+    assert set(fe.TF_MODELS) == {"cnn", "lstm", "mha", *families.split()}
+    assert all(hasattr(keras.applications, n) for n in families.split())
+    assert fe.TF_MODELS["InceptionV3"] >= 75 and fe.TF_MODELS["Xception"] >= 71  # the least each accepts
+    # the LSTM text model and the attention block, tiny: every column a number, outputs matching TF
+    rows = [r for name, size in (("lstm", 5), ("mha", 4)) for r in anyio.run(fe._tf_model, name, size, 1, 1)]
+    assert [r["model"] for r in rows] == ["lstm text 1x5", "mha encoder 1x4x64"]
+    for r in rows:
+        assert set(r) == {*fe._KEYS, "ratio"} and r["reference"] == "tf.function"
+        assert all(isinstance(r[k], float) and r[k] > 0 for k in ("aioge", "compile_s", "ref", "ref_compile_s", "ratio"))
+        assert 0 <= r["max_rel_err"] < 1e-4
+    table = fe.frontends_table({"rows": rows})
+    assert "| tf | lstm text 1x5 | tf.function |" in table[2] and "failed" not in "".join(table)

@@ -1,4 +1,4 @@
-"""The C tier's data-movement jobs (issue 41): JOB_ELEMWISE (casts, logical ops, Where and
+"""The C tier's data-movement jobs (issue 41): JOB_ELEMWISE (casts, logical ops, comparisons, Where and
 float32 arithmetic over broadcast operands) and JOB_GATHER (Gather along an axis, GatherND over
 the leading axes), against numpy over random shapes; an index outside its axis fails the job
 with an aioge error, never a crash or a read past the data."""
@@ -90,6 +90,53 @@ def test_sqrt_and_reciprocal_round_as_the_ufuncs_do(case: tuple[np.ndarray, list
     assert np.array_equal(y.view(np.int32), np.broadcast_to(want, y.shape).view(np.int32)) or np.array_equal(
         y, np.broadcast_to(want, y.shape), equal_nan=True
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.tuples(st.sampled_from(_TYPES), st.sampled_from(_TYPES)).flatmap(lambda t: _case(2, [np.bool_, *t])),
+    st.sampled_from(sorted(native.EW_COMPARE)),
+)
+def test_comparisons_promote_as_numpy_does(case: tuple[np.ndarray, list[np.ndarray]], op: str) -> None:
+    y, (a, b) = case
+    _run(native.elemwise(native.EW_COMPARE[op], y, a, b))
+    ufunc = {"Equal": np.equal, "Less": np.less, "LessOrEqual": np.less_equal, "Greater": np.greater}.get(op, np.greater_equal)
+    assert np.array_equal(y, np.broadcast_to(ufunc(a, b), y.shape))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([np.int32, np.int64]).flatmap(lambda t: _case(2, [t, t, t])), st.sampled_from(["Add", "Sub", "Mul"]))
+def test_integer_arithmetic_wraps_as_numpy_does(case: tuple[np.ndarray, list[np.ndarray]], op: str) -> None:
+    y, (a, b) = case
+    big = np.iinfo(y.dtype).max // 3  # past the range: numpy's arrays wrap
+    with np.errstate(over="ignore"):
+        a, b = np.array(a * big, y.dtype), np.array(b + 1, y.dtype)
+    _run(native.elemwise(native.EW_ARITH[op], y, a, b))
+    with np.errstate(over="ignore"):
+        want = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[op](a, b)
+    assert np.array_equal(y, np.broadcast_to(want, y.shape))
+    assert native.elemwise(native.EW_ARITH["Div"], y, a, b) is None  # integer Div is numpy's (floor, zero)
+    assert native.elemwise(native.EW_ARITH[op], y, a.astype(np.float32), b) is None  # mixed dtypes
+
+
+def test_comparisons_edge_values_and_not() -> None:
+    # NaN is unordered (every comparison false); int64s past 2**53 compare exactly, not as doubles
+    a = np.array([np.nan, 1.0, -0.0, np.inf], np.float32)
+    b = np.array([np.nan, np.nan, 0.0, np.inf], np.float64)
+    big = np.array([2**53 + 1, -(2**62)], np.int64)
+    for op, ufunc in ((9, np.equal), (10, np.less), (11, np.less_equal), (12, np.greater), (13, np.greater_equal)):
+        y = np.empty(4, bool)
+        _run(native.elemwise(op, y, a, b))
+        assert np.array_equal(y, ufunc(a, b)), op
+        y2 = np.empty(2, bool)
+        _run(native.elemwise(op, y2, big, np.array(2**53, np.int64)))
+        assert np.array_equal(y2, ufunc(big, 2**53)), op
+    x = np.array([[True, False, True]])
+    y3 = np.empty((2, 3), bool)
+    _run(native.elemwise(native.EW_NOT, y3, x))
+    assert np.array_equal(y3, np.broadcast_to(~x, (2, 3)))
+    assert native.elemwise(native.EW_NOT, y3, x.astype(np.int32)) is None  # Not takes bools
+    assert native.elemwise(native.EW_COMPARE["Less"], np.empty(3, np.int32), a[:3], a[:3]) is None  # a bool result
 
 
 def test_operands_the_job_cannot_take_have_no_call() -> None:

@@ -493,6 +493,35 @@ def _text_model(kind: str) -> Any:
     return keras.Model(inp, keras.layers.Dense(3)(h))
 
 
+def test_keras_lstm_at_batch_1_runs_as_one_native_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unrolled Keras LSTM runs as one C call (``aioge bench``'s lstm row): its embedding's
+    int32 index fix-up (Less, int32 Add, Where), Gather by int32 indices, and each step's gates
+    (FusedElementwise of Sigmoid, Tanh, Mul, Add) have C forms; it matches TensorFlow."""
+    from aioge.kernels import native
+
+    if not native.available():
+        pytest.skip("the compiled tier is not built")
+    monkeypatch.setattr("aioge.compiler.graph.NATIVE_SLACK_MS", float("inf"))  # tuning noise must not pick numpy
+    model = _text_model("lstm")
+    graph = aioge.load_tf(model)
+    x = np.random.default_rng(5).integers(1, 50, (1, 12)).astype(np.int32)
+    ref = model(x, training=False).numpy()
+
+    async def run() -> tuple[np.ndarray, Any]:
+        async with aioge.Session() as s:
+            await s.add_graph(1, graph)
+            for _ in range(3):
+                got = list((await s.run_graph(1, {graph.inputs[0].name: x})).values())[0]
+            return got, s.executable(1)
+
+    got, exe = anyio_run(run)
+    kinds = {p.op_type for p in exe.model.nodes}
+    assert {"FusedElementwise", "Gather", "Less"} <= kinds and exe.native_runs >= 3, [
+        f"{p.op_type}:{p.kernel.impl}" for p in exe.model.nodes
+    ]
+    _check_scaled(got, ref)
+
+
 @pytest.mark.parametrize("kind", ["lstm", "lstm_masked", "gru", "bidirectional"])
 def test_keras_recurrent_text_models_match_tensorflow(kind: str) -> None:
     model = _text_model(kind)

@@ -328,3 +328,40 @@ def test_native_pool_shares_its_planes_with_the_helper_and_splits_bit_equal(kern
     assert pieces == [1, 2]
     np.testing.assert_array_equal(split, whole)
     np.testing.assert_array_equal(whole, ort_run("MaxPool", [x], attrs)[0])
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "Conv"])
+def test_native_window_runs_hold_their_argument_block_while_the_job_reads_it(op: str, monkeypatch) -> None:
+    """The step path's argument block (addresses, sizes) lives until the C job has read it: a
+    temporary freed as ``native.ptr`` returned let the next allocations of its size reuse the
+    block (NASNetMobile's pools failed 'a geometry that does not fit' at random nodes)."""
+    import ctypes
+
+    from aioge.kernels import parallel
+
+    real = parallel.split_native
+    junk: list[np.ndarray] = []
+
+    def reuse(par, job, args, total, *, worth=True):  # type: ignore[no-untyped-def]
+        block = (ctypes.c_int64 * 7).from_address(args)  # the block the address names, still readable
+        before = list(block)
+        # numpy hands a freed small buffer to the next array of its size: pool's block is 7 values, depthwise's 9
+        junk.extend(np.full(n, -7, np.int64) for n in (7, 9) for _ in range(8))
+        assert list(block) == before, "the argument block was freed before the job ran"
+        return real(par, job, args, total, worth=worth)
+
+    monkeypatch.setattr(f"aioge.kernels.{'conv_algos' if op == 'Conv' else 'pool_algos'}.split_native", reuse)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 6, 9, 9)).astype(np.float32)
+    attrs: dict = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    inputs = [x]
+    if op == "Conv":
+        inputs += [rng.standard_normal((6, 1, 3, 3)).astype(np.float32)]
+        attrs["group"] = 6
+        run = build_conv_depthwise_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in inputs], None)
+    else:
+        impl = next(i for i in get_schema(op).impls if i.name == "pool_native")
+        run = impl.build(attrs, {}, [TensorDesc(x.shape, "float32")], None)
+    for _ in range(5):
+        (got,) = run(inputs, None)
+        np.testing.assert_allclose(got, ort_run(op, inputs, attrs)[0], rtol=1e-5, atol=1e-6)

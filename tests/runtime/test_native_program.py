@@ -143,13 +143,13 @@ async def test_runs_kept_off_the_loop_run_whole_on_lanes_of_their_own(monkeypatc
 async def test_plans_with_a_numpy_kernel_or_several_threads_run_step_by_step() -> None:
     g = aioge.Graph("no_form")
     x = g.input("x", (4, 8))
-    g.output(ops.tanh(ops.add(x, 1.0)), names=["y"])  # Tanh has no C form
+    g.output(ops.sin(ops.add(x, 1.0)), names=["y"])  # Sin has no C form (Tanh has one now)
     async with aioge.Session() as s:
         await s.add_graph(1, g)
         for _ in range(3):
             out = await s.run_graph(1, {"x": np.ones((4, 8), np.float32)})
         assert s.executable(1).native_runs == 0 and s.executable(1).native_ok is False
-    np.testing.assert_allclose(out["y"], np.tanh(2.0), rtol=1e-6)
+    np.testing.assert_allclose(out["y"], np.sin(2.0), rtol=1e-6)
 
 
 async def test_a_wrong_feed_is_still_refused_before_a_native_run() -> None:
@@ -348,3 +348,42 @@ async def test_a_transformers_mask_and_embedding_ops_run_in_a_native_program(tmp
     np.testing.assert_array_equal(got["cat"], np.concatenate([m, feeds["ids"]], axis=1).astype(np.float32))
     for k in got:
         assert np.array_equal(got[k], steps[k]), f"{k}: the program and the steps disagree"
+
+
+async def test_comparisons_and_not_run_in_the_program(tmp_path, native_plans: None) -> None:
+    """An embedding's index checks (Keras: ``Less(ids, 0)``; a padding mask ``Not(Equal(ids, 0))``)
+    and a float comparison no longer keep the plan step by step: Less, Equal, Greater, Not have C forms."""
+    g = aioge.Graph("masks")
+    ids = g.input("ids", (2, 6), "int64")
+    x = g.input("x", (2, 6), "float32")
+    neg = ops.less(ids, g.constant(np.int64(0)))
+    keep = ops.not_(ops.equal(ids, g.constant(np.int64(0))))
+    pos = ops.greater(x, g.constant(np.float32(0.25)))
+    picked = ops.where(ops.and_(keep, pos), x, g.constant(np.float32(-1.0)))
+    g.output(ops.concat(picked, ops.cast(neg, to="float32"), axis=1), names=["y"])
+    feeds = {"ids": np.array([[3, 0, -2, 5, 0, 1], [0, 7, 8, -1, 2, 0]], np.int64)}
+    feeds["x"] = np.random.default_rng(3).standard_normal((2, 6)).astype(np.float32)
+    got, impls = await _program_equals_steps(g, feeds, tmp_path)
+    assert {"Less", "Equal", "Greater", "Not"} <= set(impls), impls
+    i, v = feeds["ids"], feeds["x"]
+    want = np.concatenate([np.where((i != 0) & (v > 0.25), v, -1.0), (i < 0).astype(np.float32)], axis=1)
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+async def test_lstm_gates_run_as_c_steps_in_the_program(tmp_path, native_plans: None) -> None:
+    """An LSTM cell's gates, fused into FusedElementwise programs of Sigmoid, Tanh, Mul and Add,
+    run as a C job a step (in the program and on the step path alike: the same bits)."""
+    g = aioge.Graph("gates")
+    i, f, c, o, prev = (g.input(n, (1, 64), "float32") for n in ("i", "f", "c", "o", "prev"))
+    cell = ops.add(ops.mul(ops.sigmoid(f), prev), ops.mul(ops.sigmoid(i), ops.tanh(c)))
+    g.output(ops.mul(ops.sigmoid(o), ops.tanh(cell)), names=["y"])
+    rng = np.random.default_rng(4)
+    feeds = {n: (rng.standard_normal((1, 64)) * 3).astype(np.float32) for n in ("i", "f", "c", "o", "prev")}
+    got, impls = await _program_equals_steps(g, feeds, tmp_path)
+    assert impls.get("FusedElementwise"), impls
+
+    def sig(v: np.ndarray) -> np.ndarray:
+        return 1 / (1 + np.exp(-v.astype(np.float64)))
+
+    cell_ref = sig(feeds["f"]) * feeds["prev"] + sig(feeds["i"]) * np.tanh(feeds["c"].astype(np.float64))
+    np.testing.assert_allclose(got, sig(feeds["o"]) * np.tanh(cell_ref), rtol=2e-6, atol=1e-6)

@@ -25,8 +25,11 @@ from aioge.benchmarks import measure
 __all__ = ["FRONTENDS", "TF_MODELS", "TORCH_MODELS", "frontends", "frontends_table", "torch_table"]
 
 FRONTENDS = ("tf", "torch")
-# Keras applications with random weights at input size 96, and a plain Keras CNN; batch 1.
-TF_MODELS = {"cnn": 64, "MobileNetV2": 96, "ResNet50": 96, "EfficientNetB0": 96}
+# Every Keras application family with random weights at input size 96 (InceptionV3 and Xception
+# need at least 75 / 71), a plain Keras CNN (the tiny one the test runs), an LSTM text model and a
+# MultiHeadAttention encoder block (sequence length); batch 1.
+_APPS = "MobileNet MobileNetV2 MobileNetV3Small MobileNetV3Large ResNet50 ResNet50V2 InceptionV3 Xception DenseNet121 EfficientNetB0 EfficientNetV2B0 NASNetMobile ConvNeXtTiny VGG16"  # fmt: skip
+TF_MODELS = {"cnn": 64, **dict.fromkeys(_APPS.split(), 96), "lstm": 32, "mha": 32}
 # name -> row label; mlp: the tiny one the test runs; the transformers ones are issue 41's named models
 TORCH_MODELS = {
     "mlp": "mlp 4x64", "resnet18": "resnet18 1x3x128x128", "bert": "BertModel 2x16 + mask", "roberta": "RobertaModel 2x16 + mask",
@@ -67,22 +70,40 @@ def _row(*values: Any) -> dict[str, Any]:
     return {**row, "ratio": row["aioge"] / row["ref"]}
 
 
-def _keras_model(name: str, size: int) -> Any:
+def _keras_model(name: str, size: int) -> tuple[Any, np.ndarray, str]:
+    """The model, a batch-1 input for it and the row's label."""
     import keras  # type: ignore[import-untyped]
 
     keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    L = keras.layers
+    if name == "lstm":  # tokens -> Embedding -> LSTM -> Dense
+        inp = keras.Input((size,), dtype="int32")
+        out = L.Dense(4)(L.LSTM(64)(L.Embedding(1000, 32)(inp)))
+        return keras.Model(inp, out), rng.integers(1, 1000, (1, size)).astype(np.int32), f"lstm text 1x{size}"
+    if name == "mha":  # a post-norm Transformer encoder block, width 64, 4 heads
+        inp = keras.Input((size, 64))
+        h = L.LayerNormalization()(inp + L.MultiHeadAttention(num_heads=4, key_dim=16)(inp, inp))
+        out = L.LayerNormalization()(h + L.Dense(64)(L.Dense(256, activation="gelu")(h)))
+        return keras.Model(inp, out), rng.standard_normal((1, size, 64)).astype(np.float32), f"mha encoder 1x{size}x64"
+    x = rng.standard_normal((1, size, size, 3)).astype(np.float32)
     if name == "cnn":
-        return keras.Sequential(
-            [
-                keras.Input((size, size, 3)),
-                keras.layers.Conv2D(16, 3, activation="relu"),
-                keras.layers.MaxPooling2D(),
-                keras.layers.Conv2D(32, 3, activation="relu"),
-                keras.layers.GlobalAveragePooling2D(),
-                keras.layers.Dense(10),
-            ]
+        return (
+            keras.Sequential(
+                [
+                    keras.Input((size, size, 3)),
+                    L.Conv2D(16, 3, activation="relu"),
+                    L.MaxPooling2D(),
+                    L.Conv2D(32, 3, activation="relu"),
+                    L.GlobalAveragePooling2D(),
+                    L.Dense(10),
+                ]
+            ),
+            x,
+            f"cnn {size}x{size}",
         )
-    return getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classifier_activation=None)
+    model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classifier_activation=None)
+    return model, x, f"{name} {size}x{size}"
 
 
 async def _tf_model(name: str, size: int, rounds: int, runs: int) -> list[dict[str, Any]]:
@@ -90,8 +111,7 @@ async def _tf_model(name: str, size: int, rounds: int, runs: int) -> list[dict[s
 
     import aioge
 
-    model = _keras_model(name, size)
-    x = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype(np.float32)
+    model, x, label = _keras_model(name, size)
     xt = tf.constant(x)
     fn = tf.function(lambda t: model(t, training=False), autograph=False)
     t = time.perf_counter()
@@ -111,7 +131,7 @@ async def _tf_model(name: str, size: int, rounds: int, runs: int) -> list[dict[s
             await anyio.sleep(measure.SETTLE_S)
             samples["tf"].append(await anyio.to_thread.run_sync(measure.median_of_runs, lambda: fn(xt).numpy(), runs))
     a, r = statistics.median(samples["aioge"]), statistics.median(samples["tf"])
-    return [_row("tf", f"{name} {size}x{size}", "tf.function", a, compile_s, r, ref_compile, _err(np.asarray(got), ref))]
+    return [_row("tf", label, "tf.function", a, compile_s, r, ref_compile, _err(np.asarray(got), ref))]
 
 
 def _hf_model(name: str) -> tuple[Any, dict[str, Any]]:

@@ -15,7 +15,15 @@ __all__ = ["into", "returning", "ufunc_impl"]
 # The ufuncs whose float32 forms a native program runs in C (kernels.native.binary): IEEE
 # single-precision results, the same as numpy's.
 _BINARY_UFUNCS: dict[Any, str] = {np.add: "Add", np.subtract: "Sub", np.multiply: "Mul", np.divide: "Div"}
-_LOGICAL = {np.logical_and: native.EW_AND, np.logical_or: native.EW_OR, np.logical_xor: native.EW_XOR}
+_CMP = native.EW_COMPARE
+_LOGICAL = {
+    np.logical_and: native.EW_AND,
+    np.logical_or: native.EW_OR,
+    np.logical_xor: native.EW_XOR,
+    np.logical_not: native.EW_NOT,
+}
+_LOGICAL |= {np.equal: _CMP["Equal"], np.less: _CMP["Less"], np.less_equal: _CMP["LessOrEqual"]}
+_LOGICAL |= {np.greater: _CMP["Greater"], np.greater_equal: _CMP["GreaterOrEqual"]}
 
 
 def into(outs: Sequence[np.ndarray] | None, results: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
@@ -92,7 +100,7 @@ def ufunc_impl(name: str, ufunc: Callable[..., Any]) -> KernelImpl:
                 return None if call is None else [call]
 
             native.with_native(run, form)
-        elif ufunc in _LOGICAL:  # bools, broadcast (a transformer's attention mask)
+        elif ufunc in _LOGICAL:  # bools, broadcast (a transformer's attention mask); comparisons (an embedding's index check)
             native.with_native(run, one_call(lambda ins, outs: native.elemwise(_LOGICAL[ufunc], outs[0], *ins)))
         return run
 

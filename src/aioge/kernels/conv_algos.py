@@ -397,7 +397,8 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
         b, bp = operands[1].get(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else (None, None)
         y = _output(g, outputs, x.dtype)
         yc = y if y.flags.c_contiguous else np.empty(y.shape, y.dtype)
-        split_native(par, native.JOB_DEPTHWISE, native.ptr(args(x, wp, bp or 0, yc)), units, worth=worth)
+        block = args(x, wp, bp or 0, yc)  # held: the C job reads it (a temporary was freed first)
+        split_native(par, native.JOB_DEPTHWISE, native.ptr(block), units, worth=worth)
         if yc is not y:
             np.copyto(y, yc)
         return (y,)

@@ -8,9 +8,16 @@ import numpy as np
 
 from aioge.kernels.native_rows import unary as _native
 
-__all__ = ["SIGMOID_EXP_BOUND", "clip", "div", "erf", "gelu", "hard_sigmoid", "leaky_relu", "pow_", "relu", "sigmoid"]
+__all__ = ["SIGMOID_EXP_BOUND", "clip", "div", "erf", "gelu", "hard_sigmoid", "leaky_relu", "pow_", "relu", "sigmoid", "tanh"]
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Contiguous float32 by libm's tanhf in C (``native_rows``), as FusedElementwise's steps
+    compute it; numpy's otherwise."""
+    y = _native("Tanh", x) if out is None else None
+    return y if y is not None else np.tanh(x, out=out)
 
 
 def erf(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

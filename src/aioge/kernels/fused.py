@@ -117,6 +117,11 @@ def _leaky_relu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float,
     np.copyto(f[d], t[0][0])
 
 
+def _tanh(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    if not _native_step("Tanh", f[s[0]], f[d]):  # float32: kernels.elementwise.tanh's C pass
+        np.tanh(f[s[0]], out=f[d])
+
+
 def _sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
     # kernels.elementwise.sigmoid, step for step. float32/float64: 1 / (1 + exp(min(-x, B))),
     # B the largest argument whose exp is finite, so nothing overflows (five passes). float16
@@ -291,6 +296,7 @@ _STEPS: dict[str, StepFn] = {"Pow": _pow}
 EW_OPS: Mapping[str, EwOp] = {
     **{n: EwOp(n, 1, 0, "", _unary(u), u) for n, u in _UNARY_UFUNCS.items()},
     **{n: EwOp(n, 2, 0, "", _STEPS[n]) if n in _STEPS else EwOp(n, 2, 0, "", _binary(u), u) for n, u in _BINARY_UFUNCS.items()},
+    "Tanh": EwOp("Tanh", 1, 0, "", _tanh),  # not the ufunc: float32 in C, as the Tanh op
     "Relu": EwOp("Relu", 1, 0, "", _relu),
     "LeakyRelu": EwOp("LeakyRelu", 1, 1, "f?", _leaky_relu),  # params: alpha
     "Sigmoid": EwOp("Sigmoid", 1, 0, "ff?", _sigmoid),
@@ -432,6 +438,10 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
 
     size = math.prod(out_shape)
     in_shapes = [tuple(int(d) for d in desc.shape) for desc in ins]
+    # A small float32 program of arithmetic and C activations: a C job a step (_step_calls),
+    # on the step path as in a native program, so both give the same bits.
+    stepped = native.BoundCalls(lambda *ops: _step_calls(steps, ops[:-1], ops[-1]))
+    by_steps = 0 < size <= STEP_CALLS_MAX and dtype == np.float32 and all(_c_step(st) for st in steps)
     # One compiled activation over an input of the output's shape (a Gelu or Sigmoid node alone):
     # one C call over the whole tensor, in two halves over an idle core when it is large.
     whole = _whole_activation(steps, in_shapes, out_shape)
@@ -447,6 +457,10 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
         if gated is not None and _gated_calls(gated, inputs, y, run=True):
             return (y,)
         if chain is not None and chain.run(inputs, y):
+            return (y,)
+        calls = stepped.get(*inputs, y) if by_steps and whole is None else None
+        if calls is not None:
+            native.run_calls(calls)
             return (y,)
         direct = y.flags.c_contiguous
         yc = y.reshape(cshape) if direct else np.empty(cshape, dtype)
@@ -483,9 +497,55 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
             return None if call is None else [call]
         if gated is not None:
             return _gated_calls(gated, inputs, outputs[0])
-        return _chain_calls(steps, inputs, outputs[0])
+        calls = _chain_calls(steps, inputs, outputs[0])
+        return _step_calls(steps, inputs, outputs[0]) if calls is None and by_steps else calls
 
     return native.with_native(run, form)
+
+
+# Elements up to which a FusedElementwise program of C steps runs as those steps (JOB_ELEMWISE's
+# strided loop and a register of the output's size a step): an LSTM cell's gates at batch 1,
+# 64 values a gate, took 9 jobs of about a microsecond where numpy's blocked steps took 30-40 us.
+STEP_CALLS_MAX = 1 << 12
+
+
+def _c_step(st: _Step) -> bool:
+    name = st.op.name
+    if len(st.srcs) == 1:
+        return name in native.EW_UNARY or name in native_rows.ACTIVATIONS
+    return name in native.EW_ARITH and len(st.srcs) == 2
+
+
+def _step_calls(
+    steps: list[_Step], inputs: Sequence[Any], y: np.ndarray, activations: bool = True
+) -> list[native.NativeCall] | None:
+    """The program as a C job a step (float32 Add/Sub/Mul/Div broadcast, Sqrt/Reciprocal, or with
+    ``activations`` an activation of ``native_rows`` over an operand of the output's shape), each
+    into a register of its own (held by its call), the last into ``y``; None for any other
+    program, or inputs ``y`` overlaps. Steps may read earlier ones out of order (Llama's rotary
+    ``q * cos + rotate_half(q) * sin``)."""
+    if native.par_run() is None or not all(isinstance(x, np.ndarray) for x in inputs) or not isinstance(y, np.ndarray):
+        return None  # without the compiled tier: numpy's steps
+    if any(
+        np.may_share_memory(x, y) and not (x.shape == y.shape and x.strides == y.strides and _at(x) == _at(y)) for x in inputs
+    ):
+        return None
+    calls: list[native.NativeCall] = []
+    results: list[np.ndarray] = []
+    for i, st in enumerate(steps):
+        dst = y if i == len(steps) - 1 else np.empty(y.shape, np.float32)
+        xs = [inputs[s] if s >= 0 else results[-1 - s] for s in st.srcs]
+        code = native.EW_ARITH.get(st.op.name) if len(xs) == 2 else native.EW_UNARY.get(st.op.name)
+        if code is not None:
+            call = native.elemwise(code, dst, *xs)
+        else:
+            ok = activations and len(xs) == 1 and xs[0].shape == dst.shape
+            call = native_rows.activation_call(st.op.name, xs[0], dst, st.params) if ok else None
+        if call is None:
+            return None
+        calls.append(call)
+        results.append(dst)
+    return calls
 
 
 # A program the compiled tier runs as one call over the whole tensor: (activation, its params,
@@ -500,7 +560,7 @@ def _chain_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> li
     place, each rounding as its ufunc; None for any other program or inputs ``y`` overlaps
     (but the first step's, when it is ``y`` itself)."""
     if any([s for s in st.srcs if s < 0] != ([-i] if i else []) for i, st in enumerate(steps)):
-        return _tree_calls(steps, inputs, y)
+        return _step_calls(steps, inputs, y, activations=False)
     calls = []
     for i, st in enumerate(steps):
         code = native.EW_ARITH.get(st.op.name) if len(st.srcs) == 2 else native.EW_UNARY.get(st.op.name)
@@ -515,26 +575,6 @@ def _chain_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> li
         if call is None:
             return None
         calls.append(call)
-    return calls
-
-
-def _tree_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> list[native.NativeCall] | None:
-    """``_chain_calls`` of a program whose steps read earlier ones out of order (Llama's rotary
-    ``q * cos + rotate_half(q) * sin``): each step but the last into a buffer of ``y``'s shape
-    the program keeps; None when an input overlaps ``y``."""
-    calls: list[native.NativeCall] = []
-    results: list[np.ndarray] = []
-    for i, st in enumerate(steps):
-        code = native.EW_ARITH.get(st.op.name) if len(st.srcs) == 2 else native.EW_UNARY.get(st.op.name)
-        xs = [results[-1 - s] if s < 0 else inputs[s] for s in st.srcs]
-        if code is None or len(xs) > 2 or any(not isinstance(x, np.ndarray) or np.may_share_memory(x, y) for x in xs):
-            return None
-        out = y if i == len(steps) - 1 else np.empty(y.shape, np.float32)
-        call = native.elemwise(code, out, *xs)
-        if call is None:
-            return None
-        calls.append(call)
-        results.append(out)
     return calls
 
 

@@ -109,7 +109,7 @@ JOB_ELEMWISE, JOB_GATHER = 25, 26
 
 # The activation codes of aioge.h's ``enum aioge_act``, by op name (the one Python copy:
 # ``native_rows`` and the convolutions' epilogues read them here).
-_ACTS = ("", "Erf", "Gelu", "GeluTanh", "Sigmoid", "Swish", "HardSigmoid", "HardSwish", "Relu", "LeakyRelu", "Clip")
+_ACTS = ("", "Erf", "Gelu", "GeluTanh", "Sigmoid", "Swish", "HardSigmoid", "HardSwish", "Relu", "LeakyRelu", "Clip", "Tanh")
 ACT = {name: code for code, name in enumerate(_ACTS)}
 
 # The error codes of ``enum aioge_error``: one rule, negative is an error, everywhere.
@@ -492,24 +492,32 @@ def _base_address(a: np.ndarray) -> int:
 
 # JOB_ELEMWISE's ops and dtypes (csrc/jobs.c)
 EW_CAST, EW_AND, EW_OR, EW_XOR, EW_WHERE = range(5)
-EW_ARITH = {"Add": 5, "Sub": 6, "Mul": 7, "Div": 8}  # float32
-EW_UNARY = {"Sqrt": 9, "Reciprocal": 10}  # float32: RMSNorm's rsqrt (T5, Llama)
+EW_ARITH = {"Add": 5, "Sub": 6, "Mul": 7, "Div": 8}  # float32; but Div, int64 and int32 too
+_EW_INTS = (np.dtype(np.int64), np.dtype(np.int32))
+EW_COMPARE = {"Equal": 9, "Less": 10, "LessOrEqual": 11, "Greater": 12, "GreaterOrEqual": 13}  # numbers -> bool
+EW_NOT = 14
+EW_UNARY = {"Sqrt": 15, "Reciprocal": 16}  # float32: RMSNorm's rsqrt (T5, Llama)
 _EW_TYPES = {np.dtype(t): code for code, t in enumerate((np.float32, np.int64, np.int32, np.bool_, np.float64))}
 
 
 def elemwise(op: int, y: Any, *xs: Any) -> NativeCall | None:
     """``y = op(*xs)`` as one job: EW_CAST (x to y's dtype, as numpy's astype), EW_AND, EW_OR,
-    EW_XOR (bools), EW_WHERE (a bool condition, then two of y's dtype), EW_ARITH's and EW_UNARY's (float32), for operands broadcast to
+    EW_XOR, EW_NOT (bools), EW_WHERE (a bool condition, then two of y's dtype), EW_UNARY's (float32), EW_ARITH's (float32;
+    Add, Sub and Mul of int64 or int32 too, wrapping as numpy's),
+    EW_COMPARE's (two numbers of any of the dtypes to a bool y, as numpy promotes them), for operands broadcast to
     ``y`` (any strides: a slice of Concat's output; up to 6-D; float32, float64, int64, int32, bool); None otherwise."""
     if not (isinstance(y, np.ndarray) and y.flags.writeable and y.size and y.ndim <= 6 and y.dtype in _EW_TYPES):
         return None
-    arity = 1 if op == EW_CAST or op in EW_UNARY.values() else 3 if op == EW_WHERE else 2
+    arity = 1 if op in (EW_CAST, EW_NOT, *EW_UNARY.values()) else 3 if op == EW_WHERE else 2
     if not all(isinstance(x, np.ndarray) and x.dtype in _EW_TYPES for x in xs) or len(xs) != arity:
         return None
     kinds = [x.dtype for x in (y, *xs)]
     if (
-        (op in (EW_AND, EW_OR, EW_XOR) and any(k != np.bool_ for k in kinds))
-        or (op > EW_WHERE and any(k != np.float32 for k in kinds))
+        (op in (EW_AND, EW_OR, EW_XOR, EW_NOT) and any(k != np.bool_ for k in kinds))
+        or (op in EW_ARITH.values() and any(k != y.dtype for k in kinds))
+        or (op in EW_ARITH.values() and y.dtype != np.float32 and (op == EW_ARITH["Div"] or y.dtype not in _EW_INTS))
+        or (op in EW_COMPARE.values() and y.dtype != np.bool_)
+        or (op in EW_UNARY.values() and any(k != np.float32 for k in kinds))
         or (op == EW_WHERE and (kinds[1] != np.bool_ or kinds[2] != y.dtype or kinds[3] != y.dtype))
     ):
         return None

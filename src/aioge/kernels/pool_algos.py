@@ -197,7 +197,8 @@ def _pool_job(par: Any, geometry: np.ndarray, planes: int, out_shape: tuple[int,
         work = [
             a if a.flags.c_contiguous and a.dtype == t else np.empty(out_shape, t) for a, t in zip(given, (np.float32, np.int64))
         ]
-        split_native(par, native.JOB_POOL, native.ptr(args(x, work[0], work[1] if indices else None)), planes, worth=worth)
+        block = args(x, work[0], work[1] if indices else None)  # held: the C job reads it (a temporary was freed first)
+        split_native(par, native.JOB_POOL, native.ptr(block), planes, worth=worth)
         for a, w in zip(given, work):
             if a is not w:
                 np.copyto(a, w)

@@ -17,7 +17,6 @@ import numpy as np
 
 from aioge.ir.desc import Dim
 from aioge.kernels import native
-from aioge.kernels.base import one_call
 from aioge.kernels.contract import RunFn, is_constant
 
 __all__ = [
@@ -410,11 +409,19 @@ def build_gather(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
         np.take(x, idx, axis=axis, out=outputs[0])
         return outputs
 
-    def call(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> native.NativeCall | None:
-        x = inputs[0]
-        return native.gather(x, inputs[1], outputs[0], axis % max(x.ndim, 1)) if isinstance(x, np.ndarray) else None
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        x, idx = inputs[0], inputs[1]
+        if not (isinstance(x, np.ndarray) and isinstance(idx, np.ndarray) and native.available()):
+            return None
+        calls = []
+        if idx.dtype == np.int32:  # int32 indices (Keras's embeddings) widened into an int64 buffer of the program's
+            wide = np.empty(idx.shape, np.int64)
+            calls.append(native.elemwise(native.EW_CAST, wide, idx) if idx.size else None)
+            idx = wide
+        calls.append(native.gather(x, idx, outputs[0], axis % max(x.ndim, 1)))
+        return None if None in calls else calls  # type: ignore[return-value]
 
-    return native.with_native(run, one_call(call))
+    return native.with_native(run, form)
 
 
 def build_expand(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:

@@ -73,6 +73,7 @@ enum aioge_act {
     ACT_RELU = 8,
     ACT_LEAKY_RELU = 9,
     ACT_CLIP = 10,
+    ACT_TANH = 11,
 };
 
 /* A float32 parameter travelling in an int64 geometry slot as its bit pattern. */

@@ -383,17 +383,21 @@ static void ew_cast(char *y, int yt, const char *a, int at)
 }
 
 /* y = op(a, b, c) over operands broadcast by their byte strides: op 0 cast a to y's dtype, 1 and,
- * 2 or, 3 xor (bools), 4 where (a a bool; b, c of y's dtype), 5 add, 6 sub, 7 mul, 8 div, 9 sqrt a,
- * 10 1 / a (float32, each rounded as numpy's ufunc rounds it: one IEEE operation a statement). Arguments: op, y, y's dtype, 6
+ * 2 or, 3 xor (bools), 4 where (a a bool; b, c of y's dtype), 5 add, 6 sub, 7 mul, 8 div (float32,
+ * each rounded as numpy's ufunc rounds it: one operation a statement; add, sub and mul also of
+ * int64 or int32, wrapping as numpy's do), 9 ==, 10 <, 11 <=, 12 >, 13 >=
+ * (a bool y; as doubles when either side is a float, which holds float32/64 exactly, else as int64:
+ * numpy's promotion), 14 not (a bool), 15 sqrt a, 16 1 / a (float32). Arguments: op, y, y's dtype, 6
  * sizes, y's 6 byte strides (a slice: Concat's), then per operand its address, dtype and 6 byte strides: [lo, hi) index the first axis */
 static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
 {
     static const int64_t SIZE[] = {4, 8, 4, 1, 8};
     const int op = (int)g[0], yt = (int)g[2];
     const int64_t *n = g + 3, *ys = g + 9, *o[3] = {g + 15, g + 23, g + 31};
-    if (op < 0 || op > 10 || yt < 0 || yt > 4 || o[0][1] < 0 || o[0][1] > 4)
+    if (op < 0 || op > 16 || yt < 0 || yt > 4 || o[0][1] < 0 || o[0][1] > 4 || o[1][1] < 0 || o[1][1] > 4)
         return AIOGE_EGEOMETRY;
     const int64_t item = SIZE[yt];
+    const int ta = (int)o[0][1], tb = (int)o[1][1], as_float = ta == 0 || ta == 4 || tb == 0 || tb == 4;
     /* a copy of rows contiguous on both sides (Concat's slices, a cast to the same dtype) */
     const int copy = op == 0 && o[0][1] == yt && ys[5] == item && o[0][7] == item;
     for (int64_t i0 = lo; i0 < hi; i0++)
@@ -422,12 +426,40 @@ static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
                             case 2: *(uint8_t *)y = u | v; break;
                             case 3: *(uint8_t *)y = u ^ v; break;
                             case 4: memcpy(y, *(const uint8_t *)p[0] ? p[1] : p[2], (size_t)item); break;
-                            case 5: *(float *)y = *(const float *)p[0] + *(const float *)p[1]; break;
-                            case 6: *(float *)y = *(const float *)p[0] - *(const float *)p[1]; break;
-                            case 7: *(float *)y = *(const float *)p[0] * *(const float *)p[1]; break;
+                            case 5:
+                            case 6:
+                            case 7:
+                                if (yt == 0) {
+                                    const float a = *(const float *)p[0], b = *(const float *)p[1];
+                                    *(float *)y = op == 5 ? a + b : op == 6 ? a - b : a * b;
+                                } else { /* unsigned: wraps as numpy's int32 and int64 do */
+                                    const uint64_t a = (uint64_t)EW_LOAD(int64_t, p[0], ta), b = (uint64_t)EW_LOAD(int64_t, p[1], tb);
+                                    const uint64_t r = op == 5 ? a + b : op == 6 ? a - b : a * b;
+                                    if (yt == 1)
+                                        *(int64_t *)y = (int64_t)r;
+                                    else
+                                        *(int32_t *)y = (int32_t)(uint32_t)r;
+                                }
+                                break;
                             case 8: *(float *)y = *(const float *)p[0] / *(const float *)p[1]; break;
-                            case 9: *(float *)y = sqrtf(*(const float *)p[0]); break;
-                            default: *(float *)y = 1.0f / *(const float *)p[0];
+                            case 14: *(uint8_t *)y = *(const uint8_t *)p[0] == 0; break;
+                            case 15: *(float *)y = sqrtf(*(const float *)p[0]); break;
+                            case 16: *(float *)y = 1.0f / *(const float *)p[0]; break;
+                            default: {
+                                int c; /* -1, 0, 1, or 2 when unordered (a NaN: every comparison false) */
+                                if (as_float) {
+                                    const double a = EW_LOAD(double, p[0], ta), b = EW_LOAD(double, p[1], tb);
+                                    c = a < b ? -1 : a > b ? 1 : a == b ? 0 : 2;
+                                } else {
+                                    const int64_t a = EW_LOAD(int64_t, p[0], ta), b = EW_LOAD(int64_t, p[1], tb);
+                                    c = a < b ? -1 : a > b;
+                                }
+                                *(uint8_t *)y = op == 9    ? c == 0
+                                                : op == 10 ? c == -1
+                                                : op == 11 ? c == -1 || c == 0
+                                                : op == 12 ? c == 1
+                                                           : c == 1 || c == 0;
+                            }
                             }
                         }
                     }

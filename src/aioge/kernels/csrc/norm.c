@@ -307,6 +307,7 @@ static void act_span(const float *x, const float *bias, float *y, int64_t n, int
     case ACT_RELU: ACT_LOOP(v > 0.0f || v != v ? v : 0.0f); break;
     case ACT_LEAKY_RELU: ACT_LOOP(v >= 0.0f || v != v ? v : v * p0); break;
     case ACT_CLIP: ACT_LOOP(clip_f32(v, p0, p1)); break;
+    case ACT_TANH: ACT_LOOP(tanhf(v)); break; /* libm's, within an ulp (tanh_abs_f32 is not, near 0) */
     default: break;
     }
 }
