@@ -523,3 +523,25 @@ async def test_concurrent_calls_from_worker_threads_are_right(backend: aioge_tor
             np.testing.assert_allclose(got[k].numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
     workers = backend._runner.session._workers
     assert workers is not None and workers.cpu._value == workers.cpu_slots
+
+
+def test_tiny_bert_with_a_mask_runs_as_one_native_program(backend: aioge_torch.AiogeBackend, monkeypatch) -> None:
+    # issue 41: its pooler's Tanh after a Gemm had no C form, so the plan ran step by step; every
+    # op of it has one now (the mask's Gather/Cast/Where, the Gemms' Tanh epilogue), so each call
+    # is one C program. Native plans are forced as in tests/runtime/test_native_program.py
+    # (whether a plan takes them is tuning's call, which load can flip).
+    from aioge.benchmarks.frontends import _torch_model
+
+    monkeypatch.setattr("aioge.compiler.graph.NATIVE_SLACK_MS", float("inf"))
+    model, kw = _torch_model("bert")
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for _ in range(3):
+            got = compiled(**kw)
+        ref = model(**kw)
+    assert len(backend.graphs) == 1 and not backend.fallbacks and not backend.partitioned
+    exe = backend._runner.session.executable(0)
+    assert exe.native_runs >= 2 and exe.native_ok, [p.op_type + ":" + p.kernel.impl for p in exe.model.nodes]
+    assert any(n.op_type == "FusedGemm" and n.attrs.get("activation") == "Tanh" for n in exe.model.graph.nodes)
+    for k in ("last_hidden_state", "pooler_output"):
+        np.testing.assert_allclose(getattr(got, k).numpy(), getattr(ref, k).numpy(), rtol=1e-4, atol=1e-5)

@@ -171,6 +171,11 @@ def _hard_swish(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float,
     np.multiply(x, h, out=f[d])
 
 
+def _tanh(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    if not _native_step("Tanh", f[s[0]], f[d]):  # float32: the C tanh, as a native program computes it
+        np.tanh(f[s[0]], out=f[d])
+
+
 def _clip(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
     # kernels.elementwise.clip: max with lo, then min with hi; an infinite bound is absent.
     x, y = f[s[0]], f[d]
@@ -260,7 +265,6 @@ _UNARY_UFUNCS: dict[str, Any] = {
     "Neg": np.negative,
     "Abs": np.absolute,
     "Reciprocal": np.reciprocal,
-    "Tanh": np.tanh,
     "Floor": np.floor,
     "Ceil": np.ceil,
     "Round": np.rint,
@@ -296,6 +300,7 @@ EW_OPS: Mapping[str, EwOp] = {
     "Sigmoid": EwOp("Sigmoid", 1, 0, "ff?", _sigmoid),
     "HardSigmoid": EwOp("HardSigmoid", 1, 2, "", _hard_sigmoid),  # params: alpha, beta
     "HardSwish": EwOp("HardSwish", 1, 0, "f", _hard_swish),
+    "Tanh": EwOp("Tanh", 1, 0, "", _tanh),
     "Swish": EwOp("Swish", 1, 1, "", _swish),  # params: alpha (SiLU: 1)
     "Clip": EwOp("Clip", 1, 2, "", _clip),  # params: lo, hi (-inf / inf when absent)
     # Erf's temporaries: three of the program's dtype (float32) or three float64 (float16)

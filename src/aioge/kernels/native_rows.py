@@ -45,11 +45,11 @@ SPLIT_ACTIVATION = 1 << 16
 # to the bit (NaN propagates; Relu of -0 is +0, as numpy's maximum gives): their C job lets a
 # FusedGemm or FusedMatMul with one end a native program (the builder MLP's batch gears had
 # none). Clip stays numpy's: its C loop does not vectorise (4 ns a value against 0.2).
-_ACT = {k: native.ACT[k] for k in ("Erf", "Gelu", "Sigmoid", "Swish", "HardSigmoid", "HardSwish", "Relu", "LeakyRelu")}
+_ACT = {k: native.ACT[k] for k in ("Erf", "Gelu", "Sigmoid", "Swish", "HardSigmoid", "HardSwish", "Relu", "LeakyRelu", "Tanh")}
 _GELU_TANH = native.ACT["GeluTanh"]
 # The transcendental ones (all but the HardSigmoids) cost 0.5-1 ns a value: SPLIT_ACTIVATION
 # splits them from a quarter as many (the builder transformer's tanh GELU over 32K values: 28 -> 20 us).
-_COSTLY = frozenset({*(_ACT[k] for k in ("Erf", "Gelu", "Sigmoid", "Swish")), _GELU_TANH})
+_COSTLY = frozenset({*(_ACT[k] for k in ("Erf", "Gelu", "Sigmoid", "Swish", "Tanh")), _GELU_TANH})
 ACTIVATIONS = frozenset(_ACT)
 # What the compiled convolutions apply to an output tile before it leaves the cache (a fused
 # producer's activation, by its op name): the activations above less Erf (not one of

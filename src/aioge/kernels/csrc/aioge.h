@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 20
+#define AIOGE_ABI 21
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -73,6 +73,7 @@ enum aioge_act {
     ACT_RELU = 8,
     ACT_LEAKY_RELU = 9,
     ACT_CLIP = 10,
+    ACT_TANH = 11,
 };
 
 /* A float32 parameter travelling in an int64 geometry slot as its bit pattern. */
