@@ -299,7 +299,7 @@ class AiogeBackend:
             return None
         traced.graph.eliminate_dead_code()  # as AOTAutograd's graph: unused results (layer norm's statistics) go
         traced.recompile()
-        if not _functional(traced, len(gm.graph.output_node().args[0])):
+        if not _functional(traced, gm.graph.output_node().args[0]):
             return None
         _TRACES[key] = traced
         while len(_TRACES) > _TRACE_MEMO:
@@ -771,15 +771,16 @@ def _trace_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], converte
     return gm.code, tuple(metas), tuple(sorted(map(str, converters)))
 
 
-def _functional(traced: torch.fx.GraphModule, outputs: int) -> bool:
-    """Whether an inference trace stands for AOTAutograd's graph: no in-place op, ``outputs``
-    outputs, none of them an input or a view of one."""
+def _functional(traced: torch.fx.GraphModule, captured: Any) -> bool:
+    """Whether an inference trace stands for AOTAutograd's graph: no in-place op, as many
+    outputs as the captured graph's (``captured``, its output node's argument), none of them an
+    input or a view of one."""
     placeholders = {n for n in traced.graph.nodes if n.op == "placeholder"}
     for n in traced.graph.nodes:
         if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable:
             return False
     outs = traced.graph.output_node().args[0]
-    if not isinstance(outs, (tuple, list)) or len(outs) != outputs:
+    if not isinstance(outs, (tuple, list)) or not isinstance(captured, (tuple, list)) or len(outs) != len(captured):
         return False
     for out in outs:
         while isinstance(out, torch.fx.Node) and out.op == "call_function" and _op_name(out) in _VIEWS:
