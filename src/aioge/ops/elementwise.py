@@ -95,7 +95,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     _unary("Neg", ufunc_impl("numpy", np.negative), "-x"),
     _unary("Abs", ufunc_impl("numpy", np.absolute), "|x|"),
     _unary("Reciprocal", ufunc_impl("numpy", np.reciprocal), "1 / x"),
-    _unary("Tanh", ufunc_impl("numpy", np.tanh), "hyperbolic tangent"),
+    _unary("Tanh", _fn("numpy", k.tanh), "hyperbolic tangent"),
     _unary("Relu", _fn("numpy", k.relu), "max(x, 0)"),
     _unary("LeakyRelu", _fn("numpy", k.leaky_relu), "x if x >= 0 else alpha * x", _ALPHA),
     _unary("Sigmoid", _fn("numpy", k.sigmoid), "1 / (1 + e ** -x), overflow-free"),
