@@ -7,7 +7,7 @@ Per model and round, in turn: aioge with this checkout's ``src`` (and with each 
 e.g. main's, to compare) and inductor, each in a fresh process, "cold" (empty kernel caches:
 aioge's ``ASCEND_CACHE_PATH``, inductor's ``TORCHINDUCTOR_CACHE_DIR``) and "warm" (caches filled
 by an earlier process). A figure is ``torch.compile(model)`` + its first call under ``no_grad``,
-wall seconds (imports done before); "again" is a second compile in the same process after
+wall and CPU seconds (every thread's; imports done before); "again" is a second compile in the same process after
 ``torch._dynamo.reset()``. Prints the median over rounds.
 """
 
@@ -34,14 +34,14 @@ with torch.no_grad():
     be = aioge.torch.backend() if side == "aioge" else "inductor"
     for _ in range(2):
         torch._dynamo.reset()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         torch.compile(model, backend=be)(**kw)
-        out.append(time.perf_counter() - t)
+        out.append((time.perf_counter() - t, time.process_time() - c))
 print(json.dumps(out))
 """
 
 
-def _one(src: str, side: str, name: str, caches: str) -> list[float]:
+def _one(src: str, side: str, name: str, caches: str) -> list[list[float]]:
     env = {
         **os.environ,
         "PYTHONPATH": src,
@@ -58,7 +58,7 @@ def main(names: list[str], rounds: int, others: list[str]) -> None:
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
     sides = [(f"aioge {src}", src, "aioge") for src in [here, *others]] + [("inductor", here, "inductor")]
     for name in names:
-        figures: dict[tuple[str, str], list[list[float]]] = {}
+        figures: dict[tuple[str, str], list[list[list[float]]]] = {}
         for _ in range(rounds):
             for label, src, side in sides:
                 with tempfile.TemporaryDirectory() as caches:
@@ -66,9 +66,11 @@ def main(names: list[str], rounds: int, others: list[str]) -> None:
                     figures.setdefault((label, "warm"), []).append(_one(src, side, name, caches))
         print(name, "load", open("/proc/loadavg").read().split()[:3], time.strftime("%H:%M:%S"))
         for (label, state), runs in figures.items():
-            first = statistics.median(r[0] for r in runs)
-            again = statistics.median(r[1] for r in runs)
-            print(f"   {label:40s} {state}  compile {first:6.2f} s   again {again:6.2f} s")
+            first, again = ([statistics.median(r[i][k] for r in runs) for k in (0, 1)] for i in (0, 1))
+            print(
+                f"   {label:28s} {state}  compile wall {first[0]:6.2f} s cpu {first[1]:6.2f} s"
+                f"   again wall {again[0]:6.2f} s cpu {again[1]:6.2f} s"
+            )
 
 
 if __name__ == "__main__":
