@@ -763,9 +763,7 @@ def _trace_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], converte
         return None
     metas = []
     for x in example_inputs:
-        if type(x) not in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer) or not all(
-            type(d) is int for d in (*x.shape, *x.stride())
-        ):
+        if type(x) not in (torch.Tensor, torch.nn.Parameter) or not all(type(d) is int for d in (*x.shape, *x.stride())):
             return None
         metas.append((type(x), tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad))
     return gm.code, tuple(metas), tuple(sorted(map(str, converters)))
