@@ -36,6 +36,7 @@ import itertools
 import logging
 import warnings
 import weakref
+from collections import OrderedDict
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -222,6 +223,8 @@ class AiogeBackend:
         self._graph_key = key or (name if options.get("ge.graph_compiler_cache_dir") else None)
         self._runner = _SessionThread(options)
         self._frozen: tuple[dict[int, torch.Tensor], int] = ({}, 0)
+        self.traces = 0  # ATen traces run (AOTAutograd's or the inference trace)
+        self.trace_hits = 0  # compiles that took a memoised inference trace instead
 
     def register_converter(self, op: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """A decorator registering ``fn`` as this backend's converter for an ATen op
@@ -247,16 +250,61 @@ class AiogeBackend:
         # AOTAutograd traces with fake tensors, so the real weights are handed to _compile
         # aside; its inference graph takes the same inputs in the same order.
         self._frozen = ({i: example_inputs[i] for i in frozen}, len(example_inputs))
-        aot = aot_autograd(
-            fw_compiler=self._compile,
-            inference_compiler=self._compile,
-            bw_compiler=_eager,
-            decompositions=decompositions(self.converters),
-        )
         try:
+            if not torch.is_grad_enabled():
+                traced = self._inference_trace(gm, example_inputs)
+                if traced is not None:
+                    boxed = self._compile(traced, example_inputs)
+                    return lambda *args: boxed(list(args))
+            self.traces += 1
+            aot = aot_autograd(
+                fw_compiler=self._compile,
+                inference_compiler=self._compile,
+                bw_compiler=_eager,
+                decompositions=decompositions(self.converters),
+            )
             return aot(gm, example_inputs)
         finally:
             self._frozen = ({}, 0)
+
+    def _inference_trace(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> torch.fx.GraphModule | None:
+        """The ATen graph of a graph captured with gradients off, by one ``make_fx`` trace with
+        the decomposition table (AOTAutograd's inference graph, without its metadata trace and
+        wrappers: about a third of its time), memoised in the process by the captured graph's
+        code and its inputs' metadata (``_trace_key``): a second compile of the same module
+        skips the trace. None when that graph cannot stand for AOTAutograd's: symbolic shapes,
+        a captured graph holding tensors or modules of its own (not in the key), an in-place op,
+        or an output that is an input or a view of one (AOTAutograd returns those as aliases)."""
+        key = _trace_key(gm, example_inputs, self.converters)
+        if key is None:
+            return None
+        traced = _TRACES.get(key)
+        if traced is not None:
+            _TRACES.move_to_end(key)
+            self.trace_hits += 1
+            return traced
+        from torch._dispatch.python import enable_python_dispatcher
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        self.traces += 1
+        try:
+            # fake tensors of a mode of its own: Dynamo's (ambient) would give them symbols of its shape env
+            with FakeTensorMode() as mode, enable_python_dispatcher():
+                fakes = [mode.from_tensor(x) for x in example_inputs]
+                functional = torch.func.functionalize(gm, remove="mutations")  # in-place ops (ReLU(inplace)) out of place
+                traced = make_fx(functional, decomposition_table=decompositions(self.converters))(*fakes)
+        except Exception as exc:  # noqa: BLE001 - whatever make_fx cannot trace, AOTAutograd is asked next
+            log.debug("aioge.torch: the inference trace failed (%s); AOTAutograd traces", exc)
+            return None
+        traced.graph.eliminate_dead_code()  # as AOTAutograd's graph: unused results (layer norm's statistics) go
+        traced.recompile()
+        if not _functional(traced, gm.graph.output_node().args[0]):
+            return None
+        _TRACES[key] = traced
+        while len(_TRACES) > _TRACE_MEMO:
+            _TRACES.popitem(last=False)
+        return traced
 
     def close(self) -> None:
         """Close the backend's session; compiled functions from it must not be called afterwards."""
@@ -693,6 +741,56 @@ def _is_compile_failure(exc: AiogeError) -> bool:
     from aioge.errors import CompileError, FeedError
 
     return isinstance(exc, (CompileError, GraphError)) and not isinstance(exc, FeedError)
+
+
+# The inference traces of this process by _trace_key, least recently used first.
+_TRACES: OrderedDict[tuple[Any, ...], torch.fx.GraphModule] = OrderedDict()
+_TRACE_MEMO = 64
+# ATen ops that return a view of an input (an output reached through them from a placeholder aliases it).
+_VIEWS = frozenset(
+    "view _unsafe_view reshape expand permute transpose t slice select squeeze unsqueeze alias detach as_strided".split()
+)
+
+
+def _trace_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], converters: Converters) -> tuple[Any, ...] | None:
+    """What the ATen graph of ``gm`` depends on: its code (the ops and their arguments), every
+    input's type, shape, strides, dtype, device and whether it requires grad, and the backend's
+    converters (the decomposition table leaves their ops whole). Parameters are inputs of the
+    captured graph, so their values are not in it: frozen ones are baked in after the trace,
+    from the call's own tensors. None when the graph holds state the code only names (tensor
+    constants, submodules) or an input is not a tensor of static shape."""
+    if any(n.op in ("get_attr", "call_module") for n in gm.graph.nodes):
+        return None
+    metas = []
+    for x in example_inputs:
+        if type(x) not in (torch.Tensor, torch.nn.Parameter) or not all(type(d) is int for d in (*x.shape, *x.stride())):
+            return None
+        metas.append((type(x), tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad))
+    return gm.code, tuple(metas), tuple(sorted(map(str, converters)))
+
+
+def _functional(traced: torch.fx.GraphModule, captured: Any) -> bool:
+    """Whether an inference trace stands for AOTAutograd's graph: no in-place op, as many
+    outputs as the captured graph's (``captured``, its output node's argument), none of them an
+    input or a view of one."""
+    placeholders = {n for n in traced.graph.nodes if n.op == "placeholder"}
+    for n in traced.graph.nodes:
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable:
+            return False
+    outs = traced.graph.output_node().args[0]
+    if not isinstance(outs, (tuple, list)) or not isinstance(captured, (tuple, list)) or len(outs) != len(captured):
+        return False
+    for out in outs:
+        while isinstance(out, torch.fx.Node) and out.op == "call_function" and _op_name(out) in _VIEWS:
+            out = out.args[0]
+        if out in placeholders:
+            return False
+    return True
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    target = node.target
+    return target._schema.name.split("::")[-1] if isinstance(target, torch._ops.OpOverload) else ""
 
 
 def _eager(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:

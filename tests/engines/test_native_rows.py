@@ -632,3 +632,50 @@ def test_sigmoid_and_swish_are_within_3_ulp_of_float64_in_every_tier(isa: str, t
         ulp = np.maximum(np.spacing(np.abs(ref[fin]).astype(np.float32)).astype(np.float64), 2.0**-140)
         worst = float(np.max(np.abs(y[fin] - ref[fin]) / ulp))
         assert worst <= 3.5, f"{key} ({isa}): {worst:.2f} ulp"  # 3.1 measured (the old exp: 4000+ near -88)
+
+
+_TANH_CHILD = """
+import sys, numpy as np
+from aioge.kernels import native, native_rows
+x = np.load(sys.argv[1])
+y = np.full_like(x, 7.0)
+assert native_rows.activation("Tanh", x, y)
+np.savez(sys.argv[2], y=y, describe=np.array(native.describe()))
+"""
+
+
+@pytest.mark.parametrize("isa", ["default", "baseline"])
+def test_tanh_is_within_2_ulp_of_float64_in_every_tier(isa: str, tmp_path) -> None:
+    # the C Tanh (a polynomial below |x| = 0.625, 1 - 2 / (e^2|x| + 1) above) against float64, in
+    # ulps of the float32 result down to subnormal x (tanh(x) = x there): both sides of the switch,
+    # +-inf (+-1) and NaN included. It is the activation code a Gemm's epilogue and a lone Tanh run.
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(6)
+    edge = np.nextafter(np.float32(0.625), np.float32([0, 1]))
+    wide = np.geomspace(1e-44, 1e3, 20_001)
+    x = np.concatenate([rng.standard_normal(100_003) * 3, np.linspace(-12, 12, 60_001), wide, -wide, edge, _SPECIAL]).astype(
+        np.float32
+    )
+    if isa == "default":
+        y = np.full_like(x, 7.0)
+        assert native_rows.activation("Tanh", x, y)
+    else:
+        np.save(tmp_path / "x.npy", x)
+        env = {**os.environ, "AIOGE_ISA": "baseline"}
+        subprocess.run(
+            [sys.executable, "-c", _TANH_CHILD, str(tmp_path / "x.npy"), str(tmp_path / "y.npz")],
+            env=env,
+            check=True,
+            timeout=120,
+        )
+        with np.load(tmp_path / "y.npz", allow_pickle=False) as saved:
+            y = saved["y"]
+            assert "running baseline" in str(saved["describe"])
+    ref = np.tanh(x.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    fin = ~np.isnan(ref)
+    ulp = np.maximum(np.spacing(np.abs(ref[fin]).astype(np.float32)).astype(np.float64), 2.0**-149)
+    worst = float(np.max(np.abs(y[fin].astype(np.float64) - ref[fin]) / ulp))
+    assert worst <= 2.0, f"Tanh ({isa}): {worst:.2f} ulp"  # 1.33 measured (numpy's own float32 tanh: 1.36)

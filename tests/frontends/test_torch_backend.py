@@ -523,3 +523,72 @@ async def test_concurrent_calls_from_worker_threads_are_right(backend: aioge_tor
             np.testing.assert_allclose(got[k].numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
     workers = backend._runner.session._workers
     assert workers is not None and workers.cpu._value == workers.cpu_slots
+
+
+def test_tiny_bert_with_a_mask_runs_as_one_native_program(backend: aioge_torch.AiogeBackend, monkeypatch) -> None:
+    # issue 41: its pooler's Tanh after a Gemm had no C form, so the plan ran step by step; every
+    # op of it has one now (the mask's Gather/Cast/Where, the Gemms' Tanh epilogue), so each call
+    # is one C program. Native plans are forced as in tests/runtime/test_native_program.py
+    # (whether a plan takes them is tuning's call, which load can flip).
+    from aioge.benchmarks.frontends import _torch_model
+
+    monkeypatch.setattr("aioge.compiler.graph.NATIVE_SLACK_MS", float("inf"))
+    model, kw = _torch_model("bert")
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for _ in range(3):
+            got = compiled(**kw)
+        ref = model(**kw)
+    assert len(backend.graphs) == 1 and not backend.fallbacks and not backend.partitioned
+    exe = backend._runner.session.executable(0)
+    assert exe.native_runs >= 2 and exe.native_ok, [p.op_type + ":" + p.kernel.impl for p in exe.model.nodes]
+    assert any(n.op_type == "FusedGemm" and n.attrs.get("activation") == "Tanh" for n in exe.model.graph.nodes)
+    for k in ("last_hidden_state", "pooler_output"):
+        np.testing.assert_allclose(getattr(got, k).numpy(), getattr(ref, k).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_second_compile_reuses_the_inference_trace_and_never_a_stale_graph() -> None:
+    # issue 41's compile time: a graph captured with gradients off is traced to ATen once per
+    # process (its code and input metadata the key); a second compile of the same module skips
+    # the trace, with the weights of its own call baked in. Other code, dtypes or shapes miss;
+    # grad mode keeps AOTAutograd (backward runs).
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self, act: torch.nn.Module) -> None:
+            super().__init__()
+            self.a, self.act, self.b = torch.nn.Linear(8, 16), act, torch.nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.act(self.a(x))) * 2
+
+    be = aioge_torch.backend()
+    x = torch.randn(3, 8)
+
+    def run(model: torch.nn.Module, arg: torch.Tensor, traces: int, hits: int) -> None:
+        torch._dynamo.reset()
+        got = torch.compile(model, backend=be)(arg)
+        ref = model(arg)
+        assert (be.traces, be.trace_hits) == (traces, hits)
+        np.testing.assert_allclose(got.detach().numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+    try:
+        net = Net(torch.nn.ReLU(inplace=True)).eval()
+        with torch.no_grad():
+            run(net, x, 1, 0)
+            run(net, x, 1, 1)  # the same module again: no trace
+            run(Net(torch.nn.ReLU(inplace=True)).eval(), x, 1, 2)  # other weights: a hit, its own weights
+            with torch.no_grad():
+                net.a.weight.mul_(-1)  # frozen weights changed in place: a hit, built with the new values
+            run(net, x, 1, 3)
+            run(Net(torch.nn.GELU()).eval(), x, 2, 3)  # other code
+            run(net.double(), x[:2].double(), 3, 3)  # other dtypes and shape
+        net.float()
+        xg = x.clone().requires_grad_()
+        run(net, xg, 4, 3)  # grad mode: AOTAutograd's trace, never the memo
+        torch.compile(net, backend=be)(xg).sum().backward()
+        assert xg.grad is not None and be.trace_hits == 3
+        assert not be.fallbacks and not be.partitioned
+    finally:
+        be.close()
+        torch._dynamo.reset()

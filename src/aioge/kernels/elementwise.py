@@ -14,8 +14,8 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 def tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Contiguous float32 by libm's tanhf in C (``native_rows``), as FusedElementwise's steps
-    compute it; numpy's otherwise."""
+    """Contiguous float32 by the C tanh (within 2 ulp), as a FusedElementwise Tanh and a Gemm's
+    Tanh epilogue compute it, so fusing one changes no bit; numpy's otherwise."""
     y = _native("Tanh", x) if out is None else None
     return y if y is not None else np.tanh(x, out=out)
 

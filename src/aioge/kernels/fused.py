@@ -117,11 +117,6 @@ def _leaky_relu(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float,
     np.copyto(f[d], t[0][0])
 
 
-def _tanh(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
-    if not _native_step("Tanh", f[s[0]], f[d]):  # float32: kernels.elementwise.tanh's C pass
-        np.tanh(f[s[0]], out=f[d])
-
-
 def _sigmoid(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
     # kernels.elementwise.sigmoid, step for step. float32/float64: 1 / (1 + exp(min(-x, B))),
     # B the largest argument whose exp is finite, so nothing overflows (five passes). float16
@@ -174,6 +169,11 @@ def _hard_swish(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float,
     np.add(h, 0.5, out=h)
     np.clip(h, 0, 1, out=h)
     np.multiply(x, h, out=f[d])
+
+
+def _tanh(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
+    if not _native_step("Tanh", f[s[0]], f[d]):  # float32: the C tanh, as a native program computes it
+        np.tanh(f[s[0]], out=f[d])
 
 
 def _clip(f: list[np.ndarray], d: int, s: tuple[int, ...], p: tuple[float, ...], t: Temps) -> None:
@@ -265,7 +265,6 @@ _UNARY_UFUNCS: dict[str, Any] = {
     "Neg": np.negative,
     "Abs": np.absolute,
     "Reciprocal": np.reciprocal,
-    "Tanh": np.tanh,
     "Floor": np.floor,
     "Ceil": np.ceil,
     "Round": np.rint,
@@ -296,12 +295,12 @@ _STEPS: dict[str, StepFn] = {"Pow": _pow}
 EW_OPS: Mapping[str, EwOp] = {
     **{n: EwOp(n, 1, 0, "", _unary(u), u) for n, u in _UNARY_UFUNCS.items()},
     **{n: EwOp(n, 2, 0, "", _STEPS[n]) if n in _STEPS else EwOp(n, 2, 0, "", _binary(u), u) for n, u in _BINARY_UFUNCS.items()},
-    "Tanh": EwOp("Tanh", 1, 0, "", _tanh),  # not the ufunc: float32 in C, as the Tanh op
     "Relu": EwOp("Relu", 1, 0, "", _relu),
     "LeakyRelu": EwOp("LeakyRelu", 1, 1, "f?", _leaky_relu),  # params: alpha
     "Sigmoid": EwOp("Sigmoid", 1, 0, "ff?", _sigmoid),
     "HardSigmoid": EwOp("HardSigmoid", 1, 2, "", _hard_sigmoid),  # params: alpha, beta
     "HardSwish": EwOp("HardSwish", 1, 0, "f", _hard_swish),
+    "Tanh": EwOp("Tanh", 1, 0, "", _tanh),  # not the ufunc: float32 in C, as the Tanh op
     "Swish": EwOp("Swish", 1, 1, "", _swish),  # params: alpha (SiLU: 1)
     "Clip": EwOp("Clip", 1, 2, "", _clip),  # params: lo, hi (-inf / inf when absent)
     # Erf's temporaries: three of the program's dtype (float32) or three float64 (float16)

@@ -47,7 +47,6 @@ SPLIT_ACTIVATION = 1 << 16
 # none). Clip stays numpy's: its C loop does not vectorise (4 ns a value against 0.2).
 _ACT = {k: native.ACT[k] for k in ("Erf", "Gelu", "Sigmoid", "Swish", "HardSigmoid", "HardSwish", "Relu", "LeakyRelu", "Tanh")}
 _GELU_TANH = native.ACT["GeluTanh"]
-# Tanh is libm's tanhf (an LSTM's gates, FusedElementwise's per-step C form); not an epilogue.
 # The transcendental ones (all but the HardSigmoids) cost 0.5-1 ns a value: SPLIT_ACTIVATION
 # splits them from a quarter as many (the builder transformer's tanh GELU over 32K values: 28 -> 20 us).
 _COSTLY = frozenset({*(_ACT[k] for k in ("Erf", "Gelu", "Sigmoid", "Swish", "Tanh")), _GELU_TANH})
@@ -55,7 +54,7 @@ ACTIVATIONS = frozenset(_ACT)
 # What the compiled convolutions apply to an output tile before it leaves the cache (a fused
 # producer's activation, by its op name): the activations above less Erf (not one of
 # ops.fused.ACTIVATIONS), and Clip, computed as numpy's fused steps do.
-_EPILOGUE = {**{k: v for k, v in _ACT.items() if k not in ("Erf", "Tanh")}, "Clip": native.ACT["Clip"]}
+_EPILOGUE = {**{k: v for k, v in _ACT.items() if k != "Erf"}, "Clip": native.ACT["Clip"]}
 EPILOGUES = frozenset(_EPILOGUE)
 _F32 = np.dtype(np.float32)
 

@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from aioge.errors import ExecutionError
+from aioge.kernels import native
 from aioge.runtime.devices.protocol import read_frame, write_frame
 from aioge.runtime.executor import Executable
 
@@ -36,6 +37,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
     from aioge.runtime.workers import EngineWorkers
 
     configure_blas(1)
+    native.available()  # load the compiled tier now: a run that first calls it would measure the load
     workers = EngineWorkers(min_lanes=1, cpu_slots=1)
     exes: dict[int, Executable] = {}
     failed: dict[int, str] = {}
