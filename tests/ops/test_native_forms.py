@@ -199,6 +199,7 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("", "Slice", "numpy"): ({}, [_f(2, 6, 4), _i(1), _i(5), _i(1), _i(2)], 1),
     ("", "ReduceMean", "reduce_mean_native"): ({"keepdims": 0}, [_f(2, 3, 4, 5), _i(2, 3)], 1),
     ("", "Relu", "numpy"): ({}, [_f(2, 3, 4)], 1),
+    ("", "Tanh", "numpy"): ({}, [_f(2, 3, 4)], 1),
     ("", "Cast", "numpy"): ({"to": "float32"}, [_i(3, -2, 7, 0)], 1),
     ("", "And", "numpy"): ({}, [_b(1, 0, 1), _b(1, 1, 0)], 1),
     ("", "Or", "numpy"): ({}, [_b(1, 0, 1), _b(0, 1, 0)], 1),

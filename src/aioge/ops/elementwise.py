@@ -28,11 +28,16 @@ def _fn(name: str, fn: Callable[..., Any]) -> KernelImpl:
     return returning(name, fn)
 
 
-def _relu_call(ins: Any, outs: Any) -> native.NativeCall | None:
-    """Relu on its own (T5's, after a bias-free MatMul) as the C activation job: numpy's maximum to the bit."""
-    from aioge.kernels import native_rows
+def _activation(name: str) -> Any:
+    """The native form of Relu or Tanh on its own (T5's Relu after a bias-free MatMul, BERT's
+    pooler Tanh) as the C activation job: what the op's own run computes, to the bit."""
 
-    return native_rows.activation_call("Relu", ins[0], outs[0])
+    def call(ins: Any, outs: Any) -> native.NativeCall | None:
+        from aioge.kernels import native_rows
+
+        return native_rows.activation_call(name, ins[0], outs[0])
+
+    return lambda kw: one_call(call)
 
 
 def _infer_pow(ctx: InferContext) -> list[TensorDesc]:
@@ -102,8 +107,8 @@ SCHEMAS: tuple[OpSchema, ...] = (
     _unary("Neg", ufunc_impl("numpy", np.negative), "-x"),
     _unary("Abs", ufunc_impl("numpy", np.absolute), "|x|"),
     _unary("Reciprocal", ufunc_impl("numpy", np.reciprocal), "1 / x"),
-    _unary("Tanh", _fn("numpy", k.tanh), "hyperbolic tangent"),
-    _unary("Relu", returning("numpy", k.relu, form=lambda kw: one_call(_relu_call)), "max(x, 0)"),
+    _unary("Tanh", returning("numpy", k.tanh, form=_activation("Tanh")), "hyperbolic tangent"),
+    _unary("Relu", returning("numpy", k.relu, form=_activation("Relu")), "max(x, 0)"),
     _unary("LeakyRelu", _fn("numpy", k.leaky_relu), "x if x >= 0 else alpha * x", _ALPHA),
     _unary("Sigmoid", _fn("numpy", k.sigmoid), "1 / (1 + e ** -x), overflow-free"),
     _unary("Erf", _fn("numpy", k.erf), "the error function"),

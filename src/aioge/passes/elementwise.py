@@ -23,9 +23,9 @@ __all__ = ["fuse_elementwise", "node_steps"]
 _FLOATS = frozenset({"float16", "float32", "float64"})
 _VARIADIC = {"Sum": "Add", "Max": "Max", "Min": "Min"}
 # Ops whose own kernel makes several passes over memory (temporaries, np.where, a float64
-# series): one of them alone is worth a FusedElementwise node. Tanh's is one ufunc, but the
-# node's C form (an activation job) lets a plan with one run as a native program.
-_WORTH_ALONE = frozenset({"Erf", "Gelu", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish", "Swish", "Tanh"})
+# series): one of them alone is worth a FusedElementwise node. (Tanh and Relu are one pass
+# each, and their ops' own C forms let a plan with one run as a native program.)
+_WORTH_ALONE = frozenset({"Erf", "Gelu", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish", "Swish"})
 
 
 @dataclass(frozen=True, slots=True)
