@@ -43,10 +43,10 @@ def _with(desc: KernelDesc, **history: object) -> KernelDesc:
 
 
 def _plan(cost: dict[str, tuple[str, float, str, float]]) -> tuple[list, dict[str, KernelDesc]]:
-    """A MatMul -> Add -> Tanh graph's nodes and descs: per op type (impl, tuned ms, native alt, its ms)."""
+    """A MatMul -> Add -> Sin graph's nodes and descs: per op type (impl, tuned ms, native alt, its ms)."""
     g = aioge.Graph("pref")
     x = g.input("x", (4, 8))
-    y = ops.tanh(ops.add(ops.matmul(x, g.constant(np.ones((8, 8), np.float32))), 1.0))
+    y = ops.sin(ops.add(ops.matmul(x, g.constant(np.ones((8, 8), np.float32))), 1.0))
     g.output(y, names=["y"])
     kernels = {}
     for node in g.nodes:
@@ -70,16 +70,16 @@ def _plan(cost: dict[str, tuple[str, float, str, float]]) -> tuple[list, dict[st
 
 def test_a_plan_takes_its_native_alternatives_when_they_cost_little() -> None:
     nodes, kernels = _plan(
-        {"MatMul": ("numpy", 0.010, "matmul_blas", 0.011), "Add": ("numpy", 0.001, "", 0.0), "Tanh": ("numpy", 0.001, "", 0.0)}
+        {"MatMul": ("numpy", 0.010, "matmul_blas", 0.011), "Add": ("numpy", 0.001, "", 0.0), "Sin": ("numpy", 0.001, "", 0.0)}
     )
-    # Tanh has no native kernel: nothing changes
+    # Sin has no native kernel: nothing changes
     assert prefer_native(nodes, kernels) is kernels
     nodes, kernels = _plan(
-        {"MatMul": ("numpy", 0.010, "matmul_blas", 0.011), "Add": ("numpy", 0.001, "", 0.0), "Tanh": ("numpy", 0.001, "", 0.0)}
+        {"MatMul": ("numpy", 0.010, "matmul_blas", 0.011), "Add": ("numpy", 0.001, "", 0.0), "Sin": ("numpy", 0.001, "", 0.0)}
     )
-    tanh = next(n for n in nodes if n.op_type == "Tanh")
-    del kernels[tanh.name]
-    nodes = [n for n in nodes if n is not tanh]
+    sin = next(n for n in nodes if n.op_type == "Sin")
+    del kernels[sin.name]
+    nodes = [n for n in nodes if n is not sin]
     got = prefer_native(nodes, kernels)
     mm = next(n.name for n in nodes if n.op_type == "MatMul")
     h = got[mm].history
@@ -122,7 +122,7 @@ def test_a_kernel_that_packs_a_fed_weight_is_not_taken_as_native() -> None:
 
 def test_a_stored_native_alternative_round_trips_and_is_checked() -> None:
     nodes, kernels = _plan(
-        {"MatMul": ("numpy", 0.010, "matmul_blas", 0.011), "Add": ("numpy", 0.001, "", 0.0), "Tanh": ("numpy", 0.001, "", 0.0)}
+        {"MatMul": ("numpy", 0.010, "matmul_blas", 0.011), "Add": ("numpy", 0.001, "", 0.0), "Sin": ("numpy", 0.001, "", 0.0)}
     )
     mm = next(n for n in nodes if n.op_type == "MatMul")
     desc = kernels[mm.name]
@@ -136,7 +136,7 @@ def test_a_desc_stored_with_the_old_flat_tuning_fields_is_refused_by_name() -> N
     # Before TuningRecord a desc carried tuned_ms, runner_up, ... itself: such an entry (a kernel
     # cache file from an older aioge) is a clean ValueError naming the field (a miss, recompiled),
     # never a desc with its history silently lost. (.om files: the layout digest differs too.)
-    _, kernels = _plan({"MatMul": ("numpy", 0.010, "", 0.0), "Add": ("numpy", 0.001, "", 0.0), "Tanh": ("numpy", 0.001, "", 0.0)})
+    _, kernels = _plan({"MatMul": ("numpy", 0.010, "", 0.0), "Add": ("numpy", 0.001, "", 0.0), "Sin": ("numpy", 0.001, "", 0.0)})
     plain = desc_to_plain(next(iter(kernels.values())))
     fields = plain["~dc"][1]
     old = {k: v for k, v in fields.items() if k != "history"} | {"tuned_ms": 0.01, "runner_up": "", "margin": 0.0}
@@ -150,11 +150,11 @@ def test_the_slack_grows_with_the_steps_a_program_saves() -> None:
     from aioge.compiler.graph import NATIVE_SLACK_MS
 
     nodes, kernels = _plan(
-        {"MatMul": ("numpy", 0.010, "matmul_blas", 0.011), "Add": ("numpy", 0.001, "", 0.0), "Tanh": ("numpy", 0.001, "", 0.0)}
+        {"MatMul": ("numpy", 0.010, "matmul_blas", 0.011), "Add": ("numpy", 0.001, "", 0.0), "Sin": ("numpy", 0.001, "", 0.0)}
     )
-    tanh = next(n for n in nodes if n.op_type == "Tanh")
-    del kernels[tanh.name]
-    nodes = [n for n in nodes if n is not tanh]  # MatMul (swappable) and Add (native already)
+    sin = next(n for n in nodes if n.op_type == "Sin")
+    del kernels[sin.name]
+    nodes = [n for n in nodes if n is not sin]  # MatMul (swappable) and Add (native already)
     mm = next(n.name for n in nodes if n.op_type == "MatMul")
     total = sum(d.history.tuned_ms for d in kernels.values())
     # dearer than one node's slack, within two nodes': taken
