@@ -66,3 +66,12 @@ def test_reduce_errors(rng):
     expect_graph_error("ReduceSum", [x, np.array([0], np.int32)], const=(1,), match="int64")
     expect_graph_error("ReduceMax", [x], {"keepdims": 2}, match="keepdims")
     expect_graph_error("ReduceMean", [x], {"axes": (0,)}, match="unknown attribute")
+
+
+@pytest.mark.parametrize("shape, axes", [((1, 1), [1]), ((2, 3, 4), [-2, -1]), ((3, 5), [-1])])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduce_mean_over_fed_trailing_axes_has_the_shape_they_ask_for(shape, axes, keepdims) -> None:
+    # reduce_mean_native's C job computes (leading, 1, 1); the output takes the shape the fed
+    # axes and keepdims give, as every other ReduceMean kernel's does
+    x = rand(np.random.default_rng(0), *shape, low=-5, high=5)
+    check_op("ReduceMean", [x, np.array(axes, dtype=np.int64)], {"keepdims": keepdims}, static=False)

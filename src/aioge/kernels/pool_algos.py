@@ -432,8 +432,8 @@ def build_reduce_mean_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
         k = trailing(inputs)
         if not k or (outputs is not None and not native.f32c(outputs[0])):
             return other(inputs, outputs)
-        y = pool(k)(inputs, outputs)[0]
-        return (y if outputs is not None else y.reshape(outs[0].shape),)
+        y = pool(k)(inputs, outputs)[0]  # (leading, 1, 1): the output's shape from the axes fed
+        return (y if outputs is not None else y.reshape(shape[:-k] + (1,) * k * int(attrs.get("keepdims", 1))),)
 
     def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
         k = trailing(inputs) if all(is_constant(a) for a in inputs[1:] if a is not None) else 0
