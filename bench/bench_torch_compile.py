@@ -48,7 +48,7 @@ def _one(src: str, side: str, name: str, caches: str) -> list[list[float]]:
         "ASCEND_CACHE_PATH": caches,
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(caches, "inductor"),
     }
-    done = subprocess.run([sys.executable, "-c", _CHILD, side, name], env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run([sys.executable, "-P", "-c", _CHILD, side, name], env=env, capture_output=True, text=True, timeout=900)
     if done.returncode:
         raise RuntimeError(done.stderr[-2000:])
     return json.loads(done.stdout.strip().splitlines()[-1])

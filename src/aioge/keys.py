@@ -111,7 +111,7 @@ def kernel_key_parts(
     tune_mode: str = "heuristic",
     impls: Sequence[str] = (),
     code: str | None = None,
-    native: str | None = None,
+    native: str = "",
 ) -> dict[str, Any]:
     """Everything that can change a kernel, by name. Names and ids of nodes are left out.
 
@@ -121,8 +121,9 @@ def kernel_key_parts(
     because a heuristic pick is not a tuned kernel; ``impls`` names the op's candidate
     implementations (a new candidate may win); ``code`` is a digest of the kernel library's
     source (default: ``code_digest()``), so a local edit never loads a stale kernel; ``native``
-    the compiled kernels' ISA tier, "" without them (default: this process's): a kernel tuned
-    without them had no native candidate and would keep a plan out of its native program.
+    the compiled kernels' ISA tier, "" without them (the compiler passes its process's; keys
+    import no kernels): a kernel tuned without them had no native candidate and would keep a
+    plan out of its native program.
     """
     ins, outs = signature_of(node)
     return {
@@ -139,15 +140,9 @@ def kernel_key_parts(
         "impls": list(impls),
         "impl_version": impl_version,
         "code": code_digest() if code is None else code,
-        "native": _native_tier() if native is None else native,
+        "native": native,
         **versions(),  # aioge, numpy, python
     }
-
-
-def _native_tier() -> str:
-    from aioge.kernels import native
-
-    return native.tier()
 
 
 def kernel_key(parts: Mapping[str, Any]) -> str:

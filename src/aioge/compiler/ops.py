@@ -34,6 +34,7 @@ from aioge.engines import Engine
 from aioge.errors import CompileError, OptionError
 from aioge.ir.fingerprint import array_digest
 from aioge.ir.graph import Graph, Node, ValueKind
+from aioge.kernels import native
 from aioge.keys import kernel_key, kernel_key_parts, signature_of
 from aioge.ops.registry import get_schema
 from aioge.ops.schema import OpSchema
@@ -257,6 +258,7 @@ def kernel_jobs(
             op_debug_config=debug.digest,
             tune_mode=options.tune_mode,
             impls=[i.name for i in schema.impls],
+            native=native.tier(),
         )
         jobs.append(KernelJob(node, engine, kernel_key(parts), debug.lists(node)))
     return jobs
