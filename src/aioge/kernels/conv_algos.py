@@ -59,11 +59,16 @@ Descs = Sequence[TensorDesc | None]
 
 
 class ConvGeometry:
-    """The geometry of a 2-D Conv from static descs and attributes."""
+    """The geometry of a 2-D Conv from static descs and attributes; a 1-D Conv's is that of
+    the 2-D one of height 1 (x (N, C, 1, L), w (M, C/group, 1, K): the same memory), with
+    ``shape`` its output's own (N, M, OL)."""
 
-    __slots__ = ("n", "c", "h", "w", "m", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "pb", "pr", "oh", "ow", "group")
+    __slots__ = ("n", "c", "h", "w", "m", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "pb", "pr", "oh", "ow", "group", "shape")
 
     def __init__(self, attrs: Mapping[str, Any], x: Sequence[int], w: Sequence[int]) -> None:
+        one_d = len(x) == 3
+        if one_d:
+            x, w, attrs = (x[0], x[1], 1, x[2]), (w[0], w[1], 1, w[2]), as_2d(attrs)
         self.n, self.c, self.h, self.w = (int(d) for d in x)
         self.m, _, self.kh, self.kw = (int(d) for d in w)
         self.group = int(attrs.get("group", 1) or 1)
@@ -76,18 +81,27 @@ class ConvGeometry:
         self.pt, self.pl = begin
         self.pb, self.pr = end
         self.oh, self.ow = out
+        self.shape = (self.n, self.m, self.ow) if one_d else (self.n, self.m, self.oh, self.ow)
 
     @property
     def unpadded(self) -> bool:
         return not (self.pt or self.pl or self.pb or self.pr)
 
 
-def conv_geometry(descs: Descs, attrs: Mapping[str, Any]) -> ConvGeometry | None:
-    """The geometry when the Conv is 2-D with static float inputs, else None."""
+def as_2d(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """A 1-D Conv's attributes as those of the 2-D Conv of height 1."""
+    pads = attrs.get("pads") or (0, 0)
+    hw = {"strides": (1, *(attrs.get("strides") or (1,))), "dilations": (1, *(attrs.get("dilations") or (1,)))}
+    return {**attrs, **hw, "pads": (0, pads[0], 0, pads[1])}
+
+
+def conv_geometry(descs: Descs, attrs: Mapping[str, Any], rank: tuple[int, ...] = (4,)) -> ConvGeometry | None:
+    """The geometry when the Conv is 2-D (or of another ``rank``: 3, 1-D) with static float
+    inputs, else None."""
     if len(descs) < 2 or descs[0] is None or descs[1] is None:
         return None
     x, w = descs[0], descs[1]
-    if not (x.static and w.static) or x.rank != 4 or w.rank != 4 or x.dtype not in ("float32", "float64", "float16"):
+    if not (x.static and w.static) or x.rank not in rank or w.rank != x.rank or x.dtype not in ("float32", "float64", "float16"):
         return None
     try:
         return ConvGeometry(attrs, x.shape, w.shape)  # type: ignore[arg-type]
@@ -122,7 +136,7 @@ class WeightDerived:
 
 
 def _output(g: ConvGeometry, outputs: Sequence[np.ndarray] | None, dtype: np.dtype) -> np.ndarray:
-    return np.empty((g.n, g.m, g.oh, g.ow), dtype) if outputs is None else outputs[0]
+    return np.empty(g.shape, dtype) if outputs is None else outputs[0]
 
 
 def _bias(y: np.ndarray, inputs: Sequence[Any]) -> None:
@@ -132,7 +146,7 @@ def _bias(y: np.ndarray, inputs: Sequence[Any]) -> None:
 
 
 def _geometry(attrs: Mapping[str, Any], ins: Descs) -> ConvGeometry:
-    g = conv_geometry(ins, attrs)
+    g = conv_geometry(ins, attrs, (3, 4))
     if g is None:
         raise ValueError("this convolution algorithm needs a 2-D Conv with static float inputs")
     return g
@@ -311,8 +325,8 @@ def _depthwise_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[s
     return [{"block_kib": 0}, {"block_kib": 192}, {"block_kib": 768}]
 
 
-def _applies_depthwise(descs: Descs, attrs: Mapping[str, Any]) -> bool:
-    g = conv_geometry(descs, attrs)
+def _applies_depthwise(descs: Descs, attrs: Mapping[str, Any], rank: tuple[int, ...] = (4,)) -> bool:
+    g = conv_geometry(descs, attrs, rank)
     return g is not None and g.group == g.c > 1 and g.m % g.c == 0
 
 
@@ -364,6 +378,13 @@ def _numpy_instead(
     return build_then_activation(build, attrs, params, ins, outs, ins[0].dtype)  # type: ignore[union-attr]
 
 
+def _for_rank(g: ConvGeometry, build: Callable[..., RunFn]) -> Callable[..., RunFn]:
+    """``build`` (a numpy 2-D kernel), or for a 1-D conv the N-D ``im2col``."""
+    from aioge.kernels.conv import build_conv_im2col
+
+    return build_conv_im2col if len(g.shape) == 3 else build
+
+
 def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
     """group == C in C (``csrc/dwconv.c``): with AVX2, eight planes at a time channel-interleaved
     (planes up to about 90x90), else a plane at a time from a zero-padded copy split into its
@@ -375,7 +396,7 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
     g = _geometry(attrs, ins)
     par = native.par_run()
     if par is None or ins[0].dtype != "float32":  # type: ignore[union-attr]
-        return _numpy_instead(build_conv_depthwise_planes, attrs, {"block_kib": 192}, ins, outs)
+        return _numpy_instead(_for_rank(g, build_conv_depthwise_planes), attrs, {"block_kib": 192}, ins, outs)
     mult = g.m // g.c
     planes = g.n * g.m
     unit = 8 if planes >= 16 else 1  # a split's chunks whole eight-plane groups (par.c cuts up to 8)
@@ -414,7 +435,7 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
 
 
 def _applies_depthwise_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
-    return _applies_depthwise(descs, attrs) and descs[0].dtype == "float32"  # type: ignore[union-attr]
+    return _applies_depthwise(descs, attrs, (3, 4)) and descs[0].dtype == "float32"  # type: ignore[union-attr]
 
 
 # -- direct GEMM in C --------------------------------------------------------------------------
@@ -647,7 +668,7 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
 
 
 def _applies_direct_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
-    g = conv_geometry(descs, attrs)
+    g = conv_geometry(descs, attrs, (3, 4))
     # no input channels (K = 0: the output is the bias) is the numpy kernels' (the C ones refuse it)
     return g is not None and g.group == 1 and g.c > 0 and descs[0].dtype == "float32"  # type: ignore[union-attr]
 
@@ -750,9 +771,9 @@ def build_conv_grouped_native(attrs: Mapping[str, Any], params: Mapping[str, Any
     tile = native.gemm_tile()
     cg, mg = g.c // g.group, g.m // g.group
     sub_ins = [TensorDesc.of((g.n * g.group, cg, g.h, g.w), "float32"), TensorDesc.of((mg, cg, g.kh, g.kw), "float32")]
-    sg = conv_geometry(sub_ins, {**attrs, "group": 1})
+    sg = conv_geometry(sub_ins, {**(as_2d(attrs) if len(g.shape) == 3 else attrs), "group": 1})
     if tile is None or sg is None:
-        return build_conv_grouped(attrs, params, ins, outs)
+        return _for_rank(g, build_conv_grouped)(attrs, params, ins, outs)
     mr, nr = tile
     t = bool(params.get("t", 0))
     lay = _layout(sg, tile, t=t, rows=bool(params.get("rows", 0)))
@@ -767,16 +788,16 @@ def build_conv_grouped_native(attrs: Mapping[str, Any], params: Mapping[str, Any
 
     make = _direct_native(sg, sub_ins, lay, pack, _epilogue(attrs))
     if make is None:
-        return build_conv_grouped(attrs, params, ins, outs)
+        return _for_rank(g, build_conv_grouped)(attrs, params, ins, outs)
     per = lay.per_image
     tail = (sg.n * per, lay.other, 0, g.group, stride, per, mg, int(t))
     run = make(native.JOB_CONV_GROUPED, tail, sg.n * per)
 
     def grouped(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         (y,) = run(inputs, outputs)
-        return (outputs[0] if outputs is not None else y.reshape(g.n, g.m, g.oh, g.ow),)  # written in place
+        return (outputs[0] if outputs is not None else y.reshape(g.shape),)  # written in place
 
-    return grouped
+    return native.with_native(grouped, native.native_form(run))
 
 
 def _grouped_native_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -784,11 +805,11 @@ def _grouped_native_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[d
 
 
 def _applies_grouped_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
-    return _applies_grouped(descs, attrs) and descs[0].dtype == "float32"  # type: ignore[union-attr]
+    return _applies_grouped(descs, attrs, (3, 4)) and descs[0].dtype == "float32"  # type: ignore[union-attr]
 
 
-def _applies_grouped(descs: Descs, attrs: Mapping[str, Any]) -> bool:
-    g = conv_geometry(descs, attrs)
+def _applies_grouped(descs: Descs, attrs: Mapping[str, Any], rank: tuple[int, ...] = (4,)) -> bool:
+    g = conv_geometry(descs, attrs, rank)
     return g is not None and 1 < g.group < g.c and g.c % g.group == 0 and g.m % g.group == 0
 
 
@@ -946,8 +967,8 @@ NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = tuple(
         offered=native.available,
         eager=True,
         activations=native_rows.EPILOGUES,
-        native=name in ("conv_direct_native", "conv_direct_t_native", "conv_depthwise_native"),  # their runs carry native forms
-        packs=(1,) if name in ("conv_direct_native", "conv_direct_t_native") else (),
+        native=True,  # their runs carry native forms
+        packs=() if name == "conv_depthwise_native" else (1,),
     )
     for name, build, applies, cands in (
         ("conv_depthwise_native", build_conv_depthwise_native, _applies_depthwise_native, _no_candidates),
