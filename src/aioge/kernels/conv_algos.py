@@ -63,7 +63,27 @@ class ConvGeometry:
     the 2-D one of height 1 (x (N, C, 1, L), w (M, C/group, 1, K): the same memory), with
     ``shape`` its output's own (N, M, OL)."""
 
-    __slots__ = ("n", "c", "h", "w", "m", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "pb", "pr", "oh", "ow", "group", "shape")
+    __slots__ = (
+        "n",
+        "c",
+        "h",
+        "w",
+        "m",
+        "kh",
+        "kw",
+        "sh",
+        "sw",
+        "dh",
+        "dw",
+        "pt",
+        "pl",
+        "pb",
+        "pr",
+        "oh",
+        "ow",
+        "group",
+        "shape",
+    )
 
     def __init__(self, attrs: Mapping[str, Any], x: Sequence[int], w: Sequence[int]) -> None:
         one_d = len(x) == 3
@@ -773,7 +793,7 @@ def build_conv_grouped_native(attrs: Mapping[str, Any], params: Mapping[str, Any
     sub_ins = [TensorDesc.of((g.n * g.group, cg, g.h, g.w), "float32"), TensorDesc.of((mg, cg, g.kh, g.kw), "float32")]
     sg = conv_geometry(sub_ins, {**(as_2d(attrs) if len(g.shape) == 3 else attrs), "group": 1})
     if tile is None or sg is None:
-        return _for_rank(g, build_conv_grouped)(attrs, params, ins, outs)
+        return _numpy_instead(_for_rank(g, build_conv_grouped), attrs, params, ins, outs)
     mr, nr = tile
     t = bool(params.get("t", 0))
     lay = _layout(sg, tile, t=t, rows=bool(params.get("rows", 0)))
@@ -788,7 +808,7 @@ def build_conv_grouped_native(attrs: Mapping[str, Any], params: Mapping[str, Any
 
     make = _direct_native(sg, sub_ins, lay, pack, _epilogue(attrs))
     if make is None:
-        return _for_rank(g, build_conv_grouped)(attrs, params, ins, outs)
+        return _numpy_instead(_for_rank(g, build_conv_grouped), attrs, params, ins, outs)
     per = lay.per_image
     tail = (sg.n * per, lay.other, 0, g.group, stride, per, mg, int(t))
     run = make(native.JOB_CONV_GROUPED, tail, sg.n * per)
