@@ -154,6 +154,8 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("aioge", "FusedConv", "conv_direct_t_native"): (_ACT, [_f(1, 8, 4, 4), _f(16, 8, 3, 3), _f(16)], 1),
     ("", "Conv", "conv_depthwise_native"): ({"group": 4, "strides": (2, 2)}, [_f(2, 4, 9, 9), _f(4, 1, 3, 3), _f(4)], 1),
     ("aioge", "FusedConv", "conv_depthwise_native"): ({**_ACT, "group": 3}, [_f(1, 3, 7, 7), _f(6, 1, 3, 3)], 1),
+    ("", "Conv", "conv_grouped_native"): ({"group": 2, "pads": (1, 0)}, [_f(2, 4, 9), _f(6, 2, 3), _f(6)], 1),  # 1-D
+    ("aioge", "FusedConv", "conv_grouped_native"): ({**_ACT, "group": 2}, [_f(1, 4, 5, 5), _f(4, 2, 3, 3), _f(4)], 1),
     ("", "MatMul", "matmul_blas"): ({}, [_f(2, 4, 8), _f(8, 6)], 1),
     ("aioge", "FusedMatMul", "matmul_blas"): ({"transB": 1, "activation": "Sigmoid"}, [_f(4, 8), _f(6, 8), _f(6)], 1),
     ("aioge", "FusedMatMul", "rows_gemm_native"): ({"transB": 1}, [_f(2, 3, 8), _f(6, 8), _f(6)], 1),
