@@ -127,6 +127,32 @@ def test_a_2d_grouped_conv_carries_a_native_form_too(seed, cg, length, k, stride
     _check("conv_grouped_native", inputs, attrs, act)
 
 
+@native_only
+@pytest.mark.parametrize("impl", NATIVE)
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_long_1d_conv_split_over_the_helper_thread_matches_whole(impl: str, n: int, monkeypatch) -> None:
+    # past many position panels (Whisper's 1500 frames, shortened): the halves bit-equal to one run
+    import threading
+
+    from aioge.kernels import parallel
+
+    monkeypatch.setattr("aioge.kernels.conv_algos.DIRECT_SPLIT_MACS", 0)
+    monkeypatch.setattr("aioge.kernels.conv_algos.NATIVE_SPLIT_MACS", 0)
+    inputs, attrs = _case(impl, 7, n, 6, 301, 3, 2, 1, (1, 1), True)
+    descs = [TensorDesc(a.shape, "float32") for a in inputs]
+    kernel = next(i for i in get_schema("Conv").impls if i.name == impl)
+    run = kernel.build(attrs, {}, descs, None)
+    pieces: list[int] = []
+    real = parallel.split_native
+    monkeypatch.setattr("aioge.kernels.conv_algos.split_native", lambda *a, **k: pieces.append(real(*a, **k)) or pieces[-1])
+    with parallel.cpu_tokens(threading.Semaphore(2)):
+        (split,) = run(inputs, None)
+    assert pieces[-1] == 2
+    (whole,) = run(inputs, None)
+    np.testing.assert_array_equal(split, whole)
+    np.testing.assert_allclose(split, ort_run("Conv", inputs, attrs)[0], rtol=1e-4, atol=2e-5)
+
+
 def test_same_padding_1d_conv_matches_onnxruntime() -> None:
     for impl in NATIVE if native.available() else []:
         for auto_pad in ("SAME_UPPER", "SAME_LOWER", "VALID"):
