@@ -817,7 +817,7 @@ def build_conv_grouped_native(attrs: Mapping[str, Any], params: Mapping[str, Any
         (y,) = run(inputs, outputs)
         return (outputs[0] if outputs is not None else y.reshape(g.shape),)  # written in place
 
-    return native.with_native(grouped, native.native_form(run))
+    return native.with_native(grouped, run.native)  # type: ignore[attr-defined]  # make's runs carry their forms
 
 
 def _grouped_native_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str, Any]]:
