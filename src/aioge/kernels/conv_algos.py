@@ -63,27 +63,7 @@ class ConvGeometry:
     the 2-D one of height 1 (x (N, C, 1, L), w (M, C/group, 1, K): the same memory), with
     ``shape`` its output's own (N, M, OL)."""
 
-    __slots__ = (
-        "n",
-        "c",
-        "h",
-        "w",
-        "m",
-        "kh",
-        "kw",
-        "sh",
-        "sw",
-        "dh",
-        "dw",
-        "pt",
-        "pl",
-        "pb",
-        "pr",
-        "oh",
-        "ow",
-        "group",
-        "shape",
-    )
+    __slots__ = tuple("n c h w m kh kw sh sw dh dw pt pl pb pr oh ow group shape".split())
 
     def __init__(self, attrs: Mapping[str, Any], x: Sequence[int], w: Sequence[int]) -> None:
         one_d = len(x) == 3
@@ -168,7 +148,7 @@ def _bias(y: np.ndarray, inputs: Sequence[Any]) -> None:
 def _geometry(attrs: Mapping[str, Any], ins: Descs) -> ConvGeometry:
     g = conv_geometry(ins, attrs, (3, 4))
     if g is None:
-        raise ValueError("this convolution algorithm needs a 2-D Conv with static float inputs")
+        raise ValueError("this convolution algorithm needs a 1-D or 2-D Conv with static float inputs")
     return g
 
 
