@@ -49,7 +49,7 @@ def test_model_compiles_fully_and_matches_eager(backend: aioge_torch.AiogeBacken
 
 # Their plans' every kernel has a C form: each call is one native program (no Python between
 # kernels). RMSNorm (T5, Llama), rotary and SwiGLU (Llama) and quick GELU (CLIP) brought forms.
-NATIVE = ["distilbert", "gpt2", "t5_encoder", "llama", "clip_vision"]
+NATIVE = ["distilbert", "gpt2", "t5_encoder", "llama", "clip_vision", "roberta", "clip_text"]
 
 
 @pytest.mark.parametrize("name", NATIVE)

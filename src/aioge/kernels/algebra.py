@@ -13,7 +13,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aioge.ir.desc import Dim, numpy_dtype
-from aioge.kernels.contract import RunFn
+from aioge.kernels import native
+from aioge.kernels.contract import RunFn, is_constant
 
 __all__ = [
     "build_cumulative",
@@ -157,7 +158,15 @@ def build_cumulative(kind: str) -> Any:
                 fn(src, axis=axis, dtype=x.dtype, out=dst)
             return (y,)
 
-        return run
+        def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+            # RoBERTa's position ids (a cumsum of the mask); the axis a constant: a program binds it for good
+            if not native.available() or not isinstance(inputs[1], np.ndarray) or not is_constant(inputs[1]):
+                return None
+            axis = int(inputs[1].reshape(-1)[0]) if inputs[1].size == 1 else inputs[0].ndim
+            call = native.cumulative(inputs[0], outputs[0], axis, exclusive, reverse, kind == "prod")
+            return None if call is None else [call]
+
+        return native.with_native(run, form)
 
     return build
 

@@ -69,6 +69,9 @@ __all__ = [
     "JOB_SOFTMAX",
     "JOB_ELEMWISE",
     "JOB_GATHER",
+    "JOB_CUMULATIVE",
+    "JOB_ARG_REDUCE",
+    "JOB_GATHER_ELEMENTS",
     "EW_CAST",
     "EW_AND",
     "EW_OR",
@@ -78,6 +81,9 @@ __all__ = [
     "EW_UNARY",
     "elemwise",
     "gather",
+    "cumulative",
+    "arg_reduce",
+    "gather_elements",
     "NativeCall",
     "aligned_empty",
     "available",
@@ -106,6 +112,7 @@ JOB_RESIDUAL = 21
 JOB_QGEMM = 22
 JOB_LOWP_GEMM, JOB_LOWP_ROUND = 23, 24
 JOB_ELEMWISE, JOB_GATHER = 25, 26
+JOB_CUMULATIVE, JOB_ARG_REDUCE, JOB_GATHER_ELEMENTS = 27, 28, 29
 
 # The activation codes of aioge.h's ``enum aioge_act``, by op name (the one Python copy:
 # ``native_rows`` and the convolutions' epilogues read them here).
@@ -121,7 +128,7 @@ ERRORS = {
 }
 
 # aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
-ABI = 22
+ABI = 23
 
 _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
 # Every C function Python calls: (result type, argument types), as aioge.h declares them.
@@ -549,6 +556,62 @@ def gather(data: Any, idx: Any, out: Any, axis: int = 0, k: int = 1) -> NativeCa
         return None
     block = [ptr(data), ptr(out), math.prod(dims) * inner, inner, ptr(idx), m, k, *dims, *[1] * (6 - k)]
     return NativeCall(JOB_GATHER, np.array(block, np.int64), outer, False, arrays)
+
+
+def _along(arrays: Sequence[Any], axis: int) -> tuple[int, int, int] | None:
+    """The first of ``arrays`` (each C-contiguous, of one rank, none empty) as (outer, n, inner)
+    around ``axis`` (negative: from the end), or None for other operands."""
+    if not all(isinstance(a, np.ndarray) and a.flags.c_contiguous and a.size and a.ndim == arrays[0].ndim for a in arrays):
+        return None
+    shape = arrays[0].shape
+    if not -len(shape) <= axis < len(shape):
+        return None
+    axis %= len(shape)
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
+
+
+def cumulative(
+    x: Any, y: Any, axis: int, exclusive: bool = False, reverse: bool = False, prod: bool = False
+) -> NativeCall | None:
+    """CumSum (CumProd with ``prod``) of ``x`` along ``axis`` into ``y``, ``exclusive`` and
+    ``reverse`` as ONNX's, as one job computing what numpy's cumsum does (sequential float
+    sums; integers wrap) for float32, float64, int64 and int32; None for other operands."""
+    geo = _along((x, y), axis)
+    if geo is None or x.shape != y.shape or x.dtype != y.dtype or x.dtype not in _EW_TYPES or x.dtype == np.bool_:
+        return None
+    block = [ptr(x), ptr(y), _EW_TYPES[x.dtype], *geo, int(exclusive), int(reverse), int(prod), x.size, y.size]
+    return NativeCall(JOB_CUMULATIVE, np.array(block, np.int64), geo[0], False, (x, y))
+
+
+def arg_reduce(x: Any, y: Any, axis: int, largest: bool, last: bool = False) -> NativeCall | None:
+    """ArgMax (``largest``) or ArgMin of ``x`` along ``axis`` into the int64 ``y`` (either
+    keepdims), the first extreme or the ``last``, a NaN the extreme (numpy's); float32/64,
+    int64/32 and bool. None for other operands."""
+    geo = _along((x,), axis)
+    if geo is None or x.dtype not in _EW_TYPES or not isinstance(y, np.ndarray) or not y.flags.c_contiguous:
+        return None
+    if y.dtype != np.int64 or y.size != geo[0] * geo[2]:
+        return None
+    block = [ptr(x), ptr(y), _EW_TYPES[x.dtype], *geo, int(largest), int(last), x.size, y.size]
+    return NativeCall(JOB_ARG_REDUCE, np.array(block, np.int64), geo[0], False, (x, y))
+
+
+def gather_elements(data: Any, idx: Any, out: Any, axis: int) -> NativeCall | None:
+    """GatherElements: ``out[..., t, ...] = data[..., idx[..., t, ...], ...]`` along ``axis`` as
+    one job, for int64 or int32 ``idx`` of ``out``'s shape and ``data``'s but along the axis; a
+    negative index counts from the axis's end, one outside it fails the job (AIOGE_EINDEX)."""
+    geo = _along((data, idx, out), axis)
+    if geo is None or idx.dtype not in _EW_INTS or out.dtype != data.dtype or data.itemsize not in (1, 2, 4, 8):
+        return None
+    a = axis % data.ndim
+    if (
+        data.dtype.hasobject
+        or idx.shape != out.shape
+        or data.shape[:a] + data.shape[a + 1 :] != idx.shape[:a] + idx.shape[a + 1 :]
+    ):
+        return None
+    block = [ptr(data), ptr(idx), ptr(out), data.itemsize, int(idx.dtype == np.int64), *geo, idx.shape[a], data.size, idx.size]
+    return NativeCall(JOB_GATHER_ELEMENTS, np.array(block, np.int64), geo[0], False, (data, idx, out))
 
 
 _BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}

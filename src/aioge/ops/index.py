@@ -231,9 +231,31 @@ def _op(
 
 _ARG_ATTRS = {"axis": Attr("int", 0), "keepdims": Attr("int", 1, (0, 1)), "select_last_index": Attr("int", 0, (0, 1))}
 
+
+def _arg_form(largest: bool) -> Callable[[Any], Any]:
+    """ArgMax's or ArgMin's native form (CLIP's end-of-text token: an argmax over int ids)."""
+    return lambda kw: one_call(
+        lambda i, o: native.arg_reduce(i[0], o[0], kw.get("axis", 0), largest, bool(kw.get("select_last_index", 0)))
+    )
+
+
 SCHEMAS: tuple[OpSchema, ...] = (
-    _op("ArgMax", _infer_arg, partial(k.arg_reduce, largest=True), "int64 index of the maximum along axis", _ARG_ATTRS),
-    _op("ArgMin", _infer_arg, partial(k.arg_reduce, largest=False), "int64 index of the minimum along axis", _ARG_ATTRS),
+    _op(
+        "ArgMax",
+        _infer_arg,
+        partial(k.arg_reduce, largest=True),
+        "int64 index of the maximum along axis",
+        _ARG_ATTRS,
+        form=_arg_form(True),
+    ),
+    _op(
+        "ArgMin",
+        _infer_arg,
+        partial(k.arg_reduce, largest=False),
+        "int64 index of the minimum along axis",
+        _ARG_ATTRS,
+        form=_arg_form(False),
+    ),
     _op(
         "TopK",
         _infer_top_k,
@@ -251,6 +273,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
         "data picked element by element along axis",
         {"axis": Attr("int", 0)},
         (2, 2),
+        form=lambda kw: one_call(lambda i, o: native.gather_elements(i[0], i[1], o[0], kw.get("axis", 0))),
     ),
     _op(
         "GatherND",
