@@ -83,7 +83,7 @@ def test_a_wide_scan_in_place_wraps_its_integers_and_keeps_the_first_value(rever
     assert np.array_equal(y, want)
     z = np.array([[-0.0, 1.0, -0.0]], np.float32)  # numpy's cumsum starts from x[0]: -0.0 stays -0.0
     out = np.empty_like(z)
-    _run(native.cumulative(z, out, 1))
+    _run(native.cumulative(z, out, 1, False, False))
     assert np.signbit(out[0, 0]) and out.tolist() == [[0.0, 1.0, 1.0]]
 
 
@@ -91,9 +91,9 @@ def test_a_wide_scan_in_place_wraps_its_integers_and_keeps_the_first_value(rever
 def test_cumsum_over_an_axis_a_run_may_change_has_no_form() -> None:
     x, y = np.ones((2, 3), np.float32), np.empty((2, 3), np.float32)
     assert native.native_form(_scan_form("sum", False, False))([x, np.array(1)], [y]) is None  # type: ignore[misc]
-    assert native.cumulative(x.astype(bool), y.astype(bool), 1) is None  # no bool scan
-    assert native.cumulative(x, y.astype(np.float64), 1) is None  # one dtype
-    assert native.cumulative(x, y, 2) is None  # an axis outside the rank
+    assert native.cumulative(x.astype(bool), y.astype(bool), 1, False, False) is None  # no bool scan
+    assert native.cumulative(x, y.astype(np.float64), 1, False, False) is None  # one dtype
+    assert native.cumulative(x, y, 2, False, False) is None  # an axis outside the rank
 
 
 @needs_tier
@@ -173,21 +173,24 @@ def test_an_index_outside_its_axis_fails_gather_elements(itype: Any, bad: int) -
 @needs_tier
 def test_a_geometry_past_its_buffers_writes_nothing_and_fails() -> None:
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    ys = [np.full_like(x, 7), np.full((2, 4), 7, np.int64), np.full_like(x, 7)]
     calls = [
-        (native.cumulative(x, np.empty_like(x), 1), 9),  # the elements of x
-        (native.arg_reduce(x, np.empty((2, 4), np.int64), 1, True), 9),  # of y
-        (native.gather_elements(x, np.zeros((2, 3, 4), np.int64), np.empty_like(x), 1), 10),  # of the indices
+        (native.cumulative(x, ys[0], 1, False, False), 9),  # the elements of x
+        (native.arg_reduce(x, ys[1], 1, True), 9),  # of y
+        (native.gather_elements(x, np.zeros((2, 3, 4), np.int64), ys[2], 1), 10),  # of the indices
     ]
-    for call, slot in calls:
+    for (call, slot), y in zip(calls, ys):
         assert call is not None
         call.args[slot] -= 1
         with pytest.raises(ExecutionError, match="a geometry that does not fit"):
             native.run_calls([call])
-    call = native.arg_reduce(x, np.empty((2, 4), np.int64), 1, True)
+        assert (y == 7).all()
+    call = native.arg_reduce(x, ys[1], 1, True)
     assert call is not None
     call.args[4] = 0  # an empty axis has no extreme
     with pytest.raises(ExecutionError, match="a geometry"):
         native.run_calls([call])
+    assert (ys[1] == 7).all()
 
 
 def test_without_the_tier_the_kernels_compute_the_same_in_numpy(numpy_kernels: None) -> None:

@@ -159,12 +159,11 @@ def build_cumulative(kind: str) -> Any:
             return (y,)
 
         def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
-            # RoBERTa's position ids (a cumsum of the mask); the axis a constant: a program binds it for good
-            if not native.available() or not isinstance(inputs[1], np.ndarray) or not is_constant(inputs[1]):
-                return None
-            axis = int(inputs[1].reshape(-1)[0]) if inputs[1].size == 1 else inputs[0].ndim
-            call = native.cumulative(inputs[0], outputs[0], axis, exclusive, reverse, kind == "prod")
-            return None if call is None else [call]
+            # RoBERTa's position ids (a cumsum of the mask); a constant axis, which a program binds for good
+            x, ax = inputs
+            ok = native.available() and isinstance(ax, np.ndarray) and ax.size == 1 and is_constant(ax)
+            call = ok and native.cumulative(x, outputs[0], int(ax.reshape(-1)[0]), exclusive, reverse, kind == "prod")
+            return [call] if call else None
 
         return native.with_native(run, form)
 

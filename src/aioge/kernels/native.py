@@ -81,9 +81,6 @@ __all__ = [
     "EW_UNARY",
     "elemwise",
     "gather",
-    "cumulative",
-    "arg_reduce",
-    "gather_elements",
     "NativeCall",
     "aligned_empty",
     "available",
@@ -559,58 +556,43 @@ def gather(data: Any, idx: Any, out: Any, axis: int = 0, k: int = 1) -> NativeCa
 
 
 def _along(arrays: Sequence[Any], axis: int) -> tuple[int, int, int] | None:
-    """The first of ``arrays`` (each C-contiguous, of one rank, none empty) as (outer, n, inner)
-    around ``axis`` (negative: from the end), or None for other operands."""
-    if not all(isinstance(a, np.ndarray) and a.flags.c_contiguous and a.size and a.ndim == arrays[0].ndim for a in arrays):
+    """The first of ``arrays`` (C-contiguous, of one rank, none empty) as (outer, n, inner) around ``axis``."""
+    a = arrays[0]
+    if not all(isinstance(b, np.ndarray) and b.flags.c_contiguous and b.size and b.ndim == a.ndim for b in arrays):
         return None
-    shape = arrays[0].shape
-    if not -len(shape) <= axis < len(shape):
-        return None
-    axis %= len(shape)
-    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
+    return (math.prod(a.shape[:axis]), a.shape[axis], math.prod(a.shape[axis:][1:])) if -a.ndim <= axis < a.ndim else None
 
 
-def cumulative(
-    x: Any, y: Any, axis: int, exclusive: bool = False, reverse: bool = False, prod: bool = False
-) -> NativeCall | None:
-    """CumSum (CumProd with ``prod``) of ``x`` along ``axis`` into ``y``, ``exclusive`` and
-    ``reverse`` as ONNX's, as one job computing what numpy's cumsum does (sequential float
-    sums; integers wrap) for float32, float64, int64 and int32; None for other operands."""
+def cumulative(x: Any, y: Any, axis: int, exclusive: bool, reverse: bool, prod: bool = False) -> NativeCall | None:
+    """CumSum (CumProd: ``prod``) of float32/64 or int64/32 ``x`` along ``axis`` into ``y``, ONNX's
+    ``exclusive`` and ``reverse``, as numpy's cumsum (sequential float sums; integers wrap); else None."""
     geo = _along((x, y), axis)
     if geo is None or x.shape != y.shape or x.dtype != y.dtype or x.dtype not in _EW_TYPES or x.dtype == np.bool_:
         return None
-    block = [ptr(x), ptr(y), _EW_TYPES[x.dtype], *geo, int(exclusive), int(reverse), int(prod), x.size, y.size]
+    block = [ptr(x), ptr(y), _EW_TYPES[x.dtype], *geo, exclusive, reverse, prod, x.size, y.size]
     return NativeCall(JOB_CUMULATIVE, np.array(block, np.int64), geo[0], False, (x, y))
 
 
 def arg_reduce(x: Any, y: Any, axis: int, largest: bool, last: bool = False) -> NativeCall | None:
-    """ArgMax (``largest``) or ArgMin of ``x`` along ``axis`` into the int64 ``y`` (either
-    keepdims), the first extreme or the ``last``, a NaN the extreme (numpy's); float32/64,
-    int64/32 and bool. None for other operands."""
-    geo = _along((x,), axis)
-    if geo is None or x.dtype not in _EW_TYPES or not isinstance(y, np.ndarray) or not y.flags.c_contiguous:
+    """ArgMax (``largest``) or ArgMin of ``x`` (float32/64, int64/32, bool) along ``axis`` into the
+    int64 ``y`` (either keepdims): the first extreme or the ``last``, a NaN the extreme (numpy's)."""
+    geo, ok = _along((x,), axis), isinstance(y, np.ndarray) and y.flags.c_contiguous and y.dtype == np.int64
+    if geo is None or x.dtype not in _EW_TYPES or not ok or y.size != geo[0] * geo[2]:
         return None
-    if y.dtype != np.int64 or y.size != geo[0] * geo[2]:
-        return None
-    block = [ptr(x), ptr(y), _EW_TYPES[x.dtype], *geo, int(largest), int(last), x.size, y.size]
+    block = [ptr(x), ptr(y), _EW_TYPES[x.dtype], *geo, bool(largest), bool(last), x.size, y.size]
     return NativeCall(JOB_ARG_REDUCE, np.array(block, np.int64), geo[0], False, (x, y))
 
 
 def gather_elements(data: Any, idx: Any, out: Any, axis: int) -> NativeCall | None:
-    """GatherElements: ``out[..., t, ...] = data[..., idx[..., t, ...], ...]`` along ``axis`` as
-    one job, for int64 or int32 ``idx`` of ``out``'s shape and ``data``'s but along the axis; a
-    negative index counts from the axis's end, one outside it fails the job (AIOGE_EINDEX)."""
+    """GatherElements along ``axis`` as one job: int64 or int32 ``idx`` of ``out``'s shape and of
+    ``data``'s off the axis; a negative index counts from the axis's end, one outside it fails (AIOGE_EINDEX)."""
     geo = _along((data, idx, out), axis)
     if geo is None or idx.dtype not in _EW_INTS or out.dtype != data.dtype or data.itemsize not in (1, 2, 4, 8):
         return None
-    a = axis % data.ndim
-    if (
-        data.dtype.hasobject
-        or idx.shape != out.shape
-        or data.shape[:a] + data.shape[a + 1 :] != idx.shape[:a] + idx.shape[a + 1 :]
-    ):
+    rest = [np.delete(a.shape, axis % a.ndim).tolist() for a in (data, idx)]
+    if data.dtype.hasobject or idx.shape != out.shape or rest[0] != rest[1]:
         return None
-    block = [ptr(data), ptr(idx), ptr(out), data.itemsize, int(idx.dtype == np.int64), *geo, idx.shape[a], data.size, idx.size]
+    block = [ptr(data), ptr(idx), ptr(out), data.itemsize, idx.dtype == np.int64, *geo, idx.shape[axis], data.size, idx.size]
     return NativeCall(JOB_GATHER_ELEMENTS, np.array(block, np.int64), geo[0], False, (data, idx, out))
 
 

@@ -232,29 +232,16 @@ def _op(
 _ARG_ATTRS = {"axis": Attr("int", 0), "keepdims": Attr("int", 1, (0, 1)), "select_last_index": Attr("int", 0, (0, 1))}
 
 
-def _arg_form(largest: bool) -> Callable[[Any], Any]:
-    """ArgMax's or ArgMin's native form (CLIP's end-of-text token: an argmax over int ids)."""
+def _arg(largest: bool) -> Callable[[Any], Any]:  # the native form (CLIP's end-of-text token: an int ids argmax)
     return lambda kw: one_call(
-        lambda i, o: native.arg_reduce(i[0], o[0], kw.get("axis", 0), largest, bool(kw.get("select_last_index", 0)))
+        lambda i, o: native.arg_reduce(i[0], o[0], kw.get("axis", 0), largest, kw.get("select_last_index"))
     )
 
 
 SCHEMAS: tuple[OpSchema, ...] = (
-    _op(
-        "ArgMax",
-        _infer_arg,
-        partial(k.arg_reduce, largest=True),
-        "int64 index of the maximum along axis",
-        _ARG_ATTRS,
-        form=_arg_form(True),
-    ),
-    _op(
-        "ArgMin",
-        _infer_arg,
-        partial(k.arg_reduce, largest=False),
-        "int64 index of the minimum along axis",
-        _ARG_ATTRS,
-        form=_arg_form(False),
+    *(
+        _op(op, _infer_arg, partial(k.arg_reduce, largest=big), f"int64 index of the {m} along axis", _ARG_ATTRS, form=_arg(big))
+        for op, big, m in (("ArgMax", True, "maximum"), ("ArgMin", False, "minimum"))
     ),
     _op(
         "TopK",
