@@ -74,12 +74,16 @@ def test_cumulative_is_the_numpy_kernels_and_onnxruntimes(
 
 @needs_tier
 @pytest.mark.parametrize("reverse", [False, True])
-def test_a_wide_scan_in_place_wraps_its_integers_and_keeps_the_first_value(reverse: bool) -> None:
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_a_wide_scan_in_place_wraps_its_integers_and_keeps_the_first_value(reverse: bool, exclusive: bool) -> None:
     # 150 columns: past the job's stack block of 64; x is y (a scan may overwrite its input)
     x = np.random.default_rng(5).integers(2**30, 2**31 - 1, (3, 5, 150)).astype(np.int32)
-    want = np.flip(np.cumsum(np.flip(x, 1) if reverse else x, 1, dtype=np.int32), 1 if reverse else ()).copy()
+    want = np.flip(np.cumsum(np.flip(x, 1) if reverse else x, 1, dtype=np.int32), 1 if reverse else ())
+    if exclusive:
+        want = want - x  # the sum before x[i] (wrapping as the inclusive sum does)
+    assert np.array_equal(want, _scan_form("sum", exclusive, reverse)([x, np.array(1)], None)[0])
     y = x.copy()
-    _run(native.cumulative(y, y, -2, False, reverse))
+    _run(native.cumulative(y, y, -2, exclusive, reverse))
     assert np.array_equal(y, want)
     z = np.array([[-0.0, 1.0, -0.0]], np.float32)  # numpy's cumsum starts from x[0]: -0.0 stays -0.0
     out = np.empty_like(z)
