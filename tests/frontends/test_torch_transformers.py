@@ -48,9 +48,10 @@ def test_model_compiles_fully_and_matches_eager(backend: aioge_torch.AiogeBacken
 
 
 # Their plans' every kernel has a C form: each call is one native program (no Python between
-# kernels). RMSNorm (T5, Llama), rotary and SwiGLU (Llama), quick GELU (CLIP) and 1-D convs
-# (Whisper's Conv1d + GELU: the C 2-D convs over height 1) brought forms.
-NATIVE = ["distilbert", "gpt2", "t5_encoder", "llama", "clip_vision", "whisper_encoder"]
+# kernels). RMSNorm (T5, Llama), rotary and SwiGLU (Llama), quick GELU (CLIP), 1-D convs
+# (Whisper's Conv1d + GELU: the C 2-D convs over height 1) and the axis jobs (RoBERTa's CumSum and
+# GatherElements, CLIP's ArgMax) brought forms.
+NATIVE = ["distilbert", "gpt2", "t5_encoder", "llama", "clip_vision", "whisper_encoder", "roberta", "clip_text"]
 
 
 @pytest.mark.parametrize("name", NATIVE)

@@ -403,3 +403,44 @@ async def test_tanh_after_a_gemm_and_alone_runs_in_a_native_program(tmp_path, na
     assert "FusedGemm" in impls and "Tanh" in impls and "Gemm" not in impls, impls  # one Tanh fused, one alone
     want = np.tanh(np.tanh(feeds["x"].astype(np.float64) @ w.T.astype(np.float64) + b))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+async def test_position_ids_and_an_end_token_argmax_run_in_a_native_program(tmp_path, native_plans: None) -> None:
+    """Issue 41: RoBERTa's position ids (``cumsum(ids != pad) * mask + pad``, token types picked
+    by GatherElements) and CLIP's pooled token (ArgMax over int ids, a Gather) had no C form,
+    so both models ran step by step. CumSum, GatherElements and ArgMax are C jobs now: one
+    program, bit-equal to the steps; an index outside its axis fails the program as the step."""
+    pad, rng = 1, np.random.default_rng(7)
+    table = rng.standard_normal((16, 4)).astype(np.float32)
+    g = aioge.Graph("positions")
+    ids = g.input("ids", (2, 7), "int64")
+    mask = ops.cast(ops.not_(ops.equal(ids, g.constant(np.int64(pad)))), to="int32")
+    pos = ops.add(ops.mul(ops.cum_sum(mask, g.constant(np.int64(1))), mask), g.constant(np.int32(pad)))
+    types = ops.gather_elements(g.constant(np.arange(16, dtype=np.int64).reshape(2, 8)), pos, axis=-1)
+    end = ops.arg_max(ops.cast(ids, to="int32"), axis=-1, keepdims=0)
+    g.output(
+        ops.gather(g.constant(table), pos),
+        types,
+        end,
+        ops.arg_min(ops.cast(pos, to="float32"), axis=0),
+        names=["emb", "types", "end", "first"],
+    )
+    feeds = {"ids": np.array([[0, 5, 9, 9, 2, 1, 1], [3, 1, 4, 1, 5, 9, 2]], np.int64)}
+    async with aioge.Session() as s:
+        await s.add_graph(1, g)
+        for _ in range(3):
+            got = await s.run_graph(1, feeds)
+        exe = s.executable(1)
+        assert exe.native_runs >= 3, f"every kernel has a C form: {_kernels(exe)}"
+        assert {p.op_type for p in exe.model.nodes} >= {"CumSum", "GatherElements", "ArgMax", "ArgMin"}
+        steps = await s.run_graph(1, feeds, trace=tmp_path / "trace.json")
+        with pytest.raises(ExecutionError, match="GatherElements"):  # no padding: position 8 of 8 token types
+            await s.run_graph(1, {"ids": np.full((2, 7), 2, np.int64)})
+    m = (feeds["ids"] != pad).astype(np.int32)
+    p = np.cumsum(m, 1).astype(np.int32) * m + pad
+    np.testing.assert_array_equal(got["emb"], table[p])
+    np.testing.assert_array_equal(got["types"], np.arange(16).reshape(2, 8)[np.arange(2)[:, None], p])
+    np.testing.assert_array_equal(got["end"], [2, 5])
+    np.testing.assert_array_equal(got["first"], np.argmin(p, 0, keepdims=True))
+    for k in got:
+        assert np.array_equal(got[k], steps[k]), f"{k}: the program and the steps disagree"

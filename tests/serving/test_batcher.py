@@ -4,6 +4,8 @@ a kernel fault fails only its own request, batches in flight are bounded, statis
 
 from __future__ import annotations
 
+import re
+
 import anyio
 import numpy as np
 import pytest
@@ -252,7 +254,8 @@ async def test_one_bad_index_among_twenty_fails_alone() -> None:
         async with anyio.create_task_group() as tg:
             for i in range(20):
                 tg.start_soon(one, i)
-        assert isinstance(out[13], ExecutionError) and "index out of range" in str(out[13])
+        # the step's IndexError, or the native program's (GatherElements has a C form: issue 41)
+        assert isinstance(out[13], ExecutionError) and re.search("index out of range|an index outside its axis", str(out[13]))
         for i in set(range(20)) - {13}:
             np.testing.assert_array_equal(out[i], np.take_along_axis(data, feeds[i], axis=0))
         assert s.batch_stats(1).requests == 20

@@ -13,7 +13,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from aioge.ir.desc import Dim, numpy_dtype
-from aioge.kernels.contract import RunFn
+from aioge.kernels import native
+from aioge.kernels.contract import RunFn, is_constant
 
 __all__ = [
     "build_cumulative",
@@ -157,7 +158,14 @@ def build_cumulative(kind: str) -> Any:
                 fn(src, axis=axis, dtype=x.dtype, out=dst)
             return (y,)
 
-        return run
+        def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+            # RoBERTa's position ids (a cumsum of the mask); a constant axis, which a program binds for good
+            x, ax = inputs
+            ok = native.available() and isinstance(ax, np.ndarray) and ax.size == 1 and is_constant(ax)
+            call = ok and native.cumulative(x, outputs[0], int(ax.reshape(-1)[0]), exclusive, reverse, kind == "prod")
+            return [call] if call else None
+
+        return native.with_native(run, form)
 
     return build
 

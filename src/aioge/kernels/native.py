@@ -69,6 +69,9 @@ __all__ = [
     "JOB_SOFTMAX",
     "JOB_ELEMWISE",
     "JOB_GATHER",
+    "JOB_CUMULATIVE",
+    "JOB_ARG_REDUCE",
+    "JOB_GATHER_ELEMENTS",
     "EW_CAST",
     "EW_AND",
     "EW_OR",
@@ -106,6 +109,7 @@ JOB_RESIDUAL = 21
 JOB_QGEMM = 22
 JOB_LOWP_GEMM, JOB_LOWP_ROUND = 23, 24
 JOB_ELEMWISE, JOB_GATHER = 25, 26
+JOB_CUMULATIVE, JOB_ARG_REDUCE, JOB_GATHER_ELEMENTS = 27, 28, 29
 
 # The activation codes of aioge.h's ``enum aioge_act``, by op name (the one Python copy:
 # ``native_rows`` and the convolutions' epilogues read them here).
@@ -121,7 +125,7 @@ ERRORS = {
 }
 
 # aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
-ABI = 22
+ABI = 23
 
 _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
 # Every C function Python calls: (result type, argument types), as aioge.h declares them.
@@ -549,6 +553,47 @@ def gather(data: Any, idx: Any, out: Any, axis: int = 0, k: int = 1) -> NativeCa
         return None
     block = [ptr(data), ptr(out), math.prod(dims) * inner, inner, ptr(idx), m, k, *dims, *[1] * (6 - k)]
     return NativeCall(JOB_GATHER, np.array(block, np.int64), outer, False, arrays)
+
+
+def _along(arrays: Sequence[Any], axis: int) -> tuple[int, int, int] | None:
+    """The first of ``arrays`` (C-contiguous, of one rank, none empty) as (outer, n, inner) around ``axis``."""
+    a = arrays[0]
+    if not all(isinstance(b, np.ndarray) and b.flags.c_contiguous and b.size and b.ndim == a.ndim for b in arrays):
+        return None
+    return (math.prod(a.shape[:axis]), a.shape[axis], math.prod(a.shape[axis:][1:])) if -a.ndim <= axis < a.ndim else None
+
+
+def cumulative(x: Any, y: Any, axis: int, exclusive: bool, reverse: bool, prod: bool = False) -> NativeCall | None:
+    """CumSum (CumProd: ``prod``) of float32/64 or int64/32 ``x`` along ``axis`` into ``y``, ONNX's
+    ``exclusive`` and ``reverse``, as numpy's cumsum (sequential float sums; integers wrap); else None."""
+    geo = _along((x, y), axis)
+    if geo is None or x.shape != y.shape or x.dtype != y.dtype or x.dtype not in _EW_TYPES or x.dtype == np.bool_:
+        return None
+    block = [ptr(x), ptr(y), _EW_TYPES[x.dtype], *geo, exclusive, reverse, prod, x.size, y.size]
+    return NativeCall(JOB_CUMULATIVE, np.array(block, np.int64), geo[0], False, (x, y))
+
+
+def arg_reduce(x: Any, y: Any, axis: int, largest: bool, last: bool = False) -> NativeCall | None:
+    """ArgMax (``largest``) or ArgMin of ``x`` (float32/64, int64/32, bool) along ``axis`` into the
+    int64 ``y`` (either keepdims): the first extreme or the ``last``, a NaN the extreme (numpy's)."""
+    geo, ok = _along((x,), axis), isinstance(y, np.ndarray) and y.flags.c_contiguous and y.dtype == np.int64
+    if geo is None or x.dtype not in _EW_TYPES or not ok or y.size != geo[0] * geo[2]:
+        return None
+    block = [ptr(x), ptr(y), _EW_TYPES[x.dtype], *geo, bool(largest), bool(last), x.size, y.size]
+    return NativeCall(JOB_ARG_REDUCE, np.array(block, np.int64), geo[0], False, (x, y))
+
+
+def gather_elements(data: Any, idx: Any, out: Any, axis: int) -> NativeCall | None:
+    """GatherElements along ``axis`` as one job: int64 or int32 ``idx`` of ``out``'s shape and of
+    ``data``'s off the axis; a negative index counts from the axis's end, one outside it fails (AIOGE_EINDEX)."""
+    geo = _along((data, idx, out), axis)
+    if geo is None or idx.dtype not in _EW_INTS or out.dtype != data.dtype or data.itemsize not in (1, 2, 4, 8):
+        return None
+    rest = [np.delete(a.shape, axis % a.ndim).tolist() for a in (data, idx)]
+    if data.dtype.hasobject or idx.shape != out.shape or rest[0] != rest[1]:
+        return None
+    block = [ptr(data), ptr(idx), ptr(out), data.itemsize, idx.dtype == np.int64, *geo, idx.shape[axis], data.size, idx.size]
+    return NativeCall(JOB_GATHER_ELEMENTS, np.array(block, np.int64), geo[0], False, (data, idx, out))
 
 
 _BINARY = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}

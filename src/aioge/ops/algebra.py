@@ -127,7 +127,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
         "CumSum",
         _infer_cumulative,
-        (KernelImpl("numpy", k.build_cumulative("sum")),),
+        (KernelImpl("numpy", k.build_cumulative("sum"), native=True),),
         VECTOR_ENGINES,
         _SCAN_ATTRS,
         (2, 2),
@@ -138,7 +138,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
     OpSchema(
         "CumProd",
         _infer_cumulative,
-        (KernelImpl("numpy", k.build_cumulative("prod")),),
+        (KernelImpl("numpy", k.build_cumulative("prod"), native=True),),
         VECTOR_ENGINES,
         _SCAN_ATTRS,
         (2, 2),

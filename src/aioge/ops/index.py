@@ -231,9 +231,18 @@ def _op(
 
 _ARG_ATTRS = {"axis": Attr("int", 0), "keepdims": Attr("int", 1, (0, 1)), "select_last_index": Attr("int", 0, (0, 1))}
 
+
+def _arg(largest: bool) -> Callable[[Any], Any]:  # the native form (CLIP's end-of-text token: an int ids argmax)
+    return lambda kw: one_call(
+        lambda i, o: native.arg_reduce(i[0], o[0], kw.get("axis", 0), largest, kw.get("select_last_index"))
+    )
+
+
 SCHEMAS: tuple[OpSchema, ...] = (
-    _op("ArgMax", _infer_arg, partial(k.arg_reduce, largest=True), "int64 index of the maximum along axis", _ARG_ATTRS),
-    _op("ArgMin", _infer_arg, partial(k.arg_reduce, largest=False), "int64 index of the minimum along axis", _ARG_ATTRS),
+    *(
+        _op(op, _infer_arg, partial(k.arg_reduce, largest=big), f"int64 index of the {m} along axis", _ARG_ATTRS, form=_arg(big))
+        for op, big, m in (("ArgMax", True, "maximum"), ("ArgMin", False, "minimum"))
+    ),
     _op(
         "TopK",
         _infer_top_k,
@@ -251,6 +260,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
         "data picked element by element along axis",
         {"axis": Attr("int", 0)},
         (2, 2),
+        form=lambda kw: one_call(lambda i, o: native.gather_elements(i[0], i[1], o[0], kw.get("axis", 0))),
     ),
     _op(
         "GatherND",

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 22
+#define AIOGE_ABI 23
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -56,7 +56,10 @@ enum aioge_job {
     JOB_LOWP_ROUND = 24,
     JOB_ELEMWISE = 25,
     JOB_GATHER = 26,
-    AIOGE_NJOBS = 27,
+    JOB_CUMULATIVE = 27,
+    JOB_ARG_REDUCE = 28,
+    JOB_GATHER_ELEMENTS = 29,
+    AIOGE_NJOBS = 30,
 };
 
 /* The activations the C kernels apply (norm.c computes them; the convolutions of dwconv.c and
@@ -241,5 +244,10 @@ int aioge_transpose8(const uint8_t *x, int64_t batch, int64_t rows, int64_t cols
 /* qgemm.c: a QDQ model's DQ(a) + DQ(b) -> Q in one pass (float32, rounding as the three nodes do) */
 int aioge_qdq_add(const void *a, float sa, float za, const void *b, float sb, float zb, int is_signed, int64_t n,
                   float sc, float zc, void *y);
+/* index.c: the jobs along one axis of an (outer, n, inner) tensor (JOB_CUMULATIVE, JOB_ARG_REDUCE,
+ * JOB_GATHER_ELEMENTS; argument blocks beside each) */
+int aioge_cumulative(const int64_t *g, int64_t lo, int64_t hi);
+int aioge_arg_reduce(const int64_t *g, int64_t lo, int64_t hi);
+int aioge_gather_elements(const int64_t *g, int64_t lo, int64_t hi);
 
 #endif
