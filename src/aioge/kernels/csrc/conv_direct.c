@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "aioge.h"
+#include "mathf.h"
 #include "tile.h"
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -192,7 +193,13 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
     /* Any other activation: over the whole tile in one call (EfficientNet's 16->96 1x1 swish
      * conv at 112x112 took 3.96 ms calling it per row of 16 values, 2.1 through numpy's GEMM and a
      * pass), the same elementwise function as the pass after the conv, so the same bits. */
-    const int other = act && !relu;
+#if VL == 8 && defined(__AVX2__) && defined(__FMA__) /* Sigmoid and Swish in the registers, as act_span computes them */
+    const int sig = act == ACT_SIGMOID || act == ACT_SWISH;
+    const __m256 alpha = _mm256_set1_ps(p0);
+#else
+    const int sig = 0;
+#endif
+    const int other = act && !relu && !sig;
     float t[TILE_ROWS * NV * VL] __attribute__((aligned(VL * 4)));
     if (other) {
 #pragma GCC unroll 8
@@ -212,6 +219,10 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
             vf out = other ? *(const vf *)(t + (i * nv + v) * VL) : acc[i][v] + add;
+#if VL == 8 && defined(__AVX2__) && defined(__FMA__)
+            if (sig)
+                out = (vf)sigmoid8((__m256)out, alpha, act == ACT_SWISH);
+#endif
 #ifdef __AVX512F__
             if (relu)
                 out = (vf)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)out, _mm512_setzero_ps(), _CMP_NLE_UQ), (__m512)out);
