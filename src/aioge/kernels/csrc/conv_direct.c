@@ -59,14 +59,15 @@ static int phase_read(int64_t p, int64_t k, int64_t d, int64_t s)
     return 0;
 }
 
-/* Rows [i0, i1) of every phase plane of one image that a tap reads: x one image of C planes, xph
- * its IMAGE floats. The planes no tap reads are left as they are: a 1x1 conv at stride 2 reads
+/* Rows [i0, i1) of every phase plane of channels [c0, c1) of one image that a tap reads: x one
+ * image of C planes, xph its IMAGE floats. The planes no tap reads are left as they are: a 1x1 conv at stride 2 reads
  * one of four (ResNet's 64x56x56 -> 128 downsample copied 4x what it read). */
-static void phases_rows(const float *restrict x, float *restrict img, const int64_t *g, int64_t i0, int64_t i1)
+static void phases_rows(const float *restrict x, float *restrict img, const int64_t *g, int64_t i0, int64_t i1, int64_t c0,
+                        int64_t c1)
 {
-    const int64_t C = g[G_C], H = g[G_H], W = g[G_W], SH = g[G_SH], SW = g[G_SW];
+    const int64_t H = g[G_H], W = g[G_W], SH = g[G_SH], SW = g[G_SW];
     const int64_t PT = g[G_PT], PL = g[G_PL], HPH = g[G_HPH], WPH = g[G_WPH];
-    for (int64_t c = 0; c < C; c++) {
+    for (int64_t c = c0; c < c1; c++) {
         const float *plane = x + c * H * W;
         for (int64_t py = 0; py < SH; py++)
             for (int64_t px = 0; px < SW; px++) {
@@ -114,13 +115,28 @@ static void phases_image(const float *restrict x, float *restrict img, const int
     const int64_t used = g[G_C] * g[G_SH] * g[G_SW] * g[G_HPH] * g[G_WPH];
     for (int64_t t = used; t < g[G_IMAGE]; t++)
         img[t] = 0.0f;
-    phases_rows(x, img, g, 0, g[G_HPH]);
+    phases_rows(x, img, g, 0, g[G_HPH], 0, g[G_C]);
 }
 
 void aioge_conv_phases_f32(const float *restrict x, float *restrict xph, const int64_t *g)
 {
     for (int64_t n = 0; n < g[G_N]; n++)
         phases_image(x + n * g[G_C] * g[G_H] * g[G_W], xph + n * g[G_IMAGE], g);
+}
+
+/* The same for the channel planes u = n * C + c in [u0, u1), the image's zero tail with its last
+ * channel: JOB_PHASES shared with the C helper (ResNet-18's 18 phase images took 0.9 ms on one
+ * core while the other waited for the conv after). */
+void aioge_conv_phases_planes_f32(const float *restrict x, float *restrict xph, const int64_t *g, int64_t u0, int64_t u1)
+{
+    const int64_t C = g[G_C], used = C * g[G_SH] * g[G_SW] * g[G_HPH] * g[G_WPH];
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t n = u / C, c = u % C;
+        float *img = xph + n * g[G_IMAGE];
+        phases_rows(x + n * C * g[G_H] * g[G_W], img, g, 0, g[G_HPH], c, c + 1);
+        for (int64_t t = used; c == C - 1 && t < g[G_IMAGE]; t++)
+            img[t] = 0.0f;
+    }
 }
 
 #ifdef MR8
@@ -487,7 +503,7 @@ int aioge_conv_direct_local_f32(const float *x, const float *wpack, const int64_
             r0 = q0 * NR / WPH;
             r1 = ((q1 * NR < (OH - 1) * WPH + OW ? q1 * NR : (OH - 1) * WPH + OW) - 1) / WPH + 1;
         }
-        phases_rows(x + n * image, img, g, r0, r1 + reach < HPH ? r1 + reach : HPH);
+        phases_rows(x + n * image, img, g, r0, r1 + reach < HPH ? r1 + reach : HPH, 0, g[G_C]);
         const int err = aioge_conv_direct_f32(img, wpack, koff, bias, y + n * g[G_M] * P, g, q0, q1, mb0, mb1);
         if (err)
             return err;
