@@ -81,7 +81,8 @@ def _count_splits(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize(
     ("c", "m", "k", "stride", "pad", "size"),
-    [(16, 70, 3, 1, 1, 40), (24, 13, 3, 2, 1, 33), (32, 64, 1, 1, 0, 16), (8, 20, 7, 2, 3, 50), (48, 130, 3, 1, 1, 5)],
+    [(16, 70, 3, 1, 1, 40), (24, 13, 3, 2, 1, 33), (32, 64, 1, 1, 0, 16), (8, 20, 7, 2, 3, 50), (48, 130, 3, 1, 1, 5)]
+    + [(5, 14, 1, 1, 0, 13)],  # 1x1: groups of 16 panels cut by a short panel, an image and a share
 )
 @pytest.mark.parametrize("rows", [{}, {"rows": 1}, {"rows": 1, "mr": 8}], ids=["flat", "rows", "rows8"])
 @pytest.mark.parametrize("batch", [1, 2, 3])

@@ -448,6 +448,9 @@ def _applies_depthwise_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 # CNN's 3->16 3x3 conv at batch 8 (3.5M, under the former bound of 4M): 118 -> 85 us. (A
 # Python helper's hop cost 60-90 us: the bound was 32M.)
 DIRECT_SPLIT_MACS = 1 << 20
+# a phase image built from this many values of x is shared by channels with the C helper (a copy:
+# ResNet-18's 7x7..56x56 ones: 887 -> 677 us of wall, load 6)
+PHASES_SPLIT_VALUES = 1 << 14
 # Up to this many multiply-adds a split direct conv (one image, or an odd few) builds its
 # phase rows in each thread (JOB_CONV_LOCAL) rather than the whole phase image in the caller
 # first: the helper pulled every line of that from the caller's core, and on this VM's two
@@ -622,7 +625,7 @@ def _direct_native(
                 src = np.empty(g.n * image, np.float32)
                 keep += (src,)
                 phase_args = np.array([native.ptr(x), native.ptr(src), consts[2], x.size, src.size], np.int64)
-                calls.append(native.NativeCall(native.JOB_PHASES, phase_args, 1, keep=keep))
+                calls.append(native.NativeCall(native.JOB_PHASES, phase_args, g.n * g.c, x.size >= PHASES_SPLIT_VALUES, keep))
             args = np.array(
                 [native.ptr(src), native.ptr(wp), consts[3], 0 if b is None else native.ptr(b), native.ptr(y), consts[2], *tail]
                 + [src.size, y.size],

@@ -123,6 +123,7 @@ int aioge_conv_gemm_mr(void);
 int aioge_conv_gemm_nr(void);
 float *aioge_thread_scratch(int slot, size_t n);
 void aioge_conv_phases_f32(const float *x, float *xph, const int64_t *g);
+void aioge_conv_phases_planes_f32(const float *x, float *xph, const int64_t *g, int64_t u0, int64_t u1);
 int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
                           const int64_t *g, int64_t p0, int64_t p1, int64_t mb0, int64_t mb1);
 int aioge_conv_direct_images_f32(const float *x, const float *wpack, const int64_t *koff, const float *bias, float *y,

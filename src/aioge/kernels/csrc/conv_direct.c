@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "aioge.h"
+#include "mathf.h"
 #include "tile.h"
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -58,14 +59,15 @@ static int phase_read(int64_t p, int64_t k, int64_t d, int64_t s)
     return 0;
 }
 
-/* Rows [i0, i1) of every phase plane of one image that a tap reads: x one image of C planes, xph
- * its IMAGE floats. The planes no tap reads are left as they are: a 1x1 conv at stride 2 reads
+/* Rows [i0, i1) of every phase plane of channels [c0, c1) of one image that a tap reads: x one
+ * image of C planes, xph its IMAGE floats. The planes no tap reads are left as they are: a 1x1 conv at stride 2 reads
  * one of four (ResNet's 64x56x56 -> 128 downsample copied 4x what it read). */
-static void phases_rows(const float *restrict x, float *restrict img, const int64_t *g, int64_t i0, int64_t i1)
+static void phases_rows(const float *restrict x, float *restrict img, const int64_t *g, int64_t i0, int64_t i1, int64_t c0,
+                        int64_t c1)
 {
-    const int64_t C = g[G_C], H = g[G_H], W = g[G_W], SH = g[G_SH], SW = g[G_SW];
+    const int64_t H = g[G_H], W = g[G_W], SH = g[G_SH], SW = g[G_SW];
     const int64_t PT = g[G_PT], PL = g[G_PL], HPH = g[G_HPH], WPH = g[G_WPH];
-    for (int64_t c = 0; c < C; c++) {
+    for (int64_t c = c0; c < c1; c++) {
         const float *plane = x + c * H * W;
         for (int64_t py = 0; py < SH; py++)
             for (int64_t px = 0; px < SW; px++) {
@@ -113,13 +115,28 @@ static void phases_image(const float *restrict x, float *restrict img, const int
     const int64_t used = g[G_C] * g[G_SH] * g[G_SW] * g[G_HPH] * g[G_WPH];
     for (int64_t t = used; t < g[G_IMAGE]; t++)
         img[t] = 0.0f;
-    phases_rows(x, img, g, 0, g[G_HPH]);
+    phases_rows(x, img, g, 0, g[G_HPH], 0, g[G_C]);
 }
 
 void aioge_conv_phases_f32(const float *restrict x, float *restrict xph, const int64_t *g)
 {
     for (int64_t n = 0; n < g[G_N]; n++)
         phases_image(x + n * g[G_C] * g[G_H] * g[G_W], xph + n * g[G_IMAGE], g);
+}
+
+/* The same for the channel planes u = n * C + c in [u0, u1), the image's zero tail with its last
+ * channel: JOB_PHASES shared with the C helper (ResNet-18's 18 phase images took 0.9 ms on one
+ * core while the other waited for the conv after). */
+void aioge_conv_phases_planes_f32(const float *restrict x, float *restrict xph, const int64_t *g, int64_t u0, int64_t u1)
+{
+    const int64_t C = g[G_C], used = C * g[G_SH] * g[G_SW] * g[G_HPH] * g[G_WPH];
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t n = u / C, c = u % C;
+        float *img = xph + n * g[G_IMAGE];
+        phases_rows(x + n * C * g[G_H] * g[G_W], img, g, 0, g[G_HPH], c, c + 1);
+        for (int64_t t = used; c == C - 1 && t < g[G_IMAGE]; t++)
+            img[t] = 0.0f;
+    }
 }
 
 #ifdef MR8
@@ -192,7 +209,13 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
     /* Any other activation: over the whole tile in one call (EfficientNet's 16->96 1x1 swish
      * conv at 112x112 took 3.96 ms calling it per row of 16 values, 2.1 through numpy's GEMM and a
      * pass), the same elementwise function as the pass after the conv, so the same bits. */
-    const int other = act && !relu;
+#if VL == 8 && defined(__AVX2__) && defined(__FMA__) /* Sigmoid and Swish in the registers, as act_span computes them */
+    const int sig = act == ACT_SIGMOID || act == ACT_SWISH;
+    const __m256 alpha = _mm256_set1_ps(p0);
+#else
+    const int sig = 0;
+#endif
+    const int other = act && !relu && !sig;
     float t[TILE_ROWS * NV * VL] __attribute__((aligned(VL * 4)));
     if (other) {
 #pragma GCC unroll 8
@@ -212,6 +235,10 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
             vf out = other ? *(const vf *)(t + (i * nv + v) * VL) : acc[i][v] + add;
+#if VL == 8 && defined(__AVX2__) && defined(__FMA__)
+            if (sig)
+                out = (vf)sigmoid8((__m256)out, alpha, act == ACT_SWISH);
+#endif
 #ifdef __AVX512F__
             if (relu)
                 out = (vf)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)out, _mm512_setzero_ps(), _CMP_NLE_UQ), (__m512)out);
@@ -355,6 +382,13 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
         return 0;
     }
     const int in_rows = kblocks == 1 && WPH == OW; /* a full panel is NR consecutive outputs of a row of y */
+    /* The straight blocks of a group of panels whose inputs fit in half of L1, block by block:
+     * each of a block's MR rows of y is written as a run of the group's panels, not one line of
+     * each of M rows a panel (EfficientNet's 16->96 1x1 at 112x112 wrote 96 rows, 50 KB apart,
+     * a line at a time: 1646 -> 1443 us of thread CPU, interleaved, load 7; the 24..112-channel
+     * ones level). */
+    const int64_t fit = 4096 / (NR * K), group = !in_rows ? 1 : fit < 1 ? 1 : fit > 16 ? 16 : fit;
+    int64_t done = p0; /* the panels below have had their straight blocks */
     for (int64_t q = p0; q < p1; q++) {
         const int64_t n = q / per_image, start = (q % per_image) * NR;
         const int64_t ncols = Q - start < NR ? Q - start : NR;
@@ -363,9 +397,16 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
         float *yn = y + n * M * P;
         /* blocks below ``straight`` go from the registers to y (dtile_out); the rest through acc */
         const int64_t straight = in_rows && ncols == NR ? (M / MR < mb1 ? M / MR : mb1) : mb0;
-        for (int64_t mb = mb0; mb < straight; mb++)
-            dout_full(K, wpack + mb * K * MR, xq, koff, yn + mb * MR * P + start, P, MR, NR, bias ? bias + mb * MR : 0, act, act_p0,
-                  act_p1);
+        if (straight > mb0 && q >= done) { /* the straight blocks of the full panels [q, q1) of this image */
+            int64_t q1 = q + 1;
+            while (q1 < p1 && q1 < q + group && q1 / per_image == n && Q - (q1 % per_image) * NR >= NR)
+                q1++;
+            for (int64_t mb = mb0; mb < straight; mb++)
+                for (int64_t u = 0; u < q1 - q; u++)
+                    dout_full(K, wpack + mb * K * MR, xq + u * NR, koff, yn + mb * MR * P + start + u * NR, P, MR, NR,
+                              bias ? bias + mb * MR : 0, act, act_p0, act_p1);
+            done = q1;
+        }
         const int64_t first = straight > mb0 ? straight : mb0;
         for (int64_t k0 = 0; k0 < K; k0 += kstep) {
             const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
@@ -462,7 +503,7 @@ int aioge_conv_direct_local_f32(const float *x, const float *wpack, const int64_
             r0 = q0 * NR / WPH;
             r1 = ((q1 * NR < (OH - 1) * WPH + OW ? q1 * NR : (OH - 1) * WPH + OW) - 1) / WPH + 1;
         }
-        phases_rows(x + n * image, img, g, r0, r1 + reach < HPH ? r1 + reach : HPH);
+        phases_rows(x + n * image, img, g, r0, r1 + reach < HPH ? r1 + reach : HPH, 0, g[G_C]);
         const int err = aioge_conv_direct_f32(img, wpack, koff, bias, y + n * g[G_M] * P, g, q0, q1, mb0, mb1);
         if (err)
             return err;

@@ -187,13 +187,15 @@ static int job_layernorm(const int64_t *g, int64_t lo, int64_t hi)
 }
 
 /* a direct conv's stride-phase image: x, xph, geometry (aioge_conv_phases_f32), floats of x and
- * xph; one unit */
+ * xph; [lo, hi) are channel planes of the batch (aioge_conv_phases_planes_f32) */
 static int job_phases(const int64_t *g, int64_t lo, int64_t hi)
 {
     if (!aioge_conv_fits((const int64_t *)(intptr_t)g[2], g[3], INT64_MAX, 1) || !aioge_conv_fits((const int64_t *)(intptr_t)g[2], g[4], INT64_MAX, 0))
         return AIOGE_EGEOMETRY;
-    if (lo < hi)
-        aioge_conv_phases_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], (const int64_t *)(intptr_t)g[2]);
+    const int64_t *geo = (const int64_t *)(intptr_t)g[2];
+    if (lo < 0 || hi > geo[0] * geo[14]) /* channel planes: C * N */
+        return AIOGE_EGEOMETRY;
+    aioge_conv_phases_planes_f32((const float *)(intptr_t)g[0], (float *)(intptr_t)g[1], geo, lo, hi);
     return 0;
 }
 

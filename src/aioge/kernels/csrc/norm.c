@@ -253,38 +253,7 @@ static inline float clip_f32(float v, float lo, float hi) {
     } while (0)
 
 #if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-/* sigmoid_f32 (swish_f32 with alpha) over 8 lanes, the same operations in the same order, so
- * that every value equals the scalar function's whatever its position. */
-static inline __m256 sigmoid8(__m256 v, __m256 alpha, int swish) {
-    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
-    __m256 t = swish ? _mm256_mul_ps(alpha, v) : v;
-    __m256 a = _mm256_min_ps(t, _mm256_sub_ps(zero, t));   /* -|t| (NaN from the second) */
-    a = _mm256_max_ps(_mm256_set1_ps(-150.0f), a);        /* NaN stays */
-    __m256 kf = _mm256_fmadd_ps(a, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(12582912.0f));
-    __m256i n = _mm256_sub_epi32(_mm256_castps_si256(kf), _mm256_set1_epi32(0x4B400000));
-    kf = _mm256_sub_ps(kf, _mm256_set1_ps(12582912.0f));
-    __m256 r = _mm256_fnmadd_ps(kf, _mm256_set1_ps(0.693145751953125f), a);
-    r = _mm256_fnmadd_ps(kf, _mm256_set1_ps(1.42860682030941723e-6f), r);
-    __m256 p = _mm256_set1_ps(0.0013836845755577087f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.008374815806746483f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.04166822507977486f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.16666419804096222f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.49999991059303284f));
-    p = _mm256_fmadd_ps(p, r, one);
-    p = _mm256_fmadd_ps(p, r, one);
-    __m256i n1 = _mm256_srai_epi32(n, 1), n2 = _mm256_sub_epi32(n, n1);
-    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
-    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
-    __m256 e = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-    __m256 sig = _mm256_div_ps(_mm256_blendv_ps(one, e, _mm256_cmp_ps(t, zero, _CMP_LT_OQ)), _mm256_add_ps(one, e));
-    if (!swish)
-        return sig;
-    __m256 y = _mm256_mul_ps(v, sig);
-    return _mm256_blendv_ps(y, _mm256_set1_ps(NAN), _mm256_cmp_ps(t, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
-}
-
-/* Sigmoid or Swish over n values in 8s; the tail through a padded block of 8. */
+/* Sigmoid or Swish over n values in 8s (mathf.h's sigmoid8); the tail through a padded block of 8. */
 static void sigmoid_span(const float *x, const float *bias, float *y, int64_t n, float alpha, int swish) {
     const __m256 al = _mm256_set1_ps(alpha);
     int64_t i = 0;
