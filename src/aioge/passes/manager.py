@@ -67,6 +67,12 @@ PASSES: tuple[GraphPass, ...] = (
     ),
     GraphPass("SwishFusionPass", True, "replace Mul(x, Sigmoid(x)) (SiLU) by one Swish", patterns.fuse_swish),
     GraphPass(
+        "HardSigmoidFusionPass",
+        True,
+        "replace Clip(x + b, 0, h) / h by one HardSigmoid, and x times relu6(x + 3) / 6 by one HardSwish",
+        patterns.fuse_hard_sigmoid,
+    ),
+    GraphPass(
         "LayerNormFusionPass",
         True,
         "replace the decomposed LayerNorm (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div[, Mul, Add]) by one",

@@ -5,6 +5,9 @@
 - Gelu's tanh form, as GPT-2 writes it (``NewGELUActivation``): ``Pow(x, 3) -> Mul 0.044715 ->
   Add x -> Mul sqrt(2/pi) -> Tanh`` and the same ``Add 1``, ``Mul x``, ``Mul 0.5`` tail.
 - Swish (SiLU), as torch exports ``nn.SiLU()``: ``Mul(x, Sigmoid(x))``, either operand order.
+- HardSigmoid, as Keras writes ``hard_sigmoid`` (MobileNetV3): ``Clip(x + b, 0, h)`` then ``/ h``
+  or ``* (1 / h)``, which is HardSigmoid(alpha 1 / h, beta b / h); and HardSwish, its product with
+  x when alpha is 1/6 and beta 1/2 (the kernels compute alpha x + beta: an ulp or so apart).
 - LayerNormalization, as torch exports it before opset 17:
   ``m = ReduceMean(x); d = x - m; v = ReduceMean(d ** 2); y = d / Sqrt(v + eps)``, then
   optionally ``* gamma`` and ``+ beta``, over trailing axes.
@@ -23,7 +26,7 @@ import numpy as np
 from aioge.ir.graph import Graph, Node, Value
 from aioge.passes.rewrite import const_array, const_scalar, is_close, only_use, other_input, static_shape, substitute
 
-__all__ = ["fuse_gelu", "fuse_layer_norm", "fuse_squeeze_excite", "fuse_swish"]
+__all__ = ["fuse_gelu", "fuse_hard_sigmoid", "fuse_layer_norm", "fuse_squeeze_excite", "fuse_swish"]
 
 
 def _op(node: Node | None, op: str) -> bool:
@@ -59,6 +62,35 @@ def fuse_swish(graph: Graph) -> bool:
             continue
         if substitute(graph, mul, "Swish", [x], {"alpha": 1.0}, [mul, sig]) is not None:
             changed = True
+    return changed
+
+
+def fuse_hard_sigmoid(graph: Graph) -> bool:
+    """Replace ``Clip(x + b, 0, h) / h`` (or ``* 1/h``) by HardSigmoid, and its product with x
+    by HardSwish when it is ``x * relu6(x + 3) / 6``: one pass an activation a Conv fuses, where
+    the chain kept MobileNetV3's hard-swishes off native programs; returns True if it replaced any."""
+    changed = False
+    for clip in graph.topological_order():
+        if not _op(clip, "Clip") or len(clip.inputs) != 3 or clip.inputs[0] is None:
+            continue
+        add, (lo, hi) = clip.inputs[0].producer, (const_scalar(v) for v in clip.inputs[1:])
+        scale = _next(graph, clip.outputs[0], "Mul") or _next(graph, clip.outputs[0], "Div")
+        if not _op(add, "Add") or only_use(graph, clip.inputs[0]) is not clip or lo != 0 or not hi or scale is None:
+            continue
+        s = const_scalar(other_input(scale, clip.outputs[0]))
+        if scale.op_type == "Div":  # the clip over a constant
+            s = 1 / s if s and scale.inputs[0] is clip.outputs[0] else None
+        for x in add.inputs:
+            b = const_scalar(other_input(add, x)) if x is not None else None
+            if b is None or s is None or not is_close(s * hi, 1.0) or static_shape(x.desc) != static_shape(scale.outputs[0].desc):  # type: ignore[union-attr]
+                continue
+            nodes, attrs, op, last = [scale, clip, add], {"alpha": s, "beta": b * s}, "HardSigmoid", scale
+            mul = _next(graph, scale.outputs[0], "Mul")
+            if mul is not None and other_input(mul, scale.outputs[0]) is x and is_close(s, 1 / 6) and is_close(b, 3.0):
+                nodes, attrs, op, last = [mul, *nodes], {}, "HardSwish", mul
+            if substitute(graph, last, op, [x], attrs, nodes) is not None:
+                changed = True
+            break
     return changed
 
 
@@ -313,7 +345,7 @@ def _match_squeeze_excite(graph: Graph, mul: Node, x: Value) -> tuple[list[Value
     second = _squeezed_conv(graph, s, mul)
     first = _squeezed_conv(graph, second[0].inputs[0], second[0]) if second else None
     gap = first[0].inputs[0].producer if first and first[0].inputs[0] is not None else None
-    if second is None or first is None or gap is None or not _op(gap, "GlobalAveragePool") or gap.inputs[0] is not x:
+    if second is None or first is None or gap is None or not _global_mean(gap) or gap.inputs[0] is not x:
         return None
     if only_use(graph, gap.outputs[0]) is not first[0] or only_use(graph, first[0].outputs[0]) is not second[0]:
         return None
@@ -322,6 +354,20 @@ def _match_squeeze_excite(graph: Graph, mul: Node, x: Value) -> tuple[list[Value
     b2 = b2 if b2 is not None else graph.constant(np.zeros(shape[1], const_array(w2).dtype))  # type: ignore[union-attr]
     attrs = {"activation1": act1[0], "activation1_params": act1[1], "activation2": act2[0], "activation2_params": act2[1]}
     return [x, w1, b1, w2, b2], attrs, [mul, c2, c1, gap]
+
+
+def _global_mean(node: Node) -> bool:
+    """``node`` is a GlobalAveragePool, or a ReduceMean of a 4-D tensor over H and W keeping them
+    (Keras' SE blocks: MobileNetV3, EfficientNet)."""
+    if _op(node, "GlobalAveragePool"):
+        return True
+    axes = const_array(node.inputs[1]) if len(node.inputs) > 1 else np.asarray(node.attrs.get("axes", []))
+    return (
+        _op(node, "ReduceMean")
+        and int(node.attrs.get("keepdims", 1)) == 1
+        and axes is not None
+        and sorted(int(a) % 4 for a in axes.reshape(-1)) == [2, 3]
+    )
 
 
 def _squeezed_conv(
