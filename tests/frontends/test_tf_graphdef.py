@@ -888,4 +888,6 @@ def test_keras_nasnet_and_mobilenet_v3_blocks_run_as_one_native_program(monkeypa
     kinds = {p.op_type for p in exe.model.nodes}
     assert exe.native_runs >= 3, [f"{p.op_type}:{p.kernel.impl}" for p in exe.model.nodes]
     assert "SqueezeExcite" in kinds and "Pad" in kinds and not {"Clip", "Div"} & kinds, kinds
+    transposes = [p for p in exe.model.nodes if p.op_type == "Transpose"]
+    assert len(transposes) <= 3, "the Concat of NCHW twins moved each part to NHWC and back"
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())

@@ -71,25 +71,23 @@ def fuse_hard_sigmoid(graph: Graph) -> bool:
     the chain kept MobileNetV3's hard-swishes off native programs; returns True if it replaced any."""
     changed = False
     for clip in graph.topological_order():
-        if not _op(clip, "Clip") or len(clip.inputs) != 3 or clip.inputs[0] is None:
-            continue
-        add, (lo, hi) = clip.inputs[0].producer, (const_scalar(v) for v in clip.inputs[1:])
+        v = clip.inputs[0] if _op(clip, "Clip") and len(clip.inputs) == 3 else None
+        add = v.producer if v is not None else None
         scale = _next(graph, clip.outputs[0], "Mul") or _next(graph, clip.outputs[0], "Div")
-        if not _op(add, "Add") or only_use(graph, clip.inputs[0]) is not clip or lo != 0 or not hi or scale is None:
+        if v is None or add is None or scale is None or not _op(add, "Add") or only_use(graph, v) is not clip:
             continue
-        s = const_scalar(other_input(scale, clip.outputs[0]))
+        lo, hi, s = const_scalar(clip.inputs[1]), const_scalar(clip.inputs[2]), const_scalar(other_input(scale, clip.outputs[0]))
         if scale.op_type == "Div":  # the clip over a constant
             s = 1 / s if s and scale.inputs[0] is clip.outputs[0] else None
-        for x in add.inputs:
+        for x in add.inputs if lo == 0 and hi and s is not None and is_close(s * hi, 1.0) else ():
             b = const_scalar(other_input(add, x)) if x is not None else None
-            if b is None or s is None or not is_close(s * hi, 1.0) or static_shape(x.desc) != static_shape(scale.outputs[0].desc):  # type: ignore[union-attr]
+            if x is None or b is None or s is None or static_shape(x.desc) != static_shape(scale.outputs[0].desc):
                 continue
             nodes, attrs, op, last = [scale, clip, add], {"alpha": s, "beta": b * s}, "HardSigmoid", scale
             mul = _next(graph, scale.outputs[0], "Mul")
             if mul is not None and other_input(mul, scale.outputs[0]) is x and is_close(s, 1 / 6) and is_close(b, 3.0):
                 nodes, attrs, op, last = [mul, *nodes], {}, "HardSwish", mul
-            if substitute(graph, last, op, [x], attrs, nodes) is not None:
-                changed = True
+            changed = substitute(graph, last, op, [x], attrs, nodes) is not None or changed
             break
     return changed
 
