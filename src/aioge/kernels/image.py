@@ -71,10 +71,8 @@ def pad(
 
 
 def pad_form(attrs: Mapping[str, Any]) -> native.NativeForm:
-    """Constant Pad (negative pads cropping) as C jobs over constant pads, value and axes: the
-    output filled with the value, then the kept input copied into its interior (strided on
-    both sides: JOB_ELEMWISE's cast to its own dtype). NASNet's zero pads before a 3x3 MaxPool,
-    and its pad-then-crop shifts, had kept its plan off a native program."""
+    """A constant Pad over constant pads as C jobs: the value's fill, then the (cropped) input into
+    the interior by JOB_ELEMWISE's cast to its dtype. NASNet's pads had kept it off native programs."""
 
     def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
         x, y = inputs[0], outputs[0]

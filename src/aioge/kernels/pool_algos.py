@@ -403,16 +403,14 @@ def _reduce_build(reducer: str, strategy: str) -> Callable[..., RunFn]:
 
 
 def build_reduce_mean_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """float32 ReduceMean of a contiguous tensor (H and W of ShuffleNet's head; the hidden axis
-    of T5's and Llama's RMSNorm, which kept their plans off native programs): ``globalavg_native``'s
-    C job over (kept, reduced) rows; reduced axes that are not the trailing ones (Keras'
-    GlobalAveragePooling2D over NHWC's H and W) moved last first by a strided copy into a buffer
-    of the kernel's own. A native program's step too."""
+    """float32 ReduceMean (ShuffleNet's head, T5's and Llama's RMSNorm, Keras' NHWC global pool):
+    ``globalavg_native``'s C job over (kept, reduced) rows, the reduced axes moved last first by a
+    strided copy when they are not. A native program's step too."""
     other = _reduce_build("mean", "stepwise")(attrs, params, ins, outs)
     x_desc, noop, keep = ins[0], bool(attrs.get("noop_with_empty_axes", 0)), int(attrs.get("keepdims", 1))
     assert x_desc is not None and x_desc.shape is not None  # static shapes only
     shape = tuple(int(d) for d in x_desc.shape)
-    pools: dict[tuple[int, ...], tuple[RunFn, np.ndarray | None, tuple[int, ...]]] = {}  # axes -> (job, buffer, perm)
+    pools: dict[tuple[int, ...], tuple[RunFn, tuple[int, ...] | None]] = {}  # axes -> (job, perm moving them last)
 
     def reduced(inputs: Sequence[Any]) -> tuple[int, ...]:
         given = inputs[1] if len(inputs) > 1 and inputs[1] is not None else attrs.get("axes")
@@ -422,36 +420,32 @@ def build_reduce_mean_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
             return ()
         return tuple(axes) if axes and len(axes) < len(shape) else ()
 
-    def pool(axes: tuple[int, ...]) -> tuple[RunFn, np.ndarray | None, tuple[int, ...]]:
+    def pool(axes: tuple[int, ...]) -> tuple[RunFn, tuple[int, ...] | None]:
         if axes not in pools:
             perm = tuple(i for i in range(len(shape)) if i not in axes) + axes
             n = int(np.prod([shape[a] for a in axes], dtype=np.int64))
             rows = (int(np.prod(shape, dtype=np.int64)) // n, 1, n)
-            moved = None if perm == tuple(range(len(shape))) else np.empty([shape[p] for p in perm], np.float32)
-            pools[axes] = (build_globalavg_native(attrs, params, (replace(x_desc, shape=rows), *ins[1:]), outs), moved, perm)
+            job = build_globalavg_native(attrs, params, (replace(x_desc, shape=rows), *ins[1:]), outs)
+            pools[axes] = (job, None if perm == tuple(sorted(perm)) else perm)
         return pools[axes]
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         axes = reduced(inputs)
         if not axes or (outputs is not None and not native.f32c(outputs[0])):
             return other(inputs, outputs)
-        job, moved, perm = pool(axes)
-        x = inputs[0]
-        if moved is not None:
-            x = moved = np.ascontiguousarray(x.transpose(perm))  # its own: concurrent runs share the kernel
+        job, perm = pool(axes)
+        x = inputs[0] if perm is None else np.ascontiguousarray(inputs[0].transpose(perm))
         y = job((x, *inputs[1:]), outputs)[0]  # (kept, 1, 1): the output's shape from the axes fed
         out = tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
         return (y if outputs is not None else y.reshape(out),)
 
     def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
         axes = reduced(inputs) if all(is_constant(a) for a in inputs[1:] if a is not None) else ()
-        job, moved, perm = pool(axes) if axes else (None, None, ())
+        job, perm = pool(axes) if axes else (None, None)
         pool_form = native.native_form(job) if job is not None else None
-        if pool_form is None:
-            return None
-        if moved is None:
-            return pool_form(inputs, outputs)
-        buf = np.empty_like(moved)  # the program's own
+        if pool_form is None or perm is None:
+            return None if pool_form is None else pool_form(inputs, outputs)
+        buf = np.empty([shape[p] for p in perm], np.float32)  # the program's own
         copy = native.strided_copy(inputs[0].transpose(perm), buf)
         calls = pool_form((buf, *inputs[1:]), outputs)
         return None if copy is None or calls is None else [copy, *calls]

@@ -67,10 +67,7 @@ PASSES: tuple[GraphPass, ...] = (
     ),
     GraphPass("SwishFusionPass", True, "replace Mul(x, Sigmoid(x)) (SiLU) by one Swish", patterns.fuse_swish),
     GraphPass(
-        "HardSigmoidFusionPass",
-        True,
-        "replace Clip(x + b, 0, h) / h by one HardSigmoid, and x times relu6(x + 3) / 6 by one HardSwish",
-        patterns.fuse_hard_sigmoid,
+        "HardSigmoidFusionPass", True, "Clip(x + b, 0, h) / h as HardSigmoid, x * it HardSwish", patterns.fuse_hard_sigmoid
     ),
     GraphPass(
         "LayerNormFusionPass",

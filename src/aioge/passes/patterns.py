@@ -5,9 +5,8 @@
 - Gelu's tanh form, as GPT-2 writes it (``NewGELUActivation``): ``Pow(x, 3) -> Mul 0.044715 ->
   Add x -> Mul sqrt(2/pi) -> Tanh`` and the same ``Add 1``, ``Mul x``, ``Mul 0.5`` tail.
 - Swish (SiLU), as torch exports ``nn.SiLU()``: ``Mul(x, Sigmoid(x))``, either operand order.
-- HardSigmoid, as Keras writes ``hard_sigmoid`` (MobileNetV3): ``Clip(x + b, 0, h)`` then ``/ h``
-  or ``* (1 / h)``, which is HardSigmoid(alpha 1 / h, beta b / h); and HardSwish, its product with
-  x when alpha is 1/6 and beta 1/2 (the kernels compute alpha x + beta: an ulp or so apart).
+- HardSigmoid(1/h, b/h) as Keras writes it: ``Clip(x + b, 0, h) / h`` (or ``* 1/h``); HardSwish, x times
+  that for 1/6, 1/2 (MobileNetV3; the kernels' alpha x + beta is an ulp or so apart).
 - LayerNormalization, as torch exports it before opset 17:
   ``m = ReduceMean(x); d = x - m; v = ReduceMean(d ** 2); y = d / Sqrt(v + eps)``, then
   optionally ``* gamma`` and ``+ beta``, over trailing axes.
@@ -66,9 +65,8 @@ def fuse_swish(graph: Graph) -> bool:
 
 
 def fuse_hard_sigmoid(graph: Graph) -> bool:
-    """Replace ``Clip(x + b, 0, h) / h`` (or ``* 1/h``) by HardSigmoid, and its product with x
-    by HardSwish when it is ``x * relu6(x + 3) / 6``: one pass an activation a Conv fuses, where
-    the chain kept MobileNetV3's hard-swishes off native programs; returns True if it replaced any."""
+    """HardSigmoid and HardSwish for their Keras spellings (one activation a Conv fuses; the chains
+    kept MobileNetV3 off native programs); returns True if it replaced any."""
     changed = False
     for clip in graph.topological_order():
         v = clip.inputs[0] if _op(clip, "Clip") and len(clip.inputs) == 3 else None
@@ -355,17 +353,10 @@ def _match_squeeze_excite(graph: Graph, mul: Node, x: Value) -> tuple[list[Value
 
 
 def _global_mean(node: Node) -> bool:
-    """``node`` is a GlobalAveragePool, or a ReduceMean of a 4-D tensor over H and W keeping them
-    (Keras' SE blocks: MobileNetV3, EfficientNet)."""
-    if _op(node, "GlobalAveragePool"):
-        return True
+    """A GlobalAveragePool, or a ReduceMean of 4-D over H and W keeping them (Keras' SE blocks)."""
     axes = const_array(node.inputs[1]) if len(node.inputs) > 1 else np.asarray(node.attrs.get("axes", []))
-    return (
-        _op(node, "ReduceMean")
-        and int(node.attrs.get("keepdims", 1)) == 1
-        and axes is not None
-        and sorted(int(a) % 4 for a in axes.reshape(-1)) == [2, 3]
-    )
+    mean = _op(node, "ReduceMean") and int(node.attrs.get("keepdims", 1)) == 1 and axes is not None
+    return _op(node, "GlobalAveragePool") or mean and sorted(int(a) % 4 for a in axes.reshape(-1)) == [2, 3]  # type: ignore[union-attr]
 
 
 def _squeezed_conv(
