@@ -76,15 +76,15 @@ def pad_form(attrs: Mapping[str, Any]) -> native.NativeForm:
 
     def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
         x, y = inputs[0], outputs[0]
-        rest = [a for a in inputs[1:] if a is not None]
-        if attrs.get("mode", "constant") != "constant" or not native.available() or not all(map(is_constant, rest)):
+        fixed = [a for i, a in enumerate(inputs) if i in (1, 3) and a is not None]  # the value is read as the jobs run
+        if attrs.get("mode", "constant") != "constant" or not native.available() or not all(map(is_constant, fixed)):
             return None
         ax = None if len(inputs) < 4 or inputs[3] is None else [int(a) for a in np.asarray(inputs[3]).reshape(-1)]
         widths = pad_widths(x.ndim, [int(p) for p in np.asarray(inputs[1]).reshape(-1)], ax)
-        value = inputs[2] if len(inputs) > 2 and inputs[2] is not None and np.asarray(inputs[2]).size else 0
+        value = inputs[2] if len(inputs) > 2 and inputs[2] is not None and np.asarray(inputs[2]).size else np.zeros((), y.dtype)
         src = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for (b, e), d in zip(widths, x.shape))]
         dst = y[tuple(slice(max(b, 0), max(b, 0) + n) for (b, _), n in zip(widths, src.shape))]
-        fill = native.elemwise(native.EW_CAST, y, np.asarray(value, y.dtype).reshape(-1)[:1].reshape(()))
+        fill = native.elemwise(native.EW_CAST, y, np.asarray(value).reshape(-1)[:1].reshape(()))
         calls = [fill, native.elemwise(native.EW_CAST, dst, src)] if src.size else [fill]
         return None if None in calls or src.shape != dst.shape else calls  # type: ignore[return-value]
 
