@@ -164,3 +164,48 @@ def test_the_slack_grows_with_the_steps_a_program_saves() -> None:
     extra = NATIVE_EXTRA * total + 2.5 * NATIVE_SLACK_MS  # past both nodes' slack: kept
     kept = {**kernels, mm: _with(kernels[mm], native_ms=kernels[mm].history.tuned_ms + extra)}
     assert prefer_native(nodes, kept) is kept
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("numpy_branch", [False, True])
+async def test_a_branchy_plan_whose_kernels_are_all_native_runs_in_one_thread(numpy_branch: bool, monkeypatch) -> None:
+    """Issue 41 (NASNetMobile): the thread planner put its branches on 5 threads, which run step
+    by step; a plan every kernel of which has a native form takes one thread and runs as one
+    program. A kernel without one (Sin) keeps the planner's threads."""
+    from aioge.kernels import native
+
+    if not native.available():
+        pytest.skip("the compiled tier is not built")
+    monkeypatch.setattr("aioge.compiler.graph.NATIVE_SLACK_MS", float("inf"))
+    monkeypatch.setattr("aioge.compiler.graph.plan_threads", lambda order, plan, *_: tuple((s.id,) for s in plan.streams))
+    rng = np.random.default_rng(0)
+    g = aioge.Graph("branches")
+    x = g.input("x", (1, 8, 9, 9))
+    ws = [g.constant(rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2) for _ in range(3)]
+    branches = [ops.relu(ops.conv(x, w, pads=[1, 1, 1, 1])) for w in ws]
+    if numpy_branch:
+        branches[0] = ops.sin(branches[0])
+    g.output(ops.concat(*branches, ops.max_pool(x, kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]), axis=1), names=["y"])
+    feeds = {"x": rng.standard_normal((1, 8, 9, 9)).astype(np.float32)}
+    async with aioge.Session() as s:
+        await s.add_graph(1, g)
+        for _ in range(3):
+            got = (await s.run_graph(1, feeds))["y"]
+        exe = s.executable(1)
+        assert exe.model.streams.num_streams > 1
+        assert (len(exe.model.threads) == 1) is not numpy_branch, exe.model.threads
+        assert (exe.native_runs >= 3) is not numpy_branch
+    t = _branches_reference(feeds["x"], [np.asarray(w.data) for w in ws], numpy_branch)
+    np.testing.assert_allclose(got, t, rtol=1e-4, atol=1e-5)
+
+
+def _branches_reference(x: np.ndarray, ws: list[np.ndarray], sin: bool) -> np.ndarray:
+    """The branches' concat in numpy (float64)."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))  # (1, 8, 9, 9, 3, 3)
+    outs = [np.maximum(np.einsum("nchwij,mcij->nmhw", win, w), 0) for w in ws]
+    if sin:
+        outs[0] = np.sin(outs[0])
+    mp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    outs.append(np.lib.stride_tricks.sliding_window_view(mp, (3, 3), axis=(2, 3)).max(axis=(4, 5)))
+    return np.concatenate(outs, axis=1)

@@ -844,3 +844,50 @@ def test_rnn_zero_states_keep_their_shapes_frozen_without_shapes(kind: str) -> N
     ref = model(x, training=False).numpy()
     for batch, got in zip((1, 4), anyio_run(_run_batches, graph, x)):
         _check_scaled(got, ref[:batch])
+
+
+def test_keras_nasnet_and_mobilenet_v3_blocks_run_as_one_native_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41: NASNetMobile's cells (ZeroPadding2D then Cropping2D, a zero pad before a 3x3
+    stride-2 MaxPool, AveragePool without the pads counted, BatchNormalization and ReLU after a
+    Concat, GlobalAveragePooling2D) and MobileNetV3's (hard-swish, an SE block gated by
+    hard_sigmoid) had steps without C forms: they run as one program now, matching TensorFlow."""
+    from aioge.kernels import native
+
+    if not native.available():
+        pytest.skip("the compiled tier is not built")
+    monkeypatch.setattr("aioge.compiler.graph.NATIVE_SLACK_MS", float("inf"))  # tuning noise must not pick numpy
+    keras.utils.set_random_seed(3)
+    L = keras.layers
+    inp = keras.Input((17, 17, 8))
+    a = L.AveragePooling2D(1, strides=2)(L.Cropping2D(((1, 0), (1, 0)))(L.ZeroPadding2D(((0, 1), (0, 1)))(L.ReLU()(inp))))
+    b = L.MaxPooling2D(3, strides=2)(L.ZeroPadding2D(1)(L.Conv2D(8, 1)(inp)))
+    c = L.AveragePooling2D(3, strides=2, padding="same")(L.SeparableConv2D(8, 3, padding="same")(inp))
+    h = L.ReLU()(L.BatchNormalization()(L.Concatenate()([a, b, c])))
+    h = L.Conv2D(16, 3, padding="same")(h)
+    h = L.Multiply()([h, L.ReLU(6.0)(h + 3.0) / 6.0])  # hard-swish
+    s = L.Conv2D(16, 1)(L.ReLU()(L.Conv2D(4, 1)(L.GlobalAveragePooling2D(keepdims=True)(h))))
+    h = L.Multiply()([h, L.ReLU(6.0)(s + 3.0) * (1.0 / 6.0)])  # SE gated by hard_sigmoid
+    model = keras.Model(inp, L.Dense(5)(L.GlobalAveragePooling2D()(h)))
+    for layer in model.layers:  # BatchNormalization's statistics away from 0 and 1
+        if isinstance(layer, L.BatchNormalization):
+            layer.set_weights(
+                [w + np.random.default_rng(1).uniform(0.2, 1.0, w.shape).astype(np.float32) for w in layer.get_weights()]
+            )
+    graph = aioge.load_tf(model)
+    x = np.random.default_rng(4).standard_normal((1, 17, 17, 8)).astype(np.float32)
+    ref = model(x, training=False).numpy()
+
+    async def run() -> tuple[np.ndarray, Any]:
+        async with aioge.Session() as s:
+            await s.add_graph(1, graph)
+            for _ in range(3):
+                got = list((await s.run_graph(1, {graph.inputs[0].name: x})).values())[0]
+            return got, s.executable(1)
+
+    got, exe = anyio_run(run)
+    kinds = {p.op_type for p in exe.model.nodes}
+    assert exe.native_runs >= 3, [f"{p.op_type}:{p.kernel.impl}" for p in exe.model.nodes]
+    assert "SqueezeExcite" in kinds and "Pad" in kinds and not {"Clip", "Div"} & kinds, kinds
+    transposes = [p for p in exe.model.nodes if p.op_type == "Transpose"]
+    assert len(transposes) <= 3, "the Concat of NCHW twins moved each part to NHWC and back"
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())

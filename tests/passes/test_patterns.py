@@ -406,3 +406,50 @@ def test_the_native_squeeze_excite_falls_back_to_numpy_without_the_tier(numpy_ke
     (got,) = build_squeeze_excite_native({}, {}, descs, [descs[0]])(args, None)
     s = (args[0].mean(axis=(2, 3)) @ args[1].reshape(2, 8).T + args[2]) @ args[3].reshape(8, 2).T + args[4]
     np.testing.assert_allclose(got, args[0] * s[:, :, None, None], rtol=1e-5, atol=1e-5)
+
+
+# -- HardSigmoid / HardSwish (Keras' MobileNetV3) ------------------------------------------
+
+
+async def test_keras_hard_sigmoid_and_hard_swish_fuse() -> None:
+    """``relu6(x + 3) / 6`` (and ``* (1/6)``, and any ``clip(x + b, 0, h) / h``) is HardSigmoid,
+    ``x`` times it HardSwish; a divisor other than the clip's top, or a clip from 1, stays."""
+    g = aioge.Graph("hard")
+    x = g.input("x", (2, 8, 5, 5), "float32")
+
+    def c(v: float) -> aioge.Value:
+        return g.constant(np.float32(v))
+
+    swish = ops.mul(x, ops.div(ops.clip(ops.add(x, c(3)), c(0), c(6)), c(6)))
+    sigmoid = ops.mul(ops.clip(ops.add(c(3), x), c(0), c(6)), c(1 / 6))
+    other = ops.div(ops.clip(ops.add(x, c(2)), c(0), c(4)), c(4))
+    wrong = ops.div(ops.clip(ops.add(x, c(3)), c(0), c(6)), c(5))
+    from_one = ops.div(ops.clip(ops.add(x, c(3)), c(1), c(6)), c(6))
+    g.output(swish, sigmoid, other, wrong, from_one, names=["swish", "sigmoid", "other", "wrong", "from_one"])
+    feeds = {"x": _f32(2, 8, 5, 5) * 4}
+    on, _, out = await compare(g, feeds, only("HardSigmoidFusionPass"), ALL_OFF, rtol=1e-6, atol=1e-6)
+    assert on["HardSwish"] == 1 and on["HardSigmoid"] == 2 and on["Clip"] == 2, on
+    x64 = feeds["x"].astype(np.float64)
+    np.testing.assert_allclose(out["swish"], x64 * np.clip(x64 + 3, 0, 6) / 6, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(out["other"], np.clip(x64 + 2, 0, 4) / 4, rtol=1e-6, atol=1e-6)
+
+
+async def test_an_se_block_over_reduce_mean_of_h_and_w_becomes_one_node() -> None:
+    """Keras' SE blocks pool with ReduceMean over H and W (keepdims): SqueezeExcite as over
+    GlobalAveragePool; over W alone the block stays."""
+    rng = np.random.default_rng(1)
+    w1, w2 = rng.standard_normal((4, 12, 1, 1)).astype(np.float32), rng.standard_normal((12, 4, 1, 1)).astype(np.float32)
+    g = aioge.Graph("se_mean")
+    x = g.input("x", (1, 12, 6, 6), "float32")
+    outs = []
+    for axes in ([2, 3], [-1, -2], [3]):  # over W alone: a gate per row, no SE
+        m = ops.reduce_mean(x, g.constant(np.array(axes, np.int64)), keepdims=1)
+        h = ops.relu(ops.conv(m, g.constant(w1)))
+        outs.append(ops.mul(x, ops.sigmoid(ops.conv(h, g.constant(w2)))))
+    g.output(*outs, names=["a", "b", "c"])
+    feeds = {"x": _f32(1, 12, 6, 6, seed=2)}
+    on, _, out = await compare(g, feeds, "", without("SqueezeExciteFusionPass"), **TOL)
+    assert on["SqueezeExcite"] == 2 and on["ReduceMean"] == 1, on
+    s = feeds["x"].astype(np.float64).mean(axis=(2, 3))  # (1, 12)
+    gate = 1 / (1 + np.exp(-(np.maximum(s @ w1[:, :, 0, 0].T, 0) @ w2[:, :, 0, 0].T)))
+    np.testing.assert_allclose(out["a"], feeds["x"] * gate[:, :, None, None], rtol=1e-4, atol=1e-5)

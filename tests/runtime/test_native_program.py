@@ -444,3 +444,59 @@ async def test_position_ids_and_an_end_token_argmax_run_in_a_native_program(tmp_
     np.testing.assert_array_equal(got["first"], np.argmin(p, 0, keepdims=True))
     for k in got:
         assert np.array_equal(got[k], steps[k]), f"{k}: the program and the steps disagree"
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_constant_pads_and_crops_run_in_a_native_program(seed: int, tmp_path, native_plans: None) -> None:
+    """Issue 41 (NASNetMobile): a constant Pad, negative pads cropping (Keras' ZeroPadding2D then
+    Cropping2D), over odd sizes, some axes or all, any fill, is a fill and a strided copy in the
+    program: bit-equal to the steps and to numpy's pad of the cropped input."""
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(d) for d in rng.integers(1, 8, 4))
+    pads = rng.integers(-1, 3, 8)
+    pads[4:] = np.maximum(pads[4:], -np.array(shape) + np.maximum(-pads[:4], 0) + 1)  # keep one value an axis
+    axes = None if seed % 2 else np.array([2, 3, 0, 1])
+    value = np.float32(rng.standard_normal()) if seed % 3 else None
+    g = aioge.Graph("pad")
+    x = g.input("x", shape, "float32")
+    widths = [(int(pads[i]), int(pads[i + 4])) for i in range(4)]
+    given = pads if axes is None else np.array([pads[a] for a in axes] + [pads[a + 4] for a in axes])
+    args = [x, g.constant(given.astype(np.int64)), None if value is None else g.constant(value)]
+    if axes is not None:
+        args.append(g.constant(axes.astype(np.int64)))
+    g.output(ops.relu(ops.pad(*args)), names=["y"])
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+    got, impls = await _program_equals_steps(g, feeds, tmp_path)
+    cropped = feeds["x"][tuple(slice(max(-b, 0), d - max(-e, 0)) for (b, e), d in zip(widths, shape))]
+    want = np.pad(cropped, [(max(b, 0), max(e, 0)) for b, e in widths], constant_values=value or 0)
+    np.testing.assert_array_equal(got, np.maximum(want, 0))
+
+
+def test_the_pad_form_is_none_without_the_compiled_tier(monkeypatch) -> None:
+    from aioge.kernels.image import pad_form
+
+    x, y = np.ones((1, 2, 3, 3), np.float32), np.empty((1, 2, 4, 4), np.float32)
+    pads = np.array([0, 0, 1, 1, 0, 0, 0, 0], np.int64)
+    pads.flags.writeable = False
+    assert pad_form({})([x, pads], [y]) is not None
+    assert pad_form({"mode": "reflect"})([x, pads], [y]) is None
+    assert pad_form({})([x, pads.copy()], [y]) is None  # pads a run may change
+    monkeypatch.setattr(native, "available", lambda: False)
+    assert pad_form({})([x, pads], [y]) is None
+
+
+async def test_an_nhwc_affine_relu_and_a_mean_over_h_w_run_in_a_native_program(tmp_path, native_plans: None) -> None:
+    """Issue 41 (NASNetMobile): a per-channel Mul, Add and Relu over NHWC (a FusedElementwise too
+    large for a job a step) runs as a chain with its Relu in place, and ReduceMean over H and W of
+    NHWC (GlobalAveragePooling2D) as a strided copy and the row mean: one program."""
+    rng = np.random.default_rng(7)
+    scale, shift = rng.standard_normal(22).astype(np.float32), rng.standard_normal(22).astype(np.float32)
+    g = aioge.Graph("nhwc")
+    x = g.input("x", (1, 24, 24, 22), "float32")
+    h = ops.relu(ops.add(ops.mul(x, g.constant(scale)), g.constant(shift)))
+    g.output(ops.reduce_mean(h, g.constant(np.array([1, 2], np.int64)), keepdims=0), names=["y"])
+    feeds = {"x": rng.standard_normal((1, 24, 24, 22)).astype(np.float32)}
+    got, impls = await _program_equals_steps(g, feeds, tmp_path)
+    assert impls.get("FusedElementwise") and impls["ReduceMean"] == "reduce_mean_native", impls
+    want = np.maximum(feeds["x"].astype(np.float64) * scale + shift, 0).mean(axis=(1, 2))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

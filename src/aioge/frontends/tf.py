@@ -687,6 +687,10 @@ def _layout(n: _Node, convert: Callable[..., Any], args: list[Value]) -> tuple[A
     b, op = n.builder, n.node.op
     if op == "Reshape":
         return _reshape_to_channels(n, convert, args)
+    axis = n.maybe_const(args[-1]) if op == "ConcatV2" and len(args) > 2 else None
+    if axis is not None and axis.size == 1 and all(_twin(b, a) is not None and len(a.shape or ()) == 4 for a in args[:-1]):
+        # NASNet's cells: NCHW twins concatenated as they are, not each moved to NHWC and back
+        return _from_nchw(b, ops.concat(*[_twin(b, a) for a in args[:-1]], axis=_TO_NHWC[int(axis) % 4]))
     if not args or _twin(b, args[0]) is None and not (op in _POINTWISE and any(_twin(b, a) is not None for a in args)):
         return None
     second = n.maybe_const(args[1]) if len(args) > 1 else None

@@ -557,10 +557,15 @@ def _chain_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> li
     """A straight chain of float32 Add/Sub/Mul/Div (each step on the one before and an input;
     BERT's embedding sum, its attention scale and mask) and Sqrt/Reciprocal (RMSNorm's rsqrt) as JOB_ELEMWISE calls in ``y``, in
     place, each rounding as its ufunc; None for any other program or inputs ``y`` overlaps
-    (but the first step's, when it is ``y`` itself)."""
+    (but the first step's, when it is ``y`` itself). A last activation on the chain runs on ``y``
+    in place (NASNet's NHWC BatchNormalization and ReLU, too large for a job a step)."""
     if any([s for s in st.srcs if s < 0] != ([-i] if i else []) for i, st in enumerate(steps)):
         return _step_calls(steps, inputs, y, activations=False)
-    calls = []
+    last, calls = steps[-1], []
+    if len(steps) > 1 and len(last.srcs) == 1 and last.op.name in native_rows.ACTIVATIONS:
+        head = _chain_calls(steps[:-1], inputs, y)
+        act = native_rows.activation_call(last.op.name, y, y, last.params) if head is not None else None
+        return None if act is None else [*head, act]  # type: ignore[misc]
     for i, st in enumerate(steps):
         code = native.EW_ARITH.get(st.op.name) if len(st.srcs) == 2 else native.EW_UNARY.get(st.op.name)
         if code is None or len(st.srcs) > 2 or [s for s in st.srcs if s < 0] != ([-i] if i else []):

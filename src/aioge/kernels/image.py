@@ -7,9 +7,12 @@ so a kernel always produces the shape inference promised.
 from __future__ import annotations
 
 import itertools
-from typing import Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
+
+from aioge.kernels import native
+from aioge.kernels.contract import is_constant
 
 __all__ = [
     "center_crop_pad",
@@ -18,6 +21,7 @@ __all__ = [
     "decode_image",
     "depth_to_space",
     "pad",
+    "pad_form",
     "pad_widths",
     "space_to_depth",
 ]
@@ -64,6 +68,27 @@ def pad(
     if any(g != (0, 0) and d == 0 for g, d in zip(grow, x.shape)):
         raise ValueError(f"cannot {mode}-pad an empty axis of shape {x.shape}")
     return np.pad(x, grow, mode=mode)
+
+
+def pad_form(attrs: Mapping[str, Any]) -> native.NativeForm:
+    """A constant Pad over constant pads as C jobs: the value's fill, then the (cropped) input into
+    the interior by JOB_ELEMWISE's cast to its dtype. NASNet's pads had kept it off native programs."""
+
+    def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        x, y = inputs[0], outputs[0]
+        fixed = [a for i, a in enumerate(inputs) if i in (1, 3) and a is not None]  # the value is read as the jobs run
+        if attrs.get("mode", "constant") != "constant" or not native.available() or not all(map(is_constant, fixed)):
+            return None
+        ax = None if len(inputs) < 4 or inputs[3] is None else [int(a) for a in np.asarray(inputs[3]).reshape(-1)]
+        widths = pad_widths(x.ndim, [int(p) for p in np.asarray(inputs[1]).reshape(-1)], ax)
+        value = inputs[2] if len(inputs) > 2 and inputs[2] is not None and np.asarray(inputs[2]).size else np.zeros((), y.dtype)
+        src = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for (b, e), d in zip(widths, x.shape))]
+        dst = y[tuple(slice(max(b, 0), max(b, 0) + n) for (b, _), n in zip(widths, src.shape))]
+        fill = native.elemwise(native.EW_CAST, y, np.asarray(value).reshape(-1)[:1].reshape(()))
+        calls = [fill, native.elemwise(native.EW_CAST, dst, src)] if src.size else [fill]
+        return None if None in calls or src.shape != dst.shape else calls  # type: ignore[return-value]
+
+    return form
 
 
 def depth_to_space(x: np.ndarray, blocksize: int, mode: str = "DCR") -> np.ndarray:

@@ -403,42 +403,52 @@ def _reduce_build(reducer: str, strategy: str) -> Callable[..., RunFn]:
 
 
 def build_reduce_mean_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """float32 ReduceMean over trailing axes of a contiguous tensor (H and W of ShuffleNet's
-    head; the hidden axis of T5's and Llama's RMSNorm, which kept their plans off native
-    programs): ``globalavg_native``'s C job over (leading, trailing) rows, a native program's
-    step too; over other axes the stepwise reduction."""
+    """float32 ReduceMean (ShuffleNet's head, T5's and Llama's RMSNorm, Keras' NHWC global pool):
+    ``globalavg_native``'s C job over (kept, reduced) rows, the reduced axes moved last first by a
+    strided copy when they are not. A native program's step too."""
     other = _reduce_build("mean", "stepwise")(attrs, params, ins, outs)
-    x_desc, noop = ins[0], bool(attrs.get("noop_with_empty_axes", 0))
+    x_desc, noop, keep = ins[0], bool(attrs.get("noop_with_empty_axes", 0)), int(attrs.get("keepdims", 1))
     assert x_desc is not None and x_desc.shape is not None  # static shapes only
     shape = tuple(int(d) for d in x_desc.shape)
-    pools: dict[int, RunFn] = {}  # trailing axes reduced -> the job's kernel over (leading, 1, trailing)
+    pools: dict[tuple[int, ...], tuple[RunFn, tuple[int, ...] | None]] = {}  # axes -> (job, perm moving them last)
 
-    def trailing(inputs: Sequence[Any]) -> int:
+    def reduced(inputs: Sequence[Any]) -> tuple[int, ...]:
         given = inputs[1] if len(inputs) > 1 and inputs[1] is not None else attrs.get("axes")
         try:
             axes = reduce_axes(len(shape), None if given is None else [int(a) for a in np.asarray(given).reshape(-1)], noop)
         except ValueError:
-            return 0
-        k = len(axes or ())
-        return k if 0 < k < len(shape) and axes == tuple(range(len(shape) - k, len(shape))) else 0
+            return ()
+        return tuple(axes) if axes and len(axes) < len(shape) else ()
 
-    def pool(k: int) -> RunFn:
-        if k not in pools:
-            rows = (int(np.prod(shape[:-k], dtype=np.int64)), 1, int(np.prod(shape[-k:], dtype=np.int64)))
-            pools[k] = build_globalavg_native(attrs, params, (replace(x_desc, shape=rows), *ins[1:]), outs)
-        return pools[k]
+    def pool(axes: tuple[int, ...]) -> tuple[RunFn, tuple[int, ...] | None]:
+        if axes not in pools:
+            perm = tuple(i for i in range(len(shape)) if i not in axes) + axes
+            n = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+            rows = (int(np.prod(shape, dtype=np.int64)) // n, 1, n)
+            job = build_globalavg_native(attrs, params, (replace(x_desc, shape=rows), *ins[1:]), outs)
+            pools[axes] = (job, None if perm == tuple(sorted(perm)) else perm)
+        return pools[axes]
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
-        k = trailing(inputs)
-        if not k or (outputs is not None and not native.f32c(outputs[0])):
+        axes = reduced(inputs)
+        if not axes or (outputs is not None and not native.f32c(outputs[0])):
             return other(inputs, outputs)
-        y = pool(k)(inputs, outputs)[0]  # (leading, 1, 1): the output's shape from the axes fed
-        return (y if outputs is not None else y.reshape(shape[:-k] + (1,) * k * int(attrs.get("keepdims", 1))),)
+        job, perm = pool(axes)
+        x = inputs[0] if perm is None else np.ascontiguousarray(inputs[0].transpose(perm))
+        y = job((x, *inputs[1:]), outputs)[0]  # (kept, 1, 1): the output's shape from the axes fed
+        out = tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
+        return (y if outputs is not None else y.reshape(out),)
 
     def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
-        k = trailing(inputs) if all(is_constant(a) for a in inputs[1:] if a is not None) else 0
-        pool_form = native.native_form(pool(k)) if k else None
-        return None if pool_form is None else pool_form(inputs, outputs)
+        axes = reduced(inputs) if all(is_constant(a) for a in inputs[1:] if a is not None) else ()
+        job, perm = pool(axes) if axes else (None, None)
+        pool_form = native.native_form(job) if job is not None else None
+        if pool_form is None or perm is None:
+            return None if pool_form is None else pool_form(inputs, outputs)
+        buf = np.empty([shape[p] for p in perm], np.float32)  # the program's own
+        copy = native.strided_copy(inputs[0].transpose(perm), buf)
+        calls = pool_form((buf, *inputs[1:]), outputs)
+        return None if copy is None or calls is None else [copy, *calls]
 
     return native.with_native(run, form)
 

@@ -216,11 +216,12 @@ def _op(
     attrs: Mapping[str, Attr] | None = None,
     inputs: tuple[int, int] = (1, 1),
     engines: frozenset[Engine] = VECTOR_ENGINES,
+    form: Any = None,
 ) -> OpSchema:
     return OpSchema(
         name,
         infer,
-        (returning("numpy", fn),),
+        (returning("numpy", fn, form=form),),
         engines,
         attrs or {},
         inputs,
@@ -238,6 +239,7 @@ SCHEMAS: tuple[OpSchema, ...] = (
         "pad (or crop, for negative pads) with a constant, reflection, edge or wrap",
         {"mode": Attr("string", "constant", ("constant", "reflect", "edge", "wrap"))},
         (2, 4),
+        form=k.pad_form,
     ),
     _op(
         "Resize",

@@ -67,6 +67,9 @@ PASSES: tuple[GraphPass, ...] = (
     ),
     GraphPass("SwishFusionPass", True, "replace Mul(x, Sigmoid(x)) (SiLU) by one Swish", patterns.fuse_swish),
     GraphPass(
+        "HardSigmoidFusionPass", True, "Clip(x + b, 0, h) / h as HardSigmoid, x * it HardSwish", patterns.fuse_hard_sigmoid
+    ),
+    GraphPass(
         "LayerNormFusionPass",
         True,
         "replace the decomposed LayerNorm (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div[, Mul, Add]) by one",

@@ -5,6 +5,8 @@
 - Gelu's tanh form, as GPT-2 writes it (``NewGELUActivation``): ``Pow(x, 3) -> Mul 0.044715 ->
   Add x -> Mul sqrt(2/pi) -> Tanh`` and the same ``Add 1``, ``Mul x``, ``Mul 0.5`` tail.
 - Swish (SiLU), as torch exports ``nn.SiLU()``: ``Mul(x, Sigmoid(x))``, either operand order.
+- HardSigmoid(1/h, b/h) as Keras writes it: ``Clip(x + b, 0, h) / h`` (or ``* 1/h``); HardSwish, x times
+  that for 1/6, 1/2 (MobileNetV3; the kernels' alpha x + beta is an ulp or so apart).
 - LayerNormalization, as torch exports it before opset 17:
   ``m = ReduceMean(x); d = x - m; v = ReduceMean(d ** 2); y = d / Sqrt(v + eps)``, then
   optionally ``* gamma`` and ``+ beta``, over trailing axes.
@@ -23,7 +25,7 @@ import numpy as np
 from aioge.ir.graph import Graph, Node, Value
 from aioge.passes.rewrite import const_array, const_scalar, is_close, only_use, other_input, static_shape, substitute
 
-__all__ = ["fuse_gelu", "fuse_layer_norm", "fuse_squeeze_excite", "fuse_swish"]
+__all__ = ["fuse_gelu", "fuse_hard_sigmoid", "fuse_layer_norm", "fuse_squeeze_excite", "fuse_swish"]
 
 
 def _op(node: Node | None, op: str) -> bool:
@@ -59,6 +61,32 @@ def fuse_swish(graph: Graph) -> bool:
             continue
         if substitute(graph, mul, "Swish", [x], {"alpha": 1.0}, [mul, sig]) is not None:
             changed = True
+    return changed
+
+
+def fuse_hard_sigmoid(graph: Graph) -> bool:
+    """HardSigmoid and HardSwish for their Keras spellings (one activation a Conv fuses; the chains
+    kept MobileNetV3 off native programs); returns True if it replaced any."""
+    changed = False
+    for clip in graph.topological_order():
+        v = clip.inputs[0] if _op(clip, "Clip") and len(clip.inputs) == 3 else None
+        add = v.producer if v is not None else None
+        scale = _next(graph, clip.outputs[0], "Mul") or _next(graph, clip.outputs[0], "Div")
+        if v is None or add is None or scale is None or not _op(add, "Add") or only_use(graph, v) is not clip:
+            continue
+        lo, hi, s = const_scalar(clip.inputs[1]), const_scalar(clip.inputs[2]), const_scalar(other_input(scale, clip.outputs[0]))
+        if scale.op_type == "Div":  # the clip over a constant
+            s = 1 / s if s and scale.inputs[0] is clip.outputs[0] else None
+        for x in add.inputs if lo == 0 and hi and s is not None and is_close(s * hi, 1.0) else ():
+            b = const_scalar(other_input(add, x)) if x is not None else None
+            if x is None or b is None or s is None or static_shape(x.desc) != static_shape(scale.outputs[0].desc):
+                continue
+            nodes, attrs, op, last = [scale, clip, add], {"alpha": s, "beta": b * s}, "HardSigmoid", scale
+            mul = _next(graph, scale.outputs[0], "Mul")
+            if mul is not None and other_input(mul, scale.outputs[0]) is x and is_close(s, 1 / 6) and is_close(b, 3.0):
+                nodes, attrs, op, last = [mul, *nodes], {}, "HardSwish", mul
+            changed = substitute(graph, last, op, [x], attrs, nodes) is not None or changed
+            break
     return changed
 
 
@@ -313,7 +341,7 @@ def _match_squeeze_excite(graph: Graph, mul: Node, x: Value) -> tuple[list[Value
     second = _squeezed_conv(graph, s, mul)
     first = _squeezed_conv(graph, second[0].inputs[0], second[0]) if second else None
     gap = first[0].inputs[0].producer if first and first[0].inputs[0] is not None else None
-    if second is None or first is None or gap is None or not _op(gap, "GlobalAveragePool") or gap.inputs[0] is not x:
+    if second is None or first is None or gap is None or not _global_mean(gap) or gap.inputs[0] is not x:
         return None
     if only_use(graph, gap.outputs[0]) is not first[0] or only_use(graph, first[0].outputs[0]) is not second[0]:
         return None
@@ -322,6 +350,13 @@ def _match_squeeze_excite(graph: Graph, mul: Node, x: Value) -> tuple[list[Value
     b2 = b2 if b2 is not None else graph.constant(np.zeros(shape[1], const_array(w2).dtype))  # type: ignore[union-attr]
     attrs = {"activation1": act1[0], "activation1_params": act1[1], "activation2": act2[0], "activation2_params": act2[1]}
     return [x, w1, b1, w2, b2], attrs, [mul, c2, c1, gap]
+
+
+def _global_mean(node: Node) -> bool:
+    """A GlobalAveragePool, or a ReduceMean of 4-D over H and W keeping them (Keras' SE blocks)."""
+    axes = const_array(node.inputs[1]) if len(node.inputs) > 1 else np.asarray(node.attrs.get("axes", []))
+    mean = _op(node, "ReduceMean") and int(node.attrs.get("keepdims", 1)) == 1 and axes is not None
+    return _op(node, "GlobalAveragePool") or mean and sorted(int(a) % 4 for a in axes.reshape(-1)) == [2, 3]  # type: ignore[union-attr]
 
 
 def _squeezed_conv(
