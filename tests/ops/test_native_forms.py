@@ -217,6 +217,11 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("", "Expand", "numpy"): ({}, [_f(3, 1), _i(2, 3, 4)], 1),
     ("", "Gather", "numpy"): ({"axis": 1}, [_f(2, 5, 3), _i(4, -1, 0)], 1),
     ("", "GatherND", "numpy"): ({}, [_f(4, 3), np.array([[1], [3]], np.int64)], 1),
+    ("", "GatherElements", "numpy"): ({"axis": 1}, [_f(2, 5, 3), np.array([[[0, 4, -1]] * 4, [[2, -5, 1]] * 4], np.int64)], 1),
+    ("", "CumSum", "numpy"): ({"exclusive": 1}, [_f(2, 5, 3), np.array(1, np.int64)], 1),
+    ("", "CumProd", "numpy"): ({"reverse": 1}, [_f(2, 5, 3), np.array(-1, np.int64)], 1),
+    ("", "ArgMax", "numpy"): ({"axis": 1, "keepdims": 0}, [_f(2, 5, 3)], 1),
+    ("", "ArgMin", "numpy"): ({"axis": -1, "select_last_index": 1}, [_f(2, 5, 3)], 1),
     ("aioge", "FusedElementwise", "blocked"): ({"ops": ("Add", "Mul"), "operands": (0, 1, -1, 1)}, [_f(2, 3, 4), _f(2, 3, 4)], 1),
     ("aioge", "SqueezeExcite", "squeeze_excite_native"): (
         {"activation1": "Relu", "activation2": "Sigmoid"},
