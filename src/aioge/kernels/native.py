@@ -462,15 +462,16 @@ def strided_copy(src: np.ndarray, dst: np.ndarray) -> NativeCall | None:
     args = np.array(
         [ptr(src) if src.flags.c_contiguous else _base_address(src), ptr(dst), src.itemsize, *sizes, *strides], np.int64
     )
-    return NativeCall(JOB_STRIDED, args, sizes[0], False, (src, dst))
+    return NativeCall(JOB_STRIDED, args, sizes[0], src.size >= ROWS_SPLIT, (src, dst))
 
 
 def _merged(shape: Sequence[int], *strides: Sequence[int]) -> tuple[list[int], list[list[int]]]:
     """``shape`` and each operand's byte ``strides`` with the axes of size 1 dropped and
-    neighbours every operand steps over as one merged (numpy's iterator does so), padded in
-    front to 6-D: a copy then runs in rows as long as the layouts allow (ShuffleNet's channel
-    Concat, one row of an image's planes where per-element loops over its 6-D index cost 27x
-    numpy's copy)."""
+    neighbours every operand steps over as one merged (numpy's iterator does so), padded to
+    6-D after the outermost axis (the jobs' range, split over an idle core): a copy then runs in
+    rows as long as the layouts allow (ShuffleNet's channel Concat, one row of an image's planes
+    where per-element loops over its 6-D index cost 27x numpy's copy); one long run is cut into
+    rows of up to 4096."""
     axes = [k for k, n in enumerate(shape) if n != 1]
     dims, steps = [shape[k] for k in axes[:1]], [[st[k] for k in axes[:1]] for st in strides]
     for k in axes[1:]:
@@ -482,8 +483,18 @@ def _merged(shape: Sequence[int], *strides: Sequence[int]) -> tuple[list[int], l
             dims.append(shape[k])
             for s, st in zip(steps, strides):
                 s.append(st[k])
-    pad = 6 - len(dims)
-    return [1] * pad + dims, [[0] * pad + s for s in steps]
+    if len(dims) == 1 and dims[0] >= ROWS_SPLIT:  # one long run: rows of it, so that the range has pieces
+        row = next((r for r in range(4096, 255, -1) if dims[0] % r == 0), 0)
+        if row:
+            dims = [dims[0] // row, row]
+            steps = [[s[0] * row, s[0]] for s in steps]
+    pad = 6 - len(dims)  # the outermost axis first (the jobs' range), the padding after it
+    return dims[:1] + [1] * pad + dims[1:], [s[:1] + [0] * pad + s[1:] for s in steps]
+
+
+# Elements from which a strided copy or an elementwise job splits over an idle core (ConvNeXt's
+# Transposes and layer scales, 75K to 301K values a block, had run on one core)
+ROWS_SPLIT = 1 << 14
 
 
 def _base_address(a: np.ndarray) -> int:
@@ -530,7 +541,7 @@ def elemwise(op: int, y: Any, *xs: Any) -> NativeCall | None:
     block = [op, _base_address(y), _EW_TYPES[y.dtype], *sizes, *ys]
     for v, st in zip(views, strides):
         block += [_base_address(v), _EW_TYPES[v.dtype], *st]
-    return NativeCall(JOB_ELEMWISE, np.array(block, np.int64), block[3], False, (y, *xs))
+    return NativeCall(JOB_ELEMWISE, np.array(block, np.int64), block[3], y.size >= ROWS_SPLIT, (y, *xs))
 
 
 def gather(data: Any, idx: Any, out: Any, axis: int = 0, k: int = 1) -> NativeCall | None:
