@@ -247,8 +247,8 @@ def _split(call: native.NativeCall | None) -> None:
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(1, 19), min_size=2, max_size=5), st.data(), st.sampled_from([np.float32, np.int32, np.int64]))
 def test_transposes_copy_as_numpy_does_whole_and_split(shape: list[int], data: Any, dtype: Any) -> None:
-    """Issue 42: a transpose's strided copy (eight destination rows a pass for 4-byte values)
-    over odd sizes, run whole and cut between two threads."""
+    """Issue 42: a transpose's strided copy over odd sizes, its range the outermost merged axis,
+    run whole and cut between two threads."""
     perm = data.draw(st.permutations(range(len(shape))))
     x = np.arange(np.prod(shape), dtype=np.int64).reshape(shape).astype(dtype)
     want = x.transpose(perm)

@@ -238,17 +238,6 @@ static int job_strided(const int64_t *g, int64_t lo, int64_t hi)
                 for (int64_t i3 = 0; i3 < n[3]; i3++)
                     for (int64_t i4 = 0; i4 < n[4]; i4++) {
                         const char *s = src + i0 * st[0] + i1 * st[1] + i2 * st[2] + i3 * st[3] + i4 * st[4];
-                        if (item == 4 && st[5] != 4 && i4 + 8 <= n[4]) {
-                            /* eight rows at a time (a transpose's: each source row of eight
-                             * neighbouring values read once, not a cache line per value) */
-                            uint32_t *d = (uint32_t *)dst;
-                            for (int64_t i5 = 0; i5 < n[5]; i5++)
-                                for (int b = 0; b < 8; b++)
-                                    memcpy(d + b * n[5] + i5, s + b * st[4] + i5 * st[5], 4);
-                            dst += 8 * inner;
-                            i4 += 7;
-                            continue;
-                        }
                         if (st[5] == item)
                             memcpy(dst, s, (size_t)inner);
                         else if (item == 4)
