@@ -218,9 +218,7 @@ def test_shufflenets_concat_and_channel_shuffle_copy_runs_as_long_as_the_layouts
     y = np.empty((1, 116, 28, 28), np.float32)
     concat = build_concat({"axis": 1}, {}, None, None)
     calls = native.native_form(concat)(halves, [y])  # type: ignore[misc]
-    assert (
-        calls is not None and [c.args[3:9].tolist() for c in calls] == [[14, 1, 1, 1, 1, 3248]] * 2
-    )  # 58 * 28 * 28 in rows the range splits
+    assert calls is not None and [c.args[3:9].tolist() for c in calls] == [[1, 1, 1, 1, 1, 58 * 28 * 28]] * 2
     native.run_calls(calls)
     assert np.array_equal(y, np.concatenate(halves, axis=1))
     out = np.empty((1, 58, 2, 28, 28), np.float32)
@@ -305,5 +303,8 @@ def test_big_copies_and_arithmetic_split_by_their_outermost_axis() -> None:
     )  # 3584 the largest divisor up to 4096
     _split(call)
     assert np.array_equal(y, t * scale + t)
+    n = native.ROWS_SPLIT + 1  # a prime: no rows to cut it into, one run
+    long = native.elemwise(native.EW_ARITH["Add"], np.empty(n, np.float32), np.ones(n, np.float32), np.ones(1, np.float32))
+    assert long is not None and long.args[3:9].tolist() == [1, 1, 1, 1, 1, n]
     small = native.elemwise(native.EW_ARITH["Add"], np.empty(4099, np.float32), np.ones(4099, np.float32), np.ones(1, np.float32))
-    assert small is not None and not small.worth and small.args[3:9].tolist() == [4099, 1, 1, 1, 1, 1]
+    assert small is not None and not small.worth and small.args[3:9].tolist() == [1, 1, 1, 1, 1, 4099]

@@ -488,13 +488,15 @@ def _merged(shape: Sequence[int], *strides: Sequence[int]) -> tuple[list[int], l
         if row:
             dims = [dims[0] // row, row]
             steps = [[s[0] * row, s[0]] for s in steps]
-    pad = 6 - len(dims)  # the outermost axis first (the jobs' range), the padding after it
+    pad = 6 - len(dims)  # the outermost axis first (the jobs' range), the padding after it; a run alone last
+    if len(dims) == 1:
+        return [1] * pad + dims, [[0] * pad + s for s in steps]
     return dims[:1] + [1] * pad + dims[1:], [s[:1] + [0] * pad + s[1:] for s in steps]
 
 
 # Elements from which a strided copy or an elementwise job splits over an idle core (ConvNeXt's
-# Transposes and layer scales, 75K to 301K values a block, had run on one core)
-ROWS_SPLIT = 1 << 14
+# Transposes and layer scales, 75K to 301K values a block, had run on one core), as activations
+ROWS_SPLIT = 1 << 16
 
 
 def _base_address(a: np.ndarray) -> int:
