@@ -308,3 +308,29 @@ def test_big_copies_and_arithmetic_split_by_their_outermost_axis() -> None:
     assert long is not None and long.args[3:9].tolist() == [1, 1, 1, 1, 1, n]
     small = native.elemwise(native.EW_ARITH["Add"], np.empty(4099, np.float32), np.ones(4099, np.float32), np.ones(1, np.float32))
     assert small is not None and not small.worth and small.args[3:9].tolist() == [1, 1, 1, 1, 1, 4099]
+
+
+@settings(max_examples=30, deadline=None)
+@given(_case(1, [np.bool_, [np.float32, np.float64]]), st.integers(0, 2**32 - 1))
+def test_isnan_marks_what_numpy_marks(case: tuple[np.ndarray, list[np.ndarray]], seed: int) -> None:
+    """Issue 42: IsNaN (GPT-2's attention mask check) had no C form, so GPT-2's plan never ran
+    as one native program; NaNs, infinities and values of float32 and float64, broadcast."""
+    y, (x,) = case
+    rng = np.random.default_rng(seed)
+    x = np.where(rng.random(x.shape) < 0.3, np.nan, np.where(rng.random(x.shape) < 0.2, -np.inf, x)).astype(x.dtype)
+    _run(native.elemwise(native.EW_ISNAN, y, x))
+    assert np.array_equal(y, np.isnan(np.broadcast_to(x, y.shape)))
+    assert native.elemwise(native.EW_ISNAN, y, np.zeros(x.shape, np.int64)) is None  # numbers of a float dtype only
+    assert native.elemwise(native.EW_ISNAN, y.astype(np.float32), x) is None  # into a bool
+
+
+def test_isnans_kernel_has_a_native_form_and_gives_numpys_result() -> None:
+    from aioge.kernels.base import ufunc_impl
+
+    x = np.array([[1.0, np.nan, np.inf], [np.nan, -0.0, 3.0]], np.float32)
+    impl = ufunc_impl("numpy", np.isnan)
+    assert impl.native
+    run = impl.build({}, {}, None, None)
+    y = np.zeros(x.shape, bool)
+    _run(native.native_form(run)([x], [y])[0])  # type: ignore[misc]
+    assert np.array_equal(y, np.isnan(x)) and np.array_equal(run([x], None)[0], np.isnan(x))

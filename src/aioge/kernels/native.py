@@ -121,7 +121,7 @@ ERRORS = {
 }
 
 # aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
-ABI = 22
+ABI = 23
 
 _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
 # Every C function Python calls: (result type, argument types), as aioge.h declares them.
@@ -510,18 +510,19 @@ _EW_INTS = (np.dtype(np.int64), np.dtype(np.int32))
 EW_COMPARE = {"Equal": 9, "Less": 10, "LessOrEqual": 11, "Greater": 12, "GreaterOrEqual": 13}  # numbers -> bool
 EW_NOT = 14
 EW_UNARY = {"Sqrt": 15, "Reciprocal": 16}  # float32: RMSNorm's rsqrt (T5, Llama)
+EW_ISNAN = 17  # float32 or float64 -> bool: GPT-2's attention mask check
 _EW_TYPES = {np.dtype(t): code for code, t in enumerate((np.float32, np.int64, np.int32, np.bool_, np.float64))}
 
 
 def elemwise(op: int, y: Any, *xs: Any) -> NativeCall | None:
     """``y = op(*xs)`` as one job: EW_CAST (x to y's dtype, as numpy's astype), EW_AND, EW_OR,
-    EW_XOR, EW_NOT (bools), EW_WHERE (a bool condition, then two of y's dtype), EW_UNARY's (float32), EW_ARITH's (float32;
+    EW_XOR, EW_NOT (bools), EW_ISNAN (float32/64 to a bool), EW_WHERE (a bool condition, then two of y's dtype), EW_UNARY's (float32), EW_ARITH's (float32;
     Add, Sub and Mul of int64 or int32 too, wrapping as numpy's),
     EW_COMPARE's (two numbers of any of the dtypes to a bool y, as numpy promotes them), for operands broadcast to
     ``y`` (any strides: a slice of Concat's output; up to 6-D; float32, float64, int64, int32, bool); None otherwise."""
     if not (isinstance(y, np.ndarray) and y.flags.writeable and y.size and y.ndim <= 6 and y.dtype in _EW_TYPES):
         return None
-    arity = 1 if op in (EW_CAST, EW_NOT, *EW_UNARY.values()) else 3 if op == EW_WHERE else 2
+    arity = 1 if op in (EW_CAST, EW_NOT, EW_ISNAN, *EW_UNARY.values()) else 3 if op == EW_WHERE else 2
     if not all(isinstance(x, np.ndarray) and x.dtype in _EW_TYPES for x in xs) or len(xs) != arity:
         return None
     kinds = [x.dtype for x in (y, *xs)]
@@ -531,6 +532,7 @@ def elemwise(op: int, y: Any, *xs: Any) -> NativeCall | None:
         or (op in EW_ARITH.values() and y.dtype != np.float32 and (op == EW_ARITH["Div"] or y.dtype not in _EW_INTS))
         or (op in EW_COMPARE.values() and y.dtype != np.bool_)
         or (op in EW_UNARY.values() and any(k != np.float32 for k in kinds))
+        or (op == EW_ISNAN and (y.dtype != np.bool_ or kinds[1] not in (np.float32, np.float64)))
         or (op == EW_WHERE and (kinds[1] != np.bool_ or kinds[2] != y.dtype or kinds[3] != y.dtype))
     ):
         return None

@@ -432,14 +432,14 @@ static void ew_arith_row(int op, float *y, const float *a, int64_t sa, const flo
  * each rounded as numpy's ufunc rounds it: one operation a statement; add, sub and mul also of
  * int64 or int32, wrapping as numpy's do), 9 ==, 10 <, 11 <=, 12 >, 13 >=
  * (a bool y; as doubles when either side is a float, which holds float32/64 exactly, else as int64:
- * numpy's promotion), 14 not (a bool), 15 sqrt a, 16 1 / a (float32). Arguments: op, y, y's dtype, 6
+ * numpy's promotion), 14 not (a bool), 15 sqrt a, 16 1 / a (float32), 17 isnan a (float32/64 to a bool). Arguments: op, y, y's dtype, 6
  * sizes, y's 6 byte strides (a slice: Concat's), then per operand its address, dtype and 6 byte strides: [lo, hi) index the first axis */
 static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
 {
     static const int64_t SIZE[] = {4, 8, 4, 1, 8};
     const int op = (int)g[0], yt = (int)g[2];
     const int64_t *n = g + 3, *ys = g + 9, *o[3] = {g + 15, g + 23, g + 31};
-    if (op < 0 || op > 16 || yt < 0 || yt > 4 || o[0][1] < 0 || o[0][1] > 4 || o[1][1] < 0 || o[1][1] > 4)
+    if (op < 0 || op > 17 || yt < 0 || yt > 4 || o[0][1] < 0 || o[0][1] > 4 || o[1][1] < 0 || o[1][1] > 4)
         return AIOGE_EGEOMETRY;
     const int64_t item = SIZE[yt];
     const int ta = (int)o[0][1], tb = (int)o[1][1], as_float = ta == 0 || ta == 4 || tb == 0 || tb == 4;
@@ -496,6 +496,7 @@ static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
                             case 14: *(uint8_t *)y = *(const uint8_t *)p[0] == 0; break;
                             case 15: *(float *)y = sqrtf(*(const float *)p[0]); break;
                             case 16: *(float *)y = 1.0f / *(const float *)p[0]; break;
+                            case 17: *(uint8_t *)y = isnan(EW_LOAD(double, p[0], ta)) != 0; break;
                             default: {
                                 int c; /* -1, 0, 1, or 2 when unordered (a NaN: every comparison false) */
                                 if (as_float) {
