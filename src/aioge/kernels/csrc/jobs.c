@@ -427,6 +427,15 @@ static void ew_arith_row(int op, float *y, const float *a, int64_t sa, const flo
 #undef EW_ROW
 }
 
+/* Where over a row of 4-byte values: y[i] = c[i] ? a[i] : b[i], each read in place or (step 0)
+ * one value; the values' bits copied */
+static void ew_where_row(uint32_t *y, const uint8_t *c, int64_t sc, const uint32_t *a, int64_t sa, const uint32_t *b,
+                         int64_t sb, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = c[i * sc] ? a[i * sa] : b[i * sb];
+}
+
 /* y = op(a, b, c) over operands broadcast by their byte strides: op 0 cast a to y's dtype, 1 and,
  * 2 or, 3 xor (bools), 4 where (a a bool; b, c of y's dtype), 5 add, 6 sub, 7 mul, 8 div (float32,
  * each rounded as numpy's ufunc rounds it: one operation a statement; add, sub and mul also of
@@ -460,6 +469,17 @@ static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
                         char *yr = (char *)(intptr_t)g[1] + i0 * ys[0] + i1 * ys[1] + i2 * ys[2] + i3 * ys[3] + i4 * ys[4];
                         if (copy) {
                             memcpy(yr, r[0], (size_t)(n[5] * item));
+                            continue;
+                        }
+                        if (op == 4 && item == 4 && ys[5] == 4 && (o[0][7] | 1) == 1 && (o[1][7] | 4) == 4 && (o[2][7] | 4) == 4) {
+                            ew_where_row((uint32_t *)yr, (const uint8_t *)r[0], o[0][7], (const uint32_t *)r[1], o[1][7] / 4,
+                                         (const uint32_t *)r[2], o[2][7] / 4, n[5]);
+                            continue;
+                        }
+                        if (op == 17 && ta == 0 && o[0][7] == 4 && ys[5] == 1) {
+                            const float *x = (const float *)r[0];
+                            for (int64_t i5 = 0; i5 < n[5]; i5++)
+                                yr[i5] = x[i5] != x[i5]; /* NaN alone is unequal to itself */
                             continue;
                         }
                         if (arith) {
