@@ -403,3 +403,17 @@ async def test_tanh_after_a_gemm_and_alone_runs_in_a_native_program(tmp_path, na
     assert "FusedGemm" in impls and "Tanh" in impls and "Gemm" not in impls, impls  # one Tanh fused, one alone
     want = np.tanh(np.tanh(feeds["x"].astype(np.float64) @ w.T.astype(np.float64) + b))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+async def test_gpt2s_isnan_mask_runs_in_the_program(tmp_path, native_plans: None) -> None:
+    """Issue 42: GPT-2's attention checks its scores with IsNaN before a Where; IsNaN had no C
+    form, so the whole plan ran step by step."""
+    g = aioge.Graph("isnan_mask")
+    x = g.input("x", (2, 3, 40), "float32")
+    masked = ops.where(ops.is_na_n(x), g.constant(np.float32(0.0)), x)
+    g.output(ops.add(masked, g.constant(np.float32(1.0))), names=["y"])
+    v = np.random.default_rng(4).standard_normal((2, 3, 40)).astype(np.float32)
+    v[0, 1, ::3] = np.nan
+    got, impls = await _program_equals_steps(g, {"x": v}, tmp_path)
+    assert "IsNaN" in impls
+    np.testing.assert_array_equal(got, np.where(np.isnan(v), 0.0, v).astype(np.float32) + 1)
