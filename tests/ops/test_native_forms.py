@@ -205,6 +205,7 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("", "Or", "numpy"): ({}, [_b(1, 0, 1), _b(0, 1, 0)], 1),
     ("", "Xor", "numpy"): ({}, [_b(1, 0, 1), _b(1, 1, 0)], 1),
     ("", "Not", "numpy"): ({}, [_b(1, 0, 1)], 1),
+    ("", "IsNaN", "numpy"): ({}, [np.array([1.0, np.nan, np.inf], np.float32)], 1),
     ("", "Equal", "numpy"): ({}, [_i(3, -2, 7), _i(3, 0, 7)], 1),
     ("", "Less", "numpy"): ({}, [_f(2, 3), _f(2, 3)], 1),
     ("", "LessOrEqual", "numpy"): ({}, [_i(3, -2, 7), _i(3, 0, 7)], 1),
