@@ -225,12 +225,112 @@ def test_shufflenets_concat_and_channel_shuffle_copy_runs_as_long_as_the_layouts
     (call,) = native.native_form(build_transpose({"perm": (0, 2, 1, 3, 4)}, {}, None, None))(  # type: ignore[misc]
         [y.reshape(1, 2, 58, 28, 28)], [out]
     )
-    assert call.args[3:9].tolist() == [1, 1, 1, 58, 2, 28 * 28]
+    assert call.args[3:9].tolist() == [58, 1, 1, 1, 2, 28 * 28]
     native.run_calls([call])
     assert np.array_equal(out, y.reshape(1, 2, 58, 28, 28).transpose(0, 2, 1, 3, 4))
     # broadcast operands merge their axes too: a row of a (1, 1, 28, 28) bias over 58 planes
     s = np.empty((1, 58, 28, 28), np.float32)
     call = native.elemwise(native.EW_ARITH["Add"], s, halves[0], y[:, :1])
-    assert call is not None and call.args[3:9].tolist() == [1, 1, 1, 1, 58, 28 * 28]
+    assert call is not None and call.args[3:9].tolist() == [58, 1, 1, 1, 1, 28 * 28]
     native.run_calls([call])
     assert np.array_equal(s, halves[0] + y[:, :1])
+
+
+def _split(call: native.NativeCall | None) -> None:
+    """The call over its whole range, cut between the caller and a helper (par.c's split)."""
+    assert call is not None and call.total >= 1
+    assert native.par_run()(call.job, call.addr, call.total, 1) >= 0  # type: ignore[misc]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 19), min_size=2, max_size=5), st.data(), st.sampled_from([np.float32, np.int32, np.int64]))
+def test_transposes_copy_as_numpy_does_whole_and_split(shape: list[int], data: Any, dtype: Any) -> None:
+    """Issue 42: a transpose's strided copy over odd sizes, its range the outermost merged axis,
+    run whole and cut between two threads."""
+    perm = data.draw(st.permutations(range(len(shape))))
+    x = np.arange(np.prod(shape), dtype=np.int64).reshape(shape).astype(dtype)
+    want = x.transpose(perm)
+    for run in (_run, _split):
+        y = np.zeros(want.shape, dtype)
+        run(native.strided_copy(want, y))
+        assert np.array_equal(y, want), perm
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(1, 5), min_size=0, max_size=4).flatmap(
+        lambda s: _case(2, [np.float32] * 3).filter(lambda c: c[0].ndim < 6)
+    ),
+    st.sampled_from(sorted(native.EW_ARITH)),
+    st.integers(1, 70),
+    st.lists(st.booleans(), min_size=2, max_size=2),
+)
+def test_float_arithmetic_rows_round_as_the_ufuncs_do_whole_and_split(case: Any, op: str, width: int, rows: Any) -> None:
+    """float32 Add/Sub/Mul/Div with a row or one value a side (the vector loops), long rows
+    and odd widths, whole and split: bit-equal to numpy's ufuncs."""
+    _, (a, b) = case
+    rng = np.random.default_rng(width)
+    # a last axis of `width` values (or one, broadcast): the rows the loops run over
+    a, b = (x[..., None] * rng.uniform(0.5, 2, width if r else 1).astype(np.float32) for x, r in zip((a, b), rows))
+    y = np.empty(np.broadcast_shapes(a.shape, b.shape), np.float32)
+    ufunc = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}[op]
+    for run in (_run, _split):
+        y[...] = np.nan
+        run(native.elemwise(native.EW_ARITH[op], y, a, b))
+        assert np.array_equal(y, ufunc(a, b), equal_nan=True)
+
+
+def test_big_copies_and_arithmetic_split_by_their_outermost_axis() -> None:
+    """ConvNeXt's Transposes, layer scale (a (96, 1, 1) Mul) and residual Add ran on one core
+    (a range of 1): the outermost merged axis is the range now, one long run cut into rows, and
+    from ROWS_SPLIT values the job is worth splitting."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 56, 56, 96)).astype(np.float32)
+    t = np.empty((1, 96, 56, 56), np.float32)
+    call = native.strided_copy(x.transpose(0, 3, 1, 2), t)
+    assert call is not None and call.worth and call.args[3:9].tolist() == [96, 1, 1, 1, 1, 56 * 56]
+    _split(call)
+    assert np.array_equal(t, x.transpose(0, 3, 1, 2))
+    scale = rng.standard_normal((96, 1, 1)).astype(np.float32)
+    y = np.empty_like(t)
+    call = native.elemwise(native.EW_ARITH["Mul"], y, t, scale)
+    assert call is not None and call.worth and call.total == 96
+    _split(call)
+    assert np.array_equal(y, t * scale)
+    call = native.elemwise(native.EW_ARITH["Add"], y, y, t)  # in place, one run of 301,056 values
+    assert (
+        call is not None and call.worth and call.args[3:9].tolist() == [84, 1, 1, 1, 1, 3584]
+    )  # 3584 the largest divisor up to 4096
+    _split(call)
+    assert np.array_equal(y, t * scale + t)
+    n = native.ROWS_SPLIT + 1  # a prime: no rows to cut it into, one run
+    long = native.elemwise(native.EW_ARITH["Add"], np.empty(n, np.float32), np.ones(n, np.float32), np.ones(1, np.float32))
+    assert long is not None and long.args[3:9].tolist() == [1, 1, 1, 1, 1, n]
+    small = native.elemwise(native.EW_ARITH["Add"], np.empty(4099, np.float32), np.ones(4099, np.float32), np.ones(1, np.float32))
+    assert small is not None and not small.worth and small.args[3:9].tolist() == [1, 1, 1, 1, 1, 4099]
+
+
+@settings(max_examples=30, deadline=None)
+@given(_case(1, [np.bool_, [np.float32, np.float64]]), st.integers(0, 2**32 - 1))
+def test_isnan_marks_what_numpy_marks(case: tuple[np.ndarray, list[np.ndarray]], seed: int) -> None:
+    """Issue 42: IsNaN (GPT-2's attention mask check) had no C form, so GPT-2's plan never ran
+    as one native program; NaNs, infinities and values of float32 and float64, broadcast."""
+    y, (x,) = case
+    rng = np.random.default_rng(seed)
+    x = np.where(rng.random(x.shape) < 0.3, np.nan, np.where(rng.random(x.shape) < 0.2, -np.inf, x)).astype(x.dtype)
+    _run(native.elemwise(native.EW_ISNAN, y, x))
+    assert np.array_equal(y, np.isnan(np.broadcast_to(x, y.shape)))
+    assert native.elemwise(native.EW_ISNAN, y, np.zeros(x.shape, np.int64)) is None  # numbers of a float dtype only
+    assert native.elemwise(native.EW_ISNAN, y.astype(np.float32), x) is None  # into a bool
+
+
+def test_isnans_kernel_has_a_native_form_and_gives_numpys_result() -> None:
+    from aioge.kernels.base import ufunc_impl
+
+    x = np.array([[1.0, np.nan, np.inf], [np.nan, -0.0, 3.0]], np.float32)
+    impl = ufunc_impl("numpy", np.isnan)
+    assert impl.native
+    run = impl.build({}, {}, None, None)
+    y = np.zeros(x.shape, bool)
+    _run(native.native_form(run)([x], [y])[0])  # type: ignore[misc]
+    assert np.array_equal(y, np.isnan(x)) and np.array_equal(run([x], None)[0], np.isnan(x))

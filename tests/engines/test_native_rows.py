@@ -679,3 +679,27 @@ def test_tanh_is_within_2_ulp_of_float64_in_every_tier(isa: str, tmp_path) -> No
     ulp = np.maximum(np.spacing(np.abs(ref[fin]).astype(np.float32)).astype(np.float64), 2.0**-149)
     worst = float(np.max(np.abs(y[fin].astype(np.float64) - ref[fin]) / ulp))
     assert worst <= 2.0, f"Tanh ({isa}): {worst:.2f} ulp"  # 1.33 measured (numpy's own float32 tanh: 1.36)
+
+
+@pytest.mark.parametrize("rows, width", [(3136, 96), (197, 768), (30, 96)])
+def test_a_programs_layer_norm_and_softmax_split_from_split_activation(rows: int, width: int) -> None:
+    """Issue 42: in a native program par.c's spinning helper takes half of a LayerNorm or
+    Softmax from SPLIT_ACTIVATION values (ConvNeXt's 3136x96, ViT's 197x768 ran on one core
+    below SPLIT_ELEMENTS, the Python helper's bound); split, each row is what the whole run gives."""
+    from aioge.kernels.norm_algos import _native_softmax, build_layernorm_native
+
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((rows, width)).astype(np.float32)
+    scale, bias = rng.standard_normal((2, width)).astype(np.float32)
+    worth = rows * width >= native_rows.SPLIT_ACTIVATION
+    norm = build_layernorm_native({"axis": -1, "epsilon": 1e-5}, {}, _descs(x.shape, scale.shape, bias.shape), _descs(x.shape))
+    soft = _native_softmax(False)({"axis": -1}, {}, _descs(x.shape), _descs(x.shape))
+    for run, ins in ((norm, [x, scale, bias]), (soft, [x])):
+        whole, split = np.empty_like(x), np.empty_like(x)
+        (call,) = native.native_form(run)(ins, [whole])  # type: ignore[misc]
+        assert call.worth == worth
+        assert native.par_run()(call.job, call.addr, call.total, 0) >= 0  # type: ignore[misc]
+        (call,) = native.native_form(run)(ins, [split])  # type: ignore[misc]
+        assert native.par_run()(call.job, call.addr, call.total, 1) >= 0  # type: ignore[misc]
+        assert np.array_equal(whole, split)
+        np.testing.assert_allclose(whole, run(ins, None)[0], rtol=1e-5, atol=1e-6)

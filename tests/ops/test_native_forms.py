@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioge.ir.desc import TensorDesc
-from aioge.kernels import native, native_rows
+from aioge.kernels import matmul_algos, native, native_rows
 from aioge.kernels.matmul_algos import build_matmul_blas
 from aioge.kernels.pool_algos import build_globalavg_native
 from aioge.ops.fused import ACTIVATIONS
@@ -208,6 +208,7 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("", "Or", "numpy"): ({}, [_b(1, 0, 1), _b(0, 1, 0)], 1),
     ("", "Xor", "numpy"): ({}, [_b(1, 0, 1), _b(1, 1, 0)], 1),
     ("", "Not", "numpy"): ({}, [_b(1, 0, 1)], 1),
+    ("", "IsNaN", "numpy"): ({}, [np.array([1.0, np.nan, np.inf], np.float32)], 1),
     ("", "Equal", "numpy"): ({}, [_i(3, -2, 7), _i(3, 0, 7)], 1),
     ("", "Less", "numpy"): ({}, [_f(2, 3), _f(2, 3)], 1),
     ("", "LessOrEqual", "numpy"): ({}, [_i(3, -2, 7), _i(3, 0, 7)], 1),
@@ -438,3 +439,26 @@ def test_a_fused_elementwise_program_is_jobs_equal_to_its_steps(ops: tuple, oper
     assert np.array_equal(y.view(np.int32), want.view(np.int32))
     with np.errstate(all="ignore"):
         np.testing.assert_allclose(y, numpy(*ins), rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.skipif(native.sgemm() is None, reason="needs numpy's OpenBLAS")
+@pytest.mark.parametrize("sa", [(1, 257, 128), (3, 89, 128), (40, 128)])
+def test_one_big_blas_product_runs_in_row_pieces_whole_or_split(sa: tuple[int, ...]) -> None:
+    """Issue 42: a single BLAS product (a batch over one B folds into one) was one piece, run on
+    one core (ConvNeXt's (784, 192) @ (192, 768)); from 64 rows and BATCH_SPLIT_MACS it is
+    ROW_PIECES sgemm calls, the same whether the pieces are split over two threads or not."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal((128, 160)).astype(np.float32)
+    run = build_matmul_blas(
+        {}, {}, [TensorDesc(sa, "float32"), TensorDesc(b.shape, "float32")], [TensorDesc((*sa[:-1], 160), "float32")]
+    )
+    y, y2 = (np.full((*sa[:-1], 160), np.nan, np.float32) for _ in range(2))
+    (call,) = native.native_form(run)([a, b], [y])  # type: ignore[misc]
+    rows = int(np.prod(sa[:-1]))
+    assert call.total == (matmul_algos.ROW_PIECES if rows >= 64 else 1) and call.worth == (rows >= 64)
+    assert native.par_run()(call.job, call.addr, call.total, 0) >= 0  # type: ignore[misc]
+    (call2,) = native.native_form(run)([a, b], [y2])  # type: ignore[misc]
+    assert native.par_run()(call2.job, call2.addr, call2.total, 1) >= 0  # type: ignore[misc]
+    np.testing.assert_allclose(y, a @ b, rtol=1e-4, atol=1e-4)
+    assert np.array_equal(y, y2)

@@ -500,3 +500,17 @@ async def test_an_nhwc_affine_relu_and_a_mean_over_h_w_run_in_a_native_program(t
     assert impls.get("FusedElementwise") and impls["ReduceMean"] == "reduce_mean_native", impls
     want = np.maximum(feeds["x"].astype(np.float64) * scale + shift, 0).mean(axis=(1, 2))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+async def test_gpt2s_isnan_mask_runs_in_the_program(tmp_path, native_plans: None) -> None:
+    """Issue 42: GPT-2's attention checks its scores with IsNaN before a Where; IsNaN had no C
+    form, so the whole plan ran step by step."""
+    g = aioge.Graph("isnan_mask")
+    x = g.input("x", (2, 3, 40), "float32")
+    masked = ops.where(ops.is_na_n(x), g.constant(np.float32(0.0)), x)
+    g.output(ops.add(masked, g.constant(np.float32(1.0))), names=["y"])
+    v = np.random.default_rng(4).standard_normal((2, 3, 40)).astype(np.float32)
+    v[0, 1, ::3] = np.nan
+    got, impls = await _program_equals_steps(g, {"x": v}, tmp_path)
+    assert "IsNaN" in impls
+    np.testing.assert_array_equal(got, np.where(np.isnan(v), 0.0, v).astype(np.float32) + 1)

@@ -21,6 +21,7 @@ _LOGICAL = {
     np.logical_or: native.EW_OR,
     np.logical_xor: native.EW_XOR,
     np.logical_not: native.EW_NOT,
+    np.isnan: native.EW_ISNAN,
 }
 _LOGICAL |= {np.equal: _CMP["Equal"], np.less: _CMP["Less"], np.less_equal: _CMP["LessOrEqual"]}
 _LOGICAL |= {np.greater: _CMP["Greater"], np.greater_equal: _CMP["GreaterOrEqual"]}

@@ -304,6 +304,10 @@ def blas_shapes(descs: Descs, attrs: Mapping[str, Any]) -> tuple[int, int, int, 
     return batch, m, ka, n, (m * ka if ba else 0), (ka * n if bb else 0)
 
 
+# The pieces of rows a single BLAS product is run in (each one sgemm: the same sums split or not)
+ROW_PIECES = 2
+
+
 def build_matmul_blas(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
     """float32 (batched) ``act(alpha * op(A) @ op(B) + C)`` through the BLAS numpy links, from
     C (``JOB_SGEMM``: one sgemm per matrix, beta 0; a batch over one B folds into the rows of a
@@ -325,6 +329,9 @@ def build_matmul_blas(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
     # One B for the whole batch, A not transposed: the batch's rows are one product's.
     fold = stride_b == 0 and stride_a != 0 and not ta
     rows, count = (batch * m, 1) if fold else (m, batch)
+    # one big matrix: its rows in pieces (ConvNeXt's (784, 192) @ (192, 768) ran on one core)
+    pieces = ROW_PIECES if count == 1 and not ta and rows >= 64 and rows * k * n >= BATCH_SPLIT_MACS else 0
+    count = pieces or count
     worth = count >= 2 and batch * m * k * n >= BATCH_SPLIT_MACS
 
     def make(a: np.ndarray, b: np.ndarray, c: Any, y: np.ndarray) -> list[native.NativeCall] | None:
@@ -350,6 +357,7 @@ def build_matmul_blas(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
                 stride_b,
                 m * n,
                 alpha_bits,
+                pieces,
             ],
             np.int64,
         )

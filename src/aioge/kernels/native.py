@@ -125,7 +125,7 @@ ERRORS = {
 }
 
 # aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
-ABI = 23
+ABI = 24
 
 _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
 # Every C function Python calls: (result type, argument types), as aioge.h declares them.
@@ -466,15 +466,16 @@ def strided_copy(src: np.ndarray, dst: np.ndarray) -> NativeCall | None:
     args = np.array(
         [ptr(src) if src.flags.c_contiguous else _base_address(src), ptr(dst), src.itemsize, *sizes, *strides], np.int64
     )
-    return NativeCall(JOB_STRIDED, args, sizes[0], False, (src, dst))
+    return NativeCall(JOB_STRIDED, args, sizes[0], src.size >= ROWS_SPLIT, (src, dst))
 
 
 def _merged(shape: Sequence[int], *strides: Sequence[int]) -> tuple[list[int], list[list[int]]]:
     """``shape`` and each operand's byte ``strides`` with the axes of size 1 dropped and
-    neighbours every operand steps over as one merged (numpy's iterator does so), padded in
-    front to 6-D: a copy then runs in rows as long as the layouts allow (ShuffleNet's channel
-    Concat, one row of an image's planes where per-element loops over its 6-D index cost 27x
-    numpy's copy)."""
+    neighbours every operand steps over as one merged (numpy's iterator does so), padded to
+    6-D after the outermost axis (the jobs' range, split over an idle core): a copy then runs in
+    rows as long as the layouts allow (ShuffleNet's channel Concat, one row of an image's planes
+    where per-element loops over its 6-D index cost 27x numpy's copy); one long run is cut into
+    rows of up to 4096."""
     axes = [k for k, n in enumerate(shape) if n != 1]
     dims, steps = [shape[k] for k in axes[:1]], [[st[k] for k in axes[:1]] for st in strides]
     for k in axes[1:]:
@@ -486,8 +487,20 @@ def _merged(shape: Sequence[int], *strides: Sequence[int]) -> tuple[list[int], l
             dims.append(shape[k])
             for s, st in zip(steps, strides):
                 s.append(st[k])
-    pad = 6 - len(dims)
-    return [1] * pad + dims, [[0] * pad + s for s in steps]
+    if len(dims) == 1 and dims[0] >= ROWS_SPLIT:  # one long run: rows of it, so that the range has pieces
+        row = next((r for r in range(4096, 255, -1) if dims[0] % r == 0), 0)
+        if row:
+            dims = [dims[0] // row, row]
+            steps = [[s[0] * row, s[0]] for s in steps]
+    pad = 6 - len(dims)  # the outermost axis first (the jobs' range), the padding after it; a run alone last
+    if len(dims) == 1:
+        return [1] * pad + dims, [[0] * pad + s for s in steps]
+    return dims[:1] + [1] * pad + dims[1:], [s[:1] + [0] * pad + s[1:] for s in steps]
+
+
+# Elements from which a strided copy or an elementwise job splits over an idle core (ConvNeXt's
+# Transposes and layer scales, 75K to 301K values a block, had run on one core), as activations
+ROWS_SPLIT = 1 << 16
 
 
 def _base_address(a: np.ndarray) -> int:
@@ -501,18 +514,19 @@ _EW_INTS = (np.dtype(np.int64), np.dtype(np.int32))
 EW_COMPARE = {"Equal": 9, "Less": 10, "LessOrEqual": 11, "Greater": 12, "GreaterOrEqual": 13}  # numbers -> bool
 EW_NOT = 14
 EW_UNARY = {"Sqrt": 15, "Reciprocal": 16}  # float32: RMSNorm's rsqrt (T5, Llama)
+EW_ISNAN = 17  # float32 or float64 -> bool: GPT-2's attention mask check
 _EW_TYPES = {np.dtype(t): code for code, t in enumerate((np.float32, np.int64, np.int32, np.bool_, np.float64))}
 
 
 def elemwise(op: int, y: Any, *xs: Any) -> NativeCall | None:
     """``y = op(*xs)`` as one job: EW_CAST (x to y's dtype, as numpy's astype), EW_AND, EW_OR,
-    EW_XOR, EW_NOT (bools), EW_WHERE (a bool condition, then two of y's dtype), EW_UNARY's (float32), EW_ARITH's (float32;
+    EW_XOR, EW_NOT (bools), EW_ISNAN (float32/64 to a bool), EW_WHERE (a bool condition, then two of y's dtype), EW_UNARY's (float32), EW_ARITH's (float32;
     Add, Sub and Mul of int64 or int32 too, wrapping as numpy's),
     EW_COMPARE's (two numbers of any of the dtypes to a bool y, as numpy promotes them), for operands broadcast to
     ``y`` (any strides: a slice of Concat's output; up to 6-D; float32, float64, int64, int32, bool); None otherwise."""
     if not (isinstance(y, np.ndarray) and y.flags.writeable and y.size and y.ndim <= 6 and y.dtype in _EW_TYPES):
         return None
-    arity = 1 if op in (EW_CAST, EW_NOT, *EW_UNARY.values()) else 3 if op == EW_WHERE else 2
+    arity = 1 if op in (EW_CAST, EW_NOT, EW_ISNAN, *EW_UNARY.values()) else 3 if op == EW_WHERE else 2
     if not all(isinstance(x, np.ndarray) and x.dtype in _EW_TYPES for x in xs) or len(xs) != arity:
         return None
     kinds = [x.dtype for x in (y, *xs)]
@@ -522,6 +536,7 @@ def elemwise(op: int, y: Any, *xs: Any) -> NativeCall | None:
         or (op in EW_ARITH.values() and y.dtype != np.float32 and (op == EW_ARITH["Div"] or y.dtype not in _EW_INTS))
         or (op in EW_COMPARE.values() and y.dtype != np.bool_)
         or (op in EW_UNARY.values() and any(k != np.float32 for k in kinds))
+        or (op == EW_ISNAN and (y.dtype != np.bool_ or kinds[1] not in (np.float32, np.float64)))
         or (op == EW_WHERE and (kinds[1] != np.bool_ or kinds[2] != y.dtype or kinds[3] != y.dtype))
     ):
         return None
@@ -534,7 +549,7 @@ def elemwise(op: int, y: Any, *xs: Any) -> NativeCall | None:
     block = [op, _base_address(y), _EW_TYPES[y.dtype], *sizes, *ys]
     for v, st in zip(views, strides):
         block += [_base_address(v), _EW_TYPES[v.dtype], *st]
-    return NativeCall(JOB_ELEMWISE, np.array(block, np.int64), block[3], False, (y, *xs))
+    return NativeCall(JOB_ELEMWISE, np.array(block, np.int64), block[3], y.size >= ROWS_SPLIT, (y, *xs))
 
 
 def gather(data: Any, idx: Any, out: Any, axis: int = 0, k: int = 1) -> NativeCall | None:

@@ -103,7 +103,7 @@ def _native_softmax(log: bool) -> Any:
             if not native.f32c(x, y):
                 return None
             args = np.array([native.ptr(x), native.ptr(y), width, int(log)], np.int64)
-            worth = rows * width >= native_rows.SPLIT_ELEMENTS
+            worth = rows >= 2 and rows * width >= native_rows.SPLIT_ACTIVATION  # a program's split: par.c's helper
             return [native.NativeCall(native.JOB_SOFTMAX, args, rows, worth, (x, y))]
 
         if fn is None:
@@ -237,7 +237,7 @@ def build_layernorm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], 
             return None
         bp = 0 if bias is None else native.ptr(bias)
         args = np.array([native.ptr(x), native.ptr(scale), bp, native.ptr(outputs[0]), 0, 0, width, eps_bits], np.int64)
-        worth = rows * width >= native_rows.SPLIT_ELEMENTS
+        worth = rows >= 2 and rows * width >= native_rows.SPLIT_ACTIVATION  # a program's split: par.c's helper
         return [native.NativeCall(native.JOB_LAYERNORM, args, rows, worth, (x, scale, bias, outputs[0]))]
 
     fn = native_rows.layer_norm_function() if n_out == 1 and rows * width < native_rows.SPLIT_ELEMENTS else None

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 23
+#define AIOGE_ABI 24
 
 enum aioge_error {
     AIOGE_OK = 0,

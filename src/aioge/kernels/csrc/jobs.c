@@ -313,21 +313,28 @@ typedef void (*sgemm64_fn)(int, int, int, int64_t, int64_t, int64_t, float, cons
 
 /* y[i] = alpha * op(a[i]) @ op(b[i]) through BLAS: sgemm, 64-bit ints, transA, transB, M, N, K,
  * a, lda, b, ldb, y, ldy, the element strides between matrices of a, b and y, the bits of
- * alpha: [lo, hi) are matrices */
+ * alpha, pieces: [lo, hi) are matrices, or with pieces > 0 (one matrix, a not transposed) pieces
+ * of its rows, one sgemm each whether split or not (so the same sums) */
 static int job_sgemm(const int64_t *g, int64_t lo, int64_t hi)
 {
     const float *a = (const float *)(intptr_t)g[7], *b = (const float *)(intptr_t)g[9];
     float *y = (float *)(intptr_t)g[11];
     const int ta = g[2] ? 112 : 111, tb = g[3] ? 112 : 111; /* CblasTrans, CblasNoTrans */
     const float alpha = aioge_float_of(g[16]);
+    const int64_t pieces = g[17];
+    if (pieces > 0 && (g[2] || hi > pieces))
+        return AIOGE_EGEOMETRY;
     for (int64_t m = lo; m < hi; m++) {
-        const float *am = a + m * g[13], *bm = b + m * g[14];
-        float *ym = y + m * g[15];
+        const int64_t r0 = pieces ? m * g[4] / pieces : 0, rows = pieces ? (m + 1) * g[4] / pieces - r0 : g[4];
+        const float *am = pieces ? a + r0 * g[8] : a + m * g[13], *bm = pieces ? b : b + m * g[14];
+        float *ym = pieces ? y + r0 * g[12] : y + m * g[15];
+        if (rows < 1)
+            continue;
         if (g[1])
-            ((sgemm64_fn)(intptr_t)g[0])(101, ta, tb, g[4], g[5], g[6], alpha, am, g[8], bm, g[10], 0.0f, ym, g[12]);
+            ((sgemm64_fn)(intptr_t)g[0])(101, ta, tb, rows, g[5], g[6], alpha, am, g[8], bm, g[10], 0.0f, ym, g[12]);
         else
-            ((sgemm32_fn)(intptr_t)g[0])(101, ta, tb, (int32_t)g[4], (int32_t)g[5], (int32_t)g[6], alpha, am, (int32_t)g[8], bm,
-                                         (int32_t)g[10], 0.0f, ym, (int32_t)g[12]);
+            ((sgemm32_fn)(intptr_t)g[0])(101, ta, tb, (int32_t)rows, (int32_t)g[5], (int32_t)g[6], alpha, am, (int32_t)g[8],
+                                         bm, (int32_t)g[10], 0.0f, ym, (int32_t)g[12]);
     }
     return 0;
 }
@@ -384,24 +391,73 @@ static void ew_cast(char *y, int yt, const char *a, int at)
     }
 }
 
+/* y[i] = a[i] op b[i] (op 5 add, 6 sub, 7 mul, 8 div) over n float32, a or b read in place or
+ * (byte step 0) one value: a loop per case, so that each vectorises (one rounding an operation,
+ * as the per-value loop of job_elemwise) */
+static void ew_arith_row(int op, float *y, const float *a, int64_t sa, const float *b, int64_t sb,
+                         int64_t n)
+{
+#define EW_ROW(E)                                                                                                      \
+    if (sa && sb)                                                                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                                              \
+            const float u = a[i], v = b[i];                                                                            \
+            y[i] = E;                                                                                                  \
+        }                                                                                                              \
+    else if (sa) {                                                                                                     \
+        const float v = b[0];                                                                                          \
+        for (int64_t i = 0; i < n; i++) {                                                                              \
+            const float u = a[i];                                                                                      \
+            y[i] = E;                                                                                                  \
+        }                                                                                                              \
+    } else if (sb) {                                                                                                   \
+        const float u = a[0];                                                                                          \
+        for (int64_t i = 0; i < n; i++) {                                                                              \
+            const float v = b[i];                                                                                      \
+            y[i] = E;                                                                                                  \
+        }                                                                                                              \
+    } else {                                                                                                           \
+        const float u = a[0], v = b[0], r = E;                                                                         \
+        for (int64_t i = 0; i < n; i++)                                                                                \
+            y[i] = r;                                                                                                  \
+    }
+    switch (op) {
+    case 5: EW_ROW(u + v) break;
+    case 6: EW_ROW(u - v) break;
+    case 7: EW_ROW(u * v) break;
+    default: EW_ROW(u / v) break;
+    }
+#undef EW_ROW
+}
+
+/* Where over a row of 4-byte values: y[i] = c[i] ? a[i] : b[i], each read in place or (step 0)
+ * one value; the values' bits copied */
+static void ew_where_row(uint32_t *y, const uint8_t *c, int64_t sc, const uint32_t *a, int64_t sa, const uint32_t *b,
+                         int64_t sb, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = c[i * sc] ? a[i * sa] : b[i * sb];
+}
+
 /* y = op(a, b, c) over operands broadcast by their byte strides: op 0 cast a to y's dtype, 1 and,
  * 2 or, 3 xor (bools), 4 where (a a bool; b, c of y's dtype), 5 add, 6 sub, 7 mul, 8 div (float32,
  * each rounded as numpy's ufunc rounds it: one operation a statement; add, sub and mul also of
  * int64 or int32, wrapping as numpy's do), 9 ==, 10 <, 11 <=, 12 >, 13 >=
  * (a bool y; as doubles when either side is a float, which holds float32/64 exactly, else as int64:
- * numpy's promotion), 14 not (a bool), 15 sqrt a, 16 1 / a (float32). Arguments: op, y, y's dtype, 6
+ * numpy's promotion), 14 not (a bool), 15 sqrt a, 16 1 / a (float32), 17 isnan a (float32/64 to a bool). Arguments: op, y, y's dtype, 6
  * sizes, y's 6 byte strides (a slice: Concat's), then per operand its address, dtype and 6 byte strides: [lo, hi) index the first axis */
 static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
 {
     static const int64_t SIZE[] = {4, 8, 4, 1, 8};
     const int op = (int)g[0], yt = (int)g[2];
     const int64_t *n = g + 3, *ys = g + 9, *o[3] = {g + 15, g + 23, g + 31};
-    if (op < 0 || op > 16 || yt < 0 || yt > 4 || o[0][1] < 0 || o[0][1] > 4 || o[1][1] < 0 || o[1][1] > 4)
+    if (op < 0 || op > 17 || yt < 0 || yt > 4 || o[0][1] < 0 || o[0][1] > 4 || o[1][1] < 0 || o[1][1] > 4)
         return AIOGE_EGEOMETRY;
     const int64_t item = SIZE[yt];
     const int ta = (int)o[0][1], tb = (int)o[1][1], as_float = ta == 0 || ta == 4 || tb == 0 || tb == 4;
     /* a copy of rows contiguous on both sides (Concat's slices, a cast to the same dtype) */
     const int copy = op == 0 && o[0][1] == yt && ys[5] == item && o[0][7] == item;
+    /* float32 arithmetic along rows of y with each operand a row or one value: vector loops */
+    const int arith = op >= 5 && op <= 8 && yt == 0 && ys[5] == 4 && (o[0][7] | 4) == 4 && (o[1][7] | 4) == 4;
     for (int64_t i0 = lo; i0 < hi; i0++)
         for (int64_t i1 = 0; i1 < n[1]; i1++)
             for (int64_t i2 = 0; i2 < n[2]; i2++)
@@ -415,6 +471,21 @@ static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
                         char *yr = (char *)(intptr_t)g[1] + i0 * ys[0] + i1 * ys[1] + i2 * ys[2] + i3 * ys[3] + i4 * ys[4];
                         if (copy) {
                             memcpy(yr, r[0], (size_t)(n[5] * item));
+                            continue;
+                        }
+                        if (op == 4 && item == 4 && ys[5] == 4 && (o[0][7] | 1) == 1 && (o[1][7] | 4) == 4 && (o[2][7] | 4) == 4) {
+                            ew_where_row((uint32_t *)yr, (const uint8_t *)r[0], o[0][7], (const uint32_t *)r[1], o[1][7] / 4,
+                                         (const uint32_t *)r[2], o[2][7] / 4, n[5]);
+                            continue;
+                        }
+                        if (op == 17 && ta == 0 && o[0][7] == 4 && ys[5] == 1) {
+                            const float *x = (const float *)r[0];
+                            for (int64_t i5 = 0; i5 < n[5]; i5++)
+                                yr[i5] = x[i5] != x[i5]; /* NaN alone is unequal to itself */
+                            continue;
+                        }
+                        if (arith) {
+                            ew_arith_row(op, (float *)yr, (const float *)r[0], o[0][7], (const float *)r[1], o[1][7], n[5]);
                             continue;
                         }
                         for (int64_t i5 = 0; i5 < n[5]; i5++) {
@@ -447,6 +518,7 @@ static int job_elemwise(const int64_t *g, int64_t lo, int64_t hi)
                             case 14: *(uint8_t *)y = *(const uint8_t *)p[0] == 0; break;
                             case 15: *(float *)y = sqrtf(*(const float *)p[0]); break;
                             case 16: *(float *)y = 1.0f / *(const float *)p[0]; break;
+                            case 17: *(uint8_t *)y = isnan(EW_LOAD(double, p[0], ta)) != 0; break;
                             default: {
                                 int c; /* -1, 0, 1, or 2 when unordered (a NaN: every comparison false) */
                                 if (as_float) {
