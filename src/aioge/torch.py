@@ -105,7 +105,8 @@ def backend(
     to every captured graph: ``ge.dynamicBatchSize`` (gears) and ``ge.graph_key``: with
     ``ge.graph_compiler_cache_dir`` each graph is cached as ``<key>_<n>`` (``<name>_<n>``
     without a key), so that another process compiling the same module with the same options
-    loads its graphs from the cache. ``name`` prefixes the aioge graph names (``torch_0``,
+    loads its graphs from the cache; the ATen traces of graphs captured with gradients off are
+    stored there too (``trace_<sha256>.aiot``), so that process skips tracing. ``name`` prefixes the aioge graph names (``torch_0``,
     ``torch_1``, ... one per captured graph or partition).
     ``frozen_parameters`` (TorchAir's ``frozen_parameter``, on by default): graphs captured
     with gradients off bake the module's parameters and buffers in as constants, so aioge can
@@ -274,7 +275,7 @@ class AiogeBackend:
         the decomposition table (AOTAutograd's inference graph, without its metadata trace and
         wrappers: about a third of its time), memoised in the process by the captured graph's
         code and its inputs' metadata (``_trace_key``): a second compile of the same module
-        skips the trace. None when that graph cannot stand for AOTAutograd's: symbolic shapes,
+        skips the trace; with a graph cache dir, a second process too (``_load_trace``). None when that graph cannot stand for AOTAutograd's: symbolic shapes,
         a captured graph holding tensors or modules of its own (not in the key), an in-place op,
         or an output that is an input or a view of one (AOTAutograd returns those as aliases)."""
         key = _trace_key(gm, example_inputs, self.converters)
@@ -848,16 +849,8 @@ def _save_trace(directory: str, key: tuple[Any, ...], traced: torch.fx.GraphModu
                 target = [n.target, value.detach().cpu().numpy()]  # a constant made in the trace (a mask's -inf)
             else:
                 return
-            nodes.append(
-                [
-                    n.op,
-                    n.name,
-                    target,
-                    _encode(n.args),
-                    [[k, _encode(v)] for k, v in n.kwargs.items()],
-                    _encode(n.meta.get("val")),
-                ]
-            )
+            kwargs = [[k, _encode(v)] for k, v in n.kwargs.items()]
+            nodes.append([n.op, n.name, target, _encode(n.args), kwargs, _encode(n.meta.get("val"))])
         io.write_atomic_sync(_trace_path(directory, key), io.make_envelope(_TRACE_KIND, io.pack(nodes)))
     except (TypeError, OSError) as exc:
         log.debug("aioge.torch: the inference trace is not stored: %s", exc)
@@ -870,22 +863,22 @@ def _load_trace(directory: str, key: tuple[Any, ...]) -> torch.fx.GraphModule | 
     path = _trace_path(directory, key)
     try:
         nodes = io.unpack(io.open_envelope(io.read_trusted_sync(path, max_bytes=64 << 20), _TRACE_KIND, path=path)[1])
-        graph, env, root = torch.fx.Graph(), {}, torch.nn.Module()
+        graph, root, env = torch.fx.Graph(), torch.nn.Module(), dict[str, torch.fx.Node]()
         for op, name, target, args, kwargs, val in nodes:
             if op == "get_attr":
                 if not isinstance(target[0], str) or not target[0].isidentifier():
                     raise ValueError(f"bad constant name {target[0]!r}")
                 setattr(root, target[0], torch.from_numpy(np.array(target[1])))
                 target = target[0]
-            if op == "call_function":
-                fn = operator.getitem if target == "getitem" else torch.ops
-                for part in target.split(".") if target != "getitem" else ():
-                    fn = getattr(fn, part)
-                if not isinstance(fn, torch._ops.OpOverload) and fn is not operator.getitem:
+            if op == "call_function":  # namespace.op.overload looked up in torch.ops, nothing else
+                parts = [] if target == "getitem" else target.split(".")
+                if len(parts) not in (0, 3) or any(p.startswith("__") for p in parts):
                     raise ValueError(f"{target!r} is not an ATen op")
-            node = graph.create_node(
-                op, fn if op == "call_function" else target, _decode(args, env), {k: _decode(v, env) for k, v in kwargs}, name
-            )
+                target = operator.getitem if not parts else getattr(getattr(getattr(torch.ops, parts[0]), parts[1]), parts[2])
+                if not isinstance(target, torch._ops.OpOverload) and target is not operator.getitem:
+                    raise ValueError(f"{target!r} is not an ATen op")
+            kw = {k: _decode(v, env) for k, v in kwargs}
+            node = graph.create_node(op, target, _decode(args, env), kw, name)
             if node.name != name:
                 raise ValueError(f"node {name!r} came back as {node.name!r}")
             node.meta["val"] = _decode(val, env)
