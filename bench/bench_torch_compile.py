@@ -5,8 +5,8 @@ the repository root:
 
 Per model and round, in turn: aioge with this checkout's ``src`` (and with each ``other_src``,
 e.g. main's, to compare) and inductor, each in a fresh process, "cold" (empty kernel caches:
-aioge's ``ASCEND_CACHE_PATH``, inductor's ``TORCHINDUCTOR_CACHE_DIR``) and "warm" (caches filled
-by an earlier process). A figure is ``torch.compile(model)`` + its first call under ``no_grad``,
+aioge's ``ASCEND_CACHE_PATH`` and ``ge.graph_compiler_cache_dir`` (compiled graphs and inference
+traces), inductor's ``TORCHINDUCTOR_CACHE_DIR``) and "warm" (caches filled by an earlier process). A figure is ``torch.compile(model)`` + its first call under ``no_grad``,
 wall and CPU seconds (every thread's; imports done before); "again" is a second compile in the same process after
 ``torch._dynamo.reset()``. Prints the median over rounds.
 """
@@ -22,7 +22,7 @@ import tempfile
 import time
 
 _CHILD = """
-import json, sys, time
+import json, os, sys, time
 import torch
 import aioge.torch
 import torch._inductor.compile_fx  # both sides' imports before the clock
@@ -31,7 +31,7 @@ side, name = sys.argv[1], sys.argv[2]
 model, kw = _torch_model(name)
 out = []
 with torch.no_grad():
-    be = aioge.torch.backend() if side == "aioge" else "inductor"
+    be = aioge.torch.backend({"ge.graph_compiler_cache_dir": os.environ["AIOGE_GRAPH_CACHE"]}) if side == "aioge" else "inductor"
     for _ in range(2):
         torch._dynamo.reset()
         t, c = time.perf_counter(), time.process_time()
@@ -47,6 +47,7 @@ def _one(src: str, side: str, name: str, caches: str) -> list[list[float]]:
         "PYTHONPATH": src,
         "ASCEND_CACHE_PATH": caches,
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(caches, "inductor"),
+        "AIOGE_GRAPH_CACHE": caches,
     }
     done = subprocess.run([sys.executable, "-P", "-c", _CHILD, side, name], env=env, capture_output=True, text=True, timeout=900)
     if done.returncode:

@@ -58,7 +58,11 @@ import aioge
 # transformers models and their native forms (Sqrt/Reciprocal, rotary, SwiGLU, the ISA tier in kernel
 # keys: ~180), Keras LSTM as one program (compares, integer arithmetic: ~140), QLinearMatMul of two
 # activations, QdqAdd and the 8-bit transpose (~180), the inference trace memo and C tanh (~130).
-LINE_BUDGET = 39_300
+# Then to 39,600 for round 3's fifth: the inference trace on disk and the fair compile timing (~150),
+# constant Pad forms, HardSigmoid/HardSwish fusion and the one-thread all-native plan (~80), the axis
+# jobs' wrappers (CumSum, ArgMax, GatherElements: ~50), 1-D convs in the C convs, IsNaN and split
+# copies (~60).
+LINE_BUDGET = 39_600
 _SRC = Path(aioge.__file__).parent
 GENERATED = {"ops/builders.py", "serving/kserve_pb2.py"}
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 import warnings
 import weakref
 from collections import OrderedDict
@@ -104,7 +105,8 @@ def backend(
     to every captured graph: ``ge.dynamicBatchSize`` (gears) and ``ge.graph_key``: with
     ``ge.graph_compiler_cache_dir`` each graph is cached as ``<key>_<n>`` (``<name>_<n>``
     without a key), so that another process compiling the same module with the same options
-    loads its graphs from the cache. ``name`` prefixes the aioge graph names (``torch_0``,
+    loads its graphs from the cache; the ATen traces of graphs captured with gradients off are
+    stored there too (``trace_<sha256>.aiot``), so that process skips tracing. ``name`` prefixes the aioge graph names (``torch_0``,
     ``torch_1``, ... one per captured graph or partition).
     ``frozen_parameters`` (TorchAir's ``frozen_parameter``, on by default): graphs captured
     with gradients off bake the module's parameters and buffers in as constants, so aioge can
@@ -221,6 +223,7 @@ class AiogeBackend:
         if key is not None:
             check_options({"ge.graph_key": key}, "graph")
         self._graph_key = key or (name if options.get("ge.graph_compiler_cache_dir") else None)
+        self._trace_dir = options.get("ge.graph_compiler_cache_dir") or None  # inference traces on disk too
         self._runner = _SessionThread(options)
         self._frozen: tuple[dict[int, torch.Tensor], int] = ({}, 0)
         self.traces = 0  # ATen traces run (AOTAutograd's or the inference trace)
@@ -272,14 +275,17 @@ class AiogeBackend:
         the decomposition table (AOTAutograd's inference graph, without its metadata trace and
         wrappers: about a third of its time), memoised in the process by the captured graph's
         code and its inputs' metadata (``_trace_key``): a second compile of the same module
-        skips the trace. None when that graph cannot stand for AOTAutograd's: symbolic shapes,
+        skips the trace; with a graph cache dir, a second process too (``_load_trace``). None when that graph cannot stand for AOTAutograd's: symbolic shapes,
         a captured graph holding tensors or modules of its own (not in the key), an in-place op,
         or an output that is an input or a view of one (AOTAutograd returns those as aliases)."""
         key = _trace_key(gm, example_inputs, self.converters)
         if key is None:
             return None
         traced = _TRACES.get(key)
+        if traced is None and self._trace_dir:  # another process's trace
+            traced = _load_trace(self._trace_dir, key)
         if traced is not None:
+            _TRACES[key] = traced
             _TRACES.move_to_end(key)
             self.trace_hits += 1
             return traced
@@ -302,6 +308,8 @@ class AiogeBackend:
         if not _functional(traced, gm.graph.output_node().args[0]):
             return None
         _TRACES[key] = traced
+        if self._trace_dir:
+            _save_trace(self._trace_dir, key, traced)
         while len(_TRACES) > _TRACE_MEMO:
             _TRACES.popitem(last=False)
         return traced
@@ -767,6 +775,120 @@ def _trace_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], converte
             return None
         metas.append((type(x), tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad))
     return gm.code, tuple(metas), tuple(sorted(map(str, converters)))
+
+
+# -- inference traces on disk: the graph cache dir's trace_<sha256>.aiot, msgpack in a plan.io envelope
+
+_TRACE_KIND = "aioge-torch-trace"
+_ENUMS = {"dtype": torch.dtype, "layout": torch.layout, "memory_format": torch.memory_format}
+
+
+def _trace_path(directory: str, key: tuple[Any, ...]) -> str:
+    import hashlib
+    import os
+
+    table = sorted(map(str, decompositions()))  # what the trace decomposed: torch's table less aioge's converters
+    text = repr((_TRACE_KIND, torch.__version__, table, key[0], [tuple(map(str, m)) for m in key[1]], key[2]))
+    return os.path.join(directory, f"trace_{hashlib.sha256(text.encode()).hexdigest()}.aiot")
+
+
+def _encode(x: Any) -> Any:
+    """An FX argument or traced value as msgpack data; TypeError for what a trace file does not hold."""
+    if x is None or type(x) in (bool, int, float, str):
+        return x
+    if isinstance(x, torch.fx.Node):
+        return {"node": x.name}
+    if isinstance(x, (list, tuple)):
+        return {"list" if isinstance(x, list) else "tuple": [_encode(y) for y in x]}
+    if isinstance(x, torch.Tensor):
+        return {"tensor": [list(x.shape), list(x.stride()), str(x.dtype).removeprefix("torch.")]}
+    if isinstance(x, torch.device):
+        return {"device": str(x)}
+    for kind, cls in _ENUMS.items():
+        if isinstance(x, cls):
+            return {kind: str(x).removeprefix("torch.")}
+    raise TypeError(f"a trace file holds no {type(x).__name__}")
+
+
+def _decode(x: Any, env: Mapping[str, torch.fx.Node]) -> Any:
+    if not isinstance(x, dict):
+        return x
+    ((kind, v),) = x.items()
+    if kind in ("list", "tuple"):
+        items = [_decode(y, env) for y in v]
+        return items if kind == "list" else tuple(items)
+    if kind == "node":
+        return env[v]
+    if kind == "tensor":  # shape, strides and dtype stand for the fake tensor: what convert_fx reads
+        return torch.empty_strided(v[0], v[1], dtype=_enum(torch.dtype, v[2]), device="meta")
+    return torch.device(v) if kind == "device" else _enum(_ENUMS[kind], v)
+
+
+def _enum(cls: type, name: str) -> Any:
+    value = getattr(torch, name, None)
+    if not isinstance(value, cls):
+        raise ValueError(f"{name!r} is not a torch {cls.__name__}")
+    return value
+
+
+def _save_trace(directory: str, key: tuple[Any, ...], traced: torch.fx.GraphModule) -> None:
+    """Store the trace (placeholders, ATen calls and getitems, the output) for other processes; best effort."""
+    from aioge.plan import io
+
+    try:
+        nodes = []
+        for n in traced.graph.nodes:
+            if n.op == "call_function":
+                target = "getitem" if n.target is operator.getitem else n.target
+                if not isinstance(target, (str, torch._ops.OpOverload)):
+                    return  # a Python function traced in: not data
+                target = str(target)
+            elif n.op in ("placeholder", "output"):
+                target = n.target
+            elif n.op == "get_attr" and isinstance(value := getattr(traced, n.target), torch.Tensor):
+                target = [n.target, value.detach().cpu().numpy()]  # a constant made in the trace (a mask's -inf)
+            else:
+                return
+            kwargs = [[k, _encode(v)] for k, v in n.kwargs.items()]
+            nodes.append([n.op, n.name, target, _encode(n.args), kwargs, _encode(n.meta.get("val"))])
+        io.write_atomic_sync(_trace_path(directory, key), io.make_envelope(_TRACE_KIND, io.pack(nodes)))
+    except (TypeError, OSError) as exc:
+        log.debug("aioge.torch: the inference trace is not stored: %s", exc)
+
+
+def _load_trace(directory: str, key: tuple[Any, ...]) -> torch.fx.GraphModule | None:
+    """The trace another process stored for ``key``, or None: absent, untrusted, corrupt or stale files are misses."""
+    from aioge.plan import io
+
+    path = _trace_path(directory, key)
+    try:
+        nodes = io.unpack(io.open_envelope(io.read_trusted_sync(path, max_bytes=64 << 20), _TRACE_KIND, path=path)[1])
+        graph, root, env = torch.fx.Graph(), torch.nn.Module(), dict[str, torch.fx.Node]()
+        for op, name, target, args, kwargs, val in nodes:
+            if op == "get_attr":
+                if not isinstance(target[0], str) or not target[0].isidentifier():
+                    raise ValueError(f"bad constant name {target[0]!r}")
+                setattr(root, target[0], torch.from_numpy(np.array(target[1])))
+                target = target[0]
+            if op == "call_function":  # namespace.op.overload looked up in torch.ops, nothing else
+                parts = [] if target == "getitem" else target.split(".")
+                if len(parts) not in (0, 3) or any(p.startswith("__") for p in parts):
+                    raise ValueError(f"{target!r} is not an ATen op")
+                target = operator.getitem if not parts else getattr(getattr(getattr(torch.ops, parts[0]), parts[1]), parts[2])
+                if not isinstance(target, torch._ops.OpOverload) and target is not operator.getitem:
+                    raise ValueError(f"{target!r} is not an ATen op")
+            kw = {k: _decode(v, env) for k, v in kwargs}
+            node = graph.create_node(op, target, _decode(args, env), kw, name)
+            if node.name != name:
+                raise ValueError(f"node {name!r} came back as {node.name!r}")
+            node.meta["val"] = _decode(val, env)
+            env[name] = node
+        return torch.fx.GraphModule(root, graph)
+    except FileNotFoundError:
+        return None
+    except (AiogeError, OSError, ValueError, TypeError, KeyError, AttributeError, RuntimeError) as exc:
+        log.warning("aioge.torch: the stored inference trace %s is not used: %s", path, exc)
+        return None
 
 
 def _functional(traced: torch.fx.GraphModule, captured: Any) -> bool:

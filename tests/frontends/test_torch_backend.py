@@ -592,3 +592,56 @@ def test_a_second_compile_reuses_the_inference_trace_and_never_a_stale_graph() -
     finally:
         be.close()
         torch._dynamo.reset()
+
+
+def test_inference_traces_are_stored_in_the_graph_cache_dir_for_other_processes(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # with ge.graph_compiler_cache_dir, a backend in another process (here: an empty memo) loads
+    # the inference trace from trace_<sha256>.aiot instead of tracing, with its own call's weights
+    # and the constants the trace made (torch.tensor in forward); a corrupt file or one naming
+    # anything but an ATen op is a miss and a warning, traced again and rewritten
+    from collections import OrderedDict
+
+    from aioge.plan import io
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.a(x)) + torch.tensor([1.0, -2.0, 3.0, 0.5])
+
+    x = torch.randn(3, 8)
+
+    def new_process(model: torch.nn.Module, traces: int, hits: int) -> None:
+        monkeypatch.setattr(aioge_torch, "_TRACES", OrderedDict())
+        torch._dynamo.reset()
+        be = aioge_torch.backend({"ge.graph_compiler_cache_dir": str(tmp_path)})
+        try:
+            with torch.no_grad():
+                got, ref = torch.compile(model, backend=be)(x), model(x)
+            assert (be.traces, be.trace_hits) == (traces, hits) and not be.fallbacks
+            np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+        finally:
+            be.close()
+            torch._dynamo.reset()
+
+    torch.manual_seed(0)
+    new_process(Net().eval(), 1, 0)
+    (path,) = [p for p in tmp_path.iterdir() if p.name.startswith("trace_")]  # type: ignore[attr-defined]
+    new_process(Net().eval(), 0, 1)  # other weights: loaded, built with this call's weights
+    data = path.read_bytes()
+    path.write_bytes(data[:-3] + b"xyz")
+    with caplog.at_level("WARNING", logger="aioge.torch"):
+        new_process(Net().eval(), 1, 0)
+    assert "checksum" in caplog.text and path.read_bytes() == data  # traced again, stored again
+    nodes = io.unpack(io.open_envelope(data, aioge_torch._TRACE_KIND)[1])
+    node = next(n for n in nodes if n[0] == "call_function")
+    node[2] = "builtins.eval"
+    path.write_bytes(io.make_envelope(aioge_torch._TRACE_KIND, io.pack(nodes)))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="aioge.torch"):
+        new_process(Net().eval(), 1, 0)
+    assert "is not used" in caplog.text and path.read_bytes() == data
