@@ -121,8 +121,10 @@ def test_failed_reference_is_a_row_and_missing_framework_a_skip(monkeypatch: pyt
 def test_config_checks_front_ends() -> None:
     with pytest.raises(ValueError, match="unknown front ends"):
         SuiteConfig(frontends=["jax"])
-    with pytest.raises(ValueError, match="unknown torch models"):
+    with pytest.raises(ValueError, match=r"unknown torch models \['gpt5'\]"):
         SuiteConfig(frontends=["torch"], torch_models=["bert", "gpt5"])
+    with pytest.raises(ValueError, match=r"unknown tf models \['ResNet51'\]"):
+        SuiteConfig(frontends=["tf"], tf_models=["ResNet50", "ResNet51"])
     with pytest.raises(ValueError, match="frontends_only needs"):
         SuiteConfig(frontends_only=True)
 
@@ -133,7 +135,9 @@ def test_cli_rejects_unknown_front_ends(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["bench", "--frontends", "jax", "--frontends-only"]) == 2
     assert "unknown front ends ['jax']" in capsys.readouterr().err
     assert main(["bench", "--frontends", "torch", "--frontends-only", "--torch-models", "bert,gpt5"]) == 2
-    assert "unknown torch models ['bert', 'gpt5']" in capsys.readouterr().err
+    assert "unknown torch models ['gpt5']" in capsys.readouterr().err
+    assert main(["bench", "--frontends", "tf", "--frontends-only", "--tf-models", "cnn,VGG17"]) == 2
+    assert "unknown tf models ['VGG17']" in capsys.readouterr().err
 
 
 def test_every_keras_family_and_the_text_models_are_tf_workloads() -> None:

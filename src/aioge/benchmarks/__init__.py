@@ -60,6 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--torch-models", default=None, help="torch models of --frontends (default: all but mlp; see frontends.TORCH_MODELS)"
     )
+    p.add_argument("--tf-models", default=None, help="tf models of --frontends (default: all; see frontends.TF_MODELS)")
     p.add_argument(
         "--states",
         default="",
@@ -123,6 +124,8 @@ def config_from_args(args: argparse.Namespace) -> SuiteConfig:
     )
     if args.torch_models is not None:
         cfg.torch_models = [m for m in args.torch_models.split(",") if m]
+    if args.tf_models is not None:
+        cfg.tf_models = [m for m in args.tf_models.split(",") if m]
     if args.states_models is not None:
         cfg.states_models = [m for m in args.states_models.split(",") if m]
     if args.quick:

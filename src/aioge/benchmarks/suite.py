@@ -25,7 +25,7 @@ import numpy as np
 
 import aioge
 from aioge.benchmarks import measure
-from aioge.benchmarks.frontends import FRONTENDS, TORCH_MODELS, frontends, frontends_table
+from aioge.benchmarks.frontends import FRONTENDS, TF_MODELS, TORCH_MODELS, frontends, frontends_table
 from aioge.benchmarks.precision import MODELS as PRECISION_MODELS
 from aioge.benchmarks.precision import MODES as PRECISION_MODES
 from aioge.benchmarks.precision import precision_section, precision_table
@@ -87,6 +87,7 @@ class SuiteConfig:
     torch_models: list[str] = field(
         default_factory=list
     )  # the torch front end's models (frontends.TORCH_MODELS); empty: all but mlp
+    tf_models: list[str] = field(default_factory=list)  # the tf front end's (frontends.TF_MODELS); empty: all
     states: list[str] = field(default_factory=list)  # issue 42: "quiet", "busy1", "busy4"; empty: no such section
     states_models: list[str] = field(default_factory=lambda: list(STATE_MODELS))  # real-weights names
     states_only: bool = False  # the machine-states section alone
@@ -108,8 +109,9 @@ class SuiteConfig:
             raise ValueError(f"unknown serving workloads {self.serving_workloads}; expected some of {list(SERVING_WORKLOADS)}")
         if sorted(set(self.frontends) - set(FRONTENDS)):
             raise ValueError(f"unknown front ends {self.frontends}; expected some of {list(FRONTENDS)}")
-        if sorted(set(self.torch_models) - set(TORCH_MODELS)):
-            raise ValueError(f"unknown torch models {self.torch_models}; expected some of {list(TORCH_MODELS)}")
+        for side, names, known in (("torch", self.torch_models, TORCH_MODELS), ("tf", self.tf_models, TF_MODELS)):
+            if unknown := [m for m in names if m not in known]:
+                raise ValueError(f"unknown {side} models {unknown}; expected some of {list(known)}")
         if self.frontends_only and not self.frontends:
             raise ValueError("frontends_only needs front ends to run (--frontends tf,torch)")
         if sorted(set(self.precision) - set(PRECISION_MODES)):
@@ -516,7 +518,12 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
             alone: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "rows": [], "skipped": {}}
             if cfg.frontends_only:
                 alone["frontends"] = frontends(
-                    cfg.frontends, torch_models=cfg.torch_models, rounds=cfg.rounds, runs=cfg.runs, progress=on_workload
+                    cfg.frontends,
+                    torch_models=cfg.torch_models,
+                    tf_models=cfg.tf_models,
+                    rounds=cfg.rounds,
+                    runs=cfg.runs,
+                    progress=on_workload,
                 )
                 alone["skipped"].update(alone["frontends"]["skipped"])
             if cfg.states_only:
@@ -541,7 +548,12 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
         results["startup"] = [_startup(m, os.path.join(work, "startup", str(i))) for i, m in enumerate(startups)]
         if cfg.frontends:
             results["frontends"] = frontends(
-                cfg.frontends, torch_models=cfg.torch_models, rounds=cfg.rounds, runs=cfg.runs, progress=on_workload
+                cfg.frontends,
+                torch_models=cfg.torch_models,
+                tf_models=cfg.tf_models,
+                rounds=cfg.rounds,
+                runs=cfg.runs,
+                progress=on_workload,
             )
             skipped.update(results["frontends"]["skipped"])
         if cfg.states:
