@@ -54,7 +54,7 @@ def main(src_a: str, src_b: str, name: str, rounds: int, calls: int) -> None:
     procs = []
     for i, src in enumerate((src_a, src_b)):
         env = {**os.environ, "PYTHONPATH": os.path.abspath(src)}
-        cmd = [sys.executable, "-c", WORKER, name, str(i)]
+        cmd = [sys.executable, "-P", "-c", WORKER, name, str(i)]
         procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True))
     for p in procs:
         assert json.loads(p.stdout.readline()) == "ready"  # type: ignore[union-attr]

@@ -502,6 +502,22 @@ async def test_an_nhwc_affine_relu_and_a_mean_over_h_w_run_in_a_native_program(t
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+async def test_a_chain_of_thousands_of_activations_builds_its_program(tmp_path, native_plans: None) -> None:
+    """A FusedElementwise chain's last activation runs on its output in place; finding it once,
+    not by recursing per step: a 1,500-Relu chain hit Python's recursion limit in the program's
+    build (CI's 100k-node chain test timed out on it)."""
+    g = aioge.Graph("relus")
+    h = x = g.input("x", (4, 8), "float32")
+    h = ops.mul(x, g.constant(np.float32(0.5)))
+    for _ in range(1500):
+        h = ops.relu(h)
+    g.output(h, names=["y"])
+    v = np.random.default_rng(5).standard_normal((4, 8)).astype(np.float32)
+    got, impls = await _program_equals_steps(g, {"x": v}, tmp_path)
+    assert list(impls) == ["FusedElementwise"], impls
+    np.testing.assert_array_equal(got, np.maximum(v * np.float32(0.5), 0))
+
+
 async def test_gpt2s_isnan_mask_runs_in_the_program(tmp_path, native_plans: None) -> None:
     """Issue 42: GPT-2's attention checks its scores with IsNaN before a Where; IsNaN had no C
     form, so the whole plan ran step by step."""

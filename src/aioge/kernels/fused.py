@@ -562,11 +562,8 @@ def _chain_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> li
     if any([s for s in st.srcs if s < 0] != ([-i] if i else []) for i, st in enumerate(steps)):
         return _step_calls(steps, inputs, y, activations=False)
     last, calls = steps[-1], []
-    if len(steps) > 1 and len(last.srcs) == 1 and last.op.name in native_rows.ACTIVATIONS:
-        head = _chain_calls(steps[:-1], inputs, y)
-        act = native_rows.activation_call(last.op.name, y, y, last.params) if head is not None else None
-        return None if act is None else [*head, act]  # type: ignore[misc]
-    for i, st in enumerate(steps):
+    act = len(steps) > 1 and len(last.srcs) == 1 and last.op.name in native_rows.ACTIVATIONS
+    for i, st in enumerate(steps[:-1] if act else steps):  # not recursive: a chain may be 100k steps long
         code = native.EW_ARITH.get(st.op.name) if len(st.srcs) == 2 else native.EW_UNARY.get(st.op.name)
         if code is None or len(st.srcs) > 2 or [s for s in st.srcs if s < 0] != ([-i] if i else []):
             return None
@@ -579,6 +576,9 @@ def _chain_calls(steps: list[_Step], inputs: Sequence[Any], y: np.ndarray) -> li
         if call is None:
             return None
         calls.append(call)
+    if act:
+        call = native_rows.activation_call(last.op.name, y, y, last.params)
+        return None if call is None else [*calls, call]
     return calls
 
 
