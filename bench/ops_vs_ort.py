@@ -4,8 +4,8 @@
 
 aioge: every job of the model's native program run alone, whole (no split), in the calling
 thread's CPU time (``time.thread_time``: other processes loading the machine do not count),
-medians; each job twice interleaved, with the depthwise conv's flat-phase form
-(``aioge_simd_avx2(2)``, the form before the eight-plane one) and as built; then the whole
+medians; each job twice interleaved, with the depthwise conv's former choice (``aioge_simd_avx2(4)``:
+eight planes at a time up to about 90x90, else the flat-phase form) and as built; then the whole
 program as one unsplit C call the same way. onnxruntime: ``enable_profiling``, sequential, 1 and
 2 intra-op threads, the median of each node's kernel time summed per op type (wall time of the
 node: on a loaded machine it counts time the thread was descheduled), and the session's
@@ -46,7 +46,7 @@ async def aioge_side(name: str, n: int, cache: str):  # type: ignore[no-untyped-
     prog = programs()[0]
     _, calls = prog._keep
     par, simd = native.par_run(), native.function("aioge_simd_avx2")
-    sides = (lambda: simd(2), lambda: simd(1))
+    sides = (lambda: simd(4), lambda: simd(1))
     per: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
     for c in calls:
         flat, built = median_thread_us(lambda c=c: par(c.job, c.addr, c.total, 0), n, sides)
@@ -57,7 +57,7 @@ async def aioge_side(name: str, n: int, cache: str):  # type: ignore[no-untyped-
     run = native.run_jobs()
     whole = median_thread_us(lambda: run(prog._entries, prog._n, 0, prog._fptr), n, sides)
     simd(1)
-    print(f"{name}: aioge thread CPU us per job kind (flat depthwise / as built), load {os.getloadavg()[0]:.1f}")
+    print(f"{name}: aioge thread CPU us per job kind (former depthwise / as built), load {os.getloadavg()[0]:.1f}")
     for k, (count, a, b) in sorted(per.items(), key=lambda kv: -kv[1][2]):
         print(f"  {k:12s} x{count:3.0f} {a:8.0f} {b:8.0f}")
     print(f"  sum of jobs {sum(v[1] for v in per.values()):.0f} {sum(v[2] for v in per.values()):.0f}")
