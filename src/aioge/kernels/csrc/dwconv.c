@@ -326,23 +326,29 @@ AVX2 static void interleave8(const float *const *src, int64_t n, float *dst)
     }
 }
 
-/* bq outputs of one row, from q: acc = b + sum of taps, each tap a weight vector and bq inputs
- * sw vectors apart (row pointers of the taps' kernel rows in ``rows``) */
+/* bq outputs of nr rows (1 or 2), from q: acc = b + sum of taps, each tap a weight vector and bq
+ * inputs sw vectors apart (row pointers of the taps' kernel rows in ``rows``, the next output
+ * row's rstep floats on, its outputs ostep on): a 7x7 plane's rows of 4 two at a time, eight
+ * independent sums, not four chains stalled on the multiply-add's latency */
 AVX2 static inline __attribute__((always_inline)) void pixels8(const float *const *rows, const float *wt, __m256 b, int64_t kh,
-                                                                int64_t kw, int64_t sw, int64_t dw, int64_t q, float *out, const int bq)
+                                                                int64_t kw, int64_t sw, int64_t dw, int64_t q, float *out, const int bq,
+                                                                const int nr, int64_t rstep, int64_t ostep)
 {
-    __m256 acc[8];
-    for (int u = 0; u < bq; u++)
-        acc[u] = b;
+    __m256 acc[2][8];
+    for (int rr = 0; rr < nr; rr++)
+        for (int u = 0; u < bq; u++)
+            acc[rr][u] = b;
     for (int64_t i = 0; i < kh; i++)
         for (int64_t j = 0; j < kw; j++) {
             const __m256 w = _mm256_loadu_ps(wt + 8 * (i * kw + j));
             const float *s = rows[i] + 8 * (q * sw + j * dw);
-            for (int u = 0; u < bq; u++)
-                acc[u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(s + 8 * sw * u), acc[u]);
+            for (int rr = 0; rr < nr; rr++)
+                for (int u = 0; u < bq; u++)
+                    acc[rr][u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(s + rr * rstep + 8 * sw * u), acc[rr][u]);
         }
-    for (int u = 0; u < bq; u++)
-        _mm256_storeu_ps(out + 8 * u, acc[u]);
+    for (int rr = 0; rr < nr; rr++)
+        for (int u = 0; u < bq; u++)
+            _mm256_storeu_ps(out + rr * ostep + 8 * u, acc[rr][u]);
 }
 
 AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float *y, const int64_t *g, int64_t p0, int64_t p1)
@@ -377,6 +383,8 @@ AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float
             interleave8(src, wd, img + 8 * ((r + pt) * wp + pl));
         }
         const __m256 b = _mm256_loadu_ps(b8);
+        const int64_t rstep = 8 * sh * wp, ostep = 8 * ow;
+        const int two = aioge_simd_avx2(-1) != 4; /* 4: the former form, for the benches */
         for (int64_t r = 0; r < oh; r++) {
             for (int64_t i = 0; i < kh; i++)
                 rows[i] = img + 8 * (r * sh + i * dh) * wp;
@@ -384,16 +392,25 @@ AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float
             int64_t q = 0;
             if (ow >= 8) {
                 for (; q + 8 <= ow; q += 8)
-                    pixels8(rows, wt, b, kh, kw, sw, dw, q, o + 8 * q, 8);
+                    pixels8(rows, wt, b, kh, kw, sw, dw, q, o + 8 * q, 8, 1, 0, 0);
                 if (q < ow) /* the last 8, overlapping the block before: the same values again */
-                    pixels8(rows, wt, b, kh, kw, sw, dw, ow - 8, o + 8 * (ow - 8), 8);
+                    pixels8(rows, wt, b, kh, kw, sw, dw, ow - 8, o + 8 * (ow - 8), 8, 1, 0, 0);
+            } else if (two && r + 1 < oh) { /* two rows at a time */
+                if (ow >= 4) {
+                    pixels8(rows, wt, b, kh, kw, sw, dw, 0, o, 4, 2, rstep, ostep);
+                    if (ow > 4)
+                        pixels8(rows, wt, b, kh, kw, sw, dw, ow - 4, o + 8 * (ow - 4), 4, 2, rstep, ostep);
+                } else
+                    for (; q < ow; q++)
+                        pixels8(rows, wt, b, kh, kw, sw, dw, q, o + 8 * q, 1, 2, rstep, ostep);
+                r++;
             } else if (ow >= 4) {
-                pixels8(rows, wt, b, kh, kw, sw, dw, 0, o, 4);
+                pixels8(rows, wt, b, kh, kw, sw, dw, 0, o, 4, 1, 0, 0);
                 if (ow > 4)
-                    pixels8(rows, wt, b, kh, kw, sw, dw, ow - 4, o + 8 * (ow - 4), 4);
+                    pixels8(rows, wt, b, kh, kw, sw, dw, ow - 4, o + 8 * (ow - 4), 4, 1, 0, 0);
             } else
                 for (; q < ow; q++)
-                    pixels8(rows, wt, b, kh, kw, sw, dw, q, o + 8 * q, 1);
+                    pixels8(rows, wt, b, kh, kw, sw, dw, q, o + 8 * q, 1, 1, 0, 0);
         }
         const int in_regs = act_in_regs(act);
         if (act && !in_regs)
