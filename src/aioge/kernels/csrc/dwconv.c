@@ -21,6 +21,13 @@
 #include <string.h>
 
 #include "aioge.h"
+#include "mathf.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#define SIGMOID_REGS 1 /* mathf.h's sigmoid8: the line form's Sigmoid and Swish in registers, act_span's own form */
+#else
+#define SIGMOID_REGS 0
+#endif
 
 #define AVX2 __attribute__((target("avx2,fma")))
 #define BLOCK 32 /* outputs per step of the vector kernel, and the buffers' slack */
@@ -277,12 +284,20 @@ AVX2 static inline void transpose8(__m256 *r)
 /* The activations taken in registers on the way out (norm.c's act_span forms, the same operations
  * in the same order: HardSigmoid's product and sum each rounded, NaN kept); the others go through
  * act_span, a pass of their own. */
-static int act_in_regs(int act) { return act == ACT_HARDSWISH || act == ACT_HARDSIGMOID || act == ACT_RELU || act == ACT_CLIP; }
+static int act_in_regs(int act)
+{
+    return act == ACT_HARDSWISH || act == ACT_HARDSIGMOID || act == ACT_RELU || act == ACT_CLIP ||
+           (SIGMOID_REGS && (act == ACT_SWISH || act == ACT_SIGMOID));
+}
 
 AVX2 static inline __attribute__((always_inline)) __m256 act1(__m256 x, int act, float a0, float a1)
 {
     const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
     const __m256 al = _mm256_set1_ps(act == ACT_HARDSWISH ? 1.0f / 6.0f : a0), be = _mm256_set1_ps(act == ACT_HARDSWISH ? 0.5f : a1);
+#if SIGMOID_REGS
+    if (act == ACT_SWISH || act == ACT_SIGMOID)
+        return sigmoid8(x, al, act == ACT_SWISH);
+#endif
     if (act == ACT_RELU)
         return _mm256_blendv_ps(zero, x, _mm256_cmp_ps(x, zero, _CMP_NLE_UQ));
     if (act == ACT_CLIP) {
@@ -412,7 +427,8 @@ AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float
                 for (; q < ow; q++)
                     pixels8(rows, wt, b, kh, kw, sw, dw, q, o + 8 * q, 1, 1, 0, 0);
         }
-        const int in_regs = act_in_regs(act);
+        /* Sigmoid and Swish a pass of their own here: in the transposes' registers, no faster */
+        const int in_regs = act_in_regs(act) && act != ACT_SWISH && act != ACT_SIGMOID;
         if (act && !in_regs)
             aioge_act_span(out, NULL, out, 8 * oh * ow, act, a0, a1);
         /* back into the planes: 8x8 transposes (the simple activations applied there) */
