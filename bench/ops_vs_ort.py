@@ -96,6 +96,21 @@ def ort_side(name: str, feeds, n: int) -> None:  # type: ignore[no-untyped-def]
             per[ops[node]][1] += statistics.median(d[10:] or d)
         print(f"  ort {threads} thread(s): process CPU {statistics.median(cpu) * 1e3:.2f} ms/run; node medians us:")
         print("    " + ", ".join(f"{k} x{c:.0f} {v:.0f}" for k, (c, v) in sorted(per.items(), key=lambda kv: -kv[1][1])))
+        dw, act = depthwise_nodes(name)  # the depthwise Convs' nodes (renamed by the NCHWc layout) and their Swish
+        med = {n[: -len("_kernel_time")]: statistics.median(d[10:] or d) for n, d in durs.items()}
+        found = [med[n] for n in dw if n in med]
+        print(f"    depthwise Conv x{len(found)}/{len(dw)} {sum(found):.0f}, its Swish {sum(med.get(n, 0) for n in act):.0f}")
+
+
+def depthwise_nodes(name: str) -> tuple[list[str], list[str]]:
+    """onnxruntime's profile names of the model's depthwise Convs (their output's NCHWc form) and
+    of the QuickGelu (Swish) fused from the Mul that reads one."""
+    import onnx
+
+    graph = onnx.load(str(MODELS / f"{name}.onnx")).graph
+    outs = {n.output[0] for n in graph.node if n.op_type == "Conv" and any(a.name == "group" and a.i > 1 for a in n.attribute)}
+    acts = [n.name + "/QuickGeluFusion/" for n in graph.node if n.op_type == "Mul" and outs & set(n.input)]
+    return [o + "_nchwc" for o in outs], acts
 
 
 def main() -> None:
