@@ -4,8 +4,8 @@
 
 aioge: every job of the model's native program run alone, whole (no split), in the calling
 thread's CPU time (``time.thread_time``: other processes loading the machine do not count),
-medians; each job twice interleaved, with the depthwise conv's flat-phase form
-(``aioge_simd_avx2(2)``, the form before the eight-plane one) and as built; then the whole
+medians; each job twice interleaved, with the depthwise conv's former choice (``aioge_simd_avx2(4)``:
+eight planes at a time up to about 90x90, else the flat-phase form) and as built; then the whole
 program as one unsplit C call the same way. onnxruntime: ``enable_profiling``, sequential, 1 and
 2 intra-op threads, the median of each node's kernel time summed per op type (wall time of the
 node: on a loaded machine it counts time the thread was descheduled), and the session's
@@ -46,7 +46,7 @@ async def aioge_side(name: str, n: int, cache: str):  # type: ignore[no-untyped-
     prog = programs()[0]
     _, calls = prog._keep
     par, simd = native.par_run(), native.function("aioge_simd_avx2")
-    sides = (lambda: simd(2), lambda: simd(1))
+    sides = (lambda: simd(4), lambda: simd(1))
     per: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
     for c in calls:
         flat, built = median_thread_us(lambda c=c: par(c.job, c.addr, c.total, 0), n, sides)
@@ -57,7 +57,7 @@ async def aioge_side(name: str, n: int, cache: str):  # type: ignore[no-untyped-
     run = native.run_jobs()
     whole = median_thread_us(lambda: run(prog._entries, prog._n, 0, prog._fptr), n, sides)
     simd(1)
-    print(f"{name}: aioge thread CPU us per job kind (flat depthwise / as built), load {os.getloadavg()[0]:.1f}")
+    print(f"{name}: aioge thread CPU us per job kind (former depthwise / as built), load {os.getloadavg()[0]:.1f}")
     for k, (count, a, b) in sorted(per.items(), key=lambda kv: -kv[1][2]):
         print(f"  {k:12s} x{count:3.0f} {a:8.0f} {b:8.0f}")
     print(f"  sum of jobs {sum(v[1] for v in per.values()):.0f} {sum(v[2] for v in per.values()):.0f}")
@@ -96,6 +96,21 @@ def ort_side(name: str, feeds, n: int) -> None:  # type: ignore[no-untyped-def]
             per[ops[node]][1] += statistics.median(d[10:] or d)
         print(f"  ort {threads} thread(s): process CPU {statistics.median(cpu) * 1e3:.2f} ms/run; node medians us:")
         print("    " + ", ".join(f"{k} x{c:.0f} {v:.0f}" for k, (c, v) in sorted(per.items(), key=lambda kv: -kv[1][1])))
+        dw, act = depthwise_nodes(name)  # the depthwise Convs' nodes (renamed by the NCHWc layout) and their Swish
+        med = {n[: -len("_kernel_time")]: statistics.median(d[10:] or d) for n, d in durs.items()}
+        found = [med[n] for n in dw if n in med]
+        print(f"    depthwise Conv x{len(found)}/{len(dw)} {sum(found):.0f}, its Swish {sum(med.get(n, 0) for n in act):.0f}")
+
+
+def depthwise_nodes(name: str) -> tuple[list[str], list[str]]:
+    """onnxruntime's profile names of the model's depthwise Convs (their output's NCHWc form) and
+    of the QuickGelu (Swish) fused from the Mul that reads one."""
+    import onnx
+
+    graph = onnx.load(str(MODELS / f"{name}.onnx")).graph
+    outs = {n.output[0] for n in graph.node if n.op_type == "Conv" and any(a.name == "group" and a.i > 1 for a in n.attribute)}
+    acts = [n.name + "/QuickGeluFusion/" for n in graph.node if n.op_type == "Mul" and outs & set(n.input)]
+    return [o + "_nchwc" for o in outs], acts
 
 
 def main() -> None:

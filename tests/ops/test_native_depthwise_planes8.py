@@ -19,6 +19,8 @@ ACTS = {  # aioge.h's code, its two parameters, and numpy's form
     "hardswish": (7, 0.0, 0.0, lambda v: v * np.clip(v / 6 + 0.5, 0, 1)),
     "hardsigmoid": (6, 0.2, 0.5, lambda v: np.clip(0.2 * v + 0.5, 0, 1)),
     "clip": (10, 0.0, 6.0, lambda v: np.clip(v, 0, 6)),
+    "swish": (5, 1.0, 0.0, lambda v: v / (1 + np.exp(-v))),  # in registers too (mathf.h's sigmoid8)
+    "sigmoid": (4, 0.0, 0.0, lambda v: 1 / (1 + np.exp(-v))),
 }
 
 

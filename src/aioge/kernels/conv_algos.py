@@ -6,9 +6,9 @@
 - ``conv_depthwise``: group == C: per-channel multiply-adds over the kernel taps, no GEMM.
 - ``conv_depthwise_planes``: the same over the stride phases of the padded input, each tap
   one multiply-add over contiguous flattened planes (long rows on small images).
-- ``conv_depthwise_native``: group == C, float32, in C (``csrc/dwconv.c``): a plane at a time
-  over its stride phases, each tap one AVX2 multiply-add run over the flattened plane; the
-  output planes shared with the C helper thread on an idle core. Offered only with the tier.
+- ``conv_depthwise_native``: group == C, float32, in C (``csrc/dwconv.c``): by geometry eight
+  planes at a time channel-interleaved, or a plane at a time over its stride phases (3x3 rows
+  four output rows at a time); output planes shared with the C helper. Only with the tier.
 - ``conv_direct_native``: group 1, float32, in C (``csrc/conv_direct.c``): the input split into its
   stride phases, so every tap reads contiguous positions, and a register-tiled GEMM (6x64 on
   AVX-512, 6x16 on AVX2, 6x8 on SSE2: ``csrc/tile.h``)
@@ -386,9 +386,9 @@ def _for_rank(g: ConvGeometry, build: Callable[..., RunFn]) -> Callable[..., Run
 
 
 def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """group == C in C (``csrc/dwconv.c``): with AVX2, eight planes at a time channel-interleaved
-    (planes up to about 90x90), else a plane at a time from a zero-padded copy split into its
-    stride phases; the fused activation applied while the output is in cache; the output planes
+    """group == C in C (``csrc/dwconv.c``): with AVX2, 3x3 stride-1 rows of 16 and up four output
+    rows at a time from a zero-padded copy split into its stride phases, other planes up to about
+    90x90 eight at a time channel-interleaved, else the flat phases; the activation fused; the output planes
     shared, in units of eight (whole eight-plane groups), with the C helper thread on an idle
     core. Without the compiled tier (a desc stored by a process that had it) the numpy
     ``conv_depthwise_planes``. Thread CPU on MobileNetV3's and EfficientNet's shapes, with their

@@ -200,8 +200,9 @@ int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float 
 
 /* pool.c: 2-D max and average pools (geometry: POOL_GEO slots, pool.c's G_*), ind NULL or
  * MaxPool's Indices; aioge_simd_avx2: whether pool.c and dwconv.c run AVX2 (force 0 or 1: plain
- * loops, or AVX2 where the CPU has it; 2: AVX2 with dwconv.c's flat-phase form only, its tests'
- * switch; -1 asks) */
+ * loops, or AVX2 where the CPU has it; dwconv.c's forms forced, its tests' and benches' switch:
+ * 2 the flat-phase form, 3 eight planes at a time, 4 the choice before the line form, 5 the line
+ * form where it applies; -1 asks) */
 int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int64_t p0, int64_t p1);
 int aioge_simd_avx2(int force);
 /* qgemm.c: the int8 GEMM of the quantised ops. aioge_qgemm_packed: the int16 values of B (K x N)

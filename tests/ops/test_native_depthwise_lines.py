@@ -1,0 +1,144 @@
+"""dwconv.c's line form (rows of the output plane from the stride phases, four at a time):
+forced (``aioge_simd_avx2(5)``) and as chosen, against onnxruntime's Conv and activation nodes
+over random geometries; split over the C helper thread equal to whole; without the C tier."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from aioge.ir.desc import TensorDesc
+from aioge.kernels import native
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="needs the C tier")
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+helper = onnx.helper
+
+# aioge's activation name -> (its two parameters, the onnx nodes after the Conv's output "c")
+ACTS: dict[str, tuple[float, float, list]] = {
+    "": (0.0, 0.0, [("Identity", ["c"], {})]),
+    "Relu": (0.0, 0.0, [("Relu", ["c"], {})]),
+    "Clip": (0.0, 6.0, [("Clip", ["c", "lo", "hi"], {})]),  # ReLU6
+    "HardSwish": (0.0, 0.0, [("HardSwish", ["c"], {})]),
+    "HardSigmoid": (0.2, 0.5, [("HardSigmoid", ["c"], {"alpha": 0.2, "beta": 0.5})]),
+    "Sigmoid": (0.0, 0.0, [("Sigmoid", ["c"], {})]),
+    "Swish": (1.0, 0.0, [("Sigmoid", ["c"], {}, "s"), ("Mul", ["c", "s"], {})]),
+    "LeakyRelu": (0.1, 0.0, [("LeakyRelu", ["c"], {"alpha": 0.1})]),
+    "Tanh": (0.0, 0.0, [("Tanh", ["c"], {})]),
+}
+
+
+def _bits(f: float) -> int:
+    return int(np.array(f, np.float32).view(np.int32))
+
+
+def _ort(x, w, b, act, k, s, d, pads):  # type: ignore[no-untyped-def]
+    """onnxruntime's Conv (group = channels) then the activation's nodes."""
+    conv = helper.make_node(
+        "Conv", ["x", "w", "b"], ["c"], group=w.shape[0] // (w.shape[0] // x.shape[1]), kernel_shape=k, strides=s,
+        dilations=d, pads=pads,
+    )  # fmt: skip
+    nodes = [conv]
+    for i, (op, ins, attrs, *out) in enumerate(ACTS[act][2]):
+        last = i == len(ACTS[act][2]) - 1
+        nodes.append(helper.make_node(op, ins, ["y" if last else out[0]], **attrs))
+    f = onnx.TensorProto.FLOAT
+    inits = [helper.make_tensor("lo", f, [], [0.0]), helper.make_tensor("hi", f, [], [6.0])]
+    ins = [helper.make_tensor_value_info(n, f, a.shape) for n, a in (("x", x), ("w", w), ("b", b))]
+    graph = helper.make_graph(nodes, "dw", ins, [helper.make_tensor_value_info("y", f, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x, "w": w, "b": b})[0]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    c=st.integers(1, 11),
+    mult=st.sampled_from([1, 1, 2]),
+    h=st.integers(1, 29),
+    wd=st.integers(1, 41),
+    k=st.sampled_from([(3, 3), (5, 5), (3, 5)]),
+    s=st.sampled_from([1, 2]),
+    d=st.sampled_from([(1, 1), (1, 1), (2, 1), (1, 2)]),
+    pads=st.tuples(*[st.integers(0, 4)] * 4),
+    act=st.sampled_from(sorted(ACTS)),
+    seed=st.integers(0, 2**16),
+)
+def test_line_form_matches_onnxruntime(c, mult, h, wd, k, s, d, pads, act, seed) -> None:
+    """Odd and even plane sizes, rows narrower than a vector, stride 1 and 2, any pads and
+    dilation, every fused activation; forced, as chosen and split at every few planes."""
+    kh, kw = k
+    oh, ow = (h + pads[0] + pads[2] - (kh - 1) * d[0] - 1) // s + 1, (wd + pads[1] + pads[3] - (kw - 1) * d[1] - 1) // s + 1
+    assume(oh >= 1 and ow >= 1)
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-4, 4, (1, c, h, wd)).astype(np.float32)
+    w = rng.uniform(-1, 1, (c * mult, 1, kh, kw)).astype(np.float32)
+    b = rng.uniform(-1, 1, c * mult).astype(np.float32)
+    want = _ort(x, w, b, act, k, (s, s), d, pads)
+    a0, a1, _ = ACTS[act]
+    g = [c, h, wd, mult, kh, kw, s, s, d[0], d[1], pads[0], pads[1], oh, ow, native.ACT[act], _bits(a0), _bits(a1), 0]
+    geo = np.array(g, np.int64)
+    fn = native.lib().aioge_conv_depthwise_f32
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
+    planes = c * mult
+    try:
+        for simd, cuts in ((5, [0, planes]), (5, [0, 3, 5, planes]), (1, [0, planes]), (1, [0, 1, planes])):
+            native.function("aioge_simd_avx2")(simd)
+            y = np.full(want.shape, np.nan, np.float32)
+            cuts = sorted({min(cut, planes) for cut in cuts})
+            for p0, p1 in zip(cuts, cuts[1:]):
+                assert fn(native.ptr(x), native.ptr(w), native.ptr(b), native.ptr(y), native.ptr(geo), p0, p1) == 0
+            np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5, err_msg=f"simd {simd} cuts {cuts}")
+    finally:
+        native.function("aioge_simd_avx2")(1)
+
+
+@pytest.mark.parametrize("k, s, act", [(3, 1, "Swish"), (5, 2, "HardSwish")])
+def test_line_form_split_over_the_helper_equals_whole_and_onnxruntime(k, s, act) -> None:
+    """A plane past the eight-plane form's budget (96x97), through the native kernel's program
+    form: the C helper's split equals the whole run to the bit, and both onnxruntime."""
+    from aioge.kernels.conv_algos import build_conv_depthwise_native
+
+    rng = np.random.default_rng(k)
+    c, pad = 20, k // 2
+    x = rng.uniform(-2, 2, (1, c, 96, 97)).astype(np.float32)
+    w, b = rng.uniform(-1, 1, (c, 1, k, k)).astype(np.float32), rng.uniform(-1, 1, c).astype(np.float32)
+    want = _ort(x, w, b, act, (k, k), (s, s), (1, 1), (pad,) * 4)
+    attrs = {"group": c, "kernel_shape": (k, k), "pads": (pad,) * 4, "strides": (s, s), "activation": act}
+    attrs["activation_params"] = (1.0,) if act == "Swish" else ()
+    run = build_conv_depthwise_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, w, b)], None)
+    ys = []
+    native.function("aioge_par_helpers")()
+    for split in (0, 1):
+        y = np.full(want.shape, np.nan, np.float32)
+        (call,) = native.native_form(run)([x, w, b], [y])
+        assert call.worth
+        assert native.par_run()(call.job, call.addr, call.total, split) >= 0
+        ys.append(y)
+    np.testing.assert_array_equal(ys[0].view(np.int32), ys[1].view(np.int32))
+    np.testing.assert_allclose(ys[0], want, rtol=2e-5, atol=2e-5)
+    (got,) = run([x, w, b], None)  # the step path: the same C job
+    np.testing.assert_array_equal(got.view(np.int32), ys[0].view(np.int32))
+
+
+def test_without_the_tier_the_depthwise_kernel_runs_numpy(monkeypatch) -> None:
+    from aioge.kernels.conv_algos import build_conv_depthwise_native
+
+    monkeypatch.setattr(native, "par_run", lambda: None)
+    rng = np.random.default_rng(5)
+    c = 6
+    x = rng.uniform(-2, 2, (1, c, 33, 35)).astype(np.float32)
+    w, b = rng.uniform(-1, 1, (c, 1, 3, 3)).astype(np.float32), rng.uniform(-1, 1, c).astype(np.float32)
+    want = _ort(x, w, b, "HardSwish", (3, 3), (1, 1), (1, 1), (1, 1, 1, 1))
+    attrs = {"group": c, "kernel_shape": (3, 3), "pads": (1, 1, 1, 1), "activation": "HardSwish"}
+    run = build_conv_depthwise_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, w, b)], None)
+    assert native.native_form(run) is None  # no program form without the tier
+    (got,) = run([x, w, b], None)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
