@@ -865,6 +865,8 @@ def _load_trace(directory: str, key: tuple[Any, ...]) -> torch.fx.GraphModule | 
         nodes = io.unpack(io.open_envelope(io.read_trusted_sync(path, max_bytes=64 << 20), _TRACE_KIND, path=path)[1])
         graph, root, env = torch.fx.Graph(), torch.nn.Module(), dict[str, torch.fx.Node]()
         for op, name, target, args, kwargs, val in nodes:
+            if op not in ("placeholder", "get_attr", "call_function", "output"):  # what make_fx writes
+                raise ValueError(f"node {name!r} is a {op!r}, which a trace does not hold")
             if op == "get_attr":
                 if not isinstance(target[0], str) or not target[0].isidentifier():
                     raise ValueError(f"bad constant name {target[0]!r}")

@@ -645,3 +645,12 @@ def test_inference_traces_are_stored_in_the_graph_cache_dir_for_other_processes(
     with caplog.at_level("WARNING", logger="aioge.torch"):
         new_process(Net().eval(), 1, 0)
     assert "is not used" in caplog.text and path.read_bytes() == data
+    # a method call on a value (Tensor.numpy, then ndarray.tofile: a file written at load) is
+    # not something make_fx writes: refused before any node is made
+    node = next(n for n in nodes if n[0] == "call_function")
+    node[0], node[2] = "call_method", "numpy"
+    path.write_bytes(io.make_envelope(aioge_torch._TRACE_KIND, io.pack(nodes)))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="aioge.torch"):
+        new_process(Net().eval(), 1, 0)
+    assert "which a trace does not hold" in caplog.text and path.read_bytes() == data
