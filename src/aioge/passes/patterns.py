@@ -355,7 +355,9 @@ def _match_squeeze_excite(graph: Graph, mul: Node, x: Value) -> tuple[list[Value
 def _global_mean(node: Node) -> bool:
     """A GlobalAveragePool, or a ReduceMean of 4-D over H and W keeping them (Keras' SE blocks)."""
     axes = const_array(node.inputs[1]) if len(node.inputs) > 1 else np.asarray(node.attrs.get("axes", []))
-    mean = _op(node, "ReduceMean") and int(node.attrs.get("keepdims", 1)) == 1 and axes is not None
+    desc = node.inputs[0].desc if node.inputs and node.inputs[0] is not None else None
+    four = desc is not None and desc.shape is not None and len(desc.shape) == 4  # axes 2, 3: H and W
+    mean = _op(node, "ReduceMean") and four and int(node.attrs.get("keepdims", 1)) == 1 and axes is not None
     return _op(node, "GlobalAveragePool") or mean and sorted(int(a) % 4 for a in axes.reshape(-1)) == [2, 3]  # type: ignore[union-attr]
 
 
