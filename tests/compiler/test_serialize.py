@@ -383,10 +383,10 @@ _HINTS: list[tuple[Any, list[Any], list[Any]]] = [  # annotation, values it take
 
 @pytest.mark.parametrize("hint, good, bad", _HINTS)
 def test_a_decoded_field_is_checked_against_its_annotation(hint, good, bad) -> None:
-    """Decoding checks every value against its field's annotation (checks built once per
-    annotation, ``codec._check``): what fits passes, anything else is refused."""
-    assert all(plan_codec._is_a(v, hint) for v in good)
-    assert not any(plan_codec._is_a(v, hint) for v in bad)
+    """Decoding checks every value against its field's annotation (``codec._check``, built
+    once per annotation): what fits passes, anything else is refused."""
+    assert all(plan_codec._check(hint)(v) for v in good)
+    assert not any(plan_codec._check(hint)(v) for v in bad)
 
 
 def test_a_field_of_the_wrong_type_in_a_file_is_refused_naming_it() -> None:

@@ -74,3 +74,29 @@ def test_load_onnx_begins_hashing_its_weights(tmp_path) -> None:
     (c,) = g.constants.values()
     early = fingerprint._early_digest(c.data)
     assert early is not None and early.result() == fingerprint.array_digest(w)
+
+
+def test_a_forked_child_hashes_on_its_own_pool() -> None:
+    """The parent's hashing thread does not exist in a forked child: its pending digests are
+    dropped there and new ones get a thread of their own (no wait on a thread that is not there)."""
+    import os
+    import time
+
+    w = _weight(4)
+    fingerprint.prehash([w])
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 if it hashed on its own
+        try:
+            v = _weight(5)
+            ok = fingerprint._early_digest(w) is None and fingerprint.prehash([v]) == 1
+            ok = ok and fingerprint._digests([v, w]) == [fingerprint.array_digest(v), fingerprint.array_digest(w)]
+            os._exit(0 if ok else 1)
+        except BaseException:
+            os._exit(2)
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0, "the child hung or hashed wrong"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -64,18 +63,23 @@ def _digests(arrays: list[np.ndarray]) -> list[str]:
 # Digests begun by ``prehash``, by the array's id, with a weak reference that tells it is the same
 # array (an entry leaves with its array).
 _early: dict[int, tuple[weakref.ref[np.ndarray], Future[str]]] = {}
-_early_pool: list[ThreadPoolExecutor] = []
-_early_lock = threading.Lock()
+_early_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aioge-prehash")  # its thread starts on first use
 
 
-def _frozen(a: np.ndarray) -> bool:
+def _after_fork() -> None:  # a forked child has no pool thread: it would wait forever on the parent's
+    global _early_pool
+    _early.clear()
+    _early_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aioge-prehash")
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _frozen(a: Any) -> bool:
     """``a`` and every array it views are read-only: its digest cannot go stale."""
-    x: Any = a
-    while isinstance(x, np.ndarray):
-        if x.flags.writeable:
-            return False
-        x = x.base
-    return True
+    while isinstance(a, np.ndarray) and not a.flags.writeable:
+        a = a.base
+    return not isinstance(a, np.ndarray)
 
 
 def prehash(arrays: list[np.ndarray]) -> int:
@@ -86,12 +90,9 @@ def prehash(arrays: list[np.ndarray]) -> int:
     todo = [a for a in arrays if a.nbytes >= _PARALLEL_BYTES and _frozen(a)]
     if not todo or (os.cpu_count() or 1) < 2:
         return 0
-    with _early_lock:
-        if not _early_pool:
-            _early_pool.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="aioge-prehash"))
-        for a in todo:
-            key = id(a)
-            _early[key] = (weakref.ref(a, lambda _, key=key: _early.pop(key, None)), _early_pool[0].submit(array_digest, a))
+    for a in todo:
+        key = id(a)
+        _early[key] = (weakref.ref(a, lambda _, key=key: _early.pop(key, None)), _early_pool.submit(array_digest, a))
     return len(todo)
 
 
