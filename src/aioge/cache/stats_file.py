@@ -1,8 +1,7 @@
 """The statistics files of the cache tiers (kernel ``stats.aios``, ``aioge.graph-stats``,
 ``remote_stats.aios``): one small msgpack payload in the checksummed envelope, read without
-trusting it and changed read-modify-write under a lock, then published atomically (no fsync:
-a graph-cache hit writes one, and its two fsyncs were 10 ms of resnet18's 0.24 s start) so a
-reader never sees half a file. Each tier keeps its own payload shape and its own validation."""
+trusting it, changed read-modify-write under a lock and published atomically, unsynced (a hit
+writes one: 10 ms of fsyncs). Each tier keeps its own payload shape and its own validation."""
 
 from __future__ import annotations
 

@@ -83,10 +83,9 @@ def _frozen(a: Any) -> bool:
 
 
 def prehash(arrays: list[np.ndarray]) -> int:
-    """Begin ``array_digest`` of each big read-only array on a thread of its own: a front end's
-    weights as soon as they are read, hashed on the other core while it converts the nodes, so
-    the fingerprint a compile or a graph-cache lookup asks for next finds them done (BERT-base:
-    0.1 s of hashing off the start). Returns how many were begun."""
+    """Begin ``array_digest`` of each big read-only array on a thread of its own (a front end's
+    weights, on the other core while it converts the nodes), so the fingerprint asked for next
+    finds them done (BERT-base: 0.1 s of hashing off the start). Returns how many were begun."""
     todo = [a for a in arrays if a.nbytes >= _PARALLEL_BYTES and _frozen(a)]
     if not todo or (os.cpu_count() or 1) < 2:
         return 0

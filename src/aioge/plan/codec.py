@@ -196,8 +196,7 @@ def build_dataclass(cls: type, key: str, values: dict[str, Any]) -> Any:
 
 @functools.cache
 def _layout(cls: type) -> tuple[frozenset[str], dict[str, tuple[Any, Callable[[Any], bool]]], list[str], list[str]]:
-    """A dataclass's field names, each field's annotation and its check (``_check``), and the
-    fields given to ``__init__`` and set after it: worked out once per class, not per value."""
+    """A dataclass's field names, (annotation, ``_check``) by field, and its init and late fields."""
     fields, hints = dataclasses.fields(cls), typing.get_type_hints(cls)
     checks = {f.name: (hints.get(f.name), _check(hints.get(f.name, Any))) for f in fields}
     return frozenset(checks), checks, [f.name for f in fields if f.init], [f.name for f in fields if not f.init]
