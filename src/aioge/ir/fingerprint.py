@@ -90,8 +90,8 @@ def prehash(arrays: list[np.ndarray]) -> int:
     if not todo or (os.cpu_count() or 1) < 2:
         return 0
     for a in todo:
-        key = id(a)
-        _early[key] = (weakref.ref(a, lambda _, key=key: _early.pop(key, None)), _early_pool.submit(array_digest, a))
+        _early[id(a)] = (weakref.ref(a), _early_pool.submit(array_digest, a))
+        weakref.finalize(a, _early.pop, id(a), None)
     return len(todo)
 
 
