@@ -92,6 +92,9 @@ def test_startup_loads_from_the_graph_cache_in_a_fresh_process(small_run: dict) 
     assert st["graph_cache_load"]["graph_cache_hit"] and not st["graph_cache_save"]["graph_cache_hit"]
     assert st["checksums_agree"]
     assert st["ort"]["start_s"] > 0
+    for k in ("cold", "graph_cache_load", "ort"):  # CPU seconds beside the wall clock's (both threads)
+        assert 0 < st[k]["start_cpu_s"] < 10 * st[k]["start_s"] + 1
+    assert f"{st['ort']['start_cpu_s']:.3f})" in render_markdown(small_run)
 
 
 def test_targets_are_judged_from_the_figures(small_run: dict) -> None:

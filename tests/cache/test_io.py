@@ -93,3 +93,19 @@ def test_symlinks_are_not_followed_on_read(tmp_path) -> None:
     link.symlink_to(target)
     with pytest.raises(OSError):
         io.read_bytes_sync(link)
+
+
+def test_a_graph_cache_hit_counts_without_fsync_and_other_files_still_sync(tmp_path, monkeypatch) -> None:
+    """The statistics files are counters: written atomically (a reader sees a whole file) but
+    not fsynced, since every graph-cache hit writes one; every other file is still durable."""
+    from aioge.cache.graph_tools import read_graph_stats, record_graph_lookup
+    from aioge.plan import io as plan_io
+
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(plan_io.os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    record_graph_lookup(tmp_path, "k", True)
+    record_graph_lookup(tmp_path, "k", False)
+    assert read_graph_stats(tmp_path)["keys"] == {"k": {"hits": 1, "misses": 1}} and synced == []
+    plan_io.write_atomic_sync(tmp_path / "other", b"x")
+    assert len(synced) == 2 and (tmp_path / "other").read_bytes() == b"x"  # the file and its directory

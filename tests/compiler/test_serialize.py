@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import struct
+from typing import Any, Literal
 
 import msgpack
 import numpy as np
@@ -364,3 +365,32 @@ async def test_session_load_model_registers_a_runnable_graph(tmp_path) -> None:
         (tmp_path / "bad.om").write_bytes(b"AIOGE\x00\x01\x00" + b"\xff" * 10)
         with pytest.raises(ModelFormatError, match="bad.om"):
             await s.load_model(tmp_path / "bad.om")
+
+
+_HINTS: list[tuple[Any, list[Any], list[Any]]] = [  # annotation, values it takes, values it refuses
+    (int, [0, -3], [True, 1.0, "1", None]),
+    (float, [1, 2.5], [False, "x"]),
+    (str | None, ["a", None], [1, b"a"]),
+    (tuple[int, ...], [(), (1, 2)], [[1], (1, "a")]),
+    (tuple[int, str], [(1, "a")], [(1,), ("a", 1), [1, "a"]]),
+    (list[float], [[], [1, 2.0], (3,)], [[None], 5]),
+    (dict[str, int], [{}, {"a": 1}], [{1: 1}, {"a": "b"}, [("a", 1)]]),
+    (frozenset[str], [frozenset(), frozenset({"a"})], [frozenset({1}), ["a"]]),
+    (Literal["ND", "NCHW"], ["ND"], ["NHWC", None]),
+    (Any, [object(), None], []),
+]
+
+
+@pytest.mark.parametrize("hint, good, bad", _HINTS)
+def test_a_decoded_field_is_checked_against_its_annotation(hint, good, bad) -> None:
+    """Decoding checks every value against its field's annotation (``codec._check``, built
+    once per annotation): what fits passes, anything else is refused."""
+    assert all(plan_codec._check(hint)(v) for v in good)
+    assert not any(plan_codec._check(hint)(v) for v in bad)
+
+
+def test_a_field_of_the_wrong_type_in_a_file_is_refused_naming_it() -> None:
+    p = _payload(serialize.encode_model(_compile())[0])
+    p["~meta"]["fields"]["memory"]["~dc"][1]["arena_bytes"] = "many"
+    with pytest.raises(ModelFormatError, match=r"MemoryPlan.arena_bytes: expected <class 'int'>, got str"):
+        serialize.decode_model(_repack(p))

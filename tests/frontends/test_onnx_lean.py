@@ -100,6 +100,30 @@ def test_weights_of_every_element_type_equal_onnxs_whole_parse_bit_for_bit(tmp_p
                 assert got[i].ctypes.data % 64 == 0 and np.shares_memory(got[i], src.raw[i])
 
 
+def test_a_big_weight_is_read_into_a_populated_mapping_of_its_own(tmp_path) -> None:
+    """From 1 MiB a raw_data is read into an anonymous mapping populated at once (MAP_POPULATE:
+    no page fault per 4 KiB as the read fills it; BERT-base's 440 MB read in 0.28 s of CPU, not
+    0.40), still equal, 64-byte aligned and a constant; small ones stay in bytearrays."""
+    import mmap
+
+    from tests.ops.test_native_gemm import resident_bytes
+
+    big, small = _values(np.dtype(np.float32), (600, 501)), _values(np.dtype(np.float32), (3, 7))
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model([numpy_helper.from_array(big, "big"), numpy_helper.from_array(small, "small")]).SerializeToString())
+    src = read_model(path)
+    got = _read(src)
+    assert _same(got[0], big) and _same(got[1], small)
+    for i, mapped in ((0, True), (1, False)):
+        assert is_constant(got[i]) and got[i].ctypes.data % 64 == 0
+        base = src.raw[i]
+        while isinstance(base, np.ndarray):
+            base = base.base
+        base = base.obj if isinstance(base, memoryview) else base
+        assert isinstance(base, mmap.mmap) == mapped, i
+    assert resident_bytes(got[0]) >= big.nbytes
+
+
 def _field(number: int, payload: bytes) -> bytes:
     return onnx_lean._varint_bytes(number << 3 | 2) + onnx_lean._varint_bytes(len(payload)) + payload
 

@@ -6,6 +6,7 @@ callers, and the numpy fallback without the tier."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
 import sys
@@ -307,11 +308,19 @@ def test_one_row_against_packed_panels_matches_numpy(n) -> None:
         np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
 
 
+def resident_bytes(a: np.ndarray) -> int:
+    """How many of ``a``'s bytes sit in pages present in memory (/proc/self/pagemap's bit 63)."""
+    page = mmap.PAGESIZE
+    first, last = a.ctypes.data // page, (a.ctypes.data + a.nbytes - 1) // page
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(first * 8)
+        entries = np.frombuffer(f.read((last - first + 1) * 8), np.uint64)
+    return int(np.count_nonzero(entries >> np.uint64(63))) * page
+
+
 def test_a_big_aligned_buffer_is_a_mapping_of_its_own_and_a_small_one_a_numpy_array() -> None:
     """From 4 MiB, numpy would ask for huge pages, and the first such allocation of a process
     may stall on compaction: big packed weights get an anonymous mapping instead."""
-    import mmap
-
     for shape, mapped in (((1024, 1025), True), ((64, 64), False)):
         a = native.aligned_empty(shape)
         assert a.shape == shape and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
@@ -322,6 +331,8 @@ def test_a_big_aligned_buffer_is_a_mapping_of_its_own_and_a_small_one_a_numpy_ar
         if isinstance(base, memoryview):  # np.frombuffer keeps the buffer's memoryview
             base = base.obj
         assert isinstance(base, mmap.mmap) == mapped
+        if mapped:  # and populated: every page is there before the packing writes it (no page faults)
+            assert resident_bytes(a) >= a.nbytes
         a[...] = 1.5
         assert float(a.sum()) == 1.5 * a.size
 

@@ -778,7 +778,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                     f"{s['load_s']:.3f}",
                     f"{s['compile_s']:.3f}",
                     f"{s['first_run_s']:.3f}",
-                    f"{s['start_s']:.3f}",
+                    f"{s['start_s']:.3f} ({s['start_cpu_s']:.3f})",
                     f"{s['kernels_compiled']} / {s['kernel_cache_hits']}",
                 ]
             )
@@ -790,7 +790,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                 "",
                 f"{o['create_s']:.3f}",
                 f"{o['first_run_s']:.3f}",
-                f"{o['start_s']:.3f}",
+                f"{o['start_s']:.3f} ({o['start_cpu_s']:.3f})",
                 "",
             ]
         )
@@ -801,7 +801,7 @@ def render_markdown(results: dict[str, Any]) -> str:
                 "load_onnx",
                 "compile / load / create",
                 "first run",
-                "start total",
+                "start total (CPU)",
                 "kernels compiled / cache hits",
             ],
             rows,

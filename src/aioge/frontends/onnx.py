@@ -47,6 +47,7 @@ from aioge.frontends.onnx_sequence import (
     materialise,
 )
 from aioge.ir.desc import Dim, numpy_dtype
+from aioge.ir.fingerprint import prehash
 from aioge.ir.graph import Graph, Value
 
 __all__ = ["MIN_OPSET", "load_onnx", "newest_opset", "newest_opsets"]
@@ -202,6 +203,7 @@ class _Builder:
             array = tensor_to_array(t, self.src, "initializer", self.src.raw.get(i))
             array.setflags(write=False)  # the graph shares a read-only array instead of copying it
             self.env[t.name] = self.graph.constant(array, t.name)
+        prehash([c.data for c in self.graph.constants.values() if c.data is not None])
         if g.sparse_initializer:
             names = [s.values.name for s in g.sparse_initializer]
             raise GraphError(f"{self.src.label}: sparse initializers {names[:5]} are not supported", graph=self.graph.name)

@@ -20,12 +20,15 @@ from typing import BinaryIO
 import numpy as np
 import onnx
 
+from aioge.kernels import native
+
 __all__ = ["NotLean", "RAW_DTYPES", "raw_array", "read_lean"]
 
 _GRAPH = 7 << 3 | 2  # ModelProto.graph
 _INITIALIZER = 5 << 3 | 2  # GraphProto.initializer
 _RAW_DATA = 9 << 3 | 2  # TensorProto.raw_data
 _ALIGN = 64
+_MAPPED = 1 << 20  # from here a payload is read into a populated mapping (native.populated)
 
 # The element types whose raw_data is the little-endian array itself, as numpy reads it.
 _T = onnx.TensorProto
@@ -109,10 +112,11 @@ class _Reader:
 
     def payload(self, n: int) -> np.ndarray:
         """The next ``n`` bytes in an array of their own, 64-byte aligned."""
-        # A bytearray, not np.empty: numpy asks for huge pages for big arrays, and BERT-base's
-        # weights then loaded in 0.18 to 1.05 s from one fresh process to the next (the kernel
-        # compacting memory for them), against a steady 0.31 s.
-        buf = np.frombuffer(bytearray(n + _ALIGN), np.uint8)
+        # Not np.empty: numpy asks for huge pages for big arrays, and BERT-base's weights then
+        # loaded in 0.18 to 1.05 s from one fresh process to the next (the kernel compacting
+        # memory for them), against a steady 0.31 s. A big one goes to a mapping populated at
+        # once, not a bytearray (zeroed, a page fault per 4 KiB): 0.40 -> 0.28 s of CPU.
+        buf = np.frombuffer(bytearray(n + _ALIGN) if n < _MAPPED else native.populated(n), np.uint8)
         skip = -buf.ctypes.data % _ALIGN
         out = buf[skip : skip + n]
         if n and self.f.readinto(out.data) != n:  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ read only from inside the model's own directory.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 from dataclasses import dataclass, field
@@ -122,21 +123,30 @@ def _check_text(msg: Any, label: str, where: str) -> None:
     which would otherwise surface far from here as a TypeError. Only string and message fields
     are read: ``ListFields`` handed back every set field, so each weight's ``raw_data`` was
     copied out (BERT-base: 440 MB, 0.1 s) only to be skipped."""
-    for fd in msg.DESCRIPTOR.fields:
-        if fd.type not in (fd.TYPE_STRING, fd.TYPE_MESSAGE):
-            continue
-        if _repeated(fd):
-            items = getattr(msg, fd.name)
-        elif msg.HasField(fd.name):
-            items = (getattr(msg, fd.name),)
+    for name, repeated, text in _text_fields(msg.DESCRIPTOR):
+        if repeated:
+            items = getattr(msg, name)
+        elif msg.HasField(name):
+            items = (getattr(msg, name),)
         else:
             continue
-        if fd.type == fd.TYPE_STRING:
+        if text:
             if not all(isinstance(v, str) for v in items):
-                raise GraphError(f"{label}: {where}.{fd.name} is not valid UTF-8 text; is the file corrupt?")
-        elif not fd.message_type.GetOptions().map_entry:  # onnx's protos have no maps; nothing to check in one
+                raise GraphError(f"{label}: {where}.{name} is not valid UTF-8 text; is the file corrupt?")
+        else:
             for sub in items:
-                _check_text(sub, label, f"{where}.{fd.name}")
+                _check_text(sub, label, f"{where}.{name}")
+
+
+@functools.cache
+def _text_fields(descriptor: Any) -> tuple[tuple[str, bool, bool], ...]:
+    """``(name, repeated, is a string)`` of a message type's string and (non-map) message fields,
+    once per type: asking each field of each of BERT-base's 1,200 messages took 0.06 s."""
+    return tuple(
+        (fd.name, _repeated(fd), fd.type == fd.TYPE_STRING)
+        for fd in descriptor.fields
+        if fd.type == fd.TYPE_STRING or (fd.type == fd.TYPE_MESSAGE and not fd.message_type.GetOptions().map_entry)
+    )
 
 
 def sorted_nodes(graph: onnx.GraphProto, label: str, outer: Iterable[str] = ()) -> list[onnx.NodeProto]:

@@ -261,8 +261,12 @@ def open_envelope(
 # -- files ----------------------------------------------------------------------------
 
 
-def write_atomic_sync(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600, exclusive: bool = False) -> None:
+def write_atomic_sync(
+    path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600, exclusive: bool = False, durable: bool = True
+) -> None:
     """Publish ``data`` at ``path`` atomically: a reader sees the old file or the new one, whole.
+    Not ``durable``: without the two fsyncs (a counter a crash may lose, or leave unreadable,
+    which its reader takes for none: the statistics files, written on every graph-cache hit).
 
     With ``exclusive`` an existing ``path`` is never replaced: the whole file appears under
     a free name or not at all (a hard link of the temp file), so a name can be claimed and
@@ -282,7 +286,8 @@ def write_atomic_sync(path: str | os.PathLike[str], data: bytes, *, mode: int = 
             while view:
                 n = os.write(fd, view)
                 view = view[n:]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)  # close can fail too (a quota on NFS): the temp file still goes
         if exclusive:
@@ -293,7 +298,8 @@ def write_atomic_sync(path: str | os.PathLike[str], data: bytes, *, mode: int = 
     except BaseException:
         _unlink_quietly(tmp)
         raise
-    _fsync_dir(directory)
+    if durable:
+        _fsync_dir(directory)
 
 
 def _link_new(tmp: str, path: str) -> None:
