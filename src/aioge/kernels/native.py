@@ -384,7 +384,8 @@ _HUGE_BYTES = 1 << 22
 
 def populated(size: int) -> mmap.mmap:
     """An anonymous private mapping of ``size`` bytes, every page in memory already."""
-    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+    # MAP_POPULATE is Linux's; elsewhere the pages come as they are touched
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0))
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: Any = np.float32, align: int = 64) -> np.ndarray:
