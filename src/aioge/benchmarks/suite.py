@@ -447,6 +447,13 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return checks
 
 
+def _frontends(cfg: SuiteConfig, progress: Callable[[str], None]) -> dict[str, Any]:
+    """The front-end section for ``cfg``'s front ends and models."""
+    return frontends(
+        cfg.frontends, torch_models=cfg.torch_models, tf_models=cfg.tf_models, rounds=cfg.rounds, runs=cfg.runs, progress=progress
+    )
+
+
 def _states(cfg: SuiteConfig, progress: Callable[[str], None]) -> dict[str, Any]:
     why = real_available()
     if why:
@@ -517,14 +524,7 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
         if cfg.frontends_only or cfg.states_only or cfg.precision_only:
             alone: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "rows": [], "skipped": {}}
             if cfg.frontends_only:
-                alone["frontends"] = frontends(
-                    cfg.frontends,
-                    torch_models=cfg.torch_models,
-                    tf_models=cfg.tf_models,
-                    rounds=cfg.rounds,
-                    runs=cfg.runs,
-                    progress=on_workload,
-                )
+                alone["frontends"] = _frontends(cfg, on_workload)
                 alone["skipped"].update(alone["frontends"]["skipped"])
             if cfg.states_only:
                 alone["states"] = _states(cfg, on_workload)
@@ -547,14 +547,7 @@ def run_suite(cfg: SuiteConfig | None = None, on_workload: Callable[[str], None]
         skipped.update({f"start-up {m}": real_available() or "" for m in cfg.startup_models if m not in startups})
         results["startup"] = [_startup(m, os.path.join(work, "startup", str(i))) for i, m in enumerate(startups)]
         if cfg.frontends:
-            results["frontends"] = frontends(
-                cfg.frontends,
-                torch_models=cfg.torch_models,
-                tf_models=cfg.tf_models,
-                rounds=cfg.rounds,
-                runs=cfg.runs,
-                progress=on_workload,
-            )
+            results["frontends"] = _frontends(cfg, on_workload)
             skipped.update(results["frontends"]["skipped"])
         if cfg.states:
             results["states"] = _states(cfg, on_workload)
