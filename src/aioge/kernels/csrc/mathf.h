@@ -58,6 +58,20 @@ static inline float exp_f32(float x) {
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+/* e^r for the reduced argument r (|r| <= ln2/2) over 8 lanes: the degree-7 polynomial both
+ * sigmoid forms below scale by 2^n, in one order of operations */
+static inline __attribute__((always_inline)) __m256 exp_poly8(__m256 r) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 p = _mm256_set1_ps(0.0013836845755577087f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.008374815806746483f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.04166822507977486f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.16666419804096222f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.49999991059303284f));
+    p = _mm256_fmadd_ps(p, r, one);
+    p = _mm256_fmadd_ps(p, r, one);
+    return p;
+}
+
 /* sigmoid_f32 (swish_f32 with alpha, the sigmoid of alpha x) over 8 lanes, the same operations
  * in the same order: what sigmoid8 takes for |alpha x| > 80, infinities and NaN. */
 static inline __m256 sigmoid8_wide(__m256 v, __m256 alpha, int swish) {
@@ -70,13 +84,7 @@ static inline __m256 sigmoid8_wide(__m256 v, __m256 alpha, int swish) {
     kf = _mm256_sub_ps(kf, _mm256_set1_ps(12582912.0f));
     __m256 r = _mm256_fnmadd_ps(kf, _mm256_set1_ps(0.693145751953125f), a);
     r = _mm256_fnmadd_ps(kf, _mm256_set1_ps(1.42860682030941723e-6f), r);
-    __m256 p = _mm256_set1_ps(0.0013836845755577087f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.008374815806746483f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.04166822507977486f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.16666419804096222f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.49999991059303284f));
-    p = _mm256_fmadd_ps(p, r, one);
-    p = _mm256_fmadd_ps(p, r, one);
+    const __m256 p = exp_poly8(r);
     __m256i n1 = _mm256_srai_epi32(n, 1), n2 = _mm256_sub_epi32(n, n1);
     __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
     __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
@@ -102,13 +110,7 @@ static inline __attribute__((always_inline)) __m256 sigmoid8(__m256 v, __m256 al
     const __m256 k = _mm256_sub_ps(kf, shifter);
     __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), nt);
     r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.42860682030941723e-6f), r);
-    __m256 p = _mm256_set1_ps(0.0013836845755577087f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.008374815806746483f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.04166822507977486f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.16666419804096222f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.49999991059303284f));
-    p = _mm256_fmadd_ps(p, r, one);
-    p = _mm256_fmadd_ps(p, r, one);
+    const __m256 p = exp_poly8(r);
     const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(kf), 23)));
     __m256 y = _mm256_div_ps(one, _mm256_add_ps(one, e));
     if (swish)
