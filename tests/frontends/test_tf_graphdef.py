@@ -262,6 +262,16 @@ async def _run_batches(graph: Any, x: np.ndarray, batches: tuple[int, ...] = (1,
         return [list((await session.run(graph, {graph.inputs[0].name: x[:b]})).values())[0] for b in batches]
 
 
+async def _run_thrice(graph: Any, x: np.ndarray) -> tuple[np.ndarray, Any]:
+    """The graph's first output on its third run in a session of default options, and its
+    executable (whose ``native_runs`` tell whether the runs were native programs)."""
+    async with aioge.Session() as s:
+        await s.add_graph(1, graph)
+        for _ in range(3):
+            got = list((await s.run_graph(1, {graph.inputs[0].name: x})).values())[0]
+        return got, s.executable(1)
+
+
 def anyio_run(fn: Any, *args: Any) -> Any:
     import anyio
 
@@ -507,14 +517,7 @@ def test_keras_lstm_at_batch_1_runs_as_one_native_program(monkeypatch: pytest.Mo
     x = np.random.default_rng(5).integers(1, 50, (1, 12)).astype(np.int32)
     ref = model(x, training=False).numpy()
 
-    async def run() -> tuple[np.ndarray, Any]:
-        async with aioge.Session() as s:
-            await s.add_graph(1, graph)
-            for _ in range(3):
-                got = list((await s.run_graph(1, {graph.inputs[0].name: x})).values())[0]
-            return got, s.executable(1)
-
-    got, exe = anyio_run(run)
+    got, exe = anyio_run(_run_thrice, graph, x)
     kinds = {p.op_type for p in exe.model.nodes}
     assert {"FusedElementwise", "Gather", "Less"} <= kinds and exe.native_runs >= 3, [
         f"{p.op_type}:{p.kernel.impl}" for p in exe.model.nodes
@@ -877,14 +880,7 @@ def test_keras_nasnet_and_mobilenet_v3_blocks_run_as_one_native_program(monkeypa
     x = np.random.default_rng(4).standard_normal((1, 17, 17, 8)).astype(np.float32)
     ref = model(x, training=False).numpy()
 
-    async def run() -> tuple[np.ndarray, Any]:
-        async with aioge.Session() as s:
-            await s.add_graph(1, graph)
-            for _ in range(3):
-                got = list((await s.run_graph(1, {graph.inputs[0].name: x})).values())[0]
-            return got, s.executable(1)
-
-    got, exe = anyio_run(run)
+    got, exe = anyio_run(_run_thrice, graph, x)
     kinds = {p.op_type for p in exe.model.nodes}
     assert exe.native_runs >= 3, [f"{p.op_type}:{p.kernel.impl}" for p in exe.model.nodes]
     assert "SqueezeExcite" in kinds and "Pad" in kinds and not {"Clip", "Div"} & kinds, kinds
