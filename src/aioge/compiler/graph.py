@@ -137,8 +137,8 @@ def _back(
         # took 17.5 ms a run, its program 7.2 ms of CPU.
         swapped = prefer_native(order, kernels)
         if all(_native_over(get_schema(d.op_type, d.domain).impl(d.impl), n) for n in order for d in [swapped[n.name]]):
-            threads = (tuple(sorted(s for group in threads for s in group)),)
-    if options.exec_mode == "sink" and (len(threads) == 1 if threads else streams.num_streams == 1):
+            threads, kernels = (tuple(sorted(s for group in threads for s in group)),), swapped
+    elif options.exec_mode == "sink" and (len(threads) == 1 if threads else streams.num_streams == 1):
         kernels = prefer_native(order, kernels)
     nodes = tuple(
         NodePlan(i, n.name, n.op_type, engines[n.name].value, streams.node_stream[i], kernels[n.name])
