@@ -19,7 +19,7 @@ import numpy as np
 from aioge.plan import io
 from aioge.plan.codec import ARRAY_DTYPES
 
-__all__ = ["ARRAY_DTYPES", "read_frame", "write_frame"]
+__all__ = ["ARRAY_DTYPES", "encode_frame", "read_frame", "write_frame"]
 
 _HEAD = struct.Struct("<QQ")  # header bytes, data bytes
 _MAX_HEADER = 64 << 20
@@ -34,6 +34,19 @@ def write_frame(
     Raises:
         TypeError: an array of a dtype no frame carries (before a byte is written).
     """
+    for c in encode_frame(header, arrays, blobs):
+        stream.write(c)
+    stream.flush()
+
+
+def encode_frame(
+    header: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None, blobs: tuple[bytes, ...] = ()
+) -> list[Any]:
+    """The byte chunks of one frame (``write_frame``'s), the arrays' memory not copied.
+
+    Raises:
+        TypeError: an array of a dtype no frame carries.
+    """
     chunks: list[Any] = []
     specs = []
     for name, a in (arrays or {}).items():
@@ -45,11 +58,7 @@ def write_frame(
             chunks.append(a.reshape(-1).view(np.uint8).data)
     head = io.pack({**header, "arrays": specs, "blobs": [len(b) for b in blobs]})
     chunks.extend(blobs)
-    stream.write(_HEAD.pack(len(head), sum(len(c) for c in chunks)))
-    stream.write(head)
-    for c in chunks:
-        stream.write(c)
-    stream.flush()
+    return [_HEAD.pack(len(head), sum(len(c) for c in chunks)), head, *chunks]
 
 
 def _read_exact(stream: IO[bytes], n: int) -> bytearray | None:
