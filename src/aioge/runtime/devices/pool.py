@@ -1,8 +1,10 @@
 """The parent's side of the devices: the processes, their writer and reader threads, replacement.
 
-On the parent's side each device has a writer thread (packs and writes requests) and a reader
-thread (reads replies and wakes the waiting task through the event loop's thread-safe
-callback, like a lane), so the event loop only queues a request and is woken once per run.
+On the parent's side the event loop writes a run's request to the device's pipe itself when
+nothing is queued before it and the pipe has room (the write cannot block); a writer thread
+writes the rest (models, big frames, a backlog). A reader thread per device reads replies
+and wakes the waiting task through the event loop's thread-safe callback, like a lane, so
+the event loop is woken once per run.
 Runs go to the device with the fewest in flight. A device whose process dies fails the runs
 it held with ``ExecutionError`` (naming the device, its pid and exit code) and is replaced on
 the next run. A cancelled run's reply is dropped when it comes.
