@@ -12,7 +12,6 @@ the next run. A cancelled run's reply is dropped when it comes.
 
 from __future__ import annotations
 
-import array
 import itertools
 import logging
 import os
@@ -67,9 +66,7 @@ def _unread(fd: int) -> int | None:
         import fcntl
         import termios
 
-        box = array.array("i", [0])
-        fcntl.ioctl(fd, termios.FIONREAD, box, True)
-        return box[0]
+        return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, bytes(4)), sys.byteorder)
     except (OSError, ImportError, AttributeError):
         return None
 
@@ -107,7 +104,7 @@ class _Device:
         # Who writes to stdin holds _wlock (a submit never waits for it); _queued (under _lock):
         # frames queued for the writer, not taken yet. A submit writes only when none are.
         self._wlock = threading.Lock()
-        self._queued = 0
+        self._queued = self._sent = 0  # _sent: run frames written
         self._stdin_closed = False
         self._writer = threading.Thread(target=self._write_loop, name=f"aioge-device-{index}-writer", daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name=f"aioge-device-{index}-reader", daemon=True)
@@ -149,14 +146,16 @@ class _Device:
         try:
             unread = _unread(self._fd) if not (self._queued or self._stdin_closed) else None
             size = sum(a.nbytes for a in feeds.values()) + _PAGE
-            # Pages: what is unread, this frame, and one part-filled page per frame in flight.
-            if unread is None or (unread + size) // _PAGE + len(self._pending) + 2 > self._pages:
+            # Pages: what is unread, this frame, and up to three part-filled ones (a write
+            # each) per run frame not answered yet (cancelled runs' too).
+            if unread is None or (unread + size) // _PAGE + 3 * (self._sent - self.completed) + 4 > self._pages:
                 return False
             try:
                 data = b"".join(encode_frame({"op": "run", "rid": rid, "exe": exe_id}, feeds))
             except TypeError as exc:  # refused before a byte is written, as the writer thread does
                 self._fail_one(rid, f"cannot send the feeds: {exc}")
                 return True
+            self._sent += 1
             view, done = memoryview(data), 0
             try:
                 while done < len(data):
@@ -183,6 +182,7 @@ class _Device:
                 with self._wlock:  # a submit writes again once this item is written
                     with self._lock:
                         self._queued -= 1
+                        self._sent += item[0] == "run"
                     if item[0] == "load":
                         _, exe_id, om, threads = item
                         write_frame(stdin, {"op": "load", "exe": exe_id, "threads": threads}, blobs=(om,))
