@@ -239,3 +239,25 @@ def test_every_file_type_was_fuzzed() -> None:
         pytest.skip("run with the fuzz tests")
     assert sorted(TRIED) == sorted(_FILE_TYPES), TRIED
     assert all(n >= FLIPS for n in TRIED.values()), TRIED
+
+
+def test_small_data_decodes_as_the_per_container_path_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Data of at most ``_SMALL`` bytes skips the per-container hooks (the budget
+    cannot run out there): every payload decodes to the same object, or fails, either way."""
+    good = [
+        msgpack.packb({"rid": 7, "seconds": 0.5, "arrays": [["y", "float32", [1, 10]]], "blobs": []}),
+        io.pack({"a": np.arange(6, dtype=np.int64).reshape(2, 3), "b": [None, True, 1.5, "s", b"x"]}),
+    ]
+    payloads = [p for p in [*good, *_hostile_payloads().values()] if len(p) <= io._SMALL]
+
+    def outcome(p: bytes) -> object:
+        try:
+            obj = io.unpack(p)
+        except CacheError:
+            return CacheError
+        return msgpack.packb(obj, default=lambda a: [a.dtype.str, a.shape, a.tobytes()])
+
+    fast = [outcome(p) for p in payloads]
+    monkeypatch.setattr(io, "_SMALL", -1)  # every payload through the hooks
+    assert fast == [outcome(p) for p in payloads]
+    assert fast[0] != CacheError and fast[1] != CacheError and fast.count(CacheError) >= 8

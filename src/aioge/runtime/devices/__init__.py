@@ -14,12 +14,12 @@ the child's stdin and stdout. Nothing is pickled. Runs that compute for under a 
 inline on the event loop's thread: for them the hand-off costs more than it wins.
 
 Three modules: ``protocol`` (the frames both sides read and write), ``pool`` (the parent's
-side: ``DevicePool``) and ``child`` (the device process's loop). On the parent's side each
-device has a writer thread (packs and writes requests) and a reader
-thread (reads replies and wakes the waiting task through the event loop's thread-safe
-callback, like a lane), so the event loop only queues a request and is woken once per run.
+side: ``DevicePool``) and ``child`` (the device process's loop). On the parent's side the
+event loop writes a request to the pipe itself when it fits without blocking, else a writer
+thread does; a reader thread reads replies and wakes the waiting task through the event
+loop's thread-safe callback, like a lane, so the event loop is woken once per run.
 The child runs one request at a time on its main thread (``Executable.run_sync``: no thread
-hop for a one-thread plan); requests queued behind it wait in the pipe, so it never idles
+hop for a one-thread plan, one C call for a native program); requests queued behind it wait in the pipe, so it never idles
 while the parent has work.
 
 Runs go to the device with the fewest in flight. A device whose process dies fails the runs
