@@ -441,7 +441,14 @@ AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float
                 rows[i] = img + 8 * (r * sh + i * dh) * wp;
             float *o = out + 8 * r * ow;
             int64_t q = 0;
-            if (ow >= 8) {
+            if (two && ow % 7 == 0) { /* the 7x7, 14x14, 28x28 planes in blocks of 7: no overlap */
+                if (ow == 7 && r + 1 < oh) { /* a 7x7 plane two rows at a time */
+                    pixels8(rows, wt, b, kh, kw, sw, dw, 0, o, 7, 2, rstep, ostep);
+                    r++;
+                } else
+                    for (; q < ow; q += 7)
+                        pixels8(rows, wt, b, kh, kw, sw, dw, q, o + 8 * q, 7, 1, 0, 0);
+            } else if (ow >= 8) {
                 for (; q + 8 <= ow; q += 8)
                     pixels8(rows, wt, b, kh, kw, sw, dw, q, o + 8 * q, 8, 1, 0, 0);
                 if (q < ow) /* the last 8, overlapping the block before: the same values again */
