@@ -30,9 +30,7 @@
 #endif
 
 #define AVX2 __attribute__((target("avx2,fma")))
-#ifndef RMAX
-#define RMAX 4
-#endif
+#define LINE_ROWS 4 /* output rows a step of the line form */
 #define BLOCK 32 /* outputs per step of the vector kernel, and the buffers' slack */
 
 /* ``taps`` multiply-adds over the flat output [0, n) into out (rounded up to BLOCK). */
@@ -107,20 +105,21 @@ AVX2 static inline __m256i tail_mask(int64_t n)
 
 static void act_run(float *o, int64_t n, int act, float a0, float a1);
 
-/* The line form (kh x kh taps, stride sh, dilation dh, constants when inlined): R output rows by
- * 8 columns from q at a time. Tap (i, j) of output row r + p reads row phase (i dh) % sh's line
- * p + (i dh) / sh from base[phase kw + j] + q: each line is loaded once per column tap and used
- * by every tap row that reads it (3x3 stride 1: 18 loads for 36 multiply-adds, not 72). */
+/* The line form (kh x kh taps, stride sh, undilated rows, constants when inlined): R output rows
+ * by NV 8-vectors of columns from q at a time, R NV independent sums (the activation a pass of its
+ * own: in here its temporaries spilled the sums). Tap (i, j) of output row r + p reads row phase
+ * i % sh's line p + i / sh from base[phase kw + j] + q: the lines in order, each line's column
+ * taps loaded once and multiplied into every output row that reads it (3x3 stride 1, R 4, NV 2:
+ * 36 loads for 72 multiply-adds). */
 AVX2 static inline __attribute__((always_inline)) void lines_block(const float *const *base, int64_t wq, const float *wt, __m256 b,
-                                                                    const int kh, const int sh, const int dh, const int R, const int NV,
+                                                                    const int kh, const int sh, const int R, const int NV,
                                                                     int64_t q, float *o, int64_t ow)
 {
-    __m256 acc[RMAX][2];
+    __m256 acc[LINE_ROWS][2];
     for (int p = 0; p < R; p++)
         for (int u = 0; u < NV; u++)
             acc[p][u] = b;
-    /* line by line, each line's kh column taps loaded once and multiplied into every output row that
-     * reads it: tap row i = m sh + a of output row p reads line p + m of row phase a */
+    /* tap row i = m sh + a of output row p reads line p + m of row phase a */
     _Pragma("GCC unroll 16")
     for (int a = 0; a < sh; a++)
         _Pragma("GCC unroll 16")
@@ -154,8 +153,8 @@ AVX2 static inline __attribute__((always_inline)) void lines_block(const float *
  * overlapping the block before (the same values again), a row under 8 by masked stores (the lanes
  * past it read the buffer's slack) */
 AVX2 static inline __attribute__((always_inline)) void lines_rows(const float *buf, int64_t phase, int64_t wq, int64_t sw, int64_t dw,
-                                                                   const float *wt, __m256 b, const int kh, const int sh, const int dh,
-                                                                   const int R, int64_t r, float *out, int64_t ow, int act, float a0, float a1)
+                                                                   const float *wt, __m256 b, const int kh, const int sh, const int R,
+                                                                   int64_t r, float *out, int64_t ow, int act, float a0, float a1)
 {
     const float *base[2 * 5];
     for (int a = 0; a < sh; a++)
@@ -164,13 +163,13 @@ AVX2 static inline __attribute__((always_inline)) void lines_rows(const float *b
     float *o = out + r * ow;
     int64_t q = 0;
     for (; q + 16 <= ow; q += 16)
-        lines_block(base, wq, wt, b, kh, sh, dh, R, 2, q, o, ow);
+        lines_block(base, wq, wt, b, kh, sh, R, 2, q, o, ow);
     if (q + 8 <= ow) {
-        lines_block(base, wq, wt, b, kh, sh, dh, R, 1, q, o, ow);
+        lines_block(base, wq, wt, b, kh, sh, R, 1, q, o, ow);
         q += 8;
     }
     if (q < ow)
-        lines_block(base, wq, wt, b, kh, sh, dh, R, 1, ow < 8 ? 0 : ow - 8, o, ow);
+        lines_block(base, wq, wt, b, kh, sh, R, 1, ow < 8 ? 0 : ow - 8, o, ow);
     act_run(o, R * ow, act, a0, a1); /* the R rows while they are in L1 */
 }
 
@@ -180,10 +179,10 @@ AVX2 static inline __attribute__((always_inline)) void lines_plane(const float *
 {
     const __m256 b = _mm256_set1_ps(bias);
     int64_t r = 0;
-    for (; r + RMAX <= oh; r += RMAX)
-        lines_rows(buf, phase, wq, sw, dw, wt, b, kh, sh, 1, RMAX, r, out, ow, act, a0, a1);
+    for (; r + LINE_ROWS <= oh; r += LINE_ROWS)
+        lines_rows(buf, phase, wq, sw, dw, wt, b, kh, sh, LINE_ROWS, r, out, ow, act, a0, a1);
     for (; r < oh; r++)
-        lines_rows(buf, phase, wq, sw, dw, wt, b, kh, sh, 1, 1, r, out, ow, act, a0, a1);
+        lines_rows(buf, phase, wq, sw, dw, wt, b, kh, sh, 1, r, out, ow, act, a0, a1);
 }
 
 /* The line form for a square 3x3 or 5x5 kernel of stride 1 or 2 (any column dilation), undilated
