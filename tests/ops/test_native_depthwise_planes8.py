@@ -51,6 +51,9 @@ def _reference(x, w, b, mult, k, s, d, pad, oh, ow):  # type: ignore[no-untyped-
         (8, 1, 5, 5, 3, 1, "clip"),  # a plane narrower than the kernel, stride 3
         (13, 1, 3, 3, 1, 1, "none"),  # outputs fewer than four a row
         (3, 1, 90, 3, 1, 1, "hardswish"),  # a padded image past L2's budget (92 x 93 8-vectors): the flat form
+        (19, 1, 13, 3, 2, 1, "swish"),  # 7x7 outputs: rows of 7, two at a time, the last alone
+        (10, 1, 13, 5, 1, 1, "clip"),  # 13x14 outputs: rows in blocks of 7
+        (9, 1, 27, 5, 1, 1, "sigmoid"),  # 27x28: four blocks of 7 a row
     ],
 )
 def test_depthwise_forms_match_numpy_over_every_range_split(simd, c, mult, h, k, s, d, act) -> None:
@@ -82,8 +85,13 @@ def test_depthwise_forms_match_numpy_over_every_range_split(simd, c, mult, h, k,
 def test_eight_plane_form_equals_the_flat_form_to_the_bit(act) -> None:
     """The same multiply-adds in the same order and the activation's same operations (taken in
     registers by the eight-plane form): equal outputs, NaN where the flat form has NaN, -0 too."""
+    for h in (9, 7, 14):  # rows of 9 (8 and 8 overlapping), 7 (two rows at a time), 14 (two blocks of 7)
+        _eight_planes_equal_flat(act, h)
+
+
+def _eight_planes_equal_flat(act: str, h: int) -> None:
     rng = np.random.default_rng(7)
-    c, h, k = 21, 9, 3
+    c, k = 21, 3
     x = rng.uniform(-8, 8, (1, c, h, h)).astype(np.float32)
     x[0, 3, 4, 4], x[0, 5, 0, 0] = np.nan, -0.0
     w = rng.uniform(-1, 1, (c, 1, k, k)).astype(np.float32)

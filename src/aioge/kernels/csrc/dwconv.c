@@ -30,6 +30,7 @@
 #endif
 
 #define AVX2 __attribute__((target("avx2,fma")))
+#define LINE_ROWS 4 /* output rows a step of the line form */
 #define BLOCK 32 /* outputs per step of the vector kernel, and the buffers' slack */
 
 /* ``taps`` multiply-adds over the flat output [0, n) into out (rounded up to BLOCK). */
@@ -102,43 +103,48 @@ AVX2 static inline __m256i tail_mask(int64_t n)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-static int act_in_regs(int act);
-AVX2 static inline __attribute__((always_inline)) __m256 act1(__m256 x, int act, float a0, float a1);
+static void act_run(float *o, int64_t n, int act, float a0, float a1);
 
-/* The line form (kh x kh taps, stride sh, dilation dh, constants when inlined): R output rows by
- * 8 columns from q at a time. Tap (i, j) of output row r + p reads row phase (i dh) % sh's line
- * p + (i dh) / sh from base[phase kw + j] + q: each line is loaded once per column tap and used
- * by every tap row that reads it (3x3 stride 1: 18 loads for 36 multiply-adds, not 72). */
+/* The line form (kh x kh taps, stride sh, undilated rows, constants when inlined): R output rows
+ * by NV 8-vectors of columns from q at a time, R NV independent sums (the activation a pass of its
+ * own: in here its temporaries spilled the sums). Tap (i, j) of output row r + p reads row phase
+ * i % sh's line p + i / sh from base[phase kw + j] + q: the lines in order, each line's column
+ * taps loaded once and multiplied into every output row that reads it (3x3 stride 1, R 4, NV 2:
+ * 36 loads for 72 multiply-adds). */
 AVX2 static inline __attribute__((always_inline)) void lines_block(const float *const *base, int64_t wq, const float *wt, __m256 b,
-                                                                    const int kh, const int sh, const int dh, const int R, const int NV,
-                                                                    int64_t q, float *o, int64_t ow, int regs, int act, float a0, float a1)
+                                                                    const int kh, const int sh, const int R, const int NV,
+                                                                    int64_t q, float *o, int64_t ow)
 {
-    __m256 acc[4][2];
+    __m256 acc[LINE_ROWS][2];
     for (int p = 0; p < R; p++)
         for (int u = 0; u < NV; u++)
             acc[p][u] = b;
+    /* tap row i = m sh + a of output row p reads line p + m of row phase a */
+    _Pragma("GCC unroll 16")
     for (int a = 0; a < sh; a++)
-        for (int j = 0; j < kh; j++)
-            for (int u = 0; u < NV; u++) {
-                __m256 v[4 + 8];
-                for (int t = 0; t < R + (kh - 1) * dh / sh; t++) { /* the lines no tap reads are dead loads */
-                    v[t] = _mm256_loadu_ps(base[a * kh + j] + q + 8 * u + t * wq);
-                    __asm__("" : "+x"(v[t])); /* held in a register: not loaded again by each multiply-add */
-                }
-                for (int i = 0; i < kh; i++)
-                    if ((i * dh) % sh == a) {
-                        const __m256 w = _mm256_broadcast_ss(wt + i * kh + j);
-                        for (int p = 0; p < R; p++)
-                            acc[p][u] = _mm256_fmadd_ps(w, v[p + i * dh / sh], acc[p][u]);
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < R + (kh - 1 - a) / sh; t++)
+            _Pragma("GCC unroll 16")
+            for (int j = 0; j < kh; j++) {
+                __m256 v[2];
+                _Pragma("GCC unroll 16")
+                for (int u = 0; u < NV; u++)
+                    v[u] = _mm256_loadu_ps(base[a * kh + j] + q + 8 * u + t * wq);
+                _Pragma("GCC unroll 16")
+                for (int m = 0; m * sh + a < kh; m++)
+                    if (t - m >= 0 && t - m < R) {
+                        const __m256 w = _mm256_broadcast_ss(wt + (m * sh + a) * kh + j);
+                        _Pragma("GCC unroll 16")
+                        for (int u = 0; u < NV; u++)
+                            acc[t - m][u] = _mm256_fmadd_ps(w, v[u], acc[t - m][u]);
                     }
             }
     for (int p = 0; p < R; p++)
         for (int u = 0; u < NV; u++) {
-            const __m256 y = regs ? act1(acc[p][u], act, a0, a1) : acc[p][u];
             if (ow >= 8)
-                _mm256_storeu_ps(o + p * ow + q + 8 * u, y);
+                _mm256_storeu_ps(o + p * ow + q + 8 * u, acc[p][u]);
             else
-                _mm256_maskstore_ps(o + p * ow + q, tail_mask(ow), y);
+                _mm256_maskstore_ps(o + p * ow + q, tail_mask(ow), acc[p][u]);
         }
 }
 
@@ -147,26 +153,24 @@ AVX2 static inline __attribute__((always_inline)) void lines_block(const float *
  * overlapping the block before (the same values again), a row under 8 by masked stores (the lanes
  * past it read the buffer's slack) */
 AVX2 static inline __attribute__((always_inline)) void lines_rows(const float *buf, int64_t phase, int64_t wq, int64_t sw, int64_t dw,
-                                                                   const float *wt, __m256 b, const int kh, const int sh, const int dh,
-                                                                   const int R, int64_t r, float *out, int64_t ow, int act, float a0, float a1)
+                                                                   const float *wt, __m256 b, const int kh, const int sh, const int R,
+                                                                   int64_t r, float *out, int64_t ow, int act, float a0, float a1)
 {
     const float *base[2 * 5];
     for (int a = 0; a < sh; a++)
         for (int j = 0; j < kh; j++)
             base[a * kh + j] = buf + (a * sw + (j * dw) % sw) * phase + r * wq + (j * dw) / sw;
-    const int regs = act_in_regs(act);
     float *o = out + r * ow;
     int64_t q = 0;
     for (; q + 16 <= ow; q += 16)
-        lines_block(base, wq, wt, b, kh, sh, dh, R, 2, q, o, ow, regs, act, a0, a1);
+        lines_block(base, wq, wt, b, kh, sh, R, 2, q, o, ow);
     if (q + 8 <= ow) {
-        lines_block(base, wq, wt, b, kh, sh, dh, R, 1, q, o, ow, regs, act, a0, a1);
+        lines_block(base, wq, wt, b, kh, sh, R, 1, q, o, ow);
         q += 8;
     }
     if (q < ow)
-        lines_block(base, wq, wt, b, kh, sh, dh, R, 1, ow < 8 ? 0 : ow - 8, o, ow, regs, act, a0, a1);
-    if (act && !regs) /* the R rows while they are in L1 */
-        aioge_act_span(o, NULL, o, R * ow, act, a0, a1);
+        lines_block(base, wq, wt, b, kh, sh, R, 1, ow < 8 ? 0 : ow - 8, o, ow);
+    act_run(o, R * ow, act, a0, a1); /* the R rows while they are in L1 */
 }
 
 AVX2 static inline __attribute__((always_inline)) void lines_plane(const float *buf, int64_t phase, int64_t wq, int64_t sw, int64_t dw,
@@ -175,10 +179,10 @@ AVX2 static inline __attribute__((always_inline)) void lines_plane(const float *
 {
     const __m256 b = _mm256_set1_ps(bias);
     int64_t r = 0;
-    for (; r + 4 <= oh; r += 4)
-        lines_rows(buf, phase, wq, sw, dw, wt, b, kh, sh, 1, 4, r, out, ow, act, a0, a1);
+    for (; r + LINE_ROWS <= oh; r += LINE_ROWS)
+        lines_rows(buf, phase, wq, sw, dw, wt, b, kh, sh, LINE_ROWS, r, out, ow, act, a0, a1);
     for (; r < oh; r++)
-        lines_rows(buf, phase, wq, sw, dw, wt, b, kh, sh, 1, 1, r, out, ow, act, a0, a1);
+        lines_rows(buf, phase, wq, sw, dw, wt, b, kh, sh, 1, r, out, ow, act, a0, a1);
 }
 
 /* The line form for a square 3x3 or 5x5 kernel of stride 1 or 2 (any column dilation), undilated
@@ -247,7 +251,9 @@ static int dwconv(const float *x, const float *w, const float *bias, float *y, c
         float *out = y + p * oh * ow;
         for (int64_t r = 0; r < oh; r++)
             memcpy(out + r * ow, flat + r * wq, sizeof(float) * (size_t)ow);
-        if (act)
+        if (vec)
+            act_run(out, oh * ow, act, a0, a1);
+        else if (act)
             aioge_act_span(out, NULL, out, oh * ow, act, a0, a1);
     }
     free(buf);
@@ -310,6 +316,35 @@ AVX2 static inline __attribute__((always_inline)) __m256 act1(__m256 x, int act,
     h = _mm256_blendv_ps(h, zero, _mm256_cmp_ps(h, zero, _CMP_LT_OQ));
     h = _mm256_blendv_ps(h, one, _mm256_cmp_ps(h, one, _CMP_GT_OQ));
     return act == ACT_HARDSWISH ? _mm256_mul_ps(x, h) : h;
+}
+
+/* act over out[0, n) in place, a pass over values in L1: one loop per activation, its form
+ * inlined (act_span's own loops for the others; Clip's there is scalar, 7 ns a value) */
+AVX2 static inline __attribute__((always_inline)) void act_loop(float *o, int64_t n, const int act, float a0, float a1)
+{
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8)
+        _mm256_storeu_ps(o + t, act1(_mm256_loadu_ps(o + t), act, a0, a1));
+    if (t < n) {
+        const __m256i mask = tail_mask(n - t);
+        _mm256_maskstore_ps(o + t, mask, act1(_mm256_maskload_ps(o + t, mask), act, a0, a1));
+    }
+}
+
+AVX2 static void act_run(float *o, int64_t n, int act, float a0, float a1)
+{
+    switch (act) {
+    case ACT_NONE: break;
+    case ACT_RELU: act_loop(o, n, ACT_RELU, a0, a1); break;
+    case ACT_CLIP: act_loop(o, n, ACT_CLIP, a0, a1); break;
+    case ACT_HARDSWISH: act_loop(o, n, ACT_HARDSWISH, a0, a1); break;
+    case ACT_HARDSIGMOID: act_loop(o, n, ACT_HARDSIGMOID, a0, a1); break;
+#if SIGMOID_REGS
+    case ACT_SWISH: act_loop(o, n, ACT_SWISH, a0, a1); break;
+    case ACT_SIGMOID: act_loop(o, n, ACT_SIGMOID, a0, a1); break;
+#endif
+    default: aioge_act_span(o, NULL, o, n, act, a0, a1);
+    }
 }
 
 AVX2 static inline __attribute__((always_inline)) void act8(__m256 *v, int act, float a0, float a1)
@@ -405,7 +440,14 @@ AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float
                 rows[i] = img + 8 * (r * sh + i * dh) * wp;
             float *o = out + 8 * r * ow;
             int64_t q = 0;
-            if (ow >= 8) {
+            if (two && ow % 7 == 0) { /* the 7x7, 14x14, 28x28 planes in blocks of 7: no overlap */
+                if (ow == 7 && r + 1 < oh) { /* a 7x7 plane two rows at a time */
+                    pixels8(rows, wt, b, kh, kw, sw, dw, 0, o, 7, 2, rstep, ostep);
+                    r++;
+                } else
+                    for (; q < ow; q += 7)
+                        pixels8(rows, wt, b, kh, kw, sw, dw, q, o + 8 * q, 7, 1, 0, 0);
+            } else if (ow >= 8) {
                 for (; q + 8 <= ow; q += 8)
                     pixels8(rows, wt, b, kh, kw, sw, dw, q, o + 8 * q, 8, 1, 0, 0);
                 if (q < ow) /* the last 8, overlapping the block before: the same values again */
