@@ -81,8 +81,8 @@ def test_activations_match_float64_over_the_float32_range(name: str, params: tup
 def test_piecewise_linear_activations_are_the_numpy_steps_bit_for_bit(name: str, params: tuple[float, ...]) -> None:
     # numpy's fused steps compute these in a step-by-step run, the C code in a native program
     # and in the compiled kernels' epilogues: the two agree to the bit (numpy's maximum of -0
-    # and +0 is +0; NaN propagates). Clip has no C job of its own (it does not vectorise), only
-    # the epilogue, so it is called here by its C function.
+    # and +0 is +0; NaN propagates). Clip has no C job of its own, only the epilogues (the
+    # depthwise convs' act pass among them), so it is called here by its C function.
     from aioge.kernels.fused import EW_OPS
 
     rng = np.random.default_rng(3)
