@@ -464,3 +464,40 @@ def build_constant_of_shape(attrs: Mapping[str, Any], params: Mapping[str, Any],
         return outputs
 
     return run
+
+
+def build_channel_shuffle(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
+    """ChannelShuffle (``ops.fused``): the inputs joined along axis 1 (C channels), then
+    channel i * group + j of y is channel j * (C / group) + i of the join. The native form
+    copies each input's run of channels straight to its strided place in y (one job a
+    piece: an input inside one group block is one piece), no join or transpose between."""
+    g = int(attrs["group"])
+
+    def run(inputs: Inputs, outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        t = inputs[0] if len(inputs) == 1 else np.concatenate(inputs, axis=1)
+        n, c = t.shape[:2]
+        return _fill(outputs, [t.reshape(n, g, c // g, -1).transpose(0, 2, 1, 3).reshape(t.shape)])
+
+    def form(inputs: Inputs, outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        y = outputs[0]
+        if not all(isinstance(x, np.ndarray) and x.dtype == y.dtype and x.ndim == y.ndim for x in inputs):
+            return None
+        n, c = y.shape[:2]
+        block = c // g
+        yv = y.reshape(n, block, g, -1)  # y's channel i * g + j at [:, i, j]
+        calls, at = [], 0
+        for x in inputs:
+            xv = x.reshape(n, x.shape[1], -1)
+            lo = 0
+            while lo < x.shape[1]:  # the input's channels [lo, hi) in group block j, from its row i
+                j, i = divmod(at + lo, block)
+                hi = min(x.shape[1], lo + block - i)
+                call = native.elemwise(native.EW_CAST, yv[:, i : i + hi - lo, j], xv[:, lo:hi]) if x.size else None
+                if x.size and call is None:
+                    return None
+                calls += [call] if call else []
+                lo = hi
+            at += x.shape[1]
+        return calls
+
+    return native.with_native(run, form)

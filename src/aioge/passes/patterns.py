@@ -10,6 +10,8 @@
 - LayerNormalization, as torch exports it before opset 17:
   ``m = ReduceMean(x); d = x - m; v = ReduceMean(d ** 2); y = d / Sqrt(v + eps)``, then
   optionally ``* gamma`` and ``+ beta``, over trailing axes.
+- ChannelShuffle, as ShuffleNet writes it: ``Reshape (N, g, C/g, ...) -> Transpose`` of those two
+  axes ``-> Reshape (N, C, ...)``, with the channel Concat before it when only it reads the join.
 
 Every intermediate must be read only inside the pattern, and every value must have x's
 shape, so the fused op computes exactly what the pattern did.
@@ -25,7 +27,7 @@ import numpy as np
 from aioge.ir.graph import Graph, Node, Value
 from aioge.passes.rewrite import const_array, const_scalar, is_close, only_use, other_input, static_shape, substitute
 
-__all__ = ["fuse_gelu", "fuse_hard_sigmoid", "fuse_layer_norm", "fuse_squeeze_excite", "fuse_swish"]
+__all__ = ["fuse_channel_shuffle", "fuse_gelu", "fuse_hard_sigmoid", "fuse_layer_norm", "fuse_squeeze_excite", "fuse_swish"]
 
 
 def _op(node: Node | None, op: str) -> bool:
@@ -386,3 +388,34 @@ def _squeezed_conv(
         else (str(conv.attrs.get("activation", "")), [float(p) for p in conv.attrs.get("activation_params", ())])
     )
     return conv, w, b, act
+
+
+# -- channel shuffle -----------------------------------------------------------------------
+
+
+def fuse_channel_shuffle(graph: Graph) -> bool:
+    """Replace ``Reshape(x, (N, g, C/g, *rest)) -> Transpose(0, 2, 1, ...) -> Reshape(x's shape)``
+    (and a ``Concat`` on axis 1 making x, read only there) by one ChannelShuffle: one strided
+    copy of each input instead of a copy per node; returns True if it replaced any."""
+    changed, gone = False, set()
+    for first in graph.topological_order():
+        if not _op(first, "Reshape") or first.inputs[0] is None or id(first) in gone:
+            continue
+        x = first.inputs[0]
+        shape, split = static_shape(x.desc), static_shape(first.outputs[0].desc)
+        tr = _next(graph, first.outputs[0], "Transpose")
+        last = _next(graph, tr.outputs[0], "Reshape") if tr is not None else None
+        if shape is None or split is None or last is None or len(shape) < 2 or static_shape(last.outputs[0].desc) != shape:
+            continue
+        g = split[1] if len(split) == len(shape) + 1 else 0
+        perm = [int(p) for p in tr.attrs.get("perm") or ()]  # type: ignore[union-attr]
+        if not g or split != (shape[0], g, shape[1] // g, *shape[2:]) or perm != [0, 2, 1, *range(3, len(split))]:
+            continue
+        inputs, nodes = [x], [last, tr, first]
+        cat = x.producer
+        if _op(cat, "Concat") and only_use(graph, x) is first and int(cat.attrs["axis"]) % len(shape) == 1:  # type: ignore[union-attr]
+            inputs, nodes = list(cat.inputs), nodes + [cat]  # type: ignore[union-attr]
+        if substitute(graph, last, "ChannelShuffle", inputs, {"group": g}, nodes, domain="aioge") is not None:
+            changed = True
+            gone |= {id(n) for n in nodes}
+    return changed
