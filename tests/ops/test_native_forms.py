@@ -224,6 +224,7 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("", "ArgMax", "numpy"): ({"axis": 1, "keepdims": 0}, [_f(2, 5, 3)], 1),
     ("", "ArgMin", "numpy"): ({"axis": -1, "select_last_index": 1}, [_f(2, 5, 3)], 1),
     ("aioge", "FusedElementwise", "blocked"): ({"ops": ("Add", "Mul"), "operands": (0, 1, -1, 1)}, [_f(2, 3, 4), _f(2, 3, 4)], 1),
+    ("aioge", "ChannelShuffle", "numpy"): ({"group": 3}, [_f(1, 4, 2, 3), _f(1, 5, 2, 3)], 1),
     ("aioge", "SqueezeExcite", "squeeze_excite_native"): (
         {"activation1": "Relu", "activation2": "Sigmoid"},
         [_f(1, 4, 3, 3), _f(2, 4, 1, 1), _f(2), _f(4, 2, 1, 1), _f(4)],
@@ -462,3 +463,30 @@ def test_one_big_blas_product_runs_in_row_pieces_whole_or_split(sa: tuple[int, .
     assert native.par_run()(call2.job, call2.addr, call2.total, 1) >= 0  # type: ignore[misc]
     np.testing.assert_allclose(y, a @ b, rtol=1e-4, atol=1e-4)
     assert np.array_equal(y, y2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 3),
+    chans=st.lists(st.integers(1, 7), min_size=1, max_size=4),
+    group=st.integers(1, 5),
+    rest=st.lists(st.integers(1, 5), min_size=0, max_size=2),
+    dtype=st.sampled_from(["float32", "int64", "bool"]),
+)
+def test_channel_shuffle_jobs_equal_numpy_for_any_join_and_group(
+    n: int, chans: list[int], group: int, rest: list[int], dtype: str
+) -> None:
+    # each input's channels go to their strided places in y, an input across group blocks in
+    # pieces (ShuffleNet's: two inputs of C/2 channels, group 2)
+    from aioge.kernels.shape import build_channel_shuffle
+
+    chans[-1] += -sum(chans) % group  # the join's channels a multiple of group
+    rng = np.random.default_rng(sum(chans) * 7 + n)
+    xs = [(rng.standard_normal((n, c, *rest)) * 5).astype(dtype) for c in chans]
+    c = sum(chans)
+    want = np.concatenate(xs, 1).reshape(n, group, c // group, -1).transpose(0, 2, 1, 3).reshape(n, c, *rest)
+    run = build_channel_shuffle({"group": group}, {}, None, None)
+    y = np.empty(want.shape, dtype)
+    _run(native.native_form(run)(xs, [y]))  # type: ignore[misc]
+    assert np.array_equal(y, want)
+    assert np.array_equal(run(xs, None)[0], want)
