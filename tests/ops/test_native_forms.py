@@ -472,21 +472,25 @@ def test_one_big_blas_product_runs_in_row_pieces_whole_or_split(sa: tuple[int, .
     group=st.integers(1, 5),
     rest=st.lists(st.integers(1, 5), min_size=0, max_size=2),
     dtype=st.sampled_from(["float32", "int64", "bool"]),
+    cuts=st.lists(st.integers(1, 30), max_size=3),
 )
-def test_channel_shuffle_jobs_equal_numpy_for_any_join_and_group(
-    n: int, chans: list[int], group: int, rest: list[int], dtype: str
+def test_channel_shuffle_jobs_equal_numpy_for_any_join_group_and_split(
+    n: int, chans: list[int], group: int, rest: list[int], dtype: str, cuts: list[int]
 ) -> None:
-    # each input's channels go to their strided places in y, an input across group blocks in
-    # pieces (ShuffleNet's: two inputs of C/2 channels, group 2)
+    # each input's channels go to their strided places in the outputs, an input across group
+    # blocks or outputs in pieces (ShuffleNet's: two inputs of C/2 channels, group 2, halves out)
     from aioge.kernels.shape import build_channel_shuffle
 
     chans[-1] += -sum(chans) % group  # the join's channels a multiple of group
-    rng = np.random.default_rng(sum(chans) * 7 + n)
-    xs = [(rng.standard_normal((n, c, *rest)) * 5).astype(dtype) for c in chans]
     c = sum(chans)
+    bounds = sorted({b for b in cuts if b < c})
+    splits = np.diff([0, *bounds, c]).tolist() if cuts else []
+    rng = np.random.default_rng(c * 7 + n)
+    xs = [(rng.standard_normal((n, k, *rest)) * 5).astype(dtype) for k in chans]
     want = np.concatenate(xs, 1).reshape(n, group, c // group, -1).transpose(0, 2, 1, 3).reshape(n, c, *rest)
-    run = build_channel_shuffle({"group": group}, {}, None, None)
-    y = np.empty(want.shape, dtype)
-    _run(native.native_form(run)(xs, [y]))  # type: ignore[misc]
-    assert np.array_equal(y, want)
-    assert np.array_equal(run(xs, None)[0], want)
+    wants = np.split(want, bounds, axis=1) if cuts else [want]
+    run = build_channel_shuffle({"group": group, "splits": splits}, {}, None, None)
+    ys = [np.empty(w.shape, dtype) for w in wants]
+    _run(native.native_form(run)(xs, ys))  # type: ignore[misc]
+    for y, got, w in zip(ys, run(xs, None), wants, strict=True):
+        assert np.array_equal(y, w) and np.array_equal(got, w)

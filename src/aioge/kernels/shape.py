@@ -468,35 +468,42 @@ def build_constant_of_shape(attrs: Mapping[str, Any], params: Mapping[str, Any],
 
 def build_channel_shuffle(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
     """ChannelShuffle (``ops.fused``): the inputs joined along axis 1 (C channels), then
-    channel i * group + j of y is channel j * (C / group) + i of the join. The native form
-    copies each input's run of channels straight to its strided place in y (one job a
-    piece: an input inside one group block is one piece), no join or transpose between."""
-    g = int(attrs["group"])
+    channel i * group + j of y is channel j * (C / group) + i of the join; y split along axis
+    1 by ``splits`` (one output when empty). The native form copies each input's channels
+    straight to their strided places in the outputs (one job a piece: a run of channels inside
+    one group block and one output), no join, transpose or split between."""
+    g, splits = int(attrs["group"]), [int(v) for v in attrs.get("splits") or ()]
 
     def run(inputs: Inputs, outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         t = inputs[0] if len(inputs) == 1 else np.concatenate(inputs, axis=1)
         n, c = t.shape[:2]
-        return _fill(outputs, [t.reshape(n, g, c // g, -1).transpose(0, 2, 1, 3).reshape(t.shape)])
+        y = t.reshape(n, g, c // g, -1).transpose(0, 2, 1, 3).reshape(t.shape)
+        return _fill(outputs, np.split(y, np.cumsum(splits)[:-1], axis=1) if splits else [y])
 
     def form(inputs: Inputs, outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
-        y = outputs[0]
-        if not all(isinstance(x, np.ndarray) and x.dtype == y.dtype and x.ndim == y.ndim for x in inputs):
+        if not all(isinstance(x, np.ndarray) and x.dtype == outputs[0].dtype for x in inputs):
             return None
-        n, c = y.shape[:2]
-        block = c // g
-        yv = y.reshape(n, block, g, -1)  # y's channel i * g + j at [:, i, j]
+        n = outputs[0].shape[0]
+        block = sum(x.shape[1] for x in inputs) // g
+        ys, firsts = [y.reshape(n, y.shape[1], -1) for y in outputs], np.cumsum([0] + [y.shape[1] for y in outputs])
         calls, at = [], 0
         for x in inputs:
             xv = x.reshape(n, x.shape[1], -1)
-            lo = 0
-            while lo < x.shape[1]:  # the input's channels [lo, hi) in group block j, from its row i
-                j, i = divmod(at + lo, block)
-                hi = min(x.shape[1], lo + block - i)
-                call = native.elemwise(native.EW_CAST, yv[:, i : i + hi - lo, j], xv[:, lo:hi]) if x.size else None
-                if x.size and call is None:
-                    return None
-                calls += [call] if call else []
-                lo = hi
+            for k, yv in enumerate(ys):  # the channels of x landing in output k: j * block + i -> i * g + j
+                for ch in range(x.shape[1]):
+                    if ch and (at + ch) % block:
+                        continue  # one piece per group block: from its first channel of x
+                    j, i = divmod(at + ch, block)
+                    top = min(x.shape[1] - ch, block - i)  # x's channels ch.. in block j
+                    lo = max(i, -(-(firsts[k] - j) // g))  # the rows i whose channel i * g + j is in output k
+                    hi = min(i + top, -(-(firsts[k + 1] - j) // g))
+                    if lo >= hi or not x.size:
+                        continue
+                    dst = yv[:, lo * g + j - firsts[k] :: g][:, : hi - lo]
+                    call = native.elemwise(native.EW_CAST, dst, xv[:, ch + lo - i : ch + hi - i])
+                    if call is None:
+                        return None
+                    calls.append(call)
             at += x.shape[1]
         return calls
 

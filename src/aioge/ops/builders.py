@@ -775,14 +775,25 @@ def center_crop_pad(
 
 
 def channel_shuffle(
-    *inputs: Operand | Sequence[Operand], group: int, name: str | None = None, num_outputs: int | None = None, **unknown: Never
-) -> Value:
-    """ChannelShuffle: join the inputs along axis 1, then channel i * group + j takes channel j * (C / group) + i.
+    *inputs: Operand | Sequence[Operand],
+    group: int,
+    splits: Sequence[int] = (),
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Any:
+    """ChannelShuffle: join the inputs along axis 1, then channel i * group + j takes channel j * (C / group) + i; split along axis 1 by splits.
 
-    Attributes: group=REQUIRED. Returns the output value.
+    Attributes: group=REQUIRED, splits=(). Returns the output value, or a tuple of them when there are several.
     """
     return call_builder(
-        "ChannelShuffle", "aioge", inputs, {"group": group, **unknown}, variadic=True, name=name, num_outputs=num_outputs
+        "ChannelShuffle",
+        "aioge",
+        inputs,
+        {"group": group, "splits": splits, **unknown},
+        variadic=True,
+        name=name,
+        num_outputs=num_outputs,
     )
 
 

@@ -13,7 +13,8 @@ ints, floats and lists of them) so they serialise and hash into kernel keys.
   global average pool, the two 1x1 convs of the squeezed vector with their activations
   (``activation1``, ``activation2``) and the channel scale of x, as one node.
 - ``ChannelShuffle``: ShuffleNet's channel shuffle of ``group`` groups, of the inputs joined
-  along axis 1 (the Concat before it), as one node of strided copies.
+  along axis 1 (the Concat before it), split along axis 1 (``splits``: the Slices after it),
+  as one node of strided copies.
 - ``FusedMatMul``: MatMul with either operand's last two axes transposed, a scale
   ``alpha``, an optional bias ``C`` added to the product (as Gemm's with beta 1) and an
   optional activation. A product of a batch of rows by a matrix (A not transposed, B 2-D,
@@ -349,7 +350,10 @@ def _infer_channel_shuffle(ctx: InferContext) -> list[TensorDesc]:
     c, g = sum(s[1] for s in shapes), int(ctx.attrs["group"])
     if g < 1 or c % g:
         raise InferError(f"group {g} must divide the {c} channels")
-    return [TensorDesc((shapes[0][0], c, *shapes[0][2:]), descs[0].dtype)]
+    splits = [int(v) for v in ctx.attrs.get("splits") or (c,)]
+    if min(splits) < 1 or sum(splits) != c or ctx.num_outputs not in (0, len(splits)):
+        raise InferError(f"splits {splits} must be positive, add up to the {c} channels and name every output")
+    return [TensorDesc((shapes[0][0], k, *shapes[0][2:]), descs[0].dtype) for k in splits]
 
 
 # ShuffleNet's channel shuffle (and the channel Concat before it): Reshape (N, group, C/group,
@@ -359,12 +363,13 @@ _CHANNEL_SHUFFLE = OpSchema(
     _infer_channel_shuffle,
     (KernelImpl("numpy", build_channel_shuffle, native=True),),
     CPU_ONLY,
-    {"group": Attr("int", REQUIRED)},
+    {"group": Attr("int", REQUIRED), "splits": Attr("ints", ())},
+    (1, -1),
     (1, -1),
     domain="aioge",
     family="fused",
     float_only=False,
-    doc="join the inputs along axis 1, then channel i * group + j takes channel j * (C / group) + i",
+    doc="join the inputs along axis 1, then channel i * group + j takes channel j * (C / group) + i; split along axis 1 by splits",
 )
 
 SCHEMAS: tuple[OpSchema, ...] = (

@@ -11,7 +11,8 @@
   ``m = ReduceMean(x); d = x - m; v = ReduceMean(d ** 2); y = d / Sqrt(v + eps)``, then
   optionally ``* gamma`` and ``+ beta``, over trailing axes.
 - ChannelShuffle, as ShuffleNet writes it: ``Reshape (N, g, C/g, ...) -> Transpose`` of those two
-  axes ``-> Reshape (N, C, ...)``, with the channel Concat before it when only it reads the join.
+  axes ``-> Reshape (N, C, ...)``, with the channel Concat before it when only it reads the join,
+  and the Slices after it when they split its channels.
 
 Every intermediate must be read only inside the pattern, and every value must have x's
 shape, so the fused op computes exactly what the pattern did.
@@ -25,7 +26,18 @@ from typing import Any
 import numpy as np
 
 from aioge.ir.graph import Graph, Node, Value
-from aioge.passes.rewrite import const_array, const_scalar, is_close, only_use, other_input, static_shape, substitute
+from aioge.passes.rewrite import (
+    add_op,
+    const_array,
+    const_scalar,
+    is_close,
+    is_graph_output,
+    only_use,
+    other_input,
+    replace_values,
+    static_shape,
+    substitute,
+)
 
 __all__ = ["fuse_channel_shuffle", "fuse_gelu", "fuse_hard_sigmoid", "fuse_layer_norm", "fuse_squeeze_excite", "fuse_swish"]
 
@@ -415,7 +427,44 @@ def fuse_channel_shuffle(graph: Graph) -> bool:
         cat = x.producer
         if _op(cat, "Concat") and only_use(graph, x) is first and int(cat.attrs["axis"]) % len(shape) == 1:  # type: ignore[union-attr]
             inputs, nodes = list(cat.inputs), nodes + [cat]  # type: ignore[union-attr]
+        slices = _channel_slices(graph, last.outputs[0], shape[1])
+        if slices:  # the Slices that split the shuffled channels: outputs of the node
+            splits = [b - a for a, b, _ in slices]
+            node = add_op(
+                graph, "ChannelShuffle", inputs, {"group": g, "splits": splits}, domain="aioge", num_outputs=len(splits)
+            )
+            pairs = [(sl.outputs[0], new) for (_, _, sl), new in zip(slices, node.outputs)]
+            if all(o.desc == n.desc for o, n in pairs) and replace_values(
+                graph, pairs, [sl for *_, sl in slices] + nodes, take_names=True
+            ):
+                changed = True
+                gone |= {id(n) for n in nodes}
+                continue
+            graph.remove_node(node)
         if substitute(graph, last, "ChannelShuffle", inputs, {"group": g}, nodes, domain="aioge") is not None:
             changed = True
             gone |= {id(n) for n in nodes}
     return changed
+
+
+def _channel_slices(graph: Graph, y: Value, c: int) -> list[tuple[int, int, Node]] | None:
+    """(start, stop, node) of the Slices along axis 1 (step 1, constant bounds) that read ``y``
+    (not a graph output, read by them alone) and split its ``c`` channels, in channel order."""
+    if is_graph_output(graph, y) or not y.uses:
+        return None
+    out = []
+    for node, _ in y.uses:
+        if not _op(node, "Slice") or node.inputs[0] is not y or not 3 <= len(node.inputs) <= 5:
+            return None
+        starts, ends, axes, steps = (const_array(v) if v is not None else None for v in [*node.inputs[1:], None, None][:4])
+        if len(node.inputs) > 3 and axes is None or len(node.inputs) > 4 and steps is None or starts is None or ends is None:
+            return None
+        rank = len(y.desc.shape or ())
+        axes = np.arange(starts.size) if axes is None else axes
+        if starts.size != 1 or int(axes.reshape(-1)[0]) % rank != 1 or steps is not None and int(steps.reshape(-1)[0]) != 1:
+            return None
+        a, b = (min(max(int(v.reshape(-1)[0]) + (c if int(v.reshape(-1)[0]) < 0 else 0), 0), c) for v in (starts, ends))
+        out.append((a, b, node))
+    out.sort(key=lambda t: t[0])
+    bounds = [0] + [b for _, b, _ in out]
+    return out if all(a == bounds[k] and b > a for k, (a, b, _) in enumerate(out)) and bounds[-1] == c else None
