@@ -672,7 +672,10 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
                 TTILES[mv][nv](kc, r, koff + k0, bp + k0 * NR, part, k0 == 0, bias ? bpad : 0, last && relu);
                 if (!last)
                     continue; /* more of K to come */
-                if (act && !relu) /* one call a tile (the lanes past ncols hold zeros' activations, never stored) */
+                if (act == ACT_HARDSWISH || act == ACT_HARDSIGMOID || act == ACT_CLIP) /* inline, no call a tile */
+                    for (int64_t j = 0; j < mv * NR; j += VL)
+                        *(vfu *)(part + j) = hard_vf(*(const vfu *)(part + j), act, act_p0, act_p1);
+                else if (act && !relu) /* one call a tile (the lanes past ncols hold zeros' activations, never stored) */
                     aioge_act_span(part, NULL, part, mv * NR, act, act_p0, act_p1);
                 /* the tile goes out transposed: the mv positions of each channel side by side */
                 float *yt = y + (n * M + col0) * P + q;
