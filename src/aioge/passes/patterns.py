@@ -26,18 +26,8 @@ from typing import Any
 import numpy as np
 
 from aioge.ir.graph import Graph, Node, Value
-from aioge.passes.rewrite import (
-    add_op,
-    const_array,
-    const_scalar,
-    is_close,
-    is_graph_output,
-    only_use,
-    other_input,
-    replace_values,
-    static_shape,
-    substitute,
-)
+from aioge.passes import rewrite as rw
+from aioge.passes.rewrite import const_array, const_scalar, is_close, only_use, other_input, static_shape, substitute
 
 __all__ = ["fuse_channel_shuffle", "fuse_gelu", "fuse_hard_sigmoid", "fuse_layer_norm", "fuse_squeeze_excite", "fuse_swish"]
 
@@ -427,44 +417,32 @@ def fuse_channel_shuffle(graph: Graph) -> bool:
         cat = x.producer
         if _op(cat, "Concat") and only_use(graph, x) is first and int(cat.attrs["axis"]) % len(shape) == 1:  # type: ignore[union-attr]
             inputs, nodes = list(cat.inputs), nodes + [cat]  # type: ignore[union-attr]
-        slices = _channel_slices(graph, last.outputs[0], shape[1])
-        if slices:  # the Slices that split the shuffled channels: outputs of the node
-            splits = [b - a for a, b, _ in slices]
-            node = add_op(
-                graph, "ChannelShuffle", inputs, {"group": g, "splits": splits}, domain="aioge", num_outputs=len(splits)
-            )
-            pairs = [(sl.outputs[0], new) for (_, _, sl), new in zip(slices, node.outputs)]
-            if all(o.desc == n.desc for o, n in pairs) and replace_values(
-                graph, pairs, [sl for *_, sl in slices] + nodes, take_names=True
-            ):
-                changed = True
-                gone |= {id(n) for n in nodes}
-                continue
-            graph.remove_node(node)
-        if substitute(graph, last, "ChannelShuffle", inputs, {"group": g}, nodes, domain="aioge") is not None:
+        slices = _channel_slices(graph, last.outputs[0], shape[1]) or [(0, shape[1], None)]  # the Slices after it: outputs
+        attrs = {"group": g, "splits": [b - a for a, b, _ in slices] if slices[0][2] else []}
+        node = rw.add_op(graph, "ChannelShuffle", inputs, attrs, domain="aioge", num_outputs=len(slices))
+        pairs = [(sl.outputs[0] if sl else last.outputs[0], new) for (_, _, sl), new in zip(slices, node.outputs)]
+        if all(o.desc == n.desc for o, n in pairs) and rw.replace_values(
+            graph, pairs, [sl for *_, sl in slices if sl] + nodes, take_names=True
+        ):
             changed = True
             gone |= {id(n) for n in nodes}
+        else:
+            graph.remove_node(node)
     return changed
 
 
 def _channel_slices(graph: Graph, y: Value, c: int) -> list[tuple[int, int, Node]] | None:
-    """(start, stop, node) of the Slices along axis 1 (step 1, constant bounds) that read ``y``
-    (not a graph output, read by them alone) and split its ``c`` channels, in channel order."""
-    if is_graph_output(graph, y) or not y.uses:
-        return None
+    """(start, stop, node) of the Slices along axis 1 (step 1, constant bounds) that alone read
+    ``y`` (not a graph output) and split its ``c`` channels, in channel order."""
     out = []
-    for node, _ in y.uses:
-        if not _op(node, "Slice") or node.inputs[0] is not y or not 3 <= len(node.inputs) <= 5:
+    for node, _ in [] if rw.is_graph_output(graph, y) else y.uses:
+        bounds = [const_array(v) for v in node.inputs[1:]] if _op(node, "Slice") and node.inputs[0] is y else [None]
+        if len(bounds) < 2 or any(b is None or b.size != 1 for b in bounds):
             return None
-        starts, ends, axes, steps = (const_array(v) if v is not None else None for v in [*node.inputs[1:], None, None][:4])
-        if len(node.inputs) > 3 and axes is None or len(node.inputs) > 4 and steps is None or starts is None or ends is None:
+        a, b, axis, step = [int(v.reshape(-1)[0]) for v in bounds] + [0, 1][len(bounds) - 2 :]  # type: ignore[union-attr]
+        if axis % len(y.desc.shape or (0,)) != 1 or step != 1:
             return None
-        rank = len(y.desc.shape or ())
-        axes = np.arange(starts.size) if axes is None else axes
-        if starts.size != 1 or int(axes.reshape(-1)[0]) % rank != 1 or steps is not None and int(steps.reshape(-1)[0]) != 1:
-            return None
-        a, b = (min(max(int(v.reshape(-1)[0]) + (c if int(v.reshape(-1)[0]) < 0 else 0), 0), c) for v in (starts, ends))
-        out.append((a, b, node))
+        out.append((*(min(max(v + c if v < 0 else v, 0), c) for v in (a, b)), node))
     out.sort(key=lambda t: t[0])
-    bounds = [0] + [b for _, b, _ in out]
-    return out if all(a == bounds[k] and b > a for k, (a, b, _) in enumerate(out)) and bounds[-1] == c else None
+    ends = [0] + [b for _, b, _ in out]
+    return out if out and all(a == ends[k] < b for k, (a, b, _) in enumerate(out)) and ends[-1] == c else None  # type: ignore[return-value]
