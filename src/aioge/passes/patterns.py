@@ -407,17 +407,18 @@ def fuse_channel_shuffle(graph: Graph) -> bool:
         shape, split = static_shape(x.desc), static_shape(first.outputs[0].desc)
         tr = _next(graph, first.outputs[0], "Transpose")
         last = _next(graph, tr.outputs[0], "Reshape") if tr is not None else None
-        if shape is None or split is None or last is None or len(shape) < 2 or static_shape(last.outputs[0].desc) != shape:
+        if tr is None or last is None or shape is None or split is None or static_shape(last.outputs[0].desc) != shape:
             continue
-        g = split[1] if len(split) == len(shape) + 1 else 0
-        perm = [int(p) for p in tr.attrs.get("perm") or ()]  # type: ignore[union-attr]
+        g = split[1] if len(split) == len(shape) + 1 > 2 else 0
+        perm = [int(p) for p in tr.attrs.get("perm") or ()]
         if not g or split != (shape[0], g, shape[1] // g, *shape[2:]) or perm != [0, 2, 1, *range(3, len(split))]:
             continue
-        inputs, nodes = [x], [last, tr, first]
-        cat = x.producer
-        if _op(cat, "Concat") and only_use(graph, x) is first and int(cat.attrs["axis"]) % len(shape) == 1:  # type: ignore[union-attr]
-            inputs, nodes = list(cat.inputs), nodes + [cat]  # type: ignore[union-attr]
-        slices = _channel_slices(graph, last.outputs[0], shape[1]) or [(0, shape[1], None)]  # the Slices after it: outputs
+        inputs: list[Value | None] = [x]
+        nodes, cat = [last, tr, first], x.producer
+        if cat is not None and _op(cat, "Concat") and only_use(graph, x) is first and int(cat.attrs["axis"]) % len(shape) == 1:
+            inputs, nodes = list(cat.inputs), nodes + [cat]
+        found = _channel_slices(graph, last.outputs[0], shape[1])  # the Slices after it: outputs of the node
+        slices: list[tuple[int, int, Node | None]] = list(found) if found else [(0, shape[1], None)]
         attrs = {"group": g, "splits": [b - a for a, b, _ in slices] if slices[0][2] else []}
         node = rw.add_op(graph, "ChannelShuffle", inputs, attrs, domain="aioge", num_outputs=len(slices))
         pairs = [(sl.outputs[0] if sl else last.outputs[0], new) for (_, _, sl), new in zip(slices, node.outputs)]
@@ -432,9 +433,9 @@ def fuse_channel_shuffle(graph: Graph) -> bool:
 
 
 def _channel_slices(graph: Graph, y: Value, c: int) -> list[tuple[int, int, Node]] | None:
-    """(start, stop, node) of the Slices along axis 1 (step 1, constant bounds) that alone read
+    """(start, stop, node) of the Slices (to become outputs of the ChannelShuffle) along axis 1 (step 1, constant bounds) that alone read
     ``y`` (not a graph output) and split its ``c`` channels, in channel order."""
-    out = []
+    out: list[tuple[int, int, Node]] = []
     for node, _ in [] if rw.is_graph_output(graph, y) else y.uses:
         bounds = [const_array(v) for v in node.inputs[1:]] if _op(node, "Slice") and node.inputs[0] is y else [None]
         if len(bounds) < 2 or any(b is None or b.size != 1 for b in bounds):
@@ -442,7 +443,8 @@ def _channel_slices(graph: Graph, y: Value, c: int) -> list[tuple[int, int, Node
         a, b, axis, step = [int(v.reshape(-1)[0]) for v in bounds] + [0, 1][len(bounds) - 2 :]  # type: ignore[union-attr]
         if axis % len(y.desc.shape or (0,)) != 1 or step != 1:
             return None
-        out.append((*(min(max(v + c if v < 0 else v, 0), c) for v in (a, b)), node))
+        lo, hi = (min(max(v + c if v < 0 else v, 0), c) for v in (a, b))
+        out.append((lo, hi, node))
     out.sort(key=lambda t: t[0])
     ends = [0] + [b for _, b, _ in out]
-    return out if out and all(a == ends[k] < b for k, (a, b, _) in enumerate(out)) and ends[-1] == c else None  # type: ignore[return-value]
+    return out if out and all(a == ends[k] < b for k, (a, b, _) in enumerate(out)) and ends[-1] == c else None
