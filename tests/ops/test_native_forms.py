@@ -224,6 +224,7 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("", "ArgMax", "numpy"): ({"axis": 1, "keepdims": 0}, [_f(2, 5, 3)], 1),
     ("", "ArgMin", "numpy"): ({"axis": -1, "select_last_index": 1}, [_f(2, 5, 3)], 1),
     ("aioge", "FusedElementwise", "blocked"): ({"ops": ("Add", "Mul"), "operands": (0, 1, -1, 1)}, [_f(2, 3, 4), _f(2, 3, 4)], 1),
+    ("aioge", "ChannelShuffle", "numpy"): ({"group": 3}, [_f(1, 4, 2, 3), _f(1, 5, 2, 3)], 1),
     ("aioge", "SqueezeExcite", "squeeze_excite_native"): (
         {"activation1": "Relu", "activation2": "Sigmoid"},
         [_f(1, 4, 3, 3), _f(2, 4, 1, 1), _f(2), _f(4, 2, 1, 1), _f(4)],
@@ -462,3 +463,34 @@ def test_one_big_blas_product_runs_in_row_pieces_whole_or_split(sa: tuple[int, .
     assert native.par_run()(call2.job, call2.addr, call2.total, 1) >= 0  # type: ignore[misc]
     np.testing.assert_allclose(y, a @ b, rtol=1e-4, atol=1e-4)
     assert np.array_equal(y, y2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 3),
+    chans=st.lists(st.integers(1, 7), min_size=1, max_size=4),
+    group=st.integers(1, 5),
+    rest=st.lists(st.integers(1, 5), min_size=0, max_size=2),
+    dtype=st.sampled_from(["float32", "int64", "bool"]),
+    cuts=st.lists(st.integers(1, 30), max_size=3),
+)
+def test_channel_shuffle_jobs_equal_numpy_for_any_join_group_and_split(
+    n: int, chans: list[int], group: int, rest: list[int], dtype: str, cuts: list[int]
+) -> None:
+    # each input's channels go to their strided places in the outputs, an input across group
+    # blocks or outputs in pieces (ShuffleNet's: two inputs of C/2 channels, group 2, halves out)
+    from aioge.kernels.shape import build_channel_shuffle
+
+    chans[-1] += -sum(chans) % group  # the join's channels a multiple of group
+    c = sum(chans)
+    bounds = sorted({b for b in cuts if b < c})
+    splits = np.diff([0, *bounds, c]).tolist() if cuts else []
+    rng = np.random.default_rng(c * 7 + n)
+    xs = [(rng.standard_normal((n, k, *rest)) * 5).astype(dtype) for k in chans]
+    want = np.concatenate(xs, 1).reshape(n, group, c // group, -1).transpose(0, 2, 1, 3).reshape(n, c, *rest)
+    wants = np.split(want, bounds, axis=1) if cuts else [want]
+    run = build_channel_shuffle({"group": group, "splits": splits}, {}, None, None)
+    ys = [np.empty(w.shape, dtype) for w in wants]
+    _run(native.native_form(run)(xs, ys))  # type: ignore[misc]
+    for y, got, w in zip(ys, run(xs, None), wants, strict=True):
+        assert np.array_equal(y, w) and np.array_equal(got, w)

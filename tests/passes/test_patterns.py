@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import math
 
+import anyio
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import aioge
@@ -453,3 +456,114 @@ async def test_an_se_block_over_reduce_mean_of_h_and_w_becomes_one_node() -> Non
     s = feeds["x"].astype(np.float64).mean(axis=(2, 3))  # (1, 12)
     gate = 1 / (1 + np.exp(-(np.maximum(s @ w1[:, :, 0, 0].T, 0) @ w2[:, :, 0, 0].T)))
     np.testing.assert_allclose(out["a"], feeds["x"] * gate[:, :, None, None], rtol=1e-4, atol=1e-5)
+
+
+# -- channel shuffle ----------------------------------------------------------------------
+
+
+def _shuffle_model(chans: list[int], n: int, group: int, rest: list[int], concat: bool, cut: int) -> onnx.ModelProto:
+    """ShuffleNet's shuffle as torch exports it (Reshape, Transpose of the group axes, Reshape
+    back), after a channel Concat of the inputs, then Slices at channel ``cut`` (none at 0; the
+    bounds as torch writes them: an end counted from the back, the last one past it) and a Relu
+    of each part."""
+    c = sum(chans)
+    parts = [(0, cut), (cut, c)] if cut else [(0, c)]
+    names = [f"x{i}" for i in range(len(chans))]
+    nodes = [helper.make_node("Concat", names, ["t"], axis=1)] if concat else []
+    src = "t" if concat else names[0]
+    nodes += [
+        helper.make_node("Reshape", [src, "s1"], ["r1"]),
+        helper.make_node("Transpose", ["r1"], ["tr"], perm=[0, 2, 1, *range(3, 3 + len(rest))]),
+        helper.make_node("Reshape", ["tr", "s2"], ["r2"]),
+    ]
+    consts = {"s1": np.array([n, group, c // group, *rest], np.int64), "s2": np.array([n, c, *rest], np.int64)}
+    for k, (a, b) in enumerate(parts):
+        consts |= {
+            f"a{k}": np.array([a], np.int64),
+            f"b{k}": np.array([np.iinfo(np.int64).max if k else b - c], np.int64),
+            "ax": np.array([1], np.int64),
+        }
+        nodes += [
+            helper.make_node("Slice", ["r2", f"a{k}", f"b{k}", "ax"], [f"p{k}"])
+            if cut
+            else helper.make_node("Identity", ["r2"], ["p0"])
+        ]
+        nodes += [helper.make_node("Relu", [f"p{k}"], [f"y{k}"])]
+    graph = helper.make_graph(
+        nodes,
+        "shuffle",
+        [helper.make_tensor_value_info(nm, TensorProto.FLOAT, [n, ch, *rest]) for nm, ch in zip(names, chans)],
+        [helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, [n, b - a, *rest]) for k, (a, b) in enumerate(parts)],
+        [numpy_helper.from_array(a, k) for k, a in consts.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    n=st.integers(1, 2),
+    chans=st.lists(st.integers(1, 9), min_size=1, max_size=3),
+    group=st.integers(2, 4),
+    rest=st.lists(st.integers(1, 7), min_size=1, max_size=2),
+    cut=st.integers(0, 30),
+)
+def test_a_channel_shuffle_after_a_concat_is_one_node_equal_to_onnxruntime(
+    anyio_backend: str, n: int, chans: list[int], group: int, rest: list[int], cut: int
+) -> None:
+    chans[-1] += -sum(chans) % group
+    concat, cut = len(chans) > 1, cut % sum(chans)
+    model = _shuffle_model(chans, n, group, rest, concat, cut)
+    rng = np.random.default_rng(sum(chans) + 10 * n)
+    feeds = {f"x{i}": rng.standard_normal((n, ch, *rest)).astype(np.float32) for i, ch in enumerate(chans)}
+    graph = aioge.load_onnx(model.SerializeToString())
+    on, off, out = anyio.run(
+        lambda: compare(graph, feeds, "", without("ChannelShuffleFusionPass"), rtol=0, atol=0), backend=anyio_backend
+    )
+    assert on["ChannelShuffle"] == 1 and not {"Transpose", "Reshape", "Concat", "Slice"} & set(on), on
+    assert off["Transpose"] == 1 and off["Reshape"] == 2 and off.get("Concat", 0) == int(concat), off
+    assert off.get("Slice", 0) == 2 * bool(cut), off
+    refs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for k, ref in enumerate(refs):
+        np.testing.assert_array_equal(out[f"y{k}"], ref)
+
+
+async def test_a_shuffle_whose_join_is_read_elsewhere_keeps_its_concat(numpy_kernels) -> None:
+    # the Concat's output is read by another node too: the shuffle fuses alone (and runs on the
+    # numpy path without the compiled tier)
+    g = aioge.Graph("shared")
+    a, b = g.input("a", (1, 3, 5), "float32"), g.input("b", (1, 3, 5), "float32")
+    i64 = lambda *v: g.constant(np.array(v, np.int64))  # noqa: E731
+    t = ops.concat(a, b, axis=1)
+    y = ops.reshape(ops.transpose(ops.reshape(t, i64(1, 2, 3, 5)), perm=(0, 2, 1, 3)), i64(1, 6, 5))
+    g.output(y, ops.relu(t), names=["y", "t"])
+    feeds = {"a": _f32(1, 3, 5), "b": _f32(1, 3, 5, seed=1)}
+    on, _, out = await compare(g, feeds, only("ChannelShuffleFusionPass"), ALL_OFF, rtol=0, atol=0)
+    assert on == {"Concat": 1, "ChannelShuffle": 1, "Relu": 1}, on
+    want = np.concatenate([feeds["a"], feeds["b"]], 1).reshape(1, 2, 3, 5).transpose(0, 2, 1, 3).reshape(1, 6, 5)
+    np.testing.assert_array_equal(out["y"], want)
+
+
+async def test_a_transpose_of_other_axes_is_no_channel_shuffle() -> None:
+    g = aioge.Graph("not_shuffle")
+    x = g.input("x", (2, 6, 4), "float32")
+    i64 = lambda *v: g.constant(np.array(v, np.int64))  # noqa: E731
+    y = ops.reshape(ops.transpose(ops.reshape(x, i64(2, 2, 3, 4)), perm=(0, 1, 3, 2)), i64(2, 6, 4))
+    g.output(y, names=["y"])
+    on, _, _ = await compare(g, {"x": _f32(2, 6, 4)}, only("ChannelShuffleFusionPass"), ALL_OFF, rtol=0, atol=0)
+    assert "ChannelShuffle" not in on and on["Transpose"] == 1, on
+
+
+async def test_slices_that_do_not_split_the_shuffled_channels_stay() -> None:
+    # overlapping Slices, and a shuffle read whole beside its Slices: one output, Slices after it
+    g = aioge.Graph("slices")
+    x = g.input("x", (1, 8, 3), "float32")
+    i64 = lambda *v: g.constant(np.array(v, np.int64))  # noqa: E731
+    y = ops.reshape(ops.transpose(ops.reshape(x, i64(1, 2, 4, 3)), perm=(0, 2, 1, 3)), i64(1, 8, 3))
+    z = ops.reshape(ops.transpose(ops.reshape(ops.relu(x), i64(1, 2, 4, 3)), perm=(0, 2, 1, 3)), i64(1, 8, 3))
+    parts = [ops.slice(y, i64(0), i64(5), i64(1)), ops.slice(y, i64(4), i64(8), i64(1)), ops.slice(z, i64(0), i64(4), i64(1))]
+    g.output(*parts, z, names=["a", "b", "c", "z"])
+    feeds = {"x": _f32(1, 8, 3)}
+    on, _, out = await compare(g, feeds, only("ChannelShuffleFusionPass"), ALL_OFF, rtol=0, atol=0)
+    assert on == {"ChannelShuffle": 2, "Slice": 3, "Relu": 1}, on
+    want = feeds["x"].reshape(1, 2, 4, 3).transpose(0, 2, 1, 3).reshape(1, 8, 3)
+    np.testing.assert_array_equal(out["b"], want[:, 4:])

@@ -446,8 +446,10 @@ def _applies_depthwise_native(descs: Descs, attrs: Mapping[str, Any]) -> bool:
 # starts late only leaves the caller more chunks; measured on EfficientNet's 7x7 and 14x14 1x1
 # convs (7.5-20M multiply-adds), split against whole: 1.4-1.8x faster, and on the builder
 # CNN's 3->16 3x3 conv at batch 8 (3.5M, under the former bound of 4M): 118 -> 85 us. (A
-# Python helper's hop cost 60-90 us: the bound was 32M.)
-DIRECT_SPLIT_MACS = 1 << 20
+# Python helper's hop cost 60-90 us: the bound was 32M.) MobileNetV3's small-K convs of
+# 0.75-0.94M (22-36 us whole: 16->16 1x1 at 56x56, 96->40 and 40->120 at 14x14) split as well
+# as the big ones (the fastest tenth of 400 split runs, load 10: 0.61-0.65 of whole): 1 << 19.
+DIRECT_SPLIT_MACS = 1 << 19
 # a phase image built from this many values of x is shared by channels with the C helper (a copy:
 # ResNet-18's 7x7..56x56 ones: 887 -> 677 us of wall, load 6)
 PHASES_SPLIT_VALUES = 1 << 14

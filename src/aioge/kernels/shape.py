@@ -464,3 +464,34 @@ def build_constant_of_shape(attrs: Mapping[str, Any], params: Mapping[str, Any],
         return outputs
 
     return run
+
+
+def build_channel_shuffle(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Any) -> RunFn:
+    """ChannelShuffle (``ops.fused``); the native form copies each input's run of channels in a
+    group block and an output straight to its strided place there (one ``JOB_ELEMWISE`` each)."""
+    g, splits = int(attrs["group"]), [int(v) for v in attrs.get("splits") or ()]
+
+    def run(inputs: Inputs, outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
+        t = inputs[0] if len(inputs) == 1 else np.concatenate(inputs, axis=1)
+        y = t.reshape(t.shape[0], g, t.shape[1] // g, -1).transpose(0, 2, 1, 3).reshape(t.shape)
+        return _fill(outputs, np.split(y, np.cumsum(splits)[:-1], axis=1) if splits else [y])
+
+    def form(inputs: Inputs, outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
+        if not all(isinstance(x, np.ndarray) and x.dtype == outputs[0].dtype for x in inputs):
+            return None
+        calls: list[Any] = []
+        n, block, at = outputs[0].shape[0], sum(x.shape[1] for x in inputs) // g, 0
+        firsts = np.cumsum([0] + [y.shape[1] for y in outputs])
+        for x in inputs:  # join channel j * block + i (x's at + ch) -> channel i * g + j
+            for j in range(at // block, -(-(at + x.shape[1]) // block) if x.size else 0):
+                lo, hi = max(j * block, at), min(j * block + block, at + x.shape[1])  # in the join
+                for k, y in enumerate(outputs):  # rows i of block j whose channel i * g + j is in output k
+                    i0, i1 = max(lo - j * block, -(-(firsts[k] - j) // g)), min(hi - j * block, -(-(firsts[k + 1] - j) // g))
+                    if i0 < i1:
+                        dst = y.reshape(n, y.shape[1], -1)[:, i0 * g + j - firsts[k] :: g][:, : i1 - i0]
+                        src = x.reshape(n, x.shape[1], -1)[:, j * block + i0 - at : j * block + i1 - at]
+                        calls.append(native.elemwise(native.EW_CAST, dst, src))
+            at += x.shape[1]
+        return None if None in calls else calls
+
+    return native.with_native(run, form)

@@ -49,6 +49,7 @@ __all__ = [
     "ceil",
     "celu",
     "center_crop_pad",
+    "channel_shuffle",
     "clip",
     "col2_im",
     "compress",
@@ -770,6 +771,29 @@ def center_crop_pad(
     """
     return call_builder(
         "CenterCropPad", "", (input_data, shape), {"axes": axes, **unknown}, variadic=False, name=name, num_outputs=num_outputs
+    )
+
+
+def channel_shuffle(
+    *inputs: Operand | Sequence[Operand],
+    group: int,
+    splits: Sequence[int] = (),
+    name: str | None = None,
+    num_outputs: int | None = None,
+    **unknown: Never,
+) -> Any:
+    """ChannelShuffle: join the inputs along axis 1, then channel i * group + j takes channel j * (C / group) + i; split along axis 1 by splits.
+
+    Attributes: group=REQUIRED, splits=(). Returns the output value, or a tuple of them when there are several.
+    """
+    return call_builder(
+        "ChannelShuffle",
+        "aioge",
+        inputs,
+        {"group": group, "splits": splits, **unknown},
+        variadic=True,
+        name=name,
+        num_outputs=num_outputs,
     )
 
 

@@ -12,6 +12,9 @@ ints, floats and lists of them) so they serialise and hash into kernel keys.
 - ``SqueezeExcite``: a squeeze-and-excitation block (MobileNetV3, EfficientNet): the
   global average pool, the two 1x1 convs of the squeezed vector with their activations
   (``activation1``, ``activation2``) and the channel scale of x, as one node.
+- ``ChannelShuffle``: ShuffleNet's channel shuffle of ``group`` groups, of the inputs joined
+  along axis 1 (the Concat before it), split along axis 1 (``splits``: the Slices after it),
+  as one node of strided copies.
 - ``FusedMatMul``: MatMul with either operand's last two axes transposed, a scale
   ``alpha``, an optional bias ``C`` added to the product (as Gemm's with beta 1) and an
   optional activation. A product of a batch of rows by a matrix (A not transposed, B 2-D,
@@ -33,10 +36,12 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import fused as k
 from aioge.kernels import native
 from aioge.kernels.matmul_algos import MATMUL_BLAS, build_fused_matmul
+from aioge.kernels.shape import build_channel_shuffle
 from aioge.ops import conv, nn
 from aioge.ops.infer import broadcast_shapes
 from aioge.ops.schema import (
     ALL_ENGINES,
+    CPU_ONLY,
     FLOAT_DTYPES,
     REQUIRED,
     Attr,
@@ -334,9 +339,43 @@ _SQUEEZE_EXCITE = OpSchema(
     doc="a squeeze-and-excitation block: x * act2(Conv1x1(act1(Conv1x1(GlobalAveragePool(x), W1, B1)), W2, B2))",
 )
 
+
+def _infer_channel_shuffle(ctx: InferContext) -> list[TensorDesc]:
+    descs = [d for d in ctx.inputs if d is not None and d.static]
+    if len(descs) != len(ctx.inputs):
+        raise InferError("ChannelShuffle takes one or more inputs, all of static shapes")
+    shapes = [tuple(int(v) for v in d.shape or ()) for d in descs]
+    if len({d.dtype for d in descs}) != 1 or len(shapes[0]) < 2 or len({s[:1] + s[2:] for s in shapes}) != 1:
+        raise InferError(f"inputs must share one dtype and every dim but axis 1 (rank 2 or more), got {shapes}")
+    c, g = sum(s[1] for s in shapes), int(ctx.attrs["group"])
+    if g < 1 or c % g:
+        raise InferError(f"group {g} must divide the {c} channels")
+    splits = [int(v) for v in ctx.attrs.get("splits") or (c,)]
+    if min(splits) < 1 or sum(splits) != c or ctx.num_outputs not in (0, len(splits)):
+        raise InferError(f"splits {splits} must be positive, add up to the {c} channels and name every output")
+    return [TensorDesc((shapes[0][0], k, *shapes[0][2:]), descs[0].dtype) for k in splits]
+
+
+# ShuffleNet's channel shuffle (and the channel Concat before it): Reshape (N, group, C/group,
+# ...), Transpose of the two, Reshape back, as one node (passes.patterns.fuse_channel_shuffle).
+_CHANNEL_SHUFFLE = OpSchema(
+    "ChannelShuffle",
+    _infer_channel_shuffle,
+    (KernelImpl("numpy", build_channel_shuffle, native=True),),
+    CPU_ONLY,
+    {"group": Attr("int", REQUIRED), "splits": Attr("ints", ())},
+    (1, -1),
+    (1, -1),
+    domain="aioge",
+    family="fused",
+    float_only=False,
+    doc="join the inputs along axis 1, then channel i * group + j takes channel j * (C / group) + i; split along axis 1 by splits",
+)
+
 SCHEMAS: tuple[OpSchema, ...] = (
     _FUSED_ELEMENTWISE,
     _SQUEEZE_EXCITE,
+    _CHANNEL_SHUFFLE,
     _with_activation(
         _base(conv.SCHEMAS, "Conv"), "FusedConv", "Conv, plus Z (a residual) when given, then an activation, in place", True
     ),

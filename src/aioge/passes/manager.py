@@ -119,6 +119,12 @@ PASSES: tuple[GraphPass, ...] = (
         patterns.fuse_squeeze_excite,
     ),
     GraphPass(
+        "ChannelShuffleFusionPass",
+        True,
+        "replace a channel shuffle (Reshape, Transpose of the group axes, Reshape back; the Concat before it) by one ChannelShuffle",
+        patterns.fuse_channel_shuffle,
+    ),
+    GraphPass(
         "DuplicateFilterPass",
         True,
         "compute repeated (filter, bias) pairs of a Conv with constant weights once and Gather the channels",

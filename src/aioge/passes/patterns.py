@@ -10,6 +10,9 @@
 - LayerNormalization, as torch exports it before opset 17:
   ``m = ReduceMean(x); d = x - m; v = ReduceMean(d ** 2); y = d / Sqrt(v + eps)``, then
   optionally ``* gamma`` and ``+ beta``, over trailing axes.
+- ChannelShuffle, as ShuffleNet writes it: ``Reshape (N, g, C/g, ...) -> Transpose`` of those two
+  axes ``-> Reshape (N, C, ...)``, with the channel Concat before it when only it reads the join,
+  and the Slices after it when they split its channels.
 
 Every intermediate must be read only inside the pattern, and every value must have x's
 shape, so the fused op computes exactly what the pattern did.
@@ -23,9 +26,10 @@ from typing import Any
 import numpy as np
 
 from aioge.ir.graph import Graph, Node, Value
+from aioge.passes import rewrite as rw
 from aioge.passes.rewrite import const_array, const_scalar, is_close, only_use, other_input, static_shape, substitute
 
-__all__ = ["fuse_gelu", "fuse_hard_sigmoid", "fuse_layer_norm", "fuse_squeeze_excite", "fuse_swish"]
+__all__ = ["fuse_channel_shuffle", "fuse_gelu", "fuse_hard_sigmoid", "fuse_layer_norm", "fuse_squeeze_excite", "fuse_swish"]
 
 
 def _op(node: Node | None, op: str) -> bool:
@@ -386,3 +390,61 @@ def _squeezed_conv(
         else (str(conv.attrs.get("activation", "")), [float(p) for p in conv.attrs.get("activation_params", ())])
     )
     return conv, w, b, act
+
+
+# -- channel shuffle -----------------------------------------------------------------------
+
+
+def fuse_channel_shuffle(graph: Graph) -> bool:
+    """Replace ``Reshape(x, (N, g, C/g, *rest)) -> Transpose(0, 2, 1, ...) -> Reshape(x's shape)``
+    (and a ``Concat`` on axis 1 making x, read only there) by one ChannelShuffle: one strided
+    copy of each input instead of a copy per node; returns True if it replaced any."""
+    changed, gone = False, set()
+    for first in graph.topological_order():
+        if not _op(first, "Reshape") or first.inputs[0] is None or id(first) in gone:
+            continue
+        x = first.inputs[0]
+        shape, split = static_shape(x.desc), static_shape(first.outputs[0].desc)
+        tr = _next(graph, first.outputs[0], "Transpose")
+        last = _next(graph, tr.outputs[0], "Reshape") if tr is not None else None
+        if tr is None or last is None or shape is None or split is None or static_shape(last.outputs[0].desc) != shape:
+            continue
+        g = split[1] if len(split) == len(shape) + 1 > 2 else 0
+        perm = [int(p) for p in tr.attrs.get("perm") or ()]
+        if not g or split != (shape[0], g, shape[1] // g, *shape[2:]) or perm != [0, 2, 1, *range(3, len(split))]:
+            continue
+        inputs: list[Value | None] = [x]
+        nodes, cat = [last, tr, first], x.producer
+        if cat is not None and _op(cat, "Concat") and only_use(graph, x) is first and int(cat.attrs["axis"]) % len(shape) == 1:
+            inputs, nodes = list(cat.inputs), nodes + [cat]
+        found = _channel_slices(graph, last.outputs[0], shape[1])  # the Slices after it: outputs of the node
+        slices: list[tuple[int, int, Node | None]] = list(found) if found else [(0, shape[1], None)]
+        attrs = {"group": g, "splits": [b - a for a, b, _ in slices] if slices[0][2] else []}
+        node = rw.add_op(graph, "ChannelShuffle", inputs, attrs, domain="aioge", num_outputs=len(slices))
+        pairs = [(sl.outputs[0] if sl else last.outputs[0], new) for (_, _, sl), new in zip(slices, node.outputs)]
+        if all(o.desc == n.desc for o, n in pairs) and rw.replace_values(
+            graph, pairs, [sl for *_, sl in slices if sl] + nodes, take_names=True
+        ):
+            changed = True
+            gone |= {id(n) for n in nodes}
+        else:
+            graph.remove_node(node)
+    return changed
+
+
+def _channel_slices(graph: Graph, y: Value, c: int) -> list[tuple[int, int, Node]] | None:
+    """(start, stop, node) of the Slices (to become outputs of the ChannelShuffle) along axis 1 (step 1, constant bounds) that alone read
+    ``y`` (not a graph output) and split its ``c`` channels, in channel order."""
+    out: list[tuple[int, int, Node]] = []
+    for node, _ in [] if rw.is_graph_output(graph, y) else y.uses:
+        bounds = [const_array(v) for v in node.inputs[1:]] if _op(node, "Slice") and node.inputs[0] is y else [None]
+        if len(bounds) < 2 or any(b is None or b.size != 1 for b in bounds):
+            return None
+        a, b, axis, step = [int(v.reshape(-1)[0]) for v in bounds] + [0, 1][len(bounds) - 2 :]  # type: ignore[union-attr]
+        if axis % len(y.desc.shape or (0,)) != 1 or step != 1:
+            return None
+        lo, hi = (min(max(v + c if v < 0 else v, 0), c) for v in (a, b))
+        out.append((lo, hi, node))
+    out.sort(key=lambda t: t[0])
+    ends = [0] + [b for _, b, _ in out]
+    return out if out and all(a == ends[k] < b for k, (a, b, _) in enumerate(out)) and ends[-1] == c else None

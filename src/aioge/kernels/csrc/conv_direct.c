@@ -172,6 +172,34 @@ dtile_m(const int mr, int nv, int64_t kc, const float *restrict a, const float *
             *(vf *)(c + i * NR + VL * v) = acc[i][v];
 }
 
+typedef int32_t vfi_hard __attribute__((vector_size(VL * 4)));
+static inline __attribute__((always_inline)) vf pick(vfi_hard mask, vf a, vf b) /* a where mask, else b */
+{
+    return (vf)((mask & (vfi_hard)a) | (~mask & (vfi_hard)b));
+}
+
+/* norm.c's act_span for HardSigmoid (max(0, min(1, alpha x + beta)), NaN kept), HardSwish (x
+ * times that for 1/6, 1/2) and Clip (max with lo, then min with hi, NaN kept: clip_f32), the
+ * same operations in the same order on a vector: the same bits as the pass after the conv. */
+static inline __attribute__((always_inline)) vf hard_vf(vf v, int act, float p0, float p1)
+{
+    const vf zero = {0}, one = zero + 1.0f;
+    if (act == ACT_CLIP) {
+        const vf lo = zero + p0, hi = zero + p1;
+        v = pick((v > lo) | (v != v), v, lo);
+        return pick((v < hi) | (v != v), v, hi);
+    }
+    const float alpha = act == ACT_HARDSWISH ? 1.0f / 6.0f : p0, beta = act == ACT_HARDSWISH ? 0.5f : p1;
+    vf h = alpha * v;
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__("" : "+x"(h)); /* two roundings, as act_span's loop: no multiply-add contracted */
+#endif
+    h = h + beta;
+    h = pick(h < zero, zero, h);
+    h = pick(h > one, one, h);
+    return act == ACT_HARDSWISH ? v * h : h;
+}
+
 /* A whole tile over all of K, straight from the registers to the first ``rows`` of its MR rows
  * of y (ldy apart), ``ncols`` columns each (the last vector's tail masked off), with each row's
  * bias added as the copy-out adds it and the activation applied after: for a conv whose tile
@@ -215,7 +243,9 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
 #else
     const int sig = 0;
 #endif
-    const int other = act && !relu && !sig;
+    /* HardSwish, HardSigmoid and Clip in the registers too (hard_vf: act_span's expressions) */
+    const int hard = act == ACT_HARDSWISH || act == ACT_HARDSIGMOID || act == ACT_CLIP;
+    const int other = act && !relu && !sig && !hard;
     float t[TILE_ROWS * NV * VL] __attribute__((aligned(VL * 4)));
     if (other) {
 #pragma GCC unroll 8
@@ -239,6 +269,8 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
             if (sig)
                 out = (vf)sigmoid8((__m256)out, alpha, act == ACT_SWISH);
 #endif
+            if (hard)
+                out = hard_vf(out, act, p0, p1);
 #ifdef __AVX512F__
             if (relu)
                 out = (vf)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)out, _mm512_setzero_ps(), _CMP_NLE_UQ), (__m512)out);
@@ -640,7 +672,10 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
                 TTILES[mv][nv](kc, r, koff + k0, bp + k0 * NR, part, k0 == 0, bias ? bpad : 0, last && relu);
                 if (!last)
                     continue; /* more of K to come */
-                if (act && !relu) /* one call a tile (the lanes past ncols hold zeros' activations, never stored) */
+                if (act == ACT_HARDSWISH || act == ACT_HARDSIGMOID || act == ACT_CLIP) /* inline, no call a tile */
+                    for (int64_t j = 0; j < mv * NR; j += VL)
+                        *(vfu *)(part + j) = hard_vf(*(const vfu *)(part + j), act, act_p0, act_p1);
+                else if (act && !relu) /* one call a tile (the lanes past ncols hold zeros' activations, never stored) */
                     aioge_act_span(part, NULL, part, mv * NR, act, act_p0, act_p1);
                 /* the tile goes out transposed: the mv positions of each channel side by side */
                 float *yt = y + (n * M + col0) * P + q;
