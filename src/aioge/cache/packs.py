@@ -23,7 +23,7 @@ import logging
 import mmap
 import os
 import struct
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import blake3
@@ -34,7 +34,7 @@ from aioge.kernels import native, packbook
 from aioge.keys import code_digest, versions
 from aioge.plan import io
 
-__all__ = ["attach", "path_of"]
+__all__ = ["attach", "path_of", "wait"]
 
 log = logging.getLogger("aioge.cache.graph_cache")
 
@@ -42,6 +42,11 @@ KIND = "packs"
 _ALIGN = 64
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aioge-packs")  # checks, then writes; joined at exit
 os.register_at_fork(after_in_child=lambda: globals().update(_pool=ThreadPoolExecutor(1, thread_name_prefix="aioge-packs")))
+
+
+def wait() -> None:
+    """Return once the checks and writes begun so far are done (a process's exit waits for them too)."""
+    _pool.submit(int).result()
 
 
 def path_of(directory: str, om: str) -> str:
@@ -73,7 +78,9 @@ def attach(directory: str, entry: dict[str, Any], constants: dict[str, np.ndarra
         if any(stored.get(k, (None,))[0] is not a for k, a in packs.items()):
             _pool.submit(_save, path, made_for, packs, mode)
 
-    packbook.register(packbook.Book({k: (a, _pool.submit(lambda a, d: _digest(a) == d, a, d)) for k, (a, d) in stored.items()}, save), constants)
+    packbook.register(
+        packbook.Book({k: (a, _pool.submit(lambda a, d: _digest(a) == d, a, d)) for k, (a, d) in stored.items()}, save), constants
+    )
 
 
 def _load(path: str, made_for: dict[str, Any], shared: bool) -> dict[packbook.Key, tuple[np.ndarray, str]]:
@@ -108,7 +115,9 @@ def _load(path: str, made_for: dict[str, Any], shared: bool) -> dict[packbook.Ke
 
 
 def _save(path: str, made_for: dict[str, Any], packs: dict[packbook.Key, np.ndarray], mode: int) -> None:
-    table, pieces, offset = [], [], 0
+    table: list[list[Any]] = []
+    pieces: list[bytes | memoryview] = []
+    offset = 0
     for (name, layout), a in packs.items():
         a = np.ascontiguousarray(a, np.float32)
         table.append([name, layout, list(a.shape), offset, a.nbytes, _digest(a)])
