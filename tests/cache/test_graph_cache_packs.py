@@ -154,7 +154,10 @@ async def test_a_bad_packs_file_is_refused_and_the_weights_packed_again(tmp_path
     assert any(why in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING), caplog.text
     assert packing_kernels  # packed again (corrupt: the one pack that failed its check)
     # stored again, whole (an untrusted one replaced by one of this user's): the next start maps them
-    assert len(table(path)) == 2 and len(packs._load(str(path), packs._made_for(table_sha(tmp_path)), False)) == 2
+    assert (
+        len(table(path)) == 2
+        and len(packs._load(str(path), packs.made_for(table_sha(tmp_path), native.tier(), native.gemm_tile()), False)) == 2
+    )
     packing_kernels.clear()
     third, _ = await run(tmp_path)
     assert third.tobytes() == first.tobytes() and packing_kernels == []

@@ -3,7 +3,7 @@
 The GEMMs and direct convs pack each constant weight on a model's first run (BERT-base: 72
 weights, 340 MB, 0.4 s of CPU). The first process that runs an entry's model stores the packs
 it made there (in the background, after the run), and the next ones map them instead
-(``kernels.packbook`` hands them to the kernels).
+(``kernels.packbook`` hands them to the kernels; ``compiler.cached`` joins the two).
 
 The file is aioge's envelope header (magic, format, kind ``packs``, versions) with what the
 packs are made for: ``om_sha256`` (the entry's ``.om``, which names its weights by digest),
@@ -23,21 +23,21 @@ import logging
 import mmap
 import os
 import struct
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
 
 import blake3
 import numpy as np
 
 from aioge.errors import CacheError
-from aioge.kernels import native, packbook
 from aioge.keys import code_digest, versions
 from aioge.plan import io
 
-__all__ = ["attach", "path_of", "wait"]
+__all__ = ["Key", "load", "made_for", "path_of", "saver", "wait"]
 
 log = logging.getLogger("aioge.cache.graph_cache")
 
+Key = tuple[str, str]  # (a constant's name in the model, the layout a kernel packs it to)
 KIND = "packs"
 _ALIGN = 64
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aioge-packs")  # checks, then writes; joined at exit
@@ -53,37 +53,40 @@ def path_of(directory: str, om: str) -> str:
     return os.path.join(directory, om[: -len(".om")] + ".packs")
 
 
-def _made_for(om_sha256: str) -> dict[str, Any]:
-    return {"om_sha256": om_sha256, "tier": native.tier(), "tile": list(native.gemm_tile() or ()), "code": code_digest()}
+def made_for(om_sha256: str, tier: str, tile: Any) -> dict[str, Any]:
+    """What a packs file must have been made for: the entry's ``.om``, the ISA tier and register tile, the code."""
+    return {"om_sha256": om_sha256, "tier": tier, "tile": list(tile or ()), "code": code_digest()}
 
 
 def _digest(a: np.ndarray) -> str:
     return blake3.blake3(a.reshape(-1).view(np.uint8).data).hexdigest()
 
 
-def attach(directory: str, entry: dict[str, Any], constants: dict[str, np.ndarray], *, shared: bool, mode: int) -> None:
-    """Give the model of ``entry`` (its ``constants`` by name) the entry's stored packs, and
-    the packs its runs make a place to go (blocking: the file is opened and mapped)."""
-    path = path_of(directory, entry["cache_file_name"])
-    made_for = _made_for(entry["om_sha256"])
+def load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[np.ndarray, Future[bool]]]:
+    """The packs stored at ``path``, each with its check begun (a future: passed), or {}
+    when there is no such file or it is refused (one warning; blocking: it is mapped)."""
     try:
         stored = _load(path, made_for, shared)
     except FileNotFoundError:
-        stored = {}
+        return {}
     except (OSError, CacheError, ValueError, TypeError, KeyError) as exc:
         log.warning("graph cache: stored packed weights %s refused (%s); packing them again", path, exc)
-        stored = {}
+        return {}
+    return {k: (a, _pool.submit(lambda a, d: _digest(a) == d, a, d)) for k, (a, d) in stored.items()}
 
-    def save(packs: dict[packbook.Key, np.ndarray]) -> None:
+
+def saver(path: str, made_for: dict[str, Any], stored: dict[Key, Any], mode: int) -> Callable[[dict[Key, np.ndarray]], None]:
+    """A model's ``save``: all its packs, stored at ``path`` in the background unless each is
+    the one ``stored`` there already."""
+
+    def save(packs: dict[Key, np.ndarray]) -> None:
         if any(stored.get(k, (None,))[0] is not a for k, a in packs.items()):
             _pool.submit(_save, path, made_for, packs, mode)
 
-    packbook.register(
-        packbook.Book({k: (a, _pool.submit(lambda a, d: _digest(a) == d, a, d)) for k, (a, d) in stored.items()}, save), constants
-    )
+    return save
 
 
-def _load(path: str, made_for: dict[str, Any], shared: bool) -> dict[packbook.Key, tuple[np.ndarray, str]]:
+def _load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[np.ndarray, str]]:
     fd, st = io.open_regular(path)
     try:
         why = io.untrusted_reason(st, shared=shared)
@@ -97,7 +100,7 @@ def _load(path: str, made_for: dict[str, Any], shared: bool) -> dict[packbook.Ke
             if header.get(k) != v:
                 raise CacheError(f"made for another {k} ({header.get(k)!r}, this is {v!r})", path=path)
         base = -(-(len(io.MAGIC) + 4 + struct.unpack_from("<I", head, len(io.MAGIC))[0]) // _ALIGN) * _ALIGN
-        out: dict[packbook.Key, tuple[np.ndarray, str]] = {}
+        out: dict[Key, tuple[np.ndarray, str]] = {}
         spans = []
         for name, layout, shape, offset, nbytes, digest in header["packs"]:
             count = int(np.prod(shape, dtype=np.int64))
@@ -114,7 +117,7 @@ def _load(path: str, made_for: dict[str, Any], shared: bool) -> dict[packbook.Ke
     return out
 
 
-def _save(path: str, made_for: dict[str, Any], packs: dict[packbook.Key, np.ndarray], mode: int) -> None:
+def _save(path: str, made_for: dict[str, Any], packs: dict[Key, np.ndarray], mode: int) -> None:
     table: list[list[Any]] = []
     pieces: list[bytes | memoryview] = []
     offset = 0

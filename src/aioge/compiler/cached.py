@@ -34,6 +34,7 @@ from aioge.cache.remote import RemoteTier
 from aioge.errors import CacheError, ModelFormatError
 from aioge.ir.fingerprint import array_digest, data_digests, graph_fingerprint
 from aioge.ir.graph import Graph
+from aioge.kernels import native, packbook
 from aioge.keys import graph_match_key, remote_graph_key
 from aioge.options import CompileOptions
 from aioge.plan.model import CompiledModel
@@ -153,7 +154,10 @@ def _attach_packs(cache: GraphCache, entry: dict[str, Any], model: CompiledModel
     """The entry's stored packed weights for ``model``'s kernels, and a place for those its runs pack."""
     gears = enumerate((model, *model.gears))
     constants = {f"{i}/{n}": v.data for i, m in gears for n, v in m.graph.constants.items() if v.data is not None}
-    packs.attach(cache.dir, entry, constants, shared=cache.shared, mode=cache.mode)
+    made_for = packs.made_for(entry["om_sha256"], native.tier(), native.gemm_tile())
+    path = packs.path_of(cache.dir, entry["cache_file_name"])
+    stored = packs.load(path, made_for, cache.shared)
+    packbook.register(packbook.Book(stored, packs.saver(path, made_for, stored, cache.mode)), constants)
 
 
 def _counted_lookup(
