@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 import aioge
 from aioge import ops
 from aioge.cache import packs
+from aioge.cache.graph_tools import clear_graph_cache, prune_graph_cache
 from aioge.kernels import conv_algos, matmul_algos, native
 from aioge.plan import io
 
@@ -110,10 +112,14 @@ async def test_a_second_process_maps_the_packs_the_first_run_stored_bit_equal(tm
         ("fw", f"cols{tile[1]}"),
     ]
     proc = subprocess.run([sys.executable, "-P", "-c", CHILD, str(tmp_path), str(ROOT)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
     child = json.loads(proc.stdout.strip().splitlines()[-1])
     assert child["hit"] and child["packed"] == []  # both weights mapped from the entry, none packed
     assert bytes.fromhex(child["y"]) == first.tobytes()
+    path = packs_file(tmp_path)
+    assert prune_graph_cache(tmp_path, now=time.time() + 86400) == [] and path.exists()  # the entry's, kept
+    clear_graph_cache(tmp_path)
+    assert not path.exists()
 
 
 def _corrupt(path: Path) -> None:

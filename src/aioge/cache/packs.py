@@ -24,7 +24,7 @@ import mmap
 import os
 import struct
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import blake3
 import numpy as np
@@ -33,7 +33,7 @@ from aioge.errors import CacheError
 from aioge.keys import code_digest, versions
 from aioge.plan import io
 
-__all__ = ["Key", "load", "made_for", "path_of", "saver", "wait"]
+__all__ = ["Key", "load", "made_for", "path_of", "save_later", "wait"]
 
 log = logging.getLogger("aioge.cache.graph_cache")
 
@@ -75,15 +75,9 @@ def load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[n
     return {k: (a, _pool.submit(lambda a, d: _digest(a) == d, a, d)) for k, (a, d) in stored.items()}
 
 
-def saver(path: str, made_for: dict[str, Any], stored: dict[Key, Any], mode: int) -> Callable[[dict[Key, np.ndarray]], None]:
-    """A model's ``save``: all its packs, stored at ``path`` in the background unless each is
-    the one ``stored`` there already."""
-
-    def save(packs: dict[Key, np.ndarray]) -> None:
-        if any(stored.get(k, (None,))[0] is not a for k, a in packs.items()):
-            _pool.submit(_save, path, made_for, packs, mode)
-
-    return save
+def save_later(path: str, made_for: dict[str, Any], mode: int, packs: dict[Key, np.ndarray]) -> None:
+    """Store ``packs`` at ``path``, replacing the file, in the background."""
+    _pool.submit(_save, path, made_for, packs, mode)
 
 
 def _load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[np.ndarray, str]]:

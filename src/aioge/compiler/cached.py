@@ -156,8 +156,8 @@ def _attach_packs(cache: GraphCache, entry: dict[str, Any], model: CompiledModel
     constants = {f"{i}/{n}": v.data for i, m in gears for n, v in m.graph.constants.items() if v.data is not None}
     made_for = packs.made_for(entry["om_sha256"], native.tier(), native.gemm_tile())
     path = packs.path_of(cache.dir, entry["cache_file_name"])
-    stored = packs.load(path, made_for, cache.shared)
-    packbook.register(packbook.Book(stored, packs.saver(path, made_for, stored, cache.mode)), constants)
+    save = functools.partial(packs.save_later, path, made_for, cache.mode)
+    packbook.register(packbook.Book(packs.load(path, made_for, cache.shared), save), constants)
 
 
 def _counted_lookup(

@@ -32,7 +32,8 @@ class Book:
 
     def __init__(self, stored: dict[Key, tuple[np.ndarray, Future[bool]]], save: Callable[[dict[Key, np.ndarray]], None]):
         self.stored = stored
-        self.packs: dict[Key, np.ndarray] = {}  # the stored ones taken and the ones made: what ``save`` writes
+        # the stored ones taken and the ones made (while their kernels hold them): what ``save`` writes
+        self.packs: weakref.WeakValueDictionary[Key, np.ndarray] = weakref.WeakValueDictionary()
         self.save = save
 
 
@@ -86,7 +87,7 @@ def flush() -> None:
     if not _dirty:
         return
     with _lock:
-        books = list(_dirty)
+        saves = [(book.save, dict(book.packs)) for book in _dirty]
         _dirty.clear()
-    for book in books:
-        book.save(dict(book.packs))
+    for save, packs in saves:
+        save(packs)
