@@ -4,7 +4,7 @@ A model loaded from (or saved to) the graph cache registers its constants here b
 (``register``) with a ``Book``: the packs its entry stored and those a run makes since. A
 kernel's ``WeightDerived`` with a layout asks ``take`` before packing (a stored pack whose
 check has passed, else None) and tells ``made`` after; ``flush`` (after each run) hands a
-book's new packs to the cache to store, once.
+book in which packs were made all its packs, for the cache to store.
 """
 
 from __future__ import annotations
