@@ -47,8 +47,9 @@ def register(book: Book, constants: dict[str, np.ndarray]) -> None:
     with _lock:
         for name, a in constants.items():
             if a.nbytes and is_constant(a):
+                if _find(a) is None:  # one finalizer an array, however many models register it
+                    weakref.finalize(a, _by_id.pop, id(a), None)
                 _by_id[id(a)] = (weakref.ref(a), name, book)
-                weakref.finalize(a, _by_id.pop, id(a), None)
 
 
 def _find(w: np.ndarray) -> tuple[str, Book] | None:
