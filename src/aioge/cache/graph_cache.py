@@ -13,6 +13,8 @@ already exist (E13026). Files, as GE names them, in that dir:
   two writers never share one and a killed writer leaves no empty or half file.
 - ``<key>_<ts>.rdcpkt``: the variable descs (names, shapes, dtypes, formats) before and
   after compile, only when the graph has variables.
+- ``<key>_<ts>.packs``: the weights the model's kernels pack, as its first run packed them
+  (``cache.packs``: checked against the entry, the ISA tier and tile, and each by its BLAKE3).
 - ``weight/weight_<sha256>``: external constants (``ge.externalWeight=1``), deduplicated.
   A tensor that the source graph holds byte for byte (most weights survive the passes) is
   in neither place: the ``.om`` references it by its fingerprint digest (``plan.serialize``'s
@@ -115,6 +117,7 @@ class Lookup:
     model: CompiledModel | None
     drop: list[str] = field(default_factory=list)
     save: bool = True  # False: the dir is not trusted, so nothing compiled is put in it either
+    entry: dict[str, Any] | None = None  # the entry hit
 
 
 class GraphCache:
@@ -295,7 +298,7 @@ class GraphCache:
                     log.info(
                         "graph cache %r: loaded %s in %.1f ms", self.key, e["cache_file_name"], 1e3 * model.stats.compile_seconds
                     )
-                    result.model = model
+                    result.model, result.entry = model, e
                     return result
                 if broken:
                     result.drop.append(e["cache_file_name"])
@@ -479,18 +482,18 @@ class GraphCache:
 
     def _remove_entry_files(self, e: dict[str, Any]) -> None:
         """Remove a dropped entry's files, only where they are provably this key's own: the
-        ``.om`` named as ``_publish_files`` names them for this key, its ``.rdcpkt`` by the
-        same stem, each a regular file starting with aioge's magic (or empty: a name claimed
+        ``.om`` named as ``_publish_files`` names them for this key, its ``.rdcpkt`` and
+        ``.packs`` by the same stem, each a regular file starting with aioge's magic (or empty: a name claimed
         by a writer that crashed before filling it). An index is data anyone
         with write access to the dir could have crafted: the names in it are not trusted."""
         om, rdc = e["cache_file_name"], e["var_desc_file_name"]
         if not self._om_re.fullmatch(om):
             log.info("graph cache %r: index entry names %r, not a model file of this key; not removing it", self.key, om)
             return
-        for name in (om, rdc):
+        for name in (om, rdc, om[: -len(".om")] + ".packs"):
             if not name:
                 continue
-            if name not in (om, om[: -len(".om")] + ".rdcpkt"):
+            if name not in (om, om[: -len(".om")] + ".rdcpkt", om[: -len(".om")] + ".packs"):
                 log.info("graph cache %r: index entry names %r as the descs of %s; not removing it", self.key, name, om)
             elif not io.unlink_if_ours(self._path(name), empty_ok=True) and os.path.lexists(self._path(name)):
                 log.info("graph cache %r: %s is not provably aioge's; not removing it", self.key, name)

@@ -1,7 +1,7 @@
 """The graph cache as ``aioge cache stats / prune / clear`` see it: one tier of the report.
 
 A graph cache dir (``ge.graph_compiler_cache_dir``) holds, per ``ge.graph_key``, an index
-``<key>.idx``, compiled models ``<key>_<timestamp>[_n].om`` with their ``.rdcpkt``, a
+``<key>.idx``, compiled models ``<key>_<timestamp>[_n].om`` with their ``.rdcpkt`` and ``.packs``, a
 ``<key>.lock``, and the deduplicated ``weight/weight_<sha256>`` files (``graph_cache``
 describes them). These tools touch only files with those names, and of them only the ones
 that start with aioge's magic (weights are raw bytes: their name is the check), so nothing
@@ -126,7 +126,7 @@ def zero_graph_stats(directory: str | os.PathLike[str]) -> None:
 
 
 def prune_graph_cache(directory: str | os.PathLike[str], *, now: float | None = None) -> list[str]:
-    """Delete the ``.om`` and ``.rdcpkt`` files no index names (a writer killed between its
+    """Delete the ``.om``, ``.rdcpkt`` and ``.packs`` files no index names (a writer killed between its
     files and its entry, or entries dropped as stale) once 10 minutes old. Returns their paths.
 
     Raises:
@@ -181,7 +181,7 @@ def _keys(root: Path) -> list[str]:
 
 
 def _key_files(root: Path, key: str) -> list[Path]:
-    pattern = re.compile(rf"{re.escape(key)}_[0-9]{{14}}(?:_[0-9]+)?\.(?:om|rdcpkt)")
+    pattern = re.compile(rf"{re.escape(key)}_[0-9]{{14}}(?:_[0-9]+)?\.(?:om|rdcpkt|packs)")
     return sorted(p for p in root.iterdir() if pattern.fullmatch(p.name) and p.is_file())
 
 
@@ -195,10 +195,11 @@ def _entries(root: Path, key: str) -> list[dict[str, Any]]:
 
 
 def _indexed(root: Path, key: str) -> set[str]:
-    """The file names the key's index names."""
-    return {
+    """The file names the key's index names (an ``.om``'s ``.packs`` with it)."""
+    names = {
         v for e in _entries(root, key) for k in ("cache_file_name", "var_desc_file_name") if isinstance(v := e.get(k), str) and v
     }
+    return names | {n[: -len(".om")] + ".packs" for n in names if n.endswith(".om")}
 
 
 def _weights(root: Path) -> list[Path]:

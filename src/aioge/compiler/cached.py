@@ -27,12 +27,14 @@ from typing import Any, Awaitable, Callable, Sequence
 import anyio
 import numpy as np
 
+from aioge.cache import packs
 from aioge.cache.graph_cache import GraphCache, Lookup, check_cache_dir
 from aioge.cache.graph_tools import record_graph_lookup
 from aioge.cache.remote import RemoteTier
 from aioge.errors import CacheError, ModelFormatError
 from aioge.ir.fingerprint import array_digest, data_digests, graph_fingerprint
 from aioge.ir.graph import Graph
+from aioge.kernels import native, packbook
 from aioge.keys import graph_match_key, remote_graph_key
 from aioge.options import CompileOptions
 from aioge.plan.model import CompiledModel
@@ -142,7 +144,20 @@ def lookup_sync(
         fingerprint = src.fingerprint() if cache.check == "fingerprint" else None
         return graph_match_key(fingerprint, signature, options.raw)
 
-    return cache.lookup_sync(graph.name, match_key, var_descs(graph), functools.partial(_fits_graph, graph), src.held)
+    found = cache.lookup_sync(graph.name, match_key, var_descs(graph), functools.partial(_fits_graph, graph), src.held)
+    if found.model is not None and found.entry is not None:
+        _attach_packs(cache, found.entry, found.model)
+    return found
+
+
+def _attach_packs(cache: GraphCache, entry: dict[str, Any], model: CompiledModel) -> None:
+    """The entry's stored packed weights for ``model``'s kernels, and a place for those its runs pack."""
+    gears = enumerate((model, *model.gears))
+    constants = {f"{i}/{n}": v.data for i, m in gears for n, v in m.graph.constants.items() if v.data is not None}
+    made_for = packs.made_for(entry["om_sha256"], native.tier(), native.gemm_tile())
+    path = packs.path_of(cache.dir, entry["cache_file_name"])
+    save = functools.partial(packs.save_later, path, made_for, cache.mode)
+    packbook.register(packbook.Book(packs.load(path, made_for, cache.shared), save), constants)
 
 
 def _counted_lookup(
@@ -178,7 +193,9 @@ def save_sync(
     it, also for a graph whose arrays differ)."""
     descs = (var_descs(graph), var_descs(model.graph)) if graph.variables else None
     refs = (source or _Source(graph)).ref if cache.check == "fingerprint" else None
-    return cache.save_sync(model, descs, drop, locked=locked, graph_refs=refs)
+    entry = cache.save_sync(model, descs, drop, locked=locked, graph_refs=refs)
+    _attach_packs(cache, entry, model)
+    return entry
 
 
 async def load_or_compile(

@@ -39,7 +39,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from aioge.ir.desc import TensorDesc
-from aioge.kernels import native, native_rows
+from aioge.kernels import native, native_rows, packbook
 from aioge.kernels.contract import KernelImpl, RunFn, is_constant
 from aioge.kernels.conv import window_geometry
 from aioge.kernels.fused import build_then_activation
@@ -112,19 +112,26 @@ def conv_geometry(descs: Descs, attrs: Mapping[str, Any], rank: tuple[int, ...] 
 class WeightDerived:
     """A weight-derived array (packed, transformed), recomputed only when the weight changes.
     A read-only weight over read-only memory is a graph constant: the same object is the same
-    value (a read-only view of a writeable array is not: its values may change under it)."""
+    value (a read-only view of a writeable array is not: its values may change under it).
+    A ``layout`` (a name for what ``make`` computes, its tile parameters included) lets a
+    model from the graph cache take a constant's derived array from its entry (``packbook``)."""
 
-    __slots__ = ("_src", "_value", "_make")
+    __slots__ = ("_src", "_value", "_make", "_layout")
 
-    def __init__(self, make: Callable[[np.ndarray], np.ndarray]) -> None:
+    def __init__(self, make: Callable[[np.ndarray], np.ndarray], layout: str = "") -> None:
         self._src: np.ndarray | None = None
         self._value: np.ndarray | None = None
         self._make = make
+        self._layout = layout
 
     def get(self, w: np.ndarray) -> np.ndarray:
         if self._value is not None and w is self._src and is_constant(w):
             return self._value
-        value = self._make(w)
+        value = packbook.take(w, self._layout) if self._layout else None
+        if value is None:
+            value = self._make(w)
+            if self._layout and is_constant(w):
+                packbook.made(w, self._layout, value)
         self._src, self._value = w, value
         return value
 
@@ -530,6 +537,7 @@ def _direct_native(
     lay: _Layout,
     pack: Callable[[np.ndarray], np.ndarray],
     act: tuple[int, int, int],
+    layout: str,
 ) -> Callable[..., RunFn] | None:
     # What the compiled direct convs share: the geometry and tap offsets in a stride-phase
     # image of ``lay.image`` floats per image (x itself when ``lay.in_place``),
@@ -575,7 +583,7 @@ def _direct_native(
     # images: job is JOB_CONV_IMAGES over the batch's images, each image's phases built by the
     # thread that computes it.
     def make(job: int, tail: Sequence[int], total: int, images: bool = False) -> RunFn:
-        packed = WeightDerived(pack)
+        packed = WeightDerived(pack, layout)
         held: list[tuple[Any, int]] = [(None, 0)]  # the packed weight and its address, swapped whole
         bias = NativeOperand()
         scratch: list[tuple[np.ndarray, int]] = []  # phase images and their addresses, one per run in flight
@@ -657,7 +665,7 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
     lay = _layout(g, tile, rows=bool(params.get("rows", 0)), mr8=int(params.get("mr", 0)) == ROWS_MR8)
     mr = lay.mr or mr
     pack = lambda w: pack_rows(np.asarray(w, np.float32), mr)  # noqa: E731
-    make = _direct_native(g, ins, lay, pack, _epilogue(attrs))
+    make = _direct_native(g, ins, lay, pack, _epilogue(attrs), f"rows{mr}")
     if make is None:
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     blocks = lay.other
@@ -694,7 +702,9 @@ def build_conv_direct_t_native(attrs: Mapping[str, Any], params: Mapping[str, An
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     mr, nr = tile
     lay = _layout(g, tile, t=True)
-    make = _direct_native(g, ins, lay, lambda w: pack_columns(np.asarray(w, np.float32).reshape(g.m, -1).T, nr), _epilogue(attrs))
+    make = _direct_native(
+        g, ins, lay, lambda w: pack_columns(np.asarray(w, np.float32).reshape(g.m, -1).T, nr), _epilogue(attrs), f"convt{nr}"
+    )
     if make is None:
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     units, panels = g.n * lay.per_image, lay.other
@@ -794,7 +804,7 @@ def build_conv_grouped_native(attrs: Mapping[str, Any], params: Mapping[str, Any
         parts = np.asarray(w, np.float32).reshape(g.group, mg, -1)
         return np.concatenate([one(np.ascontiguousarray(p)).reshape(-1) for p in parts])
 
-    make = _direct_native(sg, sub_ins, lay, pack, _epilogue(attrs))
+    make = _direct_native(sg, sub_ins, lay, pack, _epilogue(attrs), f"group{g.group}{'t' if t else 'r'}{mr}x{nr}")
     if make is None:
         return _numpy_instead(_for_rank(g, build_conv_grouped), attrs, params, ins, outs)
     per = lay.per_image

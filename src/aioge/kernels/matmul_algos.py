@@ -261,7 +261,7 @@ def build_matmul_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins
     gemm = _PackedGemm(k, n)
     if not gemm.ready:
         return build_matmul_fold_2d(attrs, params, ins, outs)
-    packed = WeightDerived(lambda b: pack_columns(np.asarray(b, np.float32), gemm.nr))
+    packed = WeightDerived(lambda b: pack_columns(np.asarray(b, np.float32), gemm.nr), f"cols{gemm.nr}")
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         y = _out(outputs, shape, np.float32)
@@ -524,7 +524,7 @@ def build_gemm_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: 
     row_c = len(ins) > 2 and ins[2] is not None and alpha == 1.0 and beta != 0.0 and ins[2].shape in ((n,), (1, n))
     if m == 1 and tb and not ta:
         return _gemm_run(m, n, row_c, alpha, beta, *_gemv_t(k, n, gemm.par))
-    packed = WeightDerived(lambda b: pack_columns(np.asarray(b.T if tb else b, np.float32), gemm.nr))
+    packed = WeightDerived(lambda b: pack_columns(np.asarray(b.T if tb else b, np.float32), gemm.nr), f"cols{gemm.nr}{'t' * tb}")
 
     def product(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, bp: int, yc: np.ndarray) -> None:
         gemm(_rows(a.T if ta else a, k), packed.get(b), bias, yc)

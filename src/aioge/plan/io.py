@@ -272,10 +272,15 @@ def open_envelope(
 
 
 def write_atomic_sync(
-    path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600, exclusive: bool = False, durable: bool = True
+    path: str | os.PathLike[str],
+    data: bytes | Sequence[bytes | memoryview],
+    *,
+    mode: int = 0o600,
+    exclusive: bool = False,
+    durable: bool = True,
 ) -> None:
     """Publish ``data`` at ``path`` atomically: a reader sees the old file or the new one, whole.
-    Not ``durable``: without the two fsyncs (a counter a crash may lose, or leave unreadable,
+    ``data`` may come in pieces (written one after the other). Not ``durable``: without the two fsyncs (a counter a crash may lose, or leave unreadable,
     which its reader takes for none: the statistics files, written on every graph-cache hit).
 
     With ``exclusive`` an existing ``path`` is never replaced: the whole file appears under
@@ -292,10 +297,11 @@ def write_atomic_sync(
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
+            for piece in [data] if isinstance(data, bytes) else data:
+                view = memoryview(piece).cast("B")
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
             if durable:
                 os.fsync(fd)
         finally:

@@ -39,6 +39,7 @@ import numpy as np
 
 from aioge.errors import SessionClosedError
 from aioge.ir.desc import numpy_dtype
+from aioge.kernels import packbook
 from aioge.kernels.parallel import cpu_tokens, lend_tokens, return_tokens, wake_helpers
 from aioge.plan.model import CompiledModel
 from aioge.runtime import schedule
@@ -183,6 +184,7 @@ class Executable:
         ctx.bind(values)
 
     def _release(self, ctx: Context) -> None:
+        packbook.flush()  # the packs a graph-cache model's first run made go to its entry
         ctx.unbind()
         if ctx.layout is self._layout:
             self._pool.append(ctx)
