@@ -1,5 +1,5 @@
 """A graph-cache entry keeps the weights its model's first run packed (``<stem>.packs``), and a
-later process maps them instead of packing: bit-equal results; a corrupt, truncated, foreign,
+later process reads them instead of packing: bit-equal results; a corrupt, truncated, foreign,
 untrusted or other-ISA file is refused with a warning and the weights packed (and stored) again."""
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ print(json.dumps({"hit": hit, "packed": packed, "y": out.tobytes().hex()}))
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # a child process: once is enough
-async def test_a_second_process_maps_the_packs_the_first_run_stored_bit_equal(tmp_path, packing_kernels) -> None:
+async def test_a_second_process_reads_the_packs_the_first_run_stored_bit_equal(tmp_path, packing_kernels) -> None:
     first, hit = await run(tmp_path)
     assert not hit and sorted(packing_kernels) == ["pack_columns", "pack_rows"]
     np.testing.assert_allclose(first, reference(), rtol=1e-4, atol=1e-4)
@@ -114,7 +114,7 @@ async def test_a_second_process_maps_the_packs_the_first_run_stored_bit_equal(tm
     proc = subprocess.run([sys.executable, "-P", "-c", CHILD, str(tmp_path), str(ROOT)], capture_output=True, text=True)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
     child = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert child["hit"] and child["packed"] == []  # both weights mapped from the entry, none packed
+    assert child["hit"] and child["packed"] == []  # both weights read from the entry, none packed
     assert bytes.fromhex(child["y"]) == first.tobytes()
     path = packs_file(tmp_path)
     assert prune_graph_cache(tmp_path, now=time.time() + 86400) == [] and path.exists()  # the entry's, kept
@@ -171,3 +171,26 @@ async def test_a_bad_packs_file_is_refused_and_the_weights_packed_again(tmp_path
 
 def table_sha(cache: Path) -> str:
     return io.envelope_header((cache / [n for n in os.listdir(cache) if n.endswith(".om")][0]).read_bytes())["sha256"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_packs_file_changed_under_a_loaded_model_does_not_reach_it(tmp_path, packing_kernels) -> None:
+    """The packs are read into memory of the process's own, not mapped from the file: a file
+    rewritten in place (other numbers, same size) or cut short after the load changes nothing
+    (mapped, the first would change the weights after their check, the second end in SIGBUS)."""
+    first, _ = await run(tmp_path)
+    path = packs_file(tmp_path)
+    data = path.read_bytes()
+    start = -(-(len(io.MAGIC) + 4 + int.from_bytes(data[len(io.MAGIC) : len(io.MAGIC) + 4], "little")) // 64) * 64
+    packing_kernels.clear()
+    async with aioge.Session({"ge.graph_compiler_cache_dir": str(tmp_path), "aioge.tune_mode": "heuristic"}) as s:
+        await s.add_graph(1, graph(), {"ge.graph_key": "pk"})
+        assert (await s.run_graph(1, {"x": X}))["y"].tobytes() == first.tobytes()
+        assert s.compiled(1).stats.graph_cache_hit and packing_kernels == []  # the stored packs are in use
+        with open(path, "r+b") as f:  # in place: same inode, same size, other numbers in every pack
+            f.seek(start)
+            f.write(b"\x3f" * (len(data) - start))
+        assert (await s.run_graph(1, {"x": X}))["y"].tobytes() == first.tobytes()
+        os.truncate(path, 0)
+        assert (await s.run_graph(1, {"x": X}))["y"].tobytes() == first.tobytes()
+    packs.wait()

@@ -2,7 +2,7 @@
 
 The GEMMs and direct convs pack each constant weight on a model's first run (BERT-base: 72
 weights, 340 MB, 0.4 s of CPU). The first process that runs an entry's model stores the packs
-it made there (in the background, after the run), and the next ones map them instead
+it made there (in the background, after the run), and the next ones read them instead
 (``kernels.packbook`` hands them to the kernels; ``compiler.cached`` joins the two).
 
 The file is aioge's envelope header (magic, format, kind ``packs``, versions) with what the
@@ -11,10 +11,12 @@ packs are made for: ``om_sha256`` (the entry's ``.om``, which names its weights 
 code digest: the packers); and per pack ``[name, layout, shape, offset, nbytes, blake3]``,
 its float32 bytes at ``offset`` from the first 64-byte boundary after the header. A file
 made for anything else, untrusted, truncated or malformed is refused whole, one warning,
-and the packs are made and stored again. The file is mapped (``MAP_POPULATE``: the page
-cache's pages, no copy) and each pack's BLAKE3 checked on a thread of its own while the
-executable is built; a pack is used only once its check passed (else a warning, and it is
-packed). Written atomically and not fsynced (a torn file fails its checks).
+and the packs are made and stored again. The file is read into an anonymous mapping of its
+own (``MAP_POPULATE``), not mapped: a file rewritten or truncated in place under a running
+model would change its weights after their check, or end it with SIGBUS (as for ``weight/``
+files). Each pack's BLAKE3 is checked on a thread of its own while the executable is built;
+a pack is used only once its check passed (else a warning, and it is packed). Written
+atomically and not fsynced (a torn file fails its checks).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def _digest(a: np.ndarray) -> str:
 
 def load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[np.ndarray, Future[bool]]]:
     """The packs stored at ``path``, each with its check begun (a future: passed), or {}
-    when there is no such file or it is refused (one warning; blocking: it is mapped)."""
+    when there is no such file or it is refused (one warning; blocking: it is read)."""
     try:
         stored = _load(path, made_for, shared)
     except FileNotFoundError:
@@ -103,7 +105,14 @@ def _load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[
             if base + offset + nbytes > st.st_size:
                 raise CacheError(f"truncated: pack {name!r} ends past the file's {st.st_size} bytes", path=path)
             spans.append((str(name), str(layout), [int(d) for d in shape], base + offset, count, str(digest)))
-        mm = mmap.mmap(fd, st.st_size, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
+        mm = mmap.mmap(-1, st.st_size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0))
+        view, got = memoryview(mm), 0
+        while got < st.st_size:  # a private copy (see the module docstring)
+            n = os.preadv(fd, [view[got : got + (64 << 20)]], got)
+            if not n:
+                raise CacheError(f"truncated: it shrank to {got} bytes while read", path=path)
+            got += n
+        view.release()
     finally:
         os.close(fd)
     for name, layout, shape, offset, count, digest in spans:
