@@ -19,13 +19,19 @@ from aioge.benchmarks.suite import SuiteConfig, render_markdown  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def section() -> dict:
+def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("aioge_cache"))
+
+
+@pytest.fixture(scope="module")
+def section(cache: str) -> dict:
     lines: list[str] = []
     out = fe.frontends(
         ["torch", "tf"],
         tf_models=["cnn"],
         torch_models=["mlp"],
         torch_references=("eager", "inductor"),
+        torch_cache=cache,
         rounds=1,
         runs=2,
         progress=lines.append,
@@ -59,6 +65,21 @@ def test_torch_row_has_every_column_measured(section: dict) -> None:
          row["aioge"] / row["inductor"], *(row[k] for k in compiles), row["max_rel_err"], 1, 0],
         rel=0.06, abs=6e-3,
     )  # fmt: skip
+
+
+def test_aioge_compiles_with_its_cache_dir_and_a_second_compile_hits_it(section: dict, cache: str) -> None:
+    # as inductor has its /tmp/torchinductor_<user>: the model's graphs and trace are stored under
+    # its name, and a second backend in the same process loads both instead of compiling
+    import os
+
+    assert {"warm_up_0.idx", "mlp_0.idx"} <= set(os.listdir(cache)) and any(f.startswith("trace_") for f in os.listdir(cache))
+    be = aioge.torch.backend({"ge.graph_compiler_cache_dir": cache}, name="mlp")
+    try:
+        row = fe._torch_rows("mlp", be, ("eager",), 1, 1)[0]
+    finally:
+        be.close()
+    assert row["graphs"] == 1 and row["cache_hits"] == 1 and row["trace_hits"] == 1 and row["max_rel_err"] < 1e-5
+    assert fe.torch_cache_dir() == fe.torch_cache_dir() and os.path.isdir(fe.torch_cache_dir())
 
 
 def test_torch_compiles_are_timed_after_the_same_warm_up(monkeypatch: pytest.MonkeyPatch) -> None:
