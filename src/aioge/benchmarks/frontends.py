@@ -363,6 +363,7 @@ def frontends_table(section: dict[str, Any]) -> list[str]:
                 f"{r['compile_s']:.2f}", f"{r['ref_compile_s']:.2f}", f"{r['max_rel_err']:.1e}",
             ]  # fmt: skip
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-    lines = (lines if len(lines) > 2 else []) + (["", *torch_table(torch_rows)] if torch_rows else [])
+    caches = "torch compile figures: aioge and inductor both with their on-disk caches (aioge: `torch_cache_dir()`)"
+    lines = (lines if len(lines) > 2 else []) + (["", caches, "", *torch_table(torch_rows)] if torch_rows else [])
     lines += [f"\nSkipped {k}: {v}." for k, v in section.get("skipped", {}).items()]
     return lines

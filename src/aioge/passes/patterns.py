@@ -323,9 +323,10 @@ def _match_keras_layer_norm(
     eps = const_scalar(other_input(add, var.outputs[0])) if add is not None else None
     root = _next(graph, add.outputs[0], "Sqrt") if add is not None and eps is not None and eps >= 0 else None
     inv = _next(graph, root.outputs[0], "Reciprocal") if root is not None else None
-    if inv is None or sq is None or eps is None:
+    if inv is None or sq is None or eps is None or add is None or root is None:
         return None
-    nodes, s, scale, bias = [mean, sub, sq, var, add, root, inv], inv.outputs[0], None, None
+    nodes: list[Node] = [mean, sub, sq, var, add, root, inv]
+    s, scale, bias = inv.outputs[0], None, None
     mul = _next(graph, s, "Mul")
     if mul is not None and (g := _tail_const(graph, other_input(mul, s), normalised, x)) is not None:
         nodes, s, scale = [*nodes, mul], mul.outputs[0], g
@@ -353,8 +354,9 @@ def _tail_const(graph: Graph, v: Value | None, normalised: tuple[int, ...], x: V
     if v is None or _fits_normalised(v, normalised, x):
         return v
     data = const_array(v)
-    ok = data is not None and data.dtype == x.desc.dtype and data.shape[-len(normalised) :] == normalised
-    return graph.constant(data.reshape(normalised)) if ok and data.size == int(np.prod(normalised)) else None
+    if data is None or data.dtype != x.desc.dtype or data.size != int(np.prod(normalised)):
+        return None
+    return graph.constant(data.reshape(normalised)) if data.shape[-len(normalised) :] == normalised else None
 
 
 def _fits_normalised(v: Value, normalised: tuple[int, ...], x: Value) -> bool:
