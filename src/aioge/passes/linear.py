@@ -56,19 +56,10 @@ def _unfold_rows(graph: Graph) -> bool:
         if r1 is None or r2 is None or not (_is(r1, "Reshape") and _is(r2, "Reshape")) or r1.inputs[0] is None:
             continue
         xs, bs = static_shape(r1.inputs[0].desc), static_shape(mm.inputs[1].desc if mm.inputs[1] is not None else None)
-        if (
-            xs is None
-            or bs is None
-            or len(xs) < 3
-            or len(bs) != 2
-            or static_shape(r1.outputs[0].desc)
-            != (
-                int(np.prod(xs[:-1])),
-                xs[-1],
-            )
-        ):
+        rows = (int(np.prod(xs[:-1])), xs[-1]) if xs is not None and len(xs) >= 3 else None
+        if rows is None or bs is None or len(bs) != 2 or static_shape(r1.outputs[0].desc) != rows:
             continue
-        if static_shape(r2.outputs[0].desc) == (*xs[:-1], bs[1]):
+        if xs is not None and static_shape(r2.outputs[0].desc) == (*xs[:-1], bs[1]):
             changed |= substitute(graph, r2, "MatMul", [r1.inputs[0], mm.inputs[1]], {}, [r2, mm, r1]) is not None
     return changed
 
