@@ -19,13 +19,19 @@ from aioge.benchmarks.suite import SuiteConfig, render_markdown  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def section() -> dict:
+def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("aioge_cache"))
+
+
+@pytest.fixture(scope="module")
+def section(cache: str) -> dict:
     lines: list[str] = []
     out = fe.frontends(
         ["torch", "tf"],
         tf_models=["cnn"],
         torch_models=["mlp"],
         torch_references=("eager", "inductor"),
+        torch_cache=cache,
         rounds=1,
         runs=2,
         progress=lines.append,
@@ -61,6 +67,21 @@ def test_torch_row_has_every_column_measured(section: dict) -> None:
     )  # fmt: skip
 
 
+def test_aioge_compiles_with_its_cache_dir_and_a_second_compile_hits_it(section: dict, cache: str) -> None:
+    # as inductor has its /tmp/torchinductor_<user>: the model's graphs and trace are stored under
+    # its name, and a second backend in the same process loads both instead of compiling
+    import os
+
+    assert {"warm_up_0.idx", "mlp_0.idx"} <= set(os.listdir(cache)) and any(f.startswith("trace_") for f in os.listdir(cache))
+    be = aioge.torch.backend({"ge.graph_compiler_cache_dir": cache}, name="mlp")
+    try:
+        row = fe._torch_rows("mlp", be, ("eager",), 1, 1)[0]
+    finally:
+        be.close()
+    assert row["graphs"] == 1 and row["cache_hits"] == 1 and row["trace_hits"] == 1 and row["max_rel_err"] < 1e-5
+    assert fe.torch_cache_dir() == fe.torch_cache_dir() and os.path.isdir(fe.torch_cache_dir())
+
+
 def test_torch_compiles_are_timed_after_the_same_warm_up(monkeypatch: pytest.MonkeyPatch) -> None:
     # each backend compiles the tiny MLP once before any model (one-time costs), and each model is
     # captured by Dynamo's eager backend before the first timed side (per-model costs): the side
@@ -89,9 +110,10 @@ def test_torch_compiles_are_timed_after_the_same_warm_up(monkeypatch: pytest.Mon
 def test_table_and_report(section: dict) -> None:
     table = fe.frontends_table(section)
     assert table[0].startswith("| front end | model | reference | aioge ms | reference ms | aioge/reference")
-    assert "| tf | cnn 64x64 | tf.function |" in table[2] and table[3] == ""
-    assert table[4].startswith("| model | aioge ms | eager ms | inductor ms |") and table[6].startswith("| mlp 4x64 |")
-    assert len(table) == 7
+    assert "| tf | cnn 64x64 | tf.function |" in table[2] and table[3] == table[5] == ""
+    assert "both with their on-disk caches" in table[4]
+    assert table[6].startswith("| model | aioge ms | eager ms | inductor ms |") and table[8].startswith("| mlp 4x64 |")
+    assert len(table) == 9
     results = {
         "machine": {k: "x" for k in ("date", "cpus", "platform", "python", "aioge", "numpy", "onnx", "onnxruntime")}
         | {"OPENBLAS_CORETYPE": "", "OPENBLAS_L2_SIZE": ""},

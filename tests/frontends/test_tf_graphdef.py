@@ -887,3 +887,21 @@ def test_keras_nasnet_and_mobilenet_v3_blocks_run_as_one_native_program(monkeypa
     transposes = [p for p in exe.model.nodes if p.op_type == "Transpose"]
     assert len(transposes) <= 3, "the Concat of NCHW twins moved each part to NHWC and back"
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
+def test_keras_attention_block_lowers_einsum_and_fuses_layer_norm_and_gelu() -> None:
+    # Keras' MultiHeadAttention einsums become MatMul between transposes, its LayerNormalization
+    # (x * s + (-mean * s + beta)) one LayerNormalization, its exact gelu (0.5 x erfc(-x / sqrt 2))
+    # one Gelu; Tensordot's identity transposes go: the outputs still match TensorFlow's
+    from aioge.benchmarks.frontends import _keras_model
+
+    model, x, _ = _keras_model("mha", 32)
+    graph = aioge.load_tf(model)
+    loaded = {n.op_type for n in graph.nodes}
+    assert "Einsum" not in loaded and {"Erf", "Neg"} <= loaded
+    perms = [list(n.attrs["perm"]) for n in graph.nodes if n.op_type == "Transpose"]
+    assert len(perms) == 4 and [0, 1, 2] not in perms  # q, k and v's, the context's back; no Tensordot identity
+    got, exe = anyio_run(_run_thrice, graph, x)
+    ops = [n.op_type for n in exe.model.graph.nodes]
+    assert ops.count("LayerNormalization") == 2 and not {"Einsum", "Neg", "Erf", "ReduceMean"} & set(ops)
+    np.testing.assert_allclose(got, model(x, training=False).numpy(), rtol=1e-4, atol=1e-4)

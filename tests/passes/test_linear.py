@@ -44,6 +44,22 @@ async def test_transposes_fold_into_batched_matmul() -> None:
     np.testing.assert_allclose(out["y"], np.swapaxes(feeds["a"], 1, 2) @ feeds["b"].T, **TOL)
 
 
+async def test_tensordot_reshapes_around_matmul_go() -> None:
+    # Keras' Dense on (1, 8, 4): Reshape to (8, 4) rows, MatMul, Reshape back to (1, 8, 6) is one
+    # MatMul of the batch of rows; a reshape back to another shape stays
+    g = aioge.Graph("td")
+    x = g.input("x", (1, 8, 4), "float32")
+    w = g.input("w", (4, 6), "float32")
+    rows = _mm(ops.reshape(x, np.array([8, 4], np.int64)), w)
+    g.output(ops.reshape(rows, np.array([1, 8, 6], np.int64)), names=["y"])
+    g.output(ops.reshape(_mm(ops.reshape(x, np.array([8, 4], np.int64)), w), np.array([2, 4, 6], np.int64)), names=["z"])
+    feeds = {"x": _f32(1, 8, 4), "w": _f32(4, 6, seed=1)}
+    on, off, out = await compare(g, feeds, only("TransposeMatMulFusionPass"), ALL_OFF, **TOL)
+    assert on == {"MatMul": 2, "Reshape": 2} and off == {"MatMul": 2, "Reshape": 4}
+    np.testing.assert_allclose(out["y"], feeds["x"] @ feeds["w"], **TOL)
+    np.testing.assert_allclose(out["z"], (feeds["x"] @ feeds["w"]).reshape(2, 4, 6), **TOL)
+
+
 async def test_transposes_fold_into_gemm_flags() -> None:
     g = aioge.Graph("t2")
     x = g.input("x", (3, 7), "float32")

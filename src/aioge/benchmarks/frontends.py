@@ -12,6 +12,9 @@ backend once compiles a tiny MLP before the first model (a process's one-time co
 model is first captured untimed by Dynamo with its ``eager`` backend (Dynamo's per-model costs:
 the first forward, its analysis of the model's code), so the side timed first pays neither.
 ``bench/bench_torch_compile.py`` measures compiles in fresh processes, one-time costs included.
+Both torch compilers run with their on-disk caches: inductor's ``/tmp/torchinductor_<user>``,
+aioge's ``torch_cache_dir()`` (``ge.graph_compiler_cache_dir``: compiled graphs and inference
+traces), one backend per model keyed by the model's name, so a run after another loads both.
 A reference that fails to compile is a row with its error, never a failed section.
 """
 
@@ -20,7 +23,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import os
 import statistics
+import tempfile
 import time
 from typing import Any, Callable
 
@@ -29,7 +34,7 @@ import numpy as np
 
 from aioge.benchmarks import measure
 
-__all__ = ["FRONTENDS", "TF_MODELS", "TORCH_MODELS", "frontends", "frontends_table", "torch_table"]
+__all__ = ["FRONTENDS", "TF_MODELS", "TORCH_MODELS", "frontends", "frontends_table", "torch_cache_dir", "torch_table"]
 
 FRONTENDS = ("tf", "torch")
 # Every Keras application family with random weights at input size 96 (InceptionV3 and Xception
@@ -52,6 +57,15 @@ def missing(frontend: str) -> str | None:
     need = {"tf": ("tensorflow", "keras"), "torch": ("torch", "torchvision", "transformers")}[frontend]
     absent = [m for m in need if importlib.util.find_spec(m) is None]
     return f"{', '.join(absent)} not installed (pip install 'aioge[{frontend}]')" if absent else None
+
+
+def torch_cache_dir() -> str:
+    """aioge's counterpart of inductor's ``/tmp/torchinductor_<user>``: a per-user dir under the system temp dir (made)."""
+    import getpass
+
+    path = os.path.join(tempfile.gettempdir(), f"aioge_bench_{getpass.getuser()}")
+    os.makedirs(path, exist_ok=True)
+    return path
 
 
 def _alternate(sides: dict[str, Callable[[], Any]], rounds: int, runs: int) -> dict[str, float]:
@@ -220,8 +234,9 @@ def _torch_rows(name: str, be: Any, references: tuple[str, ...], rounds: int, ru
     """One row for the model: each side's median seconds a call (``aioge``, then ``eager``,
     ``inductor``...), compile seconds (``compile_s``, ``<side>_compile_s``), ``max_rel_err``
     against eager, the aioge ``graphs`` Dynamo captured and the ``fallbacks`` (graphs or
-    partitions run eagerly in PyTorch: EagerFallbackWarnings); ``<side>_error`` for a reference
-    that failed to compile."""
+    partitions run eagerly in PyTorch: EagerFallbackWarnings), of those graphs the
+    ``cache_hits`` (loaded from the graph cache) and ``trace_hits`` (inference traces not
+    re-traced); ``<side>_error`` for a reference that failed to compile."""
     import warnings
 
     import torch
@@ -232,7 +247,7 @@ def _torch_rows(name: str, be: Any, references: tuple[str, ...], rounds: int, ru
     row: dict[str, Any] = {"frontend": "torch", "model": TORCH_MODELS[name]}
     sides: dict[str, Callable[[], Any]] = {}
     outs: dict[str, np.ndarray] = {}
-    graphs = len(be.graphs)
+    graphs, trace_hits = len(be.graphs), be.trace_hits
     torch._dynamo.reset()  # once: a reset between sides would drop the compiled ones (recompiled while timed)
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", aioge.torch.EagerFallbackWarning)
@@ -253,6 +268,9 @@ def _torch_rows(name: str, be: Any, references: tuple[str, ...], rounds: int, ru
             sides[side] = functools.partial(fn, **kwargs)
             row.setdefault("graphs", len(be.graphs) - graphs)
         row |= _alternate(sides, rounds, runs)
+    session = be._runner.session  # the graphs built for this model (a backend per model)
+    row["cache_hits"] = sum(session.compiled(i).stats.graph_cache_hit for i in session._graphs if i >= graphs)
+    row["trace_hits"] = be.trace_hits - trace_hits
     row["fallbacks"] = sum(isinstance(w.message, aioge.torch.EagerFallbackWarning) for w in caught)
     row["max_rel_err"] = _err(outs["aioge"], outs.get("eager", outs["aioge"]))
     return [row]
@@ -264,11 +282,13 @@ def frontends(
     tf_models: list[str] | None = None,
     torch_models: list[str] | None = None,
     torch_references: tuple[str, ...] = TORCH_REFERENCES,
+    torch_cache: str | None = None,
     rounds: int = 5,
     runs: int = 5,
     progress: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
-    """The section's rows (TF: one per model and reference; torch: one per model, see ``_torch_rows``) and what was skipped with why."""
+    """The section's rows (TF: one per model and reference; torch: one per model, see ``_torch_rows``) and what was skipped with why.
+    ``torch_cache``: aioge's graph cache dir for the torch models (default ``torch_cache_dir()``)."""
     rows: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
     why = {n: missing(n) for n in names}
@@ -276,14 +296,19 @@ def frontends(
     if "torch" in names and not why["torch"]:
         import aioge.torch  # before TensorFlow: see aioge.torch._check_import_order
 
-        be = aioge.torch.backend()
+        options = {"ge.graph_compiler_cache_dir": torch_cache or torch_cache_dir()}
+        be = aioge.torch.backend(options, name="warm_up")
         try:
             _warm_up(be, torch_references)
-            for m in torch_models or [m for m in TORCH_MODELS if m != "mlp"]:
-                rows += _torch_rows(m, be, torch_references, rounds, runs)
-                progress(_line(rows[-1]))
         finally:
             be.close()
+        for m in torch_models or [m for m in TORCH_MODELS if m != "mlp"]:
+            be = aioge.torch.backend(options, name=m)  # its graphs cached as <model>_<n>: the same keys in every run
+            try:
+                rows += _torch_rows(m, be, torch_references, rounds, runs)
+            finally:
+                be.close()
+            progress(_line(rows[-1]))
     if "tf" in names and not why["tf"]:
         for m in tf_models or [m for m in TF_MODELS]:
             rows += anyio.run(_tf_model, m, TF_MODELS[m], rounds, runs)
@@ -338,6 +363,7 @@ def frontends_table(section: dict[str, Any]) -> list[str]:
                 f"{r['compile_s']:.2f}", f"{r['ref_compile_s']:.2f}", f"{r['max_rel_err']:.1e}",
             ]  # fmt: skip
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-    lines = (lines if len(lines) > 2 else []) + (["", *torch_table(torch_rows)] if torch_rows else [])
+    caches = "torch compile figures: aioge and inductor both with their on-disk caches (aioge: `torch_cache_dir()`)"
+    lines = (lines if len(lines) > 2 else []) + (["", caches, "", *torch_table(torch_rows)] if torch_rows else [])
     lines += [f"\nSkipped {k}: {v}." for k, v in section.get("skipped", {}).items()]
     return lines

@@ -1266,7 +1266,8 @@ def _expand_dims(n: _Node, x: Value, axis: Value) -> Value:
 
 
 def _transpose(n: _Node, x: Value, perm: Value) -> Value:
-    return ops.transpose(x, perm=[int(p) for p in n.const(perm, "the permutation").reshape(-1)])
+    order = [int(p) for p in n.const(perm, "the permutation").reshape(-1)]
+    return x if order == list(range(len(order))) else ops.transpose(x, perm=order)  # Tensordot's identity
 
 
 def _concat(n: _Node, *args: Value) -> Value:
@@ -1301,7 +1302,24 @@ def _softmax(n: _Node, x: Value) -> Value:
 
 
 def _einsum(n: _Node, *xs: Value) -> Value:
-    return ops.einsum(*xs, equation=n.attr("equation"))
+    """Einsum; a batched product of two operands (Keras' attention: ``BTNH,BSNH->BNTS``,
+    ``BNTS,BSNH->BTNH``) as MatMul between the transposes it needs, which have C forms."""
+    eq = n.attr("equation").replace(" ", "")
+    terms, _, out = eq.partition("->")
+    ins = terms.split(",")
+    if len(xs) == 2 and out and len(ins) == 2 and all(len(set(t)) == len(t) and t.isalpha() for t in (*ins, out)):
+        a, b = ins
+        batch = [c for c in out if c in a and c in b]
+        m, k, n_ = [c for c in a if c not in b], [c for c in a if c in b and c not in out], [c for c in b if c not in a]
+        if len(m) == len(k) == len(n_) == 1 and set(a) | set(b) == set(out) | set(k) and set(b) <= set(out) | set(k):
+            lhs = _permute(xs[0], a, "".join(batch) + m[0] + k[0])
+            y = ops.matmul(lhs, _permute(xs[1], b, "".join(batch) + k[0] + n_[0]))
+            return _permute(y, "".join(batch) + m[0] + n_[0], out)
+    return ops.einsum(*xs, equation=eq)
+
+
+def _permute(x: Value, have: str, want: str) -> Value:
+    return x if have == want else ops.transpose(x, perm=[have.index(c) for c in want])
 
 
 def _unary(op: Callable[..., Value]) -> Callable[..., Value]:

@@ -46,10 +46,29 @@ def _swaps_last_two(node: Node) -> bool:
     return perm == (*range(rank - 2), rank - 1, rank - 2)
 
 
+def _unfold_rows(graph: Graph) -> bool:
+    """Tensordot's ``Reshape(x, (rows, K)) -> MatMul(., B) -> Reshape(., (*x.shape[:-1], N))``
+    as ``MatMul(x, B)`` (a batch of rows by a matrix, which a bias and activation then join)."""
+    changed = False
+    for mm in graph.topological_order():
+        r1 = _producer(graph, mm.inputs[0], mm) if _is(mm, "MatMul") else None
+        r2 = only_use(graph, mm.outputs[0]) if r1 is not None else None
+        if r1 is None or r2 is None or not (_is(r1, "Reshape") and _is(r2, "Reshape")) or r1.inputs[0] is None:
+            continue
+        xs, bs = static_shape(r1.inputs[0].desc), static_shape(mm.inputs[1].desc if mm.inputs[1] is not None else None)
+        rows = (int(np.prod(xs[:-1])), xs[-1]) if xs is not None and len(xs) >= 3 else None
+        if rows is None or bs is None or len(bs) != 2 or static_shape(r1.outputs[0].desc) != rows:
+            continue
+        if xs is not None and static_shape(r2.outputs[0].desc) == (*xs[:-1], bs[1]):
+            changed |= substitute(graph, r2, "MatMul", [r1.inputs[0], mm.inputs[1]], {}, [r2, mm, r1]) is not None
+    return changed
+
+
 def fold_transposes(graph: Graph) -> bool:
     """Fold a Transpose that swaps the last two axes into the MatMul or Gemm reading it
-    (as transA/transB); a MatMul becomes FusedMatMul. Returns True if it folded any."""
-    changed = False
+    (as transA/transB); a MatMul becomes FusedMatMul. Tensordot's reshapes around a MatMul go
+    first (``_unfold_rows``). Returns True if it folded any."""
+    changed = _unfold_rows(graph)
     for node in graph.topological_order():
         if _is(node, "MatMul"):
             attrs = {"transA": 0, "transB": 0, "alpha": 1.0}

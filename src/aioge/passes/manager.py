@@ -90,7 +90,7 @@ PASSES: tuple[GraphPass, ...] = (
     GraphPass(
         "TransposeMatMulFusionPass",
         True,
-        "fold last-two-axes Transposes into MatMul/Gemm as transA/transB",
+        "fold last-two-axes Transposes into MatMul/Gemm as transA/transB, Tensordot's row Reshapes around a MatMul away",
         linear.fold_transposes,
     ),
     GraphPass(

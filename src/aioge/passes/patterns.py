@@ -9,7 +9,8 @@
   that for 1/6, 1/2 (MobileNetV3; the kernels' alpha x + beta is an ulp or so apart).
 - LayerNormalization, as torch exports it before opset 17:
   ``m = ReduceMean(x); d = x - m; v = ReduceMean(d ** 2); y = d / Sqrt(v + eps)``, then
-  optionally ``* gamma`` and ``+ beta``, over trailing axes.
+  optionally ``* gamma`` and ``+ beta``, over trailing axes; and as Keras writes it:
+  ``s = Reciprocal(Sqrt(v + eps)) [* gamma]; y = x * s + (-m * s [+ beta])``.
 - ChannelShuffle, as ShuffleNet writes it: ``Reshape (N, g, C/g, ...) -> Transpose`` of those two
   axes ``-> Reshape (N, C, ...)``, with the channel Concat before it when only it reads the join,
   and the Slices after it when they split its channels.
@@ -164,19 +165,21 @@ def _match_gelu(graph: Graph, erf: Node) -> tuple[Value, list[Node]] | None:
             x = v
         elif _op(pre, "Mul") and _scalar_operand(pre, v, 1.0 / math.sqrt(2.0)):
             x = v
+    neg = x.producer if x is not None and _op(x.producer, "Neg") and only_use(graph, x) is pre else None
+    x = neg.inputs[0] if neg is not None else x  # Keras: 0.5 * x * erfc(-x / sqrt 2), erfc as 1 - erf
     if x is None or static_shape(x.desc) is None:
         return None
-    tail = _gelu_tail(graph, erf, x)
-    return None if tail is None else (x, [pre, erf, *tail])
+    tail = _gelu_tail(graph, erf, x, erfc=neg is not None)
+    return None if tail is None else (x, [*([neg] if neg else []), pre, erf, *tail])
 
 
-def _gelu_tail(graph: Graph, inner: Node, x: Value) -> list[Node] | None:
-    """The nodes computing 0.5 * x * (1 + inner) from ``inner`` (erf or tanh), in one of the
+def _gelu_tail(graph: Graph, inner: Node, x: Value, erfc: bool = False) -> list[Node] | None:
+    """The nodes computing 0.5 * x * (1 + inner) (``erfc``: 1 - inner) from ``inner`` (erf or tanh), in one of the
     orders exporters write; None when they are not there or broadcast x to a bigger shape."""
     if static_shape(x.desc) is None:
         return None
-    add = _next(graph, inner.outputs[0], "Add")
-    if add is None or not _scalar_operand(add, inner.outputs[0], 1.0):
+    add = _next(graph, inner.outputs[0], "Sub" if erfc else "Add")
+    if add is None or not _scalar_operand(add, inner.outputs[0], 1.0) or (erfc and add.inputs[1] is not inner.outputs[0]):
         return None
     mul = _next(graph, add.outputs[0], "Mul")
     if mul is None:
@@ -256,6 +259,8 @@ def _match_layer_norm(graph: Graph, mean: Node) -> tuple[Value, Value | None, Va
     if x is None or shape is None or not shape or x.desc.dtype not in ("float16", "float32", "float64"):
         return None
     axis = _tail_axes(mean, len(shape))
+    if axis is not None and len(mean.outputs[0].uses) == 2:
+        return _match_keras_layer_norm(graph, mean, x, axis, shape[axis:])
     sub = _next(graph, mean.outputs[0], "Sub")
     if axis is None or sub is None or sub.inputs[0] is not x or sub.inputs[1] is not mean.outputs[0]:
         return None
@@ -304,6 +309,58 @@ def _match_layer_norm(graph: Graph, mean: Node) -> tuple[Value, Value | None, Va
     if any(n.outputs[0].desc.dtype != x.desc.dtype for n in nodes) or last.outputs[0].desc != x.desc:
         return None
     return x, scale, bias, axis, float(eps), nodes
+
+
+def _match_keras_layer_norm(
+    graph: Graph, mean: Node, x: Value, axis: int, normalised: tuple[int, ...]
+) -> tuple[Value, Value | None, Value | None, int, float, list[Node]] | None:
+    sub, neg = (next((n for n, _ in mean.outputs[0].uses if _op(n, op)), None) for op in ("Sub", "Neg"))
+    if sub is None or neg is None or sub.inputs[0] is not x or sub.inputs[1] is not mean.outputs[0]:
+        return None
+    sq = _next(graph, sub.outputs[0], "Mul")
+    if sq is None and len(sub.outputs[0].uses) == 2 and sub.outputs[0].uses[0][0] is sub.outputs[0].uses[1][0]:
+        sq = sub.outputs[0].uses[0][0] if _op(sub.outputs[0].uses[0][0], "Mul") else None
+    var = _next(graph, sq.outputs[0], "ReduceMean") if sq is not None and sq.inputs[0] is sq.inputs[1] else None
+    if var is None or _tail_axes(var, len(x.desc.shape or ())) != axis:
+        return None
+    add = _next(graph, var.outputs[0], "Add")
+    eps = const_scalar(other_input(add, var.outputs[0])) if add is not None else None
+    root = _next(graph, add.outputs[0], "Sqrt") if add is not None and eps is not None and eps >= 0 else None
+    inv = _next(graph, root.outputs[0], "Reciprocal") if root is not None else None
+    if inv is None or sq is None or eps is None or add is None or root is None:
+        return None
+    nodes: list[Node] = [mean, sub, sq, var, add, root, inv]
+    s, scale, bias = inv.outputs[0], None, None
+    mul = _next(graph, s, "Mul")
+    if mul is not None and (g := _tail_const(graph, other_input(mul, s), normalised, x)) is not None:
+        nodes, s, scale = [*nodes, mul], mul.outputs[0], g
+    readers = [n for n, _ in s.uses]
+    y1 = next((n for n in readers if _op(n, "Mul") and other_input(n, s) is x), None)
+    m2 = next((n for n in readers if _op(n, "Mul") and other_input(n, s) is neg.outputs[0]), None)
+    if len(readers) != 2 or y1 is None or m2 is None or only_use(graph, neg.outputs[0]) is not m2:
+        return None
+    nodes, b2 = [*nodes, neg, m2], m2
+    add2 = _next(graph, m2.outputs[0], "Add")
+    if add2 is not None and (beta := _tail_const(graph, other_input(add2, m2.outputs[0]), normalised, x)) is not None:
+        nodes, b2, bias = [*nodes, add2], add2, beta
+    y = _next(graph, y1.outputs[0], "Add")
+    if y is None or other_input(y, y1.outputs[0]) is not b2.outputs[0] or only_use(graph, b2.outputs[0]) is not y:
+        return None
+    nodes += [y1, y]
+    if any(n.outputs[0].desc.dtype != x.desc.dtype for n in nodes) or y.outputs[0].desc != x.desc:
+        return None
+    return x, scale, bias, axis, float(eps), nodes
+
+
+def _tail_const(graph: Graph, v: Value | None, normalised: tuple[int, ...], x: Value) -> Value | None:
+    """``v`` as LayerNormalization's Scale/B: as it is when it fits, a constant of the normalised
+    shape when it is one with leading 1s (Keras' ``(1, 1, C)`` gamma), else None."""
+    if v is None or _fits_normalised(v, normalised, x):
+        return v
+    data = const_array(v)
+    if data is None or data.dtype != x.desc.dtype or data.size != int(np.prod(normalised)):
+        return None
+    return graph.constant(data.reshape(normalised)) if data.shape[-len(normalised) :] == normalised else None
 
 
 def _fits_normalised(v: Value, normalised: tuple[int, ...], x: Value) -> bool:
