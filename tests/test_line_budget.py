@@ -62,8 +62,11 @@ import aioge
 # constant Pad forms, HardSigmoid/HardSwish fusion and the one-thread all-native plan (~80), the axis
 # jobs' wrappers (CumSum, ArgMax, GatherElements: ~50), 1-D convs in the C convs, IsNaN and split
 # copies (~60); 39,700 with the start-up work (populated mappings, the plan codec's checks built
-# once, weights hashed while the nodes convert: ~70).
-LINE_BUDGET = 39_700
+# once, weights hashed while the nodes convert: ~70). Then to 40,200 for round 3's sixth: packed
+# weights stored in the graph cache (.packs: ~215), the ChannelShuffle pass, op and forms (~240), the
+# Keras attention lowering (einsum to MatMul, Keras layer norm and gelu, Tensordot's reshapes) and
+# the bench's torch cache dir (~120), device runs as native programs written by the loop (~110).
+LINE_BUDGET = 40_200
 _SRC = Path(aioge.__file__).parent
 GENERATED = {"ops/builders.py", "serving/kserve_pb2.py"}
 
