@@ -90,15 +90,6 @@ static inline void split2_c(const float *s, float *e, float *o, int64_t n)
         o[m] = s[2 * m + 1];
     }
 }
-AVX2 static inline void split2_v(const float *s, float *e, float *o, int64_t n)
-{
-    for (int64_t m = 0; 2 * m < n; m += V) {
-        const __m256 a = _mm256_loadu_ps(s + 2 * m), b = _mm256_loadu_ps(s + 2 * m + V);
-        const __m256 ev = _mm256_shuffle_ps(a, b, 0x88), od = _mm256_shuffle_ps(a, b, 0xDD);
-        _mm256_storeu_ps(e + m, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xD8)));
-        _mm256_storeu_ps(o + m, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xD8)));
-    }
-}
 
 /* y[q] /= count[q] * rows */
 static inline void row_div_c(float *y, const float *cnt, float rows, int64_t n)
@@ -110,17 +101,32 @@ static inline void row_div_c(float *y, const float *cnt, float rows, int64_t n)
  * stored the row each time: ResNet's 3x3 s2 MaxPool on 64x112x112 took 312 us on one core,
  * onnxruntime's 168), in the same order: the same bits. d[0, n) = the k input rows s + t *
  * step reduced (the last vector read masked) */
+AVX2 static inline __m256 reduce_v(const float *s, int64_t step, int64_t k, int64_t n, int64_t i, int avg)
+{
+    const int whole = i + V <= n;
+    const __m256i m = tail_mask(n - i);
+    __m256 a = whole ? _mm256_loadu_ps(s + i) : _mm256_maskload_ps(s + i, m);
+    for (int64_t t = 1; t < k; t++) {
+        const __m256 v = whole ? _mm256_loadu_ps(s + t * step + i) : _mm256_maskload_ps(s + t * step + i, m);
+        a = avg ? _mm256_add_ps(a, v) : max_nan8(a, v);
+    }
+    return a;
+}
 AVX2 static inline void rows_v(float *d, const float *s, int64_t step, int64_t k, int64_t n, int avg)
 {
-    for (int64_t i = 0; i < n; i += V) {
-        const int whole = i + V <= n;
-        const __m256i m = tail_mask(n - i);
-        __m256 a = whole ? _mm256_loadu_ps(s + i) : _mm256_maskload_ps(s + i, m);
-        for (int64_t t = 1; t < k; t++) {
-            const __m256 v = whole ? _mm256_loadu_ps(s + t * step + i) : _mm256_maskload_ps(s + t * step + i, m);
-            a = avg ? _mm256_add_ps(a, v) : max_nan8(a, v);
-        }
-        _mm256_storeu_ps(d + i, a);
+    for (int64_t i = 0; i < n; i += V)
+        _mm256_storeu_ps(d + i, reduce_v(s, step, k, n, i, avg));
+}
+/* The same stored split (column stride 2, the even and odd lanes shuffled out): input column i, padded column
+ * pl + i, into e (even) or o at (pl + i) / 2. Past n: zeros, for the caller to fill. */
+AVX2 static inline void rows_split2_v(float *e, float *o, const float *s, int64_t step, int64_t k, int64_t n, int64_t pl, int avg)
+{
+    float *de = pl % 2 ? o + (pl - 1) / 2 : e + pl / 2, *dd = pl % 2 ? e + (pl + 1) / 2 : o + pl / 2;
+    for (int64_t i = 0; i < n; i += 2 * V) {
+        const __m256 a = reduce_v(s, step, k, n, i, avg), b = reduce_v(s, step, k, n, i + V, avg);
+        const __m256 ev = _mm256_shuffle_ps(a, b, 0x88), od = _mm256_shuffle_ps(a, b, 0xDD);
+        _mm256_storeu_ps(de + i / 2, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xD8)));
+        _mm256_storeu_ps(dd + i / 2, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xD8)));
     }
 }
 /* y[0, n rounded up to a vector) = the k kernel columns src + off[j] (scratch) reduced, an
@@ -245,7 +251,11 @@ static inline __attribute__((always_inline)) void separable(const float *xp, flo
         }
         /* the window's rows into the padded row, then its slack past the row restored */
         const float *x0 = xp + (r * sh - pt) * wd;
-        if (vec)
+        if (vec && sw == 2) { /* straight into the even and odd columns, the pads filled after */
+            rows_split2_v(phase, phase + wph, x0 + i0 * dh * wd, dh * wd, i1 - i0, wd, pl, avg);
+            for (int64_t k = pl ? 0 : wd; k < wpad - V; k += k + 1 == pl ? wd + 1 : 1)
+                phase[(k % 2) * wph + k / 2] = fill;
+        } else if (vec)
             rows_v(pad + pl, x0 + i0 * dh * wd, dh * wd, i1 - i0, wd, avg);
         else
             row_copy_c(pad + pl, x0 + i0 * dh * wd, wd, 1);
@@ -253,12 +263,9 @@ static inline __attribute__((always_inline)) void separable(const float *xp, flo
             (avg ? row_add_c : row_max_c)(pad + pl, x0 + i * dh * wd, wd, 1);
         for (int64_t k = pl + wd; k < pl + wd + V && k < wpad; k++)
             pad[k] = fill;
-        const float *src = pad;
-        if (sw == 2) {
-            if (vec)
-                split2_v(pad, phase, phase + wph, wpad - V);
-            else
-                split2_c(pad, phase, phase + wph, wpad - V);
+        const float *src = vec && sw == 2 ? phase : pad;
+        if (sw == 2 && !vec) {
+            split2_c(pad, phase, phase + wph, wpad - V);
             src = phase;
         } else if (sw > 2) {
             for (int64_t k = 0; k < wpad - V; k++)
