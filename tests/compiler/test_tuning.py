@@ -510,3 +510,26 @@ def test_near_equal_candidates_keep_the_preferred_one_and_report_the_margin(monk
     choice = tuning.tune(schema, candidates_of(schema, DESCS, {}), DESCS, OUTS, {}, [x], budget_ms=100, clock=clock)
     assert choice.impl == "much_later" and choice.runner_up == "later"
     assert choice.margin == pytest.approx(0.98 / 0.70)
+
+
+def test_a_tie_between_the_direct_convs_goes_to_the_channels_in_lanes_one() -> None:
+    """conv_direct_t_native computes no junk columns (nor rows past M, 64 here) where
+    conv_direct_native's flattened panels do: within TIE_MARGIN it is the one kept."""
+    from aioge.compiler import tuning
+    from aioge.kernels import native
+    from aioge.ops.registry import get_schema
+
+    if not native.available():
+        pytest.skip("no compiled tier")
+    schema = get_schema("Conv")
+    descs = [TensorDesc((1, 64, 9, 9), "float32"), TensorDesc((64, 64, 3, 3), "float32")]
+    attrs = schema.normalise_attrs({"pads": [1, 1, 1, 1]})
+    cands = [c for c in candidates_of(schema, descs, attrs) if c[0].name in ("conv_direct_native", "conv_direct_t_native")]
+    assert len(cands) >= 2
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(d.shape).astype(np.float32) for d in descs]
+    ticks = iter(range(10**6))  # every timed run takes one tick: all tied
+    choice = tuning.tune(
+        schema, cands, descs, [TensorDesc((1, 64, 9, 9), "float32")], attrs, inputs, budget_ms=50, cost=lambda: next(ticks)
+    )
+    assert choice.impl == "conv_direct_t_native"

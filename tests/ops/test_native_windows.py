@@ -129,12 +129,16 @@ def test_native_pools_match_onnxruntime_and_numpy(
         np.testing.assert_allclose(numpy_path, want, rtol=1e-5, atol=1e-6, err_msg=op)
         impl = get_schema(op).impl("pool_native")
         assert impl.applies(descs, attrs)
+        tiers = []
         for simd in _SIMD:  # AVX2 where the CPU has it, and the plain loops
             native.function("aioge_simd_avx2")(simd)
             run = impl.build(attrs, {}, descs, [TensorDesc(want.shape, "float32")])
             out = np.full(want.shape, np.nan, np.float32)
             (got,) = run([x], [out])
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{op} simd {simd} {attrs}")
+            tiers.append(got)
+        for got in tiers[1:]:  # AVX2's reductions in registers take the plain loops' order: the same bits
+            np.testing.assert_array_equal(got, tiers[0], err_msg=f"{op} {attrs}")
         native.function("aioge_simd_avx2")(1)
     # MaxPool's Indices (row-major and storage_order 1), in C: the first maximum in the window's
     # row-major order, as onnxruntime names it

@@ -975,7 +975,11 @@ def _direct_candidates(descs: Descs, attrs: Mapping[str, Any]) -> list[dict[str,
 # The schema lists these right after its reference: the tuner tries candidates in order until
 # its budget is spent, and the numpy ones on a large depthwise conv (ConvNeXt's 96x56x56 7x7:
 # 25-70 ms each on a busy machine) used it up before the one that takes 0.4 ms was tried. They
-# apply a FusedConv's activation to each output tile themselves (native_rows.EPILOGUES).
+# apply a FusedConv's activation to each output tile themselves (native_rows.EPILOGUES). A tie
+# (tuning.TIE_MARGIN) goes to the channels-in-lanes form: it computes no junk columns and no rows
+# past M (a multiple of its lanes), where the other computes both; timed split in wall time it
+# came within 5% on ResNet-18's 64-ch 3x3 convs and won the tie at 2.83-3.0 ms of one thread's
+# CPU against 2.54 (layer3.0.conv1: 1.71 against 1.38).
 NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = tuple(
     KernelImpl(
         name,
@@ -990,8 +994,8 @@ NATIVE_CONV_ALGOS: tuple[KernelImpl, ...] = tuple(
     )
     for name, build, applies, cands in (
         ("conv_depthwise_native", build_conv_depthwise_native, _applies_depthwise_native, _no_candidates),
-        ("conv_direct_native", build_conv_direct_native, _applies_direct_native, _direct_candidates),
         ("conv_direct_t_native", build_conv_direct_t_native, _applies_direct_native, _no_candidates),
+        ("conv_direct_native", build_conv_direct_native, _applies_direct_native, _direct_candidates),
         ("conv_grouped_native", build_conv_grouped_native, _applies_grouped_native, _grouped_native_candidates),
     )
 )

@@ -81,8 +81,6 @@ AVX2 static inline __m256 max_nan8(__m256 a, __m256 v)
         }                                                                                   \
     }
 ROW_AVX2(row_copy_v, v)
-ROW_AVX2(row_max_v, max_nan8(a, v))
-ROW_AVX2(row_add_v, _mm256_add_ps(a, v))
 
 /* the even and odd columns of s[0, n) into e and o (scratch both ways) */
 static inline void split2_c(const float *s, float *e, float *o, int64_t n)
@@ -92,15 +90,6 @@ static inline void split2_c(const float *s, float *e, float *o, int64_t n)
         o[m] = s[2 * m + 1];
     }
 }
-AVX2 static inline void split2_v(const float *s, float *e, float *o, int64_t n)
-{
-    for (int64_t m = 0; 2 * m < n; m += V) {
-        const __m256 a = _mm256_loadu_ps(s + 2 * m), b = _mm256_loadu_ps(s + 2 * m + V);
-        const __m256 ev = _mm256_shuffle_ps(a, b, 0x88), od = _mm256_shuffle_ps(a, b, 0xDD);
-        _mm256_storeu_ps(e + m, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xD8)));
-        _mm256_storeu_ps(o + m, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xD8)));
-    }
-}
 
 /* y[q] /= count[q] * rows */
 static inline void row_div_c(float *y, const float *cnt, float rows, int64_t n)
@@ -108,11 +97,50 @@ static inline void row_div_c(float *y, const float *cnt, float rows, int64_t n)
     for (int64_t q = 0; q < n; q++)
         y[q] /= cnt[q] * rows;
 }
-AVX2 static inline void row_div_v(float *y, const float *cnt, float rows, int64_t n)
+/* The AVX2 pass reduces in registers, one store a vector (a row operation a tap loaded and
+ * stored the row each time: ResNet's 3x3 s2 MaxPool on 64x112x112 took 312 us on one core,
+ * onnxruntime's 168), in the same order: the same bits. d[0, n) = the k input rows s + t *
+ * step reduced (the last vector read masked) */
+AVX2 static inline __m256 reduce_v(const float *s, int64_t step, int64_t k, int64_t n, int64_t i, int avg)
 {
-    const __m256 r = _mm256_set1_ps(rows);
-    for (int64_t q = 0; q < n; q += V)
-        _mm256_storeu_ps(y + q, _mm256_div_ps(_mm256_loadu_ps(y + q), _mm256_mul_ps(_mm256_loadu_ps(cnt + q), r)));
+    const int whole = i + V <= n;
+    const __m256i m = tail_mask(n - i);
+    __m256 a = whole ? _mm256_loadu_ps(s + i) : _mm256_maskload_ps(s + i, m);
+    for (int64_t t = 1; t < k; t++) {
+        const __m256 v = whole ? _mm256_loadu_ps(s + t * step + i) : _mm256_maskload_ps(s + t * step + i, m);
+        a = avg ? _mm256_add_ps(a, v) : max_nan8(a, v);
+    }
+    return a;
+}
+AVX2 static inline void rows_v(float *d, const float *s, int64_t step, int64_t k, int64_t n, int avg)
+{
+    for (int64_t i = 0; i < n; i += V)
+        _mm256_storeu_ps(d + i, reduce_v(s, step, k, n, i, avg));
+}
+/* The same stored split (column stride 2, the even and odd lanes shuffled out): input column i, padded column
+ * pl + i, into e (even) or o at (pl + i) / 2. Past n: zeros, for the caller to fill. */
+AVX2 static inline void rows_split2_v(float *e, float *o, const float *s, int64_t step, int64_t k, int64_t n, int64_t pl, int avg)
+{
+    float *de = pl % 2 ? o + (pl - 1) / 2 : e + pl / 2, *dd = pl % 2 ? e + (pl + 1) / 2 : o + pl / 2;
+    for (int64_t i = 0; i < n; i += 2 * V) {
+        const __m256 a = reduce_v(s, step, k, n, i, avg), b = reduce_v(s, step, k, n, i + V, avg);
+        const __m256 ev = _mm256_shuffle_ps(a, b, 0x88), od = _mm256_shuffle_ps(a, b, 0xDD);
+        _mm256_storeu_ps(de + i / 2, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xD8)));
+        _mm256_storeu_ps(dd + i / 2, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xD8)));
+    }
+}
+/* y[0, n rounded up to a vector) = the k kernel columns src + off[j] (scratch) reduced, an
+ * average divided by cnt[q] * rows (row_div_c's expression) */
+AVX2 static inline void cols_v(float *y, const float *src, const int64_t *off, int64_t k, int64_t n, const float *cnt, float rows)
+{
+    for (int64_t q = 0; q < n; q += V) {
+        __m256 a = _mm256_loadu_ps(src + off[0] + q);
+        for (int64_t j = 1; j < k; j++)
+            a = cnt ? _mm256_add_ps(a, _mm256_loadu_ps(src + off[j] + q)) : max_nan8(a, _mm256_loadu_ps(src + off[j] + q));
+        if (cnt)
+            a = _mm256_div_ps(a, _mm256_mul_ps(_mm256_loadu_ps(cnt + q), _mm256_set1_ps(rows)));
+        _mm256_storeu_ps(y + q, a);
+    }
 }
 
 /* The output columns [lo, hi) whose input column q * stride + off lies in [0, width): */
@@ -199,7 +227,7 @@ static void indices_row(const float *xp, const int64_t *g, int64_t r, float *acc
 /* The scratch of the separable pass (aioge_pool_f32 sizes it). */
 struct scratch {
     float *pad, *phase, *yrow, *cnt, *rows;
-    const int64_t *span; /* the kernel rows [i0, i1) inside the plane of each output row */
+    const int64_t *span, *coff; /* the kernel rows [i0, i1) inside the plane of each output row; each kernel column's offset in the phase rows */
     int64_t wpad, wph;
 };
 
@@ -223,28 +251,21 @@ static inline __attribute__((always_inline)) void separable(const float *xp, flo
         }
         /* the window's rows into the padded row, then its slack past the row restored */
         const float *x0 = xp + (r * sh - pt) * wd;
-        if (vec)
-            row_copy_v(pad + pl, x0 + i0 * dh * wd, wd, 1);
+        if (vec && sw == 2) { /* straight into the even and odd columns, the pads filled after */
+            rows_split2_v(phase, phase + wph, x0 + i0 * dh * wd, dh * wd, i1 - i0, wd, pl, avg);
+            for (int64_t k = pl ? 0 : wd; k < wpad - V; k += k + 1 == pl ? wd + 1 : 1)
+                phase[(k % 2) * wph + k / 2] = fill;
+        } else if (vec)
+            rows_v(pad + pl, x0 + i0 * dh * wd, dh * wd, i1 - i0, wd, avg);
         else
             row_copy_c(pad + pl, x0 + i0 * dh * wd, wd, 1);
-        for (int64_t i = i0 + 1; i < i1; i++) {
-            if (vec && avg)
-                row_add_v(pad + pl, x0 + i * dh * wd, wd, 1);
-            else if (vec)
-                row_max_v(pad + pl, x0 + i * dh * wd, wd, 1);
-            else if (avg)
-                row_add_c(pad + pl, x0 + i * dh * wd, wd, 1);
-            else
-                row_max_c(pad + pl, x0 + i * dh * wd, wd, 1);
-        }
+        for (int64_t i = i0 + 1; i < i1 && !vec; i++)
+            (avg ? row_add_c : row_max_c)(pad + pl, x0 + i * dh * wd, wd, 1);
         for (int64_t k = pl + wd; k < pl + wd + V && k < wpad; k++)
             pad[k] = fill;
-        const float *src = pad;
-        if (sw == 2) {
-            if (vec)
-                split2_v(pad, phase, phase + wph, wpad - V);
-            else
-                split2_c(pad, phase, phase + wph, wpad - V);
+        const float *src = vec && sw == 2 ? phase : pad;
+        if (sw == 2 && !vec) {
+            split2_c(pad, phase, phase + wph, wpad - V);
             src = phase;
         } else if (sw > 2) {
             for (int64_t k = 0; k < wpad - V; k++)
@@ -254,25 +275,14 @@ static inline __attribute__((always_inline)) void separable(const float *xp, flo
         /* the vector loops write up to a vector past the row: straight into the plane where
          * that stays inside it (the next plane may be another thread's) */
         float *out = vec && r * ow + (ow + V - 1) / V * V <= oh * ow ? yr : sc->yrow;
-        for (int64_t j = 0; j < kw; j++) {
+        if (vec)
+            cols_v(out, src, sc->coff, kw, ow, avg ? sc->cnt : NULL, sc->rows[r]);
+        for (int64_t j = 0; j < kw && !vec; j++) {
             const int64_t off = j * dw;
             const float *s = sw > 1 ? src + (off % sw) * wph + off / sw : src + off;
-            if (j == 0 && vec)
-                row_copy_v(out, s, ow, 0);
-            else if (j == 0)
-                row_copy_c(out, s, ow, 0);
-            else if (vec && avg)
-                row_add_v(out, s, ow, 0);
-            else if (vec)
-                row_max_v(out, s, ow, 0);
-            else if (avg)
-                row_add_c(out, s, ow, 0);
-            else
-                row_max_c(out, s, ow, 0);
+            (j == 0 ? row_copy_c : avg ? row_add_c : row_max_c)(out, s, ow, 0);
         }
-        if (avg && vec)
-            row_div_v(out, sc->cnt, sc->rows[r], ow);
-        else if (avg)
+        if (avg && !vec)
             row_div_c(out, sc->cnt, sc->rows[r], ow);
         if (out != yr)
             memcpy(yr, out, sizeof(float) * (size_t)ow);
@@ -308,7 +318,7 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
     /* the padded row: every window's columns, from input column -pl */
     const int64_t need = (ow - 1) * sw + (kw - 1) * dw + 1, wpad = (need > pl + wd ? need : pl + wd) + V;
     const int64_t wph = wpad / sw + 2 * V; /* one phase of it */
-    const size_t floats = (size_t)(wpad + sw * wph + 3 * (ow + V) + 6 * oh + 2);
+    const size_t floats = (size_t)(wpad + sw * wph + 3 * (ow + V) + 6 * oh + 2 * kw + 2);
     float *buf = aioge_calloc(sizeof(float) * floats);
     if (!buf)
         return AIOGE_ENOMEM;
@@ -334,7 +344,10 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
     span = (int64_t *)(((uintptr_t)span + 7) & ~(uintptr_t)7);
     for (int64_t r = 0; r < oh; r++)
         inside(r * sh - pt, dh, h, kh, &span[2 * r], &span[2 * r + 1]);
-    const struct scratch sc = {pad, phase, yrow, cnt, rows, span, wpad, wph};
+    int64_t *coff = span + 2 * oh;
+    for (int64_t j = 0; j < kw; j++)
+        coff[j] = sw > 1 ? (j * dw % sw) * wph + j * dw / sw : j * dw;
+    const struct scratch sc = {pad, phase, yrow, cnt, rows, span, coff, wpad, wph};
     const int64_t plane = h * wd;
     for (int64_t p = p0; p < p1; p++) {
         const float *xp = x + p * plane;
