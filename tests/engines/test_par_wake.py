@@ -122,6 +122,9 @@ time.sleep(0.05)
 out["later"] = wake()  # 0: the helper still spins its wake window
 out["split_after"] = par(call.job, native.ptr(call.args), call.total, 1)
 out["sum_ok"] = bool((y == 2 * a).all())
+stats = np.zeros(5, np.int64)
+native.function("aioge_par_stats")(native.ptr(stats))
+out["stats"] = stats.tolist()  # splits, lost, whole in back-off, helper chunks, helper sleeps
 print(json.dumps(out))
 """
 
@@ -139,6 +142,9 @@ def test_a_helper_woken_with_no_job_spins_its_wake_window(wake_spin_us: str, lat
         assert out["split"] == out["split_after"] == 1 and out["later"] == 0
     else:
         assert out["split"] == out["split_after"] == 2 and out["later"] == later
+        splits, _, _, chunks, sleeps = out["stats"]
+        assert splits == 2 and 0 <= chunks <= 2 * 8, "the helper took some of the 2 splits' 8 chunks each"
+        assert sleeps >= 1, "it slept after the first job (AIOGE_SPIN_US=0): the wake found it asleep"
     assert out["sum_ok"]
 
 

@@ -108,7 +108,7 @@ static int64_t now_ns(void)
 
 static _Atomic int64_t backoff_until, backoff_ns; /* no split before backoff_until; the window */
 static int64_t backoff_min_ns = BACKOFF_MIN_NS;
-static _Atomic int64_t stats[3]; /* splits run, splits lost, splits run whole in a back-off */
+static _Atomic int64_t stats[5]; /* splits run, lost, run whole in a back-off; helpers' chunks, sleeps */
 static void init(void);
 
 /* Judge one split: the caller spent caller_ns on its own `mine` chunks, then waited wait_ns
@@ -174,6 +174,7 @@ static void *helper_main(void *arg)
             if (t > deadline || (desched_ns && gap > desched_ns)) {
                 pthread_mutex_lock(&h->mu);
                 atomic_store(&h->sleeping, 1);
+                atomic_fetch_add_explicit(&stats[4], 1, memory_order_relaxed);
                 atomic_store_explicit(&h->cpu, -1, memory_order_relaxed);
                 while ((now = atomic_load(&h->posted)) == seen)
                     pthread_cond_wait(&h->cv, &h->mu);
@@ -187,7 +188,7 @@ static void *helper_main(void *arg)
         struct split *s = atomic_load(&h->current);
         woken = s == NULL;
         if (s)
-            work(s);
+            atomic_fetch_add_explicit(&stats[3], work(s), memory_order_relaxed);
         atomic_store(&h->inside, 0);
     }
     return NULL;
@@ -377,10 +378,11 @@ int aioge_par_wake(void)
 }
 
 /* The split counters since the process started: out[0] splits run, out[1] of them lost (the
- * caller waited for the helper), out[2] splits run whole in a back-off window. */
+ * caller waited for the helper), out[2] splits run whole in a back-off window, out[3] chunks the
+ * helpers took, out[4] times a helper went to sleep (each a wake-up to pay at its next post). */
 void aioge_par_stats(int64_t *out)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 5; i++)
         out[i] = atomic_load_explicit(&stats[i], memory_order_relaxed);
 }
 
