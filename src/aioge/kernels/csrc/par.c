@@ -10,8 +10,9 @@
  * sleeps at once, so the next post wakes it with the scheduler's wake-up preference instead of
  * finding it queued behind that process. A helper woken with no job (aioge_par_wake, as a run
  * is handed to its lane) spins WAKE_SPIN_US (AIOGE_WAKE_SPIN_US): after an idle pause the lane
- * took 0.3-0.45 ms to start, past SPIN_US, so the helper slept again and the first split paid a
- * second wake-up (mobilenet_v3_small: 2 helper sleeps a run 30 ms apart, 1 back to back).
+ * took 0.2-0.45 ms (median, load 5) to start, past SPIN_US, so the helper could sleep again and
+ * the first split pay a second wake-up (mobilenet_v3_small: 1.5-1.65 helper sleeps a run 30 ms
+ * apart, 0.5-0.85 back to back; bench/idle_pause.py).
  *
  * The range is cut into up to CHUNKS chunks that the caller and the helper take in turn, so a
  * helper that starts late only leaves more chunks to the caller. Their sizes differ by one at
