@@ -156,9 +156,11 @@ async def walls(name: str, cache: str, n: int, ab: str) -> None:
         d = (c - c0.get(t, (nm, 0.0))[1]) * 10
         if d > 0.05:
             print(f"    {nm:24s} {d:6.2f}")
-    stats = np.zeros(3, np.int64)
+    stats = np.zeros(5, np.int64)
     native.function("aioge_par_stats")(native.ptr(stats))
-    print(f"  par stats (run, lost, whole in back-off): {stats.tolist()}; load {os.getloadavg()[0]:.2f}")
+    print(
+        f"  par stats (run, lost, whole in back-off, helper chunks, helper sleeps): {stats.tolist()}; load {os.getloadavg()[0]:.2f}"
+    )
     await s.__aexit__(None, None, None)
 
 

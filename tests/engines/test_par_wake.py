@@ -102,6 +102,52 @@ def test_a_helper_descheduled_while_spinning_sleeps(desched_us: str | None, trie
     assert out["woken"] == (1 if asleep else 0)
 
 
+_WAKE_SPIN = r"""
+import json, time
+import numpy as np
+from aioge.kernels import native
+wake, par = native.function("aioge_par_wake"), native.par_run()
+a = np.ones((64, 64), np.float32)
+y = np.zeros_like(a)
+call = native.binary("Add", a, a, y)
+out = {"helpers": native.function("aioge_par_helpers")(), "split": par(call.job, native.ptr(call.args), call.total, 1)}
+end = time.monotonic() + 20
+while out["helpers"] and not wake() and time.monotonic() < end:  # AIOGE_SPIN_US=0: asleep right after the job
+    time.sleep(0.002)
+awake = 0
+while out["helpers"] and not awake and time.monotonic() < end:  # woken (wake() 0: not asleep) or slept again
+    time.sleep(0.002)
+    awake = int(not wake()) if __import__("os").environ["AIOGE_WAKE_SPIN_US"] != "0" else 1
+time.sleep(0.05)
+out["later"] = wake()  # 0: the helper still spins its wake window
+out["split_after"] = par(call.job, native.ptr(call.args), call.total, 1)
+out["sum_ok"] = bool((y == 2 * a).all())
+stats = np.zeros(5, np.int64)
+native.function("aioge_par_stats")(native.ptr(stats))
+out["stats"] = stats.tolist()  # splits, lost, whole in back-off, helper chunks, helper sleeps
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize(("wake_spin_us", "later"), [("1000000", 0), ("0", 1)])
+def test_a_helper_woken_with_no_job_spins_its_wake_window(wake_spin_us: str, later: int) -> None:
+    """A helper woken with no job spins AIOGE_WAKE_SPIN_US (not AIOGE_SPIN_US, 0 here) before it
+    sleeps again, so a lane that takes longer than SPIN_US to start after an idle pause finds
+    it spinning at the first split; AIOGE_WAKE_SPIN_US=0: asleep again at once."""
+    env = {**os.environ, "AIOGE_SPIN_US": "0", "AIOGE_SPIN_DESCHED_US": "0", "AIOGE_WAKE_SPIN_US": wake_spin_us}
+    proc = subprocess.run([sys.executable, "-c", _WAKE_SPIN], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not out["helpers"]:  # one core: no helper, every job whole
+        assert out["split"] == out["split_after"] == 1 and out["later"] == 0
+    else:
+        assert out["split"] == out["split_after"] == 2 and out["later"] == later
+        splits, _, _, chunks, sleeps = out["stats"]
+        assert splits == 2 and 0 <= chunks <= 2 * 8, "the helper took some of the 2 splits' 8 chunks each"
+        assert sleeps >= 1, "it slept after the first job (AIOGE_SPIN_US=0): the wake found it asleep"
+    assert out["sum_ok"]
+
+
 def test_wake_helpers_is_off_with_wake_off(monkeypatch) -> None:
     monkeypatch.setattr(parallel, "WAKE", False)
     assert parallel.wake_helpers() == 0

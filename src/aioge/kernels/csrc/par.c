@@ -8,7 +8,11 @@
  * condition variable. onnxruntime's thread pool spins the same way. A helper that finds it was
  * descheduled while spinning (DESCHED_NS between two looks: another process took the CPU)
  * sleeps at once, so the next post wakes it with the scheduler's wake-up preference instead of
- * finding it queued behind that process.
+ * finding it queued behind that process. A helper woken with no job (aioge_par_wake, as a run
+ * is handed to its lane) spins WAKE_SPIN_US (AIOGE_WAKE_SPIN_US): after an idle pause the lane
+ * took 0.2-0.45 ms (median, load 5) to start, past SPIN_US, so the helper could sleep again and
+ * the first split pay a second wake-up (mobilenet_v3_small: 1.5-1.65 helper sleeps a run 30 ms
+ * apart, 0.5-0.85 back to back; bench/idle_pause.py).
  *
  * The range is cut into up to CHUNKS chunks that the caller and the helper take in turn, so a
  * helper that starts late only leaves more chunks to the caller. Their sizes differ by one at
@@ -49,6 +53,7 @@
 
 #define MAX_HELPERS 64
 #define SPIN_US 300
+#define WAKE_SPIN_US 1500
 #define CHUNKS 8 /* a split range is cut into this many chunks at most */
 #define BACKOFF_MIN_NS 10000000LL   /* splits stop this long after a lost one (AIOGE_SPLIT_BACKOFF_US) ... */
 #define BACKOFF_MAX_NS 1000000000LL /* ... doubling on each further loss up to this */
@@ -85,7 +90,7 @@ struct helper {
 static struct helper helpers[MAX_HELPERS];
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int nhelpers = -1;
-static int64_t spin_ns;
+static int64_t spin_ns, wake_spin_ns;
 static int64_t desched_ns = DESCHED_NS; /* AIOGE_SPIN_DESCHED_US; 0: spin on however long descheduled */
 
 static inline void relax(void)
@@ -104,7 +109,7 @@ static int64_t now_ns(void)
 
 static _Atomic int64_t backoff_until, backoff_ns; /* no split before backoff_until; the window */
 static int64_t backoff_min_ns = BACKOFF_MIN_NS;
-static _Atomic int64_t stats[3]; /* splits run, splits lost, splits run whole in a back-off */
+static _Atomic int64_t stats[5]; /* splits run, lost, run whole in a back-off; helpers' chunks, sleeps */
 static void init(void);
 
 /* Judge one split: the caller spent caller_ns on its own `mine` chunks, then waited wait_ns
@@ -150,10 +155,11 @@ static void *helper_main(void *arg)
     atomic_store(&h->tid, (pid_t)syscall(SYS_gettid));
 #endif
     uint64_t seen = h->initial; /* not posted: the first job may be posted before this thread runs */
+    int woken = 0;              /* the last post was aioge_par_wake's, with no job */
     for (;;) {
         uint64_t now;
         int64_t last = now_ns();
-        const int64_t deadline = last + spin_ns;
+        const int64_t deadline = last + (woken && wake_spin_ns > spin_ns ? wake_spin_ns : spin_ns);
         unsigned spins = 0;
         atomic_store_explicit(&h->cpu, aioge_this_cpu(), memory_order_relaxed);
         while ((now = atomic_load_explicit(&h->posted, memory_order_acquire)) == seen) {
@@ -169,6 +175,7 @@ static void *helper_main(void *arg)
             if (t > deadline || (desched_ns && gap > desched_ns)) {
                 pthread_mutex_lock(&h->mu);
                 atomic_store(&h->sleeping, 1);
+                atomic_fetch_add_explicit(&stats[4], 1, memory_order_relaxed);
                 atomic_store_explicit(&h->cpu, -1, memory_order_relaxed);
                 while ((now = atomic_load(&h->posted)) == seen)
                     pthread_cond_wait(&h->cv, &h->mu);
@@ -180,8 +187,9 @@ static void *helper_main(void *arg)
         seen = now;
         atomic_store(&h->inside, 1); /* sequentially consistent, against the caller's store of NULL */
         struct split *s = atomic_load(&h->current);
+        woken = s == NULL;
         if (s)
-            work(s);
+            atomic_fetch_add_explicit(&stats[3], work(s), memory_order_relaxed);
         atomic_store(&h->inside, 0);
     }
     return NULL;
@@ -218,6 +226,9 @@ static void init(void)
         const char *env = getenv("AIOGE_SPIN_US");
         const long us = env ? strtol(env, NULL, 10) : SPIN_US;
         spin_ns = (int64_t)(us > 0 ? us : 0) * 1000;
+        const char *wake_env = getenv("AIOGE_WAKE_SPIN_US");
+        const long wus = wake_env ? strtol(wake_env, NULL, 10) : WAKE_SPIN_US;
+        wake_spin_ns = (int64_t)(wus > 0 ? wus : 0) * 1000;
         const char *desched = getenv("AIOGE_SPIN_DESCHED_US");
         if (desched)
             desched_ns = strtol(desched, NULL, 10) > 0 ? (int64_t)strtol(desched, NULL, 10) * 1000 : 0;
@@ -339,7 +350,7 @@ int aioge_run_jobs(const int64_t *entries, int64_t n, int split, int64_t *failed
     return 0;
 }
 
-/* Wake the free helpers that sleep, with no job: each spins SPIN_US from now, so the first split
+/* Wake the free helpers that sleep, with no job: each spins WAKE_SPIN_US from now, so the first split
  * of a run that is about to start (its lane or the loop's thread still waking up) finds it
  * spinning instead of paying its wake-up (tens of microseconds on this VM, and the helper's
  * vCPU halted) in the middle of a big job. Nothing while splits back off or a helper is
@@ -368,10 +379,11 @@ int aioge_par_wake(void)
 }
 
 /* The split counters since the process started: out[0] splits run, out[1] of them lost (the
- * caller waited for the helper), out[2] splits run whole in a back-off window. */
+ * caller waited for the helper), out[2] splits run whole in a back-off window, out[3] chunks the
+ * helpers took, out[4] times a helper went to sleep (each a wake-up to pay at its next post). */
 void aioge_par_stats(int64_t *out)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 5; i++)
         out[i] = atomic_load_explicit(&stats[i], memory_order_relaxed);
 }
 
