@@ -717,9 +717,11 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
             for (int64_t u = u0; u < u1; u++) {
                 const int64_t n = u / blocks, b = u % blocks, q = b * base + (b < extra ? b : extra), mv = base + (b < extra);
                 const float *r[MR];
+                int64_t oh = q / OW, ow = q % OW; /* one division a tile, not one a position */
                 for (int64_t i = 0; i < mv; i++) {
-                    const int64_t pos = q + i;
-                    r[i] = xph + n * IMAGE + (pos / OW) * WPH + pos % OW;
+                    r[i] = xph + n * IMAGE + oh * WPH + ow;
+                    if (++ow == OW)
+                        ow = 0, oh++;
                 }
                 float *part = parts + (u - u0) * MR * NR;
                 TTILES[mv][nv](kc, r, koff + k0, bp + k0 * NR, part, k0 == 0, bias ? bpad : 0, last && relu);
