@@ -730,6 +730,13 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
                 if (act == ACT_HARDSWISH || act == ACT_HARDSIGMOID || act == ACT_CLIP) /* inline, no call a tile */
                     for (int64_t j = 0; j < mv * NR; j += VL)
                         *(vfu *)(part + j) = hard_vf(*(const vfu *)(part + j), act, act_p0, act_p1);
+#if VL == 8 && defined(__AVX2__) && defined(__FMA__)
+                else if (act == ACT_SIGMOID || act == ACT_SWISH) /* inline too, as dtile_out: act_span's bits */
+                    for (int64_t j = 0; j < mv * NR; j += VL) {
+                        const vf in = *(const vfu *)(part + j);
+                        *(vfu *)(part + j) = (vf)sigmoid8((__m256)in, _mm256_set1_ps(act_p0), act == ACT_SWISH);
+                    }
+#endif
                 else if (act && !relu) /* one call a tile (the lanes past ncols hold zeros' activations, never stored) */
                     aioge_act_span(part, NULL, part, mv * NR, act, act_p0, act_p1);
                 store_t(part, y + (n * M + col0) * P + q, P, mv, ncols);
