@@ -148,7 +148,8 @@ def test_direct_t_conv_matches_onnxruntime(seed, n, c, m, h, w, kernel, strides,
 @pytest.mark.parametrize(
     ("n", "c", "m", "k", "stride", "size"),
     [(1, 192, 1152, 1, 1, 7), (2, 80, 40, 1, 1, 14), (1, 64, 300, 3, 1, 7), (2, 16, 20, 3, 2, 9), (1, 96, 40, 2, 2, 13)]
-    + [(1, 16, 64, 3, 1, 29), (1, 8, 100, 3, 1, 7)],  # 4 and 7 panels: by 141 and 9 position blocks
+    + [(1, 16, 64, 3, 1, 29), (1, 8, 100, 3, 1, 7)]  # 4 and 7 panels: by 141 and 9 position blocks
+    + [(1, 24, 13, 1, 1, 7), (2, 40, 9, 1, 1, 5)],  # blocks of 6 and 5 positions (49, 25), 8 + 5 and 8 + 1 channels
 )
 def test_direct_t_conv_shared_with_the_c_helper_matches_whole(n, c, m, k, stride, size, monkeypatch) -> None:
     """By channel panels (8 or more) or by position blocks (fewer panels) over the helper thread; K in

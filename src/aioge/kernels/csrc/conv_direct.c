@@ -626,6 +626,55 @@ TTILE_ROW4(1) TTILE_ROW4(2) TTILE_ROW4(3) TTILE_ROW4(4) TTILE_ROW4(5) TTILE_ROW4
 _Static_assert(MR == 6, "TTILES lists tiles of 1 to 6 positions");
 static const ttile_fn TTILES[MR + 1][NV + 1] = {{0}, TT(1), TT(2), TT(3), TT(4), TT(5), TT(6)};
 
+/* An mv x NR tile (positions by channels) out transposed, the mv positions of each of its ncols
+ * channels side by side in y (P apart). On AVX2 eight channels at a time through an 8x8
+ * transpose in the registers, each channel's run in stores of 4, 2 and 1 (never past it: the
+ * next block may be another thread's): 96 scalar loads and stores a full tile were a sixth of
+ * a K = 80 conv's tile. */
+static inline void store_t(const float *restrict part, float *restrict yt, int64_t P, int64_t mv, int64_t ncols)
+{
+#if VL == 8 && defined(__AVX2__)
+    for (int64_t c0 = 0; c0 < ncols; c0 += 8) {
+        __m256 r[8], t[8], s[8];
+        for (int i = 0; i < 8; i++)
+            r[i] = i < mv ? _mm256_loadu_ps(part + i * NR + c0) : _mm256_setzero_ps();
+        for (int i = 0; i < 8; i += 2) {
+            t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+            t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+        }
+        for (int h = 0; h < 8; h += 4) /* s[h + j]: channels j and j + 4 of rows h .. h + 3 */
+            for (int j = 0; j < 2; j++) {
+                s[h + 2 * j] = _mm256_shuffle_ps(t[h + j], t[h + j + 2], 0x44);
+                s[h + 2 * j + 1] = _mm256_shuffle_ps(t[h + j], t[h + j + 2], 0xEE);
+            }
+        for (int j = 0; j < 8 && c0 + j < ncols; j++) {
+            const __m256 v = j < 4 ? _mm256_permute2f128_ps(s[j], s[j + 4], 0x20) : _mm256_permute2f128_ps(s[j - 4], s[j], 0x31);
+            float *d = yt + (c0 + j) * P;
+            __m128 lo = _mm256_castps256_ps128(v);
+            int64_t left = mv;
+            if (left >= 4) {
+                _mm_storeu_ps(d, lo);
+                lo = _mm256_extractf128_ps(v, 1);
+                d += 4;
+                left -= 4;
+            }
+            if (left >= 2) {
+                _mm_storel_pi((__m64 *)d, lo);
+                lo = _mm_movehl_ps(lo, lo);
+                d += 2;
+                left -= 2;
+            }
+            if (left)
+                _mm_store_ss(d, lo);
+        }
+    }
+#else
+    for (int64_t c = 0; c < ncols; c++)
+        for (int64_t i = 0; i < mv; i++)
+            yt[c * P + i] = part[i * NR + c];
+#endif
+}
+
 /* y[n][m][p] = bias[m] + sum_k xph[n][q(p) + koff[k]] * W[m][k] for the images and MR-position
  * blocks u = n * blocks + block in [u0, u1) and the panels [p0, p1) of NR output channels;
  * q(p) = (p / OW) * WPH + p % OW. wpack = pack_columns(W^T), W of M rows of K = C * KH * KW. */
@@ -637,7 +686,11 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
     if (g[G_C] <= 0 || g[G_KH] <= 0 || g[G_KW] <= 0 || u0 < 0 || p0 < 0)
         return AIOGE_EGEOMETRY;
     const int64_t M = g[G_M], OW = g[G_OW], WPH = g[G_WPH], IMAGE = g[G_IMAGE];
+    /* P positions in as many blocks as MR-position ones take, base or base + 1 each: a 7x7 plane
+     * as 4 x 6 + 5 x 5, not 8 x 6 + 1, whose one-position tile ran 2 multiply-add chains at their
+     * latency (EfficientNet's 7x7 1x1 convs: 2-3.5% less thread CPU, minimum of 80, load 6) */
     const int64_t K = g[G_C] * g[G_KH] * g[G_KW], P = g[G_OH] * OW, blocks = (P + MR - 1) / MR;
+    const int64_t base = P / blocks, extra = P % blocks;
     const int act = (int)g[G_ACT];
     const float act_p0 = aioge_float_of(g[G_ACT_P0]), act_p1 = aioge_float_of(g[G_ACT_P1]);
     /* A kernel no wider than its stride (1x1, ConvNeXt's 2x2/2) reads every tap from a plane of
@@ -662,11 +715,13 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
             const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
             const int last = k0 + kc == K;
             for (int64_t u = u0; u < u1; u++) {
-                const int64_t n = u / blocks, q = (u % blocks) * MR, mv = P - q < MR ? P - q : MR;
+                const int64_t n = u / blocks, b = u % blocks, q = b * base + (b < extra ? b : extra), mv = base + (b < extra);
                 const float *r[MR];
+                int64_t oh = q / OW, ow = q % OW; /* one division a tile, not one a position */
                 for (int64_t i = 0; i < mv; i++) {
-                    const int64_t pos = q + i;
-                    r[i] = xph + n * IMAGE + (pos / OW) * WPH + pos % OW;
+                    r[i] = xph + n * IMAGE + oh * WPH + ow;
+                    if (++ow == OW)
+                        ow = 0, oh++;
                 }
                 float *part = parts + (u - u0) * MR * NR;
                 TTILES[mv][nv](kc, r, koff + k0, bp + k0 * NR, part, k0 == 0, bias ? bpad : 0, last && relu);
@@ -675,13 +730,16 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
                 if (act == ACT_HARDSWISH || act == ACT_HARDSIGMOID || act == ACT_CLIP) /* inline, no call a tile */
                     for (int64_t j = 0; j < mv * NR; j += VL)
                         *(vfu *)(part + j) = hard_vf(*(const vfu *)(part + j), act, act_p0, act_p1);
+#if VL == 8 && defined(__AVX2__) && defined(__FMA__)
+                else if (act == ACT_SIGMOID || act == ACT_SWISH) /* inline too, as dtile_out: act_span's bits */
+                    for (int64_t j = 0; j < mv * NR; j += VL) {
+                        const vf in = *(const vfu *)(part + j);
+                        *(vfu *)(part + j) = (vf)sigmoid8((__m256)in, _mm256_set1_ps(act_p0), act == ACT_SWISH);
+                    }
+#endif
                 else if (act && !relu) /* one call a tile (the lanes past ncols hold zeros' activations, never stored) */
                     aioge_act_span(part, NULL, part, mv * NR, act, act_p0, act_p1);
-                /* the tile goes out transposed: the mv positions of each channel side by side */
-                float *yt = y + (n * M + col0) * P + q;
-                for (int64_t c = 0; c < ncols; c++)
-                    for (int64_t i = 0; i < mv; i++)
-                        yt[c * P + i] = part[i * NR + c];
+                store_t(part, y + (n * M + col0) * P + q, P, mv, ncols);
             }
         }
     }
