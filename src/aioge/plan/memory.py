@@ -47,7 +47,7 @@ def is_view(node: Node) -> bool:
         return False
     if node.op_type == "Transpose":
         dims = tuple(x.desc.shape)  # type: ignore[arg-type]
-        perm = [p for p in node.attrs.get("perm") or range(len(dims) - 1, -1, -1) if dims[p] != 1]  # type: ignore[union-attr]
+        perm = [p for p in node.attrs.get("perm") or range(len(dims) - 1, -1, -1) if dims[p] != 1]
         return perm == sorted(perm)
     return node.op_type in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 

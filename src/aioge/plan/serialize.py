@@ -727,8 +727,8 @@ def _check_memory(model: CompiledModel) -> None:
     root: dict[str, str] = {b.value: b.value for b in mem.buffers}
     for name, r in mem.views:  # a view op's output on its input's buffer (or its input's buffer's)
         v = g.value(name)
-        x = (v.producer.inputs or (None,))[0] if v.producer is not None else None
-        if name in root or not plannable(v, outputs) or x is None or root.get(x.name) != r or not is_view(v.producer):
+        x = (node.inputs or (None,))[0] if (node := v.producer) is not None else None
+        if name in root or node is None or not plannable(v, outputs) or x is None or root.get(x.name) != r or not is_view(node):
             raise ModelFormatError(f"view {name!r} is not a planned view op's output over the buffer of {r!r}")
         root[name] = r
         uses[r] |= {index[id(c)] for c, _ in v.uses}
