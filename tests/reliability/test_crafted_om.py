@@ -124,6 +124,10 @@ def _live_buffers_overlap(m: CompiledModel) -> None:
     m.memory = dataclasses.replace(mem, buffers=(first, *moved))
 
 
+def _output_as_a_view(m: CompiledModel) -> None:
+    m.memory = dataclasses.replace(m.memory, views=(("y", m.memory.buffers[0].value),))
+
+
 CRAFTED = {
     "event cycle": (_event_cycle, r"invalid stream plan: event 1 .* \(a cycle between streams"),
     "missing event": (
@@ -138,6 +142,7 @@ CRAFTED = {
     "engine and kernel differ": (_other_engine, r"is not one the compiler could choose: it is a FusedElementwise kernel for"),
     "buffer listed twice": (_buffer_twice, r"buffer of .* listed twice"),
     "buffer for a graph output": (_buffer_for_an_output, r"buffer of 'y' is not a planned intermediate"),
+    "graph output as a view": (_output_as_a_view, r"view 'y' is not a planned view op's output over the buffer of"),
     "live buffers overlap": (
         _live_buffers_overlap,
         r"invalid memory plan: buffers of .* share arena bytes, but node \d+ .* does not end before",

@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Sequence
 
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import Graph, Node, Value
-from aioge.plan.memory import Buffer, MemoryPlan, check_reuse, plannable
+from aioge.plan.memory import Buffer, MemoryPlan, check_reuse, is_view, plannable
 from aioge.plan.streams import StreamPlan
 
 __all__ = ["ALIGNMENT", "Buffer", "MemoryPlan", "check_reuse", "plan_memory", "plannable"]
@@ -64,7 +64,7 @@ def plan_memory(graph: Graph, order: Sequence[Node], streams: StreamPlan, *, reu
     with ``reuse=False`` every tensor gets its own region.
     """
     n = len(order)
-    tensors = _tensors(graph, order)
+    tensors, views = _tensors(graph, order)
     no_reuse = sum(t.nbytes for t in tensors)
     if not tensors:
         return MemoryPlan(0, (), 0, 0, reuse=reuse, strategy="none")
@@ -104,21 +104,30 @@ def plan_memory(graph: Graph, order: Sequence[Node], streams: StreamPlan, *, reu
         (Buffer(t.value.name, offsets[k], t.nbytes, t.producer, max(t.uses)) for k, t in enumerate(tensors)),
         key=lambda b: (b.producer, b.value),
     )
-    return MemoryPlan(arena, tuple(buffers), lower, no_reuse, reuse=reuse, strategy=strategy)
+    return MemoryPlan(arena, tuple(buffers), lower, no_reuse, reuse=reuse, strategy=strategy, views=tuple(views))
 
 
-def _tensors(graph: Graph, order: Sequence[Node]) -> list[_Tensor]:
-    """The planned tensors, each with the nodes that read it (its producer if none does)."""
+def _tensors(graph: Graph, order: Sequence[Node]) -> tuple[list[_Tensor], list[tuple[str, str]]]:
+    """The planned tensors, each with the nodes that read it (its producer if none does), and
+    the views: a view op's planned output over a planned input takes its tensor, whose uses
+    then hold the view's (so its bytes live until the last reader of either)."""
     index = {id(node): i for i, node in enumerate(order)}
     outs = {id(v) for v in graph.outputs}
     tensors: list[_Tensor] = []
+    of: dict[int, _Tensor] = {}  # id(value) -> its tensor
+    views: list[tuple[str, str]] = []
     for i, node in enumerate(order):
         for v in node.outputs:
             if plannable(v, outs):
                 uses = sorted({index[id(c)] for c, _ in v.uses if id(c) in index})
-                nbytes = v.desc.size * numpy_dtype(v.desc.dtype).itemsize
-                tensors.append(_Tensor(v, i, uses or [i], _align(nbytes)))
-    return tensors
+                if (t := of.get(id(node.inputs[0] if node.inputs else None))) is not None and is_view(node):
+                    t.uses = sorted({*t.uses, *uses})
+                    views.append((v.name, t.value.name))
+                else:
+                    t = _Tensor(v, i, uses or [i], _align(v.desc.size * numpy_dtype(v.desc.dtype).itemsize))
+                    tensors.append(t)
+                of[id(v)] = t
+    return tensors, views
 
 
 def _bits(mask: int) -> Iterator[int]:

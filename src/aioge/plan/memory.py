@@ -6,10 +6,10 @@ import bisect
 from dataclasses import dataclass
 from typing import Sequence
 
-from aioge.ir.graph import Value, ValueKind
+from aioge.ir.graph import Node, Value, ValueKind
 from aioge.plan.streams import StreamPlan, clocks_before
 
-__all__ = ["Buffer", "MemoryPlan", "check_reuse", "plannable"]
+__all__ = ["Buffer", "MemoryPlan", "check_reuse", "is_view", "plannable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +31,25 @@ class MemoryPlan:
     no_reuse_bytes: int  # every tensor in its own region
     reuse: bool = True
     strategy: str = ""  # the placement order and gap rule that won
+    views: tuple[tuple[str, str], ...] = ()  # (a view op's output, the buffer's value it shares), in production order
 
     def offsets(self) -> dict[str, tuple[int, int]]:
-        """Value name -> (offset, nbytes) in the arena."""
-        return {b.value: (b.offset, b.nbytes) for b in self.buffers}
+        """Value name -> (offset, nbytes) in the arena (a view's: its buffer's)."""
+        out = {b.value: (b.offset, b.nbytes) for b in self.buffers}
+        return out | {v: out[r] for v, r in self.views}
+
+
+def is_view(node: Node) -> bool:
+    """Whether ``node``'s one output is its first input's bytes as they are (a Reshape, a
+    Transpose moving only size-1 axes, ...): the planner gives it the input's buffer."""
+    x, out = (node.inputs or (None,))[0], node.outputs[0]
+    if x is None or node.domain or len(node.outputs) != 1 or (x.desc.dtype, x.desc.size) != (out.desc.dtype, out.desc.size):
+        return False
+    if node.op_type == "Transpose":
+        dims = tuple(x.desc.shape)  # type: ignore[arg-type]
+        perm = [p for p in node.attrs.get("perm") or range(len(dims) - 1, -1, -1) if dims[p] != 1]
+        return perm == sorted(perm)
+    return node.op_type in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 
 
 def plannable(v: Value, graph_outputs: set[int]) -> bool:

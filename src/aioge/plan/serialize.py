@@ -707,7 +707,7 @@ def _check_plan(model: CompiledModel) -> None:
 def _check_memory(model: CompiledModel) -> None:
     """Each buffer holds one intermediate the planner places (its producer's output, not a graph
     output), inside the arena, sharing bytes only with tensors it cannot be live with."""
-    from aioge.plan.memory import check_reuse, plannable
+    from aioge.plan.memory import check_reuse, is_view, plannable
 
     g = model.graph
     mem = model.memory
@@ -723,8 +723,16 @@ def _check_memory(model: CompiledModel) -> None:
         seen.add(b.value)
         if b.offset < 0 or b.nbytes < v.desc.nbytes or b.offset + b.nbytes > mem.arena_bytes:
             raise ModelFormatError(f"buffer of {b.value!r} ({v.desc}) does not fit the arena at {b.offset}+{b.nbytes}")
-    uses = [(b, sorted({index[id(c)] for c, _ in g.value(b.value).uses})) for b in mem.buffers]
-    reason = check_reuse(uses, model.streams)
+    uses = {b.value: {index[id(c)] for c, _ in g.value(b.value).uses} for b in mem.buffers}
+    root: dict[str, str] = {b.value: b.value for b in mem.buffers}
+    for name, r in mem.views:  # a view op's output on its input's buffer (or its input's buffer's)
+        v = g.value(name)
+        x = (node.inputs or (None,))[0] if (node := v.producer) is not None else None
+        if name in root or node is None or not plannable(v, outputs) or x is None or root.get(x.name) != r or not is_view(node):
+            raise ModelFormatError(f"view {name!r} is not a planned view op's output over the buffer of {r!r}")
+        root[name] = r
+        uses[r] |= {index[id(c)] for c, _ in v.uses}
+    reason = check_reuse([(b, sorted(uses[b.value])) for b in mem.buffers], model.streams)
     if reason:
         raise ModelFormatError(f"invalid memory plan: {reason}")
 

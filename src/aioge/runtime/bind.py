@@ -13,12 +13,15 @@ import numpy as np
 
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import ValueKind
+from aioge.kernels import native
 from aioge.kernels.contract import bind_kernel
 from aioge.ops.registry import get_schema
 from aioge.plan.model import CompiledModel
 from aioge.runtime.context import Layout, Step
 
 __all__ = ["Binding", "bind"]
+
+_SHARED = native.with_native(lambda ins, outs: outs, lambda ins, outs: [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,19 +59,15 @@ def bind(model: CompiledModel, *, threads: str = "auto", check_finite: bool = Fa
         waits.setdefault(e.consumer, []).append(e.id)
         records.setdefault(e.producer, []).append(e.id)
     by_name = {n.name: n for n in g.nodes}
+    shared = {v for v, _ in model.memory.views}  # view ops' outputs on their input's bytes: the step copies nothing
     steps = []
     unplanned: set[int] = set()
     fresh: dict[int, tuple[tuple[int, ...], np.dtype]] = {}
     for plan in model.nodes:
         node = by_name[plan.name]
         impl = get_schema(node.op_type, node.domain).impl(plan.kernel.impl)
-        run = bind_kernel(
-            impl,
-            node.attrs,
-            plan.kernel.params,
-            [v.desc if v is not None else None for v in node.inputs],
-            [o.desc for o in node.outputs],
-        )
+        descs = ([v.desc if v is not None else None for v in node.inputs], [o.desc for o in node.outputs])
+        run = _SHARED if {o.name for o in node.outputs} <= shared else bind_kernel(impl, node.attrs, plan.kernel.params, *descs)
         outs = tuple(slot[o.name] for o in node.outputs)
         planned = all(o.name in offsets for o in node.outputs)
         if not planned:
