@@ -116,7 +116,17 @@ def main() -> None:
         for pause in args.pauses:
             for tree in args.trees:  # alternating: drift on a shared host hits every tree alike
                 env = {**os.environ, "PYTHONPATH": os.path.join(tree, "src")}
-                cmd = [sys.executable, __file__, "--model", args.model, "--child", str(pause / 1e3), str(args.n), caches[tree]]
+                cmd = [
+                    sys.executable,
+                    "-P",
+                    __file__,
+                    "--model",
+                    args.model,
+                    "--child",
+                    str(pause / 1e3),
+                    str(args.n),
+                    caches[tree],
+                ]
                 out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
                 row = json.loads(out.strip().splitlines()[-1])
                 print(json.dumps({"tree": tree, "pause_ms": pause, "round": r, "load": os.getloadavg()[0], **row}), flush=True)
