@@ -56,7 +56,8 @@ def test_a_sleeping_helper_is_woken_with_no_job_and_splits_after() -> None:
     assert out["in_backoff"] == 0, "splits back off: no helper is woken to spin for nothing"
 
 
-_DESCHEDULED = r"""
+# A child's start: one Add split over the helper threads (which leaves the helper idle)
+_ONE_SPLIT = r"""
 import json, os, time
 import numpy as np
 from aioge.kernels import native
@@ -65,6 +66,11 @@ a = np.ones((64, 64), np.float32)
 y = np.zeros_like(a)
 call = native.binary("Add", a, a, y)
 out = {"helpers": native.function("aioge_par_helpers")(), "split": par(call.job, native.ptr(call.args), call.total, 1)}
+"""
+
+_DESCHEDULED = (
+    _ONE_SPLIT
+    + r"""
 cpu = sorted(os.sched_getaffinity(0))[0]
 for tid in os.listdir("/proc/self/task"):  # every thread, the spinning helper too, on one CPU
     os.sched_setaffinity(int(tid), {cpu})
@@ -79,6 +85,7 @@ for _ in range(int(os.environ["TRIES"])):  # this thread computes: the helper wa
 out["woken"] = woken
 print(json.dumps(out))
 """
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs sched_setaffinity")
@@ -102,22 +109,16 @@ def test_a_helper_descheduled_while_spinning_sleeps(desched_us: str | None, trie
     assert out["woken"] == (1 if asleep else 0)
 
 
-_WAKE_SPIN = r"""
-import json, time
-import numpy as np
-from aioge.kernels import native
-wake, par = native.function("aioge_par_wake"), native.par_run()
-a = np.ones((64, 64), np.float32)
-y = np.zeros_like(a)
-call = native.binary("Add", a, a, y)
-out = {"helpers": native.function("aioge_par_helpers")(), "split": par(call.job, native.ptr(call.args), call.total, 1)}
+_WAKE_SPIN = (
+    _ONE_SPLIT
+    + r"""
 end = time.monotonic() + 20
 while out["helpers"] and not wake() and time.monotonic() < end:  # AIOGE_SPIN_US=0: asleep right after the job
     time.sleep(0.002)
 awake = 0
 while out["helpers"] and not awake and time.monotonic() < end:  # woken (wake() 0: not asleep) or slept again
     time.sleep(0.002)
-    awake = int(not wake()) if __import__("os").environ["AIOGE_WAKE_SPIN_US"] != "0" else 1
+    awake = int(not wake()) if os.environ["AIOGE_WAKE_SPIN_US"] != "0" else 1
 time.sleep(0.05)
 out["later"] = wake()  # 0: the helper still spins its wake window
 out["split_after"] = par(call.job, native.ptr(call.args), call.total, 1)
@@ -127,6 +128,7 @@ native.function("aioge_par_stats")(native.ptr(stats))
 out["stats"] = stats.tolist()  # splits, lost, whole in back-off, helper chunks, helper sleeps
 print(json.dumps(out))
 """
+)
 
 
 @pytest.mark.parametrize(("wake_spin_us", "later"), [("1000000", 0), ("0", 1)])
