@@ -109,3 +109,17 @@ def test_a_graph_cache_hit_counts_without_fsync_and_other_files_still_sync(tmp_p
     assert read_graph_stats(tmp_path)["keys"] == {"k": {"hits": 1, "misses": 1}} and synced == []
     plan_io.write_atomic_sync(tmp_path / "other", b"x")
     assert len(synced) == 2 and (tmp_path / "other").read_bytes() == b"x"  # the file and its directory
+
+
+def test_read_into_fills_the_buffer_chunk_by_chunk_and_reports_a_short_file(tmp_path) -> None:
+    data = np.random.default_rng(0).integers(0, 256, 1000, dtype=np.uint8).tobytes()
+    (tmp_path / "f").write_bytes(data)
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    try:
+        buf, seen = bytearray(1000), []
+        assert io.read_into(fd, memoryview(buf), chunk=300, each=lambda v: seen.append(bytes(v))) == 1000
+        assert bytes(buf) == data and [len(c) for c in seen] == [300, 300, 300, 100] and b"".join(seen) == data
+        longer = bytearray(1500)  # the file ended first: the count says so, the rest is untouched
+        assert io.read_into(fd, memoryview(longer)) == 1000 and longer[:1000] == data and longer[1000:] == bytes(500)
+    finally:
+        os.close(fd)

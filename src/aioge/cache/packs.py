@@ -106,13 +106,10 @@ def _load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[
                 raise CacheError(f"truncated: pack {name!r} ends past the file's {st.st_size} bytes", path=path)
             spans.append((str(name), str(layout), [int(d) for d in shape], base + offset, count, str(digest)))
         mm = mmap.mmap(-1, st.st_size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0))
-        view, got = memoryview(mm), 0
-        while got < st.st_size:  # a private copy (see the module docstring)
-            n = os.preadv(fd, [view[got : got + (64 << 20)]], got)
-            if not n:
-                raise CacheError(f"truncated: it shrank to {got} bytes while read", path=path)
-            got += n
-        view.release()
+        with memoryview(mm) as view:  # a private copy (see the module docstring)
+            got = io.read_into(fd, view)
+        if got < st.st_size:
+            raise CacheError(f"truncated: it shrank to {got} bytes while read", path=path)
     finally:
         os.close(fd)
     for name, layout, shape, offset, count, digest in spans:

@@ -28,7 +28,7 @@ import os
 import secrets
 import stat
 import struct
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import anyio
 import msgpack
@@ -420,6 +420,21 @@ def _read(path: str, max_bytes: int, shared: bool | None) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def read_into(fd: int, view: memoryview, *, chunk: int = 64 << 20, each: Callable[[memoryview], Any] | None = None) -> int:
+    """Fill ``view`` from ``fd``'s start, ``chunk`` bytes a read (``each`` sees every chunk
+    while it is still in the CPU's cache, e.g. to hash it); the bytes read, fewer than
+    ``len(view)`` only when the file ended first (it shrank while read)."""
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got : got + chunk]], got)
+        if not n:
+            break
+        if each is not None:
+            each(view[got : got + n])
+        got += n
+    return got
 
 
 # Never block, never follow: opening a FIFO for reading waits for a writer (forever, in a

@@ -564,7 +564,7 @@ def _load_weight(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: boo
             "not trusted: it is a symbolic link (links in a cache are not followed)" if exc.errno == errno.ELOOP else exc.strerror
         )
         raise ModelFormatError(f"weight file of tensor {name!r}: {why}", path=path) from None
-    with os.fdopen(fd, "rb", buffering=0) as f:
+    try:
         reason = io.untrusted_reason(st, shared=not require_owner)
         if reason is not None:
             raise ModelFormatError(f"weight file is not trusted: {reason}", path=path)
@@ -572,14 +572,11 @@ def _load_weight(ref: Any, desc: TensorDesc, weight_dir: str, require_owner: boo
             raise ModelFormatError(f"weight file has {st.st_size} bytes, tensor {name!r} ({desc}) needs {nbytes}", path=path)
         flat = np.empty(nbytes, dtype=np.uint8)
         h = hashlib.sha256()
-        view = flat.data  # a memoryview of the new buffer
-        got = 0
-        while got < nbytes:  # hashed chunk by chunk while the chunk is still in the CPU's cache
-            n = f.readinto(view[got : got + _WEIGHT_CHUNK])
-            if not n:
-                raise ModelFormatError(f"weight file of tensor {name!r} shrank to {got} bytes while read", path=path)
-            h.update(view[got : got + n])
-            got += n
+        got = io.read_into(fd, flat.data, chunk=_WEIGHT_CHUNK, each=h.update)
+        if got < nbytes:
+            raise ModelFormatError(f"weight file of tensor {name!r} shrank to {got} bytes while read", path=path)
+    finally:
+        os.close(fd)
     if h.hexdigest() != digest:
         raise ModelFormatError(f"weight file of tensor {name!r}: checksum mismatch (corrupt file)", path=path)
     array = flat.view(desc.dtype).reshape(tuple(int(s) for s in desc.shape))
