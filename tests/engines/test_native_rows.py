@@ -194,10 +194,14 @@ def test_softmax_extreme_rows_match_numpy(log: bool) -> None:
         ],
         np.float32,
     )
-    y = np.empty_like(x)
-    assert native_rows.softmax(x, y, log)
-    with np.errstate(all="ignore"):
-        np.testing.assert_allclose(y, _ref_softmax(x, log), rtol=1e-6, atol=1e-7)
+    for width in (4, 8, 19, 40):  # the tail alone, and (issue 42) the AVX2 lanes with and without one
+        w = np.ascontiguousarray(np.tile(x, (1, 10))[:, :width])
+        y, inplace = np.empty_like(w), w.copy()
+        assert native_rows.softmax(w, y, log) and native_rows.softmax(inplace, inplace, log)
+        with np.errstate(all="ignore"):
+            want = _ref_softmax(w, log)
+        for got in (y, inplace):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=f"width {width}")
 
 
 def _descs(*shapes: tuple[int, ...], dtype: str = "float32") -> list[TensorDesc]:
