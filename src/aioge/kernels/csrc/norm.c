@@ -369,6 +369,44 @@ static void gelu_tanh_span(const float *x, const float *bias, float *y, int64_t 
         }
     }
 }
+
+/* GELU (erf_f32's rational form, the same operations in the same order: equal to the scalar
+ * loop's results) over 8 lanes; the tail through a padded block. */
+static void gelu_span(const float *x, const float *bias, float *y, int64_t n) {
+    static const float P[7] = {-2.72614225801306e-10f, 2.77068142495902e-08f, -2.10102402082508e-06f,
+                               -5.69250639462346e-05f, -7.34990630326855e-04f, -2.95459980854025e-03f,
+                               -1.60960333262415e-02f};
+    static const float Q[5] = {-1.45660718464996e-05f, -2.13374055278905e-04f, -1.68282697438203e-03f,
+                               -7.37332916720468e-03f, -1.42647390514189e-02f};
+    const __m256 four = _mm256_set1_ps(4.0f), mfour = _mm256_set1_ps(-4.0f), half = _mm256_set1_ps(0.5f);
+    const __m256 one = _mm256_set1_ps(1.0f), rs2 = _mm256_set1_ps(0.70710678118654752f);
+    for (int64_t i = 0; i < n; i += 8) {
+        float buf[8] = {0};
+        const int64_t w = n - i < 8 ? n - i : 8;
+        if (w < 8)
+            memcpy(buf, x + i, (size_t)w * sizeof(float));
+        __m256 v = w == 8 ? _mm256_loadu_ps(x + i) : _mm256_loadu_ps(buf);
+        if (bias) {
+            memcpy(buf, bias + i, (size_t)w * sizeof(float));
+            v = _mm256_add_ps(v, _mm256_loadu_ps(buf));
+        }
+        const __m256 c = _mm256_max_ps(mfour, _mm256_min_ps(four, _mm256_mul_ps(v, rs2))); /* NaN passes */
+        const __m256 t = _mm256_mul_ps(c, c);
+        __m256 p = _mm256_set1_ps(P[0]), q = _mm256_set1_ps(Q[0]);
+        for (int j = 1; j < 7; j++)
+            p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(P[j]));
+        for (int j = 1; j < 5; j++)
+            q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(Q[j]));
+        const __m256 erf = _mm256_div_ps(_mm256_mul_ps(c, p), q);
+        const __m256 r = _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, erf));
+        if (w == 8)
+            _mm256_storeu_ps(y + i, r);
+        else {
+            _mm256_storeu_ps(buf, r);
+            memcpy(y + i, buf, (size_t)w * sizeof(float));
+        }
+    }
+}
 #define SIGMOID_SPAN 1
 #endif
 
@@ -378,8 +416,8 @@ static void act_span(const float *x, const float *bias, float *y, int64_t n, int
         sigmoid_span(x, bias, y, n, p0, act == ACT_SWISH);
         return;
     }
-    if (act == ACT_GELU_TANH) {
-        gelu_tanh_span(x, bias, y, n);
+    if (act == ACT_GELU_TANH || act == ACT_GELU) {
+        (act == ACT_GELU ? gelu_span : gelu_tanh_span)(x, bias, y, n);
         return;
     }
 #endif
