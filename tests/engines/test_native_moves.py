@@ -334,3 +334,55 @@ def test_isnans_kernel_has_a_native_form_and_gives_numpys_result() -> None:
     y = np.zeros(x.shape, bool)
     _run(native.native_form(run)([x], [y])[0])  # type: ignore[misc]
     assert np.array_equal(y, np.isnan(x)) and np.array_equal(run([x], None)[0], np.isnan(x))
+
+
+def _bits(rng: np.random.Generator, shape: Any, dtype: Any) -> np.ndarray:
+    """Random 4-byte values of every bit pattern (NaNs with payloads among the float32 ones)."""
+    return rng.integers(0, 2**32, shape, dtype=np.uint32).view(dtype)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 4), st.integers(1, 70), st.sampled_from(["rows", "a one", "b one"]), st.sampled_from([np.float32, np.int32])
+)
+def test_where_over_long_rows_copies_the_picked_bits_whole_and_split(rows: int, width: int, form: str, dtype: Any) -> None:
+    """Issue 42: Where's row loops with a unit condition and each value a row or one value (GPT-2's
+    Where(IsNaN(softmax), 0, softmax)) vectorise: odd widths, the values' bits copied unchanged."""
+    rng = np.random.default_rng(rows * 100 + width)
+    c = rng.random((rows, width)) < 0.5
+    a = _bits(rng, (rows, 1) if form == "a one" else (rows, width), dtype)
+    b = _bits(rng, (rows, 1) if form == "b one" else (rows, width), dtype)
+    y = np.empty((rows, width), dtype)
+    for run in (_run, _split):
+        y.view(np.uint32)[...] = 7
+        run(native.elemwise(native.EW_WHERE, y, c, a, b))
+        assert np.array_equal(y.view(np.uint32), np.where(c, a, b).view(np.uint32))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 70))
+def test_isnan_over_long_rows_whole_and_split(rows: int, width: int) -> None:
+    rng = np.random.default_rng(width)
+    x = _bits(rng, (rows, width), np.float32)  # about 1 in 256 a NaN, with every payload
+    x[:, ::3] = np.nan
+    y = np.empty(x.shape, bool)
+    for run in (_run, _split):
+        y[...] = True
+        run(native.elemwise(native.EW_ISNAN, y, x))
+        assert np.array_equal(y, np.isnan(x))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 40), st.integers(1, 5), st.integers(1, 20), st.sampled_from([np.float32, np.int32]))
+def test_attention_head_transposes_copy_bits_whole_and_split(batch: int, seq: int, heads: int, dim: int, dtype: Any) -> None:
+    """Issue 42: the heads' K^T ((B, S, H, D) -> (B, H, D, S), the last two axes of the merged
+    copy swapped) goes through the blocked transpose: odd sizes, a batch or none, a source that
+    is a slice of a wider row (Split's), every bit pattern; the copy back ((B, H, S, D) ->
+    (B, S, H, D)) and the plain 2-D one alongside."""
+    rng = np.random.default_rng(seq * 1000 + heads * 100 + dim)
+    wide = _bits(rng, (batch, seq, heads, 3 * dim), dtype)
+    for src in (wide[..., dim : 2 * dim].transpose(0, 2, 3, 1), wide[..., :dim].transpose(0, 2, 1, 3), wide[0, :, 0].T):
+        for run in (_run, _split):
+            y = np.zeros(src.shape, dtype)
+            run(native.strided_copy(src, y))
+            assert np.array_equal(y.view(np.uint32), np.ascontiguousarray(src).view(np.uint32))
