@@ -295,13 +295,22 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
     }
 }
 
+/* A tile out per activation (dtile_out with ``act`` a constant): EfficientNet's 16->96 1x1 Swish
+ * conv at 112x112, 1397 -> 1196 us of thread CPU, and 598 -> 501 without its Swish; 24->144 at
+ * 56x56 with Swish 599 -> 514 (medians of 100, load 4.5). */
 typedef void (*dout_fn)(int64_t, const float *, const float *, const int64_t *, float *, int64_t, int64_t, int64_t,
                         const float *, int, float, float);
 #define DOUT(M, NV)                                                                                                      \
     static void dout##M##_##NV(int64_t kc, const float *a, const float *xq, const int64_t *o, float *y, int64_t ldy,      \
                                int64_t r, int64_t nc, const float *b, int act, float p0, float p1)                        \
     {                                                                                                                    \
-        dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, act, p0, p1);                                                   \
+        switch (act) { /* the common activations as constants: no per-vector tests, no spilled accumulators */        \
+        case ACT_NONE: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_NONE, p0, p1); break;                         \
+        case ACT_RELU: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_RELU, p0, p1); break;                         \
+        case ACT_SWISH: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_SWISH, p0, p1); break;                       \
+        case ACT_HARDSWISH: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_HARDSWISH, p0, p1); break;               \
+        default: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, act, p0, p1);                                           \
+        }                                                                                                                \
     }
 DOUT(6, 1)
 DOUT(6, 2)
