@@ -126,8 +126,8 @@ def test_without_the_tier_a_stored_native_choice_applies_its_activation_in_numpy
 def test_a_1x1_convs_straight_tiles_take_each_activation_as_the_pass_does(act, act_params, reference, seed, c, m, h, k) -> None:
     # a 1x1 conv at stride 1 whose positions fill whole 16-position panels (h * w a multiple of
     # 16, odd sides included) stores its tiles from the registers, each common activation a
-    # constant of its own there (csrc/conv_direct.c's DOUT); the rest of its positions and rows
-    # (m not a multiple of 6) through the accumulator buffer
+    # constant of its own there (csrc/conv_direct.c's DOUT), the last block's rows past m (m not
+    # a multiple of 6) computed and not stored
     rng = np.random.default_rng(seed)
     x = rand(rng, 1, c, h, 16 // math.gcd(h, 16) * k) * 3
     x[0, 0, 0, 0] = np.nan
