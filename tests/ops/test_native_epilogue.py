@@ -121,7 +121,13 @@ def test_without_the_tier_a_stored_native_choice_applies_its_activation_in_numpy
 
 
 @pytest.mark.parametrize(("act", "act_params", "reference"), [("", (), lambda y: y)] + ACTIVATIONS[:1] + ACTIVATIONS[5:9])
-@given(seed=st.integers(0, 2**16), c=st.integers(1, 24), m=st.integers(1, 100), h=st.integers(1, 40), k=st.integers(1, 4))
+@given(
+    seed=st.integers(0, 2**16),
+    c=st.one_of(st.integers(1, 24), st.integers(161, 256)),  # K in one block, or past KC = 160 up to 256 (AVX2)
+    m=st.integers(1, 100),
+    h=st.integers(1, 40),
+    k=st.integers(1, 4),
+)
 @settings(max_examples=6, deadline=None)
 def test_a_1x1_convs_straight_tiles_take_each_activation_as_the_pass_does(act, act_params, reference, seed, c, m, h, k) -> None:
     # a 1x1 conv at stride 1 whose positions fill whole 16-position panels (h * w a multiple of
