@@ -142,3 +142,34 @@ def test_without_the_tier_the_depthwise_kernel_runs_numpy(monkeypatch) -> None:
     assert native.native_form(run) is None  # no program form without the tier
     (got,) = run([x, w, b], None)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("h", "wd", "pads", "act"),
+    [(96, 97, (1, 1, 1, 1), "Swish"), (91, 93, (0, 1, 1, 0), "HardSwish"), (113, 90, (1, 0, 0, 1), "")],
+)
+def test_a_3x3_stride_2_conv_past_the_eight_plane_budget_takes_the_line_form(h, wd, pads, act) -> None:
+    """As chosen (``aioge_simd_avx2(1)``), a 3x3 stride-2 plane too big for eight at a time
+    (EfficientNet's and MobileNetV3's 112x112 ones) runs the line form: the forced one's bits,
+    and onnxruntime's values."""
+    rng = np.random.default_rng(h)
+    c = 5
+    x = rng.uniform(-4, 4, (1, c, h, wd)).astype(np.float32)
+    w, b = rng.uniform(-1, 1, (c, 1, 3, 3)).astype(np.float32), rng.uniform(-1, 1, c).astype(np.float32)
+    want = _ort(x, w, b, act, (3, 3), (2, 2), (1, 1), pads)
+    oh, ow = (h + pads[0] + pads[2] - 3) // 2 + 1, (wd + pads[1] + pads[3] - 3) // 2 + 1
+    a0, a1, _ = ACTS[act]
+    geo = np.array([c, h, wd, 1, 3, 3, 2, 2, 1, 1, pads[0], pads[1], oh, ow, native.ACT[act], _bits(a0), _bits(a1), 0], np.int64)
+    fn = native.lib().aioge_conv_depthwise_f32
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
+    ys = []
+    try:
+        for simd in (5, 1):
+            native.function("aioge_simd_avx2")(simd)
+            y = np.full(want.shape, np.nan, np.float32)
+            assert fn(native.ptr(x), native.ptr(w), native.ptr(b), native.ptr(y), native.ptr(geo), 0, c) == 0
+            ys.append(y)
+    finally:
+        native.function("aioge_simd_avx2")(1)
+    np.testing.assert_array_equal(ys[1].view(np.int32), ys[0].view(np.int32))
+    np.testing.assert_allclose(ys[1], want, rtol=2e-5, atol=2e-5)

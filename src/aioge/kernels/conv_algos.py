@@ -393,9 +393,9 @@ def _for_rank(g: ConvGeometry, build: Callable[..., RunFn]) -> Callable[..., Run
 
 
 def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Descs, outs: Any) -> RunFn:
-    """group == C in C (``csrc/dwconv.c``): with AVX2, 3x3 stride-1 rows of 16 and up four output
-    rows at a time from a zero-padded copy split into its stride phases, other planes up to about
-    90x90 eight at a time channel-interleaved, else the flat phases; the activation fused; the output planes
+    """group == C in C (``csrc/dwconv.c``): with AVX2, 3x3 stride-1 rows of 16 and up (stride 2 past
+    about 90x90) four output rows at a time from a zero-padded copy split into its stride phases, other
+    planes up to about 90x90 eight at a time channel-interleaved, else the flat phases; the activation fused; the output planes
     shared, in units of eight (whole eight-plane groups), with the C helper thread on an idle
     core. Without the compiled tier (a desc stored by a process that had it) the numpy
     ``conv_depthwise_planes``. Thread CPU on MobileNetV3's and EfficientNet's shapes, with their

@@ -529,8 +529,10 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
     hp = hp > g[10] + g[1] ? hp : g[10] + g[1];
     wp = wp > g[11] + g[2] ? wp : g[11] + g[2];
     /* the line form where it measured faster (3x3 stride 1 rows of 16 and up: 144x56x56 with its
-     * Swish 642 -> 550 us, 32x112x112 460 -> 420, thread CPU); the others as before */
-    const int lines = simd == 5 || (simd == 1 && g[4] == 3 && g[5] == 3 && g[6] == 1 && g[7] == 1 && g[8] == 1 && g[13] >= 16);
+     * Swish 642 -> 550 us, 32x112x112 460 -> 420, thread CPU; 3x3 stride 2 on planes too big
+     * for eight at a time: EfficientNet's 96x112x112 296 -> 273); the others as before */
+    const int s1 = g[6] == 1 && g[7] == 1 && g[13] >= 16, s2 = g[6] == 2 && g[7] == 2 && hp * wp > 8192;
+    const int lines = simd == 5 || (simd == 1 && g[4] == 3 && g[5] == 3 && g[8] == 1 && (s1 || s2));
     if (simd == 3 || (simd % 3 == 1 && !lines && p1 - p0 >= 6 && hp * wp <= 8192))
         return dwconv8(x, w, bias, y, geometry, p0, p1);
     return dwconv(x, w, bias, y, geometry, p0, p1, lines);
