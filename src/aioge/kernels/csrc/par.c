@@ -14,11 +14,12 @@
  * the first split pay a second wake-up (mobilenet_v3_small: 1.5-1.65 helper sleeps a run 30 ms
  * apart, 0.5-0.85 back to back; bench/idle_pause.py).
  *
- * The range is cut into up to CHUNKS chunks that the caller and the helper take in turn, so a
- * helper that starts late only leaves more chunks to the caller. Their sizes differ by one at
- * most, the longer first: ceil-sized chunks left ResNet-18's 14- and 49-unit convs 7 chunks (4
- * to one thread, 3 to the other: 4/7 of the conv's time instead of 1/2), balanced ones 8 (7+7,
- * 25+24 units). This VM's scheduler packs
+ * The range is cut into chunks that the caller and the helper take in turn, so a helper that
+ * starts late only leaves more chunks to the caller. Each takes a GUIDE-th of what is left, at
+ * least a CHUNKS-th of the range (guided): the last ones are short, so the two threads end
+ * within a short chunk of each other. Eight equal chunks left up to an eighth of a conv to one
+ * thread at the end (ResNet-18's 3x3 convs: the core that finished first idled 0.1-0.3 ms a
+ * conv). This VM's scheduler packs
  * threads onto few vCPUs (sched_vcpu_pack): a helper woken by the caller landed on the caller's
  * vCPU and ran only when the caller was done (1.4 ms for a 0.9 ms GEMM). So a caller that finds
  * the helper on its CPU, or asleep, first sets the helper's affinity to every other CPU
@@ -54,7 +55,8 @@
 #define MAX_HELPERS 64
 #define SPIN_US 300
 #define WAKE_SPIN_US 1500
-#define CHUNKS 8 /* a split range is cut into this many chunks at most */
+#define CHUNKS 32 /* a chunk holds at least this fraction of a split range ... */
+#define GUIDE 4   /* ... and else this fraction of what is left of it */
 #define BACKOFF_MIN_NS 10000000LL   /* splits stop this long after a lost one (AIOGE_SPLIT_BACKOFF_US) ... */
 #define BACKOFF_MAX_NS 1000000000LL /* ... doubling on each further loss up to this */
 #define LOST_SLACK_NS 250000LL      /* a wait this much past 1.5 chunks: a helper descheduled, not slow to wake */
@@ -67,8 +69,8 @@
 struct split {
     int job;
     const int64_t *args;
-    int64_t total, chunk, nchunks, longer; /* chunks [0, longer) hold chunk + 1 values, the rest chunk */
-    _Atomic int64_t next, done;
+    int64_t total, least;       /* values in the range; the fewest a chunk takes (but the last) */
+    _Atomic int64_t next, done; /* the first value no chunk took; values run */
     _Atomic int error;
 };
 
@@ -136,14 +138,18 @@ int64_t aioge_par_backoff(int64_t caller_ns, int64_t mine, int64_t wait_ns, int6
 /* Take chunks of s until none is left; how many this thread took. */
 static int64_t work(struct split *s)
 {
-    int64_t i, took = 0;
-    while ((i = atomic_fetch_add(&s->next, 1)) < s->nchunks) {
+    int64_t took = 0, lo = atomic_load(&s->next);
+    while (lo < s->total) {
+        const int64_t left = s->total - lo, want = left / GUIDE > s->least ? left / GUIDE : s->least;
+        const int64_t n = want < left ? want : left;
+        if (!atomic_compare_exchange_weak(&s->next, &lo, lo + n))
+            continue; /* lo is the new first value */
         took++;
-        const int64_t lo = i * s->chunk + (i < s->longer ? i : s->longer), hi = lo + s->chunk + (i < s->longer);
-        const int err = aioge_job(s->job, s->args, lo, hi);
+        const int err = aioge_job(s->job, s->args, lo, lo + n);
         if (err)
             atomic_store(&s->error, err);
-        atomic_fetch_add(&s->done, 1);
+        atomic_fetch_add(&s->done, n);
+        lo = atomic_load(&s->next);
     }
     return took;
 }
@@ -298,10 +304,7 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
         const int r = aioge_job(job, args, 0, total);
         return r ? r : 1;
     }
-    struct split s = {.job = job, .args = args, .total = total};
-    s.nchunks = total < CHUNKS ? total : CHUNKS;
-    s.chunk = total / s.nchunks;
-    s.longer = total % s.nchunks;
+    struct split s = {.job = job, .args = args, .total = total, .least = (total + CHUNKS - 1) / CHUNKS};
     atomic_store(&s.next, 0);
     atomic_store(&s.done, 0);
     atomic_store(&s.error, 0);
@@ -315,7 +318,7 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
     }
     const int64_t mine = work(&s), t1 = now_ns();
     unsigned spins = 0;
-    while (atomic_load(&s.done) < s.nchunks) /* chunks the helper took and has not finished */
+    while (atomic_load(&s.done) < total) /* chunks the helper took and has not finished */
         if (++spins < 1u << 14)
             relax();
         else
