@@ -1,4 +1,4 @@
-"""csrc/par.c cuts a split range into guided chunks (a quarter of what is left, at least a 32nd
+"""csrc/par.c cuts a split range into guided chunks (a third of what is left, at least a 64th
 of the range): every unit of the range is run exactly once, for odd and small totals as for
 large ones."""
 

@@ -173,7 +173,7 @@ def test_direct_t_conv_shared_with_the_c_helper_matches_whole(n, c, m, k, stride
 
 @given(
     seed=st.integers(0, 2**16),
-    size=st.integers(3, 30),  # 1 to 150 position units, odd ones
+    size=st.integers(5, 30),  # 2 to 150 position units, odd ones
     stride=st.integers(1, 2),
     panels=st.integers(8, 19),
     cuts=st.lists(st.floats(0, 1), max_size=6),

@@ -17,9 +17,10 @@
  * The range is cut into chunks that the caller and the helper take in turn, so a helper that
  * starts late only leaves more chunks to the caller. Each takes a GUIDE-th of what is left, at
  * least a CHUNKS-th of the range (guided): the last ones are short, so the two threads end
- * within a short chunk of each other. Eight equal chunks left up to an eighth of a conv to one
- * thread at the end (ResNet-18's 3x3 convs: the core that finished first idled 0.1-0.3 ms a
- * conv). This VM's scheduler packs
+ * within a short chunk of each other. Eight equal chunks left up to an eighth of a job to one
+ * thread when the two ran at different speeds (simulated over ResNet-18's conv ranges, the helper
+ * 10-20% slower: split walls of 0.56-0.61 of the whole job's, 0.53-0.55 guided; as good at equal
+ * speeds). This VM's scheduler packs
  * threads onto few vCPUs (sched_vcpu_pack): a helper woken by the caller landed on the caller's
  * vCPU and ran only when the caller was done (1.4 ms for a 0.9 ms GEMM). So a caller that finds
  * the helper on its CPU, or asleep, first sets the helper's affinity to every other CPU
@@ -55,8 +56,8 @@
 #define MAX_HELPERS 64
 #define SPIN_US 300
 #define WAKE_SPIN_US 1500
-#define CHUNKS 32 /* a chunk holds at least this fraction of a split range ... */
-#define GUIDE 4   /* ... and else this fraction of what is left of it */
+#define CHUNKS 64 /* a chunk holds at least this fraction of a split range ... */
+#define GUIDE 3   /* ... and else this fraction of what is left of it */
 #define BACKOFF_MIN_NS 10000000LL   /* splits stop this long after a lost one (AIOGE_SPLIT_BACKOFF_US) ... */
 #define BACKOFF_MAX_NS 1000000000LL /* ... doubling on each further loss up to this */
 #define LOST_SLACK_NS 250000LL      /* a wait this much past 1.5 chunks: a helper descheduled, not slow to wake */
