@@ -1,5 +1,5 @@
-"""csrc/par.c cuts a split range into guided chunks (a third of what is left, at least a 64th
-of the range): every unit of the range is run exactly once, for odd and small totals as for
+"""csrc/par.c cuts a split range into up to 8 chunks (32 for the dense convs) whose sizes differ
+by one at most: every unit of the range is run exactly once, for odd and small totals as for
 large ones."""
 
 from __future__ import annotations

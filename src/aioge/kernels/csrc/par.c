@@ -14,13 +14,14 @@
  * the first split pay a second wake-up (mobilenet_v3_small: 1.5-1.65 helper sleeps a run 30 ms
  * apart, 0.5-0.85 back to back; bench/idle_pause.py).
  *
- * The range is cut into chunks that the caller and the helper take in turn, so a helper that
- * starts late only leaves more chunks to the caller. Each takes a GUIDE-th of what is left, at
- * least a CHUNKS-th of the range (guided): the last ones are short, so the two threads end
- * within a short chunk of each other. Eight equal chunks left up to an eighth of a job to one
- * thread when the two ran at different speeds (simulated over ResNet-18's conv ranges, the helper
- * 10-20% slower: split walls of 0.56-0.61 of the whole job's, 0.53-0.55 guided; as good at equal
- * speeds). This VM's scheduler packs
+ * The range is cut into up to CHUNKS chunks (FINE_CHUNKS for the dense convs) that the caller
+ * and the helper take in turn, so a helper that starts late only leaves more chunks to the
+ * caller. Their sizes differ by one at most, the longer first: ceil-sized chunks left ResNet-18's
+ * 14- and 49-unit convs 7 chunks (4 to one thread, 3 to the other). Eight chunks leave up to an
+ * eighth of a job to one thread at the end when the two run at different speeds, 32 a 32nd
+ * (simulated over ResNet-18's 3x3 conv ranges, the helper 10-20% slower: split walls of 0.56-0.61
+ * of the whole job's with 8, 0.535-0.56 with 32; the same at equal speeds); jobs whose chunks
+ * each redo some work (the local phase rows of JOB_CONV_LOCAL) keep 8. This VM's scheduler packs
  * threads onto few vCPUs (sched_vcpu_pack): a helper woken by the caller landed on the caller's
  * vCPU and ran only when the caller was done (1.4 ms for a 0.9 ms GEMM). So a caller that finds
  * the helper on its CPU, or asleep, first sets the helper's affinity to every other CPU
@@ -56,8 +57,8 @@
 #define MAX_HELPERS 64
 #define SPIN_US 300
 #define WAKE_SPIN_US 1500
-#define CHUNKS 64 /* a chunk holds at least this fraction of a split range ... */
-#define GUIDE 3   /* ... and else this fraction of what is left of it */
+#define CHUNKS 8       /* a split range is cut into this many chunks at most ... */
+#define FINE_CHUNKS 32 /* ... and a dense conv's into this many */
 #define BACKOFF_MIN_NS 10000000LL   /* splits stop this long after a lost one (AIOGE_SPLIT_BACKOFF_US) ... */
 #define BACKOFF_MAX_NS 1000000000LL /* ... doubling on each further loss up to this */
 #define LOST_SLACK_NS 250000LL      /* a wait this much past 1.5 chunks: a helper descheduled, not slow to wake */
@@ -70,8 +71,8 @@
 struct split {
     int job;
     const int64_t *args;
-    int64_t total, least;       /* values in the range; the fewest a chunk takes (but the last) */
-    _Atomic int64_t next, done; /* the first value no chunk took; values run */
+    int64_t total, chunk, nchunks, longer; /* chunks [0, longer) hold chunk + 1 values, the rest chunk */
+    _Atomic int64_t next, done;
     _Atomic int error;
 };
 
@@ -139,18 +140,14 @@ int64_t aioge_par_backoff(int64_t caller_ns, int64_t mine, int64_t wait_ns, int6
 /* Take chunks of s until none is left; how many this thread took. */
 static int64_t work(struct split *s)
 {
-    int64_t took = 0, lo = atomic_load(&s->next);
-    while (lo < s->total) {
-        const int64_t left = s->total - lo, want = left / GUIDE > s->least ? left / GUIDE : s->least;
-        const int64_t n = want < left ? want : left;
-        if (!atomic_compare_exchange_weak(&s->next, &lo, lo + n))
-            continue; /* lo is the new first value */
+    int64_t i, took = 0;
+    while ((i = atomic_fetch_add(&s->next, 1)) < s->nchunks) {
         took++;
-        const int err = aioge_job(s->job, s->args, lo, lo + n);
+        const int64_t lo = i * s->chunk + (i < s->longer ? i : s->longer), hi = lo + s->chunk + (i < s->longer);
+        const int err = aioge_job(s->job, s->args, lo, hi);
         if (err)
             atomic_store(&s->error, err);
-        atomic_fetch_add(&s->done, n);
-        lo = atomic_load(&s->next);
+        atomic_fetch_add(&s->done, 1);
     }
     return took;
 }
@@ -305,7 +302,11 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
         const int r = aioge_job(job, args, 0, total);
         return r ? r : 1;
     }
-    struct split s = {.job = job, .args = args, .total = total, .least = (total + CHUNKS - 1) / CHUNKS};
+    struct split s = {.job = job, .args = args, .total = total};
+    const int64_t most = job == JOB_CONV_T || job == JOB_CONV_DIRECT ? FINE_CHUNKS : CHUNKS;
+    s.nchunks = total < most ? total : most;
+    s.chunk = total / s.nchunks;
+    s.longer = total % s.nchunks;
     atomic_store(&s.next, 0);
     atomic_store(&s.done, 0);
     atomic_store(&s.error, 0);
@@ -319,7 +320,7 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
     }
     const int64_t mine = work(&s), t1 = now_ns();
     unsigned spins = 0;
-    while (atomic_load(&s.done) < total) /* chunks the helper took and has not finished */
+    while (atomic_load(&s.done) < s.nchunks) /* chunks the helper took and has not finished */
         if (++spins < 1u << 14)
             relax();
         else
