@@ -171,41 +171,6 @@ def test_direct_t_conv_shared_with_the_c_helper_matches_whole(n, c, m, k, stride
     np.testing.assert_allclose(split, want, rtol=1e-4, atol=1e-4)
 
 
-@given(
-    seed=st.integers(0, 2**16),
-    size=st.integers(5, 30),  # 2 to 150 position units, odd ones
-    stride=st.integers(1, 2),
-    panels=st.integers(8, 19),
-    cuts=st.lists(st.floats(0, 1), max_size=6),
-)
-@settings(max_examples=25, deadline=None)
-def test_direct_t_conv_by_panel_and_unit_pieces_matches_whole(seed, size, stride, panels, cuts) -> None:
-    """From 8 channel panels the job's range is (panel, position unit) pairs, so csrc/par.c's
-    chunks may start and end inside a panel: any cut of it into pieces, each run alone
-    (``aioge_job``), gives the whole run's output bit for bit, and onnxruntime's; a range past
-    the pairs is refused."""
-    job = native.function("aioge_job")
-    nr = native.gemm_tile()[1]  # type: ignore[index]
-    rng = np.random.default_rng(seed)
-    m = panels * nr - int(rng.integers(0, nr))  # a narrow last panel
-    x, wt, b = rand(rng, 1, 3, size, size), rand(rng, m, 3, 3, 3), rand(rng, m)
-    wt.setflags(write=False)  # a constant weight: packed for good in the native form
-    attrs = {"kernel_shape": [3, 3], "strides": [stride, stride], "pads": [1] * 4}
-    run = build_conv_direct_t_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, wt, b)], None)
-    (want,) = ort_run("Conv", [x, wt, b], attrs)
-    y = np.full(want.shape, np.nan, np.float32)
-    phases, conv = native.native_form(run)([x, wt, b], [y])  # type: ignore[misc]
-    assert conv.args[8] == 2 and conv.total == conv.args[6] * panels
-    assert job(phases.job, native.ptr(phases.args), 0, phases.total) == 0
-    bounds = sorted({0, conv.total, *(int(f * conv.total) for f in cuts)})
-    for lo, hi in zip(bounds, bounds[1:]):
-        assert job(conv.job, native.ptr(conv.args), lo, hi) == 0
-    (whole,) = run([x, wt, b], None)
-    np.testing.assert_array_equal(y, whole)
-    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
-    assert job(conv.job, native.ptr(conv.args), 0, conv.total + 1) == -2  # AIOGE_EGEOMETRY
-
-
 def test_without_the_tier_the_direct_t_conv_runs_numpy(monkeypatch) -> None:
     monkeypatch.setattr(native, "function", lambda *a, **k: None)
     monkeypatch.setattr(native, "par_run", lambda: None)

@@ -708,14 +708,11 @@ def build_conv_direct_t_native(attrs: Mapping[str, Any], params: Mapping[str, An
     if make is None:
         return _numpy_instead(build_conv_im2col, attrs, params, ins, outs)
     units, panels = g.n * lay.per_image, lay.other
-    # By panels from 8 of them (as (panel, unit) pairs, so csrc/par.c's chunks can end within a
-    # panel), else by position units. ResNet-18's 64x56x56 3x3 convs in 4 panel chunks of 0.65 ms
-    # each left a helper that started late the caller's third (caller CPU 1.50-2.14 -> 1.26-1.68
-    # ms of 2.5 by units, load 8).
-    by_panels = 2 if panels >= 8 and units > 1 else int(panels >= 8 or units < 8)
-    return make(
-        native.JOB_CONV_T, (units, panels, by_panels), units * panels if by_panels == 2 else panels if by_panels else units
-    )
+    # Cut into csrc/par.c's 8 chunks: by panels from 8 of them, else by position units. ResNet-18's
+    # 64x56x56 3x3 convs in 4 panel chunks of 0.65 ms each left a helper that started late the
+    # caller's third (caller CPU 1.50-2.14 -> 1.26-1.68 ms of 2.5 by units, load 8).
+    by_panels = panels >= 8 or units < 8
+    return make(native.JOB_CONV_T, (units, panels, by_panels), panels if by_panels else units)
 
 
 # -- grouped -----------------------------------------------------------------------------------

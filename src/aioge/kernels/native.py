@@ -138,7 +138,6 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_conv_gemm_nr": (_INT, ()),
     "aioge_conv_phases_f32": (None, (_P, _P, _P)),
     "aioge_par_run": (_INT, (_INT, _P, _I64, _INT)),
-    "aioge_job": (_INT, (_INT, _P, _I64, _I64)),
     "aioge_run_jobs": (_INT, (_P, _I64, _INT, _P)),
     "aioge_par_helpers": (_INT, ()),
     "aioge_par_backoff": (_I64, (_I64, _I64, _I64, _I64)),

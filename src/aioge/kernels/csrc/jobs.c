@@ -30,9 +30,8 @@ typedef int (*conv_fn)(const float *, const float *, const int64_t *, const floa
                        int64_t, int64_t, int64_t);
 
 /* The two direct convs' jobs: xph, wpack, koff, bias, y, geometry, then the two ranges' sizes and
- * which of them [lo, hi) cuts (g[8]: 1 the second; 2 both, as second * first + first value: a
- * conv_t over 8 or 16 channel panels cut in 8 chunks ended up to a panel apart on the two
- * threads), then the floats of xph (x itself for the local job) and y */
+ * which of them [lo, hi) cuts (g[8]: the second), then the floats of xph (x itself for the local
+ * job) and y */
 static int conv_job(conv_fn fn, const int64_t *g, int64_t lo, int64_t hi)
 {
     if (!aioge_conv_fits((const int64_t *)(intptr_t)g[5], g[9], g[10], fn == aioge_conv_direct_local_f32))
@@ -41,19 +40,6 @@ static int conv_job(conv_fn fn, const int64_t *g, int64_t lo, int64_t hi)
     const int64_t *koff = (const int64_t *)(intptr_t)g[2], *geom = (const int64_t *)(intptr_t)g[5];
     const float *bias = (const float *)(intptr_t)g[3];
     float *y = (float *)(intptr_t)g[4];
-    if (g[8] == 2) { /* a partial block of the second range, whole ones, a partial one */
-        if (g[6] <= 0 || lo < 0 || hi > g[6] * g[7])
-            return AIOGE_EGEOMETRY;
-        for (int64_t i = lo; i < hi;) {
-            const int64_t b = i / g[6], f = i % g[6], whole = f == 0 ? (hi - i) / g[6] : 0;
-            const int64_t f1 = whole ? g[6] : (hi - b * g[6] < g[6] ? hi - b * g[6] : g[6]), b1 = whole ? b + whole : b + 1;
-            const int err = fn(x, w, koff, bias, y, geom, f, f1, b, b1);
-            if (err)
-                return err;
-            i = (b1 - 1) * g[6] + f1;
-        }
-        return 0;
-    }
     if (g[8])
         return fn(x, w, koff, bias, y, geom, 0, g[6], lo, hi);
     return fn(x, w, koff, bias, y, geom, lo, hi, 0, g[7]);
