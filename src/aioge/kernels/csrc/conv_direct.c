@@ -131,13 +131,8 @@ static void phases_rows(const float *restrict x, float *restrict img, const int6
                     break;
                 }
                 float *dst = img + ((c * SH + py) * SW + px) * HPH * WPH;
-                /* columns j whose source column j * SW + px - PL lies in [0, W) */
-                int64_t lo = PL - px <= 0 ? 0 : (PL - px + SW - 1) / SW;
-                int64_t hi = W - 1 + PL - px < 0 ? 0 : (W - 1 + PL - px) / SW + 1;
-                if (hi > WPH)
-                    hi = WPH;
-                if (lo > hi)
-                    lo = hi;
+                int64_t lo, hi;
+                phase_cols(g, px, &lo, &hi);
                 for (int64_t i = i0; i < i1; i++) {
                     float *restrict row = dst + i * WPH;
                     const int64_t ih = i * SH + py - PT;
