@@ -14,6 +14,13 @@ from tests.engines._native_child import _rand, kernel
 
 CASES = [
     ("conv", "Conv", "conv_direct_native", [_rand(2, 8, 13, 13), _rand(16, 8, 3, 3), _rand(16)], {"pads": [1, 1, 1, 1]}),
+    (  # a column stride of 2: both column phases from one pass over a row (8 columns at a time on AVX2)
+        "conv_s2",
+        "Conv",
+        "conv_direct_native",
+        [_rand(1, 3, 9, 37), _rand(8, 3, 3, 3)],
+        {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+    ),
     (
         "depthwise",
         "Conv",

@@ -1,5 +1,6 @@
-"""csrc/par.c cuts a split range into up to 8 chunks whose sizes differ by one at most: every
-unit of the range is run exactly once, for odd and small totals as for large ones."""
+"""csrc/par.c cuts a split range into up to 8 chunks (32 for the dense convs) whose sizes differ
+by one at most: every unit of the range is run exactly once, for odd and small totals as for
+large ones."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from aioge.kernels import native
 pytestmark = pytest.mark.skipif(native.par_run() is None, reason="needs the C tier")
 
 
-@pytest.mark.parametrize("total", [*range(2, 21), 49, 203, 784, 1001])
+@pytest.mark.parametrize("total", [*range(2, 21), 33, 49, 203, 784, 1001, 2092])
 def test_a_split_runs_every_unit_once(total: int) -> None:
     """y += 1 in place over ``total`` rows of 3 values (a row twice would add 2, a row skipped 0),
     split over the helper, and whole: the same as numpy's."""

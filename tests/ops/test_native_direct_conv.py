@@ -43,6 +43,25 @@ def test_direct_conv_matches_onnxruntime(seed, n, c, m, h, w, kernel, strides, d
         np.testing.assert_array_equal(got, flat)
 
 
+@given(
+    seed=st.integers(0, 2**16),
+    h=st.integers(1, 9),
+    w=st.integers(14, 45),  # rows of 7 to 23 columns a phase: 8 at a time, then one by one
+    kw=st.sampled_from([1, 2, 3, 5, 7]),  # a width of 1, or dilated 2 with 3: one column phase read
+    sh=st.integers(1, 2),
+    dw=st.integers(1, 2),
+    pads=st.tuples(*[st.integers(0, 3)] * 4),
+    t=st.booleans(),
+)
+@settings(max_examples=60, deadline=None)
+def test_stride_2_column_phases_match_onnxruntime(seed, h, w, kw, sh, dw, pads, t) -> None:
+    """At a column stride of 2 both column phases of a row are built in one pass over it
+    (csrc/conv_direct.c's pair_rows), the borders each phase reads zeros at apart: any pads,
+    odd widths, either conv."""
+    build = build_conv_direct_t_native if t else build_conv_direct_native
+    _matches_onnxruntime(build, seed, 1, 3, 10, h, w, (3, kw), (sh, 2), (1, dw), pads, True)
+
+
 def _matches_onnxruntime(build, seed, n, c, m, h, w, kernel, strides, dilations, pads, bias, params=None):  # type: ignore[no-untyped-def]
     """``build``'s conv against onnxruntime: into a fresh output, then twice into a NaN-filled
     one (the packed weight and phase image reused), bit for bit the same. Returns the output

@@ -59,6 +59,57 @@ static int phase_read(int64_t p, int64_t k, int64_t d, int64_t s)
     return 0;
 }
 
+/* The columns j of a phase row that read x (source column j * SW + px - PL in [0, W)): [*lo, *hi). */
+static void phase_cols(const int64_t *g, int64_t px, int64_t *lo, int64_t *hi)
+{
+    const int64_t W = g[G_W], SW = g[G_SW], PL = g[G_PL], WPH = g[G_WPH];
+    int64_t l = PL - px <= 0 ? 0 : (PL - px + SW - 1) / SW, h = W - 1 + PL - px < 0 ? 0 : (W - 1 + PL - px) / SW + 1;
+    h = h > WPH ? WPH : h;
+    *lo = l > h ? h : l;
+    *hi = h;
+}
+
+/* Rows [i0, i1) of the two column phases (px 0 and 1, planes HPH * WPH apart from d) of row phase
+ * py of one plane at a column stride of 2, both from one pass over each source row: the two
+ * passes of strided loads took ResNet-18's stride-2 3x3 phase images ~1.7x as long as stride-1
+ * ones of as many floats. */
+static void pair_rows(const float *restrict plane, float *restrict d, const int64_t *g, int64_t py, int64_t i0, int64_t i1)
+{
+    const int64_t H = g[G_H], W = g[G_W], PT = g[G_PT], PL = g[G_PL], WPH = g[G_WPH], SH = g[G_SH], HW = g[G_HPH] * WPH;
+    int64_t lo0, hi0, lo1, hi1;
+    phase_cols(g, 0, &lo0, &hi0);
+    phase_cols(g, 1, &lo1, &hi1);
+    const int64_t jl = lo0 > lo1 ? lo0 : lo1, jh = (hi0 < hi1 ? hi0 : hi1) > jl ? (hi0 < hi1 ? hi0 : hi1) : jl;
+    for (int64_t i = i0; i < i1; i++) {
+        float *restrict r0 = d + i * WPH, *restrict r1 = r0 + HW;
+        const int64_t ih = i * SH + py - PT;
+        if (ih < 0 || ih >= H) {
+            for (int64_t j = 0; j < WPH; j++)
+                r0[j] = r1[j] = 0.0f;
+            continue;
+        }
+        const float *restrict src = plane + ih * W; /* column j of phase px reads src[2 * j + px - PL] */
+        for (int64_t j = jl > 0 ? 0 : jh; j < WPH; j = j + 1 == jl ? jh : j + 1) { /* the border columns */
+            r0[j] = j >= lo0 && j < hi0 ? src[2 * j - PL] : 0.0f;
+            r1[j] = j >= lo1 && j < hi1 ? src[2 * j + 1 - PL] : 0.0f;
+        }
+        const float *restrict s2 = src + 2 * jl - PL; /* the columns both phases read */
+        float *restrict e0 = r0 + jl, *restrict e1 = r1 + jl;
+        int64_t j = 0;
+#ifdef __AVX2__ /* 16 source columns into 8 of each phase: even and odd lanes, then the 64-bit quarters in order */
+        for (; j + 8 <= jh - jl; j += 8) {
+            const __m256 a = _mm256_loadu_ps(s2 + 2 * j), b = _mm256_loadu_ps(s2 + 2 * j + 8);
+            _mm256_storeu_ps(e0 + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8)));
+            _mm256_storeu_ps(e1 + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8)));
+        }
+#endif
+        for (; j < jh - jl; j++) {
+            e0[j] = s2[2 * j];
+            e1[j] = s2[2 * j + 1];
+        }
+    }
+}
+
 /* Rows [i0, i1) of every phase plane of channels [c0, c1) of one image that a tap reads: x one
  * image of C planes, xph its IMAGE floats. The planes no tap reads are left as they are: a 1x1 conv at stride 2 reads
  * one of four (ResNet's 64x56x56 -> 128 downsample copied 4x what it read). */
@@ -67,20 +118,21 @@ static void phases_rows(const float *restrict x, float *restrict img, const int6
 {
     const int64_t H = g[G_H], W = g[G_W], SH = g[G_SH], SW = g[G_SW];
     const int64_t PT = g[G_PT], PL = g[G_PL], HPH = g[G_HPH], WPH = g[G_WPH];
+    /* both column phases of a stride of 2 read: each source row split into the two in one pass */
+    const int pair = SW == 2 && phase_read(0, g[G_KW], g[G_DW], 2) && phase_read(1, g[G_KW], g[G_DW], 2);
     for (int64_t c = c0; c < c1; c++) {
         const float *plane = x + c * H * W;
         for (int64_t py = 0; py < SH; py++)
             for (int64_t px = 0; px < SW; px++) {
                 if (!phase_read(py, g[G_KH], g[G_DH], SH) || !phase_read(px, g[G_KW], g[G_DW], SW))
                     continue;
+                if (pair) {
+                    pair_rows(plane, img + ((c * SH + py) * 2) * HPH * WPH, g, py, i0, i1);
+                    break;
+                }
                 float *dst = img + ((c * SH + py) * SW + px) * HPH * WPH;
-                /* columns j whose source column j * SW + px - PL lies in [0, W) */
-                int64_t lo = PL - px <= 0 ? 0 : (PL - px + SW - 1) / SW;
-                int64_t hi = W - 1 + PL - px < 0 ? 0 : (W - 1 + PL - px) / SW + 1;
-                if (hi > WPH)
-                    hi = WPH;
-                if (lo > hi)
-                    lo = hi;
+                int64_t lo, hi;
+                phase_cols(g, px, &lo, &hi);
                 for (int64_t i = i0; i < i1; i++) {
                     float *restrict row = dst + i * WPH;
                     const int64_t ih = i * SH + py - PT;

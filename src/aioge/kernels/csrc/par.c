@@ -14,11 +14,14 @@
  * the first split pay a second wake-up (mobilenet_v3_small: 1.5-1.65 helper sleeps a run 30 ms
  * apart, 0.5-0.85 back to back; bench/idle_pause.py).
  *
- * The range is cut into up to CHUNKS chunks that the caller and the helper take in turn, so a
- * helper that starts late only leaves more chunks to the caller. Their sizes differ by one at
- * most, the longer first: ceil-sized chunks left ResNet-18's 14- and 49-unit convs 7 chunks (4
- * to one thread, 3 to the other: 4/7 of the conv's time instead of 1/2), balanced ones 8 (7+7,
- * 25+24 units). This VM's scheduler packs
+ * The range is cut into up to CHUNKS chunks (FINE_CHUNKS for the dense convs) that the caller
+ * and the helper take in turn, so a helper that starts late only leaves more chunks to the
+ * caller. Their sizes differ by one at most, the longer first: ceil-sized chunks left ResNet-18's
+ * 14- and 49-unit convs 7 chunks (4 to one thread, 3 to the other). Eight chunks leave up to an
+ * eighth of a job to one thread at the end when the two run at different speeds, 32 a 32nd
+ * (simulated over ResNet-18's 3x3 conv ranges, the helper 10-20% slower: split walls of 0.56-0.61
+ * of the whole job's with 8, 0.535-0.56 with 32; the same at equal speeds); jobs whose chunks
+ * each redo some work (the local phase rows of JOB_CONV_LOCAL) keep 8. This VM's scheduler packs
  * threads onto few vCPUs (sched_vcpu_pack): a helper woken by the caller landed on the caller's
  * vCPU and ran only when the caller was done (1.4 ms for a 0.9 ms GEMM). So a caller that finds
  * the helper on its CPU, or asleep, first sets the helper's affinity to every other CPU
@@ -54,7 +57,8 @@
 #define MAX_HELPERS 64
 #define SPIN_US 300
 #define WAKE_SPIN_US 1500
-#define CHUNKS 8 /* a split range is cut into this many chunks at most */
+#define CHUNKS 8       /* a split range is cut into this many chunks at most ... */
+#define FINE_CHUNKS 32 /* ... and a dense conv's into this many */
 #define BACKOFF_MIN_NS 10000000LL   /* splits stop this long after a lost one (AIOGE_SPLIT_BACKOFF_US) ... */
 #define BACKOFF_MAX_NS 1000000000LL /* ... doubling on each further loss up to this */
 #define LOST_SLACK_NS 250000LL      /* a wait this much past 1.5 chunks: a helper descheduled, not slow to wake */
@@ -299,7 +303,8 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
         return r ? r : 1;
     }
     struct split s = {.job = job, .args = args, .total = total};
-    s.nchunks = total < CHUNKS ? total : CHUNKS;
+    const int64_t most = job == JOB_CONV_T || job == JOB_CONV_DIRECT ? FINE_CHUNKS : CHUNKS;
+    s.nchunks = total < most ? total : most;
     s.chunk = total / s.nchunks;
     s.longer = total % s.nchunks;
     atomic_store(&s.next, 0);
