@@ -1,30 +1,32 @@
 """The front-end section (issue 41): models loaded through ``aioge.load_tf`` beside TensorFlow's own
 ``tf.function``, and ``torch.compile`` with ``aioge.torch.backend()`` beside eager PyTorch and
-``torch.compile``'s inductor, on the same machine, in one process.
+``torch.compile``'s inductor, on the same machine.
 
-Each side's figure is the median over alternating rounds of ``measure.median_of_runs`` medians
-(warm-up first, ``SETTLE_S`` between sides), as the other sections measure. ``compile_s`` is the
-time from the model in hand to its first output (aioge: ``load_tf`` or Dynamo capture, conversion,
-compilation and the first run; TensorFlow: the first ``tf.function`` call, its trace; eager: 0),
-``compile_cpu_s`` the same in this process's CPU seconds (every thread; not inductor's compile
-worker processes). The torch compiles are measured after the same warm-up for every side: each
-backend once compiles a tiny MLP before the first model (a process's one-time costs), and each
-model is first captured untimed by Dynamo with its ``eager`` backend (Dynamo's per-model costs:
-the first forward, its analysis of the model's code), so the side timed first pays neither.
-``bench/bench_torch_compile.py`` measures compiles in fresh processes, one-time costs included.
-Both torch compilers run with their on-disk caches: inductor's ``/tmp/torchinductor_<user>``,
-aioge's ``torch_cache_dir()`` (``ge.graph_compiler_cache_dir``: compiled graphs and inference
-traces), one backend per model keyed by the model's name, so a run after another loads both.
+Each side's figure a call is the median over alternating rounds of ``measure.median_of_runs``
+medians (warm-up first, ``SETTLE_S`` between sides), in one process. TF's ``compile_s`` is the
+time from the model in hand to its first output (``load_tf``; the first ``tf.function`` call).
+The torch compile figures are what a user sees, each in a fresh process of its own
+(``fresh_compiles``): the clock starts with torch and the model loaded and stops at the first
+output of ``torch.compile(model, backend=...)`` under ``no_grad``; aioge's side includes
+``import aioge.torch`` and making the backend, inductor's its lazy imports. "cold": empty caches
+(aioge's ``ge.graph_compiler_cache_dir``, compiled graphs and inference traces, and
+``ASCEND_CACHE_PATH``; inductor's ``TORCHINDUCTOR_CACHE_DIR``), "warm": a second process on the
+caches the cold one filled. Wall and CPU seconds (the process's threads and its reaped child
+processes), medians over rounds, the sides' order alternating round by round.
 A reference that fails to compile is a row with its error, never a failed section.
 """
 
 from __future__ import annotations
 
-import contextlib
+import compileall
 import functools
 import importlib.util
+import inspect
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any, Callable
@@ -34,7 +36,16 @@ import numpy as np
 
 from aioge.benchmarks import measure
 
-__all__ = ["FRONTENDS", "TF_MODELS", "TORCH_MODELS", "frontends", "frontends_table", "torch_cache_dir", "torch_table"]
+__all__ = [
+    "FRONTENDS",
+    "TF_MODELS",
+    "TORCH_MODELS",
+    "fresh_compiles",
+    "frontends",
+    "frontends_table",
+    "torch_cache_dir",
+    "torch_table",
+]
 
 FRONTENDS = ("tf", "torch")
 # Every Keras application family with random weights at input size 96 (InceptionV3 and Xception
@@ -218,25 +229,71 @@ def _tensor(out: Any) -> np.ndarray:
     return (out if hasattr(out, "numpy") else out.last_hidden_state).detach().numpy()
 
 
-def _warm_up(be: Any, references: tuple[str, ...]) -> None:
-    """Each backend's one-time costs in a process (imports, tables, threads), paid untimed on the tiny MLP."""
-    import torch
+_COMPILE_CHILD = """
+import json, os, resource, sys, time
+import torch
+{models}
+side, name = sys.argv[1], sys.argv[2]
+model, kw = _torch_model(name)
+with torch.no_grad():
+    t, c, k = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    if side == "aioge":
+        import aioge.torch
+        side = aioge.torch.backend({{"ge.graph_compiler_cache_dir": os.environ["AIOGE_GRAPH_CACHE"]}}, name=name)
+    torch.compile(model, backend=side)(**kw)
+    done = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(json.dumps([time.perf_counter() - t, time.process_time() - c + done.ru_utime + done.ru_stime - k.ru_utime - k.ru_stime]))
+"""
 
-    model, kwargs = _torch_model("mlp")
-    with torch.no_grad():
-        for side in (be, *(r for r in references if r != "eager")):
-            with contextlib.suppress(Exception):  # a reference that cannot compile fails in its row
-                torch.compile(model, backend=side)(**kwargs)
-    torch._dynamo.reset()
+
+def _fresh(name: str, backend: str, src: str, caches: str) -> tuple[float, float]:
+    """One compile in a fresh process (``_COMPILE_CHILD``): its wall and CPU seconds."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # bytecode as installed
+    env |= {"PYTHONPATH": src, "ASCEND_CACHE_PATH": caches, "AIOGE_GRAPH_CACHE": caches}
+    env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(caches, "inductor")
+    models = "from typing import Any\n" + "".join(map(inspect.getsource, (_hf_model, _torch_model)))
+    child = [sys.executable, "-P", "-c", _COMPILE_CHILD.format(models=models), backend, name]
+    done = subprocess.run(child, env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode:
+        raise RuntimeError(f"the {backend} compile of {name} failed: {done.stderr[-1500:]}")
+    wall, cpu = json.loads(done.stdout.strip().splitlines()[-1])
+    return wall, cpu
+
+
+def fresh_compiles(name: str, rounds: int, sides: dict[str, tuple[str, str]] | None = None) -> dict[str, float]:
+    """``torch.compile``'s compile of model ``name`` as a user sees it, each in a fresh process (see
+    the module doc), per side (label: backend ``aioge`` or a torch backend's name, and the
+    ``PYTHONPATH`` of the aioge it runs; default this aioge and inductor) cold then warm, the
+    sides' order reversed every other round. Returns the medians over rounds:
+    ``<label>_compile_<cold|warm>_s`` (wall) and ``<label>_compile_<cold|warm>_cpu_s``, or
+    ``<label>_compile_error`` (the end of its stderr) for a side whose compile failed."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this aioge's src
+    sides = sides or {"aioge": ("aioge", here), "inductor": ("inductor", here)}
+    for backend, src in sides.values():  # an installed aioge has its bytecode: a checkout's is written first
+        if backend == "aioge":
+            compileall.compile_dir(os.path.join(src, "aioge"), quiet=1)
+    got: dict[str, list[tuple[float, float]]] = {}
+    failed: dict[str, Any] = {}  # <label>_compile_error: a side that failed is not run again
+    for r in range(rounds):
+        for label in [k for k in sides if f"{k}_compile_error" not in failed][:: 1 if r % 2 == 0 else -1]:
+            with tempfile.TemporaryDirectory() as caches:
+                try:
+                    cold = _fresh(name, *sides[label], caches)
+                    warm = _fresh(name, *sides[label], caches)  # on the caches the cold one filled
+                    got.setdefault(f"{label}_compile_cold", []).append(cold)
+                    got.setdefault(f"{label}_compile_warm", []).append(warm)
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                    failed[f"{label}_compile_error"] = str(exc)[-300:]
+    medians = {f"{k}{u}": statistics.median(x[i] for x in v) for k, v in got.items() for i, u in enumerate(("_s", "_cpu_s"))}
+    return medians | failed
 
 
 def _torch_rows(name: str, be: Any, references: tuple[str, ...], rounds: int, runs: int) -> list[dict[str, Any]]:
     """One row for the model: each side's median seconds a call (``aioge``, then ``eager``,
-    ``inductor``...), compile seconds (``compile_s``, ``<side>_compile_s``), ``max_rel_err``
-    against eager, the aioge ``graphs`` Dynamo captured and the ``fallbacks`` (graphs or
-    partitions run eagerly in PyTorch: EagerFallbackWarnings), of those graphs the
-    ``cache_hits`` (loaded from the graph cache) and ``trace_hits`` (inference traces not
-    re-traced); ``<side>_error`` for a reference that failed to compile."""
+    ``inductor``...), ``max_rel_err`` against eager, the aioge ``graphs`` Dynamo captured and the
+    ``fallbacks`` (graphs or partitions run eagerly in PyTorch: EagerFallbackWarnings), of those
+    graphs the ``cache_hits`` (loaded from the graph cache) and ``trace_hits`` (inference traces
+    not re-traced); ``<side>_error`` for a reference that failed to compile."""
     import warnings
 
     import torch
@@ -248,12 +305,10 @@ def _torch_rows(name: str, be: Any, references: tuple[str, ...], rounds: int, ru
     sides: dict[str, Callable[[], Any]] = {}
     outs: dict[str, np.ndarray] = {}
     graphs, trace_hits = len(be.graphs), be.trace_hits
-    torch._dynamo.reset()  # once: a reset between sides would drop the compiled ones (recompiled while timed)
+    torch._dynamo.reset()  # once: a reset between sides would drop the compiled ones
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", aioge.torch.EagerFallbackWarning)
-        torch.compile(model, backend="eager")(**kwargs)  # Dynamo's per-model warm-up, untimed: see the module doc
         for side in ("aioge", *references):
-            t, cpu = time.perf_counter(), time.process_time()
             try:
                 fn = model if side == "eager" else torch.compile(model, backend=be if side == "aioge" else side)
                 outs[side] = _tensor(fn(**kwargs))
@@ -262,9 +317,6 @@ def _torch_rows(name: str, be: Any, references: tuple[str, ...], rounds: int, ru
                     raise
                 row[f"{side}_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 continue
-            prefix = "" if side == "aioge" else f"{side}_"
-            row[f"{prefix}compile_s"] = 0.0 if side == "eager" else time.perf_counter() - t
-            row[f"{prefix}compile_cpu_s"] = 0.0 if side == "eager" else time.process_time() - cpu
             sides[side] = functools.partial(fn, **kwargs)
             row.setdefault("graphs", len(be.graphs) - graphs)
         row |= _alternate(sides, rounds, runs)
@@ -285,10 +337,13 @@ def frontends(
     torch_cache: str | None = None,
     rounds: int = 5,
     runs: int = 5,
+    compile_rounds: int | None = None,
     progress: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
-    """The section's rows (TF: one per model and reference; torch: one per model, see ``_torch_rows``) and what was skipped with why.
-    ``torch_cache``: aioge's graph cache dir for the torch models (default ``torch_cache_dir()``)."""
+    """The section's rows (TF: one per model and reference; torch: one per model, see ``_torch_rows``,
+    with ``fresh_compiles``' figures of aioge and inductor over ``compile_rounds``, default
+    ``min(rounds, 3)``) and what was skipped with why. ``torch_cache``: aioge's graph cache dir
+    for the in-process torch models (default ``torch_cache_dir()``)."""
     rows: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
     why = {n: missing(n) for n in names}
@@ -297,17 +352,15 @@ def frontends(
         import aioge.torch  # before TensorFlow: see aioge.torch._check_import_order
 
         options = {"ge.graph_compiler_cache_dir": torch_cache or torch_cache_dir()}
-        be = aioge.torch.backend(options, name="warm_up")
-        try:
-            _warm_up(be, torch_references)
-        finally:
-            be.close()
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        compilers = {k: (k, here) for k in ("aioge", "inductor") if k == "aioge" or k in torch_references}
         for m in torch_models or [m for m in TORCH_MODELS if m != "mlp"]:
             be = aioge.torch.backend(options, name=m)  # its graphs cached as <model>_<n>: the same keys in every run
             try:
                 rows += _torch_rows(m, be, torch_references, rounds, runs)
             finally:
                 be.close()
+            rows[-1] |= fresh_compiles(m, min(rounds, 3) if compile_rounds is None else compile_rounds, compilers)
             progress(_line(rows[-1]))
     if "tf" in names and not why["tf"]:
         for m in tf_models or [m for m in TF_MODELS]:
@@ -331,18 +384,20 @@ def _line(r: dict[str, Any]) -> str:
 
 
 def torch_table(rows: list[dict[str, Any]]) -> list[str]:
-    """The torch rows as markdown lines: one per model, every side's ms a call and compile seconds."""
-    head = "model|aioge ms|eager ms|inductor ms|aioge/eager|aioge/inductor|aioge compile s|inductor compile s|aioge compile cpu s|inductor compile cpu s|max rel err|aioge graphs|eager fallbacks"  # fmt: skip
+    """The torch rows as markdown lines: one per model, every side's ms a call and compile seconds
+    (fresh processes, cold and warm caches: wall, CPU in brackets)."""
+    compiles = [f"{k}_compile_{s}" for s in ("cold", "warm") for k in ("aioge", "inductor")]
+    head = "model|aioge ms|eager ms|inductor ms|aioge/eager|aioge/inductor|" + "|".join(f"{k.replace('_', ' ')} s (cpu)" for k in compiles)  # fmt: skip
+    head += "|max rel err|aioge graphs|eager fallbacks"
     lines = ["| " + head.replace("|", " | ") + " |", "|" + "---|" * (head.count("|") + 1)]
     for r in rows:
         ms = {k: f"{r[k] * 1e3:.3f}" if k in r else ("failed" if f"{k}_error" in r else "") for k in ("eager", "inductor")}
         ratio = {k: f"{r['aioge'] / r[k]:.2f}" if k in r else "" for k in ("eager", "inductor")}
-        ind_compile = f"{r['inductor_compile_s']:.2f}" if "inductor_compile_s" in r else r.get("inductor_error", "")[:120]
-        ind_cpu = f"{r['inductor_compile_cpu_s']:.2f}" if "inductor_compile_cpu_s" in r else ""
+        fail = {k: r.get(f"{k.split('_')[0]}_compile_error", "")[:120] for k in compiles}
+        secs = [f"{r[k + '_s']:.2f} ({r[k + '_cpu_s']:.2f})" if k + "_s" in r else fail[k] for k in compiles]
         cells = [r["model"], f"{r['aioge'] * 1e3:.3f}", ms["eager"], ms["inductor"], ratio["eager"], ratio["inductor"],
-                 f"{r['compile_s']:.2f}", ind_compile, f"{r['compile_cpu_s']:.2f}", ind_cpu, f"{r['max_rel_err']:.1e}",
-                 str(r["graphs"]), str(r["fallbacks"])]  # fmt: skip
-        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+                 *secs, f"{r['max_rel_err']:.1e}", str(r["graphs"]), str(r["fallbacks"])]  # fmt: skip
+        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells) + " |")
     return lines
 
 
@@ -363,7 +418,7 @@ def frontends_table(section: dict[str, Any]) -> list[str]:
                 f"{r['compile_s']:.2f}", f"{r['ref_compile_s']:.2f}", f"{r['max_rel_err']:.1e}",
             ]  # fmt: skip
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-    caches = "torch compile figures: aioge and inductor both with their on-disk caches (aioge: `torch_cache_dir()`)"
+    caches = "torch compile figures: each in a fresh process, cold and warm caches, wall s (CPU s): see `fresh_compiles`"
     lines = (lines if len(lines) > 2 else []) + (["", caches, "", *torch_table(torch_rows)] if torch_rows else [])
     lines += [f"\nSkipped {k}: {v}." for k, v in section.get("skipped", {}).items()]
     return lines
