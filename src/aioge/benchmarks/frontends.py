@@ -271,7 +271,7 @@ def fresh_compiles(name: str, rounds: int, sides: dict[str, tuple[str, str]] | N
     sides = sides or {"aioge": ("aioge", here), "inductor": ("inductor", here)}
     for backend, src in sides.values():  # an installed aioge has its bytecode: a checkout's is written first
         if backend == "aioge":
-            compileall.compile_dir(os.path.join(src, "aioge"), quiet=1)
+            compileall.compile_dir(os.path.join(src, "aioge"), quiet=2)
     got: dict[str, list[tuple[float, float]]] = {}
     failed: dict[str, Any] = {}  # <label>_compile_error: a side that failed is not run again
     for r in range(rounds):
@@ -393,7 +393,7 @@ def torch_table(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         ms = {k: f"{r[k] * 1e3:.3f}" if k in r else ("failed" if f"{k}_error" in r else "") for k in ("eager", "inductor")}
         ratio = {k: f"{r['aioge'] / r[k]:.2f}" if k in r else "" for k in ("eager", "inductor")}
-        fail = {k: r.get(f"{k.split('_')[0]}_compile_error", "")[:120] for k in compiles}
+        fail = {k: (r.get(f"{k.split('_')[0]}_compile_error") or r.get(f"{k.split('_')[0]}_error", ""))[:120] for k in compiles}
         secs = [f"{r[k + '_s']:.2f} ({r[k + '_cpu_s']:.2f})" if k + "_s" in r else fail[k] for k in compiles]
         cells = [r["model"], f"{r['aioge'] * 1e3:.3f}", ms["eager"], ms["inductor"], ratio["eager"], ratio["inductor"],
                  *secs, f"{r['max_rel_err']:.1e}", str(r["graphs"]), str(r["fallbacks"])]  # fmt: skip
