@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import anyio
 import numpy as np
@@ -229,6 +229,7 @@ def _tensor(out: Any) -> np.ndarray:
     return (out if hasattr(out, "numpy") else out.last_hidden_state).detach().numpy()
 
 
+_SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this aioge's src dir
 _COMPILE_CHILD = """
 import json, os, resource, sys, time
 import torch
@@ -260,15 +261,14 @@ def _fresh(name: str, backend: str, src: str, caches: str) -> tuple[float, float
     return wall, cpu
 
 
-def fresh_compiles(name: str, rounds: int, sides: dict[str, tuple[str, str]] | None = None) -> dict[str, float]:
+def fresh_compiles(name: str, rounds: int, sides: Mapping[str, tuple[str, str]] | None = None) -> dict[str, float]:
     """``torch.compile``'s compile of model ``name`` as a user sees it, each in a fresh process (see
     the module doc), per side (label: backend ``aioge`` or a torch backend's name, and the
     ``PYTHONPATH`` of the aioge it runs; default this aioge and inductor) cold then warm, the
     sides' order reversed every other round. Returns the medians over rounds:
     ``<label>_compile_<cold|warm>_s`` (wall) and ``<label>_compile_<cold|warm>_cpu_s``, or
     ``<label>_compile_error`` (the end of its stderr) for a side whose compile failed."""
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this aioge's src
-    sides = sides or {"aioge": ("aioge", here), "inductor": ("inductor", here)}
+    sides = sides or {"aioge": ("aioge", _SRC), "inductor": ("inductor", _SRC)}
     for backend, src in sides.values():  # an installed aioge has its bytecode: a checkout's is written first
         if backend == "aioge":
             compileall.compile_dir(os.path.join(src, "aioge"), quiet=2)
@@ -352,8 +352,9 @@ def frontends(
         import aioge.torch  # before TensorFlow: see aioge.torch._check_import_order
 
         options = {"ge.graph_compiler_cache_dir": torch_cache or torch_cache_dir()}
-        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        compilers = {k: (k, here) for k in ("aioge", "inductor") if k == "aioge" or k in torch_references}
+        compilers: dict[str, tuple[str, str]] = {
+            k: (k, _SRC) for k in ("aioge", "inductor") if k == "aioge" or k in torch_references
+        }
         for m in torch_models or [m for m in TORCH_MODELS if m != "mlp"]:
             be = aioge.torch.backend(options, name=m)  # its graphs cached as <model>_<n>: the same keys in every run
             try:
