@@ -113,9 +113,8 @@ def is_supported(node: torch.fx.Node, converters: Converters | None = None) -> b
 
 
 def decompositions(converters: Converters | None = None) -> dict[Any, Callable[..., Any]]:
-    """torch's core ATen decomposition table minus the ops converted whole (as inductor does:
-    composite ops arrive decomposed into ones the table maps, mapped ones stay whole). Built
-    once per process for each set of ops with user converters (``_table``; 0.1-0.2 s a build)."""
+    """torch's core ATen decomposition table minus the ops converted whole (as inductor does: composite ops arrive
+    decomposed into ones the table maps, mapped ones stay whole), built once per set of user-converted ops (``_table``)."""
     return dict(_table(frozenset(converters or ())))
 
 
