@@ -241,7 +241,7 @@ def _fresh(name: str, backend: str, src: str, caches: str) -> tuple[float, float
     done = subprocess.run(child, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode:
         raise RuntimeError(f"the {backend} compile of {name} failed: {done.stderr[-1500:]}")
-    return tuple(json.loads(done.stdout.strip().splitlines()[-1]))  # type: ignore[return-value]
+    return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def fresh_compiles(name: str, rounds: int, sides: Mapping[str, tuple[str, str]] | None = None) -> dict[str, float]:
