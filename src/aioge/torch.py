@@ -787,8 +787,11 @@ def _trace_path(directory: str, key: tuple[Any, ...]) -> str:
     import hashlib
     import os
 
-    table = sorted(map(str, decompositions()))  # what the trace decomposed: torch's table less aioge's converters
-    text = repr((_TRACE_KIND, torch.__version__, table, key[0], [tuple(map(str, m)) for m in key[1]], key[2]))
+    from aioge.frontends.torch_fx import _ATEN
+
+    # what the trace decomposed: torch's table (its version) less the ops aioge converts (_ATEN's
+    # names) and the user's (key[2]); named without building the table, which a warm compile skips
+    text = repr((_TRACE_KIND, torch.__version__, sorted(_ATEN), key[0], [tuple(map(str, m)) for m in key[1]], key[2]))
     return os.path.join(directory, f"trace_{hashlib.sha256(text.encode()).hexdigest()}.aiot")
 
 

@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 import aioge.torch as aioge_torch  # noqa: E402
 from aioge import ops as aioge_ops  # noqa: E402
 from aioge.errors import GraphError, OptionError  # noqa: E402
+from aioge.frontends import torch_fx  # noqa: E402
 from tests.frontends import torch_models  # noqa: E402
 
 
@@ -594,6 +595,19 @@ def test_a_second_compile_reuses_the_inference_trace_and_never_a_stale_graph() -
         torch._dynamo.reset()
 
 
+def test_the_decomposition_table_is_built_once_per_set_of_user_ops() -> None:
+    # torch's core table less aioge's converted ops, less the ops with user converters: built once
+    # per process for each such set (0.1-0.2 s a build), each caller handed a copy of its own
+    torch_fx._table.cache_clear()
+    base = torch_fx.decompositions()
+    op = next(iter(base))
+    mine = torch_fx.decompositions({op: lambda x: x})
+    again = torch_fx.decompositions({})
+    assert op not in mine and set(mine) == set(base) - {op} and again == base and again is not base
+    assert torch_fx._table.cache_info()[:2] == (1, 2)  # hits, misses
+    assert not any(torch_fx._converter(o) for o in base)  # no op aioge converts is decomposed
+
+
 def test_inference_traces_are_stored_in_the_graph_cache_dir_for_other_processes(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -617,12 +631,15 @@ def test_inference_traces_are_stored_in_the_graph_cache_dir_for_other_processes(
 
     def new_process(model: torch.nn.Module, traces: int, hits: int) -> None:
         monkeypatch.setattr(aioge_torch, "_TRACES", OrderedDict())
+        torch_fx._table.cache_clear()  # nor a decomposition table
         torch._dynamo.reset()
         be = aioge_torch.backend({"ge.graph_compiler_cache_dir": str(tmp_path)})
         try:
             with torch.no_grad():
                 got, ref = torch.compile(model, backend=be)(x), model(x)
             assert (be.traces, be.trace_hits) == (traces, hits) and not be.fallbacks
+            # the table is built for a trace only: a compile that loads one does not build it (0.1-0.2 s)
+            assert torch_fx._table.cache_info().currsize == traces
             np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
         finally:
             be.close()

@@ -1,40 +1,50 @@
 """The front-end section (issue 41): models loaded through ``aioge.load_tf`` beside TensorFlow's own
 ``tf.function``, and ``torch.compile`` with ``aioge.torch.backend()`` beside eager PyTorch and
-``torch.compile``'s inductor, on the same machine, in one process.
+``torch.compile``'s inductor, on the same machine.
 
-Each side's figure is the median over alternating rounds of ``measure.median_of_runs`` medians
-(warm-up first, ``SETTLE_S`` between sides), as the other sections measure. ``compile_s`` is the
-time from the model in hand to its first output (aioge: ``load_tf`` or Dynamo capture, conversion,
-compilation and the first run; TensorFlow: the first ``tf.function`` call, its trace; eager: 0),
-``compile_cpu_s`` the same in this process's CPU seconds (every thread; not inductor's compile
-worker processes). The torch compiles are measured after the same warm-up for every side: each
-backend once compiles a tiny MLP before the first model (a process's one-time costs), and each
-model is first captured untimed by Dynamo with its ``eager`` backend (Dynamo's per-model costs:
-the first forward, its analysis of the model's code), so the side timed first pays neither.
-``bench/bench_torch_compile.py`` measures compiles in fresh processes, one-time costs included.
-Both torch compilers run with their on-disk caches: inductor's ``/tmp/torchinductor_<user>``,
-aioge's ``torch_cache_dir()`` (``ge.graph_compiler_cache_dir``: compiled graphs and inference
-traces), one backend per model keyed by the model's name, so a run after another loads both.
+Each side's figure a call is the median over alternating rounds of ``measure.median_of_runs``
+medians (warm-up first, ``SETTLE_S`` between sides), in one process. TF's ``compile_s`` runs from
+the model in hand to its first output (``load_tf``; the first ``tf.function`` call). Torch
+compiles are timed as a user sees them, each in a fresh process (``fresh_compiles``), from torch
+and the model loaded to the first output of ``torch.compile(model, backend=...)`` under
+``no_grad`` (aioge: ``import aioge.torch`` and ``backend()`` included; inductor: its lazy
+imports), "cold" on empty caches (aioge's ``ge.graph_compiler_cache_dir`` and kernel cache,
+inductor's ``TORCHINDUCTOR_CACHE_DIR``) and "warm" in a second process on those the cold one
+filled: wall and CPU seconds (threads and reaped child processes), medians over rounds.
 A reference that fails to compile is a row with its error, never a failed section.
 """
 
 from __future__ import annotations
 
-import contextlib
+import compileall
 import functools
 import importlib.util
+import inspect
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from typing import Any, Callable
+import warnings
+from typing import Any, Callable, Mapping
 
 import anyio
 import numpy as np
 
 from aioge.benchmarks import measure
 
-__all__ = ["FRONTENDS", "TF_MODELS", "TORCH_MODELS", "frontends", "frontends_table", "torch_cache_dir", "torch_table"]
+__all__ = [
+    "FRONTENDS",
+    "TF_MODELS",
+    "TORCH_MODELS",
+    "fresh_compiles",
+    "frontends",
+    "frontends_table",
+    "torch_cache_dir",
+    "torch_table",
+]
 
 FRONTENDS = ("tf", "torch")
 # Every Keras application family with random weights at input size 96 (InceptionV3 and Xception
@@ -109,20 +119,8 @@ def _keras_model(name: str, size: int) -> tuple[Any, np.ndarray, str]:
         return keras.Model(inp, out), rng.standard_normal((1, size, 64)).astype(np.float32), f"mha encoder 1x{size}x64"
     x = rng.standard_normal((1, size, size, 3)).astype(np.float32)
     if name == "cnn":
-        return (
-            keras.Sequential(
-                [
-                    keras.Input((size, size, 3)),
-                    L.Conv2D(16, 3, activation="relu"),
-                    L.MaxPooling2D(),
-                    L.Conv2D(32, 3, activation="relu"),
-                    L.GlobalAveragePooling2D(),
-                    L.Dense(10),
-                ]
-            ),
-            x,
-            f"cnn {size}x{size}",
-        )
+        layers = [keras.Input((size, size, 3)), L.Conv2D(16, 3, activation="relu"), L.MaxPooling2D(), L.Conv2D(32, 3, activation="relu"), L.GlobalAveragePooling2D(), L.Dense(10)]  # fmt: skip
+        return keras.Sequential(layers), x, f"cnn {size}x{size}"
     model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classifier_activation=None)
     return model, x, f"{name} {size}x{size}"
 
@@ -218,27 +216,63 @@ def _tensor(out: Any) -> np.ndarray:
     return (out if hasattr(out, "numpy") else out.last_hidden_state).detach().numpy()
 
 
-def _warm_up(be: Any, references: tuple[str, ...]) -> None:
-    """Each backend's one-time costs in a process (imports, tables, threads), paid untimed on the tiny MLP."""
-    import torch
+_SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this aioge's src dir
+_COMPILE_CHILD = """import json, os, resource, sys, time
+import torch
+{models}
+side, name = sys.argv[1:3]
+model, kw = _torch_model(name)
+with torch.no_grad():
+    t, c, k = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    if side == "aioge":
+        import aioge.torch
+        side = aioge.torch.backend({{"ge.graph_compiler_cache_dir": os.environ["ASCEND_CACHE_PATH"]}}, name=name)
+    torch.compile(model, backend=side)(**kw)
+    e = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps([time.perf_counter() - t, time.process_time() - c + e.ru_utime + e.ru_stime - k.ru_utime - k.ru_stime]))"""
 
-    model, kwargs = _torch_model("mlp")
-    with torch.no_grad():
-        for side in (be, *(r for r in references if r != "eager")):
-            with contextlib.suppress(Exception):  # a reference that cannot compile fails in its row
-                torch.compile(model, backend=side)(**kwargs)
-    torch._dynamo.reset()
+
+def _fresh(name: str, backend: str, src: str, caches: str) -> tuple[float, float]:
+    """One compile in a fresh process (``_COMPILE_CHILD``, bytecode written as installed): its wall and CPU seconds."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPATH": src}
+    env |= {"ASCEND_CACHE_PATH": caches, "TORCHINDUCTOR_CACHE_DIR": os.path.join(caches, "inductor")}
+    models = "from typing import Any\n" + "".join(map(inspect.getsource, (_hf_model, _torch_model)))
+    child = [sys.executable, "-P", "-c", _COMPILE_CHILD.format(models=models), backend, name]
+    done = subprocess.run(child, env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode:
+        raise RuntimeError(f"the {backend} compile of {name} failed: {done.stderr[-1500:]}")
+    return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def fresh_compiles(name: str, rounds: int, sides: Mapping[str, tuple[str, str]] | None = None) -> dict[str, float]:
+    """Model ``name``'s compile in fresh processes (the module doc) per side (label: backend ``aioge``
+    or a torch backend, and the ``PYTHONPATH`` of its aioge; default this aioge and inductor), cold
+    then warm, the sides' order reversed every other round. The medians over rounds,
+    ``<label>_compile_<cold|warm>_s`` and ``..._cpu_s``, or ``<label>_compile_error`` (stderr's end)."""
+    sides = sides or {"aioge": ("aioge", _SRC), "inductor": ("inductor", _SRC)}
+    for backend, src in sides.values():  # an installed aioge has its bytecode: a checkout's is written first
+        if backend == "aioge":
+            compileall.compile_dir(os.path.join(src, "aioge"), quiet=2)
+    got: dict[str, list[tuple[float, float]]] = {}
+    failed: dict[str, Any] = {}  # a side that failed is not run again
+    for r in range(rounds):
+        for label in [k for k in sides if f"{k}_compile_error" not in failed][:: 1 if r % 2 == 0 else -1]:
+            with tempfile.TemporaryDirectory() as caches:
+                try:  # warm: a second process on the caches the cold one filled
+                    cold, warm = _fresh(name, *sides[label], caches), _fresh(name, *sides[label], caches)
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                    failed[f"{label}_compile_error"] = str(exc)[-300:]
+                    continue
+                for state, v in (("cold", cold), ("warm", warm)):
+                    got.setdefault(f"{label}_compile_{state}", []).append(v)
+    medians = {f"{k}{u}": statistics.median(x[i] for x in v) for k, v in got.items() for i, u in enumerate(("_s", "_cpu_s"))}
+    return medians | failed
 
 
 def _torch_rows(name: str, be: Any, references: tuple[str, ...], rounds: int, runs: int) -> list[dict[str, Any]]:
-    """One row for the model: each side's median seconds a call (``aioge``, then ``eager``,
-    ``inductor``...), compile seconds (``compile_s``, ``<side>_compile_s``), ``max_rel_err``
-    against eager, the aioge ``graphs`` Dynamo captured and the ``fallbacks`` (graphs or
-    partitions run eagerly in PyTorch: EagerFallbackWarnings), of those graphs the
-    ``cache_hits`` (loaded from the graph cache) and ``trace_hits`` (inference traces not
-    re-traced); ``<side>_error`` for a reference that failed to compile."""
-    import warnings
-
+    """One row for the model: each side's median seconds a call (``aioge``, ``eager``, ``inductor``...),
+    ``max_rel_err`` against eager, the aioge ``graphs`` Dynamo captured, ``fallbacks`` (EagerFallbackWarnings),
+    ``cache_hits`` and ``trace_hits`` (graphs and traces loaded); ``<side>_error``: a reference that failed."""
     import torch
 
     import aioge.torch
@@ -248,12 +282,10 @@ def _torch_rows(name: str, be: Any, references: tuple[str, ...], rounds: int, ru
     sides: dict[str, Callable[[], Any]] = {}
     outs: dict[str, np.ndarray] = {}
     graphs, trace_hits = len(be.graphs), be.trace_hits
-    torch._dynamo.reset()  # once: a reset between sides would drop the compiled ones (recompiled while timed)
+    torch._dynamo.reset()  # once: a reset between sides would drop the compiled ones
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", aioge.torch.EagerFallbackWarning)
-        torch.compile(model, backend="eager")(**kwargs)  # Dynamo's per-model warm-up, untimed: see the module doc
         for side in ("aioge", *references):
-            t, cpu = time.perf_counter(), time.process_time()
             try:
                 fn = model if side == "eager" else torch.compile(model, backend=be if side == "aioge" else side)
                 outs[side] = _tensor(fn(**kwargs))
@@ -262,9 +294,6 @@ def _torch_rows(name: str, be: Any, references: tuple[str, ...], rounds: int, ru
                     raise
                 row[f"{side}_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 continue
-            prefix = "" if side == "aioge" else f"{side}_"
-            row[f"{prefix}compile_s"] = 0.0 if side == "eager" else time.perf_counter() - t
-            row[f"{prefix}compile_cpu_s"] = 0.0 if side == "eager" else time.process_time() - cpu
             sides[side] = functools.partial(fn, **kwargs)
             row.setdefault("graphs", len(be.graphs) - graphs)
         row |= _alternate(sides, rounds, runs)
@@ -285,10 +314,11 @@ def frontends(
     torch_cache: str | None = None,
     rounds: int = 5,
     runs: int = 5,
+    compile_rounds: int | None = None,
     progress: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
-    """The section's rows (TF: one per model and reference; torch: one per model, see ``_torch_rows``) and what was skipped with why.
-    ``torch_cache``: aioge's graph cache dir for the torch models (default ``torch_cache_dir()``)."""
+    """The section's rows (TF: one per model and reference; torch: one per model, ``_torch_rows`` and ``fresh_compiles``
+    over ``compile_rounds``, default ``min(rounds, 3)``), what was skipped with why. ``torch_cache``: default ``torch_cache_dir()``."""
     rows: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
     why = {n: missing(n) for n in names}
@@ -297,17 +327,16 @@ def frontends(
         import aioge.torch  # before TensorFlow: see aioge.torch._check_import_order
 
         options = {"ge.graph_compiler_cache_dir": torch_cache or torch_cache_dir()}
-        be = aioge.torch.backend(options, name="warm_up")
-        try:
-            _warm_up(be, torch_references)
-        finally:
-            be.close()
+        compilers: dict[str, tuple[str, str]] = {
+            k: (k, _SRC) for k in ("aioge", "inductor") if k == "aioge" or k in torch_references
+        }
         for m in torch_models or [m for m in TORCH_MODELS if m != "mlp"]:
             be = aioge.torch.backend(options, name=m)  # its graphs cached as <model>_<n>: the same keys in every run
             try:
                 rows += _torch_rows(m, be, torch_references, rounds, runs)
             finally:
                 be.close()
+            rows[-1] |= fresh_compiles(m, min(rounds, 3) if compile_rounds is None else compile_rounds, compilers)
             progress(_line(rows[-1]))
     if "tf" in names and not why["tf"]:
         for m in tf_models or [m for m in TF_MODELS]:
@@ -318,39 +347,38 @@ def frontends(
 
 def _line(r: dict[str, Any]) -> str:
     if r["frontend"] == "torch":
-        sides = [k for k in ("eager", "inductor") if k in r] + [
-            k[: -len("_error")] + " failed" for k in r if k.endswith("_error")
-        ]
+        sides = [k for k in ("eager", "inductor") if k in r] + [k[:-6] + " failed" for k in r if k.endswith("_error")]  # fmt: skip
         figures = "  ".join(f"{k} {r[k] * 1e3:8.3f} ms" if k in r else k for k in sides)
-        return f"{r['model']:28s} aioge {r['aioge'] * 1e3:8.3f} ms  {figures}  fallbacks {r['fallbacks']}"
+        compiles = " ".join(f"{k[:-6]} {v:.2f}" for k, v in r.items() if k.endswith("_cpu_s"))  # fresh processes' CPU s
+        return (
+            f"{r['model']:28s} aioge {r['aioge'] * 1e3:8.3f} ms  {figures}  fallbacks {r['fallbacks']}  compile cpu s: {compiles}"
+        )
     if "error" in r:
         return f"{r['model']:28s} aioge {r['aioge'] * 1e3:9.3f} ms  {r['reference']}: {r['error'][:80]}"
-    return (
-        f"{r['model']:28s} aioge {r['aioge'] * 1e3:9.3f} ms  {r['reference']} {r['ref'] * 1e3:9.3f} ms  ratio {r['ratio']:5.2f}"
-    )
+    return f"{r['model']:28s} aioge {r['aioge'] * 1e3:9.3f} ms  {r['reference']} {r['ref'] * 1e3:9.3f} ms  ratio {r['ratio']:5.2f}"  # fmt: skip
 
 
 def torch_table(rows: list[dict[str, Any]]) -> list[str]:
-    """The torch rows as markdown lines: one per model, every side's ms a call and compile seconds."""
-    head = "model|aioge ms|eager ms|inductor ms|aioge/eager|aioge/inductor|aioge compile s|inductor compile s|aioge compile cpu s|inductor compile cpu s|max rel err|aioge graphs|eager fallbacks"  # fmt: skip
+    """The torch rows as markdown lines: one per model, every side's ms a call and compile seconds
+    (fresh processes, cold and warm caches: wall, CPU in brackets)."""
+    compiles = [f"{k}_compile_{s}" for s in ("cold", "warm") for k in ("aioge", "inductor")]
+    head = "model|aioge ms|eager ms|inductor ms|aioge/eager|aioge/inductor|" + "|".join(f"{k.replace('_', ' ')} s (cpu)" for k in compiles) + "|max rel err|aioge graphs|eager fallbacks"  # fmt: skip
     lines = ["| " + head.replace("|", " | ") + " |", "|" + "---|" * (head.count("|") + 1)]
     for r in rows:
         ms = {k: f"{r[k] * 1e3:.3f}" if k in r else ("failed" if f"{k}_error" in r else "") for k in ("eager", "inductor")}
         ratio = {k: f"{r['aioge'] / r[k]:.2f}" if k in r else "" for k in ("eager", "inductor")}
-        ind_compile = f"{r['inductor_compile_s']:.2f}" if "inductor_compile_s" in r else r.get("inductor_error", "")[:120]
-        ind_cpu = f"{r['inductor_compile_cpu_s']:.2f}" if "inductor_compile_cpu_s" in r else ""
+        fail = {k: (r.get(f"{k.split('_')[0]}_compile_error") or r.get(f"{k.split('_')[0]}_error", ""))[:120] for k in compiles}
+        secs = [f"{r[k + '_s']:.2f} ({r[k + '_cpu_s']:.2f})" if k + "_s" in r else fail[k] for k in compiles]
         cells = [r["model"], f"{r['aioge'] * 1e3:.3f}", ms["eager"], ms["inductor"], ratio["eager"], ratio["inductor"],
-                 f"{r['compile_s']:.2f}", ind_compile, f"{r['compile_cpu_s']:.2f}", ind_cpu, f"{r['max_rel_err']:.1e}",
-                 str(r["graphs"]), str(r["fallbacks"])]  # fmt: skip
-        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+                 *secs, f"{r['max_rel_err']:.1e}", str(r["graphs"]), str(r["fallbacks"])]  # fmt: skip
+        lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells) + " |")
     return lines
 
 
 def frontends_table(section: dict[str, Any]) -> list[str]:
     """The section as markdown lines."""
     head = "front end|model|reference|aioge ms|reference ms|aioge/reference|aioge compile s|reference compile s|max rel err"
-    head_cells = head.split("|")
-    lines = ["| " + " | ".join(head_cells) + " |", "|" + "---|" * len(head_cells)]
+    lines = ["| " + head.replace("|", " | ") + " |", "|" + "---|" * (head.count("|") + 1)]
     torch_rows = [r for r in section["rows"] if r["frontend"] == "torch"]
     for r in section["rows"]:
         if r["frontend"] == "torch":
@@ -358,12 +386,10 @@ def frontends_table(section: dict[str, Any]) -> list[str]:
         if "error" in r:
             cells = [r["frontend"], r["model"], r["reference"], f"{r['aioge'] * 1e3:.3f}", "failed", "", f"{r['compile_s']:.2f}", r["error"][:120], ""]  # fmt: skip
         else:
-            cells = [
-                r["frontend"], r["model"], r["reference"], f"{r['aioge'] * 1e3:.3f}", f"{r['ref'] * 1e3:.3f}", f"{r['ratio']:.2f}",
-                f"{r['compile_s']:.2f}", f"{r['ref_compile_s']:.2f}", f"{r['max_rel_err']:.1e}",
-            ]  # fmt: skip
+            cells = [r["frontend"], r["model"], r["reference"], f"{r['aioge'] * 1e3:.3f}", f"{r['ref'] * 1e3:.3f}", f"{r['ratio']:.2f}",
+                     f"{r['compile_s']:.2f}", f"{r['ref_compile_s']:.2f}", f"{r['max_rel_err']:.1e}"]  # fmt: skip
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-    caches = "torch compile figures: aioge and inductor both with their on-disk caches (aioge: `torch_cache_dir()`)"
+    caches = "torch compile figures: each in a fresh process, cold and warm caches, wall s (CPU s): see `fresh_compiles`"
     lines = (lines if len(lines) > 2 else []) + (["", caches, "", *torch_table(torch_rows)] if torch_rows else [])
     lines += [f"\nSkipped {k}: {v}." for k, v in section.get("skipped", {}).items()]
     return lines

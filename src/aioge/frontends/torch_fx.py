@@ -113,16 +113,17 @@ def is_supported(node: torch.fx.Node, converters: Converters | None = None) -> b
 
 
 def decompositions(converters: Converters | None = None) -> dict[Any, Callable[..., Any]]:
-    """torch's core ATen decomposition table minus the ops converted whole (as inductor does:
-    composite ops arrive decomposed into ones the table maps, mapped ones stay whole)."""
-    return {op: fn for op, fn in _core_table().items() if _converter(op, converters) is None}
+    """torch's core ATen decomposition table minus the ops converted whole (as inductor does: composite ops arrive
+    decomposed into ones the table maps, mapped ones stay whole), built once per set of user-converted ops (``_table``)."""
+    return dict(_table(frozenset(converters or ())))
 
 
 @functools.cache
-def _core_table() -> Mapping[Any, Callable[..., Any]]:
+def _table(user_ops: frozenset[Any]) -> dict[Any, Callable[..., Any]]:
     from torch._decomp import core_aten_decompositions
 
-    return core_aten_decompositions()  # 0.2 s to build: once per process
+    users = dict.fromkeys(user_ops, _table)  # _converter asks only whether an op has a user converter
+    return {op: fn for op, fn in core_aten_decompositions().items() if _converter(op, users) is None}
 
 
 def convert_fx(
