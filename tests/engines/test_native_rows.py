@@ -709,6 +709,15 @@ def test_a_programs_layer_norm_and_softmax_split_from_split_activation(rows: int
         np.testing.assert_allclose(whole, run(ins, None)[0], rtol=1e-5, atol=1e-6)
 
 
+def _c_gelu(x: np.ndarray, b: np.ndarray, approximate: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The C tier's Gelu of ``x`` alone and of ``x + b`` (a Gemm's bias row): (its input, its output) each."""
+    y = np.full_like(x, 7.0)
+    assert native_rows.activation("Gelu", x, y, (approximate,))
+    yb = np.full_like(x, 7.0)
+    assert native_rows.bias_activation("Gelu", x, b, yb, (approximate,))
+    return [(x, y), ((x + b).astype(np.float32), yb)]  # the C code's float32 sum
+
+
 @pytest.mark.skipif(native.tier() == "baseline", reason="the baseline tier keeps the tanh form, 2e-6 absolute")
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 31, 4099])
 def test_gelu_tanh_is_relatively_accurate_where_it_is_tiny(n: int) -> None:
@@ -719,14 +728,7 @@ def test_gelu_tanh_is_relatively_accurate_where_it_is_tiny(n: int) -> None:
     rng = np.random.default_rng(n)
     x = np.concatenate([np.linspace(-6, 6, n), rng.uniform(-6, 6, n)]).astype(np.float32).reshape(2, n)
     b = rng.uniform(-0.25, 0.25, n).astype(np.float32)
-    for bias in (None, b):
-        y = np.full_like(x, 7.0)
-        if bias is None:
-            v = x
-            assert native_rows.activation("Gelu", x, y, (1,))
-        else:
-            v = (x + bias).astype(np.float32)  # the C code's float32 sum
-            assert native_rows.bias_activation("Gelu", x, bias, y, (1,))
+    for v, y in _c_gelu(x, b, approximate=1):
         z = v.astype(np.float64)
         ref = 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
         np.testing.assert_allclose(y, ref, rtol=3e-5, atol=0)  # 1.8e-5 at worst: z rounded, times |2z| ~ 26
@@ -742,14 +744,7 @@ def test_gelu_over_odd_rows_with_and_without_a_bias_matches_float64(n: int) -> N
     special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], np.float32)[: x[1, ::5].size]
     x[1, : 5 * special.size : 5] = special
     b = rng.uniform(-0.25, 0.25, n).astype(np.float32)
-    for bias in (None, b):
-        y = np.full_like(x, 7.0)
-        if bias is None:
-            v = x
-            assert native_rows.activation("Gelu", x, y, (0,))
-        else:
-            v = (x + bias).astype(np.float32)
-            assert native_rows.bias_activation("Gelu", x, bias, y, (0,))
+    for v, y in _c_gelu(x, b, approximate=0):
         ref = _ref_act("Gelu", v, (0,))
         np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
         np.testing.assert_allclose(y, ref, rtol=2e-6, atol=2e-6)
