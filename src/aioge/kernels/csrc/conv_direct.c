@@ -252,6 +252,54 @@ static inline __attribute__((always_inline)) vf hard_vf(vf v, int act, float p0,
     return act == ACT_HARDSWISH ? v * h : h;
 }
 
+#if VL == 16 && defined(__AVX512F__)
+/* mathf.h's sigmoid8 (Sigmoid, or Swish: x times the sigmoid of alpha x) over 16 lanes, the same
+ * operations in the same order, so act_span's bits lane for lane; a vector with a lane past
+ * |alpha x| = 80 (or inf, NaN) takes sigmoid8_wide's form on both halves, as sigmoid8 does.
+ * In the registers of the 1x1 convs' tiles: EfficientNet's expansion convs called act_span (8
+ * lanes) on every tile. */
+static inline __attribute__((always_inline)) __m512 sigmoid16(__m512 v, __m512 alpha, int swish)
+{
+    const __m512 shifter = _mm512_set1_ps(12582912.0f + 127.0f), one = _mm512_set1_ps(1.0f);
+    const __m512 nt = swish ? _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), alpha), v) : _mm512_sub_ps(_mm512_setzero_ps(), v);
+    const __mmask16 in = _mm512_cmp_ps_mask(_mm512_abs_ps(nt), _mm512_set1_ps(80.0f), _CMP_LE_OQ);
+    const __m512 kf = _mm512_fmadd_ps(nt, _mm512_set1_ps(1.44269504088896341f), shifter);
+    const __m512 k = _mm512_sub_ps(kf, shifter);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), nt);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.42860682030941723e-6f), r);
+    __m512 p = _mm512_set1_ps(0.0013836845755577087f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.008374815806746483f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.04166822507977486f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.16666419804096222f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.49999991059303284f));
+    p = _mm512_fmadd_ps(p, r, one);
+    p = _mm512_fmadd_ps(p, r, one);
+    const __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(kf), 23)));
+    __m512 y = _mm512_div_ps(one, _mm512_add_ps(one, e));
+    if (swish)
+        y = _mm512_mul_ps(v, y);
+    if (__builtin_expect(in != 0xFFFF, 0)) {
+        const __m256 a8 = _mm512_castps512_ps256(alpha);
+        const __m256 lo = sigmoid8_wide(_mm512_castps512_ps256(v), a8, swish);
+        const __m256 hi = sigmoid8_wide(_mm512_extractf32x8_ps(v, 1), a8, swish);
+        y = _mm512_mask_blend_ps(in, _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1), y);
+    }
+    return y;
+}
+#define SIG_REGS 1 /* Sigmoid and Swish in the tiles' registers */
+#elif VL == 8 && defined(__AVX2__) && defined(__FMA__)
+#define sigmoid_vf(v, alpha, swish) (vf) sigmoid8((__m256)(v), (alpha), (swish))
+#define SIG_REGS 1
+#endif
+#if VL == 16 && defined(__AVX512F__)
+#define sigmoid_vf(v, alpha, swish) (vf) sigmoid16((__m512)(v), (alpha), (swish))
+typedef __m512 vsig;
+#define sig_alpha(p) _mm512_set1_ps(p)
+#elif defined(SIG_REGS)
+typedef __m256 vsig;
+#define sig_alpha(p) _mm256_set1_ps(p)
+#endif
+
 /* A whole tile over all of K, straight from the registers to the first ``rows`` of its MR rows
  * of y (ldy apart), ``ncols`` columns each (the last vector's tail masked off), with each row's
  * bias added as the copy-out adds it and the activation applied after: for a conv whose tile
@@ -289,9 +337,9 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
     /* Any other activation: over the whole tile in one call (EfficientNet's 16->96 1x1 swish
      * conv at 112x112 took 3.96 ms calling it per row of 16 values, 2.1 through numpy's GEMM and a
      * pass), the same elementwise function as the pass after the conv, so the same bits. */
-#if VL == 8 && defined(__AVX2__) && defined(__FMA__) /* Sigmoid and Swish in the registers, as act_span computes them */
+#ifdef SIG_REGS /* Sigmoid and Swish in the registers, as act_span computes them */
     const int sig = act == ACT_SIGMOID || act == ACT_SWISH;
-    const __m256 alpha = _mm256_set1_ps(p0);
+    const vsig alpha = sig_alpha(p0);
 #else
     const int sig = 0;
 #endif
@@ -317,9 +365,9 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
             vf out = other ? *(const vf *)(t + (i * nv + v) * VL) : acc[i][v] + add;
-#if VL == 8 && defined(__AVX2__) && defined(__FMA__)
+#ifdef SIG_REGS
             if (sig)
-                out = (vf)sigmoid8((__m256)out, alpha, act == ACT_SWISH);
+                out = sigmoid_vf(out, alpha, act == ACT_SWISH);
 #endif
             if (hard)
                 out = hard_vf(out, act, p0, p1);
@@ -374,10 +422,8 @@ DOUT(8, 2)
 DOUT(8, 3)
 static const dout_fn DOUTS[NV + 1] = {0, dout6_1, dout6_2, dout6_3, dout6_4};
 static const dout_fn DOUTS8[4] = {0, dout8_1, dout8_2, dout8_3}; /* 8 x 3 vectors: 24 accumulators, as 6 x 4 */
-#define dout_full dout6_4
 #else
 static const dout_fn DOUTS[NV + 1] = {0, dout6_1, dout6_2};
-#define dout_full dout6_2
 #endif
 
 typedef void (*dtile_fn)(int64_t, const float *, const float *, const int64_t *, float *, int);
@@ -492,16 +538,20 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
         const float *xq = xph + n * IMAGE + start;
         float *yn = y + n * M * P;
         /* blocks below ``straight`` go from the registers to y (dtile_out), the last one's rows
-         * past M not stored (32->16 1x1 at 112x112: 280 -> 250 us); the rest through acc */
-        const int64_t straight = in_rows && ncols == NR ? ((M + MR - 1) / MR < mb1 ? (M + MR - 1) / MR : mb1) : mb0;
-        if (straight > mb0 && q >= done) { /* the straight blocks of the full panels [q, q1) of this image */
+         * past M not stored (32->16 1x1 at 112x112: 280 -> 250 us), and so does an image's short
+         * last panel, its tail masked (on AVX-512 the acc path ran act_span over all NR lanes of
+         * each row, the uncomputed ones whatever the buffer held, subnormals among them:
+         * EfficientNet's 112->672 Swish at 14x14 0.85-1.0 ms, 0.33 without); the rest through acc */
+        const int64_t straight = in_rows ? ((M + MR - 1) / MR < mb1 ? (M + MR - 1) / MR : mb1) : mb0;
+        if (straight > mb0 && q >= done) { /* the straight blocks of the panels [q, q1) of this image */
             int64_t q1 = q + 1;
-            while (q1 < p1 && q1 < q + group && q1 / per_image == n && Q - (q1 % per_image) * NR >= NR)
+            while (ncols == NR && q1 < p1 && q1 < q + group && q1 / per_image == n && Q - (q1 % per_image) * NR >= NR)
                 q1++;
+            const dout_fn out = DOUTS[(ncols + VL - 1) / VL];
             for (int64_t mb = mb0; mb < straight; mb++)
                 for (int64_t u = 0; u < q1 - q; u++)
-                    dout_full(K, wpack + mb * K * MR, xq + u * NR, koff, yn + mb * MR * P + start + u * NR, P,
-                              M - mb * MR < MR ? M - mb * MR : MR, NR, bias ? bias + mb * MR : 0, act, act_p0, act_p1);
+                    out(K, wpack + mb * K * MR, xq + u * NR, koff, yn + mb * MR * P + start + u * NR, P,
+                        M - mb * MR < MR ? M - mb * MR : MR, ncols, bias ? bias + mb * MR : 0, act, act_p0, act_p1);
             done = q1;
         }
         const int64_t first = straight > mb0 ? straight : mb0;
@@ -517,8 +567,10 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
             for (int64_t j = 0; j < ncols; j++)
                 src[j] += add;
         }
-        if (act && r_hi > r_lo) /* one call over the rows (the lanes past ncols are never stored) */
+        if (act && r_hi > r_lo && ncols == NR) /* one call over the rows */
             aioge_act_span(acc + r_lo * NR, NULL, acc + r_lo * NR, (r_hi - r_lo) * NR, act, act_p0, act_p1);
+        for (int64_t r = r_lo; act && ncols < NR && r < r_hi; r++) /* only the computed lanes: the others hold junk */
+            aioge_act_span(acc + r * NR, NULL, acc + r * NR, ncols, act, act_p0, act_p1);
         for (int64_t r = r_lo; r < r_hi; r++) {
             const int64_t m = mb0 * MR + r;
             const float *src = acc + r * NR;
@@ -795,11 +847,11 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
                 if (act == ACT_HARDSWISH || act == ACT_HARDSIGMOID || act == ACT_CLIP) /* inline, no call a tile */
                     for (int64_t j = 0; j < mv * NR; j += VL)
                         *(vfu *)(part + j) = hard_vf(*(const vfu *)(part + j), act, act_p0, act_p1);
-#if VL == 8 && defined(__AVX2__) && defined(__FMA__)
+#ifdef SIG_REGS
                 else if (act == ACT_SIGMOID || act == ACT_SWISH) /* inline too, as dtile_out: act_span's bits */
                     for (int64_t j = 0; j < mv * NR; j += VL) {
                         const vf in = *(const vfu *)(part + j);
-                        *(vfu *)(part + j) = (vf)sigmoid8((__m256)in, _mm256_set1_ps(act_p0), act == ACT_SWISH);
+                        *(vfu *)(part + j) = sigmoid_vf(in, sig_alpha(act_p0), act == ACT_SWISH);
                     }
 #endif
                 else if (act && !relu) /* one call a tile (the lanes past ncols hold zeros' activations, never stored) */
