@@ -462,6 +462,8 @@ static int64_t panels_per_image(const int64_t *g)
     return ((g[G_OH] - 1) * g[G_WPH] + g[G_OW] + NR - 1) / NR;
 }
 
+#define PW_KMAX 1024 /* a 1x1 conv's K up to this in one block, every tile straight to y */
+
 /* Panels [p0, p1) of NR flattened positions (image-major), or with the geometry's G_ROWS of up
  * to NR outputs of one output row (image-, then row-major: no junk columns, and with K in one
  * block every tile goes straight to y), and MR-row blocks [mb0, mb1) of y, reading xph (aioge_conv_phases_f32, or x itself for a 1x1 kernel at stride 1 without pads)
@@ -522,8 +524,11 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
     }
     /* a full panel is NR consecutive outputs of a row of y, K in one block: with 16-position
      * panels (AVX2) up to K = 256, 16 KB of input a panel in L1 (1x1 convs at 28x28: 192->64
-     * 269 -> 210 us, 240->40 206 -> 198; 256->256 at 14x14 341 -> 325) */
-    const int in_rows = (kblocks == 1 || (NR == 16 && K <= 256)) && WPH == OW;
+     * 269 -> 210 us, 240->40 206 -> 198; 256->256 at 14x14 341 -> 325); a 1x1 conv up to
+     * PW_KMAX, the panel in L2 (AVX-512, 64 positions: 480->80 at 14x14 273 -> 222 us, 672->112
+     * 482 -> 433, 192->64 at 28x28 322 -> 261; AVX2: 320->128 at 28x28 1168 -> 895, 480->80
+     * 359 -> 279; medians of 80-100 interleaved, load 4-6) */
+    const int in_rows = (kblocks == 1 || (NR == 16 && K <= 256) || (g[G_KH] * g[G_KW] == 1 && K <= PW_KMAX)) && WPH == OW;
     /* The straight blocks of a group of panels whose inputs fit in half of L1, block by block:
      * each of a block's MR rows of y is written as a run of the group's panels, not one line of
      * each of M rows a panel (EfficientNet's 16->96 1x1 at 112x112 wrote 96 rows, 50 KB apart,
