@@ -755,7 +755,7 @@ static const ttile_fn TTILES[MR + 1][NV + 1] = {{0}, TT(1), TT(2), TT(3), TT(4),
  * a K = 80 conv's tile. */
 static inline void store_t(const float *restrict part, float *restrict yt, int64_t P, int64_t mv, int64_t ncols)
 {
-#if VL == 8 && defined(__AVX2__)
+#ifdef __AVX2__ /* and the AVX-512 tier: rows NR apart, 8 channels at a time either way */
     for (int64_t c0 = 0; c0 < ncols; c0 += 8) {
         __m256 r[8], t[8], s[8];
         for (int i = 0; i < 8; i++)
