@@ -28,6 +28,22 @@ CASES = [
         [_rand(1, 8, 17, 17), _rand(8, 1, 3, 3)],
         {"group": 8, "kernel_shape": [3, 3]},
     ),
+    (  # a 1x1 conv and its Swish from the tiles' registers: K past KC in one block, a short last panel
+        "pointwise",
+        "FusedConv",
+        "conv_direct_native",
+        [_rand(1, 200, 9, 13), _rand(20, 200, 1, 1), _rand(20)],
+        {"activation": "Swish", "activation_params": [1.0]},
+        "aioge",
+    ),
+    (  # the same with channels in the lanes on a 7x7 plane, stored transposed
+        "pointwise_t",
+        "FusedConv",
+        "conv_direct_t_native",
+        [_rand(1, 96, 7, 7), _rand(70, 96, 1, 1), _rand(70)],
+        {"activation": "Swish", "activation_params": [1.0]},
+        "aioge",
+    ),
     ("gemm", "Gemm", "gemm_native", [_rand(37, 70), _rand(70, 129), _rand(129)], {}),
     ("pool", "AveragePool", "pool_native", [_rand(1, 4, 15, 15)], {"kernel_shape": [3, 3], "strides": [2, 2]}),
     ("lstm", "LSTM", "numpy", [_rand(5, 3, 7), _rand(1, 64, 7), _rand(1, 64, 16) / 4], {"hidden_size": 16}),
@@ -37,7 +53,7 @@ CASES = [
 
 def main(out: str) -> None:
     assert native.available() and krnn._native() is not None, native.describe()
-    arrays = {name: kernel(op, impl, {}, ins, attrs)()[0] for name, op, impl, ins, attrs in CASES}
+    arrays = {name: kernel(op, impl, {}, ins, attrs, *domain)()[0] for name, op, impl, ins, attrs, *domain in CASES}
     np.savez(out, describe=np.array(native.describe()), **arrays)
 
 
