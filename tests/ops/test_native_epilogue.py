@@ -131,7 +131,9 @@ def test_without_the_tier_a_stored_native_choice_applies_its_activation_in_numpy
     odd=st.booleans(),
 )
 @settings(max_examples=8, deadline=None)
-def test_a_1x1_convs_straight_tiles_take_each_activation_as_the_pass_does(act, act_params, reference, seed, c, m, h, k, odd) -> None:
+def test_a_1x1_convs_straight_tiles_take_each_activation_as_the_pass_does(
+    act, act_params, reference, seed, c, m, h, k, odd
+) -> None:
     # a 1x1 conv at stride 1 whose positions fill whole 16-position panels (h * w a multiple of
     # 16, odd sides included; with ``odd`` any h * w, read from a phase image) stores its tiles
     # from the registers, a short last panel masked, each common activation a constant of its
