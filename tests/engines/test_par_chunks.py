@@ -30,3 +30,18 @@ def test_a_split_runs_every_unit_once(total: int) -> None:
         outs.append(y)
     np.testing.assert_array_equal(outs[0], base + 1)
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_both_ends_hand_out_each_chunk_once() -> None:
+    """The caller takes chunks from the front and the helper from the back: over many splits
+    of short ranges (where the two meet at every chunk), each unit still runs exactly once."""
+    par, backoff = native.par_run(), native.function("aioge_par_backoff")
+    rng = np.random.default_rng(7)
+    one = np.ones(1, np.float32)
+    for total in rng.integers(2, 40, 300):
+        y = np.zeros((int(total), 1), np.float32)
+        call = native.binary("Add", y, one, y)
+        backoff(0, 1, 0, 0)
+        assert call is not None
+        par(call.job, native.ptr(call.args), call.total, 1)
+        np.testing.assert_array_equal(y, 1)
