@@ -68,7 +68,9 @@ import aioge
 # the bench's torch cache dir (~120), device runs as native programs written by the loop (~110).
 # Then 40,220 for round 3's seventh: torch compiles timed in fresh processes, cold and warm (~30
 # net after condensing), plan.io.read_into shared by the packs and weight-file readers (~10).
-LINE_BUDGET = 40_220
+# Then 40,300 for issue 42's C Winograd conv (conv_winograd_native: its build, form and shared
+# transform buffers, ~85).
+LINE_BUDGET = 40_300
 _SRC = Path(aioge.__file__).parent
 GENERATED = {"ops/builders.py", "serving/kserve_pb2.py"}
 

@@ -21,6 +21,13 @@ CASES = [
         [_rand(1, 3, 9, 37), _rand(8, 3, 3, 3)],
         {"pads": [1, 1, 1, 1], "strides": [2, 2]},
     ),
+    (  # Winograd F(2x2, 3x3): the transforms' 8 x 8 transposes on AVX, 16 channels a vector on AVX-512
+        "winograd",
+        "Conv",
+        "conv_winograd_native",
+        [_rand(1, 16, 11, 13), _rand(32, 16, 3, 3), _rand(32)],
+        {"pads": [1, 1, 1, 1]},
+    ),
     (
         "depthwise",
         "Conv",

@@ -36,7 +36,18 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
     assert (
         set(default)
         == set(baseline)
-        == {"conv", "conv_s2", "pointwise", "pointwise_t", "depthwise", "gemm", "pool", "lstm", "softmax"}
+        == {
+            "conv",
+            "conv_s2",
+            "pointwise",
+            "pointwise_t",
+            "winograd",
+            "depthwise",
+            "gemm",
+            "pool",
+            "lstm",
+            "softmax",
+        }
     )
     for name, got in baseline.items():
         # FMA (the AVX2 tier) rounds once where the baseline's multiply-add rounds twice
@@ -44,7 +55,7 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
         assert np.abs(got).max() > 0.1, name  # not a pair of zero outputs
     if "avx512" in str(native.describe()):  # the AVX2 tier's 16-position panels and 8-lane Swish too
         avx2 = _child(tmp_path, AIOGE_ISA="avx2")
-        for name in ("conv", "conv_s2", "pointwise", "pointwise_t"):
+        for name in ("conv", "conv_s2", "pointwise", "pointwise_t", "winograd"):
             np.testing.assert_allclose(avx2[name], default[name], rtol=2e-5, atol=2e-5, err_msg=name)
 
 

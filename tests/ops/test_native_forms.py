@@ -152,6 +152,8 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("", "Conv", "conv_direct_t_native"): ({}, [_f(1, 8, 4, 4), _f(16, 8, 1, 1), _f(16)], 1),
     ("aioge", "FusedConv", "conv_direct_native"): ({**_ACT, "strides": (2, 2)}, [_f(2, 3, 9, 9), _f(4, 3, 3, 3)], 1),
     ("aioge", "FusedConv", "conv_direct_t_native"): (_ACT, [_f(1, 8, 4, 4), _f(16, 8, 3, 3), _f(16)], 1),
+    ("", "Conv", "conv_winograd_native"): ({"pads": (1, 1, 1, 1)}, [_f(1, 16, 7, 9), _f(32, 16, 3, 3), _f(32)], 1),
+    ("aioge", "FusedConv", "conv_winograd_native"): (_ACT, [_f(2, 16, 6, 6), _f(16, 16, 3, 3)], 1),
     ("", "Conv", "conv_depthwise_native"): ({"group": 4, "strides": (2, 2)}, [_f(2, 4, 9, 9), _f(4, 1, 3, 3), _f(4)], 1),
     ("aioge", "FusedConv", "conv_depthwise_native"): ({**_ACT, "group": 3}, [_f(1, 3, 7, 7), _f(6, 1, 3, 3)], 1),
     ("", "Conv", "conv_grouped_native"): ({"group": 2, "pads": (1, 0)}, [_f(2, 4, 9), _f(6, 2, 3), _f(6)], 1),  # 1-D

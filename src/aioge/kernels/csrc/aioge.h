@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 24
+#define AIOGE_ABI 25
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -59,7 +59,8 @@ enum aioge_job {
     JOB_CUMULATIVE = 27,
     JOB_ARG_REDUCE = 28,
     JOB_GATHER_ELEMENTS = 29,
-    AIOGE_NJOBS = 30,
+    JOB_WINOGRAD = 30,
+    AIOGE_NJOBS = 31,
 };
 
 /* The activations the C kernels apply (norm.c computes them; the convolutions of dwconv.c and
@@ -134,6 +135,8 @@ void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, cons
                            int64_t N, int64_t K, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
 int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, const float *bias, float *y,
                      const int64_t *g, int64_t u0, int64_t u1, int64_t p0, int64_t p1);
+int aioge_conv_winograd_f32(const float *x, const float *U, const int64_t *koff, const float *bias, float *y, const int64_t *g,
+                            float *V, float *Mo, int stage, int R, int64_t TH, int64_t TW, int64_t lo, int64_t hi);
 void aioge_pack_columns_f32(const float *b, int64_t sk, int64_t sn, int64_t K, int64_t N, float *bpack, int64_t p0,
                             int64_t p1);
 void aioge_gemv_t_f32(const float *x, const float *w, int64_t ldw, const float *bias, float *y, int64_t K, int64_t n0,

@@ -45,6 +45,20 @@ static int conv_job(conv_fn fn, const int64_t *g, int64_t lo, int64_t hi)
     return fn(x, w, koff, bias, y, geom, lo, hi, 0, g[7]);
 }
 
+/* Winograd conv: x, U, koff, bias, y, geometry, V, Mo, stage, R, TH, TW, then the floats of x, y, V
+ * and Mo: [lo, hi) are tile rows (stages 0 and 2) or tile points (stage 1) */
+static int job_winograd(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const int64_t *geom = (const int64_t *)(intptr_t)g[5], R = g[9], TH = g[10], TW = g[11];
+    const int64_t A = R + 2, T = geom[14] * TH * TW, NR = aioge_conv_gemm_nr(), NP = (geom[3] + NR - 1) / NR;
+    if (!aioge_conv_fits(geom, g[12], g[13], 1) || R < 2 || g[14] / (A * A) < T * geom[0] || g[15] / (A * A) < T * NP * NR ||
+        hi > (g[8] == 1 ? A * A : geom[14] * TH))
+        return AIOGE_EGEOMETRY;
+    return aioge_conv_winograd_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], (const int64_t *)(intptr_t)g[2],
+                                   (const float *)(intptr_t)g[3], (float *)(intptr_t)g[4], geom, (float *)(intptr_t)g[6],
+                                   (float *)(intptr_t)g[7], (int)g[8], (int)R, TH, TW, lo, hi);
+}
+
 /* conv direct: ..., panels, blocks, by_blocks: [lo, hi) are panels, or MR-row blocks of the
  * weight when by_blocks */
 static int job_conv_direct(const int64_t *g, int64_t lo, int64_t hi) { return conv_job(aioge_conv_direct_f32, g, lo, hi); }
@@ -623,6 +637,7 @@ static const job_fn JOBS[] = {
     [JOB_LOWP_GEMM] = job_lowp_gemm, [JOB_LOWP_ROUND] = job_lowp_round,
     [JOB_ELEMWISE] = job_elemwise,   [JOB_GATHER] = job_gather,
     [JOB_CUMULATIVE] = aioge_cumulative, [JOB_ARG_REDUCE] = aioge_arg_reduce, [JOB_GATHER_ELEMENTS] = aioge_gather_elements,
+    [JOB_WINOGRAD] = job_winograd,
 };
 _Static_assert(sizeof JOBS / sizeof JOBS[0] == AIOGE_NJOBS, "a job of aioge.h has no entry in JOBS");
 
