@@ -58,7 +58,7 @@
 #define SPIN_US 300
 #define WAKE_SPIN_US 1500
 #define CHUNKS 8       /* a split range is cut into this many chunks at most ... */
-#define FINE_CHUNKS 32 /* ... and a dense conv's into this many */
+#define FINE_CHUNKS 32 /* ... and a dense conv's (direct, or a Winograd stage) into this many */
 #define BACKOFF_MIN_NS 10000000LL   /* splits stop this long after a lost one (AIOGE_SPLIT_BACKOFF_US) ... */
 #define BACKOFF_MAX_NS 1000000000LL /* ... doubling on each further loss up to this */
 #define LOST_SLACK_NS 250000LL      /* a wait this much past 1.5 chunks: a helper descheduled, not slow to wake */
@@ -316,7 +316,7 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
         return r ? r : 1;
     }
     struct split s = {.job = job, .args = args, .total = total};
-    const int64_t most = job == JOB_CONV_T || job == JOB_CONV_DIRECT ? FINE_CHUNKS : CHUNKS;
+    const int64_t most = job == JOB_CONV_T || job == JOB_CONV_DIRECT || job == JOB_WINOGRAD ? FINE_CHUNKS : CHUNKS;
     s.nchunks = total < most ? total : most;
     s.chunk = total / s.nchunks;
     s.longer = total % s.nchunks;
