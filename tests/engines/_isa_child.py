@@ -28,6 +28,20 @@ CASES = [
         [_rand(1, 8, 17, 17), _rand(8, 1, 3, 3)],
         {"group": 8, "kernel_shape": [3, 3]},
     ),
+    (  # AVX-512: the 16-lane line form (rows of 34: a zmm and a masked one) with its Swish in registers
+        "depthwise_lines",
+        "FusedConv",
+        "conv_depthwise_native",
+        [_rand(1, 21, 34, 34) * 3, _rand(21, 1, 3, 3)],
+        {"group": 21, "kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "activation": "Swish", "activation_params": [1.0]},
+    ),
+    (  # AVX-512: 16 planes a vector (and a last 5 by the 8-plane form), HardSwish after the 16x16 transposes
+        "depthwise_planes",
+        "FusedConv",
+        "conv_depthwise_native",
+        [_rand(1, 21, 14, 14) * 3, _rand(21, 1, 5, 5)],
+        {"group": 21, "kernel_shape": [5, 5], "pads": [2, 2, 2, 2], "activation": "HardSwish"},
+    ),
     ("gemm", "Gemm", "gemm_native", [_rand(37, 70), _rand(70, 129), _rand(129)], {}),
     ("pool", "AveragePool", "pool_native", [_rand(1, 4, 15, 15)], {"kernel_shape": [3, 3], "strides": [2, 2]}),
     ("lstm", "LSTM", "numpy", [_rand(5, 3, 7), _rand(1, 64, 7), _rand(1, 64, 16) / 4], {"hidden_size": 16}),
@@ -37,7 +51,9 @@ CASES = [
 
 def main(out: str) -> None:
     assert native.available() and krnn._native() is not None, native.describe()
-    arrays = {name: kernel(op, impl, {}, ins, attrs)()[0] for name, op, impl, ins, attrs in CASES}
+    arrays = {
+        name: kernel(op, impl, {}, ins, attrs, "aioge" * op.startswith("Fused"))()[0] for name, op, impl, ins, attrs in CASES
+    }
     np.savez(out, describe=np.array(native.describe()), **arrays)
 
 

@@ -33,7 +33,11 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
     default, baseline = _child(tmp_path), _child(tmp_path, AIOGE_ISA="baseline")
     assert "(AIOGE_ISA" not in str(default["describe"]) and "running" in str(default.pop("describe"))
     assert "running baseline (AIOGE_ISA=baseline)" in str(baseline.pop("describe"))
-    assert set(default) == set(baseline) == {"conv", "conv_s2", "depthwise", "gemm", "pool", "lstm", "softmax"}
+    assert (
+        set(default)
+        == set(baseline)
+        == {"conv", "conv_s2", "depthwise", "depthwise_lines", "depthwise_planes", "gemm", "pool", "lstm", "softmax"}
+    )
     for name, got in baseline.items():
         # FMA (the AVX2 tier) rounds once where the baseline's multiply-add rounds twice
         np.testing.assert_allclose(got, default[name], rtol=2e-5, atol=2e-5, err_msg=name)
