@@ -14,7 +14,9 @@
  * out and activated. The padding cells stay zero across planes: each plane rewrites only the
  * cells that hold input. The line form (3x3 and 5x5, stride 1 or 2) reads the same phases but
  * computes rows of the output plane straight into it, four rows at a time, each input line loaded
- * once for every tap row that reads it; the eight-plane form (below) takes small planes. */
+ * once for every tap row that reads it; the eight-plane form (below) takes small planes. The
+ * AVX-512 tier runs both 16 lanes wide (zmm, masked tails): the line form on rows of 16 and up,
+ * splitting the input rows into the phases as it reaches them, and 16 planes a vector. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,7 +36,7 @@
 #define BLOCK 32 /* outputs per step of the vector kernel, and the buffers' slack */
 
 /* ``taps`` multiply-adds over the flat output [0, n) into out (rounded up to BLOCK). */
-AVX2 static void taps_v(const float *const *src, const float *wt, int64_t taps, float b, float *out, int64_t n)
+AVX2 __attribute__((unused)) static void taps_v(const float *const *src, const float *wt, int64_t taps, float b, float *out, int64_t n)
 {
     for (int64_t t = 0; t < n; t += BLOCK) {
         __m256 a0 = _mm256_set1_ps(b), a1 = a0, a2 = a0, a3 = a0;
@@ -104,6 +106,19 @@ AVX2 static inline __m256i tail_mask(int64_t n)
 }
 
 static void act_run(float *o, int64_t n, int act, float a0, float a1);
+#ifdef __AVX512F__
+static void act_run16(float *o, int64_t n, int act, float a0, float a1);
+static void taps_v16(const float *const *src, const float *wt, int64_t taps, float b, float *out, int64_t n);
+/* The input plane's rows split into the stride phases as the 16-lane line form reaches them:
+ * each output step's rows just before it reads them (still in L1), not the whole plane first */
+typedef struct {
+    const float *xp; /* the input plane; NULL: the phases hold it already */
+    float *buf;
+    int64_t h, wd, pt, pl, sh, sw, wq, phase, next; /* next: the first input row not yet split */
+} lazy_rows;
+static int lines_fit(const int64_t *g);
+static void lines_any16(lazy_rows *L, const int64_t *g, const float *wt, float b, float *out, int act, float a0, float a1);
+#endif
 
 /* The line form (kh x kh taps, stride sh, undilated rows, constants when inlined): R output rows
  * by NV 8-vectors of columns from q at a time, R NV independent sums (the activation a pass of its
@@ -232,6 +247,16 @@ static int dwconv(const float *x, const float *w, const float *bias, float *y, c
     int64_t built = -1; /* the input plane in the phases */
     for (int64_t p = p0; p < p1; p++) {
         const int64_t om = p % m, in = (p / m) * c + om / mult;
+#ifdef __AVX512F__
+        lazy_rows L = {NULL, buf, h, wd, pt, pl, sh, sw, wq, phase, 0};
+        if (vec && lines && lines_fit(g)) {
+            if (in != built)
+                L.xp = x + in * h * wd;
+            lines_any16(&L, g, w + om * taps, bias ? bias[om] : 0.0f, y + p * oh * ow, act, a0, a1);
+            built = in; /* every row a window reads */
+            continue;
+        }
+#endif
         if (in != built) {
             const float *xp = x + in * h * wd;
             for (int64_t r = 0; r < h; r++) {
@@ -244,15 +269,25 @@ static int dwconv(const float *x, const float *w, const float *bias, float *y, c
         const float b = bias ? bias[om] : 0.0f;
         if (vec && lines && lines_any(buf, phase, wq, g, w + om * taps, b, y + p * oh * ow, act, a0, a1))
             continue;
+#ifdef __AVX512F__
+        if (vec)
+            taps_v16(src, w + om * taps, taps, b, flat, n);
+#else
         if (vec)
             taps_v(src, w + om * taps, taps, b, flat, n);
+#endif
         else
             taps_c(src, w + om * taps, taps, b, flat, n);
         float *out = y + p * oh * ow;
         for (int64_t r = 0; r < oh; r++)
             memcpy(out + r * ow, flat + r * wq, sizeof(float) * (size_t)ow);
+#ifdef __AVX512F__
+        if (vec)
+            act_run16(out, oh * ow, act, a0, a1);
+#else
         if (vec)
             act_run(out, oh * ow, act, a0, a1);
+#endif
         else if (act)
             aioge_act_span(out, NULL, out, oh * ow, act, a0, a1);
     }
@@ -352,6 +387,437 @@ AVX2 static inline __attribute__((always_inline)) void act8(__m256 *v, int act, 
     for (int k = 0; k < 8; k++)
         v[k] = act1(v[k], act, a0, a1);
 }
+
+#ifdef __AVX512F__
+/* -- the AVX-512 tier: the same forms 16 lanes wide (zmm), masked tails -- */
+
+/* mathf.h's sigmoid8 over 16 lanes, the same operations in the same order (act_span's bits, lane
+ * for lane); a vector with a lane past |alpha x| = 80 (or inf, NaN) takes sigmoid8_wide's form on
+ * both halves, as sigmoid8 does. (1 / (1 + e) by rcp14 and a Newton step in place of the division
+ * measured no faster: 5.5 ns a vector of 16 in L1 either way, as two sigmoid8.) */
+static inline __attribute__((always_inline)) __m512 dw_sigmoid16(__m512 v, __m512 alpha, int swish) {
+    const __m512 shifter = _mm512_set1_ps(12582912.0f + 127.0f), one = _mm512_set1_ps(1.0f);
+    const __m512 nt = swish ? _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), alpha), v) : _mm512_sub_ps(_mm512_setzero_ps(), v);
+    const __mmask16 in = _mm512_cmp_ps_mask(_mm512_abs_ps(nt), _mm512_set1_ps(80.0f), _CMP_LE_OQ);
+    const __m512 kf = _mm512_fmadd_ps(nt, _mm512_set1_ps(1.44269504088896341f), shifter);
+    const __m512 k = _mm512_sub_ps(kf, shifter);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), nt);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.42860682030941723e-6f), r);
+    __m512 p = _mm512_set1_ps(0.0013836845755577087f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.008374815806746483f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.04166822507977486f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.16666419804096222f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.49999991059303284f));
+    p = _mm512_fmadd_ps(p, r, one);
+    p = _mm512_fmadd_ps(p, r, one);
+    const __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(kf), 23)));
+    __m512 y = _mm512_div_ps(one, _mm512_add_ps(one, e));
+    if (swish)
+        y = _mm512_mul_ps(v, y);
+    if (__builtin_expect(in != 0xFFFF, 0)) {
+        const __m256 lo = sigmoid8_wide(_mm512_castps512_ps256(v), _mm512_castps512_ps256(alpha), swish);
+        const __m256 hi = sigmoid8_wide(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)), _mm512_castps512_ps256(alpha), swish);
+        const __m512 wide = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+        y = _mm512_mask_blend_ps(in, wide, y);
+    }
+    return y;
+}
+
+/* lanes [0, n) of 16 set (none for n <= 0) */
+static inline __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+
+/* act1 over 16 lanes: the same operations in the same order; Sigmoid and Swish mathf.h's sigmoid16 */
+static inline __attribute__((always_inline)) __m512 act16(__m512 x, int act, float a0, float a1)
+{
+    const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    const __m512 al = _mm512_set1_ps(act == ACT_HARDSWISH ? 1.0f / 6.0f : a0), be = _mm512_set1_ps(act == ACT_HARDSWISH ? 0.5f : a1);
+    if (act == ACT_NONE)
+        return x;
+    if (act == ACT_SWISH || act == ACT_SIGMOID)
+        return dw_sigmoid16(x, al, act == ACT_SWISH);
+    if (act == ACT_RELU)
+        return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, zero, _CMP_NLE_UQ), zero, x);
+    if (act == ACT_CLIP) {
+        const __m512 lo = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, al, _CMP_NLE_UQ), al, x);
+        return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(lo, be, _CMP_NGE_UQ), be, lo);
+    }
+    __m512 h = _mm512_mul_ps(al, x);
+    __asm__("" : "+v"(h)); /* rounded on its own: no contraction into an FMA */
+    h = _mm512_add_ps(h, be);
+    h = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(h, zero, _CMP_LT_OQ), h, zero);
+    h = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(h, one, _CMP_GT_OQ), h, one);
+    return act == ACT_HARDSWISH ? _mm512_mul_ps(x, h) : h;
+}
+
+static int act_in_regs16(int act) { return act_in_regs(act) || act == ACT_SWISH || act == ACT_SIGMOID; }
+
+/* act over out[0, n) in place, 16 at a time, the tail masked */
+static inline __attribute__((always_inline)) void act_loop16(float *o, int64_t n, const int act, float a0, float a1)
+{
+    int64_t t = 0;
+    for (; t + 16 <= n; t += 16)
+        _mm512_storeu_ps(o + t, act16(_mm512_loadu_ps(o + t), act, a0, a1));
+    if (t < n) {
+        const __mmask16 k = mask16(n - t);
+        _mm512_mask_storeu_ps(o + t, k, act16(_mm512_maskz_loadu_ps(k, o + t), act, a0, a1));
+    }
+}
+
+static void act_run16(float *o, int64_t n, int act, float a0, float a1)
+{
+    switch (act) {
+    case ACT_NONE: break;
+    case ACT_RELU: act_loop16(o, n, ACT_RELU, a0, a1); break;
+    case ACT_CLIP: act_loop16(o, n, ACT_CLIP, a0, a1); break;
+    case ACT_HARDSWISH: act_loop16(o, n, ACT_HARDSWISH, a0, a1); break;
+    case ACT_HARDSIGMOID: act_loop16(o, n, ACT_HARDSIGMOID, a0, a1); break;
+    case ACT_SWISH: act_loop16(o, n, ACT_SWISH, a0, a1); break;
+    case ACT_SIGMOID: act_loop16(o, n, ACT_SIGMOID, a0, a1); break;
+    default: aioge_act_span(o, NULL, o, n, act, a0, a1);
+    }
+}
+
+/* The flat form's multiply-adds (taps_v) in two zmm a block */
+static void taps_v16(const float *const *src, const float *wt, int64_t taps, float b, float *out, int64_t n)
+{
+    for (int64_t t = 0; t < n; t += BLOCK) {
+        __m512 a0 = _mm512_set1_ps(b), a1 = a0;
+        for (int64_t k = 0; k < taps; k++) {
+            const float *s = src[k] + t;
+            const __m512 w = _mm512_set1_ps(wt[k]);
+            a0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(s), a0);
+            a1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(s + 16), a1);
+        }
+        _mm512_storeu_ps(out + t, a0);
+        _mm512_storeu_ps(out + t + 16, a1);
+    }
+}
+
+/* split_row's stride 1 and 2 in zmm, masked tails */
+static void split_row16(const float *s, int64_t wd, int64_t sw, int64_t pl, float *row, int64_t phase)
+{
+    int64_t t = 0;
+    if (sw == 1) {
+        for (row += pl; t + 16 <= wd; t += 16)
+            _mm512_storeu_ps(row + t, _mm512_loadu_ps(s + t));
+        if (t < wd)
+            _mm512_mask_storeu_ps(row + t, mask16(wd - t), _mm512_maskz_loadu_ps(mask16(wd - t), s + t));
+        return;
+    }
+    if (sw != 2) {
+        split_row(s, wd, sw, pl, row, phase, 0);
+        return;
+    }
+    float *even = row + (pl % 2) * phase + pl / 2, *odd = row + ((pl + 1) % 2) * phase + (pl + 1) / 2;
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    for (; 2 * t + 32 <= wd; t += 16) {
+        const __m512 a = _mm512_loadu_ps(s + 2 * t), b = _mm512_loadu_ps(s + 2 * t + 16);
+        _mm512_storeu_ps(even + t, _mm512_permutex2var_ps(a, ie, b));
+        _mm512_storeu_ps(odd + t, _mm512_permutex2var_ps(a, io, b));
+    }
+    const int64_t k = wd - 2 * t; /* 0 .. 31 left */
+    if (k > 0) {
+        const __m512 a = _mm512_maskz_loadu_ps(mask16(k), s + 2 * t), b = _mm512_maskz_loadu_ps(mask16(k - 16), s + 2 * t + 16);
+        _mm512_mask_storeu_ps(even + t, mask16((k + 1) / 2), _mm512_permutex2var_ps(a, ie, b));
+        _mm512_mask_storeu_ps(odd + t, mask16(k / 2), _mm512_permutex2var_ps(a, io, b));
+    }
+}
+
+/* the input rows of padded rows [0, pr_end) into the phases, those not yet there */
+static void rows_upto(lazy_rows *L, int64_t pr_end)
+{
+    if (!L->xp)
+        return;
+    const int64_t end = pr_end - L->pt < L->h ? pr_end - L->pt : L->h;
+    for (; L->next < end; L->next++) {
+        const int64_t pr = L->next + L->pt;
+        split_row16(L->xp + L->next * L->wd, L->wd, L->sw, L->pl, L->buf + (pr % L->sh) * L->sw * L->phase + (pr / L->sh) * L->wq,
+                    L->phase);
+    }
+}
+
+#define LINE_ROWS16 4 /* output rows a step of the 16-lane line form */
+
+/* lines_block in zmm: R rows by NV (1 or 2) vectors of 16 columns from q, the last vector's
+ * lanes ``last`` (a row's tail: masked loads and stores, no overlap), the activation applied in
+ * registers on the way out */
+static inline __attribute__((always_inline)) void lines_block16(const float *const *base, int64_t wq, const float *wt, __m512 b,
+                                                                 const int kh, const int sh, const int R, const int NV, int64_t q,
+                                                                 float *o, int64_t ow, __mmask16 last, const int act, float a0,
+                                                                 float a1)
+{
+    __m512 acc[LINE_ROWS16][2];
+    for (int p = 0; p < R; p++)
+        for (int u = 0; u < NV; u++)
+            acc[p][u] = b;
+    _Pragma("GCC unroll 16")
+    for (int a = 0; a < sh; a++)
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < R + (kh - 1 - a) / sh; t++)
+            _Pragma("GCC unroll 16")
+            for (int j = 0; j < kh; j++) {
+                __m512 v[2];
+                _Pragma("GCC unroll 16")
+                for (int u = 0; u < NV; u++) {
+                    const float *s = base[a * kh + j] + q + 16 * u + t * wq;
+                    v[u] = u == NV - 1 ? _mm512_maskz_loadu_ps(last, s) : _mm512_loadu_ps(s);
+                }
+                _Pragma("GCC unroll 16")
+                for (int m = 0; m * sh + a < kh; m++)
+                    if (t - m >= 0 && t - m < R) {
+                        const __m512 w = _mm512_set1_ps(wt[(m * sh + a) * kh + j]);
+                        _Pragma("GCC unroll 16")
+                        for (int u = 0; u < NV; u++)
+                            acc[t - m][u] = _mm512_fmadd_ps(w, v[u], acc[t - m][u]);
+                    }
+            }
+    for (int p = 0; p < R; p++)
+        for (int u = 0; u < NV; u++) {
+            const __m512 y = act16(acc[p][u], act, a0, a1);
+            if (u == NV - 1)
+                _mm512_mask_storeu_ps(o + p * ow + q + 16 * u, last, y);
+            else
+                _mm512_storeu_ps(o + p * ow + q + 16 * u, y);
+        }
+}
+
+static inline __attribute__((always_inline)) void lines_rows16(const float *buf, int64_t phase, int64_t wq, int64_t sw, int64_t dw,
+                                                                const float *wt, __m512 b, const int kh, const int sh, const int R,
+                                                                int64_t r, float *out, int64_t ow, const int act, float a0, float a1)
+{
+    const float *base[2 * 5];
+    for (int a = 0; a < sh; a++)
+        for (int j = 0; j < kh; j++)
+            base[a * kh + j] = buf + (a * sw + (j * dw) % sw) * phase + r * wq + (j * dw) / sw;
+    float *o = out + r * ow;
+    int64_t q = 0;
+    for (; q + 32 <= ow; q += 32)
+        lines_block16(base, wq, wt, b, kh, sh, R, 2, q, o, ow, 0xFFFF, act, a0, a1);
+    if (q + 16 < ow)
+        lines_block16(base, wq, wt, b, kh, sh, R, 2, q, o, ow, mask16(ow - q - 16), act, a0, a1);
+    else if (q < ow)
+        lines_block16(base, wq, wt, b, kh, sh, R, 1, q, o, ow, mask16(ow - q), act, a0, a1);
+}
+
+static inline __attribute__((always_inline)) void lines_plane16(lazy_rows *L, const float *buf, int64_t phase, int64_t wq, int64_t sw, int64_t dw,
+                                                                 const float *wt, float bias, float *out, int64_t oh, int64_t ow,
+                                                                 const int kh, const int sh, const int act, float a0, float a1)
+{
+    const __m512 b = _mm512_set1_ps(bias);
+    int64_t r = 0;
+    for (; r + LINE_ROWS16 <= oh; r += LINE_ROWS16) {
+        rows_upto(L, (r + LINE_ROWS16 - 1) * sh + kh);
+        lines_rows16(buf, phase, wq, sw, dw, wt, b, kh, sh, LINE_ROWS16, r, out, ow, act, a0, a1);
+    }
+    rows_upto(L, (oh - 1) * sh + kh);
+    for (; r < oh; r++)
+        lines_rows16(buf, phase, wq, sw, dw, wt, b, kh, sh, 1, r, out, ow, act, a0, a1);
+}
+
+/* one kernel shape's line form, an activation in registers or none (then act_run16 after) */
+static inline __attribute__((always_inline)) void lines_kernel16(lazy_rows *L, const float *buf, int64_t phase, int64_t wq, int64_t sw, int64_t dw,
+                                                                  const float *wt, float bias, float *out, int64_t oh, int64_t ow,
+                                                                  const int kh, const int sh, int act, float a0, float a1)
+{
+    switch (act) {
+    case ACT_RELU: lines_plane16(L, buf, phase, wq, sw, dw, wt, bias, out, oh, ow, kh, sh, ACT_RELU, a0, a1); break;
+    case ACT_CLIP: lines_plane16(L, buf, phase, wq, sw, dw, wt, bias, out, oh, ow, kh, sh, ACT_CLIP, a0, a1); break;
+    case ACT_HARDSWISH: lines_plane16(L, buf, phase, wq, sw, dw, wt, bias, out, oh, ow, kh, sh, ACT_HARDSWISH, a0, a1); break;
+    case ACT_SWISH: lines_plane16(L, buf, phase, wq, sw, dw, wt, bias, out, oh, ow, kh, sh, ACT_SWISH, a0, a1); break;
+    default:
+        lines_plane16(L, buf, phase, wq, sw, dw, wt, bias, out, oh, ow, kh, sh, ACT_NONE, a0, a1);
+        act_run16(out, oh * ow, act, a0, a1);
+    }
+}
+
+static int lines_fit(const int64_t *g)
+{
+    return g[4] == g[5] && g[8] == 1 && (g[4] == 3 || g[4] == 5) && (g[6] == 1 || g[6] == 2);
+}
+
+static void lines_any16(lazy_rows *L, const int64_t *g, const float *wt, float b, float *out, int act, float a0, float a1)
+{
+    const int64_t kh = g[4], sh = g[6], sw = g[7], dw = g[9], oh = g[12], ow = g[13];
+    const float *buf = L->buf;
+    const int64_t phase = L->phase, wq = L->wq;
+    if (kh == 3 && sh == 1)
+        lines_kernel16(L, buf, phase, wq, sw, dw, wt, b, out, oh, ow, 3, 1, act, a0, a1);
+    else if (kh == 3)
+        lines_kernel16(L, buf, phase, wq, sw, dw, wt, b, out, oh, ow, 3, 2, act, a0, a1);
+    else if (sh == 1)
+        lines_kernel16(L, buf, phase, wq, sw, dw, wt, b, out, oh, ow, 5, 1, act, a0, a1);
+    else
+        lines_kernel16(L, buf, phase, wq, sw, dw, wt, b, out, oh, ow, 5, 2, act, a0, a1);
+}
+
+/* 16 x 16 transpose in zmm: 64 shuffles (unpack, shuffle_ps, two rounds of shuffle_f32x4) */
+static inline __attribute__((always_inline)) void transpose16(__m512 *r)
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* u[4 i + k]'s 128-bit lane L: column 4 L + k of rows 4 i .. 4 i + 3 */
+        u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; k++) {
+        const __m512 v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88), v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xDD);
+        const __m512 w0 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88), w1 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xDD);
+        r[k] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+        r[8 + k] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
+        r[4 + k] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+        r[12 + k] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+    }
+}
+
+/* n values of each of the 16 runs src[k] into dst as n 16-vectors (dst[16 t + k] = src[k][t]) */
+static void interleave16(const float *const *src, int64_t n, float *dst)
+{
+    for (int64_t t = 0; t < n; t += 16) {
+        const __mmask16 m = mask16(n - t);
+        __m512 r[16];
+        for (int k = 0; k < 16; k++)
+            r[k] = _mm512_maskz_loadu_ps(m, src[k] + t);
+        transpose16(r);
+        for (int64_t k = 0; k < 16 && t + k < n; k++)
+            _mm512_store_ps(dst + 16 * (t + k), r[k]);
+    }
+}
+
+/* pixels8 in zmm: bq outputs of nr rows (bq nr <= 16 sums) */
+static inline __attribute__((always_inline)) void pixels16(const float *const *rows, const float *wt, __m512 b, int64_t kh, int64_t kw,
+                                                            int64_t sw, int64_t dw, int64_t q, float *out, const int bq, const int nr,
+                                                            int64_t rstep, int64_t ostep)
+{
+    __m512 acc[4][8];
+    for (int rr = 0; rr < nr; rr++)
+        for (int u = 0; u < bq; u++)
+            acc[rr][u] = b;
+    for (int64_t i = 0; i < kh; i++)
+        for (int64_t j = 0; j < kw; j++) {
+            const __m512 w = _mm512_load_ps(wt + 16 * (i * kw + j));
+            const float *s = rows[i] + 16 * (q * sw + j * dw);
+            for (int rr = 0; rr < nr; rr++)
+                for (int u = 0; u < bq; u++)
+                    acc[rr][u] = _mm512_fmadd_ps(w, _mm512_load_ps(s + rr * rstep + 16 * sw * u), acc[rr][u]);
+        }
+    for (int rr = 0; rr < nr; rr++)
+        for (int u = 0; u < bq; u++)
+            _mm512_store_ps(out + rr * ostep + 16 * u, acc[rr][u]);
+}
+
+AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float *y, const int64_t *g, int64_t p0, int64_t p1);
+
+/* dwconv8 with 16 planes a vector: the images 64-byte aligned; a last group of 8 planes or
+ * fewer goes to dwconv8 */
+static int dwconv16(const float *x, const float *w, const float *bias, float *y, const int64_t *g, int64_t p0, int64_t p1)
+{
+    const int64_t c = g[0], h = g[1], wd = g[2], mult = g[3], kh = g[4], kw = g[5], sh = g[6], sw = g[7], dh = g[8], dw = g[9],
+                  pt = g[10], pl = g[11], oh = g[12], ow = g[13];
+    const int act = (int)g[14];
+    const float a0 = aioge_float_of(g[15]), a1 = aioge_float_of(g[16]);
+    const int64_t m = c * mult, taps = kh * kw;
+    int64_t hp = (oh - 1) * sh + (kh - 1) * dh + 1, wp = (ow - 1) * sw + (kw - 1) * dw + 1;
+    hp = hp > pt + h ? hp : pt + h;
+    wp = wp > pl + wd ? wp : pl + wd;
+    const size_t floats = (size_t)(16 * (hp * wp + oh * ow + taps + 1)) + 32 + (size_t)(16 + kh) * sizeof(void *) / sizeof(float);
+    float *mem = aioge_calloc(sizeof(float) * floats);
+    if (!mem)
+        return AIOGE_ENOMEM;
+    float *img = (float *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+    float *out = img + 16 * hp * wp, *wt = out + 16 * oh * ow, *b16 = wt + 16 * taps;
+    const float **src = (const float **)(b16 + 16), **rows = src + 16;
+    const int in_regs = act_in_regs16(act);
+    int rc = 0;
+    for (int64_t p = p0; p < p1; p += 16) {
+        const int64_t lanes = p1 - p < 16 ? p1 - p : 16;
+        if (lanes <= 8) {
+            rc = dwconv8(x, w, bias, y, g, p, p1);
+            break;
+        }
+        const float *planes[16];
+        for (int64_t k = 0; k < 16; k++) { /* lanes past the range repeat the last: computed, not written */
+            const int64_t q = p + (k < lanes ? k : lanes - 1), om = q % m;
+            planes[k] = x + ((q / m) * c + om / mult) * h * wd;
+            for (int64_t t = 0; t < taps; t++)
+                wt[16 * t + k] = w[om * taps + t];
+            b16[k] = bias ? bias[om] : 0.0f;
+        }
+        for (int64_t r = 0; r < h; r++) {
+            for (int k = 0; k < 16; k++)
+                src[k] = planes[k] + r * wd;
+            interleave16(src, wd, img + 16 * ((r + pt) * wp + pl));
+        }
+        const __m512 b = _mm512_load_ps(b16);
+        const int64_t rstep = 16 * sh * wp, ostep = 16 * ow;
+        for (int64_t r = 0; r < oh; r++) {
+            const int two = r + 1 < oh;
+            for (int64_t i = 0; i < kh; i++)
+                rows[i] = img + 16 * (r * sh + i * dh) * wp;
+            float *o = out + 16 * r * ow;
+            if (ow % 7 == 0) { /* the 7x7, 14x14, 28x28 planes in blocks of 7 */
+                for (int64_t q = 0; q < ow; q += 7) {
+                    if (two)
+                        pixels16(rows, wt, b, kh, kw, sw, dw, q, o + 16 * q, 7, 2, rstep, ostep);
+                    else
+                        pixels16(rows, wt, b, kh, kw, sw, dw, q, o + 16 * q, 7, 1, rstep, ostep);
+                }
+            } else if (ow >= 8) {
+                for (int64_t q = 0; q < ow; q += 8) {
+                    const int64_t qq = q + 8 <= ow ? q : ow - 8; /* the last 8 overlapping: the same values again */
+                    if (two)
+                        pixels16(rows, wt, b, kh, kw, sw, dw, qq, o + 16 * qq, 8, 2, rstep, ostep);
+                    else
+                        pixels16(rows, wt, b, kh, kw, sw, dw, qq, o + 16 * qq, 8, 1, rstep, ostep);
+                }
+            } else if (ow >= 4) {
+                for (int64_t q = 0; q < ow; q += 4) {
+                    const int64_t qq = q + 4 <= ow ? q : ow - 4;
+                    if (two)
+                        pixels16(rows, wt, b, kh, kw, sw, dw, qq, o + 16 * qq, 4, 2, rstep, ostep);
+                    else
+                        pixels16(rows, wt, b, kh, kw, sw, dw, qq, o + 16 * qq, 4, 1, rstep, ostep);
+                }
+            } else
+                for (int64_t q = 0; q < ow; q++) {
+                    if (two)
+                        pixels16(rows, wt, b, kh, kw, sw, dw, q, o + 16 * q, 1, 2, rstep, ostep);
+                    else
+                        pixels16(rows, wt, b, kh, kw, sw, dw, q, o + 16 * q, 1, 1, rstep, ostep);
+                }
+            r += two;
+        }
+        if (act && !in_regs)
+            aioge_act_span(out, NULL, out, 16 * oh * ow, act, a0, a1);
+        /* back into the planes: 16x16 transposes, the activation applied before them */
+        const int64_t n = oh * ow;
+        float *dst = y + p * n;
+        for (int64_t t = 0; t < n; t += 16) {
+            const __mmask16 mk = mask16(n - t);
+            __m512 v[16];
+            for (int k = 0; k < 16; k++)
+                v[k] = t + k < n ? _mm512_load_ps(out + 16 * (t + k)) : _mm512_setzero_ps();
+            if (in_regs)
+                switch (act) {
+                case ACT_SWISH: for (int k = 0; k < 16; k++) v[k] = act16(v[k], ACT_SWISH, a0, a1); break;
+                case ACT_HARDSWISH: for (int k = 0; k < 16; k++) v[k] = act16(v[k], ACT_HARDSWISH, a0, a1); break;
+                case ACT_RELU: for (int k = 0; k < 16; k++) v[k] = act16(v[k], ACT_RELU, a0, a1); break;
+                default: for (int k = 0; k < 16; k++) v[k] = act16(v[k], act, a0, a1);
+                }
+            transpose16(v);
+            for (int64_t k = 0; k < lanes; k++)
+                _mm512_mask_storeu_ps(dst + k * n + t, mk, v[k]);
+        }
+    }
+    free(mem);
+    return rc;
+}
+#endif
 
 /* n values of each of the eight runs src[k] into dst as n 8-vectors (dst[8 t + k] = src[k][t]) */
 AVX2 static void interleave8(const float *const *src, int64_t n, float *dst)
@@ -532,7 +998,20 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
      * Swish 642 -> 550 us, 32x112x112 460 -> 420, thread CPU; 3x3 stride 2 on planes too big
      * for eight at a time: EfficientNet's 96x112x112 296 -> 273); the others as before */
     const int s1 = g[6] == 1 && g[7] == 1 && g[13] >= 16, s2 = g[6] == 2 && g[7] == 2 && hp * wp > 8192;
+#ifdef __AVX512F__
+    /* 16 lanes: the line form on rows of 16 and up, 3x3 and 5x5, stride 1 and 2 (thread CPU:
+     * MobileNetV3's 72x56x56 3x3 s2 67 -> 56 us, 88x28x28 3x3 56 -> 40 against the 16-plane form;
+     * 5x5 on rows of 28 the same either way); rows of 14 and 7 (a zmm half or more idle) 16
+     * planes at a time (480x14x14 3x3 111 -> 79, 1152x7x7 5x5 225 -> 83) */
+    const int lines = simd == 5 || (simd == 1 && lines_fit(g) && g[6] == g[7] && g[13] >= 16);
+    (void)s1, (void)s2;
+#else
     const int lines = simd == 5 || (simd == 1 && g[4] == 3 && g[5] == 3 && g[8] == 1 && (s1 || s2));
+#endif
+#ifdef __AVX512F__
+    if (simd == 3 || (simd % 3 == 1 && !lines && p1 - p0 >= 6 && hp * wp <= 8192))
+        return dwconv16(x, w, bias, y, geometry, p0, p1);
+#endif
     if (simd == 3 || (simd % 3 == 1 && !lines && p1 - p0 >= 6 && hp * wp <= 8192))
         return dwconv8(x, w, bias, y, geometry, p0, p1);
     return dwconv(x, w, bias, y, geometry, p0, p1, lines);
