@@ -272,10 +272,8 @@ def build_matmul_native(attrs: Mapping[str, Any], params: Mapping[str, Any], ins
         return (y,)
 
     def form(inputs: Sequence[Any], outputs: Sequence[np.ndarray]) -> list[native.NativeCall] | None:
-        # the same C product on the operands in place (without it, gpt2_small's 768x8192 head
-        # took matmul_blas into native programs: 22 ms of thread CPU against this 12)
-        a, y = inputs[0], outputs[0]
-        bp = packed.fixed(inputs[1])
+        # the C product in place (gpt2_small's 768x8192 head ran as matmul_blas: 22 ms of CPU, not 12)
+        a, y, bp = inputs[0], outputs[0], packed.fixed(inputs[1])
         if bp is None or not native.f32c(a, y) or a.size == 0:
             return None
         return [gemm.call(a.reshape(-1, k), bp, None, y.reshape(-1, n))]
