@@ -257,6 +257,19 @@ def test_transposes_copy_as_numpy_does_whole_and_split(shape: list[int], data: A
 
 
 @settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 70), st.integers(1, 70), st.sampled_from([np.float32, np.int32]))
+def test_last_two_axes_transposes_copy_as_numpy_does_whole_and_split(batch: int, rows: int, cols: int, dtype: Any) -> None:
+    """The 4-byte transposes' 8 x 8 register blocks (16 rows of the output a pass) and their
+    leftover rows and columns: ConvNeXt's (96, 3136) <-> (3136, 96), attention's K^T."""
+    x = np.arange(batch * rows * cols, dtype=np.int64).reshape(batch, rows, cols).astype(dtype)
+    for want in (x.transpose(0, 2, 1), x[0].T):
+        for run in (_run, _split):
+            y = np.zeros(want.shape, dtype)
+            run(native.strided_copy(want, y))
+            assert np.array_equal(y, want)
+
+
+@settings(max_examples=40, deadline=None)
 @given(
     st.lists(st.integers(1, 5), min_size=0, max_size=4).flatmap(
         lambda s: _case(2, [np.float32] * 3).filter(lambda c: c[0].ndim < 6)

@@ -194,7 +194,7 @@ def test_softmax_extreme_rows_match_numpy(log: bool) -> None:
         ],
         np.float32,
     )
-    for width in (4, 8, 19, 40):  # the tail alone, and (issue 42) the AVX2 lanes with and without one
+    for width in (4, 8, 16, 19, 35, 40):  # the tail alone, and (issue 42) the 8 and 16 lanes with and without one
         w = np.ascontiguousarray(np.tile(x, (1, 10))[:, :width])
         y, inplace = np.empty_like(w), w.copy()
         assert native_rows.softmax(w, y, log) and native_rows.softmax(inplace, inplace, log)

@@ -159,6 +159,7 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("", "Conv", "conv_grouped_native"): ({"group": 2, "pads": (1, 0)}, [_f(2, 4, 9), _f(6, 2, 3), _f(6)], 1),  # 1-D
     ("aioge", "FusedConv", "conv_grouped_native"): ({**_ACT, "group": 2}, [_f(1, 4, 5, 5), _f(4, 2, 3, 3), _f(4)], 1),
     ("", "MatMul", "matmul_blas"): ({}, [_f(2, 4, 8), _f(8, 6)], 1),
+    ("", "MatMul", "matmul_native"): ({}, [_f(2, 7, 8), _f(8, 70)], 1),  # past a 64-column panel
     ("aioge", "FusedMatMul", "matmul_blas"): ({"transB": 1, "activation": "Sigmoid"}, [_f(4, 8), _f(6, 8), _f(6)], 1),
     ("aioge", "FusedMatMul", "rows_gemm_native"): ({"transB": 1}, [_f(2, 3, 8), _f(6, 8), _f(6)], 1),
     ("aioge", "FusedMatMul", "rows_gemv_native"): ({}, [_f(1, 1, 8), _f(8, 6)], 1),
@@ -180,6 +181,7 @@ _FORMS: dict[tuple[str, str, str], tuple[dict, list[np.ndarray], int]] = {
     ("aioge", "FusedMatMul", "rows_lowp_round_native"): ({"precision": "fp16"}, [_f(1, 1, 8), _f(8, 6)], 1),
     ("", "Gemm", "lowp_round_packed_native"): ({"precision": "bf16"}, [_f(3, 8), _f(8, 5), _f(5)], 1),
     ("aioge", "FusedGemm", "lowp_round_packed_native"): ({**_ACT, "precision": "fp16"}, [_f(3, 8), _f(8, 5), _f(5)], 1),
+    ("", "MatMul", "lowp_round_packed_native"): ({"precision": "bf16"}, [_f(2, 3, 8), _f(8, 6)], 1),
     ("aioge", "FusedMatMul", "lowp_round_packed_native"): ({"transB": 1, "precision": "bf16"}, [_f(3, 8), _f(6, 8), _f(6)], 1),
     ("aioge", "FusedMatMul", "rows_lowp_round_packed_native"): (
         {"transB": 1, "precision": "bf16"},

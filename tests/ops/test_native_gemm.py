@@ -102,6 +102,32 @@ def test_equal_weight_columns_give_equal_outputs_in_full_and_narrow_panels() -> 
     assert (y == y[:, :1]).all()
 
 
+@given(
+    seed=st.integers(0, 2**16),
+    m=st.integers(1, 40),
+    k=st.integers(1025, 2600),  # past gemm.c's 1024-value k-blocks: 2 or 3 of them
+    n=st.integers(1, 300),
+    bias=st.booleans(),
+)
+@settings(max_examples=25, deadline=None)
+def test_gemm_native_over_k_blocks_matches_numpy_whole_and_split(seed, m, k, n, bias) -> None:
+    """The k-blocks outside the panels (each block's tiles prefetching the next block), whole
+    and with the panels (or 6-row blocks) shared with the helper: the same values."""
+    rng = np.random.default_rng(seed)
+    a, b, c = rand(rng, m, k), rand(rng, k, n), rand(rng, n)
+    b.setflags(write=False)
+    want = a.astype(np.float64) @ b.astype(np.float64) + (c if bias else 0)
+    ins = [a, b, c] if bias else [a, b]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("aioge.kernels.matmul_algos.DIRECT_SPLIT_MACS", 0)
+        run = build_gemm_native({}, {}, _descs(*ins), None)
+        (whole,) = run(ins, None)  # no token outside a run: whole
+        with parallel.cpu_tokens(threading.Semaphore(1)):
+            (split,) = run(ins, None)
+    np.testing.assert_allclose(whole, want, rtol=1e-5, atol=2e-6 * k)
+    np.testing.assert_array_equal(split, whole)
+
+
 @pytest.mark.parametrize(("m", "k", "n"), [(50, 64, 300), (200, 33, 64), (7, 10, 130)])
 def test_matmul_native_shared_with_the_c_helper_matches_whole(m, k, n, monkeypatch) -> None:
     """By panels, or by 6-row blocks when there is one panel, with the helper thread."""

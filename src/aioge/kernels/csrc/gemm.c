@@ -19,58 +19,77 @@
  * (MR rows lda apart, unit stride in k; rows past the range repeat the last one and are not
  * stored). KCG values of k at a time: the panel's kc x NR block (up to 256 KB) stays in L2
  * while every MR-row block of a runs over it, and a tile stays in registers over all of
- * it (measured against 128-value blocks kept in L1: 3-15% faster, most at K = 3072). A last panel
- * narrower than NR accumulates in a local tile, copied out with the bias.
+ * it (measured against 128-value blocks kept in L1: 3-15% faster, most at K = 3072). The k-blocks
+ * are the outer loop, so a's kc columns stay in L2 over every panel (K = 3072 re-read all of a
+ * per panel). The first PF_TILES tiles over a block prefetch the next block (the next panel's, or
+ * the first panel's next k-block) into L2, one line a k: the first tile over a block otherwise
+ * waited on memory (AVX-512, 128 rows, one thread: 128x768x3072 127 -> 152 GF/s, 128x3072x768
+ * 129 -> 150, 128x768x768 158 -> 165). A last panel narrower than NR accumulates in a local tile,
+ * copied out with the bias.
  */
 #define KCG 1024
+#define PF_TILES ((NR + 15) / 16) /* a k's NR floats are NR / 16 cache lines */
 
+/* A tile of mr <= MR rows (mv of them stored; rows past mv repeat the last) by nv vectors. */
 static inline __attribute__((always_inline)) void
-gtile(int nv, int64_t kc, const float *restrict a, int64_t lda, int64_t mv, const float *restrict b, float *restrict c,
-      int64_t ldc, const float *restrict bias, int first)
+gtile(int nv, int mr, int64_t kc, const float *restrict a, int64_t lda, int64_t mv, const float *restrict b,
+      float *restrict c, int64_t ldc, const float *restrict bias, int first, const float *pf)
 {
     const float *r[MR];
-    for (int i = 0; i < MR; i++)
+    for (int i = 0; i < mr; i++)
         r[i] = a + (i < mv ? i : mv - 1) * lda;
     vf acc[MR][NV];
-    for (int i = 0; i < MR; i++)
+    for (int i = 0; i < mr; i++)
         for (int v = 0; v < nv; v++)
             acc[i][v] = first ? (bias ? *(const vfu *)(bias + VL * v) : (vf){0})
                               : (i < mv ? *(const vfu *)(c + i * ldc + VL * v) : (vf){0});
 #pragma GCC unroll 4
     for (int64_t k = 0; k < kc; k++) {
         vf bv[NV];
+        if (pf)
+            __builtin_prefetch(pf + k * 16, 0, 2);
         for (int v = 0; v < nv; v++)
             bv[v] = *(const vfu *)(b + k * NR + VL * v);
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < mr; i++) {
             float s = r[i][k];
             for (int v = 0; v < nv; v++)
                 acc[i][v] += s * bv[v];
         }
     }
-    for (int i = 0; i < MR; i++)
+    for (int i = 0; i < mr; i++)
         if (i < mv)
             for (int v = 0; v < nv; v++)
                 *(vfu *)(c + i * ldc + VL * v) = acc[i][v];
 }
 
-typedef void (*gtile_fn)(int64_t, const float *, int64_t, int64_t, const float *, float *, int64_t, const float *, int);
-#define GTILE(NV)                                                                                                  \
-    static void gtile##NV(int64_t kc, const float *a, int64_t lda, int64_t mv, const float *b, float *c, int64_t ldc, \
-                          const float *bias, int first)                                                            \
+typedef void (*gtile_fn)(int64_t, const float *, int64_t, int64_t, const float *, float *, int64_t, const float *, int,
+                         const float *);
+#define GTILE(NAME, NVS, ROWS)                                                                                     \
+    static void NAME(int64_t kc, const float *a, int64_t lda, int64_t mv, const float *b, float *c, int64_t ldc,   \
+                     const float *bias, int first, const float *pf)                                                \
     {                                                                                                              \
-        gtile(NV, kc, a, lda, mv, b, c, ldc, bias, first);                                                         \
+        gtile(NVS, ROWS, kc, a, lda, mv, b, c, ldc, bias, first, pf);                                              \
     }
-GTILE(1)
-GTILE(2)
+GTILE(gtile1, 1, MR)
+GTILE(gtile2, 2, MR)
 #if NV == 4
-GTILE(3)
-GTILE(4)
+GTILE(gtile3, 3, MR)
+GTILE(gtile4, 4, MR)
 static const gtile_fn GTILES[NV + 1] = {0, gtile1, gtile2, gtile3, gtile4};
 #define gtile_full gtile4
 #else
 static const gtile_fn GTILES[NV + 1] = {0, gtile1, gtile2};
 #define gtile_full gtile2
 #endif
+/* A full panel's last block of fewer than MR rows: only its rows' multiply-adds (the same per
+ * element), 2 mr (at least 4, the multiply-add's latency) cycles a k in place of MR's 12 on
+ * AVX-512. BERT's and GPT-2's 128 rows end in a block of 2, ConvNeXt's 49 in one of 1. */
+GTILE(gtile_r1, NV, 1)
+GTILE(gtile_r2, NV, 2)
+GTILE(gtile_r3, NV, 3)
+GTILE(gtile_r4, NV, 4)
+GTILE(gtile_r5, NV, 5)
+static const gtile_fn GROWS[MR] = {0, gtile_r1, gtile_r2, gtile_r3, gtile_r4, gtile_r5};
 
 /* One row of a against a whole panel (a GEMV: a classifier at batch 1). The MR-row tile would
  * compute MR - 1 repeated rows; here each k is one broadcast and NV multiply-adds, split over two
@@ -106,7 +125,7 @@ void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, cons
                            int64_t N, int64_t K, int64_t r0, int64_t r1, int64_t p0, int64_t p1)
 {
     const int64_t kblocks = (K + KCG - 1) / KCG, kstep = (K + kblocks - 1) / kblocks;
-    if (r1 - r0 == 1) {
+    if (r0 == 0 && r1 == 1) { /* a product of one row (a split's one-row last block runs the tile, as whole) */
         for (int64_t p = p0; p < p1; p++) {
             const int64_t col0 = p * NR, ncols = N - col0 < NR ? N - col0 : NR;
             float tile[NR] __attribute__((aligned(64)));
@@ -119,19 +138,24 @@ void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, cons
         }
         return;
     }
-    for (int64_t p = p0; p < p1; p++) {
-        const int64_t col0 = p * NR, ncols = N - col0 < NR ? N - col0 : NR;
+    const int64_t pfull = p1 > p0 && N - (p1 - 1) * NR < NR ? p1 - 1 : p1; /* panels [p0, pfull) are NR wide */
+    for (int64_t k0 = 0; k0 < K; k0 += kstep) {
+        const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
+        for (int64_t p = p0; p < pfull; p++) {
+            const float *bp = bpack + p * K * NR + k0 * NR;
+            const float *next = p + 1 < pfull ? bp + K * NR : k0 + kc < K ? bpack + p0 * K * NR + (k0 + kc) * NR : 0;
+            for (int64_t i = r0, t = 0; i < r1; i += MR, t++) {
+                const int64_t mv = r1 - i < MR ? r1 - i : MR;
+                (mv < MR ? GROWS[mv] : gtile_full)(kc, a + i * lda + k0, lda, mv, bp, y + i * ldy + p * NR, ldy,
+                                                   bias ? bias + p * NR : 0, k0 == 0,
+                                                   next && t < PF_TILES ? next + t * kc * 16 : 0);
+            }
+        }
+    }
+    for (int64_t p = pfull; p < p1; p++) { /* the last, narrower panel */
+        const int64_t col0 = p * NR, ncols = N - col0;
         const float *bp = bpack + p * K * NR;
         const float *bb = bias ? bias + col0 : 0;
-        if (ncols == NR) {
-            for (int64_t k0 = 0; k0 < K; k0 += kstep) {
-                const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
-                for (int64_t i = r0; i < r1; i += MR)
-                    gtile_full(kc, a + i * lda + k0, lda, r1 - i < MR ? r1 - i : MR, bp + k0 * NR, y + i * ldy + col0, ldy,
-                           bb, k0 == 0);
-            }
-            continue;
-        }
         const gtile_fn fn = GTILES[(ncols + VL - 1) / VL];
         float tile[MR * NR] __attribute__((aligned(64)));
         float bpad[NR] __attribute__((aligned(64))) = {0};
@@ -141,7 +165,7 @@ void aioge_gemm_packed_f32(const float *a, int64_t lda, const float *bpack, cons
             const int64_t mv = r1 - i < MR ? r1 - i : MR;
             for (int64_t k0 = 0; k0 < K; k0 += kstep) {
                 const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
-                fn(kc, a + i * lda + k0, lda, mv, bp + k0 * NR, tile, NR, bb ? bpad : 0, k0 == 0);
+                fn(kc, a + i * lda + k0, lda, mv, bp + k0 * NR, tile, NR, bb ? bpad : 0, k0 == 0, 0);
             }
             for (int64_t r = 0; r < mv; r++) {
                 float *restrict d = y + (i + r) * ldy + col0;
