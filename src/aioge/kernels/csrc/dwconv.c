@@ -391,38 +391,6 @@ AVX2 static inline __attribute__((always_inline)) void act8(__m256 *v, int act, 
 #ifdef __AVX512F__
 /* -- the AVX-512 tier: the same forms 16 lanes wide (zmm), masked tails -- */
 
-/* mathf.h's sigmoid8 over 16 lanes, the same operations in the same order (act_span's bits, lane
- * for lane); a vector with a lane past |alpha x| = 80 (or inf, NaN) takes sigmoid8_wide's form on
- * both halves, as sigmoid8 does. (1 / (1 + e) by rcp14 and a Newton step in place of the division
- * measured no faster: 5.5 ns a vector of 16 in L1 either way, as two sigmoid8.) */
-static inline __attribute__((always_inline)) __m512 dw_sigmoid16(__m512 v, __m512 alpha, int swish) {
-    const __m512 shifter = _mm512_set1_ps(12582912.0f + 127.0f), one = _mm512_set1_ps(1.0f);
-    const __m512 nt = swish ? _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), alpha), v) : _mm512_sub_ps(_mm512_setzero_ps(), v);
-    const __mmask16 in = _mm512_cmp_ps_mask(_mm512_abs_ps(nt), _mm512_set1_ps(80.0f), _CMP_LE_OQ);
-    const __m512 kf = _mm512_fmadd_ps(nt, _mm512_set1_ps(1.44269504088896341f), shifter);
-    const __m512 k = _mm512_sub_ps(kf, shifter);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), nt);
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.42860682030941723e-6f), r);
-    __m512 p = _mm512_set1_ps(0.0013836845755577087f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.008374815806746483f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.04166822507977486f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.16666419804096222f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.49999991059303284f));
-    p = _mm512_fmadd_ps(p, r, one);
-    p = _mm512_fmadd_ps(p, r, one);
-    const __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(kf), 23)));
-    __m512 y = _mm512_div_ps(one, _mm512_add_ps(one, e));
-    if (swish)
-        y = _mm512_mul_ps(v, y);
-    if (__builtin_expect(in != 0xFFFF, 0)) {
-        const __m256 lo = sigmoid8_wide(_mm512_castps512_ps256(v), _mm512_castps512_ps256(alpha), swish);
-        const __m256 hi = sigmoid8_wide(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)), _mm512_castps512_ps256(alpha), swish);
-        const __m512 wide = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
-        y = _mm512_mask_blend_ps(in, wide, y);
-    }
-    return y;
-}
-
 /* lanes [0, n) of 16 set (none for n <= 0) */
 static inline __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 
@@ -434,7 +402,7 @@ static inline __attribute__((always_inline)) __m512 act16(__m512 x, int act, flo
     if (act == ACT_NONE)
         return x;
     if (act == ACT_SWISH || act == ACT_SIGMOID)
-        return dw_sigmoid16(x, al, act == ACT_SWISH);
+        return sigmoid16(x, al, act == ACT_SWISH);
     if (act == ACT_RELU)
         return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, zero, _CMP_NLE_UQ), zero, x);
     if (act == ACT_CLIP) {
