@@ -673,10 +673,10 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
     if not lay.in_place and (g.n % 2 == 0 or g.n >= 7) and g.n > 1:  # whole images split evenly enough over two cores
         return make(native.JOB_CONV_IMAGES, (), g.n, images=True)
     panels = g.n * lay.per_image
-    by_panels = panels >= 8 or blocks < 2
     # A small conv's split pays only if each thread builds the phase rows its share reads
     # (LOCAL_PHASES_MACS); x read in place needs no phases at all.
     local = not lay.in_place and g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow <= LOCAL_PHASES_MACS
+    by_panels = panels >= (4 if local else 8) or blocks < 2
     job = native.JOB_CONV_LOCAL if local else native.JOB_CONV_DIRECT
     return make(job, (panels, blocks, not by_panels), panels if by_panels else blocks, images=local)
 
