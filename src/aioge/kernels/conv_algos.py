@@ -407,7 +407,9 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
         return _numpy_instead(_for_rank(g, build_conv_depthwise_planes), attrs, {"block_kib": 192}, ins, outs)
     mult = g.m // g.c
     planes = g.n * g.m
-    unit = 8 if planes >= 16 else 1  # a split's chunks whole eight-plane groups (par.c cuts up to 8)
+    # a split's chunks whole groups of the interleaved forms' planes (par.c cuts up to 8): 16 with
+    # AVX-512 (a chunk of 8 ran them 8 lanes wide), else 8
+    unit = (16 if (native.gemm_tile() or (0, 0))[1] >= 64 and planes >= 32 else 8) if planes >= 16 else 1
     units = -(-planes // unit)
     worth = planes * g.oh * g.ow * g.kh * g.kw >= NATIVE_SPLIT_MACS
     geometry = np.array(
