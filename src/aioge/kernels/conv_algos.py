@@ -676,8 +676,10 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
         return make(native.JOB_CONV_IMAGES, (), g.n, images=True)
     panels = g.n * lay.per_image
     # A small conv's split pays only if each thread builds the phase rows its share reads
-    # (LOCAL_PHASES_MACS); x read in place needs no phases at all.
-    local = not lay.in_place and g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow <= LOCAL_PHASES_MACS
+    # (LOCAL_PHASES_MACS), its panels' (from 4 of them); x read in place needs no phases at all.
+    # Cut by weight blocks, every chunk built every phase row (MobileNetV3's 576 -> 96 1x1 at
+    # 7x7, in a run: 72 us whole, 143 split), so then the phases are a split job of their own.
+    local = not lay.in_place and g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow <= LOCAL_PHASES_MACS and panels >= 4
     by_panels = panels >= (4 if local else 8) or blocks < 2
     job = native.JOB_CONV_LOCAL if local else native.JOB_CONV_DIRECT
     return make(job, (panels, blocks, not by_panels), panels if by_panels else blocks, images=local)
