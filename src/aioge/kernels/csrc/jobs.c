@@ -170,9 +170,8 @@ static int job_conv_grouped(const int64_t *g, int64_t lo, int64_t hi)
  * times 1/hw) times their rows of w1t summed into the unit's partial (C1 values, from zero,
  * rows in order); the planes are those the depthwise conv before it wrote, on the same core
  * when the splits line up. Stage 2, over blocks of cv columns of each image's scale: the
- * hidden vector b1 + partial 0 + partial 1 + ... (in order, act1), then the block's columns
- * of act2(b2 + hidden . w2t), w2t here in blocks of cv columns (V, C1, cv), each block's rows
- * in a row and the last zero-padded. Every unit is computed the same way whole or split: the same bits. */
+ * hidden vector b1 + partial 0 + partial 1 + ... (in order, act1), then the block's outputs
+ * act2(b2[j] + w2[j] . hidden), w2 (C, C1) as it is: a block's weights one run of rows. Every unit is computed the same way whole or split: the same bits. */
 static void squeeze_rows(const float *v, const float *w, int64_t ldw, float *out, int64_t K, int64_t N)
 {
     for (int64_t k = 0; k < K; k++) {
@@ -184,7 +183,7 @@ static void squeeze_rows(const float *v, const float *w, int64_t ldw, float *out
 static int squeeze_stage(const int64_t *g, int64_t lo, int64_t hi)
 {
     const float *x = (const float *)(intptr_t)g[0], *w1t = (const float *)(intptr_t)g[1], *b1 = (const float *)(intptr_t)g[2];
-    const float *w2t = (const float *)(intptr_t)g[3], *b2 = (const float *)(intptr_t)g[4];
+    const float *w2 = (const float *)(intptr_t)g[3], *b2 = (const float *)(intptr_t)g[4];
     float *scale = (float *)(intptr_t)g[5], *part = (float *)(intptr_t)g[18];
     const int64_t C = g[6], hw = g[7], C1 = g[8], *acts = g + 9, cu = g[16], U = g[17], cv = g[19], V = g[20];
     if (C <= 0 || C1 <= 0 || cu <= 0 || cv <= 0 || U != (C + cu - 1) / cu || V != (C + cv - 1) / cv)
@@ -222,8 +221,12 @@ static int squeeze_stage(const int64_t *g, int64_t lo, int64_t hi)
         if (acts[0])
             aioge_act_span(hidden, NULL, hidden, C1, (int)acts[0], aioge_float_of(acts[1]), aioge_float_of(acts[2]));
         float *out = scale + i * C + j0;
-        memcpy(out, b2 + j0, sizeof(float) * (size_t)n);
-        squeeze_rows(hidden, w2t + (v % V) * C1 * cv, cv, out, C1, n);
+        for (int64_t j = 0; j < n; j++) {
+            const float *wj = w2 + (j0 + j) * C1;
+            float s = 0.0f;
+            _Pragma("omp simd reduction(+ : s)") for (int64_t k = 0; k < C1; k++) s += hidden[k] * wj[k];
+            out[j] = b2[j0 + j] + s;
+        }
         if (acts[3])
             aioge_act_span(out, NULL, out, n, (int)acts[3], aioge_float_of(acts[4]), aioge_float_of(acts[5]));
     }
@@ -236,7 +239,7 @@ static int squeeze_stage(const int64_t *g, int64_t lo, int64_t hi)
  * floats), cv, V */
 static int job_squeeze(const int64_t *g, int64_t lo, int64_t hi)
 {
-    if (g[15]) /* then w2t in squeeze_stage's blocks */
+    if (g[15]) /* then g[3] is w2 (C, C1), not w2t */
         return squeeze_stage(g, lo, hi);
     return aioge_squeeze_f32((const float *)(intptr_t)g[0], (const float *)(intptr_t)g[1], (const float *)(intptr_t)g[2],
                              (const float *)(intptr_t)g[3], (const float *)(intptr_t)g[4], (float *)(intptr_t)g[5], g[6], g[7],
