@@ -115,10 +115,11 @@ def _eight_planes_equal_flat(act: str, h: int) -> None:
     np.testing.assert_array_equal(got[1].view(np.int32), got[2].view(np.int32))
 
 
-@pytest.mark.parametrize("c, n", [(13, 2), (9, 1), (40, 1)])
+@pytest.mark.parametrize("c, n", [(13, 2), (9, 1), (40, 1), (57, 1), (24, 2)])
 def test_depthwise_job_split_in_eight_plane_units_matches_onnxruntime(c, n) -> None:
-    """The native form's range counts eight-plane units (planes not a multiple of eight: a short
-    last unit); run whole and split over the C helper, it equals onnxruntime's Conv."""
+    """The native form's range counts eight-plane units, sixteen-plane ones on the AVX-512 tier
+    from 32 planes (planes not a multiple: a short last unit); run whole and split over the C
+    helper, it equals onnxruntime's Conv, and the two are the same bits."""
     from aioge.ir.desc import TensorDesc
     from aioge.kernels.conv_algos import build_conv_depthwise_native
     from tests.ops.conftest import ort_run
@@ -131,9 +132,13 @@ def test_depthwise_job_split_in_eight_plane_units_matches_onnxruntime(c, n) -> N
     run = build_conv_depthwise_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, w, b)], None)
     y = np.full(want.shape, np.nan, np.float32)
     (call,) = native.native_form(run)([x, w, b], [y])
-    assert call.total == (-(-n * c // 8) if n * c >= 16 else n * c)
+    unit = (16 if native.gemm_tile()[1] >= 64 and n * c >= 32 else 8) if n * c >= 16 else 1  # type: ignore[index]
+    assert call.total == -(-n * c // unit)
     native.function("aioge_par_helpers")()
+    got = []
     for split in (0, 1):
         y[...] = np.nan
         assert native.par_run()(call.job, call.addr, call.total, split) >= 0  # negative: an error
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5, err_msg=f"split {split}")
+        got.append(y.copy())
+    np.testing.assert_array_equal(got[0].view(np.int32), got[1].view(np.int32))

@@ -498,3 +498,38 @@ def test_channel_shuffle_jobs_equal_numpy_for_any_join_group_and_split(
     _run(native.native_form(run)(xs, ys))  # type: ignore[misc]
     for y, got, w in zip(ys, run(xs, None), wants, strict=True):
         assert np.array_equal(y, w) and np.array_equal(got, w)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(1, 3),
+    c=st.integers(1, 200),
+    c1=st.integers(1, 40),
+    hw=st.integers(1, 60),
+    acts=st.sampled_from([("Relu", (), "HardSigmoid", (1 / 6, 0.5)), ("Relu", (), "Sigmoid", ()), ("", (), "", ())]),
+)
+def test_squeeze_excite_stages_are_the_same_bits_whole_and_split(n: int, c: int, c1: int, hw: int, acts: tuple) -> None:
+    # the squeeze's two stages (channel units' partials, then column blocks of the scale) and the
+    # excite, each run whole and cut between the caller and the helper: the same bits, and numpy's
+    # SqueezeExcite within float32 rounding
+    from aioge.kernels.fused import build_squeeze_excite, build_squeeze_excite_native
+
+    rng = np.random.default_rng(c * 41 + c1 * 7 + hw)
+    ins = [rng.standard_normal(s).astype(np.float32) for s in ((n, c, 1, hw), (c1, c, 1, 1), (c1,), (c, c1, 1, 1), (c,))]
+    for a in ins[1:]:
+        a.setflags(write=False)
+    attrs = {"activation1": acts[0], "activation1_params": acts[1], "activation2": acts[2], "activation2_params": acts[3]}
+    descs, outs = [TensorDesc(a.shape, "float32") for a in ins], [TensorDesc(ins[0].shape, "float32")]
+    run = build_squeeze_excite_native(attrs, {}, descs, outs)
+    got = []
+    for split in (0, 1):
+        y = np.full(ins[0].shape, np.nan, np.float32)
+        calls = native.native_form(run)(ins, [y])  # type: ignore[misc]
+        assert calls is not None and [k.job for k in calls] == [native.JOB_SQUEEZE] * 2 + [native.JOB_CHAIN]
+        for k in calls:
+            assert native.par_run()(k.job, k.addr, k.total, split) >= 1  # type: ignore[misc]
+        got.append(y)
+    assert np.array_equal(got[0], got[1])
+    assert np.array_equal(run(ins, None)[0], got[0])
+    want = build_squeeze_excite(attrs, {}, descs, outs)(ins, None)[0]
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-5)

@@ -57,3 +57,32 @@ def test_the_phase_image_split_by_channel_planes_is_the_whole_ones(seed, n, c, s
     for call in calls:
         native.check(par(call.job, call.addr, call.total, 1), "conv")
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [5, 7, 14, 17])
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_local_phases_conv_splits_by_its_panels_else_the_phases_are_a_job(size: int, k: int) -> None:
+    # JOB_CONV_LOCAL only where it splits by position panels (4 and up): cut by weight blocks,
+    # each of its chunks built every phase row (MobileNetV3's 576 -> 96 1x1 at 7x7: 72 us
+    # whole, 143 split in a run), so there the phases are a split job of their own. Whole and
+    # split, the same bits, and onnxruntime's Conv.
+    rng = np.random.default_rng(size * 10 + k)
+    x, w, b = rand(rng, 1, 24, size, size), rand(rng, 40, 24, k, k), rand(rng, 40)
+    w.setflags(write=False)
+    attrs = {"kernel_shape": [k, k], "pads": [k // 2] * 4}
+    (want,) = ort_run("Conv", [x, w, b], attrs)
+    descs = [TensorDesc(a.shape, "float32") for a in (x, w, b)]
+    form = native.native_form(build_conv_direct_native(attrs, {}, descs, None))
+    assert form is not None
+    got = []
+    for split in (0, 1):
+        y = np.full(want.shape, np.nan, np.float32)
+        calls = form([x, w, b], [y])
+        assert calls is not None
+        for call in calls:
+            if call.job == native.JOB_CONV_LOCAL:
+                assert call.total >= 4 and call.args[8] == 0, "a local job cut by panels"
+            native.check(native.par_run()(call.job, call.addr, call.total, split), "conv")
+        got.append(y)
+    np.testing.assert_array_equal(got[0], got[1])
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4)

@@ -407,7 +407,9 @@ def build_conv_depthwise_native(attrs: Mapping[str, Any], params: Mapping[str, A
         return _numpy_instead(_for_rank(g, build_conv_depthwise_planes), attrs, {"block_kib": 192}, ins, outs)
     mult = g.m // g.c
     planes = g.n * g.m
-    unit = 8 if planes >= 16 else 1  # a split's chunks whole eight-plane groups (par.c cuts up to 8)
+    # a split's chunks whole groups of the interleaved forms' planes (par.c cuts up to 8): 16 with
+    # AVX-512 (a chunk of 8 ran them 8 lanes wide), else 8
+    unit = (16 if (native.gemm_tile() or (0, 0))[1] >= 64 and planes >= 32 else 8) if planes >= 16 else 1
     units = -(-planes // unit)
     worth = planes * g.oh * g.ow * g.kh * g.kw >= NATIVE_SPLIT_MACS
     geometry = np.array(
@@ -673,10 +675,12 @@ def build_conv_direct_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
     if not lay.in_place and (g.n % 2 == 0 or g.n >= 7) and g.n > 1:  # whole images split evenly enough over two cores
         return make(native.JOB_CONV_IMAGES, (), g.n, images=True)
     panels = g.n * lay.per_image
-    by_panels = panels >= 8 or blocks < 2
     # A small conv's split pays only if each thread builds the phase rows its share reads
-    # (LOCAL_PHASES_MACS); x read in place needs no phases at all.
-    local = not lay.in_place and g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow <= LOCAL_PHASES_MACS
+    # (LOCAL_PHASES_MACS), its panels' (from 4 of them); x read in place needs no phases at all.
+    # Cut by weight blocks, every chunk built every phase row (MobileNetV3's 576 -> 96 1x1 at
+    # 7x7, in a run: 72 us whole, 143 split), so then the phases are a split job of their own.
+    local = not lay.in_place and g.n * g.m * g.c * g.kh * g.kw * g.oh * g.ow <= LOCAL_PHASES_MACS and panels >= 4
+    by_panels = panels >= (4 if local else 8) or blocks < 2
     job = native.JOB_CONV_LOCAL if local else native.JOB_CONV_DIRECT
     return make(job, (panels, blocks, not by_panels), panels if by_panels else blocks, images=local)
 

@@ -1000,11 +1000,15 @@ def build_squeeze_excite_native(attrs: Mapping[str, Any], params: Mapping[str, A
         *native_rows.epilogue(attrs.get("activation2", ""), attrs.get("activation2_params", ())),
     )
     multiply = np.array([2], np.int64)  # the chain's step codes: 2 is *
-    # the weights transposed once (C, C1) and (C1, C), so each product sums scaled rows
+    # The squeeze in two split stages (jobs.c's squeeze_stage): units of cu channels, then blocks
+    # of cv outputs, 8 of each at most, from 16K values read (planes and both weights); the
+    # excite split with it (from a quarter of native_rows.SPLIT_ACTIVATION), over the planes stage 1 read.
+    cu, cv, split = 8 * -(-c // 64), 16 * -(-c // 128), n * c * (h * w + 2 * c1) >= 1 << 14
+    # w1 transposed once (C, C1), so stage 1 sums scaled rows; w2 as it is (C, C1): a block of
+    # stage 2's outputs is a run of its rows
     w1t = WeightDerived(lambda a: np.ascontiguousarray(a.reshape(c1, c).T, np.float32))
-    w2t = WeightDerived(lambda a: np.ascontiguousarray(a.reshape(c, c1).T, np.float32))
+    w2 = WeightDerived(lambda a: np.ascontiguousarray(a.reshape(c, c1), np.float32))
     biases = [NativeOperand() for _ in range(2)]
-    split = n * c * h * w >= native_rows.SPLIT_ACTIVATION
 
     # The call's argument blocks by (x, y, weights) identity: a context binds the same arena
     # views every run, so a run after the first only calls (the blocks cost ~7 us to build).
@@ -1013,14 +1017,16 @@ def build_squeeze_excite_native(attrs: Mapping[str, Any], params: Mapping[str, A
     calls: dict[tuple[int, ...], tuple[Any, ...]] = {}
 
     def prepare(x: np.ndarray, y: np.ndarray, inputs: Sequence[Any]) -> tuple[Any, ...]:
-        a1, a2 = w1t.get(inputs[1]), w2t.get(inputs[3])
+        a1, a2 = w1t.get(inputs[1]), w2.get(inputs[3])
         (b1, p1), (b2, p2) = (op.get(b) for op, b in zip(biases, (inputs[2], inputs[4])))
         scale = np.empty(n * c, np.float32)
         xp, sp = native.ptr(x), native.ptr(scale)
-        squeeze = np.array([xp, native.ptr(a1), p1, native.ptr(a2), p2, sp, c, h * w, c1, *codes], np.int64)
+        part = np.empty(n * -(-c // cu) * c1, np.float32)
+        head = [xp, native.ptr(a1), p1, native.ptr(a2), p2, sp, c, h * w, c1, *codes]
+        squeeze = np.array([[*head, s, cu, -(-c // cu), native.ptr(part), cv, -(-c // cv)] for s in (1, 2)], np.int64)
         k = np.array([sp], np.int64)
         chain = np.array([xp, native.ptr(y), n * c, h * w, 1, native.ptr(multiply), native.ptr(k), 0, 0, 0], np.int64)
-        return (x, y, *inputs[1:], a1, a2, b1, b2, scale, k, squeeze, chain, native.ptr(squeeze), native.ptr(chain))
+        return (x, y, *inputs[1:], a1, a2, b1, b2, scale, k, part, squeeze, chain, native.ptr(squeeze), native.ptr(chain))
 
     def run(inputs: Sequence[Any], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
         x = inputs[0]
@@ -1033,7 +1039,8 @@ def build_squeeze_excite_native(attrs: Mapping[str, Any], params: Mapping[str, A
             if len(calls) >= 8:
                 calls.clear()
             entry = calls[key] = prepare(x, y, inputs)
-        native.check(par(native.JOB_SQUEEZE, entry[-2], n, 0), "SqueezeExcite's squeeze")
+        for i in range(2):  # the stages' blocks are rows of 21 values
+            split_native(par, native.JOB_SQUEEZE, entry[-2] + 168 * i, n * int(entry[-4][i, 17 + 3 * i]), worth=split)
         split_native(par, native.JOB_CHAIN, entry[-1], n * c, worth=split)
         return (y,)
 
@@ -1045,7 +1052,7 @@ def build_squeeze_excite_native(attrs: Mapping[str, Any], params: Mapping[str, A
             return None
         e = prepare(x, y, inputs)
         return [
-            native.NativeCall(native.JOB_SQUEEZE, e[-4], n, False, e),
+            *(native.NativeCall(native.JOB_SQUEEZE, e[-4][i], n * int(e[-4][i, 17 + 3 * i]), split, e) for i in range(2)),
             native.NativeCall(native.JOB_CHAIN, e[-3], n * c, split, e),
         ]
 
