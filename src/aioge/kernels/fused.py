@@ -1000,9 +1000,8 @@ def build_squeeze_excite_native(attrs: Mapping[str, Any], params: Mapping[str, A
         *native_rows.epilogue(attrs.get("activation2", ""), attrs.get("activation2_params", ())),
     )
     multiply = np.array([2], np.int64)  # the chain's step codes: 2 is *
-    # The squeeze in two split stages (jobs.c's squeeze_stage): units of cu channels, then blocks
-    # of cv outputs, 8 of each at most, from 16K values read (planes and both weights); the
-    # excite split with it (from a quarter of native_rows.SPLIT_ACTIVATION), over the planes stage 1 read.
+    # The squeeze in two split stages (jobs.c's squeeze_stage): units of cu channels, then blocks of cv outputs, 8 of
+    # each at most, from 16K values read (planes and both weights); the excite split with it, over the planes stage 1 read.
     cu, cv, split = 8 * -(-c // 64), 16 * -(-c // 128), n * c * (h * w + 2 * c1) >= 1 << 14
     # w1 transposed once (C, C1), so stage 1 sums scaled rows; w2 as it is (C, C1): a block of
     # stage 2's outputs is a run of its rows
@@ -1039,8 +1038,8 @@ def build_squeeze_excite_native(attrs: Mapping[str, Any], params: Mapping[str, A
             if len(calls) >= 8:
                 calls.clear()
             entry = calls[key] = prepare(x, y, inputs)
-        for i in range(2):  # the stages' blocks are rows of 21 values
-            split_native(par, native.JOB_SQUEEZE, entry[-2] + 168 * i, n * int(entry[-4][i, 17 + 3 * i]), worth=split)
+        for i, width in enumerate((cu, cv)):  # the stages' argument blocks are the rows of entry[-4]
+            split_native(par, native.JOB_SQUEEZE, entry[-2] + entry[-4].strides[0] * i, n * -(-c // width), worth=split)
         split_native(par, native.JOB_CHAIN, entry[-1], n * c, worth=split)
         return (y,)
 
@@ -1052,7 +1051,7 @@ def build_squeeze_excite_native(attrs: Mapping[str, Any], params: Mapping[str, A
             return None
         e = prepare(x, y, inputs)
         return [
-            *(native.NativeCall(native.JOB_SQUEEZE, e[-4][i], n * int(e[-4][i, 17 + 3 * i]), split, e) for i in range(2)),
+            *(native.NativeCall(native.JOB_SQUEEZE, e[-4][i], n * -(-c // wd), split, e) for i, wd in enumerate((cu, cv))),
             native.NativeCall(native.JOB_CHAIN, e[-3], n * c, split, e),
         ]
 
