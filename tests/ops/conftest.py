@@ -25,6 +25,7 @@ from onnx import helper, numpy_helper
 from aioge.errors import GraphError
 from aioge.ir.desc import numpy_dtype
 from aioge.ir.graph import Graph, Value
+from aioge.kernels import parallel
 from aioge.ops import apply
 from aioge.ops.registry import get_schema
 
@@ -53,6 +54,19 @@ def rand(rng: np.random.Generator, *shape: int, dtype: Any = np.float32, low: fl
     if dt.kind == "b":
         return np.asarray(rng.random(shape) < 0.5)
     return np.asarray(rng.uniform(low, high, size=shape)).astype(dt)
+
+
+def count_splits(monkeypatch: pytest.MonkeyPatch, module: str = "aioge.kernels.conv_algos") -> list[int]:
+    """The pieces of every ``split_native`` call ``module``'s kernels make, as they happen."""
+    pieces: list[int] = []
+    real = parallel.split_native
+
+    def counted(par, job, args, total, *, worth=True):  # type: ignore[no-untyped-def]
+        pieces.append(real(par, job, args, total, worth=worth))
+        return pieces[-1]
+
+    monkeypatch.setattr(f"{module}.split_native", counted)
+    return pieces
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from aioge.ir.desc import TensorDesc
 from aioge.kernels import native, parallel
 from aioge.kernels.conv_algos import build_conv_direct_native, build_conv_direct_t_native
 from aioge.ops.registry import get_schema
-from tests.ops.conftest import ort_run, rand
+from tests.ops.conftest import count_splits, ort_run, rand
 
 
 @given(
@@ -85,19 +85,6 @@ def _matches_onnxruntime(build, seed, n, c, m, h, w, kernel, strides, dilations,
     return got
 
 
-def _count_splits(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
-    """The pieces of every ``split_native`` call the conv kernels make, as they happen."""
-    pieces: list[int] = []
-    real = parallel.split_native
-
-    def counted(par, job, args, total, *, worth=True):
-        pieces.append(real(par, job, args, total, worth=worth))
-        return pieces[-1]
-
-    monkeypatch.setattr("aioge.kernels.conv_algos.split_native", counted)
-    return pieces
-
-
 @pytest.mark.parametrize(
     ("c", "m", "k", "stride", "pad", "size"),
     [(16, 70, 3, 1, 1, 40), (24, 13, 3, 2, 1, 33), (32, 64, 1, 1, 0, 16), (8, 20, 7, 2, 3, 50), (48, 130, 3, 1, 1, 5)]
@@ -121,7 +108,7 @@ def test_direct_conv_split_over_a_helper_thread_matches_whole(c, m, k, stride, p
     descs = [TensorDesc(a.shape, "float32") for a in (x, wt, b)]
     run = build_conv_direct_native(attrs, rows, descs, None)
     poison = build_conv_direct_native(attrs, rows, descs, None)
-    pieces = _count_splits(monkeypatch)
+    pieces = count_splits(monkeypatch)
     nan = np.full_like(x, np.nan)
     with parallel.cpu_tokens(threading.Semaphore(2)):
         poison([nan, wt, b], None)  # both threads' phase buffers full of NaN
@@ -178,7 +165,7 @@ def test_direct_t_conv_shared_with_the_c_helper_matches_whole(n, c, m, k, stride
     attrs = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [k // 2] * 4}
     monkeypatch.setattr("aioge.kernels.conv_algos.DIRECT_SPLIT_MACS", 0)
     run = build_conv_direct_t_native(attrs, {}, [TensorDesc(a.shape, "float32") for a in (x, wt, b)], None)
-    pieces = _count_splits(monkeypatch)
+    pieces = count_splits(monkeypatch)
     import threading
 
     (whole,) = run([x, wt, b], None)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import native, parallel
 from aioge.kernels.conv_algos import _wino_space, build_conv_winograd_native
-from tests.ops.conftest import ort_run, rand
+from tests.ops.conftest import count_splits, ort_run, rand
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the compiled tier")
 
@@ -65,14 +65,7 @@ def test_winograd_stages_shared_with_the_c_helper_match_whole(c, m, size, r, mon
     the helper thread: the same output as whole, and ResNet-18's shapes within the tolerances."""
     monkeypatch.setattr("aioge.kernels.conv_algos.DIRECT_SPLIT_MACS", 0)
     run, inputs, want = _case(c + m, 1, c, m, size, size, (1, 1, 1, 1), True, True, r)
-    pieces: list[int] = []
-    real = parallel.split_native
-
-    def counted(par, job, args, total, *, worth=True):  # type: ignore[no-untyped-def]
-        pieces.append(real(par, job, args, total, worth=worth))
-        return pieces[-1]
-
-    monkeypatch.setattr("aioge.kernels.conv_algos.split_native", counted)
+    pieces = count_splits(monkeypatch)
     (whole,) = run(inputs, None)
     with parallel.cpu_tokens(threading.Semaphore(1)):
         (split,) = run(inputs, None)
