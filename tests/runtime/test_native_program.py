@@ -16,9 +16,10 @@ from aioge import ops
 from aioge.errors import ExecutionError
 from aioge.examples import EXAMPLES
 from aioge.kernels import native
+from aioge.runtime import executor
 from aioge.runtime.native_program import NativeProgram
 from aioge.runtime.program_queue import ProgramQueue
-from aioge.runtime.schedule import Placement
+from aioge.runtime.schedule import Placement, Strategy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")]
 
@@ -579,3 +580,43 @@ async def test_a_failing_job_in_a_device_run_raises_execution_error_naming_its_n
         finally:
             workers.close()
         assert err.value.node == exe.model.nodes[0].name and "unknown job" in str(err.value)
+
+
+async def test_long_programs_of_concurrent_callers_run_whole_beside_each_other_each_its_own_rows(
+    monkeypatch, native_plans: None
+) -> None:
+    # Not short (INLINE_US 0): a lone caller's runs split on the first lane; once another lane
+    # run is in flight the next go whole to the shared whole-run lanes, two at once, and every
+    # caller gets its own feeds' rows back in the order it asked for them.
+    graph, feeds, reference = EXAMPLES["cnn"](batch=1)  # type: ignore[call-arg]
+    monkeypatch.setattr("aioge.runtime.schedule.INLINE_US", 0.0)
+    rng = np.random.default_rng(0)
+    many = [{k: rng.standard_normal(v.shape).astype(v.dtype) for k, v in feeds.items()} for _ in range(48)]
+    chosen: list[Any] = []
+    real_choose = executor.choose
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        chosen.append(real_choose(*args, **kwargs))
+        return chosen[-1]
+
+    monkeypatch.setattr(executor, "choose", spy)
+    async with aioge.Session() as s:
+        await s.add_graph(1, graph)
+        for f in many[:3]:  # one caller at a time: split on the first lane
+            np.testing.assert_allclose((await s.run_graph(1, f))["logits"], reference(f)["logits"], rtol=1e-4, atol=1e-5)
+        assert chosen and set(chosen) == {Strategy.NATIVE_LANE_SPLIT}, chosen
+        chosen.clear()
+        got: dict[int, list[np.ndarray]] = {i: [] for i in range(len(many))}
+
+        async def caller(i: int) -> None:
+            for k in range(3):
+                got[i].append((await s.run_graph(1, many[(i + k) % len(many)]))["logits"])
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(many)):
+                tg.start_soon(caller, i)
+        assert s._engines.workers.lane_runs == 0
+    assert chosen.count(Strategy.NATIVE_LANE_WHOLE) > len(chosen) // 2, chosen
+    for i, outs in got.items():
+        for k, logits in enumerate(outs):
+            np.testing.assert_allclose(logits, reference(many[(i + k) % len(many)])["logits"], rtol=1e-4, atol=1e-5)

@@ -24,6 +24,7 @@ def _pick(
     traced: bool = False,
     mode: str = "sink",
     devices: bool | None = None,
+    lane_runs: int = 0,
 ) -> tuple[Strategy, bool]:
     """The strategy, and whether choose took every CPU token."""
     taken = []
@@ -31,6 +32,7 @@ def _pick(
     workers = SimpleNamespace(
         program_queue=lambda: object() if queue else None,
         cpu=SimpleNamespace(take_all=lambda: bool(taken.append(tokens) or tokens)),
+        lane_runs=lane_runs,
     )
     pool = None if devices is None else SimpleNamespace(eligible=lambda e: devices)
     strategy = choose(exe, workers, mode=mode, placement=placement, traced=traced, devices=pool)  # type: ignore[arg-type]
@@ -49,6 +51,9 @@ def _pick(
         (ALONE, {"contended": True}, Strategy.NATIVE_INLINE, True),  # a batch alone is never queued
         (ALONE, {"tokens": False}, Strategy.NATIVE_LANE_SPLIT, False),  # a lane computes: off the loop
         (Q, {"short": False}, Strategy.NATIVE_LANE_SPLIT, False),
+        (Q, {"short": False, "lane_runs": 1}, Strategy.NATIVE_LANE_WHOLE, False),  # beside another: whole
+        (Q, {"tokens": False, "lane_runs": 3}, Strategy.NATIVE_LANE_WHOLE, False),
+        (SPLIT, {"lane_runs": 1}, Strategy.NATIVE_LANE_SPLIT, False),  # asked for: kept
         (SPLIT, {}, Strategy.NATIVE_LANE_SPLIT, False),
         (WHOLE, {}, Strategy.NATIVE_LANE_WHOLE, False),
         (WHOLE, {"contended": True}, Strategy.NATIVE_LANE_WHOLE, False),

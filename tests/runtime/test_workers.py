@@ -35,6 +35,26 @@ def test_lanes_are_distinct_per_run_and_rotate_across_runs() -> None:
         pool.lanes({"AiCore": 1})
 
 
+def test_the_whole_run_lanes_share_one_queue_one_thread_per_cpu_slot() -> None:
+    # Items on the whole-run lane go to whichever of its threads is free: two block each other
+    # at a barrier (broken, and the test fails, unless both threads run at once), and a third
+    # queued behind them still runs; close stops every thread after the work queued.
+    pool = EngineWorkers(cpu_slots=2)
+    both = threading.Barrier(2, timeout=10)
+    seen: list[str] = []
+    done = threading.Event()
+    lane = pool.whole_lane()
+    assert pool.whole_lane() is lane and pool.threads == 2
+    for _ in range(2):
+        pool.enqueue([(lane, lambda: (both.wait(), seen.append(threading.current_thread().name)))])
+    pool.enqueue([(lane, done.set)])
+    assert done.wait(10)
+    threads = [t for t in threading.enumerate() if t.name.startswith("aioge-whole-")]
+    pool.close()
+    assert sorted(seen) == ["aioge-whole-0", "aioge-whole-1"] and not both.broken
+    assert threads and not any(t.is_alive() for t in threads)
+
+
 def test_lanes_run_their_items_in_order_on_their_own_thread() -> None:
     pool = EngineWorkers(min_lanes=1)
     try:

@@ -305,7 +305,7 @@ class Executable:
 
     async def _native_lane(self, ctx: Context, feeds: Feeds, workers: EngineWorkers, *_: Any, split: bool = True) -> Outputs:
         """The program on the engine's first lane, its big jobs split over an idle core, or
-        (``split`` False: a batch beside others) whole on a lane of its own. The transformer
+        (``split`` False: a batch or run beside others) whole on a free ``whole_lane``. The transformer
         example's 32-row batches, two at a time, served 1.5x the requests whole on lanes of
         their own that they did sharing the first lane and splitting whenever a core was idle
         (the second then waited out the first)."""
@@ -328,12 +328,16 @@ class Executable:
 
         if split and cpu.idle() >= 2:
             wake_helpers()  # the C helper spins by the first split: it wakes while the lane does
-        workers.enqueue([(self._lanes(workers, self._thread_lanes, rotate=not split)[0], work)])
+        lane = self._lanes(workers, self._thread_lanes, rotate=False)[0] if split else workers.whole_lane()
+        workers.enqueue([(lane, work)])
+        workers.lane_runs += 1
         try:
             await done.wait()
         except BaseException:
             await done.wait_shielded()
             raise
+        finally:
+            workers.lane_runs -= 1
         self.native_runs += 1
         if isinstance(box[0], BaseException):
             raise box[0]

@@ -39,13 +39,14 @@ log = logging.getLogger(__name__)
 
 
 class Lane:
-    """One worker thread of an engine, running the callables put on its queue in order."""
+    """One worker thread of an engine, running the callables put on its queue in order (or,
+    given ``shared``, taking them off that queue with the other lanes made with it)."""
 
     __slots__ = ("name", "_queue", "_thread")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, shared: queue.SimpleQueue[Callable[[], object] | None] | None = None) -> None:
         self.name = name
-        self._queue: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Callable[[], object] | None] = shared if shared is not None else queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -154,6 +155,7 @@ class EngineWorkers:
         self._closed = False
         self._started: list[Lane] = []  # every lane ever started, for the finalizer
         self._queues: list[Any] = []  # the program queue, once made (runtime.program_queue)
+        self.lane_runs = 0  # native programs handed to lanes and not yet awaited (executor._native_lane)
         self._finalizer = weakref.finalize(self, _stop_lanes, self._started, self._queues)
 
     @property
@@ -183,6 +185,22 @@ class EngineWorkers:
                     self._rotation[engine] = (r + 1) % len(pool)
                 out[engine] = [pool[(r + j) % len(pool)] for j in range(k)]
             return out
+
+    def whole_lane(self) -> Lane:
+        """A lane for whole native programs beside others, whose queue ``cpu_slots`` threads
+        share: a program starts on whichever is free, never behind another while a core idles.
+
+        Raises:
+            SessionClosedError: the pools are closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise SessionClosedError("the session closed: its engine worker pools are stopped")
+            if "whole" not in self._lanes:  # stopped and joined with the engines' lanes, one stop each
+                shared: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
+                self._lanes["whole"] = [Lane(f"aioge-whole-{i}", shared) for i in range(self.cpu_slots)]
+                self._started += self._lanes["whole"]
+            return self._lanes["whole"][0]
 
     def program_queue(self) -> Any:
         """The pools' ``ProgramQueue`` (made on first use, runners on the cores less one), or
