@@ -141,6 +141,30 @@ async def test_runs_kept_off_the_loop_run_whole_on_lanes_of_their_own(monkeypatc
         np.testing.assert_allclose(out["probs"], reference(feeds)["probs"], rtol=1e-5, atol=1e-6)
 
 
+async def test_a_lane_run_splits_only_while_no_other_lane_run_is_in_flight(monkeypatch, native_plans: None) -> None:
+    # A burst's first run found both tokens idle and split, then its followers waited it out:
+    # a lane run splits only when it is the only lane run handed out (EngineWorkers.lane_runs).
+    async with _mlp_ran_once() as (s, exe, feeds, reference):
+        workers = s._engines.workers
+        seen: list[bool] = []
+        real = NativeProgram.run
+
+        def run(self: NativeProgram, feeds: dict, split: bool) -> dict:
+            seen.append(split)
+            return real(self, feeds, split)
+
+        monkeypatch.setattr(NativeProgram, "run", run)
+        alone = await exe.run(feeds, workers=workers, placement=Placement.LANE_SPLIT)
+        workers.lane_runs += 1  # another caller's run handed to a lane, not yet done
+        try:
+            beside = await exe.run(feeds, workers=workers, placement=Placement.LANE_SPLIT)
+        finally:
+            workers.lane_runs -= 1
+    assert seen == [True, False]
+    for out in (alone, beside):
+        np.testing.assert_allclose(out["probs"], reference(feeds)["probs"], rtol=1e-5, atol=1e-6)
+
+
 async def test_plans_with_a_numpy_kernel_or_several_threads_run_step_by_step() -> None:
     g = aioge.Graph("no_form")
     x = g.input("x", (4, 8))

@@ -313,7 +313,9 @@ class Executable:
 
         def work() -> None:
             cpu.acquire()
-            extra = split and cpu.acquire(blocking=False)  # an idle core: the big jobs may split onto it
+            # an idle core, and no other lane run waits for one (a burst's first run went split, then
+            # its followers waited it out): the big jobs may split onto it
+            extra = split and workers.lane_runs <= 1 and cpu.acquire(blocking=False)
             start = time.perf_counter()
             try:
                 box.append(prog.run(feeds, extra))
