@@ -361,7 +361,9 @@ def test_a_concurrency_round_runs_bursts_back_to_back_for_round_seconds(backend:
     with ThreadPoolExecutor(4) as pool:
         ort_rate = measure._ort_round(Ort(), {}, pool, 4)
     for side, r in (("aioge", rate), ("ort", ort_rate)):
-        assert calls[side] % 4 == 0 and calls[side] >= 4 * 5, calls  # whole bursts, ROUND_S of them
+        # whole bursts, repeated: at least two of them fill ROUND_S (five when each 4 ms sleep
+        # takes 4 ms; a loaded machine stretches them, so the test does not count on five)
+        assert calls[side] % 4 == 0 and calls[side] >= 4 * 2, calls
         assert r < 4 / 0.004 * 1.01  # no faster than the calls allow
     assert spent >= 0.05 and rate == pytest.approx(calls["aioge"] / spent, rel=0.2)
 

@@ -482,11 +482,14 @@ async def test_a_batch_runs_on_a_lane_while_requests_queue_behind_it_else_on_the
     the next batch meanwhile; with none queued the loop has nothing to gather, and the batch
     runs on its thread (no hand-off, no wake-up). Whether a run counts as short, and the loop's
     inline budget, are measured times: both are widened here so that a loaded machine (a run of
-    over 1 ms) cannot change which path the batcher chose."""
+    over 1 ms) cannot change which path the batcher chose; so is the batcher's own "slow" (rows
+    that would take SPLIT_AFTER): a first run stretched past 4 ms by a loaded machine had made the
+    next batches not alone, and none ran inline."""
     import aioge.runtime.schedule as schedule
 
     monkeypatch.setattr(schedule, "INLINE_US", 1e9)
     monkeypatch.setattr(schedule, "INLINE_BUDGET", 1e9)
+    monkeypatch.setattr(Batcher, "_slow", lambda self, rows: False)
     async with aioge.Session(SESSION) as s:
         await s.add_graph(1, _mlp(), {"aioge.batch_max_rows": "4", "aioge.batch_preferred_sizes": "4"})
         for i in range(5):  # one at a time: nothing behind any batch
