@@ -45,7 +45,13 @@ def extension(suffix: str, arch: list[str]) -> Extension:
 
 
 class BuildTiers(build_ext):
-    """Each tier's objects in their own folder: the tiers compile the same sources."""
+    """Each tier's objects in their own folder: the tiers compile the same sources. One tier at
+    a time: ``build_temp`` is this command's, so ``-j`` (extensions built on threads) mixed the
+    tiers' objects into each other's modules."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        self.parallel = None
 
     def build_extension(self, ext: Extension) -> None:
         temp, self.build_temp = self.build_temp, os.path.join(self.build_temp, ext.name)

@@ -532,4 +532,11 @@ def test_squeeze_excite_stages_are_the_same_bits_whole_and_split(n: int, c: int,
     assert np.array_equal(got[0], got[1])
     assert np.array_equal(run(ins, None)[0], got[0])
     want = build_squeeze_excite(attrs, {}, descs, outs)(ins, None)[0]
-    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-5)
+    # float32 rounding grows with the terms summed, not with the result: the same SqueezeExcite on
+    # magnitudes, no activation (ReLU and the gates are 1-Lipschitz), bounds them (a 0.0228 left
+    # from -70 and -93 was 1.25e-5 off, past a fixed 1e-5)
+    x, w1, b1, w2, b2 = (np.abs(a.astype(np.float64)) for a in ins)
+    hidden = np.einsum("kc,ncj->nk", w1[:, :, 0, 0], x.mean(axis=(2, 3), keepdims=True)[..., 0]) + b1
+    terms = x * (np.einsum("ck,nk->nc", w2[:, :, 0, 0], hidden) + b2)[:, :, None, None]
+    off = np.abs(got[0] - want) - (1e-5 + 1e-4 * np.abs(want) + 4e-6 * terms)
+    assert not (off > 0).any(), (np.abs(got[0] - want).max(), terms.max())
