@@ -118,6 +118,7 @@ class Lookup:
     drop: list[str] = field(default_factory=list)
     save: bool = True  # False: the dir is not trusted, so nothing compiled is put in it either
     entry: dict[str, Any] | None = None  # the entry hit
+    begun: Any = None  # what ``begin`` returned for it
 
 
 class GraphCache:
@@ -257,6 +258,7 @@ class GraphCache:
         var_descs: VarDescs,
         fits: Callable[[CompiledModel], str | None],
         held: serialize.Held | None = None,
+        begin: Callable[[dict[str, Any]], Any] | None = None,
     ) -> Lookup:
         """Find and load a matching entry for graph ``graph`` (blocking; run it in a worker thread).
 
@@ -264,7 +266,9 @@ class GraphCache:
         called only when the key has entries (a fingerprint hashes every weight). ``var_descs``
         are the graph's variable descs; ``fits(model)`` says why a loaded model cannot serve
         the graph (None if it can); ``held(digest)`` the graph's array of that
-        ``array_digest``, for the tensors an entry references (None: none are taken).
+        ``array_digest``, for the tensors an entry references (None: none are taken);
+        ``begin(entry)`` starts work for an entry that matches, before its model is read
+        (the caller's reads of the entry's other files: ``Lookup.begun`` on a hit).
         Returns a ``Lookup`` whose model (on a hit) has ``stats.graph_cache_hit`` set.
         """
         start = time.perf_counter()
@@ -291,6 +295,7 @@ class GraphCache:
             if why is None:
                 why = self._var_mismatch(e, var_descs)
             if why is None:
+                begun = None if begin is None else begin(e)
                 model, why, broken = self._load_entry(e, want, fits, held)
                 if model is not None:
                     model.stats.graph_cache_hit = True
@@ -298,7 +303,7 @@ class GraphCache:
                     log.info(
                         "graph cache %r: loaded %s in %.1f ms", self.key, e["cache_file_name"], 1e3 * model.stats.compile_seconds
                     )
-                    result.model, result.entry = model, e
+                    result.model, result.entry, result.begun = model, e, begun
                     return result
                 if broken:
                     result.drop.append(e["cache_file_name"])

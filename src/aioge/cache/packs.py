@@ -35,7 +35,7 @@ from aioge.errors import CacheError
 from aioge.keys import code_digest, versions
 from aioge.plan import io
 
-__all__ = ["Key", "load", "made_for", "path_of", "save_later", "wait"]
+__all__ = ["Key", "load", "load_soon", "made_for", "path_of", "save_later", "wait"]
 
 log = logging.getLogger("aioge.cache.graph_cache")
 
@@ -43,7 +43,13 @@ Key = tuple[str, str]  # (a constant's name in the model, the layout a kernel pa
 KIND = "packs"
 _ALIGN = 64
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aioge-packs")  # checks, then writes; joined at exit
-os.register_at_fork(after_in_child=lambda: globals().update(_pool=ThreadPoolExecutor(1, thread_name_prefix="aioge-packs")))
+_reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aioge-packs-read")  # load_soon's
+os.register_at_fork(
+    after_in_child=lambda: globals().update(
+        _pool=ThreadPoolExecutor(1, thread_name_prefix="aioge-packs"),
+        _reads=ThreadPoolExecutor(1, thread_name_prefix="aioge-packs-read"),
+    )
+)
 
 
 def wait() -> None:
@@ -75,6 +81,11 @@ def load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[n
         log.warning("graph cache: stored packed weights %s refused (%s); packing them again", path, exc)
         return {}
     return {k: (a, _pool.submit(lambda a, d: _digest(a) == d, a, d)) for k, (a, d) in stored.items()}
+
+
+def load_soon(path: str, made_for: dict[str, Any], shared: bool) -> Future[dict[Key, tuple[np.ndarray, Future[bool]]]]:
+    """``load`` on a thread of its own: a graph-cache lookup reads the packs while it decodes the ``.om``."""
+    return _reads.submit(load, path, made_for, shared)
 
 
 def save_later(path: str, made_for: dict[str, Any], mode: int, packs: dict[Key, np.ndarray]) -> None:
