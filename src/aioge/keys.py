@@ -17,10 +17,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import os
 import platform
 import re
-import threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -33,7 +31,6 @@ from aioge.ir.graph import Node
 __all__ = [
     "Signature",
     "code_digest",
-    "code_digest_soon",
     "compile_options",
     "digest_of",
     "graph_match_key",
@@ -66,29 +63,13 @@ def versions() -> dict[str, str]:
 CODE_PARTS = ("ops", "kernels", "compiler", "plan", "passes", "engines", "ir", "keys.py", "options.py")
 
 
-_code_lock = threading.Lock()  # one computation, which a second caller waits for
-os.register_at_fork(after_in_child=lambda: globals().update(_code_lock=threading.Lock()))
-
-
+@functools.lru_cache(maxsize=1)
 def code_digest() -> str:
     """sha256 over the source files of ``CODE_PARTS`` (Python, and the C of the compiled
     kernels), computed once per process (JAX #18750: a version string alone lets a locally
     edited kernel or planner load stale entries, the code itself does not). The one code
     digest: kernel keys, ``.om`` files and graph cache entries all use it."""
-    with _code_lock:
-        return _code_digest()
-
-
-@functools.lru_cache(maxsize=1)
-def _code_digest() -> str:
     return digest_of(Path(__file__).resolve().parent)
-
-
-def code_digest_soon() -> None:
-    """Begin ``code_digest`` on a thread of its own, unless done (a session's start: its
-    first compile or graph-cache lookup needs it, 4 ms of reading and hashing 130 files)."""
-    if not _code_digest.cache_info().currsize:
-        threading.Thread(target=code_digest, name="aioge-code-digest", daemon=True).start()
 
 
 def digest_of(root: Path) -> str:

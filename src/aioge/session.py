@@ -22,7 +22,6 @@ from aioge.compiler.graph import compile_graph
 from aioge.compiler.specialize import input_signature, with_static_shapes
 from aioge.errors import FeedError, GraphError, GraphIdError, OptionError, SessionClosedError
 from aioge.ir.graph import Graph, IOInfo
-from aioge.keys import code_digest_soon
 from aioge.options import CompileOptions, check_options, resolve_options
 from aioge.plan.model import CompiledModel
 from aioge.runtime.devices import DevicePool
@@ -151,7 +150,6 @@ class Session:
     # -- lifecycle --------------------------------------------------------------------
 
     async def __aenter__(self) -> Session:
-        code_digest_soon()  # on the other core while the engines start
         self._limiter()
         await self._engines.start()
         return self
