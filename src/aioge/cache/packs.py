@@ -12,7 +12,7 @@ code digest: the packers); and per pack ``[name, layout, shape, offset, nbytes, 
 its float32 bytes at ``offset`` from the first 64-byte boundary after the header. A file
 made for anything else, untrusted, truncated or malformed is refused whole, one warning,
 and the packs are made and stored again. The file is read into an anonymous mapping of its
-own (``MAP_POPULATE``), not mapped: a file rewritten or truncated in place under a running
+own, not mapped: a file rewritten or truncated in place under a running
 model would change its weights after their check, or end it with SIGBUS (as for ``weight/``
 files). Each pack's BLAKE3 is checked on two threads (every other pack) while the executable is built;
 a pack is used only once its check passed (else a warning, and it is packed). Written
@@ -120,7 +120,10 @@ def _load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[
             if base + offset + nbytes > st.st_size:
                 raise CacheError(f"truncated: pack {name!r} ends past the file's {st.st_size} bytes", path=path)
             spans.append((str(name), str(layout), [int(d) for d in shape], base + offset, count, str(digest)))
-        mm = mmap.mmap(-1, st.st_size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0))
+        # Not MAP_POPULATE: it holds the process's mmap lock while it faults every page in, and
+        # the lookup decoding the .om meanwhile stalled on its first allocation (18 ms); the read
+        # faults the pages in as it goes, for the same time in all.
+        mm = mmap.mmap(-1, st.st_size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         with memoryview(mm) as view:  # a private copy (see the module docstring)
             got = io.read_into(fd, view)
         if got < st.st_size:
