@@ -321,6 +321,18 @@ class GraphCache:
         )
         return result
 
+    def candidate(self, want: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The first entry of the key equal to ``want`` but for the fingerprint, from an index read
+        quietly (None without one, or on any trouble: the lookup reports that): for a read-ahead."""
+        if self.unusable() is not None:
+            return None
+        try:
+            entries, _ = _parse_index(self._read_trusted(self.index_path, _MAX_INDEX_BYTES), self.index_path)
+        except (OSError, CacheError):
+            return None
+        want = {**want, "fingerprint": None}
+        return next((e for e in entries if e["graph_key"] == self.key and _mismatch(e, want) is None), None)
+
     def _var_mismatch(self, e: dict[str, Any], current: list[list[Any]]) -> str | None:
         name = e["var_desc_file_name"]
         if not name:
@@ -538,7 +550,7 @@ class GraphCache:
 def _mismatch(e: dict[str, Any], want: Mapping[str, Any]) -> str | None:
     if e["versions"] != want["versions"]:
         return f"versions differ (cached {e['versions']}, this is {want['versions']})"
-    if e["code"] != want["code"]:
+    if want["code"] is not None and e["code"] != want["code"]:
         return "made by another build of aioge's code"
     if want["fingerprint"] is not None and e["fingerprint"] != want["fingerprint"]:
         return "the graph changed (fingerprint differs)"

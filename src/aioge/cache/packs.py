@@ -26,7 +26,7 @@ import mmap
 import os
 import struct
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 import blake3
 import numpy as np
@@ -41,6 +41,7 @@ log = logging.getLogger("aioge.cache.graph_cache")
 
 Key = tuple[str, str]  # (a constant's name in the model, the layout a kernel packs it to)
 KIND = "packs"
+MadeFor = dict[str, Any] | Callable[[], dict[str, Any]]  # ``made_for``'s, or a function giving it
 _ALIGN = 64
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aioge-packs")  # checks, then writes; joined at exit
 _reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aioge-packs-read")  # load_soon's
@@ -71,7 +72,7 @@ def _digest(a: np.ndarray) -> str:
     return blake3.blake3(a.reshape(-1).view(np.uint8).data).hexdigest()
 
 
-def load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[np.ndarray, Future[bool]]]:
+def load(path: str, made_for: MadeFor, shared: bool) -> dict[Key, tuple[np.ndarray, Future[bool]]]:
     """The packs stored at ``path``, each with its check begun (a future: passed), or {}
     when there is no such file or it is refused (one warning; blocking: it is read)."""
     try:
@@ -87,7 +88,7 @@ def load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[n
     return {k: (a, pools[i % 2].submit(lambda a, d: _digest(a) == d, a, d)) for i, (k, (a, d)) in enumerate(stored.items())}
 
 
-def load_soon(path: str, made_for: dict[str, Any], shared: bool) -> Future[dict[Key, tuple[np.ndarray, Future[bool]]]]:
+def load_soon(path: str, made_for: MadeFor, shared: bool) -> Future[dict[Key, tuple[np.ndarray, Future[bool]]]]:
     """``load`` on a thread of its own: a graph-cache lookup reads the packs while it decodes the ``.om``."""
     return _reads.submit(load, path, made_for, shared)
 
@@ -97,7 +98,7 @@ def save_later(path: str, made_for: dict[str, Any], mode: int, packs: dict[Key, 
     _pool.submit(_save, path, made_for, packs, mode)
 
 
-def _load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[np.ndarray, str]]:
+def _load(path: str, made_for: MadeFor, shared: bool) -> dict[Key, tuple[np.ndarray, str]]:
     fd, st = io.open_regular(path)
     try:
         why = io.untrusted_reason(st, shared=shared)
@@ -107,9 +108,6 @@ def _load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[
         header = io.envelope_header(head, path=path)
         if header.get("kind") != KIND or header.get("format") != io.FORMAT_VERSION:
             raise CacheError(f"a {header.get('kind')!r} file of format {header.get('format')!r}, not packed weights", path=path)
-        for k, v in made_for.items():
-            if header.get(k) != v:
-                raise CacheError(f"made for another {k} ({header.get(k)!r}, this is {v!r})", path=path)
         base = -(-(len(io.MAGIC) + 4 + struct.unpack_from("<I", head, len(io.MAGIC))[0]) // _ALIGN) * _ALIGN
         out: dict[Key, tuple[np.ndarray, str]] = {}
         spans = []
@@ -130,6 +128,9 @@ def _load(path: str, made_for: dict[str, Any], shared: bool) -> dict[Key, tuple[
             raise CacheError(f"truncated: it shrank to {got} bytes while read", path=path)
     finally:
         os.close(fd)
+    for k, v in (made_for() if callable(made_for) else made_for).items():  # after the read: a read-ahead's is late
+        if header.get(k) != v:
+            raise CacheError(f"made for another {k} ({header.get(k)!r}, this is {v!r})", path=path)
     for name, layout, shape, offset, count, digest in spans:
         out[(name, layout)] = (np.frombuffer(mm, np.float32, count, offset).reshape(shape), digest)
     return out

@@ -132,7 +132,7 @@ class _Reader:
         buf = np.frombuffer(bytearray(n + _ALIGN) if n < _MAPPED else native.populated(n), np.uint8)
         skip = -buf.ctypes.data % _ALIGN
         out = buf[skip : skip + n]
-        if n and self._read(out.data) != n:  # type: ignore[attr-defined]
+        if n and self._read(out.data) != n:
             raise NotLean
         self.pos += n
         # Read-only down to the bytearray nobody else holds: a graph constant (kernels keep what
@@ -147,7 +147,7 @@ class _Reader:
         of the page cache is most of a load: resnet18's 46 MB, 12 ms on one core, 7 on two)."""
         n = len(view)
         if n < _SPLIT or not isinstance(self.f, io.BufferedReader):
-            return self.f.readinto(view)
+            return self.f.readinto(view)  # type: ignore[attr-defined]
         half = n // 2 & -4096
         rest = _helper().submit(os.preadv, self.f.fileno(), [view[half:]], self.f.tell() + half)
         got = self.f.readinto(view[:half])
