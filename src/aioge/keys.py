@@ -178,14 +178,15 @@ def compile_options(raw: Mapping[str, str]) -> dict[str, str]:
 
 
 def graph_match_key(
-    fingerprint: str | None, signature: Sequence[tuple[str, Sequence[int]]], options: Mapping[str, str]
+    fingerprint: str | None, signature: Sequence[tuple[str, Sequence[int]]], options: Mapping[str, str], code: bool = True
 ) -> dict[str, Any]:
     """What a graph cache entry must equal, by name, to serve a graph: ``versions``, ``code``,
     ``fingerprint`` (of the source graph; None when the key alone is trusted), ``signature``
-    (the input shapes) and ``options`` (the compile-shaping ones of ``options``), as plain data."""
+    (the input shapes) and ``options`` (the compile-shaping ones of ``options``), as plain data
+    (``code=False``: None for the code, matching any)."""
     return {
         "versions": versions(),
-        "code": code_digest(),
+        "code": code_digest() if code else None,
         "fingerprint": fingerprint,
         "signature": [[n, list(s)] for n, s in signature],
         "options": compile_options(options),

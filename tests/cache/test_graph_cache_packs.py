@@ -194,3 +194,32 @@ async def test_a_packs_file_changed_under_a_loaded_model_does_not_reach_it(tmp_p
         os.truncate(path, 0)
         assert (await s.run_graph(1, {"x": X}))["y"].tobytes() == first.tobytes()
     packs.wait()
+
+
+async def test_the_packs_read_begun_beside_the_om_serves_only_a_hit(tmp_path, packing_kernels, monkeypatch, caplog) -> None:
+    """A lookup reads a matching entry's packs on a thread of its own while it decodes the
+    ``.om`` (``packs.load_soon``). When the ``.om`` then fails its checks (changed on disk after
+    the save), the packs read for it are dropped: a warning, a recompile, the weights packed
+    again into a new entry; and that new entry's packs serve the next start."""
+    first, _ = await run(tmp_path)
+    begun: list[tuple[str, str]] = []
+    real = packs.load_soon
+
+    def spy(path: str, *args: object) -> object:
+        fut = real(path, *args)  # type: ignore[arg-type]
+        fut.add_done_callback(lambda f: begun.append((os.path.basename(path), packs._reads._thread_name_prefix)))
+        return fut
+
+    monkeypatch.setattr(packs, "load_soon", spy)
+    (om,) = [n for n in os.listdir(tmp_path) if n.endswith(".om")]
+    data = bytearray((tmp_path / om).read_bytes())
+    data[-10] ^= 0x01
+    (tmp_path / om).write_bytes(bytes(data))
+    packing_kernels.clear()
+    with caplog.at_level(logging.WARNING):
+        again, hit = await run(tmp_path)
+    assert not hit and again.tobytes() == first.tobytes() and sorted(packing_kernels) == ["pack_columns", "pack_rows"]
+    assert begun == [(om[: -len(".om")] + ".packs", "aioge-packs-read")] and "recompiling" in caplog.text
+    packing_kernels.clear()
+    third, hit = await run(tmp_path)
+    assert hit and third.tobytes() == first.tobytes() and packing_kernels == [] and len(begun) == 2

@@ -124,6 +124,30 @@ def test_a_big_weight_is_read_into_a_populated_mapping_of_its_own(tmp_path) -> N
     assert resident_bytes(got[0]) >= big.nbytes
 
 
+def test_weights_from_2_mib_are_read_by_two_threads_and_equal_whatever_follows(tmp_path, monkeypatch) -> None:
+    """A big raw_data's second half is read on a helper thread (``_SPLIT``): two big weights of
+    odd sizes in a row and small ones after them all come back bit-equal and aligned, and a file
+    cut inside a big weight fails as the whole parse does."""
+    sizes = [(700, 1001), (3,), (1031, 517), (5, 3)]  # 2.8 MB, 2.1 MB: neither a page multiple
+    want = [_values(np.dtype(np.float32), shape) for shape in sizes]
+    data = _model([numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(want)]).SerializeToString()
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    halves = []
+    real = onnx_lean._helper()
+    monkeypatch.setattr(onnx_lean, "_helper", lambda: real)
+    monkeypatch.setattr(
+        real, "submit", lambda fn, fd, views, at: halves.append(len(views[0])) or type(real).submit(real, fn, fd, views, at)
+    )
+    got = _read(read_model(path))
+    assert len(halves) == 2 and all(_same(g, w) for g, w in zip(got, want, strict=True))
+    assert all(is_constant(g) and g.ctypes.data % 64 == 0 for g in got)
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(data[: data.index(want[2].tobytes()[:64]) + want[2].nbytes // 2 + 100])
+    with pytest.raises(GraphError):
+        read_model(cut)
+
+
 def _field(number: int, payload: bytes) -> bytes:
     return onnx_lean._varint_bytes(number << 3 | 2) + onnx_lean._varint_bytes(len(payload)) + payload
 

@@ -118,6 +118,7 @@ class Lookup:
     drop: list[str] = field(default_factory=list)
     save: bool = True  # False: the dir is not trusted, so nothing compiled is put in it either
     entry: dict[str, Any] | None = None  # the entry hit
+    begun: Any = None  # what ``begin`` returned for it
 
 
 class GraphCache:
@@ -257,6 +258,7 @@ class GraphCache:
         var_descs: VarDescs,
         fits: Callable[[CompiledModel], str | None],
         held: serialize.Held | None = None,
+        begin: Callable[[dict[str, Any]], Any] | None = None,
     ) -> Lookup:
         """Find and load a matching entry for graph ``graph`` (blocking; run it in a worker thread).
 
@@ -264,7 +266,9 @@ class GraphCache:
         called only when the key has entries (a fingerprint hashes every weight). ``var_descs``
         are the graph's variable descs; ``fits(model)`` says why a loaded model cannot serve
         the graph (None if it can); ``held(digest)`` the graph's array of that
-        ``array_digest``, for the tensors an entry references (None: none are taken).
+        ``array_digest``, for the tensors an entry references (None: none are taken);
+        ``begin(entry)`` starts work for an entry that matches, before its model is read
+        (the caller's reads of the entry's other files: ``Lookup.begun`` on a hit).
         Returns a ``Lookup`` whose model (on a hit) has ``stats.graph_cache_hit`` set.
         """
         start = time.perf_counter()
@@ -291,6 +295,7 @@ class GraphCache:
             if why is None:
                 why = self._var_mismatch(e, var_descs)
             if why is None:
+                begun = None if begin is None else begin(e)
                 model, why, broken = self._load_entry(e, want, fits, held)
                 if model is not None:
                     model.stats.graph_cache_hit = True
@@ -298,7 +303,7 @@ class GraphCache:
                     log.info(
                         "graph cache %r: loaded %s in %.1f ms", self.key, e["cache_file_name"], 1e3 * model.stats.compile_seconds
                     )
-                    result.model, result.entry = model, e
+                    result.model, result.entry, result.begun = model, e, begun
                     return result
                 if broken:
                     result.drop.append(e["cache_file_name"])
@@ -315,6 +320,18 @@ class GraphCache:
             "; ".join(reasons),
         )
         return result
+
+    def candidate(self, want: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The first entry of the key equal to ``want`` but for the fingerprint, from an index read
+        quietly (None without one, or on any trouble: the lookup reports that): for a read-ahead."""
+        if self.unusable() is not None:
+            return None
+        try:
+            entries, _ = _parse_index(self._read_trusted(self.index_path, _MAX_INDEX_BYTES), self.index_path)
+        except (OSError, CacheError):
+            return None
+        want = {**want, "fingerprint": None}
+        return next((e for e in entries if e["graph_key"] == self.key and _mismatch(e, want) is None), None)
 
     def _var_mismatch(self, e: dict[str, Any], current: list[list[Any]]) -> str | None:
         name = e["var_desc_file_name"]
@@ -533,7 +550,7 @@ class GraphCache:
 def _mismatch(e: dict[str, Any], want: Mapping[str, Any]) -> str | None:
     if e["versions"] != want["versions"]:
         return f"versions differ (cached {e['versions']}, this is {want['versions']})"
-    if e["code"] != want["code"]:
+    if want["code"] is not None and e["code"] != want["code"]:
         return "made by another build of aioge's code"
     if want["fingerprint"] is not None and e["fingerprint"] != want["fingerprint"]:
         return "the graph changed (fingerprint differs)"

@@ -95,6 +95,7 @@ class _Source:
         self._by_digest: dict[str, np.ndarray] = {}
         self._by_id: dict[int, tuple[str, np.ndarray]] = {}
         self._kinds: set[tuple[str, tuple[int, ...]]] = set()
+        self.read_ahead: dict[tuple[str, str], Any] = {}  # packs reads begun, by (path, entry's om_sha256)
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
@@ -144,20 +145,46 @@ def lookup_sync(
         fingerprint = src.fingerprint() if cache.check == "fingerprint" else None
         return graph_match_key(fingerprint, signature, options.raw)
 
-    found = cache.lookup_sync(graph.name, match_key, var_descs(graph), functools.partial(_fits_graph, graph), src.held)
+    def begin(entry: dict[str, Any]) -> Any:  # the packs read while the .om is (resnet18: 57 MB, 25 ms)
+        path, made_for = _packs_file(cache, entry)
+        return src.read_ahead.pop((path, entry["om_sha256"]), None) or packs.load_soon(path, made_for, cache.shared)
+
+    found = cache.lookup_sync(graph.name, match_key, var_descs(graph), functools.partial(_fits_graph, graph), src.held, begin)
     if found.model is not None and found.entry is not None:
-        _attach_packs(cache, found.entry, found.model)
+        _attach_packs(cache, found.entry, found.model, found.begun)
     return found
 
 
-def _attach_packs(cache: GraphCache, entry: dict[str, Any], model: CompiledModel) -> None:
-    """The entry's stored packed weights for ``model``'s kernels, and a place for those its runs pack."""
+def _packs_file(cache: GraphCache, entry: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    made_for = packs.made_for(entry["om_sha256"], native.tier(), native.gemm_tile())
+    return packs.path_of(cache.dir, entry["cache_file_name"]), made_for
+
+
+def _read_ahead(cache: GraphCache, graph: str, signature: Signature, options: CompileOptions) -> dict[tuple[str, str], Any]:
+    """``check_cache_dir``, then the packs read begun for the first entry that may serve the
+    graph (all but its code digest and fingerprint match), while the lock is taken and the code
+    and graph hashed (resnet18: the build 60 -> 42 ms)."""
+    check_cache_dir(cache.dir, graph)
+    e = cache.candidate(graph_match_key(None, signature, options.raw, code=False))
+    if e is None:
+        return {}
+    path = packs.path_of(cache.dir, e["cache_file_name"])
+    made_for = functools.partial(packs.made_for, e["om_sha256"], native.tier(), native.gemm_tile())
+    soon = {(path, e["om_sha256"]): packs.load_soon(path, made_for, cache.shared)}
+    import filelock  # noqa: F401  (the lock's, 8 ms to import: here, while the loop waits anyway)
+
+    return soon
+
+
+def _attach_packs(cache: GraphCache, entry: dict[str, Any], model: CompiledModel, begun: Any = None) -> None:
+    """The entry's stored packed weights for ``model``'s kernels (``begun``: their read, if
+    begun), and a place for those its runs pack."""
     gears = enumerate((model, *model.gears))
     constants = {f"{i}/{n}": v.data for i, m in gears for n, v in m.graph.constants.items() if v.data is not None}
-    made_for = packs.made_for(entry["om_sha256"], native.tier(), native.gemm_tile())
-    path = packs.path_of(cache.dir, entry["cache_file_name"])
+    path, made_for = _packs_file(cache, entry)
     save = functools.partial(packs.save_later, path, made_for, cache.mode)
-    packbook.register(packbook.Book(packs.load(path, made_for, cache.shared), save), constants)
+    stored = begun.result() if begun is not None else packs.load(path, made_for, cache.shared)
+    packbook.register(packbook.Book(stored, save), constants)
 
 
 def _counted_lookup(
@@ -221,8 +248,8 @@ async def load_or_compile(
         that cannot be read or written is logged and never fails the build.
     """
     # Checked before locking: taking the lock would create the directory.
-    await anyio.to_thread.run_sync(check_cache_dir, cache.dir, graph.name)
     source = _Source(graph)
+    source.read_ahead = await anyio.to_thread.run_sync(_read_ahead, cache, graph.name, signature, options)
     async with cache.locked() as held:
         found = await anyio.to_thread.run_sync(_counted_lookup, cache, graph, signature, options, source, limiter=limiter)
         if found.model is not None:

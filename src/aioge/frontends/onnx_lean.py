@@ -14,7 +14,10 @@ file) raises ``NotLean``: the caller parses the file whole, which reports what i
 
 from __future__ import annotations
 
+import functools
 import io
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
 import numpy as np
@@ -29,6 +32,16 @@ _INITIALIZER = 5 << 3 | 2  # GraphProto.initializer
 _RAW_DATA = 9 << 3 | 2  # TensorProto.raw_data
 _ALIGN = 64
 _MAPPED = 1 << 20  # from here a payload is read into a populated mapping (native.populated)
+_SPLIT = 2 << 20  # from here a payload is read by two threads
+
+
+@functools.lru_cache(maxsize=1)
+def _helper() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="aioge-onnx-read")
+
+
+os.register_at_fork(after_in_child=_helper.cache_clear)  # a forked child has no pool thread
+
 
 # The element types whose raw_data is the little-endian array itself, as numpy reads it.
 _T = onnx.TensorProto
@@ -119,7 +132,7 @@ class _Reader:
         buf = np.frombuffer(bytearray(n + _ALIGN) if n < _MAPPED else native.populated(n), np.uint8)
         skip = -buf.ctypes.data % _ALIGN
         out = buf[skip : skip + n]
-        if n and self.f.readinto(out.data) != n:  # type: ignore[attr-defined]
+        if n and self._read(out.data) != n:
             raise NotLean
         self.pos += n
         # Read-only down to the bytearray nobody else holds: a graph constant (kernels keep what
@@ -128,6 +141,18 @@ class _Reader:
         buf.setflags(write=False)
         out.setflags(write=False)
         return out
+
+    def _read(self, view: memoryview) -> int:
+        """Fill ``view`` from the file; a big one's second half on another thread (copying out
+        of the page cache is most of a load: resnet18's 46 MB, 12 ms on one core, 7 on two)."""
+        n = len(view)
+        if n < _SPLIT or not isinstance(self.f, io.BufferedReader):
+            return self.f.readinto(view)  # type: ignore[attr-defined]
+        half = n // 2 & -4096
+        rest = _helper().submit(os.preadv, self.f.fileno(), [view[half:]], self.f.tell() + half)
+        got = self.f.readinto(view[:half])
+        self.f.seek(n - half, io.SEEK_CUR)
+        return got + rest.result()
 
     def message(self, key: int, body: bytes) -> bytes:
         return _varint_bytes(key) + _varint_bytes(len(body)) + body

@@ -40,15 +40,18 @@ def configure_blas(threads: int = 1) -> list[dict[str, Any]]:
     with _lock:
         if _configured is not None:
             return _configured
-        from threadpoolctl import threadpool_info, threadpool_limits
+        from threadpoolctl import ThreadpoolController
 
+        # One scan of the loaded libraries for both the limit and the description (each scan
+        # took 3-4 ms of a fresh process's start; info() reads the pools' current threads).
+        pools = ThreadpoolController()
         user = [k for k in _ENV if os.environ.get(k)]
         if user:
             log.info("BLAS threads left as set by %s", ", ".join(user))
         else:
-            _limiter = threadpool_limits(limits=max(1, threads), user_api="blas")
+            _limiter = pools.limit(limits=max(1, threads), user_api="blas")
             log.info("BLAS limited to %d thread(s) per call: engine lanes run kernels in parallel", threads)
-        _configured = [dict(p) for p in threadpool_info() if p.get("user_api") == "blas"]
+        _configured = [dict(p) for p in pools.info() if p.get("user_api") == "blas"]
         return _configured
 
 
