@@ -207,13 +207,14 @@ async def test_cancelled_run_leaves_session_usable() -> None:
         np.testing.assert_allclose(out["y"], r, rtol=1e-5, atol=1e-6)
 
 
-async def test_unclosed_session_stops_its_lanes_when_collected() -> None:
+async def test_unclosed_session_stops_its_lanes_when_collected(tmp_path) -> None:
     import gc
 
     s = aioge.Session()
     await s.add_graph(1, _graph())
     x = np.ones((2, 8), np.float32)
-    np.testing.assert_allclose((await s.run_graph(1, {"x": x}))["y"], _ref(x), rtol=1e-6, atol=1e-6)
+    # traced: step by step on the lanes (a first untraced run may go to the C queue's runner instead)
+    np.testing.assert_allclose((await s.run_graph(1, {"x": x}, trace=tmp_path / "t.json"))["y"], _ref(x), rtol=1e-6, atol=1e-6)
     assert s._workers is not None
     threads = [lane._thread for lane in s._workers._started]
     assert threads and all(t.is_alive() for t in threads)

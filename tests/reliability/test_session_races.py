@@ -214,10 +214,10 @@ async def test_an_add_that_fails_validation_frees_its_id() -> None:
 # -- sessions never closed ------------------------------------------------------------
 
 
-async def test_an_unclosed_session_warns_and_stops_its_threads_when_collected() -> None:
+async def test_an_unclosed_session_warns_and_stops_its_threads_when_collected(tmp_path) -> None:
     s = aioge.Session(OPTS)
     await s.add_graph(1, _scaled_tanh(1.0))
-    await s.run_graph(1, {"x": _x()})
+    await s.run_graph(1, {"x": _x()}, trace=tmp_path / "t.json")  # traced: on the lanes, not the C queue's runner
     assert s._workers is not None
     threads = [lane._thread for lane in s._workers._started]
     assert threads and all(t.is_alive() for t in threads)

@@ -113,6 +113,91 @@ async def test_a_program_a_closed_queue_refuses_runs_in_the_caller_on_what_it_st
     np.testing.assert_allclose(got["probs"], reference(feeds)["probs"], rtol=1e-5, atol=1e-6)
 
 
+async def test_a_lone_callers_long_program_runs_in_the_c_runner_splitting_and_gives_every_token_back(
+    monkeypatch, native_plans: None
+) -> None:
+    # Runs over schedule.INLINE_US go off the loop: a lone caller's to the program queue's
+    # runner with split set (no lane thread: NativeProgram.run, the lanes' entry, never runs).
+    monkeypatch.setattr("aioge.runtime.schedule.INLINE_US", 0.0)
+    submitted: list[bool] = []
+    real_submit = ProgramQueue.submit
+
+    def submit(self: ProgramQueue, prog: NativeProgram, split: bool = False) -> Any:
+        submitted.append(split)
+        return real_submit(self, prog, split)
+
+    def on_a_lane(*_: Any) -> None:
+        raise AssertionError("a lone caller's long run went to a lane")
+
+    monkeypatch.setattr(ProgramQueue, "submit", submit)
+    async with _mlp_ran_once() as (s, exe, feeds, reference):
+        monkeypatch.setattr(NativeProgram, "run", on_a_lane)
+        for _ in range(4):
+            got = await s.run_graph(1, feeds)
+            np.testing.assert_allclose(got["probs"], reference(feeds)["probs"], rtol=1e-5, atol=1e-6)
+        workers = s._engines.workers
+        assert workers.cpu.idle() == workers.cpu_slots, "every CPU token back"
+        assert exe.queued_runs >= 4 and submitted[-4:] == [True] * 4 and s._engines.workers.program_queue().taken == 0
+        assert exe._run_us is not None and exe._run_us > 0  # the runner's time is observed
+        name = next(iter(feeds))
+        with pytest.raises(aioge.errors.FeedError):  # a wrong feed: refused as before
+            await s.run_graph(1, {name: feeds[name].astype(np.float64)})
+        assert workers.cpu.idle() == workers.cpu_slots
+
+
+async def test_a_failing_job_of_a_split_queued_program_raises_naming_its_node(monkeypatch, native_plans: None) -> None:
+    monkeypatch.setattr("aioge.runtime.schedule.INLINE_US", 0.0)
+    async with _mlp_ran_once() as (s, exe, feeds, reference):
+        (ctx,) = exe._pool
+        table = ctx.native._keep[0]
+        table[0] = 999  # the first job: no such job, the C side refuses it
+        queued = exe.queued_runs
+        with pytest.raises(ExecutionError) as err:
+            await s.run_graph(1, feeds)
+        assert err.value.node == exe.model.nodes[0].name and "unknown job" in str(err.value)
+        workers = s._engines.workers
+        assert workers.cpu.idle() == workers.cpu_slots and exe.queued_runs == queued + 1  # the queue ran it
+
+
+async def test_a_split_program_a_closed_queue_refuses_runs_on_a_lane(monkeypatch, native_plans: None) -> None:
+    monkeypatch.setattr("aioge.runtime.schedule.INLINE_US", 0.0)
+    async with _mlp_ran_once() as (s, exe, feeds, reference):
+        workers = s._engines.workers
+        workers.program_queue().close()
+        runs, queued = exe.native_runs, exe.queued_runs
+        got = await s.run_graph(1, feeds)
+        assert exe.native_runs == runs + 1 and exe.queued_runs == queued
+        assert workers.cpu.idle() == workers.cpu_slots
+    np.testing.assert_allclose(got["probs"], reference(feeds)["probs"], rtol=1e-5, atol=1e-6)
+
+
+async def test_the_loops_thread_never_takes_a_split_program_from_the_queue(native_plans: None) -> None:
+    # Past HELP_DEPTH the pushing thread runs the oldest program itself; a split one (a lone
+    # caller's long program) it leaves to the runner, so the loop is never held for its run.
+    graph, feeds, reference = EXAMPLES["cnn"]()  # type: ignore[call-arg]
+    async with aioge.Session() as s:
+        await s.add_graph(1, graph)
+        await s.run_graph(1, feeds)
+        exe = s.executable(1)
+        progs = [exe._native_program(exe._acquire(False)) for _ in range(12)]
+        assert all(isinstance(p, NativeProgram) for p in progs), _kernels(exe)
+        queue = ProgramQueue(1)
+        try:
+            waiters = []
+            for p in progs:
+                p.stage(feeds)
+                waiters.append(queue.submit(p, split=True))
+            for w in waiters:
+                assert w is not None
+                await queue.wait(w)
+        finally:
+            queue.close()
+        assert queue.taken == 0
+        want = next(iter(reference(feeds).values()))
+        for p in progs:
+            np.testing.assert_allclose(next(iter(p.finish().values())), want, rtol=1e-4, atol=1e-5)
+
+
 async def test_runs_kept_off_the_loop_run_whole_on_lanes_of_their_own(monkeypatch, native_plans: None) -> None:
     # batches that others overlap (placement=Placement.LANE_WHOLE): one lane and one core each, not queued on
     # the first lane splitting their jobs (the second batch then waited out the first)
@@ -609,9 +694,9 @@ async def test_a_failing_job_in_a_device_run_raises_execution_error_naming_its_n
 async def test_long_programs_of_concurrent_callers_run_whole_beside_each_other_each_its_own_rows(
     monkeypatch, native_plans: None
 ) -> None:
-    # Not short (INLINE_US 0): a lone caller's runs split on the first lane; once another lane
-    # run is in flight the next go whole to the shared whole-run lanes, two at once, and every
-    # caller gets its own feeds' rows back in the order it asked for them.
+    # Not short (INLINE_US 0): a lone caller's runs split, queued for the C runner; once another
+    # lane or split queued run is in flight the next go whole to the shared whole-run lanes, two at
+    # once, and every caller gets its own feeds' rows back in the order it asked for them.
     graph, feeds, reference = EXAMPLES["cnn"](batch=1)  # type: ignore[call-arg]
     monkeypatch.setattr("aioge.runtime.schedule.INLINE_US", 0.0)
     rng = np.random.default_rng(0)
@@ -626,9 +711,9 @@ async def test_long_programs_of_concurrent_callers_run_whole_beside_each_other_e
     monkeypatch.setattr(executor, "choose", spy)
     async with aioge.Session() as s:
         await s.add_graph(1, graph)
-        for f in many[:3]:  # one caller at a time: split on the first lane
+        for f in many[:3]:  # one caller at a time: split by the C runner
             np.testing.assert_allclose((await s.run_graph(1, f))["logits"], reference(f)["logits"], rtol=1e-4, atol=1e-5)
-        assert chosen and set(chosen) == {Strategy.NATIVE_LANE_SPLIT}, chosen
+        assert chosen and set(chosen) == {Strategy.NATIVE_QUEUE_SPLIT}, chosen
         chosen.clear()
         got: dict[int, list[np.ndarray]] = {i: [] for i in range(len(many))}
 
@@ -641,6 +726,7 @@ async def test_long_programs_of_concurrent_callers_run_whole_beside_each_other_e
                 tg.start_soon(caller, i)
         assert s._engines.workers.lane_runs == 0
     assert chosen.count(Strategy.NATIVE_LANE_WHOLE) > len(chosen) // 2, chosen
+    assert Strategy.NATIVE_LANE_SPLIT not in chosen, chosen  # a split queued run counts among the lane runs
     for i, outs in got.items():
         for k, logits in enumerate(outs):
             np.testing.assert_allclose(logits, reference(many[(i + k) % len(many)])["logits"], rtol=1e-4, atol=1e-5)

@@ -62,7 +62,7 @@ class _Program:
         self.record_address = i
         self.done = False
 
-    def pend(self) -> None:
+    def pend(self, split: bool = False) -> None:
         self.done = False
 
     def pending(self) -> bool:

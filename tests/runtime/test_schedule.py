@@ -50,7 +50,10 @@ def _pick(
         (Q, {"contended": True, "queue": False}, Strategy.NATIVE_INLINE, True),
         (ALONE, {"contended": True}, Strategy.NATIVE_INLINE, True),  # a batch alone is never queued
         (ALONE, {"tokens": False}, Strategy.NATIVE_LANE_SPLIT, False),  # a lane computes: off the loop
-        (Q, {"short": False}, Strategy.NATIVE_LANE_SPLIT, False),
+        (Q, {"short": False}, Strategy.NATIVE_QUEUE_SPLIT, True),  # a lone caller's long run: the C runner, splitting
+        (Q, {"short": False, "tokens": False}, Strategy.NATIVE_LANE_SPLIT, False),
+        (Q, {"short": False, "queue": False}, Strategy.NATIVE_LANE_SPLIT, False),
+        (ALONE, {"short": False}, Strategy.NATIVE_LANE_SPLIT, False),  # a batch alone is never queued
         (Q, {"short": False, "lane_runs": 1}, Strategy.NATIVE_LANE_WHOLE, False),  # beside another: whole
         (Q, {"tokens": False, "lane_runs": 3}, Strategy.NATIVE_LANE_WHOLE, False),
         (SPLIT, {"lane_runs": 1}, Strategy.NATIVE_LANE_SPLIT, False),  # asked for: kept

@@ -221,7 +221,7 @@ class Executable:
         ctx = self._acquire(poison)
         try:
             if strategy.value.startswith("native") and self._native_program(ctx) is None:
-                if strategy is Strategy.NATIVE_INLINE:  # chosen holding every token: the next choice may take them again
+                if strategy in _HOLDING:  # chosen holding every token: the next choice may take them again
                     workers.cpu.give_all()
                 strategy = choose(self, workers, mode=mode, placement=placement, traced=traced)
             return await _STRATEGIES[strategy](self, ctx, feeds, workers, trace, poison)
@@ -299,6 +299,27 @@ class Executable:
         if waiter is None:
             return prog.run_staged(False)
         await queue.wait(waiter)
+        self.native_runs += 1
+        self.queued_runs += 1
+        return prog.finish()
+
+    async def _native_queue_split(self, ctx: Context, feeds: Feeds, workers: EngineWorkers, *_: Any) -> Outputs:
+        """A lone caller's long program, every CPU token held, run by the C runner splitting its big
+        jobs: no lane thread to wake, no GIL in the hand-back (csrc/queue.c)."""
+        prog, queue, waiter = ctx.native, workers.program_queue(), None
+        workers.lane_runs += 1  # counted as a lane run: long runs of other callers meanwhile go whole (choose)
+        try:
+            prog.stage(feeds)
+            wake_helpers()
+            waiter = queue.submit(prog, split=True)
+            if waiter is not None:
+                await queue.wait(waiter)
+        finally:
+            workers.cpu.give_all()
+            workers.lane_runs -= 1
+        if waiter is None:  # closed or full: a lane runs it
+            return await self._native_lane(ctx, feeds, workers)
+        self.observe(prog.queued_seconds())
         self.native_runs += 1
         self.queued_runs += 1
         return prog.finish()
@@ -709,12 +730,14 @@ def _with_poison(layout: Layout, model: CompiledModel) -> Layout:  # per step, t
     return replace(layout, poison=tuple(merged))
 
 
+_HOLDING = (Strategy.NATIVE_INLINE, Strategy.NATIVE_QUEUE_SPLIT)  # strategies chosen holding every CPU token
 _STRATEGIES: dict[Strategy, Any] = {
     Strategy.HOST: Executable._host,
     Strategy.INLINE: Executable._inline,
     Strategy.LANES: Executable._on_lanes,
     Strategy.NATIVE_INLINE: Executable._native_inline,
     Strategy.NATIVE_QUEUE: Executable._native_queue,
+    Strategy.NATIVE_QUEUE_SPLIT: Executable._native_queue_split,
     Strategy.NATIVE_LANE_SPLIT: Executable._native_lane,
     Strategy.NATIVE_LANE_WHOLE: partial(Executable._native_lane, split=False),
 }

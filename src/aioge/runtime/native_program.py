@@ -60,10 +60,10 @@ class NativeProgram:
         self._entries, self._n = native.ptr(table), len(calls)
         self._keep = (table, calls)  # every argument block and what it points at
         self._fn = native.run_jobs()
-        self._failed = np.zeros(2, np.int64)  # the failed entry, and the result of a queued run
+        self._failed = np.zeros(3, np.int64)  # the failed entry; a queued run's result and nanoseconds
         self._fptr = native.ptr(self._failed)
-        # the program as a queue's record (csrc/queue.c): jobs, count, failed entry, result
-        self._record = np.array([self._entries, self._n, self._fptr, self._fptr + 8], np.int64)
+        # the program as a queue's record (csrc/queue.c): jobs, count, failed entry, result, split, ns
+        self._record = np.array([self._entries, self._n, self._fptr, self._fptr + 8, 0, self._fptr + 16], np.int64)
         self.record_address = native.ptr(self._record)
 
     @classmethod
@@ -135,9 +135,13 @@ class NativeProgram:
         for name, buf in self._staging:
             np.copyto(buf, feeds[name], casting="no")
 
-    def pend(self) -> None:
-        """Mark the program not run yet (before it is queued)."""
+    def pend(self, split: bool = False) -> None:
+        """Mark the program not run yet (before it is queued); ``split``: the runner splits its big jobs."""
         self._failed[1] = _PENDING
+        self._record[4] = split
+
+    def queued_seconds(self) -> float:  # the last queued run's C jobs, timed by its runner
+        return int(self._failed[2]) * 1e-9
 
     def pending(self) -> bool:
         """Whether a queued program has not run yet."""

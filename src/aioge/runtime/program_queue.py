@@ -83,13 +83,14 @@ class ProgramQueue:
         except OSError:
             return None
 
-    def submit(self, prog: NativeProgram) -> _Waiter | None:
+    def submit(self, prog: NativeProgram, split: bool = False) -> _Waiter | None:
         """Queue staged ``prog``: its waiter (give it to ``wait``), or None when it cannot be
-        queued (closed, full): the caller runs it."""
+        queued (closed, full): the caller runs it. ``split``: its big jobs split (a lone
+        caller's long program, every CPU token held); only a runner runs it."""
         with self._lock:
             if self._closing:
                 return None
-            prog.pend()
+            prog.pend(split)
             depth = self._push(self._h, prog.record_address)
             if depth <= 0:  # full
                 return None

@@ -81,6 +81,7 @@ class Strategy(enum.Enum):
     LANES = "lanes"  # each thread group on a lane; short runs all on the first lanes, long ones rotating
     NATIVE_INLINE = "native-inline"  # one C call on the loop's thread, holding every CPU token
     NATIVE_QUEUE = "native-queue"  # staged and queued for the C runner threads
+    NATIVE_QUEUE_SPLIT = "native-queue-split"  # a lone caller's long program queued, splitting, holding every CPU token
     NATIVE_LANE_SPLIT = "native-lane-split"  # one C call on the first lane, splitting over an idle core
     NATIVE_LANE_WHOLE = "native-lane-whole"  # one C call on a rotating lane, one core
 
@@ -93,7 +94,7 @@ def choose(
 ) -> Strategy:
     """The strategy of one run of ``exe``. ``traced``: spans or poison asked for (step by step).
 
-    An inline strategy is returned holding every CPU token of ``workers`` (no lane computing
+    An inline strategy, or NATIVE_QUEUE_SPLIT, is returned holding every CPU token of ``workers`` (no lane computing
     beside it would make the loop's thread wait for the GIL between kernels): its run gives
     them back. A plan that may have a native program (``exe.native_ok`` not False) gets a
     native strategy; ``Executable.run`` chooses again if its program turns out not to build.
@@ -109,8 +110,15 @@ def choose(
                 return Strategy.NATIVE_QUEUE
             if inline_budget.allows() and workers.cpu.take_all():
                 return Strategy.NATIVE_INLINE
-        # Beside another lane run, whole: two split runs took turns on one lane and its helper
-        # (light/ squeezenet, 64 callers: 250 runs/s, 1 caller 300), whole ones fill both cores.
+        elif (
+            placement is Placement.QUEUE
+            and not workers.lane_runs
+            and workers.program_queue() is not None
+            and workers.cpu.take_all()
+        ):
+            return Strategy.NATIVE_QUEUE_SPLIT
+        # Beside another lane or split queued run, whole: two split runs took turns on one lane and its
+        # helper (light/ squeezenet, 64 callers: 250 runs/s, 1 caller 300), whole ones fill both cores.
         whole = placement is Placement.LANE_WHOLE or (placement is Placement.QUEUE and workers.lane_runs > 0)
         return Strategy.NATIVE_LANE_WHOLE if whole else Strategy.NATIVE_LANE_SPLIT
     if may_inline and inline_budget.allows() and workers.cpu.take_all():

@@ -155,7 +155,7 @@ class EngineWorkers:
         self._closed = False
         self._started: list[Lane] = []  # every lane ever started, for the finalizer
         self._queues: list[Any] = []  # the program queue, once made (runtime.program_queue)
-        self.lane_runs = 0  # native programs handed to lanes and not yet awaited (executor._native_lane)
+        self.lane_runs = 0  # native programs handed to lanes or split-queued, not yet awaited (executor)
         self._finalizer = weakref.finalize(self, _stop_lanes, self._started, self._queues)
 
     @property

@@ -10,9 +10,13 @@
  * thread may take one too (aioge_queue_take) when the queue grows: whichever side is behind
  * gets help.
  *
- * A program is a record of four int64 (entries, count, failed, result; NativeProgram's
- * record_address): the runner runs aioge_run_jobs(entries, count, 0, failed) and stores what it returns at
- * result. The caller keeps the record and everything it points at alive until its result
+ * A program is a record of six int64 (entries, count, failed, result, split, ns; NativeProgram's
+ * record_address): the runner runs aioge_run_jobs(entries, count, split, failed), stores the
+ * run's nanoseconds at ns and what it returns at result. A lone caller's long program comes
+ * with split set (its big jobs split over par.c's helper): the runner, a C thread that spins
+ * after each program, starts it without a Python thread's wake-up, and the loop learns of its
+ * end from the eventfd, written before any Python runs (a lane hands back through the GIL and
+ * the loop's self-pipe). The caller keeps the record and everything it points at alive until its result
  * is in. Completions are counted; the event loop learns of them through an eventfd (a pipe
  * off Linux), written only when a waiter armed it (aioge_queue_arm), so a busy loop pays no
  * system call per program.
@@ -37,6 +41,7 @@
 #define QCAP 256     /* programs queued at most (a session lets 2 x cores runs in flight) */
 #define RUNNERS 8    /* runner threads at most */
 #define QSPIN_US 300 /* how long an idle runner spins before it sleeps (as par.c's helper) */
+#define QDESCHED_NS 200000LL /* a spinning runner that went this long between two looks sleeps */
 
 
 /* A runner thread: where it is, for a pusher to keep it off the pusher's CPU (aioge_keep_off). */
@@ -46,6 +51,7 @@ struct runner {
     _Atomic int tid;
     _Atomic int cpu;      /* where it last ran a program or looked for work, -1 asleep or unknown */
     _Atomic int excluded; /* the CPU its affinity leaves out, -1 none */
+    _Atomic int splitting; /* it runs (or last ran) a split program: a lone caller's, who sleeps meanwhile */
 };
 
 struct queue {
@@ -58,6 +64,10 @@ struct queue {
     _Atomic int sleepers;
     _Atomic int stop;
     int efd, wfd, nrunners; /* read and write ends: one eventfd, or a pipe where there is none */
+#ifdef __linux__
+    cpu_set_t all; /* the creating thread's CPUs: a runner let back onto every one */
+    int have_all;
+#endif
     struct runner runners[RUNNERS];
 };
 
@@ -68,12 +78,14 @@ static int64_t q_now_ns(void)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static int64_t *q_pop(struct queue *q)
+/* The oldest queued record, taken off the queue; NULL when none is, or (whole_only) when the
+ * oldest splits: the loop's thread must not run a long program. */
+static int64_t *q_pop(struct queue *q, int whole_only)
 {
     int64_t *r = NULL;
     pthread_mutex_lock(&q->mu);
     const int64_t h = atomic_load(&q->head);
-    if (h < atomic_load(&q->tail)) {
+    if (h < atomic_load(&q->tail) && !(whole_only && q->slots[h % QCAP][4])) {
         r = q->slots[h % QCAP];
         atomic_store(&q->head, h + 1);
     }
@@ -83,7 +95,9 @@ static int64_t *q_pop(struct queue *q)
 
 static void q_run(struct queue *q, int64_t *r)
 {
-    const int64_t res = aioge_run_jobs((const int64_t *)(intptr_t)r[0], r[1], 0, (int64_t *)(intptr_t)r[2]);
+    const int64_t t0 = q_now_ns();
+    const int64_t res = aioge_run_jobs((const int64_t *)(intptr_t)r[0], r[1], (int)r[4], (int64_t *)(intptr_t)r[2]);
+    *(int64_t *)(intptr_t)r[5] = q_now_ns() - t0; /* before the result: the waiter reads it after */
     atomic_store_explicit((_Atomic int64_t *)(intptr_t)r[3], res, memory_order_release);
     atomic_fetch_add(&q->completed, 1); /* sequentially consistent: pairs with aioge_queue_arm */
     if (atomic_exchange(&q->armed, 0)) {
@@ -103,8 +117,9 @@ static void *q_main(void *arg)
     atomic_store(&me->tid, (int)syscall(SYS_gettid));
 #endif
     for (;;) {
-        int64_t *r = q_pop(q);
+        int64_t *r = q_pop(q, 0);
         if (r) {
+            atomic_store(&me->splitting, r[4] != 0);
             q_run(q, r);
             /* where it is now, for a poller: the loop, woken by this runner's completion, may
              * have been woken onto this CPU */
@@ -114,7 +129,8 @@ static void *q_main(void *arg)
         if (atomic_load(&q->stop))
             break; /* stopped, and every pushed program taken */
         atomic_store_explicit(&me->cpu, aioge_this_cpu(), memory_order_relaxed);
-        const int64_t deadline = q_now_ns() + QSPIN_US * 1000;
+        int64_t last = q_now_ns();
+        const int64_t deadline = last + QSPIN_US * 1000;
         unsigned spins = 0;
         while (atomic_load(&q->head) >= atomic_load(&q->tail) && !atomic_load(&q->stop)) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -123,7 +139,11 @@ static void *q_main(void *arg)
             if ((++spins & 255) != 0)
                 continue;
             sched_yield();
-            if (q_now_ns() > deadline) {
+            /* past the spin, or descheduled for a slice (another process has the CPU): sleep,
+             * so the next push wakes it with the scheduler's wake-up preference (as par.c) */
+            const int64_t t = q_now_ns(), gap = t - last;
+            last = t;
+            if (t > deadline || gap > QDESCHED_NS) {
                 pthread_mutex_lock(&q->mu);
                 atomic_fetch_add(&q->sleepers, 1);
                 atomic_store_explicit(&me->cpu, -1, memory_order_relaxed);
@@ -155,7 +175,27 @@ static void keep_runners_off(struct queue *q)
     const int cpu = aioge_this_cpu();
     for (int i = 0; i < q->nrunners; i++) {
         struct runner *rn = &q->runners[i];
+        if (atomic_load(&rn->splitting))
+            continue;
         aioge_keep_off(atomic_load(&rn->tid), atomic_load_explicit(&rn->cpu, memory_order_relaxed), cpu, &rn->excluded);
+    }
+}
+
+/* A lone caller's split program: its caller sleeps while it runs, so a runner woken onto the
+ * caller's CPU (this VM packs a wakee onto its waker's vCPU) starts on a vCPU that is awake, and
+ * par.c's helper, kept off the runner's CPU, spins on the other one undisturbed by the loop's
+ * Python between runs. A runner kept off this CPU before is let back onto every CPU. */
+static void let_runners_on(struct queue *q)
+{
+    for (int i = 0; i < q->nrunners; i++) {
+        struct runner *rn = &q->runners[i];
+        int was = atomic_load(&rn->excluded);
+#ifdef __linux__
+        if (was >= 0 && q->have_all && atomic_compare_exchange_strong(&rn->excluded, &was, -1))
+            sched_setaffinity(atomic_load(&rn->tid), sizeof q->all, &q->all);
+#else
+        (void)was;
+#endif
     }
 }
 
@@ -186,6 +226,9 @@ void *aioge_queue_new(int runners)
 #endif
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
+#ifdef __linux__
+    q->have_all = sched_getaffinity(0, sizeof q->all, &q->all) == 0;
+#endif
     runners = runners < 1 ? 1 : runners > RUNNERS ? RUNNERS : runners;
     for (int i = 0; i < runners; i++) {
         struct runner *rn = &q->runners[i];
@@ -225,17 +268,21 @@ int64_t aioge_queue_push(void *handle, int64_t *record)
     atomic_store(&q->tail, t + 1);
     const int wake = atomic_load(&q->sleepers) > 0;
     pthread_mutex_unlock(&q->mu);
-    keep_runners_off(q);
+    if (record[4])
+        let_runners_on(q);
+    else
+        keep_runners_off(q);
     if (wake) /* after the unlock: the woken runner does not wait for the mutex on this CPU */
         pthread_cond_signal(&q->cv);
     return t + 1 - h;
 }
 
-/* Take the oldest queued program and run it in this thread: 1, or 0 when none was queued. */
+/* Take the oldest queued program and run it in this thread: 1, or 0 when none was queued or
+ * the oldest is a split one (a lone caller's long program: the runners' alone). */
 int aioge_queue_take(void *handle)
 {
     struct queue *q = handle;
-    int64_t *r = q_pop(q);
+    int64_t *r = q_pop(q, 1);
     if (!r)
         return 0;
     q_run(q, r);
