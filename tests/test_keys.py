@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 import aioge
+from aioge.kernels import native
 from aioge.keys import code_digest, compile_options, graph_match_key, kernel_key_parts, versions
 from aioge.options import OPTIONS
 from aioge.plan import serialize
@@ -11,7 +14,7 @@ from aioge.plan import serialize
 def test_graph_match_key_names_every_part_and_each_part_changes_it() -> None:
     base = graph_match_key("f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0"})
     assert set(base) == {"versions", "code", "fingerprint", "signature", "options"}
-    assert base["versions"] == versions() and base["code"] == code_digest()
+    assert base["versions"] == {**versions(), "native": native.tier()} and base["code"] == code_digest()
     assert base["signature"] == [["x", [2, 3]]]
     for other in (
         graph_match_key("e" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0"}),
@@ -20,6 +23,9 @@ def test_graph_match_key_names_every_part_and_each_part_changes_it() -> None:
         graph_match_key("f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "1"}),
     ):
         assert other != base
+    with pytest.MonkeyPatch.context() as mp:  # the kernels' ISA tier is part of it (plan_versions)
+        mp.setattr(native, "tier", lambda: "another")
+        assert graph_match_key("f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0"}) != base
     # Options that say where to cache or where to run are not part of it (exec_devices: issue 40).
     assert (
         graph_match_key(

@@ -196,6 +196,23 @@ async def test_foreign_versions_recompile(tmp_path, caplog) -> None:
     assert [e["versions"]["aioge"] for e in _index(tmp_path)] == ["0.0.9", aioge.__version__]  # the foreign one is kept
 
 
+async def test_an_entry_compiled_on_another_isa_tier_recompiles(tmp_path, caplog, monkeypatch) -> None:
+    # A plan's kernels were tuned among its tier's candidates: a cache shared with a process on
+    # another tier (AIOGE_ISA, or another machine) serves it nothing, and keeps its entry.
+    from aioge.kernels import native
+
+    monkeypatch.setattr(native, "tier", lambda: "avx2")
+    await _build(tmp_path)
+    assert [e["versions"]["native"] for e in _index(tmp_path)] == ["avx2"]
+    monkeypatch.setattr(native, "tier", lambda: "avx512")
+    out, model = await _build(tmp_path)
+    assert not model.stats.graph_cache_hit and model.versions["native"] == "avx512"
+    assert any("'gk'" in w and "versions differ" in w and "'native': 'avx2'" in w for w in _warnings(caplog))
+    np.testing.assert_allclose(out["y"], _ref(X), rtol=1e-5, atol=1e-6)
+    assert [e["versions"]["native"] for e in _index(tmp_path)] == ["avx2", "avx512"]
+    assert (await _build(tmp_path))[1].stats.graph_cache_hit  # its own tier's entry serves
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty"])
 async def test_corrupt_om_recovers(tmp_path, caplog, damage: str) -> None:
     await _build(tmp_path)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from aioge.ir.graph import Graph, IOInfo
-from aioge.keys import versions
+from aioge.keys import plan_versions
 from aioge.plan.kernel import KernelDesc
 from aioge.plan.memory import MemoryPlan
 from aioge.plan.streams import StreamPlan
@@ -60,7 +60,7 @@ class CompiledModel:
     # Sink mode: the stream ids each worker thread runs (``compiler.threads``), a partition of
     # the streams; () gives every stream its own thread.
     threads: tuple[tuple[int, ...], ...] = ()
-    versions: Mapping[str, str] = field(default_factory=versions)
+    versions: Mapping[str, str] = field(default_factory=plan_versions)  # with the kernels' ISA tier
     stats: CompileStats = field(default_factory=CompileStats)
     # GE's dynamic gears (``serving.gears``): the models of the other gears, compiled with this
     # one and stored in its .om and graph-cache entry; this model is the first gear. () without gears.
