@@ -993,7 +993,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve_workers(args.argv, args.host, args.port, args.workers, graceful_seconds=args.graceful_seconds)
         return 0
     failures = app.state.load_failures
-    parent = os.getppid()  # a worker whose parent died (SIGKILL) drains and exits, not serves on orphaned
+    # a worker whose parent died (SIGKILL) drains and exits, not serves on orphaned
+    parent = os.getppid() if args.worker_parent is None else args.worker_parent
     serve(
         app,
         args.host,
@@ -1045,6 +1046,7 @@ def _add_serve(sub: Any) -> None:
         "the command exits 1 (no restart). Not with --grpc-port. Default 1",
     )
     p.add_argument("--worker-fd", type=int, default=None, help=argparse.SUPPRESS)  # set by --workers for its workers
+    p.add_argument("--worker-parent", type=int, default=None, help=argparse.SUPPRESS)  # and the pid they serve for
     p.add_argument(
         "--batch-max-rows", type=int, default=None, help="dynamic batching: most rows stacked into one run (aioge.batch_max_rows)"
     )

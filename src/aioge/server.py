@@ -1215,6 +1215,7 @@ def serve_workers(argv: Sequence[str], host: str, port: int, workers: int, *, gr
     Raises:
         AiogeError: the port cannot be bound, or a worker exited non-zero.
     """
+    import os
     import signal
     import socket
     import subprocess
@@ -1238,7 +1239,9 @@ def serve_workers(argv: Sequence[str], host: str, port: int, workers: int, *, gr
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     failed: list[str] = []
     try:
-        cmd = [sys.executable, "-P", "-m", "aioge", *argv, "--worker-fd", str(sock.fileno())]
+        # Its parent by pid, not by what getppid() says once it has loaded its models: a parent
+        # killed meanwhile had left a worker orphaned before it looked, serving on for good.
+        cmd = [sys.executable, "-P", "-m", "aioge", *argv, "--worker-fd", str(sock.fileno()), "--worker-parent", str(os.getpid())]
         procs.extend(subprocess.Popen(cmd, pass_fds=(sock.fileno(),)) for _ in range(workers))
         deadline = math.inf
         while any(p.poll() is None for p in procs):

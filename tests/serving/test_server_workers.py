@@ -159,6 +159,31 @@ def test_workers_stop_when_the_parent_is_killed(tmp_path: Path) -> None:
                 time.sleep(0.1)
 
 
+def test_workers_stop_when_the_parent_is_killed_while_they_load(tmp_path: Path) -> None:
+    # Killed as soon as its workers exist (they are still importing, long before they serve):
+    # each knows its parent by pid from the command line, so it drains and exits on its first
+    # tick. It had asked getppid() once its models were loaded, got init, and served on for good.
+    model = _onnx_model(tmp_path / "mlp.onnx")
+    proc = _start(model, tmp_path, _free_port())
+    try:
+        deadline = time.monotonic() + 30
+        while len(workers := _children(proc.pid)) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.01)
+        proc.kill()
+        proc.communicate()
+        deadline = time.monotonic() + 60
+        for pid in workers:
+            while not _gone(pid):
+                assert time.monotonic() < deadline, f"worker {pid} still running after its parent was killed"
+                time.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.communicate()
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [(["--workers", "0"], "--workers 0: expected 1 or more"), (["--workers", "2", "--grpc-port", "8001"], "--grpc-port")],
