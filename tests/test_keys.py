@@ -2,42 +2,27 @@
 
 from __future__ import annotations
 
-import pytest
-
 import aioge
-from aioge.kernels import native
 from aioge.keys import code_digest, compile_options, graph_match_key, kernel_key_parts, versions
 from aioge.options import OPTIONS
 from aioge.plan import serialize
 
 
 def test_graph_match_key_names_every_part_and_each_part_changes_it() -> None:
-    base = graph_match_key("f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0"})
+    def key(fingerprint: str | None = "f" * 64, shape: tuple = (2, 3), tier: str = "avx512", **options: str) -> dict:
+        return graph_match_key(fingerprint, [("x", shape)], {"ge.exec.disableReuseMemory": "0", **options}, native=tier)
+
+    base = key()
     assert set(base) == {"versions", "code", "fingerprint", "signature", "options"}
-    assert base["versions"] == {**versions(), "native": native.tier()} and base["code"] == code_digest()
+    assert base["versions"] == {**versions(), "native": "avx512"} and base["code"] == code_digest()
     assert base["signature"] == [["x", [2, 3]]]
-    for other in (
-        graph_match_key("e" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0"}),
-        graph_match_key(None, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0"}),
-        graph_match_key("f" * 64, [("x", (2, 4))], {"ge.exec.disableReuseMemory": "0"}),
-        graph_match_key("f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "1"}),
-    ):
+    # the kernels' ISA tier (plan_versions) is a part too
+    for other in (key("e" * 64), key(None), key(shape=(2, 4)), key(**{"ge.exec.disableReuseMemory": "1"}), key(tier="avx2")):
         assert other != base
-    with pytest.MonkeyPatch.context() as mp:  # the kernels' ISA tier is part of it (plan_versions)
-        mp.setattr(native, "tier", lambda: "another")
-        assert graph_match_key("f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0"}) != base
     # Options that say where to cache or where to run are not part of it (exec_devices: issue 40).
-    assert (
-        graph_match_key(
-            "f" * 64, [("x", (2, 3))], {"ge.exec.disableReuseMemory": "0", "ge.graph_key": "k", "aioge.exec_devices": "2"}
-        )
-        == base
-    )
+    assert key(**{"ge.graph_key": "k", "aioge.exec_devices": "2"}) == base
     # aioge.exec_mode is: the compiler reads it (sink plans take native kernels, prefer_native).
-    host = {"ge.exec.disableReuseMemory": "0", "aioge.exec_mode": "host"}
-    assert graph_match_key("f" * 64, [("x", (2, 3))], host) != graph_match_key(
-        "f" * 64, [("x", (2, 3))], {**host, "aioge.exec_mode": "sink"}
-    )
+    assert key(**{"aioge.exec_mode": "host"}) != key(**{"aioge.exec_mode": "sink"})
 
 
 def test_compile_options_follow_the_flag_in_the_options_table() -> None:

@@ -57,13 +57,12 @@ def versions() -> dict[str, str]:
     return {"aioge": __version__, "numpy": np.__version__, "python": platform.python_version()}
 
 
-def plan_versions() -> dict[str, str]:
-    """``versions`` and the ISA tier of the compiled kernels (``native.tier``), what a compiled
-    plan is made under: its kernels were tuned among that tier's candidates (an AVX2 plan, served
-    from a shared cache to an AVX-512 process, ran resnet50 in 56 ms against its own 34)."""
-    from aioge.kernels import native
-
-    return {**versions(), "native": native.tier()}
+def plan_versions(native: str) -> dict[str, str]:
+    """``versions`` and ``native``, the ISA tier of the compiled kernels (``kernels.native.tier``),
+    what a compiled plan is made under: its kernels were tuned among that tier's candidates (an
+    AVX2 plan, served from a shared cache to an AVX-512 process, ran resnet50 in 56 ms against its
+    own 34)."""
+    return {**versions(), "native": native}
 
 
 # What decides a kernel or a compiled plan: the op schemas and kernels (with their C sources),
@@ -188,14 +187,19 @@ def compile_options(raw: Mapping[str, str]) -> dict[str, str]:
 
 
 def graph_match_key(
-    fingerprint: str | None, signature: Sequence[tuple[str, Sequence[int]]], options: Mapping[str, str], code: bool = True
+    fingerprint: str | None,
+    signature: Sequence[tuple[str, Sequence[int]]],
+    options: Mapping[str, str],
+    code: bool = True,
+    *,
+    native: str,
 ) -> dict[str, Any]:
     """What a graph cache entry must equal, by name, to serve a graph: ``versions`` (``plan_versions``), ``code``,
     ``fingerprint`` (of the source graph; None when the key alone is trusted), ``signature``
     (the input shapes) and ``options`` (the compile-shaping ones of ``options``), as plain data
     (``code=False``: None for the code, matching any)."""
     return {
-        "versions": plan_versions(),
+        "versions": plan_versions(native),
         "code": code_digest() if code else None,
         "fingerprint": fingerprint,
         "signature": [[n, list(s)] for n, s in signature],

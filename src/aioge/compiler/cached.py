@@ -143,7 +143,7 @@ def lookup_sync(
 
     def match_key() -> dict[str, Any]:
         fingerprint = src.fingerprint() if cache.check == "fingerprint" else None
-        return graph_match_key(fingerprint, signature, options.raw)
+        return graph_match_key(fingerprint, signature, options.raw, native=native.tier())
 
     def begin(entry: dict[str, Any]) -> Any:  # the packs read while the .om is (resnet18: 57 MB, 25 ms)
         path, made_for = _packs_file(cache, entry)
@@ -165,7 +165,7 @@ def _read_ahead(cache: GraphCache, graph: str, signature: Signature, options: Co
     graph (all but its code digest and fingerprint match), while the lock is taken and the code
     and graph hashed (resnet18: the build 60 -> 42 ms)."""
     check_cache_dir(cache.dir, graph)
-    e = cache.candidate(graph_match_key(None, signature, options.raw, code=False))
+    e = cache.candidate(graph_match_key(None, signature, options.raw, code=False, native=native.tier()))
     if e is None:
         return {}
     path = packs.path_of(cache.dir, e["cache_file_name"])
@@ -283,7 +283,8 @@ def _remote_key(
     cache: GraphCache, graph: Graph, signature: Signature, options: CompileOptions, source: _Source
 ) -> tuple[str, str | None]:
     fingerprint = source.fingerprint() if cache.check == "fingerprint" else None
-    return remote_graph_key(cache.key, graph_match_key(fingerprint, signature, options.raw), var_descs(graph)), fingerprint
+    match = graph_match_key(fingerprint, signature, options.raw, native=native.tier())
+    return remote_graph_key(cache.key, match, var_descs(graph)), fingerprint
 
 
 async def _remote_load(

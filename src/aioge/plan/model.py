@@ -16,6 +16,12 @@ from aioge.plan.streams import StreamPlan
 __all__ = ["CompileStats", "CompiledModel", "NodePlan"]
 
 
+def _made_under() -> dict[str, str]:
+    from aioge.kernels import native
+
+    return plan_versions(native.tier())
+
+
 @dataclass(slots=True)
 class CompileStats:
     """What a compile did. Each node's kernel is counted once, by where it came from:
@@ -60,7 +66,7 @@ class CompiledModel:
     # Sink mode: the stream ids each worker thread runs (``compiler.threads``), a partition of
     # the streams; () gives every stream its own thread.
     threads: tuple[tuple[int, ...], ...] = ()
-    versions: Mapping[str, str] = field(default_factory=plan_versions)  # with the kernels' ISA tier
+    versions: Mapping[str, str] = field(default_factory=_made_under)  # with the kernels' ISA tier
     stats: CompileStats = field(default_factory=CompileStats)
     # GE's dynamic gears (``serving.gears``): the models of the other gears, compiled with this
     # one and stored in its .om and graph-cache entry; this model is the first gear. () without gears.
