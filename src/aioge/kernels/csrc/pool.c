@@ -91,11 +91,12 @@ static inline void split2_c(const float *s, float *e, float *o, int64_t n)
     }
 }
 
-/* y[q] /= count[q] * rows */
-static inline void row_div_c(float *y, const float *cnt, float rows, int64_t n)
+/* y[q] *= inv[q] (1 / the window's count: a multiply, the same in every pass; a divide per
+ * vector cost 2048x8x8 planes half their time) */
+static inline void row_div_c(float *y, const float *inv, int64_t n)
 {
     for (int64_t q = 0; q < n; q++)
-        y[q] /= cnt[q] * rows;
+        y[q] *= inv[q];
 }
 /* The AVX2 pass reduces in registers, one store a vector (a row operation a tap loaded and
  * stored the row each time: ResNet's 3x3 s2 MaxPool on 64x112x112 took 312 us on one core,
@@ -130,15 +131,15 @@ AVX2 static inline void rows_split2_v(float *e, float *o, const float *s, int64_
     }
 }
 /* y[0, n rounded up to a vector) = the k kernel columns src + off[j] (scratch) reduced, an
- * average divided by cnt[q] * rows (row_div_c's expression) */
-AVX2 static inline void cols_v(float *y, const float *src, const int64_t *off, int64_t k, int64_t n, const float *cnt, float rows)
+ * average times inv[q] (1 / its count: row_div_c's expression) */
+AVX2 static inline void cols_v(float *y, const float *src, const int64_t *off, int64_t k, int64_t n, const float *inv)
 {
     for (int64_t q = 0; q < n; q += V) {
         __m256 a = _mm256_loadu_ps(src + off[0] + q);
         for (int64_t j = 1; j < k; j++)
-            a = cnt ? _mm256_add_ps(a, _mm256_loadu_ps(src + off[j] + q)) : max_nan8(a, _mm256_loadu_ps(src + off[j] + q));
-        if (cnt)
-            a = _mm256_div_ps(a, _mm256_mul_ps(_mm256_loadu_ps(cnt + q), _mm256_set1_ps(rows)));
+            a = inv ? _mm256_add_ps(a, _mm256_loadu_ps(src + off[j] + q)) : max_nan8(a, _mm256_loadu_ps(src + off[j] + q));
+        if (inv)
+            a = _mm256_mul_ps(a, _mm256_loadu_ps(inv + q));
         _mm256_storeu_ps(y + q, a);
     }
 }
@@ -226,7 +227,7 @@ static void indices_row(const float *xp, const int64_t *g, int64_t r, float *acc
 
 /* The scratch of the separable pass (aioge_pool_f32 sizes it). */
 struct scratch {
-    float *pad, *phase, *yrow, *cnt, *rows;
+    float *pad, *phase, *yrow, *cnt, *rows, *inv; /* inv: the AVX-512 pass's, else NULL */
     const int64_t *span, *coff; /* the kernel rows [i0, i1) inside the plane of each output row; each kernel column's offset in the phase rows */
     int64_t wpad, wph;
 };
@@ -276,18 +277,121 @@ static inline __attribute__((always_inline)) void separable(const float *xp, flo
          * that stays inside it (the next plane may be another thread's) */
         float *out = vec && r * ow + (ow + V - 1) / V * V <= oh * ow ? yr : sc->yrow;
         if (vec)
-            cols_v(out, src, sc->coff, kw, ow, avg ? sc->cnt : NULL, sc->rows[r]);
+            cols_v(out, src, sc->coff, kw, ow, avg ? sc->inv + r * (ow + 2 * V) : NULL);
         for (int64_t j = 0; j < kw && !vec; j++) {
             const int64_t off = j * dw;
             const float *s = sw > 1 ? src + (off % sw) * wph + off / sw : src + off;
             (j == 0 ? row_copy_c : avg ? row_add_c : row_max_c)(out, s, ow, 0);
         }
         if (avg && !vec)
-            row_div_c(out, sc->cnt, sc->rows[r], ow);
+            row_div_c(out, sc->inv + r * (ow + 2 * V), ow);
         if (out != yr)
             memcpy(yr, out, sizeof(float) * (size_t)ow);
     }
 }
+#ifdef __AVX512F__
+/* The AVX-512 tier's pass for column stride 1 or 2 with every tap's shift (j * dw / sw) under
+ * 16: one output row 16 columns at a time in registers. The window's input rows (those inside
+ * the plane) are reduced 16 (stride 2: 32) columns at a time, read masked where a vector runs
+ * off the row (the pads read as the identity), stride 2 split into its even and odd columns; a
+ * kernel column j is then phase j * dw % sw of this block and the next shifted by j * dw / sw
+ * lanes (one two-source permute), and the kernel columns are reduced in order into the output
+ * row, an average times 1 / its count as the other passes do: the same bits. A max keeps a
+ * NaN from either side: VMAXPS takes the second operand's, and lanes whose first is NaN are
+ * masked off. */
+static inline __m512 max16(__m512 a, __m512 v)
+{
+    return _mm512_mask_max_ps(a, _mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), a, v);
+}
+/* the k rows x0 + t * step reduced over input columns [c0, c0 + 16) */
+static inline __m512 vert16(const float *x0, int64_t step, int64_t k, int64_t c0, int64_t wd, int avg, __m512 fill)
+{
+    const int64_t lo = c0 < 0 ? -c0 : 0, hi = wd - c0 < 16 ? wd - c0 : 16;
+    if (hi <= lo)
+        return fill;
+    const __mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+    __m512 a = _mm512_mask_loadu_ps(fill, m, x0 + c0);
+    for (int64_t t = 1; t < k; t++) {
+        const __m512 v = _mm512_mask_loadu_ps(fill, m, x0 + t * step + c0);
+        a = avg ? _mm512_add_ps(a, v) : max16(a, v);
+    }
+    return a;
+}
+static inline void phases16(__m512 *ph, const float *x0, int64_t step, int64_t k, int64_t c0, int64_t wd, int64_t sw, int avg,
+                            __m512 fill)
+{
+    const __m512 a = vert16(x0, step, k, c0, wd, avg, fill);
+    if (sw == 1) {
+        ph[0] = a;
+        return;
+    }
+    const __m512 b = vert16(x0, step, k, c0 + 16, wd, avg, fill);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    ph[0] = _mm512_permutex2var_ps(a, ev, b);
+    ph[1] = _mm512_permutex2var_ps(a, _mm512_add_epi32(ev, _mm512_set1_epi32(1)), b);
+}
+static int fits16(const int64_t *g) { return (g[G_SW] == 1 || g[G_SW] == 2) && (g[G_KW] - 1) * g[G_DW] / g[G_SW] < 16; }
+/* One plane; KW, SW, DW, AVG constants where it is inlined (the taps unrolled, the blocks in
+ * registers). */
+static inline __attribute__((always_inline)) void sep16(const float *xp, float *yp, const int64_t *g, const struct scratch *sc,
+                                                        const int64_t KW, const int64_t SW, const int64_t DW, const int AVG)
+{
+    const int64_t wd = g[G_W], sh = g[G_SH], dh = g[G_DH], pt = g[G_PT], pl = g[G_PL], oh = g[G_OH], ow = g[G_OW];
+    const __m512 fill = _mm512_set1_ps(AVG ? 0.0f : -INFINITY);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int64_t r = 0; r < oh; r++) {
+        const int64_t i0 = sc->span[2 * r], i1 = sc->span[2 * r + 1];
+        float *yr = yp + r * ow;
+        if (i0 >= i1) {
+            for (int64_t q = 0; q < ow; q++)
+                yr[q] = AVG ? 0.0f : -INFINITY;
+            continue;
+        }
+        const float *x0 = xp + (r * sh - pt + i0 * dh) * wd, *inv = sc->inv + r * (ow + 2 * V);
+        const int64_t step = dh * wd, k = i1 - i0;
+        __m512 cur[2], next[2];
+        phases16(cur, x0, step, k, -pl, wd, SW, AVG, fill);
+        for (int64_t q = 0; q < ow; q += 16) {
+            phases16(next, x0, step, k, (q + 16) * SW - pl, wd, SW, AVG, fill);
+            __m512 a = cur[0];
+            for (int64_t j = 1; j < KW; j++) {
+                const int64_t p = j * DW % SW;
+                const __m512 v = _mm512_permutex2var_ps(cur[p], _mm512_add_epi32(lane, _mm512_set1_epi32((int)(j * DW / SW))), next[p]);
+                a = AVG ? _mm512_add_ps(a, v) : max16(a, v);
+            }
+            if (AVG)
+                a = _mm512_mul_ps(a, _mm512_loadu_ps(inv + q));
+            if (q + 16 <= ow)
+                _mm512_storeu_ps(yr + q, a);
+            else
+                _mm512_mask_storeu_ps(yr + q, (__mmask16)((1u << (ow - q)) - 1), a);
+            cur[0] = next[0];
+            cur[1] = next[1];
+        }
+    }
+}
+static void separable16(const float *xp, float *yp, const int64_t *g, const struct scratch *sc)
+{
+    const int64_t kw = g[G_KW], sw = g[G_SW], dw = g[G_DW];
+    const int avg = (int)g[G_AVG];
+#define SEP16(K, S)                                                                                                    \
+    if (kw == K && sw == S && dw == 1) {                                                                               \
+        if (avg)                                                                                                       \
+            sep16(xp, yp, g, sc, K, S, 1, 1);                                                                          \
+        else                                                                                                           \
+            sep16(xp, yp, g, sc, K, S, 1, 0);                                                                          \
+        return;                                                                                                        \
+    }
+    SEP16(3, 1)
+    SEP16(3, 2)
+    SEP16(2, 2)
+    SEP16(2, 1)
+#undef SEP16
+    if (kw > 33)
+        return; /* fits16 allows none */
+    sep16(xp, yp, g, sc, kw, sw, dw, avg);
+}
+#endif
 AVX2 static void separable_v(const float *xp, float *yp, const int64_t *g, const struct scratch *sc)
 {
     separable(xp, yp, g, sc, 1);
@@ -318,11 +422,11 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
     /* the padded row: every window's columns, from input column -pl */
     const int64_t need = (ow - 1) * sw + (kw - 1) * dw + 1, wpad = (need > pl + wd ? need : pl + wd) + V;
     const int64_t wph = wpad / sw + 2 * V; /* one phase of it */
-    const size_t floats = (size_t)(wpad + sw * wph + 3 * (ow + V) + 6 * oh + 2 * kw + 2);
+    const size_t floats = (size_t)(wpad + sw * wph + 3 * (ow + 2 * V) + 6 * oh + 2 * kw + 2);
     float *buf = aioge_calloc(sizeof(float) * floats);
     if (!buf)
         return AIOGE_ENOMEM;
-    float *pad = buf, *phase = pad + wpad, *yrow = phase + sw * wph, *cnt = yrow + ow + V, *rows = cnt + ow + V;
+    float *pad = buf, *phase = pad + wpad, *yrow = phase + sw * wph, *cnt = yrow + ow + V, *rows = cnt + ow + 2 * V;
     int32_t *at = (int32_t *)(rows + 2 * oh);
     const float fill = avg ? 0.0f : -INFINITY;
     for (int64_t k = 0; k < wpad; k++)
@@ -334,7 +438,7 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
         const int64_t n = cells(q, sw, pl, kw, dw, include ? -pl : 0, include ? wd + g[G_PR] : wd);
         cnt[q] = n ? (float)n : INFINITY;
     }
-    for (int64_t q = ow; q < ow + V; q++)
+    for (int64_t q = ow; q < ow + 2 * V; q++) /* the AVX-512 pass reads 16 */
         cnt[q] = 1.0f;
     for (int64_t r = 0; r < oh; r++) {
         const int64_t n = cells(r, sh, pt, kh, dh, include ? -pt : 0, include ? h + g[G_PB] : h);
@@ -347,7 +451,18 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
     int64_t *coff = span + 2 * oh;
     for (int64_t j = 0; j < kw; j++)
         coff[j] = sw > 1 ? (j * dw % sw) * wph + j * dw / sw : j * dw;
-    const struct scratch sc = {pad, phase, yrow, cnt, rows, span, coff, wpad, wph};
+    float *inv = NULL; /* an average's 1 / count per output, rows of ow + 2V */
+    if (avg && !ind) {
+        inv = aioge_calloc(sizeof(float) * (size_t)(oh * (ow + 2 * V)));
+        if (!inv) {
+            free(buf);
+            return AIOGE_ENOMEM;
+        }
+        for (int64_t r = 0; r < oh; r++)
+            for (int64_t q = 0; q < ow + 2 * V; q++)
+                inv[r * (ow + 2 * V) + q] = 1.0f / (cnt[q] * rows[r]);
+    }
+    const struct scratch sc = {pad, phase, yrow, cnt, rows, inv, span, coff, wpad, wph};
     const int64_t plane = h * wd;
     for (int64_t p = p0; p < p1; p++) {
         const float *xp = x + p * plane;
@@ -362,8 +477,15 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
             }
             continue;
         }
+#ifdef __AVX512F__
+        if (vec && fits16(g)) {
+            separable16(xp, yp, g, &sc);
+            continue;
+        }
+#endif
         (vec ? separable_v : separable_c)(xp, yp, g, &sc);
     }
     free(buf);
+    free(inv);
     return 0;
 }
