@@ -330,56 +330,144 @@ static inline void phases16(__m512 *ph, const float *x0, int64_t step, int64_t k
     ph[0] = _mm512_permutex2var_ps(a, ev, b);
     ph[1] = _mm512_permutex2var_ps(a, _mm512_add_epi32(ev, _mm512_set1_epi32(1)), b);
 }
-static int fits16(const int64_t *g) { return (g[G_SW] == 1 || g[G_SW] == 2) && (g[G_KW] - 1) * g[G_DW] / g[G_SW] < 16; }
-/* One plane; KW, SW, DW, AVG constants where it is inlined (the taps unrolled, the blocks in
- * registers). */
-static inline __attribute__((always_inline)) void sep16(const float *xp, float *yp, const int64_t *g, const struct scratch *sc,
-                                                        const int64_t KW, const int64_t SW, const int64_t DW, const int AVG)
+static int is_small16(const int64_t *g);
+static int fits16(const int64_t *g) { return ((g[G_SW] == 1 || g[G_SW] == 2) && (g[G_KW] - 1) * g[G_DW] / g[G_SW] < 16) || is_small16(g); }
+/* One output row: the k window rows from x0, KW, SW, DW, AVG (and k, where the caller can)
+ * constants where it is inlined (the taps unrolled, the blocks in registers). */
+static inline __attribute__((always_inline)) void row16(float *yr, const float *x0, const float *inv, int64_t step, const int64_t k,
+                                                        int64_t wd, int64_t pl, int64_t ow, const int64_t KW, const int64_t SW,
+                                                        const int64_t DW, const int AVG)
 {
-    const int64_t wd = g[G_W], sh = g[G_SH], dh = g[G_DH], pt = g[G_PT], pl = g[G_PL], oh = g[G_OH], ow = g[G_OW];
     const __m512 fill = _mm512_set1_ps(AVG ? 0.0f : -INFINITY);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 cur[2], next[2];
+    phases16(cur, x0, step, k, -pl, wd, SW, AVG, fill);
+    for (int64_t q = 0; q < ow; q += 16) {
+        phases16(next, x0, step, k, (q + 16) * SW - pl, wd, SW, AVG, fill);
+        __m512 a = cur[0];
+        for (int64_t j = 1; j < KW; j++) {
+            const int64_t p = j * DW % SW;
+            const __m512 v = _mm512_permutex2var_ps(cur[p], _mm512_add_epi32(lane, _mm512_set1_epi32((int)(j * DW / SW))), next[p]);
+            a = AVG ? _mm512_add_ps(a, v) : max16(a, v);
+        }
+        if (AVG)
+            a = _mm512_mul_ps(a, _mm512_loadu_ps(inv + q));
+        if (q + 16 <= ow)
+            _mm512_storeu_ps(yr + q, a);
+        else
+            _mm512_mask_storeu_ps(yr + q, (__mmask16)((1u << (ow - q)) - 1), a);
+        cur[0] = next[0];
+        cur[1] = next[1];
+    }
+}
+/* One plane; a window of KH rows all inside the plane takes row16 with k a constant. */
+static inline __attribute__((always_inline)) void sep16(const float *xp, float *yp, const int64_t *g, const struct scratch *sc,
+                                                        const int64_t KH, const int64_t KW, const int64_t SW, const int64_t DW,
+                                                        const int AVG)
+{
+    const int64_t wd = g[G_W], sh = g[G_SH], dh = g[G_DH], pt = g[G_PT], pl = g[G_PL], oh = g[G_OH], ow = g[G_OW];
     for (int64_t r = 0; r < oh; r++) {
         const int64_t i0 = sc->span[2 * r], i1 = sc->span[2 * r + 1];
         float *yr = yp + r * ow;
-        if (i0 >= i1) {
+        const float *x0 = xp + (r * sh - pt + i0 * dh) * wd, *inv = sc->inv ? sc->inv + r * (ow + 2 * V) : NULL;
+        if (KH && i1 - i0 == KH)
+            row16(yr, x0, inv, dh * wd, KH, wd, pl, ow, KW, SW, DW, AVG);
+        else if (i1 > i0)
+            row16(yr, x0, inv, dh * wd, i1 - i0, wd, pl, ow, KW, SW, DW, AVG);
+        else
             for (int64_t q = 0; q < ow; q++)
                 yr[q] = AVG ? 0.0f : -INFINITY;
-            continue;
-        }
-        const float *x0 = xp + (r * sh - pt + i0 * dh) * wd, *inv = sc->inv + r * (ow + 2 * V);
-        const int64_t step = dh * wd, k = i1 - i0;
-        __m512 cur[2], next[2];
-        phases16(cur, x0, step, k, -pl, wd, SW, AVG, fill);
-        for (int64_t q = 0; q < ow; q += 16) {
-            phases16(next, x0, step, k, (q + 16) * SW - pl, wd, SW, AVG, fill);
-            __m512 a = cur[0];
-            for (int64_t j = 1; j < KW; j++) {
-                const int64_t p = j * DW % SW;
-                const __m512 v = _mm512_permutex2var_ps(cur[p], _mm512_add_epi32(lane, _mm512_set1_epi32((int)(j * DW / SW))), next[p]);
-                a = AVG ? _mm512_add_ps(a, v) : max16(a, v);
-            }
-            if (AVG)
-                a = _mm512_mul_ps(a, _mm512_loadu_ps(inv + q));
-            if (q + 16 <= ow)
-                _mm512_storeu_ps(yr + q, a);
-            else
-                _mm512_mask_storeu_ps(yr + q, (__mmask16)((1u << (ow - q)) - 1), a);
-            cur[0] = next[0];
-            cur[1] = next[1];
-        }
     }
 }
+/* A plane whose output row is one vector and whose windows span at most 32 padded columns
+ * ((ow - 1) * sw + (kw - 1) * dw + 1): per output row the window rows reduced over the two
+ * vectors of padded columns [0, 32) (read masked, the same masks every row), then kernel column
+ * j is one permute of the pair (lane q: padded column q * sw + j * dw): no per-row scalar work,
+ * the taps at any stride and dilation. */
+static inline __attribute__((always_inline)) void small16(const float *xp, float *yp, const int64_t *g, const struct scratch *sc,
+                                                          const int64_t KH, const int64_t KW, const int TWO, const int AVG)
+{
+    const int64_t wd = g[G_W], sh = g[G_SH], sw = g[G_SW], dh = g[G_DH], dw = g[G_DW], pt = g[G_PT], pl = g[G_PL], oh = g[G_OH],
+                  ow = g[G_OW];
+    const __m512 fill = _mm512_set1_ps(AVG ? 0.0f : -INFINITY);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i idx[33];
+    for (int64_t j = 0; j < KW; j++)
+        idx[j] = _mm512_min_epi32(_mm512_add_epi32(_mm512_mullo_epi32(lane, _mm512_set1_epi32((int)sw)), _mm512_set1_epi32((int)(j * dw))),
+                                  _mm512_set1_epi32(31));
+    const int64_t alo = pl, ahi = wd + pl < 16 ? wd + pl : 16, bhi = wd + pl - 16 < 16 ? wd + pl - 16 : 16;
+    const __mmask16 ma = (__mmask16)(((1u << ahi) - 1) & ~((1u << alo) - 1)), mb = bhi > 0 ? (__mmask16)((1u << bhi) - 1) : 0;
+    const __mmask16 mo = (__mmask16)((1u << ow) - 1);
+    for (int64_t r = 0; r < oh; r++) {
+        const int64_t i0 = sc->span[2 * r], i1 = sc->span[2 * r + 1], k = KH ? KH : i1 - i0;
+        float *yr = yp + r * ow;
+        if (!KH && i1 <= i0) {
+            _mm512_mask_storeu_ps(yr, mo, fill);
+            continue;
+        }
+        const float *x0 = xp + (r * sh - pt + i0 * dh) * wd - pl;
+        __m512 a = _mm512_mask_loadu_ps(fill, ma, x0), b = TWO ? _mm512_mask_loadu_ps(fill, mb, x0 + 16) : fill;
+        for (int64_t t = 1; t < k; t++) {
+            const __m512 va = _mm512_mask_loadu_ps(fill, ma, x0 + t * dh * wd);
+            a = AVG ? _mm512_add_ps(a, va) : max16(a, va);
+            if (TWO) {
+                const __m512 vb = _mm512_mask_loadu_ps(fill, mb, x0 + t * dh * wd + 16);
+                b = AVG ? _mm512_add_ps(b, vb) : max16(b, vb);
+            }
+        }
+        __m512 y = _mm512_permutex2var_ps(a, idx[0], b);
+        for (int64_t j = 1; j < KW; j++) {
+            const __m512 v = _mm512_permutex2var_ps(a, idx[j], b);
+            y = AVG ? _mm512_add_ps(y, v) : max16(y, v);
+        }
+        if (AVG)
+            y = _mm512_mul_ps(y, _mm512_loadu_ps(sc->inv + r * (ow + 2 * V)));
+        _mm512_mask_storeu_ps(yr, mo, y);
+    }
+}
+/* small16 with its window rows constant where they are all inside the plane */
+static inline __attribute__((always_inline)) void small16k(const float *xp, float *yp, const int64_t *g, const struct scratch *sc,
+                                                           const int64_t KW, const int TWO, const int AVG)
+{
+    int full = 1;
+    for (int64_t r = 0; r < g[G_OH]; r++)
+        full &= sc->span[2 * r + 1] - sc->span[2 * r] == g[G_KH];
+    if (full && g[G_KH] == 3)
+        small16(xp, yp, g, sc, 3, KW, TWO, AVG);
+    else if (full && g[G_KH] == 2)
+        small16(xp, yp, g, sc, 2, KW, TWO, AVG);
+    else
+        small16(xp, yp, g, sc, 0, KW, TWO, AVG);
+}
+static int is_small16(const int64_t *g) { return g[G_OW] <= 16 && (g[G_OW] - 1) * g[G_SW] + (g[G_KW] - 1) * g[G_DW] + 1 <= 32 && g[G_PL] < 16 && g[G_KW] <= 33; }
 static void separable16(const float *xp, float *yp, const int64_t *g, const struct scratch *sc)
 {
-    const int64_t kw = g[G_KW], sw = g[G_SW], dw = g[G_DW];
+    const int64_t kh = g[G_KH], kw = g[G_KW], sw = g[G_SW], dw = g[G_DW];
     const int avg = (int)g[G_AVG];
-#define SEP16(K, S)                                                                                                    \
-    if (kw == K && sw == S && dw == 1) {                                                                               \
+    if (is_small16(g)) {
+        const int two = g[G_W] + g[G_PL] > 16;
+#define SMALL16(K, T)                                                                                                  \
+    if (kw == K && two == T) {                                                                                         \
         if (avg)                                                                                                       \
-            sep16(xp, yp, g, sc, K, S, 1, 1);                                                                          \
+            small16k(xp, yp, g, sc, K, T, 1);                                                                          \
         else                                                                                                           \
-            sep16(xp, yp, g, sc, K, S, 1, 0);                                                                          \
+            small16k(xp, yp, g, sc, K, T, 0);                                                                          \
+        return;                                                                                                        \
+    }
+        SMALL16(3, 0)
+        SMALL16(3, 1)
+        SMALL16(2, 0)
+        SMALL16(2, 1)
+#undef SMALL16
+        small16(xp, yp, g, sc, 0, kw, two, avg);
+        return;
+    }
+#define SEP16(K, S)                                                                                                    \
+    if (kh == K && kw == K && sw == S && dw == 1) {                                                                    \
+        if (avg)                                                                                                       \
+            sep16(xp, yp, g, sc, K, K, S, 1, 1);                                                                       \
+        else                                                                                                           \
+            sep16(xp, yp, g, sc, K, K, S, 1, 0);                                                                       \
         return;                                                                                                        \
     }
     SEP16(3, 1)
@@ -389,7 +477,7 @@ static void separable16(const float *xp, float *yp, const int64_t *g, const stru
 #undef SEP16
     if (kw > 33)
         return; /* fits16 allows none */
-    sep16(xp, yp, g, sc, kw, sw, dw, avg);
+    sep16(xp, yp, g, sc, 0, kw, sw, dw, avg);
 }
 #endif
 AVX2 static void separable_v(const float *xp, float *yp, const int64_t *g, const struct scratch *sc)
