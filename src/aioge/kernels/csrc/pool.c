@@ -11,7 +11,9 @@
  * vector so the vector loops never need a tail; reads of the input use masked loads at a row's
  * end. MaxPool with indices runs window by window in row-major order instead (the first
  * maximum in that order is the one ONNX names, which a separable pass cannot tell), 8 outputs
- * at a time.
+ * at a time. The AVX-512 tier (built with __AVX512F__) runs column strides 1 and 2, and any
+ * plane whose output row is one vector, 16 columns at a time in registers (separable16).
+ * An average multiplies by 1 / its count (a table per job) in every pass: the same bits.
  *
  * A max takes a NaN wherever one is in the window, as np.maximum does. */
 #include <immintrin.h>
