@@ -47,6 +47,7 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "depthwise_planes",
             "gemm",
             "pool",
+            "pool_max",
             "lstm",
             "softmax",
         }
@@ -57,7 +58,18 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
         assert np.abs(got).max() > 0.1, name  # not a pair of zero outputs
     if "avx512" in str(native.describe()):  # the AVX2 tier's 16-position panels and 8-lane Swish too
         avx2 = _child(tmp_path, AIOGE_ISA="avx2")
-        for name in ("conv", "conv_s2", "pointwise", "pointwise_t", "winograd", "depthwise_lines", "depthwise_planes"):
+        names = (
+            "conv",
+            "conv_s2",
+            "pointwise",
+            "pointwise_t",
+            "winograd",
+            "depthwise_lines",
+            "depthwise_planes",
+            "pool",
+            "pool_max",
+        )
+        for name in names:
             np.testing.assert_allclose(avx2[name], default[name], rtol=2e-5, atol=2e-5, err_msg=name)
 
 

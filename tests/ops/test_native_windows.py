@@ -90,10 +90,10 @@ def test_depthwise_native_matches_onnxruntime_and_numpy(
     c=st.integers(1, 5),
     h=st.integers(1, 15),
     w=st.integers(1, 40),
-    kernel=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    kernel=st.tuples(st.integers(1, 5), st.integers(1, 5)),
     strides=st.tuples(st.integers(1, 3), st.integers(1, 3)),
     dilations=st.tuples(st.integers(1, 2), st.integers(1, 2)),
-    pads=st.tuples(*[st.integers(0, 1)] * 4),
+    pads=st.tuples(*[st.integers(0, 2)] * 4),
     ceil_mode=st.integers(0, 1),
     include_pad=st.integers(0, 1),
 )
@@ -305,6 +305,43 @@ def test_native_max_pool_propagates_nan_as_numpy_does_and_matches_onnxruntime_wi
     clean = np.nan_to_num(x, nan=0.5)
     (got_clean,) = impl.build(attrs, {}, [TensorDesc(x.shape, "float32")], None)([clean], None)
     np.testing.assert_array_equal(got_clean, ort_run("MaxPool", [clean], attrs)[0])
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    h=st.integers(1, 20),
+    w=st.integers(1, 45),
+    kernel=st.tuples(st.integers(1, 5), st.integers(1, 5)),
+    strides=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    dilations=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    pads=st.tuples(*[st.integers(0, 2)] * 4),
+    ceil_mode=st.integers(0, 1),
+    special=st.sampled_from([np.nan, -np.inf, np.inf]),
+)
+@settings(max_examples=60, deadline=None)
+def test_native_max_pool_keeps_nan_and_infinities_as_numpy_in_every_pass(
+    seed, h, w, kernel, strides, dilations, pads, ceil_mode, special
+) -> None:
+    """The vector passes (AVX-512's 16 columns in registers and its small-plane permutes, AVX2's
+    rows) and the plain loops over random geometries with NaN or infinities in the input: what
+    numpy's np.maximum taps give, bit for bit."""
+    if any(p >= k for p, k in zip(pads, kernel + kernel)) or not (
+        _has_output(h, kernel[0], strides[0], dilations[0], pads[0], pads[2])
+        and _has_output(w, kernel[1], strides[1], dilations[1], pads[1], pads[3])
+    ):
+        return
+    rng = np.random.default_rng(seed)
+    x = rand(rng, 1, 3, h, w)
+    x[rng.random(x.shape) < 0.05] = special
+    attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ceil_mode, "dilations": dilations}
+    descs = [TensorDesc(x.shape, "float32")]
+    (want,) = kconv.build_max_pool(attrs, {}, descs, [None])([x], None)
+    impl = get_schema("MaxPool").impl("pool_native")
+    for simd in _SIMD:
+        native.function("aioge_simd_avx2")(simd)
+        (got,) = impl.build(attrs, {}, descs, [TensorDesc(want.shape, "float32")])([x], None)
+        np.testing.assert_array_equal(got, want, err_msg=f"simd {simd} {attrs}")
+    native.function("aioge_simd_avx2")(1)
 
 
 @pytest.mark.parametrize("kernel", [2, 3])

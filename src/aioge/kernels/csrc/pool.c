@@ -11,7 +11,9 @@
  * vector so the vector loops never need a tail; reads of the input use masked loads at a row's
  * end. MaxPool with indices runs window by window in row-major order instead (the first
  * maximum in that order is the one ONNX names, which a separable pass cannot tell), 8 outputs
- * at a time.
+ * at a time. The AVX-512 tier (built with __AVX512F__) runs column strides 1 and 2, and any
+ * plane whose output row is one vector, 16 columns at a time in registers (separable16).
+ * An average multiplies by 1 / its count (a table per job) in every pass: the same bits.
  *
  * A max takes a NaN wherever one is in the window, as np.maximum does. */
 #include <immintrin.h>
@@ -91,11 +93,12 @@ static inline void split2_c(const float *s, float *e, float *o, int64_t n)
     }
 }
 
-/* y[q] /= count[q] * rows */
-static inline void row_div_c(float *y, const float *cnt, float rows, int64_t n)
+/* y[q] *= inv[q] (1 / the window's count: a multiply, the same in every pass; a divide per
+ * vector cost 2048x8x8 planes half their time) */
+static inline void row_div_c(float *y, const float *inv, int64_t n)
 {
     for (int64_t q = 0; q < n; q++)
-        y[q] /= cnt[q] * rows;
+        y[q] *= inv[q];
 }
 /* The AVX2 pass reduces in registers, one store a vector (a row operation a tap loaded and
  * stored the row each time: ResNet's 3x3 s2 MaxPool on 64x112x112 took 312 us on one core,
@@ -130,15 +133,15 @@ AVX2 static inline void rows_split2_v(float *e, float *o, const float *s, int64_
     }
 }
 /* y[0, n rounded up to a vector) = the k kernel columns src + off[j] (scratch) reduced, an
- * average divided by cnt[q] * rows (row_div_c's expression) */
-AVX2 static inline void cols_v(float *y, const float *src, const int64_t *off, int64_t k, int64_t n, const float *cnt, float rows)
+ * average times inv[q] (1 / its count: row_div_c's expression) */
+AVX2 static inline void cols_v(float *y, const float *src, const int64_t *off, int64_t k, int64_t n, const float *inv)
 {
     for (int64_t q = 0; q < n; q += V) {
         __m256 a = _mm256_loadu_ps(src + off[0] + q);
         for (int64_t j = 1; j < k; j++)
-            a = cnt ? _mm256_add_ps(a, _mm256_loadu_ps(src + off[j] + q)) : max_nan8(a, _mm256_loadu_ps(src + off[j] + q));
-        if (cnt)
-            a = _mm256_div_ps(a, _mm256_mul_ps(_mm256_loadu_ps(cnt + q), _mm256_set1_ps(rows)));
+            a = inv ? _mm256_add_ps(a, _mm256_loadu_ps(src + off[j] + q)) : max_nan8(a, _mm256_loadu_ps(src + off[j] + q));
+        if (inv)
+            a = _mm256_mul_ps(a, _mm256_loadu_ps(inv + q));
         _mm256_storeu_ps(y + q, a);
     }
 }
@@ -226,7 +229,7 @@ static void indices_row(const float *xp, const int64_t *g, int64_t r, float *acc
 
 /* The scratch of the separable pass (aioge_pool_f32 sizes it). */
 struct scratch {
-    float *pad, *phase, *yrow, *cnt, *rows;
+    float *pad, *phase, *yrow, *cnt, *rows, *inv; /* inv: the AVX-512 pass's, else NULL */
     const int64_t *span, *coff; /* the kernel rows [i0, i1) inside the plane of each output row; each kernel column's offset in the phase rows */
     int64_t wpad, wph;
 };
@@ -276,18 +279,209 @@ static inline __attribute__((always_inline)) void separable(const float *xp, flo
          * that stays inside it (the next plane may be another thread's) */
         float *out = vec && r * ow + (ow + V - 1) / V * V <= oh * ow ? yr : sc->yrow;
         if (vec)
-            cols_v(out, src, sc->coff, kw, ow, avg ? sc->cnt : NULL, sc->rows[r]);
+            cols_v(out, src, sc->coff, kw, ow, avg ? sc->inv + r * (ow + 2 * V) : NULL);
         for (int64_t j = 0; j < kw && !vec; j++) {
             const int64_t off = j * dw;
             const float *s = sw > 1 ? src + (off % sw) * wph + off / sw : src + off;
             (j == 0 ? row_copy_c : avg ? row_add_c : row_max_c)(out, s, ow, 0);
         }
         if (avg && !vec)
-            row_div_c(out, sc->cnt, sc->rows[r], ow);
+            row_div_c(out, sc->inv + r * (ow + 2 * V), ow);
         if (out != yr)
             memcpy(yr, out, sizeof(float) * (size_t)ow);
     }
 }
+#ifdef __AVX512F__
+/* The AVX-512 tier's pass for column stride 1 or 2 with every tap's shift (j * dw / sw) under
+ * 16: one output row 16 columns at a time in registers. The window's input rows (those inside
+ * the plane) are reduced 16 (stride 2: 32) columns at a time, read masked where a vector runs
+ * off the row (the pads read as the identity), stride 2 split into its even and odd columns; a
+ * kernel column j is then phase j * dw % sw of this block and the next shifted by j * dw / sw
+ * lanes (one two-source permute), and the kernel columns are reduced in order into the output
+ * row, an average times 1 / its count as the other passes do: the same bits. A max keeps a
+ * NaN from either side: VMAXPS takes the second operand's, and lanes whose first is NaN are
+ * masked off. */
+static inline __m512 max16(__m512 a, __m512 v)
+{
+    return _mm512_mask_max_ps(a, _mm512_cmp_ps_mask(a, a, _CMP_ORD_Q), a, v);
+}
+/* the k rows x0 + t * step reduced over input columns [c0, c0 + 16) */
+static inline __m512 vert16(const float *x0, int64_t step, int64_t k, int64_t c0, int64_t wd, int avg, __m512 fill)
+{
+    const int64_t lo = c0 < 0 ? -c0 : 0, hi = wd - c0 < 16 ? wd - c0 : 16;
+    if (hi <= lo)
+        return fill;
+    const __mmask16 m = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+    __m512 a = _mm512_mask_loadu_ps(fill, m, x0 + c0);
+    for (int64_t t = 1; t < k; t++) {
+        const __m512 v = _mm512_mask_loadu_ps(fill, m, x0 + t * step + c0);
+        a = avg ? _mm512_add_ps(a, v) : max16(a, v);
+    }
+    return a;
+}
+static inline void phases16(__m512 *ph, const float *x0, int64_t step, int64_t k, int64_t c0, int64_t wd, int64_t sw, int avg,
+                            __m512 fill)
+{
+    const __m512 a = vert16(x0, step, k, c0, wd, avg, fill);
+    if (sw == 1) {
+        ph[0] = a;
+        return;
+    }
+    const __m512 b = vert16(x0, step, k, c0 + 16, wd, avg, fill);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    ph[0] = _mm512_permutex2var_ps(a, ev, b);
+    ph[1] = _mm512_permutex2var_ps(a, _mm512_add_epi32(ev, _mm512_set1_epi32(1)), b);
+}
+static int is_small16(const int64_t *g);
+static int fits16(const int64_t *g) { return ((g[G_SW] == 1 || g[G_SW] == 2) && (g[G_KW] - 1) * g[G_DW] / g[G_SW] < 16) || is_small16(g); }
+/* One output row: the k window rows from x0, KW, SW, DW, AVG (and k, where the caller can)
+ * constants where it is inlined (the taps unrolled, the blocks in registers). */
+static inline __attribute__((always_inline)) void row16(float *yr, const float *x0, const float *inv, int64_t step, const int64_t k,
+                                                        int64_t wd, int64_t pl, int64_t ow, const int64_t KW, const int64_t SW,
+                                                        const int64_t DW, const int AVG)
+{
+    const __m512 fill = _mm512_set1_ps(AVG ? 0.0f : -INFINITY);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 cur[2], next[2];
+    phases16(cur, x0, step, k, -pl, wd, SW, AVG, fill);
+    for (int64_t q = 0; q < ow; q += 16) {
+        phases16(next, x0, step, k, (q + 16) * SW - pl, wd, SW, AVG, fill);
+        __m512 a = cur[0];
+        for (int64_t j = 1; j < KW; j++) {
+            const int64_t p = j * DW % SW;
+            const __m512 v = _mm512_permutex2var_ps(cur[p], _mm512_add_epi32(lane, _mm512_set1_epi32((int)(j * DW / SW))), next[p]);
+            a = AVG ? _mm512_add_ps(a, v) : max16(a, v);
+        }
+        if (AVG)
+            a = _mm512_mul_ps(a, _mm512_loadu_ps(inv + q));
+        if (q + 16 <= ow)
+            _mm512_storeu_ps(yr + q, a);
+        else
+            _mm512_mask_storeu_ps(yr + q, (__mmask16)((1u << (ow - q)) - 1), a);
+        cur[0] = next[0];
+        cur[1] = next[1];
+    }
+}
+/* One plane; a window of KH rows all inside the plane takes row16 with k a constant. */
+static inline __attribute__((always_inline)) void sep16(const float *xp, float *yp, const int64_t *g, const struct scratch *sc,
+                                                        const int64_t KH, const int64_t KW, const int64_t SW, const int64_t DW,
+                                                        const int AVG)
+{
+    const int64_t wd = g[G_W], sh = g[G_SH], dh = g[G_DH], pt = g[G_PT], pl = g[G_PL], oh = g[G_OH], ow = g[G_OW];
+    for (int64_t r = 0; r < oh; r++) {
+        const int64_t i0 = sc->span[2 * r], i1 = sc->span[2 * r + 1];
+        float *yr = yp + r * ow;
+        const float *x0 = xp + (r * sh - pt + i0 * dh) * wd, *inv = sc->inv ? sc->inv + r * (ow + 2 * V) : NULL;
+        if (KH && i1 - i0 == KH)
+            row16(yr, x0, inv, dh * wd, KH, wd, pl, ow, KW, SW, DW, AVG);
+        else if (i1 > i0)
+            row16(yr, x0, inv, dh * wd, i1 - i0, wd, pl, ow, KW, SW, DW, AVG);
+        else
+            for (int64_t q = 0; q < ow; q++)
+                yr[q] = AVG ? 0.0f : -INFINITY;
+    }
+}
+/* A plane whose output row is one vector and whose windows span at most 32 padded columns
+ * ((ow - 1) * sw + (kw - 1) * dw + 1): per output row the window rows reduced over the two
+ * vectors of padded columns [0, 32) (read masked, the same masks every row), then kernel column
+ * j is one permute of the pair (lane q: padded column q * sw + j * dw): no per-row scalar work,
+ * the taps at any stride and dilation. */
+static inline __attribute__((always_inline)) void small16(const float *xp, float *yp, const int64_t *g, const struct scratch *sc,
+                                                          const int64_t KH, const int64_t KW, const int TWO, const int AVG)
+{
+    const int64_t wd = g[G_W], sh = g[G_SH], sw = g[G_SW], dh = g[G_DH], dw = g[G_DW], pt = g[G_PT], pl = g[G_PL], oh = g[G_OH],
+                  ow = g[G_OW];
+    const __m512 fill = _mm512_set1_ps(AVG ? 0.0f : -INFINITY);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i idx[33];
+    for (int64_t j = 0; j < KW; j++)
+        idx[j] = _mm512_min_epi32(_mm512_add_epi32(_mm512_mullo_epi32(lane, _mm512_set1_epi32((int)sw)), _mm512_set1_epi32((int)(j * dw))),
+                                  _mm512_set1_epi32(31));
+    const int64_t alo = pl, ahi = wd + pl < 16 ? wd + pl : 16, bhi = wd + pl - 16 < 16 ? wd + pl - 16 : 16;
+    const __mmask16 ma = (__mmask16)(((1u << ahi) - 1) & ~((1u << alo) - 1)), mb = bhi > 0 ? (__mmask16)((1u << bhi) - 1) : 0;
+    const __mmask16 mo = (__mmask16)((1u << ow) - 1);
+    for (int64_t r = 0; r < oh; r++) {
+        const int64_t i0 = sc->span[2 * r], i1 = sc->span[2 * r + 1], k = KH ? KH : i1 - i0;
+        float *yr = yp + r * ow;
+        if (!KH && i1 <= i0) {
+            _mm512_mask_storeu_ps(yr, mo, fill);
+            continue;
+        }
+        const float *x0 = xp + (r * sh - pt + i0 * dh) * wd - pl;
+        __m512 a = _mm512_mask_loadu_ps(fill, ma, x0), b = TWO ? _mm512_mask_loadu_ps(fill, mb, x0 + 16) : fill;
+        for (int64_t t = 1; t < k; t++) {
+            const __m512 va = _mm512_mask_loadu_ps(fill, ma, x0 + t * dh * wd);
+            a = AVG ? _mm512_add_ps(a, va) : max16(a, va);
+            if (TWO) {
+                const __m512 vb = _mm512_mask_loadu_ps(fill, mb, x0 + t * dh * wd + 16);
+                b = AVG ? _mm512_add_ps(b, vb) : max16(b, vb);
+            }
+        }
+        __m512 y = _mm512_permutex2var_ps(a, idx[0], b);
+        for (int64_t j = 1; j < KW; j++) {
+            const __m512 v = _mm512_permutex2var_ps(a, idx[j], b);
+            y = AVG ? _mm512_add_ps(y, v) : max16(y, v);
+        }
+        if (AVG)
+            y = _mm512_mul_ps(y, _mm512_loadu_ps(sc->inv + r * (ow + 2 * V)));
+        _mm512_mask_storeu_ps(yr, mo, y);
+    }
+}
+/* small16 with its window rows constant where they are all inside the plane */
+static inline __attribute__((always_inline)) void small16k(const float *xp, float *yp, const int64_t *g, const struct scratch *sc,
+                                                           const int64_t KW, const int TWO, const int AVG)
+{
+    int full = 1;
+    for (int64_t r = 0; r < g[G_OH]; r++)
+        full &= sc->span[2 * r + 1] - sc->span[2 * r] == g[G_KH];
+    if (full && g[G_KH] == 3)
+        small16(xp, yp, g, sc, 3, KW, TWO, AVG);
+    else if (full && g[G_KH] == 2)
+        small16(xp, yp, g, sc, 2, KW, TWO, AVG);
+    else
+        small16(xp, yp, g, sc, 0, KW, TWO, AVG);
+}
+static int is_small16(const int64_t *g) { return g[G_OW] <= 16 && (g[G_OW] - 1) * g[G_SW] + (g[G_KW] - 1) * g[G_DW] + 1 <= 32 && g[G_PL] < 16 && g[G_KW] <= 33; }
+static void separable16(const float *xp, float *yp, const int64_t *g, const struct scratch *sc)
+{
+    const int64_t kh = g[G_KH], kw = g[G_KW], sw = g[G_SW], dw = g[G_DW];
+    const int avg = (int)g[G_AVG];
+    if (is_small16(g)) {
+        const int two = g[G_W] + g[G_PL] > 16;
+#define SMALL16(K, T)                                                                                                  \
+    if (kw == K && two == T) {                                                                                         \
+        if (avg)                                                                                                       \
+            small16k(xp, yp, g, sc, K, T, 1);                                                                          \
+        else                                                                                                           \
+            small16k(xp, yp, g, sc, K, T, 0);                                                                          \
+        return;                                                                                                        \
+    }
+        SMALL16(3, 0)
+        SMALL16(3, 1)
+        SMALL16(2, 0)
+        SMALL16(2, 1)
+#undef SMALL16
+        small16(xp, yp, g, sc, 0, kw, two, avg);
+        return;
+    }
+#define SEP16(K, S)                                                                                                    \
+    if (kh == K && kw == K && sw == S && dw == 1) {                                                                    \
+        if (avg)                                                                                                       \
+            sep16(xp, yp, g, sc, K, K, S, 1, 1);                                                                       \
+        else                                                                                                           \
+            sep16(xp, yp, g, sc, K, K, S, 1, 0);                                                                       \
+        return;                                                                                                        \
+    }
+    SEP16(3, 1)
+    SEP16(3, 2)
+    SEP16(2, 2)
+    SEP16(2, 1)
+#undef SEP16
+    if (kw > 33)
+        return; /* fits16 allows none */
+    sep16(xp, yp, g, sc, 0, kw, sw, dw, avg);
+}
+#endif
 AVX2 static void separable_v(const float *xp, float *yp, const int64_t *g, const struct scratch *sc)
 {
     separable(xp, yp, g, sc, 1);
@@ -318,11 +512,11 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
     /* the padded row: every window's columns, from input column -pl */
     const int64_t need = (ow - 1) * sw + (kw - 1) * dw + 1, wpad = (need > pl + wd ? need : pl + wd) + V;
     const int64_t wph = wpad / sw + 2 * V; /* one phase of it */
-    const size_t floats = (size_t)(wpad + sw * wph + 3 * (ow + V) + 6 * oh + 2 * kw + 2);
+    const size_t floats = (size_t)(wpad + sw * wph + 3 * (ow + 2 * V) + 6 * oh + 2 * kw + 2);
     float *buf = aioge_calloc(sizeof(float) * floats);
     if (!buf)
         return AIOGE_ENOMEM;
-    float *pad = buf, *phase = pad + wpad, *yrow = phase + sw * wph, *cnt = yrow + ow + V, *rows = cnt + ow + V;
+    float *pad = buf, *phase = pad + wpad, *yrow = phase + sw * wph, *cnt = yrow + ow + V, *rows = cnt + ow + 2 * V;
     int32_t *at = (int32_t *)(rows + 2 * oh);
     const float fill = avg ? 0.0f : -INFINITY;
     for (int64_t k = 0; k < wpad; k++)
@@ -334,7 +528,7 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
         const int64_t n = cells(q, sw, pl, kw, dw, include ? -pl : 0, include ? wd + g[G_PR] : wd);
         cnt[q] = n ? (float)n : INFINITY;
     }
-    for (int64_t q = ow; q < ow + V; q++)
+    for (int64_t q = ow; q < ow + 2 * V; q++) /* the AVX-512 pass reads 16 */
         cnt[q] = 1.0f;
     for (int64_t r = 0; r < oh; r++) {
         const int64_t n = cells(r, sh, pt, kh, dh, include ? -pt : 0, include ? h + g[G_PB] : h);
@@ -347,7 +541,18 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
     int64_t *coff = span + 2 * oh;
     for (int64_t j = 0; j < kw; j++)
         coff[j] = sw > 1 ? (j * dw % sw) * wph + j * dw / sw : j * dw;
-    const struct scratch sc = {pad, phase, yrow, cnt, rows, span, coff, wpad, wph};
+    float *inv = NULL; /* an average's 1 / count per output, rows of ow + 2V */
+    if (avg && !ind) {
+        inv = aioge_calloc(sizeof(float) * (size_t)(oh * (ow + 2 * V)));
+        if (!inv) {
+            free(buf);
+            return AIOGE_ENOMEM;
+        }
+        for (int64_t r = 0; r < oh; r++)
+            for (int64_t q = 0; q < ow + 2 * V; q++)
+                inv[r * (ow + 2 * V) + q] = 1.0f / (cnt[q] * rows[r]);
+    }
+    const struct scratch sc = {pad, phase, yrow, cnt, rows, inv, span, coff, wpad, wph};
     const int64_t plane = h * wd;
     for (int64_t p = p0; p < p1; p++) {
         const float *xp = x + p * plane;
@@ -362,8 +567,15 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
             }
             continue;
         }
+#ifdef __AVX512F__
+        if (vec && fits16(g)) {
+            separable16(xp, yp, g, &sc);
+            continue;
+        }
+#endif
         (vec ? separable_v : separable_c)(xp, yp, g, &sc);
     }
     free(buf);
+    free(inv);
     return 0;
 }
