@@ -139,6 +139,14 @@ def test_a_worker_that_dies_stops_the_others_and_exits_1(tmp_path: Path) -> None
             os.kill(workers[1], 0)
 
 
+def _wait_gone(workers: list[int], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    for pid in workers:
+        while not _gone(pid):
+            assert time.monotonic() < deadline, f"worker {pid} still serving after its parent was killed"
+            time.sleep(0.1)
+
+
 def _gone(pid: int) -> bool:
     try:
         return "zombie" in Path(f"/proc/{pid}/status").read_text(errors="replace")
@@ -152,11 +160,7 @@ def test_workers_stop_when_the_parent_is_killed(tmp_path: Path) -> None:
     with _serving(model, tmp_path, port) as (proc, workers):
         proc.kill()  # no chance to stop them: each sees its parent gone and drains
         proc.communicate()
-        deadline = time.monotonic() + 30
-        for pid in workers:
-            while not _gone(pid):
-                assert time.monotonic() < deadline, f"worker {pid} still serving after its parent was killed"
-                time.sleep(0.1)
+        _wait_gone(workers, 30)
 
 
 def test_workers_stop_when_the_parent_is_killed_while_they_load(tmp_path: Path) -> None:
@@ -172,11 +176,7 @@ def test_workers_stop_when_the_parent_is_killed_while_they_load(tmp_path: Path) 
             time.sleep(0.01)
         proc.kill()
         proc.communicate()
-        deadline = time.monotonic() + 60
-        for pid in workers:
-            while not _gone(pid):
-                assert time.monotonic() < deadline, f"worker {pid} still running after its parent was killed"
-                time.sleep(0.1)
+        _wait_gone(workers, 60)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
