@@ -89,7 +89,14 @@ def test_line_form_matches_onnxruntime(c, mult, h, wd, k, s, d, pads, act, seed)
     fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
     planes = c * mult
     try:
-        for simd, cuts in ((5, [0, planes]), (5, [0, 3, 5, planes]), (6, [0, planes]), (6, [0, 2, planes]), (1, [0, planes]), (1, [0, 1, planes])):
+        for simd, cuts in (
+            (5, [0, planes]),
+            (5, [0, 3, 5, planes]),
+            (6, [0, planes]),
+            (6, [0, 2, planes]),
+            (1, [0, planes]),
+            (1, [0, 1, planes]),
+        ):
             native.function("aioge_simd_avx2")(simd)
             y = np.full(want.shape, np.nan, np.float32)
             cuts = sorted({min(cut, planes) for cut in cuts})

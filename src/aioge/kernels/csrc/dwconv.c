@@ -1080,7 +1080,9 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
     /* eight planes at a time where its padded image stays in L2 (a 112x112 plane's does not:
      * there the flat-phase form is faster) and the range has most of eight planes; the factors
      * bounded first, so the extents below cannot overflow */
-    const int simd = aioge_simd_avx2(-1);
+    int simd = aioge_simd_avx2(-1);
+    const int direct = simd != 7; /* 7: as 1 without the direct form, for the benches */
+    simd = simd == 7 ? 1 : simd;
     for (int i = 1; i <= 13; i++)
         if (g[i] < 0 || g[i] > 4096)
             return dwconv(x, w, bias, y, geometry, p0, p1, simd == 1 || simd == 5);
@@ -1099,12 +1101,19 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
     const int lines = simd == 5 || (simd == 1 && lines_fit(g) && g[6] == g[7] && g[13] >= 16);
     (void)s1, (void)s2;
 #else
+    (void)direct;
     const int lines = simd == 5 || (simd == 1 && g[4] == 3 && g[5] == 3 && g[8] == 1 && (s1 || s2));
 #endif
 #ifdef __AVX512F__
     /* the direct form on rows of 12 and up (a 7-wide row leaves 9 of 16 lanes idle: there the
-     * 16-plane form, 960x7x7 3x3 58 -> 42 us); simd 6 forces it, for the tests */
-    if (lines_fit(g) && g[6] == g[7] && g[9] == 1 && (simd == 6 || (simd == 1 && g[13] >= 12)))
+     * 16-plane form, 960x7x7 3x3 58 -> 42 us), 3x3, and 5x5 stride 2 but for Swish and Sigmoid
+     * (thread CPU against the former choice: MobileNetV2's ReLU6 96x112x112 s2 310 -> 245 us,
+     * 144x56x56 s2 122 -> 91, 192x28x28 s2 44 -> 31, 576x14x14 78 -> 56, 32x112x112 166 -> 133;
+     * MnasNet's 72x56x56 5x5 s2 73 -> 68; with Swish 5x5 lost: 240x28x28 183 -> 217,
+     * 672x14x14 157 -> 193; 5x5 stride 1 otherwise even); simd 6 forces it, for the tests */
+    const int sig = g[14] == ACT_SWISH || g[14] == ACT_SIGMOID;
+    if (lines_fit(g) && g[6] == g[7] && g[9] == 1 &&
+        (simd == 6 || (simd == 1 && direct && g[13] >= 12 && (g[4] == 3 || (g[6] == 2 && !sig)))))
         return dwconv_direct16(x, w, bias, y, geometry, p0, p1);
     if (simd == 3 || (simd % 3 == 1 && !lines && p1 - p0 >= 6 && hp * wp <= 8192))
         return dwconv16(x, w, bias, y, geometry, p0, p1);
