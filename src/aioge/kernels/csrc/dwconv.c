@@ -624,8 +624,8 @@ static void lines_any16(lazy_rows *L, const int64_t *g, const float *wt, float b
  * line the block reads loaded once (masked: lanes outside the plane read zero) and multiplied into
  * every output row that reads it; stride 2's even and odd columns taken apart in registers (a tap
  * pair j, j + 1 from the same two loads, one permute each). The 16-plane form's transposes cost
- * more than its multiply-adds on stride 2 (four inputs an output): 192x28x28 3x3 s2 43 -> see
- * dwconv.c's figures in aioge_conv_depthwise_f32. -- */
+ * more than its multiply-adds on stride 2 (four inputs an output): 192x28x28 3x3 s2 44 -> 31 us;
+ * the others in aioge_conv_depthwise_f32. -- */
 
 #define DROWS 4 /* output rows a block (2: 26x14x14 3x3 42 us, 4: 38, 6: 41) */
 /* lanes k of 16 with 0 <= c + k < wd */
