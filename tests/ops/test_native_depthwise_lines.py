@@ -1,5 +1,5 @@
-"""dwconv.c's line form (rows of the output plane from the stride phases, four at a time):
-forced (``aioge_simd_avx2(5)``) and as chosen, against onnxruntime's Conv and activation nodes
+"""dwconv.c's line form (rows of the output plane from the stride phases, four at a time) and the
+AVX-512 direct form (rows straight from the input plane): forced (``aioge_simd_avx2(5)``, ``(6)``) and as chosen, against onnxruntime's Conv and activation nodes
 over random geometries; split over the C helper thread equal to whole; without the C tier."""
 
 from __future__ import annotations
@@ -89,7 +89,14 @@ def test_line_form_matches_onnxruntime(c, mult, h, wd, k, s, d, pads, act, seed)
     fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
     planes = c * mult
     try:
-        for simd, cuts in ((5, [0, planes]), (5, [0, 3, 5, planes]), (1, [0, planes]), (1, [0, 1, planes])):
+        for simd, cuts in (
+            (5, [0, planes]),
+            (5, [0, 3, 5, planes]),
+            (6, [0, planes]),
+            (6, [0, 2, planes]),
+            (1, [0, planes]),
+            (1, [0, 1, planes]),
+        ):
             native.function("aioge_simd_avx2")(simd)
             y = np.full(want.shape, np.nan, np.float32)
             cuts = sorted({min(cut, planes) for cut in cuts})
@@ -150,8 +157,8 @@ def test_without_the_tier_the_depthwise_kernel_runs_numpy(monkeypatch) -> None:
 )
 def test_a_3x3_stride_2_conv_past_the_eight_plane_budget_takes_the_line_form(h, wd, pads, act) -> None:
     """As chosen (``aioge_simd_avx2(1)``), a 3x3 stride-2 plane too big for eight at a time
-    (EfficientNet's and MobileNetV3's 112x112 ones) runs the line form: the forced one's bits,
-    and onnxruntime's values."""
+    (EfficientNet's and MobileNetV3's 112x112 ones) runs the line form, with AVX-512 the direct
+    form: the forced one's bits, and onnxruntime's values."""
     rng = np.random.default_rng(h)
     c = 5
     x = rng.uniform(-4, 4, (1, c, h, wd)).astype(np.float32)
@@ -164,12 +171,13 @@ def test_a_3x3_stride_2_conv_past_the_eight_plane_budget_takes_the_line_form(h, 
     fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
     ys = []
     try:
-        for simd in (5, 1):
+        for simd in (5, 1, 6):
             native.function("aioge_simd_avx2")(simd)
             y = np.full(want.shape, np.nan, np.float32)
             assert fn(native.ptr(x), native.ptr(w), native.ptr(b), native.ptr(y), native.ptr(geo), 0, c) == 0
             ys.append(y)
     finally:
         native.function("aioge_simd_avx2")(1)
-    np.testing.assert_array_equal(ys[1].view(np.int32), ys[0].view(np.int32))
+    forced = ys[2] if (native.gemm_tile() or (0, 0))[1] >= 64 else ys[0]  # the AVX-512 tier's direct form
+    np.testing.assert_array_equal(ys[1].view(np.int32), forced.view(np.int32))
     np.testing.assert_allclose(ys[1], want, rtol=2e-5, atol=2e-5)

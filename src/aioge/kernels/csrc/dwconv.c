@@ -619,6 +619,129 @@ static void lines_any16(lazy_rows *L, const int64_t *g, const float *wt, float b
         lines_kernel16(L, buf, phase, wq, sw, dw, wt, b, out, oh, ow, 5, 2, act, a0, a1);
 }
 
+/* -- the direct form (AVX-512): a 3x3 or 5x5 kernel of stride 1 or 2 straight from the input
+ * plane, no padded copy, no phases, no transposes: R output rows by 16 columns a block, each input
+ * line the block reads loaded once (masked: lanes outside the plane read zero) and multiplied into
+ * every output row that reads it; stride 2's even and odd columns taken apart in registers (a tap
+ * pair j, j + 1 from the same two loads, one permute each). The 16-plane form's transposes cost
+ * more than its multiply-adds on stride 2 (four inputs an output): 192x28x28 3x3 s2 44 -> 31 us;
+ * the others in aioge_conv_depthwise_f32. -- */
+
+#define DROWS 4 /* output rows a block (2: 26x14x14 3x3 42 us, 4: 38, 6: 41) */
+/* lanes k of 16 with 0 <= c + k < wd */
+static inline __mmask16 cols16(int64_t c, int64_t wd)
+{
+    const int64_t lo = c < 0 ? -c : 0, hi = wd - c < 16 ? wd - c : 16;
+    return hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+static inline __attribute__((always_inline)) void direct_block16(const float *xp, int64_t h, int64_t wd, int64_t pt, int64_t pl,
+                                                                  const float *wt, __m512 b, const int K, const int S, const int R,
+                                                                  int64_t r, int64_t q, float *o, int64_t ow, __mmask16 last,
+                                                                  const int act, float a0, float a1)
+{
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    __mmask16 mk[6];
+    int64_t c0[6];
+    if (S == 1)
+        for (int j = 0; j < K; j++) {
+            c0[j] = q + j - pl;
+            mk[j] = cols16(c0[j], wd);
+        }
+    else
+        for (int j = 0; j < K; j += 2) { /* the 32 columns from 2 q + j - pl: taps j (even lanes) and j + 1 (odd) */
+            c0[j] = S * q + j - pl;
+            mk[j] = cols16(c0[j], wd);
+            mk[j + 1] = cols16(c0[j] + 16, wd);
+        }
+    __m512 acc[8];
+    for (int p = 0; p < R; p++)
+        acc[p] = b;
+    _Pragma("GCC unroll 32")
+    for (int t = 0; t < (R - 1) * S + K; t++) {
+        const int64_t ir = r * S - pt + t;
+        if (ir < 0 || ir >= h)
+            continue; /* a padding row: no taps */
+        const float *s = xp + ir * wd;
+        __m512 v[5];
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < K; j += S) {
+            if (S == 1)
+                v[j] = _mm512_maskz_loadu_ps(mk[j], s + c0[j]);
+            else {
+                const __m512 lo = _mm512_maskz_loadu_ps(mk[j], s + c0[j]), hi = _mm512_maskz_loadu_ps(mk[j + 1], s + c0[j] + 16);
+                v[j] = _mm512_permutex2var_ps(lo, ie, hi);
+                if (j + 1 < K)
+                    v[j + 1] = _mm512_permutex2var_ps(lo, io, hi);
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (int p = 0; p < R; p++) {
+            const int i = t - p * S; /* the kernel row this line is to output row r + p */
+            if (i >= 0 && i < K)
+                _Pragma("GCC unroll 8")
+                for (int j = 0; j < K; j++)
+                    acc[p] = _mm512_fmadd_ps(_mm512_set1_ps(wt[i * K + j]), v[j], acc[p]);
+        }
+    }
+    for (int p = 0; p < R; p++)
+        _mm512_mask_storeu_ps(o + (r + p) * ow + q, last, act16(acc[p], act, a0, a1));
+}
+
+static inline __attribute__((always_inline)) void direct_plane16(const float *xp, const int64_t *g, const float *wt, float bias,
+                                                                  float *out, const int K, const int S, const int act, float a0,
+                                                                  float a1)
+{
+    const int64_t h = g[1], wd = g[2], pt = g[10], pl = g[11], oh = g[12], ow = g[13];
+    const __m512 b = _mm512_set1_ps(bias);
+    int64_t r = 0;
+    for (; r + DROWS <= oh; r += DROWS)
+        for (int64_t q = 0; q < ow; q += 16)
+            direct_block16(xp, h, wd, pt, pl, wt, b, K, S, DROWS, r, q, out, ow, mask16(ow - q), act, a0, a1);
+    for (; r < oh; r++)
+        for (int64_t q = 0; q < ow; q += 16)
+            direct_block16(xp, h, wd, pt, pl, wt, b, K, S, 1, r, q, out, ow, mask16(ow - q), act, a0, a1);
+}
+
+static inline __attribute__((always_inline)) void direct_act16(const float *xp, const int64_t *g, const float *wt, float bias,
+                                                                float *out, const int K, const int S, int act, float a0, float a1)
+{
+    switch (act) {
+    case ACT_RELU: direct_plane16(xp, g, wt, bias, out, K, S, ACT_RELU, a0, a1); break;
+    case ACT_CLIP: direct_plane16(xp, g, wt, bias, out, K, S, ACT_CLIP, a0, a1); break;
+    case ACT_HARDSWISH: direct_plane16(xp, g, wt, bias, out, K, S, ACT_HARDSWISH, a0, a1); break;
+    case ACT_SWISH: direct_plane16(xp, g, wt, bias, out, K, S, ACT_SWISH, a0, a1); break;
+    default:
+        direct_plane16(xp, g, wt, bias, out, K, S, ACT_NONE, a0, a1);
+        act_run16(out, g[12] * g[13], act, a0, a1);
+    }
+}
+
+/* output planes [p0, p1) by the direct form (lines_fit's geometries with equal strides) */
+static int dwconv_direct16(const float *x, const float *w, const float *bias, float *y, const int64_t *g, int64_t p0, int64_t p1)
+{
+    const int64_t c = g[0], h = g[1], wd = g[2], mult = g[3], K = g[4], S = g[6], oh = g[12], ow = g[13];
+    const int act = (int)g[14];
+    const float a0 = aioge_float_of(g[15]), a1 = aioge_float_of(g[16]);
+    const int64_t m = c * mult;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t om = p % m;
+        const float *xp = x + ((p / m) * c + om / mult) * h * wd, *wt = w + om * K * K;
+        const float b = bias ? bias[om] : 0.0f;
+        float *out = y + p * oh * ow;
+        if (K == 3 && S == 1)
+            direct_act16(xp, g, wt, b, out, 3, 1, act, a0, a1);
+        else if (K == 3)
+            direct_act16(xp, g, wt, b, out, 3, 2, act, a0, a1);
+        else if (S == 1)
+            direct_act16(xp, g, wt, b, out, 5, 1, act, a0, a1);
+        else
+            direct_act16(xp, g, wt, b, out, 5, 2, act, a0, a1);
+    }
+    return 0;
+}
+
 /* 16 x 16 transpose in zmm: 64 shuffles (unpack, shuffle_ps, two rounds of shuffle_f32x4) */
 static inline __attribute__((always_inline)) void transpose16(__m512 *r)
 {
@@ -957,7 +1080,9 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
     /* eight planes at a time where its padded image stays in L2 (a 112x112 plane's does not:
      * there the flat-phase form is faster) and the range has most of eight planes; the factors
      * bounded first, so the extents below cannot overflow */
-    const int simd = aioge_simd_avx2(-1);
+    int simd = aioge_simd_avx2(-1);
+    const int direct = simd != 7; /* 7: as 1 without the direct form, for the benches */
+    simd = simd == 7 ? 1 : simd;
     for (int i = 1; i <= 13; i++)
         if (g[i] < 0 || g[i] > 4096)
             return dwconv(x, w, bias, y, geometry, p0, p1, simd == 1 || simd == 5);
@@ -976,9 +1101,20 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
     const int lines = simd == 5 || (simd == 1 && lines_fit(g) && g[6] == g[7] && g[13] >= 16);
     (void)s1, (void)s2;
 #else
+    (void)direct;
     const int lines = simd == 5 || (simd == 1 && g[4] == 3 && g[5] == 3 && g[8] == 1 && (s1 || s2));
 #endif
 #ifdef __AVX512F__
+    /* the direct form on rows of 12 and up (a 7-wide row leaves 9 of 16 lanes idle: there the
+     * 16-plane form, 960x7x7 3x3 58 -> 42 us), 3x3, and 5x5 stride 2 but for Swish and Sigmoid
+     * (thread CPU against the former choice: MobileNetV2's ReLU6 96x112x112 s2 310 -> 245 us,
+     * 144x56x56 s2 122 -> 91, 192x28x28 s2 44 -> 31, 576x14x14 78 -> 56, 32x112x112 166 -> 133;
+     * MnasNet's 72x56x56 5x5 s2 73 -> 68; with Swish 5x5 lost: 240x28x28 183 -> 217,
+     * 672x14x14 157 -> 193; 5x5 stride 1 otherwise even); simd 6 forces it, for the tests */
+    const int sig = g[14] == ACT_SWISH || g[14] == ACT_SIGMOID;
+    if (lines_fit(g) && g[6] == g[7] && g[9] == 1 &&
+        (simd == 6 || (simd == 1 && direct && g[13] >= 12 && (g[4] == 3 || (g[6] == 2 && !sig)))))
+        return dwconv_direct16(x, w, bias, y, geometry, p0, p1);
     if (simd == 3 || (simd % 3 == 1 && !lines && p1 - p0 >= 6 && hp * wp <= 8192))
         return dwconv16(x, w, bias, y, geometry, p0, p1);
 #endif
