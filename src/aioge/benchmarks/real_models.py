@@ -45,6 +45,8 @@ REAL_RECIPES: dict[str, tuple[str, tuple[int, ...]]] = {
     "mobilenet_v3_small": ("torchvision", (1, 3, 224, 224)),
     "efficientnet_b0": ("torchvision", (1, 3, 224, 224)),
     "shufflenet_v2_x1_0": ("torchvision", (1, 3, 224, 224)),
+    "mobilenet_v2": ("torchvision", (1, 3, 224, 224)),  # inverted residuals: 1x1 expand, depthwise, 1x1 project
+    "googlenet": ("torchvision", (1, 3, 224, 224)),  # Inception blocks: four branches with max pools, concat
     "convnext_tiny": ("torchvision", (1, 3, 224, 224)),
     "vit_b_16": ("torchvision", (1, 3, 224, 224)),
     "bert_base": ("bert", (1, 128)),  # BertConfig() defaults: 12 layers x 768, seq 128
