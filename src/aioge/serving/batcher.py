@@ -8,13 +8,12 @@ queue's head up to ``max_rows`` rows, stacks every input along dim 0, runs the s
 outputs. The next queued request then leads the next batch, so a batch forms while the last
 one runs; at most ``in_flight`` batches run at once, and while a batch waits for its turn it
 takes in more rows. The runner learns whether a batch runs alone: no request queued behind it,
-no other batch running, and not slow while halves pay (else more would queue behind it meanwhile
-to run beside it). Alone, it may
-run on the loop's thread when short (the loop has nothing to gather) or take an idle core for
-its big jobs; otherwise it runs whole on a lane of its own, one core a batch. When batches are
+no other batch running, and not slow while halves pay (more would queue to run beside it). Alone,
+it may run on the loop's thread when short (the loop has nothing to gather) or take an idle core
+for its big jobs; otherwise it runs whole on a lane of its own, one core a batch. When batches are
 slow (the queued rows would take ``split_after`` s at the recent seconds per row), other slots
-idle and splits are measured to pay (rows of batches that overlapped ran nearly as fast as
-alone: there was a free core), a batch takes only its share of the queue and the rest starts
+idle and splits are measured to pay (rows of batches that overlapped ran less than twice as
+slow as alone, which splits over the cores), a batch takes only its share of the queue and the rest starts
 at once: with every client queued, two half batches run on two cores instead of one whole
 batch on one, and the half that ends first queues again while the other computes.
 
@@ -280,14 +279,12 @@ class Batcher:
         # The first in_flight runs of a compiled size each may build a program (one per run at
         # once): not timed. Timed, the cnn example's first row (1.7 ms, cold) left its alone
         # seconds per row stale for good, and its 64 clients split in halves that idled a core.
-        size = next((z for z in self._sizes if z >= total), None)
-        cold = size is not None and self._runs_of.setdefault(size, 0) < self._in_flight
-        if size is not None:
-            self._runs_of[size] += 1
+        size = next((z for z in self._sizes if z >= total), 0)  # 0: no compiled sizes, every batch timed
+        self._runs_of[size] = runs = self._runs_of.get(size, 0) + 1
+        cold = size > 0 and runs <= self._in_flight
         try:
-            # alone also when slow, if splits do not pay: its big jobs then split over every core
-            lone = not self._queue and alone and not (self._slow(total) and self._splits_pay())
-            outputs = await self._run(_stack(batch), lone)
+            # alone also when slow, if halves do not pay: its big jobs then split over every core
+            outputs = await self._run(_stack(batch), not self._queue and alone and not (self._slow(total) and self._splits_pay()))
             per_row = (time.perf_counter() - start) / total
             if not cold:
                 self._row_any = per_row if self._row_any is None else 0.8 * self._row_any + 0.2 * per_row
