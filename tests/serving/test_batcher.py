@@ -616,3 +616,36 @@ async def test_a_batch_takes_a_compiled_size_rather_than_pad_more_rows_than_it_l
         assert sizes_run == want, f"{queued} queued"
         for i in range(queued):
             np.testing.assert_array_equal(got[i], np.full((1, 2), 2 * i))
+
+
+@pytest.mark.parametrize("alone_row", [0.4 * SPLIT_AFTER / 8, 2 * SPLIT_AFTER / 8])
+async def test_a_full_batch_with_nothing_beside_it_splits_over_the_cores(
+    alone_row: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two cores: a batch alone splits over both (its rows take alone_row each), halves side by side
+    run whole (3x: beside each other, its rows take three times as long, so halves do not pay). The
+    first run of each compiled size is cold (10x SPLIT_AFTER, a program built) and not timed: timed,
+    it left the alone figure stale and every batch split in halves (the cnn example, main bc0f03b).
+    Fast or slow, full batches with nothing queued or running run alone (a session: split)."""
+    clock = FakeClock(monkeypatch)
+    seen: list[tuple[int, bool]] = []
+    warm: set[int] = set()
+
+    async def run(feeds: dict[str, np.ndarray], alone: bool) -> dict[str, np.ndarray]:
+        rows = len(feeds["x"])
+        seen.append((rows, alone))
+        cold = rows not in warm
+        warm.add(rows)
+        await clock.run_for(10 * SPLIT_AFTER if cold else rows * alone_row * (1 if alone else 3))
+        return {"y": feeds["x"]}
+
+    b = Batcher(run, max_rows=8, max_delay=0.05, batched=frozenset({"y"}), in_flight=2, sizes=(1, 2, 4, 8))
+    rounds = []
+    for round_ in range(40):
+        before = len(seen)
+        async with anyio.create_task_group() as tg:
+            for i in range(1 if round_ == 0 else 8):
+                tg.start_soon(b.submit, {"x": np.full((1, 1), i)}, 1)
+        rounds.append(seen[before:])
+    tail = rounds[-PROBE_EVERY:]
+    assert sum(r == [(8, True)] for r in tail) >= PROBE_EVERY - 1, rounds  # one probe of halves at most

@@ -8,12 +8,12 @@ queue's head up to ``max_rows`` rows, stacks every input along dim 0, runs the s
 outputs. The next queued request then leads the next batch, so a batch forms while the last
 one runs; at most ``in_flight`` batches run at once, and while a batch waits for its turn it
 takes in more rows. The runner learns whether a batch runs alone: no request queued behind it,
-no other batch running, and not slow (nothing will queue behind it meanwhile). Alone, it may
-run on the loop's thread when short (the loop has nothing to gather) or take an idle core for
-its big jobs; otherwise it runs whole on a lane of its own, one core a batch. When batches are
+no other batch running, and not slow while halves pay (more would queue to run beside it). Alone,
+it may run on the loop's thread when short (the loop has nothing to gather) or take an idle core
+for its big jobs; otherwise it runs whole on a lane of its own, one core a batch. When batches are
 slow (the queued rows would take ``split_after`` s at the recent seconds per row), other slots
-idle and splits are measured to pay (rows of batches that overlapped ran nearly as fast as
-alone: there was a free core), a batch takes only its share of the queue and the rest starts
+idle and splits are measured to pay (rows of batches that overlapped ran less than twice as
+slow as alone, which splits over the cores), a batch takes only its share of the queue and the rest starts
 at once: with every client queued, two half batches run on two cores instead of one whole
 batch on one, and the half that ends first queues again while the other computes.
 
@@ -112,6 +112,7 @@ class Batcher:
         self._row_s: float | None = None
         self._row_shared: float | None = None
         self._running = self._started = 0
+        self._runs_of: dict[int, int] = {}  # batches run per compiled size: its first in_flight build programs
         self._probe = 0  # slow batches taken since the last probe
         self._in_flight = in_flight
         # The rows a leader waits for (up to max_delay): max_rows, or for slow batches a share
@@ -275,15 +276,22 @@ class Batcher:
         alone, started = self._running == 0, self._started
         self._running += 1
         self._started += 1
+        # The first in_flight runs of a compiled size each may build a program (one per run at
+        # once): not timed. Timed, the cnn example's first row (1.7 ms, cold) left its alone
+        # seconds per row stale for good, and its 64 clients split in halves that idled a core.
+        size = next((z for z in self._sizes if z >= total), 0)  # 0: no compiled sizes, every batch timed
+        self._runs_of[size] = runs = self._runs_of.get(size, 0) + 1
+        cold = size > 0 and runs <= self._in_flight
         try:
-            outputs = await self._run(_stack(batch), not self._queue and alone and not self._slow(total))
-            took = time.perf_counter() - start
-            per_row = took / total
-            self._row_any = per_row if self._row_any is None else 0.8 * self._row_any + 0.2 * per_row
-            if alone and self._started == started + 1:  # no other batch ran meanwhile
-                self._row_s = per_row if self._row_s is None else 0.8 * self._row_s + 0.2 * per_row
-            else:
-                self._row_shared = per_row if self._row_shared is None else 0.8 * self._row_shared + 0.2 * per_row
+            # alone also when slow, if halves do not pay: its big jobs then split over every core
+            outputs = await self._run(_stack(batch), not self._queue and alone and not (self._slow(total) and self._splits_pay()))
+            per_row = (time.perf_counter() - start) / total
+            if not cold:
+                self._row_any = per_row if self._row_any is None else 0.8 * self._row_any + 0.2 * per_row
+                if alone and self._started == started + 1:  # no other batch ran meanwhile
+                    self._row_s = per_row if self._row_s is None else 0.8 * self._row_s + 0.2 * per_row
+                else:
+                    self._row_shared = per_row if self._row_shared is None else 0.8 * self._row_shared + 0.2 * per_row
             share = self._slow(self.max_rows) and self._splits_pay()
             self._target = -(-self.max_rows // self._in_flight) if share else self.max_rows
         except Exception as exc:
