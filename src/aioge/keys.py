@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
 import platform
 import re
 from pathlib import Path
@@ -84,13 +85,20 @@ def code_digest() -> str:
 def digest_of(root: Path) -> str:
     """The code digest of the package whose directory is ``root``."""
     h = hashlib.sha256(b"aioge-code-v2")
-    paths = [p for part in CODE_PARTS for p in ([root / part] if part.endswith(".py") else (root / part).rglob("*"))]
-    for path in sorted(p for p in paths if p.suffix in (".py", ".c", ".h")):
-        rel = path.relative_to(root).as_posix()
+    # os.walk and open, not Path.rglob and read_bytes: 4.1 -> 2.5 ms of a fresh start. Sorted
+    # by path parts, as Paths sort.
+    rels: list[tuple[str, ...]] = [(part,) for part in CODE_PARTS if part.endswith(".py")]
+    for part in CODE_PARTS:
+        for d, _, files in os.walk(root / part):
+            at = tuple(Path(d).relative_to(root).parts)
+            rels += [(*at, f) for f in files if os.path.splitext(f)[1] in (".py", ".c", ".h")]
+    for rel in sorted(rels):
+        name = "/".join(rel)
         try:
-            h.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+            with open(os.path.join(root, *rel), "rb") as f:
+                h.update(name.encode() + b"\0" + hashlib.sha256(f.read()).digest())
         except OSError:
-            h.update(rel.encode() + b"\0unreadable")
+            h.update(name.encode() + b"\0unreadable")
     return h.hexdigest()
 
 

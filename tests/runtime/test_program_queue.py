@@ -7,6 +7,7 @@ callers, cancellations and a session's close."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 
@@ -120,8 +121,39 @@ async def _callers_and_ends(n: int, order: list[int], cancelled: set[int], turns
                 if p.pending():
                     c.end(p)
     assert ended_first == dict.fromkeys(range(n), True)
-    assert not q._waiting and not q._polling
+    assert not q._waiting and not q._polling and q._loop is None and not q._asleep  # the reader is gone
     q.close()
+
+
+def test_on_asyncio_one_reader_wakes_a_burst_of_callers() -> None:
+    """On asyncio the fd's reader is added once for callers that wait together, not per wait, and
+    goes with the last; a program that ends out of order wakes its caller with the next end."""
+
+    async def burst() -> None:
+        loop, added = asyncio.get_running_loop(), []
+        add = loop.add_reader
+        loop.add_reader = lambda fd, cb: (added.append(fd), add(fd, cb))  # type: ignore[method-assign]
+        c = _Driven()
+        q = ProgramQueue(1, c.fns())
+        progs = [_Program(i) for i in range(4)]
+        done: list[int] = []
+
+        async def caller(i: int) -> None:
+            await q.wait(q.submit(progs[i]))  # type: ignore[arg-type]
+            done.append(i)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(4):
+                tg.start_soon(caller, i)
+            await anyio.wait_all_tasks_blocked()
+            for i in (1, 0, 3, 2):
+                c.end(progs[i])
+                await anyio.wait_all_tasks_blocked()
+                assert done == {1: [], 0: [0, 1], 3: [0, 1], 2: [0, 1, 2, 3]}[i]
+        assert added == [c.fd] and q._loop is None
+        q.close()
+
+    anyio.run(burst, backend="asyncio")
 
 
 async def test_a_queue_closed_while_callers_wait_is_freed_by_the_last_of_them() -> None:

@@ -322,8 +322,9 @@ class GraphCache:
         return result
 
     def candidate(self, want: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The first entry of the key equal to ``want`` but for the fingerprint, from an index read
-        quietly (None without one, or on any trouble: the lookup reports that): for a read-ahead."""
+        """The newest entry of the key equal to ``want`` but for the fingerprint, from an index read
+        quietly (None without one, or on any trouble: the lookup reports that): for a read-ahead.
+        Newest: after an upgrade, the entry the new code made, not the stale one before it."""
         if self.unusable() is not None:
             return None
         try:
@@ -331,7 +332,7 @@ class GraphCache:
         except (OSError, CacheError):
             return None
         want = {**want, "fingerprint": None}
-        return next((e for e in entries if e["graph_key"] == self.key and _mismatch(e, want) is None), None)
+        return next((e for e in reversed(entries) if e["graph_key"] == self.key and _mismatch(e, want) is None), None)
 
     def _var_mismatch(self, e: dict[str, Any], current: list[list[Any]]) -> str | None:
         name = e["var_desc_file_name"]

@@ -55,7 +55,7 @@ except ImportError:  # pragma: no cover - Windows: no generation holds; aging re
     fcntl = None  # type: ignore[assignment]
 
 from aioge._util.singleflight import SingleFlight
-from aioge.cache.file_lock import SyncFileLock, async_file_lock
+from aioge.cache.file_lock import SyncFileLock, async_file_lock, new_lock
 from aioge.cache.kernel_limits import AGING_IDLE_SECONDS, CacheLimits, read_limits, resolve_cache_root, write_default_ini
 from aioge.cache.stats_file import read_stats_file, update_stats_file
 from aioge.errors import CacheError
@@ -742,9 +742,7 @@ class KernelCache:
 
 def _remove_lock_file(path: Path) -> int:
     """Remove a lock file nobody holds (take it without waiting, unlink, release)."""
-    from filelock import FileLock, Timeout  # on use: keeps filelock out of `import aioge`
-
-    lock = FileLock(str(path), timeout=0, thread_local=False)
+    lock, Timeout = new_lock(path, 0o600, 0)
     try:
         lock.acquire()
     except (Timeout, OSError):

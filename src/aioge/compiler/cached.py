@@ -170,10 +170,7 @@ def _read_ahead(cache: GraphCache, graph: str, signature: Signature, options: Co
         return {}
     path = packs.path_of(cache.dir, e["cache_file_name"])
     made_for = functools.partial(packs.made_for, e["om_sha256"], native.tier(), native.gemm_tile())
-    soon = {(path, e["om_sha256"]): packs.load_soon(path, made_for, cache.shared)}
-    import filelock  # noqa: F401  (the lock's, 8 ms to import: here, while the loop waits anyway)
-
-    return soon
+    return {(path, e["om_sha256"]): packs.load_soon(path, made_for, cache.shared)}
 
 
 def _attach_packs(cache: GraphCache, entry: dict[str, Any], model: CompiledModel, begun: Any = None) -> None:

@@ -5,7 +5,7 @@ Its key is built in ``aioge.keys``."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Container, Mapping, Sequence
 
 import numpy as np
 
@@ -82,15 +82,21 @@ def desc_from_plain(data: Any) -> KernelDesc:
 
 
 def candidates_of(
-    schema: OpSchema, in_descs: Sequence[TensorDesc | None], attrs: Mapping[str, Any], *, stored: bool = False
+    schema: OpSchema,
+    in_descs: Sequence[TensorDesc | None],
+    attrs: Mapping[str, Any],
+    *,
+    stored: bool = False,
+    names: Container[str] | None = None,
 ) -> list[tuple[KernelImpl, dict[str, Any]]]:
     """Every applicable (implementation, parameter set), in the schema's order of preference:
     those a compile in this process may choose, or with ``stored`` every one a compile in any
-    process may have chosen (a compiled kernel's choice, read where its tier is missing)."""
+    process may have chosen (a compiled kernel's choice, read where its tier is missing).
+    ``names``: only those of these implementations."""
     out = []
     lowp = bool(attrs.get("precision"))  # GE's precision modes: only, or never, the low-precision kernels
     for impl in schema.impls:
-        if ("lowp" in impl.name) != lowp:
+        if ("lowp" in impl.name) != lowp or (names is not None and impl.name not in names):
             continue
         if impl.applies(in_descs, attrs) and (stored or impl.offered()):
             for params in impl.candidates(in_descs, attrs) or [{}]:
@@ -114,8 +120,8 @@ def check_kernel(desc: KernelDesc, node: Node, engine: str) -> str:
     descs = [v.desc if v is not None else None for v in node.inputs]
     if not any(e.value == engine for e in schema.engines_for(descs)):
         return f"{node.op_type} does not run on {engine} for these inputs"
-    stored = candidates_of(schema, descs, node.attrs, stored=True)
-    h = desc.history
+    h = desc.history  # only the named implementations' candidates (a .om's decode: resnet18 -2 ms)
+    stored = candidates_of(schema, descs, node.attrs, stored=True, names={desc.impl, h.runner_up, h.native_alt})
     for name, params, what in (
         (desc.impl, desc.params, "implementation"),
         (h.runner_up, h.runner_up_params, "runner-up"),

@@ -10,19 +10,25 @@ less one) take programs as they arrive and never wait for Python. When the queue
 ``HELP_DEPTH`` the loop's thread runs one too: whichever side is behind gets help.
 
 The loop learns of completions through the queue's eventfd, which a runner writes only when a
-waiter armed it: one waiting caller at a time (the poller) arms it, wakes the callers whose
-programs are done, and hands the polling on when its own is. A cancelled caller still waits
-for its program, shielded: the runner is using its context.
+waiter armed it. On asyncio a reader of the fd, added while callers wait, arms it and wakes the
+callers whose programs are done, oldest first (no reader added per wait, no caller's task woken
+to poll: the builder CNN's 64 callers, 78 -> 66 us of the loop's Python a run). Elsewhere one
+waiting caller at a time (the poller) arms it, wakes the callers whose programs are done, and
+hands the polling on when its own is. A cancelled caller still waits for its program,
+shielded: the runner is using its context.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
+from collections import deque
 from typing import Any
 
 import anyio
 
+from aioge._util import backend
 from aioge.kernels import native
 from aioge.runtime.native_program import NativeProgram
 from aioge.runtime.schedule import HELP_DEPTH
@@ -55,7 +61,7 @@ class _Waiter:
 class ProgramQueue:
     """One session's queue of native programs and its runner threads."""
 
-    __slots__ = ("_h", "_fd", "_push", "_take", "_arm", "_free", "_waiting", "_polling", "_seen", "_lock", "_closing", "taken")
+    __slots__ = ("_h", "_fd", "_push", "_take", "_arm", "_free", "_waiting", "_polling", "_seen", "_lock", "_closing", "taken", "_loop", "_asleep")  # fmt: skip
 
     def __init__(self, runners: int, fns: tuple[Any, ...] | None = None) -> None:
         """``fns``: the C functions (``aioge_queue_new``, ``_fd``, ``_push``, ``_take``,
@@ -74,6 +80,8 @@ class ProgramQueue:
         self._lock = threading.Lock()  # close (from a worker thread) against submit and the last waiter
         self._closing = False
         self.taken = 0  # programs the loop's thread ran itself
+        self._loop: asyncio.AbstractEventLoop | None = None  # whose reader watches the fd (asyncio)
+        self._asleep: deque[_Waiter] = deque()  # the reader's callers, oldest first
 
     @classmethod
     def create(cls, runners: int) -> ProgramQueue | None:
@@ -96,6 +104,8 @@ class ProgramQueue:
                 return None
             me = _Waiter(prog)
             self._waiting.append(me)  # from now on close leaves the queue to the last waiter
+        if self._loop is not None or (len(self._waiting) == 1 and self._watch()):
+            self._asleep.append(me)
         if depth >= HELP_DEPTH and self._take(self._h):  # the runners are behind: this thread runs the oldest one
             self.taken += 1
         return me
@@ -115,10 +125,47 @@ class ProgramQueue:
                 h = self._h if self._closing and not self._waiting else None
                 if h:
                     self._h = None
+            if self._loop is not None and not self._waiting:  # before a free closes the fd
+                self._loop.remove_reader(self._fd)
+                self._loop = None
+                self._asleep.clear()
             if h:
                 self._free(h)  # closed while this one waited: its runners are idle now
 
+    def _watch(self) -> bool:
+        """On asyncio, add the reader that wakes the callers (while any wait); whether it did."""
+        if backend.current() is not backend.ASYNCIO:
+            return False
+        try:
+            asyncio.get_running_loop().add_reader(self._fd, self._readable)
+        except NotImplementedError:  # pragma: no cover - a loop without readers (Windows' proactor)
+            return False
+        self._loop = asyncio.get_running_loop()
+        self._poll()  # armed: a program that completes from now on writes the fd
+        return True
+
+    def _readable(self) -> None:
+        try:
+            os.read(self._fd, 8)
+        except BlockingIOError:
+            pass
+        self._poll()
+
+    def _poll(self) -> None:
+        """Arm the fd; while completions came meanwhile, wake the oldest callers whose programs are
+        done (one done out of order wakes with the next completion, which writes the fd)."""
+        while (count := self._arm(self._h)) != self._seen:
+            self._seen = count
+            while self._asleep and not self._asleep[0].prog.pending():
+                self._asleep.popleft().event.set()
+
     async def _until_done(self, me: _Waiter) -> None:
+        if self._loop is not None:  # the reader wakes it
+            while me.prog.pending():
+                await me.event.wait()
+                if me.prog.pending():
+                    me.event = new_event()
+            return
         try:
             while me.prog.pending():
                 if self._polling:
