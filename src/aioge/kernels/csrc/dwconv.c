@@ -780,6 +780,31 @@ static void interleave16(const float *const *src, int64_t n, float *dst)
     }
 }
 
+/* the h x wd planes planes[0 .. 16) into the padded image of 16-vectors (pixel (r, q) at
+ * img[16 ((r + pt) wp + q + pl)]), each plane taken as one flat run of 16 at a time: a 7x7
+ * plane's 49 pixels are four 16x16 transposes, not seven (one a row of 7) */
+static void interleave16_flat(const float *const *planes, int64_t h, int64_t wd, int64_t wp, int64_t pt, int64_t pl, float *img)
+{
+    const int64_t n = h * wd;
+    int64_t r = 0, q = 0;
+    for (int64_t t = 0; t < n; t += 16) {
+        const __mmask16 m = mask16(n - t);
+        __m512 v[16];
+        for (int k = 0; k < 16; k++)
+            v[k] = _mm512_maskz_loadu_ps(m, planes[k] + t);
+        transpose16(v);
+        _Pragma("GCC unroll 16")
+        for (int k = 0; k < 16; k++)
+            if (t + k < n) {
+                _mm512_store_ps(img + 16 * ((r + pt) * wp + q + pl), v[k]);
+                if (++q == wd) {
+                    q = 0;
+                    r++;
+                }
+            }
+    }
+}
+
 /* pixels8 in zmm: bq outputs of nr rows (bq nr <= 16 sums) */
 static inline __attribute__((always_inline)) void pixels16(const float *const *rows, const float *wt, __m512 b, int64_t kh, int64_t kw,
                                                             int64_t sw, int64_t dw, int64_t q, float *out, const int bq, const int nr,
@@ -826,7 +851,7 @@ static int dwconv16(const float *x, const float *w, const float *bias, float *y,
     memset(img, 0, sizeof(float) * (size_t)(16 * hp * wp));
     float *out = img + 16 * hp * wp, *wt = out + 16 * oh * ow, *b16 = wt + 16 * taps;
     const float **src = (const float **)(b16 + 16), **rows = src + 16;
-    const int in_regs = act_in_regs16(act);
+    const int in_regs = act_in_regs16(act), simd = aioge_simd_avx2(-1);
     int rc = 0;
     for (int64_t p = p0; p < p1; p += 16) {
         const int64_t lanes = p1 - p < 16 ? p1 - p : 16;
@@ -835,18 +860,39 @@ static int dwconv16(const float *x, const float *w, const float *bias, float *y,
             break;
         }
         const float *planes[16];
-        for (int64_t k = 0; k < 16; k++) { /* lanes past the range repeat the last: computed, not written */
-            const int64_t q = p + (k < lanes ? k : lanes - 1), om = q % m;
-            planes[k] = x + ((q / m) * c + om / mult) * h * wd;
-            for (int64_t t = 0; t < taps; t++)
-                wt[16 * t + k] = w[om * taps + t];
-            b16[k] = bias ? bias[om] : 0.0f;
-        }
-        for (int64_t r = 0; r < h; r++) {
+        const int64_t om0 = p % m;
+        if (mult == 1 && lanes == 16 && om0 + 16 <= m && simd != 10) {
+            /* 16 channels of one image (plane p + k, filter om0 + k): the filters' taps by 16x16
+             * transposes, no division a plane (a 7x7 plane's taps and divisions cost about what
+             * its transposes do) */
             for (int k = 0; k < 16; k++)
-                src[k] = planes[k] + r * wd;
-            interleave16(src, wd, img + 16 * ((r + pt) * wp + pl));
-        }
+                planes[k] = x + (p + k) * h * wd;
+            for (int64_t t = 0; t < taps; t += 16) {
+                const __mmask16 mk = mask16(taps - t);
+                __m512 v[16];
+                for (int k = 0; k < 16; k++)
+                    v[k] = _mm512_maskz_loadu_ps(mk, w + (om0 + k) * taps + t);
+                transpose16(v);
+                for (int64_t k = 0; k < 16 && t + k < taps; k++)
+                    _mm512_store_ps(wt + 16 * (t + k), v[k]);
+            }
+            _mm512_store_ps(b16, bias ? _mm512_loadu_ps(bias + om0) : _mm512_setzero_ps());
+        } else
+            for (int64_t k = 0; k < 16; k++) { /* lanes past the range repeat the last: computed, not written */
+                const int64_t q = p + (k < lanes ? k : lanes - 1), om = q % m;
+                planes[k] = x + ((q / m) * c + om / mult) * h * wd;
+                for (int64_t t = 0; t < taps; t++)
+                    wt[16 * t + k] = w[om * taps + t];
+                b16[k] = bias ? bias[om] : 0.0f;
+            }
+        if (wd < 16 && simd != 10)
+            interleave16_flat(planes, h, wd, wp, pt, pl, img);
+        else
+            for (int64_t r = 0; r < h; r++) {
+                for (int k = 0; k < 16; k++)
+                    src[k] = planes[k] + r * wd;
+                interleave16(src, wd, img + 16 * ((r + pt) * wp + pl));
+            }
         const __m512 b = _mm512_load_ps(b16);
         const int64_t rstep = 16 * sh * wp, ostep = 16 * ow;
         for (int64_t r = 0; r < oh; r++) {
@@ -977,16 +1023,32 @@ AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float
     memset(img, 0, sizeof(float) * (size_t)(8 * hp * wp));
     float *out = img + 8 * hp * wp, *wt = out + 8 * oh * ow, *b8 = wt + 8 * taps;
     const float **src = (const float **)(b8 + 8), **rows = src + 8;
+    const int former = aioge_simd_avx2(-1) == 10;
     for (int64_t p = p0; p < p1; p += 8) {
-        const int64_t lanes = p1 - p < 8 ? p1 - p : 8;
+        const int64_t lanes = p1 - p < 8 ? p1 - p : 8, om0 = p % m;
         const float *planes[8];
-        for (int64_t k = 0; k < 8; k++) { /* lanes past the range repeat the last: computed, not written */
-            const int64_t q = p + (k < lanes ? k : lanes - 1), om = q % m;
-            planes[k] = x + ((q / m) * c + om / mult) * h * wd;
-            for (int64_t t = 0; t < taps; t++)
-                wt[8 * t + k] = w[om * taps + t];
-            b8[k] = bias ? bias[om] : 0.0f;
-        }
+        if (mult == 1 && lanes == 8 && om0 + 8 <= m && !former) {
+            /* 8 channels of one image: the filters' taps by 8x8 transposes, no division a plane */
+            for (int k = 0; k < 8; k++)
+                planes[k] = x + (p + k) * h * wd;
+            for (int64_t t = 0; t < taps; t += 8) {
+                const __m256i mk = tail_mask(taps - t < 8 ? taps - t : 8);
+                __m256 v[8];
+                for (int k = 0; k < 8; k++)
+                    v[k] = _mm256_maskload_ps(w + (om0 + k) * taps + t, mk);
+                transpose8(v);
+                for (int64_t k = 0; k < 8 && t + k < taps; k++)
+                    _mm256_storeu_ps(wt + 8 * (t + k), v[k]);
+            }
+            _mm256_storeu_ps(b8, bias ? _mm256_loadu_ps(bias + om0) : _mm256_setzero_ps());
+        } else
+            for (int64_t k = 0; k < 8; k++) { /* lanes past the range repeat the last: computed, not written */
+                const int64_t q = p + (k < lanes ? k : lanes - 1), om = q % m;
+                planes[k] = x + ((q / m) * c + om / mult) * h * wd;
+                for (int64_t t = 0; t < taps; t++)
+                    wt[8 * t + k] = w[om * taps + t];
+                b8[k] = bias ? bias[om] : 0.0f;
+            }
         for (int64_t r = 0; r < h; r++) {
             for (int k = 0; k < 8; k++)
                 src[k] = planes[k] + r * wd;
@@ -1082,7 +1144,7 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
      * bounded first, so the extents below cannot overflow */
     int simd = aioge_simd_avx2(-1);
     const int direct = simd != 7; /* 7: as 1 without the direct form, for the benches */
-    simd = simd == 7 ? 1 : simd;
+    simd = simd == 7 ? 1 : simd == 10 ? 3 : simd; /* 10: 3 with the former copies in, for the tests */
     for (int i = 1; i <= 13; i++)
         if (g[i] < 0 || g[i] > 4096)
             return dwconv(x, w, bias, y, geometry, p0, p1, simd == 1 || simd == 5);
