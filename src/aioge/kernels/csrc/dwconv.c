@@ -783,11 +783,24 @@ static void interleave16(const float *const *src, int64_t n, float *dst)
 /* the h x wd planes planes[0 .. 16) into the padded image of 16-vectors (pixel (r, q) at
  * img[16 ((r + pt) wp + q + pl)]), each plane taken as one flat run of 16 at a time: a 7x7
  * plane's 49 pixels are four 16x16 transposes, not seven (one a row of 7) */
-static void interleave16_flat(const float *const *planes, int64_t h, int64_t wd, int64_t wp, int64_t pt, int64_t pl, float *img)
+static void interleave16_flat(const float *const *planes, int64_t h, int64_t wd, int64_t wp, int64_t pt, int64_t pl, float *img,
+                              int apart)
 {
     const int64_t n = h * wd;
     int64_t r = 0, q = 0;
     for (int64_t t = 0; t < n; t += 16) {
+        if (apart && n - t <= 3) { /* the last 1 to 3 pixels: a gather each (the planes n apart), no transpose */
+            const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                  _mm512_set1_epi32((int)n));
+            for (int64_t k = t; k < n; k++) {
+                _mm512_store_ps(img + 16 * ((r + pt) * wp + q + pl), _mm512_i32gather_ps(at, planes[0] + k, 4));
+                if (++q == wd) {
+                    q = 0;
+                    r++;
+                }
+            }
+            return;
+        }
         const __mmask16 m = mask16(n - t);
         __m512 v[16];
         for (int k = 0; k < 16; k++)
@@ -861,7 +874,8 @@ static int dwconv16(const float *x, const float *w, const float *bias, float *y,
         }
         const float *planes[16];
         const int64_t om0 = p % m;
-        if (mult == 1 && lanes == 16 && om0 + 16 <= m && simd != 10) {
+        const int apart = mult == 1 && lanes == 16 && om0 + 16 <= m && simd != 10; /* planes[k] = planes[0] + k h wd */
+        if (apart) {
             /* 16 channels of one image (plane p + k, filter om0 + k): the filters' taps by 16x16
              * transposes, no division a plane (a 7x7 plane's taps and divisions cost about what
              * its transposes do) */
@@ -886,7 +900,7 @@ static int dwconv16(const float *x, const float *w, const float *bias, float *y,
                 b16[k] = bias ? bias[om] : 0.0f;
             }
         if (wd < 16 && simd != 10)
-            interleave16_flat(planes, h, wd, wp, pt, pl, img);
+            interleave16_flat(planes, h, wd, wp, pt, pl, img, apart);
         else
             for (int64_t r = 0; r < h; r++) {
                 for (int k = 0; k < 16; k++)
@@ -939,6 +953,22 @@ static int dwconv16(const float *x, const float *w, const float *bias, float *y,
         float *dst = y + p * n;
         for (int64_t t = 0; t < n; t += 16) {
             const __mmask16 mk = mask16(n - t);
+            if (n - t <= 3 && simd != 10) { /* the last 1 to 3 pixels (a 7x7 plane's 49th): a scatter each, no transpose */
+                const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                      _mm512_set1_epi32((int)n));
+                for (int64_t k = t; k < n; k++) {
+                    __m512 v = _mm512_load_ps(out + 16 * k);
+                    if (in_regs)
+                        switch (act) {
+                        case ACT_SWISH: v = act16(v, ACT_SWISH, a0, a1); break;
+                        case ACT_HARDSWISH: v = act16(v, ACT_HARDSWISH, a0, a1); break;
+                        case ACT_RELU: v = act16(v, ACT_RELU, a0, a1); break;
+                        default: v = act16(v, act, a0, a1);
+                        }
+                    _mm512_mask_i32scatter_ps(dst + k, mask16(lanes), at, v, 4);
+                }
+                break;
+            }
             __m512 v[16];
             for (int k = 0; k < 16; k++)
                 v[k] = t + k < n ? _mm512_load_ps(out + 16 * (t + k)) : _mm512_setzero_ps();
@@ -950,8 +980,13 @@ static int dwconv16(const float *x, const float *w, const float *bias, float *y,
                 default: for (int k = 0; k < 16; k++) v[k] = act16(v[k], act, a0, a1);
                 }
             transpose16(v);
-            for (int64_t k = 0; k < lanes; k++)
-                _mm512_mask_storeu_ps(dst + k * n + t, mk, v[k]);
+            if (lanes == 16) /* the stores unrolled: v stays in registers */
+                _Pragma("GCC unroll 16")
+                for (int k = 0; k < 16; k++)
+                    _mm512_mask_storeu_ps(dst + k * n + t, mk, v[k]);
+            else
+                for (int64_t k = 0; k < lanes; k++)
+                    _mm512_mask_storeu_ps(dst + k * n + t, mk, v[k]);
         }
     }
     return rc;
