@@ -1141,8 +1141,24 @@ AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float
             if (in_regs)
                 act8(v, act, a0, a1);
             transpose8(v);
-            for (int64_t k = 0; k < lanes; k++)
-                _mm256_storeu_ps(dst + k * n + t, v[k]);
+            if (lanes == 8) /* unrolled: v stays in registers */
+                _Pragma("GCC unroll 8")
+                for (int k = 0; k < 8; k++)
+                    _mm256_storeu_ps(dst + k * n + t, v[k]);
+            else
+                for (int64_t k = 0; k < lanes; k++)
+                    _mm256_storeu_ps(dst + k * n + t, v[k]);
+        }
+        if (t < n && n - t <= 2 && !former) { /* the last 1 or 2 pixels (a 7x7 plane's 49th): scalar stores, no transpose */
+            for (; t < n; t++) {
+                __m256 v = _mm256_loadu_ps(out + 8 * t);
+                if (in_regs)
+                    v = act1(v, act, a0, a1);
+                float e[8];
+                _mm256_storeu_ps(e, v);
+                for (int64_t k = 0; k < lanes; k++)
+                    dst[k * n + t] = e[k];
+            }
         }
         if (t < n) { /* the last n - t outputs of each plane by masked stores */
             const __m256i mask = tail_mask(n - t);
