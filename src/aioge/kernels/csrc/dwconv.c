@@ -1223,10 +1223,13 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
      * (thread CPU against the former choice: MobileNetV2's ReLU6 96x112x112 s2 310 -> 245 us,
      * 144x56x56 s2 122 -> 91, 192x28x28 s2 44 -> 31, 576x14x14 78 -> 56, 32x112x112 166 -> 133;
      * MnasNet's 72x56x56 5x5 s2 73 -> 68; with Swish 5x5 lost: 240x28x28 183 -> 217,
-     * 672x14x14 157 -> 193; 5x5 stride 1 otherwise even); simd 6 forces it, for the tests */
+     * 672x14x14 157 -> 193; 5x5 stride 1 otherwise even; 3x3 stride 1 with Swish on rows under
+     * 16 too, since the 16-plane form's copies got cheaper: EfficientNet's 480x14x14 70.6 -> 64.3);
+     * simd 6 forces it, for the tests */
     const int sig = g[14] == ACT_SWISH || g[14] == ACT_SIGMOID;
+    const int dir3 = g[4] == 3 && !(sig && g[6] == 1 && g[13] < 16);
     if (lines_fit(g) && g[6] == g[7] && g[9] == 1 &&
-        (simd == 6 || (simd == 1 && direct && g[13] >= 12 && (g[4] == 3 || (g[6] == 2 && !sig)))))
+        (simd == 6 || (simd == 1 && direct && g[13] >= 12 && (dir3 || (g[6] == 2 && !sig)))))
         return dwconv_direct16(x, w, bias, y, geometry, p0, p1);
     if (simd == 3 || (simd % 3 == 1 && !lines && p1 - p0 >= 6 && hp * wp <= 8192))
         return dwconv16(x, w, bias, y, geometry, p0, p1);
