@@ -144,7 +144,12 @@ def test_plane_group_forms_match_onnxruntime_and_their_former_copies_in(c, mult,
     planes = n * c * mult
     ys = []
     try:
-        for simd, cuts in ((3, [0, planes]), (3, [0, 7, c * mult, c * mult + 3, planes]), (10, [0, planes]), (10, [0, 9, planes])):
+        for simd, cuts in (
+            (3, [0, planes]),
+            (3, [0, 7, c * mult, c * mult + 3, planes]),
+            (10, [0, planes]),
+            (10, [0, 9, planes]),
+        ):
             native.function("aioge_simd_avx2")(simd)
             y = np.full(want.shape, np.nan, np.float32)
             cuts = sorted({min(cut, planes) for cut in cuts})
