@@ -88,6 +88,7 @@ def test_line_form_matches_onnxruntime(c, mult, h, wd, k, s, d, pads, act, seed)
     fn = native.lib().aioge_conv_depthwise_f32
     fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
     planes = c * mult
+    ys: dict[int, np.ndarray] = {}
     try:
         for simd, cuts in (
             (5, [0, planes]),
@@ -96,6 +97,7 @@ def test_line_form_matches_onnxruntime(c, mult, h, wd, k, s, d, pads, act, seed)
             (6, [0, 2, planes]),
             (1, [0, planes]),
             (1, [0, 1, planes]),
+            (11, [0, planes]),  # as chosen, the direct form's last 2 or 3 rows one at a time (the former blocks)
         ):
             native.function("aioge_simd_avx2")(simd)
             y = np.full(want.shape, np.nan, np.float32)
@@ -103,8 +105,11 @@ def test_line_form_matches_onnxruntime(c, mult, h, wd, k, s, d, pads, act, seed)
             for p0, p1 in zip(cuts, cuts[1:]):
                 assert fn(native.ptr(x), native.ptr(w), native.ptr(b), native.ptr(y), native.ptr(geo), p0, p1) == 0
             np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5, err_msg=f"simd {simd} cuts {cuts}")
+            ys[simd] = ys.get(simd, y)
     finally:
         native.function("aioge_simd_avx2")(1)
+    # a row's sums the same operations in the same order, however many rows a block
+    np.testing.assert_array_equal(ys[1].view(np.int32), ys[11].view(np.int32))
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

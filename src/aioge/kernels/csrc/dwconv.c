@@ -627,6 +627,7 @@ static void lines_any16(lazy_rows *L, const int64_t *g, const float *wt, float b
  * more than its multiply-adds on stride 2 (four inputs an output): 192x28x28 3x3 s2 44 -> 31 us;
  * the others in aioge_conv_depthwise_f32. -- */
 
+#define DIRECT_REST (aioge_simd_avx2(-1) != 11) /* 11: the former last rows one at a time, for the benches */
 #define DROWS 4 /* output rows a block (2: 26x14x14 3x3 42 us, 4: 38, 6: 41) */
 /* lanes k of 16 with 0 <= c + k < wd */
 static inline __mmask16 cols16(int64_t c, int64_t wd)
@@ -699,9 +700,16 @@ static inline __attribute__((always_inline)) void direct_plane16(const float *xp
     for (; r + DROWS <= oh; r += DROWS)
         for (int64_t q = 0; q < ow; q += 16)
             direct_block16(xp, h, wd, pt, pl, wt, b, K, S, DROWS, r, q, out, ow, mask16(ow - q), act, a0, a1);
-    for (; r < oh; r++)
+    if (oh - r == 2 && DIRECT_REST) /* the last rows as one block (14 rows: 4, 4, 4, 2), their lines loaded once */
         for (int64_t q = 0; q < ow; q += 16)
-            direct_block16(xp, h, wd, pt, pl, wt, b, K, S, 1, r, q, out, ow, mask16(ow - q), act, a0, a1);
+            direct_block16(xp, h, wd, pt, pl, wt, b, K, S, 2, r, q, out, ow, mask16(ow - q), act, a0, a1);
+    else if (oh - r == 3 && DIRECT_REST)
+        for (int64_t q = 0; q < ow; q += 16)
+            direct_block16(xp, h, wd, pt, pl, wt, b, K, S, 3, r, q, out, ow, mask16(ow - q), act, a0, a1);
+    else
+        for (; r < oh; r++)
+            for (int64_t q = 0; q < ow; q += 16)
+                direct_block16(xp, h, wd, pt, pl, wt, b, K, S, 1, r, q, out, ow, mask16(ow - q), act, a0, a1);
 }
 
 static inline __attribute__((always_inline)) void direct_act16(const float *xp, const int64_t *g, const float *wt, float bias,
@@ -1195,7 +1203,7 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
      * bounded first, so the extents below cannot overflow */
     int simd = aioge_simd_avx2(-1);
     const int direct = simd != 7; /* 7: as 1 without the direct form, for the benches */
-    simd = simd == 7 ? 1 : simd == 10 ? 3 : simd; /* 10: 3 with the former copies in, for the tests */
+    simd = simd == 7 || simd == 11 ? 1 : simd == 10 ? 3 : simd; /* 10: 3 with the former copies in, for the tests */
     for (int i = 1; i <= 13; i++)
         if (g[i] < 0 || g[i] > 4096)
             return dwconv(x, w, bias, y, geometry, p0, p1, simd == 1 || simd == 5);
