@@ -16,7 +16,10 @@
  * computes rows of the output plane straight into it, four rows at a time, each input line loaded
  * once for every tap row that reads it; the eight-plane form (below) takes small planes. The
  * AVX-512 tier runs both 16 lanes wide (zmm, masked tails): the line form on rows of 16 and up,
- * splitting the input rows into the phases as it reaches them, and 16 planes a vector. */
+ * splitting the input rows into the phases as it reaches them, and 16 planes a vector. The plane
+ * forms take 16 (8) channels of one image without a division a plane, their filters by 16x16
+ * (8x8) transposes, planes with rows under 16 as one flat run (a 7x7 plane four transposes, not
+ * seven) and a plane's last 1-3 pixels by a gather and a scatter, not a transpose. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
