@@ -67,6 +67,14 @@ CASES = [
         {"group": 21, "kernel_shape": [5, 5], "pads": [2, 2, 2, 2], "activation": "HardSwish"},
         "aioge",
     ),
+    (  # 7x7 planes: two groups of 16 channels (filters by transposes, planes as flat runs), a last 8
+        "depthwise_planes7",
+        "FusedConv",
+        "conv_depthwise_native",
+        [_rand(1, 40, 7, 7) * 3, _rand(40, 1, 3, 3), _rand(40)],
+        {"group": 40, "kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "activation": "Relu"},
+        "aioge",
+    ),
     ("gemm", "Gemm", "gemm_native", [_rand(37, 70), _rand(70, 129), _rand(129)], {}),
     ("pool", "AveragePool", "pool_native", [_rand(1, 4, 15, 15)], {"kernel_shape": [3, 3], "strides": [2, 2]}),
     # AVX-512: 16 output columns in registers past a small plane's one vector, a ceil-mode overhang

@@ -45,6 +45,7 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "depthwise",
             "depthwise_lines",
             "depthwise_planes",
+            "depthwise_planes7",
             "gemm",
             "pool",
             "pool_max",
@@ -66,6 +67,7 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "winograd",
             "depthwise_lines",
             "depthwise_planes",
+            "depthwise_planes7",
             "pool",
             "pool_max",
         )

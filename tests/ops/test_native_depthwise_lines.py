@@ -88,6 +88,7 @@ def test_line_form_matches_onnxruntime(c, mult, h, wd, k, s, d, pads, act, seed)
     fn = native.lib().aioge_conv_depthwise_f32
     fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
     planes = c * mult
+    ys: dict[int, np.ndarray] = {}
     try:
         for simd, cuts in (
             (5, [0, planes]),
@@ -96,6 +97,7 @@ def test_line_form_matches_onnxruntime(c, mult, h, wd, k, s, d, pads, act, seed)
             (6, [0, 2, planes]),
             (1, [0, planes]),
             (1, [0, 1, planes]),
+            (11, [0, planes]),  # as chosen, the direct form's last 2 or 3 rows one at a time (the former blocks)
         ):
             native.function("aioge_simd_avx2")(simd)
             y = np.full(want.shape, np.nan, np.float32)
@@ -103,8 +105,67 @@ def test_line_form_matches_onnxruntime(c, mult, h, wd, k, s, d, pads, act, seed)
             for p0, p1 in zip(cuts, cuts[1:]):
                 assert fn(native.ptr(x), native.ptr(w), native.ptr(b), native.ptr(y), native.ptr(geo), p0, p1) == 0
             np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5, err_msg=f"simd {simd} cuts {cuts}")
+            ys[simd] = ys.get(simd, y)
     finally:
         native.function("aioge_simd_avx2")(1)
+    # a row's sums the same operations in the same order, however many rows a block
+    np.testing.assert_array_equal(ys[1].view(np.int32), ys[11].view(np.int32))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    c=st.integers(16, 41),
+    mult=st.sampled_from([1, 1, 1, 2]),
+    n=st.sampled_from([1, 1, 2]),
+    h=st.integers(1, 17),
+    wd=st.integers(1, 20),
+    k=st.sampled_from([(3, 3), (5, 5), (3, 5), (1, 1)]),
+    s=st.sampled_from([1, 2]),
+    d=st.sampled_from([(1, 1), (1, 1), (2, 1), (1, 2)]),
+    pads=st.tuples(*[st.integers(0, 3)] * 4),
+    act=st.sampled_from(sorted(ACTS)),
+    seed=st.integers(0, 2**16),
+)
+def test_plane_group_forms_match_onnxruntime_and_their_former_copies_in(c, mult, n, h, wd, k, s, d, pads, act, seed) -> None:
+    """The 16-plane form (``aioge_simd_avx2(3)``; the 8-plane one on AVX2): a group of 16 (8)
+    channels of one image takes its filters by transposes and, rows under 16, its planes as one
+    flat run; ``(10)`` the former copies in (a division and scalar copies a plane, a transpose a
+    row). Planes past one image and two filters a channel take the former path: the same bits
+    either way, whole or split at any plane (mid-group, at an image's boundary), and
+    onnxruntime's values."""
+    kh, kw = k
+    oh, ow = (h + pads[0] + pads[2] - (kh - 1) * d[0] - 1) // s + 1, (wd + pads[1] + pads[3] - (kw - 1) * d[1] - 1) // s + 1
+    assume(oh >= 1 and ow >= 1)
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-4, 4, (n, c, h, wd)).astype(np.float32)
+    w = rng.uniform(-1, 1, (c * mult, 1, kh, kw)).astype(np.float32)
+    b = rng.uniform(-1, 1, c * mult).astype(np.float32)
+    want = _ort(x, w, b, act, k, (s, s), d, pads)
+    a0, a1, _ = ACTS[act]
+    g = [c, h, wd, mult, kh, kw, s, s, d[0], d[1], pads[0], pads[1], oh, ow, native.ACT[act], _bits(a0), _bits(a1), 0]
+    geo = np.array(g, np.int64)
+    fn = native.lib().aioge_conv_depthwise_f32
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
+    planes = n * c * mult
+    ys = []
+    try:
+        for simd, cuts in (
+            (3, [0, planes]),
+            (3, [0, 7, c * mult, c * mult + 3, planes]),
+            (10, [0, planes]),
+            (10, [0, 9, planes]),
+        ):
+            native.function("aioge_simd_avx2")(simd)
+            y = np.full(want.shape, np.nan, np.float32)
+            cuts = sorted({min(cut, planes) for cut in cuts})
+            for p0, p1 in zip(cuts, cuts[1:]):
+                assert fn(native.ptr(x), native.ptr(w), native.ptr(b), native.ptr(y), native.ptr(geo), p0, p1) == 0
+            np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5, err_msg=f"simd {simd} cuts {cuts}")
+            ys.append(y)
+    finally:
+        native.function("aioge_simd_avx2")(1)
+    for y in ys[1:]:
+        np.testing.assert_array_equal(y.view(np.int32), ys[0].view(np.int32))
 
 
 @pytest.mark.parametrize("k, s, act", [(3, 1, "Swish"), (5, 2, "HardSwish")])

@@ -16,7 +16,10 @@
  * computes rows of the output plane straight into it, four rows at a time, each input line loaded
  * once for every tap row that reads it; the eight-plane form (below) takes small planes. The
  * AVX-512 tier runs both 16 lanes wide (zmm, masked tails): the line form on rows of 16 and up,
- * splitting the input rows into the phases as it reaches them, and 16 planes a vector. */
+ * splitting the input rows into the phases as it reaches them, and 16 planes a vector. The plane
+ * forms take 16 (8) channels of one image without a division a plane, their filters by 16x16
+ * (8x8) transposes, planes with rows under 16 as one flat run (a 7x7 plane four transposes, not
+ * seven) and a plane's last 1-3 pixels by a gather and a scatter, not a transpose. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -627,6 +630,7 @@ static void lines_any16(lazy_rows *L, const int64_t *g, const float *wt, float b
  * more than its multiply-adds on stride 2 (four inputs an output): 192x28x28 3x3 s2 44 -> 31 us;
  * the others in aioge_conv_depthwise_f32. -- */
 
+#define DIRECT_REST (aioge_simd_avx2(-1) != 11) /* 11: the former last rows one at a time, for the benches */
 #define DROWS 4 /* output rows a block (2: 26x14x14 3x3 42 us, 4: 38, 6: 41) */
 /* lanes k of 16 with 0 <= c + k < wd */
 static inline __mmask16 cols16(int64_t c, int64_t wd)
@@ -699,9 +703,16 @@ static inline __attribute__((always_inline)) void direct_plane16(const float *xp
     for (; r + DROWS <= oh; r += DROWS)
         for (int64_t q = 0; q < ow; q += 16)
             direct_block16(xp, h, wd, pt, pl, wt, b, K, S, DROWS, r, q, out, ow, mask16(ow - q), act, a0, a1);
-    for (; r < oh; r++)
+    if (oh - r == 2 && DIRECT_REST) /* the last rows as one block (14 rows: 4, 4, 4, 2), their lines loaded once */
         for (int64_t q = 0; q < ow; q += 16)
-            direct_block16(xp, h, wd, pt, pl, wt, b, K, S, 1, r, q, out, ow, mask16(ow - q), act, a0, a1);
+            direct_block16(xp, h, wd, pt, pl, wt, b, K, S, 2, r, q, out, ow, mask16(ow - q), act, a0, a1);
+    else if (oh - r == 3 && DIRECT_REST)
+        for (int64_t q = 0; q < ow; q += 16)
+            direct_block16(xp, h, wd, pt, pl, wt, b, K, S, 3, r, q, out, ow, mask16(ow - q), act, a0, a1);
+    else
+        for (; r < oh; r++)
+            for (int64_t q = 0; q < ow; q += 16)
+                direct_block16(xp, h, wd, pt, pl, wt, b, K, S, 1, r, q, out, ow, mask16(ow - q), act, a0, a1);
 }
 
 static inline __attribute__((always_inline)) void direct_act16(const float *xp, const int64_t *g, const float *wt, float bias,
@@ -780,6 +791,44 @@ static void interleave16(const float *const *src, int64_t n, float *dst)
     }
 }
 
+/* the h x wd planes planes[0 .. 16) into the padded image of 16-vectors (pixel (r, q) at
+ * img[16 ((r + pt) wp + q + pl)]), each plane taken as one flat run of 16 at a time: a 7x7
+ * plane's 49 pixels are four 16x16 transposes, not seven (one a row of 7) */
+static void interleave16_flat(const float *const *planes, int64_t h, int64_t wd, int64_t wp, int64_t pt, int64_t pl, float *img,
+                              int apart)
+{
+    const int64_t n = h * wd;
+    int64_t r = 0, q = 0;
+    for (int64_t t = 0; t < n; t += 16) {
+        if (apart && n - t <= 3) { /* the last 1 to 3 pixels: a gather each (the planes n apart), no transpose */
+            const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                  _mm512_set1_epi32((int)n));
+            for (int64_t k = t; k < n; k++) {
+                _mm512_store_ps(img + 16 * ((r + pt) * wp + q + pl), _mm512_i32gather_ps(at, planes[0] + k, 4));
+                if (++q == wd) {
+                    q = 0;
+                    r++;
+                }
+            }
+            return;
+        }
+        const __mmask16 m = mask16(n - t);
+        __m512 v[16];
+        for (int k = 0; k < 16; k++)
+            v[k] = _mm512_maskz_loadu_ps(m, planes[k] + t);
+        transpose16(v);
+        _Pragma("GCC unroll 16")
+        for (int k = 0; k < 16; k++)
+            if (t + k < n) {
+                _mm512_store_ps(img + 16 * ((r + pt) * wp + q + pl), v[k]);
+                if (++q == wd) {
+                    q = 0;
+                    r++;
+                }
+            }
+    }
+}
+
 /* pixels8 in zmm: bq outputs of nr rows (bq nr <= 16 sums) */
 static inline __attribute__((always_inline)) void pixels16(const float *const *rows, const float *wt, __m512 b, int64_t kh, int64_t kw,
                                                             int64_t sw, int64_t dw, int64_t q, float *out, const int bq, const int nr,
@@ -826,7 +875,7 @@ static int dwconv16(const float *x, const float *w, const float *bias, float *y,
     memset(img, 0, sizeof(float) * (size_t)(16 * hp * wp));
     float *out = img + 16 * hp * wp, *wt = out + 16 * oh * ow, *b16 = wt + 16 * taps;
     const float **src = (const float **)(b16 + 16), **rows = src + 16;
-    const int in_regs = act_in_regs16(act);
+    const int in_regs = act_in_regs16(act), simd = aioge_simd_avx2(-1);
     int rc = 0;
     for (int64_t p = p0; p < p1; p += 16) {
         const int64_t lanes = p1 - p < 16 ? p1 - p : 16;
@@ -835,18 +884,40 @@ static int dwconv16(const float *x, const float *w, const float *bias, float *y,
             break;
         }
         const float *planes[16];
-        for (int64_t k = 0; k < 16; k++) { /* lanes past the range repeat the last: computed, not written */
-            const int64_t q = p + (k < lanes ? k : lanes - 1), om = q % m;
-            planes[k] = x + ((q / m) * c + om / mult) * h * wd;
-            for (int64_t t = 0; t < taps; t++)
-                wt[16 * t + k] = w[om * taps + t];
-            b16[k] = bias ? bias[om] : 0.0f;
-        }
-        for (int64_t r = 0; r < h; r++) {
+        const int64_t om0 = p % m;
+        const int apart = mult == 1 && lanes == 16 && om0 + 16 <= m && simd != 10; /* planes[k] = planes[0] + k h wd */
+        if (apart) {
+            /* 16 channels of one image (plane p + k, filter om0 + k): the filters' taps by 16x16
+             * transposes, no division a plane (a 7x7 plane's taps and divisions cost about what
+             * its transposes do) */
             for (int k = 0; k < 16; k++)
-                src[k] = planes[k] + r * wd;
-            interleave16(src, wd, img + 16 * ((r + pt) * wp + pl));
-        }
+                planes[k] = x + (p + k) * h * wd;
+            for (int64_t t = 0; t < taps; t += 16) {
+                const __mmask16 mk = mask16(taps - t);
+                __m512 v[16];
+                for (int k = 0; k < 16; k++)
+                    v[k] = _mm512_maskz_loadu_ps(mk, w + (om0 + k) * taps + t);
+                transpose16(v);
+                for (int64_t k = 0; k < 16 && t + k < taps; k++)
+                    _mm512_store_ps(wt + 16 * (t + k), v[k]);
+            }
+            _mm512_store_ps(b16, bias ? _mm512_loadu_ps(bias + om0) : _mm512_setzero_ps());
+        } else
+            for (int64_t k = 0; k < 16; k++) { /* lanes past the range repeat the last: computed, not written */
+                const int64_t q = p + (k < lanes ? k : lanes - 1), om = q % m;
+                planes[k] = x + ((q / m) * c + om / mult) * h * wd;
+                for (int64_t t = 0; t < taps; t++)
+                    wt[16 * t + k] = w[om * taps + t];
+                b16[k] = bias ? bias[om] : 0.0f;
+            }
+        if (wd < 16 && simd != 10)
+            interleave16_flat(planes, h, wd, wp, pt, pl, img, apart);
+        else
+            for (int64_t r = 0; r < h; r++) {
+                for (int k = 0; k < 16; k++)
+                    src[k] = planes[k] + r * wd;
+                interleave16(src, wd, img + 16 * ((r + pt) * wp + pl));
+            }
         const __m512 b = _mm512_load_ps(b16);
         const int64_t rstep = 16 * sh * wp, ostep = 16 * ow;
         for (int64_t r = 0; r < oh; r++) {
@@ -893,6 +964,22 @@ static int dwconv16(const float *x, const float *w, const float *bias, float *y,
         float *dst = y + p * n;
         for (int64_t t = 0; t < n; t += 16) {
             const __mmask16 mk = mask16(n - t);
+            if (n - t <= 3 && simd != 10) { /* the last 1 to 3 pixels (a 7x7 plane's 49th): a scatter each, no transpose */
+                const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                      _mm512_set1_epi32((int)n));
+                for (int64_t k = t; k < n; k++) {
+                    __m512 v = _mm512_load_ps(out + 16 * k);
+                    if (in_regs)
+                        switch (act) {
+                        case ACT_SWISH: v = act16(v, ACT_SWISH, a0, a1); break;
+                        case ACT_HARDSWISH: v = act16(v, ACT_HARDSWISH, a0, a1); break;
+                        case ACT_RELU: v = act16(v, ACT_RELU, a0, a1); break;
+                        default: v = act16(v, act, a0, a1);
+                        }
+                    _mm512_mask_i32scatter_ps(dst + k, mask16(lanes), at, v, 4);
+                }
+                break;
+            }
             __m512 v[16];
             for (int k = 0; k < 16; k++)
                 v[k] = t + k < n ? _mm512_load_ps(out + 16 * (t + k)) : _mm512_setzero_ps();
@@ -904,8 +991,13 @@ static int dwconv16(const float *x, const float *w, const float *bias, float *y,
                 default: for (int k = 0; k < 16; k++) v[k] = act16(v[k], act, a0, a1);
                 }
             transpose16(v);
-            for (int64_t k = 0; k < lanes; k++)
-                _mm512_mask_storeu_ps(dst + k * n + t, mk, v[k]);
+            if (lanes == 16) /* the stores unrolled: v stays in registers */
+                _Pragma("GCC unroll 16")
+                for (int k = 0; k < 16; k++)
+                    _mm512_mask_storeu_ps(dst + k * n + t, mk, v[k]);
+            else
+                for (int64_t k = 0; k < lanes; k++)
+                    _mm512_mask_storeu_ps(dst + k * n + t, mk, v[k]);
         }
     }
     return rc;
@@ -977,16 +1069,32 @@ AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float
     memset(img, 0, sizeof(float) * (size_t)(8 * hp * wp));
     float *out = img + 8 * hp * wp, *wt = out + 8 * oh * ow, *b8 = wt + 8 * taps;
     const float **src = (const float **)(b8 + 8), **rows = src + 8;
+    const int former = aioge_simd_avx2(-1) == 10;
     for (int64_t p = p0; p < p1; p += 8) {
-        const int64_t lanes = p1 - p < 8 ? p1 - p : 8;
+        const int64_t lanes = p1 - p < 8 ? p1 - p : 8, om0 = p % m;
         const float *planes[8];
-        for (int64_t k = 0; k < 8; k++) { /* lanes past the range repeat the last: computed, not written */
-            const int64_t q = p + (k < lanes ? k : lanes - 1), om = q % m;
-            planes[k] = x + ((q / m) * c + om / mult) * h * wd;
-            for (int64_t t = 0; t < taps; t++)
-                wt[8 * t + k] = w[om * taps + t];
-            b8[k] = bias ? bias[om] : 0.0f;
-        }
+        if (mult == 1 && lanes == 8 && om0 + 8 <= m && !former) {
+            /* 8 channels of one image: the filters' taps by 8x8 transposes, no division a plane */
+            for (int k = 0; k < 8; k++)
+                planes[k] = x + (p + k) * h * wd;
+            for (int64_t t = 0; t < taps; t += 8) {
+                const __m256i mk = tail_mask(taps - t < 8 ? taps - t : 8);
+                __m256 v[8];
+                for (int k = 0; k < 8; k++)
+                    v[k] = _mm256_maskload_ps(w + (om0 + k) * taps + t, mk);
+                transpose8(v);
+                for (int64_t k = 0; k < 8 && t + k < taps; k++)
+                    _mm256_storeu_ps(wt + 8 * (t + k), v[k]);
+            }
+            _mm256_storeu_ps(b8, bias ? _mm256_loadu_ps(bias + om0) : _mm256_setzero_ps());
+        } else
+            for (int64_t k = 0; k < 8; k++) { /* lanes past the range repeat the last: computed, not written */
+                const int64_t q = p + (k < lanes ? k : lanes - 1), om = q % m;
+                planes[k] = x + ((q / m) * c + om / mult) * h * wd;
+                for (int64_t t = 0; t < taps; t++)
+                    wt[8 * t + k] = w[om * taps + t];
+                b8[k] = bias ? bias[om] : 0.0f;
+            }
         for (int64_t r = 0; r < h; r++) {
             for (int k = 0; k < 8; k++)
                 src[k] = planes[k] + r * wd;
@@ -1044,8 +1152,24 @@ AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float
             if (in_regs)
                 act8(v, act, a0, a1);
             transpose8(v);
-            for (int64_t k = 0; k < lanes; k++)
-                _mm256_storeu_ps(dst + k * n + t, v[k]);
+            if (lanes == 8) /* unrolled: v stays in registers */
+                _Pragma("GCC unroll 8")
+                for (int k = 0; k < 8; k++)
+                    _mm256_storeu_ps(dst + k * n + t, v[k]);
+            else
+                for (int64_t k = 0; k < lanes; k++)
+                    _mm256_storeu_ps(dst + k * n + t, v[k]);
+        }
+        if (t < n && n - t <= 2 && !former) { /* the last 1 or 2 pixels (a 7x7 plane's 49th): scalar stores, no transpose */
+            for (; t < n; t++) {
+                __m256 v = _mm256_loadu_ps(out + 8 * t);
+                if (in_regs)
+                    v = act1(v, act, a0, a1);
+                float e[8];
+                _mm256_storeu_ps(e, v);
+                for (int64_t k = 0; k < lanes; k++)
+                    dst[k * n + t] = e[k];
+            }
         }
         if (t < n) { /* the last n - t outputs of each plane by masked stores */
             const __m256i mask = tail_mask(n - t);
@@ -1082,7 +1206,7 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
      * bounded first, so the extents below cannot overflow */
     int simd = aioge_simd_avx2(-1);
     const int direct = simd != 7; /* 7: as 1 without the direct form, for the benches */
-    simd = simd == 7 ? 1 : simd;
+    simd = simd == 7 || simd == 11 ? 1 : simd == 10 ? 3 : simd; /* 10: 3 with the former copies in, for the tests */
     for (int i = 1; i <= 13; i++)
         if (g[i] < 0 || g[i] > 4096)
             return dwconv(x, w, bias, y, geometry, p0, p1, simd == 1 || simd == 5);
@@ -1110,10 +1234,13 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
      * (thread CPU against the former choice: MobileNetV2's ReLU6 96x112x112 s2 310 -> 245 us,
      * 144x56x56 s2 122 -> 91, 192x28x28 s2 44 -> 31, 576x14x14 78 -> 56, 32x112x112 166 -> 133;
      * MnasNet's 72x56x56 5x5 s2 73 -> 68; with Swish 5x5 lost: 240x28x28 183 -> 217,
-     * 672x14x14 157 -> 193; 5x5 stride 1 otherwise even); simd 6 forces it, for the tests */
+     * 672x14x14 157 -> 193; 5x5 stride 1 otherwise even; 3x3 stride 1 with Swish on rows under
+     * 16 too, since the 16-plane form's copies got cheaper: EfficientNet's 480x14x14 70.6 -> 64.3);
+     * simd 6 forces it, for the tests */
     const int sig = g[14] == ACT_SWISH || g[14] == ACT_SIGMOID;
+    const int dir3 = g[4] == 3 && !(sig && g[6] == 1 && g[13] < 16);
     if (lines_fit(g) && g[6] == g[7] && g[9] == 1 &&
-        (simd == 6 || (simd == 1 && direct && g[13] >= 12 && (g[4] == 3 || (g[6] == 2 && !sig)))))
+        (simd == 6 || (simd == 1 && direct && g[13] >= 12 && (dir3 || (g[6] == 2 && !sig)))))
         return dwconv_direct16(x, w, bias, y, geometry, p0, p1);
     if (simd == 3 || (simd % 3 == 1 && !lines && p1 - p0 >= 6 && hp * wp <= 8192))
         return dwconv16(x, w, bias, y, geometry, p0, p1);
