@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import aioge.kernels.rnn as krnn
 from aioge.kernels import native
-from tests.ops.conftest import aioge_graph, compare, evaluate, ort_run, rand
+from tests.ops.conftest import aioge_graph, evaluate, ort_run, rand
 
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _OUTPUTS = {"RNN": 2, "GRU": 2, "LSTM": 3}
@@ -96,7 +96,14 @@ def _check(op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any], layo
         want = [np.transpose(want[0], (2, 0, 1, 3))] + [np.swapaxes(w, 0, 1) for w in want[1:]]
     graph, feeds = aioge_graph(op, inputs, {**attrs, "layout": layout}, num_outputs=_OUTPUTS[op])
     for i, (w, g) in enumerate(zip(want, evaluate(graph, feeds))):
-        compare(w, g, f"{op} output {i} ({attrs}, layout {layout})")
+        assert g.dtype == w.dtype and g.shape == w.shape, (i, g.dtype, g.shape, w.shape)
+        # float32 sums in another order, carried through the steps: with unbounded activations
+        # (Affine, Relu) the states grow past 1 and the rounding with them, so the absolute
+        # tolerance is 1e-4 of the largest output (an LSTM's 0.63915 against 0.63908 at 3.6)
+        atol = 1e-5 + 1e-4 * float(np.abs(w).max(initial=1.0))
+        np.testing.assert_allclose(
+            g, w, rtol=1e-4, atol=atol, equal_nan=True, err_msg=f"{op} output {i} ({attrs}, layout {layout})"
+        )
 
 
 @pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
