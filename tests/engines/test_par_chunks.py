@@ -56,18 +56,19 @@ def test_the_helper_runs_one_run_from_the_second_half() -> None:
     """The partition: chunks [0, mid) are the caller's and [mid, n) the helper's (mid the
     ceiling of half), each run in order from its start while the other steals from its end, so
     the helper's chunks are one run [a, b) with a <= mid <= b (empty when it took none) and the
-    caller ran the rest; every chunk once. Whatever the timing (a helper late or descheduled)."""
-    last = np.zeros(4, np.int64)
+    caller ran the rest; every chunk once. An owner takes half its chunks left at a time as one
+    range (h chunks in h.bit_length() ranges), a thief one chunk a range. Whatever the timing."""
+    last = np.zeros(6, np.int64)
     rng = np.random.default_rng(11)
     for total in [*range(2, 40), *rng.integers(40, 3000, 100)]:
         np.testing.assert_array_equal(_split_once(int(total)), 1)
         native.function("aioge_par_last")(native.ptr(last))
-        n, mid, caller, helper = (int(v) for v in last)
+        n, mid, caller, helper, caller_calls, helper_calls = (int(v) for v in last)
         assert n == min(int(total), 8) and mid == (n + 1) // 2
         full = (1 << n) - 1
         assert caller & helper == 0 and caller | helper == full, (total, bin(caller), bin(helper))
-        if helper:
-            a, b = (helper & -helper).bit_length() - 1, helper.bit_length()
-            assert helper == ((1 << b) - 1) & ~((1 << a) - 1) and a <= mid <= b, (total, bin(helper))
-        else:
-            assert caller == full
+        a, b = ((helper & -helper).bit_length() - 1, helper.bit_length()) if helper else (mid, mid)
+        assert helper == ((1 << b) - 1) & ~((1 << a) - 1) and a <= mid <= b, (total, bin(helper))
+        # each owner's ranges: at most its own chunks' halvings, plus one a chunk it stole
+        assert caller_calls <= min(a, mid).bit_length() + (n - b), (total, caller_calls, a, b)
+        assert helper_calls <= (b - mid).bit_length() + (mid - a), (total, helper_calls, a, b)
