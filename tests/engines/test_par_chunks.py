@@ -56,10 +56,11 @@ def test_the_helper_runs_one_run_from_the_second_half() -> None:
     """The partition: chunks [0, mid) are the caller's and [mid, n) the helper's (mid the
     ceiling of half), each run in order from its start while the other steals from its end, so
     the helper's chunks are one run [a, b) with a <= mid <= b (empty when it took none) and the
-    caller ran the rest; every chunk once. An owner takes half its chunks left at a time as one
-    range (h chunks in h.bit_length() ranges), a thief one chunk a range. Whatever the timing."""
+    caller ran the rest; every chunk once. An owner takes a quarter of both halves' chunks left
+    (at least one) as one range, a thief one chunk a range: fewer ranges than chunks."""
     last = np.zeros(6, np.int64)
     rng = np.random.default_rng(11)
+    ranges = chunks = 0
     for total in [*range(2, 40), *rng.integers(40, 3000, 100)]:
         np.testing.assert_array_equal(_split_once(int(total)), 1)
         native.function("aioge_par_last")(native.ptr(last))
@@ -69,6 +70,6 @@ def test_the_helper_runs_one_run_from_the_second_half() -> None:
         assert caller & helper == 0 and caller | helper == full, (total, bin(caller), bin(helper))
         a, b = ((helper & -helper).bit_length() - 1, helper.bit_length()) if helper else (mid, mid)
         assert helper == ((1 << b) - 1) & ~((1 << a) - 1) and a <= mid <= b, (total, bin(helper))
-        # each owner's ranges: at most its own chunks' halvings, plus one a chunk it stole
-        assert caller_calls <= min(a, mid).bit_length() + (n - b), (total, caller_calls, a, b)
-        assert helper_calls <= (b - mid).bit_length() + (mid - a), (total, helper_calls, a, b)
+        assert 1 <= caller_calls <= caller.bit_count() and helper_calls <= helper.bit_count()
+        ranges, chunks = ranges + caller_calls, chunks + caller.bit_count()
+    assert ranges < chunks * 0.9, (ranges, chunks)  # one chunk a range: equal (0.75 measured)

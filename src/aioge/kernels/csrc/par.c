@@ -15,8 +15,8 @@
  * apart, 0.5-0.85 back to back; bench/idle_pause.py).
  *
  * The range is cut into up to CHUNKS chunks (FINE_CHUNKS for the dense convs): the caller runs
- * the first half of them and the helper the second, each in order (half of its chunks left at a
- * time, as one range), and one that is done with its own takes the other's from that half's far
+ * the first half of them and the helper the second, each in order (a quarter of the chunks left
+ * at a time, as one range), and one that is done with its own takes the other's from that half's far
  * end one at a time, so a helper that starts late only leaves more chunks to the caller. Their sizes differ by one at most, the longer first: ceil-sized chunks left ResNet-18's
  * 14- and 49-unit convs 7 chunks (4 to one thread, 3 to the other). Eight chunks leave up to an
  * eighth of a job to one thread at the end when the two run at different speeds, 32 a 32nd
@@ -67,8 +67,8 @@
 
 /* One split job, on the caller's stack: its range cut into chunks, the first half (the larger
  * when odd) the caller's and the rest the helper's, each half a (lo, hi) pair of chunk indices
- * in one word. Its owner takes a half's chunks from lo up (half of those left at a time, run as one
- * range), and a thread done with its own half takes the other's from hi down, one at a time, so a helper that starts late (or not at all: on a VM a vCPU may
+ * in one word. Its owner takes a half's chunks from lo up (a quarter of both halves' left at a
+ * time, run as one range), and a thread done with its own half takes the other's from hi down, one at a time, so a helper that starts late (or not at all: on a VM a vCPU may
  * be slow to wake, or the scheduler may have put the helper on the caller's own vCPU) only ever
  * leaves more chunks to the caller, never a wait, and each thread's part of the output is one or
  * two runs of the range. Taken alternately, every chunk edge was a boundary: a conv's NCHW output
@@ -83,7 +83,7 @@
  * (1.000-1.003x). An owner taking half its chunks left at a time, against one at a time (load
  * 15-18): 0.976-0.991x MnasNet, 0.96-0.99x MobileNetV2, 0.978-0.995x SqueezeNet, 0.972-0.978x
  * mobilenet_v3_small, 0.989-0.998x efficientnet_b0, 0.991-0.998x resnet18; only the caller's so,
- * 0.987-1.003x. */
+ * 0.987-1.003x; a quarter of both halves' left (take) as half its own, 0.978-1.005x. */
 struct split {
     int job;
     const int64_t *args;
@@ -157,17 +157,27 @@ int64_t aioge_par_backoff(int64_t caller_ns, int64_t mine, int64_t wait_ns, int6
     return now + next;
 }
 
-/* The next chunks of a half (lo, hi): from lo, the owner's, half of those left (the larger half),
- * or from hi, another thread's, the last one; the first of them, their count in *n, or -1 when
- * none is left. One call over consecutive chunks runs them as one range: a conv's units share
- * each weight block's loads, and fewer calls. */
-static int64_t take(_Atomic uint64_t *half, int from_hi, int64_t *n)
+/* The next chunks of a half (lo, hi) whose other half is *other: from lo, the owner's, a quarter
+ * of the two halves' chunks left (at least one, at most its own: half its own while the two keep
+ * pace), or from hi, another thread's, the last one; the first of them, their count in *n, or -1
+ * when none is left. One call over consecutive chunks runs them as one range (a conv's units
+ * share each weight block's loads; fewer calls); a quarter of both, not half of its own, so a
+ * helper that starts when the caller is already taking its chunks takes few at a time, and the
+ * caller does not wait long for them. */
+static int64_t take(_Atomic uint64_t *half, const _Atomic uint64_t *other, int from_hi, int64_t *n)
 {
     uint64_t was = atomic_load(half);
     for (;;) {
-        const int64_t lo = (int64_t)(was & 0xffffffffu), hi = (int64_t)(was >> 32), k = from_hi ? 1 : (hi - lo + 1) / 2;
+        const int64_t lo = (int64_t)(was & 0xffffffffu), hi = (int64_t)(was >> 32);
         if (lo >= hi)
             return -1;
+        int64_t k = 1;
+        if (!from_hi) {
+            const uint64_t o = atomic_load_explicit(other, memory_order_relaxed);
+            const int64_t left = (int64_t)(o >> 32) - (int64_t)(o & 0xffffffffu);
+            k = (hi - lo + (left > 0 ? left : 0) + 3) / 4;
+            k = k < 1 ? 1 : k > hi - lo ? hi - lo : k;
+        }
         const uint64_t now = from_hi ? (uint64_t)(hi - 1) << 32 | (uint64_t)lo : (uint64_t)hi << 32 | (uint64_t)(lo + k);
         if (atomic_compare_exchange_weak(half, &was, now)) {
             *n = k;
@@ -182,9 +192,9 @@ static int64_t work(struct split *s, int helper)
 {
     int64_t took = 0, n = 1;
     for (;;) {
-        int64_t i = take(&s->halves[helper], 0, &n);
+        int64_t i = take(&s->halves[helper], &s->halves[!helper], 0, &n);
         if (i < 0)
-            i = take(&s->halves[!helper], 1, &n);
+            i = take(&s->halves[!helper], &s->halves[helper], 1, &n);
         if (i < 0)
             break;
         took += n;
