@@ -4,6 +4,8 @@ large ones."""
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -59,11 +61,13 @@ def test_the_helper_runs_one_run_from_the_second_half() -> None:
     caller ran the rest; every chunk once. An owner takes a quarter of both halves' chunks left
     (at least one) as one range, a thief one chunk a range: fewer ranges than chunks."""
     last = np.zeros(6, np.int64)
+    par_last = native.lib().aioge_par_last  # a test hook, not in native.SIGNATURES
+    par_last.argtypes, par_last.restype = (ctypes.c_void_p,), None
     rng = np.random.default_rng(11)
     ranges = chunks = 0
     for total in [*range(2, 40), *rng.integers(40, 3000, 100)]:
         np.testing.assert_array_equal(_split_once(int(total)), 1)
-        native.function("aioge_par_last")(native.ptr(last))
+        par_last(native.ptr(last))
         n, mid, caller, helper, caller_calls, helper_calls = (int(v) for v in last)
         assert n == min(int(total), 8) and mid == (n + 1) // 2
         full = (1 << n) - 1

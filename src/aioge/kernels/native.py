@@ -144,7 +144,6 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_par_helpers": (_INT, ()),
     "aioge_par_backoff": (_I64, (_I64, _I64, _I64, _I64)),
     "aioge_par_stats": (None, (_P,)),
-    "aioge_par_last": (None, (_P,)),
     "aioge_activation_f32": (None, (_P, _P, _INT, _F, _F, _I64, _I64)),
     "aioge_bias_activation_f32": (None, (_P, _P, _P, _I64, _INT, _F, _F, _I64, _I64)),
     "aioge_layernorm_f32": (None, (_P, _P, _P, _P, _P, _P, _I64, _F, _I64, _I64)),
