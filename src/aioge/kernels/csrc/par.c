@@ -16,8 +16,9 @@
  *
  * The range is cut into up to CHUNKS chunks (FINE_CHUNKS for the dense convs): the caller runs
  * the first half of them and the helper the second, each in order (a quarter of the chunks left
- * at a time, as one range), and one that is done with its own takes the other's from that half's far
- * end one at a time, so a helper that starts late only leaves more chunks to the caller. Their sizes differ by one at most, the longer first: ceil-sized chunks left ResNet-18's
+ * at a time, as one range), and one that is done with its own takes the other's from that half's
+ * far end one at a time, so a helper that starts late only leaves more chunks to the caller.
+ * Their sizes differ by one at most, the longer first: ceil-sized chunks left ResNet-18's
  * 14- and 49-unit convs 7 chunks (4 to one thread, 3 to the other). Eight chunks leave up to an
  * eighth of a job to one thread at the end when the two run at different speeds, 32 a 32nd
  * (simulated over ResNet-18's 3x3 conv ranges, the helper 10-20% slower: split walls of 0.56-0.61
@@ -68,10 +69,11 @@
 /* One split job, on the caller's stack: its range cut into chunks, the first half (the larger
  * when odd) the caller's and the rest the helper's, each half a (lo, hi) pair of chunk indices
  * in one word. Its owner takes a half's chunks from lo up (a quarter of both halves' left at a
- * time, run as one range), and a thread done with its own half takes the other's from hi down, one at a time, so a helper that starts late (or not at all: on a VM a vCPU may
- * be slow to wake, or the scheduler may have put the helper on the caller's own vCPU) only ever
- * leaves more chunks to the caller, never a wait, and each thread's part of the output is one or
- * two runs of the range. Taken alternately, every chunk edge was a boundary: a conv's NCHW output
+ * time, run as one range), and a thread done with its own half takes the other's from hi down,
+ * one at a time, so a helper that starts late (or not at all: on a VM a vCPU may be slow to wake,
+ * or the scheduler may have put the helper on the caller's own vCPU) only ever leaves more
+ * chunks to the caller, never a wait, and each thread's part of the output is one or two runs of
+ * the range. Taken alternately, every chunk edge was a boundary: a conv's NCHW output
  * rows had cache lines written by both cores (a 1x1 conv over MR = 6 positions writes 24 bytes
  * of each channel row), and a split 14x14 1x1 conv of MobileNetV3 ran slower than whole (in a
  * run: 35 -> 45 us; from the back 38). The helper took its chunks from the range's end down
@@ -132,8 +134,8 @@ static int64_t now_ns(void)
 
 static _Atomic int64_t backoff_until, backoff_ns; /* no split before backoff_until; the window */
 static int64_t backoff_min_ns = BACKOFF_MIN_NS;
-static _Atomic int64_t stats[5];
-static _Atomic int64_t last[6]; /* aioge_par_last's */ /* splits run, lost, run whole in a back-off; helpers' chunks, sleeps */
+static _Atomic int64_t stats[5]; /* splits run, lost, run whole in a back-off; helpers' chunks, sleeps */
+static _Atomic int64_t last[6];  /* aioge_par_last's */
 static void init(void);
 
 /* Judge one split: the caller spent caller_ns on its own `mine` chunks, then waited wait_ns
