@@ -127,7 +127,7 @@ ERRORS = {
 }
 
 # aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
-ABI = 25
+ABI = 26
 
 _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
 # Every C function Python calls: (result type, argument types), as aioge.h declares them.

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 25
+#define AIOGE_ABI 26
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -168,6 +168,7 @@ int aioge_run_jobs(const int64_t *entries, int64_t n, int split, int64_t *failed
 int aioge_par_helpers(void);
 int64_t aioge_par_backoff(int64_t caller_ns, int64_t mine, int64_t wait_ns, int64_t now);
 void aioge_par_stats(int64_t *out);
+void aioge_par_last(int64_t *out);
 
 /* affinity.c */
 int aioge_allowed_cpus(void);

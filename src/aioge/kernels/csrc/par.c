@@ -14,9 +14,11 @@
  * the first split pay a second wake-up (mobilenet_v3_small: 1.5-1.65 helper sleeps a run 30 ms
  * apart, 0.5-0.85 back to back; bench/idle_pause.py).
  *
- * The range is cut into up to CHUNKS chunks (FINE_CHUNKS for the dense convs) that the caller
- * and the helper take in turn (from the front and from the back), so a helper that starts late only leaves more chunks to the
- * caller. Their sizes differ by one at most, the longer first: ceil-sized chunks left ResNet-18's
+ * The range is cut into up to CHUNKS chunks (FINE_CHUNKS for the dense convs): the caller runs
+ * the first half of them and the helper the second, each in order (a quarter of the chunks left
+ * at a time, as one range), and one that is done with its own takes the other's from that half's
+ * far end one at a time, so a helper that starts late only leaves more chunks to the caller.
+ * Their sizes differ by one at most, the longer first: ceil-sized chunks left ResNet-18's
  * 14- and 49-unit convs 7 chunks (4 to one thread, 3 to the other). Eight chunks leave up to an
  * eighth of a job to one thread at the end when the two run at different speeds, 32 a 32nd
  * (simulated over ResNet-18's 3x3 conv ranges, the helper 10-20% slower: split walls of 0.56-0.61
@@ -64,20 +66,33 @@
 #define LOST_SLACK_NS 250000LL      /* a wait this much past 1.5 chunks: a helper descheduled, not slow to wake */
 #define DESCHED_NS 200000LL         /* a spinning helper that went this long between two looks sleeps */
 
-/* One split job, on the caller's stack: its range cut into chunks that the caller and the
- * helper take in turn, so a helper that starts late (or not at all: on a VM a vCPU may be
- * slow to wake, or the scheduler may have put the helper on the caller's own vCPU) only ever
- * leaves more chunks to the caller, never a wait. The caller takes them from the front and the
- * helper from the back (`taken`: the front's count in the low 32 bits, the back's in the high),
- * so the two threads' parts of the output meet at one boundary. Taken alternately, every chunk
- * edge was one: a conv's NCHW output rows had cache lines written by both cores (a 1x1 conv
- * over MR = 6 positions writes 24 bytes of each channel row), and a split 14x14 1x1 conv of
- * MobileNetV3 ran slower than whole (in a run: 35 -> 45 us; from the back 38). */
+/* One split job, on the caller's stack: its range cut into chunks, the first half (the larger
+ * when odd) the caller's and the rest the helper's, each half a (lo, hi) pair of chunk indices
+ * in one word. Its owner takes a half's chunks from lo up (a quarter of both halves' left at a
+ * time, run as one range), and a thread done with its own half takes the other's from hi down,
+ * one at a time, so a helper that starts late (or not at all: on a VM a vCPU may be slow to wake,
+ * or the scheduler may have put the helper on the caller's own vCPU) only ever leaves more
+ * chunks to the caller, never a wait, and each thread's part of the output is one or two runs of
+ * the range. Taken alternately, every chunk edge was a boundary: a conv's NCHW output
+ * rows had cache lines written by both cores (a 1x1 conv over MR = 6 positions writes 24 bytes
+ * of each channel row), and a split 14x14 1x1 conv of MobileNetV3 ran slower than whole (in a
+ * run: 35 -> 45 us; from the back 38). The helper took its chunks from the range's end down
+ * until the two met (a boundary wherever they met); in halves, each in order from its start, the
+ * two parts meet at the same chunk every time when neither steals, and both threads walk memory
+ * upwards: in-process walls alternated run by run (chrt -f 1, load 9-10) 0.957x
+ * (mobilenet_v3_small) to 0.991x (resnet18), MobileNetV2 0.973x, MnasNet 0.966-0.974x,
+ * SqueezeNet 0.961-0.965x; the helper taking its half from its end down measured as before
+ * (1.000-1.003x). An owner taking half its chunks left at a time, against one at a time (load
+ * 15-18): 0.976-0.991x MnasNet, 0.96-0.99x MobileNetV2, 0.978-0.995x SqueezeNet, 0.972-0.978x
+ * mobilenet_v3_small, 0.989-0.998x efficientnet_b0, 0.991-0.998x resnet18; only the caller's so,
+ * 0.987-1.003x; a quarter of both halves' left (take) as half its own, 0.978-1.005x. */
 struct split {
     int job;
     const int64_t *args;
     int64_t total, chunk, nchunks, longer; /* chunks [0, longer) hold chunk + 1 values, the rest chunk */
-    _Atomic uint64_t taken;
+    _Atomic uint64_t halves[2];            /* the caller's and the helper's chunks left: lo, hi << 32 */
+    _Atomic uint64_t mine[2];              /* which of the first 64 chunks each took (aioge_par_last) */
+    _Atomic int64_t calls[2];              /* how many ranges each ran (aioge_par_last) */
     _Atomic int64_t done;
     _Atomic int error;
 };
@@ -120,6 +135,7 @@ static int64_t now_ns(void)
 static _Atomic int64_t backoff_until, backoff_ns; /* no split before backoff_until; the window */
 static int64_t backoff_min_ns = BACKOFF_MIN_NS;
 static _Atomic int64_t stats[5]; /* splits run, lost, run whole in a back-off; helpers' chunks, sleeps */
+static _Atomic int64_t last[6];  /* aioge_par_last's */
 static void init(void);
 
 /* Judge one split: the caller spent caller_ns on its own `mine` chunks, then waited wait_ns
@@ -143,24 +159,55 @@ int64_t aioge_par_backoff(int64_t caller_ns, int64_t mine, int64_t wait_ns, int6
     return now + next;
 }
 
-/* Take chunks of s, from the back when back is set, until none is left; how many this thread
- * took. A claim counts at its end of `taken`, and is the chunk there while the two counts
- * before it sum to less than the chunks: the ends never hand out one chunk twice. */
-static int64_t work(struct split *s, int back)
+/* The next chunks of a half (lo, hi) whose other half is *other: from lo, the owner's, a quarter
+ * of the two halves' chunks left (at least one, at most its own: half its own while the two keep
+ * pace), or from hi, another thread's, the last one; the first of them, their count in *n, or -1
+ * when none is left. One call over consecutive chunks runs them as one range (a conv's units
+ * share each weight block's loads; fewer calls); a quarter of both, not half of its own, so a
+ * helper that starts when the caller is already taking its chunks takes few at a time, and the
+ * caller does not wait long for them. */
+static int64_t take(_Atomic uint64_t *half, const _Atomic uint64_t *other, int from_hi, int64_t *n)
 {
-    int64_t took = 0;
+    uint64_t was = atomic_load(half);
     for (;;) {
-        const uint64_t was = atomic_fetch_add(&s->taken, back ? (uint64_t)1 << 32 : 1);
-        const int64_t front = (int64_t)(was & 0xffffffffu), behind = (int64_t)(was >> 32);
-        if (front + behind >= s->nchunks)
+        const int64_t lo = (int64_t)(was & 0xffffffffu), hi = (int64_t)(was >> 32);
+        if (lo >= hi)
+            return -1;
+        int64_t k = 1;
+        if (!from_hi) {
+            const uint64_t o = atomic_load_explicit(other, memory_order_relaxed);
+            const int64_t left = (int64_t)(o >> 32) - (int64_t)(o & 0xffffffffu);
+            k = (hi - lo + (left > 0 ? left : 0) + 3) / 4;
+            k = k < 1 ? 1 : k > hi - lo ? hi - lo : k;
+        }
+        const uint64_t now = from_hi ? (uint64_t)(hi - 1) << 32 | (uint64_t)lo : (uint64_t)hi << 32 | (uint64_t)(lo + k);
+        if (atomic_compare_exchange_weak(half, &was, now)) {
+            *n = k;
+            return from_hi ? hi - 1 : lo;
+        }
+    }
+}
+
+/* Run chunks of s, the helper's half first when helper is set (else the caller's), then the
+ * other half's from its end, until none is left; how many chunks this thread ran. */
+static int64_t work(struct split *s, int helper)
+{
+    int64_t took = 0, n = 1;
+    for (;;) {
+        int64_t i = take(&s->halves[helper], &s->halves[!helper], 0, &n);
+        if (i < 0)
+            i = take(&s->halves[!helper], &s->halves[helper], 1, &n);
+        if (i < 0)
             break;
-        const int64_t i = back ? s->nchunks - 1 - behind : front;
-        took++;
-        const int64_t lo = i * s->chunk + (i < s->longer ? i : s->longer), hi = lo + s->chunk + (i < s->longer);
+        took += n;
+        for (int64_t j = i; j < i + n && j < 64; j++)
+            atomic_fetch_or_explicit(&s->mine[helper], (uint64_t)1 << j, memory_order_relaxed);
+        const int64_t e = i + n, lo = i * s->chunk + (i < s->longer ? i : s->longer), hi = e * s->chunk + (e < s->longer ? e : s->longer);
+        atomic_fetch_add_explicit(&s->calls[helper], 1, memory_order_relaxed);
         const int err = aioge_job(s->job, s->args, lo, hi);
         if (err)
             atomic_store(&s->error, err);
-        atomic_fetch_add(&s->done, 1);
+        atomic_fetch_add(&s->done, n);
     }
     return took;
 }
@@ -320,7 +367,13 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
     s.nchunks = total < most ? total : most;
     s.chunk = total / s.nchunks;
     s.longer = total % s.nchunks;
-    atomic_store(&s.taken, 0);
+    const int64_t mid = (s.nchunks + 1) / 2;
+    atomic_store(&s.halves[0], (uint64_t)mid << 32);
+    atomic_store(&s.halves[1], (uint64_t)s.nchunks << 32 | (uint64_t)mid);
+    atomic_store(&s.mine[0], 0);
+    atomic_store(&s.mine[1], 0);
+    atomic_store(&s.calls[0], 0);
+    atomic_store(&s.calls[1], 0);
     atomic_store(&s.done, 0);
     atomic_store(&s.error, 0);
     aioge_keep_off(atomic_load(&h->tid), atomic_load_explicit(&h->cpu, memory_order_relaxed), aioge_this_cpu(), &h->excluded);
@@ -347,8 +400,22 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
         else
             sched_yield();
     atomic_store(&h->claimed, 0);
+    const int64_t rec[6] = {s.nchunks, mid, (int64_t)atomic_load(&s.mine[0]), (int64_t)atomic_load(&s.mine[1]),
+                            atomic_load(&s.calls[0]), atomic_load(&s.calls[1])};
+    for (int i = 0; i < 6; i++)
+        atomic_store_explicit(&last[i], rec[i], memory_order_relaxed);
     const int err = atomic_load(&s.error);
     return err ? err : 2;
+}
+
+/* The last split's chunks: out[0] how many, out[1] the first of the helper's half, out[2] and
+ * out[3] bit masks of the ones the caller and the helper ran (chunks past 64 not shown), out[4]
+ * and out[5] how many ranges (job calls) each ran them in. Only meaningful with one caller
+ * splitting (the tests). */
+void aioge_par_last(int64_t *out)
+{
+    for (int i = 0; i < 6; i++)
+        out[i] = atomic_load_explicit(&last[i], memory_order_relaxed);
 }
 
 /* A native program: n jobs run in order in this thread, entries holding (job, args, total,
