@@ -79,6 +79,9 @@ CASES = [
     ("pool", "AveragePool", "pool_native", [_rand(1, 4, 15, 15)], {"kernel_shape": [3, 3], "strides": [2, 2]}),
     # AVX-512: 16 output columns in registers past a small plane's one vector, a ceil-mode overhang
     ("pool_max", "MaxPool", "pool_native", [_rand(1, 3, 20, 45)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    # the flat form (stride 1, output rows as wide as the input's): blocks of planes as one array, masked
+    ("pool_flat", "AveragePool", "pool_native", [_rand(1, 45, 7, 7)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("pool_flat_max", "MaxPool", "pool_native", [_rand(2, 9, 17, 17)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
     ("lstm", "LSTM", "numpy", [_rand(5, 3, 7), _rand(1, 64, 7), _rand(1, 64, 16) / 4], {"hidden_size": 16}),
     ("softmax", "Softmax", "softmax_native", [_rand(9, 100) * 5], {}),
 ]

@@ -49,6 +49,8 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "gemm",
             "pool",
             "pool_max",
+            "pool_flat",
+            "pool_flat_max",
             "lstm",
             "softmax",
         }
@@ -70,6 +72,8 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "depthwise_planes7",
             "pool",
             "pool_max",
+            "pool_flat",
+            "pool_flat_max",
         )
         for name in names:
             np.testing.assert_allclose(avx2[name], default[name], rtol=2e-5, atol=2e-5, err_msg=name)

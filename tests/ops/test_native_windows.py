@@ -406,3 +406,77 @@ def test_native_window_runs_hold_their_argument_block_while_the_job_reads_it(op:
     for _ in range(5):
         (got,) = run(inputs, None)
         np.testing.assert_allclose(got, ort_run(op, inputs, attrs)[0], rtol=1e-5, atol=1e-6)
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    planes=st.sampled_from([1, 3, 17, 45, 70]),  # 2,048 values a block: 7x7 blocks of 41 planes, a partial last
+    hw=st.sampled_from([(7, 7), (8, 8), (14, 14), (17, 17), (9, 23), (3, 5), (1, 1), (2, 40), (28, 28)]),
+    window=st.sampled_from(
+        [
+            ((3, 3), (1, 1, 1, 1), (1, 1)),
+            ((2, 2), (0, 0, 1, 1), (1, 1)),
+            ((2, 2), (1, 1, 0, 0), (1, 1)),
+            ((3, 3), (2, 2, 2, 2), (2, 2)),
+            ((5, 3), (4, 1, 0, 1), (1, 1)),
+            ((1, 5), (0, 2, 0, 2), (1, 1)),
+            ((3, 1), (1, 0, 1, 0), (1, 1)),
+        ]
+    ),
+    include_pad=st.integers(0, 1),
+    ceil_mode=st.integers(0, 1),
+    special=st.sampled_from([None, np.nan, np.inf, -np.inf]),
+)
+@settings(max_examples=60, deadline=None)
+def test_native_flat_pools_match_numpy_whole_split_and_in_every_pass(
+    seed, planes, hw, window, include_pad, ceil_mode, special
+) -> None:
+    """The flat form (row and column stride 1, output rows as wide as the input's: a block of
+    planes reduced over its window rows and then its columns as one masked flat array) on small
+    planes of odd sizes, blocks that span planes and end part way, dilations, count_include_pad,
+    NaN and infinities: numpy's taps bit for bit (max) or to rounding (average), the same bits in
+    the plain loops, whole and split over two threads."""
+    import threading
+
+    from aioge.kernels import parallel, pool_algos
+
+    kernel, pads, dilations = window
+    h, w = hw
+    if not (
+        _has_output(h, kernel[0], 1, dilations[0], pads[0], pads[2])
+        and _has_output(w, kernel[1], 1, dilations[1], pads[1], pads[3])
+    ):
+        return
+    rng = np.random.default_rng(seed)
+    x = rand(rng, 1, planes, h, w)
+    if special is not None:
+        x[rng.random(x.shape) < 0.03] = special
+    base = {"kernel_shape": kernel, "strides": (1, 1), "pads": pads, "dilations": dilations, "ceil_mode": ceil_mode}
+    descs = [TensorDesc(x.shape, "float32")]
+    cases = [
+        ("MaxPool", base, kconv.build_max_pool),
+        ("AveragePool", {**base, "count_include_pad": include_pad}, kconv.build_average_pool),
+    ]
+    for op, attrs, reference in cases:
+        (want,) = reference(attrs, {}, descs, [None])([x], None)
+        impl = get_schema(op).impl("pool_native")
+        tiers = []
+        for simd in _SIMD:
+            native.function("aioge_simd_avx2")(simd)
+            worth, pool_algos._NATIVE_SPLIT_VALUES = pool_algos._NATIVE_SPLIT_VALUES, 0  # every size splits
+            try:
+                run = impl.build(attrs, {}, descs, [TensorDesc(want.shape, "float32")])
+                (got,) = run([x], [np.full(want.shape, np.nan, np.float32)])
+                with parallel.cpu_tokens(threading.Semaphore(1)):  # split over the planes when worth it
+                    (split,) = run([x], None)
+            finally:
+                native.function("aioge_simd_avx2")(1)
+                pool_algos._NATIVE_SPLIT_VALUES = worth
+            if op == "MaxPool":
+                np.testing.assert_array_equal(got, want, err_msg=f"simd {simd} {attrs}")
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"simd {simd} {attrs}")
+            np.testing.assert_array_equal(split, got, err_msg=f"split simd {simd} {attrs}")
+            tiers.append(got)
+        for got in tiers[1:]:
+            np.testing.assert_array_equal(got, tiers[0], err_msg=f"{op} {attrs}")

@@ -482,6 +482,265 @@ static void separable16(const float *xp, float *yp, const int64_t *g, const stru
     sep16(xp, yp, g, sc, 0, kw, sw, dw, avg);
 }
 #endif
+/* -- the flat form: column stride 1 with the output row as wide as the input's (the "same"
+ * pools: 3x3 s1 p1 and the like) and row stride 1 over small planes. A block of planes is
+ * reduced over its window rows into a scratch copy of its output rows (runs of output rows
+ * whose window rows are the same taps are contiguous in the input: one vector loop a run, no
+ * per-row work), then the kernel columns are reduced over the whole block as one flat array:
+ * tap j is the scratch shifted by j * dw - pl, its lanes outside the row masked to the
+ * identity (the column of flat position i is i mod w: a mask table of w / gcd(w, V) vectors).
+ * The same order of operations as the other passes: the same bits. -- */
+struct flat {
+    float *v, *inv;      /* v: the block's rows reduced (slack both sides); inv: 1 / count over a block */
+    const void *masks;   /* per mask slot, per kernel column: lanes whose tap lies in the row */
+    const __mmask16 *rows; /* AVX-512, output rows as many as input rows: per vector of a block, per kernel row, lanes inside the plane */
+    int64_t planes, slots, slack;
+};
+static int is_flat(const int64_t *g)
+{
+#ifdef __AVX512F__
+    if (g[G_W] > 24) /* the 16-column pass is as fast from 28x28 up (56x56 max: 63 us, flat 71) */
+        return 0;
+#endif
+    return g[G_SH] == 1 && g[G_SW] == 1 && g[G_OW] == g[G_W] && g[G_OH] * g[G_W] <= 4096 && g[G_H] * g[G_W] <= 4096 &&
+           (g[G_KW] - 1) * g[G_DW] + g[G_PL] <= 64;
+}
+#ifdef __AVX512F__
+/* the k rows s + t * step reduced into d[0, n rounded up to 16), the last vector read masked */
+static inline __attribute__((always_inline)) void vrun16(float *d, const float *s, int64_t step, const int64_t k, int64_t n,
+                                                         const int AVG)
+{
+    const __m512 fill = _mm512_set1_ps(AVG ? 0.0f : -INFINITY);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 a = _mm512_mask_loadu_ps(fill, m, s + i);
+        for (int64_t t = 1; t < k; t++) {
+            const __m512 v = _mm512_mask_loadu_ps(fill, m, s + t * step + i);
+            a = AVG ? _mm512_add_ps(a, v) : max16(a, v);
+        }
+        _mm512_storeu_ps(d + i, a);
+    }
+}
+/* a max over the lanes of m, NaN kept from either side (max16's) */
+static inline __m512 maxm16(__m512 a, __mmask16 m, __m512 v)
+{
+    return _mm512_mask_max_ps(a, _mm512_mask_cmp_ps_mask(m, a, a, _CMP_ORD_Q), a, v);
+}
+/* the kh rows s + t * step reduced over 16 flat positions, row t's lanes m[t] & tail (the rest
+ * the identity; masked loads read nothing outside) */
+static inline __attribute__((always_inline)) __m512 vflat16(const float *s, const __mmask16 *m, const __mmask16 tail,
+                                                            const int64_t kh, int64_t step, const int AVG)
+{
+    const __mmask16 m0 = _kand_mask16(_load_mask16((__mmask16 *)m), tail);
+    __m512 a = AVG ? _mm512_maskz_loadu_ps(m0, s) : _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m0, s);
+    for (int64_t t = 1; t < kh; t++) {
+        const __mmask16 mt = _kand_mask16(_load_mask16((__mmask16 *)m + t), tail);
+        const __m512 b = _mm512_maskz_loadu_ps(mt, s + t * step);
+        a = AVG ? _mm512_add_ps(a, b) : maxm16(a, mt, b);
+    }
+    return a;
+}
+static inline __attribute__((always_inline)) void flat16(const float *x, float *y, int64_t planes, const int64_t *g,
+                                                         const struct scratch *sc, const struct flat *fl, const int64_t KH,
+                                                         const int64_t KW, const int AVG)
+{
+    const int64_t wd = g[G_W], dh = g[G_DH], dw = g[G_DW], pt = g[G_PT], pl = g[G_PL], oh = g[G_OH], hw = g[G_H] * wd, ohw = oh * wd;
+    const __m512 fill = _mm512_set1_ps(AVG ? 0.0f : -INFINITY);
+    const __mmask16 *hm = fl->masks;
+    float *v = fl->v;
+    for (int64_t p0 = 0; p0 < planes; p0 += fl->planes) {
+        const int64_t np = planes - p0 < fl->planes ? planes - p0 : fl->planes, n = np * ohw;
+        if (fl->rows) { /* the block as one flat array, kernel row t shifted by (t * dh - pt) rows, masked */
+            const int64_t kh = KH ? KH : g[G_KH], full = n / 16 * 16;
+            const float *xb = x + p0 * hw - pt * wd;
+            for (int64_t i = 0; i < full; i += 16)
+                _mm512_storeu_ps(v + i, vflat16(xb + i, fl->rows + i / 16 * kh, 0xFFFF, kh, dh * wd, AVG));
+            if (full < n)
+                _mm512_storeu_ps(v + full, vflat16(xb + full, fl->rows + full / 16 * kh, (__mmask16)((1u << (n - full)) - 1), kh, dh * wd, AVG));
+        } else
+            for (int64_t p = 0; p < np; p++)
+                for (int64_t r0 = 0, r1; r0 < oh; r0 = r1) {
+                    const int64_t i0 = sc->span[2 * r0], i1 = sc->span[2 * r0 + 1];
+                    for (r1 = r0 + 1; r1 < oh && sc->span[2 * r1] == i0 && sc->span[2 * r1 + 1] == i1; r1++)
+                        ;
+                    float *d = v + p * ohw + r0 * wd;
+                    const float *s = x + (p0 + p) * hw + (r0 - pt + i0 * dh) * wd;
+                    if (i1 <= i0)
+                        for (int64_t i = 0; i < (r1 - r0) * wd; i++)
+                            d[i] = AVG ? 0.0f : -INFINITY;
+                    else if (KH && i1 - i0 == KH)
+                        vrun16(d, s, dh * wd, KH, (r1 - r0) * wd, AVG);
+                    else
+                        vrun16(d, s, dh * wd, i1 - i0, (r1 - r0) * wd, AVG);
+                }
+        float *yb = y + p0 * ohw;
+        for (int64_t i = 0, t = 0; i < n; i += 16) {
+            const __mmask16 *m = hm + t * KW;
+            const __m512 a0 = _mm512_loadu_ps(v + i - pl);
+            __m512 a = AVG ? _mm512_maskz_mov_ps(_load_mask16((__mmask16 *)m), a0) : _mm512_mask_mov_ps(fill, _load_mask16((__mmask16 *)m), a0);
+            for (int64_t j = 1; j < KW; j++) {
+                const __mmask16 mj = _load_mask16((__mmask16 *)m + j);
+                a = AVG ? _mm512_add_ps(a, _mm512_maskz_loadu_ps(mj, v + i + j * dw - pl)) : maxm16(a, mj, _mm512_loadu_ps(v + i + j * dw - pl));
+            }
+            if (AVG)
+                a = _mm512_mul_ps(a, _mm512_loadu_ps(fl->inv + i));
+            if (i + 16 <= n)
+                _mm512_storeu_ps(yb + i, a);
+            else
+                _mm512_mask_storeu_ps(yb + i, (__mmask16)((1u << (n - i)) - 1), a);
+            t = t + 1 == fl->slots ? 0 : t + 1;
+        }
+    }
+}
+static void flat_v(const float *x, float *y, int64_t planes, const int64_t *g, const struct scratch *sc, const struct flat *fl)
+{
+    const int64_t kh = g[G_KH], kw = g[G_KW];
+#define FLAT(KH, KW)                                                                                                   \
+    if (kh == KH && kw == KW) {                                                                                        \
+        if (g[G_AVG])                                                                                                  \
+            flat16(x, y, planes, g, sc, fl, KH, KW, 1);                                                                \
+        else                                                                                                           \
+            flat16(x, y, planes, g, sc, fl, KH, KW, 0);                                                                \
+        return;                                                                                                        \
+    }
+    FLAT(3, 3)
+    FLAT(2, 2)
+#undef FLAT
+    if (g[G_AVG])
+        flat16(x, y, planes, g, sc, fl, 0, kw, 1);
+    else
+        flat16(x, y, planes, g, sc, fl, 0, kw, 0);
+}
+#define FLAT_V 16
+#else
+AVX2 static inline __attribute__((always_inline)) void flat8(const float *x, float *y, int64_t planes, const int64_t *g,
+                                                             const struct scratch *sc, const struct flat *fl, const int64_t KH,
+                                                             const int64_t KW, const int AVG)
+{
+    const int64_t wd = g[G_W], dh = g[G_DH], dw = g[G_DW], pt = g[G_PT], pl = g[G_PL], oh = g[G_OH], hw = g[G_H] * wd, ohw = oh * wd;
+    const __m256 fill = _mm256_set1_ps(AVG ? 0.0f : -INFINITY);
+    const int32_t *hm = fl->masks;
+    float *v = fl->v;
+    for (int64_t p0 = 0; p0 < planes; p0 += fl->planes) {
+        const int64_t np = planes - p0 < fl->planes ? planes - p0 : fl->planes, n = np * ohw;
+        for (int64_t p = 0; p < np; p++)
+            for (int64_t r0 = 0, r1; r0 < oh; r0 = r1) {
+                const int64_t i0 = sc->span[2 * r0], i1 = sc->span[2 * r0 + 1];
+                for (r1 = r0 + 1; r1 < oh && sc->span[2 * r1] == i0 && sc->span[2 * r1 + 1] == i1; r1++)
+                    ;
+                float *d = v + p * ohw + r0 * wd;
+                const float *s = x + (p0 + p) * hw + (r0 - pt + i0 * dh) * wd;
+                if (i1 <= i0)
+                    for (int64_t i = 0; i < (r1 - r0) * wd; i++)
+                        d[i] = AVG ? 0.0f : -INFINITY;
+                else if (KH && i1 - i0 == KH)
+                    rows_v(d, s, dh * wd, KH, (r1 - r0) * wd, AVG);
+                else
+                    rows_v(d, s, dh * wd, i1 - i0, (r1 - r0) * wd, AVG);
+            }
+        float *yb = y + p0 * ohw;
+        for (int64_t i = 0, t = 0; i < n; i += V) {
+            const int32_t *m = hm + t * KW * V;
+            const __m256 m0 = _mm256_loadu_ps((const float *)m);
+            __m256 a = AVG ? _mm256_and_ps(m0, _mm256_loadu_ps(v + i - pl)) : _mm256_blendv_ps(fill, _mm256_loadu_ps(v + i - pl), m0);
+            for (int64_t j = 1; j < KW; j++) {
+                const __m256 mj = _mm256_loadu_ps((const float *)(m + j * V)), b = _mm256_loadu_ps(v + i + j * dw - pl);
+                a = AVG ? _mm256_add_ps(a, _mm256_and_ps(mj, b)) : max_nan8(a, _mm256_blendv_ps(fill, b, mj));
+            }
+            if (AVG)
+                a = _mm256_mul_ps(a, _mm256_loadu_ps(fl->inv + i));
+            if (i + V <= n)
+                _mm256_storeu_ps(yb + i, a);
+            else
+                _mm256_maskstore_ps(yb + i, tail_mask(n - i), a);
+            t = t + 1 == fl->slots ? 0 : t + 1;
+        }
+    }
+}
+AVX2 static void flat_v(const float *x, float *y, int64_t planes, const int64_t *g, const struct scratch *sc, const struct flat *fl)
+{
+    const int64_t kh = g[G_KH], kw = g[G_KW];
+#define FLAT(KH, KW)                                                                                                   \
+    if (kh == KH && kw == KW) {                                                                                        \
+        if (g[G_AVG])                                                                                                  \
+            flat8(x, y, planes, g, sc, fl, KH, KW, 1);                                                                 \
+        else                                                                                                           \
+            flat8(x, y, planes, g, sc, fl, KH, KW, 0);                                                                 \
+        return;                                                                                                        \
+    }
+    FLAT(3, 3)
+    FLAT(2, 2)
+#undef FLAT
+    if (g[G_AVG])
+        flat8(x, y, planes, g, sc, fl, 0, kw, 1);
+    else
+        flat8(x, y, planes, g, sc, fl, 0, kw, 0);
+}
+#define FLAT_V V
+#endif
+/* The flat form's tables for planes of g (NULL v: no memory); inv the separable pass's. */
+static struct flat flat_tables(const int64_t *g, const float *inv)
+{
+    const int64_t wd = g[G_W], kw = g[G_KW], dw = g[G_DW], pl = g[G_PL], ohw = g[G_OH] * wd, L = FLAT_V;
+    struct flat fl = {0};
+    int64_t a = wd, b = L;
+    while (b) {
+        const int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    fl.slots = wd / a;
+    fl.planes = 2048 / ohw > 1 ? 2048 / ohw : 1;
+    fl.slack = ((kw - 1) * dw + pl + 2 * L) / L * L;
+    const int64_t n = fl.planes * ohw, cells = fl.slots * kw * L, kh = g[G_KH];
+    const int flat_rows = L == 16 && g[G_OH] == g[G_H] && kh <= 64;
+    const int64_t vslots = (n + L - 1) / L, rcells = flat_rows ? (vslots * kh + 1) / 2 : 0;
+    float *buf = aioge_calloc(sizeof(float) * (size_t)(2 * fl.slack + n + (inv ? n + L : 0) + cells + rcells));
+    if (!buf)
+        return fl;
+    fl.v = buf + fl.slack;
+    float *tab = buf + 2 * fl.slack + n;
+    if (inv) {
+        fl.inv = tab;
+        for (int64_t r = 0; r < g[G_OH]; r++) /* one plane's, then copies (a divide a value cost 2x on 8x8 planes) */
+            memcpy(fl.inv + r * wd, inv + r * (wd + 2 * V), sizeof(float) * (size_t)wd);
+        for (int64_t p = 1; p < fl.planes; p++)
+            memcpy(fl.inv + p * ohw, fl.inv, sizeof(float) * (size_t)ohw);
+        tab += n + L;
+    }
+    fl.masks = tab;
+    if (flat_rows) { /* lane l of vector s, kernel row t: output row r of its plane reads input row r + t * dh - pt */
+        uint16_t *rm = (uint16_t *)(tab + cells); /* by intervals: a lane at a time cost 7 us a 28x28 job */
+        for (int64_t sl = 0, pos = 0; sl < vslots; sl++, pos = (pos + L) % ohw)
+            for (int64_t t = 0; t < kh; t++) {
+                const int64_t top = (g[G_PT] - t * g[G_DH]) * wd, lo = top < 0 ? 0 : top, hi = top + g[G_H] * wd < ohw ? top + g[G_H] * wd : ohw;
+                uint32_t m = 0;
+                for (int64_t k = 0; k < pos + L; k += ohw) { /* plane k / ohw's inside cells, from lane pos */
+                    int64_t a = k + lo - pos, b = k + hi - pos;
+                    a = a < 0 ? 0 : a > L ? L : a;
+                    b = b < 0 ? 0 : b > L ? L : b;
+                    if (b > a)
+                        m |= (uint32_t)(((1ull << b) - 1) & ~((1ull << a) - 1));
+                }
+                rm[sl * kh + t] = (uint16_t)m;
+            }
+        fl.rows = rm;
+    }
+    for (int64_t t = 0, c0 = 0; t < fl.slots; t++, c0 = (c0 + L) % wd)
+        for (int64_t j = 0; j < kw; j++) {
+            uint32_t m = 0;
+            for (int64_t l = 0, col = c0; l < L; l++, col = col + 1 == wd ? 0 : col + 1) {
+                const int64_t c = col + j * dw - pl;
+                const int in = c >= 0 && c < wd;
+                m |= (uint32_t)in << l;
+                if (L != 16)
+                    ((int32_t *)tab)[(t * kw + j) * L + l] = -in;
+            }
+            if (L == 16)
+                ((uint16_t *)tab)[t * kw + j] = (uint16_t)m;
+        }
+    return fl;
+}
 AVX2 static void separable_v(const float *xp, float *yp, const int64_t *g, const struct scratch *sc)
 {
     separable(xp, yp, g, sc, 1);
@@ -554,6 +813,17 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
     }
     const struct scratch sc = {pad, phase, yrow, cnt, rows, inv, span, coff, wpad, wph};
     const int64_t plane = h * wd;
+    if (vec && !ind && is_flat(g)) {
+        const struct flat fl = flat_tables(g, inv);
+        if (fl.v)
+            flat_v(x + p0 * plane, y + p0 * oh * ow, p1 - p0, g, &sc, &fl);
+        free(buf);
+        free(inv);
+        if (!fl.v)
+            return AIOGE_ENOMEM;
+        free(fl.v - fl.slack);
+        return 0;
+    }
     for (int64_t p = p0; p < p1; p++) {
         const float *xp = x + p * plane;
         float *yp = y + p * oh * ow;
