@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import aioge.kernels.rnn as krnn
@@ -95,7 +95,11 @@ def _check(op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any], layo
         inputs = [_batch_major(v, i) if i in (0, 5, 6) else v for i, v in enumerate(inputs)]
         want = [np.transpose(want[0], (2, 0, 1, 3))] + [np.swapaxes(w, 0, 1) for w in want[1:]]
     graph, feeds = aioge_graph(op, inputs, {**attrs, "layout": layout}, num_outputs=_OUTPUTS[op])
-    for i, (w, g) in enumerate(zip(want, evaluate(graph, feeds))):
+    got = evaluate(graph, feeds)
+    # onnxruntime's Softplus is log(1 + exp(x)): past x = 88.7 it overflows to inf where the true
+    # value (about x) is finite, and ours is; such a case compares nothing
+    assume(not any(np.isinf(w).any() and (np.isinf(w) & np.isfinite(g) & (g > 88)).any() for w, g in zip(want, got)))
+    for i, (w, g) in enumerate(zip(want, got)):
         assert g.dtype == w.dtype and g.shape == w.shape, (i, g.dtype, g.shape, w.shape)
         # float32 sums in another order, carried through the steps: with unbounded activations
         # (Affine, Relu) the states grow past 1 and the rounding with them, so the absolute
