@@ -442,61 +442,22 @@ static inline __attribute__((always_inline)) void small16k(const float *xp, floa
         small16(xp, yp, g, sc, 0, KW, TWO, AVG);
 }
 static int is_small16(const int64_t *g) { return g[G_OW] <= 16 && (g[G_OW] - 1) * g[G_SW] + (g[G_KW] - 1) * g[G_DW] + 1 <= 32 && g[G_PL] < 16 && g[G_KW] <= 33; }
-/* 2x2 stride 2, no pads, even planes (oh = h / 2, ow = w / 2: the transition AvgPool and the
- * 2x2 MaxPool): the block of planes as one flat array. Its rows pair off (2R, 2R + 1) across
- * planes and its columns pair off inside rows, so 32 flat positions i reduce down (i against i +
- * w), then across (even against odd lanes, a two-source permute) into 16 values, of which those
- * on even rows are kept (compressed out by a mask table, the pattern repeats every 2w
- * positions). Half the vertical work is thrown away, yet no per-row work stays: 832x14x14 max
- * took 27.5 us a row at a time (small16), onnxruntime 12. The same order as the other passes:
- * rows, then columns, then times 1 / 4: the same bits. */
+/* 2x2 stride 2, no pads, even planes at most 16 wide (oh = h / 2, ow = w / 2: the 14x14
+ * transition AvgPool and GoogLeNet's 2x2 MaxPool): the block of planes as one flat array of
+ * row pairs (2R, 2R + 1, across planes), two row pairs a step: each pair's 2w values from two
+ * vectors, its bottom row one permute down, reduced down; the two pairs' columns then pair off
+ * across both (even against odd lanes, a two-source permute) into w outputs, one store, no
+ * per-row work. 832x14x14 max took 27.5 us a row at a time (small16), now 11.9 (onnxruntime
+ * 12.0). Wider planes kept their passes: 32 flat positions reduced down and across and the
+ * even rows' values compressed out (half the work thrown away) lost, 256x28x28 avg 20.1 ->
+ * 32.6 us, 128x56x56 55.3 -> 65.6. The same order as the other passes: rows, then columns,
+ * then times 1 / 4: the same bits. */
 static int is_pair2(const int64_t *g)
 {
     return g[G_KH] == 2 && g[G_KW] == 2 && g[G_SH] == 2 && g[G_SW] == 2 && g[G_DH] == 1 && g[G_DW] == 1 && !g[G_PT] &&
            !g[G_PL] && !g[G_PB] && !g[G_PR] && g[G_H] % 2 == 0 && g[G_W] % 2 == 0 && g[G_OH] * 2 == g[G_H] &&
-           g[G_OW] * 2 == g[G_W] && g[G_W] <= 512;
+           g[G_OW] * 2 == g[G_W] && g[G_W] <= 16;
 }
-static inline __attribute__((always_inline)) void pair2(const float *x, float *y, int64_t n, int64_t wd, const __mmask16 *keep,
-                                                        int64_t slots, const int AVG)
-{
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
-    const __m512 fill = _mm512_set1_ps(AVG ? 0.0f : -INFINITY), quarter = _mm512_set1_ps(0.25f);
-    int64_t t = 0;
-    for (int64_t i = 0; i < n; i += 32) {
-        const __mmask16 k = i + 32 <= n ? keep[t] : (__mmask16)(keep[t] & ((1u << (n - i) / 2) - 1)); /* none past the block */
-        if (!k) { /* a whole vector on odd rows (planes 16 and more wide) */
-            t = t + 1 == slots ? 0 : t + 1;
-            continue;
-        }
-        __m512 a0, a1, b0, b1;
-        if (i + wd + 32 <= n) {
-            a0 = _mm512_loadu_ps(x + i);
-            a1 = _mm512_loadu_ps(x + i + 16);
-            b0 = _mm512_loadu_ps(x + i + wd);
-            b1 = _mm512_loadu_ps(x + i + wd + 16);
-        } else { /* past the block: lanes of rows that are not kept, read as the identity */
-            const int64_t ra = n - i, rb = n - i - wd;
-#define M16(k) ((k) >= 16 ? (__mmask16)0xFFFF : (k) <= 0 ? (__mmask16)0 : (__mmask16)((1u << (k)) - 1))
-            a0 = _mm512_mask_loadu_ps(fill, M16(ra), x + i);
-            a1 = _mm512_mask_loadu_ps(fill, M16(ra - 16), x + i + 16);
-            b0 = _mm512_mask_loadu_ps(fill, M16(rb), x + i + wd);
-            b1 = _mm512_mask_loadu_ps(fill, M16(rb - 16), x + i + wd + 16);
-#undef M16
-        }
-        const __m512 v0 = AVG ? _mm512_add_ps(a0, b0) : max16(a0, b0), v1 = AVG ? _mm512_add_ps(a1, b1) : max16(a1, b1);
-        const __m512 e = _mm512_permutex2var_ps(v0, ev, v1), o = _mm512_permutex2var_ps(v0, od, v1);
-        __m512 r = AVG ? _mm512_add_ps(e, o) : max16(e, o);
-        if (AVG)
-            r = _mm512_mul_ps(r, quarter);
-        _mm512_mask_storeu_ps(y, (__mmask16)((1u << __builtin_popcount(k)) - 1), _mm512_maskz_compress_ps(k, r));
-        y += __builtin_popcount(k);
-        t = t + 1 == slots ? 0 : t + 1;
-    }
-}
-/* planes at most 16 wide: two row pairs a step, no work thrown away. Row pair R's 2w values
- * from two vectors, its bottom row one permute down, reduced down; the two pairs' columns then
- * pair off across both into w outputs (one store). */
 static inline __attribute__((always_inline)) __m512 down2(const float *s, int64_t left, int64_t wd, const int AVG)
 {
     const __m512 fill = _mm512_set1_ps(AVG ? 0.0f : -INFINITY);
@@ -534,25 +495,10 @@ static inline __attribute__((always_inline)) void pair2n(const float *x, float *
 }
 static void pair2_v(const float *x, float *y, int64_t planes, const int64_t *g)
 {
-    if (g[G_W] <= 16) {
-        if (g[G_AVG])
-            pair2n(x, y, planes * g[G_OH], g[G_W], 1);
-        else
-            pair2n(x, y, planes * g[G_OH], g[G_W], 0);
-        return;
-    }
-    const int64_t wd = g[G_W], n = planes * g[G_H] * wd, slots = 2 * wd / (wd % 16 == 0 ? 32 : wd % 8 == 0 ? 16 : wd % 4 == 0 ? 8 : 4); /* 2w / gcd(2w, 32) */
-    __mmask16 keep[256];
-    for (int64_t t = 0; t < slots; t++) { /* lane l of slot t: flat position 32 t + 2 l, kept on an even row */
-        unsigned m = 0;
-        for (int64_t l = 0; l < 16; l++)
-            m |= (unsigned)((32 * t + 2 * l) / wd % 2 == 0) << l;
-        keep[t] = (__mmask16)m;
-    }
     if (g[G_AVG])
-        pair2(x, y, n, wd, keep, slots, 1);
+        pair2n(x, y, planes * g[G_OH], g[G_W], 1);
     else
-        pair2(x, y, n, wd, keep, slots, 0);
+        pair2n(x, y, planes * g[G_OH], g[G_W], 0);
 }
 static void separable16(const float *xp, float *yp, const int64_t *g, const struct scratch *sc)
 {
