@@ -82,6 +82,10 @@ CASES = [
     # the flat form (stride 1, output rows as wide as the input's): blocks of planes as one array, masked
     ("pool_flat", "AveragePool", "pool_native", [_rand(1, 45, 7, 7)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
     ("pool_flat_max", "MaxPool", "pool_native", [_rand(2, 9, 17, 17)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    # stride 2: 2x2 on 14x14 planes (AVX-512: two row pairs a step, flat over planes, an odd last pair), 3x3 on 17x17
+    ("pool_s2", "MaxPool", "pool_native", [_rand(1, 13, 14, 14)], {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ("pool_s2_avg", "AveragePool", "pool_native", [_rand(1, 7, 14, 14)], {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("pool_s2_3x3", "MaxPool", "pool_native", [_rand(1, 6, 17, 17)], {"kernel_shape": [3, 3], "strides": [2, 2]}),
     ("lstm", "LSTM", "numpy", [_rand(5, 3, 7), _rand(1, 64, 7), _rand(1, 64, 16) / 4], {"hidden_size": 16}),
     ("softmax", "Softmax", "softmax_native", [_rand(9, 100) * 5], {}),
 ]

@@ -51,6 +51,9 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "pool_max",
             "pool_flat",
             "pool_flat_max",
+            "pool_s2",
+            "pool_s2_avg",
+            "pool_s2_3x3",
             "lstm",
             "softmax",
         }
@@ -74,6 +77,9 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "pool_max",
             "pool_flat",
             "pool_flat_max",
+            "pool_s2",
+            "pool_s2_avg",
+            "pool_s2_3x3",
         )
         for name in names:
             np.testing.assert_allclose(avx2[name], default[name], rtol=2e-5, atol=2e-5, err_msg=name)

@@ -436,6 +436,36 @@ def test_native_flat_pools_match_numpy_whole_split_and_in_every_pass(
     planes of odd sizes, blocks that span planes and end part way, dilations, count_include_pad,
     NaN and infinities: numpy's taps bit for bit (max) or to rounding (average), the same bits in
     the plain loops, whole and split over two threads."""
+    _check_pools(seed, planes, hw, window, 1, include_pad, ceil_mode, special)
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    planes=st.sampled_from([1, 2, 3, 17, 45]),
+    hw=st.sampled_from([(14, 14), (8, 8), (2, 2), (4, 16), (6, 12), (7, 7), (17, 17), (27, 27), (35, 35), (9, 23), (14, 18)]),
+    window=st.sampled_from(
+        [
+            ((2, 2), (0, 0, 0, 0), (1, 1)),
+            ((3, 3), (0, 0, 0, 0), (1, 1)),
+            ((3, 3), (1, 1, 1, 1), (1, 1)),
+            ((2, 2), (0, 0, 1, 1), (1, 1)),
+        ]
+    ),
+    include_pad=st.integers(0, 1),
+    ceil_mode=st.integers(0, 1),
+    special=st.sampled_from([None, np.nan, np.inf, -np.inf]),
+)
+@settings(max_examples=60, deadline=None)
+def test_native_stride2_pools_match_numpy_whole_split_and_in_every_pass(
+    seed, planes, hw, window, include_pad, ceil_mode, special
+) -> None:
+    """Stride 2 (2x2 on even planes up to 16 wide: the flat row-pair form; 3x3, pads, ceil mode:
+    the other passes), NaN and infinities: numpy's bits (max), rounding (average), every tier,
+    whole and split."""
+    _check_pools(seed, planes, hw, window, 2, include_pad, ceil_mode, special)
+
+
+def _check_pools(seed, planes, hw, window, stride, include_pad, ceil_mode, special) -> None:  # type: ignore[no-untyped-def]
     import threading
 
     from aioge.kernels import parallel, pool_algos
@@ -443,15 +473,15 @@ def test_native_flat_pools_match_numpy_whole_split_and_in_every_pass(
     kernel, pads, dilations = window
     h, w = hw
     if not (
-        _has_output(h, kernel[0], 1, dilations[0], pads[0], pads[2])
-        and _has_output(w, kernel[1], 1, dilations[1], pads[1], pads[3])
+        _has_output(h, kernel[0], stride, dilations[0], pads[0], pads[2])
+        and _has_output(w, kernel[1], stride, dilations[1], pads[1], pads[3])
     ):
         return
     rng = np.random.default_rng(seed)
     x = rand(rng, 1, planes, h, w)
     if special is not None:
         x[rng.random(x.shape) < 0.03] = special
-    base = {"kernel_shape": kernel, "strides": (1, 1), "pads": pads, "dilations": dilations, "ceil_mode": ceil_mode}
+    base = {"kernel_shape": kernel, "strides": (stride, stride), "pads": pads, "dilations": dilations, "ceil_mode": ceil_mode}
     descs = [TensorDesc(x.shape, "float32")]
     cases = [
         ("MaxPool", base, kconv.build_max_pool),
