@@ -586,6 +586,38 @@ static inline __m512 maxm16(__m512 a, __mmask16 m, __m512 v)
 }
 /* the kh rows s + t * step reduced over 16 flat positions, row t's lanes m[t] & tail (the rest
  * the identity; masked loads read nothing outside) */
+#define FLAT_ROWS vrun16
+#define FLAT_ATTR
+#else
+#define FLAT_ROWS rows_v
+#define FLAT_ATTR AVX2
+#endif
+/* The flat form's rows pass, a plane at a time: planes [p0, p0 + np) of x reduced over the
+ * window's rows into v, one call a run of output rows with the same window rows (none: the
+ * fill), by the tier's row reducer. */
+FLAT_ATTR static inline __attribute__((always_inline)) void flat_runs(float *v, const float *x, int64_t p0, int64_t np, const int64_t *g,
+                                                                      const struct scratch *sc, const int64_t KH, const int AVG)
+{
+    const int64_t wd = g[G_W], dh = g[G_DH], pt = g[G_PT], oh = g[G_OH], hw = g[G_H] * wd, ohw = oh * wd;
+    for (int64_t p = 0; p < np; p++)
+        for (int64_t r0 = 0, r1; r0 < oh; r0 = r1) {
+            const int64_t i0 = sc->span[2 * r0], i1 = sc->span[2 * r0 + 1];
+            for (r1 = r0 + 1; r1 < oh && sc->span[2 * r1] == i0 && sc->span[2 * r1 + 1] == i1; r1++)
+                ;
+            float *d = v + p * ohw + r0 * wd;
+            const float *s = x + (p0 + p) * hw + (r0 - pt + i0 * dh) * wd;
+            if (i1 <= i0)
+                for (int64_t i = 0; i < (r1 - r0) * wd; i++)
+                    d[i] = AVG ? 0.0f : -INFINITY;
+            else if (KH && i1 - i0 == KH)
+                FLAT_ROWS(d, s, dh * wd, KH, (r1 - r0) * wd, AVG);
+            else
+                FLAT_ROWS(d, s, dh * wd, i1 - i0, (r1 - r0) * wd, AVG);
+        }
+}
+#undef FLAT_ROWS
+#undef FLAT_ATTR
+#ifdef __AVX512F__
 static inline __attribute__((always_inline)) __m512 vflat16(const float *s, const __mmask16 *m, const __mmask16 tail,
                                                             const int64_t kh, int64_t step, const int AVG)
 {
@@ -616,21 +648,7 @@ static inline __attribute__((always_inline)) void flat16(const float *x, float *
             if (full < n)
                 _mm512_storeu_ps(v + full, vflat16(xb + full, fl->rows + full / 16 * kh, (__mmask16)((1u << (n - full)) - 1), kh, dh * wd, AVG));
         } else
-            for (int64_t p = 0; p < np; p++)
-                for (int64_t r0 = 0, r1; r0 < oh; r0 = r1) {
-                    const int64_t i0 = sc->span[2 * r0], i1 = sc->span[2 * r0 + 1];
-                    for (r1 = r0 + 1; r1 < oh && sc->span[2 * r1] == i0 && sc->span[2 * r1 + 1] == i1; r1++)
-                        ;
-                    float *d = v + p * ohw + r0 * wd;
-                    const float *s = x + (p0 + p) * hw + (r0 - pt + i0 * dh) * wd;
-                    if (i1 <= i0)
-                        for (int64_t i = 0; i < (r1 - r0) * wd; i++)
-                            d[i] = AVG ? 0.0f : -INFINITY;
-                    else if (KH && i1 - i0 == KH)
-                        vrun16(d, s, dh * wd, KH, (r1 - r0) * wd, AVG);
-                    else
-                        vrun16(d, s, dh * wd, i1 - i0, (r1 - r0) * wd, AVG);
-                }
+            flat_runs(v, x, p0, np, g, sc, KH, AVG);
         float *yb = y + p0 * ohw;
         for (int64_t i = 0, t = 0; i < n; i += 16) {
             const __mmask16 *m = hm + t * KW;
@@ -675,27 +693,13 @@ AVX2 static inline __attribute__((always_inline)) void flat8(const float *x, flo
                                                              const struct scratch *sc, const struct flat *fl, const int64_t KH,
                                                              const int64_t KW, const int AVG)
 {
-    const int64_t wd = g[G_W], dh = g[G_DH], dw = g[G_DW], pt = g[G_PT], pl = g[G_PL], oh = g[G_OH], hw = g[G_H] * wd, ohw = oh * wd;
+    const int64_t wd = g[G_W], dw = g[G_DW], pl = g[G_PL], oh = g[G_OH], ohw = oh * wd;
     const __m256 fill = _mm256_set1_ps(AVG ? 0.0f : -INFINITY);
     const int32_t *hm = fl->masks;
     float *v = fl->v;
     for (int64_t p0 = 0; p0 < planes; p0 += fl->planes) {
         const int64_t np = planes - p0 < fl->planes ? planes - p0 : fl->planes, n = np * ohw;
-        for (int64_t p = 0; p < np; p++)
-            for (int64_t r0 = 0, r1; r0 < oh; r0 = r1) {
-                const int64_t i0 = sc->span[2 * r0], i1 = sc->span[2 * r0 + 1];
-                for (r1 = r0 + 1; r1 < oh && sc->span[2 * r1] == i0 && sc->span[2 * r1 + 1] == i1; r1++)
-                    ;
-                float *d = v + p * ohw + r0 * wd;
-                const float *s = x + (p0 + p) * hw + (r0 - pt + i0 * dh) * wd;
-                if (i1 <= i0)
-                    for (int64_t i = 0; i < (r1 - r0) * wd; i++)
-                        d[i] = AVG ? 0.0f : -INFINITY;
-                else if (KH && i1 - i0 == KH)
-                    rows_v(d, s, dh * wd, KH, (r1 - r0) * wd, AVG);
-                else
-                    rows_v(d, s, dh * wd, i1 - i0, (r1 - r0) * wd, AVG);
-            }
+        flat_runs(v, x, p0, np, g, sc, KH, AVG);
         float *yb = y + p0 * ohw;
         for (int64_t i = 0, t = 0; i < n; i += V) {
             const int32_t *m = hm + t * KW * V;
