@@ -27,6 +27,10 @@ def _child(tmp_path: Path, **env: str) -> dict[str, np.ndarray]:
         return {k: saved[k] for k in saved.files}
 
 
+# the child's pool cases, every pass of pool.c: compared in the baseline and the AVX2 tier alike
+POOLS = ("pool", "pool_max", "pool_flat", "pool_flat_max", "pool_s2", "pool_s2_avg", "pool_s2_3x3")
+
+
 def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
     if not native.available():
         pytest.skip("needs the compiled tier")  # test_native.py's install test fails then
@@ -47,13 +51,7 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "depthwise_planes",
             "depthwise_planes7",
             "gemm",
-            "pool",
-            "pool_max",
-            "pool_flat",
-            "pool_flat_max",
-            "pool_s2",
-            "pool_s2_avg",
-            "pool_s2_3x3",
+            *POOLS,
             "lstm",
             "softmax",
         }
@@ -73,13 +71,7 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "depthwise_lines",
             "depthwise_planes",
             "depthwise_planes7",
-            "pool",
-            "pool_max",
-            "pool_flat",
-            "pool_flat_max",
-            "pool_s2",
-            "pool_s2_avg",
-            "pool_s2_3x3",
+            *POOLS,
         )
         for name in names:
             np.testing.assert_allclose(avx2[name], default[name], rtol=2e-5, atol=2e-5, err_msg=name)
