@@ -5,6 +5,7 @@ a kernel fault fails only its own request, batches in flight are bounded, statis
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 import anyio
 import numpy as np
@@ -17,6 +18,8 @@ import aioge.session
 from aioge import ops
 from aioge.errors import ExecutionError, FeedError, GraphError
 from aioge.serving.batcher import PROBE_EVERY, SPLIT_AFTER, Batcher
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.anyio
 
@@ -566,6 +569,18 @@ async def test_splits_stop_when_overlapping_batches_run_no_faster(monkeypatch: p
     assert PROBE_EVERY > 5
 
 
+async def one_then_eights(b: Batcher, seen: list[T], rounds: int = 40) -> list[list[T]]:
+    """One caller with one row, then rounds of eight at once; what ``run`` saw in each round."""
+    out = []
+    for round_ in range(rounds):
+        before = len(seen)
+        async with anyio.create_task_group() as tg:
+            for i in range(1 if round_ == 0 else 8):
+                tg.start_soon(b.submit, {"x": np.full((1, 1), i)}, 1)
+        out.append(seen[before:])
+    return out
+
+
 async def test_a_slow_first_batch_does_not_keep_fast_batches_split(monkeypatch: pytest.MonkeyPatch) -> None:
     """The seconds per row that decide a split follow every batch: a slow first run (a cold
     start) is forgotten once batches are fast, split or not. On the fake clock: a loaded
@@ -579,13 +594,7 @@ async def test_a_slow_first_batch_does_not_keep_fast_batches_split(monkeypatch: 
         return {"y": feeds["x"]}
 
     b = Batcher(run, max_rows=8, max_delay=0.05, batched=frozenset({"y"}), in_flight=2)
-    rounds = []
-    for round_ in range(40):
-        before = len(sizes)
-        async with anyio.create_task_group() as tg:
-            for i in range(1 if round_ == 0 else 8):
-                tg.start_soon(b.submit, {"x": np.full((1, 1), i)}, 1)
-        rounds.append(sizes[before:])
+    rounds = await one_then_eights(b, sizes)
     assert rounds[:2] == [[1], [4, 4]], "after the slow first batch, the next is split"
     assert rounds[-10:] == [[8]] * 10, "fast batches are taken whole again"
 
@@ -640,12 +649,6 @@ async def test_a_full_batch_with_nothing_beside_it_splits_over_the_cores(
         return {"y": feeds["x"]}
 
     b = Batcher(run, max_rows=8, max_delay=0.05, batched=frozenset({"y"}), in_flight=2, sizes=(1, 2, 4, 8))
-    rounds = []
-    for round_ in range(40):
-        before = len(seen)
-        async with anyio.create_task_group() as tg:
-            for i in range(1 if round_ == 0 else 8):
-                tg.start_soon(b.submit, {"x": np.full((1, 1), i)}, 1)
-        rounds.append(seen[before:])
+    rounds = await one_then_eights(b, seen)
     tail = rounds[-PROBE_EVERY:]
     assert sum(r == [(8, True)] for r in tail) >= PROBE_EVERY - 1, rounds  # one probe of halves at most
