@@ -86,6 +86,21 @@ CASES = [
     ("pool_s2", "MaxPool", "pool_native", [_rand(1, 13, 14, 14)], {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
     ("pool_s2_avg", "AveragePool", "pool_native", [_rand(1, 7, 14, 14)], {"kernel_shape": [2, 2], "strides": [2, 2]}),
     ("pool_s2_3x3", "MaxPool", "pool_native", [_rand(1, 6, 17, 17)], {"kernel_shape": [3, 3], "strides": [2, 2]}),
+    # 3 columns at stride 2 wider than a vector, pads and a ceil-mode overhang (the masked loads)
+    (
+        "pool_s2_3x3_wide",
+        "MaxPool",
+        "pool_native",
+        [_rand(1, 5, 35, 71)],
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    ),
+    (
+        "pool_s2_3x3_ceil",
+        "MaxPool",
+        "pool_native",
+        [_rand(1, 4, 28, 28)],
+        {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+    ),
     ("lstm", "LSTM", "numpy", [_rand(5, 3, 7), _rand(1, 64, 7), _rand(1, 64, 16) / 4], {"hidden_size": 16}),
     ("softmax", "Softmax", "softmax_native", [_rand(9, 100) * 5], {}),
 ]

@@ -28,7 +28,17 @@ def _child(tmp_path: Path, **env: str) -> dict[str, np.ndarray]:
 
 
 # the child's pool cases, every pass of pool.c: compared in the baseline and the AVX2 tier alike
-POOLS = ("pool", "pool_max", "pool_flat", "pool_flat_max", "pool_s2", "pool_s2_avg", "pool_s2_3x3")
+POOLS = (
+    "pool",
+    "pool_max",
+    "pool_flat",
+    "pool_flat_max",
+    "pool_s2",
+    "pool_s2_avg",
+    "pool_s2_3x3",
+    "pool_s2_3x3_wide",
+    "pool_s2_3x3_ceil",
+)
 
 
 def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):

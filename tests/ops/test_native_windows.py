@@ -465,6 +465,64 @@ def test_native_stride2_pools_match_numpy_whole_split_and_in_every_pass(
     _check_pools(seed, planes, hw, window, 2, include_pad, ceil_mode, special)
 
 
+@given(
+    seed=st.integers(0, 2**16),
+    planes=st.sampled_from([1, 2, 3, 5, 33]),
+    h=st.integers(1, 40),
+    w=st.integers(1, 80),
+    rows=st.tuples(st.integers(1, 5), st.integers(1, 3), st.integers(1, 2)),  # kernel rows, row stride, row dilation
+    pads=st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 2), st.integers(0, 2)),
+    ceil_mode=st.integers(0, 1),
+    special=st.sampled_from([None, np.nan, np.inf, -np.inf]),
+)
+@example(seed=1, planes=33, h=17, w=17, rows=(3, 2, 1), pads=(0, 0, 0, 0), ceil_mode=0, special=None)
+@example(seed=2, planes=3, h=27, w=27, rows=(3, 2, 1), pads=(0, 0, 0, 0), ceil_mode=1, special=np.nan)
+@example(seed=3, planes=5, h=35, w=71, rows=(3, 2, 1), pads=(1, 1, 1, 1), ceil_mode=0, special=-np.inf)
+@example(seed=4, planes=2, h=13, w=14, rows=(3, 2, 1), pads=(0, 0, 0, 0), ceil_mode=1, special=None)
+@settings(max_examples=80, deadline=None)
+def test_native_max_pool_three_columns_at_stride_two_matches_numpy_whole_and_split(
+    seed, planes, h, w, rows, pads, ceil_mode, special
+) -> None:
+    """MaxPool with 3 kernel columns at column stride 2 (pool.c's s2x3 forms: two narrow output
+    rows a vector, or 16 (AVX2: 8) outputs a step; whole vectors where no pad or overhang needs
+    masking, masked near the end of x) over any kernel rows, row stride and dilation, pads, ceil
+    mode, NaN and infinities: numpy's taps bit for bit in every pass, whole and split."""
+    kh, sh, dh = rows
+    if (
+        pads[0] >= kh
+        or pads[2] >= kh
+        or pads[1] >= 3
+        or pads[3] >= 3
+        or not (_has_output(h, kh, sh, dh, pads[0], pads[2]) and _has_output(w, 3, 2, 1, pads[1], pads[3]))
+    ):
+        return
+    import threading
+
+    from aioge.kernels import parallel, pool_algos
+
+    rng = np.random.default_rng(seed)
+    x = rand(rng, 1, planes, h, w)
+    if special is not None:
+        x[rng.random(x.shape) < 0.03] = special
+    attrs = {"kernel_shape": (kh, 3), "strides": (sh, 2), "pads": pads, "dilations": (dh, 1), "ceil_mode": ceil_mode}
+    descs = [TensorDesc(x.shape, "float32")]
+    (want,) = kconv.build_max_pool(attrs, {}, descs, [None])([x], None)
+    impl = get_schema("MaxPool").impl("pool_native")
+    for simd in _SIMD:
+        native.function("aioge_simd_avx2")(simd)
+        worth, pool_algos._NATIVE_SPLIT_VALUES = pool_algos._NATIVE_SPLIT_VALUES, 0  # every size splits
+        try:
+            run = impl.build(attrs, {}, descs, [TensorDesc(want.shape, "float32")])
+            (got,) = run([np.ascontiguousarray(x)], [np.full(want.shape, np.nan, np.float32)])
+            with parallel.cpu_tokens(threading.Semaphore(1)):
+                (split,) = run([x], None)
+        finally:
+            native.function("aioge_simd_avx2")(1)
+            pool_algos._NATIVE_SPLIT_VALUES = worth
+        np.testing.assert_array_equal(got, want, err_msg=f"simd {simd} {attrs}")
+        np.testing.assert_array_equal(split, want, err_msg=f"split simd {simd} {attrs}")
+
+
 def _check_pools(seed, planes, hw, window, stride, include_pad, ceil_mode, special) -> None:  # type: ignore[no-untyped-def]
     import threading
 
