@@ -166,6 +166,7 @@ class Monitor(measure.LagMonitor):
             await anyio.sleep(self.tick)
             lag = max(0.0, time.perf_counter() - t - self.tick)
             self.lags.append(lag)
+            self.runq.append((int(os.pread(fd, 100, 0).split()[1]) - q) / 1e9)
             n = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw - n
             self.ticks.append((lag, time.thread_time() - c, n, (int(os.pread(fd, 100, 0).split()[1]) - q) / 1e9, IN_C[0] - inc))
 
