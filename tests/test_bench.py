@@ -389,3 +389,47 @@ def test_a_concurrent_round_settles_after_a_full_garbage_collection() -> None:
     finally:
         gc.callbacks.remove(watch)
     assert 2 in seen
+
+
+@pytest.mark.skipif(not os.path.isfile(f"/proc/self/task/{os.getpid()}/schedstat"), reason="needs Linux schedstat")
+def test_the_lag_monitor_tells_a_wait_for_a_cpu_from_the_loops_own_work() -> None:
+    """A lag is the loop's own (a callback's work: here 30 ms of CPU) or the machine's (its thread
+    runnable while others hold the CPUs: here a spinning process pinned to the loop's one CPU)."""
+    import subprocess
+    import sys
+    import time
+
+    import anyio
+
+    from aioge.benchmarks.measure import LagMonitor
+
+    async def watch(mon: LagMonitor, block: bool) -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(mon.run)
+            await anyio.sleep(0.05)
+            if block:
+                end = time.thread_time() + 0.03
+                while time.thread_time() < end:  # the loop's thread busy for 30 ms of CPU
+                    pass
+            await anyio.sleep(0.3)
+            tg.cancel_scope.cancel()
+
+    busy = LagMonitor()
+    anyio.run(watch, busy, True)
+    lag, _, own = busy.worst()
+    assert own >= 0.025 and lag >= own, (lag, own)  # however long the machine kept it off a CPU too
+
+    allowed = os.sched_getaffinity(0)
+    cpu = min(allowed)
+    spin = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+    try:
+        time.sleep(0.2)  # the spinner pinned and running
+        os.sched_setaffinity(0, {cpu})  # this thread: the loop's
+        crowded = LagMonitor()
+        anyio.run(watch, crowded, False)
+    finally:
+        os.sched_setaffinity(0, allowed)
+        spin.kill()
+        spin.wait()
+    assert sum(crowded.runq) >= 0.03, sum(crowded.runq)  # sharing one CPU with a spinner: waits for it
+    assert max(x - q for x, q in zip(crowded.lags, crowded.runq)) < 0.02  # none of it the loop's own

@@ -313,3 +313,81 @@ async def test_closing_stops_the_runner_threads() -> None:
         q = s._workers.program_queue()  # type: ignore[union-attr]
         assert q is not None and q._h
     assert not q._h, "the session's close closed its queue"
+
+
+async def _bursts(s: aioge.Session, feeds: dict[str, np.ndarray], n: int, callers: int = 64) -> None:
+    for _ in range(n):  # as the bench's concurrency rounds: the callers of a burst spawned together
+        async with anyio.create_task_group() as tg:
+            for _ in range(callers):
+                tg.start_soon(s.run_graph, 1, feeds)
+
+
+@needs_tier
+async def test_bursts_of_queued_callers_leave_no_cyclic_garbage(native_plans) -> None:
+    """A run must free what it made by reference counts alone: garbage in cycles is what makes
+    the collector run (and its full collections stall the loop in a process holding many models)."""
+    graph, _, _ = EXAMPLES["cnn"](batch=1)  # type: ignore[call-arg]
+    feeds = _feeds("cnn", 0)
+    async with aioge.Session() as s:
+        await s.add_graph(1, graph)
+        await _bursts(s, feeds, 3)  # contexts, programs and the queue made
+        gc.collect()
+        gc.disable()
+        try:
+            await _bursts(s, feeds, 10)
+            assert s.executable(1).queued_runs > 0
+            assert gc.collect() == 0, "runs left objects only the collector frees"
+        finally:
+            gc.enable()
+
+
+@needs_tier
+def test_no_loop_callback_runs_more_than_one_program_while_64_callers_complete(monkeypatch, native_plans) -> None:
+    """The loop's thread helps the runners one program per caller's step at most, and the
+    eventfd's reader only wakes callers (their outputs are copied in their own steps): a loop
+    callback's work is bounded, whatever the callers waiting."""
+    from aioge.runtime.native_program import NativeProgram
+
+    ran = [0]
+    per_callback: dict[str, int] = {}
+    handle_run = asyncio.events.Handle._run
+
+    def counted(self: asyncio.Handle) -> None:
+        ran[0] = 0
+        handle_run(self)
+        what = getattr(self._callback, "__name__", "?")  # type: ignore[attr-defined]
+        per_callback[what] = max(per_callback.get(what, 0), ran[0])
+
+    def counting(fn):  # type: ignore[no-untyped-def]
+        def run(*args):  # type: ignore[no-untyped-def]
+            ran[0] += 1
+            return fn(*args)
+
+        return run
+
+    monkeypatch.setattr(NativeProgram, "run_staged", counting(NativeProgram.run_staged))  # run's too
+    graph, _, _ = EXAMPLES["cnn"](batch=1)  # type: ignore[call-arg]
+    feeds = _feeds("cnn", 0)
+
+    async def main() -> None:
+        async with aioge.Session() as s:
+            await s.add_graph(1, graph)
+            await _bursts(s, feeds, 2)
+            q = s._workers.program_queue()  # type: ignore[union-attr]
+            take = q._take
+
+            def taking(h: int) -> int:
+                took = take(h)
+                ran[0] += took
+                return took
+
+            q._take = taking
+            monkeypatch.setattr(asyncio.events.Handle, "_run", counted)
+            before = q.taken
+            await _bursts(s, feeds, 20)
+            monkeypatch.setattr(asyncio.events.Handle, "_run", handle_run)
+            assert q.taken > before, "the loop's thread helped: the case under test happened"
+
+    anyio.run(main, backend="asyncio")
+    assert per_callback.get("_readable", 0) == 0, per_callback
+    assert max(per_callback.values()) <= 1, per_callback

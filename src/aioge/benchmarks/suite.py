@@ -403,6 +403,9 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         c = worst[2]
         where = f"; the worst: {worst[1]}, {c['concurrency']} in flight, devices {c.get('devices', 0)}"
         where += f", {c.get('steal_ms', 0):.0f} ms steal, longest GC pause {c.get('gc_max_ms', 0):.1f} ms"
+        where += (
+            f", {c.get('lag_runq_ms', 0):.1f} ms of it waiting for a CPU (loop's own worst {c.get('lag_own_max_ms', 0):.1f} ms)"
+        )
     add(
         "max event-loop lag ms",
         worst[0] if worst else None,
@@ -675,7 +678,9 @@ def render_markdown(results: dict[str, Any]) -> str:
         out += [
             "`devices`: aioge.exec_devices (0: runs in this process, on the engine lanes; N: on N device processes). "
             "`gc pause max`: the longest garbage collection during the aioge bursts; `steal`: CPU time the hypervisor "
-            "gave to others meanwhile (/proc/stat), so a lag that comes with steal is the host's.",
+            "gave to others meanwhile (/proc/stat), so a lag that comes with steal is the host's; `run queue`: of the "
+            "longest lag, the loop's thread runnable but off every CPU (other processes or threads had them); "
+            "`own`: the longest lag less its run-queue wait (the loop's callbacks' work and GIL waits).",
             "",
         ]
         out += _table(
@@ -688,6 +693,8 @@ def render_markdown(results: dict[str, Any]) -> str:
                 "aioge/ort",
                 "lag max ms",
                 "lag p99 ms",
+                "run queue ms",
+                "own lag max ms",
                 "gc pause max ms",
                 "steal ms",
             ],
@@ -701,6 +708,8 @@ def render_markdown(results: dict[str, Any]) -> str:
                     f"{c['ratio']:.2f}",
                     f"{c['lag_max_ms']:.2f}",
                     f"{c['lag_p99_ms']:.2f}",
+                    f"{c.get('lag_runq_ms', 0.0):.2f}",
+                    f"{c.get('lag_own_max_ms', 0.0):.2f}",
                     f"{c.get('gc_max_ms', 0.0):.2f}",
                     f"{c.get('steal_ms', 0.0):.0f}",
                 ]
