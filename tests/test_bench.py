@@ -78,6 +78,7 @@ def test_the_serving_section_measures_batched_unbatched_and_the_pool(small_run: 
         assert 0 < row[f"{side}_loop_cpu_us"] <= row[f"{side}_cpu_us"] * 1.01
     assert row["ort_cpu_us"] > 0 and "CPU us/req" in render_markdown(small_run)
     assert 1 <= row["mean_batch_rows"] <= 8 and row["lag_max_ms"] >= row["lag_p99_ms"] >= 0
+    assert row["lag_runq_ms"] >= 0 and 0 <= row["lag_own_max_ms"] <= row["lag_max_ms"] + 1e-9
     assert row["gc_max_ms"] >= 0  # a lag the collector caused is told from one the runtime did
     targets = {t["target"]: t for t in small_run["targets"]}
     assert targets["serving mlp: batched req/s aioge/ort"]["bound"] == 2.0

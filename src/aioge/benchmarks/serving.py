@@ -146,6 +146,7 @@ async def serving(
     row["unbatched_vs_ort"] = row["unbatched_rps"] / row["ort_rps"]
     row["lag_max_ms"], row["gc_max_ms"] = (max(x, default=0.0) * 1e3 for x in (monitor.lags, monitor.gc_pauses))
     row["lag_p99_ms"] = percentile(monitor.lags, 0.99) * 1e3
+    row["lag_runq_ms"], row["lag_own_max_ms"] = (x * 1e3 for x in monitor.worst()[1:])
     row["mean_batch_rows"] = stats.mean_batch_rows
     row["queue_delay_p50_ms"] = stats.queue_delay_p50 * 1e3
     row["queue_delay_p99_ms"] = stats.queue_delay_p99 * 1e3
