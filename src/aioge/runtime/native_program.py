@@ -4,8 +4,8 @@ An inline run calls its kernels one at a time from Python, and every C kernel gi
 and takes it back. Two such runs on two threads spent their time waiting for it instead of
 computing: the builder CNN at batch 1 ran 14.1K times a second on one thread and 11.6K on two,
 the transformer 2.2K and 1.7K. A native program is the plan's C jobs (each kernel's
-``native.with_native`` form) over one context's operands, bound for good: the feeds are copied
-into staging buffers of the program's own, ``aioge_run_jobs`` runs every job with the GIL
+``native.with_native`` form) over one context's operands, bound for good: its first jobs copy
+the feeds into staging buffers of its own, ``aioge_run_jobs`` runs every job with the GIL
 released once, and the outputs are copied out. Two programs run side by side on two cores.
 
 The forms call the very C functions the kernels' Python paths call, with the same ranges, so
