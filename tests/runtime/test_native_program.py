@@ -730,3 +730,33 @@ async def test_long_programs_of_concurrent_callers_run_whole_beside_each_other_e
     for i, outs in got.items():
         for k, logits in enumerate(outs):
             np.testing.assert_allclose(logits, reference(many[(i + k) % len(many)])["logits"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "read-only", "fortran"])
+async def test_a_feed_is_copied_in_by_the_programs_first_job_from_the_callers_array(layout: str, native_plans: None) -> None:
+    # NativeProgram.stage points the program's first job (a C copy, split with the big jobs) at
+    # the caller's array instead of copying it in Python; another layout goes through a spare.
+    g = aioge.Graph("fed_copy")
+    x = g.input("x", (1, 4, 128, 128), "float32")  # 64K values: the copy splits (native.ROWS_SPLIT)
+    g.output(ops.relu(ops.mul(ops.add(x, 1.0), 2.0)), names=["y"])
+    rng = np.random.default_rng(5)
+    async with aioge.Session() as s:
+        await s.add_graph(1, g)
+        await s.run_graph(1, {"x": np.zeros((1, 4, 128, 128), np.float32)})
+        exe = s.executable(1)
+        prog = exe._native_program(exe._acquire(False))
+        assert isinstance(prog, NativeProgram), _kernels(exe)
+        assert prog._keep[0][0] == native.JOB_STRIDED and prog._keep[0][3] == 1, "the first job copies the feed, split"
+        for i in range(3):  # a new array each run: each run reads its own
+            base = rng.standard_normal((1, 4, 128, 256) if layout == "strided" else (1, 4, 128, 128)).astype(np.float32)
+            f = {"strided": base[..., ::2], "fortran": np.asfortranarray(base)}.get(layout, base)
+            f.flags.writeable = layout != "read-only"
+            kept = f.copy()
+            want = np.maximum((f + 1.0) * 2.0, 0)
+            got = prog.run({"x": f}, split=bool(i % 2))["y"]
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(f, kept)  # the caller's array is only read
+            got = (await s.run_graph(1, {"x": f}))["y"]
+            np.testing.assert_array_equal(got, want)
+        with pytest.raises(TypeError):
+            prog.stage({"x": kept.astype(np.float64)})
