@@ -287,7 +287,9 @@ class Session:
     ) -> dict[str, np.ndarray]:
         """Run a graph on ``feeds`` (input name -> array); returns outputs by name.
 
-        Compiles first if these input shapes have not been compiled yet.
+        Compiles first if these input shapes have not been compiled yet. The feeds are read while
+        the run executes (as onnxruntime's ``run_async`` reads its inputs): leave them unchanged
+        until the await returns.
 
         Raises:
             FeedError: a missing, extra or mis-shaped/typed feed. ExecutionError: a kernel failed.
