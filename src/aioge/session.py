@@ -288,7 +288,7 @@ class Session:
         """Run a graph on ``feeds`` (input name -> array); returns outputs by name.
 
         Compiles first if these input shapes have not been compiled yet. The feeds are read while
-        the run executes (as onnxruntime's ``run_async`` reads its inputs): leave them unchanged
+        the run executes, not copied when it is queued: leave them unchanged
         until the await returns.
 
         Raises:
