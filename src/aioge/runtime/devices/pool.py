@@ -42,7 +42,7 @@ class _Pending:
         self.done = Completion(1)
         self.outputs: dict[str, np.ndarray] | None = None
         self.error: BaseException | None = None
-        self.seconds = 0.0  # the run's time on the device
+        self.seconds = 0.0  # the run's compute on the device (its thread's CPU)
 
 
 def _bigger_pipe(fd: int) -> int:
