@@ -1,7 +1,7 @@
-"""JOB_IRB (csrc/irblock.c): an inverted-residual block in bands of output rows, against
-onnxruntime over random geometries (odd sizes, strides 1 and 2, 3x3 and 5x5, every band size,
-whole and split), and a native program's blocks fused into it (runtime.irb_fuse), the numpy
-kernels' run of the same graph agreeing."""
+"""JOB_IRB (csrc/irblock.c): an inverted-residual block in bands of output rows or in channel
+halves, against onnxruntime over random geometries (odd sizes, strides 1 and 2, 3x3 and 5x5,
+every band size, whole and split), and a native program's blocks fused into it (runtime.irb_fuse),
+run split and whole, the numpy kernels' run of the same graph agreeing."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def _irb(ops: tuple[np.ndarray, ...], stride: int, k: int, band: int, split: int
     koff = np.arange(c, dtype=np.int64) * h * w
     y = np.full((1, m, oh, ow), np.nan, np.float32)
     keep = (x, wep, koff, be, ge, wd, bd, gd, wpp, bp, gp, y)
-    args = np.array([native.ptr(a) for a in keep] + [band, x.size - short, y.size], np.int64)
+    args = np.array([native.ptr(a) for a in keep] + [band, x.size - short, y.size] + [0] * 10, np.int64)  # no own jobs
     return native.par_run()(native.JOB_IRB, native.ptr(args), -(-oh // band), split), y
 
 
@@ -109,7 +109,9 @@ def test_irb_refuses_a_geometry_past_its_buffers() -> None:
     assert code > 0 and np.isfinite(y).all()
 
 
-async def _run(model: bytes, x: np.ndarray) -> tuple[np.ndarray, list[int]]:
+async def _run(model: bytes, x: np.ndarray, runs: list[np.ndarray] | None = None) -> tuple[np.ndarray, list[int]]:
+    """The graph's output and its native program's jobs; ``runs`` gets the program's output
+    after its jobs ran again one by one, whole and then split."""
     import gc
 
     from aioge.runtime.native_program import NativeProgram
@@ -118,11 +120,18 @@ async def _run(model: bytes, x: np.ndarray) -> tuple[np.ndarray, list[int]]:
         await s.add_graph(1, aioge.load_onnx(model))
         for _ in range(3):
             y = (await s.run_graph(1, {"x": x}))["y"]
-        jobs = [int(c.job) for o in gc.get_objects() if isinstance(o, NativeProgram) for c in o._keep[1]]
+        progs = [o for o in gc.get_objects() if isinstance(o, NativeProgram)]
+        jobs = [int(c.job) for o in progs for c in o._keep[1]]
+        for split in (0, 1) if progs and runs is not None else ():
+            for c in progs[0]._keep[1]:
+                assert native.par_run()(c.job, c.addr, c.total, split and int(c.worth)) > 0
+            runs.append(progs[0]._outputs[0][1].copy())
     return y, jobs
 
 
-@pytest.mark.parametrize("shape", [(16, 96, 16, 14, 14, 1), (24, 144, 40, 15, 13, 2), (8, 40, 8, 11, 17, 1)])
+@pytest.mark.parametrize(
+    "shape", [(16, 128, 16, 14, 14, 1), (24, 128, 40, 15, 13, 2), (8, 256, 8, 11, 17, 1), (5, 256, 7, 7, 7, 1)]
+)
 @pytest.mark.parametrize("residual", [False, True])
 def test_a_programs_blocks_run_fused_as_onnxruntime_and_the_numpy_kernels(shape, residual, monkeypatch, request) -> None:
     c, e, m, h, w, stride = shape
@@ -132,9 +141,11 @@ def test_a_programs_blocks_run_fused_as_onnxruntime_and_the_numpy_kernels(shape,
     ops = _ops(c, e, m, h, w, 3, seed=h)
     model = _model(ops, stride, 3, residual)
     want = _ort(model, ops[0])
-    got, jobs = asyncio.run(_run(model, ops[0]))
-    assert native.JOB_IRB in jobs
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    runs: list[np.ndarray] = []
+    got, jobs = asyncio.run(_run(model, ops[0], runs))
+    assert native.JOB_IRB in jobs and len(runs) == 2
+    for y in (got, *runs):  # as run, then its jobs whole (the block's own jobs) and split
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
     request.getfixturevalue("numpy_kernels")  # the same graph without the compiled tier
     plain, _ = asyncio.run(_run(model, ops[0]))
     np.testing.assert_allclose(plain, want, rtol=1e-4, atol=1e-4)

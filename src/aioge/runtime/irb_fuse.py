@@ -1,12 +1,18 @@
 """A native program's inverted-residual blocks (1x1 expand conv, depthwise conv, 1x1 project conv)
-as one ``JOB_IRB`` each (``csrc/irblock.c``): each core computes a band of output rows through
-all three, so the wide tensors stay in the core that made them. Split per op, the depthwise's
-planes and the 1x1 convs' positions went to different cores and every edge crossed them
-(MobileNetV2's blocks, the three jobs against the band job, chrt, load 6.5: 14x14 64-384-64
-163 -> 125 us, 96-576-96 286 -> 250, 14->7 96-576-160 261 -> 197; at 7x7 two bands of 4 and 3
-rows lost (110 -> 202), at 28x28 and 56x56 even or lost, so only inputs of 10-20 rows)."""
+as one ``JOB_IRB`` (``csrc/irblock.c``) in its channel form. Split per op, the depthwise's planes
+and the 1x1 convs' positions went to different cores, and every edge crossed them; here each
+core expands half the channels, runs their depthwise and the project over them (half of each
+weight), and a ``JOB_RESIDUAL`` adds the two partial sums. MobileNetV2's jobs in program order
+(chrt, load 9-10, medians of 200): the 14x14 64-384-64 blocks 170-176 -> 135-145 us, 64-384-96
+199 -> 170; where the expand's panels do not halve (576 = 9 x 64: 5 and 4) 222 -> 249 (14->7) and
+no gain at 96-576-96, so only even panel counts, on inputs of up to 20 rows. The band form (each
+core all three ops over half the output rows) won on its own (28x28 32-192-32 227 -> 176 us) but
+not in program order (184 -> 174-244), nor at 56x56. A whole run takes the block's own jobs
+(irblock.c's irb_whole): on one core the conv_t expand costs more than the tuned kernels."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +28,7 @@ def _pointwise(g: np.ndarray) -> bool:  # a 1x1 conv at stride 1 without pads, o
 
 def fuse(calls: list[native.NativeCall], kept: list[np.ndarray]) -> list[native.NativeCall]:
     """``calls`` with every expand, depthwise, project run (the wide tensors read by nothing else,
-    ``kept`` the program's outputs) as one band job; the 1x1 convs' phase images go with them."""
+    ``kept`` the program's outputs) as the block's job; the 1x1 convs' phase images go with them."""
     out: list[native.NativeCall] = []
     i = 0
     while i < len(calls):
@@ -33,22 +39,21 @@ def fuse(calls: list[native.NativeCall], kept: list[np.ndarray]) -> list[native.
             continue
         if out and out[-1].job == native.JOB_PHASES and out[-1].keep is calls[i].keep:
             out.pop()
-        out.append(made[0])
+        out += made[0]
         i = made[1]
     return out
 
 
-def _pack(keep: tuple) -> np.ndarray:  # a 1x1 conv's raw weight as conv_t's packed columns
-    w = np.asarray(keep[5], np.float32)
-    return pack_columns(np.ascontiguousarray(w.reshape(w.shape[0], -1).T), native.gemm_tile()[1])  # type: ignore[index]
+def _pack(w: Any) -> np.ndarray:  # a 1x1 conv's weight (M, K) as conv_t's packed columns
+    return pack_columns(np.ascontiguousarray(np.asarray(w, np.float32).T), native.gemm_tile()[1])  # type: ignore[index]
 
 
-def _geometry(g: np.ndarray) -> np.ndarray:  # a 1x1 conv's, as conv_t reads x in place
-    c, h, w, m = (int(v) for v in g[:4])
+def _geometry(g: np.ndarray, c: int = 0) -> np.ndarray:  # a 1x1 conv's (over c of its channels), as conv_t reads x in place
+    c, h, w, m = c or int(g[0]), int(g[1]), int(g[2]), int(g[3])
     return np.array([c, h, w, m, 1, 1, 1, 1, 1, 1, 0, 0, h, w, 1, h, w, c * h * w, *g[18:21], 0, 0], np.int64)
 
 
-def _block(calls: list[native.NativeCall], i: int, kept: list[np.ndarray]) -> tuple[native.NativeCall, int] | None:
+def _block(calls: list[native.NativeCall], i: int, kept: list[np.ndarray]) -> tuple[list[native.NativeCall], int] | None:
     j = i + 2  # the project conv, after its phase image if it has one
     if j < len(calls) and calls[j].job == native.JOB_PHASES:
         j += 1
@@ -58,19 +63,45 @@ def _block(calls: list[native.NativeCall], i: int, kept: list[np.ndarray]) -> tu
     if len(e) < 6 or len(p) < 6 or e[1] is not d[0] or d[3] is not p[0] or (j > i + 2 and calls[i + 2].keep is not p):
         return None
     ge, gd, gp = e[4][0], d[4], p[4][0]
-    if not (_pointwise(ge) and _pointwise(gp) and gd[3] == 1 and 10 <= ge[1] <= 20 and ge[1] * ge[2] <= 400):
+    nr = native.gemm_tile()[1]  # type: ignore[index]
+    panels = -(-int(ge[3]) // nr)  # halves of the expand's: 9 as 5 and 4 lost (above)
+    if not (_pointwise(ge) and _pointwise(gp) and gd[3] == 1 and ge[1] <= 20 and panels % 2 == 0):
         return None
     wide = (e[1], d[3])
     if any(a is w for w in wide for a in kept) or any(
         a is w for n, c in enumerate(calls) if not i - 1 <= n <= j for a in c.keep for w in wide
     ):
         return None
-    geo, pgeo, wep, wpp = _geometry(ge), _geometry(gp), _pack(e), _pack(p)
-    koff = np.arange(geo[0], dtype=np.int64) * geo[1] * geo[2]
-    x, y, oh = e[0], p[1], int(gd[12])
-    band = -(-oh // 2)
+    # the planner may lay a buffer over one that is dead by then in the ops' order (x once the
+    # expand has read it, the expanded image once the depthwise has): here the two cores run
+    # the ops at once, so x and y must be apart, and the wide images from them and each other
+    # (else images of the job's own)
+    if np.shares_memory(e[0], p[1]):
+        return None
+    own = [v for c in calls[i - 1 if i and calls[i - 1].keep is e else i : j + 1] for v in (c.job, c.addr, c.total)]
+    c, e_ = int(ge[0]), int(ge[3])
+    geo, wep, koff = _geometry(ge), _pack(np.asarray(e[5]).reshape(e_, -1)), np.arange(c, dtype=np.int64) * ge[1] * ge[2]
+    x, y, wp = e[0], p[1], np.asarray(p[5], np.float32).reshape(int(gp[3]), -1)
     P = native.ptr
-    addr = [P(x), P(wep), P(koff), P(e[3]) if e[3] is not None else 0, P(geo), P(d[1]), P(d[2]) if d[2] is not None else 0]
-    addr += [P(gd), P(wpp), P(p[3]) if p[3] is not None else 0, P(pgeo), P(y), band, x.size, y.size]
-    keep = (e, d, p, geo, pgeo, wep, wpp, koff)
-    return native.NativeCall(native.JOB_IRB, np.array(addr, np.int64), -(-oh // band), True, keep), j + 1
+    block: list[Any] = [P(x), P(wep), P(koff), P(e[3]) if e[3] is not None else 0, P(geo), P(d[1])]
+    block += [P(d[2]) if d[2] is not None else 0, P(gd)]
+    keep: tuple[Any, ...] = (e, d, p, geo, wep, koff, calls[i : j + 1])
+    bias = P(p[3]) if p[3] is not None else 0
+    split = panels // 2
+    k0 = split * nr
+    g0, g1, w0, w1 = _geometry(gp, k0), _geometry(gp, e_ - k0), _pack(wp[:, :k0]), _pack(wp[:, k0:])
+    part = np.zeros(y.shape, np.float32)
+    mid, dwo = e[1], d[3]
+    if any(np.shares_memory(mid, b) for b in (x, dwo, y)):
+        mid = np.empty(mid.shape, np.float32)
+    if any(np.shares_memory(dwo, b) for b in (x, mid, y)):
+        dwo = np.empty(dwo.shape, np.float32)
+    block += [P(w0), bias, P(g0), P(y), 0, x.size, y.size, P(mid), P(dwo), split, P(w1), P(g1), P(part)]
+    block += [mid.size, dwo.size, part.size]
+    add = np.array([P(y), P(part), P(y), 0, 0, 0, y.size], np.int64)
+    keep += (g0, g1, w0, w1, part, mid, dwo)
+    made = [
+        native.NativeCall(native.JOB_IRB, np.array(block + [len(own) // 3, *own], np.int64), 2, True, keep),
+        native.NativeCall(native.JOB_RESIDUAL, add, y.size, False, (y, part)),
+    ]
+    return made, j + 1
