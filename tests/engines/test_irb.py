@@ -76,7 +76,7 @@ def _irb(ops: tuple[np.ndarray, ...], stride: int, k: int, band: int, split: int
     koff = np.arange(c, dtype=np.int64) * h * w
     y = np.full((1, m, oh, ow), np.nan, np.float32)
     keep = (x, wep, koff, be, ge, wd, bd, gd, wpp, bp, gp, y)
-    args = np.array([native.ptr(a) for a in keep] + [band, x.size - short, y.size] + [0] * 10, np.int64)  # no own jobs
+    args = np.array([native.ptr(a) for a in keep] + [band, x.size - short, y.size] + [0] * 14, np.int64)  # no own jobs
     return native.par_run()(native.JOB_IRB, native.ptr(args), -(-oh // band), split), y
 
 
@@ -97,6 +97,61 @@ def test_irb_bands_match_onnxruntime(c: int, e: int, m: int, h: int, w: int, str
     want = _ort(_model(ops, stride, k), ops[0])
     code, got = _irb(ops, stride, k, band, split)
     assert code > 0
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+def _irb_channels(ops: tuple[np.ndarray, ...], stride: int, k: int, k0: int, split: int) -> np.ndarray:
+    """The channel form: parts [0, k0) and [k0, E) of the expanded channels, then the partial sums added."""
+    x, we, be, wd, bd, wp, bp = ops
+    (c, h, w), e, m = x.shape[1:], we.shape[0], wp.shape[0]
+    oh, ow = (h - 1) // stride + 1, (w - 1) // stride + 1
+    nr = native.gemm_tile()[1]  # type: ignore[index]
+    act = native_rows.epilogue("Clip", (0.0, 6.0))
+
+    def geo(c: int, h: int, w: int, m: int, a: tuple[int, ...]) -> np.ndarray:
+        return np.array([c, h, w, m, 1, 1, 1, 1, 1, 1, 0, 0, h, w, 1, h, w, c * h * w, *a, 0, 0], np.int64)
+
+    def pack(a: np.ndarray) -> np.ndarray:
+        return pack_columns(np.ascontiguousarray(a.reshape(a.shape[0], -1).T), nr)
+
+    gd = np.array([e, h, w, 1, k, k, stride, stride, 1, 1, k // 2, k // 2, oh, ow, *act, 0], np.int64)
+    ge0, ge1, gp0, gp1 = (
+        geo(c, h, w, k0, act),
+        geo(c, h, w, e - k0, act),
+        geo(k0, oh, ow, m, (0,) * 3),
+        geo(e - k0, oh, ow, m, (0,) * 3),
+    )
+    we0, we1, wp0, wp1 = pack(we[:k0]), pack(we[k0:]), pack(wp[:, :k0]), pack(wp[:, k0:])
+    koff = np.arange(c, dtype=np.int64) * h * w
+    y, part = np.full((1, m, oh, ow), np.nan, np.float32), np.full((1, m, oh, ow), np.nan, np.float32)
+    mid, dwo = np.full((e, h, w), np.nan, np.float32), np.full((e, oh, ow), np.nan, np.float32)
+    keep = (x, we0, koff, be, ge0, wd, bd, gd, wp0, bp, gp0, y)
+    P = native.ptr
+    args = [P(a) for a in keep] + [0, x.size, y.size, P(mid), P(dwo), k0, P(wp1), P(gp1), P(part), mid.size, dwo.size, y.size]
+    args += [P(we1), P(be) + 4 * k0, P(ge1), 0, 0]
+    block = np.array(args, np.int64)
+    assert native.par_run()(native.JOB_IRB, P(block), 2, split) > 0
+    return y + part
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    c=st.integers(1, 40),
+    e=st.integers(2, 150),
+    m=st.integers(1, 70),
+    h=st.integers(1, 17),
+    w=st.integers(1, 17),
+    stride=st.sampled_from([1, 2]),
+    k=st.sampled_from([3, 5]),
+    cut=st.floats(0, 1),
+    split=st.sampled_from([0, 1]),
+)
+def test_irb_channel_halves_match_onnxruntime(
+    c: int, e: int, m: int, h: int, w: int, stride: int, k: int, cut: float, split: int
+) -> None:
+    ops = _ops(c, e, m, h, w, k, seed=c + e * 3 + w)
+    want = _ort(_model(ops, stride, k), ops[0])
+    got = _irb_channels(ops, stride, k, min(max(int(cut * e), 1), e - 1), split)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
 
 
@@ -130,7 +185,7 @@ async def _run(model: bytes, x: np.ndarray, runs: list[np.ndarray] | None = None
 
 
 @pytest.mark.parametrize(
-    "shape", [(16, 128, 16, 14, 14, 1), (24, 128, 40, 15, 13, 2), (8, 256, 8, 11, 17, 1), (5, 256, 7, 7, 7, 1)]
+    "shape", [(16, 128, 16, 14, 14, 1), (24, 128, 40, 15, 13, 1), (8, 256, 8, 11, 17, 1), (5, 256, 7, 7, 7, 1)]
 )
 @pytest.mark.parametrize("residual", [False, True])
 def test_a_programs_blocks_run_fused_as_onnxruntime_and_the_numpy_kernels(shape, residual, monkeypatch, request) -> None:

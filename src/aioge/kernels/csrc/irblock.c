@@ -12,11 +12,12 @@
  * Argument block: x, expand (wpack, koff, bias, geometry), depthwise (w, bias, geometry),
  * project (wpack, bias, geometry), y, band rows, floats of x and y. The geometries are the whole
  * image's (conv_t's G_* slots, N = 1; the depthwise's 17, multiplier 1); koff the expand's offsets
- * in x (k H W). [lo, hi) are bands. With band 0, the channel form (irb_channels): then the
- * expanded image, the depthwise's output, the expand's panel split, the second part's project
- * weight and geometry, the partial sums, and the floats of those three buffers; [lo, hi) parts.
- * Then (both forms; slots 15-23 unread by bands) the block's own jobs for a whole run (irb_whole):
- * how many, and (job, args, total) each. */
+ * in x (k H W). [lo, hi) are bands. With band 0, the channel form (irb_channels): the expand's
+ * and the project's of part 0 (its channels [0, k0)), then the expanded image, the depthwise's
+ * output, k0, the second part's project weight and geometry, the partial sums, the floats of
+ * those three buffers, the second part's expand weight, bias and geometry, and a slot unread;
+ * [lo, hi) parts. Then (both forms; slots 15-27 unread by bands) the block's own jobs for a whole
+ * run (irb_whole): how many, and (job, args, total) each. */
 #include <stdint.h>
 #include <string.h>
 
@@ -25,11 +26,11 @@
 enum { G_C, G_H, G_W, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_PT, G_PL, G_OH, G_OW, G_N, G_HPH, G_WPH, G_IMAGE, G_CONV_LEN = 23 };
 enum { D_C, D_H, D_W, D_MULT, D_KH, D_KW, D_SH, D_SW, D_DH, D_DW, D_PT, D_PL, D_OH, D_OW, D_LEN = 18 };
 
-/* Whether the three geometries chain: expand C -> E at H x W, the depthwise E planes of H x W to
+/* Whether the three geometries chain: expand C -> (E, or part of it) at H x W, the depthwise E planes of H x W to
  * OH x OW, the project E -> M at OH x OW, 1x1 convs at stride 1 without pads, one image. */
-static int irb_fits(const int64_t *ge, const int64_t *gd, const int64_t *gp, int64_t pc, int64_t xn, int64_t yn)
+static int irb_fits(const int64_t *ge, const int64_t *gd, const int64_t *gp, int64_t E, int64_t pc, int64_t xn, int64_t yn)
 {
-    const int64_t H = ge[G_H], W = ge[G_W], E = ge[G_M];
+    const int64_t H = ge[G_H], W = ge[G_W];
     for (int i = 0; i < 2; i++) {
         const int64_t *g = i ? gp : ge;
         if (g[G_N] != 1 || g[G_KH] != 1 || g[G_KW] != 1 || g[G_SH] != 1 || g[G_SW] != 1 || g[G_PT] || g[G_PL] || g[G_C] <= 0 ||
@@ -43,28 +44,30 @@ static int irb_fits(const int64_t *ge, const int64_t *gd, const int64_t *gp, int
     return aioge_fits(xn, ge[G_C], H, W, 1) && aioge_fits(yn, gp[G_M], gp[G_OH], gp[G_OW], 1);
 }
 
-/* The channel form (band 0): part i of 2 computes the expand's output channels [c0, c1) (its
- * panels [0, g[17]) or [g[17], all)) into the whole expanded image g[15], the depthwise over those
- * planes into g[16], and the project over those input channels: part 0 with the bias into y (its
- * weight g[8], geometry g[10] of C = c1), part 1 without it into the partial sums g[20] (g[18],
- * g[19]); a JOB_RESIDUAL after adds them. Each core reads half of every weight (the 7x7 blocks'
- * 1x1 convs are weight-bound at 49 positions) and what the other core wrote only as partial sums. */
+/* The channel form (band 0): part i of 2 computes the expanded channels [c0, c1) (c0 = 0 or
+ * g[17]; its expand's packed weight, bias and geometry of M = c1 - c0: g[1], g[3], g[4] or g[24],
+ * g[25], g[26]) into the whole expanded image g[15], the depthwise over those planes into g[16],
+ * and the project over those input channels: part 0 with the bias into y (its weight g[8],
+ * geometry g[10] of C = c1), part 1 without it into the partial sums g[20] (g[18], g[19]); a
+ * JOB_RESIDUAL after adds them. Each core reads half of every weight (the 7x7 blocks' 1x1 convs
+ * are weight-bound at 49 positions) and what the other core wrote only as partial sums. */
 static int irb_channels(const int64_t *g, int64_t lo, int64_t hi)
 {
-    const float *x = (const float *)(intptr_t)g[0], *we = (const float *)(intptr_t)g[1], *be = (const float *)(intptr_t)g[3];
-    const int64_t *koffe = (const int64_t *)(intptr_t)g[2], *ge = (const int64_t *)(intptr_t)g[4], *gd = (const int64_t *)(intptr_t)g[7];
+    const float *x = (const float *)(intptr_t)g[0];
+    const int64_t *koffe = (const int64_t *)(intptr_t)g[2], *gd = (const int64_t *)(intptr_t)g[7];
     const float *wd = (const float *)(intptr_t)g[5], *bd = (const float *)(intptr_t)g[6];
     float *mid = (float *)(intptr_t)g[15], *dwo = (float *)(intptr_t)g[16];
-    const int64_t nr = aioge_conv_gemm_nr(), E = ge[G_M], panels = (E + nr - 1) / nr, split = g[17];
-    if (split <= 0 || split >= panels || hi > 2 || lo < 0)
+    const int64_t nr = aioge_conv_gemm_nr(), mr = aioge_conv_gemm_mr(), E = gd[D_C], split = g[17];
+    if (split <= 0 || split >= E || hi > 2 || lo < 0)
         return AIOGE_EGEOMETRY;
     for (int64_t part = lo; part < hi; part++) {
-        const int64_t *gp = (const int64_t *)(intptr_t)g[part ? 19 : 10];
-        const int64_t p0 = part ? split : 0, p1 = part ? panels : split, c0 = p0 * nr, c1 = p1 * nr < E ? p1 * nr : E;
-        if (gp[G_C] != c1 - c0)
+        const int64_t *ge = (const int64_t *)(intptr_t)g[part ? 26 : 4], *gp = (const int64_t *)(intptr_t)g[part ? 19 : 10];
+        const float *we = (const float *)(intptr_t)g[part ? 24 : 1], *be = (const float *)(intptr_t)g[part ? 25 : 3];
+        const int64_t c0 = part ? split : 0, c1 = part ? E : split;
+        if (gp[G_C] != c1 - c0 || ge[G_M] != c1 - c0)
             return AIOGE_EGEOMETRY;
-        const int64_t P = ge[G_H] * ge[G_W], OP = gd[D_OH] * gd[D_OW], mr = aioge_conv_gemm_mr();
-        int err = aioge_conv_t_f32(x, we, koffe, be, mid, ge, 0, (P + mr - 1) / mr, p0, p1);
+        const int64_t P = ge[G_H] * ge[G_W], OP = gd[D_OH] * gd[D_OW];
+        int err = aioge_conv_t_f32(x, we, koffe, be, mid + c0 * P, ge, 0, (P + mr - 1) / mr, 0, (c1 - c0 + nr - 1) / nr);
         if (!err)
             err = aioge_conv_depthwise_f32(mid, wd, bd, dwo, gd, c0, c1);
         if (!err) {
@@ -84,14 +87,14 @@ static int irb_channels(const int64_t *g, int64_t lo, int64_t hi)
 }
 
 /* A whole run (the range in one call: no helper, or splits backing off) runs the block's own
- * jobs (g[24] of them, (job, args, total) from g[25]) whole when it has them: on one core the
+ * jobs (g[28] of them, (job, args, total) from g[29]) whole when it has them: on one core the
  * band and channel forms' conv_t expand and halo rows cost more than the tuned kernels (MobileNetV2's
  * blocks, whole: 14x14 96-576-96 405 -> 440 us, 7x7 160-960-160 285 -> 330). The channel form's
  * partial sums, added after, are zeroed then. */
 static int irb_whole(const int64_t *g, int64_t parts)
 {
-    for (int64_t i = 0; i < g[24]; i++) {
-        const int64_t *e = g + 25 + 3 * i;
+    for (int64_t i = 0; i < g[28]; i++) {
+        const int64_t *e = g + 29 + 3 * i;
         if (e[0] == JOB_IRB)
             return AIOGE_EGEOMETRY;
         const int err = aioge_job((int)e[0], (const int64_t *)(intptr_t)e[1], 0, e[2]);
@@ -115,21 +118,21 @@ int aioge_irb(const int64_t *g, int64_t lo, int64_t hi)
     float *y = (float *)(intptr_t)g[11];
     const int64_t band = g[12];
     if (band == 0) {
-        const int64_t *gp1 = (const int64_t *)(intptr_t)g[19];
-        const int64_t E = ge0[G_M], OP = gd0[D_OH] * gd0[D_OW];
-        if (!irb_fits(ge0, gd0, gp0, gp0[G_C], g[13], g[14]) || !irb_fits(ge0, gd0, gp1, E - gp0[G_C], g[13], g[14]) ||
-            gp1[G_M] != gp0[G_M] || !aioge_fits(g[21], E, ge0[G_H], ge0[G_W], 1) || !aioge_fits(g[22], E, OP, 1, 1) ||
+        const int64_t *gp1 = (const int64_t *)(intptr_t)g[19], *ge1 = (const int64_t *)(intptr_t)g[26];
+        const int64_t E = gd0[D_C], OP = gd0[D_OH] * gd0[D_OW], k0 = g[17];
+        if (!irb_fits(ge0, gd0, gp0, E, k0, g[13], g[14]) || !irb_fits(ge1, gd0, gp1, E, E - k0, g[13], g[14]) ||
+            ge0[G_M] != k0 || ge1[G_M] != E - k0 || ge0[G_C] != ge1[G_C] || gp1[G_M] != gp0[G_M] || !aioge_fits(g[21], E, ge0[G_H], ge0[G_W], 1) || !aioge_fits(g[22], E, OP, 1, 1) ||
             !aioge_fits(g[23], gp0[G_M], OP, 1, 1))
             return AIOGE_EGEOMETRY;
-        return lo == 0 && hi == 2 && g[24] > 0 ? irb_whole(g, 2) : irb_channels(g, lo, hi);
+        return lo == 0 && hi == 2 && g[28] > 0 ? irb_whole(g, 2) : irb_channels(g, lo, hi);
     }
-    if (band < 0 || !irb_fits(ge0, gd0, gp0, ge0[G_M], g[13], g[14]))
+    if (band < 0 || !irb_fits(ge0, gd0, gp0, ge0[G_M], ge0[G_M], g[13], g[14]))
         return AIOGE_EGEOMETRY;
     const int64_t H = ge0[G_H], W = ge0[G_W], E = ge0[G_M], M = gp0[G_M], OH = gd0[D_OH], OW = gd0[D_OW];
     const int64_t sh = gd0[D_SH], pt = gd0[D_PT], reach = (gd0[D_KH] - 1) * gd0[D_DH] + 1;
     if (lo < 0 || hi > (OH + band - 1) / band)
         return AIOGE_EGEOMETRY;
-    if (lo == 0 && hi == (OH + band - 1) / band && hi > 1 && g[24] > 0)
+    if (lo == 0 && hi == (OH + band - 1) / band && hi > 1 && g[28] > 0)
         return irb_whole(g, hi);
     const int64_t mr = aioge_conv_gemm_mr(), nr = aioge_conv_gemm_nr();
     /* the largest band's input rows: its windows' reach, within the image */
