@@ -631,7 +631,7 @@ def _direct_native(
             if wp is None:
                 return None
             b = inputs[2] if len(inputs) > 2 else None
-            keep: tuple[Any, ...] = (x, y, wp, b, consts)
+            keep: tuple[Any, ...] = (x, y, wp, b, consts, inputs[1])  # the raw weight: runtime.irb_fuse
             calls = []
             src = x
             if not (in_place or images):

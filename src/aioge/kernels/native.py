@@ -73,6 +73,7 @@ __all__ = [
     "JOB_ARG_REDUCE",
     "JOB_GATHER_ELEMENTS",
     "JOB_WINOGRAD",
+    "JOB_IRB",
     "EW_CAST",
     "EW_AND",
     "EW_OR",
@@ -112,6 +113,7 @@ JOB_LOWP_GEMM, JOB_LOWP_ROUND = 23, 24
 JOB_ELEMWISE, JOB_GATHER = 25, 26
 JOB_CUMULATIVE, JOB_ARG_REDUCE, JOB_GATHER_ELEMENTS = 27, 28, 29
 JOB_WINOGRAD = 30
+JOB_IRB = 31
 
 # The activation codes of aioge.h's ``enum aioge_act``, by op name (the one Python copy:
 # ``native_rows`` and the convolutions' epilogues read them here).
@@ -127,7 +129,7 @@ ERRORS = {
 }
 
 # aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
-ABI = 26
+ABI = 27
 
 _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
 # Every C function Python calls: (result type, argument types), as aioge.h declares them.

@@ -21,6 +21,7 @@ import numpy as np
 
 from aioge.errors import ExecutionError
 from aioge.kernels import native
+from aioge.runtime import irb_fuse
 from aioge.runtime.context import Context
 
 __all__ = ["NativeProgram"]
@@ -119,6 +120,7 @@ class NativeProgram:
             outs.append((name, a))
         if not calls:
             return None
+        calls = irb_fuse.fuse(calls, [a for _, a in outs])
         return cls(ctx, staging, outs, calls, nodes)
 
     def run(self, feeds: Mapping[str, Any], split: bool) -> dict[str, np.ndarray]:

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 26
+#define AIOGE_ABI 27
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -60,7 +60,8 @@ enum aioge_job {
     JOB_ARG_REDUCE = 28,
     JOB_GATHER_ELEMENTS = 29,
     JOB_WINOGRAD = 30,
-    AIOGE_NJOBS = 31,
+    JOB_IRB = 31,
+    AIOGE_NJOBS = 32,
 };
 
 /* The activations the C kernels apply (norm.c computes them; the convolutions of dwconv.c and
@@ -158,6 +159,9 @@ void aioge_channel_chain_f32(const float *x, float *y, int64_t C, int64_t hw, in
                              const float *const *k, int act, float a0, float a1, int64_t p0, int64_t p1);
 int aioge_squeeze_f32(const float *x, const float *w1t, const float *b1, const float *w2t, const float *b2, float *scale,
                       int64_t C, int64_t hw, int64_t C1, const int64_t *acts, int64_t i0, int64_t i1);
+
+/* irblock.c: JOB_IRB, an inverted-residual block in bands of output rows */
+int aioge_irb(const int64_t *g, int64_t lo, int64_t hi);
 
 /* jobs.c */
 int aioge_job(int job, const int64_t *args, int64_t lo, int64_t hi);

@@ -1,0 +1,206 @@
+"""JOB_IRB (csrc/irblock.c): an inverted-residual block in bands of output rows or in channel
+halves, against onnxruntime over random geometries (odd sizes, strides 1 and 2, 3x3 and 5x5,
+every band size, whole and split), and a native program's blocks fused into it (runtime.irb_fuse),
+run split and whole, the numpy kernels' run of the same graph agreeing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import aioge
+from aioge.kernels import native, native_rows
+from aioge.kernels.matmul_algos import pack_columns
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def _model(ops: tuple[np.ndarray, ...], stride: int, k: int, residual: bool = False) -> bytes:
+    x, we, be, wd, bd, wp, bp = ops
+    e = we.shape[0]
+    init = [numpy_helper.from_array(a, n) for a, n in zip(ops[1:], ["we", "be", "wd", "bd", "wp", "bp"])]
+    init += [numpy_helper.from_array(np.float32(v), n) for v, n in ((0.0, "lo"), (6.0, "hi"))]
+    nodes = [
+        helper.make_node("Conv", ["x", "we", "be"], ["a"]),
+        helper.make_node("Clip", ["a", "lo", "hi"], ["a6"]),
+        helper.make_node("Conv", ["a6", "wd", "bd"], ["d"], group=e, strides=[stride] * 2, pads=[k // 2] * 4),
+        helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+        helper.make_node("Conv", ["d6", "wp", "bp"], ["p" if residual else "y"]),
+    ]
+    if residual:
+        nodes.append(helper.make_node("Add", ["p", "x"], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "irb",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        init,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def _ops(c: int, e: int, m: int, h: int, w: int, k: int, seed: int) -> tuple[np.ndarray, ...]:
+    r = np.random.default_rng(seed)
+
+    def f(*s: int) -> np.ndarray:
+        return (r.standard_normal(s) * 0.3).astype(np.float32)
+
+    return f(1, c, h, w), f(e, c, 1, 1), f(e), f(e, 1, k, k), f(e), f(m, e, 1, 1), f(m)
+
+
+def _ort(model: bytes, x: np.ndarray) -> np.ndarray:
+    return ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def _irb(ops: tuple[np.ndarray, ...], stride: int, k: int, band: int, split: int, short: int = 0) -> tuple[int, np.ndarray]:
+    """JOB_IRB's result code and output (``short``: the block tells x is that many floats less)."""
+    x, we, be, wd, bd, wp, bp = ops
+    (c, h, w), e, m = x.shape[1:], we.shape[0], wp.shape[0]
+    oh, ow = (h - 1) // stride + 1, (w - 1) // stride + 1
+    nr = native.gemm_tile()[1]  # type: ignore[index]
+    act = native_rows.epilogue("Clip", (0.0, 6.0))
+
+    def geo(c: int, h: int, w: int, m: int, a: tuple[int, ...]) -> np.ndarray:
+        return np.array([c, h, w, m, 1, 1, 1, 1, 1, 1, 0, 0, h, w, 1, h, w, c * h * w, *a, 0, 0], np.int64)
+
+    ge, gp = geo(c, h, w, e, act), geo(e, oh, ow, m, (0, 0, 0))
+    gd = np.array([e, h, w, 1, k, k, stride, stride, 1, 1, k // 2, k // 2, oh, ow, *act, 0], np.int64)
+    wep, wpp = (pack_columns(np.ascontiguousarray(a.reshape(a.shape[0], -1).T), nr) for a in (we, wp))
+    koff = np.arange(c, dtype=np.int64) * h * w
+    y = np.full((1, m, oh, ow), np.nan, np.float32)
+    keep = (x, wep, koff, be, ge, wd, bd, gd, wpp, bp, gp, y)
+    args = np.array([native.ptr(a) for a in keep] + [band, x.size - short, y.size] + [0] * 14, np.int64)  # no own jobs
+    return native.par_run()(native.JOB_IRB, native.ptr(args), -(-oh // band), split), y
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    c=st.integers(1, 40),
+    e=st.integers(1, 100),
+    m=st.integers(1, 70),
+    h=st.integers(1, 23),
+    w=st.integers(1, 23),
+    stride=st.sampled_from([1, 2]),
+    k=st.sampled_from([3, 5]),
+    band=st.integers(1, 13),
+    split=st.sampled_from([0, 1]),
+)
+def test_irb_bands_match_onnxruntime(c: int, e: int, m: int, h: int, w: int, stride: int, k: int, band: int, split: int) -> None:
+    ops = _ops(c, e, m, h, w, k, seed=c * 7 + e + h)
+    want = _ort(_model(ops, stride, k), ops[0])
+    code, got = _irb(ops, stride, k, band, split)
+    assert code > 0
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+def _irb_channels(ops: tuple[np.ndarray, ...], stride: int, k: int, k0: int, split: int) -> np.ndarray:
+    """The channel form: parts [0, k0) and [k0, E) of the expanded channels, then the partial sums added."""
+    x, we, be, wd, bd, wp, bp = ops
+    (c, h, w), e, m = x.shape[1:], we.shape[0], wp.shape[0]
+    oh, ow = (h - 1) // stride + 1, (w - 1) // stride + 1
+    nr = native.gemm_tile()[1]  # type: ignore[index]
+    act = native_rows.epilogue("Clip", (0.0, 6.0))
+
+    def geo(c: int, h: int, w: int, m: int, a: tuple[int, ...]) -> np.ndarray:
+        return np.array([c, h, w, m, 1, 1, 1, 1, 1, 1, 0, 0, h, w, 1, h, w, c * h * w, *a, 0, 0], np.int64)
+
+    def pack(a: np.ndarray) -> np.ndarray:
+        return pack_columns(np.ascontiguousarray(a.reshape(a.shape[0], -1).T), nr)
+
+    gd = np.array([e, h, w, 1, k, k, stride, stride, 1, 1, k // 2, k // 2, oh, ow, *act, 0], np.int64)
+    ge0, ge1, gp0, gp1 = (
+        geo(c, h, w, k0, act),
+        geo(c, h, w, e - k0, act),
+        geo(k0, oh, ow, m, (0,) * 3),
+        geo(e - k0, oh, ow, m, (0,) * 3),
+    )
+    we0, we1, wp0, wp1 = pack(we[:k0]), pack(we[k0:]), pack(wp[:, :k0]), pack(wp[:, k0:])
+    koff = np.arange(c, dtype=np.int64) * h * w
+    y, part = np.full((1, m, oh, ow), np.nan, np.float32), np.full((1, m, oh, ow), np.nan, np.float32)
+    mid, dwo = np.full((e, h, w), np.nan, np.float32), np.full((e, oh, ow), np.nan, np.float32)
+    keep = (x, we0, koff, be, ge0, wd, bd, gd, wp0, bp, gp0, y)
+    P = native.ptr
+    args = [P(a) for a in keep] + [0, x.size, y.size, P(mid), P(dwo), k0, P(wp1), P(gp1), P(part), mid.size, dwo.size, y.size]
+    args += [P(we1), P(be) + 4 * k0, P(ge1), 0, 0]
+    block = np.array(args, np.int64)
+    assert native.par_run()(native.JOB_IRB, P(block), 2, split) > 0
+    return y + part
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    c=st.integers(1, 40),
+    e=st.integers(2, 150),
+    m=st.integers(1, 70),
+    h=st.integers(1, 17),
+    w=st.integers(1, 17),
+    stride=st.sampled_from([1, 2]),
+    k=st.sampled_from([3, 5]),
+    cut=st.floats(0, 1),
+    split=st.sampled_from([0, 1]),
+)
+def test_irb_channel_halves_match_onnxruntime(
+    c: int, e: int, m: int, h: int, w: int, stride: int, k: int, cut: float, split: int
+) -> None:
+    ops = _ops(c, e, m, h, w, k, seed=c + e * 3 + w)
+    want = _ort(_model(ops, stride, k), ops[0])
+    got = _irb_channels(ops, stride, k, min(max(int(cut * e), 1), e - 1), split)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+def test_irb_refuses_a_geometry_past_its_buffers() -> None:
+    ops = _ops(8, 24, 8, 14, 14, 3, 0)
+    code, y = _irb(ops, 1, 3, 7, 1, short=1)  # x one float short of what the geometry reads
+    assert code == -2  # AIOGE_EGEOMETRY
+    assert np.isnan(y).all()  # nothing written
+    code, y = _irb(ops, 1, 3, 7, 1)
+    assert code > 0 and np.isfinite(y).all()
+
+
+async def _run(model: bytes, x: np.ndarray, runs: list[np.ndarray] | None = None) -> tuple[np.ndarray, list[int]]:
+    """The graph's output and its native program's jobs; ``runs`` gets the program's output
+    after its jobs ran again one by one, whole and then split."""
+    import gc
+
+    from aioge.runtime.native_program import NativeProgram
+
+    async with aioge.Session() as s:
+        await s.add_graph(1, aioge.load_onnx(model))
+        for _ in range(3):
+            y = (await s.run_graph(1, {"x": x}))["y"]
+        progs = [o for o in gc.get_objects() if isinstance(o, NativeProgram)]
+        jobs = [int(c.job) for o in progs for c in o._keep[1]]
+        for split in (0, 1) if progs and runs is not None else ():
+            for c in progs[0]._keep[1]:
+                assert native.par_run()(c.job, c.addr, c.total, split and int(c.worth)) > 0
+            runs.append(progs[0]._outputs[0][1].copy())
+    return y, jobs
+
+
+@pytest.mark.parametrize(
+    "shape", [(16, 128, 16, 14, 14, 1), (24, 128, 40, 15, 13, 1), (8, 256, 8, 11, 17, 1), (5, 256, 7, 7, 7, 1)]
+)
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_programs_blocks_run_fused_as_onnxruntime_and_the_numpy_kernels(shape, residual, monkeypatch, request) -> None:
+    c, e, m, h, w, stride = shape
+    if residual and (stride != 1 or c != m):
+        pytest.skip("a residual block keeps its shape")
+    monkeypatch.setattr("aioge.compiler.graph.NATIVE_SLACK_MS", float("inf"))
+    ops = _ops(c, e, m, h, w, 3, seed=h)
+    model = _model(ops, stride, 3, residual)
+    want = _ort(model, ops[0])
+    runs: list[np.ndarray] = []
+    got, jobs = asyncio.run(_run(model, ops[0], runs))
+    assert native.JOB_IRB in jobs and len(runs) == 2
+    for y in (got, *runs):  # as run, then its jobs whole (the block's own jobs) and split
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    request.getfixturevalue("numpy_kernels")  # the same graph without the compiled tier
+    plain, _ = asyncio.run(_run(model, ops[0]))
+    np.testing.assert_allclose(plain, want, rtol=1e-4, atol=1e-4)
