@@ -27,22 +27,27 @@ def _pointwise(g: np.ndarray) -> bool:  # a 1x1 conv at stride 1 without pads, o
     return bool((g[4:10] == 1).all() and not g[10:12].any() and g[14] == 1)
 
 
-def fuse(calls: list[native.NativeCall], kept: list[np.ndarray]) -> list[native.NativeCall]:
+def fuse(calls: list[native.NativeCall], nodes: list[int], kept: list[np.ndarray]) -> tuple[list[native.NativeCall], list[int]]:
     """``calls`` with every expand, depthwise, project run (the wide tensors read by nothing else,
-    ``kept`` the program's outputs) as the block's job; the 1x1 convs' phase images go with them."""
+    ``kept`` the program's outputs) as the block's job; the 1x1 convs' phase images go with them.
+    ``nodes`` (each call's step) follows: a block's jobs are the project conv's, whose output they write."""
     out: list[native.NativeCall] = []
+    at: list[int] = []
     i = 0
     while i < len(calls):
         made = _block(calls, i, kept)
         if made is None:
             out.append(calls[i])
+            at.append(nodes[i])
             i += 1
             continue
         if out and out[-1].job == native.JOB_PHASES and out[-1].keep is calls[i].keep:
             out.pop()
+            at.pop()
         out += made[0]
+        at += [nodes[made[1] - 1]] * len(made[0])
         i = made[1]
-    return out
+    return out, at
 
 
 def _pack(w: Any) -> np.ndarray:  # a 1x1 conv's weight (M, K) as conv_t's packed columns
