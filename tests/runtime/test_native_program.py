@@ -760,3 +760,86 @@ async def test_a_feed_is_copied_in_by_the_programs_first_job_from_the_callers_ar
             np.testing.assert_array_equal(got, want)
         with pytest.raises(TypeError):
             prog.stage({"x": kept.astype(np.float64)})
+
+
+@pytest.mark.parametrize(("batch", "size", "shared"), [(1, 13, False), (1, 9, True), (2, 7, False), (1, 1, False)])
+async def test_a_fire_modules_expand_convs_write_into_the_concat_in_place(batch, size, shared, tmp_path, native_plans) -> None:
+    """SqueezeNet's fire modules, whose expand convs may write their slices of the Concat's
+    output (batch 1, where the arena allows); not an expand output something else reads as well
+    (``shared``), nor at batch 2 (a channel slice is not one block). Whole and split, equal to
+    numpy in float64 and bit-equal to the steps."""
+    import gc
+
+    from aioge.examples.cnn import _conv_ref
+
+    rng = np.random.default_rng(size)
+    shapes = {"nx": (4, 16, 1, 1), "nx_b": (4,)}
+    for f, cin in (("a", 6), ("b", 16)):
+        shapes |= {f + "sq": (5, cin, 1, 1), f + "sq_b": (5,), f + "e1": (7, 5, 1, 1), f + "e1_b": (7,)}
+        shapes |= {f + "e3": (9, 5, 3, 3), f + "e3_b": (9,)}
+    w = {k: (rng.standard_normal(s) * 0.4).astype(np.float32) for k, s in shapes.items()}
+    wd = {k: v.astype(np.float64) for k, v in w.items()}
+    g = aioge.Graph("fire")
+    x = g.input("x", (batch, 6, size, size), "float32")
+    c = {k: g.constant(v) for k, v in w.items()}
+    feeds = {"x": rng.standard_normal((batch, 6, size, size)).astype(np.float32)}
+    h, ref = x, feeds["x"].astype(np.float64)
+    for f in "ab":
+        s = ops.relu(ops.conv2d(h, c[f + "sq"], c[f + "sq_b"]))
+        e1 = ops.relu(ops.conv2d(s, c[f + "e1"], c[f + "e1_b"]))
+        h = ops.concat(e1, ops.relu(ops.conv2d(s, c[f + "e3"], c[f + "e3_b"], pads=(1, 1, 1, 1))), axis=1)
+        sr = np.maximum(_conv_ref(ref, wd[f + "sq"], wd[f + "sq_b"], 0), 0)
+        e1r, e3r = (
+            np.maximum(_conv_ref(sr, wd[f + "e1"], wd[f + "e1_b"], 0), 0),
+            np.maximum(_conv_ref(sr, wd[f + "e3"], wd[f + "e3_b"], 1), 0),
+        )
+        ref = np.concatenate([e1r, e3r], 1)
+    y = ops.conv2d(h, c["nx"], c["nx_b"])  # the next squeeze reads the join
+    g.output(ops.add(y, ops.reduce_mean(e1, g.constant(np.array([1], np.int64)), keepdims=1)) if shared else y, names=["y"])
+    got, impls = await _program_equals_steps(g, feeds, tmp_path)
+    want = _conv_ref(ref, wd["nx"], wd["nx_b"], 0) + (e1r.mean(axis=1, keepdims=True) if shared else 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    async with aioge.Session() as sess:
+        await sess.add_graph(1, g)
+        await sess.run_graph(1, feeds)
+        gc.collect()
+        progs = [p for p in gc.get_objects() if isinstance(p, NativeProgram) and p._staging[0][1].shape == feeds["x"].shape]
+        assert progs, impls
+        for p in progs:
+            steps = p._ctx.layout.steps
+            second = max(i for i in p._nodes if steps[i].op_type == "Concat")
+            copies = sum(n == second for n in p._nodes)  # in place where the arena allows (test below)
+            assert copies >= (2 if batch == 2 else 1 if shared else 0), impls
+            for split in (False, True):
+                np.testing.assert_allclose(p.run(feeds, split)["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_concat_inputs_are_bound_to_their_slices_of_its_output_only_where_no_other_value_has_its_bytes() -> None:
+    """``_concat_in_place`` on a plan of steps (slots: 0 x, 1 s, 2 e1, 3 e3, 4 the join, 5 z):
+    e1 and e3 become views of the join's channel slices; not when s (read by the convs that
+    make them) shares the join's bytes, nor e1 when another step reads it, nor at batch 2."""
+    from types import SimpleNamespace
+
+    from aioge.runtime.native_program import _concat_in_place
+
+    def plan(batch: int, s_on_join: bool, e1_readers: int) -> list[np.ndarray]:
+        arena = np.zeros(4096, np.float32)
+        join = arena[: batch * 12 * 5].reshape(batch, 12, 5)
+        s = (arena[: batch * 10] if s_on_join else arena[2000 : 2000 + batch * 10]).reshape(batch, 2, 5)
+        env = [np.zeros((batch, 3, 5), np.float32), s, np.zeros((batch, 4, 5), np.float32), np.zeros((batch, 8, 5), np.float32)]
+        env += [join, np.zeros((batch, 4, 5), np.float32)]
+        step = lambda op, i, o: SimpleNamespace(op_type=op, inputs=i, outputs=o)  # noqa: E731
+        steps = [step("Conv", (0,), (1,)), step("Conv", (1,), (2,)), step("Conv", (1,), (3,)), step("Concat", (2, 3), (4,))]
+        steps += [step("Conv", (4,) + (2,) * e1_readers, (5,))]
+        _concat_in_place(SimpleNamespace(steps=steps), range(5), env, {5})
+        return env
+
+    env = plan(1, False, 0)
+    assert np.shares_memory(env[2], env[4][:, :4]) and np.shares_memory(env[3], env[4][:, 4:])
+    assert env[2].shape == (1, 4, 5) and env[3].shape == (1, 8, 5) and not np.shares_memory(env[2], env[3])
+    env = plan(1, True, 0)
+    assert not any(np.shares_memory(e, env[4]) for e in env[2:4])
+    env = plan(1, False, 1)
+    assert not np.shares_memory(env[2], env[4]) and np.shares_memory(env[3], env[4])
+    env = plan(2, False, 0)
+    assert not np.shares_memory(env[2], env[4]) and not np.shares_memory(env[3], env[4])

@@ -339,12 +339,14 @@ def build_concat(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, 
         for x in inputs:
             if not isinstance(x, np.ndarray) or x.dtype != y.dtype or x.ndim != y.ndim:
                 return None
-            call = native.elemwise(native.EW_CAST, y[(slice(None),) * a + (slice(at, at + x.shape[a]),)], x) if x.size else None
-            if x.size and call is None:
+            dst = y[(slice(None),) * a + (slice(at, at + x.shape[a]),)]
+            same = x.size and native.ptr(x) == native.ptr(dst) and x.shape == dst.shape and x.strides == dst.strides
+            call = native.elemwise(native.EW_CAST, dst, x) if x.size and not same else None  # not x written in place
+            if x.size and not same and call is None:
                 return None
             calls += [call] if call else []
             at += x.shape[a]
-        return calls if calls and at == y.shape[a] else None
+        return calls if (calls or y.size) and at == y.shape[a] else None
 
     return native.with_native(run, form)
 
