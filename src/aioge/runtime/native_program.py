@@ -121,7 +121,7 @@ class NativeProgram:
             outs.append((name, a))
         if not calls:
             return None
-        calls = irb_fuse.fuse(calls, [a for _, a in outs])
+        calls, nodes = irb_fuse.fuse(calls, nodes, [a for _, a in outs])
         return cls(ctx, staging, outs, calls, nodes)
 
     def run(self, feeds: Mapping[str, Any], split: bool) -> dict[str, np.ndarray]:
