@@ -175,7 +175,7 @@ async def _run(model: bytes, x: np.ndarray, runs: list[np.ndarray] | None = None
         await s.add_graph(1, aioge.load_onnx(model))
         for _ in range(3):
             y = (await s.run_graph(1, {"x": x}))["y"]
-        progs = [o for o in gc.get_objects() if isinstance(o, NativeProgram)]
+        progs = [o for o in gc.get_objects() if type(o) is NativeProgram]
         jobs = [int(c.job) for o in progs for c in o._keep[1]]
         assert all(len(o._nodes) == len(o._keep[1]) for o in progs), "a step for every job (an error's node)"
         for split in (0, 1) if progs and runs is not None else ():
