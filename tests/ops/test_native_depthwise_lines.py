@@ -1,6 +1,5 @@
 """dwconv.c's line form (rows of the output plane from the stride phases, four at a time) and the
-AVX-512 direct form (rows straight from the input plane) and stride-2 form (rows split into even and
-odd columns): forced (``aioge_simd_avx2(5)``, ``(6)``, ``(12)``) and as chosen, against onnxruntime's Conv and activation nodes
+AVX-512 direct form (rows straight from the input plane): forced (``aioge_simd_avx2(5)``, ``(6)``) and as chosen, against onnxruntime's Conv and activation nodes
 over random geometries; split over the C helper thread equal to whole; without the C tier."""
 
 from __future__ import annotations
@@ -99,9 +98,6 @@ def test_line_form_matches_onnxruntime(c, mult, h, wd, k, s, d, pads, act, seed)
             (1, [0, planes]),
             (1, [0, 1, planes]),
             (11, [0, planes]),  # as chosen, the direct form's last 2 or 3 rows one at a time (the former blocks)
-            (12, [0, planes]),  # the stride-2 split form forced (AVX-512; stride 1 and AVX2: the flat form)
-            (12, [0, 2, planes]),
-            (13, [0, planes]),  # as chosen, the direct form one vector a block (the former blocks)
         ):
             native.function("aioge_simd_avx2")(simd)
             y = np.full(want.shape, np.nan, np.float32)
@@ -246,32 +242,3 @@ def test_a_3x3_stride_2_conv_past_the_eight_plane_budget_takes_the_line_form(h, 
     forced = ys[2] if (native.gemm_tile() or (0, 0))[1] >= 64 else ys[0]  # the AVX-512 tier's direct form
     np.testing.assert_array_equal(ys[1].view(np.int32), forced.view(np.int32))
     np.testing.assert_allclose(ys[1], want, rtol=2e-5, atol=2e-5)
-
-
-@pytest.mark.parametrize(
-    "c,h,k,s,act",
-    [(9, 56, 3, 2, "Relu"), (5, 28, 5, 2, "Swish"), (7, 28, 3, 2, "Clip"), (3, 112, 3, 1, "Clip"), (4, 33, 5, 2, "HardSwish")],
-)
-def test_model_planes_by_the_stride_2_and_two_vector_direct_forms_match_onnxruntime(c, h, k, s, act) -> None:
-    """MobileNet/EfficientNet plane sizes (rows of 14 to 56: the stride-2 form's eight-row blocks,
-    the direct form's two-vector blocks and their overlapping last block), whole and split."""
-    rng = np.random.default_rng(c * h + k)
-    x = rng.uniform(-4, 4, (1, c, h, h)).astype(np.float32)
-    w = rng.uniform(-1, 1, (c, 1, k, k)).astype(np.float32)
-    b = rng.uniform(-1, 1, c).astype(np.float32)
-    p = k // 2
-    want = _ort(x, w, b, act, (k, k), (s, s), (1, 1), (p, p, p, p))
-    oh = want.shape[2]
-    a0, a1, _ = ACTS[act]
-    geo = np.array([c, h, h, 1, k, k, s, s, 1, 1, p, p, oh, oh, native.ACT[act], _bits(a0), _bits(a1), 0], np.int64)
-    fn = native.lib().aioge_conv_depthwise_f32
-    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
-    try:
-        for simd, cuts in ((1, [0, c]), (1, [0, 2, c]), (12, [0, c]), (6, [0, c]), (13, [0, c])):
-            native.function("aioge_simd_avx2")(simd)
-            y = np.full(want.shape, np.nan, np.float32)
-            for p0, p1 in zip(cuts, cuts[1:]):
-                assert fn(native.ptr(x), native.ptr(w), native.ptr(b), native.ptr(y), native.ptr(geo), p0, p1) == 0
-            np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5, err_msg=f"simd {simd} cuts {cuts}")
-    finally:
-        native.function("aioge_simd_avx2")(1)

@@ -631,7 +631,6 @@ static void lines_any16(lazy_rows *L, const int64_t *g, const float *wt, float b
  * the others in aioge_conv_depthwise_f32. -- */
 
 #define DIRECT_REST (aioge_simd_avx2(-1) != 11) /* 11: the former last rows one at a time, for the benches */
-#define S2_WQ(ow) (16 * (((ow) + 15) / 16 + 1)) /* floats a split row's E (and O): the loads past the output reach */
 #define DROWS 4 /* output rows a block (2: 26x14x14 3x3 42 us, 4: 38, 6: 41) */
 /* lanes k of 16 with 0 <= c + k < wd */
 static inline __mmask16 cols16(int64_t c, int64_t wd)
@@ -642,108 +641,90 @@ static inline __mmask16 cols16(int64_t c, int64_t wd)
 
 static inline __attribute__((always_inline)) void direct_block16(const float *xp, int64_t h, int64_t wd, int64_t pt, int64_t pl,
                                                                   const float *wt, __m512 b, const int K, const int S, const int R,
-                                                                  const int NV, int64_t r, int64_t q, float *o, int64_t ow,
-                                                                  __mmask16 last, const int act, float a0, float a1)
+                                                                  int64_t r, int64_t q, float *o, int64_t ow, __mmask16 last,
+                                                                  const int act, float a0, float a1)
 {
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
-    __mmask16 mk[2][6];
-    int64_t c0[2][6];
-    for (int u = 0; u < NV; u++)
-        if (S == 1)
-            for (int j = 0; j < K; j++) {
-                c0[u][j] = q + 16 * u + j - pl;
-                mk[u][j] = cols16(c0[u][j], wd);
-            }
-        else
-            for (int j = 0; j < K; j += 2) { /* the 32 columns from 2 q + j - pl: taps j (even lanes) and j + 1 (odd) */
-                c0[u][j] = S * (q + 16 * u) + j - pl;
-                mk[u][j] = cols16(c0[u][j], wd);
-                mk[u][j + 1] = cols16(c0[u][j] + 16, wd);
-            }
-    __m512 acc[8][2];
+    __mmask16 mk[6];
+    int64_t c0[6];
+    if (S == 1)
+        for (int j = 0; j < K; j++) {
+            c0[j] = q + j - pl;
+            mk[j] = cols16(c0[j], wd);
+        }
+    else
+        for (int j = 0; j < K; j += 2) { /* the 32 columns from 2 q + j - pl: taps j (even lanes) and j + 1 (odd) */
+            c0[j] = S * q + j - pl;
+            mk[j] = cols16(c0[j], wd);
+            mk[j + 1] = cols16(c0[j] + 16, wd);
+        }
+    __m512 acc[8];
     for (int p = 0; p < R; p++)
-        for (int u = 0; u < NV; u++)
-            acc[p][u] = b;
+        acc[p] = b;
     _Pragma("GCC unroll 32")
     for (int t = 0; t < (R - 1) * S + K; t++) {
         const int64_t ir = r * S - pt + t;
         if (ir < 0 || ir >= h)
             continue; /* a padding row: no taps */
         const float *s = xp + ir * wd;
-        _Pragma("GCC unroll 2")
-        for (int u = 0; u < NV; u++) {
-            __m512 v[5];
-            _Pragma("GCC unroll 8")
-            for (int j = 0; j < K; j += S) {
-                if (S == 1)
-                    v[j] = _mm512_maskz_loadu_ps(mk[u][j], s + c0[u][j]);
-                else {
-                    const __m512 lo = _mm512_maskz_loadu_ps(mk[u][j], s + c0[u][j]);
-                    const __m512 hi = _mm512_maskz_loadu_ps(mk[u][j + 1], s + c0[u][j] + 16);
-                    v[j] = _mm512_permutex2var_ps(lo, ie, hi);
-                    if (j + 1 < K)
-                        v[j + 1] = _mm512_permutex2var_ps(lo, io, hi);
-                }
+        __m512 v[5];
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < K; j += S) {
+            if (S == 1)
+                v[j] = _mm512_maskz_loadu_ps(mk[j], s + c0[j]);
+            else {
+                const __m512 lo = _mm512_maskz_loadu_ps(mk[j], s + c0[j]), hi = _mm512_maskz_loadu_ps(mk[j + 1], s + c0[j] + 16);
+                v[j] = _mm512_permutex2var_ps(lo, ie, hi);
+                if (j + 1 < K)
+                    v[j + 1] = _mm512_permutex2var_ps(lo, io, hi);
             }
-            _Pragma("GCC unroll 8")
-            for (int p = 0; p < R; p++) {
-                const int i = t - p * S; /* the kernel row this line is to output row r + p */
-                if (i >= 0 && i < K)
-                    _Pragma("GCC unroll 8")
-                    for (int j = 0; j < K; j++)
-                        acc[p][u] = _mm512_fmadd_ps(_mm512_set1_ps(wt[i * K + j]), v[j], acc[p][u]);
-            }
+        }
+        _Pragma("GCC unroll 8")
+        for (int p = 0; p < R; p++) {
+            const int i = t - p * S; /* the kernel row this line is to output row r + p */
+            if (i >= 0 && i < K)
+                _Pragma("GCC unroll 8")
+                for (int j = 0; j < K; j++)
+                    acc[p] = _mm512_fmadd_ps(_mm512_set1_ps(wt[i * K + j]), v[j], acc[p]);
         }
     }
     for (int p = 0; p < R; p++)
-        for (int u = 0; u < NV; u++)
-            _mm512_mask_storeu_ps(o + (r + p) * ow + q + 16 * u, u == NV - 1 ? last : 0xFFFF, act16(acc[p][u], act, a0, a1));
-}
-
-/* R rows from r: blocks of two vectors (eight sums: four chains of multiply-adds stall on their
- * latency), a last vector alone */
-static inline __attribute__((always_inline)) void direct_rows16(const float *xp, int64_t h, int64_t wd, int64_t pt, int64_t pl,
-                                                                 const float *wt, __m512 b, const int K, const int S, const int R,
-                                                                 int64_t r, float *o, int64_t ow, int nv2, const int act, float a0,
-                                                                 float a1)
-{
-    int64_t q = 0;
-    if (nv2)
-        for (; q + 16 < ow; q += 32)
-            direct_block16(xp, h, wd, pt, pl, wt, b, K, S, R, 2, r, q, o, ow, mask16(ow - q - 16), act, a0, a1);
-    for (; q < ow; q += 16)
-        direct_block16(xp, h, wd, pt, pl, wt, b, K, S, R, 1, r, q, o, ow, mask16(ow - q), act, a0, a1);
+        _mm512_mask_storeu_ps(o + (r + p) * ow + q, last, act16(acc[p], act, a0, a1));
 }
 
 static inline __attribute__((always_inline)) void direct_plane16(const float *xp, const int64_t *g, const float *wt, float bias,
-                                                                  float *out, const int K, const int S, int nv2, const int act, float a0,
+                                                                  float *out, const int K, const int S, const int act, float a0,
                                                                   float a1)
 {
     const int64_t h = g[1], wd = g[2], pt = g[10], pl = g[11], oh = g[12], ow = g[13];
     const __m512 b = _mm512_set1_ps(bias);
     int64_t r = 0;
     for (; r + DROWS <= oh; r += DROWS)
-        direct_rows16(xp, h, wd, pt, pl, wt, b, K, S, DROWS, r, out, ow, nv2, act, a0, a1);
+        for (int64_t q = 0; q < ow; q += 16)
+            direct_block16(xp, h, wd, pt, pl, wt, b, K, S, DROWS, r, q, out, ow, mask16(ow - q), act, a0, a1);
     if (oh - r == 2 && DIRECT_REST) /* the last rows as one block (14 rows: 4, 4, 4, 2), their lines loaded once */
-        direct_rows16(xp, h, wd, pt, pl, wt, b, K, S, 2, r, out, ow, nv2, act, a0, a1);
+        for (int64_t q = 0; q < ow; q += 16)
+            direct_block16(xp, h, wd, pt, pl, wt, b, K, S, 2, r, q, out, ow, mask16(ow - q), act, a0, a1);
     else if (oh - r == 3 && DIRECT_REST)
-        direct_rows16(xp, h, wd, pt, pl, wt, b, K, S, 3, r, out, ow, nv2, act, a0, a1);
+        for (int64_t q = 0; q < ow; q += 16)
+            direct_block16(xp, h, wd, pt, pl, wt, b, K, S, 3, r, q, out, ow, mask16(ow - q), act, a0, a1);
     else
         for (; r < oh; r++)
-            direct_rows16(xp, h, wd, pt, pl, wt, b, K, S, 1, r, out, ow, nv2, act, a0, a1);
+            for (int64_t q = 0; q < ow; q += 16)
+                direct_block16(xp, h, wd, pt, pl, wt, b, K, S, 1, r, q, out, ow, mask16(ow - q), act, a0, a1);
 }
 
 static inline __attribute__((always_inline)) void direct_act16(const float *xp, const int64_t *g, const float *wt, float bias,
-                                                                float *out, const int K, const int S, int nv2, int act, float a0, float a1)
+                                                                float *out, const int K, const int S, int act, float a0, float a1)
 {
     switch (act) {
-    case ACT_RELU: direct_plane16(xp, g, wt, bias, out, K, S, nv2, ACT_RELU, a0, a1); break;
-    case ACT_CLIP: direct_plane16(xp, g, wt, bias, out, K, S, nv2, ACT_CLIP, a0, a1); break;
-    case ACT_HARDSWISH: direct_plane16(xp, g, wt, bias, out, K, S, nv2, ACT_HARDSWISH, a0, a1); break;
-    case ACT_SWISH: direct_plane16(xp, g, wt, bias, out, K, S, nv2, ACT_SWISH, a0, a1); break;
+    case ACT_RELU: direct_plane16(xp, g, wt, bias, out, K, S, ACT_RELU, a0, a1); break;
+    case ACT_CLIP: direct_plane16(xp, g, wt, bias, out, K, S, ACT_CLIP, a0, a1); break;
+    case ACT_HARDSWISH: direct_plane16(xp, g, wt, bias, out, K, S, ACT_HARDSWISH, a0, a1); break;
+    case ACT_SWISH: direct_plane16(xp, g, wt, bias, out, K, S, ACT_SWISH, a0, a1); break;
     default:
-        direct_plane16(xp, g, wt, bias, out, K, S, nv2, ACT_NONE, a0, a1);
+        direct_plane16(xp, g, wt, bias, out, K, S, ACT_NONE, a0, a1);
         act_run16(out, g[12] * g[13], act, a0, a1);
     }
 }
@@ -755,165 +736,19 @@ static int dwconv_direct16(const float *x, const float *w, const float *bias, fl
     const int act = (int)g[14];
     const float a0 = aioge_float_of(g[15]), a1 = aioge_float_of(g[16]);
     const int64_t m = c * mult;
-    const int nv2 = aioge_simd_avx2(-1) != 13; /* 13: one vector a block (the former blocks), for the benches */
     for (int64_t p = p0; p < p1; p++) {
         const int64_t om = p % m;
         const float *xp = x + ((p / m) * c + om / mult) * h * wd, *wt = w + om * K * K;
         const float b = bias ? bias[om] : 0.0f;
         float *out = y + p * oh * ow;
         if (K == 3 && S == 1)
-            direct_act16(xp, g, wt, b, out, 3, 1, nv2, act, a0, a1);
+            direct_act16(xp, g, wt, b, out, 3, 1, act, a0, a1);
         else if (K == 3)
-            direct_act16(xp, g, wt, b, out, 3, 2, nv2, act, a0, a1);
+            direct_act16(xp, g, wt, b, out, 3, 2, act, a0, a1);
         else if (S == 1)
-            direct_act16(xp, g, wt, b, out, 5, 1, nv2, act, a0, a1);
+            direct_act16(xp, g, wt, b, out, 5, 1, act, a0, a1);
         else
-            direct_act16(xp, g, wt, b, out, 5, 2, nv2, act, a0, a1);
-    }
-    return 0;
-}
-
-/* -- the stride-2 form (AVX-512): each padded input row split once into its even and odd columns
- * (E, O: 16 (nv + 1) floats each, zeros outside the input; two masked loads and two permutes per
- * 32 columns), lazily as the output rows reach it; output column q's tap j then reads (j odd ? O :
- * E)[q + j / 2], contiguous: R output rows by NV vectors a block from plain loads, the weights in
- * registers, each line's taps loaded once for every output row that reads it. The direct form
- * took its columns apart again for every block and every tap pair (three permutes a line for 3x3)
- * and ran four multiply-add chains. -- */
-
-/* input row ir into its E and O (O wq floats after E): nb blocks of 32 columns, their lanes'
- * masks mk[2 m], mk[2 m + 1] (columns inside the input) */
-static inline void s2_split16(const float *s, int64_t pl, int64_t nb, const __mmask16 *mk, int64_t wq, float *e)
-{
-    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
-    s -= pl;
-    for (int64_t m = 0; m < nb; m++) {
-        const __m512 lo = _mm512_maskz_loadu_ps(mk[2 * m], s + 32 * m), hi = _mm512_maskz_loadu_ps(mk[2 * m + 1], s + 32 * m + 16);
-        _mm512_store_ps(e + 16 * m, _mm512_permutex2var_ps(lo, ie, hi));
-        _mm512_store_ps(e + wq + 16 * m, _mm512_permutex2var_ps(lo, io, hi));
-    }
-}
-
-/* R output rows from r by NV vectors of columns from q (the last one's lanes ``last``) */
-static inline __attribute__((always_inline)) void s2_block16(const float *buf, int64_t wq, const __m512 *w, __m512 b, const int K,
-                                                              const int R, const int NV, int64_t r, int64_t q, float *o, int64_t ow,
-                                                              __mmask16 last, const int act, float a0, float a1)
-{
-    __m512 acc[8][2];
-    for (int p = 0; p < R; p++)
-        for (int u = 0; u < NV; u++)
-            acc[p][u] = b;
-    _Pragma("GCC unroll 32")
-    for (int t = 0; t < 2 * (R - 1) + K; t++) {
-        const float *e = buf + (2 * r + t) * 2 * wq + q;
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < K; j++) {
-            __m512 v[2];
-            _Pragma("GCC unroll 2")
-            for (int u = 0; u < NV; u++)
-                v[u] = _mm512_loadu_ps(e + (j & 1) * wq + j / 2 + 16 * u);
-            _Pragma("GCC unroll 8")
-            for (int p = 0; p < R; p++) {
-                const int i = t - 2 * p;
-                if (i >= 0 && i < K)
-                    _Pragma("GCC unroll 2")
-                    for (int u = 0; u < NV; u++)
-                        acc[p][u] = _mm512_fmadd_ps(w[i * K + j], v[u], acc[p][u]);
-            }
-        }
-    }
-    for (int p = 0; p < R; p++)
-        for (int u = 0; u < NV; u++) {
-            const __m512 y = act16(acc[p][u], act, a0, a1);
-            if (u == NV - 1)
-                _mm512_mask_storeu_ps(o + (r + p) * ow + q + 16 * u, last, y);
-            else
-                _mm512_storeu_ps(o + (r + p) * ow + q + 16 * u, y);
-        }
-}
-
-/* R rows from r, every column block */
-static inline __attribute__((always_inline)) void s2_rows16(const float *buf, int64_t wq, const __m512 *w, __m512 b, const int K,
-                                                             const int R, int64_t r, float *o, int64_t ow, const int act, float a0,
-                                                             float a1)
-{
-    int64_t q = 0;
-    for (; q + 16 < ow; q += 32)
-        s2_block16(buf, wq, w, b, K, R, 2, r, q, o, ow, mask16(ow - q - 16), act, a0, a1);
-    if (q < ow)
-        s2_block16(buf, wq, w, b, K, R, 1, r, q, o, ow, mask16(ow - q), act, a0, a1);
-}
-
-static inline __attribute__((always_inline)) void s2_plane16(const float *xp, const int64_t *g, const float *wt, float bias, float *buf,
-                                                              const __mmask16 *mk, float *out, const int K, const int act, float a0,
-                                                              float a1)
-{
-    const int64_t h = g[1], wd = g[2], pt = g[10], pl = g[11], oh = g[12], ow = g[13];
-    const int64_t wq = S2_WQ(ow), hp = 2 * (oh - 1) + K, nb = (ow + (K - 1) / 2 + 15) / 16;
-    __m512 w[25];
-    for (int k = 0; k < K * K; k++)
-        w[k] = _mm512_set1_ps(wt[k]);
-    const __m512 b = _mm512_set1_ps(bias);
-    /* padded rows [0, next) split: input rows only, the padding rows' zeros the call's */
-    int64_t next = pt < hp ? pt : hp;
-    const int64_t last = pt + h < hp ? pt + h : hp;
-    const int64_t R = ow <= 16 ? 8 : 4;
-    for (int64_t r = 0; r < oh; r += R) {
-        const int64_t r0 = oh >= R && r + R > oh ? oh - R : r; /* the last block overlapping the one before */
-        int64_t end = oh >= R ? 2 * (r0 + R - 1) + K : hp;
-        end = end < last ? end : last;
-        for (; next < end; next++)
-            s2_split16(xp + (next - pt) * wd, pl, nb, mk, wq, buf + next * 2 * wq);
-        if (oh < R) {
-            for (int64_t rr = 0; rr < oh; rr++)
-                s2_rows16(buf, wq, w, b, K, 1, rr, out, ow, act, a0, a1);
-            break;
-        }
-        if (R == 8)
-            s2_rows16(buf, wq, w, b, K, 8, r0, out, ow, act, a0, a1);
-        else
-            s2_rows16(buf, wq, w, b, K, 4, r0, out, ow, act, a0, a1);
-    }
-}
-
-static inline __attribute__((always_inline)) void s2_act16(const float *xp, const int64_t *g, const float *wt, float bias, float *buf,
-                                                            const __mmask16 *mk, float *out, const int K, int act, float a0, float a1)
-{
-    switch (act) {
-    case ACT_RELU: s2_plane16(xp, g, wt, bias, buf, mk, out, K, ACT_RELU, a0, a1); break;
-    case ACT_CLIP: s2_plane16(xp, g, wt, bias, buf, mk, out, K, ACT_CLIP, a0, a1); break;
-    case ACT_HARDSWISH: s2_plane16(xp, g, wt, bias, buf, mk, out, K, ACT_HARDSWISH, a0, a1); break;
-    case ACT_SWISH: s2_plane16(xp, g, wt, bias, buf, mk, out, K, ACT_SWISH, a0, a1); break;
-    default:
-        s2_plane16(xp, g, wt, bias, buf, mk, out, K, ACT_NONE, a0, a1);
-        act_run16(out, g[12] * g[13], act, a0, a1);
-    }
-}
-
-/* output planes [p0, p1) by the stride-2 form: 3x3 or 5x5, strides 2, undilated */
-static int dwconv_s2_16(const float *x, const float *w, const float *bias, float *y, const int64_t *g, int64_t p0, int64_t p1)
-{
-    const int64_t c = g[0], h = g[1], wd = g[2], mult = g[3], K = g[4], pl = g[11], oh = g[12], ow = g[13];
-    const int act = (int)g[14];
-    const float a0 = aioge_float_of(g[15]), a1 = aioge_float_of(g[16]);
-    const int64_t m = c * mult, wq = S2_WQ(ow), hp = 2 * (oh - 1) + K, nb = (ow + (K - 1) / 2 + 15) / 16;
-    float *buf = aioge_thread_scratch(2, (size_t)(2 * wq * hp + 2 * nb));
-    if (!buf)
-        return AIOGE_ENOMEM;
-    /* every cell the split does not write zero: the padding rows and columns past the blocks */
-    memset(buf, 0, sizeof(float) * (size_t)(2 * wq * hp));
-    __mmask16 *mk = (__mmask16 *)(buf + 2 * wq * hp);
-    for (int64_t k = 0; k < 2 * nb; k++)
-        mk[k] = cols16(16 * k - pl, wd);
-    for (int64_t p = p0; p < p1; p++) {
-        const int64_t om = p % m;
-        const float *xp = x + ((p / m) * c + om / mult) * h * wd, *wt = w + om * K * K;
-        const float b = bias ? bias[om] : 0.0f;
-        if (K == 3)
-            s2_act16(xp, g, wt, b, buf, mk, y + p * oh * ow, 3, act, a0, a1);
-        else
-            s2_act16(xp, g, wt, b, buf, mk, y + p * oh * ow, 5, act, a0, a1);
+            direct_act16(xp, g, wt, b, out, 5, 2, act, a0, a1);
     }
     return 0;
 }
@@ -1371,7 +1206,7 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
      * bounded first, so the extents below cannot overflow */
     int simd = aioge_simd_avx2(-1);
     const int direct = simd != 7; /* 7: as 1 without the direct form, for the benches */
-    simd = simd == 7 || simd == 11 || simd == 13 ? 1 : simd == 10 ? 3 : simd; /* 10: 3 with the former copies in, for the tests */
+    simd = simd == 7 || simd == 11 ? 1 : simd == 10 ? 3 : simd; /* 10: 3 with the former copies in, for the tests */
     for (int i = 1; i <= 13; i++)
         if (g[i] < 0 || g[i] > 4096)
             return dwconv(x, w, bias, y, geometry, p0, p1, simd == 1 || simd == 5);
@@ -1404,13 +1239,6 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
      * simd 6 forces it, for the tests */
     const int sig = g[14] == ACT_SWISH || g[14] == ACT_SIGMOID;
     const int dir3 = g[4] == 3 && !(sig && g[6] == 1 && g[13] < 16);
-    /* the stride-2 form only when forced (simd 12, for the tests): against the direct form in
-     * one process, thread CPU, real weights, it measured even or lost (240x28x28 5x5 64.2 ->
-     * 66.7 us, 72x56x56 5x5 75.7 -> 81.1, 144x56x56 5x5 Swish 194 -> 188, 192x28x28 3x3
-     * 34.4 -> 35.6): its split costs what the direct form's permutes do (about 7 cycles a 32
-     * columns here), and the input's reads from L2 bound both */
-    if (lines_fit(g) && g[6] == 2 && g[7] == 2 && g[9] == 1 && simd == 12)
-        return dwconv_s2_16(x, w, bias, y, geometry, p0, p1);
     if (lines_fit(g) && g[6] == g[7] && g[9] == 1 &&
         (simd == 6 || (simd == 1 && direct && g[13] >= 12 && (dir3 || (g[6] == 2 && !sig)))))
         return dwconv_direct16(x, w, bias, y, geometry, p0, p1);
