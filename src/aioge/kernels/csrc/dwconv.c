@@ -1277,7 +1277,7 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
      * bounded first, so the extents below cannot overflow */
     int simd = aioge_simd_avx2(-1);
     const int direct = simd != 7; /* 7: as 1 without the direct form, for the benches */
-    simd = simd == 7 || simd == 11 ? 1 : simd == 10 ? 3 : simd; /* 10: 3 with the former copies in, for the tests */
+    simd = simd == 7 || simd == 11 || simd == 13 ? 1 : simd == 10 ? 3 : simd; /* 10: 3 with the former copies in, for the tests; 13: 1 with the former stride-2 blocks */
     for (int i = 1; i <= 13; i++)
         if (g[i] < 0 || g[i] > 4096)
             return dwconv(x, w, bias, y, geometry, p0, p1, simd == 1 || simd == 5);
