@@ -242,3 +242,31 @@ def test_a_3x3_stride_2_conv_past_the_eight_plane_budget_takes_the_line_form(h, 
     forced = ys[2] if (native.gemm_tile() or (0, 0))[1] >= 64 else ys[0]  # the AVX-512 tier's direct form
     np.testing.assert_array_equal(ys[1].view(np.int32), forced.view(np.int32))
     np.testing.assert_allclose(ys[1], want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize(
+    "c,h,k,act", [(9, 56, 3, "Relu"), (5, 56, 5, "Swish"), (4, 33, 5, "HardSwish"), (3, 61, 3, "Clip"), (2, 40, 3, "")]
+)
+def test_stride_2_rows_of_17_to_32_in_two_vector_blocks_match_onnxruntime(c, h, k, act) -> None:
+    """The direct form's stride-2 rows of 17 to 32 (one two-vector block a row, the last block of
+    rows overlapping the one before) as chosen, forced (6) and the former blocks (13), whole and split."""
+    rng = np.random.default_rng(c * h + k)
+    x = rng.uniform(-4, 4, (1, c, h, h)).astype(np.float32)
+    w = rng.uniform(-1, 1, (c, 1, k, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, c).astype(np.float32)
+    p = k // 2
+    want = _ort(x, w, b, act, (k, k), (2, 2), (1, 1), (p, p, p, p))
+    a0, a1, _ = ACTS[act]
+    oh = want.shape[2]
+    geo = np.array([c, h, h, 1, k, k, 2, 2, 1, 1, p, p, oh, oh, native.ACT[act], _bits(a0), _bits(a1), 0], np.int64)
+    fn = native.lib().aioge_conv_depthwise_f32
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
+    try:
+        for simd, cuts in ((1, [0, c]), (1, [0, 1, c]), (6, [0, c]), (13, [0, c])):
+            native.function("aioge_simd_avx2")(simd)
+            y = np.full(want.shape, np.nan, np.float32)
+            for p0, p1 in zip(cuts, cuts[1:]):
+                assert fn(native.ptr(x), native.ptr(w), native.ptr(b), native.ptr(y), native.ptr(geo), p0, p1) == 0
+            np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5, err_msg=f"simd {simd} cuts {cuts}")
+    finally:
+        native.function("aioge_simd_avx2")(1)
