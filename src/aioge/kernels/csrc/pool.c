@@ -307,6 +307,14 @@ AVX2 static inline __attribute__((always_inline)) __m256 vcol8(const float *s, i
     const __m256 fill = _mm256_set1_ps(-INFINITY);
     if (!k)
         return fill;
+    if ((FULL || _mm256_testc_si256(m, _mm256_set1_epi32(-1))) && k == 3) {
+        /* max_nan8's chain (a tie keeps the earlier, the last NaN wins), its NaN test once for rows 1
+         * and 2: x2 - x1 puts their NaN back, x2's first (a sub: the compiler may commute an add);
+         * row 0's NaN is max's second operand */
+        const __m256 x0 = _mm256_loadu_ps(s), x1 = _mm256_loadu_ps(s + step), x2 = _mm256_loadu_ps(s + 2 * step);
+        const __m256 r = _mm256_max_ps(x2, _mm256_max_ps(x1, x0));
+        return _mm256_blendv_ps(r, _mm256_sub_ps(x2, x1), _mm256_cmp_ps(x1, x2, _CMP_UNORD_Q));
+    }
     if (FULL || _mm256_testc_si256(m, _mm256_set1_epi32(-1))) { /* whole: plain loads */
         __m256 a = _mm256_loadu_ps(s);
         for (int64_t t = 1; t < k; t++)
@@ -612,7 +620,7 @@ static inline __attribute__((always_inline)) __m512 vcol16(const float *s, int64
     if ((FULL || m == 0xFFFF) && k == 3) { /* max16's chain, its NaN test once for rows 0 and 1 (row 2 the second operand) */
         const __m512 x0 = _mm512_loadu_ps(s), x1 = _mm512_loadu_ps(s + step);
         const __m512 r = _mm512_max_ps(_mm512_max_ps(x0, x1), _mm512_loadu_ps(s + 2 * step));
-        return _mm512_mask_add_ps(r, _mm512_cmp_ps_mask(x0, x1, _CMP_UNORD_Q), x0, x1);
+        return _mm512_mask_sub_ps(r, _mm512_cmp_ps_mask(x0, x1, _CMP_UNORD_Q), x0, x1);
     }
     if (FULL || m == 0xFFFF) { /* whole: plain loads */
         __m512 a = _mm512_loadu_ps(s);
