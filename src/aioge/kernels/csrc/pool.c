@@ -617,7 +617,7 @@ static inline __attribute__((always_inline)) __m512 vcol16(const float *s, int64
     const __m512 fill = _mm512_set1_ps(-INFINITY);
     if (!k)
         return fill;
-    if ((FULL || m == 0xFFFF) && k == 3) { /* max16's chain, its NaN test once for rows 0 and 1 (row 2 the second operand) */
+    if (FULL && k == 3) { /* max16's chain, its NaN test once for rows 0 and 1 (row 2 the second operand) */
         const __m512 x0 = _mm512_loadu_ps(s), x1 = _mm512_loadu_ps(s + step);
         const __m512 r = _mm512_max_ps(_mm512_max_ps(x0, x1), _mm512_loadu_ps(s + 2 * step));
         return _mm512_mask_sub_ps(r, _mm512_cmp_ps_mask(x0, x1, _CMP_UNORD_Q), x0, x1);
