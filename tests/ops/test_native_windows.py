@@ -479,6 +479,8 @@ def test_native_stride2_pools_match_numpy_whole_split_and_in_every_pass(
 @example(seed=2, planes=3, h=27, w=27, rows=(3, 2, 1), pads=(0, 0, 0, 0), ceil_mode=1, special=np.nan)
 @example(seed=3, planes=5, h=35, w=71, rows=(3, 2, 1), pads=(1, 1, 1, 1), ceil_mode=0, special=-np.inf)
 @example(seed=4, planes=2, h=13, w=14, rows=(3, 2, 1), pads=(0, 0, 0, 0), ceil_mode=1, special=None)
+@example(seed=5, planes=5, h=15, w=15, rows=(3, 2, 1), pads=(0, 0, 0, 0), ceil_mode=0, special=np.nan)
+@example(seed=6, planes=3, h=28, w=27, rows=(3, 2, 1), pads=(0, 0, 0, 0), ceil_mode=1, special=np.nan)
 @settings(max_examples=80, deadline=None)
 def test_native_max_pool_three_columns_at_stride_two_matches_numpy_whole_and_split(
     seed, planes, h, w, rows, pads, ceil_mode, special

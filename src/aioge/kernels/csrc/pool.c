@@ -307,6 +307,14 @@ AVX2 static inline __attribute__((always_inline)) __m256 vcol8(const float *s, i
     const __m256 fill = _mm256_set1_ps(-INFINITY);
     if (!k)
         return fill;
+    if ((FULL || _mm256_testc_si256(m, _mm256_set1_epi32(-1))) && k == 3) {
+        /* max_nan8's chain (a tie keeps the earlier, the last NaN wins), its NaN test once for rows 1
+         * and 2: x2 - x1 puts their NaN back, x2's first (a sub: the compiler may commute an add);
+         * row 0's NaN is max's second operand */
+        const __m256 x0 = _mm256_loadu_ps(s), x1 = _mm256_loadu_ps(s + step), x2 = _mm256_loadu_ps(s + 2 * step);
+        const __m256 r = _mm256_max_ps(x2, _mm256_max_ps(x1, x0));
+        return _mm256_blendv_ps(r, _mm256_sub_ps(x2, x1), _mm256_cmp_ps(x1, x2, _CMP_UNORD_Q));
+    }
     if (FULL || _mm256_testc_si256(m, _mm256_set1_epi32(-1))) { /* whole: plain loads */
         __m256 a = _mm256_loadu_ps(s);
         for (int64_t t = 1; t < k; t++)
@@ -340,6 +348,17 @@ AVX2 static inline __attribute__((always_inline)) void s2w8(float *y, const floa
     }
 #undef MK
 }
+/* 3x3 s2 valid (no pads, the windows inside the row): the leading output rows whose windows are
+ * 3 rows inside the plane (all but a ceil mode overhang) run a plane at a time, the rows' pointers
+ * stepping (per-row span look-ups and branches cost 768x17x17 a fifth), the rest as before. */
+static int64_t uniform3(const int64_t *g, const struct scratch *sc)
+{
+    int64_t n = 0;
+    if (g[G_KH] == 3 && !g[G_PT] && !g[G_PL] && (g[G_OW] - 1) * 2 + 3 <= g[G_W])
+        while (n < g[G_OH] && sc->span[2 * n] == 0 && sc->span[2 * n + 1] == 3)
+            n++;
+    return n;
+}
 #ifndef __AVX512F__ /* the AVX-512 tier runs s2x3_v */
 AVX2 static void s2x3_8(const float *x, float *y, int64_t p0, int64_t p1, const int64_t *g, const struct scratch *sc)
 {
@@ -351,9 +370,13 @@ AVX2 static void s2x3_8(const float *x, float *y, int64_t p0, int64_t p1, const 
     for (int64_t v = 0; v < nv + 2; v++) /* the lanes of padded columns [8 v, 8 v + 8) inside the row */
         for (int64_t l = 0; l < 8; l++)
             m[8 * v + l] = -(8 * v + l >= pl && 8 * v + l < pl + wd);
-    const int64_t *span = sc->span;
-    for (int64_t p = p0; p < p1; p++)
-        for (int64_t r = 0; r < oh; r++) {
+    const int64_t *span = sc->span, ou = uniform3(g, sc);
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t r = 0;
+        if (ou && x + p * hw + (ou - 1) * sh * wd + 2 * step + 8 * nv <= xend)
+            for (const float *s = x + p * hw; r < ou; r++, s += sh * wd)
+                s2w8(y + (p * oh + r) * ow, s, step, 3, m, nv, ow, 1);
+        for (; r < oh; r++) {
             const int64_t i0 = span[2 * r], k = span[2 * r + 1] - i0;
             const float *s = x + p * hw + (r * sh - pt + i0 * dh) * wd - pl;
             float *yr = y + (p * oh + r) * ow;
@@ -364,6 +387,7 @@ AVX2 static void s2x3_8(const float *x, float *y, int64_t p0, int64_t p1, const 
             else
                 s2w8(yr, s, step, k, m, nv, ow, 0);
         }
+    }
 }
 #endif
 #ifdef __AVX512F__
@@ -593,6 +617,11 @@ static inline __attribute__((always_inline)) __m512 vcol16(const float *s, int64
     const __m512 fill = _mm512_set1_ps(-INFINITY);
     if (!k)
         return fill;
+    if (FULL && k == 3) { /* max16's chain, its NaN test once for rows 0 and 1 (row 2 the second operand) */
+        const __m512 x0 = _mm512_loadu_ps(s), x1 = _mm512_loadu_ps(s + step);
+        const __m512 r = _mm512_max_ps(_mm512_max_ps(x0, x1), _mm512_loadu_ps(s + 2 * step));
+        return _mm512_mask_sub_ps(r, _mm512_cmp_ps_mask(x0, x1, _CMP_UNORD_Q), x0, x1);
+    }
     if (FULL || m == 0xFFFF) { /* whole: plain loads */
         __m512 a = _mm512_loadu_ps(s);
         for (int64_t t = 1; t < k; t++)
@@ -669,9 +698,27 @@ static void s2x3_v(const float *x, float *y, int64_t p0, int64_t p1, const int64
                                                  _mm512_set1_epi32((int)(16 - 2 * ow)));
         const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
         const int64_t rows = (p1 - p0) * oh;
-        int64_t p = p0, r = 0;
-        float *yr = y + p0 * oh * ow;
-        for (int64_t R = 0; R < rows; R += 2, yr += 2 * ow) {
+        int64_t R = 0;
+        if (uniform3(g, sc) == oh) { /* the rows' pointers step, a plane's end jumps */
+            const int64_t rs = sh * wd, jump = hw - (oh - 1) * rs;
+            const __mmask16 mo = (__mmask16)((1u << 2 * ow) - 1);
+            const float *s = x + p0 * hw;
+            float *yr = y + p0 * oh * ow;
+            for (int64_t r = 0; R + 1 < rows; R += 2, yr += 2 * ow) {
+                const float *s0 = s;
+                s += r + 1 == oh ? jump : rs;
+                r = r + 1 == oh ? 0 : r + 1;
+                const float *s1 = s;
+                if (s1 + 2 * step + 17 > xend)
+                    break;
+                s += r + 1 == oh ? jump : rs;
+                r = r + 1 == oh ? 0 : r + 1;
+                s2n(yr, s0, s1, step, 3, 3, mn, ie, io, mo, 1);
+            }
+        }
+        int64_t p = p0 + R / oh, r = R % oh;
+        float *yr = y + (p0 * oh + R) * ow;
+        for (; R < rows; R += 2, yr += 2 * ow) {
             const int64_t i0 = span[2 * r], k0 = span[2 * r + 1] - i0;
             const float *s0 = x + p * hw + (r * sh - pt + i0 * dh) * wd - pl;
             if (++r == oh) {
@@ -695,8 +742,13 @@ static void s2x3_v(const float *x, float *y, int64_t p0, int64_t p1, const int64
         }
         return;
     }
-    for (int64_t p = p0; p < p1; p++)
-        for (int64_t r = 0; r < oh; r++) {
+    const int64_t ou = uniform3(g, sc);
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t r = 0;
+        if (ou && x + p * hw + (ou - 1) * sh * wd + 2 * step + 16 * nv <= xend)
+            for (const float *s = x + p * hw; r < ou; r++, s += sh * wd)
+                s2w(y + (p * oh + r) * ow, s, step, 3, m, nv, ow, 1);
+        for (; r < oh; r++) {
             const int64_t i0 = span[2 * r], k = span[2 * r + 1] - i0;
             const float *s = x + p * hw + (r * sh - pt + i0 * dh) * wd - pl;
             float *yr = y + (p * oh + r) * ow;
@@ -707,6 +759,7 @@ static void s2x3_v(const float *x, float *y, int64_t p0, int64_t p1, const int64
             else
                 s2w(yr, s, step, k, m, nv, ow, 0);
         }
+    }
     (void)kh;
 }
 static void separable16(const float *xp, float *yp, const int64_t *g, const struct scratch *sc)
