@@ -59,20 +59,24 @@ def _ort(model: bytes, x: np.ndarray) -> np.ndarray:
     return ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
+def _geo(c: int, h: int, w: int, m: int, a: tuple[int, ...]) -> np.ndarray:  # a 1x1 conv's conv_t geometry
+    return np.array([c, h, w, m, 1, 1, 1, 1, 1, 1, 0, 0, h, w, 1, h, w, c * h * w, *a, 0, 0], np.int64)
+
+
+def _pack(a: np.ndarray) -> np.ndarray:  # a 1x1 conv's weight as conv_t's packed columns
+    return pack_columns(np.ascontiguousarray(a.reshape(a.shape[0], -1).T), native.gemm_tile()[1])  # type: ignore[index]
+
+
 def _irb(ops: tuple[np.ndarray, ...], stride: int, k: int, band: int, split: int, short: int = 0) -> tuple[int, np.ndarray]:
     """JOB_IRB's result code and output (``short``: the block tells x is that many floats less)."""
     x, we, be, wd, bd, wp, bp = ops
     (c, h, w), e, m = x.shape[1:], we.shape[0], wp.shape[0]
     oh, ow = (h - 1) // stride + 1, (w - 1) // stride + 1
-    nr = native.gemm_tile()[1]  # type: ignore[index]
     act = native_rows.epilogue("Clip", (0.0, 6.0))
 
-    def geo(c: int, h: int, w: int, m: int, a: tuple[int, ...]) -> np.ndarray:
-        return np.array([c, h, w, m, 1, 1, 1, 1, 1, 1, 0, 0, h, w, 1, h, w, c * h * w, *a, 0, 0], np.int64)
-
-    ge, gp = geo(c, h, w, e, act), geo(e, oh, ow, m, (0, 0, 0))
+    ge, gp = _geo(c, h, w, e, act), _geo(e, oh, ow, m, (0, 0, 0))
     gd = np.array([e, h, w, 1, k, k, stride, stride, 1, 1, k // 2, k // 2, oh, ow, *act, 0], np.int64)
-    wep, wpp = (pack_columns(np.ascontiguousarray(a.reshape(a.shape[0], -1).T), nr) for a in (we, wp))
+    wep, wpp = _pack(we), _pack(wp)
     koff = np.arange(c, dtype=np.int64) * h * w
     y = np.full((1, m, oh, ow), np.nan, np.float32)
     keep = (x, wep, koff, be, ge, wd, bd, gd, wpp, bp, gp, y)
@@ -105,23 +109,16 @@ def _irb_channels(ops: tuple[np.ndarray, ...], stride: int, k: int, k0: int, spl
     x, we, be, wd, bd, wp, bp = ops
     (c, h, w), e, m = x.shape[1:], we.shape[0], wp.shape[0]
     oh, ow = (h - 1) // stride + 1, (w - 1) // stride + 1
-    nr = native.gemm_tile()[1]  # type: ignore[index]
     act = native_rows.epilogue("Clip", (0.0, 6.0))
-
-    def geo(c: int, h: int, w: int, m: int, a: tuple[int, ...]) -> np.ndarray:
-        return np.array([c, h, w, m, 1, 1, 1, 1, 1, 1, 0, 0, h, w, 1, h, w, c * h * w, *a, 0, 0], np.int64)
-
-    def pack(a: np.ndarray) -> np.ndarray:
-        return pack_columns(np.ascontiguousarray(a.reshape(a.shape[0], -1).T), nr)
 
     gd = np.array([e, h, w, 1, k, k, stride, stride, 1, 1, k // 2, k // 2, oh, ow, *act, 0], np.int64)
     ge0, ge1, gp0, gp1 = (
-        geo(c, h, w, k0, act),
-        geo(c, h, w, e - k0, act),
-        geo(k0, oh, ow, m, (0,) * 3),
-        geo(e - k0, oh, ow, m, (0,) * 3),
+        _geo(c, h, w, k0, act),
+        _geo(c, h, w, e - k0, act),
+        _geo(k0, oh, ow, m, (0,) * 3),
+        _geo(e - k0, oh, ow, m, (0,) * 3),
     )
-    we0, we1, wp0, wp1 = pack(we[:k0]), pack(we[k0:]), pack(wp[:, :k0]), pack(wp[:, k0:])
+    we0, we1, wp0, wp1 = _pack(we[:k0]), _pack(we[k0:]), _pack(wp[:, :k0]), _pack(wp[:, k0:])
     koff = np.arange(c, dtype=np.int64) * h * w
     y, part = np.full((1, m, oh, ow), np.nan, np.float32), np.full((1, m, oh, ow), np.nan, np.float32)
     mid, dwo = np.full((e, h, w), np.nan, np.float32), np.full((e, oh, ow), np.nan, np.float32)
