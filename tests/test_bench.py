@@ -395,7 +395,8 @@ def test_a_concurrent_round_settles_after_a_full_garbage_collection() -> None:
 @pytest.mark.skipif(not os.path.isfile(f"/proc/self/task/{os.getpid()}/schedstat"), reason="needs Linux schedstat")
 def test_the_lag_monitor_tells_a_wait_for_a_cpu_from_the_loops_own_work() -> None:
     """A lag is the loop's own (a callback's work: here 30 ms of CPU) or the machine's (its thread
-    runnable while others hold the CPUs: here a spinning process pinned to the loop's one CPU)."""
+    runnable while others hold the CPUs: here a spinning process pinned to the loop's one CPU
+    beside that work)."""
     import subprocess
     import sys
     import time
@@ -420,17 +421,21 @@ def test_the_lag_monitor_tells_a_wait_for_a_cpu_from_the_loops_own_work() -> Non
     lag, _, own = busy.worst()
     assert own >= 0.025 and lag >= own, (lag, own)  # however long the machine kept it off a CPU too
 
+    # The same 30 ms of work on a CPU shared with a spinning process: the scheduler shares it
+    # while both stay runnable (a thread that only sleeps 1 ms ticks is woken ahead of a spinner
+    # and rarely waits), so the longest lag is that work plus the spinner's turns, told apart.
     allowed = os.sched_getaffinity(0)
     cpu = min(allowed)
     spin = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
     try:
-        time.sleep(0.2)  # the spinner pinned and running
+        time.sleep(0.3)  # the spinner pinned and running
         os.sched_setaffinity(0, {cpu})  # this thread: the loop's
         crowded = LagMonitor()
-        anyio.run(watch, crowded, False)
+        anyio.run(watch, crowded, True)
     finally:
         os.sched_setaffinity(0, allowed)
         spin.kill()
         spin.wait()
-    assert sum(crowded.runq) >= 0.03, sum(crowded.runq)  # sharing one CPU with a spinner: waits for it
-    assert max(x - q for x, q in zip(crowded.lags, crowded.runq)) < 0.02  # none of it the loop's own
+    lag, runq, own = crowded.worst()
+    assert runq >= 0.01 and lag >= runq + 0.025, (lag, runq, own)  # the spinner's turns, beside the loop's 30 ms
+    assert 0.025 <= own < lag, (lag, runq, own)  # the loop's own: its work, not the waits

@@ -87,8 +87,9 @@ import aioge
 # program's feeds copied in by its first job from the caller's array (NativeProgram.stage, ~11)
 # and the serving rows' lag split (~1); 40,692 for runtime/irb_fuse.py, a native program's
 # inverted-residual blocks as one job each (~92); 40,730 for a native program's Concat inputs
-# written in place into the join (runtime/native_program.py, ~36; SqueezeNet).
-LINE_BUDGET = 40_730
+# written in place into the join (runtime/native_program.py, ~36; SqueezeNet); 40,742 for the
+# view ops' outputs it leaves alone (~4) and irb_fuse's node per job and __all__ (~7).
+LINE_BUDGET = 40_742
 _SRC = Path(aioge.__file__).parent
 GENERATED = {"ops/builders.py", "serving/kserve_pb2.py"}
 

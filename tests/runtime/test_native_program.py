@@ -845,3 +845,20 @@ def test_concat_inputs_are_bound_to_their_slices_of_its_output_only_where_no_oth
     assert not np.shares_memory(env[2], env[4]) and np.shares_memory(env[3], env[4])
     env = plan(2, False, 0)
     assert not np.shares_memory(env[2], env[4]) and not np.shares_memory(env[3], env[4])
+
+
+async def test_a_concat_of_view_ops_outputs_gets_their_values(tmp_path, native_plans) -> None:
+    """Concat inputs that are view ops' outputs (Unsqueeze: the input's bytes, a step that copies
+    nothing) are not bound to the join's slices: nothing would write them there (Scan-8's
+    unrolled steps came out as stale arena bytes)."""
+    g = aioge.Graph("views")
+    x = g.input("x", (4, 3), "float32")
+    axes = g.constant(np.array([0], np.int64))
+    rows = [ops.unsqueeze(ops.tanh(ops.mul(x, g.constant(np.float32(k + 1)))), axes) for k in range(6)]
+    parts = [ops.unsqueeze(ops.concat(*rows[k : k + 2], axis=0), axes) for k in (0, 2, 4)]  # a join of joins, as Scan unrolls
+    g.output(ops.concat(*parts, axis=0), names=["y"])
+    feeds = {"x": np.random.default_rng(3).standard_normal((4, 3)).astype(np.float32)}
+    got, _ = await _program_equals_steps(g, feeds, tmp_path)
+    each = [np.tanh(feeds["x"].astype(np.float64) * (k + 1)) for k in range(6)]
+    want = np.stack([np.stack(each[k : k + 2]) for k in (0, 2, 4)])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

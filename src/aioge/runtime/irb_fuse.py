@@ -20,6 +20,8 @@ import numpy as np
 from aioge.kernels import native
 from aioge.kernels.matmul_algos import pack_columns
 
+__all__ = ["fuse"]
+
 _CONVS = (native.JOB_CONV_T, native.JOB_CONV_DIRECT, native.JOB_CONV_LOCAL)
 
 

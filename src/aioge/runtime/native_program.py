@@ -206,7 +206,18 @@ def _concat_in_place(layout: Any, order: Sequence[int], env: list[Any], outs: se
         a, lo, views = fits[0], 0, {}
         for s, x in zip(st.inputs, ins):
             p = made.get(s)
-            if p is not None and readers[s] == 1 and s not in outs and steps[p].op_type != "Concat" and x.dtype == y.dtype:
+            # a view op's output is its input's bytes and its step copies nothing (Scan's unrolled Unsqueezes)
+            view = p is not None and any(
+                i >= 0 and np.may_share_memory(env[i], x) for i in steps[p].inputs if isinstance(env[i], np.ndarray)
+            )
+            if (
+                p is not None
+                and not view
+                and readers[s] == 1
+                and s not in outs
+                and steps[p].op_type != "Concat"
+                and x.dtype == y.dtype
+            ):
                 views[s] = (p, (slice(None),) * a + (slice(lo, lo + x.shape[a]),))
             lo += x.shape[a]
         if not views:
