@@ -359,6 +359,29 @@ static int64_t uniform3(const int64_t *g, const struct scratch *sc)
             n++;
     return n;
 }
+/* A 3-column stride-2 pass's planes [p0, p1), both tiers: the uniform3 rows (ou of them) with
+ * their pointers stepping, then each row by its window's span; ROW is the tier's one-row form
+ * (s2w8, s2w) over vectors of L lanes, whole-vector loads (FULL 1) where they stay inside x.
+ * k == 3 is spelled out so the common window inlines with a constant. Reads the caller's
+ * geometry locals (x, y, hw, wd, sh, dh, pt, pl, oh, ow, step, nv, xend, span, ou, full, m). */
+#define S2_PLANES(ROW, L)                                                                   \
+    for (int64_t p = p0; p < p1; p++) {                                                     \
+        int64_t r = 0;                                                                      \
+        if (ou && x + p * hw + (ou - 1) * sh * wd + 2 * step + (L) * nv <= xend)             \
+            for (const float *s = x + p * hw; r < ou; r++, s += sh * wd)                    \
+                ROW(y + (p * oh + r) * ow, s, step, 3, m, nv, ow, 1);                       \
+        for (; r < oh; r++) {                                                               \
+            const int64_t i0 = span[2 * r], k = span[2 * r + 1] - i0;                       \
+            const float *s = x + p * hw + (r * sh - pt + i0 * dh) * wd - pl;                \
+            float *yr = y + (p * oh + r) * ow;                                              \
+            if (k == 3 && full && s + 2 * step + (L) * nv <= xend)                          \
+                ROW(yr, s, step, 3, m, nv, ow, 1);                                          \
+            else if (k == 3)                                                                \
+                ROW(yr, s, step, 3, m, nv, ow, 0);                                          \
+            else                                                                            \
+                ROW(yr, s, step, k, m, nv, ow, 0);                                          \
+        }                                                                                   \
+    }
 #ifndef __AVX512F__ /* the AVX-512 tier runs s2x3_v */
 AVX2 static void s2x3_8(const float *x, float *y, int64_t p0, int64_t p1, const int64_t *g, const struct scratch *sc)
 {
@@ -371,23 +394,7 @@ AVX2 static void s2x3_8(const float *x, float *y, int64_t p0, int64_t p1, const 
         for (int64_t l = 0; l < 8; l++)
             m[8 * v + l] = -(8 * v + l >= pl && 8 * v + l < pl + wd);
     const int64_t *span = sc->span, ou = uniform3(g, sc);
-    for (int64_t p = p0; p < p1; p++) {
-        int64_t r = 0;
-        if (ou && x + p * hw + (ou - 1) * sh * wd + 2 * step + 8 * nv <= xend)
-            for (const float *s = x + p * hw; r < ou; r++, s += sh * wd)
-                s2w8(y + (p * oh + r) * ow, s, step, 3, m, nv, ow, 1);
-        for (; r < oh; r++) {
-            const int64_t i0 = span[2 * r], k = span[2 * r + 1] - i0;
-            const float *s = x + p * hw + (r * sh - pt + i0 * dh) * wd - pl;
-            float *yr = y + (p * oh + r) * ow;
-            if (k == 3 && full && s + 2 * step + 8 * nv <= xend)
-                s2w8(yr, s, step, 3, m, nv, ow, 1);
-            else if (k == 3)
-                s2w8(yr, s, step, 3, m, nv, ow, 0);
-            else
-                s2w8(yr, s, step, k, m, nv, ow, 0);
-        }
-    }
+    S2_PLANES(s2w8, 8);
 }
 #endif
 #ifdef __AVX512F__
@@ -743,23 +750,7 @@ static void s2x3_v(const float *x, float *y, int64_t p0, int64_t p1, const int64
         return;
     }
     const int64_t ou = uniform3(g, sc);
-    for (int64_t p = p0; p < p1; p++) {
-        int64_t r = 0;
-        if (ou && x + p * hw + (ou - 1) * sh * wd + 2 * step + 16 * nv <= xend)
-            for (const float *s = x + p * hw; r < ou; r++, s += sh * wd)
-                s2w(y + (p * oh + r) * ow, s, step, 3, m, nv, ow, 1);
-        for (; r < oh; r++) {
-            const int64_t i0 = span[2 * r], k = span[2 * r + 1] - i0;
-            const float *s = x + p * hw + (r * sh - pt + i0 * dh) * wd - pl;
-            float *yr = y + (p * oh + r) * ow;
-            if (k == 3 && full && s + 2 * step + 16 * nv <= xend)
-                s2w(yr, s, step, 3, m, nv, ow, 1);
-            else if (k == 3)
-                s2w(yr, s, step, 3, m, nv, ow, 0);
-            else
-                s2w(yr, s, step, k, m, nv, ow, 0);
-        }
-    }
+    S2_PLANES(s2w, 16);
     (void)kh;
 }
 static void separable16(const float *xp, float *yp, const int64_t *g, const struct scratch *sc)
