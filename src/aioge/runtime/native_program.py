@@ -208,7 +208,7 @@ def _concat_in_place(layout: Any, order: Sequence[int], env: list[Any], outs: se
             p = made.get(s)
             # a view op's output is its input's bytes and its step copies nothing (Scan's unrolled Unsqueezes)
             view = p is not None and any(
-                i >= 0 and np.may_share_memory(env[i], x) for i in steps[p].inputs if isinstance(env[i], np.ndarray)
+                np.may_share_memory(env[i], x) for i in steps[p].inputs if i >= 0 and isinstance(env[i], np.ndarray)
             )
             if (
                 p is not None
