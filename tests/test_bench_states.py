@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
+import anyio
 import onnx
 import pytest
 
-from aioge.benchmarks import measure, states
+from aioge.benchmarks import child, measure, states
 from aioge.benchmarks.suite import SuiteConfig, evaluate_targets, machine, render_markdown
 from aioge.benchmarks.workloads import to_onnx
 from aioge.cli import main
@@ -31,10 +33,11 @@ def test_each_side_runs_alone_in_its_own_process_quiet_and_beside_a_busy_one(tmp
     def spy(mode: str, spec: dict, **kw: object) -> dict:
         calls.append((mode, spec["runs"], _spinners()))  # the state's busy processes run beside
         assert spec["pause_s"] == (0.01 if spec["runs"] else 0.0)
+        assert spec["budget_s"] == (0.2 if spec["runs"] else 0.0)
         return real(mode, spec, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(measure, "fresh_process", spy)
-    section = states.states(["quiet", "busy1"], {"mlp": str(path)}, rounds=1, runs=3, pause_s=0.01)
+    section = states.states(["quiet", "busy1"], {"mlp": str(path)}, rounds=1, runs=3, pause_s=0.01, budget_s=0.2)
     # One compiling process first, then per state: aioge alone, then onnxruntime alone.
     assert calls == [("aioge", 0, 0), ("aioge", 3, 0), ("ort", 3, 0), ("aioge", 3, 1), ("ort", 3, 1)]
     assert _spinners() == 0  # killed with their state
@@ -43,6 +46,7 @@ def test_each_side_runs_alone_in_its_own_process_quiet_and_beside_a_busy_one(tmp
     for r in section["rows"]:
         assert 0 < r["aioge_best_s"] <= r["aioge_median_s"] and 0 < r["ort_best_s"] <= r["ort_median_s"]
         assert r["ratio"] == pytest.approx(r["aioge_median_s"] / r["ort_median_s"])
+        assert r["aioge_runs"] > 3 and r["ort_runs"] > 3  # on past 3 runs until 0.2 s had passed
     assert quiet["vs_quiet"] == 1.0 and busy["vs_quiet"] == pytest.approx(busy["ratio"] / quiet["ratio"])
     results = {"rows": [], "config": {"concurrency": []}, "states": section}
     checks = {t["target"]: t for t in evaluate_targets(results)}
@@ -50,6 +54,17 @@ def test_each_side_runs_alone_in_its_own_process_quiet_and_beside_a_busy_one(tmp
     assert checks["busy1: max aioge/ort ratio over its quiet one"]["figure"] == busy["vs_quiet"]
     table = "\n".join(states.states_table(section))
     assert "| mlp | busy1 |" in table and f"{busy['ratio']:.2f}" in table and "10 ms apart" in table
+    assert "(and on for 0.2 s)" in table
+
+
+def test_a_process_times_its_runs_and_on_until_its_budget_has_passed() -> None:
+    async def call() -> None:
+        time.sleep(0.002)
+
+    assert len(anyio.run(child._timed_runs_async, call, {"runs": 3, "warm_s": 0})) == 3
+    times = anyio.run(child._timed_runs_async, call, {"runs": 3, "warm_s": 0, "budget_s": 0.05})
+    assert len(times) > 3 and sum(times) >= 0.045
+    assert len(anyio.run(child._timed_runs_async, call, {"runs": 30, "warm_s": 0, "budget_s": 0.01})) == 30
 
 
 def test_unknown_states_and_models_are_refused(capsys: pytest.CaptureFixture[str]) -> None:

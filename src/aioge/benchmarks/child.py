@@ -52,14 +52,16 @@ def _as_async(fn: Any) -> Any:
 
 
 async def _timed_runs_async(call: Any, spec: dict[str, Any]) -> list[float]:
-    """``spec["runs"]`` timed calls after ``spec["warm_s"]`` seconds of untimed ones ([] without runs)."""
+    """``spec["runs"]`` timed calls (and more until ``spec["budget_s"]`` seconds have passed) after
+    ``spec["warm_s"]`` seconds of untimed ones ([] without runs)."""
     if not spec.get("runs"):
         return []
     end = time.perf_counter() + spec.get("warm_s", 0.5)
     while time.perf_counter() < end:
         await call()
-    times = []
-    for _ in range(spec["runs"]):
+    times: list[float] = []
+    end = time.perf_counter() + spec.get("budget_s", 0.0)  # then on until this much time has passed
+    while len(times) < spec["runs"] or time.perf_counter() < end:
         if spec.get("pause_s"):
             time.sleep(spec["pause_s"])  # blocking on purpose: the process has nothing else to do
         t = time.perf_counter()

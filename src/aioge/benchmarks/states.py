@@ -3,10 +3,11 @@ what a service sharing its machine sees.
 
 Each side runs **alone in its own process** (``child.py`` with ``runs``): aioge loads the model
 from the graph cache a first process compiled into, onnxruntime creates its session, each warms
-up for ``WARM_S`` and times ``runs`` runs, back to back or ``pause_s`` apart (sporadic
-requests: each run starts with the side's threads asleep). The processes alternate (aioge, ort,
-aioge, ...) ``rounds`` times, so drift on a shared host hits both alike; nothing of one side
-(onnxruntime's spinning pool threads, aioge's lanes) is alive while the other runs.
+up for ``WARM_S`` and times ``runs`` runs and more until ``budget_s`` seconds have passed, back
+to back or ``pause_s`` apart (sporadic requests: each run starts with the side's threads asleep).
+The processes alternate (aioge, ort, aioge, ...) ``rounds`` times (at least ``ROUNDS``), so drift
+on a shared host hits both alike; nothing of one side (onnxruntime's spinning pool threads,
+aioge's lanes) is alive while the other runs. A row's median is over all runs of its processes.
 
 States: ``quiet`` (nothing started), ``busy1`` (one CPU-bound process started beside, a core's
 worth of load), ``busy4`` (four: load about 4 on top of the 2 cores). The busy processes run
@@ -31,13 +32,22 @@ __all__ = ["STATES", "STATE_MODELS", "states", "states_table"]
 STATES = {"quiet": 0, "busy1": 1, "busy4": 4}  # state -> CPU-bound processes started beside
 STATE_MODELS = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "shufflenet_v2_x1_0", "bert_base")
 WARM_S = 0.5
+# Beside busy processes, where the scheduler puts a process's threads holds for much of its life
+# (4 ms ticks: a 250 Hz kernel), so one process's runs go together: mobilenet_v3_small's (1.4 ms)
+# per-process medians beside one spinner were 1.8 ms in some processes and 3.9-4.0 in others, both
+# sides alike (onnxruntime's 1.7-8.4), and 3 processes of 20 runs (30 ms each) gave aioge/ort
+# 1.0-2.8x its quiet ratio from one bench to the next. So each process times runs for at least
+# BUDGET_S (some 125 ticks), and there are at least ROUNDS processes per side, state and model.
+BUDGET_S = 0.5
+ROUNDS = 6
 _SPIN = "while True: pass"
 
 
-def _side(mode: str, model: str, cache: str, runs: int, pause_s: float = 0.0) -> list[float]:
+def _side(mode: str, model: str, cache: str, runs: int, pause_s: float = 0.0, budget_s: float = 0.0) -> list[float]:
     spec = {
         "model": model,
         "runs": runs,
+        "budget_s": budget_s,
         "pause_s": pause_s,
         "warm_s": WARM_S,
         "options": {"ge.graph_compiler_cache_dir": cache},
@@ -57,6 +67,8 @@ def _row(model: str, state: str, samples: dict[str, list[float]]) -> dict[str, A
         "ort_median_s": o,
         "ort_best_s": min(samples["ort"]),
         "ratio": a / o,
+        "aioge_runs": len(samples["aioge"]),
+        "ort_runs": len(samples["ort"]),
     }
 
 
@@ -67,9 +79,11 @@ def states(
     rounds: int = 3,
     runs: int = 20,
     pause_s: float = 0.0,
+    budget_s: float = BUDGET_S,
     progress: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
-    """Rows per model and state; ``models`` maps a name to its .onnx path."""
+    """Rows per model and state; ``models`` maps a name to its .onnx path. Each process times
+    ``runs`` runs and on until ``budget_s`` seconds have passed; ``rounds`` processes per side."""
     unknown = sorted(set(names) - set(STATES))
     if unknown:
         raise ValueError(f"unknown machine states {unknown}; expected some of {list(STATES)}")
@@ -85,7 +99,7 @@ def states(
                     samples: dict[str, list[float]] = {"aioge": [], "ort": []}
                     for _ in range(rounds):
                         for side in samples:
-                            samples[side] += _side(side, path, cache, runs, pause_s)
+                            samples[side] += _side(side, path, cache, runs, pause_s, budget_s)
                     rows.append(_row(name, state, samples))
                     progress(f"states {name} {state}: aioge/ort {rows[-1]['ratio']:.2f}")
             finally:
@@ -95,15 +109,16 @@ def states(
     quiet = {r["model"]: r["ratio"] for r in rows if r["state"] == "quiet"}
     for r in rows:
         r["vs_quiet"] = r["ratio"] / quiet[r["model"]] if r["model"] in quiet else None
-    return {"rows": rows, "rounds": rounds, "runs": runs, "pause_s": pause_s}
+    return {"rows": rows, "rounds": rounds, "runs": runs, "pause_s": pause_s, "budget_s": budget_s}
 
 
 def states_table(section: dict[str, Any]) -> list[str]:
     """The section's markdown lines."""
     pause = f" {section['pause_s'] * 1e3:.0f} ms apart" if section.get("pause_s") else " back to back"
+    budget = f" (and on for {section['budget_s']:g} s)" if section.get("budget_s") else ""
     out = [
         f"Each side alone in its own process, processes alternating, {section['rounds']} rounds of "
-        f"{section['runs']} runs{pause}; busyN: N CPU-bound processes beside. Times in ms.",
+        f"{section['runs']} runs{budget}{pause}, medians over all runs; busyN: N CPU-bound processes beside. Times in ms.",
         "",
         "| model | state | aioge median | aioge best | ort median | ort best | aioge/ort | x quiet ratio |",
         "|---|---|---|---|---|---|---|---|",

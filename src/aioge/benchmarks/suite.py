@@ -31,7 +31,7 @@ from aioge.benchmarks.precision import MODES as PRECISION_MODES
 from aioge.benchmarks.precision import precision_section, precision_table
 from aioge.benchmarks.real_models import real_available, real_model_path
 from aioge.benchmarks.serving import SERVING_WORKLOADS, serving
-from aioge.benchmarks.states import STATE_MODELS, STATES, states, states_table
+from aioge.benchmarks.states import ROUNDS, STATE_MODELS, STATES, states, states_table
 from aioge.benchmarks.workloads import ALL, BUILDER, LIGHT, LIGHT_NODUP, REAL, Workload, expand_names, light_dir, load_workloads
 
 __all__ = ["SERVING_BATCHED_VS_ORT", "SuiteConfig", "TARGETS", "evaluate_targets", "run_suite", "write_results"]
@@ -463,7 +463,7 @@ def _states(cfg: SuiteConfig, progress: Callable[[str], None]) -> dict[str, Any]
         raise RuntimeError(f"the machine-states section runs the real-weights models: {why}")
     models = {m: str(real_model_path(m)) for m in cfg.states_models}
     pause = cfg.states_pause_ms / 1e3
-    return states(cfg.states, models, rounds=cfg.rounds, runs=4 * cfg.runs, pause_s=pause, progress=progress)
+    return states(cfg.states, models, rounds=max(cfg.rounds, ROUNDS), runs=4 * cfg.runs, pause_s=pause, progress=progress)
 
 
 def _print_progress(line: str) -> None:
