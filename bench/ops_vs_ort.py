@@ -1,6 +1,10 @@
 """Where a convnet's time goes, per C job kind, against onnxruntime's own per-node profile.
 
     python bench/ops_vs_ort.py mobilenet_v3_small,efficientnet_b0 [-n 30]
+    python bench/ops_vs_ort.py /tmp/aioge-heldout/inception_v3.onnx -n 10   # a model by path (its .npz beside it)
+
+Then one line per pool node (MaxPool, AveragePool, the global pools): its geometry, aioge's job
+(thread CPU, whole) and onnxruntime's node at 1 and 2 threads, matched by kind and shapes in order.
 
 aioge: every job of the model's native program in order, as a run takes them, whole (no split), in the
 calling thread's CPU time (``time.thread_time``: other processes loading the machine do not count),
@@ -22,9 +26,11 @@ import os
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import onnxruntime as ort
-from twocore import JOBS, MODELS, programs, session_for
+import twocore
+from twocore import JOBS, programs, session_for
 
 from aioge.kernels import native
 
@@ -59,7 +65,23 @@ async def aioge_side(name: str, n: int, cache: str):  # type: ignore[no-untyped-
                 par(c.job, c.addr, c.total, 0)
                 times[side][i].append(time.thread_time_ns() - t)
     per: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    pools = []  # (key, geometry, us as built) of each pool job in program order
     for i, c in enumerate(calls):
+        if c.job == native.JOB_POOL:
+            g = [int(v) for v in c.keep[2]]
+            kind = "global" if g[2:4] == g[:2] and g[12:14] == [1, 1] else "avg" if g[14] else "max"
+            ceil = g[12] > (g[0] + g[8] + g[10] - (g[2] - 1) * g[6] - 1) // g[4] + 1
+            geo = (
+                f"{c.total}x{g[0]}x{g[1]} k{g[2]}x{g[3]} s{g[4]}x{g[5]} p{g[8:12]} -> {g[12]}x{g[13]}"
+                + " ceil" * ceil
+                + " incl" * g[15]
+            )
+            pools.append(((kind, g[0], g[1], g[12], g[13]), geo, statistics.median(times[1][i]) / 1e3))
+        elif c.job == native.JOB_GLOBAL_MEAN and c.keep[0].ndim == 4:
+            sh = c.keep[0].shape
+            pools.append(
+                (("gavg", sh[2], sh[3], 1, 1), f"{c.total}x{sh[2]}x{sh[3]} global mean", statistics.median(times[1][i]) / 1e3)
+            )
         v = per[JOBS.get(c.job, str(c.job))]
         v[0] += 1
         v[1] += statistics.median(times[0][i]) / 1e3
@@ -73,16 +95,21 @@ async def aioge_side(name: str, n: int, cache: str):  # type: ignore[no-untyped-
     print(f"  sum of jobs {sum(v[1] for v in per.values()):.0f} {sum(v[2] for v in per.values()):.0f}")
     print(f"  whole program, one unsplit call: {whole[0]:.0f} {whole[1]:.0f}")
     await s.__aexit__(None, None, None)
-    return feeds
+    return feeds, pools
 
 
-def ort_side(name: str, feeds, n: int) -> None:  # type: ignore[no-untyped-def]
+_KIND = {"MaxPool": "max", "AveragePool": "avg", "GlobalAveragePool": "gavg", "GlobalMaxPool": "global"}
+
+
+def ort_side(name: str, feeds, n: int) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Prints the per-op-type profile; returns, per thread count, each pool node's median by key, in order."""
+    nodes: list[dict] = []
     for threads in (1, 2):
         so = ort.SessionOptions()
         so.enable_profiling, so.intra_op_num_threads = True, threads
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.profile_file_prefix = os.path.join(tempfile.gettempdir(), f"ops_vs_ort_{name}")
-        sess = ort.InferenceSession(str(MODELS / f"{name}.onnx"), so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(str(twocore.MODELS / f"{name}.onnx"), so, providers=["CPUExecutionProvider"])
         for _ in range(10):
             sess.run(None, feeds)
         cpu = []
@@ -96,10 +123,18 @@ def ort_side(name: str, feeds, n: int) -> None:  # type: ignore[no-untyped-def]
         os.remove(path)
         durs: dict[str, list[int]] = collections.defaultdict(list)
         ops: dict[str, str] = {}
+        keys: dict[str, tuple] = {}
         for e in events:
             if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
                 durs[e["name"]].append(e["dur"])
-                ops[e["name"]] = e["args"]["op_name"]
+                ops[e["name"]] = op = e["args"]["op_name"]
+                if op in _KIND:
+                    i, o = e["args"]["input_type_shape"][0]["float"], e["args"]["output_type_shape"][0]["float"]
+                    keys[e["name"]] = (_KIND[op], i[2], i[3], o[2], o[3])
+        found: dict[tuple, list[float]] = collections.defaultdict(list)
+        for node, key in keys.items():  # insertion order: the first run's execution order
+            found[key].append(statistics.median(durs[node][10:] or durs[node]))
+        nodes.append(found)
         per: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
         for node, d in durs.items():
             per[ops[node]][0] += 1
@@ -109,7 +144,22 @@ def ort_side(name: str, feeds, n: int) -> None:  # type: ignore[no-untyped-def]
         dw, act = depthwise_nodes(name)  # the depthwise Convs' nodes (renamed by the NCHWc layout) and their Swish
         med = {n[: -len("_kernel_time")]: statistics.median(d[10:] or d) for n, d in durs.items()}
         found = [med[n] for n in dw if n in med]
-        print(f"    depthwise Conv x{len(found)}/{len(dw)} {sum(found):.0f}, its Swish {sum(med.get(n, 0) for n in act):.0f}")
+        dws = [med[n] for n in dw if n in med]
+        print(f"    depthwise Conv x{len(dws)}/{len(dw)} {sum(dws):.0f}, its Swish {sum(med.get(n, 0) for n in act):.0f}")
+    return nodes
+
+
+def pool_table(pools, nodes) -> None:  # type: ignore[no-untyped-def]
+    """Each pool job against onnxruntime's node of the same kind and shapes (the i-th of each key)."""
+    if not pools:
+        return
+    print(f"  pool nodes (aioge {native.tier()}; ort 1 thread, 2 threads; ratio to 1 thread):")
+    seen: dict[tuple, int] = collections.defaultdict(int)
+    for key, geo, us in pools:
+        i = seen[key]
+        seen[key] += 1
+        o1, o2 = (d[key][i] if i < len(d.get(key, ())) else float("nan") for d in nodes)
+        print(f"    {geo:48s} {us:8.1f} {o1:8.1f} {o2:8.1f} {us / o1:6.2f}")
 
 
 def depthwise_nodes(name: str) -> tuple[list[str], list[str]]:
@@ -117,7 +167,7 @@ def depthwise_nodes(name: str) -> tuple[list[str], list[str]]:
     of the QuickGelu (Swish) fused from the Mul that reads one."""
     import onnx
 
-    graph = onnx.load(str(MODELS / f"{name}.onnx")).graph
+    graph = onnx.load(str(twocore.MODELS / f"{name}.onnx")).graph
     outs = {n.output[0] for n in graph.node if n.op_type == "Conv" and any(a.name == "group" and a.i > 1 for a in n.attribute)}
     acts = [n.name + "/QuickGeluFusion/" for n in graph.node if n.op_type == "Mul" and outs & set(n.input)]
     return [o + "_nchwc" for o in outs], acts
@@ -130,8 +180,10 @@ def main() -> None:
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "aioge-ops-vs-ort"))
     a = ap.parse_args()
     for m in a.models.split(","):
-        feeds = asyncio.run(aioge_side(m, a.n, a.cache))
-        ort_side(m, feeds, a.n)
+        if m.endswith(".onnx"):
+            twocore.MODELS, m = Path(m).parent, Path(m).stem
+        feeds, pools = asyncio.run(aioge_side(m, a.n, a.cache))
+        pool_table(pools, ort_side(m, feeds, a.n))
 
 
 if __name__ == "__main__":

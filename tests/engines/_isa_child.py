@@ -86,6 +86,9 @@ CASES = [
     ("pool_s2", "MaxPool", "pool_native", [_rand(1, 13, 14, 14)], {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
     ("pool_s2_avg", "AveragePool", "pool_native", [_rand(1, 7, 14, 14)], {"kernel_shape": [2, 2], "strides": [2, 2]}),
     ("pool_s2_3x3", "MaxPool", "pool_native", [_rand(1, 6, 17, 17)], {"kernel_shape": [3, 3], "strides": [2, 2]}),
+    # 2x2 stride 2 over wider even planes: a row pair at a time, 32 (AVX2: 16) columns a step, the tail masked
+    ("pool_pair_wide", "MaxPool", "pool_native", [_rand(1, 5, 6, 46)], {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("pool_pair_wide_avg", "AveragePool", "pool_native", [_rand(1, 3, 28, 28)], {"kernel_shape": [2, 2], "strides": [2, 2]}),
     # 3 columns at stride 2 wider than a vector, pads and a ceil-mode overhang (the masked loads)
     (
         "pool_s2_3x3_wide",

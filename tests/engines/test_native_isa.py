@@ -38,6 +38,8 @@ POOLS = (
     "pool_s2_3x3",
     "pool_s2_3x3_wide",
     "pool_s2_3x3_ceil",
+    "pool_pair_wide",
+    "pool_pair_wide_avg",
 )
 
 

@@ -344,6 +344,54 @@ def test_native_max_pool_keeps_nan_and_infinities_as_numpy_in_every_pass(
     native.function("aioge_simd_avx2")(1)
 
 
+@given(
+    seed=st.integers(0, 2**16),
+    c=st.integers(1, 9),
+    h=st.integers(1, 12),
+    w=st.integers(1, 40),
+    nan=st.booleans(),
+    average=st.booleans(),
+    start=st.integers(0, 8),
+)
+@settings(max_examples=60, deadline=None)
+def test_native_2x2_stride_2_pool_over_even_planes_matches_onnxruntime_whole_and_in_pieces(
+    seed, c, h, w, nan, average, start
+) -> None:
+    """pool.c's pair2 forms (2x2 stride 2, no pads, even planes: a row pair at a time, every width
+    on AVX2, past 16 wide on AVX-512): against onnxruntime and the plain loops, whole and from a
+    plane range's start (a split's second piece: its masked tail at the end of x)."""
+    if not native.available():
+        pytest.skip("the compiled tier is not built")
+    h, w = 2 * h, 2 * w
+    x = rand(np.random.default_rng(seed), 1, c, h, w)
+    if nan:
+        x[np.random.default_rng(seed + 1).random(x.shape) < 0.05] = np.nan
+    op = "AveragePool" if average else "MaxPool"
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    want = kconv.build_average_pool(attrs, {}, [TensorDesc(x.shape, "float32")], [None])([x], None)[0] if average else None
+    if not nan:
+        want = ort_run(op, [x], attrs)[0]
+    elif not average:
+        want = kconv.build_max_pool(attrs, {}, [TensorDesc(x.shape, "float32")], [None])([x], None)[0]
+    geometry = np.array([h, w, 2, 2, 2, 2, 1, 1, 0, 0, 0, 0, h // 2, w // 2, int(average), 0, 0], np.int64)
+    import ctypes
+
+    pool = native.lib().aioge_pool_f32  # type: ignore[union-attr]
+    pool.restype, pool.argtypes = ctypes.c_int, [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2
+    p0 = min(start, c - 1)
+    outs = []
+    for simd in _SIMD:
+        native.function("aioge_simd_avx2")(simd)
+        y = np.full(want.shape, 7.0, np.float32)
+        assert pool(native.ptr(x), native.ptr(y), 0, native.ptr(geometry), 0, p0) == 0
+        assert pool(native.ptr(x), native.ptr(y), 0, native.ptr(geometry), p0, c) == 0
+        np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6, err_msg=f"simd {simd}")
+        outs.append(y)
+    native.function("aioge_simd_avx2")(1)
+    for y in outs[1:]:
+        np.testing.assert_array_equal(y, outs[0])
+
+
 @pytest.mark.parametrize("kernel", [2, 3])
 def test_native_pool_shares_its_planes_with_the_helper_and_splits_bit_equal(kernel, monkeypatch) -> None:
     import threading

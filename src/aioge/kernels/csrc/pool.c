@@ -67,6 +67,13 @@ AVX2 static inline __m256 max_nan8(__m256 a, __m256 v)
 {
     return _mm256_blendv_ps(_mm256_max_ps(v, a), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
 }
+/* max_nan8(max_nan8(x0, x1), x2) in 4 operations: a tie keeps the earlier; a NaN in x0 is the
+ * second operand of both maxes, one in x1 or x2 sets every bit (a NaN) through the unordered
+ * test (the chain's 6 operations, 2 of them blends, cost AVX2's 3x3 pools a third) */
+AVX2 static inline __m256 max3_8(__m256 x0, __m256 x1, __m256 x2)
+{
+    return _mm256_or_ps(_mm256_max_ps(x2, _mm256_max_ps(x1, x0)), _mm256_cmp_ps(x1, x2, _CMP_UNORD_Q));
+}
 /* the vector loop of a row operation; the last vector of an input row read masked */
 #define ROW_AVX2(name, expr)                                                                \
     AVX2 static inline void name(float *d, const float *s, int64_t n, int in)                      \
@@ -109,6 +116,8 @@ static inline void row_div_c(float *y, const float *inv, int64_t n)
 AVX2 static inline __m256 reduce_v(const float *s, int64_t step, int64_t k, int64_t n, int64_t i, int avg)
 {
     const int whole = i + V <= n;
+    if (whole && k == 3 && !avg)
+        return max3_8(_mm256_loadu_ps(s + i), _mm256_loadu_ps(s + step + i), _mm256_loadu_ps(s + 2 * step + i));
     const __m256i m = tail_mask(n - i);
     __m256 a = whole ? _mm256_loadu_ps(s + i) : _mm256_maskload_ps(s + i, m);
     for (int64_t t = 1; t < k; t++) {
@@ -308,12 +317,7 @@ AVX2 static inline __attribute__((always_inline)) __m256 vcol8(const float *s, i
     if (!k)
         return fill;
     if ((FULL || _mm256_testc_si256(m, _mm256_set1_epi32(-1))) && k == 3) {
-        /* max_nan8's chain (a tie keeps the earlier, the last NaN wins), its NaN test once for rows 1
-         * and 2: x2 - x1 puts their NaN back, x2's first (a sub: the compiler may commute an add);
-         * row 0's NaN is max's second operand */
-        const __m256 x0 = _mm256_loadu_ps(s), x1 = _mm256_loadu_ps(s + step), x2 = _mm256_loadu_ps(s + 2 * step);
-        const __m256 r = _mm256_max_ps(x2, _mm256_max_ps(x1, x0));
-        return _mm256_blendv_ps(r, _mm256_sub_ps(x2, x1), _mm256_cmp_ps(x1, x2, _CMP_UNORD_Q));
+        return max3_8(_mm256_loadu_ps(s), _mm256_loadu_ps(s + step), _mm256_loadu_ps(s + 2 * step));
     }
     if (FULL || _mm256_testc_si256(m, _mm256_set1_epi32(-1))) { /* whole: plain loads */
         __m256 a = _mm256_loadu_ps(s);
@@ -382,6 +386,53 @@ static int64_t uniform3(const int64_t *g, const struct scratch *sc)
                 ROW(yr, s, step, k, m, nv, ow, 0);                                          \
         }                                                                                   \
     }
+/* 2x2 stride 2 over even planes without pads (pair2_v, both tiers) */
+static int is_pair2(const int64_t *g)
+{
+    return g[G_KH] == 2 && g[G_KW] == 2 && g[G_SH] == 2 && g[G_SW] == 2 && g[G_DH] == 1 && g[G_DW] == 1 && !g[G_PT] &&
+           !g[G_PL] && !g[G_PB] && !g[G_PR] && g[G_H] % 2 == 0 && g[G_W] % 2 == 0 && g[G_OH] * 2 == g[G_H] &&
+           g[G_OW] * 2 == g[G_W];
+}
+/* The AVX2 tier's 2x2 stride-2 pool over even planes without pads (is_pair2, any width): the
+ * planes' row pairs are consecutive in x and their output rows in y, so one loop runs them all
+ * (a row at a time through the separable pass took 832x14x14 -> 7x7 86 us, onnxruntime's
+ * AVX-512 node 19). Per 16 input columns: the two rows reduced down, the even and odd lanes
+ * shuffled out and reduced, one lane permute, 8 outputs. Loads past the row pair read the next
+ * one's (their outputs are never kept) but at the end of x, read masked; a store past the row
+ * is overwritten by the next row's but at the last. Rows, then columns, then times 1 / 4: the
+ * separable pass's order and bits. */
+AVX2 static inline __attribute__((always_inline)) void pair2_8n(const float *x, float *y, int64_t pairs, int64_t wd, const int AVG)
+{
+    const int64_t ow = wd / 2, n = pairs * 2 * wd;
+    const __m256 quarter = _mm256_set1_ps(0.25f);
+    for (int64_t R = 0; R < pairs; R++, x += 2 * wd, y += ow)
+        for (int64_t c = 0; c < wd; c += 16) {
+            const int64_t left = n - R * 2 * wd - c - wd; /* values of x from the bottom row's column c */
+            __m256 t0, t1, b0, b1;
+            if (left >= 16) {
+                t0 = _mm256_loadu_ps(x + c);
+                t1 = _mm256_loadu_ps(x + c + 8);
+                b0 = _mm256_loadu_ps(x + wd + c);
+                b1 = _mm256_loadu_ps(x + wd + c + 8);
+            } else {
+                const __m256i m0 = tail_mask(left), m1 = tail_mask(left - 8);
+                t0 = _mm256_maskload_ps(x + c, m0);
+                t1 = _mm256_maskload_ps(x + c + 8, m1);
+                b0 = _mm256_maskload_ps(x + wd + c, m0);
+                b1 = _mm256_maskload_ps(x + wd + c + 8, m1);
+            }
+            const __m256 a = AVG ? _mm256_add_ps(t0, b0) : max_nan8(t0, b0), b = AVG ? _mm256_add_ps(t1, b1) : max_nan8(t1, b1);
+            const __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);
+            __m256 r = AVG ? _mm256_add_ps(e, o) : max_nan8(e, o);
+            if (AVG)
+                r = _mm256_mul_ps(r, quarter);
+            r = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(r), 0xD8));
+            if (c + 16 <= wd || R * ow + c / 2 + 8 <= pairs * ow)
+                _mm256_storeu_ps(y + c / 2, r);
+            else
+                _mm256_maskstore_ps(y + c / 2, tail_mask(ow - c / 2), r);
+        }
+}
 #ifndef __AVX512F__ /* the AVX-512 tier runs s2x3_v */
 AVX2 static void s2x3_8(const float *x, float *y, int64_t p0, int64_t p1, const int64_t *g, const struct scratch *sc)
 {
@@ -395,6 +446,13 @@ AVX2 static void s2x3_8(const float *x, float *y, int64_t p0, int64_t p1, const 
             m[8 * v + l] = -(8 * v + l >= pl && 8 * v + l < pl + wd);
     const int64_t *span = sc->span, ou = uniform3(g, sc);
     S2_PLANES(s2w8, 8);
+}
+AVX2 static void pair2_v(const float *x, float *y, int64_t planes, const int64_t *g)
+{
+    if (g[G_AVG])
+        pair2_8n(x, y, planes * g[G_OH], g[G_W], 1);
+    else
+        pair2_8n(x, y, planes * g[G_OH], g[G_W], 0);
 }
 #endif
 #ifdef __AVX512F__
@@ -554,16 +612,10 @@ static int is_small16(const int64_t *g) { return g[G_OW] <= 16 && (g[G_OW] - 1) 
  * vectors, its bottom row one permute down, reduced down; the two pairs' columns then pair off
  * across both (even against odd lanes, a two-source permute) into w outputs, one store, no
  * per-row work. 832x14x14 max took 27.5 us a row at a time (small16), now 11.9 (onnxruntime
- * 12.0). Wider planes kept their passes: 32 flat positions reduced down and across and the
- * even rows' values compressed out (half the work thrown away) lost, 256x28x28 avg 20.1 ->
- * 32.6 us, 128x56x56 55.3 -> 65.6. The same order as the other passes: rows, then columns,
+ * 12.0). Wider planes run a row pair at a time (pair2_16w, pair2_8n: 32 flat positions reduced
+ * down and across and the even rows' values compressed out had lost, 256x28x28 avg 20.1 ->
+ * 32.6 us). The same order as the other passes: rows, then columns,
  * then times 1 / 4: the same bits. */
-static int is_pair2(const int64_t *g)
-{
-    return g[G_KH] == 2 && g[G_KW] == 2 && g[G_SH] == 2 && g[G_SW] == 2 && g[G_DH] == 1 && g[G_DW] == 1 && !g[G_PT] &&
-           !g[G_PL] && !g[G_PB] && !g[G_PR] && g[G_H] % 2 == 0 && g[G_W] % 2 == 0 && g[G_OH] * 2 == g[G_H] &&
-           g[G_OW] * 2 == g[G_W] && g[G_W] <= 16;
-}
 static inline __attribute__((always_inline)) __m512 down2(const float *s, int64_t left, int64_t wd, const int AVG)
 {
     const __m512 fill = _mm512_set1_ps(AVG ? 0.0f : -INFINITY);
@@ -599,8 +651,40 @@ static inline __attribute__((always_inline)) void pair2n(const float *x, float *
         _mm512_mask_storeu_ps(y, (__mmask16)((1u << (R + 1 < pairs ? wd : half)) - 1), r);
     }
 }
+/* planes over 16 wide: pair2_8n's loop at 32 columns a step (they took the 16-column pass:
+ * 64x56x56 -> 28x28 max 22 us, now 15; 512x28x28 max 48 -> 43.5; averages take pair2_8n) */
+static inline __attribute__((always_inline)) void pair2_16w(const float *x, float *y, int64_t pairs, int64_t wd, const int AVG)
+{
+    const int64_t ow = wd / 2, n = pairs * 2 * wd;
+    const __m512 quarter = _mm512_set1_ps(0.25f);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i ev = _mm512_add_epi32(lane, lane), od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    for (int64_t R = 0; R < pairs; R++, x += 2 * wd, y += ow)
+        for (int64_t c = 0; c < wd; c += 32) {
+            const int64_t left = n - R * 2 * wd - c - wd; /* values of x from the bottom row's column c */
+            const __mmask16 m0 = left >= 16 ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+            const __mmask16 m1 = left >= 32 ? 0xFFFF : left <= 16 ? 0 : (__mmask16)((1u << (left - 16)) - 1);
+            const __m512 t0 = _mm512_maskz_loadu_ps(m0, x + c), t1 = _mm512_maskz_loadu_ps(m1, x + c + 16);
+            const __m512 b0 = _mm512_maskz_loadu_ps(m0, x + wd + c), b1 = _mm512_maskz_loadu_ps(m1, x + wd + c + 16);
+            const __m512 a = AVG ? _mm512_add_ps(t0, b0) : max16(t0, b0), b = AVG ? _mm512_add_ps(t1, b1) : max16(t1, b1);
+            const __m512 e = _mm512_permutex2var_ps(a, ev, b), o = _mm512_permutex2var_ps(a, od, b);
+            __m512 r = AVG ? _mm512_add_ps(e, o) : max16(e, o);
+            if (AVG)
+                r = _mm512_mul_ps(r, quarter);
+            if (c + 32 <= wd || R * ow + c / 2 + 16 <= pairs * ow)
+                _mm512_storeu_ps(y + c / 2, r);
+            else
+                _mm512_mask_storeu_ps(y + c / 2, (__mmask16)((1u << (ow - c / 2)) - 1), r);
+        }
+}
 static void pair2_v(const float *x, float *y, int64_t planes, const int64_t *g)
 {
+    if (g[G_W] > 16 && g[G_AVG]) /* an average ran faster 8 lanes a step (256x28x28 17.0 -> 15.8 us, 128x56x56 42.7 -> 35-42) */
+        pair2_8n(x, y, planes * g[G_OH], g[G_W], 1);
+    else if (g[G_W] > 16)
+        pair2_16w(x, y, planes * g[G_OH], g[G_W], 0);
+    if (g[G_W] > 16)
+        return;
     if (g[G_AVG])
         pair2n(x, y, planes * g[G_OH], g[G_W], 1);
     else
@@ -958,7 +1042,12 @@ AVX2 static inline __attribute__((always_inline)) void flat8(const float *x, flo
             const int32_t *m = hm + t * KW * V;
             const __m256 m0 = _mm256_loadu_ps((const float *)m);
             __m256 a = AVG ? _mm256_and_ps(m0, _mm256_loadu_ps(v + i - pl)) : _mm256_blendv_ps(fill, _mm256_loadu_ps(v + i - pl), m0);
-            for (int64_t j = 1; j < KW; j++) {
+            if (KW == 3 && !AVG) {
+                const __m256 m1 = _mm256_loadu_ps((const float *)(m + V)), m2 = _mm256_loadu_ps((const float *)(m + 2 * V));
+                a = max3_8(a, _mm256_blendv_ps(fill, _mm256_loadu_ps(v + i + dw - pl), m1),
+                           _mm256_blendv_ps(fill, _mm256_loadu_ps(v + i + 2 * dw - pl), m2));
+            }
+            for (int64_t j = 1; j < KW && (KW != 3 || AVG); j++) {
                 const __m256 mj = _mm256_loadu_ps((const float *)(m + j * V)), b = _mm256_loadu_ps(v + i + j * dw - pl);
                 a = AVG ? _mm256_add_ps(a, _mm256_and_ps(mj, b)) : max_nan8(a, _mm256_blendv_ps(fill, b, mj));
             }
@@ -1139,14 +1228,12 @@ int aioge_pool_f32(const float *x, float *y, int64_t *ind, const int64_t *g, int
         free(fl.v - fl.slack);
         return 0;
     }
-#ifdef __AVX512F__
     if (vec && !ind && is_pair2(g)) {
         pair2_v(x + p0 * plane, y + p0 * oh * ow, p1 - p0, g);
         free(buf);
         free(inv);
         return 0;
     }
-#endif
     if (vec && !ind && is_s2x3(g)) {
 #ifdef __AVX512F__
         s2x3_v(x, y, p0, p1, g, &sc);
