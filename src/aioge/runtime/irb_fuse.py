@@ -56,8 +56,7 @@ def _pack(w: Any) -> np.ndarray:  # a 1x1 conv's weight (M, K) as conv_t's packe
     return pack_columns(np.ascontiguousarray(np.asarray(w, np.float32).T), native.gemm_tile()[1])  # type: ignore[index]
 
 
-def _overlap(x: np.ndarray, y: np.ndarray) -> bool:  # whether the planner laid a block's y over its x
-    return bool(np.shares_memory(x, y))
+_overlap = np.shares_memory  # whether the planner laid a block's y over its x
 
 
 def _geometry(g: np.ndarray, c: int = 0, m: int = 0) -> np.ndarray:  # a 1x1 conv's (c inputs, m outputs), as conv_t reads x
@@ -82,10 +81,9 @@ def _block(calls: list[native.NativeCall], i: int, kept: list[np.ndarray]) -> tu
         a is w for n, c in enumerate(calls) if not i - 1 <= n <= j for a in c.keep for w in wide
     ):
         return None
-    # the planner may lay a buffer over one that is dead by then in the ops' order (x once the
-    # expand has read it, the expanded image once the depthwise has): here the two cores run
-    # the ops at once, so x and y must be apart (else the parts write a y of the job's own and
-    # the sum of the parts lands in the planned y), the wide images from them and each other
+    # the planner may lay a buffer over one dead by then in the ops' order (x once the expand has read it, the
+    # expanded image once the depthwise has): here the two cores run the ops at once, so x and y must be apart
+    # (else the parts write a y of the job's own, their sum the planned y), the wide images from them and each other
     x, out, wp = e[0], p[1], np.asarray(p[5], np.float32).reshape(int(gp[3]), -1)
     r = calls[j + 1].args if j + 1 < len(calls) and calls[j + 1].job == native.JOB_RESIDUAL else np.zeros(7, np.int64)
     skip = bool(r[0] == r[2] == native.ptr(out) and r[1] == native.ptr(x) and not r[3] and r[6] == x.size == out.size)  # y += x
