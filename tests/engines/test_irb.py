@@ -80,7 +80,7 @@ def _irb(ops: tuple[np.ndarray, ...], stride: int, k: int, band: int, split: int
     koff = np.arange(c, dtype=np.int64) * h * w
     y = np.full((1, m, oh, ow), np.nan, np.float32)
     keep = (x, wep, koff, be, ge, wd, bd, gd, wpp, bp, gp, y)
-    args = np.array([native.ptr(a) for a in keep] + [band, x.size - short, y.size] + [0] * 14, np.int64)  # no own jobs
+    args = np.array([native.ptr(a) for a in keep] + [band, x.size - short, y.size] + [0] * 15, np.int64)  # no own jobs
     return native.par_run()(native.JOB_IRB, native.ptr(args), -(-oh // band), split), y
 
 
@@ -104,8 +104,9 @@ def test_irb_bands_match_onnxruntime(c: int, e: int, m: int, h: int, w: int, str
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
 
 
-def _irb_channels(ops: tuple[np.ndarray, ...], stride: int, k: int, k0: int, split: int) -> np.ndarray:
-    """The channel form: parts [0, k0) and [k0, E) of the expanded channels, then the partial sums added."""
+def _irb_channels(ops: tuple[np.ndarray, ...], stride: int, k: int, k0: int, split: int, residual: bool = False) -> np.ndarray:
+    """The channel form: parts [0, k0) and [k0, E) of the expanded channels, then the partial sums
+    added; ``residual``: the parts add x too, half each."""
     x, we, be, wd, bd, wp, bp = ops
     (c, h, w), e, m = x.shape[1:], we.shape[0], wp.shape[0]
     oh, ow = (h - 1) // stride + 1, (w - 1) // stride + 1
@@ -125,7 +126,7 @@ def _irb_channels(ops: tuple[np.ndarray, ...], stride: int, k: int, k0: int, spl
     keep = (x, we0, koff, be, ge0, wd, bd, gd, wp0, bp, gp0, y)
     P = native.ptr
     args = [P(a) for a in keep] + [0, x.size, y.size, P(mid), P(dwo), k0, P(wp1), P(gp1), P(part), mid.size, dwo.size, y.size]
-    args += [P(we1), P(be) + 4 * k0, P(ge1), 0, 0]
+    args += [P(we1), P(be) + 4 * k0, P(ge1), 0, P(x) if residual else 0, 0]
     block = np.array(args, np.int64)
     assert native.par_run()(native.JOB_IRB, P(block), 2, split) > 0
     return y + part
@@ -142,13 +143,16 @@ def _irb_channels(ops: tuple[np.ndarray, ...], stride: int, k: int, k0: int, spl
     k=st.sampled_from([3, 5]),
     cut=st.floats(0, 1),
     split=st.sampled_from([0, 1]),
+    residual=st.booleans(),
 )
 def test_irb_channel_halves_match_onnxruntime(
-    c: int, e: int, m: int, h: int, w: int, stride: int, k: int, cut: float, split: int
+    c: int, e: int, m: int, h: int, w: int, stride: int, k: int, cut: float, split: int, residual: bool
 ) -> None:
+    if residual:  # y += x: y of x's shape
+        m, stride = c, 1
     ops = _ops(c, e, m, h, w, k, seed=c + e * 3 + w)
-    want = _ort(_model(ops, stride, k), ops[0])
-    got = _irb_channels(ops, stride, k, min(max(int(cut * e), 1), e - 1), split)
+    want = _ort(_model(ops, stride, k, residual), ops[0])
+    got = _irb_channels(ops, stride, k, min(max(int(cut * e), 1), e - 1), split, residual)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
 
 
@@ -162,8 +166,9 @@ def test_irb_refuses_a_geometry_past_its_buffers() -> None:
 
 
 async def _run(model: bytes, x: np.ndarray, runs: list[np.ndarray] | None = None) -> tuple[np.ndarray, list[int]]:
-    """The graph's output and its native program's jobs; ``runs`` gets the program's output
-    after its jobs ran again one by one, whole and then split."""
+    """The graph's output and its native program's jobs (JOB_IRB's sum of the parts written to
+    a y apart from theirs: -JOB_RESIDUAL); ``runs`` gets the program's output after its jobs ran
+    again one by one, whole and then split."""
     import gc
 
     from aioge.runtime.native_program import NativeProgram
@@ -173,7 +178,11 @@ async def _run(model: bytes, x: np.ndarray, runs: list[np.ndarray] | None = None
         for _ in range(3):
             y = (await s.run_graph(1, {"x": x}))["y"]
         progs = [o for o in gc.get_objects() if type(o) is NativeProgram]
-        jobs = [int(c.job) for o in progs for c in o._keep[1]]
+        jobs = [
+            -c.job if c.job == native.JOB_RESIDUAL and len(c.keep) == 3 and c.keep[0] is not c.keep[2] else c.job
+            for o in progs
+            for c in o._keep[1]
+        ]
         assert all(len(o._nodes) == len(o._keep[1]) for o in progs), "a step for every job (an error's node)"
         for split in (0, 1) if progs and runs is not None else ():
             for c in progs[0]._keep[1]:
@@ -183,23 +192,28 @@ async def _run(model: bytes, x: np.ndarray, runs: list[np.ndarray] | None = None
 
 
 @pytest.mark.parametrize(
-    ("shape", "residual"),  # a residual block keeps its shape
+    ("shape", "residual", "over"),  # a residual block keeps its shape; over: y as if laid over x
     [
-        *(((16, 128, 16, 14, 14, 1), r) for r in (False, True)),
-        ((24, 128, 40, 15, 13, 1), False),
-        *(((8, 256, 8, 11, 17, 1), r) for r in (False, True)),
-        ((5, 256, 7, 7, 7, 1), False),
+        *(((16, 128, 16, 14, 14, 1), r, False) for r in (False, True)),
+        ((24, 128, 40, 15, 13, 1), False, False),
+        *(((8, 256, 8, 11, 17, 1), r, False) for r in (False, True)),
+        ((5, 256, 7, 7, 7, 1), False, False),
+        ((24, 96, 40, 9, 13, 1), False, True),
+        ((40, 160, 40, 7, 7, 1), True, True),
     ],
 )
-def test_a_programs_blocks_run_fused_as_onnxruntime_and_the_numpy_kernels(shape, residual, monkeypatch, request) -> None:
+def test_a_programs_blocks_run_fused_as_onnxruntime_and_the_numpy_kernels(shape, residual, over, monkeypatch, request) -> None:
     c, e, m, h, w, stride = shape
     monkeypatch.setattr("aioge.compiler.graph.NATIVE_SLACK_MS", float("inf"))
+    if over:  # the parts write a y of the job's own, their sum the planned y (the own jobs' whole run: copied back)
+        monkeypatch.setattr("aioge.runtime.irb_fuse._overlap", lambda x, y: True)
     ops = _ops(c, e, m, h, w, 3, seed=h)
     model = _model(ops, stride, 3, residual)
     want = _ort(model, ops[0])
     runs: list[np.ndarray] = []
     got, jobs = asyncio.run(_run(model, ops[0], runs))
-    assert native.JOB_IRB in jobs and len(runs) == 2
+    assert native.JOB_IRB in jobs and len(runs) == 2 and (-native.JOB_RESIDUAL in jobs) == over
+    assert [abs(j) for j in jobs].count(native.JOB_RESIDUAL) == 1  # the partial sums' (a residual's y += x: in the parts)
     for y in (got, *runs):  # as run, then its jobs whole (the block's own jobs) and split
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
     request.getfixturevalue("numpy_kernels")  # the same graph without the compiled tier

@@ -56,6 +56,9 @@ def _pack(w: Any) -> np.ndarray:  # a 1x1 conv's weight (M, K) as conv_t's packe
     return pack_columns(np.ascontiguousarray(np.asarray(w, np.float32).T), native.gemm_tile()[1])  # type: ignore[index]
 
 
+_overlap = np.shares_memory  # whether the planner laid a block's y over its x
+
+
 def _geometry(g: np.ndarray, c: int = 0, m: int = 0) -> np.ndarray:  # a 1x1 conv's (c inputs, m outputs), as conv_t reads x
     c, h, w, m = c or int(g[0]), int(g[1]), int(g[2]), m or int(g[3])
     return np.array([c, h, w, m, 1, 1, 1, 1, 1, 1, 0, 0, h, w, 1, h, w, c * h * w, *g[18:21], 0, 0], np.int64)
@@ -78,22 +81,22 @@ def _block(calls: list[native.NativeCall], i: int, kept: list[np.ndarray]) -> tu
         a is w for n, c in enumerate(calls) if not i - 1 <= n <= j for a in c.keep for w in wide
     ):
         return None
-    # the planner may lay a buffer over one that is dead by then in the ops' order (x once the
-    # expand has read it, the expanded image once the depthwise has): here the two cores run
-    # the ops at once, so x and y must be apart, and the wide images from them and each other
-    # (else images of the job's own)
-    if np.shares_memory(e[0], p[1]):
-        return None
-    own = [v for c in calls[i - 1 if i and calls[i - 1].keep is e else i : j + 1] for v in (c.job, c.addr, c.total)]
+    # the planner may lay a buffer over one dead by then in the ops' order (x once the expand has read it, the
+    # expanded image once the depthwise has): here the two cores run the ops at once, so x and y must be apart
+    # (else the parts write a y of the job's own, their sum the planned y), the wide images from them and each other
+    x, out, wp = e[0], p[1], np.asarray(p[5], np.float32).reshape(int(gp[3]), -1)
+    r = calls[j + 1].args if j + 1 < len(calls) and calls[j + 1].job == native.JOB_RESIDUAL else np.zeros(7, np.int64)
+    skip = bool(r[0] == r[2] == native.ptr(out) and r[1] == native.ptr(x) and not r[3] and r[6] == x.size == out.size)  # y += x
+    own = [v for c in calls[i - 1 if i and calls[i - 1].keep is e else i : j + 1 + skip] for v in (c.job, c.addr, c.total)]
     c, e_ = int(ge[0]), int(ge[3])
     k0 = min(max((e_ // 2 + 8) // 16 * 16, 16), e_ - 16)  # halves in whole 16-plane groups of the depthwise
     we, koff = np.asarray(e[5], np.float32).reshape(e_, -1), np.arange(c, dtype=np.int64) * ge[1] * ge[2]
     ge0, ge1, we0, we1 = _geometry(ge, m=k0), _geometry(ge, m=e_ - k0), _pack(we[:k0]), _pack(we[k0:])
-    x, y, wp = e[0], p[1], np.asarray(p[5], np.float32).reshape(int(gp[3]), -1)
+    y = np.empty(out.shape, np.float32) if _overlap(x, out) else out
     P = native.ptr
     be = (P(e[3]), P(e[3]) + 4 * k0) if e[3] is not None else (0, 0)
     block: list[Any] = [P(x), P(we0), P(koff), be[0], P(ge0), P(d[1]), P(d[2]) if d[2] is not None else 0, P(gd)]
-    keep: tuple[Any, ...] = (e, d, p, ge0, ge1, we0, we1, koff, calls[i : j + 1])
+    keep: tuple[Any, ...] = (e, d, p, ge0, ge1, we0, we1, koff, calls[i : j + 1 + skip])
     bias = P(p[3]) if p[3] is not None else 0
     g0, g1, w0, w1 = _geometry(gp, k0), _geometry(gp, e_ - k0), _pack(wp[:, :k0]), _pack(wp[:, k0:])
     part = np.zeros(y.shape, np.float32)
@@ -103,11 +106,11 @@ def _block(calls: list[native.NativeCall], i: int, kept: list[np.ndarray]) -> tu
     if any(np.shares_memory(dwo, b) for b in (x, mid, y)):
         dwo = np.empty(dwo.shape, np.float32)
     block += [P(w0), bias, P(g0), P(y), 0, x.size, y.size, P(mid), P(dwo), k0, P(w1), P(g1), P(part)]
-    block += [mid.size, dwo.size, part.size, P(we1), be[1], P(ge1), 0]
-    add = np.array([P(y), P(part), P(y), 0, 0, 0, y.size], np.int64)
-    keep += (g0, g1, w0, w1, part, mid, dwo)
+    block += [mid.size, dwo.size, part.size, P(we1), be[1], P(ge1), P(out) if y is not out else 0, P(x) if skip else 0]
+    add = np.array([P(y), P(part), P(out), 0, 0, 0, y.size], np.int64)
+    keep += (g0, g1, w0, w1, part, mid, dwo, y)
     made = [
         native.NativeCall(native.JOB_IRB, np.array(block + [len(own) // 3, *own], np.int64), 2, True, keep),
-        native.NativeCall(native.JOB_RESIDUAL, add, y.size, False, (y, part)),
+        native.NativeCall(native.JOB_RESIDUAL, add, y.size, False, (y, part, out)),
     ]
-    return made, j + 1
+    return made, j + 1 + skip

@@ -15,9 +15,11 @@
  * in x (k H W). [lo, hi) are bands. With band 0, the channel form (irb_channels): the expand's
  * and the project's of part 0 (its channels [0, k0)), then the expanded image, the depthwise's
  * output, k0, the second part's project weight and geometry, the partial sums, the floats of
- * those three buffers, the second part's expand weight, bias and geometry, and a slot unread;
- * [lo, hi) parts. Then (both forms; slots 15-27 unread by bands) the block's own jobs for a whole
- * run (irb_whole): how many, and (job, args, total) each. */
+ * those three buffers, the second part's expand weight, bias and geometry, and the y the sum
+ * of the parts goes to when it is not the parts' y (0: it is; the planner laid it over x, which
+ * the parts read while they write), and x when the block's residual y += x is the parts' (0: not
+ * the block's); [lo, hi) parts. Then (both forms; slots 15-28 unread by bands) the block's own
+ * jobs for a whole run (irb_whole): how many, and (job, args, total) each. */
 #include <stdint.h>
 #include <string.h>
 
@@ -79,6 +81,10 @@ static int irb_channels(const int64_t *g, int64_t lo, int64_t hi)
             const float *wp = (const float *)(intptr_t)g[part ? 18 : 8], *bp = part ? NULL : (const float *)(intptr_t)g[9];
             float *out = (float *)(intptr_t)g[part ? 20 : 11];
             err = aioge_conv_t_f32(dwo + c0 * OP, wp, koff, bp, out, gp, 0, (OP + mr - 1) / mr, 0, (gp[G_M] + nr - 1) / nr);
+            const float *skip = (const float *)(intptr_t)g[28];
+            const int64_t half = gp[G_M] / 2 * OP, a = part ? half : 0, b = part ? gp[G_M] * OP : half;
+            for (int64_t k = a; skip && !err && k < b; k++) /* y += x: half of it into each part's sum */
+                out[k] += skip[k];
         }
         if (err)
             return err;
@@ -87,22 +93,25 @@ static int irb_channels(const int64_t *g, int64_t lo, int64_t hi)
 }
 
 /* A whole run (the range in one call: no helper, or splits backing off) runs the block's own
- * jobs (g[28] of them, (job, args, total) from g[29]) whole when it has them: on one core the
+ * jobs (g[29] of them, (job, args, total) from g[30]) whole when it has them: on one core the
  * band and channel forms' conv_t expand and halo rows cost more than the tuned kernels (MobileNetV2's
  * blocks, whole: 14x14 96-576-96 405 -> 440 us, 7x7 160-960-160 285 -> 330). The channel form's
  * partial sums, added after, are zeroed then. */
 static int irb_whole(const int64_t *g, int64_t parts)
 {
-    for (int64_t i = 0; i < g[28]; i++) {
-        const int64_t *e = g + 29 + 3 * i;
+    for (int64_t i = 0; i < g[29]; i++) {
+        const int64_t *e = g + 30 + 3 * i;
         if (e[0] == JOB_IRB)
             return AIOGE_EGEOMETRY;
         const int err = aioge_job((int)e[0], (const int64_t *)(intptr_t)e[1], 0, e[2]);
         if (err)
             return err;
     }
-    if (parts == 2 && g[12] == 0)
+    if (parts == 2 && g[12] == 0) {
         memset((float *)(intptr_t)g[20], 0, sizeof(float) * (size_t)g[23]);
+        if (g[27]) /* the own jobs wrote the planned y: the parts' y is what the sum reads */
+            memcpy((float *)(intptr_t)g[11], (const float *)(intptr_t)g[27], sizeof(float) * (size_t)g[23]);
+    }
     return 0;
 }
 
@@ -124,7 +133,9 @@ int aioge_irb(const int64_t *g, int64_t lo, int64_t hi)
             ge0[G_M] != k0 || ge1[G_M] != E - k0 || ge0[G_C] != ge1[G_C] || gp1[G_M] != gp0[G_M] || !aioge_fits(g[21], E, ge0[G_H], ge0[G_W], 1) || !aioge_fits(g[22], E, OP, 1, 1) ||
             !aioge_fits(g[23], gp0[G_M], OP, 1, 1))
             return AIOGE_EGEOMETRY;
-        return lo == 0 && hi == 2 && g[28] > 0 ? irb_whole(g, 2) : irb_channels(g, lo, hi);
+        if (g[28] && (gp0[G_M] != ge0[G_C] || OP != ge0[G_H] * ge0[G_W]))
+            return AIOGE_EGEOMETRY; /* the residual's x: y's shape */
+        return lo == 0 && hi == 2 && g[29] > 0 ? irb_whole(g, 2) : irb_channels(g, lo, hi);
     }
     if (band < 0 || !irb_fits(ge0, gd0, gp0, ge0[G_M], ge0[G_M], g[13], g[14]))
         return AIOGE_EGEOMETRY;
@@ -132,7 +143,7 @@ int aioge_irb(const int64_t *g, int64_t lo, int64_t hi)
     const int64_t sh = gd0[D_SH], pt = gd0[D_PT], reach = (gd0[D_KH] - 1) * gd0[D_DH] + 1;
     if (lo < 0 || hi > (OH + band - 1) / band)
         return AIOGE_EGEOMETRY;
-    if (lo == 0 && hi == (OH + band - 1) / band && hi > 1 && g[28] > 0)
+    if (lo == 0 && hi == (OH + band - 1) / band && hi > 1 && g[29] > 0)
         return irb_whole(g, hi);
     const int64_t mr = aioge_conv_gemm_mr(), nr = aioge_conv_gemm_nr();
     /* the largest band's input rows: its windows' reach, within the image */
