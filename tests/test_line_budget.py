@@ -88,8 +88,9 @@ import aioge
 # and the serving rows' lag split (~1); 40,692 for runtime/irb_fuse.py, a native program's
 # inverted-residual blocks as one job each (~92); 40,730 for a native program's Concat inputs
 # written in place into the join (runtime/native_program.py, ~36; SqueezeNet); 40,742 for the
-# view ops' outputs it leaves alone (~4) and irb_fuse's node per job and __all__ (~7).
-LINE_BUDGET = 40_742
+# view ops' outputs it leaves alone (~4) and irb_fuse's node per job and __all__ (~7); 40,751 for
+# a recurrent layer's steps shared by both cores (kernels/rnn.py's team: ~9).
+LINE_BUDGET = 40_751
 _SRC = Path(aioge.__file__).parent
 GENERATED = {"ops/builders.py", "serving/kserve_pb2.py"}
 

@@ -11,7 +11,9 @@ onnxruntime reads them). Arithmetic is in the input's dtype (float32 stays float
 With the compiled tier (chosen when the kernel is built), float32 recurrences run in C
 (``csrc/rnn.c``): the projection stays one GEMM here, each step's product with R^T and its
 gates are one C pass, and the two directions of a bidirectional layer run on two cores when
-an idle one can be taken (``kernels.parallel.split_range``). The numpy loop is the fallback.
+an idle one can be taken (``kernels.parallel.split_range``), or, when a direction's R^T is
+past a core's L2 (or there is one direction), both cores share each step by hidden units.
+The numpy loop is the fallback.
 """
 
 from __future__ import annotations
