@@ -105,6 +105,14 @@ CASES = [
         {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
     ),
     ("lstm", "LSTM", "numpy", [_rand(5, 3, 7), _rand(1, 64, 7), _rand(1, 64, 16) / 4], {"hidden_size": 16}),
+    # 33 units: three 16-unit blocks, the last one partial; GRU's two panel sets
+    (
+        "gru_bi",
+        "GRU",
+        "numpy",
+        [_rand(6, 5, 7), _rand(2, 99, 7), _rand(2, 99, 33) / 6],
+        {"hidden_size": 33, "direction": "bidirectional"},
+    ),
     ("softmax", "Softmax", "softmax_native", [_rand(9, 100) * 5], {}),
 ]
 

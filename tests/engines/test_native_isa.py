@@ -65,6 +65,7 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "gemm",
             *POOLS,
             "lstm",
+            "gru_bi",
             "softmax",
         }
     )
@@ -84,6 +85,8 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "depthwise_planes",
             "depthwise_planes7",
             *POOLS,
+            "lstm",
+            "gru_bi",
         )
         for name in names:
             np.testing.assert_allclose(avx2[name], default[name], rtol=2e-5, atol=2e-5, err_msg=name)

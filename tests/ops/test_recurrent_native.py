@@ -6,6 +6,7 @@ drawn alphas and betas."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -129,6 +130,34 @@ def test_compiled_recurrence_matches_onnxruntime(case: Any, layout: int) -> None
     assert calls, "the kernel did not run the compiled recurrence"
 
 
+@pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
+@given(case=_cases(), layout=st.integers(0, 1), late=st.booleans())
+@settings(max_examples=80, deadline=None)
+def test_two_threads_sharing_each_step_match_onnxruntime(case: Any, layout: int, late: bool) -> None:
+    """Each direction's steps split by hidden units over two threads (a barrier a step), the two
+    parts at once; or the helper's part late, so the caller runs the whole layer alone."""
+    op, inputs, attrs = case
+    teams: list[bool] = []
+
+    def split(total: int, fn: Any, *, worth: bool = True) -> int:
+        teams.append(total == 2)
+        helper = threading.Thread(target=fn, args=(1, 2))
+        if not late:
+            helper.start()
+        fn(0, 1)
+        if late:
+            helper.start()
+        helper.join()
+        return 2
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(krnn, "_TEAM_MACS", 0)
+        mp.setattr(krnn, "_TEAM_R_BYTES", -1)
+        mp.setattr(krnn, "split_range", split)
+        _check(op, inputs, attrs, layout)
+    assert teams and all(teams), "the two parts did not run as a team"
+
+
 @given(case=_cases(), layout=st.integers(0, 1))
 @settings(max_examples=60, deadline=None)
 def test_without_the_tier_the_recurrence_runs_numpy(case: Any, layout: int) -> None:
@@ -152,18 +181,18 @@ def test_compiled_recurrence_packs_r_and_refuses_bad_geometry() -> None:
     p = native.ptr
     good = [2, 4, 1, 2, 1, 0, 0, 0, 0, 8, 8, 2, 2, 2, 2, 1, 1, 2, 1, 1]  # LSTM seq 4 batch 1 hidden 2
     geo = np.array(good, np.int64)
-    assert floats(p(geo)) == 32  # one panel of 16 columns (4 gates x 2 units) by 2 rows
+    assert floats(p(geo)) == 128  # a panel of 16 units per gate (2 of them real) by 2 rows
     r = np.arange(16, dtype=np.float32).reshape(1, 8, 2)
-    pk = native.aligned_empty((32,), np.float32)
-    assert pack(p(geo), p(r), p(pk), 31) < 0  # too short
-    assert pack(p(geo), p(r), p(pk), 32) == 0
-    np.testing.assert_array_equal(pk.reshape(2, 16), np.pad(r[0].T, ((0, 0), (0, 8))))  # R^T, zeros past 8 columns
-    fp, xw, st = np.zeros(13, np.float32), np.zeros(32, np.float32), np.zeros(8, np.float32)
+    pk = native.aligned_empty((128,), np.float32)
+    assert pack(p(geo), p(r), p(pk), 127) < 0  # too short
+    assert pack(p(geo), p(r), p(pk), 128) == 0
+    want = np.pad(r[0].reshape(4, 2, 2).transpose(0, 2, 1), ((0, 0), (0, 0), (0, 14)))  # gate g: its R^T, zeros past 2 units
+    np.testing.assert_array_equal(pk.reshape(4, 2, 16), want)
+    fp, xw, st, hs = np.zeros(13, np.float32), np.zeros(32, np.float32), np.zeros(8, np.float32), np.zeros(6, np.float32)
 
-    def call(g: np.ndarray, pk_floats: int = 32, lens: np.ndarray | None = None, d1: int = 1) -> int:
-        return int(
-            run(p(g), p(fp), p(xw), p(pk), pk_floats, None, None, None if lens is None else p(lens), p(st), p(st), p(st), 0, d1)
-        )
+    def call(g: np.ndarray, pk_floats: int = 128, lens: np.ndarray | None = None, d1: int = 1) -> int:
+        lp = None if lens is None else p(lens)
+        return int(run(p(g), p(fp), p(xw), p(pk), pk_floats, None, None, lp, p(st), p(st), p(st), 0, d1, p(hs), None, 0))
 
     assert call(geo) == 0
     for slot, bad in ((0, 3), (1, -1), (3, -2), (4, 3), (14, 11), (9, -8)):
@@ -172,9 +201,10 @@ def test_compiled_recurrence_packs_r_and_refuses_bad_geometry() -> None:
         assert floats(p(g)) < 0 and pack(p(g), p(r), p(pk), 32) < 0 and call(g) < 0, (slot, bad)
     assert call(geo, lens=np.array([5], np.int64)) < 0  # a length past seq
     assert call(geo, d1=2) < 0  # a direction it has not
-    assert call(geo, pk_floats=31) < 0  # a short packed R
+    assert call(geo, pk_floats=127) < 0  # a short packed R
+    assert run(p(geo), p(fp), p(xw), p(pk), 128, None, None, None, p(st), p(st), p(st), 0, 1, None, None, 0) < 0  # no hs
     geo[1] = 0  # seq 0: nothing to do, nothing read
-    assert run(p(geo), p(fp), None, None, 0, None, None, None, None, None, None, 0, 1) == 0
+    assert run(p(geo), p(fp), None, None, 0, None, None, None, None, None, None, 0, 1, None, None, 0) == 0
 
 
 @pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
@@ -192,7 +222,7 @@ def test_each_direction_runs_once_whichever_thread_takes_it(
 
     real, ran = krnn._native(), []
     monkeypatch.setattr(krnn, "split_range", split)
-    monkeypatch.setattr(krnn, "_native", lambda: (real[0], real[1], lambda *a: ran.append(a[-2]) or real[2](*a)))
+    monkeypatch.setattr(krnn, "_native", lambda: (real[0], real[1], lambda *a: ran.append(a[-5]) or real[2](*a)))
     ins = [rand(rng, 5, 3, 4), rand(rng, 2, 20, 4), rand(rng, 2, 20, 5), rand(rng, 2, 40)]
     attrs = {"hidden_size": 5, "direction": "bidirectional"}
     got = krnn.kernel("LSTM").build(attrs, {}, [], [None] * 3)(ins, None)

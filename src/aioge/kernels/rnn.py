@@ -11,7 +11,9 @@ onnxruntime reads them). Arithmetic is in the input's dtype (float32 stays float
 With the compiled tier (chosen when the kernel is built), float32 recurrences run in C
 (``csrc/rnn.c``): the projection stays one GEMM here, each step's product with R^T and its
 gates are one C pass, and the two directions of a bidirectional layer run on two cores when
-an idle one can be taken (``kernels.parallel.split_range``). The numpy loop is the fallback.
+an idle one can be taken (``kernels.parallel.split_range``), or, when a direction's R^T is
+past a core's L2 (or there is one direction), both cores share each step by hidden units.
+The numpy loop is the fallback.
 """
 
 from __future__ import annotations
@@ -296,6 +298,11 @@ _GEO = 20  # aioge.h's RNN_GEO
 # From this many multiply-adds (both directions) a bidirectional layer's second direction is
 # worth a helper thread's hop (tens of microseconds).
 _SPLIT_MACS = 1 << 22
+# A step's multiply-adds from which both cores share each step (a barrier per step), and the
+# bytes of one direction's R^T past which a bidirectional layer runs so rather than a direction
+# per core (each core then streams its R^T from L3 every step).
+_TEAM_MACS = 1 << 17
+_TEAM_R_BYTES = 3 << 19
 
 
 def _native() -> Any:
@@ -369,20 +376,28 @@ def _run_native(
     pk = pack(r)
     c = states[1] if op == "LSTM" else None
     args = [_addr(v) for v in (geo, fp, xw, pk)] + [pk.size] + [_addr(v) for v in (bias, peep, lens, y, states[0], c)]
-
+    hs = np.empty(3 * dirs * batch * n, np.float32)  # the C steps' shared hidden rows
+    # one direction at a time on both cores, each its half of the hidden units (per-step
+    # barriers), when a direction's R^T is more than a core's L2 holds or there is one direction
+    together = batch * gh * n >= _TEAM_MACS and (dirs == 1 or gh * n * 4 > _TEAM_R_BYTES)
+    team = np.zeros(32, np.int64)
     second = threading.Lock()  # taken by whichever thread runs the second direction
 
-    def directions(lo: int, hi: int) -> None:
-        """Direction 0 when lo is 0; then the second one, unless the other thread has it. The
-        caller takes it back from a helper that has not started (on a busy machine it may wait
-        long for a core)."""
-        for d in range(lo, dirs):
-            if (d == 0 or second.acquire(blocking=False)) and fns[2](*args, d, d + 1) < 0:
-                raise MemoryError(
-                    f"{op}: the compiled recurrence found no memory for its scratch (or bad geometry {geo.tolist()})"
-                )
+    def call(d0: int, d1: int, part: int = 0, shared: np.ndarray | None = None) -> None:
+        if fns[2](*args, d0, d1, _addr(hs), _addr(shared), part) < 0:
+            raise MemoryError(f"{op}: the compiled recurrence found no memory for its scratch (or bad geometry {geo.tolist()})")
 
-    split_range(dirs, directions, worth=seq * batch * gh * n >= _SPLIT_MACS)
+    def parts(lo: int, hi: int) -> None:
+        """Together: the whole run alone, or part lo of the team. Else direction 0 when lo is
+        0; then the second one, unless the other thread has it. The caller takes it back from a
+        helper that has not started (on a busy machine it may wait long for a core)."""
+        if together:
+            return call(0, dirs, lo, team if hi - lo == 1 else None)
+        for d in range(lo, dirs):
+            if d == 0 or second.acquire(blocking=False):
+                call(d, d + 1)
+
+    split_range(2 if together else dirs, parts, worth=seq * batch * gh * n >= _SPLIT_MACS)
     for v in states:
         v[:, lens == 0] = 0
     return (y, *(np.swapaxes(v, 0, 1) if s.layout else v for v in states))

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 27
+#define AIOGE_ABI 28
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -201,10 +201,13 @@ int64_t aioge_rnn_packed_floats(const int64_t *geo);
  * geometry or a short pk. */
 int aioge_rnn_pack(const int64_t *geo, const float *r, float *pk, int64_t floats);
 
-/* Runs directions [d0, d1) of one recurrent layer; 0 on success, negative on bad geometry (-1)
- * or no memory for scratch (-2). */
+/* Runs directions [d0, d1) of one recurrent layer (hs: 3 * directions * batch * hidden floats of
+ * scratch); with team (32 zeroed int64s shared by two calls, part 0 and 1) the two calls share
+ * each step's hidden units, or part 0 runs alone if part 1 comes late. 0 on success, negative on
+ * bad geometry (-1) or no memory for scratch (-2). */
 int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float *pk, int64_t pk_floats, const float *bias,
-              const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1);
+              const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1, float *hs,
+              int64_t *team, int64_t part);
 
 /* pool.c: 2-D max and average pools (geometry: POOL_GEO slots, pool.c's G_*), ind NULL or
  * MaxPool's Indices; aioge_simd_avx2: whether pool.c and dwconv.c run AVX2 (force 0 or 1: plain

@@ -3,10 +3,18 @@
  * The caller (aioge.kernels.rnn) has computed the input projection X W^T of every time step as
  * one GEMM (xw: a row of D * G * H values per (t, b), direction d at column d * G * H); here each
  * step is the product of the batch's hidden rows with R^T, packed once per weight into panels
- * of 16 columns (pk[p][k][16], k over the hidden units), followed by the gates of each row in a
- * few vectorised passes over H values while they sit in L1. Rows past their sequence length
- * keep their state and write zeros to Y, as ONNX says; a reverse direction reads each row's
- * steps from its own length backwards.
+ * of 16 columns, a panel being one gate's columns for a block of 16 hidden units (pk[ub][g][k][16],
+ * zero past H), followed by the gates of each row in a few vectorised passes over the units while
+ * they sit in L1. Rows past their sequence length keep their state and write zeros to Y, as ONNX
+ * says; a reverse direction reads each row's steps from its own length backwards.
+ *
+ * Two threads may share each step of a direction (aioge_rnn's team): each takes half of the
+ * unit blocks, so half of R^T's panels and all of those units' gates, and they meet at a barrier
+ * once a step (twice for GRU without linear_before_reset, whose candidate needs every unit's r h)
+ * with the step's hidden rows double-buffered in hs. A direction's R^T of more than a core's L2
+ * (4 MB for LSTM at H 512) streamed from L3 every step at 161 us; halved, each core's half mostly
+ * stays in its L2 (onnxruntime splits a step's GEMM over its threads the same way): bidirectional
+ * LSTM, batch 1, 512 steps, H 512 went 80 -> 39 ms (ort 43).
  *
  * Geometry (aioge.h's RNN_ slots): cell (0 RNN, 1 GRU, 2 LSTM), seq, batch, hidden, directions,
  * reverse (direction 0 runs backwards: "reverse"), linear_before_reset, input_forget, has_clip,
@@ -17,7 +25,10 @@
  * sequence); h (and c for LSTM): (D, batch, H) holding the initial states, left holding the last
  * ones.
  */
+#define _GNU_SOURCE
 #include <math.h>
+#include <sched.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,27 +79,30 @@ static void clip_apply(float *v, int64_t n, int has, float clip)
         _Pragma("omp simd") for (int64_t i = 0; i < n; i++) v[i] = fminf(fmaxf(v[i], -clip), clip);
 }
 
-/* The columns [c0, c0 + n) of R^T (R's rows c0.., each of k values) in panels of NP columns:
- * pk[p][kk][j] = R[c0 + p * NP + j][kk], zero past n. */
-static void pack(const float *r, int64_t c0, int64_t n, int64_t k, float *pk)
+/* Panel (ub, g) of a set of G gates starting at gate g0: the columns (g0 + g) * n + ub * NP + j
+ * of R^T (R's rows), j < NP, each of n values: pk[(ub * G + g)][kk][j], zero past unit n. */
+static void pack(const float *r, int64_t n, int64_t g0, int64_t G, float *pk)
 {
-    const int64_t panels = (n + NP - 1) / NP;
-    for (int64_t p = 0; p < panels; p++)
-        for (int64_t kk = 0; kk < k; kk++)
-            for (int64_t j = 0; j < NP; j++) {
-                const int64_t col = p * NP + j;
-                pk[(p * k + kk) * NP + j] = col < n ? r[(c0 + col) * k + kk] : 0.0f;
-            }
+    const int64_t units = (n + NP - 1) / NP;
+    for (int64_t ub = 0; ub < units; ub++)
+        for (int64_t g = 0; g < G; g++)
+            for (int64_t kk = 0; kk < n; kk++)
+                for (int64_t j = 0; j < NP; j++) {
+                    const int64_t u = ub * NP + j;
+                    pk[((ub * G + g) * n + kk) * NP + j] = u < n ? r[((g0 + g) * n + u) * n + kk] : 0.0f;
+                }
 }
 
-/* out[b][0 .. panels * NP) = h[b] . pk over k for rows [0, rows): four rows by one panel (eight
- * accumulators), the leftover rows one at a time by four panels (eight accumulators too). */
-static void recur(const float *h, int64_t rows, int64_t k, const float *pk, int64_t panels, float *out)
+/* out[b][col(p) ..+NP) = h[b] . panel p over k, panels [p0, p1), rows [0, rows); panel p = (ub, g)
+ * lands at column g * npad + ub * NP (its gate's block of npad columns). Four rows by one panel
+ * (eight accumulators), the leftover rows one at a time by four panels (eight accumulators too). */
+static void recur(const float *h, int64_t rows, int64_t k, const float *pk, int64_t p0, int64_t p1, int64_t G,
+                  int64_t npad, float *out, int64_t ld)
 {
-    const int64_t ld = panels * NP;
+#define COL(p) (((p) % G) * npad + ((p) / G) * NP)
     int64_t b = 0;
     const int64_t blocks = rows / 4;
-    for (int64_t p = 0; p < panels; p++) /* a panel (k x 16 values) stays in L1 for every block */
+    for (int64_t p = p0; p < p1; p++) /* a panel (k x 16 values) stays in L1 for every block */
         for (b = 0; b < 4 * blocks; b += 4) {
             const float *h0 = h + b * k, *h1 = h0 + k, *h2 = h1 + k, *h3 = h2 + k;
             const float *w = pk + p * k * NP;
@@ -103,7 +117,7 @@ static void recur(const float *h, int64_t rows, int64_t k, const float *pk, int6
                 a20 += h2[kk] * w0, a21 += h2[kk] * w1;
                 a30 += h3[kk] * w0, a31 += h3[kk] * w1;
             }
-            float *o = out + b * ld + p * NP;
+            float *o = out + b * ld + COL(p);
             *(v8u *)o = a00, *(v8u *)(o + 8) = a01;
             *(v8u *)(o + ld) = a10, *(v8u *)(o + ld + 8) = a11;
             *(v8u *)(o + 2 * ld) = a20, *(v8u *)(o + 2 * ld + 8) = a21;
@@ -112,8 +126,8 @@ static void recur(const float *h, int64_t rows, int64_t k, const float *pk, int6
     for (b = 4 * blocks; b < rows; b++) {
         const float *hb = h + b * k;
         float *o = out + b * ld;
-        int64_t p = 0;
-        for (; p + 4 <= panels; p += 4) {
+        int64_t p = p0;
+        for (; p + 4 <= p1; p += 4) {
             const float *w = pk + p * k * NP;
             v8 a[8] = {{0}};
             for (int64_t kk = 0; kk < k; kk++) {
@@ -124,36 +138,38 @@ static void recur(const float *h, int64_t rows, int64_t k, const float *pk, int6
                     a[2 * q + 1] += hv * *(const v8 *)(wq + 8);
                 }
             }
-            for (int q = 0; q < 8; q++) *(v8u *)(o + p * NP + 8 * q) = a[q];
+            for (int q = 0; q < 4; q++)
+                *(v8u *)(o + COL(p + q)) = a[2 * q], *(v8u *)(o + COL(p + q) + 8) = a[2 * q + 1];
         }
-        for (; p < panels; p++) {
+        for (; p < p1; p++) {
             const float *w = pk + p * k * NP;
             v8 a0 = {0}, a1 = {0};
             for (int64_t kk = 0; kk < k; kk++) {
                 a0 += hb[kk] * *(const v8 *)(w + kk * NP);
                 a1 += hb[kk] * *(const v8 *)(w + kk * NP + 8);
             }
-            *(v8u *)(o + p * NP) = a0, *(v8u *)(o + p * NP + 8) = a1;
+            *(v8u *)(o + COL(p)) = a0, *(v8u *)(o + COL(p) + 8) = a1;
         }
     }
+#undef COL
 }
 
 typedef struct {
     const int64_t *geo;
     const float *fp;
     int64_t cell, seq, batch, n, gh;
-    int64_t cols1;  /* R^T's columns in the first panel set (the rest, GRU's h gate, in a second) */
-    int64_t packed; /* floats of one direction's packed R^T */
+    int64_t g1, g2;  /* gates in the first panel set and the second (GRU's h gate, multiplied after r) */
+    int64_t units;   /* blocks of NP hidden units */
+    int64_t npad;    /* units * NP: a gate's columns in a step's product */
+    int64_t packed;  /* floats of one direction's packed R^T */
 } Rnn;
-
-static inline int64_t panels_of(int64_t cols) { return (cols + NP - 1) / NP; }
 
 /* The geometry in s, checked: 0, or -1 when it is not one rnn.c runs. */
 static int setup(const int64_t *geo, const float *fp, Rnn *s)
 {
     if (!geo)
         return AIOGE_EGEOMETRY;
-    *s = (Rnn){geo, fp, geo[RNN_CELL], geo[RNN_SEQ], geo[RNN_BATCH], geo[RNN_HIDDEN], 0, 0, 0};
+    *s = (Rnn){geo, fp, geo[RNN_CELL], geo[RNN_SEQ], geo[RNN_BATCH], geo[RNN_HIDDEN], 0, 0, 0, 0, 0, 0};
     if (s->cell < 0 || s->cell > 2 || s->seq < 0 || s->batch < 0 || s->n < 0 || geo[RNN_DIRS] < 1 || geo[RNN_DIRS] > 2)
         return AIOGE_EGEOMETRY;
     if (s->n > (INT64_C(1) << 16) || s->batch > (INT64_C(1) << 30) || s->seq > (INT64_C(1) << 40))
@@ -167,8 +183,11 @@ static int setup(const int64_t *geo, const float *fp, Rnn *s)
     s->gh = (s->cell == 0 ? 1 : s->cell == 1 ? 3 : 4) * s->n;
     /* GRU without linear_before_reset multiplies r into h before the candidate's product, so its
      * R^T is two panel sets: z and r's columns, then h's. */
-    s->cols1 = s->cell == 1 && !geo[RNN_LBR] ? 2 * s->n : s->gh;
-    s->packed = (panels_of(s->cols1) + panels_of(s->gh - s->cols1)) * NP * s->n;
+    s->g2 = s->cell == 1 && !geo[RNN_LBR];
+    s->g1 = s->gh / (s->n ? s->n : 1) - s->g2;
+    s->units = (s->n + NP - 1) / NP;
+    s->npad = s->units * NP;
+    s->packed = s->units * (s->g1 + s->g2) * NP * s->n;
     return 0;
 }
 
@@ -189,38 +208,86 @@ int aioge_rnn_pack(const int64_t *geo, const float *r, float *pk, int64_t floats
     for (int64_t d = 0; d < geo[RNN_DIRS]; d++) {
         const float *rd = r + d * s.gh * s.n;
         float *pd = pk + d * s.packed;
-        pack(rd, 0, s.cols1, s.n, pd);
-        if (s.gh > s.cols1)
-            pack(rd, s.cols1, s.gh - s.cols1, s.n, pd + panels_of(s.cols1) * NP * s.n);
+        pack(rd, s.n, 0, s.g1, pd);
+        if (s.g2)
+            pack(rd, s.n, s.g1, s.g2, pd + s.units * s.g1 * NP * s.n);
     }
     return 0;
 }
 
-/* One direction d over every step. */
-static int run_direction(const Rnn *s, int d, const float *xw, const float *pk, const float *bias, const float *peep,
-                         const int64_t *lens, float *y, float *h, float *c)
+/* Two threads running one direction's steps, each its half of the hidden units: `team` (int64s
+ * the caller zeroed) holds at [0] who runs (0 not settled, 1 both, 2 the first alone) and at [16]
+ * the barrier's count (its own cache line). */
+#define T_STATE 0
+#define T_COUNT 16
+#define JOIN_NS 400000LL /* the first waits this long for the second (a Python helper thread's hop) */
+
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Both threads here before either goes on (gen: this thread's count of barriers passed). */
+static void team_wait(int64_t *team, int64_t *gen)
+{
+    if (!team)
+        return;
+    const int64_t want = 2 * ++*gen;
+    __atomic_fetch_add(team + T_COUNT, 1, __ATOMIC_ACQ_REL);
+    for (unsigned spins = 0; __atomic_load_n(team + T_COUNT, __ATOMIC_ACQUIRE) < want; spins++) {
+        relax();
+        if (spins > 20000) /* the other was descheduled: let it have the CPU */
+            sched_yield();
+    }
+}
+
+/* Part 0 waits up to JOIN_NS for part 1, then runs alone unless it came: 1 alone, 2 together,
+ * 0 nothing to do (part 1 found part 0 gone alone). */
+static int team_join(int64_t *team, int64_t part)
+{
+    int64_t none = 0;
+    if (part == 1)
+        return __atomic_compare_exchange_n(team + T_STATE, &none, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ? 2 : 0;
+    const int64_t t0 = now_ns();
+    while (__atomic_load_n(team + T_STATE, __ATOMIC_ACQUIRE) == 0 && now_ns() - t0 < JOIN_NS)
+        for (int i = 0; i < 64; i++)
+            relax();
+    return __atomic_compare_exchange_n(team + T_STATE, &none, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ? 1 : 2;
+}
+
+/* One direction d over every step, for the hidden units of blocks [u0, u1) (all: u0 0, u1
+ * units, team NULL). hs: 3 * batch * n shared floats (the hidden rows twice, read by one step
+ * and written by it, and GRU's r h). */
+static void run_direction(const Rnn *s, int d, const float *xw, const float *pk, const float *bias, const float *peep,
+                         const int64_t *lens, float *y, float *h, float *c, float *hs, float *mem, int64_t u0, int64_t u1,
+                         int64_t *team, int64_t *gen)
 {
     const int64_t *geo = s->geo;
-    const int64_t n = s->n, B = s->batch, gh = s->gh, cell = s->cell;
+    const int64_t n = s->n, B = s->batch, gh = s->gh, cell = s->cell, npad = s->npad;
     const int rev = (int)(geo[RNN_REVERSE] || d == 1), lbr = (int)geo[RNN_LBR], couple = (int)geo[RNN_COUPLE];
     const int has_clip = (int)geo[RNN_HAS_CLIP];
     const float clip = s->fp[0];
     const int64_t *code = geo + RNN_ACTS + 3 * d;
     const float *ab = s->fp + 1 + 6 * d;
-    const int64_t cols1 = s->cols1, p1 = panels_of(cols1), p2 = panels_of(gh - cols1);
-    const size_t floats = (size_t)(B * (p1 + p2) * NP + B * n + 2 * gh + 4 * n + 64);
-    float *mem = aioge_aligned_alloc(64, floats * sizeof(float));
-    if (!mem)
-        return AIOGE_ENOMEM;
-    const float *pk1 = pk + d * s->packed, *pk2 = pk1 + p1 * NP * n;
-    float *g1 = mem, *g2 = g1 + B * p1 * NP, *rh = g2 + B * p2 * NP;
-    float *bx = rh + B * n, *bh = bx + gh, *tmp = bh + gh;
+    const int64_t j0 = u0 * NP, j1 = u1 * NP < n ? u1 * NP : n, m = j1 - j0;
+    const int64_t ld1 = s->g1 * npad, ld2 = npad;
+    const float *pk1 = pk + d * s->packed, *pk2 = pk1 + s->units * s->g1 * NP * n;
+    float *g1 = mem, *g2 = g1 + B * ld1, *bx = g2 + B * ld2, *bh = bx + gh, *tmp = bh + gh;
+    float *hbuf[2] = {hs, hs + B * n}, *rh = hs + 2 * B * n;
     xw += d * gh;
     y += d * geo[RNN_Y_SD];
     h += d * B * n;
     if (c)
         c += d * B * n;
-    memset(rh, 0, (size_t)(B * n) * sizeof(float));
     /* bx: what every step adds to the projection; bh: GRU's Rbh, kept apart as it meets r. */
     for (int64_t j = 0; j < gh; j++) {
         const float wb = bias ? bias[2 * d * gh + j] : 0.0f, rb = bias ? bias[2 * d * gh + gh + j] : 0.0f;
@@ -228,95 +295,114 @@ static int run_direction(const Rnn *s, int d, const float *xw, const float *pk, 
         bx[j] = apart ? wb : wb + rb;
         bh[j] = apart ? rb : 0.0f;
     }
-    const float *pi = peep ? peep + 3 * d * n : NULL, *po = pi ? pi + n : NULL, *pf = pi ? pi + 2 * n : NULL;
-    const int64_t ld1 = p1 * NP, ld2 = p2 * NP;
+    for (int64_t b = 0; b < B; b++) {
+        memcpy(hbuf[0] + b * n + j0, h + b * n + j0, (size_t)m * sizeof(float));
+        memset(rh + b * n + j0, 0, (size_t)m * sizeof(float));
+    }
+    team_wait(team, gen);
+    const float *pi = peep ? peep + 3 * d * n + j0 : NULL, *po = pi ? pi + n : NULL, *pf = pi ? pi + 2 * n : NULL;
     for (int64_t t = 0; t < s->seq; t++) {
-        recur(h, B, n, pk1, p1, g1);
+        const float *hin = hbuf[t & 1];
+        float *hout = hbuf[(t + 1) & 1];
+        recur(hin, B, n, pk1, u0 * s->g1, u1 * s->g1, s->g1, npad, g1, ld1);
         for (int64_t b = 0; b < B; b++) {
             const int64_t len = lens ? lens[b] : s->seq;
-            float *hb = h + b * n, *gb = g1 + b * ld1;
-            if (t >= len) {
-                memset(y + t * geo[RNN_Y_ST] + b * geo[RNN_Y_SB], 0, (size_t)n * sizeof(float));
+            const float *hp = hin + b * n + j0;
+            float *hb = hout + b * n + j0, *gb = g1 + b * ld1 + j0;
+            if (t >= len) { /* the state stays; Y's step is zero */
+                memcpy(hb, hp, (size_t)m * sizeof(float));
+                memset(y + t * geo[RNN_Y_ST] + b * geo[RNN_Y_SB] + j0, 0, (size_t)m * sizeof(float));
                 continue;
             }
             const int64_t tt = rev ? len - 1 - t : t;
-            const float *xb = xw + tt * geo[RNN_XW_ST] + b * geo[RNN_XW_SB];
-            const int64_t added = cell == 1 ? 2 * n : gh; /* GRU's h gate adds them after r */
-            _Pragma("omp simd") for (int64_t j = 0; j < added; j++) gb[j] += xb[j] + bx[j];
+            const float *xb = xw + tt * geo[RNN_XW_ST] + b * geo[RNN_XW_SB] + j0;
+            const int64_t added = cell == 1 ? 2 : s->g1; /* GRU's h gate adds them after r */
+            for (int64_t g = 0; g < added; g++) {
+                float *gg = gb + g * npad;
+                const float *xg = xb + g * n, *bg = bx + g * n + j0;
+                _Pragma("omp simd") for (int64_t j = 0; j < m; j++) gg[j] += xg[j] + bg[j];
+            }
             if (cell == 0) {
-                clip_apply(gb, n, has_clip, clip);
-                act_apply(gb, n, code[0], ab[0], ab[1]);
-                memcpy(hb, gb, (size_t)n * sizeof(float));
+                clip_apply(gb, m, has_clip, clip);
+                act_apply(gb, m, code[0], ab[0], ab[1]);
+                memcpy(hb, gb, (size_t)m * sizeof(float));
             } else if (cell == 1) { /* z, r: f; r h or r (h Rh^T + Rbh) */
-                clip_apply(gb, 2 * n, has_clip, clip);
-                act_apply(gb, 2 * n, code[0], ab[0], ab[1]);
-                const float *rg = gb + n;
+                float *z = gb, *rg = gb + npad;
+                clip_apply(z, m, has_clip, clip);
+                act_apply(z, m, code[0], ab[0], ab[1]);
+                clip_apply(rg, m, has_clip, clip);
+                act_apply(rg, m, code[0], ab[0], ab[1]);
                 if (lbr) {
-                    float *gh3 = gb + 2 * n;
-                    const float *xh = xb + 2 * n, *bxh = bx + 2 * n, *bhh = bh + 2 * n;
-                    _Pragma("omp simd") for (int64_t j = 0; j < n; j++) gh3[j] = xh[j] + bxh[j] + rg[j] * (gh3[j] + bhh[j]);
+                    float *cand = gb + 2 * npad;
+                    const float *xh = xb + 2 * n, *bxh = bx + 2 * n + j0, *bhh = bh + 2 * n + j0;
+                    _Pragma("omp simd") for (int64_t j = 0; j < m; j++) cand[j] = xh[j] + bxh[j] + rg[j] * (cand[j] + bhh[j]);
+                    clip_apply(cand, m, has_clip, clip);
+                    act_apply(cand, m, code[1], ab[2], ab[3]);
+                    _Pragma("omp simd") for (int64_t j = 0; j < m; j++) hb[j] = (1.0f - z[j]) * cand[j] + z[j] * hp[j];
                 } else {
-                    _Pragma("omp simd") for (int64_t j = 0; j < n; j++) rh[b * n + j] = rg[j] * hb[j];
+                    float *rhb = rh + b * n + j0;
+                    _Pragma("omp simd") for (int64_t j = 0; j < m; j++) rhb[j] = rg[j] * hp[j];
                 }
             } else { /* LSTM gates i, o, f, c */
-                float *gi = gb, *go = gb + n, *gf = gb + 2 * n, *gc = gb + 3 * n;
-                if (pi) _Pragma("omp simd") for (int64_t j = 0; j < n; j++) gi[j] += pi[j] * c[b * n + j];
-                clip_apply(gi, n, has_clip, clip);
-                act_apply(gi, n, code[0], ab[0], ab[1]);
+                float *gi = gb, *go = gb + npad, *gf = gb + 2 * npad, *gc = gb + 3 * npad, *cb = c + b * n + j0;
+                if (pi) _Pragma("omp simd") for (int64_t j = 0; j < m; j++) gi[j] += pi[j] * cb[j];
+                clip_apply(gi, m, has_clip, clip);
+                act_apply(gi, m, code[0], ab[0], ab[1]);
                 if (couple) {
-                    _Pragma("omp simd") for (int64_t j = 0; j < n; j++) gf[j] = 1.0f - gi[j];
+                    _Pragma("omp simd") for (int64_t j = 0; j < m; j++) gf[j] = 1.0f - gi[j];
                 } else {
-                    if (pf) _Pragma("omp simd") for (int64_t j = 0; j < n; j++) gf[j] += pf[j] * c[b * n + j];
-                    clip_apply(gf, n, has_clip, clip);
-                    act_apply(gf, n, code[0], ab[0], ab[1]);
+                    if (pf) _Pragma("omp simd") for (int64_t j = 0; j < m; j++) gf[j] += pf[j] * cb[j];
+                    clip_apply(gf, m, has_clip, clip);
+                    act_apply(gf, m, code[0], ab[0], ab[1]);
                 }
-                clip_apply(gc, n, has_clip, clip);
-                act_apply(gc, n, code[1], ab[2], ab[3]);
-                float *cb = c + b * n;
-                _Pragma("omp simd") for (int64_t j = 0; j < n; j++) cb[j] = gf[j] * cb[j] + gi[j] * gc[j];
-                if (po) _Pragma("omp simd") for (int64_t j = 0; j < n; j++) go[j] += po[j] * cb[j];
-                clip_apply(go, n, has_clip, clip);
-                act_apply(go, n, code[0], ab[0], ab[1]);
-                memcpy(tmp, cb, (size_t)n * sizeof(float));
-                act_apply(tmp, n, code[2], ab[4], ab[5]);
-                _Pragma("omp simd") for (int64_t j = 0; j < n; j++) hb[j] = go[j] * tmp[j];
+                clip_apply(gc, m, has_clip, clip);
+                act_apply(gc, m, code[1], ab[2], ab[3]);
+                _Pragma("omp simd") for (int64_t j = 0; j < m; j++) cb[j] = gf[j] * cb[j] + gi[j] * gc[j];
+                if (po) _Pragma("omp simd") for (int64_t j = 0; j < m; j++) go[j] += po[j] * cb[j];
+                clip_apply(go, m, has_clip, clip);
+                act_apply(go, m, code[0], ab[0], ab[1]);
+                memcpy(tmp, cb, (size_t)m * sizeof(float));
+                act_apply(tmp, m, code[2], ab[4], ab[5]);
+                _Pragma("omp simd") for (int64_t j = 0; j < m; j++) hb[j] = go[j] * tmp[j];
             }
         }
-        if (cell == 1) {
-            if (!lbr)
-                recur(rh, B, n, pk2, p2, g2);
+        if (s->g2) { /* GRU's candidate from (r h) Rh^T: every unit's r h first */
+            team_wait(team, gen);
+            recur(rh, B, n, pk2, u0, u1, 1, npad, g2, ld2);
             for (int64_t b = 0; b < B; b++) {
                 const int64_t len = lens ? lens[b] : s->seq;
                 if (t >= len)
                     continue;
                 const int64_t tt = rev ? len - 1 - t : t;
-                const float *xh = xw + tt * geo[RNN_XW_ST] + b * geo[RNN_XW_SB] + 2 * n;
-                float *hb = h + b * n, *gb = g1 + b * ld1, *cand = lbr ? gb + 2 * n : g2 + b * ld2;
-                if (!lbr)
-                    _Pragma("omp simd") for (int64_t j = 0; j < n; j++) cand[j] += xh[j] + bx[2 * n + j] + bh[2 * n + j];
-                clip_apply(cand, n, has_clip, clip);
-                act_apply(cand, n, code[1], ab[2], ab[3]);
-                const float *z = gb;
-                _Pragma("omp simd") for (int64_t j = 0; j < n; j++) hb[j] = (1.0f - z[j]) * cand[j] + z[j] * hb[j];
+                const float *xh = xw + tt * geo[RNN_XW_ST] + b * geo[RNN_XW_SB] + 2 * n + j0;
+                const float *z = g1 + b * ld1 + j0, *hp = hin + b * n + j0, *bxh = bx + 2 * n + j0, *bhh = bh + 2 * n + j0;
+                float *hb = hout + b * n + j0, *cand = g2 + b * ld2 + j0;
+                _Pragma("omp simd") for (int64_t j = 0; j < m; j++) cand[j] += xh[j] + bxh[j] + bhh[j];
+                clip_apply(cand, m, has_clip, clip);
+                act_apply(cand, m, code[1], ab[2], ab[3]);
+                _Pragma("omp simd") for (int64_t j = 0; j < m; j++) hb[j] = (1.0f - z[j]) * cand[j] + z[j] * hp[j];
             }
         }
         for (int64_t b = 0; b < B; b++) {
             const int64_t len = lens ? lens[b] : s->seq;
             if (t < len) {
                 const int64_t tt = rev ? len - 1 - t : t;
-                memcpy(y + tt * geo[RNN_Y_ST] + b * geo[RNN_Y_SB], h + b * n, (size_t)n * sizeof(float));
+                memcpy(y + tt * geo[RNN_Y_ST] + b * geo[RNN_Y_SB] + j0, hout + b * n + j0, (size_t)m * sizeof(float));
             }
         }
+        team_wait(team, gen);
     }
-    free(mem);
-    return 0;
+    const float *hlast = hbuf[s->seq & 1];
+    for (int64_t b = 0; b < B; b++)
+        memcpy(h + b * n + j0, hlast + b * n + j0, (size_t)m * sizeof(float));
 }
 
 int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float *pk, int64_t pk_floats, const float *bias,
-              const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1)
+              const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1, float *hs,
+              int64_t *team, int64_t part)
 {
     Rnn s;
-    if (setup(geo, fp, &s) || !fp || d0 < 0 || d1 > geo[RNN_DIRS] || d0 > d1)
+    if (setup(geo, fp, &s) || !fp || d0 < 0 || d1 > geo[RNN_DIRS] || d0 > d1 || (team && (part < 0 || part > 1)))
         return AIOGE_EGEOMETRY;
     if (lens)
         for (int64_t b = 0; b < s.batch; b++)
@@ -324,12 +410,34 @@ int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float 
                 return AIOGE_EGEOMETRY;
     if (s.seq == 0 || s.batch == 0 || s.n == 0)
         return 0;
-    if (!xw || !pk || pk_floats < s.packed * geo[RNN_DIRS] || ((uintptr_t)pk & 31) || !y || !h || (s.cell == 2 && !c))
+    if (!xw || !pk || pk_floats < s.packed * geo[RNN_DIRS] || ((uintptr_t)pk & 31) || !y || !h || !hs || (s.cell == 2 && !c))
         return AIOGE_EGEOMETRY;
-    for (int64_t d = d0; d < d1; d++) {
-        const int err = run_direction(&s, (int)d, xw, pk, bias, peep, lens, y, h, c);
-        if (err)
-            return err;
+    /* a step's products, the biases, a row of c: scratch of this thread's own */
+    float *mem = aioge_aligned_alloc(64, (size_t)(s.batch * (s.g1 + 1) * s.npad + 2 * s.gh + 2 * s.npad + 64) * sizeof(float));
+    int64_t u0 = 0, u1 = s.units, gen = 0, none = 0;
+    if (!mem) { /* a part 1 that finds the run taken does nothing; part 0 says so */
+        if (team && part == 0)
+            __atomic_compare_exchange_n(team + T_STATE, &none, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+        return AIOGE_ENOMEM;
     }
+    if (team) {
+        const int how = team_join(team, part);
+        if (how == 0) {
+            free(mem);
+            return 0;
+        }
+        if (how == 1)
+            team = NULL;
+        else if (part == 0)
+            u1 = s.units / 2;
+        else
+            u0 = s.units / 2;
+    }
+    for (int64_t d = d0; d < d1; d++) {
+        /* alone, each direction its own shared rows (the two may run at once on two threads) */
+        float *hsd = hs + (team ? 0 : d * 3 * s.batch * s.n);
+        run_direction(&s, (int)d, xw, pk, bias, peep, lens, y, h, c, hsd, mem, u0, u1, team, &gen);
+    }
+    free(mem);
     return 0;
 }
