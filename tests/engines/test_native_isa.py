@@ -60,6 +60,7 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "depthwise_lines",
             "depthwise_planes",
             "depthwise_planes7",
+            "depthwise_direct_s2",
             "gemm",
             *POOLS,
             "lstm",
@@ -81,6 +82,7 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "depthwise_lines",
             "depthwise_planes",
             "depthwise_planes7",
+            "depthwise_direct_s2",
             *POOLS,
         )
         for name in names:
