@@ -75,6 +75,14 @@ CASES = [
         {"group": 40, "kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "activation": "Relu"},
         "aioge",
     ),
+    (  # 3x3 stride 2 on rows past 48: the direct form, 8 lanes on AVX2 (masked at the plane's edges), 16 on AVX-512
+        "depthwise_direct_s2",
+        "FusedConv",
+        "conv_depthwise_native",
+        [_rand(1, 3, 113, 100) * 3, _rand(3, 1, 3, 3), _rand(3)],
+        {"group": 3, "kernel_shape": [3, 3], "pads": [1, 0, 0, 1], "strides": [2, 2], "activation": "Relu"},
+        "aioge",
+    ),
     ("gemm", "Gemm", "gemm_native", [_rand(37, 70), _rand(70, 129), _rand(129)], {}),
     ("pool", "AveragePool", "pool_native", [_rand(1, 4, 15, 15)], {"kernel_shape": [3, 3], "strides": [2, 2]}),
     # AVX-512: 16 output columns in registers past a small plane's one vector, a ceil-mode overhang

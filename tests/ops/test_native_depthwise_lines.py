@@ -218,8 +218,9 @@ def test_without_the_tier_the_depthwise_kernel_runs_numpy(monkeypatch) -> None:
 )
 def test_a_3x3_stride_2_conv_past_the_eight_plane_budget_takes_the_line_form(h, wd, pads, act) -> None:
     """As chosen (``aioge_simd_avx2(1)``), a 3x3 stride-2 plane too big for eight at a time
-    (EfficientNet's and MobileNetV3's 112x112 ones) runs the line form, with AVX-512 the direct
-    form: the forced one's bits, and onnxruntime's values."""
+    (EfficientNet's and MobileNetV3's 112x112 ones) runs the direct form, 16 lanes wide with
+    AVX-512, else on rows of 48 and up 8 lanes wide (else the line form): the forced one's bits,
+    and onnxruntime's values."""
     rng = np.random.default_rng(h)
     c = 5
     x = rng.uniform(-4, 4, (1, c, h, wd)).astype(np.float32)
@@ -232,14 +233,15 @@ def test_a_3x3_stride_2_conv_past_the_eight_plane_budget_takes_the_line_form(h, 
     fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
     ys = []
     try:
-        for simd in (5, 1, 6):
+        for simd in (5, 1, 6, 14):
             native.function("aioge_simd_avx2")(simd)
             y = np.full(want.shape, np.nan, np.float32)
             assert fn(native.ptr(x), native.ptr(w), native.ptr(b), native.ptr(y), native.ptr(geo), 0, c) == 0
             ys.append(y)
     finally:
         native.function("aioge_simd_avx2")(1)
-    forced = ys[2] if (native.gemm_tile() or (0, 0))[1] >= 64 else ys[0]  # the AVX-512 tier's direct form
+    # the AVX-512 tier's direct form (6), else on rows of 48 and up the AVX2 direct form (14), else the line form
+    forced = ys[2] if (native.gemm_tile() or (0, 0))[1] >= 64 else ys[3] if ow >= 48 else ys[0]
     np.testing.assert_array_equal(ys[1].view(np.int32), forced.view(np.int32))
     np.testing.assert_allclose(ys[1], want, rtol=2e-5, atol=2e-5)
 
@@ -270,3 +272,65 @@ def test_stride_2_rows_of_17_to_32_in_two_vector_blocks_match_onnxruntime(c, h, 
             np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5, err_msg=f"simd {simd} cuts {cuts}")
     finally:
         native.function("aioge_simd_avx2")(1)
+
+
+def _tier_fns() -> dict[str, object]:
+    """aioge_conv_depthwise_f32 and aioge_simd_avx2 of every built tier this CPU runs (each
+    tier's library loaded as it is: the AVX2 tier's forms on an AVX-512 machine too)."""
+    import importlib.util
+
+    have = native.cpu_flags(native.lib()) or frozenset()
+    out = {}
+    for name, module, flags in native.TIERS:
+        spec = importlib.util.find_spec(module)
+        if spec is None or not str(spec.origin).endswith(".so") or not flags <= have:
+            continue
+        dll = ctypes.CDLL(str(spec.origin))
+        fn, simd = dll.aioge_conv_depthwise_f32, dll.aioge_simd_avx2
+        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
+        simd.restype, simd.argtypes = ctypes.c_int, [ctypes.c_int]
+        out[name] = (fn, simd)
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    c=st.integers(1, 9),
+    mult=st.sampled_from([1, 1, 2]),
+    h=st.integers(1, 37),
+    wd=st.integers(1, 45),
+    k=st.sampled_from([3, 5, 7]),
+    s=st.sampled_from([1, 2, 3]),
+    d=st.sampled_from([(1, 1), (1, 1), (1, 1), (2, 1), (1, 2)]),
+    pads=st.tuples(*[st.integers(0, 4)] * 4),
+    act=st.sampled_from(sorted(ACTS)),
+    seed=st.integers(0, 2**16),
+)
+def test_every_tier_and_the_avx2_direct_form_match_onnxruntime(c, mult, h, wd, k, s, d, pads, act, seed) -> None:
+    """Each built tier's library (baseline, AVX2, AVX-512) as chosen and with the AVX2 direct form
+    forced (``aioge_simd_avx2(14)``: 3x3 and 5x5 of stride 1 and 2, rows 8 columns a vector
+    straight from the plane, masked at its edges; other geometries as chosen): strides 1-3, 3x3
+    to 7x7, any pads and dilation, odd sizes, every fused activation, whole and split at every few
+    planes, against onnxruntime; the tiers agree."""
+    oh, ow = (h + pads[0] + pads[2] - (k - 1) * d[0] - 1) // s + 1, (wd + pads[1] + pads[3] - (k - 1) * d[1] - 1) // s + 1
+    assume(oh >= 1 and ow >= 1)
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-4, 4, (1, c, h, wd)).astype(np.float32)
+    w = rng.uniform(-1, 1, (c * mult, 1, k, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, c * mult).astype(np.float32)
+    want = _ort(x, w, b, act, (k, k), (s, s), d, pads)
+    a0, a1, _ = ACTS[act]
+    g = [c, h, wd, mult, k, k, s, s, d[0], d[1], pads[0], pads[1], oh, ow, native.ACT[act], _bits(a0), _bits(a1), 0]
+    geo = np.array(g, np.int64)
+    planes = c * mult
+    for tier, (fn, simd) in _tier_fns().items():
+        try:
+            for mode, cuts in ((1, [0, planes]), (1, [0, 2, planes]), (14, [0, planes]), (14, [0, 1, 4, planes])):
+                simd(mode)
+                y = np.full(want.shape, np.nan, np.float32)
+                cuts = sorted({min(cut, planes) for cut in cuts})
+                for p0, p1 in zip(cuts, cuts[1:]):
+                    assert fn(native.ptr(x), native.ptr(w), native.ptr(b), native.ptr(y), native.ptr(geo), p0, p1) == 0
+                np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5, err_msg=f"{tier} simd {mode} cuts {cuts}")
+        finally:
+            simd(1)

@@ -1257,6 +1257,193 @@ AVX2 static int dwconv8(const float *x, const float *w, const float *bias, float
     return 0;
 }
 
+/* -- the direct form on AVX2 (8 lanes): direct_block16's blocks of R output rows by NV (1 or 2)
+ * vectors of 8 columns straight from the input plane, each input line the block reads loaded
+ * once and multiplied into every output row that reads it, the same sums in the same order;
+ * stride 2's even and odd columns taken apart by a shuffle and a lane permute each. Blocks
+ * whose columns lie inside the plane load plainly (EDGE 0), the others masked (lanes outside
+ * the plane read zero). -- */
+
+#define DROWS8 4 /* output rows a block */
+
+/* lanes k of 8 with 0 <= c + k < wd */
+AVX2 static inline __m256i cols8(int64_t c, int64_t wd)
+{
+    const __m256i k = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_and_si256(_mm256_cmpgt_epi32(k, _mm256_set1_epi32((int)(-c - 1))), _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(wd - c)), k));
+}
+
+AVX2 static inline __attribute__((always_inline)) __m256 load8(const float *s, __m256i m, const int EDGE)
+{
+    return EDGE ? _mm256_maskload_ps(s, m) : _mm256_loadu_ps(s);
+}
+
+AVX2 static inline __attribute__((always_inline)) void direct_block8(const float *xp, int64_t h, int64_t wd, int64_t pt, int64_t pl,
+                                                                     const float *wt, __m256 b, const int K, const int S, const int R,
+                                                                     const int NV, const int EDGE, int64_t r, int64_t q, float *o,
+                                                                     int64_t ow, int64_t nlast, const int act, float a0, float a1)
+{
+    __m256i mk[2][6];
+    int64_t c0[2][6];
+    for (int u = 0; u < NV; u++)
+        if (S == 1)
+            for (int j = 0; j < K; j++) {
+                c0[u][j] = q + 8 * u + j - pl;
+                if (EDGE)
+                    mk[u][j] = cols8(c0[u][j], wd);
+            }
+        else
+            for (int j = 0; j < K; j += 2) { /* the 16 columns from 2 q + j - pl: taps j (even) and j + 1 (odd) */
+                c0[u][j] = S * (q + 8 * u) + j - pl;
+                if (EDGE) {
+                    mk[u][j] = cols8(c0[u][j], wd);
+                    mk[u][j + 1] = cols8(c0[u][j] + 8, wd);
+                }
+            }
+    __m256 acc[4][2];
+    for (int p = 0; p < R; p++)
+        for (int u = 0; u < NV; u++)
+            acc[p][u] = b;
+    _Pragma("GCC unroll 32")
+    for (int t = 0; t < (R - 1) * S + K; t++) {
+        const int64_t ir = r * S - pt + t;
+        if (ir < 0 || ir >= h)
+            continue; /* a padding row: no taps */
+        const float *s = xp + ir * wd;
+        _Pragma("GCC unroll 2")
+        for (int u = 0; u < NV; u++) {
+            __m256 v[5];
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < K; j += S) {
+                if (S == 1)
+                    v[j] = load8(s + c0[u][j], mk[u][j], EDGE);
+                else {
+                    const __m256 lo = load8(s + c0[u][j], mk[u][j], EDGE), hi = load8(s + c0[u][j] + 8, mk[u][j + 1], EDGE);
+                    v[j] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
+                    if (j + 1 < K)
+                        v[j + 1] = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
+                }
+            }
+            _Pragma("GCC unroll 8")
+            for (int p = 0; p < R; p++) {
+                const int i = t - p * S; /* the kernel row this line is to output row r + p */
+                if (i >= 0 && i < K)
+                    _Pragma("GCC unroll 8")
+                    for (int j = 0; j < K; j++)
+                        acc[p][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(wt + i * K + j), v[j], acc[p][u]);
+            }
+        }
+    }
+    for (int p = 0; p < R; p++)
+        for (int u = 0; u < NV; u++) {
+            const __m256 y = act == ACT_NONE ? acc[p][u] : act1(acc[p][u], act, a0, a1);
+            float *d = o + (r + p) * ow + q + 8 * u;
+            if (u == NV - 1 && nlast < 8)
+                _mm256_maskstore_ps(d, tail_mask(nlast), y);
+            else
+                _mm256_storeu_ps(d, y);
+        }
+}
+
+/* R rows from r, every column block: 16 columns a block (NV 2), a last block of 1-8 or 9-15 */
+AVX2 static inline __attribute__((always_inline)) void direct_rows8(const float *xp, int64_t h, int64_t wd, int64_t pt, int64_t pl,
+                                                                    const float *wt, __m256 b, const int K, const int S, const int R,
+                                                                    int64_t r, float *out, int64_t ow, const int act, float a0, float a1)
+{
+    for (int64_t q = 0; q < ow; q += 16) {
+        const int64_t n = ow - q < 16 ? ow - q : 16;
+        const int two = n > 8;
+        /* the columns the block reads: [S q - pl, S (q + 8 NV - 8) + K - 1 - pl + 8 S) */
+        const int64_t lo = S * q - pl, hi = S * (q + (two ? 8 : 0)) + (S == 1 ? K - 1 + 8 : (K - 1) / 2 * 2 + 16) - pl;
+        const int edge = lo < 0 || hi > wd;
+        if (two && edge)
+            direct_block8(xp, h, wd, pt, pl, wt, b, K, S, R, 2, 1, r, q, out, ow, n - 8, act, a0, a1);
+        else if (two)
+            direct_block8(xp, h, wd, pt, pl, wt, b, K, S, R, 2, 0, r, q, out, ow, n - 8, act, a0, a1);
+        else if (edge)
+            direct_block8(xp, h, wd, pt, pl, wt, b, K, S, R, 1, 1, r, q, out, ow, n, act, a0, a1);
+        else
+            direct_block8(xp, h, wd, pt, pl, wt, b, K, S, R, 1, 0, r, q, out, ow, n, act, a0, a1);
+    }
+}
+
+AVX2 static inline __attribute__((always_inline)) void direct_plane8(const float *xp, const int64_t *g, const float *wt, float bias,
+                                                                     float *out, const int K, const int S, const int act, float a0,
+                                                                     float a1)
+{
+    const int64_t h = g[1], wd = g[2], pt = g[10], pl = g[11], oh = g[12], ow = g[13];
+    const __m256 b = _mm256_set1_ps(bias);
+    int64_t r = 0;
+    for (; r + DROWS8 <= oh; r += DROWS8)
+        direct_rows8(xp, h, wd, pt, pl, wt, b, K, S, DROWS8, r, out, ow, act, a0, a1);
+    if (oh - r == 2)
+        direct_rows8(xp, h, wd, pt, pl, wt, b, K, S, 2, r, out, ow, act, a0, a1);
+    else if (oh - r == 3)
+        direct_rows8(xp, h, wd, pt, pl, wt, b, K, S, 3, r, out, ow, act, a0, a1);
+    else if (oh - r == 1)
+        direct_rows8(xp, h, wd, pt, pl, wt, b, K, S, 1, r, out, ow, act, a0, a1);
+}
+
+AVX2 static inline __attribute__((always_inline)) void direct_act8(const float *xp, const int64_t *g, const float *wt, float bias,
+                                                                   float *out, const int K, const int S, int act, float a0, float a1)
+{
+    switch (act) {
+    case ACT_RELU: direct_plane8(xp, g, wt, bias, out, K, S, ACT_RELU, a0, a1); break;
+    case ACT_CLIP: direct_plane8(xp, g, wt, bias, out, K, S, ACT_CLIP, a0, a1); break;
+    case ACT_HARDSWISH: direct_plane8(xp, g, wt, bias, out, K, S, ACT_HARDSWISH, a0, a1); break;
+#if SIGMOID_REGS
+    case ACT_SWISH: direct_plane8(xp, g, wt, bias, out, K, S, ACT_SWISH, a0, a1); break;
+#endif
+    default:
+        direct_plane8(xp, g, wt, bias, out, K, S, ACT_NONE, a0, a1);
+        act_run(out, g[12] * g[13], act, a0, a1);
+    }
+}
+
+/* output planes [p0, p1) by the AVX2 direct form (lines_fit's geometries with equal strides) */
+AVX2 static int dwconv_direct8(const float *x, const float *w, const float *bias, float *y, const int64_t *g, int64_t p0, int64_t p1)
+{
+    const int64_t c = g[0], h = g[1], wd = g[2], mult = g[3], K = g[4], S = g[6], oh = g[12], ow = g[13];
+    const int act = (int)g[14];
+    const float a0 = aioge_float_of(g[15]), a1 = aioge_float_of(g[16]);
+    const int64_t m = c * mult;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t om = p % m;
+        const float *xp = x + ((p / m) * c + om / mult) * h * wd, *wt = w + om * K * K;
+        const float b = bias ? bias[om] : 0.0f;
+        float *out = y + p * oh * ow;
+        if (K == 3 && S == 1)
+            direct_act8(xp, g, wt, b, out, 3, 1, act, a0, a1);
+        else if (K == 3)
+            direct_act8(xp, g, wt, b, out, 3, 2, act, a0, a1);
+        else if (S == 1)
+            direct_act8(xp, g, wt, b, out, 5, 1, act, a0, a1);
+        else
+            direct_act8(xp, g, wt, b, out, 5, 2, act, a0, a1);
+    }
+    return 0;
+}
+
+#ifdef __AVX512F__
+#define DIRECT8 0 /* the 16-lane forms instead */
+#else
+#define DIRECT8 1
+#endif
+
+/* where the AVX2 direct form beat the eight-plane and line forms (AVX2 tier, thread CPU, one
+ * call of every plane): 3x3 stride 2 on rows of 48 and up (MobileNetV3's 16x112x112 ReLU 63.6 ->
+ * 47.1 us, EfficientNet's 96x112x112 Swish 503 -> 396, MobileNetV2's ReLU6 428 -> 328, MnasNet's
+ * 48x112x112 206 -> 148), 3x3 stride 1 on rows of 64 and up but for Sigmoid and Swish (32x112x112
+ * ReLU6 256 -> 228, ReLU 222 -> 209; Swish 320 -> 329). Lost: 5x5 (EfficientNet's 672x14x14
+ * 194 -> 254, MnasNet's 240x28x28 s2 83 -> 106), stride 2 on rows of 28 and under (144x56x56
+ * 142 -> 154, 576x14x14 46 -> 53), stride 1 on 14x14 and 7x7 (960x7x7 49 -> 57); 56x56 and
+ * 28x28 stride 1 mixed (72x56x56 107 -> 120 and 115 -> 114, 88x28x28 47 -> 53, 192x28x28 154 -> 120). */
+static int direct8_wins(const int64_t *g)
+{
+    const int sig = g[14] == ACT_SWISH || g[14] == ACT_SIGMOID;
+    return g[4] == 3 && ((g[6] == 2 && g[13] >= 48) || (g[6] == 1 && g[13] >= 64 && !sig));
+}
+
 /* Depthwise convolution (group == channels, ``mult`` filters per input channel):
  * y[n, m, r, q] = act(bias[m] + sum over taps (i, j) of w[m, 0, i, j] * x[n, m / mult, r*sh - pt + i*dh, q*sw - pl + j*dw]),
  * taps outside the input counting zero, for output planes [p0, p1) numbered over N x (c * mult);
@@ -1281,6 +1468,11 @@ int aioge_conv_depthwise_f32(const float *x, const float *w, const float *bias, 
     for (int i = 1; i <= 13; i++)
         if (g[i] < 0 || g[i] > 4096)
             return dwconv(x, w, bias, y, geometry, p0, p1, simd == 1 || simd == 5);
+    /* the AVX2 direct form: forced by 14 (the tests), else where it measured faster on the
+     * tiers without AVX-512 */
+    const int fit8 = g[4] == g[5] && g[8] == 1 && g[9] == 1 && (g[4] == 3 || g[4] == 5) && g[6] == g[7] && (g[6] == 1 || g[6] == 2);
+    if (fit8 && (simd == 14 || (simd == 1 && DIRECT8 && direct8_wins(g))))
+        return dwconv_direct8(x, w, bias, y, geometry, p0, p1);
     int64_t hp = (g[12] - 1) * g[6] + (g[4] - 1) * g[8] + 1, wp = (g[13] - 1) * g[7] + (g[5] - 1) * g[9] + 1;
     hp = hp > g[10] + g[1] ? hp : g[10] + g[1];
     wp = wp > g[11] + g[2] ? wp : g[11] + g[2];
