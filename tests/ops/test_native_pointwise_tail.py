@@ -75,3 +75,34 @@ def test_a_ragged_last_panel_reads_nothing_past_x() -> None:
     finally:
         libc.mprotect(ctypes.c_void_p(base + page), ctypes.c_size_t(page), 3)
         del x
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    c=st.integers(1, 5),
+    m=st.integers(1, 20),
+    h=st.integers(3, 9),
+    w=st.integers(49, 140),  # rows of 2 to 3 panels of 48 or 64 outputs, a short last one
+    stride=st.integers(1, 2),
+    mr=st.sampled_from([0, 8]),
+)
+@settings(max_examples=30, deadline=None)
+def test_row_panels_of_wide_rows_a_block_at_a_time(seed, c, m, h, w, stride, mr) -> None:
+    """Row panels with K in one block go through an output row's panels a weight block at a time
+    (csrc/conv_direct.c): against onnxruntime, and whole, split and flat bit for bit the same."""
+    rng = np.random.default_rng(seed)
+    x, wt, b = rand(rng, 1, c, h, w), rand(rng, m, c, 3, 3), rand(rng, m)
+    wt.setflags(write=False)
+    attrs = {"kernel_shape": [3, 3], "strides": [stride, stride], "pads": [1, 1, 1, 1]}
+    (want,) = ort_run("Conv", [x, wt, b], attrs)
+    descs = [TensorDesc(a.shape, "float32") for a in (x, wt, b)]
+    rows = {"rows": 1, **({"mr": mr} if mr else {})}
+    (got,) = build_conv_direct_native(attrs, rows, descs, None)([x, wt, b], None)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    (flat,) = build_conv_direct_native(attrs, {}, descs, None)([x, wt, b], None)
+    np.testing.assert_array_equal(got, flat)
+    with pytest.MonkeyPatch.context() as mp, parallel.cpu_tokens(threading.Semaphore(2)):
+        mp.setattr("aioge.kernels.conv_algos.DIRECT_SPLIT_MACS", 0)
+        mp.setattr("aioge.kernels.conv_algos.LOCAL_PHASES_MACS", 0)  # panels cut across rows, x's phases built first
+        (split,) = build_conv_direct_native(attrs, rows, descs, None)([x, wt, b], None)
+    np.testing.assert_array_equal(split, got)
