@@ -43,6 +43,13 @@ CASES = [
         {"activation": "Swish", "activation_params": [1.0]},
         "aioge",
     ),
+    (  # K past one block on a 5x7 plane read in place: the accumulator path, its ragged panel's loads masked
+        "pointwise_deep",
+        "Conv",
+        "conv_direct_native",
+        [_rand(1, 1030, 5, 7), _rand(7, 1030, 1, 1)],
+        {},
+    ),
     (  # the same with channels in the lanes on a 7x7 plane, stored transposed
         "pointwise_t",
         "FusedConv",

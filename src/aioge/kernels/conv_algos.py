@@ -519,9 +519,8 @@ def _layout(g: ConvGeometry, tile: tuple[int, int], *, t: bool = False, rows: bo
     direct = g.kh == g.kw == 1 and g.sh == g.sw == 1 and g.unpadded
     hph, wph = (g.h, g.w) if t and direct else (g.oh + (g.kh - 1) * g.dh // g.sh, g.ow + (g.kw - 1) * g.dw // g.sw)
     q = (g.oh - 1) * wph + g.ow  # flattened positions per image, the last row's tail dropped
-    # a 1x1 kernel at stride 1 without pads reads x itself: with t always, else when no panel
-    # of NR positions reads past its end
-    in_place = direct and (t or q % 16 == 0)
+    # a 1x1 kernel at stride 1 without pads reads x itself (a ragged last panel's loads masked)
+    in_place = direct
     image = g.c * g.h * g.w if in_place else g.c * g.sh * g.sw * hph * wph + (0 if t else nr)
     if t:
         return _Layout(hph, wph, in_place, image, False, -(-(g.oh * g.ow) // mr), -(-g.m // nr))

@@ -197,11 +197,36 @@ void aioge_conv_phases_planes_f32(const float *restrict x, float *restrict xph, 
 #define TILE_ROWS MR
 #endif
 
+/* The first ``tail`` (0 < tail < VL) floats at p, zeros in the other lanes, nothing past them read:
+ * a ragged last panel's last vector (a 1x1 conv reads x in place whatever its plane's size, and
+ * the last channel's plane ends the buffer: SqueezeNet's 128->16 squeeze at 55x55, 3025 positions,
+ * had x copied into phase rows with slack for it, 287 us against 177 at 56x56). */
+static inline __attribute__((always_inline)) vf load_tail(const float *p, int64_t tail)
+{
+#if VL == 16 && defined(__AVX512F__)
+    return (vf)_mm512_maskz_loadu_ps((__mmask16)((1u << tail) - 1), p);
+#elif VL == 8 && defined(__AVX2__)
+    const __m256i lanes = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+    return (vf)_mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)tail), lanes));
+#else
+    vf v = {0};
+    for (int64_t j = 0; j < tail; j++)
+        v[j] = p[j];
+    return v;
+#endif
+}
+
+/* nv vectors of positions at b, with ``masked`` (a constant) the last one's first ``tail`` lanes only */
+#define LOAD_PANEL(bv, b, nv, masked, tail)                                                                              \
+    for (int v = 0; v < (nv); v++)                                                                                      \
+        (bv)[v] = (masked) && v == (nv) - 1 ? load_tail((b) + VL * v, (tail)) : *(const vfu *)((b) + VL * v);
+
 /* A tile of mr weight rows (MR, or MR8 for row panels over M a multiple of 8: no rows of zeros
- * computed, as MR = 6 computes 36 for 32 channels) by nv vectors of positions, over kc taps. */
+ * computed, as MR = 6 computes 36 for 32 channels) by nv vectors of positions, over kc taps;
+ * with ``masked`` the last vector holds ``tail`` positions (load_tail). */
 static inline __attribute__((always_inline)) void
 dtile_m(const int mr, int nv, int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff,
-        float *restrict c, int first)
+        float *restrict c, int first, const int masked, int64_t tail)
 {
     vf acc[TILE_ROWS][NV];
     for (int i = 0; i < mr; i++)
@@ -211,8 +236,7 @@ dtile_m(const int mr, int nv, int64_t kc, const float *restrict a, const float *
     for (int64_t k = 0; k < kc; k++) {
         const float *b = xq + koff[k];
         vf bv[NV];
-        for (int v = 0; v < nv; v++)
-            bv[v] = *(const vfu *)(b + VL * v);
+        LOAD_PANEL(bv, b, nv, masked, tail)
         for (int i = 0; i < mr; i++) {
             float s = a[k * mr + i];
             for (int v = 0; v < nv; v++)
@@ -276,8 +300,10 @@ typedef __m256 vsig;
  * spent as long on the round trip through the accumulator buffer as on its multiply-adds. */
 static inline __attribute__((always_inline)) void
 dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff,
-          float *restrict y, int64_t ldy, int64_t rows, int64_t ncols, const float *restrict bias, int act, float p0, float p1)
+          float *restrict y, int64_t ldy, int64_t rows, int64_t ncols, const float *restrict bias, int act, float p0, float p1,
+          const int masked)
 {
+    const int64_t tail = ncols % VL; /* with masked: the last vector's positions */
     vf acc[TILE_ROWS][NV];
 #pragma GCC unroll 8
     for (int i = 0; i < mr; i++)
@@ -288,8 +314,7 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
     for (int64_t k = 0; k < kc; k++) {
         const float *b = xq + koff[k];
         vf bv[NV];
-        for (int v = 0; v < nv; v++)
-            bv[v] = *(const vfu *)(b + VL * v);
+        LOAD_PANEL(bv, b, nv, masked, tail)
         for (int i = 0; i < mr; i++) {
             float s = a[k * mr + i];
             for (int v = 0; v < nv; v++)
@@ -373,12 +398,18 @@ typedef void (*dout_fn)(int64_t, const float *, const float *, const int64_t *, 
                                int64_t r, int64_t nc, const float *b, int act, float p0, float p1)                        \
     {                                                                                                                    \
         switch (act) { /* the common activations as constants: no per-vector tests, no spilled accumulators */        \
-        case ACT_NONE: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_NONE, p0, p1); break;                         \
-        case ACT_RELU: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_RELU, p0, p1); break;                         \
-        case ACT_SWISH: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_SWISH, p0, p1); break;                       \
-        case ACT_HARDSWISH: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_HARDSWISH, p0, p1); break;               \
-        default: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, act, p0, p1);                                           \
+        case ACT_NONE: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_NONE, p0, p1, 0); break;                      \
+        case ACT_RELU: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_RELU, p0, p1, 0); break;                      \
+        case ACT_SWISH: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_SWISH, p0, p1, 0); break;                    \
+        case ACT_HARDSWISH: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_HARDSWISH, p0, p1, 0); break;            \
+        default: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, act, p0, p1, 0);                                        \
         }                                                                                                                \
+    }                                                                                                                    \
+    __attribute__((unused)) static void doutm##M##_##NV(int64_t kc, const float *a, const float *xq, const int64_t *o,   \
+                                                        float *y, int64_t ldy, int64_t r, int64_t nc, const float *b,     \
+                                                        int act, float p0, float p1)                                      \
+    { /* a ragged last panel: its last vector's loads masked (one panel an image, the activation not a constant) */     \
+        dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, act, p0, p1, 1);                                                \
     }
 DOUT(6, 1)
 DOUT(6, 2)
@@ -389,16 +420,24 @@ DOUT(8, 1)
 DOUT(8, 2)
 DOUT(8, 3)
 static const dout_fn DOUTS[NV + 1] = {0, dout6_1, dout6_2, dout6_3, dout6_4};
+static const dout_fn DOUTMS[NV + 1] = {0, doutm6_1, doutm6_2, doutm6_3, doutm6_4};
 static const dout_fn DOUTS8[4] = {0, dout8_1, dout8_2, dout8_3}; /* 8 x 3 vectors: 24 accumulators, as 6 x 4 */
 #else
 static const dout_fn DOUTS[NV + 1] = {0, dout6_1, dout6_2};
+static const dout_fn DOUTMS[NV + 1] = {0, doutm6_1, doutm6_2};
 #endif
 
-typedef void (*dtile_fn)(int64_t, const float *, const float *, const int64_t *, float *, int);
+typedef void (*dtile_fn)(int64_t, const float *, const float *, const int64_t *, float *, int, int64_t);
 #define DTILE(M, NV)                                                                                                       \
-    static void dtile##M##_##NV(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f)            \
+    static void dtile##M##_##NV(int64_t kc, const float *a, const float *b, const int64_t *o, float *c, int f, int64_t t) \
     {                                                                                                                      \
-        dtile_m(M, NV, kc, a, b, o, c, f);                                                                                 \
+        (void)t;                                                                                                           \
+        dtile_m(M, NV, kc, a, b, o, c, f, 0, 0);                                                                           \
+    }                                                                                                                      \
+    __attribute__((unused)) static void dtilem##M##_##NV(int64_t kc, const float *a, const float *b, const int64_t *o,   \
+                                                         float *c, int f, int64_t t)                                   \
+    { /* the last vector's first t lanes loaded (load_tail) */                                                           \
+        dtile_m(M, NV, kc, a, b, o, c, f, 1, t);                                                                           \
     }
 DTILE(6, 1)
 DTILE(6, 2)
@@ -409,9 +448,11 @@ DTILE(8, 1)
 DTILE(8, 2)
 DTILE(8, 3)
 static const dtile_fn DTILES[NV + 1] = {0, dtile6_1, dtile6_2, dtile6_3, dtile6_4};
+static const dtile_fn DTILEMS[NV + 1] = {0, dtilem6_1, dtilem6_2, dtilem6_3, dtilem6_4};
 static const dtile_fn DTILES8[4] = {0, dtile8_1, dtile8_2, dtile8_3};
 #else
 static const dtile_fn DTILES[NV + 1] = {0, dtile6_1, dtile6_2};
+static const dtile_fn DTILEMS[NV + 1] = {0, dtilem6_1, dtilem6_2};
 #endif
 
 /* Panels per image: of NR flattened positions, or with G_ROWS of up to NR outputs of one row. */
@@ -469,15 +510,25 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
             const int64_t ncols = OW - c0 < nr ? OW - c0 : nr, nv = (ncols + VL - 1) / VL;
             const float *xq = xph + n * IMAGE + oh * WPH + c0;
             float *yq = y + n * M * P + oh * OW + c0;
+            if (kblocks == 1) { /* this output row's panels in [q, p1) a block at a time: each of its rows of y
+                                 * written in one run, not a panel's piece of each of M rows (SqueezeNet's 3->64
+                                 * 3x3 s2 stem, 3.1 MB out: 388 -> 343 us with 8-row blocks, 369 -> 349 with 6) */
+                const int64_t q1 = (q / per_row + 1) * per_row < p1 ? (q / per_row + 1) * per_row : p1;
+                for (int64_t mb = mb0; mb < mb1 && mb * mr < M; mb++)
+                    for (int64_t u = q; u < q1; u++) {
+                        const int64_t cu = u % per_row * nr, nc = OW - cu < nr ? OW - cu : nr;
+                        outs[(nc + VL - 1) / VL](K, wpack + mb * K * mr, xq + (cu - c0), koff, yq + (cu - c0) + mb * mr * P, P,
+                                                 M - mb * mr < mr ? M - mb * mr : mr, nc, bias ? bias + mb * mr : 0, act, act_p0,
+                                                 act_p1);
+                    }
+                q = q1 - 1;
+                continue;
+            }
             for (int64_t mb = mb0; mb < mb1 && mb * mr < M; mb++) {
                 const int64_t rows = M - mb * mr < mr ? M - mb * mr : mr;
                 const float *b = bias ? bias + mb * mr : 0;
-                if (kblocks == 1) {
-                    outs[nv](K, wpack + mb * K * mr, xq, koff, yq + mb * mr * P, P, rows, ncols, b, act, act_p0, act_p1);
-                    continue;
-                }
                 for (int64_t k0 = 0; k0 < K; k0 += kstep)
-                    tiles[nv](K - k0 < kstep ? K - k0 : kstep, wpack + mb * K * mr + k0 * mr, xq, koff + k0, acc, k0 == 0);
+                    tiles[nv](K - k0 < kstep ? K - k0 : kstep, wpack + mb * K * mr + k0 * mr, xq, koff + k0, acc, k0 == 0, 0);
                 for (int64_t r = 0; r < rows; r++)
                     for (int64_t j = 0; j < ncols; j++)
                         acc[r * NR + j] += b ? b[r] : 0.0f;
@@ -507,7 +558,8 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
     for (int64_t q = p0; q < p1; q++) {
         const int64_t n = q / per_image, start = (q % per_image) * NR;
         const int64_t ncols = Q - start < NR ? Q - start : NR;
-        const dtile_fn fn = DTILES[(ncols + VL - 1) / VL];
+        const int64_t tail = ncols % VL; /* a ragged panel: its last vector's loads masked, nothing past the image read */
+        const dtile_fn fn = (tail ? DTILEMS : DTILES)[(ncols + VL - 1) / VL];
         const float *xq = xph + n * IMAGE + start;
         float *yn = y + n * M * P;
         /* blocks below ``straight`` go from the registers to y (dtile_out), the last one's rows
@@ -520,7 +572,7 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
             int64_t q1 = q + 1;
             while (ncols == NR && q1 < p1 && q1 < q + group && q1 / per_image == n && Q - (q1 % per_image) * NR >= NR)
                 q1++;
-            const dout_fn out = DOUTS[(ncols + VL - 1) / VL];
+            const dout_fn out = (tail ? DOUTMS : DOUTS)[(ncols + VL - 1) / VL];
             for (int64_t mb = mb0; mb < straight; mb++)
                 for (int64_t u = 0; u < q1 - q; u++)
                     out(K, wpack + mb * K * MR, xq + u * NR, koff, yn + mb * MR * P + start + u * NR, P,
@@ -531,7 +583,7 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
         for (int64_t k0 = 0; k0 < K; k0 += kstep) {
             const int64_t kc = K - k0 < kstep ? K - k0 : kstep;
             for (int64_t mb = first; mb < mb1; mb++)
-                fn(kc, wpack + mb * K * MR + k0 * MR, xq, koff + k0, acc + (mb - mb0) * MR * NR, k0 == 0);
+                fn(kc, wpack + mb * K * MR + k0 * MR, xq, koff + k0, acc + (mb - mb0) * MR * NR, k0 == 0, tail);
         }
         const int64_t r_lo = (first - mb0) * MR, r_hi = rows < M - mb0 * MR ? rows : M - mb0 * MR;
         for (int64_t r = r_lo; r < r_hi; r++) {
