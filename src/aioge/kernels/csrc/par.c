@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "aioge.h"
+#include "spin.h"
 
 #define MAX_HELPERS 64
 #define SPIN_US 300
@@ -117,20 +118,6 @@ static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int nhelpers = -1;
 static int64_t spin_ns, wake_spin_ns;
 static int64_t desched_ns = DESCHED_NS; /* AIOGE_SPIN_DESCHED_US; 0: spin on however long descheduled */
-
-static inline void relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
 
 static _Atomic int64_t backoff_until, backoff_ns; /* no split before backoff_until; the window */
 static int64_t backoff_min_ns = BACKOFF_MIN_NS;
@@ -222,16 +209,16 @@ static void *helper_main(void *arg)
     int woken = 0;              /* the last post was aioge_par_wake's, with no job */
     for (;;) {
         uint64_t now;
-        int64_t last = now_ns();
+        int64_t last = aioge_now_ns();
         const int64_t deadline = last + (woken && wake_spin_ns > spin_ns ? wake_spin_ns : spin_ns);
         unsigned spins = 0;
         atomic_store_explicit(&h->cpu, aioge_this_cpu(), memory_order_relaxed);
         while ((now = atomic_load_explicit(&h->posted, memory_order_acquire)) == seen) {
-            relax();
+            aioge_relax();
             if ((++spins & 255) != 0)
                 continue;
             sched_yield(); /* a lane's thread on this CPU runs first: spinning holds no CPU token */
-            const int64_t t = now_ns(), gap = t - last;
+            const int64_t t = aioge_now_ns(), gap = t - last;
             last = t;
             /* Descheduled (the yield gave the CPU to another process for a slice): on a busy
              * machine a spinning helper is seldom running when a job comes, while a sleeping one
@@ -352,7 +339,7 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
         return AIOGE_EJOB;
     if (total < 0)
         return AIOGE_EGEOMETRY;
-    const int64_t t0 = split ? now_ns() : 0;
+    const int64_t t0 = split ? aioge_now_ns() : 0;
     if (t0 && t0 < atomic_load_explicit(&backoff_until, memory_order_relaxed)) {
         split = 0; /* a recent split waited for a helper another process held: run whole */
         atomic_fetch_add_explicit(&stats[2], 1, memory_order_relaxed);
@@ -384,19 +371,19 @@ int aioge_par_run(int job, const int64_t *args, int64_t total, int split)
         pthread_cond_signal(&h->cv);
         pthread_mutex_unlock(&h->mu);
     }
-    const int64_t mine = work(&s, 0), t1 = now_ns();
+    const int64_t mine = work(&s, 0), t1 = aioge_now_ns();
     unsigned spins = 0;
     while (atomic_load(&s.done) < s.nchunks) /* chunks the helper took and has not finished */
         if (++spins < 1u << 14)
-            relax();
+            aioge_relax();
         else
             sched_yield();
-    const int64_t t2 = now_ns();
+    const int64_t t2 = aioge_now_ns();
     aioge_par_backoff(t1 - t0, mine, t2 - t1, t2);
     atomic_store(&h->current, NULL);
     while (atomic_load(&h->inside)) /* the helper may still hold &s: wait until it lets go */
         if (++spins < 1u << 14)
-            relax();
+            aioge_relax();
         else
             sched_yield();
     atomic_store(&h->claimed, 0);
@@ -444,7 +431,7 @@ int aioge_par_wake(void)
 {
     if (nhelpers < 0)
         init();
-    if (now_ns() < atomic_load_explicit(&backoff_until, memory_order_relaxed))
+    if (aioge_now_ns() < atomic_load_explicit(&backoff_until, memory_order_relaxed))
         return 0;
     int woken = 0;
     for (int i = 0; i < nhelpers; i++) {

@@ -37,6 +37,7 @@
 #endif
 
 #include "aioge.h"
+#include "spin.h"
 
 #define QCAP 256     /* programs queued at most (a session lets 2 x cores runs in flight) */
 #define RUNNERS 8    /* runner threads at most */
@@ -71,13 +72,6 @@ struct queue {
     struct runner runners[RUNNERS];
 };
 
-static int64_t q_now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 /* The oldest queued record, taken off the queue; NULL when none is, or (whole_only) when the
  * oldest splits: the loop's thread must not run a long program. */
 static int64_t *q_pop(struct queue *q, int whole_only)
@@ -95,9 +89,9 @@ static int64_t *q_pop(struct queue *q, int whole_only)
 
 static void q_run(struct queue *q, int64_t *r)
 {
-    const int64_t t0 = q_now_ns();
+    const int64_t t0 = aioge_now_ns();
     const int64_t res = aioge_run_jobs((const int64_t *)(intptr_t)r[0], r[1], (int)r[4], (int64_t *)(intptr_t)r[2]);
-    *(int64_t *)(intptr_t)r[5] = q_now_ns() - t0; /* before the result: the waiter reads it after */
+    *(int64_t *)(intptr_t)r[5] = aioge_now_ns() - t0; /* before the result: the waiter reads it after */
     atomic_store_explicit((_Atomic int64_t *)(intptr_t)r[3], res, memory_order_release);
     atomic_fetch_add(&q->completed, 1); /* sequentially consistent: pairs with aioge_queue_arm */
     if (atomic_exchange(&q->armed, 0)) {
@@ -129,19 +123,17 @@ static void *q_main(void *arg)
         if (atomic_load(&q->stop))
             break; /* stopped, and every pushed program taken */
         atomic_store_explicit(&me->cpu, aioge_this_cpu(), memory_order_relaxed);
-        int64_t last = q_now_ns();
+        int64_t last = aioge_now_ns();
         const int64_t deadline = last + QSPIN_US * 1000;
         unsigned spins = 0;
         while (atomic_load(&q->head) >= atomic_load(&q->tail) && !atomic_load(&q->stop)) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
+            aioge_relax();
             if ((++spins & 255) != 0)
                 continue;
             sched_yield();
             /* past the spin, or descheduled for a slice (another process has the CPU): sleep,
              * so the next push wakes it with the scheduler's wake-up preference (as par.c) */
-            const int64_t t = q_now_ns(), gap = t - last;
+            const int64_t t = aioge_now_ns(), gap = t - last;
             last = t;
             if (t > deadline || gap > QDESCHED_NS) {
                 pthread_mutex_lock(&q->mu);

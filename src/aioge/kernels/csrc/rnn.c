@@ -28,13 +28,13 @@
 #define _GNU_SOURCE
 #include <math.h>
 #include <sched.h>
-#include <time.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "aioge.h"
 #include "mathf.h"
+#include "spin.h"
 
 #define NP 16 /* columns of a packed panel of R^T: two 8-float vectors */
 
@@ -222,20 +222,6 @@ int aioge_rnn_pack(const int64_t *geo, const float *r, float *pk, int64_t floats
 #define T_COUNT 16
 #define JOIN_NS 400000LL /* the first waits this long for the second (a Python helper thread's hop) */
 
-static inline void relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* Both threads here before either goes on (gen: this thread's count of barriers passed). */
 static void team_wait(int64_t *team, int64_t *gen)
 {
@@ -244,7 +230,7 @@ static void team_wait(int64_t *team, int64_t *gen)
     const int64_t want = 2 * ++*gen;
     __atomic_fetch_add(team + T_COUNT, 1, __ATOMIC_ACQ_REL);
     for (unsigned spins = 0; __atomic_load_n(team + T_COUNT, __ATOMIC_ACQUIRE) < want; spins++) {
-        relax();
+        aioge_relax();
         if (spins > 20000) /* the other was descheduled: let it have the CPU */
             sched_yield();
     }
@@ -257,10 +243,10 @@ static int team_join(int64_t *team, int64_t part)
     int64_t none = 0;
     if (part == 1)
         return __atomic_compare_exchange_n(team + T_STATE, &none, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ? 2 : 0;
-    const int64_t t0 = now_ns();
-    while (__atomic_load_n(team + T_STATE, __ATOMIC_ACQUIRE) == 0 && now_ns() - t0 < JOIN_NS)
+    const int64_t t0 = aioge_now_ns();
+    while (__atomic_load_n(team + T_STATE, __ATOMIC_ACQUIRE) == 0 && aioge_now_ns() - t0 < JOIN_NS)
         for (int i = 0; i < 64; i++)
-            relax();
+            aioge_relax();
     return __atomic_compare_exchange_n(team + T_STATE, &none, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ? 1 : 2;
 }
 
