@@ -23,11 +23,16 @@ from aioge.ops.registry import get_schema
 from aioge.plan.kernel import candidates_of
 from tests.ops.conftest import ort_run, rand
 
+needs_tier = pytest.mark.skipif(
+    not native.available(), reason="needs the compiled kernels (their numpy fallback has its own tests here)"
+)
+
 
 def _has_output(size: int, kernel: int, stride: int, dilation: int, begin: int, end: int) -> bool:
     return size + begin + end - (kernel - 1) * dilation - 1 >= 0
 
 
+@needs_tier
 @given(
     seed=st.integers(0, 2**16),
     n=st.integers(1, 2),
@@ -99,6 +104,7 @@ def test_depthwise_native_matches_onnxruntime_and_numpy(
 )
 @settings(max_examples=80, deadline=None)
 # an average over a window whose dilated taps all fall in the padding: 0, as onnxruntime's (was 0 / 0)
+@needs_tier
 @example(
     seed=0, n=1, c=1, h=1, w=1, kernel=(1, 2), strides=(1, 1), dilations=(1, 2), pads=(0, 1, 0, 1), ceil_mode=0, include_pad=0
 )
@@ -160,6 +166,7 @@ def test_native_pools_match_onnxruntime_and_numpy(
 _SIMD = (0, 1) if native.available() else ()
 
 
+@needs_tier
 @given(seed=st.integers(0, 2**16), c=st.integers(1, 9), h=st.integers(1, 40), w=st.integers(1, 40))
 @settings(max_examples=30, deadline=None)
 def test_native_global_max_pool_matches_onnxruntime(seed, c, h, w) -> None:
@@ -224,6 +231,7 @@ async def _compile_and_run(cache: Path) -> tuple[dict[str, str], np.ndarray, int
     return {n.op_type: n.kernel.impl for n in model.nodes}, y, model.stats.kernel_cache_hits
 
 
+@needs_tier
 @pytest.mark.anyio
 async def test_the_tuner_picks_the_native_kernels_and_a_process_without_the_tier_runs_their_cache_entries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -265,6 +273,7 @@ def _run_workload(name: str, cache: Path) -> tuple[float, set[str]]:
     return w.check(out), impls  # check raises beyond the workload's tolerance
 
 
+@needs_tier
 @pytest.mark.timeout(300)
 def test_light_shufflenet_runs_the_native_kernels_and_matches(tmp_path: Path) -> None:
     err, impls = _run_workload("shufflenet", tmp_path)
@@ -272,6 +281,7 @@ def test_light_shufflenet_runs_the_native_kernels_and_matches(tmp_path: Path) ->
     assert {"conv_depthwise_native", "pool_native"} <= impls
 
 
+@needs_tier
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", ["mobilenet_v3_small", "efficientnet_b0", "shufflenet_v2_x1_0"])
 def test_real_weights_models_run_the_native_depthwise_kernel_and_match_torch(name: str, tmp_path: Path) -> None:
@@ -307,6 +317,7 @@ def test_native_max_pool_propagates_nan_as_numpy_does_and_matches_onnxruntime_wi
     np.testing.assert_array_equal(got_clean, ort_run("MaxPool", [clean], attrs)[0])
 
 
+@needs_tier
 @given(
     seed=st.integers(0, 2**16),
     h=st.integers(1, 20),
@@ -392,6 +403,7 @@ def test_native_2x2_stride_2_pool_over_even_planes_matches_onnxruntime_whole_and
         np.testing.assert_array_equal(y, outs[0])
 
 
+@needs_tier
 @pytest.mark.parametrize("kernel", [2, 3])
 def test_native_pool_shares_its_planes_with_the_helper_and_splits_bit_equal(kernel, monkeypatch) -> None:
     import threading
