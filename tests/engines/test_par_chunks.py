@@ -53,7 +53,7 @@ def test_both_halves_hand_out_each_chunk_once() -> None:
         np.testing.assert_array_equal(_split_once(int(total)), 1)
 
 
-@pytest.mark.skipif(not native.function("aioge_par_helpers")(), reason="one core: no helper")
+@pytest.mark.skipif(native.par_run() is None or not native.function("aioge_par_helpers")(), reason="one core: no helper")
 def test_the_helper_runs_one_run_from_the_second_half() -> None:
     """The partition: chunks [0, mid) are the caller's and [mid, n) the helper's (mid the
     ceiling of half), each run in order from its start while the other steals from its end, so

@@ -17,6 +17,8 @@ from aioge.kernels.conv_algos import build_conv_direct_native, build_conv_direct
 from aioge.ops.registry import get_schema
 from tests.ops.conftest import count_splits, ort_run, rand
 
+needs_tier = pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")
+
 
 @given(
     seed=st.integers(0, 2**16),
@@ -85,6 +87,7 @@ def _matches_onnxruntime(build, seed, n, c, m, h, w, kernel, strides, dilations,
     return got
 
 
+@needs_tier
 @pytest.mark.parametrize(
     ("c", "m", "k", "stride", "pad", "size"),
     [(16, 70, 3, 1, 1, 40), (24, 13, 3, 2, 1, 33), (32, 64, 1, 1, 0, 16), (8, 20, 7, 2, 3, 50), (48, 130, 3, 1, 1, 5)]
@@ -151,6 +154,7 @@ def test_direct_t_conv_matches_onnxruntime(seed, n, c, m, h, w, kernel, strides,
     _matches_onnxruntime(build_conv_direct_t_native, seed, n, c, m, h, w, kernel, strides, dilations, pads, bias)
 
 
+@needs_tier
 @pytest.mark.parametrize(
     ("n", "c", "m", "k", "stride", "size"),
     [(1, 192, 1152, 1, 1, 7), (2, 80, 40, 1, 1, 14), (1, 64, 300, 3, 1, 7), (2, 16, 20, 3, 2, 9), (1, 96, 40, 2, 2, 13)]
@@ -210,6 +214,7 @@ def test_full_tiles_of_whole_output_rows_go_straight_to_the_output(m, kernel, pa
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@needs_tier
 def test_row_panels_are_a_candidate_where_the_phase_rows_carry_junk_columns() -> None:
     from aioge.plan.kernel import candidates_of
 

@@ -22,6 +22,8 @@ from aioge.kernels import native, parallel
 from aioge.kernels.matmul_algos import build_gemm_native, build_matmul_native, pack_columns
 from tests.ops.conftest import ort_run, rand
 
+needs_tier = pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")
+
 
 def _descs(*arrays: np.ndarray) -> list[TensorDesc]:
     return [TensorDesc(a.shape, "float32") for a in arrays]
@@ -128,6 +130,7 @@ def test_gemm_native_over_k_blocks_matches_numpy_whole_and_split(seed, m, k, n, 
     np.testing.assert_array_equal(split, whole)
 
 
+@needs_tier
 @pytest.mark.parametrize(("m", "k", "n"), [(50, 64, 300), (200, 33, 64), (7, 10, 130)])
 def test_matmul_native_shared_with_the_c_helper_matches_whole(m, k, n, monkeypatch) -> None:
     """By panels, or by 6-row blocks when there is one panel, with the helper thread."""
@@ -249,6 +252,7 @@ sys.exit(0 if ok else 3)
 """
 
 
+@needs_tier
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only")
 def test_a_process_limited_to_one_cpu_runs_native_kernels_whole() -> None:
     """The C helpers count the CPUs the process may use (taskset, cpusets), not the machine's."""
@@ -266,6 +270,7 @@ def test_ptr_is_the_first_elements_address_for_every_kind_of_array() -> None:
         assert native.ptr(a) == a.ctypes.data
 
 
+@needs_tier
 @pytest.mark.parametrize(("k", "n"), [(1, 1), (5, 64), (300, 130), (700, 200)])
 def test_pack_columns_in_c_matches_numpy_for_row_major_and_strided_weights(k, n, monkeypatch) -> None:
     """Row-major float32 weights, and transposes of row-major ones (a conv's W^T, Gemm's
@@ -288,6 +293,7 @@ def test_pack_columns_in_c_matches_numpy_for_row_major_and_strided_weights(k, n,
     assert len(in_c) == len(every)  # the last one (every other column) went through numpy
 
 
+@needs_tier
 @pytest.mark.parametrize(
     ("k", "c_shape", "alpha", "beta"),
     [
@@ -405,6 +411,7 @@ def test_every_fused_matmul_kernel_adds_the_bias_and_applies_the_activation(acti
     assert ("rows_gemm_native" in names) == native.available()
 
 
+@needs_tier
 def test_fused_matmul_rows_kernels_need_an_untransposed_a_a_matrix_b_and_a_row_bias() -> None:
     from aioge.ops.registry import get_schema
     from aioge.plan.kernel import candidates_of
@@ -429,6 +436,7 @@ def test_fused_matmul_rows_kernels_need_an_untransposed_a_a_matrix_b_and_a_row_b
             schema.infer(InferContext(descs, [None] * 3, base, 1))
 
 
+@needs_tier
 @pytest.mark.parametrize(
     ("k", "n", "c_shape", "activation"),
     [
@@ -485,6 +493,7 @@ def test_one_row_times_a_row_major_weight_runs_gemv_native_and_matches_onnxrunti
     assert jobs[0][1] == 1 and jobs[1][1] == (2 if n > 16 else 1)
 
 
+@needs_tier
 def test_gemv_native_takes_one_untransposed_row_a_row_bias_and_alpha_one() -> None:
     from aioge.ops.registry import get_schema
     from aioge.plan.kernel import candidates_of
@@ -518,6 +527,7 @@ def test_gemv_native_reads_strided_operands_through_numpy_and_runs_without_the_t
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@needs_tier
 @pytest.mark.parametrize("activation", [("", ()), ("Gelu", (1.0,)), ("Relu", ())])
 def test_fused_matmul_at_one_row_runs_rows_gemv_native_with_its_bias_and_activation(activation) -> None:
     """A transformer's FusedMatMul at one token, (1, 1, K) @ (K, N) + bias, through the

@@ -19,7 +19,10 @@ from aioge.kernels import native, parallel
 from aioge.kernels.conv_algos import _layout, build_conv_direct_native, conv_geometry
 from tests.ops.conftest import ort_run, rand
 
+needs_tier = pytest.mark.skipif(not native.available(), reason="needs the compiled kernels")
 
+
+@needs_tier
 @given(
     seed=st.integers(0, 2**16),
     n=st.integers(1, 3),

@@ -407,6 +407,8 @@ def build_reduce_mean_native(attrs: Mapping[str, Any], params: Mapping[str, Any]
     ``globalavg_native``'s C job over (kept, reduced) rows, the reduced axes moved last first by a
     strided copy when they are not. A native program's step too."""
     other = _reduce_build("mean", "stepwise")(attrs, params, ins, outs)
+    if native.par_run() is None:  # a choice stored where the compiled tier was, read where it is not
+        return other
     x_desc, noop, keep = ins[0], bool(attrs.get("noop_with_empty_axes", 0)), int(attrs.get("keepdims", 1))
     assert x_desc is not None and x_desc.shape is not None  # static shapes only
     shape = tuple(int(d) for d in x_desc.shape)
