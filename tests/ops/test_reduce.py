@@ -75,3 +75,17 @@ def test_reduce_mean_over_fed_trailing_axes_has_the_shape_they_ask_for(shape, ax
     # axes and keepdims give, as every other ReduceMean kernel's does
     x = rand(np.random.default_rng(0), *shape, low=-5, high=5)
     check_op("ReduceMean", [x, np.array(axes, dtype=np.int64)], {"keepdims": keepdims}, static=False)
+
+
+@pytest.mark.parametrize("shape, axes", [((2, 3, 4), (-2, -1)), ((3, 5), (-1,)), ((2, 3, 4), (0, 2))])
+def test_reduce_mean_native_chosen_where_the_tier_was_runs_numpy_where_it_is_not(numpy_kernels, shape, axes) -> None:
+    # a kernel cache entry naming reduce_mean_native, read by a process without the compiled tier
+    from aioge.ir.desc import TensorDesc
+    from aioge.kernels.pool_algos import build_reduce_mean_native
+
+    x = rand(np.random.default_rng(0), *shape)
+    for keep in (0, 1):
+        fed = np.array(axes, np.int64)
+        descs = [TensorDesc(shape, "float32"), TensorDesc(fed.shape, "int64")]
+        (got,) = build_reduce_mean_native({"keepdims": keep}, {}, descs, None)([x, fed], None)
+        np.testing.assert_allclose(got, x.mean(axis=axes, keepdims=bool(keep)), rtol=1e-6, atol=1e-6)
