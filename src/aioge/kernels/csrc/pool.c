@@ -343,7 +343,7 @@ AVX2 static inline __attribute__((always_inline)) void s2w8(float *y, const floa
         const __m256 o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
         const __m256 t = _mm256_permute2f128_ps(e, na, 0x21); /* e's high half, the next step's low */
         const __m256 e2 = _mm256_castsi256_ps(_mm256_alignr_epi8(_mm256_castps_si256(t), _mm256_castps_si256(e), 4));
-        const __m256 r = max_nan8(max_nan8(e, o), e2);
+        const __m256 r = max3_8(e, o, e2);
         if (q + 8 <= ow)
             _mm256_storeu_ps(y + q, r);
         else
@@ -1186,6 +1186,9 @@ static inline __attribute__((always_inline)) void same3_16(const float *x, float
     for (int64_t p = 0; p < planes; p++, x += hw, y += hw) {
         __m512 prev = fill, cur = vert3_16(x, 0, wd, hw, AVG);
         for (int64_t i = 0, t = 0; i < hw; i += 16) {
+            /* the row below, 256 values on (768x17x17 average 62.7 -> 57.0 us warm, 78.0 -> 72.0
+             * with the input evicted; the AVX2 tier lost 8x8 planes 23.7 -> 30.4) */
+            _mm_prefetch((const char *)(x + i + wd + 256), _MM_HINT_T0);
             const __m512 next = i + 16 < hw ? vert3_16(x, i + 16, wd, hw, AVG) : fill;
             const __m512 l = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(cur), _mm512_castps_si512(prev), 15)),
                          r = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(next), _mm512_castps_si512(cur), 1));
