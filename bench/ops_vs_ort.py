@@ -13,7 +13,8 @@ eight planes at a time up to about 90x90, else the flat-phase form) and as built
 program as one unsplit C call the same way. onnxruntime: ``enable_profiling``, sequential, 1 and
 2 intra-op threads, the median of each node's kernel time summed per op type (wall time of the
 node: on a loaded machine it counts time the thread was descheduled), and the session's
-process CPU per run. Models and feeds are the bench cache's (``bench/twocore.py``).
+process CPU per run. Each round runs aioge's pass and then one run of each onnxruntime
+session (their pool threads not spinning), so both sides see the same load on a shared machine. Models and feeds are the bench cache's (``bench/twocore.py``).
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def median_thread_us(fn, n: int, setups) -> list[float]:  # type: ignore[no-unty
     return [statistics.median(t) / 1e3 for t in ts]
 
 
-async def aioge_side(name: str, n: int, cache: str):  # type: ignore[no-untyped-def]
+async def aioge_side(name: str, n: int, cache: str, between):  # type: ignore[no-untyped-def]
     s, feeds = await session_for(name, cache)
+    ort_round = between(feeds)
     prog = programs()[0]
     _, calls = prog._keep
     par, simd = native.par_run(), native.function("aioge_simd_avx2")
@@ -64,6 +66,7 @@ async def aioge_side(name: str, n: int, cache: str):  # type: ignore[no-untyped-
                 t = time.thread_time_ns()
                 par(c.job, c.addr, c.total, 0)
                 times[side][i].append(time.thread_time_ns() - t)
+        ort_round()  # onnxruntime's runs interleaved with aioge's passes: both see the same load
     per: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
     pools = []  # (key, geometry, us as built) of each pool job in program order
     for i, c in enumerate(calls):
@@ -101,22 +104,34 @@ async def aioge_side(name: str, n: int, cache: str):  # type: ignore[no-untyped-
 _KIND = {"MaxPool": "max", "AveragePool": "avg", "GlobalAveragePool": "gavg", "GlobalMaxPool": "global"}
 
 
-def ort_side(name: str, feeds, n: int) -> list[dict]:  # type: ignore[no-untyped-def]
-    """Prints the per-op-type profile; returns, per thread count, each pool node's median by key, in order."""
-    nodes: list[dict] = []
+def ort_sessions(name: str, feeds):  # type: ignore[no-untyped-def]
+    """onnxruntime at 1 and 2 intra-op threads, profiled, warmed; returns (one round: a run of
+    each, timed in process CPU, the sessions, their CPU lists)."""
+    sessions, cpu = [], [[], []]
     for threads in (1, 2):
         so = ort.SessionOptions()
         so.enable_profiling, so.intra_op_num_threads = True, threads
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.profile_file_prefix = os.path.join(tempfile.gettempdir(), f"ops_vs_ort_{name}")
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no spinner beside aioge's passes
+        so.profile_file_prefix = os.path.join(tempfile.gettempdir(), f"ops_vs_ort_{name}_{threads}")
         sess = ort.InferenceSession(str(twocore.MODELS / f"{name}.onnx"), so, providers=["CPUExecutionProvider"])
         for _ in range(10):
             sess.run(None, feeds)
-        cpu = []
-        for _ in range(n):
+        sessions.append(sess)
+
+    def round_() -> None:
+        for k, sess in enumerate(sessions):
             t = time.process_time()
             sess.run(None, feeds)
-            cpu.append(time.process_time() - t)
+            cpu[k].append(time.process_time() - t)
+
+    return round_, sessions, cpu
+
+
+def ort_side(name: str, sessions, cpus) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Prints the per-op-type profile; returns, per thread count, each pool node's median by key, in order."""
+    nodes: list[dict] = []
+    for threads, sess, cpu in zip((1, 2), sessions, cpus):
         path = sess.end_profiling()
         with open(path) as f:
             events = json.load(f)
@@ -182,8 +197,14 @@ def main() -> None:
     for m in a.models.split(","):
         if m.endswith(".onnx"):
             twocore.MODELS, m = Path(m).parent, Path(m).stem
-        feeds, pools = asyncio.run(aioge_side(m, a.n, a.cache))
-        pool_table(pools, ort_side(m, feeds, a.n))
+        got: dict = {}
+
+        def between(feeds, m=m):  # type: ignore[no-untyped-def]
+            got["round"], got["sessions"], got["cpu"] = ort_sessions(m, feeds)
+            return got["round"]
+
+        _, pools = asyncio.run(aioge_side(m, a.n, a.cache, between))
+        pool_table(pools, ort_side(m, got["sessions"], got["cpu"]))
 
 
 if __name__ == "__main__":

@@ -585,6 +585,30 @@ def test_native_max_pool_three_columns_at_stride_two_matches_numpy_whole_and_spl
         np.testing.assert_array_equal(split, want, err_msg=f"split simd {simd} {attrs}")
 
 
+@given(
+    seed=st.integers(0, 2**16),
+    planes=st.sampled_from([1, 2, 3, 5, 17]),
+    h=st.integers(1, 70),
+    w=st.integers(1, 70),
+    include_pad=st.integers(0, 1),
+    special=st.sampled_from([None, np.nan, np.inf, -np.inf]),
+)
+@example(seed=1, planes=3, h=17, w=17, include_pad=1, special=None)
+@example(seed=2, planes=5, h=8, w=8, include_pad=1, special=np.nan)
+@example(seed=3, planes=2, h=35, w=35, include_pad=0, special=-np.inf)
+@example(seed=4, planes=3, h=64, w=64, include_pad=0, special=None)  # the largest plane of the one-pass form
+@example(seed=5, planes=2, h=65, w=64, include_pad=1, special=None)  # past it: the 16-column pass
+@example(seed=6, planes=17, h=7, w=7, include_pad=0, special=np.nan)
+@settings(max_examples=60, deadline=None)
+def test_native_same_3x3_pools_match_numpy_whole_split_and_in_every_pass(seed, planes, h, w, include_pad, special) -> None:
+    """3x3, stride 1, pads 1 (pool.c's same3: each plane a flat run of vectors, the window rows
+    reduced down and the kernel columns taken from the neighbouring vectors in registers) on odd
+    and small planes (a row shorter than a vector, one row, one column), count_include_pad, NaN
+    and infinities: numpy's bits (max), rounding (average), the same bits in every pass, whole
+    and split."""
+    _check_pools(seed, planes, (h, w), ((3, 3), (1, 1, 1, 1), (1, 1)), 1, include_pad, 0, special)
+
+
 def _check_pools(seed, planes, hw, window, stride, include_pad, ceil_mode, special) -> None:  # type: ignore[no-untyped-def]
     import threading
 
