@@ -48,7 +48,7 @@ def _prototypes() -> dict[str, tuple[object, tuple[object, ...]]]:
 def test_abi_job_numbers_and_codes_are_the_headers() -> None:
     assert int(re.search(r"#define AIOGE_ABI (\d+)", HEADER).group(1)) == native.ABI  # type: ignore[union-attr]
     jobs = _enum("aioge_job")
-    assert jobs.pop("AIOGE_NJOBS") == len(jobs) == 32
+    assert jobs.pop("AIOGE_NJOBS") == len(jobs) == 33
     assert jobs == {k: getattr(native, k) for k in dir(native) if k.startswith("JOB_")}
     acts = _enum("aioge_act")
     assert {k.removeprefix("ACT_").replace("_", "").lower(): v for k, v in acts.items()} == {

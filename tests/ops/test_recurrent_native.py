@@ -6,7 +6,9 @@ drawn alphas and betas."""
 
 from __future__ import annotations
 
+import ctypes
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -111,51 +113,92 @@ def _check(op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any], layo
         )
 
 
+def _job() -> Any:
+    """csrc/jobs.c's aioge_job(job, args, lo, hi): one call of a job over part of its range."""
+    fn = native.lib().aioge_job  # type: ignore[union-attr]
+    fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64], ctypes.c_int
+    return fn
+
+
+def _runner(how: str, delay_us: int) -> Any:
+    """``split_native`` as the recurrence calls it, run ``how``: whole in one call; split by
+    par.c (its helper may or may not come); the two parts in turn (the caller's first, its
+    partner absent until it is done, or the partner's first); or the partner on a thread of
+    its own started ``delay_us`` after the caller began (joining at whatever stage it finds)."""
+    job, par = _job(), native.par_run()
+
+    def run(par_run: Any, job_id: int, args: int, total: int, *, worth: bool = True) -> int:
+        assert job_id == native.JOB_RNN
+        if how in ("whole", "split") or total == 1:
+            assert par(job_id, args, total, int(how == "split")) > 0
+            return 1
+        if how != "thread":
+            for lo in (0, 1) if how == "caller_first" else (1, 0):
+                assert job(job_id, args, lo, lo + 1) == 0
+            return 2
+        codes: list[int] = []
+
+        def partner() -> None:
+            time.sleep(delay_us / 1e6)
+            codes.append(job(job_id, args, 1, 2))
+
+        t = threading.Thread(target=partner)
+        t.start()
+        codes.append(job(job_id, args, 0, 1))
+        t.join()
+        assert codes == [0, 0]
+        return 2
+
+    return run
+
+
 @pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
 @given(case=_cases(), layout=st.integers(0, 1))
 @settings(max_examples=150, deadline=None)
 def test_compiled_recurrence_matches_onnxruntime(case: Any, layout: int) -> None:
     op, inputs, attrs = case
     calls: list[int] = []
-    real = krnn._native()
-    assert real is not None
+    real = krnn.split_native
 
-    def counted(*args: Any) -> int:
-        calls.append(1)
-        return int(real[2](*args))
+    def counted(*args: Any, **kw: Any) -> int:
+        calls.append(args[1])
+        return int(real(*args, **kw))
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(krnn, "_native", lambda: (real[0], real[1], counted))
+        mp.setattr(krnn, "split_native", counted)
         _check(op, inputs, attrs, layout)
-    assert calls, "the kernel did not run the compiled recurrence"
+    assert calls and set(calls) == {native.JOB_RNN}, "the kernel did not run the compiled recurrence"
 
 
 @pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
-@given(case=_cases(), layout=st.integers(0, 1), late=st.booleans())
-@settings(max_examples=80, deadline=None)
-def test_two_threads_sharing_each_step_match_onnxruntime(case: Any, layout: int, late: bool) -> None:
-    """Each direction's steps split by hidden units over two threads (a barrier a step), the two
-    parts at once; or the helper's part late, so the caller runs the whole layer alone."""
+@given(
+    case=_cases(),
+    layout=st.integers(0, 1),
+    team=st.booleans(),
+    how=st.sampled_from(["split", "caller_first", "helper_first", "thread"]),
+    delay_us=st.sampled_from([0, 20, 200, 1000]),
+)
+@settings(max_examples=120, deadline=None)
+def test_the_job_whole_split_or_with_a_late_partner_matches_onnxruntime(
+    case: Any, layout: int, team: bool, how: str, delay_us: int
+) -> None:
+    """JOB_RNN in either form (a direction per part, or both parts sharing each step by hidden
+    units with claimed halves) run whole, split by par.c, or with the partner late, absent until
+    the caller is done, or first: onnxruntime's results, and bit for bit the whole run's."""
     op, inputs, attrs = case
-    teams: list[bool] = []
-
-    def split(total: int, fn: Any, *, worth: bool = True) -> int:
-        teams.append(total == 2)
-        helper = threading.Thread(target=fn, args=(1, 2))
-        if not late:
-            helper.start()
-        fn(0, 1)
-        if late:
-            helper.start()
-        helper.join()
-        return 2
-
+    if layout:
+        inputs = [_batch_major(v, i) if i in (0, 5, 6) else v for i, v in enumerate(inputs)]
+    kw = {**attrs, "layout": layout}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(krnn, "_TEAM_MACS", 0)
+        mp.setattr(krnn, "_TEAM_MACS", 0 if team else 1 << 62)
         mp.setattr(krnn, "_TEAM_R_BYTES", -1)
-        mp.setattr(krnn, "split_range", split)
-        _check(op, inputs, attrs, layout)
-    assert teams and all(teams), "the two parts did not run as a team"
+        mp.setattr(krnn, "split_native", _runner("whole", 0))
+        whole = krnn.kernel(op).build(kw, {}, [], [None] * _OUTPUTS[op])(inputs, None)
+        mp.setattr(krnn, "split_native", _runner(how, delay_us))
+        got = krnn.kernel(op).build(kw, {}, [], [None] * _OUTPUTS[op])(inputs, None)
+        for g, w in zip(got, whole):
+            np.testing.assert_array_equal(g, w, err_msg=f"{op} {how} against whole ({attrs}, layout {layout})")
+        _check(op, case[1], attrs, layout)
 
 
 @given(case=_cases(), layout=st.integers(0, 1))
@@ -177,58 +220,42 @@ def test_sequence_lengths_out_of_range_are_refused(rng: np.random.Generator) -> 
 
 @pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
 def test_compiled_recurrence_packs_r_and_refuses_bad_geometry() -> None:
-    floats, pack, run = krnn._native()
-    p = native.ptr
+    floats, pack, _, shared = krnn._native()
+    job, p = _job(), native.ptr
     good = [2, 4, 1, 2, 1, 0, 0, 0, 0, 8, 8, 2, 2, 2, 2, 1, 1, 2, 1, 1]  # LSTM seq 4 batch 1 hidden 2
     geo = np.array(good, np.int64)
     assert floats(p(geo)) == 128  # a panel of 16 units per gate (2 of them real) by 2 rows
+    assert shared(p(geo)) == 16 + 4 * 16  # the rows (6 floats, to 16), the products (4 gates of 16)
     r = np.arange(16, dtype=np.float32).reshape(1, 8, 2)
     pk = native.aligned_empty((128,), np.float32)
     assert pack(p(geo), p(r), p(pk), 127) < 0  # too short
     assert pack(p(geo), p(r), p(pk), 128) == 0
     want = np.pad(r[0].reshape(4, 2, 2).transpose(0, 2, 1), ((0, 0), (0, 0), (0, 14)))  # gate g: its R^T, zeros past 2 units
     np.testing.assert_array_equal(pk.reshape(4, 2, 16), want)
-    fp, xw, st, hs = np.zeros(13, np.float32), np.zeros(32, np.float32), np.zeros(8, np.float32), np.zeros(6, np.float32)
+    fp, xw, st_, hs = np.zeros(13, np.float32), np.zeros(32, np.float32), np.zeros(8, np.float32), np.zeros(80, np.float32)
+    team = np.zeros(32, np.int64)
 
-    def call(g: np.ndarray, pk_floats: int = 128, lens: np.ndarray | None = None, d1: int = 1) -> int:
-        lp = None if lens is None else p(lens)
-        return int(run(p(g), p(fp), p(xw), p(pk), pk_floats, None, None, lp, p(st), p(st), p(st), 0, d1, p(hs), None, 0))
+    def call(g: np.ndarray, lo: int = 0, hi: int = 1, **slots: Any) -> int:
+        a = dict(geo=p(g), fp=p(fp), xw=p(xw), pk=p(pk), pk_floats=128, y=p(st_), h=p(st_), c=p(st_), hs=p(hs), hs_floats=80)
+        a.update(slots)
+        order = ["geo", "fp", "x", "w", "in", "rows", "sgemm", "wide", "xw", "pk", "pk_floats", "bias", "peep", "lens"]
+        args = np.array([a.get(k, 0) or 0 for k in order + ["y", "h", "c", "hs", "hs_floats", "team"]], np.int64)
+        return int(job(native.JOB_RNN, p(args), lo, hi))
 
     assert call(geo) == 0
+    assert call(geo, 0, 2, team=p(team)) == 0  # the two parts in one call
     for slot, bad in ((0, 3), (1, -1), (3, -2), (4, 3), (14, 11), (9, -8)):
         g = geo.copy()
         g[slot] = bad
-        assert floats(p(g)) < 0 and pack(p(g), p(r), p(pk), 32) < 0 and call(g) < 0, (slot, bad)
-    assert call(geo, lens=np.array([5], np.int64)) < 0  # a length past seq
-    assert call(geo, d1=2) < 0  # a direction it has not
+        assert floats(p(g)) < 0 and shared(p(g)) < 0 and pack(p(g), p(r), p(pk), 32) < 0 and call(g) < 0, (slot, bad)
+    assert call(geo, lens=p(np.array([5], np.int64))) < 0  # a length past seq
+    assert call(geo, 0, 2) < 0  # a direction it has not
+    assert call(geo, 0, 3, team=p(team)) < 0 and call(geo, 1, 1, team=p(team)) < 0  # parts it has not
     assert call(geo, pk_floats=127) < 0  # a short packed R
-    assert run(p(geo), p(fp), p(xw), p(pk), 128, None, None, None, p(st), p(st), p(st), 0, 1, None, None, 0) < 0  # no hs
+    assert call(geo, hs=0) < 0 and call(geo, hs_floats=79) < 0  # no shared rows, too few
+    assert call(geo, sgemm=1, x=0, w=0) < 0  # a projection without its operands
     geo[1] = 0  # seq 0: nothing to do, nothing read
-    assert run(p(geo), p(fp), None, None, 0, None, None, None, None, None, None, 0, 1, None, None, 0) == 0
-
-
-@pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
-@pytest.mark.parametrize("helper_first", [False, True])
-def test_each_direction_runs_once_whichever_thread_takes_it(
-    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, helper_first: bool
-) -> None:
-    """A helper that starts after the caller finished direction 0 finds direction 1 taken (the
-    caller ran it instead of waiting); one that starts first runs it, and the caller does not."""
-
-    def split(total: int, fn: Any, *, worth: bool = True) -> int:
-        for lo, hi in [(1, 2), (0, 1)] if helper_first else [(0, 1), (1, 2)]:
-            fn(lo, hi)
-        return 2
-
-    real, ran = krnn._native(), []
-    monkeypatch.setattr(krnn, "split_range", split)
-    monkeypatch.setattr(krnn, "_native", lambda: (real[0], real[1], lambda *a: ran.append(a[-5]) or real[2](*a)))
-    ins = [rand(rng, 5, 3, 4), rand(rng, 2, 20, 4), rand(rng, 2, 20, 5), rand(rng, 2, 40)]
-    attrs = {"hidden_size": 5, "direction": "bidirectional"}
-    got = krnn.kernel("LSTM").build(attrs, {}, [], [None] * 3)(ins, None)
-    assert sorted(ran) == [0, 1]
-    for g, w in zip(got, krnn.lstm(*ins, **attrs)):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert call(geo, xw=0, pk=0, pk_floats=0, y=0, h=0, c=0, hs=0) == 0
 
 
 @pytest.mark.parametrize("compiled", [True, False])

@@ -74,6 +74,7 @@ __all__ = [
     "JOB_GATHER_ELEMENTS",
     "JOB_WINOGRAD",
     "JOB_IRB",
+    "JOB_RNN",
     "EW_CAST",
     "EW_AND",
     "EW_OR",
@@ -114,6 +115,7 @@ JOB_ELEMWISE, JOB_GATHER = 25, 26
 JOB_CUMULATIVE, JOB_ARG_REDUCE, JOB_GATHER_ELEMENTS = 27, 28, 29
 JOB_WINOGRAD = 30
 JOB_IRB = 31
+JOB_RNN = 32
 
 # The activation codes of aioge.h's ``enum aioge_act``, by op name (the one Python copy:
 # ``native_rows`` and the convolutions' epilogues read them here).
@@ -129,7 +131,7 @@ ERRORS = {
 }
 
 # aioge.h's AIOGE_ABI, which ``aioge_native_abi()`` returns: bumped with every change to it.
-ABI = 28
+ABI = 29
 
 _P, _I64, _INT, _F, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_int32, ctypes.c_size_t
 # Every C function Python calls: (result type, argument types), as aioge.h declares them.
@@ -158,7 +160,7 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "aioge_queue_free": (None, (_P,)),
     "aioge_rnn_packed_floats": (_I64, (_P,)),
     "aioge_rnn_pack": (_INT, (_P, _P, _P, _I64)),
-    "aioge_rnn": (_INT, (_P, _P, _P, _P, _I64, _P, _P, _P, _P, _P, _P, _I64, _I64, _P, _P, _I64)),
+    "aioge_rnn_shared_floats": (_I64, (_P,)),
     "aioge_simd_avx2": (_INT, (_INT,)),
     "aioge_qgemm_packed": (_I64, (_I64, _I64)),
     "aioge_qgemm_pack": (_INT, (_P, _INT, _I64, _I64, _I64, _I64, _P, _I64, _P, _I64)),

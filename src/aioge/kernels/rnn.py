@@ -8,17 +8,17 @@ zeros to Y, as ONNX specifies; a sample of length 0 ends with zero states, as on
 gives. Activation alphas and betas go, in order, to the functions that take one (as
 onnxruntime reads them). Arithmetic is in the input's dtype (float32 stays float32).
 
-With the compiled tier (chosen when the kernel is built), float32 recurrences run in C
-(``csrc/rnn.c``): the projection stays one GEMM here, each step's product with R^T and its
-gates are one C pass, and the two directions of a bidirectional layer run on two cores when
-an idle one can be taken (``kernels.parallel.split_range``), or, when a direction's R^T is
-past a core's L2 (or there is one direction), both cores share each step by hidden units.
+With the compiled tier (chosen when the kernel is built), float32 recurrences run in C as one
+``JOB_RNN`` (``csrc/rnn.c``, split by ``csrc/par.c``'s C helper): the projection X W^T (through
+the BLAS numpy links), then each step's product with R^T and its gates; the two directions of a
+bidirectional layer on two cores when an idle one can be taken, or, when a direction's R^T is
+past a core's L2 (or there is one direction), both cores sharing each step by hidden units,
+each stage's halves claimed so a partner that is late or away costs the caller no wait.
 The numpy loop is the fallback.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -27,7 +27,7 @@ from aioge.kernels import native
 from aioge.kernels.base import into
 from aioge.kernels.contract import KernelImpl, RunFn
 from aioge.kernels.conv_algos import WeightDerived
-from aioge.kernels.parallel import matmul_2d, split_range
+from aioge.kernels.parallel import matmul_2d, split_native
 
 __all__ = ["ACTIVATIONS", "gru", "kernel", "lstm", "rnn"]
 
@@ -295,9 +295,9 @@ _OPS: dict[str, tuple[Callable[..., tuple[np.ndarray, ...]], int, int, list[str]
 }
 _CODES = {name: i for i, name in enumerate(ACTIVATIONS)}  # rnn.c's A_* codes, in the same order
 _GEO = 20  # aioge.h's RNN_GEO
-# From this many multiply-adds (both directions) a bidirectional layer's second direction is
-# worth a helper thread's hop (tens of microseconds).
-_SPLIT_MACS = 1 << 22
+# From this many multiply-adds (projection and steps, both directions) a layer is worth a C
+# helper's hop (par.c: a microsecond when it spins, tens when it sleeps).
+_SPLIT_MACS = 1 << 20
 # A step's multiply-adds from which both cores share each step (a barrier per step), and the
 # bytes of one direction's R^T past which a bidirectional layer runs so rather than a direction
 # per core (each core then streams its R^T from L3 every step).
@@ -306,11 +306,13 @@ _TEAM_R_BYTES = 3 << 19
 
 
 def _native() -> Any:
-    """(packed_floats, pack, run): csrc/rnn.c's entry points, or None without the compiled tier."""
+    """(packed_floats, pack, par_run, shared_floats): csrc/rnn.c's entry points and par.c's, or
+    None without the compiled tier."""
     fns = (
         native.function("aioge_rnn_packed_floats"),
         native.function("aioge_rnn_pack"),
-        native.function("aioge_rnn"),
+        native.par_run(),
+        native.function("aioge_rnn_shared_floats"),
     )
     return None if None in fns else fns
 
@@ -347,12 +349,14 @@ def _run_native(
     dirs, seq, batch, n = s.directions, s.seq, s.batch, s.hidden
     gh = _OPS[op][1] * n
     bias, peep = (None if v is None else np.ascontiguousarray(v, np.float32) for v in (b, p))
-    for name, v, shape in (("R", r, (dirs, gh, n)), ("B", bias, (dirs, 2 * gh)), ("P", peep, (dirs, 3 * n))):
+    shapes = (("W", w, (dirs, gh, x.shape[-1])), ("R", r, (dirs, gh, n)), ("B", bias, (dirs, 2 * gh)), ("P", peep, (dirs, 3 * n)))
+    for name, v, shape in shapes:
         if v is not None and v.shape != shape:
             raise ValueError(f"{name} must have shape {shape}, got {v.shape}")
     x, w = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(w, np.float32)
     xw = np.empty(x.shape[:2] + (dirs * gh,), np.float32)
-    if xw.size:
+    blas = native.sgemm() if x.size else None
+    if xw.size and blas is None:  # no BLAS to call from C (or no inputs): the projection here
         matmul_2d(x.reshape(-1, x.shape[2]), w.reshape(dirs * gh, -1).T, xw.reshape(-1, dirs * gh))
     y_shape = (batch, seq, dirs, n) if s.layout else (seq, dirs, batch, n)
     y = y_out if y_out is not None and y_out.shape == y_shape and native.f32c(y_out) else np.empty(y_shape, np.float32)
@@ -374,30 +378,18 @@ def _run_native(
             geo[14 + 3 * d + slot] = _CODES[name]
             fp[1 + 6 * d + 2 * slot : 3 + 6 * d + 2 * slot] = a, bb
     pk = pack(r)
-    c = states[1] if op == "LSTM" else None
-    args = [_addr(v) for v in (geo, fp, xw, pk)] + [pk.size] + [_addr(v) for v in (bias, peep, lens, y, states[0], c)]
-    hs = np.empty(3 * dirs * batch * n, np.float32)  # the C steps' shared hidden rows
+    hs = native.aligned_empty((max(int(fns[3](native.ptr(geo))), 16),), np.float32, 64)  # the steps' shared rows
     # one direction at a time on both cores, each its half of the hidden units (per-step
-    # barriers), when a direction's R^T is more than a core's L2 holds or there is one direction
+    # claims), when a direction's R^T is more than a core's L2 holds or there is one direction
     together = batch * gh * n >= _TEAM_MACS and (dirs == 1 or gh * n * 4 > _TEAM_R_BYTES)
-    team = np.zeros(32, np.int64)
-    second = threading.Lock()  # taken by whichever thread runs the second direction
-
-    def call(d0: int, d1: int, part: int = 0, shared: np.ndarray | None = None) -> None:
-        if fns[2](*args, d0, d1, _addr(hs), _addr(shared), part) < 0:
-            raise MemoryError(f"{op}: the compiled recurrence found no memory for its scratch (or bad geometry {geo.tolist()})")
-
-    def parts(lo: int, hi: int) -> None:
-        """Together: the whole run alone, or part lo of the team. Else direction 0 when lo is
-        0; then the second one, unless the other thread has it. The caller takes it back from a
-        helper that has not started (on a busy machine it may wait long for a core)."""
-        if together:
-            return call(0, dirs, lo, team if hi - lo == 1 else None)
-        for d in range(lo, dirs):
-            if d == 0 or second.acquire(blocking=False):
-                call(d, d + 1)
-
-    split_range(2 if together else dirs, parts, worth=seq * batch * gh * n >= _SPLIT_MACS)
+    team = np.zeros(32, np.int64) if together else None
+    c = states[1] if op == "LSTM" else None
+    # JOB_RNN's argument block, in aioge.h's RJ_ order (an array its address, 0 for None)
+    a = [geo, fp, None if blas is None else x, w, x.shape[2], seq * batch, *(blas or (0, 0)), xw, pk, pk.size, bias, peep]
+    a += [lens, y, states[0], c, hs, hs.size, team]
+    args = np.array([_addr(v) or 0 if v is None or isinstance(v, np.ndarray) else v for v in a], np.int64)
+    worth = seq * batch * gh * (n + x.shape[2]) >= _SPLIT_MACS
+    split_native(fns[2], native.JOB_RNN, native.ptr(args), 2 if together else dirs, worth=worth)
     for v in states:
         v[:, lens == 0] = 0
     return (y, *(np.swapaxes(v, 0, 1) if s.layout else v for v in states))

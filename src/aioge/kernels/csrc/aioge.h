@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define AIOGE_ABI 28
+#define AIOGE_ABI 29
 
 enum aioge_error {
     AIOGE_OK = 0,
@@ -61,7 +61,8 @@ enum aioge_job {
     JOB_GATHER_ELEMENTS = 29,
     JOB_WINOGRAD = 30,
     JOB_IRB = 31,
-    AIOGE_NJOBS = 32,
+    JOB_RNN = 32,
+    AIOGE_NJOBS = 33,
 };
 
 /* The activations the C kernels apply (norm.c computes them; the convolutions of dwconv.c and
@@ -201,13 +202,15 @@ int64_t aioge_rnn_packed_floats(const int64_t *geo);
  * geometry or a short pk. */
 int aioge_rnn_pack(const int64_t *geo, const float *r, float *pk, int64_t floats);
 
-/* Runs directions [d0, d1) of one recurrent layer (hs: 3 * directions * batch * hidden floats of
- * scratch); with team (32 zeroed int64s shared by two calls, part 0 and 1) the two calls share
- * each step's hidden units, or part 0 runs alone if part 1 comes late. 0 on success, negative on
- * bad geometry (-1) or no memory for scratch (-2). */
-int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float *pk, int64_t pk_floats, const float *bias,
-              const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1, float *hs,
-              int64_t *team, int64_t part);
+/* JOB_RNN (rnn.c: a recurrent layer, its input projection included): its argument slots, then
+ * the job (range: directions, or with a team block the two parts sharing each step) and the
+ * floats of its shared rows (RJ_HS) for every direction, or -1 on a bad geometry. */
+enum {
+    RJ_GEO, RJ_FP, RJ_X, RJ_W, RJ_IN, RJ_ROWS, RJ_SGEMM, RJ_WIDE, RJ_XW, RJ_PK, RJ_PK_FLOATS, RJ_BIAS, RJ_PEEP, RJ_LENS,
+    RJ_Y, RJ_H, RJ_C, RJ_HS, RJ_HS_FLOATS, RJ_TEAM, RJ_ARGS
+};
+int aioge_rnn_job(const int64_t *args, int64_t lo, int64_t hi);
+int64_t aioge_rnn_shared_floats(const int64_t *geo);
 
 /* pool.c: 2-D max and average pools (geometry: POOL_GEO slots, pool.c's G_*), ind NULL or
  * MaxPool's Indices; aioge_simd_avx2: whether pool.c and dwconv.c run AVX2 (force 0 or 1: plain

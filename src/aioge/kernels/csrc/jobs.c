@@ -752,7 +752,7 @@ static const job_fn JOBS[] = {
     [JOB_LOWP_GEMM] = job_lowp_gemm, [JOB_LOWP_ROUND] = job_lowp_round,
     [JOB_ELEMWISE] = job_elemwise,   [JOB_GATHER] = job_gather,
     [JOB_CUMULATIVE] = aioge_cumulative, [JOB_ARG_REDUCE] = aioge_arg_reduce, [JOB_GATHER_ELEMENTS] = aioge_gather_elements,
-    [JOB_WINOGRAD] = job_winograd,   [JOB_IRB] = aioge_irb,
+    [JOB_WINOGRAD] = job_winograd,   [JOB_IRB] = aioge_irb,       [JOB_RNN] = aioge_rnn_job,
 };
 _Static_assert(sizeof JOBS / sizeof JOBS[0] == AIOGE_NJOBS, "a job of aioge.h has no entry in JOBS");
 

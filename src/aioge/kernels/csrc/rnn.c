@@ -1,20 +1,21 @@
 /* ONNX RNN, GRU and LSTM in float32: the recurrence over time steps, one direction at a time.
  *
- * The caller (aioge.kernels.rnn) has computed the input projection X W^T of every time step as
- * one GEMM (xw: a row of D * G * H values per (t, b), direction d at column d * G * H); here each
- * step is the product of the batch's hidden rows with R^T, packed once per weight into panels
- * of 16 columns, a panel being one gate's columns for a block of 16 hidden units (pk[ub][g][k][16],
- * zero past H), followed by the gates of each row in a few vectorised passes over the units while
- * they sit in L1. Rows past their sequence length keep their state and write zeros to Y, as ONNX
- * says; a reverse direction reads each row's steps from its own length backwards.
+ * JOB_RNN (below) computes the input projection X W^T of every time step (xw: a row of D * G * H
+ * values per (t, b), direction d at column d * G * H) through the BLAS numpy links, unless the
+ * caller did; then each step is the product of the batch's hidden rows with R^T, packed once per
+ * weight into panels of 16 columns, a panel being one gate's columns for a block of 16 hidden
+ * units (pk[ub][g][k][16], zero past H), followed by the gates of each row in a few vectorised
+ * passes over the units while they sit in L1. Rows past their sequence length keep their state
+ * and write zeros to Y, as ONNX says; a reverse direction reads each row's steps from its own
+ * length backwards.
  *
- * Two threads may share each step of a direction (aioge_rnn's team): each takes half of the
- * unit blocks, so half of R^T's panels and all of those units' gates, and they meet at a barrier
- * once a step (twice for GRU without linear_before_reset, whose candidate needs every unit's r h)
- * with the step's hidden rows double-buffered in hs. A direction's R^T of more than a core's L2
- * (4 MB for LSTM at H 512) streamed from L3 every step at 161 us; halved, each core's half mostly
- * stays in its L2 (onnxruntime splits a step's GEMM over its threads the same way): bidirectional
- * LSTM, batch 1, 512 steps, H 512 went 80 -> 39 ms (ort 43).
+ * Two threads may share each step of a direction (the job's team form): each takes half of the
+ * unit blocks, so half of R^T's panels and all of those units' gates, meeting once a step (twice
+ * for GRU without linear_before_reset, whose candidate needs every unit's r h) with the step's
+ * hidden rows double-buffered in hs. A direction's R^T of more than a core's L2 (4 MB for LSTM
+ * at H 512) streamed from L3 every step at 161 us; halved, each core's half mostly stays in its
+ * L2 (onnxruntime splits a step's GEMM over its threads the same way): bidirectional LSTM,
+ * batch 1, 512 steps, H 512 went 80 -> 39 ms (ort 43).
  *
  * Geometry (aioge.h's RNN_ slots): cell (0 RNN, 1 GRU, 2 LSTM), seq, batch, hidden, directions,
  * reverse (direction 0 runs backwards: "reverse"), linear_before_reset, input_forget, has_clip,
@@ -96,7 +97,7 @@ static void pack(const float *r, int64_t n, int64_t g0, int64_t G, float *pk)
 /* out[b][col(p) ..+NP) = h[b] . panel p over k, panels [p0, p1), rows [0, rows); panel p = (ub, g)
  * lands at column g * npad + ub * NP (its gate's block of npad columns). Four rows by one panel
  * (eight accumulators), the leftover rows one at a time by four panels (eight accumulators too). */
-static void recur(const float *h, int64_t rows, int64_t k, const float *pk, int64_t p0, int64_t p1, int64_t G,
+__attribute__((unused)) static void recur(const float *h, int64_t rows, int64_t k, const float *pk, int64_t p0, int64_t p1, int64_t G,
                   int64_t npad, float *out, int64_t ld)
 {
 #define COL(p) (((p) % G) * npad + ((p) / G) * NP)
@@ -153,6 +154,71 @@ static void recur(const float *h, int64_t rows, int64_t k, const float *pk, int6
     }
 #undef COL
 }
+
+#ifdef __AVX512F__
+typedef float v16 __attribute__((vector_size(64), aligned(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+
+/* recur with a panel's row as one 16-float vector (AVX-512; the same sums lane by lane): eight
+ * rows by one panel (eight accumulators, the panel's row loaded once for the eight), then four,
+ * then each leftover row by eight panels at a time. */
+static void recur16(const float *h, int64_t rows, int64_t k, const float *pk, int64_t p0, int64_t p1, int64_t G,
+                    int64_t npad, float *out, int64_t ld)
+{
+#define COL(p) (((p) % G) * npad + ((p) / G) * NP)
+    const int64_t r8 = rows / 8 * 8, r4 = rows - r8 >= 4 ? r8 + 4 : r8;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *w = pk + p * k * NP;
+        for (int64_t b = 0; b < r8; b += 8) {
+            const float *hb = h + b * k;
+            v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
+            for (int64_t kk = 0; kk < k; kk++) {
+                const v16 wv = *(const v16u *)(w + kk * NP);
+                a0 += hb[kk] * wv, a1 += hb[k + kk] * wv, a2 += hb[2 * k + kk] * wv, a3 += hb[3 * k + kk] * wv;
+                a4 += hb[4 * k + kk] * wv, a5 += hb[5 * k + kk] * wv, a6 += hb[6 * k + kk] * wv, a7 += hb[7 * k + kk] * wv;
+            }
+            float *o = out + b * ld + COL(p);
+            *(v16u *)o = a0, *(v16u *)(o + ld) = a1, *(v16u *)(o + 2 * ld) = a2, *(v16u *)(o + 3 * ld) = a3;
+            *(v16u *)(o + 4 * ld) = a4, *(v16u *)(o + 5 * ld) = a5, *(v16u *)(o + 6 * ld) = a6, *(v16u *)(o + 7 * ld) = a7;
+        }
+        if (r4 > r8) {
+            const float *hb = h + r8 * k;
+            v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int64_t kk = 0; kk < k; kk++) {
+                const v16 wv = *(const v16u *)(w + kk * NP);
+                a0 += hb[kk] * wv, a1 += hb[k + kk] * wv, a2 += hb[2 * k + kk] * wv, a3 += hb[3 * k + kk] * wv;
+            }
+            float *o = out + r8 * ld + COL(p);
+            *(v16u *)o = a0, *(v16u *)(o + ld) = a1, *(v16u *)(o + 2 * ld) = a2, *(v16u *)(o + 3 * ld) = a3;
+        }
+    }
+    for (int64_t b = r4; b < rows; b++) {
+        const float *hb = h + b * k;
+        float *o = out + b * ld;
+        int64_t p = p0;
+        for (; p + 8 <= p1; p += 8) {
+            const float *w = pk + p * k * NP;
+            v16 a[8] = {{0}};
+            for (int64_t kk = 0; kk < k; kk++) {
+                const float hv = hb[kk];
+                for (int q = 0; q < 8; q++)
+                    a[q] += hv * *(const v16u *)(w + (q * k + kk) * NP);
+            }
+            for (int q = 0; q < 8; q++)
+                *(v16u *)(o + COL(p + q)) = a[q];
+        }
+        for (; p < p1; p++) {
+            const float *w = pk + p * k * NP;
+            v16 a0 = {0};
+            for (int64_t kk = 0; kk < k; kk++)
+                a0 += hb[kk] * *(const v16u *)(w + kk * NP);
+            *(v16u *)(o + COL(p)) = a0;
+        }
+    }
+#undef COL
+}
+#define recur recur16
+#endif
 
 typedef struct {
     const int64_t *geo;
@@ -215,81 +281,120 @@ int aioge_rnn_pack(const int64_t *geo, const float *r, float *pk, int64_t floats
     return 0;
 }
 
-/* Two threads running one direction's steps, each its half of the hidden units: `team` (int64s
- * the caller zeroed) holds at [0] who runs (0 not settled, 1 both, 2 the first alone) and at [16]
- * the barrier's count (its own cache line). */
-#define T_STATE 0
-#define T_COUNT 16
-#define JOIN_NS 400000LL /* the first waits this long for the second (a Python helper thread's hop) */
+/* JOB_RNN: one recurrent layer, the input projection included (aioge.h's RJ_ argument slots).
+ *
+ * Its range is the layer's directions (the two of a bidirectional one on two cores, par.c's
+ * chunks: a helper that comes late leaves the second to the caller), or, with a team block, two
+ * parts that share each step of one direction at a time by hidden units: the first part takes
+ * the lower half of the unit blocks (so half of R^T's panels and all of those units' gates), the
+ * second the upper half. Each direction runs as stages, the first its projection (the columns of
+ * a half's units: xw = X W^T through the BLAS numpy links, when sgemm is given; else the caller
+ * computed xw) and the copy of the initial state, then each step (two stages for GRU without
+ * linear_before_reset, whose candidate needs every unit's r h). A stage's two halves are claimed,
+ * not owned: a thread claims its own half of a stage, then the other half too if no thread has
+ * claimed it by then, runs what it claimed and waits until both halves are done. So a partner
+ * that has not started (a helper woken late, or its core held by another process's spinning
+ * threads: onnxruntime's pool beside us in one process) or that was descheduled between two
+ * steps costs no wait: the caller runs both halves of the stages it finds unclaimed, and the
+ * partner joins at the stage it finds, whenever it comes. Whole (range [0, 2) in one call) the
+ * caller runs both halves of every stage in turn, the same sums as split.
+ *
+ * The team block: 32 int64s zeroed before each run, the claims (stages claimed) and dones (stages
+ * done) of the two halves, each on its own cache line. hs: aioge_rnn_shared_floats(geo) floats,
+ * per direction the hidden rows twice (read by one step and written by it), GRU's r h and the
+ * step's products (g1: the first panel set's, g2: GRU's candidate's), shared by both halves. */
+typedef void (*sgemm32_fn)(int, int, int, int32_t, int32_t, int32_t, float, const float *, int32_t, const float *, int32_t,
+                           float, float *, int32_t);
+typedef void (*sgemm64_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t, const float *, int64_t,
+                           float, float *, int64_t);
 
-/* Both threads here before either goes on (gen: this thread's count of barriers passed). */
-static void team_wait(int64_t *team, int64_t *gen)
+typedef struct {
+    Rnn s;
+    const float *x, *w, *pk, *bias, *peep;
+    const int64_t *lens;
+    float *xw, *y, *h, *c, *hs;
+    int64_t in, rows, wide, dirs;
+    intptr_t sgemm;
+    int64_t rows3;  /* 3 * batch * n rounded up to 16 floats: where a direction's products start */
+    int64_t region; /* floats of one direction's shared rows and products */
+    int64_t P, K;   /* stages a step (2: GRU without linear_before_reset, else 1); a direction's */
+} Job;
+
+#define T_CLAIM(h) (16 * (h))
+#define T_DONE(h) (16 * (h) + 8)
+
+static int64_t shared_floats(const Rnn *s, int64_t *rows3)
 {
-    if (!team)
+    const int64_t r3 = (3 * s->batch * s->n + 15) / 16 * 16;
+    if (rows3)
+        *rows3 = r3;
+    return r3 + s->batch * (s->g1 + s->g2) * s->npad;
+}
+
+/* The floats of JOB_RNN's shared rows (hs) for every direction, or -1 on a bad geometry. */
+int64_t aioge_rnn_shared_floats(const int64_t *geo)
+{
+    Rnn s;
+    return setup(geo, NULL, &s) ? AIOGE_EGEOMETRY : shared_floats(&s, NULL) * geo[RNN_DIRS];
+}
+
+/* xw's columns of gate rows [col, col + cols) of direction d: X W_d[col..]^T, every row. */
+static void project(const Job *J, int64_t d, int64_t col, int64_t cols)
+{
+    const int64_t gh = J->s.gh, ld = J->dirs * gh;
+    const float *wd = J->w + (d * gh + col) * J->in;
+    float *out = J->xw + d * gh + col;
+    if (J->in == 0) { /* no inputs: X W^T is zero (not every BLAS writes C when K is 0) */
+        for (int64_t r = 0; r < J->rows; r++)
+            memset(out + r * ld, 0, (size_t)cols * sizeof(float));
+    } else if (J->wide)
+        ((sgemm64_fn)J->sgemm)(101, 111, 112, J->rows, cols, J->in, 1.0f, J->x, J->in, wd, J->in, 0.0f, out, ld);
+    else
+        ((sgemm32_fn)J->sgemm)(101, 111, 112, (int32_t)J->rows, (int32_t)cols, (int32_t)J->in, 1.0f, J->x, (int32_t)J->in, wd,
+                               (int32_t)J->in, 0.0f, out, (int32_t)ld);
+}
+
+/* Stage k of direction d for the hidden units of blocks [u0, u1): 0 the projection of those
+ * units' columns and the initial state's copy; then step (k - 1) / P, its part (k - 1) % P.
+ * bx: what every step adds to the projection; bh: GRU's Rbh, kept apart as it meets r. */
+static void stage(const Job *J, int d, int64_t k, int64_t u0, int64_t u1, const float *bx, const float *bh, float *tmp)
+{
+    const Rnn *s = &J->s;
+    const int64_t *geo = s->geo, *lens = J->lens;
+    const int64_t n = s->n, B = s->batch, cell = s->cell, npad = s->npad;
+    const int64_t j0 = u0 * NP, j1 = u1 * NP < n ? u1 * NP : n, m = j1 - j0;
+    if (m <= 0)
         return;
-    const int64_t want = 2 * ++*gen;
-    __atomic_fetch_add(team + T_COUNT, 1, __ATOMIC_ACQ_REL);
-    for (unsigned spins = 0; __atomic_load_n(team + T_COUNT, __ATOMIC_ACQUIRE) < want; spins++) {
-        aioge_relax();
-        if (spins > 20000) /* the other was descheduled: let it have the CPU */
-            sched_yield();
-    }
-}
-
-/* Part 0 waits up to JOIN_NS for part 1, then runs alone unless it came: 1 alone, 2 together,
- * 0 nothing to do (part 1 found part 0 gone alone). */
-static int team_join(int64_t *team, int64_t part)
-{
-    int64_t none = 0;
-    if (part == 1)
-        return __atomic_compare_exchange_n(team + T_STATE, &none, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ? 2 : 0;
-    const int64_t t0 = aioge_now_ns();
-    while (__atomic_load_n(team + T_STATE, __ATOMIC_ACQUIRE) == 0 && aioge_now_ns() - t0 < JOIN_NS)
-        for (int i = 0; i < 64; i++)
-            aioge_relax();
-    return __atomic_compare_exchange_n(team + T_STATE, &none, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ? 1 : 2;
-}
-
-/* One direction d over every step, for the hidden units of blocks [u0, u1) (all: u0 0, u1
- * units, team NULL). hs: 3 * batch * n shared floats (the hidden rows twice, read by one step
- * and written by it, and GRU's r h). */
-static void run_direction(const Rnn *s, int d, const float *xw, const float *pk, const float *bias, const float *peep,
-                         const int64_t *lens, float *y, float *h, float *c, float *hs, float *mem, int64_t u0, int64_t u1,
-                         int64_t *team, int64_t *gen)
-{
-    const int64_t *geo = s->geo;
-    const int64_t n = s->n, B = s->batch, gh = s->gh, cell = s->cell, npad = s->npad;
     const int rev = (int)(geo[RNN_REVERSE] || d == 1), lbr = (int)geo[RNN_LBR], couple = (int)geo[RNN_COUPLE];
     const int has_clip = (int)geo[RNN_HAS_CLIP];
     const float clip = s->fp[0];
     const int64_t *code = geo + RNN_ACTS + 3 * d;
     const float *ab = s->fp + 1 + 6 * d;
-    const int64_t j0 = u0 * NP, j1 = u1 * NP < n ? u1 * NP : n, m = j1 - j0;
     const int64_t ld1 = s->g1 * npad, ld2 = npad;
-    const float *pk1 = pk + d * s->packed, *pk2 = pk1 + s->units * s->g1 * NP * n;
-    float *g1 = mem, *g2 = g1 + B * ld1, *bx = g2 + B * ld2, *bh = bx + gh, *tmp = bh + gh;
-    float *hbuf[2] = {hs, hs + B * n}, *rh = hs + 2 * B * n;
-    xw += d * gh;
-    y += d * geo[RNN_Y_SD];
-    h += d * B * n;
-    if (c)
-        c += d * B * n;
-    /* bx: what every step adds to the projection; bh: GRU's Rbh, kept apart as it meets r. */
-    for (int64_t j = 0; j < gh; j++) {
-        const float wb = bias ? bias[2 * d * gh + j] : 0.0f, rb = bias ? bias[2 * d * gh + gh + j] : 0.0f;
-        const int apart = cell == 1 && j >= 2 * n;
-        bx[j] = apart ? wb : wb + rb;
-        bh[j] = apart ? rb : 0.0f;
+    const float *pk1 = J->pk + d * s->packed, *pk2 = pk1 + s->units * s->g1 * NP * n;
+    float *base = J->hs + d * J->region, *hbuf[2] = {base, base + B * n}, *rh = base + 2 * B * n;
+    float *g1 = base + J->rows3, *g2 = g1 + B * ld1;
+    const float *xw = J->xw + d * s->gh;
+    float *y = J->y + d * geo[RNN_Y_SD], *h = J->h + d * B * n, *c = J->c ? J->c + d * B * n : NULL;
+    if (k == 0) {
+        if (J->sgemm) {
+            if (j0 == 0 && m == n)
+                project(J, d, 0, s->gh);
+            else
+                for (int64_t g = 0; g < s->gh / n; g++)
+                    project(J, d, g * n + j0, m);
+        }
+        for (int64_t b = 0; b < B; b++) {
+            memcpy(hbuf[0] + b * n + j0, h + b * n + j0, (size_t)m * sizeof(float));
+            memset(rh + b * n + j0, 0, (size_t)m * sizeof(float));
+        }
+        return;
     }
-    for (int64_t b = 0; b < B; b++) {
-        memcpy(hbuf[0] + b * n + j0, h + b * n + j0, (size_t)m * sizeof(float));
-        memset(rh + b * n + j0, 0, (size_t)m * sizeof(float));
-    }
-    team_wait(team, gen);
-    const float *pi = peep ? peep + 3 * d * n + j0 : NULL, *po = pi ? pi + n : NULL, *pf = pi ? pi + 2 * n : NULL;
-    for (int64_t t = 0; t < s->seq; t++) {
-        const float *hin = hbuf[t & 1];
-        float *hout = hbuf[(t + 1) & 1];
+    const int64_t t = (k - 1) / J->P, part = (k - 1) % J->P;
+    const float *hin = hbuf[t & 1];
+    float *hout = hbuf[(t + 1) & 1];
+    const float *pi = J->peep ? J->peep + 3 * d * n + j0 : NULL, *po = pi ? pi + n : NULL, *pf = pi ? pi + 2 * n : NULL;
+    if (part == 0) {
         recur(hin, B, n, pk1, u0 * s->g1, u1 * s->g1, s->g1, npad, g1, ld1);
         for (int64_t b = 0; b < B; b++) {
             const int64_t len = lens ? lens[b] : s->seq;
@@ -352,78 +457,116 @@ static void run_direction(const Rnn *s, int d, const float *xw, const float *pk,
                 _Pragma("omp simd") for (int64_t j = 0; j < m; j++) hb[j] = go[j] * tmp[j];
             }
         }
-        if (s->g2) { /* GRU's candidate from (r h) Rh^T: every unit's r h first */
-            team_wait(team, gen);
-            recur(rh, B, n, pk2, u0, u1, 1, npad, g2, ld2);
-            for (int64_t b = 0; b < B; b++) {
-                const int64_t len = lens ? lens[b] : s->seq;
-                if (t >= len)
-                    continue;
-                const int64_t tt = rev ? len - 1 - t : t;
-                const float *xh = xw + tt * geo[RNN_XW_ST] + b * geo[RNN_XW_SB] + 2 * n + j0;
-                const float *z = g1 + b * ld1 + j0, *hp = hin + b * n + j0, *bxh = bx + 2 * n + j0, *bhh = bh + 2 * n + j0;
-                float *hb = hout + b * n + j0, *cand = g2 + b * ld2 + j0;
-                _Pragma("omp simd") for (int64_t j = 0; j < m; j++) cand[j] += xh[j] + bxh[j] + bhh[j];
-                clip_apply(cand, m, has_clip, clip);
-                act_apply(cand, m, code[1], ab[2], ab[3]);
-                _Pragma("omp simd") for (int64_t j = 0; j < m; j++) hb[j] = (1.0f - z[j]) * cand[j] + z[j] * hp[j];
-            }
-        }
+        if (J->P == 2)
+            return; /* GRU's candidate, from (r h) Rh^T: every unit's r h first (the next stage) */
+    } else {
+        recur(rh, B, n, pk2, u0, u1, 1, npad, g2, ld2);
         for (int64_t b = 0; b < B; b++) {
             const int64_t len = lens ? lens[b] : s->seq;
-            if (t < len) {
-                const int64_t tt = rev ? len - 1 - t : t;
-                memcpy(y + tt * geo[RNN_Y_ST] + b * geo[RNN_Y_SB] + j0, hout + b * n + j0, (size_t)m * sizeof(float));
-            }
+            if (t >= len)
+                continue;
+            const int64_t tt = rev ? len - 1 - t : t;
+            const float *xh = xw + tt * geo[RNN_XW_ST] + b * geo[RNN_XW_SB] + 2 * n + j0;
+            const float *z = g1 + b * ld1 + j0, *hp = hin + b * n + j0, *bxh = bx + 2 * n + j0, *bhh = bh + 2 * n + j0;
+            float *hb = hout + b * n + j0, *cand = g2 + b * ld2 + j0;
+            _Pragma("omp simd") for (int64_t j = 0; j < m; j++) cand[j] += xh[j] + bxh[j] + bhh[j];
+            clip_apply(cand, m, has_clip, clip);
+            act_apply(cand, m, code[1], ab[2], ab[3]);
+            _Pragma("omp simd") for (int64_t j = 0; j < m; j++) hb[j] = (1.0f - z[j]) * cand[j] + z[j] * hp[j];
         }
-        team_wait(team, gen);
     }
-    const float *hlast = hbuf[s->seq & 1];
-    for (int64_t b = 0; b < B; b++)
-        memcpy(h + b * n + j0, hlast + b * n + j0, (size_t)m * sizeof(float));
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t len = lens ? lens[b] : s->seq;
+        if (t < len) {
+            const int64_t tt = rev ? len - 1 - t : t;
+            memcpy(y + tt * geo[RNN_Y_ST] + b * geo[RNN_Y_SB] + j0, hout + b * n + j0, (size_t)m * sizeof(float));
+        }
+        if (t == s->seq - 1) /* the last state: only this half's stages wrote (and read) these units */
+            memcpy(h + b * n + j0, hout + b * n + j0, (size_t)m * sizeof(float));
+    }
 }
 
-int aioge_rnn(const int64_t *geo, const float *fp, const float *xw, const float *pk, int64_t pk_floats, const float *bias,
-              const float *peep, const int64_t *lens, float *y, float *h, float *c, int64_t d0, int64_t d1, float *hs,
-              int64_t *team, int64_t part)
+/* The shared-step form, as part `part` (0 the caller's lower half first, 1 the upper): every
+ * stage of every direction, its own half when unclaimed, then the other's when unclaimed, then
+ * a wait until both are done. A part that finds stages done skips them. */
+static void team_run(const Job *J, int64_t *team, int part, const float *bias_mem, float *tmp)
 {
-    Rnn s;
-    if (setup(geo, fp, &s) || !fp || d0 < 0 || d1 > geo[RNN_DIRS] || d0 > d1 || (team && (part < 0 || part > 1)))
-        return AIOGE_EGEOMETRY;
-    if (lens)
-        for (int64_t b = 0; b < s.batch; b++)
-            if (lens[b] < 0 || lens[b] > s.seq)
-                return AIOGE_EGEOMETRY;
-    if (s.seq == 0 || s.batch == 0 || s.n == 0)
-        return 0;
-    if (!xw || !pk || pk_floats < s.packed * geo[RNN_DIRS] || ((uintptr_t)pk & 31) || !y || !h || !hs || (s.cell == 2 && !c))
-        return AIOGE_EGEOMETRY;
-    /* a step's products, the biases, a row of c: scratch of this thread's own */
-    float *mem = aioge_aligned_alloc(64, (size_t)(s.batch * (s.g1 + 1) * s.npad + 2 * s.gh + 2 * s.npad + 64) * sizeof(float));
-    int64_t u0 = 0, u1 = s.units, gen = 0, none = 0;
-    if (!mem) { /* a part 1 that finds the run taken does nothing; part 0 says so */
-        if (team && part == 0)
-            __atomic_compare_exchange_n(team + T_STATE, &none, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-        return AIOGE_ENOMEM;
-    }
-    if (team) {
-        const int how = team_join(team, part);
-        if (how == 0) {
-            free(mem);
-            return 0;
+    const int64_t total = J->dirs * J->K, mid = J->s.units / 2, gh = J->s.gh;
+    const int64_t d0 = __atomic_load_n(team + T_DONE(0), __ATOMIC_ACQUIRE), d1 = __atomic_load_n(team + T_DONE(1), __ATOMIC_ACQUIRE);
+    for (int64_t k = d0 < d1 ? d0 : d1; k < total; k++) {
+        const int d = (int)(k / J->K);
+        for (int i = 0; i < 2; i++) {
+            const int hh = i ? !part : part;
+            int64_t want = k;
+            if (__atomic_load_n(team + T_CLAIM(hh), __ATOMIC_RELAXED) != k ||
+                !__atomic_compare_exchange_n(team + T_CLAIM(hh), &want, k + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+                continue;
+            stage(J, d, k % J->K, hh ? mid : 0, hh ? J->s.units : mid, bias_mem + 2 * d * gh, bias_mem + (2 * d + 1) * gh, tmp);
+            __atomic_store_n(team + T_DONE(hh), k + 1, __ATOMIC_RELEASE);
         }
-        if (how == 1)
-            team = NULL;
-        else if (part == 0)
-            u1 = s.units / 2;
-        else
-            u0 = s.units / 2;
+        for (unsigned spins = 0;
+             __atomic_load_n(team + T_DONE(0), __ATOMIC_ACQUIRE) <= k || __atomic_load_n(team + T_DONE(1), __ATOMIC_ACQUIRE) <= k;
+             spins++) {
+            aioge_relax();
+            if (spins > 20000) /* the other was descheduled in the middle of its half: let it have the CPU */
+                sched_yield();
+        }
     }
-    for (int64_t d = d0; d < d1; d++) {
-        /* alone, each direction its own shared rows (the two may run at once on two threads) */
-        float *hsd = hs + (team ? 0 : d * 3 * s.batch * s.n);
-        run_direction(&s, (int)d, xw, pk, bias, peep, lens, y, h, c, hsd, mem, u0, u1, team, &gen);
-    }
+}
+
+/* JOB_RNN over [lo, hi): directions (no team block), or parts (a team block; [0, 2) one thread
+ * running both halves). 0, or a negative code (checked before anything is claimed or written). */
+int aioge_rnn_job(const int64_t *a, int64_t lo, int64_t hi)
+{
+    Job J = {0};
+    const int64_t *geo = (const int64_t *)(intptr_t)a[RJ_GEO];
+    const float *fp = (const float *)(intptr_t)a[RJ_FP];
+    int64_t *team = (int64_t *)(intptr_t)a[RJ_TEAM];
+    if (setup(geo, fp, &J.s) || !fp)
+        return AIOGE_EGEOMETRY;
+    const Rnn *s = &J.s;
+    J.dirs = geo[RNN_DIRS];
+    if (lo < 0 || lo >= hi || hi > (team ? 2 : J.dirs))
+        return AIOGE_EGEOMETRY;
+    J.lens = (const int64_t *)(intptr_t)a[RJ_LENS];
+    if (J.lens)
+        for (int64_t b = 0; b < s->batch; b++)
+            if (J.lens[b] < 0 || J.lens[b] > s->seq)
+                return AIOGE_EGEOMETRY;
+    if (s->seq == 0 || s->batch == 0 || s->n == 0)
+        return 0;
+    J.x = (const float *)(intptr_t)a[RJ_X], J.w = (const float *)(intptr_t)a[RJ_W];
+    J.pk = (const float *)(intptr_t)a[RJ_PK], J.bias = (const float *)(intptr_t)a[RJ_BIAS];
+    J.peep = (const float *)(intptr_t)a[RJ_PEEP];
+    J.xw = (float *)(intptr_t)a[RJ_XW], J.y = (float *)(intptr_t)a[RJ_Y], J.h = (float *)(intptr_t)a[RJ_H];
+    J.c = (float *)(intptr_t)a[RJ_C], J.hs = (float *)(intptr_t)a[RJ_HS];
+    J.in = a[RJ_IN], J.rows = a[RJ_ROWS], J.sgemm = (intptr_t)a[RJ_SGEMM], J.wide = a[RJ_WIDE];
+    J.region = shared_floats(s, &J.rows3);
+    J.P = s->g2 ? 2 : 1;
+    J.K = 1 + s->seq * J.P;
+    if (!J.xw || !J.pk || a[RJ_PK_FLOATS] < s->packed * J.dirs || ((uintptr_t)J.pk & 31) || !J.y || !J.h || !J.hs ||
+        a[RJ_HS_FLOATS] < J.region * J.dirs || (s->cell == 2 && !J.c))
+        return AIOGE_EGEOMETRY;
+    if (J.sgemm && (!J.x || !J.w || J.in < 0 || J.rows != s->seq * s->batch))
+        return AIOGE_EGEOMETRY;
+    /* what every step adds to the projection (bx) and GRU's Rbh (bh), per direction; a row of c */
+    float *mem = aioge_aligned_alloc(64, (size_t)(2 * J.dirs * s->gh + s->npad + 16) * sizeof(float));
+    if (!mem)
+        return AIOGE_ENOMEM;
+    float *tmp = mem + 2 * J.dirs * s->gh;
+    for (int64_t d = 0; d < J.dirs; d++)
+        for (int64_t j = 0; j < s->gh; j++) {
+            const float wb = J.bias ? J.bias[2 * d * s->gh + j] : 0.0f, rb = J.bias ? J.bias[2 * d * s->gh + s->gh + j] : 0.0f;
+            const int apart = s->cell == 1 && j >= 2 * s->n;
+            mem[2 * d * s->gh + j] = apart ? wb : wb + rb;
+            mem[(2 * d + 1) * s->gh + j] = apart ? rb : 0.0f;
+        }
+    if (team)
+        team_run(&J, team, (int)lo, mem, tmp);
+    else
+        for (int64_t d = lo; d < hi; d++)
+            for (int64_t k = 0; k < J.K; k++)
+                stage(&J, (int)d, k, 0, s->units, mem + 2 * d * s->gh, mem + (2 * d + 1) * s->gh, tmp);
     free(mem);
     return 0;
 }
