@@ -132,9 +132,41 @@ CASES = [
 ]
 
 
+def residual(kind: str, ins: list[np.ndarray], attrs: dict) -> np.ndarray:
+    """FusedConv's conv job with its residual folded in (csrc/conv_direct.c's G_Z), then Relu."""
+    from aioge.runtime.native_program import fold_residuals
+    from tests.ops.test_conv_residual import residual_calls, run_jobs
+
+    ins[1].setflags(write=False)  # a constant weight: the native form packs it once
+    (n, _, h, w), (m, _, k, _), p = ins[0].shape, ins[1].shape, attrs.get("pads", [0] * 4)
+    shape = (n, m, h + p[0] + p[2] - k + 1, w + p[1] + p[3] - k + 1)  # stride 1
+    y, z = np.zeros(shape, np.float32), _rand(*shape)
+    calls = residual_calls(kind, ins, z, y, {**attrs, "activation": "Relu", "activation_params": []}, {})
+    folded, _ = fold_residuals(calls, [0] * len(calls))
+    assert len(folded) == len(calls) - 1
+    run_jobs(folded, False)
+    return y
+
+
+# the residual in each conv epilogue: conv_direct's tiles from the registers (1x1 read in place, a
+# ragged last panel) and its accumulator path (3x3), conv_t's stored runs, Winograd's output rows
+RESIDUALS = [
+    ("residual_direct", "direct", [_rand(1, 24, 9, 13), _rand(40, 24, 1, 1), _rand(40)], {"kernel_shape": [1, 1]}),
+    ("residual_direct_acc", "direct", [_rand(1, 5, 11, 11), _rand(13, 5, 3, 3)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("residual_t", "t", [_rand(1, 70, 7, 7), _rand(70, 70, 1, 1), _rand(70)], {"kernel_shape": [1, 1]}),
+    (
+        "residual_winograd",
+        "winograd",
+        [_rand(1, 16, 11, 9), _rand(32, 16, 3, 3), _rand(32)],
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+    ),
+]
+
+
 def main(out: str) -> None:
     assert native.available() and krnn._native() is not None, native.describe()
     arrays = {name: kernel(op, impl, {}, ins, attrs, *domain)()[0] for name, op, impl, ins, attrs, *domain in CASES}
+    arrays |= {name: residual(kind, ins, attrs) for name, kind, ins, attrs in RESIDUALS}
     np.savez(out, describe=np.array(native.describe()), **arrays)
 
 

@@ -43,6 +43,10 @@ POOLS = (
 )
 
 
+# the child's convs with their residual folded into the conv job (tests/ops/test_conv_residual.py)
+RESIDUALS = ("residual_direct", "residual_direct_acc", "residual_t", "residual_winograd")
+
+
 def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
     if not native.available():
         pytest.skip("needs the compiled tier")  # test_native.py's install test fails then
@@ -69,6 +73,7 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             "lstm",
             "gru_bi",
             "softmax",
+            *RESIDUALS,
         }
     )
     for name, got in baseline.items():
@@ -91,6 +96,7 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             *POOLS,
             "lstm",
             "gru_bi",
+            *RESIDUALS,
         )
         for name in names:
             np.testing.assert_allclose(avx2[name], default[name], rtol=2e-5, atol=2e-5, err_msg=name)

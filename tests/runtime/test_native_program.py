@@ -862,3 +862,101 @@ async def test_a_concat_of_view_ops_outputs_gets_their_values(tmp_path, native_p
     each = [np.tanh(feeds["x"].astype(np.float64) * (k + 1)) for k in range(6)]
     want = np.stack([np.stack(each[k : k + 2]) for k in (0, 2, 4)])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("batch", "size", "layers"), [(1, 9, 3), (1, 5, 1), (2, 6, 2), (1, 7, 4)])
+async def test_a_dense_blocks_joins_are_laid_over_its_last_one(batch, size, layers, tmp_path, native_plans) -> None:
+    """DenseNet's dense block: layer i joins the block's input and the features of the layers
+    before it (a Concat whose inputs begin the next one's), then BatchNormalization and ReLU
+    (one JOB_CHAIN pass) and its convs. At batch 1 every join is a view of the start of the
+    block's last one, each feature written there by its conv: no Concat copies anything; at
+    batch 2 (a channel slice is not one block) they copy. Whole and split, close to numpy in
+    float64 and bit-equal to the steps."""
+    import gc
+
+    from aioge.examples.cnn import _conv_ref
+
+    rng = np.random.default_rng(size * 10 + layers)
+    g = aioge.Graph("dense")
+    x = g.input("x", (batch, 3, size, size), "float32")
+    feeds = {"x": rng.standard_normal((batch, 3, size, size)).astype(np.float32)}
+    const = lambda *s: (rng.standard_normal(s) * 0.4).astype(np.float32)  # noqa: E731
+    w0 = const(6, 3, 3, 3)
+    h = ops.relu(ops.conv2d(x, g.constant(w0), pads=(1, 1, 1, 1)))
+    ref = np.maximum(_conv_ref(feeds["x"].astype(np.float64), w0.astype(np.float64), np.zeros(6), 1), 0)
+    feats, refs = [h], [ref]
+    for i in range(layers + 1):
+        cat, cref = ops.concat(*feats, axis=1), np.concatenate(refs, 1)
+        c = 6 + 4 * i
+        sc, sh, w1, w3 = np.abs(const(c)) + 0.5, const(c), const(5, c, 1, 1), const(4, 5, 3, 3)
+        bn = ops.batch_normalization(cat, *(g.constant(v) for v in (sc, sh, np.zeros(c, np.float32), np.ones(c, np.float32))))
+        a = np.maximum(cref * (sc / np.sqrt(1 + 1e-5))[:, None, None] + sh[:, None, None], 0)
+        if i == layers:  # the block's output: its last join, through BN + ReLU into a 1x1 conv
+            g.output(ops.conv2d(ops.relu(bn), g.constant(w1)), names=["y"])
+            want = _conv_ref(a, w1.astype(np.float64), np.zeros(5), 0)
+            break
+        b = ops.relu(ops.conv2d(ops.relu(bn), g.constant(w1)))
+        feats.append(ops.conv2d(b, g.constant(w3), pads=(1, 1, 1, 1)))
+        bref = np.maximum(_conv_ref(a, w1.astype(np.float64), np.zeros(5), 0), 0)
+        refs.append(_conv_ref(bref, w3.astype(np.float64), np.zeros(4), 1))
+    got, impls = await _program_equals_steps(g, feeds, tmp_path)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    async with aioge.Session() as sess:
+        await sess.add_graph(1, g)
+        await sess.run_graph(1, feeds)
+        gc.collect()
+        progs = [p for p in gc.get_objects() if type(p) is NativeProgram and p._staging[0][1].shape == feeds["x"].shape]
+        assert progs, impls
+        for p in progs:
+            steps = p._ctx.layout.steps
+            copies = sum(steps[i].op_type == "Concat" for i in p._nodes)
+            assert (copies > 0) == (batch == 2), impls
+            chains = sum(c.job == native.JOB_CHAIN for c in p._keep[1])
+            assert chains == layers + 1, impls  # each BatchNormalization and its ReLU one pass
+            for split in (False, True):
+                np.testing.assert_allclose(p.run(feeds, split)["y"], want, rtol=1e-3, atol=1e-3)
+
+
+def test_a_chain_of_joins_is_laid_over_the_last_only_where_nothing_else_needs_them() -> None:
+    """``_concat_in_place`` on a dense block's plan (slots: 0 x, 1 f0, 2 join A = (f0), 3 a, 4 f1,
+    5 join B = (f0, f1), 6 b, 7 f2, 8 join C = (f0, f1, f2), 9 z): A and B become views of the start of
+    C, f0 .. f2 of their slices; C gets bytes of its own where the arena gave its bytes to a (read in
+    between); no chain when f1 is read by another step too, nor when join B is read after C, nor
+    when B is an output."""
+    from types import SimpleNamespace
+
+    from aioge.runtime.native_program import _concat_in_place
+
+    def plan(c_on_a: bool = False, f1_reader: bool = False, b_late: bool = False, outs: tuple[int, ...] = (9,)) -> list:
+        arena = np.zeros(8192, np.float32)
+        env = [np.zeros((1, 3, 5), np.float32)] + [None] * 9
+        shapes = {1: 2, 2: 2, 3: 2, 4: 3, 5: 5, 6: 2, 7: 4, 8: 9, 9: 2}
+        at = 0
+        for s, c in shapes.items():
+            env[s] = arena[at : at + c * 5].reshape(1, c, 5)
+            at += 64
+        if c_on_a:
+            env[8] = arena[2 * 64 : 2 * 64 + 45].reshape(1, 9, 5)  # C's bytes from a's start
+        step = lambda op, i, o: SimpleNamespace(op_type=op, inputs=i, outputs=o)  # noqa: E731
+        steps = [step("Conv", (0,), (1,)), step("Concat", (1,), (2,)), step("Conv", (2,), (3,)), step("Conv", (3,), (4,))]
+        steps += [step("Concat", (1, 4), (5,)), step("Conv", (5,), (6,)), step("Conv", (6,) + (4,) * f1_reader, (7,))]
+        steps += [step("Concat", (1, 4, 7), (8,)), step("Conv", (8,) + (5,) * b_late, (9,))]
+        _concat_in_place(SimpleNamespace(steps=steps), range(len(steps)), env, set(outs))
+        return env
+
+    def chained(env: list) -> bool:
+        c = env[8]
+        views = [(1, 0, 2), (4, 2, 5), (7, 5, 9), (2, 0, 2), (5, 0, 5)]
+        return all(
+            np.shares_memory(env[s], c)
+            and env[s].shape == c[:, lo:hi].shape
+            and env[s].__array_interface__["data"][0] == c[:, lo:hi].__array_interface__["data"][0]
+            for s, lo, hi in views
+        )
+
+    assert chained(plan())
+    env = plan(c_on_a=True)
+    assert chained(env) and not np.shares_memory(env[8], env[3])
+    assert not chained(plan(f1_reader=True))
+    assert not chained(plan(b_late=True))
+    assert not chained(plan(outs=(5, 9)))

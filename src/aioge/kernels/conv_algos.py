@@ -575,6 +575,7 @@ def _direct_native(
             *act,
             lay.rows,
             lay.mr,
+            0,  # a residual's address (csrc/conv_direct.c's G_Z): runtime.native_program's fold sets it in a copy
         ],
         np.int64,
     )
@@ -955,7 +956,7 @@ def build_conv_winograd_native(attrs: Mapping[str, Any], params: Mapping[str, An
 
     packed, bias = WeightDerived(pack, f"wino{r}_{nr}"), NativeOperand()
     geometry = np.array(
-        [g.c, g.h, g.w, g.m, 3, 3, 1, 1, 1, 1, g.pt, g.pl, g.oh, g.ow, g.n, 0, 0, 0, *_epilogue(attrs), 0, 0], np.int64
+        [g.c, g.h, g.w, g.m, 3, 3, 1, 1, 1, 1, g.pt, g.pl, g.oh, g.ow, g.n, 0, 0, 0, *_epilogue(attrs), 0, 0, 0], np.int64
     )
     koff, sizes = np.arange(g.c, dtype=np.int64), (a * a * tiles * g.c, a * a * tiles * npan * nr)
     pool: list[tuple[np.ndarray, np.ndarray]] = []  # V and Mo of the runs in flight

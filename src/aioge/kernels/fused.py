@@ -496,7 +496,8 @@ def build_fused_elementwise(attrs: Mapping[str, Any], params: Mapping[str, Any],
             return None if call is None else [call]
         if gated is not None:
             return _gated_calls(gated, inputs, outputs[0])
-        calls = _chain_calls(steps, inputs, outputs[0])
+        one = chain.call(inputs, outputs[0]) if chain is not None else None
+        calls = [one] if one is not None else _chain_calls(steps, inputs, outputs[0])
         return _step_calls(steps, inputs, outputs[0]) if calls is None and by_steps else calls
 
     return native.with_native(run, form)
@@ -667,14 +668,13 @@ class _ChannelChain:
     ReLU (DenseNet's pre-activations) ran as five passes over the tensor: 2.06 ms for
     256x56x56 values."""
 
-    __slots__ = ("x", "ks", "ops", "act", "channels", "hw", "planes", "_held")
+    __slots__ = ("x", "ks", "ops", "act", "channels", "hw", "planes")
 
     def __init__(self, x: int, ks: list[int], ops: list[int], act: tuple[int, int, int], out_shape: tuple[int, ...]) -> None:
         self.x, self.ks, self.act = x, ks, act
         self.ops = np.array(ops, np.int64)
         self.channels, self.hw = out_shape[1], math.prod(out_shape[2:])
         self.planes = out_shape[0] * out_shape[1]
-        self._held: tuple[tuple[Any, ...], list[np.ndarray], np.ndarray] | None = None
 
     @classmethod
     def of(
@@ -713,35 +713,33 @@ class _ChannelChain:
 
     def run(self, inputs: Sequence[np.ndarray], y: np.ndarray) -> bool:
         """``y`` = the program of ``inputs``; False (nothing written) when it cannot run in C."""
-        par = native.par_run()
-        x = np.asarray(inputs[self.x])
-        if par is None or x.dtype != np.float32 or not (x.flags.c_contiguous and y.flags.c_contiguous):
-            return False
-        consts = tuple(inputs[k] for k in self.ks)
-        held = self._held  # one read: concurrent runs swap whole entries
-        if held is None or any(a is not b or not is_constant(a) for a, b in zip(held[0], consts)):
-            vectors = [
-                np.ascontiguousarray(np.broadcast_to(np.asarray(k, np.float32).reshape(-1), (self.channels,))) for k in consts
-            ]
-            held = self._held = (consts, vectors, np.array([native.ptr(v) for v in vectors], np.int64))
-        code, b0, b1 = self.act
-        args = np.array(
-            [
-                native.ptr(x),
-                native.ptr(y),
-                self.channels,
-                self.hw,
-                len(self.ks),
-                native.ptr(self.ops),
-                native.ptr(held[2]),
-                code,
-                b0,
-                b1,
-            ],
-            np.int64,
-        )
-        split_native(par, native.JOB_CHAIN, native.ptr(args), self.planes, worth=x.size >= native_rows.SPLIT_ACTIVATION)
-        return True
+        c = self.call(inputs, y, True)
+        if c is not None:
+            split_native(native.par_run(), c.job, c.addr, c.total, worth=c.worth)
+        return c is not None
+
+    def call(self, inputs: Sequence[Any], y: Any, now: bool = False) -> native.NativeCall | None:
+        """The program as one JOB_CHAIN call, or None: no compiled tier, an operand not
+        C-contiguous float32, ``y`` over part of x, or a constant to broadcast (copied) that may
+        change when the call is not run ``now`` (a native form's)."""
+        x = inputs[self.x]
+        if native.par_run() is None or not all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in (x, y)):
+            return None
+        if x.dtype != np.float32 or (np.may_share_memory(x, y) and native.ptr(x) != native.ptr(y)):
+            return None
+        vectors = []
+        for v in (inputs[i] for i in self.ks):  # C float32 values read in place (each run's), else broadcast
+            flat = v.reshape(-1) if isinstance(v, np.ndarray) and v.dtype == np.float32 and v.flags.c_contiguous else None
+            if flat is None or flat.size != self.channels:
+                if not (now or is_constant(v)):
+                    return None
+                flat = np.ascontiguousarray(np.broadcast_to(np.asarray(v, np.float32).reshape(-1), (self.channels,)))
+            vectors.append(flat)
+        ptrs = np.array([native.ptr(v) for v in vectors], np.int64)
+        head = [native.ptr(x), native.ptr(y), self.channels, self.hw, len(self.ks), native.ptr(self.ops), native.ptr(ptrs)]
+        args = np.array([*head, *self.act], np.int64)
+        worth = x.size >= native_rows.SPLIT_ACTIVATION
+        return native.NativeCall(native.JOB_CHAIN, args, self.planes, worth, (x, y, vectors, ptrs, self.ops))
 
 
 def _run_whole(whole: _Whole, inputs: Sequence[np.ndarray], y: np.ndarray) -> bool:

@@ -61,7 +61,7 @@ _overlap = np.shares_memory  # whether the planner laid a block's y over its x
 
 def _geometry(g: np.ndarray, c: int = 0, m: int = 0) -> np.ndarray:  # a 1x1 conv's (c inputs, m outputs), as conv_t reads x
     c, h, w, m = c or int(g[0]), int(g[1]), int(g[2]), m or int(g[3])
-    return np.array([c, h, w, m, 1, 1, 1, 1, 1, 1, 0, 0, h, w, 1, h, w, c * h * w, *g[18:21], 0, 0], np.int64)
+    return np.array([c, h, w, m, 1, 1, 1, 1, 1, 1, 0, 0, h, w, 1, h, w, c * h * w, *g[18:21], 0, 0, 0], np.int64)
 
 
 def _block(calls: list[native.NativeCall], i: int, kept: list[np.ndarray]) -> tuple[list[native.NativeCall], int] | None:

@@ -42,7 +42,22 @@ int aioge_conv_gemm_nr(void) { return NR; }
 /* geometry: C, H, W, M, KH, KW, SH, SW, DH, DW, PT, PL, OH, OW, N, HPH, WPH, IMAGE (floats per image of
  * xph), then the activation applied to the outputs: aioge.h's code and its parameters' float32 bits,
  * row panels (G_ROWS) and their weight rows per block (G_MR: MR, or MR8 with G_ROWS) */
-enum { G_HPH = G_LEN, G_WPH, G_IMAGE, G_ACT, G_ACT_P0, G_ACT_P1, G_ROWS, G_MR, G_DIRECT_LEN };
+enum { G_HPH = G_LEN, G_WPH, G_IMAGE, G_ACT, G_ACT_P0, G_ACT_P1, G_ROWS, G_MR, G_Z, G_DIRECT_LEN };
+/* G_Z: the address of a residual z of y's layout (0: none): y = act(conv + bias + z), the sum
+ * rounded as the conv's output and then JOB_RESIDUAL's y + z (FusedConv's Z: ResNet's blocks),
+ * so the same bits; read where each output is stored, never where y is not yet written. */
+static inline const float *zof(const int64_t *g) { return (const float *)(intptr_t)g[G_Z]; }
+
+/* y[j] = act(y[j] + z[j]) for j < n: JOB_RESIDUAL's sum (act_span's with its bias) over a run
+ * of outputs just stored */
+static void residual_run(float *y, const float *z, int64_t n, int act, float p0, float p1)
+{
+    if (act)
+        aioge_act_span(y, z, y, n, act, p0, p1);
+    else
+        for (int64_t j = 0; j < n; j++)
+            y[j] = y[j] + z[j];
+}
 
 int aioge_conv_fits(const int64_t *g, int64_t xn, int64_t yn, int reads_x)
 {
@@ -300,8 +315,8 @@ typedef __m256 vsig;
  * spent as long on the round trip through the accumulator buffer as on its multiply-adds. */
 static inline __attribute__((always_inline)) void
 dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float *restrict xq, const int64_t *restrict koff,
-          float *restrict y, int64_t ldy, int64_t rows, int64_t ncols, const float *restrict bias, int act, float p0, float p1,
-          const int masked)
+          float *restrict y, const float *restrict z, int64_t ldy, int64_t rows, int64_t ncols, const float *restrict bias, int act,
+          float p0, float p1, const int masked)
 {
     const int64_t tail = ncols % VL; /* with masked: the last vector's positions */
     vf acc[TILE_ROWS][NV];
@@ -340,12 +355,18 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
     const int hard = act == ACT_HARDSWISH || act == ACT_HARDSIGMOID || act == ACT_CLIP;
     const int other = act && !relu && !sig && !hard;
     float t[TILE_ROWS * NV * VL] __attribute__((aligned(VL * 4)));
+    /* z's vector at row i, vector v (its tail alone past a ragged end): added to conv + bias */
+#define ZVEC(i, v) (VL * (v) + VL <= ncols ? *(const vfu *)(z + (i) * ldy + VL * (v)) : load_tail(z + (i) * ldy + VL * (v), ncols - VL * (v)))
     if (other) {
 #pragma GCC unroll 8
         for (int i = 0; i < mr; i++)
 #pragma GCC unroll 4
-            for (int v = 0; v < nv; v++)
-                *(vf *)(t + (i * nv + v) * VL) = acc[i][v] + (bias && i < rows ? bias[i] : 0.0f);
+            for (int v = 0; v < nv; v++) {
+                vf s = acc[i][v] + (bias && i < rows ? bias[i] : 0.0f);
+                if (z && i < rows)
+                    s += ZVEC(i, v);
+                *(vf *)(t + (i * nv + v) * VL) = s;
+            }
         aioge_act_span(t, NULL, t, mr * nv * VL, act, p0, p1);
     }
     /* unrolled over the constant mr (rows <= mr stops it early), so acc never leaves the registers */
@@ -358,6 +379,8 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
             vf out = other ? *(const vf *)(t + (i * nv + v) * VL) : acc[i][v] + add;
+            if (z && !other)
+                out += ZVEC(i, v);
 #ifdef SIG_REGS
             if (sig)
                 out = sigmoid_vf(out, alpha, act == ACT_SWISH);
@@ -386,30 +409,38 @@ dtile_out(const int mr, int nv, int64_t kc, const float *restrict a, const float
             }
         }
     }
+#undef ZVEC
 }
 
 /* A tile out per activation (dtile_out with ``act`` a constant): EfficientNet's 16->96 1x1 Swish
  * conv at 112x112, 1397 -> 1196 us of thread CPU, and 598 -> 501 without its Swish; 24->144 at
  * 56x56 with Swish 599 -> 514 (medians of 100, load 4.5). */
-typedef void (*dout_fn)(int64_t, const float *, const float *, const int64_t *, float *, int64_t, int64_t, int64_t,
-                        const float *, int, float, float);
+typedef void (*dout_fn)(int64_t, const float *, const float *, const int64_t *, float *, const float *, int64_t, int64_t,
+                        int64_t, const float *, int, float, float);
 #define DOUT(M, NV)                                                                                                      \
-    static void dout##M##_##NV(int64_t kc, const float *a, const float *xq, const int64_t *o, float *y, int64_t ldy,      \
-                               int64_t r, int64_t nc, const float *b, int act, float p0, float p1)                        \
+    static void dout##M##_##NV(int64_t kc, const float *a, const float *xq, const int64_t *o, float *y, const float *z,   \
+                               int64_t ldy, int64_t r, int64_t nc, const float *b, int act, float p0, float p1)           \
     {                                                                                                                    \
+        if (z) { /* a residual: ResNet's blocks end in Relu or nothing */                                               \
+            if (act == ACT_RELU)                                                                                         \
+                dtile_out(M, NV, kc, a, xq, o, y, z, ldy, r, nc, b, ACT_RELU, p0, p1, 0);                                \
+            else                                                                                                         \
+                dtile_out(M, NV, kc, a, xq, o, y, z, ldy, r, nc, b, act, p0, p1, 0);                                     \
+            return;                                                                                                      \
+        }                                                                                                                \
         switch (act) { /* the common activations as constants: no per-vector tests, no spilled accumulators */        \
-        case ACT_NONE: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_NONE, p0, p1, 0); break;                      \
-        case ACT_RELU: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_RELU, p0, p1, 0); break;                      \
-        case ACT_SWISH: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_SWISH, p0, p1, 0); break;                    \
-        case ACT_HARDSWISH: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, ACT_HARDSWISH, p0, p1, 0); break;            \
-        default: dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, act, p0, p1, 0);                                        \
+        case ACT_NONE: dtile_out(M, NV, kc, a, xq, o, y, 0, ldy, r, nc, b, ACT_NONE, p0, p1, 0); break;                   \
+        case ACT_RELU: dtile_out(M, NV, kc, a, xq, o, y, 0, ldy, r, nc, b, ACT_RELU, p0, p1, 0); break;                   \
+        case ACT_SWISH: dtile_out(M, NV, kc, a, xq, o, y, 0, ldy, r, nc, b, ACT_SWISH, p0, p1, 0); break;                 \
+        case ACT_HARDSWISH: dtile_out(M, NV, kc, a, xq, o, y, 0, ldy, r, nc, b, ACT_HARDSWISH, p0, p1, 0); break;         \
+        default: dtile_out(M, NV, kc, a, xq, o, y, 0, ldy, r, nc, b, act, p0, p1, 0);                                     \
         }                                                                                                                \
     }                                                                                                                    \
     __attribute__((unused)) static void doutm##M##_##NV(int64_t kc, const float *a, const float *xq, const int64_t *o,   \
-                                                        float *y, int64_t ldy, int64_t r, int64_t nc, const float *b,     \
-                                                        int act, float p0, float p1)                                      \
+                                                        float *y, const float *z, int64_t ldy, int64_t r, int64_t nc,     \
+                                                        const float *b, int act, float p0, float p1)                      \
     { /* a ragged last panel: its last vector's loads masked (one panel an image, the activation not a constant) */     \
-        dtile_out(M, NV, kc, a, xq, o, y, ldy, r, nc, b, act, p0, p1, 1);                                                \
+        dtile_out(M, NV, kc, a, xq, o, y, z, ldy, r, nc, b, act, p0, p1, 1);                                             \
     }
 DOUT(6, 1)
 DOUT(6, 2)
@@ -490,6 +521,7 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
     const int64_t K = C * g[G_KH] * g[G_KW], P = OH * OW, Q = (OH - 1) * WPH + OW;
     const int act = (int)g[G_ACT];
     const float act_p0 = aioge_float_of(g[G_ACT_P0]), act_p1 = aioge_float_of(g[G_ACT_P1]);
+    const float *z = zof(g); /* a residual: y's offsets (the tile paths add it before act, the others after storing) */
     const int64_t per_image = panels_per_image(g);
     const int64_t rows = (mb1 - mb0) * block_rows(g);
     const int64_t kblocks = (K + KC - 1) / KC, kstep = (K + kblocks - 1) / kblocks;
@@ -510,6 +542,7 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
             const int64_t ncols = OW - c0 < nr ? OW - c0 : nr, nv = (ncols + VL - 1) / VL;
             const float *xq = xph + n * IMAGE + oh * WPH + c0;
             float *yq = y + n * M * P + oh * OW + c0;
+            const float *zq = z ? z + n * M * P + oh * OW + c0 : 0;
             if (kblocks == 1) { /* this output row's panels in [q, p1) a block at a time: each of its rows of y
                                  * written in one run, not a panel's piece of each of M rows (SqueezeNet's 3->64
                                  * 3x3 s2 stem, 3.1 MB out: 388 -> 343 us with 8-row blocks, 369 -> 349 with 6) */
@@ -517,9 +550,9 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
                 for (int64_t mb = mb0; mb < mb1 && mb * mr < M; mb++)
                     for (int64_t u = q; u < q1; u++) {
                         const int64_t cu = u % per_row * nr, nc = OW - cu < nr ? OW - cu : nr;
-                        outs[(nc + VL - 1) / VL](K, wpack + mb * K * mr, xq + (cu - c0), koff, yq + (cu - c0) + mb * mr * P, P,
-                                                 M - mb * mr < mr ? M - mb * mr : mr, nc, bias ? bias + mb * mr : 0, act, act_p0,
-                                                 act_p1);
+                        outs[(nc + VL - 1) / VL](K, wpack + mb * K * mr, xq + (cu - c0), koff, yq + (cu - c0) + mb * mr * P,
+                                                 zq ? zq + (cu - c0) + mb * mr * P : 0, P, M - mb * mr < mr ? M - mb * mr : mr,
+                                                 nc, bias ? bias + mb * mr : 0, act, act_p0, act_p1);
                     }
                 q = q1 - 1;
                 continue;
@@ -532,11 +565,14 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
                 for (int64_t r = 0; r < rows; r++)
                     for (int64_t j = 0; j < ncols; j++)
                         acc[r * NR + j] += b ? b[r] : 0.0f;
-                if (act) /* one call over the tile's rows */
+                if (act && !z) /* one call over the tile's rows */
                     aioge_act_span(acc, NULL, acc, rows * NR, act, act_p0, act_p1);
-                for (int64_t r = 0; r < rows; r++)
+                for (int64_t r = 0; r < rows; r++) {
                     for (int64_t j = 0; j < ncols; j++)
                         yq[(mb * mr + r) * P + j] = acc[r * NR + j];
+                    if (z)
+                        residual_run(yq + (mb * mr + r) * P, zq + (mb * mr + r) * P, ncols, act, act_p0, act_p1);
+                }
             }
         }
         return 0;
@@ -562,6 +598,7 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
         const dtile_fn fn = (tail ? DTILEMS : DTILES)[(ncols + VL - 1) / VL];
         const float *xq = xph + n * IMAGE + start;
         float *yn = y + n * M * P;
+        const float *zn = z ? z + n * M * P : 0;
         /* blocks below ``straight`` go from the registers to y (dtile_out), the last one's rows
          * past M not stored (32->16 1x1 at 112x112: 280 -> 250 us), and so does an image's short
          * last panel, its tail masked (on AVX-512 the acc path ran act_span over all NR lanes of
@@ -575,8 +612,9 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
             const dout_fn out = (tail ? DOUTMS : DOUTS)[(ncols + VL - 1) / VL];
             for (int64_t mb = mb0; mb < straight; mb++)
                 for (int64_t u = 0; u < q1 - q; u++)
-                    out(K, wpack + mb * K * MR, xq + u * NR, koff, yn + mb * MR * P + start + u * NR, P,
-                        M - mb * MR < MR ? M - mb * MR : MR, ncols, bias ? bias + mb * MR : 0, act, act_p0, act_p1);
+                    out(K, wpack + mb * K * MR, xq + u * NR, koff, yn + mb * MR * P + start + u * NR,
+                        zn ? zn + mb * MR * P + start + u * NR : 0, P, M - mb * MR < MR ? M - mb * MR : MR, ncols,
+                        bias ? bias + mb * MR : 0, act, act_p0, act_p1);
             done = q1;
         }
         const int64_t first = straight > mb0 ? straight : mb0;
@@ -592,9 +630,9 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
             for (int64_t j = 0; j < ncols; j++)
                 src[j] += add;
         }
-        if (act && r_hi > r_lo && ncols == NR) /* one call over the rows */
+        if (act && !z && r_hi > r_lo && ncols == NR) /* one call over the rows */
             aioge_act_span(acc + r_lo * NR, NULL, acc + r_lo * NR, (r_hi - r_lo) * NR, act, act_p0, act_p1);
-        for (int64_t r = r_lo; act && ncols < NR && r < r_hi; r++) /* only the computed lanes: the others hold junk */
+        for (int64_t r = r_lo; act && !z && ncols < NR && r < r_hi; r++) /* only the computed lanes: the others hold junk */
             aioge_act_span(acc + r * NR, NULL, acc + r * NR, ncols, act, act_p0, act_p1);
         for (int64_t r = r_lo; r < r_hi; r++) {
             const int64_t m = mb0 * MR + r;
@@ -609,6 +647,8 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
                 const float *restrict s = src + j;
                 for (int64_t t = 0; t < keep; t++)
                     d[t] = s[t];
+                if (z && keep > 0)
+                    residual_run(d, zn + m * P + oh * OW + ow, keep, act, act_p0, act_p1);
                 j += run;
             }
         }
@@ -628,6 +668,8 @@ int aioge_conv_direct_images_f32(const float *x, const float *wpack, const int64
     const int64_t per_img = panels_per_image(g);
     if (n0 >= n1 || g[G_OH] <= 0 || g[G_OW] <= 0 || g[G_M] <= 0)
         return AIOGE_OK;
+    if (zof(g)) /* each image's call offsets y alone: no residual here */
+        return AIOGE_EGEOMETRY;
     float *img = aioge_thread_scratch(2, (size_t)g[G_IMAGE]);
     if (!img)
         return AIOGE_ENOMEM;
@@ -657,7 +699,7 @@ int aioge_conv_direct_local_f32(const float *x, const float *wpack, const int64_
     const int64_t OH = g[G_OH], OW = g[G_OW], WPH = g[G_WPH], HPH = g[G_HPH];
     if (p0 >= p1 || mb0 >= mb1 || OH <= 0 || OW <= 0 || g[G_M] <= 0)
         return AIOGE_OK;
-    if (g[G_SH] <= 0)
+    if (g[G_SH] <= 0 || zof(g)) /* each image's call offsets y alone: no residual here */
         return AIOGE_EGEOMETRY;
     const int64_t reach = (g[G_KH] - 1) * g[G_DH] / g[G_SH]; /* phase rows below an output row that its taps read */
     float *img = aioge_thread_scratch(2, (size_t)g[G_IMAGE]);
@@ -846,7 +888,8 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
     float *parts = accumulator((size_t)(u1 > u0 ? u1 - u0 : 1) * MR * NR); /* each unit's tile between K blocks */
     if (!parts)
         return AIOGE_ENOMEM;
-    const int relu = act == ACT_RELU;
+    const float *z = zof(g); /* a residual: added once a panel's units are stored, then the activation */
+    const int relu = act == ACT_RELU && !z;
     for (int64_t p = p0; p < p1; p++) {
         const int64_t col0 = p * NR, ncols = M - col0 < NR ? M - col0 : NR, nv = (ncols + VL - 1) / VL;
         float bpad[NR] __attribute__((aligned(64))) = {0};
@@ -869,7 +912,9 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
                 TTILES[mv][nv](kc, r, koff + k0, bp + k0 * NR, part, k0 == 0, bias ? bpad : 0, last && relu);
                 if (!last)
                     continue; /* more of K to come */
-                if (act == ACT_HARDSWISH || act == ACT_HARDSIGMOID || act == ACT_CLIP) /* inline, no call a tile */
+                if (z) {
+                    /* the residual's sum comes before the activation: both after the store */
+                } else if (act == ACT_HARDSWISH || act == ACT_HARDSIGMOID || act == ACT_CLIP) /* inline, no call a tile */
                     for (int64_t j = 0; j < mv * NR; j += VL)
                         *(vfu *)(part + j) = hard_vf(*(const vfu *)(part + j), act, act_p0, act_p1);
 #ifdef SIG_REGS
@@ -879,9 +924,19 @@ int aioge_conv_t_f32(const float *xph, const float *wpack, const int64_t *koff, 
                         *(vfu *)(part + j) = sigmoid_vf(in, sig_alpha(act_p0), act == ACT_SWISH);
                     }
 #endif
-                else if (act && !relu) /* one call a tile (the lanes past ncols hold zeros' activations, never stored) */
+                else if (act && act != ACT_RELU) /* one call a tile (the lanes past ncols hold zeros' activations, never stored) */
                     aioge_act_span(part, NULL, part, mv * NR, act, act_p0, act_p1);
                 store_t(part, y + (n * M + col0) * P + q, P, mv, ncols);
+            }
+            for (int64_t u = u0; last && z && u < u1;) { /* each image's stored positions, a run per channel */
+                const int64_t n = u / blocks, ue = (n + 1) * blocks < u1 ? (n + 1) * blocks : u1;
+                const int64_t b0 = u % blocks, b1 = (ue - 1) % blocks;
+                const int64_t q0 = b0 * base + (b0 < extra ? b0 : extra), q1 = b1 * base + (b1 < extra ? b1 : extra) + base + (b1 < extra);
+                for (int64_t c = 0; c < ncols; c++) {
+                    const int64_t at = (n * M + col0 + c) * P;
+                    residual_run(y + at + q0, z + at + q0, q1 - q0, act, act_p0, act_p1);
+                }
+                u = ue;
             }
         }
     }
@@ -1041,7 +1096,8 @@ static void wino_gemm(const float *restrict V, const float *restrict U, const in
  * y in 8 x 8 transposed blocks. */
 static inline __attribute__((always_inline)) void wino_out(const int R, const float *restrict Mo, const float *restrict bias,
                                                            float *restrict y, const int64_t *g, int64_t TH, int64_t TW,
-                                                           int64_t r0, int64_t r1, int relu, float *restrict rb)
+                                                           int64_t r0, int64_t r1, int relu, float *restrict rb,
+                                                           const float *restrict z, int act)
 {
     enum { A_MAX = 6, R_MAX = 4 };
     const int A = R + 2;
@@ -1086,6 +1142,8 @@ static inline __attribute__((always_inline)) void wino_out(const int R, const fl
                     for (; ow < OW; ow++)
                         for (int64_t l = 0; l < 8 && l0 + l < VL; l++)
                             dst[l * OH * OW + ow] = src[ow * VL + l];
+                    for (int64_t l = 0; z && l < 8 && l0 + l < VL; l++) /* a residual: its sum, then act, on the rows stored */
+                        residual_run(dst + l * OH * OW, z + (dst - y) + l * OH * OW, OW, act, 0.0f, 0.0f);
                 }
         }
     }
@@ -1117,9 +1175,9 @@ int aioge_conv_winograd_f32(const float *x, const float *U, const int64_t *koff,
         if (!rb)
             return AIOGE_ENOMEM;
         if (R == 2)
-            wino_out(2, Mo, bias, y, g, TH, TW, lo, hi, (int)g[G_ACT] == ACT_RELU, rb);
+            wino_out(2, Mo, bias, y, g, TH, TW, lo, hi, (int)g[G_ACT] == ACT_RELU && !zof(g), rb, zof(g), (int)g[G_ACT]);
         else
-            wino_out(4, Mo, bias, y, g, TH, TW, lo, hi, (int)g[G_ACT] == ACT_RELU, rb);
+            wino_out(4, Mo, bias, y, g, TH, TW, lo, hi, (int)g[G_ACT] == ACT_RELU && !zof(g), rb, zof(g), (int)g[G_ACT]);
     }
     return 0;
 }
