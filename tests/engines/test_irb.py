@@ -219,3 +219,115 @@ def test_a_programs_blocks_run_fused_as_onnxruntime_and_the_numpy_kernels(shape,
     request.getfixturevalue("numpy_kernels")  # the same graph without the compiled tier
     plain, _ = asyncio.run(_run(model, ops[0]))
     np.testing.assert_allclose(plain, want, rtol=1e-4, atol=1e-4)
+
+
+def _stream_run(model: bytes, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], int]:
+    """The graph's output, its program's jobs rerun split and whole, and its streaming-form blocks."""
+    import gc
+
+    from aioge.runtime.native_program import NativeProgram
+
+    async def go() -> tuple[np.ndarray, list[np.ndarray], int]:
+        gc.collect()
+        before = {id(o) for o in gc.get_objects() if type(o) is NativeProgram}
+        async with aioge.Session() as s:
+            await s.add_graph(1, aioge.load_onnx(model))
+            for _ in range(2):
+                y = (await s.run_graph(1, {"x": x}))["y"]
+            prog = next(o for o in gc.get_objects() if type(o) is NativeProgram and id(o) not in before)
+            calls = prog._keep[1]
+            streams = sum(c.job == native.JOB_IRB and c.args[12] < 0 for c in calls)
+            runs = []
+            for split in (1, 0):
+                for c in calls:
+                    assert native.par_run()(c.job, c.addr, c.total, split and int(c.worth)) > 0
+                runs.append(prog._outputs[0][1].copy())
+            return y, runs, streams
+
+    return asyncio.run(go())
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    c=st.integers(3, 24),
+    e=st.integers(16, 48),
+    h=st.integers(21, 33),
+    w=st.integers(5, 35),
+    stride=st.sampled_from([1, 2]),
+    k=st.sampled_from([3, 5]),
+    band=st.integers(1, 9),
+    residual=st.booleans(),
+)
+def test_irb_streaming_form_matches_onnxruntime(c, e, h, w, stride, k, band, residual, monkeypatch) -> None:
+    """Blocks over 20 rows: JOB_IRB's streaming form (bands of output rows, the expanded rows in a
+    window), against onnxruntime; split and whole (its own segments both in one call) the same bits."""
+    monkeypatch.setattr("aioge.compiler.graph.NATIVE_SLACK_MS", float("inf"))
+    monkeypatch.setattr("aioge.runtime.irb_fuse.BAND", band)
+    monkeypatch.setattr("aioge.runtime.irb_fuse.WHOLE_OWN", False)
+    monkeypatch.setattr("aioge.runtime.irb_fuse.MIN_OW", 1)
+    m = c if residual else c + 3
+    if residual:
+        stride = 1
+    ops = _ops(c, e, m, h, w, k, seed=h * 31 + w)
+    model = _model(ops, stride, k, residual)
+    want = _ort(model, ops[0])
+    got, (split, whole), streams = _stream_run(model, ops[0])
+    assert streams == 1
+    for y in (got, split):
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+    np.testing.assert_array_equal(split, whole)
+
+
+def _wide(stride: int) -> tuple[bytes, np.ndarray, np.ndarray]:  # MobileNetV2's 56x56 block (stride 2: to 28x28)
+    ops = _ops(24, 144, 24 if stride == 1 else 32, 56, 56, 3, seed=5)
+    model = _model(ops, stride, 3, stride == 1)
+    return model, ops[0], _ort(model, ops[0])
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_wide_block_streams_whole_and_split_and_without_the_c_tier(stride, monkeypatch, request) -> None:
+    """As the compiler lays it out: stride 1 (outputs 56 wide) streams whole too; stride 2 (28 wide)
+    streams split, its whole run the block's own jobs; the numpy kernels' run agrees."""
+    monkeypatch.setattr("aioge.compiler.graph.NATIVE_SLACK_MS", float("inf"))
+    model, x, want = _wide(stride)
+    got, runs, streams = _stream_run(model, x)
+    assert streams == 1
+    for y in (got, *runs):
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    request.getfixturevalue("numpy_kernels")
+    plain, _ = asyncio.run(_run(model, x))
+    np.testing.assert_allclose(plain, want, rtol=1e-4, atol=1e-4)
+
+
+_TIER_CHILD = """
+import sys, numpy as np, aioge.compiler.graph as g
+from aioge.kernels import native
+from tests.engines import test_irb as t
+g.NATIVE_SLACK_MS = float("inf")
+model, x, want = t._wide(int(sys.argv[1]))
+got, runs, streams = t._stream_run(model, x)
+assert streams == 1 or sys.argv[1] == "2", streams  # the baseline tier lays stride 2 out otherwise
+for y in (got, *runs):
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+print(native.tier())
+"""
+
+
+@pytest.mark.parametrize("tier", ["avx2", "baseline"])
+def test_the_streaming_form_in_the_lower_isa_tiers(tier) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "AIOGE_ISA": tier,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH", "")])),
+    }
+    for stride in ("1", "2"):
+        r = subprocess.run(
+            [sys.executable, "-c", _TIER_CHILD, stride], env=env, cwd=root, capture_output=True, text=True, timeout=300
+        )
+        assert r.returncode == 0, r.stderr[-2000:]

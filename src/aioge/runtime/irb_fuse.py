@@ -9,7 +9,13 @@ project without an activation). MobileNetV2's jobs in program order (chrt, load 
 band form (each core all three ops over half the output rows) won alone (28x28 32-192-32
 227 -> 176 us) but not in program order (184 -> 174-244), nor at 56x56. A whole run takes the
 block's own jobs (irblock.c's irb_whole): on one core the conv_t expand costs more than the
-tuned kernels."""
+tuned kernels. Blocks over 20 rows whose depthwise outputs are at least 28 wide take the streaming
+form (``_stream``): two segments of output rows, one a core, each in bands whose expanded rows stay
+in L2, the program's own conv_direct weights. Per block in program order (chrt, load 7-8, medians
+of 15), split wall: MobileNetV2's 112x112 16-96-24 s2 645 -> 504 us, 56x56 24-144-24 423 -> 331,
+56x56 s2 244 -> 234, 28x28 32-192-32 159 -> 153; MnasNet's 56x56 24-72-24 195 -> 149. Whole (one
+core, thread CPU) the 112 and 56 s1 blocks 1168 -> 919, 676 -> 629; outputs under 48 wide lose
+whole (row panels leave lanes idle: 28x28 239 -> 304), so their whole run is the own jobs."""
 
 from __future__ import annotations
 
@@ -37,7 +43,7 @@ def fuse(calls: list[native.NativeCall], nodes: list[int], kept: list[np.ndarray
     at: list[int] = []
     i = 0
     while i < len(calls):
-        made = _block(calls, i, kept)
+        made = _block(calls, i, kept) or _stream(calls, i, kept)
         if made is None:
             out.append(calls[i])
             at.append(nodes[i])
@@ -114,3 +120,63 @@ def _block(calls: list[native.NativeCall], i: int, kept: list[np.ndarray]) -> tu
         native.NativeCall(native.JOB_RESIDUAL, add, y.size, False, (y, part, out)),
     ]
     return made, j + 1 + skip
+
+
+def _rows(g: np.ndarray, args: np.ndarray) -> tuple[np.ndarray, int]:  # a conv_direct geometry with row panels; panels a row
+    g = np.array(g, np.int64)
+    if g[21]:
+        return g, int(args[6]) // int(g[12])
+    g[21:23] = 1, 0  # the weight packed in MR-row blocks, as without row panels
+    return g, -(-int(g[13]) // native.gemm_tile()[1])  # type: ignore[index]
+
+
+def _stream(calls: list[native.NativeCall], i: int, kept: list[np.ndarray]) -> tuple[list[native.NativeCall], int] | None:
+    """A block over 20 rows as JOB_IRB's streaming form (irblock.c's irb_stream): the program's own conv_direct
+    weights, two segments of output rows, each a core's, in bands whose expanded rows stay in its L2."""
+    j = i + 2
+    if j >= len(calls) or (calls[i].job, calls[i + 1].job, calls[j].job) != _STREAM:
+        return None
+    e, d, p = calls[i].keep, calls[i + 1].keep, calls[j].keep
+    if len(e) < 6 or len(p) < 6 or e[1] is not d[0] or d[3] is not p[0]:
+        return None
+    ge, gd, gp, ea, pa = e[4][0], d[4], p[4][0], calls[i].args, calls[j].args
+    if not (
+        _pointwise(ge)
+        and _pointwise(gp)
+        and gd[3] == 1
+        and ge[1] > 20
+        and gd[13] >= MIN_OW
+        and ea[0] == native.ptr(e[0])
+        and pa[0] == native.ptr(d[3])
+    ):
+        return None
+    big, x, y = (e[1], d[3]), e[0], p[1]
+    if (
+        _overlap(x, y)
+        or any(a is w for w in big for a in kept)
+        or any(a is w for n, c in enumerate(calls) if not i <= n <= j for a in c.keep for w in big)
+    ):
+        return None
+    (g1, r1), (g2, r2) = _rows(ge, ea), _rows(gp, pa)
+    P = native.ptr
+    wide = bool(gd[13] >= WIDE)  # whole (one core) the own jobs win where row panels leave lanes idle
+    own = [v for c in calls[i : j + 1] for v in (c.job, c.addr, c.total)] if WHOLE_OWN and not wide else []
+    block = [
+        *ea[:4],
+        P(g1),
+        P(d[1]),
+        P(d[2]) if d[2] is not None else 0,
+        P(gd),
+        pa[1],
+        pa[3],
+        P(g2),
+        pa[4],
+        -(BAND if wide else NARROW),
+    ]
+    block += [ea[9], pa[10], 2, ea[7], pa[7], r1, r2, *[0] * 9, len(own) // 3, *own]
+    keep = (e, d, p, g1, g2, calls[i : j + 1])
+    return [native.NativeCall(native.JOB_IRB, np.array(block, np.int64), 2, True, keep)], j + 1
+
+
+_STREAM = (native.JOB_CONV_DIRECT, native.JOB_DEPTHWISE, native.JOB_CONV_DIRECT)
+BAND, NARROW, WIDE, MIN_OW, WHOLE_OWN = 8, 14, 48, 28, True  # output rows a band (outputs under WIDE wide: NARROW); narrowest

@@ -25,7 +25,7 @@
 
 #include "aioge.h"
 
-enum { G_C, G_H, G_W, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_PT, G_PL, G_OH, G_OW, G_N, G_HPH, G_WPH, G_IMAGE, G_CONV_LEN = 23 };
+enum { G_C, G_H, G_W, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_PT, G_PL, G_OH, G_OW, G_N, G_HPH, G_WPH, G_IMAGE, G_ROWS = 21, G_MR, G_CONV_LEN };
 enum { D_C, D_H, D_W, D_MULT, D_KH, D_KW, D_SH, D_SW, D_DH, D_DW, D_PT, D_PL, D_OH, D_OW, D_LEN = 18 };
 
 /* Whether the three geometries chain: expand C -> (E, or part of it) at H x W, the depthwise E planes of H x W to
@@ -115,6 +115,79 @@ static int irb_whole(const int64_t *g, int64_t parts)
     return 0;
 }
 
+/* The streaming form (band -g[12] > 0): the 1x1 convs are the program's own conv_direct jobs'
+ * (packed weight, offsets, bias; geometries as built with row panels, G_ROWS), and a unit is a
+ * segment of the output rows (g[15] of them, output rows s OH / S up to (s + 1) OH / S) that one
+ * thread runs top to bottom in bands of `band` output rows: each band's expanded rows go into a
+ * window of cap = (band - 1) sh + reach rows a plane (rows outside the image zero: the
+ * depthwise's pads), the rows the last band's windows share moved up, not expanded again; the
+ * depthwise reads the window as its whole input, and the project writes the band's rows of y in
+ * place. The expanded tensor (144x56x56, 1.8 MB) never leaves this core's L2; only a segment's
+ * first window expands rows another segment expands too. g[16], g[17]: the expand's and the
+ * project's weight row blocks; g[18], g[19]: their row panels per output row. */
+static int irb_stream(const int64_t *g, int64_t lo, int64_t hi)
+{
+    const float *x = (const float *)(intptr_t)g[0], *we = (const float *)(intptr_t)g[1], *be = (const float *)(intptr_t)g[3];
+    const int64_t *koffe = (const int64_t *)(intptr_t)g[2], *ge0 = (const int64_t *)(intptr_t)g[4];
+    const float *wd = (const float *)(intptr_t)g[5], *bd = (const float *)(intptr_t)g[6];
+    const int64_t *gd0 = (const int64_t *)(intptr_t)g[7], *gp0 = (const int64_t *)(intptr_t)g[10];
+    const float *wp = (const float *)(intptr_t)g[8], *bp = (const float *)(intptr_t)g[9];
+    float *y = (float *)(intptr_t)g[11];
+    const int64_t band = -g[12], S = g[15], E = ge0[G_M], H = ge0[G_H], W = ge0[G_W], OH = gd0[D_OH], OW = gd0[D_OW];
+    if (!irb_fits(ge0, gd0, gp0, E, E, g[13], g[14]) || !ge0[G_ROWS] || !gp0[G_ROWS] || S <= 0 || S > OH || lo < 0 || hi > S ||
+        g[16] <= 0 || g[17] <= 0 || g[18] <= 0 || g[19] <= 0 || ge0[G_WPH] != W || gp0[G_WPH] != OW || gd0[D_DW] <= 0 ||
+        gd0[D_KW] <= 0 || gd0[D_SW] <= 0)
+        return AIOGE_EGEOMETRY;
+    const int64_t sh = gd0[D_SH], pt = gd0[D_PT], reach = (gd0[D_KH] - 1) * gd0[D_DH] + 1, cap = (band - 1) * sh + reach;
+    const size_t win_n = (size_t)(E * cap * W + 15) / 16 * 16, mid_n = (size_t)(E * band * OW + 15) / 16 * 16;
+    float *win = aioge_thread_scratch(1, win_n + mid_n + (size_t)E * 2 + 64);
+    if (!win)
+        return AIOGE_ENOMEM;
+    float *mid = win + win_n;
+    int64_t *koffp = (int64_t *)(mid + mid_n);
+    int64_t ge[G_CONV_LEN], gd[D_LEN], gp[G_CONV_LEN];
+    memcpy(ge, ge0, sizeof ge);
+    memcpy(gd, gd0, sizeof gd);
+    memcpy(gp, gp0, sizeof gp);
+    ge[G_H] = ge[G_OH] = ge[G_HPH] = cap; /* y's planes: the window's */
+    gd[D_H] = cap;
+    gd[D_PT] = 0;
+    for (int64_t s = lo; s < hi; s++) {
+        const int64_t R0 = s * OH / S, R1 = (s + 1) * OH / S;
+        for (int64_t r0 = R0; r0 < R1; r0 += band) {
+            const int64_t orows = R1 - r0 < band ? R1 - r0 : band, top = r0 * sh - pt, need = (orows - 1) * sh + reach;
+            int64_t f0 = 0;
+            if (r0 > R0 && cap > band * sh) { /* the last window's rows this one shares */
+                f0 = cap - band * sh;
+                for (int64_t c = 0; c < E; c++)
+                    memmove(win + c * cap * W, win + (c * cap + band * sh) * W, sizeof(float) * (size_t)(f0 * W));
+            }
+            const int64_t v0 = f0 > -top ? f0 : -top, v1 = need < H - top ? need : H - top; /* rows in the image */
+            for (int64_t c = 0; c < E; c++) {
+                float *pl = win + c * cap * W;
+                if (v0 > f0)
+                    memset(pl + f0 * W, 0, sizeof(float) * (size_t)((v0 < need ? v0 : need) - f0) * (size_t)W);
+                const int64_t z = v1 > f0 ? v1 : f0;
+                if (need > z)
+                    memset(pl + z * W, 0, sizeof(float) * (size_t)((need - z) * W));
+            }
+            int err = 0;
+            if (v1 > v0)
+                err = aioge_conv_direct_f32(x + (top + v0) * W, we, koffe, be, win + v0 * W, ge, 0, (v1 - v0) * g[18], 0, g[16]);
+            gd[D_OH] = orows;
+            if (!err)
+                err = aioge_conv_depthwise_f32(win, wd, bd, mid, gd, 0, E);
+            for (int64_t k = 0; k < E; k++)
+                koffp[k] = k * orows * OW;
+            if (!err)
+                err = aioge_conv_direct_f32(mid, wp, koffp, bp, y + r0 * OW, gp, 0, orows * g[19], 0, g[17]);
+            if (err)
+                return err;
+        }
+    }
+    return 0;
+}
+
 int aioge_irb(const int64_t *g, int64_t lo, int64_t hi)
 {
     const float *x = (const float *)(intptr_t)g[0];
@@ -126,6 +199,8 @@ int aioge_irb(const int64_t *g, int64_t lo, int64_t hi)
     const int64_t *gp0 = (const int64_t *)(intptr_t)g[10];
     float *y = (float *)(intptr_t)g[11];
     const int64_t band = g[12];
+    if (band < 0)
+        return lo == 0 && hi == g[15] && hi > 1 && g[29] > 0 ? irb_whole(g, hi) : irb_stream(g, lo, hi);
     if (band == 0) {
         const int64_t *gp1 = (const int64_t *)(intptr_t)g[19], *ge1 = (const int64_t *)(intptr_t)g[26];
         const int64_t E = gd0[D_C], OP = gd0[D_OH] * gd0[D_OW], k0 = g[17];
