@@ -176,7 +176,9 @@ def _dot(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, m0: int, m1: int, y
     bp = np.empty(-(-n // 16) * 16 * -(-k // 32) * 32, np.uint16)
     native.check(native.function("aioge_lowp_pack")(2, native.ptr(b), n, 1, k, n, native.ptr(bp), bp.size), "pack")
     cp = native.ptr(c) if c is not None else None
-    code = native.function("aioge_lowp_gemm")(2, native.ptr(a), k, native.ptr(bp), bp.size, cp, native.ptr(y), n, m, k, n, 0, 0.0, 0.0, m0, m1)
+    code = native.function("aioge_lowp_gemm")(
+        2, native.ptr(a), k, native.ptr(bp), bp.size, cp, native.ptr(y), n, m, k, n, 0, 0.0, 0.0, m0, m1
+    )
     native.check(code, "aioge_lowp_gemm")
 
 

@@ -5,7 +5,8 @@ bias is added and its output kept in float32 (GE's ``cube_fp16in_fp32out`` rule)
 
 - ``lowp_gemm``: Gemm (and through ``ops.fused`` FusedGemm and FusedMatMul's rows) in C
   (``csrc/lowp.c``): B rounded and packed once as 16-bit values when it is a constant, A's rows
-  rounded at the op's input, float32 FMAs; numpy (ml_dtypes) when the C tier is absent.
+  rounded at the op's input, float32 FMAs (bf16 with AVX512_BF16: K-pairs on AMX tiles or
+  vdpbf16ps, bf16 denormals flushed); numpy (ml_dtypes) when the C tier is absent.
 - ``lowp_impls(base)``: any matrix op (Conv, ConvTranspose, MatMul, ...): its float32 kernels,
   tuned as ever, run on operands rounded at its input (a constant weight rounded once).
 
@@ -168,8 +169,7 @@ def _build_gemm(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
     name, act_params = str(attrs.get("activation", "")), tuple(attrs.get("activation_params", ()))
     gemm, pack, isa = (native.function(f"aioge_lowp_{f}") for f in ("gemm", "pack", "isa"))
     packed: list[Any] = [(None, None)]  # (the B it packed, the panels), swapped as one (runs may overlap)
-    # kind 2: bf16 as K-pairs (K padded to 32) for AVX512_BF16 / AMX dot products where the CPU has them
-    kind = 2 if precision == "bf16" and isa is not None and isa() >= 2 else KINDS[precision]
+    kind = 2 if precision == "bf16" and isa is not None and isa() >= 2 else KINDS[precision]  # 2: K-pairs, K to 32s
 
     def panels(b: np.ndarray) -> np.ndarray:
         src, done = packed[0]
