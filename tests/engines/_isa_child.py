@@ -91,6 +91,8 @@ CASES = [
         "aioge",
     ),
     ("gemm", "Gemm", "gemm_native", [_rand(37, 70), _rand(70, 129), _rand(129)], {}),
+    # bf16 (GE's precision modes): AMX / vdpbf16ps on K-pairs where the CPU has them, else the 16-bit panels
+    ("lowp_bf16", "Gemm", "lowp_gemm", [_rand(37, 69), _rand(69, 129), _rand(129)], {"precision": "bf16"}),
     ("pool", "AveragePool", "pool_native", [_rand(1, 4, 15, 15)], {"kernel_shape": [3, 3], "strides": [2, 2]}),
     # AVX-512: 16 output columns in registers past a small plane's one vector, a ceil-mode overhang
     ("pool_max", "MaxPool", "pool_native", [_rand(1, 3, 20, 45)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "ceil_mode": 1}),

@@ -96,7 +96,8 @@ def test_numpy_fallback_equals_the_rounded_reference(numpy_kernels: None) -> Non
 def test_the_vector_path_is_chosen_here_and_matches_the_scalar_one_with_an_activation() -> None:
     if not {"avx2", "fma", "f16c"} <= (native.cpu_flags() or frozenset()):
         pytest.skip("this CPU has no AVX2+FMA+F16C")
-    assert native.function("aioge_lowp_isa")() == 1
+    dot = "avx512_bf16" in (native.cpu_flags() or frozenset()) and native.tier() == "avx512"
+    assert native.function("aioge_lowp_isa")() >= 2 if dot else native.function("aioge_lowp_isa")() == 1
     rng = np.random.default_rng(1)
     a, b, c = rng.standard_normal((7, 45)).astype(np.float32), rng.standard_normal((45, 19)).astype(np.float32), None
     vec = _gemm("bf16", a, b, c, False, "Relu")
@@ -167,3 +168,75 @@ def test_no_memory_for_the_rounded_rows_is_an_error_and_nothing_is_written() -> 
     with pytest.raises(ExecutionError, match="no memory"):
         native.check(code, "aioge_lowp_gemm")
     assert (y == 7.0).all()
+
+
+def _dot(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, m0: int, m1: int, y: np.ndarray) -> None:
+    """Rows [m0, m1) of kind 2 (bf16 as K-pairs, K padded to 32) into y."""
+    (m, k), n = a.shape, b.shape[1]
+    bp = np.empty(-(-n // 16) * 16 * -(-k // 32) * 32, np.uint16)
+    native.check(native.function("aioge_lowp_pack")(2, native.ptr(b), n, 1, k, n, native.ptr(bp), bp.size), "pack")
+    cp = native.ptr(c) if c is not None else None
+    code = native.function("aioge_lowp_gemm")(
+        2, native.ptr(a), k, native.ptr(bp), bp.size, cp, native.ptr(y), n, m, k, n, 0, 0.0, 0.0, m0, m1
+    )
+    native.check(code, "aioge_lowp_gemm")
+
+
+@needs_c
+@settings(max_examples=40, deadline=None)
+@given(
+    m=st.integers(1, 40),
+    k=st.integers(1, 90),
+    n=st.integers(1, 70),
+    split=st.integers(0, 40),
+    bias=st.booleans(),
+    tiny=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_bf16_dot_kind_on_amx_avx512_bf16_and_plain_c_whole_and_split(
+    m: int, k: int, n: int, split: int, bias: bool, tiny: bool, seed: int
+) -> None:
+    """Kind 2 (what bf16 runs on where the CPU has AVX512_BF16): AMX tiles (force 0, where the OS
+    grants them), vdpbf16ps (force 2), plain C (force 1); odd K (a zero pair), rows past one
+    16-row tile pair and the 8-row blocks, a row split anywhere. AMX and vdpbf16ps flush bf16
+    denormals: ``tiny`` puts some in A, and the bound allows K of them per output."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    if tiny:
+        a[rng.random((m, k)) < 0.2] = 3e-39
+    b, c = rng.standard_normal((k, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32) if bias else None
+    r = ml_dtypes.bfloat16
+    want = a.astype(r).astype(np.float64) @ b.astype(r).astype(np.float64) + (0.0 if c is None else c)
+    bound = (k + 2) * 2.0**-24 * (np.abs(a) @ np.abs(b) + (0.0 if c is None else np.abs(c))) + k * 2.0**-126 * 4 * np.abs(b).max()
+    s = min(split, m)
+    force = native.function("aioge_lowp_force_scalar")
+    try:
+        for f in (0, 2, 1):
+            force(f)
+            whole, parts = np.full((m, n), np.nan, np.float32), np.full((m, n), np.nan, np.float32)
+            _dot(a, b, c, 0, m, whole)
+            _dot(a, b, c, 0, s, parts)
+            _dot(a, b, c, s, m, parts)
+            for y in (whole, parts):
+                assert np.all(np.abs(y - want) <= bound), (f, m, k, n, s, float(np.max(np.abs(y - want) / bound)))
+    finally:
+        force(0)
+
+
+@needs_c
+def test_bf16_runs_the_dot_kind_where_the_cpu_has_avx512_bf16_and_amx_where_granted() -> None:
+    isa, flags = native.function("aioge_lowp_isa"), native.cpu_flags() or frozenset()
+    if native.tier() != "avx512" or "avx512_bf16" not in flags:
+        assert isa() <= 1
+        pytest.skip("no AVX512_BF16 in this tier or CPU")
+    assert isa() in (2, 3)  # 3: AMX-BF16, the tile state granted by the OS
+    native.function("aioge_lowp_force_scalar")(2)
+    try:
+        assert isa() == 2
+    finally:
+        native.function("aioge_lowp_force_scalar")(0)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((33, 65)).astype(np.float32), rng.standard_normal((65, 40)).astype(np.float32)
+    y = _gemm("bf16", a, b, None, False, "Relu")  # through the kernel: kind 2, its epilogue
+    want = np.maximum(a.astype(ml_dtypes.bfloat16).astype(np.float64) @ b.astype(ml_dtypes.bfloat16).astype(np.float64), 0)
+    assert np.allclose(y, want, rtol=1e-5, atol=1e-4)

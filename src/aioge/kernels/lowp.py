@@ -5,7 +5,8 @@ bias is added and its output kept in float32 (GE's ``cube_fp16in_fp32out`` rule)
 
 - ``lowp_gemm``: Gemm (and through ``ops.fused`` FusedGemm and FusedMatMul's rows) in C
   (``csrc/lowp.c``): B rounded and packed once as 16-bit values when it is a constant, A's rows
-  rounded at the op's input, float32 FMAs; numpy (ml_dtypes) when the C tier is absent.
+  rounded at the op's input, float32 FMAs (bf16 with AVX512_BF16: K-pairs on AMX tiles or
+  vdpbf16ps, bf16 denormals flushed); numpy (ml_dtypes) when the C tier is absent.
 - ``lowp_impls(base)``: any matrix op (Conv, ConvTranspose, MatMul, ...): its float32 kernels,
   tuned as ever, run on operands rounded at its input (a constant weight rounded once).
 
@@ -166,16 +167,17 @@ def _build_gemm(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
     m, k, n = _gemm_shapes(ins, attrs)  # type: ignore[misc]
     precision, trans_b = _lowp(attrs), bool(attrs.get("transB", 0))
     name, act_params = str(attrs.get("activation", "")), tuple(attrs.get("activation_params", ()))
-    gemm, pack = native.function("aioge_lowp_gemm"), native.function("aioge_lowp_pack")
+    gemm, pack, isa = (native.function(f"aioge_lowp_{f}") for f in ("gemm", "pack", "isa"))
     packed: list[Any] = [(None, None)]  # (the B it packed, the panels), swapped as one (runs may overlap)
+    kind = 2 if precision == "bf16" and isa is not None and isa() >= 2 else KINDS[precision]  # 2: K-pairs, K to 32s
 
     def panels(b: np.ndarray) -> np.ndarray:
         src, done = packed[0]
         if src is b:
             return done
-        bp = np.empty(((n + _NR - 1) // _NR) * _NR * k, np.uint16)
+        bp = np.empty(((n + _NR - 1) // _NR) * _NR * (-(-k // 32) * 32 if kind == 2 else k), np.uint16)
         sk, sn = (b.strides[1] // 4, b.strides[0] // 4) if trans_b else (b.strides[0] // 4, b.strides[1] // 4)
-        native.check(pack(KINDS[precision], native.ptr(b), sk, sn, k, n, native.ptr(bp), bp.size), "aioge_lowp_pack")
+        native.check(pack(kind, native.ptr(b), sk, sn, k, n, native.ptr(bp), bp.size), "aioge_lowp_pack")
         if is_constant(b):
             packed[0] = (b, bp)
         return bp
@@ -204,7 +206,7 @@ def _build_gemm(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
         c = np.ascontiguousarray(inputs[2], np.float32).reshape(n) if len(inputs) > 2 and inputs[2] is not None else None
         y = outputs[0] if outputs is not None and outputs[0].flags.c_contiguous else np.empty((m, n), np.float32)
         bp = panels(b)
-        args = (KINDS[precision], native.ptr(a), k, native.ptr(bp), bp.size, native.ptr(c) if c is not None else None)
+        args = (kind, native.ptr(a), k, native.ptr(bp), bp.size, native.ptr(c) if c is not None else None)
         rest = (native.ptr(y), n, m, k, n, code, p0, p1)
 
         def rows(lo: int, hi: int) -> None:
@@ -224,7 +226,7 @@ def _build_gemm(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, o
         if b.strides[0] % 4 or b.strides[1] % 4:
             return None
         bp = panels(b)
-        block = [KINDS[precision], native.ptr(a), k, native.ptr(bp), bp.size, native.ptr(c) if c is not None else 0]
+        block = [kind, native.ptr(a), k, native.ptr(bp), bp.size, native.ptr(c) if c is not None else 0]
         block += [native.ptr(y), n, m, k, n, code, b0, b1]
         worth = m >= 8 and m * k * n >= _SPLIT_MACS
         return [native.NativeCall(native.JOB_LOWP_GEMM, np.array(block, np.int64), m, worth, (a, bp, c, y))]
@@ -238,6 +240,7 @@ LOWP_GEMM = KernelImpl(
     _build_gemm,
     lambda descs, attrs: _gemm_shapes(descs, attrs) is not None,
     activations=native_rows.EPILOGUES,
+    eager=True,  # packs B on its first call: tuning times a second one
     native=True,
     packs=(1,),
 )
