@@ -207,6 +207,7 @@ static void *helper_main(void *arg)
 #endif
     uint64_t seen = h->initial; /* not posted: the first job may be posted before this thread runs */
     int woken = 0;              /* the last post was aioge_par_wake's, with no job */
+    int rt = aioge_spin_yields();
     for (;;) {
         uint64_t now;
         int64_t last = aioge_now_ns();
@@ -217,7 +218,8 @@ static void *helper_main(void *arg)
             aioge_relax();
             if ((++spins & 255) != 0)
                 continue;
-            sched_yield(); /* a lane's thread on this CPU runs first: spinning holds no CPU token */
+            if (rt)
+                sched_yield(); /* a lane's thread on this CPU runs first: spinning holds no CPU token */
             const int64_t t = aioge_now_ns(), gap = t - last;
             last = t;
             /* Descheduled (the yield gave the CPU to another process for a slice): on a busy
@@ -232,6 +234,7 @@ static void *helper_main(void *arg)
                     pthread_cond_wait(&h->cv, &h->mu);
                 atomic_store(&h->sleeping, 0);
                 pthread_mutex_unlock(&h->mu);
+                rt = aioge_spin_yields();
                 break;
             }
         }

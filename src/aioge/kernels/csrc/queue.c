@@ -123,6 +123,7 @@ static void *q_main(void *arg)
         if (atomic_load(&q->stop))
             break; /* stopped, and every pushed program taken */
         atomic_store_explicit(&me->cpu, aioge_this_cpu(), memory_order_relaxed);
+        const int rt = aioge_spin_yields();
         int64_t last = aioge_now_ns();
         const int64_t deadline = last + QSPIN_US * 1000;
         unsigned spins = 0;
@@ -130,7 +131,8 @@ static void *q_main(void *arg)
             aioge_relax();
             if ((++spins & 255) != 0)
                 continue;
-            sched_yield();
+            if (rt)
+                sched_yield();
             /* past the spin, or descheduled for a slice (another process has the CPU): sleep,
              * so the next push wakes it with the scheduler's wake-up preference (as par.c) */
             const int64_t t = aioge_now_ns(), gap = t - last;
