@@ -385,9 +385,9 @@ def _run_native(
     team = np.zeros(32, np.int64) if together else None
     c = states[1] if op == "LSTM" else None
     # JOB_RNN's argument block, in aioge.h's RJ_ order (an array its address, 0 for None)
-    a = [geo, fp, None if blas is None else x, w, x.shape[2], seq * batch, *(blas or (0, 0)), xw, pk, pk.size, bias, peep]
-    a += [lens, y, states[0], c, hs, hs.size, team]
-    args = np.array([_addr(v) or 0 if v is None or isinstance(v, np.ndarray) else v for v in a], np.int64)
+    block = [geo, fp, None if blas is None else x, w, x.shape[2], seq * batch, *(blas or (0, 0)), xw, pk, pk.size, bias, peep]
+    block += [lens, y, states[0], c, hs, hs.size, team]
+    args = np.array([_addr(v) or 0 if v is None or isinstance(v, np.ndarray) else v for v in block], np.int64)
     worth = seq * batch * gh * (n + x.shape[2]) >= _SPLIT_MACS
     split_native(fns[2], native.JOB_RNN, native.ptr(args), 2 if together else dirs, worth=worth)
     for v in states:
