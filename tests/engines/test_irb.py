@@ -60,7 +60,7 @@ def _ort(model: bytes, x: np.ndarray) -> np.ndarray:
 
 
 def _geo(c: int, h: int, w: int, m: int, a: tuple[int, ...]) -> np.ndarray:  # a 1x1 conv's conv_t geometry
-    return np.array([c, h, w, m, 1, 1, 1, 1, 1, 1, 0, 0, h, w, 1, h, w, c * h * w, *a, 0, 0], np.int64)
+    return np.array([c, h, w, m, 1, 1, 1, 1, 1, 1, 0, 0, h, w, 1, h, w, c * h * w, *a, 0, 0, 0], np.int64)
 
 
 def _pack(a: np.ndarray) -> np.ndarray:  # a 1x1 conv's weight as conv_t's packed columns

@@ -25,7 +25,7 @@
 
 #include "aioge.h"
 
-enum { G_C, G_H, G_W, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_PT, G_PL, G_OH, G_OW, G_N, G_HPH, G_WPH, G_IMAGE, G_ROWS = 21, G_MR, G_CONV_LEN };
+enum { G_C, G_H, G_W, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_PT, G_PL, G_OH, G_OW, G_N, G_HPH, G_WPH, G_IMAGE, G_ROWS = 21, G_MR, G_Z, G_CONV_LEN }; /* conv_direct.c's slots (G_Z: its residual, never set here) */
 enum { D_C, D_H, D_W, D_MULT, D_KH, D_KW, D_SH, D_SW, D_DH, D_DW, D_PT, D_PL, D_OH, D_OW, D_LEN = 18 };
 
 /* Whether the three geometries chain: expand C -> (E, or part of it) at H x W, the depthwise E planes of H x W to
@@ -149,6 +149,7 @@ static int irb_stream(const int64_t *g, int64_t lo, int64_t hi)
     memcpy(ge, ge0, sizeof ge);
     memcpy(gd, gd0, sizeof gd);
     memcpy(gp, gp0, sizeof gp);
+    ge[G_Z] = gp[G_Z] = 0; /* a band's rows of y: no whole-y residual */
     ge[G_H] = ge[G_OH] = ge[G_HPH] = cap; /* y's planes: the window's */
     gd[D_H] = cap;
     gd[D_PT] = 0;
@@ -240,6 +241,7 @@ int aioge_irb(const int64_t *g, int64_t lo, int64_t hi)
         memcpy(ge, ge0, sizeof ge);
         memcpy(gd, gd0, sizeof gd);
         memcpy(gp, gp0, sizeof gp);
+        ge[G_Z] = gp[G_Z] = 0; /* a band's rows of y: no whole-y residual */
         int err = 0;
         if (irows > 0) {
             ge[G_H] = ge[G_OH] = ge[G_HPH] = irows;
