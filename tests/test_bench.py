@@ -439,3 +439,24 @@ def test_the_lag_monitor_tells_a_wait_for_a_cpu_from_the_loops_own_work() -> Non
     lag, runq, own = crowded.worst()
     assert runq >= 0.01 and lag >= runq + 0.025, (lag, runq, own)  # the spinner's turns, beside the loop's 30 ms
     assert 0.025 <= own < lag, (lag, runq, own)  # the loop's own: its work, not the waits
+
+
+def test_the_serving_section_serves_the_batched_graph_under_bf16_against_the_fp32_pool(tmp_path: Path) -> None:
+    import functools
+
+    import anyio
+
+    from aioge.benchmarks.serving import serving
+
+    # issue 39's serving target: the batched graph again under allow_fp32_to_bf16 (its outputs
+    # checked by cosine against float32), beside onnxruntime's float32 pool
+    run = functools.partial(serving, "mlp", clients=4, requests=3, rounds=1, cache_dir=str(tmp_path / "k"), bf16=True)
+    row = anyio.run(run)
+    assert row["batched_bf16_rps"] > 0 and 0 < row["batched_bf16_p50_s"] <= row["batched_bf16_p99_s"]
+    assert row["batched_bf16_vs_ort"] == pytest.approx(row["batched_bf16_rps"] / row["ort_rps"])
+    results = {"rows": [], "config": {"concurrency": []}, "serving": [{**row, "lag_p99_ms": 0.0, "lag_max_ms": 0.0}]}
+    target = next(t for t in evaluate_targets(results) if t["target"] == "serving mlp: batched bf16 req/s aioge/ort fp32")
+    assert target["figure"] == row["batched_bf16_vs_ort"] and target["bound"] == 2.0
+    assert "allow_fp32_to_bf16" in target["detail"]
+    plain = anyio.run(functools.partial(serving, "mlp", clients=2, requests=1, rounds=1, bf16=False))
+    assert "batched_bf16_rps" not in plain  # the float32 sides alone

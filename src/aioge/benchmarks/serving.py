@@ -8,7 +8,8 @@ loop's thread alone) is measured beside them: on a shared machine wall-clock rat
 with the neighbours' load, CPU per request much less. aioge runs on this event loop with GE's batch gears (1, 2, 4, ... up to the
 client count, compiled when the graph is added) and ``aioge.batch_max_rows``; the event
 loop's lag is measured meanwhile. The sides alternate round by round; every figure is a
-median over rounds.
+median over rounds. ``batched_bf16`` (the transformer's by default: issue 39's target) is the
+batched graph again under GE's ``allow_fp32_to_bf16``, checked by cosine against float32.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from aioge.benchmarks.measure import LagMonitor, ort_session, percentile, settle
 __all__ = ["SERVING_WORKLOADS", "serving"]
 
 SERVING_WORKLOADS = ("mlp", "cnn", "transformer")
+SERVING_BF16 = ("transformer",)  # served batched under allow_fp32_to_bf16 too
+BF16_MIN_COSINE = 0.999  # issue 39's bound on a precision mode's outputs
 
 
 def _model(name: str) -> tuple[aioge.Graph, dict[str, np.ndarray], Any]:
@@ -91,11 +94,18 @@ def _ort_round(
 
 
 async def serving(
-    name: str, *, clients: int = 64, requests: int = 20, rounds: int = 3, cache_dir: str | None = None
+    name: str,
+    *,
+    clients: int = 64,
+    requests: int = 20,
+    rounds: int = 3,
+    cache_dir: str | None = None,
+    bf16: bool | None = None,
 ) -> dict[str, Any]:
     """One builder model served to ``clients`` concurrent single-row clients: requests/s, p50/p99
     latency (seconds), CPU microseconds per request of aioge with batching, aioge without, and
-    onnxruntime in a pool; loop lag.
+    onnxruntime in a pool; loop lag. ``bf16`` (default: ``name`` in ``SERVING_BF16``): the batched
+    graph under ``allow_fp32_to_bf16`` as a fourth side.
 
     Raises:
         AssertionError: a side's output is wrong.
@@ -108,13 +118,23 @@ async def serving(
     options = {"ge.op_compiler_cache_dir": cache_dir} if cache_dir else {}
     sess = ort_session(to_onnx(graph))
     names = [o.name for o in sess.get_outputs()]
+    bf16 = name in SERVING_BF16 if bf16 is None else bf16
     sides: dict[str, list[tuple[float, list[float], float, float]]] = {"batched": [], "unbatched": [], "ort": []}
+    sides.update({"batched_bf16": []} if bf16 else {})
     monitor = LagMonitor()
     async with aioge.Session(options) as session:
         t = time.perf_counter()
         await session.add_graph(1, graph, _gear_options(graph, clients, batching=True))
         compile_s = time.perf_counter() - t
         await session.add_graph(2, graph)
+        if bf16:
+            lowp = {**_gear_options(graph, clients, batching=True), "ge.exec.precision_mode": "allow_fp32_to_bf16"}
+            await session.add_graph(3, graph, lowp)
+            got = await session.run_graph(3, feeds)
+            for k, v in want.items():
+                a, b = np.ravel(got[k]).astype(np.float64), np.ravel(v).astype(np.float64)
+                cosine = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) or 1.0))
+                assert cosine >= BF16_MIN_COSINE, f"{name} aioge bf16 output {k}: cosine {cosine:.6f}"
         for gid in (1, 2):
             got = await session.run_graph(gid, feeds)
             for k, v in want.items():
@@ -125,6 +145,8 @@ async def serving(
         with ThreadPoolExecutor(clients) as pool:
             await _aioge_round(session, 1, feeds, clients, 2, None)  # warm every side
             await _aioge_round(session, 2, feeds, clients, 2, None)
+            if bf16:
+                await _aioge_round(session, 3, feeds, clients, 2, None)
             await anyio.to_thread.run_sync(_ort_round, sess, feeds, pool, clients, 2)
             for _ in range(rounds):  # each side SETTLE_S after the last: onnxruntime's threads spin on
                 await settle()
@@ -133,6 +155,9 @@ async def serving(
                 sides["unbatched"].append(await _aioge_round(session, 2, feeds, clients, requests, None))
                 await settle()
                 sides["ort"].append(await anyio.to_thread.run_sync(_ort_round, sess, feeds, pool, clients, requests))
+                if bf16:
+                    await settle()
+                    sides["batched_bf16"].append(await _aioge_round(session, 3, feeds, clients, requests, None))
         stats = session.batch_stats(1)
     row: dict[str, Any] = {"workload": name, "clients": clients, "requests_per_client": requests, "compile_s": compile_s}
     for side, samples in sides.items():
@@ -144,6 +169,8 @@ async def serving(
             row[f"{side}_loop_cpu_us"] = statistics.median(x[3] for x in samples) * 1e6
     row["batched_vs_ort"] = row["batched_rps"] / row["ort_rps"]
     row["unbatched_vs_ort"] = row["unbatched_rps"] / row["ort_rps"]
+    if bf16:
+        row["batched_bf16_vs_ort"] = row["batched_bf16_rps"] / row["ort_rps"]
     row["lag_max_ms"], row["gc_max_ms"] = (max(x, default=0.0) * 1e3 for x in (monitor.lags, monitor.gc_pauses))
     row["lag_p99_ms"] = percentile(monitor.lags, 0.99) * 1e3
     row["lag_runq_ms"], row["lag_own_max_ms"] = (x * 1e3 for x in monitor.worst()[1:])

@@ -422,6 +422,15 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             True,
             f"{r['clients']} single-row clients, mean batch {r['mean_batch_rows']:.1f} rows",
         )
+        if "batched_bf16_vs_ort" in r:  # issue 39: the float32 pool's rate doubled under allow_fp32_to_bf16
+            bf16 = f"allow_fp32_to_bf16, CPU {r['batched_bf16_cpu_us']:.1f} us/req (float32 {r['batched_cpu_us']:.1f})"
+            add(
+                f"serving {w}: batched bf16 req/s aioge/ort fp32",
+                r["batched_bf16_vs_ort"],
+                SERVING_BATCHED_VS_ORT.get(w, 1.0),
+                True,
+                bf16,
+            )
         add(f"serving {w}: p99 aioge batched / ort", r["batched_p99_s"] / r["ort_p99_s"], 1.0, False, "below the pool's")
         add(f"serving {w}: unbatched req/s aioge/ort", r["unbatched_vs_ort"], TARGETS["serving_unbatched_vs_ort"], True, "")
         add(f"serving {w}: loop lag p99 ms", r["lag_p99_ms"], TARGETS["serving_lag_p99_ms"], False, "batched bursts")
