@@ -9,7 +9,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import aioge
@@ -272,10 +272,12 @@ def test_irb_streaming_form_matches_onnxruntime(c, e, h, w, stride, k, band, res
     model = _model(ops, stride, k, residual)
     want = _ort(model, ops[0])
     got, (split, whole), streams = _stream_run(model, ops[0])
-    assert streams == 1
     for y in (got, split):
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
     np.testing.assert_array_equal(split, whole)
+    # the tuner may give a narrow block's 1x1 convs a kernel without row panels (CI: 3-16 at 21x5):
+    # then nothing streams, and the example says nothing about the streaming form
+    assume(streams == 1)
 
 
 def _wide(stride: int) -> tuple[bytes, np.ndarray, np.ndarray]:  # MobileNetV2's 56x56 block (stride 2: to 28x28)
