@@ -18,14 +18,13 @@
 #include <stdlib.h>
 
 #include "aioge.h"
+#include "convgeo.h"
 #include "mathf.h"
 #include "tile.h"
 #if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
 #endif
 
-/* geometry: C, H, W, M, KH, KW, SH, SW, DH, DW, PT, PL, OH, OW, N */
-enum { G_C, G_H, G_W, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_PT, G_PL, G_OH, G_OW, G_N, G_LEN };
 int aioge_conv_gemm_mr(void) { return MR; }
 int aioge_conv_gemm_nr(void) { return NR; }
 
@@ -39,11 +38,7 @@ int aioge_conv_gemm_nr(void) { return NR; }
  * output row are computed and dropped (2 of 58 for a 3x3 kernel on 56 columns).
  */
 
-/* geometry: C, H, W, M, KH, KW, SH, SW, DH, DW, PT, PL, OH, OW, N, HPH, WPH, IMAGE (floats per image of
- * xph), then the activation applied to the outputs: aioge.h's code and its parameters' float32 bits,
- * row panels (G_ROWS) and their weight rows per block (G_MR: MR, or MR8 with G_ROWS) */
-enum { G_HPH = G_LEN, G_WPH, G_IMAGE, G_ACT, G_ACT_P0, G_ACT_P1, G_ROWS, G_MR, G_Z, G_DIRECT_LEN };
-/* G_Z: the address of a residual z of y's layout (0: none): y = act(conv + bias + z), the sum
+/* geometry: convgeo.h. G_Z: the address of a residual z of y's layout (0: none): y = act(conv + bias + z), the sum
  * rounded as the conv's output and then JOB_RESIDUAL's y + z (FusedConv's Z: ResNet's blocks),
  * so the same bits; read where each output is stored, never where y is not yet written. */
 static inline const float *zof(const int64_t *g) { return (const float *)(intptr_t)g[G_Z]; }

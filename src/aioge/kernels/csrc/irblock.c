@@ -24,8 +24,8 @@
 #include <string.h>
 
 #include "aioge.h"
+#include "convgeo.h" /* the conv geometry (G_Z: its residual, never set here) */
 
-enum { G_C, G_H, G_W, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_PT, G_PL, G_OH, G_OW, G_N, G_HPH, G_WPH, G_IMAGE, G_ROWS = 21, G_MR, G_Z, G_CONV_LEN }; /* conv_direct.c's slots (G_Z: its residual, never set here) */
 enum { D_C, D_H, D_W, D_MULT, D_KH, D_KW, D_SH, D_SW, D_DH, D_DW, D_PT, D_PL, D_OH, D_OW, D_LEN = 18 };
 
 /* Whether the three geometries chain: expand C -> (E, or part of it) at H x W, the depthwise E planes of H x W to
@@ -145,7 +145,7 @@ static int irb_stream(const int64_t *g, int64_t lo, int64_t hi)
         return AIOGE_ENOMEM;
     float *mid = win + win_n;
     int64_t *koffp = (int64_t *)(mid + mid_n);
-    int64_t ge[G_CONV_LEN], gd[D_LEN], gp[G_CONV_LEN];
+    int64_t ge[G_DIRECT_LEN], gd[D_LEN], gp[G_DIRECT_LEN];
     memcpy(ge, ge0, sizeof ge);
     memcpy(gd, gd0, sizeof gd);
     memcpy(gp, gp0, sizeof gp);
@@ -237,7 +237,7 @@ int aioge_irb(const int64_t *g, int64_t lo, int64_t hi)
             break;
         const int64_t top = r0 * sh - pt, end = (r1 - 1) * sh - pt + reach;
         const int64_t a = top > 0 ? top : 0, e = end < H ? end : H, irows = e - a;
-        int64_t ge[G_CONV_LEN], gd[D_LEN], gp[G_CONV_LEN];
+        int64_t ge[G_DIRECT_LEN], gd[D_LEN], gp[G_DIRECT_LEN];
         memcpy(ge, ge0, sizeof ge);
         memcpy(gd, gd0, sizeof gd);
         memcpy(gp, gp0, sizeof gp);
