@@ -148,7 +148,7 @@ async def test_a_resnet_block_runs_its_residual_adds_in_the_convs(size, channels
     the program has no JOB_RESIDUAL left (the fusion pass folded the Add into the conv, the
     program the residual into its job), equal to numpy in float64 and bit-equal to the steps."""
     from aioge.examples.cnn import _conv_ref
-    from tests.runtime.test_native_program import _program_equals_steps
+    from tests.runtime.test_native_program import _live_programs, _program_equals_steps
 
     monkeypatch.setattr("aioge.compiler.graph.NATIVE_SLACK_MS", float("inf"))
     rng = np.random.default_rng(size)
@@ -170,15 +170,8 @@ async def test_a_resnet_block_runs_its_residual_adds_in_the_convs(size, channels
     want = np.maximum(ref(np.maximum(ref(r1, "r", 0), 0), "e", 0) + r1, 0)
     got, impls = await _program_equals_steps(g, feeds, tmp_path)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    import gc
 
-    from aioge.runtime.native_program import NativeProgram
-
-    async with aioge.Session() as sess:
-        await sess.add_graph(1, g)
-        await sess.run_graph(1, feeds)
-        gc.collect()
-        progs = [p for p in gc.get_objects() if type(p) is NativeProgram and p._staging[0][1].shape == feeds["x"].shape]
+    async with _live_programs(g, feeds) as progs:
         assert progs, impls
         for p in progs:
             jobs = [c.job for c in p._keep[1]]

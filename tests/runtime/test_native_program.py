@@ -52,6 +52,21 @@ async def _program_equals_steps(g: aioge.Graph, feeds: dict, tmp_path: Any) -> t
 
 
 @contextlib.asynccontextmanager
+async def _live_programs(g: aioge.Graph, feeds: dict) -> AsyncIterator[list[NativeProgram]]:
+    """The native programs of ``g`` (their staged x of the feed's shape) in a session that has
+    run it once, while the session is open."""
+    import gc
+
+    async with aioge.Session() as sess:
+        await sess.add_graph(1, g)
+        await sess.run_graph(1, feeds)
+        gc.collect()
+        # type(), not isinstance: that asks every object its __class__, and torch's deprecated module
+        # attributes warn (an error here) once torch is imported
+        yield [p for p in gc.get_objects() if type(p) is NativeProgram and p._staging[0][1].shape == feeds["x"].shape]
+
+
+@contextlib.asynccontextmanager
 async def _mlp_ran_once() -> AsyncIterator[tuple[aioge.Session, Any, dict, Any]]:
     """A session with the batch-1 MLP example run once: the session, its executable, the feeds
     and the reference."""
@@ -768,7 +783,6 @@ async def test_a_fire_modules_expand_convs_write_into_the_concat_in_place(batch,
     output (batch 1, where the arena allows); not an expand output something else reads as well
     (``shared``), nor at batch 2 (a channel slice is not one block). Whole and split, equal to
     numpy in float64 and bit-equal to the steps."""
-    import gc
 
     from aioge.examples.cnn import _conv_ref
 
@@ -799,13 +813,7 @@ async def test_a_fire_modules_expand_convs_write_into_the_concat_in_place(batch,
     got, impls = await _program_equals_steps(g, feeds, tmp_path)
     want = _conv_ref(ref, wd["nx"], wd["nx_b"], 0) + (e1r.mean(axis=1, keepdims=True) if shared else 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    async with aioge.Session() as sess:
-        await sess.add_graph(1, g)
-        await sess.run_graph(1, feeds)
-        gc.collect()
-        # type(), not isinstance: that asks every object its __class__, and torch's deprecated module
-        # attributes warn (an error here) once torch is imported
-        progs = [p for p in gc.get_objects() if type(p) is NativeProgram and p._staging[0][1].shape == feeds["x"].shape]
+    async with _live_programs(g, feeds) as progs:
         assert progs, impls
         for p in progs:
             steps = p._ctx.layout.steps
@@ -872,7 +880,6 @@ async def test_a_dense_blocks_joins_are_laid_over_its_last_one(batch, size, laye
     block's last one, each feature written there by its conv: no Concat copies anything; at
     batch 2 (a channel slice is not one block) they copy. Whole and split, close to numpy in
     float64 and bit-equal to the steps."""
-    import gc
 
     from aioge.examples.cnn import _conv_ref
 
@@ -901,11 +908,7 @@ async def test_a_dense_blocks_joins_are_laid_over_its_last_one(batch, size, laye
         refs.append(_conv_ref(bref, w3.astype(np.float64), np.zeros(4), 1))
     got, impls = await _program_equals_steps(g, feeds, tmp_path)
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
-    async with aioge.Session() as sess:
-        await sess.add_graph(1, g)
-        await sess.run_graph(1, feeds)
-        gc.collect()
-        progs = [p for p in gc.get_objects() if type(p) is NativeProgram and p._staging[0][1].shape == feeds["x"].shape]
+    async with _live_programs(g, feeds) as progs:
         assert progs, impls
         for p in progs:
             steps = p._ctx.layout.steps
