@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aioge._util import memory
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import native, parallel
 from aioge.kernels.matmul_algos import build_gemm_native, build_matmul_native, pack_columns
@@ -397,12 +398,12 @@ def test_a_big_packed_buffer_is_in_huge_pages_where_the_kernel_has_them_free(mon
     512) when the page allocator holds twice as many free 2 MiB blocks; with none free it keeps
     4 KiB pages (no compaction stall), populated either way."""
     shape, nbytes = (1024, 1536), 1024 * 1536 * 4
-    assert native.free_huge_pages() >= 0
-    if thp_mode() != "never" and native.free_huge_pages() >= 2 * nbytes // (1 << 21):
+    assert memory.free_huge_pages() >= 0
+    if thp_mode() != "never" and memory.free_huge_pages() >= 2 * nbytes // (1 << 21):
         a = native.aligned_empty(shape)
         a[...] = 2.0
         assert anon_huge_bytes(a) >= nbytes and float(a.sum()) == 2.0 * a.size
-    monkeypatch.setattr(native, "free_huge_pages", lambda: 0)
+    monkeypatch.setattr(memory, "free_huge_pages", lambda: 0)
     b = native.aligned_empty(shape)
     assert resident_bytes(b) >= b.nbytes
     if thp_mode() == "madvise":  # under "always" the kernel may give any big mapping huge pages

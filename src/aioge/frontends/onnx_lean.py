@@ -23,7 +23,7 @@ from typing import BinaryIO
 import numpy as np
 import onnx
 
-from aioge.kernels import native
+from aioge._util import memory
 
 __all__ = ["NotLean", "RAW_DTYPES", "raw_array", "read_lean"]
 
@@ -31,7 +31,7 @@ _GRAPH = 7 << 3 | 2  # ModelProto.graph
 _INITIALIZER = 5 << 3 | 2  # GraphProto.initializer
 _RAW_DATA = 9 << 3 | 2  # TensorProto.raw_data
 _ALIGN = 64
-_MAPPED = 1 << 20  # from here a payload is read into a populated mapping (native.populated)
+_MAPPED = 1 << 20  # from here a payload is read into a populated mapping (memory.anonymous)
 _SPLIT = 2 << 20  # from here a payload is read by two threads
 
 
@@ -129,7 +129,7 @@ class _Reader:
         # loaded in 0.18 to 1.05 s from one fresh process to the next (the kernel compacting
         # memory for them), against a steady 0.31 s. A big one goes to a mapping populated at
         # once, not a bytearray (zeroed, a page fault per 4 KiB): 0.40 -> 0.28 s of CPU.
-        buf = np.frombuffer(bytearray(n + _ALIGN) if n < _MAPPED else native.populated(n), np.uint8)
+        buf = np.frombuffer(bytearray(n + _ALIGN) if n < _MAPPED else memory.anonymous(n), np.uint8)
         skip = -buf.ctypes.data % _ALIGN
         out = buf[skip : skip + n]
         if n and self._read(out.data) != n:

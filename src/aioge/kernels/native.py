@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from aioge._util import memory
 from aioge.errors import ExecutionError, OptionError
 from aioge.kernels.parallel import split_native
 
@@ -386,50 +387,19 @@ def ptr(a: np.ndarray) -> int:
 # on compaction: a 440 MB buffer took 0.6-4.3 s where the next ones took 0.06, and BERT-base's
 # first run, which packs 340 MB of weights, measured 0.43-1.35 s from one process to the next.
 _HUGE_BYTES = 1 << 22
-_PMD = 1 << 21  # a huge page
-_MADV_POPULATE_WRITE = 23  # Linux 5.14: fault every page in now, writable (huge where advised)
-
-
-def free_huge_pages() -> int:
-    """How many 2 MiB blocks the kernel's page allocator holds free now (orders 9 and up in
-    ``/proc/buddyinfo``): huge pages it can hand out without compacting memory; 0 where unknown."""
-    try:
-        with open("/proc/buddyinfo") as f:
-            rows = [line.split()[4:] for line in f]
-    except OSError:
-        return 0
-    return sum(int(c) << (order - 9) for row in rows for order, c in enumerate(row) if order >= 9 and c.isdigit())
-
-
-def populated(size: int, huge: bool = False) -> mmap.mmap:
-    """An anonymous private mapping of ``size`` bytes, every page in memory already. ``huge``:
-    in 2 MiB pages where the kernel has that many free at hand (twice over), so no compaction
-    stall: a packed weight the kernels stream each run then costs a TLB entry per 2 MiB, not
-    per 4 KiB (resnet18's Winograd weights: 13.2 -> 12.4 ms a run, two cores)."""
-    advise = getattr(mmap, "MADV_HUGEPAGE", None)
-    if huge and advise is not None and 2 * -(-size // _PMD) <= free_huge_pages():
-        m = mmap.mmap(-1, -(-size // _PMD) * _PMD, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        m.madvise(advise)
-        try:
-            m.madvise(_MADV_POPULATE_WRITE)
-        except OSError:  # an older kernel: write a byte a page
-            np.frombuffer(m, np.uint8)[:: mmap.PAGESIZE] = 0
-        return m
-    # MAP_POPULATE is Linux's; elsewhere the pages come as they are touched
-    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0))
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: Any = np.float32, align: int = 64) -> np.ndarray:
     """An uninitialised C-contiguous array whose first element sits on an ``align``-byte
     boundary (a packed operand the micro-kernels load a cache line at a time). From 4 MiB it
     is an anonymous mapping of its own, in huge pages where they are free at hand (see
-    ``populated``; numpy's own advice would compact for them, see ``_HUGE_BYTES``), populated
+    ``memory.anonymous``; numpy's own advice would compact for them: ``_HUGE_BYTES``), populated
     at once (a page fault per 4 KiB as the packing wrote it cost BERT-base's first run 0.2 s
     of its 0.67 s of CPU); freed with the array."""
     dt = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))
     if count * dt.itemsize >= _HUGE_BYTES and align <= mmap.PAGESIZE:
-        return np.frombuffer(populated(count * dt.itemsize, huge=True), dt, count).reshape(shape)
+        return np.frombuffer(memory.anonymous(count * dt.itemsize, huge=True), dt, count).reshape(shape)
     raw = np.empty(count * dt.itemsize + align, np.uint8)
     start = -raw.ctypes.data % align
     return raw[start : start + count * dt.itemsize].view(dt).reshape(shape)
