@@ -66,7 +66,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="",
         help="machine-states section (issue 42): quiet,busy1,busy4 (each side alone in its own process, beside N busy ones)",
     )
-    p.add_argument("--states-models", default=None, help="real-weights models for --states (default: five of them)")
+    p.add_argument(
+        "--states-models",
+        default=None,
+        help="real-weights models for --states (default: every one in quiet, five of them in the busy states)",
+    )
     p.add_argument("--states-only", action="store_true", help="run the machine-states section alone")
     p.add_argument("--states-pause-ms", type=float, default=0.0, help="pause before each timed run of --states (sporadic calls)")
     p.add_argument(

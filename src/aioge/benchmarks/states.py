@@ -76,14 +76,16 @@ def states(
     names: list[str],
     models: dict[str, str],
     *,
+    busy_models: set[str] | None = None,
     rounds: int = 3,
     runs: int = 20,
     pause_s: float = 0.0,
     budget_s: float = BUDGET_S,
     progress: Callable[[str], None] = lambda s: None,
 ) -> dict[str, Any]:
-    """Rows per model and state; ``models`` maps a name to its .onnx path. Each process times
-    ``runs`` runs and on until ``budget_s`` seconds have passed; ``rounds`` processes per side."""
+    """Rows per model and state; ``models`` maps a name to its .onnx path (the busy states run
+    those in ``busy_models`` only, where given). Each process times ``runs`` runs and on until
+    ``budget_s`` seconds have passed; ``rounds`` processes per side."""
     unknown = sorted(set(names) - set(STATES))
     if unknown:
         raise ValueError(f"unknown machine states {unknown}; expected some of {list(STATES)}")
@@ -96,6 +98,8 @@ def states(
             try:
                 time.sleep(1.0 if busy else 0.0)  # the scheduler spreads them before the first timing
                 for name, path in models.items():
+                    if busy and busy_models is not None and name not in busy_models:
+                        continue
                     samples: dict[str, list[float]] = {"aioge": [], "ort": []}
                     for _ in range(rounds):
                         for side in samples:

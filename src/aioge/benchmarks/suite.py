@@ -89,7 +89,9 @@ class SuiteConfig:
     )  # the torch front end's models (frontends.TORCH_MODELS); empty: all but mlp
     tf_models: list[str] = field(default_factory=list)  # the tf front end's (frontends.TF_MODELS); empty: all
     states: list[str] = field(default_factory=list)  # issue 42: "quiet", "busy1", "busy4"; empty: no such section
-    states_models: list[str] = field(default_factory=lambda: list(STATE_MODELS))  # real-weights names
+    # real-weights names for every state; empty: the quiet state runs the whole real set (issue
+    # 42's solo geomean) and the busy states the five of states.STATE_MODELS
+    states_models: list[str] = field(default_factory=list)
     states_only: bool = False  # the machine-states section alone
     states_pause_ms: float = 0.0  # between the timed runs of a machine-states process (0: back to back)
     precision: list[str] = field(default_factory=list)  # issue 39: GE precision modes; empty: no precision section
@@ -470,9 +472,12 @@ def _states(cfg: SuiteConfig, progress: Callable[[str], None]) -> dict[str, Any]
     why = real_available()
     if why:
         raise RuntimeError(f"the machine-states section runs the real-weights models: {why}")
-    models = {m: str(real_model_path(m)) for m in cfg.states_models}
+    models = {m: str(real_model_path(m)) for m in cfg.states_models or REAL}
+    busy = set(cfg.states_models or STATE_MODELS)
     pause = cfg.states_pause_ms / 1e3
-    return states(cfg.states, models, rounds=max(cfg.rounds, ROUNDS), runs=4 * cfg.runs, pause_s=pause, progress=progress)
+    return states(
+        cfg.states, models, busy_models=busy, rounds=max(cfg.rounds, ROUNDS), runs=4 * cfg.runs, pause_s=pause, progress=progress
+    )
 
 
 def _print_progress(line: str) -> None:
