@@ -91,7 +91,10 @@ def _matches_onnxruntime(build, seed, n, c, m, h, w, kernel, strides, dilations,
 @pytest.mark.parametrize(
     ("c", "m", "k", "stride", "pad", "size"),
     [(16, 70, 3, 1, 1, 40), (24, 13, 3, 2, 1, 33), (32, 64, 1, 1, 0, 16), (8, 20, 7, 2, 3, 50), (48, 130, 3, 1, 1, 5)]
-    + [(5, 14, 1, 1, 0, 13)],  # 1x1: groups of 16 panels cut by a short panel, an image and a share
+    + [(5, 14, 1, 1, 0, 13)]  # 1x1: groups of 16 panels cut by a short panel, an image and a share
+    # an image's phases past 1 MB: row panels whole take an output row's blocks at a time, each
+    # half (and the 3x3s above) a block of rows over its whole range (the same sums either way)
+    + [(16, 20, 3, 1, 1, 130)],
 )
 @pytest.mark.parametrize("rows", [{}, {"rows": 1}, {"rows": 1, "mr": 8}], ids=["flat", "rows", "rows8"])
 @pytest.mark.parametrize("batch", [1, 2, 3])

@@ -532,6 +532,21 @@ int aioge_conv_direct_f32(const float *xph, const float *wpack, const int64_t *k
         const dout_fn *outs = DOUTS;
         const dtile_fn *tiles = DTILES;
 #endif
+        /* K in one block and this range's input in half of L2 (SqueezeNet's 3->64 3x3 s2 stem: 0.3 MB
+         * a thread): a block of mr rows of y over the whole range before the next block, so y is
+         * written as mr long runs at a time, not a row's piece of each of M planes (64 store streams,
+         * past what the L2 prefetcher follows: 437 us warm, 1211 with every cache evicted first) */
+        if (kblocks == 1 && IMAGE * 4 * (p1 - p0) / per_image <= 1 << 20) {
+            for (int64_t mb = mb0; mb < mb1 && mb * mr < M; mb++)
+                for (int64_t q = p0; q < p1; q++) {
+                    const int64_t n = q / per_image, oh = q % per_image / per_row, c0 = q % per_row * nr;
+                    const int64_t nc = OW - c0 < nr ? OW - c0 : nr, off = n * M * P + oh * OW + c0 + mb * mr * P;
+                    outs[(nc + VL - 1) / VL](K, wpack + mb * K * mr, xph + n * IMAGE + oh * WPH + c0, koff, y + off,
+                                             z ? z + off : 0, P, M - mb * mr < mr ? M - mb * mr : mr, nc,
+                                             bias ? bias + mb * mr : 0, act, act_p0, act_p1);
+                }
+            return 0;
+        }
         for (int64_t q = p0; q < p1; q++) {
             const int64_t n = q / per_image, oh = q % per_image / per_row, c0 = q % per_row * nr;
             const int64_t ncols = OW - c0 < nr ? OW - c0 : nr, nv = (ncols + VL - 1) / VL;
