@@ -33,11 +33,11 @@ def anonymous(size: int, *, huge: bool = False, populate: bool = True) -> mmap.m
     advise = getattr(mmap, "MADV_HUGEPAGE", None)
     if huge and advise is not None and 2 * -(-size // _PMD) <= free_huge_pages():
         m = mmap.mmap(-1, -(-size // _PMD) * _PMD, flags=flags)
-        m.madvise(advise)
-        if populate:
+        for option in (advise, _MADV_POPULATE_WRITE) if populate else (advise,):
             try:
-                m.madvise(_MADV_POPULATE_WRITE)
-            except OSError:  # an older kernel: write a byte a page
-                np.frombuffer(m, np.uint8)[:: mmap.PAGESIZE] = 0
+                m.madvise(option)
+            except OSError:  # a kernel without THP (EINVAL) or before 5.14: 4 KiB pages, a byte written a page
+                if option != advise:
+                    np.frombuffer(m, np.uint8)[:: mmap.PAGESIZE] = 0
         return m
     return mmap.mmap(-1, size, flags=flags | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0))
