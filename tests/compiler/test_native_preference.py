@@ -233,3 +233,37 @@ def _branches_reference(x: np.ndarray, ws: list[np.ndarray], sin: bool) -> np.nd
     mp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
     outs.append(np.lib.stride_tricks.sliding_window_view(mp, (3, 3), axis=(2, 3)).max(axis=(4, 5)))
     return np.concatenate(outs, axis=1)
+
+
+@pytest.mark.anyio
+async def test_a_hit_refusing_the_native_plan_re_times_the_stale_native_time_once(tmp_path) -> None:
+    """A native time recorded under load (or by older code) kept mobilenet_v3_small off its
+    native plan on every hit: a hit whose plan refuses its native alternatives on their cost
+    re-times them (once in the entry's life) and writes the new times back."""
+    from aioge.kernels import native
+    from aioge.plan.kernel import candidates_of
+    from tests.compiler.test_recheck import _build, _conv, _entry, _plant
+
+    if not native.available():
+        pytest.skip("the compiled tier is not built")
+    model = await _build(tmp_path)
+    conv = _conv(model)
+    node = next(n for n in model.graph.nodes if n.name == model.nodes[0].name)
+    from aioge.ops.registry import get_schema
+
+    schema = get_schema(conv.op_type, conv.domain)
+    ins = [v.desc if v is not None else None for v in node.inputs]
+    impl, params = next((i, p) for i, p in candidates_of(schema, ins, node.attrs) if not i.native)
+    record = TuningRecord(conv.history.tuned_ms, native_alt=conv.impl, native_alt_params=dict(conv.params), native_ms=1e3)
+    stale = dataclasses.replace(conv, impl=impl.name, params=params, history=record)
+    _plant(tmp_path, stale)
+    fixed = await _build(tmp_path)
+    assert fixed.stats.kernel_cache_hits == len(fixed.nodes) and fixed.stats.kernels_compiled == 0
+    assert (_conv(fixed).impl, _conv(fixed).params) == (conv.impl, conv.params)  # the native plan
+    after = _entry(tmp_path, conv.key)
+    assert after is not None and (after.impl, after.history.native_alt) == (impl.name, conv.impl)
+    assert after.history.native_checks == 1 and 0 < after.history.native_ms < 1.0 and after.history.tuned_ms > 0
+    # once in the entry's life: a record re-timed already is trusted, and the plan stays as it says
+    _plant(tmp_path, _with(stale, native_checks=tuning.NATIVE_RECHECKS))
+    kept = await _build(tmp_path)
+    assert _conv(kept).impl == impl.name and _entry(tmp_path, conv.key) == _with(stale, native_checks=tuning.NATIVE_RECHECKS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ __all__ = [
     "compile_graph",
     "compile_graph_sync",
     "native_extra",
+    "native_recheck_due",
     "optimised_graph",
     "prefer_native",
 ]
@@ -86,7 +88,8 @@ async def compile_graph(
     start = time.perf_counter()
     signature = tuple(signature)
     front = await anyio.to_thread.run_sync(_front, graph, signature, options, limiter=limiter)
-    step = await compile_kernels(front.jobs, options, cache=kernel_cache, policy=front.policy, limiter=limiter)
+    due = functools.partial(native_recheck_due, front.graph.nodes) if options.exec_mode == "sink" else None
+    step = await compile_kernels(front.jobs, options, cache=kernel_cache, policy=front.policy, limiter=limiter, native_due=due)
     async with anyio.create_task_group() as tg:
         if step.bookkeeping is not None:
             tg.start_soon(step.bookkeeping)
@@ -184,6 +187,26 @@ def native_extra() -> float:
 def prefer_native(nodes: Sequence[Node], kernels: dict[str, KernelDesc]) -> dict[str, KernelDesc]:
     """``kernels`` with every node's native alternative taken, when each node has a native
     kernel or one, at NATIVE_EXTRA's cost at most; else ``kernels`` as they are."""
+    found = _native_swaps(nodes, kernels)
+    if found is None or not found[0] or found[1] > found[2]:
+        return kernels
+    log.info("native plan: %d kernel(s) swapped for native ones, %.1f us dearer", len(found[0]), found[1] * 1e3)
+    return {**kernels, **found[0]}
+
+
+def native_recheck_due(nodes: Sequence[Node], kernels: dict[str, KernelDesc]) -> list[str]:
+    """The nodes whose native alternative a kernel-cache hit re-times (``compiler.ops``): the
+    plan refuses its native alternatives on their cost, and these records have been re-timed
+    fewer than ``tuning.NATIVE_RECHECKS`` times (a time tuned under load is not trusted for ever)."""
+    found = _native_swaps(nodes, kernels)
+    if found is None or not found[0] or found[1] <= found[2]:
+        return []
+    return [n for n in found[0] if kernels[n].history.native_checks < tuning.NATIVE_RECHECKS]
+
+
+def _native_swaps(nodes: Sequence[Node], kernels: dict[str, KernelDesc]) -> tuple[dict[str, KernelDesc], float, float] | None:
+    """The native alternatives a plan would take, the ms they cost more and the ms it may
+    (NATIVE_EXTRA, NATIVE_SLACK_MS); None when some node has neither a native kernel nor one."""
     swaps: dict[str, KernelDesc] = {}
     extra = total = 0.0
     for node in nodes:
@@ -193,13 +216,10 @@ def prefer_native(nodes: Sequence[Node], kernels: dict[str, KernelDesc]) -> dict
         if _native_over(schema.impl(d.impl), node):
             continue
         if not d.history.native_alt or not _native_over(schema.impl(d.history.native_alt), node):
-            return kernels
+            return None
         extra += max(0.0, d.history.native_ms - d.history.tuned_ms)
         swaps[node.name], _ = tuning.revisit(d, "native")
-    if not swaps or extra > native_extra() * total + NATIVE_SLACK_MS * len(nodes):
-        return kernels
-    log.info("native plan: %d kernel(s) swapped for native ones, %.1f us dearer", len(swaps), extra * 1e3)
-    return {**kernels, **swaps}
+    return swaps, extra, native_extra() * total + NATIVE_SLACK_MS * len(nodes)
 
 
 def _native_over(impl: KernelImpl, node: Node) -> bool:

@@ -342,6 +342,34 @@ def revisit_kernel_sync(
     return tuning.revisit(desc, stage, retime=retime, retune=lambda: compile_kernel_sync(node, engine, budget, desc.key, schema))
 
 
+def retime_native_sync(node: Node, options: CompileOptions, desc: KernelDesc) -> KernelDesc | None:
+    """A hit's choice re-timed against its native alternative (``tuning.recheck``'s rounds): the
+    desc with both times new and one more native check, or None when the two cannot be timed here."""
+    schema, h = get_schema(node.op_type, node.domain), desc.history
+    ins, outs = [v.desc if v is not None else None for v in node.inputs], [o.desc for o in node.outputs]
+    pair = (desc.impl, desc.params), (h.native_alt, h.native_alt_params)
+    found = tuning.recheck(
+        schema, ins, outs, node.attrs, _const_values(node), *pair, 0.0, budget_ms=options.tune_budget_ms, seed=_seed(desc.key)
+    )
+    if found.outcome == "skipped":
+        log.debug("kernel %s: native alternative not re-timed: %s", desc.key, found.why)
+        return None
+    was = f"(recorded {h.tuned_ms:.4f} and {h.native_ms:.4f})"
+    log.info(
+        "kernel %s re-timed: %s %.4f ms, native %s %.4f ms %s",
+        desc.key,
+        desc.impl,
+        found.chosen_ms,
+        h.native_alt,
+        found.runner_ms,
+        was,
+    )
+    record = dataclasses.replace(
+        h, tuned_ms=round(found.chosen_ms, 6), native_ms=round(found.runner_ms, 6), native_checks=h.native_checks + 1
+    )
+    return dataclasses.replace(desc, history=record)
+
+
 def _const_values(node: Node) -> list[np.ndarray | None]:
     return [v.data if v is not None and v.kind in (ValueKind.CONSTANT, ValueKind.VARIABLE) else None for v in node.inputs]
 
@@ -389,8 +417,10 @@ async def compile_kernels(
     cache: KernelStore | None = None,
     policy: CachePolicy | None = None,
     limiter: anyio.CapacityLimiter | None = None,
+    native_due: Callable[[dict[str, KernelDesc]], list[str]] | None = None,
 ) -> KernelStep:
-    """Compile every job's kernel concurrently: once per key, through the cache.
+    """Compile every job's kernel concurrently: once per key, through the cache. ``native_due``
+    (``compiler.graph.native_recheck_due``): the nodes whose native alternative a hit re-times.
 
     Raises:
         CompileError: a node has no applicable kernel (the first failing node in graph
@@ -409,6 +439,8 @@ async def compile_kernels(
         await _compile_groups(jobs, options, cache, view, policy, flights, limiter, step)
         if options.tune_mode == "tune":
             await _second_opinions(step, options, cache, view, policy, limiter)
+            if native_due is not None:
+                await _native_rechecks(jobs, native_due(step.kernels), step, options, cache, view, policy, limiter)
     finally:
         if view is not None and cache is not None:
             with anyio.CancelScope(shield=True):  # the generation hold is released even when cancelled
@@ -577,6 +609,35 @@ async def _second_opinions(
         for name, d in step.kernels.items():
             if d.key == key:
                 step.kernels[name] = new
+        if cache is not None and view is not None and policy.write and not job.listed:
+            step.written += await cache.store(new, view)
+
+
+async def _native_rechecks(
+    jobs: Sequence[KernelJob],
+    names: list[str],
+    step: KernelStep,
+    options: CompileOptions,
+    cache: KernelStore | None,
+    view: KernelView | None,
+    policy: CachePolicy,
+    limiter: anyio.CapacityLimiter | None,
+) -> None:
+    """The hits among ``names`` re-timed against their native alternatives (``retime_native_sync``),
+    each key once; the new times replace the kernel of every node with the key and are written
+    over the entry. Kernels tuned in this compile keep their times: they are this process's."""
+    by_name, done = {j.node.name: j for j in jobs}, set(step.fresh)
+    for name in names:
+        job, desc = by_name[name], step.kernels[name]
+        if desc.key in done:
+            continue
+        done.add(desc.key)
+        new = await anyio.to_thread.run_sync(retime_native_sync, job.node, options, desc, limiter=limiter)
+        if new is None:
+            continue
+        for n, d in step.kernels.items():
+            if d.key == desc.key:
+                step.kernels[n] = new
         if cache is not None and view is not None and policy.write and not job.listed:
             step.written += await cache.store(new, view)
 

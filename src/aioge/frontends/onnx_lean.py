@@ -128,8 +128,10 @@ class _Reader:
         # Not np.empty: numpy asks for huge pages for big arrays, and BERT-base's weights then
         # loaded in 0.18 to 1.05 s from one fresh process to the next (the kernel compacting
         # memory for them), against a steady 0.31 s. A big one goes to a mapping populated at
-        # once, not a bytearray (zeroed, a page fault per 4 KiB): 0.40 -> 0.28 s of CPU.
-        buf = np.frombuffer(bytearray(n + _ALIGN) if n < _MAPPED else memory.anonymous(n), np.uint8)
+        # once, not a bytearray (zeroed, a page fault per 4 KiB): 0.40 -> 0.28 s of CPU. One
+        # read in two halves faults its pages in on both threads (the same CPU as populating
+        # them first, on one: resnet18's 46 MB, 11 ms before the reads began).
+        buf = np.frombuffer(bytearray(n + _ALIGN) if n < _MAPPED else memory.anonymous(n, populate=n < _SPLIT), np.uint8)
         skip = -buf.ctypes.data % _ALIGN
         out = buf[skip : skip + n]
         if n and self._read(out.data) != n:

@@ -24,7 +24,8 @@ __all__ = ["KernelDesc", "TuningRecord", "candidates_of", "check_kernel", "desc_
 class TuningRecord:
     """What tuning saw, for ``compiler.tuning.revisit``: the choice's best time, the next fastest
     verified candidate and its time over the choice's (0.0: none), re-checks since, and the
-    fastest candidate with a native form when the choice has none, with its time."""
+    fastest candidate with a native form when the choice has none, with its time and how often
+    a cache hit has re-timed the two (``compiler.ops``' native re-check)."""
 
     tuned_ms: float = 0.0
     runner_up: str = ""
@@ -34,6 +35,7 @@ class TuningRecord:
     native_alt: str = ""
     native_alt_params: Mapping[str, Any] = field(default_factory=dict)
     native_ms: float = 0.0
+    native_checks: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +131,7 @@ def check_kernel(desc: KernelDesc, node: Node, engine: str) -> str:
     ):
         if name and not any(impl.name == name and same_params(p, params) for impl, p in stored):
             return f"{what} {name!r} with {dict(params)} is not a candidate for this node"
-    if h.margin < 0 or h.tuned_ms < 0 or h.checks < 0 or h.native_ms < 0:
+    if min(h.margin, h.tuned_ms, h.checks, h.native_ms, h.native_checks) < 0:
         return f"negative tuning figures (tuned_ms {h.tuned_ms}, margin {h.margin}, checks {h.checks}, native_ms {h.native_ms})"
     return ""
 
