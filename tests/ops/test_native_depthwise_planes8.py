@@ -8,6 +8,8 @@ import ctypes
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from aioge.kernels import native
 
@@ -139,6 +141,51 @@ def test_depthwise_job_split_in_eight_plane_units_matches_onnxruntime(c, n) -> N
     for split in (0, 1):
         y[...] = np.nan
         assert native.par_run()(call.job, call.addr, call.total, split) >= 0  # negative: an error
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5, err_msg=f"split {split}")
+        got.append(y.copy())
+    np.testing.assert_array_equal(got[0].view(np.int32), got[1].view(np.int32))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    c=st.integers(17, 100),
+    n=st.integers(1, 2),
+    h=st.integers(12, 41),
+    ks=st.sampled_from([(3, 1), (3, 2), (5, 2)]),
+    act=st.sampled_from(["", "Relu", "Sigmoid"]),
+)
+def test_depthwise_direct_form_split_in_sixteen_units_matches_onnxruntime(c, n, h, ks, act) -> None:
+    """Planes the AVX-512 tier runs one at a time (its direct form: 3x3, and 5x5 stride 2 but for
+    Sigmoid and Swish, rows of 12 and up) split in 16 units of planes // 16, not 16-plane units
+    (48 planes were 3 units: 2 to one thread); any other geometry or tier keeps its units. Whole
+    and split over the C helper the same bits, and onnxruntime's Conv (with its activation)."""
+    from aioge.ir.desc import TensorDesc
+    from aioge.kernels.conv_algos import _direct16, _geometry, build_conv_depthwise_native
+    from tests.ops.conftest import ort_run
+
+    k, s = ks
+    rng = np.random.default_rng(c * 1000 + h)
+    x, w, b = rng.uniform(-1, 1, (n, c, h, h + 3)), rng.uniform(-1, 1, (c, 1, k, k)), rng.uniform(-1, 1, c)
+    x, w, b = (a.astype(np.float32) for a in (x, w, b))
+    attrs = {"group": c, "kernel_shape": (k, k), "pads": (k // 2,) * 4, "strides": (s, s)}
+    (want,) = ort_run("Conv", [x, w, b], attrs)
+    want = {"": want, "Relu": np.maximum(want, 0), "Sigmoid": 1 / (1 + np.exp(-want.astype(np.float64)))}[act]
+    attrs |= {"activation": act} if act else {}
+    descs = [TensorDesc(a.shape, "float32") for a in (x, w, b)]
+    run = build_conv_depthwise_native(attrs, {}, descs, None)
+    y = np.full(want.shape, np.nan, np.float32)
+    (call,) = native.native_form(run)([x, w, b], [y])
+    planes, wide = n * c, native.gemm_tile()[1] >= 64  # type: ignore[index]
+    unit = (16 if wide and planes >= 32 else 8) if planes >= 16 else 1
+    direct = unit == 16 and _direct16(_geometry(attrs, descs), 4 if act == "Sigmoid" else 8 if act else 0)
+    ow, sig = -(-(h + 3) // s), act == "Sigmoid"  # dwconv.c's choice: aioge_conv_depthwise_f32
+    assert direct == (unit == 16 and ow >= 12 and ((k == 3 and not (sig and s == 1 and ow < 16)) or (s == 2 and not sig)))
+    assert call.total == -(-planes // (max(planes // 16, 1) if direct else unit))
+    native.function("aioge_par_helpers")()
+    got = []
+    for split in (0, 1):
+        y[...] = np.nan
+        assert native.par_run()(call.job, call.addr, call.total, split) >= 0
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5, err_msg=f"split {split}")
         got.append(y.copy())
     np.testing.assert_array_equal(got[0].view(np.int32), got[1].view(np.int32))
