@@ -222,10 +222,24 @@ def test_a_programs_blocks_run_fused_as_onnxruntime_and_the_numpy_kernels(shape,
 
 
 def _stream_run(model: bytes, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], int]:
-    """The graph's output, its program's jobs rerun split and whole, and its streaming-form blocks."""
+    """The graph's output, its program's jobs rerun split and whole, and its streaming-form blocks.
+    The 1x1 convs get conv_direct's row panels, which the streaming form reads: the tuner's usual
+    pick, but on a loaded machine it timed another kernel faster now and then (1 run in 5), and
+    then nothing streamed."""
     import gc
 
+    from aioge.compiler import tuning
     from aioge.runtime.native_program import NativeProgram
+
+    tune = tuning.tune
+
+    def pinned(schema, cands, *args, **kwargs):  # type: ignore[no-untyped-def]
+        rows = [(i, p) for i, p in cands if i.name == "conv_direct_native" and p.get("rows")]
+        return (
+            tuning.Choice(rows[0][0].name, rows[0][1], True)
+            if schema.name == "Conv" and rows
+            else tune(schema, cands, *args, **kwargs)
+        )
 
     async def go() -> tuple[np.ndarray, list[np.ndarray], int]:
         gc.collect()
@@ -244,7 +258,11 @@ def _stream_run(model: bytes, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarra
                 runs.append(prog._outputs[0][1].copy())
             return y, runs, streams
 
-    return asyncio.run(go())
+    tuning.tune = pinned
+    try:
+        return asyncio.run(go())
+    finally:
+        tuning.tune = tune
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
