@@ -268,3 +268,36 @@ def test_an_empty_batch_gives_empty_outputs(rng: np.random.Generator, monkeypatc
     ins = [np.zeros((3, 0, 4), np.float32), rand(rng, 2, 20, 4), rand(rng, 2, 20, 5)]
     got = krnn.kernel("LSTM").build({"direction": "bidirectional"}, {}, [], [None] * 3)(ins, None)
     assert [g.shape for g in got] == [(3, 2, 0, 5), (2, 0, 5), (2, 0, 5)]
+
+
+@pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
+def test_one_kernel_called_again_with_other_shapes_and_from_threads_keeps_its_results(rng: np.random.Generator) -> None:
+    """A kernel keeps a plan per input shape and a pool of scratch (xw, hs, team): calls that
+    alternate shapes, with and without sequence lengths, and calls at once from threads (each
+    then takes scratch of its own) give what a fresh kernel gives for each."""
+    w, r = rand(rng, 2, 4 * 17, 5), rand(rng, 2, 4 * 17, 17) / 4
+    attrs = {"hidden_size": 17, "direction": "bidirectional"}
+    cases = [[rand(rng, s, b, 5), w, r] for s, b in ((60, 9), (3, 2), (60, 9), (1, 1))]
+    cases.append([cases[0][0], w, r, None, np.array([60, 2, 0, 5, 59, 1, 30, 60, 4], np.int32)])
+    run = krnn.kernel("LSTM").build(attrs, {}, [], [None] * 3)
+    want = [krnn.kernel("LSTM").build(attrs, {}, [], [None] * 3)(c, None) for c in cases]
+    for _ in range(2):
+        for c, wt in zip(cases, want):
+            for g, v in zip(run(c, None), wt):
+                np.testing.assert_array_equal(g, v)
+    for _ in range(4):
+        got: dict[int, Any] = {}
+        gate = threading.Barrier(12)
+
+        def call(i: int) -> None:
+            gate.wait()
+            got[i] = run(cases[i % len(cases)], None)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i in range(12):
+            for g, v in zip(got[i], want[i % len(cases)]):
+                np.testing.assert_array_equal(g, v)
