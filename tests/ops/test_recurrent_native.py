@@ -301,3 +301,32 @@ def test_one_kernel_called_again_with_other_shapes_and_from_threads_keeps_its_re
         for i in range(12):
             for g, v in zip(got[i], want[i % len(cases)]):
                 np.testing.assert_array_equal(g, v)
+
+
+@pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize(("seq", "batch", "layout"), [(40, 9, 0), (300, 1, 1), (300, 1, 0), (5, 60, 0)])
+def test_a_long_sequence_whole_and_split_matches_onnxruntime(
+    rng: np.random.Generator, op: str, direction: str, seq: int, batch: int, layout: int
+) -> None:
+    """Sequences of 300-360 rows (steps by batch; the hypothesis cases stop at 126), a wide batch
+    of few steps, and batch 1 in either layout: onnxruntime's results, and the same bits whole and
+    with the partner on its own thread."""
+    dirs, n, g = 2 if direction == "bidirectional" else 1, 19, _GATES[op]
+    inputs = [rand(rng, seq, batch, 6), rand(rng, dirs, g * n, 6), rand(rng, dirs, g * n, n) / 5, rand(rng, dirs, 2 * g * n)]
+    attrs = {"hidden_size": n, "direction": direction}
+    want = ort_run(op, inputs, attrs, _OUTPUTS[op])
+    if layout:
+        want = [np.transpose(want[0], (2, 0, 1, 3))] + [np.swapaxes(w, 0, 1) for w in want[1:]]
+        inputs = [_batch_major(v, i) if i in (0, 5, 6) else v for i, v in enumerate(inputs)]
+    kw = {**attrs, "layout": layout}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(krnn, "_TEAM_MACS", 1 << 62)
+        mp.setattr(krnn, "split_native", _runner("whole", 0))
+        whole = krnn.kernel(op).build(kw, {}, [], [None] * _OUTPUTS[op])(inputs, None)
+        mp.setattr(krnn, "split_native", _runner("thread", 50))
+        got = krnn.kernel(op).build(kw, {}, [], [None] * _OUTPUTS[op])(inputs, None)
+    for a, b, w in zip(got, whole, want):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(b, w, rtol=1e-4, atol=1e-5)
