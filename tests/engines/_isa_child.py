@@ -130,6 +130,14 @@ CASES = [
         [_rand(6, 5, 7), _rand(2, 99, 7), _rand(2, 99, 33) / 6],
         {"hidden_size": 33, "direction": "bidirectional"},
     ),
+    # batch 13: the step product's eight rows by two panels (AVX-512), then four rows, then one
+    (
+        "lstm_b13",
+        "LSTM",
+        "numpy",
+        [_rand(4, 13, 7), _rand(2, 132, 7), _rand(2, 132, 33) / 6, _rand(2, 264)],
+        {"hidden_size": 33, "direction": "bidirectional"},
+    ),
     ("softmax", "Softmax", "softmax_native", [_rand(9, 100) * 5], {}),
 ]
 

@@ -73,6 +73,7 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             *POOLS,
             "lstm",
             "gru_bi",
+            "lstm_b13",
             "softmax",
             *RESIDUALS,
         }
@@ -98,6 +99,7 @@ def test_the_baseline_tier_computes_what_the_default_tier_does(tmp_path):
             *POOLS,
             "lstm",
             "gru_bi",
+            "lstm_b13",
             *RESIDUALS,
         )
         for name in names:

@@ -43,7 +43,8 @@ def _cases(draw: Any) -> tuple[str, list[np.ndarray | None], dict[str, Any]]:
     op = draw(st.sampled_from(["RNN", "GRU", "LSTM"]))
     direction = draw(st.sampled_from(["forward", "reverse", "bidirectional"]))
     dirs = 2 if direction == "bidirectional" else 1
-    seq, batch, inp = draw(st.integers(0, 6)), draw(st.integers(1, 5)), draw(st.integers(1, 7))
+    # batch past 8: rnn.c's step product takes eight rows by two panels, then four rows, then one
+    seq, batch, inp = draw(st.integers(0, 6)), draw(st.integers(1, 5) | st.integers(8, 21)), draw(st.integers(1, 7))
     n = draw(st.sampled_from([1, 2, 3, 5, 8, 13, 16, 17, 33]))
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     g = _GATES[op]
@@ -267,3 +268,65 @@ def test_an_empty_batch_gives_empty_outputs(rng: np.random.Generator, monkeypatc
     ins = [np.zeros((3, 0, 4), np.float32), rand(rng, 2, 20, 4), rand(rng, 2, 20, 5)]
     got = krnn.kernel("LSTM").build({"direction": "bidirectional"}, {}, [], [None] * 3)(ins, None)
     assert [g.shape for g in got] == [(3, 2, 0, 5), (2, 0, 5), (2, 0, 5)]
+
+
+@pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
+def test_one_kernel_called_again_with_other_shapes_and_from_threads_keeps_its_results(rng: np.random.Generator) -> None:
+    """A kernel keeps a plan per input shape and a pool of scratch (xw, hs, team): calls that
+    alternate shapes, with and without sequence lengths, and calls at once from threads (each
+    then takes scratch of its own) give what a fresh kernel gives for each."""
+    w, r = rand(rng, 2, 4 * 17, 5), rand(rng, 2, 4 * 17, 17) / 4
+    attrs = {"hidden_size": 17, "direction": "bidirectional"}
+    cases = [[rand(rng, s, b, 5), w, r] for s, b in ((60, 9), (3, 2), (60, 9), (1, 1))]
+    cases.append([cases[0][0], w, r, None, np.array([60, 2, 0, 5, 59, 1, 30, 60, 4], np.int32)])
+    run = krnn.kernel("LSTM").build(attrs, {}, [], [None] * 3)
+    want = [krnn.kernel("LSTM").build(attrs, {}, [], [None] * 3)(c, None) for c in cases]
+    for _ in range(2):
+        for c, wt in zip(cases, want):
+            for g, v in zip(run(c, None), wt):
+                np.testing.assert_array_equal(g, v)
+    for _ in range(4):
+        got: dict[int, Any] = {}
+        gate = threading.Barrier(12)
+
+        def call(i: int) -> None:
+            gate.wait()
+            got[i] = run(cases[i % len(cases)], None)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i in range(12):
+            for g, v in zip(got[i], want[i % len(cases)]):
+                np.testing.assert_array_equal(g, v)
+
+
+@pytest.mark.skipif(not native.available(), reason="the compiled tier is not built")
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize(("seq", "batch", "layout"), [(40, 9, 0), (300, 1, 1), (300, 1, 0), (5, 60, 0)])
+def test_a_long_sequence_whole_and_split_matches_onnxruntime(
+    rng: np.random.Generator, op: str, direction: str, seq: int, batch: int, layout: int
+) -> None:
+    """Sequences of 300-360 rows (steps by batch; the hypothesis cases stop at 126), a wide batch
+    of few steps, and batch 1 in either layout: onnxruntime's results, and the same bits whole and
+    with the partner on its own thread."""
+    dirs, n, g = 2 if direction == "bidirectional" else 1, 19, _GATES[op]
+    inputs = [rand(rng, seq, batch, 6), rand(rng, dirs, g * n, 6), rand(rng, dirs, g * n, n) / 5, rand(rng, dirs, 2 * g * n)]
+    attrs = {"hidden_size": n, "direction": direction}
+    want = ort_run(op, inputs, attrs, _OUTPUTS[op])
+    if layout:
+        want = [np.transpose(want[0], (2, 0, 1, 3))] + [np.swapaxes(w, 0, 1) for w in want[1:]]
+        inputs = [_batch_major(v, i) if i in (0, 5, 6) else v for i, v in enumerate(inputs)]
+    kw = {**attrs, "layout": layout}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(krnn, "_TEAM_MACS", 1 << 62)
+        mp.setattr(krnn, "split_native", _runner("whole", 0))
+        whole = krnn.kernel(op).build(kw, {}, [], [None] * _OUTPUTS[op])(inputs, None)
+        mp.setattr(krnn, "split_native", _runner("thread", 50))
+        got = krnn.kernel(op).build(kw, {}, [], [None] * _OUTPUTS[op])(inputs, None)
+    for a, b, w in zip(got, whole, want):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(b, w, rtol=1e-4, atol=1e-5)

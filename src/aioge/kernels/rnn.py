@@ -339,14 +339,16 @@ def _run_native(
     attrs: dict[str, Any],
     y_out: np.ndarray | None,
     pack: Callable[[np.ndarray], np.ndarray],
+    plans: dict[Any, Any] | None = None,
 ) -> tuple[np.ndarray, ...]:
     """``op`` over float32 inputs in C, R packed by ``pack`` (a kernel's ``WeightDerived``);
-    ``y_out`` (Y's output buffer, or None) is written in place when it fits."""
+    ``y_out`` (Y's output buffer, or None) is written in place when it fits. ``plans`` (a
+    kernel's) keeps per input shape the geometry and a pool of scratch buffers (xw, hs, team):
+    their making was most of the ~45 us a call spent in Python."""
     x, w, r, b, sequence_lens, initial_h, initial_c, p = list(inputs) + [None] * (8 - len(inputs))
     s = _Setup(x, w, attrs, _OPS[op][1])
-    specs = _specs(attrs, _OPS[op][3], s.directions)
-    lens = s.lengths(None if sequence_lens is None or sequence_lens.size == 0 else sequence_lens)
     dirs, seq, batch, n = s.directions, s.seq, s.batch, s.hidden
+    lens = s.lengths(None if sequence_lens is None or sequence_lens.size == 0 else sequence_lens)
     gh = _OPS[op][1] * n
     bias, peep = (None if v is None else np.ascontiguousarray(v, np.float32) for v in (b, p))
     shapes = (("W", w, (dirs, gh, x.shape[-1])), ("R", r, (dirs, gh, n)), ("B", bias, (dirs, 2 * gh)), ("P", peep, (dirs, 3 * n)))
@@ -354,14 +356,39 @@ def _run_native(
         if v is not None and v.shape != shape:
             raise ValueError(f"{name} must have shape {shape}, got {v.shape}")
     x, w = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(w, np.float32)
-    xw = np.empty(x.shape[:2] + (dirs * gh,), np.float32)
-    blas = native.sgemm() if x.size else None
+    plans = {} if plans is None or len(plans) > 8 else plans  # shapes that keep changing: no cache
+    plan = plans.get((x.shape, w.shape)) or plans.setdefault((x.shape, w.shape), _plan(fns, op, s, x, attrs))
+    geo, fp, together, worth, blas, pool, make = plan
+    xw, hs, team = pool.pop() if pool else make()
     if xw.size and blas is None:  # no BLAS to call from C (or no inputs): the projection here
         matmul_2d(x.reshape(-1, x.shape[2]), w.reshape(dirs * gh, -1).T, xw.reshape(-1, dirs * gh))
     y_shape = (batch, seq, dirs, n) if s.layout else (seq, dirs, batch, n)
     y = y_out if y_out is not None and y_out.shape == y_shape and native.f32c(y_out) else np.empty(y_shape, np.float32)
     states = [_state(initial_h, s)] + ([_state(initial_c, s)] if op == "LSTM" else [])
-    xs, ys = xw.strides, y.strides  # (t, b) and (t, b, direction) steps, in either layout
+    pk = pack(r)
+    if team is not None:
+        team[:] = 0
+    c = states[1] if op == "LSTM" else None
+    # JOB_RNN's argument block, in aioge.h's RJ_ order (an array its address, 0 for None)
+    block = [geo, fp, None if blas is None else x, w, x.shape[2], seq * batch, *(blas or (0, 0)), xw, pk, pk.size, bias, peep]
+    block += [lens if sequence_lens is not None else None, y, states[0], c, hs, hs.size, team]
+    args = np.array([_addr(v) or 0 if v is None or isinstance(v, np.ndarray) else v for v in block], np.int64)
+    try:
+        split_native(fns[2], native.JOB_RNN, native.ptr(args), 2 if together else dirs, worth=worth)
+    finally:
+        pool.append((xw, hs, team))
+    for v in states:
+        v[:, lens == 0] = 0
+    return (y, *(np.swapaxes(v, 0, 1) if s.layout else v for v in states))
+
+
+def _plan(fns: Any, op: str, s: _Setup, x: np.ndarray, attrs: dict[str, Any]) -> tuple[Any, ...]:
+    """(geo, fp, together, worth, blas, pool, make) for inputs of ``x``'s shape: ``make()`` a
+    fresh (xw, hs, team) of scratch, ``pool`` those free (one to start)."""
+    dirs, seq, batch, n = s.directions, s.seq, s.batch, s.hidden
+    gh = _OPS[op][1] * n
+    y_shape = (batch, seq, dirs, n) if s.layout else (seq, dirs, batch, n)
+    xs, ys = (np.empty(v, np.float32).strides for v in (x.shape[:2] + (dirs * gh,), y_shape))  # (t, b), (t, b, direction)
     steps = (xs[1], xs[0], ys[1], ys[0], ys[2]) if s.layout else (xs[0], xs[1], ys[0], ys[2], ys[1])
     flags = (
         attrs.get("direction") == "reverse",
@@ -373,26 +400,21 @@ def _run_native(
     geo[:14] = (_OPS[op][2], seq, batch, n, dirs, *map(bool, flags), *(v // 4 for v in steps))
     fp = np.zeros(13, np.float32)
     fp[0] = s.clip or 0.0
-    for d, dspecs in enumerate(specs):
+    for d, dspecs in enumerate(_specs(attrs, _OPS[op][3], dirs)):
         for slot, (name, a, bb) in enumerate(dspecs):
             geo[14 + 3 * d + slot] = _CODES[name]
             fp[1 + 6 * d + 2 * slot : 3 + 6 * d + 2 * slot] = a, bb
-    pk = pack(r)
-    hs = native.aligned_empty((max(int(fns[3](native.ptr(geo))), 16),), np.float32, 64)  # the steps' shared rows
+    shared = max(int(fns[3](native.ptr(geo))), 16)  # the steps' shared rows
     # one direction at a time on both cores, each its half of the hidden units (per-step
     # claims), when a direction's R^T is more than a core's L2 holds or there is one direction
     together = batch * gh * n >= _TEAM_MACS and (dirs == 1 or gh * n * 4 > _TEAM_R_BYTES)
-    team = np.zeros(32, np.int64) if together else None
-    c = states[1] if op == "LSTM" else None
-    # JOB_RNN's argument block, in aioge.h's RJ_ order (an array its address, 0 for None)
-    block = [geo, fp, None if blas is None else x, w, x.shape[2], seq * batch, *(blas or (0, 0)), xw, pk, pk.size, bias, peep]
-    block += [lens, y, states[0], c, hs, hs.size, team]
-    args = np.array([_addr(v) or 0 if v is None or isinstance(v, np.ndarray) else v for v in block], np.int64)
+
+    def make() -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        xw = np.empty(x.shape[:2] + (dirs * gh,), np.float32)
+        return xw, native.aligned_empty((shared,), np.float32, 64), np.zeros(32, np.int64) if together else None
+
     worth = seq * batch * gh * (n + x.shape[2]) >= _SPLIT_MACS
-    split_native(fns[2], native.JOB_RNN, native.ptr(args), 2 if together else dirs, worth=worth)
-    for v in states:
-        v[:, lens == 0] = 0
-    return (y, *(np.swapaxes(v, 0, 1) if s.layout else v for v in states))
+    return geo, fp, together, worth, native.sgemm() if x.size else None, [make()], make
 
 
 def _state(v: np.ndarray | None, s: _Setup) -> np.ndarray:
@@ -413,10 +435,11 @@ def kernel(op: str) -> KernelImpl:
     def build(attrs: Mapping[str, Any], params: Mapping[str, Any], ins: Any, outs: Sequence[Any]) -> RunFn:
         kw, count, fns = dict(attrs), len(outs), _native()
         packed = WeightDerived(lambda r: _packed(fns, op, kw, r))
+        plans: dict[Any, Any] = {}
 
         def run(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] | None) -> Sequence[np.ndarray]:
             if fns is not None and inputs[0].dtype == np.float32:
-                res = _run_native(fns, op, inputs, kw, outputs[0] if outputs else None, packed.get)
+                res = _run_native(fns, op, inputs, kw, outputs[0] if outputs else None, packed.get, plans)
             else:
                 res = numpy_fn(*inputs, **kw)
             return into(outputs, tuple(res)[:count])

@@ -39,6 +39,14 @@
 
 #define NP 16 /* columns of a packed panel of R^T: two 8-float vectors */
 
+/* The AVX-512 tier's -mtune=native (Sapphire Rapids) prefers 256-bit vectors for loops the compiler
+ * vectorises: the gates' loops (omp simd) took ymm registers, half of what the tier has. */
+#ifdef __AVX512F__
+#define WIDE __attribute__((target("prefer-vector-width=512")))
+#else
+#define WIDE
+#endif
+
 typedef float v8 __attribute__((vector_size(32), aligned(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4)));
 
@@ -55,7 +63,7 @@ static inline float tanh_f32(float x)
 #define ACT_EACH(EXPR) _Pragma("omp simd") for (int64_t i = 0; i < n; i++) { float x = v[i]; v[i] = (EXPR); }
 
 /* v = act(v) in place over n values; the switch is outside the loops so each vectorises. */
-static void act_apply(float *v, int64_t n, int64_t code, float a, float b)
+WIDE static void act_apply(float *v, int64_t n, int64_t code, float a, float b)
 {
     switch (code) {
     case A_RELU: ACT_EACH(x > 0.0f || x != x ? x : 0.0f) break; /* NaN stays NaN, as numpy's maximum */
@@ -74,7 +82,7 @@ static void act_apply(float *v, int64_t n, int64_t code, float a, float b)
     }
 }
 
-static void clip_apply(float *v, int64_t n, int has, float clip)
+WIDE static void clip_apply(float *v, int64_t n, int has, float clip)
 {
     if (has)
         _Pragma("omp simd") for (int64_t i = 0; i < n; i++) v[i] = fminf(fmaxf(v[i], -clip), clip);
@@ -167,7 +175,42 @@ static void recur16(const float *h, int64_t rows, int64_t k, const float *pk, in
 {
 #define COL(p) (((p) % G) * npad + ((p) / G) * NP)
     const int64_t r8 = rows / 8 * 8, r4 = rows - r8 >= 4 ? r8 + 4 : r8;
-    for (int64_t p = p0; p < p1; p++) {
+    int64_t p2 = p0;
+    if (r8) /* eight rows by two panels: 16 accumulators, 10 loads (8 of them broadcasts) a 16 FMAs */
+        for (; p2 + 2 <= p1; p2 += 2) {
+            const float *w = pk + p2 * k * NP;
+            for (int64_t b = 0; b < r8; b += 8) {
+                const float *hb = h + b * k;
+                v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
+                v16 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0}, c6 = {0}, c7 = {0};
+                for (int64_t kk = 0; kk < k; kk++) {
+                    const v16 wv = *(const v16u *)(w + kk * NP), wu = *(const v16u *)(w + (k + kk) * NP);
+                    float x = hb[kk];
+                    a0 += x * wv, c0 += x * wu, x = hb[k + kk], a1 += x * wv, c1 += x * wu;
+                    x = hb[2 * k + kk], a2 += x * wv, c2 += x * wu, x = hb[3 * k + kk], a3 += x * wv, c3 += x * wu;
+                    x = hb[4 * k + kk], a4 += x * wv, c4 += x * wu, x = hb[5 * k + kk], a5 += x * wv, c5 += x * wu;
+                    x = hb[6 * k + kk], a6 += x * wv, c6 += x * wu, x = hb[7 * k + kk], a7 += x * wv, c7 += x * wu;
+                }
+                float *o = out + b * ld + COL(p2), *q = out + b * ld + COL(p2 + 1);
+                *(v16u *)o = a0, *(v16u *)(o + ld) = a1, *(v16u *)(o + 2 * ld) = a2, *(v16u *)(o + 3 * ld) = a3;
+                *(v16u *)(o + 4 * ld) = a4, *(v16u *)(o + 5 * ld) = a5, *(v16u *)(o + 6 * ld) = a6, *(v16u *)(o + 7 * ld) = a7;
+                *(v16u *)q = c0, *(v16u *)(q + ld) = c1, *(v16u *)(q + 2 * ld) = c2, *(v16u *)(q + 3 * ld) = c3;
+                *(v16u *)(q + 4 * ld) = c4, *(v16u *)(q + 5 * ld) = c5, *(v16u *)(q + 6 * ld) = c6, *(v16u *)(q + 7 * ld) = c7;
+            }
+            if (r4 > r8) { /* the four rows after them, these two panels */
+                const float *hb = h + r8 * k;
+                v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+                for (int64_t kk = 0; kk < k; kk++) {
+                    const v16 wv = *(const v16u *)(w + kk * NP), wu = *(const v16u *)(w + (k + kk) * NP);
+                    a0 += hb[kk] * wv, a1 += hb[k + kk] * wv, a2 += hb[2 * k + kk] * wv, a3 += hb[3 * k + kk] * wv;
+                    c0 += hb[kk] * wu, c1 += hb[k + kk] * wu, c2 += hb[2 * k + kk] * wu, c3 += hb[3 * k + kk] * wu;
+                }
+                float *o = out + r8 * ld + COL(p2), *q = out + r8 * ld + COL(p2 + 1);
+                *(v16u *)o = a0, *(v16u *)(o + ld) = a1, *(v16u *)(o + 2 * ld) = a2, *(v16u *)(o + 3 * ld) = a3;
+                *(v16u *)q = c0, *(v16u *)(q + ld) = c1, *(v16u *)(q + 2 * ld) = c2, *(v16u *)(q + 3 * ld) = c3;
+            }
+        }
+    for (int64_t p = p2; p < p1; p++) {
         const float *w = pk + p * k * NP;
         for (int64_t b = 0; b < r8; b += 8) {
             const float *hb = h + b * k;
@@ -357,7 +400,7 @@ static void project(const Job *J, int64_t d, int64_t col, int64_t cols)
 /* Stage k of direction d for the hidden units of blocks [u0, u1): 0 the projection of those
  * units' columns and the initial state's copy; then step (k - 1) / P, its part (k - 1) % P.
  * bx: what every step adds to the projection; bh: GRU's Rbh, kept apart as it meets r. */
-static void stage(const Job *J, int d, int64_t k, int64_t u0, int64_t u1, const float *bx, const float *bh, float *tmp)
+WIDE static void stage(const Job *J, int d, int64_t k, int64_t u0, int64_t u1, const float *bx, const float *bh, float *tmp)
 {
     const Rnn *s = &J->s;
     const int64_t *geo = s->geo, *lens = J->lens;
