@@ -59,7 +59,8 @@ def test_the_helper_runs_one_run_from_the_second_half() -> None:
     ceiling of half), each run in order from its start while the other steals from its end, so
     the helper's chunks are one run [a, b) with a <= mid <= b (empty when it took none) and the
     caller ran the rest; every chunk once. An owner takes a quarter of both halves' chunks left
-    (at least one) as one range, a thief one chunk a range: fewer ranges than chunks."""
+    (at least one) as one range, a thief one chunk a range: fewer ranges than chunks. Under load
+    the caller may run none (it asserted one, and failed twice at load 8)."""
     last = np.zeros(6, np.int64)
     par_last = native.lib().aioge_par_last  # a test hook, not in native.SIGNATURES
     par_last.argtypes, par_last.restype = (ctypes.c_void_p,), None
@@ -74,6 +75,7 @@ def test_the_helper_runs_one_run_from_the_second_half() -> None:
         assert caller & helper == 0 and caller | helper == full, (total, bin(caller), bin(helper))
         a, b = ((helper & -helper).bit_length() - 1, helper.bit_length()) if helper else (mid, mid)
         assert helper == ((1 << b) - 1) & ~((1 << a) - 1) and a <= mid <= b, (total, bin(helper))
-        assert 1 <= caller_calls <= caller.bit_count() and helper_calls <= helper.bit_count()
+        # a caller descheduled after posting may find every chunk taken (the helper steals its half)
+        assert (caller_calls > 0) == (caller > 0) and caller_calls <= caller.bit_count() and helper_calls <= helper.bit_count()
         ranges, chunks = ranges + caller_calls, chunks + caller.bit_count()
     assert ranges < chunks * 0.9, (ranges, chunks)  # one chunk a range: equal (0.75 measured)
