@@ -8,6 +8,8 @@ import mmap
 
 import numpy as np
 
+__all__ = ["anonymous", "free_huge_pages"]
+
 _PMD = 1 << 21  # a huge page
 _MADV_POPULATE_WRITE = 23  # Linux 5.14: fault every page in now, writable (huge where advised)
 
