@@ -17,7 +17,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aioge._util import memory
 from aioge.ir.desc import TensorDesc
 from aioge.kernels import native, parallel
 from aioge.kernels.matmul_algos import build_gemm_native, build_matmul_native, pack_columns
@@ -368,51 +367,6 @@ def test_a_big_aligned_buffer_is_a_mapping_of_its_own_and_a_small_one_a_numpy_ar
             assert resident_bytes(a) >= a.nbytes
         a[...] = 1.5
         assert float(a.sum()) == 1.5 * a.size
-
-
-def anon_huge_bytes(a: np.ndarray) -> int:
-    """The AnonHugePages of the mapping holding ``a``'s first byte, from /proc/self/smaps."""
-    addr, inside = a.ctypes.data, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= addr < hi
-            elif inside and head == "AnonHugePages:":
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no mapping holds the array")
-
-
-def thp_mode() -> str:
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            return f.read().split("[")[1].split("]")[0]
-    except (OSError, IndexError):
-        return "never"
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
-def test_a_big_packed_buffer_is_in_huge_pages_where_the_kernel_has_them_free(monkeypatch) -> None:
-    """A packed weight of 4 MiB and more is a mapping in 2 MiB pages (one TLB entry each, not
-    512) when the page allocator holds twice as many free 2 MiB blocks; with none free it keeps
-    4 KiB pages (no compaction stall), populated either way."""
-    shape, nbytes = (1024, 1536), 1024 * 1536 * 4
-    assert memory.free_huge_pages() >= 0
-    if thp_mode() != "never" and memory.free_huge_pages() >= 2 * nbytes // (1 << 21):
-        a = native.aligned_empty(shape)
-        a[...] = 2.0
-        assert anon_huge_bytes(a) >= nbytes and float(a.sum()) == 2.0 * a.size
-    # a kernel that refuses both advices (no THP; before 5.14): 4 KiB pages, each written once
-    monkeypatch.setattr(mmap, "MADV_HUGEPAGE", 9998, raising=False)
-    monkeypatch.setattr(memory, "_MADV_POPULATE_WRITE", 9999)
-    c = native.aligned_empty(shape)
-    assert resident_bytes(c) >= c.nbytes
-    monkeypatch.setattr(memory, "free_huge_pages", lambda: 0)
-    b = native.aligned_empty(shape)
-    assert resident_bytes(b) >= b.nbytes
-    if thp_mode() == "madvise":  # under "always" the kernel may give any big mapping huge pages
-        assert anon_huge_bytes(b) == anon_huge_bytes(c) == 0
 
 
 @pytest.mark.parametrize("activation", [("", ()), ("Gelu", (1.0,)), ("Relu", ())])

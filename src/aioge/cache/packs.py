@@ -22,6 +22,7 @@ atomically and not fsynced (a torn file fails its checks).
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,7 +31,6 @@ from typing import Any, Callable
 import blake3
 import numpy as np
 
-from aioge._util import memory
 from aioge.errors import CacheError
 from aioge.keys import code_digest, versions
 from aioge.plan import io
@@ -118,13 +118,12 @@ def _load(path: str, made_for: MadeFor, shared: bool) -> dict[Key, tuple[np.ndar
             if base + offset + nbytes > st.st_size:
                 raise CacheError(f"truncated: pack {name!r} ends past the file's {st.st_size} bytes", path=path)
             spans.append((str(name), str(layout), [int(d) for d in shape], base + offset, count, str(digest)))
-        # Not populated: MAP_POPULATE holds the process's mmap lock while it faults every page
-        # in, and the lookup decoding the .om meanwhile stalled on its first allocation (18 ms);
-        # the read faults the pages in as it goes, for the same time in all. In huge pages where
-        # they are free: every pack is read every run (resnet18's, 2 cores: 13.2 -> 12.4 ms).
-        mm = memory.anonymous(st.st_size, huge=True, populate=False)
+        # Not MAP_POPULATE: it holds the process's mmap lock while it faults every page in, and
+        # the lookup decoding the .om meanwhile stalled on its first allocation (18 ms); the read
+        # faults the pages in as it goes, for the same time in all.
+        mm = mmap.mmap(-1, st.st_size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         with memoryview(mm) as view:  # a private copy (see the module docstring)
-            got = io.read_into(fd, view[: st.st_size])
+            got = io.read_into(fd, view)
         if got < st.st_size:
             raise CacheError(f"truncated: it shrank to {got} bytes while read", path=path)
     finally:

@@ -392,14 +392,13 @@ _HUGE_BYTES = 1 << 22
 def aligned_empty(shape: tuple[int, ...], dtype: Any = np.float32, align: int = 64) -> np.ndarray:
     """An uninitialised C-contiguous array whose first element sits on an ``align``-byte
     boundary (a packed operand the micro-kernels load a cache line at a time). From 4 MiB it
-    is an anonymous mapping of its own, in huge pages where they are free at hand (see
-    ``memory.anonymous``; numpy's own advice would compact for them: ``_HUGE_BYTES``), populated
-    at once (a page fault per 4 KiB as the packing wrote it cost BERT-base's first run 0.2 s
-    of its 0.67 s of CPU); freed with the array."""
+    is an anonymous mapping of its own (page-aligned) that numpy did not ask huge pages for
+    (see ``_HUGE_BYTES`` and ``_util.memory``), populated at once (a page fault per 4 KiB as the
+    packing wrote it cost BERT-base's first run 0.2 s of its 0.67 s of CPU); freed with the array."""
     dt = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))
     if count * dt.itemsize >= _HUGE_BYTES and align <= mmap.PAGESIZE:
-        return np.frombuffer(memory.anonymous(count * dt.itemsize, huge=True), dt, count).reshape(shape)
+        return np.frombuffer(memory.anonymous(count * dt.itemsize), dt).reshape(shape)
     raw = np.empty(count * dt.itemsize + align, np.uint8)
     start = -raw.ctypes.data % align
     return raw[start : start + count * dt.itemsize].view(dt).reshape(shape)
