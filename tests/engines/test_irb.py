@@ -223,9 +223,10 @@ def test_a_programs_blocks_run_fused_as_onnxruntime_and_the_numpy_kernels(shape,
 
 def _stream_run(model: bytes, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], int]:
     """The graph's output, its program's jobs rerun split and whole, and its streaming-form blocks.
-    The 1x1 convs get conv_direct's row panels, which the streaming form reads: the tuner's usual
-    pick, but on a loaded machine it timed another kernel faster now and then (1 run in 5), and
-    then nothing streamed."""
+    The 1x1 convs get conv_direct (its row panels where offered) and the depthwise its C form,
+    which the streaming form reads:
+    the tuner's usual pick, but on a loaded machine it timed another kernel faster now and then
+    (1 run in 5), and then nothing streamed."""
     import gc
 
     from aioge.compiler import tuning
@@ -234,10 +235,11 @@ def _stream_run(model: bytes, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarra
     tune = tuning.tune
 
     def pinned(schema, cands, *args, **kwargs):  # type: ignore[no-untyped-def]
-        rows = [(i, p) for i, p in cands if i.name == "conv_direct_native" and p.get("rows")]
+        direct = [(i, p) for i, p in cands if i.name in ("conv_direct_native", "conv_depthwise_native")]
+        direct = [(i, p) for i, p in direct if p.get("rows")] or direct  # row panels where offered (not the baseline's)
         return (
-            tuning.Choice(rows[0][0].name, rows[0][1], True)
-            if schema.name == "Conv" and rows
+            tuning.Choice(direct[0][0].name, direct[0][1], True)
+            if schema.name == "Conv" and direct
             else tune(schema, cands, *args, **kwargs)
         )
 
