@@ -24,12 +24,12 @@ import numpy as np
 
 import aioge
 from aioge.benchmarks.measure import LagMonitor, ort_session, percentile, settle
+from aioge.benchmarks.precision import COSINE_FLOOR, accuracy
 
 __all__ = ["SERVING_WORKLOADS", "serving"]
 
 SERVING_WORKLOADS = ("mlp", "cnn", "transformer")
 SERVING_BF16 = ("transformer",)  # served batched under allow_fp32_to_bf16 too
-BF16_MIN_COSINE = 0.999  # issue 39's bound on a precision mode's outputs
 
 
 def _model(name: str) -> tuple[aioge.Graph, dict[str, np.ndarray], Any]:
@@ -132,9 +132,8 @@ async def serving(
             await session.add_graph(3, graph, lowp)
             got = await session.run_graph(3, feeds)
             for k, v in want.items():
-                a, b = np.ravel(got[k]).astype(np.float64), np.ravel(v).astype(np.float64)
-                cosine = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) or 1.0))
-                assert cosine >= BF16_MIN_COSINE, f"{name} aioge bf16 output {k}: cosine {cosine:.6f}"
+                cosine = accuracy(got[k], v)["cosine"]
+                assert cosine >= COSINE_FLOOR, f"{name} aioge bf16 output {k}: cosine {cosine:.6f}"
         for gid in (1, 2):
             got = await session.run_graph(gid, feeds)
             for k, v in want.items():
